@@ -1,0 +1,20 @@
+package io.consumerdedup.core;
+
+/** The answer of {@link DedupStore#claim(ClaimRequest)}: the key was claimed, or it is held or done. */
+public sealed interface ClaimResult permits ClaimResult.Claimed, ClaimResult.Taken {
+
+  DedupKey key();
+
+  /**
+   * The caller now holds the key: a new key, a retry after FAILED, or a takeover of an expired lease.
+   *
+   * @param token the fencing token (the record's attempts) that complete, fail and renew must present
+   */
+  record Claimed(DedupKey key, int token) implements ClaimResult {}
+
+  /**
+   * The key was not claimed; {@code existing} is the record that stopped it (SUCCESS, a live lease,
+   * or a different payload fingerprint).
+   */
+  record Taken(DedupKey key, DedupRecord existing) implements ClaimResult {}
+}

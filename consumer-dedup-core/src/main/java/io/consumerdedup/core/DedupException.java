@@ -1,0 +1,43 @@
+package io.consumerdedup.core;
+
+import java.util.Optional;
+import org.jspecify.annotations.Nullable;
+
+/**
+ * The root of consumer-dedup's exceptions. Each names the key it concerns and, when the call came from
+ * a Kafka adapter, where the delivery came from ({@code topic-partition@offset}, and the group).
+ */
+public class DedupException extends RuntimeException {
+  private static final long serialVersionUID = 1L;
+
+  private final @Nullable DedupKey key;
+  private final @Nullable String source;
+
+  public DedupException(
+      String message, @Nullable DedupKey key, @Nullable String source, @Nullable Throwable cause) {
+    super(message + describe(key, source), cause);
+    this.key = key;
+    this.source = source;
+  }
+
+  /** The key concerned, when there is one (a missing key has none). */
+  public Optional<DedupKey> key() {
+    return Optional.ofNullable(key);
+  }
+
+  /** Where the delivery came from, such as {@code payments-0@42 (group billing)}. */
+  public Optional<String> source() {
+    return Optional.ofNullable(source);
+  }
+
+  private static String describe(@Nullable DedupKey key, @Nullable String source) {
+    StringBuilder text = new StringBuilder();
+    if (key != null) {
+      text.append(" [key ").append(key).append(']');
+    }
+    if (source != null) {
+      text.append(" [from ").append(source).append(']');
+    }
+    return text.toString();
+  }
+}

@@ -1,0 +1,103 @@
+package io.consumerdedup.core;
+
+import java.time.Duration;
+import java.util.List;
+
+/**
+ * Events of the engine, for metrics and logs. Every method has an empty default; implementations
+ * must be fast and must not throw (an exception is logged and ignored).
+ */
+public interface DedupListener {
+
+  /** A listener that does nothing. */
+  DedupListener NOOP = new DedupListener() {};
+
+  /** A claim round trip took {@code elapsed}, whatever its answer. */
+  default void claimTimed(DedupKey key, Duration elapsed) {}
+
+  /** The caller claimed the key and is about to run the handler. */
+  default void claimed(DedupKey key, int attempt) {}
+
+  /** The key had already succeeded; the handler was skipped. */
+  default void duplicate(DedupKey key, DedupRecord existing) {}
+
+  /** Another consumer holds a live lease on the key. */
+  default void inProgress(DedupKey key, DedupRecord existing) {}
+
+  /** The delivery's payload fingerprint differs from the stored one. */
+  default void conflict(DedupKey key, DedupRecord existing) {}
+
+  /** The handler succeeded and SUCCESS was recorded. */
+  default void completed(DedupKey key, int attempt, Duration handlerTime) {}
+
+  /** The handler threw; FAILED was recorded (unless the lease was lost or the store was down). */
+  default void failed(DedupKey key, int attempt, Throwable error) {}
+
+  /**
+   * The holder's lease was taken over by another consumer: its renewal, SUCCESS or FAILED write was
+   * refused so as not to overwrite the new holder.
+   */
+  default void leaseLost(DedupKey key, int attempt) {}
+
+  /** A delivery had no usable key (from the Kafka adapters). */
+  default void keyMissing(String bizType, String source) {}
+
+  /** The retention purge deleted {@code count} records. */
+  default void purged(int count) {}
+
+  /** A listener that passes every event to each of {@code listeners}, in order. */
+  static DedupListener composite(List<DedupListener> listeners) {
+    List<DedupListener> copy = List.copyOf(listeners);
+    return new DedupListener() {
+      @Override
+      public void claimTimed(DedupKey key, Duration elapsed) {
+        copy.forEach(l -> l.claimTimed(key, elapsed));
+      }
+
+      @Override
+      public void claimed(DedupKey key, int attempt) {
+        copy.forEach(l -> l.claimed(key, attempt));
+      }
+
+      @Override
+      public void duplicate(DedupKey key, DedupRecord existing) {
+        copy.forEach(l -> l.duplicate(key, existing));
+      }
+
+      @Override
+      public void inProgress(DedupKey key, DedupRecord existing) {
+        copy.forEach(l -> l.inProgress(key, existing));
+      }
+
+      @Override
+      public void conflict(DedupKey key, DedupRecord existing) {
+        copy.forEach(l -> l.conflict(key, existing));
+      }
+
+      @Override
+      public void completed(DedupKey key, int attempt, Duration handlerTime) {
+        copy.forEach(l -> l.completed(key, attempt, handlerTime));
+      }
+
+      @Override
+      public void failed(DedupKey key, int attempt, Throwable error) {
+        copy.forEach(l -> l.failed(key, attempt, error));
+      }
+
+      @Override
+      public void leaseLost(DedupKey key, int attempt) {
+        copy.forEach(l -> l.leaseLost(key, attempt));
+      }
+
+      @Override
+      public void keyMissing(String bizType, String source) {
+        copy.forEach(l -> l.keyMissing(bizType, source));
+      }
+
+      @Override
+      public void purged(int count) {
+        copy.forEach(l -> l.purged(count));
+      }
+    };
+  }
+}

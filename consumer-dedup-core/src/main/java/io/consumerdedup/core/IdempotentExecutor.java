@@ -1,0 +1,530 @@
+package io.consumerdedup.core;
+
+import io.consumerdedup.core.internal.LeaseRenewer;
+import io.consumerdedup.core.internal.OwnerIds;
+import java.time.Duration;
+import java.util.Objects;
+import java.util.concurrent.Callable;
+import java.util.concurrent.TimeUnit;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The engine: runs a handler at most once per {@link DedupKey} that succeeded, across threads,
+ * processes and hosts.
+ *
+ * <p>{@link #execute(DedupKey, Callable)} claims the key in the {@link DedupStore} in its own short
+ * transaction (status PROCESSING, under a lease), runs the handler, and records SUCCESS. When the
+ * handler throws, it records FAILED and rethrows, so the next delivery retries. While the handler runs,
+ * a background task renews the lease at {@link Builder#renewalInterval(Duration)}, so a slow but live
+ * handler is never taken over; a crashed holder's lease simply runs out, and then another consumer
+ * takes the key over.
+ *
+ * <pre>{@code
+ * IdempotentExecutor executor = IdempotentExecutor.builder(store).lease(Duration.ofMinutes(5)).build();
+ * DedupResult<Void> result = executor.execute(DedupKey.of("payment", orderNo), () -> {
+ *   charge(orderNo);
+ *   return null;
+ * });
+ * }</pre>
+ *
+ * <p>Instances are thread-safe; share one per store and close it on shutdown (it owns the renewal
+ * thread). All lease and retention times are judged by the store's clock; the executor reads no
+ * wall-clock time.
+ */
+public final class IdempotentExecutor implements AutoCloseable {
+
+  /** Default lease: longer than Kafka's default {@code max.poll.interval.ms} (5 minutes). */
+  public static final Duration DEFAULT_LEASE = Duration.ofMinutes(5);
+
+  /** By default the lease is renewed this many times per lease period while the handler runs. */
+  public static final int DEFAULT_RENEWALS_PER_LEASE = 3;
+
+  /** Default time a SUCCESS record is kept, during which redeliveries are recognised as duplicates. */
+  public static final Duration DEFAULT_SUCCESS_RETENTION = Duration.ofDays(7);
+
+  /** Default time a FAILED (or abandoned) record is kept, for inspection and for retries. */
+  public static final Duration DEFAULT_FAILED_RETENTION = Duration.ofDays(30);
+
+  /** Default reaction to another consumer's live lease. */
+  public static final InProgressPolicy DEFAULT_IN_PROGRESS_POLICY = InProgressPolicy.THROW;
+
+  /** Default longest wait under {@link InProgressPolicy#WAIT}. */
+  public static final Duration DEFAULT_WAIT_TIMEOUT = Duration.ofSeconds(30);
+
+  /** Default reaction to a payload fingerprint that differs from the stored one. */
+  public static final ConflictPolicy DEFAULT_CONFLICT_POLICY = ConflictPolicy.THROW;
+
+  private static final Logger log = LoggerFactory.getLogger(IdempotentExecutor.class);
+  private static final Duration FIRST_WAIT_BACKOFF = Duration.ofMillis(50);
+  private static final Duration LONGEST_WAIT_BACKOFF = Duration.ofSeconds(1);
+  private static final int MAX_ERROR_LENGTH = 2000;
+
+  private final DedupStore store;
+  private final String ownerId;
+  private final Duration lease;
+  private final Duration renewalInterval;
+  private final Duration successRetention;
+  private final Duration failedRetention;
+  private final InProgressPolicy inProgressPolicy;
+  private final Duration waitTimeout;
+  private final ConflictPolicy conflictPolicy;
+  private final DedupListener listener;
+  private final LeaseRenewer renewer;
+
+  private IdempotentExecutor(Builder b, Duration renewalInterval) {
+    this.store = b.store;
+    this.ownerId = b.ownerId != null ? b.ownerId : OwnerIds.generate();
+    this.lease = b.lease;
+    this.renewalInterval = renewalInterval;
+    this.successRetention = b.successRetention;
+    this.failedRetention = b.failedRetention;
+    this.inProgressPolicy = b.inProgressPolicy;
+    this.waitTimeout = b.waitTimeout;
+    this.conflictPolicy = b.conflictPolicy;
+    this.listener = new SafeListener(b.listener);
+    this.renewer = new LeaseRenewer(store, lease, renewalInterval, this.listener);
+  }
+
+  /** Starts building an executor over {@code store}. */
+  public static Builder builder(DedupStore store) {
+    return new Builder(store);
+  }
+
+  /**
+   * Runs {@code handler} once for {@code key}: see {@link #execute(DedupKey, String, String,
+   * Callable)}.
+   */
+  public <T> DedupResult<T> execute(DedupKey key, Callable<T> handler) {
+    return execute(key, null, null, handler);
+  }
+
+  /**
+   * Runs {@code handler} once for {@code key}, refusing a delivery whose payload fingerprint differs
+   * from the one first stored under the key: see {@link #execute(DedupKey, String, String,
+   * Callable)}.
+   */
+  public <T> DedupResult<T> execute(DedupKey key, @Nullable String fingerprint, Callable<T> handler) {
+    return execute(key, fingerprint, null, handler);
+  }
+
+  /**
+   * Claims {@code key}, runs {@code handler}, and records the result.
+   *
+   * @param fingerprint a digest of the payload (at most 64 characters), or null to not compare
+   *     payloads
+   * @param source where the delivery came from, such as {@code payments-0@42}: stored with the claim
+   *     and named in exceptions; null if unknown
+   * @return PROCESSED with the handler's value, or DUPLICATE if the key had already succeeded
+   * @throws DedupInProgressException another consumer holds a live lease on the key (under {@link
+   *     InProgressPolicy#WAIT}: still after the wait timeout); retry later
+   * @throws DedupKeyConflictException the fingerprint differs from the stored one (under {@link
+   *     ConflictPolicy#THROW})
+   * @throws DedupStoreException the store failed after its retries: if during the claim, the
+   *     handler did not run; if while recording SUCCESS, the record stays PROCESSING until its lease
+   *     expires, and a later delivery then runs the handler again
+   * @throws DedupHandlerException the handler threw a checked exception (its cause); runtime
+   *     exceptions and errors propagate unchanged. In both cases the record was marked FAILED.
+   */
+  public <T> DedupResult<T> execute(
+      DedupKey key, @Nullable String fingerprint, @Nullable String source, Callable<T> handler) {
+    Objects.requireNonNull(key, "key");
+    Objects.requireNonNull(handler, "handler");
+    if (fingerprint != null && (fingerprint.isEmpty() || fingerprint.length() > 64)) {
+      throw new IllegalArgumentException(
+          "fingerprint must be 1 to 64 characters, was " + fingerprint.length());
+    }
+    ClaimRequest request =
+        new ClaimRequest(key, ownerId, lease, failedRetention, fingerprint, source);
+    long waitDeadline = System.nanoTime() + waitTimeout.toNanos();
+    Duration backoff = FIRST_WAIT_BACKOFF;
+    while (true) {
+      ClaimResult claim = timedClaim(request);
+      if (claim instanceof ClaimResult.Claimed claimed) {
+        return run(claimed, source, handler);
+      }
+      DedupRecord existing = ((ClaimResult.Taken) claim).existing();
+      String stored = existing.fingerprint().orElse(null);
+      if (fingerprint != null && stored != null && !stored.equals(fingerprint)) {
+        listener.conflict(key, existing);
+        if (conflictPolicy == ConflictPolicy.TREAT_AS_DUPLICATE) {
+          return new DedupResult<>(Outcome.DUPLICATE, null, existing.attempts());
+        }
+        throw new DedupKeyConflictException(key, stored, fingerprint, source);
+      }
+      if (existing.status() == DedupStatus.SUCCESS) {
+        log.debug("Skipping duplicate {} from {}: {}", key, source, existing);
+        listener.duplicate(key, existing);
+        return new DedupResult<>(Outcome.DUPLICATE, null, existing.attempts());
+      }
+      listener.inProgress(key, existing);
+      long remaining = waitDeadline - System.nanoTime();
+      if (inProgressPolicy == InProgressPolicy.THROW || remaining <= 0) {
+        throw new DedupInProgressException(key, existing, source);
+      }
+      sleep(Math.min(backoff.toNanos(), remaining), key, existing, source);
+      backoff = backoff.multipliedBy(2).compareTo(LONGEST_WAIT_BACKOFF) > 0
+          ? LONGEST_WAIT_BACKOFF
+          : backoff.multipliedBy(2);
+    }
+  }
+
+  private ClaimResult timedClaim(ClaimRequest request) {
+    long start = System.nanoTime();
+    try {
+      return store.claim(request);
+    } finally {
+      listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - start));
+    }
+  }
+
+  private <T> DedupResult<T> run(
+      ClaimResult.Claimed claim, @Nullable String source, Callable<T> handler) {
+    DedupKey key = claim.key();
+    int attempt = claim.token();
+    if (attempt > 1) {
+      log.info("Claimed {} from {} for attempt {} (retry after failure or expired lease)", key, source, attempt);
+    }
+    listener.claimed(key, attempt);
+    long start = System.nanoTime();
+    T value;
+    LeaseRenewer.Renewal renewal = renewer.start(key, attempt);
+    try {
+      value = handler.call();
+    } catch (Throwable error) {
+      renewal.stop();
+      recordFailure(key, attempt, source, error, renewal);
+      throw propagate(key, source, error);
+    }
+    renewal.stop();
+    Duration handlerTime = Duration.ofNanos(System.nanoTime() - start);
+    boolean held;
+    try {
+      held = store.complete(key, attempt, successRetention);
+    } catch (DedupStoreException e) {
+      log.error(
+          "Handler for {} from {} succeeded but SUCCESS could not be recorded; the record stays"
+              + " PROCESSING until its lease ({}) expires, and a redelivery after that runs the"
+              + " handler again",
+          key,
+          source,
+          lease,
+          e);
+      throw new DedupStoreException(
+          "Handler succeeded but SUCCESS could not be recorded; the record stays PROCESSING until"
+              + " its lease ("
+              + lease
+              + ") expires",
+          key,
+          source,
+          e);
+    }
+    if (held) {
+      listener.completed(key, attempt, handlerTime);
+    } else {
+      reportLeaseLost(key, attempt, source, renewal, "its SUCCESS was not recorded");
+    }
+    return new DedupResult<>(Outcome.PROCESSED, value, attempt);
+  }
+
+  private void recordFailure(
+      DedupKey key,
+      int attempt,
+      @Nullable String source,
+      Throwable error,
+      LeaseRenewer.Renewal renewal) {
+    try {
+      if (store.fail(key, attempt, describe(error), failedRetention)) {
+        log.debug("Handler for {} from {} failed on attempt {}; marked FAILED", key, source, attempt);
+      } else {
+        reportLeaseLost(key, attempt, source, renewal, "its FAILED was not recorded");
+      }
+    } catch (RuntimeException storeError) {
+      log.error(
+          "Handler for {} from {} failed and FAILED could not be recorded either; the record stays"
+              + " PROCESSING until its lease ({}) expires",
+          key,
+          source,
+          lease,
+          storeError);
+      error.addSuppressed(storeError);
+    }
+    listener.failed(key, attempt, error);
+  }
+
+  private void reportLeaseLost(
+      DedupKey key, int attempt, @Nullable String source, LeaseRenewer.Renewal renewal, String what) {
+    log.warn(
+        "Lease on {} (attempt {}, from {}) was taken over by another consumer; {} so as not to"
+            + " overwrite the new holder",
+        key,
+        attempt,
+        source,
+        what);
+    if (!renewal.leaseLost()) {
+      listener.leaseLost(key, attempt);
+    }
+  }
+
+  private static RuntimeException propagate(DedupKey key, @Nullable String source, Throwable error) {
+    if (error instanceof RuntimeException runtime) {
+      return runtime;
+    }
+    if (error instanceof Error fatal) {
+      throw fatal;
+    }
+    if (error instanceof InterruptedException) {
+      Thread.currentThread().interrupt();
+    }
+    return new DedupHandlerException(key, source, (Exception) error);
+  }
+
+  private static String describe(Throwable error) {
+    String text = error.getClass().getName() + (error.getMessage() != null ? ": " + error.getMessage() : "");
+    return text.length() <= MAX_ERROR_LENGTH ? text : text.substring(0, MAX_ERROR_LENGTH);
+  }
+
+  private static void sleep(long nanos, DedupKey key, DedupRecord existing, @Nullable String source) {
+    try {
+      TimeUnit.NANOSECONDS.sleep(nanos);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      DedupInProgressException inProgress = new DedupInProgressException(key, existing, source);
+      inProgress.addSuppressed(e);
+      throw inProgress;
+    }
+  }
+
+  /** The store this executor claims keys in. */
+  public DedupStore store() {
+    return store;
+  }
+
+  /** This instance's owner id, written to every record it claims. */
+  public String ownerId() {
+    return ownerId;
+  }
+
+  public Duration lease() {
+    return lease;
+  }
+
+  public Duration renewalInterval() {
+    return renewalInterval;
+  }
+
+  public Duration successRetention() {
+    return successRetention;
+  }
+
+  public Duration failedRetention() {
+    return failedRetention;
+  }
+
+  public InProgressPolicy inProgressPolicy() {
+    return inProgressPolicy;
+  }
+
+  public Duration waitTimeout() {
+    return waitTimeout;
+  }
+
+  public ConflictPolicy conflictPolicy() {
+    return conflictPolicy;
+  }
+
+  /** The listener that receives this executor's events. */
+  public DedupListener listener() {
+    return listener;
+  }
+
+  /** Stops the lease renewal thread. Handlers still running lose their renewal. */
+  @Override
+  public void close() {
+    renewer.close();
+  }
+
+  /** Builds an {@link IdempotentExecutor}; every setter validates its value at once. */
+  public static final class Builder {
+    private final DedupStore store;
+    private @Nullable String ownerId;
+    private Duration lease = DEFAULT_LEASE;
+    private @Nullable Duration renewalInterval;
+    private Duration successRetention = DEFAULT_SUCCESS_RETENTION;
+    private Duration failedRetention = DEFAULT_FAILED_RETENTION;
+    private InProgressPolicy inProgressPolicy = DEFAULT_IN_PROGRESS_POLICY;
+    private Duration waitTimeout = DEFAULT_WAIT_TIMEOUT;
+    private ConflictPolicy conflictPolicy = DEFAULT_CONFLICT_POLICY;
+    private DedupListener listener = DedupListener.NOOP;
+
+    private Builder(DedupStore store) {
+      this.store = Objects.requireNonNull(store, "store");
+    }
+
+    /**
+     * How long a claim holds the key without renewal before another consumer may take it over.
+     * Default {@link #DEFAULT_LEASE}. Choose it longer than a pause you would not call a crash.
+     */
+    public Builder lease(Duration lease) {
+      this.lease = positive("lease", lease);
+      return this;
+    }
+
+    /**
+     * How often the lease is renewed while the handler runs. Must be shorter than the lease; default
+     * lease / {@value #DEFAULT_RENEWALS_PER_LEASE}.
+     */
+    public Builder renewalInterval(Duration renewalInterval) {
+      this.renewalInterval = positive("renewalInterval", renewalInterval);
+      return this;
+    }
+
+    /** How long a SUCCESS record is kept. Default {@link #DEFAULT_SUCCESS_RETENTION}. */
+    public Builder successRetention(Duration successRetention) {
+      this.successRetention = positive("successRetention", successRetention);
+      return this;
+    }
+
+    /** How long a FAILED or abandoned record is kept. Default {@link #DEFAULT_FAILED_RETENTION}. */
+    public Builder failedRetention(Duration failedRetention) {
+      this.failedRetention = positive("failedRetention", failedRetention);
+      return this;
+    }
+
+    /** Reaction to another consumer's live lease. Default {@link InProgressPolicy#THROW}. */
+    public Builder inProgressPolicy(InProgressPolicy inProgressPolicy) {
+      this.inProgressPolicy = Objects.requireNonNull(inProgressPolicy, "inProgressPolicy");
+      return this;
+    }
+
+    /** Longest wait under {@link InProgressPolicy#WAIT}. Default {@link #DEFAULT_WAIT_TIMEOUT}. */
+    public Builder waitTimeout(Duration waitTimeout) {
+      this.waitTimeout = positive("waitTimeout", waitTimeout);
+      return this;
+    }
+
+    /** Reaction to a differing payload fingerprint. Default {@link ConflictPolicy#THROW}. */
+    public Builder conflictPolicy(ConflictPolicy conflictPolicy) {
+      this.conflictPolicy = Objects.requireNonNull(conflictPolicy, "conflictPolicy");
+      return this;
+    }
+
+    /**
+     * The id written as owner of every claim: 1 to 128 characters. Default: host name, process id
+     * and a short random part, unique per executor.
+     */
+    public Builder ownerId(String ownerId) {
+      Objects.requireNonNull(ownerId, "ownerId");
+      if (ownerId.isBlank() || ownerId.length() > 128) {
+        throw new IllegalArgumentException(
+            "ownerId must be 1 to 128 characters and not blank, was '" + ownerId + "'");
+      }
+      this.ownerId = ownerId;
+      return this;
+    }
+
+    /** Receives the engine's events (metrics, logs). Default: none. */
+    public Builder listener(DedupListener listener) {
+      this.listener = Objects.requireNonNull(listener, "listener");
+      return this;
+    }
+
+    /**
+     * Builds the executor.
+     *
+     * @throws IllegalArgumentException if the renewal interval is not shorter than the lease
+     */
+    public IdempotentExecutor build() {
+      Duration renewal =
+          renewalInterval != null ? renewalInterval : lease.dividedBy(DEFAULT_RENEWALS_PER_LEASE);
+      if (renewal.compareTo(lease) >= 0) {
+        throw new IllegalArgumentException(
+            "renewalInterval ("
+                + renewal
+                + ") must be shorter than the lease ("
+                + lease
+                + "), or the lease runs out between renewals");
+      }
+      if (renewal.isZero()) {
+        throw new IllegalArgumentException("lease (" + lease + ") is too short to renew");
+      }
+      return new IdempotentExecutor(this, renewal);
+    }
+
+    private static Duration positive(String name, Duration value) {
+      Objects.requireNonNull(value, name);
+      if (value.isNegative() || value.isZero()) {
+        throw new IllegalArgumentException(name + " must be positive, was " + value);
+      }
+      return value;
+    }
+  }
+
+  /** Keeps a faulty listener from breaking the engine: its exceptions are logged and ignored. */
+  private static final class SafeListener implements DedupListener {
+    private final DedupListener delegate;
+
+    SafeListener(DedupListener delegate) {
+      this.delegate = delegate;
+    }
+
+    private void guard(String event, Runnable call) {
+      try {
+        call.run();
+      } catch (RuntimeException e) {
+        log.warn("DedupListener {} threw on {}; ignored", delegate, event, e);
+      }
+    }
+
+    @Override
+    public void claimTimed(DedupKey key, Duration elapsed) {
+      guard("claimTimed", () -> delegate.claimTimed(key, elapsed));
+    }
+
+    @Override
+    public void claimed(DedupKey key, int attempt) {
+      guard("claimed", () -> delegate.claimed(key, attempt));
+    }
+
+    @Override
+    public void duplicate(DedupKey key, DedupRecord existing) {
+      guard("duplicate", () -> delegate.duplicate(key, existing));
+    }
+
+    @Override
+    public void inProgress(DedupKey key, DedupRecord existing) {
+      guard("inProgress", () -> delegate.inProgress(key, existing));
+    }
+
+    @Override
+    public void conflict(DedupKey key, DedupRecord existing) {
+      guard("conflict", () -> delegate.conflict(key, existing));
+    }
+
+    @Override
+    public void completed(DedupKey key, int attempt, Duration handlerTime) {
+      guard("completed", () -> delegate.completed(key, attempt, handlerTime));
+    }
+
+    @Override
+    public void failed(DedupKey key, int attempt, Throwable error) {
+      guard("failed", () -> delegate.failed(key, attempt, error));
+    }
+
+    @Override
+    public void leaseLost(DedupKey key, int attempt) {
+      guard("leaseLost", () -> delegate.leaseLost(key, attempt));
+    }
+
+    @Override
+    public void keyMissing(String bizType, String source) {
+      guard("keyMissing", () -> delegate.keyMissing(bizType, source));
+    }
+
+    @Override
+    public void purged(int count) {
+      guard("purged", () -> delegate.purged(count));
+    }
+  }
+}

@@ -1,0 +1,4 @@
+@NullMarked
+package io.consumerdedup.core.internal;
+
+import org.jspecify.annotations.NullMarked;

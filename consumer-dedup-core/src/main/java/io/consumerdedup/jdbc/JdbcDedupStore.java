@@ -1,0 +1,449 @@
+package io.consumerdedup.jdbc;
+
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.jdbc.internal.PostgresSql;
+import io.consumerdedup.jdbc.internal.SqlStates;
+import io.github.resilience4j.core.IntervalFunction;
+import io.github.resilience4j.retry.Retry;
+import io.github.resilience4j.retry.RetryConfig;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Timestamp;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.Objects;
+import java.util.Optional;
+import java.util.regex.Pattern;
+import javax.sql.DataSource;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The {@link DedupStore} on PostgreSQL, over any {@link DataSource} (a pool such as HikariCP is
+ * recommended). Create the table first from {@code db/consumer-dedup/postgresql/V1__consumer_dedup.sql}
+ * (on the classpath, Flyway naming); the store never runs DDL.
+ *
+ * <p>Each call runs in its own short transaction on a connection of its own, so a claim commits
+ * before the handler starts. Transient database errors (connection loss, serialization failure,
+ * deadlock, admin shutdown, too many connections) are retried with exponential back-off and jitter;
+ * other errors, and transient ones that outlast the retries, raise {@link DedupStoreException}.
+ *
+ * <pre>{@code
+ * JdbcDedupStore store = JdbcDedupStore.builder(dataSource).tableName("consumer_dedup").build();
+ * }</pre>
+ */
+public final class JdbcDedupStore implements DedupStore {
+
+  /** Default table name, as in the schema file. */
+  public static final String DEFAULT_TABLE_NAME = "consumer_dedup";
+
+  /** Default number of tries of a store call (the first and its retries) on transient errors. */
+  public static final int DEFAULT_RETRY_MAX_ATTEMPTS = 5;
+
+  /** Default wait before the first retry; it doubles each retry, with jitter. */
+  public static final Duration DEFAULT_RETRY_INITIAL_BACKOFF = Duration.ofMillis(100);
+
+  /** Default longest wait between two retries. */
+  public static final Duration DEFAULT_RETRY_MAX_BACKOFF = Duration.ofSeconds(2);
+
+  private static final Logger log = LoggerFactory.getLogger(JdbcDedupStore.class);
+
+  /** A table name, optionally schema-qualified: unquoted PostgreSQL identifiers only. */
+  private static final Pattern TABLE_NAME =
+      Pattern.compile("([A-Za-z_][A-Za-z0-9_]{0,62}\\.)?[A-Za-z_][A-Za-z0-9_]{0,62}");
+
+  private static final int MAX_SOURCE_LENGTH = 300;
+  private static final int MAX_ERROR_LENGTH = 2000;
+
+  /** A claim whose key changes under it between two statements is tried again this many times. */
+  private static final int MAX_CLAIM_ROUNDS = 10;
+
+  private final DataSource dataSource;
+  private final String tableName;
+  private final PostgresSql sql;
+  private final Retry retry;
+  private volatile boolean productChecked;
+
+  private JdbcDedupStore(Builder builder) {
+    this.dataSource = builder.dataSource;
+    this.tableName = builder.tableName;
+    this.sql = new PostgresSql(tableName);
+    RetryConfig config =
+        RetryConfig.custom()
+            .maxAttempts(builder.retryMaxAttempts)
+            .intervalFunction(
+                IntervalFunction.ofExponentialRandomBackoff(
+                    builder.retryInitialBackoff, 2.0, 0.5, builder.retryMaxBackoff))
+            .retryExceptions(TransientFailure.class)
+            .failAfterMaxAttempts(false)
+            .build();
+    this.retry = Retry.of("consumer-dedup-store", config);
+    this.retry
+        .getEventPublisher()
+        .onRetry(
+            event ->
+                log.warn(
+                    "Transient database error on {} (try {}), retrying in {}: {}",
+                    tableName,
+                    event.getNumberOfRetryAttempts(),
+                    event.getWaitInterval(),
+                    String.valueOf(event.getLastThrowable().getCause())));
+  }
+
+  /** Starts building a store over {@code dataSource}. */
+  public static Builder builder(DataSource dataSource) {
+    return new Builder(dataSource);
+  }
+
+  /** The table this store reads and writes. */
+  public String tableName() {
+    return tableName;
+  }
+
+  /** The resilience4j retry of store calls, for its metrics. */
+  public Retry retry() {
+    return retry;
+  }
+
+  @Override
+  public ClaimResult claim(ClaimRequest request) {
+    DedupKey key = request.key();
+    return call(
+        "claim",
+        key,
+        connection -> {
+          for (int round = 0; round < MAX_CLAIM_ROUNDS; round++) {
+            Integer token = tryClaim(connection, request);
+            if (token != null) {
+              return new ClaimResult.Claimed(key, token);
+            }
+            Optional<DedupRecord> existing = read(connection, key);
+            // Between the two statements the holder may have failed, its lease run out, or the
+            // row been purged: then the key is claimable again, so claim once more.
+            if (existing.isPresent() && blocksClaim(existing.get(), request)) {
+              return new ClaimResult.Taken(key, existing.get());
+            }
+          }
+          throw new DedupStoreException(
+              "Claim did not settle after " + MAX_CLAIM_ROUNDS + " rounds", key, request.source(), null);
+        });
+  }
+
+  private static boolean blocksClaim(DedupRecord existing, ClaimRequest request) {
+    String stored = existing.fingerprint().orElse(null);
+    if (stored != null && request.fingerprint() != null && !stored.equals(request.fingerprint())) {
+      return true;
+    }
+    return existing.status() == DedupStatus.SUCCESS || existing.isLeaseLive();
+  }
+
+  private @Nullable Integer tryClaim(Connection connection, ClaimRequest request)
+      throws SQLException {
+    try (PreparedStatement statement = connection.prepareStatement(sql.claim)) {
+      statement.setString(1, request.key().bizType());
+      statement.setString(2, request.key().bizKey());
+      statement.setString(3, request.owner());
+      statement.setLong(4, request.lease().toMillis());
+      statement.setString(5, request.fingerprint());
+      statement.setString(6, truncate(request.source(), MAX_SOURCE_LENGTH));
+      statement.setLong(7, request.lease().plus(request.retention()).toMillis());
+      try (ResultSet rows = statement.executeQuery()) {
+        return rows.next() ? rows.getInt(1) : null;
+      }
+    }
+  }
+
+  @Override
+  public boolean complete(DedupKey key, int token, Duration retention) {
+    return call(
+        "complete",
+        key,
+        connection -> {
+          try (PreparedStatement statement = connection.prepareStatement(sql.complete)) {
+            statement.setLong(1, retention.toMillis());
+            bindFence(statement, 2, key, token);
+            return statement.executeUpdate() == 1;
+          }
+        });
+  }
+
+  @Override
+  public boolean fail(DedupKey key, int token, String error, Duration retention) {
+    return call(
+        "fail",
+        key,
+        connection -> {
+          try (PreparedStatement statement = connection.prepareStatement(sql.fail)) {
+            statement.setString(1, truncate(error, MAX_ERROR_LENGTH));
+            statement.setLong(2, retention.toMillis());
+            bindFence(statement, 3, key, token);
+            return statement.executeUpdate() == 1;
+          }
+        });
+  }
+
+  @Override
+  public boolean renew(DedupKey key, int token, Duration lease) {
+    return call(
+        "renew",
+        key,
+        connection -> {
+          try (PreparedStatement statement = connection.prepareStatement(sql.renew)) {
+            statement.setLong(1, lease.toMillis());
+            bindFence(statement, 2, key, token);
+            return statement.executeUpdate() == 1;
+          }
+        });
+  }
+
+  @Override
+  public Optional<DedupRecord> find(DedupKey key) {
+    return call("find", key, connection -> read(connection, key));
+  }
+
+  @Override
+  public int purge(int limit) {
+    if (limit < 1) {
+      throw new IllegalArgumentException("limit must be at least 1, was " + limit);
+    }
+    return call(
+        "purge",
+        null,
+        connection -> {
+          try (PreparedStatement statement = connection.prepareStatement(sql.purge)) {
+            statement.setInt(1, limit);
+            return statement.executeUpdate();
+          }
+        });
+  }
+
+  private Optional<DedupRecord> read(Connection connection, DedupKey key) throws SQLException {
+    try (PreparedStatement statement = connection.prepareStatement(sql.find)) {
+      statement.setString(1, key.bizType());
+      statement.setString(2, key.bizKey());
+      try (ResultSet row = statement.executeQuery()) {
+        if (!row.next()) {
+          return Optional.empty();
+        }
+        return Optional.of(
+            new DedupRecord(
+                new DedupKey(row.getString("biz_type"), row.getString("biz_key")),
+                DedupStatus.valueOf(row.getString("status")),
+                row.getInt("attempts"),
+                row.getString("owner"),
+                instant(row, "lease_until"),
+                row.getString("fingerprint"),
+                row.getString("last_error"),
+                row.getString("source"),
+                Objects.requireNonNull(instant(row, "created_at")),
+                Objects.requireNonNull(instant(row, "updated_at")),
+                Objects.requireNonNull(instant(row, "expires_at")),
+                row.getBoolean("lease_live")));
+      }
+    }
+  }
+
+  private static void bindFence(PreparedStatement statement, int first, DedupKey key, int token)
+      throws SQLException {
+    statement.setString(first, key.bizType());
+    statement.setString(first + 1, key.bizKey());
+    statement.setInt(first + 2, token);
+  }
+
+  private static @Nullable Instant instant(ResultSet row, String column) throws SQLException {
+    Timestamp value = row.getTimestamp(column);
+    return value == null ? null : value.toInstant();
+  }
+
+  private static @Nullable String truncate(@Nullable String value, int max) {
+    if (value == null || value.length() <= max) {
+      return value;
+    }
+    int end = max;
+    if (Character.isHighSurrogate(value.charAt(end - 1))) {
+      end--;
+    }
+    return value.substring(0, end);
+  }
+
+  /**
+   * Runs one store operation on a connection of its own, in its own transaction, retrying transient
+   * errors.
+   */
+  private <T> T call(String operation, @Nullable DedupKey key, SqlWork<T> work) {
+    try {
+      return retry.executeSupplier(() -> attempt(operation, key, work));
+    } catch (TransientFailure e) {
+      throw new DedupStoreException(
+          "Dedup store "
+              + operation
+              + " on table "
+              + tableName
+              + " failed after "
+              + retry.getRetryConfig().getMaxAttempts()
+              + " tries: "
+              + e.getCause().getMessage(),
+          key,
+          null,
+          e.getCause());
+    }
+  }
+
+  private <T> T attempt(String operation, @Nullable DedupKey key, SqlWork<T> work) {
+    try (Connection connection = dataSource.getConnection()) {
+      checkProduct(connection);
+      boolean autoCommit = connection.getAutoCommit();
+      if (!autoCommit) {
+        connection.setAutoCommit(true);
+      }
+      try {
+        return work.run(connection);
+      } finally {
+        if (!autoCommit) {
+          connection.setAutoCommit(false);
+        }
+      }
+    } catch (SQLException e) {
+      if (SqlStates.isTransient(e)) {
+        throw new TransientFailure(e);
+      }
+      throw new DedupStoreException(
+          "Dedup store "
+              + operation
+              + " on table "
+              + tableName
+              + " failed: "
+              + e.getMessage()
+              + " (SQL state "
+              + e.getSQLState()
+              + ")",
+          key,
+          null,
+          e);
+    }
+  }
+
+  private void checkProduct(Connection connection) throws SQLException {
+    if (productChecked) {
+      return;
+    }
+    String product = connection.getMetaData().getDatabaseProductName();
+    if (!"PostgreSQL".equalsIgnoreCase(product)) {
+      throw new DedupStoreException(
+          "JdbcDedupStore supports PostgreSQL; the DataSource is " + product, null, null, null);
+    }
+    productChecked = true;
+  }
+
+  @FunctionalInterface
+  private interface SqlWork<T> {
+    T run(Connection connection) throws SQLException;
+  }
+
+  /** A transient SQL error on its way through the retry. */
+  private static final class TransientFailure extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    TransientFailure(SQLException cause) {
+      super(cause);
+    }
+
+    @Override
+    public synchronized SQLException getCause() {
+      return (SQLException) super.getCause();
+    }
+  }
+
+  /** Builds a {@link JdbcDedupStore}; every setter validates its value at once. */
+  public static final class Builder {
+    private final DataSource dataSource;
+    private String tableName = DEFAULT_TABLE_NAME;
+    private int retryMaxAttempts = DEFAULT_RETRY_MAX_ATTEMPTS;
+    private Duration retryInitialBackoff = DEFAULT_RETRY_INITIAL_BACKOFF;
+    private Duration retryMaxBackoff = DEFAULT_RETRY_MAX_BACKOFF;
+
+    private Builder(DataSource dataSource) {
+      this.dataSource = Objects.requireNonNull(dataSource, "dataSource");
+    }
+
+    /**
+     * The dedup table, optionally schema-qualified ({@code billing.consumer_dedup}). Default {@value
+     * #DEFAULT_TABLE_NAME}.
+     *
+     * @throws IllegalArgumentException if it is not a plain SQL identifier (letters, digits and
+     *     underscores, not starting with a digit, at most 63 characters per part)
+     */
+    public Builder tableName(String tableName) {
+      Objects.requireNonNull(tableName, "tableName");
+      if (!TABLE_NAME.matcher(tableName).matches()) {
+        throw new IllegalArgumentException(
+            "tableName must be an unquoted SQL identifier, optionally schema-qualified"
+                + " ([schema.]name: letters, digits, underscores), was '"
+                + tableName
+                + "'");
+      }
+      this.tableName = tableName;
+      return this;
+    }
+
+    /**
+     * Tries of a store call on transient errors, the first included; 1 disables retries. Default
+     * {@value #DEFAULT_RETRY_MAX_ATTEMPTS}.
+     */
+    public Builder retryMaxAttempts(int retryMaxAttempts) {
+      if (retryMaxAttempts < 1) {
+        throw new IllegalArgumentException(
+            "retryMaxAttempts must be at least 1, was " + retryMaxAttempts);
+      }
+      this.retryMaxAttempts = retryMaxAttempts;
+      return this;
+    }
+
+    /** Wait before the first retry. Default {@link #DEFAULT_RETRY_INITIAL_BACKOFF}. */
+    public Builder retryInitialBackoff(Duration retryInitialBackoff) {
+      this.retryInitialBackoff = positive("retryInitialBackoff", retryInitialBackoff);
+      return this;
+    }
+
+    /** Longest wait between two retries. Default {@link #DEFAULT_RETRY_MAX_BACKOFF}. */
+    public Builder retryMaxBackoff(Duration retryMaxBackoff) {
+      this.retryMaxBackoff = positive("retryMaxBackoff", retryMaxBackoff);
+      return this;
+    }
+
+    /**
+     * Builds the store. It connects lazily, so a database that is down at start-up fails the first
+     * call, not the application.
+     *
+     * @throws IllegalArgumentException if the initial back-off exceeds the longest one
+     */
+    public JdbcDedupStore build() {
+      if (retryInitialBackoff.compareTo(retryMaxBackoff) > 0) {
+        throw new IllegalArgumentException(
+            "retryInitialBackoff ("
+                + retryInitialBackoff
+                + ") must not exceed retryMaxBackoff ("
+                + retryMaxBackoff
+                + ")");
+      }
+      return new JdbcDedupStore(this);
+    }
+
+    private static Duration positive(String name, Duration value) {
+      Objects.requireNonNull(value, name);
+      if (value.isNegative() || value.isZero()) {
+        throw new IllegalArgumentException(name + " must be positive, was " + value);
+      }
+      return value;
+    }
+  }
+}

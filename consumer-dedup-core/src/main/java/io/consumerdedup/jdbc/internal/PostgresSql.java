@@ -1,0 +1,71 @@
+package io.consumerdedup.jdbc.internal;
+
+/**
+ * The PostgreSQL statements of the store, for one validated table name. Every time is the database's
+ * ({@code now()}); durations are bound as milliseconds.
+ */
+public final class PostgresSql {
+  private static final String COLUMNS =
+      "biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, last_error, source,"
+          + " created_at, updated_at, expires_at, (lease_until >= now()) AS lease_live";
+
+  /**
+   * One round trip: a new key is inserted; a FAILED key or an expired lease is re-claimed with the
+   * next token, unless the fingerprints disagree. No row back means the key was not claimed.
+   */
+  public final String claim;
+
+  public final String find;
+  public final String complete;
+  public final String fail;
+  public final String renew;
+
+  /**
+   * Deletes one batch of expired rows. SKIP LOCKED lets many instances purge at once without
+   * waiting on each other or on a claim; a PROCESSING row with a live lease is never deleted.
+   */
+  public final String purge;
+
+  public PostgresSql(String table) {
+    claim =
+        "INSERT INTO "
+            + table
+            + " AS d (biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, source,"
+            + " created_at, updated_at, expires_at)"
+            + " VALUES (?, ?, 'PROCESSING', 1, ?, now() + ? * interval '1 millisecond', ?, ?, now(),"
+            + " now(), now() + ? * interval '1 millisecond')"
+            + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = 'PROCESSING',"
+            + " attempts = d.attempts + 1, owner = excluded.owner, lease_until = excluded.lease_until,"
+            + " fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
+            + " updated_at = now(), expires_at = excluded.expires_at"
+            + " WHERE (d.status = 'FAILED' OR (d.status = 'PROCESSING' AND d.lease_until < now()))"
+            + " AND (d.fingerprint IS NULL OR excluded.fingerprint IS NULL"
+            + " OR d.fingerprint = excluded.fingerprint)"
+            + " RETURNING d.attempts";
+    find = "SELECT " + COLUMNS + " FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
+    complete =
+        "UPDATE "
+            + table
+            + " SET status = 'SUCCESS', lease_until = NULL, updated_at = now(),"
+            + " expires_at = now() + ? * interval '1 millisecond'"
+            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND status = 'PROCESSING'";
+    fail =
+        "UPDATE "
+            + table
+            + " SET status = 'FAILED', lease_until = NULL, last_error = ?, updated_at = now(),"
+            + " expires_at = now() + ? * interval '1 millisecond'"
+            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND status = 'PROCESSING'";
+    renew =
+        "UPDATE "
+            + table
+            + " SET lease_until = now() + ? * interval '1 millisecond', updated_at = now()"
+            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND status = 'PROCESSING'";
+    purge =
+        "DELETE FROM "
+            + table
+            + " WHERE (biz_type, biz_key) IN (SELECT biz_type, biz_key FROM "
+            + table
+            + " WHERE expires_at < now() AND (status <> 'PROCESSING' OR lease_until < now())"
+            + " ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)";
+  }
+}

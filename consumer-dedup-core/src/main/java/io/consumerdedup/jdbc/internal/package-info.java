@@ -1,0 +1,4 @@
+@NullMarked
+package io.consumerdedup.jdbc.internal;
+
+import org.jspecify.annotations.NullMarked;

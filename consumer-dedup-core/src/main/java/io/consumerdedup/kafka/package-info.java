@@ -1,0 +1,4 @@
+@NullMarked
+package io.consumerdedup.kafka;
+
+import org.jspecify.annotations.NullMarked;

@@ -1,0 +1,94 @@
+package io.consumerdedup.micrometer;
+
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.core.DedupRecord;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Timer;
+import java.time.Duration;
+import java.util.Objects;
+
+/**
+ * Publishes the engine's events to Micrometer (an optional dependency: use this class only when
+ * micrometer-core is on the classpath).
+ *
+ * <ul>
+ *   <li>{@value #OUTCOMES}: counter tagged {@code biz_type} and {@code outcome} (processed,
+ *       duplicate, in_progress, conflict, failed, lease_lost, missing_key)
+ *   <li>{@value #CLAIM_TIMER}: timer of claim round trips, tagged {@code biz_type}
+ *   <li>{@value #PURGED}: counter of records deleted by the retention purge
+ * </ul>
+ */
+public final class MicrometerDedupListener implements DedupListener {
+  public static final String OUTCOMES = "consumer.dedup.outcomes";
+  public static final String CLAIM_TIMER = "consumer.dedup.claim";
+  public static final String PURGED = "consumer.dedup.purged";
+
+  private final MeterRegistry registry;
+
+  public MicrometerDedupListener(MeterRegistry registry) {
+    this.registry = Objects.requireNonNull(registry, "registry");
+  }
+
+  private void count(String bizType, String outcome) {
+    Counter.builder(OUTCOMES)
+        .description("Deliveries handled by consumer-dedup, by outcome")
+        .tag("biz_type", bizType)
+        .tag("outcome", outcome)
+        .register(registry)
+        .increment();
+  }
+
+  @Override
+  public void claimTimed(DedupKey key, Duration elapsed) {
+    Timer.builder(CLAIM_TIMER)
+        .description("Round trip of a dedup claim")
+        .tag("biz_type", key.bizType())
+        .register(registry)
+        .record(elapsed);
+  }
+
+  @Override
+  public void completed(DedupKey key, int attempt, Duration handlerTime) {
+    count(key.bizType(), "processed");
+  }
+
+  @Override
+  public void duplicate(DedupKey key, DedupRecord existing) {
+    count(key.bizType(), "duplicate");
+  }
+
+  @Override
+  public void inProgress(DedupKey key, DedupRecord existing) {
+    count(key.bizType(), "in_progress");
+  }
+
+  @Override
+  public void conflict(DedupKey key, DedupRecord existing) {
+    count(key.bizType(), "conflict");
+  }
+
+  @Override
+  public void failed(DedupKey key, int attempt, Throwable error) {
+    count(key.bizType(), "failed");
+  }
+
+  @Override
+  public void leaseLost(DedupKey key, int attempt) {
+    count(key.bizType(), "lease_lost");
+  }
+
+  @Override
+  public void keyMissing(String bizType, String source) {
+    count(bizType, "missing_key");
+  }
+
+  @Override
+  public void purged(int count) {
+    Counter.builder(PURGED)
+        .description("Dedup records deleted by the retention purge")
+        .register(registry)
+        .increment(count);
+  }
+}

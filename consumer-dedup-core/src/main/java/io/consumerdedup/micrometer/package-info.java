@@ -1,0 +1,4 @@
+@NullMarked
+package io.consumerdedup.micrometer;
+
+import org.jspecify.annotations.NullMarked;
