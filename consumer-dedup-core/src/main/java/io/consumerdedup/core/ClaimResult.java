@@ -1,14 +1,18 @@
 package io.consumerdedup.core;
 
-/** The answer of {@link DedupStore#claim(ClaimRequest)}: the key was claimed, or it is held or done. */
+/**
+ * The answer of {@link DedupStore#claim(ClaimRequest)}: the key was claimed, or it is held or done.
+ */
 public sealed interface ClaimResult permits ClaimResult.Claimed, ClaimResult.Taken {
 
   DedupKey key();
 
   /**
-   * The caller now holds the key: a new key, a retry after FAILED, or a takeover of an expired lease.
+   * The caller now holds the key: a new key, a retry after FAILED, or a takeover of an expired
+   * lease.
    *
-   * @param token the fencing token (the record's attempts) that complete, fail and renew must present
+   * @param token the fencing token (the record's attempts) that complete, fail and renew must
+   *     present
    */
   record Claimed(DedupKey key, int token) implements ClaimResult {}
 

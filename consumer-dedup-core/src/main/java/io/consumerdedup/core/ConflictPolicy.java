@@ -1,6 +1,8 @@
 package io.consumerdedup.core;
 
-/** What the executor does when a key arrives with a payload fingerprint other than the stored one. */
+/**
+ * What the executor does when a key arrives with a payload fingerprint other than the stored one.
+ */
 public enum ConflictPolicy {
   /** Throw {@link DedupKeyConflictException}; the handler does not run. */
   THROW,

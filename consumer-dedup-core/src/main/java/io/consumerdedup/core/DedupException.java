@@ -4,8 +4,9 @@ import java.util.Optional;
 import org.jspecify.annotations.Nullable;
 
 /**
- * The root of consumer-dedup's exceptions. Each names the key it concerns and, when the call came from
- * a Kafka adapter, where the delivery came from ({@code topic-partition@offset}, and the group).
+ * The root of consumer-dedup's exceptions. Each names the key it concerns and, when the call came
+ * from a Kafka adapter, where the delivery came from ({@code topic-partition@offset}, and the
+ * group).
  */
 public class DedupException extends RuntimeException {
   private static final long serialVersionUID = 1L;

@@ -3,8 +3,9 @@ package io.consumerdedup.core;
 import org.jspecify.annotations.Nullable;
 
 /**
- * Wraps a checked exception thrown by a handler (runtime exceptions and errors propagate unchanged).
- * The record was marked FAILED before this was thrown; {@link #getCause()} is the original.
+ * Wraps a checked exception thrown by a handler (runtime exceptions and errors propagate
+ * unchanged). The record was marked FAILED before this was thrown; {@link #getCause()} is the
+ * original.
  */
 public class DedupHandlerException extends DedupException {
   private static final long serialVersionUID = 1L;

@@ -7,16 +7,16 @@ import java.util.HexFormat;
 import org.jspecify.annotations.Nullable;
 
 /**
- * The identity of one business action: a kind of action ({@code bizType}, such as {@code payment}) and
- * the business data that identifies it ({@code bizKey}, such as an order number or an external
+ * The identity of one business action: a kind of action ({@code bizType}, such as {@code payment})
+ * and the business data that identifies it ({@code bizKey}, such as an order number or an external
  * transaction id). Each consumer of one event should use its own {@code bizType}.
  *
  * <p>Use {@link #of(String, String)}: it validates both parts and hashes a long {@code bizKey}, so
  * that {@link #bizKey()} is always the form stored in the dedup table.
  *
  * @param bizType the kind of action, 1 to {@value #MAX_BIZ_TYPE_LENGTH} characters
- * @param bizKey the stored key: the business key itself, or {@code sha256:<hex>} of a key longer than
- *     {@value #MAX_BIZ_KEY_LENGTH} characters
+ * @param bizKey the stored key: the business key itself, or {@code sha256:<hex>} of a key longer
+ *     than {@value #MAX_BIZ_KEY_LENGTH} characters
  */
 public record DedupKey(String bizType, String bizKey) {
 
@@ -25,7 +25,8 @@ public record DedupKey(String bizType, String bizKey) {
 
   /**
    * Longest {@code bizKey} stored as it is, in characters (the column is {@code varchar(256)});
-   * longer keys are stored as {@value #HASH_PREFIX} followed by the hex SHA-256 of their UTF-8 bytes.
+   * longer keys are stored as {@value #HASH_PREFIX} followed by the hex SHA-256 of their UTF-8
+   * bytes.
    */
   public static final int MAX_BIZ_KEY_LENGTH = 256;
 
@@ -57,18 +58,20 @@ public record DedupKey(String bizType, String bizKey) {
   /**
    * Builds a key.
    *
-   * @param bizType the kind of action, such as {@code payment}; at most {@value #MAX_BIZ_TYPE_LENGTH}
-   *     characters
+   * @param bizType the kind of action, such as {@code payment}; at most {@value
+   *     #MAX_BIZ_TYPE_LENGTH} characters
    * @param bizKey the business key, such as an order number; a key longer than {@value
-   *     #MAX_BIZ_KEY_LENGTH} characters is replaced by {@code sha256:} and the hex digest of its UTF-8
-   *     bytes, never truncated
+   *     #MAX_BIZ_KEY_LENGTH} characters is replaced by {@code sha256:} and the hex digest of its
+   *     UTF-8 bytes, never truncated
    * @throws IllegalArgumentException if a part is null, blank, contains a NUL or other control
-   *     character or an unpaired surrogate, or {@code bizType} is too long; the message names the part
+   *     character or an unpaired surrogate, or {@code bizType} is too long; the message names the
+   *     part
    */
   public static DedupKey of(@Nullable String bizType, @Nullable String bizKey) {
     requireValid("bizType", bizType);
     requireValid("bizKey", bizKey);
-    String stored = codePoints(bizKey) > MAX_BIZ_KEY_LENGTH ? HASH_PREFIX + sha256Hex(bizKey) : bizKey;
+    String stored =
+        codePoints(bizKey) > MAX_BIZ_KEY_LENGTH ? HASH_PREFIX + sha256Hex(bizKey) : bizKey;
     return new DedupKey(bizType, stored);
   }
 
@@ -92,7 +95,8 @@ public record DedupKey(String bizType, String bizKey) {
     for (int i = 0; i < value.length(); i++) {
       char c = value.charAt(i);
       if (c == '\0') {
-        throw new IllegalArgumentException(field + " must not contain a NUL character (at index " + i + ")");
+        throw new IllegalArgumentException(
+            field + " must not contain a NUL character (at index " + i + ")");
       }
       if (Character.isISOControl(c)) {
         throw new IllegalArgumentException(

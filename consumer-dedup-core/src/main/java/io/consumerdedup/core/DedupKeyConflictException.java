@@ -13,7 +13,10 @@ public class DedupKeyConflictException extends DedupException {
   private final String deliveredFingerprint;
 
   public DedupKeyConflictException(
-      DedupKey key, String storedFingerprint, String deliveredFingerprint, @Nullable String source) {
+      DedupKey key,
+      String storedFingerprint,
+      String deliveredFingerprint,
+      @Nullable String source) {
     super(
         "Payload differs from the one first seen under this key (fingerprint "
             + deliveredFingerprint

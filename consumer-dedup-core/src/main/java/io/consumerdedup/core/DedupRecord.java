@@ -5,7 +5,10 @@ import java.util.Objects;
 import java.util.Optional;
 import org.jspecify.annotations.Nullable;
 
-/** A row of the dedup table, as read by {@link DedupStore#find(DedupKey)}. All times are the database's. */
+/**
+ * A row of the dedup table, as read by {@link DedupStore#find(DedupKey)}. All times are the
+ * database's.
+ */
 public final class DedupRecord {
   private final DedupKey key;
   private final DedupStatus status;
@@ -88,7 +91,9 @@ public final class DedupRecord {
     return Optional.ofNullable(fingerprint);
   }
 
-  /** The error of the last failed attempt (exception class and message), if the last attempt failed. */
+  /**
+   * The error of the last failed attempt (exception class and message), if the last attempt failed.
+   */
   public Optional<String> lastError() {
     return Optional.ofNullable(lastError);
   }

@@ -12,9 +12,9 @@ import java.util.Set;
  * PostgreSQL implementation is {@code io.consumerdedup.jdbc.JdbcDedupStore}.
  *
  * <p>Every method is atomic on its own, judges time by the store's clock, and throws {@link
- * DedupStoreException} when the store cannot be reached after its retries. State changes are fenced:
- * they apply only while the record is PROCESSING with the caller's token, and return {@code false}
- * (lease lost) otherwise, never overwriting a newer holder.
+ * DedupStoreException} when the store cannot be reached after its retries. State changes are
+ * fenced: they apply only while the record is PROCESSING with the caller's token, and return {@code
+ * false} (lease lost) otherwise, never overwriting a newer holder.
  */
 public interface DedupStore {
 
@@ -23,6 +23,16 @@ public interface DedupStore {
    * its lease has expired, provided the fingerprints (when both are known) agree.
    */
   ClaimResult claim(ClaimRequest request);
+
+  /**
+   * For {@link DedupMode#TRANSACTIONAL}: records the key as SUCCESS inside the caller's open
+   * transaction on the store's connection, so the record commits or rolls back with the caller's
+   * work. A concurrent copy blocks on the key until that transaction ends. {@code request.lease()}
+   * is not used; {@code request.retention()} is how long the SUCCESS record is kept.
+   *
+   * @throws IllegalStateException if no transaction is open on the store's connection
+   */
+  ClaimResult claimInTransaction(ClaimRequest request);
 
   /**
    * Marks the holder's attempt SUCCESS and keeps the record for {@code retention}.

@@ -2,7 +2,9 @@ package io.consumerdedup.core;
 
 import org.jspecify.annotations.Nullable;
 
-/** The dedup store failed, after retrying transient errors; the message says what was not recorded. */
+/**
+ * The dedup store failed, after retrying transient errors; the message says what was not recorded.
+ */
 public class DedupStoreException extends DedupException {
   private static final long serialVersionUID = 1L;
 

@@ -16,10 +16,10 @@ import org.slf4j.LoggerFactory;
  *
  * <p>{@link #execute(DedupKey, Callable)} claims the key in the {@link DedupStore} in its own short
  * transaction (status PROCESSING, under a lease), runs the handler, and records SUCCESS. When the
- * handler throws, it records FAILED and rethrows, so the next delivery retries. While the handler runs,
- * a background task renews the lease at {@link Builder#renewalInterval(Duration)}, so a slow but live
- * handler is never taken over; a crashed holder's lease simply runs out, and then another consumer
- * takes the key over.
+ * handler throws, it records FAILED and rethrows, so the next delivery retries. While the handler
+ * runs, a background task renews the lease at {@link Builder#renewalInterval(Duration)}, so a slow
+ * but live handler is never taken over; a crashed holder's lease simply runs out, and then another
+ * consumer takes the key over.
  *
  * <pre>{@code
  * IdempotentExecutor executor = IdempotentExecutor.builder(store).lease(Duration.ofMinutes(5)).build();
@@ -41,7 +41,9 @@ public final class IdempotentExecutor implements AutoCloseable {
   /** By default the lease is renewed this many times per lease period while the handler runs. */
   public static final int DEFAULT_RENEWALS_PER_LEASE = 3;
 
-  /** Default time a SUCCESS record is kept, during which redeliveries are recognised as duplicates. */
+  /**
+   * Default time a SUCCESS record is kept, during which redeliveries are recognised as duplicates.
+   */
   public static final Duration DEFAULT_SUCCESS_RETENTION = Duration.ofDays(7);
 
   /** Default time a FAILED (or abandoned) record is kept, for inspection and for retries. */
@@ -53,6 +55,9 @@ public final class IdempotentExecutor implements AutoCloseable {
   /** Default longest wait under {@link InProgressPolicy#WAIT}. */
   public static final Duration DEFAULT_WAIT_TIMEOUT = Duration.ofSeconds(30);
 
+  /** Default mode: the claim in its own transaction, for side effects anywhere. */
+  public static final DedupMode DEFAULT_MODE = DedupMode.SEPARATE;
+
   /** Default reaction to a payload fingerprint that differs from the stored one. */
   public static final ConflictPolicy DEFAULT_CONFLICT_POLICY = ConflictPolicy.THROW;
 
@@ -62,6 +67,7 @@ public final class IdempotentExecutor implements AutoCloseable {
   private static final int MAX_ERROR_LENGTH = 2000;
 
   private final DedupStore store;
+  private final DedupMode mode;
   private final String ownerId;
   private final Duration lease;
   private final Duration renewalInterval;
@@ -75,6 +81,7 @@ public final class IdempotentExecutor implements AutoCloseable {
 
   private IdempotentExecutor(Builder b, Duration renewalInterval) {
     this.store = b.store;
+    this.mode = b.mode;
     this.ownerId = b.ownerId != null ? b.ownerId : OwnerIds.generate();
     this.lease = b.lease;
     this.renewalInterval = renewalInterval;
@@ -101,11 +108,12 @@ public final class IdempotentExecutor implements AutoCloseable {
   }
 
   /**
-   * Runs {@code handler} once for {@code key}, refusing a delivery whose payload fingerprint differs
-   * from the one first stored under the key: see {@link #execute(DedupKey, String, String,
+   * Runs {@code handler} once for {@code key}, refusing a delivery whose payload fingerprint
+   * differs from the one first stored under the key: see {@link #execute(DedupKey, String, String,
    * Callable)}.
    */
-  public <T> DedupResult<T> execute(DedupKey key, @Nullable String fingerprint, Callable<T> handler) {
+  public <T> DedupResult<T> execute(
+      DedupKey key, @Nullable String fingerprint, Callable<T> handler) {
     return execute(key, fingerprint, null, handler);
   }
 
@@ -114,16 +122,16 @@ public final class IdempotentExecutor implements AutoCloseable {
    *
    * @param fingerprint a digest of the payload (at most 64 characters), or null to not compare
    *     payloads
-   * @param source where the delivery came from, such as {@code payments-0@42}: stored with the claim
-   *     and named in exceptions; null if unknown
+   * @param source where the delivery came from, such as {@code payments-0@42}: stored with the
+   *     claim and named in exceptions; null if unknown
    * @return PROCESSED with the handler's value, or DUPLICATE if the key had already succeeded
    * @throws DedupInProgressException another consumer holds a live lease on the key (under {@link
    *     InProgressPolicy#WAIT}: still after the wait timeout); retry later
    * @throws DedupKeyConflictException the fingerprint differs from the stored one (under {@link
    *     ConflictPolicy#THROW})
    * @throws DedupStoreException the store failed after its retries: if during the claim, the
-   *     handler did not run; if while recording SUCCESS, the record stays PROCESSING until its lease
-   *     expires, and a later delivery then runs the handler again
+   *     handler did not run; if while recording SUCCESS, the record stays PROCESSING until its
+   *     lease expires, and a later delivery then runs the handler again
    * @throws DedupHandlerException the handler threw a checked exception (its cause); runtime
    *     exceptions and errors propagate unchanged. In both cases the record was marked FAILED.
    */
@@ -135,28 +143,22 @@ public final class IdempotentExecutor implements AutoCloseable {
       throw new IllegalArgumentException(
           "fingerprint must be 1 to 64 characters, was " + fingerprint.length());
     }
+    if (mode == DedupMode.TRANSACTIONAL) {
+      return executeInTransaction(key, fingerprint, source, handler);
+    }
     ClaimRequest request =
         new ClaimRequest(key, ownerId, lease, failedRetention, fingerprint, source);
     long waitDeadline = System.nanoTime() + waitTimeout.toNanos();
     Duration backoff = FIRST_WAIT_BACKOFF;
     while (true) {
-      ClaimResult claim = timedClaim(request);
+      ClaimResult claim = timedClaim(request, false);
       if (claim instanceof ClaimResult.Claimed claimed) {
         return run(claimed, source, handler);
       }
       DedupRecord existing = ((ClaimResult.Taken) claim).existing();
-      String stored = existing.fingerprint().orElse(null);
-      if (fingerprint != null && stored != null && !stored.equals(fingerprint)) {
-        listener.conflict(key, existing);
-        if (conflictPolicy == ConflictPolicy.TREAT_AS_DUPLICATE) {
-          return new DedupResult<>(Outcome.DUPLICATE, null, existing.attempts());
-        }
-        throw new DedupKeyConflictException(key, stored, fingerprint, source);
-      }
-      if (existing.status() == DedupStatus.SUCCESS) {
-        log.debug("Skipping duplicate {} from {}: {}", key, source, existing);
-        listener.duplicate(key, existing);
-        return new DedupResult<>(Outcome.DUPLICATE, null, existing.attempts());
+      DedupResult<T> done = duplicateOrConflict(key, fingerprint, source, existing);
+      if (done != null) {
+        return done;
       }
       listener.inProgress(key, existing);
       long remaining = waitDeadline - System.nanoTime();
@@ -164,16 +166,72 @@ public final class IdempotentExecutor implements AutoCloseable {
         throw new DedupInProgressException(key, existing, source);
       }
       sleep(Math.min(backoff.toNanos(), remaining), key, existing, source);
-      backoff = backoff.multipliedBy(2).compareTo(LONGEST_WAIT_BACKOFF) > 0
-          ? LONGEST_WAIT_BACKOFF
-          : backoff.multipliedBy(2);
+      backoff =
+          backoff.multipliedBy(2).compareTo(LONGEST_WAIT_BACKOFF) > 0
+              ? LONGEST_WAIT_BACKOFF
+              : backoff.multipliedBy(2);
     }
   }
 
-  private ClaimResult timedClaim(ClaimRequest request) {
+  /**
+   * The answer to a key that was not claimed because it is done or claimed with another payload;
+   * null if it is in progress elsewhere.
+   */
+  private <T> @Nullable DedupResult<T> duplicateOrConflict(
+      DedupKey key, @Nullable String fingerprint, @Nullable String source, DedupRecord existing) {
+    String stored = existing.fingerprint().orElse(null);
+    if (fingerprint != null && stored != null && !stored.equals(fingerprint)) {
+      listener.conflict(key, existing);
+      if (conflictPolicy == ConflictPolicy.TREAT_AS_DUPLICATE) {
+        return new DedupResult<>(Outcome.DUPLICATE, null, existing.attempts());
+      }
+      throw new DedupKeyConflictException(key, stored, fingerprint, source);
+    }
+    if (existing.status() == DedupStatus.SUCCESS) {
+      log.debug("Skipping duplicate {} from {}: {}", key, source, existing);
+      listener.duplicate(key, existing);
+      return new DedupResult<>(Outcome.DUPLICATE, null, existing.attempts());
+    }
+    return null;
+  }
+
+  /**
+   * The record is written as SUCCESS in the caller's transaction before the handler runs; if the
+   * handler throws, the caller's rollback removes it with the handler's writes, so there is nothing
+   * to mark FAILED and no lease to renew.
+   */
+  private <T> DedupResult<T> executeInTransaction(
+      DedupKey key, @Nullable String fingerprint, @Nullable String source, Callable<T> handler) {
+    ClaimRequest request =
+        new ClaimRequest(key, ownerId, lease, successRetention, fingerprint, source);
+    ClaimResult claim = timedClaim(request, true);
+    if (claim instanceof ClaimResult.Taken taken) {
+      DedupResult<T> done = duplicateOrConflict(key, fingerprint, source, taken.existing());
+      if (done != null) {
+        return done;
+      }
+      // A separate-mode holder (mixed modes on one key) is still working on it.
+      listener.inProgress(key, taken.existing());
+      throw new DedupInProgressException(key, taken.existing(), source);
+    }
+    int attempt = ((ClaimResult.Claimed) claim).token();
+    listener.claimed(key, attempt);
+    long start = System.nanoTime();
+    T value;
+    try {
+      value = handler.call();
+    } catch (Throwable error) {
+      listener.failed(key, attempt, error);
+      throw propagate(key, source, error);
+    }
+    listener.completed(key, attempt, Duration.ofNanos(System.nanoTime() - start));
+    return new DedupResult<>(Outcome.PROCESSED, value, attempt);
+  }
+
+  private ClaimResult timedClaim(ClaimRequest request, boolean inTransaction) {
     long start = System.nanoTime();
     try {
-      return store.claim(request);
+      return inTransaction ? store.claimInTransaction(request) : store.claim(request);
     } finally {
       listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - start));
     }
@@ -184,7 +242,11 @@ public final class IdempotentExecutor implements AutoCloseable {
     DedupKey key = claim.key();
     int attempt = claim.token();
     if (attempt > 1) {
-      log.info("Claimed {} from {} for attempt {} (retry after failure or expired lease)", key, source, attempt);
+      log.info(
+          "Claimed {} from {} for attempt {} (retry after failure or expired lease)",
+          key,
+          source,
+          attempt);
     }
     listener.claimed(key, attempt);
     long start = System.nanoTime();
@@ -236,7 +298,8 @@ public final class IdempotentExecutor implements AutoCloseable {
       LeaseRenewer.Renewal renewal) {
     try {
       if (store.fail(key, attempt, describe(error), failedRetention)) {
-        log.debug("Handler for {} from {} failed on attempt {}; marked FAILED", key, source, attempt);
+        log.debug(
+            "Handler for {} from {} failed on attempt {}; marked FAILED", key, source, attempt);
       } else {
         reportLeaseLost(key, attempt, source, renewal, "its FAILED was not recorded");
       }
@@ -254,7 +317,11 @@ public final class IdempotentExecutor implements AutoCloseable {
   }
 
   private void reportLeaseLost(
-      DedupKey key, int attempt, @Nullable String source, LeaseRenewer.Renewal renewal, String what) {
+      DedupKey key,
+      int attempt,
+      @Nullable String source,
+      LeaseRenewer.Renewal renewal,
+      String what) {
     log.warn(
         "Lease on {} (attempt {}, from {}) was taken over by another consumer; {} so as not to"
             + " overwrite the new holder",
@@ -267,7 +334,8 @@ public final class IdempotentExecutor implements AutoCloseable {
     }
   }
 
-  private static RuntimeException propagate(DedupKey key, @Nullable String source, Throwable error) {
+  private static RuntimeException propagate(
+      DedupKey key, @Nullable String source, Throwable error) {
     if (error instanceof RuntimeException runtime) {
       return runtime;
     }
@@ -281,11 +349,13 @@ public final class IdempotentExecutor implements AutoCloseable {
   }
 
   private static String describe(Throwable error) {
-    String text = error.getClass().getName() + (error.getMessage() != null ? ": " + error.getMessage() : "");
+    String text =
+        error.getClass().getName() + (error.getMessage() != null ? ": " + error.getMessage() : "");
     return text.length() <= MAX_ERROR_LENGTH ? text : text.substring(0, MAX_ERROR_LENGTH);
   }
 
-  private static void sleep(long nanos, DedupKey key, DedupRecord existing, @Nullable String source) {
+  private static void sleep(
+      long nanos, DedupKey key, DedupRecord existing, @Nullable String source) {
     try {
       TimeUnit.NANOSECONDS.sleep(nanos);
     } catch (InterruptedException e) {
@@ -299,6 +369,11 @@ public final class IdempotentExecutor implements AutoCloseable {
   /** The store this executor claims keys in. */
   public DedupStore store() {
     return store;
+  }
+
+  /** Whether claims are separate transactions or join the caller's. */
+  public DedupMode mode() {
+    return mode;
   }
 
   /** This instance's owner id, written to every record it claims. */
@@ -348,6 +423,7 @@ public final class IdempotentExecutor implements AutoCloseable {
   /** Builds an {@link IdempotentExecutor}; every setter validates its value at once. */
   public static final class Builder {
     private final DedupStore store;
+    private DedupMode mode = DEFAULT_MODE;
     private @Nullable String ownerId;
     private Duration lease = DEFAULT_LEASE;
     private @Nullable Duration renewalInterval;
@@ -372,8 +448,8 @@ public final class IdempotentExecutor implements AutoCloseable {
     }
 
     /**
-     * How often the lease is renewed while the handler runs. Must be shorter than the lease; default
-     * lease / {@value #DEFAULT_RENEWALS_PER_LEASE}.
+     * How often the lease is renewed while the handler runs. Must be shorter than the lease;
+     * default lease / {@value #DEFAULT_RENEWALS_PER_LEASE}.
      */
     public Builder renewalInterval(Duration renewalInterval) {
       this.renewalInterval = positive("renewalInterval", renewalInterval);
@@ -389,6 +465,15 @@ public final class IdempotentExecutor implements AutoCloseable {
     /** How long a FAILED or abandoned record is kept. Default {@link #DEFAULT_FAILED_RETENTION}. */
     public Builder failedRetention(Duration failedRetention) {
       this.failedRetention = positive("failedRetention", failedRetention);
+      return this;
+    }
+
+    /**
+     * {@link DedupMode#SEPARATE} (default) or {@link DedupMode#TRANSACTIONAL}, for handlers whose
+     * effects are writes to the dedup table's database inside a transaction the caller opened.
+     */
+    public Builder mode(DedupMode mode) {
+      this.mode = Objects.requireNonNull(mode, "mode");
       return this;
     }
 

@@ -5,8 +5,8 @@ public enum InProgressPolicy {
   /** Throw {@link DedupInProgressException} at once, so the caller retries the delivery later. */
   THROW,
   /**
-   * Poll the key with a bounded back-off until the holder finishes (then: duplicate, or a retry after
-   * its failure) or the wait timeout passes (then: {@link DedupInProgressException}).
+   * Poll the key with a bounded back-off until the holder finishes (then: duplicate, or a retry
+   * after its failure) or the wait timeout passes (then: {@link DedupInProgressException}).
    */
   WAIT
 }

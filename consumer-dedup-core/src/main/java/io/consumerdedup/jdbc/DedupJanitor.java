@@ -74,7 +74,9 @@ public final class DedupJanitor implements AutoCloseable {
     return total;
   }
 
-  /** Runs {@link #purgeExpired()} every {@code interval} on a daemon thread, until {@link #close()}. */
+  /**
+   * Runs {@link #purgeExpired()} every {@code interval} on a daemon thread, until {@link #close()}.
+   */
   public synchronized void start() {
     if (scheduler != null) {
       throw new IllegalStateException("DedupJanitor already started");

@@ -29,8 +29,9 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The {@link DedupStore} on PostgreSQL, over any {@link DataSource} (a pool such as HikariCP is
- * recommended). Create the table first from {@code db/consumer-dedup/postgresql/V1__consumer_dedup.sql}
- * (on the classpath, Flyway naming); the store never runs DDL.
+ * recommended). Create the table first from {@code
+ * db/consumer-dedup/postgresql/V1__consumer_dedup.sql} (on the classpath, Flyway naming); the store
+ * never runs DDL.
  *
  * <p>Each call runs in its own short transaction on a connection of its own, so a claim commits
  * before the handler starts. Transient database errors (connection loss, serialization failure,
@@ -116,26 +117,70 @@ public final class JdbcDedupStore implements DedupStore {
 
   @Override
   public ClaimResult claim(ClaimRequest request) {
-    DedupKey key = request.key();
     return call(
         "claim",
-        key,
-        connection -> {
-          for (int round = 0; round < MAX_CLAIM_ROUNDS; round++) {
-            Integer token = tryClaim(connection, request);
-            if (token != null) {
-              return new ClaimResult.Claimed(key, token);
-            }
-            Optional<DedupRecord> existing = read(connection, key);
-            // Between the two statements the holder may have failed, its lease run out, or the
-            // row been purged: then the key is claimable again, so claim once more.
-            if (existing.isPresent() && blocksClaim(existing.get(), request)) {
-              return new ClaimResult.Taken(key, existing.get());
-            }
-          }
-          throw new DedupStoreException(
-              "Claim did not settle after " + MAX_CLAIM_ROUNDS + " rounds", key, request.source(), null);
-        });
+        request.key(),
+        connection ->
+            claimOrRead(connection, request, true, request.lease().plus(request.retention())));
+  }
+
+  /**
+   * Runs on the caller's transactional connection, as handed out by the DataSource (for Spring, a
+   * {@code TransactionAwareDataSourceProxy}); never commits, and never retries, since a failed
+   * statement has already doomed the caller's transaction.
+   */
+  @Override
+  public ClaimResult claimInTransaction(ClaimRequest request) {
+    DedupKey key = request.key();
+    try (Connection connection = dataSource.getConnection()) {
+      checkProduct(connection);
+      if (connection.getAutoCommit()) {
+        throw new IllegalStateException(
+            "DedupMode.TRANSACTIONAL needs an open transaction on the dedup table's DataSource, but"
+                + " its connection is in auto-commit mode: run the handler inside a transaction on"
+                + " that DataSource (key "
+                + key
+                + ")");
+      }
+      return claimOrRead(connection, request, false, request.retention());
+    } catch (SQLException e) {
+      throw new DedupStoreException(
+          "Dedup store claim in the caller's transaction on table "
+              + tableName
+              + " failed: "
+              + e.getMessage()
+              + " (SQL state "
+              + e.getSQLState()
+              + ")",
+          key,
+          request.source(),
+          e);
+    }
+  }
+
+  /**
+   * @param withLease claim as PROCESSING under the request's lease (separate mode), or as SUCCESS
+   *     at once (in the caller's transaction)
+   * @param keepFor how long the new row is kept before the purge may delete it
+   */
+  private ClaimResult claimOrRead(
+      Connection connection, ClaimRequest request, boolean withLease, Duration keepFor)
+      throws SQLException {
+    DedupKey key = request.key();
+    for (int round = 0; round < MAX_CLAIM_ROUNDS; round++) {
+      Integer token = tryClaim(connection, request, withLease, keepFor);
+      if (token != null) {
+        return new ClaimResult.Claimed(key, token);
+      }
+      Optional<DedupRecord> existing = read(connection, key);
+      // Between the two statements the holder may have failed, its lease run out, or the row
+      // been purged: then the key is claimable again, so claim once more.
+      if (existing.isPresent() && blocksClaim(existing.get(), request)) {
+        return new ClaimResult.Taken(key, existing.get());
+      }
+    }
+    throw new DedupStoreException(
+        "Claim did not settle after " + MAX_CLAIM_ROUNDS + " rounds", key, request.source(), null);
   }
 
   private static boolean blocksClaim(DedupRecord existing, ClaimRequest request) {
@@ -146,16 +191,21 @@ public final class JdbcDedupStore implements DedupStore {
     return existing.status() == DedupStatus.SUCCESS || existing.isLeaseLive();
   }
 
-  private @Nullable Integer tryClaim(Connection connection, ClaimRequest request)
+  private @Nullable Integer tryClaim(
+      Connection connection, ClaimRequest request, boolean withLease, Duration keepFor)
       throws SQLException {
-    try (PreparedStatement statement = connection.prepareStatement(sql.claim)) {
-      statement.setString(1, request.key().bizType());
-      statement.setString(2, request.key().bizKey());
-      statement.setString(3, request.owner());
-      statement.setLong(4, request.lease().toMillis());
-      statement.setString(5, request.fingerprint());
-      statement.setString(6, truncate(request.source(), MAX_SOURCE_LENGTH));
-      statement.setLong(7, request.lease().plus(request.retention()).toMillis());
+    String claimSql = withLease ? sql.claim : sql.claimInTransaction;
+    try (PreparedStatement statement = connection.prepareStatement(claimSql)) {
+      int index = 1;
+      statement.setString(index++, request.key().bizType());
+      statement.setString(index++, request.key().bizKey());
+      statement.setString(index++, request.owner());
+      if (withLease) {
+        statement.setLong(index++, request.lease().toMillis());
+      }
+      statement.setString(index++, request.fingerprint());
+      statement.setString(index++, truncate(request.source(), MAX_SOURCE_LENGTH));
+      statement.setLong(index, keepFor.toMillis());
       try (ResultSet rows = statement.executeQuery()) {
         return rows.next() ? rows.getInt(1) : null;
       }
@@ -376,8 +426,8 @@ public final class JdbcDedupStore implements DedupStore {
     }
 
     /**
-     * The dedup table, optionally schema-qualified ({@code billing.consumer_dedup}). Default {@value
-     * #DEFAULT_TABLE_NAME}.
+     * The dedup table, optionally schema-qualified ({@code billing.consumer_dedup}). Default
+     * {@value #DEFAULT_TABLE_NAME}.
      *
      * @throws IllegalArgumentException if it is not a plain SQL identifier (letters, digits and
      *     underscores, not starting with a digit, at most 63 characters per part)

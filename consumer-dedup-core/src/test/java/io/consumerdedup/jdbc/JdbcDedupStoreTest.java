@@ -101,7 +101,8 @@ class JdbcDedupStoreTest {
     ClaimResult.Claimed first = claimed(store.claim(request(key, "consumer-a")));
     assertThat(store.fail(key, first.token(), "java.io.IOException: bank timeout", RETENTION))
         .isTrue();
-    assertThat(store.find(key).orElseThrow().lastError()).contains("java.io.IOException: bank timeout");
+    assertThat(store.find(key).orElseThrow().lastError())
+        .contains("java.io.IOException: bank timeout");
 
     ClaimResult.Claimed retry = claimed(store.claim(request(key, "consumer-b")));
 
@@ -121,7 +122,9 @@ class JdbcDedupStoreTest {
 
     assertThat(takeover.token()).isEqualTo(2);
     assertThat(store.complete(key, old.token(), RETENTION)).as("zombie's late SUCCESS").isFalse();
-    assertThat(store.fail(key, old.token(), "late", RETENTION)).as("zombie's late FAILED").isFalse();
+    assertThat(store.fail(key, old.token(), "late", RETENTION))
+        .as("zombie's late FAILED")
+        .isFalse();
     assertThat(store.renew(key, old.token(), LEASE)).as("zombie's renewal").isFalse();
     DedupRecord record = store.find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
@@ -163,7 +166,9 @@ class JdbcDedupStoreTest {
 
     assertThat(other.existing().status()).isEqualTo(DedupStatus.FAILED);
     assertThat(other.existing().fingerprint()).contains("fp-amount-10");
-    assertThat(claimed(store.claim(new ClaimRequest(key, "b", LEASE, RETENTION, "fp-amount-10", null))).token())
+    assertThat(
+            claimed(store.claim(new ClaimRequest(key, "b", LEASE, RETENTION, "fp-amount-10", null)))
+                .token())
         .isEqualTo(2);
   }
 
@@ -179,7 +184,8 @@ class JdbcDedupStoreTest {
     store.complete(kept, claimed(store.claim(request(kept, "a"))).token(), RETENTION);
     DedupKey running = DedupKey.of(type, "running");
     claimed(store.claim(request(running, "a")));
-    execute("UPDATE consumer_dedup SET expires_at = now() - interval '1 minute' WHERE biz_key = 'running'");
+    execute(
+        "UPDATE consumer_dedup SET expires_at = now() - interval '1 minute' WHERE biz_key = 'running'");
 
     int first = store.purge(10);
     int total = first;
@@ -218,7 +224,11 @@ class JdbcDedupStoreTest {
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessageContaining("tableName must be an unquoted SQL identifier")
         .hasMessageContaining("'dedup; DROP TABLE x'");
-    assertThat(JdbcDedupStore.builder(dataSource).tableName("billing.consumer_dedup").build().tableName())
+    assertThat(
+            JdbcDedupStore.builder(dataSource)
+                .tableName("billing.consumer_dedup")
+                .build()
+                .tableName())
         .isEqualTo("billing.consumer_dedup");
   }
 

@@ -25,7 +25,8 @@ import org.testcontainers.postgresql.PostgreSQLContainer;
  */
 public final class TestDatabase {
   public static final String URL_VARIABLE = "DEDUP_TEST_JDBC_URL";
-  public static final String SCHEMA_RESOURCE = "db/consumer-dedup/postgresql/V1__consumer_dedup.sql";
+  public static final String SCHEMA_RESOURCE =
+      "db/consumer-dedup/postgresql/V1__consumer_dedup.sql";
 
   private static final Logger log = LoggerFactory.getLogger(TestDatabase.class);
   private static volatile String baseUrl;
@@ -114,7 +115,9 @@ public final class TestDatabase {
     }
   }
 
-  /** A JDBC URL whose connections use {@code schema} (for child JVMs and plain DriverManager use). */
+  /**
+   * A JDBC URL whose connections use {@code schema} (for child JVMs and plain DriverManager use).
+   */
   public static String url(String schema) {
     String base = baseUrl();
     return base + (base.contains("?") ? "&" : "?") + "currentSchema=" + schema;

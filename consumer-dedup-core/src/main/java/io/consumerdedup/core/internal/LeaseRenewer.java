@@ -43,7 +43,9 @@ public final class LeaseRenewer implements AutoCloseable {
     this.scheduler = executor;
   }
 
-  /** Starts renewing the lease of {@code key} held with {@code token}, until {@link Renewal#stop()}. */
+  /**
+   * Starts renewing the lease of {@code key} held with {@code token}, until {@link Renewal#stop()}.
+   */
   public Renewal start(DedupKey key, int token) {
     Renewal renewal = new Renewal(key, token);
     renewal.future =

@@ -1,8 +1,8 @@
 package io.consumerdedup.jdbc.internal;
 
 /**
- * The PostgreSQL statements of the store, for one validated table name. Every time is the database's
- * ({@code now()}); durations are bound as milliseconds.
+ * The PostgreSQL statements of the store, for one validated table name. Every time is the
+ * database's ({@code now()}); durations are bound as milliseconds.
  */
 public final class PostgresSql {
   private static final String COLUMNS =
@@ -14,6 +14,12 @@ public final class PostgresSql {
    * next token, unless the fingerprints disagree. No row back means the key was not claimed.
    */
   public final String claim;
+
+  /**
+   * As {@link #claim}, but the row is written as SUCCESS at once, in the caller's transaction: the
+   * unique key makes a concurrent copy wait for that transaction's outcome.
+   */
+  public final String claimInTransaction;
 
   public final String find;
   public final String complete;
@@ -36,6 +42,21 @@ public final class PostgresSql {
             + " now(), now() + ? * interval '1 millisecond')"
             + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = 'PROCESSING',"
             + " attempts = d.attempts + 1, owner = excluded.owner, lease_until = excluded.lease_until,"
+            + " fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
+            + " updated_at = now(), expires_at = excluded.expires_at"
+            + " WHERE (d.status = 'FAILED' OR (d.status = 'PROCESSING' AND d.lease_until < now()))"
+            + " AND (d.fingerprint IS NULL OR excluded.fingerprint IS NULL"
+            + " OR d.fingerprint = excluded.fingerprint)"
+            + " RETURNING d.attempts";
+    claimInTransaction =
+        "INSERT INTO "
+            + table
+            + " AS d (biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, source,"
+            + " created_at, updated_at, expires_at)"
+            + " VALUES (?, ?, 'SUCCESS', 1, ?, NULL, ?, ?, now(), now(),"
+            + " now() + ? * interval '1 millisecond')"
+            + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = 'SUCCESS',"
+            + " attempts = d.attempts + 1, owner = excluded.owner, lease_until = NULL,"
             + " fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
             + " updated_at = now(), expires_at = excluded.expires_at"
             + " WHERE (d.status = 'FAILED' OR (d.status = 'PROCESSING' AND d.lease_until < now()))"

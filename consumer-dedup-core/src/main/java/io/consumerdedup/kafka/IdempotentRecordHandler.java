@@ -1,0 +1,195 @@
+package io.consumerdedup.kafka;
+
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupKeyMalformedException;
+import io.consumerdedup.core.DedupKeyMissingException;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.Outcome;
+import java.util.Objects;
+import java.util.Optional;
+import java.util.function.Function;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Makes a plain kafka-clients record handler idempotent: derives the record's business key, and
+ * runs the handler through the {@link IdempotentExecutor}, so each business action is applied once
+ * however often Kafka delivers it.
+ *
+ * <pre>{@code
+ * IdempotentRecordHandler<String, String> payments = IdempotentRecordHandler
+ *     .<String, String>builder(executor)
+ *     .bizType("payment")
+ *     .key(KeyExtractors.header("order-no"))
+ *     .handler(record -> charge(record.value()))
+ *     .build();
+ * Outcome outcome = payments.handle(record);   // PROCESSED or DUPLICATE
+ * }</pre>
+ *
+ * <p>{@link #handle(ConsumerRecord)} throws what the executor throws (see {@link
+ * IdempotentExecutor#execute}); {@link DedupPollLoop} shows what to do with each.
+ */
+public final class IdempotentRecordHandler<K, V> {
+  private static final Logger log = LoggerFactory.getLogger(IdempotentRecordHandler.class);
+
+  private final IdempotentExecutor executor;
+  private final String bizType;
+  private final KeyExtractor<K, V> keyExtractor;
+  private final RecordHandler<K, V> handler;
+  private final MissingKeyPolicy missingKeyPolicy;
+  private final @Nullable Function<ConsumerRecord<K, V>, String> fingerprint;
+  private final @Nullable String groupId;
+
+  private IdempotentRecordHandler(Builder<K, V> builder) {
+    this.executor = builder.executor;
+    this.bizType = Objects.requireNonNull(builder.bizType, "bizType is required");
+    this.keyExtractor = Objects.requireNonNull(builder.keyExtractor, "key extractor is required");
+    this.handler = Objects.requireNonNull(builder.handler, "handler is required");
+    this.missingKeyPolicy = builder.missingKeyPolicy;
+    this.fingerprint = builder.fingerprint;
+    this.groupId = builder.groupId;
+  }
+
+  public static <K, V> Builder<K, V> builder(IdempotentExecutor executor) {
+    return new Builder<>(executor);
+  }
+
+  /**
+   * Handles one record at most once per business key.
+   *
+   * @return PROCESSED if the handler ran, DUPLICATE if the key had already succeeded
+   * @throws DedupKeyMissingException the record has no usable key and the policy is FAIL (a {@link
+   *     DedupKeyMalformedException} if it has one that cannot be used, whatever the policy)
+   * @throws io.consumerdedup.core.DedupInProgressException another consumer is working on the key;
+   *     retry the record later
+   */
+  public Outcome handle(ConsumerRecord<K, V> record) {
+    String source = RecordSources.describe(record, groupId);
+    Optional<String> extracted = keyExtractor.extract(record);
+    String bizKey;
+    if (extracted.isPresent()) {
+      bizKey = extracted.get();
+    } else {
+      switch (missingKeyPolicy) {
+        case FAIL:
+          executor.listener().keyMissing(bizType, source);
+          throw new DedupKeyMissingException(
+              "Record has no business key for biz type '" + bizType + "'", source, null);
+        case PROCESS_WITHOUT_DEDUP:
+          log.warn(
+              "Record {} has no business key for '{}'; processing it without dedup",
+              source,
+              bizType);
+          executor.listener().keyMissing(bizType, source);
+          runUnprotected(record, source);
+          return Outcome.PROCESSED;
+        case USE_COORDINATES:
+          log.info(
+              "Record {} has no business key for '{}'; deduplicating by its coordinates",
+              source,
+              bizType);
+          executor.listener().keyMissing(bizType, source);
+          bizKey = RecordSources.coordinates(record);
+          break;
+        default:
+          throw new IllegalStateException("Unknown policy " + missingKeyPolicy);
+      }
+    }
+    DedupKey key;
+    try {
+      key = DedupKey.of(bizType, bizKey);
+    } catch (IllegalArgumentException e) {
+      throw new DedupKeyMalformedException(
+          "Record's business key is unusable: " + e.getMessage(), source, e);
+    }
+    String print = fingerprint == null ? null : fingerprint.apply(record);
+    return executor
+        .execute(
+            key,
+            print,
+            source,
+            () -> {
+              handler.handle(record);
+              return null;
+            })
+        .outcome();
+  }
+
+  private void runUnprotected(ConsumerRecord<K, V> record, String source) {
+    try {
+      handler.handle(record);
+    } catch (RuntimeException e) {
+      throw e;
+    } catch (Exception e) {
+      throw new io.consumerdedup.core.DedupException("Handler failed: " + e, null, source, e);
+    }
+  }
+
+  /** The biz type this handler deduplicates under. */
+  public String bizType() {
+    return bizType;
+  }
+
+  /** Builds an {@link IdempotentRecordHandler}. */
+  public static final class Builder<K, V> {
+    private final IdempotentExecutor executor;
+    private @Nullable String bizType;
+    private @Nullable KeyExtractor<K, V> keyExtractor;
+    private @Nullable RecordHandler<K, V> handler;
+    private MissingKeyPolicy missingKeyPolicy = MissingKeyPolicy.FAIL;
+    private @Nullable Function<ConsumerRecord<K, V>, String> fingerprint;
+    private @Nullable String groupId;
+
+    private Builder(IdempotentExecutor executor) {
+      this.executor = Objects.requireNonNull(executor, "executor");
+    }
+
+    /**
+     * The kind of action, such as {@code payment}; validated as {@link DedupKey} does. Required.
+     */
+    public Builder<K, V> bizType(String bizType) {
+      DedupKey.of(bizType, "validation");
+      this.bizType = bizType;
+      return this;
+    }
+
+    /** How to derive the business key. Required; usually {@link KeyExtractors#header(String)}. */
+    public Builder<K, V> key(KeyExtractor<K, V> keyExtractor) {
+      this.keyExtractor = Objects.requireNonNull(keyExtractor, "keyExtractor");
+      return this;
+    }
+
+    /** The work to apply once per key. Required. */
+    public Builder<K, V> handler(RecordHandler<K, V> handler) {
+      this.handler = Objects.requireNonNull(handler, "handler");
+      return this;
+    }
+
+    /** What to do with a record without a key. Default {@link MissingKeyPolicy#FAIL}. */
+    public Builder<K, V> missingKeyPolicy(MissingKeyPolicy missingKeyPolicy) {
+      this.missingKeyPolicy = Objects.requireNonNull(missingKeyPolicy, "missingKeyPolicy");
+      return this;
+    }
+
+    /**
+     * A digest of the payload (at most 64 characters, such as a hex SHA-256): a later record with
+     * the same key and another digest is refused as a conflict. Default: none.
+     */
+    public Builder<K, V> fingerprint(Function<ConsumerRecord<K, V>, String> fingerprint) {
+      this.fingerprint = Objects.requireNonNull(fingerprint, "fingerprint");
+      return this;
+    }
+
+    /** The consumer group, named in records and exceptions. Default: not named. */
+    public Builder<K, V> groupId(String groupId) {
+      this.groupId = Objects.requireNonNull(groupId, "groupId");
+      return this;
+    }
+
+    public IdempotentRecordHandler<K, V> build() {
+      return new IdempotentRecordHandler<>(this);
+    }
+  }
+}
