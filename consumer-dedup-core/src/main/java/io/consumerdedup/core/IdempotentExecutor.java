@@ -188,7 +188,7 @@ public final class IdempotentExecutor implements AutoCloseable {
       throw new DedupKeyConflictException(key, stored, fingerprint, source);
     }
     if (existing.status() == DedupStatus.SUCCESS) {
-      log.debug("Skipping duplicate {} from {}: {}", key, source, existing);
+      log.debug("Skipping duplicate {}: {}", where(key, source), existing);
       listener.duplicate(key, existing);
       return new DedupResult<>(Outcome.DUPLICATE, null, existing.attempts());
     }
@@ -243,9 +243,8 @@ public final class IdempotentExecutor implements AutoCloseable {
     int attempt = claim.token();
     if (attempt > 1) {
       log.info(
-          "Claimed {} from {} for attempt {} (retry after failure or expired lease)",
-          key,
-          source,
+          "Claimed {} for attempt {} (retry after failure or expired lease)",
+          where(key, source),
           attempt);
     }
     listener.claimed(key, attempt);
@@ -266,11 +265,10 @@ public final class IdempotentExecutor implements AutoCloseable {
       held = store.complete(key, attempt, successRetention);
     } catch (DedupStoreException e) {
       log.error(
-          "Handler for {} from {} succeeded but SUCCESS could not be recorded; the record stays"
+          "Handler for {} succeeded but SUCCESS could not be recorded; the record stays"
               + " PROCESSING until its lease ({}) expires, and a redelivery after that runs the"
               + " handler again",
-          key,
-          source,
+          where(key, source),
           lease,
           e);
       throw new DedupStoreException(
@@ -299,16 +297,15 @@ public final class IdempotentExecutor implements AutoCloseable {
     try {
       if (store.fail(key, attempt, describe(error), failedRetention)) {
         log.debug(
-            "Handler for {} from {} failed on attempt {}; marked FAILED", key, source, attempt);
+            "Handler for {} failed on attempt {}; marked FAILED", where(key, source), attempt);
       } else {
         reportLeaseLost(key, attempt, source, renewal, "its FAILED was not recorded");
       }
     } catch (RuntimeException storeError) {
       log.error(
-          "Handler for {} from {} failed and FAILED could not be recorded either; the record stays"
+          "Handler for {} failed and FAILED could not be recorded either; the record stays"
               + " PROCESSING until its lease ({}) expires",
-          key,
-          source,
+          where(key, source),
           lease,
           storeError);
       error.addSuppressed(storeError);
@@ -323,15 +320,18 @@ public final class IdempotentExecutor implements AutoCloseable {
       LeaseRenewer.Renewal renewal,
       String what) {
     log.warn(
-        "Lease on {} (attempt {}, from {}) was taken over by another consumer; {} so as not to"
+        "Lease on {} (attempt {}) was taken over by another consumer; {} so as not to"
             + " overwrite the new holder",
-        key,
+        where(key, source),
         attempt,
-        source,
         what);
     if (!renewal.leaseLost()) {
       listener.leaseLost(key, attempt);
     }
+  }
+
+  private static String where(DedupKey key, @Nullable String source) {
+    return source == null ? key.toString() : key + " (" + source + ")";
   }
 
   private static RuntimeException propagate(

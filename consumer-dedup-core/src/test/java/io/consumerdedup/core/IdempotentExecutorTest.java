@@ -1,0 +1,575 @@
+package io.consumerdedup.core;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.micrometer.MicrometerDedupListener;
+import io.consumerdedup.testing.TestDatabase;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import java.io.IOException;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.postgresql.ds.PGSimpleDataSource;
+
+/** The engine's behaviour as a caller sees it, on a real PostgreSQL. */
+class IdempotentExecutorTest {
+  private static String schema;
+  private static HikariDataSource dataSource;
+  private static JdbcDedupStore store;
+  private final List<IdempotentExecutor> executors = new CopyOnWriteArrayList<>();
+
+  @BeforeAll
+  static void setUp() {
+    schema = TestDatabase.newSchema("executor");
+    dataSource = TestDatabase.dataSource(schema, 8);
+    store = JdbcDedupStore.builder(dataSource).build();
+  }
+
+  @AfterAll
+  static void tearDown() {
+    dataSource.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  @AfterEach
+  void closeExecutors() {
+    executors.forEach(IdempotentExecutor::close);
+  }
+
+  private IdempotentExecutor executor(IdempotentExecutor.Builder builder) {
+    IdempotentExecutor executor = builder.build();
+    executors.add(executor);
+    return executor;
+  }
+
+  private IdempotentExecutor executor() {
+    return executor(IdempotentExecutor.builder(store));
+  }
+
+  @Test
+  void theSecondDeliveryIsADuplicateAndTheHandlerRunsOnce() {
+    IdempotentExecutor executor = executor();
+    DedupKey key = DedupKey.of("payment", "ORD-1");
+    AtomicInteger charges = new AtomicInteger();
+
+    DedupResult<String> first = executor.execute(key, () -> "charged " + charges.incrementAndGet());
+    DedupResult<String> second =
+        executor.execute(key, () -> "charged " + charges.incrementAndGet());
+
+    assertThat(first.outcome()).isEqualTo(Outcome.PROCESSED);
+    assertThat(first.value()).isEqualTo("charged 1");
+    assertThat(first.attempt()).isEqualTo(1);
+    assertThat(second.outcome()).isEqualTo(Outcome.DUPLICATE);
+    assertThat(second.value()).isNull();
+    assertThat(charges).hasValue(1);
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.owner()).isEqualTo(executor.ownerId());
+  }
+
+  @Test
+  void aFailedHandlerIsRetriedByTheNextDeliveryAndThenNeverAgain() {
+    IdempotentExecutor executor = executor();
+    DedupKey key = DedupKey.of("payment", "ORD-2");
+    IllegalStateException bankTimeout = new IllegalStateException("bank timed out");
+    AtomicInteger calls = new AtomicInteger();
+
+    assertThatThrownBy(
+            () ->
+                executor.execute(
+                    key,
+                    () -> {
+                      calls.incrementAndGet();
+                      throw bankTimeout;
+                    }))
+        .isSameAs(bankTimeout);
+    DedupRecord failed = store.find(key).orElseThrow();
+    assertThat(failed.status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(failed.lastError()).contains("java.lang.IllegalStateException: bank timed out");
+
+    DedupResult<Integer> retry = executor.execute(key, calls::incrementAndGet);
+    DedupResult<Integer> after = executor.execute(key, calls::incrementAndGet);
+
+    assertThat(retry.outcome()).isEqualTo(Outcome.PROCESSED);
+    assertThat(retry.attempt()).isEqualTo(2);
+    assertThat(after.outcome()).isEqualTo(Outcome.DUPLICATE);
+    assertThat(calls).hasValue(2);
+    assertThat(store.find(key).orElseThrow().attempts()).isEqualTo(2);
+  }
+
+  @Test
+  void checkedExceptionsAreWrappedWithTheOriginalAsCauseAndErrorsPassUnchanged() {
+    IdempotentExecutor executor = executor();
+    IOException io = new IOException("socket closed");
+    AssertionError error = new AssertionError("boom");
+
+    assertThatThrownBy(
+            () ->
+                executor.execute(
+                    DedupKey.of("payment", "ORD-3"),
+                    () -> {
+                      throw io;
+                    }))
+        .isInstanceOf(DedupHandlerException.class)
+        .hasCause(io)
+        .hasMessageContaining("payment/ORD-3");
+    assertThatThrownBy(
+            () ->
+                executor.execute(
+                    DedupKey.of("payment", "ORD-4"),
+                    () -> {
+                      throw error;
+                    }))
+        .isSameAs(error);
+    assertThat(store.find(DedupKey.of("payment", "ORD-3")).orElseThrow().status())
+        .isEqualTo(DedupStatus.FAILED);
+    assertThat(store.find(DedupKey.of("payment", "ORD-4")).orElseThrow().status())
+        .isEqualTo(DedupStatus.FAILED);
+  }
+
+  @Test
+  void whileAnotherHolderRunsTheCopyIsToldInProgressThenDuplicate() throws Exception {
+    IdempotentExecutor holder = executor(IdempotentExecutor.builder(store).ownerId("holder-1"));
+    IdempotentExecutor copy = executor();
+    DedupKey key = DedupKey.of("payment", "ORD-5");
+    CountDownLatch running = new CountDownLatch(1);
+    CountDownLatch release = new CountDownLatch(1);
+    CompletableFuture<DedupResult<Object>> first =
+        CompletableFuture.supplyAsync(
+            () ->
+                holder.execute(
+                    key,
+                    () -> {
+                      running.countDown();
+                      release.await();
+                      return null;
+                    }));
+    assertThat(running.await(10, TimeUnit.SECONDS)).isTrue();
+
+    assertThatThrownBy(() -> copy.execute(key, () -> "copy ran"))
+        .isInstanceOfSatisfying(
+            DedupInProgressException.class,
+            e -> {
+              assertThat(e.holder()).isEqualTo("holder-1");
+              assertThat(e.leaseUntil()).isPresent();
+              assertThat(e.key()).contains(key);
+            })
+        .hasMessageContaining("Key is being processed by holder-1")
+        .hasMessageContaining("retry later");
+
+    release.countDown();
+    assertThat(first.get(10, TimeUnit.SECONDS).outcome()).isEqualTo(Outcome.PROCESSED);
+    assertThat(copy.execute(key, () -> "copy ran").outcome()).isEqualTo(Outcome.DUPLICATE);
+  }
+
+  @Test
+  void theWaitPolicyWaitsForTheHolderAndThenSkips() throws Exception {
+    IdempotentExecutor holder = executor();
+    IdempotentExecutor waiting =
+        executor(
+            IdempotentExecutor.builder(store)
+                .inProgressPolicy(InProgressPolicy.WAIT)
+                .waitTimeout(Duration.ofSeconds(20)));
+    DedupKey key = DedupKey.of("payment", "ORD-6");
+    CountDownLatch running = new CountDownLatch(1);
+    AtomicInteger runs = new AtomicInteger();
+    CompletableFuture<?> first =
+        CompletableFuture.runAsync(
+            () ->
+                holder.execute(
+                    key,
+                    () -> {
+                      running.countDown();
+                      Thread.sleep(700);
+                      return runs.incrementAndGet();
+                    }));
+    assertThat(running.await(10, TimeUnit.SECONDS)).isTrue();
+
+    DedupResult<Integer> result = waiting.execute(key, runs::incrementAndGet);
+
+    assertThat(result.outcome()).isEqualTo(Outcome.DUPLICATE);
+    assertThat(runs).hasValue(1);
+    first.get(10, TimeUnit.SECONDS);
+  }
+
+  @Test
+  void theWaitPolicyGivesUpAfterItsTimeout() throws Exception {
+    IdempotentExecutor holder = executor();
+    IdempotentExecutor waiting =
+        executor(
+            IdempotentExecutor.builder(store)
+                .inProgressPolicy(InProgressPolicy.WAIT)
+                .waitTimeout(Duration.ofMillis(300)));
+    DedupKey key = DedupKey.of("payment", "ORD-7");
+    CountDownLatch running = new CountDownLatch(1);
+    CountDownLatch release = new CountDownLatch(1);
+    CompletableFuture<?> first =
+        CompletableFuture.runAsync(
+            () ->
+                holder.execute(
+                    key,
+                    () -> {
+                      running.countDown();
+                      return release.await(30, TimeUnit.SECONDS);
+                    }));
+    assertThat(running.await(10, TimeUnit.SECONDS)).isTrue();
+
+    long start = System.nanoTime();
+    assertThatThrownBy(() -> waiting.execute(key, () -> "ran"))
+        .isInstanceOf(DedupInProgressException.class);
+    assertThat(Duration.ofNanos(System.nanoTime() - start))
+        .isGreaterThanOrEqualTo(Duration.ofMillis(300));
+
+    release.countDown();
+    first.get(10, TimeUnit.SECONDS);
+  }
+
+  @Test
+  void aDifferentPayloadUnderTheSameKeyIsAConflictAndIsNotApplied() {
+    DedupKey key = DedupKey.of("payment", "ORD-8");
+    AtomicInteger charges = new AtomicInteger();
+    executor().execute(key, "amount=10.00", charges::incrementAndGet);
+
+    assertThatThrownBy(() -> executor().execute(key, "amount=99.00", charges::incrementAndGet))
+        .isInstanceOfSatisfying(
+            DedupKeyConflictException.class,
+            e -> {
+              assertThat(e.storedFingerprint()).isEqualTo("amount=10.00");
+              assertThat(e.deliveredFingerprint()).isEqualTo("amount=99.00");
+            })
+        .hasMessageContaining("payment/ORD-8");
+    DedupResult<Integer> tolerated =
+        executor(
+                IdempotentExecutor.builder(store).conflictPolicy(ConflictPolicy.TREAT_AS_DUPLICATE))
+            .execute(key, "amount=99.00", charges::incrementAndGet);
+    DedupResult<Integer> same = executor().execute(key, "amount=10.00", charges::incrementAndGet);
+
+    assertThat(tolerated.outcome()).isEqualTo(Outcome.DUPLICATE);
+    assertThat(same.outcome()).isEqualTo(Outcome.DUPLICATE);
+    assertThat(charges).hasValue(1);
+  }
+
+  @Test
+  void aDatabaseThatIsDownFailsTheClaimAndTheHandlerDoesNotRun() {
+    PGSimpleDataSource down = new PGSimpleDataSource();
+    down.setURL("jdbc:postgresql://127.0.0.1:1/test?connectTimeout=1");
+    JdbcDedupStore unreachable =
+        JdbcDedupStore.builder(down)
+            .retryMaxAttempts(3)
+            .retryInitialBackoff(Duration.ofMillis(10))
+            .retryMaxBackoff(Duration.ofMillis(20))
+            .build();
+    AtomicInteger charges = new AtomicInteger();
+
+    assertThatThrownBy(
+            () ->
+                executor(IdempotentExecutor.builder(unreachable))
+                    .execute(
+                        DedupKey.of("payment", "ORD-9"),
+                        null,
+                        "payments-0@9",
+                        charges::incrementAndGet))
+        .isInstanceOf(DedupStoreException.class)
+        .hasMessageContaining("Dedup store claim on table consumer_dedup failed after 3 tries")
+        .hasMessageContaining("[key payment/ORD-9]");
+    assertThat(charges).hasValue(0);
+  }
+
+  @Test
+  void whenSuccessCannotBeWrittenTheCallerIsToldAndTheRecordStaysProcessing() throws SQLException {
+    String brokenSchema = TestDatabase.newSchema("complete_fails");
+    try (HikariDataSource brokenPool = TestDatabase.dataSource(brokenSchema, 2)) {
+      JdbcDedupStore brokenStore = JdbcDedupStore.builder(brokenPool).build();
+      IdempotentExecutor executor = executor(IdempotentExecutor.builder(brokenStore));
+      DedupKey key = DedupKey.of("payment", "ORD-10");
+
+      assertThatThrownBy(
+              () ->
+                  executor.execute(
+                      key,
+                      () -> {
+                        // The database loses the table while the handler runs.
+                        execute(
+                            brokenPool,
+                            "ALTER TABLE consumer_dedup RENAME TO consumer_dedup_moved");
+                        return "charged";
+                      }))
+          .isInstanceOf(DedupStoreException.class)
+          .hasMessageContaining("Handler succeeded but SUCCESS could not be recorded")
+          .hasMessageContaining("the record stays PROCESSING until its lease (PT5M) expires")
+          .hasMessageContaining("payment/ORD-10");
+
+      execute(brokenPool, "ALTER TABLE consumer_dedup_moved RENAME TO consumer_dedup");
+      assertThat(brokenStore.find(key).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
+    } finally {
+      TestDatabase.dropSchema(brokenSchema);
+    }
+  }
+
+  @Test
+  void aZombieWhoseLeaseWasTakenOverCannotOverwriteTheNewHolder() throws Exception {
+    List<String> events = new CopyOnWriteArrayList<>();
+    DedupListener recording =
+        new DedupListener() {
+          @Override
+          public void leaseLost(DedupKey key, int attempt) {
+            events.add("leaseLost " + key + " attempt " + attempt);
+          }
+        };
+    IdempotentExecutor zombie =
+        executor(IdempotentExecutor.builder(store).ownerId("zombie").listener(recording));
+    IdempotentExecutor successor = executor(IdempotentExecutor.builder(store).ownerId("successor"));
+    DedupKey key = DedupKey.of("payment", "ORD-11");
+    CountDownLatch running = new CountDownLatch(1);
+    CountDownLatch release = new CountDownLatch(1);
+    CompletableFuture<DedupResult<Object>> zombieRun =
+        CompletableFuture.supplyAsync(
+            () ->
+                zombie.execute(
+                    key,
+                    () -> {
+                      running.countDown();
+                      release.await();
+                      return null;
+                    }));
+    assertThat(running.await(10, TimeUnit.SECONDS)).isTrue();
+    execute(
+        dataSource,
+        "UPDATE consumer_dedup SET lease_until = now() - interval '1 second' WHERE biz_key = 'ORD-11'");
+    CountDownLatch successorRunning = new CountDownLatch(1);
+    CountDownLatch successorRelease = new CountDownLatch(1);
+    CompletableFuture<DedupResult<Object>> successorRun =
+        CompletableFuture.supplyAsync(
+            () ->
+                successor.execute(
+                    key,
+                    () -> {
+                      successorRunning.countDown();
+                      successorRelease.await();
+                      return null;
+                    }));
+    assertThat(successorRunning.await(10, TimeUnit.SECONDS)).isTrue();
+
+    release.countDown();
+    zombieRun.get(10, TimeUnit.SECONDS);
+
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status())
+        .as("the zombie's SUCCESS was refused")
+        .isEqualTo(DedupStatus.PROCESSING);
+    assertThat(record.owner()).isEqualTo("successor");
+    assertThat(record.attempts()).isEqualTo(2);
+    assertThat(events).containsExactly("leaseLost payment/ORD-11 attempt 1");
+    successorRelease.countDown();
+    assertThat(successorRun.get(10, TimeUnit.SECONDS).attempt()).isEqualTo(2);
+    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void aSlowHandlerKeepsItsLeaseBeyondTwiceItsLength() throws Exception {
+    IdempotentExecutor slow =
+        executor(
+            IdempotentExecutor.builder(store)
+                .lease(Duration.ofSeconds(1))
+                .renewalInterval(Duration.ofMillis(250)));
+    IdempotentExecutor copy =
+        executor(IdempotentExecutor.builder(store).lease(Duration.ofSeconds(1)));
+    DedupKey key = DedupKey.of("report", "slow-1");
+    AtomicInteger runs = new AtomicInteger();
+    CountDownLatch running = new CountDownLatch(1);
+    CompletableFuture<DedupResult<Integer>> slowRun =
+        CompletableFuture.supplyAsync(
+            () ->
+                slow.execute(
+                    key,
+                    () -> {
+                      running.countDown();
+                      Thread.sleep(2_600);
+                      return runs.incrementAndGet();
+                    }));
+    assertThat(running.await(10, TimeUnit.SECONDS)).isTrue();
+
+    int inProgressAnswers = 0;
+    while (!slowRun.isDone()) {
+      try {
+        copy.execute(key, runs::incrementAndGet);
+        if (!slowRun.isDone()) {
+          throw new AssertionError("the copy got in while the slow handler was still running");
+        }
+      } catch (DedupInProgressException expected) {
+        inProgressAnswers++;
+      }
+      Thread.sleep(100);
+    }
+
+    assertThat(slowRun.get().outcome()).isEqualTo(Outcome.PROCESSED);
+    assertThat(inProgressAnswers).isGreaterThan(10);
+    assertThat(copy.execute(key, runs::incrementAndGet).outcome()).isEqualTo(Outcome.DUPLICATE);
+    assertThat(runs).hasValue(1);
+    assertThat(store.find(key).orElseThrow().attempts()).isEqualTo(1);
+  }
+
+  @Test
+  void leaseExpiryIsJudgedByTheDatabaseClockNotTheJvms() throws Exception {
+    // The engine reads no wall-clock time; moving lease_until on the database's clock is all
+    // that decides. A one-hour lease ended "a second ago" by the database is taken over at once,
+    // and a 200 ms lease the database extended is still live long after the JVM saw it expire.
+    DedupKey hourLease = DedupKey.of("clock", "hour");
+    store.claim(
+        new ClaimRequest(
+            hourLease, "crashed", Duration.ofHours(1), Duration.ofDays(1), null, null));
+    execute(
+        dataSource,
+        "UPDATE consumer_dedup SET lease_until = now() - interval '1 second' WHERE biz_key = 'hour'");
+    assertThat(executor().execute(hourLease, () -> "taken over").attempt()).isEqualTo(2);
+
+    DedupKey shortLease = DedupKey.of("clock", "short");
+    store.claim(
+        new ClaimRequest(
+            shortLease, "slow", Duration.ofMillis(200), Duration.ofDays(1), null, null));
+    execute(
+        dataSource,
+        "UPDATE consumer_dedup SET lease_until = now() + interval '1 hour' WHERE biz_key = 'short'");
+    Thread.sleep(400);
+    assertThatThrownBy(() -> executor().execute(shortLease, () -> "too early"))
+        .isInstanceOf(DedupInProgressException.class);
+  }
+
+  @Test
+  void theSessionTimeZoneOfTheseTestsIsNotUtc() throws SQLException {
+    try (Connection connection = dataSource.getConnection();
+        Statement statement = connection.createStatement();
+        var row = statement.executeQuery("SHOW TimeZone")) {
+      row.next();
+      assertThat(row.getString(1)).isNotIn("UTC", "Etc/UTC", "GMT");
+    }
+  }
+
+  @Test
+  void outcomesAreCountedInMicrometer() {
+    SimpleMeterRegistry registry = new SimpleMeterRegistry();
+    IdempotentExecutor executor =
+        executor(IdempotentExecutor.builder(store).listener(new MicrometerDedupListener(registry)));
+    DedupKey key = DedupKey.of("metrics", "m-1");
+    executor.execute(key, () -> 1);
+    executor.execute(key, () -> 1);
+    executor.execute(key, () -> 1);
+    assertThatThrownBy(
+            () ->
+                executor.execute(
+                    DedupKey.of("metrics", "m-2"),
+                    () -> {
+                      throw new IllegalStateException("down");
+                    }))
+        .isInstanceOf(IllegalStateException.class);
+
+    assertThat(
+            registry
+                .get("consumer.dedup.outcomes")
+                .tags("biz_type", "metrics", "outcome", "processed")
+                .counter()
+                .count())
+        .isEqualTo(1.0);
+    assertThat(
+            registry
+                .get("consumer.dedup.outcomes")
+                .tags("biz_type", "metrics", "outcome", "duplicate")
+                .counter()
+                .count())
+        .isEqualTo(2.0);
+    assertThat(
+            registry
+                .get("consumer.dedup.outcomes")
+                .tags("biz_type", "metrics", "outcome", "failed")
+                .counter()
+                .count())
+        .isEqualTo(1.0);
+    assertThat(registry.get("consumer.dedup.claim").tags("biz_type", "metrics").timer().count())
+        .isEqualTo(4);
+  }
+
+  @Test
+  void aListenerThatThrowsDoesNotBreakProcessing() {
+    DedupListener broken =
+        new DedupListener() {
+          @Override
+          public void claimed(DedupKey key, int attempt) {
+            throw new IllegalStateException("metrics backend down");
+          }
+        };
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(store).listener(broken));
+
+    assertThat(executor.execute(DedupKey.of("payment", "ORD-12"), () -> "ok").value())
+        .isEqualTo("ok");
+    assertThat(store.find(DedupKey.of("payment", "ORD-12")).orElseThrow().status())
+        .isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void hostileKeysAreStoredVerbatimOrHashedAndTheTableSurvives() throws SQLException {
+    IdempotentExecutor executor = executor();
+    List<String> hostile =
+        List.of(
+            "'; DROP TABLE consumer_dedup; --",
+            "Robert'); DELETE FROM consumer_dedup WHERE ('1'='1",
+            "quote\"double\"and'single'",
+            "back\\slash\\\\ and %_ like wildcards",
+            "emoji \uD83D\uDCB8\uD83D\uDD25 and \u4E2D\u6587 and \u0645\u0631\u062D\u0628\u0627",
+            "x".repeat(10_000));
+    AtomicInteger runs = new AtomicInteger();
+
+    for (String text : hostile) {
+      DedupKey key = DedupKey.of("hostile", text);
+      assertThat(executor.execute(key, runs::incrementAndGet).outcome())
+          .isEqualTo(Outcome.PROCESSED);
+      assertThat(executor.execute(key, runs::incrementAndGet).outcome())
+          .isEqualTo(Outcome.DUPLICATE);
+      DedupRecord record = store.find(key).orElseThrow();
+      if (text.length() > DedupKey.MAX_BIZ_KEY_LENGTH) {
+        assertThat(record.key().bizKey()).startsWith("sha256:");
+      } else {
+        assertThat(record.key().bizKey()).isEqualTo(text);
+      }
+    }
+
+    assertThat(runs).hasValue(hostile.size());
+    try (Connection connection = dataSource.getConnection();
+        Statement statement = connection.createStatement();
+        var row =
+            statement.executeQuery(
+                "SELECT count(*) FROM consumer_dedup WHERE biz_type = 'hostile'")) {
+      row.next();
+      assertThat(row.getInt(1)).isEqualTo(hostile.size());
+    }
+  }
+
+  @Test
+  void aFingerprintLongerThanTheColumnIsRefusedBeforeAnythingIsWritten() {
+    DedupKey key = DedupKey.of("payment", "ORD-13");
+    assertThatThrownBy(() -> executor().execute(key, "f".repeat(65), () -> 1))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessage("fingerprint must be 1 to 64 characters, was 65");
+    assertThat(store.find(key)).isEmpty();
+  }
+
+  static void execute(javax.sql.DataSource target, String sql) throws SQLException {
+    try (Connection connection = target.getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute(sql);
+    }
+  }
+}

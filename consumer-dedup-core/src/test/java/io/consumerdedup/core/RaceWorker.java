@@ -1,0 +1,66 @@
+package io.consumerdedup.core;
+
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import org.postgresql.ds.PGSimpleDataSource;
+
+/**
+ * Runs in a child JVM: {@code threads} threads each deliver every one of {@code keys} keys once,
+ * all starting at the same wall-clock moment as the other worker JVMs. The handler's effect is a
+ * row in {@code effects}, which has no unique constraint: a double run would show as two rows.
+ */
+public final class RaceWorker {
+  private RaceWorker() {}
+
+  public static void main(String[] args) throws Exception {
+    String url = args[0];
+    int threads = Integer.parseInt(args[1]);
+    int keys = Integer.parseInt(args[2]);
+    long startAtMillis = Long.parseLong(args[3]);
+    String worker = args[4];
+    PGSimpleDataSource dataSource = new PGSimpleDataSource();
+    dataSource.setURL(url);
+    IdempotentExecutor executor =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(dataSource).build())
+            .inProgressPolicy(InProgressPolicy.WAIT)
+            .build();
+    ExecutorService pool = Executors.newFixedThreadPool(threads);
+    List<Future<?>> done = new ArrayList<>();
+    Thread.sleep(Math.max(0, startAtMillis - System.currentTimeMillis()));
+    for (int t = 0; t < threads; t++) {
+      done.add(
+          pool.submit(
+              () -> {
+                for (int k = 0; k < keys; k++) {
+                  String bizKey = "race-" + k;
+                  executor.execute(
+                      DedupKey.of("race", bizKey),
+                      () -> {
+                        try (Connection connection = dataSource.getConnection();
+                            PreparedStatement insert =
+                                connection.prepareStatement(
+                                    "INSERT INTO effects (biz_key, worker) VALUES (?, ?)")) {
+                          insert.setString(1, bizKey);
+                          insert.setString(2, worker);
+                          insert.executeUpdate();
+                        }
+                        return null;
+                      });
+                }
+                return null;
+              }));
+    }
+    for (Future<?> future : done) {
+      future.get();
+    }
+    pool.shutdown();
+    executor.close();
+    System.out.println("WORKER-DONE " + worker);
+  }
+}
