@@ -1,0 +1,105 @@
+package io.consumerdedup.jdbc;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/** Retention: expired records go, in bounded batches, however many janitors run. */
+class DedupJanitorTest {
+  private String schema;
+  private HikariDataSource dataSource;
+  private JdbcDedupStore store;
+
+  @BeforeEach
+  void setUp() throws SQLException {
+    schema = TestDatabase.newSchema("janitor");
+    dataSource = TestDatabase.dataSource(schema, 4);
+    store = JdbcDedupStore.builder(dataSource).build();
+    execute(
+        "INSERT INTO consumer_dedup (biz_type, biz_key, status, attempts, owner, expires_at)"
+            + " SELECT 'payment', 'expired-' || i, 'SUCCESS', 1, 'old', now() - interval '1 hour'"
+            + " FROM generate_series(1, 2500) AS i");
+    execute(
+        "INSERT INTO consumer_dedup (biz_type, biz_key, status, attempts, owner, expires_at)"
+            + " SELECT 'payment', 'kept-' || i, 'SUCCESS', 1, 'new', now() + interval '7 days'"
+            + " FROM generate_series(1, 100) AS i");
+  }
+
+  @AfterEach
+  void tearDown() {
+    dataSource.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  @Test
+  void twoJanitorsAtOnceDeleteEveryExpiredRecordOnceAndKeepTheRest() throws Exception {
+    AtomicInteger reported = new AtomicInteger();
+    DedupListener counting =
+        new DedupListener() {
+          @Override
+          public void purged(int count) {
+            reported.addAndGet(count);
+          }
+        };
+    DedupJanitor first = DedupJanitor.builder(store).batchSize(300).listener(counting).build();
+    DedupJanitor second = DedupJanitor.builder(store).batchSize(300).listener(counting).build();
+
+    CompletableFuture<Integer> a = CompletableFuture.supplyAsync(first::purgeExpired);
+    CompletableFuture<Integer> b = CompletableFuture.supplyAsync(second::purgeExpired);
+
+    assertThat(a.get() + b.get()).isEqualTo(2500);
+    assertThat(reported).hasValue(2500);
+    assertThat(count("expired-%")).isZero();
+    assertThat(count("kept-%")).isEqualTo(100);
+  }
+
+  @Test
+  void oneRunStopsAfterItsBatchLimitAndTheNextRunContinues() throws SQLException {
+    DedupJanitor janitor = DedupJanitor.builder(store).batchSize(1000).maxBatchesPerRun(2).build();
+
+    assertThat(janitor.purgeExpired()).isEqualTo(2000);
+    assertThat(count("expired-%")).isEqualTo(500);
+    assertThat(janitor.purgeExpired()).isEqualTo(500);
+  }
+
+  @Test
+  void aStartedJanitorPurgesOnItsScheduleUntilClosed() throws SQLException {
+    try (DedupJanitor janitor =
+        DedupJanitor.builder(store).batchSize(500).interval(Duration.ofMillis(100)).build()) {
+      janitor.start();
+      await().atMost(Duration.ofSeconds(20)).until(() -> count("expired-%") == 0);
+    }
+    assertThat(count("kept-%")).isEqualTo(100);
+  }
+
+  private int count(String pattern) throws SQLException {
+    try (Connection connection = dataSource.getConnection();
+        Statement statement = connection.createStatement();
+        ResultSet row =
+            statement.executeQuery(
+                "SELECT count(*) FROM consumer_dedup WHERE biz_key LIKE '" + pattern + "'")) {
+      row.next();
+      return row.getInt(1);
+    }
+  }
+
+  private void execute(String sql) throws SQLException {
+    try (Connection connection = dataSource.getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute(sql);
+    }
+  }
+}
