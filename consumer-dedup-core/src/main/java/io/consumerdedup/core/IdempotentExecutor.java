@@ -78,6 +78,7 @@ public final class IdempotentExecutor implements AutoCloseable {
   private final ConflictPolicy conflictPolicy;
   private final DedupListener listener;
   private final LeaseRenewer renewer;
+  private volatile boolean closed;
 
   private IdempotentExecutor(Builder b, Duration renewalInterval) {
     this.store = b.store;
@@ -139,6 +140,10 @@ public final class IdempotentExecutor implements AutoCloseable {
       DedupKey key, @Nullable String fingerprint, @Nullable String source, Callable<T> handler) {
     Objects.requireNonNull(key, "key");
     Objects.requireNonNull(handler, "handler");
+    if (closed) {
+      // A claim now could not be renewed: it would block the key for a whole lease.
+      throw new IllegalStateException("IdempotentExecutor " + ownerId + " is closed");
+    }
     if (fingerprint != null && (fingerprint.isEmpty() || fingerprint.length() > 64)) {
       throw new IllegalArgumentException(
           "fingerprint must be 1 to 64 characters, was " + fingerprint.length());
@@ -160,9 +165,10 @@ public final class IdempotentExecutor implements AutoCloseable {
       if (done != null) {
         return done;
       }
-      listener.inProgress(key, existing);
       long remaining = waitDeadline - System.nanoTime();
       if (inProgressPolicy == InProgressPolicy.THROW || remaining <= 0) {
+        // Reported once per delivery that gives up, however long it waited.
+        listener.inProgress(key, existing);
         throw new DedupInProgressException(key, existing, source);
       }
       sleep(Math.min(backoff.toNanos(), remaining), key, existing, source);
@@ -417,6 +423,7 @@ public final class IdempotentExecutor implements AutoCloseable {
   /** Stops the lease renewal thread. Handlers still running lose their renewal. */
   @Override
   public void close() {
+    closed = true;
     renewer.close();
   }
 

@@ -75,6 +75,16 @@ class ExecutorConfigTest {
   }
 
   @Test
+  void aClosedExecutorRefusesWorkBeforeClaimingAnything() {
+    IdempotentExecutor executor = IdempotentExecutor.builder(store).ownerId("closing").build();
+    executor.close();
+
+    assertThatThrownBy(() -> executor.execute(DedupKey.of("payment", "late"), () -> "ran"))
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessage("IdempotentExecutor closing is closed");
+  }
+
+  @Test
   void storeRetrySettingsAreValidated() {
     PGSimpleDataSource dataSource = new PGSimpleDataSource();
     assertThatThrownBy(() -> JdbcDedupStore.builder(dataSource).retryMaxAttempts(0))
