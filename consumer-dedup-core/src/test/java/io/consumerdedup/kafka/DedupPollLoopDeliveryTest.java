@@ -23,6 +23,8 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.logging.Logger;
@@ -288,6 +290,49 @@ class DedupPollLoopDeliveryTest {
               () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 2L));
     }
     assertThat(effects.all()).containsOnly(Map.entry("E-1", 1), Map.entry("E-2", 1));
+  }
+
+  @Test
+  void stoppingFinishesTheRecordInHandCommitsItAndAnotherLoopResumesAfterIt() throws Exception {
+    TestKafka.createTopics(1, topic);
+    CountDownLatch inHandler = new CountDownLatch(1);
+    CountDownLatch release = new CountDownLatch(1);
+    IdempotentRecordHandler<String, String> slowOnSecond =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .handler(
+                record -> {
+                  if (orderNo(record).equals("S-2")) {
+                    inHandler.countDown();
+                    assertThat(release.await(20, TimeUnit.SECONDS)).isTrue();
+                  }
+                  effects.apply(orderNo(record));
+                })
+            .build();
+    send(0, "S-1");
+    send(0, "S-2");
+    send(0, "S-3");
+
+    DedupPollLoop<String, String> first = loop(slowOnSecond);
+    try (RunningLoop running = RunningLoop.start(first)) {
+      assertThat(inHandler.await(20, TimeUnit.SECONDS)).isTrue();
+      first.stop();
+      release.countDown();
+    }
+
+    assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 2L);
+    assertThat(effects.all()).containsOnly(Map.entry("S-1", 1), Map.entry("S-2", 1));
+
+    try (RunningLoop second = RunningLoop.start(loop(slowOnSecond))) {
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 3L));
+    }
+    assertThat(effects.all())
+        .containsOnly(Map.entry("S-1", 1), Map.entry("S-2", 1), Map.entry("S-3", 1));
+    assertThat(duplicates).hasValue(0);
   }
 
   /** Another consumer instance claims the key and is still working on it (a live lease). */
