@@ -24,6 +24,9 @@ import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -333,6 +336,32 @@ class DedupPollLoopDeliveryTest {
     assertThat(effects.all())
         .containsOnly(Map.entry("S-1", 1), Map.entry("S-2", 1), Map.entry("S-3", 1));
     assertThat(duplicates).hasValue(0);
+  }
+
+  @Test
+  void interruptingTheLoopsThreadStopsItCleanly() throws Exception {
+    TestKafka.createTopics(1, topic);
+    send(0, "I-1");
+    ExecutorService pollThread = Executors.newSingleThreadExecutor();
+    Future<?> run = pollThread.submit(loop(payments(executor)));
+    await()
+        .atMost(WAIT)
+        .untilAsserted(
+            () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 1L));
+
+    pollThread.shutdownNow();
+
+    assertThat(pollThread.awaitTermination(20, TimeUnit.SECONDS)).isTrue();
+    assertThat(run).isDone();
+    run.get(); // completed normally: no exception escaped the loop
+    send(0, "I-2");
+    try (RunningLoop next = RunningLoop.start(loop(payments(executor)))) {
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 2L));
+    }
+    assertThat(effects.all()).containsOnly(Map.entry("I-1", 1), Map.entry("I-2", 1));
   }
 
   /** Another consumer instance claims the key and is still working on it (a live lease). */
