@@ -1,5 +1,8 @@
 package io.consumerdedup.testing;
 
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
@@ -7,6 +10,15 @@ import java.util.concurrent.ExecutionException;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
 import org.apache.kafka.common.test.KafkaClusterTestKit;
 import org.apache.kafka.common.test.TestKitNodes;
 
@@ -80,5 +92,74 @@ public final class TestKafka {
     } catch (ExecutionException e) {
       throw new IllegalStateException("Could not create topics " + List.of(names), e);
     }
+  }
+
+  /**
+   * Settings of a consumer in {@code groupId}: String keys and values, no auto-commit, reading from
+   * the earliest offset when the group has none.
+   */
+  public static Map<String, Object> consumerConfig(String groupId) {
+    Map<String, Object> config = new HashMap<>();
+    config.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers());
+    config.put(ConsumerConfig.GROUP_ID_CONFIG, groupId);
+    config.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+    config.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+    config.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
+    config.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
+    return config;
+  }
+
+  /** A producer of String keys and values that waits for all replicas. Close it after use. */
+  public static KafkaProducer<String, String> producer() {
+    Map<String, Object> config = new HashMap<>();
+    config.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers());
+    config.put(ProducerConfig.ACKS_CONFIG, "all");
+    config.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class);
+    config.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class);
+    return new KafkaProducer<>(config);
+  }
+
+  /** The offsets {@code groupId} has committed, by partition; empty if none. */
+  public static Map<TopicPartition, Long> committedOffsets(String groupId) {
+    Properties properties = new Properties();
+    properties.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers());
+    try (Admin admin = Admin.create(properties)) {
+      Map<TopicPartition, OffsetAndMetadata> committed =
+          admin.listConsumerGroupOffsets(groupId).partitionsToOffsetAndMetadata().get();
+      Map<TopicPartition, Long> offsets = new HashMap<>();
+      committed.forEach(
+          (partition, offset) -> {
+            if (offset != null) {
+              offsets.put(partition, offset.offset());
+            }
+          });
+      return offsets;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    } catch (ExecutionException e) {
+      throw new IllegalStateException("Could not read the offsets of group " + groupId, e);
+    }
+  }
+
+  /**
+   * Reads a single-partition topic from its start, outside any group, until {@code count} records
+   * arrived or {@code timeout} passed; returns what arrived.
+   */
+  public static List<ConsumerRecord<String, String>> readFromStart(
+      String topic, int count, Duration timeout) {
+    Map<String, Object> config = consumerConfig("unused");
+    config.remove(ConsumerConfig.GROUP_ID_CONFIG);
+    List<ConsumerRecord<String, String>> records = new ArrayList<>();
+    try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(config)) {
+      TopicPartition partition = new TopicPartition(topic, 0);
+      consumer.assign(List.of(partition));
+      consumer.seekToBeginning(List.of(partition));
+      long deadline = System.nanoTime() + timeout.toNanos();
+      while (records.size() < count && System.nanoTime() < deadline) {
+        consumer.poll(Duration.ofMillis(200)).forEach(records::add);
+      }
+    }
+    return records;
   }
 }

@@ -1,0 +1,628 @@
+package io.consumerdedup.kafka;
+
+import io.consumerdedup.core.DedupInProgressException;
+import io.consumerdedup.core.DedupKeyConflictException;
+import io.consumerdedup.core.DedupKeyMissingException;
+import io.consumerdedup.core.DedupStoreException;
+import java.time.Duration;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.clients.consumer.CommitFailedException;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.RebalanceInProgressException;
+import org.apache.kafka.common.errors.WakeupException;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A poll loop for plain kafka-clients consumers that runs each record through an {@link
+ * IdempotentRecordHandler} and commits an offset only past records that are done.
+ *
+ * <pre>{@code
+ * Map<String, Object> consumerConfig = Map.of(
+ *     ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, "kafka:9092",
+ *     ConsumerConfig.GROUP_ID_CONFIG, "billing",
+ *     ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false,   // required: the loop commits
+ *     ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest",
+ *     ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class,
+ *     ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
+ *
+ * IdempotentExecutor executor =
+ *     IdempotentExecutor.builder(JdbcDedupStore.builder(dataSource).build()).build();
+ * IdempotentRecordHandler<String, String> payments = IdempotentRecordHandler
+ *     .<String, String>builder(executor)
+ *     .bizType("payment")
+ *     .key(KeyExtractors.header("order-no"))
+ *     .groupId("billing")
+ *     .handler(record -> charge(record.value()))
+ *     .build();
+ *
+ * Producer<String, String> dltProducer = new KafkaProducer<>(producerConfig); // acks=all
+ * DedupPollLoop<String, String> loop = DedupPollLoop
+ *     .builder(consumerConfig, List.of("payments"), payments)
+ *     .deadLetterHandler(KafkaDeadLetterPublisher.builder(dltProducer).groupId("billing").build())
+ *     .build();
+ *
+ * ExecutorService pollThread = Executors.newSingleThreadExecutor();
+ * pollThread.submit(loop);
+ * Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+ *   loop.close();          // stops polling, commits what is done, closes the consumer, waits
+ *   pollThread.shutdown();
+ *   dltProducer.close();
+ *   executor.close();
+ * }));
+ * }</pre>
+ *
+ * <p>What the loop does with each record, by what {@link IdempotentRecordHandler#handle} does:
+ *
+ * <ul>
+ *   <li>returns PROCESSED or DUPLICATE: the record is done; its offset is committed (with {@code
+ *       commitSync}) after the records of the poll are handled.
+ *   <li>throws {@link DedupInProgressException} (another consumer holds a live lease on the key):
+ *       the partition is sought back to the record and paused for the hold back-off, then the
+ *       record is tried again. Other partitions keep moving.
+ *   <li>throws {@link DedupStoreException} (the database is unreachable after the store's own
+ *       retries): the same, logged at ERROR. The record is neither lost nor skipped.
+ *   <li>throws {@link DedupKeyMissingException} (or its subclass {@code
+ *       DedupKeyMalformedException}) or {@link DedupKeyConflictException}: not retryable; the
+ *       record goes to the {@link DeadLetterHandler} at once, and the loop moves on.
+ *   <li>throws any other runtime exception (the handler failed; the record is FAILED in the dedup
+ *       table): the partition is sought back and paused for the retry back-off, and the record is
+ *       tried again, up to {@link Builder#maxAttempts(int)} attempts in all; then it goes to the
+ *       {@link DeadLetterHandler}, and the loop moves on.
+ * </ul>
+ *
+ * <p>The loop commits past a dead-lettered record only after the dead-letter handler returned; if
+ * that throws, the record is held like an in-progress one and dead-lettered again later. Back-offs
+ * pause the partition instead of sleeping, so the consumer keeps polling and stays in its group.
+ *
+ * <p>The consumer must not auto-commit ({@code enable.auto.commit=false}), or it would commit past
+ * records that are not done. {@link #builder(Map, Collection, IdempotentRecordHandler)} checks the
+ * configuration; with {@link #builder(Consumer, Collection, IdempotentRecordHandler)} that is the
+ * caller's duty. The loop owns the consumer: it subscribes it to the topics, and closes it when it
+ * stops. Choose {@code max.poll.interval.ms} longer than the time to handle one poll's records
+ * ({@code max.poll.records} of them).
+ *
+ * <p>{@link #run()} polls until {@link #stop()} or {@link #close()} is called from another thread
+ * (or the thread is interrupted); it then commits the offsets of the records that are done and
+ * closes the consumer. A loop runs once.
+ */
+public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
+
+  /** Default longest time one poll waits for records. */
+  public static final Duration DEFAULT_POLL_TIMEOUT = Duration.ofMillis(500);
+
+  /** Default number of times a failing handler is run for one record before it is dead-lettered. */
+  public static final int DEFAULT_MAX_ATTEMPTS = 3;
+
+  /** Default wait between two attempts of a failing handler. */
+  public static final Duration DEFAULT_RETRY_BACKOFF = Duration.ofSeconds(1);
+
+  /** Default first wait before a record that could not be handled yet is tried again. */
+  public static final Duration DEFAULT_HOLD_BACKOFF = Duration.ofSeconds(1);
+
+  /** Default longest wait before a record that could not be handled yet is tried again. */
+  public static final Duration DEFAULT_MAX_HOLD_BACKOFF = Duration.ofSeconds(30);
+
+  /** Default longest time {@link #close()} waits for the loop to stop. */
+  public static final Duration DEFAULT_CLOSE_TIMEOUT = Duration.ofSeconds(30);
+
+  private static final Logger log = LoggerFactory.getLogger(DedupPollLoop.class);
+
+  private final Consumer<K, V> consumer;
+  private final List<String> topics;
+  private final IdempotentRecordHandler<K, V> handler;
+  private final DeadLetterHandler<K, V> deadLetterHandler;
+  private final String groupId;
+  private final Duration pollTimeout;
+  private final int maxAttempts;
+  private final Duration retryBackOff;
+  private final Duration holdBackOff;
+  private final Duration maxHoldBackOff;
+  private final Duration closeTimeout;
+
+  private final AtomicBoolean started = new AtomicBoolean();
+  private final CountDownLatch finished = new CountDownLatch(1);
+  private volatile boolean running = true;
+  private volatile @Nullable Thread loopThread;
+
+  // The fields below are touched by the loop thread only (rebalance callbacks run inside poll).
+  private final Map<TopicPartition, OffsetAndMetadata> done = new HashMap<>();
+  private final Map<TopicPartition, Long> resumeAtNanos = new HashMap<>();
+  private final Map<TopicPartition, Integer> consecutiveHolds = new HashMap<>();
+  private final Map<TopicPartition, Failure> failures = new HashMap<>();
+
+  /** The handler failures of the record at {@code offset}, the partition's next record. */
+  private record Failure(long offset, int attempts, RuntimeException last) {}
+
+  private DedupPollLoop(Builder<K, V> builder, Consumer<K, V> consumer, String groupId) {
+    this.consumer = consumer;
+    this.groupId = groupId;
+    this.topics = builder.topics;
+    this.handler = builder.handler;
+    this.deadLetterHandler = Objects.requireNonNull(builder.deadLetterHandler);
+    this.pollTimeout = builder.pollTimeout;
+    this.maxAttempts = builder.maxAttempts;
+    this.retryBackOff = builder.retryBackOff;
+    this.holdBackOff = builder.holdBackOff;
+    this.maxHoldBackOff = builder.maxHoldBackOff;
+    this.closeTimeout = builder.closeTimeout;
+  }
+
+  /**
+   * Starts building a loop over a consumer the caller made. It must have a {@code group.id} and
+   * {@code enable.auto.commit=false} (which this method cannot check). The loop subscribes it and
+   * closes it.
+   */
+  public static <K, V> Builder<K, V> builder(
+      Consumer<K, V> consumer, Collection<String> topics, IdempotentRecordHandler<K, V> handler) {
+    return new Builder<>(Objects.requireNonNull(consumer, "consumer"), null, topics, handler);
+  }
+
+  /**
+   * Starts building a loop over a {@link KafkaConsumer} made from {@code consumerConfig} when
+   * {@link Builder#build()} is called (its deserializers must produce {@code K} and {@code V}).
+   *
+   * @throws IllegalArgumentException if the configuration has no {@code group.id}, or does not set
+   *     {@code enable.auto.commit} to false (Kafka's default is true)
+   */
+  public static <K, V> Builder<K, V> builder(
+      Map<String, Object> consumerConfig,
+      Collection<String> topics,
+      IdempotentRecordHandler<K, V> handler) {
+    Objects.requireNonNull(consumerConfig, "consumerConfig");
+    Object autoCommit = consumerConfig.get(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG);
+    if (autoCommit == null
+        || !"false".equals(String.valueOf(autoCommit).trim().toLowerCase(Locale.ROOT))) {
+      throw new IllegalArgumentException(
+          ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG
+              + " must be false (it is "
+              + (autoCommit == null ? "not set, and Kafka's default is true" : autoCommit)
+              + "): DedupPollLoop commits offsets itself, only past records that are done");
+    }
+    Object group = consumerConfig.get(ConsumerConfig.GROUP_ID_CONFIG);
+    if (group == null || String.valueOf(group).isBlank()) {
+      throw new IllegalArgumentException(
+          ConsumerConfig.GROUP_ID_CONFIG
+              + " is required: DedupPollLoop commits offsets to the consumer group");
+    }
+    return new Builder<>(null, Map.copyOf(consumerConfig), topics, handler);
+  }
+
+  /**
+   * Polls and handles records until {@link #stop()} or {@link #close()} is called, or the thread is
+   * interrupted; then commits the offsets of the records that are done and closes the consumer.
+   *
+   * @throws IllegalStateException if the loop was already started or closed
+   */
+  @Override
+  public void run() {
+    if (!started.compareAndSet(false, true)) {
+      throw new IllegalStateException("A DedupPollLoop runs once; this one was started or closed");
+    }
+    loopThread = Thread.currentThread();
+    boolean interrupted = false;
+    try {
+      consumer.subscribe(topics, new RebalanceListener());
+      log.info("Polling {} in group {}", topics, groupId);
+      while (running) {
+        try {
+          pollOnce();
+        } catch (WakeupException e) {
+          if (running) {
+            log.debug("Ignoring a wakeup that was not a stop request");
+          }
+        }
+      }
+    } catch (InterruptException e) {
+      // Kafka re-sets the interrupt flag; clear it so the last commit and close can run.
+      Thread.interrupted();
+      interrupted = true;
+      log.info("Poll loop of {} interrupted; stopping", topics);
+    } finally {
+      running = false;
+      try {
+        commitLast();
+        consumer.close();
+        log.info("Stopped polling {} in group {}", topics, groupId);
+      } finally {
+        finished.countDown();
+        if (interrupted) {
+          Thread.currentThread().interrupt();
+        }
+      }
+    }
+  }
+
+  /**
+   * Asks the loop to stop, from any thread; returns at once. The record being handled is finished
+   * first.
+   */
+  public void stop() {
+    running = false;
+    consumer.wakeup();
+  }
+
+  /**
+   * Stops the loop and waits up to the close timeout for it to commit and close the consumer. A
+   * loop that never ran closes its consumer here. Called from the handler (the loop's own thread),
+   * it only asks the loop to stop.
+   */
+  @Override
+  public void close() {
+    stop();
+    if (started.compareAndSet(false, true)) {
+      consumer.close();
+      finished.countDown();
+      return;
+    }
+    if (Thread.currentThread() == loopThread) {
+      return;
+    }
+    try {
+      if (!finished.await(closeTimeout.toNanos(), TimeUnit.NANOSECONDS)) {
+        log.warn(
+            "Poll loop of {} did not stop within {}; its handler may still be running",
+            topics,
+            closeTimeout);
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  private void pollOnce() {
+    resumeDuePartitions();
+    ConsumerRecords<K, V> records = consumer.poll(nextPollTimeout());
+    batch:
+    for (TopicPartition partition : records.partitions()) {
+      for (ConsumerRecord<K, V> record : records.records(partition)) {
+        if (!running) {
+          break batch;
+        }
+        if (!handle(record, partition)) {
+          // Sought back and paused: the rest of this partition's records come again later.
+          break;
+        }
+        done.put(partition, new OffsetAndMetadata(record.offset() + 1));
+      }
+    }
+    commitDone();
+  }
+
+  /** Handles one record; false if it is not done, and its partition was sought back and paused. */
+  private boolean handle(ConsumerRecord<K, V> record, TopicPartition partition) {
+    Failure previous = failures.get(partition);
+    if (previous != null && previous.offset() != record.offset()) {
+      failures.remove(partition);
+      previous = null;
+    }
+    if (previous != null && previous.attempts() >= maxAttempts) {
+      // Its attempts ran out earlier, but the dead letter could not be written then.
+      return deadLetter(record, partition, previous.last());
+    }
+    try {
+      handler.handle(record);
+    } catch (DedupInProgressException e) {
+      Duration wait = hold(record, partition);
+      // Routine while another consumer works on the key: the message says who, no stack trace.
+      log.info(
+          "{} is in progress elsewhere; trying again in {}: {}",
+          describe(record),
+          wait,
+          e.getMessage());
+      return false;
+    } catch (DedupStoreException e) {
+      Duration wait = hold(record, partition);
+      log.error(
+          "Dedup store failed for {}; not committing past it, trying again in {}",
+          describe(record),
+          wait,
+          e);
+      return false;
+    } catch (DedupKeyMissingException | DedupKeyConflictException e) {
+      log.error("{} cannot be handled (not retryable); dead-lettering it", describe(record), e);
+      return deadLetter(record, partition, e);
+    } catch (RuntimeException e) {
+      int attempts = previous == null ? 1 : previous.attempts() + 1;
+      failures.put(partition, new Failure(record.offset(), attempts, e));
+      if (attempts >= maxAttempts) {
+        log.error(
+            "Handler failed for {} on attempt {} of {}; dead-lettering it",
+            describe(record),
+            attempts,
+            maxAttempts,
+            e);
+        return deadLetter(record, partition, e);
+      }
+      log.warn(
+          "Handler failed for {} on attempt {} of {}; retrying in {}",
+          describe(record),
+          attempts,
+          maxAttempts,
+          retryBackOff,
+          e);
+      pause(record, partition, retryBackOff);
+      return false;
+    }
+    forget(partition);
+    return true;
+  }
+
+  private boolean deadLetter(ConsumerRecord<K, V> record, TopicPartition partition, Exception why) {
+    try {
+      deadLetterHandler.deadLetter(record, why);
+    } catch (RuntimeException e) {
+      Duration wait = hold(record, partition);
+      log.error(
+          "Could not dead-letter {}; not committing past it, trying again in {}",
+          describe(record),
+          wait,
+          e);
+      return false;
+    }
+    forget(partition);
+    return true;
+  }
+
+  /** Pauses the partition at the record for the next step of the hold back-off; returns it. */
+  private Duration hold(ConsumerRecord<K, V> record, TopicPartition partition) {
+    int holds = consecutiveHolds.merge(partition, 1, Integer::sum);
+    Duration wait = holdBackOff;
+    for (int i = 1; i < holds && wait.compareTo(maxHoldBackOff) < 0; i++) {
+      wait = wait.multipliedBy(2);
+    }
+    if (wait.compareTo(maxHoldBackOff) > 0) {
+      wait = maxHoldBackOff;
+    }
+    pause(record, partition, wait);
+    return wait;
+  }
+
+  private void pause(ConsumerRecord<K, V> record, TopicPartition partition, Duration wait) {
+    consumer.seek(partition, record.offset());
+    consumer.pause(List.of(partition));
+    resumeAtNanos.put(partition, System.nanoTime() + wait.toNanos());
+  }
+
+  private void forget(TopicPartition partition) {
+    failures.remove(partition);
+    consecutiveHolds.remove(partition);
+  }
+
+  private void resumeDuePartitions() {
+    long now = System.nanoTime();
+    List<TopicPartition> due =
+        resumeAtNanos.entrySet().stream()
+            .filter(entry -> entry.getValue() - now <= 0)
+            .map(Map.Entry::getKey)
+            .toList();
+    if (!due.isEmpty()) {
+      due.forEach(resumeAtNanos::remove);
+      List<TopicPartition> assigned = due.stream().filter(consumer.assignment()::contains).toList();
+      consumer.resume(assigned);
+    }
+  }
+
+  /** Polls no longer than until the first paused partition is due, so back-offs stay accurate. */
+  private Duration nextPollTimeout() {
+    long now = System.nanoTime();
+    long wait = pollTimeout.toNanos();
+    for (long resumeAt : resumeAtNanos.values()) {
+      wait = Math.min(wait, Math.max(0, resumeAt - now));
+    }
+    return Duration.ofNanos(wait);
+  }
+
+  private void commitDone() {
+    if (done.isEmpty()) {
+      return;
+    }
+    try {
+      consumer.commitSync(done);
+      done.clear();
+    } catch (CommitFailedException | RebalanceInProgressException e) {
+      // The partitions may belong to another consumer now; it re-reads these records, and the
+      // dedup table answers DUPLICATE for those that were handled.
+      log.warn("Offsets {} not committed (group rebalanced); they will be redelivered", done, e);
+      done.clear();
+    } catch (WakeupException | InterruptException e) {
+      throw e;
+    } catch (KafkaException e) {
+      log.error("Offsets {} not committed; trying again after the next poll", done, e);
+    }
+  }
+
+  private void commitLast() {
+    try {
+      commitDone();
+    } catch (WakeupException e) {
+      // The stop request's wakeup was still pending; it is consumed now, so commit once more.
+      commitDone();
+    }
+  }
+
+  private String describe(ConsumerRecord<K, V> record) {
+    return RecordSources.describe(record, groupId);
+  }
+
+  private final class RebalanceListener implements ConsumerRebalanceListener {
+    @Override
+    public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+      try {
+        commitDone();
+      } catch (RuntimeException e) {
+        log.warn("Offsets {} not committed before the partitions were revoked", done, e);
+      }
+      dropState(partitions);
+    }
+
+    @Override
+    public void onPartitionsLost(Collection<TopicPartition> partitions) {
+      dropState(partitions);
+    }
+
+    @Override
+    public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+      log.info("Assigned {} in group {}", partitions, groupId);
+    }
+
+    private void dropState(Collection<TopicPartition> partitions) {
+      for (TopicPartition partition : partitions) {
+        done.remove(partition);
+        resumeAtNanos.remove(partition);
+        consecutiveHolds.remove(partition);
+        failures.remove(partition);
+      }
+    }
+  }
+
+  /** Builds a {@link DedupPollLoop}; every setter validates its value at once. */
+  public static final class Builder<K, V> {
+    private final @Nullable Consumer<K, V> consumer;
+    private final @Nullable Map<String, Object> consumerConfig;
+    private final List<String> topics;
+    private final IdempotentRecordHandler<K, V> handler;
+    private @Nullable DeadLetterHandler<K, V> deadLetterHandler;
+    private Duration pollTimeout = DEFAULT_POLL_TIMEOUT;
+    private int maxAttempts = DEFAULT_MAX_ATTEMPTS;
+    private Duration retryBackOff = DEFAULT_RETRY_BACKOFF;
+    private Duration holdBackOff = DEFAULT_HOLD_BACKOFF;
+    private Duration maxHoldBackOff = DEFAULT_MAX_HOLD_BACKOFF;
+    private Duration closeTimeout = DEFAULT_CLOSE_TIMEOUT;
+
+    private Builder(
+        @Nullable Consumer<K, V> consumer,
+        @Nullable Map<String, Object> consumerConfig,
+        Collection<String> topics,
+        IdempotentRecordHandler<K, V> handler) {
+      Objects.requireNonNull(topics, "topics");
+      if (topics.isEmpty()) {
+        throw new IllegalArgumentException("topics must not be empty");
+      }
+      for (String topic : topics) {
+        if (topic == null || topic.isBlank()) {
+          throw new IllegalArgumentException("topics must not contain a blank name: " + topics);
+        }
+      }
+      this.consumer = consumer;
+      this.consumerConfig = consumerConfig;
+      this.topics = List.copyOf(topics);
+      this.handler = Objects.requireNonNull(handler, "handler");
+    }
+
+    /**
+     * Where records go that the loop gives up on. Required: usually a {@link
+     * KafkaDeadLetterPublisher}.
+     */
+    public Builder<K, V> deadLetterHandler(DeadLetterHandler<K, V> deadLetterHandler) {
+      this.deadLetterHandler = Objects.requireNonNull(deadLetterHandler, "deadLetterHandler");
+      return this;
+    }
+
+    /**
+     * How many times a failing handler runs for one record (the first attempt included) before the
+     * record is dead-lettered. Default {@value #DEFAULT_MAX_ATTEMPTS}.
+     */
+    public Builder<K, V> maxAttempts(int maxAttempts) {
+      if (maxAttempts < 1) {
+        throw new IllegalArgumentException("maxAttempts must be at least 1, was " + maxAttempts);
+      }
+      this.maxAttempts = maxAttempts;
+      return this;
+    }
+
+    /** Wait between two attempts of a failing handler. Default {@link #DEFAULT_RETRY_BACKOFF}. */
+    public Builder<K, V> retryBackOff(Duration retryBackOff) {
+      this.retryBackOff = positive("retryBackOff", retryBackOff);
+      return this;
+    }
+
+    /**
+     * Wait before a record that cannot be handled yet (another consumer's live lease, the dedup
+     * store or the dead-letter handler failing) is tried again: {@code initial}, doubling on each
+     * consecutive hold of the partition, at most {@code max}. Defaults {@link
+     * #DEFAULT_HOLD_BACKOFF} and {@link #DEFAULT_MAX_HOLD_BACKOFF}.
+     *
+     * @throws IllegalArgumentException if {@code initial} exceeds {@code max}
+     */
+    public Builder<K, V> holdBackOff(Duration initial, Duration max) {
+      positive("initial hold back-off", initial);
+      positive("max hold back-off", max);
+      if (initial.compareTo(max) > 0) {
+        throw new IllegalArgumentException(
+            "initial hold back-off (" + initial + ") must not exceed the max (" + max + ")");
+      }
+      this.holdBackOff = initial;
+      this.maxHoldBackOff = max;
+      return this;
+    }
+
+    /** Longest time one poll waits for records. Default {@link #DEFAULT_POLL_TIMEOUT}. */
+    public Builder<K, V> pollTimeout(Duration pollTimeout) {
+      this.pollTimeout = positive("pollTimeout", pollTimeout);
+      return this;
+    }
+
+    /**
+     * Longest time {@link DedupPollLoop#close()} waits for the loop to stop. Default {@link
+     * #DEFAULT_CLOSE_TIMEOUT}.
+     */
+    public Builder<K, V> closeTimeout(Duration closeTimeout) {
+      this.closeTimeout = positive("closeTimeout", closeTimeout);
+      return this;
+    }
+
+    /**
+     * Builds the loop, creating the consumer if a configuration was given.
+     *
+     * @throws IllegalStateException if no dead-letter handler was set, or the consumer has no group
+     *     id
+     */
+    public DedupPollLoop<K, V> build() {
+      if (deadLetterHandler == null) {
+        throw new IllegalStateException(
+            "deadLetterHandler is required: records that cannot be handled must go somewhere"
+                + " (for example KafkaDeadLetterPublisher.builder(producer).build())");
+      }
+      Consumer<K, V> built =
+          consumer != null ? consumer : new KafkaConsumer<>(Objects.requireNonNull(consumerConfig));
+      String groupId;
+      try {
+        groupId = built.groupMetadata().groupId();
+      } catch (KafkaException e) {
+        if (consumer == null) {
+          built.close();
+        }
+        throw new IllegalStateException(
+            "The consumer needs a group.id: DedupPollLoop commits offsets to its group", e);
+      }
+      return new DedupPollLoop<>(this, built, groupId);
+    }
+
+    private static Duration positive(String name, Duration value) {
+      Objects.requireNonNull(value, name);
+      if (value.isNegative() || value.isZero()) {
+        throw new IllegalArgumentException(name + " must be positive, was " + value);
+      }
+      return value;
+    }
+  }
+}

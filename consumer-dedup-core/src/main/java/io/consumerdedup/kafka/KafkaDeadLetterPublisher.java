@@ -1,0 +1,220 @@
+package io.consumerdedup.kafka;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Objects;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.function.Function;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.Producer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.header.Headers;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The usual {@link DeadLetterHandler}: sends the record, with the same key, value and headers, to
+ * {@code <topic>.DLT} (by default), and adds headers that say why and where it came from. It waits
+ * for the broker to acknowledge the send, so {@link DedupPollLoop} commits past the record only
+ * once the dead letter is safely written.
+ *
+ * <pre>{@code
+ * Producer<String, String> dltProducer = new KafkaProducer<>(producerConfig); // acks=all
+ * DeadLetterHandler<String, String> deadLetters =
+ *     KafkaDeadLetterPublisher.builder(dltProducer).groupId("billing").build();
+ * }</pre>
+ *
+ * <p>The added headers, all UTF-8 text (numbers in decimal), appended after the record's own
+ * headers; a record dead-lettered twice carries two of each, and {@code lastHeader} is the newest:
+ *
+ * <ul>
+ *   <li>{@value #EXCEPTION_CLASS_HEADER}: the reason's class name, such as {@code
+ *       io.consumerdedup.core.DedupKeyMissingException}
+ *   <li>{@value #EXCEPTION_MESSAGE_HEADER}: its message (omitted when it has none), at most {@value
+ *       #MAX_MESSAGE_LENGTH} characters
+ *   <li>{@value #ORIGINAL_TOPIC_HEADER}, {@value #ORIGINAL_PARTITION_HEADER}, {@value
+ *       #ORIGINAL_OFFSET_HEADER}: where the record was consumed
+ *   <li>{@value #ORIGINAL_GROUP_HEADER}: the consumer group, when {@link Builder#groupId(String)}
+ *       was given
+ * </ul>
+ *
+ * <p>The partition is left to the producer's partitioner (by key), so the dead-letter topic may
+ * have any number of partitions. The dead letter is stamped with the time it is sent, not the
+ * original time, so the dead-letter topic's retention counts from the failure. The producer is not
+ * closed by this class; it needs serializers for the consumer's key and value types. Replaying a
+ * dead letter (consuming {@code <topic>.DLT} with an idempotent handler) retries it: the business
+ * key header travels with the record, and a FAILED dedup record allows a new attempt.
+ */
+public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K, V> {
+
+  /** Header: class name of the exception that made the record a dead letter. */
+  public static final String EXCEPTION_CLASS_HEADER = "dedup-dlt-exception-class";
+
+  /** Header: message of the exception that made the record a dead letter. */
+  public static final String EXCEPTION_MESSAGE_HEADER = "dedup-dlt-exception-message";
+
+  /** Header: the topic the record was consumed from. */
+  public static final String ORIGINAL_TOPIC_HEADER = "dedup-dlt-original-topic";
+
+  /** Header: the partition the record was consumed from, in decimal. */
+  public static final String ORIGINAL_PARTITION_HEADER = "dedup-dlt-original-partition";
+
+  /** Header: the record's offset in its original partition, in decimal. */
+  public static final String ORIGINAL_OFFSET_HEADER = "dedup-dlt-original-offset";
+
+  /** Header: the consumer group that gave up on the record. */
+  public static final String ORIGINAL_GROUP_HEADER = "dedup-dlt-original-group";
+
+  /** Suffix of the default dead-letter topic name. */
+  public static final String DEFAULT_TOPIC_SUFFIX = ".DLT";
+
+  /** Default longest wait for the broker to acknowledge a dead letter. */
+  public static final Duration DEFAULT_SEND_TIMEOUT = Duration.ofSeconds(30);
+
+  /** Longer exception messages are cut, so that a stack of causes cannot exceed a record's size. */
+  public static final int MAX_MESSAGE_LENGTH = 4000;
+
+  private static final Logger log = LoggerFactory.getLogger(KafkaDeadLetterPublisher.class);
+
+  private final Producer<K, V> producer;
+  private final Function<ConsumerRecord<K, V>, String> destination;
+  private final @Nullable String groupId;
+  private final Duration sendTimeout;
+
+  private KafkaDeadLetterPublisher(Builder<K, V> builder) {
+    this.producer = builder.producer;
+    this.destination = builder.destination;
+    this.groupId = builder.groupId;
+    this.sendTimeout = builder.sendTimeout;
+  }
+
+  /** Starts building a publisher that sends with {@code producer}. */
+  public static <K, V> Builder<K, V> builder(Producer<K, V> producer) {
+    return new Builder<>(producer);
+  }
+
+  /**
+   * Sends the record to its dead-letter topic and waits for the acknowledgement.
+   *
+   * @throws KafkaException if the send failed or was not acknowledged within the send timeout
+   * @throws InterruptException if the thread was interrupted while waiting (the flag is restored)
+   */
+  @Override
+  public void deadLetter(ConsumerRecord<K, V> record, Exception reason) {
+    String topic = destination.apply(record);
+    ProducerRecord<K, V> deadLetter =
+        new ProducerRecord<>(
+            topic, null, null, record.key(), record.value(), headers(record, reason));
+    try {
+      RecordMetadata written =
+          producer.send(deadLetter).get(sendTimeout.toMillis(), TimeUnit.MILLISECONDS);
+      log.info(
+          "Dead-lettered {} to {}-{}@{}: {}",
+          RecordSources.describe(record, groupId),
+          written.topic(),
+          written.partition(),
+          written.offset(),
+          reason.toString());
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new InterruptException("Interrupted while dead-lettering " + describe(record), e);
+    } catch (ExecutionException e) {
+      throw new KafkaException(
+          "Could not dead-letter " + describe(record) + " to " + topic, e.getCause());
+    } catch (TimeoutException e) {
+      throw new KafkaException(
+          "Dead letter of "
+              + describe(record)
+              + " to "
+              + topic
+              + " was not acknowledged within "
+              + sendTimeout,
+          e);
+    }
+  }
+
+  private Headers headers(ConsumerRecord<K, V> record, Exception reason) {
+    Headers headers = new RecordHeaders(record.headers().toArray());
+    add(headers, EXCEPTION_CLASS_HEADER, reason.getClass().getName());
+    String message = reason.getMessage();
+    if (message != null) {
+      add(
+          headers,
+          EXCEPTION_MESSAGE_HEADER,
+          message.length() <= MAX_MESSAGE_LENGTH
+              ? message
+              : message.substring(0, MAX_MESSAGE_LENGTH));
+    }
+    add(headers, ORIGINAL_TOPIC_HEADER, record.topic());
+    add(headers, ORIGINAL_PARTITION_HEADER, Integer.toString(record.partition()));
+    add(headers, ORIGINAL_OFFSET_HEADER, Long.toString(record.offset()));
+    if (groupId != null) {
+      add(headers, ORIGINAL_GROUP_HEADER, groupId);
+    }
+    return headers;
+  }
+
+  private static void add(Headers headers, String name, String value) {
+    headers.add(name, value.getBytes(StandardCharsets.UTF_8));
+  }
+
+  private String describe(ConsumerRecord<K, V> record) {
+    return RecordSources.describe(record, groupId);
+  }
+
+  /** Builds a {@link KafkaDeadLetterPublisher}. */
+  public static final class Builder<K, V> {
+    private final Producer<K, V> producer;
+    private Function<ConsumerRecord<K, V>, String> destination =
+        record -> record.topic() + DEFAULT_TOPIC_SUFFIX;
+    private @Nullable String groupId;
+    private Duration sendTimeout = DEFAULT_SEND_TIMEOUT;
+
+    private Builder(Producer<K, V> producer) {
+      this.producer = Objects.requireNonNull(producer, "producer");
+    }
+
+    /**
+     * The consumer group, written to {@value #ORIGINAL_GROUP_HEADER} and named in logs. Default:
+     * not written.
+     */
+    public Builder<K, V> groupId(String groupId) {
+      Objects.requireNonNull(groupId, "groupId");
+      if (groupId.isBlank()) {
+        throw new IllegalArgumentException("groupId must not be blank");
+      }
+      this.groupId = groupId;
+      return this;
+    }
+
+    /** The dead-letter topic of a record. Default: its topic followed by {@code .DLT}. */
+    public Builder<K, V> destination(Function<ConsumerRecord<K, V>, String> destination) {
+      this.destination = Objects.requireNonNull(destination, "destination");
+      return this;
+    }
+
+    /**
+     * Longest wait for the broker to acknowledge a dead letter. Default {@link
+     * #DEFAULT_SEND_TIMEOUT}.
+     */
+    public Builder<K, V> sendTimeout(Duration sendTimeout) {
+      Objects.requireNonNull(sendTimeout, "sendTimeout");
+      if (sendTimeout.isNegative() || sendTimeout.isZero()) {
+        throw new IllegalArgumentException("sendTimeout must be positive, was " + sendTimeout);
+      }
+      this.sendTimeout = sendTimeout;
+      return this;
+    }
+
+    public KafkaDeadLetterPublisher<K, V> build() {
+      return new KafkaDeadLetterPublisher<>(this);
+    }
+  }
+}

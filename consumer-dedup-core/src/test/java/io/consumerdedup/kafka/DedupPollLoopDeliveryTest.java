@@ -1,0 +1,441 @@
+package io.consumerdedup.kafka;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
+import java.io.PrintWriter;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.SQLFeatureNotSupportedException;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.logging.Logger;
+import javax.sql.DataSource;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The ways one business action reaches a consumer more than once (a lost offset commit, a producer
+ * duplicate, another consumer still working on it, the database away), through {@link
+ * DedupPollLoop} on a real broker and a real PostgreSQL.
+ */
+class DedupPollLoopDeliveryTest {
+  private static final String BIZ_TYPE = "payment";
+  private static final String KEY_HEADER = "order-no";
+  private static final Duration WAIT = Duration.ofSeconds(20);
+
+  private static String schema;
+  private static HikariDataSource dataSource;
+  private static JdbcDedupStore store;
+  private static KafkaProducer<String, String> producer;
+
+  private final Effects effects = new Effects();
+  private final AtomicInteger duplicates = new AtomicInteger();
+  private final AtomicInteger inProgress = new AtomicInteger();
+  private IdempotentExecutor executor;
+  private String topic;
+  private String group;
+
+  @BeforeAll
+  static void setUpClass() {
+    schema = TestDatabase.newSchema("loop_delivery");
+    dataSource = TestDatabase.dataSource(schema, 4);
+    store = JdbcDedupStore.builder(dataSource).build();
+    producer = TestKafka.producer();
+  }
+
+  @AfterAll
+  static void tearDownClass() {
+    producer.close();
+    dataSource.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  @BeforeEach
+  void setUp() {
+    String id = UUID.randomUUID().toString().substring(0, 8);
+    topic = "payments-" + id;
+    group = "billing-" + id;
+    executor = executorOver(store);
+  }
+
+  @AfterEach
+  void tearDown() {
+    executor.close();
+  }
+
+  private IdempotentExecutor executorOver(io.consumerdedup.core.DedupStore dedupStore) {
+    return IdempotentExecutor.builder(dedupStore)
+        .listener(
+            new DedupListener() {
+              @Override
+              public void duplicate(DedupKey key, DedupRecord existing) {
+                duplicates.incrementAndGet();
+              }
+
+              @Override
+              public void inProgress(DedupKey key, DedupRecord existing) {
+                inProgress.incrementAndGet();
+              }
+            })
+        .build();
+  }
+
+  private IdempotentRecordHandler<String, String> payments(IdempotentExecutor engine) {
+    return IdempotentRecordHandler.<String, String>builder(engine)
+        .bizType(BIZ_TYPE)
+        .key(KeyExtractors.header(KEY_HEADER))
+        .groupId(group)
+        .handler(record -> effects.apply(orderNo(record)))
+        .build();
+  }
+
+  private DedupPollLoop<String, String> loop(IdempotentRecordHandler<String, String> handler) {
+    return DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), handler)
+        .deadLetterHandler(
+            (record, reason) -> {
+              throw new AssertionError("Nothing should be dead-lettered here: " + reason, reason);
+            })
+        .holdBackOff(Duration.ofMillis(100), Duration.ofMillis(200))
+        .pollTimeout(Duration.ofMillis(200))
+        .build();
+  }
+
+  private void send(int partition, String orderNo) throws Exception {
+    ProducerRecord<String, String> record =
+        new ProducerRecord<>(topic, partition, null, "charge " + orderNo);
+    record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+    producer.send(record).get();
+  }
+
+  private static String orderNo(ConsumerRecord<String, String> record) {
+    return new String(record.headers().lastHeader(KEY_HEADER).value(), StandardCharsets.UTF_8);
+  }
+
+  private TopicPartition partition(int number) {
+    return new TopicPartition(topic, number);
+  }
+
+  @Test
+  void aLostOffsetCommitRedeliversTheRecordsButAppliesEachOrderOnce() throws Exception {
+    TestKafka.createTopics(1, topic);
+    for (String orderNo : List.of("A-1", "A-2", "A-3")) {
+      send(0, orderNo);
+    }
+    IdempotentRecordHandler<String, String> handler = payments(executor);
+
+    // The first consumer handles every record and crashes before committing its offsets.
+    try (KafkaConsumer<String, String> crashing =
+        new KafkaConsumer<>(TestKafka.consumerConfig(group))) {
+      crashing.subscribe(List.of(topic));
+      int handled = 0;
+      long deadline = System.nanoTime() + WAIT.toNanos();
+      while (handled < 3 && System.nanoTime() < deadline) {
+        for (ConsumerRecord<String, String> record : crashing.poll(Duration.ofMillis(200))) {
+          handler.handle(record);
+          handled++;
+        }
+      }
+      assertThat(handled).isEqualTo(3);
+    }
+    assertThat(TestKafka.committedOffsets(group)).isEmpty();
+    assertThat(effects.all())
+        .containsOnly(Map.entry("A-1", 1), Map.entry("A-2", 1), Map.entry("A-3", 1));
+
+    try (RunningLoop running = RunningLoop.start(loop(handler))) {
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 3L));
+    }
+
+    assertThat(duplicates).as("redelivered copies recognised as duplicates").hasValue(3);
+    assertThat(effects.all())
+        .containsOnly(Map.entry("A-1", 1), Map.entry("A-2", 1), Map.entry("A-3", 1));
+  }
+
+  @Test
+  void theSameOrderSentThreeTimesAtDifferentOffsetsIsAppliedOnce() throws Exception {
+    TestKafka.createTopics(1, topic);
+    send(0, "B-1");
+    send(0, "B-1");
+    send(0, "B-2");
+    send(0, "B-1");
+
+    try (RunningLoop running = RunningLoop.start(loop(payments(executor)))) {
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 4L));
+    }
+
+    assertThat(effects.all()).containsOnly(Map.entry("B-1", 1), Map.entry("B-2", 1));
+    assertThat(duplicates).hasValue(2);
+  }
+
+  @Test
+  void anOrderHeldByAnotherConsumerIsNotCommittedPastAndIsSkippedOnceThatConsumerSucceeds()
+      throws Exception {
+    TestKafka.createTopics(2, topic);
+    DedupKey held = DedupKey.of(BIZ_TYPE, "C-held");
+    int token = claimElsewhere(held);
+    send(0, "C-held");
+    send(0, "C-after");
+    send(1, "C-other-partition");
+
+    try (RunningLoop running = RunningLoop.start(loop(payments(executor)))) {
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> {
+                assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(1), 1L);
+                assertThat(inProgress).as("in-progress answers").hasValueGreaterThanOrEqualTo(2);
+              });
+      // The held record was tried more than once and is still blocking its own partition only.
+      assertThat(TestKafka.committedOffsets(group)).doesNotContainKey(partition(0));
+      assertThat(effects.all()).containsOnly(Map.entry("C-other-partition", 1));
+
+      // The other consumer finishes its work on the order.
+      effects.apply("C-held");
+      assertThat(store.complete(held, token, Duration.ofDays(1))).isTrue();
+
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 2L));
+    }
+    assertThat(effects.all())
+        .containsOnly(
+            Map.entry("C-held", 1), Map.entry("C-after", 1), Map.entry("C-other-partition", 1));
+    assertThat(duplicates).hasValue(1);
+  }
+
+  @Test
+  void anOrderHeldByAnotherConsumerIsProcessedOnceThatConsumerFails() throws Exception {
+    TestKafka.createTopics(1, topic);
+    DedupKey held = DedupKey.of(BIZ_TYPE, "D-held");
+    int token = claimElsewhere(held);
+    send(0, "D-held");
+
+    try (RunningLoop running = RunningLoop.start(loop(payments(executor)))) {
+      await().atMost(WAIT).untilAsserted(() -> assertThat(inProgress).hasValueGreaterThan(0));
+      assertThat(TestKafka.committedOffsets(group)).isEmpty();
+
+      assertThat(store.fail(held, token, "provider timeout", Duration.ofDays(1))).isTrue();
+
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 1L));
+    }
+    assertThat(effects.all()).containsOnly(Map.entry("D-held", 1));
+    DedupRecord record = store.find(held).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).isEqualTo(2);
+  }
+
+  @Test
+  void aRecordIsNeitherLostNorSkippedWhileTheDatabaseIsDown() throws Exception {
+    TestKafka.createTopics(1, topic);
+    SwitchableDataSource switchable = new SwitchableDataSource(dataSource);
+    JdbcDedupStore fragileStore =
+        JdbcDedupStore.builder(switchable)
+            .retryMaxAttempts(2)
+            .retryInitialBackoff(Duration.ofMillis(10))
+            .retryMaxBackoff(Duration.ofMillis(20))
+            .build();
+    switchable.down.set(true);
+    send(0, "E-1");
+    send(0, "E-2");
+
+    try (IdempotentExecutor fragile = executorOver(fragileStore);
+        RunningLoop running = RunningLoop.start(loop(payments(fragile)))) {
+      // Several claims failed (each after the store's own retries), spread over hold back-offs.
+      await().atMost(WAIT).until(() -> switchable.refused.get() >= 6);
+      assertThat(running.isRunning()).isTrue();
+      assertThat(TestKafka.committedOffsets(group)).isEmpty();
+      assertThat(effects.all()).isEmpty();
+
+      switchable.down.set(false);
+
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 2L));
+    }
+    assertThat(effects.all()).containsOnly(Map.entry("E-1", 1), Map.entry("E-2", 1));
+  }
+
+  @Test
+  void stoppingFinishesTheRecordInHandCommitsItAndAnotherLoopResumesAfterIt() throws Exception {
+    TestKafka.createTopics(1, topic);
+    CountDownLatch inHandler = new CountDownLatch(1);
+    CountDownLatch release = new CountDownLatch(1);
+    IdempotentRecordHandler<String, String> slowOnSecond =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .handler(
+                record -> {
+                  if (orderNo(record).equals("S-2")) {
+                    inHandler.countDown();
+                    assertThat(release.await(20, TimeUnit.SECONDS)).isTrue();
+                  }
+                  effects.apply(orderNo(record));
+                })
+            .build();
+    send(0, "S-1");
+    send(0, "S-2");
+    send(0, "S-3");
+
+    DedupPollLoop<String, String> first = loop(slowOnSecond);
+    try (RunningLoop running = RunningLoop.start(first)) {
+      assertThat(inHandler.await(20, TimeUnit.SECONDS)).isTrue();
+      first.stop();
+      release.countDown();
+    }
+
+    assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 2L);
+    assertThat(effects.all()).containsOnly(Map.entry("S-1", 1), Map.entry("S-2", 1));
+
+    try (RunningLoop second = RunningLoop.start(loop(slowOnSecond))) {
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 3L));
+    }
+    assertThat(effects.all())
+        .containsOnly(Map.entry("S-1", 1), Map.entry("S-2", 1), Map.entry("S-3", 1));
+    assertThat(duplicates).hasValue(0);
+  }
+
+  @Test
+  void interruptingTheLoopsThreadStopsItCleanly() throws Exception {
+    TestKafka.createTopics(1, topic);
+    send(0, "I-1");
+    ExecutorService pollThread = Executors.newSingleThreadExecutor();
+    Future<?> run = pollThread.submit(loop(payments(executor)));
+    await()
+        .atMost(WAIT)
+        .untilAsserted(
+            () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 1L));
+
+    pollThread.shutdownNow();
+
+    assertThat(pollThread.awaitTermination(20, TimeUnit.SECONDS)).isTrue();
+    assertThat(run).isDone();
+    run.get(); // completed normally: no exception escaped the loop
+    send(0, "I-2");
+    try (RunningLoop next = RunningLoop.start(loop(payments(executor)))) {
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 2L));
+    }
+    assertThat(effects.all()).containsOnly(Map.entry("I-1", 1), Map.entry("I-2", 1));
+  }
+
+  /** Another consumer instance claims the key and is still working on it (a live lease). */
+  private static int claimElsewhere(DedupKey key) {
+    ClaimResult claim =
+        store.claim(
+            new ClaimRequest(
+                key, "other-consumer", Duration.ofMinutes(5), Duration.ofDays(1), null, null));
+    assertThat(claim).isInstanceOf(ClaimResult.Claimed.class);
+    return ((ClaimResult.Claimed) claim).token();
+  }
+
+  /** A DataSource whose database can be made unreachable, as a network outage makes it. */
+  private static final class SwitchableDataSource implements DataSource {
+    private final DataSource delegate;
+    final AtomicBoolean down = new AtomicBoolean();
+    final AtomicInteger refused = new AtomicInteger();
+
+    SwitchableDataSource(DataSource delegate) {
+      this.delegate = delegate;
+    }
+
+    private void checkUp() throws SQLException {
+      if (down.get()) {
+        refused.incrementAndGet();
+        throw new SQLException("Connection refused (database down in this test)", "08001");
+      }
+    }
+
+    @Override
+    public Connection getConnection() throws SQLException {
+      checkUp();
+      return delegate.getConnection();
+    }
+
+    @Override
+    public Connection getConnection(String username, String password) throws SQLException {
+      checkUp();
+      return delegate.getConnection(username, password);
+    }
+
+    @Override
+    public PrintWriter getLogWriter() throws SQLException {
+      return delegate.getLogWriter();
+    }
+
+    @Override
+    public void setLogWriter(PrintWriter out) throws SQLException {
+      delegate.setLogWriter(out);
+    }
+
+    @Override
+    public void setLoginTimeout(int seconds) throws SQLException {
+      delegate.setLoginTimeout(seconds);
+    }
+
+    @Override
+    public int getLoginTimeout() throws SQLException {
+      return delegate.getLoginTimeout();
+    }
+
+    @Override
+    public Logger getParentLogger() throws SQLFeatureNotSupportedException {
+      return delegate.getParentLogger();
+    }
+
+    @Override
+    public <T> T unwrap(Class<T> iface) throws SQLException {
+      return delegate.unwrap(iface);
+    }
+
+    @Override
+    public boolean isWrapperFor(Class<?> iface) throws SQLException {
+      return delegate.isWrapperFor(iface);
+    }
+  }
+}

@@ -1,0 +1,200 @@
+package io.consumerdedup.kafka;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupKeyMalformedException;
+import io.consumerdedup.core.DedupKeyMissingException;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.Outcome;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.TestDatabase;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.Map;
+import java.util.UUID;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The record handler over the real PostgreSQL store, with hand-built records: business keys, the
+ * missing-key policies, and retries after a failure.
+ */
+class IdempotentRecordHandlerTest {
+  private static String schema;
+  private static HikariDataSource dataSource;
+  private static IdempotentExecutor executor;
+
+  private final Effects effects = new Effects();
+  private String topic;
+  private String bizType;
+
+  @BeforeAll
+  static void setUpClass() {
+    schema = TestDatabase.newSchema("record_handler");
+    dataSource = TestDatabase.dataSource(schema, 2);
+    executor = IdempotentExecutor.builder(JdbcDedupStore.builder(dataSource).build()).build();
+  }
+
+  @AfterAll
+  static void tearDownClass() {
+    executor.close();
+    dataSource.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  @BeforeEach
+  void setUp() {
+    String id = UUID.randomUUID().toString().substring(0, 8);
+    topic = "payments-" + id;
+    bizType = "payment-" + id;
+  }
+
+  private ConsumerRecord<String, String> record(long offset, String value, String orderNo) {
+    ConsumerRecord<String, String> record = new ConsumerRecord<>(topic, 0, offset, "k", value);
+    record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+    return record;
+  }
+
+  private ConsumerRecord<String, String> withoutKey(long offset, String value) {
+    return new ConsumerRecord<>(topic, 0, offset, "k", value);
+  }
+
+  private IdempotentRecordHandler<String, String> handler(MissingKeyPolicy policy) {
+    return IdempotentRecordHandler.<String, String>builder(executor)
+        .bizType(bizType)
+        .key(KeyExtractors.header("order-no"))
+        .missingKeyPolicy(policy)
+        .groupId("billing")
+        .handler(record -> effects.apply(record.value()))
+        .build();
+  }
+
+  @Test
+  void aSecondDeliveryOfTheSameKeyIsADuplicateAndIsNotApplied() {
+    IdempotentRecordHandler<String, String> handler = handler(MissingKeyPolicy.FAIL);
+
+    assertThat(handler.handle(record(1, "charge ORD-1", "ORD-1"))).isEqualTo(Outcome.PROCESSED);
+    assertThat(handler.handle(record(2, "charge ORD-1", "ORD-1"))).isEqualTo(Outcome.DUPLICATE);
+
+    assertThat(effects.all()).containsOnly(Map.entry("charge ORD-1", 1));
+    DedupRecord stored = find("ORD-1");
+    assertThat(stored.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(stored.source()).contains(topic + "-0@1 (group billing)");
+  }
+
+  @Test
+  void underFailARecordWithoutKeyIsRefusedNamingTheRecordAndNothingIsApplied() throws Exception {
+    IdempotentRecordHandler<String, String> handler = handler(MissingKeyPolicy.FAIL);
+
+    assertThatThrownBy(() -> handler.handle(withoutKey(7, "charge ?")))
+        .isExactlyInstanceOf(DedupKeyMissingException.class)
+        .hasMessageContaining("no business key")
+        .hasMessageContaining(topic + "-0@7")
+        .hasMessageContaining("group billing");
+
+    assertThat(effects.all()).isEmpty();
+    assertThat(rowsOfThisType()).isZero();
+  }
+
+  @Test
+  void underProcessWithoutDedupARecordWithoutKeyIsAppliedOnEveryDelivery() throws Exception {
+    IdempotentRecordHandler<String, String> handler =
+        handler(MissingKeyPolicy.PROCESS_WITHOUT_DEDUP);
+
+    assertThat(handler.handle(withoutKey(7, "charge ?"))).isEqualTo(Outcome.PROCESSED);
+    assertThat(handler.handle(withoutKey(7, "charge ?"))).isEqualTo(Outcome.PROCESSED);
+
+    assertThat(effects.count("charge ?")).isEqualTo(2);
+    assertThat(rowsOfThisType()).isZero();
+  }
+
+  @Test
+  void underUseCoordinatesTheSameRecordIsAppliedOnceButACopyAtAnotherOffsetAgain() {
+    IdempotentRecordHandler<String, String> handler = handler(MissingKeyPolicy.USE_COORDINATES);
+
+    assertThat(handler.handle(withoutKey(7, "charge ?"))).isEqualTo(Outcome.PROCESSED);
+    assertThat(handler.handle(withoutKey(7, "charge ?"))).isEqualTo(Outcome.DUPLICATE);
+    assertThat(handler.handle(withoutKey(8, "charge ?"))).isEqualTo(Outcome.PROCESSED);
+
+    assertThat(effects.count("charge ?")).isEqualTo(2);
+    assertThat(find(topic + "-0@7").status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void aMalformedKeyIsRefusedWhateverThePolicy() {
+    ConsumerRecord<String, String> record = withoutKey(9, "charge ?");
+    record.headers().add("order-no", new byte[] {(byte) 0xFF});
+
+    for (MissingKeyPolicy policy : MissingKeyPolicy.values()) {
+      assertThatThrownBy(() -> handler(policy).handle(record))
+          .as(policy.name())
+          .isInstanceOf(DedupKeyMalformedException.class)
+          .hasMessageContaining("header 'order-no'")
+          .hasMessageContaining(topic + "-0@9");
+    }
+    assertThat(effects.all()).isEmpty();
+  }
+
+  @Test
+  void aKeyWithAControlCharacterIsMalformed() {
+    assertThatThrownBy(() -> handler(MissingKeyPolicy.FAIL).handle(record(3, "x", "ORD\u00011")))
+        .isInstanceOf(DedupKeyMalformedException.class)
+        .hasMessageContaining(topic + "-0@3");
+  }
+
+  @Test
+  void aFailedHandlerLeavesTheKeyFailedAndTheNextDeliveryRetriesIt() {
+    boolean[] fail = {true};
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(bizType)
+            .key(KeyExtractors.header("order-no"))
+            .handler(
+                record -> {
+                  if (fail[0]) {
+                    throw new IllegalStateException("provider down");
+                  }
+                  effects.apply(record.value());
+                })
+            .build();
+
+    assertThatThrownBy(() -> handler.handle(record(1, "charge ORD-5", "ORD-5")))
+        .isExactlyInstanceOf(IllegalStateException.class)
+        .hasMessage("provider down");
+    DedupRecord failed = find("ORD-5");
+    assertThat(failed.status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(failed.lastError()).hasValueSatisfying(e -> assertThat(e).contains("provider down"));
+
+    fail[0] = false;
+    assertThat(handler.handle(record(1, "charge ORD-5", "ORD-5"))).isEqualTo(Outcome.PROCESSED);
+
+    assertThat(effects.all()).containsOnly(Map.entry("charge ORD-5", 1));
+    assertThat(find("ORD-5").attempts()).isEqualTo(2);
+  }
+
+  private DedupRecord find(String bizKey) {
+    return executor.store().find(DedupKey.of(bizType, bizKey)).orElseThrow();
+  }
+
+  private int rowsOfThisType() throws SQLException {
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement();
+        ResultSet rows =
+            statement.executeQuery(
+                "SELECT count(*) FROM consumer_dedup WHERE biz_type = '" + bizType + "'")) {
+      rows.next();
+      return rows.getInt(1);
+    }
+  }
+}
