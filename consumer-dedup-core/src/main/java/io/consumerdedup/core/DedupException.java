@@ -11,14 +11,24 @@ import org.jspecify.annotations.Nullable;
 public class DedupException extends RuntimeException {
   private static final long serialVersionUID = 1L;
 
+  private final String reason;
   private final @Nullable DedupKey key;
   private final @Nullable String source;
 
+  /**
+   * @param reason what happened; the message appends the key and the source
+   */
   public DedupException(
-      String message, @Nullable DedupKey key, @Nullable String source, @Nullable Throwable cause) {
-    super(message + describe(key, source), cause);
+      String reason, @Nullable DedupKey key, @Nullable String source, @Nullable Throwable cause) {
+    super(reason + describe(key, source), cause);
+    this.reason = reason;
     this.key = key;
     this.source = source;
+  }
+
+  /** What happened, without the key and source that {@link #getMessage()} appends. */
+  public String reason() {
+    return reason;
   }
 
   /** The key concerned, when there is one (a missing key has none). */

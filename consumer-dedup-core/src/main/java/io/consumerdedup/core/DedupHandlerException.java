@@ -10,7 +10,11 @@ import org.jspecify.annotations.Nullable;
 public class DedupHandlerException extends DedupException {
   private static final long serialVersionUID = 1L;
 
-  public DedupHandlerException(DedupKey key, @Nullable String source, Exception cause) {
+  /**
+   * @param key the key, or null when the handler ran without dedup (a record without a key under
+   *     {@code MissingKeyPolicy.PROCESS_WITHOUT_DEDUP})
+   */
+  public DedupHandlerException(@Nullable DedupKey key, @Nullable String source, Exception cause) {
     super("Handler failed: " + cause, key, source, cause);
   }
 }

@@ -238,6 +238,8 @@ public final class IdempotentExecutor implements AutoCloseable {
     long start = System.nanoTime();
     try {
       return inTransaction ? store.claimInTransaction(request) : store.claim(request);
+    } catch (DedupStoreException e) {
+      throw withSource(e, request.source());
     } finally {
       listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - start));
     }
@@ -334,6 +336,19 @@ public final class IdempotentExecutor implements AutoCloseable {
     if (!renewal.leaseLost()) {
       listener.leaseLost(key, attempt);
     }
+  }
+
+  /**
+   * The store knows the key but not where the delivery came from; the caller's error should say.
+   */
+  private static DedupStoreException withSource(DedupStoreException e, @Nullable String source) {
+    if (source == null || e.source().isPresent()) {
+      return e;
+    }
+    DedupStoreException located =
+        new DedupStoreException(e.reason(), e.key().orElse(null), source, e.getCause());
+    located.setStackTrace(e.getStackTrace());
+    return located;
   }
 
   private static String where(DedupKey key, @Nullable String source) {

@@ -1,5 +1,6 @@
 package io.consumerdedup.kafka;
 
+import io.consumerdedup.core.DedupHandlerException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupKeyMissingException;
@@ -67,7 +68,15 @@ public final class IdempotentRecordHandler<K, V> {
    */
   public Outcome handle(ConsumerRecord<K, V> record) {
     String source = RecordSources.describe(record, groupId);
-    Optional<String> extracted = keyExtractor.extract(record);
+    Optional<String> extracted;
+    try {
+      extracted = keyExtractor.extract(record);
+    } catch (DedupKeyMalformedException e) {
+      // Extractors see only the record; the group is known here.
+      throw e.source().filter(source::equals).isPresent()
+          ? e
+          : new DedupKeyMalformedException(e.reason(), source, e.getCause());
+    }
     String bizKey;
     if (extracted.isPresent()) {
       bizKey = extracted.get();
@@ -123,7 +132,7 @@ public final class IdempotentRecordHandler<K, V> {
     } catch (RuntimeException e) {
       throw e;
     } catch (Exception e) {
-      throw new io.consumerdedup.core.DedupException("Handler failed: " + e, null, source, e);
+      throw new DedupHandlerException(null, source, e);
     }
   }
 

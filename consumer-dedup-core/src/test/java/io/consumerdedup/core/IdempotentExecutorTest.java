@@ -285,7 +285,8 @@ class IdempotentExecutorTest {
                         charges::incrementAndGet))
         .isInstanceOf(DedupStoreException.class)
         .hasMessageContaining("Dedup store claim on table consumer_dedup failed after 3 tries")
-        .hasMessageContaining("[key payment/ORD-9]");
+        .hasMessageContaining("[key payment/ORD-9]")
+        .hasMessageContaining("[from payments-0@9]");
     assertThat(charges).hasValue(0);
   }
 

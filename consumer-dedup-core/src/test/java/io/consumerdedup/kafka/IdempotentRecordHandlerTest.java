@@ -141,7 +141,7 @@ class IdempotentRecordHandlerTest {
           .as(policy.name())
           .isInstanceOf(DedupKeyMalformedException.class)
           .hasMessageContaining("header 'order-no'")
-          .hasMessageContaining(topic + "-0@9");
+          .hasMessageContaining(topic + "-0@9 (group billing)");
     }
     assertThat(effects.all()).isEmpty();
   }
