@@ -1,7 +1,6 @@
 package io.consumerdedup.spring;
 
 import io.consumerdedup.testing.TestDatabase;
-import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
@@ -18,17 +17,19 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.test.EmbeddedKafkaBroker;
 import org.springframework.test.context.DynamicPropertyRegistry;
 
 /**
  * A fresh PostgreSQL schema (dedup table plus an {@code effects} table that listeners write their
- * side effects to) and the shared in-JVM KRaft broker, for one Spring Boot test class.
+ * side effects to) for one Spring Boot test class; the class brings its own in-JVM KRaft broker
+ * with {@code @EmbeddedKafka}, which stops with the test's application context.
  */
 final class SpringTestEnvironment {
   private SpringTestEnvironment() {}
 
-  /** Creates the schema and topics and points the application at them. */
-  static String prepare(DynamicPropertyRegistry registry, String prefix, String... topics) {
+  /** Creates the schema and points the application at it. */
+  static String prepare(DynamicPropertyRegistry registry, String prefix) {
     String schema = TestDatabase.newSchema(prefix);
     try (Connection connection = TestDatabase.connect(schema);
         Statement statement = connection.createStatement()) {
@@ -38,10 +39,8 @@ final class SpringTestEnvironment {
     } catch (SQLException e) {
       throw new IllegalStateException(e);
     }
-    TestKafka.createTopics(1, topics);
     registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
     registry.add("spring.datasource.hikari.maximum-pool-size", () -> "6");
-    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
     registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
     registry.add("spring.kafka.consumer.properties.max.poll.interval.ms", () -> "60000");
     registry.add("consumer-dedup.cleanup.enabled", () -> "false");
@@ -59,13 +58,14 @@ final class SpringTestEnvironment {
   }
 
   /** Reads every record of {@code topic} from the beginning, until {@code count} have arrived. */
-  static List<ConsumerRecord<String, String>> readTopic(String topic, int count, Duration timeout) {
+  static List<ConsumerRecord<String, String>> readTopic(
+      EmbeddedKafkaBroker kafka, String topic, int count, Duration timeout) {
     List<ConsumerRecord<String, String>> records = new ArrayList<>();
     try (KafkaConsumer<String, String> consumer =
         new KafkaConsumer<>(
             Map.of(
                 ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
-                TestKafka.bootstrapServers(),
+                kafka.getBrokersAsString(),
                 ConsumerConfig.GROUP_ID_CONFIG,
                 "reader-" + UUID.randomUUID(),
                 ConsumerConfig.AUTO_OFFSET_RESET_CONFIG,
