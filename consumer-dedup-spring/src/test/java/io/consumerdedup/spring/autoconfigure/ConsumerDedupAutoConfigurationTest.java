@@ -3,6 +3,7 @@ package io.consumerdedup.spring.autoconfigure;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import com.jayway.jsonpath.JsonPath;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyConflictException;
@@ -30,14 +31,18 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
+import java.util.Map;
 import java.util.UUID;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
+import org.springframework.boot.context.properties.bind.Binder;
+import org.springframework.boot.context.properties.source.MapConfigurationPropertySource;
 import org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 import org.springframework.context.annotation.Bean;
@@ -423,6 +428,33 @@ class ConsumerDedupAutoConfigurationTest {
     }
   }
 
+  @Test
+  void defaultsShownToIdesAreTheDefaultsBound() throws Exception {
+    String metadata;
+    try (InputStream in =
+        getClass()
+            .getClassLoader()
+            .getResourceAsStream("META-INF/spring-configuration-metadata.json")) {
+      metadata = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    }
+    List<Map<String, Object>> properties = JsonPath.read(metadata, "$.properties[*]");
+    Map<String, Object> shown = new HashMap<>();
+    for (Map<String, Object> property : properties) {
+      if (property.get("defaultValue") != null) {
+        shown.put((String) property.get("name"), property.get("defaultValue"));
+      }
+    }
+    // Every property but owner-id (generated per instance) shows its default.
+    assertThat(properties).hasSize(19);
+    assertThat(shown).hasSize(18).doesNotContainKey("consumer-dedup.owner-id");
+
+    ConsumerDedupProperties bound =
+        new Binder(new MapConfigurationPropertySource(shown))
+            .bind("consumer-dedup", ConsumerDedupProperties.class)
+            .get();
+    assertThat(bound).usingRecursiveComparison().isEqualTo(new ConsumerDedupProperties());
+  }
+
   private static List<Thread> janitorThreads() {
     return Thread.getAllStackTraces().keySet().stream()
         .filter(t -> t.getName().equals("consumer-dedup-janitor") && t.isAlive())
@@ -472,7 +504,7 @@ class ConsumerDedupAutoConfigurationTest {
     ConcurrentKafkaListenerContainerFactory<Object, Object> kafkaListenerContainerFactory() {
       ConcurrentKafkaListenerContainerFactory<Object, Object> factory =
           new ConcurrentKafkaListenerContainerFactory<>();
-      factory.setConsumerFactory(new DefaultKafkaConsumerFactory<>(java.util.Map.of()));
+      factory.setConsumerFactory(new DefaultKafkaConsumerFactory<>(Map.of()));
       factory.setRecordInterceptor(
           (record, consumer) -> {
             seen.add(record);
