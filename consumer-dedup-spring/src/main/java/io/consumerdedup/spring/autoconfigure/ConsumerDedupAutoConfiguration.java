@@ -6,18 +6,13 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.micrometer.MicrometerDedupListener;
-import io.consumerdedup.spring.CurrentRecordInterceptor;
-import io.consumerdedup.spring.DedupErrorClassification;
 import io.consumerdedup.spring.IdempotentExecutors;
 import io.consumerdedup.spring.IdempotentListenerInterceptor;
 import io.consumerdedup.spring.IdempotentListenerPostProcessor;
 import io.micrometer.core.instrument.MeterRegistry;
 import javax.sql.DataSource;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.BeanFactory;
 import org.springframework.beans.factory.ObjectProvider;
-import org.springframework.beans.factory.config.BeanPostProcessor;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBooleanProperty;
@@ -29,7 +24,6 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
 import org.springframework.jdbc.datasource.TransactionAwareDataSourceProxy;
 import org.springframework.kafka.annotation.KafkaListener;
-import org.springframework.kafka.config.AbstractKafkaListenerContainerFactory;
 import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 
@@ -52,7 +46,6 @@ import org.springframework.kafka.listener.DefaultErrorHandler;
 @ConditionalOnBooleanProperty(name = "consumer-dedup.enabled", matchIfMissing = true)
 @EnableConfigurationProperties(ConsumerDedupProperties.class)
 public class ConsumerDedupAutoConfiguration {
-  private static final Logger log = LoggerFactory.getLogger(ConsumerDedupAutoConfiguration.class);
 
   @Bean
   @ConditionalOnMissingBean
@@ -65,7 +58,15 @@ public class ConsumerDedupAutoConfiguration {
   @Bean
   @ConditionalOnMissingBean(DedupStore.class)
   public JdbcDedupStore dedupStore(DataSource dataSource, ConsumerDedupProperties properties) {
-    return storeBuilder(dataSource, properties).build();
+    // SEPARATE claims need connections of their own: through a transaction-aware proxy, a claim
+    // inside a listener's transaction would take (and, switching it to auto-commit, commit) the
+    // transaction's connection.
+    DataSource own =
+        dataSource instanceof TransactionAwareDataSourceProxy proxy
+                && proxy.getTargetDataSource() != null
+            ? proxy.getTargetDataSource()
+            : dataSource;
+    return storeBuilder(own, properties).build();
   }
 
   @Bean(destroyMethod = "close")
@@ -106,39 +107,16 @@ public class ConsumerDedupAutoConfiguration {
     return new IdempotentListenerPostProcessor(interceptor::getObject);
   }
 
-  /**
-   * Adds {@link CurrentRecordInterceptor} to every listener container factory bean, after the
-   * record interceptor the factory already has.
-   */
   @Bean
-  public static BeanPostProcessor dedupContainerFactoryPostProcessor() {
-    return new BeanPostProcessor() {
-      @Override
-      public Object postProcessAfterInitialization(Object bean, String beanName) {
-        if (bean instanceof AbstractKafkaListenerContainerFactory<?, ?, ?> factory) {
-          CurrentRecordInterceptor.addTo(factory);
-        }
-        return bean;
-      }
-    };
+  @ConditionalOnMissingBean
+  public static RecordCapturingFactoryPostProcessor recordCapturingFactoryPostProcessor() {
+    return new RecordCapturingFactoryPostProcessor();
   }
 
-  /**
-   * Adds consumer-dedup's classifications to every {@link DefaultErrorHandler} bean the application
-   * defines, keeping its back-off and recoverer.
-   */
   @Bean
-  public static BeanPostProcessor dedupErrorHandlerPostProcessor() {
-    return new BeanPostProcessor() {
-      @Override
-      public Object postProcessAfterInitialization(Object bean, String beanName) {
-        if (bean instanceof DefaultErrorHandler errorHandler) {
-          DedupErrorClassification.applyTo(errorHandler);
-          log.debug("Added consumer-dedup exception classifications to {}", beanName);
-        }
-        return bean;
-      }
-    };
+  @ConditionalOnMissingBean
+  public static ErrorHandlerClassifyingPostProcessor errorHandlerClassifyingPostProcessor() {
+    return new ErrorHandlerClassifyingPostProcessor();
   }
 
   /**

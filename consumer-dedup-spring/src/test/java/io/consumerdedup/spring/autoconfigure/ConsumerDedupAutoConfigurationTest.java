@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import com.jayway.jsonpath.JsonPath;
+import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyConflictException;
@@ -48,12 +49,15 @@ import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
 import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.jdbc.datasource.DataSourceTransactionManager;
+import org.springframework.jdbc.datasource.TransactionAwareDataSourceProxy;
 import org.springframework.kafka.config.ConcurrentKafkaListenerContainerFactory;
 import org.springframework.kafka.core.DefaultKafkaConsumerFactory;
 import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.CompositeRecordInterceptor;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.RecordInterceptor;
+import org.springframework.transaction.support.TransactionTemplate;
 
 class ConsumerDedupAutoConfigurationTest {
   private final List<String> schemas = new ArrayList<>();
@@ -189,6 +193,47 @@ class ConsumerDedupAutoConfigurationTest {
               // The executors run over the application's store.
               assertThat(context.getBean(IdempotentExecutors.class).defaultExecutor().store())
                   .isSameAs(OwnBeans.store);
+            });
+  }
+
+  @Test
+  void separateClaimsStayOutOfTheCallersTransactionEvenOverATransactionAwareDataSource() {
+    String schema = schemaWithTable();
+    try (HikariDataSource pool = TestDatabase.dataSource(schema, 3)) {
+      separateClaimsOver(new TransactionAwareDataSourceProxy(pool));
+    }
+  }
+
+  private void separateClaimsOver(DataSource transactionAware) {
+    new ApplicationContextRunner()
+        .withConfiguration(AutoConfigurations.of(ConsumerDedupAutoConfiguration.class))
+        .withBean(DataSource.class, () -> transactionAware)
+        .run(
+            context -> {
+              DataSource dataSource = context.getBean(DataSource.class);
+              JdbcTemplate jdbc = new JdbcTemplate(dataSource);
+              jdbc.execute("CREATE TABLE business (note text)");
+              IdempotentExecutor executor =
+                  context.getBean(IdempotentExecutors.class).defaultExecutor();
+              TransactionTemplate transaction =
+                  new TransactionTemplate(new DataSourceTransactionManager(dataSource));
+              transaction.executeWithoutResult(
+                  status -> {
+                    jdbc.update("INSERT INTO business VALUES ('written, then rolled back')");
+                    executor.execute(DedupKey.of("payment", "TX-SEP"), () -> "done");
+                    status.setRollbackOnly();
+                  });
+              // The claim ran on a connection of its own: it neither committed the caller's
+              // insert nor was rolled back with it.
+              assertThat(jdbc.queryForObject("SELECT count(*) FROM business", Integer.class))
+                  .isZero();
+              assertThat(
+                      executor
+                          .store()
+                          .find(DedupKey.of("payment", "TX-SEP"))
+                          .orElseThrow()
+                          .status())
+                  .isEqualTo(DedupStatus.SUCCESS);
             });
   }
 
