@@ -1,0 +1,296 @@
+package io.consumerdedup.spring;
+
+import static io.consumerdedup.spring.SpringTestEnvironment.send;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.micrometer.MicrometerDedupListener;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.CyclicBarrier;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.SpringBootConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.kafka.autoconfigure.ConcurrentKafkaListenerContainerFactoryConfigurer;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.ConcurrentKafkaListenerContainerFactory;
+import org.springframework.kafka.core.ConsumerFactory;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.RecordInterceptor;
+import org.springframework.kafka.test.context.EmbeddedKafka;
+import org.springframework.test.annotation.DirtiesContext;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.transaction.PlatformTransactionManager;
+import org.springframework.transaction.annotation.Transactional;
+
+/**
+ * {@code consumer-dedup.mode=TRANSACTIONAL}: the dedup row is written in the listener's own
+ * transaction (from {@code @Transactional}, or from the container's transaction manager), with no
+ * error handler bean of the application's (so consumer-dedup's default one is used).
+ */
+@SpringBootTest(
+    classes = TransactionalModeIntegrationTest.App.class,
+    properties = "consumer-dedup.mode=transactional")
+@EmbeddedKafka(
+    partitions = 1,
+    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
+    topics = {"tx-ledger", "tx-concurrent", "tx-missing", "tx-none"})
+@DirtiesContext
+class TransactionalModeIntegrationTest {
+  static final Duration WAIT = Duration.ofSeconds(30);
+
+  @DynamicPropertySource
+  static void environment(DynamicPropertyRegistry registry) {
+    SpringTestEnvironment.prepare(registry, "spring_tx");
+  }
+
+  @Autowired KafkaTemplate<String, String> template;
+  @Autowired JdbcTemplate jdbc;
+  @Autowired DedupStore store;
+  @Autowired MeterRegistry registry;
+
+  @Test
+  void rollbackLeavesNeitherBusinessRowNorDedupRowAndTheRedeliveryAppliesItOnce() throws Exception {
+    send(template, "tx-ledger", "debit 30", "order-no", "TX-1");
+
+    // The first attempt wrote its business row, then threw; the second attempt waits here.
+    assertThat(Switches.secondAttemptStarted.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+    assertThat(effects("ledger", "TX-1")).isZero();
+    assertThat(store.find(DedupKey.of("ledger", "TX-1"))).isEmpty();
+    Switches.releaseSecondAttempt.countDown();
+
+    await().atMost(WAIT).until(() -> effects("ledger", "TX-1") == 1);
+    await()
+        .atMost(WAIT)
+        .untilAsserted(
+            () -> {
+              DedupRecord record = store.find(DedupKey.of("ledger", "TX-1")).orElseThrow();
+              assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+              // The rolled-back first attempt left no trace, not even an attempt count.
+              assertThat(record.attempts()).isEqualTo(1);
+            });
+    assertThat(Switches.ledgerCalls.get("TX-1").get()).isEqualTo(2);
+
+    send(template, "tx-ledger", "debit 30", "order-no", "TX-1");
+    await().atMost(WAIT).until(() -> outcomes("ledger", "duplicate") == 1);
+    assertThat(effects("ledger", "TX-1")).isEqualTo(1);
+  }
+
+  @Test
+  void twoConcurrentCopiesUnderTheContainersTransactionManagerApplyItOnce() throws Exception {
+    // Two consumer groups receive the same record; a barrier releases both at once, and the second
+    // claim waits on the first one's uncommitted row.
+    send(template, "tx-concurrent", "transfer 12", "order-no", "TR-1");
+
+    await().atMost(WAIT).until(() -> outcomes("transfer", "duplicate") == 1);
+    assertThat(effects("transfer", "TR-1")).isEqualTo(1);
+    assertThat(outcomes("transfer", "processed")).isEqualTo(1);
+    assertThat(store.find(DedupKey.of("transfer", "TR-1")).orElseThrow().status())
+        .isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void missingKeyWithoutDeadLetterTopicIsLoggedAndSkippedWithoutRetry() throws Exception {
+    send(template, "tx-missing", "no key here");
+    send(template, "tx-missing", "with key", "order-no", "MISS-2");
+
+    await().atMost(WAIT).until(() -> effects("missing", "MISS-2") == 1);
+    assertThat(effects("missing", null)).isZero();
+    assertThat(outcomes("missing", "missing_key")).isEqualTo(1);
+  }
+
+  @Test
+  void transactionalModeWithoutTransactionFailsAtTheFirstRecordNamingTheListener()
+      throws Exception {
+    send(template, "tx-none", "anything", "order-no", "NONE-1");
+
+    await().atMost(WAIT).until(() -> !Switches.failures.isEmpty());
+    assertThat(Switches.failures.get(0))
+        .contains("TransactionalModeIntegrationTest$TxListeners#withoutTransaction")
+        .contains("outside a Spring transaction");
+    assertThat(effects("none", "NONE-1")).isZero();
+    assertThat(store.find(DedupKey.of("none", "NONE-1"))).isEmpty();
+  }
+
+  private int effects(String listener, String bizKey) {
+    Integer count =
+        jdbc.queryForObject(
+            "SELECT count(*) FROM effects WHERE listener = ? AND biz_key IS NOT DISTINCT FROM ?",
+            Integer.class,
+            listener,
+            bizKey);
+    return count == null ? 0 : count;
+  }
+
+  private double outcomes(String bizType, String outcome) {
+    Counter counter =
+        registry
+            .find(MicrometerDedupListener.OUTCOMES)
+            .tag("biz_type", bizType)
+            .tag("outcome", outcome)
+            .counter();
+    return counter == null ? 0 : counter.count();
+  }
+
+  static final class Switches {
+    static final Map<String, AtomicInteger> ledgerCalls = new ConcurrentHashMap<>();
+    static final CountDownLatch secondAttemptStarted = new CountDownLatch(1);
+    static final CountDownLatch releaseSecondAttempt = new CountDownLatch(1);
+    static final CyclicBarrier bothCopiesArrived = new CyclicBarrier(2);
+    static final List<String> failures = new CopyOnWriteArrayList<>();
+  }
+
+  @SpringBootConfiguration
+  @EnableAutoConfiguration
+  static class App {
+    @Bean
+    SimpleMeterRegistry meterRegistry() {
+      return new SimpleMeterRegistry();
+    }
+
+    /**
+     * The application's own record interceptor: consumer-dedup composes with it. It records
+     * listener failures, and lines up the two concurrent copies.
+     */
+    @Bean
+    RecordInterceptor<Object, Object> applicationInterceptor() {
+      return new RecordInterceptor<>() {
+        @Override
+        public ConsumerRecord<Object, Object> intercept(
+            ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
+          if (record.topic().equals("tx-concurrent")) {
+            try {
+              Switches.bothCopiesArrived.await(30, TimeUnit.SECONDS);
+            } catch (Exception e) {
+              throw new IllegalStateException("The two copies did not meet", e);
+            }
+          }
+          return record;
+        }
+
+        @Override
+        public void failure(
+            ConsumerRecord<Object, Object> record,
+            Exception exception,
+            Consumer<Object, Object> consumer) {
+          StringBuilder text = new StringBuilder();
+          for (Throwable t = exception; t != null; t = t.getCause()) {
+            text.append(t).append('\n');
+          }
+          Switches.failures.add(text.toString());
+        }
+      };
+    }
+
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> transactedFactory(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory,
+        PlatformTransactionManager transactionManager) {
+      ConcurrentKafkaListenerContainerFactory<Object, Object> factory =
+          new ConcurrentKafkaListenerContainerFactory<>();
+      configurer.configure(factory, consumerFactory);
+      factory.getContainerProperties().setTransactionManager(transactionManager);
+      return factory;
+    }
+
+    @Bean
+    TxListeners txListeners(JdbcTemplate jdbc) {
+      return new TxListeners(jdbc);
+    }
+  }
+
+  static class TxListeners {
+    final JdbcTemplate jdbc;
+
+    TxListeners(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
+
+    void effect(String listener, String bizKey, String payload) {
+      jdbc.update(
+          "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
+          listener,
+          bizKey,
+          payload);
+    }
+
+    @Transactional
+    @Idempotent(bizType = "ledger", header = "order-no")
+    @KafkaListener(id = "tx-ledger", topics = "tx-ledger")
+    public void onLedger(
+        String payload,
+        @org.springframework.messaging.handler.annotation.Header("order-no") String orderNo)
+        throws InterruptedException {
+      int call =
+          Switches.ledgerCalls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      if (call == 2) {
+        Switches.secondAttemptStarted.countDown();
+        if (!Switches.releaseSecondAttempt.await(30, TimeUnit.SECONDS)) {
+          throw new IllegalStateException("the test never released the second attempt");
+        }
+      }
+      effect("ledger", orderNo, payload);
+      if (call == 1) {
+        throw new IllegalStateException("ledger posting failed after the business write");
+      }
+    }
+
+    @Idempotent(bizType = "transfer", header = "order-no")
+    @KafkaListener(
+        id = "tx-copy-a",
+        topics = "tx-concurrent",
+        containerFactory = "transactedFactory")
+    public void onTransferA(ConsumerRecord<String, String> record) throws InterruptedException {
+      transfer(record);
+    }
+
+    @Idempotent(bizType = "transfer", header = "order-no")
+    @KafkaListener(
+        id = "tx-copy-b",
+        topics = "tx-concurrent",
+        containerFactory = "transactedFactory")
+    public void onTransferB(ConsumerRecord<String, String> record) throws InterruptedException {
+      transfer(record);
+    }
+
+    private void transfer(ConsumerRecord<String, String> record) throws InterruptedException {
+      effect("transfer", SpringTestEnvironment.header(record, "order-no"), record.value());
+      // Hold the transaction open, so the other copy's claim has to wait for it.
+      Thread.sleep(500);
+    }
+
+    @Transactional
+    @Idempotent(bizType = "missing", header = "order-no")
+    @KafkaListener(id = "tx-missing", topics = "tx-missing")
+    public void onMissing(ConsumerRecord<String, String> record) {
+      effect("missing", SpringTestEnvironment.header(record, "order-no"), record.value());
+    }
+
+    @Idempotent(bizType = "none", header = "order-no")
+    @KafkaListener(id = "tx-none", topics = "tx-none")
+    public void withoutTransaction(ConsumerRecord<String, String> record) {
+      effect("none", SpringTestEnvironment.header(record, "order-no"), record.value());
+    }
+  }
+}
