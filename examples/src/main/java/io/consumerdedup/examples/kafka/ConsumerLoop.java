@@ -11,10 +11,12 @@ import io.consumerdedup.kafka.RecordHandler;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Properties;
+import java.util.Set;
 import java.util.StringJoiner;
 import java.util.function.Consumer;
 import org.apache.kafka.clients.consumer.CommitFailedException;
@@ -80,6 +82,7 @@ public final class ConsumerLoop implements AutoCloseable {
   private final Duration retryBackoff;
   private final Consumer<ConsumerRecord<String, String>> beforeCommit;
   private final Map<Long, Integer> failuresByOffset = new HashMap<>();
+  private final Set<Long> inProgressAnnounced = new HashSet<>();
   private @Nullable KafkaProducer<String, String> deadLetterProducer;
 
   private ConsumerLoop(Builder builder) {
@@ -173,8 +176,17 @@ public final class ConsumerLoop implements AutoCloseable {
       return true;
     } catch (DedupInProgressException e) {
       stats.retried();
-      progress.step(
-          name + ": " + where(record) + " is in progress elsewhere; will retry: " + e.getMessage());
+      if (inProgressAnnounced.add(record.offset())) {
+        progress.step(
+            name
+                + ": "
+                + where(record)
+                + " is in progress under "
+                + e.holder()
+                + "'s lease; redelivering it every "
+                + retryBackoff.toMillis()
+                + " ms until that holder finishes");
+      }
       return false;
     } catch (DedupKeyMissingException | DedupKeyConflictException e) {
       // Retrying cannot help a record without a usable key or with a conflicting payload.

@@ -8,9 +8,11 @@ public final class Scenarios {
 
   public static List<Scenario> all() {
     return List.of(
+        new LostAckScenario(),
         new ProducerRetryScenario(),
         new ProviderCallbackScenario(),
         new BankTimeoutScenario(),
+        new ZombieConsumerScenario(),
         new FanOutScenario());
   }
 }
