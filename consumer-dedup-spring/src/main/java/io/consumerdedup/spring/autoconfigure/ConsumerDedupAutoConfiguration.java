@@ -1,0 +1,215 @@
+package io.consumerdedup.spring.autoconfigure;
+
+import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.DedupJanitor;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.micrometer.MicrometerDedupListener;
+import io.consumerdedup.spring.CurrentRecordInterceptor;
+import io.consumerdedup.spring.DedupErrorClassification;
+import io.consumerdedup.spring.IdempotentExecutors;
+import io.consumerdedup.spring.IdempotentListenerInterceptor;
+import io.consumerdedup.spring.IdempotentListenerPostProcessor;
+import io.micrometer.core.instrument.MeterRegistry;
+import javax.sql.DataSource;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import org.springframework.beans.factory.BeanFactory;
+import org.springframework.beans.factory.ObjectProvider;
+import org.springframework.beans.factory.config.BeanPostProcessor;
+import org.springframework.boot.autoconfigure.AutoConfiguration;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnBooleanProperty;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
+import org.springframework.boot.context.properties.EnableConfigurationProperties;
+import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Configuration;
+import org.springframework.jdbc.datasource.TransactionAwareDataSourceProxy;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.AbstractKafkaListenerContainerFactory;
+import org.springframework.kafka.listener.CommonErrorHandler;
+import org.springframework.kafka.listener.DefaultErrorHandler;
+
+/**
+ * Configures consumer-dedup when a DataSource and spring-kafka are present ({@code
+ * consumer-dedup.enabled=false} turns it off): the PostgreSQL store, the executors, the {@link
+ * io.consumerdedup.spring.Idempotent} interceptor, error-handler classifications, the retention
+ * janitor, and metrics when a {@code MeterRegistry} exists. Every bean backs off when the
+ * application defines its own.
+ */
+@AutoConfiguration(
+    afterName = {
+      "org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration",
+      "org.springframework.boot.micrometer.metrics.autoconfigure.MetricsAutoConfiguration",
+      "org.springframework.boot.micrometer.metrics.autoconfigure.CompositeMeterRegistryAutoConfiguration",
+      "org.springframework.boot.micrometer.metrics.autoconfigure.export.simple.SimpleMetricsExportAutoConfiguration"
+    })
+@ConditionalOnClass({KafkaListener.class, DataSource.class, JdbcDedupStore.class})
+@ConditionalOnBean(DataSource.class)
+@ConditionalOnBooleanProperty(name = "consumer-dedup.enabled", matchIfMissing = true)
+@EnableConfigurationProperties(ConsumerDedupProperties.class)
+public class ConsumerDedupAutoConfiguration {
+  private static final Logger log = LoggerFactory.getLogger(ConsumerDedupAutoConfiguration.class);
+
+  @Bean
+  @ConditionalOnMissingBean
+  @ConditionalOnProperty(name = "consumer-dedup.initialize-schema", havingValue = "always")
+  public DedupSchemaInitializer dedupSchemaInitializer(
+      DataSource dataSource, ConsumerDedupProperties properties) {
+    return new DedupSchemaInitializer(dataSource, properties.getTableName());
+  }
+
+  @Bean
+  @ConditionalOnMissingBean(DedupStore.class)
+  public JdbcDedupStore dedupStore(DataSource dataSource, ConsumerDedupProperties properties) {
+    return storeBuilder(dataSource, properties).build();
+  }
+
+  @Bean(destroyMethod = "close")
+  @ConditionalOnMissingBean
+  public IdempotentExecutors idempotentExecutors(
+      DedupStore store,
+      DataSource dataSource,
+      ConsumerDedupProperties properties,
+      ObjectProvider<DedupListener> listeners) {
+    // TRANSACTIONAL claims must run on the listener's transactional connection: the same
+    // DataSource,
+    // seen through Spring's transaction-aware proxy (the core stays unaware of Spring).
+    DataSource transactional =
+        dataSource instanceof TransactionAwareDataSourceProxy
+            ? dataSource
+            : new TransactionAwareDataSourceProxy(dataSource);
+    JdbcDedupStore transactionalStore = storeBuilder(transactional, properties).build();
+    DedupListener listener = DedupListener.composite(listeners.orderedStream().toList());
+    return new IdempotentExecutors(
+        store,
+        transactionalStore,
+        builder -> configure(builder, properties, listener),
+        properties.getMode());
+  }
+
+  @Bean
+  @ConditionalOnMissingBean
+  public IdempotentListenerInterceptor idempotentListenerInterceptor(
+      IdempotentExecutors executors, ConsumerDedupProperties properties, BeanFactory beanFactory) {
+    return new IdempotentListenerInterceptor(
+        executors, properties.getMissingKeyPolicy(), beanFactory);
+  }
+
+  @Bean
+  @ConditionalOnMissingBean
+  public static IdempotentListenerPostProcessor idempotentListenerPostProcessor(
+      ObjectProvider<IdempotentListenerInterceptor> interceptor) {
+    return new IdempotentListenerPostProcessor(interceptor::getObject);
+  }
+
+  /**
+   * Adds {@link CurrentRecordInterceptor} to every listener container factory bean, after the
+   * record interceptor the factory already has.
+   */
+  @Bean
+  public static BeanPostProcessor dedupContainerFactoryPostProcessor() {
+    return new BeanPostProcessor() {
+      @Override
+      public Object postProcessAfterInitialization(Object bean, String beanName) {
+        if (bean instanceof AbstractKafkaListenerContainerFactory<?, ?, ?> factory) {
+          CurrentRecordInterceptor.addTo(factory);
+        }
+        return bean;
+      }
+    };
+  }
+
+  /**
+   * Adds consumer-dedup's classifications to every {@link DefaultErrorHandler} bean the application
+   * defines, keeping its back-off and recoverer.
+   */
+  @Bean
+  public static BeanPostProcessor dedupErrorHandlerPostProcessor() {
+    return new BeanPostProcessor() {
+      @Override
+      public Object postProcessAfterInitialization(Object bean, String beanName) {
+        if (bean instanceof DefaultErrorHandler errorHandler) {
+          DedupErrorClassification.applyTo(errorHandler);
+          log.debug("Added consumer-dedup exception classifications to {}", beanName);
+        }
+        return bean;
+      }
+    };
+  }
+
+  /**
+   * Without an error handler bean, spring-kafka's containers would make a {@code
+   * DefaultErrorHandler} of their own, which retries a record without a key ten times; this one is
+   * the same (no back-off, ten tries, then logged and skipped) but classified.
+   */
+  @Bean
+  @ConditionalOnMissingBean(CommonErrorHandler.class)
+  public DefaultErrorHandler dedupDefaultErrorHandler() {
+    return new DefaultErrorHandler();
+  }
+
+  @Bean(destroyMethod = "close")
+  @ConditionalOnMissingBean
+  @ConditionalOnProperty(
+      name = "consumer-dedup.cleanup.enabled",
+      havingValue = "true",
+      matchIfMissing = true)
+  public DedupJanitor dedupJanitor(
+      DedupStore store,
+      ConsumerDedupProperties properties,
+      ObjectProvider<DedupListener> listeners) {
+    ConsumerDedupProperties.Cleanup cleanup = properties.getCleanup();
+    DedupJanitor janitor =
+        DedupJanitor.builder(store)
+            .interval(cleanup.getInterval())
+            .batchSize(cleanup.getBatchSize())
+            .maxBatchesPerRun(cleanup.getMaxBatchesPerRun())
+            .listener(DedupListener.composite(listeners.orderedStream().toList()))
+            .build();
+    janitor.start();
+    return janitor;
+  }
+
+  private static JdbcDedupStore.Builder storeBuilder(
+      DataSource dataSource, ConsumerDedupProperties properties) {
+    ConsumerDedupProperties.Store store = properties.getStore();
+    return JdbcDedupStore.builder(dataSource)
+        .tableName(properties.getTableName())
+        .retryMaxAttempts(store.getRetryMaxAttempts())
+        .retryInitialBackoff(store.getRetryInitialBackoff())
+        .retryMaxBackoff(store.getRetryMaxBackoff());
+  }
+
+  private static void configure(
+      IdempotentExecutor.Builder builder,
+      ConsumerDedupProperties properties,
+      DedupListener listener) {
+    builder
+        .lease(properties.getLease())
+        .successRetention(properties.getRetention())
+        .failedRetention(properties.getFailedRetention())
+        .inProgressPolicy(properties.getInProgressPolicy())
+        .waitTimeout(properties.getWaitTimeout())
+        .conflictPolicy(properties.getConflictPolicy())
+        .listener(listener);
+    if (properties.getOwnerId() != null) {
+      builder.ownerId(properties.getOwnerId());
+    }
+  }
+
+  /** Metrics, when Micrometer is on the classpath and a registry exists. */
+  @Configuration(proxyBeanMethods = false)
+  @ConditionalOnClass(MeterRegistry.class)
+  @ConditionalOnBean(MeterRegistry.class)
+  static class DedupMetricsConfiguration {
+    @Bean
+    @ConditionalOnMissingBean
+    MicrometerDedupListener micrometerDedupListener(MeterRegistry registry) {
+      return new MicrometerDedupListener(registry);
+    }
+  }
+}

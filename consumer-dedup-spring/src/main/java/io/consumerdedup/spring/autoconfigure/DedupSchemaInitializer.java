@@ -1,0 +1,119 @@
+package io.consumerdedup.spring.autoconfigure;
+
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import java.io.IOException;
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.util.Objects;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import javax.sql.DataSource;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import org.springframework.beans.factory.InitializingBean;
+import org.springframework.core.io.ByteArrayResource;
+import org.springframework.jdbc.datasource.init.ScriptUtils;
+
+/**
+ * {@code consumer-dedup.initialize-schema=always}: creates the dedup table from the shipped script
+ * {@value #SCRIPT} when it does not exist yet, under the configured table name. Instances starting
+ * together serialise on a PostgreSQL advisory lock, so exactly one creates the table.
+ *
+ * <p>A custom name replaces the script's table name and prefixes its constraint and index names
+ * with the (unqualified) custom name, so two dedup tables can share a schema.
+ */
+public final class DedupSchemaInitializer implements InitializingBean {
+
+  /** The shipped DDL, on the classpath from the consumer-dedup-schema artifact. */
+  public static final String SCRIPT = "db/consumer-dedup/postgresql/V1__consumer_dedup.sql";
+
+  private static final String SCRIPT_TABLE = "consumer_dedup";
+  private static final Pattern TABLE_REFERENCE = Pattern.compile("\\bconsumer_dedup\\b");
+  private static final Pattern CONSTRAINT_NAME =
+      Pattern.compile("\\bconsumer_dedup_(pk|status_ck|attempts_ck|expires_idx)\\b");
+  private static final Logger log = LoggerFactory.getLogger(DedupSchemaInitializer.class);
+
+  private final DataSource dataSource;
+  private final String tableName;
+
+  public DedupSchemaInitializer(DataSource dataSource, String tableName) {
+    this.dataSource = Objects.requireNonNull(dataSource, "dataSource");
+    // The store's builder validates the name (plain identifiers only) before it reaches any DDL.
+    this.tableName = JdbcDedupStore.builder(dataSource).tableName(tableName).build().tableName();
+  }
+
+  @Override
+  public void afterPropertiesSet() throws SQLException {
+    initialize();
+  }
+
+  /**
+   * Creates the table if it is absent.
+   *
+   * @return whether it created it
+   */
+  public boolean initialize() throws SQLException {
+    try (Connection connection = dataSource.getConnection()) {
+      boolean autoCommit = connection.getAutoCommit();
+      connection.setAutoCommit(false);
+      try {
+        try (PreparedStatement lock =
+            connection.prepareStatement("SELECT pg_advisory_xact_lock(hashtext(?))")) {
+          lock.setString(1, "consumer-dedup schema " + tableName);
+          lock.execute();
+        }
+        if (exists(connection)) {
+          connection.commit();
+          log.debug("Dedup table {} exists; schema initialization skipped", tableName);
+          return false;
+        }
+        ScriptUtils.executeSqlScript(
+            connection, new ByteArrayResource(ddl(tableName).getBytes(StandardCharsets.UTF_8)));
+        connection.commit();
+        log.info("Created dedup table {} from {}", tableName, SCRIPT);
+        return true;
+      } catch (SQLException | RuntimeException e) {
+        connection.rollback();
+        throw e;
+      } finally {
+        connection.setAutoCommit(autoCommit);
+      }
+    }
+  }
+
+  private boolean exists(Connection connection) throws SQLException {
+    try (PreparedStatement statement =
+        connection.prepareStatement("SELECT to_regclass(?) IS NOT NULL")) {
+      statement.setString(1, tableName);
+      try (ResultSet row = statement.executeQuery()) {
+        return row.next() && row.getBoolean(1);
+      }
+    }
+  }
+
+  /** The shipped DDL, with {@code tableName} in place of the script's table. */
+  static String ddl(String tableName) {
+    String script;
+    try (InputStream in =
+        DedupSchemaInitializer.class.getClassLoader().getResourceAsStream(SCRIPT)) {
+      if (in == null) {
+        throw new IllegalStateException(
+            SCRIPT + " is not on the classpath (it ships in consumer-dedup-schema)");
+      }
+      script = new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    } catch (IOException e) {
+      throw new IllegalStateException("Could not read " + SCRIPT, e);
+    }
+    if (tableName.equals(SCRIPT_TABLE)) {
+      return script;
+    }
+    String unqualified = tableName.substring(tableName.lastIndexOf('.') + 1);
+    String renamed =
+        CONSTRAINT_NAME.matcher(script).replaceAll(Matcher.quoteReplacement(unqualified) + "_$1");
+    return TABLE_REFERENCE.matcher(renamed).replaceAll(Matcher.quoteReplacement(tableName));
+  }
+}
