@@ -34,7 +34,8 @@ public record DemoOptions(
                            (env DEMO_JDBC_URL); default: an embedded PostgreSQL.
                            Each run creates a schema demo_* there and drops it afterwards.
         --only             run only these scenarios: lost-ack, producer-retry,
-                           provider-callbacks, bank-timeout, zombie, fan-out
+                           provider-callbacks, bank-timeout, zombie, fan-out,
+                           spring
         --fast             shorter leases and waits (as the smoke test uses)
       """;
 

@@ -55,7 +55,8 @@ class DemoSmokeTest {
         .anyMatch(title -> title.startsWith("3. Payment provider callbacks"))
         .anyMatch(title -> title.startsWith("4. Handler fails mid-way"))
         .anyMatch(title -> title.startsWith("5. Zombie consumer"))
-        .anyMatch(title -> title.startsWith("6. Fan-out"));
+        .anyMatch(title -> title.startsWith("6. Fan-out"))
+        .anyMatch(title -> title.startsWith("7. Spring Boot"));
   }
 
   @Test
@@ -124,6 +125,13 @@ class DemoSmokeTest {
     }
     assertThat(rows.get("points, with dedup").balance()).isEqualTo(200);
     assertThat(rows.get("coupons, with dedup").balance()).isEqualTo(2);
+  }
+
+  @Test
+  void springListenerChargesEachOrderOnceThroughALostAckAndAProducerRetry() {
+    Map<String, RunRow> rows = rows("7. Spring Boot");
+    assertCharges(rows.get("without dedup"), 4, 4, 0);
+    assertCharges(rows.get("with dedup"), 4, 2, 2);
   }
 
   @Test

@@ -13,6 +13,7 @@ public final class Scenarios {
         new ProviderCallbackScenario(),
         new BankTimeoutScenario(),
         new ZombieConsumerScenario(),
-        new FanOutScenario());
+        new FanOutScenario(),
+        new SpringListenerScenario());
   }
 }
