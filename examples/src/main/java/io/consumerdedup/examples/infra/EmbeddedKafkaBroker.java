@@ -1,0 +1,43 @@
+package io.consumerdedup.examples.infra;
+
+import org.apache.kafka.common.test.KafkaClusterTestKit;
+import org.apache.kafka.common.test.TestKitNodes;
+
+/** A real Kafka broker in this JVM (KRaft, one combined broker and controller), for the demo. */
+final class EmbeddedKafkaBroker implements AutoCloseable {
+  private final KafkaClusterTestKit cluster;
+
+  private EmbeddedKafkaBroker(KafkaClusterTestKit cluster) {
+    this.cluster = cluster;
+  }
+
+  static EmbeddedKafkaBroker start() throws Exception {
+    KafkaClusterTestKit cluster =
+        new KafkaClusterTestKit.Builder(
+                new TestKitNodes.Builder()
+                    .setCombined(true)
+                    .setNumBrokerNodes(1)
+                    .setNumControllerNodes(1)
+                    .build())
+            .setConfigProp("offsets.topic.replication.factor", "1")
+            .setConfigProp("offsets.topic.num.partitions", "1")
+            .setConfigProp("transaction.state.log.replication.factor", "1")
+            .setConfigProp("transaction.state.log.min.isr", "1")
+            // A consumer joining an empty group gets its partitions at once.
+            .setConfigProp("group.initial.rebalance.delay.ms", "0")
+            .build();
+    cluster.format();
+    cluster.startup();
+    cluster.waitForReadyBrokers();
+    return new EmbeddedKafkaBroker(cluster);
+  }
+
+  String bootstrapServers() {
+    return cluster.bootstrapServers();
+  }
+
+  @Override
+  public void close() throws Exception {
+    cluster.close();
+  }
+}

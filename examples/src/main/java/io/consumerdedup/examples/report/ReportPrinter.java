@@ -1,0 +1,77 @@
+package io.consumerdedup.examples.report;
+
+import java.io.PrintStream;
+import java.util.List;
+
+/** Prints the results as fixed-width tables a person can read at a glance. */
+public final class ReportPrinter {
+  private static final String ROW_FORMAT = "  %-24s %9s %5s %11s %8s %5s %8s %4s  %s%n";
+
+  private final PrintStream out;
+
+  public ReportPrinter(PrintStream out) {
+    this.out = out;
+  }
+
+  public void print(List<ScenarioResult> results) {
+    out.println();
+    out.println("=".repeat(110));
+    out.println("REPORT: each scenario without and with consumer-dedup");
+    out.println(
+        "  delivered = records handed to a consumer (redeliveries count again); runs = handler"
+            + " runs;");
+    out.println(
+        "  effects = rows booked in the ledger; balance = the account after them; dups = duplicates"
+            + " skipped;");
+    out.println(
+        "  retries = redeliveries after a failure or an in-progress key; DLT = dead-lettered");
+    for (ScenarioResult result : results) {
+      print(result);
+    }
+    out.println();
+    long failed = results.stream().filter(result -> !result.dedupHeld()).count();
+    if (failed == 0) {
+      out.println(
+          "RESULT: with dedup, every scenario applied each business action exactly once (no double"
+              + " effect, nothing lost).");
+    } else {
+      out.println(
+          "RESULT: FAILED: "
+              + failed
+              + " scenario(s) with dedup show a double effect or a lost message.");
+    }
+  }
+
+  private void print(ScenarioResult result) {
+    out.println();
+    out.println(result.title());
+    out.println("  " + result.incident());
+    out.printf(
+        ROW_FORMAT,
+        "",
+        "delivered",
+        "runs",
+        "effects",
+        "balance",
+        "dups",
+        "retries",
+        "DLT",
+        "verdict");
+    for (RunRow row : result.rows()) {
+      out.printf(
+          ROW_FORMAT,
+          row.label(),
+          row.delivered(),
+          row.handlerRuns(),
+          row.effects() + " " + row.kind().plural(),
+          row.kind().format(row.balance()),
+          row.duplicatesSkipped(),
+          row.retries(),
+          row.deadLettered(),
+          row.verdictText());
+    }
+    for (String note : result.notes()) {
+      out.println("  note: " + note);
+    }
+  }
+}

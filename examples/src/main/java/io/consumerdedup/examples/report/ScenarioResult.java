@@ -1,0 +1,24 @@
+package io.consumerdedup.examples.report;
+
+import java.util.List;
+
+/**
+ * A scenario's runs, side by side, and notes on what the reader should see in them.
+ *
+ * @param title such as {@code 1. Lost ACK}
+ * @param incident the real-world incident the scenario reproduces, in one sentence
+ */
+public record ScenarioResult(String title, String incident, List<RunRow> rows, List<String> notes) {
+
+  public ScenarioResult {
+    rows = List.copyOf(rows);
+    notes = List.copyOf(notes);
+  }
+
+  /** Whether every run behind the library applied each action exactly once. */
+  public boolean dedupHeld() {
+    return rows.stream()
+        .filter(RunRow::withDedup)
+        .allMatch(row -> row.verdict() == RunRow.Verdict.OK);
+  }
+}

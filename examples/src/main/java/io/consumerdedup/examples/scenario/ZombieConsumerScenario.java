@@ -1,0 +1,143 @@
+package io.consumerdedup.examples.scenario;
+
+import io.consumerdedup.examples.DemoContext;
+import io.consumerdedup.examples.DemoSettings;
+import io.consumerdedup.examples.kafka.ConsumerLoop;
+import io.consumerdedup.examples.ledger.Bank;
+import io.consumerdedup.examples.ledger.EffectHandler;
+import io.consumerdedup.examples.ledger.EffectKind;
+import io.consumerdedup.examples.report.RunRow;
+import io.consumerdedup.examples.report.ScenarioResult;
+import io.consumerdedup.kafka.RecordHandler;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * A consumer whose bank call hangs longer than {@code max.poll.interval.ms} is thrown out of the
+ * group; the partition moves to a second member, which gets the same record while the first is
+ * still charging. The first, now a zombie, finishes its charge anyway; its commit is refused.
+ */
+public final class ZombieConsumerScenario implements Scenario {
+  private static final String KEY_HEADER = "order-no";
+  private static final String ORDER = "A-2001";
+
+  @Override
+  public String id() {
+    return "zombie";
+  }
+
+  @Override
+  public ScenarioResult run(DemoContext context) throws Exception {
+    DemoSettings settings = context.settings();
+    List<String> notes = new ArrayList<>();
+    List<RunRow> rows = List.of(runOnce(context, false, notes), runOnce(context, true, notes));
+    notes.add(
+        "max.poll.interval.ms "
+            + settings.zombieMaxPollInterval().toMillis()
+            + ", slow bank call "
+            + settings.zombieBankLatency().toSeconds()
+            + " s, dedup lease "
+            + settings.zombieLease().toSeconds()
+            + " s renewed while the handler runs, so the slow consumer keeps the key");
+    return new ScenarioResult(
+        "5. Zombie consumer: a slow consumer exceeds max.poll.interval.ms while charging order "
+            + ORDER,
+        "A GC pause or a hanging downstream call outlasts max.poll.interval.ms: the group hands"
+            + " the partition to another member, and both work on the same record.",
+        rows,
+        notes);
+  }
+
+  private RunRow runOnce(DemoContext context, boolean withDedup, List<String> notes)
+      throws Exception {
+    DemoSettings settings = context.settings();
+    ExecutorService threads = Executors.newFixedThreadPool(2);
+    try (ScenarioRun run = ScenarioRun.start(context, id(), ScenarioRun.mode(withDedup))) {
+      run.ledger().open(EffectKind.CHARGE);
+      long last = run.send(KEY_HEADER, ORDER, "confirm payment of 25.00");
+      CountDownLatch slowCallStarted = new CountDownLatch(1);
+      EffectHandler slowPayments =
+          new EffectHandler(
+              run.ledger(),
+              EffectKind.CHARGE,
+              KEY_HEADER,
+              Bank.slow(settings.zombieBankLatency()),
+              "billing A",
+              run.stats());
+      RecordHandler<String, String> consumerA =
+          record -> {
+            slowCallStarted.countDown();
+            slowPayments.handle(record);
+          };
+      EffectHandler consumerB =
+          new EffectHandler(
+              run.ledger(),
+              EffectKind.CHARGE,
+              KEY_HEADER,
+              Bank.healthy(),
+              "billing B",
+              run.stats());
+      String maxPollInterval = Long.toString(settings.zombieMaxPollInterval().toMillis());
+      ConsumerLoop loopA =
+          run.consumer(
+              "consumer A",
+              "billing",
+              run.processor(
+                  withDedup,
+                  "billing",
+                  "payment",
+                  KEY_HEADER,
+                  consumerA,
+                  executor -> executor.lease(settings.zombieLease()).ownerId("consumer-A")),
+              loop -> loop.consumerProperty("max.poll.interval.ms", maxPollInterval));
+      Future<ConsumerLoop.End> endA =
+          threads.submit(() -> loopA.runUntilCommitted(last + 1, settings.runTimeout()));
+      if (!slowCallStarted.await(settings.runTimeout().toSeconds(), TimeUnit.SECONDS)) {
+        throw new IllegalStateException("Consumer A never started to charge " + ORDER);
+      }
+      run.progress()
+          .step(
+              "consumer A is in a "
+                  + settings.zombieBankLatency().toSeconds()
+                  + " s bank call, longer than max.poll.interval.ms ("
+                  + maxPollInterval
+                  + " ms); consumer B joins the group");
+      ConsumerLoop loopB =
+          run.consumer(
+              "consumer B",
+              "billing",
+              run.processor(
+                  withDedup,
+                  "billing",
+                  "payment",
+                  KEY_HEADER,
+                  consumerB,
+                  // THROW (the default), not WAIT: the loop seeks back and polls again, so
+                  // waiting for A does not make B exceed max.poll.interval.ms in turn.
+                  executor -> executor.lease(settings.zombieLease()).ownerId("consumer-B")),
+              loop -> loop.consumerProperty("max.poll.interval.ms", maxPollInterval));
+      Future<ConsumerLoop.End> endB =
+          threads.submit(() -> loopB.runUntilCommitted(last + 1, settings.runTimeout()));
+      ConsumerLoop.End a = endA.get();
+      ConsumerLoop.End b = endB.get();
+      notes.add(
+          ScenarioRun.label(withDedup)
+              + ": consumer A ended "
+              + a
+              + ", consumer B ended "
+              + b
+              + (withDedup
+                  ? " (B found the key in progress under A's renewed lease, retried until A recorded"
+                      + " SUCCESS, then skipped it)"
+                  : " (B charged while A was still charging)"));
+      return run.row(ScenarioRun.label(withDedup), withDedup, EffectKind.CHARGE, 1);
+    } finally {
+      threads.shutdownNow();
+    }
+  }
+}

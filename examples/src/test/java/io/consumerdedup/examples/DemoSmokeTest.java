@@ -1,0 +1,175 @@
+package io.consumerdedup.examples;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.consumerdedup.examples.ledger.EffectKind;
+import io.consumerdedup.examples.report.ReportPrinter;
+import io.consumerdedup.examples.report.RunRow;
+import io.consumerdedup.examples.report.ScenarioResult;
+import io.consumerdedup.examples.scenario.Scenarios;
+import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.Map;
+import java.util.function.Function;
+import java.util.stream.Collectors;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Runs every scenario of the demo with fast settings, on the test PostgreSQL ({@code
+ * DEDUP_TEST_JDBC_URL} when set) and an in-JVM broker, and checks the report's numbers: with dedup
+ * each business action is applied exactly once; without it the double effect appears.
+ */
+class DemoSmokeTest {
+  private static List<ScenarioResult> results;
+  private static String report;
+
+  @BeforeAll
+  static void runTheDemo() {
+    ByteArrayOutputStream progress = new ByteArrayOutputStream();
+    DemoContext context =
+        new DemoContext(
+            TestKafka.bootstrapServers(),
+            TestDatabase.baseUrl(),
+            DemoSettings.fast(),
+            Progress.to(new PrintStream(progress, true, StandardCharsets.UTF_8)));
+    results = Demo.runAll(context, Scenarios.all());
+    ByteArrayOutputStream printed = new ByteArrayOutputStream();
+    new ReportPrinter(new PrintStream(printed, true, StandardCharsets.UTF_8)).print(results);
+    report = printed.toString(StandardCharsets.UTF_8);
+    System.out.println(progress.toString(StandardCharsets.UTF_8));
+    System.out.println(report);
+  }
+
+  @Test
+  void everyScenarioRan() {
+    assertThat(results)
+        .extracting(ScenarioResult::title)
+        .hasSize(Scenarios.all().size())
+        .anyMatch(title -> title.startsWith("1. Lost ACK"))
+        .anyMatch(title -> title.startsWith("2. Impatient user"))
+        .anyMatch(title -> title.startsWith("3. Payment provider callbacks"))
+        .anyMatch(title -> title.startsWith("4. Handler fails mid-way"))
+        .anyMatch(title -> title.startsWith("5. Zombie consumer"))
+        .anyMatch(title -> title.startsWith("6. Fan-out"))
+        .anyMatch(title -> title.startsWith("7. Spring Boot"));
+  }
+
+  @Test
+  void lostAckChargesTwiceWithoutDedupAndOnceWithIt() {
+    Map<String, RunRow> rows = rows("1. Lost ACK");
+    assertCharges(rows.get("without dedup"), 2, 2, 0);
+    assertCharges(rows.get("with dedup"), 2, 1, 1);
+  }
+
+  @Test
+  void producerRetryChargesTheRepeatedOrderOnceWithDedup() {
+    Map<String, RunRow> rows = rows("2. Impatient user");
+    assertCharges(rows.get("without dedup"), 3, 3, 0);
+    assertCharges(rows.get("with dedup"), 3, 2, 1);
+  }
+
+  @Test
+  void fiveProviderCallbacksCaptureOnceWithDedup() {
+    Map<String, RunRow> rows = rows("3. Payment provider callbacks");
+    assertCharges(rows.get("without dedup"), 5, 5, 0);
+    assertCharges(rows.get("with dedup"), 5, 1, 4);
+  }
+
+  @Test
+  void aFailedAttemptIsRetriedAndChargedOnceNeitherLostNorDoubled() {
+    Map<String, RunRow> rows = rows("4. Handler fails mid-way");
+    for (RunRow row : rows.values()) {
+      assertThat(row.delivered()).as(row.label()).isEqualTo(2);
+      assertThat(row.handlerRuns()).as(row.label()).isEqualTo(2);
+      assertThat(row.retries()).as(row.label()).isEqualTo(1);
+      assertThat(row.effects()).as(row.label()).isEqualTo(1);
+      assertThat(row.deadLettered()).as(row.label()).isZero();
+      assertThat(row.verdict()).as(row.label()).isEqualTo(RunRow.Verdict.OK);
+    }
+    assertThat(result("4. Handler fails mid-way").notes())
+        .anyMatch(note -> note.contains("SUCCESS on attempt 2"));
+  }
+
+  @Test
+  void zombieAndItsSuccessorChargeTwiceWithoutDedupAndOnceWithIt() {
+    Map<String, RunRow> rows = rows("5. Zombie consumer");
+    assertCharges(rows.get("without dedup"), 2, 2, 0);
+    RunRow withDedup = rows.get("with dedup");
+    assertThat(withDedup.effects()).isEqualTo(1);
+    assertThat(withDedup.handlerRuns()).isEqualTo(1);
+    assertThat(withDedup.duplicatesSkipped()).isEqualTo(1);
+    assertThat(withDedup.retries())
+        .as("the successor found the key in progress at least once")
+        .isPositive();
+    assertThat(withDedup.verdict()).isEqualTo(RunRow.Verdict.OK);
+    assertThat(result("5. Zombie consumer").notes())
+        .anyMatch(note -> note.startsWith("with dedup: consumer A ended FENCED, consumer B ended"));
+  }
+
+  @Test
+  void fanOutAppliesEachPaymentOncePerService() {
+    Map<String, RunRow> rows = rows("6. Fan-out");
+    for (String service : List.of("points", "coupons")) {
+      RunRow without = rows.get(service + ", without dedup");
+      assertThat(without.effects()).as(without.label()).isEqualTo(3);
+      assertThat(without.verdict()).as(without.label()).isEqualTo(RunRow.Verdict.DOUBLE_EFFECT);
+      RunRow with = rows.get(service + ", with dedup");
+      assertThat(with.effects()).as(with.label()).isEqualTo(2);
+      assertThat(with.duplicatesSkipped()).as(with.label()).isEqualTo(1);
+      assertThat(with.verdict()).as(with.label()).isEqualTo(RunRow.Verdict.OK);
+    }
+    assertThat(rows.get("points, with dedup").balance()).isEqualTo(200);
+    assertThat(rows.get("coupons, with dedup").balance()).isEqualTo(2);
+  }
+
+  @Test
+  void springListenerChargesEachOrderOnceThroughALostAckAndAProducerRetry() {
+    Map<String, RunRow> rows = rows("7. Spring Boot");
+    assertCharges(rows.get("without dedup"), 4, 4, 0);
+    assertCharges(rows.get("with dedup"), 4, 2, 2);
+  }
+
+  @Test
+  void reportShowsTheDoubleChargeAndTheResult() {
+    assertThat(report)
+        .contains("DOUBLE CHARGE")
+        .contains("RESULT: with dedup, every scenario applied each business action exactly once");
+    assertThat(results).allMatch(ScenarioResult::dedupHeld);
+  }
+
+  /**
+   * A charge scenario's run: as many effects as handler runs, balance to match, and the verdict the
+   * numbers call for.
+   */
+  private static void assertCharges(RunRow row, int delivered, int charges, int duplicates) {
+    assertThat(row.kind()).isEqualTo(EffectKind.CHARGE);
+    assertThat(row.delivered()).as(row.label() + " delivered").isEqualTo(delivered);
+    assertThat(row.handlerRuns()).as(row.label() + " handler runs").isEqualTo(charges);
+    assertThat(row.effects()).as(row.label() + " charges").isEqualTo(charges);
+    assertThat(row.balance())
+        .as(row.label() + " balance")
+        .isEqualTo(EffectKind.CHARGE.balanceAfter(charges));
+    assertThat(row.duplicatesSkipped()).as(row.label() + " duplicates").isEqualTo(duplicates);
+    assertThat(row.deadLettered()).as(row.label() + " dead-lettered").isZero();
+    assertThat(row.verdict())
+        .as(row.label() + " verdict")
+        .isEqualTo(row.withDedup() ? RunRow.Verdict.OK : RunRow.Verdict.DOUBLE_EFFECT);
+  }
+
+  private static ScenarioResult result(String titlePrefix) {
+    return results.stream()
+        .filter(result -> result.title().startsWith(titlePrefix))
+        .findFirst()
+        .orElseThrow(() -> new AssertionError("No scenario titled " + titlePrefix + "..."));
+  }
+
+  private static Map<String, RunRow> rows(String titlePrefix) {
+    return result(titlePrefix).rows().stream()
+        .collect(Collectors.toMap(RunRow::label, Function.identity()));
+  }
+}
