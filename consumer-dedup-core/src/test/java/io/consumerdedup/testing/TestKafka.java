@@ -58,19 +58,24 @@ public final class TestKafka {
       started.format();
       started.startup();
       started.waitForReadyBrokers();
-      Runtime.getRuntime()
-          .addShutdownHook(
-              new Thread(
-                  () -> {
-                    try {
-                      started.close();
-                    } catch (Exception e) {
-                      // The JVM is exiting; the broker's files are temporary.
-                    }
-                  }));
       return started;
     } catch (Exception e) {
       throw new IllegalStateException("Could not start the in-JVM Kafka broker", e);
+    }
+  }
+
+  /**
+   * Stops the broker if it was started. Called by {@link SharedBrokerShutdown} when the test run
+   * ends, rather than from a JVM shutdown hook, where a broker stopping while the JVM exits has
+   * ended the test JVM with a non-zero status after every test passed.
+   */
+  static synchronized void stop() throws Exception {
+    if (cluster != null) {
+      try {
+        cluster.close();
+      } finally {
+        cluster = null;
+      }
     }
   }
 
