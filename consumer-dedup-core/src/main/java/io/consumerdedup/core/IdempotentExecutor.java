@@ -138,8 +138,36 @@ public final class IdempotentExecutor implements AutoCloseable {
    */
   public <T> DedupResult<T> execute(
       DedupKey key, @Nullable String fingerprint, @Nullable String source, Callable<T> handler) {
-    Objects.requireNonNull(key, "key");
     Objects.requireNonNull(handler, "handler");
+    DedupClaim claim = claim(key, fingerprint, source);
+    if (claim.isDuplicate()) {
+      return new DedupResult<>(Outcome.DUPLICATE, null, claim.attempt());
+    }
+    T value;
+    try {
+      value = handler.call();
+    } catch (Throwable error) {
+      claim.fail(error);
+      throw propagate(key, source, error);
+    }
+    claim.complete();
+    return new DedupResult<>(Outcome.PROCESSED, value, claim.attempt());
+  }
+
+  /**
+   * The first half of {@link #execute(DedupKey, String, String, Callable)}, for callers that cannot
+   * hand over the handler as a {@link Callable}, such as a record interceptor that sees the record
+   * before the listener and the outcome after it. Unless the answer {@link DedupClaim#isDuplicate()
+   * is a duplicate}, the caller runs its handler and then must call exactly one of {@link
+   * DedupClaim#complete()} or {@link DedupClaim#fail(Throwable)}; until then the lease is renewed
+   * in the background.
+   *
+   * @throws DedupInProgressException another consumer holds a live lease on the key
+   * @throws DedupKeyConflictException the fingerprint differs from the stored one
+   * @throws DedupStoreException the store failed after its retries; nothing was claimed
+   */
+  public DedupClaim claim(DedupKey key, @Nullable String fingerprint, @Nullable String source) {
+    Objects.requireNonNull(key, "key");
     if (closed) {
       // A claim now could not be renewed: it would block the key for a whole lease.
       throw new IllegalStateException("IdempotentExecutor " + ownerId + " is closed");
@@ -148,25 +176,26 @@ public final class IdempotentExecutor implements AutoCloseable {
       throw new IllegalArgumentException(
           "fingerprint must be 1 to 64 characters, was " + fingerprint.length());
     }
-    if (mode == DedupMode.TRANSACTIONAL) {
-      return executeInTransaction(key, fingerprint, source, handler);
-    }
-    ClaimRequest request =
-        new ClaimRequest(key, ownerId, lease, failedRetention, fingerprint, source);
+    boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
+    // In the caller's transaction the record is written as SUCCESS at once and kept as such.
+    Duration keepFor = inTransaction ? successRetention : failedRetention;
+    ClaimRequest request = new ClaimRequest(key, ownerId, lease, keepFor, fingerprint, source);
     long waitDeadline = System.nanoTime() + waitTimeout.toNanos();
     Duration backoff = FIRST_WAIT_BACKOFF;
     while (true) {
-      ClaimResult claim = timedClaim(request, false);
+      ClaimResult claim = timedClaim(request, inTransaction);
       if (claim instanceof ClaimResult.Claimed claimed) {
-        return run(claimed, source, handler);
+        return started(claimed, source, inTransaction);
       }
       DedupRecord existing = ((ClaimResult.Taken) claim).existing();
-      DedupResult<T> done = duplicateOrConflict(key, fingerprint, source, existing);
+      DedupClaim done = duplicateOrConflict(key, fingerprint, source, existing);
       if (done != null) {
         return done;
       }
       long remaining = waitDeadline - System.nanoTime();
-      if (inProgressPolicy == InProgressPolicy.THROW || remaining <= 0) {
+      // In a transaction there is nothing to wait for: only a separate-mode holder (mixed modes
+      // on one key) can be in progress, and waiting would hold the caller's transaction open.
+      if (inProgressPolicy == InProgressPolicy.THROW || inTransaction || remaining <= 0) {
         // Reported once per delivery that gives up, however long it waited.
         listener.inProgress(key, existing);
         throw new DedupInProgressException(key, existing, source);
@@ -183,55 +212,22 @@ public final class IdempotentExecutor implements AutoCloseable {
    * The answer to a key that was not claimed because it is done or claimed with another payload;
    * null if it is in progress elsewhere.
    */
-  private <T> @Nullable DedupResult<T> duplicateOrConflict(
+  private @Nullable DedupClaim duplicateOrConflict(
       DedupKey key, @Nullable String fingerprint, @Nullable String source, DedupRecord existing) {
     String stored = existing.fingerprint().orElse(null);
     if (fingerprint != null && stored != null && !stored.equals(fingerprint)) {
       listener.conflict(key, existing);
       if (conflictPolicy == ConflictPolicy.TREAT_AS_DUPLICATE) {
-        return new DedupResult<>(Outcome.DUPLICATE, null, existing.attempts());
+        return DedupClaim.duplicate(key, existing.attempts());
       }
       throw new DedupKeyConflictException(key, stored, fingerprint, source);
     }
     if (existing.status() == DedupStatus.SUCCESS) {
       log.debug("Skipping duplicate {}: {}", where(key, source), existing);
       listener.duplicate(key, existing);
-      return new DedupResult<>(Outcome.DUPLICATE, null, existing.attempts());
+      return DedupClaim.duplicate(key, existing.attempts());
     }
     return null;
-  }
-
-  /**
-   * The record is written as SUCCESS in the caller's transaction before the handler runs; if the
-   * handler throws, the caller's rollback removes it with the handler's writes, so there is nothing
-   * to mark FAILED and no lease to renew.
-   */
-  private <T> DedupResult<T> executeInTransaction(
-      DedupKey key, @Nullable String fingerprint, @Nullable String source, Callable<T> handler) {
-    ClaimRequest request =
-        new ClaimRequest(key, ownerId, lease, successRetention, fingerprint, source);
-    ClaimResult claim = timedClaim(request, true);
-    if (claim instanceof ClaimResult.Taken taken) {
-      DedupResult<T> done = duplicateOrConflict(key, fingerprint, source, taken.existing());
-      if (done != null) {
-        return done;
-      }
-      // A separate-mode holder (mixed modes on one key) is still working on it.
-      listener.inProgress(key, taken.existing());
-      throw new DedupInProgressException(key, taken.existing(), source);
-    }
-    int attempt = ((ClaimResult.Claimed) claim).token();
-    listener.claimed(key, attempt);
-    long start = System.nanoTime();
-    T value;
-    try {
-      value = handler.call();
-    } catch (Throwable error) {
-      listener.failed(key, attempt, error);
-      throw propagate(key, source, error);
-    }
-    listener.completed(key, attempt, Duration.ofNanos(System.nanoTime() - start));
-    return new DedupResult<>(Outcome.PROCESSED, value, attempt);
   }
 
   private ClaimResult timedClaim(ClaimRequest request, boolean inTransaction) {
@@ -245,8 +241,8 @@ public final class IdempotentExecutor implements AutoCloseable {
     }
   }
 
-  private <T> DedupResult<T> run(
-      ClaimResult.Claimed claim, @Nullable String source, Callable<T> handler) {
+  private DedupClaim started(
+      ClaimResult.Claimed claim, @Nullable String source, boolean inTransaction) {
     DedupKey key = claim.key();
     int attempt = claim.token();
     if (attempt > 1) {
@@ -256,18 +252,21 @@ public final class IdempotentExecutor implements AutoCloseable {
           attempt);
     }
     listener.claimed(key, attempt);
-    long start = System.nanoTime();
-    T value;
-    LeaseRenewer.Renewal renewal = renewer.start(key, attempt);
-    try {
-      value = handler.call();
-    } catch (Throwable error) {
-      renewal.stop();
-      recordFailure(key, attempt, source, error, renewal);
-      throw propagate(key, source, error);
+    // The caller's transaction holds the key until it ends: no lease to renew.
+    LeaseRenewer.Renewal renewal = inTransaction ? null : renewer.start(key, attempt);
+    return DedupClaim.held(this, key, attempt, source, renewal);
+  }
+
+  /** Records SUCCESS for a held claim; called once, by {@link DedupClaim#complete()}. */
+  void complete(DedupClaim claim, LeaseRenewer.@Nullable Renewal renewal, Duration handlerTime) {
+    DedupKey key = claim.key();
+    int attempt = claim.attempt();
+    String source = claim.source();
+    if (renewal == null) {
+      listener.completed(key, attempt, handlerTime);
+      return;
     }
     renewal.stop();
-    Duration handlerTime = Duration.ofNanos(System.nanoTime() - start);
     boolean held;
     try {
       held = store.complete(key, attempt, successRetention);
@@ -291,50 +290,51 @@ public final class IdempotentExecutor implements AutoCloseable {
     if (held) {
       listener.completed(key, attempt, handlerTime);
     } else {
-      reportLeaseLost(key, attempt, source, renewal, "its SUCCESS was not recorded");
+      reportLeaseLost(claim, renewal, "its SUCCESS was not recorded");
     }
-    return new DedupResult<>(Outcome.PROCESSED, value, attempt);
   }
 
-  private void recordFailure(
-      DedupKey key,
-      int attempt,
-      @Nullable String source,
-      Throwable error,
-      LeaseRenewer.Renewal renewal) {
-    try {
-      if (store.fail(key, attempt, describe(error), failedRetention)) {
-        log.debug(
-            "Handler for {} failed on attempt {}; marked FAILED", where(key, source), attempt);
-      } else {
-        reportLeaseLost(key, attempt, source, renewal, "its FAILED was not recorded");
+  /**
+   * Records FAILED for a held claim; called once, by {@link DedupClaim#fail(Throwable)}. A store
+   * failure here is added to {@code error} as suppressed, so the handler's own error still reaches
+   * the caller.
+   */
+  void fail(DedupClaim claim, LeaseRenewer.@Nullable Renewal renewal, Throwable error) {
+    DedupKey key = claim.key();
+    int attempt = claim.attempt();
+    String source = claim.source();
+    if (renewal != null) {
+      // In the caller's transaction (no renewal) its rollback removes the record.
+      renewal.stop();
+      try {
+        if (store.fail(key, attempt, describe(error), failedRetention)) {
+          log.debug(
+              "Handler for {} failed on attempt {}; marked FAILED", where(key, source), attempt);
+        } else {
+          reportLeaseLost(claim, renewal, "its FAILED was not recorded");
+        }
+      } catch (RuntimeException storeError) {
+        log.error(
+            "Handler for {} failed and FAILED could not be recorded either; the record stays"
+                + " PROCESSING until its lease ({}) expires",
+            where(key, source),
+            lease,
+            storeError);
+        error.addSuppressed(storeError);
       }
-    } catch (RuntimeException storeError) {
-      log.error(
-          "Handler for {} failed and FAILED could not be recorded either; the record stays"
-              + " PROCESSING until its lease ({}) expires",
-          where(key, source),
-          lease,
-          storeError);
-      error.addSuppressed(storeError);
     }
     listener.failed(key, attempt, error);
   }
 
-  private void reportLeaseLost(
-      DedupKey key,
-      int attempt,
-      @Nullable String source,
-      LeaseRenewer.Renewal renewal,
-      String what) {
+  private void reportLeaseLost(DedupClaim claim, LeaseRenewer.Renewal renewal, String what) {
     log.warn(
         "Lease on {} (attempt {}) was taken over by another consumer; {} so as not to"
             + " overwrite the new holder",
-        where(key, source),
-        attempt,
+        where(claim.key(), claim.source()),
+        claim.attempt(),
         what);
     if (!renewal.leaseLost()) {
-      listener.leaseLost(key, attempt);
+      listener.leaseLost(claim.key(), claim.attempt());
     }
   }
 

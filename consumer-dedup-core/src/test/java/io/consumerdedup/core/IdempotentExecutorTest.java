@@ -82,6 +82,32 @@ class IdempotentExecutorTest {
   }
 
   @Test
+  void aClaimEndedByTheCallerRecordsItsOutcomeOnce() {
+    IdempotentExecutor executor = executor();
+    DedupKey key = DedupKey.of("payment", "ORD-claim-1");
+
+    DedupClaim first = executor.claim(key, null, "payments-0@1");
+    assertThat(first.isDuplicate()).isFalse();
+    first.fail(new IllegalStateException("bank down"));
+    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
+    assertThatThrownBy(first::complete)
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessage("The claim on payment/ORD-claim-1 was already ended");
+
+    DedupClaim retry = executor.claim(key, null, "payments-0@2");
+    assertThat(retry.attempt()).isEqualTo(2);
+    retry.complete();
+
+    DedupClaim copy = executor.claim(key, null, "payments-0@3");
+    assertThat(copy.isDuplicate()).isTrue();
+    assertThat(copy.attempt()).isEqualTo(2);
+    assertThatThrownBy(copy::complete)
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("Cannot complete a duplicate of payment/ORD-claim-1");
+    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
   void aFailedHandlerIsRetriedByTheNextDeliveryAndThenNeverAgain() {
     IdempotentExecutor executor = executor();
     DedupKey key = DedupKey.of("payment", "ORD-2");
