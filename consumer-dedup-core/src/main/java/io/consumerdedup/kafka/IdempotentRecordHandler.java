@@ -11,8 +11,6 @@ import java.util.Optional;
 import java.util.function.Function;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 /**
  * Makes a plain kafka-clients record handler idempotent: derives the record's business key, and
@@ -33,24 +31,26 @@ import org.slf4j.LoggerFactory;
  * IdempotentExecutor#execute}); {@link DedupPollLoop} shows what to do with each.
  */
 public final class IdempotentRecordHandler<K, V> {
-  private static final Logger log = LoggerFactory.getLogger(IdempotentRecordHandler.class);
+
+  /** Default policy for records without a key: refuse them. */
+  public static final MissingKeyPolicy DEFAULT_MISSING_KEY_POLICY = MissingKeyPolicy.FAIL;
 
   private final IdempotentExecutor executor;
-  private final String bizType;
-  private final KeyExtractor<K, V> keyExtractor;
+  private final RecordKeyResolver<K, V> keys;
   private final RecordHandler<K, V> handler;
-  private final MissingKeyPolicy missingKeyPolicy;
   private final @Nullable Function<ConsumerRecord<K, V>, String> fingerprint;
-  private final @Nullable String groupId;
 
   private IdempotentRecordHandler(Builder<K, V> builder) {
     this.executor = builder.executor;
-    this.bizType = Objects.requireNonNull(builder.bizType, "bizType is required");
-    this.keyExtractor = Objects.requireNonNull(builder.keyExtractor, "key extractor is required");
+    this.keys =
+        new RecordKeyResolver<>(
+            Objects.requireNonNull(builder.bizType, "bizType is required"),
+            Objects.requireNonNull(builder.keyExtractor, "key extractor is required"),
+            builder.missingKeyPolicy,
+            builder.groupId,
+            executor.listener());
     this.handler = Objects.requireNonNull(builder.handler, "handler is required");
-    this.missingKeyPolicy = builder.missingKeyPolicy;
     this.fingerprint = builder.fingerprint;
-    this.groupId = builder.groupId;
   }
 
   public static <K, V> Builder<K, V> builder(IdempotentExecutor executor) {
@@ -67,56 +67,16 @@ public final class IdempotentRecordHandler<K, V> {
    *     retry the record later
    */
   public Outcome handle(ConsumerRecord<K, V> record) {
-    String source = RecordSources.describe(record, groupId);
-    Optional<String> extracted;
-    try {
-      extracted = keyExtractor.extract(record);
-    } catch (DedupKeyMalformedException e) {
-      // Extractors see only the record; the group is known here.
-      throw e.source().filter(source::equals).isPresent()
-          ? e
-          : new DedupKeyMalformedException(e.reason(), source, e.getCause());
-    }
-    String bizKey;
-    if (extracted.isPresent()) {
-      bizKey = extracted.get();
-    } else {
-      switch (missingKeyPolicy) {
-        case FAIL:
-          executor.listener().keyMissing(bizType, source);
-          throw new DedupKeyMissingException(
-              "Record has no business key for biz type '" + bizType + "'", source, null);
-        case PROCESS_WITHOUT_DEDUP:
-          log.warn(
-              "Record {} has no business key for '{}'; processing it without dedup",
-              source,
-              bizType);
-          executor.listener().keyMissing(bizType, source);
-          runUnprotected(record, source);
-          return Outcome.PROCESSED;
-        case USE_COORDINATES:
-          log.info(
-              "Record {} has no business key for '{}'; deduplicating by its coordinates",
-              source,
-              bizType);
-          executor.listener().keyMissing(bizType, source);
-          bizKey = RecordSources.coordinates(record);
-          break;
-        default:
-          throw new IllegalStateException("Unknown policy " + missingKeyPolicy);
-      }
-    }
-    DedupKey key;
-    try {
-      key = DedupKey.of(bizType, bizKey);
-    } catch (IllegalArgumentException e) {
-      throw new DedupKeyMalformedException(
-          "Record's business key is unusable: " + e.getMessage(), source, e);
+    String source = keys.source(record);
+    Optional<DedupKey> key = keys.resolve(record);
+    if (key.isEmpty()) {
+      runUnprotected(record, source);
+      return Outcome.PROCESSED;
     }
     String print = fingerprint == null ? null : fingerprint.apply(record);
     return executor
         .execute(
-            key,
+            key.get(),
             print,
             source,
             () -> {
@@ -138,7 +98,7 @@ public final class IdempotentRecordHandler<K, V> {
 
   /** The biz type this handler deduplicates under. */
   public String bizType() {
-    return bizType;
+    return keys.bizType();
   }
 
   /** Builds an {@link IdempotentRecordHandler}. */
@@ -147,7 +107,7 @@ public final class IdempotentRecordHandler<K, V> {
     private @Nullable String bizType;
     private @Nullable KeyExtractor<K, V> keyExtractor;
     private @Nullable RecordHandler<K, V> handler;
-    private MissingKeyPolicy missingKeyPolicy = MissingKeyPolicy.FAIL;
+    private MissingKeyPolicy missingKeyPolicy = DEFAULT_MISSING_KEY_POLICY;
     private @Nullable Function<ConsumerRecord<K, V>, String> fingerprint;
     private @Nullable String groupId;
 
@@ -176,7 +136,7 @@ public final class IdempotentRecordHandler<K, V> {
       return this;
     }
 
-    /** What to do with a record without a key. Default {@link MissingKeyPolicy#FAIL}. */
+    /** What to do with a record without a key. Default {@link #DEFAULT_MISSING_KEY_POLICY}. */
     public Builder<K, V> missingKeyPolicy(MissingKeyPolicy missingKeyPolicy) {
       this.missingKeyPolicy = Objects.requireNonNull(missingKeyPolicy, "missingKeyPolicy");
       return this;

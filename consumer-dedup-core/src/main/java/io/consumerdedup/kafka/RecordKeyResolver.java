@@ -1,0 +1,110 @@
+package io.consumerdedup.kafka;
+
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupKeyMalformedException;
+import io.consumerdedup.core.DedupKeyMissingException;
+import io.consumerdedup.core.DedupListener;
+import java.util.Objects;
+import java.util.Optional;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Turns a record into its {@link DedupKey}: extracts the business key, applies the {@link
+ * MissingKeyPolicy}, and validates the key. {@link IdempotentRecordHandler} uses it, and so can an
+ * adapter that claims keys itself (a record interceptor).
+ */
+public final class RecordKeyResolver<K, V> {
+  private static final Logger log = LoggerFactory.getLogger(RecordKeyResolver.class);
+
+  private final String bizType;
+  private final KeyExtractor<K, V> keyExtractor;
+  private final MissingKeyPolicy missingKeyPolicy;
+  private final @Nullable String groupId;
+  private final DedupListener listener;
+
+  /**
+   * @param bizType the kind of action; validated as {@link DedupKey} does
+   * @param groupId the consumer group, named in errors and stored sources; null if unknown
+   * @param listener told of records without a key ({@link DedupListener#keyMissing})
+   * @throws IllegalArgumentException if {@code bizType} is not a valid biz type
+   */
+  public RecordKeyResolver(
+      String bizType,
+      KeyExtractor<K, V> keyExtractor,
+      MissingKeyPolicy missingKeyPolicy,
+      @Nullable String groupId,
+      DedupListener listener) {
+    DedupKey.of(bizType, "-"); // validates the biz type now rather than at the first record
+    this.bizType = bizType;
+    this.keyExtractor = Objects.requireNonNull(keyExtractor, "keyExtractor");
+    this.missingKeyPolicy = Objects.requireNonNull(missingKeyPolicy, "missingKeyPolicy");
+    this.groupId = groupId;
+    this.listener = Objects.requireNonNull(listener, "listener");
+  }
+
+  /** {@code topic-partition@offset (group g)}: how the record is named in errors and records. */
+  public String source(ConsumerRecord<K, V> record) {
+    return RecordSources.describe(record, groupId);
+  }
+
+  /**
+   * The record's key; empty when it has none and the policy is {@link
+   * MissingKeyPolicy#PROCESS_WITHOUT_DEDUP} (logged and reported to the listener).
+   *
+   * @throws DedupKeyMissingException the record has no key and the policy is {@link
+   *     MissingKeyPolicy#FAIL}
+   * @throws DedupKeyMalformedException the record has a key that cannot be used, whatever the
+   *     policy
+   */
+  public Optional<DedupKey> resolve(ConsumerRecord<K, V> record) {
+    String source = source(record);
+    Optional<String> extracted;
+    try {
+      extracted = keyExtractor.extract(record);
+    } catch (DedupKeyMalformedException e) {
+      // Extractors see only the record; the group is known here.
+      throw e.source().filter(source::equals).isPresent()
+          ? e
+          : new DedupKeyMalformedException(e.reason(), source, e.getCause());
+    }
+    String bizKey;
+    if (extracted.isPresent()) {
+      bizKey = extracted.get();
+    } else {
+      listener.keyMissing(bizType, source);
+      switch (missingKeyPolicy) {
+        case FAIL:
+          throw new DedupKeyMissingException(
+              "Record has no business key for biz type '" + bizType + "'", source, null);
+        case PROCESS_WITHOUT_DEDUP:
+          log.warn(
+              "Record {} has no business key for '{}'; processing it without dedup",
+              source,
+              bizType);
+          return Optional.empty();
+        case USE_COORDINATES:
+          log.info(
+              "Record {} has no business key for '{}'; deduplicating by its coordinates",
+              source,
+              bizType);
+          bizKey = RecordSources.coordinates(record);
+          break;
+        default:
+          throw new IllegalStateException("Unknown policy " + missingKeyPolicy);
+      }
+    }
+    try {
+      return Optional.of(DedupKey.of(bizType, bizKey));
+    } catch (IllegalArgumentException e) {
+      throw new DedupKeyMalformedException(
+          "Record's business key is unusable: " + e.getMessage(), source, e);
+    }
+  }
+
+  public String bizType() {
+    return bizType;
+  }
+}
