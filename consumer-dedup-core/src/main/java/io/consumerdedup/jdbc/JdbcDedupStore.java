@@ -34,9 +34,13 @@ import org.slf4j.LoggerFactory;
  * never runs DDL.
  *
  * <p>Each call runs in its own short transaction on a connection of its own, so a claim commits
- * before the handler starts. Transient database errors (connection loss, serialization failure,
- * deadlock, admin shutdown, too many connections) are retried with exponential back-off and jitter;
- * other errors, and transient ones that outlast the retries, raise {@link DedupStoreException}.
+ * before the handler starts. Give it a DataSource that hands out connections of their own (a pool),
+ * not one bound to the caller's transaction (such as Spring's {@code
+ * TransactionAwareDataSourceProxy}): committing a claim on such a connection would commit the
+ * caller's open work with it. Only {@link #claimInTransaction} is meant for that connection.
+ * Transient database errors (connection loss, serialization failure, deadlock, admin shutdown, too
+ * many connections) are retried with exponential back-off and jitter; other errors, and transient
+ * ones that outlast the retries, raise {@link DedupStoreException}.
  *
  * <pre>{@code
  * JdbcDedupStore store = JdbcDedupStore.builder(dataSource).tableName("consumer_dedup").build();

@@ -6,6 +6,7 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.InProgressPolicy;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import java.time.Duration;
 import org.jspecify.annotations.Nullable;
@@ -55,8 +56,7 @@ public class ConsumerDedupProperties {
    * What to do with a record without a key: FAIL (not retryable: dead-letter topic),
    * PROCESS_WITHOUT_DEDUP or USE_COORDINATES.
    */
-  // The core has no DEFAULT_ constant for this; FAIL is IdempotentRecordHandler's builder default.
-  private MissingKeyPolicy missingKeyPolicy = MissingKeyPolicy.FAIL;
+  private MissingKeyPolicy missingKeyPolicy = IdempotentRecordHandler.DEFAULT_MISSING_KEY_POLICY;
 
   /** The owner written to claims; default: host name, process id and a random part. */
   private @Nullable String ownerId;

@@ -1,0 +1,186 @@
+package io.consumerdedup.spring.listener;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.TestDatabase;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.springframework.kafka.core.DefaultKafkaConsumerFactory;
+import org.springframework.kafka.core.DefaultKafkaProducerFactory;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.BatchMessageListener;
+import org.springframework.kafka.listener.CompositeRecordInterceptor;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.DefaultErrorHandler;
+import org.springframework.kafka.listener.KafkaMessageListenerContainer;
+import org.springframework.kafka.listener.MessageListener;
+import org.springframework.kafka.listener.RecordInterceptor;
+import org.springframework.kafka.test.EmbeddedKafkaBroker;
+import org.springframework.kafka.test.context.EmbeddedKafka;
+import org.springframework.util.backoff.FixedBackOff;
+
+/** A container built by hand, without Spring Boot, made idempotent by a record interceptor. */
+@EmbeddedKafka(partitions = 1)
+class IdempotentRecordInterceptorTest {
+  private String schema;
+  private HikariDataSource dataSource;
+  private IdempotentExecutor executor;
+  private String topic;
+
+  @BeforeEach
+  void setUp() {
+    schema = TestDatabase.newSchema("spring_interceptor");
+    dataSource = TestDatabase.dataSource(schema, 2);
+    executor = IdempotentExecutor.builder(JdbcDedupStore.builder(dataSource).build()).build();
+    topic = "hand-built-" + UUID.randomUUID().toString().substring(0, 8);
+  }
+
+  @AfterEach
+  void tearDown() {
+    executor.close();
+    dataSource.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  private KafkaMessageListenerContainer<String, String> container(
+      EmbeddedKafkaBroker kafka, MessageListener<String, String> listener) {
+    ContainerProperties properties = new ContainerProperties(topic);
+    properties.setGroupId(topic);
+    properties.setMessageListener(listener);
+    KafkaMessageListenerContainer<String, String> container =
+        new KafkaMessageListenerContainer<>(
+            new DefaultKafkaConsumerFactory<>(
+                Map.of(
+                    ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
+                    kafka.getBrokersAsString(),
+                    ConsumerConfig.AUTO_OFFSET_RESET_CONFIG,
+                    "earliest"),
+                new StringDeserializer(),
+                new StringDeserializer()),
+            properties);
+    container.setCommonErrorHandler(new DefaultErrorHandler(new FixedBackOff(0, 5)));
+    return container;
+  }
+
+  /** Sends the values; those starting with "pay X" carry X in the key header. */
+  private void send(EmbeddedKafkaBroker kafka, List<String> values) throws Exception {
+    DefaultKafkaProducerFactory<String, String> producers =
+        new DefaultKafkaProducerFactory<>(
+            Map.of(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, kafka.getBrokersAsString()),
+            new StringSerializer(),
+            new StringSerializer());
+    try {
+      KafkaTemplate<String, String> template = new KafkaTemplate<>(producers);
+      for (String value : values) {
+        ProducerRecord<String, String> record = new ProducerRecord<>(topic, value);
+        if (value.startsWith("pay ")) {
+          record
+              .headers()
+              .add(
+                  IdempotentRecordInterceptor.DEFAULT_KEY_HEADER,
+                  value.substring(4, 5).getBytes(StandardCharsets.UTF_8));
+        }
+        template.send(record).get();
+      }
+    } finally {
+      producers.destroy();
+    }
+  }
+
+  @Test
+  void eachKeyIsAppliedOnceAndTheContainersOwnInterceptorStillRuns(EmbeddedKafkaBroker kafka)
+      throws Exception {
+    List<String> applied = new CopyOnWriteArrayList<>();
+    List<String> intercepted = new CopyOnWriteArrayList<>();
+    KafkaMessageListenerContainer<String, String> container =
+        container(kafka, record -> applied.add(record.value()));
+    RecordInterceptor<String, String> ownInterceptor =
+        (record, consumer) -> {
+          intercepted.add(record.value());
+          return record;
+        };
+    container.setRecordInterceptor(ownInterceptor);
+
+    IdempotentRecordInterceptor.decorate(container, executor, "payment");
+    container.start();
+    try {
+      send(kafka, List.of("pay A", "pay A again", "pay B", "pay A once more", "no key", "pay C"));
+      await().atMost(Duration.ofSeconds(30)).until(() -> applied.contains("pay C"));
+    } finally {
+      container.stop();
+    }
+
+    assertThat(applied).containsExactly("pay A", "pay B", "pay C");
+    // Six deliveries, no more: the record without a key was not retried (not retryable).
+    assertThat(intercepted).hasSize(6);
+    assertThat(container.getRecordInterceptor()).isInstanceOf(CompositeRecordInterceptor.class);
+    DedupRecord a = executor.store().find(DedupKey.of("payment", "A")).orElseThrow();
+    assertThat(a.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(a.source()).get().asString().contains(topic + "-0@0").contains("group " + topic);
+  }
+
+  @Test
+  void aListenerThatFailsOnceIsRetriedByTheContainerAndAppliedOnce(EmbeddedKafkaBroker kafka)
+      throws Exception {
+    AtomicInteger calls = new AtomicInteger();
+    List<String> applied = new CopyOnWriteArrayList<>();
+    KafkaMessageListenerContainer<String, String> container =
+        container(
+            kafka,
+            record -> {
+              if (calls.incrementAndGet() == 1) {
+                throw new IllegalStateException("bank timed out");
+              }
+              applied.add(record.value());
+            });
+    IdempotentRecordInterceptor.decorate(container, executor, "payment");
+    container.start();
+    try {
+      send(kafka, List.of("pay F", "pay F again", "pay G"));
+      await().atMost(Duration.ofSeconds(30)).until(() -> applied.contains("pay G"));
+    } finally {
+      container.stop();
+    }
+
+    // Attempt 1 threw and was retried by the container; the copy at the next offset was skipped.
+    assertThat(applied).containsExactly("pay F", "pay G");
+    assertThat(calls).hasValue(3);
+    DedupRecord f = executor.store().find(DedupKey.of("payment", "F")).orElseThrow();
+    assertThat(f.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(f.attempts()).isEqualTo(2);
+    assertThat(f.lastError()).get().asString().contains("bank timed out");
+  }
+
+  @Test
+  void aBatchListenerIsRefusedWithTheReason() {
+    ContainerProperties batch = new ContainerProperties("t");
+    batch.setMessageListener((BatchMessageListener<String, String>) records -> {});
+    KafkaMessageListenerContainer<String, String> container =
+        new KafkaMessageListenerContainer<>(new DefaultKafkaConsumerFactory<>(Map.of()), batch);
+
+    assertThatThrownBy(() -> IdempotentRecordInterceptor.decorate(container, executor, "payment"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("batch listener");
+  }
+}
