@@ -218,42 +218,38 @@ public final class JdbcDedupStore implements DedupStore {
 
   @Override
   public boolean complete(DedupKey key, int token, Duration retention) {
-    return call(
-        "complete",
-        key,
-        connection -> {
-          try (PreparedStatement statement = connection.prepareStatement(sql.complete)) {
-            statement.setLong(1, retention.toMillis());
-            bindFence(statement, 2, key, token);
-            return statement.executeUpdate() == 1;
-          }
-        });
+    return fencedUpdate("complete", sql.complete, key, token, retention.toMillis());
   }
 
   @Override
   public boolean fail(DedupKey key, int token, String error, Duration retention) {
-    return call(
-        "fail",
-        key,
-        connection -> {
-          try (PreparedStatement statement = connection.prepareStatement(sql.fail)) {
-            statement.setString(1, truncate(error, MAX_ERROR_LENGTH));
-            statement.setLong(2, retention.toMillis());
-            bindFence(statement, 3, key, token);
-            return statement.executeUpdate() == 1;
-          }
-        });
+    return fencedUpdate(
+        "fail", sql.fail, key, token, truncate(error, MAX_ERROR_LENGTH), retention.toMillis());
   }
 
   @Override
   public boolean renew(DedupKey key, int token, Duration lease) {
+    return fencedUpdate("renew", sql.renew, key, token, lease.toMillis());
+  }
+
+  /**
+   * Runs an UPDATE that applies only while {@code token} still holds the key: binds {@code values},
+   * then the key and the token. False means the lease was lost.
+   */
+  private boolean fencedUpdate(
+      String operation, String updateSql, DedupKey key, int token, @Nullable Object... values) {
     return call(
-        "renew",
+        operation,
         key,
         connection -> {
-          try (PreparedStatement statement = connection.prepareStatement(sql.renew)) {
-            statement.setLong(1, lease.toMillis());
-            bindFence(statement, 2, key, token);
+          try (PreparedStatement statement = connection.prepareStatement(updateSql)) {
+            int index = 1;
+            for (Object value : values) {
+              statement.setObject(index++, value);
+            }
+            statement.setString(index++, key.bizType());
+            statement.setString(index++, key.bizKey());
+            statement.setInt(index, token);
             return statement.executeUpdate() == 1;
           }
         });
@@ -304,13 +300,6 @@ public final class JdbcDedupStore implements DedupStore {
                 row.getBoolean("lease_live")));
       }
     }
-  }
-
-  private static void bindFence(PreparedStatement statement, int first, DedupKey key, int token)
-      throws SQLException {
-    statement.setString(first, key.bizType());
-    statement.setString(first + 1, key.bizKey());
-    statement.setInt(first + 2, token);
   }
 
   private static @Nullable Instant instant(ResultSet row, String column) throws SQLException {

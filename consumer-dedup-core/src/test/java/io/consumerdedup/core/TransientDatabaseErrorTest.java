@@ -3,17 +3,14 @@ package io.consumerdedup.core;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.TestDatabase;
-import java.io.PrintWriter;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.SQLFeatureNotSupportedException;
 import java.time.Duration;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.logging.Logger;
-import javax.sql.DataSource;
 import org.awaitility.Awaitility;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
@@ -58,7 +55,7 @@ class TransientDatabaseErrorTest {
    * Hands out real connections; the first one's server process is terminated by an administrator
    * (pg_terminate_backend) before it is used, as when a database fails over or kills idle sessions.
    */
-  private static final class TerminatingDataSource implements DataSource {
+  private static final class TerminatingDataSource extends ConnectionSource {
     final AtomicInteger terminated = new AtomicInteger();
 
     @Override
@@ -90,42 +87,6 @@ class TransientDatabaseErrorTest {
           return row.getInt(1) > 0;
         }
       }
-    }
-
-    @Override
-    public Connection getConnection(String username, String password) throws SQLException {
-      return getConnection();
-    }
-
-    @Override
-    public PrintWriter getLogWriter() {
-      return null;
-    }
-
-    @Override
-    public void setLogWriter(PrintWriter out) {}
-
-    @Override
-    public void setLoginTimeout(int seconds) {}
-
-    @Override
-    public int getLoginTimeout() {
-      return 0;
-    }
-
-    @Override
-    public Logger getParentLogger() throws SQLFeatureNotSupportedException {
-      throw new SQLFeatureNotSupportedException();
-    }
-
-    @Override
-    public <T> T unwrap(Class<T> iface) throws SQLException {
-      throw new SQLException("not a wrapper");
-    }
-
-    @Override
-    public boolean isWrapperFor(Class<?> iface) {
-      return false;
     }
   }
 }

@@ -1,20 +1,16 @@
 package io.consumerdedup.testing;
 
-import java.io.PrintWriter;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.SQLException;
-import java.sql.SQLFeatureNotSupportedException;
-import java.util.logging.Logger;
-import javax.sql.DataSource;
 
 /**
  * Hands out the connection of the caller's open transaction, whose {@code close()} does nothing:
  * what Spring's {@code TransactionAwareDataSourceProxy} does, without Spring, for testing
  * transactional mode in the core.
  */
-public final class BoundConnectionDataSource implements DataSource {
+public final class BoundConnectionDataSource extends ConnectionSource {
   private final ThreadLocal<Connection> bound = new ThreadLocal<>();
 
   /** Binds {@code connection} to the current thread until {@link #unbind()}. */
@@ -46,41 +42,5 @@ public final class BoundConnectionDataSource implements DataSource {
                 throw e.getCause();
               }
             });
-  }
-
-  @Override
-  public Connection getConnection(String username, String password) throws SQLException {
-    return getConnection();
-  }
-
-  @Override
-  public PrintWriter getLogWriter() {
-    return new PrintWriter(System.err);
-  }
-
-  @Override
-  public void setLogWriter(PrintWriter out) {}
-
-  @Override
-  public void setLoginTimeout(int seconds) {}
-
-  @Override
-  public int getLoginTimeout() {
-    return 0;
-  }
-
-  @Override
-  public Logger getParentLogger() throws SQLFeatureNotSupportedException {
-    throw new SQLFeatureNotSupportedException();
-  }
-
-  @Override
-  public <T> T unwrap(Class<T> iface) throws SQLException {
-    throw new SQLException("not a wrapper");
-  }
-
-  @Override
-  public boolean isWrapperFor(Class<?> iface) {
-    return false;
   }
 }

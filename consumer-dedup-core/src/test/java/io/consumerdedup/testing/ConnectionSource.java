@@ -1,0 +1,48 @@
+package io.consumerdedup.testing;
+
+import java.io.PrintWriter;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.SQLFeatureNotSupportedException;
+import java.util.logging.Logger;
+import javax.sql.DataSource;
+
+/** A test DataSource defined by its {@link #getConnection()} alone. */
+public abstract class ConnectionSource implements DataSource {
+
+  @Override
+  public Connection getConnection(String username, String password) throws SQLException {
+    return getConnection();
+  }
+
+  @Override
+  public PrintWriter getLogWriter() {
+    return new PrintWriter(System.err);
+  }
+
+  @Override
+  public void setLogWriter(PrintWriter out) {}
+
+  @Override
+  public void setLoginTimeout(int seconds) {}
+
+  @Override
+  public int getLoginTimeout() {
+    return 0;
+  }
+
+  @Override
+  public Logger getParentLogger() throws SQLFeatureNotSupportedException {
+    throw new SQLFeatureNotSupportedException();
+  }
+
+  @Override
+  public <T> T unwrap(Class<T> iface) throws SQLException {
+    throw new SQLException("not a wrapper");
+  }
+
+  @Override
+  public boolean isWrapperFor(Class<?> iface) {
+    return false;
+  }
+}
