@@ -95,24 +95,15 @@ class ConcurrencyTest {
   @Test
   void twoJvmsRacingOverTheSameKeysApplyEachOnce() throws Exception {
     int keys = 150;
-    long startAt = System.currentTimeMillis() + 4_000;
     String url = TestDatabase.url(schema);
     try (ChildJvm first =
-            ChildJvm.start(
-                RaceWorker.class,
-                url,
-                "8",
-                String.valueOf(keys),
-                String.valueOf(startAt),
-                "jvm-1");
+            ChildJvm.start(RaceWorker.class, url, "8", String.valueOf(keys), "jvm-1");
         ChildJvm second =
-            ChildJvm.start(
-                RaceWorker.class,
-                url,
-                "8",
-                String.valueOf(keys),
-                String.valueOf(startAt),
-                "jvm-2")) {
+            ChildJvm.start(RaceWorker.class, url, "8", String.valueOf(keys), "jvm-2")) {
+      first.awaitLine("READY", Duration.ofSeconds(60));
+      second.awaitLine("READY", Duration.ofSeconds(60));
+      first.send("GO");
+      second.send("GO");
       first.awaitLine("WORKER-DONE", Duration.ofSeconds(120));
       second.awaitLine("WORKER-DONE", Duration.ofSeconds(120));
       assertThat(first.awaitExit(Duration.ofSeconds(30))).isZero();

@@ -1,6 +1,9 @@
 package io.consumerdedup.core;
 
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.util.ArrayList;
@@ -22,8 +25,7 @@ public final class RaceWorker {
     String url = args[0];
     int threads = Integer.parseInt(args[1]);
     int keys = Integer.parseInt(args[2]);
-    long startAtMillis = Long.parseLong(args[3]);
-    String worker = args[4];
+    String worker = args[3];
     PGSimpleDataSource dataSource = new PGSimpleDataSource();
     dataSource.setURL(url);
     IdempotentExecutor executor =
@@ -32,7 +34,15 @@ public final class RaceWorker {
             .build();
     ExecutorService pool = Executors.newFixedThreadPool(threads);
     List<Future<?>> done = new ArrayList<>();
-    Thread.sleep(Math.max(0, startAtMillis - System.currentTimeMillis()));
+    // Warm up the JDBC driver and the engine before the start, so neither JVM starts late.
+    executor.execute(DedupKey.of("race-warm-up", worker), () -> null);
+    System.out.println("READY " + worker);
+    System.out.flush();
+    String go =
+        new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8)).readLine();
+    if (!"GO".equals(go)) {
+      throw new IllegalStateException("Expected GO on standard input, got " + go);
+    }
     for (int t = 0; t < threads; t++) {
       done.add(
           pool.submit(

@@ -83,6 +83,13 @@ public final class ChildJvm implements AutoCloseable {
     }
   }
 
+  /** Writes a line to the child's standard input. */
+  public void send(String line) throws IOException {
+    var in = process.getOutputStream();
+    in.write((line + "\n").getBytes(StandardCharsets.UTF_8));
+    in.flush();
+  }
+
   /** Kills the JVM at once (SIGKILL): no shutdown hooks, no finally blocks, no commits. */
   public void kill() throws InterruptedException {
     process.destroyForcibly();
