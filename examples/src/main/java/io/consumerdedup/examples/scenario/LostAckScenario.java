@@ -38,8 +38,8 @@ public final class LostAckScenario implements Scenario {
                 + context.settings().lease().toSeconds()
                 + " s (production: minutes). Had the child died between the charge and SUCCESS,"
                 + " the restart would see the key in progress until the lease ran out and then"
-                + " charge again: the one window of DedupMode.SEPARATE; DedupMode.TRANSACTIONAL"
-                + " closes it"));
+                + " charge again: the one window of DedupMode.SEPARATE, which scenario 8 shows,"
+                + " with DedupMode.TRANSACTIONAL closing it"));
   }
 
   private RunRow runOnce(DemoContext context, boolean withDedup) throws Exception {
