@@ -35,7 +35,7 @@ public record DemoOptions(
                            Each run creates a schema demo_* there and drops it afterwards.
         --only             run only these scenarios: lost-ack, producer-retry,
                            provider-callbacks, bank-timeout, zombie, fan-out,
-                           spring
+                           spring, crash-mid-handler
         --fast             shorter leases and waits (as the smoke test uses)
       """;
 

@@ -56,7 +56,8 @@ class DemoSmokeTest {
         .anyMatch(title -> title.startsWith("4. Handler fails mid-way"))
         .anyMatch(title -> title.startsWith("5. Zombie consumer"))
         .anyMatch(title -> title.startsWith("6. Fan-out"))
-        .anyMatch(title -> title.startsWith("7. Spring Boot"));
+        .anyMatch(title -> title.startsWith("7. Spring Boot"))
+        .anyMatch(title -> title.startsWith("8. Crash mid-handler"));
   }
 
   @Test
@@ -135,9 +136,41 @@ class DemoSmokeTest {
   }
 
   @Test
+  void aCrashBetweenChargeAndSuccessChargesTwiceUnlessTheDedupRowIsInTheChargesTransaction() {
+    Map<String, RunRow> rows = rows("8. Crash mid-handler");
+    assertCharges(rows.get("without dedup"), 2, 2, 0);
+
+    RunRow separate = rows.get("dedup SEPARATE");
+    assertThat(separate.handlerRuns()).as("SEPARATE handler runs").isEqualTo(2);
+    assertThat(separate.effects()).as("SEPARATE charges").isEqualTo(2);
+    assertThat(separate.balance()).isEqualTo(EffectKind.CHARGE.balanceAfter(2));
+    assertThat(separate.verdict()).isEqualTo(RunRow.Verdict.DOUBLE_EFFECT_IN_WINDOW);
+    assertThat(separate.verdictText()).isEqualTo("DOUBLE CHARGE (window)");
+
+    RunRow transactional = rows.get("dedup TRANSACTIONAL");
+    assertThat(transactional.delivered()).as("TRANSACTIONAL delivered").isEqualTo(2);
+    assertThat(transactional.handlerRuns())
+        .as("TRANSACTIONAL handler runs: the killed child's, rolled back, and the restart's")
+        .isEqualTo(2);
+    assertThat(transactional.effects()).as("TRANSACTIONAL charges").isEqualTo(1);
+    assertThat(transactional.balance()).isEqualTo(EffectKind.CHARGE.balanceAfter(1));
+    assertThat(transactional.verdict()).isEqualTo(RunRow.Verdict.OK);
+
+    ScenarioResult result = result("8. Crash mid-handler");
+    assertThat(result.dedupHeld()).as("the window is expected, not a failure").isTrue();
+    assertThat(result.notes())
+        .anyMatch(
+            note ->
+                note.contains("dedup SEPARATE 1 charge, key PROCESSING")
+                    && note.contains("dedup TRANSACTIONAL 0 charges, no dedup row"))
+        .anyMatch(note -> note.contains("took the key over (attempt 2)"));
+  }
+
+  @Test
   void reportShowsTheDoubleChargeAndTheResult() {
     assertThat(report)
         .contains("DOUBLE CHARGE")
+        .contains("DOUBLE CHARGE (window)")
         .contains("RESULT: with dedup, every scenario applied each business action exactly once");
     assertThat(results).allMatch(ScenarioResult::dedupHeld);
   }

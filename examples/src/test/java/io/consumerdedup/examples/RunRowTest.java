@@ -30,6 +30,27 @@ class RunRowTest {
   }
 
   @Test
+  void theExpectedExtraChargeOfTheDocumentedWindowIsNamedAsSuchAndDoesNotFailTheDemo() {
+    RunRow window = charges(true, 2, 1).expectingWindowEffects(1);
+
+    assertThat(window.verdict()).isEqualTo(RunRow.Verdict.DOUBLE_EFFECT_IN_WINDOW);
+    assertThat(window.verdictText()).isEqualTo("DOUBLE CHARGE (window)");
+    ScenarioResult result =
+        new ScenarioResult("t", "i", List.of(charges(false, 2, 1), window), List.of());
+    assertThat(result.dedupHeld()).isTrue();
+    assertThat(result.showsWindow()).isTrue();
+  }
+
+  @Test
+  void moreChargesThanTheWindowExplainsAreStillADoubleCharge() {
+    RunRow beyondWindow = charges(true, 3, 1).expectingWindowEffects(1);
+
+    assertThat(beyondWindow.verdict()).isEqualTo(RunRow.Verdict.DOUBLE_EFFECT);
+    assertThat(new ScenarioResult("t", "i", List.of(beyondWindow), List.of()).dedupHeld())
+        .isFalse();
+  }
+
+  @Test
   void onlyRunsWithDedupDecideWhetherDedupHeld() {
     ScenarioResult doubledWithoutDedup =
         new ScenarioResult("t", "i", List.of(charges(false, 2, 1), charges(true, 1, 1)), List.of());
@@ -52,6 +73,7 @@ class RunRowTest {
         0,
         0,
         0,
-        orders);
+        orders,
+        0);
   }
 }

@@ -185,7 +185,7 @@ public final class ConsumerLoop implements AutoCloseable {
                 + e.holder()
                 + "'s lease; redelivering it every "
                 + retryBackoff.toMillis()
-                + " ms until that holder finishes");
+                + " ms until that holder finishes or its lease runs out");
       }
       return false;
     } catch (DedupKeyMissingException | DedupKeyConflictException e) {

@@ -48,10 +48,18 @@ public final class Ledger {
     }
   }
 
-  /** Applies one effect in its own transaction: the entry and the balance change together. */
+  /**
+   * Applies one effect in a transaction: the entry and the balance change together. If the
+   * DataSource hands out a connection with a transaction already open (one bound to the caller's
+   * transaction, for {@code DedupMode.TRANSACTIONAL}), the effect joins that transaction and
+   * commits or rolls back with it; otherwise it commits on its own.
+   */
   public void apply(EffectKind kind, String businessKey, String appliedBy) throws SQLException {
     try (Connection connection = dataSource.getConnection()) {
-      boolean autoCommit = connection.getAutoCommit();
+      if (!connection.getAutoCommit()) {
+        apply(connection, kind, businessKey, appliedBy);
+        return;
+      }
       connection.setAutoCommit(false);
       try {
         apply(connection, kind, businessKey, appliedBy);
@@ -60,7 +68,7 @@ public final class Ledger {
         connection.rollback();
         throw e;
       } finally {
-        connection.setAutoCommit(autoCommit);
+        connection.setAutoCommit(true);
       }
     }
   }

@@ -15,10 +15,16 @@ public record ScenarioResult(String title, String incident, List<RunRow> rows, L
     notes = List.copyOf(notes);
   }
 
-  /** Whether every run behind the library applied each action exactly once. */
+  /**
+   * Whether every run behind the library applied each action exactly once, or doubled it only in
+   * the documented window the run reproduces on purpose.
+   */
   public boolean dedupHeld() {
-    return rows.stream()
-        .filter(RunRow::withDedup)
-        .allMatch(row -> row.verdict() == RunRow.Verdict.OK);
+    return rows.stream().filter(RunRow::withDedup).allMatch(row -> row.verdict().asDocumented());
+  }
+
+  /** Whether a run here shows the documented window of {@code DedupMode.SEPARATE}. */
+  public boolean showsWindow() {
+    return rows.stream().anyMatch(row -> row.verdict() == RunRow.Verdict.DOUBLE_EFFECT_IN_WINDOW);
   }
 }

@@ -72,29 +72,11 @@ public final class LostAckChild {
               .processor(processor)
               .stats(stats)
               .progress(progress)
-              .beforeCommit(record -> reportAndHang(stats))
+              .beforeCommit(record -> ChildJvm.signalAndHang(CHARGED_LINE, stats))
               .build()) {
         loop.runUntilCommitted(1, Duration.ofSeconds(60));
       }
     }
     throw new IllegalStateException("The child committed its offset: it was not killed in time");
-  }
-
-  private static void reportAndHang(RunStats stats) {
-    System.out.println(
-        CHARGED_LINE
-            + " "
-            + stats.deliveredCount()
-            + " "
-            + stats.handlerRunCount()
-            + " "
-            + stats.duplicatesSkippedCount());
-    System.out.flush();
-    try {
-      Thread.sleep(Long.MAX_VALUE);
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw new IllegalStateException("Interrupted while waiting to be killed", e);
-    }
   }
 }

@@ -6,14 +6,7 @@ import io.consumerdedup.examples.ledger.EffectHandler;
 import io.consumerdedup.examples.ledger.EffectKind;
 import io.consumerdedup.examples.report.RunRow;
 import io.consumerdedup.examples.report.ScenarioResult;
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
-import java.nio.file.Path;
 import java.util.List;
-import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import java.util.function.UnaryOperator;
 
 /**
@@ -45,8 +38,8 @@ public final class LostAckScenario implements Scenario {
                 + context.settings().lease().toSeconds()
                 + " s (production: minutes). Had the child died between the charge and SUCCESS,"
                 + " the restart would see the key in progress until the lease ran out and then"
-                + " charge again: the one window of DedupMode.SEPARATE; DedupMode.TRANSACTIONAL"
-                + " closes it"));
+                + " charge again: the one window of DedupMode.SEPARATE, which scenario 8 shows,"
+                + " with DedupMode.TRANSACTIONAL closing it"));
   }
 
   private RunRow runOnce(DemoContext context, boolean withDedup) throws Exception {
@@ -75,65 +68,29 @@ public final class LostAckScenario implements Scenario {
 
   /** Starts the consumer in a child JVM, waits until it has charged, and kills it. */
   private static void chargeInChildAndKill(ScenarioRun run, boolean withDedup) throws Exception {
-    ProcessBuilder builder =
-        new ProcessBuilder(
-                Path.of(System.getProperty("java.home"), "bin", "java").toString(),
-                "-XX:TieredStopAtLevel=1",
-                "-cp",
-                System.getProperty("java.class.path"),
-                LostAckChild.class.getName(),
+    try (ChildJvm child =
+        ChildJvm.start(
+            LostAckChild.class,
+            List.of(
                 run.bootstrapServers(),
                 run.jdbcUrl(),
                 run.topic(),
                 run.group("billing"),
                 ScenarioRun.mode(withDedup),
-                Long.toString(run.settings().lease().toMillis()))
-            .redirectErrorStream(true);
-    Process child = builder.start();
-    run.progress().step("started the payment consumer in a child JVM (pid " + child.pid() + ")");
-    CompletableFuture<String> charged = new CompletableFuture<>();
-    Thread reader =
-        new Thread(
-            () -> {
-              try (BufferedReader lines =
-                  new BufferedReader(
-                      new InputStreamReader(child.getInputStream(), StandardCharsets.UTF_8))) {
-                String line;
-                while ((line = lines.readLine()) != null) {
-                  if (line.startsWith(LostAckChild.CHARGED_LINE)) {
-                    charged.complete(line);
-                  } else {
-                    run.progress().step("  child JVM | " + line.strip());
-                  }
-                }
-                charged.completeExceptionally(
-                    new IllegalStateException("The child JVM ended before it charged"));
-              } catch (Exception e) {
-                charged.completeExceptionally(e);
-              }
-            },
-            "lost-ack-child-output");
-    reader.setDaemon(true);
-    reader.start();
-    String line;
-    try {
-      line = charged.get(run.settings().runTimeout().toSeconds(), TimeUnit.SECONDS);
-    } catch (TimeoutException e) {
-      throw new IllegalStateException(
-          "The child JVM did not charge within " + run.settings().runTimeout(), e);
-    } finally {
-      child.destroyForcibly();
-      child.waitFor();
+                Long.toString(run.settings().lease().toMillis())),
+            LostAckChild.CHARGED_LINE,
+            run.progress())) {
+      run.progress().step("started the payment consumer in a child JVM (pid " + child.pid() + ")");
+      String line = child.awaitSignal(run.settings().runTimeout());
+      int exitCode = child.kill();
+      ChildJvm.addCounts(line, run.stats());
+      run.progress()
+          .step(
+              "child JVM charged "
+                  + ORDER
+                  + " and was killed before its offset commit (exit code "
+                  + exitCode
+                  + ")");
     }
-    String[] counts = line.split(" ");
-    run.stats()
-        .add(Integer.parseInt(counts[1]), Integer.parseInt(counts[2]), Integer.parseInt(counts[3]));
-    run.progress()
-        .step(
-            "child JVM charged "
-                + ORDER
-                + " and was killed before its offset commit (exit code "
-                + child.exitValue()
-                + ")");
   }
 }

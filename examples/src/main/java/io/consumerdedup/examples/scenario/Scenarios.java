@@ -14,6 +14,7 @@ public final class Scenarios {
         new BankTimeoutScenario(),
         new ZombieConsumerScenario(),
         new FanOutScenario(),
-        new SpringListenerScenario());
+        new SpringListenerScenario(),
+        new CrashMidHandlerScenario());
   }
 }
