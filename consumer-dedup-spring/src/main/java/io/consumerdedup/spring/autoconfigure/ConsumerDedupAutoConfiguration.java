@@ -77,8 +77,7 @@ public class ConsumerDedupAutoConfiguration {
       ConsumerDedupProperties properties,
       ObjectProvider<DedupListener> listeners) {
     // TRANSACTIONAL claims must run on the listener's transactional connection: the same
-    // DataSource,
-    // seen through Spring's transaction-aware proxy (the core stays unaware of Spring).
+    // DataSource, seen through Spring's transaction-aware proxy (the core stays unaware of Spring).
     DataSource transactional =
         dataSource instanceof TransactionAwareDataSourceProxy
             ? dataSource
