@@ -172,19 +172,7 @@ class IdempotentExecutorTest {
     IdempotentExecutor holder = executor(IdempotentExecutor.builder(store).ownerId("holder-1"));
     IdempotentExecutor copy = executor();
     DedupKey key = DedupKey.of("payment", "ORD-5");
-    CountDownLatch running = new CountDownLatch(1);
-    CountDownLatch release = new CountDownLatch(1);
-    CompletableFuture<DedupResult<Object>> first =
-        CompletableFuture.supplyAsync(
-            () ->
-                holder.execute(
-                    key,
-                    () -> {
-                      running.countDown();
-                      release.await();
-                      return null;
-                    }));
-    assertThat(running.await(10, TimeUnit.SECONDS)).isTrue();
+    BlockedRun first = new BlockedRun(holder, key);
 
     assertThatThrownBy(() -> copy.execute(key, () -> "copy ran"))
         .isInstanceOfSatisfying(
@@ -197,8 +185,7 @@ class IdempotentExecutorTest {
         .hasMessageContaining("Key is being processed by holder-1")
         .hasMessageContaining("retry later");
 
-    release.countDown();
-    assertThat(first.get(10, TimeUnit.SECONDS).outcome()).isEqualTo(Outcome.PROCESSED);
+    assertThat(first.finish().outcome()).isEqualTo(Outcome.PROCESSED);
     assertThat(copy.execute(key, () -> "copy ran").outcome()).isEqualTo(Outcome.DUPLICATE);
   }
 
@@ -241,18 +228,7 @@ class IdempotentExecutorTest {
                 .inProgressPolicy(InProgressPolicy.WAIT)
                 .waitTimeout(Duration.ofMillis(300)));
     DedupKey key = DedupKey.of("payment", "ORD-7");
-    CountDownLatch running = new CountDownLatch(1);
-    CountDownLatch release = new CountDownLatch(1);
-    CompletableFuture<?> first =
-        CompletableFuture.runAsync(
-            () ->
-                holder.execute(
-                    key,
-                    () -> {
-                      running.countDown();
-                      return release.await(30, TimeUnit.SECONDS);
-                    }));
-    assertThat(running.await(10, TimeUnit.SECONDS)).isTrue();
+    BlockedRun first = new BlockedRun(holder, key);
 
     long start = System.nanoTime();
     assertThatThrownBy(() -> waiting.execute(key, () -> "ran"))
@@ -260,8 +236,7 @@ class IdempotentExecutorTest {
     assertThat(Duration.ofNanos(System.nanoTime() - start))
         .isGreaterThanOrEqualTo(Duration.ofMillis(300));
 
-    release.countDown();
-    first.get(10, TimeUnit.SECONDS);
+    first.finish();
   }
 
   @Test
@@ -361,38 +336,13 @@ class IdempotentExecutorTest {
         executor(IdempotentExecutor.builder(store).ownerId("zombie").listener(recording));
     IdempotentExecutor successor = executor(IdempotentExecutor.builder(store).ownerId("successor"));
     DedupKey key = DedupKey.of("payment", "ORD-11");
-    CountDownLatch running = new CountDownLatch(1);
-    CountDownLatch release = new CountDownLatch(1);
-    CompletableFuture<DedupResult<Object>> zombieRun =
-        CompletableFuture.supplyAsync(
-            () ->
-                zombie.execute(
-                    key,
-                    () -> {
-                      running.countDown();
-                      release.await();
-                      return null;
-                    }));
-    assertThat(running.await(10, TimeUnit.SECONDS)).isTrue();
+    BlockedRun zombieRun = new BlockedRun(zombie, key);
     execute(
         dataSource,
         "UPDATE consumer_dedup SET lease_until = now() - interval '1 second' WHERE biz_key = 'ORD-11'");
-    CountDownLatch successorRunning = new CountDownLatch(1);
-    CountDownLatch successorRelease = new CountDownLatch(1);
-    CompletableFuture<DedupResult<Object>> successorRun =
-        CompletableFuture.supplyAsync(
-            () ->
-                successor.execute(
-                    key,
-                    () -> {
-                      successorRunning.countDown();
-                      successorRelease.await();
-                      return null;
-                    }));
-    assertThat(successorRunning.await(10, TimeUnit.SECONDS)).isTrue();
+    BlockedRun successorRun = new BlockedRun(successor, key);
 
-    release.countDown();
-    zombieRun.get(10, TimeUnit.SECONDS);
+    zombieRun.finish();
 
     DedupRecord record = store.find(key).orElseThrow();
     assertThat(record.status())
@@ -401,8 +351,7 @@ class IdempotentExecutorTest {
     assertThat(record.owner()).isEqualTo("successor");
     assertThat(record.attempts()).isEqualTo(2);
     assertThat(events).containsExactly("leaseLost payment/ORD-11 attempt 1");
-    successorRelease.countDown();
-    assertThat(successorRun.get(10, TimeUnit.SECONDS).attempt()).isEqualTo(2);
+    assertThat(successorRun.finish().attempt()).isEqualTo(2);
     assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
@@ -597,6 +546,32 @@ class IdempotentExecutorTest {
     try (Connection connection = target.getConnection();
         Statement statement = connection.createStatement()) {
       statement.execute(sql);
+    }
+  }
+
+  /** A handler running on another thread, blocked inside until {@link #finish()}. */
+  private static final class BlockedRun {
+    private final CountDownLatch release = new CountDownLatch(1);
+    private final CompletableFuture<DedupResult<Object>> result;
+
+    BlockedRun(IdempotentExecutor executor, DedupKey key) throws InterruptedException {
+      CountDownLatch running = new CountDownLatch(1);
+      result =
+          CompletableFuture.supplyAsync(
+              () ->
+                  executor.execute(
+                      key,
+                      () -> {
+                        running.countDown();
+                        release.await(30, TimeUnit.SECONDS);
+                        return null;
+                      }));
+      assertThat(running.await(10, TimeUnit.SECONDS)).as("the handler started").isTrue();
+    }
+
+    DedupResult<Object> finish() throws Exception {
+      release.countDown();
+      return result.get(10, TimeUnit.SECONDS);
     }
   }
 }

@@ -12,13 +12,12 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
-import java.io.PrintWriter;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
-import java.sql.SQLFeatureNotSupportedException;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -30,7 +29,6 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.logging.Logger;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -375,7 +373,7 @@ class DedupPollLoopDeliveryTest {
   }
 
   /** A DataSource whose database can be made unreachable, as a network outage makes it. */
-  private static final class SwitchableDataSource implements DataSource {
+  private static final class SwitchableDataSource extends ConnectionSource {
     private final DataSource delegate;
     final AtomicBoolean down = new AtomicBoolean();
     final AtomicInteger refused = new AtomicInteger();
@@ -395,47 +393,6 @@ class DedupPollLoopDeliveryTest {
     public Connection getConnection() throws SQLException {
       checkUp();
       return delegate.getConnection();
-    }
-
-    @Override
-    public Connection getConnection(String username, String password) throws SQLException {
-      checkUp();
-      return delegate.getConnection(username, password);
-    }
-
-    @Override
-    public PrintWriter getLogWriter() throws SQLException {
-      return delegate.getLogWriter();
-    }
-
-    @Override
-    public void setLogWriter(PrintWriter out) throws SQLException {
-      delegate.setLogWriter(out);
-    }
-
-    @Override
-    public void setLoginTimeout(int seconds) throws SQLException {
-      delegate.setLoginTimeout(seconds);
-    }
-
-    @Override
-    public int getLoginTimeout() throws SQLException {
-      return delegate.getLoginTimeout();
-    }
-
-    @Override
-    public Logger getParentLogger() throws SQLFeatureNotSupportedException {
-      return delegate.getParentLogger();
-    }
-
-    @Override
-    public <T> T unwrap(Class<T> iface) throws SQLException {
-      return delegate.unwrap(iface);
-    }
-
-    @Override
-    public boolean isWrapperFor(Class<?> iface) throws SQLException {
-      return delegate.isWrapperFor(iface);
     }
   }
 }
