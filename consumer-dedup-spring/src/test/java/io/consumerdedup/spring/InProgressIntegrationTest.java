@@ -9,8 +9,6 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.micrometer.MicrometerDedupListener;
-import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.nio.charset.StandardCharsets;
@@ -224,22 +222,11 @@ class InProgressIntegrationTest {
   }
 
   private int effects(String bizKey) {
-    Integer count =
-        jdbc.queryForObject(
-            "SELECT count(*) FROM effects WHERE listener = 'payment' AND biz_key = ?",
-            Integer.class,
-            bizKey);
-    return count == null ? 0 : count;
+    return SpringTestEnvironment.effects(jdbc, "payment", bizKey);
   }
 
   private double outcomes(String bizType, String outcome) {
-    Counter counter =
-        registry
-            .find(MicrometerDedupListener.OUTCOMES)
-            .tag("biz_type", bizType)
-            .tag("outcome", outcome)
-            .counter();
-    return counter == null ? 0 : counter.count();
+    return SpringTestEnvironment.outcomes(registry, bizType, outcome);
   }
 
   /** State the test reads; not a proxied bean, so fields are the real ones. */

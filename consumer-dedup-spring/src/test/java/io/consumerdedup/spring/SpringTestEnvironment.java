@@ -1,6 +1,9 @@
 package io.consumerdedup.spring;
 
+import io.consumerdedup.micrometer.MicrometerDedupListener;
 import io.consumerdedup.testing.TestDatabase;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.MeterRegistry;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
@@ -16,6 +19,8 @@ import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.StringDeserializer;
+import org.jspecify.annotations.Nullable;
+import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.test.EmbeddedKafkaBroker;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -96,5 +101,30 @@ final class SpringTestEnvironment {
       }
     }
     return reason.toString();
+  }
+
+  /**
+   * How many effects {@code listener} wrote for {@code bizKey} (a null key matches records without
+   * one).
+   */
+  static int effects(JdbcTemplate jdbc, String listener, @Nullable String bizKey) {
+    Integer count =
+        jdbc.queryForObject(
+            "SELECT count(*) FROM effects WHERE listener = ? AND biz_key IS NOT DISTINCT FROM ?",
+            Integer.class,
+            listener,
+            bizKey);
+    return count == null ? 0 : count;
+  }
+
+  /** The {@code consumer.dedup.outcomes} count for one biz type and outcome; 0 if never counted. */
+  static double outcomes(MeterRegistry registry, String bizType, String outcome) {
+    Counter counter =
+        registry
+            .find(MicrometerDedupListener.OUTCOMES)
+            .tag("biz_type", bizType)
+            .tag("outcome", outcome)
+            .counter();
+    return counter == null ? 0 : counter.count();
   }
 }

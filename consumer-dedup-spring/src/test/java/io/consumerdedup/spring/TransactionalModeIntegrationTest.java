@@ -8,8 +8,6 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
-import io.consumerdedup.micrometer.MicrometerDedupListener;
-import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.time.Duration;
@@ -133,23 +131,11 @@ class TransactionalModeIntegrationTest {
   }
 
   private int effects(String listener, String bizKey) {
-    Integer count =
-        jdbc.queryForObject(
-            "SELECT count(*) FROM effects WHERE listener = ? AND biz_key IS NOT DISTINCT FROM ?",
-            Integer.class,
-            listener,
-            bizKey);
-    return count == null ? 0 : count;
+    return SpringTestEnvironment.effects(jdbc, listener, bizKey);
   }
 
   private double outcomes(String bizType, String outcome) {
-    Counter counter =
-        registry
-            .find(MicrometerDedupListener.OUTCOMES)
-            .tag("biz_type", bizType)
-            .tag("outcome", outcome)
-            .counter();
-    return counter == null ? 0 : counter.count();
+    return SpringTestEnvironment.outcomes(registry, bizType, outcome);
   }
 
   static final class Switches {
