@@ -1,5 +1,7 @@
 package io.consumerdedup.core;
 
+import com.zaxxer.hikari.HikariConfig;
+import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -11,12 +13,15 @@ import java.util.List;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
-import org.postgresql.ds.PGSimpleDataSource;
 
 /**
  * Runs in a child JVM: {@code threads} threads each deliver every one of {@code keys} keys once,
  * all starting at the same wall-clock moment as the other worker JVMs. The handler's effect is a
  * row in {@code effects}, which has no unique constraint: a double run would show as two rows.
+ *
+ * <p>Connections come from a pool, as in production: a new PostgreSQL connection per store call
+ * costs a backend fork, and on a two-core machine sixteen racing threads doing that made the
+ * losers' waits back off to a second per key, so the race took minutes instead of seconds.
  */
 public final class RaceWorker {
   private RaceWorker() {}
@@ -26,8 +31,12 @@ public final class RaceWorker {
     int threads = Integer.parseInt(args[1]);
     int keys = Integer.parseInt(args[2]);
     String worker = args[3];
-    PGSimpleDataSource dataSource = new PGSimpleDataSource();
-    dataSource.setURL(url);
+    HikariConfig config = new HikariConfig();
+    config.setJdbcUrl(url);
+    // Each thread holds at most a store connection and, inside its handler, an effect connection.
+    config.setMaximumPoolSize(2 * threads + 1);
+    config.setPoolName("race-" + worker);
+    HikariDataSource dataSource = new HikariDataSource(config);
     IdempotentExecutor executor =
         IdempotentExecutor.builder(JdbcDedupStore.builder(dataSource).build())
             .inProgressPolicy(InProgressPolicy.WAIT)
@@ -62,6 +71,9 @@ public final class RaceWorker {
                         }
                         return null;
                       });
+                  if (k % 50 == 49) {
+                    System.out.println("PROGRESS " + worker + " key " + k);
+                  }
                 }
                 return null;
               }));
@@ -71,6 +83,7 @@ public final class RaceWorker {
     }
     pool.shutdown();
     executor.close();
+    dataSource.close();
     System.out.println("WORKER-DONE " + worker);
   }
 }
