@@ -19,6 +19,7 @@ CREATE TABLE consumer_dedup (
     created_at  timestamptz   NOT NULL DEFAULT now(),
     updated_at  timestamptz   NOT NULL DEFAULT now(),
     expires_at  timestamptz   NOT NULL,
+    claim_id    varchar(64),
     CONSTRAINT consumer_dedup_pk PRIMARY KEY (biz_type, biz_key),
     CONSTRAINT consumer_dedup_status_ck CHECK (status IN ('PROCESSING', 'SUCCESS', 'FAILED')),
     CONSTRAINT consumer_dedup_attempts_ck CHECK (attempts >= 1)
@@ -52,5 +53,7 @@ COMMENT ON COLUMN consumer_dedup.created_at IS
     'Database time of the first claim';
 COMMENT ON COLUMN consumer_dedup.updated_at IS
     'Database time of the last status change or lease renewal';
+COMMENT ON COLUMN consumer_dedup.claim_id IS
+    'Random id of the claim that wrote the row: a claim sent again after its reply was lost recognises its own row';
 COMMENT ON COLUMN consumer_dedup.expires_at IS
     'Database time after which the purge may delete the row: set from the retention on every claim, SUCCESS and FAILED';

@@ -1,7 +1,9 @@
 package io.consumerdedup.core;
 
 import java.time.Duration;
+import java.util.HexFormat;
 import java.util.Objects;
+import java.util.concurrent.ThreadLocalRandom;
 import org.jspecify.annotations.Nullable;
 
 /**
@@ -13,6 +15,9 @@ import org.jspecify.annotations.Nullable;
  * @param retention how long an abandoned claim is kept before the purge may delete it
  * @param fingerprint the payload fingerprint, or null when the executor does not compare payloads
  * @param source where the delivery came from (such as {@code payments-0@42}), or null
+ * @param claimId identifies this claim, so that a claim that is sent again (its first reply was
+ *     lost after the server committed it) is recognised as the caller's own instead of as another
+ *     holder's live lease; unique per claim, 1 to 64 characters
  */
 public record ClaimRequest(
     DedupKey key,
@@ -20,12 +25,36 @@ public record ClaimRequest(
     Duration lease,
     Duration retention,
     @Nullable String fingerprint,
-    @Nullable String source) {
+    @Nullable String source,
+    String claimId) {
 
   public ClaimRequest {
     Objects.requireNonNull(key, "key");
     Objects.requireNonNull(owner, "owner");
     Objects.requireNonNull(lease, "lease");
     Objects.requireNonNull(retention, "retention");
+    Objects.requireNonNull(claimId, "claimId");
+    if (claimId.isEmpty() || claimId.length() > 64) {
+      throw new IllegalArgumentException(
+          "claimId must be 1 to 64 characters, was " + claimId.length());
+    }
+  }
+
+  /** A request with a fresh claim id. */
+  public ClaimRequest(
+      DedupKey key,
+      String owner,
+      Duration lease,
+      Duration retention,
+      @Nullable String fingerprint,
+      @Nullable String source) {
+    this(key, owner, lease, retention, fingerprint, source, newClaimId());
+  }
+
+  /** 128 random bits in hex: unique among the claims that can meet on one key. */
+  public static String newClaimId() {
+    ThreadLocalRandom random = ThreadLocalRandom.current();
+    return HexFormat.of().toHexDigits(random.nextLong())
+        + HexFormat.of().toHexDigits(random.nextLong());
   }
 }

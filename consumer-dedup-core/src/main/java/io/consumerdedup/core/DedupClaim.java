@@ -1,6 +1,7 @@
 package io.consumerdedup.core;
 
 import io.consumerdedup.core.internal.LeaseRenewer;
+import io.consumerdedup.core.internal.Outcomes;
 import java.time.Duration;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.jspecify.annotations.Nullable;
@@ -13,43 +14,60 @@ import org.jspecify.annotations.Nullable;
  * its key PROCESSING until that renewal stops with the executor and the lease runs out.
  */
 public final class DedupClaim {
-  private final @Nullable IdempotentExecutor executor;
   private final DedupKey key;
   private final int attempt;
   private final @Nullable String source;
+  private final @Nullable Outcomes outcomes;
   private final LeaseRenewer.@Nullable Renewal renewal;
+  private final boolean held;
+  private final DedupListener listener;
   private final long startNanos = System.nanoTime();
   private final AtomicBoolean ended = new AtomicBoolean();
 
   private DedupClaim(
-      @Nullable IdempotentExecutor executor,
       DedupKey key,
       int attempt,
       @Nullable String source,
-      LeaseRenewer.@Nullable Renewal renewal) {
-    this.executor = executor;
+      boolean held,
+      @Nullable Outcomes outcomes,
+      LeaseRenewer.@Nullable Renewal renewal,
+      DedupListener listener) {
     this.key = key;
     this.attempt = attempt;
     this.source = source;
+    this.held = held;
+    this.outcomes = outcomes;
     this.renewal = renewal;
+    this.listener = listener;
   }
 
   static DedupClaim duplicate(DedupKey key, int attempt) {
-    return new DedupClaim(null, key, attempt, null, null);
+    return new DedupClaim(key, attempt, null, false, null, null, DedupListener.NOOP);
   }
 
-  static DedupClaim held(
-      IdempotentExecutor executor,
+  /** A claim under a lease, whose outcome {@code outcomes} writes. */
+  static DedupClaim leased(
       DedupKey key,
       int attempt,
       @Nullable String source,
-      LeaseRenewer.@Nullable Renewal renewal) {
-    return new DedupClaim(executor, key, attempt, source, renewal);
+      Outcomes outcomes,
+      LeaseRenewer.Renewal renewal,
+      DedupListener listener) {
+    return new DedupClaim(key, attempt, source, true, outcomes, renewal, listener);
+  }
+
+  /**
+   * A claim inside the caller's transaction (mode TRANSACTIONAL): the record is already SUCCESS in
+   * that transaction, and its commit or rollback is the outcome.
+   */
+  static DedupClaim inTransaction(
+      DedupKey key, int attempt, @Nullable String source, DedupListener listener) {
+    return new DedupClaim(key, attempt, source, true, null, null, listener);
   }
 
   /** The key had already succeeded: the handler must not run, and there is nothing to end. */
   public boolean isDuplicate() {
-    return executor == null;
+    return !held;
   }
 
   public DedupKey key() {
@@ -61,40 +79,72 @@ public final class DedupClaim {
     return attempt;
   }
 
-  @Nullable String source() {
+  /** Where the claiming delivery came from, if the caller said. */
+  public @Nullable String source() {
     return source;
+  }
+
+  /**
+   * Whether this holder may no longer hold the key: a renewal or a write was refused because
+   * another consumer took it over, or the lease was not renewed within its length (the database
+   * unreachable meanwhile). Once true, another consumer may be running the handler for the key; a
+   * long-running handler can check it to stop early. Always false for a duplicate or a claim in the
+   * caller's transaction (whose transaction holds the key).
+   */
+  public boolean isLeaseLost() {
+    return renewal != null && renewal.isLeaseLost();
   }
 
   /**
    * Records SUCCESS: the handler has applied its effect.
    *
-   * @throws DedupStoreException SUCCESS could not be recorded; the record stays PROCESSING until
-   *     its lease expires
+   * @throws DedupLeaseLostException another consumer took the key over before SUCCESS could be
+   *     written (the handler's effect may be applied a second time by the new holder)
+   * @throws DedupStoreUnavailableException SUCCESS is not written yet: it is retried in the
+   *     background while the lease is renewed, and this process does not run the handler for the
+   *     key again before it is written; retry the delivery later
    * @throws IllegalStateException the claim is a duplicate or was already ended
    */
   public void complete() {
-    holder("complete").complete(this, renewal, Duration.ofNanos(System.nanoTime() - startNanos));
+    end("complete");
+    Duration handlerTime = Duration.ofNanos(System.nanoTime() - startNanos);
+    if (outcomes == null || renewal == null) {
+      listener.completed(key, attempt, handlerTime);
+      return;
+    }
+    outcomes.complete(key, attempt, source, renewal, handlerTime);
   }
 
   /**
    * Records FAILED, so that the next delivery retries: the handler threw {@code error}. If FAILED
-   * cannot be recorded, the store's error is added to {@code error} as suppressed.
+   * cannot be written yet, it is retried in the background and the store's error is added to {@code
+   * error} as suppressed. In the caller's transaction (mode TRANSACTIONAL) its rollback removes the
+   * record instead.
    *
    * @throws IllegalStateException the claim is a duplicate or was already ended
    */
   public void fail(Throwable error) {
-    holder("fail").fail(this, renewal, error);
+    end("fail");
+    if (outcomes == null || renewal == null) {
+      listener.failed(key, attempt, error);
+      return;
+    }
+    outcomes.fail(key, attempt, source, renewal, error);
   }
 
-  private IdempotentExecutor holder(String operation) {
-    if (executor == null) {
+  private void end(String operation) {
+    if (!held) {
       throw new IllegalStateException(
           "Cannot " + operation + " a duplicate of " + key + ": the handler must not have run");
     }
     if (!ended.compareAndSet(false, true)) {
       throw new IllegalStateException("The claim on " + key + " was already ended");
     }
-    return executor;
+  }
+
+  /** Whether {@link #complete()} or {@link #fail(Throwable)} was called. */
+  public boolean isEnded() {
+    return ended.get();
   }
 
   @Override

@@ -7,8 +7,11 @@ import org.jspecify.annotations.Nullable;
  * The root of consumer-dedup's exceptions. Each names the key it concerns and, when the call came
  * from a Kafka adapter, where the delivery came from ({@code topic-partition@offset}, and the
  * group).
+ *
+ * <p>Each kind of exception says what an adapter should do with the delivery: {@link
+ * #disposition()}.
  */
-public class DedupException extends RuntimeException {
+public abstract class DedupException extends RuntimeException {
   private static final long serialVersionUID = 1L;
 
   private final String reason;
@@ -25,6 +28,9 @@ public class DedupException extends RuntimeException {
     this.key = key;
     this.source = source;
   }
+
+  /** What an adapter does with the delivery that raised this: retry it later, dead-letter it... */
+  public abstract Disposition disposition();
 
   /** What happened, without the key and source that {@link #getMessage()} appends. */
   public String reason() {

@@ -17,4 +17,10 @@ public class DedupHandlerException extends DedupException {
   public DedupHandlerException(@Nullable DedupKey key, @Nullable String source, Exception cause) {
     super("Handler failed: " + cause, key, source, cause);
   }
+
+  /** {@link Disposition#HANDLER_FAILED}: the record is FAILED, and a retry may succeed. */
+  @Override
+  public Disposition disposition() {
+    return Disposition.HANDLER_FAILED;
+  }
 }

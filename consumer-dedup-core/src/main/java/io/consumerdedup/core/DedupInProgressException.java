@@ -39,4 +39,10 @@ public class DedupInProgressException extends DedupException {
   public Optional<Instant> leaseUntil() {
     return Optional.ofNullable(leaseUntil);
   }
+
+  /** {@link Disposition#RETRY_LATER}: the holder finishes, or its lease runs out. */
+  @Override
+  public Disposition disposition() {
+    return Disposition.RETRY_LATER;
+  }
 }

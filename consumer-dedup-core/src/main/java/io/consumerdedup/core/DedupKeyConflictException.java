@@ -37,4 +37,10 @@ public class DedupKeyConflictException extends DedupException {
   public String deliveredFingerprint() {
     return deliveredFingerprint;
   }
+
+  /** {@link Disposition#DEAD_LETTER}: a redelivery carries the same payload. */
+  @Override
+  public Disposition disposition() {
+    return Disposition.DEAD_LETTER;
+  }
 }

@@ -6,11 +6,17 @@ import org.jspecify.annotations.Nullable;
  * A delivery carries a key that cannot be used: bytes that are not UTF-8, a control character, a
  * type name too long. Not retryable: a redelivery carries the same data.
  */
-public class DedupKeyMalformedException extends DedupKeyMissingException {
+public class DedupKeyMalformedException extends DedupException {
   private static final long serialVersionUID = 1L;
 
   public DedupKeyMalformedException(
       String message, @Nullable String source, @Nullable Throwable cause) {
-    super(message, source, cause);
+    super(message, null, source, cause);
+  }
+
+  /** {@link Disposition#DEAD_LETTER}: a redelivery carries the same data. */
+  @Override
+  public Disposition disposition() {
+    return Disposition.DEAD_LETTER;
   }
 }

@@ -13,4 +13,10 @@ public class DedupKeyMissingException extends DedupException {
       String message, @Nullable String source, @Nullable Throwable cause) {
     super(message, null, source, cause);
   }
+
+  /** {@link Disposition#DEAD_LETTER}: a redelivery carries the same data. */
+  @Override
+  public Disposition disposition() {
+    return Disposition.DEAD_LETTER;
+  }
 }

@@ -1,7 +1,9 @@
 package io.consumerdedup.core;
 
 import io.consumerdedup.core.internal.LeaseRenewer;
+import io.consumerdedup.core.internal.Outcomes;
 import io.consumerdedup.core.internal.OwnerIds;
+import io.consumerdedup.core.internal.UnansweredClaims;
 import java.time.Duration;
 import java.util.Objects;
 import java.util.concurrent.Callable;
@@ -20,6 +22,11 @@ import org.slf4j.LoggerFactory;
  * runs, a background task renews the lease at {@link Builder#renewalInterval(Duration)}, so a slow
  * but live handler is never taken over; a crashed holder's lease simply runs out, and then another
  * consumer takes the key over.
+ *
+ * <p>Every call to the store is made to survive its failure modes: a claim whose reply was lost
+ * after the server committed it is recognised as ours when it is sent again; an outcome (SUCCESS or
+ * FAILED) that cannot be written is kept, its lease still renewed, and written in the background,
+ * and this process does not run the handler for that key again before it is written.
  *
  * <pre>{@code
  * IdempotentExecutor executor = IdempotentExecutor.builder(store).lease(Duration.ofMinutes(5)).build();
@@ -64,7 +71,6 @@ public final class IdempotentExecutor implements AutoCloseable {
   private static final Logger log = LoggerFactory.getLogger(IdempotentExecutor.class);
   private static final Duration FIRST_WAIT_BACKOFF = Duration.ofMillis(50);
   private static final Duration LONGEST_WAIT_BACKOFF = Duration.ofSeconds(1);
-  private static final int MAX_ERROR_LENGTH = 2000;
 
   private final DedupStore store;
   private final DedupMode mode;
@@ -78,6 +84,8 @@ public final class IdempotentExecutor implements AutoCloseable {
   private final ConflictPolicy conflictPolicy;
   private final DedupListener listener;
   private final LeaseRenewer renewer;
+  private final Outcomes outcomes;
+  private final UnansweredClaims unanswered;
   private volatile boolean closed;
 
   private IdempotentExecutor(Builder b, Duration renewalInterval) {
@@ -93,6 +101,9 @@ public final class IdempotentExecutor implements AutoCloseable {
     this.conflictPolicy = b.conflictPolicy;
     this.listener = new SafeListener(b.listener);
     this.renewer = new LeaseRenewer(store, lease, renewalInterval, this.listener);
+    this.outcomes =
+        new Outcomes(store, listener, renewer, successRetention, failedRetention, renewalInterval);
+    this.unanswered = new UnansweredClaims(lease);
   }
 
   /** Starts building an executor over {@code store}. */
@@ -129,10 +140,15 @@ public final class IdempotentExecutor implements AutoCloseable {
    * @throws DedupInProgressException another consumer holds a live lease on the key (under {@link
    *     InProgressPolicy#WAIT}: still after the wait timeout); retry later
    * @throws DedupKeyConflictException the fingerprint differs from the stored one (under {@link
-   *     ConflictPolicy#THROW})
-   * @throws DedupStoreException the store failed after its retries: if during the claim, the
-   *     handler did not run; if while recording SUCCESS, the record stays PROCESSING until its
-   *     lease expires, and a later delivery then runs the handler again
+   *     ConflictPolicy#THROW}, or under {@link ConflictPolicy#TREAT_AS_DUPLICATE} when the stored
+   *     action has not succeeded)
+   * @throws DedupStoreException the claim failed (see {@link #claim}); the handler did not run
+   * @throws DedupStoreUnavailableException the handler ran, but SUCCESS is not written yet: it is
+   *     retried in the background while the lease is renewed, and until it is written this process
+   *     answers the key's deliveries with this exception instead of running the handler again;
+   *     retry the delivery later (it is then a duplicate)
+   * @throws DedupLeaseLostException the handler ran, but another consumer took the key over before
+   *     SUCCESS could be written (this holder's lease had run out); retry the delivery later
    * @throws DedupHandlerException the handler threw a checked exception (its cause); runtime
    *     exceptions and errors propagate unchanged. In both cases the record was marked FAILED.
    */
@@ -164,7 +180,10 @@ public final class IdempotentExecutor implements AutoCloseable {
    *
    * @throws DedupInProgressException another consumer holds a live lease on the key
    * @throws DedupKeyConflictException the fingerprint differs from the stored one
-   * @throws DedupStoreException the store failed after its retries; nothing was claimed
+   * @throws DedupStoreUnavailableException the store could not be reached after its retries, or the
+   *     outcome of an earlier attempt of this key in this process is still not written; the handler
+   *     must not run
+   * @throws DedupStoreException the store failed otherwise; the handler must not run
    */
   public DedupClaim claim(DedupKey key, @Nullable String fingerprint, @Nullable String source) {
     Objects.requireNonNull(key, "key");
@@ -172,20 +191,23 @@ public final class IdempotentExecutor implements AutoCloseable {
       // A claim now could not be renewed: it would block the key for a whole lease.
       throw new IllegalStateException("IdempotentExecutor " + ownerId + " is closed");
     }
-    if (fingerprint != null && (fingerprint.isEmpty() || fingerprint.length() > 64)) {
-      throw new IllegalArgumentException(
-          "fingerprint must be 1 to 64 characters, was " + fingerprint.length());
-    }
+    checkFingerprint(fingerprint);
     boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
+    if (!inTransaction) {
+      outcomes.settlePending(key, source);
+    }
     // In the caller's transaction the record is written as SUCCESS at once and kept as such.
     Duration keepFor = inTransaction ? successRetention : failedRetention;
-    ClaimRequest request = new ClaimRequest(key, ownerId, lease, keepFor, fingerprint, source);
+    ClaimRequest request =
+        new ClaimRequest(
+            key, ownerId, lease, keepFor, fingerprint, source, unanswered.claimIdFor(key));
     long waitDeadline = System.nanoTime() + waitTimeout.toNanos();
     Duration backoff = FIRST_WAIT_BACKOFF;
     while (true) {
-      ClaimResult claim = timedClaim(request, inTransaction);
+      long sentNanos = System.nanoTime();
+      ClaimResult claim = timedClaim(request, inTransaction, sentNanos);
       if (claim instanceof ClaimResult.Claimed claimed) {
-        return started(claimed, source, inTransaction);
+        return started(claimed, source, inTransaction, sentNanos);
       }
       DedupRecord existing = ((ClaimResult.Taken) claim).existing();
       DedupClaim done = duplicateOrConflict(key, fingerprint, source, existing);
@@ -208,6 +230,19 @@ public final class IdempotentExecutor implements AutoCloseable {
     }
   }
 
+  private static void checkFingerprint(@Nullable String fingerprint) {
+    if (fingerprint == null) {
+      return;
+    }
+    if (fingerprint.isEmpty() || fingerprint.length() > 64) {
+      throw new IllegalArgumentException(
+          "fingerprint must be 1 to 64 characters, was " + fingerprint.length());
+    }
+    if (fingerprint.chars().anyMatch(Character::isISOControl)) {
+      throw new IllegalArgumentException("fingerprint must not contain control characters");
+    }
+  }
+
   /**
    * The answer to a key that was not claimed because it is done or claimed with another payload;
    * null if it is in progress elsewhere.
@@ -217,8 +252,14 @@ public final class IdempotentExecutor implements AutoCloseable {
     String stored = existing.fingerprint().orElse(null);
     if (fingerprint != null && stored != null && !stored.equals(fingerprint)) {
       listener.conflict(key, existing);
+      // Only an action that succeeded can answer for a delivery; one in progress may still fail.
       if (conflictPolicy == ConflictPolicy.TREAT_AS_DUPLICATE) {
-        return DedupClaim.duplicate(key, existing.attempts());
+        if (existing.status() == DedupStatus.SUCCESS) {
+          return DedupClaim.duplicate(key, existing.attempts());
+        }
+        if (existing.isLeaseLive()) {
+          return null;
+        }
       }
       throw new DedupKeyConflictException(key, stored, fingerprint, source);
     }
@@ -230,19 +271,24 @@ public final class IdempotentExecutor implements AutoCloseable {
     return null;
   }
 
-  private ClaimResult timedClaim(ClaimRequest request, boolean inTransaction) {
-    long start = System.nanoTime();
+  private ClaimResult timedClaim(ClaimRequest request, boolean inTransaction, long sentNanos) {
     try {
-      return inTransaction ? store.claimInTransaction(request) : store.claim(request);
+      ClaimResult result = inTransaction ? store.claimInTransaction(request) : store.claim(request);
+      unanswered.answered(request.key());
+      return result;
+    } catch (DedupStoreUnavailableException e) {
+      // The claim may have committed before the connection failed: send the same id next time.
+      unanswered.unanswered(request.key(), request.claimId(), sentNanos);
+      throw e.locatedAt(request.source());
     } catch (DedupStoreException e) {
-      throw withSource(e, request.source());
+      throw e.locatedAt(request.source());
     } finally {
-      listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - start));
+      listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - sentNanos));
     }
   }
 
   private DedupClaim started(
-      ClaimResult.Claimed claim, @Nullable String source, boolean inTransaction) {
+      ClaimResult.Claimed claim, @Nullable String source, boolean inTransaction, long sentNanos) {
     DedupKey key = claim.key();
     int attempt = claim.token();
     if (attempt > 1) {
@@ -252,103 +298,12 @@ public final class IdempotentExecutor implements AutoCloseable {
           attempt);
     }
     listener.claimed(key, attempt);
-    // The caller's transaction holds the key until it ends: no lease to renew.
-    LeaseRenewer.Renewal renewal = inTransaction ? null : renewer.start(key, attempt);
-    return DedupClaim.held(this, key, attempt, source, renewal);
-  }
-
-  /** Records SUCCESS for a held claim; called once, by {@link DedupClaim#complete()}. */
-  void complete(DedupClaim claim, LeaseRenewer.@Nullable Renewal renewal, Duration handlerTime) {
-    DedupKey key = claim.key();
-    int attempt = claim.attempt();
-    String source = claim.source();
-    if (renewal == null) {
-      listener.completed(key, attempt, handlerTime);
-      return;
+    if (inTransaction) {
+      // The caller's transaction holds the key until it ends: no lease to renew.
+      return DedupClaim.inTransaction(key, attempt, source, listener);
     }
-    renewal.stop();
-    boolean held;
-    try {
-      held = store.complete(key, attempt, successRetention);
-    } catch (DedupStoreException e) {
-      log.error(
-          "Handler for {} succeeded but SUCCESS could not be recorded; the record stays"
-              + " PROCESSING until its lease ({}) expires, and a redelivery after that runs the"
-              + " handler again",
-          where(key, source),
-          lease,
-          e);
-      throw new DedupStoreException(
-          "Handler succeeded but SUCCESS could not be recorded; the record stays PROCESSING until"
-              + " its lease ("
-              + lease
-              + ") expires",
-          key,
-          source,
-          e);
-    }
-    if (held) {
-      listener.completed(key, attempt, handlerTime);
-    } else {
-      reportLeaseLost(claim, renewal, "its SUCCESS was not recorded");
-    }
-  }
-
-  /**
-   * Records FAILED for a held claim; called once, by {@link DedupClaim#fail(Throwable)}. A store
-   * failure here is added to {@code error} as suppressed, so the handler's own error still reaches
-   * the caller.
-   */
-  void fail(DedupClaim claim, LeaseRenewer.@Nullable Renewal renewal, Throwable error) {
-    DedupKey key = claim.key();
-    int attempt = claim.attempt();
-    String source = claim.source();
-    if (renewal != null) {
-      // In the caller's transaction (no renewal) its rollback removes the record.
-      renewal.stop();
-      try {
-        if (store.fail(key, attempt, describe(error), failedRetention)) {
-          log.debug(
-              "Handler for {} failed on attempt {}; marked FAILED", where(key, source), attempt);
-        } else {
-          reportLeaseLost(claim, renewal, "its FAILED was not recorded");
-        }
-      } catch (RuntimeException storeError) {
-        log.error(
-            "Handler for {} failed and FAILED could not be recorded either; the record stays"
-                + " PROCESSING until its lease ({}) expires",
-            where(key, source),
-            lease,
-            storeError);
-        error.addSuppressed(storeError);
-      }
-    }
-    listener.failed(key, attempt, error);
-  }
-
-  private void reportLeaseLost(DedupClaim claim, LeaseRenewer.Renewal renewal, String what) {
-    log.warn(
-        "Lease on {} (attempt {}) was taken over by another consumer; {} so as not to"
-            + " overwrite the new holder",
-        where(claim.key(), claim.source()),
-        claim.attempt(),
-        what);
-    if (!renewal.leaseLost()) {
-      listener.leaseLost(claim.key(), claim.attempt());
-    }
-  }
-
-  /**
-   * The store knows the key but not where the delivery came from; the caller's error should say.
-   */
-  private static DedupStoreException withSource(DedupStoreException e, @Nullable String source) {
-    if (source == null || e.source().isPresent()) {
-      return e;
-    }
-    DedupStoreException located =
-        new DedupStoreException(e.reason(), e.key().orElse(null), source, e.getCause());
-    located.setStackTrace(e.getStackTrace());
-    return located;
+    LeaseRenewer.Renewal renewal = renewer.start(key, attempt, sentNanos);
+    return DedupClaim.leased(key, attempt, source, outcomes, renewal, listener);
   }
 
   private static String where(DedupKey key, @Nullable String source) {
@@ -367,12 +322,6 @@ public final class IdempotentExecutor implements AutoCloseable {
       Thread.currentThread().interrupt();
     }
     return new DedupHandlerException(key, source, (Exception) error);
-  }
-
-  private static String describe(Throwable error) {
-    String text =
-        error.getClass().getName() + (error.getMessage() != null ? ": " + error.getMessage() : "");
-    return text.length() <= MAX_ERROR_LENGTH ? text : text.substring(0, MAX_ERROR_LENGTH);
   }
 
   private static void sleep(
@@ -435,10 +384,22 @@ public final class IdempotentExecutor implements AutoCloseable {
     return listener;
   }
 
-  /** Stops the lease renewal thread. Handlers still running lose their renewal. */
+  /**
+   * The outcomes of this executor's claims that are not written yet (the store was unreachable), by
+   * key: SUCCESS or FAILED. They are retried in the background while their leases are renewed.
+   */
+  public java.util.Map<DedupKey, String> unrecordedOutcomes() {
+    return outcomes.unrecorded();
+  }
+
+  /**
+   * Stops the lease renewal. Handlers still running lose their renewal; outcomes not yet written
+   * are logged at ERROR and given up.
+   */
   @Override
   public void close() {
     closed = true;
+    outcomes.close();
     renewer.close();
   }
 

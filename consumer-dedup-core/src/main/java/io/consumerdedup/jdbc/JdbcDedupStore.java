@@ -6,7 +6,9 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.jdbc.internal.PostgresSql;
 import io.consumerdedup.jdbc.internal.SqlStates;
 import io.github.resilience4j.core.IntervalFunction;
@@ -21,6 +23,7 @@ import java.time.Duration;
 import java.time.Instant;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.concurrent.Executor;
 import java.util.regex.Pattern;
 import javax.sql.DataSource;
 import org.jspecify.annotations.Nullable;
@@ -38,9 +41,22 @@ import org.slf4j.LoggerFactory;
  * not one bound to the caller's transaction (such as Spring's {@code
  * TransactionAwareDataSourceProxy}): committing a claim on such a connection would commit the
  * caller's open work with it. Only {@link #claimInTransaction} is meant for that connection.
- * Transient database errors (connection loss, serialization failure, deadlock, admin shutdown, too
- * many connections) are retried with exponential back-off and jitter; other errors, and transient
- * ones that outlast the retries, raise {@link DedupStoreException}.
+ *
+ * <p>Every call takes bounded time: each statement has a query timeout ({@link
+ * Builder#statementTimeout(Duration)}, cancelled by the server) and its connection a network
+ * timeout a little longer, so a connection that stops answering without being reset (half-open TCP
+ * after a failover) fails instead of hanging; waiting for a pooled connection is bounded by the
+ * pool (HikariCP's {@code connectionTimeout}). Transient database errors (connection loss,
+ * timeouts, serialization failure, deadlock, admin shutdown, too many connections) are retried with
+ * exponential back-off and jitter; when they outlast the retries the call raises {@link
+ * DedupStoreUnavailableException}. Data the database refuses (SQL state classes 22 and 23) raises
+ * {@link DedupStoreDataException}; anything else (a missing table, a permission) {@link
+ * DedupStoreException}.
+ *
+ * <p>Claims, completions and failures are safe to send twice: a claim carries an id by which a
+ * retry recognises its own committed claim, and a completion or failure already written under the
+ * caller's token counts as written, so a reply lost after the server committed is neither a foreign
+ * lease nor a lost one.
  *
  * <pre>{@code
  * JdbcDedupStore store = JdbcDedupStore.builder(dataSource).tableName("consumer_dedup").build();
@@ -60,6 +76,12 @@ public final class JdbcDedupStore implements DedupStore {
   /** Default longest wait between two retries. */
   public static final Duration DEFAULT_RETRY_MAX_BACKOFF = Duration.ofSeconds(2);
 
+  /** Default time after the start of a call past which a transient failure is no longer retried. */
+  public static final Duration DEFAULT_RETRY_MAX_DURATION = Duration.ofSeconds(10);
+
+  /** Default longest time one statement may run before the server cancels it. */
+  public static final Duration DEFAULT_STATEMENT_TIMEOUT = Duration.ofSeconds(5);
+
   private static final Logger log = LoggerFactory.getLogger(JdbcDedupStore.class);
 
   /** A table name, optionally schema-qualified: unquoted PostgreSQL identifiers only. */
@@ -72,15 +94,22 @@ public final class JdbcDedupStore implements DedupStore {
   /** A claim whose key changes under it between two statements is tried again this many times. */
   private static final int MAX_CLAIM_ROUNDS = 10;
 
+  /** Runs the driver's network-timeout callback on the calling thread: nothing to hand off. */
+  private static final Executor SAME_THREAD = Runnable::run;
+
   private final DataSource dataSource;
   private final String tableName;
   private final PostgresSql sql;
   private final Retry retry;
+  private final Duration statementTimeout;
+  private final Duration retryMaxDuration;
   private volatile boolean productChecked;
 
   private JdbcDedupStore(Builder builder) {
     this.dataSource = builder.dataSource;
     this.tableName = builder.tableName;
+    this.statementTimeout = builder.statementTimeout;
+    this.retryMaxDuration = builder.retryMaxDuration;
     this.sql = new PostgresSql(tableName);
     RetryConfig config =
         RetryConfig.custom()
@@ -88,7 +117,9 @@ public final class JdbcDedupStore implements DedupStore {
             .intervalFunction(
                 IntervalFunction.ofExponentialRandomBackoff(
                     builder.retryInitialBackoff, 2.0, 0.5, builder.retryMaxBackoff))
-            .retryExceptions(TransientFailure.class)
+            // A try that outlasts the call's budget (a long wait for a pooled connection while the
+            // database is down) is not repeated: every call returns in bounded time.
+            .retryOnException(e -> e instanceof TransientFailure failure && failure.withinBudget)
             .failAfterMaxAttempts(false)
             .build();
     this.retry = Retry.of("consumer-dedup-store", config);
@@ -112,6 +143,11 @@ public final class JdbcDedupStore implements DedupStore {
   /** The table this store reads and writes. */
   public String tableName() {
     return tableName;
+  }
+
+  /** The longest time one statement may run. */
+  public Duration statementTimeout() {
+    return statementTimeout;
   }
 
   /** The resilience4j retry of store calls, for its metrics. */
@@ -148,17 +184,7 @@ public final class JdbcDedupStore implements DedupStore {
       }
       return claimOrRead(connection, request, false, request.retention());
     } catch (SQLException e) {
-      throw new DedupStoreException(
-          "Dedup store claim in the caller's transaction on table "
-              + tableName
-              + " failed: "
-              + e.getMessage()
-              + " (SQL state "
-              + e.getSQLState()
-              + ")",
-          key,
-          request.source(),
-          e);
+      throw failure("claim in the caller's transaction", key, e, false);
     }
   }
 
@@ -176,11 +202,19 @@ public final class JdbcDedupStore implements DedupStore {
       if (token != null) {
         return new ClaimResult.Claimed(key, token);
       }
-      Optional<DedupRecord> existing = read(connection, key);
+      Row existing = read(connection, key);
+      if (existing != null
+          && withLease
+          && existing.record().status() == DedupStatus.PROCESSING
+          && request.claimId().equals(existing.claimId())) {
+        // This request's own claim, committed by an earlier try whose reply was lost.
+        log.info("Claim of {} was committed before its reply was lost; it is ours", key);
+        return new ClaimResult.Claimed(key, existing.record().attempts());
+      }
       // Between the two statements the holder may have failed, its lease run out, or the row
       // been purged: then the key is claimable again, so claim once more.
-      if (existing.isPresent() && blocksClaim(existing.get(), request)) {
-        return new ClaimResult.Taken(key, existing.get());
+      if (existing != null && blocksClaim(existing.record(), request)) {
+        return new ClaimResult.Taken(key, existing.record());
       }
     }
     throw new DedupStoreException(
@@ -199,7 +233,7 @@ public final class JdbcDedupStore implements DedupStore {
       Connection connection, ClaimRequest request, boolean withLease, Duration keepFor)
       throws SQLException {
     String claimSql = withLease ? sql.claim : sql.claimInTransaction;
-    try (PreparedStatement statement = connection.prepareStatement(claimSql)) {
+    try (PreparedStatement statement = prepare(connection, claimSql)) {
       int index = 1;
       statement.setString(index++, request.key().bizType());
       statement.setString(index++, request.key().bizKey());
@@ -208,8 +242,9 @@ public final class JdbcDedupStore implements DedupStore {
         statement.setLong(index++, request.lease().toMillis());
       }
       statement.setString(index++, request.fingerprint());
-      statement.setString(index++, truncate(request.source(), MAX_SOURCE_LENGTH));
-      statement.setLong(index, keepFor.toMillis());
+      statement.setString(index++, storable(request.source(), MAX_SOURCE_LENGTH));
+      statement.setLong(index++, keepFor.toMillis());
+      statement.setString(index, request.claimId());
       try (ResultSet rows = statement.executeQuery()) {
         return rows.next() ? rows.getInt(1) : null;
       }
@@ -224,7 +259,7 @@ public final class JdbcDedupStore implements DedupStore {
   @Override
   public boolean fail(DedupKey key, int token, String error, Duration retention) {
     return fencedUpdate(
-        "fail", sql.fail, key, token, truncate(error, MAX_ERROR_LENGTH), retention.toMillis());
+        "fail", sql.fail, key, token, storable(error, MAX_ERROR_LENGTH), retention.toMillis());
   }
 
   @Override
@@ -242,7 +277,7 @@ public final class JdbcDedupStore implements DedupStore {
         operation,
         key,
         connection -> {
-          try (PreparedStatement statement = connection.prepareStatement(updateSql)) {
+          try (PreparedStatement statement = prepare(connection, updateSql)) {
             int index = 1;
             for (Object value : values) {
               statement.setObject(index++, value);
@@ -257,7 +292,8 @@ public final class JdbcDedupStore implements DedupStore {
 
   @Override
   public Optional<DedupRecord> find(DedupKey key) {
-    return call("find", key, connection -> read(connection, key));
+    return call("find", key, connection -> Optional.ofNullable(read(connection, key)))
+        .map(Row::record);
   }
 
   @Override
@@ -269,22 +305,25 @@ public final class JdbcDedupStore implements DedupStore {
         "purge",
         null,
         connection -> {
-          try (PreparedStatement statement = connection.prepareStatement(sql.purge)) {
+          try (PreparedStatement statement = prepare(connection, sql.purge)) {
             statement.setInt(1, limit);
             return statement.executeUpdate();
           }
         });
   }
 
-  private Optional<DedupRecord> read(Connection connection, DedupKey key) throws SQLException {
-    try (PreparedStatement statement = connection.prepareStatement(sql.find)) {
+  /** A row as read, with the id of the claim that last wrote it. */
+  private record Row(DedupRecord record, @Nullable String claimId) {}
+
+  private @Nullable Row read(Connection connection, DedupKey key) throws SQLException {
+    try (PreparedStatement statement = prepare(connection, sql.find)) {
       statement.setString(1, key.bizType());
       statement.setString(2, key.bizKey());
       try (ResultSet row = statement.executeQuery()) {
         if (!row.next()) {
-          return Optional.empty();
+          return null;
         }
-        return Optional.of(
+        return new Row(
             new DedupRecord(
                 new DedupKey(row.getString("biz_type"), row.getString("biz_key")),
                 DedupStatus.valueOf(row.getString("status")),
@@ -297,9 +336,21 @@ public final class JdbcDedupStore implements DedupStore {
                 Objects.requireNonNull(instant(row, "created_at")),
                 Objects.requireNonNull(instant(row, "updated_at")),
                 Objects.requireNonNull(instant(row, "expires_at")),
-                row.getBoolean("lease_live")));
+                row.getBoolean("lease_live")),
+            row.getString("claim_id"));
       }
     }
+  }
+
+  private PreparedStatement prepare(Connection connection, String statementSql)
+      throws SQLException {
+    PreparedStatement statement = connection.prepareStatement(statementSql);
+    statement.setQueryTimeout(timeoutSeconds(statementTimeout));
+    return statement;
+  }
+
+  private static int timeoutSeconds(Duration timeout) {
+    return (int) Math.max(1, (timeout.toMillis() + 999) / 1000);
   }
 
   private static @Nullable Instant instant(ResultSet row, String column) throws SQLException {
@@ -307,15 +358,24 @@ public final class JdbcDedupStore implements DedupStore {
     return value == null ? null : value.toInstant();
   }
 
-  private static @Nullable String truncate(@Nullable String value, int max) {
-    if (value == null || value.length() <= max) {
-      return value;
+  /**
+   * {@code value} as PostgreSQL text can hold it: at most {@code max} characters, without NUL
+   * (which text refuses, and which an exception message may well contain), never splitting a
+   * surrogate pair.
+   */
+  private static @Nullable String storable(@Nullable String value, int max) {
+    if (value == null) {
+      return null;
+    }
+    String text = value.indexOf('\u0000') < 0 ? value : value.replace("\u0000", "\\0");
+    if (text.length() <= max) {
+      return text;
     }
     int end = max;
-    if (Character.isHighSurrogate(value.charAt(end - 1))) {
+    if (Character.isHighSurrogate(text.charAt(end - 1))) {
       end--;
     }
-    return value.substring(0, end);
+    return text.substring(0, end);
   }
 
   /**
@@ -323,17 +383,23 @@ public final class JdbcDedupStore implements DedupStore {
    * errors.
    */
   private <T> T call(String operation, @Nullable DedupKey key, SqlWork<T> work) {
+    long deadline = System.nanoTime() + retryMaxDuration.toNanos();
+    int[] tries = {0};
     try {
-      return retry.executeSupplier(() -> attempt(operation, key, work));
+      return retry.executeSupplier(
+          () -> {
+            tries[0]++;
+            return attempt(operation, key, work, deadline);
+          });
     } catch (TransientFailure e) {
-      throw new DedupStoreException(
+      throw new DedupStoreUnavailableException(
           "Dedup store "
               + operation
               + " on table "
               + tableName
               + " failed after "
-              + retry.getRetryConfig().getMaxAttempts()
-              + " tries: "
+              + tries[0]
+              + (tries[0] == 1 ? " try: " : " tries: ")
               + e.getCause().getMessage(),
           key,
           null,
@@ -341,38 +407,82 @@ public final class JdbcDedupStore implements DedupStore {
     }
   }
 
-  private <T> T attempt(String operation, @Nullable DedupKey key, SqlWork<T> work) {
+  private <T> T attempt(
+      String operation, @Nullable DedupKey key, SqlWork<T> work, long retryDeadline) {
     try (Connection connection = dataSource.getConnection()) {
       checkProduct(connection);
       boolean autoCommit = connection.getAutoCommit();
+      int networkTimeout = connection.getNetworkTimeout();
+      // Longer than the statement timeout, so a slow statement is cancelled by the server first;
+      // it catches a connection that no longer answers at all.
+      connection.setNetworkTimeout(SAME_THREAD, (int) statementTimeout.multipliedBy(2).toMillis());
       if (!autoCommit) {
         connection.setAutoCommit(true);
       }
+      T result;
       try {
-        return work.run(connection);
-      } finally {
-        if (!autoCommit) {
-          connection.setAutoCommit(false);
-        }
+        result = work.run(connection);
+      } catch (SQLException e) {
+        // The connection may be broken now; what broke it is the error to report.
+        restore(connection, autoCommit, networkTimeout, e);
+        throw e;
       }
+      restore(connection, autoCommit, networkTimeout, null);
+      return result;
     } catch (SQLException e) {
-      if (SqlStates.isTransient(e)) {
-        throw new TransientFailure(e);
+      RuntimeException failure = failure(operation, key, e, true);
+      if (failure instanceof TransientFailure transientFailure) {
+        transientFailure.withinBudget = System.nanoTime() - retryDeadline < 0;
       }
-      throw new DedupStoreException(
-          "Dedup store "
-              + operation
-              + " on table "
-              + tableName
-              + " failed: "
-              + e.getMessage()
-              + " (SQL state "
-              + e.getSQLState()
-              + ")",
-          key,
-          null,
-          e);
+      throw failure;
     }
+  }
+
+  /**
+   * Hands the connection back as it was lent. After {@code failure} a broken connection cannot be
+   * restored, and the pool discards it anyway: its own error then only rides along.
+   */
+  private static void restore(
+      Connection connection, boolean autoCommit, int networkTimeout, @Nullable SQLException failure)
+      throws SQLException {
+    try {
+      if (!autoCommit) {
+        connection.setAutoCommit(false);
+      }
+      connection.setNetworkTimeout(SAME_THREAD, networkTimeout);
+    } catch (SQLException e) {
+      if (failure == null) {
+        throw e;
+      }
+      failure.addSuppressed(e);
+    }
+  }
+
+  /**
+   * The exception for a failed call: transient ones are retried when {@code retryable}, data the
+   * database refused and anything else are not.
+   */
+  private RuntimeException failure(
+      String operation, @Nullable DedupKey key, SQLException e, boolean retryable) {
+    SqlStates.Kind kind = SqlStates.classify(e);
+    if (kind == SqlStates.Kind.TRANSIENT && retryable) {
+      return new TransientFailure(e);
+    }
+    String reason =
+        "Dedup store "
+            + operation
+            + " on table "
+            + tableName
+            + " failed: "
+            + e.getMessage()
+            + " (SQL state "
+            + e.getSQLState()
+            + ")";
+    return switch (kind) {
+      case TRANSIENT -> new DedupStoreUnavailableException(reason, key, null, e);
+      case DATA -> new DedupStoreDataException(reason, key, null, e);
+      case OTHER -> new DedupStoreException(reason, key, null, e);
+    };
   }
 
   private void checkProduct(Connection connection) throws SQLException {
@@ -396,6 +506,9 @@ public final class JdbcDedupStore implements DedupStore {
   private static final class TransientFailure extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
+    /** Whether the call may still be tried again. */
+    transient boolean withinBudget = true;
+
     TransientFailure(SQLException cause) {
       super(cause);
     }
@@ -413,6 +526,8 @@ public final class JdbcDedupStore implements DedupStore {
     private int retryMaxAttempts = DEFAULT_RETRY_MAX_ATTEMPTS;
     private Duration retryInitialBackoff = DEFAULT_RETRY_INITIAL_BACKOFF;
     private Duration retryMaxBackoff = DEFAULT_RETRY_MAX_BACKOFF;
+    private Duration statementTimeout = DEFAULT_STATEMENT_TIMEOUT;
+    private Duration retryMaxDuration = DEFAULT_RETRY_MAX_DURATION;
 
     private Builder(DataSource dataSource) {
       this.dataSource = Objects.requireNonNull(dataSource, "dataSource");
@@ -454,6 +569,27 @@ public final class JdbcDedupStore implements DedupStore {
     /** Wait before the first retry. Default {@link #DEFAULT_RETRY_INITIAL_BACKOFF}. */
     public Builder retryInitialBackoff(Duration retryInitialBackoff) {
       this.retryInitialBackoff = positive("retryInitialBackoff", retryInitialBackoff);
+      return this;
+    }
+
+    /**
+     * Longest time one statement may run before the server cancels it (whole seconds, rounded up);
+     * the connection's network timeout is twice this, so a connection that stops answering fails
+     * instead of hanging. Default {@link #DEFAULT_STATEMENT_TIMEOUT}.
+     */
+    public Builder statementTimeout(Duration statementTimeout) {
+      this.statementTimeout = positive("statementTimeout", statementTimeout);
+      return this;
+    }
+
+    /**
+     * Time after the start of a call past which a transient failure is not tried again, whatever
+     * {@link #retryMaxAttempts(int)} allows: a call then takes at most this plus one try (the wait
+     * for a pooled connection, bounded by the pool, and twice the statement timeout). Default
+     * {@link #DEFAULT_RETRY_MAX_DURATION}.
+     */
+    public Builder retryMaxDuration(Duration retryMaxDuration) {
+      this.retryMaxDuration = positive("retryMaxDuration", retryMaxDuration);
       return this;
     }
 

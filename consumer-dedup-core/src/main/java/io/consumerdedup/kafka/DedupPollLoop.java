@@ -1,9 +1,8 @@
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.DedupInProgressException;
-import io.consumerdedup.core.DedupKeyConflictException;
-import io.consumerdedup.core.DedupKeyMissingException;
-import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.Disposition;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.HashMap;
@@ -320,50 +319,74 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     }
     try {
       handler.handle(record);
-    } catch (DedupInProgressException e) {
-      Duration wait = hold(record, partition);
+    } catch (RuntimeException e) {
+      return switch (Disposition.of(e)) {
+        case RETRY_LATER -> retryLater(record, partition, e);
+        case DEAD_LETTER -> {
+          log.error("{} cannot be handled (not retryable); dead-lettering it", describe(record), e);
+          yield deadLetter(record, partition, e);
+        }
+        case HANDLER_FAILED -> handlerFailed(record, partition, previous, e);
+      };
+    }
+    forget(partition);
+    return true;
+  }
+
+  /** Holds a record that cannot be handled yet: nothing is committed past it. */
+  private boolean retryLater(
+      ConsumerRecord<K, V> record, TopicPartition partition, RuntimeException e) {
+    Duration wait = hold(record, partition);
+    if (e instanceof DedupInProgressException) {
       // Routine while another consumer works on the key: the message says who, no stack trace.
       log.info(
           "{} is in progress elsewhere; trying again in {}: {}",
           describe(record),
           wait,
           e.getMessage());
-      return false;
-    } catch (DedupStoreException e) {
-      Duration wait = hold(record, partition);
+    } else if (e instanceof DedupStoreUnavailableException) {
+      // Once per record and back-off step while the database is away; the cause is at DEBUG.
+      log.warn(
+          "Dedup store unavailable for {}; not committing past it, trying again in {}: {}",
+          describe(record),
+          wait,
+          e.getMessage());
+      log.debug("Dedup store failure for {}", describe(record), e);
+    } else {
       log.error(
-          "Dedup store failed for {}; not committing past it, trying again in {}",
+          "{} cannot be handled now; not committing past it, trying again in {}",
           describe(record),
           wait,
           e);
-      return false;
-    } catch (DedupKeyMissingException | DedupKeyConflictException e) {
-      log.error("{} cannot be handled (not retryable); dead-lettering it", describe(record), e);
-      return deadLetter(record, partition, e);
-    } catch (RuntimeException e) {
-      int attempts = previous == null ? 1 : previous.attempts() + 1;
-      failures.put(partition, new Failure(record.offset(), attempts, e));
-      if (attempts >= maxAttempts) {
-        log.error(
-            "Handler failed for {} on attempt {} of {}; dead-lettering it",
-            describe(record),
-            attempts,
-            maxAttempts,
-            e);
-        return deadLetter(record, partition, e);
-      }
-      log.warn(
-          "Handler failed for {} on attempt {} of {}; retrying in {}",
+    }
+    return false;
+  }
+
+  private boolean handlerFailed(
+      ConsumerRecord<K, V> record,
+      TopicPartition partition,
+      @Nullable Failure previous,
+      RuntimeException e) {
+    int attempts = previous == null ? 1 : previous.attempts() + 1;
+    failures.put(partition, new Failure(record.offset(), attempts, e));
+    if (attempts >= maxAttempts) {
+      log.error(
+          "Handler failed for {} on attempt {} of {}; dead-lettering it",
           describe(record),
           attempts,
           maxAttempts,
-          retryBackOff,
           e);
-      pause(record, partition, retryBackOff);
-      return false;
+      return deadLetter(record, partition, e);
     }
-    forget(partition);
-    return true;
+    log.warn(
+        "Handler failed for {} on attempt {} of {}; retrying in {}",
+        describe(record),
+        attempts,
+        maxAttempts,
+        retryBackOff,
+        e);
+    pause(record, partition, retryBackOff);
+    return false;
   }
 
   private boolean deadLetter(ConsumerRecord<K, V> record, TopicPartition partition, Exception why) {

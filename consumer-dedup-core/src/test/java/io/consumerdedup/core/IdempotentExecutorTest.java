@@ -265,6 +265,38 @@ class IdempotentExecutorTest {
   }
 
   @Test
+  void treatAsDuplicateAnswersOnlyForAnActionThatSucceeded() throws Exception {
+    IdempotentExecutor tolerant =
+        executor(
+            IdempotentExecutor.builder(store).conflictPolicy(ConflictPolicy.TREAT_AS_DUPLICATE));
+    AtomicInteger charges = new AtomicInteger();
+    DedupKey failed = DedupKey.of("payment", "ORD-8-failed");
+    assertThatThrownBy(
+            () ->
+                tolerant.execute(
+                    failed,
+                    "amount=10.00",
+                    () -> {
+                      throw new IllegalStateException("bank down");
+                    }))
+        .isInstanceOf(IllegalStateException.class);
+
+    // Nothing succeeded under the key: the other payload is a conflict, not a duplicate.
+    assertThatThrownBy(() -> tolerant.execute(failed, "amount=99.00", charges::incrementAndGet))
+        .isInstanceOf(DedupKeyConflictException.class);
+
+    DedupKey running = DedupKey.of("payment", "ORD-8-running");
+    BlockedRun holder = new BlockedRun(executor(), running, "amount=10.00");
+    // Still running: the other payload waits for its outcome, it is not answered as done.
+    assertThatThrownBy(() -> tolerant.execute(running, "amount=99.00", charges::incrementAndGet))
+        .isInstanceOf(DedupInProgressException.class);
+    holder.finish();
+    assertThat(tolerant.execute(running, "amount=99.00", charges::incrementAndGet).outcome())
+        .isEqualTo(Outcome.DUPLICATE);
+    assertThat(charges).hasValue(0);
+  }
+
+  @Test
   void aDatabaseThatIsDownFailsTheClaimAndTheHandlerDoesNotRun() {
     PGSimpleDataSource down = new PGSimpleDataSource();
     down.setURL("jdbc:postgresql://127.0.0.1:1/test?connectTimeout=1");
@@ -292,31 +324,46 @@ class IdempotentExecutorTest {
   }
 
   @Test
-  void whenSuccessCannotBeWrittenTheCallerIsToldAndTheRecordStaysProcessing() throws SQLException {
+  void successThatCannotBeWrittenIsKeptWrittenLaterAndTheHandlerNeverRunsAgain()
+      throws SQLException {
     String brokenSchema = TestDatabase.newSchema("complete_fails");
     try (HikariDataSource brokenPool = TestDatabase.dataSource(brokenSchema, 2)) {
       JdbcDedupStore brokenStore = JdbcDedupStore.builder(brokenPool).build();
       IdempotentExecutor executor = executor(IdempotentExecutor.builder(brokenStore));
       DedupKey key = DedupKey.of("payment", "ORD-10");
+      AtomicInteger charges = new AtomicInteger();
 
       assertThatThrownBy(
               () ->
                   executor.execute(
                       key,
                       () -> {
+                        charges.incrementAndGet();
                         // The database loses the table while the handler runs.
                         execute(
                             brokenPool,
                             "ALTER TABLE consumer_dedup RENAME TO consumer_dedup_moved");
                         return "charged";
                       }))
-          .isInstanceOf(DedupStoreException.class)
-          .hasMessageContaining("Handler succeeded but SUCCESS could not be recorded")
-          .hasMessageContaining("the record stays PROCESSING until its lease (PT5M) expires")
+          .isInstanceOf(DedupStoreUnavailableException.class)
+          .hasMessageContaining("Handler succeeded but SUCCESS is not recorded yet")
           .hasMessageContaining("payment/ORD-10");
+      assertThat(executor.unrecordedOutcomes()).containsEntry(key, "SUCCESS");
+
+      // A redelivery meanwhile is told to come back later: the handler does not run again.
+      assertThatThrownBy(() -> executor.execute(key, charges::incrementAndGet))
+          .isInstanceOf(DedupStoreUnavailableException.class)
+          .hasMessageContaining(
+              "SUCCESS of an earlier attempt (1) of this key is not recorded yet");
 
       execute(brokenPool, "ALTER TABLE consumer_dedup_moved RENAME TO consumer_dedup");
-      assertThat(brokenStore.find(key).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
+      org.awaitility.Awaitility.await()
+          .atMost(Duration.ofSeconds(10))
+          .until(() -> brokenStore.find(key).orElseThrow().status() == DedupStatus.SUCCESS);
+      assertThat(executor.execute(key, charges::incrementAndGet).outcome())
+          .isEqualTo(Outcome.DUPLICATE);
+      assertThat(charges).as("charges").hasValue(1);
+      assertThat(executor.unrecordedOutcomes()).isEmpty();
     } finally {
       TestDatabase.dropSchema(brokenSchema);
     }
@@ -342,7 +389,10 @@ class IdempotentExecutorTest {
         "UPDATE consumer_dedup SET lease_until = now() - interval '1 second' WHERE biz_key = 'ORD-11'");
     BlockedRun successorRun = new BlockedRun(successor, key);
 
-    zombieRun.finish();
+    assertThatThrownBy(zombieRun::finish)
+        .hasCauseInstanceOf(DedupLeaseLostException.class)
+        .hasMessageContaining(
+            "Lease of attempt 1 was taken over by another consumer before SUCCESS");
 
     DedupRecord record = store.find(key).orElseThrow();
     assertThat(record.status())
@@ -555,12 +605,18 @@ class IdempotentExecutorTest {
     private final CompletableFuture<DedupResult<Object>> result;
 
     BlockedRun(IdempotentExecutor executor, DedupKey key) throws InterruptedException {
+      this(executor, key, null);
+    }
+
+    BlockedRun(IdempotentExecutor executor, DedupKey key, String fingerprint)
+        throws InterruptedException {
       CountDownLatch running = new CountDownLatch(1);
       result =
           CompletableFuture.supplyAsync(
               () ->
                   executor.execute(
                       key,
+                      fingerprint,
                       () -> {
                         running.countDown();
                         release.await(30, TimeUnit.SECONDS);

@@ -144,14 +144,27 @@ class JdbcDedupStoreTest {
   }
 
   @Test
-  void completingTwiceIsRefused() {
+  void aCompletionSentAgainSeesItsOwnWriteButNoOtherTokenOrOutcomeGetsIn() {
     DedupKey key = DedupKey.of("payment", "twice-1");
     ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
     assertThat(store.complete(key, claim.token(), RETENTION)).isTrue();
 
-    assertThat(store.complete(key, claim.token(), RETENTION)).isFalse();
+    // A retry whose first reply was lost: the SUCCESS under this token is its own.
+    assertThat(store.complete(key, claim.token(), RETENTION)).isTrue();
     assertThat(store.fail(key, claim.token(), "late", RETENTION)).isFalse();
+    assertThat(store.complete(key, claim.token() + 1, RETENTION)).isFalse();
     assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void aFailureSentAgainSeesItsOwnWriteButCannotTurnIntoSuccess() {
+    DedupKey key = DedupKey.of("payment", "twice-2");
+    ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
+    assertThat(store.fail(key, claim.token(), "bank down", RETENTION)).isTrue();
+
+    assertThat(store.fail(key, claim.token(), "bank down", RETENTION)).isTrue();
+    assertThat(store.complete(key, claim.token(), RETENTION)).isFalse();
+    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
   }
 
   @Test

@@ -7,11 +7,12 @@ package io.consumerdedup.jdbc.internal;
 public final class PostgresSql {
   private static final String COLUMNS =
       "biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, last_error, source,"
-          + " created_at, updated_at, expires_at, (lease_until >= now()) AS lease_live";
+          + " created_at, updated_at, expires_at, (lease_until >= now()) AS lease_live, claim_id";
 
   /**
    * One round trip: a new key is inserted; a FAILED key or an expired lease is re-claimed with the
-   * next token, unless the fingerprints disagree. No row back means the key was not claimed.
+   * next token, unless the fingerprints disagree. No row back means the key was not claimed (or was
+   * already claimed by this very request, whose first reply was lost: the claim id tells).
    */
   public final String claim;
 
@@ -22,8 +23,17 @@ public final class PostgresSql {
   public final String claimInTransaction;
 
   public final String find;
+
+  /**
+   * Fenced: applies only while the token holds the key. A SUCCESS already written under the same
+   * token matches too, so a retry whose first reply was lost sees its own write, not a lost lease:
+   * only the token's holder can have written it.
+   */
   public final String complete;
+
+  /** Fenced like {@link #complete}; a FAILED already written under the same token matches too. */
   public final String fail;
+
   public final String renew;
 
   /**
@@ -37,11 +47,12 @@ public final class PostgresSql {
         "INSERT INTO "
             + table
             + " AS d (biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, source,"
-            + " created_at, updated_at, expires_at)"
+            + " created_at, updated_at, expires_at, claim_id)"
             + " VALUES (?, ?, 'PROCESSING', 1, ?, now() + ? * interval '1 millisecond', ?, ?, now(),"
-            + " now(), now() + ? * interval '1 millisecond')"
+            + " now(), now() + ? * interval '1 millisecond', ?)"
             + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = 'PROCESSING',"
             + " attempts = d.attempts + 1, owner = excluded.owner, lease_until = excluded.lease_until,"
+            + " claim_id = excluded.claim_id,"
             + " fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
             + " updated_at = now(), expires_at = excluded.expires_at"
             + " WHERE (d.status = 'FAILED' OR (d.status = 'PROCESSING' AND d.lease_until < now()))"
@@ -52,11 +63,12 @@ public final class PostgresSql {
         "INSERT INTO "
             + table
             + " AS d (biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, source,"
-            + " created_at, updated_at, expires_at)"
+            + " created_at, updated_at, expires_at, claim_id)"
             + " VALUES (?, ?, 'SUCCESS', 1, ?, NULL, ?, ?, now(), now(),"
-            + " now() + ? * interval '1 millisecond')"
+            + " now() + ? * interval '1 millisecond', ?)"
             + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = 'SUCCESS',"
             + " attempts = d.attempts + 1, owner = excluded.owner, lease_until = NULL,"
+            + " claim_id = excluded.claim_id,"
             + " fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
             + " updated_at = now(), expires_at = excluded.expires_at"
             + " WHERE (d.status = 'FAILED' OR (d.status = 'PROCESSING' AND d.lease_until < now()))"
@@ -69,13 +81,15 @@ public final class PostgresSql {
             + table
             + " SET status = 'SUCCESS', lease_until = NULL, updated_at = now(),"
             + " expires_at = now() + ? * interval '1 millisecond'"
-            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND status = 'PROCESSING'";
+            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ?"
+            + " AND status IN ('PROCESSING', 'SUCCESS')";
     fail =
         "UPDATE "
             + table
             + " SET status = 'FAILED', lease_until = NULL, last_error = ?, updated_at = now(),"
             + " expires_at = now() + ? * interval '1 millisecond'"
-            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND status = 'PROCESSING'";
+            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ?"
+            + " AND status IN ('PROCESSING', 'FAILED')";
     renew =
         "UPDATE "
             + table

@@ -2,32 +2,61 @@ package io.consumerdedup.jdbc.internal;
 
 import java.sql.SQLException;
 import java.sql.SQLRecoverableException;
+import java.sql.SQLTimeoutException;
 import java.sql.SQLTransientException;
 import java.util.Set;
 
-/** Which database errors are worth retrying: the connection, not the statement, was the problem. */
+/**
+ * What a database error says about the next try: whether the connection (not the statement) was the
+ * problem and a retry may succeed, or the data of this call was refused and never will be.
+ */
 public final class SqlStates {
+
+  /** The kinds of failure a store call can meet. */
+  public enum Kind {
+    /** The connection failed, timed out, or the server was busy: a retry may succeed. */
+    TRANSIENT,
+    /** The server refused this call's data (class 22 or 23): the same data is refused again. */
+    DATA,
+    /** Anything else, such as a missing table or a permission: an operator has to act. */
+    OTHER
+  }
+
   private static final Set<String> TRANSIENT =
       Set.of(
           "40001", // serialization_failure
           "40P01", // deadlock_detected
+          "55P03", // lock_not_available
+          "57014", // query_canceled: the statement timeout fired
           "57P01", // admin_shutdown (pg_terminate_backend, a restart)
           "57P02", // crash_shutdown
-          "57P03", // cannot_connect_now (starting up)
-          "53300"); // too_many_connections
+          "57P03"); // cannot_connect_now (starting up)
 
   private SqlStates() {}
 
-  public static boolean isTransient(SQLException e) {
+  public static Kind classify(SQLException e) {
     for (SQLException current = e; current != null; current = current.getNextException()) {
-      String state = current.getSQLState();
-      if (state != null && (state.startsWith("08") || TRANSIENT.contains(state))) {
-        return true;
+      if (current instanceof SQLTransientException
+          || current instanceof SQLRecoverableException
+          || current instanceof SQLTimeoutException) {
+        return Kind.TRANSIENT;
       }
-      if (current instanceof SQLTransientException || current instanceof SQLRecoverableException) {
-        return true;
+      String state = current.getSQLState();
+      if (state == null) {
+        continue;
+      }
+      // 08: connection exceptions; 53: insufficient resources (too many connections, disk full).
+      if (state.startsWith("08") || state.startsWith("53") || TRANSIENT.contains(state)) {
+        return Kind.TRANSIENT;
+      }
+      if (state.startsWith("22") || state.startsWith("23")) {
+        return Kind.DATA;
       }
     }
-    return false;
+    return Kind.OTHER;
+  }
+
+  public static boolean isTransient(SQLException e) {
+    return classify(e) == Kind.TRANSIENT;
   }
 }

@@ -1,8 +1,7 @@
 package io.consumerdedup.examples.kafka;
 
 import io.consumerdedup.core.DedupInProgressException;
-import io.consumerdedup.core.DedupKeyConflictException;
-import io.consumerdedup.core.DedupKeyMissingException;
+import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.examples.Progress;
 import io.consumerdedup.examples.report.RunStats;
@@ -188,11 +187,12 @@ public final class ConsumerLoop implements AutoCloseable {
                 + " ms until that holder finishes or its lease runs out");
       }
       return false;
-    } catch (DedupKeyMissingException | DedupKeyConflictException e) {
-      // Retrying cannot help a record without a usable key or with a conflicting payload.
-      deadLetter(record, e);
-      return true;
     } catch (Exception e) {
+      if (Disposition.of(e) == Disposition.DEAD_LETTER) {
+        // Retrying cannot help a record without a usable key or with a conflicting payload.
+        deadLetter(record, e);
+        return true;
+      }
       int failures = failuresByOffset.merge(record.offset(), 1, Integer::sum);
       if (failures >= maxAttempts) {
         deadLetter(record, e);

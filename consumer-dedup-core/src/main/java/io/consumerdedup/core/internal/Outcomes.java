@@ -1,0 +1,294 @@
+package io.consumerdedup.core.internal;
+
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupLeaseLostException;
+import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.DedupStoreUnavailableException;
+import java.time.Duration;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Writes the outcome of a held claim (SUCCESS or FAILED), fenced by its token, and keeps an outcome
+ * that could not be written: its lease stays renewed and the write is retried in the background
+ * until it is written or the key is taken over, and this process never runs the handler for that
+ * key again before then ({@link #settlePending}). So a short database outage right after the
+ * handler neither loses the outcome nor lets the lease lapse into a second run.
+ */
+public final class Outcomes implements AutoCloseable {
+  private static final Logger log = LoggerFactory.getLogger(Outcomes.class);
+  private static final int MAX_ERROR_LENGTH = 2000;
+  private static final Duration LONGEST_RETRY_PERIOD = Duration.ofSeconds(1);
+
+  private final DedupStore store;
+  private final DedupListener listener;
+  private final LeaseRenewer renewer;
+  private final Duration successRetention;
+  private final Duration failedRetention;
+  private final Duration retryPeriod;
+  private final Map<DedupKey, Pending> pending = new ConcurrentHashMap<>();
+
+  public Outcomes(
+      DedupStore store,
+      DedupListener listener,
+      LeaseRenewer renewer,
+      Duration successRetention,
+      Duration failedRetention,
+      Duration renewalInterval) {
+    this.store = store;
+    this.listener = listener;
+    this.renewer = renewer;
+    this.successRetention = successRetention;
+    this.failedRetention = failedRetention;
+    this.retryPeriod =
+        renewalInterval.compareTo(LONGEST_RETRY_PERIOD) < 0
+            ? renewalInterval
+            : LONGEST_RETRY_PERIOD;
+  }
+
+  /**
+   * Records SUCCESS for the claim of {@code key} held with {@code token}.
+   *
+   * @throws DedupLeaseLostException another consumer took the key over first
+   * @throws DedupStoreUnavailableException SUCCESS is not written yet; it is kept and retried in
+   *     the background while the lease is renewed
+   */
+  public void complete(
+      DedupKey key,
+      int token,
+      @Nullable String source,
+      LeaseRenewer.Renewal renewal,
+      Duration handlerTime) {
+    Pending outcome = new Pending(key, token, source, renewal, null, handlerTime);
+    renewal.settling();
+    try {
+      if (write(outcome)) {
+        return;
+      }
+    } catch (DedupStoreException e) {
+      keep(outcome);
+      log.warn(
+          "Handler for {} (attempt {}) succeeded, but SUCCESS could not be recorded yet; keeping"
+              + " the lease and retrying in the background. This process will not run the handler"
+              + " for the key again meanwhile: {}",
+          where(key, source),
+          token,
+          e.getMessage());
+      throw new DedupStoreUnavailableException(
+          "Handler succeeded but SUCCESS is not recorded yet; it is retried in the background while"
+              + " the lease is held, and a redelivery is answered once it is recorded",
+          key,
+          source,
+          e);
+    }
+    throw new DedupLeaseLostException(key, token, "SUCCESS", source);
+  }
+
+  /**
+   * Records FAILED for the claim, so that the next delivery retries. If FAILED cannot be written
+   * yet, it is kept and retried in the background, and the store's error is added to {@code error}
+   * as suppressed; a lost lease is reported to the listener (the new holder decides the outcome).
+   */
+  public void fail(
+      DedupKey key,
+      int token,
+      @Nullable String source,
+      LeaseRenewer.Renewal renewal,
+      Throwable error) {
+    Pending outcome = new Pending(key, token, source, renewal, describe(error), Duration.ZERO);
+    renewal.settling();
+    try {
+      write(outcome);
+    } catch (DedupStoreException e) {
+      keep(outcome);
+      log.warn(
+          "Handler for {} (attempt {}) failed, and FAILED could not be recorded yet; keeping the"
+              + " lease and retrying in the background: {}",
+          where(key, source),
+          token,
+          e.getMessage());
+      error.addSuppressed(e);
+    }
+    listener.failed(key, token, error);
+  }
+
+  /**
+   * Writes the kept outcome of an earlier attempt of {@code key}, if there is one, before this
+   * process claims the key again: a handler whose SUCCESS is not yet recorded must not run again.
+   *
+   * @throws DedupStoreUnavailableException the kept outcome still cannot be written
+   */
+  public void settlePending(DedupKey key, @Nullable String source) {
+    Pending kept = pending.get(key);
+    if (kept == null) {
+      return;
+    }
+    try {
+      write(kept);
+    } catch (DedupStoreException e) {
+      throw new DedupStoreUnavailableException(
+          "The "
+              + kept.status()
+              + " of an earlier attempt ("
+              + kept.token
+              + ") of this key is not recorded yet; not running the handler again until it is",
+          key,
+          source,
+          e);
+    }
+  }
+
+  /**
+   * One fenced write of {@code outcome}; true if it is written (now or by an earlier try), false if
+   * another consumer holds the key. Either way the outcome is settled: renewal stops, the listener
+   * hears of it.
+   */
+  private boolean write(Pending outcome) {
+    boolean written =
+        outcome.error == null
+            ? store.complete(outcome.key, outcome.token, successRetention)
+            : store.fail(outcome.key, outcome.token, outcome.error, failedRetention);
+    if (!outcome.settled.compareAndSet(false, true)) {
+      return written; // settled concurrently by the background retry
+    }
+    pending.remove(outcome.key, outcome);
+    outcome.cancelRetries();
+    if (written) {
+      outcome.renewal.stop();
+      if (outcome.kept) {
+        log.info(
+            "Recorded the {} of {} (attempt {}) that could not be written earlier",
+            outcome.status(),
+            where(outcome.key, outcome.source),
+            outcome.token);
+      }
+      if (outcome.error == null) {
+        listener.completed(outcome.key, outcome.token, outcome.handlerTime);
+      }
+      return true;
+    }
+    outcome.renewal.markLost();
+    log.warn(
+        "Lease on {} (attempt {}) was taken over by another consumer; its {} was not recorded so"
+            + " as not to overwrite the new holder",
+        where(outcome.key, outcome.source),
+        outcome.token,
+        outcome.status());
+    listener.leaseLost(outcome.key, outcome.token);
+    return false;
+  }
+
+  private void keep(Pending outcome) {
+    outcome.kept = true;
+    Pending earlier = pending.put(outcome.key, outcome);
+    if (earlier != null && earlier != outcome) {
+      earlier.cancelRetries(); // a later attempt of the key supersedes it
+    }
+    outcome.retries = renewer.repeat(() -> retry(outcome), retryPeriod);
+  }
+
+  private void retry(Pending outcome) {
+    if (outcome.settled.get() || !outcome.retrying.compareAndSet(false, true)) {
+      return;
+    }
+    try {
+      write(outcome);
+    } catch (DedupStoreException e) {
+      if (outcome.renewal.isLeaseLost() && !outcome.lapseReported) {
+        outcome.lapseReported = true;
+        log.error(
+            "The {} of {} (attempt {}) is still not recorded and its lease may have run out:"
+                + " another consumer may take the key over and run its handler again. Still"
+                + " retrying: {}",
+            outcome.status(),
+            where(outcome.key, outcome.source),
+            outcome.token,
+            e.getMessage());
+      }
+    } catch (RuntimeException e) {
+      log.warn("Retrying the {} of {} failed", outcome.status(), outcome.key, e);
+    } finally {
+      outcome.retrying.set(false);
+    }
+  }
+
+  /** Outcomes still not recorded, by key: for diagnostics. */
+  public Map<DedupKey, String> unrecorded() {
+    Map<DedupKey, String> view = new ConcurrentHashMap<>();
+    pending.forEach((key, outcome) -> view.put(key, outcome.status()));
+    return view;
+  }
+
+  @Override
+  public void close() {
+    pending.forEach(
+        (key, outcome) -> {
+          outcome.cancelRetries();
+          log.error(
+              "Closing with the {} of {} (attempt {}) not recorded: once its lease runs out,"
+                  + " another consumer may run the handler for the key again",
+              outcome.status(),
+              where(key, outcome.source),
+              outcome.token);
+        });
+    pending.clear();
+  }
+
+  private static String where(DedupKey key, @Nullable String source) {
+    return source == null ? key.toString() : key + " (" + source + ")";
+  }
+
+  private static String describe(Throwable error) {
+    String text =
+        error.getClass().getName() + (error.getMessage() != null ? ": " + error.getMessage() : "");
+    return text.length() <= MAX_ERROR_LENGTH ? text : text.substring(0, MAX_ERROR_LENGTH);
+  }
+
+  /** An outcome to write: SUCCESS when {@code error} is null, else FAILED with it. */
+  private static final class Pending {
+    final DedupKey key;
+    final int token;
+    final @Nullable String source;
+    final LeaseRenewer.Renewal renewal;
+    final @Nullable String error;
+    final Duration handlerTime;
+    final AtomicBoolean settled = new AtomicBoolean();
+    final AtomicBoolean retrying = new AtomicBoolean();
+    volatile boolean kept;
+    volatile boolean lapseReported;
+    volatile @Nullable ScheduledFuture<?> retries;
+
+    Pending(
+        DedupKey key,
+        int token,
+        @Nullable String source,
+        LeaseRenewer.Renewal renewal,
+        @Nullable String error,
+        Duration handlerTime) {
+      this.key = key;
+      this.token = token;
+      this.source = source;
+      this.renewal = renewal;
+      this.error = error;
+      this.handlerTime = handlerTime;
+    }
+
+    String status() {
+      return error == null ? "SUCCESS" : "FAILED";
+    }
+
+    void cancelRetries() {
+      ScheduledFuture<?> current = retries;
+      if (current != null) {
+        current.cancel(false);
+      }
+    }
+  }
+}
