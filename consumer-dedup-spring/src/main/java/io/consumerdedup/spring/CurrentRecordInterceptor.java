@@ -1,22 +1,26 @@
 package io.consumerdedup.spring;
 
+import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.util.Optional;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
-import org.springframework.kafka.config.AbstractKafkaListenerContainerFactory;
-import org.springframework.kafka.listener.AbstractMessageListenerContainer;
-import org.springframework.kafka.listener.CompositeRecordInterceptor;
 import org.springframework.kafka.listener.RecordInterceptor;
 
 /**
- * Remembers, on the consumer thread, the record the container is about to hand to the listener, so
- * that {@link IdempotentListenerInterceptor} reads the record's headers, topic and offset even when
- * the listener method takes only a converted payload. Stateless apart from the thread-local: one
- * instance serves every container.
+ * The container's side of {@link Idempotent} listeners, one instance for every container ({@link
+ * DedupContainers#configure} adds it):
  *
- * <p>Install it with {@link #addTo(AbstractKafkaListenerContainerFactory)} or {@link
- * #addTo(AbstractMessageListenerContainer)}, which compose it after any interceptor already set.
+ * <ul>
+ *   <li>it remembers, on the consumer thread, the record the container is about to hand to the
+ *       listener, so that {@link IdempotentListenerInterceptor} reads the record's headers, topic
+ *       and offset even when the listener method takes only a converted payload;
+ *   <li>when the container is done with a record, its transaction included ({@code afterRecord}),
+ *       it writes the outcome a listener left to that moment (in a Kafka transaction);
+ *   <li>a claim still open when the next record arrives, or when the consumer thread clears its
+ *       state (after each poll, when the container stops), is recorded FAILED, never left
+ *       PROCESSING.
+ * </ul>
  */
 public final class CurrentRecordInterceptor implements RecordInterceptor<Object, Object> {
 
@@ -32,9 +36,19 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
     return Optional.ofNullable(CURRENT.get());
   }
 
+  /** Whether {@code record} is the one the container is delivering on this thread. */
+  static boolean isCurrent(ConsumerRecord<?, ?> record) {
+    ConsumerRecord<?, ?> current = CURRENT.get();
+    return current != null
+        && current.offset() == record.offset()
+        && current.partition() == record.partition()
+        && current.topic().equals(record.topic());
+  }
+
   @Override
   public ConsumerRecord<Object, Object> intercept(
       ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
+    ListenerOutcomes.abandonOtherThan(record);
     CURRENT.set(record);
     return record;
   }
@@ -43,39 +57,17 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
   public void afterRecord(
       ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
     CURRENT.remove();
+    ListenerOutcomes.afterRecord(record);
   }
 
   @Override
   public void clearThreadState(Consumer<?, ?> consumer) {
     CURRENT.remove();
+    ListenerOutcomes.abandon();
   }
 
-  /**
-   * Adds this interceptor to the factory's containers, after the factory's own interceptor (which
-   * may replace the record; this one must see what the listener will get).
-   */
-  @SuppressWarnings({"unchecked", "rawtypes"})
-  public static void addTo(AbstractKafkaListenerContainerFactory<?, ?, ?> factory) {
-    AbstractKafkaListenerContainerFactory raw = factory;
-    raw.setRecordInterceptor(composeWith(raw.getRecordInterceptor()));
-  }
-
-  /** Adds this interceptor to a container built by hand, after its own interceptor. */
-  @SuppressWarnings({"unchecked", "rawtypes"})
-  public static void addTo(AbstractMessageListenerContainer<?, ?> container) {
-    AbstractMessageListenerContainer raw = container;
-    raw.setRecordInterceptor(composeWith(raw.getRecordInterceptor()));
-  }
-
-  @SuppressWarnings({"unchecked", "rawtypes"})
-  private static RecordInterceptor composeWith(@Nullable RecordInterceptor existing) {
-    if (existing == null) {
-      return INSTANCE;
-    }
-    if (existing == INSTANCE) {
-      return existing;
-    }
-    // Composed twice it would only set the same thread-local twice: harmless.
-    return new CompositeRecordInterceptor(existing, INSTANCE);
+  @Override
+  public String toString() {
+    return "CurrentRecordInterceptor";
   }
 }

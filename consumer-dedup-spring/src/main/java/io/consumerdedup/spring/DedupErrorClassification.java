@@ -1,40 +1,43 @@
 package io.consumerdedup.spring;
 
-import io.consumerdedup.core.DedupInProgressException;
+import io.consumerdedup.core.DedupException;
 import io.consumerdedup.core.DedupKeyConflictException;
 import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupKeyMissingException;
 import io.consumerdedup.core.DedupStoreDataException;
+import io.consumerdedup.core.Disposition;
+import java.util.List;
 import org.springframework.kafka.listener.DefaultErrorHandler;
+import org.springframework.kafka.listener.FailedRecordProcessor;
 
 /**
- * Teaches a spring-kafka {@link DefaultErrorHandler} consumer-dedup's exceptions, keeping
- * everything else it was configured with (back-off, recoverer, other classifications):
+ * Teaches a spring-kafka {@link DefaultErrorHandler} (or {@code DefaultAfterRollbackProcessor})
+ * which of consumer-dedup's exceptions are {@link Disposition#DEAD_LETTER}: not retryable, since a
+ * redelivery carries the same data (a missing or malformed key, a payload conflict, data the store
+ * refuses). Such a record goes straight to the recoverer (a {@code DeadLetterPublishingRecoverer},
+ * or by default a log line naming topic-partition@offset) and the partition moves on. Everything
+ * else it was configured with (back-off, recoverer, other classifications) stays.
  *
- * <ul>
- *   <li>{@link DedupInProgressException} is retryable: another consumer holds a live lease, so the
- *       record is retried with the handler's back-off;
- *   <li>{@link DedupKeyMissingException}, {@code DedupKeyMalformedException}, {@code
- *       DedupStoreDataException} and {@link DedupKeyConflictException} are not: a redelivery
- *       carries the same data, so the record goes straight to the recoverer (a {@code
- *       DeadLetterPublishingRecoverer}, or by default a log line naming topic-partition@offset) and
- *       the partition moves on.
- * </ul>
- *
- * Handler exceptions keep the handler's classification: the record was marked FAILED and a retry is
- * allowed.
+ * <p>Records to {@link Disposition#RETRY_LATER} never reach the handler's retry counting: {@link
+ * RetryLaterErrorHandler} holds them first. Handler exceptions keep the handler's classification:
+ * the record was marked FAILED and a retry is allowed.
  */
 public final class DedupErrorClassification {
+
+  /** consumer-dedup's exceptions whose {@link DedupException#disposition()} is DEAD_LETTER. */
+  static final List<Class<? extends DedupException>> DEAD_LETTER =
+      List.of(
+          DedupKeyMissingException.class,
+          DedupKeyMalformedException.class,
+          DedupKeyConflictException.class,
+          DedupStoreDataException.class);
+
   private DedupErrorClassification() {}
 
   /** Adds consumer-dedup's classifications to {@code errorHandler}; returns it. */
-  public static DefaultErrorHandler applyTo(DefaultErrorHandler errorHandler) {
-    errorHandler.addRetryableExceptions(DedupInProgressException.class);
-    errorHandler.addNotRetryableExceptions(
-        DedupKeyMissingException.class,
-        DedupKeyMalformedException.class,
-        DedupKeyConflictException.class,
-        DedupStoreDataException.class);
+  @SuppressWarnings("unchecked")
+  public static <T extends FailedRecordProcessor> T applyTo(T errorHandler) {
+    errorHandler.addNotRetryableExceptions(DEAD_LETTER.toArray(new Class[0]));
     return errorHandler;
   }
 }

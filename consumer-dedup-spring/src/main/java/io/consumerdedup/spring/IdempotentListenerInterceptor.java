@@ -1,16 +1,19 @@
 package io.consumerdedup.spring;
 
-import io.consumerdedup.core.DedupHandlerException;
+import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupConfigurationException;
+import io.consumerdedup.core.DedupException;
+import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.KeyExtractor;
 import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.MissingKeyPolicy;
+import io.consumerdedup.kafka.RecordKeyResolver;
 import io.consumerdedup.kafka.RecordSources;
+import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.lang.reflect.Method;
-import java.lang.reflect.UndeclaredThrowableException;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
@@ -21,7 +24,6 @@ import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Function;
 import org.aopalliance.intercept.MethodInterceptor;
 import org.aopalliance.intercept.MethodInvocation;
@@ -41,16 +43,22 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
 
 /**
  * Runs {@link Idempotent} listener methods through the core engine: derives the business key from
- * the record being delivered (its header, or the SpEL expression), and hands the method invocation
- * to an {@link IdempotentRecordHandler} over the listener's {@link IdempotentExecutor}. Every
- * decision (claim, duplicate, in progress, conflict, missing key) is the engine's; this class only
- * adapts the method call.
+ * the record being delivered (its header, or the SpEL expression), claims it with the listener's
+ * {@link IdempotentExecutor}, invokes the method unless the key already succeeded, and records the
+ * outcome. Every decision (claim, duplicate, in progress, conflict, missing key) is the engine's;
+ * this class only adapts the method call.
+ *
+ * <p>The outcome follows the transaction the listener ran in: without one, SUCCESS is written
+ * before the method returns to the container, so a SUCCESS that cannot be written keeps the
+ * container from acknowledging the record; inside a Spring transaction it is written after the
+ * commit (FAILED after a rollback); inside a Kafka transaction of the container, after that
+ * transaction, when the container's record interceptor says the record is done ({@link
+ * DedupContainers}).
  *
  * <p>The record comes from the method's {@code ConsumerRecord} argument if it has one, else from
- * {@link CurrentRecordInterceptor}, which the auto-configuration adds to every listener container
- * factory. A duplicate returns {@code null} without invoking the method. Exceptions are the
- * engine's: see {@link IdempotentExecutor#execute}; a checked exception of the method is rethrown
- * as itself.
+ * {@link CurrentRecordInterceptor}, which {@link DedupContainers} adds to every listener container.
+ * A duplicate returns {@code null} without invoking the method. The method's own exceptions,
+ * checked or not, are rethrown as themselves after FAILED is recorded.
  */
 public final class IdempotentListenerInterceptor implements MethodInterceptor {
 
@@ -81,17 +89,7 @@ public final class IdempotentListenerInterceptor implements MethodInterceptor {
     Object[] arguments = invocation.getArguments();
     ConsumerRecord<Object, Object> record = recordOf(listener, arguments);
     IdempotentExecutor executor = executors.executor(listener.overrides);
-    if (executor.mode() == DedupMode.TRANSACTIONAL
-        && !TransactionSynchronizationManager.isActualTransactionActive()) {
-      throw new IllegalStateException(
-          "Listener "
-              + listener
-              + " uses consumer-dedup mode TRANSACTIONAL but runs outside a Spring transaction:"
-              + " give its container a DataSourceTransactionManager on the dedup table's"
-              + " DataSource, or annotate it @Transactional (record "
-              + RecordSources.describe(record, KafkaUtils.getConsumerGroupId())
-              + ")");
-    }
+    String groupId = KafkaUtils.getConsumerGroupId();
     EvaluationContext[] context = new EvaluationContext[1];
     Function<ConsumerRecord<Object, Object>, EvaluationContext> contextOf =
         r -> {
@@ -100,31 +98,79 @@ public final class IdempotentListenerInterceptor implements MethodInterceptor {
           }
           return context[0];
         };
-    IdempotentRecordHandler.Builder<Object, Object> handler =
-        IdempotentRecordHandler.<Object, Object>builder(executor)
-            .bizType(listener.bizType)
-            .key(keyExtractor(listener, contextOf))
-            .missingKeyPolicy(
-                listener.missingKeyPolicy != null
-                    ? listener.missingKeyPolicy
-                    : defaultMissingKeyPolicy);
+    RecordKeyResolver<Object, Object> keys =
+        new RecordKeyResolver<>(
+            listener.bizType,
+            keyExtractor(listener, contextOf),
+            listener.missingKeyPolicy != null ? listener.missingKeyPolicy : defaultMissingKeyPolicy,
+            groupId,
+            executor.listener());
+    Optional<DedupKey> key = keys.resolve(record);
+    if (key.isEmpty()) {
+      return invocation.proceed(); // no key, and the policy says to process it without dedup
+    }
+    String source = keys.source(record);
+    if (executor.mode() == DedupMode.TRANSACTIONAL) {
+      executors.requireTransaction(listener.toString(), key.get(), source);
+    }
     Expression fingerprint = listener.fingerprint;
-    if (fingerprint != null) {
-      handler.fingerprint(
-          r -> sha256(evaluate(listener, "fingerprint", fingerprint, contextOf, r)));
+    String print =
+        fingerprint == null
+            ? null
+            : sha256(evaluate(listener, "fingerprint", fingerprint, contextOf, record));
+    DedupClaim claim = executor.claim(key.get(), print, source);
+    if (claim.isDuplicate()) {
+      return null;
     }
-    String groupId = KafkaUtils.getConsumerGroupId();
-    if (groupId != null) {
-      handler.groupId(groupId);
-    }
-    AtomicReference<@Nullable Object> result = new AtomicReference<>();
+    ListenerOutcomes.Pending pending = ListenerOutcomes.pending(record, claim);
+    Object result;
     try {
-      handler.handler(r -> result.set(proceed(invocation))).build().handle(record);
-    } catch (DedupHandlerException e) {
-      // The method threw a checked exception: the record is FAILED; rethrow it as itself.
-      throw e.getCause() != null ? e.getCause() : e;
+      result = invocation.proceed();
+    } catch (Throwable error) {
+      pending.listenerFailed(error);
+      settle(listener, record, pending, claim, source);
+      throw error;
     }
-    return result.get();
+    pending.listenerSucceeded();
+    settle(listener, record, pending, claim, source);
+    return result;
+  }
+
+  /**
+   * Writes the outcome now, or leaves it to the end of the transaction the listener runs in.
+   *
+   * @throws DedupException SUCCESS could not be written now; the container must not acknowledge the
+   *     record (it is retried later and is then a duplicate)
+   */
+  private static void settle(
+      IdempotentListenerMethod listener,
+      ConsumerRecord<Object, Object> record,
+      ListenerOutcomes.Pending pending,
+      DedupClaim claim,
+      String source) {
+    boolean synchronizing = TransactionSynchronizationManager.isSynchronizationActive();
+    if (ListenerOutcomes.inKafkaTransaction()) {
+      if (!CurrentRecordInterceptor.isCurrent(record)) {
+        pending.rolledBack(new IllegalStateException("no container support"));
+        pending.settle();
+        throw new DedupConfigurationException(
+            "Listener "
+                + listener
+                + " runs in a Kafka transaction, but its container does not run consumer-dedup's"
+                + " record interceptor, so SUCCESS could only be written before that transaction"
+                + " commits: configure the container with DedupContainers.configure(container)",
+            claim.key(),
+            source);
+      }
+      if (synchronizing) {
+        ListenerOutcomes.afterTransaction(pending, false); // notes a rollback of the inner one
+      }
+      ListenerOutcomes.deferToContainer(pending);
+    } else if (synchronizing) {
+      ListenerOutcomes.afterTransaction(pending, true);
+    } else {
+      pending.settle();
+    }
   }
 
   private Optional<IdempotentListenerMethod> listenerOf(MethodInvocation invocation) {
@@ -155,7 +201,7 @@ public final class IdempotentListenerInterceptor implements MethodInterceptor {
                             + " and its container does not run CurrentRecordInterceptor (the"
                             + " auto-configuration adds it to listener container factory beans;"
                             + " for a factory or container made by hand call"
-                            + " CurrentRecordInterceptor.addTo(...)), or it was called outside"
+                            + " DedupContainers.configure(container)), or it was called outside"
                             + " a Kafka listener container, or on a batch listener"));
   }
 
@@ -226,16 +272,6 @@ public final class IdempotentListenerInterceptor implements MethodInterceptor {
       return arguments[listener.payloadIndex];
     }
     return record.value();
-  }
-
-  private static @Nullable Object proceed(MethodInvocation invocation) throws Exception {
-    try {
-      return invocation.proceed();
-    } catch (Exception | Error e) {
-      throw e;
-    } catch (Throwable t) {
-      throw new UndeclaredThrowableException(t);
-    }
   }
 
   private static @Nullable String sha256(@Nullable String value) {

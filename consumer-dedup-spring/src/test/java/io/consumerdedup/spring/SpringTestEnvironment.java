@@ -13,6 +13,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.UUID;
+import java.util.function.UnaryOperator;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -35,6 +36,15 @@ final class SpringTestEnvironment {
 
   /** Creates the schema and points the application at it. */
   static String prepare(DynamicPropertyRegistry registry, String prefix) {
+    return prepare(registry, prefix, UnaryOperator.identity());
+  }
+
+  /**
+   * Creates the schema and points the application at it, through {@code route} (which may send the
+   * JDBC URL through a fault-injecting proxy).
+   */
+  static String prepare(
+      DynamicPropertyRegistry registry, String prefix, UnaryOperator<String> route) {
     String schema = TestDatabase.newSchema(prefix);
     try (Connection connection = TestDatabase.connect(schema);
         Statement statement = connection.createStatement()) {
@@ -44,7 +54,7 @@ final class SpringTestEnvironment {
     } catch (SQLException e) {
       throw new IllegalStateException(e);
     }
-    registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
+    registry.add("spring.datasource.url", () -> route.apply(TestDatabase.url(schema)));
     registry.add("spring.datasource.hikari.maximum-pool-size", () -> "6");
     registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
     registry.add("spring.kafka.consumer.properties.max.poll.interval.ms", () -> "60000");

@@ -118,16 +118,20 @@ class TransactionalModeIntegrationTest {
   }
 
   @Test
-  void transactionalModeWithoutTransactionFailsAtTheFirstRecordNamingTheListener()
-      throws Exception {
+  void transactionalModeWithoutTransactionHoldsTheRecordNamingTheListener() throws Exception {
     send(template, "tx-none", "anything", "order-no", "NONE-1");
 
-    await().atMost(WAIT).until(() -> !Switches.failures.isEmpty());
-    assertThat(Switches.failures.get(0))
+    // Held and tried again (never applied unprotected, never skipped) until it is fixed.
+    await().atMost(WAIT).until(() -> failuresOf("tx-none-0@0").size() >= 2);
+    assertThat(failuresOf("tx-none-0@0").get(0))
         .contains("TransactionalModeIntegrationTest$TxListeners#withoutTransaction")
-        .contains("outside a Spring transaction");
+        .contains("no transaction is bound to the dedup table's DataSource");
     assertThat(effects("none", "NONE-1")).isZero();
     assertThat(store.find(DedupKey.of("none", "NONE-1"))).isEmpty();
+  }
+
+  private static List<String> failuresOf(String record) {
+    return Switches.failures.stream().filter(failure -> failure.contains(record)).toList();
   }
 
   private int effects(String listener, String bizKey) {

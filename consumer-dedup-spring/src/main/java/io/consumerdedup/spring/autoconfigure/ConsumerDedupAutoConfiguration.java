@@ -24,8 +24,7 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
 import org.springframework.jdbc.datasource.TransactionAwareDataSourceProxy;
 import org.springframework.kafka.annotation.KafkaListener;
-import org.springframework.kafka.listener.CommonErrorHandler;
-import org.springframework.kafka.listener.DefaultErrorHandler;
+import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 
 /**
  * Configures consumer-dedup when a DataSource and spring-kafka are present ({@code
@@ -61,12 +60,14 @@ public class ConsumerDedupAutoConfiguration {
     // SEPARATE claims need connections of their own: through a transaction-aware proxy, a claim
     // inside a listener's transaction would take (and, switching it to auto-commit, commit) the
     // transaction's connection.
-    DataSource own =
-        dataSource instanceof TransactionAwareDataSourceProxy proxy
-                && proxy.getTargetDataSource() != null
-            ? proxy.getTargetDataSource()
-            : dataSource;
-    return storeBuilder(own, properties).build();
+    return storeBuilder(targetOf(dataSource), properties).build();
+  }
+
+  private static DataSource targetOf(DataSource dataSource) {
+    return dataSource instanceof TransactionAwareDataSourceProxy proxy
+            && proxy.getTargetDataSource() != null
+        ? proxy.getTargetDataSource()
+        : dataSource;
   }
 
   @Bean(destroyMethod = "close")
@@ -87,6 +88,7 @@ public class ConsumerDedupAutoConfiguration {
     return new IdempotentExecutors(
         store,
         transactionalStore,
+        targetOf(dataSource),
         builder -> configure(builder, properties, listener),
         properties.getMode());
   }
@@ -106,27 +108,19 @@ public class ConsumerDedupAutoConfiguration {
     return new IdempotentListenerPostProcessor(interceptor::getObject);
   }
 
-  @Bean
-  @ConditionalOnMissingBean
-  public static RecordCapturingFactoryPostProcessor recordCapturingFactoryPostProcessor() {
-    return new RecordCapturingFactoryPostProcessor();
-  }
-
-  @Bean
-  @ConditionalOnMissingBean
-  public static ErrorHandlerClassifyingPostProcessor errorHandlerClassifyingPostProcessor() {
-    return new ErrorHandlerClassifyingPostProcessor();
-  }
-
   /**
-   * Without an error handler bean, spring-kafka's containers would make a {@code
-   * DefaultErrorHandler} of their own, which retries a record without a key ten times; this one is
-   * the same (no back-off, ten tries, then logged and skipped) but classified.
+   * Prepares every listener container before it starts: record capture and outcome settlement for
+   * {@code @Idempotent} listeners, records that must wait held instead of recovered, rollbacks that
+   * leave keys retryable. Composes with the application's error handler and after-rollback
+   * processor; without an error handler (and no transaction manager) a container gets
+   * spring-kafka's default {@code DefaultErrorHandler}, classified.
    */
   @Bean
-  @ConditionalOnMissingBean(CommonErrorHandler.class)
-  public DefaultErrorHandler dedupDefaultErrorHandler() {
-    return new DefaultErrorHandler();
+  @ConditionalOnMissingBean
+  public DedupListenerContainersConfigurer dedupListenerContainersConfigurer(
+      ObjectProvider<KafkaListenerEndpointRegistry> registry, ConsumerDedupProperties properties) {
+    return new DedupListenerContainersConfigurer(
+        registry, properties.getHold().getInitialBackoff(), properties.getHold().getMaxBackoff());
   }
 
   @Bean(destroyMethod = "close")
@@ -158,7 +152,9 @@ public class ConsumerDedupAutoConfiguration {
         .tableName(properties.getTableName())
         .retryMaxAttempts(store.getRetryMaxAttempts())
         .retryInitialBackoff(store.getRetryInitialBackoff())
-        .retryMaxBackoff(store.getRetryMaxBackoff());
+        .retryMaxBackoff(store.getRetryMaxBackoff())
+        .retryMaxDuration(store.getRetryMaxDuration())
+        .statementTimeout(store.getStatementTimeout());
   }
 
   private static void configure(

@@ -6,6 +6,7 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.InProgressPolicy;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.kafka.DedupPollLoop;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import java.time.Duration;
@@ -65,6 +66,7 @@ public class ConsumerDedupProperties {
   private SchemaInitialization initializeSchema = SchemaInitialization.NEVER;
 
   private final Store store = new Store();
+  private final Hold hold = new Hold();
   private final Cleanup cleanup = new Cleanup();
 
   /** When the auto-configuration creates the dedup table. */
@@ -85,6 +87,31 @@ public class ConsumerDedupProperties {
 
     /** Longest wait between two retries. */
     private Duration retryMaxBackoff = JdbcDedupStore.DEFAULT_RETRY_MAX_BACKOFF;
+
+    /** Time after the start of a store call past which a transient failure is not retried. */
+    private Duration retryMaxDuration = JdbcDedupStore.DEFAULT_RETRY_MAX_DURATION;
+
+    /**
+     * Longest time one statement may run before the database cancels it; a connection that stops
+     * answering fails after twice this.
+     */
+    private Duration statementTimeout = JdbcDedupStore.DEFAULT_STATEMENT_TIMEOUT;
+
+    public Duration getRetryMaxDuration() {
+      return retryMaxDuration;
+    }
+
+    public void setRetryMaxDuration(Duration retryMaxDuration) {
+      this.retryMaxDuration = retryMaxDuration;
+    }
+
+    public Duration getStatementTimeout() {
+      return statementTimeout;
+    }
+
+    public void setStatementTimeout(Duration statementTimeout) {
+      this.statementTimeout = statementTimeout;
+    }
 
     public int getRetryMaxAttempts() {
       return retryMaxAttempts;
@@ -108,6 +135,36 @@ public class ConsumerDedupProperties {
 
     public void setRetryMaxBackoff(Duration retryMaxBackoff) {
       this.retryMaxBackoff = retryMaxBackoff;
+    }
+  }
+
+  /**
+   * {@code consumer-dedup.hold.*}: how a record waits that cannot be handled yet (another consumer
+   * holds its key, the dedup store is unreachable): its partition is paused for the back-off,
+   * doubling per consecutive hold of the record, then the record is tried again. It is never
+   * recovered or skipped.
+   */
+  public static class Hold {
+    /** First wait of a held record. */
+    private Duration initialBackoff = DedupPollLoop.DEFAULT_HOLD_BACKOFF;
+
+    /** Longest wait of a held record. */
+    private Duration maxBackoff = DedupPollLoop.DEFAULT_MAX_HOLD_BACKOFF;
+
+    public Duration getInitialBackoff() {
+      return initialBackoff;
+    }
+
+    public void setInitialBackoff(Duration initialBackoff) {
+      this.initialBackoff = initialBackoff;
+    }
+
+    public Duration getMaxBackoff() {
+      return maxBackoff;
+    }
+
+    public void setMaxBackoff(Duration maxBackoff) {
+      this.maxBackoff = maxBackoff;
     }
   }
 
@@ -252,6 +309,10 @@ public class ConsumerDedupProperties {
 
   public void setInitializeSchema(SchemaInitialization initializeSchema) {
     this.initializeSchema = initializeSchema;
+  }
+
+  public Hold getHold() {
+    return hold;
   }
 
   public Store getStore() {

@@ -1,24 +1,28 @@
 package io.consumerdedup.spring.listener;
 
 import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.RecordKeyResolver;
-import io.consumerdedup.spring.DedupErrorClassification;
+import io.consumerdedup.spring.DedupContainers;
+import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
+import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.util.Objects;
 import java.util.Optional;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
+import org.springframework.jdbc.datasource.ConnectionHolder;
 import org.springframework.kafka.listener.AbstractMessageListenerContainer;
 import org.springframework.kafka.listener.BatchMessageListener;
-import org.springframework.kafka.listener.CompositeRecordInterceptor;
-import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.ListenerExecutionFailedException;
 import org.springframework.kafka.listener.RecordInterceptor;
+import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
  * The container-level alternative to {@code @Idempotent}, for containers built by hand: a {@link
@@ -28,10 +32,15 @@ import org.springframework.kafka.listener.RecordInterceptor;
  * <ul>
  *   <li>{@code intercept} claims the key through the core's {@link IdempotentExecutor}: a key that
  *       already succeeded returns {@code null}, so the container skips the listener and commits the
- *       record; a live lease elsewhere, a missing or malformed key and a conflict are thrown, and
- *       the container's error handler treats them as it treats a listener's exception;
- *   <li>{@code success} records SUCCESS, {@code failure} records FAILED, so the container's retry
- *       of the record runs the listener again.
+ *       record; a live lease elsewhere, an unreachable store, a missing or malformed key and a
+ *       conflict are thrown, and the container's error handler treats them by their {@link
+ *       io.consumerdedup.core.Disposition} (held, or dead-lettered at once);
+ *   <li>{@code success} and {@code failure} note what the listener did; the outcome (SUCCESS or
+ *       FAILED) is written in {@code afterRecord}, once the container is done with the record, its
+ *       transaction included, so a transaction that rolls back leaves the key retryable;
+ *   <li>a claim the container never reports on (the listener threw an {@code Error}, the consumer
+ *       stopped) is recorded FAILED at the next record or when the consumer thread clears its
+ *       state: never left PROCESSING.
  * </ul>
  *
  * <pre>{@code
@@ -40,8 +49,12 @@ import org.springframework.kafka.listener.RecordInterceptor;
  * container.start();
  * }</pre>
  *
- * <p>{@link #decorate} composes with the container's record interceptor (yours runs first) and adds
- * the dedup classifications to its {@link DefaultErrorHandler}; it replaces nothing.
+ * <p>{@link #decorate} composes with the container's record interceptor (yours runs first) and
+ * prepares the container with {@link DedupContainers#configure}; it replaces nothing. Without a
+ * transaction the container acknowledges a record before its interceptors hear of the outcome, so a
+ * SUCCESS that cannot be written then is kept by the engine and written once the database answers,
+ * while the record is already committed (the {@code @Idempotent} listeners do not have this window:
+ * they write SUCCESS before returning to the container).
  */
 public final class IdempotentRecordInterceptor<K, V> implements RecordInterceptor<K, V> {
 
@@ -50,11 +63,6 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
 
   private final IdempotentExecutor executor;
   private final RecordKeyResolver<K, V> keys;
-  // The container calls intercept, then success or failure, on its consumer thread, one record at
-  // a time: the claim in between belongs to that thread.
-  private final ThreadLocal<@Nullable Held> held = new ThreadLocal<>();
-
-  private record Held(ConsumerRecord<?, ?> record, DedupClaim claim) {}
 
   /**
    * @param groupId named in records and exceptions; null if unknown
@@ -93,8 +101,7 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
 
   /**
    * Makes the record listener of {@code container} idempotent: adds the interceptor after the
-   * container's own one ({@link CompositeRecordInterceptor}) and the dedup classifications to its
-   * {@link DefaultErrorHandler}, if it has one.
+   * container's own one and prepares the container with {@link DedupContainers#configure}.
    *
    * <p>A container with a transaction manager is switched to intercept inside the transaction
    * ({@code setInterceptBeforeTx(false)}), so that a refused claim reaches the error handler and a
@@ -129,44 +136,56 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
             executor, bizType, keyHeader, missingKeyPolicy, container.getGroupId());
     RecordInterceptor<K, V> existing = container.getRecordInterceptor();
     container.setRecordInterceptor(
-        existing == null ? interceptor : new CompositeRecordInterceptor<>(existing, interceptor));
-    if (container.getCommonErrorHandler() instanceof DefaultErrorHandler errorHandler) {
-      DedupErrorClassification.applyTo(errorHandler);
-    }
+        existing == null ? interceptor : new GuardedRecordInterceptor<>(existing, interceptor));
+    DedupContainers.configure(container);
     return interceptor;
   }
 
   @Override
   public @Nullable ConsumerRecord<K, V> intercept(
       ConsumerRecord<K, V> record, Consumer<K, V> consumer) {
-    held.remove();
+    ListenerOutcomes.abandonOtherThan(record);
     Optional<DedupKey> key = keys.resolve(record);
     if (key.isEmpty()) {
       return record; // no key, and the policy says to process it without dedup
     }
-    DedupClaim claim = executor.claim(key.get(), null, keys.source(record));
+    String source = keys.source(record);
+    if (executor.mode() == DedupMode.TRANSACTIONAL && !inDatabaseTransaction()) {
+      throw new DedupConfigurationException(
+          "IdempotentRecordInterceptor's executor uses mode TRANSACTIONAL but no database"
+              + " transaction is active: give the container a DataSourceTransactionManager on the"
+              + " dedup table's DataSource; the record waits until then",
+          key.get(),
+          source);
+    }
+    DedupClaim claim = executor.claim(key.get(), null, source);
     if (claim.isDuplicate()) {
       return null;
     }
-    held.set(new Held(record, claim));
+    ListenerOutcomes.deferToContainer(ListenerOutcomes.pending(record, claim));
     return record;
+  }
+
+  private static boolean inDatabaseTransaction() {
+    return TransactionSynchronizationManager.getResourceMap().values().stream()
+        .anyMatch(ConnectionHolder.class::isInstance);
   }
 
   @Override
   public void success(ConsumerRecord<K, V> record, Consumer<K, V> consumer) {
-    DedupClaim claim = take(record);
-    if (claim != null) {
-      claim.complete();
+    ListenerOutcomes.Pending pending = ListenerOutcomes.current(record);
+    if (pending != null) {
+      pending.listenerSucceeded();
     }
   }
 
   @Override
   public void failure(ConsumerRecord<K, V> record, Exception exception, Consumer<K, V> consumer) {
-    DedupClaim claim = take(record);
-    if (claim != null) {
+    ListenerOutcomes.Pending pending = ListenerOutcomes.current(record);
+    if (pending != null) {
       // The container hands over its wrapper; last_error should name what the listener threw.
       Throwable cause = exception.getCause();
-      claim.fail(
+      pending.listenerFailed(
           exception instanceof ListenerExecutionFailedException && cause != null
               ? cause
               : exception);
@@ -175,20 +194,11 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
 
   @Override
   public void afterRecord(ConsumerRecord<K, V> record, Consumer<K, V> consumer) {
-    held.remove();
+    ListenerOutcomes.afterRecord(record);
   }
 
-  /** The claim made for {@code record} on this thread, if any; it is handed out once. */
-  private @Nullable DedupClaim take(ConsumerRecord<K, V> record) {
-    Held current = held.get();
-    held.remove();
-    // Compared by coordinates: an interceptor before this one may have handed on a copy.
-    return current != null && sameDelivery(current.record(), record) ? current.claim() : null;
-  }
-
-  private static boolean sameDelivery(ConsumerRecord<?, ?> a, ConsumerRecord<?, ?> b) {
-    return a.offset() == b.offset()
-        && a.partition() == b.partition()
-        && a.topic().equals(b.topic());
+  @Override
+  public void clearThreadState(Consumer<?, ?> consumer) {
+    ListenerOutcomes.abandon();
   }
 }

@@ -5,9 +5,7 @@ import static org.awaitility.Awaitility.await;
 
 import com.jayway.jsonpath.JsonPath;
 import com.zaxxer.hikari.HikariDataSource;
-import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
-import io.consumerdedup.core.DedupKeyConflictException;
 import io.consumerdedup.core.DedupKeyMissingException;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupStatus;
@@ -22,6 +20,8 @@ import io.consumerdedup.spring.CurrentRecordInterceptor;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.spring.IdempotentExecutors;
 import io.consumerdedup.spring.IdempotentListenerInterceptor;
+import io.consumerdedup.spring.RetryLaterAfterRollbackProcessor;
+import io.consumerdedup.spring.RetryLaterErrorHandler;
 import io.consumerdedup.testing.TestDatabase;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.io.InputStream;
@@ -45,18 +45,18 @@ import org.springframework.boot.autoconfigure.AutoConfigurations;
 import org.springframework.boot.context.properties.bind.Binder;
 import org.springframework.boot.context.properties.source.MapConfigurationPropertySource;
 import org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration;
+import org.springframework.boot.kafka.autoconfigure.KafkaAutoConfiguration;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 import org.springframework.jdbc.datasource.TransactionAwareDataSourceProxy;
-import org.springframework.kafka.config.ConcurrentKafkaListenerContainerFactory;
-import org.springframework.kafka.core.DefaultKafkaConsumerFactory;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
+import org.springframework.kafka.listener.AbstractMessageListenerContainer;
 import org.springframework.kafka.listener.CommonErrorHandler;
-import org.springframework.kafka.listener.CompositeRecordInterceptor;
 import org.springframework.kafka.listener.DefaultErrorHandler;
-import org.springframework.kafka.listener.RecordInterceptor;
 import org.springframework.transaction.support.TransactionTemplate;
 
 class ConsumerDedupAutoConfigurationTest {
@@ -259,52 +259,36 @@ class ConsumerDedupAutoConfigurationTest {
   }
 
   @Test
-  void existingErrorHandlerGetsTheClassificationsAndKeepsItsSettings() {
+  void everyListenerContainerIsPreparedBeforeItStarts() {
     runner(schemaWithTable())
-        .withUserConfiguration(OwnErrorHandler.class)
+        .withConfiguration(AutoConfigurations.of(KafkaAutoConfiguration.class))
+        .withUserConfiguration(OwnErrorHandler.class, PlainListener.class)
+        .withPropertyValues("spring.kafka.listener.auto-startup=false")
         .run(
             context -> {
-              DefaultErrorHandler handler = context.getBean(DefaultErrorHandler.class);
-              assertThat(handler).isSameAs(OwnErrorHandler.handler);
-              // removeClassification answers the classification the handler had.
-              assertThat(handler.removeClassification(DedupKeyMissingException.class)).isFalse();
-              assertThat(handler.removeClassification(DedupKeyConflictException.class)).isFalse();
-              assertThat(handler.removeClassification(DedupInProgressException.class)).isTrue();
-              // The application's own classification is still there.
-              assertThat(handler.removeClassification(UnsupportedOperationException.class))
+              AbstractMessageListenerContainer<?, ?> container =
+                  (AbstractMessageListenerContainer<?, ?>)
+                      context
+                          .getBean(KafkaListenerEndpointRegistry.class)
+                          .getListenerContainer("plain");
+              // The application's handler, composed with: classified, and wrapped so that
+              // records to retry later are held instead of recovered.
+              assertThat(container.getCommonErrorHandler())
+                  .isInstanceOfSatisfying(
+                      RetryLaterErrorHandler.class,
+                      handler -> assertThat(handler.delegate()).isSameAs(OwnErrorHandler.handler));
+              assertThat(
+                      OwnErrorHandler.handler.removeClassification(DedupKeyMissingException.class))
                   .isFalse();
-            });
-  }
-
-  @Test
-  void withoutErrorHandlerBeanAClassifiedDefaultIsProvided() {
-    runner(schemaWithTable())
-        .run(
-            context -> {
-              DefaultErrorHandler handler = context.getBean(DefaultErrorHandler.class);
-              assertThat(handler.removeClassification(DedupKeyMissingException.class)).isFalse();
-              assertThat(handler.removeClassification(DedupInProgressException.class)).isTrue();
-            });
-  }
-
-  @Test
-  void recordInterceptorIsComposedWithTheFactorysOwn() {
-    runner(schemaWithTable())
-        .withUserConfiguration(OwnFactory.class)
-        .run(
-            context -> {
-              @SuppressWarnings("unchecked")
-              ConcurrentKafkaListenerContainerFactory<Object, Object> factory =
-                  context.getBean(ConcurrentKafkaListenerContainerFactory.class);
-              RecordInterceptor<Object, Object> interceptor = factory.getRecordInterceptor();
-              assertThat(interceptor).isInstanceOf(CompositeRecordInterceptor.class);
-
-              ConsumerRecord<Object, Object> record = new ConsumerRecord<>("t", 0, 7L, "k", "v");
-              assertThat(interceptor.intercept(record, null)).isSameAs(record);
-              assertThat(OwnFactory.seen).containsExactly(record);
-              assertThat(CurrentRecordInterceptor.current()).containsSame(record);
-              interceptor.afterRecord(record, null);
-              assertThat(CurrentRecordInterceptor.current()).isEmpty();
+              assertThat(
+                      OwnErrorHandler.handler.removeClassification(
+                          UnsupportedOperationException.class))
+                  .as("the application's own classification")
+                  .isFalse();
+              assertThat(container.getAfterRollbackProcessor())
+                  .isInstanceOf(RetryLaterAfterRollbackProcessor.class);
+              assertThat(container.getRecordInterceptor())
+                  .isSameAs(CurrentRecordInterceptor.INSTANCE);
             });
   }
 
@@ -490,8 +474,8 @@ class ConsumerDedupAutoConfigurationTest {
       }
     }
     // Every property but owner-id (generated per instance) shows its default.
-    assertThat(properties).hasSize(19);
-    assertThat(shown).hasSize(18).doesNotContainKey("consumer-dedup.owner-id");
+    assertThat(properties).hasSize(23);
+    assertThat(shown).hasSize(22).doesNotContainKey("consumer-dedup.owner-id");
 
     ConsumerDedupProperties bound =
         new Binder(new MapConfigurationPropertySource(shown))
@@ -542,20 +526,13 @@ class ConsumerDedupAutoConfigurationTest {
   }
 
   @Configuration(proxyBeanMethods = false)
-  static class OwnFactory {
-    static final List<ConsumerRecord<?, ?>> seen = new ArrayList<>();
-
+  static class PlainListener {
     @Bean
-    ConcurrentKafkaListenerContainerFactory<Object, Object> kafkaListenerContainerFactory() {
-      ConcurrentKafkaListenerContainerFactory<Object, Object> factory =
-          new ConcurrentKafkaListenerContainerFactory<>();
-      factory.setConsumerFactory(new DefaultKafkaConsumerFactory<>(Map.of()));
-      factory.setRecordInterceptor(
-          (record, consumer) -> {
-            seen.add(record);
-            return record;
-          });
-      return factory;
+    Object plainListener() {
+      return new Object() {
+        @KafkaListener(id = "plain", topics = "plain")
+        void onRecord(String value) {}
+      };
     }
   }
 

@@ -10,6 +10,7 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
 import io.consumerdedup.testing.TestDatabase;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -18,7 +19,9 @@ import java.util.Map;
 import java.util.UUID;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -30,7 +33,6 @@ import org.springframework.kafka.core.DefaultKafkaConsumerFactory;
 import org.springframework.kafka.core.DefaultKafkaProducerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.BatchMessageListener;
-import org.springframework.kafka.listener.CompositeRecordInterceptor;
 import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.KafkaMessageListenerContainer;
@@ -134,7 +136,7 @@ class IdempotentRecordInterceptorTest {
     assertThat(applied).containsExactly("pay A", "pay B", "pay C");
     // Six deliveries, no more: the record without a key was not retried (not retryable).
     assertThat(intercepted).hasSize(6);
-    assertThat(container.getRecordInterceptor()).isInstanceOf(CompositeRecordInterceptor.class);
+    assertThat(container.getRecordInterceptor()).isInstanceOf(GuardedRecordInterceptor.class);
     DedupRecord a = executor.store().find(DedupKey.of("payment", "A")).orElseThrow();
     assertThat(a.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(a.source()).get().asString().contains(topic + "-0@0").contains("group " + topic);
@@ -170,6 +172,70 @@ class IdempotentRecordInterceptorTest {
     assertThat(f.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(f.attempts()).isEqualTo(2);
     assertThat(f.lastError()).get().asString().contains("bank timed out");
+  }
+
+  @Test
+  void aListenerThatThrowsAnErrorLeavesItsKeyFailedNotProcessingWhenTheContainerStops(
+      EmbeddedKafkaBroker kafka) throws Exception {
+    KafkaMessageListenerContainer<String, String> container =
+        container(
+            kafka,
+            record -> {
+              throw new StackOverflowError("simulated");
+            });
+    IdempotentRecordInterceptor.decorate(container, executor, "payment");
+    container.start();
+    try {
+      send(kafka, List.of("pay E"));
+      // spring-kafka stops a container whose listener throws an Error.
+      await().atMost(Duration.ofSeconds(30)).until(() -> !container.isRunning());
+    } finally {
+      container.stop();
+    }
+
+    DedupKey key = DedupKey.of("payment", "E");
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .until(() -> executor.store().find(key).orElseThrow().status() == DedupStatus.FAILED);
+    assertThat(executor.store().find(key).orElseThrow().lastError())
+        .get()
+        .asString()
+        .contains("never reported the end of the record");
+  }
+
+  @Test
+  void anInterceptorBeforeOursThatThrowsInSuccessDoesNotLeaveTheClaimOpen(EmbeddedKafkaBroker kafka)
+      throws Exception {
+    List<String> applied = new CopyOnWriteArrayList<>();
+    KafkaMessageListenerContainer<String, String> container =
+        container(kafka, record -> applied.add(record.value()));
+    container.setRecordInterceptor(
+        new RecordInterceptor<>() {
+          @Override
+          public ConsumerRecord<String, String> intercept(
+              ConsumerRecord<String, String> record, Consumer<String, String> consumer) {
+            return record;
+          }
+
+          @Override
+          public void success(
+              ConsumerRecord<String, String> record, Consumer<String, String> consumer) {
+            throw new IllegalStateException("the application's interceptor failed");
+          }
+        });
+    IdempotentRecordInterceptor.decorate(container, executor, "payment");
+    container.start();
+    try {
+      send(kafka, List.of("pay S", "pay S again"));
+      await().atMost(Duration.ofSeconds(30)).until(() -> applied.contains("pay S"));
+      DedupKey key = DedupKey.of("payment", "S");
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .until(() -> executor.store().find(key).orElseThrow().status() == DedupStatus.SUCCESS);
+    } finally {
+      container.stop();
+    }
+    assertThat(applied).containsExactly("pay S");
   }
 
   @Test

@@ -1,0 +1,115 @@
+package io.consumerdedup.spring;
+
+import io.consumerdedup.kafka.DedupPollLoop;
+import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
+import io.consumerdedup.spring.internal.PartitionHolds;
+import java.time.Duration;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import org.springframework.kafka.listener.AbstractMessageListenerContainer;
+import org.springframework.kafka.listener.AfterRollbackProcessor;
+import org.springframework.kafka.listener.CommonErrorHandler;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.DefaultErrorHandler;
+import org.springframework.kafka.listener.RecordInterceptor;
+
+/**
+ * Prepares a listener container for consumer-dedup, composing with what it already has (nothing is
+ * replaced):
+ *
+ * <ul>
+ *   <li>{@link CurrentRecordInterceptor} after the container's own record interceptor, so {@link
+ *       Idempotent} listeners see the record, settle their outcome after the container's
+ *       transaction, and never leave a claim open;
+ *   <li>{@link RetryLaterErrorHandler} around the container's error handler (a plain {@code
+ *       DefaultErrorHandler} when it has none and no transaction manager), so a record whose key is
+ *       held elsewhere or whose store is unreachable waits instead of being recovered;
+ *   <li>{@link RetryLaterAfterRollbackProcessor} around its after-rollback processor, so a
+ *       transaction that rolls back leaves the key retryable;
+ *   <li>consumer-dedup's "dead-letter now" exceptions as not retryable in a {@code
+ *       DefaultErrorHandler} ({@link DedupErrorClassification}).
+ * </ul>
+ *
+ * The auto-configuration does this for every container of the application context before it starts.
+ * Call it yourself for a container built by hand or registered after start-up, before starting it.
+ * Calling it twice changes nothing.
+ */
+public final class DedupContainers {
+  private static final Logger log = LoggerFactory.getLogger(DedupContainers.class);
+
+  private DedupContainers() {}
+
+  /**
+   * Prepares {@code container} with the default hold back-off ({@link
+   * DedupPollLoop#DEFAULT_HOLD_BACKOFF} doubling to {@link
+   * DedupPollLoop#DEFAULT_MAX_HOLD_BACKOFF}).
+   */
+  public static void configure(AbstractMessageListenerContainer<?, ?> container) {
+    configure(
+        container, DedupPollLoop.DEFAULT_HOLD_BACKOFF, DedupPollLoop.DEFAULT_MAX_HOLD_BACKOFF);
+  }
+
+  /**
+   * Prepares {@code container}; a held record's partition is paused for {@code initialHoldBackOff},
+   * doubling on each consecutive hold of the same record up to {@code maxHoldBackOff}.
+   *
+   * @throws IllegalStateException the container is running
+   */
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  public static void configure(
+      AbstractMessageListenerContainer<?, ?> container,
+      Duration initialHoldBackOff,
+      Duration maxHoldBackOff) {
+    if (container.isRunning()) {
+      throw new IllegalStateException(
+          "Configure listener container " + container.getListenerId() + " before starting it");
+    }
+    PartitionHolds holds = new PartitionHolds(initialHoldBackOff, maxHoldBackOff);
+    AbstractMessageListenerContainer raw = container;
+    ContainerProperties properties = container.getContainerProperties();
+    if (properties.getKafkaAwareTransactionManager() != null
+        && !properties.isStopContainerWhenFenced()) {
+      log.warn(
+          "Listener container {} runs in Kafka transactions without stopContainerWhenFenced: when a"
+              + " transaction outlives transaction.timeout.ms, Kafka reports a fenced producer and"
+              + " spring-kafka goes on past the record (KAFKA-9803). consumer-dedup records its"
+              + " key FAILED, but only a redelivery applies it: call"
+              + " getContainerProperties().setStopContainerWhenFenced(true), and keep"
+              + " transaction.timeout.ms longer than a listener call",
+          container.getListenerId());
+    }
+
+    RecordInterceptor existing = raw.getRecordInterceptor();
+    if (!GuardedRecordInterceptor.contains(existing, CurrentRecordInterceptor.INSTANCE)) {
+      raw.setRecordInterceptor(
+          existing == null
+              ? CurrentRecordInterceptor.INSTANCE
+              : new GuardedRecordInterceptor(existing, CurrentRecordInterceptor.INSTANCE));
+    }
+
+    CommonErrorHandler errorHandler = raw.getCommonErrorHandler();
+    if (!(errorHandler instanceof RetryLaterErrorHandler)) {
+      boolean transactional = raw.getContainerProperties().getTransactionManager() != null;
+      if (errorHandler == null && !transactional) {
+        // What the container would make for itself, but with consumer-dedup's classifications.
+        errorHandler = new DefaultErrorHandler();
+      }
+      if (errorHandler != null) {
+        if (errorHandler instanceof DefaultErrorHandler defaultErrorHandler) {
+          DedupErrorClassification.applyTo(defaultErrorHandler);
+        }
+        raw.setCommonErrorHandler(new RetryLaterErrorHandler(errorHandler, holds));
+      }
+    }
+
+    AfterRollbackProcessor rollbackProcessor = raw.getAfterRollbackProcessor();
+    if (!(rollbackProcessor instanceof RetryLaterAfterRollbackProcessor)) {
+      if (rollbackProcessor
+          instanceof
+          org.springframework.kafka.listener.FailedRecordProcessor failedRecordProcessor) {
+        DedupErrorClassification.applyTo(failedRecordProcessor);
+      }
+      raw.setAfterRollbackProcessor(new RetryLaterAfterRollbackProcessor(rollbackProcessor, holds));
+    }
+  }
+}

@@ -1,0 +1,93 @@
+package io.consumerdedup.spring;
+
+import io.consumerdedup.core.Disposition;
+import io.consumerdedup.spring.internal.ListenerOutcomes;
+import io.consumerdedup.spring.internal.PartitionHolds;
+import java.time.Duration;
+import java.util.List;
+import java.util.Objects;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.springframework.kafka.listener.AfterRollbackProcessor;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.MessageListenerContainer;
+import org.springframework.kafka.support.KafkaUtils;
+
+/**
+ * Wraps the container's {@link AfterRollbackProcessor}, which spring-kafka calls when the
+ * transaction a record was processed in rolls back (a listener that threw, or a commit that failed
+ * after the listener returned: a transaction that outlived {@code transaction.timeout.ms}, a broker
+ * timeout):
+ *
+ * <ul>
+ *   <li>it tells consumer-dedup of the rollback first, so the record's claim is recorded FAILED,
+ *       never SUCCESS, and the redelivery runs the listener again;
+ *   <li>a record consumer-dedup says to retry later ({@link Disposition#RETRY_LATER}) is held like
+ *       {@link RetryLaterErrorHandler} holds it, instead of counting towards the processor's
+ *       recovery (which would skip it);
+ *   <li>everything else goes to the application's processor unchanged.
+ * </ul>
+ */
+public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollbackProcessor<K, V> {
+  private final AfterRollbackProcessor<K, V> delegate;
+  private final PartitionHolds holds;
+
+  public RetryLaterAfterRollbackProcessor(
+      AfterRollbackProcessor<K, V> delegate, PartitionHolds holds) {
+    this.delegate = Objects.requireNonNull(delegate, "delegate");
+    this.holds = Objects.requireNonNull(holds, "holds");
+  }
+
+  /** The application's processor, which receives every rollback that is not held. */
+  public AfterRollbackProcessor<K, V> delegate() {
+    return delegate;
+  }
+
+  @Override
+  public void process(
+      List<ConsumerRecord<K, V>> records,
+      Consumer<K, V> consumer,
+      MessageListenerContainer container,
+      Exception exception,
+      boolean recoverable,
+      ContainerProperties.EOSMode eosMode) {
+    if (!records.isEmpty()) {
+      ListenerOutcomes.rolledBack(records.get(0), exception);
+    }
+    if (!records.isEmpty() && Disposition.of(exception) == Disposition.RETRY_LATER) {
+      Duration wait = holds.hold(records, consumer, container);
+      RetryLaterErrorHandler.logHold(exception, KafkaUtils.format(records.get(0)), wait);
+      return;
+    }
+    delegate.process(records, consumer, container, exception, recoverable, eosMode);
+  }
+
+  @Override
+  public void processBatch(
+      ConsumerRecords<K, V> records,
+      List<ConsumerRecord<K, V>> recordList,
+      Consumer<K, V> consumer,
+      MessageListenerContainer container,
+      Exception exception,
+      boolean recoverable,
+      ContainerProperties.EOSMode eosMode) {
+    delegate.processBatch(
+        records, recordList, consumer, container, exception, recoverable, eosMode);
+  }
+
+  @Override
+  public void clearThreadState() {
+    delegate.clearThreadState();
+  }
+
+  @Override
+  public boolean isProcessInTransaction() {
+    return delegate.isProcessInTransaction();
+  }
+
+  @Override
+  public String toString() {
+    return "RetryLaterAfterRollbackProcessor{" + delegate + "}";
+  }
+}

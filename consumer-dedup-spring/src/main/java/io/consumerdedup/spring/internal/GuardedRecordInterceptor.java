@@ -1,0 +1,83 @@
+package io.consumerdedup.spring.internal;
+
+import java.util.Objects;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+import org.springframework.kafka.listener.RecordInterceptor;
+
+/**
+ * The application's record interceptor followed by consumer-dedup's, like spring-kafka's {@code
+ * CompositeRecordInterceptor}, except that an exception of the first in {@code success}, {@code
+ * failure}, {@code afterRecord} or the thread-state calls does not keep the second from being
+ * called: consumer-dedup's must see every record through, or a claim would be left open. The first
+ * exception is rethrown once both have run.
+ */
+public final class GuardedRecordInterceptor<K, V> implements RecordInterceptor<K, V> {
+  private final RecordInterceptor<K, V> first;
+  private final RecordInterceptor<K, V> second;
+
+  public GuardedRecordInterceptor(RecordInterceptor<K, V> first, RecordInterceptor<K, V> second) {
+    this.first = Objects.requireNonNull(first, "first");
+    this.second = Objects.requireNonNull(second, "second");
+  }
+
+  /** Whether {@code interceptor} is this composite's second (or is the interceptor itself). */
+  public static boolean contains(@Nullable RecordInterceptor<?, ?> interceptor, Object second) {
+    return interceptor == second
+        || (interceptor instanceof GuardedRecordInterceptor<?, ?> guarded
+            && guarded.second == second);
+  }
+
+  @Override
+  public @Nullable ConsumerRecord<K, V> intercept(
+      ConsumerRecord<K, V> record, Consumer<K, V> consumer) {
+    ConsumerRecord<K, V> intercepted = first.intercept(record, consumer);
+    return intercepted == null ? null : second.intercept(intercepted, consumer);
+  }
+
+  @Override
+  public void success(ConsumerRecord<K, V> record, Consumer<K, V> consumer) {
+    both(() -> first.success(record, consumer), () -> second.success(record, consumer));
+  }
+
+  @Override
+  public void failure(ConsumerRecord<K, V> record, Exception exception, Consumer<K, V> consumer) {
+    both(
+        () -> first.failure(record, exception, consumer),
+        () -> second.failure(record, exception, consumer));
+  }
+
+  @Override
+  public void afterRecord(ConsumerRecord<K, V> record, Consumer<K, V> consumer) {
+    both(() -> first.afterRecord(record, consumer), () -> second.afterRecord(record, consumer));
+  }
+
+  @Override
+  public void setupThreadState(Consumer<?, ?> consumer) {
+    both(() -> first.setupThreadState(consumer), () -> second.setupThreadState(consumer));
+  }
+
+  @Override
+  public void clearThreadState(Consumer<?, ?> consumer) {
+    both(() -> first.clearThreadState(consumer), () -> second.clearThreadState(consumer));
+  }
+
+  private static void both(Runnable firstCall, Runnable secondCall) {
+    RuntimeException failure = null;
+    try {
+      firstCall.run();
+    } catch (RuntimeException e) {
+      failure = e;
+    }
+    secondCall.run();
+    if (failure != null) {
+      throw failure;
+    }
+  }
+
+  @Override
+  public String toString() {
+    return "GuardedRecordInterceptor{" + first + ", " + second + "}";
+  }
+}

@@ -1,0 +1,215 @@
+package io.consumerdedup.spring.internal;
+
+import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupException;
+import java.util.Objects;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import org.springframework.kafka.core.KafkaResourceHolder;
+import org.springframework.kafka.support.KafkaUtils;
+import org.springframework.transaction.support.TransactionSynchronization;
+import org.springframework.transaction.support.TransactionSynchronizationManager;
+
+/**
+ * The claim of the record a listener container is processing on this thread, until its outcome is
+ * settled: SUCCESS or FAILED become durable only with the outcome of the transaction the listener
+ * ran in. In a container transaction (Kafka's, or a database transaction manager on the container)
+ * the outcome is written after the transaction, from the record interceptor's {@code afterRecord};
+ * the after-rollback processor reports a rollback first, so a listener that returned normally but
+ * whose transaction rolled back is recorded FAILED, and its redelivery runs it again. Whatever is
+ * still open when the next record arrives, or when the consumer thread clears its state (after each
+ * poll, and when the container stops), is recorded FAILED: no claim is ever abandoned.
+ */
+public final class ListenerOutcomes {
+  private static final Logger log = LoggerFactory.getLogger(ListenerOutcomes.class);
+  private static final ThreadLocal<@Nullable Pending> PENDING = new ThreadLocal<>();
+
+  private ListenerOutcomes() {}
+
+  /** A claim held for one record, with what became of its listener and transaction. */
+  public static final class Pending {
+    private final ConsumerRecord<?, ?> record;
+    private final DedupClaim claim;
+    private boolean listenerDone;
+    private @Nullable Throwable listenerError;
+    private @Nullable Throwable rollback;
+
+    private Pending(ConsumerRecord<?, ?> record, DedupClaim claim) {
+      this.record = record;
+      this.claim = claim;
+    }
+
+    /** The listener returned normally. */
+    public void listenerSucceeded() {
+      listenerDone = true;
+    }
+
+    /** The listener threw. */
+    public void listenerFailed(Throwable error) {
+      listenerDone = true;
+      listenerError = error;
+    }
+
+    /** The transaction the listener ran in did not commit. */
+    public void rolledBack(Throwable cause) {
+      if (rollback == null) {
+        rollback = cause;
+      }
+    }
+
+    /**
+     * Writes the outcome: SUCCESS only if the listener returned and nothing rolled back, else
+     * FAILED with the reason.
+     *
+     * @throws DedupException SUCCESS could not be written (not yet, or the lease was lost)
+     */
+    public void settle() {
+      if (claim.isEnded()) {
+        return;
+      }
+      if (listenerError != null) {
+        claim.fail(listenerError);
+      } else if (rollback != null) {
+        claim.fail(
+            new IllegalStateException(
+                "The listener returned, but its transaction rolled back: " + rollback, rollback));
+      } else if (!listenerDone) {
+        claim.fail(new IllegalStateException("The listener never returned"));
+      } else {
+        claim.complete();
+      }
+    }
+
+    /** Settles, reporting a failure to write the outcome in the log instead of to the caller. */
+    void settleQuietly() {
+      try {
+        settle();
+      } catch (DedupException e) {
+        // The core keeps an outcome it could not write and logs it; nothing more to do here.
+        log.debug("Outcome of {} not written yet", KafkaUtils.format(record), e);
+      } catch (RuntimeException e) {
+        log.error("Could not record the outcome of {}", KafkaUtils.format(record), e);
+      }
+    }
+
+    boolean isFor(ConsumerRecord<?, ?> other) {
+      return record.offset() == other.offset()
+          && record.partition() == other.partition()
+          && record.topic().equals(other.topic());
+    }
+  }
+
+  /** The claim held for {@code record}, its outcome yet to be settled by the caller. */
+  public static Pending pending(ConsumerRecord<?, ?> record, DedupClaim claim) {
+    return new Pending(Objects.requireNonNull(record), Objects.requireNonNull(claim));
+  }
+
+  /**
+   * Leaves {@code pending} to be settled by {@link #afterRecord} once the container is done with
+   * its record, transaction included. A claim still open from an earlier record is failed first.
+   */
+  public static void deferToContainer(Pending pending) {
+    abandon();
+    PENDING.set(pending);
+  }
+
+  /** The claim open for {@code record} on this thread, if any. */
+  public static @Nullable Pending current(ConsumerRecord<?, ?> record) {
+    Pending pending = PENDING.get();
+    return pending != null && pending.isFor(record) ? pending : null;
+  }
+
+  /** The transaction of the record being processed on this thread rolled back. */
+  public static void rolledBack(ConsumerRecord<?, ?> record, Throwable cause) {
+    Pending pending = current(record);
+    if (pending != null) {
+      pending.rolledBack(cause);
+    }
+  }
+
+  /** The container is done with {@code record}, its transaction included: writes its outcome. */
+  public static void afterRecord(ConsumerRecord<?, ?> record) {
+    Pending pending = current(record);
+    if (pending != null) {
+      PENDING.remove();
+      pending.settleQuietly();
+    }
+  }
+
+  /** Records FAILED for any claim still open on this thread. */
+  public static void abandon() {
+    abandon(null);
+  }
+
+  /**
+   * Records FAILED for a claim still open on this thread for another record than {@code record}:
+   * the container has moved on without reporting its outcome.
+   */
+  public static void abandonOtherThan(ConsumerRecord<?, ?> record) {
+    abandon(record);
+  }
+
+  private static void abandon(@Nullable ConsumerRecord<?, ?> keep) {
+    Pending pending = PENDING.get();
+    if (pending != null && (keep == null || !pending.isFor(keep))) {
+      PENDING.remove();
+      if (!pending.claim.isEnded()) {
+        log.warn(
+            "The claim of {} was still open; recording it FAILED so that its redelivery retries",
+            KafkaUtils.format(pending.record));
+      }
+      // Whatever the listener did, the container never confirmed its transaction.
+      pending.rolledBack(
+          new IllegalStateException(
+              "the container never reported the end of the record (the listener threw an Error,"
+                  + " the consumer stopped, or its producer was fenced)"));
+      pending.settleQuietly();
+    }
+  }
+
+  /**
+   * Whether the listener on this thread runs inside a Kafka transaction of its container, whose
+   * commit comes after the listener returns.
+   */
+  public static boolean inKafkaTransaction() {
+    // KafkaTransactionManager binds its producer but runs without transaction synchronization.
+    return TransactionSynchronizationManager.getResourceMap().values().stream()
+        .anyMatch(resource -> resource instanceof KafkaResourceHolder<?, ?>);
+  }
+
+  /**
+   * Settles {@code pending} when the Spring transaction on this thread completes: SUCCESS only
+   * after a commit, written from {@code afterCommit} so that a SUCCESS that cannot be written
+   * reaches the committer (and the container holds the record); FAILED after a rollback. With
+   * {@code settleOnCompletion} false (a container transaction settles it later) only a rollback is
+   * noted.
+   */
+  public static void afterTransaction(Pending pending, boolean settleOnCompletion) {
+    TransactionSynchronizationManager.registerSynchronization(
+        new TransactionSynchronization() {
+          @Override
+          public void afterCommit() {
+            if (settleOnCompletion) {
+              pending.settle();
+            }
+          }
+
+          @Override
+          public void afterCompletion(int status) {
+            if (status == STATUS_COMMITTED) {
+              return;
+            }
+            pending.rolledBack(
+                new IllegalStateException(
+                    status == STATUS_ROLLED_BACK
+                        ? "transaction rolled back"
+                        : "transaction outcome unknown"));
+            if (settleOnCompletion) {
+              pending.settleQuietly();
+            }
+          }
+        });
+  }
+}

@@ -1,0 +1,307 @@
+package io.consumerdedup.spring;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.SpringBootConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.ContainerCustomizer;
+import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
+import org.springframework.kafka.config.TopicBuilder;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
+import org.springframework.kafka.listener.RecordInterceptor;
+import org.springframework.kafka.test.EmbeddedKafkaBroker;
+import org.springframework.kafka.test.context.EmbeddedKafka;
+import org.springframework.kafka.test.utils.KafkaTestUtils;
+import org.springframework.test.annotation.DirtiesContext;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/**
+ * Consume-process-produce in Kafka transactions ({@code transaction-id-prefix} set, so the
+ * container runs each record in a transaction of Spring Boot's {@code KafkaTransactionManager}),
+ * with consumer-dedup's defaults. When the transaction does not commit after the listener returned,
+ * its output is discarded, and the record's redelivery must produce the output again, not be
+ * skipped as a duplicate: the broker refuses a record the transaction sent, or aborts a transaction
+ * that outlived {@code transaction.timeout.ms} (1.5 s here).
+ */
+@SpringBootTest(
+    classes = KafkaTransactionIntegrationTest.App.class,
+    properties = {
+      "spring.kafka.producer.transaction-id-prefix=dedup-tx-",
+      "spring.kafka.producer.properties.transaction.timeout.ms=1500",
+      "spring.kafka.consumer.properties.isolation.level=read_committed"
+    })
+@EmbeddedKafka(
+    partitions = 1,
+    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
+    topics = {"ktx-orders", "ktx-timeout", "ktx-receipts", "ktx-ledger"},
+    brokerProperties = {
+      "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
+      "transaction.state.log.replication.factor=1",
+      "transaction.state.log.min.isr=1"
+    })
+@DirtiesContext
+class KafkaTransactionIntegrationTest {
+  static final Duration WAIT = Duration.ofSeconds(60);
+
+  @DynamicPropertySource
+  static void environment(DynamicPropertyRegistry registry) {
+    SpringTestEnvironment.prepare(registry, "spring_ktx");
+  }
+
+  @Autowired EmbeddedKafkaBroker kafka;
+  @Autowired KafkaTemplate<String, String> template;
+  @Autowired DedupStore store;
+  @Autowired KafkaListenerEndpointRegistry registry;
+
+  @Test
+  void anOutputWhoseTransactionFailsToCommitIsProducedAgainByTheRedelivery() throws Exception {
+    send("ktx-orders", "order 1", "ORDER-1");
+
+    await().atMost(WAIT).until(() -> committedReceipts("ORDER-1").size() == 1);
+    DedupRecord record = store.find(DedupKey.of("receipt", "ORDER-1")).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).as("the rolled-back attempt, then the redelivery").isEqualTo(2);
+    assertThat(Switches.calls.get("ORDER-1")).hasValue(2);
+    // The fault was real: the first receipt was written, and aborted with its transaction.
+    assertThat(allReceipts("ORDER-1")).hasSize(2);
+    assertThat(committedReceipts("ORDER-1")).as("exactly one committed receipt").hasSize(1);
+    await().atMost(WAIT).until(() -> committed("ktx-orders") == 1);
+  }
+
+  @Test
+  void aTransactionTheBrokerAbortsForOutlivingItsTimeoutLeavesTheKeyToTheRedelivery()
+      throws Exception {
+    ConcurrentMessageListenerContainer<?, ?> container =
+        (ConcurrentMessageListenerContainer<?, ?>) registry.getListenerContainer("ktx-timeout");
+    send("ktx-timeout", "order 2", "ORDER-2");
+
+    // Kafka reports the timeout as a fenced producer; the consumer stops, as configured.
+    await()
+        .atMost(WAIT)
+        .until(() -> container.getContainers().stream().noneMatch(c -> c.isRunning()));
+    // The claim the container never reported on is recorded FAILED as the consumer thread ends.
+    DedupKey key = DedupKey.of("slow-receipt", "ORDER-2");
+    await().atMost(WAIT).until(() -> store.find(key).orElseThrow().status() == DedupStatus.FAILED);
+    assertThat(committedReceipts("ORDER-2")).isEmpty();
+
+    container.stop();
+    container.start();
+    await().atMost(WAIT).until(() -> committedReceipts("ORDER-2").size() == 1);
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).isEqualTo(2);
+    assertThat(allReceipts("ORDER-2")).as("the aborted receipt and the committed one").hasSize(2);
+    assertThat(committedReceipts("ORDER-2")).hasSize(1);
+  }
+
+  @Test
+  void transactionalModeInAKafkaOnlyTransactionHoldsTheRecordNamingTheListener() throws Exception {
+    send("ktx-ledger", "book 1", "LEDGER-1");
+    send("ktx-ledger", "book 1 again", "LEDGER-1");
+
+    await().atMost(WAIT).until(() -> failuresOf("ktx-ledger-0@0").size() >= 2);
+    assertThat(failuresOf("ktx-ledger-0@0").get(0))
+        .contains("KafkaTransactionIntegrationTest$Listeners#bookInKafkaTransaction")
+        .contains("no transaction is bound to the dedup table's DataSource")
+        .contains("the active transaction is on another resource, such as Kafka's");
+    // Nothing was deduplicated by a row that nobody commits: nothing ran, nothing moved on.
+    assertThat(Switches.ledgerCalls).isEmpty();
+    assertThat(store.find(DedupKey.of("ledger", "LEDGER-1"))).isEmpty();
+    assertThat(committed("ktx-ledger")).isLessThanOrEqualTo(0);
+  }
+
+  private void send(String topic, String value, String orderNo) throws Exception {
+    ProducerRecord<String, String> record = new ProducerRecord<>(topic, value);
+    record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+    template.executeInTransaction(t -> t.send(record)).get();
+  }
+
+  private long committed(String topic) throws Exception {
+    OffsetAndMetadata offset =
+        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), topic, topic, 0);
+    return offset == null ? -1 : offset.offset();
+  }
+
+  private List<String> committedReceipts(String orderNo) {
+    return receipts("read_committed", orderNo);
+  }
+
+  private List<String> allReceipts(String orderNo) {
+    return receipts("read_uncommitted", orderNo);
+  }
+
+  private List<String> receipts(String isolation, String orderNo) {
+    List<String> values = new ArrayList<>();
+    try (KafkaConsumer<String, String> consumer =
+        new KafkaConsumer<>(
+            Map.of(
+                ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
+                kafka.getBrokersAsString(),
+                ConsumerConfig.GROUP_ID_CONFIG,
+                "reader-" + UUID.randomUUID(),
+                ConsumerConfig.AUTO_OFFSET_RESET_CONFIG,
+                "earliest",
+                ConsumerConfig.ISOLATION_LEVEL_CONFIG,
+                isolation),
+            new StringDeserializer(),
+            new StringDeserializer())) {
+      consumer.subscribe(List.of("ktx-receipts"));
+      long deadline = System.nanoTime() + Duration.ofSeconds(3).toNanos();
+      while (System.nanoTime() < deadline) {
+        consumer
+            .poll(Duration.ofMillis(200))
+            .forEach(
+                record -> {
+                  if (orderNo.equals(record.key())) {
+                    values.add(record.value());
+                  }
+                });
+      }
+    }
+    return values;
+  }
+
+  private static List<String> failuresOf(String record) {
+    return Switches.failures.stream().filter(failure -> failure.contains(record)).toList();
+  }
+
+  static final class Switches {
+    static final Map<String, AtomicInteger> calls = new ConcurrentHashMap<>();
+    static final Map<String, AtomicInteger> ledgerCalls = new ConcurrentHashMap<>();
+    static final List<String> failures = new CopyOnWriteArrayList<>();
+  }
+
+  @SpringBootConfiguration
+  @EnableAutoConfiguration
+  static class App {
+    @Bean
+    Listeners listeners(KafkaTemplate<String, String> template) {
+      return new Listeners(template);
+    }
+
+    /** A topic whose broker refuses records over 200 bytes. */
+    @Bean
+    NewTopic audit() {
+      return TopicBuilder.name("ktx-audit")
+          .partitions(1)
+          .config("max.message.bytes", "200")
+          .build();
+    }
+
+    /**
+     * Stops the slow listener's container when its producer is fenced, as spring-kafka advises: it
+     * cannot tell a transaction timeout from a rebalance, and would otherwise go on past the
+     * record.
+     */
+    @Bean
+    ContainerCustomizer<Object, Object, ConcurrentMessageListenerContainer<Object, Object>>
+        stopWhenFenced() {
+      return container -> {
+        if ("ktx-timeout".equals(container.getListenerId())) {
+          container.getContainerProperties().setStopContainerWhenFenced(true);
+        }
+      };
+    }
+
+    /** Records what the listeners threw, with every cause. */
+    @Bean
+    RecordInterceptor<Object, Object> failureRecorder() {
+      return new RecordInterceptor<>() {
+        @Override
+        public ConsumerRecord<Object, Object> intercept(
+            ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
+          return record;
+        }
+
+        @Override
+        public void failure(
+            ConsumerRecord<Object, Object> record,
+            Exception exception,
+            Consumer<Object, Object> consumer) {
+          StringBuilder text = new StringBuilder();
+          for (Throwable t = exception; t != null; t = t.getCause()) {
+            text.append(t).append('\n');
+          }
+          Switches.failures.add(text.toString());
+        }
+      };
+    }
+  }
+
+  static class Listeners {
+    final KafkaTemplate<String, String> template;
+
+    Listeners(KafkaTemplate<String, String> template) {
+      this.template = template;
+    }
+
+    /**
+     * Produces a receipt; on the first attempt also an audit record larger than its topic accepts,
+     * so the broker refuses it and the transaction cannot commit after the listener returned.
+     */
+    @Idempotent(bizType = "receipt", header = "order-no")
+    @KafkaListener(id = "ktx-orders", topics = "ktx-orders")
+    public void produceReceipt(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      template.send("ktx-receipts", orderNo, "receipt for " + orderNo);
+      if (call(orderNo) == 1) {
+        template.send("ktx-audit", orderNo, "x".repeat(2_000));
+      }
+    }
+
+    /** Produces a receipt; the first attempt outlives the transaction timeout. */
+    @Idempotent(bizType = "slow-receipt", header = "order-no")
+    @KafkaListener(id = "ktx-timeout", topics = "ktx-timeout")
+    public void produceReceiptSlowly(ConsumerRecord<String, String> record)
+        throws InterruptedException {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      template.send("ktx-receipts", orderNo, "receipt for " + orderNo);
+      if (call(orderNo) == 1) {
+        Thread.sleep(4000);
+      }
+    }
+
+    private static int call(String orderNo) {
+      return Switches.calls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+    }
+
+    @Idempotent(bizType = "ledger", header = "order-no", mode = DedupMode.TRANSACTIONAL)
+    @KafkaListener(id = "ktx-ledger", topics = "ktx-ledger")
+    public void bookInKafkaTransaction(ConsumerRecord<String, String> record) {
+      Switches.ledgerCalls
+          .computeIfAbsent(
+              SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
+          .incrementAndGet();
+    }
+  }
+}

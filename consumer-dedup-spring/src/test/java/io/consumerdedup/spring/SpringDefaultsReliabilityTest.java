@@ -1,0 +1,247 @@
+package io.consumerdedup.spring;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.ChildClaimer;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.testing.ChildJvm;
+import io.consumerdedup.testing.TcpProxy;
+import io.consumerdedup.testing.TestDatabase;
+import java.nio.charset.StandardCharsets;
+import java.sql.DriverManager;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.SpringBootConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.test.EmbeddedKafkaBroker;
+import org.springframework.kafka.test.context.EmbeddedKafka;
+import org.springframework.kafka.test.utils.KafkaTestUtils;
+import org.springframework.test.annotation.DirtiesContext;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/**
+ * The faults that used to lose records under the Spring Boot defaults (no error handler bean: the
+ * container's {@code DefaultErrorHandler} tries a record ten times without back-off, then logs and
+ * skips it), each injected for real: a key held by a consumer that was killed, and a database that
+ * refuses connections for 25 seconds. The application configures nothing of consumer-dedup; its
+ * DataSource runs through a TCP proxy that can refuse connections.
+ */
+@SpringBootTest(
+    classes = SpringDefaultsReliabilityTest.App.class,
+    // The pool gives up on a connection after a second (its default waits 30 s), so that the store
+    // fails during the outage and the record is held, rather than waiting inside one claim.
+    properties = "spring.datasource.hikari.connection-timeout=1000")
+@EmbeddedKafka(
+    partitions = 2,
+    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
+    topics = {"rel-held", "rel-outage", "rel-error"})
+@DirtiesContext
+class SpringDefaultsReliabilityTest {
+  static final Duration DEAD_HOLDERS_LEASE = Duration.ofSeconds(8);
+  static TcpProxy proxy;
+  static String schema;
+  static HikariDataSource direct;
+
+  @DynamicPropertySource
+  static void environment(DynamicPropertyRegistry registry) {
+    proxy = TcpProxy.forPostgres();
+    schema = SpringTestEnvironment.prepare(registry, "spring_rel", proxy::rewrite);
+    direct = TestDatabase.dataSource(schema, 2);
+  }
+
+  @AfterAll
+  static void tearDown() {
+    direct.close();
+    proxy.close();
+  }
+
+  @Autowired EmbeddedKafkaBroker kafka;
+  @Autowired KafkaTemplate<String, String> template;
+  @Autowired DedupStore store;
+
+  @Test
+  void aKeyHeldByAKilledConsumerIsAppliedOnceItsLeaseRunsOutAndNothingIsSkipped() throws Exception {
+    DedupKey key = DedupKey.of("payment", "HELD-BY-DEAD");
+    // Consumer A claims the key and dies inside its handler: its lease stays live for 8 s.
+    try (ChildJvm consumerA =
+        ChildJvm.start(
+            ChildClaimer.class,
+            TestDatabase.url(schema),
+            key.bizType(),
+            key.bizKey(),
+            String.valueOf(DEAD_HOLDERS_LEASE.toMillis()))) {
+      consumerA.awaitLine("HANDLER-STARTED", Duration.ofSeconds(60));
+      consumerA.kill();
+    }
+    long killedAt = System.nanoTime();
+    assertThat(store.find(key).orElseThrow().isLeaseLive()).as("the dead holder's lease").isTrue();
+
+    long heldOffset = send("rel-held", 0, "charge 40", key.bizKey());
+    long laterOffset = send("rel-held", 0, "charge 15", "AFTER-DEAD");
+    send("rel-held", 1, "charge 7", "OTHER-PARTITION");
+
+    // The other partition keeps moving while the held record waits.
+    await().atMost(Duration.ofSeconds(15)).until(() -> effects("OTHER-PARTITION") == 1);
+    assertThat(Duration.ofNanos(System.nanoTime() - killedAt))
+        .as("applied while the dead holder's lease still lived")
+        .isLessThan(DEAD_HOLDERS_LEASE);
+    assertThat(effects(key.bizKey())).isZero();
+    assertThat(committed("rel-held", 0)).isLessThanOrEqualTo(heldOffset);
+
+    // Once the lease runs out, the key is taken over and applied once; the partition moves on.
+    await().atMost(Duration.ofSeconds(60)).until(() -> effects("AFTER-DEAD") == 1);
+    assertThat(effects(key.bizKey())).isEqualTo(1);
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).as("the dead holder's claim, then the takeover").isEqualTo(2);
+    await().atMost(Duration.ofSeconds(15)).until(() -> committed("rel-held", 0) == laterOffset + 1);
+  }
+
+  @Test
+  void recordsArrivingWhileTheDatabaseRefusesConnectionsFor25sAreAppliedOnceAfterwards()
+      throws Exception {
+    long before = committed("rel-outage", 0);
+    proxy.refuse();
+    long refusedAt = System.nanoTime();
+    long last = -1;
+    try {
+      for (int i = 1; i <= 3; i++) {
+        last = send("rel-outage", 0, "charge " + i, "OUTAGE-" + i);
+      }
+      // The fault is real: a new connection to the database is refused.
+      assertThatThrownBy(() -> DriverManager.getConnection(proxy.rewrite(TestDatabase.url(schema))))
+          .isInstanceOf(SQLException.class)
+          .hasMessageContaining("refused");
+      // Well into the outage: nothing applied, nothing committed past the records.
+      Thread.sleep(20_000);
+      assertThat(effectsLike("OUTAGE-%")).isZero();
+      assertThat(committed("rel-outage", 0)).isEqualTo(before);
+      assertThat(Outages.listenerCalls).isEmpty();
+    } finally {
+      long left = Duration.ofSeconds(25).toNanos() - (System.nanoTime() - refusedAt);
+      Thread.sleep(Math.max(0, left / 1_000_000));
+      proxy.pass();
+    }
+
+    await().atMost(Duration.ofSeconds(60)).until(() -> effectsLike("OUTAGE-%") == 3);
+    for (int i = 1; i <= 3; i++) {
+      assertThat(effects("OUTAGE-" + i)).as("OUTAGE-" + i).isEqualTo(1);
+      assertThat(Outages.listenerCalls.get("OUTAGE-" + i)).hasValue(1);
+    }
+    long end = last + 1;
+    await().atMost(Duration.ofSeconds(15)).until(() -> committed("rel-outage", 0) == end);
+  }
+
+  @Test
+  void aListenerThatThrowsAnErrorLeavesItsKeyFailedNotProcessing() throws Exception {
+    send("rel-error", 0, "charge 1", "ERROR-1");
+
+    DedupKey key = DedupKey.of("fatal", "ERROR-1");
+    await()
+        .atMost(Duration.ofSeconds(30))
+        .until(() -> store.find(key).map(DedupRecord::status).orElse(null) == DedupStatus.FAILED);
+    assertThat(store.find(key).orElseThrow().lastError())
+        .get()
+        .asString()
+        .contains("StackOverflowError");
+  }
+
+  private long send(String topic, int partition, String value, String orderNo) throws Exception {
+    ProducerRecord<String, String> record = new ProducerRecord<>(topic, partition, null, value);
+    record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+    return template.send(record).get().getRecordMetadata().offset();
+  }
+
+  /** The listener's group (its id) committed offset of a partition, -1 if none. */
+  private long committed(String topic, int partition) throws Exception {
+    OffsetAndMetadata offset =
+        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), topic, topic, partition);
+    return offset == null ? -1 : offset.offset();
+  }
+
+  private int effects(String orderNo) {
+    return effectsLike(orderNo);
+  }
+
+  private int effectsLike(String pattern) {
+    // Read around the proxy, so that effects can be counted during the outage.
+    Integer count =
+        new JdbcTemplate(direct)
+            .queryForObject(
+                "SELECT count(*) FROM effects WHERE biz_key LIKE ?", Integer.class, pattern);
+    return count == null ? 0 : count;
+  }
+
+  /** Listener invocations during and after the outage, per order-no. */
+  static final class Outages {
+    static final Map<String, AtomicInteger> listenerCalls = new ConcurrentHashMap<>();
+  }
+
+  @SpringBootConfiguration
+  @EnableAutoConfiguration
+  static class App {
+    @Bean
+    Listeners listeners(JdbcTemplate jdbc) {
+      return new Listeners(jdbc);
+    }
+  }
+
+  static class Listeners {
+    final JdbcTemplate jdbc;
+
+    Listeners(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
+
+    @Idempotent(bizType = "payment", header = "order-no")
+    @KafkaListener(id = "rel-held", topics = "rel-held")
+    public void charge(ConsumerRecord<String, String> record) {
+      effect(record);
+    }
+
+    @Idempotent(bizType = "outage", header = "order-no")
+    @KafkaListener(id = "rel-outage", topics = "rel-outage")
+    public void chargeDuringOutage(ConsumerRecord<String, String> record) {
+      Outages.listenerCalls
+          .computeIfAbsent(
+              SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
+          .incrementAndGet();
+      effect(record);
+    }
+
+    @Idempotent(bizType = "fatal", header = "order-no")
+    @KafkaListener(id = "rel-error", topics = "rel-error")
+    public void overflow(ConsumerRecord<String, String> record) {
+      throw new StackOverflowError("simulated");
+    }
+
+    private void effect(ConsumerRecord<String, String> record) {
+      jdbc.update(
+          "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
+          record.topic(),
+          SpringTestEnvironment.header(record, "order-no"),
+          record.value());
+    }
+  }
+}
