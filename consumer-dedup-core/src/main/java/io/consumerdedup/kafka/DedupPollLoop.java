@@ -3,6 +3,7 @@ package io.consumerdedup.kafka;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
+import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.HashMap;
@@ -10,6 +11,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -26,7 +28,10 @@ import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.RebalanceInProgressException;
+import org.apache.kafka.common.errors.RecordDeserializationException;
 import org.apache.kafka.common.errors.WakeupException;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.record.TimestampType;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -56,9 +61,14 @@ import org.slf4j.LoggerFactory;
  *     .build();
  *
  * Producer<String, String> dltProducer = new KafkaProducer<>(producerConfig); // acks=all
+ * Producer<byte[], byte[]> rawDltProducer = new KafkaProducer<>(
+ *     producerConfig, new ByteArraySerializer(), new ByteArraySerializer());
  * DedupPollLoop<String, String> loop = DedupPollLoop
  *     .builder(consumerConfig, List.of("payments"), payments)
- *     .deadLetterHandler(KafkaDeadLetterPublisher.builder(dltProducer).groupId("billing").build())
+ *     .deadLetterHandler(KafkaDeadLetterPublisher.builder(dltProducer)
+ *         .rawProducer(rawDltProducer)
+ *         .groupId("billing")
+ *         .build())
  *     .build();
  *
  * ExecutorService pollThread = Executors.newSingleThreadExecutor();
@@ -67,6 +77,7 @@ import org.slf4j.LoggerFactory;
  *   loop.close();          // stops polling, commits what is done, closes the consumer, waits
  *   pollThread.shutdown();
  *   dltProducer.close();
+ *   rawDltProducer.close();
  *   executor.close();
  * }));
  * }</pre>
@@ -96,9 +107,17 @@ import org.slf4j.LoggerFactory;
  *       count cannot be read, the loop's own count decides.
  * </ul>
  *
+ * <p>A record whose key or value the consumer's deserializer rejects never reaches the processor:
+ * {@code poll} throws a {@link RecordDeserializationException}. The loop passes the record's raw
+ * bytes, headers, timestamp and coordinates to {@link
+ * DeadLetterHandler#deadLetterUndeserializable}, then moves that partition past the record and
+ * commits past it like any record that is done. Other partitions are not held up: the consumer
+ * throws only once it has returned the records before the bad one.
+ *
  * <p>The loop commits past a dead-lettered record only after the dead-letter handler returned; if
- * that throws, the record is held like an in-progress one and dead-lettered again later. Back-offs
- * pause the partition instead of sleeping, so the consumer keeps polling and stays in its group.
+ * that throws, the record is held like an in-progress one (and logged at ERROR with its
+ * coordinates) and dead-lettered again later. Back-offs pause the partition instead of sleeping, so
+ * the consumer keeps polling and stays in its group.
  *
  * <p>The consumer must not auto-commit ({@code enable.auto.commit=false}), or it would commit past
  * records that are not done. {@link #builder(Map, Collection, RecordProcessor)} checks the
@@ -302,7 +321,16 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   private void pollOnce() {
     resumeDuePartitions();
-    ConsumerRecords<K, V> records = consumer.poll(nextPollTimeout());
+    ConsumerRecords<K, V> records;
+    try {
+      records = consumer.poll(nextPollTimeout());
+    } catch (RecordDeserializationException e) {
+      // The consumer throws only when it has no records before the bad one to return, and leaves
+      // that partition's position at it: no other record is lost, and only this partition waits.
+      deadLetterUndeserializable(e);
+      commitDone();
+      return;
+    }
     batch:
     for (TopicPartition partition : records.partitions()) {
       for (ConsumerRecord<K, V> record : records.records(partition)) {
@@ -349,7 +377,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   /** Holds a record that cannot be handled yet: nothing is committed past it. */
   private boolean retryLater(
       ConsumerRecord<K, V> record, TopicPartition partition, RuntimeException e) {
-    Duration wait = hold(record, partition);
+    Duration wait = hold(partition, record.offset());
     if (e instanceof DedupInProgressException) {
       // Routine while another consumer works on the key: the message says who, no stack trace.
       log.info(
@@ -406,7 +434,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         countedBy,
         retryBackOff,
         e);
-    pause(record, partition, retryBackOff);
+    pause(partition, record.offset(), retryBackOff);
     return false;
   }
 
@@ -426,10 +454,41 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   }
 
   private boolean deadLetter(ConsumerRecord<K, V> record, TopicPartition partition, Exception why) {
+    return deadLetter(record, partition, () -> deadLetterHandler.deadLetter(record, why));
+  }
+
+  /**
+   * Dead-letters a record the consumer could not deserialize; once that is done, moves its
+   * partition past it and counts it as done.
+   */
+  private void deadLetterUndeserializable(RecordDeserializationException e) {
+    TopicPartition partition = e.topicPartition();
+    ConsumerRecord<byte[], byte[]> raw = rawRecord(e);
+    if (!consumer.assignment().contains(partition)) {
+      // Revoked during the poll: the partition's new owner meets the record.
+      log.info("{} cannot be deserialized, but is no longer assigned here", describe(raw));
+      return;
+    }
+    log.error(
+        "{} cannot be deserialized (its {} was rejected); dead-lettering it",
+        describe(raw),
+        e.origin() == null ? "key or value" : e.origin().name().toLowerCase(Locale.ROOT),
+        e);
+    if (deadLetter(raw, partition, () -> deadLetterHandler.deadLetterUndeserializable(raw, e))) {
+      consumer.seek(partition, e.offset() + 1);
+      done.put(partition, new OffsetAndMetadata(e.offset() + 1));
+    }
+  }
+
+  /**
+   * Runs {@code send}, which dead-letters the record; true if it returned. If it threw, the
+   * partition is held at the record, so a record is never passed without its dead letter.
+   */
+  private boolean deadLetter(ConsumerRecord<?, ?> record, TopicPartition partition, Runnable send) {
     try {
-      deadLetterHandler.deadLetter(record, why);
+      send.run();
     } catch (RuntimeException e) {
-      Duration wait = hold(record, partition);
+      Duration wait = hold(partition, record.offset());
       log.error(
           "Could not dead-letter {}; not committing past it, trying again in {}",
           describe(record),
@@ -441,8 +500,37 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     return true;
   }
 
-  /** Pauses the partition at the record for the next step of the hold back-off; returns it. */
-  private Duration hold(ConsumerRecord<K, V> record, TopicPartition partition) {
+  /** The record as the broker holds it: the bytes the deserializer rejected, and the rest. */
+  private static ConsumerRecord<byte[], byte[]> rawRecord(RecordDeserializationException e) {
+    byte[] key = bytes(e.keyBuffer());
+    byte[] value = bytes(e.valueBuffer());
+    return new ConsumerRecord<>(
+        e.topicPartition().topic(),
+        e.topicPartition().partition(),
+        e.offset(),
+        e.timestamp(),
+        e.timestampType() == null ? TimestampType.NO_TIMESTAMP_TYPE : e.timestampType(),
+        key == null ? ConsumerRecord.NULL_SIZE : key.length,
+        value == null ? ConsumerRecord.NULL_SIZE : value.length,
+        key,
+        value,
+        e.headers() == null ? new RecordHeaders() : new RecordHeaders(e.headers().toArray()),
+        Optional.empty());
+  }
+
+  private static byte @Nullable [] bytes(@Nullable ByteBuffer buffer) {
+    if (buffer == null) {
+      return null;
+    }
+    // A copy of the view: the consumer throws the same exception again while the record is held.
+    ByteBuffer view = buffer.duplicate();
+    byte[] bytes = new byte[view.remaining()];
+    view.get(bytes);
+    return bytes;
+  }
+
+  /** Pauses the partition at the offset for the next step of the hold back-off; returns it. */
+  private Duration hold(TopicPartition partition, long offset) {
     int holds = consecutiveHolds.merge(partition, 1, Integer::sum);
     Duration wait = holdBackOff;
     for (int i = 1; i < holds && wait.compareTo(maxHoldBackOff) < 0; i++) {
@@ -451,12 +539,12 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     if (wait.compareTo(maxHoldBackOff) > 0) {
       wait = maxHoldBackOff;
     }
-    pause(record, partition, wait);
+    pause(partition, offset, wait);
     return wait;
   }
 
-  private void pause(ConsumerRecord<K, V> record, TopicPartition partition, Duration wait) {
-    consumer.seek(partition, record.offset());
+  private void pause(TopicPartition partition, long offset, Duration wait) {
+    consumer.seek(partition, offset);
     consumer.pause(List.of(partition));
     resumeAtNanos.put(partition, System.nanoTime() + wait.toNanos());
   }
@@ -518,7 +606,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     }
   }
 
-  private String describe(ConsumerRecord<K, V> record) {
+  private String describe(ConsumerRecord<?, ?> record) {
     return RecordSources.describe(record, groupId);
   }
 
@@ -588,8 +676,10 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     }
 
     /**
-     * Where records go that the loop gives up on. Required: usually a {@link
-     * KafkaDeadLetterPublisher}.
+     * Where records go that the loop gives up on, including those that cannot be deserialized
+     * ({@link DeadLetterHandler#deadLetterUndeserializable}). Required: usually a {@link
+     * KafkaDeadLetterPublisher} with a {@link KafkaDeadLetterPublisher.Builder#rawProducer raw
+     * producer}.
      */
     public Builder<K, V> deadLetterHandler(DeadLetterHandler<K, V> deadLetterHandler) {
       this.deadLetterHandler = Objects.requireNonNull(deadLetterHandler, "deadLetterHandler");

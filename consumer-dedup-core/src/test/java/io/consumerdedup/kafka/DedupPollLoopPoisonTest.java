@@ -3,6 +3,7 @@ package io.consumerdedup.kafka;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import ch.qos.logback.classic.Level;
 import ch.qos.logback.classic.Logger;
 import ch.qos.logback.classic.spi.ILoggingEvent;
 import ch.qos.logback.core.read.ListAppender;
@@ -25,11 +26,16 @@ import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.RecordDeserializationException;
 import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.IntegerDeserializer;
+import org.apache.kafka.common.serialization.IntegerSerializer;
+import org.apache.kafka.common.serialization.StringSerializer;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
@@ -48,10 +54,15 @@ class DedupPollLoopPoisonTest {
   private static final String RECORD_KEY = "customer-7";
   private static final Duration WAIT = Duration.ofSeconds(20);
 
+  /** Three bytes where {@link IntegerDeserializer} expects four. */
+  private static final byte[] NOT_AN_INTEGER = {0x7f, 0x00, 0x01};
+
   private static String schema;
   private static HikariDataSource dataSource;
   private static JdbcDedupStore store;
   private static KafkaProducer<String, String> producer;
+  private static KafkaProducer<String, Integer> amountProducer;
+  private static KafkaProducer<byte[], byte[]> rawProducer;
 
   private final Effects effects = new Effects();
   private IdempotentExecutor executor;
@@ -65,11 +76,15 @@ class DedupPollLoopPoisonTest {
     dataSource = TestDatabase.dataSource(schema, 4);
     store = JdbcDedupStore.builder(dataSource).build();
     producer = TestKafka.producer();
+    amountProducer = TestKafka.producer(new StringSerializer(), new IntegerSerializer());
+    rawProducer = TestKafka.rawProducer();
   }
 
   @AfterAll
   static void tearDownClass() {
     producer.close();
+    amountProducer.close();
+    rawProducer.close();
     dataSource.close();
     TestDatabase.dropSchema(schema);
   }
@@ -89,6 +104,115 @@ class DedupPollLoopPoisonTest {
   void tearDown() {
     ((Logger) LoggerFactory.getLogger(DedupPollLoop.class)).detachAppender(loopLog);
     executor.close();
+  }
+
+  // --- records whose value cannot be deserialized ---
+
+  @Test
+  void aValueTheDeserializerRejectsIsDeadLetteredWithItsRawBytesAndTheLoopMovesOn()
+      throws Exception {
+    TestKafka.createTopics(2, topic);
+    TestKafka.createTopics(1, topic + ".DLT");
+    sendAmount(0, "V-1", 100);
+    sendRaw(0, "V-bad", NOT_AN_INTEGER);
+    sendAmount(0, "V-2", 200);
+    sendAmount(1, "W-1", 300);
+    sendAmount(1, "W-2", 400);
+    DeadLetterHandler<String, Integer> publisher =
+        KafkaDeadLetterPublisher.builder(amountProducer)
+            .rawProducer(rawProducer)
+            .groupId(group)
+            .build();
+
+    try (RunningLoop running = RunningLoop.start(amountLoop(publisher))) {
+      awaitCommitted(Map.of(partition(0), 3L, partition(1), 2L));
+    }
+
+    assertThat(effects.all())
+        .containsOnly(
+            Map.entry("V-1", 1), Map.entry("V-2", 1), Map.entry("W-1", 1), Map.entry("W-2", 1));
+    List<ConsumerRecord<byte[], byte[]>> dlt = TestKafka.readRawFromStart(topic + ".DLT", 1, WAIT);
+    assertThat(dlt).hasSize(1);
+    ConsumerRecord<byte[], byte[]> deadLetter = dlt.get(0);
+    assertThat(deadLetter.key()).isEqualTo(RECORD_KEY.getBytes(StandardCharsets.UTF_8));
+    assertThat(deadLetter.value()).isEqualTo(NOT_AN_INTEGER);
+    assertThat(header(deadLetter, KEY_HEADER)).isEqualTo("V-bad");
+    assertThat(header(deadLetter, "trace-id")).isEqualTo("trace-of-V-bad");
+    assertThat(header(deadLetter, KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
+        .isEqualTo(RecordDeserializationException.class.getName());
+    assertThat(header(deadLetter, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .contains("VALUE", topic + "-0", "offset 1", "IntegerDeserializer is not 4");
+    assertThat(header(deadLetter, KafkaDeadLetterPublisher.UNDESERIALIZABLE_HEADER))
+        .isEqualTo("value");
+    assertThat(header(deadLetter, KafkaDeadLetterPublisher.ORIGINAL_TOPIC_HEADER)).isEqualTo(topic);
+    assertThat(header(deadLetter, KafkaDeadLetterPublisher.ORIGINAL_PARTITION_HEADER))
+        .isEqualTo("0");
+    assertThat(header(deadLetter, KafkaDeadLetterPublisher.ORIGINAL_OFFSET_HEADER)).isEqualTo("1");
+    assertThat(header(deadLetter, KafkaDeadLetterPublisher.ORIGINAL_GROUP_HEADER)).isEqualTo(group);
+
+    // Restarted over the same group, the loop starts after the dead letter and re-applies nothing.
+    sendAmount(0, "V-3", 500);
+    try (RunningLoop restarted = RunningLoop.start(amountLoop(publisher))) {
+      awaitCommitted(Map.of(partition(0), 4L, partition(1), 2L));
+    }
+    assertThat(effects.all())
+        .containsOnly(
+            Map.entry("V-1", 1),
+            Map.entry("V-2", 1),
+            Map.entry("V-3", 1),
+            Map.entry("W-1", 1),
+            Map.entry("W-2", 1));
+    assertThat(TestKafka.endOffset(new TopicPartition(topic + ".DLT", 0))).isEqualTo(1);
+  }
+
+  @Test
+  void withoutARawProducerAnUndeserializableValueIsHeldAndTheLogSaysWhatToConfigure()
+      throws Exception {
+    TestKafka.createTopics(2, topic);
+    TestKafka.createTopics(1, topic + ".DLT");
+    sendAmount(0, "X-1", 100);
+    sendRaw(0, "X-bad", NOT_AN_INTEGER);
+    sendAmount(0, "X-2", 200);
+    sendAmount(1, "Y-1", 300);
+    AtomicInteger rawAttempts = new AtomicInteger();
+    DeadLetterHandler<String, Integer> typedOnly =
+        KafkaDeadLetterPublisher.builder(amountProducer).groupId(group).build();
+    DeadLetterHandler<String, Integer> counting =
+        new DeadLetterHandler<>() {
+          @Override
+          public void deadLetter(ConsumerRecord<String, Integer> record, Exception reason) {
+            typedOnly.deadLetter(record, reason);
+          }
+
+          @Override
+          public void deadLetterUndeserializable(
+              ConsumerRecord<byte[], byte[]> record, Exception reason) {
+            rawAttempts.incrementAndGet();
+            typedOnly.deadLetterUndeserializable(record, reason);
+          }
+        };
+
+    try (RunningLoop running = RunningLoop.start(amountLoop(counting))) {
+      awaitCommitted(Map.of(partition(0), 1L, partition(1), 1L));
+      await().atMost(WAIT).until(() -> rawAttempts.get() >= 3);
+      // The other partition keeps moving while this one is held.
+      sendAmount(1, "Y-2", 400);
+      awaitCommitted(Map.of(partition(1), 2L));
+      assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 1L);
+    }
+
+    assertThat(effects.all())
+        .containsOnly(Map.entry("X-1", 1), Map.entry("Y-1", 1), Map.entry("Y-2", 1));
+    assertThat(TestKafka.endOffset(new TopicPartition(topic + ".DLT", 0))).isZero();
+    assertThat(loopLog.list)
+        .filteredOn(event -> event.getLevel() == Level.ERROR)
+        .filteredOn(event -> event.getFormattedMessage().startsWith("Could not dead-letter"))
+        .isNotEmpty()
+        .allSatisfy(
+            event -> {
+              assertThat(event.getFormattedMessage()).contains(topic + "-0@1", "group " + group);
+              assertThat(event.getThrowableProxy().getMessage()).contains("rawProducer(...)");
+            });
   }
 
   // --- a handler that always fails ---
@@ -247,6 +371,15 @@ class DedupPollLoopPoisonTest {
             .deadLetterHandler(deadLetters));
   }
 
+  /** A loop over Integer values, whose deserializer rejects a value that is not four bytes. */
+  private DedupPollLoop<String, Integer> amountLoop(DeadLetterHandler<String, Integer> dlt) {
+    Map<String, Object> config = TestKafka.consumerConfig(group);
+    config.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, IntegerDeserializer.class);
+    IdempotentRecordHandler<String, Integer> amounts =
+        payments(executor, record -> effects.apply(orderNo(record)));
+    return tuned(DedupPollLoop.builder(config, List.of(topic), amounts).deadLetterHandler(dlt));
+  }
+
   private static <V> DedupPollLoop<String, V> tuned(DedupPollLoop.Builder<String, V> builder) {
     return builder
         .maxAttempts(3)
@@ -261,6 +394,20 @@ class DedupPollLoopPoisonTest {
         new ProducerRecord<>(topic, 0, RECORD_KEY, "charge " + orderNo);
     record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
     producer.send(record).get();
+  }
+
+  private void sendAmount(int partition, String orderNo, int amount) throws Exception {
+    try (IntegerSerializer serializer = new IntegerSerializer()) {
+      sendRaw(partition, orderNo, serializer.serialize(topic, amount));
+    }
+  }
+
+  private void sendRaw(int partition, String orderNo, byte[] value) throws Exception {
+    ProducerRecord<byte[], byte[]> record =
+        new ProducerRecord<>(topic, partition, RECORD_KEY.getBytes(StandardCharsets.UTF_8), value);
+    record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+    record.headers().add("trace-id", ("trace-of-" + orderNo).getBytes(StandardCharsets.UTF_8));
+    rawProducer.send(record).get();
   }
 
   private TopicPartition partition(int number) {
