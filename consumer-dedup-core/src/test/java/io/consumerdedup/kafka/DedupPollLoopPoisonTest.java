@@ -1,5 +1,10 @@
 package io.consumerdedup.kafka;
 
+import static io.consumerdedup.kafka.LoopFixture.BIZ_TYPE;
+import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
+import static io.consumerdedup.kafka.LoopFixture.WAIT;
+import static io.consumerdedup.kafka.LoopFixture.header;
+import static io.consumerdedup.kafka.LoopFixture.orderNo;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
@@ -7,22 +12,17 @@ import ch.qos.logback.classic.Level;
 import ch.qos.logback.classic.Logger;
 import ch.qos.logback.classic.spi.ILoggingEvent;
 import ch.qos.logback.core.read.ListAppender;
-import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
-import io.consumerdedup.jdbc.JdbcDedupStore;
-import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
-import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.OptionalInt;
-import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -32,7 +32,6 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.RecordDeserializationException;
-import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.IntegerDeserializer;
 import org.apache.kafka.common.serialization.IntegerSerializer;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -41,6 +40,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.slf4j.LoggerFactory;
 
 /**
@@ -49,18 +49,13 @@ import org.slf4j.LoggerFactory;
  * passed without a dead letter, and not granted fresh attempts by a restart.
  */
 class DedupPollLoopPoisonTest {
-  private static final String BIZ_TYPE = "payment";
-  private static final String KEY_HEADER = "order-no";
+  @RegisterExtension static final LoopFixture fixture = new LoopFixture("loop_poison");
+
   private static final String RECORD_KEY = "customer-7";
-  private static final Duration WAIT = Duration.ofSeconds(20);
 
   /** Three bytes where {@link IntegerDeserializer} expects four. */
   private static final byte[] NOT_AN_INTEGER = {0x7f, 0x00, 0x01};
 
-  private static String schema;
-  private static HikariDataSource dataSource;
-  private static JdbcDedupStore store;
-  private static KafkaProducer<String, String> producer;
   private static KafkaProducer<String, Integer> amountProducer;
   private static KafkaProducer<byte[], byte[]> rawProducer;
 
@@ -72,29 +67,21 @@ class DedupPollLoopPoisonTest {
 
   @BeforeAll
   static void setUpClass() {
-    schema = TestDatabase.newSchema("loop_poison");
-    dataSource = TestDatabase.dataSource(schema, 4);
-    store = JdbcDedupStore.builder(dataSource).build();
-    producer = TestKafka.producer();
     amountProducer = TestKafka.producer(new StringSerializer(), new IntegerSerializer());
     rawProducer = TestKafka.rawProducer();
   }
 
   @AfterAll
   static void tearDownClass() {
-    producer.close();
     amountProducer.close();
     rawProducer.close();
-    dataSource.close();
-    TestDatabase.dropSchema(schema);
   }
 
   @BeforeEach
   void setUp() {
-    String id = UUID.randomUUID().toString().substring(0, 8);
-    topic = "payments-" + id;
-    group = "billing-" + id;
-    executor = IdempotentExecutor.builder(store).build();
+    topic = fixture.topic();
+    group = fixture.group();
+    executor = IdempotentExecutor.builder(fixture.store()).build();
     loopLog = new ListAppender<>();
     loopLog.start();
     ((Logger) LoggerFactory.getLogger(DedupPollLoop.class)).addAppender(loopLog);
@@ -111,12 +98,7 @@ class DedupPollLoopPoisonTest {
   @Test
   void aValueTheDeserializerRejectsIsDeadLetteredWithItsRawBytesAndTheLoopMovesOn()
       throws Exception {
-    TestKafka.createTopics(2, topic);
-    TestKafka.createTopics(1, topic + ".DLT");
-    sendAmount(0, "V-1", 100);
-    sendRaw(0, "V-bad", NOT_AN_INTEGER);
-    sendAmount(0, "V-2", 200);
-    sendAmount(1, "W-1", 300);
+    sendAnUndeserializableValueBetweenGoodRecords("V", "W");
     sendAmount(1, "W-2", 400);
     DeadLetterHandler<String, Integer> publisher =
         KafkaDeadLetterPublisher.builder(amountProducer)
@@ -168,12 +150,7 @@ class DedupPollLoopPoisonTest {
   @Test
   void withoutARawProducerAnUndeserializableValueIsHeldAndTheLogSaysWhatToConfigure()
       throws Exception {
-    TestKafka.createTopics(2, topic);
-    TestKafka.createTopics(1, topic + ".DLT");
-    sendAmount(0, "X-1", 100);
-    sendRaw(0, "X-bad", NOT_AN_INTEGER);
-    sendAmount(0, "X-2", 200);
-    sendAmount(1, "Y-1", 300);
+    sendAnUndeserializableValueBetweenGoodRecords("X", "Y");
     AtomicInteger rawAttempts = new AtomicInteger();
     DeadLetterHandler<String, Integer> typedOnly =
         KafkaDeadLetterPublisher.builder(amountProducer).groupId(group).build();
@@ -241,20 +218,20 @@ class DedupPollLoopPoisonTest {
       first.stop();
       stopped.countDown();
     }
-    DedupRecord afterFirst = store.find(DedupKey.of(BIZ_TYPE, "R-1")).orElseThrow();
+    DedupRecord afterFirst = fixture.store().find(DedupKey.of(BIZ_TYPE, "R-1")).orElseThrow();
     assertThat(afterFirst.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(afterFirst.attempts()).isEqualTo(2);
     assertThat(TestKafka.committedOffsets(group)).doesNotContainKey(partition(0));
 
     // A restart: another executor and loop, with no memory of the first one's attempts.
-    try (IdempotentExecutor restarted = IdempotentExecutor.builder(store).build();
+    try (IdempotentExecutor restarted = IdempotentExecutor.builder(fixture.store()).build();
         RunningLoop second =
             RunningLoop.start(loop(payments(restarted, alwaysFails), deadLetters()))) {
       awaitCommitted(Map.of(partition(0), 1L));
     }
 
     assertThat(calls).hasValue(3);
-    DedupRecord last = store.find(DedupKey.of(BIZ_TYPE, "R-1")).orElseThrow();
+    DedupRecord last = fixture.store().find(DedupKey.of(BIZ_TYPE, "R-1")).orElseThrow();
     assertThat(last.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(last.attempts()).isEqualTo(3);
     List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + ".DLT", 1, WAIT);
@@ -337,7 +314,7 @@ class DedupPollLoopPoisonTest {
     }
 
     assertThat(calls).hasValue(3);
-    DedupRecord failed = store.find(DedupKey.of(BIZ_TYPE, "N-1")).orElseThrow();
+    DedupRecord failed = fixture.store().find(DedupKey.of(BIZ_TYPE, "N-1")).orElseThrow();
     assertThat(failed.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(failed.attempts()).isEqualTo(3);
     assertThat(failed.lastError())
@@ -361,7 +338,7 @@ class DedupPollLoopPoisonTest {
   }
 
   private DeadLetterHandler<String, String> deadLetters() {
-    return KafkaDeadLetterPublisher.builder(producer).groupId(group).build();
+    return KafkaDeadLetterPublisher.builder(fixture.producer()).groupId(group).build();
   }
 
   private DedupPollLoop<String, String> loop(
@@ -381,19 +358,29 @@ class DedupPollLoopPoisonTest {
   }
 
   private static <V> DedupPollLoop<String, V> tuned(DedupPollLoop.Builder<String, V> builder) {
-    return builder
-        .maxAttempts(3)
-        .retryBackOff(Duration.ofMillis(50))
-        .holdBackOff(Duration.ofMillis(100), Duration.ofMillis(200))
-        .pollTimeout(Duration.ofMillis(200))
-        .build();
+    return LoopFixture.quick(builder).maxAttempts(3).build();
   }
 
   private void send(String orderNo) throws Exception {
     ProducerRecord<String, String> record =
         new ProducerRecord<>(topic, 0, RECORD_KEY, "charge " + orderNo);
     record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
-    producer.send(record).get();
+    fixture.producer().send(record).get();
+  }
+
+  /**
+   * Makes the topic (two partitions) and its dead-letter topic; sends to partition 0 the orders
+   * {@code <held>-1}, {@code <held>-bad} (a value that is not an integer) and {@code <held>-2}, and
+   * to partition 1 the order {@code <other>-1}.
+   */
+  private void sendAnUndeserializableValueBetweenGoodRecords(String held, String other)
+      throws Exception {
+    TestKafka.createTopics(2, topic);
+    TestKafka.createTopics(1, topic + ".DLT");
+    sendAmount(0, held + "-1", 100);
+    sendRaw(0, held + "-bad", NOT_AN_INTEGER);
+    sendAmount(0, held + "-2", 200);
+    sendAmount(1, other + "-1", 300);
   }
 
   private void sendAmount(int partition, String orderNo, int amount) throws Exception {
@@ -415,19 +402,6 @@ class DedupPollLoopPoisonTest {
   }
 
   private void awaitCommitted(Map<TopicPartition, Long> offsets) {
-    await()
-        .atMost(WAIT)
-        .untilAsserted(
-            () -> assertThat(TestKafka.committedOffsets(group)).containsAllEntriesOf(offsets));
-  }
-
-  private static String header(ConsumerRecord<?, ?> record, String name) {
-    Header header = record.headers().lastHeader(name);
-    assertThat(header).as("header " + name).isNotNull();
-    return new String(header.value(), StandardCharsets.UTF_8);
-  }
-
-  private static String orderNo(ConsumerRecord<?, ?> record) {
-    return header(record, KEY_HEADER);
+    LoopFixture.awaitCommitted(group, offsets);
   }
 }
