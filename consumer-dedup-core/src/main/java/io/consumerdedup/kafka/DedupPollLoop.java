@@ -3,6 +3,7 @@ package io.consumerdedup.kafka;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
+import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.HashMap;
@@ -10,6 +11,8 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Optional;
+import java.util.OptionalInt;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -25,14 +28,18 @@ import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.RebalanceInProgressException;
+import org.apache.kafka.common.errors.RecordDeserializationException;
 import org.apache.kafka.common.errors.WakeupException;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.record.TimestampType;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * A poll loop for plain kafka-clients consumers that runs each record through an {@link
- * IdempotentRecordHandler} and commits an offset only past records that are done.
+ * A poll loop for plain kafka-clients consumers that runs each record through a {@link
+ * RecordProcessor}, usually an {@link IdempotentRecordHandler}, and commits an offset only past
+ * records that are done.
  *
  * <pre>{@code
  * Map<String, Object> consumerConfig = Map.of(
@@ -54,9 +61,14 @@ import org.slf4j.LoggerFactory;
  *     .build();
  *
  * Producer<String, String> dltProducer = new KafkaProducer<>(producerConfig); // acks=all
+ * Producer<byte[], byte[]> rawDltProducer = new KafkaProducer<>(
+ *     producerConfig, new ByteArraySerializer(), new ByteArraySerializer());
  * DedupPollLoop<String, String> loop = DedupPollLoop
  *     .builder(consumerConfig, List.of("payments"), payments)
- *     .deadLetterHandler(KafkaDeadLetterPublisher.builder(dltProducer).groupId("billing").build())
+ *     .deadLetterHandler(KafkaDeadLetterPublisher.builder(dltProducer)
+ *         .rawProducer(rawDltProducer)
+ *         .groupId("billing")
+ *         .build())
  *     .build();
  *
  * ExecutorService pollThread = Executors.newSingleThreadExecutor();
@@ -65,39 +77,54 @@ import org.slf4j.LoggerFactory;
  *   loop.close();          // stops polling, commits what is done, closes the consumer, waits
  *   pollThread.shutdown();
  *   dltProducer.close();
+ *   rawDltProducer.close();
  *   executor.close();
  * }));
  * }</pre>
  *
- * <p>What the loop does with each record, by what {@link IdempotentRecordHandler#handle} does:
+ * <p>What the loop does with each record, by what {@link RecordProcessor#process} does; an
+ * exception is classified by {@link Disposition#of(Throwable)}:
  *
  * <ul>
  *   <li>returns PROCESSED or DUPLICATE: the record is done; its offset is committed (with {@code
  *       commitSync}) after the records of the poll are handled.
- *   <li>throws {@link DedupInProgressException} (another consumer holds a live lease on the key):
- *       the partition is sought back to the record and paused for the hold back-off, then the
- *       record is tried again. Other partitions keep moving.
- *   <li>throws {@link DedupStoreException} (the database is unreachable after the store's own
- *       retries): the same, logged at ERROR. The record is neither lost nor skipped.
- *   <li>throws {@link DedupKeyMissingException} (or its subclass {@code
- *       DedupKeyMalformedException}) or {@link DedupKeyConflictException}: not retryable; the
- *       record goes to the {@link DeadLetterHandler} at once, and the loop moves on.
- *   <li>throws any other runtime exception (the handler failed; the record is FAILED in the dedup
- *       table): the partition is sought back and paused for the retry back-off, and the record is
- *       tried again, up to {@link Builder#maxAttempts(int)} attempts in all; then it goes to the
- *       {@link DeadLetterHandler}, and the loop moves on.
+ *   <li>throws a {@link Disposition#RETRY_LATER} exception, such as {@link
+ *       DedupInProgressException} (another consumer holds a live lease on the key) or {@link
+ *       DedupStoreUnavailableException} (the database is unreachable after the store's own
+ *       retries): the partition is sought back to the record and paused for the hold back-off, then
+ *       the record is tried again, as often as it takes. Other partitions keep moving. The record
+ *       is neither lost nor skipped, and no attempt is counted.
+ *   <li>throws a {@link Disposition#DEAD_LETTER} exception (a missing, malformed or conflicting
+ *       key; data the store refuses): a redelivery would carry the same data, so the record goes to
+ *       the {@link DeadLetterHandler} at once, and the loop moves on.
+ *   <li>throws anything else, {@link Disposition#HANDLER_FAILED} (the handler failed; the record is
+ *       FAILED in the dedup table): the partition is sought back and paused for the retry back-off,
+ *       and the record is tried again, up to {@link Builder#maxAttempts(int)} attempts in all; then
+ *       it goes to the {@link DeadLetterHandler}, and the loop moves on. The attempt number is the
+ *       larger of the loop's own count and {@link RecordProcessor#attempts}, which for an {@link
+ *       IdempotentRecordHandler} is the dedup table's count of the key's claims: a restart, a
+ *       rebalance or another consumer does not grant the record a fresh set of attempts. If that
+ *       count cannot be read, the loop's own count decides.
  * </ul>
  *
+ * <p>A record whose key or value the consumer's deserializer rejects never reaches the processor:
+ * {@code poll} throws a {@link RecordDeserializationException}. The loop passes the record's raw
+ * bytes, headers, timestamp and coordinates to {@link
+ * DeadLetterHandler#deadLetterUndeserializable}, then moves that partition past the record and
+ * commits past it like any record that is done. Other partitions are not held up: the consumer
+ * throws only once it has returned the records before the bad one.
+ *
  * <p>The loop commits past a dead-lettered record only after the dead-letter handler returned; if
- * that throws, the record is held like an in-progress one and dead-lettered again later. Back-offs
- * pause the partition instead of sleeping, so the consumer keeps polling and stays in its group.
+ * that throws, the record is held like an in-progress one (and logged at ERROR with its
+ * coordinates) and dead-lettered again later. Back-offs pause the partition instead of sleeping, so
+ * the consumer keeps polling and stays in its group.
  *
  * <p>The consumer must not auto-commit ({@code enable.auto.commit=false}), or it would commit past
- * records that are not done. {@link #builder(Map, Collection, IdempotentRecordHandler)} checks the
- * configuration; with {@link #builder(Consumer, Collection, IdempotentRecordHandler)} that is the
- * caller's duty. The loop owns the consumer: it subscribes it to the topics, and closes it when it
- * stops. Choose {@code max.poll.interval.ms} longer than the time to handle one poll's records
- * ({@code max.poll.records} of them).
+ * records that are not done. {@link #builder(Map, Collection, RecordProcessor)} checks the
+ * configuration; with {@link #builder(Consumer, Collection, RecordProcessor)} that is the caller's
+ * duty. The loop owns the consumer: it subscribes it to the topics, and closes it when it stops.
+ * Choose {@code max.poll.interval.ms} longer than the time to handle one poll's records ({@code
+ * max.poll.records} of them).
  *
  * <p>{@link #run()} polls until {@link #stop()} or {@link #close()} is called from another thread
  * (or the thread is interrupted); it then commits the offsets of the records that are done and
@@ -127,7 +154,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   private final Consumer<K, V> consumer;
   private final List<String> topics;
-  private final IdempotentRecordHandler<K, V> handler;
+  private final RecordProcessor<K, V> processor;
   private final DeadLetterHandler<K, V> deadLetterHandler;
   private final String groupId;
   private final Duration pollTimeout;
@@ -155,7 +182,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     this.consumer = consumer;
     this.groupId = groupId;
     this.topics = builder.topics;
-    this.handler = builder.handler;
+    this.processor = builder.processor;
     this.deadLetterHandler = Objects.requireNonNull(builder.deadLetterHandler);
     this.pollTimeout = builder.pollTimeout;
     this.maxAttempts = builder.maxAttempts;
@@ -169,23 +196,28 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
    * Starts building a loop over a consumer the caller made. It must have a {@code group.id} and
    * {@code enable.auto.commit=false} (which this method cannot check). The loop subscribes it and
    * closes it.
+   *
+   * @param processor what runs for each record: usually an {@link IdempotentRecordHandler}; any
+   *     other processor, such as a lambda, has its attempts counted by the loop only, in memory
    */
   public static <K, V> Builder<K, V> builder(
-      Consumer<K, V> consumer, Collection<String> topics, IdempotentRecordHandler<K, V> handler) {
-    return new Builder<>(Objects.requireNonNull(consumer, "consumer"), null, topics, handler);
+      Consumer<K, V> consumer, Collection<String> topics, RecordProcessor<K, V> processor) {
+    return new Builder<>(Objects.requireNonNull(consumer, "consumer"), null, topics, processor);
   }
 
   /**
    * Starts building a loop over a {@link KafkaConsumer} made from {@code consumerConfig} when
    * {@link Builder#build()} is called (its deserializers must produce {@code K} and {@code V}).
    *
+   * @param processor what runs for each record: usually an {@link IdempotentRecordHandler}; any
+   *     other processor, such as a lambda, has its attempts counted by the loop only, in memory
    * @throws IllegalArgumentException if the configuration has no {@code group.id}, or does not set
    *     {@code enable.auto.commit} to false (Kafka's default is true)
    */
   public static <K, V> Builder<K, V> builder(
       Map<String, Object> consumerConfig,
       Collection<String> topics,
-      IdempotentRecordHandler<K, V> handler) {
+      RecordProcessor<K, V> processor) {
     Objects.requireNonNull(consumerConfig, "consumerConfig");
     Object autoCommit = consumerConfig.get(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG);
     if (autoCommit == null
@@ -202,7 +234,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
           ConsumerConfig.GROUP_ID_CONFIG
               + " is required: DedupPollLoop commits offsets to the consumer group");
     }
-    return new Builder<>(null, Map.copyOf(consumerConfig), topics, handler);
+    return new Builder<>(null, Map.copyOf(consumerConfig), topics, processor);
   }
 
   /**
@@ -289,7 +321,16 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   private void pollOnce() {
     resumeDuePartitions();
-    ConsumerRecords<K, V> records = consumer.poll(nextPollTimeout());
+    ConsumerRecords<K, V> records;
+    try {
+      records = consumer.poll(nextPollTimeout());
+    } catch (RecordDeserializationException e) {
+      // The consumer throws only when it has no records before the bad one to return, and leaves
+      // that partition's position at it: no other record is lost, and only this partition waits.
+      deadLetterUndeserializable(e);
+      commitDone();
+      return;
+    }
     batch:
     for (TopicPartition partition : records.partitions()) {
       for (ConsumerRecord<K, V> record : records.records(partition)) {
@@ -318,7 +359,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       return deadLetter(record, partition, previous.last());
     }
     try {
-      handler.handle(record);
+      processor.process(record);
     } catch (RuntimeException e) {
       return switch (Disposition.of(e)) {
         case RETRY_LATER -> retryLater(record, partition, e);
@@ -336,7 +377,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   /** Holds a record that cannot be handled yet: nothing is committed past it. */
   private boolean retryLater(
       ConsumerRecord<K, V> record, TopicPartition partition, RuntimeException e) {
-    Duration wait = hold(record, partition);
+    Duration wait = hold(partition, record.offset());
     if (e instanceof DedupInProgressException) {
       // Routine while another consumer works on the key: the message says who, no stack trace.
       log.info(
@@ -367,33 +408,87 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       TopicPartition partition,
       @Nullable Failure previous,
       RuntimeException e) {
-    int attempts = previous == null ? 1 : previous.attempts() + 1;
+    int counted = previous == null ? 1 : previous.attempts() + 1;
+    OptionalInt stored = storedAttempts(record);
+    int attempts = Math.max(counted, stored.orElse(0));
+    String countedBy =
+        attempts > counted
+            ? "as counted by the dedup table, across restarts; this loop's count is " + counted
+            : "as counted by this loop";
     failures.put(partition, new Failure(record.offset(), attempts, e));
     if (attempts >= maxAttempts) {
       log.error(
-          "Handler failed for {} on attempt {} of {}; dead-lettering it",
+          "Handler failed for {} on attempt {} of {} ({}); dead-lettering it",
           describe(record),
           attempts,
           maxAttempts,
+          countedBy,
           e);
       return deadLetter(record, partition, e);
     }
     log.warn(
-        "Handler failed for {} on attempt {} of {}; retrying in {}",
+        "Handler failed for {} on attempt {} of {} ({}); retrying in {}",
         describe(record),
         attempts,
         maxAttempts,
+        countedBy,
         retryBackOff,
         e);
-    pause(record, partition, retryBackOff);
+    pause(partition, record.offset(), retryBackOff);
     return false;
   }
 
-  private boolean deadLetter(ConsumerRecord<K, V> record, TopicPartition partition, Exception why) {
+  /** The processor's count of the record's attempts, which outlives this loop; empty if none. */
+  private OptionalInt storedAttempts(ConsumerRecord<K, V> record) {
     try {
-      deadLetterHandler.deadLetter(record, why);
+      return processor.attempts(record);
     } catch (RuntimeException e) {
-      Duration wait = hold(record, partition);
+      // The failure is recorded already; a count from memory only risks extra attempts, while
+      // holding the record for the count would stop the partition on a database outage.
+      log.warn(
+          "Could not read how often {} was attempted; counting this loop's attempts only",
+          describe(record),
+          e);
+      return OptionalInt.empty();
+    }
+  }
+
+  private boolean deadLetter(ConsumerRecord<K, V> record, TopicPartition partition, Exception why) {
+    return deadLetter(record, partition, () -> deadLetterHandler.deadLetter(record, why));
+  }
+
+  /**
+   * Dead-letters a record the consumer could not deserialize; once that is done, moves its
+   * partition past it and counts it as done.
+   */
+  private void deadLetterUndeserializable(RecordDeserializationException e) {
+    TopicPartition partition = e.topicPartition();
+    ConsumerRecord<byte[], byte[]> raw = rawRecord(e);
+    if (!consumer.assignment().contains(partition)) {
+      // Revoked during the poll: the partition's new owner meets the record.
+      log.info("{} cannot be deserialized, but is no longer assigned here", describe(raw));
+      return;
+    }
+    log.error(
+        "{} cannot be deserialized (its {} was rejected); dead-lettering it",
+        describe(raw),
+        e.origin() == null ? "key or value" : e.origin().name().toLowerCase(Locale.ROOT),
+        e);
+    if (deadLetter(raw, partition, () -> deadLetterHandler.deadLetterUndeserializable(raw, e))) {
+      consumer.seek(partition, e.offset() + 1);
+      done.put(partition, new OffsetAndMetadata(e.offset() + 1));
+    }
+  }
+
+  /**
+   * Runs {@code send}, which dead-letters the record; true if it returned. If it threw, the
+   * partition is held at the record, so a record is never passed without its dead letter.
+   */
+  private boolean deadLetter(ConsumerRecord<?, ?> record, TopicPartition partition, Runnable send) {
+    try {
+      send.run();
+    } catch (RuntimeException e) {
+      Duration wait = hold(partition, record.offset());
       log.error(
           "Could not dead-letter {}; not committing past it, trying again in {}",
           describe(record),
@@ -405,8 +500,37 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     return true;
   }
 
-  /** Pauses the partition at the record for the next step of the hold back-off; returns it. */
-  private Duration hold(ConsumerRecord<K, V> record, TopicPartition partition) {
+  /** The record as the broker holds it: the bytes the deserializer rejected, and the rest. */
+  private static ConsumerRecord<byte[], byte[]> rawRecord(RecordDeserializationException e) {
+    byte[] key = bytes(e.keyBuffer());
+    byte[] value = bytes(e.valueBuffer());
+    return new ConsumerRecord<>(
+        e.topicPartition().topic(),
+        e.topicPartition().partition(),
+        e.offset(),
+        e.timestamp(),
+        e.timestampType() == null ? TimestampType.NO_TIMESTAMP_TYPE : e.timestampType(),
+        key == null ? ConsumerRecord.NULL_SIZE : key.length,
+        value == null ? ConsumerRecord.NULL_SIZE : value.length,
+        key,
+        value,
+        e.headers() == null ? new RecordHeaders() : new RecordHeaders(e.headers().toArray()),
+        Optional.empty());
+  }
+
+  private static byte @Nullable [] bytes(@Nullable ByteBuffer buffer) {
+    if (buffer == null) {
+      return null;
+    }
+    // A copy of the view: the consumer throws the same exception again while the record is held.
+    ByteBuffer view = buffer.duplicate();
+    byte[] bytes = new byte[view.remaining()];
+    view.get(bytes);
+    return bytes;
+  }
+
+  /** Pauses the partition at the offset for the next step of the hold back-off; returns it. */
+  private Duration hold(TopicPartition partition, long offset) {
     int holds = consecutiveHolds.merge(partition, 1, Integer::sum);
     Duration wait = holdBackOff;
     for (int i = 1; i < holds && wait.compareTo(maxHoldBackOff) < 0; i++) {
@@ -415,12 +539,12 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     if (wait.compareTo(maxHoldBackOff) > 0) {
       wait = maxHoldBackOff;
     }
-    pause(record, partition, wait);
+    pause(partition, offset, wait);
     return wait;
   }
 
-  private void pause(ConsumerRecord<K, V> record, TopicPartition partition, Duration wait) {
-    consumer.seek(partition, record.offset());
+  private void pause(TopicPartition partition, long offset, Duration wait) {
+    consumer.seek(partition, offset);
     consumer.pause(List.of(partition));
     resumeAtNanos.put(partition, System.nanoTime() + wait.toNanos());
   }
@@ -482,7 +606,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     }
   }
 
-  private String describe(ConsumerRecord<K, V> record) {
+  private String describe(ConsumerRecord<?, ?> record) {
     return RecordSources.describe(record, groupId);
   }
 
@@ -522,7 +646,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     private final @Nullable Consumer<K, V> consumer;
     private final @Nullable Map<String, Object> consumerConfig;
     private final List<String> topics;
-    private final IdempotentRecordHandler<K, V> handler;
+    private final RecordProcessor<K, V> processor;
     private @Nullable DeadLetterHandler<K, V> deadLetterHandler;
     private Duration pollTimeout = DEFAULT_POLL_TIMEOUT;
     private int maxAttempts = DEFAULT_MAX_ATTEMPTS;
@@ -535,7 +659,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         @Nullable Consumer<K, V> consumer,
         @Nullable Map<String, Object> consumerConfig,
         Collection<String> topics,
-        IdempotentRecordHandler<K, V> handler) {
+        RecordProcessor<K, V> processor) {
       Objects.requireNonNull(topics, "topics");
       if (topics.isEmpty()) {
         throw new IllegalArgumentException("topics must not be empty");
@@ -548,12 +672,14 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       this.consumer = consumer;
       this.consumerConfig = consumerConfig;
       this.topics = List.copyOf(topics);
-      this.handler = Objects.requireNonNull(handler, "handler");
+      this.processor = Objects.requireNonNull(processor, "processor");
     }
 
     /**
-     * Where records go that the loop gives up on. Required: usually a {@link
-     * KafkaDeadLetterPublisher}.
+     * Where records go that the loop gives up on, including those that cannot be deserialized
+     * ({@link DeadLetterHandler#deadLetterUndeserializable}). Required: usually a {@link
+     * KafkaDeadLetterPublisher} with a {@link KafkaDeadLetterPublisher.Builder#rawProducer raw
+     * producer}.
      */
     public Builder<K, V> deadLetterHandler(DeadLetterHandler<K, V> deadLetterHandler) {
       this.deadLetterHandler = Objects.requireNonNull(deadLetterHandler, "deadLetterHandler");
@@ -562,7 +688,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
     /**
      * How many times a failing handler runs for one record (the first attempt included) before the
-     * record is dead-lettered. Default {@value #DEFAULT_MAX_ATTEMPTS}.
+     * record is dead-lettered, counting the attempts that {@link RecordProcessor#attempts} reports
+     * (for an {@link IdempotentRecordHandler}: every attempt in the dedup table, before restarts
+     * and on other consumers too). Default {@value #DEFAULT_MAX_ATTEMPTS}.
      */
     public Builder<K, V> maxAttempts(int maxAttempts) {
       if (maxAttempts < 1) {

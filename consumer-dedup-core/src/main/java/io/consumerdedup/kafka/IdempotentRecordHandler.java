@@ -4,10 +4,13 @@ import io.consumerdedup.core.DedupHandlerException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupKeyMissingException;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.OptionalInt;
 import java.util.function.Function;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
@@ -28,9 +31,11 @@ import org.jspecify.annotations.Nullable;
  * }</pre>
  *
  * <p>{@link #handle(ConsumerRecord)} throws what the executor throws (see {@link
- * IdempotentExecutor#execute}); {@link DedupPollLoop} shows what to do with each.
+ * IdempotentExecutor#execute}); {@link DedupPollLoop} shows what to do with each. As a {@link
+ * RecordProcessor} it also tells the loop how often a record's action was attempted, from the dedup
+ * table, so the count survives restarts and moves between consumers.
  */
-public final class IdempotentRecordHandler<K, V> {
+public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V> {
 
   /** Default policy for records without a key: refuse them. */
   public static final MissingKeyPolicy DEFAULT_MISSING_KEY_POLICY = MissingKeyPolicy.FAIL;
@@ -84,6 +89,29 @@ public final class IdempotentRecordHandler<K, V> {
               return null;
             })
         .outcome();
+  }
+
+  /** The same as {@link #handle(ConsumerRecord)}. */
+  @Override
+  public Outcome process(ConsumerRecord<K, V> record) {
+    return handle(record);
+  }
+
+  /**
+   * The attempts the dedup table counts for the record's key ({@link DedupRecord#attempts()}):
+   * every claim, by any consumer, including the one that just failed. Empty if the record has no
+   * usable key, or the table has no record for it (in mode TRANSACTIONAL a failed attempt leaves
+   * none).
+   *
+   * @throws DedupStoreException if the store cannot be read
+   */
+  @Override
+  public OptionalInt attempts(ConsumerRecord<K, V> record) {
+    Optional<DedupKey> key = keys.claimedKey(record);
+    if (key.isEmpty()) {
+      return OptionalInt.empty();
+    }
+    return executor.store().find(key.get()).stream().mapToInt(DedupRecord::attempts).findFirst();
   }
 
   private void runUnprotected(ConsumerRecord<K, V> record, String source) {

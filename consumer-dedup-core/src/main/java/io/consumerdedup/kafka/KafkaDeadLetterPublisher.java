@@ -2,6 +2,7 @@ package io.consumerdedup.kafka;
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.Locale;
 import java.util.Objects;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -13,6 +14,7 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.RecordDeserializationException;
 import org.apache.kafka.common.header.Headers;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.jspecify.annotations.Nullable;
@@ -27,9 +29,19 @@ import org.slf4j.LoggerFactory;
  *
  * <pre>{@code
  * Producer<String, String> dltProducer = new KafkaProducer<>(producerConfig); // acks=all
- * DeadLetterHandler<String, String> deadLetters =
- *     KafkaDeadLetterPublisher.builder(dltProducer).groupId("billing").build();
+ * Producer<byte[], byte[]> rawDltProducer = new KafkaProducer<>(
+ *     producerConfig, new ByteArraySerializer(), new ByteArraySerializer());
+ * DeadLetterHandler<String, String> deadLetters = KafkaDeadLetterPublisher.builder(dltProducer)
+ *     .rawProducer(rawDltProducer)   // for records that cannot be deserialized
+ *     .groupId("billing")
+ *     .build();
  * }</pre>
+ *
+ * <p>A record whose key or value the consumer cannot deserialize exists only as bytes, which the
+ * typed producer cannot send; {@link DeadLetterHandler#deadLetterUndeserializable} sends those
+ * bytes unchanged with the {@link Builder#rawProducer(Producer) raw producer} (spring-kafka's
+ * DeadLetterPublishingRecoverer splits its producers by value type the same way). Without one it
+ * throws, and {@link DedupPollLoop} holds such a record rather than skip it.
  *
  * <p>The added headers, all UTF-8 text (numbers in decimal), appended after the record's own
  * headers; a record dead-lettered twice carries two of each, and {@code lastHeader} is the newest:
@@ -38,19 +50,23 @@ import org.slf4j.LoggerFactory;
  *   <li>{@value #EXCEPTION_CLASS_HEADER}: the reason's class name, such as {@code
  *       io.consumerdedup.core.DedupKeyMissingException}
  *   <li>{@value #EXCEPTION_MESSAGE_HEADER}: its message (omitted when it has none), at most {@value
- *       #MAX_MESSAGE_LENGTH} characters
+ *       #MAX_MESSAGE_LENGTH} characters; for a record that cannot be deserialized, followed by the
+ *       deserializer's exception, which Kafka's message leaves out
  *   <li>{@value #ORIGINAL_TOPIC_HEADER}, {@value #ORIGINAL_PARTITION_HEADER}, {@value
  *       #ORIGINAL_OFFSET_HEADER}: where the record was consumed
  *   <li>{@value #ORIGINAL_GROUP_HEADER}: the consumer group, when {@link Builder#groupId(String)}
  *       was given
+ *   <li>{@value #UNDESERIALIZABLE_HEADER}: on a record that cannot be deserialized only, {@code
+ *       key} or {@code value}: the part the deserializer rejected
  * </ul>
  *
  * <p>The partition is left to the producer's partitioner (by key), so the dead-letter topic may
  * have any number of partitions. The dead letter is stamped with the time it is sent, not the
- * original time, so the dead-letter topic's retention counts from the failure. The producer is not
- * closed by this class; it needs serializers for the consumer's key and value types. Replaying a
- * dead letter (consuming {@code <topic>.DLT} with an idempotent handler) retries it: the business
- * key header travels with the record, and a FAILED dedup record allows a new attempt.
+ * original time, so the dead-letter topic's retention counts from the failure. The producers are
+ * not closed by this class; the typed one needs serializers for the consumer's key and value types,
+ * the raw one {@code ByteArraySerializer}s. Replaying a dead letter (consuming {@code <topic>.DLT}
+ * with an idempotent handler) retries it: the business key header travels with the record, and a
+ * FAILED dedup record allows a new attempt.
  */
 public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K, V> {
 
@@ -72,6 +88,12 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
   /** Header: the consumer group that gave up on the record. */
   public static final String ORIGINAL_GROUP_HEADER = "dedup-dlt-original-group";
 
+  /**
+   * Header, on a record that could not be deserialized only: {@code key} or {@code value}, the part
+   * the consumer's deserializer rejected.
+   */
+  public static final String UNDESERIALIZABLE_HEADER = "dedup-dlt-undeserializable";
+
   /** Suffix of the default dead-letter topic name. */
   public static final String DEFAULT_TOPIC_SUFFIX = ".DLT";
 
@@ -84,13 +106,20 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
   private static final Logger log = LoggerFactory.getLogger(KafkaDeadLetterPublisher.class);
 
   private final Producer<K, V> producer;
+  private final @Nullable Producer<byte[], byte[]> rawProducer;
   private final Function<ConsumerRecord<K, V>, String> destination;
+  private final Function<ConsumerRecord<byte[], byte[]>, String> rawDestination;
   private final @Nullable String groupId;
   private final Duration sendTimeout;
 
-  private KafkaDeadLetterPublisher(Builder<K, V> builder) {
+  private KafkaDeadLetterPublisher(
+      Builder<K, V> builder,
+      Function<ConsumerRecord<K, V>, String> destination,
+      Function<ConsumerRecord<byte[], byte[]>, String> rawDestination) {
     this.producer = builder.producer;
-    this.destination = builder.destination;
+    this.rawProducer = builder.rawProducer;
+    this.destination = destination;
+    this.rawDestination = rawDestination;
     this.groupId = builder.groupId;
     this.sendTimeout = builder.sendTimeout;
   }
@@ -108,16 +137,52 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
    */
   @Override
   public void deadLetter(ConsumerRecord<K, V> record, Exception reason) {
-    String topic = destination.apply(record);
-    ProducerRecord<K, V> deadLetter =
-        new ProducerRecord<>(
-            topic, null, null, record.key(), record.value(), headers(record, reason));
+    send(producer, destination.apply(record), record, headers(record, reason), reason);
+  }
+
+  /**
+   * Sends the raw bytes of a record that could not be deserialized to its dead-letter topic with
+   * the {@link Builder#rawProducer(Producer) raw producer}, adding {@value
+   * #UNDESERIALIZABLE_HEADER} to the usual headers, and waits for the acknowledgement.
+   *
+   * @throws IllegalStateException if no raw producer was given
+   * @throws KafkaException if the send failed or was not acknowledged within the send timeout
+   * @throws InterruptException if the thread was interrupted while waiting (the flag is restored)
+   */
+  @Override
+  public void deadLetterUndeserializable(ConsumerRecord<byte[], byte[]> record, Exception reason) {
+    if (rawProducer == null) {
+      throw new IllegalStateException(
+          "Cannot dead-letter "
+              + describe(record)
+              + ", which cannot be deserialized: the KafkaDeadLetterPublisher has no raw producer;"
+              + " build it with rawProducer(...), a Producer<byte[], byte[]> with"
+              + " ByteArraySerializer for keys and values");
+    }
+    Headers headers = headers(record, reason);
+    if (reason instanceof RecordDeserializationException undeserializable) {
+      add(
+          headers,
+          UNDESERIALIZABLE_HEADER,
+          undeserializable.origin().name().toLowerCase(Locale.ROOT));
+    }
+    send(rawProducer, rawDestination.apply(record), record, headers, reason);
+  }
+
+  private <T, U> void send(
+      Producer<T, U> sender,
+      String topic,
+      ConsumerRecord<T, U> record,
+      Headers headers,
+      Exception reason) {
+    ProducerRecord<T, U> deadLetter =
+        new ProducerRecord<>(topic, null, null, record.key(), record.value(), headers);
     try {
       RecordMetadata written =
-          producer.send(deadLetter).get(sendTimeout.toMillis(), TimeUnit.MILLISECONDS);
+          sender.send(deadLetter).get(sendTimeout.toMillis(), TimeUnit.MILLISECONDS);
       log.info(
           "Dead-lettered {} to {}-{}@{}: {}",
-          RecordSources.describe(record, groupId),
+          describe(record),
           written.topic(),
           written.partition(),
           written.offset(),
@@ -140,10 +205,10 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     }
   }
 
-  private Headers headers(ConsumerRecord<K, V> record, Exception reason) {
+  private Headers headers(ConsumerRecord<?, ?> record, Exception reason) {
     Headers headers = new RecordHeaders(record.headers().toArray());
     add(headers, EXCEPTION_CLASS_HEADER, reason.getClass().getName());
-    String message = reason.getMessage();
+    String message = messageOf(reason);
     if (message != null) {
       add(
           headers,
@@ -161,19 +226,33 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     return headers;
   }
 
+  /**
+   * Kafka's deserialization error names the record but not what the deserializer objected to, which
+   * is what the reader of a dead letter needs.
+   */
+  private static @Nullable String messageOf(Exception reason) {
+    String message = reason.getMessage();
+    Throwable cause = reason.getCause();
+    if (reason instanceof RecordDeserializationException && cause != null) {
+      return message == null ? cause.toString() : message + " Cause: " + cause;
+    }
+    return message;
+  }
+
   private static void add(Headers headers, String name, String value) {
     headers.add(name, value.getBytes(StandardCharsets.UTF_8));
   }
 
-  private String describe(ConsumerRecord<K, V> record) {
+  private String describe(ConsumerRecord<?, ?> record) {
     return RecordSources.describe(record, groupId);
   }
 
   /** Builds a {@link KafkaDeadLetterPublisher}. */
   public static final class Builder<K, V> {
     private final Producer<K, V> producer;
-    private Function<ConsumerRecord<K, V>, String> destination =
-        record -> record.topic() + DEFAULT_TOPIC_SUFFIX;
+    private @Nullable Producer<byte[], byte[]> rawProducer;
+    private @Nullable Function<ConsumerRecord<K, V>, String> destination;
+    private @Nullable Function<ConsumerRecord<byte[], byte[]>, String> rawDestination;
     private @Nullable String groupId;
     private Duration sendTimeout = DEFAULT_SEND_TIMEOUT;
 
@@ -201,6 +280,29 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     }
 
     /**
+     * The producer that sends the raw bytes of records that cannot be deserialized: a {@code
+     * Producer<byte[], byte[]>} with {@code ByteArraySerializer} for keys and values (the typed
+     * producer cannot send bytes its serializers do not expect). It may share the typed producer's
+     * configuration. Default: none, and such records are refused, so the loop holds them.
+     */
+    public Builder<K, V> rawProducer(Producer<byte[], byte[]> rawProducer) {
+      this.rawProducer = Objects.requireNonNull(rawProducer, "rawProducer");
+      return this;
+    }
+
+    /**
+     * The dead-letter topic of a record that cannot be deserialized. Default: its topic followed by
+     * {@code .DLT}; required when {@link #destination(Function)} is set together with {@link
+     * #rawProducer(Producer)}, so that such records cannot silently go to another topic than the
+     * others.
+     */
+    public Builder<K, V> rawDestination(
+        Function<ConsumerRecord<byte[], byte[]>, String> rawDestination) {
+      this.rawDestination = Objects.requireNonNull(rawDestination, "rawDestination");
+      return this;
+    }
+
+    /**
      * Longest wait for the broker to acknowledge a dead letter. Default {@link
      * #DEFAULT_SEND_TIMEOUT}.
      */
@@ -213,8 +315,28 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
       return this;
     }
 
+    /**
+     * Builds the publisher.
+     *
+     * @throws IllegalStateException if {@link #destination(Function)} and {@link
+     *     #rawProducer(Producer)} were set without {@link #rawDestination(Function)}
+     */
     public KafkaDeadLetterPublisher<K, V> build() {
-      return new KafkaDeadLetterPublisher<>(this);
+      if (destination != null && rawProducer != null && rawDestination == null) {
+        throw new IllegalStateException(
+            "destination(...) is set, so set rawDestination(...) too: records that cannot be"
+                + " deserialized would otherwise go to <topic>"
+                + DEFAULT_TOPIC_SUFFIX
+                + " rather than where the others go");
+      }
+      return new KafkaDeadLetterPublisher<>(
+          this,
+          destination != null ? destination : Builder::defaultDestination,
+          rawDestination != null ? rawDestination : Builder::defaultDestination);
+    }
+
+    private static String defaultDestination(ConsumerRecord<?, ?> record) {
+      return record.topic() + DEFAULT_TOPIC_SUFFIX;
     }
   }
 }

@@ -60,6 +60,22 @@ public final class RecordKeyResolver<K, V> {
    *     policy
    */
   public Optional<DedupKey> resolve(ConsumerRecord<K, V> record) {
+    return resolve(record, true);
+  }
+
+  /**
+   * The key the record is claimed under, without reporting a missing key again (it was reported
+   * when the record was handled); empty when it has none or one that cannot be used.
+   */
+  Optional<DedupKey> claimedKey(ConsumerRecord<K, V> record) {
+    try {
+      return resolve(record, false);
+    } catch (DedupKeyMissingException | DedupKeyMalformedException e) {
+      return Optional.empty();
+    }
+  }
+
+  private Optional<DedupKey> resolve(ConsumerRecord<K, V> record, boolean report) {
     String source = source(record);
     Optional<String> extracted;
     try {
@@ -74,22 +90,28 @@ public final class RecordKeyResolver<K, V> {
     if (extracted.isPresent()) {
       bizKey = extracted.get();
     } else {
-      listener.keyMissing(bizType, source);
+      if (report) {
+        listener.keyMissing(bizType, source);
+      }
       switch (missingKeyPolicy) {
         case FAIL:
           throw new DedupKeyMissingException(
               "Record has no business key for biz type '" + bizType + "'", source, null);
         case PROCESS_WITHOUT_DEDUP:
-          log.warn(
-              "Record {} has no business key for '{}'; processing it without dedup",
-              source,
-              bizType);
+          if (report) {
+            log.warn(
+                "Record {} has no business key for '{}'; processing it without dedup",
+                source,
+                bizType);
+          }
           return Optional.empty();
         case USE_COORDINATES:
-          log.info(
-              "Record {} has no business key for '{}'; deduplicating by its coordinates",
-              source,
-              bizType);
+          if (report) {
+            log.info(
+                "Record {} has no business key for '{}'; deduplicating by its coordinates",
+                source,
+                bizType);
+          }
           bizKey = RecordSources.coordinates(record);
           break;
         default:

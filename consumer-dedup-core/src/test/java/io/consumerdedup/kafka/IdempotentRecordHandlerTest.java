@@ -183,6 +183,34 @@ class IdempotentRecordHandlerTest {
     assertThat(find("ORD-5").attempts()).isEqualTo(2);
   }
 
+  @Test
+  void attemptsAreTheTablesCountForTheRecordsKeyAndEmptyWhenItHasNone() {
+    IdempotentRecordHandler<String, String> failing =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(bizType)
+            .key(KeyExtractors.header("order-no"))
+            .missingKeyPolicy(MissingKeyPolicy.PROCESS_WITHOUT_DEDUP)
+            .handler(
+                record -> {
+                  throw new IllegalStateException("provider down");
+                })
+            .build();
+    ConsumerRecord<String, String> record = record(1, "charge ORD-6", "ORD-6");
+    assertThat(failing.attempts(record)).as("never claimed").isEmpty();
+
+    for (int i = 0; i < 2; i++) {
+      assertThatThrownBy(() -> failing.process(record)).hasMessage("provider down");
+    }
+
+    assertThat(failing.attempts(record)).hasValue(2);
+    // The count belongs to the business action, whichever record carries its key.
+    assertThat(failing.attempts(record(9, "charge ORD-6 again", "ORD-6"))).hasValue(2);
+    assertThat(failing.attempts(withoutKey(3, "charge ?"))).isEmpty();
+    ConsumerRecord<String, String> malformed = withoutKey(4, "charge ?");
+    malformed.headers().add("order-no", new byte[] {(byte) 0xFF});
+    assertThat(failing.attempts(malformed)).isEmpty();
+  }
+
   private DedupRecord find(String bizKey) {
     return executor.store().find(DedupKey.of(bizType, bizKey)).orElseThrow();
   }

@@ -17,6 +17,10 @@ import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.serialization.Deserializer;
+import org.apache.kafka.common.serialization.Serializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.apache.kafka.common.test.KafkaClusterTestKit;
@@ -116,12 +120,21 @@ public final class TestKafka {
 
   /** A producer of String keys and values that waits for all replicas. Close it after use. */
   public static KafkaProducer<String, String> producer() {
+    return producer(new StringSerializer(), new StringSerializer());
+  }
+
+  /** A producer of raw bytes that waits for all replicas. Close it after use. */
+  public static KafkaProducer<byte[], byte[]> rawProducer() {
+    return producer(new ByteArraySerializer(), new ByteArraySerializer());
+  }
+
+  /** A producer with the given serializers that waits for all replicas. Close it after use. */
+  public static <K, V> KafkaProducer<K, V> producer(
+      Serializer<K> keySerializer, Serializer<V> valueSerializer) {
     Map<String, Object> config = new HashMap<>();
     config.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers());
     config.put(ProducerConfig.ACKS_CONFIG, "all");
-    config.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class);
-    config.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class);
-    return new KafkaProducer<>(config);
+    return new KafkaProducer<>(config, keySerializer, valueSerializer);
   }
 
   /** The offsets {@code groupId} has committed, by partition; empty if none. */
@@ -147,16 +160,42 @@ public final class TestKafka {
     }
   }
 
+  /** The offset the next record written to {@code partition} gets: how many it holds so far. */
+  public static long endOffset(TopicPartition partition) {
+    Map<String, Object> config = consumerConfig("unused");
+    config.remove(ConsumerConfig.GROUP_ID_CONFIG);
+    try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(config)) {
+      return consumer.endOffsets(List.of(partition)).get(partition);
+    }
+  }
+
   /**
    * Reads a single-partition topic from its start, outside any group, until {@code count} records
    * arrived or {@code timeout} passed; returns what arrived.
    */
   public static List<ConsumerRecord<String, String>> readFromStart(
       String topic, int count, Duration timeout) {
+    return readFromStart(topic, count, timeout, new StringDeserializer(), new StringDeserializer());
+  }
+
+  /** {@link #readFromStart(String, int, Duration)}, returning the records' bytes as stored. */
+  public static List<ConsumerRecord<byte[], byte[]>> readRawFromStart(
+      String topic, int count, Duration timeout) {
+    return readFromStart(
+        topic, count, timeout, new ByteArrayDeserializer(), new ByteArrayDeserializer());
+  }
+
+  private static <K, V> List<ConsumerRecord<K, V>> readFromStart(
+      String topic,
+      int count,
+      Duration timeout,
+      Deserializer<K> keyDeserializer,
+      Deserializer<V> valueDeserializer) {
     Map<String, Object> config = consumerConfig("unused");
     config.remove(ConsumerConfig.GROUP_ID_CONFIG);
-    List<ConsumerRecord<String, String>> records = new ArrayList<>();
-    try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(config)) {
+    List<ConsumerRecord<K, V>> records = new ArrayList<>();
+    try (KafkaConsumer<K, V> consumer =
+        new KafkaConsumer<>(config, keyDeserializer, valueDeserializer)) {
       TopicPartition partition = new TopicPartition(topic, 0);
       consumer.assign(List.of(partition));
       consumer.seekToBeginning(List.of(partition));

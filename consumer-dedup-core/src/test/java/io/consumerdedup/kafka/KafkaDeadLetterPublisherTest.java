@@ -1,0 +1,107 @@
+package io.consumerdedup.kafka;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import java.nio.charset.StandardCharsets;
+import java.util.Optional;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.MockProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.RecordDeserializationException;
+import org.apache.kafka.common.errors.SerializationException;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.record.TimestampType;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+import org.junit.jupiter.api.Test;
+
+/**
+ * How records that cannot be deserialized reach a dead-letter handler, and how a handler that
+ * cannot take them says what to configure; no broker needed.
+ */
+class KafkaDeadLetterPublisherTest {
+  private static final byte[] RAW_VALUE = {0x7f, 0x00, 0x01};
+
+  private final MockProducer<String, String> typed =
+      new MockProducer<>(true, null, new StringSerializer(), new StringSerializer());
+  private final MockProducer<byte[], byte[]> raw =
+      new MockProducer<>(true, null, new ByteArraySerializer(), new ByteArraySerializer());
+
+  @Test
+  void aHandlerWrittenAsALambdaRefusesUndeserializableRecordsNamingWhatToImplement() {
+    DeadLetterHandler<String, String> lambda = (record, reason) -> {};
+
+    assertThatThrownBy(() -> lambda.deadLetterUndeserializable(rawRecord(), undeserializable()))
+        .isInstanceOf(UnsupportedOperationException.class)
+        .hasMessageContaining("DeadLetterHandler.deadLetterUndeserializable")
+        .hasMessageContaining("rawProducer(...)");
+  }
+
+  @Test
+  void withoutARawProducerThePublisherRefusesNamingTheRecordAndTheOption() {
+    KafkaDeadLetterPublisher<String, String> publisher =
+        KafkaDeadLetterPublisher.builder(typed).groupId("billing").build();
+
+    assertThatThrownBy(() -> publisher.deadLetterUndeserializable(rawRecord(), undeserializable()))
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("payments-2@41 (group billing)")
+        .hasMessageContaining("rawProducer(...)");
+    assertThat(typed.history()).isEmpty();
+  }
+
+  @Test
+  void aCustomDestinationWithARawProducerNeedsARawDestinationToo() {
+    KafkaDeadLetterPublisher.Builder<String, String> builder =
+        KafkaDeadLetterPublisher.builder(typed)
+            .rawProducer(raw)
+            .destination(record -> "dead-" + record.topic());
+
+    assertThatThrownBy(builder::build)
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("rawDestination(...)");
+
+    builder
+        .rawDestination(record -> "dead-raw-" + record.topic())
+        .build()
+        .deadLetterUndeserializable(rawRecord(), undeserializable());
+    ProducerRecord<byte[], byte[]> sent = raw.history().get(0);
+    assertThat(sent.topic()).isEqualTo("dead-raw-payments");
+    assertThat(sent.value()).isEqualTo(RAW_VALUE);
+    assertThat(
+            new String(
+                sent.headers().lastHeader(KafkaDeadLetterPublisher.UNDESERIALIZABLE_HEADER).value(),
+                StandardCharsets.UTF_8))
+        .isEqualTo("value");
+  }
+
+  private static ConsumerRecord<byte[], byte[]> rawRecord() {
+    return new ConsumerRecord<>(
+        "payments",
+        2,
+        41,
+        1_700_000_000_000L,
+        TimestampType.CREATE_TIME,
+        ConsumerRecord.NULL_SIZE,
+        RAW_VALUE.length,
+        null,
+        RAW_VALUE,
+        new RecordHeaders(),
+        Optional.empty());
+  }
+
+  private static RecordDeserializationException undeserializable() {
+    return new RecordDeserializationException(
+        RecordDeserializationException.DeserializationExceptionOrigin.VALUE,
+        new TopicPartition("payments", 2),
+        41,
+        1_700_000_000_000L,
+        TimestampType.CREATE_TIME,
+        null,
+        java.nio.ByteBuffer.wrap(RAW_VALUE),
+        new RecordHeaders(),
+        "Error deserializing VALUE for partition payments-2 at offset 41",
+        new SerializationException("Size of data received by IntegerDeserializer is not 4"));
+  }
+}

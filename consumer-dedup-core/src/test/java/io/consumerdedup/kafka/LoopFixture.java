@@ -1,0 +1,115 @@
+package io.consumerdedup.kafka;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Map;
+import java.util.UUID;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.junit.jupiter.api.extension.AfterAllCallback;
+import org.junit.jupiter.api.extension.BeforeAllCallback;
+import org.junit.jupiter.api.extension.BeforeEachCallback;
+import org.junit.jupiter.api.extension.ExtensionContext;
+
+/**
+ * What the poll-loop tests share, registered as a static {@code @RegisterExtension}: per test class
+ * a schema of its own with the dedup store over it and a String producer; per test a fresh topic
+ * name and consumer group, so tests run in any order.
+ */
+final class LoopFixture implements BeforeAllCallback, AfterAllCallback, BeforeEachCallback {
+  static final String BIZ_TYPE = "payment";
+  static final String KEY_HEADER = "order-no";
+  static final Duration WAIT = Duration.ofSeconds(20);
+
+  private final String schemaPrefix;
+  private String schema;
+  private HikariDataSource dataSource;
+  private JdbcDedupStore store;
+  private KafkaProducer<String, String> producer;
+  private String topic;
+  private String group;
+
+  LoopFixture(String schemaPrefix) {
+    this.schemaPrefix = schemaPrefix;
+  }
+
+  @Override
+  public void beforeAll(ExtensionContext context) {
+    schema = TestDatabase.newSchema(schemaPrefix);
+    dataSource = TestDatabase.dataSource(schema, 4);
+    store = JdbcDedupStore.builder(dataSource).build();
+    producer = TestKafka.producer();
+  }
+
+  @Override
+  public void afterAll(ExtensionContext context) {
+    producer.close();
+    dataSource.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  @Override
+  public void beforeEach(ExtensionContext context) {
+    String id = UUID.randomUUID().toString().substring(0, 8);
+    topic = "payments-" + id;
+    group = "billing-" + id;
+  }
+
+  HikariDataSource dataSource() {
+    return dataSource;
+  }
+
+  JdbcDedupStore store() {
+    return store;
+  }
+
+  KafkaProducer<String, String> producer() {
+    return producer;
+  }
+
+  /** This test's topic (not created: each test chooses its partitions). */
+  String topic() {
+    return topic;
+  }
+
+  /** This test's consumer group. */
+  String group() {
+    return group;
+  }
+
+  /** Back-offs and polls short enough for tests; the rest as given. */
+  static <K, V> DedupPollLoop.Builder<K, V> quick(DedupPollLoop.Builder<K, V> builder) {
+    return builder
+        .retryBackOff(Duration.ofMillis(50))
+        .holdBackOff(Duration.ofMillis(100), Duration.ofMillis(200))
+        .pollTimeout(Duration.ofMillis(200));
+  }
+
+  /** Waits until the offsets {@code inGroup} has committed include these. */
+  static void awaitCommitted(String inGroup, Map<TopicPartition, Long> offsets) {
+    await()
+        .atMost(WAIT)
+        .untilAsserted(
+            () -> assertThat(TestKafka.committedOffsets(inGroup)).containsAllEntriesOf(offsets));
+  }
+
+  /** The last header of that name, as UTF-8 text; fails the test if there is none. */
+  static String header(ConsumerRecord<?, ?> record, String name) {
+    Header header = record.headers().lastHeader(name);
+    assertThat(header).as("header " + name).isNotNull();
+    return new String(header.value(), StandardCharsets.UTF_8);
+  }
+
+  static String orderNo(ConsumerRecord<?, ?> record) {
+    return header(record, KEY_HEADER);
+  }
+}
