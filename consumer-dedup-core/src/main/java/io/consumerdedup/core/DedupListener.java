@@ -39,6 +39,12 @@ public interface DedupListener {
    */
   default void leaseLost(DedupKey key, int attempt) {}
 
+  /**
+   * The store failed while claiming {@code key} or writing its outcome ({@code error} says how);
+   * the delivery is retried later. Fired once per failed store call, after the store's own retries.
+   */
+  default void storeFailed(DedupKey key, DedupStoreException error) {}
+
   /** A delivery had no usable key (from the Kafka adapters). */
   default void keyMissing(String bizType, String source) {}
 
@@ -87,6 +93,11 @@ public interface DedupListener {
       @Override
       public void leaseLost(DedupKey key, int attempt) {
         copy.forEach(l -> l.leaseLost(key, attempt));
+      }
+
+      @Override
+      public void storeFailed(DedupKey key, DedupStoreException error) {
+        copy.forEach(l -> l.storeFailed(key, error));
       }
 
       @Override

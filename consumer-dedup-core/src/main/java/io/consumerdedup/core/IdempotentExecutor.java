@@ -194,7 +194,12 @@ public final class IdempotentExecutor implements AutoCloseable {
     checkFingerprint(fingerprint);
     boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
     if (!inTransaction) {
-      outcomes.settlePending(key, source);
+      try {
+        outcomes.settlePending(key, source);
+      } catch (DedupStoreException e) {
+        listener.storeFailed(key, e);
+        throw e;
+      }
     }
     // In the caller's transaction the record is written as SUCCESS at once and kept as such.
     Duration keepFor = inTransaction ? successRetention : failedRetention;
@@ -276,11 +281,12 @@ public final class IdempotentExecutor implements AutoCloseable {
       ClaimResult result = inTransaction ? store.claimInTransaction(request) : store.claim(request);
       unanswered.answered(request.key());
       return result;
-    } catch (DedupStoreUnavailableException e) {
-      // The claim may have committed before the connection failed: send the same id next time.
-      unanswered.unanswered(request.key(), request.claimId(), sentNanos);
-      throw e.locatedAt(request.source());
     } catch (DedupStoreException e) {
+      if (e instanceof DedupStoreUnavailableException) {
+        // The claim may have committed before the connection failed: send the same id next time.
+        unanswered.unanswered(request.key(), request.claimId(), sentNanos);
+      }
+      listener.storeFailed(request.key(), e);
       throw e.locatedAt(request.source());
     } finally {
       listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - sentNanos));
@@ -583,6 +589,11 @@ public final class IdempotentExecutor implements AutoCloseable {
     @Override
     public void leaseLost(DedupKey key, int attempt) {
       guard("leaseLost", () -> delegate.leaseLost(key, attempt));
+    }
+
+    @Override
+    public void storeFailed(DedupKey key, DedupStoreException error) {
+      guard("storeFailed", () -> delegate.storeFailed(key, error));
     }
 
     @Override

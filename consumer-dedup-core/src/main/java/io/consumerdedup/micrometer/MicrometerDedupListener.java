@@ -3,6 +3,7 @@ package io.consumerdedup.micrometer;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStoreException;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.Timer;
@@ -15,7 +16,8 @@ import java.util.Objects;
  *
  * <ul>
  *   <li>{@value #OUTCOMES}: counter tagged {@code biz_type} and {@code outcome} (processed,
- *       duplicate, in_progress, conflict, failed, lease_lost, missing_key)
+ *       duplicate, in_progress, conflict, failed, lease_lost, missing_key, and store_failed: a
+ *       claim or an outcome that could not reach the dedup table, so its delivery waits)
  *   <li>{@value #CLAIM_TIMER}: timer of claim round trips, tagged {@code biz_type}
  *   <li>{@value #PURGED}: counter of records deleted by the retention purge
  * </ul>
@@ -77,6 +79,11 @@ public final class MicrometerDedupListener implements DedupListener {
   @Override
   public void leaseLost(DedupKey key, int attempt) {
     count(key.bizType(), "lease_lost");
+  }
+
+  @Override
+  public void storeFailed(DedupKey key, DedupStoreException error) {
+    count(key.bizType(), "store_failed");
   }
 
   @Override

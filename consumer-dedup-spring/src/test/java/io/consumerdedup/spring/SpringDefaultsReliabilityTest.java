@@ -13,6 +13,8 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.testing.ChildJvm;
 import io.consumerdedup.testing.TcpProxy;
 import io.consumerdedup.testing.TestDatabase;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.nio.charset.StandardCharsets;
 import java.sql.DriverManager;
 import java.sql.SQLException;
@@ -79,6 +81,7 @@ class SpringDefaultsReliabilityTest {
   @Autowired EmbeddedKafkaBroker kafka;
   @Autowired KafkaTemplate<String, String> template;
   @Autowired DedupStore store;
+  @Autowired MeterRegistry meters;
 
   @Test
   void aKeyHeldByAKilledConsumerIsAppliedOnceItsLeaseRunsOutAndNothingIsSkipped() throws Exception {
@@ -138,6 +141,8 @@ class SpringDefaultsReliabilityTest {
       assertThat(effectsLike("OUTAGE-%")).isZero();
       assertThat(committed("rel-outage", 0)).isEqualTo(before);
       assertThat(Outages.listenerCalls).isEmpty();
+      // What an operator sees besides the WARN lines: the store_failed outcome counting up.
+      assertThat(SpringTestEnvironment.outcomes(meters, "outage", "store_failed")).isPositive();
     } finally {
       long left = Duration.ofSeconds(25).toNanos() - (System.nanoTime() - refusedAt);
       Thread.sleep(Math.max(0, left / 1_000_000));
@@ -201,6 +206,11 @@ class SpringDefaultsReliabilityTest {
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
+    @Bean
+    SimpleMeterRegistry meterRegistry() {
+      return new SimpleMeterRegistry();
+    }
+
     @Bean
     Listeners listeners(JdbcTemplate jdbc) {
       return new Listeners(jdbc);

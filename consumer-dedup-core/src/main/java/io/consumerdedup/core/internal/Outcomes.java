@@ -73,7 +73,7 @@ public final class Outcomes implements AutoCloseable {
         return;
       }
     } catch (DedupStoreException e) {
-      keep(outcome);
+      keep(outcome, e);
       log.warn(
           "Handler for {} (attempt {}) succeeded, but SUCCESS could not be recorded yet; keeping"
               + " the lease and retrying in the background. This process will not run the handler"
@@ -107,7 +107,7 @@ public final class Outcomes implements AutoCloseable {
     try {
       write(outcome);
     } catch (DedupStoreException e) {
-      keep(outcome);
+      keep(outcome, e);
       log.warn(
           "Handler for {} (attempt {}) failed, and FAILED could not be recorded yet; keeping the"
               + " lease and retrying in the background: {}",
@@ -185,7 +185,8 @@ public final class Outcomes implements AutoCloseable {
     return false;
   }
 
-  private void keep(Pending outcome) {
+  private void keep(Pending outcome, DedupStoreException error) {
+    listener.storeFailed(outcome.key, error);
     outcome.kept = true;
     Pending earlier = pending.put(outcome.key, outcome);
     if (earlier != null && earlier != outcome) {
