@@ -10,21 +10,15 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.admin.NewTopic;
-import org.apache.kafka.clients.consumer.Consumer;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.serialization.StringDeserializer;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -161,34 +155,12 @@ class KafkaTransactionIntegrationTest {
   }
 
   private List<String> receipts(String isolation, String orderNo) {
-    List<String> values = new ArrayList<>();
-    try (KafkaConsumer<String, String> consumer =
-        new KafkaConsumer<>(
-            Map.of(
-                ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
-                kafka.getBrokersAsString(),
-                ConsumerConfig.GROUP_ID_CONFIG,
-                "reader-" + UUID.randomUUID(),
-                ConsumerConfig.AUTO_OFFSET_RESET_CONFIG,
-                "earliest",
-                ConsumerConfig.ISOLATION_LEVEL_CONFIG,
-                isolation),
-            new StringDeserializer(),
-            new StringDeserializer())) {
-      consumer.subscribe(List.of("ktx-receipts"));
-      long deadline = System.nanoTime() + Duration.ofSeconds(3).toNanos();
-      while (System.nanoTime() < deadline) {
-        consumer
-            .poll(Duration.ofMillis(200))
-            .forEach(
-                record -> {
-                  if (orderNo.equals(record.key())) {
-                    values.add(record.value());
-                  }
-                });
-      }
-    }
-    return values;
+    return SpringTestEnvironment.readTopic(
+            kafka, "ktx-receipts", isolation, Integer.MAX_VALUE, Duration.ofSeconds(3))
+        .stream()
+        .filter(record -> orderNo.equals(record.key()))
+        .map(ConsumerRecord::value)
+        .toList();
   }
 
   private static List<String> failuresOf(String record) {
@@ -236,25 +208,7 @@ class KafkaTransactionIntegrationTest {
     /** Records what the listeners threw, with every cause. */
     @Bean
     RecordInterceptor<Object, Object> failureRecorder() {
-      return new RecordInterceptor<>() {
-        @Override
-        public ConsumerRecord<Object, Object> intercept(
-            ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
-          return record;
-        }
-
-        @Override
-        public void failure(
-            ConsumerRecord<Object, Object> record,
-            Exception exception,
-            Consumer<Object, Object> consumer) {
-          StringBuilder text = new StringBuilder();
-          for (Throwable t = exception; t != null; t = t.getCause()) {
-            text.append(t).append('\n');
-          }
-          Switches.failures.add(text.toString());
-        }
-      };
+      return SpringTestEnvironment.failureRecorder(Switches.failures);
     }
   }
 

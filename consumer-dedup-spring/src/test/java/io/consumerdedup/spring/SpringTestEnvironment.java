@@ -14,6 +14,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import java.util.function.UnaryOperator;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -23,6 +24,7 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 import org.jspecify.annotations.Nullable;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.RecordInterceptor;
 import org.springframework.kafka.test.EmbeddedKafkaBroker;
 import org.springframework.test.context.DynamicPropertyRegistry;
 
@@ -75,6 +77,16 @@ final class SpringTestEnvironment {
   /** Reads every record of {@code topic} from the beginning, until {@code count} have arrived. */
   static List<ConsumerRecord<String, String>> readTopic(
       EmbeddedKafkaBroker kafka, String topic, int count, Duration timeout) {
+    return readTopic(kafka, topic, "read_uncommitted", count, timeout);
+  }
+
+  /**
+   * Reads the records of {@code topic} from the beginning at an isolation level ({@code
+   * read_committed} skips those of aborted transactions), until {@code count} have arrived or
+   * {@code timeout} passed.
+   */
+  static List<ConsumerRecord<String, String>> readTopic(
+      EmbeddedKafkaBroker kafka, String topic, String isolation, int count, Duration timeout) {
     List<ConsumerRecord<String, String>> records = new ArrayList<>();
     try (KafkaConsumer<String, String> consumer =
         new KafkaConsumer<>(
@@ -84,7 +96,9 @@ final class SpringTestEnvironment {
                 ConsumerConfig.GROUP_ID_CONFIG,
                 "reader-" + UUID.randomUUID(),
                 ConsumerConfig.AUTO_OFFSET_RESET_CONFIG,
-                "earliest"),
+                "earliest",
+                ConsumerConfig.ISOLATION_LEVEL_CONFIG,
+                isolation),
             new StringDeserializer(),
             new StringDeserializer())) {
       consumer.subscribe(List.of(topic));
@@ -94,6 +108,37 @@ final class SpringTestEnvironment {
       }
     }
     return records;
+  }
+
+  /**
+   * A record interceptor that adds what each failed listener call threw, with every cause, one per
+   * line, to {@code failures}.
+   */
+  static RecordInterceptor<Object, Object> failureRecorder(List<String> failures) {
+    return new RecordInterceptor<>() {
+      @Override
+      public ConsumerRecord<Object, Object> intercept(
+          ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
+        return record;
+      }
+
+      @Override
+      public void failure(
+          ConsumerRecord<Object, Object> record,
+          Exception exception,
+          Consumer<Object, Object> consumer) {
+        failures.add(causes(exception));
+      }
+    };
+  }
+
+  /** {@code error} and its causes, one per line. */
+  static String causes(Throwable error) {
+    StringBuilder text = new StringBuilder();
+    for (Throwable t = error; t != null; t = t.getCause()) {
+      text.append(t).append('\n');
+    }
+    return text.toString();
   }
 
   static String header(ConsumerRecord<?, ?> record, String name) {

@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
@@ -52,7 +53,7 @@ import org.springframework.transaction.annotation.Transactional;
 @EmbeddedKafka(
     partitions = 1,
     bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {"tx-ledger", "tx-concurrent", "tx-missing", "tx-none"})
+    topics = {"tx-ledger", "tx-concurrent", "tx-missing", "tx-none", "tx-separate-commit"})
 @DirtiesContext
 class TransactionalModeIntegrationTest {
   static final Duration WAIT = Duration.ofSeconds(30);
@@ -92,6 +93,31 @@ class TransactionalModeIntegrationTest {
     send(template, "tx-ledger", "debit 30", "order-no", "TX-1");
     await().atMost(WAIT).until(() -> outcomes("ledger", "duplicate") == 1);
     assertThat(effects("ledger", "TX-1")).isEqualTo(1);
+  }
+
+  @Test
+  void inModeSeparateACommitThatFailsAfterTheListenerReturnedLeavesTheKeyToTheRedelivery()
+      throws Exception {
+    jdbc.execute(
+        "CREATE TABLE IF NOT EXISTS bookings (order_no text,"
+            + " CONSTRAINT bookings_once UNIQUE (order_no) DEFERRABLE INITIALLY DEFERRED)");
+    send(template, "tx-separate-commit", "book 5", "order-no", "SEP-1");
+
+    await().atMost(WAIT).until(() -> bookings("SEP-1") == 1);
+    DedupRecord record = store.find(DedupKey.of("booking", "SEP-1")).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts())
+        .as("the attempt whose commit failed, then the redelivery")
+        .isEqualTo(2);
+    assertThat(record.lastError()).get().asString().contains("transaction rolled back");
+    assertThat(Switches.ledgerCalls.get("SEP-1")).hasValue(2);
+  }
+
+  private int bookings(String orderNo) {
+    Integer count =
+        jdbc.queryForObject(
+            "SELECT count(*) FROM bookings WHERE order_no = ?", Integer.class, orderNo);
+    return count == null ? 0 : count;
   }
 
   @Test
@@ -183,11 +209,7 @@ class TransactionalModeIntegrationTest {
             ConsumerRecord<Object, Object> record,
             Exception exception,
             Consumer<Object, Object> consumer) {
-          StringBuilder text = new StringBuilder();
-          for (Throwable t = exception; t != null; t = t.getCause()) {
-            text.append(t).append('\n');
-          }
-          Switches.failures.add(text.toString());
+          Switches.failures.add(SpringTestEnvironment.causes(exception));
         }
       };
     }
@@ -275,6 +297,22 @@ class TransactionalModeIntegrationTest {
     @KafkaListener(id = "tx-missing", topics = "tx-missing")
     public void onMissing(ConsumerRecord<String, String> record) {
       effect("missing", SpringTestEnvironment.header(record, "order-no"), record.value());
+    }
+
+    /**
+     * Mode SEPARATE in a database transaction: the first attempt books the order twice, which the
+     * deferred unique constraint refuses only at commit, after the listener returned.
+     */
+    @Transactional
+    @Idempotent(bizType = "booking", header = "order-no", mode = DedupMode.SEPARATE)
+    @KafkaListener(id = "tx-separate-commit", topics = "tx-separate-commit")
+    public void book(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      int call =
+          Switches.ledgerCalls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      for (int i = 0; i < (call == 1 ? 2 : 1); i++) {
+        jdbc.update("INSERT INTO bookings (order_no) VALUES (?)", orderNo);
+      }
     }
 
     @Idempotent(bizType = "none", header = "order-no")
