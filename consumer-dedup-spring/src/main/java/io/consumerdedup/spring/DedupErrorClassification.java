@@ -8,7 +8,7 @@ import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.Disposition;
 import java.util.List;
 import org.springframework.kafka.listener.DefaultErrorHandler;
-import org.springframework.kafka.listener.FailedRecordProcessor;
+import org.springframework.kafka.listener.ExceptionClassifier;
 
 /**
  * Teaches a spring-kafka {@link DefaultErrorHandler} (or {@code DefaultAfterRollbackProcessor})
@@ -34,10 +34,15 @@ public final class DedupErrorClassification {
 
   private DedupErrorClassification() {}
 
-  /** Adds consumer-dedup's classifications to {@code errorHandler}; returns it. */
+  /**
+   * Adds consumer-dedup's classifications to {@code classifier}: a {@code DefaultErrorHandler}, a
+   * {@code DefaultAfterRollbackProcessor}, or the {@code DefaultDestinationTopicResolver} of
+   * {@code @RetryableTopic} (so such a record goes straight to the dead-letter topic instead of
+   * through every retry topic); returns it.
+   */
   @SuppressWarnings("unchecked")
-  public static <T extends FailedRecordProcessor> T applyTo(T errorHandler) {
-    errorHandler.addNotRetryableExceptions(DEAD_LETTER.toArray(new Class[0]));
-    return errorHandler;
+  public static <T extends ExceptionClassifier> T applyTo(T classifier) {
+    classifier.addNotRetryableExceptions(DEAD_LETTER.toArray(new Class[0]));
+    return classifier;
   }
 }

@@ -105,8 +105,13 @@ public final class IdempotentExecutors implements AutoCloseable {
     }
   }
 
+  /** The mode of listeners with these overrides. */
+  public DedupMode modeOf(Overrides overrides) {
+    return overrides.mode() != null ? overrides.mode() : defaultMode;
+  }
+
   private IdempotentExecutor build(Overrides overrides) {
-    DedupMode mode = overrides.mode() != null ? overrides.mode() : defaultMode;
+    DedupMode mode = modeOf(overrides);
     IdempotentExecutor.Builder builder =
         IdempotentExecutor.builder(
             mode == DedupMode.TRANSACTIONAL ? transactionalStore : separateStore);

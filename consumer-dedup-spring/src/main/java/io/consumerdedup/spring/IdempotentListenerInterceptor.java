@@ -4,41 +4,28 @@ import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupException;
 import io.consumerdedup.core.DedupKey;
-import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.kafka.KeyExtractor;
-import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.RecordKeyResolver;
-import io.consumerdedup.kafka.RecordSources;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.lang.reflect.Method;
-import java.nio.charset.StandardCharsets;
-import java.security.MessageDigest;
-import java.security.NoSuchAlgorithmException;
-import java.util.AbstractMap;
-import java.util.LinkedHashSet;
+import java.time.Duration;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
-import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.function.Function;
 import org.aopalliance.intercept.MethodInterceptor;
 import org.aopalliance.intercept.MethodInvocation;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.common.header.Header;
 import org.jspecify.annotations.Nullable;
 import org.springframework.aop.support.AopUtils;
 import org.springframework.beans.factory.BeanFactory;
-import org.springframework.context.expression.BeanFactoryResolver;
-import org.springframework.expression.EvaluationContext;
-import org.springframework.expression.EvaluationException;
-import org.springframework.expression.Expression;
-import org.springframework.expression.spel.support.StandardEvaluationContext;
+import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaUtils;
-import org.springframework.messaging.Message;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
@@ -48,24 +35,35 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * outcome. Every decision (claim, duplicate, in progress, conflict, missing key) is the engine's;
  * this class only adapts the method call.
  *
- * <p>The outcome follows the transaction the listener ran in: without one, SUCCESS is written
- * before the method returns to the container, so a SUCCESS that cannot be written keeps the
- * container from acknowledging the record; inside a Spring transaction it is written after the
- * commit (FAILED after a rollback); inside a Kafka transaction of the container, after that
- * transaction, when the container's record interceptor says the record is done ({@link
- * DedupContainers}).
+ * <p>It stands at two places of a listener bean's proxy ({@link IdempotentListenerPostProcessor}):
+ * {@link #outsideTransactions()} for mode SEPARATE, before any {@code @Transactional} advice, so
+ * the claim commits and its connection goes back to the pool before the listener's transaction
+ * takes one, and the outcome is written after that transaction committed (FAILED if it threw);
+ * {@link #insideTransactions()} for mode TRANSACTIONAL, within the listener's transaction, which
+ * the dedup row joins.
+ *
+ * <p>When the outcome is written: without a transaction, before the method returns to the
+ * container, so a SUCCESS that cannot be written keeps the container from acknowledging the record
+ * (an {@code Acknowledgment} the listener calls is passed on only then); inside the container's
+ * Spring transaction, after it commits; inside a Kafka transaction of the container, once the
+ * container is done with the record ({@link CurrentRecordInterceptor}); for a method returning a
+ * {@code CompletableFuture} or {@code Mono}, when it completes (the container sees it complete only
+ * then). A listener that calls {@code Acknowledgment.nack} leaves its key FAILED, so the redelivery
+ * it asked for runs it again. A duplicate is not invoked: it returns {@code null}, a primitive's
+ * zero, or an empty future or Mono, and its {@code Acknowledgment} is acknowledged.
  *
  * <p>The record comes from the method's {@code ConsumerRecord} argument if it has one, else from
- * {@link CurrentRecordInterceptor}, which {@link DedupContainers} adds to every listener container.
- * A duplicate returns {@code null} without invoking the method. The method's own exceptions,
- * checked or not, are rethrown as themselves after FAILED is recorded.
+ * {@link CurrentRecordInterceptor}. The method's own exceptions are rethrown as themselves after
+ * FAILED is recorded.
  */
-public final class IdempotentListenerInterceptor implements MethodInterceptor {
+public final class IdempotentListenerInterceptor {
 
   private final IdempotentExecutors executors;
   private final MissingKeyPolicy defaultMissingKeyPolicy;
   private final @Nullable BeanFactory beanFactory;
   private final Map<Method, Optional<IdempotentListenerMethod>> methods = new ConcurrentHashMap<>();
+  private final MethodInterceptor outsideTransactions = forMode(DedupMode.SEPARATE);
+  private final MethodInterceptor insideTransactions = forMode(DedupMode.TRANSACTIONAL);
 
   /**
    * @param beanFactory resolves {@code @bean} references in key expressions; may be null
@@ -80,30 +78,38 @@ public final class IdempotentListenerInterceptor implements MethodInterceptor {
     this.beanFactory = beanFactory;
   }
 
-  @Override
-  public @Nullable Object invoke(MethodInvocation invocation) throws Throwable {
-    IdempotentListenerMethod listener = listenerOf(invocation).orElse(null);
-    if (listener == null) {
-      return invocation.proceed();
-    }
-    Object[] arguments = invocation.getArguments();
-    ConsumerRecord<Object, Object> record = recordOf(listener, arguments);
+  /** The advice for listeners in mode SEPARATE: to stand before any transaction advice. */
+  public MethodInterceptor outsideTransactions() {
+    return outsideTransactions;
+  }
+
+  /** The advice for listeners in mode TRANSACTIONAL: to stand within the transaction advice. */
+  public MethodInterceptor insideTransactions() {
+    return insideTransactions;
+  }
+
+  private MethodInterceptor forMode(DedupMode mode) {
+    return invocation -> {
+      IdempotentListenerMethod listener = listenerOf(invocation).orElse(null);
+      if (listener == null || executors.modeOf(listener.overrides) != mode) {
+        return invocation.proceed();
+      }
+      return invoke(invocation, listener);
+    };
+  }
+
+  private @Nullable Object invoke(MethodInvocation invocation, IdempotentListenerMethod listener)
+      throws Throwable {
+    @Nullable Object[] arguments = invocation.getArguments();
+    ConsumerRecord<Object, Object> record = listener.record(arguments);
     IdempotentExecutor executor = executors.executor(listener.overrides);
-    String groupId = KafkaUtils.getConsumerGroupId();
-    EvaluationContext[] context = new EvaluationContext[1];
-    Function<ConsumerRecord<Object, Object>, EvaluationContext> contextOf =
-        r -> {
-          if (context[0] == null) {
-            context[0] = evaluationContext(listener, r, arguments);
-          }
-          return context[0];
-        };
+    IdempotentListenerMethod.Call call = listener.call(record, arguments, beanFactory);
     RecordKeyResolver<Object, Object> keys =
         new RecordKeyResolver<>(
             listener.bizType,
-            keyExtractor(listener, contextOf),
+            call.keyExtractor(),
             listener.missingKeyPolicy != null ? listener.missingKeyPolicy : defaultMissingKeyPolicy,
-            groupId,
+            KafkaUtils.getConsumerGroupId(),
             executor.listener());
     Optional<DedupKey> key = keys.resolve(record);
     if (key.isEmpty()) {
@@ -113,16 +119,29 @@ public final class IdempotentListenerInterceptor implements MethodInterceptor {
     if (executor.mode() == DedupMode.TRANSACTIONAL) {
       executors.requireTransaction(listener.toString(), key.get(), source);
     }
-    Expression fingerprint = listener.fingerprint;
-    String print =
-        fingerprint == null
-            ? null
-            : sha256(evaluate(listener, "fingerprint", fingerprint, contextOf, record));
-    DedupClaim claim = executor.claim(key.get(), print, source);
+    DedupClaim claim = executor.claim(key.get(), call.fingerprint(), source);
+    Acknowledgment acknowledgment =
+        listener.ackIndex >= 0 && arguments[listener.ackIndex] instanceof Acknowledgment ack
+            ? ack
+            : null;
     if (claim.isDuplicate()) {
-      return null;
+      if (acknowledgment != null && listener.returns == IdempotentListenerMethod.Returns.VALUE) {
+        // As spring-kafka does for records it filters out: otherwise, in a manual ack mode, the
+        // duplicate's offset is never committed and the consumer's lag never reaches zero.
+        acknowledgment.acknowledge();
+      }
+      return listener.duplicateResult();
     }
     ListenerOutcomes.Pending pending = ListenerOutcomes.pending(record, claim);
+    boolean settleNow =
+        listener.returns == IdempotentListenerMethod.Returns.VALUE
+            && !ListenerOutcomes.inKafkaTransaction()
+            && !TransactionSynchronizationManager.isSynchronizationActive();
+    HeldAcknowledgment held = null;
+    if (acknowledgment != null) {
+      held = new HeldAcknowledgment(acknowledgment, pending, settleNow);
+      arguments[listener.ackIndex] = held;
+    }
     Object result;
     try {
       result = invocation.proceed();
@@ -131,9 +150,47 @@ public final class IdempotentListenerInterceptor implements MethodInterceptor {
       settle(listener, record, pending, claim, source);
       throw error;
     }
-    pending.listenerSucceeded();
-    settle(listener, record, pending, claim, source);
-    return result;
+    switch (listener.returns) {
+      case FUTURE:
+        return settledWhenDone(((CompletionStage<?>) Objects.requireNonNull(result)), pending);
+      case MONO:
+        return MonoOutcomes.settledWhenDone(
+            Objects.requireNonNull(result), future -> settledWhenDone(future, pending));
+      default:
+        pending.listenerSucceeded();
+        settle(listener, record, pending, claim, source);
+        if (held != null) {
+          held.release();
+        }
+        return result;
+    }
+  }
+
+  /**
+   * A future that completes once the listener's does and its outcome is written: the container
+   * acknowledges the record only then. If SUCCESS cannot be written, it fails with the reason.
+   */
+  private static CompletableFuture<Object> settledWhenDone(
+      CompletionStage<?> future, ListenerOutcomes.Pending pending) {
+    return future
+        .toCompletableFuture()
+        .handle(
+            (value, error) -> {
+              Throwable cause =
+                  error instanceof CompletionException && error.getCause() != null
+                      ? error.getCause()
+                      : error;
+              if (cause == null) {
+                pending.listenerSucceeded();
+              } else {
+                pending.listenerFailed(cause);
+              }
+              pending.settle();
+              if (cause != null) {
+                throw new CompletionException(cause);
+              }
+              return value;
+            });
   }
 
   /**
@@ -184,145 +241,61 @@ public final class IdempotentListenerInterceptor implements MethodInterceptor {
         specific, m -> Optional.ofNullable(IdempotentListenerMethod.of(m)));
   }
 
-  @SuppressWarnings("unchecked")
-  private static ConsumerRecord<Object, Object> recordOf(
-      IdempotentListenerMethod listener, @Nullable Object[] arguments) {
-    if (listener.recordIndex >= 0 && arguments[listener.recordIndex] != null) {
-      return (ConsumerRecord<Object, Object>) arguments[listener.recordIndex];
-    }
-    return (ConsumerRecord<Object, Object>)
-        CurrentRecordInterceptor.current()
-            .orElseThrow(
-                () ->
-                    new IllegalStateException(
-                        "@Idempotent listener "
-                            + listener
-                            + " was called without a record: it takes no ConsumerRecord argument"
-                            + " and its container does not run CurrentRecordInterceptor (the"
-                            + " auto-configuration adds it to listener container factory beans;"
-                            + " for a factory or container made by hand call"
-                            + " DedupContainers.configure(container)), or it was called outside"
-                            + " a Kafka listener container, or on a batch listener"));
-  }
-
-  private KeyExtractor<Object, Object> keyExtractor(
-      IdempotentListenerMethod listener,
-      Function<ConsumerRecord<Object, Object>, EvaluationContext> contextOf) {
-    String header = listener.header;
-    if (header != null) {
-      return KeyExtractors.header(header);
-    }
-    Expression key = Objects.requireNonNull(listener.key);
-    return record -> {
-      String value = evaluate(listener, "key", key, contextOf, record);
-      return value == null || value.isEmpty() ? Optional.empty() : Optional.of(value);
-    };
-  }
-
-  private static @Nullable String evaluate(
-      IdempotentListenerMethod listener,
-      String what,
-      Expression expression,
-      Function<ConsumerRecord<Object, Object>, EvaluationContext> contextOf,
-      ConsumerRecord<Object, Object> record) {
-    Object value;
-    try {
-      value = expression.getValue(contextOf.apply(record));
-    } catch (EvaluationException e) {
-      // The expression is checked at start-up; failing here means this record lacks what it reads,
-      // and a redelivery carries the same data: not retryable.
-      throw new DedupKeyMalformedException(
-          "@Idempotent "
-              + what
-              + " expression '"
-              + expression.getExpressionString()
-              + "' of "
-              + listener
-              + " failed on this record: "
-              + e.getMessage(),
-          RecordSources.describe(record, KafkaUtils.getConsumerGroupId()),
-          e);
-    }
-    return value == null ? null : value.toString();
-  }
-
-  private EvaluationContext evaluationContext(
-      IdempotentListenerMethod listener,
-      ConsumerRecord<Object, Object> record,
-      @Nullable Object[] arguments) {
-    StandardEvaluationContext context = new StandardEvaluationContext();
-    if (beanFactory != null) {
-      context.setBeanResolver(new BeanFactoryResolver(beanFactory));
-    }
-    context.setVariable("record", record);
-    context.setVariable("topic", record.topic());
-    context.setVariable("headers", new DecodedHeaders(record));
-    context.setVariable("payload", payloadOf(listener, record, arguments));
-    return context;
-  }
-
-  private static @Nullable Object payloadOf(
-      IdempotentListenerMethod listener,
-      ConsumerRecord<Object, Object> record,
-      @Nullable Object[] arguments) {
-    if (listener.messageIndex >= 0 && arguments[listener.messageIndex] instanceof Message<?> m) {
-      return m.getPayload();
-    }
-    if (listener.payloadIndex >= 0) {
-      return arguments[listener.payloadIndex];
-    }
-    return record.value();
-  }
-
-  private static @Nullable String sha256(@Nullable String value) {
-    if (value == null) {
-      return null;
-    }
-    try {
-      MessageDigest digest = MessageDigest.getInstance("SHA-256");
-      return java.util.HexFormat.of()
-          .formatHex(digest.digest(value.getBytes(StandardCharsets.UTF_8)));
-    } catch (NoSuchAlgorithmException e) {
-      throw new IllegalStateException("SHA-256 is required of every Java platform", e);
-    }
-  }
-
   /**
-   * {@code #headers}: header name to the value of its last occurrence, decoded strictly as UTF-8 by
-   * the core's {@link KeyExtractors#header(String)} when read (a header that is not UTF-8 fails
-   * only if the expression reads it).
+   * The listener's {@link Acknowledgment}, as the listener sees it: a nack leaves the key FAILED
+   * (the record comes back, and must run again); and where the outcome is written before the method
+   * returns, an acknowledgment is passed on only once SUCCESS is written, so no offset is committed
+   * past a record whose SUCCESS is not recorded.
    */
-  private static final class DecodedHeaders extends AbstractMap<String, @Nullable String> {
-    private final ConsumerRecord<Object, Object> record;
+  private static final class HeldAcknowledgment implements Acknowledgment {
+    private final Acknowledgment delegate;
+    private final ListenerOutcomes.Pending pending;
+    private final boolean holdUntilSettled;
+    private boolean acknowledged;
 
-    DecodedHeaders(ConsumerRecord<Object, Object> record) {
-      this.record = record;
+    HeldAcknowledgment(
+        Acknowledgment delegate, ListenerOutcomes.Pending pending, boolean holdUntilSettled) {
+      this.delegate = delegate;
+      this.pending = pending;
+      this.holdUntilSettled = holdUntilSettled;
     }
 
     @Override
-    public @Nullable String get(@Nullable Object name) {
-      if (!(name instanceof String header) || header.isBlank()) {
-        return null;
+    public void acknowledge() {
+      if (holdUntilSettled) {
+        acknowledged = true;
+      } else {
+        delegate.acknowledge();
       }
-      return KeyExtractors.<Object, Object>header(header).extract(record).orElse(null);
     }
 
     @Override
-    public boolean containsKey(@Nullable Object name) {
-      return name instanceof String header && record.headers().lastHeader(header) != null;
+    public void nack(Duration sleep) {
+      pending.rolledBack(new IllegalStateException("the listener nacked the record"));
+      delegate.nack(sleep);
     }
 
     @Override
-    public Set<Map.Entry<String, @Nullable String>> entrySet() {
-      Set<String> names = new LinkedHashSet<>();
-      for (Header header : record.headers()) {
-        names.add(header.key());
+    public void acknowledge(int index) {
+      delegate.acknowledge(index);
+    }
+
+    @Override
+    public void nack(int index, Duration sleep) {
+      pending.rolledBack(new IllegalStateException("the listener nacked the record"));
+      delegate.nack(index, sleep);
+    }
+
+    @Override
+    public boolean isOutOfOrderCommit() {
+      return delegate.isOutOfOrderCommit();
+    }
+
+    /** SUCCESS is written: passes on an acknowledgment the listener made. */
+    void release() {
+      if (acknowledged) {
+        delegate.acknowledge();
       }
-      Set<Map.Entry<String, @Nullable String>> entries = new LinkedHashSet<>();
-      for (String name : names) {
-        entries.add(new SimpleImmutableEntry<>(name, get(name)));
-      }
-      return entries;
     }
   }
 }

@@ -1,32 +1,81 @@
 package io.consumerdedup.spring;
 
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.InProgressPolicy;
+import io.consumerdedup.kafka.KeyExtractor;
+import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.MissingKeyPolicy;
-import java.lang.annotation.Annotation;
+import io.consumerdedup.kafka.RecordSources;
 import java.lang.reflect.Method;
+import java.lang.reflect.Modifier;
+import java.lang.reflect.ParameterizedType;
+import java.lang.reflect.Type;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
 import java.time.Duration;
+import java.util.AbstractMap;
+import java.util.Collection;
+import java.util.HexFormat;
+import java.util.LinkedHashSet;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.common.header.Header;
 import org.jspecify.annotations.Nullable;
+import org.springframework.beans.factory.BeanFactory;
 import org.springframework.boot.convert.DurationStyle;
+import org.springframework.context.expression.BeanFactoryResolver;
+import org.springframework.core.MethodParameter;
 import org.springframework.core.annotation.AnnotatedElementUtils;
+import org.springframework.core.annotation.AnnotatedMethod;
+import org.springframework.expression.EvaluationContext;
+import org.springframework.expression.EvaluationException;
 import org.springframework.expression.Expression;
 import org.springframework.expression.ParseException;
 import org.springframework.expression.spel.standard.SpelExpressionParser;
+import org.springframework.expression.spel.support.StandardEvaluationContext;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.listener.adapter.ConsumerRecordMetadata;
 import org.springframework.kafka.support.Acknowledgment;
+import org.springframework.kafka.support.KafkaUtils;
 import org.springframework.messaging.Message;
-import org.springframework.messaging.handler.annotation.Header;
+import org.springframework.messaging.MessageHeaders;
 import org.springframework.messaging.handler.annotation.Headers;
 import org.springframework.messaging.handler.annotation.Payload;
+import org.springframework.messaging.handler.annotation.SendTo;
+import org.springframework.messaging.support.MessageHeaderAccessor;
+import org.springframework.util.ClassUtils;
 
 /**
- * One {@link Idempotent} listener method, its annotation parsed and checked once (at start-up, by
- * {@link IdempotentListenerPostProcessor}), so a mistake fails the application, not a record.
+ * One {@link Idempotent} listener method: its annotation parsed and its signature read once, at
+ * start-up ({@link IdempotentListenerPostProcessor}), so that a mistake, or a listener shape that
+ * consumer-dedup cannot protect, fails the application with what to do instead, not a record. At
+ * run time it derives a call's key and fingerprint (header or SpEL) and what a duplicate returns.
  */
 final class IdempotentListenerMethod {
   private static final SpelExpressionParser PARSER = new SpelExpressionParser();
+  private static final boolean REACTOR_PRESENT =
+      ClassUtils.isPresent(
+          "reactor.core.publisher.Mono", IdempotentListenerMethod.class.getClassLoader());
+  private static final String KOTLIN_CONTINUATION = "kotlin.coroutines.Continuation";
+
+  /** What the method returns, which decides when its outcome is known. */
+  enum Returns {
+    /** A value or nothing: the outcome is known when the method returns. */
+    VALUE,
+    /** A {@code CompletableFuture} or {@code CompletionStage}: known when it completes. */
+    FUTURE,
+    /** A Reactor {@code Mono}: known when it completes. */
+    MONO
+  }
 
   final String name;
   final String bizType;
@@ -35,18 +84,26 @@ final class IdempotentListenerMethod {
   final @Nullable Expression fingerprint;
   final @Nullable MissingKeyPolicy missingKeyPolicy;
   final IdempotentExecutors.Overrides overrides;
+  final Returns returns;
+
+  /** What a duplicate returns: null, a primitive's zero, or an empty future or Mono. */
+  private final Class<?> returnType;
 
   /** Index of the argument that is the record, or -1. */
   final int recordIndex;
 
   /** Index of the argument that is a {@code Message<?>}, or -1. */
-  final int messageIndex;
+  private final int messageIndex;
 
   /** Index of the argument that is the converted payload, or -1 (then the record value). */
-  final int payloadIndex;
+  private final int payloadIndex;
+
+  /** Index of the {@code Acknowledgment} argument, or -1. */
+  final int ackIndex;
 
   private IdempotentListenerMethod(Method method, Idempotent annotation) {
     this.name = method.getDeclaringClass().getName() + "#" + method.getName();
+    refuseUnprotectable(method);
     this.bizType = annotation.bizType();
     try {
       DedupKey.of(bizType, "check");
@@ -77,37 +134,271 @@ final class IdempotentListenerMethod {
       }
     }
     this.overrides = new IdempotentExecutors.Overrides(lease, inProgress, mode);
+    this.returnType = method.getReturnType();
+    this.returns = returnsOf(returnType);
 
-    Class<?>[] types = method.getParameterTypes();
-    Annotation[][] annotations = method.getParameterAnnotations();
+    // As spring-messaging resolves the arguments: parameter annotations of interfaces count too,
+    // and the payload is the @Payload parameter, else the first one no other resolver claims.
     int record = -1;
     int message = -1;
-    int payload = -1;
-    int unannotated = -1;
-    for (int i = 0; i < types.length; i++) {
-      if (ConsumerRecord.class.isAssignableFrom(types[i])) {
+    int ack = -1;
+    int annotatedPayload = -1;
+    int unclaimed = -1;
+    for (MethodParameter parameter : new AnnotatedMethod(method).getMethodParameters()) {
+      int i = parameter.getParameterIndex();
+      Class<?> type = parameter.getParameterType();
+      if (ConsumerRecord.class.isAssignableFrom(type)) {
         record = record < 0 ? i : record;
-      } else if (Message.class.isAssignableFrom(types[i])) {
+      } else if (Message.class.isAssignableFrom(type)) {
         message = message < 0 ? i : message;
-      } else if (has(annotations[i], Payload.class)) {
-        payload = payload < 0 ? i : payload;
-      } else if (unannotated < 0
-          && !has(annotations[i], Header.class)
-          && !has(annotations[i], Headers.class)
-          && !Acknowledgment.class.isAssignableFrom(types[i])
-          && !Consumer.class.isAssignableFrom(types[i])) {
-        unannotated = i;
+      } else if (Acknowledgment.class.isAssignableFrom(type)) {
+        ack = ack < 0 ? i : ack;
+      } else if (parameter.hasParameterAnnotation(Payload.class)) {
+        annotatedPayload = annotatedPayload < 0 ? i : annotatedPayload;
+      } else if (unclaimed < 0 && !claimedByAnotherResolver(parameter)) {
+        unclaimed = i;
       }
     }
     this.recordIndex = record;
     this.messageIndex = message;
-    this.payloadIndex = payload >= 0 ? payload : unannotated;
+    this.ackIndex = ack;
+    this.payloadIndex = annotatedPayload >= 0 ? annotatedPayload : unclaimed;
   }
 
   /** The parsed annotation of {@code method}, or null if it has none. */
   static @Nullable IdempotentListenerMethod of(Method method) {
     Idempotent annotation = AnnotatedElementUtils.findMergedAnnotation(method, Idempotent.class);
     return annotation == null ? null : new IdempotentListenerMethod(method, annotation);
+  }
+
+  /** Listener shapes whose calls consumer-dedup cannot see through, refused with the remedy. */
+  private void refuseUnprotectable(Method method) {
+    int modifiers = method.getModifiers();
+    if (Modifier.isFinal(modifiers)
+        || Modifier.isStatic(modifiers)
+        || Modifier.isPrivate(modifiers)) {
+      throw invalid(
+          "the method is "
+              + (Modifier.isFinal(modifiers)
+                  ? "final"
+                  : Modifier.isStatic(modifiers) ? "static" : "private")
+              + ", so the proxy cannot intercept it and nothing would be deduplicated: make it a"
+              + " public, non-final instance method",
+          null);
+    }
+    for (Class<?> type : method.getParameterTypes()) {
+      if (type.getName().equals(KOTLIN_CONTINUATION)) {
+        throw invalid(
+            "Kotlin suspend functions are not supported (the proxy sees the call return before"
+                + " its body runs): return a CompletableFuture or a Mono instead",
+            null);
+      }
+    }
+    if (isBatch(method)) {
+      throw invalid(
+          "batch listeners are not supported: make it a record listener (one ConsumerRecord or"
+              + " payload per call), or use DedupPollLoop in a plain kafka-clients consumer",
+          null);
+    }
+    if (AnnotatedElementUtils.hasAnnotation(method, SendTo.class)
+        || AnnotatedElementUtils.hasAnnotation(method.getDeclaringClass(), SendTo.class)) {
+      throw invalid(
+          "@SendTo is not supported: a duplicate request would get no reply, since the method is"
+              + " not invoked again. Send the reply from the method with a KafkaTemplate, keyed by"
+              + " the request, so that a requester can wait for the first one",
+          null);
+    }
+  }
+
+  private static boolean isBatch(Method method) {
+    KafkaListener listener =
+        AnnotatedElementUtils.findMergedAnnotation(method, KafkaListener.class);
+    if (listener != null && "true".equalsIgnoreCase(listener.batch().trim())) {
+      return true;
+    }
+    for (Type type : method.getGenericParameterTypes()) {
+      if (type instanceof Class<?> raw && ConsumerRecords.class.isAssignableFrom(raw)) {
+        return true;
+      }
+      if (type instanceof ParameterizedType parameterized
+          && parameterized.getRawType() instanceof Class<?> raw) {
+        if (ConsumerRecords.class.isAssignableFrom(raw)) {
+          return true;
+        }
+        Type element = parameterized.getActualTypeArguments()[0];
+        Class<?> elementClass =
+            element instanceof ParameterizedType p && p.getRawType() instanceof Class<?> c
+                ? c
+                : element instanceof Class<?> c ? c : Object.class;
+        if (Collection.class.isAssignableFrom(raw)
+            && (ConsumerRecord.class.isAssignableFrom(elementClass)
+                || Message.class.isAssignableFrom(elementClass))) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  /** Parameters resolved from something else than the payload, as spring-messaging does. */
+  private static boolean claimedByAnotherResolver(MethodParameter parameter) {
+    Class<?> type = parameter.getParameterType();
+    return parameter.hasParameterAnnotation(
+            org.springframework.messaging.handler.annotation.Header.class)
+        || parameter.hasParameterAnnotation(Headers.class)
+        || Consumer.class.isAssignableFrom(type)
+        || ConsumerRecordMetadata.class.isAssignableFrom(type)
+        || MessageHeaders.class.isAssignableFrom(type)
+        || MessageHeaderAccessor.class.isAssignableFrom(type)
+        || type.getName().equals(KOTLIN_CONTINUATION)
+        || type.getName().equals("org.springframework.kafka.support.ShareAcknowledgment");
+  }
+
+  private static Returns returnsOf(Class<?> type) {
+    if (CompletionStage.class.isAssignableFrom(type)) {
+      return Returns.FUTURE;
+    }
+    if (REACTOR_PRESENT && MonoOutcomes.isMono(type)) {
+      return Returns.MONO;
+    }
+    return Returns.VALUE;
+  }
+
+  /** What the method returns for a duplicate, in place of invoking it. */
+  @Nullable Object duplicateResult() {
+    return switch (returns) {
+      case FUTURE -> CompletableFuture.completedFuture(null);
+      case MONO -> MonoOutcomes.empty();
+      case VALUE ->
+          returnType.isPrimitive() && returnType != void.class
+              ? java.lang.reflect.Array.get(java.lang.reflect.Array.newInstance(returnType, 1), 0)
+              : null;
+    };
+  }
+
+  /**
+   * The record being delivered: the method's {@code ConsumerRecord} argument, else the one the
+   * container hands over on this thread.
+   */
+  @SuppressWarnings("unchecked")
+  ConsumerRecord<Object, Object> record(@Nullable Object[] arguments) {
+    if (recordIndex >= 0 && arguments[recordIndex] != null) {
+      return (ConsumerRecord<Object, Object>) arguments[recordIndex];
+    }
+    return (ConsumerRecord<Object, Object>)
+        CurrentRecordInterceptor.current()
+            .orElseThrow(
+                () ->
+                    new IllegalStateException(
+                        "@Idempotent listener "
+                            + this
+                            + " was called without a record: it takes no ConsumerRecord argument"
+                            + " and its container does not run CurrentRecordInterceptor (the"
+                            + " auto-configuration adds it to every listener container; for a"
+                            + " container made by hand call DedupContainers.configure(container)),"
+                            + " or it was called outside a Kafka listener container"));
+  }
+
+  /** One call's view for key and fingerprint expressions; its SpEL context is made when needed. */
+  Call call(
+      ConsumerRecord<Object, Object> record,
+      @Nullable Object[] arguments,
+      @Nullable BeanFactory beanFactory) {
+    return new Call(record, arguments, beanFactory);
+  }
+
+  /** The key and fingerprint of one call. */
+  final class Call {
+    private final ConsumerRecord<Object, Object> record;
+    private final @Nullable Object[] arguments;
+    private final @Nullable BeanFactory beanFactory;
+    private @Nullable EvaluationContext context;
+
+    private Call(
+        ConsumerRecord<Object, Object> record,
+        @Nullable Object[] arguments,
+        @Nullable BeanFactory beanFactory) {
+      this.record = record;
+      this.arguments = arguments;
+      this.beanFactory = beanFactory;
+    }
+
+    /** How the business key is taken from the record: its header, or the key expression. */
+    KeyExtractor<Object, Object> keyExtractor() {
+      if (header != null) {
+        return KeyExtractors.header(header);
+      }
+      Expression expression = java.util.Objects.requireNonNull(key);
+      return ignored -> {
+        String value = evaluate("key", expression);
+        return value == null || value.isEmpty() ? Optional.empty() : Optional.of(value);
+      };
+    }
+
+    /** The SHA-256 of the fingerprint expression's value, or null without one. */
+    @Nullable String fingerprint() {
+      if (fingerprint == null) {
+        return null;
+      }
+      String value = evaluate("fingerprint", fingerprint);
+      return value == null ? null : sha256(value);
+    }
+
+    private @Nullable String evaluate(String what, Expression expression) {
+      Object value;
+      try {
+        value = expression.getValue(context());
+      } catch (EvaluationException e) {
+        // The expression is checked at start-up; failing here means this record lacks what it
+        // reads, and a redelivery carries the same data: not retryable.
+        throw new DedupKeyMalformedException(
+            "@Idempotent "
+                + what
+                + " expression '"
+                + expression.getExpressionString()
+                + "' of "
+                + name
+                + " failed on this record: "
+                + e.getMessage(),
+            RecordSources.describe(record, KafkaUtils.getConsumerGroupId()),
+            e);
+      }
+      return value == null ? null : value.toString();
+    }
+
+    private EvaluationContext context() {
+      if (context == null) {
+        StandardEvaluationContext made = new StandardEvaluationContext();
+        if (beanFactory != null) {
+          made.setBeanResolver(new BeanFactoryResolver(beanFactory));
+        }
+        made.setVariable("record", record);
+        made.setVariable("topic", record.topic());
+        made.setVariable("headers", new DecodedHeaders(record));
+        made.setVariable("payload", payload());
+        context = made;
+      }
+      return context;
+    }
+
+    private @Nullable Object payload() {
+      if (messageIndex >= 0 && arguments[messageIndex] instanceof Message<?> message) {
+        return message.getPayload();
+      }
+      if (payloadIndex >= 0) {
+        return arguments[payloadIndex];
+      }
+      return record.value();
+    }
+  }
+
+  private static String sha256(String value) {
+    try {
+      MessageDigest digest = MessageDigest.getInstance("SHA-256");
+      return HexFormat.of().formatHex(digest.digest(value.getBytes(StandardCharsets.UTF_8)));
+    } catch (NoSuchAlgorithmException e) {
+      throw new IllegalStateException("SHA-256 is required of every Java platform", e);
+    }
   }
 
   private Expression parse(String what, String text) {
@@ -129,17 +420,47 @@ final class IdempotentListenerMethod {
     return new IllegalStateException("@Idempotent on " + name + ": " + problem, cause);
   }
 
-  private static boolean has(Annotation[] annotations, Class<? extends Annotation> type) {
-    for (Annotation annotation : annotations) {
-      if (type.isInstance(annotation)) {
-        return true;
-      }
-    }
-    return false;
-  }
-
   @Override
   public String toString() {
     return name;
+  }
+
+  /**
+   * {@code #headers}: header name to the value of its last occurrence, decoded strictly as UTF-8 by
+   * the core's {@link KeyExtractors#header(String)} when read (a header that is not UTF-8 fails
+   * only if the expression reads it).
+   */
+  private static final class DecodedHeaders extends AbstractMap<String, @Nullable String> {
+    private final ConsumerRecord<Object, Object> record;
+
+    DecodedHeaders(ConsumerRecord<Object, Object> record) {
+      this.record = record;
+    }
+
+    @Override
+    public @Nullable String get(@Nullable Object name) {
+      if (!(name instanceof String header) || header.isBlank()) {
+        return null;
+      }
+      return KeyExtractors.<Object, Object>header(header).extract(record).orElse(null);
+    }
+
+    @Override
+    public boolean containsKey(@Nullable Object name) {
+      return name instanceof String header && record.headers().lastHeader(header) != null;
+    }
+
+    @Override
+    public Set<Map.Entry<String, @Nullable String>> entrySet() {
+      Set<String> names = new LinkedHashSet<>();
+      for (Header header : record.headers()) {
+        names.add(header.key());
+      }
+      Set<Map.Entry<String, @Nullable String>> entries = new LinkedHashSet<>();
+      for (String name : names) {
+        entries.add(new SimpleImmutableEntry<>(name, get(name)));
+      }
+      return entries;
+    }
   }
 }

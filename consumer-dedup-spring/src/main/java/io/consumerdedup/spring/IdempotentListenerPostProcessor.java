@@ -1,7 +1,10 @@
 package io.consumerdedup.spring;
 
+import java.util.function.Function;
 import java.util.function.Supplier;
 import org.aopalliance.intercept.MethodInterceptor;
+import org.springframework.aop.Advisor;
+import org.springframework.aop.framework.Advised;
 import org.springframework.aop.framework.autoproxy.AbstractBeanFactoryAwareAdvisingPostProcessor;
 import org.springframework.aop.support.AopUtils;
 import org.springframework.aop.support.DefaultPointcutAdvisor;
@@ -11,28 +14,38 @@ import org.springframework.util.ReflectionUtils;
 
 /**
  * Proxies beans with {@link Idempotent} methods so that calls to them pass through the {@link
- * IdempotentListenerInterceptor}, and checks each annotation at start-up.
+ * IdempotentListenerInterceptor}, and checks each annotation and method signature at start-up.
  *
- * <p>On a bean that is already proxied (say for {@code @Transactional}) the interceptor is added
- * after the existing advisors, so it runs inside the transaction: what {@code TRANSACTIONAL} mode
- * needs. It runs before spring-kafka's {@code KafkaListenerAnnotationBeanPostProcessor}, so the
- * listener endpoints invoke the proxy.
+ * <p>Two advisors, around any that the bean already has (say for {@code @Transactional}): the one
+ * for mode SEPARATE goes first, so the claim and its outcome stand outside the listener's
+ * transaction (one pool connection at a time per listener thread, and SUCCESS only after the
+ * commit); the one for mode TRANSACTIONAL goes last, inside the transaction, which the dedup row
+ * joins. This post-processor runs before spring-kafka's {@code
+ * KafkaListenerAnnotationBeanPostProcessor}, so the listener endpoints invoke the proxy.
  */
 public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdvisingPostProcessor {
   private static final long serialVersionUID = 1L;
+
+  private final Advisor outside;
 
   /**
    * @param interceptor supplies the interceptor at the first call, so that this post-processor
    *     (created early, as all are) does not create the DataSource and the store early
    */
   public IdempotentListenerPostProcessor(Supplier<IdempotentListenerInterceptor> interceptor) {
-    MethodInterceptor lazy = invocation -> interceptor.get().invoke(invocation);
-    this.advisor =
-        new DefaultPointcutAdvisor(
-            new AnnotationMatchingPointcut(null, Idempotent.class, true), lazy);
+    this.advisor = advisor(interceptor, IdempotentListenerInterceptor::insideTransactions);
+    this.outside = advisor(interceptor, IdempotentListenerInterceptor::outsideTransactions);
     setProxyTargetClass(true);
     setBeforeExistingAdvisors(false);
     setOrder(Ordered.LOWEST_PRECEDENCE - 100);
+  }
+
+  private static Advisor advisor(
+      Supplier<IdempotentListenerInterceptor> interceptor,
+      Function<IdempotentListenerInterceptor, MethodInterceptor> position) {
+    MethodInterceptor lazy = invocation -> position.apply(interceptor.get()).invoke(invocation);
+    return new DefaultPointcutAdvisor(
+        new AnnotationMatchingPointcut(null, Idempotent.class, true), lazy);
   }
 
   @Override
@@ -42,6 +55,12 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
       // Fail at start-up, naming the method, rather than at the first record.
       ReflectionUtils.doWithMethods(
           AopUtils.getTargetClass(processed), IdempotentListenerMethod::of);
+      if (processed instanceof Advised advised
+          && !advised.isFrozen()
+          && advised.indexOf(this.advisor) >= 0
+          && advised.indexOf(outside) < 0) {
+        advised.addAdvisor(0, outside);
+      }
     }
     return processed;
   }

@@ -146,11 +146,15 @@ final class SpringTestEnvironment {
     return header == null ? "" : new String(header.value(), StandardCharsets.UTF_8);
   }
 
-  /** All the exception headers a DeadLetterPublishingRecoverer writes, in one string. */
+  /**
+   * All the exception headers a DeadLetterPublishingRecoverer writes ({@code
+   * kafka_dlt-exception-*}, or {@code kafka_exception-*} for retry topics), in one string.
+   */
   static String deadLetterReason(ConsumerRecord<?, ?> record) {
     StringBuilder reason = new StringBuilder();
     for (Header header : record.headers()) {
-      if (header.key().startsWith("kafka_dlt-exception")) {
+      if (header.key().startsWith("kafka_dlt-exception")
+          || header.key().startsWith("kafka_exception")) {
         reason.append(header.key()).append('=');
         reason.append(new String(header.value(), StandardCharsets.UTF_8)).append('\n');
       }

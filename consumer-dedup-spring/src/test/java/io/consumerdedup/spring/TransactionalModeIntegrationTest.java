@@ -109,7 +109,7 @@ class TransactionalModeIntegrationTest {
     assertThat(record.attempts())
         .as("the attempt whose commit failed, then the redelivery")
         .isEqualTo(2);
-    assertThat(record.lastError()).get().asString().contains("transaction rolled back");
+    assertThat(record.lastError()).get().asString().contains("bookings_once");
     assertThat(Switches.ledgerCalls.get("SEP-1")).hasValue(2);
   }
 

@@ -25,6 +25,7 @@ import org.springframework.context.annotation.Configuration;
 import org.springframework.jdbc.datasource.TransactionAwareDataSourceProxy;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
+import org.springframework.kafka.retrytopic.DestinationTopicResolver;
 
 /**
  * Configures consumer-dedup when a DataSource and spring-kafka are present ({@code
@@ -118,9 +119,14 @@ public class ConsumerDedupAutoConfiguration {
   @Bean
   @ConditionalOnMissingBean
   public DedupListenerContainersConfigurer dedupListenerContainersConfigurer(
-      ObjectProvider<KafkaListenerEndpointRegistry> registry, ConsumerDedupProperties properties) {
+      ObjectProvider<KafkaListenerEndpointRegistry> registry,
+      ObjectProvider<DestinationTopicResolver> retryTopicResolvers,
+      ConsumerDedupProperties properties) {
     return new DedupListenerContainersConfigurer(
-        registry, properties.getHold().getInitialBackoff(), properties.getHold().getMaxBackoff());
+        registry,
+        retryTopicResolvers,
+        properties.getHold().getInitialBackoff(),
+        properties.getHold().getMaxBackoff());
   }
 
   @Bean(destroyMethod = "close")

@@ -10,6 +10,7 @@ import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.RecordKeyResolver;
 import io.consumerdedup.spring.DedupContainers;
+import io.consumerdedup.spring.internal.AcknowledgingListener;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.util.Objects;
@@ -20,6 +21,8 @@ import org.jspecify.annotations.Nullable;
 import org.springframework.jdbc.datasource.ConnectionHolder;
 import org.springframework.kafka.listener.AbstractMessageListenerContainer;
 import org.springframework.kafka.listener.BatchMessageListener;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.GenericMessageListener;
 import org.springframework.kafka.listener.ListenerExecutionFailedException;
 import org.springframework.kafka.listener.RecordInterceptor;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
@@ -41,6 +44,9 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  *   <li>a claim the container never reports on (the listener threw an {@code Error}, the consumer
  *       stopped) is recorded FAILED at the next record or when the consumer thread clears its
  *       state: never left PROCESSING.
+ *   <li>in a manual ack mode, the container's listener is wrapped so that a duplicate is
+ *       acknowledged (otherwise its offset would never be committed) and a nack leaves the key
+ *       FAILED, so the redelivery it asks for runs the listener again.
  * </ul>
  *
  * <pre>{@code
@@ -63,6 +69,16 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
 
   private final IdempotentExecutor executor;
   private final RecordKeyResolver<K, V> keys;
+
+  /**
+   * In a manual ack mode a duplicate is let through to the container's listener, marked here, so
+   * that {@link AcknowledgingListener} acknowledges it: returning null would skip it
+   * unacknowledged.
+   */
+  private final ThreadLocal<@Nullable ConsumerRecord<?, ?>> duplicateToAcknowledge =
+      new ThreadLocal<>();
+
+  private volatile boolean acknowledgeDuplicates;
 
   /**
    * @param groupId named in records and exceptions; null if unknown
@@ -137,6 +153,16 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
     RecordInterceptor<K, V> existing = container.getRecordInterceptor();
     container.setRecordInterceptor(
         existing == null ? interceptor : new GuardedRecordInterceptor<>(existing, interceptor));
+    ContainerProperties properties = container.getContainerProperties();
+    if (properties.getAckMode() == ContainerProperties.AckMode.MANUAL
+        || properties.getAckMode() == ContainerProperties.AckMode.MANUAL_IMMEDIATE) {
+      @SuppressWarnings("unchecked")
+      GenericMessageListener<ConsumerRecord<K, V>> listener =
+          (GenericMessageListener<ConsumerRecord<K, V>>) properties.getMessageListener();
+      properties.setMessageListener(
+          new AcknowledgingListener<>(listener, interceptor::takeDuplicate));
+      interceptor.acknowledgeDuplicates = true;
+    }
     DedupContainers.configure(container);
     return interceptor;
   }
@@ -160,10 +186,24 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
     }
     DedupClaim claim = executor.claim(key.get(), null, source);
     if (claim.isDuplicate()) {
-      return null;
+      if (!acknowledgeDuplicates) {
+        return null; // the container skips it and commits its offset
+      }
+      duplicateToAcknowledge.set(record);
+      return record;
     }
     ListenerOutcomes.deferToContainer(ListenerOutcomes.pending(record, claim));
     return record;
+  }
+
+  /** Whether {@code record} is a duplicate let through to be acknowledged; asked once. */
+  private boolean takeDuplicate(ConsumerRecord<K, V> record) {
+    ConsumerRecord<?, ?> marked = duplicateToAcknowledge.get();
+    duplicateToAcknowledge.remove();
+    return marked != null
+        && marked.offset() == record.offset()
+        && marked.partition() == record.partition()
+        && marked.topic().equals(record.topic());
   }
 
   private static boolean inDatabaseTransaction() {
@@ -199,6 +239,7 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
 
   @Override
   public void clearThreadState(Consumer<?, ?> consumer) {
+    duplicateToAcknowledge.remove();
     ListenerOutcomes.abandon();
   }
 }

@@ -22,6 +22,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -32,14 +33,17 @@ import org.junit.jupiter.api.Test;
 import org.springframework.kafka.core.DefaultKafkaConsumerFactory;
 import org.springframework.kafka.core.DefaultKafkaProducerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.AcknowledgingMessageListener;
 import org.springframework.kafka.listener.BatchMessageListener;
 import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.DefaultErrorHandler;
+import org.springframework.kafka.listener.GenericMessageListener;
 import org.springframework.kafka.listener.KafkaMessageListenerContainer;
 import org.springframework.kafka.listener.MessageListener;
 import org.springframework.kafka.listener.RecordInterceptor;
 import org.springframework.kafka.test.EmbeddedKafkaBroker;
 import org.springframework.kafka.test.context.EmbeddedKafka;
+import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.util.backoff.FixedBackOff;
 
 /** A container built by hand, without Spring Boot, made idempotent by a record interceptor. */
@@ -67,6 +71,16 @@ class IdempotentRecordInterceptorTest {
 
   private KafkaMessageListenerContainer<String, String> container(
       EmbeddedKafkaBroker kafka, MessageListener<String, String> listener) {
+    return container(kafka, (GenericMessageListener<?>) listener);
+  }
+
+  private KafkaMessageListenerContainer<String, String> container(
+      EmbeddedKafkaBroker kafka, AcknowledgingMessageListener<String, String> listener) {
+    return container(kafka, (GenericMessageListener<?>) listener);
+  }
+
+  private KafkaMessageListenerContainer<String, String> container(
+      EmbeddedKafkaBroker kafka, GenericMessageListener<?> listener) {
     ContainerProperties properties = new ContainerProperties(topic);
     properties.setGroupId(topic);
     properties.setMessageListener(listener);
@@ -236,6 +250,45 @@ class IdempotentRecordInterceptorTest {
       container.stop();
     }
     assertThat(applied).containsExactly("pay S");
+  }
+
+  @Test
+  void inManualAckModeANackIsRetriedAndADuplicateIsAcknowledged(EmbeddedKafkaBroker kafka)
+      throws Exception {
+    AtomicInteger calls = new AtomicInteger();
+    List<String> applied = new CopyOnWriteArrayList<>();
+    KafkaMessageListenerContainer<String, String> container =
+        container(
+            kafka,
+            (AcknowledgingMessageListener<String, String>)
+                (record, ack) -> {
+                  if (calls.incrementAndGet() == 1) {
+                    ack.nack(Duration.ofMillis(100));
+                    return;
+                  }
+                  applied.add(record.value());
+                  ack.acknowledge();
+                });
+    container.getContainerProperties().setAckMode(ContainerProperties.AckMode.MANUAL);
+    IdempotentRecordInterceptor.decorate(container, executor, "payment");
+    container.start();
+    try {
+      send(kafka, List.of("pay N", "pay N again"));
+      await().atMost(Duration.ofSeconds(30)).until(() -> committed(kafka) == 2);
+    } finally {
+      container.stop();
+    }
+
+    assertThat(applied).containsExactly("pay N");
+    DedupRecord n = executor.store().find(DedupKey.of("payment", "N")).orElseThrow();
+    assertThat(n.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(n.attempts()).as("the nacked attempt, then the redelivery").isEqualTo(2);
+  }
+
+  private long committed(EmbeddedKafkaBroker kafka) throws Exception {
+    OffsetAndMetadata offset =
+        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), topic, topic, 0);
+    return offset == null ? -1 : offset.offset();
   }
 
   @Test

@@ -1,0 +1,97 @@
+package io.consumerdedup.spring.internal;
+
+import java.time.Duration;
+import java.util.Objects;
+import java.util.function.Predicate;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+import org.springframework.kafka.listener.AcknowledgingConsumerAwareMessageListener;
+import org.springframework.kafka.listener.GenericMessageListener;
+import org.springframework.kafka.listener.ListenerType;
+import org.springframework.kafka.listener.ListenerUtils;
+import org.springframework.kafka.support.Acknowledgment;
+
+/**
+ * A container's own acknowledging listener, as consumer-dedup's record interceptor needs it in a
+ * manual ack mode, where only the listener's {@link Acknowledgment} commits offsets: a duplicate
+ * the interceptor let through is acknowledged instead of delivered (else its offset would never be
+ * committed), and a nack leaves the record's key FAILED, so the redelivery it asks for runs the
+ * listener again.
+ */
+public final class AcknowledgingListener<K, V>
+    implements AcknowledgingConsumerAwareMessageListener<K, V> {
+  private final GenericMessageListener<ConsumerRecord<K, V>> delegate;
+  private final ListenerType type;
+  private final Predicate<ConsumerRecord<K, V>> duplicate;
+
+  /**
+   * @param duplicate whether a record is a duplicate to acknowledge without delivering it (asked
+   *     once per delivery)
+   */
+  public AcknowledgingListener(
+      GenericMessageListener<ConsumerRecord<K, V>> delegate,
+      Predicate<ConsumerRecord<K, V>> duplicate) {
+    this.delegate = Objects.requireNonNull(delegate, "delegate");
+    this.type = ListenerUtils.determineListenerType(delegate);
+    this.duplicate = Objects.requireNonNull(duplicate, "duplicate");
+  }
+
+  @Override
+  public void onMessage(
+      ConsumerRecord<K, V> record,
+      @Nullable Acknowledgment acknowledgment,
+      @Nullable Consumer<?, ?> consumer) {
+    if (duplicate.test(record)) {
+      if (acknowledgment != null) {
+        acknowledgment.acknowledge();
+      }
+      return;
+    }
+    Acknowledgment seen = acknowledgment == null ? null : new NackNoting(acknowledgment, record);
+    switch (type) {
+      case ACKNOWLEDGING_CONSUMER_AWARE -> delegate.onMessage(record, seen, consumer);
+      case ACKNOWLEDGING -> delegate.onMessage(record, seen);
+      case CONSUMER_AWARE -> delegate.onMessage(record, consumer);
+      default -> delegate.onMessage(record);
+    }
+  }
+
+  @Override
+  public void onMessage(ConsumerRecord<K, V> record) {
+    onMessage(record, null, null);
+  }
+
+  /** Tells consumer-dedup of a nack before passing it on. */
+  private record NackNoting(Acknowledgment delegate, ConsumerRecord<?, ?> record)
+      implements Acknowledgment {
+    @Override
+    public void acknowledge() {
+      delegate.acknowledge();
+    }
+
+    @Override
+    public void nack(Duration sleep) {
+      ListenerOutcomes.rolledBack(
+          record, new IllegalStateException("the listener nacked the record"));
+      delegate.nack(sleep);
+    }
+
+    @Override
+    public void acknowledge(int index) {
+      delegate.acknowledge(index);
+    }
+
+    @Override
+    public void nack(int index, Duration sleep) {
+      ListenerOutcomes.rolledBack(
+          record, new IllegalStateException("the listener nacked the record"));
+      delegate.nack(index, sleep);
+    }
+
+    @Override
+    public boolean isOutOfOrderCommit() {
+      return delegate.isOutOfOrderCommit();
+    }
+  }
+}

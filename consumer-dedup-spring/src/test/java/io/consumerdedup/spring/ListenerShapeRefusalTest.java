@@ -1,0 +1,106 @@
+package io.consumerdedup.spring;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.consumerdedup.spring.autoconfigure.ConsumerDedupAutoConfiguration;
+import io.consumerdedup.testing.TestDatabase;
+import java.util.List;
+import kotlin.coroutines.Continuation;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.Arguments;
+import org.junit.jupiter.params.provider.MethodSource;
+import org.springframework.boot.autoconfigure.AutoConfigurations;
+import org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration;
+import org.springframework.boot.test.context.runner.ApplicationContextRunner;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.messaging.handler.annotation.SendTo;
+
+/**
+ * Listener shapes that {@code @Idempotent} cannot protect stop the application at start-up, naming
+ * the method and saying what to do instead, rather than deduplicating nothing or losing records.
+ */
+class ListenerShapeRefusalTest {
+  private static String schema;
+
+  @BeforeAll
+  static void setUp() {
+    schema = TestDatabase.newSchema("spring_refusal");
+  }
+
+  @AfterAll
+  static void tearDown() {
+    TestDatabase.dropSchema(schema);
+  }
+
+  static List<Arguments> refused() {
+    return List.of(
+        Arguments.of(FinalMethod.class, "FinalMethod#charge", "make it a public, non-final"),
+        Arguments.of(
+            SuspendFunction.class,
+            "SuspendFunction#charge",
+            "Kotlin suspend functions are not supported"),
+        Arguments.of(
+            BatchListener.class, "BatchListener#charge", "batch listeners are not supported"),
+        Arguments.of(
+            BatchAttribute.class, "BatchAttribute#charge", "batch listeners are not supported"),
+        Arguments.of(
+            RequestReply.class, "RequestReply#charge", "a duplicate request would get no reply"));
+  }
+
+  @ParameterizedTest(name = "{1}")
+  @MethodSource("refused")
+  void startupFailsNamingTheMethodAndTheRemedy(Class<?> listener, String method, String remedy) {
+    new ApplicationContextRunner()
+        .withConfiguration(
+            AutoConfigurations.of(
+                DataSourceAutoConfiguration.class, ConsumerDedupAutoConfiguration.class))
+        .withPropertyValues("spring.datasource.url=" + TestDatabase.url(schema))
+        .withBean(listener)
+        .run(
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .hasMessageContaining("@Idempotent on")
+                    .hasMessageContaining(method)
+                    .hasMessageContaining(remedy));
+  }
+
+  static class FinalMethod {
+    @Idempotent(bizType = "payment", header = "order-no")
+    @KafkaListener(topics = "t")
+    public final void charge(ConsumerRecord<String, String> record) {}
+  }
+
+  static class SuspendFunction {
+    @Idempotent(bizType = "payment", header = "order-no")
+    @KafkaListener(topics = "t")
+    public Object charge(String payload, Continuation<? super Void> continuation) {
+      return null;
+    }
+  }
+
+  static class BatchListener {
+    @Idempotent(bizType = "payment", header = "order-no")
+    @KafkaListener(topics = "t")
+    public void charge(List<ConsumerRecord<String, String>> records) {}
+  }
+
+  static class BatchAttribute {
+    @Idempotent(bizType = "payment", header = "order-no")
+    @KafkaListener(topics = "t", batch = "true")
+    public void charge(List<String> payloads) {}
+  }
+
+  static class RequestReply {
+    @Idempotent(bizType = "payment", header = "order-no")
+    @KafkaListener(topics = "t")
+    @SendTo("replies")
+    public String charge(String request) {
+      return "charged";
+    }
+  }
+}
