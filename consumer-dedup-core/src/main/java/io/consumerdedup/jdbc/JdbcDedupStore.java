@@ -21,8 +21,11 @@ import java.sql.SQLException;
 import java.sql.Timestamp;
 import java.time.Duration;
 import java.time.Instant;
+import java.util.HashSet;
+import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.Set;
 import java.util.concurrent.Executor;
 import java.util.regex.Pattern;
 import javax.sql.DataSource;
@@ -133,6 +136,26 @@ public final class JdbcDedupStore implements DedupStore {
                     event.getNumberOfRetryAttempts(),
                     event.getWaitInterval(),
                     String.valueOf(event.getLastThrowable().getCause())));
+  }
+
+  /**
+   * Returns {@code tableName} if it can name the dedup table: an unquoted SQL identifier,
+   * optionally schema-qualified ({@code [schema.]name}: letters, digits and underscores, not
+   * starting with a digit, at most 63 characters per part). The name goes into SQL text, so nothing
+   * else passes.
+   *
+   * @throws IllegalArgumentException naming the bad value
+   */
+  public static String checkTableName(String tableName) {
+    Objects.requireNonNull(tableName, "tableName");
+    if (!TABLE_NAME.matcher(tableName).matches()) {
+      throw new IllegalArgumentException(
+          "tableName must be an unquoted SQL identifier, optionally schema-qualified"
+              + " ([schema.]name: letters, digits, underscores), was '"
+              + tableName
+              + "'");
+    }
+    return tableName;
   }
 
   /** Starts building a store over {@code dataSource}. */
@@ -288,6 +311,67 @@ public final class JdbcDedupStore implements DedupStore {
             return statement.executeUpdate() == 1;
           }
         });
+  }
+
+  /** The schema file that creates the table, on the classpath (Flyway naming). */
+  public static final String SCHEMA_RESOURCE =
+      "db/consumer-dedup/postgresql/V1__consumer_dedup.sql";
+
+  /**
+   * Checks that the table exists with every column the store uses, so that a forgotten migration
+   * fails an application at start-up instead of every record at run time.
+   *
+   * @throws IllegalStateException the table is missing or lacks columns; the message names them and
+   *     says how to create the table
+   * @throws DedupStoreException the database could not be asked
+   */
+  public void verifyTable() {
+    List<String> missing = missingColumns();
+    if (missing.isEmpty()) {
+      return;
+    }
+    boolean absent = missing.size() == PostgresSql.EXPECTED_COLUMNS.size();
+    throw new IllegalStateException(
+        (absent
+                ? "The dedup table " + tableName + " does not exist"
+                : "The dedup table "
+                    + tableName
+                    + " lacks the column(s) "
+                    + String.join(", ", missing)
+                    + " (it was created from an older schema file)")
+            + ". Create it from the schema file "
+            + SCHEMA_RESOURCE
+            + " (in the consumer-dedup-schema jar, Flyway naming: copy it into your migrations), for"
+            + " example: unzip -p consumer-dedup-schema-<version>.jar "
+            + SCHEMA_RESOURCE
+            + " | psql \"$DATABASE_URL\""
+            + (absent
+                ? "; with Spring Boot, consumer-dedup.initialize-schema=always creates it at"
+                    + " start-up"
+                : "; for claim_id: ALTER TABLE " + tableName + " ADD COLUMN claim_id varchar(64)"));
+  }
+
+  /** The columns the store needs that the table lacks; all of them if there is no table. */
+  public List<String> missingColumns() {
+    Set<String> present =
+        call(
+            "table check",
+            null,
+            connection -> {
+              Set<String> names = new HashSet<>();
+              try (PreparedStatement statement = prepare(connection, sql.columns)) {
+                statement.setString(1, tableName);
+                try (ResultSet rows = statement.executeQuery()) {
+                  while (rows.next()) {
+                    names.add(rows.getString(1));
+                  }
+                }
+              }
+              return names;
+            });
+    return PostgresSql.EXPECTED_COLUMNS.stream()
+        .filter(column -> !present.contains(column))
+        .toList();
   }
 
   @Override
@@ -541,15 +625,7 @@ public final class JdbcDedupStore implements DedupStore {
      *     underscores, not starting with a digit, at most 63 characters per part)
      */
     public Builder tableName(String tableName) {
-      Objects.requireNonNull(tableName, "tableName");
-      if (!TABLE_NAME.matcher(tableName).matches()) {
-        throw new IllegalArgumentException(
-            "tableName must be an unquoted SQL identifier, optionally schema-qualified"
-                + " ([schema.]name: letters, digits, underscores), was '"
-                + tableName
-                + "'");
-      }
-      this.tableName = tableName;
+      this.tableName = checkTableName(tableName);
       return this;
     }
 

@@ -17,4 +17,34 @@ public interface KeyExtractor<K, V> {
    *     cannot be read (such as a header that is not UTF-8); the message names the record
    */
   Optional<String> extract(ConsumerRecord<K, V> record);
+
+  /**
+   * Where the key is looked for, named in the error about a record without one, such as {@code
+   * header 'order-no'}.
+   */
+  default String description() {
+    return "the key extractor";
+  }
+
+  /** This extractor, described as {@code description} in errors. */
+  static <K, V> KeyExtractor<K, V> named(String description, KeyExtractor<K, V> extractor) {
+    java.util.Objects.requireNonNull(description, "description");
+    java.util.Objects.requireNonNull(extractor, "extractor");
+    return new KeyExtractor<>() {
+      @Override
+      public Optional<String> extract(ConsumerRecord<K, V> record) {
+        return extractor.extract(record);
+      }
+
+      @Override
+      public String description() {
+        return description;
+      }
+
+      @Override
+      public String toString() {
+        return description;
+      }
+    };
+  }
 }

@@ -27,13 +27,15 @@ public final class KeyExtractors {
     if (name.isBlank()) {
       throw new IllegalArgumentException("header name must not be blank");
     }
-    return record -> {
-      Header header = record.headers().lastHeader(name);
-      if (header == null || header.value() == null || header.value().length == 0) {
-        return Optional.empty();
-      }
-      return Optional.of(decodeUtf8(header.value(), "header '" + name + "'", record));
-    };
+    return KeyExtractor.named(
+        "header '" + name + "'",
+        record -> {
+          Header header = record.headers().lastHeader(name);
+          if (header == null || header.value() == null || header.value().length == 0) {
+            return Optional.empty();
+          }
+          return Optional.of(decodeUtf8(header.value(), "header '" + name + "'", record));
+        });
   }
 
   /**
@@ -41,26 +43,28 @@ public final class KeyExtractors {
    * strictly as UTF-8). A null or empty record key is a missing key.
    */
   public static <K, V> KeyExtractor<K, V> recordKey() {
-    return record -> {
-      Object key = record.key();
-      if (key == null) {
-        return Optional.empty();
-      }
-      String text;
-      if (key instanceof String string) {
-        text = string;
-      } else if (key instanceof byte[] bytes) {
-        text = decodeUtf8(bytes, "record key", record);
-      } else {
-        throw new DedupKeyMalformedException(
-            "Record key is a "
-                + key.getClass().getName()
-                + "; recordKey() needs a String or byte[] key (or use KeyExtractors.value(...))",
-            RecordSources.describe(record, null),
-            null);
-      }
-      return text.isEmpty() ? Optional.empty() : Optional.of(text);
-    };
+    return KeyExtractor.named(
+        "the record key",
+        record -> {
+          Object key = record.key();
+          if (key == null) {
+            return Optional.empty();
+          }
+          String text;
+          if (key instanceof String string) {
+            text = string;
+          } else if (key instanceof byte[] bytes) {
+            text = decodeUtf8(bytes, "record key", record);
+          } else {
+            throw new DedupKeyMalformedException(
+                "Record key is a "
+                    + key.getClass().getName()
+                    + "; recordKey() needs a String or byte[] key (or use KeyExtractors.value(...))",
+                RecordSources.describe(record, null),
+                null);
+          }
+          return text.isEmpty() ? Optional.empty() : Optional.of(text);
+        });
   }
 
   /**
@@ -69,14 +73,16 @@ public final class KeyExtractors {
    */
   public static <K, V> KeyExtractor<K, V> value(Function<? super V, @Nullable String> function) {
     Objects.requireNonNull(function, "function");
-    return record -> {
-      V value = record.value();
-      if (value == null) {
-        return Optional.empty();
-      }
-      String key = function.apply(value);
-      return key == null || key.isEmpty() ? Optional.empty() : Optional.of(key);
-    };
+    return KeyExtractor.named(
+        "a value of the record",
+        record -> {
+          V value = record.value();
+          if (value == null) {
+            return Optional.empty();
+          }
+          String key = function.apply(value);
+          return key == null || key.isEmpty() ? Optional.empty() : Optional.of(key);
+        });
   }
 
   /**
@@ -85,7 +91,8 @@ public final class KeyExtractors {
    * repeated callback), which arrives at another offset. Prefer a business key.
    */
   public static <K, V> KeyExtractor<K, V> coordinates() {
-    return record -> Optional.of(RecordSources.coordinates(record));
+    return KeyExtractor.named(
+        "the record's coordinates", record -> Optional.of(RecordSources.coordinates(record)));
   }
 
   private static String decodeUtf8(byte[] bytes, String what, ConsumerRecord<?, ?> record) {

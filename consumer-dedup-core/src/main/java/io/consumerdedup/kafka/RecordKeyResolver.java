@@ -96,7 +96,13 @@ public final class RecordKeyResolver<K, V> {
       switch (missingKeyPolicy) {
         case FAIL:
           throw new DedupKeyMissingException(
-              "Record has no business key for biz type '" + bizType + "'", source, null);
+              "Record has no business key for biz type '"
+                  + bizType
+                  + "': "
+                  + keyExtractor.description()
+                  + " is absent or empty",
+              source,
+              null);
         case PROCESS_WITHOUT_DEDUP:
           if (report) {
             log.warn(

@@ -2,6 +2,7 @@ package io.consumerdedup.testing;
 
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.zonky.test.db.postgres.embedded.EmbeddedPostgres;
 import java.io.IOException;
 import java.io.InputStream;
@@ -25,8 +26,7 @@ import org.testcontainers.postgresql.PostgreSQLContainer;
  */
 public final class TestDatabase {
   public static final String URL_VARIABLE = "DEDUP_TEST_JDBC_URL";
-  public static final String SCHEMA_RESOURCE =
-      "db/consumer-dedup/postgresql/V1__consumer_dedup.sql";
+  public static final String SCHEMA_RESOURCE = JdbcDedupStore.SCHEMA_RESOURCE;
 
   private static final Logger log = LoggerFactory.getLogger(TestDatabase.class);
   private static volatile String baseUrl;

@@ -2,8 +2,10 @@ package io.consumerdedup.spring;
 
 import io.consumerdedup.kafka.DedupPollLoop;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
+import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
 import java.time.Duration;
+import java.util.Set;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.springframework.kafka.listener.AbstractMessageListenerContainer;
@@ -46,25 +48,33 @@ public final class DedupContainers {
    */
   public static void configure(AbstractMessageListenerContainer<?, ?> container) {
     configure(
-        container, DedupPollLoop.DEFAULT_HOLD_BACKOFF, DedupPollLoop.DEFAULT_MAX_HOLD_BACKOFF);
+        container,
+        DedupPollLoop.DEFAULT_HOLD_BACKOFF,
+        DedupPollLoop.DEFAULT_MAX_HOLD_BACKOFF,
+        Set.of());
   }
 
   /**
    * Prepares {@code container}; a held record's partition is paused for {@code initialHoldBackOff},
    * doubling on each consecutive hold of the same record up to {@code maxHoldBackOff}.
    *
+   * @param keyHeaderArguments key headers that {@code @Idempotent} listeners also take as
+   *     {@code @Header} arguments: a record without one is refused as a missing key, once, although
+   *     it fails before the listener is called
    * @throws IllegalStateException the container is running
    */
   @SuppressWarnings({"unchecked", "rawtypes"})
   public static void configure(
       AbstractMessageListenerContainer<?, ?> container,
       Duration initialHoldBackOff,
-      Duration maxHoldBackOff) {
+      Duration maxHoldBackOff,
+      Set<String> keyHeaderArguments) {
     if (container.isRunning()) {
       throw new IllegalStateException(
           "Configure listener container " + container.getListenerId() + " before starting it");
     }
     PartitionHolds holds = new PartitionHolds(initialHoldBackOff, maxHoldBackOff);
+    MissingKeyArguments missingKeys = new MissingKeyArguments(keyHeaderArguments);
     AbstractMessageListenerContainer raw = container;
     ContainerProperties properties = container.getContainerProperties();
     if (properties.getKafkaAwareTransactionManager() != null
@@ -98,7 +108,7 @@ public final class DedupContainers {
         if (errorHandler instanceof DefaultErrorHandler defaultErrorHandler) {
           DedupErrorClassification.applyTo(defaultErrorHandler);
         }
-        raw.setCommonErrorHandler(new RetryLaterErrorHandler(errorHandler, holds));
+        raw.setCommonErrorHandler(new RetryLaterErrorHandler(errorHandler, holds, missingKeys));
       }
     }
 
@@ -109,7 +119,8 @@ public final class DedupContainers {
           org.springframework.kafka.listener.FailedRecordProcessor failedRecordProcessor) {
         DedupErrorClassification.applyTo(failedRecordProcessor);
       }
-      raw.setAfterRollbackProcessor(new RetryLaterAfterRollbackProcessor(rollbackProcessor, holds));
+      raw.setAfterRollbackProcessor(
+          new RetryLaterAfterRollbackProcessor(rollbackProcessor, holds, missingKeys));
     }
   }
 }

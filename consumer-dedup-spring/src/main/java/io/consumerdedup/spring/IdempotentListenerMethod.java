@@ -101,6 +101,16 @@ final class IdempotentListenerMethod {
   /** Index of the {@code Acknowledgment} argument, or -1. */
   final int ackIndex;
 
+  /**
+   * Headers the key is read from that the method also takes as {@code @Header} arguments: a record
+   * without one fails argument resolution before consumer-dedup sees it, which must still be
+   * reported as a missing key.
+   */
+  final Set<String> keyHeaderArguments;
+
+  /** The {@code @KafkaListener} id, if the method or its class gives one. */
+  final String listenerId;
+
   private IdempotentListenerMethod(Method method, Idempotent annotation) {
     this.name = method.getDeclaringClass().getName() + "#" + method.getName();
     refuseUnprotectable(method);
@@ -144,8 +154,19 @@ final class IdempotentListenerMethod {
     int ack = -1;
     int annotatedPayload = -1;
     int unclaimed = -1;
+    Set<String> keyHeaderArguments = new LinkedHashSet<>();
     for (MethodParameter parameter : new AnnotatedMethod(method).getMethodParameters()) {
       int i = parameter.getParameterIndex();
+      org.springframework.messaging.handler.annotation.Header headerArgument =
+          parameter.getParameterAnnotation(
+              org.springframework.messaging.handler.annotation.Header.class);
+      if (headerArgument != null) {
+        String name =
+            headerArgument.name().isEmpty() ? headerArgument.value() : headerArgument.name();
+        if (name.equals(header) || (key != null && key.getExpressionString().contains(name))) {
+          keyHeaderArguments.add(name);
+        }
+      }
       Class<?> type = parameter.getParameterType();
       if (ConsumerRecord.class.isAssignableFrom(type)) {
         record = record < 0 ? i : record;
@@ -163,6 +184,22 @@ final class IdempotentListenerMethod {
     this.messageIndex = message;
     this.ackIndex = ack;
     this.payloadIndex = annotatedPayload >= 0 ? annotatedPayload : unclaimed;
+    this.keyHeaderArguments = Set.copyOf(keyHeaderArguments);
+    KafkaListener listener =
+        AnnotatedElementUtils.findMergedAnnotation(method, KafkaListener.class);
+    if (listener == null) {
+      listener =
+          AnnotatedElementUtils.findMergedAnnotation(
+              method.getDeclaringClass(), KafkaListener.class);
+    }
+    this.listenerId = listener == null ? "" : listener.id();
+  }
+
+  /** Where the key comes from, as a user wrote it: {@code header 'order-no'}, or the expression. */
+  String keySource() {
+    return header != null
+        ? "header '" + header + "'"
+        : "key expression '" + java.util.Objects.requireNonNull(key).getExpressionString() + "'";
   }
 
   /** The parsed annotation of {@code method}, or null if it has none. */
@@ -329,10 +366,12 @@ final class IdempotentListenerMethod {
         return KeyExtractors.header(header);
       }
       Expression expression = java.util.Objects.requireNonNull(key);
-      return ignored -> {
-        String value = evaluate("key", expression);
-        return value == null || value.isEmpty() ? Optional.empty() : Optional.of(value);
-      };
+      return KeyExtractor.named(
+          keySource(),
+          ignored -> {
+            String value = evaluate("key", expression);
+            return value == null || value.isEmpty() ? Optional.empty() : Optional.of(value);
+          });
     }
 
     /** The SHA-256 of the fingerprint expression's value, or null without one. */

@@ -1,5 +1,9 @@
 package io.consumerdedup.spring;
 
+import java.util.LinkedHashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.function.Function;
 import java.util.function.Supplier;
 import org.aopalliance.intercept.MethodInterceptor;
@@ -27,6 +31,22 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
   private static final long serialVersionUID = 1L;
 
   private final Advisor outside;
+  private final List<IdempotentListenerMethod> listeners = new CopyOnWriteArrayList<>();
+
+  /**
+   * An {@code @Idempotent} listener found at start-up, as the start-up report names it.
+   *
+   * @param method the class and method
+   * @param listenerId the {@code @KafkaListener} id, empty if it has none
+   * @param keySource where the key comes from: {@code header 'order-no'}, or the key expression
+   * @param overrides its own settings (lease, policies, mode); null ones are the application's
+   */
+  public record Listener(
+      String method,
+      String listenerId,
+      String bizType,
+      String keySource,
+      IdempotentExecutors.Overrides overrides) {}
 
   /**
    * @param interceptor supplies the interceptor at the first call, so that this post-processor
@@ -48,13 +68,36 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
         new AnnotationMatchingPointcut(null, Idempotent.class, true), lazy);
   }
 
+  /** The {@code @Idempotent} listeners of the beans processed so far. */
+  public List<Listener> listeners() {
+    return listeners.stream()
+        .map(l -> new Listener(l.name, l.listenerId, l.bizType, l.keySource(), l.overrides))
+        .toList();
+  }
+
+  /**
+   * The key headers that {@code @Idempotent} listeners also take as {@code @Header} arguments (see
+   * {@link DedupContainers#configure}).
+   */
+  public Set<String> keyHeaderArguments() {
+    Set<String> headers = new LinkedHashSet<>();
+    listeners.forEach(listener -> headers.addAll(listener.keyHeaderArguments));
+    return headers;
+  }
+
   @Override
   public Object postProcessAfterInitialization(Object bean, String beanName) {
     Object processed = super.postProcessAfterInitialization(bean, beanName);
     if (processed != bean || AopUtils.isAopProxy(processed)) {
       // Fail at start-up, naming the method, rather than at the first record.
       ReflectionUtils.doWithMethods(
-          AopUtils.getTargetClass(processed), IdempotentListenerMethod::of);
+          AopUtils.getTargetClass(processed),
+          method -> {
+            IdempotentListenerMethod listener = IdempotentListenerMethod.of(method);
+            if (listener != null) {
+              listeners.add(listener);
+            }
+          });
       if (processed instanceof Advised advised
           && !advised.isFrozen()
           && advised.indexOf(this.advisor) >= 0

@@ -2,6 +2,7 @@ package io.consumerdedup.spring;
 
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
+import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
 import java.time.Duration;
 import java.util.List;
@@ -32,11 +33,15 @@ import org.springframework.kafka.support.KafkaUtils;
 public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollbackProcessor<K, V> {
   private final AfterRollbackProcessor<K, V> delegate;
   private final PartitionHolds holds;
+  private final MissingKeyArguments missingKeys;
 
   public RetryLaterAfterRollbackProcessor(
-      AfterRollbackProcessor<K, V> delegate, PartitionHolds holds) {
+      AfterRollbackProcessor<K, V> delegate,
+      PartitionHolds holds,
+      MissingKeyArguments missingKeys) {
     this.delegate = Objects.requireNonNull(delegate, "delegate");
     this.holds = Objects.requireNonNull(holds, "holds");
+    this.missingKeys = Objects.requireNonNull(missingKeys, "missingKeys");
   }
 
   /** The application's processor, which receives every rollback that is not held. */
@@ -49,13 +54,16 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
       List<ConsumerRecord<K, V>> records,
       Consumer<K, V> consumer,
       MessageListenerContainer container,
-      Exception exception,
+      Exception thrown,
       boolean recoverable,
       ContainerProperties.EOSMode eosMode) {
-    if (!records.isEmpty()) {
-      ListenerOutcomes.rolledBack(records.get(0), exception);
+    if (records.isEmpty()) {
+      delegate.process(records, consumer, container, thrown, recoverable, eosMode);
+      return;
     }
-    if (!records.isEmpty() && Disposition.of(exception) == Disposition.RETRY_LATER) {
+    Exception exception = missingKeys.translate(thrown, records.get(0), container.getGroupId());
+    ListenerOutcomes.rolledBack(records.get(0), exception);
+    if (Disposition.of(exception) == Disposition.RETRY_LATER) {
       Duration wait = holds.hold(records, consumer, container);
       RetryLaterErrorHandler.logHold(exception, KafkaUtils.format(records.get(0)), wait);
       return;

@@ -3,6 +3,7 @@ package io.consumerdedup.spring;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
+import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
 import java.time.Duration;
 import java.util.Collection;
@@ -39,10 +40,13 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
 
   private final CommonErrorHandler delegate;
   private final PartitionHolds holds;
+  private final MissingKeyArguments missingKeys;
 
-  public RetryLaterErrorHandler(CommonErrorHandler delegate, PartitionHolds holds) {
+  public RetryLaterErrorHandler(
+      CommonErrorHandler delegate, PartitionHolds holds, MissingKeyArguments missingKeys) {
     this.delegate = Objects.requireNonNull(delegate, "delegate");
     this.holds = Objects.requireNonNull(holds, "holds");
+    this.missingKeys = Objects.requireNonNull(missingKeys, "missingKeys");
   }
 
   /** The application's handler, which receives everything that is not held. */
@@ -58,10 +62,12 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
 
   @Override
   public void handleRemaining(
-      Exception thrownException,
+      Exception thrown,
       List<ConsumerRecord<?, ?>> records,
       Consumer<?, ?> consumer,
       MessageListenerContainer container) {
+    Exception thrownException =
+        missingKeys.translate(thrown, records.get(0), container.getGroupId());
     if (Disposition.of(thrownException) == Disposition.RETRY_LATER) {
       throw hold(thrownException, records, consumer, container);
     }
@@ -82,10 +88,11 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
 
   @Override
   public boolean handleOne(
-      Exception thrownException,
+      Exception thrown,
       ConsumerRecord<?, ?> record,
       Consumer<?, ?> consumer,
       MessageListenerContainer container) {
+    Exception thrownException = missingKeys.translate(thrown, record, container.getGroupId());
     if (Disposition.of(thrownException) == Disposition.RETRY_LATER) {
       hold(thrownException, List.of(record), consumer, container);
       return false;

@@ -42,7 +42,30 @@ public final class PostgresSql {
    */
   public final String purge;
 
+  /** The table's columns, or no row when there is no such table (on the search path). */
+  public final String columns;
+
+  /** The columns the store reads and writes, as the schema file creates them. */
+  public static final java.util.List<String> EXPECTED_COLUMNS =
+      java.util.List.of(
+          "biz_type",
+          "biz_key",
+          "status",
+          "attempts",
+          "owner",
+          "lease_until",
+          "fingerprint",
+          "last_error",
+          "source",
+          "created_at",
+          "updated_at",
+          "expires_at",
+          "claim_id");
+
   public PostgresSql(String table) {
+    columns =
+        "SELECT a.attname FROM pg_attribute a WHERE a.attrelid = to_regclass(?)"
+            + " AND a.attnum > 0 AND NOT a.attisdropped";
     claim =
         "INSERT INTO "
             + table

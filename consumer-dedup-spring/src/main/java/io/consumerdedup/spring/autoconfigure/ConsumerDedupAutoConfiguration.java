@@ -71,6 +71,14 @@ public class ConsumerDedupAutoConfiguration {
         : dataSource;
   }
 
+  @Bean
+  @ConditionalOnMissingBean
+  @ConditionalOnBean(JdbcDedupStore.class)
+  public DedupTableVerifier dedupTableVerifier(
+      JdbcDedupStore store, ObjectProvider<DedupSchemaInitializer> initializer) {
+    return new DedupTableVerifier(store, initializer.getIfAvailable());
+  }
+
   @Bean(destroyMethod = "close")
   @ConditionalOnMissingBean
   public IdempotentExecutors idempotentExecutors(
@@ -121,12 +129,11 @@ public class ConsumerDedupAutoConfiguration {
   public DedupListenerContainersConfigurer dedupListenerContainersConfigurer(
       ObjectProvider<KafkaListenerEndpointRegistry> registry,
       ObjectProvider<DestinationTopicResolver> retryTopicResolvers,
+      ObjectProvider<IdempotentListenerPostProcessor> listeners,
+      IdempotentExecutors executors,
       ConsumerDedupProperties properties) {
     return new DedupListenerContainersConfigurer(
-        registry,
-        retryTopicResolvers,
-        properties.getHold().getInitialBackoff(),
-        properties.getHold().getMaxBackoff());
+        registry, retryTopicResolvers, listeners, executors, properties);
   }
 
   @Bean(destroyMethod = "close")

@@ -10,15 +10,27 @@ import io.consumerdedup.kafka.DedupPollLoop;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import java.time.Duration;
+import java.time.temporal.ChronoUnit;
 import org.jspecify.annotations.Nullable;
+import org.springframework.beans.factory.InitializingBean;
 import org.springframework.boot.context.properties.ConfigurationProperties;
+import org.springframework.boot.convert.DurationUnit;
 
 /**
  * {@code consumer-dedup.*}: the settings of the store, the engine and the janitor. Every default is
- * the core's {@code DEFAULT_*} constant.
+ * the core's {@code DEFAULT_*} constant. Every value is checked when the context starts ({@link
+ * #afterPropertiesSet()}): a bad one stops the application with the property's name, the value and
+ * what is allowed, instead of failing records later.
+ *
+ * <p>A duration without a unit means seconds for {@code lease} and {@code wait-timeout}, days for
+ * {@code retention} and {@code failed-retention}, and milliseconds elsewhere; writing the unit
+ * ({@code 30s}, {@code 7d}) is clearer.
  */
 @ConfigurationProperties(prefix = "consumer-dedup")
-public class ConsumerDedupProperties {
+public class ConsumerDedupProperties implements InitializingBean {
+
+  /** The shortest lease that can be meant: a shorter one is taken over while a listener runs. */
+  static final Duration SHORTEST_LEASE = Duration.ofSeconds(1);
 
   /** Whether consumer-dedup is configured at all. */
   private boolean enabled = true;
@@ -30,12 +42,15 @@ public class ConsumerDedupProperties {
    * How long a claim holds a key without renewal before another consumer may take it over; renewed
    * while the listener runs.
    */
+  @DurationUnit(ChronoUnit.SECONDS)
   private Duration lease = IdempotentExecutor.DEFAULT_LEASE;
 
   /** How long a SUCCESS record is kept: redeliveries within it are recognised as duplicates. */
+  @DurationUnit(ChronoUnit.DAYS)
   private Duration retention = IdempotentExecutor.DEFAULT_SUCCESS_RETENTION;
 
   /** How long a FAILED or abandoned record is kept. */
+  @DurationUnit(ChronoUnit.DAYS)
   private Duration failedRetention = IdempotentExecutor.DEFAULT_FAILED_RETENTION;
 
   /**
@@ -48,6 +63,7 @@ public class ConsumerDedupProperties {
   private InProgressPolicy inProgressPolicy = IdempotentExecutor.DEFAULT_IN_PROGRESS_POLICY;
 
   /** Longest wait under in-progress policy WAIT. */
+  @DurationUnit(ChronoUnit.SECONDS)
   private Duration waitTimeout = IdempotentExecutor.DEFAULT_WAIT_TIMEOUT;
 
   /** THROW (refuse a differing payload under a known key) or TREAT_AS_DUPLICATE. */
@@ -213,6 +229,87 @@ public class ConsumerDedupProperties {
     public void setMaxBatchesPerRun(int maxBatchesPerRun) {
       this.maxBatchesPerRun = maxBatchesPerRun;
     }
+  }
+
+  /**
+   * Checks every value, and the values that cannot be meant together.
+   *
+   * @throws IllegalArgumentException naming the first bad property, its value and what is allowed
+   */
+  @Override
+  public void afterPropertiesSet() {
+    try {
+      JdbcDedupStore.checkTableName(tableName);
+    } catch (IllegalArgumentException e) {
+      throw invalid(
+          "table-name", tableName, "an unquoted SQL identifier, optionally schema-qualified");
+    }
+    atLeast("lease", lease, SHORTEST_LEASE);
+    atLeast("retention", retention, lease, "at least the lease (" + print(lease) + ")");
+    atLeast(
+        "failed-retention", failedRetention, lease, "at least the lease (" + print(lease) + ")");
+    positive("wait-timeout", waitTimeout);
+    if (ownerId != null && (ownerId.isBlank() || ownerId.length() > 128)) {
+      throw invalid("owner-id", ownerId, "1 to 128 characters, not blank");
+    }
+    if (store.retryMaxAttempts < 1) {
+      throw invalid("store.retry-max-attempts", store.retryMaxAttempts, "at least 1");
+    }
+    positive("store.retry-initial-backoff", store.retryInitialBackoff);
+    atLeast(
+        "store.retry-max-backoff",
+        store.retryMaxBackoff,
+        store.retryInitialBackoff,
+        "at least store.retry-initial-backoff (" + print(store.retryInitialBackoff) + ")");
+    positive("store.retry-max-duration", store.retryMaxDuration);
+    atLeast("store.statement-timeout", store.statementTimeout, Duration.ofSeconds(1));
+    positive("hold.initial-backoff", hold.initialBackoff);
+    atLeast(
+        "hold.max-backoff",
+        hold.maxBackoff,
+        hold.initialBackoff,
+        "at least hold.initial-backoff (" + print(hold.initialBackoff) + ")");
+    positive("cleanup.interval", cleanup.interval);
+    if (cleanup.batchSize < 1) {
+      throw invalid("cleanup.batch-size", cleanup.batchSize, "at least 1");
+    }
+    if (cleanup.maxBatchesPerRun < 1) {
+      throw invalid("cleanup.max-batches-per-run", cleanup.maxBatchesPerRun, "at least 1");
+    }
+  }
+
+  private static void positive(String property, Duration value) {
+    if (value.isNegative() || value.isZero()) {
+      throw invalid(property, print(value), "a positive duration, such as 30s");
+    }
+  }
+
+  private static void atLeast(String property, Duration value, Duration least) {
+    atLeast(property, value, least, "at least " + print(least));
+  }
+
+  private static void atLeast(String property, Duration value, Duration least, String allowed) {
+    if (value.compareTo(least) < 0) {
+      throw invalid(property, print(value), allowed);
+    }
+  }
+
+  private static IllegalArgumentException invalid(String property, Object value, String allowed) {
+    return new IllegalArgumentException(
+        "consumer-dedup." + property + "=" + value + " is not allowed: it must be " + allowed);
+  }
+
+  /** {@code value} as a user would write it: in its largest whole unit, such as 5m or 1500ms. */
+  static String print(Duration value) {
+    long millis = value.toMillis();
+    long[] sizes = {86_400_000L, 3_600_000L, 60_000L, 1_000L};
+    String[] units = {"d", "h", "m", "s"};
+    for (int i = 0; i < sizes.length; i++) {
+      if (millis != 0 && millis % sizes[i] == 0) {
+        return millis / sizes[i] + units[i];
+      }
+    }
+    return millis + "ms";
   }
 
   public boolean isEnabled() {

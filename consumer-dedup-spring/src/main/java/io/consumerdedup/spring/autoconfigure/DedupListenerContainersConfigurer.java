@@ -1,8 +1,13 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.spring.DedupContainers;
 import io.consumerdedup.spring.DedupErrorClassification;
-import java.time.Duration;
+import io.consumerdedup.spring.IdempotentExecutors;
+import io.consumerdedup.spring.IdempotentListenerPostProcessor;
+import java.util.Set;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.context.SmartLifecycle;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
@@ -20,25 +25,36 @@ import org.springframework.kafka.retrytopic.DestinationTopicResolver;
  * post-processor. Containers registered later, at run time, are configured by whoever creates them.
  */
 public final class DedupListenerContainersConfigurer implements SmartLifecycle {
+  private static final Logger log =
+      LoggerFactory.getLogger(DedupListenerContainersConfigurer.class);
+
   private final ObjectProvider<KafkaListenerEndpointRegistry> registry;
   private final ObjectProvider<DestinationTopicResolver> retryTopicResolvers;
-  private final Duration initialHoldBackOff;
-  private final Duration maxHoldBackOff;
+  private final ObjectProvider<IdempotentListenerPostProcessor> listeners;
+  private final IdempotentExecutors executors;
+  private final ConsumerDedupProperties properties;
   private volatile boolean running;
 
   public DedupListenerContainersConfigurer(
       ObjectProvider<KafkaListenerEndpointRegistry> registry,
       ObjectProvider<DestinationTopicResolver> retryTopicResolvers,
-      Duration initialHoldBackOff,
-      Duration maxHoldBackOff) {
+      ObjectProvider<IdempotentListenerPostProcessor> listeners,
+      IdempotentExecutors executors,
+      ConsumerDedupProperties properties) {
     this.registry = registry;
     this.retryTopicResolvers = retryTopicResolvers;
-    this.initialHoldBackOff = initialHoldBackOff;
-    this.maxHoldBackOff = maxHoldBackOff;
+    this.listeners = listeners;
+    this.executors = executors;
+    this.properties = properties;
   }
 
   @Override
   public void start() {
+    IdempotentListenerPostProcessor found = listeners.getIfAvailable();
+    Set<String> keyHeaderArguments = found == null ? Set.of() : found.keyHeaderArguments();
+    if (found != null) {
+      found.listeners().forEach(this::report);
+    }
     // Registered by spring-kafka as a DestinationTopicResolver, whatever its class.
     retryTopicResolvers
         .orderedStream()
@@ -54,10 +70,31 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle {
     for (MessageListenerContainer container : endpoints.getAllListenerContainers()) {
       if (container instanceof AbstractMessageListenerContainer<?, ?> configurable
           && !configurable.isRunning()) {
-        DedupContainers.configure(configurable, initialHoldBackOff, maxHoldBackOff);
+        DedupContainers.configure(
+            configurable,
+            properties.getHold().getInitialBackoff(),
+            properties.getHold().getMaxBackoff(),
+            keyHeaderArguments);
       }
     }
     running = true;
+  }
+
+  /**
+   * One line per idempotent listener, so that a newcomer sees what is protected and how (building
+   * its executor here also checks its settings before the first record).
+   */
+  private void report(IdempotentListenerPostProcessor.Listener listener) {
+    IdempotentExecutor executor = executors.executor(listener.overrides());
+    log.info(
+        "Idempotent listener {}{}: biz type '{}', key from {}, mode {}, lease {}, table {}",
+        listener.method(),
+        listener.listenerId().isEmpty() ? "" : " (id " + listener.listenerId() + ")",
+        listener.bizType(),
+        listener.keySource(),
+        executor.mode(),
+        ConsumerDedupProperties.print(executor.lease()),
+        properties.getTableName());
   }
 
   @Override

@@ -29,7 +29,7 @@ import org.springframework.jdbc.datasource.init.ScriptUtils;
 public final class DedupSchemaInitializer implements InitializingBean {
 
   /** The shipped DDL, on the classpath from the consumer-dedup-schema artifact. */
-  public static final String SCRIPT = "db/consumer-dedup/postgresql/V1__consumer_dedup.sql";
+  public static final String SCRIPT = JdbcDedupStore.SCHEMA_RESOURCE;
 
   private static final String SCRIPT_TABLE = "consumer_dedup";
   private static final Pattern TABLE_REFERENCE = Pattern.compile("\\bconsumer_dedup\\b");
@@ -42,8 +42,8 @@ public final class DedupSchemaInitializer implements InitializingBean {
 
   public DedupSchemaInitializer(DataSource dataSource, String tableName) {
     this.dataSource = Objects.requireNonNull(dataSource, "dataSource");
-    // The store's builder validates the name (plain identifiers only) before it reaches any DDL.
-    this.tableName = JdbcDedupStore.builder(dataSource).tableName(tableName).build().tableName();
+    // Plain identifiers only, before the name reaches any DDL.
+    this.tableName = JdbcDedupStore.checkTableName(tableName);
   }
 
   @Override

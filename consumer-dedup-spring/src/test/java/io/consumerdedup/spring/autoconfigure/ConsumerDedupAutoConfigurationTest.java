@@ -142,8 +142,13 @@ class ConsumerDedupAutoConfigurationTest {
   }
 
   @Test
-  void propertiesReachTheCoreBuilders() {
-    runner(schemaWithTable())
+  void propertiesReachTheCoreBuilders() throws SQLException {
+    String schema = schemaWithTable();
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      statement.execute("CREATE TABLE other_dedup (LIKE consumer_dedup INCLUDING ALL)");
+    }
+    runner(schema)
         .withPropertyValues(
             "consumer-dedup.lease=42s",
             "consumer-dedup.retention=2d",
@@ -163,19 +168,6 @@ class ConsumerDedupAutoConfigurationTest {
               assertThat(context.getBean(JdbcDedupStore.class).tableName())
                   .isEqualTo("other_dedup");
             });
-  }
-
-  @Test
-  void invalidPropertyFailsStartupWithTheBadValue() {
-    runner(schemaWithTable())
-        .withPropertyValues("consumer-dedup.table-name=drop table;")
-        .run(
-            context ->
-                assertThat(context)
-                    .getFailure()
-                    .rootCause()
-                    .hasMessageContaining("tableName")
-                    .hasMessageContaining("drop table;"));
   }
 
   @Test
@@ -417,14 +409,18 @@ class ConsumerDedupAutoConfigurationTest {
     String schema = emptySchema();
     runner(schema)
         .run(
-            context -> {
-              assertThat(context).doesNotHaveBean(DedupSchemaInitializer.class);
-              JdbcTemplate jdbc = new JdbcTemplate(context.getBean(DataSource.class));
-              assertThat(
-                      jdbc.queryForObject(
-                          "SELECT to_regclass('consumer_dedup') IS NULL", Boolean.class))
-                  .isTrue();
-            });
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .hasMessageContaining("The dedup table consumer_dedup does not exist"));
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement();
+        java.sql.ResultSet row =
+            statement.executeQuery("SELECT to_regclass('consumer_dedup') IS NULL")) {
+      row.next();
+      assertThat(row.getBoolean(1)).as("no table was created").isTrue();
+    }
   }
 
   @Test

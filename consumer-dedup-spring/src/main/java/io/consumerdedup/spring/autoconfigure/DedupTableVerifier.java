@@ -1,0 +1,40 @@
+package io.consumerdedup.spring.autoconfigure;
+
+import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import org.springframework.beans.factory.InitializingBean;
+
+/**
+ * Checks at start-up that the dedup table exists with every column the store uses (after {@code
+ * consumer-dedup.initialize-schema=always} had its chance to create it): a forgotten migration
+ * stops the application with the fix, instead of failing every record. A database that cannot be
+ * reached at start-up is only logged: records wait for it like for any outage.
+ */
+public final class DedupTableVerifier implements InitializingBean {
+  private static final Logger log = LoggerFactory.getLogger(DedupTableVerifier.class);
+
+  private final JdbcDedupStore store;
+
+  /**
+   * @param initializer the schema initializer, if any: taken so that it runs first
+   */
+  public DedupTableVerifier(
+      JdbcDedupStore store, @org.jspecify.annotations.Nullable Object initializer) {
+    this.store = store;
+  }
+
+  @Override
+  public void afterPropertiesSet() {
+    try {
+      store.verifyTable();
+    } catch (DedupStoreException e) {
+      log.warn(
+          "Could not check the dedup table {} at start-up; records wait until the database"
+              + " answers: {}",
+          store.tableName(),
+          e.getMessage());
+    }
+  }
+}

@@ -1,0 +1,122 @@
+package io.consumerdedup.spring;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.SpringBootConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
+import org.springframework.kafka.listener.DefaultErrorHandler;
+import org.springframework.kafka.listener.RecordInterceptor;
+import org.springframework.kafka.test.EmbeddedKafkaBroker;
+import org.springframework.kafka.test.context.EmbeddedKafka;
+import org.springframework.messaging.handler.annotation.Header;
+import org.springframework.test.annotation.DirtiesContext;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.util.backoff.FixedBackOff;
+
+/**
+ * The natural listener {@code charge(String amount, @Header("order-no") String orderNo)}: a record
+ * without the header fails while spring-messaging resolves the arguments, before consumer-dedup
+ * sees the call. It is still refused once as a missing key, naming the header, not retried like a
+ * handler failure; the records after it are charged once.
+ */
+@SpringBootTest(classes = KeyHeaderArgumentIntegrationTest.App.class)
+@EmbeddedKafka(
+    partitions = 1,
+    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
+    topics = {"key-argument", "key-argument-dlt"})
+@DirtiesContext
+class KeyHeaderArgumentIntegrationTest {
+
+  @DynamicPropertySource
+  static void environment(DynamicPropertyRegistry registry) {
+    SpringTestEnvironment.prepare(registry, "spring_key_argument");
+  }
+
+  @Autowired EmbeddedKafkaBroker kafka;
+  @Autowired KafkaTemplate<String, String> template;
+  @Autowired JdbcTemplate jdbc;
+
+  @Test
+  void aRecordWithoutTheKeyHeaderIsRefusedOnceAndTheNextAreChargedOnce() throws Exception {
+    template.send(new ProducerRecord<>("key-argument", "40.00")).get();
+    SpringTestEnvironment.send(template, "key-argument", "15.00", "order-no", "ARG-1");
+    SpringTestEnvironment.send(template, "key-argument", "15.00", "order-no", "ARG-1");
+
+    List<ConsumerRecord<String, String>> deadLetters =
+        SpringTestEnvironment.readTopic(kafka, "key-argument-dlt", 1, Duration.ofSeconds(30));
+    assertThat(deadLetters).hasSize(1);
+    assertThat(SpringTestEnvironment.deadLetterReason(deadLetters.get(0)))
+        .contains("DedupKeyMissingException")
+        .contains("header 'order-no' is absent");
+    await()
+        .atMost(Duration.ofSeconds(30))
+        .until(() -> SpringTestEnvironment.effects(jdbc, "key-argument", "ARG-1") == 1);
+    assertThat(Deliveries.byOffset.get(0L)).as("deliveries of the record without key").hasValue(1);
+    Thread.sleep(1000);
+    assertThat(SpringTestEnvironment.effects(jdbc, "key-argument", "ARG-1")).isEqualTo(1);
+  }
+
+  static final class Deliveries {
+    static final Map<Long, AtomicInteger> byOffset = new ConcurrentHashMap<>();
+  }
+
+  @SpringBootConfiguration
+  @EnableAutoConfiguration
+  static class App {
+    /** The usual wiring: retries with a back-off, then the dead-letter topic. */
+    @Bean
+    DefaultErrorHandler errorHandler(KafkaTemplate<Object, Object> template) {
+      return new DefaultErrorHandler(
+          new DeadLetterPublishingRecoverer(template), new FixedBackOff(100, 5));
+    }
+
+    @Bean
+    RecordInterceptor<Object, Object> deliveryCounter() {
+      return (record, consumer) -> {
+        Deliveries.byOffset
+            .computeIfAbsent(record.offset(), k -> new AtomicInteger())
+            .incrementAndGet();
+        return record;
+      };
+    }
+
+    @Bean
+    Charges charges(JdbcTemplate jdbc) {
+      return new Charges(jdbc);
+    }
+  }
+
+  static class Charges {
+    final JdbcTemplate jdbc;
+
+    Charges(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
+
+    @Idempotent(bizType = "payment", header = "order-no")
+    @KafkaListener(id = "key-argument", topics = "key-argument")
+    public void charge(String amount, @Header("order-no") String orderNo) {
+      jdbc.update(
+          "INSERT INTO effects (listener, biz_key, payload) VALUES ('key-argument', ?, ?)",
+          orderNo,
+          amount);
+    }
+  }
+}

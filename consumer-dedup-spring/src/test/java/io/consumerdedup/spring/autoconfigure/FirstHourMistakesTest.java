@@ -1,0 +1,161 @@
+package io.consumerdedup.spring.autoconfigure;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.spring.Idempotent;
+import io.consumerdedup.spring.IdempotentExecutors;
+import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.CsvSource;
+import org.springframework.boot.autoconfigure.AutoConfigurations;
+import org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration;
+import org.springframework.boot.kafka.autoconfigure.KafkaAutoConfiguration;
+import org.springframework.boot.test.context.runner.ApplicationContextRunner;
+import org.springframework.boot.test.system.CapturedOutput;
+import org.springframework.boot.test.system.OutputCaptureExtension;
+import org.springframework.kafka.annotation.KafkaListener;
+
+/**
+ * The mistakes a newcomer makes in the first hour stop the application with what to do, instead of
+ * failing every record later: a bad property, a forgotten table. And the start-up log says which
+ * listeners are protected, and how.
+ */
+@ExtendWith(OutputCaptureExtension.class)
+class FirstHourMistakesTest {
+  private final List<String> schemas = new ArrayList<>();
+
+  @AfterEach
+  void dropSchemas() {
+    schemas.forEach(TestDatabase::dropSchema);
+  }
+
+  private String schemaWithTable() {
+    String schema = TestDatabase.newSchema("spring_first_hour");
+    schemas.add(schema);
+    return schema;
+  }
+
+  private ApplicationContextRunner runner(String schema) {
+    return new ApplicationContextRunner()
+        .withConfiguration(
+            AutoConfigurations.of(
+                DataSourceAutoConfiguration.class, ConsumerDedupAutoConfiguration.class))
+        .withPropertyValues(
+            "spring.datasource.url=" + TestDatabase.url(schema),
+            "spring.datasource.hikari.maximum-pool-size=2");
+  }
+
+  @ParameterizedTest(name = "{0}")
+  @CsvSource(
+      delimiter = '|',
+      value = {
+        "consumer-dedup.lease=-5s | consumer-dedup.lease=-5s is not allowed: it must be at least 1s",
+        "consumer-dedup.lease=500ms | consumer-dedup.lease=500ms is not allowed: it must be at least 1s",
+        "consumer-dedup.retention=1m | consumer-dedup.retention=1m is not allowed: it must be at least"
+            + " the lease (5m)",
+        "consumer-dedup.store.retry-max-attempts=0 | consumer-dedup.store.retry-max-attempts=0 is"
+            + " not allowed: it must be at least 1",
+        "consumer-dedup.hold.max-backoff=100ms | consumer-dedup.hold.max-backoff=100ms is not"
+            + " allowed: it must be at least hold.initial-backoff (1s)",
+        "consumer-dedup.table-name=drop table; | consumer-dedup.table-name=drop table; is not"
+            + " allowed: it must be an unquoted SQL identifier"
+      })
+  void aBadPropertyStopsTheApplicationNamingItsValueAndWhatIsAllowed(
+      String property, String message) {
+    runner(schemaWithTable())
+        .withPropertyValues(property)
+        .run(context -> assertThat(context).getFailure().rootCause().hasMessageContaining(message));
+  }
+
+  @Test
+  void aBareNumberIsSecondsForTheLeaseAndDaysForRetentionsNotMilliseconds() {
+    runner(schemaWithTable())
+        .withPropertyValues(
+            "consumer-dedup.lease=30",
+            "consumer-dedup.retention=7",
+            "consumer-dedup.failed-retention=30")
+        .run(
+            context -> {
+              assertThat(context).hasNotFailed();
+              var executor = context.getBean(IdempotentExecutors.class).defaultExecutor();
+              assertThat(executor.lease()).isEqualTo(Duration.ofSeconds(30));
+              assertThat(executor.successRetention()).isEqualTo(Duration.ofDays(7));
+              assertThat(executor.failedRetention()).isEqualTo(Duration.ofDays(30));
+            });
+  }
+
+  @Test
+  void aForgottenTableStopsTheApplicationWithTheFix() {
+    String schema = TestDatabase.newSchema("spring_no_table");
+    schemas.add(schema);
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      statement.execute("DROP TABLE consumer_dedup");
+    } catch (Exception e) {
+      throw new IllegalStateException(e);
+    }
+
+    runner(schema)
+        .run(
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .hasMessageContaining("The dedup table consumer_dedup does not exist")
+                    .hasMessageContaining(JdbcDedupStore.SCHEMA_RESOURCE)
+                    .hasMessageContaining("psql")
+                    .hasMessageContaining("consumer-dedup.initialize-schema=always"));
+  }
+
+  @Test
+  void aTableFromAnOlderSchemaStopsTheApplicationNamingTheMissingColumn() {
+    String schema = schemaWithTable();
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      statement.execute("ALTER TABLE consumer_dedup DROP COLUMN claim_id");
+    } catch (Exception e) {
+      throw new IllegalStateException(e);
+    }
+
+    runner(schema)
+        .run(
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .hasMessageContaining("lacks the column(s) claim_id")
+                    .hasMessageContaining("ALTER TABLE consumer_dedup ADD COLUMN claim_id"));
+  }
+
+  @Test
+  void theStartupLogNamesEachIdempotentListenerAndHowItIsProtected(CapturedOutput output) {
+    runner(schemaWithTable())
+        .withConfiguration(AutoConfigurations.of(KafkaAutoConfiguration.class))
+        .withPropertyValues("spring.kafka.listener.auto-startup=false")
+        .withBean(Payments.class)
+        .run(context -> assertThat(context).hasNotFailed());
+
+    assertThat(output)
+        .contains(
+            "Idempotent listener "
+                + Payments.class.getName()
+                + "#charge (id payments): biz type 'payment', key from header 'order-no', mode"
+                + " SEPARATE, lease 5m, table consumer_dedup");
+  }
+
+  static class Payments {
+    @Idempotent(bizType = "payment", header = "order-no")
+    @KafkaListener(id = "payments", topics = "payments")
+    public void charge(ConsumerRecord<String, String> record) {}
+  }
+}
