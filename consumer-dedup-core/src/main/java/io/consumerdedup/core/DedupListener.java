@@ -1,5 +1,6 @@
 package io.consumerdedup.core;
 
+import io.consumerdedup.core.internal.CompositeListener;
 import java.time.Duration;
 import java.util.List;
 
@@ -51,64 +52,11 @@ public interface DedupListener {
   /** The retention purge deleted {@code count} records. */
   default void purged(int count) {}
 
-  /** A listener that passes every event to each of {@code listeners}, in order. */
+  /**
+   * A listener that passes every event to each of {@code listeners}, in order; one that throws is
+   * logged and skipped, the others still hear of the event.
+   */
   static DedupListener composite(List<DedupListener> listeners) {
-    List<DedupListener> copy = List.copyOf(listeners);
-    return new DedupListener() {
-      @Override
-      public void claimTimed(DedupKey key, Duration elapsed) {
-        copy.forEach(l -> l.claimTimed(key, elapsed));
-      }
-
-      @Override
-      public void claimed(DedupKey key, int attempt) {
-        copy.forEach(l -> l.claimed(key, attempt));
-      }
-
-      @Override
-      public void duplicate(DedupKey key, DedupRecord existing) {
-        copy.forEach(l -> l.duplicate(key, existing));
-      }
-
-      @Override
-      public void inProgress(DedupKey key, DedupRecord existing) {
-        copy.forEach(l -> l.inProgress(key, existing));
-      }
-
-      @Override
-      public void conflict(DedupKey key, DedupRecord existing) {
-        copy.forEach(l -> l.conflict(key, existing));
-      }
-
-      @Override
-      public void completed(DedupKey key, int attempt, Duration handlerTime) {
-        copy.forEach(l -> l.completed(key, attempt, handlerTime));
-      }
-
-      @Override
-      public void failed(DedupKey key, int attempt, Throwable error) {
-        copy.forEach(l -> l.failed(key, attempt, error));
-      }
-
-      @Override
-      public void leaseLost(DedupKey key, int attempt) {
-        copy.forEach(l -> l.leaseLost(key, attempt));
-      }
-
-      @Override
-      public void storeFailed(DedupKey key, DedupStoreException error) {
-        copy.forEach(l -> l.storeFailed(key, error));
-      }
-
-      @Override
-      public void keyMissing(String bizType, String source) {
-        copy.forEach(l -> l.keyMissing(bizType, source));
-      }
-
-      @Override
-      public void purged(int count) {
-        copy.forEach(l -> l.purged(count));
-      }
-    };
+    return new CompositeListener(listeners);
   }
 }

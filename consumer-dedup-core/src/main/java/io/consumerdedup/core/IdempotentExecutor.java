@@ -1,10 +1,12 @@
 package io.consumerdedup.core;
 
+import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
 import io.consumerdedup.core.internal.OwnerIds;
 import io.consumerdedup.core.internal.UnansweredClaims;
 import java.time.Duration;
+import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.Callable;
 import java.util.concurrent.TimeUnit;
@@ -99,7 +101,7 @@ public final class IdempotentExecutor implements AutoCloseable {
     this.inProgressPolicy = b.inProgressPolicy;
     this.waitTimeout = b.waitTimeout;
     this.conflictPolicy = b.conflictPolicy;
-    this.listener = new SafeListener(b.listener);
+    this.listener = DedupListener.composite(List.of(b.listener));
     this.renewer = new LeaseRenewer(store, lease, renewalInterval, this.listener);
     this.outcomes =
         new Outcomes(store, listener, renewer, successRetention, failedRetention, renewalInterval);
@@ -228,10 +230,7 @@ public final class IdempotentExecutor implements AutoCloseable {
         throw new DedupInProgressException(key, existing, source);
       }
       sleep(Math.min(backoff.toNanos(), remaining), key, existing, source);
-      backoff =
-          backoff.multipliedBy(2).compareTo(LONGEST_WAIT_BACKOFF) > 0
-              ? LONGEST_WAIT_BACKOFF
-              : backoff.multipliedBy(2);
+      backoff = Durations.doubling(backoff, LONGEST_WAIT_BACKOFF, 2);
     }
   }
 
@@ -432,7 +431,7 @@ public final class IdempotentExecutor implements AutoCloseable {
      * Default {@link #DEFAULT_LEASE}. Choose it longer than a pause you would not call a crash.
      */
     public Builder lease(Duration lease) {
-      this.lease = positive("lease", lease);
+      this.lease = Durations.requirePositive("lease", lease);
       return this;
     }
 
@@ -441,19 +440,19 @@ public final class IdempotentExecutor implements AutoCloseable {
      * default lease / {@value #DEFAULT_RENEWALS_PER_LEASE}.
      */
     public Builder renewalInterval(Duration renewalInterval) {
-      this.renewalInterval = positive("renewalInterval", renewalInterval);
+      this.renewalInterval = Durations.requirePositive("renewalInterval", renewalInterval);
       return this;
     }
 
     /** How long a SUCCESS record is kept. Default {@link #DEFAULT_SUCCESS_RETENTION}. */
     public Builder successRetention(Duration successRetention) {
-      this.successRetention = positive("successRetention", successRetention);
+      this.successRetention = Durations.requirePositive("successRetention", successRetention);
       return this;
     }
 
     /** How long a FAILED or abandoned record is kept. Default {@link #DEFAULT_FAILED_RETENTION}. */
     public Builder failedRetention(Duration failedRetention) {
-      this.failedRetention = positive("failedRetention", failedRetention);
+      this.failedRetention = Durations.requirePositive("failedRetention", failedRetention);
       return this;
     }
 
@@ -474,7 +473,7 @@ public final class IdempotentExecutor implements AutoCloseable {
 
     /** Longest wait under {@link InProgressPolicy#WAIT}. Default {@link #DEFAULT_WAIT_TIMEOUT}. */
     public Builder waitTimeout(Duration waitTimeout) {
-      this.waitTimeout = positive("waitTimeout", waitTimeout);
+      this.waitTimeout = Durations.requirePositive("waitTimeout", waitTimeout);
       return this;
     }
 
@@ -524,86 +523,6 @@ public final class IdempotentExecutor implements AutoCloseable {
         throw new IllegalArgumentException("lease (" + lease + ") is too short to renew");
       }
       return new IdempotentExecutor(this, renewal);
-    }
-
-    private static Duration positive(String name, Duration value) {
-      Objects.requireNonNull(value, name);
-      if (value.isNegative() || value.isZero()) {
-        throw new IllegalArgumentException(name + " must be positive, was " + value);
-      }
-      return value;
-    }
-  }
-
-  /** Keeps a faulty listener from breaking the engine: its exceptions are logged and ignored. */
-  private static final class SafeListener implements DedupListener {
-    private final DedupListener delegate;
-
-    SafeListener(DedupListener delegate) {
-      this.delegate = delegate;
-    }
-
-    private void guard(String event, Runnable call) {
-      try {
-        call.run();
-      } catch (RuntimeException e) {
-        log.warn("DedupListener {} threw on {}; ignored", delegate, event, e);
-      }
-    }
-
-    @Override
-    public void claimTimed(DedupKey key, Duration elapsed) {
-      guard("claimTimed", () -> delegate.claimTimed(key, elapsed));
-    }
-
-    @Override
-    public void claimed(DedupKey key, int attempt) {
-      guard("claimed", () -> delegate.claimed(key, attempt));
-    }
-
-    @Override
-    public void duplicate(DedupKey key, DedupRecord existing) {
-      guard("duplicate", () -> delegate.duplicate(key, existing));
-    }
-
-    @Override
-    public void inProgress(DedupKey key, DedupRecord existing) {
-      guard("inProgress", () -> delegate.inProgress(key, existing));
-    }
-
-    @Override
-    public void conflict(DedupKey key, DedupRecord existing) {
-      guard("conflict", () -> delegate.conflict(key, existing));
-    }
-
-    @Override
-    public void completed(DedupKey key, int attempt, Duration handlerTime) {
-      guard("completed", () -> delegate.completed(key, attempt, handlerTime));
-    }
-
-    @Override
-    public void failed(DedupKey key, int attempt, Throwable error) {
-      guard("failed", () -> delegate.failed(key, attempt, error));
-    }
-
-    @Override
-    public void leaseLost(DedupKey key, int attempt) {
-      guard("leaseLost", () -> delegate.leaseLost(key, attempt));
-    }
-
-    @Override
-    public void storeFailed(DedupKey key, DedupStoreException error) {
-      guard("storeFailed", () -> delegate.storeFailed(key, error));
-    }
-
-    @Override
-    public void keyMissing(String bizType, String source) {
-      guard("keyMissing", () -> delegate.keyMissing(bizType, source));
-    }
-
-    @Override
-    public void purged(int count) {
-      guard("purged", () -> delegate.purged(count));
     }
   }
 }

@@ -2,7 +2,9 @@ package io.consumerdedup.jdbc;
 
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.internal.Durations;
 import java.time.Duration;
+import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -45,7 +47,7 @@ public final class DedupJanitor implements AutoCloseable {
     this.batchSize = builder.batchSize;
     this.maxBatchesPerRun = builder.maxBatchesPerRun;
     this.interval = builder.interval;
-    this.listener = builder.listener;
+    this.listener = DedupListener.composite(List.of(builder.listener));
   }
 
   public static Builder builder(DedupStore store) {
@@ -144,11 +146,7 @@ public final class DedupJanitor implements AutoCloseable {
 
     /** Time between runs once started. Default {@link #DEFAULT_INTERVAL}. */
     public Builder interval(Duration interval) {
-      Objects.requireNonNull(interval, "interval");
-      if (interval.isNegative() || interval.isZero()) {
-        throw new IllegalArgumentException("interval must be positive, was " + interval);
-      }
-      this.interval = interval;
+      this.interval = Durations.requirePositive("interval", interval);
       return this;
     }
 

@@ -9,6 +9,7 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.jdbc.internal.PostgresSql;
 import io.consumerdedup.jdbc.internal.SqlStates;
 import io.github.resilience4j.core.IntervalFunction;
@@ -644,7 +645,8 @@ public final class JdbcDedupStore implements DedupStore {
 
     /** Wait before the first retry. Default {@link #DEFAULT_RETRY_INITIAL_BACKOFF}. */
     public Builder retryInitialBackoff(Duration retryInitialBackoff) {
-      this.retryInitialBackoff = positive("retryInitialBackoff", retryInitialBackoff);
+      this.retryInitialBackoff =
+          Durations.requirePositive("retryInitialBackoff", retryInitialBackoff);
       return this;
     }
 
@@ -654,7 +656,7 @@ public final class JdbcDedupStore implements DedupStore {
      * instead of hanging. Default {@link #DEFAULT_STATEMENT_TIMEOUT}.
      */
     public Builder statementTimeout(Duration statementTimeout) {
-      this.statementTimeout = positive("statementTimeout", statementTimeout);
+      this.statementTimeout = Durations.requirePositive("statementTimeout", statementTimeout);
       return this;
     }
 
@@ -665,13 +667,13 @@ public final class JdbcDedupStore implements DedupStore {
      * {@link #DEFAULT_RETRY_MAX_DURATION}.
      */
     public Builder retryMaxDuration(Duration retryMaxDuration) {
-      this.retryMaxDuration = positive("retryMaxDuration", retryMaxDuration);
+      this.retryMaxDuration = Durations.requirePositive("retryMaxDuration", retryMaxDuration);
       return this;
     }
 
     /** Longest wait between two retries. Default {@link #DEFAULT_RETRY_MAX_BACKOFF}. */
     public Builder retryMaxBackoff(Duration retryMaxBackoff) {
-      this.retryMaxBackoff = positive("retryMaxBackoff", retryMaxBackoff);
+      this.retryMaxBackoff = Durations.requirePositive("retryMaxBackoff", retryMaxBackoff);
       return this;
     }
 
@@ -691,14 +693,6 @@ public final class JdbcDedupStore implements DedupStore {
                 + ")");
       }
       return new JdbcDedupStore(this);
-    }
-
-    private static Duration positive(String name, Duration value) {
-      Objects.requireNonNull(value, name);
-      if (value.isNegative() || value.isZero()) {
-        throw new IllegalArgumentException(name + " must be positive, was " + value);
-      }
-      return value;
     }
   }
 }

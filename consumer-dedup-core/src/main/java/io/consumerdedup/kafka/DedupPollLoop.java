@@ -3,10 +3,11 @@ package io.consumerdedup.kafka;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.kafka.internal.RecordSources;
 import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.Collection;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -170,13 +171,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private volatile @Nullable Thread loopThread;
 
   // The fields below are touched by the loop thread only (rebalance callbacks run inside poll).
-  private final Map<TopicPartition, OffsetAndMetadata> done = new HashMap<>();
-  private final Map<TopicPartition, Long> resumeAtNanos = new HashMap<>();
-  private final Map<TopicPartition, Integer> consecutiveHolds = new HashMap<>();
-  private final Map<TopicPartition, Failure> failures = new HashMap<>();
-
-  /** The handler failures of the record at {@code offset}, the partition's next record. */
-  private record Failure(long offset, int attempts, RuntimeException last) {}
+  private final PartitionProgress progress = new PartitionProgress();
 
   private DedupPollLoop(Builder<K, V> builder, Consumer<K, V> consumer, String groupId) {
     this.consumer = consumer;
@@ -341,7 +336,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
           // Sought back and paused: the rest of this partition's records come again later.
           break;
         }
-        done.put(partition, new OffsetAndMetadata(record.offset() + 1));
+        progress.done(partition, record.offset() + 1);
       }
     }
     commitDone();
@@ -349,11 +344,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   /** Handles one record; false if it is not done, and its partition was sought back and paused. */
   private boolean handle(ConsumerRecord<K, V> record, TopicPartition partition) {
-    Failure previous = failures.get(partition);
-    if (previous != null && previous.offset() != record.offset()) {
-      failures.remove(partition);
-      previous = null;
-    }
+    PartitionProgress.Failure previous = progress.failureOf(partition, record.offset());
     if (previous != null && previous.attempts() >= maxAttempts) {
       // Its attempts ran out earlier, but the dead letter could not be written then.
       return deadLetter(record, partition, previous.last());
@@ -370,7 +361,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         case HANDLER_FAILED -> handlerFailed(record, partition, previous, e);
       };
     }
-    forget(partition);
+    progress.settled(partition);
     return true;
   }
 
@@ -406,7 +397,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private boolean handlerFailed(
       ConsumerRecord<K, V> record,
       TopicPartition partition,
-      @Nullable Failure previous,
+      PartitionProgress.@Nullable Failure previous,
       RuntimeException e) {
     int counted = previous == null ? 1 : previous.attempts() + 1;
     OptionalInt stored = storedAttempts(record);
@@ -415,7 +406,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         attempts > counted
             ? "as counted by the dedup table, across restarts; this loop's count is " + counted
             : "as counted by this loop";
-    failures.put(partition, new Failure(record.offset(), attempts, e));
+    progress.failed(partition, new PartitionProgress.Failure(record.offset(), attempts, e));
     if (attempts >= maxAttempts) {
       log.error(
           "Handler failed for {} on attempt {} of {} ({}); dead-lettering it",
@@ -476,7 +467,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         e);
     if (deadLetter(raw, partition, () -> deadLetterHandler.deadLetterUndeserializable(raw, e))) {
       consumer.seek(partition, e.offset() + 1);
-      done.put(partition, new OffsetAndMetadata(e.offset() + 1));
+      progress.done(partition, e.offset() + 1);
     }
   }
 
@@ -496,7 +487,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
           e);
       return false;
     }
-    forget(partition);
+    progress.settled(partition);
     return true;
   }
 
@@ -531,14 +522,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   /** Pauses the partition at the offset for the next step of the hold back-off; returns it. */
   private Duration hold(TopicPartition partition, long offset) {
-    int holds = consecutiveHolds.merge(partition, 1, Integer::sum);
-    Duration wait = holdBackOff;
-    for (int i = 1; i < holds && wait.compareTo(maxHoldBackOff) < 0; i++) {
-      wait = wait.multipliedBy(2);
-    }
-    if (wait.compareTo(maxHoldBackOff) > 0) {
-      wait = maxHoldBackOff;
-    }
+    Duration wait = progress.nextHold(partition, holdBackOff, maxHoldBackOff);
     pause(partition, offset, wait);
     return wait;
   }
@@ -546,23 +530,12 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private void pause(TopicPartition partition, long offset, Duration wait) {
     consumer.seek(partition, offset);
     consumer.pause(List.of(partition));
-    resumeAtNanos.put(partition, System.nanoTime() + wait.toNanos());
-  }
-
-  private void forget(TopicPartition partition) {
-    failures.remove(partition);
-    consecutiveHolds.remove(partition);
+    progress.pausedUntil(partition, System.nanoTime() + wait.toNanos());
   }
 
   private void resumeDuePartitions() {
-    long now = System.nanoTime();
-    List<TopicPartition> due =
-        resumeAtNanos.entrySet().stream()
-            .filter(entry -> entry.getValue() - now <= 0)
-            .map(Map.Entry::getKey)
-            .toList();
+    List<TopicPartition> due = progress.dueAt(System.nanoTime());
     if (!due.isEmpty()) {
-      due.forEach(resumeAtNanos::remove);
       List<TopicPartition> assigned = due.stream().filter(consumer.assignment()::contains).toList();
       consumer.resume(assigned);
     }
@@ -570,15 +543,11 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   /** Polls no longer than until the first paused partition is due, so back-offs stay accurate. */
   private Duration nextPollTimeout() {
-    long now = System.nanoTime();
-    long wait = pollTimeout.toNanos();
-    for (long resumeAt : resumeAtNanos.values()) {
-      wait = Math.min(wait, Math.max(0, resumeAt - now));
-    }
-    return Duration.ofNanos(wait);
+    return progress.untilFirstDue(System.nanoTime(), pollTimeout);
   }
 
   private void commitDone() {
+    Map<TopicPartition, OffsetAndMetadata> done = progress.offsetsToCommit();
     if (done.isEmpty()) {
       return;
     }
@@ -616,28 +585,22 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       try {
         commitDone();
       } catch (RuntimeException e) {
-        log.warn("Offsets {} not committed before the partitions were revoked", done, e);
+        log.warn(
+            "Offsets {} not committed before the partitions were revoked",
+            progress.offsetsToCommit(),
+            e);
       }
-      dropState(partitions);
+      progress.forget(partitions);
     }
 
     @Override
     public void onPartitionsLost(Collection<TopicPartition> partitions) {
-      dropState(partitions);
+      progress.forget(partitions);
     }
 
     @Override
     public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
       log.info("Assigned {} in group {}", partitions, groupId);
-    }
-
-    private void dropState(Collection<TopicPartition> partitions) {
-      for (TopicPartition partition : partitions) {
-        done.remove(partition);
-        resumeAtNanos.remove(partition);
-        consecutiveHolds.remove(partition);
-        failures.remove(partition);
-      }
     }
   }
 
@@ -702,7 +665,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
     /** Wait between two attempts of a failing handler. Default {@link #DEFAULT_RETRY_BACKOFF}. */
     public Builder<K, V> retryBackOff(Duration retryBackOff) {
-      this.retryBackOff = positive("retryBackOff", retryBackOff);
+      this.retryBackOff = Durations.requirePositive("retryBackOff", retryBackOff);
       return this;
     }
 
@@ -715,8 +678,8 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
      * @throws IllegalArgumentException if {@code initial} exceeds {@code max}
      */
     public Builder<K, V> holdBackOff(Duration initial, Duration max) {
-      positive("initial hold back-off", initial);
-      positive("max hold back-off", max);
+      Durations.requirePositive("initial hold back-off", initial);
+      Durations.requirePositive("max hold back-off", max);
       if (initial.compareTo(max) > 0) {
         throw new IllegalArgumentException(
             "initial hold back-off (" + initial + ") must not exceed the max (" + max + ")");
@@ -728,7 +691,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
     /** Longest time one poll waits for records. Default {@link #DEFAULT_POLL_TIMEOUT}. */
     public Builder<K, V> pollTimeout(Duration pollTimeout) {
-      this.pollTimeout = positive("pollTimeout", pollTimeout);
+      this.pollTimeout = Durations.requirePositive("pollTimeout", pollTimeout);
       return this;
     }
 
@@ -737,7 +700,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
      * #DEFAULT_CLOSE_TIMEOUT}.
      */
     public Builder<K, V> closeTimeout(Duration closeTimeout) {
-      this.closeTimeout = positive("closeTimeout", closeTimeout);
+      this.closeTimeout = Durations.requirePositive("closeTimeout", closeTimeout);
       return this;
     }
 
@@ -766,14 +729,6 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
             "The consumer needs a group.id: DedupPollLoop commits offsets to its group", e);
       }
       return new DedupPollLoop<>(this, built, groupId);
-    }
-
-    private static Duration positive(String name, Duration value) {
-      Objects.requireNonNull(value, name);
-      if (value.isNegative() || value.isZero()) {
-        throw new IllegalArgumentException(name + " must be positive, was " + value);
-      }
-      return value;
     }
   }
 }

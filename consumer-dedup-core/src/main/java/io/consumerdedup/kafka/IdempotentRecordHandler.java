@@ -8,6 +8,7 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
+import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.OptionalInt;

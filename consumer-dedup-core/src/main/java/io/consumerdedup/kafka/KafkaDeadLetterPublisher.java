@@ -1,5 +1,7 @@
 package io.consumerdedup.kafka;
 
+import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.kafka.internal.RecordSources;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Locale;
@@ -307,11 +309,7 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
      * #DEFAULT_SEND_TIMEOUT}.
      */
     public Builder<K, V> sendTimeout(Duration sendTimeout) {
-      Objects.requireNonNull(sendTimeout, "sendTimeout");
-      if (sendTimeout.isNegative() || sendTimeout.isZero()) {
-        throw new IllegalArgumentException("sendTimeout must be positive, was " + sendTimeout);
-      }
-      this.sendTimeout = sendTimeout;
+      this.sendTimeout = Durations.requirePositive("sendTimeout", sendTimeout);
       return this;
     }
 

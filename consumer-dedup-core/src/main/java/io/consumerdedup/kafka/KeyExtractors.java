@@ -1,6 +1,7 @@
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.DedupKeyMalformedException;
+import io.consumerdedup.kafka.internal.RecordSources;
 import java.nio.ByteBuffer;
 import java.nio.charset.CharacterCodingException;
 import java.nio.charset.CodingErrorAction;

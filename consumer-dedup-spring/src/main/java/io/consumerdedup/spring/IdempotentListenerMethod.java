@@ -7,7 +7,7 @@ import io.consumerdedup.core.InProgressPolicy;
 import io.consumerdedup.kafka.KeyExtractor;
 import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.MissingKeyPolicy;
-import io.consumerdedup.kafka.RecordSources;
+import io.consumerdedup.kafka.internal.RecordSources;
 import java.lang.reflect.Method;
 import java.lang.reflect.Modifier;
 import java.lang.reflect.ParameterizedType;

@@ -1,7 +1,7 @@
 package io.consumerdedup.spring.internal;
 
 import io.consumerdedup.core.DedupKeyMissingException;
-import io.consumerdedup.kafka.RecordSources;
+import io.consumerdedup.kafka.internal.RecordSources;
 import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;

@@ -1,5 +1,6 @@
 package io.consumerdedup.spring.internal;
 
+import io.consumerdedup.core.internal.Durations;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -123,10 +124,6 @@ public final class PartitionHolds {
   }
 
   private Duration backOff(int count) {
-    Duration wait = initialBackOff;
-    for (int i = 1; i < count && wait.compareTo(maxBackOff) < 0; i++) {
-      wait = wait.multipliedBy(2);
-    }
-    return wait.compareTo(maxBackOff) > 0 ? maxBackOff : wait;
+    return Durations.doubling(initialBackOff, maxBackOff, count);
   }
 }

@@ -8,7 +8,7 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.MissingKeyPolicy;
-import io.consumerdedup.kafka.RecordKeyResolver;
+import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import io.consumerdedup.spring.DedupContainers;
 import io.consumerdedup.spring.internal.AcknowledgingListener;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;

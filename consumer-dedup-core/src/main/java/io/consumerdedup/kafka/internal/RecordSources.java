@@ -1,4 +1,4 @@
-package io.consumerdedup.kafka;
+package io.consumerdedup.kafka.internal;
 
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;

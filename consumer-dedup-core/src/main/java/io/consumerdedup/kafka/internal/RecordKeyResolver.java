@@ -1,9 +1,11 @@
-package io.consumerdedup.kafka;
+package io.consumerdedup.kafka.internal;
 
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupKeyMissingException;
 import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.kafka.KeyExtractor;
+import io.consumerdedup.kafka.MissingKeyPolicy;
 import java.util.Objects;
 import java.util.Optional;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -67,7 +69,7 @@ public final class RecordKeyResolver<K, V> {
    * The key the record is claimed under, without reporting a missing key again (it was reported
    * when the record was handled); empty when it has none or one that cannot be used.
    */
-  Optional<DedupKey> claimedKey(ConsumerRecord<K, V> record) {
+  public Optional<DedupKey> claimedKey(ConsumerRecord<K, V> record) {
     try {
       return resolve(record, false);
     } catch (DedupKeyMissingException | DedupKeyMalformedException e) {
