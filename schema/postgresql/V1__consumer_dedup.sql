@@ -25,9 +25,11 @@ CREATE TABLE consumer_dedup (
     CONSTRAINT consumer_dedup_attempts_ck CHECK (attempts >= 1)
 ) WITH (fillfactor = 80);
 
--- The only secondary index: the purge deletes rows whose expires_at has passed, in batches.
--- Lease renewals (the frequent update) change lease_until and updated_at only, so they stay HOT.
-CREATE INDEX consumer_dedup_expires_idx ON consumer_dedup (expires_at);
+-- The only secondary index, for the purge: it walks rows oldest first and deletes those whose
+-- expires_at has passed. created_at is written once, when the key is first claimed; no status
+-- change, renewal or retry touches it (nor the key), so every update can be HOT. An index on
+-- expires_at, which every status change moves, would make each of them write an index entry.
+CREATE INDEX consumer_dedup_created_idx ON consumer_dedup (created_at);
 
 COMMENT ON TABLE consumer_dedup IS
     'consumer-dedup: business actions claimed by idempotent Kafka consumers, one row per (biz_type, biz_key)';

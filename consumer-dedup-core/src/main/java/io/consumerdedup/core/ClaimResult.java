@@ -13,8 +13,10 @@ public sealed interface ClaimResult permits ClaimResult.Claimed, ClaimResult.Tak
    *
    * @param token the fencing token (the record's attempts) that complete, fail and renew must
    *     present
+   * @param claimId the id of the request that claimed it ({@link ClaimRequest#claimId()}), by which
+   *     {@link DedupStore#release} recognises the claim
    */
-  record Claimed(DedupKey key, int token) implements ClaimResult {}
+  record Claimed(DedupKey key, int token, String claimId) implements ClaimResult {}
 
   /**
    * The key was not claimed; {@code existing} is the record that stopped it (SUCCESS, a live lease,

@@ -1,9 +1,9 @@
 package io.consumerdedup.core;
 
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
 
@@ -67,31 +67,82 @@ public interface DedupStore {
   int purge(int limit);
 
   /**
-   * Claims several keys; the answer has one element per distinct key, in first-seen order. The
-   * default claims them one by one; stores may do it in one round trip.
+   * Gives back a claim whose handler never ran (the records after a failed one in a batch), without
+   * counting an attempt: the key is as it was before the claim, except that a key the claim created
+   * is gone, and the next delivery claims it as if this claim had not happened. Only the claim
+   * itself is released: a later claim of the key is never touched.
+   *
+   * @return false if the claim no longer held the key
+   */
+  boolean release(ClaimResult.Claimed claim);
+
+  /**
+   * Claims several keys, as {@link #claim} each; the answer has one element per distinct key, in
+   * first-seen order (a later copy of a key in the same batch is not claimed twice). The default
+   * claims them one by one; stores may do it in one round trip.
    */
   default List<ClaimResult> claimAll(List<ClaimRequest> requests) {
-    List<ClaimResult> results = new ArrayList<>(requests.size());
-    Set<DedupKey> seen = new HashSet<>();
-    for (ClaimRequest request : requests) {
-      if (seen.add(request.key())) {
-        results.add(claim(request));
-      }
-    }
-    return results;
+    return distinct(requests).stream().map(this::claim).toList();
   }
 
   /**
-   * Completes several claims; the answer holds the keys whose lease was lost. The default completes
-   * them one by one; stores may do it in one round trip.
+   * Claims several keys in the caller's transaction, as {@link #claimInTransaction} each; answers
+   * as {@link #claimAll}.
+   */
+  default List<ClaimResult> claimAllInTransaction(List<ClaimRequest> requests) {
+    return distinct(requests).stream().map(this::claimInTransaction).toList();
+  }
+
+  /**
+   * Completes several claims, as {@link #complete} each; the answer holds the keys whose lease was
+   * lost. The default completes them one by one; stores may do it in one round trip.
    */
   default List<DedupKey> completeAll(List<ClaimResult.Claimed> claims, Duration retention) {
-    List<DedupKey> lost = new ArrayList<>();
-    for (ClaimResult.Claimed claim : claims) {
-      if (!complete(claim.key(), claim.token(), retention)) {
-        lost.add(claim.key());
-      }
+    return claims.stream()
+        .filter(claim -> !complete(claim.key(), claim.token(), retention))
+        .map(ClaimResult.Claimed::key)
+        .toList();
+  }
+
+  /** Fails several claims, as {@link #fail} each; answers as {@link #completeAll}. */
+  default List<DedupKey> failAll(List<Failure> failures, Duration retention) {
+    return failures.stream()
+        .filter(f -> !fail(f.claim().key(), f.claim().token(), f.error(), retention))
+        .map(f -> f.claim().key())
+        .toList();
+  }
+
+  /** Renews several leases, as {@link #renew} each; answers as {@link #completeAll}. */
+  default List<DedupKey> renewAll(List<ClaimResult.Claimed> claims, Duration lease) {
+    return claims.stream()
+        .filter(claim -> !renew(claim.key(), claim.token(), lease))
+        .map(ClaimResult.Claimed::key)
+        .toList();
+  }
+
+  /**
+   * Releases several claims, as {@link #release} each; the answer holds the keys their claim no
+   * longer held.
+   */
+  default List<DedupKey> releaseAll(List<ClaimResult.Claimed> claims) {
+    return claims.stream().filter(claim -> !release(claim)).map(ClaimResult.Claimed::key).toList();
+  }
+
+  /** The requests with the later copies of a key removed, in first-seen order. */
+  static List<ClaimRequest> distinct(List<ClaimRequest> requests) {
+    Set<DedupKey> seen = new HashSet<>();
+    return requests.stream().filter(request -> seen.add(request.key())).toList();
+  }
+
+  /**
+   * A claim to mark FAILED, with the error of its handler.
+   *
+   * @param error what went wrong; stores may truncate it
+   */
+  record Failure(ClaimResult.Claimed claim, String error) {
+    public Failure {
+      Objects.requireNonNull(claim, "claim");
+      Objects.requireNonNull(error, "error");
     }
-    return lost;
   }
 }

@@ -15,6 +15,7 @@ import io.consumerdedup.jdbc.internal.SqlStates;
 import io.github.resilience4j.core.IntervalFunction;
 import io.github.resilience4j.retry.Retry;
 import io.github.resilience4j.retry.RetryConfig;
+import java.sql.Array;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -22,12 +23,16 @@ import java.sql.SQLException;
 import java.sql.Timestamp;
 import java.time.Duration;
 import java.time.Instant;
+import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.Executor;
+import java.util.function.Function;
 import java.util.regex.Pattern;
 import javax.sql.DataSource;
 import org.jspecify.annotations.Nullable;
@@ -181,11 +186,22 @@ public final class JdbcDedupStore implements DedupStore {
 
   @Override
   public ClaimResult claim(ClaimRequest request) {
-    return call(
-        "claim",
-        request.key(),
-        connection ->
-            claimOrRead(connection, request, true, request.lease().plus(request.retention())));
+    return claimAll(List.of(request)).get(0);
+  }
+
+  /** One statement for all the keys (see {@link PostgresSql#claim}), in its own transaction. */
+  @Override
+  public List<ClaimResult> claimAll(List<ClaimRequest> requests) {
+    List<ClaimRequest> distinct = DedupStore.distinct(requests);
+    if (distinct.isEmpty()) {
+      return List.of();
+    }
+    return call("claim", only(distinct), connection -> claimRounds(connection, distinct, true));
+  }
+
+  @Override
+  public ClaimResult claimInTransaction(ClaimRequest request) {
+    return claimAllInTransaction(List.of(request)).get(0);
   }
 
   /**
@@ -194,8 +210,12 @@ public final class JdbcDedupStore implements DedupStore {
    * statement has already doomed the caller's transaction.
    */
   @Override
-  public ClaimResult claimInTransaction(ClaimRequest request) {
-    DedupKey key = request.key();
+  public List<ClaimResult> claimAllInTransaction(List<ClaimRequest> requests) {
+    List<ClaimRequest> distinct = DedupStore.distinct(requests);
+    if (distinct.isEmpty()) {
+      return List.of();
+    }
+    DedupKey key = only(distinct);
     try (Connection connection = dataSource.getConnection()) {
       checkProduct(connection);
       if (connection.getAutoCommit()) {
@@ -203,46 +223,99 @@ public final class JdbcDedupStore implements DedupStore {
             "DedupMode.TRANSACTIONAL needs an open transaction on the dedup table's DataSource, but"
                 + " its connection is in auto-commit mode: run the handler inside a transaction on"
                 + " that DataSource (key "
-                + key
+                + distinct.get(0).key()
                 + ")");
       }
-      return claimOrRead(connection, request, false, request.retention());
+      return claimRounds(connection, distinct, false);
     } catch (SQLException e) {
       throw failure("claim in the caller's transaction", key, e, false);
     }
   }
 
+  /** The key of a one-key call, named in its errors; null for a batch. */
+  private static @Nullable DedupKey only(List<ClaimRequest> requests) {
+    return requests.size() == 1 ? requests.get(0).key() : null;
+  }
+
   /**
+   * Claims {@code requests} (distinct keys), again for the keys whose record changed under the
+   * statement (between its snapshot and its insert), until every key has its answer.
+   *
    * @param withLease claim as PROCESSING under the request's lease (separate mode), or as SUCCESS
    *     at once (in the caller's transaction)
-   * @param keepFor how long the new row is kept before the purge may delete it
    */
-  private ClaimResult claimOrRead(
-      Connection connection, ClaimRequest request, boolean withLease, Duration keepFor)
-      throws SQLException {
-    DedupKey key = request.key();
-    for (int round = 0; round < MAX_CLAIM_ROUNDS; round++) {
-      Integer token = tryClaim(connection, request, withLease, keepFor);
-      if (token != null) {
-        return new ClaimResult.Claimed(key, token);
+  private List<ClaimResult> claimRounds(
+      Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
+    Map<DedupKey, ClaimResult> answers = new HashMap<>();
+    List<ClaimRequest> open = requests;
+    for (int round = 0; round < MAX_CLAIM_ROUNDS && !open.isEmpty(); round++) {
+      List<ClaimRequest> unsettled = new ArrayList<>();
+      Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
+      open.forEach(request -> byKey.put(columns(request.key()), request));
+      try (PreparedStatement statement =
+          prepare(connection, withLease ? sql.claim : sql.claimInTransaction)) {
+        int index = 1;
+        statement.setArray(index++, texts(connection, open, r -> r.key().bizType()));
+        statement.setArray(index++, texts(connection, open, r -> r.key().bizKey()));
+        statement.setArray(index++, texts(connection, open, ClaimRequest::owner));
+        statement.setArray(index++, millis(connection, open, ClaimRequest::lease));
+        statement.setArray(
+            index++,
+            millis(
+                connection, open, r -> withLease ? r.lease().plus(r.retention()) : r.retention()));
+        statement.setArray(index++, texts(connection, open, ClaimRequest::fingerprint));
+        statement.setArray(
+            index++, texts(connection, open, r -> storable(r.source(), MAX_SOURCE_LENGTH)));
+        statement.setArray(index, texts(connection, open, ClaimRequest::claimId));
+        try (ResultSet rows = statement.executeQuery()) {
+          while (rows.next()) {
+            ClaimRequest request =
+                byKey.get(Map.entry(rows.getString("biz_type"), rows.getString("biz_key")));
+            ClaimResult answer = answer(rows, Objects.requireNonNull(request), withLease);
+            if (answer == null) {
+              unsettled.add(request);
+            } else {
+              answers.put(request.key(), answer);
+            }
+          }
+        }
       }
-      Row existing = read(connection, key);
-      if (existing != null
-          && withLease
-          && existing.record().status() == DedupStatus.PROCESSING
-          && request.claimId().equals(existing.claimId())) {
-        // This request's own claim, committed by an earlier try whose reply was lost.
-        log.info("Claim of {} was committed before its reply was lost; it is ours", key);
-        return new ClaimResult.Claimed(key, existing.record().attempts());
-      }
-      // Between the two statements the holder may have failed, its lease run out, or the row
-      // been purged: then the key is claimable again, so claim once more.
-      if (existing != null && blocksClaim(existing.record(), request)) {
-        return new ClaimResult.Taken(key, existing.record());
-      }
+      open = unsettled;
     }
-    throw new DedupStoreException(
-        "Claim did not settle after " + MAX_CLAIM_ROUNDS + " rounds", key, request.source(), null);
+    if (!open.isEmpty()) {
+      throw new DedupStoreException(
+          "Claim did not settle after " + MAX_CLAIM_ROUNDS + " rounds",
+          open.get(0).key(),
+          open.get(0).source(),
+          null);
+    }
+    return requests.stream().map(request -> answers.get(request.key())).toList();
+  }
+
+  /**
+   * The answer to one request from its row of the claim statement; null when the record changed
+   * under the statement and the key must be claimed again: the holder may have failed, its lease
+   * run out, the row been purged, or another consumer inserted it first.
+   */
+  private static @Nullable ClaimResult answer(
+      ResultSet row, ClaimRequest request, boolean withLease) throws SQLException {
+    DedupKey key = request.key();
+    int token = row.getInt("claimed");
+    if (!row.wasNull()) {
+      return new ClaimResult.Claimed(key, token, request.claimId());
+    }
+    if (row.getString("status") == null) {
+      return null;
+    }
+    DedupRecord existing = record(row, key);
+    if (withLease
+        && existing.status() == DedupStatus.PROCESSING
+        && request.claimId().equals(row.getString("claim_id"))) {
+      // This request's own claim, committed by an earlier try whose reply was lost.
+      log.info("Claim of {} was committed before its reply was lost; it is ours", key);
+      return new ClaimResult.Claimed(key, existing.attempts(), request.claimId());
+    }
+    return blocksClaim(existing, request) ? new ClaimResult.Taken(key, existing) : null;
   }
 
   private static boolean blocksClaim(DedupRecord existing, ClaimRequest request) {
@@ -253,65 +326,137 @@ public final class JdbcDedupStore implements DedupStore {
     return existing.status() == DedupStatus.SUCCESS || existing.isLeaseLive();
   }
 
-  private @Nullable Integer tryClaim(
-      Connection connection, ClaimRequest request, boolean withLease, Duration keepFor)
-      throws SQLException {
-    String claimSql = withLease ? sql.claim : sql.claimInTransaction;
-    try (PreparedStatement statement = prepare(connection, claimSql)) {
-      int index = 1;
-      statement.setString(index++, request.key().bizType());
-      statement.setString(index++, request.key().bizKey());
-      statement.setString(index++, request.owner());
-      if (withLease) {
-        statement.setLong(index++, request.lease().toMillis());
-      }
-      statement.setString(index++, request.fingerprint());
-      statement.setString(index++, storable(request.source(), MAX_SOURCE_LENGTH));
-      statement.setLong(index++, keepFor.toMillis());
-      statement.setString(index, request.claimId());
-      try (ResultSet rows = statement.executeQuery()) {
-        return rows.next() ? rows.getInt(1) : null;
-      }
-    }
+  @Override
+  public boolean complete(DedupKey key, int token, Duration retention) {
+    return fencedUpdate("complete", sql.complete, List.of(new Held(key, token)), retention, null)
+        .isEmpty();
   }
 
   @Override
-  public boolean complete(DedupKey key, int token, Duration retention) {
-    return fencedUpdate("complete", sql.complete, key, token, retention.toMillis());
+  public List<DedupKey> completeAll(List<ClaimResult.Claimed> claims, Duration retention) {
+    return fencedUpdate("complete", sql.complete, held(claims), retention, null);
   }
 
   @Override
   public boolean fail(DedupKey key, int token, String error, Duration retention) {
+    return fencedUpdate("fail", sql.fail, List.of(new Held(key, token)), retention, List.of(error))
+        .isEmpty();
+  }
+
+  @Override
+  public List<DedupKey> failAll(List<Failure> failures, Duration retention) {
     return fencedUpdate(
-        "fail", sql.fail, key, token, storable(error, MAX_ERROR_LENGTH), retention.toMillis());
+        "fail",
+        sql.fail,
+        held(failures.stream().map(Failure::claim).toList()),
+        retention,
+        failures.stream().map(Failure::error).toList());
   }
 
   @Override
   public boolean renew(DedupKey key, int token, Duration lease) {
-    return fencedUpdate("renew", sql.renew, key, token, lease.toMillis());
+    return fencedUpdate("renew", sql.renew, List.of(new Held(key, token)), lease, null).isEmpty();
+  }
+
+  @Override
+  public List<DedupKey> renewAll(List<ClaimResult.Claimed> claims, Duration lease) {
+    return fencedUpdate("renew", sql.renew, held(claims), lease, null);
+  }
+
+  @Override
+  public boolean release(ClaimResult.Claimed claim) {
+    return releaseAll(List.of(claim)).isEmpty();
+  }
+
+  @Override
+  public List<DedupKey> releaseAll(List<ClaimResult.Claimed> claims) {
+    if (claims.isEmpty()) {
+      return List.of();
+    }
+    return call(
+        "release",
+        claims.size() == 1 ? claims.get(0).key() : null,
+        connection -> {
+          try (PreparedStatement statement = prepare(connection, sql.release)) {
+            statement.setArray(1, texts(connection, claims, c -> c.key().bizType()));
+            statement.setArray(2, texts(connection, claims, c -> c.key().bizKey()));
+            statement.setArray(3, tokens(connection, held(claims)));
+            statement.setArray(4, texts(connection, claims, ClaimResult.Claimed::claimId));
+            return notAnswered(statement, claims.stream().map(ClaimResult.Claimed::key).toList());
+          }
+        });
+  }
+
+  /** A key and the token a fenced update presents. */
+  private record Held(DedupKey key, int token) {}
+
+  private static List<Held> held(List<ClaimResult.Claimed> claims) {
+    return claims.stream().map(claim -> new Held(claim.key(), claim.token())).toList();
   }
 
   /**
-   * Runs an UPDATE that applies only while {@code token} still holds the key: binds {@code values},
-   * then the key and the token. False means the lease was lost.
+   * Runs an UPDATE (see {@link PostgresSql#complete}) that applies only where the token still holds
+   * the key: binds {@code duration} in milliseconds, then the keys, the tokens and the {@code
+   * errors} if any. Answers the keys whose lease was lost.
    */
-  private boolean fencedUpdate(
-      String operation, String updateSql, DedupKey key, int token, @Nullable Object... values) {
+  private List<DedupKey> fencedUpdate(
+      String operation,
+      String updateSql,
+      List<Held> claims,
+      Duration duration,
+      @Nullable List<String> errors) {
+    if (claims.isEmpty()) {
+      return List.of();
+    }
     return call(
         operation,
-        key,
+        claims.size() == 1 ? claims.get(0).key() : null,
         connection -> {
           try (PreparedStatement statement = prepare(connection, updateSql)) {
-            int index = 1;
-            for (Object value : values) {
-              statement.setObject(index++, value);
+            statement.setLong(1, duration.toMillis());
+            statement.setArray(2, texts(connection, claims, c -> c.key().bizType()));
+            statement.setArray(3, texts(connection, claims, c -> c.key().bizKey()));
+            statement.setArray(4, tokens(connection, claims));
+            if (errors != null) {
+              statement.setArray(
+                  5, texts(connection, errors, error -> storable(error, MAX_ERROR_LENGTH)));
             }
-            statement.setString(index++, key.bizType());
-            statement.setString(index++, key.bizKey());
-            statement.setInt(index, token);
-            return statement.executeUpdate() == 1;
+            return notAnswered(statement, claims.stream().map(Held::key).toList());
           }
         });
+  }
+
+  /** The keys of {@code keys} that the statement's (biz_type, biz_key) rows do not name. */
+  private static List<DedupKey> notAnswered(PreparedStatement statement, List<DedupKey> keys)
+      throws SQLException {
+    Set<Map.Entry<String, String>> answered = new HashSet<>();
+    try (ResultSet rows = statement.executeQuery()) {
+      while (rows.next()) {
+        answered.add(Map.entry(rows.getString(1), rows.getString(2)));
+      }
+    }
+    return keys.stream().filter(key -> !answered.contains(columns(key))).toList();
+  }
+
+  /** A key as its two columns hold it. */
+  private static Map.Entry<String, String> columns(DedupKey key) {
+    return Map.entry(key.bizType(), key.bizKey());
+  }
+
+  private static <T> Array texts(
+      Connection connection, List<T> items, Function<T, @Nullable String> value)
+      throws SQLException {
+    return connection.createArrayOf("text", items.stream().map(value).toArray());
+  }
+
+  private static <T> Array millis(Connection connection, List<T> items, Function<T, Duration> value)
+      throws SQLException {
+    return connection.createArrayOf(
+        "int8", items.stream().map(item -> value.apply(item).toMillis()).toArray());
+  }
+
+  private static Array tokens(Connection connection, List<Held> claims) throws SQLException {
+    return connection.createArrayOf("int4", claims.stream().map(Held::token).toArray());
   }
 
   /** The schema file that creates the table, on the classpath (Flyway naming). */
@@ -377,8 +522,7 @@ public final class JdbcDedupStore implements DedupStore {
 
   @Override
   public Optional<DedupRecord> find(DedupKey key) {
-    return call("find", key, connection -> Optional.ofNullable(read(connection, key)))
-        .map(Row::record);
+    return call("find", key, connection -> Optional.ofNullable(read(connection, key)));
   }
 
   @Override
@@ -397,34 +541,31 @@ public final class JdbcDedupStore implements DedupStore {
         });
   }
 
-  /** A row as read, with the id of the claim that last wrote it. */
-  private record Row(DedupRecord record, @Nullable String claimId) {}
-
-  private @Nullable Row read(Connection connection, DedupKey key) throws SQLException {
+  private @Nullable DedupRecord read(Connection connection, DedupKey key) throws SQLException {
     try (PreparedStatement statement = prepare(connection, sql.find)) {
       statement.setString(1, key.bizType());
       statement.setString(2, key.bizKey());
       try (ResultSet row = statement.executeQuery()) {
-        if (!row.next()) {
-          return null;
-        }
-        return new Row(
-            new DedupRecord(
-                new DedupKey(row.getString("biz_type"), row.getString("biz_key")),
-                DedupStatus.valueOf(row.getString("status")),
-                row.getInt("attempts"),
-                row.getString("owner"),
-                instant(row, "lease_until"),
-                row.getString("fingerprint"),
-                row.getString("last_error"),
-                row.getString("source"),
-                Objects.requireNonNull(instant(row, "created_at")),
-                Objects.requireNonNull(instant(row, "updated_at")),
-                Objects.requireNonNull(instant(row, "expires_at")),
-                row.getBoolean("lease_live")),
-            row.getString("claim_id"));
+        return row.next() ? record(row, key) : null;
       }
     }
+  }
+
+  /** The record of {@code key} in the current row of a statement that selects its columns. */
+  private static DedupRecord record(ResultSet row, DedupKey key) throws SQLException {
+    return new DedupRecord(
+        key,
+        DedupStatus.valueOf(row.getString("status")),
+        row.getInt("attempts"),
+        row.getString("owner"),
+        instant(row, "lease_until"),
+        row.getString("fingerprint"),
+        row.getString("last_error"),
+        row.getString("source"),
+        Objects.requireNonNull(instant(row, "created_at")),
+        Objects.requireNonNull(instant(row, "updated_at")),
+        Objects.requireNonNull(instant(row, "expires_at")),
+        row.getBoolean("lease_live"));
   }
 
   private PreparedStatement prepare(Connection connection, String statementSql)

@@ -1,44 +1,72 @@
 package io.consumerdedup.jdbc.internal;
 
+import java.util.List;
+
 /**
  * The PostgreSQL statements of the store, for one validated table name. Every time is the
- * database's ({@code now()}); durations are bound as milliseconds.
+ * database's ({@code now()}); durations are bound as milliseconds. The statements that take keys
+ * take them as arrays ({@code unnest}), so one statement serves one key or a whole poll's keys in
+ * one round trip.
  */
 public final class PostgresSql {
-  private static final String COLUMNS =
-      "biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, last_error, source,"
-          + " created_at, updated_at, expires_at, (lease_until >= now()) AS lease_live, claim_id";
+  /** The columns of a record as {@code JdbcDedupStore} reads it, from the alias {@code c}. */
+  private static final String RECORD_COLUMNS =
+      "c.status, c.attempts, c.owner, c.lease_until, c.fingerprint, c.last_error, c.source,"
+          + " c.created_at, c.updated_at, c.expires_at, c.lease_live, c.claim_id";
 
   /**
-   * One round trip: a new key is inserted; a FAILED key or an expired lease is re-claimed with the
-   * next token, unless the fingerprints disagree. No row back means the key was not claimed (or was
-   * already claimed by this very request, whose first reply was lost: the claim id tells).
+   * Claims the keys of arrays of requests (type, key, owner, lease ms, keep ms, fingerprint,
+   * source, claim id) in one statement, in key order so that concurrent batches lock rows in the
+   * same order and cannot deadlock on each other. Answers one row per request: {@code claimed}, the
+   * new token, when the request claimed its key; else the record as it stood ({@code c.*}, null
+   * when there was none), which says why not.
+   *
+   * <p>A key whose record already settles the answer (SUCCESS, a live lease, another payload) is
+   * answered from the statement's snapshot: no insert is attempted, so no row is locked and no
+   * transaction id is taken, and a batch of duplicates commits without writing anything. Only the
+   * rest go through {@code INSERT ... ON CONFLICT DO UPDATE ... WHERE}, which judges the row as it
+   * is now (a concurrent change included) and claims a new key, a FAILED one or an expired lease.
    */
   public final String claim;
 
   /**
-   * As {@link #claim}, but the row is written as SUCCESS at once, in the caller's transaction: the
-   * unique key makes a concurrent copy wait for that transaction's outcome.
+   * As {@link #claim}, but the rows are written as SUCCESS at once, in the caller's transaction:
+   * the unique key makes a concurrent copy wait for that transaction's outcome.
    */
   public final String claimInTransaction;
 
   public final String find;
 
   /**
-   * Fenced: applies only while the token holds the key. A SUCCESS already written under the same
-   * token matches too, so a retry whose first reply was lost sees its own write, not a lost lease:
-   * only the token's holder can have written it.
+   * Fenced, for arrays of (type, key, token): applies only where the token still holds the key, and
+   * answers the keys it applied to. A SUCCESS already written under the same token matches too, so
+   * a retry whose first reply was lost sees its own write, not a lost lease: only the token's
+   * holder can have written it.
    */
   public final String complete;
 
-  /** Fenced like {@link #complete}; a FAILED already written under the same token matches too. */
+  /**
+   * Fenced like {@link #complete}, for arrays of (type, key, token, error); a FAILED already
+   * written under the same token matches too.
+   */
   public final String fail;
 
+  /** Fenced like {@link #complete}; only a PROCESSING record's lease is extended. */
   public final String renew;
 
   /**
-   * Deletes one batch of expired rows. SKIP LOCKED lets many instances purge at once without
-   * waiting on each other or on a claim; a PROCESSING row with a live lease is never deleted.
+   * Gives back claims whose handler never ran, for arrays of (type, key, token, claim id), without
+   * counting an attempt: a key the claim created is deleted, a re-claimed one goes back to FAILED
+   * with its earlier attempt count. Only the claim itself (its id) can release it, so a release
+   * sent again after its reply was lost cannot touch a later claim of the key. Answers the keys it
+   * released.
+   */
+  public final String release;
+
+  /**
+   * Deletes one batch of expired rows, oldest first along the {@code created_at} index. SKIP LOCKED
+   * lets many instances purge at once without waiting on each other or on a claim; a PROCESSING row
+   * with a live lease is never deleted.
    */
   public final String purge;
 
@@ -46,8 +74,8 @@ public final class PostgresSql {
   public final String columns;
 
   /** The columns the store reads and writes, as the schema file creates them. */
-  public static final java.util.List<String> EXPECTED_COLUMNS =
-      java.util.List.of(
+  public static final List<String> EXPECTED_COLUMNS =
+      List.of(
           "biz_type",
           "biz_key",
           "status",
@@ -66,64 +94,120 @@ public final class PostgresSql {
     columns =
         "SELECT a.attname FROM pg_attribute a WHERE a.attrelid = to_regclass(?)"
             + " AND a.attnum > 0 AND NOT a.attisdropped";
-    claim =
-        "INSERT INTO "
+    claim = claim(table, true);
+    claimInTransaction = claim(table, false);
+    find =
+        "SELECT c.biz_type, c.biz_key, "
+            + RECORD_COLUMNS
+            + " FROM (SELECT d.*, (d.lease_until >= now()) AS lease_live FROM "
             + table
-            + " AS d (biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, source,"
-            + " created_at, updated_at, expires_at, claim_id)"
-            + " VALUES (?, ?, 'PROCESSING', 1, ?, now() + ? * interval '1 millisecond', ?, ?, now(),"
-            + " now(), now() + ? * interval '1 millisecond', ?)"
-            + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = 'PROCESSING',"
-            + " attempts = d.attempts + 1, owner = excluded.owner, lease_until = excluded.lease_until,"
-            + " claim_id = excluded.claim_id,"
-            + " fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
-            + " updated_at = now(), expires_at = excluded.expires_at"
-            + " WHERE (d.status = 'FAILED' OR (d.status = 'PROCESSING' AND d.lease_until < now()))"
-            + " AND (d.fingerprint IS NULL OR excluded.fingerprint IS NULL"
-            + " OR d.fingerprint = excluded.fingerprint)"
-            + " RETURNING d.attempts";
-    claimInTransaction =
-        "INSERT INTO "
-            + table
-            + " AS d (biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, source,"
-            + " created_at, updated_at, expires_at, claim_id)"
-            + " VALUES (?, ?, 'SUCCESS', 1, ?, NULL, ?, ?, now(), now(),"
-            + " now() + ? * interval '1 millisecond', ?)"
-            + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = 'SUCCESS',"
-            + " attempts = d.attempts + 1, owner = excluded.owner, lease_until = NULL,"
-            + " claim_id = excluded.claim_id,"
-            + " fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
-            + " updated_at = now(), expires_at = excluded.expires_at"
-            + " WHERE (d.status = 'FAILED' OR (d.status = 'PROCESSING' AND d.lease_until < now()))"
-            + " AND (d.fingerprint IS NULL OR excluded.fingerprint IS NULL"
-            + " OR d.fingerprint = excluded.fingerprint)"
-            + " RETURNING d.attempts";
-    find = "SELECT " + COLUMNS + " FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
+            + " d WHERE d.biz_type = ? AND d.biz_key = ?) c";
     complete =
-        "UPDATE "
-            + table
-            + " SET status = 'SUCCESS', lease_until = NULL, updated_at = now(),"
-            + " expires_at = now() + ? * interval '1 millisecond'"
-            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ?"
-            + " AND status IN ('PROCESSING', 'SUCCESS')";
+        fenced(
+            table,
+            "status = 'SUCCESS', lease_until = NULL, updated_at = now(),"
+                + " expires_at = now() + ? * interval '1 millisecond'",
+            "",
+            "d.status IN ('PROCESSING', 'SUCCESS')");
     fail =
-        "UPDATE "
-            + table
-            + " SET status = 'FAILED', lease_until = NULL, last_error = ?, updated_at = now(),"
-            + " expires_at = now() + ? * interval '1 millisecond'"
-            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ?"
-            + " AND status IN ('PROCESSING', 'FAILED')";
+        fenced(
+            table,
+            "status = 'FAILED', lease_until = NULL, last_error = r.error, updated_at = now(),"
+                + " expires_at = now() + ? * interval '1 millisecond'",
+            ", ?::text[]",
+            "d.status IN ('PROCESSING', 'FAILED')");
     renew =
-        "UPDATE "
+        fenced(
+            table,
+            "lease_until = now() + ? * interval '1 millisecond', updated_at = now()",
+            "",
+            "d.status = 'PROCESSING'");
+    String held =
+        " d.biz_type = r.biz_type AND d.biz_key = r.biz_key AND d.attempts = r.token"
+            + " AND d.claim_id = r.claim_id AND d.status = 'PROCESSING'";
+    release =
+        "WITH r AS (SELECT * FROM unnest(?::text[], ?::text[], ?::int[], ?::text[])"
+            + " AS r(biz_type, biz_key, token, claim_id)),"
+            + " deleted AS (DELETE FROM "
             + table
-            + " SET lease_until = now() + ? * interval '1 millisecond', updated_at = now()"
-            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND status = 'PROCESSING'";
+            + " d USING r WHERE"
+            + held
+            + " AND d.attempts = 1 RETURNING d.biz_type, d.biz_key),"
+            + " restored AS (UPDATE "
+            + table
+            + " d SET status = 'FAILED', attempts = d.attempts - 1, lease_until = NULL,"
+            + " claim_id = NULL, updated_at = now() FROM r WHERE"
+            + held
+            + " AND d.attempts > 1 RETURNING d.biz_type, d.biz_key)"
+            + " SELECT biz_type, biz_key FROM deleted UNION ALL SELECT biz_type, biz_key FROM restored";
     purge =
         "DELETE FROM "
             + table
             + " WHERE (biz_type, biz_key) IN (SELECT biz_type, biz_key FROM "
             + table
             + " WHERE expires_at < now() AND (status <> 'PROCESSING' OR lease_until < now())"
-            + " ORDER BY expires_at LIMIT ? FOR UPDATE SKIP LOCKED)";
+            + " ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)";
+  }
+
+  private static String claim(String table, boolean withLease) {
+    String status = withLease ? "'PROCESSING'" : "'SUCCESS'";
+    String leaseUntil = withLease ? "now() + r.lease_ms * interval '1 millisecond'" : "NULL";
+    String claimable =
+        "(d.status = 'FAILED' OR (d.status = 'PROCESSING' AND d.lease_until < now()))"
+            + " AND (d.fingerprint IS NULL OR excluded.fingerprint IS NULL"
+            + " OR d.fingerprint = excluded.fingerprint)";
+    String settled =
+        "c.status = 'SUCCESS' OR (c.status = 'PROCESSING' AND c.lease_live)"
+            + " OR (c.fingerprint IS NOT NULL AND r.fingerprint IS NOT NULL"
+            + " AND c.fingerprint <> r.fingerprint)";
+    return "WITH r AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::bigint[],"
+        + " ?::bigint[], ?::text[], ?::text[], ?::text[]) AS r(biz_type, biz_key, owner, lease_ms,"
+        + " keep_ms, fingerprint, source, claim_id)),"
+        + " c AS (SELECT d.*, coalesce(d.lease_until >= now(), false) AS lease_live FROM "
+        + table
+        + " d JOIN r ON d.biz_type = r.biz_type AND d.biz_key = r.biz_key),"
+        + " claimed AS (INSERT INTO "
+        + table
+        + " AS d (biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, source,"
+        + " created_at, updated_at, expires_at, claim_id)"
+        + " SELECT r.biz_type, r.biz_key, "
+        + status
+        + ", 1, r.owner, "
+        + leaseUntil
+        + ", r.fingerprint, r.source, now(), now(), now() + r.keep_ms * interval '1 millisecond',"
+        + " r.claim_id FROM r LEFT JOIN c ON c.biz_type = r.biz_type AND c.biz_key = r.biz_key"
+        + " WHERE c.biz_key IS NULL OR NOT ("
+        + settled
+        + ") ORDER BY r.biz_type, r.biz_key"
+        + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = excluded.status,"
+        + " attempts = d.attempts + 1, owner = excluded.owner, lease_until = excluded.lease_until,"
+        + " claim_id = excluded.claim_id,"
+        + " fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
+        + " updated_at = now(), expires_at = excluded.expires_at WHERE "
+        + claimable
+        + " RETURNING d.biz_type, d.biz_key, d.attempts)"
+        + " SELECT r.biz_type, r.biz_key, k.attempts AS claimed, "
+        + RECORD_COLUMNS
+        + " FROM r LEFT JOIN claimed k ON k.biz_type = r.biz_type AND k.biz_key = r.biz_key"
+        + " LEFT JOIN c ON c.biz_type = r.biz_type AND c.biz_key = r.biz_key";
+  }
+
+  /**
+   * An UPDATE of the rows that arrays of (type, key, token{@code extraArrays}) still hold: binds
+   * the values of {@code set} first, then the arrays; answers the keys it updated.
+   */
+  private static String fenced(String table, String set, String extraArrays, String condition) {
+    String extraColumns = extraArrays.isEmpty() ? "" : ", error";
+    return "UPDATE "
+        + table
+        + " AS d SET "
+        + set
+        + " FROM unnest(?::text[], ?::text[], ?::int[]"
+        + extraArrays
+        + ") AS r(biz_type, biz_key, token"
+        + extraColumns
+        + ") WHERE d.biz_type = r.biz_type AND d.biz_key = r.biz_key AND d.attempts = r.token AND "
+        + condition
+        + " RETURNING d.biz_type, d.biz_key";
   }
 }

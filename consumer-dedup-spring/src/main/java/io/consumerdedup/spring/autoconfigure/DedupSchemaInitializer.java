@@ -34,7 +34,7 @@ public final class DedupSchemaInitializer implements InitializingBean {
   private static final String SCRIPT_TABLE = "consumer_dedup";
   private static final Pattern TABLE_REFERENCE = Pattern.compile("\\bconsumer_dedup\\b");
   private static final Pattern CONSTRAINT_NAME =
-      Pattern.compile("\\bconsumer_dedup_(pk|status_ck|attempts_ck|expires_idx)\\b");
+      Pattern.compile("\\bconsumer_dedup_(pk|status_ck|attempts_ck|created_idx)\\b");
   private static final Logger log = LoggerFactory.getLogger(DedupSchemaInitializer.class);
 
   private final DataSource dataSource;

@@ -389,7 +389,7 @@ class ConsumerDedupAutoConfigurationTest {
           assertThat(
                   jdbc.queryForObject(
                       "SELECT count(*) FROM pg_indexes WHERE indexname ="
-                          + " 'payments_dedup_expires_idx'",
+                          + " 'payments_dedup_created_idx'",
                       Integer.class))
               .isEqualTo(1);
         });
