@@ -3,6 +3,7 @@ package io.consumerdedup.core;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
 import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.jspecify.annotations.Nullable;
 
@@ -113,6 +114,47 @@ public final class DedupClaim {
       return;
     }
     outcomes.complete(key, attempt, source, renewal, handlerTime);
+  }
+
+  /**
+   * Records SUCCESS like {@link #complete()}, but without waiting for it: the mark is written by a
+   * writer thread of the executor together with the marks of other claims, in one store call, while
+   * the caller goes on with its next record. Until it is written, this process does not run the
+   * handler for the key again. Wait for the returned future before committing the record's offset:
+   * a record whose offset is committed before its SUCCESS is written is re-applied if the process
+   * dies in between and another consumer takes the key over.
+   *
+   * @return completes when SUCCESS is written; exceptionally with {@link DedupLeaseLostException}
+   *     (another consumer took the key over first) or {@link DedupStoreUnavailableException} (not
+   *     written yet; retried in the background, as by {@link #complete()})
+   * @throws IllegalStateException the claim is a duplicate or was already ended
+   */
+  public CompletableFuture<Void> completeAsync() {
+    end("complete");
+    Duration handlerTime = Duration.ofNanos(System.nanoTime() - startNanos);
+    if (outcomes == null || renewal == null) {
+      listener.completed(key, attempt, handlerTime);
+      return CompletableFuture.completedFuture(null);
+    }
+    return outcomes.completeLater(key, attempt, source, renewal, handlerTime);
+  }
+
+  /**
+   * Ends a held claim whose handler never ran, for {@link DedupClaims#releaseUnended()}: stops its
+   * renewal and returns what the store needs to release it; null if it was ended already or is not
+   * leased (a duplicate, or a claim in the caller's transaction).
+   */
+  ClaimResult.@Nullable Claimed endForRelease() {
+    if (!held || renewal == null || !ended.compareAndSet(false, true)) {
+      return null;
+    }
+    renewal.stop();
+    return renewal.claim();
+  }
+
+  /** Whether this claim is held and not ended yet. */
+  boolean isOpen() {
+    return held && !ended.get();
   }
 
   /**

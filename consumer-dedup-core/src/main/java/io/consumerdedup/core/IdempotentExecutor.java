@@ -6,8 +6,12 @@ import io.consumerdedup.core.internal.Outcomes;
 import io.consumerdedup.core.internal.OwnerIds;
 import io.consumerdedup.core.internal.UnansweredClaims;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.Callable;
 import java.util.concurrent.TimeUnit;
 import org.jspecify.annotations.Nullable;
@@ -196,12 +200,7 @@ public final class IdempotentExecutor implements AutoCloseable {
     checkFingerprint(fingerprint);
     boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
     if (!inTransaction) {
-      try {
-        outcomes.settlePending(key, source);
-      } catch (DedupStoreException e) {
-        listener.storeFailed(key, e);
-        throw e;
-      }
+      settlePending(key, source);
     }
     // In the caller's transaction the record is written as SUCCESS at once and kept as such.
     Duration keepFor = inTransaction ? successRetention : failedRetention;
@@ -214,7 +213,7 @@ public final class IdempotentExecutor implements AutoCloseable {
       long sentNanos = System.nanoTime();
       ClaimResult claim = timedClaim(request, inTransaction, sentNanos);
       if (claim instanceof ClaimResult.Claimed claimed) {
-        return started(claimed, source, inTransaction, sentNanos);
+        return started(claimed, source, inTransaction ? null : renewer.start(claimed, sentNanos));
       }
       DedupRecord existing = ((ClaimResult.Taken) claim).existing();
       DedupClaim done = duplicateOrConflict(key, fingerprint, source, existing);
@@ -292,8 +291,12 @@ public final class IdempotentExecutor implements AutoCloseable {
     }
   }
 
+  /**
+   * @param renewal the claim's lease renewal; null for a claim in the caller's transaction, which
+   *     holds the key until it ends
+   */
   private DedupClaim started(
-      ClaimResult.Claimed claim, @Nullable String source, boolean inTransaction, long sentNanos) {
+      ClaimResult.Claimed claim, @Nullable String source, LeaseRenewer.@Nullable Renewal renewal) {
     DedupKey key = claim.key();
     int attempt = claim.token();
     if (attempt > 1) {
@@ -303,12 +306,161 @@ public final class IdempotentExecutor implements AutoCloseable {
           attempt);
     }
     listener.claimed(key, attempt);
-    if (inTransaction) {
-      // The caller's transaction holds the key until it ends: no lease to renew.
+    if (renewal == null) {
       return DedupClaim.inTransaction(key, attempt, source, listener);
     }
-    LeaseRenewer.Renewal renewal = renewer.start(key, attempt, sentNanos);
     return DedupClaim.leased(key, attempt, source, outcomes, renewal, listener);
+  }
+
+  /**
+   * Claims the keys of several deliveries in one round trip to the store, as {@link #claim} claims
+   * one, and renews the leases of those it holds together. Each delivery gets its own answer
+   * ({@link DedupClaims#get(int)}): held, duplicate, or refused (in progress elsewhere, a
+   * conflicting payload); a key in progress elsewhere is refused at once, whatever the {@link
+   * InProgressPolicy}, since waiting would hold up the whole batch. A later copy of a key in the
+   * same batch is claimed only when its answer is asked for, after the earlier copy has ended. The
+   * held claims are ended one by one, as {@link #claim}'s; {@link DedupClaims#releaseUnended()}
+   * gives back those whose handler never ran.
+   *
+   * @throws DedupStoreException the store could not be reached after its retries, or failed
+   *     otherwise: no key of the batch is claimed (the claims of one whose reply was lost are
+   *     recognised as this process's own when sent again)
+   * @throws IllegalStateException the executor is closed
+   */
+  public DedupClaims claimAll(List<Delivery> deliveries) {
+    Objects.requireNonNull(deliveries, "deliveries");
+    if (closed) {
+      throw new IllegalStateException("IdempotentExecutor " + ownerId + " is closed");
+    }
+    boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
+    Duration keepFor = inTransaction ? successRetention : failedRetention;
+    @Nullable Object[] answers = new Object[deliveries.size()];
+    Set<DedupKey> keys = new HashSet<>();
+    List<ClaimRequest> requests = new ArrayList<>();
+    List<Integer> requested = new ArrayList<>();
+    for (int i = 0; i < deliveries.size(); i++) {
+      Delivery delivery = deliveries.get(i);
+      if (!keys.add(delivery.key())) {
+        continue; // a later copy: claimed when asked, once the earlier one has ended
+      }
+      try {
+        checkFingerprint(delivery.fingerprint());
+        if (!inTransaction) {
+          settlePending(delivery.key(), delivery.source());
+        }
+      } catch (RuntimeException e) {
+        answers[i] = e;
+        continue;
+      }
+      requests.add(
+          new ClaimRequest(
+              delivery.key(),
+              ownerId,
+              lease,
+              keepFor,
+              delivery.fingerprint(),
+              delivery.source(),
+              unanswered.claimIdFor(delivery.key())));
+      requested.add(i);
+    }
+    long sentNanos = System.nanoTime();
+    List<ClaimResult> results = timedClaimAll(requests, inTransaction, sentNanos);
+    List<ClaimResult.Claimed> held =
+        results.stream()
+            .filter(ClaimResult.Claimed.class::isInstance)
+            .map(ClaimResult.Claimed.class::cast)
+            .toList();
+    Iterator<LeaseRenewer.Renewal> renewals =
+        inTransaction ? null : renewer.startAll(held, sentNanos).iterator();
+    for (int j = 0; j < results.size(); j++) {
+      int i = requested.get(j);
+      Delivery delivery = deliveries.get(i);
+      if (results.get(j) instanceof ClaimResult.Claimed claimed) {
+        answers[i] = started(claimed, delivery.source(), renewals == null ? null : renewals.next());
+        continue;
+      }
+      DedupRecord existing = ((ClaimResult.Taken) results.get(j)).existing();
+      try {
+        DedupClaim done =
+            duplicateOrConflict(
+                delivery.key(), delivery.fingerprint(), delivery.source(), existing);
+        if (done == null) {
+          listener.inProgress(delivery.key(), existing);
+          answers[i] = new DedupInProgressException(delivery.key(), existing, delivery.source());
+        } else {
+          answers[i] = done;
+        }
+      } catch (DedupKeyConflictException e) {
+        answers[i] = e;
+      }
+    }
+    return new DedupClaims(this, List.copyOf(deliveries), answers, sentNanos);
+  }
+
+  private void settlePending(DedupKey key, @Nullable String source) {
+    try {
+      outcomes.settlePending(key, source);
+    } catch (DedupStoreException e) {
+      listener.storeFailed(key, e);
+      throw e;
+    }
+  }
+
+  private List<ClaimResult> timedClaimAll(
+      List<ClaimRequest> requests, boolean inTransaction, long sentNanos) {
+    if (requests.isEmpty()) {
+      return List.of();
+    }
+    DedupKey first = requests.get(0).key();
+    try {
+      List<ClaimResult> results =
+          inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
+      requests.forEach(request -> unanswered.answered(request.key()));
+      return results;
+    } catch (DedupStoreException e) {
+      if (e instanceof DedupStoreUnavailableException) {
+        requests.forEach(
+            request -> unanswered.unanswered(request.key(), request.claimId(), sentNanos));
+      }
+      listener.storeFailed(first, e);
+      throw e;
+    } finally {
+      listener.claimTimed(first, Duration.ofNanos(System.nanoTime() - sentNanos));
+    }
+  }
+
+  /**
+   * Releases claims whose handler never ran (see {@link DedupClaims#releaseUnended()}); if the
+   * store cannot be reached, a redelivery here recognises them by their claim ids until their
+   * leases run out.
+   */
+  void release(List<ClaimResult.Claimed> claims, long claimSentNanos) {
+    if (claims.isEmpty()) {
+      return;
+    }
+    try {
+      store.releaseAll(claims);
+    } catch (DedupStoreException e) {
+      claims.forEach(claim -> unanswered.unanswered(claim.key(), claim.claimId(), claimSentNanos));
+      listener.storeFailed(claims.get(0).key(), e);
+      log.warn(
+          "Could not release the claims on {}, whose handlers did not run; their leases run out"
+              + " instead, and a redelivery to this process takes them up: {}",
+          claims.stream().map(ClaimResult.Claimed::key).toList(),
+          e.getMessage());
+    }
+  }
+
+  /**
+   * One delivery of a batch for {@link #claimAll(List)}.
+   *
+   * @param fingerprint a digest of the payload (at most 64 characters), or null to not compare
+   * @param source where the delivery came from, such as {@code payments-0@42}, or null
+   */
+  public record Delivery(DedupKey key, @Nullable String fingerprint, @Nullable String source) {
+    public Delivery {
+      Objects.requireNonNull(key, "key");
+    }
   }
 
   private static String where(DedupKey key, @Nullable String source) {

@@ -7,7 +7,9 @@ import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.nio.ByteBuffer;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -326,6 +328,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       commitDone();
       return;
     }
+    List<ConsumerRecord<K, V>> polled = new ArrayList<>(records.count());
+    records.partitions().forEach(partition -> polled.addAll(records.records(partition)));
+    prepare(polled);
     batch:
     for (TopicPartition partition : records.partitions()) {
       for (ConsumerRecord<K, V> record : records.records(partition)) {
@@ -339,7 +344,52 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         progress.done(partition, record.offset() + 1);
       }
     }
+    settle();
     commitDone();
+  }
+
+  private void prepare(List<ConsumerRecord<K, V>> polled) {
+    if (polled.isEmpty()) {
+      return;
+    }
+    try {
+      processor.prepare(polled);
+    } catch (RuntimeException e) {
+      // Preparing is an optimisation: each record is still processed, and fails on its own.
+      log.warn(
+          "Could not prepare {} records together; processing them one by one", polled.size(), e);
+    }
+  }
+
+  /**
+   * Holds each partition at its first record whose outcome is not recorded yet: nothing is
+   * committed past it, and it comes again (a duplicate then, once the outcome is written).
+   */
+  private void settle() {
+    List<ConsumerRecord<K, V>> unrecorded;
+    try {
+      unrecorded = processor.settle();
+    } catch (RuntimeException e) {
+      log.error("Could not settle the poll's records; they are not committed", e);
+      progress.offsetsToCommit().clear();
+      return;
+    }
+    Map<TopicPartition, Long> first = new HashMap<>();
+    for (ConsumerRecord<K, V> record : unrecorded) {
+      first.merge(
+          new TopicPartition(record.topic(), record.partition()), record.offset(), Math::min);
+    }
+    first.forEach(
+        (partition, offset) -> {
+          progress.undone(partition, offset);
+          Duration wait = hold(partition, offset);
+          log.warn(
+              "The outcome of {}@{} is not recorded yet; not committing past it, delivering it"
+                  + " again in {}",
+              partition,
+              offset,
+              wait);
+        });
   }
 
   /** Handles one record; false if it is not done, and its partition was sought back and paused. */

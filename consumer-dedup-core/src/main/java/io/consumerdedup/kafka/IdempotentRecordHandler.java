@@ -1,5 +1,7 @@
 package io.consumerdedup.kafka;
 
+import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupClaims;
 import io.consumerdedup.core.DedupHandlerException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyMalformedException;
@@ -9,12 +11,20 @@ import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
+import java.util.ArrayList;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.OptionalInt;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.function.Function;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Makes a plain kafka-clients record handler idempotent: derives the record's business key, and
@@ -41,10 +51,19 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
   /** Default policy for records without a key: refuse them. */
   public static final MissingKeyPolicy DEFAULT_MISSING_KEY_POLICY = MissingKeyPolicy.FAIL;
 
+  private static final Logger log = LoggerFactory.getLogger(IdempotentRecordHandler.class);
+
   private final IdempotentExecutor executor;
   private final RecordKeyResolver<K, V> keys;
   private final RecordHandler<K, V> handler;
   private final @Nullable Function<ConsumerRecord<K, V>, String> fingerprint;
+  private final boolean claimsPerPoll;
+
+  /**
+   * The poll being processed, between {@link #prepare} and {@link #settle}, per poll thread: one
+   * handler may serve several loops.
+   */
+  private final ThreadLocal<@Nullable Poll<K, V>> poll = new ThreadLocal<>();
 
   private IdempotentRecordHandler(Builder<K, V> builder) {
     this.executor = builder.executor;
@@ -57,6 +76,7 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
             executor.listener());
     this.handler = Objects.requireNonNull(builder.handler, "handler is required");
     this.fingerprint = builder.fingerprint;
+    this.claimsPerPoll = builder.claimsPerPoll;
   }
 
   public static <K, V> Builder<K, V> builder(IdempotentExecutor executor) {
@@ -92,11 +112,110 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
         .outcome();
   }
 
-  /** The same as {@link #handle(ConsumerRecord)}. */
+  /**
+   * As {@link #handle(ConsumerRecord)}; for a record of the poll that {@link #prepare} claimed, its
+   * claim is used, and its SUCCESS is written in the background ({@link #settle()} waits for it).
+   */
   @Override
   public Outcome process(ConsumerRecord<K, V> record) {
-    return handle(record);
+    Poll<K, V> current = poll.get();
+    Integer index = current == null ? null : current.indexes.get(record);
+    if (current == null || index == null) {
+      return handle(record);
+    }
+    DedupClaim claim = current.claims.get(index);
+    if (claim.isDuplicate()) {
+      return Outcome.DUPLICATE;
+    }
+    try {
+      handler.handle(record);
+    } catch (RuntimeException | Error e) {
+      claim.fail(e);
+      throw e;
+    } catch (Exception e) {
+      claim.fail(e);
+      throw new DedupHandlerException(claim.key(), claim.source(), e);
+    }
+    current.marks.add(new Mark<>(record, claim.completeAsync()));
+    return Outcome.PROCESSED;
   }
+
+  /**
+   * Claims the keys of a poll's records in one round trip (unless built with {@code
+   * claimsPerPoll(false)}). Records without a usable key, or whose fingerprint cannot be computed,
+   * are left to {@link #process}, which fails them as {@link #handle} does. If the store cannot be
+   * reached, nothing is claimed and each record is claimed when processed.
+   */
+  @Override
+  public void prepare(List<ConsumerRecord<K, V>> records) {
+    settle(); // a poll left unsettled by a caller that skipped it
+    if (!claimsPerPoll) {
+      return;
+    }
+    Map<ConsumerRecord<K, V>, Integer> indexes = new IdentityHashMap<>();
+    List<IdempotentExecutor.Delivery> deliveries = new ArrayList<>();
+    for (ConsumerRecord<K, V> record : records) {
+      try {
+        Optional<DedupKey> key = keys.claimedKey(record);
+        if (key.isPresent()) {
+          String print = fingerprint == null ? null : fingerprint.apply(record);
+          deliveries.add(new IdempotentExecutor.Delivery(key.get(), print, keys.source(record)));
+          indexes.put(record, deliveries.size() - 1);
+        }
+      } catch (RuntimeException e) {
+        // process() meets the same failure, and reports it for this record alone.
+      }
+    }
+    if (deliveries.isEmpty()) {
+      return;
+    }
+    try {
+      poll.set(new Poll<>(indexes, executor.claimAll(deliveries)));
+    } catch (DedupStoreException e) {
+      log.debug("Claiming {} keys together failed; claiming them one by one", deliveries.size(), e);
+    }
+  }
+
+  /**
+   * Gives back the claims of the poll's records that were not processed, without counting an
+   * attempt, and waits until the SUCCESS marks of those processed are written.
+   *
+   * @return the processed records whose SUCCESS is not written yet (the database unreachable, or
+   *     the key taken over meanwhile); they must be delivered again
+   */
+  @Override
+  public List<ConsumerRecord<K, V>> settle() {
+    Poll<K, V> current = poll.get();
+    poll.remove();
+    if (current == null) {
+      return List.of();
+    }
+    current.claims.releaseUnended();
+    List<ConsumerRecord<K, V>> unrecorded = new ArrayList<>();
+    for (Mark<K, V> mark : current.marks) {
+      try {
+        mark.written().get();
+      } catch (ExecutionException e) {
+        log.debug("SUCCESS of {} is not written yet", keys.source(mark.record()), e.getCause());
+        unrecorded.add(mark.record());
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        unrecorded.add(mark.record());
+      }
+    }
+    return unrecorded;
+  }
+
+  /** A poll's records claimed together, by their index among the claims. */
+  private record Poll<K, V>(
+      Map<ConsumerRecord<K, V>, Integer> indexes, DedupClaims claims, List<Mark<K, V>> marks) {
+    Poll(Map<ConsumerRecord<K, V>, Integer> indexes, DedupClaims claims) {
+      this(indexes, claims, new ArrayList<>());
+    }
+  }
+
+  /** A processed record and the write of its SUCCESS. */
+  private record Mark<K, V>(ConsumerRecord<K, V> record, CompletableFuture<Void> written) {}
 
   /**
    * The attempts the dedup table counts for the record's key ({@link DedupRecord#attempts()}):
@@ -139,6 +258,7 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     private MissingKeyPolicy missingKeyPolicy = DEFAULT_MISSING_KEY_POLICY;
     private @Nullable Function<ConsumerRecord<K, V>, String> fingerprint;
     private @Nullable String groupId;
+    private boolean claimsPerPoll = true;
 
     private Builder(IdempotentExecutor executor) {
       this.executor = Objects.requireNonNull(executor, "executor");
@@ -183,6 +303,20 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     /** The consumer group, named in records and exceptions. Default: not named. */
     public Builder<K, V> groupId(String groupId) {
       this.groupId = Objects.requireNonNull(groupId, "groupId");
+      return this;
+    }
+
+    /**
+     * Under a {@link DedupPollLoop}: whether the keys of each poll are claimed together, in one
+     * round trip, with SUCCESS marks written in groups by a writer thread while the handler goes on
+     * (true, the default), or each record is claimed and marked on its own, the handler waiting for
+     * each (false). Both hold the same guarantees per record; the loop commits an offset only once
+     * the record's SUCCESS is written. In mode SEPARATE a process that dies after a handler ran and
+     * before its SUCCESS was written re-runs it on redelivery: one record per-record, the records
+     * of one mark write (a few milliseconds of handlers) when claims are per poll.
+     */
+    public Builder<K, V> claimsPerPoll(boolean claimsPerPoll) {
+      this.claimsPerPoll = claimsPerPoll;
       return this;
     }
 

@@ -30,6 +30,17 @@ final class PartitionProgress {
     done.put(partition, new OffsetAndMetadata(nextOffset));
   }
 
+  /**
+   * The record of {@code partition} at {@code offset} is not done after all (its outcome could not
+   * be recorded): nothing at or past it is committed.
+   */
+  void undone(TopicPartition partition, long offset) {
+    OffsetAndMetadata next = done.get(partition);
+    if (next == null || next.offset() > offset) {
+      done.put(partition, new OffsetAndMetadata(offset));
+    }
+  }
+
   /** The offsets to commit; the caller clears them once committed. */
   Map<TopicPartition, OffsetAndMetadata> offsetsToCommit() {
     return done;

@@ -2,6 +2,7 @@ package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.Outcome;
+import java.util.List;
 import java.util.OptionalInt;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 
@@ -46,5 +47,26 @@ public interface RecordProcessor<K, V> {
    */
   default OptionalInt attempts(ConsumerRecord<K, V> record) {
     return OptionalInt.empty();
+  }
+
+  /**
+   * Called with each poll's records, in the order the loop will offer them to {@link #process},
+   * before the first of them: a processor may prepare them together. {@link
+   * IdempotentRecordHandler} claims all their keys in one round trip. The loop may stop before the
+   * last of them (a record held for a retry holds the rest of its partition); {@link #settle()}
+   * follows either way. The default does nothing.
+   */
+  default void prepare(List<ConsumerRecord<K, V>> records) {}
+
+  /**
+   * Called after the loop has processed a poll's records, before it commits their offsets: a
+   * processor that records outcomes in the background waits for them here, and gives back what it
+   * prepared for records the loop did not get to.
+   *
+   * @return the processed records whose outcome is not recorded yet; the loop commits no offset
+   *     past them and delivers them again after the hold back-off. The default: none.
+   */
+  default List<ConsumerRecord<K, V>> settle() {
+    return List.of();
   }
 }

@@ -64,6 +64,11 @@ final class LoopFixture implements BeforeAllCallback, AfterAllCallback, BeforeEa
     group = "billing-" + id;
   }
 
+  /** This class's schema, for a DataSource of the test's own. */
+  String schema() {
+    return schema;
+  }
+
   HikariDataSource dataSource() {
     return dataSource;
   }

@@ -1,9 +1,13 @@
 package io.consumerdedup.core.internal;
 
+import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStore;
 import java.time.Duration;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
@@ -64,17 +68,30 @@ public final class LeaseRenewer implements AutoCloseable {
   }
 
   /**
-   * Starts renewing the lease of {@code key} held with {@code token}, until {@link Renewal#stop()}.
+   * Starts renewing the lease of {@code claim}, until {@link Renewal#stop()}.
    *
    * @param claimSentNanos {@link System#nanoTime()} just before the claim was sent: the lease runs
    *     from a moment after it, so it is surely held until this plus the lease
    */
-  public Renewal start(DedupKey key, int token, long claimSentNanos) {
-    Renewal renewal = new Renewal(key, token, claimSentNanos + lease.toNanos());
-    renewal.future =
+  public Renewal start(ClaimResult.Claimed claim, long claimSentNanos) {
+    return startAll(List.of(claim), claimSentNanos).get(0);
+  }
+
+  /**
+   * Starts renewing the leases of claims made together, in one store call per renewal ({@link
+   * DedupStore#renewAll}), each until its {@link Renewal#stop()}.
+   */
+  public List<Renewal> startAll(List<ClaimResult.Claimed> claims, long claimSentNanos) {
+    Group group = new Group();
+    List<Renewal> renewals =
+        claims.stream()
+            .map(claim -> new Renewal(claim, group, claimSentNanos + lease.toNanos()))
+            .toList();
+    group.members = renewals;
+    group.future =
         timer.scheduleWithFixedDelay(
-            renewal::tick, interval.toNanos(), interval.toNanos(), TimeUnit.NANOSECONDS);
-    return renewal;
+            group::tick, interval.toNanos(), interval.toNanos(), TimeUnit.NANOSECONDS);
+    return renewals;
   }
 
   /** Runs {@code task} every {@code period} on a worker, until the returned future is cancelled. */
@@ -98,25 +115,15 @@ public final class LeaseRenewer implements AutoCloseable {
     workers.shutdownNow();
   }
 
-  /** The renewal of one held lease. */
-  public final class Renewal {
-    private final DedupKey key;
-    private final int token;
+  /** The leases claimed together, renewed by one store call. */
+  private final class Group {
     private final AtomicInteger inFlight = new AtomicInteger();
-    private volatile long heldUntilNanos;
+    private volatile List<Renewal> members = List.of();
     private volatile @Nullable ScheduledFuture<?> future;
-    private volatile boolean stopped;
-    private volatile boolean settling;
-    private volatile boolean lost;
-
-    private Renewal(DedupKey key, int token, long heldUntilNanos) {
-      this.key = key;
-      this.token = token;
-      this.heldUntilNanos = heldUntilNanos;
-    }
 
     private void tick() {
-      if (stopped || lost) {
+      if (members.stream().allMatch(Renewal::isOver)) {
+        cancel();
         return;
       }
       if (inFlight.incrementAndGet() > MAX_RENEWALS_IN_FLIGHT || !submit(this::renewOnce)) {
@@ -125,29 +132,91 @@ public final class LeaseRenewer implements AutoCloseable {
     }
 
     private void renewOnce() {
-      long sent = System.nanoTime();
       try {
-        if (store.renew(key, token, lease)) {
-          long until = sent + lease.toNanos();
-          if (until - heldUntilNanos > 0) {
-            heldUntilNanos = until; // renewals may finish out of order
+        List<Renewal> live = members.stream().filter(renewal -> !renewal.isOver()).toList();
+        if (live.isEmpty()) {
+          return;
+        }
+        long sent = System.nanoTime();
+        Set<DedupKey> refused =
+            new HashSet<>(
+                store.renewAll(live.stream().map(renewal -> renewal.claim).toList(), lease));
+        for (Renewal renewal : live) {
+          if (refused.contains(renewal.claim.key())) {
+            renewal.refused();
+          } else {
+            renewal.renewed(sent + lease.toNanos());
           }
-        } else if (!stopped && !settling) {
-          // While the outcome is being written, a refused renewal may just mean it was written;
-          // the outcome's own fenced write tells the difference and reports a loss.
-          markLost();
-          log.warn(
-              "Lease on {} (attempt {}) was taken over by another consumer while the handler ran",
-              key,
-              token);
-          listener.leaseLost(key, token);
         }
       } catch (RuntimeException e) {
         // Keep trying: the lease lasts several intervals, and one failed renewal is not a loss.
-        log.warn("Could not renew the lease on {} (attempt {}); will retry", key, token, e);
+        log.warn("Could not renew the leases on {}; will retry", keys(), e);
       } finally {
         inFlight.decrementAndGet();
       }
+    }
+
+    /** Stops the timer once no member needs renewing. */
+    private void memberOver() {
+      if (members.stream().allMatch(Renewal::isOver)) {
+        cancel();
+      }
+    }
+
+    private void cancel() {
+      ScheduledFuture<?> current = future;
+      if (current != null) {
+        current.cancel(false);
+      }
+    }
+
+    private List<DedupKey> keys() {
+      return members.stream().map(renewal -> renewal.claim.key()).toList();
+    }
+  }
+
+  /** The renewal of one held lease. */
+  public final class Renewal {
+    private final ClaimResult.Claimed claim;
+    private final Group group;
+    private volatile long heldUntilNanos;
+    private volatile boolean stopped;
+    private volatile boolean settling;
+    private volatile boolean lost;
+
+    private Renewal(ClaimResult.Claimed claim, Group group, long heldUntilNanos) {
+      this.claim = claim;
+      this.group = group;
+      this.heldUntilNanos = heldUntilNanos;
+    }
+
+    /** The claim whose lease this renews. */
+    public ClaimResult.Claimed claim() {
+      return claim;
+    }
+
+    private boolean isOver() {
+      return stopped || lost;
+    }
+
+    private void renewed(long until) {
+      if (until - heldUntilNanos > 0) {
+        heldUntilNanos = until; // renewals may finish out of order
+      }
+    }
+
+    private void refused() {
+      if (stopped || settling) {
+        // While the outcome is being written, a refused renewal may just mean it was written;
+        // the outcome's own fenced write tells the difference and reports a loss.
+        return;
+      }
+      markLost();
+      log.warn(
+          "Lease on {} (attempt {}) was taken over by another consumer while the handler ran",
+          claim.key(),
+          claim.token());
+      listener.leaseLost(claim.key(), claim.token());
     }
 
     /**
@@ -162,13 +231,13 @@ public final class LeaseRenewer implements AutoCloseable {
     /** Stops renewing: the outcome was written, or the lease is gone. */
     public void stop() {
       stopped = true;
-      cancel();
+      group.memberOver();
     }
 
     /** A fenced write was refused: another consumer holds the key now. */
     public void markLost() {
       lost = true;
-      cancel();
+      group.memberOver();
     }
 
     /** Whether a renewal or a fenced write found the lease taken over. */
@@ -183,13 +252,6 @@ public final class LeaseRenewer implements AutoCloseable {
      */
     public boolean isLeaseLost() {
       return lost || System.nanoTime() - heldUntilNanos > 0;
-    }
-
-    private void cancel() {
-      ScheduledFuture<?> current = future;
-      if (current != null) {
-        current.cancel(false);
-      }
     }
   }
 }

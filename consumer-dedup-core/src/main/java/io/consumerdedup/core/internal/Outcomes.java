@@ -1,5 +1,6 @@
 package io.consumerdedup.core.internal;
 
+import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupLeaseLostException;
 import io.consumerdedup.core.DedupListener;
@@ -7,8 +8,15 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.jspecify.annotations.Nullable;
@@ -27,6 +35,9 @@ public final class Outcomes implements AutoCloseable {
   private static final int MAX_ERROR_LENGTH = 2000;
   private static final Duration LONGEST_RETRY_PERIOD = Duration.ofSeconds(1);
 
+  /** A poll's worth of marks, and a bound on the statement's arrays. */
+  private static final int MAX_MARKS_PER_WRITE = 1000;
+
   private final DedupStore store;
   private final DedupListener listener;
   private final LeaseRenewer renewer;
@@ -34,6 +45,9 @@ public final class Outcomes implements AutoCloseable {
   private final Duration failedRetention;
   private final Duration retryPeriod;
   private final Map<DedupKey, Pending> pending = new ConcurrentHashMap<>();
+  private final BlockingQueue<Pending> marks = new LinkedBlockingQueue<>();
+  private final AtomicBoolean writerStarted = new AtomicBoolean();
+  private volatile @Nullable Thread writer;
 
   public Outcomes(
       DedupStore store,
@@ -81,14 +95,94 @@ public final class Outcomes implements AutoCloseable {
           where(key, source),
           token,
           e.getMessage());
-      throw new DedupStoreUnavailableException(
-          "Handler succeeded but SUCCESS is not recorded yet; it is retried in the background while"
-              + " the lease is held, and a redelivery is answered once it is recorded",
-          key,
-          source,
-          e);
+      throw notRecordedYet(key, source, e);
     }
     throw new DedupLeaseLostException(key, token, "SUCCESS", source);
+  }
+
+  private static DedupStoreUnavailableException notRecordedYet(
+      DedupKey key, @Nullable String source, DedupStoreException e) {
+    return new DedupStoreUnavailableException(
+        "Handler succeeded but SUCCESS is not recorded yet; it is retried in the background while"
+            + " the lease is held, and a redelivery is answered once it is recorded",
+        key,
+        source,
+        e);
+  }
+
+  /**
+   * Records SUCCESS for the claim soon, grouped with the SUCCESS of other claims into one store
+   * call by a writer thread, so the caller goes on to its next record while the mark is written.
+   * Until it is written, this process does not run the handler for the key again ({@link
+   * #settlePending} writes it first).
+   *
+   * @return completes when SUCCESS is written; exceptionally with {@link DedupLeaseLostException}
+   *     if another consumer took the key over first, or with {@link DedupStoreUnavailableException}
+   *     if it could not be written yet (it is then kept and retried in the background, as by {@link
+   *     #complete})
+   */
+  public CompletableFuture<Void> completeLater(
+      DedupKey key,
+      int token,
+      @Nullable String source,
+      LeaseRenewer.Renewal renewal,
+      Duration handlerTime) {
+    Pending outcome = new Pending(key, token, source, renewal, null, handlerTime);
+    renewal.settling();
+    pending.put(key, outcome);
+    startWriter();
+    marks.add(outcome);
+    return outcome.written;
+  }
+
+  private void startWriter() {
+    if (writerStarted.compareAndSet(false, true)) {
+      Thread thread = new Thread(this::writeMarks, "consumer-dedup-outcome-writer");
+      thread.setDaemon(true);
+      writer = thread;
+      thread.start();
+    }
+  }
+
+  /**
+   * Writes the queued SUCCESS marks, as many as are queued at once in one store call: while one
+   * call is on its way, the marks of the next records gather for the next one.
+   */
+  private void writeMarks() {
+    List<Pending> group = new ArrayList<>();
+    while (!Thread.currentThread().isInterrupted()) {
+      try {
+        group.add(marks.take());
+      } catch (InterruptedException e) {
+        return; // closed
+      }
+      marks.drainTo(group, MAX_MARKS_PER_WRITE - 1);
+      List<Pending> open = group.stream().filter(outcome -> !outcome.settled.get()).toList();
+      group.clear();
+      if (open.isEmpty()) {
+        continue;
+      }
+      List<ClaimResult.Claimed> claims =
+          open.stream().map(outcome -> outcome.renewal.claim()).toList();
+      try {
+        Set<DedupKey> lost = new HashSet<>(store.completeAll(claims, successRetention));
+        open.forEach(outcome -> settle(outcome, !lost.contains(outcome.key)));
+      } catch (DedupStoreException e) {
+        for (Pending outcome : open) {
+          keep(outcome, e);
+          outcome.written.completeExceptionally(notRecordedYet(outcome.key, outcome.source, e));
+        }
+        log.warn(
+            "Handlers for {} succeeded, but SUCCESS could not be recorded yet; keeping the leases"
+                + " and retrying in the background: {}",
+            open.stream().map(outcome -> where(outcome.key, outcome.source)).toList(),
+            e.getMessage());
+      } catch (RuntimeException e) {
+        log.error("Writing SUCCESS marks failed unexpectedly; retrying in the background", e);
+        open.forEach(
+            outcome -> keep(outcome, new DedupStoreException(e.toString(), null, null, e)));
+      }
+    }
   }
 
   /**
@@ -151,10 +245,15 @@ public final class Outcomes implements AutoCloseable {
    * hears of it.
    */
   private boolean write(Pending outcome) {
-    boolean written =
+    return settle(
+        outcome,
         outcome.error == null
             ? store.complete(outcome.key, outcome.token, successRetention)
-            : store.fail(outcome.key, outcome.token, outcome.error, failedRetention);
+            : store.fail(outcome.key, outcome.token, outcome.error, failedRetention));
+  }
+
+  /** Settles {@code outcome} after a write that applied ({@code written}) or was fenced out. */
+  private boolean settle(Pending outcome, boolean written) {
     if (!outcome.settled.compareAndSet(false, true)) {
       return written; // settled concurrently by the background retry
     }
@@ -172,6 +271,7 @@ public final class Outcomes implements AutoCloseable {
       if (outcome.error == null) {
         listener.completed(outcome.key, outcome.token, outcome.handlerTime);
       }
+      outcome.written.complete(null);
       return true;
     }
     outcome.renewal.markLost();
@@ -182,6 +282,8 @@ public final class Outcomes implements AutoCloseable {
         outcome.token,
         outcome.status());
     listener.leaseLost(outcome.key, outcome.token);
+    outcome.written.completeExceptionally(
+        new DedupLeaseLostException(outcome.key, outcome.token, outcome.status(), outcome.source));
     return false;
   }
 
@@ -229,6 +331,10 @@ public final class Outcomes implements AutoCloseable {
 
   @Override
   public void close() {
+    Thread current = writer;
+    if (current != null) {
+      current.interrupt();
+    }
     pending.forEach(
         (key, outcome) -> {
           outcome.cancelRetries();
@@ -261,6 +367,7 @@ public final class Outcomes implements AutoCloseable {
     final @Nullable String error;
     final Duration handlerTime;
     final AtomicBoolean settled = new AtomicBoolean();
+    final CompletableFuture<Void> written = new CompletableFuture<>();
     final AtomicBoolean retrying = new AtomicBoolean();
     volatile boolean kept;
     volatile boolean lapseReported;

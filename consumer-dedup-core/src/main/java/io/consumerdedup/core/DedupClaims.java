@@ -1,0 +1,93 @@
+package io.consumerdedup.core;
+
+import java.util.ArrayList;
+import java.util.List;
+import org.jspecify.annotations.Nullable;
+
+/**
+ * The claims of a batch of deliveries, from {@link IdempotentExecutor#claimAll(List)}: one answer
+ * per delivery, in the order given. The caller takes the answers in order with {@link #get(int)},
+ * runs its handler for each held claim and ends it, and finally calls {@link #releaseUnended()} for
+ * the claims it never got to (the records after one that failed, or a poll cut short).
+ *
+ * <p>Used by one thread at a time.
+ */
+public final class DedupClaims {
+  private final IdempotentExecutor executor;
+  private final List<IdempotentExecutor.Delivery> deliveries;
+  private final long claimSentNanos;
+
+  /** Per delivery: a {@link DedupClaim}, the exception that refused it, or null if not claimed. */
+  private final @Nullable Object[] answers;
+
+  DedupClaims(
+      IdempotentExecutor executor,
+      List<IdempotentExecutor.Delivery> deliveries,
+      @Nullable Object[] answers,
+      long claimSentNanos) {
+    this.executor = executor;
+    this.deliveries = deliveries;
+    this.answers = answers;
+    this.claimSentNanos = claimSentNanos;
+  }
+
+  /** The number of deliveries. */
+  public int size() {
+    return deliveries.size();
+  }
+
+  /**
+   * The claim of delivery {@code index}: held (run the handler, then end it) or a duplicate (do not
+   * run it). A later copy of a key that an earlier delivery of the batch holds is claimed now, when
+   * asked, so that it sees how the earlier one ended: a duplicate once that one succeeded.
+   *
+   * @throws DedupInProgressException another consumer holds a live lease on the key
+   * @throws DedupKeyConflictException the fingerprint differs from the stored one
+   * @throws DedupStoreException an earlier outcome of the key is not written yet, or (for a later
+   *     copy) the claim failed
+   * @throws IllegalArgumentException the delivery's fingerprint is not usable
+   */
+  public DedupClaim get(int index) {
+    Object answer = answers[index];
+    if (answer == null) {
+      IdempotentExecutor.Delivery delivery = deliveries.get(index);
+      try {
+        answer = executor.claim(delivery.key(), delivery.fingerprint(), delivery.source());
+      } catch (RuntimeException e) {
+        answer = e;
+      }
+      answers[index] = answer;
+    }
+    if (answer instanceof RuntimeException refused) {
+      throw refused;
+    }
+    return (DedupClaim) answer;
+  }
+
+  /**
+   * Gives back, in one store call, the held claims that were neither completed nor failed: the
+   * handler never ran for them, so no attempt is counted, and the next delivery claims them as if
+   * this batch had not. If the store cannot be reached, their leases run out instead, and a
+   * redelivery to this process recognises them as its own before that.
+   *
+   * @throws IllegalStateException in mode {@link DedupMode#TRANSACTIONAL} with claims left open:
+   *     they are SUCCESS in the caller's transaction, which must be rolled back instead
+   */
+  public void releaseUnended() {
+    List<ClaimResult.Claimed> open = new ArrayList<>();
+    for (Object answer : answers) {
+      if (answer instanceof DedupClaim claim && claim.isOpen()) {
+        ClaimResult.Claimed released = claim.endForRelease();
+        if (released == null) {
+          throw new IllegalStateException(
+              "The claim on "
+                  + claim.key()
+                  + " is SUCCESS in the caller's transaction but its handler did not run: roll"
+                  + " the transaction back");
+        }
+        open.add(released);
+      }
+    }
+    executor.release(open, claimSentNanos);
+  }
+}

@@ -1,0 +1,157 @@
+package io.consumerdedup.core;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.TestDatabase;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/** {@link IdempotentExecutor#claimAll}: a batch of deliveries claimed in one round trip. */
+class IdempotentExecutorBatchTest {
+  private static String schema;
+  private static HikariDataSource dataSource;
+  private static JdbcDedupStore store;
+  private final List<IdempotentExecutor> executors = new CopyOnWriteArrayList<>();
+
+  @BeforeAll
+  static void setUp() {
+    schema = TestDatabase.newSchema("executor_batch");
+    dataSource = TestDatabase.dataSource(schema, 6);
+    store = JdbcDedupStore.builder(dataSource).build();
+  }
+
+  @AfterAll
+  static void tearDown() {
+    dataSource.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  @AfterEach
+  void closeExecutors() {
+    executors.forEach(IdempotentExecutor::close);
+  }
+
+  private IdempotentExecutor executor(IdempotentExecutor.Builder builder) {
+    IdempotentExecutor executor = builder.build();
+    executors.add(executor);
+    return executor;
+  }
+
+  private static IdempotentExecutor.Delivery delivery(DedupKey key) {
+    return new IdempotentExecutor.Delivery(key, null, "orders-0@" + key.bizKey());
+  }
+
+  @Test
+  void eachDeliveryGetsItsOwnAnswerFromOneRoundTrip() throws Exception {
+    AtomicInteger roundTrips = new AtomicInteger();
+    IdempotentExecutor executor =
+        executor(
+            IdempotentExecutor.builder(store)
+                .listener(
+                    new DedupListener() {
+                      @Override
+                      public void claimTimed(DedupKey key, Duration elapsed) {
+                        roundTrips.incrementAndGet();
+                      }
+                    }));
+    DedupKey done = DedupKey.of("order", "batch-done");
+    executor.execute(done, () -> null);
+    DedupKey elsewhere = DedupKey.of("order", "batch-elsewhere");
+    DedupClaim otherHolder =
+        executor(IdempotentExecutor.builder(store)).claim(elsewhere, null, null);
+    DedupKey fresh = DedupKey.of("order", "batch-new");
+    roundTrips.set(0);
+
+    DedupClaims claims =
+        executor.claimAll(
+            List.of(delivery(fresh), delivery(done), delivery(elsewhere), delivery(fresh)));
+
+    assertThat(roundTrips).as("claim round trips for four deliveries").hasValue(1);
+    DedupClaim first = claims.get(0);
+    assertThat(first.isDuplicate()).isFalse();
+    assertThat(claims.get(1).isDuplicate()).isTrue();
+    assertThatThrownBy(() -> claims.get(2))
+        .isInstanceOf(DedupInProgressException.class)
+        .hasMessageContaining("batch-elsewhere");
+    first.completeAsync().get(10, TimeUnit.SECONDS);
+    // The later copy of a key is claimed when asked, after the first copy ended: a duplicate.
+    assertThat(claims.get(3).isDuplicate()).isTrue();
+    assertThat(roundTrips).hasValue(2);
+    assertThat(store.find(fresh).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    otherHolder.complete();
+  }
+
+  @Test
+  void claimsWhoseHandlerNeverRanAreReleasedWithoutCountingAnAttempt() {
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(store));
+    DedupKey handled = DedupKey.of("order", "release-handled");
+    DedupKey failedBefore = DedupKey.of("order", "release-failed-before");
+    DedupKey fresh = DedupKey.of("order", "release-fresh");
+    DedupClaim earlier = executor.claim(failedBefore, null, null);
+    earlier.fail(new IllegalStateException("first try"));
+
+    DedupClaims claims =
+        executor.claimAll(List.of(delivery(handled), delivery(failedBefore), delivery(fresh)));
+    claims.get(0).complete();
+    claims.releaseUnended();
+
+    assertThat(store.find(handled).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    DedupRecord restored = store.find(failedBefore).orElseThrow();
+    assertThat(restored.status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(restored.attempts()).isEqualTo(1);
+    assertThat(store.find(fresh)).isEmpty();
+    // Another consumer claims them at once: nothing of the batch holds them any more.
+    IdempotentExecutor other = executor(IdempotentExecutor.builder(store));
+    assertThat(other.claim(failedBefore, null, null).attempt()).isEqualTo(2);
+    assertThat(other.claim(fresh, null, null).attempt()).isEqualTo(1);
+  }
+
+  @Test
+  void theLeasesOfABatchAreRenewedTogetherWhileItsHandlersRun() throws Exception {
+    Duration lease = Duration.ofSeconds(1);
+    IdempotentExecutor executor =
+        executor(
+            IdempotentExecutor.builder(store).lease(lease).renewalInterval(Duration.ofMillis(250)));
+    List<DedupKey> keys = List.of(DedupKey.of("order", "renew-a"), DedupKey.of("order", "renew-b"));
+    DedupClaims claims = executor.claimAll(keys.stream().map(k -> delivery(k)).toList());
+    DedupClaim a = claims.get(0);
+    DedupClaim b = claims.get(1);
+
+    Thread.sleep(lease.multipliedBy(3).toMillis());
+
+    IdempotentExecutor rival = executor(IdempotentExecutor.builder(store));
+    for (DedupKey key : keys) {
+      assertThatThrownBy(() -> rival.claim(key, null, null))
+          .as("a rival three leases later")
+          .isInstanceOf(DedupInProgressException.class);
+    }
+    assertThat(a.isLeaseLost()).isFalse();
+    a.complete();
+    b.complete();
+    assertThat(store.find(keys.get(1)).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void aMarkWrittenInTheBackgroundIsWrittenBeforeTheKeyIsClaimedAgain() throws Exception {
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(store));
+    DedupKey key = DedupKey.of("order", "async-mark");
+    DedupClaim claim = executor.claimAll(List.of(delivery(key))).get(0);
+
+    claim.completeAsync();
+    // Asked again at once, before the writer thread may have got to it: still a duplicate.
+    DedupClaim again = executor.claim(key, null, null);
+
+    assertThat(again.isDuplicate()).isTrue();
+    assertThat(executor.unrecordedOutcomes()).isEmpty();
+  }
+}
