@@ -64,6 +64,11 @@ final class LoopFixture implements BeforeAllCallback, AfterAllCallback, BeforeEa
     group = "billing-" + id;
   }
 
+  /** This test class's schema, holding the dedup table. */
+  String schema() {
+    return schema;
+  }
+
   HikariDataSource dataSource() {
     return dataSource;
   }
