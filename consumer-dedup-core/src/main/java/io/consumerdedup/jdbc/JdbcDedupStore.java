@@ -690,25 +690,10 @@ public final class JdbcDedupStore implements DedupStore {
    */
   private RuntimeException failure(
       String operation, @Nullable DedupKey key, SQLException e, boolean retryable) {
-    SqlStates.Kind kind = SqlStates.classify(e);
-    if (kind == SqlStates.Kind.TRANSIENT && retryable) {
+    if (retryable && SqlStates.isTransient(e)) {
       return new TransientFailure(e);
     }
-    String reason =
-        "Dedup store "
-            + operation
-            + " on table "
-            + tableName
-            + " failed: "
-            + e.getMessage()
-            + " (SQL state "
-            + e.getSQLState()
-            + ")";
-    return switch (kind) {
-      case TRANSIENT -> new DedupStoreUnavailableException(reason, key, null, e);
-      case DATA -> new DedupStoreDataException(reason, key, null, e);
-      case OTHER -> new DedupStoreException(reason, key, null, e);
-    };
+    return SqlStates.storeException("Dedup store " + operation + " on table " + tableName, key, e);
   }
 
   private void checkProduct(Connection connection) throws SQLException {

@@ -3,8 +3,9 @@ package io.consumerdedup.core;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.jdbc.JdbcDedupStore;
-import io.consumerdedup.testing.BoundConnectionDataSource;
+import io.consumerdedup.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -20,12 +21,13 @@ import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /**
- * DedupMode.TRANSACTIONAL: the dedup row commits or rolls back with the handler's own writes, on a
- * plain JDBC transaction the caller opened.
+ * DedupMode.TRANSACTIONAL: the dedup row commits or rolls back with the handler's own writes, in a
+ * plain JDBC transaction opened by {@link TransactionBoundDataSource}.
  */
 class TransactionalModeTest {
   private static String schema;
-  private static final BoundConnectionDataSource bound = new BoundConnectionDataSource();
+  private static HikariDataSource pool;
+  private static TransactionBoundDataSource transactions;
   private static IdempotentExecutor executor;
 
   @BeforeAll
@@ -35,8 +37,10 @@ class TransactionalModeTest {
         Statement statement = connection.createStatement()) {
       statement.execute("CREATE TABLE charges (order_no text NOT NULL, amount numeric NOT NULL)");
     }
+    pool = TestDatabase.dataSource(schema, 4);
+    transactions = TransactionBoundDataSource.of(pool);
     executor =
-        IdempotentExecutor.builder(JdbcDedupStore.builder(bound).build())
+        IdempotentExecutor.builder(JdbcDedupStore.builder(transactions).build())
             .mode(DedupMode.TRANSACTIONAL)
             .build();
   }
@@ -44,25 +48,23 @@ class TransactionalModeTest {
   @AfterAll
   static void tearDown() {
     executor.close();
+    pool.close();
     TestDatabase.dropSchema(schema);
   }
 
-  /** Runs one delivery the way a transactional listener container does: begin, handle, commit. */
+  /** Runs one delivery the way a transactional consumer does: begin, handle, commit. */
   private static <T> DedupResult<T> deliverInTransaction(
-      String orderNo, Callable<T> handlerBeforeCharge, boolean failAfterCharge)
-      throws SQLException {
-    try (Connection connection = TestDatabase.connect(schema)) {
-      connection.setAutoCommit(false);
-      bound.bind(connection);
-      try {
-        DedupResult<T> result =
+      String orderNo, Callable<T> handlerBeforeCharge, boolean failAfterCharge) {
+    return transactions.inTransaction(
+        () ->
             executor.execute(
                 DedupKey.of("payment", orderNo),
                 () -> {
                   T value = handlerBeforeCharge.call();
-                  try (PreparedStatement charge =
-                      connection.prepareStatement(
-                          "INSERT INTO charges (order_no, amount) VALUES (?, 10.00)")) {
+                  try (Connection connection = transactions.getConnection();
+                      PreparedStatement charge =
+                          connection.prepareStatement(
+                              "INSERT INTO charges (order_no, amount) VALUES (?, 10.00)")) {
                     charge.setString(1, orderNo);
                     charge.executeUpdate();
                   }
@@ -70,16 +72,7 @@ class TransactionalModeTest {
                     throw new IllegalStateException("bank answered 503 after the charge row");
                   }
                   return value;
-                });
-        connection.commit();
-        return result;
-      } catch (RuntimeException e) {
-        connection.rollback();
-        throw e;
-      } finally {
-        bound.unbind();
-      }
-    }
+                }));
   }
 
   private static int count(String sql, String orderNo) throws SQLException {
@@ -129,30 +122,18 @@ class TransactionalModeTest {
     CountDownLatch releaseFirst = new CountDownLatch(1);
     CompletableFuture<DedupResult<Object>> first =
         CompletableFuture.supplyAsync(
-            () -> {
-              try {
-                return deliverInTransaction(
+            () ->
+                deliverInTransaction(
                     "ORD-tx-2",
                     () -> {
                       firstInHandler.countDown();
                       releaseFirst.await(30, TimeUnit.SECONDS);
                       return null;
                     },
-                    false);
-              } catch (SQLException e) {
-                throw new IllegalStateException(e);
-              }
-            });
+                    false));
     assertThat(firstInHandler.await(10, TimeUnit.SECONDS)).isTrue();
     CompletableFuture<DedupResult<Object>> copy =
-        CompletableFuture.supplyAsync(
-            () -> {
-              try {
-                return deliverInTransaction("ORD-tx-2", () -> null, false);
-              } catch (SQLException e) {
-                throw new IllegalStateException(e);
-              }
-            });
+        CompletableFuture.supplyAsync(() -> deliverInTransaction("ORD-tx-2", () -> null, false));
     Thread.sleep(300);
     assertThat(copy).as("the copy waits on the uncommitted key").isNotDone();
 
@@ -164,17 +145,16 @@ class TransactionalModeTest {
   }
 
   @Test
-  void withoutAnOpenTransactionItFailsClearlyAndAppliesNothing() throws SQLException {
-    try (Connection connection = TestDatabase.connect(schema)) {
-      bound.bind(connection); // auto-commit: no transaction
-      try {
-        assertThatThrownBy(() -> executor.execute(DedupKey.of("payment", "ORD-tx-3"), () -> "ran"))
-            .isInstanceOf(IllegalStateException.class)
-            .hasMessageContaining("DedupMode.TRANSACTIONAL needs an open transaction")
-            .hasMessageContaining("payment/ORD-tx-3");
-      } finally {
-        bound.unbind();
-      }
+  void aTransactionalStoreOverThePoolItselfFailsClearlyAndAppliesNothing() throws SQLException {
+    // The mistake to catch: the store given the pool, whose connections commit on their own.
+    try (IdempotentExecutor overThePool =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(pool).build())
+            .mode(DedupMode.TRANSACTIONAL)
+            .build()) {
+      assertThatThrownBy(() -> overThePool.execute(DedupKey.of("payment", "ORD-tx-3"), () -> "ran"))
+          .isInstanceOf(IllegalStateException.class)
+          .hasMessageContaining("DedupMode.TRANSACTIONAL needs an open transaction")
+          .hasMessageContaining("payment/ORD-tx-3");
     }
     assertThat(dedupRows("ORD-tx-3")).isZero();
   }

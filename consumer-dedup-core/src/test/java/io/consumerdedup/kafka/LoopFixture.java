@@ -64,7 +64,7 @@ final class LoopFixture implements BeforeAllCallback, AfterAllCallback, BeforeEa
     group = "billing-" + id;
   }
 
-  /** This class's schema, for a DataSource of the test's own. */
+  /** This test class's schema, holding the dedup table. */
   String schema() {
     return schema;
   }

@@ -13,6 +13,7 @@ import java.sql.SQLException;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 
@@ -24,6 +25,7 @@ import java.util.concurrent.atomic.AtomicReference;
  *   <li>{@link #loseReplyOnce(String)}: the next statement whose SQL contains a fragment reaches
  *       the server and commits, and its reply is lost (the connection is reset): the client sees a
  *       connection error for work that was done;
+ *   <li>{@link #loseCommitReplyOnce()}: the same for the next {@code Connection.commit()};
  *   <li>{@link #hangNextConnection()}: the next connection handed out stops answering without being
  *       reset, as a connection does after a failover leaves it half-open;
  *   <li>{@link #proxy()}: the proxy itself, to refuse connections, cut them or add latency.
@@ -43,6 +45,7 @@ public final class FaultyDataSource extends ConnectionSource implements AutoClos
   private final TcpProxy proxy;
   private final HikariDataSource pool;
   private final AtomicReference<String> loseReplyOf = new AtomicReference<>();
+  private final AtomicBoolean loseCommitReply = new AtomicBoolean();
   private final AtomicInteger repliesLost = new AtomicInteger();
   private final AtomicInteger hangNext = new AtomicInteger();
   private final AtomicInteger hungConnections = new AtomicInteger();
@@ -78,7 +81,18 @@ public final class FaultyDataSource extends ConnectionSource implements AutoClos
     loseReplyOf.set(sqlFragment);
   }
 
-  /** How many replies were lost to {@link #loseReplyOnce(String)}. */
+  /**
+   * Arms a one-shot fault: the next {@code commit()} of a connection handed out by this DataSource
+   * commits on the server, and its reply is lost.
+   */
+  public void loseCommitReplyOnce() {
+    loseCommitReply.set(true);
+  }
+
+  /**
+   * How many replies were lost to {@link #loseReplyOnce(String)} and {@link
+   * #loseCommitReplyOnce()}.
+   */
   public int repliesLost() {
     return repliesLost.get();
   }
@@ -118,6 +132,9 @@ public final class FaultyDataSource extends ConnectionSource implements AutoClos
   private Connection watched(Connection connection) {
     InvocationHandler handler =
         (self, method, args) -> {
+          if (method.getName().equals("commit") && loseCommitReply.compareAndSet(true, false)) {
+            return invokeLosingReply(connection, method, args);
+          }
           Object result = invoke(connection, method, args);
           if (method.getName().equals("prepareStatement") && args != null && args.length >= 1) {
             return watchedStatement((PreparedStatement) result, (String) args[0]);
@@ -137,15 +154,7 @@ public final class FaultyDataSource extends ConnectionSource implements AutoClos
             if (fragment != null
                 && sql.contains(fragment)
                 && loseReplyOf.compareAndSet(fragment, null)) {
-              int before = proxy.repliesDropped();
-              proxy.dropNextReplyAndCut();
-              try {
-                return invoke(statement, method, args);
-              } finally {
-                if (proxy.repliesDropped() > before) {
-                  repliesLost.incrementAndGet();
-                }
-              }
+              return invokeLosingReply(statement, method, args);
             }
           }
           return invoke(statement, method, args);
@@ -153,6 +162,19 @@ public final class FaultyDataSource extends ConnectionSource implements AutoClos
     return (PreparedStatement)
         Proxy.newProxyInstance(
             getClass().getClassLoader(), new Class<?>[] {PreparedStatement.class}, handler);
+  }
+
+  /** Invokes the call with the proxy armed to lose its reply, counting the reply if it was lost. */
+  private Object invokeLosingReply(Object target, Method method, Object[] args) throws Throwable {
+    int before = proxy.repliesDropped();
+    proxy.dropNextReplyAndCut();
+    try {
+      return invoke(target, method, args);
+    } finally {
+      if (proxy.repliesDropped() > before) {
+        repliesLost.incrementAndGet();
+      }
+    }
   }
 
   private static Object invoke(Object target, Method method, Object[] args) throws Throwable {

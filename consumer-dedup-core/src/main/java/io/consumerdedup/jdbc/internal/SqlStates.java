@@ -1,10 +1,15 @@
 package io.consumerdedup.jdbc.internal;
 
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupStoreDataException;
+import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import java.sql.SQLException;
 import java.sql.SQLRecoverableException;
 import java.sql.SQLTimeoutException;
 import java.sql.SQLTransientException;
 import java.util.Set;
+import org.jspecify.annotations.Nullable;
 
 /**
  * What a database error says about the next try: whether the connection (not the statement) was the
@@ -58,5 +63,21 @@ public final class SqlStates {
 
   public static boolean isTransient(SQLException e) {
     return classify(e) == Kind.TRANSIENT;
+  }
+
+  /**
+   * The store exception for {@code e}, by its kind: unavailable (retry later), data (dead-letter)
+   * or other (an operator has to act).
+   *
+   * @param what what failed, such as {@code Dedup store claim on table consumer_dedup}
+   */
+  public static DedupStoreException storeException(
+      String what, @Nullable DedupKey key, SQLException e) {
+    String reason = what + " failed: " + e.getMessage() + " (SQL state " + e.getSQLState() + ")";
+    return switch (classify(e)) {
+      case TRANSIENT -> new DedupStoreUnavailableException(reason, key, null, e);
+      case DATA -> new DedupStoreDataException(reason, key, null, e);
+      case OTHER -> new DedupStoreException(reason, key, null, e);
+    };
   }
 }

@@ -1,5 +1,7 @@
 /**
- * A plain kafka-clients poll loop (commit, seek back and retry, dead letter) and a producer helper.
+ * The scenarios' consumers, built from one {@link io.consumerdedup.examples.kafka.ConsumerSetup}:
+ * without dedup a naive poll loop (commit, seek back and retry, dead letter), with dedup the
+ * library's {@code DedupPollLoop} and {@code KafkaDeadLetterPublisher}; and a producer helper.
  */
 @NullMarked
 package io.consumerdedup.examples.kafka;

@@ -55,9 +55,7 @@ public final class BankTimeoutScenario implements Scenario {
               "billing",
               run.stats());
       run.consumer(
-              "billing",
-              "billing",
-              run.processor(withDedup, "billing", "payment", KEY_HEADER, payments, b -> b))
+              run.setup("billing", "billing").build(), withDedup, "payment", KEY_HEADER, payments)
           .runUntilCommitted(last + 1, run.settings().runTimeout());
       if (withDedup) {
         DedupRecord record =

@@ -3,7 +3,8 @@ package io.consumerdedup.examples.scenario;
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.examples.Progress;
-import io.consumerdedup.examples.kafka.ConsumerLoop;
+import io.consumerdedup.examples.kafka.ConsumerSetup;
+import io.consumerdedup.examples.kafka.ScenarioConsumer;
 import io.consumerdedup.examples.report.RunStats;
 import io.consumerdedup.examples.scenario.CrashMidHandlerConsumer.Protection;
 import java.time.Duration;
@@ -47,15 +48,13 @@ public final class CrashMidHandlerChild {
                 "billing (child JVM)",
                 stats,
                 record -> ChildJvm.signalAndHang(CHARGED_LINE, stats));
-        ConsumerLoop loop =
-            CrashMidHandlerConsumer.asStaticMember(
-                    ConsumerLoop.builder(bootstrapServers, topic, group)
-                        .name("billing")
-                        .processor(payments.processor())
-                        .stats(stats)
-                        .progress(Progress.to(System.out)))
-                .build()) {
-      loop.runUntilCommitted(1, Duration.ofSeconds(60));
+        ScenarioConsumer consumer =
+            payments.consumer(
+                ConsumerSetup.builder(bootstrapServers, topic, group)
+                    .name("billing")
+                    .stats(stats)
+                    .progress(Progress.to(System.out)))) {
+      consumer.runUntilCommitted(1, Duration.ofSeconds(60));
     }
     throw new IllegalStateException("The child got past its charge: it was not killed in time");
   }

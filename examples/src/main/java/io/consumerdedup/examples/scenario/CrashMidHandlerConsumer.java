@@ -2,17 +2,20 @@ package io.consumerdedup.examples.scenario;
 
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.examples.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.examples.kafka.ConsumerLoop;
+import io.consumerdedup.examples.kafka.ConsumerSetup;
+import io.consumerdedup.examples.kafka.DedupConsumer;
+import io.consumerdedup.examples.kafka.ScenarioConsumer;
 import io.consumerdedup.examples.ledger.Bank;
 import io.consumerdedup.examples.ledger.EffectHandler;
 import io.consumerdedup.examples.ledger.EffectKind;
 import io.consumerdedup.examples.ledger.Ledger;
 import io.consumerdedup.examples.report.RunStats;
 import io.consumerdedup.jdbc.JdbcDedupStore;
-import io.consumerdedup.kafka.IdempotentRecordHandler;
-import io.consumerdedup.kafka.KeyExtractors;
+import io.consumerdedup.jdbc.TransactionBoundDataSource;
+import io.consumerdedup.kafka.JdbcTransactionalProcessor;
 import io.consumerdedup.kafka.RecordHandler;
+import io.consumerdedup.kafka.RecordProcessor;
 import java.time.Duration;
 import java.util.Locale;
 import javax.sql.DataSource;
@@ -23,7 +26,9 @@ import org.jspecify.annotations.Nullable;
  * The payment consumer of the crash-mid-handler scenario, built the same way in the child JVM that
  * is killed inside its handler and in the consumer restarted after it. The application's code
  * ({@link EffectHandler}: call the bank, book the charge) is the same under every {@link
- * Protection}; only what wraps it differs.
+ * Protection}; only what wraps it differs: the naive loop without dedup, and with dedup the
+ * library's {@code DedupPollLoop} running an {@code IdempotentRecordHandler}, in mode TRANSACTIONAL
+ * inside a {@link JdbcTransactionalProcessor}.
  */
 final class CrashMidHandlerConsumer implements AutoCloseable {
   static final String KEY_HEADER = "order-no";
@@ -46,8 +51,9 @@ final class CrashMidHandlerConsumer implements AutoCloseable {
      */
     SEPARATE("dedup SEPARATE"),
     /**
-     * {@code DedupMode.TRANSACTIONAL}: one JDBC transaction per record holds the dedup row and the
-     * charge, and commits before the Kafka offset does.
+     * {@code DedupMode.TRANSACTIONAL}: one JDBC transaction per record ({@link
+     * JdbcTransactionalProcessor} on a {@link TransactionBoundDataSource}) holds the dedup row and
+     * the charge, and commits before the Kafka offset does.
      */
     TRANSACTIONAL("dedup TRANSACTIONAL");
 
@@ -72,12 +78,16 @@ final class CrashMidHandlerConsumer implements AutoCloseable {
     }
   }
 
-  private final ConsumerLoop.RecordProcessor processor;
+  private final RecordHandler<String, String> handler;
+  private final @Nullable RecordProcessor<String, String> protectedHandler;
   private final @Nullable IdempotentExecutor executor;
 
   private CrashMidHandlerConsumer(
-      ConsumerLoop.RecordProcessor processor, @Nullable IdempotentExecutor executor) {
-    this.processor = processor;
+      RecordHandler<String, String> handler,
+      @Nullable RecordProcessor<String, String> protectedHandler,
+      @Nullable IdempotentExecutor executor) {
+    this.handler = handler;
+    this.protectedHandler = protectedHandler;
     this.executor = executor;
   }
 
@@ -98,7 +108,7 @@ final class CrashMidHandlerConsumer implements AutoCloseable {
       String name,
       RunStats stats,
       RecordHandler<String, String> afterCharge) {
-    TransactionBoundDataSource transactions = new TransactionBoundDataSource(pool);
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(pool);
     // In TRANSACTIONAL the charge must go through the record's transaction, next to the dedup row.
     Ledger ledger = new Ledger(protection == Protection.TRANSACTIONAL ? transactions : pool);
     EffectHandler payments =
@@ -109,8 +119,7 @@ final class CrashMidHandlerConsumer implements AutoCloseable {
           afterCharge.handle(record);
         };
     return switch (protection) {
-      case NONE ->
-          new CrashMidHandlerConsumer(ConsumerLoop.RecordProcessor.unprotected(handler), null);
+      case NONE -> new CrashMidHandlerConsumer(handler, null, null);
       case SEPARATE -> {
         IdempotentExecutor executor =
             IdempotentExecutor.builder(JdbcDedupStore.builder(pool).build())
@@ -118,7 +127,8 @@ final class CrashMidHandlerConsumer implements AutoCloseable {
                 .ownerId(ownerId)
                 .build();
         yield new CrashMidHandlerConsumer(
-            ConsumerLoop.RecordProcessor.deduplicated(idempotent(executor, group, handler)),
+            handler,
+            ScenarioRun.idempotent(executor, group, BIZ_TYPE, KEY_HEADER, handler),
             executor);
       }
       case TRANSACTIONAL -> {
@@ -127,31 +137,27 @@ final class CrashMidHandlerConsumer implements AutoCloseable {
                 .mode(DedupMode.TRANSACTIONAL)
                 .ownerId(ownerId)
                 .build();
-        IdempotentRecordHandler<String, String> idempotent = idempotent(executor, group, handler);
         // Begin, claim and charge, commit; the loop commits the offset only after this returns.
         yield new CrashMidHandlerConsumer(
-            record -> transactions.inTransaction(() -> idempotent.handle(record)), executor);
+            handler,
+            JdbcTransactionalProcessor.of(
+                transactions,
+                ScenarioRun.idempotent(executor, group, BIZ_TYPE, KEY_HEADER, handler)),
+            executor);
       }
     };
   }
 
-  private static IdempotentRecordHandler<String, String> idempotent(
-      IdempotentExecutor executor, String group, RecordHandler<String, String> handler) {
-    return IdempotentRecordHandler.<String, String>builder(executor)
-        .bizType(BIZ_TYPE)
-        .key(KeyExtractors.header(KEY_HEADER))
-        .groupId(group)
-        .handler(handler)
-        .build();
-  }
-
-  /** Makes the loop's consumer the group's one static member (see {@link #GROUP_INSTANCE_ID}). */
-  static ConsumerLoop.Builder asStaticMember(ConsumerLoop.Builder loop) {
-    return loop.consumerProperty(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, GROUP_INSTANCE_ID);
-  }
-
-  ConsumerLoop.RecordProcessor processor() {
-    return processor;
+  /**
+   * The consumer: the naive loop without dedup, the library's loop with it; the group's one static
+   * member (see {@link #GROUP_INSTANCE_ID}).
+   */
+  ScenarioConsumer consumer(ConsumerSetup.Builder setup) {
+    ConsumerSetup member =
+        setup.consumerProperty(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, GROUP_INSTANCE_ID).build();
+    return protectedHandler == null
+        ? new ConsumerLoop(member, handler)
+        : new DedupConsumer(member, protectedHandler);
   }
 
   @Override

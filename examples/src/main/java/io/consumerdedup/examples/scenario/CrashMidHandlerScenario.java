@@ -6,6 +6,7 @@ import static io.consumerdedup.examples.scenario.CrashMidHandlerConsumer.KEY_HEA
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.examples.DemoContext;
+import io.consumerdedup.examples.kafka.ScenarioConsumer;
 import io.consumerdedup.examples.ledger.EffectKind;
 import io.consumerdedup.examples.report.RunRow;
 import io.consumerdedup.examples.report.ScenarioResult;
@@ -77,21 +78,18 @@ public final class CrashMidHandlerScenario implements Scenario {
       leftBehind.add(protection.label() + " " + survived);
       run.progress().step("restarting the payment consumer in the killed one's place");
       try (CrashMidHandlerConsumer payments =
-          CrashMidHandlerConsumer.create(
-              protection,
-              run.dataSource(),
-              run.settings().lease(),
-              "restarted-consumer",
-              run.group("billing"),
-              "billing (restarted)",
-              run.stats(),
-              record -> {})) {
-        run.consumer(
-                "billing (restarted)",
-                "billing",
-                payments.processor(),
-                CrashMidHandlerConsumer::asStaticMember)
-            .runUntilCommitted(last + 1, run.settings().runTimeout());
+              CrashMidHandlerConsumer.create(
+                  protection,
+                  run.dataSource(),
+                  run.settings().lease(),
+                  "restarted-consumer",
+                  run.group("billing"),
+                  "billing (restarted)",
+                  run.stats(),
+                  record -> {});
+          ScenarioConsumer restarted =
+              payments.consumer(run.setup("billing (restarted)", "billing"))) {
+        restarted.runUntilCommitted(last + 1, run.settings().runTimeout());
       }
       RunRow row = run.row(protection.label(), protection.withDedup(), EffectKind.CHARGE, 1);
       if (protection != Protection.SEPARATE) {

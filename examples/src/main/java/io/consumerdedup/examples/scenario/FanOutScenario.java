@@ -9,7 +9,6 @@ import io.consumerdedup.examples.report.RunStats;
 import io.consumerdedup.examples.report.ScenarioResult;
 import java.util.ArrayList;
 import java.util.List;
-import java.util.function.UnaryOperator;
 
 /**
  * One payment event feeds two services, each in its own consumer group: points and coupons. Both
@@ -69,11 +68,11 @@ public final class FanOutScenario implements Scenario {
     EffectHandler handler =
         new EffectHandler(run.ledger(), kind, KEY_HEADER, Bank.healthy(), service, stats);
     run.consumer(
-            service,
-            service,
-            run.processor(
-                withDedup, service, bizType, KEY_HEADER, handler, UnaryOperator.identity()),
-            loop -> loop.stats(stats))
+            run.setup(service, service).stats(stats).build(),
+            withDedup,
+            bizType,
+            KEY_HEADER,
+            handler)
         .runUntilCommitted(endOffset, run.settings().runTimeout());
   }
 }

@@ -5,14 +5,15 @@ import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.examples.Progress;
 import io.consumerdedup.examples.kafka.ConsumerLoop;
+import io.consumerdedup.examples.kafka.ConsumerSetup;
+import io.consumerdedup.examples.kafka.DedupConsumer;
+import io.consumerdedup.examples.kafka.ScenarioConsumer;
 import io.consumerdedup.examples.ledger.Bank;
 import io.consumerdedup.examples.ledger.EffectHandler;
 import io.consumerdedup.examples.ledger.EffectKind;
 import io.consumerdedup.examples.ledger.Ledger;
 import io.consumerdedup.examples.report.RunStats;
 import io.consumerdedup.jdbc.JdbcDedupStore;
-import io.consumerdedup.kafka.IdempotentRecordHandler;
-import io.consumerdedup.kafka.KeyExtractors;
 import java.time.Duration;
 
 /**
@@ -38,7 +39,6 @@ public final class LostAckChild {
     String group = args[3];
     boolean withDedup = args[4].equals("with");
     Duration lease = Duration.ofMillis(Long.parseLong(args[5]));
-    Progress progress = Progress.to(System.out);
     HikariConfig config = new HikariConfig();
     config.setJdbcUrl(args[1]);
     config.setMaximumPoolSize(3);
@@ -56,25 +56,21 @@ public final class LostAckChild {
               Bank.healthy(),
               "billing (child JVM)",
               stats);
-      ConsumerLoop.RecordProcessor processor =
-          withDedup
-              ? ConsumerLoop.RecordProcessor.deduplicated(
-                  IdempotentRecordHandler.<String, String>builder(executor)
-                      .bizType("payment")
-                      .key(KeyExtractors.header(LostAckScenario.KEY_HEADER))
-                      .groupId(group)
-                      .handler(payments)
-                      .build())
-              : ConsumerLoop.RecordProcessor.unprotected(payments);
-      try (ConsumerLoop loop =
-          ConsumerLoop.builder(bootstrapServers, topic, group)
+      ConsumerSetup setup =
+          ConsumerSetup.builder(bootstrapServers, topic, group)
               .name("billing")
-              .processor(processor)
               .stats(stats)
-              .progress(progress)
-              .beforeCommit(record -> ChildJvm.signalAndHang(CHARGED_LINE, stats))
-              .build()) {
-        loop.runUntilCommitted(1, Duration.ofSeconds(60));
+              .progress(Progress.to(System.out))
+              .beforeCommit(() -> ChildJvm.signalAndHang(CHARGED_LINE, stats))
+              .build();
+      try (ScenarioConsumer consumer =
+          withDedup
+              ? new DedupConsumer(
+                  setup,
+                  ScenarioRun.idempotent(
+                      executor, group, "payment", LostAckScenario.KEY_HEADER, payments))
+              : new ConsumerLoop(setup, payments)) {
+        consumer.runUntilCommitted(1, Duration.ofSeconds(60));
       }
     }
     throw new IllegalStateException("The child committed its offset: it was not killed in time");

@@ -7,7 +7,6 @@ import io.consumerdedup.examples.ledger.EffectKind;
 import io.consumerdedup.examples.report.RunRow;
 import io.consumerdedup.examples.report.ScenarioResult;
 import java.util.List;
-import java.util.function.UnaryOperator;
 
 /**
  * The classic lost ACK: a payment consumer, in a JVM of its own, charges the card (and, with dedup,
@@ -57,10 +56,11 @@ public final class LostAckScenario implements Scenario {
               "billing (restarted)",
               run.stats());
       run.consumer(
-              "billing (restarted)",
-              "billing",
-              run.processor(
-                  withDedup, "billing", "payment", KEY_HEADER, payments, UnaryOperator.identity()))
+              run.setup("billing (restarted)", "billing").build(),
+              withDedup,
+              "payment",
+              KEY_HEADER,
+              payments)
           .runUntilCommitted(last + 1, run.settings().runTimeout());
       return run.row(ScenarioRun.label(withDedup), withDedup, EffectKind.CHARGE, 1);
     }

@@ -7,7 +7,6 @@ import io.consumerdedup.examples.ledger.EffectKind;
 import io.consumerdedup.examples.report.RunRow;
 import io.consumerdedup.examples.report.ScenarioResult;
 import java.util.List;
-import java.util.function.UnaryOperator;
 
 /**
  * The user clicks "confirm payment" twice, or the producer retries a send whose ack it missed: the
@@ -44,10 +43,7 @@ public final class ProducerRetryScenario implements Scenario {
           new EffectHandler(
               run.ledger(), EffectKind.CHARGE, KEY_HEADER, Bank.healthy(), "billing", run.stats());
       run.consumer(
-              "billing",
-              "billing",
-              run.processor(
-                  withDedup, "billing", "payment", KEY_HEADER, payments, UnaryOperator.identity()))
+              run.setup("billing", "billing").build(), withDedup, "payment", KEY_HEADER, payments)
           .runUntilCommitted(last + 1, run.settings().runTimeout());
       return run.row(ScenarioRun.label(withDedup), withDedup, EffectKind.CHARGE, 2);
     }

@@ -7,7 +7,6 @@ import io.consumerdedup.examples.ledger.EffectKind;
 import io.consumerdedup.examples.report.RunRow;
 import io.consumerdedup.examples.report.ScenarioResult;
 import java.util.List;
-import java.util.function.UnaryOperator;
 
 /**
  * A payment provider pushes its "payment captured" callback until it sees a 200 in time, so the
@@ -52,15 +51,11 @@ public final class ProviderCallbackScenario implements Scenario {
               "payment-callbacks",
               run.stats());
       run.consumer(
-              "callbacks",
-              "callbacks",
-              run.processor(
-                  withDedup,
-                  "callbacks",
-                  "provider-capture",
-                  KEY_HEADER,
-                  capture,
-                  UnaryOperator.identity()))
+              run.setup("callbacks", "callbacks").build(),
+              withDedup,
+              "provider-capture",
+              KEY_HEADER,
+              capture)
           .runUntilCommitted(last + 1, run.settings().runTimeout());
       return run.row(ScenarioRun.label(withDedup), withDedup, EffectKind.CHARGE, 1);
     }

@@ -6,7 +6,10 @@ import io.consumerdedup.examples.DemoSettings;
 import io.consumerdedup.examples.Progress;
 import io.consumerdedup.examples.infra.DemoSchema;
 import io.consumerdedup.examples.kafka.ConsumerLoop;
+import io.consumerdedup.examples.kafka.ConsumerSetup;
+import io.consumerdedup.examples.kafka.DedupConsumer;
 import io.consumerdedup.examples.kafka.Events;
+import io.consumerdedup.examples.kafka.ScenarioConsumer;
 import io.consumerdedup.examples.ledger.EffectKind;
 import io.consumerdedup.examples.ledger.Ledger;
 import io.consumerdedup.examples.report.RunRow;
@@ -15,6 +18,7 @@ import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.RecordHandler;
+import io.consumerdedup.kafka.RecordProcessor;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -144,29 +148,6 @@ final class ScenarioRun implements AutoCloseable {
     return offset;
   }
 
-  /**
-   * The consumer code as it is ({@code withDedup} false), or wrapped in an {@link
-   * IdempotentRecordHandler} keyed by header {@code keyHeader} under {@code bizType}.
-   */
-  ConsumerLoop.RecordProcessor processor(
-      boolean withDedup,
-      String service,
-      String bizType,
-      String keyHeader,
-      RecordHandler<String, String> handler,
-      UnaryOperator<IdempotentExecutor.Builder> executorSettings) {
-    if (!withDedup) {
-      return ConsumerLoop.RecordProcessor.unprotected(handler);
-    }
-    return ConsumerLoop.RecordProcessor.deduplicated(
-        IdempotentRecordHandler.<String, String>builder(executor(executorSettings))
-            .bizType(bizType)
-            .key(KeyExtractors.header(keyHeader))
-            .groupId(group(service))
-            .handler(handler)
-            .build());
-  }
-
   static String mode(boolean withDedup) {
     return withDedup ? "with" : "without";
   }
@@ -175,28 +156,73 @@ final class ScenarioRun implements AutoCloseable {
     return withDedup ? "with dedup" : "without dedup";
   }
 
-  /** A poll loop on this run's topic in {@code service}'s group, closed with the run. */
-  ConsumerLoop consumer(String name, String service, ConsumerLoop.RecordProcessor processor) {
-    return consumer(name, service, processor, UnaryOperator.identity());
+  /** A consumer named {@code name} in {@code service}'s group on this run's topic. */
+  ConsumerSetup.Builder setup(String name, String service) {
+    return ConsumerSetup.builder(bootstrapServers(), topic, group(service))
+        .name(name)
+        .stats(stats)
+        .progress(progress)
+        .retryBackoff(settings().retryBackoff());
   }
 
-  ConsumerLoop consumer(
-      String name,
-      String service,
-      ConsumerLoop.RecordProcessor processor,
-      UnaryOperator<ConsumerLoop.Builder> customizer) {
-    ConsumerLoop loop =
-        customizer
-            .apply(
-                ConsumerLoop.builder(bootstrapServers(), topic, group(service))
-                    .name(name)
-                    .processor(processor)
-                    .stats(stats)
-                    .progress(progress)
-                    .retryBackoff(settings().retryBackoff()))
-            .build();
-    resources.add(loop);
-    return loop;
+  /**
+   * The consumer code as it is on the naive loop ({@code withDedup} false), or behind an {@link
+   * IdempotentRecordHandler} keyed by header {@code keyHeader} under {@code bizType}, on the
+   * library's loop; closed with the run.
+   */
+  ScenarioConsumer consumer(
+      ConsumerSetup setup,
+      boolean withDedup,
+      String bizType,
+      String keyHeader,
+      RecordHandler<String, String> handler) {
+    return consumer(setup, withDedup, bizType, keyHeader, handler, UnaryOperator.identity());
+  }
+
+  /** The same, with {@code executorSettings} applied to the dedup executor. */
+  ScenarioConsumer consumer(
+      ConsumerSetup setup,
+      boolean withDedup,
+      String bizType,
+      String keyHeader,
+      RecordHandler<String, String> handler,
+      UnaryOperator<IdempotentExecutor.Builder> executorSettings) {
+    if (!withDedup) {
+      return withoutDedup(setup, handler);
+    }
+    return withDedup(
+        setup,
+        idempotent(executor(executorSettings), setup.groupId(), bizType, keyHeader, handler));
+  }
+
+  /** The naive loop running {@code handler} as it is, closed with the run. */
+  ScenarioConsumer withoutDedup(ConsumerSetup setup, RecordHandler<String, String> handler) {
+    return closedWithRun(new ConsumerLoop(setup, handler));
+  }
+
+  /** The library's loop running {@code processor}, closed with the run. */
+  ScenarioConsumer withDedup(ConsumerSetup setup, RecordProcessor<String, String> processor) {
+    return closedWithRun(new DedupConsumer(setup, processor));
+  }
+
+  private ScenarioConsumer closedWithRun(ScenarioConsumer consumer) {
+    resources.add(consumer);
+    return consumer;
+  }
+
+  /** {@code handler} applied once per value of header {@code keyHeader}, under {@code bizType}. */
+  static IdempotentRecordHandler<String, String> idempotent(
+      IdempotentExecutor executor,
+      String group,
+      String bizType,
+      String keyHeader,
+      RecordHandler<String, String> handler) {
+    return IdempotentRecordHandler.<String, String>builder(executor)
+        .bizType(bizType)
+        .key(KeyExtractors.header(keyHeader))
+        .groupId(group)
+        .handler(handler)
+        .build();
   }
 
   /** The report line of this run, read back from the ledger. */

@@ -2,7 +2,7 @@ package io.consumerdedup.examples.scenario;
 
 import io.consumerdedup.examples.DemoContext;
 import io.consumerdedup.examples.DemoSettings;
-import io.consumerdedup.examples.kafka.ConsumerLoop;
+import io.consumerdedup.examples.kafka.ScenarioConsumer;
 import io.consumerdedup.examples.ledger.Bank;
 import io.consumerdedup.examples.ledger.EffectHandler;
 import io.consumerdedup.examples.ledger.EffectKind;
@@ -82,20 +82,8 @@ public final class ZombieConsumerScenario implements Scenario {
               Bank.healthy(),
               "billing B",
               run.stats());
-      String maxPollInterval = Long.toString(settings.zombieMaxPollInterval().toMillis());
-      ConsumerLoop loopA =
-          run.consumer(
-              "consumer A",
-              "billing",
-              run.processor(
-                  withDedup,
-                  "billing",
-                  "payment",
-                  KEY_HEADER,
-                  consumerA,
-                  executor -> executor.lease(settings.zombieLease()).ownerId("consumer-A")),
-              loop -> loop.consumerProperty("max.poll.interval.ms", maxPollInterval));
-      Future<ConsumerLoop.End> endA =
+      ScenarioConsumer loopA = billing(run, "A", withDedup, consumerA);
+      Future<ScenarioConsumer.End> endA =
           threads.submit(() -> loopA.runUntilCommitted(last + 1, settings.runTimeout()));
       if (!slowCallStarted.await(settings.runTimeout().toSeconds(), TimeUnit.SECONDS)) {
         throw new IllegalStateException("Consumer A never started to charge " + ORDER);
@@ -105,26 +93,13 @@ public final class ZombieConsumerScenario implements Scenario {
               "consumer A is in a "
                   + settings.zombieBankLatency().toSeconds()
                   + " s bank call, longer than max.poll.interval.ms ("
-                  + maxPollInterval
+                  + settings.zombieMaxPollInterval().toMillis()
                   + " ms); consumer B joins the group");
-      ConsumerLoop loopB =
-          run.consumer(
-              "consumer B",
-              "billing",
-              run.processor(
-                  withDedup,
-                  "billing",
-                  "payment",
-                  KEY_HEADER,
-                  consumerB,
-                  // THROW (the default), not WAIT: the loop seeks back and polls again, so
-                  // waiting for A does not make B exceed max.poll.interval.ms in turn.
-                  executor -> executor.lease(settings.zombieLease()).ownerId("consumer-B")),
-              loop -> loop.consumerProperty("max.poll.interval.ms", maxPollInterval));
-      Future<ConsumerLoop.End> endB =
+      ScenarioConsumer loopB = billing(run, "B", withDedup, consumerB);
+      Future<ScenarioConsumer.End> endB =
           threads.submit(() -> loopB.runUntilCommitted(last + 1, settings.runTimeout()));
-      ConsumerLoop.End a = endA.get();
-      ConsumerLoop.End b = endB.get();
+      ScenarioConsumer.End a = endA.get();
+      ScenarioConsumer.End b = endB.get();
       notes.add(
           ScenarioRun.label(withDedup)
               + ": consumer A ended "
@@ -132,12 +107,33 @@ public final class ZombieConsumerScenario implements Scenario {
               + ", consumer B ended "
               + b
               + (withDedup
-                  ? " (B found the key in progress under A's renewed lease, retried until A recorded"
-                      + " SUCCESS, then skipped it)"
+                  ? " (B found the key in progress under A's renewed lease, held it until A"
+                      + " recorded SUCCESS, then skipped it)"
                   : " (B charged while A was still charging)"));
       return run.row(ScenarioRun.label(withDedup), withDedup, EffectKind.CHARGE, 1);
     } finally {
       threads.shutdownNow();
     }
+  }
+
+  /**
+   * Billing consumer {@code id} with the scenario's short {@code max.poll.interval.ms} and, with
+   * dedup, a lease longer than it, held under the owner id {@code consumer-<id>}. In-progress keys
+   * are thrown (the default), not waited for: the loop holds the record and polls on, so waiting
+   * for A does not make B exceed {@code max.poll.interval.ms} in turn.
+   */
+  private static ScenarioConsumer billing(
+      ScenarioRun run, String id, boolean withDedup, RecordHandler<String, String> handler) {
+    DemoSettings settings = run.settings();
+    return run.consumer(
+        run.setup("consumer " + id, "billing")
+            .consumerProperty(
+                "max.poll.interval.ms", Long.toString(settings.zombieMaxPollInterval().toMillis()))
+            .build(),
+        withDedup,
+        "payment",
+        KEY_HEADER,
+        handler,
+        executor -> executor.lease(settings.zombieLease()).ownerId("consumer-" + id));
   }
 }

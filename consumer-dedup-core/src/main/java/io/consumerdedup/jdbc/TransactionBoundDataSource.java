@@ -1,0 +1,373 @@
+package io.consumerdedup.jdbc;
+
+import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.core.DedupStoreDataException;
+import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.jdbc.internal.SqlStates;
+import java.io.PrintWriter;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.lang.reflect.Proxy;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.SQLFeatureNotSupportedException;
+import java.util.Objects;
+import java.util.logging.Logger;
+import javax.sql.DataSource;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A DataSource bound to the current thread's JDBC transaction: what {@link DedupMode#TRANSACTIONAL}
+ * needs from plain JDBC, without Spring. {@link #inTransaction} takes a connection from the pool,
+ * opens a transaction on it and binds it to the calling thread; while the work runs, every {@link
+ * #getConnection()} on that thread returns that connection, so the dedup store's claim and the
+ * handler's own writes land in one transaction and commit or roll back together. (Spring's {@code
+ * DataSourceTransactionManager} and {@code TransactionAwareDataSourceProxy} do the same between
+ * them; Spring applications use those.)
+ *
+ * <pre>{@code
+ * TransactionBoundDataSource transactions = TransactionBoundDataSource.of(pool);
+ * IdempotentExecutor executor = IdempotentExecutor
+ *     .builder(JdbcDedupStore.builder(transactions).build())  // claims in the caller's transaction
+ *     .mode(DedupMode.TRANSACTIONAL)
+ *     .build();
+ * Ledger ledger = new Ledger(transactions);                   // your writes: the same transaction
+ *
+ * DedupResult<Receipt> result = transactions.inTransaction(() ->
+ *     executor.execute(DedupKey.of("payment", orderNo), () -> ledger.charge(order)));
+ * }</pre>
+ *
+ * <p>With {@link io.consumerdedup.kafka.DedupPollLoop}, wrap the record handler in a {@link
+ * io.consumerdedup.kafka.JdbcTransactionalProcessor}, which runs each record in {@code
+ * inTransaction}; its documentation shows the whole loop.
+ *
+ * <p>Only the work inside {@code inTransaction} may use this DataSource: outside it {@link
+ * #getConnection()} fails, rather than hand out a connection that commits on its own. Keep using
+ * the pool for everything else (a janitor, reports, a store in mode SEPARATE). The connection it
+ * hands out belongs to the transaction: its {@code close()} leaves the transaction open, and {@code
+ * commit()}, {@code rollback()}, {@code setAutoCommit(true)} and {@code abort} on it are refused,
+ * since ending the transaction half-way would let the dedup row and the writes commit apart
+ * (savepoints are allowed). It refuses any use once its transaction has ended.
+ *
+ * <p>Thread-safe: each thread has its own transaction, so one instance serves any number of
+ * consumers. One transaction per thread at a time: {@code inTransaction} inside {@code
+ * inTransaction} is refused.
+ */
+public final class TransactionBoundDataSource implements DataSource {
+  private static final org.slf4j.Logger log =
+      LoggerFactory.getLogger(TransactionBoundDataSource.class);
+
+  private final DataSource pool;
+  private final ThreadLocal<@Nullable Transaction> current = new ThreadLocal<>();
+
+  private TransactionBoundDataSource(DataSource pool) {
+    this.pool = pool;
+  }
+
+  /**
+   * A DataSource whose connections belong to the transaction that {@link #inTransaction} opens on a
+   * connection of {@code pool}.
+   *
+   * @param pool where connections come from, such as a HikariCP pool on the dedup table's database
+   * @throws IllegalArgumentException if {@code pool} is itself a TransactionBoundDataSource
+   */
+  public static TransactionBoundDataSource of(DataSource pool) {
+    Objects.requireNonNull(pool, "pool");
+    if (pool instanceof TransactionBoundDataSource) {
+      throw new IllegalArgumentException(
+          "pool is already a TransactionBoundDataSource; give it the pool of connections itself");
+    }
+    return new TransactionBoundDataSource(pool);
+  }
+
+  /** Work that runs inside {@link #inTransaction}, reaching the transaction through this. */
+  @FunctionalInterface
+  public interface TransactionalWork<T, X extends Exception> {
+    T run() throws X;
+  }
+
+  /**
+   * Runs {@code work} in a new transaction on a connection of the pool, bound to this thread: when
+   * it returns, commits; when it throws, rolls back and rethrows the same exception (a rollback
+   * that fails is added to it as suppressed). The connection goes back to the pool whatever
+   * happens, in auto-commit mode again; one whose rollback failed is aborted instead, so that its
+   * unfinished transaction can never be committed by the connection's next user (PostgreSQL rolls
+   * back the transaction of a connection that goes away, as it does when this process dies).
+   *
+   * <p>A commit whose reply is lost leaves it unknown whether it committed; the exception says so.
+   * A redelivery finds out: in mode TRANSACTIONAL a committed dedup row makes it a duplicate, and
+   * without one the work runs again.
+   *
+   * <p>An interrupt of the thread is left for the caller to see; it does not stop the commit, the
+   * rollback or the release of the connection.
+   *
+   * @return what {@code work} returned, once committed
+   * @throws X what {@code work} threw, after the rollback
+   * @throws IllegalStateException if this thread is already inside {@code inTransaction} of this
+   *     DataSource: a nested transaction would commit on its own, apart from the outer one
+   * @throws DedupStoreUnavailableException the pool gave no connection, or the commit failed on a
+   *     lost connection or a transient error such as a serialization failure: retry later
+   * @throws DedupStoreDataException the commit was refused for the data (SQL state class 22 or 23,
+   *     such as a deferred constraint): the transaction was rolled back
+   * @throws DedupStoreException the transaction could not be opened or committed otherwise
+   */
+  public <T, X extends Exception> T inTransaction(TransactionalWork<T, X> work) throws X {
+    Objects.requireNonNull(work, "work");
+    if (current.get() != null) {
+      throw new IllegalStateException(
+          "A transaction of this TransactionBoundDataSource is already open on this thread:"
+              + " inTransaction(...) inside inTransaction(...) would commit the inner work apart"
+              + " from the outer; run the inner work directly, it joins the open transaction");
+    }
+    Transaction transaction = begin();
+    current.set(transaction);
+    // Whether the transaction ended (committed or rolled back) on a connection that still answers.
+    boolean reusable = false;
+    try {
+      T result;
+      try {
+        result = work.run();
+      } catch (Throwable failure) {
+        transaction.end();
+        reusable = rollBack(transaction, failure);
+        throw failure;
+      }
+      transaction.end();
+      try {
+        transaction.connection().commit();
+      } catch (SQLException e) {
+        DedupStoreException failure =
+            SqlStates.storeException(
+                "Committing the transaction (if only the commit's reply was lost, it may have"
+                    + " committed: a redelivery finds out)",
+                null,
+                e);
+        // PostgreSQL ends a transaction whose commit failed; the rollback shows whether the
+        // connection still answers, and release() aborts it if not.
+        reusable = rollBack(transaction, failure);
+        throw failure;
+      }
+      reusable = true;
+      return result;
+    } finally {
+      current.remove();
+      release(transaction, reusable);
+    }
+  }
+
+  private Transaction begin() {
+    Connection connection;
+    try {
+      connection = pool.getConnection();
+    } catch (SQLException e) {
+      throw SqlStates.storeException(
+          "Opening a transaction (no connection from the pool)", null, e);
+    }
+    try {
+      boolean autoCommit = connection.getAutoCommit();
+      if (autoCommit) {
+        connection.setAutoCommit(false);
+      }
+      return new Transaction(connection, autoCommit);
+    } catch (SQLException e) {
+      release(new Transaction(connection, true), false);
+      throw SqlStates.storeException("Opening a transaction", null, e);
+    }
+  }
+
+  /** Rolls back after {@code failure}; true if the connection is fit to go back to the pool. */
+  private static boolean rollBack(Transaction transaction, Throwable failure) {
+    try {
+      transaction.connection().rollback();
+      return true;
+    } catch (SQLException | RuntimeException e) {
+      failure.addSuppressed(e);
+      return false;
+    }
+  }
+
+  /**
+   * Hands the connection back to the pool; never throws, since the transaction's outcome is decided
+   * by now and a connection that cannot be reset is the pool's to discard.
+   *
+   * @param reusable the transaction ended (committed or rolled back) and the connection answered;
+   *     otherwise it is aborted, so that nothing of its transaction can be committed later
+   */
+  private static void release(Transaction transaction, boolean reusable) {
+    Connection connection = transaction.connection();
+    try {
+      if (!reusable) {
+        log.warn(
+            "Aborting a connection whose transaction could not be ended; its server session rolls it back");
+        connection.abort(Runnable::run);
+      } else if (transaction.autoCommit()) {
+        // Only now: setAutoCommit(true) on an open transaction would commit it.
+        connection.setAutoCommit(true);
+      }
+    } catch (SQLException | RuntimeException e) {
+      log.warn("Could not reset a connection before handing it back to the pool", e);
+    }
+    try {
+      connection.close();
+    } catch (SQLException | RuntimeException e) {
+      log.warn("Could not hand a connection back to the pool", e);
+    }
+  }
+
+  /**
+   * The connection of this thread's open transaction, for the work inside {@link #inTransaction};
+   * closing it leaves the transaction open.
+   *
+   * @throws SQLException outside {@link #inTransaction}: a connection that commits on its own would
+   *     silently break the promise that the dedup row and the writes commit together
+   */
+  @Override
+  public Connection getConnection() throws SQLException {
+    Transaction transaction = current.get();
+    if (transaction == null) {
+      throw new SQLException(
+          "No transaction of this TransactionBoundDataSource is open on this thread: run the work"
+              + " inside inTransaction(...) (with DedupPollLoop: JdbcTransactionalProcessor), and"
+              + " use the pool itself for work outside a record's transaction");
+    }
+    return transaction.handle();
+  }
+
+  /**
+   * Refused: the transaction's connection has the pool's credentials.
+   *
+   * @throws SQLFeatureNotSupportedException always
+   */
+  @Override
+  public Connection getConnection(String username, String password) throws SQLException {
+    throw new SQLFeatureNotSupportedException(
+        "The transaction's connection has the pool's credentials; use getConnection()");
+  }
+
+  @Override
+  public PrintWriter getLogWriter() throws SQLException {
+    return pool.getLogWriter();
+  }
+
+  @Override
+  public void setLogWriter(PrintWriter out) throws SQLException {
+    pool.setLogWriter(out);
+  }
+
+  @Override
+  public void setLoginTimeout(int seconds) throws SQLException {
+    pool.setLoginTimeout(seconds);
+  }
+
+  @Override
+  public int getLoginTimeout() throws SQLException {
+    return pool.getLoginTimeout();
+  }
+
+  @Override
+  public Logger getParentLogger() throws SQLFeatureNotSupportedException {
+    return pool.getParentLogger();
+  }
+
+  /** This DataSource, or what the pool unwraps to. */
+  @Override
+  public <T> T unwrap(Class<T> iface) throws SQLException {
+    return iface.isInstance(this) ? iface.cast(this) : pool.unwrap(iface);
+  }
+
+  @Override
+  public boolean isWrapperFor(Class<?> iface) throws SQLException {
+    return iface.isInstance(this) || pool.isWrapperFor(iface);
+  }
+
+  @Override
+  public String toString() {
+    return "TransactionBoundDataSource[" + pool + "]";
+  }
+
+  /** One open transaction: its connection, and what the connection's auto-commit was. */
+  private static final class Transaction {
+    private final Connection connection;
+    private final boolean autoCommit;
+    private volatile boolean open = true;
+
+    Transaction(Connection connection, boolean autoCommit) {
+      this.connection = connection;
+      this.autoCommit = autoCommit;
+    }
+
+    Connection connection() {
+      return connection;
+    }
+
+    boolean autoCommit() {
+      return autoCommit;
+    }
+
+    /** After this, the handles handed out refuse every call: the transaction is over. */
+    void end() {
+      open = false;
+    }
+
+    /** A handle on the connection for the work; each has its own {@code close()}. */
+    Connection handle() {
+      boolean[] closed = {false};
+      return (Connection)
+          Proxy.newProxyInstance(
+              Connection.class.getClassLoader(),
+              new Class<?>[] {Connection.class},
+              (proxy, method, args) -> {
+                switch (method.getName()) {
+                  case "close":
+                    closed[0] = true;
+                    return null;
+                  case "isClosed":
+                    return closed[0] || !open || connection.isClosed();
+                  case "equals":
+                    return proxy == args[0];
+                  case "hashCode":
+                    return System.identityHashCode(proxy);
+                  case "toString":
+                    return "connection of a transaction of TransactionBoundDataSource";
+                  default:
+                    checkUsable(method, args, closed[0]);
+                    return invoke(method, args);
+                }
+              });
+    }
+
+    private void checkUsable(Method method, Object @Nullable [] args, boolean closed)
+        throws SQLException {
+      if (closed || !open) {
+        throw new SQLException(
+            closed
+                ? "This connection handle was closed"
+                : "The transaction this connection belonged to has ended; get a connection inside"
+                    + " inTransaction(...), and do not keep it after the work returns");
+      }
+      String name = method.getName();
+      boolean endsTransaction =
+          (name.equals("commit") || name.equals("rollback")) && method.getParameterCount() == 0;
+      boolean autoCommitOn =
+          name.equals("setAutoCommit") && args != null && Boolean.TRUE.equals(args[0]);
+      if (endsTransaction || autoCommitOn || name.equals("abort")) {
+        throw new SQLException(
+            name
+                + " is refused: this connection's transaction is committed or rolled back by"
+                + " TransactionBoundDataSource.inTransaction, so that everything in it commits"
+                + " together (throw to roll back; use the pool itself for code that manages its"
+                + " own transactions, such as a dedup store in mode SEPARATE)");
+      }
+    }
+
+    private @Nullable Object invoke(Method method, Object @Nullable [] args) throws Throwable {
+      try {
+        return method.invoke(connection, args);
+      } catch (InvocationTargetException e) {
+        throw e.getCause();
+      }
+    }
+  }
+}

@@ -1,0 +1,399 @@
+package io.consumerdedup.kafka;
+
+import static io.consumerdedup.kafka.LoopFixture.BIZ_TYPE;
+import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
+import static io.consumerdedup.kafka.LoopFixture.WAIT;
+import static io.consumerdedup.kafka.LoopFixture.orderNo;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import com.zaxxer.hikari.HikariConfig;
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.jdbc.TransactionBoundDataSource;
+import io.consumerdedup.testing.FaultyDataSource;
+import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+/**
+ * Mode TRANSACTIONAL for a plain consumer: {@link DedupPollLoop} running an {@link
+ * IdempotentRecordHandler} inside {@link JdbcTransactionalProcessor}, whose handler books a charge
+ * row through the same {@link TransactionBoundDataSource} as the dedup store's claim. What a user
+ * counts: charge rows, and the dedup row of each order.
+ */
+class JdbcTransactionalProcessorTest {
+  @RegisterExtension static final LoopFixture fixture = new LoopFixture("loop_transactional");
+
+  private final List<Exception> deadLettered = new CopyOnWriteArrayList<>();
+  private final List<AutoCloseable> resources = new ArrayList<>();
+  private TransactionBoundDataSource transactions;
+
+  @BeforeAll
+  static void createChargesTable() throws SQLException {
+    try (Connection connection = fixture.dataSource().getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute(
+          "CREATE TABLE charges (order_no text NOT NULL, booked_by text NOT NULL, booked_at"
+              + " timestamptz NOT NULL DEFAULT clock_timestamp())");
+      // The commit of the first charge of an order named COMMIT-FAILS-... fails, as a serialization
+      // failure or a deferred constraint makes a real commit fail; the sequence, outside any
+      // transaction, remembers that it did.
+      statement.execute("CREATE SEQUENCE failed_commits");
+      statement.execute(
+          """
+          CREATE FUNCTION fail_first_commit() RETURNS trigger LANGUAGE plpgsql AS $$
+          BEGIN
+            IF NEW.order_no LIKE 'COMMIT-FAILS-%' AND nextval('failed_commits') = 1 THEN
+              RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001';
+            END IF;
+            RETURN NULL;
+          END $$""");
+      statement.execute(
+          "CREATE CONSTRAINT TRIGGER fail_first_commit AFTER INSERT ON charges"
+              + " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION fail_first_commit()");
+    }
+  }
+
+  @BeforeEach
+  void setUp() {
+    TestKafka.createTopics(1, fixture.topic());
+    transactions = TransactionBoundDataSource.of(fixture.dataSource());
+  }
+
+  @AfterEach
+  void tearDown() throws Exception {
+    for (int i = resources.size() - 1; i >= 0; i--) {
+      resources.get(i).close();
+    }
+    assertThat(deadLettered).as("nothing is dead-lettered here").isEmpty();
+  }
+
+  /** The payment consumer in mode TRANSACTIONAL: books the charge row, then {@code afterCharge}. */
+  private RecordProcessor<String, String> payments(
+      TransactionBoundDataSource over, String bookedBy, ChargeStep afterCharge) {
+    IdempotentExecutor executor =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(over).build())
+            .mode(DedupMode.TRANSACTIONAL)
+            .build();
+    resources.add(executor);
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId(bookedBy)
+            .handler(
+                record -> {
+                  try (Connection connection = over.getConnection();
+                      PreparedStatement charge =
+                          connection.prepareStatement(
+                              "INSERT INTO charges (order_no, booked_by) VALUES (?, ?)")) {
+                    charge.setString(1, orderNo(record));
+                    charge.setString(2, bookedBy);
+                    charge.executeUpdate();
+                  }
+                  afterCharge.run(orderNo(record));
+                })
+            .build();
+    return JdbcTransactionalProcessor.of(over, handler);
+  }
+
+  /** What the handler does once it has booked the charge, inside the record's transaction. */
+  @FunctionalInterface
+  private interface ChargeStep {
+    void run(String orderNo) throws Exception;
+  }
+
+  private DedupPollLoop<String, String> loop(String group, RecordProcessor<String, String> p) {
+    return LoopFixture.quick(
+            DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(fixture.topic()), p)
+                .deadLetterHandler((record, reason) -> deadLettered.add(reason)))
+        .build();
+  }
+
+  private void send(String orderNo) throws Exception {
+    ProducerRecord<String, String> record =
+        new ProducerRecord<>(fixture.topic(), 0, null, "charge 25.00");
+    record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+    fixture.producer().send(record).get();
+  }
+
+  private void awaitCommitted(String group, long offset) {
+    LoopFixture.awaitCommitted(group, Map.of(new TopicPartition(fixture.topic(), 0), offset));
+  }
+
+  /** The charge rows of the order, committed: who booked each. */
+  private static List<String> charges(String orderNo) throws SQLException {
+    return charges(fixture.dataSource(), orderNo);
+  }
+
+  private static List<String> charges(DataSource dataSource, String orderNo) throws SQLException {
+    try (Connection connection = dataSource.getConnection();
+        PreparedStatement query =
+            connection.prepareStatement("SELECT booked_by FROM charges WHERE order_no = ?")) {
+      query.setString(1, orderNo);
+      try (ResultSet rows = query.executeQuery()) {
+        List<String> bookedBy = new ArrayList<>();
+        while (rows.next()) {
+          bookedBy.add(rows.getString(1));
+        }
+        return bookedBy;
+      }
+    }
+  }
+
+  private static DedupRecord dedupRecord(String orderNo) {
+    return fixture.store().find(DedupKey.of(BIZ_TYPE, orderNo)).orElseThrow();
+  }
+
+  @Test
+  void aHandlerThatBooksAChargeLeavesOneChargeAndItsDedupRowSuccess() throws Exception {
+    send("T-1");
+    try (RunningLoop running =
+        RunningLoop.start(loop(fixture.group(), payments(transactions, "billing", order -> {})))) {
+      awaitCommitted(fixture.group(), 1);
+    }
+
+    assertThat(charges("T-1")).containsExactly("billing");
+    assertThat(dedupRecord("T-1").status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(dedupRecord("T-1").attempts()).isEqualTo(1);
+  }
+
+  @Test
+  void aRedeliveredRecordAndARepeatedOrderBookNoSecondCharge() throws Exception {
+    send("T-2");
+    send("T-2"); // the producer retried
+    AtomicInteger handlerRuns = new AtomicInteger();
+    RecordProcessor<String, String> payments =
+        payments(transactions, "billing", order -> handlerRuns.incrementAndGet());
+    try (RunningLoop running = RunningLoop.start(loop(fixture.group(), payments))) {
+      awaitCommitted(fixture.group(), 2);
+    }
+    // Someone replays the topic: the group reads both records again.
+    rewind(fixture.group());
+    try (RunningLoop running = RunningLoop.start(loop(fixture.group(), payments))) {
+      awaitCommitted(fixture.group(), 2);
+    }
+
+    assertThat(handlerRuns).hasValue(1);
+    assertThat(charges("T-2")).containsExactly("billing");
+    assertThat(dedupRecord("T-2").status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  /** Moves the (idle) group's committed offset back to the start of the topic. */
+  private void rewind(String group) throws Exception {
+    try (Admin admin =
+        Admin.create(
+            Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers()))) {
+      admin
+          .alterConsumerGroupOffsets(
+              group, Map.of(new TopicPartition(fixture.topic(), 0), new OffsetAndMetadata(0)))
+          .all()
+          .get();
+    }
+    assertThat(TestKafka.committedOffsets(group))
+        .containsEntry(new TopicPartition(fixture.topic(), 0), 0L);
+  }
+
+  @Test
+  void aHandlerThatBooksThenThrowsLeavesNeitherRowAndTheRetryBooksOnce() throws Exception {
+    send("T-3");
+    AtomicInteger attempts = new AtomicInteger();
+    List<String> seenByTheRetry = new CopyOnWriteArrayList<>();
+    RecordProcessor<String, String> payments =
+        payments(
+            transactions,
+            "billing",
+            order -> {
+              if (attempts.incrementAndGet() == 1) {
+                throw new IllegalStateException("bank answered 503 after the charge was booked");
+              }
+              // What the first attempt left behind, seen from outside this attempt's transaction.
+              seenByTheRetry.add(charges(order).size() + " charges");
+              seenByTheRetry.add(
+                  fixture
+                      .store()
+                      .find(DedupKey.of(BIZ_TYPE, order))
+                      .map(r -> "a dedup row")
+                      .orElse("no dedup row"));
+            });
+    try (RunningLoop running = RunningLoop.start(loop(fixture.group(), payments))) {
+      awaitCommitted(fixture.group(), 1);
+    }
+
+    assertThat(attempts).hasValue(2);
+    assertThat(seenByTheRetry).containsExactly("0 charges", "no dedup row");
+    assertThat(charges("T-3")).containsExactly("billing");
+    assertThat(dedupRecord("T-3").status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(dedupRecord("T-3").attempts())
+        .as("the failed attempt's claim was rolled back with its charge")
+        .isEqualTo(1);
+  }
+
+  @Test
+  void twoServicesRacingOnOneOrderBookItOnce() throws Exception {
+    send("T-4");
+    String groupA = fixture.group() + "-a";
+    String groupB = fixture.group() + "-b";
+    TransactionBoundDataSource overA = TransactionBoundDataSource.of(namedPool(groupA));
+    TransactionBoundDataSource overB = TransactionBoundDataSource.of(namedPool(groupB));
+    CountDownLatch aBooked = new CountDownLatch(1);
+    CountDownLatch releaseA = new CountDownLatch(1);
+    AtomicInteger bRuns = new AtomicInteger();
+    RecordProcessor<String, String> paymentsA =
+        payments(
+            overA,
+            "service A",
+            order -> {
+              aBooked.countDown();
+              assertThat(releaseA.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+            });
+    RecordProcessor<String, String> paymentsB =
+        payments(overB, "service B", order -> bRuns.incrementAndGet());
+
+    try (RunningLoop a = RunningLoop.start(loop(groupA, paymentsA))) {
+      assertThat(aBooked.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+      try (RunningLoop b = RunningLoop.start(loop(groupB, paymentsB))) {
+        // B's claim waits on the key A inserted and has not committed yet.
+        await().atMost(WAIT).until(() -> waitingOnALock(groupB));
+        releaseA.countDown();
+        awaitCommitted(groupA, 1);
+        awaitCommitted(groupB, 1);
+      }
+    }
+
+    assertThat(charges("T-4")).containsExactly("service A");
+    assertThat(bRuns).as("B's handler never ran: A's commit made B's copy a duplicate").hasValue(0);
+    assertThat(dedupRecord("T-4").status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  /** A pool whose sessions carry {@code name}, so the test can watch them in pg_stat_activity. */
+  private HikariDataSource namedPool(String name) {
+    HikariConfig config = new HikariConfig();
+    config.setJdbcUrl(TestDatabase.url(fixture.schema()) + "&ApplicationName=" + name);
+    config.setMaximumPoolSize(2);
+    HikariDataSource pool = new HikariDataSource(config);
+    resources.add(pool);
+    return pool;
+  }
+
+  private static boolean waitingOnALock(String applicationName) throws SQLException {
+    try (Connection connection = fixture.dataSource().getConnection();
+        PreparedStatement query =
+            connection.prepareStatement(
+                "SELECT count(*) FROM pg_stat_activity"
+                    + " WHERE application_name = ? AND wait_event_type = 'Lock'")) {
+      query.setString(1, applicationName);
+      try (ResultSet row = query.executeQuery()) {
+        row.next();
+        return row.getInt(1) > 0;
+      }
+    }
+  }
+
+  @Test
+  void aCommitThatFailsHoldsTheRecordAndTheRetryBooksOnce() throws Exception {
+    send("COMMIT-FAILS-1");
+    AtomicInteger handlerRuns = new AtomicInteger();
+    try (RunningLoop running =
+        RunningLoop.start(
+            loop(
+                fixture.group(),
+                payments(transactions, "billing", order -> handlerRuns.incrementAndGet())))) {
+      awaitCommitted(fixture.group(), 1);
+    }
+
+    assertThat(handlerRuns).as("the first run's commit failed; the retry ran again").hasValue(2);
+    assertThat(charges("COMMIT-FAILS-1")).containsExactly("billing");
+    assertThat(dedupRecord("COMMIT-FAILS-1").status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(dedupRecord("COMMIT-FAILS-1").attempts()).isEqualTo(1);
+  }
+
+  @Test
+  void aCommitWhoseReplyIsLostIsFoundCommittedByTheRetry() throws Exception {
+    send("T-5");
+    AtomicInteger handlerRuns = new AtomicInteger();
+    try (FaultyDataSource faulty =
+        FaultyDataSource.on(fixture.schema(), 2, Duration.ofSeconds(2))) {
+      TransactionBoundDataSource overFaulty = TransactionBoundDataSource.of(faulty);
+      RecordProcessor<String, String> payments =
+          payments(overFaulty, "billing", order -> handlerRuns.incrementAndGet());
+      faulty.loseCommitReplyOnce();
+      try (RunningLoop running = RunningLoop.start(loop(fixture.group(), payments))) {
+        awaitCommitted(fixture.group(), 1);
+      }
+      assertThat(faulty.repliesLost()).as("the commit's reply was lost").isEqualTo(1);
+    }
+
+    assertThat(handlerRuns).as("the retry found the dedup row committed: a duplicate").hasValue(1);
+    assertThat(charges("T-5")).containsExactly("billing");
+    assertThat(dedupRecord("T-5").status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void anInterruptedPollThreadRollsBackItsRecordAndStops() throws Exception {
+    send("T-6");
+    CountDownLatch booked = new CountDownLatch(1);
+    RecordProcessor<String, String> blocking =
+        payments(
+            transactions,
+            "billing",
+            order -> {
+              booked.countDown();
+              new CountDownLatch(1).await(); // a bank call that hangs until interrupted
+            });
+    ExecutorService pollThread = Executors.newSingleThreadExecutor();
+    try {
+      Future<?> run = pollThread.submit(loop(fixture.group(), blocking));
+      assertThat(booked.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+
+      pollThread.shutdownNow();
+
+      run.get(WAIT.toSeconds(), TimeUnit.SECONDS); // the loop stopped by itself
+    } finally {
+      pollThread.shutdownNow();
+    }
+    assertThat(charges("T-6")).isEmpty();
+    assertThat(fixture.store().find(DedupKey.of(BIZ_TYPE, "T-6"))).isEmpty();
+    assertThat(TestKafka.committedOffsets(fixture.group())).isEmpty();
+
+    // The restarted consumer books the order once.
+    try (RunningLoop restarted =
+        RunningLoop.start(loop(fixture.group(), payments(transactions, "billing", order -> {})))) {
+      awaitCommitted(fixture.group(), 1);
+    }
+    assertThat(charges("T-6")).containsExactly("billing");
+  }
+}
