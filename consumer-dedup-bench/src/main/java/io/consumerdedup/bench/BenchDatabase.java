@@ -113,10 +113,7 @@ public final class BenchDatabase implements AutoCloseable {
   /** Runs {@code sql} with {@code parameters} and returns the number of rows it changed. */
   public long update(String sql, Object... parameters) throws SQLException {
     try (Connection connection = DriverManager.getConnection(url);
-        PreparedStatement statement = connection.prepareStatement(sql)) {
-      for (int i = 0; i < parameters.length; i++) {
-        statement.setObject(i + 1, parameters[i]);
-      }
+        PreparedStatement statement = prepare(connection, sql, parameters)) {
       return statement.executeLargeUpdate();
     }
   }
@@ -124,15 +121,20 @@ public final class BenchDatabase implements AutoCloseable {
   /** Runs a query for a single number. */
   public long queryForLong(String sql, Object... parameters) throws SQLException {
     try (Connection connection = DriverManager.getConnection(url);
-        PreparedStatement statement = connection.prepareStatement(sql)) {
-      for (int i = 0; i < parameters.length; i++) {
-        statement.setObject(i + 1, parameters[i]);
-      }
-      try (ResultSet result = statement.executeQuery()) {
-        result.next();
-        return result.getLong(1);
-      }
+        PreparedStatement statement = prepare(connection, sql, parameters);
+        ResultSet result = statement.executeQuery()) {
+      result.next();
+      return result.getLong(1);
     }
+  }
+
+  private static PreparedStatement prepare(Connection connection, String sql, Object... parameters)
+      throws SQLException {
+    PreparedStatement statement = connection.prepareStatement(sql);
+    for (int i = 0; i < parameters.length; i++) {
+      statement.setObject(i + 1, parameters[i]);
+    }
+    return statement;
   }
 
   /**
