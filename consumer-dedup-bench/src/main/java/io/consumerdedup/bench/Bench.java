@@ -27,6 +27,11 @@ public final class Bench {
   /** Keeps the workload's keys and their order the same from run to run. */
   private static final long SEED = 20_240_901;
 
+  /**
+   * The warm-up pass consumes a quarter of the workload's count of other messages, at most this.
+   */
+  private static final int MAX_WARM_UP_MESSAGES = 1_000;
+
   private Bench() {}
 
   /**
@@ -70,15 +75,29 @@ public final class Bench {
                 BenchOptions.DUPLICATE_RATE,
                 BenchOptions.VALUE_BYTES,
                 SEED);
+        Workload warmUp =
+            Workload.produce(
+                topic + "-warm-up",
+                BenchOptions.PARTITIONS,
+                Math.max(1, Math.min(MAX_WARM_UP_MESSAGES, options.messages() / 4)),
+                BenchOptions.DUPLICATE_RATE,
+                BenchOptions.VALUE_BYTES,
+                SEED + 1);
         report.setUp(
             options,
             Machine.describe(),
             postgresql(database),
             AppInfoParser.getVersion(),
-            workload);
+            workload,
+            warmUp);
         VariantRunner runner = new VariantRunner(database, workload, progress);
 
-        comparison = Comparison.run(runner, database, options.repetitions());
+        comparison =
+            Comparison.run(
+                runner,
+                new VariantRunner(database, warmUp, progress),
+                database,
+                options.repetitions());
         comparison.forEach(
             summary -> summary.runs().forEach(run -> problems.addAll(run.problems())));
         report.comparison(comparison, Comparison.pending(), options.repetitions());

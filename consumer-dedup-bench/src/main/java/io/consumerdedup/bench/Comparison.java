@@ -8,7 +8,8 @@ import java.util.Map;
 /**
  * The main comparison: every measured variant over the same messages, in interleaved repetitions
  * (V0, V1, V6, V3, V4, then again), so that a slow moment of the machine does not fall on one
- * variant only; the report gives medians.
+ * variant only; the report gives medians. A warm-up pass over other messages comes first, so that
+ * the first repetition does not pay for the JIT compiler and the first connections alone.
  */
 final class Comparison {
   private static final String NEEDS_THE_BATCH_PATH = "needs the batch path";
@@ -36,14 +37,19 @@ final class Comparison {
   }
 
   /**
-   * Creates the variants' tables, then runs {@code repetitions} rounds of the measured variants;
-   * returns their runs in that order.
+   * Creates the variants' tables, runs each variant once with {@code warmUp} (not reported), then
+   * {@code repetitions} rounds of the measured variants with {@code runner}; returns their runs in
+   * that order.
    */
-  static List<VariantSummary> run(VariantRunner runner, BenchDatabase database, int repetitions)
+  static List<VariantSummary> run(
+      VariantRunner runner, VariantRunner warmUp, BenchDatabase database, int repetitions)
       throws Exception {
     List<Variant> variants = measured();
     for (Variant variant : variants) {
       variant.createTables(database);
+    }
+    for (Variant variant : variants) {
+      warmUp.run(variant, "warm-up");
     }
     Map<Variant, List<VariantRun>> runs = new LinkedHashMap<>();
     for (int repetition = 1; repetition <= repetitions; repetition++) {

@@ -27,7 +27,8 @@ final class Report {
       Machine machine,
       String postgresql,
       String kafkaVersion,
-      Workload workload) {
+      Workload workload,
+      Workload warmUp) {
     out.println("consumer-dedup benchmark");
     out.printf(
         "arguments   %s: %,d messages, %d repetition(s), sweep %s, purge %s%n",
@@ -60,6 +61,9 @@ final class Report {
         workload.duplicates(),
         100.0 * workload.duplicates() / workload.messages(),
         workload.distinctKeys());
+    out.printf(
+        "warm-up     each variant once over %,d other messages first, not reported%n",
+        warmUp.messages());
     out.println(
         "            ours = consumer-dedup (DedupPollLoop + IdempotentRecordHandler +"
             + " JdbcDedupStore on HikariCP)");
