@@ -1,7 +1,6 @@
 package io.consumerdedup.bench;
 
 import io.consumerdedup.testing.TestDatabase;
-import io.consumerdedup.testing.TestKafka;
 import java.io.PrintStream;
 import java.util.ArrayList;
 import java.util.HexFormat;
@@ -34,10 +33,7 @@ public final class Bench {
 
   private Bench() {}
 
-  /**
-   * Runs the benchmark; exits with 0 if every check passed, 1 if not, 2 for bad arguments. Exits
-   * the JVM explicitly: the shared in-JVM broker is stopped by the JVM's end.
-   */
+  /** Runs the benchmark; exits with 0 if every check passed, 1 if not, 2 for bad arguments. */
   public static void main(String[] args) {
     int status;
     try {
@@ -63,12 +59,13 @@ public final class Bench {
     PurgeBench.@Nullable Result purge = null;
     try {
       progress.println("[bench] starting the in-JVM Kafka broker and finding PostgreSQL ...");
-      TestKafka.bootstrapServers();
-      try (BenchDatabase database = BenchDatabase.create(TestDatabase.baseUrl())) {
+      try (BenchBroker broker = BenchBroker.start();
+          BenchDatabase database = BenchDatabase.create(TestDatabase.baseUrl())) {
         String topic = "bench-" + HexFormat.of().toHexDigits(ThreadLocalRandom.current().nextInt());
         progress.printf("[bench] producing %,d messages to %s ...%n", options.messages(), topic);
         Workload workload =
             Workload.produce(
+                broker,
                 topic,
                 BenchOptions.PARTITIONS,
                 options.messages(),
@@ -77,6 +74,7 @@ public final class Bench {
                 SEED);
         Workload warmUp =
             Workload.produce(
+                broker,
                 topic + "-warm-up",
                 BenchOptions.PARTITIONS,
                 Math.max(1, Math.min(MAX_WARM_UP_MESSAGES, options.messages() / 4)),
@@ -90,12 +88,12 @@ public final class Bench {
             AppInfoParser.getVersion(),
             workload,
             warmUp);
-        VariantRunner runner = new VariantRunner(database, workload, progress);
+        VariantRunner runner = new VariantRunner(database, broker, workload, progress);
 
         comparison =
             Comparison.run(
                 runner,
-                new VariantRunner(database, warmUp, progress),
+                new VariantRunner(database, broker, warmUp, progress),
                 database,
                 options.repetitions());
         comparison.forEach(

@@ -1,7 +1,6 @@
 package io.consumerdedup.bench;
 
 import com.zaxxer.hikari.HikariDataSource;
-import io.consumerdedup.testing.TestKafka;
 import java.time.Duration;
 import java.util.concurrent.TimeoutException;
 import javax.sql.DataSource;
@@ -17,6 +16,7 @@ public final class RunContext implements AutoCloseable {
   static final int POOL_SIZE = 4;
 
   private final Workload workload;
+  private final BenchBroker broker;
   private final String groupId;
   private final Probe probe;
   private final HandlerEffects effects;
@@ -27,12 +27,14 @@ public final class RunContext implements AutoCloseable {
 
   RunContext(
       Workload workload,
+      BenchBroker broker,
       String groupId,
       Probe probe,
       HandlerEffects effects,
       BenchDatabase database,
       Duration timeout) {
     this.workload = workload;
+    this.broker = broker;
     this.groupId = groupId;
     this.probe = probe;
     this.effects = effects;
@@ -67,7 +69,7 @@ public final class RunContext implements AutoCloseable {
    * (or hands it to a loop that does).
    */
   public MeasuredConsumer newConsumer() {
-    return new MeasuredConsumer(TestKafka.consumerConfig(groupId), probe);
+    return new MeasuredConsumer(broker.consumerConfig(groupId), probe);
   }
 
   /** The run's HikariCP pool on the benchmark database, opened now if it is not yet. */

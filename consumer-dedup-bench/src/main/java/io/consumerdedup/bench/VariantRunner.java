@@ -18,11 +18,14 @@ final class VariantRunner {
   private static final Duration TIMEOUT_PER_MESSAGE = Duration.ofMillis(20);
 
   private final BenchDatabase database;
+  private final BenchBroker broker;
   private final Workload workload;
   private final PrintStream progress;
 
-  VariantRunner(BenchDatabase database, Workload workload, PrintStream progress) {
+  VariantRunner(
+      BenchDatabase database, BenchBroker broker, Workload workload, PrintStream progress) {
     this.database = database;
+    this.broker = broker;
     this.workload = workload;
     this.progress = progress;
   }
@@ -46,7 +49,7 @@ final class VariantRunner {
             + HexFormat.of().toHexDigits(ThreadLocalRandom.current().nextInt());
     Duration timeout = BASE_TIMEOUT.plus(TIMEOUT_PER_MESSAGE.multipliedBy(workload.messages()));
     try (RunContext context =
-        new RunContext(workload, groupId, probe, effects, database, timeout)) {
+        new RunContext(workload, broker, groupId, probe, effects, database, timeout)) {
       variant.consume(context);
     }
     long commitsAfter = database.committedTransactions();

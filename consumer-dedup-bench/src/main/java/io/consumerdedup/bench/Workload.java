@@ -2,11 +2,11 @@ package io.consumerdedup.bench;
 
 import static java.nio.charset.StandardCharsets.UTF_8;
 
-import io.consumerdedup.testing.TestKafka;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.Random;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -37,19 +37,27 @@ public record Workload(
   }
 
   /**
-   * Creates {@code topic} and produces the messages to it, waiting until the broker has all of
-   * them.
+   * Creates {@code topic} on {@code broker} and produces the messages to it, waiting until the
+   * broker has all of them.
    *
    * @param duplicateRate the share of messages that repeat an earlier key, from 0 to below 1
    * @param seed makes the keys and their order the same from run to run
+   * @throws ExecutionException if the topic could not be created
    * @throws IllegalStateException if a message could not be produced
    */
-  public static Workload produce(
-      String topic, int partitions, int messages, double duplicateRate, int valueBytes, long seed) {
+  static Workload produce(
+      BenchBroker broker,
+      String topic,
+      int partitions,
+      int messages,
+      double duplicateRate,
+      int valueBytes,
+      long seed)
+      throws ExecutionException, InterruptedException {
     List<String> orderNumbers = orderNumbers(messages, duplicateRate, new Random(seed));
-    TestKafka.createTopics(partitions, topic);
+    broker.createTopic(topic, partitions);
     AtomicReference<Exception> firstFailure = new AtomicReference<>();
-    try (KafkaProducer<String, String> producer = TestKafka.producer()) {
+    try (KafkaProducer<String, String> producer = broker.producer()) {
       for (int i = 0; i < messages; i++) {
         String orderNo = orderNumbers.get(i);
         ProducerRecord<String, String> record =
