@@ -133,7 +133,7 @@ public final class Bench {
         configured != null && !configured.isBlank()
             ? "the server of " + TestDatabase.URL_VARIABLE
             : "a server started for the run (Testcontainers, or embedded)";
-    return database.serverVersion()
+    return database.describeServer()
         + ", "
         + server
         + ", database "

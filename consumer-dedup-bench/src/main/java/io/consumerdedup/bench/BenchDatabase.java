@@ -73,12 +73,22 @@ public final class BenchDatabase implements AutoCloseable {
     return name;
   }
 
-  /** The server's version, such as {@code 15.20 (Debian 15.20-0+deb12u1)}. */
-  public String serverVersion() throws SQLException {
+  /**
+   * The server's version and the settings that decide what a commit costs, such as {@code 15.20
+   * (Debian 15.20-0+deb12u1), fsync=on, synchronous_commit=on}.
+   */
+  public String describeServer() throws SQLException {
     try (Statement statement = server.createStatement();
-        ResultSet result = statement.executeQuery("SHOW server_version")) {
+        ResultSet result =
+            statement.executeQuery(
+                "SELECT current_setting('server_version'), current_setting('fsync'),"
+                    + " current_setting('synchronous_commit')")) {
       result.next();
-      return result.getString(1);
+      return result.getString(1)
+          + ", fsync="
+          + result.getString(2)
+          + ", synchronous_commit="
+          + result.getString(3);
     }
   }
 
