@@ -40,6 +40,7 @@ public final class Bench {
       status = run(BenchOptions.parse(args), System.out, System.err).passed() ? 0 : 1;
     } catch (IllegalArgumentException e) {
       System.err.println(e.getMessage());
+      System.out.println(Report.resultLine(List.of()));
       status = 2;
     }
     System.out.flush();

@@ -21,7 +21,8 @@ import org.postgresql.ds.PGSimpleDataSource;
  * tests use and dropped on {@link #close()}. A database rather than a schema because PostgreSQL
  * counts commits per database ({@code pg_stat_database.xact_commit}): other builds using the same
  * server do not blur the benchmark's counts. It holds the dedup table from the shipped schema file;
- * the variants add the tables of the peers.
+ * the variants add the tables of the peers. A run stopped by a signal drops it too, from a shutdown
+ * hook.
  */
 public final class BenchDatabase implements AutoCloseable {
   /** {@code jdbc:postgresql://host:port/} + database + {@code ?parameters}. */
@@ -33,11 +34,15 @@ public final class BenchDatabase implements AutoCloseable {
   private final String name;
   private final String url;
   private final Connection server;
+  private final Thread dropOnExit;
 
-  private BenchDatabase(String name, String url, Connection server) {
+  private BenchDatabase(String name, String url, String serverUrl, Connection server) {
     this.name = name;
     this.url = url;
     this.server = server;
+    // An interrupted run (Ctrl-C, a kill) would leave the database behind.
+    this.dropOnExit = new Thread(() -> dropQuietly(serverUrl, name), "bench-drop-" + name);
+    Runtime.getRuntime().addShutdownHook(dropOnExit);
   }
 
   /**
@@ -63,7 +68,8 @@ public final class BenchDatabase implements AutoCloseable {
               + " (the user needs the CREATEDB privilege)",
           e);
     }
-    BenchDatabase database = new BenchDatabase(name, matcher.group(1) + name + parameters, server);
+    BenchDatabase database =
+        new BenchDatabase(name, matcher.group(1) + name + parameters, serverUrl, server);
     database.execute(TestDatabase.schemaDdl());
     return database;
   }
@@ -228,9 +234,23 @@ public final class BenchDatabase implements AutoCloseable {
   @Override
   public void close() throws SQLException {
     try (Statement statement = server.createStatement()) {
-      statement.execute("DROP DATABASE IF EXISTS " + name + " WITH (FORCE)");
+      statement.execute(dropStatement(name));
     } finally {
       server.close();
+      Runtime.getRuntime().removeShutdownHook(dropOnExit);
+    }
+  }
+
+  private static String dropStatement(String name) {
+    return "DROP DATABASE IF EXISTS " + name + " WITH (FORCE)";
+  }
+
+  private static void dropQuietly(String serverUrl, String name) {
+    try (Connection connection = DriverManager.getConnection(serverUrl);
+        Statement statement = connection.createStatement()) {
+      statement.execute(dropStatement(name));
+    } catch (SQLException e) {
+      System.err.println("Could not drop the benchmark's database " + name + ": " + e);
     }
   }
 
