@@ -16,8 +16,8 @@ import org.junit.jupiter.api.Test;
  * line.
  */
 class BenchSmokeTest {
-  private static final int MESSAGES = 2_000;
-  private static final int EXPIRED_ROWS = 2_000;
+  private static final int MESSAGES = 1_000;
+  private static final int EXPIRED_ROWS = 1_000;
 
   @Test
   void everyMeasuredVariantConsumesEveryMessageAndTheReportEndsWithTheResultLine() {
