@@ -1,0 +1,101 @@
+package io.consumerdedup.bench;
+
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ExecutionException;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+import org.apache.kafka.common.test.KafkaClusterTestKit;
+import org.apache.kafka.common.test.TestKitNodes;
+
+/**
+ * A Kafka broker in this JVM (KRaft, one combined broker and controller, Kafka's test kit, set up
+ * as the core's tests set up theirs), started for one benchmark and stopped by {@link #close()}.
+ *
+ * <p>The benchmark does not use the tests' shared broker ({@code TestKafka}): that one is stopped
+ * only when a JUnit session ends, and a program that exits with it still running races its
+ * temporary directory's deletion, which makes the broker halt the JVM with status 1.
+ */
+final class BenchBroker implements AutoCloseable {
+  private final KafkaClusterTestKit cluster;
+
+  private BenchBroker(KafkaClusterTestKit cluster) {
+    this.cluster = cluster;
+  }
+
+  static BenchBroker start() throws Exception {
+    KafkaClusterTestKit cluster =
+        new KafkaClusterTestKit.Builder(
+                new TestKitNodes.Builder()
+                    .setCombined(true)
+                    .setNumBrokerNodes(1)
+                    .setNumControllerNodes(1)
+                    .build())
+            .setConfigProp("offsets.topic.replication.factor", "1")
+            .setConfigProp("offsets.topic.num.partitions", "1")
+            // A consumer joining an empty group gets its partitions at once.
+            .setConfigProp("group.initial.rebalance.delay.ms", "0")
+            .build();
+    try {
+      cluster.format();
+      cluster.startup();
+      cluster.waitForReadyBrokers();
+    } catch (Exception e) {
+      cluster.close();
+      throw e;
+    }
+    return new BenchBroker(cluster);
+  }
+
+  /** Creates a topic with {@code partitions} partitions. */
+  void createTopic(String name, int partitions) throws ExecutionException, InterruptedException {
+    try (Admin admin =
+        Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers()))) {
+      admin.createTopics(List.of(new NewTopic(name, partitions, (short) 1))).all().get();
+    }
+  }
+
+  /** A producer of String keys and values that waits for the broker's acknowledgement. */
+  KafkaProducer<String, String> producer() {
+    return new KafkaProducer<>(
+        Map.of(
+            ProducerConfig.BOOTSTRAP_SERVERS_CONFIG,
+            bootstrapServers(),
+            ProducerConfig.ACKS_CONFIG,
+            "all"),
+        new StringSerializer(),
+        new StringSerializer());
+  }
+
+  /**
+   * Settings of a consumer in {@code groupId}: String keys and values, no auto-commit (the loops
+   * commit), reading from the earliest offset.
+   */
+  Map<String, Object> consumerConfig(String groupId) {
+    Map<String, Object> config = new HashMap<>();
+    config.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers());
+    config.put(ConsumerConfig.GROUP_ID_CONFIG, groupId);
+    config.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+    config.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+    config.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
+    config.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
+    return config;
+  }
+
+  private String bootstrapServers() {
+    return cluster.bootstrapServers();
+  }
+
+  /** Stops the broker and deletes its files. */
+  @Override
+  public void close() throws Exception {
+    cluster.close();
+  }
+}

@@ -1,0 +1,111 @@
+package io.consumerdedup.bench;
+
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+
+/**
+ * What the benchmark runs, from its arguments. Without arguments: 200,000 messages, three
+ * repetitions, the table-size sweep at 1e5 and 1e6 keys, and a purge of 1e6 expired rows.
+ *
+ * <pre>
+ * --quick            5,000 messages, two repetitions, a purge of 1e5 rows: about two minutes
+ * --big              adds 1e7 keys to the table-size sweep
+ * --messages=N       messages in the workload
+ * --repetitions=N    interleaved repetitions of the comparison
+ * --sweep=none|N,N   the table sizes of the sweep, or none
+ * --purge-rows=N     expired rows for the purge; 0 skips it
+ * </pre>
+ *
+ * Arguments may also come as one string separated by spaces (as Maven passes {@code bench.args}).
+ *
+ * @param quick whether {@code --quick} was given
+ * @param messages messages in the workload
+ * @param repetitions interleaved repetitions of the comparison
+ * @param sweepSizes the preloaded table sizes of the sweep; empty to skip it
+ * @param purgeRows expired rows for the purge; 0 to skip it
+ */
+public record BenchOptions(
+    boolean quick, int messages, int repetitions, List<Long> sweepSizes, long purgeRows) {
+
+  /** Partitions of the workload's topic. */
+  public static final int PARTITIONS = 4;
+
+  /** Share of the messages that repeat an earlier business key. */
+  public static final double DUPLICATE_RATE = 0.05;
+
+  /** Size of each message's value. */
+  public static final int VALUE_BYTES = 100;
+
+  private static final long BIG_TABLE = 10_000_000;
+
+  private static final String USAGE =
+      "Arguments: [--quick] [--big] [--messages=N] [--repetitions=N] [--sweep=none|N,N,...]"
+          + " [--purge-rows=N]";
+
+  public BenchOptions {
+    if (messages < 1 || repetitions < 1 || purgeRows < 0) {
+      throw new IllegalArgumentException(
+          "messages and repetitions must be at least 1 and purge rows at least 0: " + USAGE);
+    }
+    if (sweepSizes.stream().anyMatch(size -> size < 1)) {
+      throw new IllegalArgumentException("Sweep sizes must be at least 1: " + sweepSizes);
+    }
+    sweepSizes = List.copyOf(sweepSizes);
+  }
+
+  /**
+   * Reads the arguments.
+   *
+   * @throws IllegalArgumentException naming an argument it does not know, and the usage
+   */
+  public static BenchOptions parse(String... args) {
+    List<String> tokens =
+        Arrays.stream(args)
+            .flatMap(arg -> Arrays.stream(arg.trim().split("\\s+")))
+            .filter(token -> !token.isEmpty())
+            .toList();
+    boolean quick = tokens.contains("--quick");
+    boolean big = tokens.contains("--big");
+    int messages = quick ? 5_000 : 200_000;
+    int repetitions = quick ? 2 : 3;
+    List<Long> sweep = new ArrayList<>(List.of(100_000L, 1_000_000L));
+    long purgeRows = quick ? 100_000 : 1_000_000;
+    for (String token : tokens) {
+      String value = token.substring(token.indexOf('=') + 1);
+      if (token.equals("--quick") || token.equals("--big")) {
+        continue;
+      } else if (token.startsWith("--messages=")) {
+        messages = parseInt(token, value);
+      } else if (token.startsWith("--repetitions=")) {
+        repetitions = parseInt(token, value);
+      } else if (token.startsWith("--sweep=")) {
+        sweep = value.equals("none") ? new ArrayList<>() : parseSizes(token, value);
+      } else if (token.startsWith("--purge-rows=")) {
+        purgeRows = parseInt(token, value);
+      } else {
+        throw new IllegalArgumentException("Unknown argument '" + token + "'. " + USAGE);
+      }
+    }
+    if (big && !sweep.contains(BIG_TABLE)) {
+      sweep.add(BIG_TABLE);
+    }
+    return new BenchOptions(quick, messages, repetitions, sweep, purgeRows);
+  }
+
+  private static int parseInt(String token, String value) {
+    try {
+      return Integer.parseInt(value.replace("_", ""));
+    } catch (NumberFormatException e) {
+      throw new IllegalArgumentException("Not a number in '" + token + "'. " + USAGE, e);
+    }
+  }
+
+  private static List<Long> parseSizes(String token, String value) {
+    List<Long> sizes = new ArrayList<>();
+    for (String size : value.split(",")) {
+      sizes.add((long) parseInt(token, size));
+    }
+    return sizes;
+  }
+}

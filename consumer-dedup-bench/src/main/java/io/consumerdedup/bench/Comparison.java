@@ -1,0 +1,65 @@
+package io.consumerdedup.bench;
+
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The main comparison: every measured variant over the same messages, in interleaved repetitions
+ * (V0, V1, V6, V3, V4, then again), so that a slow moment of the machine does not fall on one
+ * variant only; the report gives medians. A warm-up pass over other messages comes first, so that
+ * the first repetition does not pay for the JIT compiler and the first connections alone.
+ */
+final class Comparison {
+  private static final String NEEDS_THE_BATCH_PATH = "needs the batch path";
+
+  private Comparison() {}
+
+  /**
+   * The variants measured, in the order each repetition runs them: V6 right after V1, on the table
+   * V1 filled.
+   */
+  static List<Variant> measured() {
+    return List.of(
+        new PlainConsumer(),
+        OursPerRecord.newKeys(),
+        OursPerRecord.duplicatesOnly(),
+        new CamelJdbcRepository(),
+        new SpringIntegrationMetadataStore());
+  }
+
+  /** The variants that cannot be measured yet. */
+  static List<PendingVariant> pending() {
+    return List.of(
+        new PendingVariant("V2", "ours, batched", NEEDS_THE_BATCH_PATH),
+        new PendingVariant("V5", "ours TRANSACTIONAL + insert, batched", NEEDS_THE_BATCH_PATH));
+  }
+
+  /**
+   * Creates the variants' tables, runs each variant once with {@code warmUp} (not reported), then
+   * {@code repetitions} rounds of the measured variants with {@code runner}; returns their runs in
+   * that order.
+   */
+  static List<VariantSummary> run(
+      VariantRunner runner, VariantRunner warmUp, BenchDatabase database, int repetitions)
+      throws Exception {
+    List<Variant> variants = measured();
+    for (Variant variant : variants) {
+      variant.createTables(database);
+    }
+    for (Variant variant : variants) {
+      warmUp.run(variant, "warm-up");
+    }
+    Map<Variant, List<VariantRun>> runs = new LinkedHashMap<>();
+    for (int repetition = 1; repetition <= repetitions; repetition++) {
+      for (Variant variant : variants) {
+        runs.computeIfAbsent(variant, v -> new ArrayList<>())
+            .add(runner.run(variant, "r" + repetition));
+      }
+    }
+    return runs.entrySet().stream()
+        .map(entry -> new VariantSummary(entry.getKey(), List.copyOf(entry.getValue())))
+        .toList();
+  }
+}

@@ -1,0 +1,46 @@
+package io.consumerdedup.bench;
+
+import java.sql.SQLException;
+import java.time.Duration;
+
+/**
+ * The harness's own statements on consumer-dedup's table, {@value #NAME}: emptying it, counting it,
+ * and filling it fast with generated keys (one {@code INSERT ... SELECT generate_series}), never
+ * through the library.
+ */
+final class DedupTable {
+  /** The table's name, as the shipped schema file creates it. */
+  static final String NAME = "consumer_dedup";
+
+  /** The biz type every variant of ours deduplicates under. */
+  static final String BIZ_TYPE = "order";
+
+  private DedupTable() {}
+
+  static void truncate(BenchDatabase database) throws SQLException {
+    database.execute("TRUNCATE " + NAME);
+  }
+
+  static long rows(BenchDatabase database) throws SQLException {
+    return database.queryForLong("SELECT count(*) FROM " + NAME);
+  }
+
+  /**
+   * Inserts {@code count} SUCCESS rows with keys that no message of the workload carries, expiring
+   * {@code expiresIn} from now (negative: already expired), then vacuums and analyzes the table, as
+   * autovacuum would have done to a table that grew over time.
+   */
+  static void preload(BenchDatabase database, long count, Duration expiresIn) throws SQLException {
+    database.update(
+        "INSERT INTO "
+            + NAME
+            + " (biz_type, biz_key, status, attempts, owner, expires_at)"
+            + " SELECT ?, 'preloaded-' || g, 'SUCCESS', 1, 'bench-preload',"
+            + " now() + make_interval(secs => ?)"
+            + " FROM generate_series(1, ?) g",
+        BIZ_TYPE,
+        (double) expiresIn.toSeconds(),
+        count);
+    database.execute("VACUUM (ANALYZE) " + NAME);
+  }
+}

@@ -1,0 +1,266 @@
+package io.consumerdedup.bench;
+
+import io.consumerdedup.bench.BenchDatabase.TableActivity;
+import io.consumerdedup.jdbc.DedupJanitor;
+import java.io.PrintStream;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Optional;
+import java.util.OptionalDouble;
+import java.util.stream.Collectors;
+import java.util.stream.Stream;
+import org.HdrHistogram.Histogram;
+
+/** Writes the benchmark's report: the set-up, the tables, and the closing {@code RESULT} line. */
+final class Report {
+  private static final String ROW = "%-3s %-36s %9s %8s %8s %8s %8s %10s %10s %7s %8s%n";
+
+  private final PrintStream out;
+
+  Report(PrintStream out) {
+    this.out = out;
+  }
+
+  void setUp(
+      BenchOptions options,
+      Machine machine,
+      String postgresql,
+      String kafkaVersion,
+      Workload workload,
+      Workload warmUp) {
+    out.println("consumer-dedup benchmark");
+    out.printf(
+        "arguments   %s: %,d messages, %d repetition(s), sweep %s, purge %s%n",
+        options.quick() ? "--quick" : "full",
+        options.messages(),
+        options.repetitions(),
+        options.sweepSizes().isEmpty()
+            ? "skipped"
+            : options.sweepSizes().stream()
+                    .map(size -> String.format("%,d", size))
+                    .collect(Collectors.joining(" / "))
+                + " keys",
+        options.purgeRows() == 0 ? "skipped" : String.format("%,d rows", options.purgeRows()));
+    out.printf(
+        "machine     %d cores (%s), %s, %s, %s; load average %s at the start%n",
+        machine.cores(),
+        machine.cpuModel(),
+        machine.memory(),
+        machine.system(),
+        machine.java(),
+        machine.loadAverage());
+    out.printf("postgresql  %s%n", postgresql);
+    out.printf("kafka       %s, one in-JVM KRaft broker (Kafka's test kit)%n", kafkaVersion);
+    out.printf(
+        "workload    %,d messages of %d bytes on %d partitions; %,d of them repeat an earlier"
+            + " order-no (%.1f %%): %,d distinct keys%n",
+        workload.messages(),
+        workload.valueBytes(),
+        workload.partitions(),
+        workload.duplicates(),
+        100.0 * workload.duplicates() / workload.messages(),
+        workload.distinctKeys());
+    out.printf(
+        "warm-up     each variant once over %,d other messages first, not reported%n",
+        warmUp.messages());
+    out.println(
+        "            ours = consumer-dedup (DedupPollLoop + IdempotentRecordHandler +"
+            + " JdbcDedupStore on HikariCP)");
+  }
+
+  void comparison(List<VariantSummary> summaries, List<PendingVariant> pending, int repetitions) {
+    out.println();
+    out.printf(
+        "Throughput and cost per message: medians of %d interleaved repetition(s), a fresh"
+            + " consumer group per run%n",
+        repetitions);
+    out.printf(
+        ROW,
+        "id",
+        "variant",
+        "msg/s",
+        "p50 ms",
+        "p99 ms",
+        "+p50 ms",
+        "+p99 ms",
+        "commitSync",
+        "db commits",
+        "CPU s",
+        "CPU us");
+    out.printf(ROW, "", "", "", "", "", "", "", "per msg", "per msg", "", "per msg");
+    Optional<VariantSummary> plain = byId(summaries, "V0");
+    double plainP50 = plain.map(s -> s.median(VariantRun::p50Millis)).orElse(Double.NaN);
+    double plainP99 = plain.map(s -> s.median(VariantRun::p99Millis)).orElse(Double.NaN);
+    Stream.concat(
+            summaries.stream().map(s -> s.variant().id()), pending.stream().map(PendingVariant::id))
+        .sorted()
+        .forEach(
+            id ->
+                byId(summaries, id)
+                    .ifPresentOrElse(
+                        summary -> printMeasured(summary, plainP50, plainP99),
+                        () ->
+                            pending.stream()
+                                .filter(p -> p.id().equals(id))
+                                .forEach(this::printPending)));
+    out.println();
+    out.println(
+        "msg/s by run:  "
+            + summaries.stream()
+                .map(
+                    s ->
+                        s.variant().id()
+                            + " "
+                            + s.runs().stream()
+                                .map(run -> String.format("%,.0f", run.messagesPerSecond()))
+                                .collect(Collectors.joining(" ")))
+                .collect(Collectors.joining(" | ")));
+    byId(summaries, "V1")
+        .ifPresent(
+            perRecord ->
+                out.println(
+                    "HOT updates of consumer_dedup in the V1 runs: "
+                        + hotUpdates(perRecord.dedupTableActivity())));
+    out.println(
+        "msg/s: messages / time from the first poll that returned records to the last record"
+            + " done (group join excluded).");
+    out.println(
+        "p50/p99: per record, from the return of its poll to the end of its handling"
+            + " (HdrHistogram); +p50/+p99: minus V0's.");
+    out.println(
+        "commitSync: the consumer's commitSync calls; db commits: pg_stat_database.xact_commit of"
+            + " the benchmark's database over the run.");
+    out.println(
+        "CPU: this JVM's CPU time (consumer, in-JVM broker, harness; not PostgreSQL's) over the"
+            + " msg/s window.");
+  }
+
+  private void printMeasured(VariantSummary summary, double plainP50, double plainP99) {
+    double p50 = summary.median(VariantRun::p50Millis);
+    double p99 = summary.median(VariantRun::p99Millis);
+    out.printf(
+        ROW,
+        summary.variant().id(),
+        summary.variant().title(),
+        String.format("%,.0f", summary.messagesPerSecond()),
+        String.format("%.1f", p50),
+        String.format("%.1f", p99),
+        String.format("%+.1f", p50 - plainP50),
+        String.format("%+.1f", p99 - plainP99),
+        String.format("%.4f", summary.median(VariantRun::commitSyncsPerMessage)),
+        String.format("%.3f", summary.median(VariantRun::databaseCommitsPerMessage)),
+        String.format("%.1f", summary.median(VariantRun::cpuSeconds)),
+        String.format("%.0f", summary.median(Report::cpuMicrosPerMessage)));
+  }
+
+  private void printPending(PendingVariant variant) {
+    out.printf(
+        "%-3s %-36s %9s not yet measured (%s)%n",
+        variant.id(), variant.title(), "-", variant.missing());
+  }
+
+  void checks(List<String> problems, List<VariantSummary> summaries) {
+    if (problems.isEmpty()) {
+      out.printf(
+          "checks: passed: every run of %s consumed every message; the handler ran for every"
+              + " message in V0, once per distinct key in V1, V3 and V4, never in V6%n",
+          summaries.stream().map(s -> s.variant().id()).collect(Collectors.joining(", ")));
+    } else {
+      out.println("checks: FAILED");
+      problems.forEach(problem -> out.println("  " + problem));
+    }
+  }
+
+  void sweep(List<TableSizeSweep.Point> points) {
+    out.println();
+    out.println(
+        "Table size: V1 over the dedup table preloaded with N keys by SQL (one run per size)");
+    String row = "%12s %9s %9s %14s %14s %14s  %s%n";
+    out.printf(
+        row, "keys", "msg/s", "vs first", "table+index MB", "MB / 1M keys", "index MB / 1M", "HOT");
+    double first = points.isEmpty() ? Double.NaN : points.get(0).run().messagesPerSecond();
+    for (TableSizeSweep.Point point : points) {
+      out.printf(
+          row,
+          String.format("%,d", point.preloadedKeys()),
+          String.format("%,.0f", point.run().messagesPerSecond()),
+          String.format("%.2f", point.run().messagesPerSecond() / first),
+          String.format("%.1f", point.size().totalBytes() / 1e6),
+          String.format("%.1f", point.totalBytesPerMillionKeys() / 1e6),
+          String.format("%.1f", point.indexBytesPerMillionKeys() / 1e6),
+          hotUpdates(point.run().dedupTableActivity()));
+    }
+    out.println(
+        "MB / 1M keys: pg_total_relation_size (heap, TOAST, indexes) and pg_indexes_size per"
+            + " million keys, before the run; HOT: n_tup_hot_upd of n_tup_upd during the run.");
+  }
+
+  void purge(PurgeBench.Result result) {
+    out.println();
+    out.printf(
+        "Purge: DedupJanitor.purgeExpired() (batches of %,d) over %,d expired rows, while claims"
+            + " of new keys run on another connection%n",
+        DedupJanitor.DEFAULT_BATCH_SIZE, result.expiredRows());
+    out.printf(
+        "purge       deleted %,d rows in %.1f s: %,.0f rows/s%n",
+        result.deleted(), result.purgeNanos() / 1e9, result.rowsPerSecond());
+    out.printf(
+        "claims      alone: %s; during the purge: %s%n",
+        latencies(result.claimsAlone()), latencies(result.claimsDuringPurge()));
+  }
+
+  /**
+   * The closing line: ratios of the median msg/s of the variants, {@code n/a} where one is not
+   * measured.
+   */
+  static String resultLine(List<VariantSummary> summaries) {
+    Map<String, Double> perSecond =
+        summaries.stream()
+            .collect(Collectors.toMap(s -> s.variant().id(), VariantSummary::messagesPerSecond));
+    return "RESULT"
+        + ratio("batched_over_per_record", perSecond, "V2", "V1")
+        + ratio("batched_over_camel", perSecond, "V2", "V3")
+        + ratio("batched_over_spring_integration", perSecond, "V2", "V4")
+        + ratio("batched_over_plain", perSecond, "V2", "V0")
+        + ratio("per_record_over_camel", perSecond, "V1", "V3")
+        + ratio("duplicates_over_per_record", perSecond, "V6", "V1")
+        + ratio("transactional_over_camel", perSecond, "V5", "V3");
+  }
+
+  private static String ratio(
+      String name, Map<String, Double> perSecond, String numerator, String denominator) {
+    OptionalDouble value =
+        perSecond.containsKey(numerator) && perSecond.containsKey(denominator)
+            ? OptionalDouble.of(perSecond.get(numerator) / perSecond.get(denominator))
+            : OptionalDouble.empty();
+    return " "
+        + name
+        + "="
+        + (value.isPresent() ? String.format(Locale.ROOT, "%.2f", value.getAsDouble()) : "n/a");
+  }
+
+  private static Optional<VariantSummary> byId(List<VariantSummary> summaries, String id) {
+    return summaries.stream().filter(s -> s.variant().id().equals(id)).findFirst();
+  }
+
+  private static double cpuMicrosPerMessage(VariantRun run) {
+    return run.cpuNanos() / 1e3 / run.done();
+  }
+
+  private static String hotUpdates(TableActivity activity) {
+    return String.format(
+        "%,d of %,d updates (%.1f %%)",
+        activity.hotUpdates(),
+        activity.updates(),
+        activity.updates() == 0 ? 0.0 : 100.0 * activity.hotUpdates() / activity.updates());
+  }
+
+  private static String latencies(Histogram micros) {
+    return String.format(
+        "p50 %.2f ms, p99 %.2f ms (%,d claims)",
+        micros.getValueAtPercentile(50) / 1e3,
+        micros.getValueAtPercentile(99) / 1e3,
+        micros.getTotalCount());
+  }
+}

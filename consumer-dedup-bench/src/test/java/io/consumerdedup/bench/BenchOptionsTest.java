@@ -1,0 +1,49 @@
+package io.consumerdedup.bench;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import org.junit.jupiter.api.Test;
+
+class BenchOptionsTest {
+
+  @Test
+  void withoutArgumentsItRunsTheFullWorkload() {
+    BenchOptions options = BenchOptions.parse();
+
+    assertThat(options.quick()).isFalse();
+    assertThat(options.messages()).isEqualTo(200_000);
+    assertThat(options.repetitions()).isEqualTo(3);
+    assertThat(options.sweepSizes()).containsExactly(100_000L, 1_000_000L);
+    assertThat(options.purgeRows()).isEqualTo(1_000_000);
+  }
+
+  @Test
+  void quickAndBigAndOverridesComeAsOneStringAsMavenPassesThem() {
+    BenchOptions options = BenchOptions.parse(" --quick  --big --repetitions=1 ", "");
+
+    assertThat(options.quick()).isTrue();
+    assertThat(options.messages()).isEqualTo(5_000);
+    assertThat(options.repetitions()).isEqualTo(1);
+    assertThat(options.sweepSizes()).containsExactly(100_000L, 1_000_000L, 10_000_000L);
+  }
+
+  @Test
+  void theSweepAndThePurgeCanBeSkipped() {
+    BenchOptions options = BenchOptions.parse("--sweep=none", "--purge-rows=0");
+
+    assertThat(options.sweepSizes()).isEmpty();
+    assertThat(options.purgeRows()).isZero();
+  }
+
+  @Test
+  void anUnknownArgumentIsRefusedWithTheUsage() {
+    assertThatThrownBy(() -> BenchOptions.parse("--fast"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("'--fast'")
+        .hasMessageContaining("--quick");
+    assertThatThrownBy(() -> BenchOptions.parse("--messages=many"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("--messages=many");
+  }
+}

@@ -1,0 +1,78 @@
+package io.consumerdedup.bench;
+
+import static java.nio.charset.StandardCharsets.UTF_8;
+import static org.assertj.core.api.Assertions.assertThat;
+
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.util.Map;
+import java.util.function.Function;
+import java.util.stream.Collectors;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Runs the benchmark with tiny counts, so that it keeps compiling and running: every measured
+ * variant consumes every message and applies what it should, and the report ends with the RESULT
+ * line.
+ */
+class BenchSmokeTest {
+  private static final int MESSAGES = 1_000;
+  private static final int EXPIRED_ROWS = 1_000;
+
+  @Test
+  void everyMeasuredVariantConsumesEveryMessageAndTheReportEndsWithTheResultLine() {
+    ByteArrayOutputStream report = new ByteArrayOutputStream();
+    BenchResults results =
+        Bench.run(
+            BenchOptions.parse(
+                "--messages=" + MESSAGES,
+                "--repetitions=1",
+                "--sweep=none",
+                "--purge-rows=" + EXPIRED_ROWS),
+            new PrintStream(report, true, UTF_8),
+            System.err);
+
+    String output = report.toString(UTF_8);
+    assertThat(results.problems()).isEmpty();
+    assertThat(output.strip().lines().reduce((first, second) -> second))
+        .hasValue(results.resultLine());
+    assertThat(results.resultLine())
+        .matches(
+            "RESULT batched_over_per_record=n/a batched_over_camel=n/a"
+                + " batched_over_spring_integration=n/a batched_over_plain=n/a"
+                + " per_record_over_camel=\\d+\\.\\d\\d duplicates_over_per_record=\\d+\\.\\d\\d"
+                + " transactional_over_camel=n/a");
+    assertThat(output)
+        .contains("V2  ours, batched", "V5  ours TRANSACTIONAL + insert, batched")
+        .contains("not yet measured (needs the batch path)");
+
+    Map<String, VariantRun> runs =
+        results.comparison().stream()
+            .map(summary -> summary.runs().get(0))
+            .collect(Collectors.toMap(VariantRun::variantId, Function.identity()));
+    assertThat(runs).containsOnlyKeys("V0", "V1", "V3", "V4", "V6");
+    int distinctKeys = runs.get("V0").workload().distinctKeys();
+    assertThat(distinctKeys).isLessThan(MESSAGES);
+    runs.values()
+        .forEach(
+            run -> {
+              assertThat(run.done()).as(run.variantId() + " consumed").isEqualTo(MESSAGES);
+              assertThat(run.deadLettered()).as(run.variantId() + " dead-lettered").isZero();
+              assertThat(run.messagesPerSecond()).as(run.variantId() + " msg/s").isPositive();
+            });
+    assertThat(runs.get("V0").handlerRuns()).isEqualTo(MESSAGES);
+    for (String deduplicating : new String[] {"V1", "V3", "V4"}) {
+      assertThat(runs.get(deduplicating).handlerRuns())
+          .as(deduplicating + " handler runs")
+          .isEqualTo(distinctKeys);
+      assertThat(runs.get(deduplicating).distinctKeysApplied())
+          .as(deduplicating + " distinct keys applied")
+          .isEqualTo(distinctKeys);
+    }
+    assertThat(runs.get("V6").handlerRuns()).as("V6 handler runs").isZero();
+    assertThat(runs.get("V1").databaseCommits()).isGreaterThanOrEqualTo(2L * distinctKeys);
+
+    assertThat(results.purge()).isNotNull();
+    assertThat(results.purge().deleted()).isEqualTo(EXPIRED_ROWS);
+  }
+}
