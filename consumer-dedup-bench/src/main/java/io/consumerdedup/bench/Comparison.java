@@ -23,8 +23,9 @@ final class Comparison {
   static List<Variant> measured() {
     return List.of(
         new PlainConsumer(),
-        OursPerRecord.newKeys(),
-        OursPerRecord.duplicatesOnly(),
+        OursLoop.newKeys(),
+        OursLoop.duplicatesOnly(),
+        OursLoop.batched(),
         new CamelJdbcRepository(),
         new SpringIntegrationMetadataStore());
   }
@@ -32,7 +33,6 @@ final class Comparison {
   /** The variants that cannot be measured yet. */
   static List<PendingVariant> pending() {
     return List.of(
-        new PendingVariant("V2", "ours, batched", NEEDS_THE_BATCH_PATH),
         new PendingVariant("V5", "ours TRANSACTIONAL + insert, batched", NEEDS_THE_BATCH_PATH));
   }
 

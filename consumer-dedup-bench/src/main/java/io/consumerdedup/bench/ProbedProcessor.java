@@ -2,6 +2,7 @@ package io.consumerdedup.bench;
 
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.kafka.RecordProcessor;
+import java.util.List;
 import java.util.OptionalInt;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 
@@ -29,5 +30,15 @@ final class ProbedProcessor implements RecordProcessor<String, String> {
   @Override
   public OptionalInt attempts(ConsumerRecord<String, String> record) {
     return processor.attempts(record);
+  }
+
+  @Override
+  public void prepare(List<ConsumerRecord<String, String>> records) {
+    processor.prepare(records);
+  }
+
+  @Override
+  public List<ConsumerRecord<String, String>> settle() {
+    return processor.settle();
   }
 }

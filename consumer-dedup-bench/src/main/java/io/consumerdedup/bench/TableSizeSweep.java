@@ -6,9 +6,9 @@ import java.util.ArrayList;
 import java.util.List;
 
 /**
- * V1's throughput as the dedup table grows: for each size, the table is emptied, preloaded with
+ * V2's throughput as the dedup table grows: for each size, the table is emptied, preloaded with
  * that many keys by SQL (none of them the workload's), vacuumed, measured on disk, and the workload
- * consumed through V1 once.
+ * consumed through V2 once.
  */
 final class TableSizeSweep {
   /** Preloaded rows are SUCCESS rows kept for the library's default retention. */
@@ -21,7 +21,7 @@ final class TableSizeSweep {
    *
    * @param preloadedKeys keys in the table when the run started
    * @param size the table's disk use then
-   * @param run V1's run over it
+   * @param run V2's run over it
    */
   record Point(long preloadedKeys, RelationSize size, VariantRun run) {
     double totalBytesPerMillionKeys() {
@@ -40,7 +40,7 @@ final class TableSizeSweep {
       DedupTable.truncate(database);
       DedupTable.preload(database, size, PRELOADED_RETENTION);
       RelationSize relationSize = database.relationSize(DedupTable.NAME);
-      VariantRun run = runner.run(OursPerRecord.onPreparedTable(), "keys" + size);
+      VariantRun run = runner.run(OursLoop.onPreparedTable(), "keys" + size);
       points.add(new Point(size, relationSize, run));
     }
     return points;
