@@ -133,6 +133,9 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
       claim.fail(e);
       throw e;
     } catch (Exception e) {
+      if (e instanceof InterruptedException) {
+        Thread.currentThread().interrupt(); // for the loop, which stops on it
+      }
       claim.fail(e);
       throw new DedupHandlerException(claim.key(), claim.source(), e);
     }

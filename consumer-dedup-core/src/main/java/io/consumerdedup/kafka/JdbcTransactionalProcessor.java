@@ -6,11 +6,17 @@ import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.kafka.internal.RecordSources;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
- * Runs another {@link RecordProcessor} inside a JDBC transaction, one per record: mode {@link
+ * Runs another {@link RecordProcessor} inside JDBC transactions: mode {@link
  * DedupMode#TRANSACTIONAL} for {@link DedupPollLoop}. The transaction is opened by a {@link
  * TransactionBoundDataSource}; give that same DataSource to the {@link
  * io.consumerdedup.jdbc.JdbcDedupStore} of a TRANSACTIONAL executor and to the handler's own data
@@ -40,12 +46,20 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
  *     .build();
  * }</pre>
  *
- * <p>For each record: begin; the wrapped processor claims the key and runs the handler; commit when
- * it returns (PROCESSED or DUPLICATE), and only then does the loop commit the offset. When it
- * throws, the transaction is rolled back and the same exception is rethrown, so the loop treats it
- * as {@link Disposition#of(Throwable)} says: a handler failure is retried, then dead-lettered. A
- * process that dies mid-record commits nothing: PostgreSQL rolls back the transaction of a
- * connection that goes away, and the redelivery applies the record once.
+ * <p>{@link #of} runs each poll in one transaction: begin; the wrapped processor claims all the
+ * poll's keys together ({@link RecordProcessor#prepare}, one statement for an {@link
+ * IdempotentRecordHandler}) and runs the handler for each record; one commit, and only then does
+ * the loop commit the offsets. When a record throws (or the commit fails), everything is rolled
+ * back and the poll is run again at once, one transaction per record, so that the record that fails
+ * is found and handled alone while the others commit: the loop then treats its exception as {@link
+ * Disposition#of(Throwable)} says (a handler failure is retried, then dead-lettered). {@link
+ * #perRecord} runs one transaction per record from the start.
+ *
+ * <p>In one transaction per record: begin; the wrapped processor claims the key and runs the
+ * handler; commit when it returns (PROCESSED or DUPLICATE). When it throws, the transaction is
+ * rolled back and the same exception is rethrown. A process that dies mid-poll commits nothing of
+ * the open transaction: PostgreSQL rolls back the transaction of a connection that goes away, and
+ * the redelivery applies each record once.
  *
  * <p>When the transaction cannot be opened or committed, this throws a {@link DedupStoreException}
  * naming the record, and the loop holds the record and tries it again later (a commit refused for
@@ -61,17 +75,29 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
  * @param <V> the record value type
  */
 public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K, V> {
+  private static final Logger log = LoggerFactory.getLogger(JdbcTransactionalProcessor.class);
+
   private final TransactionBoundDataSource transactions;
   private final RecordProcessor<K, V> processor;
+  private final boolean perPoll;
+
+  /**
+   * The outcomes of the poll committed together by {@link #prepare}, per poll thread; absent when
+   * its records run one transaction each.
+   */
+  private final ThreadLocal<@Nullable Map<ConsumerRecord<K, V>, Outcome>> committed =
+      new ThreadLocal<>();
 
   private JdbcTransactionalProcessor(
-      TransactionBoundDataSource transactions, RecordProcessor<K, V> processor) {
-    this.transactions = transactions;
-    this.processor = processor;
+      TransactionBoundDataSource transactions, RecordProcessor<K, V> processor, boolean perPoll) {
+    this.transactions = Objects.requireNonNull(transactions, "transactions");
+    this.processor = Objects.requireNonNull(processor, "processor");
+    this.perPoll = perPoll;
   }
 
   /**
-   * Runs {@code processor} for each record in a transaction of {@code transactions}.
+   * Runs {@code processor} over each poll in one transaction of {@code transactions}, falling back
+   * to one transaction per record when a record of the poll fails.
    *
    * @param transactions the DataSource that the TRANSACTIONAL executor's store and the handler's
    *     writes use
@@ -80,14 +106,73 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
    */
   public static <K, V> JdbcTransactionalProcessor<K, V> of(
       TransactionBoundDataSource transactions, RecordProcessor<K, V> processor) {
-    return new JdbcTransactionalProcessor<>(
-        Objects.requireNonNull(transactions, "transactions"),
-        Objects.requireNonNull(processor, "processor"));
+    return new JdbcTransactionalProcessor<>(transactions, processor, true);
   }
 
   /**
-   * Processes the record in a transaction: committed if the wrapped processor returns, rolled back
-   * if it throws.
+   * Runs {@code processor} for each record in a transaction of its own: a commit per record, for
+   * handlers whose records must not wait for the rest of their poll to commit.
+   */
+  public static <K, V> JdbcTransactionalProcessor<K, V> perRecord(
+      TransactionBoundDataSource transactions, RecordProcessor<K, V> processor) {
+    return new JdbcTransactionalProcessor<>(transactions, processor, false);
+  }
+
+  /**
+   * Runs the whole poll in one transaction (for {@link #of}); if any record throws or the commit
+   * fails, it is all rolled back, and {@link #process} runs each record in a transaction of its
+   * own.
+   */
+  @Override
+  public void prepare(List<ConsumerRecord<K, V>> records) {
+    committed.remove();
+    if (!perPoll) {
+      return;
+    }
+    Map<ConsumerRecord<K, V>, Outcome> outcomes = new IdentityHashMap<>();
+    try {
+      transactions.inTransaction(
+          () -> {
+            processor.prepare(records);
+            try {
+              for (ConsumerRecord<K, V> record : records) {
+                outcomes.put(record, processor.process(record));
+              }
+            } catch (RuntimeException | Error e) {
+              settleAfter(e);
+              throw e;
+            }
+            processor.settle();
+            return null;
+          });
+    } catch (RuntimeException e) {
+      log.debug(
+          "A record of the poll failed in the poll's transaction, which was rolled back; running"
+              + " each record in a transaction of its own",
+          e);
+      return;
+    }
+    committed.set(outcomes);
+  }
+
+  /** Lets the wrapped processor forget the poll after a failure, keeping the failure's report. */
+  private void settleAfter(Throwable failure) {
+    try {
+      processor.settle();
+    } catch (RuntimeException e) {
+      failure.addSuppressed(e);
+    }
+  }
+
+  @Override
+  public List<ConsumerRecord<K, V>> settle() {
+    committed.remove();
+    return List.of();
+  }
+
+  /**
+   * The outcome the poll's transaction committed for this record; otherwise processes the record in
+   * a transaction of its own: committed if the wrapped processor returns, rolled back if it throws.
    *
    * @return what the wrapped processor returned, once committed
    * @throws RuntimeException what the wrapped processor threw, after the rollback
@@ -97,6 +182,11 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
    */
   @Override
   public Outcome process(ConsumerRecord<K, V> record) {
+    Map<ConsumerRecord<K, V>, Outcome> poll = committed.get();
+    Outcome outcome = poll == null ? null : poll.get(record);
+    if (outcome != null) {
+      return outcome;
+    }
     try {
       return transactions.inTransaction(() -> processor.process(record));
     } catch (DedupStoreException e) {

@@ -212,6 +212,57 @@ class JdbcTransactionalProcessorTest {
     assertThat(dedupRecord("T-2").status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
+  @Test
+  void aPollCommitsInOneTransactionAndARecordThatFailsIsRetriedAloneWhileTheRestCommit()
+      throws Exception {
+    for (int i = 0; i < 20; i++) {
+      send("P-" + i);
+    }
+    AtomicInteger failuresLeft = new AtomicInteger(1);
+    RecordProcessor<String, String> payments =
+        payments(
+            transactions,
+            "billing",
+            order -> {
+              if (order.equals("P-7") && failuresLeft.getAndDecrement() > 0) {
+                throw new IllegalStateException("ledger rejected the charge");
+              }
+            });
+    try (RunningLoop running = RunningLoop.start(loop(fixture.group(), payments))) {
+      awaitCommitted(fixture.group(), 20);
+    }
+    send("P-20");
+    send("P-21");
+    send("P-22");
+    try (RunningLoop running = RunningLoop.start(loop(fixture.group(), payments))) {
+      awaitCommitted(fixture.group(), 23);
+    }
+
+    assertThat(failuresLeft.get()).as("P-7 failed once").isNegative();
+    for (int i = 0; i < 23; i++) {
+      assertThat(charges("P-" + i)).as("charges of P-" + i).containsExactly("billing");
+    }
+    // The second poll's three charges and their dedup rows went in one transaction.
+    assertThat(transactionsOf("P-20", "P-21", "P-22")).isEqualTo(1);
+  }
+
+  /** How many transactions wrote the charges and dedup rows of these orders. */
+  private static int transactionsOf(String... orderNos) throws SQLException {
+    try (Connection connection = fixture.dataSource().getConnection();
+        PreparedStatement query =
+            connection.prepareStatement(
+                "SELECT count(DISTINCT x) FROM (SELECT xmin::text AS x FROM charges WHERE order_no"
+                    + " = ANY (?) UNION ALL SELECT xmin::text FROM consumer_dedup WHERE biz_key ="
+                    + " ANY (?)) written")) {
+      query.setArray(1, connection.createArrayOf("text", orderNos));
+      query.setArray(2, connection.createArrayOf("text", orderNos));
+      try (ResultSet row = query.executeQuery()) {
+        row.next();
+        return row.getInt(1);
+      }
+    }
+  }
+
   /** Moves the (idle) group's committed offset back to the start of the topic. */
   private void rewind(String group) throws Exception {
     try (Admin admin =
