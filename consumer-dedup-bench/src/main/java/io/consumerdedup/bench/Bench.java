@@ -99,7 +99,7 @@ public final class Bench {
                 options.repetitions());
         comparison.forEach(
             summary -> summary.runs().forEach(run -> problems.addAll(run.problems())));
-        report.comparison(comparison, Comparison.pending(), options.repetitions());
+        report.comparison(comparison, options.repetitions());
         report.checks(problems, comparison);
 
         if (!options.sweepSizes().isEmpty()) {
