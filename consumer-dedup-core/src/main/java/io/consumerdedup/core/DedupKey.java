@@ -68,11 +68,10 @@ public record DedupKey(String bizType, String bizKey) {
    *     part
    */
   public static DedupKey of(@Nullable String bizType, @Nullable String bizKey) {
-    requireValid("bizType", bizType);
-    requireValid("bizKey", bizKey);
-    String stored =
-        codePoints(bizKey) > MAX_BIZ_KEY_LENGTH ? HASH_PREFIX + sha256Hex(bizKey) : bizKey;
-    return new DedupKey(bizType, stored);
+    String type = requireValid("bizType", bizType);
+    String key = requireValid("bizKey", bizKey);
+    String stored = codePoints(key) > MAX_BIZ_KEY_LENGTH ? HASH_PREFIX + sha256Hex(key) : key;
+    return new DedupKey(type, stored);
   }
 
   /** Whether {@link #bizKey()} is the hash of a long business key rather than the key itself. */
@@ -85,7 +84,8 @@ public record DedupKey(String bizType, String bizKey) {
     return bizType + "/" + abbreviate(bizKey);
   }
 
-  private static void requireValid(String field, @Nullable String value) {
+  /** {@code value} if it can be part of a key. */
+  private static String requireValid(String field, @Nullable String value) {
     if (value == null) {
       throw new IllegalArgumentException(field + " must not be null");
     }
@@ -119,6 +119,7 @@ public record DedupKey(String bizType, String bizKey) {
         i++;
       }
     }
+    return value;
   }
 
   private static int codePoints(String value) {

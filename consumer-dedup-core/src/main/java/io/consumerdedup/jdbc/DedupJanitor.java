@@ -90,8 +90,11 @@ public final class DedupJanitor implements AutoCloseable {
               thread.setDaemon(true);
               return thread;
             });
-    started.scheduleWithFixedDelay(
-        this::purgeQuietly, interval.toMillis(), interval.toMillis(), TimeUnit.MILLISECONDS);
+    // purgeQuietly catches what a run throws, and stop() shuts the scheduler down: the future
+    // has nothing to tell.
+    var unused =
+        started.scheduleWithFixedDelay(
+            this::purgeQuietly, interval.toMillis(), interval.toMillis(), TimeUnit.MILLISECONDS);
     scheduler = started;
   }
 

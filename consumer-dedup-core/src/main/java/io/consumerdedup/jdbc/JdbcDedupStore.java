@@ -726,7 +726,7 @@ public final class JdbcDedupStore implements DedupStore {
 
     @Override
     public synchronized SQLException getCause() {
-      return (SQLException) super.getCause();
+      return (SQLException) Objects.requireNonNull(super.getCause());
     }
   }
 

@@ -60,6 +60,9 @@ public final class TransactionBoundDataSource implements DataSource {
       LoggerFactory.getLogger(TransactionBoundDataSource.class);
 
   private final DataSource pool;
+
+  // Per instance on purpose: each DataSource has its own transaction per thread.
+  @SuppressWarnings("ThreadLocalUsage")
   private final ThreadLocal<@Nullable Transaction> current = new ThreadLocal<>();
 
   private TransactionBoundDataSource(DataSource pool) {
@@ -319,22 +322,20 @@ public final class TransactionBoundDataSource implements DataSource {
               Connection.class.getClassLoader(),
               new Class<?>[] {Connection.class},
               (proxy, method, args) -> {
-                switch (method.getName()) {
-                  case "close":
+                return switch (method.getName()) {
+                  case "close" -> {
                     closed[0] = true;
-                    return null;
-                  case "isClosed":
-                    return closed[0] || !open || connection.isClosed();
-                  case "equals":
-                    return proxy == args[0];
-                  case "hashCode":
-                    return System.identityHashCode(proxy);
-                  case "toString":
-                    return "connection of a transaction of TransactionBoundDataSource";
-                  default:
+                    yield null;
+                  }
+                  case "isClosed" -> closed[0] || !open || connection.isClosed();
+                  case "equals" -> proxy == args[0];
+                  case "hashCode" -> System.identityHashCode(proxy);
+                  case "toString" -> "connection of a transaction of TransactionBoundDataSource";
+                  default -> {
                     checkUsable(method, args, closed[0]);
-                    return invoke(method, args);
-                }
+                    yield invoke(method, args);
+                  }
+                };
               });
     }
 

@@ -14,7 +14,6 @@ import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import java.util.ArrayList;
 import java.util.IdentityHashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.OptionalInt;
@@ -63,6 +62,7 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
    * The poll being processed, between {@link #prepare} and {@link #settle}, per poll thread: one
    * handler may serve several loops.
    */
+  @SuppressWarnings("ThreadLocalUsage") // per handler on purpose: its own poll, per loop thread
   private final ThreadLocal<@Nullable Poll<K, V>> poll = new ThreadLocal<>();
 
   private IdempotentRecordHandler(Builder<K, V> builder) {
@@ -155,7 +155,7 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     if (!claimsPerPoll) {
       return;
     }
-    Map<ConsumerRecord<K, V>, Integer> indexes = new IdentityHashMap<>();
+    IdentityHashMap<ConsumerRecord<K, V>, Integer> indexes = new IdentityHashMap<>();
     List<IdempotentExecutor.Delivery> deliveries = new ArrayList<>();
     for (ConsumerRecord<K, V> record : records) {
       try {
@@ -211,8 +211,10 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
 
   /** A poll's records claimed together, by their index among the claims. */
   private record Poll<K, V>(
-      Map<ConsumerRecord<K, V>, Integer> indexes, DedupClaims claims, List<Mark<K, V>> marks) {
-    Poll(Map<ConsumerRecord<K, V>, Integer> indexes, DedupClaims claims) {
+      IdentityHashMap<ConsumerRecord<K, V>, Integer> indexes,
+      DedupClaims claims,
+      List<Mark<K, V>> marks) {
+    Poll(IdentityHashMap<ConsumerRecord<K, V>, Integer> indexes, DedupClaims claims) {
       this(indexes, claims, new ArrayList<>());
     }
   }

@@ -8,7 +8,6 @@ import io.consumerdedup.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.util.IdentityHashMap;
 import java.util.List;
-import java.util.Map;
 import java.util.Objects;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
@@ -85,7 +84,8 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
    * The outcomes of the poll committed together by {@link #prepare}, per poll thread; absent when
    * its records run one transaction each.
    */
-  private final ThreadLocal<@Nullable Map<ConsumerRecord<K, V>, Outcome>> committed =
+  @SuppressWarnings("ThreadLocalUsage") // per processor on purpose: its own poll, per loop thread
+  private final ThreadLocal<@Nullable IdentityHashMap<ConsumerRecord<K, V>, Outcome>> committed =
       new ThreadLocal<>();
 
   private JdbcTransactionalProcessor(
@@ -129,7 +129,7 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
     if (!perPoll) {
       return;
     }
-    Map<ConsumerRecord<K, V>, Outcome> outcomes = new IdentityHashMap<>();
+    IdentityHashMap<ConsumerRecord<K, V>, Outcome> outcomes = new IdentityHashMap<>();
     try {
       transactions.inTransaction(
           () -> {
@@ -143,7 +143,7 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
               throw e;
             }
             processor.settle();
-            return null;
+            return outcomes;
           });
     } catch (RuntimeException e) {
       log.debug(
@@ -182,7 +182,7 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
    */
   @Override
   public Outcome process(ConsumerRecord<K, V> record) {
-    Map<ConsumerRecord<K, V>, Outcome> poll = committed.get();
+    IdentityHashMap<ConsumerRecord<K, V>, Outcome> poll = committed.get();
     Outcome outcome = poll == null ? null : poll.get(record);
     if (outcome != null) {
       return outcome;

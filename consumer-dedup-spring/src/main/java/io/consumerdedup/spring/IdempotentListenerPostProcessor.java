@@ -30,6 +30,7 @@ import org.springframework.util.ReflectionUtils;
 public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdvisingPostProcessor {
   private static final long serialVersionUID = 1L;
 
+  private final Advisor inside;
   private final Advisor outside;
   private final List<IdempotentListenerMethod> listeners = new CopyOnWriteArrayList<>();
 
@@ -53,7 +54,8 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
    *     (created early, as all are) does not create the DataSource and the store early
    */
   public IdempotentListenerPostProcessor(Supplier<IdempotentListenerInterceptor> interceptor) {
-    this.advisor = advisor(interceptor, IdempotentListenerInterceptor::insideTransactions);
+    this.inside = advisor(interceptor, IdempotentListenerInterceptor::insideTransactions);
+    this.advisor = inside;
     this.outside = advisor(interceptor, IdempotentListenerInterceptor::outsideTransactions);
     setProxyTargetClass(true);
     setBeforeExistingAdvisors(false);
@@ -100,7 +102,7 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
           });
       if (processed instanceof Advised advised
           && !advised.isFrozen()
-          && advised.indexOf(this.advisor) >= 0
+          && advised.indexOf(inside) >= 0
           && advised.indexOf(outside) < 0) {
         advised.addAdvisor(0, outside);
       }

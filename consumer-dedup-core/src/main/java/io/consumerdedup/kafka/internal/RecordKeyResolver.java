@@ -96,16 +96,16 @@ public final class RecordKeyResolver<K, V> {
         listener.keyMissing(bizType, source);
       }
       switch (missingKeyPolicy) {
-        case FAIL:
-          throw new DedupKeyMissingException(
-              "Record has no business key for biz type '"
-                  + bizType
-                  + "': "
-                  + keyExtractor.description()
-                  + " is absent or empty",
-              source,
-              null);
-        case PROCESS_WITHOUT_DEDUP:
+        case FAIL ->
+            throw new DedupKeyMissingException(
+                "Record has no business key for biz type '"
+                    + bizType
+                    + "': "
+                    + keyExtractor.description()
+                    + " is absent or empty",
+                source,
+                null);
+        case PROCESS_WITHOUT_DEDUP -> {
           if (report) {
             log.warn(
                 "Record {} has no business key for '{}'; processing it without dedup",
@@ -113,7 +113,8 @@ public final class RecordKeyResolver<K, V> {
                 bizType);
           }
           return Optional.empty();
-        case USE_COORDINATES:
+        }
+        case USE_COORDINATES -> {
           if (report) {
             log.info(
                 "Record {} has no business key for '{}'; deduplicating by its coordinates",
@@ -121,9 +122,8 @@ public final class RecordKeyResolver<K, V> {
                 bizType);
           }
           bizKey = RecordSources.coordinates(record);
-          break;
-        default:
-          throw new IllegalStateException("Unknown policy " + missingKeyPolicy);
+        }
+        default -> throw new IllegalStateException("Unknown policy " + missingKeyPolicy);
       }
     }
     try {

@@ -158,7 +158,10 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
         || properties.getAckMode() == ContainerProperties.AckMode.MANUAL_IMMEDIATE) {
       @SuppressWarnings("unchecked")
       GenericMessageListener<ConsumerRecord<K, V>> listener =
-          (GenericMessageListener<ConsumerRecord<K, V>>) properties.getMessageListener();
+          (GenericMessageListener<ConsumerRecord<K, V>>)
+              Objects.requireNonNull(
+                  properties.getMessageListener(),
+                  "the container's message listener, which a manual ack mode needs");
       properties.setMessageListener(
           new AcknowledgingListener<>(listener, interceptor::takeDuplicate));
       interceptor.acknowledgeDuplicates = true;

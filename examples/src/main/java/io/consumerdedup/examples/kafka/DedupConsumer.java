@@ -121,7 +121,7 @@ public final class DedupConsumer implements ScenarioConsumer {
       running.get();
       return new IllegalStateException("it ended without an error");
     } catch (ExecutionException e) {
-      return e.getCause();
+      return e.getCause() != null ? e.getCause() : e;
     }
   }
 
