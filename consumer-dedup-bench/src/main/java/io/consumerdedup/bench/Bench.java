@@ -5,6 +5,7 @@ import java.io.PrintStream;
 import java.util.ArrayList;
 import java.util.HexFormat;
 import java.util.List;
+import java.util.Random;
 import java.util.concurrent.ThreadLocalRandom;
 import org.apache.kafka.common.utils.AppInfoParser;
 import org.jspecify.annotations.Nullable;
@@ -58,6 +59,7 @@ public final class Bench {
     List<VariantSummary> comparison = List.of();
     List<TableSizeSweep.Point> sweep = List.of();
     PurgeBench.@Nullable Result purge = null;
+    List<CrashWindow.Result> crashWindows = List.of();
     try {
       progress.println("[bench] starting the in-JVM Kafka broker and finding PostgreSQL ...");
       try (BenchBroker broker = BenchBroker.start();
@@ -89,6 +91,42 @@ public final class Bench {
             AppInfoParser.getVersion(),
             workload,
             warmUp);
+        if (options.crashWindow()) {
+          crashWindows =
+              List.of(
+                  CrashWindow.run(
+                      broker,
+                      database,
+                      workload,
+                      true,
+                      options.kills(),
+                      new Random(SEED),
+                      progress),
+                  CrashWindow.run(
+                      broker,
+                      database,
+                      workload,
+                      false,
+                      options.kills(),
+                      new Random(SEED + 1),
+                      progress));
+          report.crashWindows(crashWindows);
+          crashWindows.stream()
+              .filter(window -> !window.consistent())
+              .forEach(
+                  window ->
+                      problems.add(
+                          "crash window "
+                              + window.path()
+                              + ": "
+                              + window.keysNotSuccess()
+                              + " key(s) not SUCCESS, "
+                              + window.extraEffects()
+                              + " extra effect(s) for "
+                              + window.sum()
+                              + " counted at the kills"));
+          return finish(out, start, problems, comparison, sweep, purge, crashWindows);
+        }
         VariantRunner runner = new VariantRunner(database, broker, workload, progress);
 
         comparison =
@@ -118,6 +156,17 @@ public final class Bench {
       problems.add("The benchmark stopped: " + e);
       e.printStackTrace(progress);
     }
+    return finish(out, start, problems, comparison, sweep, purge, crashWindows);
+  }
+
+  private static BenchResults finish(
+      PrintStream out,
+      long start,
+      List<String> problems,
+      List<VariantSummary> comparison,
+      List<TableSizeSweep.Point> sweep,
+      PurgeBench.@Nullable Result purge,
+      List<CrashWindow.Result> crashWindows) {
     String resultLine = Report.resultLine(comparison);
     out.println();
     out.printf(
@@ -125,7 +174,8 @@ public final class Bench {
         (System.nanoTime() - start) / 1e9,
         problems.isEmpty() ? "" : "; PROBLEMS: " + String.join("; ", problems));
     out.println(resultLine);
-    return new BenchResults(comparison, sweep, purge, resultLine, List.copyOf(problems));
+    return new BenchResults(
+        comparison, sweep, purge, crashWindows, resultLine, List.copyOf(problems));
   }
 
   private static String postgresql(BenchDatabase database) throws Exception {

@@ -89,7 +89,7 @@ final class BenchBroker implements AutoCloseable {
     return config;
   }
 
-  private String bootstrapServers() {
+  String bootstrapServers() {
     return cluster.bootstrapServers();
   }
 

@@ -98,6 +98,11 @@ public final class BenchDatabase implements AutoCloseable {
     }
   }
 
+  /** The JDBC URL of the benchmark's database, for a child JVM. */
+  public String url() {
+    return url;
+  }
+
   /**
    * A HikariCP pool on the database whose sessions carry {@code applicationName}. Close it when
    * done: the commit count waits for its sessions to end.

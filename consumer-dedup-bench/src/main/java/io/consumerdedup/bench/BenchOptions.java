@@ -15,6 +15,9 @@ import java.util.List;
  * --repetitions=N    interleaved repetitions of the comparison
  * --sweep=none|N,N   the table sizes of the sweep, or none
  * --purge-rows=N     expired rows for the purge; 0 skips it
+ * --crash-window     instead of all that, the crash window of mode SEPARATE: consumers in child
+ *                    JVMs killed at random moments, and the records whose handler runs again
+ * --kills=N          kills per path in the crash-window run (default 20; 400 messages per kill)
  * </pre>
  *
  * Arguments may also come as one string separated by spaces (as Maven passes {@code bench.args}).
@@ -24,9 +27,17 @@ import java.util.List;
  * @param repetitions interleaved repetitions of the comparison
  * @param sweepSizes the preloaded table sizes of the sweep; empty to skip it
  * @param purgeRows expired rows for the purge; 0 to skip it
+ * @param crashWindow whether to measure the crash window instead of the comparison
+ * @param kills kills per path in the crash-window run
  */
 public record BenchOptions(
-    boolean quick, int messages, int repetitions, List<Long> sweepSizes, long purgeRows) {
+    boolean quick,
+    int messages,
+    int repetitions,
+    List<Long> sweepSizes,
+    long purgeRows,
+    boolean crashWindow,
+    int kills) {
 
   /** Partitions of the workload's topic. */
   public static final int PARTITIONS = 4;
@@ -38,15 +49,16 @@ public record BenchOptions(
   public static final int VALUE_BYTES = 100;
 
   private static final long BIG_TABLE = 10_000_000;
+  private static final int MESSAGES_PER_KILL = 400;
 
   private static final String USAGE =
       "Arguments: [--quick] [--big] [--messages=N] [--repetitions=N] [--sweep=none|N,N,...]"
-          + " [--purge-rows=N]";
+          + " [--purge-rows=N] [--crash-window [--kills=N]]";
 
   public BenchOptions {
-    if (messages < 1 || repetitions < 1 || purgeRows < 0) {
+    if (messages < 1 || repetitions < 1 || purgeRows < 0 || kills < 1) {
       throw new IllegalArgumentException(
-          "messages and repetitions must be at least 1 and purge rows at least 0: " + USAGE);
+          "messages, repetitions and kills must be at least 1 and purge rows at least 0: " + USAGE);
     }
     if (sweepSizes.stream().anyMatch(size -> size < 1)) {
       throw new IllegalArgumentException("Sweep sizes must be at least 1: " + sweepSizes);
@@ -67,16 +79,20 @@ public record BenchOptions(
             .toList();
     boolean quick = tokens.contains("--quick");
     boolean big = tokens.contains("--big");
-    int messages = quick ? 5_000 : 200_000;
+    boolean crashWindow = tokens.contains("--crash-window");
+    int kills = 20;
+    Integer messagesGiven = null;
     int repetitions = quick ? 2 : 3;
     List<Long> sweep = new ArrayList<>(List.of(100_000L, 1_000_000L));
     long purgeRows = quick ? 100_000 : 1_000_000;
     for (String token : tokens) {
       String value = token.substring(token.indexOf('=') + 1);
-      if (token.equals("--quick") || token.equals("--big")) {
-        continue;
+      if (token.equals("--quick") || token.equals("--big") || token.equals("--crash-window")) {
+        // read above
+      } else if (token.startsWith("--kills=")) {
+        kills = parseInt(token, value);
       } else if (token.startsWith("--messages=")) {
-        messages = parseInt(token, value);
+        messagesGiven = parseInt(token, value);
       } else if (token.startsWith("--repetitions=")) {
         repetitions = parseInt(token, value);
       } else if (token.startsWith("--sweep=")) {
@@ -87,10 +103,15 @@ public record BenchOptions(
         throw new IllegalArgumentException("Unknown argument '" + token + "'. " + USAGE);
       }
     }
+    // A crash-window run needs enough work for every kill to fall while records are handled.
+    int messages =
+        messagesGiven != null
+            ? messagesGiven
+            : crashWindow ? kills * MESSAGES_PER_KILL : quick ? 5_000 : 200_000;
     if (big && !sweep.contains(BIG_TABLE)) {
       sweep.add(BIG_TABLE);
     }
-    return new BenchOptions(quick, messages, repetitions, sweep, purgeRows);
+    return new BenchOptions(quick, messages, repetitions, sweep, purgeRows, crashWindow, kills);
   }
 
   private static int parseInt(String token, String value) {

@@ -9,6 +9,7 @@ import org.jspecify.annotations.Nullable;
  * @param comparison the measured variants and their runs (empty if the comparison did not finish)
  * @param sweep the table-size sweep (empty if skipped or not finished)
  * @param purge the purge's measurement, or null if skipped or not finished
+ * @param crashWindows the crash windows measured (with {@code --crash-window}), per path
  * @param resultLine the closing {@code RESULT} line, as printed
  * @param problems what went wrong: failed checks, or the error that stopped the run
  */
@@ -16,6 +17,7 @@ public record BenchResults(
     List<VariantSummary> comparison,
     List<TableSizeSweep.Point> sweep,
     PurgeBench.@Nullable Result purge,
+    List<CrashWindow.Result> crashWindows,
     String resultLine,
     List<String> problems) {
 

@@ -149,6 +149,32 @@ final class Report {
         String.format("%.0f", summary.median(Report::cpuMicrosPerMessage)));
   }
 
+  void crashWindows(List<CrashWindow.Result> windows) {
+    out.println();
+    out.println(
+        "Crash window of mode SEPARATE: consumers in child JVMs killed (SIGKILL) at random moments;"
+            + " at each kill, the records whose effect was applied but whose SUCCESS was not written"
+            + " (their handler runs again after the takeover)");
+    out.printf(
+        "%-26s %6s %14s %14s %10s %s%n",
+        "path", "kills", "mean per kill", "max per kill", "total", "per kill");
+    for (CrashWindow.Result window : windows) {
+      out.printf(
+          "%-26s %6d %14.1f %14d %10d %s%n",
+          window.path(),
+          window.rerunsPerKill().size(),
+          window.mean(),
+          window.max(),
+          window.sum(),
+          window.rerunsPerKill());
+      out.printf(
+          "  check: %d effect(s) beyond one per key at the end, %d key(s) not SUCCESS: %s%n",
+          window.extraEffects(),
+          window.keysNotSuccess(),
+          window.consistent() ? "consistent" : "INCONSISTENT");
+    }
+  }
+
   void checks(List<String> problems, List<VariantSummary> summaries) {
     if (problems.isEmpty()) {
       out.printf(

@@ -37,6 +37,19 @@ class BenchOptionsTest {
   }
 
   @Test
+  void theCrashWindowRunGetsEnoughMessagesForItsKills() {
+    BenchOptions options = BenchOptions.parse("--crash-window --kills=5");
+
+    assertThat(options.crashWindow()).isTrue();
+    assertThat(options.kills()).isEqualTo(5);
+    assertThat(options.messages()).isEqualTo(5 * 400);
+    assertThat(BenchOptions.parse("--crash-window", "--messages=100").messages()).isEqualTo(100);
+    assertThatThrownBy(() -> BenchOptions.parse("--crash-window --kills=0"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("kills");
+  }
+
+  @Test
   void anUnknownArgumentIsRefusedWithTheUsage() {
     assertThatThrownBy(() -> BenchOptions.parse("--fast"))
         .isInstanceOf(IllegalArgumentException.class)

@@ -1,0 +1,110 @@
+package io.consumerdedup.bench;
+
+import io.consumerdedup.testing.ChildJvm;
+import java.io.PrintStream;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Random;
+
+/**
+ * The crash window of mode SEPARATE, measured: consumers in child JVMs, killed (SIGKILL) at random
+ * moments while they work through a topic, each followed by a new consumer, then one that finishes
+ * the topic. At each kill it counts the records whose handler had applied its effect but whose
+ * SUCCESS was not written: exactly those run again after the takeover. At the end every key must be
+ * SUCCESS, and the effects beyond one per key must equal the sum of those counts.
+ */
+final class CrashWindow {
+  private static final Duration LEASE = Duration.ofSeconds(2);
+  private static final long HANDLER_MILLIS = 5;
+  private static final Duration STARTUP = Duration.ofSeconds(60);
+  private static final Duration FINISH = Duration.ofMinutes(5);
+
+  /**
+   * Records whose handler runs again, per kill, for one path.
+   *
+   * @param extraEffects effects beyond one per key at the end
+   * @param keysNotSuccess keys of the workload not SUCCESS at the end (0 when the topic was done)
+   */
+  public record Result(
+      String path, List<Integer> rerunsPerKill, long extraEffects, long keysNotSuccess) {
+    public int max() {
+      return rerunsPerKill.stream().mapToInt(Integer::intValue).max().orElse(0);
+    }
+
+    public double mean() {
+      return rerunsPerKill.stream().mapToInt(Integer::intValue).average().orElse(0);
+    }
+
+    public long sum() {
+      return rerunsPerKill.stream().mapToLong(Integer::longValue).sum();
+    }
+
+    public boolean consistent() {
+      return keysNotSuccess == 0 && extraEffects == sum();
+    }
+  }
+
+  private CrashWindow() {}
+
+  static Result run(
+      BenchBroker broker,
+      BenchDatabase database,
+      Workload workload,
+      boolean claimsPerPoll,
+      int kills,
+      Random random,
+      PrintStream progress)
+      throws Exception {
+    String path = claimsPerPoll ? "batched (claims per poll)" : "per record";
+    DedupTable.truncate(database);
+    database.execute("DROP TABLE IF EXISTS crash_effects");
+    database.execute("CREATE TABLE crash_effects (order_no text NOT NULL)");
+    String group =
+        "crash-window-" + (claimsPerPoll ? "batched-" : "per-record-") + random.nextInt();
+    String[] args = {
+      broker.bootstrapServers(),
+      database.url(),
+      workload.topic(),
+      group,
+      String.valueOf(claimsPerPoll),
+      String.valueOf(LEASE.toMillis()),
+      String.valueOf(HANDLER_MILLIS)
+    };
+    List<Integer> reruns = new ArrayList<>();
+    for (int kill = 1; kill <= kills; kill++) {
+      try (ChildJvm consumer = ChildJvm.start(CrashWindowChild.class, args)) {
+        consumer.awaitLine("APPLIED", STARTUP);
+        Thread.sleep(300 + random.nextInt(2_000));
+        consumer.kill();
+      }
+      int unrecorded = appliedButNotSuccess(database);
+      reruns.add(unrecorded);
+      progress.printf(
+          "[bench] crash window, %s: kill %d of %d, %d record(s) applied without SUCCESS%n",
+          path, kill, kills, unrecorded);
+    }
+    try (ChildJvm finisher = ChildJvm.start(CrashWindowChild.class, args)) {
+      long deadline = System.nanoTime() + FINISH.toNanos();
+      while (successKeys(database) < workload.distinctKeys() && System.nanoTime() < deadline) {
+        Thread.sleep(500);
+      }
+    }
+    long effects = database.queryForLong("SELECT count(*) FROM crash_effects");
+    long keysNotSuccess = workload.distinctKeys() - successKeys(database);
+    return new Result(path, reruns, effects - workload.distinctKeys(), keysNotSuccess);
+  }
+
+  private static int appliedButNotSuccess(BenchDatabase database) throws Exception {
+    return (int)
+        database.queryForLong(
+            "SELECT count(*) FROM crash_effects e LEFT JOIN consumer_dedup d"
+                + " ON d.biz_type = ? AND d.biz_key = e.order_no"
+                + " WHERE d.status IS DISTINCT FROM 'SUCCESS'",
+            DedupTable.BIZ_TYPE);
+  }
+
+  private static long successKeys(BenchDatabase database) throws Exception {
+    return database.queryForLong("SELECT count(*) FROM consumer_dedup WHERE status = 'SUCCESS'");
+  }
+}
