@@ -1,5 +1,9 @@
 package io.consumerdedup.jdbc;
 
+import static io.consumerdedup.jdbc.internal.PostgresSql.Type.BIGINT;
+import static io.consumerdedup.jdbc.internal.PostgresSql.Type.INT;
+import static io.consumerdedup.jdbc.internal.PostgresSql.Type.TEXT;
+
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
@@ -26,6 +30,7 @@ import java.time.Instant;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -252,21 +257,18 @@ public final class JdbcDedupStore implements DedupStore {
       List<ClaimRequest> unsettled = new ArrayList<>();
       Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
       open.forEach(request -> byKey.put(columns(request.key()), request));
-      try (PreparedStatement statement =
-          prepare(connection, withLease ? sql.claim : sql.claimInTransaction)) {
-        int index = 1;
-        statement.setArray(index++, texts(connection, open, r -> r.key().bizType()));
-        statement.setArray(index++, texts(connection, open, r -> r.key().bizKey()));
-        statement.setArray(index++, texts(connection, open, ClaimRequest::owner));
-        statement.setArray(index++, millis(connection, open, ClaimRequest::lease));
-        statement.setArray(
-            index++,
-            millis(
-                connection, open, r -> withLease ? r.lease().plus(r.retention()) : r.retention()));
-        statement.setArray(index++, texts(connection, open, ClaimRequest::fingerprint));
-        statement.setArray(
-            index++, texts(connection, open, r -> storable(r.source(), MAX_SOURCE_LENGTH)));
-        statement.setArray(index, texts(connection, open, ClaimRequest::claimId));
+      PostgresSql.Keyed claimSql = withLease ? sql.claim : sql.claimInTransaction;
+      try (PreparedStatement statement = prepare(connection, claimSql.forRows(open.size()))) {
+        Rows<ClaimRequest> bound = new Rows<>(statement, 1, open);
+        bound.bind(TEXT, r -> r.key().bizType());
+        bound.bind(TEXT, r -> r.key().bizKey());
+        bound.bind(TEXT, ClaimRequest::owner);
+        bound.bind(BIGINT, r -> r.lease().toMillis());
+        bound.bind(
+            BIGINT, r -> (withLease ? r.lease().plus(r.retention()) : r.retention()).toMillis());
+        bound.bind(TEXT, ClaimRequest::fingerprint);
+        bound.bind(TEXT, r -> storable(r.source(), MAX_SOURCE_LENGTH));
+        bound.bind(TEXT, ClaimRequest::claimId);
         try (ResultSet rows = statement.executeQuery()) {
           while (rows.next()) {
             ClaimRequest request =
@@ -377,11 +379,13 @@ public final class JdbcDedupStore implements DedupStore {
         "release",
         claims.size() == 1 ? claims.get(0).key() : null,
         connection -> {
-          try (PreparedStatement statement = prepare(connection, sql.release)) {
-            statement.setArray(1, texts(connection, claims, c -> c.key().bizType()));
-            statement.setArray(2, texts(connection, claims, c -> c.key().bizKey()));
-            statement.setArray(3, tokens(connection, held(claims)));
-            statement.setArray(4, texts(connection, claims, ClaimResult.Claimed::claimId));
+          try (PreparedStatement statement =
+              prepare(connection, sql.release.forRows(claims.size()))) {
+            Rows<ClaimResult.Claimed> rows = new Rows<>(statement, 1, claims);
+            rows.bind(TEXT, c -> c.key().bizType());
+            rows.bind(TEXT, c -> c.key().bizKey());
+            rows.bind(INT, ClaimResult.Claimed::token);
+            rows.bind(TEXT, ClaimResult.Claimed::claimId);
             return notAnswered(statement, claims.stream().map(ClaimResult.Claimed::key).toList());
           }
         });
@@ -401,7 +405,7 @@ public final class JdbcDedupStore implements DedupStore {
    */
   private List<DedupKey> fencedUpdate(
       String operation,
-      String updateSql,
+      PostgresSql.Keyed updateSql,
       List<Held> claims,
       Duration duration,
       @Nullable List<String> errors) {
@@ -412,14 +416,16 @@ public final class JdbcDedupStore implements DedupStore {
         operation,
         claims.size() == 1 ? claims.get(0).key() : null,
         connection -> {
-          try (PreparedStatement statement = prepare(connection, updateSql)) {
+          try (PreparedStatement statement =
+              prepare(connection, updateSql.forRows(claims.size()))) {
             statement.setLong(1, duration.toMillis());
-            statement.setArray(2, texts(connection, claims, c -> c.key().bizType()));
-            statement.setArray(3, texts(connection, claims, c -> c.key().bizKey()));
-            statement.setArray(4, tokens(connection, claims));
+            Rows<Held> rows = new Rows<>(statement, 2, claims);
+            rows.bind(TEXT, c -> c.key().bizType());
+            rows.bind(TEXT, c -> c.key().bizKey());
+            rows.bind(INT, Held::token);
             if (errors != null) {
-              statement.setArray(
-                  5, texts(connection, errors, error -> storable(error, MAX_ERROR_LENGTH)));
+              Iterator<String> error = errors.iterator();
+              rows.bind(TEXT, c -> storable(error.next(), MAX_ERROR_LENGTH));
             }
             return notAnswered(statement, claims.stream().map(Held::key).toList());
           }
@@ -443,20 +449,32 @@ public final class JdbcDedupStore implements DedupStore {
     return Map.entry(key.bizType(), key.bizKey());
   }
 
-  private static <T> Array texts(
-      Connection connection, List<T> items, Function<T, @Nullable String> value)
-      throws SQLException {
-    return connection.createArrayOf("text", items.stream().map(value).toArray());
-  }
+  /**
+   * Binds the columns of a {@link PostgresSql.Keyed} statement's rows, in order from a first
+   * parameter: a scalar per column for one row, an array per column for several.
+   */
+  private static final class Rows<T> {
+    private final PreparedStatement statement;
+    private final List<T> items;
+    private int index;
 
-  private static <T> Array millis(Connection connection, List<T> items, Function<T, Duration> value)
-      throws SQLException {
-    return connection.createArrayOf(
-        "int8", items.stream().map(item -> value.apply(item).toMillis()).toArray());
-  }
+    Rows(PreparedStatement statement, int firstIndex, List<T> items) {
+      this.statement = statement;
+      this.index = firstIndex;
+      this.items = items;
+    }
 
-  private static Array tokens(Connection connection, List<Held> claims) throws SQLException {
-    return connection.createArrayOf("int4", claims.stream().map(Held::token).toArray());
+    void bind(PostgresSql.Type type, Function<T, @Nullable Object> column) throws SQLException {
+      if (items.size() == 1) {
+        statement.setObject(index++, column.apply(items.get(0)), type.jdbc);
+      } else {
+        Array values =
+            statement
+                .getConnection()
+                .createArrayOf(type.arrayElement, items.stream().map(column).toArray());
+        statement.setArray(index++, values);
+      }
+    }
   }
 
   /** The schema file that creates the table, on the classpath (Flyway naming). */

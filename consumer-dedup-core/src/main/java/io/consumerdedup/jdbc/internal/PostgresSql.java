@@ -1,25 +1,80 @@
 package io.consumerdedup.jdbc.internal;
 
+import java.sql.Types;
+import java.util.Arrays;
 import java.util.List;
+import java.util.function.Function;
+import java.util.stream.Collectors;
+import org.jspecify.annotations.Nullable;
 
 /**
  * The PostgreSQL statements of the store, for one validated table name. Every time is the
  * database's ({@code now()}); durations are bound as milliseconds. The statements that take keys
- * take them as arrays ({@code unnest}), so one statement serves one key or a whole poll's keys in
- * one round trip.
+ * take them as rows ({@link Keyed}: scalars for one key, arrays for many), so one statement serves
+ * one key or a whole poll's keys in one round trip.
  */
 public final class PostgresSql {
+
+  /** How a statement's rows of keys are bound. */
+  public enum Type {
+    TEXT("text", "text", Types.VARCHAR),
+    BIGINT("bigint", "int8", Types.BIGINT),
+    INT("int", "int4", Types.INTEGER);
+
+    /** The type in a cast. */
+    final String sql;
+
+    /** The element type for {@link java.sql.Connection#createArrayOf}. */
+    public final String arrayElement;
+
+    /** The {@link Types} constant for a scalar parameter. */
+    public final int jdbc;
+
+    Type(String sql, String arrayElement, int jdbc) {
+      this.sql = sql;
+      this.arrayElement = arrayElement;
+      this.jdbc = jdbc;
+    }
+  }
+
+  /**
+   * A statement over rows of keys, in two texts: for one row, with a scalar parameter per column
+   * (the server caches a generic plan for it, where a one-element array would be planned anew on
+   * each call, since its estimate differs from the generic one), and for several rows, with an
+   * array per column ({@code unnest}).
+   */
+  public record Keyed(String one, String many) {
+    /** The text for {@code rows} rows. */
+    public String forRows(int rows) {
+      return rows == 1 ? one : many;
+    }
+  }
+
+  /**
+   * Builds a {@link Keyed} statement: {@code statement} receives the row source, aliased {@code r}
+   * with {@code columns}.
+   */
+  private static Keyed keyed(Function<String, String> statement, String columns, Type... types) {
+    String one =
+        Arrays.stream(types).map(type -> "?::" + type.sql).collect(Collectors.joining(", "));
+    String many =
+        Arrays.stream(types).map(type -> "?::" + type.sql + "[]").collect(Collectors.joining(", "));
+    return new Keyed(
+        statement.apply("(VALUES (" + one + ")) AS r(" + columns + ")"),
+        statement.apply("unnest(" + many + ") AS r(" + columns + ")"));
+  }
+
   /** The columns of a record as {@code JdbcDedupStore} reads it, from the alias {@code c}. */
   private static final String RECORD_COLUMNS =
       "c.status, c.attempts, c.owner, c.lease_until, c.fingerprint, c.last_error, c.source,"
           + " c.created_at, c.updated_at, c.expires_at, c.lease_live, c.claim_id";
 
   /**
-   * Claims the keys of arrays of requests (type, key, owner, lease ms, keep ms, fingerprint,
-   * source, claim id) in one statement, in key order so that concurrent batches lock rows in the
-   * same order and cannot deadlock on each other. Answers one row per request: {@code claimed}, the
-   * new token, when the request claimed its key; else the record as it stood ({@code c.*}, null
-   * when there was none), which says why not.
+   * Claims the keys of rows of requests (type, key, owner, lease ms, keep ms, fingerprint, source,
+   * claim id) in one statement, in key order so that concurrent batches lock rows in the same order
+   * and cannot deadlock on each other. Answers one row per request: {@code claimed}, the new token,
+   * when the request claimed its key; else the record as it stood ({@code c.*}, null when there was
+   * none), which says why not.
    *
    * <p>A key whose record already settles the answer (SUCCESS, a live lease, another payload) is
    * answered from the statement's snapshot: no insert is attempted, so no row is locked and no
@@ -27,41 +82,41 @@ public final class PostgresSql {
    * rest go through {@code INSERT ... ON CONFLICT DO UPDATE ... WHERE}, which judges the row as it
    * is now (a concurrent change included) and claims a new key, a FAILED one or an expired lease.
    */
-  public final String claim;
+  public final Keyed claim;
 
   /**
    * As {@link #claim}, but the rows are written as SUCCESS at once, in the caller's transaction:
    * the unique key makes a concurrent copy wait for that transaction's outcome.
    */
-  public final String claimInTransaction;
+  public final Keyed claimInTransaction;
 
   public final String find;
 
   /**
-   * Fenced, for arrays of (type, key, token): applies only where the token still holds the key, and
+   * Fenced, for rows of (type, key, token): applies only where the token still holds the key, and
    * answers the keys it applied to. A SUCCESS already written under the same token matches too, so
    * a retry whose first reply was lost sees its own write, not a lost lease: only the token's
    * holder can have written it.
    */
-  public final String complete;
+  public final Keyed complete;
 
   /**
-   * Fenced like {@link #complete}, for arrays of (type, key, token, error); a FAILED already
-   * written under the same token matches too.
+   * Fenced like {@link #complete}, for rows of (type, key, token, error); a FAILED already written
+   * under the same token matches too.
    */
-  public final String fail;
+  public final Keyed fail;
 
   /** Fenced like {@link #complete}; only a PROCESSING record's lease is extended. */
-  public final String renew;
+  public final Keyed renew;
 
   /**
-   * Gives back claims whose handler never ran, for arrays of (type, key, token, claim id), without
+   * Gives back claims whose handler never ran, for rows of (type, key, token, claim id), without
    * counting an attempt: a key the claim created is deleted, a re-claimed one goes back to FAILED
    * with its earlier attempt count. Only the claim itself (its id) can release it, so a release
    * sent again after its reply was lost cannot touch a later claim of the key. Answers the keys it
    * released.
    */
-  public final String release;
+  public final Keyed release;
 
   /**
    * Deletes one batch of expired rows, oldest first along the {@code created_at} index. SKIP LOCKED
@@ -107,39 +162,47 @@ public final class PostgresSql {
             table,
             "status = 'SUCCESS', lease_until = NULL, updated_at = now(),"
                 + " expires_at = now() + ? * interval '1 millisecond'",
-            "",
+            null,
             "d.status IN ('PROCESSING', 'SUCCESS')");
     fail =
         fenced(
             table,
             "status = 'FAILED', lease_until = NULL, last_error = r.error, updated_at = now(),"
                 + " expires_at = now() + ? * interval '1 millisecond'",
-            ", ?::text[]",
+            "error",
             "d.status IN ('PROCESSING', 'FAILED')");
     renew =
         fenced(
             table,
             "lease_until = now() + ? * interval '1 millisecond', updated_at = now()",
-            "",
+            null,
             "d.status = 'PROCESSING'");
     String held =
         " d.biz_type = r.biz_type AND d.biz_key = r.biz_key AND d.attempts = r.token"
             + " AND d.claim_id = r.claim_id AND d.status = 'PROCESSING'";
     release =
-        "WITH r AS (SELECT * FROM unnest(?::text[], ?::text[], ?::int[], ?::text[])"
-            + " AS r(biz_type, biz_key, token, claim_id)),"
-            + " deleted AS (DELETE FROM "
-            + table
-            + " d USING r WHERE"
-            + held
-            + " AND d.attempts = 1 RETURNING d.biz_type, d.biz_key),"
-            + " restored AS (UPDATE "
-            + table
-            + " d SET status = 'FAILED', attempts = d.attempts - 1, lease_until = NULL,"
-            + " claim_id = NULL, updated_at = now() FROM r WHERE"
-            + held
-            + " AND d.attempts > 1 RETURNING d.biz_type, d.biz_key)"
-            + " SELECT biz_type, biz_key FROM deleted UNION ALL SELECT biz_type, biz_key FROM restored";
+        keyed(
+            rows ->
+                "WITH r AS (SELECT * FROM "
+                    + rows
+                    + "), deleted AS (DELETE FROM "
+                    + table
+                    + " d USING r WHERE"
+                    + held
+                    + " AND d.attempts = 1 RETURNING d.biz_type, d.biz_key),"
+                    + " restored AS (UPDATE "
+                    + table
+                    + " d SET status = 'FAILED', attempts = d.attempts - 1, lease_until = NULL,"
+                    + " claim_id = NULL, updated_at = now() FROM r WHERE"
+                    + held
+                    + " AND d.attempts > 1 RETURNING d.biz_type, d.biz_key)"
+                    + " SELECT biz_type, biz_key FROM deleted"
+                    + " UNION ALL SELECT biz_type, biz_key FROM restored",
+            "biz_type, biz_key, token, claim_id",
+            Type.TEXT,
+            Type.TEXT,
+            Type.INT,
+            Type.TEXT);
     purge =
         "DELETE FROM "
             + table
@@ -149,7 +212,7 @@ public final class PostgresSql {
             + " ORDER BY created_at LIMIT ? FOR UPDATE SKIP LOCKED)";
   }
 
-  private static String claim(String table, boolean withLease) {
+  private static Keyed claim(String table, boolean withLease) {
     String status = withLease ? "'PROCESSING'" : "'SUCCESS'";
     String leaseUntil = withLease ? "now() + r.lease_ms * interval '1 millisecond'" : "NULL";
     String claimable =
@@ -160,9 +223,29 @@ public final class PostgresSql {
         "c.status = 'SUCCESS' OR (c.status = 'PROCESSING' AND c.lease_live)"
             + " OR (c.fingerprint IS NOT NULL AND r.fingerprint IS NOT NULL"
             + " AND c.fingerprint <> r.fingerprint)";
-    return "WITH r AS (SELECT * FROM unnest(?::text[], ?::text[], ?::text[], ?::bigint[],"
-        + " ?::bigint[], ?::text[], ?::text[], ?::text[]) AS r(biz_type, biz_key, owner, lease_ms,"
-        + " keep_ms, fingerprint, source, claim_id)),"
+    return keyed(
+        rows -> claim(table, status, leaseUntil, claimable, settled, rows),
+        "biz_type, biz_key, owner, lease_ms, keep_ms, fingerprint, source, claim_id",
+        Type.TEXT,
+        Type.TEXT,
+        Type.TEXT,
+        Type.BIGINT,
+        Type.BIGINT,
+        Type.TEXT,
+        Type.TEXT,
+        Type.TEXT);
+  }
+
+  private static String claim(
+      String table,
+      String status,
+      String leaseUntil,
+      String claimable,
+      String settled,
+      String rows) {
+    return "WITH r AS (SELECT * FROM "
+        + rows
+        + "),"
         + " c AS (SELECT d.*, coalesce(d.lease_until >= now(), false) AS lease_live FROM "
         + table
         + " d JOIN r ON d.biz_type = r.biz_type AND d.biz_key = r.biz_key),"
@@ -193,21 +276,29 @@ public final class PostgresSql {
   }
 
   /**
-   * An UPDATE of the rows that arrays of (type, key, token{@code extraArrays}) still hold: binds
-   * the values of {@code set} first, then the arrays; answers the keys it updated.
+   * An UPDATE of the rows that (type, key, token{@code extraColumn}) rows still hold: binds the
+   * values of {@code set} first, then the rows; answers the keys it updated.
    */
-  private static String fenced(String table, String set, String extraArrays, String condition) {
-    String extraColumns = extraArrays.isEmpty() ? "" : ", error";
-    return "UPDATE "
-        + table
-        + " AS d SET "
-        + set
-        + " FROM unnest(?::text[], ?::text[], ?::int[]"
-        + extraArrays
-        + ") AS r(biz_type, biz_key, token"
-        + extraColumns
-        + ") WHERE d.biz_type = r.biz_type AND d.biz_key = r.biz_key AND d.attempts = r.token AND "
-        + condition
-        + " RETURNING d.biz_type, d.biz_key";
+  private static Keyed fenced(
+      String table, String set, @Nullable String extraColumn, String condition) {
+    String columns = "biz_type, biz_key, token" + (extraColumn == null ? "" : ", " + extraColumn);
+    Type[] types =
+        extraColumn == null
+            ? new Type[] {Type.TEXT, Type.TEXT, Type.INT}
+            : new Type[] {Type.TEXT, Type.TEXT, Type.INT, Type.TEXT};
+    return keyed(
+        rows ->
+            "UPDATE "
+                + table
+                + " AS d SET "
+                + set
+                + " FROM "
+                + rows
+                + " WHERE d.biz_type = r.biz_type AND d.biz_key = r.biz_key"
+                + " AND d.attempts = r.token AND "
+                + condition
+                + " RETURNING d.biz_type, d.biz_key",
+        columns,
+        types);
   }
 }
