@@ -4,9 +4,11 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
@@ -54,11 +56,35 @@ final class BenchBroker implements AutoCloseable {
     return new BenchBroker(cluster);
   }
 
-  /** Creates a topic with {@code partitions} partitions. */
+  /**
+   * Creates a topic with {@code partitions} partitions and returns once every partition has a
+   * leader: an idempotent producer whose first batch meets NOT_LEADER_OR_FOLLOWER on a partition
+   * that is still being created can end up retrying OUT_OF_ORDER_SEQUENCE_NUMBER without end.
+   */
   void createTopic(String name, int partitions) throws ExecutionException, InterruptedException {
     try (Admin admin =
         Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers()))) {
       admin.createTopics(List.of(new NewTopic(name, partitions, (short) 1))).all().get();
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+      while (!allPartitionsLed(admin, name, partitions)) {
+        if (System.nanoTime() > deadline) {
+          throw new IllegalStateException("Topic " + name + " has partitions without a leader");
+        }
+        Thread.sleep(50);
+      }
+    }
+  }
+
+  private static boolean allPartitionsLed(Admin admin, String topic, int partitions)
+      throws InterruptedException {
+    try {
+      TopicDescription description =
+          admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+      return description != null
+          && description.partitions().size() == partitions
+          && description.partitions().stream().allMatch(p -> p.leader() != null);
+    } catch (ExecutionException notYetKnown) {
+      return false;
     }
   }
 
