@@ -9,7 +9,9 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.util.ArrayList;
 import java.util.HexFormat;
+import java.util.List;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -146,6 +148,19 @@ public final class BenchDatabase implements AutoCloseable {
         ResultSet result = statement.executeQuery()) {
       result.next();
       return result.getLong(1);
+    }
+  }
+
+  /** Runs a query for a column of numbers. */
+  public List<Long> queryForLongs(String sql, Object... parameters) throws SQLException {
+    try (Connection connection = DriverManager.getConnection(url);
+        PreparedStatement statement = prepare(connection, sql, parameters);
+        ResultSet result = statement.executeQuery()) {
+      List<Long> values = new ArrayList<>();
+      while (result.next()) {
+        values.add(result.getLong(1));
+      }
+      return values;
     }
   }
 

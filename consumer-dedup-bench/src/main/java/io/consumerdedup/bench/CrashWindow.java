@@ -4,8 +4,10 @@ import io.consumerdedup.testing.ChildJvm;
 import java.io.PrintStream;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Random;
+import java.util.Set;
 
 /**
  * The crash window of mode SEPARATE, measured: consumers in child JVMs, killed (SIGKILL) at random
@@ -59,7 +61,8 @@ final class CrashWindow {
     String path = claimsPerPoll ? "batched (claims per poll)" : "per record";
     DedupTable.truncate(database);
     database.execute("DROP TABLE IF EXISTS crash_effects");
-    database.execute("CREATE TABLE crash_effects (order_no text NOT NULL)");
+    database.execute(
+        "CREATE TABLE crash_effects (id bigserial PRIMARY KEY, order_no text NOT NULL)");
     String group =
         "crash-window-" + (claimsPerPoll ? "batched-" : "per-record-") + random.nextInt();
     String[] args = {
@@ -72,13 +75,15 @@ final class CrashWindow {
       String.valueOf(HANDLER_MILLIS)
     };
     List<Integer> reruns = new ArrayList<>();
+    Set<Long> counted = new HashSet<>();
     for (int kill = 1; kill <= kills; kill++) {
       try (ChildJvm consumer = ChildJvm.start(CrashWindowChild.class, args)) {
         consumer.awaitLine("APPLIED", STARTUP);
         Thread.sleep(300 + random.nextInt(2_000));
         consumer.kill();
       }
-      int unrecorded = appliedButNotSuccess(database);
+      awaitKilledStatementsSettled(database);
+      int unrecorded = newlyUnrecorded(database, counted);
       reruns.add(unrecorded);
       progress.printf(
           "[bench] crash window, %s: kill %d of %d, %d record(s) applied without SUCCESS%n",
@@ -95,13 +100,40 @@ final class CrashWindow {
     return new Result(path, reruns, effects - workload.distinctKeys(), keysNotSuccess);
   }
 
-  private static int appliedButNotSuccess(BenchDatabase database) throws Exception {
-    return (int)
-        database.queryForLong(
-            "SELECT count(*) FROM crash_effects e LEFT JOIN consumer_dedup d"
+  /**
+   * A statement the killed consumer had already sent (its group-committed SUCCESS marks) still
+   * commits on the server after the kill; counting before it settles would count its records as
+   * re-run although no handler runs them again.
+   */
+  private static void awaitKilledStatementsSettled(BenchDatabase database) throws Exception {
+    long deadline = System.nanoTime() + Duration.ofSeconds(10).toNanos();
+    while (database.queryForLong(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                    + " AND pid <> pg_backend_pid() AND state IS DISTINCT FROM 'idle'")
+            > 0
+        && System.nanoTime() < deadline) {
+      Thread.sleep(20);
+    }
+  }
+
+  /**
+   * Effects applied without SUCCESS that no earlier kill counted: a key taken over but not yet
+   * re-run, or re-run and killed again, is still unrecorded at the next kill, and only its new
+   * effect is a new re-run.
+   */
+  private static int newlyUnrecorded(BenchDatabase database, Set<Long> counted) throws Exception {
+    int added = 0;
+    for (long effect :
+        database.queryForLongs(
+            "SELECT e.id FROM crash_effects e LEFT JOIN consumer_dedup d"
                 + " ON d.biz_type = ? AND d.biz_key = e.order_no"
                 + " WHERE d.status IS DISTINCT FROM 'SUCCESS'",
-            DedupTable.BIZ_TYPE);
+            DedupTable.BIZ_TYPE)) {
+      if (counted.add(effect)) {
+        added++;
+      }
+    }
+    return added;
   }
 
   private static long successKeys(BenchDatabase database) throws Exception {
