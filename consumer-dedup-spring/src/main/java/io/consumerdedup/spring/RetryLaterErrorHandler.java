@@ -6,18 +6,25 @@ import io.consumerdedup.core.Disposition;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.springframework.core.log.LogAccessor;
 import org.springframework.kafka.KafkaException;
+import org.springframework.kafka.listener.BatchListenerFailedException;
 import org.springframework.kafka.listener.CommonErrorHandler;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.ListenerUtils;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.listener.SeekUtils;
 import org.springframework.kafka.support.KafkaUtils;
@@ -154,6 +161,9 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container,
       Runnable invokeListener) {
+    if (Disposition.of(thrownException) == Disposition.RETRY_LATER && !data.isEmpty()) {
+      throw holdBatch(thrownException, data, consumer, container);
+    }
     delegate.handleBatch(thrownException, data, consumer, container, invokeListener);
   }
 
@@ -164,8 +174,73 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container,
       Runnable invokeListener) {
+    if (Disposition.of(thrownException) == Disposition.RETRY_LATER && !data.isEmpty()) {
+      throw holdBatch(thrownException, data, consumer, container);
+    }
     return delegate.handleBatchAndReturnRemaining(
         thrownException, data, consumer, container, invokeListener);
+  }
+
+  /**
+   * A batch listener stopped at a record to retry later (its index in a {@link
+   * BatchListenerFailedException}; the first record without one): commits the records before it, as
+   * spring-kafka's {@code DefaultErrorHandler} does, and holds it and those after it.
+   */
+  private KafkaException holdBatch(
+      Exception thrownException,
+      ConsumerRecords<?, ?> data,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container) {
+    List<ConsumerRecord<?, ?>> records = new ArrayList<>(data.count());
+    data.forEach(records::add);
+    int index = Math.max(0, failedIndex(thrownException, records));
+    Map<TopicPartition, OffsetAndMetadata> done = new HashMap<>();
+    for (ConsumerRecord<?, ?> record : records.subList(0, index)) {
+      done.put(
+          new TopicPartition(record.topic(), record.partition()),
+          ListenerUtils.createOffsetAndMetadata(container, record.offset() + 1));
+    }
+    if (!done.isEmpty()) {
+      ContainerProperties properties = container.getContainerProperties();
+      if (properties.isSyncCommits()) {
+        consumer.commitSync(done, properties.getSyncCommitTimeout());
+      } else {
+        consumer.commitAsync(
+            done,
+            (offsets, error) -> {
+              if (error != null) {
+                log.warn("Could not commit {} before a held record", offsets, error);
+              }
+            });
+      }
+    }
+    return hold(thrownException, records.subList(index, records.size()), consumer, container);
+  }
+
+  /** The index in {@code records} named by a {@link BatchListenerFailedException}, else -1. */
+  private static int failedIndex(Throwable error, List<ConsumerRecord<?, ?>> records) {
+    int depth = 0;
+    for (Throwable current = error;
+        current != null && depth < 32;
+        current = current.getCause(), depth++) {
+      if (current instanceof BatchListenerFailedException failure) {
+        ConsumerRecord<?, ?> record = failure.getRecord();
+        if (record == null) {
+          int index = failure.getIndex();
+          return index < records.size() ? index : -1;
+        }
+        for (int i = 0; i < records.size(); i++) {
+          ConsumerRecord<?, ?> candidate = records.get(i);
+          if (candidate.offset() == record.offset()
+              && candidate.partition() == record.partition()
+              && candidate.topic().equals(record.topic())) {
+            return i;
+          }
+        }
+        return -1;
+      }
+    }
+    return -1;
   }
 
   @Override
