@@ -7,11 +7,13 @@ import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyMissingException;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.IdempotentExecutor;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.time.Duration;
@@ -58,7 +60,12 @@ import org.springframework.util.backoff.FixedBackOff;
  * broker. Each test stops its listener's container, sends a batch, and starts it again, so the
  * batch arrives in one poll.
  */
-@SpringBootTest(classes = BatchListenerIntegrationTest.App.class)
+@SpringBootTest(
+    classes = BatchListenerIntegrationTest.App.class,
+    properties = {
+      "consumer-dedup.hold.initial-backoff=200ms",
+      "consumer-dedup.hold.max-backoff=400ms"
+    })
 @EmbeddedKafka(
     partitions = 1,
     bootstrapServersProperty = "spring.kafka.bootstrap-servers",
@@ -70,7 +77,8 @@ import org.springframework.util.backoff.FixedBackOff;
       "bt-manual",
       "bt-keyless",
       "bt-keyless.DLT",
-      "bt-plain"
+      "bt-plain",
+      "bt-held"
     })
 @DirtiesContext
 class BatchListenerIntegrationTest {
@@ -242,6 +250,41 @@ class BatchListenerIntegrationTest {
     assertThat(readTopic(kafka, "bt-keyless.DLT", 2, Duration.ofSeconds(2))).hasSize(1);
   }
 
+  @Test
+  void recordInProgressElsewhereStopsTheBatchThereAndWaitsInsteadOfBeingSkipped() throws Exception {
+    IdempotentExecutor other = IdempotentExecutor.builder(store).ownerId("other-consumer").build();
+    try {
+      DedupClaim held = other.claim(DedupKey.of("held", "H-2"), null, "another consumer");
+      inOneBatch(
+          "bt-held",
+          () -> {
+            send(template, "bt-held", "a", "order-no", "H-1");
+            send(template, "bt-held", "b", "order-no", "H-2");
+            send(template, "bt-held", "c", "order-no", "H-3");
+          });
+
+      await().atMost(WAIT).until(() -> committed("bt-held") == 1);
+      assertThat(effects("held", "H-1")).isEqualTo(1);
+      // Many times the error handler's 3 retries of 50 ms: never skipped, nothing past it.
+      Thread.sleep(3000);
+      assertThat(committed("bt-held")).isEqualTo(1);
+      assertThat(effects("held", "H-2")).isZero();
+      assertThat(effects("held", "H-3")).isZero();
+      assertThat(readTopic(kafka, "bt-held.DLT", 1, Duration.ofMillis(500))).isEmpty();
+
+      held.fail(new IllegalStateException("the other consumer gave up"));
+      await().atMost(WAIT).until(() -> committed("bt-held") == 3);
+      assertThat(effects("held", "H-1")).isEqualTo(1);
+      assertThat(effects("held", "H-2")).isEqualTo(1);
+      assertThat(effects("held", "H-3")).isEqualTo(1);
+      assertThat(store.find(DedupKey.of("held", "H-3")).orElseThrow().attempts())
+          .as("released, not counted, while H-2 was held")
+          .isEqualTo(1);
+    } finally {
+      other.close();
+    }
+  }
+
   /**
    * Sends {@code batch} while the listener of {@code topic} is stopped, then starts it: its new
    * consumer fetches them together (a paused one may still hand over a fetch already under way).
@@ -402,6 +445,13 @@ class BatchListenerIntegrationTest {
       Switches.seen("bt-manual", keys(records));
       records.forEach(r -> effect("manual", header(r, "order-no"), r.value()));
       ack.acknowledge();
+    }
+
+    @Idempotent(bizType = "held", header = "order-no")
+    @KafkaListener(id = "bt-held", topics = "bt-held", batch = "true")
+    public void onHeld(List<ConsumerRecord<String, String>> records) {
+      Switches.seen("bt-held", keys(records));
+      records.forEach(r -> effect("held", header(r, "order-no"), r.value()));
     }
 
     @Idempotent(bizType = "keyless", header = "order-no")
