@@ -243,7 +243,10 @@ final class IdempotentBatchInvocation {
         throw error;
       }
       Stop written = completeBefore(kept, failed);
-      Objects.requireNonNull(kept.claims.get(failed)).fail(error);
+      DedupClaim failedClaim = kept.claims.get(failed);
+      if (failedClaim != null) { // null: a record without key, processed without dedup
+        failedClaim.fail(error);
+      }
       Stop at = new Stop(kept.batchIndexes.get(failed), asRuntime(error));
       throw failedAt(records, written != null ? written : at);
     }

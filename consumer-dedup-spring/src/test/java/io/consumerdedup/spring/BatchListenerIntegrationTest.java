@@ -17,12 +17,14 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.Test;
@@ -78,7 +80,9 @@ import org.springframework.util.backoff.FixedBackOff;
       "bt-keyless",
       "bt-keyless.DLT",
       "bt-plain",
-      "bt-held"
+      "bt-held",
+      "bt-records",
+      "bt-nack"
     })
 @DirtiesContext
 class BatchListenerIntegrationTest {
@@ -225,6 +229,51 @@ class BatchListenerIntegrationTest {
     assertThat(Switches.batches.get("bt-manual")).as("not invoked for duplicates").hasSize(calls);
     assertThat(effects("manual", "Q-1")).isEqualTo(1);
     assertThat(effects("manual", "Q-2")).isEqualTo(1);
+  }
+
+  @Test
+  void consumerRecordsListenerGetsOnlyTheRecordsOfNewKeys() throws Exception {
+    send(template, "bt-records", "first", "order-no", "R-1");
+    await().atMost(WAIT).until(() -> committed("bt-records") == 1);
+
+    inOneBatch(
+        "bt-records",
+        () -> {
+          send(template, "bt-records", "again", "order-no", "R-1");
+          send(template, "bt-records", "second", "order-no", "R-2");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-records") == 3);
+    assertThat(effects("records", "R-1")).isEqualTo(1);
+    assertThat(effects("records", "R-2")).isEqualTo(1);
+    assertThat(Switches.batches.get("bt-records")).containsExactly(List.of("R-1"), List.of("R-2"));
+  }
+
+  @Test
+  void nackAtAnIndexOfTheFilteredListRedeliversFromThatRecordOfTheBatch() throws Exception {
+    send(template, "bt-nack", "first", "order-no", "N-0");
+    await().atMost(WAIT).until(() -> committed("bt-nack") == 1);
+
+    inOneBatch(
+        "bt-nack",
+        () -> {
+          send(template, "bt-nack", "duplicate", "order-no", "N-0");
+          send(template, "bt-nack", "a", "order-no", "N-1");
+          send(template, "bt-nack", "nack me once", "order-no", "N-2");
+          send(template, "bt-nack", "b", "order-no", "N-3");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-nack") == 5);
+    for (String key : List.of("N-0", "N-1", "N-2", "N-3")) {
+      assertThat(effects("nack", key)).as(key).isEqualTo(1);
+      assertThat(store.find(DedupKey.of("nack", key)).orElseThrow().status())
+          .isEqualTo(DedupStatus.SUCCESS);
+    }
+    // N-2 was at index 1 of the list the method got, index 2 of the container's batch.
+    assertThat(Switches.batches.get("bt-nack"))
+        .containsExactly(List.of("N-0"), List.of("N-1", "N-2", "N-3"), List.of("N-2", "N-3"));
+    assertThat(store.find(DedupKey.of("nack", "N-1")).orElseThrow().attempts()).isEqualTo(1);
+    assertThat(store.find(DedupKey.of("nack", "N-2")).orElseThrow().attempts()).isEqualTo(2);
   }
 
   @Test
@@ -452,6 +501,35 @@ class BatchListenerIntegrationTest {
     public void onHeld(List<ConsumerRecord<String, String>> records) {
       Switches.seen("bt-held", keys(records));
       records.forEach(r -> effect("held", header(r, "order-no"), r.value()));
+    }
+
+    @Idempotent(bizType = "records", header = "order-no")
+    @KafkaListener(id = "bt-records", topics = "bt-records", batch = "true")
+    public void onConsumerRecords(ConsumerRecords<String, String> records) {
+      List<ConsumerRecord<String, String>> list = new ArrayList<>();
+      records.forEach(list::add);
+      Switches.seen("bt-records", keys(list));
+      list.forEach(r -> effect("records", header(r, "order-no"), r.value()));
+    }
+
+    @Idempotent(bizType = "nack", header = "order-no")
+    @KafkaListener(
+        id = "bt-nack",
+        topics = "bt-nack",
+        batch = "true",
+        containerFactory = "manualAckFactory")
+    public void onNack(List<ConsumerRecord<String, String>> records, Acknowledgment ack) {
+      Switches.seen("bt-nack", keys(records));
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<String, String> record = records.get(i);
+        String key = header(record, "order-no");
+        if (record.value().equals("nack me once") && Switches.calls.get(key).get() == 1) {
+          ack.nack(i, Duration.ofMillis(100));
+          return;
+        }
+        effect("nack", key, record.value());
+      }
+      ack.acknowledge();
     }
 
     @Idempotent(bizType = "keyless", header = "order-no")
