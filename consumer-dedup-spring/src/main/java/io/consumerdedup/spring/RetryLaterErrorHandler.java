@@ -164,6 +164,13 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     if (Disposition.of(thrownException) == Disposition.RETRY_LATER && !data.isEmpty()) {
       throw holdBatch(thrownException, data, consumer, container);
     }
+    if (!delegate.seeksAfterHandling()) {
+      List<ConsumerRecord<?, ?>> records = listOf(data);
+      int index = failedIndex(thrownException, records);
+      if (index >= 0) {
+        throw handleFailedRecordOfBatch(thrownException, records, index, consumer, container);
+      }
+    }
     delegate.handleBatch(thrownException, data, consumer, container, invokeListener);
   }
 
@@ -176,6 +183,13 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Runnable invokeListener) {
     if (Disposition.of(thrownException) == Disposition.RETRY_LATER && !data.isEmpty()) {
       throw holdBatch(thrownException, data, consumer, container);
+    }
+    if (!delegate.seeksAfterHandling()) {
+      List<ConsumerRecord<?, ?>> records = listOf(data);
+      int index = failedIndex(thrownException, records);
+      if (index >= 0) {
+        throw handleFailedRecordOfBatch(thrownException, records, index, consumer, container);
+      }
     }
     return delegate.handleBatchAndReturnRemaining(
         thrownException, data, consumer, container, invokeListener);
@@ -191,30 +205,71 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       ConsumerRecords<?, ?> data,
       Consumer<?, ?> consumer,
       MessageListenerContainer container) {
+    List<ConsumerRecord<?, ?>> records = listOf(data);
+    int index = Math.max(0, failedIndex(thrownException, records));
+    commitBefore(records, index, consumer, container);
+    return hold(thrownException, records.subList(index, records.size()), consumer, container);
+  }
+
+  /**
+   * A batch listener failed at a record (a {@link BatchListenerFailedException} with its index) and
+   * the application's handler does not seek: it gets the failed record alone, as for a record
+   * listener, and the records after it come again, none of them being processed (the handler would
+   * have the container commit the whole batch).
+   */
+  private KafkaException handleFailedRecordOfBatch(
+      Exception thrownException,
+      List<ConsumerRecord<?, ?>> records,
+      int index,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container) {
+    commitBefore(records, index, consumer, container);
+    boolean handled = delegate.handleOne(thrownException, records.get(index), consumer, container);
+    int next = handled ? index + 1 : index;
+    commitBefore(records, next, consumer, container);
+    SeekUtils.doSeeksToBegin(records.subList(next, records.size()), consumer, SEEK_LOG);
+    return new KafkaException(
+        "Batch sought back to "
+            + (next < records.size() ? KafkaUtils.format(records.get(next)) : "its end"),
+        KafkaException.Level.DEBUG,
+        thrownException);
+  }
+
+  private static List<ConsumerRecord<?, ?>> listOf(ConsumerRecords<?, ?> data) {
     List<ConsumerRecord<?, ?>> records = new ArrayList<>(data.count());
     data.forEach(records::add);
-    int index = Math.max(0, failedIndex(thrownException, records));
+    return records;
+  }
+
+  /**
+   * Commits the records before {@code index}, as spring-kafka's {@code DefaultErrorHandler} does.
+   */
+  private static void commitBefore(
+      List<ConsumerRecord<?, ?>> records,
+      int index,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container) {
     Map<TopicPartition, OffsetAndMetadata> done = new HashMap<>();
     for (ConsumerRecord<?, ?> record : records.subList(0, index)) {
       done.put(
           new TopicPartition(record.topic(), record.partition()),
           ListenerUtils.createOffsetAndMetadata(container, record.offset() + 1));
     }
-    if (!done.isEmpty()) {
-      ContainerProperties properties = container.getContainerProperties();
-      if (properties.isSyncCommits()) {
-        consumer.commitSync(done, properties.getSyncCommitTimeout());
-      } else {
-        consumer.commitAsync(
-            done,
-            (offsets, error) -> {
-              if (error != null) {
-                log.warn("Could not commit {} before a held record", offsets, error);
-              }
-            });
-      }
+    if (done.isEmpty()) {
+      return;
     }
-    return hold(thrownException, records.subList(index, records.size()), consumer, container);
+    ContainerProperties properties = container.getContainerProperties();
+    if (properties.isSyncCommits()) {
+      consumer.commitSync(done, properties.getSyncCommitTimeout());
+    } else {
+      consumer.commitAsync(
+          done,
+          (offsets, error) -> {
+            if (error != null) {
+              log.warn("Could not commit {} before a failed record", offsets, error);
+            }
+          });
+    }
   }
 
   /** The index in {@code records} named by a {@link BatchListenerFailedException}, else -1. */
