@@ -1,6 +1,7 @@
 package io.consumerdedup.spring;
 
 import io.consumerdedup.kafka.DedupPollLoop;
+import io.consumerdedup.spring.internal.CurrentBatch;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
@@ -22,7 +23,8 @@ import org.springframework.kafka.listener.RecordInterceptor;
  * <ul>
  *   <li>{@link CurrentRecordInterceptor} after the container's own record interceptor, so {@link
  *       Idempotent} listeners see the record, settle their outcome after the container's
- *       transaction, and never leave a claim open;
+ *       transaction, and never leave a claim open; and {@link CurrentBatch} after its batch
+ *       interceptor, so batch listeners taking messages see their records;
  *   <li>{@link RetryLaterErrorHandler} around the container's error handler (a plain {@code
  *       DefaultErrorHandler} when it has none and no transaction manager), so a record whose key is
  *       held elsewhere or whose store is unreachable waits instead of being recovered;
@@ -96,6 +98,9 @@ public final class DedupContainers {
               ? CurrentRecordInterceptor.INSTANCE
               : new GuardedRecordInterceptor(existing, CurrentRecordInterceptor.INSTANCE));
     }
+
+    // For batch listeners taking List<Message<?>>: composed after the application's own.
+    raw.setBatchInterceptor(CurrentBatch.after(raw.getBatchInterceptor()));
 
     CommonErrorHandler errorHandler = raw.getCommonErrorHandler();
     if (!(errorHandler instanceof RetryLaterErrorHandler)) {

@@ -100,15 +100,31 @@ public final class IdempotentListenerInterceptor {
 
   private @Nullable Object invoke(MethodInvocation invocation, IdempotentListenerMethod listener)
       throws Throwable {
+    IdempotentExecutor executor = executors.executor(listener.overrides);
+    MissingKeyPolicy missingKeyPolicy =
+        listener.missingKeyPolicy != null ? listener.missingKeyPolicy : defaultMissingKeyPolicy;
+    if (listener.batch != null) {
+      if (executor.mode() == DedupMode.TRANSACTIONAL) {
+        throw new DedupConfigurationException(
+            "@Idempotent batch listener "
+                + listener
+                + " is in mode TRANSACTIONAL (the application's default), which batch listeners"
+                + " do not support: set mode SEPARATE on its @Idempotent, or make it a record"
+                + " listener; the batch waits until then",
+            null,
+            null);
+      }
+      return new IdempotentBatchInvocation(listener, executor, missingKeyPolicy, beanFactory)
+          .invoke(invocation);
+    }
     @Nullable Object[] arguments = invocation.getArguments();
     ConsumerRecord<Object, Object> record = listener.record(arguments);
-    IdempotentExecutor executor = executors.executor(listener.overrides);
     IdempotentListenerMethod.Call call = listener.call(record, arguments, beanFactory);
     RecordKeyResolver<Object, Object> keys =
         new RecordKeyResolver<>(
             listener.bizType,
             call.keyExtractor(),
-            listener.missingKeyPolicy != null ? listener.missingKeyPolicy : defaultMissingKeyPolicy,
+            missingKeyPolicy,
             KafkaUtils.getConsumerGroupId(),
             executor.listener());
     Optional<DedupKey> key = keys.resolve(record);

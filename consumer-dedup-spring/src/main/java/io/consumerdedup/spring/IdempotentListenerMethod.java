@@ -111,6 +111,22 @@ final class IdempotentListenerMethod {
   /** The {@code @KafkaListener} id, if the method or its class gives one. */
   final String listenerId;
 
+  /** How a batch listener takes its records; null for a record listener. */
+  final @Nullable BatchShape batch;
+
+  /** Index of the argument that holds the batch, or -1. */
+  final int batchIndex;
+
+  /** How a batch listener takes its batch: the only forms whose records can be filtered. */
+  enum BatchShape {
+    /** {@code List<ConsumerRecord<K, V>>}. */
+    RECORDS,
+    /** {@code List<Message<?>>}, one message per record, in the container's order. */
+    MESSAGES,
+    /** {@code ConsumerRecords<K, V>}. */
+    CONSUMER_RECORDS
+  }
+
   private IdempotentListenerMethod(Method method, Idempotent annotation) {
     this.name = method.getDeclaringClass().getName() + "#" + method.getName();
     refuseUnprotectable(method);
@@ -193,6 +209,85 @@ final class IdempotentListenerMethod {
               method.getDeclaringClass(), KafkaListener.class);
     }
     this.listenerId = listener == null ? "" : listener.id();
+    if (isBatch(method)) {
+      int index = -1;
+      BatchShape shape = null;
+      for (MethodParameter parameter : new AnnotatedMethod(method).getMethodParameters()) {
+        BatchShape found = batchShapeOf(parameter.getGenericParameterType());
+        Class<?> type = parameter.getParameterType();
+        if (found != null && shape == null) {
+          shape = found;
+          index = parameter.getParameterIndex();
+        } else if (!Acknowledgment.class.isAssignableFrom(type)
+            && !Consumer.class.isAssignableFrom(type)) {
+          throw invalid(
+              "a batch listener can take only its records, as List<ConsumerRecord<K, V>>,"
+                  + " List<Message<?>> or ConsumerRecords<K, V>, an Acknowledgment and the"
+                  + " Consumer: "
+                  + (found == null
+                      ? "its parameter "
+                          + parameter.getGenericParameterType().getTypeName()
+                          + " (a list of payloads or of @Header values)"
+                      : "a second batch parameter")
+                  + " spans the whole batch and cannot be filtered together with the records"
+                  + " consumer-dedup leaves out. Take List<ConsumerRecord<K, V>> or"
+                  + " List<Message<?>> and read payloads and headers from each element",
+              null);
+        }
+      }
+      if (shape == null) {
+        throw invalid(
+            "a batch listener must take its records as List<ConsumerRecord<K, V>>,"
+                + " List<Message<?>> or ConsumerRecords<K, V>: a list of payloads cannot be"
+                + " matched to the records' keys and filtered",
+            null);
+      }
+      if (returns != Returns.VALUE) {
+        throw invalid(
+            "a batch listener must finish its work before it returns: return void, not a future"
+                + " or Mono",
+            null);
+      }
+      if (mode == DedupMode.TRANSACTIONAL) {
+        throw invalid(
+            "mode TRANSACTIONAL is not supported for batch listeners: one database transaction"
+                + " for the whole batch rolls back the records before a failed one, while"
+                + " spring-kafka commits their offsets. Use mode SEPARATE, or a record listener"
+                + " in mode TRANSACTIONAL (one transaction per record)",
+            null);
+      }
+      this.batch = shape;
+      this.batchIndex = index;
+    } else {
+      this.batch = null;
+      this.batchIndex = -1;
+    }
+  }
+
+  /** The batch form of a parameter type, or null if it is not one consumer-dedup can filter. */
+  private static @Nullable BatchShape batchShapeOf(Type type) {
+    Class<?> raw =
+        type instanceof ParameterizedType p && p.getRawType() instanceof Class<?> c
+            ? c
+            : type instanceof Class<?> c ? c : Object.class;
+    if (ConsumerRecords.class.isAssignableFrom(raw)) {
+      return BatchShape.CONSUMER_RECORDS;
+    }
+    if (raw != java.util.List.class || !(type instanceof ParameterizedType parameterized)) {
+      return null;
+    }
+    Type element = parameterized.getActualTypeArguments()[0];
+    Class<?> elementClass =
+        element instanceof ParameterizedType p && p.getRawType() instanceof Class<?> c
+            ? c
+            : element instanceof Class<?> c ? c : Object.class;
+    if (ConsumerRecord.class.isAssignableFrom(elementClass)) {
+      return BatchShape.RECORDS;
+    }
+    if (Message.class.isAssignableFrom(elementClass)) {
+      return BatchShape.MESSAGES;
+    }
+    return null;
   }
 
   /** Where the key comes from, as a user wrote it: {@code header 'order-no'}, or the expression. */
@@ -230,12 +325,6 @@ final class IdempotentListenerMethod {
                 + " its body runs): return a CompletableFuture or a Mono instead",
             null);
       }
-    }
-    if (isBatch(method)) {
-      throw invalid(
-          "batch listeners are not supported: make it a record listener (one ConsumerRecord or"
-              + " payload per call), or use DedupPollLoop in a plain kafka-clients consumer",
-          null);
     }
     if (AnnotatedElementUtils.hasAnnotation(method, SendTo.class)
         || AnnotatedElementUtils.hasAnnotation(method.getDeclaringClass(), SendTo.class)) {
@@ -341,22 +430,36 @@ final class IdempotentListenerMethod {
       ConsumerRecord<Object, Object> record,
       @Nullable Object[] arguments,
       @Nullable BeanFactory beanFactory) {
-    return new Call(record, arguments, beanFactory);
+    return new Call(record, arguments, null, beanFactory);
+  }
+
+  /**
+   * The view of one record of a batch: {@code #payload} is {@code payload} (a message's payload, or
+   * the record's value).
+   */
+  Call batchCall(
+      ConsumerRecord<Object, Object> record,
+      @Nullable Object payload,
+      @Nullable BeanFactory beanFactory) {
+    return new Call(record, null, new Object[] {payload}, beanFactory);
   }
 
   /** The key and fingerprint of one call. */
   final class Call {
     private final ConsumerRecord<Object, Object> record;
-    private final @Nullable Object[] arguments;
+    private final @Nullable Object @Nullable [] arguments;
+    private final @Nullable Object @Nullable [] batchPayload;
     private final @Nullable BeanFactory beanFactory;
     private @Nullable EvaluationContext context;
 
     private Call(
         ConsumerRecord<Object, Object> record,
-        @Nullable Object[] arguments,
+        @Nullable Object @Nullable [] arguments,
+        @Nullable Object @Nullable [] batchPayload,
         @Nullable BeanFactory beanFactory) {
       this.record = record;
       this.arguments = arguments;
+      this.batchPayload = batchPayload;
       this.beanFactory = beanFactory;
     }
 
@@ -421,6 +524,12 @@ final class IdempotentListenerMethod {
     }
 
     private @Nullable Object payload() {
+      if (batchPayload != null) {
+        return batchPayload[0];
+      }
+      if (arguments == null) {
+        return record.value();
+      }
       if (messageIndex >= 0 && arguments[messageIndex] instanceof Message<?> message) {
         return message.getPayload();
       }

@@ -80,6 +80,12 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
       Exception exception,
       boolean recoverable,
       ContainerProperties.EOSMode eosMode) {
+    if (!recordList.isEmpty() && Disposition.of(exception) == Disposition.RETRY_LATER) {
+      // The whole batch rolled back: it waits from its first record, without counting attempts.
+      Duration wait = holds.hold(recordList, consumer, container);
+      RetryLaterErrorHandler.logHold(exception, KafkaUtils.format(recordList.get(0)), wait);
+      return;
+    }
     delegate.processBatch(
         records, recordList, consumer, container, exception, recoverable, eosMode);
   }

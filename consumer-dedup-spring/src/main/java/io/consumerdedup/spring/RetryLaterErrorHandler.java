@@ -6,18 +6,25 @@ import io.consumerdedup.core.Disposition;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.springframework.core.log.LogAccessor;
 import org.springframework.kafka.KafkaException;
+import org.springframework.kafka.listener.BatchListenerFailedException;
 import org.springframework.kafka.listener.CommonErrorHandler;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.ListenerUtils;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.listener.SeekUtils;
 import org.springframework.kafka.support.KafkaUtils;
@@ -154,6 +161,16 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container,
       Runnable invokeListener) {
+    if (Disposition.of(thrownException) == Disposition.RETRY_LATER && !data.isEmpty()) {
+      throw holdBatch(thrownException, data, consumer, container);
+    }
+    if (!delegate.seeksAfterHandling()) {
+      List<ConsumerRecord<?, ?>> records = listOf(data);
+      int index = failedIndex(thrownException, records);
+      if (index >= 0) {
+        throw handleFailedRecordOfBatch(thrownException, records, index, consumer, container);
+      }
+    }
     delegate.handleBatch(thrownException, data, consumer, container, invokeListener);
   }
 
@@ -164,8 +181,121 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container,
       Runnable invokeListener) {
+    if (Disposition.of(thrownException) == Disposition.RETRY_LATER && !data.isEmpty()) {
+      throw holdBatch(thrownException, data, consumer, container);
+    }
+    if (!delegate.seeksAfterHandling()) {
+      List<ConsumerRecord<?, ?>> records = listOf(data);
+      int index = failedIndex(thrownException, records);
+      if (index >= 0) {
+        throw handleFailedRecordOfBatch(thrownException, records, index, consumer, container);
+      }
+    }
     return delegate.handleBatchAndReturnRemaining(
         thrownException, data, consumer, container, invokeListener);
+  }
+
+  /**
+   * A batch listener stopped at a record to retry later (its index in a {@link
+   * BatchListenerFailedException}; the first record without one): commits the records before it, as
+   * spring-kafka's {@code DefaultErrorHandler} does, and holds it and those after it.
+   */
+  private KafkaException holdBatch(
+      Exception thrownException,
+      ConsumerRecords<?, ?> data,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container) {
+    List<ConsumerRecord<?, ?>> records = listOf(data);
+    int index = Math.max(0, failedIndex(thrownException, records));
+    commitBefore(records, index, consumer, container);
+    return hold(thrownException, records.subList(index, records.size()), consumer, container);
+  }
+
+  /**
+   * A batch listener failed at a record (a {@link BatchListenerFailedException} with its index) and
+   * the application's handler does not seek: it gets the failed record alone, as for a record
+   * listener, and the records after it come again, none of them being processed (the handler would
+   * have the container commit the whole batch).
+   */
+  private KafkaException handleFailedRecordOfBatch(
+      Exception thrownException,
+      List<ConsumerRecord<?, ?>> records,
+      int index,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container) {
+    commitBefore(records, index, consumer, container);
+    boolean handled = delegate.handleOne(thrownException, records.get(index), consumer, container);
+    int next = handled ? index + 1 : index;
+    commitBefore(records, next, consumer, container);
+    SeekUtils.doSeeksToBegin(records.subList(next, records.size()), consumer, SEEK_LOG);
+    return new KafkaException(
+        "Batch sought back to "
+            + (next < records.size() ? KafkaUtils.format(records.get(next)) : "its end"),
+        KafkaException.Level.DEBUG,
+        thrownException);
+  }
+
+  private static List<ConsumerRecord<?, ?>> listOf(ConsumerRecords<?, ?> data) {
+    List<ConsumerRecord<?, ?>> records = new ArrayList<>(data.count());
+    data.forEach(records::add);
+    return records;
+  }
+
+  /**
+   * Commits the records before {@code index}, as spring-kafka's {@code DefaultErrorHandler} does.
+   */
+  private static void commitBefore(
+      List<ConsumerRecord<?, ?>> records,
+      int index,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container) {
+    Map<TopicPartition, OffsetAndMetadata> done = new HashMap<>();
+    for (ConsumerRecord<?, ?> record : records.subList(0, index)) {
+      done.put(
+          new TopicPartition(record.topic(), record.partition()),
+          ListenerUtils.createOffsetAndMetadata(container, record.offset() + 1));
+    }
+    if (done.isEmpty()) {
+      return;
+    }
+    ContainerProperties properties = container.getContainerProperties();
+    if (properties.isSyncCommits()) {
+      consumer.commitSync(done, properties.getSyncCommitTimeout());
+    } else {
+      consumer.commitAsync(
+          done,
+          (offsets, error) -> {
+            if (error != null) {
+              log.warn("Could not commit {} before a failed record", offsets, error);
+            }
+          });
+    }
+  }
+
+  /** The index in {@code records} named by a {@link BatchListenerFailedException}, else -1. */
+  private static int failedIndex(Throwable error, List<ConsumerRecord<?, ?>> records) {
+    int depth = 0;
+    for (Throwable current = error;
+        current != null && depth < 32;
+        current = current.getCause(), depth++) {
+      if (current instanceof BatchListenerFailedException failure) {
+        ConsumerRecord<?, ?> record = failure.getRecord();
+        if (record == null) {
+          int index = failure.getIndex();
+          return index < records.size() ? index : -1;
+        }
+        for (int i = 0; i < records.size(); i++) {
+          ConsumerRecord<?, ?> candidate = records.get(i);
+          if (candidate.offset() == record.offset()
+              && candidate.partition() == record.partition()
+              && candidate.topic().equals(record.topic())) {
+            return i;
+          }
+        }
+        return -1;
+      }
+    }
+    return -1;
   }
 
   @Override

@@ -2,9 +2,11 @@ package io.consumerdedup.spring;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.spring.autoconfigure.ConsumerDedupAutoConfiguration;
 import io.consumerdedup.testing.TestDatabase;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
 import kotlin.coroutines.Continuation;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.AfterAll;
@@ -16,6 +18,8 @@ import org.springframework.boot.autoconfigure.AutoConfigurations;
 import org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.support.KafkaHeaders;
+import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.messaging.handler.annotation.SendTo;
 
 /**
@@ -43,9 +47,18 @@ class ListenerShapeRefusalTest {
             "SuspendFunction#charge",
             "Kotlin suspend functions are not supported"),
         Arguments.of(
-            BatchListener.class, "BatchListener#charge", "batch listeners are not supported"),
+            BatchOfPayloads.class,
+            "BatchOfPayloads#charge",
+            "Take List<ConsumerRecord<K, V>> or List<Message<?>>"),
         Arguments.of(
-            BatchAttribute.class, "BatchAttribute#charge", "batch listeners are not supported"),
+            BatchWithHeaderList.class,
+            "BatchWithHeaderList#charge",
+            "cannot be filtered together with the records"),
+        Arguments.of(AsyncBatch.class, "AsyncBatch#charge", "return void, not a future or Mono"),
+        Arguments.of(
+            TransactionalBatch.class,
+            "TransactionalBatch#charge",
+            "mode TRANSACTIONAL is not supported for batch listeners"),
         Arguments.of(
             RequestReply.class, "RequestReply#charge", "a duplicate request would get no reply"));
   }
@@ -83,16 +96,32 @@ class ListenerShapeRefusalTest {
     }
   }
 
-  static class BatchListener {
-    @Idempotent(bizType = "payment", header = "order-no")
-    @KafkaListener(topics = "t")
-    public void charge(List<ConsumerRecord<String, String>> records) {}
-  }
-
-  static class BatchAttribute {
+  static class BatchOfPayloads {
     @Idempotent(bizType = "payment", header = "order-no")
     @KafkaListener(topics = "t", batch = "true")
     public void charge(List<String> payloads) {}
+  }
+
+  static class BatchWithHeaderList {
+    @Idempotent(bizType = "payment", header = "order-no")
+    @KafkaListener(topics = "t", batch = "true")
+    public void charge(
+        List<ConsumerRecord<String, String>> records,
+        @Header(KafkaHeaders.OFFSET) List<Long> offsets) {}
+  }
+
+  static class AsyncBatch {
+    @Idempotent(bizType = "payment", header = "order-no")
+    @KafkaListener(topics = "t", batch = "true")
+    public CompletableFuture<Void> charge(List<ConsumerRecord<String, String>> records) {
+      return CompletableFuture.completedFuture(null);
+    }
+  }
+
+  static class TransactionalBatch {
+    @Idempotent(bizType = "payment", header = "order-no", mode = DedupMode.TRANSACTIONAL)
+    @KafkaListener(topics = "t", batch = "true")
+    public void charge(List<ConsumerRecord<String, String>> records) {}
   }
 
   static class RequestReply {

@@ -1,0 +1,542 @@
+package io.consumerdedup.spring;
+
+import static io.consumerdedup.spring.SpringTestEnvironment.deadLetterReason;
+import static io.consumerdedup.spring.SpringTestEnvironment.header;
+import static io.consumerdedup.spring.SpringTestEnvironment.readTopic;
+import static io.consumerdedup.spring.SpringTestEnvironment.send;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupKeyMissingException;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.SpringBootConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.kafka.autoconfigure.ConcurrentKafkaListenerContainerFactoryConfigurer;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.ConcurrentKafkaListenerContainerFactory;
+import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
+import org.springframework.kafka.core.ConsumerFactory;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.BatchListenerFailedException;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
+import org.springframework.kafka.listener.DefaultErrorHandler;
+import org.springframework.kafka.listener.MessageListenerContainer;
+import org.springframework.kafka.support.Acknowledgment;
+import org.springframework.kafka.test.EmbeddedKafkaBroker;
+import org.springframework.kafka.test.context.EmbeddedKafka;
+import org.springframework.kafka.test.utils.ContainerTestUtils;
+import org.springframework.kafka.test.utils.KafkaTestUtils;
+import org.springframework.messaging.Message;
+import org.springframework.test.annotation.DirtiesContext;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.util.backoff.FixedBackOff;
+
+/**
+ * {@code @Idempotent} batch listeners in a Spring Boot application with the application's own
+ * {@code DefaultErrorHandler} and a dead-letter topic, a real PostgreSQL and an in-JVM KRaft
+ * broker. Each test stops its listener's container, sends a batch, and starts it again, so the
+ * batch arrives in one poll.
+ */
+@SpringBootTest(
+    classes = BatchListenerIntegrationTest.App.class,
+    properties = {
+      "consumer-dedup.hold.initial-backoff=200ms",
+      "consumer-dedup.hold.max-backoff=400ms"
+    })
+@EmbeddedKafka(
+    partitions = 1,
+    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
+    topics = {
+      "bt-dups",
+      "bt-fail",
+      "bt-fail.DLT",
+      "bt-message",
+      "bt-manual",
+      "bt-keyless",
+      "bt-keyless.DLT",
+      "bt-plain",
+      "bt-held",
+      "bt-records",
+      "bt-nack"
+    })
+@DirtiesContext
+class BatchListenerIntegrationTest {
+  static final Duration WAIT = Duration.ofSeconds(30);
+
+  @DynamicPropertySource
+  static void environment(DynamicPropertyRegistry registry) {
+    SpringTestEnvironment.prepare(registry, "spring_batch");
+  }
+
+  @Autowired EmbeddedKafkaBroker kafka;
+  @Autowired KafkaTemplate<String, String> template;
+  @Autowired JdbcTemplate jdbc;
+  @Autowired DedupStore store;
+  @Autowired MeterRegistry registry;
+  @Autowired KafkaListenerEndpointRegistry containers;
+
+  @Test
+  void duplicatesOfEarlierKeysAndWithinTheBatchAreAppliedOnceAndCommittedToTheEnd()
+      throws Exception {
+    send(template, "bt-dups", "first", "order-no", "D-1");
+    send(template, "bt-dups", "first", "order-no", "D-2");
+    await().atMost(WAIT).until(() -> committed("bt-dups") == 2);
+
+    inOneBatch(
+        "bt-dups",
+        () -> {
+          send(template, "bt-dups", "again", "order-no", "D-1");
+          send(template, "bt-dups", "new", "order-no", "D-3");
+          send(template, "bt-dups", "new again", "order-no", "D-3");
+          send(template, "bt-dups", "again", "order-no", "D-2");
+          send(template, "bt-dups", "new", "order-no", "D-4");
+          send(template, "bt-dups", "new a third time", "order-no", "D-3");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-dups") == 8);
+    for (String key : List.of("D-1", "D-2", "D-3", "D-4")) {
+      assertThat(effects("dups", key)).as(key).isEqualTo(1);
+      DedupRecord record = store.find(DedupKey.of("dups", key)).orElseThrow();
+      assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(record.attempts()).isEqualTo(1);
+    }
+    // The batch of six reached the method as the two new keys only, each once.
+    assertThat(Switches.batches.get("bt-dups")).contains(List.of("D-3", "D-4"));
+    assertThat(outcomes("dups", "duplicate")).isEqualTo(2);
+  }
+
+  @Test
+  void failureAtOneRecordRetriesItAloneAndAppliesEveryRecordOnce() throws Exception {
+    send(template, "bt-fail", "applied before", "order-no", "F-0");
+    await().atMost(WAIT).until(() -> committed("bt-fail") == 1);
+
+    inOneBatch(
+        "bt-fail",
+        () -> {
+          send(template, "bt-fail", "a", "order-no", "F-1");
+          send(template, "bt-fail", "duplicate", "order-no", "F-0");
+          send(template, "bt-fail", "fails once", "order-no", "F-2");
+          send(template, "bt-fail", "c", "order-no", "F-3");
+          send(template, "bt-fail", "d", "order-no", "F-4");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-fail") == 6);
+    for (String key : List.of("F-0", "F-1", "F-2", "F-3", "F-4")) {
+      assertThat(effects("fail", key)).as(key).isEqualTo(1);
+      assertThat(store.find(DedupKey.of("fail", key)).orElseThrow().status())
+          .isEqualTo(DedupStatus.SUCCESS);
+    }
+    // F-2 was at index 1 of the list the method got, index 2 of the container's batch: the
+    // record before it was not given again, it was retried, those after it were released.
+    assertThat(Switches.calls.get("F-1").get()).isEqualTo(1);
+    assertThat(Switches.calls.get("F-2").get()).isEqualTo(2);
+    assertThat(store.find(DedupKey.of("fail", "F-2")).orElseThrow().attempts()).isEqualTo(2);
+    assertThat(store.find(DedupKey.of("fail", "F-3")).orElseThrow().attempts()).isEqualTo(1);
+    assertThat(store.find(DedupKey.of("fail", "F-4")).orElseThrow().attempts()).isEqualTo(1);
+    assertThat(Switches.batches.get("bt-fail"))
+        .contains(List.of("F-1", "F-2", "F-3", "F-4"), List.of("F-2", "F-3", "F-4"));
+    assertThat(readTopic(kafka, "bt-fail.DLT", 1, Duration.ofSeconds(2))).isEmpty();
+  }
+
+  @Test
+  void plainExceptionLeavesTheClaimedRecordsFailedAndTheWholeBatchIsRetried() throws Exception {
+    inOneBatch(
+        "bt-plain",
+        () -> {
+          send(template, "bt-plain", "a", "order-no", "P-1");
+          send(template, "bt-plain", "b", "order-no", "P-2");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-plain") == 2);
+    for (String key : List.of("P-1", "P-2")) {
+      assertThat(effects("plain", key)).as(key).isEqualTo(1);
+      DedupRecord record = store.find(DedupKey.of("plain", key)).orElseThrow();
+      assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(record.attempts())
+          .as("the failed attempt and the one that succeeded")
+          .isEqualTo(2);
+    }
+  }
+
+  @Test
+  void messageListenerGetsOnlyTheMessagesOfNewKeys() throws Exception {
+    send(template, "bt-message", "first", "order-no", "M-1");
+    await().atMost(WAIT).until(() -> committed("bt-message") == 1);
+
+    inOneBatch(
+        "bt-message",
+        () -> {
+          send(template, "bt-message", "again", "order-no", "M-1");
+          send(template, "bt-message", "second", "order-no", "M-2");
+          send(template, "bt-message", "second again", "order-no", "M-2");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-message") == 4);
+    assertThat(effects("message", "M-1")).isEqualTo(1);
+    assertThat(effects("message", "M-2")).isEqualTo(1);
+    assertThat(
+            jdbc.queryForObject(
+                "SELECT payload FROM effects WHERE listener = 'message' AND biz_key = 'M-2'",
+                String.class))
+        .isEqualTo("second");
+    assertThat(Switches.batches.get("bt-message")).contains(List.of("M-2"));
+  }
+
+  @Test
+  void manualAckBatchOfOnlyDuplicatesIsCommitted() throws Exception {
+    inOneBatch(
+        "bt-manual",
+        () -> {
+          send(template, "bt-manual", "a", "order-no", "Q-1");
+          send(template, "bt-manual", "b", "order-no", "Q-2");
+        });
+    await().atMost(WAIT).until(() -> committed("bt-manual") == 2);
+    int calls = Switches.batches.get("bt-manual").size();
+
+    inOneBatch(
+        "bt-manual",
+        () -> {
+          send(template, "bt-manual", "a", "order-no", "Q-1");
+          send(template, "bt-manual", "b", "order-no", "Q-2");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-manual") == 4);
+    assertThat(Switches.batches.get("bt-manual")).as("not invoked for duplicates").hasSize(calls);
+    assertThat(effects("manual", "Q-1")).isEqualTo(1);
+    assertThat(effects("manual", "Q-2")).isEqualTo(1);
+  }
+
+  @Test
+  void consumerRecordsListenerGetsOnlyTheRecordsOfNewKeys() throws Exception {
+    send(template, "bt-records", "first", "order-no", "R-1");
+    await().atMost(WAIT).until(() -> committed("bt-records") == 1);
+
+    inOneBatch(
+        "bt-records",
+        () -> {
+          send(template, "bt-records", "again", "order-no", "R-1");
+          send(template, "bt-records", "second", "order-no", "R-2");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-records") == 3);
+    assertThat(effects("records", "R-1")).isEqualTo(1);
+    assertThat(effects("records", "R-2")).isEqualTo(1);
+    assertThat(Switches.batches.get("bt-records")).containsExactly(List.of("R-1"), List.of("R-2"));
+  }
+
+  @Test
+  void nackAtAnIndexOfTheFilteredListRedeliversFromThatRecordOfTheBatch() throws Exception {
+    send(template, "bt-nack", "first", "order-no", "N-0");
+    await().atMost(WAIT).until(() -> committed("bt-nack") == 1);
+
+    inOneBatch(
+        "bt-nack",
+        () -> {
+          send(template, "bt-nack", "duplicate", "order-no", "N-0");
+          send(template, "bt-nack", "a", "order-no", "N-1");
+          send(template, "bt-nack", "nack me once", "order-no", "N-2");
+          send(template, "bt-nack", "b", "order-no", "N-3");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-nack") == 5);
+    for (String key : List.of("N-0", "N-1", "N-2", "N-3")) {
+      assertThat(effects("nack", key)).as(key).isEqualTo(1);
+      assertThat(store.find(DedupKey.of("nack", key)).orElseThrow().status())
+          .isEqualTo(DedupStatus.SUCCESS);
+    }
+    // N-2 was at index 1 of the list the method got, index 2 of the container's batch.
+    assertThat(Switches.batches.get("bt-nack"))
+        .containsExactly(List.of("N-0"), List.of("N-1", "N-2", "N-3"), List.of("N-2", "N-3"));
+    assertThat(store.find(DedupKey.of("nack", "N-1")).orElseThrow().attempts()).isEqualTo(1);
+    assertThat(store.find(DedupKey.of("nack", "N-2")).orElseThrow().attempts()).isEqualTo(2);
+  }
+
+  @Test
+  void keylessRecordIsDeadLetteredOnceAndTheOthersAreApplied() throws Exception {
+    inOneBatch(
+        "bt-keyless",
+        () -> {
+          send(template, "bt-keyless", "before", "order-no", "K-1");
+          send(template, "bt-keyless", "without key");
+          send(template, "bt-keyless", "after", "order-no", "K-2");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-keyless") == 3);
+    assertThat(effects("keyless", "K-1")).isEqualTo(1);
+    assertThat(effects("keyless", "K-2")).isEqualTo(1);
+    List<ConsumerRecord<String, String>> dead = readTopic(kafka, "bt-keyless.DLT", 1, WAIT);
+    assertThat(dead).extracting(ConsumerRecord::value).containsExactly("without key");
+    assertThat(deadLetterReason(dead.get(0)))
+        .contains(DedupKeyMissingException.class.getName())
+        .contains("bt-keyless-0@1");
+    // Refused once: a retry would have counted the missing key again.
+    assertThat(outcomes("keyless", "missing_key")).isEqualTo(1);
+    assertThat(readTopic(kafka, "bt-keyless.DLT", 2, Duration.ofSeconds(2))).hasSize(1);
+  }
+
+  @Test
+  void recordInProgressElsewhereStopsTheBatchThereAndWaitsInsteadOfBeingSkipped() throws Exception {
+    IdempotentExecutor other = IdempotentExecutor.builder(store).ownerId("other-consumer").build();
+    try {
+      DedupClaim held = other.claim(DedupKey.of("held", "H-2"), null, "another consumer");
+      inOneBatch(
+          "bt-held",
+          () -> {
+            send(template, "bt-held", "a", "order-no", "H-1");
+            send(template, "bt-held", "b", "order-no", "H-2");
+            send(template, "bt-held", "c", "order-no", "H-3");
+          });
+
+      await().atMost(WAIT).until(() -> committed("bt-held") == 1);
+      assertThat(effects("held", "H-1")).isEqualTo(1);
+      // Many times the error handler's 3 retries of 50 ms: never skipped, nothing past it.
+      Thread.sleep(3000);
+      assertThat(committed("bt-held")).isEqualTo(1);
+      assertThat(effects("held", "H-2")).isZero();
+      assertThat(effects("held", "H-3")).isZero();
+      assertThat(readTopic(kafka, "bt-held.DLT", 1, Duration.ofMillis(500))).isEmpty();
+
+      held.fail(new IllegalStateException("the other consumer gave up"));
+      await().atMost(WAIT).until(() -> committed("bt-held") == 3);
+      assertThat(effects("held", "H-1")).isEqualTo(1);
+      assertThat(effects("held", "H-2")).isEqualTo(1);
+      assertThat(effects("held", "H-3")).isEqualTo(1);
+      assertThat(store.find(DedupKey.of("held", "H-3")).orElseThrow().attempts())
+          .as("released, not counted, while H-2 was held")
+          .isEqualTo(1);
+    } finally {
+      other.close();
+    }
+  }
+
+  /**
+   * Sends {@code batch} while the listener of {@code topic} is stopped, then starts it: its new
+   * consumer fetches them together (a paused one may still hand over a fetch already under way).
+   */
+  private void inOneBatch(String topic, ThrowingRunnable batch) throws Exception {
+    MessageListenerContainer container = containers.getListenerContainer(topic);
+    ContainerTestUtils.waitForAssignment(container, 1);
+    container.stop();
+    batch.run();
+    container.start();
+  }
+
+  interface ThrowingRunnable {
+    void run() throws Exception;
+  }
+
+  /** The group's committed offset of partition 0 (the listener id is the topic and the group). */
+  private long committed(String topic) throws Exception {
+    OffsetAndMetadata offset =
+        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), topic, topic, 0);
+    return offset == null ? -1 : offset.offset();
+  }
+
+  private int effects(String listener, String bizKey) {
+    return SpringTestEnvironment.effects(jdbc, listener, bizKey);
+  }
+
+  private double outcomes(String bizType, String outcome) {
+    return SpringTestEnvironment.outcomes(registry, bizType, outcome);
+  }
+
+  @SpringBootConfiguration
+  @EnableAutoConfiguration
+  static class App {
+    @Bean
+    SimpleMeterRegistry meterRegistry() {
+      return new SimpleMeterRegistry();
+    }
+
+    @Bean
+    DefaultErrorHandler errorHandler(KafkaTemplate<String, String> template) {
+      DeadLetterPublishingRecoverer recoverer =
+          new DeadLetterPublishingRecoverer(
+              template, (record, e) -> new TopicPartition(record.topic() + ".DLT", 0));
+      return new DefaultErrorHandler(recoverer, new FixedBackOff(50, 3));
+    }
+
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> manualAckFactory(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      ConcurrentKafkaListenerContainerFactory<Object, Object> factory =
+          new ConcurrentKafkaListenerContainerFactory<>();
+      configurer.configure(factory, consumerFactory);
+      factory.getContainerProperties().setAckMode(ContainerProperties.AckMode.MANUAL);
+      return factory;
+    }
+
+    @Bean
+    Listeners listeners(JdbcTemplate jdbc) {
+      return new Listeners(jdbc);
+    }
+  }
+
+  /** State the test reads; not a proxied bean, so fields are the real ones. */
+  static final class Switches {
+    /** Per topic, the keys of each list a listener was given. */
+    static final Map<String, List<List<String>>> batches = new ConcurrentHashMap<>();
+
+    /** Per key, how often a listener was given its record. */
+    static final Map<String, AtomicInteger> calls = new ConcurrentHashMap<>();
+
+    static void seen(String topic, List<String> keys) {
+      batches.computeIfAbsent(topic, t -> new CopyOnWriteArrayList<>()).add(keys);
+      keys.forEach(key -> calls.computeIfAbsent(key, k -> new AtomicInteger()).incrementAndGet());
+    }
+  }
+
+  static class Listeners {
+    final JdbcTemplate jdbc;
+
+    Listeners(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
+
+    void effect(String listener, String bizKey, String payload) {
+      jdbc.update(
+          "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
+          listener,
+          bizKey,
+          payload);
+    }
+
+    private static List<String> keys(List<ConsumerRecord<String, String>> records) {
+      return records.stream().map(record -> header(record, "order-no")).toList();
+    }
+
+    @Idempotent(bizType = "dups", header = "order-no")
+    @KafkaListener(id = "bt-dups", topics = "bt-dups", batch = "true")
+    public void onDups(List<ConsumerRecord<String, String>> records) {
+      Switches.seen("bt-dups", keys(records));
+      records.forEach(r -> effect("dups", header(r, "order-no"), r.value()));
+    }
+
+    @Idempotent(bizType = "fail", header = "order-no")
+    @KafkaListener(id = "bt-fail", topics = "bt-fail", batch = "true")
+    public void onFail(List<ConsumerRecord<String, String>> records) {
+      Switches.seen("bt-fail", keys(records));
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<String, String> record = records.get(i);
+        String key = header(record, "order-no");
+        if (record.value().equals("fails once") && Switches.calls.get(key).get() == 1) {
+          throw new BatchListenerFailedException(
+              "downstream timeout", new IllegalStateException("downstream timeout"), i);
+        }
+        effect("fail", key, record.value());
+      }
+    }
+
+    @Idempotent(bizType = "plain", header = "order-no")
+    @KafkaListener(id = "bt-plain", topics = "bt-plain", batch = "true")
+    public void onPlain(List<ConsumerRecord<String, String>> records) {
+      Switches.seen("bt-plain", keys(records));
+      if (Switches.calls.get("P-1").get() == 1) {
+        throw new IllegalStateException("the whole batch failed");
+      }
+      records.forEach(r -> effect("plain", header(r, "order-no"), r.value()));
+    }
+
+    @Idempotent(bizType = "message", key = "#headers['order-no']")
+    @KafkaListener(id = "bt-message", topics = "bt-message", batch = "true")
+    public void onMessages(List<Message<String>> messages) {
+      Switches.seen(
+          "bt-message",
+          messages.stream()
+              .map(
+                  m -> {
+                    Object key = m.getHeaders().get("order-no");
+                    return key instanceof byte[] bytes ? new String(bytes) : String.valueOf(key);
+                  })
+              .toList());
+      for (Message<String> message : messages) {
+        Object key = message.getHeaders().get("order-no");
+        effect(
+            "message",
+            key instanceof byte[] bytes ? new String(bytes) : String.valueOf(key),
+            message.getPayload());
+      }
+    }
+
+    @Idempotent(bizType = "manual", header = "order-no")
+    @KafkaListener(
+        id = "bt-manual",
+        topics = "bt-manual",
+        batch = "true",
+        containerFactory = "manualAckFactory")
+    public void onManual(List<ConsumerRecord<String, String>> records, Acknowledgment ack) {
+      Switches.seen("bt-manual", keys(records));
+      records.forEach(r -> effect("manual", header(r, "order-no"), r.value()));
+      ack.acknowledge();
+    }
+
+    @Idempotent(bizType = "held", header = "order-no")
+    @KafkaListener(id = "bt-held", topics = "bt-held", batch = "true")
+    public void onHeld(List<ConsumerRecord<String, String>> records) {
+      Switches.seen("bt-held", keys(records));
+      records.forEach(r -> effect("held", header(r, "order-no"), r.value()));
+    }
+
+    @Idempotent(bizType = "records", header = "order-no")
+    @KafkaListener(id = "bt-records", topics = "bt-records", batch = "true")
+    public void onConsumerRecords(ConsumerRecords<String, String> records) {
+      List<ConsumerRecord<String, String>> list = new ArrayList<>();
+      records.forEach(list::add);
+      Switches.seen("bt-records", keys(list));
+      list.forEach(r -> effect("records", header(r, "order-no"), r.value()));
+    }
+
+    @Idempotent(bizType = "nack", header = "order-no")
+    @KafkaListener(
+        id = "bt-nack",
+        topics = "bt-nack",
+        batch = "true",
+        containerFactory = "manualAckFactory")
+    public void onNack(List<ConsumerRecord<String, String>> records, Acknowledgment ack) {
+      Switches.seen("bt-nack", keys(records));
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<String, String> record = records.get(i);
+        String key = header(record, "order-no");
+        if (record.value().equals("nack me once") && Switches.calls.get(key).get() == 1) {
+          ack.nack(i, Duration.ofMillis(100));
+          return;
+        }
+        effect("nack", key, record.value());
+      }
+      ack.acknowledge();
+    }
+
+    @Idempotent(bizType = "keyless", header = "order-no")
+    @KafkaListener(id = "bt-keyless", topics = "bt-keyless", batch = "true")
+    public void onKeyless(List<ConsumerRecord<String, String>> records) {
+      Switches.seen("bt-keyless", keys(records));
+      records.forEach(r -> effect("keyless", header(r, "order-no"), r.value()));
+    }
+  }
+}

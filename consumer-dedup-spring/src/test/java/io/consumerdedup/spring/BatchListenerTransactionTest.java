@@ -1,0 +1,132 @@
+package io.consumerdedup.spring;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.core.DedupConfigurationException;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupStore;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.SpringBootConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.BatchInterceptor;
+import org.springframework.kafka.test.EmbeddedKafkaBroker;
+import org.springframework.kafka.test.context.EmbeddedKafka;
+import org.springframework.kafka.test.utils.KafkaTestUtils;
+import org.springframework.test.annotation.DirtiesContext;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/**
+ * A batch listener whose container runs Kafka transactions is not supported: its batch waits,
+ * logged with the reason and the remedy, and nothing is claimed, invoked or committed (rather than
+ * SUCCESS written before the transaction commits, or offsets committed for a batch that rolls
+ * back).
+ */
+@SpringBootTest(
+    classes = BatchListenerTransactionTest.App.class,
+    properties = {
+      "spring.kafka.producer.transaction-id-prefix=dedup-batch-tx-",
+      "spring.kafka.consumer.properties.isolation.level=read_committed",
+      "consumer-dedup.hold.initial-backoff=200ms",
+      "consumer-dedup.hold.max-backoff=400ms"
+    })
+@EmbeddedKafka(
+    partitions = 1,
+    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
+    topics = {"btx-orders"},
+    brokerProperties = {
+      "transaction.state.log.replication.factor=1",
+      "transaction.state.log.min.isr=1"
+    })
+@DirtiesContext
+class BatchListenerTransactionTest {
+  static final Duration WAIT = Duration.ofSeconds(60);
+  static final List<String> failures = new CopyOnWriteArrayList<>();
+  static final AtomicInteger calls = new AtomicInteger();
+
+  @DynamicPropertySource
+  static void environment(DynamicPropertyRegistry registry) {
+    SpringTestEnvironment.prepare(registry, "spring_batch_tx");
+  }
+
+  @Autowired EmbeddedKafkaBroker kafka;
+  @Autowired KafkaTemplate<String, String> template;
+  @Autowired DedupStore store;
+
+  @Test
+  void batchInAKafkaTransactionIsHeldNamingTheListenerAndTheRemedy() throws Exception {
+    send("book 1", "BTX-1");
+    send("book 2", "BTX-2");
+
+    await().atMost(WAIT).until(() -> failures.size() >= 2);
+    assertThat(failures.get(0))
+        .contains(DedupConfigurationException.class.getName())
+        .contains("BatchListenerTransactionTest$Listeners#book")
+        .contains("runs in a transaction of its container (Kafka's)")
+        .contains("make it a record listener");
+    assertThat(calls).hasValue(0);
+    assertThat(store.find(DedupKey.of("btx", "BTX-1"))).isEmpty();
+    OffsetAndMetadata committed =
+        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), "btx-orders", "btx-orders", 0);
+    assertThat(committed == null ? -1 : committed.offset()).isLessThanOrEqualTo(0);
+  }
+
+  private void send(String value, String orderNo) throws Exception {
+    ProducerRecord<String, String> record = new ProducerRecord<>("btx-orders", value);
+    record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+    template.executeInTransaction(t -> t.send(record)).get();
+  }
+
+  @SpringBootConfiguration
+  @EnableAutoConfiguration
+  static class App {
+    @Bean
+    Listeners listeners() {
+      return new Listeners();
+    }
+
+    /** Records what each failed batch threw, with every cause. */
+    @Bean
+    BatchInterceptor<Object, Object> failureRecorder() {
+      return new BatchInterceptor<>() {
+        @Override
+        public ConsumerRecords<Object, Object> intercept(
+            ConsumerRecords<Object, Object> records, Consumer<Object, Object> consumer) {
+          return records;
+        }
+
+        @Override
+        public void failure(
+            ConsumerRecords<Object, Object> records,
+            Exception exception,
+            Consumer<Object, Object> consumer) {
+          failures.add(SpringTestEnvironment.causes(exception));
+        }
+      };
+    }
+  }
+
+  static class Listeners {
+    @Idempotent(bizType = "btx", header = "order-no")
+    @KafkaListener(id = "btx-orders", topics = "btx-orders", batch = "true")
+    public void book(List<ConsumerRecord<String, String>> records) {
+      calls.incrementAndGet();
+    }
+  }
+}
