@@ -2,6 +2,7 @@ package io.consumerdedup.spring;
 
 import io.consumerdedup.kafka.DedupPollLoop;
 import io.consumerdedup.spring.internal.CurrentBatch;
+import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;

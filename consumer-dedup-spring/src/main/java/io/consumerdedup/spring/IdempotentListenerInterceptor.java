@@ -8,6 +8,7 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
+import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.lang.reflect.Method;
 import java.time.Duration;

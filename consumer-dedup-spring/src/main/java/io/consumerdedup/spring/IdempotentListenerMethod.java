@@ -8,6 +8,7 @@ import io.consumerdedup.kafka.KeyExtractor;
 import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordSources;
+import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import java.lang.reflect.Method;
 import java.lang.reflect.Modifier;
 import java.lang.reflect.ParameterizedType;

@@ -26,6 +26,9 @@ import org.springframework.util.ReflectionUtils;
  * commit); the one for mode TRANSACTIONAL goes last, inside the transaction, which the dedup row
  * joins. This post-processor runs before spring-kafka's {@code
  * KafkaListenerAnnotationBeanPostProcessor}, so the listener endpoints invoke the proxy.
+ *
+ * <p>Internal: the auto-configuration registers it; it is public only for that. Not API, may change
+ * in any release.
  */
 public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdvisingPostProcessor {
   private static final long serialVersionUID = 1L;

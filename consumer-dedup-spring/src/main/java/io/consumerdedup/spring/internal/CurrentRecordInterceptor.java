@@ -1,6 +1,5 @@
-package io.consumerdedup.spring;
+package io.consumerdedup.spring.internal;
 
-import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.util.Optional;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -8,13 +7,14 @@ import org.jspecify.annotations.Nullable;
 import org.springframework.kafka.listener.RecordInterceptor;
 
 /**
- * The container's side of {@link Idempotent} listeners, one instance for every container ({@link
- * DedupContainers#configure} adds it):
+ * The container's side of {@link io.consumerdedup.spring.Idempotent} listeners, one instance for
+ * every container ({@link io.consumerdedup.spring.DedupContainers#configure} adds it):
  *
  * <ul>
  *   <li>it remembers, on the consumer thread, the record the container is about to hand to the
- *       listener, so that {@link IdempotentListenerInterceptor} reads the record's headers, topic
- *       and offset even when the listener method takes only a converted payload;
+ *       listener, so that {@link io.consumerdedup.spring.IdempotentListenerInterceptor} reads the
+ *       record's headers, topic and offset even when the listener method takes only a converted
+ *       payload;
  *   <li>when the container is done with a record, its transaction included ({@code afterRecord}),
  *       it writes the outcome a listener left to that moment (in a Kafka transaction);
  *   <li>a claim still open when the next record arrives, or when the consumer thread clears its
@@ -37,7 +37,7 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
   }
 
   /** Whether {@code record} is the one the container is delivering on this thread. */
-  static boolean isCurrent(ConsumerRecord<?, ?> record) {
+  public static boolean isCurrent(ConsumerRecord<?, ?> record) {
     ConsumerRecord<?, ?> current = CURRENT.get();
     return current != null
         && current.offset() == record.offset()
