@@ -1,0 +1,102 @@
+package io.consumerdedup.faults;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
+
+/**
+ * Prints the fault matrix of the run (a Markdown table, pasted as is into docs/reliability.md) and
+ * the one RELIABILITY line, and exits non-zero when a scenario failed, a test outside the scenarios
+ * failed, or no scenario ran. Arguments: the results directory, the surefire reports directory.
+ */
+public final class ReliabilityReport {
+  private static final Pattern COUNTS =
+      Pattern.compile(
+          "<testsuite[^>]*?\\s(failures|errors)=\"(\\d+)\"[^>]*?\\s(failures|errors)=\"(\\d+)\"");
+
+  private ReliabilityReport() {}
+
+  public static void main(String[] args) throws IOException {
+    Path results = Path.of(args[0]);
+    Path reports = Path.of(args[1]);
+    Path file = results.resolve(Reliability.SCENARIOS_FILE);
+    List<String[]> rows =
+        Files.exists(file)
+            ? Files.readAllLines(file, StandardCharsets.UTF_8).stream()
+                .filter(line -> !line.isBlank())
+                .map(line -> line.split("\t", -1))
+                .toList()
+            : List.of();
+    String seed =
+        Files.exists(results.resolve(Reliability.SEED_FILE))
+            ? Files.readString(results.resolve(Reliability.SEED_FILE)).trim()
+            : "none";
+    System.out.println();
+    System.out.println("| " + String.join(" | ", Reliability.columns().subList(0, 12)) + " |");
+    System.out.println("|" + "---|".repeat(12));
+    for (String[] row : rows) {
+      System.out.println("| " + String.join(" | ", List.of(row).subList(0, 12)) + " |");
+    }
+    int failed = 0;
+    long lost = 0;
+    long duplicatesSeparate = 0;
+    long window = 0;
+    long duplicatesTransactional = 0;
+    for (String[] row : rows) {
+      if (!row[2].equals("passed")) {
+        failed++;
+        System.out.println("FAILED " + row[0] + ": " + row[12]);
+      }
+      lost += Long.parseLong(row[4]);
+      if (row[1].startsWith("TRANSACTIONAL")) {
+        duplicatesTransactional += Long.parseLong(row[5]);
+      } else {
+        duplicatesSeparate += Long.parseLong(row[5]);
+        window += Long.parseLong(row[6]);
+      }
+    }
+    int testFailures = surefireFailures(reports);
+    System.out.println();
+    System.out.printf(
+        "RELIABILITY scenarios=%d failed=%d lost=%d duplicates_separate=%d kills_after_handler=%d"
+            + " duplicates_transactional=%d seed=%s%n",
+        rows.size(),
+        Math.max(failed, testFailures),
+        lost,
+        duplicatesSeparate,
+        window,
+        duplicatesTransactional,
+        seed);
+    if (rows.isEmpty() || failed > 0 || testFailures > 0) {
+      System.out.println(
+          "The fault-injection suite failed: "
+              + (rows.isEmpty()
+                  ? "no scenario ran"
+                  : failed + " scenario(s), " + testFailures + " test(s)"));
+      System.exit(1);
+    }
+  }
+
+  /** Failures and errors of every test class, from surefire's XML reports. */
+  private static int surefireFailures(Path reports) throws IOException {
+    if (!Files.isDirectory(reports)) {
+      return 0;
+    }
+    int total = 0;
+    try (Stream<Path> files = Files.list(reports)) {
+      for (Path xml : files.filter(p -> p.getFileName().toString().endsWith(".xml")).toList()) {
+        String text = Files.readString(xml);
+        Matcher m = COUNTS.matcher(text);
+        if (m.find()) {
+          total += Integer.parseInt(m.group(2)) + Integer.parseInt(m.group(4));
+        }
+      }
+    }
+    return total;
+  }
+}
