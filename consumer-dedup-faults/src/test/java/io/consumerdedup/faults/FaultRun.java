@@ -71,6 +71,7 @@ final class FaultRun implements AutoCloseable {
   private final AtomicInteger consumerNumbers = new AtomicInteger();
   private final Map<String, String> extraArgs = new HashMap<>();
   private TcpProxy proxy;
+  private final List<TcpProxy> extraProxies = new ArrayList<>();
   private Thread offsetWatcher;
   private volatile boolean watching;
   int window;
@@ -105,6 +106,13 @@ final class FaultRun implements AutoCloseable {
       proxy = TcpProxy.forPostgres();
     }
     return proxy;
+  }
+
+  /** Another proxy to the database, for one consumer alone; closed with the run. */
+  TcpProxy newProxy() {
+    TcpProxy extra = TcpProxy.forPostgres();
+    extraProxies.add(extra);
+    return extra;
   }
 
   void consumerArg(String key, String value) {
@@ -187,6 +195,11 @@ final class FaultRun implements AutoCloseable {
 
   /** Starts a consumer in {@code slot} (its static group membership), optionally with a fault. */
   ChildJvm start(String slot, String fault) {
+    return start(slot, fault, proxy);
+  }
+
+  /** As {@link #start(String, String)}, its dedup connections through {@code via} (or direct). */
+  ChildJvm start(String slot, String fault, TcpProxy via) {
     String consumer = slot + "-" + consumerNumbers.incrementAndGet();
     List<String> args = new ArrayList<>();
     args.add("name=" + consumer);
@@ -196,7 +209,7 @@ final class FaultRun implements AutoCloseable {
     args.add("bootstrap=" + TestKafka.bootstrapServers());
     String direct = TestDatabase.url(schema);
     args.add(
-        "dedupJdbc=" + (proxy == null ? direct : proxy.rewrite(direct)) + "&cancelSignalTimeout=1");
+        "dedupJdbc=" + (via == null ? direct : via.rewrite(direct)) + "&cancelSignalTimeout=1");
     args.add("effectsJdbc=" + direct);
     args.add("mode=" + mode);
     args.add("batched=" + batched);
@@ -232,6 +245,19 @@ final class FaultRun implements AutoCloseable {
   void kill(ChildJvm child) throws InterruptedException {
     child.kill();
     crashed(child);
+  }
+
+  /** Records a consumer that halted at its fault point on its own, seen after the fact. */
+  void halted(ChildJvm child) throws InterruptedException {
+    crashed(child);
+  }
+
+  /**
+   * Counts the records {@code child} (alive, but cut off from the database) applied without
+   * SUCCESS: the window a zombie whose lease runs out leaves.
+   */
+  void measureWindowOf(ChildJvm child) {
+    window += appliedWithoutSuccess(names.get(child));
   }
 
   private void crashed(ChildJvm child) throws InterruptedException {
@@ -592,6 +618,7 @@ final class FaultRun implements AutoCloseable {
     if (proxy != null) {
       proxy.close();
     }
+    extraProxies.forEach(TcpProxy::close);
     TestDatabase.dropSchema(schema);
   }
 }
