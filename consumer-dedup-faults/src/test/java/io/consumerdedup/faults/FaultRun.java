@@ -66,6 +66,7 @@ final class FaultRun implements AutoCloseable {
   final List<Produced> produced = new ArrayList<>();
   final List<ChildJvm> consumers = new ArrayList<>();
   private final Map<ChildJvm, String> names = new HashMap<>();
+  private final Map<ChildJvm, String> faults = new HashMap<>();
   final List<String> notes = new CopyOnWriteArrayList<>();
   private final List<String> violations = new CopyOnWriteArrayList<>();
   private final AtomicInteger consumerNumbers = new AtomicInteger();
@@ -222,6 +223,9 @@ final class FaultRun implements AutoCloseable {
       ChildJvm child = ChildJvm.start(FaultConsumer.class, args.toArray(String[]::new));
       consumers.add(child);
       names.put(child, consumer);
+      if (fault != null) {
+        faults.put(child, fault);
+      }
       return child;
     } catch (java.io.IOException e) {
       throw new IllegalStateException(e);
@@ -283,8 +287,24 @@ final class FaultRun implements AutoCloseable {
 
   /** Stops a consumer cleanly (it commits what is done), as a rolling restart does. */
   void stop(ChildJvm child) throws Exception {
-    child.send("stop");
+    if (child.isAlive()) {
+      try {
+        child.send("stop");
+        child.awaitExit(Duration.ofSeconds(30));
+        if (!child.output().contains("FAULT ")) {
+          return;
+        }
+      } catch (java.io.IOException e) {
+        // It halted at its fault point meanwhile.
+      }
+    }
     child.awaitExit(Duration.ofSeconds(30));
+    crashed(child);
+  }
+
+  /** The fault a consumer was started with, or null. */
+  String faultOf(ChildJvm child) {
+    return faults.get(child);
   }
 
   // ---- waiting for the end
