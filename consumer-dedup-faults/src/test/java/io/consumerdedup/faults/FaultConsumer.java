@@ -24,8 +24,6 @@ import java.util.HashMap;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
-import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -45,7 +43,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * a connection of its own that does not go through the fault proxy, committed at once, so an effect
  * is never lost and a handler that runs twice leaves two rows; in mode TRANSACTIONAL on the
  * record's transaction. Keys starting with {@code poison-} always fail, keys starting with {@code
- * flaky-} fail on their first try in this JVM.
+ * flaky-} fail on their first try (in any consumer, as {@code transient_failures} records).
  *
  * <p>Arguments are {@code name=value} pairs; {@code fault=POINT:ACTION:N} makes the N-th arrival at
  * a {@link FaultPoints.Point} {@code halt} the JVM (a crash: no finally block, no commit, no
@@ -83,7 +81,6 @@ public final class FaultConsumer {
             .mode(transactional ? DedupMode.TRANSACTIONAL : DedupMode.SEPARATE)
             .lease(lease)
             .build();
-    Set<String> failedOnce = ConcurrentHashMap.newKeySet();
     AtomicInteger applied = new AtomicInteger();
     IdempotentRecordHandler<String, String> handler =
         IdempotentRecordHandler.<String, String>builder(executor)
@@ -101,7 +98,7 @@ public final class FaultConsumer {
                   if (key.startsWith("poison-")) {
                     throw new IllegalStateException("poison record " + key + " always fails");
                   }
-                  if (key.startsWith("flaky-") && failedOnce.add(key)) {
+                  if (key.startsWith("flaky-") && firstFailure(effectsPool, key)) {
                     throw new IllegalStateException("transient failure of " + key);
                   }
                   DataSource effects = transactional ? transactions : effectsPool;
@@ -216,6 +213,17 @@ public final class FaultConsumer {
       return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(value));
     } catch (NoSuchAlgorithmException e) {
       throw new IllegalStateException(e);
+    }
+  }
+
+  /** Whether this is the key's first failure, in any consumer: a transient failure fails once. */
+  private static boolean firstFailure(DataSource effects, String key) throws SQLException {
+    try (Connection connection = effects.getConnection();
+        PreparedStatement insert =
+            connection.prepareStatement(
+                "INSERT INTO transient_failures (biz_key) VALUES (?) ON CONFLICT DO NOTHING")) {
+      insert.setString(1, key);
+      return insert.executeUpdate() == 1;
     }
   }
 

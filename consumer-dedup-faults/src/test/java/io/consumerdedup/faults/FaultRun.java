@@ -95,6 +95,7 @@ final class FaultRun implements AutoCloseable {
     execute(
         "CREATE TABLE effects (biz_key text NOT NULL, consumer text NOT NULL,"
             + " at timestamptz NOT NULL DEFAULT clock_timestamp())");
+    execute("CREATE TABLE transient_failures (biz_key text PRIMARY KEY)");
   }
 
   boolean transactional() {
