@@ -60,7 +60,9 @@ public final class ReliabilityReport {
         window += Long.parseLong(row[6]);
       }
     }
-    int testFailures = surefireFailures(reports);
+    Path seedFile = results.resolve(Reliability.SEED_FILE);
+    long runStarted = Files.exists(seedFile) ? Files.getLastModifiedTime(seedFile).toMillis() : 0;
+    int testFailures = surefireFailures(reports, runStarted);
     System.out.println();
     System.out.printf(
         "RELIABILITY scenarios=%d failed=%d lost=%d duplicates_separate=%d kills_after_handler=%d"
@@ -82,14 +84,22 @@ public final class ReliabilityReport {
     }
   }
 
-  /** Failures and errors of every test class, from surefire's XML reports. */
-  private static int surefireFailures(Path reports) throws IOException {
+  /**
+   * Failures and errors of every test class of this run (reports older than its start are left from
+   * an earlier run), from surefire's XML reports.
+   */
+  private static int surefireFailures(Path reports, long runStarted) throws IOException {
     if (!Files.isDirectory(reports)) {
       return 0;
     }
     int total = 0;
     try (Stream<Path> files = Files.list(reports)) {
-      for (Path xml : files.filter(p -> p.getFileName().toString().endsWith(".xml")).toList()) {
+      List<Path> xmls =
+          files
+              .filter(p -> p.getFileName().toString().endsWith(".xml"))
+              .filter(p -> p.toFile().lastModified() >= runStarted)
+              .toList();
+      for (Path xml : xmls) {
         String text = Files.readString(xml);
         Matcher m = COUNTS.matcher(text);
         if (m.find()) {
