@@ -143,11 +143,13 @@ class DatabaseFaultsTest {
           run.watchOffsets();
           // The zombie's handler stalls for 15 s (past max.poll.interval.ms and the lease) after
           // its effect; its dedup connection stalls meanwhile, so its renewals get no reply.
+          // It starts alone, so it holds both partitions when it stalls; the other consumer joins
+          // then, and gets them once the zombie is out of the group (max.poll.interval.ms).
           ChildJvm zombie = run.start("zombie", "AFTER_HANDLER:stall15000:5", zombieLink);
-          ChildJvm other = run.start("other", null, null);
           zombie.awaitLine("FAULT AFTER_HANDLER", START);
           zombieLink.blackhole();
           run.measureWindowOf(zombie);
+          ChildJvm other = run.start("other", null, null);
           zombie.awaitLine("RESUMED", Duration.ofSeconds(30));
           // Let the other consumer take the key over (its lease ran out unrenewed), then let the
           // zombie's connection answer again: its late SUCCESS must be refused.
