@@ -43,7 +43,8 @@ class GroupFaultsTest {
               new ArrayList<>(List.of(run.start("a", null), run.start("b", null)));
           slots.get(0).awaitLine("APPLIED", Duration.ofSeconds(60));
           // Rolling: each consumer stops cleanly and comes back.
-          for (int i = 0; i < slots.size(); i++) {
+          for (int bounce = 0; bounce < 3; bounce++) {
+            int i = bounce % slots.size();
             run.stop(slots.get(i));
             slots.set(i, run.start(i == 0 ? "a" : "b", null));
             slots.get(i).awaitLine("STARTED", Duration.ofSeconds(30));
@@ -55,7 +56,8 @@ class GroupFaultsTest {
           }
           run.start("a", null);
           run.start("b", null);
-          run.notes.add("2 clean restarts one after the other, then both consumers killed at once");
+          run.notes.add(
+              "5 bounces: 3 clean restarts one after the other, then both consumers killed at once");
           run.awaitDone(FINISH);
         });
   }
@@ -63,7 +65,7 @@ class GroupFaultsTest {
   @Test
   void f15ManyThreadsClaimingOneKeyRoundAfterRound() throws Exception {
     int threads = 16;
-    int rounds = 250;
+    int rounds = 1_000;
     Reliability.scenario(
         "F15 " + threads + " threads x " + rounds + " rounds, one key",
         "SEPARATE",

@@ -12,9 +12,9 @@ import org.junit.jupiter.api.Test;
 
 /**
  * A randomized soak: two consumers work through a topic that keeps growing while faults drawn from
- * F1-F9 hit them, one after another, for {@code faults.soakSeconds}. Every draw comes from the
- * printed seed, so {@code -Dfaults.seed=<seed>} replays the same sequence of faults (their exact
- * moments still depend on the machine's timing).
+ * F1-F9 hit them, one after another, for half of {@code faults.soakSeconds} in each mode. Every
+ * draw comes from the printed seed, so {@code -Dfaults.seed=<seed>} replays the same sequence of
+ * faults (their exact moments still depend on the machine's timing).
  */
 class SoakTest {
   static final Duration LEASE = Duration.ofSeconds(2);
@@ -22,16 +22,26 @@ class SoakTest {
   static final String[] POINTS = {"AFTER_HANDLER", "AFTER_SUCCESS_MARK", "AFTER_CLAIM"};
 
   @Test
-  void randomFaultsFromF1ToF9() throws Exception {
-    long seconds = Long.getLong("faults.soakSeconds", 75);
+  void randomFaultsFromF1ToF9ModeSeparate() throws Exception {
+    soak("SEPARATE");
+  }
+
+  @Test
+  void randomFaultsFromF1ToF9ModeTransactional() throws Exception {
+    soak("TRANSACTIONAL");
+  }
+
+  /** Half of {@code faults.soakSeconds} in each mode. */
+  private static void soak(String mode) throws Exception {
+    long seconds = Long.getLong("faults.soakSeconds", 80) / 2;
     String name = "soak " + seconds + " s, F1-F9 at random";
     Reliability.scenario(
         name,
-        "SEPARATE",
+        mode,
         true,
         LEASE,
         run -> {
-          Random random = new Random(Reliability.seed());
+          Random random = new Random(Reliability.seed() ^ mode.hashCode());
           TcpProxy proxy = run.proxy();
           run.consumerArg("handlerMs", "5");
           AtomicBoolean producing = new AtomicBoolean(true);
