@@ -7,7 +7,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.StandardOpenOption;
 import java.time.Duration;
-import java.util.List;
 import java.util.Random;
 
 /**
@@ -110,22 +109,5 @@ final class Reliability {
       throw new UncheckedIOException(e);
     }
     return dir;
-  }
-
-  static List<String> columns() {
-    return List.of(
-        "scenario",
-        "mode",
-        "result",
-        "records",
-        "lost",
-        "duplicates",
-        "window",
-        "kills",
-        "dead-lettered",
-        "recovery ms",
-        "bound ms",
-        "what was checked",
-        "violations");
   }
 }
