@@ -1,5 +1,6 @@
 package io.consumerdedup.core;
 
+import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
 import java.time.Duration;
@@ -114,6 +115,7 @@ public final class DedupClaim {
       return;
     }
     outcomes.complete(key, attempt, source, renewal, handlerTime);
+    FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
   }
 
   /**

@@ -1,6 +1,7 @@
 package io.consumerdedup.core;
 
 import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
 import io.consumerdedup.core.internal.OwnerIds;
@@ -172,6 +173,7 @@ public final class IdempotentExecutor implements AutoCloseable {
       claim.fail(error);
       throw propagate(key, source, error);
     }
+    FaultPoints.reached(FaultPoints.Point.AFTER_HANDLER);
     claim.complete();
     return new DedupResult<>(Outcome.PROCESSED, value, claim.attempt());
   }
@@ -275,6 +277,7 @@ public final class IdempotentExecutor implements AutoCloseable {
   }
 
   private ClaimResult timedClaim(ClaimRequest request, boolean inTransaction, long sentNanos) {
+    FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
     try {
       ClaimResult result = inTransaction ? store.claimInTransaction(request) : store.claim(request);
       unanswered.answered(request.key());
@@ -306,6 +309,7 @@ public final class IdempotentExecutor implements AutoCloseable {
           attempt);
     }
     listener.claimed(key, attempt);
+    FaultPoints.reached(FaultPoints.Point.AFTER_CLAIM);
     if (renewal == null) {
       return DedupClaim.inTransaction(key, attempt, source, listener);
     }
@@ -412,6 +416,7 @@ public final class IdempotentExecutor implements AutoCloseable {
       return List.of();
     }
     DedupKey first = requests.get(0).key();
+    FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
     try {
       List<ClaimResult> results =
           inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);

@@ -4,6 +4,7 @@ import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.nio.ByteBuffer;
 import java.time.Duration;
@@ -601,6 +602,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     if (done.isEmpty()) {
       return;
     }
+    FaultPoints.reached(FaultPoints.Point.BEFORE_OFFSET_COMMIT);
     try {
       consumer.commitSync(done);
       done.clear();

@@ -10,6 +10,7 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
+import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import java.util.ArrayList;
 import java.util.IdentityHashMap;
@@ -139,6 +140,7 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
       claim.fail(e);
       throw new DedupHandlerException(claim.key(), claim.source(), e);
     }
+    FaultPoints.reached(FaultPoints.Point.AFTER_HANDLER);
     current.marks.add(new Mark<>(record, claim.completeAsync()));
     return Outcome.PROCESSED;
   }

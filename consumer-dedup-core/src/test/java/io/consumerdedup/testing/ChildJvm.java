@@ -105,6 +105,11 @@ public final class ChildJvm implements AutoCloseable {
     return process.exitValue();
   }
 
+  /** Whether the JVM is still running (it may have halted itself at a fault point). */
+  public boolean isAlive() {
+    return process.isAlive();
+  }
+
   public String output() {
     synchronized (output) {
       return String.join("\n", output);

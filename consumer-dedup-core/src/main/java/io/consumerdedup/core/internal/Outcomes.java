@@ -166,6 +166,7 @@ public final class Outcomes implements AutoCloseable {
           open.stream().map(outcome -> outcome.renewal.claim()).toList();
       try {
         Set<DedupKey> lost = new HashSet<>(store.completeAll(claims, successRetention));
+        FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
         open.forEach(outcome -> settle(outcome, !lost.contains(outcome.key)));
       } catch (DedupStoreException e) {
         for (Pending outcome : open) {

@@ -1,0 +1,49 @@
+package io.consumerdedup.core.internal;
+
+import org.jspecify.annotations.Nullable;
+
+/**
+ * The moments of a delivery at which the fault-injection suite stops or stalls a consumer, so that
+ * a crash lands exactly where a guarantee is decided rather than wherever a random kill happens to
+ * fall. For tests only: no hook is installed in production, and a point not hooked costs one
+ * volatile read.
+ */
+public final class FaultPoints {
+
+  /** Where a delivery can be interrupted, in the order a delivery passes them. */
+  public enum Point {
+    /** The claim statement is about to be sent. */
+    BEFORE_CLAIM,
+    /** A key was claimed (once per key held); its handler has not run yet. */
+    AFTER_CLAIM,
+    /** The handler returned; its SUCCESS is not written (the window of mode SEPARATE). */
+    AFTER_HANDLER,
+    /** SUCCESS of a key is written; the record's offset is not committed yet. */
+    AFTER_SUCCESS_MARK,
+    /** The poll loop is about to commit offsets. */
+    BEFORE_OFFSET_COMMIT
+  }
+
+  /** What a test does at a point; runs on the thread that reached it. */
+  @FunctionalInterface
+  public interface Hook {
+    void reached(Point point);
+  }
+
+  private static volatile @Nullable Hook hook;
+
+  private FaultPoints() {}
+
+  /** Installs the test's hook, or removes it with null. */
+  public static void install(@Nullable Hook newHook) {
+    hook = newHook;
+  }
+
+  /** Called by the library at {@code point}. */
+  public static void reached(Point point) {
+    Hook current = hook;
+    if (current != null) {
+      current.reached(point);
+    }
+  }
+}

@@ -1,0 +1,96 @@
+package io.consumerdedup.faults;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.consumerdedup.testing.ChildJvm;
+import java.time.Duration;
+import java.util.Random;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Consumers crash (the JVM halts, as a SIGKILL would leave it) at the points where a guarantee is
+ * decided: F1 after the handler, F2 after SUCCESS and before the offset commit, F3 after the claim,
+ * F16 in the middle of a batch, per record and batched, in modes SEPARATE and TRANSACTIONAL. After
+ * each crash a consumer starts in the dead one's place; the last one finishes the topic.
+ */
+class CrashFaultsTest {
+  static final Duration LEASE = Duration.ofSeconds(2);
+  static final Duration CRASH_TIMEOUT = Duration.ofSeconds(60);
+  static final Duration FINISH_TIMEOUT = Duration.ofSeconds(60);
+  static final int RECORDS = 80;
+
+  /**
+   * Runs {@code kills} consumers that each halt at the {@code n}-th arrival at {@code point} (n
+   * drawn from the seed), then one that finishes; returns the verdict.
+   */
+  static FaultRun.Verdict crashes(
+      String name, String mode, boolean batched, String point, int kills) throws Exception {
+    return Reliability.scenario(
+        name,
+        mode,
+        batched,
+        LEASE,
+        run -> {
+          Random random = Reliability.random(name);
+          run.produce(RECORDS, "order-");
+          run.watchOffsets();
+          for (int i = 0; i < kills; i++) {
+            int nth =
+                point.equals("BEFORE_OFFSET_COMMIT")
+                    ? 1 + random.nextInt(2)
+                    : 3 + random.nextInt(batched ? 30 : 15);
+            ChildJvm consumer = run.start("a", point + ":halt:" + nth);
+            run.awaitCrash(consumer, CRASH_TIMEOUT);
+            run.notes.add("halted at " + point + " #" + nth);
+          }
+          run.start("a", null);
+          run.awaitDone(FINISH_TIMEOUT);
+        });
+  }
+
+  @Test
+  void f1KillAfterTheHandlerPerRecordReRunsExactlyTheRecordInTheWindow() throws Exception {
+    FaultRun.Verdict verdict =
+        crashes("F1 kill after handler", "SEPARATE", false, "AFTER_HANDLER", 2);
+    // Per record, each kill after the handler leaves exactly that record applied without SUCCESS.
+    assertThat(verdict.window()).isEqualTo(2);
+    assertThat(verdict.duplicates()).isEqualTo(2);
+  }
+
+  @Test
+  void f1KillAfterTheHandlerBatched() throws Exception {
+    FaultRun.Verdict verdict =
+        crashes("F1 kill after handler", "SEPARATE", true, "AFTER_HANDLER", 2);
+    assertThat(verdict.window()).isGreaterThanOrEqualTo(2);
+  }
+
+  @Test
+  void f2KillAfterSuccessBeforeTheOffsetCommitReAppliesNothing() throws Exception {
+    FaultRun.Verdict verdict =
+        crashes("F2 kill after SUCCESS", "SEPARATE", false, "AFTER_SUCCESS_MARK", 1);
+    assertThat(verdict.duplicates()).isZero();
+  }
+
+  @Test
+  void f2KillBeforeTheOffsetCommitBatched() throws Exception {
+    FaultRun.Verdict verdict =
+        crashes("F2 kill before offset commit", "SEPARATE", true, "BEFORE_OFFSET_COMMIT", 1);
+    assertThat(verdict.duplicates()).isZero();
+  }
+
+  @Test
+  void f3KillAfterTheClaimIsTakenOverOnceTheLeaseRunsOut() throws Exception {
+    FaultRun.Verdict verdict = crashes("F3 kill after claim", "SEPARATE", false, "AFTER_CLAIM", 1);
+    assertThat(verdict.duplicates()).isZero();
+  }
+
+  @Test
+  void f16KillInTheMiddleOfABatchTransactionalPerRecord() throws Exception {
+    crashes("F16 kill mid-batch", "TRANSACTIONAL", false, "AFTER_HANDLER", 1);
+  }
+
+  @Test
+  void f16KillInTheMiddleOfABatchTransactionalPerPoll() throws Exception {
+    crashes("F16 kill mid-batch", "TRANSACTIONAL", true, "AFTER_HANDLER", 1);
+  }
+}

@@ -1,0 +1,195 @@
+package io.consumerdedup.faults;
+
+import io.consumerdedup.testing.ChildJvm;
+import io.consumerdedup.testing.TcpProxy;
+import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.Random;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The database misbehaves between the consumer and PostgreSQL (a TCP proxy): F8 it refuses
+ * connections for seconds, F9 every round trip takes 200 ms more, F6/F7 replies of claims and marks
+ * are lost after the server committed them and connections are cut, F4/F18 a zombie whose
+ * connection stalls (no reply, no reset) during its renewals while another consumer takes over.
+ */
+class DatabaseFaultsTest {
+  static final Duration LEASE = Duration.ofSeconds(3);
+  static final Duration START = Duration.ofSeconds(60);
+  static final Duration FINISH = Duration.ofSeconds(60);
+
+  @Test
+  void f8DatabaseUnreachableForSecondsHoldsRecordsAndAppliesThemOnceAfterwards() throws Exception {
+    String name = "F8 database unreachable";
+    Reliability.scenario(
+        name,
+        "SEPARATE",
+        true,
+        LEASE,
+        run -> {
+          Random random = Reliability.random(name);
+          TcpProxy proxy = run.proxy();
+          run.consumerArg("handlerMs", "20");
+          run.produce(100, "order-");
+          run.watchOffsets();
+          ChildJvm consumer = run.start("a", null);
+          consumer.awaitLine("APPLIED", START);
+          long outage = 5_000 + random.nextInt(5_000);
+          proxy.refuse();
+          run.notes.add("PostgreSQL refused for " + outage + " ms, 50 records produced meanwhile");
+          run.produce(50, "during-outage-");
+          // Handlers of keys claimed before the outage may still finish; after that none runs.
+          Thread.sleep(2_000);
+          long effectsBefore = run.queryLong("SELECT count(*) FROM effects");
+          Thread.sleep(outage - 2_000);
+          long effectsAfter = run.queryLong("SELECT count(*) FROM effects");
+          proxy.pass();
+          run.faultEnded();
+          if (effectsAfter != effectsBefore) {
+            run.violation(
+                "F8: " + (effectsAfter - effectsBefore) + " handlers ran without a claim");
+          }
+          if (proxy.connectionsReset() == 0) {
+            run.violation("F8: the proxy cut no connection: the outage did not happen");
+          }
+          run.awaitDone(FINISH);
+          // Within the store's retry budget (retryMaxDuration, 10 s) a claim waits for the
+          // database; beyond it the record is held and the loop says so.
+          run.notes.add(
+              consumer.output().contains("Dedup store unavailable")
+                  ? "records held (\"Dedup store unavailable ... not committing past it\")"
+                  : "claims waited within the store's retries");
+        });
+  }
+
+  @Test
+  void f9TwoHundredMillisecondsMoreOnEveryRoundTrip() throws Exception {
+    Reliability.scenario(
+        "F9 200 ms database latency",
+        "SEPARATE",
+        true,
+        LEASE,
+        run -> {
+          TcpProxy proxy = run.proxy();
+          proxy.latency(Duration.ofMillis(100)); // each way: 200 ms per round trip
+          long roundTrip = roundTripMillis(proxy, run.schema);
+          if (roundTrip < 200) {
+            run.violation("F9: a round trip through the proxy took " + roundTrip + " ms");
+          }
+          run.notes.add("a SELECT 1 through the proxy took " + roundTrip + " ms");
+          run.produce(100, "order-");
+          run.watchOffsets();
+          run.start("a", null);
+          run.awaitDone(Duration.ofSeconds(90));
+        });
+  }
+
+  @Test
+  void f6f7RepliesOfClaimsAndMarksLostAfterTheCommitAndConnectionsCut() throws Exception {
+    Reliability.scenario(
+        "F6/F7 replies lost, connections cut",
+        "SEPARATE",
+        false,
+        LEASE,
+        run -> {
+          TcpProxy proxy = run.proxy();
+          run.consumerArg("handlerMs", "10");
+          run.produce(120, "order-");
+          run.watchOffsets();
+          ChildJvm consumer = run.start("a", null);
+          consumer.awaitLine("APPLIED", START);
+          long until = System.nanoTime() + Duration.ofSeconds(6).toNanos();
+          int cuts = 0;
+          while (System.nanoTime() < until) {
+            int dropped = proxy.repliesDropped();
+            proxy.dropNextReplyAndCut();
+            long wait = System.nanoTime() + Duration.ofSeconds(2).toNanos();
+            while (proxy.repliesDropped() == dropped && System.nanoTime() < wait) {
+              Thread.sleep(5);
+            }
+            Thread.sleep(150);
+            if (++cuts % 4 == 0) {
+              proxy.cutAll();
+            }
+          }
+          run.faultEnded();
+          run.notes.add(
+              proxy.repliesDropped()
+                  + " replies lost after the server committed, "
+                  + proxy.connectionsReset()
+                  + " connections reset");
+          if (proxy.repliesDropped() < 5) {
+            run.violation("F6/F7: only " + proxy.repliesDropped() + " replies were lost");
+          }
+          run.awaitDone(FINISH);
+        });
+  }
+
+  @Test
+  void f4f18AZombieWhoseConnectionStallsLosesItsLeaseAndItsLateMarkIsRefused() throws Exception {
+    Reliability.scenario(
+        "F4/F18 zombie, stalled connection",
+        "SEPARATE",
+        false,
+        LEASE,
+        run -> {
+          TcpProxy zombieLink = run.newProxy();
+          run.consumerArg("handlerMs", "20");
+          run.consumerArg("maxPollIntervalMs", "6000");
+          run.produce(60, "order-");
+          run.watchOffsets();
+          // The zombie's handler stalls for 15 s (past max.poll.interval.ms and the lease) after
+          // its effect; its dedup connection stalls meanwhile, so its renewals get no reply.
+          // It starts alone, so it holds both partitions when it stalls; the other consumer joins
+          // then, and gets them once the zombie is out of the group (max.poll.interval.ms).
+          ChildJvm zombie = run.start("zombie", "AFTER_HANDLER:stall15000:5", zombieLink);
+          zombie.awaitLine("FAULT AFTER_HANDLER", START);
+          zombieLink.blackhole();
+          run.measureWindowOf(zombie);
+          ChildJvm other = run.start("other", null, null);
+          zombie.awaitLine("RESUMED", Duration.ofSeconds(30));
+          // Let the other consumer take the key over (its lease ran out unrenewed), then let the
+          // zombie's connection answer again: its late SUCCESS must be refused.
+          Thread.sleep(8_000);
+          zombieLink.pass();
+          run.faultEnded();
+          run.awaitDone(FINISH);
+          long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
+          while (!zombie.output().contains("was taken over by another consumer")
+              && System.nanoTime() < deadline) {
+            Thread.sleep(200);
+          }
+          if (!zombie.output().contains("was taken over by another consumer")) {
+            run.violation(
+                "F4: the zombie's late SUCCESS was not refused by fencing; its output:\n"
+                    + tail(zombie.output()));
+          } else {
+            run.notes.add("the zombie's late SUCCESS was refused (lease taken over)");
+          }
+          long takenOver = run.queryLong("SELECT count(*) FROM consumer_dedup WHERE attempts > 1");
+          run.notes.add(takenOver + " key(s) taken over by the other consumer");
+          if (takenOver == 0) {
+            run.violation("F4: no key was taken over: the zombie's lease never ran out");
+          }
+          other.close();
+        });
+  }
+
+  static String tail(String output) {
+    return output.length() > 4000 ? output.substring(output.length() - 4000) : output;
+  }
+
+  private static long roundTripMillis(TcpProxy proxy, String schema) throws Exception {
+    try (Connection connection =
+            DriverManager.getConnection(proxy.rewrite(TestDatabase.url(schema)));
+        Statement statement = connection.createStatement()) {
+      statement.execute("SELECT 1");
+      long start = System.nanoTime();
+      statement.execute("SELECT 1");
+      return (System.nanoTime() - start) / 1_000_000;
+    }
+  }
+}

@@ -1,0 +1,256 @@
+package io.consumerdedup.faults;
+
+import com.zaxxer.hikari.HikariConfig;
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.jdbc.TransactionBoundDataSource;
+import io.consumerdedup.kafka.DedupPollLoop;
+import io.consumerdedup.kafka.IdempotentRecordHandler;
+import io.consumerdedup.kafka.JdbcTransactionalProcessor;
+import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
+import io.consumerdedup.kafka.KeyExtractors;
+import io.consumerdedup.kafka.RecordProcessor;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.security.NoSuchAlgorithmException;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.util.HashMap;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+
+/**
+ * One consumer of the suite, in a JVM of its own: {@link DedupPollLoop} with an {@link
+ * IdempotentRecordHandler} (mode SEPARATE) or inside a {@link JdbcTransactionalProcessor} (mode
+ * TRANSACTIONAL), dead-lettering to {@code <topic>.DLT} with {@link KafkaDeadLetterPublisher}.
+ *
+ * <p>The handler writes its effect as a row of {@code effects} (no unique key): in mode SEPARATE on
+ * a connection of its own that does not go through the fault proxy, committed at once, so an effect
+ * is never lost and a handler that runs twice leaves two rows; in mode TRANSACTIONAL on the
+ * record's transaction. Keys starting with {@code poison-} always fail, keys starting with {@code
+ * flaky-} fail on their first try (in any consumer, as {@code transient_failures} records).
+ *
+ * <p>Arguments are {@code name=value} pairs; {@code fault=POINT:ACTION:N} makes the N-th arrival at
+ * a {@link FaultPoints.Point} {@code halt} the JVM (a crash: no finally block, no commit, no
+ * shutdown hook) or {@code stall<millis>} the thread that reached it. It prints {@code FAULT
+ * <point>} right before the fault, and {@code APPLIED} after its first effect.
+ */
+public final class FaultConsumer {
+  static final String KEY_HEADER = "order-no";
+  static final String BIZ_TYPE = "fault-order";
+
+  private FaultConsumer() {}
+
+  public static void main(String[] args) throws Exception {
+    Map<String, String> spec = new HashMap<>();
+    for (String arg : args) {
+      int eq = arg.indexOf('=');
+      spec.put(arg.substring(0, eq), arg.substring(eq + 1));
+    }
+    String name = spec.get("name");
+    String topic = spec.get("topic");
+    String group = spec.get("group");
+    boolean transactional = "TRANSACTIONAL".equals(spec.get("mode"));
+    boolean batched = Boolean.parseBoolean(spec.getOrDefault("batched", "true"));
+    Duration lease = Duration.ofMillis(Long.parseLong(spec.getOrDefault("leaseMs", "3000")));
+    long handlerMillis = Long.parseLong(spec.getOrDefault("handlerMs", "2"));
+    installFault(spec.get("fault"));
+
+    HikariDataSource dedupPool = pool(spec.get("dedupJdbc"), name + "-dedup", 4);
+    HikariDataSource effectsPool = pool(spec.get("effectsJdbc"), name + "-effects", 2);
+    TransactionBoundDataSource transactions =
+        transactional ? TransactionBoundDataSource.of(dedupPool) : null;
+    DataSource storeSource = transactional ? transactions : dedupPool;
+    IdempotentExecutor executor =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(storeSource).build())
+            .mode(transactional ? DedupMode.TRANSACTIONAL : DedupMode.SEPARATE)
+            .lease(lease)
+            .build();
+    AtomicInteger applied = new AtomicInteger();
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId(group)
+            .claimsPerPoll(batched)
+            .fingerprint(FaultConsumer::fingerprint)
+            .handler(
+                record -> {
+                  String key = keyOf(record);
+                  if (handlerMillis > 0) {
+                    Thread.sleep(handlerMillis);
+                  }
+                  if (key.startsWith("poison-")) {
+                    throw new IllegalStateException("poison record " + key + " always fails");
+                  }
+                  if (key.startsWith("flaky-") && firstFailure(effectsPool, key)) {
+                    throw new IllegalStateException("transient failure of " + key);
+                  }
+                  DataSource effects = transactional ? transactions : effectsPool;
+                  writeEffect(effects, key, name);
+                  if (applied.incrementAndGet() == 1) {
+                    announce("APPLIED");
+                  }
+                })
+            .build();
+    RecordProcessor<String, String> processor =
+        transactional
+            ? (batched
+                ? JdbcTransactionalProcessor.of(transactions, handler)
+                : JdbcTransactionalProcessor.perRecord(transactions, handler))
+            : handler;
+
+    Map<String, Object> producerConfig = new HashMap<>();
+    producerConfig.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, spec.get("bootstrap"));
+    producerConfig.put(ProducerConfig.ACKS_CONFIG, "all");
+    producerConfig.put(ProducerConfig.MAX_REQUEST_SIZE_CONFIG, 2_000_000);
+    KafkaProducer<String, String> dlt =
+        new KafkaProducer<>(producerConfig, new StringSerializer(), new StringSerializer());
+    KafkaProducer<byte[], byte[]> rawDlt =
+        new KafkaProducer<>(producerConfig, new ByteArraySerializer(), new ByteArraySerializer());
+
+    Map<String, Object> consumerConfig = new HashMap<>();
+    consumerConfig.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, spec.get("bootstrap"));
+    consumerConfig.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+    // Static membership: a consumer started in a killed one's place takes its partitions at once.
+    consumerConfig.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, spec.getOrDefault("slot", name));
+    consumerConfig.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+    consumerConfig.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+    consumerConfig.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, 6_000);
+    consumerConfig.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, 1_000);
+    consumerConfig.put(
+        ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG,
+        Integer.parseInt(spec.getOrDefault("maxPollIntervalMs", "20000")));
+    consumerConfig.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 50);
+    consumerConfig.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
+    consumerConfig.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
+    DedupPollLoop<String, String> loop =
+        DedupPollLoop.builder(consumerConfig, List.of(topic), processor)
+            .deadLetterHandler(
+                KafkaDeadLetterPublisher.builder(dlt).rawProducer(rawDlt).groupId(group).build())
+            .maxAttempts(3)
+            .retryBackOff(Duration.ofMillis(200))
+            .holdBackOff(Duration.ofMillis(250), Duration.ofSeconds(1))
+            .build();
+    announce("STARTED");
+    Thread stopper =
+        new Thread(
+            () -> {
+              try {
+                // "stop" on standard input ends the loop cleanly (a bounce, not a crash).
+                var in = new java.io.BufferedReader(new java.io.InputStreamReader(System.in));
+                String line;
+                while ((line = in.readLine()) != null) {
+                  if (line.equals("stop")) {
+                    loop.close();
+                    executor.close();
+                    announce("STOPPED");
+                    Runtime.getRuntime().halt(0);
+                  }
+                }
+              } catch (java.io.IOException e) {
+                // The parent went away: the process is killed with it.
+              }
+            },
+            "stdin-stop");
+    stopper.setDaemon(true);
+    stopper.start();
+    loop.run();
+  }
+
+  private static void installFault(String fault) {
+    if (fault == null || fault.isEmpty()) {
+      return;
+    }
+    String[] parts = fault.split(":");
+    FaultPoints.Point point = FaultPoints.Point.valueOf(parts[0]);
+    String action = parts[1];
+    int nth = Integer.parseInt(parts[2]);
+    AtomicInteger arrivals = new AtomicInteger();
+    FaultPoints.install(
+        reached -> {
+          if (reached != point || arrivals.incrementAndGet() != nth) {
+            return;
+          }
+          announce("FAULT " + point + " " + action);
+          if (action.equals("halt")) {
+            Runtime.getRuntime().halt(137);
+          } else if (action.startsWith("stall")) {
+            try {
+              Thread.sleep(Long.parseLong(action.substring("stall".length())));
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+            announce("RESUMED " + point);
+          }
+        });
+  }
+
+  static String keyOf(ConsumerRecord<String, String> record) {
+    var header = record.headers().lastHeader(KEY_HEADER);
+    return new String(header.value(), StandardCharsets.UTF_8);
+  }
+
+  static String fingerprint(ConsumerRecord<String, String> record) {
+    try {
+      byte[] value =
+          record.value() == null ? new byte[0] : record.value().getBytes(StandardCharsets.UTF_8);
+      return HexFormat.of().formatHex(MessageDigest.getInstance("SHA-256").digest(value));
+    } catch (NoSuchAlgorithmException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /** Whether this is the key's first failure, in any consumer: a transient failure fails once. */
+  private static boolean firstFailure(DataSource effects, String key) throws SQLException {
+    try (Connection connection = effects.getConnection();
+        PreparedStatement insert =
+            connection.prepareStatement(
+                "INSERT INTO transient_failures (biz_key) VALUES (?) ON CONFLICT DO NOTHING")) {
+      insert.setString(1, key);
+      return insert.executeUpdate() == 1;
+    }
+  }
+
+  private static void writeEffect(DataSource effects, String key, String consumer)
+      throws SQLException {
+    try (Connection connection = effects.getConnection();
+        PreparedStatement insert =
+            connection.prepareStatement("INSERT INTO effects (biz_key, consumer) VALUES (?, ?)")) {
+      insert.setString(1, key);
+      insert.setString(2, consumer);
+      insert.executeUpdate();
+    }
+  }
+
+  private static synchronized void announce(String line) {
+    System.out.println(line);
+    System.out.flush();
+  }
+
+  private static HikariDataSource pool(String jdbcUrl, String name, int size) {
+    HikariConfig config = new HikariConfig();
+    config.setJdbcUrl(jdbcUrl);
+    config.setPoolName(name);
+    config.setMaximumPoolSize(size);
+    // A few seconds, so an outage holds records instead of blocking the poll thread for 30 s.
+    config.setConnectionTimeout(3_000);
+    config.setInitializationFailTimeout(-1);
+    return new HikariDataSource(config);
+  }
+}

@@ -1,0 +1,645 @@
+package io.consumerdedup.faults;
+
+import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
+import io.consumerdedup.testing.ChildJvm;
+import io.consumerdedup.testing.TcpProxy;
+import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HexFormat;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.UUID;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
+
+/**
+ * One run of the suite: its own schema (the dedup table and an {@code effects} table without a
+ * unique key), its own topic and dead-letter topic, the records it produced, the consumers it
+ * started (child JVMs of {@link FaultConsumer}) and the faults it injected. {@link #verify()}
+ * checks the invariants on the recorded history once the run is done.
+ *
+ * <ul>
+ *   <li>I1: every produced record's key is SUCCESS, or the record is on the dead-letter topic with
+ *       the reason in a header (nothing lost);
+ *   <li>I2: one effect per SUCCESS key; in mode SEPARATE the extra effects are at most the records
+ *       caught in the window by a kill (applied, SUCCESS not written, measured right after each
+ *       kill), in mode TRANSACTIONAL none;
+ *   <li>I3: no PROCESSING row whose lease has passed;
+ *   <li>I4: the group's committed offsets equal the log end offsets; and while the run went on, no
+ *       offset was committed past a record that was neither SUCCESS, FAILED nor dead-lettered;
+ *   <li>I5: after the last fault, the consumers were done within lease + session timeout + slack.
+ * </ul>
+ */
+final class FaultRun implements AutoCloseable {
+  static final int PARTITIONS = 2;
+  static final Duration SESSION_TIMEOUT = Duration.ofSeconds(6);
+  static final Duration SLACK = Duration.ofSeconds(15);
+
+  /** A produced record and where it landed. */
+  record Produced(String key, String value, int partition, long offset, boolean hasKey) {}
+
+  final String name;
+  final String mode;
+  final boolean batched;
+  final Duration lease;
+  final String schema;
+  final String topic;
+  final String group;
+  final List<Produced> produced = new ArrayList<>();
+  final List<ChildJvm> consumers = new ArrayList<>();
+  private final Map<ChildJvm, String> names = new HashMap<>();
+  private final Map<ChildJvm, String> faults = new HashMap<>();
+  final List<String> notes = new CopyOnWriteArrayList<>();
+  private final List<String> violations = new CopyOnWriteArrayList<>();
+  private final AtomicInteger consumerNumbers = new AtomicInteger();
+  private final Map<String, String> extraArgs = new HashMap<>();
+  private TcpProxy proxy;
+  private final List<TcpProxy> extraProxies = new ArrayList<>();
+  private Thread offsetWatcher;
+  private volatile boolean watching;
+  int window;
+  int kills;
+  long lastFaultEndNanos;
+  long recoveryMillis = -1;
+  private final long startNanos = System.nanoTime();
+
+  FaultRun(String name, String mode, boolean batched, Duration lease) {
+    this.name = name;
+    this.mode = mode;
+    this.batched = batched;
+    this.lease = lease;
+    this.schema = TestDatabase.newSchema("faults");
+    String id = UUID.randomUUID().toString().substring(0, 8);
+    this.topic = "faults-" + name.replaceAll("[^A-Za-z0-9]", "-") + "-" + id;
+    this.group = "faults-group-" + id;
+    TestKafka.createTopics(PARTITIONS, topic);
+    TestKafka.createTopics(1, topic + KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX);
+    execute(
+        "CREATE TABLE effects (biz_key text NOT NULL, consumer text NOT NULL,"
+            + " at timestamptz NOT NULL DEFAULT clock_timestamp())");
+    execute("CREATE TABLE transient_failures (biz_key text PRIMARY KEY)");
+  }
+
+  boolean transactional() {
+    return mode.equals("TRANSACTIONAL");
+  }
+
+  /** The consumers' dedup connections go through this proxy from now on. */
+  TcpProxy proxy() {
+    if (proxy == null) {
+      proxy = TcpProxy.forPostgres();
+    }
+    return proxy;
+  }
+
+  /** Another proxy to the database, for one consumer alone; closed with the run. */
+  TcpProxy newProxy() {
+    TcpProxy extra = TcpProxy.forPostgres();
+    extraProxies.add(extra);
+    return extra;
+  }
+
+  void consumerArg(String key, String value) {
+    extraArgs.put(key, value);
+  }
+
+  // ---- producing
+
+  void produce(int count, String prefix) {
+    List<String[]> records = new ArrayList<>();
+    for (int i = 0; i < count; i++) {
+      records.add(new String[] {prefix + i, "payload of " + prefix + i});
+    }
+    produceAll(records);
+  }
+
+  /**
+   * Produces {key, value} pairs in order, keyed by the order number so a key keeps its partition.
+   */
+  void produceAll(List<String[]> keysAndValues) {
+    try (KafkaProducer<String, String> producer = TestKafka.producer()) {
+      List<java.util.concurrent.Future<RecordMetadata>> sent = new ArrayList<>();
+      for (String[] kv : keysAndValues) {
+        ProducerRecord<String, String> record = new ProducerRecord<>(topic, kv[0], kv[1]);
+        record.headers().add(FaultConsumer.KEY_HEADER, kv[0].getBytes(StandardCharsets.UTF_8));
+        sent.add(producer.send(record));
+      }
+      for (int i = 0; i < sent.size(); i++) {
+        RecordMetadata metadata = sent.get(i).get();
+        String[] kv = keysAndValues.get(i);
+        produced.add(new Produced(kv[0], kv[1], metadata.partition(), metadata.offset(), true));
+      }
+    } catch (Exception e) {
+      throw new IllegalStateException("Could not produce to " + topic, e);
+    }
+  }
+
+  /** Produces a record as given (bad input); {@code key} is what a user would call its key. */
+  void produceRaw(String label, byte[] recordKey, byte[] value, List<Header> headers) {
+    try (KafkaProducer<byte[], byte[]> producer = rawProducer()) {
+      ProducerRecord<byte[], byte[]> record =
+          new ProducerRecord<>(topic, 0, recordKey, value, new ArrayList<>(headers));
+      RecordMetadata metadata = producer.send(record).get();
+      Header last = null;
+      for (Header header : headers) {
+        if (header.key().equals(FaultConsumer.KEY_HEADER)) {
+          last = header;
+        }
+      }
+      produced.add(
+          new Produced(
+              last == null ? label : new String(last.value(), StandardCharsets.UTF_8),
+              label,
+              metadata.partition(),
+              metadata.offset(),
+              false));
+    } catch (Exception e) {
+      throw new IllegalStateException("Could not produce " + label, e);
+    }
+  }
+
+  static Header keyHeader(byte[] value) {
+    return new RecordHeader(FaultConsumer.KEY_HEADER, value);
+  }
+
+  private static KafkaProducer<byte[], byte[]> rawProducer() {
+    Map<String, Object> config = new HashMap<>();
+    config.put(
+        org.apache.kafka.clients.producer.ProducerConfig.BOOTSTRAP_SERVERS_CONFIG,
+        TestKafka.bootstrapServers());
+    config.put(org.apache.kafka.clients.producer.ProducerConfig.ACKS_CONFIG, "all");
+    config.put(org.apache.kafka.clients.producer.ProducerConfig.MAX_REQUEST_SIZE_CONFIG, 2_000_000);
+    return new KafkaProducer<>(
+        config,
+        new org.apache.kafka.common.serialization.ByteArraySerializer(),
+        new org.apache.kafka.common.serialization.ByteArraySerializer());
+  }
+
+  // ---- consumers
+
+  /** Starts a consumer in {@code slot} (its static group membership), optionally with a fault. */
+  ChildJvm start(String slot, String fault) {
+    return start(slot, fault, proxy);
+  }
+
+  /** As {@link #start(String, String)}, its dedup connections through {@code via} (or direct). */
+  ChildJvm start(String slot, String fault, TcpProxy via) {
+    String consumer = slot + "-" + consumerNumbers.incrementAndGet();
+    List<String> args = new ArrayList<>();
+    args.add("name=" + consumer);
+    args.add("slot=" + group + "-" + slot);
+    args.add("topic=" + topic);
+    args.add("group=" + group);
+    args.add("bootstrap=" + TestKafka.bootstrapServers());
+    String direct = TestDatabase.url(schema);
+    args.add(
+        "dedupJdbc=" + (via == null ? direct : via.rewrite(direct)) + "&cancelSignalTimeout=1");
+    args.add("effectsJdbc=" + direct);
+    args.add("mode=" + mode);
+    args.add("batched=" + batched);
+    args.add("leaseMs=" + lease.toMillis());
+    if (fault != null) {
+      args.add("fault=" + fault);
+    }
+    extraArgs.forEach((k, v) -> args.add(k + "=" + v));
+    try {
+      ChildJvm child = ChildJvm.start(FaultConsumer.class, args.toArray(String[]::new));
+      consumers.add(child);
+      names.put(child, consumer);
+      if (fault != null) {
+        faults.put(child, fault);
+      }
+      return child;
+    } catch (java.io.IOException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /**
+   * Waits for a consumer to crash at its fault point, checks that the fault happened, and measures
+   * the records it applied without their SUCCESS (the window).
+   */
+  void awaitCrash(ChildJvm child, Duration timeout) throws InterruptedException {
+    child.awaitExit(timeout);
+    String output = child.output();
+    if (!output.contains("FAULT ")) {
+      throw new AssertionError("The consumer ended without reaching its fault point:\n" + output);
+    }
+    crashed(child);
+  }
+
+  /** Kills a consumer (SIGKILL) wherever it is, and measures its window. */
+  void kill(ChildJvm child) throws InterruptedException {
+    child.kill();
+    crashed(child);
+  }
+
+  /** Records a consumer that halted at its fault point on its own, seen after the fact. */
+  void halted(ChildJvm child) throws InterruptedException {
+    crashed(child);
+  }
+
+  /**
+   * Counts the records {@code child} (alive, but cut off from the database) applied without
+   * SUCCESS: the window a zombie whose lease runs out leaves.
+   */
+  void measureWindowOf(ChildJvm child) {
+    window += appliedWithoutSuccess(names.get(child));
+  }
+
+  private void crashed(ChildJvm child) throws InterruptedException {
+    kills++;
+    faultEnded();
+    // A statement sent right before the crash may still commit on the server.
+    Thread.sleep(300);
+    window += appliedWithoutSuccess(names.get(child));
+  }
+
+  void faultEnded() {
+    lastFaultEndNanos = System.nanoTime();
+  }
+
+  /** Effects of {@code consumer} (which is dead) whose key is not SUCCESS. */
+  private int appliedWithoutSuccess(String consumer) {
+    return (int)
+        queryLong(
+            "SELECT count(*) FROM effects e WHERE e.consumer = ? AND NOT EXISTS (SELECT 1 FROM"
+                + " consumer_dedup d WHERE d.biz_key = e.biz_key AND d.status = 'SUCCESS')",
+            consumer);
+  }
+
+  /** Stops a consumer cleanly (it commits what is done), as a rolling restart does. */
+  void stop(ChildJvm child) throws Exception {
+    if (child.isAlive()) {
+      try {
+        child.send("stop");
+        child.awaitExit(Duration.ofSeconds(30));
+        if (!child.output().contains("FAULT ")) {
+          return;
+        }
+      } catch (java.io.IOException e) {
+        // It halted at its fault point meanwhile.
+      }
+    }
+    child.awaitExit(Duration.ofSeconds(30));
+    crashed(child);
+  }
+
+  /** The fault a consumer was started with, or null. */
+  String faultOf(ChildJvm child) {
+    return faults.get(child);
+  }
+
+  // ---- waiting for the end
+
+  /**
+   * Watches the group's committed offsets while the run goes on: an offset committed past a record
+   * whose key is neither SUCCESS nor FAILED (and not dead-lettered) is a violation of I4.
+   */
+  void watchOffsets() {
+    watching = true;
+    offsetWatcher =
+        new Thread(
+            () -> {
+              while (watching) {
+                try {
+                  checkCommittedPastUnsettled();
+                  Thread.sleep(250);
+                } catch (InterruptedException e) {
+                  return;
+                } catch (RuntimeException e) {
+                  // The broker or database briefly unreachable from here: look again.
+                }
+              }
+            },
+            "offset-watcher");
+    offsetWatcher.setDaemon(true);
+    offsetWatcher.start();
+  }
+
+  private void checkCommittedPastUnsettled() {
+    Map<TopicPartition, Long> committed = TestKafka.committedOffsets(group);
+    if (committed.isEmpty()) {
+      return;
+    }
+    Map<String, String> status = statuses();
+    Set<String> deadLettered = null;
+    for (Produced record : produced) {
+      Long upTo = committed.get(new TopicPartition(topic, record.partition()));
+      if (upTo == null || record.offset() >= upTo) {
+        continue;
+      }
+      String state = status.get(storedKey(record.key()));
+      if ("SUCCESS".equals(state) || "FAILED".equals(state)) {
+        continue;
+      }
+      if (deadLettered == null) {
+        deadLettered = deadLetteredOffsets(produced.size(), Duration.ofSeconds(2)).keySet();
+      }
+      if (!deadLettered.contains(coordinates(record))) {
+        violations.add(
+            "I4: offset "
+                + upTo
+                + " of partition "
+                + record.partition()
+                + " committed past "
+                + record.key()
+                + "@"
+                + record.offset()
+                + " whose key is "
+                + state);
+        return;
+      }
+    }
+  }
+
+  /**
+   * Waits until the group has committed every record and no key is in progress; records the time
+   * from the last fault to then (I5).
+   */
+  void awaitDone(Duration timeout) throws InterruptedException {
+    long deadline = System.nanoTime() + timeout.toNanos();
+    while (System.nanoTime() < deadline) {
+      if (allCommitted()
+          && queryLong("SELECT count(*) FROM consumer_dedup WHERE status = 'PROCESSING'") == 0) {
+        long from = lastFaultEndNanos == 0 ? startNanos : lastFaultEndNanos;
+        recoveryMillis = (System.nanoTime() - from) / 1_000_000;
+        return;
+      }
+      Thread.sleep(200);
+    }
+    violations.add(
+        "not done within "
+            + timeout
+            + ": committed "
+            + TestKafka.committedOffsets(group)
+            + ", end "
+            + endOffsets()
+            + "; consumer output:\n"
+            + lastOutput());
+  }
+
+  private String lastOutput() {
+    if (consumers.isEmpty()) {
+      return "";
+    }
+    String out = consumers.get(consumers.size() - 1).output();
+    return out.length() > 6000 ? out.substring(out.length() - 6000) : out;
+  }
+
+  boolean allCommitted() {
+    Map<TopicPartition, Long> committed = TestKafka.committedOffsets(group);
+    Map<TopicPartition, Long> end = endOffsets();
+    for (Map.Entry<TopicPartition, Long> e : end.entrySet()) {
+      if (e.getValue() > 0 && !e.getValue().equals(committed.get(e.getKey()))) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  private Map<TopicPartition, Long> endOffsets() {
+    Map<TopicPartition, Long> end = new HashMap<>();
+    for (int p = 0; p < PARTITIONS; p++) {
+      TopicPartition partition = new TopicPartition(topic, p);
+      end.put(partition, TestKafka.endOffset(partition));
+    }
+    return end;
+  }
+
+  // ---- the invariants
+
+  /** What the run found. */
+  record Verdict(
+      String name,
+      String mode,
+      int records,
+      int lost,
+      int duplicates,
+      int window,
+      int kills,
+      int deadLettered,
+      long recoveryMillis,
+      long recoveryBoundMillis,
+      List<String> violations,
+      List<String> notes) {
+    boolean passed() {
+      return violations.isEmpty();
+    }
+  }
+
+  Verdict verify() throws InterruptedException {
+    watching = false;
+    if (offsetWatcher != null) {
+      offsetWatcher.join(5_000);
+    }
+    for (ChildJvm child : consumers) {
+      child.close();
+    }
+    Map<String, String> status = statuses();
+    Map<String, ConsumerRecord<byte[], byte[]>> dlt =
+        deadLetteredOffsets(produced.size(), Duration.ofSeconds(3));
+    // I1: nothing lost.
+    int lost = 0;
+    for (Produced record : produced) {
+      ConsumerRecord<byte[], byte[]> dead = dlt.get(coordinates(record));
+      if (dead != null) {
+        if (dead.headers().lastHeader(KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER) == null) {
+          violations.add("I1: " + record.key() + " is on the dead-letter topic without a reason");
+        }
+        continue;
+      }
+      String state = status.get(storedKey(record.key()));
+      if (!"SUCCESS".equals(state)) {
+        lost++;
+        violations.add(
+            "I1: "
+                + abbreviate(record.key())
+                + "@"
+                + record.partition()
+                + "/"
+                + record.offset()
+                + " is "
+                + state
+                + " and not on the dead-letter topic");
+      }
+    }
+    // I2: one effect per SUCCESS key.
+    int duplicates =
+        (int)
+            queryLong(
+                "SELECT coalesce(sum(n - 1), 0) FROM (SELECT count(*) AS n FROM effects"
+                    + " GROUP BY biz_key) per_key");
+    long orphans =
+        queryLong(
+            "SELECT count(*) FROM effects e WHERE NOT EXISTS (SELECT 1 FROM consumer_dedup d"
+                + " WHERE d.biz_key = e.biz_key AND d.status = 'SUCCESS')"
+                + " AND length(e.biz_key) <= 256");
+    if (orphans > 0) {
+      violations.add("I2: " + orphans + " effects of keys that are not SUCCESS");
+    }
+    if (transactional() && duplicates > 0) {
+      violations.add("I2: " + duplicates + " duplicate effects in mode TRANSACTIONAL");
+    }
+    if (!transactional() && duplicates > window) {
+      violations.add(
+          "I2: "
+              + duplicates
+              + " duplicate effects, more than the "
+              + window
+              + " records caught in the window by the kills");
+    }
+    // I3: no PROCESSING row whose lease has passed.
+    long expired =
+        queryLong(
+            "SELECT count(*) FROM consumer_dedup WHERE status = 'PROCESSING' AND lease_until < now()");
+    if (expired > 0) {
+      violations.add("I3: " + expired + " PROCESSING rows whose lease has passed");
+    }
+    // I4: everything committed.
+    if (!allCommitted()) {
+      violations.add(
+          "I4: committed " + TestKafka.committedOffsets(group) + " != end " + endOffsets());
+    }
+    // I5: recovery in time.
+    long bound = lease.plus(SESSION_TIMEOUT).plus(SLACK).toMillis();
+    if (lastFaultEndNanos != 0 && recoveryMillis > bound) {
+      violations.add(
+          "I5: recovered " + recoveryMillis + " ms after the last fault, over " + bound + " ms");
+    }
+    return new Verdict(
+        name,
+        mode + (batched ? " batched" : " per-record"),
+        produced.size(),
+        lost,
+        duplicates,
+        window,
+        kills,
+        dlt.size(),
+        recoveryMillis,
+        bound,
+        List.copyOf(violations),
+        List.copyOf(notes));
+  }
+
+  void violation(String text) {
+    violations.add(text);
+  }
+
+  /** The dead-lettered records, by the coordinates of the record they stand for. */
+  Map<String, ConsumerRecord<byte[], byte[]>> deadLetteredOffsets(int atMost, Duration timeout) {
+    String dltTopic = topic + KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX;
+    long expected = TestKafka.endOffset(new TopicPartition(dltTopic, 0));
+    Map<String, ConsumerRecord<byte[], byte[]>> byOrigin = new HashMap<>();
+    if (expected == 0) {
+      return byOrigin;
+    }
+    for (ConsumerRecord<byte[], byte[]> record :
+        TestKafka.readRawFromStart(dltTopic, (int) expected, timeout)) {
+      byOrigin.put(
+          header(record, KafkaDeadLetterPublisher.ORIGINAL_PARTITION_HEADER)
+              + "/"
+              + header(record, KafkaDeadLetterPublisher.ORIGINAL_OFFSET_HEADER),
+          record);
+    }
+    return byOrigin;
+  }
+
+  static String header(ConsumerRecord<byte[], byte[]> record, String name) {
+    Header header = record.headers().lastHeader(name);
+    return header == null ? null : new String(header.value(), StandardCharsets.UTF_8);
+  }
+
+  static String coordinates(Produced record) {
+    return record.partition() + "/" + record.offset();
+  }
+
+  private Map<String, String> statuses() {
+    Map<String, String> status = new HashMap<>();
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement();
+        ResultSet rs = statement.executeQuery("SELECT biz_key, status FROM consumer_dedup")) {
+      while (rs.next()) {
+        status.put(rs.getString(1), rs.getString(2));
+      }
+    } catch (SQLException e) {
+      throw new IllegalStateException(e);
+    }
+    return status;
+  }
+
+  /** The key as the dedup table stores it: over 256 characters, its SHA-256. */
+  static String storedKey(String key) {
+    if (key.length() <= 256) {
+      return key;
+    }
+    try {
+      return "sha256:"
+          + HexFormat.of()
+              .formatHex(
+                  MessageDigest.getInstance("SHA-256")
+                      .digest(key.getBytes(StandardCharsets.UTF_8)));
+    } catch (java.security.NoSuchAlgorithmException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  static String abbreviate(String key) {
+    return key.length() > 40 ? key.substring(0, 40) + "...(" + key.length() + " chars)" : key;
+  }
+
+  long queryLong(String sql, Object... args) {
+    try (Connection connection = TestDatabase.connect(schema);
+        PreparedStatement statement = connection.prepareStatement(sql)) {
+      for (int i = 0; i < args.length; i++) {
+        statement.setObject(i + 1, args[i]);
+      }
+      try (ResultSet rs = statement.executeQuery()) {
+        rs.next();
+        return rs.getLong(1);
+      }
+    } catch (SQLException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  void execute(String sql) {
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      statement.execute(sql);
+    } catch (SQLException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  @Override
+  public void close() throws Exception {
+    watching = false;
+    for (ChildJvm child : consumers) {
+      child.close();
+    }
+    if (proxy != null) {
+      proxy.close();
+    }
+    extraProxies.forEach(TcpProxy::close);
+    TestDatabase.dropSchema(schema);
+  }
+}

@@ -1,0 +1,150 @@
+package io.consumerdedup.faults;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.util.List;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+import java.util.stream.Stream;
+
+/**
+ * Prints the fault matrix of the run (a Markdown table, pasted as is into docs/reliability.md) and
+ * the one RELIABILITY line, and exits non-zero when a scenario failed, a test outside the scenarios
+ * failed, or no scenario ran. Arguments: the results directory, the surefire reports directory.
+ */
+public final class ReliabilityReport {
+  private static final Pattern COUNTS =
+      Pattern.compile(
+          "<testsuite[^>]*?\\s(failures|errors)=\"(\\d+)\"[^>]*?\\s(failures|errors)=\"(\\d+)\"");
+
+  /** The columns of {@code scenarios.tsv}, as {@link Reliability#record} writes them. */
+  private static final List<String> COLUMNS =
+      List.of(
+          "scenario",
+          "mode",
+          "result",
+          "records",
+          "lost",
+          "duplicates",
+          "window",
+          "kills",
+          "dead-lettered",
+          "recovery ms",
+          "bound ms",
+          "what was checked",
+          "violations");
+
+  private ReliabilityReport() {}
+
+  public static void main(String[] args) throws IOException {
+    Path results = Path.of(args[0]);
+    Path reports = Path.of(args[1]);
+    Path file = results.resolve(Reliability.SCENARIOS_FILE);
+    List<String[]> rows =
+        Files.exists(file)
+            ? Files.readAllLines(file, StandardCharsets.UTF_8).stream()
+                .filter(line -> !line.isBlank())
+                .map(line -> line.split("\t", -1))
+                .toList()
+            : List.of();
+    String seed =
+        Files.exists(results.resolve(Reliability.SEED_FILE))
+            ? Files.readString(results.resolve(Reliability.SEED_FILE)).trim()
+            : "none";
+    System.out.println();
+    System.out.println("| " + String.join(" | ", COLUMNS.subList(0, 12)) + " |");
+    System.out.println("|" + "---|".repeat(12));
+    for (String[] row : rows) {
+      System.out.println("| " + String.join(" | ", List.of(row).subList(0, 12)) + " |");
+    }
+    int failed = 0;
+    long lost = 0;
+    long duplicatesSeparate = 0;
+    long window = 0;
+    long duplicatesTransactional = 0;
+    for (String[] row : rows) {
+      if (!row[2].equals("passed")) {
+        failed++;
+        System.out.println("FAILED " + row[0] + ": " + row[12]);
+      }
+      lost += Long.parseLong(row[4]);
+      if (row[1].startsWith("TRANSACTIONAL")) {
+        duplicatesTransactional += Long.parseLong(row[5]);
+      } else {
+        duplicatesSeparate += Long.parseLong(row[5]);
+        window += Long.parseLong(row[6]);
+      }
+    }
+    Path seedFile = results.resolve(Reliability.SEED_FILE);
+    long runStarted = Files.exists(seedFile) ? Files.getLastModifiedTime(seedFile).toMillis() : 0;
+    int testFailures = surefireFailures(reports, runStarted);
+    System.out.println();
+    System.out.printf(
+        "RELIABILITY scenarios=%d failed=%d lost=%d duplicates_separate=%d kills_after_handler=%d"
+            + " duplicates_transactional=%d seed=%s%n",
+        rows.size(),
+        Math.max(failed, testFailures),
+        lost,
+        duplicatesSeparate,
+        window,
+        duplicatesTransactional,
+        seed);
+    boolean chosen = args.length > 2 && !args[2].isBlank() && !args[2].startsWith("${");
+    int expected = chosen ? rows.size() : scenarioTests();
+    if (rows.isEmpty() || failed > 0 || testFailures > 0 || rows.size() < expected) {
+      System.out.println(
+          "The fault-injection suite failed: "
+              + (rows.size() < expected
+                  ? rows.size() + " of " + expected + " scenarios reported (the test JVM died?)"
+                  : failed + " scenario(s), " + testFailures + " test(s)"));
+      System.exit(1);
+    }
+  }
+
+  /** The scenarios of the suite: each test method of its test classes is one. */
+  private static int scenarioTests() {
+    int count = 0;
+    for (Class<?> suite :
+        List.of(
+            CrashFaultsTest.class,
+            DatabaseFaultsTest.class,
+            GroupFaultsTest.class,
+            InputFaultsTest.class,
+            SoakTest.class)) {
+      for (java.lang.reflect.Method method : suite.getDeclaredMethods()) {
+        if (method.isAnnotationPresent(org.junit.jupiter.api.Test.class)) {
+          count++;
+        }
+      }
+    }
+    return count;
+  }
+
+  /**
+   * Failures and errors of every test class of this run (reports older than its start are left from
+   * an earlier run), from surefire's XML reports.
+   */
+  private static int surefireFailures(Path reports, long runStarted) throws IOException {
+    if (!Files.isDirectory(reports)) {
+      return 0;
+    }
+    int total = 0;
+    try (Stream<Path> files = Files.list(reports)) {
+      List<Path> xmls =
+          files
+              .filter(p -> p.getFileName().toString().endsWith(".xml"))
+              .filter(p -> p.toFile().lastModified() >= runStarted)
+              .toList();
+      for (Path xml : xmls) {
+        String text = Files.readString(xml);
+        Matcher m = COUNTS.matcher(text);
+        if (m.find()) {
+          total += Integer.parseInt(m.group(2)) + Integer.parseInt(m.group(4));
+        }
+      }
+    }
+    return total;
+  }
+}
