@@ -85,6 +85,8 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
                   delegate.process(copy);
                 } catch (RuntimeException e) {
                   report.redeliveryFailed(describe(copy), e);
+                } finally {
+                  report.copyDelivered();
                 }
               }
             } finally {

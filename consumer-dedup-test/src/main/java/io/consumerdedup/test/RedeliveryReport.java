@@ -163,6 +163,8 @@ public final class RedeliveryReport {
       asCopy(2, second);
     } catch (Throwable e) {
       redeliveryFailed(description, e);
+    } finally {
+      copyDelivered();
     }
     return result;
   }
@@ -175,10 +177,12 @@ public final class RedeliveryReport {
       return delivery.run();
     } finally {
       copy.set(outer);
-      if (number == 2) {
-        redelivered.incrementAndGet();
-      }
     }
+  }
+
+  /** Counts a redelivered copy handed to a handler. */
+  void copyDelivered() {
+    redelivered.incrementAndGet();
   }
 
   void redeliveryFailed(String description, Throwable error) {
