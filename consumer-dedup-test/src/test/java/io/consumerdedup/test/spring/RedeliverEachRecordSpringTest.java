@@ -4,10 +4,14 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.test.RedeliveryReport;
 import io.consumerdedup.testing.TestDatabase;
 import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
@@ -22,12 +26,16 @@ import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
+import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.support.KafkaHeaders;
 import org.springframework.kafka.test.context.EmbeddedKafka;
+import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.transaction.annotation.Transactional;
 
 /**
  * {@link RedeliverEachRecord} on a Spring Boot application with two {@code @Idempotent} listeners,
@@ -38,7 +46,7 @@ import org.springframework.test.context.DynamicPropertySource;
 @EmbeddedKafka(
     partitions = 1,
     bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {"rt-payments", "rt-refunds"})
+    topics = {"rt-payments", "rt-refunds", "rt-shipments"})
 @RedeliverEachRecord
 @DirtiesContext
 class RedeliverEachRecordSpringTest {
@@ -48,6 +56,12 @@ class RedeliverEachRecordSpringTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     schema = TestDatabase.newSchema("redeliver_spring");
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      statement.execute("CREATE TABLE shipments (order_no text NOT NULL)");
+    } catch (SQLException e) {
+      throw new IllegalStateException(e);
+    }
     registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
     registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
     registry.add("consumer-dedup.cleanup.enabled", () -> "false");
@@ -61,6 +75,7 @@ class RedeliverEachRecordSpringTest {
   @Autowired KafkaTemplate<String, String> template;
   @Autowired RedeliveryReport redelivery;
   @Autowired Listeners listeners;
+  @Autowired JdbcTemplate jdbc;
 
   @BeforeEach
   void freshReport() {
@@ -106,6 +121,20 @@ class RedeliverEachRecordSpringTest {
     assertThat(listeners.refunded().get("REF-1")).hasValue(2);
   }
 
+  @Test
+  void aTransactionalListenerGetsItsCopyAfterTheCommitAndShipsOnce() throws Exception {
+    send("rt-shipments", "ORD-7");
+    send("rt-shipments", "ORD-8");
+
+    await().atMost(WAIT).until(() -> redelivery.redeliveredCopies() == 2);
+    redelivery.assertNoBodyRanTwice();
+    assertThat(redelivery.bodyRuns()).isEqualTo(2);
+    // A copy delivered inside the first transaction would have found the key in progress.
+    assertThat(redelivery.failedRedeliveries()).isEmpty();
+    assertThat(jdbc.queryForList("SELECT order_no FROM shipments ORDER BY 1", String.class))
+        .containsExactly("ORD-7", "ORD-8");
+  }
+
   private void send(String topic, String orderNo) throws Exception {
     ProducerRecord<String, String> record = new ProducerRecord<>(topic, orderNo, "amount 10");
     record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
@@ -116,8 +145,8 @@ class RedeliverEachRecordSpringTest {
   @EnableAutoConfiguration
   static class App {
     @Bean
-    Listeners listeners() {
-      return new Listeners();
+    Listeners listeners(JdbcTemplate jdbc) {
+      return new Listeners(jdbc);
     }
   }
 
@@ -125,6 +154,11 @@ class RedeliverEachRecordSpringTest {
   static class Listeners {
     private final Map<String, AtomicInteger> charged = new ConcurrentHashMap<>();
     private final Map<String, AtomicInteger> refunded = new ConcurrentHashMap<>();
+    private final JdbcTemplate jdbc;
+
+    Listeners(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
 
     public Map<String, AtomicInteger> charged() {
       return charged;
@@ -143,12 +177,16 @@ class RedeliverEachRecordSpringTest {
     /** A key that is new on every delivery: the mistake the report is for. */
     @Idempotent(bizType = "refund", key = "T(java.util.UUID).randomUUID().toString()")
     @KafkaListener(id = "rt-refunds", topics = "rt-refunds")
-    public void refund(
-        String payload,
-        @org.springframework.messaging.handler.annotation.Header(
-                org.springframework.kafka.support.KafkaHeaders.RECEIVED_KEY)
-            String key) {
+    public void refund(String payload, @Header(KafkaHeaders.RECEIVED_KEY) String key) {
       refunded.computeIfAbsent(key, k -> new AtomicInteger()).incrementAndGet();
+    }
+
+    /** The dedup row joins the listener's transaction, which the shipment row commits with. */
+    @Idempotent(bizType = "shipment", header = "order-no", mode = DedupMode.TRANSACTIONAL)
+    @Transactional
+    @KafkaListener(id = "rt-shipments", topics = "rt-shipments")
+    public void ship(ConsumerRecord<String, String> record) {
+      jdbc.update("INSERT INTO shipments (order_no) VALUES (?)", record.key());
     }
   }
 }
