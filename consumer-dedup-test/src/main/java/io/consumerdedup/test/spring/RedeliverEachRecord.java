@@ -34,8 +34,8 @@ import org.springframework.context.annotation.Import;
  * are counted per record (topic, partition, offset) from the listener's {@code ConsumerRecord}
  * argument or the record the container is delivering; batch listeners are not counted. Listeners in
  * a Kafka transaction write their outcome only after the container is done with the record, so
- * their copy finds the key still in progress and is listed in {@link
- * io.consumerdedup.test.RedeliveryReport#failedRedeliveries()}.
+ * their copy finds the key still in progress: they are not supported. A copy that throws is listed
+ * in {@link io.consumerdedup.test.RedeliveryReport#failedRedeliveries()}.
  */
 @Target(ElementType.TYPE)
 @Retention(RetentionPolicy.RUNTIME)
