@@ -8,6 +8,7 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.test.RedeliveryReport;
 import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
@@ -30,7 +31,6 @@ import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.support.KafkaHeaders;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -39,14 +39,11 @@ import org.springframework.transaction.annotation.Transactional;
 
 /**
  * {@link RedeliverEachRecord} on a Spring Boot application with two {@code @Idempotent} listeners,
- * a real PostgreSQL and an in-JVM KRaft broker: the listener keyed by a business header passes, the
- * one whose key expression changes per delivery is named in the report.
+ * a real PostgreSQL and the in-JVM KRaft broker that the plain-loop tests share (one per test JVM):
+ * the listener keyed by a business header passes, the one whose key expression changes per delivery
+ * is named in the report.
  */
 @SpringBootTest(classes = RedeliverEachRecordSpringTest.App.class)
-@EmbeddedKafka(
-    partitions = 1,
-    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {"rt-payments", "rt-refunds", "rt-shipments"})
 @RedeliverEachRecord
 @DirtiesContext
 class RedeliverEachRecordSpringTest {
@@ -63,6 +60,8 @@ class RedeliverEachRecordSpringTest {
       throw new IllegalStateException(e);
     }
     registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
+    TestKafka.createTopics(1, "rt-payments", "rt-refunds", "rt-shipments");
+    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
     registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
     registry.add("consumer-dedup.cleanup.enabled", () -> "false");
   }
