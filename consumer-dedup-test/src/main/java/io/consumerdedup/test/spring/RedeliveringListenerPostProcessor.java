@@ -15,6 +15,7 @@ import org.jspecify.annotations.Nullable;
 import org.springframework.aop.Advisor;
 import org.springframework.aop.ProxyMethodInvocation;
 import org.springframework.aop.framework.Advised;
+import org.springframework.aop.framework.ProxyFactory;
 import org.springframework.aop.support.AopUtils;
 import org.springframework.aop.support.DefaultPointcutAdvisor;
 import org.springframework.aop.support.annotation.AnnotationMatchingPointcut;
@@ -35,6 +36,9 @@ import org.springframework.util.ReflectionUtils;
  *   <li>innermost, next to the method itself and inside the dedup advice: counts each run of the
  *       method's body for the record being delivered.
  * </ul>
+ *
+ * <p>A bean that has no proxy (consumer-dedup turned off) gets one with just these two advisors, so
+ * the report shows what an unprotected listener does with a redelivered record.
  */
 public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ordered {
 
@@ -98,14 +102,23 @@ public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ord
 
   @Override
   public Object postProcessAfterInitialization(Object bean, String beanName) {
-    if (bean instanceof Advised advised
-        && !advised.isFrozen()
-        && hasIdempotentMethods(AopUtils.getTargetClass(bean))
-        && advised.indexOf(redeliver) < 0) {
-      advised.addAdvisor(0, redeliver);
-      advised.addAdvisor(countBodyRuns);
+    if (!hasIdempotentMethods(AopUtils.getTargetClass(bean))) {
+      return bean;
     }
-    return bean;
+    if (bean instanceof Advised advised) {
+      if (!advised.isFrozen() && advised.indexOf(redeliver) < 0) {
+        advised.addAdvisor(0, redeliver);
+        advised.addAdvisor(countBodyRuns);
+      }
+      return bean;
+    }
+    // No dedup advice (consumer-dedup.enabled=false): the listener runs unprotected, and the
+    // report shows what that does to a redelivered record.
+    ProxyFactory proxy = new ProxyFactory(bean);
+    proxy.setProxyTargetClass(true);
+    proxy.addAdvisor(redeliver);
+    proxy.addAdvisor(countBodyRuns);
+    return proxy.getProxy(AopUtils.getTargetClass(bean).getClassLoader());
   }
 
   private static boolean hasIdempotentMethods(Class<?> type) {
