@@ -1,0 +1,578 @@
+package io.consumerdedup.test;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertNotEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Locale;
+import java.util.UUID;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.IntStream;
+import org.jspecify.annotations.Nullable;
+import org.junit.jupiter.api.Test;
+
+/**
+ * What every {@link DedupStore} must do, as JUnit 5 tests: extend it for a store of your own (or to
+ * check a database your application runs on), give it the store, and say how time passes.
+ *
+ * <pre>{@code
+ * class MyDedupStoreContractTest extends DedupStoreContract {
+ *   private static final MyDedupStore store = new MyDedupStore(...);
+ *
+ *   protected DedupStore store() { return store; }
+ * }
+ * }</pre>
+ *
+ * <p>The store may be shared by all the tests of the class, or be fresh for each: each test uses
+ * keys of its own {@code bizType}. Tests that need a lease to run out claim with {@link
+ * #shortLease()} and then call {@link #letTimePass(Duration)}, which sleeps by default (right for a
+ * store on a database's clock); a store on an injectable clock advances it instead ({@link
+ * TestClock}).
+ *
+ * <p>Leaves out {@link DedupStore#claimInTransaction}, which needs the store's own transactions.
+ */
+public abstract class DedupStoreContract {
+
+  /** The lease of claims that stay live throughout a test. */
+  protected static final Duration LONG_LEASE = Duration.ofMinutes(10);
+
+  /** How long records are kept after their outcome, unless a test purges them. */
+  protected static final Duration RETENTION = Duration.ofDays(1);
+
+  /** The biz type of this test's keys: no other test (or run) meets them. */
+  private final String bizType =
+      "contract-" + UUID.randomUUID().toString().substring(0, 8).toLowerCase(Locale.ROOT);
+
+  /** The store under test; may be the same instance for every test. */
+  protected abstract DedupStore store();
+
+  /** A lease a test waits out: short, so the test is quick. Default one second. */
+  protected Duration shortLease() {
+    return Duration.ofSeconds(1);
+  }
+
+  /**
+   * Lets {@code duration} pass by the store's clock. Default: sleeps. A store with an injectable
+   * clock advances it instead.
+   */
+  protected void letTimePass(Duration duration) throws InterruptedException {
+    Thread.sleep(duration.toMillis());
+  }
+
+  /** How many threads race for one key in the race test. Default 16. */
+  protected int racingThreads() {
+    return 16;
+  }
+
+  // --- one key ---
+
+  @Test
+  void aNewKeyIsClaimedWithTokenOneAndRecordedAsProcessingUnderALiveLease() {
+    DedupKey key = key("new");
+
+    ClaimResult.Claimed claim = claimed(store().claim(request(key, "consumer-a")));
+
+    assertEquals(1, claim.token(), "token of a new key");
+    DedupRecord record = find(key);
+    assertEquals(DedupStatus.PROCESSING, record.status());
+    assertEquals(1, record.attempts());
+    assertEquals("consumer-a", record.owner());
+    assertTrue(record.isLeaseLive(), "lease of a fresh claim is live");
+    assertEquals("orders-0@1", record.source().orElse(null));
+  }
+
+  @Test
+  void aSucceededKeyIsADuplicateForEveryLaterClaim() {
+    DedupKey key = key("done");
+    ClaimResult.Claimed claim = claimed(store().claim(request(key, "consumer-a")));
+    assertTrue(store().complete(key, claim.token(), RETENTION), "complete by the holder");
+
+    for (String other : List.of("consumer-b", "consumer-a")) {
+      DedupRecord existing = taken(store().claim(request(key, other)));
+      assertEquals(DedupStatus.SUCCESS, existing.status());
+      assertEquals(1, existing.attempts(), "a duplicate is not an attempt");
+      assertEquals("consumer-a", existing.owner());
+      assertFalse(existing.isLeaseLive());
+    }
+  }
+
+  @Test
+  void aLiveLeaseKeepsOthersOut() {
+    DedupKey key = key("live");
+    claimed(store().claim(request(key, "consumer-a")));
+
+    DedupRecord existing = taken(store().claim(request(key, "consumer-b")));
+
+    assertEquals(DedupStatus.PROCESSING, existing.status());
+    assertTrue(existing.isLeaseLive(), "the holder's lease is live");
+    assertEquals("consumer-a", existing.owner());
+    assertEquals(1, find(key).attempts(), "a refused claim is not an attempt");
+  }
+
+  @Test
+  void anExpiredLeaseIsTakenOverWithTheNextToken() throws InterruptedException {
+    DedupKey key = key("expired");
+    claimed(store().claim(request(key, "crashed", shortLease(), null)));
+    waitOutShortLease();
+    assertFalse(find(key).isLeaseLive(), "lease after it ran out");
+
+    ClaimResult.Claimed takeover = claimed(store().claim(request(key, "consumer-b")));
+
+    assertEquals(2, takeover.token(), "token of the takeover");
+    DedupRecord record = find(key);
+    assertEquals(DedupStatus.PROCESSING, record.status());
+    assertEquals(2, record.attempts());
+    assertEquals("consumer-b", record.owner());
+    assertTrue(record.isLeaseLive());
+  }
+
+  @Test
+  void aFailedKeyIsRetriedWithTheNextTokenAndItsErrorIsKept() {
+    DedupKey key = key("failed");
+    ClaimResult.Claimed first = claimed(store().claim(request(key, "consumer-a")));
+    assertTrue(store().fail(key, first.token(), "java.io.IOException: bank timeout", RETENTION));
+    DedupRecord failed = find(key);
+    assertEquals(DedupStatus.FAILED, failed.status());
+    assertFalse(failed.isLeaseLive());
+    assertEquals("java.io.IOException: bank timeout", failed.lastError().orElse(null));
+
+    ClaimResult.Claimed retry = claimed(store().claim(request(key, "consumer-b")));
+
+    assertEquals(2, retry.token(), "token of the retry");
+    DedupRecord record = find(key);
+    assertEquals(DedupStatus.PROCESSING, record.status());
+    assertEquals(2, record.attempts());
+    assertEquals("consumer-b", record.owner());
+    assertTrue(store().complete(key, retry.token(), RETENTION));
+    assertEquals(DedupStatus.SUCCESS, find(key).status());
+  }
+
+  @Test
+  void aHolderWhoseLeaseWasTakenOverIsRefusedOnCompleteFailAndRenew() throws InterruptedException {
+    DedupKey key = key("zombie");
+    ClaimResult.Claimed zombie = claimed(store().claim(request(key, "zombie", shortLease(), null)));
+    waitOutShortLease();
+    ClaimResult.Claimed takeover = claimed(store().claim(request(key, "consumer-b")));
+
+    assertFalse(store().complete(key, zombie.token(), RETENTION), "zombie's late SUCCESS");
+    assertFalse(store().fail(key, zombie.token(), "late", RETENTION), "zombie's late FAILED");
+    assertFalse(store().renew(key, zombie.token(), LONG_LEASE), "zombie's renewal");
+    assertFalse(store().release(zombie), "zombie's release");
+
+    DedupRecord record = find(key);
+    assertEquals(DedupStatus.PROCESSING, record.status(), "the new holder's claim is untouched");
+    assertEquals("consumer-b", record.owner());
+    assertEquals(takeover.token(), record.attempts());
+    assertTrue(record.isLeaseLive());
+    assertTrue(store().complete(key, takeover.token(), RETENTION), "the new holder completes");
+    assertEquals(DedupStatus.SUCCESS, find(key).status());
+  }
+
+  @Test
+  void aHolderPastItsLeaseButNotTakenOverMayStillComplete() throws InterruptedException {
+    DedupKey key = key("late");
+    ClaimResult.Claimed claim = claimed(store().claim(request(key, "slow", shortLease(), null)));
+    waitOutShortLease();
+
+    assertTrue(store().complete(key, claim.token(), RETENTION));
+    assertEquals(DedupStatus.SUCCESS, find(key).status());
+  }
+
+  @Test
+  void aRenewedLeaseOutlivesItsFirstEnd() throws InterruptedException {
+    DedupKey key = key("renewed");
+    ClaimResult.Claimed claim =
+        claimed(store().claim(request(key, "consumer-a", shortLease(), null)));
+
+    assertTrue(store().renew(key, claim.token(), LONG_LEASE), "renew by the holder");
+    waitOutShortLease();
+
+    assertTrue(find(key).isLeaseLive(), "lease after the claim's lease would have ended");
+    assertEquals("consumer-a", taken(store().claim(request(key, "consumer-b"))).owner());
+    assertFalse(store().renew(key, claim.token() + 1, LONG_LEASE), "renewal with another token");
+  }
+
+  @Test
+  void aCompletionSentAgainCountsAsWrittenButNoOtherTokenOrOutcomeGetsIn() {
+    DedupKey key = key("complete-twice");
+    ClaimResult.Claimed claim = claimed(store().claim(request(key, "consumer-a")));
+    assertTrue(store().complete(key, claim.token(), RETENTION));
+
+    assertTrue(store().complete(key, claim.token(), RETENTION), "the same completion again");
+    assertFalse(store().fail(key, claim.token(), "late", RETENTION), "FAILED after SUCCESS");
+    assertFalse(store().renew(key, claim.token(), LONG_LEASE), "renewal after SUCCESS");
+    assertFalse(store().complete(key, claim.token() + 1, RETENTION), "another token");
+    assertEquals(DedupStatus.SUCCESS, find(key).status());
+  }
+
+  @Test
+  void aFailureSentAgainCountsAsWrittenButCannotTurnIntoSuccess() {
+    DedupKey key = key("fail-twice");
+    ClaimResult.Claimed claim = claimed(store().claim(request(key, "consumer-a")));
+    assertTrue(store().fail(key, claim.token(), "bank down", RETENTION));
+
+    assertTrue(store().fail(key, claim.token(), "bank down", RETENTION), "the same failure again");
+    assertFalse(store().complete(key, claim.token(), RETENTION), "SUCCESS after FAILED");
+    assertEquals(DedupStatus.FAILED, find(key).status());
+  }
+
+  @Test
+  void aClaimSentAgainWithItsOwnIdIsRecognisedAsItsOwn() {
+    DedupKey key = key("claim-twice");
+    ClaimRequest request = request(key, "consumer-a");
+    ClaimResult.Claimed first = claimed(store().claim(request));
+
+    ClaimResult.Claimed again = claimed(store().claim(request));
+
+    assertEquals(first.token(), again.token(), "the same claim, not a new attempt");
+    assertEquals(1, find(key).attempts());
+    DedupRecord other = taken(store().claim(request(key, "consumer-a")));
+    assertTrue(other.isLeaseLive(), "another claim of the same owner is refused");
+  }
+
+  @Test
+  void aDifferentFingerprintIsRefusedEvenAfterFailureAndTheSameOneIsRetried() {
+    DedupKey key = key("fingerprint");
+    ClaimResult.Claimed first =
+        claimed(store().claim(request(key, "consumer-a", LONG_LEASE, "fp-amount-10")));
+    assertTrue(store().fail(key, first.token(), "boom", RETENTION));
+
+    DedupRecord conflict =
+        taken(store().claim(request(key, "consumer-b", LONG_LEASE, "fp-amount-99")));
+    assertEquals(DedupStatus.FAILED, conflict.status());
+    assertEquals("fp-amount-10", conflict.fingerprint().orElse(null));
+    assertEquals(1, find(key).attempts(), "a conflict is not an attempt");
+
+    ClaimResult.Claimed retry =
+        claimed(store().claim(request(key, "consumer-b", LONG_LEASE, "fp-amount-10")));
+    assertEquals(2, retry.token());
+    assertTrue(store().complete(key, retry.token(), RETENTION));
+    DedupRecord afterSuccess =
+        taken(store().claim(request(key, "consumer-c", LONG_LEASE, "fp-amount-99")));
+    assertEquals(DedupStatus.SUCCESS, afterSuccess.status());
+  }
+
+  @Test
+  void aClaimWithoutAFingerprintIsNotAConflictAndTheFirstFingerprintStays() {
+    DedupKey key = key("no-fingerprint");
+    ClaimResult.Claimed first = claimed(store().claim(request(key, "consumer-a")));
+    assertTrue(store().fail(key, first.token(), "boom", RETENTION));
+
+    ClaimResult.Claimed retry =
+        claimed(store().claim(request(key, "consumer-b", LONG_LEASE, "fp-1")));
+    assertTrue(store().fail(key, retry.token(), "boom", RETENTION));
+    ClaimResult.Claimed third = claimed(store().claim(request(key, "consumer-c")));
+
+    assertEquals(3, third.token());
+    assertEquals("fp-1", find(key).fingerprint().orElse(null), "the first fingerprint given");
+  }
+
+  // --- batches ---
+
+  @Test
+  void aBatchAnswersEachDistinctKeyOnceInFirstSeenOrder() throws InterruptedException {
+    DedupKey done = key("b-done");
+    assertTrue(store().complete(done, claimOne(done).token(), RETENTION));
+    DedupKey held = key("b-held");
+    claimOne(held);
+    DedupKey failed = key("b-failed");
+    assertTrue(store().fail(failed, claimOne(failed).token(), "boom", RETENTION));
+    DedupKey expired = key("b-expired");
+    claimed(store().claim(request(expired, "crashed", shortLease(), null)));
+    DedupKey otherPayload = key("b-other-payload");
+    ClaimResult.Claimed withPrint =
+        claimed(store().claim(request(otherPayload, "consumer-a", LONG_LEASE, "fp-1")));
+    assertTrue(store().fail(otherPayload, withPrint.token(), "boom", RETENTION));
+    DedupKey fresh = key("b-new");
+    waitOutShortLease();
+
+    List<ClaimResult> results =
+        store()
+            .claimAll(
+                List.of(
+                    request(fresh, "consumer-b"),
+                    request(done, "consumer-b"),
+                    request(held, "consumer-b"),
+                    request(fresh, "consumer-b"), // a later copy in the same batch
+                    request(failed, "consumer-b"),
+                    request(expired, "consumer-b"),
+                    request(otherPayload, "consumer-b", LONG_LEASE, "fp-2")));
+
+    assertEquals(
+        List.of(fresh, done, held, failed, expired, otherPayload),
+        results.stream().map(ClaimResult::key).toList(),
+        "one answer per distinct key, in first-seen order");
+    assertEquals(1, claimed(results.get(0)).token(), "new key");
+    assertEquals(DedupStatus.SUCCESS, taken(results.get(1)).status(), "succeeded key");
+    assertTrue(taken(results.get(2)).isLeaseLive(), "live lease");
+    assertEquals(2, claimed(results.get(3)).token(), "retry after FAILED");
+    assertEquals(2, claimed(results.get(4)).token(), "takeover of an expired lease");
+    assertEquals("fp-1", taken(results.get(5)).fingerprint().orElse(null), "other payload");
+    assertEquals(1, find(fresh).attempts(), "the later copy was not claimed again");
+    assertEquals(List.of(), store().claimAll(List.of()), "an empty batch");
+  }
+
+  @Test
+  void batchOutcomesAnswerTheKeysTheirClaimsNoLongerHold() throws InterruptedException {
+    List<DedupKey> keys = IntStream.range(0, 4).mapToObj(i -> key("fenced-" + i)).toList();
+    List<ClaimResult.Claimed> claims = new ArrayList<>();
+    for (ClaimResult result :
+        store()
+            .claimAll(
+                List.of(
+                    request(keys.get(0), "consumer-a"),
+                    request(keys.get(1), "consumer-a"),
+                    request(keys.get(2), "consumer-a"),
+                    request(keys.get(3), "consumer-a", shortLease(), null)))) {
+      claims.add(claimed(result));
+    }
+    waitOutShortLease();
+    ClaimResult.Claimed takeover = claimOne(keys.get(3));
+
+    assertEquals(List.of(keys.get(3)), store().renewAll(claims, LONG_LEASE), "renewAll");
+    assertEquals(List.of(), store().completeAll(claims.subList(0, 2), RETENTION), "completeAll");
+    assertEquals(
+        List.of(keys.get(3)),
+        store()
+            .failAll(
+                List.of(
+                    new DedupStore.Failure(claims.get(2), "boom"),
+                    new DedupStore.Failure(claims.get(3), "late")),
+                RETENTION),
+        "failAll");
+    assertEquals(
+        List.of(), store().completeAll(claims.subList(0, 2), RETENTION), "completeAll again");
+
+    assertEquals(DedupStatus.SUCCESS, find(keys.get(0)).status());
+    assertEquals(DedupStatus.SUCCESS, find(keys.get(1)).status());
+    DedupRecord failed = find(keys.get(2));
+    assertEquals(DedupStatus.FAILED, failed.status());
+    assertEquals("boom", failed.lastError().orElse(null));
+    DedupRecord takenOver = find(keys.get(3));
+    assertEquals(DedupStatus.PROCESSING, takenOver.status(), "the takeover is untouched");
+    assertEquals(takeover.token(), takenOver.attempts());
+  }
+
+  @Test
+  void aReleasedClaimLeavesTheKeyAsIfItHadNotHappened() {
+    DedupKey fresh = key("release-new");
+    DedupKey retried = key("release-retried");
+    assertTrue(store().fail(retried, claimOne(retried).token(), "first try failed", RETENTION));
+    List<ClaimResult.Claimed> claims = new ArrayList<>();
+    for (ClaimResult result :
+        store().claimAll(List.of(request(fresh, "consumer-a"), request(retried, "consumer-a")))) {
+      claims.add(claimed(result));
+    }
+    assertEquals(2, claims.get(1).token());
+
+    assertEquals(List.of(), store().releaseAll(claims), "releaseAll");
+
+    assertTrue(store().find(fresh).isEmpty(), "a key the claim created is gone");
+    DedupRecord restored = find(retried);
+    assertEquals(DedupStatus.FAILED, restored.status());
+    assertEquals(1, restored.attempts(), "the released claim is not an attempt");
+    assertEquals("first try failed", restored.lastError().orElse(null));
+
+    // Released again (its first reply lost) after another consumer claimed the key: the later
+    // claim is untouched.
+    ClaimResult.Claimed next = claimOne(retried);
+    assertEquals(2, next.token(), "the next claim takes the released token");
+    assertEquals(List.of(fresh, retried), store().releaseAll(claims), "releaseAll again");
+    assertFalse(store().release(claims.get(1)), "release again");
+    DedupRecord reclaimed = find(retried);
+    assertEquals(DedupStatus.PROCESSING, reclaimed.status());
+    assertTrue(reclaimed.isLeaseLive());
+    assertEquals(1, claimOne(fresh).token(), "a released new key is new again");
+  }
+
+  @Test
+  void aCompletedClaimCannotBeReleased() {
+    DedupKey key = key("release-done");
+    ClaimResult.Claimed claim = claimOne(key);
+    assertTrue(store().complete(key, claim.token(), RETENTION));
+
+    assertFalse(store().release(claim));
+    assertEquals(DedupStatus.SUCCESS, find(key).status());
+  }
+
+  // --- retention ---
+
+  @Test
+  void purgeDeletesRecordsPastTheirRetentionButNeverALiveLease() throws InterruptedException {
+    List<DedupKey> old = IntStream.range(0, 3).mapToObj(i -> key("old-" + i)).toList();
+    for (DedupKey key : old) {
+      assertTrue(store().complete(key, claimOne(key).token(), Duration.ofMillis(1)));
+    }
+    DedupKey kept = key("kept");
+    assertTrue(store().complete(kept, claimOne(kept).token(), RETENTION));
+    DedupKey running = key("running");
+    ClaimResult.Claimed runningClaim =
+        claimed(
+            store()
+                .claim(
+                    new ClaimRequest(
+                        running, "consumer-a", shortLease(), Duration.ofMillis(1), null, null)));
+    // Its retention ends with the claim's lease; the renewed lease outlives it.
+    assertTrue(store().renew(running, runningClaim.token(), LONG_LEASE));
+    waitOutShortLease();
+
+    assertEquals(2, store().purge(2), "the first purge deletes up to its limit");
+    while (store().purge(100) > 0) {
+      // Other tests sharing the store may have expired records too.
+    }
+
+    old.forEach(key -> assertTrue(store().find(key).isEmpty(), key + " is purged"));
+    assertTrue(store().find(kept).isPresent(), "a record within its retention is kept");
+    assertTrue(store().find(running).isPresent(), "a live lease past its retention is kept");
+    assertThrows(IllegalArgumentException.class, () -> store().purge(0));
+  }
+
+  // --- keys ---
+
+  @Test
+  void hostileKeysAreStoredAndFoundExactlyAsGiven() {
+    List<String> hostile =
+        List.of(
+            "'; DROP TABLE consumer_dedup; --",
+            "x' OR '1'='1",
+            "\"quoted\" and `ticked`",
+            "back\\slash\\",
+            "100%_wild*card?",
+            "order \uD83D\uDCB3 \uD83D\uDE80 \u4E2D\u6587",
+            "  leading and trailing spaces  ",
+            "\u00A0non-breaking\u2028line-separator");
+    for (String text : hostile) {
+      DedupKey key = DedupKey.of(bizType, text);
+      assertEquals(text, key.bizKey(), "a short key is stored as given");
+      ClaimResult.Claimed claim = claimed(store().claim(request(key, "consumer-a")));
+      assertTrue(store().complete(key, claim.token(), RETENTION), text);
+      DedupRecord record = find(key);
+      assertEquals(key, record.key(), text);
+      assertEquals(DedupStatus.SUCCESS, record.status(), text);
+      assertEquals(DedupStatus.SUCCESS, taken(store().claim(request(key, "consumer-b"))).status());
+    }
+    DedupKey prefix = DedupKey.of(bizType, "x'");
+    assertEquals(1, claimOne(prefix).token(), "a prefix of a stored key is another key");
+    DedupKey otherCase = DedupKey.of(bizType, "BACK\\SLASH\\");
+    assertEquals(1, claimOne(otherCase).token(), "keys are case-sensitive");
+  }
+
+  @Test
+  void keysWithNulOrControlCharactersAreRefusedBeforeTheyReachTheStore() {
+    for (String text : List.of("nul\u0000inside", "tab\tinside", "line\nbreak", "\uD800alone")) {
+      IllegalArgumentException refused =
+          assertThrows(IllegalArgumentException.class, () -> DedupKey.of(bizType, text));
+      String message = String.valueOf(refused.getMessage());
+      assertTrue(message.startsWith("bizKey"), message);
+    }
+  }
+
+  @Test
+  void aVeryLongKeyIsStoredAsItsHashAndStaysDistinct() {
+    String longText = "k".repeat(9_999);
+    DedupKey first = DedupKey.of(bizType, longText + "1");
+    DedupKey second = DedupKey.of(bizType, longText + "2");
+    assertTrue(first.isHashed(), "a 10,000-character key is hashed");
+    assertTrue(first.bizKey().length() <= DedupKey.MAX_BIZ_KEY_LENGTH);
+    assertNotEquals(first.bizKey(), second.bizKey());
+
+    ClaimResult.Claimed claim = claimOne(first);
+    assertTrue(store().complete(first, claim.token(), RETENTION));
+
+    assertEquals(DedupStatus.SUCCESS, taken(store().claim(request(first, "b"))).status());
+    assertEquals(
+        DedupStatus.SUCCESS,
+        taken(store().claim(request(DedupKey.of(bizType, longText + "1"), "c"))).status(),
+        "the same long key, built again");
+    assertEquals(1, claimOne(second).token(), "a long key differing in its last character");
+  }
+
+  // --- races ---
+
+  @Test
+  void manyThreadsRacingForOneKeyGetExactlyOneClaim() throws Exception {
+    int threads = racingThreads();
+    ExecutorService pool = Executors.newFixedThreadPool(threads);
+    try {
+      for (int round = 0; round < 5; round++) {
+        DedupKey key = key("race-" + round);
+        CountDownLatch start = new CountDownLatch(1);
+        List<Future<ClaimResult>> answers = new ArrayList<>();
+        for (int i = 0; i < threads; i++) {
+          ClaimRequest request = request(key, "racer-" + i);
+          answers.add(
+              pool.submit(
+                  () -> {
+                    start.await();
+                    return store().claim(request);
+                  }));
+        }
+        start.countDown();
+        int claims = 0;
+        for (Future<ClaimResult> answer : answers) {
+          if (answer.get(30, TimeUnit.SECONDS) instanceof ClaimResult.Claimed) {
+            claims++;
+          }
+        }
+        assertEquals(1, claims, "claims of " + key + " among " + threads + " racing threads");
+        assertEquals(1, find(key).attempts(), "attempts of " + key);
+      }
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
+  // --- helpers for subclasses and the tests above ---
+
+  /** A key of this test: {@code name} under a biz type no other test uses. */
+  protected DedupKey key(String name) {
+    return DedupKey.of(bizType, name);
+  }
+
+  /** A claim under {@link #LONG_LEASE}, without fingerprint. */
+  protected ClaimRequest request(DedupKey key, String owner) {
+    return request(key, owner, LONG_LEASE, null);
+  }
+
+  protected ClaimRequest request(
+      DedupKey key, String owner, Duration lease, @Nullable String fingerprint) {
+    return new ClaimRequest(key, owner, lease, RETENTION, fingerprint, "orders-0@1");
+  }
+
+  private ClaimResult.Claimed claimOne(DedupKey key) {
+    return claimed(store().claim(request(key, "consumer-a")));
+  }
+
+  private DedupRecord find(DedupKey key) {
+    return store().find(key).orElseThrow(() -> new AssertionError("no record of " + key));
+  }
+
+  private void waitOutShortLease() throws InterruptedException {
+    // A margin over the lease: a database clock and the JVM's may tick a little apart.
+    letTimePass(shortLease().plusMillis(300));
+  }
+
+  private static ClaimResult.Claimed claimed(ClaimResult result) {
+    return assertInstanceOf(ClaimResult.Claimed.class, result, "claim of " + result.key());
+  }
+
+  private static DedupRecord taken(ClaimResult result) {
+    return assertInstanceOf(ClaimResult.Taken.class, result, "claim of " + result.key()).existing();
+  }
+}

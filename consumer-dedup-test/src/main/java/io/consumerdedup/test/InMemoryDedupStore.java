@@ -1,0 +1,306 @@
+package io.consumerdedup.test;
+
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import java.time.Clock;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Optional;
+import org.jspecify.annotations.Nullable;
+
+/**
+ * A {@link DedupStore} in memory, <strong>for tests only</strong>: nothing is durable, nothing is
+ * shared between JVMs, and a restart forgets every key. It answers as {@code JdbcDedupStore} does:
+ * leases expire by its clock, the fencing token is the record's attempt count (a holder whose lease
+ * was taken over is refused on complete, fail and renew), a FAILED key or an expired lease is
+ * claimed again with the next token, SUCCESS makes later deliveries duplicates, payload
+ * fingerprints must agree, and a completion or failure sent again under the same token counts as
+ * written. Thread-safe: every call is atomic.
+ *
+ * <p>Give it a {@link TestClock} to let leases and retention run out without waiting:
+ *
+ * <pre>{@code
+ * TestClock clock = new TestClock();
+ * InMemoryDedupStore store = new InMemoryDedupStore(clock);
+ * IdempotentExecutor executor = IdempotentExecutor.builder(store).build();
+ * }</pre>
+ *
+ * <p>It has no transactions, so {@link DedupMode#TRANSACTIONAL} needs the JDBC store: {@link
+ * #claimInTransaction} refuses.
+ */
+public final class InMemoryDedupStore implements DedupStore {
+
+  /** Longest stored error, in characters, as the JDBC store keeps it. */
+  static final int MAX_ERROR_LENGTH = 2000;
+
+  /** Longest stored source, in characters, as the JDBC store keeps it. */
+  static final int MAX_SOURCE_LENGTH = 300;
+
+  private final Clock clock;
+  private final Map<DedupKey, Row> rows = new HashMap<>();
+
+  /** A store on the system clock. */
+  public InMemoryDedupStore() {
+    this(Clock.systemUTC());
+  }
+
+  /** A store that judges leases and retention by {@code clock}. */
+  public InMemoryDedupStore(Clock clock) {
+    this.clock = Objects.requireNonNull(clock, "clock");
+  }
+
+  @Override
+  public synchronized ClaimResult claim(ClaimRequest request) {
+    Instant now = clock.instant();
+    DedupKey key = request.key();
+    Row row = rows.get(key);
+    if (row == null) {
+      rows.put(key, Row.claimed(request, now));
+      return new ClaimResult.Claimed(key, 1, request.claimId());
+    }
+    if (settles(row, request, now)) {
+      if (row.status == DedupStatus.PROCESSING && request.claimId().equals(row.claimId)) {
+        // This request's own claim, sent again after its reply was lost.
+        return new ClaimResult.Claimed(key, row.attempts, request.claimId());
+      }
+      return new ClaimResult.Taken(key, row.toRecord(key, now));
+    }
+    // FAILED, or PROCESSING under an expired lease: the next attempt, with the next token.
+    row.reclaim(request, now);
+    return new ClaimResult.Claimed(key, row.attempts, request.claimId());
+  }
+
+  /** Whether the row answers the claim without a change: SUCCESS, a live lease, another payload. */
+  private static boolean settles(Row row, ClaimRequest request, Instant now) {
+    if (row.fingerprint != null
+        && request.fingerprint() != null
+        && !row.fingerprint.equals(request.fingerprint())) {
+      return true;
+    }
+    return row.status == DedupStatus.SUCCESS || row.leaseLive(now);
+  }
+
+  /**
+   * Refuses: the in-memory store has no transactions to join.
+   *
+   * @throws IllegalStateException always
+   */
+  @Override
+  public ClaimResult claimInTransaction(ClaimRequest request) {
+    throw new IllegalStateException(
+        "InMemoryDedupStore has no transactions, so DedupMode.TRANSACTIONAL cannot join one (key "
+            + request.key()
+            + "): test mode TRANSACTIONAL against JdbcDedupStore on a real database");
+  }
+
+  @Override
+  public synchronized boolean complete(DedupKey key, int token, Duration retention) {
+    Row row = held(key, token, DedupStatus.PROCESSING, DedupStatus.SUCCESS);
+    if (row == null) {
+      return false;
+    }
+    Instant now = clock.instant();
+    row.status = DedupStatus.SUCCESS;
+    row.leaseUntil = null;
+    row.updatedAt = now;
+    row.expiresAt = now.plus(retention);
+    return true;
+  }
+
+  @Override
+  public synchronized boolean fail(DedupKey key, int token, String error, Duration retention) {
+    Row row = held(key, token, DedupStatus.PROCESSING, DedupStatus.FAILED);
+    if (row == null) {
+      return false;
+    }
+    Instant now = clock.instant();
+    row.status = DedupStatus.FAILED;
+    row.leaseUntil = null;
+    row.lastError = storable(error, MAX_ERROR_LENGTH);
+    row.updatedAt = now;
+    row.expiresAt = now.plus(retention);
+    return true;
+  }
+
+  @Override
+  public synchronized boolean renew(DedupKey key, int token, Duration lease) {
+    Row row = held(key, token, DedupStatus.PROCESSING, DedupStatus.PROCESSING);
+    if (row == null) {
+      return false;
+    }
+    Instant now = clock.instant();
+    row.leaseUntil = now.plus(lease);
+    row.updatedAt = now;
+    return true;
+  }
+
+  /**
+   * The row if {@code token} still holds it, in one of two states (the second is the state a write
+   * sent again under the same token has already set). As the JDBC store, a holder whose lease ran
+   * out but was not taken over still holds the key.
+   */
+  private @Nullable Row held(DedupKey key, int token, DedupStatus holding, DedupStatus written) {
+    Row row = rows.get(key);
+    if (row == null || row.attempts != token) {
+      return null;
+    }
+    return row.status == holding || row.status == written ? row : null;
+  }
+
+  @Override
+  public synchronized boolean release(ClaimResult.Claimed claim) {
+    Row row = rows.get(claim.key());
+    if (row == null
+        || row.status != DedupStatus.PROCESSING
+        || row.attempts != claim.token()
+        || !claim.claimId().equals(row.claimId)) {
+      return false;
+    }
+    if (row.attempts == 1) {
+      rows.remove(claim.key());
+    } else {
+      row.status = DedupStatus.FAILED;
+      row.attempts--;
+      row.leaseUntil = null;
+      row.claimId = null;
+      row.updatedAt = clock.instant();
+    }
+    return true;
+  }
+
+  @Override
+  public synchronized Optional<DedupRecord> find(DedupKey key) {
+    Row row = rows.get(key);
+    return row == null ? Optional.empty() : Optional.of(row.toRecord(key, clock.instant()));
+  }
+
+  @Override
+  public synchronized int purge(int limit) {
+    if (limit < 1) {
+      throw new IllegalArgumentException("limit must be at least 1, was " + limit);
+    }
+    Instant now = clock.instant();
+    List<Map.Entry<DedupKey, Row>> expired = new ArrayList<>();
+    for (Map.Entry<DedupKey, Row> entry : rows.entrySet()) {
+      Row row = entry.getValue();
+      boolean liveLease =
+          row.status == DedupStatus.PROCESSING
+              && row.leaseUntil != null
+              && !row.leaseUntil.isBefore(now);
+      if (row.expiresAt.isBefore(now) && !liveLease) {
+        expired.add(entry);
+      }
+    }
+    expired.sort(Comparator.comparing(entry -> entry.getValue().createdAt));
+    List<Map.Entry<DedupKey, Row>> batch = expired.subList(0, Math.min(limit, expired.size()));
+    batch.forEach(entry -> rows.remove(entry.getKey()));
+    return batch.size();
+  }
+
+  /** How many records the store holds, whatever their state. */
+  public synchronized int size() {
+    return rows.size();
+  }
+
+  /** Forgets every record, as a fresh store would. */
+  public synchronized void clear() {
+    rows.clear();
+  }
+
+  /**
+   * {@code value} as the JDBC store keeps it: NUL written as {@code \0}, at most {@code max}
+   * characters, never splitting a surrogate pair.
+   */
+  static @Nullable String storable(@Nullable String value, int max) {
+    if (value == null) {
+      return null;
+    }
+    String text = value.indexOf('\u0000') < 0 ? value : value.replace("\u0000", "\\0");
+    if (text.length() <= max) {
+      return text;
+    }
+    int end = max;
+    if (Character.isHighSurrogate(text.charAt(end - 1))) {
+      end--;
+    }
+    return text.substring(0, end);
+  }
+
+  /** The record of one key, as the JDBC store's row holds it. */
+  private static final class Row {
+    DedupStatus status;
+    int attempts;
+    String owner;
+    @Nullable Instant leaseUntil;
+    @Nullable String fingerprint;
+    @Nullable String lastError;
+    @Nullable String source;
+    final Instant createdAt;
+    Instant updatedAt;
+    Instant expiresAt;
+    @Nullable String claimId;
+
+    private Row(ClaimRequest request, Instant now) {
+      this.status = DedupStatus.PROCESSING;
+      this.attempts = 1;
+      this.owner = request.owner();
+      this.leaseUntil = now.plus(request.lease());
+      this.fingerprint = request.fingerprint();
+      this.source = storable(request.source(), MAX_SOURCE_LENGTH);
+      this.createdAt = now;
+      this.updatedAt = now;
+      this.expiresAt = now.plus(request.lease()).plus(request.retention());
+      this.claimId = request.claimId();
+    }
+
+    static Row claimed(ClaimRequest request, Instant now) {
+      return new Row(request, now);
+    }
+
+    /** The next attempt; the first fingerprint and the last error stay. */
+    void reclaim(ClaimRequest request, Instant now) {
+      status = DedupStatus.PROCESSING;
+      attempts++;
+      owner = request.owner();
+      leaseUntil = now.plus(request.lease());
+      claimId = request.claimId();
+      if (fingerprint == null) {
+        fingerprint = request.fingerprint();
+      }
+      source = storable(request.source(), MAX_SOURCE_LENGTH);
+      updatedAt = now;
+      expiresAt = now.plus(request.lease()).plus(request.retention());
+    }
+
+    boolean leaseLive(Instant now) {
+      return status == DedupStatus.PROCESSING && leaseUntil != null && !leaseUntil.isBefore(now);
+    }
+
+    DedupRecord toRecord(DedupKey key, Instant now) {
+      return new DedupRecord(
+          key,
+          status,
+          attempts,
+          owner,
+          leaseUntil,
+          fingerprint,
+          lastError,
+          source,
+          createdAt,
+          updatedAt,
+          expiresAt,
+          leaseUntil != null && !leaseUntil.isBefore(now));
+    }
+  }
+}

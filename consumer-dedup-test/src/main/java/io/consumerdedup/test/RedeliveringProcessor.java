@@ -1,0 +1,139 @@
+package io.consumerdedup.test;
+
+import io.consumerdedup.core.Outcome;
+import io.consumerdedup.kafka.RecordProcessor;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Objects;
+import java.util.OptionalInt;
+import java.util.Set;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.jspecify.annotations.Nullable;
+
+/**
+ * A poll loop's processor that is handed every record twice (see {@link
+ * RedeliveryReport#redeliverEachRecord}): the records of a poll that were processed are delivered
+ * again, as a poll of their own, once the first poll's outcomes are settled.
+ */
+final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
+  private final RecordProcessor<K, V> delegate;
+  private final RedeliveryReport report;
+
+  /** The records processed in the current poll, per loop thread; null outside a poll. */
+  @SuppressWarnings("ThreadLocalUsage") // per processor on purpose: its own poll, per loop thread
+  private final ThreadLocal<@Nullable List<ConsumerRecord<K, V>>> processed = new ThreadLocal<>();
+
+  RedeliveringProcessor(RecordProcessor<K, V> delegate, RedeliveryReport report) {
+    this.delegate = Objects.requireNonNull(delegate, "processor");
+    this.report = report;
+  }
+
+  @Override
+  public void prepare(List<ConsumerRecord<K, V>> records) {
+    processed.set(new ArrayList<>());
+    delegate.prepare(records);
+  }
+
+  @Override
+  public Outcome process(ConsumerRecord<K, V> record) {
+    List<ConsumerRecord<K, V>> poll = processed.get();
+    if (poll == null) {
+      return outcome(
+          () ->
+              report.deliverTwice(
+                  () -> delegate.process(record),
+                  () -> delegate.process(copyOf(record)),
+                  describe(record)));
+    }
+    Outcome outcome = outcome(() -> report.asCopy(1, () -> delegate.process(record)));
+    poll.add(record);
+    return outcome;
+  }
+
+  @Override
+  public List<ConsumerRecord<K, V>> settle() {
+    List<ConsumerRecord<K, V>> poll = processed.get();
+    processed.remove();
+    List<ConsumerRecord<K, V>> unrecorded = delegate.settle();
+    if (poll == null || poll.isEmpty()) {
+      return unrecorded;
+    }
+    Set<ConsumerRecord<K, V>> notWritten = Collections.newSetFromMap(new IdentityHashMap<>());
+    notWritten.addAll(unrecorded);
+    List<ConsumerRecord<K, V>> copies =
+        poll.stream().filter(record -> !notWritten.contains(record)).map(this::copyOf).toList();
+    redeliver(copies);
+    return unrecorded;
+  }
+
+  /** Delivers the copies as a poll of their own; what they throw goes to the report. */
+  private void redeliver(List<ConsumerRecord<K, V>> copies) {
+    if (copies.isEmpty()) {
+      return;
+    }
+    try {
+      report.asCopy(
+          2,
+          () -> {
+            delegate.prepare(copies);
+            try {
+              for (ConsumerRecord<K, V> copy : copies) {
+                try {
+                  delegate.process(copy);
+                } catch (RuntimeException e) {
+                  report.redeliveryFailed(describe(copy), e);
+                } finally {
+                  report.copyDelivered();
+                }
+              }
+            } finally {
+              for (ConsumerRecord<K, V> copy : delegate.settle()) {
+                report.redeliveryFailed(describe(copy), new IllegalStateException("not settled"));
+              }
+            }
+            return null;
+          });
+    } catch (Throwable e) {
+      report.redeliveryFailed("redelivered poll of " + copies.size() + " records", e);
+    }
+  }
+
+  @Override
+  public OptionalInt attempts(ConsumerRecord<K, V> record) {
+    return delegate.attempts(record);
+  }
+
+  /** The same record as a new object: the processor must not take it for the first copy. */
+  private ConsumerRecord<K, V> copyOf(ConsumerRecord<K, V> record) {
+    return new ConsumerRecord<>(
+        record.topic(),
+        record.partition(),
+        record.offset(),
+        record.timestamp(),
+        record.timestampType(),
+        record.serializedKeySize(),
+        record.serializedValueSize(),
+        record.key(),
+        record.value(),
+        new RecordHeaders(record.headers().toArray()),
+        record.leaderEpoch());
+  }
+
+  private static String describe(ConsumerRecord<?, ?> record) {
+    return "copy of " + record.topic() + "-" + record.partition() + "@" + record.offset();
+  }
+
+  /** Runs a delivery, passing on what the processor throws as itself. */
+  private static Outcome outcome(RedeliveryReport.Delivery delivery) {
+    try {
+      return (Outcome) Objects.requireNonNull(delivery.run(), "the processor returned no outcome");
+    } catch (RuntimeException | Error e) {
+      throw e;
+    } catch (Throwable e) {
+      throw new IllegalStateException(e);
+    }
+  }
+}

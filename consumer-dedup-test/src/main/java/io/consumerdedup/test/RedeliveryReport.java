@@ -1,0 +1,280 @@
+package io.consumerdedup.test;
+
+import static java.nio.charset.StandardCharsets.UTF_8;
+
+import io.consumerdedup.kafka.RecordHandler;
+import io.consumerdedup.kafka.RecordProcessor;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+
+/**
+ * Redelivery testing: every record reaches the handler twice, the second copy after the first
+ * completed (as Kafka delivers a record again after a rebalance, a crash or a lost commit), and
+ * this report names every handler whose <em>body</em> (the application's work inside the dedup) ran
+ * twice for one record: its dedup key does not identify the record's business action.
+ *
+ * <p>For a plain kafka-clients loop, wrap the body with {@link #countBodyRuns} and the processor
+ * with {@link #redeliverEachRecord}:
+ *
+ * <pre>{@code
+ * RedeliveryReport report = new RedeliveryReport();
+ * IdempotentRecordHandler<String, String> payments = IdempotentRecordHandler
+ *     .<String, String>builder(executor)
+ *     .bizType("payment")
+ *     .key(KeyExtractors.header("order-no"))
+ *     .handler(report.countBodyRuns("payments", record -> charge(record.value())))
+ *     .build();
+ * DedupPollLoop<String, String> loop =
+ *     DedupPollLoop.builder(config, List.of("payments"), report.redeliverEachRecord(payments)).build();
+ * ... // send records, run the loop until they are processed
+ * report.assertNoBodyRanTwice();
+ * }</pre>
+ *
+ * <p>In a Spring Boot test, {@link io.consumerdedup.test.spring.RedeliverEachRecord} does both for
+ * every {@code @Idempotent} listener and makes this report a bean.
+ *
+ * <p>The second copy is the same record (same topic, partition, offset, key, headers and value); it
+ * is delivered once the first copy's outcome is written (for a poll loop, after the poll's outcomes
+ * are settled). A copy that fails is listed in {@link #failedRedeliveries()}. Thread-safe.
+ */
+public final class RedeliveryReport {
+
+  /** Which copy of a record is being delivered on this thread: 0 outside a redelivery test. */
+  private final ThreadLocal<Integer> copy = ThreadLocal.withInitial(() -> 0);
+
+  private final Map<RunKey, List<BodyRun>> runs = new ConcurrentHashMap<>();
+  private final Map<RunKey, String> recordKeys = new ConcurrentHashMap<>();
+  private final List<String> failedRedeliveries = new CopyOnWriteArrayList<>();
+  private final AtomicInteger redelivered = new AtomicInteger();
+
+  /**
+   * One run of a handler body.
+   *
+   * @param copy 1 on the first delivery of the record, 2 on the redelivered copy, 0 if the body ran
+   *     outside a delivery this report made
+   */
+  public record BodyRun(int copy, String thread, Instant at) {
+    @Override
+    public String toString() {
+      return (copy == 1
+              ? "on the first delivery"
+              : copy == 2 ? "on the redelivered copy" : "outside the redelivery test")
+          + " (thread "
+          + thread
+          + ", "
+          + at
+          + ")";
+    }
+  }
+
+  /**
+   * The body runs of one listener for one record.
+   *
+   * @param listener the name the body was counted under (for Spring, {@code Class.method})
+   * @param record the record as {@code topic-partition@offset}
+   * @param recordKey the record's Kafka key, or null
+   */
+  public record RecordRuns(
+      String listener, String record, @Nullable String recordKey, List<BodyRun> runs) {
+    @Override
+    public String toString() {
+      StringBuilder text =
+          new StringBuilder(listener)
+              .append(" ran its body ")
+              .append(runs.size())
+              .append(" times for record ")
+              .append(record);
+      if (recordKey != null) {
+        text.append(" (key '").append(recordKey).append("')");
+      }
+      text.append(':');
+      for (int i = 0; i < runs.size(); i++) {
+        text.append("\n      run ").append(i + 1).append(' ').append(runs.get(i));
+      }
+      return text.toString();
+    }
+  }
+
+  private record RunKey(String listener, String topic, int partition, long offset) {}
+
+  /**
+   * Wraps a handler body so that each of its runs is counted under {@code listener} for the record
+   * it ran for. Put the wrapper where the body runs inside the dedup: as the {@code handler} of an
+   * {@code IdempotentRecordHandler}.
+   */
+  public <K, V> RecordHandler<K, V> countBodyRuns(String listener, RecordHandler<K, V> body) {
+    Objects.requireNonNull(listener, "listener");
+    Objects.requireNonNull(body, "body");
+    return record -> {
+      bodyRan(listener, record);
+      body.handle(record);
+    };
+  }
+
+  /**
+   * Wraps a poll loop's processor so that it is handed every record twice: each record it processed
+   * without an exception is delivered again, as the same record, after the poll's outcomes are
+   * settled (in a poll of its own, {@code prepare}, {@code process}, {@code settle}). Called
+   * without {@code prepare}, the copy follows the first delivery at once.
+   */
+  public <K, V> RecordProcessor<K, V> redeliverEachRecord(RecordProcessor<K, V> processor) {
+    return new RedeliveringProcessor<>(processor, this);
+  }
+
+  /**
+   * Counts one run of {@code listener}'s body for {@code record}; for adapters that count body runs
+   * themselves (the Spring support does).
+   */
+  public void bodyRan(String listener, ConsumerRecord<?, ?> record) {
+    RunKey key = new RunKey(listener, record.topic(), record.partition(), record.offset());
+    runs.computeIfAbsent(key, k -> Collections.synchronizedList(new ArrayList<>()))
+        .add(new BodyRun(copy.get(), Thread.currentThread().getName(), Instant.now()));
+    Object recordKey = record.key();
+    if (recordKey != null) {
+      String text =
+          recordKey instanceof byte[] bytes ? new String(bytes, UTF_8) : recordKey.toString();
+      recordKeys.putIfAbsent(key, text.length() <= 80 ? text : text.substring(0, 77) + "...");
+    }
+  }
+
+  /**
+   * Delivers a record twice: {@code first}, then, if it returned, {@code second} as the redelivered
+   * copy. A second copy that throws is listed in {@link #failedRedeliveries()} under {@code
+   * description}, not rethrown: the first delivery's result stands. For adapters (the Spring
+   * support uses it).
+   *
+   * @return what {@code first} returned
+   * @throws Throwable what {@code first} threw (the copy is then not delivered)
+   */
+  public @Nullable Object deliverTwice(Delivery first, Delivery second, String description)
+      throws Throwable {
+    Object result = asCopy(1, first);
+    try {
+      asCopy(2, second);
+    } catch (Throwable e) {
+      redeliveryFailed(description, e);
+    } finally {
+      copyDelivered();
+    }
+    return result;
+  }
+
+  /** Runs {@code delivery} as copy {@code number} of its record. */
+  @Nullable Object asCopy(int number, Delivery delivery) throws Throwable {
+    int outer = copy.get();
+    copy.set(number);
+    try {
+      return delivery.run();
+    } finally {
+      copy.set(outer);
+    }
+  }
+
+  /** Counts a redelivered copy handed to a handler. */
+  void copyDelivered() {
+    redelivered.incrementAndGet();
+  }
+
+  void redeliveryFailed(String description, Throwable error) {
+    failedRedeliveries.add(description + ": " + error);
+  }
+
+  /** A delivery of a record to a handler. */
+  @FunctionalInterface
+  public interface Delivery {
+    @Nullable Object run() throws Throwable;
+  }
+
+  /** The listeners whose body ran more than once for one record, with their runs. */
+  public List<RecordRuns> bodiesRunTwice() {
+    List<RecordRuns> twice = new ArrayList<>();
+    runs.forEach(
+        (key, list) -> {
+          List<BodyRun> copyOfRuns;
+          synchronized (list) {
+            copyOfRuns = List.copyOf(list);
+          }
+          if (copyOfRuns.size() > 1) {
+            twice.add(
+                new RecordRuns(
+                    key.listener(),
+                    key.topic() + "-" + key.partition() + "@" + key.offset(),
+                    recordKeys.get(key),
+                    copyOfRuns));
+          }
+        });
+    twice.sort(Comparator.comparing(RecordRuns::listener).thenComparing(RecordRuns::record));
+    return twice;
+  }
+
+  /** How many body runs were counted, of every listener. */
+  public int bodyRuns() {
+    return runs.values().stream().mapToInt(List::size).sum();
+  }
+
+  /** How many redelivered copies were handed to a handler (whether or not its body ran). */
+  public int redeliveredCopies() {
+    return redelivered.get();
+  }
+
+  /** The redelivered copies that threw, each with what it threw. */
+  public List<String> failedRedeliveries() {
+    return List.copyOf(failedRedeliveries);
+  }
+
+  /**
+   * Fails if any listener's body ran twice for one record, naming each such listener, the record
+   * and both runs.
+   *
+   * @throws AssertionError if a body ran twice
+   */
+  public void assertNoBodyRanTwice() {
+    List<RecordRuns> twice = bodiesRunTwice();
+    if (twice.isEmpty()) {
+      return;
+    }
+    StringBuilder message =
+        new StringBuilder()
+            .append(twice.size())
+            .append(twice.size() == 1 ? " record was" : " records were")
+            .append(" processed twice: the body ran again when the record was redelivered, so the")
+            .append(" dedup key does not identify the record's business action (a key that")
+            .append(" changes between deliveries?)");
+    twice.forEach(runsOfRecord -> message.append("\n  ").append(runsOfRecord));
+    if (!failedRedeliveries.isEmpty()) {
+      message.append("\n  Redelivered copies that failed: ").append(failedRedeliveries);
+    }
+    throw new AssertionError(message.toString());
+  }
+
+  /** Forgets every count, for the next test on the same report. */
+  public void reset() {
+    runs.clear();
+    recordKeys.clear();
+    failedRedeliveries.clear();
+    redelivered.set(0);
+  }
+
+  @Override
+  public String toString() {
+    return "RedeliveryReport{bodyRuns="
+        + bodyRuns()
+        + ", redeliveredCopies="
+        + redeliveredCopies()
+        + ", bodiesRunTwice="
+        + bodiesRunTwice().size()
+        + ", failedRedeliveries="
+        + failedRedeliveries.size()
+        + "}";
+  }
+}

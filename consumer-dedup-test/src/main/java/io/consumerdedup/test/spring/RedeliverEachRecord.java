@@ -1,0 +1,45 @@
+package io.consumerdedup.test.spring;
+
+import java.lang.annotation.Documented;
+import java.lang.annotation.ElementType;
+import java.lang.annotation.Inherited;
+import java.lang.annotation.Retention;
+import java.lang.annotation.RetentionPolicy;
+import java.lang.annotation.Target;
+import org.springframework.context.annotation.Import;
+
+/**
+ * On a Spring Boot test class: every record reaches each {@code @Idempotent} listener twice, the
+ * second copy after the first completed (its outcome written, its transaction committed), as Kafka
+ * delivers a record again after a rebalance, a crash or a lost offset commit. The {@link
+ * io.consumerdedup.test.RedeliveryReport} bean names each listener whose body ran twice for one
+ * record: its dedup key does not identify the record's business action.
+ *
+ * <pre>{@code
+ * @SpringBootTest
+ * @EmbeddedKafka(topics = "payments")
+ * @RedeliverEachRecord
+ * class PaymentsRedeliveryTest {
+ *   @Autowired RedeliveryReport redelivery;
+ *
+ *   @Test
+ *   void eachPaymentIsChargedOnceThoughEveryRecordArrivesTwice() {
+ *     ... // send records, wait until they are processed
+ *     redelivery.assertNoBodyRanTwice();
+ *   }
+ * }
+ * }</pre>
+ *
+ * <p>The copy is the same record: the listener is invoked again with the same arguments. Body runs
+ * are counted per record (topic, partition, offset) from the listener's {@code ConsumerRecord}
+ * argument or the record the container is delivering; batch listeners are not counted. Listeners in
+ * a Kafka transaction write their outcome only after the container is done with the record, so
+ * their copy finds the key still in progress: they are not supported. A copy that throws is listed
+ * in {@link io.consumerdedup.test.RedeliveryReport#failedRedeliveries()}.
+ */
+@Target(ElementType.TYPE)
+@Retention(RetentionPolicy.RUNTIME)
+@Documented
+@Inherited
+@Import(RedeliveryConfiguration.class)
+public @interface RedeliverEachRecord {}

@@ -1,0 +1,138 @@
+package io.consumerdedup.test.spring;
+
+import io.consumerdedup.spring.CurrentRecordInterceptor;
+import io.consumerdedup.spring.Idempotent;
+import io.consumerdedup.spring.IdempotentListenerPostProcessor;
+import io.consumerdedup.test.RedeliveryReport;
+import java.lang.reflect.Method;
+import java.util.Objects;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.Supplier;
+import org.aopalliance.intercept.MethodInterceptor;
+import org.aopalliance.intercept.MethodInvocation;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+import org.springframework.aop.Advisor;
+import org.springframework.aop.ProxyMethodInvocation;
+import org.springframework.aop.framework.Advised;
+import org.springframework.aop.framework.ProxyFactory;
+import org.springframework.aop.support.AopUtils;
+import org.springframework.aop.support.DefaultPointcutAdvisor;
+import org.springframework.aop.support.annotation.AnnotationMatchingPointcut;
+import org.springframework.beans.factory.config.BeanPostProcessor;
+import org.springframework.core.Ordered;
+import org.springframework.core.annotation.AnnotatedElementUtils;
+import org.springframework.util.ReflectionUtils;
+
+/**
+ * Adds two advisors to the proxy of each bean with {@link Idempotent} methods, around the dedup
+ * advice that {@link IdempotentListenerPostProcessor} put there (this post-processor runs after
+ * it):
+ *
+ * <ul>
+ *   <li>outermost, before the dedup advice and any transaction advice: invokes the listener method
+ *       a second time, with the same arguments, after the first call returned (its outcome written,
+ *       its transaction committed);
+ *   <li>innermost, next to the method itself and inside the dedup advice: counts each run of the
+ *       method's body for the record being delivered.
+ * </ul>
+ *
+ * <p>A bean that has no proxy (consumer-dedup turned off) gets one with just these two advisors, so
+ * the report shows what an unprotected listener does with a redelivered record.
+ */
+public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ordered {
+
+  private final Advisor redeliver;
+  private final Advisor countBodyRuns;
+
+  public RedeliveringListenerPostProcessor(Supplier<RedeliveryReport> report) {
+    Objects.requireNonNull(report, "report");
+    this.redeliver = advisor(redeliverAdvice(report));
+    this.countBodyRuns = advisor(countingAdvice(report));
+  }
+
+  private static Advisor advisor(MethodInterceptor advice) {
+    return new DefaultPointcutAdvisor(
+        new AnnotationMatchingPointcut(null, Idempotent.class, true), advice);
+  }
+
+  private static MethodInterceptor redeliverAdvice(Supplier<RedeliveryReport> report) {
+    return invocation -> {
+      if (!(invocation instanceof ProxyMethodInvocation proxied)) {
+        return invocation.proceed();
+      }
+      // Cloned before the first call moves the invocation along its chain of advice.
+      MethodInvocation copy = proxied.invocableClone();
+      return report.get().deliverTwice(invocation::proceed, copy::proceed, describe(invocation));
+    };
+  }
+
+  private static MethodInterceptor countingAdvice(Supplier<RedeliveryReport> report) {
+    return invocation -> {
+      ConsumerRecord<?, ?> record = recordOf(invocation);
+      if (record != null) {
+        report.get().bodyRan(listenerName(invocation.getMethod()), record);
+      }
+      return invocation.proceed();
+    };
+  }
+
+  private static @Nullable ConsumerRecord<?, ?> recordOf(MethodInvocation invocation) {
+    for (Object argument : invocation.getArguments()) {
+      if (argument instanceof ConsumerRecord<?, ?> record) {
+        return record;
+      }
+    }
+    return CurrentRecordInterceptor.current().orElse(null);
+  }
+
+  private static String describe(MethodInvocation invocation) {
+    ConsumerRecord<?, ?> record = recordOf(invocation);
+    return listenerName(invocation.getMethod())
+        + " on the copy of "
+        + (record == null
+            ? "its record"
+            : record.topic() + "-" + record.partition() + "@" + record.offset());
+  }
+
+  /** {@code Class.method}, as the report names a listener. */
+  static String listenerName(Method method) {
+    return method.getDeclaringClass().getSimpleName() + "." + method.getName();
+  }
+
+  @Override
+  public Object postProcessAfterInitialization(Object bean, String beanName) {
+    if (!hasIdempotentMethods(AopUtils.getTargetClass(bean))) {
+      return bean;
+    }
+    if (bean instanceof Advised advised) {
+      if (!advised.isFrozen() && advised.indexOf(redeliver) < 0) {
+        advised.addAdvisor(0, redeliver);
+        advised.addAdvisor(countBodyRuns);
+      }
+      return bean;
+    }
+    // No dedup advice (consumer-dedup.enabled=false): the listener runs unprotected, and the
+    // report shows what that does to a redelivered record.
+    ProxyFactory proxy = new ProxyFactory(bean);
+    proxy.setProxyTargetClass(true);
+    proxy.addAdvisor(redeliver);
+    proxy.addAdvisor(countBodyRuns);
+    return proxy.getProxy(AopUtils.getTargetClass(bean).getClassLoader());
+  }
+
+  private static boolean hasIdempotentMethods(Class<?> type) {
+    AtomicBoolean found = new AtomicBoolean();
+    ReflectionUtils.doWithMethods(
+        type,
+        method -> found.set(true),
+        method -> AnnotatedElementUtils.hasAnnotation(method, Idempotent.class));
+    return found.get();
+  }
+
+  /** After {@link IdempotentListenerPostProcessor}, whose advisors this one surrounds. */
+  @Override
+  public int getOrder() {
+    return Ordered.LOWEST_PRECEDENCE - 50;
+  }
+}

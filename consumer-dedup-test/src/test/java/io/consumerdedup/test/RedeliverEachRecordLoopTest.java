@@ -1,0 +1,203 @@
+package io.consumerdedup.test;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.Outcome;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.kafka.DedupPollLoop;
+import io.consumerdedup.kafka.IdempotentRecordHandler;
+import io.consumerdedup.kafka.KeyExtractor;
+import io.consumerdedup.kafka.KeyExtractors;
+import io.consumerdedup.kafka.RecordProcessor;
+import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.UUID;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Redelivery testing of a plain kafka-clients poll loop, on the in-JVM broker and PostgreSQL: each
+ * record reaches the processor twice, and a body that ran twice is named.
+ */
+class RedeliverEachRecordLoopTest {
+  private static final String KEY_HEADER = "order-no";
+  private static final Duration WAIT = Duration.ofSeconds(30);
+
+  private static String schema;
+  private static HikariDataSource dataSource;
+  private static IdempotentExecutor executor;
+  private static KafkaProducer<String, String> producer;
+
+  private final ExecutorService threads = Executors.newCachedThreadPool();
+  private final RedeliveryReport report = new RedeliveryReport();
+  private final Map<String, AtomicInteger> charges = new ConcurrentHashMap<>();
+  private String topic;
+  private DedupPollLoop<String, String> loop;
+
+  @BeforeAll
+  static void setUp() {
+    schema = TestDatabase.newSchema("redeliver_loop");
+    dataSource = TestDatabase.dataSource(schema, 4);
+    executor = IdempotentExecutor.builder(JdbcDedupStore.builder(dataSource).build()).build();
+    producer = TestKafka.producer();
+  }
+
+  @AfterAll
+  static void tearDown() {
+    producer.close();
+    dataSource.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  @BeforeEach
+  void newTopic() {
+    topic = "payments-" + UUID.randomUUID().toString().substring(0, 8);
+    TestKafka.createTopics(1, topic);
+  }
+
+  @AfterEach
+  void stopLoop() {
+    if (loop != null) {
+      loop.close();
+    }
+    threads.shutdownNow();
+  }
+
+  @Test
+  void aBusinessKeyPassesEveryRecordArrivesTwiceAndIsChargedOnce() throws Exception {
+    start(KeyExtractors.header(KEY_HEADER), true);
+
+    send("ORD-1", "ORD-2", "ORD-3");
+
+    await().atMost(WAIT).until(() -> report.redeliveredCopies() == 3);
+    report.assertNoBodyRanTwice();
+    assertThat(report.bodyRuns()).isEqualTo(3);
+    assertThat(report.failedRedeliveries()).isEmpty();
+    assertThat(charges).containsOnlyKeys(orders("ORD-1", "ORD-2", "ORD-3"));
+    assertThat(charges.values()).allSatisfy(count -> assertThat(count).hasValue(1));
+  }
+
+  @Test
+  void aKeyThatChangesBetweenDeliveriesIsReportedNamingTheListenerAndBothRuns() throws Exception {
+    KeyExtractor<String, String> requestId =
+        KeyExtractor.named("a request id per delivery", r -> Optional.of(UUID.randomUUID() + ""));
+    start(requestId, true);
+
+    send("ORD-1", "ORD-2");
+
+    await().atMost(WAIT).until(() -> report.redeliveredCopies() == 2);
+    assertThat(report.bodiesRunTwice())
+        .extracting(RedeliveryReport.RecordRuns::record)
+        .containsExactly(topic + "-0@0", topic + "-0@1");
+    assertThatThrownBy(report::assertNoBodyRanTwice)
+        .isInstanceOf(AssertionError.class)
+        .hasMessageContaining("2 records were processed twice")
+        .hasMessageContaining("payments ran its body 2 times for record " + topic + "-0@0")
+        .hasMessageContaining("(key '" + topic + "-ORD-1')")
+        .hasMessageContaining("run 1 on the first delivery")
+        .hasMessageContaining("run 2 on the redelivered copy");
+    assertThat(charges.get(topic + "-ORD-1")).hasValue(2);
+  }
+
+  @Test
+  void aPollWhoseKeysAreClaimedOneByOneIsRedeliveredToo() throws Exception {
+    start(KeyExtractors.header(KEY_HEADER), false);
+
+    send("ORD-1", "ORD-2");
+
+    await().atMost(WAIT).until(() -> report.redeliveredCopies() == 2);
+    report.assertNoBodyRanTwice();
+    assertThat(report.bodyRuns()).isEqualTo(2);
+  }
+
+  @Test
+  void aProcessorCalledWithoutAPollGetsTheCopyAtOnce() {
+    // No loop and no database: the in-memory store, the processor called directly.
+    IdempotentExecutor inMemory = IdempotentExecutor.builder(new InMemoryDedupStore()).build();
+    ConsumerRecord<String, String> record = new ConsumerRecord<>("payments", 0, 7, "k", "charge");
+    record.headers().add(KEY_HEADER, "ORD-7".getBytes(StandardCharsets.UTF_8));
+    RecordProcessor<String, String> byHeader =
+        report.redeliverEachRecord(
+            handler("by-header", inMemory, KeyExtractors.header(KEY_HEADER), true));
+    RecordProcessor<String, String> byRandom =
+        report.redeliverEachRecord(
+            handler("by-random", inMemory, r -> Optional.of(UUID.randomUUID().toString()), true));
+
+    assertThat(byHeader.process(record)).isEqualTo(Outcome.PROCESSED);
+    assertThat(report.bodiesRunTwice()).isEmpty();
+    assertThat(byRandom.process(record)).isEqualTo(Outcome.PROCESSED);
+
+    assertThat(report.redeliveredCopies()).isEqualTo(2);
+    assertThat(report.bodiesRunTwice())
+        .extracting(RedeliveryReport.RecordRuns::listener)
+        .containsExactly("by-random");
+    assertThat(report.bodiesRunTwice().get(0).runs())
+        .extracting(RedeliveryReport.BodyRun::copy)
+        .containsExactly(1, 2);
+  }
+
+  private void start(KeyExtractor<String, String> key, boolean claimsPerPoll) {
+    loop =
+        DedupPollLoop.builder(
+                TestKafka.consumerConfig("billing-" + topic),
+                List.of(topic),
+                report.redeliverEachRecord(handler("payments", executor, key, claimsPerPoll)))
+            .pollTimeout(Duration.ofMillis(200))
+            .deadLetterHandler(
+                (record, reason) -> {
+                  throw new AssertionError("nothing should be dead-lettered: " + reason);
+                })
+            .build();
+    threads.submit(loop);
+  }
+
+  private IdempotentRecordHandler<String, String> handler(
+      String listener,
+      IdempotentExecutor on,
+      KeyExtractor<String, String> key,
+      boolean claimsPerPoll) {
+    return IdempotentRecordHandler.<String, String>builder(on)
+        .bizType("payment")
+        .key(key)
+        .claimsPerPoll(claimsPerPoll)
+        .handler(report.countBodyRuns(listener, this::charge))
+        .build();
+  }
+
+  private void charge(ConsumerRecord<String, String> record) {
+    charges.computeIfAbsent(record.key(), k -> new AtomicInteger()).incrementAndGet();
+  }
+
+  /** Sends one record per order, keyed by the order (unique to this test) in key and header. */
+  private void send(String... orderNos) throws Exception {
+    for (String orderNo : orders(orderNos)) {
+      ProducerRecord<String, String> record =
+          new ProducerRecord<>(topic, 0, orderNo, "charge " + orderNo);
+      record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+      producer.send(record).get();
+    }
+  }
+
+  private String[] orders(String... orderNos) {
+    return java.util.Arrays.stream(orderNos).map(o -> topic + "-" + o).toArray(String[]::new);
+  }
+}

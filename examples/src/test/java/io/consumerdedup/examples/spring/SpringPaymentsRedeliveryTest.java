@@ -1,0 +1,95 @@
+package io.consumerdedup.examples.spring;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.examples.ledger.EffectKind;
+import io.consumerdedup.examples.ledger.Ledger;
+import io.consumerdedup.examples.report.RunStats;
+import io.consumerdedup.test.RedeliveryReport;
+import io.consumerdedup.test.spring.RedeliverEachRecord;
+import io.consumerdedup.testing.TestDatabase;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import javax.sql.DataSource;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Import;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.test.context.EmbeddedKafka;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/**
+ * The payment service of the demo under redelivery testing: every record reaches its listener
+ * twice, and each order is still charged once.
+ */
+@SpringBootTest(
+    classes = SpringPaymentsApplication.class,
+    properties = {
+      "demo.topic=payments",
+      "demo.group=billing",
+      "spring.kafka.listener.ack-mode=manual",
+      "spring.kafka.consumer.auto-offset-reset=earliest"
+    })
+@EmbeddedKafka(topics = "payments", bootstrapServersProperty = "spring.kafka.bootstrap-servers")
+@RedeliverEachRecord
+@Import(SpringPaymentsRedeliveryTest.DemoStats.class)
+class SpringPaymentsRedeliveryTest {
+
+  @Autowired KafkaTemplate<String, String> kafka;
+  @Autowired RedeliveryReport redelivery;
+  @Autowired DataSource dataSource;
+
+  @Test
+  void eachOrderIsChargedOnceThoughEveryRecordArrivesTwice() throws Exception {
+    send("A-7001");
+    send("A-7002");
+
+    await().atMost(Duration.ofSeconds(30)).until(() -> redelivery.redeliveredCopies() == 2);
+
+    redelivery.assertNoBodyRanTwice();
+    assertThat(new Ledger(dataSource).entries(EffectKind.CHARGE)).isEqualTo(2);
+  }
+
+  private void send(String orderNo) throws Exception {
+    ProducerRecord<String, String> record = new ProducerRecord<>("payments", "pay 25.00");
+    record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+    kafka.send(record).get();
+  }
+
+  // --- the demo's database: the dedup table and its ledger, in a schema of their own ---
+
+  private static String schema;
+
+  @DynamicPropertySource
+  static void database(DynamicPropertyRegistry registry) throws SQLException {
+    schema = TestDatabase.newSchema("payments_redelivery");
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      statement.execute(Ledger.DDL);
+    }
+    registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
+  }
+
+  @AfterAll
+  static void dropSchema() {
+    TestDatabase.dropSchema(schema);
+  }
+
+  /** The run counters the demo's listener reports to, and the account it charges. */
+  static class DemoStats {
+    @Bean
+    RunStats demoStats(DataSource dataSource) throws SQLException {
+      new Ledger(dataSource).open(EffectKind.CHARGE);
+      return new RunStats();
+    }
+  }
+}
