@@ -1,8 +1,8 @@
 package io.consumerdedup.test.spring;
 
-import io.consumerdedup.spring.CurrentRecordInterceptor;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.spring.IdempotentListenerPostProcessor;
+import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.test.RedeliveryReport;
 import java.lang.reflect.Method;
 import java.util.Objects;
