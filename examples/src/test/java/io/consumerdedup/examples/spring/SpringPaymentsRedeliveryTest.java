@@ -69,13 +69,13 @@ class SpringPaymentsRedeliveryTest {
     kafka.send(record).get();
   }
 
-  // --- the demo's broker and database: the dedup table and its ledger, in a schema of their own
-  // ---
+  // --- the demo's topic, and its database: the dedup table and ledger in a schema of their own ---
 
   private static String schema;
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) throws SQLException {
+    // Two partitions, as @EmbeddedKafka gave this topic before.
     TestKafka.createTopics(2, "payments");
     registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
     schema = TestDatabase.newSchema("payments_redelivery");
