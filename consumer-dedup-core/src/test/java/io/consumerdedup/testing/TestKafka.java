@@ -56,6 +56,9 @@ public final class TestKafka {
               .setConfigProp("offsets.topic.num.partitions", "1")
               .setConfigProp("transaction.state.log.replication.factor", "1")
               .setConfigProp("transaction.state.log.min.isr", "1")
+              // Tests of a transaction the broker aborts for outliving its timeout wait for this
+              // check, which runs every 10 s by default.
+              .setConfigProp("transaction.abort.timed.out.transaction.cleanup.interval.ms", "500")
               .setConfigProp("group.initial.rebalance.delay.ms", "0")
               .setConfigProp("auto.create.topics.enable", "true")
               .build();

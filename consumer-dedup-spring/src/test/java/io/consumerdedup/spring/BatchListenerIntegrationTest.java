@@ -14,6 +14,7 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.testing.TestKafka;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.time.Duration;
@@ -46,8 +47,6 @@ import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.support.Acknowledgment;
-import org.springframework.kafka.test.EmbeddedKafkaBroker;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.kafka.test.utils.ContainerTestUtils;
 import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.messaging.Message;
@@ -68,32 +67,28 @@ import org.springframework.util.backoff.FixedBackOff;
       "consumer-dedup.hold.initial-backoff=200ms",
       "consumer-dedup.hold.max-backoff=400ms"
     })
-@EmbeddedKafka(
-    partitions = 1,
-    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {
-      "bt-dups",
-      "bt-fail",
-      "bt-fail.DLT",
-      "bt-message",
-      "bt-manual",
-      "bt-keyless",
-      "bt-keyless.DLT",
-      "bt-plain",
-      "bt-held",
-      "bt-records",
-      "bt-nack"
-    })
 @DirtiesContext
 class BatchListenerIntegrationTest {
   static final Duration WAIT = Duration.ofSeconds(30);
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_batch");
+    SpringTestEnvironment.prepare(
+        registry,
+        "spring_batch",
+        "bt-dups",
+        "bt-fail",
+        "bt-fail.DLT",
+        "bt-message",
+        "bt-manual",
+        "bt-keyless",
+        "bt-keyless.DLT",
+        "bt-plain",
+        "bt-held",
+        "bt-records",
+        "bt-nack");
   }
 
-  @Autowired EmbeddedKafkaBroker kafka;
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
   @Autowired DedupStore store;
@@ -160,7 +155,7 @@ class BatchListenerIntegrationTest {
     assertThat(store.find(DedupKey.of("fail", "F-4")).orElseThrow().attempts()).isEqualTo(1);
     assertThat(Switches.batches.get("bt-fail"))
         .contains(List.of("F-1", "F-2", "F-3", "F-4"), List.of("F-2", "F-3", "F-4"));
-    assertThat(readTopic(kafka, "bt-fail.DLT", 1, Duration.ofSeconds(2))).isEmpty();
+    assertThat(readTopic("bt-fail.DLT", 1, Duration.ofSeconds(2))).isEmpty();
   }
 
   @Test
@@ -289,14 +284,14 @@ class BatchListenerIntegrationTest {
     await().atMost(WAIT).until(() -> committed("bt-keyless") == 3);
     assertThat(effects("keyless", "K-1")).isEqualTo(1);
     assertThat(effects("keyless", "K-2")).isEqualTo(1);
-    List<ConsumerRecord<String, String>> dead = readTopic(kafka, "bt-keyless.DLT", 1, WAIT);
+    List<ConsumerRecord<String, String>> dead = readTopic("bt-keyless.DLT", 1, WAIT);
     assertThat(dead).extracting(ConsumerRecord::value).containsExactly("without key");
     assertThat(deadLetterReason(dead.get(0)))
         .contains(DedupKeyMissingException.class.getName())
         .contains("bt-keyless-0@1");
     // Refused once: a retry would have counted the missing key again.
     assertThat(outcomes("keyless", "missing_key")).isEqualTo(1);
-    assertThat(readTopic(kafka, "bt-keyless.DLT", 2, Duration.ofSeconds(2))).hasSize(1);
+    assertThat(readTopic("bt-keyless.DLT", 2, Duration.ofSeconds(2))).hasSize(1);
   }
 
   @Test
@@ -319,7 +314,7 @@ class BatchListenerIntegrationTest {
       assertThat(committed("bt-held")).isEqualTo(1);
       assertThat(effects("held", "H-2")).isZero();
       assertThat(effects("held", "H-3")).isZero();
-      assertThat(readTopic(kafka, "bt-held.DLT", 1, Duration.ofMillis(500))).isEmpty();
+      assertThat(readTopic("bt-held.DLT", 1, Duration.ofMillis(500))).isEmpty();
 
       held.fail(new IllegalStateException("the other consumer gave up"));
       await().atMost(WAIT).until(() -> committed("bt-held") == 3);
@@ -353,7 +348,7 @@ class BatchListenerIntegrationTest {
   /** The group's committed offset of partition 0 (the listener id is the topic and the group). */
   private long committed(String topic) throws Exception {
     OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), topic, topic, 0);
+        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, 0);
     return offset == null ? -1 : offset.offset();
   }
 

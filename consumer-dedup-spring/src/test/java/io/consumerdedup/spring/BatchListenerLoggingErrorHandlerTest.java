@@ -5,6 +5,7 @@ import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.testing.TestKafka;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.time.Duration;
@@ -23,8 +24,6 @@ import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.CommonLoggingErrorHandler;
 import org.springframework.kafka.listener.MessageListenerContainer;
-import org.springframework.kafka.test.EmbeddedKafkaBroker;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.kafka.test.utils.ContainerTestUtils;
 import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
@@ -37,20 +36,15 @@ import org.springframework.test.context.DynamicPropertySource;
  * batch is logged once, and the records after it, which the listener never got, are not lost.
  */
 @SpringBootTest(classes = BatchListenerLoggingErrorHandlerTest.App.class)
-@EmbeddedKafka(
-    partitions = 1,
-    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {"btl-orders"})
 @DirtiesContext
 class BatchListenerLoggingErrorHandlerTest {
   static final Duration WAIT = Duration.ofSeconds(30);
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_batch_log");
+    SpringTestEnvironment.prepare(registry, "spring_batch_log", "btl-orders");
   }
 
-  @Autowired EmbeddedKafkaBroker kafka;
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
   @Autowired MeterRegistry registry;
@@ -77,7 +71,8 @@ class BatchListenerLoggingErrorHandlerTest {
 
   private long committed() throws Exception {
     OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), "btl-orders", "btl-orders", 0);
+        KafkaTestUtils.getCurrentOffset(
+            TestKafka.bootstrapServers(), "btl-orders", "btl-orders", 0);
     return offset == null ? -1 : offset.offset();
   }
 

@@ -6,6 +6,7 @@ import static org.awaitility.Awaitility.await;
 import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -25,8 +26,6 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.BatchInterceptor;
-import org.springframework.kafka.test.EmbeddedKafkaBroker;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -46,14 +45,6 @@ import org.springframework.test.context.DynamicPropertySource;
       "consumer-dedup.hold.initial-backoff=200ms",
       "consumer-dedup.hold.max-backoff=400ms"
     })
-@EmbeddedKafka(
-    partitions = 1,
-    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {"btx-orders"},
-    brokerProperties = {
-      "transaction.state.log.replication.factor=1",
-      "transaction.state.log.min.isr=1"
-    })
 @DirtiesContext
 class BatchListenerTransactionTest {
   static final Duration WAIT = Duration.ofSeconds(60);
@@ -62,10 +53,9 @@ class BatchListenerTransactionTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_batch_tx");
+    SpringTestEnvironment.prepare(registry, "spring_batch_tx", "btx-orders");
   }
 
-  @Autowired EmbeddedKafkaBroker kafka;
   @Autowired KafkaTemplate<String, String> template;
   @Autowired DedupStore store;
 
@@ -83,7 +73,8 @@ class BatchListenerTransactionTest {
     assertThat(calls).hasValue(0);
     assertThat(store.find(DedupKey.of("btx", "BTX-1"))).isEmpty();
     OffsetAndMetadata committed =
-        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), "btx-orders", "btx-orders", 0);
+        KafkaTestUtils.getCurrentOffset(
+            TestKafka.bootstrapServers(), "btx-orders", "btx-orders", 0);
     assertThat(committed == null ? -1 : committed.offset()).isLessThanOrEqualTo(0);
   }
 

@@ -42,8 +42,6 @@ import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.support.Acknowledgment;
-import org.springframework.kafka.test.EmbeddedKafkaBroker;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.messaging.Message;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.messaging.handler.annotation.Payload;
@@ -57,24 +55,6 @@ import org.springframework.util.backoff.FixedBackOff;
  * DefaultErrorHandler} with a dead-letter topic, a real PostgreSQL and an in-JVM KRaft broker.
  */
 @SpringBootTest(classes = IdempotentListenerIntegrationTest.App.class)
-@EmbeddedKafka(
-    partitions = 1,
-    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {
-      "it-payments",
-      "it-payments.DLT",
-      "it-flaky",
-      "it-flaky.DLT",
-      "it-poison",
-      "it-poison.DLT",
-      "it-orders",
-      "it-orders.DLT",
-      "it-payload",
-      "it-payload-only",
-      "it-message",
-      "it-handler",
-      "it-lost-ack"
-    })
 @DirtiesContext
 class IdempotentListenerIntegrationTest {
   static final Duration WAIT = Duration.ofSeconds(30);
@@ -82,10 +62,24 @@ class IdempotentListenerIntegrationTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_it");
+    SpringTestEnvironment.prepare(
+        registry,
+        "spring_it",
+        "it-payments",
+        "it-payments.DLT",
+        "it-flaky",
+        "it-flaky.DLT",
+        "it-poison",
+        "it-poison.DLT",
+        "it-orders",
+        "it-orders.DLT",
+        "it-payload",
+        "it-payload-only",
+        "it-message",
+        "it-handler",
+        "it-lost-ack");
   }
 
-  @Autowired EmbeddedKafkaBroker kafka;
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
   @Autowired DedupStore store;
@@ -123,7 +117,7 @@ class IdempotentListenerIntegrationTest {
               assertThat(record.attempts()).isEqualTo(2);
             });
     assertThat(Switches.flakyCalls.get("FLAKY-1").get()).isEqualTo(2);
-    assertThat(readTopic(kafka, "it-flaky.DLT", 1, Duration.ofSeconds(2))).isEmpty();
+    assertThat(readTopic("it-flaky.DLT", 1, Duration.ofSeconds(2))).isEmpty();
   }
 
   @Test
@@ -168,7 +162,7 @@ class IdempotentListenerIntegrationTest {
     send(template, "it-payments", "charge 5", "order-no", "AFTER-MISSING");
 
     await().atMost(WAIT).until(() -> effects("payment", "AFTER-MISSING") == 1);
-    List<ConsumerRecord<String, String>> dead = readTopic(kafka, "it-payments.DLT", 1, WAIT);
+    List<ConsumerRecord<String, String>> dead = readTopic("it-payments.DLT", 1, WAIT);
     assertThat(dead).extracting(ConsumerRecord::value).containsExactly("charge without key");
     assertThat(deadLetterReason(dead.get(0)))
         .contains(DedupKeyMissingException.class.getName())
@@ -183,7 +177,7 @@ class IdempotentListenerIntegrationTest {
     await().atMost(WAIT).until(() -> effects("order", "ORD-1") == 1);
     send(template, "it-orders", "9 x book", "order-no", "ORD-1");
 
-    List<ConsumerRecord<String, String>> dead = readTopic(kafka, "it-orders.DLT", 1, WAIT);
+    List<ConsumerRecord<String, String>> dead = readTopic("it-orders.DLT", 1, WAIT);
     assertThat(dead).extracting(ConsumerRecord::value).containsExactly("9 x book");
     assertThat(deadLetterReason(dead.get(0))).contains(DedupKeyConflictException.class.getName());
     assertThat(outcomes("order", "conflict")).isEqualTo(1);
@@ -241,8 +235,7 @@ class IdempotentListenerIntegrationTest {
   private ConsumerRecord<String, String> deadLetter(String topic, String orderNo) {
     long deadline = System.nanoTime() + WAIT.toNanos();
     while (System.nanoTime() < deadline) {
-      for (ConsumerRecord<String, String> record :
-          readTopic(kafka, topic, 100, Duration.ofSeconds(2))) {
+      for (ConsumerRecord<String, String> record : readTopic(topic, 100, Duration.ofSeconds(2))) {
         if (SpringTestEnvironment.header(record, "order-no").equals(orderNo)) {
           return record;
         }

@@ -9,6 +9,7 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.testing.TestKafka;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.nio.charset.StandardCharsets;
@@ -35,8 +36,6 @@ import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.RecordInterceptor;
-import org.springframework.kafka.test.EmbeddedKafkaBroker;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -61,10 +60,6 @@ import org.springframework.util.backoff.FixedBackOff;
       "consumer-dedup.hold.initial-backoff=" + InProgressIntegrationTest.BACK_OFF_MS + "ms",
       "consumer-dedup.hold.max-backoff=1s"
     })
-@EmbeddedKafka(
-    partitions = 1,
-    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {"ip-holder-succeeds", "ip-holder-fails"})
 @DirtiesContext
 class InProgressIntegrationTest {
   static final String THIS_INSTANCE = "this-instance";
@@ -74,10 +69,9 @@ class InProgressIntegrationTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_ip");
+    SpringTestEnvironment.prepare(registry, "spring_ip", "ip-holder-succeeds", "ip-holder-fails");
   }
 
-  @Autowired EmbeddedKafkaBroker kafka;
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
   @Autowired DedupStore store;
@@ -213,7 +207,7 @@ class InProgressIntegrationTest {
   /** The group's committed offset of partition 0 (its listener id is its group), -1 if none. */
   private long committed(String topic) throws Exception {
     OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), topic, topic, 0);
+        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, 0);
     return offset == null ? -1 : offset.offset();
   }
 

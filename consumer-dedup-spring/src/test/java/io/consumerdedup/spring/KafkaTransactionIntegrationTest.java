@@ -8,6 +8,7 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -32,8 +33,6 @@ import org.springframework.kafka.config.TopicBuilder;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
 import org.springframework.kafka.listener.RecordInterceptor;
-import org.springframework.kafka.test.EmbeddedKafkaBroker;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -54,25 +53,16 @@ import org.springframework.test.context.DynamicPropertySource;
       "spring.kafka.producer.properties.transaction.timeout.ms=1500",
       "spring.kafka.consumer.properties.isolation.level=read_committed"
     })
-@EmbeddedKafka(
-    partitions = 1,
-    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {"ktx-orders", "ktx-timeout", "ktx-receipts", "ktx-ledger"},
-    brokerProperties = {
-      "transaction.abort.timed.out.transaction.cleanup.interval.ms=500",
-      "transaction.state.log.replication.factor=1",
-      "transaction.state.log.min.isr=1"
-    })
 @DirtiesContext
 class KafkaTransactionIntegrationTest {
   static final Duration WAIT = Duration.ofSeconds(60);
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_ktx");
+    SpringTestEnvironment.prepare(
+        registry, "spring_ktx", "ktx-orders", "ktx-timeout", "ktx-receipts", "ktx-ledger");
   }
 
-  @Autowired EmbeddedKafkaBroker kafka;
   @Autowired KafkaTemplate<String, String> template;
   @Autowired DedupStore store;
   @Autowired KafkaListenerEndpointRegistry registry;
@@ -142,7 +132,7 @@ class KafkaTransactionIntegrationTest {
 
   private long committed(String topic) throws Exception {
     OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), topic, topic, 0);
+        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, 0);
     return offset == null ? -1 : offset.offset();
   }
 
@@ -156,7 +146,7 @@ class KafkaTransactionIntegrationTest {
 
   private List<String> receipts(String isolation, String orderNo) {
     return SpringTestEnvironment.readTopic(
-            kafka, "ktx-receipts", isolation, Integer.MAX_VALUE, Duration.ofSeconds(3))
+            "ktx-receipts", isolation, Integer.MAX_VALUE, Duration.ofSeconds(3))
         .stream()
         .filter(record -> orderNo.equals(record.key()))
         .map(ConsumerRecord::value)

@@ -22,8 +22,6 @@ import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.RecordInterceptor;
-import org.springframework.kafka.test.EmbeddedKafkaBroker;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -37,19 +35,15 @@ import org.springframework.util.backoff.FixedBackOff;
  * handler failure; the records after it are charged once.
  */
 @SpringBootTest(classes = KeyHeaderArgumentIntegrationTest.App.class)
-@EmbeddedKafka(
-    partitions = 1,
-    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {"key-argument", "key-argument-dlt"})
 @DirtiesContext
 class KeyHeaderArgumentIntegrationTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_key_argument");
+    SpringTestEnvironment.prepare(
+        registry, "spring_key_argument", "key-argument", "key-argument-dlt");
   }
 
-  @Autowired EmbeddedKafkaBroker kafka;
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
 
@@ -60,7 +54,7 @@ class KeyHeaderArgumentIntegrationTest {
     SpringTestEnvironment.send(template, "key-argument", "15.00", "order-no", "ARG-1");
 
     List<ConsumerRecord<String, String>> deadLetters =
-        SpringTestEnvironment.readTopic(kafka, "key-argument-dlt", 1, Duration.ofSeconds(30));
+        SpringTestEnvironment.readTopic("key-argument-dlt", 1, Duration.ofSeconds(30));
     assertThat(deadLetters).hasSize(1);
     assertThat(SpringTestEnvironment.deadLetterReason(deadLetters.get(0)))
         .contains("DedupKeyMissingException")

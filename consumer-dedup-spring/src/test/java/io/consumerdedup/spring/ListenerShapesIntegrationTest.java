@@ -7,6 +7,7 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -36,8 +37,6 @@ import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.RecordInterceptor;
 import org.springframework.kafka.listener.adapter.ConsumerRecordMetadata;
 import org.springframework.kafka.support.Acknowledgment;
-import org.springframework.kafka.test.EmbeddedKafkaBroker;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
@@ -52,29 +51,25 @@ import reactor.core.publisher.Mono;
  * {@code ListenerShapeRefusalTest}.)
  */
 @SpringBootTest(classes = ListenerShapesIntegrationTest.App.class)
-@EmbeddedKafka(
-    partitions = 1,
-    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {
-      "shape-future",
-      "shape-mono",
-      "shape-nack",
-      "shape-manual",
-      "shape-meta",
-      "shape-interface",
-      "shape-int",
-      "shape-retryable"
-    })
 @DirtiesContext
 class ListenerShapesIntegrationTest {
   static final Duration WAIT = Duration.ofSeconds(30);
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_shapes");
+    SpringTestEnvironment.prepare(
+        registry,
+        "spring_shapes",
+        "shape-future",
+        "shape-mono",
+        "shape-nack",
+        "shape-manual",
+        "shape-meta",
+        "shape-interface",
+        "shape-int",
+        "shape-retryable");
   }
 
-  @Autowired EmbeddedKafkaBroker kafka;
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
   @Autowired DedupStore store;
@@ -153,13 +148,11 @@ class ListenerShapesIntegrationTest {
     template.send(new ProducerRecord<>("shape-retryable", "no key")).get();
 
     List<ConsumerRecord<String, String>> deadLetters =
-        SpringTestEnvironment.readTopic(kafka, "shape-retryable-dlt", 1, WAIT);
+        SpringTestEnvironment.readTopic("shape-retryable-dlt", 1, WAIT);
     assertThat(deadLetters).hasSize(1);
     assertThat(SpringTestEnvironment.deadLetterReason(deadLetters.get(0)))
         .contains("DedupKeyMissingException");
-    assertThat(
-            SpringTestEnvironment.readTopic(
-                kafka, "shape-retryable-retry", 1, Duration.ofSeconds(2)))
+    assertThat(SpringTestEnvironment.readTopic("shape-retryable-retry", 1, Duration.ofSeconds(2)))
         .as("no detour through the retry topic")
         .isEmpty();
     assertThat(Switches.calls.keySet()).noneMatch(call -> call.startsWith("shape-retryable"));
@@ -174,7 +167,7 @@ class ListenerShapesIntegrationTest {
   /** The listener's group (its id is its topic) committed offset of partition 0, -1 if none. */
   private long committed(String topic) throws Exception {
     OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), topic, topic, 0);
+        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, 0);
     return offset == null ? -1 : offset.offset();
   }
 

@@ -13,6 +13,7 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.testing.ChildJvm;
 import io.consumerdedup.testing.TcpProxy;
 import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.nio.charset.StandardCharsets;
@@ -35,8 +36,6 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.test.EmbeddedKafkaBroker;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -54,10 +53,6 @@ import org.springframework.test.context.DynamicPropertySource;
     // The pool gives up on a connection after a second (its default waits 30 s), so that the store
     // fails during the outage and the record is held, rather than waiting inside one claim.
     properties = "spring.datasource.hikari.connection-timeout=1000")
-@EmbeddedKafka(
-    partitions = 2,
-    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {"rel-held", "rel-outage", "rel-error"})
 @DirtiesContext
 class SpringDefaultsReliabilityTest {
   static final Duration DEAD_HOLDERS_LEASE = Duration.ofSeconds(8);
@@ -68,7 +63,9 @@ class SpringDefaultsReliabilityTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     proxy = TcpProxy.forPostgres();
-    schema = SpringTestEnvironment.prepare(registry, "spring_rel", proxy::rewrite);
+    schema =
+        SpringTestEnvironment.prepare(
+            registry, "spring_rel", proxy::rewrite, 2, "rel-held", "rel-outage", "rel-error");
     direct = TestDatabase.dataSource(schema, 2);
   }
 
@@ -78,7 +75,6 @@ class SpringDefaultsReliabilityTest {
     proxy.close();
   }
 
-  @Autowired EmbeddedKafkaBroker kafka;
   @Autowired KafkaTemplate<String, String> template;
   @Autowired DedupStore store;
   @Autowired MeterRegistry meters;
@@ -181,7 +177,7 @@ class SpringDefaultsReliabilityTest {
   /** The listener's group (its id) committed offset of a partition, -1 if none. */
   private long committed(String topic, int partition) throws Exception {
     OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), topic, topic, partition);
+        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, partition);
     return offset == null ? -1 : offset.offset();
   }
 

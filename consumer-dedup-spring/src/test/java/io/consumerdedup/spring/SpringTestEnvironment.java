@@ -2,6 +2,7 @@ package io.consumerdedup.spring;
 
 import io.consumerdedup.micrometer.MicrometerDedupListener;
 import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.MeterRegistry;
 import java.nio.charset.StandardCharsets;
@@ -25,28 +26,37 @@ import org.jspecify.annotations.Nullable;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.RecordInterceptor;
-import org.springframework.kafka.test.EmbeddedKafkaBroker;
 import org.springframework.test.context.DynamicPropertyRegistry;
 
 /**
  * A fresh PostgreSQL schema (dedup table plus an {@code effects} table that listeners write their
- * side effects to) for one Spring Boot test class; the class brings its own in-JVM KRaft broker
- * with {@code @EmbeddedKafka}, which stops with the test's application context.
+ * side effects to) and the topics of one Spring Boot test class, on the in-JVM KRaft broker that
+ * every test class of the JVM shares ({@link TestKafka}): starting a broker per class cost more
+ * than a second each. Sharing it, each class uses topic and group names of its own, so that no
+ * class sees another's records or offsets.
  */
 final class SpringTestEnvironment {
   private SpringTestEnvironment() {}
 
-  /** Creates the schema and points the application at it. */
-  static String prepare(DynamicPropertyRegistry registry, String prefix) {
-    return prepare(registry, prefix, UnaryOperator.identity());
+  /**
+   * Creates the schema and the {@code topics} (one partition each) and points the application at
+   * them.
+   */
+  static String prepare(DynamicPropertyRegistry registry, String prefix, String... topics) {
+    return prepare(registry, prefix, UnaryOperator.identity(), 1, topics);
   }
 
   /**
-   * Creates the schema and points the application at it, through {@code route} (which may send the
-   * JDBC URL through a fault-injecting proxy).
+   * Creates the schema and the {@code topics} and points the application at them, at the schema
+   * through {@code route} (which may send the JDBC URL through a fault-injecting proxy).
    */
   static String prepare(
-      DynamicPropertyRegistry registry, String prefix, UnaryOperator<String> route) {
+      DynamicPropertyRegistry registry,
+      String prefix,
+      UnaryOperator<String> route,
+      int partitions,
+      String... topics) {
+    TestKafka.createTopics(partitions, topics);
     String schema = TestDatabase.newSchema(prefix);
     try (Connection connection = TestDatabase.connect(schema);
         Statement statement = connection.createStatement()) {
@@ -56,6 +66,7 @@ final class SpringTestEnvironment {
     } catch (SQLException e) {
       throw new IllegalStateException(e);
     }
+    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
     registry.add("spring.datasource.url", () -> route.apply(TestDatabase.url(schema)));
     registry.add("spring.datasource.hikari.maximum-pool-size", () -> "6");
     registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
@@ -75,9 +86,8 @@ final class SpringTestEnvironment {
   }
 
   /** Reads every record of {@code topic} from the beginning, until {@code count} have arrived. */
-  static List<ConsumerRecord<String, String>> readTopic(
-      EmbeddedKafkaBroker kafka, String topic, int count, Duration timeout) {
-    return readTopic(kafka, topic, "read_uncommitted", count, timeout);
+  static List<ConsumerRecord<String, String>> readTopic(String topic, int count, Duration timeout) {
+    return readTopic(topic, "read_uncommitted", count, timeout);
   }
 
   /**
@@ -86,13 +96,13 @@ final class SpringTestEnvironment {
    * {@code timeout} passed.
    */
   static List<ConsumerRecord<String, String>> readTopic(
-      EmbeddedKafkaBroker kafka, String topic, String isolation, int count, Duration timeout) {
+      String topic, String isolation, int count, Duration timeout) {
     List<ConsumerRecord<String, String>> records = new ArrayList<>();
     try (KafkaConsumer<String, String> consumer =
         new KafkaConsumer<>(
             Map.of(
                 ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
-                kafka.getBrokersAsString(),
+                TestKafka.bootstrapServers(),
                 ConsumerConfig.GROUP_ID_CONFIG,
                 "reader-" + UUID.randomUUID(),
                 ConsumerConfig.AUTO_OFFSET_RESET_CONFIG,

@@ -17,7 +17,6 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -34,16 +33,12 @@ import org.springframework.transaction.annotation.Transactional;
       "spring.datasource.hikari.maximum-pool-size=1",
       "spring.datasource.hikari.connection-timeout=2000"
     })
-@EmbeddedKafka(
-    partitions = 1,
-    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = "one-connection")
 @DirtiesContext
 class TransactionalListenerOnePoolConnectionTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_one_conn");
+    SpringTestEnvironment.prepare(registry, "spring_one_conn", "one-connection");
     // prepare() sets a larger pool; this test needs exactly one connection.
     registry.add("spring.datasource.hikari.maximum-pool-size", () -> "1");
   }

@@ -35,7 +35,6 @@ import org.springframework.kafka.config.ConcurrentKafkaListenerContainerFactory;
 import org.springframework.kafka.core.ConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.RecordInterceptor;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -50,17 +49,20 @@ import org.springframework.transaction.annotation.Transactional;
 @SpringBootTest(
     classes = TransactionalModeIntegrationTest.App.class,
     properties = "consumer-dedup.mode=transactional")
-@EmbeddedKafka(
-    partitions = 1,
-    bootstrapServersProperty = "spring.kafka.bootstrap-servers",
-    topics = {"tx-ledger", "tx-concurrent", "tx-missing", "tx-none", "tx-separate-commit"})
 @DirtiesContext
 class TransactionalModeIntegrationTest {
   static final Duration WAIT = Duration.ofSeconds(30);
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_tx");
+    SpringTestEnvironment.prepare(
+        registry,
+        "spring_tx",
+        "tx-ledger",
+        "tx-concurrent",
+        "tx-missing",
+        "tx-none",
+        "tx-separate-commit");
   }
 
   @Autowired KafkaTemplate<String, String> template;

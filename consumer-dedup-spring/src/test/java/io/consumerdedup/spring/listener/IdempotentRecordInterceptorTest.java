@@ -12,6 +12,7 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
 import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -41,13 +42,13 @@ import org.springframework.kafka.listener.GenericMessageListener;
 import org.springframework.kafka.listener.KafkaMessageListenerContainer;
 import org.springframework.kafka.listener.MessageListener;
 import org.springframework.kafka.listener.RecordInterceptor;
-import org.springframework.kafka.test.EmbeddedKafkaBroker;
-import org.springframework.kafka.test.context.EmbeddedKafka;
 import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.util.backoff.FixedBackOff;
 
-/** A container built by hand, without Spring Boot, made idempotent by a record interceptor. */
-@EmbeddedKafka(partitions = 1)
+/**
+ * A container built by hand, without Spring Boot, made idempotent by a record interceptor; each
+ * test has a topic of its own on the shared in-JVM broker.
+ */
 class IdempotentRecordInterceptorTest {
   private String schema;
   private HikariDataSource dataSource;
@@ -60,6 +61,7 @@ class IdempotentRecordInterceptorTest {
     dataSource = TestDatabase.dataSource(schema, 2);
     executor = IdempotentExecutor.builder(JdbcDedupStore.builder(dataSource).build()).build();
     topic = "hand-built-" + UUID.randomUUID().toString().substring(0, 8);
+    TestKafka.createTopics(1, topic);
   }
 
   @AfterEach
@@ -70,17 +72,17 @@ class IdempotentRecordInterceptorTest {
   }
 
   private KafkaMessageListenerContainer<String, String> container(
-      EmbeddedKafkaBroker kafka, MessageListener<String, String> listener) {
-    return container(kafka, (GenericMessageListener<?>) listener);
+      MessageListener<String, String> listener) {
+    return container((GenericMessageListener<?>) listener);
   }
 
   private KafkaMessageListenerContainer<String, String> container(
-      EmbeddedKafkaBroker kafka, AcknowledgingMessageListener<String, String> listener) {
-    return container(kafka, (GenericMessageListener<?>) listener);
+      AcknowledgingMessageListener<String, String> listener) {
+    return container((GenericMessageListener<?>) listener);
   }
 
   private KafkaMessageListenerContainer<String, String> container(
-      EmbeddedKafkaBroker kafka, GenericMessageListener<?> listener) {
+      GenericMessageListener<?> listener) {
     ContainerProperties properties = new ContainerProperties(topic);
     properties.setGroupId(topic);
     properties.setMessageListener(listener);
@@ -89,7 +91,7 @@ class IdempotentRecordInterceptorTest {
             new DefaultKafkaConsumerFactory<>(
                 Map.of(
                     ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
-                    kafka.getBrokersAsString(),
+                    TestKafka.bootstrapServers(),
                     ConsumerConfig.AUTO_OFFSET_RESET_CONFIG,
                     "earliest"),
                 new StringDeserializer(),
@@ -100,10 +102,10 @@ class IdempotentRecordInterceptorTest {
   }
 
   /** Sends the values; those starting with "pay X" carry X in the key header. */
-  private void send(EmbeddedKafkaBroker kafka, List<String> values) throws Exception {
+  private void send(List<String> values) throws Exception {
     DefaultKafkaProducerFactory<String, String> producers =
         new DefaultKafkaProducerFactory<>(
-            Map.of(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, kafka.getBrokersAsString()),
+            Map.of(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers()),
             new StringSerializer(),
             new StringSerializer());
     try {
@@ -125,12 +127,11 @@ class IdempotentRecordInterceptorTest {
   }
 
   @Test
-  void eachKeyIsAppliedOnceAndTheContainersOwnInterceptorStillRuns(EmbeddedKafkaBroker kafka)
-      throws Exception {
+  void eachKeyIsAppliedOnceAndTheContainersOwnInterceptorStillRuns() throws Exception {
     List<String> applied = new CopyOnWriteArrayList<>();
     List<String> intercepted = new CopyOnWriteArrayList<>();
     KafkaMessageListenerContainer<String, String> container =
-        container(kafka, record -> applied.add(record.value()));
+        container(record -> applied.add(record.value()));
     RecordInterceptor<String, String> ownInterceptor =
         (record, consumer) -> {
           intercepted.add(record.value());
@@ -141,7 +142,7 @@ class IdempotentRecordInterceptorTest {
     IdempotentRecordInterceptor.decorate(container, executor, "payment");
     container.start();
     try {
-      send(kafka, List.of("pay A", "pay A again", "pay B", "pay A once more", "no key", "pay C"));
+      send(List.of("pay A", "pay A again", "pay B", "pay A once more", "no key", "pay C"));
       await().atMost(Duration.ofSeconds(30)).until(() -> applied.contains("pay C"));
     } finally {
       container.stop();
@@ -157,13 +158,11 @@ class IdempotentRecordInterceptorTest {
   }
 
   @Test
-  void aListenerThatFailsOnceIsRetriedByTheContainerAndAppliedOnce(EmbeddedKafkaBroker kafka)
-      throws Exception {
+  void aListenerThatFailsOnceIsRetriedByTheContainerAndAppliedOnce() throws Exception {
     AtomicInteger calls = new AtomicInteger();
     List<String> applied = new CopyOnWriteArrayList<>();
     KafkaMessageListenerContainer<String, String> container =
         container(
-            kafka,
             record -> {
               if (calls.incrementAndGet() == 1) {
                 throw new IllegalStateException("bank timed out");
@@ -173,7 +172,7 @@ class IdempotentRecordInterceptorTest {
     IdempotentRecordInterceptor.decorate(container, executor, "payment");
     container.start();
     try {
-      send(kafka, List.of("pay F", "pay F again", "pay G"));
+      send(List.of("pay F", "pay F again", "pay G"));
       await().atMost(Duration.ofSeconds(30)).until(() -> applied.contains("pay G"));
     } finally {
       container.stop();
@@ -189,18 +188,17 @@ class IdempotentRecordInterceptorTest {
   }
 
   @Test
-  void aListenerThatThrowsAnErrorLeavesItsKeyFailedNotProcessingWhenTheContainerStops(
-      EmbeddedKafkaBroker kafka) throws Exception {
+  void aListenerThatThrowsAnErrorLeavesItsKeyFailedNotProcessingWhenTheContainerStops()
+      throws Exception {
     KafkaMessageListenerContainer<String, String> container =
         container(
-            kafka,
             record -> {
               throw new StackOverflowError("simulated");
             });
     IdempotentRecordInterceptor.decorate(container, executor, "payment");
     container.start();
     try {
-      send(kafka, List.of("pay E"));
+      send(List.of("pay E"));
       // spring-kafka stops a container whose listener throws an Error.
       await().atMost(Duration.ofSeconds(30)).until(() -> !container.isRunning());
     } finally {
@@ -218,11 +216,10 @@ class IdempotentRecordInterceptorTest {
   }
 
   @Test
-  void anInterceptorBeforeOursThatThrowsInSuccessDoesNotLeaveTheClaimOpen(EmbeddedKafkaBroker kafka)
-      throws Exception {
+  void anInterceptorBeforeOursThatThrowsInSuccessDoesNotLeaveTheClaimOpen() throws Exception {
     List<String> applied = new CopyOnWriteArrayList<>();
     KafkaMessageListenerContainer<String, String> container =
-        container(kafka, record -> applied.add(record.value()));
+        container(record -> applied.add(record.value()));
     container.setRecordInterceptor(
         new RecordInterceptor<>() {
           @Override
@@ -240,7 +237,7 @@ class IdempotentRecordInterceptorTest {
     IdempotentRecordInterceptor.decorate(container, executor, "payment");
     container.start();
     try {
-      send(kafka, List.of("pay S", "pay S again"));
+      send(List.of("pay S", "pay S again"));
       await().atMost(Duration.ofSeconds(30)).until(() -> applied.contains("pay S"));
       DedupKey key = DedupKey.of("payment", "S");
       await()
@@ -253,13 +250,11 @@ class IdempotentRecordInterceptorTest {
   }
 
   @Test
-  void inManualAckModeANackIsRetriedAndADuplicateIsAcknowledged(EmbeddedKafkaBroker kafka)
-      throws Exception {
+  void inManualAckModeANackIsRetriedAndADuplicateIsAcknowledged() throws Exception {
     AtomicInteger calls = new AtomicInteger();
     List<String> applied = new CopyOnWriteArrayList<>();
     KafkaMessageListenerContainer<String, String> container =
         container(
-            kafka,
             (AcknowledgingMessageListener<String, String>)
                 (record, ack) -> {
                   if (calls.incrementAndGet() == 1) {
@@ -273,8 +268,8 @@ class IdempotentRecordInterceptorTest {
     IdempotentRecordInterceptor.decorate(container, executor, "payment");
     container.start();
     try {
-      send(kafka, List.of("pay N", "pay N again"));
-      await().atMost(Duration.ofSeconds(30)).until(() -> committed(kafka) == 2);
+      send(List.of("pay N", "pay N again"));
+      await().atMost(Duration.ofSeconds(30)).until(() -> committed() == 2);
     } finally {
       container.stop();
     }
@@ -285,9 +280,9 @@ class IdempotentRecordInterceptorTest {
     assertThat(n.attempts()).as("the nacked attempt, then the redelivery").isEqualTo(2);
   }
 
-  private long committed(EmbeddedKafkaBroker kafka) throws Exception {
+  private long committed() throws Exception {
     OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(kafka.getBrokersAsString(), topic, topic, 0);
+        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, 0);
     return offset == null ? -1 : offset.offset();
   }
 

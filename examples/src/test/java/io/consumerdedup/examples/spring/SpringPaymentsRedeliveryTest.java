@@ -9,6 +9,7 @@ import io.consumerdedup.examples.report.RunStats;
 import io.consumerdedup.test.RedeliveryReport;
 import io.consumerdedup.test.spring.RedeliverEachRecord;
 import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
@@ -23,13 +24,15 @@ import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Import;
 import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.test.context.EmbeddedKafka;
+import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
 
 /**
  * The payment service of the demo under redelivery testing: every record reaches its listener
- * twice, and each order is still charged once.
+ * twice, and each order is still charged once. It runs on the in-JVM broker the demo's smoke test
+ * shares (one per test JVM), whose topics and groups carry a run id, so "payments" and "billing"
+ * are this class's own.
  */
 @SpringBootTest(
     classes = SpringPaymentsApplication.class,
@@ -39,9 +42,10 @@ import org.springframework.test.context.DynamicPropertySource;
       "spring.kafka.listener.ack-mode=manual",
       "spring.kafka.consumer.auto-offset-reset=earliest"
     })
-@EmbeddedKafka(topics = "payments", bootstrapServersProperty = "spring.kafka.bootstrap-servers")
 @RedeliverEachRecord
 @Import(SpringPaymentsRedeliveryTest.DemoStats.class)
+// Stops the listener when the class ends, before the shared broker stops with the test run.
+@DirtiesContext
 class SpringPaymentsRedeliveryTest {
 
   @Autowired KafkaTemplate<String, String> kafka;
@@ -65,12 +69,15 @@ class SpringPaymentsRedeliveryTest {
     kafka.send(record).get();
   }
 
-  // --- the demo's database: the dedup table and its ledger, in a schema of their own ---
+  // --- the demo's topic, and its database: the dedup table and ledger in a schema of their own ---
 
   private static String schema;
 
   @DynamicPropertySource
-  static void database(DynamicPropertyRegistry registry) throws SQLException {
+  static void environment(DynamicPropertyRegistry registry) throws SQLException {
+    // Two partitions, as @EmbeddedKafka gave this topic before.
+    TestKafka.createTopics(2, "payments");
+    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
     schema = TestDatabase.newSchema("payments_redelivery");
     try (Connection connection = TestDatabase.connect(schema);
         Statement statement = connection.createStatement()) {
