@@ -7,6 +7,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
@@ -46,6 +47,15 @@ public final class ChildJvm implements AutoCloseable {
 
   /** Starts {@code main} in a new JVM with this JVM's classpath; stderr is merged into stdout. */
   public static ChildJvm start(Class<?> main, String... args) throws IOException {
+    return start(Map.of(), main, args);
+  }
+
+  /**
+   * As {@link #start(Class, String...)}, with {@code environment} added to the child's (a shifted
+   * clock through {@code LD_PRELOAD}, for one).
+   */
+  public static ChildJvm start(Map<String, String> environment, Class<?> main, String... args)
+      throws IOException {
     List<String> command = new ArrayList<>();
     command.add(ProcessHandle.current().info().command().orElse("java"));
     command.add("-cp");
@@ -57,6 +67,7 @@ public final class ChildJvm implements AutoCloseable {
     command.addAll(List.of(args));
     ProcessBuilder builder = new ProcessBuilder(command).redirectErrorStream(true);
     builder.environment().put(TestDatabase.URL_VARIABLE, TestDatabase.baseUrl());
+    builder.environment().putAll(environment);
     return new ChildJvm(builder.start());
   }
 

@@ -24,6 +24,7 @@ import java.util.HashMap;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -47,16 +48,22 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *
  * <p>Arguments are {@code name=value} pairs; {@code fault=POINT:ACTION:N} makes the N-th arrival at
  * a {@link FaultPoints.Point} {@code halt} the JVM (a crash: no finally block, no commit, no
- * shutdown hook) or {@code stall<millis>} the thread that reached it. It prints {@code FAULT
- * <point>} right before the fault, and {@code APPLIED} after its first effect.
+ * shutdown hook) or {@code stall<millis>} the thread that reached it; {@code fault=KEY:halt:<key>}
+ * halts it in the handler of that key (claimed, its effect not applied). It prints {@code FAULT
+ * <point>} right before the fault, and {@code APPLIED} after its first effect. It prints {@code
+ * CLOCK <System.currentTimeMillis()>} first, so a test can tell its clock is the one it meant to
+ * give it; with {@code gated=true} it waits for {@code go} on standard input before it polls (a
+ * consumer started in advance joins the group the moment it is told).
  */
 public final class FaultConsumer {
   static final String KEY_HEADER = "order-no";
   static final String BIZ_TYPE = "fault-order";
+  private static final String KEY_FAULT = "KEY:halt:";
 
   private FaultConsumer() {}
 
   public static void main(String[] args) throws Exception {
+    announce("CLOCK " + System.currentTimeMillis());
     Map<String, String> spec = new HashMap<>();
     for (String arg : args) {
       int eq = arg.indexOf('=');
@@ -69,7 +76,13 @@ public final class FaultConsumer {
     boolean batched = Boolean.parseBoolean(spec.getOrDefault("batched", "true"));
     Duration lease = Duration.ofMillis(Long.parseLong(spec.getOrDefault("leaseMs", "3000")));
     long handlerMillis = Long.parseLong(spec.getOrDefault("handlerMs", "2"));
-    installFault(spec.get("fault"));
+    String fault = spec.getOrDefault("fault", "");
+    String haltInHandlerOf =
+        fault.startsWith(KEY_FAULT) ? fault.substring(KEY_FAULT.length()) : null;
+    if (haltInHandlerOf == null) {
+      installFault(fault);
+    }
+    CountDownLatch go = new CountDownLatch(Boolean.parseBoolean(spec.get("gated")) ? 1 : 0);
 
     HikariDataSource dedupPool = pool(spec.get("dedupJdbc"), name + "-dedup", 4);
     HikariDataSource effectsPool = pool(spec.get("effectsJdbc"), name + "-effects", 2);
@@ -92,6 +105,10 @@ public final class FaultConsumer {
             .handler(
                 record -> {
                   String key = keyOf(record);
+                  if (key.equals(haltInHandlerOf)) {
+                    announce("FAULT handler of " + key + " halt");
+                    Runtime.getRuntime().halt(137);
+                  }
                   if (handlerMillis > 0) {
                     Thread.sleep(handlerMillis);
                   }
@@ -156,6 +173,9 @@ public final class FaultConsumer {
                 var in = new java.io.BufferedReader(new java.io.InputStreamReader(System.in));
                 String line;
                 while ((line = in.readLine()) != null) {
+                  if (line.equals("go")) {
+                    go.countDown();
+                  }
                   if (line.equals("stop")) {
                     loop.close();
                     executor.close();
@@ -170,6 +190,7 @@ public final class FaultConsumer {
             "stdin-stop");
     stopper.setDaemon(true);
     stopper.start();
+    go.await();
     loop.run();
   }
 

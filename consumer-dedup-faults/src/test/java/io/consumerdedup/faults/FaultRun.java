@@ -202,6 +202,13 @@ final class FaultRun implements AutoCloseable {
 
   /** As {@link #start(String, String)}, its dedup connections through {@code via} (or direct). */
   ChildJvm start(String slot, String fault, TcpProxy via) {
+    return start(slot, fault, via, Map.of());
+  }
+
+  /**
+   * As {@link #start(String, String, TcpProxy)}, its JVM's environment extended (a shifted clock).
+   */
+  ChildJvm start(String slot, String fault, TcpProxy via, Map<String, String> environment) {
     String consumer = slot + "-" + consumerNumbers.incrementAndGet();
     List<String> args = new ArrayList<>();
     args.add("name=" + consumer);
@@ -221,7 +228,8 @@ final class FaultRun implements AutoCloseable {
     }
     extraArgs.forEach((k, v) -> args.add(k + "=" + v));
     try {
-      ChildJvm child = ChildJvm.start(FaultConsumer.class, args.toArray(String[]::new));
+      ChildJvm child =
+          ChildJvm.start(environment, FaultConsumer.class, args.toArray(String[]::new));
       consumers.add(child);
       names.put(child, consumer);
       if (fault != null) {

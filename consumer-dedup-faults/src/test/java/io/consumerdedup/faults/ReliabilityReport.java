@@ -109,6 +109,7 @@ public final class ReliabilityReport {
     for (Class<?> suite :
         List.of(
             CrashFaultsTest.class,
+            ClockSkewFaultsTest.class,
             DatabaseFaultsTest.class,
             GroupFaultsTest.class,
             InputFaultsTest.class,
