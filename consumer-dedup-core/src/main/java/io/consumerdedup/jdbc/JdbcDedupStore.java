@@ -27,6 +27,8 @@ import java.sql.SQLException;
 import java.sql.Timestamp;
 import java.time.Duration;
 import java.time.Instant;
+import java.time.LocalDateTime;
+import java.time.ZoneOffset;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.HashSet;
@@ -45,9 +47,12 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * The {@link DedupStore} on PostgreSQL, over any {@link DataSource} (a pool such as HikariCP is
- * recommended). Create the table first from {@code
- * db/consumer-dedup/postgresql/V1__consumer_dedup.sql} (on the classpath, Flyway naming); the store
+ * The {@link DedupStore} on PostgreSQL, MySQL 8 or MariaDB 10.6+, over any {@link DataSource} (a
+ * pool such as HikariCP is recommended). The dialect is detected from the connection ({@link
+ * SqlDialect}) or set with {@link Builder#dialect(SqlDialect)}; each dialect's SQL is in one place
+ * ({@code PostgresSql}, {@code MySqlSql}). Create the table first from the dialect's schema file,
+ * {@code db/consumer-dedup/postgresql/V1__consumer_dedup.sql} or {@code
+ * db/consumer-dedup/mysql/V1__consumer_dedup.sql} (on the classpath, Flyway naming); the store
  * never runs DDL.
  *
  * <p>Each call runs in its own short transaction on a connection of its own, so a claim commits
@@ -102,8 +107,8 @@ public final class JdbcDedupStore implements DedupStore {
   private static final Pattern TABLE_NAME =
       Pattern.compile("([A-Za-z_][A-Za-z0-9_]{0,62}\\.)?[A-Za-z_][A-Za-z0-9_]{0,62}");
 
-  private static final int MAX_SOURCE_LENGTH = 300;
-  private static final int MAX_ERROR_LENGTH = 2000;
+  static final int MAX_SOURCE_LENGTH = 300;
+  static final int MAX_ERROR_LENGTH = 2000;
 
   /** A claim whose key changes under it between two statements is tried again this many times. */
   private static final int MAX_CLAIM_ROUNDS = 10;
@@ -114,6 +119,11 @@ public final class JdbcDedupStore implements DedupStore {
   private final DataSource dataSource;
   private final String tableName;
   private final PostgresSql sql;
+  private final MySqlStore mysql;
+
+  /** Set by the builder, else detected from the first connection. */
+  private volatile @Nullable SqlDialect dialect;
+
   private final Retry retry;
   private final Duration statementTimeout;
   private final Duration retryMaxDuration;
@@ -125,6 +135,8 @@ public final class JdbcDedupStore implements DedupStore {
     this.statementTimeout = builder.statementTimeout;
     this.retryMaxDuration = builder.retryMaxDuration;
     this.sql = new PostgresSql(tableName);
+    this.mysql = new MySqlStore(tableName, this::prepare);
+    this.dialect = builder.dialect;
     RetryConfig config =
         RetryConfig.custom()
             .maxAttempts(builder.retryMaxAttempts)
@@ -201,7 +213,13 @@ public final class JdbcDedupStore implements DedupStore {
     if (distinct.isEmpty()) {
       return List.of();
     }
-    return call("claim", only(distinct), connection -> claimRounds(connection, distinct, true));
+    return call(
+        "claim",
+        only(distinct),
+        connection ->
+            isMySql()
+                ? mysql.claim(connection, distinct, true)
+                : claimRounds(connection, distinct, true));
   }
 
   @Override
@@ -231,7 +249,9 @@ public final class JdbcDedupStore implements DedupStore {
                 + distinct.get(0).key()
                 + ")");
       }
-      return claimRounds(connection, distinct, false);
+      return isMySql()
+          ? mysql.claim(connection, distinct, false)
+          : claimRounds(connection, distinct, false);
     } catch (SQLException e) {
       throw failure("claim in the caller's transaction", key, e, false);
     }
@@ -309,7 +329,7 @@ public final class JdbcDedupStore implements DedupStore {
     if (row.getString("status") == null) {
       return null;
     }
-    DedupRecord existing = record(row, key);
+    DedupRecord existing = record(row, key, SqlDialect.POSTGRESQL);
     if (withLease
         && existing.status() == DedupStatus.PROCESSING
         && request.claimId().equals(row.getString("claim_id"))) {
@@ -379,6 +399,15 @@ public final class JdbcDedupStore implements DedupStore {
         "release",
         claims.size() == 1 ? claims.get(0).key() : null,
         connection -> {
+          if (isMySql()) {
+            List<DedupKey> kept = new ArrayList<>();
+            for (ClaimResult.Claimed claim : claims) {
+              if (!mysql.release(connection, claim)) {
+                kept.add(claim.key());
+              }
+            }
+            return kept;
+          }
           try (PreparedStatement statement =
               prepare(connection, sql.release.forRows(claims.size()))) {
             Rows<ClaimResult.Claimed> rows = new Rows<>(statement, 1, claims);
@@ -416,6 +445,24 @@ public final class JdbcDedupStore implements DedupStore {
         operation,
         claims.size() == 1 ? claims.get(0).key() : null,
         connection -> {
+          if (isMySql()) {
+            // One fenced statement per key: MySQL has no arrays to send a batch's keys in one.
+            List<DedupKey> lost = new ArrayList<>();
+            Iterator<String> error = errors == null ? null : errors.iterator();
+            for (Held claim : claims) {
+              String message = error == null ? null : storable(error.next(), MAX_ERROR_LENGTH);
+              if (!mysql.fenced(
+                  connection,
+                  operation,
+                  claim.key(),
+                  claim.token(),
+                  duration.toMillis(),
+                  message)) {
+                lost.add(claim.key());
+              }
+            }
+            return lost;
+          }
           try (PreparedStatement statement =
               prepare(connection, updateSql.forRows(claims.size()))) {
             statement.setLong(1, duration.toMillis());
@@ -495,6 +542,9 @@ public final class JdbcDedupStore implements DedupStore {
       return;
     }
     boolean absent = missing.size() == PostgresSql.EXPECTED_COLUMNS.size();
+    SqlDialect known = dialect;
+    String schemaResource = known == null ? SCHEMA_RESOURCE : known.schemaResource();
+    boolean onMySql = known == SqlDialect.MYSQL;
     throw new IllegalStateException(
         (absent
                 ? "The dedup table " + tableName + " does not exist"
@@ -504,15 +554,20 @@ public final class JdbcDedupStore implements DedupStore {
                     + String.join(", ", missing)
                     + " (it was created from an older schema file)")
             + ". Create it from the schema file "
-            + SCHEMA_RESOURCE
+            + schemaResource
             + " (in the consumer-dedup-schema jar, Flyway naming: copy it into your migrations), for"
             + " example: unzip -p consumer-dedup-schema-<version>.jar "
-            + SCHEMA_RESOURCE
-            + " | psql \"$DATABASE_URL\""
+            + schemaResource
+            + (onMySql ? " | mysql <database>" : " | psql \"$DATABASE_URL\"")
             + (absent
                 ? "; with Spring Boot, consumer-dedup.initialize-schema=always creates it at"
                     + " start-up"
-                : "; for claim_id: ALTER TABLE " + tableName + " ADD COLUMN claim_id varchar(64)"));
+                : "; for claim_id: ALTER TABLE "
+                    + tableName
+                    + " ADD COLUMN claim_id "
+                    + (onMySql
+                        ? "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL"
+                        : "varchar(64)")));
   }
 
   /** The columns the store needs that the table lacks; all of them if there is no table. */
@@ -522,6 +577,9 @@ public final class JdbcDedupStore implements DedupStore {
             "table check",
             null,
             connection -> {
+              if (isMySql()) {
+                return new HashSet<>(mysql.columns(connection, tableName));
+              }
               Set<String> names = new HashSet<>();
               try (PreparedStatement statement = prepare(connection, sql.columns)) {
                 statement.setString(1, tableName);
@@ -540,7 +598,11 @@ public final class JdbcDedupStore implements DedupStore {
 
   @Override
   public Optional<DedupRecord> find(DedupKey key) {
-    return call("find", key, connection -> Optional.ofNullable(read(connection, key)));
+    return call(
+        "find",
+        key,
+        connection ->
+            Optional.ofNullable(isMySql() ? mysql.find(connection, key) : read(connection, key)));
   }
 
   @Override
@@ -552,6 +614,9 @@ public final class JdbcDedupStore implements DedupStore {
         "purge",
         null,
         connection -> {
+          if (isMySql()) {
+            return mysql.purge(connection, limit);
+          }
           try (PreparedStatement statement = prepare(connection, sql.purge)) {
             statement.setInt(1, limit);
             return statement.executeUpdate();
@@ -564,30 +629,29 @@ public final class JdbcDedupStore implements DedupStore {
       statement.setString(1, key.bizType());
       statement.setString(2, key.bizKey());
       try (ResultSet row = statement.executeQuery()) {
-        return row.next() ? record(row, key) : null;
+        return row.next() ? record(row, key, SqlDialect.POSTGRESQL) : null;
       }
     }
   }
 
   /** The record of {@code key} in the current row of a statement that selects its columns. */
-  private static DedupRecord record(ResultSet row, DedupKey key) throws SQLException {
+  static DedupRecord record(ResultSet row, DedupKey key, SqlDialect dialect) throws SQLException {
     return new DedupRecord(
         key,
         DedupStatus.valueOf(row.getString("status")),
         row.getInt("attempts"),
         row.getString("owner"),
-        instant(row, "lease_until"),
+        instant(row, "lease_until", dialect),
         row.getString("fingerprint"),
         row.getString("last_error"),
         row.getString("source"),
-        Objects.requireNonNull(instant(row, "created_at")),
-        Objects.requireNonNull(instant(row, "updated_at")),
-        Objects.requireNonNull(instant(row, "expires_at")),
+        Objects.requireNonNull(instant(row, "created_at", dialect)),
+        Objects.requireNonNull(instant(row, "updated_at", dialect)),
+        Objects.requireNonNull(instant(row, "expires_at", dialect)),
         row.getBoolean("lease_live"));
   }
 
-  private PreparedStatement prepare(Connection connection, String statementSql)
-      throws SQLException {
+  PreparedStatement prepare(Connection connection, String statementSql) throws SQLException {
     PreparedStatement statement = connection.prepareStatement(statementSql);
     statement.setQueryTimeout(timeoutSeconds(statementTimeout));
     return statement;
@@ -597,7 +661,16 @@ public final class JdbcDedupStore implements DedupStore {
     return (int) Math.max(1, (timeout.toMillis() + 999) / 1000);
   }
 
-  private static @Nullable Instant instant(ResultSet row, String column) throws SQLException {
+  /**
+   * A time column: timestamptz on PostgreSQL; on MySQL a DATETIME(6) holding UTC wall-clock time,
+   * read as such whatever the driver's and the JVM's time zones.
+   */
+  private static @Nullable Instant instant(ResultSet row, String column, SqlDialect dialect)
+      throws SQLException {
+    if (dialect == SqlDialect.MYSQL) {
+      LocalDateTime value = row.getObject(column, LocalDateTime.class);
+      return value == null ? null : value.toInstant(ZoneOffset.UTC);
+    }
     Timestamp value = row.getTimestamp(column);
     return value == null ? null : value.toInstant();
   }
@@ -607,7 +680,7 @@ public final class JdbcDedupStore implements DedupStore {
    * (which text refuses, and which an exception message may well contain), never splitting a
    * surrogate pair.
    */
-  private static @Nullable String storable(@Nullable String value, int max) {
+  static @Nullable String storable(@Nullable String value, int max) {
     if (value == null) {
       return null;
     }
@@ -719,11 +792,27 @@ public final class JdbcDedupStore implements DedupStore {
       return;
     }
     String product = connection.getMetaData().getDatabaseProductName();
-    if (!"PostgreSQL".equalsIgnoreCase(product)) {
-      throw new DedupStoreException(
-          "JdbcDedupStore supports PostgreSQL; the DataSource is " + product, null, null, null);
+    SqlDialect detected = SqlDialect.forProduct(product);
+    if (dialect == null) {
+      if (detected == null) {
+        throw new DedupStoreException(
+            "JdbcDedupStore supports PostgreSQL, MySQL and MariaDB; the DataSource is " + product,
+            null,
+            null,
+            null);
+      }
+      dialect = detected;
     }
     productChecked = true;
+  }
+
+  /** The store's dialect, once the first connection has told it (or the builder set it). */
+  public Optional<SqlDialect> dialect() {
+    return Optional.ofNullable(dialect);
+  }
+
+  private boolean isMySql() {
+    return dialect == SqlDialect.MYSQL;
   }
 
   @FunctionalInterface
@@ -757,6 +846,7 @@ public final class JdbcDedupStore implements DedupStore {
     private Duration retryMaxBackoff = DEFAULT_RETRY_MAX_BACKOFF;
     private Duration statementTimeout = DEFAULT_STATEMENT_TIMEOUT;
     private Duration retryMaxDuration = DEFAULT_RETRY_MAX_DURATION;
+    private @Nullable SqlDialect dialect;
 
     private Builder(DataSource dataSource) {
       this.dataSource = Objects.requireNonNull(dataSource, "dataSource");
@@ -771,6 +861,15 @@ public final class JdbcDedupStore implements DedupStore {
      */
     public Builder tableName(String tableName) {
       this.tableName = checkTableName(tableName);
+      return this;
+    }
+
+    /**
+     * The database's dialect, instead of detecting it from the first connection's metadata (a proxy
+     * or an unusual driver may name the product otherwise).
+     */
+    public Builder dialect(SqlDialect dialect) {
+      this.dialect = Objects.requireNonNull(dialect, "dialect");
       return this;
     }
 
