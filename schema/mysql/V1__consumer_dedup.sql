@@ -3,16 +3,21 @@
 -- client. Rename the table by editing this file and passing the same name to
 -- JdbcDedupStore.builder(...).tableName(...).
 --
--- Keys compare byte for byte (utf8mb4_bin): the server's default collation ignores case and accents,
--- so 'A-1' and 'a-1' would be one key and the second payment would be dropped as a duplicate.
--- utf8mb4 keeps four-byte characters (emoji). Times are UTC wall-clock DATETIME(6) written from the
--- database clock (UTC_TIMESTAMP(6)), never the application's, and unaffected by the session time zone
--- (TIMESTAMP would also end in 2038, within reach of a long retention).
+-- Keys compare byte for byte: the server's default collation ignores case and accents, so 'A-1' and
+-- 'a-1' would be one key and the second payment would be dropped as a duplicate. Even utf8mb4_bin is
+-- not enough: it pads with spaces (PAD SPACE), so 'A-1' and 'A-1 ' would still be one key. The key
+-- columns are therefore VARBINARY holding the key's UTF-8 bytes (the drivers convert on both ways;
+-- four-byte characters such as emoji are kept), sized for the longest key the store writes (256
+-- characters of up to 4 bytes; longer keys are stored as sha256:<hex>). Other text is utf8mb4.
+--
+-- Times are UTC wall-clock DATETIME(6) written from the database clock (UTC_TIMESTAMP(6)), never the
+-- application's, and unaffected by the session time zone (TIMESTAMP would also end in 2038, within
+-- reach of a long retention).
 
 CREATE TABLE consumer_dedup (
-    biz_type    VARCHAR(64)   CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+    biz_type    VARBINARY(256) NOT NULL
         COMMENT 'Kind of business action (payment, order, points); each consumer of one event uses its own',
-    biz_key     VARCHAR(256)  CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL
+    biz_key     VARBINARY(1024) NOT NULL
         COMMENT 'Business key (order number, external transaction id); keys over 256 chars are stored as sha256:<hex>',
     status      VARCHAR(16)   CHARACTER SET ascii COLLATE ascii_bin NOT NULL
         COMMENT 'PROCESSING (a holder runs the handler under a lease), SUCCESS (applied once) or FAILED (next delivery retries)',

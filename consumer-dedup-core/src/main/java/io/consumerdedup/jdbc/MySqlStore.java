@@ -131,8 +131,8 @@ final class MySqlStore {
         throw new DedupStoreException(
             "The dedup table did not return the row of "
                 + request.key()
-                + " that the claim had just locked: its key columns must compare exactly"
-                + " (utf8mb4_bin, as in "
+                + " that the claim had just locked: its key columns must compare byte for byte"
+                + " (VARBINARY, as in "
                 + SqlDialect.MYSQL.schemaResource()
                 + ")",
             request.key(),
