@@ -56,13 +56,21 @@ abstract class MySqlDialectStoreTests {
   private HikariDataSource dataSource;
   private JdbcDedupStore store;
 
+  private String server;
+
   /** The driver this subclass connects with. */
   abstract TestMariaDb.Driver driver();
 
+  /** The server this subclass tests: by default the local MariaDB (or DEDUP_TEST_MARIADB_URL). */
+  String server() {
+    return TestMariaDb.baseUrl();
+  }
+
   @BeforeAll
   void setUp() throws SQLException {
-    database = TestMariaDb.newDatabase(driver().name());
-    dataSource = TestMariaDb.dataSource(database, driver(), 8);
+    server = server();
+    database = TestMariaDb.newDatabase(server, driver().name());
+    dataSource = TestMariaDb.dataSource(server, database, driver(), 8, null);
     store = JdbcDedupStore.builder(dataSource).build();
     execute("CREATE TABLE charges (order_no VARCHAR(64) NOT NULL, amount DECIMAL(10, 2) NOT NULL)");
   }
@@ -73,7 +81,7 @@ abstract class MySqlDialectStoreTests {
       dataSource.close();
     }
     if (database != null) {
-      TestMariaDb.dropDatabase(database);
+      TestMariaDb.dropDatabase(server, database);
     }
   }
 
@@ -502,7 +510,8 @@ abstract class MySqlDialectStoreTests {
     claimed(store.claim(request(key, "a")));
     expireLease(key);
     try (HikariDataSource impatient =
-        TestMariaDb.dataSource(database, driver(), 2, "SET SESSION innodb_lock_wait_timeout = 1")) {
+        TestMariaDb.dataSource(
+            server, database, driver(), 2, "SET SESSION innodb_lock_wait_timeout = 1")) {
       JdbcDedupStore impatientStore = JdbcDedupStore.builder(impatient).build();
       try (Connection holder = dataSource.getConnection()) {
         holder.setAutoCommit(false);

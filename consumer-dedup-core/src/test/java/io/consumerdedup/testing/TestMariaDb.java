@@ -15,6 +15,8 @@ import java.util.UUID;
 import org.junit.jupiter.api.Assumptions;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.testcontainers.DockerClientFactory;
+import org.testcontainers.mysql.MySQLContainer;
 
 /**
  * A real MariaDB (or MySQL) server for tests: the one named by {@code DEDUP_TEST_MARIADB_URL} if
@@ -33,6 +35,7 @@ public final class TestMariaDb {
   private static final Logger log = LoggerFactory.getLogger(TestMariaDb.class);
   private static volatile String baseUrl;
   private static volatile String unavailable;
+  private static volatile String mysql8Url;
 
   /** The JDBC driver a test connects with. */
   public enum Driver {
@@ -84,13 +87,46 @@ public final class TestMariaDb {
     return baseUrl;
   }
 
+  /**
+   * A MySQL 8 server in a Testcontainers container, started once per JVM; skips the calling test
+   * where Docker is not available.
+   */
+  public static synchronized String mysql8Url() {
+    if (mysql8Url == null) {
+      boolean docker;
+      try {
+        docker = DockerClientFactory.instance().isDockerAvailable();
+      } catch (RuntimeException | LinkageError e) {
+        docker = false;
+      }
+      Assumptions.assumeTrue(
+          docker, "No Docker here: the MySQL 8 (Testcontainers) store tests are skipped");
+      MySQLContainer container = new MySQLContainer("mysql:8.4");
+      container.start();
+      Runtime.getRuntime().addShutdownHook(new Thread(container::stop));
+      mysql8Url =
+          "jdbc:mysql://"
+              + container.getHost()
+              + ":"
+              + container.getMappedPort(3306)
+              + "/test?user=root&password="
+              + container.getPassword();
+    }
+    return mysql8Url;
+  }
+
   /** Creates a fresh database with the dedup table in it; returns its name. */
   public static String newDatabase(String prefix) {
+    return newDatabase(baseUrl(), prefix);
+  }
+
+  /** Creates a fresh database on the server of {@code server} with the dedup table in it. */
+  public static String newDatabase(String server, String prefix) {
     String database =
         ("dedup_" + prefix + "_" + UUID.randomUUID().toString().substring(0, 8))
             .toLowerCase(Locale.ROOT)
             .replaceAll("[^a-z0-9_]", "_");
-    try (Connection connection = DriverManager.getConnection(baseUrl());
+    try (Connection connection = DriverManager.getConnection(server);
         Statement statement = connection.createStatement()) {
       statement.execute("CREATE DATABASE " + database);
       statement.execute("USE " + database);
@@ -115,7 +151,12 @@ public final class TestMariaDb {
 
   /** A JDBC URL on {@code database} for {@code driver}. */
   public static String url(String database, Driver driver) {
-    String base = baseUrl();
+    return url(baseUrl(), database, driver);
+  }
+
+  /** A JDBC URL on {@code database} of the server of {@code server} for {@code driver}. */
+  public static String url(String server, String database, Driver driver) {
+    String base = server;
     String rest = base.substring(base.indexOf("//"));
     int slash = rest.indexOf('/', 2);
     int query = rest.indexOf('?');
@@ -126,17 +167,17 @@ public final class TestMariaDb {
 
   /** A small pool on {@code database}. Close it when the test ends. */
   public static HikariDataSource dataSource(String database, Driver driver, int maxPoolSize) {
-    return dataSource(database, driver, maxPoolSize, null);
+    return dataSource(baseUrl(), database, driver, maxPoolSize, null);
   }
 
-  /** A small pool on {@code database} whose connections first run {@code initSql}. */
+  /** A small pool on {@code database} whose connections first run {@code initSql} if not null. */
   public static HikariDataSource dataSource(
-      String database, Driver driver, int maxPoolSize, String initSql) {
+      String server, String database, Driver driver, int maxPoolSize, String initSql) {
     HikariConfig config = new HikariConfig();
     if (initSql != null) {
       config.setConnectionInitSql(initSql);
     }
-    config.setJdbcUrl(url(database, driver));
+    config.setJdbcUrl(url(server, database, driver));
     config.setMaximumPoolSize(maxPoolSize);
     config.setPoolName("test-" + driver.name().toLowerCase(Locale.ROOT) + "-" + database);
     return new HikariDataSource(config);
@@ -149,10 +190,14 @@ public final class TestMariaDb {
 
   /** Drops a database made by {@link #newDatabase(String)}. */
   public static void dropDatabase(String database) {
-    if (baseUrl == null) {
-      return;
+    if (baseUrl != null) {
+      dropDatabase(baseUrl, database);
     }
-    try (Connection connection = DriverManager.getConnection(baseUrl);
+  }
+
+  /** Drops a database made by {@link #newDatabase(String, String)}. */
+  public static void dropDatabase(String server, String database) {
+    try (Connection connection = DriverManager.getConnection(server);
         Statement statement = connection.createStatement()) {
       statement.execute("DROP DATABASE IF EXISTS " + database);
     } catch (SQLException e) {
