@@ -816,8 +816,43 @@ public final class JdbcDedupStore implements DedupStore {
   }
 
   @FunctionalInterface
-  private interface SqlWork<T> {
+  interface SqlWork<T> {
     T run(Connection connection) throws SQLException;
+  }
+
+  /**
+   * Runs {@code work} as a store call (its retries, timeouts and error mapping); for the admin
+   * operations beside the store. The dialect is known inside {@code work}.
+   */
+  <T> T run(String operation, @Nullable DedupKey key, SqlWork<T> work) {
+    return call(operation, key, work);
+  }
+
+  /** The dialect, inside a {@link #run} call (the connection has told it by then). */
+  SqlDialect knownDialect() {
+    return Objects.requireNonNull(dialect, "dialect");
+  }
+
+  /**
+   * Runs {@code work} in a transaction of its own on an auto-commit connection: commits it, or
+   * rolls it back on failure, and hands the connection back in auto-commit mode.
+   */
+  static <T> T inOwnTransaction(Connection connection, SqlWork<T> work) throws SQLException {
+    connection.setAutoCommit(false);
+    try {
+      T result = work.run(connection);
+      connection.commit();
+      return result;
+    } catch (SQLException | RuntimeException e) {
+      try {
+        connection.rollback();
+      } catch (SQLException rollback) {
+        e.addSuppressed(rollback);
+      }
+      throw e;
+    } finally {
+      connection.setAutoCommit(true);
+    }
   }
 
   /** A transient SQL error on its way through the retry. */

@@ -59,26 +59,10 @@ final class MySqlStore {
    */
   List<ClaimResult> claim(Connection connection, List<ClaimRequest> requests, boolean withLease)
       throws SQLException {
-    boolean own = connection.getAutoCommit();
-    if (own) {
-      connection.setAutoCommit(false);
+    if (connection.getAutoCommit()) {
+      return JdbcDedupStore.inOwnTransaction(connection, c -> claimLocked(c, requests, withLease));
     }
-    try {
-      List<ClaimResult> results = claimLocked(connection, requests, withLease);
-      if (own) {
-        connection.commit();
-      }
-      return results;
-    } catch (SQLException | RuntimeException e) {
-      if (own) {
-        rollback(connection, e);
-      }
-      throw e;
-    } finally {
-      if (own) {
-        connection.setAutoCommit(true);
-      }
-    }
+    return claimLocked(connection, requests, withLease);
   }
 
   private List<ClaimResult> claimLocked(
@@ -273,14 +257,6 @@ final class MySqlStore {
       }
     }
     return names;
-  }
-
-  private static void rollback(Connection connection, Exception failure) {
-    try {
-      connection.rollback();
-    } catch (SQLException e) {
-      failure.addSuppressed(e);
-    }
   }
 
   private record ResultRow(DedupRecord record, @Nullable String claimId) {
