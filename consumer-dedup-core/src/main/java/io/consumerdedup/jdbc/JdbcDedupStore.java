@@ -537,7 +537,36 @@ public final class JdbcDedupStore implements DedupStore {
    * @throws DedupStoreException the database could not be asked
    */
   public void verifyTable() {
-    List<String> missing = missingColumns();
+    throwIfMissing(missingColumns());
+  }
+
+  /**
+   * {@link #verifyTable()} in one try: a table that is missing or lacks columns fails, a database
+   * that cannot be reached now is only logged (records wait for it like for any outage). Called
+   * when an executor is built, and by the Spring Boot start-up check.
+   *
+   * @throws IllegalStateException the table is missing or lacks columns; the message names them and
+   *     the schema file to apply
+   */
+  @Override
+  public void verifyReady() {
+    List<String> missing;
+    try {
+      missing = attempt("table check", null, this::presentColumns, System.nanoTime()).missing();
+    } catch (TransientFailure e) {
+      log.warn(
+          "Could not check the dedup table {} now; records wait until the database answers: {}",
+          tableName,
+          String.valueOf(e.getCause().getMessage()));
+      return;
+    } catch (DedupStoreException e) {
+      log.warn("Could not check the dedup table {}: {}", tableName, e.getMessage());
+      return;
+    }
+    throwIfMissing(missing);
+  }
+
+  private void throwIfMissing(List<String> missing) {
     if (missing.isEmpty()) {
       return;
     }
@@ -572,28 +601,33 @@ public final class JdbcDedupStore implements DedupStore {
 
   /** The columns the store needs that the table lacks; all of them if there is no table. */
   public List<String> missingColumns() {
-    Set<String> present =
-        call(
-            "table check",
-            null,
-            connection -> {
-              if (isMySql()) {
-                return new HashSet<>(mysql.columns(connection, tableName));
-              }
-              Set<String> names = new HashSet<>();
-              try (PreparedStatement statement = prepare(connection, sql.columns)) {
-                statement.setString(1, tableName);
-                try (ResultSet rows = statement.executeQuery()) {
-                  while (rows.next()) {
-                    names.add(rows.getString(1));
-                  }
-                }
-              }
-              return names;
-            });
-    return PostgresSql.EXPECTED_COLUMNS.stream()
-        .filter(column -> !present.contains(column))
-        .toList();
+    return call("table check", null, this::presentColumns).missing();
+  }
+
+  private Columns presentColumns(Connection connection) throws SQLException {
+    if (isMySql()) {
+      return new Columns(new HashSet<>(mysql.columns(connection, tableName)));
+    }
+    Set<String> names = new HashSet<>();
+    try (PreparedStatement statement = prepare(connection, sql.columns)) {
+      statement.setString(1, tableName);
+      try (ResultSet rows = statement.executeQuery()) {
+        while (rows.next()) {
+          names.add(rows.getString(1));
+        }
+      }
+    }
+    return new Columns(names);
+  }
+
+  /** The columns a table has. */
+  private record Columns(Set<String> present) {
+    /** The columns the store needs that are not present, in the schema file's order. */
+    List<String> missing() {
+      return PostgresSql.EXPECTED_COLUMNS.stream()
+          .filter(column -> !present.contains(column))
+          .toList();
+    }
   }
 
   @Override

@@ -15,11 +15,14 @@ import io.consumerdedup.core.DedupAdmin.RecordQuery;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ConnectionSource;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -194,6 +197,50 @@ abstract class DedupAdminTests {
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessageContaining("requestedBy");
   }
+
+  @Test
+  void anExecutorOverAMissingTableOrOneLackingAColumnFailsWhenBuiltNamingTheFix()
+      throws SQLException {
+    JdbcDedupStore missing = JdbcDedupStore.builder(dataSource).tableName("no_such_dedup").build();
+    assertThatThrownBy(() -> IdempotentExecutor.builder(missing).build())
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("The dedup table no_such_dedup does not exist")
+        .hasMessageContaining(schemaFile());
+
+    try (Connection connection = dataSource.getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute(
+          "CREATE TABLE partial_dedup AS SELECT biz_type, biz_key, status, attempts, owner,"
+              + " lease_until, fingerprint, last_error, source, created_at, updated_at, expires_at"
+              + " FROM consumer_dedup WHERE 1 = 0");
+    }
+    JdbcDedupStore partial = JdbcDedupStore.builder(dataSource).tableName("partial_dedup").build();
+    assertThatThrownBy(() -> IdempotentExecutor.builder(partial).build())
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("The dedup table partial_dedup lacks the column(s) claim_id")
+        .hasMessageContaining(schemaFile());
+
+    IdempotentExecutor.builder(store).build().close();
+  }
+
+  @Test
+  void anExecutorBuildsWhileTheDatabaseIsDownAndTheFirstRecordWaitsForIt() {
+    JdbcDedupStore unreachable =
+        JdbcDedupStore.builder(
+                new ConnectionSource() {
+                  @Override
+                  public Connection getConnection() throws SQLException {
+                    throw new java.sql.SQLTransientConnectionException(
+                        "connection refused", "08001");
+                  }
+                })
+            .build();
+
+    IdempotentExecutor.builder(unreachable).build().close();
+  }
+
+  /** The schema file of this dialect, which the start-up check names. */
+  abstract String schemaFile();
 
   private static ListAppender<ILoggingEvent> capture() {
     Logger logger = (Logger) LoggerFactory.getLogger(JdbcDedupAdmin.class);

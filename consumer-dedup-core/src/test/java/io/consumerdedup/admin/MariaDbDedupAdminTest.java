@@ -23,4 +23,9 @@ class MariaDbDedupAdminTest extends DedupAdminTests {
     return "UPDATE consumer_dedup SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"
         + " WHERE biz_type = ? AND biz_key = ?";
   }
+
+  @Override
+  String schemaFile() {
+    return "db/consumer-dedup/mysql/V1__consumer_dedup.sql";
+  }
 }

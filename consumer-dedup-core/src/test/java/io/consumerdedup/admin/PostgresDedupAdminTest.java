@@ -23,4 +23,9 @@ class PostgresDedupAdminTest extends DedupAdminTests {
     return "UPDATE consumer_dedup SET lease_until = now() - interval '1 second'"
         + " WHERE biz_type = ? AND biz_key = ?";
   }
+
+  @Override
+  String schemaFile() {
+    return "db/consumer-dedup/postgresql/V1__consumer_dedup.sql";
+  }
 }
