@@ -225,16 +225,7 @@ abstract class DedupAdminTests {
 
   @Test
   void anExecutorBuildsWhileTheDatabaseIsDownAndTheFirstRecordWaitsForIt() {
-    JdbcDedupStore unreachable =
-        JdbcDedupStore.builder(
-                new ConnectionSource() {
-                  @Override
-                  public Connection getConnection() throws SQLException {
-                    throw new java.sql.SQLTransientConnectionException(
-                        "connection refused", "08001");
-                  }
-                })
-            .build();
+    JdbcDedupStore unreachable = JdbcDedupStore.builder(ConnectionSource.refusing()).build();
 
     IdempotentExecutor.builder(unreachable).build().close();
   }
