@@ -86,6 +86,9 @@ public final class JdbcDedupStore implements DedupStore {
   /** Default table name, as in the schema file. */
   public static final String DEFAULT_TABLE_NAME = "consumer_dedup";
 
+  /** How many columns the store uses (all of them missing: there is no table). */
+  public static final int EXPECTED_COLUMN_COUNT = PostgresSql.EXPECTED_COLUMNS.size();
+
   /** Default number of tries of a store call (the first and its retries) on transient errors. */
   public static final int DEFAULT_RETRY_MAX_ATTEMPTS = 5;
 
@@ -552,12 +555,12 @@ public final class JdbcDedupStore implements DedupStore {
   public void verifyReady() {
     List<String> missing;
     try {
-      missing = attempt("table check", null, this::presentColumns, System.nanoTime()).missing();
-    } catch (TransientFailure e) {
+      missing = missingColumnsNow();
+    } catch (DedupStoreUnavailableException e) {
       log.warn(
           "Could not check the dedup table {} now; records wait until the database answers: {}",
           tableName,
-          String.valueOf(e.getCause().getMessage()));
+          e.getMessage());
       return;
     } catch (DedupStoreException e) {
       log.warn("Could not check the dedup table {}: {}", tableName, e.getMessage());
@@ -602,6 +605,22 @@ public final class JdbcDedupStore implements DedupStore {
   /** The columns the store needs that the table lacks; all of them if there is no table. */
   public List<String> missingColumns() {
     return call("table check", null, this::presentColumns).missing();
+  }
+
+  /**
+   * {@link #missingColumns()} in one try, without retries: for a start-up or health check, which
+   * must answer at once.
+   *
+   * @throws DedupStoreUnavailableException the database cannot be reached now
+   * @throws DedupStoreException the database could not be asked
+   */
+  public List<String> missingColumnsNow() {
+    try {
+      return attempt("table check", null, this::presentColumns, System.nanoTime()).missing();
+    } catch (TransientFailure e) {
+      throw SqlStates.storeException(
+          "Dedup store table check on table " + tableName, null, e.getCause());
+    }
   }
 
   private Columns presentColumns(Connection connection) throws SQLException {
