@@ -6,6 +6,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
@@ -35,6 +36,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.IntStream;
 import org.jspecify.annotations.Nullable;
 import org.junit.jupiter.api.AfterAll;
@@ -530,6 +532,45 @@ abstract class MySqlDialectStoreTests {
           .as("the lock wait timeout (1205) really happened and was retried")
           .isEqualTo(1);
     }
+  }
+
+  @Test
+  void aHandlerRunningPastItsLeaseKeepsTheKeyByRenewingIt() throws Exception {
+    DedupKey key = DedupKey.of("payment", "renewed-1");
+    Duration lease = Duration.ofSeconds(2);
+    AtomicInteger runs = new AtomicInteger();
+    CountDownLatch started = new CountDownLatch(1);
+    try (IdempotentExecutor holder =
+            IdempotentExecutor.builder(store)
+                .ownerId("slow-holder")
+                .lease(lease)
+                .renewalInterval(Duration.ofMillis(500))
+                .build();
+        IdempotentExecutor other =
+            IdempotentExecutor.builder(store).ownerId("other").lease(lease).build()) {
+      CompletableFuture<DedupResult<Integer>> slow =
+          CompletableFuture.supplyAsync(
+              () ->
+                  holder.execute(
+                      key,
+                      () -> {
+                        started.countDown();
+                        Thread.sleep(lease.multipliedBy(3).toMillis());
+                        return runs.incrementAndGet();
+                      }));
+      assertThat(started.await(10, TimeUnit.SECONDS)).isTrue();
+      // Past two whole leases, the key is still the slow holder's: its renewals kept it.
+      Thread.sleep(lease.multipliedBy(2).toMillis());
+      assertThatThrownBy(() -> other.execute(key, runs::incrementAndGet))
+          .isInstanceOf(DedupInProgressException.class)
+          .hasMessageContaining("slow-holder");
+
+      assertThat(slow.get(20, TimeUnit.SECONDS).outcome()).isEqualTo(Outcome.PROCESSED);
+    }
+    assertThat(runs).hasValue(1);
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).isEqualTo(1);
   }
 
   @Test
