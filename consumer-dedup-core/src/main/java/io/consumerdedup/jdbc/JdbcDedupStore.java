@@ -30,6 +30,7 @@ import java.time.Instant;
 import java.time.LocalDateTime;
 import java.time.ZoneOffset;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
@@ -426,6 +427,9 @@ public final class JdbcDedupStore implements DedupStore {
   /** A key and the token a fenced update presents. */
   private record Held(DedupKey key, int token) {}
 
+  private static final Comparator<Held> HELD_KEY_ORDER =
+      Comparator.comparing((Held h) -> h.key().bizType()).thenComparing(h -> h.key().bizKey());
+
   private static List<Held> held(List<ClaimResult.Claimed> claims) {
     return claims.stream().map(claim -> new Held(claim.key(), claim.token())).toList();
   }
@@ -449,22 +453,36 @@ public final class JdbcDedupStore implements DedupStore {
         claims.size() == 1 ? claims.get(0).key() : null,
         connection -> {
           if (isMySql()) {
-            // One fenced statement per key: MySQL has no arrays to send a batch's keys in one.
-            List<DedupKey> lost = new ArrayList<>();
-            Iterator<String> error = errors == null ? null : errors.iterator();
-            for (Held claim : claims) {
-              String message = error == null ? null : storable(error.next(), MAX_ERROR_LENGTH);
-              if (!mysql.fenced(
-                  connection,
-                  operation,
-                  claim.key(),
-                  claim.token(),
-                  duration.toMillis(),
-                  message)) {
-                lost.add(claim.key());
-              }
-            }
-            return lost;
+            // One fenced statement per key (MySQL has no arrays to send a batch's keys in one), in
+            // one transaction: one commit for the batch, rows locked in key order as a claim
+            // locks them. Sent again after a failure, each statement still counts its own earlier
+            // write as written.
+            SqlWork<List<DedupKey>> perKey =
+                c -> {
+                  Map<DedupKey, @Nullable String> messages = new HashMap<>();
+                  Iterator<String> error = errors == null ? null : errors.iterator();
+                  for (Held claim : claims) {
+                    messages.put(
+                        claim.key(),
+                        error == null ? null : storable(error.next(), MAX_ERROR_LENGTH));
+                  }
+                  Set<DedupKey> lost = new HashSet<>();
+                  for (Held claim : claims.stream().sorted(HELD_KEY_ORDER).toList()) {
+                    if (!mysql.fenced(
+                        c,
+                        operation,
+                        claim.key(),
+                        claim.token(),
+                        duration.toMillis(),
+                        messages.get(claim.key()))) {
+                      lost.add(claim.key());
+                    }
+                  }
+                  return claims.stream().map(Held::key).filter(lost::contains).toList();
+                };
+            return claims.size() == 1
+                ? perKey.run(connection)
+                : inOwnTransaction(connection, perKey);
           }
           try (PreparedStatement statement =
               prepare(connection, updateSql.forRows(claims.size()))) {
