@@ -128,6 +128,17 @@ public interface DedupStore {
     return claims.stream().filter(claim -> !release(claim)).map(ClaimResult.Claimed::key).toList();
   }
 
+  /**
+   * Checks, where the store can, that its storage is set up (for a table: that it exists with every
+   * column the store uses). {@link IdempotentExecutor.Builder#build()} calls it, so a forgotten
+   * migration stops an application at start-up instead of failing every record. Storage that cannot
+   * be reached is not an error here: records wait for it like for any outage.
+   *
+   * @throws IllegalStateException the storage is not set up; the message says what is missing and
+   *     how to create it
+   */
+  default void verifyReady() {}
+
   /** The requests with the later copies of a key removed, in first-seen order. */
   static List<ClaimRequest> distinct(List<ClaimRequest> requests) {
     Set<DedupKey> seen = new HashSet<>();

@@ -27,7 +27,10 @@ import java.sql.SQLException;
 import java.sql.Timestamp;
 import java.time.Duration;
 import java.time.Instant;
+import java.time.LocalDateTime;
+import java.time.ZoneOffset;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
@@ -45,9 +48,12 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * The {@link DedupStore} on PostgreSQL, over any {@link DataSource} (a pool such as HikariCP is
- * recommended). Create the table first from {@code
- * db/consumer-dedup/postgresql/V1__consumer_dedup.sql} (on the classpath, Flyway naming); the store
+ * The {@link DedupStore} on PostgreSQL, MySQL 8 or MariaDB 10.6+, over any {@link DataSource} (a
+ * pool such as HikariCP is recommended). The dialect is detected from the connection ({@link
+ * SqlDialect}) or set with {@link Builder#dialect(SqlDialect)}; each dialect's SQL is in one place
+ * ({@code PostgresSql}, {@code MySqlSql}). Create the table first from the dialect's schema file,
+ * {@code db/consumer-dedup/postgresql/V1__consumer_dedup.sql} or {@code
+ * db/consumer-dedup/mysql/V1__consumer_dedup.sql} (on the classpath, Flyway naming); the store
  * never runs DDL.
  *
  * <p>Each call runs in its own short transaction on a connection of its own, so a claim commits
@@ -81,6 +87,9 @@ public final class JdbcDedupStore implements DedupStore {
   /** Default table name, as in the schema file. */
   public static final String DEFAULT_TABLE_NAME = "consumer_dedup";
 
+  /** How many columns the store uses (all of them missing: there is no table). */
+  public static final int EXPECTED_COLUMN_COUNT = PostgresSql.EXPECTED_COLUMNS.size();
+
   /** Default number of tries of a store call (the first and its retries) on transient errors. */
   public static final int DEFAULT_RETRY_MAX_ATTEMPTS = 5;
 
@@ -102,8 +111,8 @@ public final class JdbcDedupStore implements DedupStore {
   private static final Pattern TABLE_NAME =
       Pattern.compile("([A-Za-z_][A-Za-z0-9_]{0,62}\\.)?[A-Za-z_][A-Za-z0-9_]{0,62}");
 
-  private static final int MAX_SOURCE_LENGTH = 300;
-  private static final int MAX_ERROR_LENGTH = 2000;
+  static final int MAX_SOURCE_LENGTH = 300;
+  static final int MAX_ERROR_LENGTH = 2000;
 
   /** A claim whose key changes under it between two statements is tried again this many times. */
   private static final int MAX_CLAIM_ROUNDS = 10;
@@ -114,6 +123,11 @@ public final class JdbcDedupStore implements DedupStore {
   private final DataSource dataSource;
   private final String tableName;
   private final PostgresSql sql;
+  private final MySqlStore mysql;
+
+  /** Set by the builder, else detected from the first connection. */
+  private volatile @Nullable SqlDialect dialect;
+
   private final Retry retry;
   private final Duration statementTimeout;
   private final Duration retryMaxDuration;
@@ -125,6 +139,8 @@ public final class JdbcDedupStore implements DedupStore {
     this.statementTimeout = builder.statementTimeout;
     this.retryMaxDuration = builder.retryMaxDuration;
     this.sql = new PostgresSql(tableName);
+    this.mysql = new MySqlStore(tableName, this::prepare);
+    this.dialect = builder.dialect;
     RetryConfig config =
         RetryConfig.custom()
             .maxAttempts(builder.retryMaxAttempts)
@@ -201,7 +217,13 @@ public final class JdbcDedupStore implements DedupStore {
     if (distinct.isEmpty()) {
       return List.of();
     }
-    return call("claim", only(distinct), connection -> claimRounds(connection, distinct, true));
+    return call(
+        "claim",
+        only(distinct),
+        connection ->
+            isMySql()
+                ? mysql.claim(connection, distinct, true)
+                : claimRounds(connection, distinct, true));
   }
 
   @Override
@@ -231,7 +253,9 @@ public final class JdbcDedupStore implements DedupStore {
                 + distinct.get(0).key()
                 + ")");
       }
-      return claimRounds(connection, distinct, false);
+      return isMySql()
+          ? mysql.claim(connection, distinct, false)
+          : claimRounds(connection, distinct, false);
     } catch (SQLException e) {
       throw failure("claim in the caller's transaction", key, e, false);
     }
@@ -309,7 +333,7 @@ public final class JdbcDedupStore implements DedupStore {
     if (row.getString("status") == null) {
       return null;
     }
-    DedupRecord existing = record(row, key);
+    DedupRecord existing = record(row, key, SqlDialect.POSTGRESQL);
     if (withLease
         && existing.status() == DedupStatus.PROCESSING
         && request.claimId().equals(row.getString("claim_id"))) {
@@ -379,6 +403,15 @@ public final class JdbcDedupStore implements DedupStore {
         "release",
         claims.size() == 1 ? claims.get(0).key() : null,
         connection -> {
+          if (isMySql()) {
+            List<DedupKey> kept = new ArrayList<>();
+            for (ClaimResult.Claimed claim : claims) {
+              if (!mysql.release(connection, claim)) {
+                kept.add(claim.key());
+              }
+            }
+            return kept;
+          }
           try (PreparedStatement statement =
               prepare(connection, sql.release.forRows(claims.size()))) {
             Rows<ClaimResult.Claimed> rows = new Rows<>(statement, 1, claims);
@@ -393,6 +426,9 @@ public final class JdbcDedupStore implements DedupStore {
 
   /** A key and the token a fenced update presents. */
   private record Held(DedupKey key, int token) {}
+
+  private static final Comparator<Held> HELD_KEY_ORDER =
+      Comparator.comparing((Held h) -> h.key().bizType()).thenComparing(h -> h.key().bizKey());
 
   private static List<Held> held(List<ClaimResult.Claimed> claims) {
     return claims.stream().map(claim -> new Held(claim.key(), claim.token())).toList();
@@ -416,6 +452,38 @@ public final class JdbcDedupStore implements DedupStore {
         operation,
         claims.size() == 1 ? claims.get(0).key() : null,
         connection -> {
+          if (isMySql()) {
+            // One fenced statement per key (MySQL has no arrays to send a batch's keys in one), in
+            // one transaction: one commit for the batch, rows locked in key order as a claim
+            // locks them. Sent again after a failure, each statement still counts its own earlier
+            // write as written.
+            SqlWork<List<DedupKey>> perKey =
+                c -> {
+                  Map<DedupKey, @Nullable String> messages = new HashMap<>();
+                  Iterator<String> error = errors == null ? null : errors.iterator();
+                  for (Held claim : claims) {
+                    messages.put(
+                        claim.key(),
+                        error == null ? null : storable(error.next(), MAX_ERROR_LENGTH));
+                  }
+                  Set<DedupKey> lost = new HashSet<>();
+                  for (Held claim : claims.stream().sorted(HELD_KEY_ORDER).toList()) {
+                    if (!mysql.fenced(
+                        c,
+                        operation,
+                        claim.key(),
+                        claim.token(),
+                        duration.toMillis(),
+                        messages.get(claim.key()))) {
+                      lost.add(claim.key());
+                    }
+                  }
+                  return claims.stream().map(Held::key).filter(lost::contains).toList();
+                };
+            return claims.size() == 1
+                ? perKey.run(connection)
+                : inOwnTransaction(connection, perKey);
+          }
           try (PreparedStatement statement =
               prepare(connection, updateSql.forRows(claims.size()))) {
             statement.setLong(1, duration.toMillis());
@@ -490,11 +558,43 @@ public final class JdbcDedupStore implements DedupStore {
    * @throws DedupStoreException the database could not be asked
    */
   public void verifyTable() {
-    List<String> missing = missingColumns();
+    throwIfMissing(missingColumns());
+  }
+
+  /**
+   * {@link #verifyTable()} in one try: a table that is missing or lacks columns fails, a database
+   * that cannot be reached now is only logged (records wait for it like for any outage). Called
+   * when an executor is built, and by the Spring Boot start-up check.
+   *
+   * @throws IllegalStateException the table is missing or lacks columns; the message names them and
+   *     the schema file to apply
+   */
+  @Override
+  public void verifyReady() {
+    List<String> missing;
+    try {
+      missing = missingColumnsNow();
+    } catch (DedupStoreUnavailableException e) {
+      log.warn(
+          "Could not check the dedup table {} now; records wait until the database answers: {}",
+          tableName,
+          e.getMessage());
+      return;
+    } catch (DedupStoreException e) {
+      log.warn("Could not check the dedup table {}: {}", tableName, e.getMessage());
+      return;
+    }
+    throwIfMissing(missing);
+  }
+
+  private void throwIfMissing(List<String> missing) {
     if (missing.isEmpty()) {
       return;
     }
     boolean absent = missing.size() == PostgresSql.EXPECTED_COLUMNS.size();
+    SqlDialect known = dialect;
+    String schemaResource = known == null ? SCHEMA_RESOURCE : known.schemaResource();
+    boolean onMySql = known == SqlDialect.MYSQL;
     throw new IllegalStateException(
         (absent
                 ? "The dedup table " + tableName + " does not exist"
@@ -504,43 +604,76 @@ public final class JdbcDedupStore implements DedupStore {
                     + String.join(", ", missing)
                     + " (it was created from an older schema file)")
             + ". Create it from the schema file "
-            + SCHEMA_RESOURCE
+            + schemaResource
             + " (in the consumer-dedup-schema jar, Flyway naming: copy it into your migrations), for"
             + " example: unzip -p consumer-dedup-schema-<version>.jar "
-            + SCHEMA_RESOURCE
-            + " | psql \"$DATABASE_URL\""
+            + schemaResource
+            + (onMySql ? " | mysql <database>" : " | psql \"$DATABASE_URL\"")
             + (absent
                 ? "; with Spring Boot, consumer-dedup.initialize-schema=always creates it at"
                     + " start-up"
-                : "; for claim_id: ALTER TABLE " + tableName + " ADD COLUMN claim_id varchar(64)"));
+                : "; for claim_id: ALTER TABLE "
+                    + tableName
+                    + " ADD COLUMN claim_id "
+                    + (onMySql
+                        ? "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL"
+                        : "varchar(64)")));
   }
 
   /** The columns the store needs that the table lacks; all of them if there is no table. */
   public List<String> missingColumns() {
-    Set<String> present =
-        call(
-            "table check",
-            null,
-            connection -> {
-              Set<String> names = new HashSet<>();
-              try (PreparedStatement statement = prepare(connection, sql.columns)) {
-                statement.setString(1, tableName);
-                try (ResultSet rows = statement.executeQuery()) {
-                  while (rows.next()) {
-                    names.add(rows.getString(1));
-                  }
-                }
-              }
-              return names;
-            });
-    return PostgresSql.EXPECTED_COLUMNS.stream()
-        .filter(column -> !present.contains(column))
-        .toList();
+    return call("table check", null, this::presentColumns).missing();
+  }
+
+  /**
+   * {@link #missingColumns()} in one try, without retries: for a start-up or health check, which
+   * must answer at once.
+   *
+   * @throws DedupStoreUnavailableException the database cannot be reached now
+   * @throws DedupStoreException the database could not be asked
+   */
+  public List<String> missingColumnsNow() {
+    try {
+      return attempt("table check", null, this::presentColumns, System.nanoTime()).missing();
+    } catch (TransientFailure e) {
+      throw SqlStates.storeException(
+          "Dedup store table check on table " + tableName, null, e.getCause());
+    }
+  }
+
+  private Columns presentColumns(Connection connection) throws SQLException {
+    if (isMySql()) {
+      return new Columns(new HashSet<>(mysql.columns(connection, tableName)));
+    }
+    Set<String> names = new HashSet<>();
+    try (PreparedStatement statement = prepare(connection, sql.columns)) {
+      statement.setString(1, tableName);
+      try (ResultSet rows = statement.executeQuery()) {
+        while (rows.next()) {
+          names.add(rows.getString(1));
+        }
+      }
+    }
+    return new Columns(names);
+  }
+
+  /** The columns a table has. */
+  private record Columns(Set<String> present) {
+    /** The columns the store needs that are not present, in the schema file's order. */
+    List<String> missing() {
+      return PostgresSql.EXPECTED_COLUMNS.stream()
+          .filter(column -> !present.contains(column))
+          .toList();
+    }
   }
 
   @Override
   public Optional<DedupRecord> find(DedupKey key) {
-    return call("find", key, connection -> Optional.ofNullable(read(connection, key)));
+    return call(
+        "find",
+        key,
+        connection ->
+            Optional.ofNullable(isMySql() ? mysql.find(connection, key) : read(connection, key)));
   }
 
   @Override
@@ -552,6 +685,9 @@ public final class JdbcDedupStore implements DedupStore {
         "purge",
         null,
         connection -> {
+          if (isMySql()) {
+            return mysql.purge(connection, limit);
+          }
           try (PreparedStatement statement = prepare(connection, sql.purge)) {
             statement.setInt(1, limit);
             return statement.executeUpdate();
@@ -564,30 +700,29 @@ public final class JdbcDedupStore implements DedupStore {
       statement.setString(1, key.bizType());
       statement.setString(2, key.bizKey());
       try (ResultSet row = statement.executeQuery()) {
-        return row.next() ? record(row, key) : null;
+        return row.next() ? record(row, key, SqlDialect.POSTGRESQL) : null;
       }
     }
   }
 
   /** The record of {@code key} in the current row of a statement that selects its columns. */
-  private static DedupRecord record(ResultSet row, DedupKey key) throws SQLException {
+  static DedupRecord record(ResultSet row, DedupKey key, SqlDialect dialect) throws SQLException {
     return new DedupRecord(
         key,
         DedupStatus.valueOf(row.getString("status")),
         row.getInt("attempts"),
         row.getString("owner"),
-        instant(row, "lease_until"),
+        instant(row, "lease_until", dialect),
         row.getString("fingerprint"),
         row.getString("last_error"),
         row.getString("source"),
-        Objects.requireNonNull(instant(row, "created_at")),
-        Objects.requireNonNull(instant(row, "updated_at")),
-        Objects.requireNonNull(instant(row, "expires_at")),
+        Objects.requireNonNull(instant(row, "created_at", dialect)),
+        Objects.requireNonNull(instant(row, "updated_at", dialect)),
+        Objects.requireNonNull(instant(row, "expires_at", dialect)),
         row.getBoolean("lease_live"));
   }
 
-  private PreparedStatement prepare(Connection connection, String statementSql)
-      throws SQLException {
+  PreparedStatement prepare(Connection connection, String statementSql) throws SQLException {
     PreparedStatement statement = connection.prepareStatement(statementSql);
     statement.setQueryTimeout(timeoutSeconds(statementTimeout));
     return statement;
@@ -597,7 +732,16 @@ public final class JdbcDedupStore implements DedupStore {
     return (int) Math.max(1, (timeout.toMillis() + 999) / 1000);
   }
 
-  private static @Nullable Instant instant(ResultSet row, String column) throws SQLException {
+  /**
+   * A time column: timestamptz on PostgreSQL; on MySQL a DATETIME(6) holding UTC wall-clock time,
+   * read as such whatever the driver's and the JVM's time zones.
+   */
+  private static @Nullable Instant instant(ResultSet row, String column, SqlDialect dialect)
+      throws SQLException {
+    if (dialect == SqlDialect.MYSQL) {
+      LocalDateTime value = row.getObject(column, LocalDateTime.class);
+      return value == null ? null : value.toInstant(ZoneOffset.UTC);
+    }
     Timestamp value = row.getTimestamp(column);
     return value == null ? null : value.toInstant();
   }
@@ -607,7 +751,7 @@ public final class JdbcDedupStore implements DedupStore {
    * (which text refuses, and which an exception message may well contain), never splitting a
    * surrogate pair.
    */
-  private static @Nullable String storable(@Nullable String value, int max) {
+  static @Nullable String storable(@Nullable String value, int max) {
     if (value == null) {
       return null;
     }
@@ -719,16 +863,67 @@ public final class JdbcDedupStore implements DedupStore {
       return;
     }
     String product = connection.getMetaData().getDatabaseProductName();
-    if (!"PostgreSQL".equalsIgnoreCase(product)) {
-      throw new DedupStoreException(
-          "JdbcDedupStore supports PostgreSQL; the DataSource is " + product, null, null, null);
+    SqlDialect detected = SqlDialect.forProduct(product);
+    if (dialect == null) {
+      if (detected == null) {
+        throw new DedupStoreException(
+            "JdbcDedupStore supports PostgreSQL, MySQL and MariaDB; the DataSource is " + product,
+            null,
+            null,
+            null);
+      }
+      dialect = detected;
     }
     productChecked = true;
   }
 
+  /** The store's dialect, once the first connection has told it (or the builder set it). */
+  public Optional<SqlDialect> dialect() {
+    return Optional.ofNullable(dialect);
+  }
+
+  private boolean isMySql() {
+    return dialect == SqlDialect.MYSQL;
+  }
+
   @FunctionalInterface
-  private interface SqlWork<T> {
+  interface SqlWork<T> {
     T run(Connection connection) throws SQLException;
+  }
+
+  /**
+   * Runs {@code work} as a store call (its retries, timeouts and error mapping); for the admin
+   * operations beside the store. The dialect is known inside {@code work}.
+   */
+  <T> T run(String operation, @Nullable DedupKey key, SqlWork<T> work) {
+    return call(operation, key, work);
+  }
+
+  /** The dialect, inside a {@link #run} call (the connection has told it by then). */
+  SqlDialect knownDialect() {
+    return Objects.requireNonNull(dialect, "dialect");
+  }
+
+  /**
+   * Runs {@code work} in a transaction of its own on an auto-commit connection: commits it, or
+   * rolls it back on failure, and hands the connection back in auto-commit mode.
+   */
+  static <T> T inOwnTransaction(Connection connection, SqlWork<T> work) throws SQLException {
+    connection.setAutoCommit(false);
+    try {
+      T result = work.run(connection);
+      connection.commit();
+      return result;
+    } catch (SQLException | RuntimeException e) {
+      try {
+        connection.rollback();
+      } catch (SQLException rollback) {
+        e.addSuppressed(rollback);
+      }
+      throw e;
+    } finally {
+      connection.setAutoCommit(true);
+    }
   }
 
   /** A transient SQL error on its way through the retry. */
@@ -757,6 +952,7 @@ public final class JdbcDedupStore implements DedupStore {
     private Duration retryMaxBackoff = DEFAULT_RETRY_MAX_BACKOFF;
     private Duration statementTimeout = DEFAULT_STATEMENT_TIMEOUT;
     private Duration retryMaxDuration = DEFAULT_RETRY_MAX_DURATION;
+    private @Nullable SqlDialect dialect;
 
     private Builder(DataSource dataSource) {
       this.dataSource = Objects.requireNonNull(dataSource, "dataSource");
@@ -771,6 +967,15 @@ public final class JdbcDedupStore implements DedupStore {
      */
     public Builder tableName(String tableName) {
       this.tableName = checkTableName(tableName);
+      return this;
+    }
+
+    /**
+     * The database's dialect, instead of detecting it from the first connection's metadata (a proxy
+     * or an unusual driver may name the product otherwise).
+     */
+    public Builder dialect(SqlDialect dialect) {
+      this.dialect = Objects.requireNonNull(dialect, "dialect");
       return this;
     }
 

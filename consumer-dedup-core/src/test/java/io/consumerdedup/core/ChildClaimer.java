@@ -1,8 +1,11 @@
 package io.consumerdedup.core;
 
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ConnectionSource;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.SQLException;
 import java.time.Duration;
-import org.postgresql.ds.PGSimpleDataSource;
 
 /**
  * Runs in a child JVM: claims a key with a short lease and blocks inside its handler until the
@@ -15,8 +18,14 @@ public final class ChildClaimer {
     String url = args[0];
     DedupKey key = DedupKey.of(args[1], args[2]);
     Duration lease = Duration.ofMillis(Long.parseLong(args[3]));
-    PGSimpleDataSource dataSource = new PGSimpleDataSource();
-    dataSource.setURL(url);
+    // Any database the store speaks to, by the URL's driver.
+    ConnectionSource dataSource =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() throws SQLException {
+            return DriverManager.getConnection(url);
+          }
+        };
     IdempotentExecutor executor =
         IdempotentExecutor.builder(JdbcDedupStore.builder(dataSource).build())
             .ownerId("child-" + ProcessHandle.current().pid())

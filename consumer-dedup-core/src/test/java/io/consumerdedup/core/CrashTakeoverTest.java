@@ -10,6 +10,7 @@ import io.consumerdedup.testing.ChildJvm;
 import io.consumerdedup.testing.TestDatabase;
 import java.time.Duration;
 import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -36,6 +37,15 @@ class CrashTakeoverTest {
   @Test
   void aKilledHolderBlocksTheKeyUntilItsLeaseExpiresThenAnotherConsumerTakesOver()
       throws Exception {
+    killedHolderIsTakenOverAfterItsLease(dataSource, TestDatabase.url(schema));
+  }
+
+  /**
+   * Kills a child JVM (connecting with {@code childUrl}) inside its handler and takes its key over
+   * through {@code dataSource} once the lease has run out; shared with the other databases' tests.
+   */
+  static void killedHolderIsTakenOverAfterItsLease(DataSource dataSource, String childUrl)
+      throws Exception {
     DedupKey key = DedupKey.of("payment", "ORD-crash-1");
     JdbcDedupStore store = JdbcDedupStore.builder(dataSource).build();
     AtomicInteger charges = new AtomicInteger();
@@ -43,7 +53,7 @@ class CrashTakeoverTest {
     try (ChildJvm child =
             ChildJvm.start(
                 ChildClaimer.class,
-                TestDatabase.url(schema),
+                childUrl,
                 key.bizType(),
                 key.bizKey(),
                 String.valueOf(LEASE.toMillis()));

@@ -5,14 +5,16 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ConnectionSource;
 import java.time.Duration;
 import org.junit.jupiter.api.Test;
 import org.postgresql.ds.PGSimpleDataSource;
 
 /** Configuration is validated where it is given, with the bad value in the message. No I/O. */
 class ExecutorConfigTest {
-  // Building a store does not connect, so these tests need no database.
-  private final DedupStore store = JdbcDedupStore.builder(new PGSimpleDataSource()).build();
+  // Building a store does not connect; building an executor checks the table once, and a database
+  // that cannot be reached is only logged there, so these tests need none.
+  private final DedupStore store = JdbcDedupStore.builder(ConnectionSource.refusing()).build();
 
   @Test
   void defaultsAreTheDocumentedOnes() {

@@ -39,6 +39,8 @@ class TransientDatabaseErrorTest {
     DedupKey key = DedupKey.of("payment", "ORD-transient-1");
 
     try (IdempotentExecutor executor = IdempotentExecutor.builder(store).build()) {
+      // Armed after the build, whose table check takes a connection of its own.
+      dataSource.armed = true;
       DedupResult<Integer> result = executor.execute(key, charges::incrementAndGet);
 
       assertThat(result.outcome()).isEqualTo(Outcome.PROCESSED);
@@ -52,16 +54,18 @@ class TransientDatabaseErrorTest {
   }
 
   /**
-   * Hands out real connections; the first one's server process is terminated by an administrator
-   * (pg_terminate_backend) before it is used, as when a database fails over or kills idle sessions.
+   * Hands out real connections; once armed, the first one's server process is terminated by an
+   * administrator (pg_terminate_backend) before it is used, as when a database fails over or kills
+   * idle sessions.
    */
   private static final class TerminatingDataSource extends ConnectionSource {
     final AtomicInteger terminated = new AtomicInteger();
+    volatile boolean armed;
 
     @Override
     public Connection getConnection() throws SQLException {
       Connection connection = TestDatabase.connect(schema);
-      if (terminated.compareAndSet(0, 1)) {
+      if (armed && terminated.compareAndSet(0, 1)) {
         int pid;
         try (PreparedStatement statement = connection.prepareStatement("SELECT pg_backend_pid()");
             ResultSet row = statement.executeQuery()) {

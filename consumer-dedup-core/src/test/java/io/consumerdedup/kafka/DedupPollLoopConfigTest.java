@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ConnectionSource;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.List;
@@ -15,7 +16,6 @@ import org.jspecify.annotations.Nullable;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
-import org.postgresql.ds.PGSimpleDataSource;
 
 /**
  * The loop's configuration is checked when it is built: nothing here connects to a broker or a
@@ -32,7 +32,7 @@ class DedupPollLoopConfigTest {
   @BeforeAll
   static void setUp() {
     executor =
-        IdempotentExecutor.builder(JdbcDedupStore.builder(new PGSimpleDataSource()).build())
+        IdempotentExecutor.builder(JdbcDedupStore.builder(ConnectionSource.refusing()).build())
             .build();
     handler =
         IdempotentRecordHandler.<String, String>builder(executor)

@@ -4,11 +4,25 @@ import java.io.PrintWriter;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
+import java.sql.SQLTransientConnectionException;
 import java.util.logging.Logger;
 import javax.sql.DataSource;
 
 /** A test DataSource defined by its {@link #getConnection()} alone. */
 public abstract class ConnectionSource implements DataSource {
+
+  /**
+   * A DataSource with no database behind it: every connection is refused as a transient error, for
+   * tests that build stores and executors without I/O.
+   */
+  public static ConnectionSource refusing() {
+    return new ConnectionSource() {
+      @Override
+      public Connection getConnection() throws SQLException {
+        throw new SQLTransientConnectionException("no database in this test", "08001");
+      }
+    };
+  }
 
   @Override
   public Connection getConnection(String username, String password) throws SQLException {

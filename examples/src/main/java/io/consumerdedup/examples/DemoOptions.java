@@ -29,8 +29,9 @@ public record DemoOptions(
       """
       Usage: Demo [--kafka-bootstrap=HOST:PORT] [--jdbc-url=JDBC_URL] [--only=ID,...] [--fast]
         --kafka-bootstrap  a running Kafka (env DEMO_KAFKA_BOOTSTRAP); default: an in-JVM broker
-        --jdbc-url         a running PostgreSQL, with credentials, e.g.
+        --jdbc-url         a running PostgreSQL, MySQL 8 or MariaDB 10.6+, with credentials, e.g.
                            jdbc:postgresql://localhost:5432/postgres?user=me&password=secret
+                           jdbc:mariadb://localhost:3306/test?user=root
                            (env DEMO_JDBC_URL); default: an embedded PostgreSQL.
                            Each run creates a schema demo_* there and drops it afterwards.
         --only             run only these scenarios: lost-ack, producer-retry,

@@ -37,6 +37,18 @@ public final class SqlStates {
           "57P02", // crash_shutdown
           "57P03"); // cannot_connect_now (starting up)
 
+  /**
+   * MySQL and MariaDB errors worth another try, by vendor code (their SQL states, HY000 and 41000,
+   * say nothing): lock wait timeout (1205), deadlock (1213, SQL state 40001 as well), statement
+   * timeouts (MySQL's max_execution_time 3024, MariaDB's max_statement_time 1969), too many
+   * connections (1040), server shutting down (1053), lost connection (2013).
+   */
+  private static final Set<Integer> MYSQL_TRANSIENT_CODES =
+      Set.of(1205, 1213, 3024, 1969, 1040, 1053, 2013);
+
+  /** The SQL states MySQL and MariaDB give their transient errors; PostgreSQL uses none of them. */
+  private static final Set<String> MYSQL_STATES = Set.of("HY000", "41000", "40001", "70100");
+
   private SqlStates() {}
 
   public static Kind classify(SQLException e) {
@@ -52,6 +64,9 @@ public final class SqlStates {
       }
       // 08: connection exceptions; 53: insufficient resources (too many connections, disk full).
       if (state.startsWith("08") || state.startsWith("53") || TRANSIENT.contains(state)) {
+        return Kind.TRANSIENT;
+      }
+      if (MYSQL_STATES.contains(state) && MYSQL_TRANSIENT_CODES.contains(current.getErrorCode())) {
         return Kind.TRANSIENT;
       }
       if (state.startsWith("22") || state.startsWith("23")) {

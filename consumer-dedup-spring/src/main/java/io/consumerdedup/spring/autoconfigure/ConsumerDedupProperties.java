@@ -84,6 +84,7 @@ public class ConsumerDedupProperties implements InitializingBean {
   private final Store store = new Store();
   private final Hold hold = new Hold();
   private final Cleanup cleanup = new Cleanup();
+  private final Admin admin = new Admin();
 
   /** When the auto-configuration creates the dedup table. */
   public enum SchemaInitialization {
@@ -181,6 +182,23 @@ public class ConsumerDedupProperties implements InitializingBean {
 
     public void setMaxBackoff(Duration maxBackoff) {
       this.maxBackoff = maxBackoff;
+    }
+  }
+
+  /** {@code consumer-dedup.admin.*}: the {@code consumerdedup} Actuator endpoint. */
+  public static class Admin {
+    /**
+     * Whether the endpoint's write operations (release, forget) run; off by default, so exposing
+     * the endpoint shows the records but changes nothing.
+     */
+    private boolean writeEnabled = false;
+
+    public boolean isWriteEnabled() {
+      return writeEnabled;
+    }
+
+    public void setWriteEnabled(boolean writeEnabled) {
+      this.writeEnabled = writeEnabled;
     }
   }
 
@@ -418,5 +436,9 @@ public class ConsumerDedupProperties implements InitializingBean {
 
   public Cleanup getCleanup() {
     return cleanup;
+  }
+
+  public Admin getAdmin() {
+    return admin;
   }
 }

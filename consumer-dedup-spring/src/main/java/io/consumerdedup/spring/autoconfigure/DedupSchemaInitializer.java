@@ -1,6 +1,7 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.jdbc.SqlDialect;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
@@ -58,6 +59,18 @@ public final class DedupSchemaInitializer implements InitializingBean {
    */
   public boolean initialize() throws SQLException {
     try (Connection connection = dataSource.getConnection()) {
+      SqlDialect dialect = SqlDialect.forProduct(connection.getMetaData().getDatabaseProductName());
+      if (dialect == SqlDialect.MYSQL) {
+        // MySQL commits each DDL statement on its own and has no transaction-scoped advisory lock:
+        // the table comes from the application's migrations there.
+        throw new IllegalStateException(
+            "consumer-dedup.initialize-schema=always supports PostgreSQL only; on MySQL or MariaDB"
+                + " create the table "
+                + tableName
+                + " from "
+                + SqlDialect.MYSQL.schemaResource()
+                + " with your migrations (Flyway naming) and set initialize-schema=never");
+      }
       boolean autoCommit = connection.getAutoCommit();
       connection.setAutoCommit(false);
       try {

@@ -1,9 +1,6 @@
 package io.consumerdedup.spring.autoconfigure;
 
-import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.jdbc.JdbcDedupStore;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.InitializingBean;
 
 /**
@@ -13,8 +10,6 @@ import org.springframework.beans.factory.InitializingBean;
  * reached at start-up is only logged: records wait for it like for any outage.
  */
 public final class DedupTableVerifier implements InitializingBean {
-  private static final Logger log = LoggerFactory.getLogger(DedupTableVerifier.class);
-
   private final JdbcDedupStore store;
 
   /**
@@ -27,14 +22,7 @@ public final class DedupTableVerifier implements InitializingBean {
 
   @Override
   public void afterPropertiesSet() {
-    try {
-      store.verifyTable();
-    } catch (DedupStoreException e) {
-      log.warn(
-          "Could not check the dedup table {} at start-up; records wait until the database"
-              + " answers: {}",
-          store.tableName(),
-          e.getMessage());
-    }
+    // The check itself is the core's, for every dialect; an unreachable database is only logged.
+    store.verifyReady();
   }
 }

@@ -3,6 +3,7 @@ package io.consumerdedup.examples.infra;
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.examples.ledger.Ledger;
+import io.consumerdedup.jdbc.SqlDialect;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
@@ -12,13 +13,13 @@ import java.sql.SQLException;
 import java.sql.Statement;
 
 /**
- * A fresh PostgreSQL schema for one run: the library's dedup table, created from the schema file it
- * ships, and the demo's ledger tables. Dropped on {@link #close()}.
+ * A fresh PostgreSQL schema (or MySQL/MariaDB database) for one run: the library's dedup table,
+ * created from the schema file it ships for that database, and the demo's ledger tables. Dropped on
+ * {@link #close()}.
  */
 public final class DemoSchema implements AutoCloseable {
   /** The dedup table's DDL as the library ships it. */
-  public static final String DEDUP_DDL_RESOURCE =
-      "db/consumer-dedup/postgresql/V1__consumer_dedup.sql";
+  public static final String DEDUP_DDL_RESOURCE = SqlDialect.POSTGRESQL.schemaResource();
 
   private final String serverUrl;
   private final String name;
@@ -41,10 +42,19 @@ public final class DemoSchema implements AutoCloseable {
     }
     try (Connection connection = DriverManager.getConnection(serverUrl);
         Statement statement = connection.createStatement()) {
-      statement.execute("CREATE SCHEMA " + name);
-      statement.execute("SET search_path TO " + name);
-      statement.execute(dedupDdl());
-      statement.execute(Ledger.DDL);
+      if (isMySql(serverUrl)) {
+        statement.execute("CREATE DATABASE " + name);
+        statement.execute("USE " + name);
+        statement.execute(dedupDdl(SqlDialect.MYSQL));
+        for (String ddl : Ledger.MYSQL_DDL) {
+          statement.execute(ddl);
+        }
+      } else {
+        statement.execute("CREATE SCHEMA " + name);
+        statement.execute("SET search_path TO " + name);
+        statement.execute(dedupDdl(SqlDialect.POSTGRESQL));
+        statement.execute(Ledger.DDL);
+      }
     }
     return new DemoSchema(serverUrl, name);
   }
@@ -55,7 +65,21 @@ public final class DemoSchema implements AutoCloseable {
 
   /** A JDBC URL whose connections use this schema (also for child JVMs). */
   public String url() {
+    if (isMySql(serverUrl)) {
+      // jdbc:mysql://host:port/database?params: the run's database in place of the server's.
+      int hosts = serverUrl.indexOf("//") + 2;
+      int query = serverUrl.indexOf('?');
+      int end = query < 0 ? serverUrl.length() : query;
+      int slash = serverUrl.indexOf('/', hosts);
+      int path = slash < 0 || slash > end ? end : slash;
+      return serverUrl.substring(0, path) + "/" + name + serverUrl.substring(end);
+    }
     return serverUrl + (serverUrl.contains("?") ? "&" : "?") + "currentSchema=" + name;
+  }
+
+  /** Whether {@code jdbcUrl} names a MySQL or MariaDB server (either driver). */
+  public static boolean isMySql(String jdbcUrl) {
+    return jdbcUrl.startsWith("jdbc:mysql:") || jdbcUrl.startsWith("jdbc:mariadb:");
   }
 
   public HikariDataSource dataSource() {
@@ -67,19 +91,20 @@ public final class DemoSchema implements AutoCloseable {
     dataSource.close();
     try (Connection connection = DriverManager.getConnection(serverUrl);
         Statement statement = connection.createStatement()) {
-      statement.execute("DROP SCHEMA " + name + " CASCADE");
+      statement.execute(
+          isMySql(serverUrl) ? "DROP DATABASE " + name : "DROP SCHEMA " + name + " CASCADE");
     }
   }
 
-  private static String dedupDdl() {
-    try (InputStream in =
-        DemoSchema.class.getClassLoader().getResourceAsStream(DEDUP_DDL_RESOURCE)) {
+  private static String dedupDdl(SqlDialect dialect) {
+    String resource = dialect.schemaResource();
+    try (InputStream in = DemoSchema.class.getClassLoader().getResourceAsStream(resource)) {
       if (in == null) {
-        throw new IllegalStateException(DEDUP_DDL_RESOURCE + " is not on the class path");
+        throw new IllegalStateException(resource + " is not on the class path");
       }
       return new String(in.readAllBytes(), StandardCharsets.UTF_8);
     } catch (IOException e) {
-      throw new IllegalStateException("Could not read " + DEDUP_DDL_RESOURCE, e);
+      throw new IllegalStateException("Could not read " + resource, e);
     }
   }
 }

@@ -30,6 +30,25 @@ public final class Ledger {
       );
       """;
 
+  /** {@link #DDL} for MySQL and MariaDB, one statement per element. */
+  public static final java.util.List<String> MYSQL_DDL =
+      java.util.List.of(
+          """
+          CREATE TABLE accounts (
+              account_id    varchar(64) PRIMARY KEY,
+              balance_cents bigint      NOT NULL
+          )""",
+          """
+          CREATE TABLE ledger_entries (
+              id           bigint       AUTO_INCREMENT PRIMARY KEY,
+              kind         varchar(16)  NOT NULL,
+              business_key varchar(256) NOT NULL,
+              account_id   varchar(64)  NOT NULL REFERENCES accounts (account_id),
+              amount_cents bigint       NOT NULL,
+              applied_by   varchar(128) NOT NULL,
+              applied_at   datetime(6)  NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
+          )""");
+
   private final DataSource dataSource;
 
   public Ledger(DataSource dataSource) {

@@ -1,0 +1,120 @@
+package io.consumerdedup.core;
+
+import java.time.Instant;
+import java.util.List;
+import java.util.Objects;
+import java.util.Optional;
+import org.jspecify.annotations.Nullable;
+
+/**
+ * Operations on the dedup records without SQL, for an operator (an Actuator endpoint, a CLI): what
+ * is there, what is stuck or failed, and the two changes that unstick a key. Every dialect of the
+ * store implements it ({@code JdbcDedupAdmin}). Each change is logged at INFO with who asked and
+ * the record as it was.
+ */
+public interface DedupAdmin {
+
+  /** How many records each biz type has in each status. */
+  List<StatusCount> counts();
+
+  /** One page of records that match {@code query}, oldest first (by creation). */
+  Page list(RecordQuery query);
+
+  /** The record of {@code key}, if there is one. */
+  Optional<DedupRecord> find(DedupKey key);
+
+  /**
+   * Ends the lease of a PROCESSING key now: the attempt is marked FAILED (its {@code last_error}
+   * names who released it), so the next delivery of the key claims it with the next fencing token
+   * and runs the handler. The old holder, should it still run, can no longer complete, renew or
+   * otherwise write the key as PROCESSING or SUCCESS: its token no longer holds it.
+   *
+   * @param requestedBy who asked, for the log and the record
+   */
+  Change release(DedupKey key, String requestedBy);
+
+  /**
+   * Deletes the record of {@code key}, whatever its status, so a replay of the key applies it
+   * again. A PROCESSING holder is fenced out like a purged one.
+   *
+   * @param requestedBy who asked, for the log
+   */
+  Change forget(DedupKey key, String requestedBy);
+
+  /** The records of one biz type in one status; {@code expiredLeases} counts PROCESSING ones. */
+  record StatusCount(String bizType, DedupStatus status, long count, long expiredLeases) {
+    public StatusCount {
+      Objects.requireNonNull(bizType, "bizType");
+      Objects.requireNonNull(status, "status");
+    }
+  }
+
+  /** Which PROCESSING records a list shows. */
+  enum LeaseFilter {
+    /** Any record. */
+    ANY,
+    /** PROCESSING records whose holder still has its lease. */
+    LIVE,
+    /** PROCESSING records whose lease has run out: the next delivery takes them over. */
+    EXPIRED
+  }
+
+  /**
+   * What to list: every filter is optional; {@code after} is the {@link Page#next()} of the page
+   * before (keyset paging: stable while records are added or removed).
+   *
+   * @param limit at most this many records, 1 to 1000
+   */
+  record RecordQuery(
+      @Nullable DedupStatus status,
+      @Nullable String bizType,
+      LeaseFilter lease,
+      int limit,
+      @Nullable String after) {
+    public RecordQuery {
+      Objects.requireNonNull(lease, "lease");
+      if (limit < 1 || limit > 1000) {
+        throw new IllegalArgumentException("limit must be 1 to 1000, was " + limit);
+      }
+    }
+
+    /** Every record, {@code limit} at a time. */
+    public static RecordQuery all(int limit) {
+      return new RecordQuery(null, null, LeaseFilter.ANY, limit, null);
+    }
+  }
+
+  /**
+   * A page of records and the cursor of the next page, absent on the last one.
+   *
+   * @param next the value for {@link RecordQuery#after()} that continues after this page
+   */
+  record Page(List<DedupRecord> records, @Nullable String next) {
+    public Page {
+      records = List.copyOf(records);
+    }
+
+    public Optional<String> nextCursor() {
+      return Optional.ofNullable(next);
+    }
+  }
+
+  /**
+   * The answer to a change.
+   *
+   * @param applied whether the record was changed
+   * @param before the record as it was, absent if there was none
+   * @param message what happened, for a person
+   * @param at when the change was asked for
+   */
+  record Change(boolean applied, @Nullable DedupRecord before, String message, Instant at) {
+    public Change {
+      Objects.requireNonNull(message, "message");
+      Objects.requireNonNull(at, "at");
+    }
+
+    public Optional<DedupRecord> previous() {
+      return Optional.ofNullable(before);
+    }
+  }
+}

@@ -1,0 +1,276 @@
+package io.consumerdedup.jdbc;
+
+import io.consumerdedup.core.DedupAdmin;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.jdbc.internal.AdminSql;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.Instant;
+import java.time.LocalDateTime;
+import java.time.OffsetDateTime;
+import java.time.ZoneOffset;
+import java.time.temporal.ChronoUnit;
+import java.util.ArrayList;
+import java.util.Base64;
+import java.util.List;
+import java.util.Objects;
+import java.util.Optional;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * {@link DedupAdmin} over the table of a {@link JdbcDedupStore}, in its dialect (PostgreSQL, MySQL,
+ * MariaDB), with its retries and timeouts. Reads scan what they must (the counts read the whole
+ * table): they are meant for an operator, not for every request.
+ */
+public final class JdbcDedupAdmin implements DedupAdmin {
+  private static final Logger log = LoggerFactory.getLogger(JdbcDedupAdmin.class);
+
+  private final JdbcDedupStore store;
+  private final AdminSql postgres;
+  private final AdminSql mysql;
+
+  private JdbcDedupAdmin(JdbcDedupStore store) {
+    this.store = store;
+    this.postgres = new AdminSql(store.tableName(), "now()");
+    this.mysql = new AdminSql(store.tableName(), "UTC_TIMESTAMP(6)");
+  }
+
+  /** The admin operations on the table of {@code store}. */
+  public static JdbcDedupAdmin of(JdbcDedupStore store) {
+    return new JdbcDedupAdmin(Objects.requireNonNull(store, "store"));
+  }
+
+  private AdminSql sql() {
+    return store.knownDialect() == SqlDialect.MYSQL ? mysql : postgres;
+  }
+
+  @Override
+  public List<StatusCount> counts() {
+    return store.run(
+        "admin counts",
+        null,
+        connection -> {
+          List<StatusCount> counts = new ArrayList<>();
+          try (PreparedStatement statement = store.prepare(connection, sql().counts);
+              ResultSet rows = statement.executeQuery()) {
+            while (rows.next()) {
+              counts.add(
+                  new StatusCount(
+                      rows.getString("biz_type"),
+                      DedupStatus.valueOf(rows.getString("status")),
+                      rows.getLong("records"),
+                      rows.getLong("expired")));
+            }
+          }
+          return counts;
+        });
+  }
+
+  @Override
+  public Page list(RecordQuery query) {
+    Cursor after = query.after() == null ? null : Cursor.parse(query.after());
+    String lease = query.lease() == LeaseFilter.ANY ? null : query.lease().name();
+    return store.run(
+        "admin list",
+        null,
+        connection -> {
+          SqlDialect dialect = store.knownDialect();
+          String text =
+              sql().list(query.status() != null, query.bizType() != null, lease, after != null);
+          List<DedupRecord> records = new ArrayList<>();
+          try (PreparedStatement statement = store.prepare(connection, text)) {
+            int index = 1;
+            if (query.status() != null) {
+              statement.setString(index++, query.status().name());
+            }
+            if (query.bizType() != null) {
+              statement.setString(index++, query.bizType());
+            }
+            if (after != null) {
+              Object createdAt = time(after.createdAt(), dialect);
+              statement.setObject(index++, createdAt);
+              statement.setObject(index++, createdAt);
+              statement.setString(index++, after.bizType());
+              statement.setString(index++, after.bizType());
+              statement.setString(index++, after.bizKey());
+            }
+            statement.setInt(index, query.limit() + 1);
+            try (ResultSet rows = statement.executeQuery()) {
+              while (rows.next()) {
+                records.add(record(rows, dialect));
+              }
+            }
+          }
+          if (records.size() <= query.limit()) {
+            return new Page(records, null);
+          }
+          List<DedupRecord> page = records.subList(0, query.limit());
+          DedupRecord last = page.get(page.size() - 1);
+          return new Page(page, Cursor.of(last).encode());
+        });
+  }
+
+  @Override
+  public Optional<DedupRecord> find(DedupKey key) {
+    return store.find(key);
+  }
+
+  @Override
+  public Change release(DedupKey key, String requestedBy) {
+    Instant at = Instant.now();
+    String who = requester(requestedBy);
+    return store.run(
+        "admin release",
+        key,
+        connection ->
+            JdbcDedupStore.inOwnTransaction(
+                connection,
+                c -> {
+                  DedupRecord before = lockedRecord(c, key);
+                  if (before == null) {
+                    return new Change(false, null, "No record of " + key, at);
+                  }
+                  if (before.status() != DedupStatus.PROCESSING) {
+                    return new Change(
+                        false,
+                        before,
+                        key + " is " + before.status() + ", not PROCESSING: nothing to release",
+                        at);
+                  }
+                  try (PreparedStatement update = store.prepare(c, sql().release)) {
+                    update.setString(
+                        1,
+                        "Released by "
+                            + who
+                            + " at "
+                            + at.truncatedTo(ChronoUnit.SECONDS)
+                            + " while held by "
+                            + before.owner()
+                            + " (attempt "
+                            + before.attempts()
+                            + ")");
+                    update.setString(2, key.bizType());
+                    update.setString(3, key.bizKey());
+                    update.setInt(4, before.attempts());
+                    update.executeUpdate();
+                  }
+                  log.info(
+                      "Released {} at the request of {}: the next delivery runs it again; it was"
+                          + " {}",
+                      key,
+                      who,
+                      before);
+                  return new Change(
+                      true,
+                      before,
+                      "Released "
+                          + key
+                          + ": attempt "
+                          + before.attempts()
+                          + " of "
+                          + before.owner()
+                          + " is FAILED now; the next delivery takes the key with attempt "
+                          + (before.attempts() + 1),
+                      at);
+                }));
+  }
+
+  @Override
+  public Change forget(DedupKey key, String requestedBy) {
+    Instant at = Instant.now();
+    String who = requester(requestedBy);
+    return store.run(
+        "admin forget",
+        key,
+        connection ->
+            JdbcDedupStore.inOwnTransaction(
+                connection,
+                c -> {
+                  DedupRecord before = lockedRecord(c, key);
+                  if (before == null) {
+                    return new Change(false, null, "No record of " + key, at);
+                  }
+                  try (PreparedStatement delete = store.prepare(c, sql().forget)) {
+                    delete.setString(1, key.bizType());
+                    delete.setString(2, key.bizKey());
+                    delete.executeUpdate();
+                  }
+                  log.info(
+                      "Forgot {} at the request of {}: a replay of it applies it again; it was {}",
+                      key,
+                      who,
+                      before);
+                  return new Change(
+                      true,
+                      before,
+                      "Forgot " + key + ": a replay of the key runs its handler again",
+                      at);
+                }));
+  }
+
+  private @Nullable DedupRecord lockedRecord(Connection connection, DedupKey key)
+      throws SQLException {
+    try (PreparedStatement select = store.prepare(connection, sql().findLocked)) {
+      select.setString(1, key.bizType());
+      select.setString(2, key.bizKey());
+      try (ResultSet row = select.executeQuery()) {
+        return row.next() ? JdbcDedupStore.record(row, key, store.knownDialect()) : null;
+      }
+    }
+  }
+
+  private static DedupRecord record(ResultSet row, SqlDialect dialect) throws SQLException {
+    DedupKey key = new DedupKey(row.getString("biz_type"), row.getString("biz_key"));
+    return JdbcDedupStore.record(row, key, dialect);
+  }
+
+  /** A time as the dialect's driver binds it: timestamptz, or UTC wall-clock DATETIME. */
+  private static Object time(Instant instant, SqlDialect dialect) {
+    return dialect == SqlDialect.MYSQL
+        ? LocalDateTime.ofInstant(instant, ZoneOffset.UTC)
+        : OffsetDateTime.ofInstant(instant, ZoneOffset.UTC);
+  }
+
+  private static String requester(String requestedBy) {
+    if (requestedBy == null || requestedBy.isBlank()) {
+      throw new IllegalArgumentException("requestedBy must name who asked for the change");
+    }
+    return requestedBy.strip();
+  }
+
+  /** Where a page ended: the last record's creation time and key, as an opaque token. */
+  private record Cursor(Instant createdAt, String bizType, String bizKey) {
+    static Cursor of(DedupRecord record) {
+      return new Cursor(record.createdAt(), record.key().bizType(), record.key().bizKey());
+    }
+
+    String encode() {
+      String text =
+          createdAt.getEpochSecond() + "." + createdAt.getNano() + "\n" + bizType + "\n" + bizKey;
+      return Base64.getUrlEncoder()
+          .withoutPadding()
+          .encodeToString(text.getBytes(StandardCharsets.UTF_8));
+    }
+
+    static Cursor parse(String token) {
+      try {
+        String text = new String(Base64.getUrlDecoder().decode(token), StandardCharsets.UTF_8);
+        String[] parts = text.split("\n", 3);
+        String[] time = parts[0].split("\\.", 2);
+        return new Cursor(
+            Instant.ofEpochSecond(Long.parseLong(time[0]), Long.parseLong(time[1])),
+            parts[1],
+            parts[2]);
+      } catch (RuntimeException e) {
+        throw new IllegalArgumentException("Not a cursor of this list: '" + token + "'", e);
+      }
+    }
+  }
+}

@@ -1,0 +1,85 @@
+package io.consumerdedup.jdbc.internal;
+
+import org.jspecify.annotations.Nullable;
+
+/**
+ * The statements of the admin operations, for one validated table name and one dialect's clock
+ * ({@code now()} on PostgreSQL, {@code UTC_TIMESTAMP(6)} on MySQL): the rest of their text is the
+ * same in both.
+ */
+public final class AdminSql {
+  private final String table;
+  private final String now;
+
+  /** Counts per biz type and status, with the expired leases among PROCESSING ones. */
+  public final String counts;
+
+  /** The record of one key, locked, by (type, key). */
+  public final String findLocked;
+
+  /**
+   * Marks a PROCESSING attempt FAILED, by (error, type, key, attempts as read): its holder's token
+   * no longer writes PROCESSING or SUCCESS.
+   */
+  public final String release;
+
+  /** Deletes one key's record, by (type, key). */
+  public final String forget;
+
+  public AdminSql(String table, String now) {
+    this.table = table;
+    this.now = now;
+    counts =
+        "SELECT biz_type, status, count(*) AS records,"
+            + " sum(CASE WHEN status = 'PROCESSING' AND lease_until < "
+            + now
+            + " THEN 1 ELSE 0 END) AS expired FROM "
+            + table
+            + " GROUP BY biz_type, status ORDER BY biz_type, status";
+    findLocked = select() + " WHERE biz_type = ? AND biz_key = ? FOR UPDATE";
+    release =
+        "UPDATE "
+            + table
+            + " SET status = 'FAILED', lease_until = NULL, last_error = ?, updated_at = "
+            + now
+            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND status = 'PROCESSING'";
+    forget = "DELETE FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
+  }
+
+  private String select() {
+    return "SELECT biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, last_error,"
+        + " source, created_at, updated_at, expires_at, claim_id,"
+        + " (lease_until IS NOT NULL AND lease_until >= "
+        + now
+        + ") AS lease_live FROM "
+        + table;
+  }
+
+  /**
+   * A page of records, oldest first, binding in order: the status, the biz type (each if given),
+   * the cursor's (created_at, created_at, biz_type, biz_type, biz_key) if given, then the limit.
+   *
+   * @param lease null, {@code LIVE} or {@code EXPIRED}
+   */
+  public String list(
+      boolean byStatus, boolean byType, @Nullable String lease, boolean afterCursor) {
+    StringBuilder sql = new StringBuilder(select()).append(" WHERE 1 = 1");
+    if (byStatus) {
+      sql.append(" AND status = ?");
+    }
+    if (byType) {
+      sql.append(" AND biz_type = ?");
+    }
+    if ("LIVE".equals(lease)) {
+      sql.append(" AND status = 'PROCESSING' AND lease_until >= ").append(now);
+    } else if ("EXPIRED".equals(lease)) {
+      sql.append(" AND status = 'PROCESSING' AND lease_until < ").append(now);
+    }
+    if (afterCursor) {
+      sql.append(
+          " AND (created_at > ? OR (created_at = ? AND (biz_type > ?"
+              + " OR (biz_type = ? AND biz_key > ?))))");
+    }
+    return sql.append(" ORDER BY created_at, biz_type, biz_key LIMIT ?").toString();
+  }
+}

@@ -1,0 +1,187 @@
+package io.consumerdedup.jdbc.internal;
+
+import java.util.Collections;
+
+/**
+ * The MySQL and MariaDB statements of the store, for one validated table name: the counterpart of
+ * {@link PostgresSql}. Every time is the database's, in UTC ({@code UTC_TIMESTAMP(6)} into {@code
+ * DATETIME(6)} columns, so neither the session's nor the JVM's time zone moves it); durations are
+ * bound as milliseconds. There are no arrays, no {@code RETURNING} (MySQL) and no writable CTEs, so
+ * a claim takes a lock first and decides under it (see {@link #lockOrInsert}).
+ */
+public final class MySqlSql {
+
+  /** Now, by the database clock. */
+  static final String NOW = "UTC_TIMESTAMP(6)";
+
+  /** Now plus a bound number of milliseconds. */
+  static final String NOW_PLUS_MS = "UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND";
+
+  /** The record columns as {@code JdbcDedupStore} reads them, with the key and lease_live. */
+  private static final String RECORD_COLUMNS =
+      "biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, last_error, source,"
+          + " created_at, updated_at, expires_at, claim_id,"
+          + " (lease_until IS NOT NULL AND lease_until >= "
+          + NOW
+          + ") AS lease_live";
+
+  private final String table;
+
+  /** As {@link #find}, but a locking read of the current row, which the claim has locked. */
+  public final String findLocked;
+
+  public final String find;
+
+  /** Fenced by (type, key, token); binds the retention in ms first. */
+  public final String complete;
+
+  /** Fenced by (type, key, token); binds the error and the retention in ms first. */
+  public final String fail;
+
+  /** Fenced by (type, key, token); binds the lease in ms first. */
+  public final String renew;
+
+  /** Release of a claim that created its key, by (type, key, token, claim id): deletes the row. */
+  public final String releaseDelete;
+
+  /**
+   * Release of a re-claim, by (type, key, token, claim id): back to FAILED, attempt not counted.
+   */
+  public final String releaseRestore;
+
+  /**
+   * Deletes one batch of expired rows, oldest first along the {@code created_at} index; a
+   * PROCESSING row with a live lease is never deleted.
+   */
+  public final String purge;
+
+  /** The table's columns, by (schema or null for the current database, table name). */
+  public final String columns;
+
+  public MySqlSql(String table) {
+    this.table = table;
+    find = "SELECT " + RECORD_COLUMNS + " FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
+    findLocked = find + " FOR UPDATE";
+    String fencedWhere = " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND ";
+    complete =
+        "UPDATE "
+            + table
+            + " SET status = 'SUCCESS', lease_until = NULL, updated_at = "
+            + NOW
+            + ", expires_at = "
+            + NOW_PLUS_MS
+            + fencedWhere
+            + "status IN ('PROCESSING', 'SUCCESS')";
+    fail =
+        "UPDATE "
+            + table
+            + " SET status = 'FAILED', lease_until = NULL, last_error = ?, updated_at = "
+            + NOW
+            + ", expires_at = "
+            + NOW_PLUS_MS
+            + fencedWhere
+            + "status IN ('PROCESSING', 'FAILED')";
+    renew =
+        "UPDATE "
+            + table
+            + " SET lease_until = "
+            + NOW_PLUS_MS
+            + ", updated_at = "
+            + NOW
+            + fencedWhere
+            + "status = 'PROCESSING'";
+    String held =
+        " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND claim_id = ?"
+            + " AND status = 'PROCESSING'";
+    releaseDelete = "DELETE FROM " + table + held + " AND attempts = 1";
+    releaseRestore =
+        "UPDATE "
+            + table
+            + " SET status = 'FAILED', attempts = attempts - 1, lease_until = NULL, claim_id = NULL,"
+            + " updated_at = "
+            + NOW
+            + held
+            + " AND attempts > 1";
+    purge =
+        "DELETE FROM "
+            + table
+            + " WHERE expires_at < "
+            + NOW
+            + " AND (status <> 'PROCESSING' OR lease_until < "
+            + NOW
+            + ") ORDER BY created_at LIMIT ?";
+    columns =
+        "SELECT column_name FROM information_schema.columns"
+            + " WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?";
+  }
+
+  /**
+   * Inserts the rows of requests that are new, in key order, and locks the existing rows of the
+   * others without changing them ({@code ON DUPLICATE KEY UPDATE} a no-op takes an exclusive lock
+   * on the row it meets). Per row binds (type, key, owner, lease ms, fingerprint, source, keep ms,
+   * claim id). After it, in the same transaction, every key's row exists and is ours to judge and
+   * update until commit: a concurrent claim of the key waits on that lock, so nothing is checked
+   * before it is locked.
+   *
+   * @param withLease insert as PROCESSING under a lease, or as SUCCESS at once (in the caller's
+   *     transaction)
+   */
+  public String lockOrInsert(int rows, boolean withLease) {
+    String row =
+        "(?, ?, "
+            + status(withLease)
+            + ", 1, ?, "
+            + leaseUntil(withLease)
+            + ", ?, ?, "
+            + NOW
+            + ", "
+            + NOW
+            + ", "
+            + NOW_PLUS_MS
+            + ", ?)";
+    return "INSERT INTO "
+        + table
+        + " (biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, source,"
+        + " created_at, updated_at, expires_at, claim_id) VALUES "
+        + String.join(", ", Collections.nCopies(rows, row))
+        + " ON DUPLICATE KEY UPDATE biz_key = biz_key";
+  }
+
+  /** A locking read of {@code rows} keys, each bound as (type, key). */
+  public String findLocked(int rows) {
+    return "SELECT "
+        + RECORD_COLUMNS
+        + " FROM "
+        + table
+        + " WHERE "
+        + String.join(" OR ", Collections.nCopies(rows, "(biz_type = ? AND biz_key = ?)"))
+        + " FOR UPDATE";
+  }
+
+  /**
+   * Takes over a locked row that a FAILED attempt or an expired lease left claimable: binds (owner,
+   * lease ms, claim id, fingerprint, source, keep ms, type, key, attempts as read).
+   */
+  public String takeOver(boolean withLease) {
+    return "UPDATE "
+        + table
+        + " SET status = "
+        + status(withLease)
+        + ", attempts = attempts + 1, owner = ?, lease_until = "
+        + leaseUntil(withLease)
+        + ", claim_id = ?, fingerprint = COALESCE(fingerprint, ?), source = ?, updated_at = "
+        + NOW
+        + ", expires_at = "
+        + NOW_PLUS_MS
+        + " WHERE biz_type = ? AND biz_key = ? AND attempts = ?";
+  }
+
+  private static String status(boolean withLease) {
+    return withLease ? "'PROCESSING'" : "'SUCCESS'";
+  }
+
+  /** The lease's end; binds the lease in ms, ignored (multiplied into a NULL) without a lease. */
+  private static String leaseUntil(boolean withLease) {
+    return withLease ? NOW_PLUS_MS : "(NULL + ?)";
+  }
+}

@@ -1,0 +1,252 @@
+package io.consumerdedup.admin;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupAdmin;
+import io.consumerdedup.core.DedupAdmin.LeaseFilter;
+import io.consumerdedup.core.DedupAdmin.RecordQuery;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupAdmin;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ConnectionSource;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.slf4j.LoggerFactory;
+
+/**
+ * {@link JdbcDedupAdmin} on a real database, one subclass per dialect: counts, lists with keyset
+ * paging, release and forget, and what a consumer sees afterwards. A table of its own per class.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+abstract class DedupAdminTests {
+  private static final Duration LEASE = Duration.ofMinutes(1);
+  private static final Duration RETENTION = Duration.ofDays(1);
+
+  private HikariDataSource dataSource;
+  private JdbcDedupStore store;
+  private DedupAdmin admin;
+
+  /** A pool on a fresh database or schema holding the dedup table. */
+  abstract HikariDataSource createDataSource();
+
+  /** Drops what {@link #createDataSource()} created. */
+  abstract void dropDatabase();
+
+  /** An UPDATE that ends the lease of the row of (biz_type, biz_key) a second ago. */
+  abstract String expireLeaseSql();
+
+  @BeforeAll
+  void setUp() {
+    dataSource = createDataSource();
+    store = JdbcDedupStore.builder(dataSource).build();
+    admin = JdbcDedupAdmin.of(store);
+  }
+
+  @AfterAll
+  void tearDown() {
+    if (dataSource != null) {
+      dataSource.close();
+      dropDatabase();
+    }
+  }
+
+  private ClaimResult.Claimed claim(DedupKey key, String owner) {
+    return (ClaimResult.Claimed)
+        store.claim(new ClaimRequest(key, owner, LEASE, RETENTION, null, "orders-0@" + owner));
+  }
+
+  @Test
+  void countsPerBizTypeAndStatusWithExpiredLeases() throws SQLException {
+    store.complete(
+        DedupKey.of("c-pay", "1"), claim(DedupKey.of("c-pay", "1"), "a").token(), RETENTION);
+    store.complete(
+        DedupKey.of("c-pay", "2"), claim(DedupKey.of("c-pay", "2"), "a").token(), RETENTION);
+    store.fail(
+        DedupKey.of("c-pay", "3"), claim(DedupKey.of("c-pay", "3"), "a").token(), "x", RETENTION);
+    claim(DedupKey.of("c-pay", "4"), "a");
+    claim(DedupKey.of("c-pay", "5"), "a");
+    expireLease(DedupKey.of("c-pay", "5"));
+    claim(DedupKey.of("c-points", "1"), "a");
+
+    List<DedupAdmin.StatusCount> counts =
+        admin.counts().stream().filter(c -> c.bizType().startsWith("c-")).toList();
+
+    assertThat(counts)
+        .containsExactly(
+            new DedupAdmin.StatusCount("c-pay", DedupStatus.FAILED, 1, 0),
+            new DedupAdmin.StatusCount("c-pay", DedupStatus.PROCESSING, 2, 1),
+            new DedupAdmin.StatusCount("c-pay", DedupStatus.SUCCESS, 2, 0),
+            new DedupAdmin.StatusCount("c-points", DedupStatus.PROCESSING, 1, 0));
+  }
+
+  @Test
+  void listsFilterByStatusLeaseAndBizTypeAndPageOldestFirst() throws SQLException {
+    List<DedupKey> keys = new ArrayList<>();
+    for (int i = 0; i < 5; i++) {
+      DedupKey key = DedupKey.of("l-order", "k-" + i);
+      keys.add(key);
+      store.fail(key, claim(key, "a").token(), "java.io.IOException: bank down " + i, RETENTION);
+    }
+    DedupKey stuck = DedupKey.of("l-order", "stuck");
+    claim(stuck, "zombie");
+    expireLease(stuck);
+    DedupKey live = DedupKey.of("l-order", "live");
+    claim(live, "busy");
+
+    List<DedupKey> seen = new ArrayList<>();
+    String after = null;
+    int pages = 0;
+    do {
+      DedupAdmin.Page page =
+          admin.list(new RecordQuery(DedupStatus.FAILED, "l-order", LeaseFilter.ANY, 2, after));
+      page.records().forEach(r -> seen.add(r.key()));
+      assertThat(page.records()).allSatisfy(r -> assertThat(r.lastError()).isPresent());
+      after = page.next();
+      pages++;
+    } while (after != null);
+
+    assertThat(seen).as("every FAILED key once, oldest first").containsExactlyElementsOf(keys);
+    assertThat(pages).isEqualTo(3);
+    assertThat(
+            admin
+                .list(
+                    new RecordQuery(
+                        DedupStatus.PROCESSING, "l-order", LeaseFilter.EXPIRED, 10, null))
+                .records())
+        .extracting(DedupRecord::key)
+        .containsExactly(stuck);
+    assertThat(admin.list(new RecordQuery(null, "l-order", LeaseFilter.LIVE, 10, null)).records())
+        .extracting(DedupRecord::key, DedupRecord::owner)
+        .containsExactly(org.assertj.core.groups.Tuple.tuple(live, "busy"));
+    assertThatThrownBy(() -> admin.list(new RecordQuery(null, null, LeaseFilter.ANY, 10, "%%%")))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("Not a cursor");
+  }
+
+  @Test
+  void releaseEndsAStuckLeaseTheNextDeliveryTakesOverAndTheOldHolderIsFencedOut() {
+    DedupKey key = DedupKey.of("r-payment", "stuck-1");
+    ClaimResult.Claimed hung = claim(key, "hung-consumer");
+    ListAppender<ILoggingEvent> logged = capture();
+
+    DedupAdmin.Change change = admin.release(key, "alice");
+
+    assertThat(change.applied()).isTrue();
+    assertThat(change.before().status()).isEqualTo(DedupStatus.PROCESSING);
+    assertThat(change.message()).contains("attempt 2");
+    assertThat(logged.list)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .anySatisfy(
+            line ->
+                assertThat(line)
+                    .contains("Released r-payment/stuck-1 at the request of alice")
+                    .contains("hung-consumer"));
+    DedupRecord released = store.find(key).orElseThrow();
+    assertThat(released.status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(released.lastError().orElseThrow()).contains("Released by alice");
+    assertThat(store.renew(key, hung.token(), LEASE)).as("the hung holder's renewal").isFalse();
+    assertThat(store.complete(key, hung.token(), RETENTION)).as("its late SUCCESS").isFalse();
+
+    ClaimResult.Claimed next = claim(key, "next-delivery");
+    assertThat(next.token()).isEqualTo(2);
+    assertThat(store.complete(key, next.token(), RETENTION)).isTrue();
+
+    DedupAdmin.Change again = admin.release(key, "alice");
+    assertThat(again.applied()).isFalse();
+    assertThat(again.message()).contains("is SUCCESS, not PROCESSING");
+    assertThat(admin.release(DedupKey.of("r-payment", "none"), "alice").applied()).isFalse();
+  }
+
+  @Test
+  void forgetLetsAReplayApplyTheKeyAgain() {
+    DedupKey key = DedupKey.of("f-payment", "done-1");
+    store.complete(key, claim(key, "a").token(), RETENTION);
+    ListAppender<ILoggingEvent> logged = capture();
+
+    DedupAdmin.Change change = admin.forget(key, "bob");
+
+    assertThat(change.applied()).isTrue();
+    assertThat(change.before().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(admin.find(key)).isEmpty();
+    assertThat(claim(key, "replay").token()).as("the replay runs the handler again").isEqualTo(1);
+    assertThat(logged.list)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .anySatisfy(
+            line -> assertThat(line).contains("Forgot f-payment/done-1 at the request of bob"));
+    assertThat(admin.forget(DedupKey.of("f-payment", "none"), "bob").applied()).isFalse();
+    assertThatThrownBy(() -> admin.forget(key, " "))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("requestedBy");
+  }
+
+  @Test
+  void anExecutorOverAMissingTableOrOneLackingAColumnFailsWhenBuiltNamingTheFix()
+      throws SQLException {
+    JdbcDedupStore missing = JdbcDedupStore.builder(dataSource).tableName("no_such_dedup").build();
+    assertThatThrownBy(() -> IdempotentExecutor.builder(missing).build())
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("The dedup table no_such_dedup does not exist")
+        .hasMessageContaining(schemaFile());
+
+    try (Connection connection = dataSource.getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute(
+          "CREATE TABLE partial_dedup AS SELECT biz_type, biz_key, status, attempts, owner,"
+              + " lease_until, fingerprint, last_error, source, created_at, updated_at, expires_at"
+              + " FROM consumer_dedup WHERE 1 = 0");
+    }
+    JdbcDedupStore partial = JdbcDedupStore.builder(dataSource).tableName("partial_dedup").build();
+    assertThatThrownBy(() -> IdempotentExecutor.builder(partial).build())
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("The dedup table partial_dedup lacks the column(s) claim_id")
+        .hasMessageContaining(schemaFile());
+
+    IdempotentExecutor.builder(store).build().close();
+  }
+
+  @Test
+  void anExecutorBuildsWhileTheDatabaseIsDownAndTheFirstRecordWaitsForIt() {
+    JdbcDedupStore unreachable = JdbcDedupStore.builder(ConnectionSource.refusing()).build();
+
+    IdempotentExecutor.builder(unreachable).build().close();
+  }
+
+  /** The schema file of this dialect, which the start-up check names. */
+  abstract String schemaFile();
+
+  private static ListAppender<ILoggingEvent> capture() {
+    Logger logger = (Logger) LoggerFactory.getLogger(JdbcDedupAdmin.class);
+    ListAppender<ILoggingEvent> appender = new ListAppender<>();
+    appender.start();
+    logger.addAppender(appender);
+    return appender;
+  }
+
+  private void expireLease(DedupKey key) throws SQLException {
+    try (Connection connection = dataSource.getConnection();
+        PreparedStatement statement = connection.prepareStatement(expireLeaseSql())) {
+      statement.setString(1, key.bizType());
+      statement.setString(2, key.bizKey());
+      assertThat(statement.executeUpdate()).isEqualTo(1);
+    }
+  }
+}

@@ -1,0 +1,647 @@
+package io.consumerdedup.mysql;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupInProgressException;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupResult;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.Outcome;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.jdbc.SqlDialect;
+import io.consumerdedup.jdbc.TransactionBoundDataSource;
+import io.consumerdedup.testing.TestMariaDb;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.Callable;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.stream.IntStream;
+import org.jspecify.annotations.Nullable;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+
+/**
+ * The store's behaviour on MySQL/MariaDB, through one JDBC driver per subclass: every claim path,
+ * the fenced state changes, batches, races, TRANSACTIONAL copies and hostile keys, on a real server
+ * ({@link TestMariaDb}: skipped with a message where there is none). A database per test class.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+abstract class MySqlDialectStoreTests {
+  private static final Duration LEASE = Duration.ofMinutes(1);
+  private static final Duration RETENTION = Duration.ofDays(1);
+
+  private String database;
+  private HikariDataSource dataSource;
+  private JdbcDedupStore store;
+
+  private String server;
+
+  /** The driver this subclass connects with. */
+  abstract TestMariaDb.Driver driver();
+
+  /** The server this subclass tests: by default the local MariaDB (or DEDUP_TEST_MARIADB_URL). */
+  String server() {
+    return TestMariaDb.baseUrl();
+  }
+
+  @BeforeAll
+  void setUp() throws SQLException {
+    server = server();
+    database = TestMariaDb.newDatabase(server, driver().name());
+    dataSource = TestMariaDb.dataSource(server, database, driver(), 8, null);
+    store = JdbcDedupStore.builder(dataSource).build();
+    execute("CREATE TABLE charges (order_no VARCHAR(64) NOT NULL, amount DECIMAL(10, 2) NOT NULL)");
+  }
+
+  @AfterAll
+  void tearDown() {
+    if (dataSource != null) {
+      dataSource.close();
+    }
+    if (database != null) {
+      TestMariaDb.dropDatabase(server, database);
+    }
+  }
+
+  private static ClaimRequest request(DedupKey key, String owner) {
+    return new ClaimRequest(key, owner, LEASE, RETENTION, null, "orders-0@1");
+  }
+
+  private static ClaimRequest request(DedupKey key, String owner, @Nullable String fingerprint) {
+    return new ClaimRequest(key, owner, LEASE, RETENTION, fingerprint, "orders-0@1");
+  }
+
+  private static ClaimResult.Claimed claimed(ClaimResult result) {
+    assertThat(result).isInstanceOf(ClaimResult.Claimed.class);
+    return (ClaimResult.Claimed) result;
+  }
+
+  private static DedupRecord taken(ClaimResult result) {
+    assertThat(result).isInstanceOf(ClaimResult.Taken.class);
+    return ((ClaimResult.Taken) result).existing();
+  }
+
+  @Test
+  void theDialectIsDetectedFromTheConnection() {
+    store.find(DedupKey.of("payment", "detect"));
+    assertThat(store.dialect()).contains(SqlDialect.MYSQL);
+    store.verifyTable();
+  }
+
+  @Test
+  void aNewKeyIsClaimedWithTokenOneAndRecordedAsProcessing() {
+    DedupKey key = DedupKey.of("payment", "new-1");
+
+    ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
+
+    assertThat(claim.token()).isEqualTo(1);
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
+    assertThat(record.owner()).isEqualTo("consumer-a");
+    assertThat(record.isLeaseLive()).isTrue();
+    assertThat(record.source()).contains("orders-0@1");
+    assertThat(record.leaseUntil().orElseThrow())
+        .as("lease end by the database clock, read as UTC")
+        .isBetween(Instant.now().plusSeconds(50), Instant.now().plusSeconds(70));
+  }
+
+  @Test
+  void aSucceededKeyIsNotClaimedAgain() {
+    DedupKey key = DedupKey.of("payment", "done-1");
+    ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
+    assertThat(store.complete(key, claim.token(), RETENTION)).isTrue();
+
+    DedupRecord again = taken(store.claim(request(key, "consumer-b")));
+
+    assertThat(again.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(again.attempts()).isEqualTo(1);
+    assertThat(again.owner()).isEqualTo("consumer-a");
+  }
+
+  @Test
+  void aLiveLeaseKeepsOthersOut() {
+    DedupKey key = DedupKey.of("payment", "live-1");
+    claimed(store.claim(request(key, "consumer-a")));
+
+    DedupRecord other = taken(store.claim(request(key, "consumer-b")));
+
+    assertThat(other.isLeaseLive()).isTrue();
+    assertThat(other.owner()).isEqualTo("consumer-a");
+  }
+
+  @Test
+  void aClaimSentAgainAfterItsReplyWasLostIsItsOwn() {
+    DedupKey key = DedupKey.of("payment", "lost-reply-1");
+    ClaimRequest request = request(key, "consumer-a");
+    ClaimResult.Claimed first = claimed(store.claim(request));
+
+    ClaimResult.Claimed again = claimed(store.claim(request));
+
+    assertThat(again.token()).isEqualTo(first.token());
+    assertThat(store.find(key).orElseThrow().attempts()).isEqualTo(1);
+  }
+
+  @Test
+  void aFailedKeyIsRetriedWithTheNextToken() {
+    DedupKey key = DedupKey.of("payment", "failed-1");
+    ClaimResult.Claimed first = claimed(store.claim(request(key, "consumer-a")));
+    assertThat(store.fail(key, first.token(), "java.io.IOException: bank timeout", RETENTION))
+        .isTrue();
+    assertThat(store.find(key).orElseThrow().lastError())
+        .contains("java.io.IOException: bank timeout");
+
+    ClaimResult.Claimed retry = claimed(store.claim(request(key, "consumer-b")));
+
+    assertThat(retry.token()).isEqualTo(2);
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
+    assertThat(record.owner()).isEqualTo("consumer-b");
+  }
+
+  @Test
+  void anExpiredLeaseIsTakenOverAndTheOldHolderIsFencedOut() throws SQLException {
+    DedupKey key = DedupKey.of("payment", "expired-1");
+    ClaimResult.Claimed old = claimed(store.claim(request(key, "zombie")));
+    expireLease(key);
+
+    ClaimResult.Claimed takeover = claimed(store.claim(request(key, "consumer-b")));
+
+    assertThat(takeover.token()).isEqualTo(2);
+    assertThat(store.complete(key, old.token(), RETENTION)).as("zombie's late SUCCESS").isFalse();
+    assertThat(store.fail(key, old.token(), "late", RETENTION))
+        .as("zombie's late FAILED")
+        .isFalse();
+    assertThat(store.renew(key, old.token(), LEASE)).as("zombie's renewal").isFalse();
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
+    assertThat(record.owner()).isEqualTo("consumer-b");
+    assertThat(store.complete(key, takeover.token(), RETENTION)).isTrue();
+    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void renewalExtendsTheLeaseByTheDatabaseClockInAnySessionTimeZone() throws SQLException {
+    DedupKey key = DedupKey.of("payment", "renew-1");
+    ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
+
+    assertThat(store.renew(key, claim.token(), Duration.ofHours(2))).isTrue();
+
+    try (Connection connection = dataSource.getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute("SET time_zone = '+13:00'");
+      try (ResultSet row =
+          statement.executeQuery(
+              "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(6), lease_until) / 1e6"
+                  + " FROM consumer_dedup WHERE biz_key = 'renew-1'")) {
+        row.next();
+        assertThat(row.getDouble(1)).isBetween(7190.0, 7201.0);
+      }
+      statement.execute("SET time_zone = DEFAULT");
+    }
+  }
+
+  @Test
+  void aCompletionOrFailureSentAgainSeesItsOwnWriteButNoOtherTokenOrOutcomeGetsIn() {
+    DedupKey done = DedupKey.of("payment", "twice-1");
+    ClaimResult.Claimed claim = claimed(store.claim(request(done, "consumer-a")));
+    assertThat(store.complete(done, claim.token(), RETENTION)).isTrue();
+    assertThat(store.complete(done, claim.token(), RETENTION)).isTrue();
+    assertThat(store.fail(done, claim.token(), "late", RETENTION)).isFalse();
+    assertThat(store.complete(done, claim.token() + 1, RETENTION)).isFalse();
+    assertThat(store.find(done).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+
+    DedupKey failed = DedupKey.of("payment", "twice-2");
+    ClaimResult.Claimed second = claimed(store.claim(request(failed, "consumer-a")));
+    assertThat(store.fail(failed, second.token(), "bank down", RETENTION)).isTrue();
+    assertThat(store.fail(failed, second.token(), "bank down", RETENTION)).isTrue();
+    assertThat(store.complete(failed, second.token(), RETENTION)).isFalse();
+    assertThat(store.find(failed).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
+  }
+
+  @Test
+  void aDifferentFingerprintIsNotClaimedEvenAfterFailure() {
+    DedupKey key = DedupKey.of("payment", "fp-1");
+    ClaimResult.Claimed first = claimed(store.claim(request(key, "a", "fp-amount-10")));
+    store.fail(key, first.token(), "boom", RETENTION);
+
+    DedupRecord other = taken(store.claim(request(key, "b", "fp-amount-99")));
+
+    assertThat(other.status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(other.fingerprint()).contains("fp-amount-10");
+    assertThat(claimed(store.claim(request(key, "b", "fp-amount-10"))).token()).isEqualTo(2);
+  }
+
+  @Test
+  void oneBatchAnswersEveryKindOfKeyInRequestOrder() throws SQLException {
+    DedupKey done = DedupKey.of("order", "b-done");
+    store.complete(done, claimed(store.claim(request(done, "a"))).token(), RETENTION);
+    DedupKey held = DedupKey.of("order", "b-held");
+    claimed(store.claim(request(held, "a")));
+    DedupKey failed = DedupKey.of("order", "b-failed");
+    store.fail(failed, claimed(store.claim(request(failed, "a"))).token(), "boom", RETENTION);
+    DedupKey expired = DedupKey.of("order", "b-expired");
+    claimed(store.claim(request(expired, "a")));
+    expireLease(expired);
+    DedupKey other = DedupKey.of("order", "b-other-payload");
+    store.fail(other, claimed(store.claim(request(other, "a", "fp-1"))).token(), "x", RETENTION);
+    DedupKey fresh = DedupKey.of("order", "b-new");
+
+    List<ClaimResult> results =
+        store.claimAll(
+            List.of(
+                request(fresh, "b"),
+                request(done, "b"),
+                request(held, "b"),
+                request(fresh, "b"),
+                request(failed, "b"),
+                request(expired, "b"),
+                request(other, "b", "fp-2")));
+
+    assertThat(results)
+        .extracting(ClaimResult::key)
+        .containsExactly(fresh, done, held, failed, expired, other);
+    assertThat(claimed(results.get(0)).token()).isEqualTo(1);
+    assertThat(taken(results.get(1)).status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(taken(results.get(2)).isLeaseLive()).isTrue();
+    assertThat(claimed(results.get(3)).token()).as("retry after FAILED").isEqualTo(2);
+    assertThat(claimed(results.get(4)).token()).as("takeover").isEqualTo(2);
+    assertThat(taken(results.get(5)).fingerprint()).contains("fp-1");
+  }
+
+  @Test
+  void completeFailRenewAndReleaseAnswerTheKeysTheyNoLongerHold() throws SQLException {
+    List<DedupKey> keys =
+        IntStream.range(0, 4).mapToObj(i -> DedupKey.of("order", "fenced-" + i)).toList();
+    List<ClaimResult.Claimed> claims =
+        store.claimAll(keys.stream().map(key -> request(key, "a")).toList()).stream()
+            .map(ClaimResult.Claimed.class::cast)
+            .toList();
+    expireLease(keys.get(3));
+    ClaimResult.Claimed takeover = claimed(store.claim(request(keys.get(3), "b")));
+
+    assertThat(store.renewAll(claims, LEASE)).containsExactly(keys.get(3));
+    assertThat(store.completeAll(claims.subList(0, 2), RETENTION)).isEmpty();
+    assertThat(
+            store.failAll(
+                List.of(
+                    new DedupStore.Failure(claims.get(2), "boom\u0000"),
+                    new DedupStore.Failure(claims.get(3), "late")),
+                RETENTION))
+        .containsExactly(keys.get(3));
+    assertThat(store.completeAll(claims.subList(0, 2), RETENTION)).isEmpty();
+
+    assertThat(store.find(keys.get(0)).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(store.find(keys.get(2)).orElseThrow().lastError()).contains("boom\\0");
+    DedupRecord takenOver = store.find(keys.get(3)).orElseThrow();
+    assertThat(takenOver.status()).isEqualTo(DedupStatus.PROCESSING);
+    assertThat(takenOver.attempts()).isEqualTo(takeover.token());
+  }
+
+  @Test
+  void aReleasedClaimLeavesTheKeyAsIfItHadNotHappened() {
+    DedupKey fresh = DedupKey.of("order", "release-new");
+    DedupKey retried = DedupKey.of("order", "release-retried");
+    store.fail(retried, claimed(store.claim(request(retried, "a"))).token(), "first", RETENTION);
+    List<ClaimResult.Claimed> claims =
+        store.claimAll(List.of(request(fresh, "a"), request(retried, "a"))).stream()
+            .map(ClaimResult.Claimed.class::cast)
+            .toList();
+
+    assertThat(store.releaseAll(claims)).isEmpty();
+
+    assertThat(store.find(fresh)).isEmpty();
+    DedupRecord restored = store.find(retried).orElseThrow();
+    assertThat(restored.status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(restored.attempts()).isEqualTo(1);
+    ClaimResult.Claimed next = claimed(store.claim(request(retried, "b")));
+    assertThat(next.token()).isEqualTo(2);
+    assertThat(store.releaseAll(claims)).containsExactly(fresh, retried);
+    assertThat(store.find(retried).orElseThrow().isLeaseLive()).isTrue();
+  }
+
+  @Test
+  void purgeDeletesOnlyExpiredRecordsAndNeverALiveLease() throws Exception {
+    for (int i = 0; i < 25; i++) {
+      DedupKey key = DedupKey.of("purge", "old-" + i);
+      store.complete(key, claimed(store.claim(request(key, "a"))).token(), Duration.ofMillis(1));
+    }
+    DedupKey kept = DedupKey.of("purge", "kept");
+    store.complete(kept, claimed(store.claim(request(kept, "a"))).token(), RETENTION);
+    DedupKey running = DedupKey.of("purge", "running");
+    claimed(store.claim(request(running, "a")));
+    execute(
+        "UPDATE consumer_dedup SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE"
+            + " WHERE biz_key = 'running'");
+    Thread.sleep(5);
+
+    int first = store.purge(10);
+    int total = first;
+    int deleted;
+    while ((deleted = store.purge(10)) > 0) {
+      total += deleted;
+    }
+
+    assertThat(first).isEqualTo(10);
+    assertThat(total).isGreaterThanOrEqualTo(25);
+    assertThat(store.find(kept)).isPresent();
+    assertThat(store.find(running)).as("live lease past its expiry is kept").isPresent();
+    assertThat(store.find(DedupKey.of("purge", "old-0"))).isEmpty();
+  }
+
+  @Test
+  void hostileKeysAreKeptExactly() {
+    DedupKey upper = DedupKey.of("payment", "A-1");
+    DedupKey lower = DedupKey.of("payment", "a-1");
+    DedupKey accented = DedupKey.of("payment", "á-1");
+    DedupKey emoji = DedupKey.of("payment", "🦄-order-💸");
+    DedupKey sql = DedupKey.of("payment", "x'); DROP TABLE consumer_dedup; -- \\");
+    DedupKey trailing = DedupKey.of("payment", "A-1 ");
+    DedupKey huge = DedupKey.of("payment", "k".repeat(10_000));
+
+    for (DedupKey key : List.of(upper, lower, accented, emoji, sql, trailing, huge)) {
+      assertThat(claimed(store.claim(request(key, "a"))).token())
+          .as("a key of its own: %s", key.bizKey().length() > 40 ? "10,000 chars" : key.bizKey())
+          .isEqualTo(1);
+      assertThat(store.find(key).orElseThrow().key()).isEqualTo(key);
+      assertThat(taken(store.claim(request(key, "b"))).owner()).isEqualTo("a");
+    }
+    assertThat(huge.bizKey()).startsWith("sha256:");
+    assertThat(store.find(DedupKey.of("payment", "🦄-order-💸")).orElseThrow().owner())
+        .isEqualTo("a");
+  }
+
+  @Test
+  void manyThreadsRacingForOneKeyLetExactlyOneClaimIt() throws Exception {
+    int threads = 16;
+    DedupKey key = DedupKey.of("payment", "race-1");
+    ExecutorService pool = Executors.newFixedThreadPool(threads);
+    try {
+      CountDownLatch start = new CountDownLatch(1);
+      List<Future<ClaimResult>> results = new ArrayList<>();
+      for (int i = 0; i < threads; i++) {
+        String owner = "racer-" + i;
+        results.add(
+            pool.submit(
+                () -> {
+                  start.await();
+                  return store.claim(request(key, owner));
+                }));
+      }
+      start.countDown();
+      int winners = 0;
+      for (Future<ClaimResult> result : results) {
+        if (result.get(30, TimeUnit.SECONDS) instanceof ClaimResult.Claimed) {
+          winners++;
+        }
+      }
+      assertThat(winners).isEqualTo(1);
+      assertThat(store.find(key).orElseThrow().attempts()).isEqualTo(1);
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
+  @Test
+  void overlappingBatchesInAnyOrderClaimEachKeyOnce() throws Exception {
+    int threads = 8;
+    List<DedupKey> keys =
+        IntStream.range(0, 40).mapToObj(i -> DedupKey.of("batch-race", "k-" + i)).toList();
+    ExecutorService pool = Executors.newFixedThreadPool(threads);
+    try {
+      CountDownLatch start = new CountDownLatch(1);
+      List<Future<List<ClaimResult>>> results = new ArrayList<>();
+      for (int i = 0; i < threads; i++) {
+        List<DedupKey> mine = new ArrayList<>(keys);
+        java.util.Collections.shuffle(mine, new java.util.Random(i));
+        results.add(
+            pool.submit(
+                () -> {
+                  start.await();
+                  return store.claimAll(mine.stream().map(k -> request(k, "b")).toList());
+                }));
+      }
+      start.countDown();
+      long claims = 0;
+      for (Future<List<ClaimResult>> result : results) {
+        claims +=
+            result.get(60, TimeUnit.SECONDS).stream()
+                .filter(ClaimResult.Claimed.class::isInstance)
+                .count();
+      }
+      assertThat(claims).isEqualTo(keys.size());
+    } finally {
+      pool.shutdownNow();
+    }
+  }
+
+  @Test
+  void aTransactionalCopyWaitsOnTheKeyAndIsThenSkipped() throws Exception {
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(dataSource);
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(transactions).build())
+            .mode(DedupMode.TRANSACTIONAL)
+            .build()) {
+      CountDownLatch firstInHandler = new CountDownLatch(1);
+      CountDownLatch releaseFirst = new CountDownLatch(1);
+      CompletableFuture<DedupResult<Object>> first =
+          CompletableFuture.supplyAsync(
+              () ->
+                  deliver(
+                      transactions,
+                      executor,
+                      "ORD-tx-1",
+                      () -> {
+                        firstInHandler.countDown();
+                        releaseFirst.await(30, TimeUnit.SECONDS);
+                        return null;
+                      },
+                      false));
+      assertThat(firstInHandler.await(10, TimeUnit.SECONDS)).isTrue();
+      CompletableFuture<DedupResult<Object>> copy =
+          CompletableFuture.supplyAsync(
+              () -> deliver(transactions, executor, "ORD-tx-1", () -> null, false));
+      Thread.sleep(300);
+      assertThat(copy).as("the copy waits on the uncommitted key").isNotDone();
+
+      releaseFirst.countDown();
+
+      assertThat(first.get(10, TimeUnit.SECONDS).outcome()).isEqualTo(Outcome.PROCESSED);
+      assertThat(copy.get(10, TimeUnit.SECONDS).outcome()).isEqualTo(Outcome.DUPLICATE);
+      assertThat(charges("ORD-tx-1")).isEqualTo(1);
+
+      // A rollback leaves neither row, and the redelivery applies once.
+      assertThatThrownBy(() -> deliver(transactions, executor, "ORD-tx-2", () -> null, true))
+          .hasMessage("bank answered 503 after the charge row");
+      assertThat(charges("ORD-tx-2")).isZero();
+      assertThat(store.find(DedupKey.of("payment", "ORD-tx-2"))).isEmpty();
+      assertThat(deliver(transactions, executor, "ORD-tx-2", () -> null, false).outcome())
+          .isEqualTo(Outcome.PROCESSED);
+      assertThat(charges("ORD-tx-2")).isEqualTo(1);
+      assertThat(store.find(DedupKey.of("payment", "ORD-tx-2")).orElseThrow().status())
+          .isEqualTo(DedupStatus.SUCCESS);
+    }
+  }
+
+  @Test
+  void aClaimWaitingOnALockPastTheLockWaitTimeoutIsRetried() throws Exception {
+    DedupKey key = DedupKey.of("payment", "locked-1");
+    claimed(store.claim(request(key, "a")));
+    expireLease(key);
+    try (HikariDataSource impatient =
+        TestMariaDb.dataSource(
+            server, database, driver(), 2, "SET SESSION innodb_lock_wait_timeout = 1")) {
+      JdbcDedupStore impatientStore = JdbcDedupStore.builder(impatient).build();
+      try (Connection holder = dataSource.getConnection()) {
+        holder.setAutoCommit(false);
+        try (Statement statement = holder.createStatement()) {
+          statement.executeQuery(
+              "SELECT * FROM consumer_dedup WHERE biz_key = 'locked-1' FOR UPDATE");
+        }
+        CompletableFuture<ClaimResult> claim =
+            CompletableFuture.supplyAsync(() -> impatientStore.claim(request(key, "b")));
+        Thread.sleep(1_500);
+        assertThat(claim).as("waiting on the row lock").isNotDone();
+        holder.commit();
+        assertThat(claimed(claim.get(20, TimeUnit.SECONDS)).token()).isEqualTo(2);
+      }
+      assertThat(impatientStore.retry().getMetrics().getNumberOfSuccessfulCallsWithRetryAttempt())
+          .as("the lock wait timeout (1205) really happened and was retried")
+          .isEqualTo(1);
+    }
+  }
+
+  @Test
+  void aHandlerRunningPastItsLeaseKeepsTheKeyByRenewingIt() throws Exception {
+    DedupKey key = DedupKey.of("payment", "renewed-1");
+    Duration lease = Duration.ofSeconds(2);
+    AtomicInteger runs = new AtomicInteger();
+    CountDownLatch started = new CountDownLatch(1);
+    try (IdempotentExecutor holder =
+            IdempotentExecutor.builder(store)
+                .ownerId("slow-holder")
+                .lease(lease)
+                .renewalInterval(Duration.ofMillis(500))
+                .build();
+        IdempotentExecutor other =
+            IdempotentExecutor.builder(store).ownerId("other").lease(lease).build()) {
+      CompletableFuture<DedupResult<Integer>> slow =
+          CompletableFuture.supplyAsync(
+              () ->
+                  holder.execute(
+                      key,
+                      () -> {
+                        started.countDown();
+                        Thread.sleep(lease.multipliedBy(3).toMillis());
+                        return runs.incrementAndGet();
+                      }));
+      assertThat(started.await(10, TimeUnit.SECONDS)).isTrue();
+      // Past two whole leases, the key is still the slow holder's: its renewals kept it.
+      Thread.sleep(lease.multipliedBy(2).toMillis());
+      assertThatThrownBy(() -> other.execute(key, runs::incrementAndGet))
+          .isInstanceOf(DedupInProgressException.class)
+          .hasMessageContaining("slow-holder");
+
+      assertThat(slow.get(20, TimeUnit.SECONDS).outcome()).isEqualTo(Outcome.PROCESSED);
+    }
+    assertThat(runs).hasValue(1);
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).isEqualTo(1);
+  }
+
+  @Test
+  void aMissingTableFailsNamingTheTableAndTheSchemaFile() {
+    JdbcDedupStore wrong = JdbcDedupStore.builder(dataSource).tableName("no_such_table").build();
+
+    assertThatThrownBy(() -> wrong.claim(request(DedupKey.of("payment", "x"), "a")))
+        .isInstanceOf(DedupStoreException.class)
+        .hasMessageContaining("claim on table no_such_table failed")
+        .hasMessageContaining("42S02")
+        .hasMessageContaining("payment/x");
+    assertThatThrownBy(wrong::verifyTable)
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("no_such_table does not exist")
+        .hasMessageContaining("db/consumer-dedup/mysql/V1__consumer_dedup.sql");
+  }
+
+  private <T> DedupResult<T> deliver(
+      TransactionBoundDataSource transactions,
+      IdempotentExecutor executor,
+      String orderNo,
+      Callable<T> beforeCharge,
+      boolean failAfterCharge) {
+    return transactions.inTransaction(
+        () ->
+            executor.execute(
+                DedupKey.of("payment", orderNo),
+                () -> {
+                  T value = beforeCharge.call();
+                  try (Connection connection = transactions.getConnection();
+                      PreparedStatement charge =
+                          connection.prepareStatement(
+                              "INSERT INTO charges (order_no, amount) VALUES (?, 10.00)")) {
+                    charge.setString(1, orderNo);
+                    charge.executeUpdate();
+                  }
+                  if (failAfterCharge) {
+                    throw new IllegalStateException("bank answered 503 after the charge row");
+                  }
+                  return value;
+                }));
+  }
+
+  private int charges(String orderNo) throws SQLException {
+    try (Connection connection = dataSource.getConnection();
+        PreparedStatement statement =
+            connection.prepareStatement("SELECT count(*) FROM charges WHERE order_no = ?")) {
+      statement.setString(1, orderNo);
+      try (ResultSet row = statement.executeQuery()) {
+        row.next();
+        return row.getInt(1);
+      }
+    }
+  }
+
+  private void expireLease(DedupKey key) throws SQLException {
+    try (Connection connection = dataSource.getConnection();
+        PreparedStatement statement =
+            connection.prepareStatement(
+                "UPDATE consumer_dedup SET lease_until = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"
+                    + " WHERE biz_type = ? AND biz_key = ?")) {
+      statement.setString(1, key.bizType());
+      statement.setString(2, key.bizKey());
+      assertThat(statement.executeUpdate()).isEqualTo(1);
+    }
+  }
+
+  private void execute(String sql) throws SQLException {
+    try (Connection connection = dataSource.getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute(sql);
+    }
+  }
+}

@@ -1,0 +1,218 @@
+package io.consumerdedup.spring.autoconfigure;
+
+import io.consumerdedup.core.DedupAdmin;
+import io.consumerdedup.core.DedupAdmin.LeaseFilter;
+import io.consumerdedup.core.DedupAdmin.RecordQuery;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import java.time.Instant;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import org.jspecify.annotations.Nullable;
+import org.springframework.boot.actuate.endpoint.SecurityContext;
+import org.springframework.boot.actuate.endpoint.annotation.Endpoint;
+import org.springframework.boot.actuate.endpoint.annotation.ReadOperation;
+import org.springframework.boot.actuate.endpoint.annotation.Selector;
+import org.springframework.boot.actuate.endpoint.annotation.WriteOperation;
+import org.springframework.boot.actuate.endpoint.web.WebEndpointResponse;
+
+/**
+ * The {@code consumerdedup} Actuator endpoint: what the dedup table holds, without SQL, and the two
+ * changes that unstick a key (see docs/operations.md).
+ *
+ * <ul>
+ *   <li>{@code GET /actuator/consumerdedup}: counts per biz type and status.
+ *   <li>{@code GET /actuator/consumerdedup/records?status=&bizType=&lease=&limit=&after=}: records
+ *       oldest first, a page at a time ({@code next} continues).
+ *   <li>{@code GET /actuator/consumerdedup/record?bizType=&bizKey=}: one key.
+ *   <li>{@code POST /actuator/consumerdedup/release} and {@code .../forget} with {@code {"bizType":
+ *       ..., "bizKey": ..., "requestedBy": ...}}: only with {@code
+ *       consumer-dedup.admin.write-enabled=true}, else 403.
+ * </ul>
+ */
+@Endpoint(id = "consumerdedup")
+public class ConsumerDedupEndpoint {
+  private static final int DEFAULT_LIMIT = 50;
+
+  private final DedupAdmin admin;
+  private final JdbcDedupStore store;
+  private final boolean writeEnabled;
+
+  public ConsumerDedupEndpoint(DedupAdmin admin, JdbcDedupStore store, boolean writeEnabled) {
+    this.admin = admin;
+    this.store = store;
+    this.writeEnabled = writeEnabled;
+  }
+
+  /** The counts per biz type and status. */
+  @ReadOperation
+  public Map<String, Object> summary() {
+    List<DedupAdmin.StatusCount> counts = admin.counts();
+    Map<String, Object> summary = new LinkedHashMap<>();
+    summary.put("table", store.tableName());
+    summary.put("dialect", store.dialect().map(Enum::name).orElse("unknown"));
+    summary.put("writeEnabled", writeEnabled);
+    summary.put(
+        "counts",
+        counts.stream()
+            .map(c -> new CountView(c.bizType(), c.status().name(), c.count(), c.expiredLeases()))
+            .toList());
+    return summary;
+  }
+
+  /** A list of records ({@code records}) or one record ({@code record}). */
+  @ReadOperation
+  public WebEndpointResponse<Object> read(
+      @Selector String view,
+      @Nullable String status,
+      @Nullable String bizType,
+      @Nullable String bizKey,
+      @Nullable String lease,
+      @Nullable Integer limit,
+      @Nullable String after) {
+    try {
+      return switch (view) {
+        case "records" -> ok(list(status, bizType, lease, limit, after));
+        case "record" -> {
+          DedupKey key = key(bizType, bizKey);
+          yield admin
+              .find(key)
+              .<WebEndpointResponse<Object>>map(record -> ok(RecordView.of(record)))
+              .orElseGet(() -> error(404, "No record of " + key));
+        }
+        default -> error(404, "Unknown view '" + view + "': records or record");
+      };
+    } catch (IllegalArgumentException e) {
+      return error(400, String.valueOf(e.getMessage()));
+    }
+  }
+
+  /** {@code release} or {@code forget} one key, if write operations are enabled. */
+  @WriteOperation
+  public WebEndpointResponse<Object> change(
+      @Selector String action,
+      String bizType,
+      String bizKey,
+      @Nullable String requestedBy,
+      SecurityContext security) {
+    if (!writeEnabled) {
+      return error(
+          403,
+          "Write operations are disabled: set consumer-dedup.admin.write-enabled=true (and keep"
+              + " the endpoint behind the application's actuator security)");
+    }
+    try {
+      DedupKey key = key(bizType, bizKey);
+      String who = requester(requestedBy, security);
+      DedupAdmin.Change change =
+          switch (action) {
+            case "release" -> admin.release(key, who);
+            case "forget" -> admin.forget(key, who);
+            default ->
+                throw new IllegalArgumentException(
+                    "Unknown action '" + action + "': release or forget");
+          };
+      Map<String, Object> body = new LinkedHashMap<>();
+      body.put("applied", change.applied());
+      body.put("message", change.message());
+      body.put("requestedBy", who);
+      body.put("at", change.at().toString());
+      body.put("before", change.before() == null ? null : RecordView.of(change.before()));
+      return new WebEndpointResponse<>(
+          body, change.applied() || change.before() != null ? 200 : 404);
+    } catch (IllegalArgumentException e) {
+      return error(400, String.valueOf(e.getMessage()));
+    }
+  }
+
+  private Map<String, Object> list(
+      @Nullable String status,
+      @Nullable String bizType,
+      @Nullable String lease,
+      @Nullable Integer limit,
+      @Nullable String after) {
+    RecordQuery query =
+        new RecordQuery(
+            status == null ? null : DedupStatus.valueOf(status.toUpperCase(Locale.ROOT)),
+            bizType,
+            lease == null ? LeaseFilter.ANY : LeaseFilter.valueOf(lease.toUpperCase(Locale.ROOT)),
+            limit == null ? DEFAULT_LIMIT : limit,
+            after);
+    DedupAdmin.Page page = admin.list(query);
+    Map<String, Object> body = new LinkedHashMap<>();
+    body.put("records", page.records().stream().map(RecordView::of).toList());
+    body.put("next", page.next());
+    return body;
+  }
+
+  private static DedupKey key(@Nullable String bizType, @Nullable String bizKey) {
+    if (bizType == null || bizKey == null) {
+      throw new IllegalArgumentException("bizType and bizKey are required");
+    }
+    // The key as the application builds it: a long key names its stored sha256 form.
+    return DedupKey.of(bizType, bizKey);
+  }
+
+  private static String requester(@Nullable String requestedBy, SecurityContext security) {
+    String principal = security.getPrincipal() == null ? null : security.getPrincipal().getName();
+    if (principal != null && requestedBy != null && !requestedBy.isBlank()) {
+      return principal + " (" + requestedBy.strip() + ")";
+    }
+    if (principal != null) {
+      return principal;
+    }
+    if (requestedBy != null && !requestedBy.isBlank()) {
+      return requestedBy.strip() + " (unauthenticated)";
+    }
+    return "anonymous actuator request";
+  }
+
+  private static WebEndpointResponse<Object> ok(Object body) {
+    return new WebEndpointResponse<>(body, 200);
+  }
+
+  private static WebEndpointResponse<Object> error(int status, String message) {
+    return new WebEndpointResponse<>(Map.of("error", message), status);
+  }
+
+  /** A count as the endpoint shows it. */
+  public record CountView(String bizType, String status, long count, long expiredLeases) {}
+
+  /** A record as the endpoint shows it: times as ISO-8601 UTC text. */
+  public record RecordView(
+      String bizType,
+      String bizKey,
+      String status,
+      int attempts,
+      String owner,
+      @Nullable String leaseUntil,
+      boolean leaseLive,
+      @Nullable String fingerprint,
+      @Nullable String lastError,
+      @Nullable String source,
+      String createdAt,
+      String updatedAt,
+      String expiresAt) {
+
+    static RecordView of(DedupRecord record) {
+      return new RecordView(
+          record.key().bizType(),
+          record.key().bizKey(),
+          record.status().name(),
+          record.attempts(),
+          record.owner(),
+          record.leaseUntil().map(Instant::toString).orElse(null),
+          record.isLeaseLive(),
+          record.fingerprint().orElse(null),
+          record.lastError().orElse(null),
+          record.source().orElse(null),
+          record.createdAt().toString(),
+          record.updatedAt().toString(),
+          record.expiresAt().toString());
+    }
+  }
+}
