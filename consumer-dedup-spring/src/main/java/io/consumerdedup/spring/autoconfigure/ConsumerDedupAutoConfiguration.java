@@ -6,10 +6,12 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.micrometer.MicrometerDedupListener;
+import io.consumerdedup.spring.ObservationOutcomeTagger;
 import io.consumerdedup.spring.IdempotentExecutors;
 import io.consumerdedup.spring.IdempotentListenerInterceptor;
 import io.consumerdedup.spring.IdempotentListenerPostProcessor;
 import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.observation.ObservationRegistry;
 import javax.sql.DataSource;
 import org.springframework.beans.factory.BeanFactory;
 import org.springframework.beans.factory.ObjectProvider;
@@ -31,7 +33,8 @@ import org.springframework.kafka.retrytopic.DestinationTopicResolver;
  * Configures consumer-dedup when a DataSource and spring-kafka are present ({@code
  * consumer-dedup.enabled=false} turns it off): the PostgreSQL store, the executors, the {@link
  * io.consumerdedup.spring.Idempotent} interceptor, error-handler classifications, the retention
- * janitor, and metrics when a {@code MeterRegistry} exists. Every bean backs off when the
+ * janitor, metrics when a {@code MeterRegistry} exists, and the outcome tag of listener observations
+ * when an {@code ObservationRegistry} exists. Every bean backs off when the
  * application defines its own.
  */
 @AutoConfiguration(
@@ -39,7 +42,8 @@ import org.springframework.kafka.retrytopic.DestinationTopicResolver;
       "org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration",
       "org.springframework.boot.micrometer.metrics.autoconfigure.MetricsAutoConfiguration",
       "org.springframework.boot.micrometer.metrics.autoconfigure.CompositeMeterRegistryAutoConfiguration",
-      "org.springframework.boot.micrometer.metrics.autoconfigure.export.simple.SimpleMetricsExportAutoConfiguration"
+      "org.springframework.boot.micrometer.metrics.autoconfigure.export.simple.SimpleMetricsExportAutoConfiguration",
+      "org.springframework.boot.micrometer.observation.autoconfigure.ObservationAutoConfiguration"
     })
 @ConditionalOnClass({KafkaListener.class, DataSource.class, JdbcDedupStore.class})
 @ConditionalOnBean(DataSource.class)
@@ -196,6 +200,18 @@ public class ConsumerDedupAutoConfiguration {
     @ConditionalOnMissingBean
     MicrometerDedupListener micrometerDedupListener(MeterRegistry registry) {
       return new MicrometerDedupListener(registry);
+    }
+  }
+
+  /** The dedup outcome as a tag of spring-kafka's listener observations. */
+  @Configuration(proxyBeanMethods = false)
+  @ConditionalOnClass(ObservationRegistry.class)
+  @ConditionalOnBean(ObservationRegistry.class)
+  static class DedupObservationConfiguration {
+    @Bean
+    @ConditionalOnMissingBean
+    ObservationOutcomeTagger observationOutcomeTagger(ObservationRegistry registry) {
+      return new ObservationOutcomeTagger(registry);
     }
   }
 }
