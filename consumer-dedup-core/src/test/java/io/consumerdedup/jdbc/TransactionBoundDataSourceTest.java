@@ -3,6 +3,7 @@ package io.consumerdedup.jdbc;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
@@ -59,8 +60,14 @@ class TransactionBoundDataSourceTest {
           "CREATE CONSTRAINT TRIGGER refuse_at_commit AFTER INSERT ON entries"
               + " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION refuse_at_commit()");
     }
-    pool = TestDatabase.dataSource(schema, 1);
-    pool.getHikariConfigMXBean().setConnectionTimeout(1_000);
+    // One connection, and a short wait for it, set before the pool starts: a started pool may keep
+    // the 30 s default, and a test of "no connection left" would then wait for the other thread.
+    HikariConfig config = new HikariConfig();
+    config.setJdbcUrl(TestDatabase.url(schema));
+    config.setMaximumPoolSize(1);
+    config.setConnectionTimeout(1_000);
+    config.setPoolName("test-" + schema);
+    pool = new HikariDataSource(config);
     transactions = TransactionBoundDataSource.of(pool);
   }
 

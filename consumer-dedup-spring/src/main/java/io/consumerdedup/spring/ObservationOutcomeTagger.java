@@ -11,8 +11,8 @@ import io.micrometer.observation.ObservationRegistry;
  * observation, with {@code spring.kafka.listener.observation-enabled=true}), as the low-cardinality
  * key {@value #KEY}: {@code processed} (the listener ran), {@code duplicate}, {@code in_progress},
  * {@code conflict} or {@code key_missing}, so traces show why a record did or did not run the
- * listener. The engine calls these methods on the listener's thread, inside the observation's scope;
- * without a current observation they do nothing.
+ * listener. The engine calls these methods on the listener's thread, inside the observation's
+ * scope; without a current observation they do nothing.
  */
 public final class ObservationOutcomeTagger implements DedupListener {
   /** The key of the tag. */

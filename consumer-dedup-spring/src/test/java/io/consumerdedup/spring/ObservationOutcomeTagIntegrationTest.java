@@ -76,8 +76,7 @@ class ObservationOutcomeTagIntegrationTest {
                 public void onStop(Observation.Context context) {
                   KeyValue outcome =
                       context.getLowCardinalityKeyValue(ObservationOutcomeTagger.KEY);
-                  if (outcome != null
-                      && context.getName().startsWith("spring.kafka.listener")) {
+                  if (outcome != null && context.getName().startsWith("spring.kafka.listener")) {
                     outcomes.add(outcome.getValue());
                   }
                 }

@@ -6,10 +6,10 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.micrometer.MicrometerDedupListener;
-import io.consumerdedup.spring.ObservationOutcomeTagger;
 import io.consumerdedup.spring.IdempotentExecutors;
 import io.consumerdedup.spring.IdempotentListenerInterceptor;
 import io.consumerdedup.spring.IdempotentListenerPostProcessor;
+import io.consumerdedup.spring.ObservationOutcomeTagger;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.observation.ObservationRegistry;
 import javax.sql.DataSource;
@@ -33,8 +33,8 @@ import org.springframework.kafka.retrytopic.DestinationTopicResolver;
  * Configures consumer-dedup when a DataSource and spring-kafka are present ({@code
  * consumer-dedup.enabled=false} turns it off): the PostgreSQL store, the executors, the {@link
  * io.consumerdedup.spring.Idempotent} interceptor, error-handler classifications, the retention
- * janitor, metrics when a {@code MeterRegistry} exists, and the outcome tag of listener observations
- * when an {@code ObservationRegistry} exists. Every bean backs off when the
+ * janitor, metrics when a {@code MeterRegistry} exists, and the outcome tag of listener
+ * observations when an {@code ObservationRegistry} exists. Every bean backs off when the
  * application defines its own.
  */
 @AutoConfiguration(
