@@ -25,14 +25,28 @@ class CrashFaultsTest {
    */
   static FaultRun.Verdict crashes(
       String name, String mode, boolean batched, String point, int kills) throws Exception {
+    return crashes(FaultDatabase.POSTGRES, name, mode, batched, point, kills, RECORDS);
+  }
+
+  /** As {@link #crashes(String, String, boolean, String, int)}, on {@code database}. */
+  static FaultRun.Verdict crashes(
+      FaultDatabase database,
+      String name,
+      String mode,
+      boolean batched,
+      String point,
+      int kills,
+      int records)
+      throws Exception {
     return Reliability.scenario(
+        database,
         name,
         mode,
         batched,
         LEASE,
         run -> {
           Random random = Reliability.random(name);
-          run.produce(RECORDS, "order-");
+          run.produce(records, "order-");
           run.watchOffsets();
           for (int i = 0; i < kills; i++) {
             int nth =

@@ -11,10 +11,11 @@ import java.util.Random;
 import org.junit.jupiter.api.Test;
 
 /**
- * The database misbehaves between the consumer and PostgreSQL (a TCP proxy): F8 it refuses
- * connections for seconds, F9 every round trip takes 200 ms more, F6/F7 replies of claims and marks
- * are lost after the server committed them and connections are cut, F4/F18 a zombie whose
- * connection stalls (no reply, no reset) during its renewals while another consumer takes over.
+ * The database misbehaves between the consumer and PostgreSQL (a TCP proxy; F6/F7 and F8 run on
+ * MariaDB as well, {@link MariaDbFaultsTest}): F8 it refuses connections for seconds, F9 every
+ * round trip takes 200 ms more, F6/F7 replies of claims and marks are lost after the server
+ * committed them and connections are cut, F4/F18 a zombie whose connection stalls (no reply, no
+ * reset) during its renewals while another consumer takes over.
  */
 class DatabaseFaultsTest {
   static final Duration LEASE = Duration.ofSeconds(3);
@@ -23,8 +24,18 @@ class DatabaseFaultsTest {
 
   @Test
   void f8DatabaseUnreachableForSecondsHoldsRecordsAndAppliesThemOnceAfterwards() throws Exception {
+    databaseUnreachable(FaultDatabase.POSTGRES, 100, 5_000);
+  }
+
+  /**
+   * F8: {@code records} produced, then the database refuses connections for 5 s + a draw below
+   * {@code extraOutageMillis} while half as many more are produced.
+   */
+  static void databaseUnreachable(FaultDatabase database, int records, int extraOutageMillis)
+      throws Exception {
     String name = "F8 database unreachable";
     Reliability.scenario(
+        database,
         name,
         "SEPARATE",
         true,
@@ -33,14 +44,20 @@ class DatabaseFaultsTest {
           Random random = Reliability.random(name);
           TcpProxy proxy = run.proxy();
           run.consumerArg("handlerMs", "20");
-          run.produce(100, "order-");
+          run.produce(records, "order-");
           run.watchOffsets();
           ChildJvm consumer = run.start("a", null);
           consumer.awaitLine("APPLIED", START);
-          long outage = 5_000 + random.nextInt(5_000);
+          long outage = 5_000 + random.nextInt(extraOutageMillis);
           proxy.refuse();
-          run.notes.add("PostgreSQL refused for " + outage + " ms, 50 records produced meanwhile");
-          run.produce(50, "during-outage-");
+          run.notes.add(
+              database.displayName
+                  + " refused for "
+                  + outage
+                  + " ms, "
+                  + records / 2
+                  + " records produced meanwhile");
+          run.produce(records / 2, "during-outage-");
           // Handlers of keys claimed before the outage may still finish; after that none runs.
           Thread.sleep(2_000);
           long effectsBefore = run.queryLong("SELECT count(*) FROM effects");
@@ -89,7 +106,18 @@ class DatabaseFaultsTest {
 
   @Test
   void f6f7RepliesOfClaimsAndMarksLostAfterTheCommitAndConnectionsCut() throws Exception {
+    repliesLostAndConnectionsCut(FaultDatabase.POSTGRES, 120, Duration.ofSeconds(6));
+  }
+
+  /**
+   * F6/F7: while a consumer works through {@code records}, for {@code during} the next reply of the
+   * database is lost after the server committed and its connection reset, again and again, and
+   * every fourth time every connection is cut.
+   */
+  static void repliesLostAndConnectionsCut(FaultDatabase database, int records, Duration during)
+      throws Exception {
     Reliability.scenario(
+        database,
         "F6/F7 replies lost, connections cut",
         "SEPARATE",
         false,
@@ -97,11 +125,11 @@ class DatabaseFaultsTest {
         run -> {
           TcpProxy proxy = run.proxy();
           run.consumerArg("handlerMs", "10");
-          run.produce(120, "order-");
+          run.produce(records, "order-");
           run.watchOffsets();
           ChildJvm consumer = run.start("a", null);
           consumer.awaitLine("APPLIED", START);
-          long until = System.nanoTime() + Duration.ofSeconds(6).toNanos();
+          long until = System.nanoTime() + during.toNanos();
           int cuts = 0;
           while (System.nanoTime() < until) {
             int dropped = proxy.repliesDropped();

@@ -3,7 +3,6 @@ package io.consumerdedup.faults;
 import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
 import io.consumerdedup.testing.ChildJvm;
 import io.consumerdedup.testing.TcpProxy;
-import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
@@ -57,6 +56,7 @@ final class FaultRun implements AutoCloseable {
   record Produced(String key, String value, int partition, long offset, boolean hasKey) {}
 
   final String name;
+  final FaultDatabase database;
   final String mode;
   final boolean batched;
   final Duration lease;
@@ -82,20 +82,22 @@ final class FaultRun implements AutoCloseable {
   private final long startNanos = System.nanoTime();
 
   FaultRun(String name, String mode, boolean batched, Duration lease) {
+    this(FaultDatabase.POSTGRES, name, mode, batched, lease);
+  }
+
+  FaultRun(FaultDatabase database, String name, String mode, boolean batched, Duration lease) {
     this.name = name;
+    this.database = database;
     this.mode = mode;
     this.batched = batched;
     this.lease = lease;
-    this.schema = TestDatabase.newSchema("faults");
+    this.schema = database.create("faults");
     String id = UUID.randomUUID().toString().substring(0, 8);
     this.topic = "faults-" + name.replaceAll("[^A-Za-z0-9]", "-") + "-" + id;
     this.group = "faults-group-" + id;
     TestKafka.createTopics(PARTITIONS, topic);
     TestKafka.createTopics(1, topic + KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX);
-    execute(
-        "CREATE TABLE effects (biz_key text NOT NULL, consumer text NOT NULL,"
-            + " at timestamptz NOT NULL DEFAULT clock_timestamp())");
-    execute("CREATE TABLE transient_failures (biz_key text PRIMARY KEY)");
+    database.auxiliaryTables().forEach(this::execute);
   }
 
   boolean transactional() {
@@ -105,14 +107,14 @@ final class FaultRun implements AutoCloseable {
   /** The consumers' dedup connections go through this proxy from now on. */
   TcpProxy proxy() {
     if (proxy == null) {
-      proxy = TcpProxy.forPostgres();
+      proxy = database.newProxy();
     }
     return proxy;
   }
 
   /** Another proxy to the database, for one consumer alone; closed with the run. */
   TcpProxy newProxy() {
-    TcpProxy extra = TcpProxy.forPostgres();
+    TcpProxy extra = database.newProxy();
     extraProxies.add(extra);
     return extra;
   }
@@ -216,10 +218,8 @@ final class FaultRun implements AutoCloseable {
     args.add("topic=" + topic);
     args.add("group=" + group);
     args.add("bootstrap=" + TestKafka.bootstrapServers());
-    String direct = TestDatabase.url(schema);
-    args.add(
-        "dedupJdbc=" + (via == null ? direct : via.rewrite(direct)) + "&cancelSignalTimeout=1");
-    args.add("effectsJdbc=" + direct);
+    args.add("dedupJdbc=" + database.dedupUrl(schema, via));
+    args.add("effectsJdbc=" + database.url(schema));
     args.add("mode=" + mode);
     args.add("batched=" + batched);
     args.add("leaseMs=" + lease.toMillis());
@@ -500,7 +500,7 @@ final class FaultRun implements AutoCloseable {
         queryLong(
             "SELECT count(*) FROM effects e WHERE NOT EXISTS (SELECT 1 FROM consumer_dedup d"
                 + " WHERE d.biz_key = e.biz_key AND d.status = 'SUCCESS')"
-                + " AND length(e.biz_key) <= 256");
+                + " AND char_length(e.biz_key) <= 256");
     if (orphans > 0) {
       violations.add("I2: " + orphans + " effects of keys that are not SUCCESS");
     }
@@ -518,7 +518,8 @@ final class FaultRun implements AutoCloseable {
     // I3: no PROCESSING row whose lease has passed.
     long expired =
         queryLong(
-            "SELECT count(*) FROM consumer_dedup WHERE status = 'PROCESSING' AND lease_until < now()");
+            "SELECT count(*) FROM consumer_dedup WHERE status = 'PROCESSING' AND lease_until < "
+                + database.now());
     if (expired > 0) {
       violations.add("I3: " + expired + " PROCESSING rows whose lease has passed");
     }
@@ -582,7 +583,7 @@ final class FaultRun implements AutoCloseable {
 
   private Map<String, String> statuses() {
     Map<String, String> status = new HashMap<>();
-    try (Connection connection = TestDatabase.connect(schema);
+    try (Connection connection = database.connect(schema);
         Statement statement = connection.createStatement();
         ResultSet rs = statement.executeQuery("SELECT biz_key, status FROM consumer_dedup")) {
       while (rs.next()) {
@@ -615,7 +616,7 @@ final class FaultRun implements AutoCloseable {
   }
 
   long queryLong(String sql, Object... args) {
-    try (Connection connection = TestDatabase.connect(schema);
+    try (Connection connection = database.connect(schema);
         PreparedStatement statement = connection.prepareStatement(sql)) {
       for (int i = 0; i < args.length; i++) {
         statement.setObject(i + 1, args[i]);
@@ -630,7 +631,7 @@ final class FaultRun implements AutoCloseable {
   }
 
   void execute(String sql) {
-    try (Connection connection = TestDatabase.connect(schema);
+    try (Connection connection = database.connect(schema);
         Statement statement = connection.createStatement()) {
       statement.execute(sql);
     } catch (SQLException e) {
@@ -648,6 +649,6 @@ final class FaultRun implements AutoCloseable {
       proxy.close();
     }
     extraProxies.forEach(TcpProxy::close);
-    TestDatabase.dropSchema(schema);
+    database.drop(schema);
   }
 }

@@ -40,8 +40,16 @@ final class Reliability {
   /** Runs a scenario, records its verdict, and fails the test if an invariant was violated. */
   static FaultRun.Verdict scenario(
       String name, String mode, boolean batched, Duration lease, Body body) throws Exception {
+    return scenario(FaultDatabase.POSTGRES, name, mode, batched, lease, body);
+  }
+
+  /** As {@link #scenario(String, String, boolean, Duration, Body)}, against {@code database}. */
+  static FaultRun.Verdict scenario(
+      FaultDatabase database, String name, String mode, boolean batched, Duration lease, Body body)
+      throws Exception {
     FaultRun.Verdict verdict;
-    try (FaultRun run = new FaultRun(name, mode, batched, lease)) {
+    String scenario = database.scenarioName(name);
+    try (FaultRun run = new FaultRun(database, scenario, mode, batched, lease)) {
       try {
         body.run(run);
       } catch (Exception | AssertionError e) {
@@ -52,7 +60,7 @@ final class Reliability {
     record(verdict);
     if (!verdict.passed()) {
       throw new AssertionError(
-          name + " violated invariants:\n" + String.join("\n", verdict.violations()));
+          scenario + " violated invariants:\n" + String.join("\n", verdict.violations()));
     }
     return verdict;
   }
