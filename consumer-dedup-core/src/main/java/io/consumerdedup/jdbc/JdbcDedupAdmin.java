@@ -124,70 +124,90 @@ public final class JdbcDedupAdmin implements DedupAdmin {
 
   @Override
   public Change release(DedupKey key, String requestedBy) {
-    Instant at = Instant.now();
-    String who = requester(requestedBy);
-    return store.run(
+    return changeRecord(
         "admin release",
         key,
-        connection ->
-            JdbcDedupStore.inOwnTransaction(
-                connection,
-                c -> {
-                  DedupRecord before = lockedRecord(c, key);
-                  if (before == null) {
-                    return new Change(false, null, "No record of " + key, at);
-                  }
-                  if (before.status() != DedupStatus.PROCESSING) {
-                    return new Change(
-                        false,
-                        before,
-                        key + " is " + before.status() + ", not PROCESSING: nothing to release",
-                        at);
-                  }
-                  try (PreparedStatement update = store.prepare(c, sql().release)) {
-                    update.setString(
-                        1,
-                        "Released by "
-                            + who
-                            + " at "
-                            + at.truncatedTo(ChronoUnit.SECONDS)
-                            + " while held by "
-                            + before.owner()
-                            + " (attempt "
-                            + before.attempts()
-                            + ")");
-                    update.setString(2, key.bizType());
-                    update.setString(3, key.bizKey());
-                    update.setInt(4, before.attempts());
-                    update.executeUpdate();
-                  }
-                  log.info(
-                      "Released {} at the request of {}: the next delivery runs it again; it was"
-                          + " {}",
-                      key,
-                      who,
-                      before);
-                  return new Change(
-                      true,
-                      before,
-                      "Released "
-                          + key
-                          + ": attempt "
-                          + before.attempts()
-                          + " of "
-                          + before.owner()
-                          + " is FAILED now; the next delivery takes the key with attempt "
-                          + (before.attempts() + 1),
-                      at);
-                }));
+        requestedBy,
+        (c, before, who, at) -> {
+          if (before.status() != DedupStatus.PROCESSING) {
+            return new Change(
+                false,
+                before,
+                key + " is " + before.status() + ", not PROCESSING: nothing to release",
+                at);
+          }
+          try (PreparedStatement update = store.prepare(c, sql().release)) {
+            update.setString(
+                1,
+                "Released by "
+                    + who
+                    + " at "
+                    + at.truncatedTo(ChronoUnit.SECONDS)
+                    + " while held by "
+                    + before.owner()
+                    + " (attempt "
+                    + before.attempts()
+                    + ")");
+            update.setString(2, key.bizType());
+            update.setString(3, key.bizKey());
+            update.setInt(4, before.attempts());
+            update.executeUpdate();
+          }
+          log.info(
+              "Released {} at the request of {}: the next delivery runs it again; it was {}",
+              key,
+              who,
+              before);
+          return new Change(
+              true,
+              before,
+              "Released "
+                  + key
+                  + ": attempt "
+                  + before.attempts()
+                  + " of "
+                  + before.owner()
+                  + " is FAILED now; the next delivery takes the key with attempt "
+                  + (before.attempts() + 1),
+              at);
+        });
   }
 
   @Override
   public Change forget(DedupKey key, String requestedBy) {
+    return changeRecord(
+        "admin forget",
+        key,
+        requestedBy,
+        (c, before, who, at) -> {
+          try (PreparedStatement delete = store.prepare(c, sql().forget)) {
+            delete.setString(1, key.bizType());
+            delete.setString(2, key.bizKey());
+            delete.executeUpdate();
+          }
+          log.info(
+              "Forgot {} at the request of {}: a replay of it applies it again; it was {}",
+              key,
+              who,
+              before);
+          return new Change(
+              true, before, "Forgot " + key + ": a replay of the key runs its handler again", at);
+        });
+  }
+
+  /** A change of one record, locked in a transaction of its own; none when there is no record. */
+  @FunctionalInterface
+  private interface RecordChange {
+    Change apply(Connection connection, DedupRecord before, String who, Instant at)
+        throws SQLException;
+  }
+
+  private Change changeRecord(
+      String operation, DedupKey key, String requestedBy, RecordChange change) {
     Instant at = Instant.now();
     String who = requester(requestedBy);
     return store.run(
-        "admin forget",
+        operation,
         key,
         connection ->
             JdbcDedupStore.inOwnTransaction(
@@ -197,21 +217,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                   if (before == null) {
                     return new Change(false, null, "No record of " + key, at);
                   }
-                  try (PreparedStatement delete = store.prepare(c, sql().forget)) {
-                    delete.setString(1, key.bizType());
-                    delete.setString(2, key.bizKey());
-                    delete.executeUpdate();
-                  }
-                  log.info(
-                      "Forgot {} at the request of {}: a replay of it applies it again; it was {}",
-                      key,
-                      who,
-                      before);
-                  return new Change(
-                      true,
-                      before,
-                      "Forgot " + key + ": a replay of the key runs its handler again",
-                      at);
+                  return change.apply(c, before, who, at);
                 }));
   }
 

@@ -161,16 +161,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container,
       Runnable invokeListener) {
-    if (Disposition.of(thrownException) == Disposition.RETRY_LATER && !data.isEmpty()) {
-      throw holdBatch(thrownException, data, consumer, container);
-    }
-    if (!delegate.seeksAfterHandling()) {
-      List<ConsumerRecord<?, ?>> records = listOf(data);
-      int index = failedIndex(thrownException, records);
-      if (index >= 0) {
-        throw handleFailedRecordOfBatch(thrownException, records, index, consumer, container);
-      }
-    }
+    holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
     delegate.handleBatch(thrownException, data, consumer, container, invokeListener);
   }
 
@@ -181,6 +172,20 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container,
       Runnable invokeListener) {
+    holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
+    return delegate.handleBatchAndReturnRemaining(
+        thrownException, data, consumer, container, invokeListener);
+  }
+
+  /**
+   * Holds a batch that cannot be handled yet, and hands a failed record of a batch to the delegate
+   * itself when the delegate does not seek; both end the handling by throwing.
+   */
+  private void holdOrHandleFailedRecordOfBatch(
+      Exception thrownException,
+      ConsumerRecords<?, ?> data,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container) {
     if (Disposition.of(thrownException) == Disposition.RETRY_LATER && !data.isEmpty()) {
       throw holdBatch(thrownException, data, consumer, container);
     }
@@ -191,8 +196,6 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
         throw handleFailedRecordOfBatch(thrownException, records, index, consumer, container);
       }
     }
-    return delegate.handleBatchAndReturnRemaining(
-        thrownException, data, consumer, container, invokeListener);
   }
 
   /**
