@@ -25,12 +25,20 @@ class CrashFaultsTest {
    */
   static FaultRun.Verdict crashes(
       String name, String mode, boolean batched, String point, int kills) throws Exception {
+    return crashes(name, mode, batched, point, kills, FaultConsumer.class);
+  }
+
+  /** As above, with consumers of another main class (the Spring Boot one). */
+  static FaultRun.Verdict crashes(
+      String name, String mode, boolean batched, String point, int kills, Class<?> consumerMain)
+      throws Exception {
     return Reliability.scenario(
         name,
         mode,
         batched,
         LEASE,
         run -> {
+          run.consumerMain = consumerMain;
           Random random = Reliability.random(name);
           run.produce(RECORDS, "order-");
           run.watchOffsets();

@@ -23,13 +23,19 @@ class DatabaseFaultsTest {
 
   @Test
   void f8DatabaseUnreachableForSecondsHoldsRecordsAndAppliesThemOnceAfterwards() throws Exception {
-    String name = "F8 database unreachable";
+    databaseUnreachable("F8 database unreachable", true, FaultConsumer.class);
+  }
+
+  /** F8 with consumers of {@code consumerMain}: PostgreSQL refuses connections for 5-10 s. */
+  static void databaseUnreachable(String name, boolean batched, Class<?> consumerMain)
+      throws Exception {
     Reliability.scenario(
         name,
         "SEPARATE",
-        true,
+        batched,
         LEASE,
         run -> {
+          run.consumerMain = consumerMain;
           Random random = Reliability.random(name);
           TcpProxy proxy = run.proxy();
           run.consumerArg("handlerMs", "20");

@@ -113,6 +113,7 @@ public final class ReliabilityReport {
             DatabaseFaultsTest.class,
             GroupFaultsTest.class,
             InputFaultsTest.class,
+            SpringFaultsTest.class,
             SoakTest.class)) {
       for (java.lang.reflect.Method method : suite.getDeclaredMethods()) {
         if (method.isAnnotationPresent(org.junit.jupiter.api.Test.class)) {
