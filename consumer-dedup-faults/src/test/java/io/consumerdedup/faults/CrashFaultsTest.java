@@ -53,6 +53,15 @@ class CrashFaultsTest {
           }
           run.start("a", null);
           run.awaitDone(FINISH_TIMEOUT);
+          if (point.equals("AFTER_CLAIM")) {
+            // Each killed consumer's claimed key was taken over by the next once its lease ran out.
+            long takenOver =
+                run.queryLong("SELECT count(*) FROM consumer_dedup WHERE attempts > 1");
+            run.notes.add(takenOver + " key(s) taken over after the lease");
+            if (takenOver < kills) {
+              run.violation("F3: " + takenOver + " key(s) taken over after " + kills + " kill(s)");
+            }
+          }
         });
   }
 

@@ -86,7 +86,7 @@ public class SpringFaultConsumer {
   }
 
   /** The listener: its effect is a row of {@code effects}, applied once per order number. */
-  static final class Orders {
+  static class Orders {
     private final String name;
     private final JdbcTemplate effects;
     private final long handlerMillis;
