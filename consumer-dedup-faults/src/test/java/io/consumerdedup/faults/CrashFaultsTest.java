@@ -25,7 +25,15 @@ class CrashFaultsTest {
    */
   static FaultRun.Verdict crashes(
       String name, String mode, boolean batched, String point, int kills) throws Exception {
-    return crashes(FaultDatabase.POSTGRES, name, mode, batched, point, kills, RECORDS);
+    return crashes(name, mode, batched, point, kills, FaultConsumer.class);
+  }
+
+  /** As above, with consumers of another main class (the Spring Boot one). */
+  static FaultRun.Verdict crashes(
+      String name, String mode, boolean batched, String point, int kills, Class<?> consumerMain)
+      throws Exception {
+    return crashes(
+        FaultDatabase.POSTGRES, name, mode, batched, point, kills, RECORDS, consumerMain);
   }
 
   /** As {@link #crashes(String, String, boolean, String, int)}, on {@code database}. */
@@ -38,6 +46,19 @@ class CrashFaultsTest {
       int kills,
       int records)
       throws Exception {
+    return crashes(database, name, mode, batched, point, kills, records, FaultConsumer.class);
+  }
+
+  private static FaultRun.Verdict crashes(
+      FaultDatabase database,
+      String name,
+      String mode,
+      boolean batched,
+      String point,
+      int kills,
+      int records,
+      Class<?> consumerMain)
+      throws Exception {
     return Reliability.scenario(
         database,
         name,
@@ -45,6 +66,7 @@ class CrashFaultsTest {
         batched,
         LEASE,
         run -> {
+          run.consumerMain = consumerMain;
           Random random = Reliability.random(name);
           run.produce(records, "order-");
           run.watchOffsets();
@@ -59,6 +81,15 @@ class CrashFaultsTest {
           }
           run.start("a", null);
           run.awaitDone(FINISH_TIMEOUT);
+          if (point.equals("AFTER_CLAIM")) {
+            // Each killed consumer's claimed key was taken over by the next once its lease ran out.
+            long takenOver =
+                run.queryLong("SELECT count(*) FROM consumer_dedup WHERE attempts > 1");
+            run.notes.add(takenOver + " key(s) taken over after the lease");
+            if (takenOver < kills) {
+              run.violation("F3: " + takenOver + " key(s) taken over after " + kills + " kill(s)");
+            }
+          }
         });
   }
 

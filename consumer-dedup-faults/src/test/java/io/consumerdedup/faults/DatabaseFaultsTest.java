@@ -24,23 +24,44 @@ class DatabaseFaultsTest {
 
   @Test
   void f8DatabaseUnreachableForSecondsHoldsRecordsAndAppliesThemOnceAfterwards() throws Exception {
-    databaseUnreachable(FaultDatabase.POSTGRES, 100, 5_000);
+    databaseUnreachable(
+        FaultDatabase.POSTGRES, "F8 database unreachable", true, FaultConsumer.class);
+  }
+
+  /** F8 on {@code database} with the plain consumer, batched: see the next method. */
+  static void databaseUnreachable(FaultDatabase database, int records, int extraOutageMillis)
+      throws Exception {
+    databaseUnreachable(
+        database, "F8 database unreachable", true, FaultConsumer.class, records, extraOutageMillis);
+  }
+
+  /** F8 on PostgreSQL with consumers of {@code consumerMain} (the Spring Boot one). */
+  static void databaseUnreachable(
+      FaultDatabase database, String name, boolean batched, Class<?> consumerMain)
+      throws Exception {
+    databaseUnreachable(database, name, batched, consumerMain, 100, 5_000);
   }
 
   /**
    * F8: {@code records} produced, then the database refuses connections for 5 s + a draw below
    * {@code extraOutageMillis} while half as many more are produced.
    */
-  static void databaseUnreachable(FaultDatabase database, int records, int extraOutageMillis)
+  static void databaseUnreachable(
+      FaultDatabase database,
+      String name,
+      boolean batched,
+      Class<?> consumerMain,
+      int records,
+      int extraOutageMillis)
       throws Exception {
-    String name = "F8 database unreachable";
     Reliability.scenario(
         database,
         name,
         "SEPARATE",
-        true,
+        batched,
         LEASE,
         run -> {
+          run.consumerMain = consumerMain;
           Random random = Reliability.random(name);
           TcpProxy proxy = run.proxy();
           run.consumerArg("handlerMs", "20");

@@ -194,7 +194,7 @@ public final class FaultConsumer {
     loop.run();
   }
 
-  private static void installFault(String fault) {
+  static void installFault(String fault) {
     if (fault == null || fault.isEmpty()) {
       return;
     }
@@ -264,7 +264,7 @@ public final class FaultConsumer {
     }
   }
 
-  private static synchronized void announce(String line) {
+  static synchronized void announce(String line) {
     System.out.println(line);
     System.out.flush();
   }

@@ -71,6 +71,10 @@ final class FaultRun implements AutoCloseable {
   private final List<String> violations = new CopyOnWriteArrayList<>();
   private final AtomicInteger consumerNumbers = new AtomicInteger();
   private final Map<String, String> extraArgs = new HashMap<>();
+
+  /** The child JVMs' main class: it takes the arguments {@link FaultConsumer} documents. */
+  Class<?> consumerMain = FaultConsumer.class;
+
   private TcpProxy proxy;
   private final List<TcpProxy> extraProxies = new ArrayList<>();
   private Thread offsetWatcher;
@@ -228,8 +232,7 @@ final class FaultRun implements AutoCloseable {
     }
     extraArgs.forEach((k, v) -> args.add(k + "=" + v));
     try {
-      ChildJvm child =
-          ChildJvm.start(environment, FaultConsumer.class, args.toArray(String[]::new));
+      ChildJvm child = ChildJvm.start(environment, consumerMain, args.toArray(String[]::new));
       consumers.add(child);
       names.put(child, consumer);
       if (fault != null) {

@@ -118,6 +118,7 @@ public final class ReliabilityReport {
             GroupFaultsTest.class,
             InputFaultsTest.class,
             MariaDbFaultsTest.class,
+            SpringFaultsTest.class,
             SoakTest.class)) {
       for (java.lang.reflect.Method method : suite.getDeclaredMethods()) {
         if (method.isAnnotationPresent(org.junit.jupiter.api.Test.class)) {
