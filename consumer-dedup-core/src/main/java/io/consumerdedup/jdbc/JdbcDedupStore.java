@@ -14,6 +14,7 @@ import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.core.internal.StoredText;
 import io.consumerdedup.jdbc.internal.PostgresSql;
 import io.consumerdedup.jdbc.internal.SqlStates;
 import io.github.resilience4j.core.IntervalFunction;
@@ -110,9 +111,6 @@ public final class JdbcDedupStore implements DedupStore {
   /** A table name, optionally schema-qualified: unquoted PostgreSQL identifiers only. */
   private static final Pattern TABLE_NAME =
       Pattern.compile("([A-Za-z_][A-Za-z0-9_]{0,62}\\.)?[A-Za-z_][A-Za-z0-9_]{0,62}");
-
-  static final int MAX_SOURCE_LENGTH = 300;
-  static final int MAX_ERROR_LENGTH = 2000;
 
   /** A claim whose key changes under it between two statements is tried again this many times. */
   private static final int MAX_CLAIM_ROUNDS = 10;
@@ -291,7 +289,7 @@ public final class JdbcDedupStore implements DedupStore {
         bound.bind(
             BIGINT, r -> (withLease ? r.lease().plus(r.retention()) : r.retention()).toMillis());
         bound.bind(TEXT, ClaimRequest::fingerprint);
-        bound.bind(TEXT, r -> storable(r.source(), MAX_SOURCE_LENGTH));
+        bound.bind(TEXT, r -> StoredText.storable(r.source(), StoredText.MAX_SOURCE_LENGTH));
         bound.bind(TEXT, ClaimRequest::claimId);
         try (ResultSet rows = statement.executeQuery()) {
           while (rows.next()) {
@@ -464,7 +462,9 @@ public final class JdbcDedupStore implements DedupStore {
                   for (Held claim : claims) {
                     messages.put(
                         claim.key(),
-                        error == null ? null : storable(error.next(), MAX_ERROR_LENGTH));
+                        error == null
+                            ? null
+                            : StoredText.storable(error.next(), StoredText.MAX_ERROR_LENGTH));
                   }
                   Set<DedupKey> lost = new HashSet<>();
                   for (Held claim : claims.stream().sorted(HELD_KEY_ORDER).toList()) {
@@ -493,7 +493,7 @@ public final class JdbcDedupStore implements DedupStore {
             rows.bind(INT, Held::token);
             if (errors != null) {
               Iterator<String> error = errors.iterator();
-              rows.bind(TEXT, c -> storable(error.next(), MAX_ERROR_LENGTH));
+              rows.bind(TEXT, c -> StoredText.storable(error.next(), StoredText.MAX_ERROR_LENGTH));
             }
             return notAnswered(statement, claims.stream().map(Held::key).toList());
           }
@@ -744,26 +744,6 @@ public final class JdbcDedupStore implements DedupStore {
     }
     Timestamp value = row.getTimestamp(column);
     return value == null ? null : value.toInstant();
-  }
-
-  /**
-   * {@code value} as PostgreSQL text can hold it: at most {@code max} characters, without NUL
-   * (which text refuses, and which an exception message may well contain), never splitting a
-   * surrogate pair.
-   */
-  static @Nullable String storable(@Nullable String value, int max) {
-    if (value == null) {
-      return null;
-    }
-    String text = value.indexOf('\u0000') < 0 ? value : value.replace("\u0000", "\\0");
-    if (text.length() <= max) {
-      return text;
-    }
-    int end = max;
-    if (Character.isHighSurrogate(text.charAt(end - 1))) {
-      end--;
-    }
-    return text.substring(0, end);
   }
 
   /**

@@ -6,6 +6,7 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.internal.StoredText;
 import io.consumerdedup.jdbc.internal.MySqlSql;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -78,7 +79,7 @@ final class MySqlStore {
         insert.setLong(index++, request.lease().toMillis());
         insert.setString(index++, request.fingerprint());
         insert.setString(
-            index++, JdbcDedupStore.storable(request.source(), JdbcDedupStore.MAX_SOURCE_LENGTH));
+            index++, StoredText.storable(request.source(), StoredText.MAX_SOURCE_LENGTH));
         insert.setLong(index++, keep(request, withLease));
         insert.setString(index++, request.claimId());
       }
@@ -145,8 +146,7 @@ final class MySqlStore {
       update.setLong(2, request.lease().toMillis());
       update.setString(3, request.claimId());
       update.setString(4, request.fingerprint());
-      update.setString(
-          5, JdbcDedupStore.storable(request.source(), JdbcDedupStore.MAX_SOURCE_LENGTH));
+      update.setString(5, StoredText.storable(request.source(), StoredText.MAX_SOURCE_LENGTH));
       update.setLong(6, keep(request, withLease));
       update.setString(7, request.key().bizType());
       update.setString(8, request.key().bizKey());

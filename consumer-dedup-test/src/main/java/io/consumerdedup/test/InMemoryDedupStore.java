@@ -7,6 +7,7 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.internal.StoredText;
 import java.time.Clock;
 import java.time.Duration;
 import java.time.Instant;
@@ -40,12 +41,6 @@ import org.jspecify.annotations.Nullable;
  * #claimInTransaction} refuses.
  */
 public final class InMemoryDedupStore implements DedupStore {
-
-  /** Longest stored error, in characters, as the JDBC store keeps it. */
-  static final int MAX_ERROR_LENGTH = 2000;
-
-  /** Longest stored source, in characters, as the JDBC store keeps it. */
-  static final int MAX_SOURCE_LENGTH = 300;
 
   private final Clock clock;
   private final Map<DedupKey, Row> rows = new HashMap<>();
@@ -127,7 +122,7 @@ public final class InMemoryDedupStore implements DedupStore {
     Instant now = clock.instant();
     row.status = DedupStatus.FAILED;
     row.leaseUntil = null;
-    row.lastError = storable(error, MAX_ERROR_LENGTH);
+    row.lastError = StoredText.storable(error, StoredText.MAX_ERROR_LENGTH);
     row.updatedAt = now;
     row.expiresAt = now.plus(retention);
     return true;
@@ -218,25 +213,6 @@ public final class InMemoryDedupStore implements DedupStore {
     rows.clear();
   }
 
-  /**
-   * {@code value} as the JDBC store keeps it: NUL written as {@code \0}, at most {@code max}
-   * characters, never splitting a surrogate pair.
-   */
-  static @Nullable String storable(@Nullable String value, int max) {
-    if (value == null) {
-      return null;
-    }
-    String text = value.indexOf('\u0000') < 0 ? value : value.replace("\u0000", "\\0");
-    if (text.length() <= max) {
-      return text;
-    }
-    int end = max;
-    if (Character.isHighSurrogate(text.charAt(end - 1))) {
-      end--;
-    }
-    return text.substring(0, end);
-  }
-
   /** The record of one key, as the JDBC store's row holds it. */
   private static final class Row {
     DedupStatus status;
@@ -257,7 +233,7 @@ public final class InMemoryDedupStore implements DedupStore {
       this.owner = request.owner();
       this.leaseUntil = now.plus(request.lease());
       this.fingerprint = request.fingerprint();
-      this.source = storable(request.source(), MAX_SOURCE_LENGTH);
+      this.source = StoredText.storable(request.source(), StoredText.MAX_SOURCE_LENGTH);
       this.createdAt = now;
       this.updatedAt = now;
       this.expiresAt = now.plus(request.lease()).plus(request.retention());
@@ -278,7 +254,7 @@ public final class InMemoryDedupStore implements DedupStore {
       if (fingerprint == null) {
         fingerprint = request.fingerprint();
       }
-      source = storable(request.source(), MAX_SOURCE_LENGTH);
+      source = StoredText.storable(request.source(), StoredText.MAX_SOURCE_LENGTH);
       updatedAt = now;
       expiresAt = now.plus(request.lease()).plus(request.retention());
     }

@@ -32,7 +32,6 @@ import org.slf4j.LoggerFactory;
  */
 public final class Outcomes implements AutoCloseable {
   private static final Logger log = LoggerFactory.getLogger(Outcomes.class);
-  private static final int MAX_ERROR_LENGTH = 2000;
   private static final Duration LONGEST_RETRY_PERIOD = Duration.ofSeconds(1);
 
   /** A poll's worth of marks, and a bound on the statement's arrays. */
@@ -356,7 +355,9 @@ public final class Outcomes implements AutoCloseable {
   private static String describe(Throwable error) {
     String text =
         error.getClass().getName() + (error.getMessage() != null ? ": " + error.getMessage() : "");
-    return text.length() <= MAX_ERROR_LENGTH ? text : text.substring(0, MAX_ERROR_LENGTH);
+    return text.length() <= StoredText.MAX_ERROR_LENGTH
+        ? text
+        : text.substring(0, StoredText.MAX_ERROR_LENGTH);
   }
 
   /** An outcome to write: SUCCESS when {@code error} is null, else FAILED with it. */

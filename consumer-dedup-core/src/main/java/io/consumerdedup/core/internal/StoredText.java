@@ -1,0 +1,37 @@
+package io.consumerdedup.core.internal;
+
+import org.jspecify.annotations.Nullable;
+
+/**
+ * How a store keeps the free text of a record (the delivery's source, the last error): one rule for
+ * every store, so the in-memory one answers what the JDBC one would.
+ */
+public final class StoredText {
+  /** Longest stored source, in characters. */
+  public static final int MAX_SOURCE_LENGTH = 300;
+
+  /** Longest stored error, in characters. */
+  public static final int MAX_ERROR_LENGTH = 2000;
+
+  private StoredText() {}
+
+  /**
+   * {@code value} as a text column can hold it: at most {@code max} characters, without NUL (which
+   * PostgreSQL text refuses, and which an exception message may well contain; written as {@code
+   * \0}), never splitting a surrogate pair.
+   */
+  public static @Nullable String storable(@Nullable String value, int max) {
+    if (value == null) {
+      return null;
+    }
+    String text = value.indexOf('\u0000') < 0 ? value : value.replace("\u0000", "\\0");
+    if (text.length() <= max) {
+      return text;
+    }
+    int end = max;
+    if (Character.isHighSurrogate(text.charAt(end - 1))) {
+      end--;
+    }
+    return text.substring(0, end);
+  }
+}
