@@ -97,7 +97,9 @@ public final class DedupConsumer implements ScenarioConsumer {
         if (consumer.fenced()) {
           return End.FENCED;
         }
-        if (consumer.committed() >= endOffset) {
+        // Any member's commit counts: the partition may have moved back to another member, which
+        // then committed past the record itself.
+        if (consumer.groupCommitted() >= endOffset) {
           return End.CAUGHT_UP;
         }
         if (running.isDone()) {
@@ -106,7 +108,7 @@ public final class DedupConsumer implements ScenarioConsumer {
               failure(running));
         }
         if (System.nanoTime() > deadline) {
-          throw setup.notCommitted(endOffset, timeout, consumer.committed());
+          throw setup.notCommitted(endOffset, timeout, consumer.groupCommitted());
         }
         // The loop runs on its own thread; a look ten times a second is soon enough for a demo.
         Thread.sleep(100);

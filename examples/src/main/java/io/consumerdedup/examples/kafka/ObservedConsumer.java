@@ -1,7 +1,9 @@
 package io.consumerdedup.examples.kafka;
 
 import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import org.apache.kafka.clients.consumer.CommitFailedException;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
@@ -9,20 +11,29 @@ import org.apache.kafka.common.errors.RebalanceInProgressException;
 
 /**
  * The {@link KafkaConsumer} of a {@link DedupConsumer}, unchanged but for what the demo needs to
- * see of the loop's offset commits: how far it committed, whether the group refused a commit (the
- * consumer is a zombie), and a hook that runs right before each commit (where the lost-ACK
+ * see of the loop's offset commits: how far its group committed, whether the group refused a commit
+ * (the consumer is a zombie), and a hook that runs right before each commit (where the lost-ACK
  * scenario's child waits to be killed).
  */
 final class ObservedConsumer extends KafkaConsumer<String, String> {
+  /**
+   * The highest offset any consumer of this JVM committed, per group and topic: after a rebalance
+   * the zombie of the zombie scenario may rejoin, get the partition back and commit past the record
+   * itself, and its successor then has nothing left to commit.
+   */
+  private static final Map<String, Long> GROUP_COMMITTED = new ConcurrentHashMap<>();
+
   private final ConsumerSetup setup;
   private final TopicPartition partition;
-  private volatile long committed;
+  private final String groupPartition;
   private volatile boolean fenced;
 
   ObservedConsumer(ConsumerSetup setup) {
     super(setup.consumerConfig());
     this.setup = setup;
     this.partition = new TopicPartition(setup.topic(), 0);
+    this.groupPartition =
+        setup.consumerConfig().get(ConsumerConfig.GROUP_ID_CONFIG) + "/" + partition;
   }
 
   @Override
@@ -37,13 +48,13 @@ final class ObservedConsumer extends KafkaConsumer<String, String> {
     }
     OffsetAndMetadata offset = offsets.get(partition);
     if (offset != null) {
-      committed = Math.max(committed, offset.offset());
+      GROUP_COMMITTED.merge(groupPartition, offset.offset(), Math::max);
     }
   }
 
-  /** The highest offset this consumer committed on partition 0; 0 if none. */
-  long committed() {
-    return committed;
+  /** The highest offset any consumer of this group committed on partition 0; 0 if none. */
+  long groupCommitted() {
+    return GROUP_COMMITTED.getOrDefault(groupPartition, 0L);
   }
 
   /** Whether the group refused one of this consumer's commits. */
