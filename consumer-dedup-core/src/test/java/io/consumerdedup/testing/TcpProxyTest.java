@@ -5,7 +5,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
-import java.net.ConnectException;
+import java.net.SocketException;
 import java.net.SocketTimeoutException;
 import java.sql.Connection;
 import java.sql.DriverManager;
@@ -86,7 +86,9 @@ class TcpProxyTest {
       long start = System.nanoTime();
       assertThatThrownBy(() -> DriverManager.getConnection(url).close())
           .isInstanceOf(SQLException.class)
-          .hasRootCauseInstanceOf(ConnectException.class)
+          // Refused (ConnectException) as a rule; rarely a reset instead: the closed port lies in
+          // the ephemeral range, and a client socket given that very port connects to itself.
+          .hasRootCauseInstanceOf(SocketException.class)
           .satisfies(e -> assertThat(((SQLException) e).getSQLState()).startsWith("08"));
       assertThat(Duration.ofNanos(System.nanoTime() - start))
           .as("refused, not timed out")
