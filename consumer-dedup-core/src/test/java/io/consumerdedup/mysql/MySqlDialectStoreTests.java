@@ -12,7 +12,6 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupResult;
 import io.consumerdedup.core.DedupStatus;
-import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
@@ -26,7 +25,6 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
-import java.time.Instant;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.Callable;
@@ -45,9 +43,13 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
 
 /**
- * The store's behaviour on MySQL/MariaDB, through one JDBC driver per subclass: every claim path,
- * the fenced state changes, batches, races, TRANSACTIONAL copies and hostile keys, on a real server
- * ({@link TestMariaDb}: skipped with a message where there is none). A database per test class.
+ * What is particular to the MySQL dialect, through one JDBC driver per subclass: detection, times
+ * in any session time zone, keys that the server's collations would merge, batches that overlap in
+ * any order, lock-wait retries, TRANSACTIONAL copies, renewal of a slow handler's lease and the
+ * missing table, on a real server ({@link TestMariaDb}: skipped with a message where there is
+ * none). The claim paths, fencing, batches, release, purge and races every store shares are the
+ * test kit's {@code DedupStoreContract}, run on MariaDB through both drivers. A database per test
+ * class.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 abstract class MySqlDialectStoreTests {
@@ -113,97 +115,6 @@ abstract class MySqlDialectStoreTests {
   }
 
   @Test
-  void aNewKeyIsClaimedWithTokenOneAndRecordedAsProcessing() {
-    DedupKey key = DedupKey.of("payment", "new-1");
-
-    ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
-
-    assertThat(claim.token()).isEqualTo(1);
-    DedupRecord record = store.find(key).orElseThrow();
-    assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
-    assertThat(record.owner()).isEqualTo("consumer-a");
-    assertThat(record.isLeaseLive()).isTrue();
-    assertThat(record.source()).contains("orders-0@1");
-    assertThat(record.leaseUntil().orElseThrow())
-        .as("lease end by the database clock, read as UTC")
-        .isBetween(Instant.now().plusSeconds(50), Instant.now().plusSeconds(70));
-  }
-
-  @Test
-  void aSucceededKeyIsNotClaimedAgain() {
-    DedupKey key = DedupKey.of("payment", "done-1");
-    ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
-    assertThat(store.complete(key, claim.token(), RETENTION)).isTrue();
-
-    DedupRecord again = taken(store.claim(request(key, "consumer-b")));
-
-    assertThat(again.status()).isEqualTo(DedupStatus.SUCCESS);
-    assertThat(again.attempts()).isEqualTo(1);
-    assertThat(again.owner()).isEqualTo("consumer-a");
-  }
-
-  @Test
-  void aLiveLeaseKeepsOthersOut() {
-    DedupKey key = DedupKey.of("payment", "live-1");
-    claimed(store.claim(request(key, "consumer-a")));
-
-    DedupRecord other = taken(store.claim(request(key, "consumer-b")));
-
-    assertThat(other.isLeaseLive()).isTrue();
-    assertThat(other.owner()).isEqualTo("consumer-a");
-  }
-
-  @Test
-  void aClaimSentAgainAfterItsReplyWasLostIsItsOwn() {
-    DedupKey key = DedupKey.of("payment", "lost-reply-1");
-    ClaimRequest request = request(key, "consumer-a");
-    ClaimResult.Claimed first = claimed(store.claim(request));
-
-    ClaimResult.Claimed again = claimed(store.claim(request));
-
-    assertThat(again.token()).isEqualTo(first.token());
-    assertThat(store.find(key).orElseThrow().attempts()).isEqualTo(1);
-  }
-
-  @Test
-  void aFailedKeyIsRetriedWithTheNextToken() {
-    DedupKey key = DedupKey.of("payment", "failed-1");
-    ClaimResult.Claimed first = claimed(store.claim(request(key, "consumer-a")));
-    assertThat(store.fail(key, first.token(), "java.io.IOException: bank timeout", RETENTION))
-        .isTrue();
-    assertThat(store.find(key).orElseThrow().lastError())
-        .contains("java.io.IOException: bank timeout");
-
-    ClaimResult.Claimed retry = claimed(store.claim(request(key, "consumer-b")));
-
-    assertThat(retry.token()).isEqualTo(2);
-    DedupRecord record = store.find(key).orElseThrow();
-    assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
-    assertThat(record.owner()).isEqualTo("consumer-b");
-  }
-
-  @Test
-  void anExpiredLeaseIsTakenOverAndTheOldHolderIsFencedOut() throws SQLException {
-    DedupKey key = DedupKey.of("payment", "expired-1");
-    ClaimResult.Claimed old = claimed(store.claim(request(key, "zombie")));
-    expireLease(key);
-
-    ClaimResult.Claimed takeover = claimed(store.claim(request(key, "consumer-b")));
-
-    assertThat(takeover.token()).isEqualTo(2);
-    assertThat(store.complete(key, old.token(), RETENTION)).as("zombie's late SUCCESS").isFalse();
-    assertThat(store.fail(key, old.token(), "late", RETENTION))
-        .as("zombie's late FAILED")
-        .isFalse();
-    assertThat(store.renew(key, old.token(), LEASE)).as("zombie's renewal").isFalse();
-    DedupRecord record = store.find(key).orElseThrow();
-    assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
-    assertThat(record.owner()).isEqualTo("consumer-b");
-    assertThat(store.complete(key, takeover.token(), RETENTION)).isTrue();
-    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
-  }
-
-  @Test
   void renewalExtendsTheLeaseByTheDatabaseClockInAnySessionTimeZone() throws SQLException {
     DedupKey key = DedupKey.of("payment", "renew-1");
     ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
@@ -222,154 +133,6 @@ abstract class MySqlDialectStoreTests {
       }
       statement.execute("SET time_zone = DEFAULT");
     }
-  }
-
-  @Test
-  void aCompletionOrFailureSentAgainSeesItsOwnWriteButNoOtherTokenOrOutcomeGetsIn() {
-    DedupKey done = DedupKey.of("payment", "twice-1");
-    ClaimResult.Claimed claim = claimed(store.claim(request(done, "consumer-a")));
-    assertThat(store.complete(done, claim.token(), RETENTION)).isTrue();
-    assertThat(store.complete(done, claim.token(), RETENTION)).isTrue();
-    assertThat(store.fail(done, claim.token(), "late", RETENTION)).isFalse();
-    assertThat(store.complete(done, claim.token() + 1, RETENTION)).isFalse();
-    assertThat(store.find(done).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
-
-    DedupKey failed = DedupKey.of("payment", "twice-2");
-    ClaimResult.Claimed second = claimed(store.claim(request(failed, "consumer-a")));
-    assertThat(store.fail(failed, second.token(), "bank down", RETENTION)).isTrue();
-    assertThat(store.fail(failed, second.token(), "bank down", RETENTION)).isTrue();
-    assertThat(store.complete(failed, second.token(), RETENTION)).isFalse();
-    assertThat(store.find(failed).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
-  }
-
-  @Test
-  void aDifferentFingerprintIsNotClaimedEvenAfterFailure() {
-    DedupKey key = DedupKey.of("payment", "fp-1");
-    ClaimResult.Claimed first = claimed(store.claim(request(key, "a", "fp-amount-10")));
-    store.fail(key, first.token(), "boom", RETENTION);
-
-    DedupRecord other = taken(store.claim(request(key, "b", "fp-amount-99")));
-
-    assertThat(other.status()).isEqualTo(DedupStatus.FAILED);
-    assertThat(other.fingerprint()).contains("fp-amount-10");
-    assertThat(claimed(store.claim(request(key, "b", "fp-amount-10"))).token()).isEqualTo(2);
-  }
-
-  @Test
-  void oneBatchAnswersEveryKindOfKeyInRequestOrder() throws SQLException {
-    DedupKey done = DedupKey.of("order", "b-done");
-    store.complete(done, claimed(store.claim(request(done, "a"))).token(), RETENTION);
-    DedupKey held = DedupKey.of("order", "b-held");
-    claimed(store.claim(request(held, "a")));
-    DedupKey failed = DedupKey.of("order", "b-failed");
-    store.fail(failed, claimed(store.claim(request(failed, "a"))).token(), "boom", RETENTION);
-    DedupKey expired = DedupKey.of("order", "b-expired");
-    claimed(store.claim(request(expired, "a")));
-    expireLease(expired);
-    DedupKey other = DedupKey.of("order", "b-other-payload");
-    store.fail(other, claimed(store.claim(request(other, "a", "fp-1"))).token(), "x", RETENTION);
-    DedupKey fresh = DedupKey.of("order", "b-new");
-
-    List<ClaimResult> results =
-        store.claimAll(
-            List.of(
-                request(fresh, "b"),
-                request(done, "b"),
-                request(held, "b"),
-                request(fresh, "b"),
-                request(failed, "b"),
-                request(expired, "b"),
-                request(other, "b", "fp-2")));
-
-    assertThat(results)
-        .extracting(ClaimResult::key)
-        .containsExactly(fresh, done, held, failed, expired, other);
-    assertThat(claimed(results.get(0)).token()).isEqualTo(1);
-    assertThat(taken(results.get(1)).status()).isEqualTo(DedupStatus.SUCCESS);
-    assertThat(taken(results.get(2)).isLeaseLive()).isTrue();
-    assertThat(claimed(results.get(3)).token()).as("retry after FAILED").isEqualTo(2);
-    assertThat(claimed(results.get(4)).token()).as("takeover").isEqualTo(2);
-    assertThat(taken(results.get(5)).fingerprint()).contains("fp-1");
-  }
-
-  @Test
-  void completeFailRenewAndReleaseAnswerTheKeysTheyNoLongerHold() throws SQLException {
-    List<DedupKey> keys =
-        IntStream.range(0, 4).mapToObj(i -> DedupKey.of("order", "fenced-" + i)).toList();
-    List<ClaimResult.Claimed> claims =
-        store.claimAll(keys.stream().map(key -> request(key, "a")).toList()).stream()
-            .map(ClaimResult.Claimed.class::cast)
-            .toList();
-    expireLease(keys.get(3));
-    ClaimResult.Claimed takeover = claimed(store.claim(request(keys.get(3), "b")));
-
-    assertThat(store.renewAll(claims, LEASE)).containsExactly(keys.get(3));
-    assertThat(store.completeAll(claims.subList(0, 2), RETENTION)).isEmpty();
-    assertThat(
-            store.failAll(
-                List.of(
-                    new DedupStore.Failure(claims.get(2), "boom\u0000"),
-                    new DedupStore.Failure(claims.get(3), "late")),
-                RETENTION))
-        .containsExactly(keys.get(3));
-    assertThat(store.completeAll(claims.subList(0, 2), RETENTION)).isEmpty();
-
-    assertThat(store.find(keys.get(0)).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
-    assertThat(store.find(keys.get(2)).orElseThrow().lastError()).contains("boom\\0");
-    DedupRecord takenOver = store.find(keys.get(3)).orElseThrow();
-    assertThat(takenOver.status()).isEqualTo(DedupStatus.PROCESSING);
-    assertThat(takenOver.attempts()).isEqualTo(takeover.token());
-  }
-
-  @Test
-  void aReleasedClaimLeavesTheKeyAsIfItHadNotHappened() {
-    DedupKey fresh = DedupKey.of("order", "release-new");
-    DedupKey retried = DedupKey.of("order", "release-retried");
-    store.fail(retried, claimed(store.claim(request(retried, "a"))).token(), "first", RETENTION);
-    List<ClaimResult.Claimed> claims =
-        store.claimAll(List.of(request(fresh, "a"), request(retried, "a"))).stream()
-            .map(ClaimResult.Claimed.class::cast)
-            .toList();
-
-    assertThat(store.releaseAll(claims)).isEmpty();
-
-    assertThat(store.find(fresh)).isEmpty();
-    DedupRecord restored = store.find(retried).orElseThrow();
-    assertThat(restored.status()).isEqualTo(DedupStatus.FAILED);
-    assertThat(restored.attempts()).isEqualTo(1);
-    ClaimResult.Claimed next = claimed(store.claim(request(retried, "b")));
-    assertThat(next.token()).isEqualTo(2);
-    assertThat(store.releaseAll(claims)).containsExactly(fresh, retried);
-    assertThat(store.find(retried).orElseThrow().isLeaseLive()).isTrue();
-  }
-
-  @Test
-  void purgeDeletesOnlyExpiredRecordsAndNeverALiveLease() throws Exception {
-    for (int i = 0; i < 25; i++) {
-      DedupKey key = DedupKey.of("purge", "old-" + i);
-      store.complete(key, claimed(store.claim(request(key, "a"))).token(), Duration.ofMillis(1));
-    }
-    DedupKey kept = DedupKey.of("purge", "kept");
-    store.complete(kept, claimed(store.claim(request(kept, "a"))).token(), RETENTION);
-    DedupKey running = DedupKey.of("purge", "running");
-    claimed(store.claim(request(running, "a")));
-    execute(
-        "UPDATE consumer_dedup SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 MINUTE"
-            + " WHERE biz_key = 'running'");
-    Thread.sleep(5);
-
-    int first = store.purge(10);
-    int total = first;
-    int deleted;
-    while ((deleted = store.purge(10)) > 0) {
-      total += deleted;
-    }
-
-    assertThat(first).isEqualTo(10);
-    assertThat(total).isGreaterThanOrEqualTo(25);
-    assertThat(store.find(kept)).isPresent();
-    assertThat(store.find(running)).as("live lease past its expiry is kept").isPresent();
-    assertThat(store.find(DedupKey.of("purge", "old-0"))).isEmpty();
   }
 
   @Test
@@ -392,37 +155,6 @@ abstract class MySqlDialectStoreTests {
     assertThat(huge.bizKey()).startsWith("sha256:");
     assertThat(store.find(DedupKey.of("payment", "🦄-order-💸")).orElseThrow().owner())
         .isEqualTo("a");
-  }
-
-  @Test
-  void manyThreadsRacingForOneKeyLetExactlyOneClaimIt() throws Exception {
-    int threads = 16;
-    DedupKey key = DedupKey.of("payment", "race-1");
-    ExecutorService pool = Executors.newFixedThreadPool(threads);
-    try {
-      CountDownLatch start = new CountDownLatch(1);
-      List<Future<ClaimResult>> results = new ArrayList<>();
-      for (int i = 0; i < threads; i++) {
-        String owner = "racer-" + i;
-        results.add(
-            pool.submit(
-                () -> {
-                  start.await();
-                  return store.claim(request(key, owner));
-                }));
-      }
-      start.countDown();
-      int winners = 0;
-      for (Future<ClaimResult> result : results) {
-        if (result.get(30, TimeUnit.SECONDS) instanceof ClaimResult.Claimed) {
-          winners++;
-        }
-      }
-      assertThat(winners).isEqualTo(1);
-      assertThat(store.find(key).orElseThrow().attempts()).isEqualTo(1);
-    } finally {
-      pool.shutdownNow();
-    }
   }
 
   @Test

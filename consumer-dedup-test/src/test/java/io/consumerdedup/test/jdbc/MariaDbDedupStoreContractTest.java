@@ -7,25 +7,34 @@ import io.consumerdedup.test.DedupStoreContract;
 import io.consumerdedup.testing.TestMariaDb;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.TestInstance;
 
 /**
  * The MySQL/MariaDB dialect keeps the same store contract as PostgreSQL, on the local MariaDB
- * through MariaDB Connector/J (skipped with a message where no server answers; CI starts one).
+ * through MariaDB Connector/J, and through MySQL Connector/J in a subclass (skipped with a message
+ * where no server answers; CI starts one).
  */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class MariaDbDedupStoreContractTest extends DedupStoreContract {
-  private static String database;
-  private static HikariDataSource dataSource;
-  private static JdbcDedupStore store;
+  /** The driver the store connects with. */
+  TestMariaDb.Driver driver() {
+    return TestMariaDb.Driver.MARIADB;
+  }
+
+  private String database;
+  private HikariDataSource dataSource;
+  private JdbcDedupStore store;
 
   @BeforeAll
-  static void setUp() {
-    database = TestMariaDb.newDatabase("contract");
-    dataSource = TestMariaDb.dataSource(database, TestMariaDb.Driver.MARIADB, 8);
+  void setUp() {
+    database =
+        TestMariaDb.newDatabase("contract_" + driver().name().toLowerCase(java.util.Locale.ROOT));
+    dataSource = TestMariaDb.dataSource(database, driver(), 8);
     store = JdbcDedupStore.builder(dataSource).build();
   }
 
   @AfterAll
-  static void tearDown() {
+  void tearDown() {
     if (dataSource != null) {
       dataSource.close();
       TestMariaDb.dropDatabase(database);
