@@ -25,20 +25,12 @@ class CrashFaultsTest {
    */
   static FaultRun.Verdict crashes(
       String name, String mode, boolean batched, String point, int kills) throws Exception {
-    return crashes(name, mode, batched, point, kills, FaultConsumer.class);
+    return crashes(Target.PLAIN, name, mode, batched, point, kills, RECORDS);
   }
 
-  /** As above, with consumers of another main class (the Spring Boot one). */
+  /** As {@link #crashes(String, String, boolean, String, int)}, on {@code target}. */
   static FaultRun.Verdict crashes(
-      String name, String mode, boolean batched, String point, int kills, Class<?> consumerMain)
-      throws Exception {
-    return crashes(
-        FaultDatabase.POSTGRES, name, mode, batched, point, kills, RECORDS, consumerMain);
-  }
-
-  /** As {@link #crashes(String, String, boolean, String, int)}, on {@code database}. */
-  static FaultRun.Verdict crashes(
-      FaultDatabase database,
+      Target target,
       String name,
       String mode,
       boolean batched,
@@ -46,28 +38,14 @@ class CrashFaultsTest {
       int kills,
       int records)
       throws Exception {
-    return crashes(database, name, mode, batched, point, kills, records, FaultConsumer.class);
-  }
-
-  private static FaultRun.Verdict crashes(
-      FaultDatabase database,
-      String name,
-      String mode,
-      boolean batched,
-      String point,
-      int kills,
-      int records,
-      Class<?> consumerMain)
-      throws Exception {
     return Reliability.scenario(
-        database,
+        target,
         name,
         mode,
         batched,
         LEASE,
         run -> {
-          run.consumerMain = consumerMain;
-          Random random = Reliability.random(name);
+          Random random = Reliability.random(run.name);
           run.produce(records, "order-");
           run.watchOffsets();
           for (int i = 0; i < kills; i++) {

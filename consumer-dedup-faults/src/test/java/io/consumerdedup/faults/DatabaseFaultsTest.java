@@ -2,7 +2,6 @@ package io.consumerdedup.faults;
 
 import io.consumerdedup.testing.ChildJvm;
 import io.consumerdedup.testing.TcpProxy;
-import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.Statement;
@@ -24,22 +23,7 @@ class DatabaseFaultsTest {
 
   @Test
   void f8DatabaseUnreachableForSecondsHoldsRecordsAndAppliesThemOnceAfterwards() throws Exception {
-    databaseUnreachable(
-        FaultDatabase.POSTGRES, "F8 database unreachable", true, FaultConsumer.class);
-  }
-
-  /** F8 on {@code database} with the plain consumer, batched: see the next method. */
-  static void databaseUnreachable(FaultDatabase database, int records, int extraOutageMillis)
-      throws Exception {
-    databaseUnreachable(
-        database, "F8 database unreachable", true, FaultConsumer.class, records, extraOutageMillis);
-  }
-
-  /** F8 on PostgreSQL with consumers of {@code consumerMain} (the Spring Boot one). */
-  static void databaseUnreachable(
-      FaultDatabase database, String name, boolean batched, Class<?> consumerMain)
-      throws Exception {
-    databaseUnreachable(database, name, batched, consumerMain, 100, 5_000);
+    databaseUnreachable(Target.PLAIN, true, 100, 5_000);
   }
 
   /**
@@ -47,22 +31,15 @@ class DatabaseFaultsTest {
    * {@code extraOutageMillis} while half as many more are produced.
    */
   static void databaseUnreachable(
-      FaultDatabase database,
-      String name,
-      boolean batched,
-      Class<?> consumerMain,
-      int records,
-      int extraOutageMillis)
-      throws Exception {
+      Target target, boolean batched, int records, int extraOutageMillis) throws Exception {
     Reliability.scenario(
-        database,
-        name,
+        target,
+        "F8 database unreachable",
         "SEPARATE",
         batched,
         LEASE,
         run -> {
-          run.consumerMain = consumerMain;
-          Random random = Reliability.random(name);
+          Random random = Reliability.random(run.name);
           TcpProxy proxy = run.proxy();
           run.consumerArg("handlerMs", "20");
           run.produce(records, "order-");
@@ -72,7 +49,7 @@ class DatabaseFaultsTest {
           long outage = 5_000 + random.nextInt(extraOutageMillis);
           proxy.refuse();
           run.notes.add(
-              database.displayName
+              target.database.displayName
                   + " refused for "
                   + outage
                   + " ms, "
@@ -105,7 +82,13 @@ class DatabaseFaultsTest {
 
   @Test
   void f9TwoHundredMillisecondsMoreOnEveryRoundTrip() throws Exception {
+    latency(Target.PLAIN, 100);
+  }
+
+  /** F9: every round trip to the database takes 200 ms more while {@code records} are consumed. */
+  static void latency(Target target, int records) throws Exception {
     Reliability.scenario(
+        target,
         "F9 200 ms database latency",
         "SEPARATE",
         true,
@@ -113,12 +96,12 @@ class DatabaseFaultsTest {
         run -> {
           TcpProxy proxy = run.proxy();
           proxy.latency(Duration.ofMillis(100)); // each way: 200 ms per round trip
-          long roundTrip = roundTripMillis(proxy, run.schema);
+          long roundTrip = roundTripMillis(run, proxy);
           if (roundTrip < 200) {
             run.violation("F9: a round trip through the proxy took " + roundTrip + " ms");
           }
           run.notes.add("a SELECT 1 through the proxy took " + roundTrip + " ms");
-          run.produce(100, "order-");
+          run.produce(records, "order-");
           run.watchOffsets();
           run.start("a", null);
           run.awaitDone(Duration.ofSeconds(90));
@@ -127,7 +110,7 @@ class DatabaseFaultsTest {
 
   @Test
   void f6f7RepliesOfClaimsAndMarksLostAfterTheCommitAndConnectionsCut() throws Exception {
-    repliesLostAndConnectionsCut(FaultDatabase.POSTGRES, 120, Duration.ofSeconds(6));
+    repliesLostAndConnectionsCut(Target.PLAIN, 120, Duration.ofSeconds(6));
   }
 
   /**
@@ -135,10 +118,10 @@ class DatabaseFaultsTest {
    * database is lost after the server committed and its connection reset, again and again, and
    * every fourth time every connection is cut.
    */
-  static void repliesLostAndConnectionsCut(FaultDatabase database, int records, Duration during)
+  static void repliesLostAndConnectionsCut(Target target, int records, Duration during)
       throws Exception {
     Reliability.scenario(
-        database,
+        target,
         "F6/F7 replies lost, connections cut",
         "SEPARATE",
         false,
@@ -179,7 +162,17 @@ class DatabaseFaultsTest {
 
   @Test
   void f4f18AZombieWhoseConnectionStallsLosesItsLeaseAndItsLateMarkIsRefused() throws Exception {
+    zombie(Target.PLAIN, 60);
+  }
+
+  /**
+   * F4/F18: a consumer's handler blocks past {@code max.poll.interval.ms} and the lease while its
+   * dedup connection stalls; another consumer waits the lease out and takes the key over, and the
+   * zombie's late SUCCESS is refused by fencing.
+   */
+  static void zombie(Target target, int records) throws Exception {
     Reliability.scenario(
+        target,
         "F4/F18 zombie, stalled connection",
         "SEPARATE",
         false,
@@ -188,7 +181,7 @@ class DatabaseFaultsTest {
           TcpProxy zombieLink = run.newProxy();
           run.consumerArg("handlerMs", "20");
           run.consumerArg("maxPollIntervalMs", "6000");
-          run.produce(60, "order-");
+          run.produce(records, "order-");
           run.watchOffsets();
           // The zombie's handler stalls for 15 s (past max.poll.interval.ms and the lease) after
           // its effect; its dedup connection stalls meanwhile, so its renewals get no reply.
@@ -231,9 +224,9 @@ class DatabaseFaultsTest {
     return output.length() > 4000 ? output.substring(output.length() - 4000) : output;
   }
 
-  private static long roundTripMillis(TcpProxy proxy, String schema) throws Exception {
+  private static long roundTripMillis(FaultRun run, TcpProxy proxy) throws Exception {
     try (Connection connection =
-            DriverManager.getConnection(proxy.rewrite(TestDatabase.url(schema)));
+            DriverManager.getConnection(run.database.dedupUrl(run.schema, proxy));
         Statement statement = connection.createStatement()) {
       statement.execute("SELECT 1");
       long start = System.nanoTime();

@@ -238,7 +238,7 @@ public final class FaultConsumer {
   }
 
   /** Whether this is the key's first failure, in any consumer: a transient failure fails once. */
-  private static boolean firstFailure(DataSource effects, String key) throws SQLException {
+  static boolean firstFailure(DataSource effects, String key) throws SQLException {
     try (Connection connection = effects.getConnection();
         PreparedStatement insert =
             connection.prepareStatement("INSERT INTO transient_failures (biz_key) VALUES (?)")) {

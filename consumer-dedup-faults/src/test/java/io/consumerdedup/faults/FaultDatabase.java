@@ -56,11 +56,6 @@ enum FaultDatabase {
     String now() {
       return "now()";
     }
-
-    @Override
-    String scenarioName(String name) {
-      return name;
-    }
   },
 
   /**
@@ -109,7 +104,7 @@ enum FaultDatabase {
     List<String> auxiliaryTables() {
       // Keys as the dedup table holds them (their UTF-8 bytes), so they compare exactly with it.
       return List.of(
-          "CREATE TABLE effects (biz_key VARBINARY(1024) NOT NULL, consumer VARCHAR(128) NOT NULL,"
+          "CREATE TABLE effects (biz_key VARBINARY(12000) NOT NULL, consumer VARCHAR(128) NOT NULL,"
               + " at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
           "CREATE TABLE transient_failures (biz_key VARBINARY(1024) PRIMARY KEY)");
     }
@@ -118,11 +113,6 @@ enum FaultDatabase {
     String now() {
       // The store writes leases in UTC from the database clock.
       return "UTC_TIMESTAMP(6)";
-    }
-
-    @Override
-    String scenarioName(String name) {
-      return name + ", MariaDB";
     }
   };
 
@@ -153,11 +143,6 @@ enum FaultDatabase {
 
   /** The database's clock, as the store reads it for leases. */
   abstract String now();
-
-  /**
-   * The scenario's name in the report: the MariaDB runs are told apart from the PostgreSQL ones.
-   */
-  abstract String scenarioName(String name);
 
   Connection connect(String namespace) throws SQLException {
     return DriverManager.getConnection(url(namespace));

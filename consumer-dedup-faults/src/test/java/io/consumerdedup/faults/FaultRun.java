@@ -1,9 +1,12 @@
 package io.consumerdedup.faults;
 
+import com.zaxxer.hikari.HikariConfig;
+import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
 import io.consumerdedup.testing.ChildJvm;
 import io.consumerdedup.testing.TcpProxy;
 import io.consumerdedup.testing.TestKafka;
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.sql.Connection;
@@ -28,6 +31,8 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
+import org.jspecify.annotations.Nullable;
+import org.springframework.kafka.support.KafkaHeaders;
 
 /**
  * One run of the suite: its own schema (the dedup table and an {@code effects} table without a
@@ -52,6 +57,9 @@ final class FaultRun implements AutoCloseable {
   static final Duration SESSION_TIMEOUT = Duration.ofSeconds(6);
   static final Duration SLACK = Duration.ofSeconds(15);
 
+  /** The dead-letter topic of spring-kafka's {@code DeadLetterPublishingRecoverer} by default. */
+  static final String SPRING_DLT_SUFFIX = "-dlt";
+
   /** A produced record and where it landed. */
   record Produced(String key, String value, int partition, long offset, boolean hasKey) {}
 
@@ -73,7 +81,7 @@ final class FaultRun implements AutoCloseable {
   private final Map<String, String> extraArgs = new HashMap<>();
 
   /** The child JVMs' main class: it takes the arguments {@link FaultConsumer} documents. */
-  Class<?> consumerMain = FaultConsumer.class;
+  final Class<?> consumerMain;
 
   private TcpProxy proxy;
   private final List<TcpProxy> extraProxies = new ArrayList<>();
@@ -85,13 +93,10 @@ final class FaultRun implements AutoCloseable {
   long recoveryMillis = -1;
   private final long startNanos = System.nanoTime();
 
-  FaultRun(String name, String mode, boolean batched, Duration lease) {
-    this(FaultDatabase.POSTGRES, name, mode, batched, lease);
-  }
-
-  FaultRun(FaultDatabase database, String name, String mode, boolean batched, Duration lease) {
+  FaultRun(Target target, String name, String mode, boolean batched, Duration lease) {
     this.name = name;
-    this.database = database;
+    this.database = target.database;
+    this.consumerMain = target.consumerMain;
     this.mode = mode;
     this.batched = batched;
     this.lease = lease;
@@ -100,7 +105,8 @@ final class FaultRun implements AutoCloseable {
     this.topic = "faults-" + name.replaceAll("[^A-Za-z0-9]", "-") + "-" + id;
     this.group = "faults-group-" + id;
     TestKafka.createTopics(PARTITIONS, topic);
-    TestKafka.createTopics(1, topic + KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX);
+    TestKafka.createTopics(
+        1, topic + KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX, topic + SPRING_DLT_SUFFIX);
     database.auxiliaryTables().forEach(this::execute);
   }
 
@@ -363,7 +369,7 @@ final class FaultRun implements AutoCloseable {
         continue;
       }
       if (deadLettered == null) {
-        deadLettered = deadLetteredOffsets(produced.size(), Duration.ofSeconds(2)).keySet();
+        deadLettered = deadLetters(Duration.ofSeconds(2)).keySet();
       }
       if (!deadLettered.contains(coordinates(record))) {
         violations.add(
@@ -379,6 +385,24 @@ final class FaultRun implements AutoCloseable {
                 + state);
         return;
       }
+    }
+  }
+
+  /**
+   * Waits for the run's first effect, whichever consumer applies it (with two consumers, either may
+   * get the partitions first).
+   */
+  void awaitFirstEffect(Duration timeout) throws InterruptedException {
+    long deadline = System.nanoTime() + timeout.toNanos();
+    while (queryLong("SELECT count(*) FROM effects") == 0) {
+      if (System.nanoTime() > deadline) {
+        StringBuilder outputs = new StringBuilder();
+        for (ChildJvm child : consumers) {
+          outputs.append("\n--- ").append(names.get(child)).append(":\n").append(child.output());
+        }
+        throw new AssertionError("no effect within " + timeout + "; consumer output:" + outputs);
+      }
+      Thread.sleep(100);
     }
   }
 
@@ -464,16 +488,16 @@ final class FaultRun implements AutoCloseable {
     }
     for (ChildJvm child : consumers) {
       child.close();
+      Reliability.saveOutput(name, names.get(child), child.output());
     }
     Map<String, String> status = statuses();
-    Map<String, ConsumerRecord<byte[], byte[]>> dlt =
-        deadLetteredOffsets(produced.size(), Duration.ofSeconds(3));
+    Map<String, DeadLetter> dlt = deadLetters(Duration.ofSeconds(3));
     // I1: nothing lost.
     int lost = 0;
     for (Produced record : produced) {
-      ConsumerRecord<byte[], byte[]> dead = dlt.get(coordinates(record));
+      DeadLetter dead = dlt.get(coordinates(record));
       if (dead != null) {
-        if (dead.headers().lastHeader(KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER) == null) {
+        if (dead.exceptionClass() == null) {
           violations.add("I1: " + record.key() + " is on the dead-letter topic without a reason");
         }
         continue;
@@ -556,26 +580,66 @@ final class FaultRun implements AutoCloseable {
     violations.add(text);
   }
 
-  /** The dead-lettered records, by the coordinates of the record they stand for. */
-  Map<String, ConsumerRecord<byte[], byte[]>> deadLetteredOffsets(int atMost, Duration timeout) {
-    String dltTopic = topic + KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX;
-    long expected = TestKafka.endOffset(new TopicPartition(dltTopic, 0));
-    Map<String, ConsumerRecord<byte[], byte[]>> byOrigin = new HashMap<>();
-    if (expected == 0) {
-      return byOrigin;
+  /**
+   * A record on a dead-letter topic: the coordinates ({@code partition/offset}) of the record it
+   * stands for and the reason given, from {@link KafkaDeadLetterPublisher}'s headers (plain
+   * consumer) or spring-kafka's {@code kafka_dlt-*} headers (Spring Boot consumer).
+   */
+  record DeadLetter(String origin, @Nullable String exceptionClass, @Nullable String message) {
+    /** The exception's simple name, or null when the dead letter gives no reason. */
+    @Nullable String exceptionName() {
+      return exceptionClass == null
+          ? null
+          : exceptionClass.substring(exceptionClass.lastIndexOf('.') + 1);
     }
-    for (ConsumerRecord<byte[], byte[]> record :
-        TestKafka.readRawFromStart(dltTopic, (int) expected, timeout)) {
-      byOrigin.put(
-          header(record, KafkaDeadLetterPublisher.ORIGINAL_PARTITION_HEADER)
-              + "/"
-              + header(record, KafkaDeadLetterPublisher.ORIGINAL_OFFSET_HEADER),
-          record);
+  }
+
+  /** The dead-lettered records, by the coordinates of the record they stand for. */
+  Map<String, DeadLetter> deadLetters(Duration timeout) {
+    Map<String, DeadLetter> byOrigin = new HashMap<>();
+    String plainTopic = topic + KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX;
+    for (ConsumerRecord<byte[], byte[]> record : readAll(plainTopic, timeout)) {
+      DeadLetter dead =
+          new DeadLetter(
+              header(record, KafkaDeadLetterPublisher.ORIGINAL_PARTITION_HEADER)
+                  + "/"
+                  + header(record, KafkaDeadLetterPublisher.ORIGINAL_OFFSET_HEADER),
+              header(record, KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER),
+              header(record, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER));
+      byOrigin.put(dead.origin(), dead);
+    }
+    for (ConsumerRecord<byte[], byte[]> record : readAll(topic + SPRING_DLT_SUFFIX, timeout)) {
+      // spring-kafka wraps the listener's exception: the cause is what the listener threw.
+      String thrown = header(record, KafkaHeaders.DLT_EXCEPTION_FQCN);
+      String cause = header(record, KafkaHeaders.DLT_EXCEPTION_CAUSE_FQCN);
+      DeadLetter dead =
+          new DeadLetter(
+              ByteBuffer.wrap(bytes(record, KafkaHeaders.DLT_ORIGINAL_PARTITION)).getInt()
+                  + "/"
+                  + ByteBuffer.wrap(bytes(record, KafkaHeaders.DLT_ORIGINAL_OFFSET)).getLong(),
+              cause != null && thrown != null && thrown.endsWith("ListenerExecutionFailedException")
+                  ? cause
+                  : thrown,
+              header(record, KafkaHeaders.DLT_EXCEPTION_MESSAGE));
+      byOrigin.put(dead.origin(), dead);
     }
     return byOrigin;
   }
 
-  static String header(ConsumerRecord<byte[], byte[]> record, String name) {
+  private static List<ConsumerRecord<byte[], byte[]>> readAll(String dltTopic, Duration timeout) {
+    long count = TestKafka.endOffset(new TopicPartition(dltTopic, 0));
+    return count == 0 ? List.of() : TestKafka.readRawFromStart(dltTopic, (int) count, timeout);
+  }
+
+  private static byte[] bytes(ConsumerRecord<byte[], byte[]> record, String name) {
+    Header header = record.headers().lastHeader(name);
+    if (header == null) {
+      throw new AssertionError("a dead letter without its " + name + " header");
+    }
+    return header.value();
+  }
+
+  static @Nullable String header(ConsumerRecord<byte[], byte[]> record, String name) {
     Header header = record.headers().lastHeader(name);
     return header == null ? null : new String(header.value(), StandardCharsets.UTF_8);
   }
@@ -616,6 +680,14 @@ final class FaultRun implements AutoCloseable {
 
   static String abbreviate(String key) {
     return key.length() > 40 ? key.substring(0, 40) + "...(" + key.length() + " chars)" : key;
+  }
+
+  /** A pool on the run's namespace, straight to the server (for scenarios run in this JVM). */
+  HikariDataSource pool(int size) {
+    HikariConfig config = new HikariConfig();
+    config.setJdbcUrl(database.url(schema));
+    config.setMaximumPoolSize(size);
+    return new HikariDataSource(config);
   }
 
   long queryLong(String sql, Object... args) {

@@ -7,7 +7,6 @@ import io.consumerdedup.core.DedupResult;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.ChildJvm;
-import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.time.Duration;
@@ -30,18 +29,24 @@ class GroupFaultsTest {
 
   @Test
   void f5BouncesRollingAndAllAtOnce() throws Exception {
+    bounces(Target.PLAIN, 300);
+  }
+
+  /** F5: while {@code records} are consumed, three rolling restarts, then both consumers killed. */
+  static void bounces(Target target, int records) throws Exception {
     Reliability.scenario(
+        target,
         "F5 bounces (rolling, all at once)",
         "SEPARATE",
         true,
         LEASE,
         run -> {
           run.consumerArg("handlerMs", "15");
-          run.produce(300, "order-");
+          run.produce(records, "order-");
           run.watchOffsets();
           List<ChildJvm> slots =
               new ArrayList<>(List.of(run.start("a", null), run.start("b", null)));
-          slots.get(0).awaitLine("APPLIED", Duration.ofSeconds(60));
+          run.awaitFirstEffect(Duration.ofSeconds(60));
           // Rolling: each consumer stops cleanly and comes back.
           for (int bounce = 0; bounce < 3; bounce++) {
             int i = bounce % slots.size();
@@ -64,9 +69,16 @@ class GroupFaultsTest {
 
   @Test
   void f15ManyThreadsClaimingOneKeyRoundAfterRound() throws Exception {
+    manyThreadsOneKey(Target.PLAIN, 1_000);
+  }
+
+  /**
+   * F15: sixteen threads of this JVM claim one key at once, {@code rounds} keys one after another.
+   */
+  static void manyThreadsOneKey(Target target, int rounds) throws Exception {
     int threads = 16;
-    int rounds = 1_000;
     Reliability.scenario(
+        target,
         "F15 " + threads + " threads x " + rounds + " rounds, one key",
         "SEPARATE",
         false,
@@ -76,8 +88,8 @@ class GroupFaultsTest {
           AtomicInteger duplicates = new AtomicInteger();
           AtomicInteger inProgress = new AtomicInteger();
           ExecutorService pool = Executors.newFixedThreadPool(threads);
-          try (HikariDataSource dedup = TestDatabase.dataSource(run.schema, threads);
-              HikariDataSource effects = TestDatabase.dataSource(run.schema, threads);
+          try (HikariDataSource dedup = run.pool(threads);
+              HikariDataSource effects = run.pool(threads);
               IdempotentExecutor executor =
                   IdempotentExecutor.builder(JdbcDedupStore.builder(dedup).build())
                       .lease(LEASE)

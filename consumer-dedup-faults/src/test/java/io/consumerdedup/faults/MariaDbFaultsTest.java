@@ -15,14 +15,19 @@ import org.junit.jupiter.api.Test;
  * answers; failed when it is set and the server does not answer.
  */
 class MariaDbFaultsTest {
-  private static final FaultDatabase MARIADB = FaultDatabase.MARIADB;
   private static final int RECORDS = 40;
 
   @Test
   void f1KillAfterTheHandlerPerRecordReRunsExactlyTheRecordInTheWindow() throws Exception {
     FaultRun.Verdict verdict =
         CrashFaultsTest.crashes(
-            MARIADB, "F1 kill after handler", "SEPARATE", false, "AFTER_HANDLER", 1, RECORDS);
+            Target.MARIADB,
+            "F1 kill after handler",
+            "SEPARATE",
+            false,
+            "AFTER_HANDLER",
+            1,
+            RECORDS);
     assertThat(verdict.window()).isEqualTo(1);
     assertThat(verdict.duplicates()).isEqualTo(1);
   }
@@ -31,25 +36,36 @@ class MariaDbFaultsTest {
   void f3KillAfterTheClaimIsTakenOverOnceTheLeaseRunsOut() throws Exception {
     FaultRun.Verdict verdict =
         CrashFaultsTest.crashes(
-            MARIADB, "F3 kill after claim", "SEPARATE", false, "AFTER_CLAIM", 1, RECORDS);
+            Target.MARIADB, "F3 kill after claim", "SEPARATE", false, "AFTER_CLAIM", 1, RECORDS);
     assertThat(verdict.duplicates()).isZero();
   }
 
   @Test
   void f6f7RepliesOfClaimsAndMarksLostAfterTheCommitAndConnectionsCut() throws Exception {
-    DatabaseFaultsTest.repliesLostAndConnectionsCut(MARIADB, 60, Duration.ofSeconds(4));
+    DatabaseFaultsTest.repliesLostAndConnectionsCut(Target.MARIADB, 60, Duration.ofSeconds(4));
   }
 
   @Test
   void f8DatabaseUnreachableForSecondsHoldsRecordsAndAppliesThemOnceAfterwards() throws Exception {
-    DatabaseFaultsTest.databaseUnreachable(MARIADB, 60, 1_000);
+    DatabaseFaultsTest.databaseUnreachable(Target.MARIADB, true, 60, 1_000);
+  }
+
+  @Test
+  void badInputEndsProcessedOnceOrDeadLetteredWithTheReason() throws Exception {
+    InputFaultsTest.badInput(Target.MARIADB);
   }
 
   @Test
   void f16KillInTheMiddleOfABatchTransactionalPerPoll() throws Exception {
     FaultRun.Verdict verdict =
         CrashFaultsTest.crashes(
-            MARIADB, "F16 kill mid-batch", "TRANSACTIONAL", true, "AFTER_HANDLER", 1, RECORDS);
+            Target.MARIADB,
+            "F16 kill mid-batch",
+            "TRANSACTIONAL",
+            true,
+            "AFTER_HANDLER",
+            1,
+            RECORDS);
     assertThat(verdict.kills()).isEqualTo(1);
     assertThat(verdict.duplicates()).isZero();
   }

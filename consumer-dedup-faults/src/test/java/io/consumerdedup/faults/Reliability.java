@@ -40,16 +40,16 @@ final class Reliability {
   /** Runs a scenario, records its verdict, and fails the test if an invariant was violated. */
   static FaultRun.Verdict scenario(
       String name, String mode, boolean batched, Duration lease, Body body) throws Exception {
-    return scenario(FaultDatabase.POSTGRES, name, mode, batched, lease, body);
+    return scenario(Target.PLAIN, name, mode, batched, lease, body);
   }
 
-  /** As {@link #scenario(String, String, boolean, Duration, Body)}, against {@code database}. */
+  /** As {@link #scenario(String, String, boolean, Duration, Body)}, on {@code target}. */
   static FaultRun.Verdict scenario(
-      FaultDatabase database, String name, String mode, boolean batched, Duration lease, Body body)
+      Target target, String name, String mode, boolean batched, Duration lease, Body body)
       throws Exception {
     FaultRun.Verdict verdict;
-    String scenario = database.scenarioName(name);
-    try (FaultRun run = new FaultRun(database, scenario, mode, batched, lease)) {
+    String scenario = target.scenarioName(name);
+    try (FaultRun run = new FaultRun(target, scenario, mode, batched, lease)) {
       try {
         body.run(run);
       } catch (Exception | AssertionError e) {
@@ -91,6 +91,20 @@ final class Reliability {
           StandardCharsets.UTF_8,
           StandardOpenOption.CREATE,
           StandardOpenOption.APPEND);
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+  }
+
+  /**
+   * Keeps a consumer's output as {@code <faults.results>/consumers/<scenario>/<consumer>.log}, so a
+   * failed scenario can be read afterwards (in CI too).
+   */
+  static void saveOutput(String scenario, String consumer, String output) {
+    Path dir = RESULTS.resolve("consumers").resolve(scenario.replaceAll("[^A-Za-z0-9]+", "-"));
+    try {
+      Files.createDirectories(dir);
+      Files.writeString(dir.resolve(consumer + ".log"), output, StandardCharsets.UTF_8);
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }

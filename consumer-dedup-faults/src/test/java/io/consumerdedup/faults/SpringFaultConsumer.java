@@ -1,50 +1,75 @@
 package io.consumerdedup.faults;
 
 import io.consumerdedup.spring.Idempotent;
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.TopicPartition;
 import org.springframework.beans.factory.annotation.Value;
 import org.springframework.boot.SpringApplication;
 import org.springframework.boot.autoconfigure.SpringBootApplication;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
+import org.springframework.context.ConfigurableApplicationContext;
 import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.jdbc.datasource.SingleConnectionDataSource;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
+import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.messaging.handler.annotation.Header;
+import org.springframework.messaging.handler.annotation.Payload;
+import org.springframework.transaction.annotation.Transactional;
+import org.springframework.util.backoff.FixedBackOff;
 
 /**
- * The suite's consumer as a Spring Boot application: one {@code @Idempotent @KafkaListener} on the
+ * The suite's consumer as a Spring Boot application: an {@code @Idempotent @KafkaListener} on the
  * auto-configured defaults of consumer-dedup-spring (its container, error handler, DataSource and
  * executor), as a user of the README's quick start has them. Only what the suite needs is set:
- * where Kafka and PostgreSQL are, the group, the fast session timeout and static membership the
+ * where Kafka and the database are, the group, the fast session timeout and static membership the
  * plain {@link FaultConsumer} uses, a short lease, and holds re-tried within 1 s as the plain
  * consumer's are (so a held key is taken over soon after its lease runs out).
  *
- * <p>It takes {@link FaultConsumer}'s arguments (mode SEPARATE, one record per listener call). The
- * listener writes its effect as a row of {@code effects} on a connection of its own, committed at
- * once. {@code fault=AFTER_CLAIM:halt:N} and {@code fault=AFTER_SUCCESS_MARK:halt:N} halt the JVM
- * at the library's fault points; {@code fault=AFTER_HANDLER:halt:N} halts it right after the N-th
- * effect, before the listener returns (SUCCESS not written: the window of mode SEPARATE), since the
- * {@code @Idempotent} path settles the claim in the interceptor, not at that fault point.
+ * <p>It takes {@link FaultConsumer}'s arguments and handles keys the same way ({@code poison-}
+ * always fails, {@code flaky-} fails once). {@code batched=true} makes the listener a batch
+ * listener ({@code List<ConsumerRecord>}: one claim per poll), else it is a record listener. {@code
+ * mode=TRANSACTIONAL} makes it a {@code @Transactional} listener in mode TRANSACTIONAL writing its
+ * effect on the application's DataSource (the dedup table's), so both commit together; in mode
+ * SEPARATE the effect goes to a connection of its own, committed at once. {@code deadLetters=true}
+ * adds the error handler docs/spring-boot.md shows (a {@code DeadLetterPublishingRecoverer} to
+ * {@code <topic>-dlt}, three attempts); without it the container keeps spring-kafka's default.
+ *
+ * <p>{@code fault=AFTER_HANDLER:halt:N} halts the JVM right after the N-th effect, before the
+ * listener returns (SUCCESS not written: the window of mode SEPARATE), since the
+ * {@code @Idempotent} path settles the claim in the interceptor, not at that fault point; {@code
+ * fault=AFTER_HANDLER:stall<millis>:N} blocks the listener there instead. Other points are the
+ * library's ({@link FaultConsumer#installFault}). {@code stop} on standard input closes the
+ * application cleanly (its container commits what is done), as a rolling restart does.
  */
 @SpringBootApplication
 public class SpringFaultConsumer {
-  private static final String AFTER_HANDLER = "AFTER_HANDLER:halt:";
+  private static final String AFTER_HANDLER = "AFTER_HANDLER:";
 
-  public static void main(String[] args) {
+  public static void main(String[] args) throws Exception {
     Map<String, String> spec = new HashMap<>();
     for (String arg : args) {
       int eq = arg.indexOf('=');
       spec.put(arg.substring(0, eq), arg.substring(eq + 1));
     }
     String fault = spec.getOrDefault("fault", "");
-    int haltAfterEffect = 0;
+    String listenerFault = "";
     if (fault.startsWith(AFTER_HANDLER)) {
-      haltAfterEffect = Integer.parseInt(fault.substring(AFTER_HANDLER.length()));
+      listenerFault = fault.substring(AFTER_HANDLER.length());
     } else {
       FaultConsumer.installFault(fault);
     }
+    boolean transactional = "TRANSACTIONAL".equals(spec.get("mode"));
+    boolean batchListener = Boolean.parseBoolean(spec.getOrDefault("batched", "false"));
     Map<String, Object> properties = new HashMap<>();
     properties.put("spring.main.banner-mode", "off");
     properties.put("spring.kafka.bootstrap-servers", spec.get("bootstrap"));
@@ -60,18 +85,34 @@ public class SpringFaultConsumer {
     properties.put(
         "spring.kafka.consumer.properties.group.instance.id",
         spec.getOrDefault("slot", spec.get("name")));
+    properties.put("spring.kafka.producer.properties.max.request.size", "2000000");
+    properties.put("spring.kafka.listener.type", batchListener ? "batch" : "single");
     properties.put("spring.datasource.url", spec.get("dedupJdbc"));
     properties.put("consumer-dedup.lease", spec.getOrDefault("leaseMs", "3000") + "ms");
     properties.put("consumer-dedup.hold.max-backoff", "1s");
+    properties.put("consumer-dedup.mode", transactional ? "transactional" : "separate");
     properties.put("faults.name", spec.get("name"));
     properties.put("faults.topic", spec.get("topic"));
     properties.put("faults.effects-jdbc", spec.get("effectsJdbc"));
     properties.put("faults.handler-ms", spec.getOrDefault("handlerMs", "2"));
-    properties.put("faults.halt-after-effect", haltAfterEffect);
+    properties.put("faults.listener-fault", listenerFault);
+    properties.put("faults.transactional", transactional);
+    properties.put(
+        "faults.listener", batchListener ? "batch" : transactional ? "transactional" : "record");
+    properties.put("faults.dead-letters", spec.getOrDefault("deadLetters", "false"));
     SpringApplication application = new SpringApplication(SpringFaultConsumer.class);
     application.setDefaultProperties(properties);
-    application.run();
+    ConfigurableApplicationContext context = application.run();
     FaultConsumer.announce("STARTED");
+    BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+    String line;
+    while ((line = in.readLine()) != null) {
+      if (line.equals("stop")) {
+        context.close();
+        FaultConsumer.announce("STOPPED");
+        Runtime.getRuntime().halt(0);
+      }
+    }
   }
 
   @Bean
@@ -79,43 +120,157 @@ public class SpringFaultConsumer {
       @Value("${faults.name}") String name,
       @Value("${faults.effects-jdbc}") String effectsJdbc,
       @Value("${faults.handler-ms}") long handlerMillis,
-      @Value("${faults.halt-after-effect}") int haltAfterEffect) {
+      @Value("${faults.listener-fault}") String listenerFault,
+      @Value("${faults.transactional}") boolean transactional,
+      DataSource dataSource) {
     // Not a bean: the application's one DataSource stays the auto-configured dedup one.
-    JdbcTemplate effects = new JdbcTemplate(new SingleConnectionDataSource(effectsJdbc, true));
-    return new Orders(name, effects, handlerMillis, haltAfterEffect);
+    DataSource ownConnection = new SingleConnectionDataSource(effectsJdbc, true);
+    return new Orders(
+        name,
+        new JdbcTemplate(transactional ? dataSource : ownConnection),
+        ownConnection,
+        handlerMillis,
+        listenerFault);
   }
 
-  /** The listener: its effect is a row of {@code effects}, applied once per order number. */
-  static class Orders {
-    private final String name;
-    private final JdbcTemplate effects;
-    private final long handlerMillis;
-    private final int haltAfterEffect;
-    private final AtomicInteger applied = new AtomicInteger();
+  @Bean
+  @ConditionalOnProperty(name = "faults.listener", havingValue = "record")
+  OrderListener orderListener(Orders orders) {
+    return new OrderListener(orders);
+  }
 
-    Orders(String name, JdbcTemplate effects, long handlerMillis, int haltAfterEffect) {
-      this.name = name;
-      this.effects = effects;
-      this.handlerMillis = handlerMillis;
-      this.haltAfterEffect = haltAfterEffect;
+  @Bean
+  @ConditionalOnProperty(name = "faults.listener", havingValue = "transactional")
+  TransactionalOrderListener transactionalOrderListener(Orders orders) {
+    return new TransactionalOrderListener(orders);
+  }
+
+  @Bean
+  @ConditionalOnProperty(name = "faults.listener", havingValue = "batch")
+  OrderBatchListener orderBatchListener(Orders orders) {
+    return new OrderBatchListener(orders);
+  }
+
+  /** The wiring docs/spring-boot.md shows, to the topic the suite reads dead letters from. */
+  @Bean
+  @ConditionalOnProperty(name = "faults.dead-letters", havingValue = "true")
+  DefaultErrorHandler errorHandler(KafkaTemplate<Object, Object> template) {
+    // Partition -1: the dead-letter topic has one partition, Kafka picks it.
+    DeadLetterPublishingRecoverer deadLetters =
+        new DeadLetterPublishingRecoverer(
+            template,
+            (record, e) -> new TopicPartition(record.topic() + FaultRun.SPRING_DLT_SUFFIX, -1));
+    return new DefaultErrorHandler(deadLetters, new FixedBackOff(200, 2));
+  }
+
+  /** A record listener, mode SEPARATE (the default). */
+  static class OrderListener {
+    private final Orders orders;
+
+    OrderListener(Orders orders) {
+      this.orders = orders;
+    }
+
+    @Idempotent(
+        bizType = FaultConsumer.BIZ_TYPE,
+        header = FaultConsumer.KEY_HEADER,
+        fingerprint = "#record.value()")
+    @KafkaListener(topics = "${faults.topic}")
+    public void apply(
+        @Payload(required = false) String payload, @Header(FaultConsumer.KEY_HEADER) String orderNo)
+        throws Exception {
+      orders.apply(orderNo);
+    }
+  }
+
+  /** A record listener in mode TRANSACTIONAL: the effect and the dedup row commit together. */
+  static class TransactionalOrderListener {
+    private final Orders orders;
+
+    TransactionalOrderListener(Orders orders) {
+      this.orders = orders;
+    }
+
+    @Transactional
+    @Idempotent(
+        bizType = FaultConsumer.BIZ_TYPE,
+        header = FaultConsumer.KEY_HEADER,
+        fingerprint = "#record.value()")
+    @KafkaListener(topics = "${faults.topic}")
+    public void apply(
+        @Payload(required = false) String payload, @Header(FaultConsumer.KEY_HEADER) String orderNo)
+        throws Exception {
+      orders.apply(orderNo);
+    }
+  }
+
+  /** A batch listener, mode SEPARATE: one claim per poll, the effects one by one. */
+  static class OrderBatchListener {
+    private final Orders orders;
+
+    OrderBatchListener(Orders orders) {
+      this.orders = orders;
     }
 
     @Idempotent(bizType = FaultConsumer.BIZ_TYPE, header = FaultConsumer.KEY_HEADER)
     @KafkaListener(topics = "${faults.topic}")
-    void apply(String payload, @Header(FaultConsumer.KEY_HEADER) String orderNo)
-        throws InterruptedException {
+    public void apply(List<ConsumerRecord<String, String>> records) throws Exception {
+      for (ConsumerRecord<String, String> record : records) {
+        orders.apply(FaultConsumer.keyOf(record));
+      }
+    }
+  }
+
+  /** What each listener does with an order: its effect is a row of {@code effects}. */
+  static class Orders {
+    private final String name;
+    private final JdbcTemplate effects;
+    private final DataSource failures;
+    private final long handlerMillis;
+    private final String fault;
+    private final int faultAfterEffect;
+    private final AtomicInteger applied = new AtomicInteger();
+
+    Orders(
+        String name,
+        JdbcTemplate effects,
+        DataSource failures,
+        long handlerMillis,
+        String listenerFault) {
+      this.name = name;
+      this.effects = effects;
+      this.failures = failures;
+      this.handlerMillis = handlerMillis;
+      // "halt:N" or "stall<millis>:N"
+      String[] parts = listenerFault.split(":");
+      this.fault = parts[0];
+      this.faultAfterEffect = listenerFault.isEmpty() ? 0 : Integer.parseInt(parts[1]);
+    }
+
+    void apply(String orderNo) throws Exception {
       if (handlerMillis > 0) {
         Thread.sleep(handlerMillis);
+      }
+      if (orderNo.startsWith("poison-")) {
+        throw new IllegalStateException("poison record " + orderNo + " always fails");
+      }
+      if (orderNo.startsWith("flaky-") && FaultConsumer.firstFailure(failures, orderNo)) {
+        throw new IllegalStateException("transient failure of " + orderNo);
       }
       effects.update("INSERT INTO effects (biz_key, consumer) VALUES (?, ?)", orderNo, name);
       int count = applied.incrementAndGet();
       if (count == 1) {
         FaultConsumer.announce("APPLIED");
       }
-      if (count == haltAfterEffect) {
-        FaultConsumer.announce("FAULT AFTER_HANDLER halt");
+      if (count != faultAfterEffect) {
+        return;
+      }
+      FaultConsumer.announce("FAULT AFTER_HANDLER " + fault);
+      if (fault.equals("halt")) {
         Runtime.getRuntime().halt(137);
       }
+      Thread.sleep(Long.parseLong(fault.substring("stall".length())));
+      FaultConsumer.announce("RESUMED AFTER_HANDLER");
     }
   }
 }
