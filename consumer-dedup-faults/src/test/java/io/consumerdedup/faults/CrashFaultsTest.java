@@ -59,6 +59,16 @@ class CrashFaultsTest {
           }
           run.start("a", null);
           run.awaitDone(FINISH_TIMEOUT);
+          if (run.transactional()) {
+            // The claim was in the killed consumer's transaction, so it went with it: no key needed
+            // taking over. A claim committed on its own (mode SEPARATE) would have.
+            long takenOver =
+                run.queryLong("SELECT count(*) FROM consumer_dedup WHERE attempts > 1");
+            run.notes.add("claims rolled back with the effects: " + (takenOver == 0));
+            if (takenOver > 0) {
+              run.violation(takenOver + " key(s) taken over: a claim outlived its transaction");
+            }
+          }
           if (point.equals("AFTER_CLAIM")) {
             // Each killed consumer's claimed key was taken over by the next once its lease ran out.
             long takenOver =

@@ -488,7 +488,7 @@ final class FaultRun implements AutoCloseable {
     }
     for (ChildJvm child : consumers) {
       child.close();
-      Reliability.saveOutput(name, names.get(child), child.output());
+      Reliability.saveOutput(name + " " + modeLabel(), names.get(child), child.output());
     }
     Map<String, String> status = statuses();
     Map<String, DeadLetter> dlt = deadLetters(Duration.ofSeconds(3));
@@ -563,7 +563,7 @@ final class FaultRun implements AutoCloseable {
     }
     return new Verdict(
         name,
-        mode + (batched ? " batched" : " per-record"),
+        modeLabel(),
         produced.size(),
         lost,
         duplicates,
@@ -574,6 +574,10 @@ final class FaultRun implements AutoCloseable {
         bound,
         List.copyOf(violations),
         List.copyOf(notes));
+  }
+
+  private String modeLabel() {
+    return mode + (batched ? " batched" : " per-record");
   }
 
   void violation(String text) {
