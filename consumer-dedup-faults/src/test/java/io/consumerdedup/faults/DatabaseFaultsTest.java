@@ -135,6 +135,8 @@ class DatabaseFaultsTest {
           consumer.awaitLine("APPLIED", START);
           long until = System.nanoTime() + during.toNanos();
           int cuts = 0;
+          boolean serverEnds = run.database == FaultDatabase.POSTGRES;
+          int sessionsEnded = 0;
           while (System.nanoTime() < until) {
             int dropped = proxy.repliesDropped();
             proxy.dropNextReplyAndCut();
@@ -143,7 +145,14 @@ class DatabaseFaultsTest {
               Thread.sleep(5);
             }
             Thread.sleep(150);
-            if (++cuts % 4 == 0) {
+            if (++cuts % 4 != 0) {
+              continue;
+            }
+            // Every fourth time all connections go: cut by the proxy, or on PostgreSQL every
+            // other time ended by the server itself (an administrator, a failover).
+            if (serverEnds && cuts % 8 == 0) {
+              sessionsEnded += run.database.endDedupSessions(run.schema);
+            } else {
               proxy.cutAll();
             }
           }
@@ -152,9 +161,13 @@ class DatabaseFaultsTest {
               proxy.repliesDropped()
                   + " replies lost after the server committed, "
                   + proxy.connectionsReset()
-                  + " connections reset");
+                  + " connections reset"
+                  + (serverEnds ? ", " + sessionsEnded + " sessions ended by the server" : ""));
           if (proxy.repliesDropped() < 5) {
             run.violation("F6/F7: only " + proxy.repliesDropped() + " replies were lost");
+          }
+          if (serverEnds && sessionsEnded == 0) {
+            run.violation("F6/F7: pg_terminate_backend ended no dedup session");
           }
           run.awaitDone(FINISH);
         });

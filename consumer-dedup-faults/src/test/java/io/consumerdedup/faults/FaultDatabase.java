@@ -5,6 +5,8 @@ import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestMariaDb;
 import java.sql.Connection;
 import java.sql.DriverManager;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.util.List;
 
@@ -31,7 +33,31 @@ enum FaultDatabase {
     String dedupUrl(String namespace, TcpProxy via) {
       String direct = url(namespace);
       // A cancel of a statement whose connection is cut must not wait the driver's 10 s default.
-      return (via == null ? direct : via.rewrite(direct)) + "&cancelSignalTimeout=1";
+      return (via == null ? direct : via.rewrite(direct))
+          + "&cancelSignalTimeout=1&ApplicationName="
+          + dedupApplicationName(namespace);
+    }
+
+    @Override
+    int endDedupSessions(String namespace) {
+      try (Connection connection = connect(namespace);
+          PreparedStatement end =
+              connection.prepareStatement(
+                  "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+                      + " WHERE application_name = ?")) {
+        end.setString(1, dedupApplicationName(namespace));
+        try (ResultSet rs = end.executeQuery()) {
+          rs.next();
+          return rs.getInt(1);
+        }
+      } catch (SQLException e) {
+        throw new IllegalStateException(e);
+      }
+    }
+
+    /** The consumers' dedup connections only: the suite's own and the effects' are spared. */
+    private String dedupApplicationName(String namespace) {
+      return "dedup-" + namespace;
     }
 
     @Override
@@ -143,6 +169,15 @@ enum FaultDatabase {
 
   /** The database's clock, as the store reads it for leases. */
   abstract String now();
+
+  /**
+   * Has the server end every session of the consumers' dedup pools on {@code namespace} (as an
+   * administrator or a failover does); returns how many it ended. PostgreSQL only ({@code
+   * pg_terminate_backend}, filtered by the pools' {@code application_name}).
+   */
+  int endDedupSessions(String namespace) {
+    throw new UnsupportedOperationException(displayName + ": sessions are cut by the proxy only");
+  }
 
   Connection connect(String namespace) throws SQLException {
     return DriverManager.getConnection(url(namespace));

@@ -68,6 +68,7 @@ class SoakTest {
             consumers.put(slot, run.start(slot, null));
           }
           Map<String, Integer> drawn = new LinkedHashMap<>();
+          AtomicInteger sessionsEnded = new AtomicInteger();
           long end = System.nanoTime() + Duration.ofSeconds(seconds).toNanos();
           while (System.nanoTime() < end) {
             // A consumer that halted at its fault point is counted and replaced.
@@ -79,7 +80,7 @@ class SoakTest {
               }
             }
             String slot = SLOTS[random.nextInt(SLOTS.length)];
-            int fault = random.nextInt(7);
+            int fault = random.nextInt(8);
             String label;
             switch (fault) {
               case 0 -> {
@@ -116,6 +117,11 @@ class SoakTest {
                 proxy.cutAll();
                 run.faultEnded();
               }
+              case 6 -> {
+                label = "F6/F7 sessions ended by the server";
+                sessionsEnded.addAndGet(run.database.endDedupSessions(run.schema));
+                run.faultEnded();
+              }
               default -> {
                 label = "F6/F7 next reply lost after the commit";
                 proxy.dropNextReplyAndCut();
@@ -148,7 +154,15 @@ class SoakTest {
           }
           run.faultEnded();
           run.notes.add(
-              producedCount.get() + " records produced meanwhile; faults drawn: " + drawn);
+              producedCount.get()
+                  + " records produced meanwhile; faults drawn: "
+                  + drawn
+                  + "; "
+                  + sessionsEnded
+                  + " dedup sessions ended by the server (pg_terminate_backend)");
+          if (drawn.containsKey("F6/F7 sessions ended by the server") && sessionsEnded.get() == 0) {
+            run.violation("pg_terminate_backend ended no dedup session: the fault did not happen");
+          }
           run.awaitDone(Duration.ofSeconds(60));
         });
   }
