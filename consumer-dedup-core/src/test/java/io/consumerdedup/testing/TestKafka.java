@@ -88,13 +88,22 @@ public final class TestKafka {
 
   /** Creates topics with the given number of partitions each. */
   public static void createTopics(int partitions, String... names) {
+    createTopics(partitions, Map.of(), names);
+  }
+
+  /** Creates a topic with topic-level settings ({@code max.message.bytes}, ...). */
+  public static void createTopic(String name, int partitions, Map<String, String> configs) {
+    createTopics(partitions, configs, name);
+  }
+
+  private static void createTopics(int partitions, Map<String, String> configs, String... names) {
     Properties properties = new Properties();
     properties.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers());
     try (Admin admin = Admin.create(properties)) {
       admin
           .createTopics(
               java.util.Arrays.stream(names)
-                  .map(name -> new NewTopic(name, partitions, (short) 1).configs(Map.of()))
+                  .map(name -> new NewTopic(name, partitions, (short) 1).configs(configs))
                   .toList())
           .all()
           .get();

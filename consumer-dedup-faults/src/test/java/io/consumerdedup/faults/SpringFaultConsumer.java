@@ -43,6 +43,11 @@ import org.springframework.util.backoff.FixedBackOff;
  * SEPARATE the effect goes to a connection of its own, committed at once. {@code deadLetters=true}
  * adds the error handler docs/spring-boot.md shows (a {@code DeadLetterPublishingRecoverer} to
  * {@code <topic>-dlt}, three attempts); without it the container keeps spring-kafka's default.
+ * {@code output=<topic>} makes it consume-process-produce: each record in a Kafka transaction of
+ * the container (Spring Boot's {@code transaction-id-prefix}), its effect a receipt produced to
+ * that topic instead of a row; a key starting with {@code abort-} also sends, on its first try in
+ * any consumer, a record larger than {@code audit=<topic>} accepts, so the broker refuses it and
+ * the transaction aborts after the listener returned.
  *
  * <p>{@code fault=AFTER_HANDLER:halt:N} halts the JVM right after the N-th effect, before the
  * listener returns (SUCCESS not written: the window of mode SEPARATE), since the
@@ -91,6 +96,18 @@ public class SpringFaultConsumer {
     properties.put("consumer-dedup.lease", spec.getOrDefault("leaseMs", "3000") + "ms");
     properties.put("consumer-dedup.hold.max-backoff", "1s");
     properties.put("consumer-dedup.mode", transactional ? "transactional" : "separate");
+    String output = spec.getOrDefault("output", "");
+    if (!output.isEmpty()) {
+      // Consume-process-produce: each record in a Kafka transaction of the container. The prefix
+      // is the slot's, so a consumer started in a killed one's place fences its open transaction.
+      properties.put(
+          "spring.kafka.producer.transaction-id-prefix",
+          "faults-tx-" + spec.getOrDefault("slot", spec.get("name")) + "-");
+      properties.put("spring.kafka.producer.properties.transaction.timeout.ms", "10000");
+      properties.put("spring.kafka.consumer.isolation-level", "read_committed");
+    }
+    properties.put("faults.output", output);
+    properties.put("faults.audit", spec.getOrDefault("audit", ""));
     properties.put("faults.name", spec.get("name"));
     properties.put("faults.topic", spec.get("topic"));
     properties.put("faults.effects-jdbc", spec.get("effectsJdbc"));
@@ -122,15 +139,38 @@ public class SpringFaultConsumer {
       @Value("${faults.handler-ms}") long handlerMillis,
       @Value("${faults.listener-fault}") String listenerFault,
       @Value("${faults.transactional}") boolean transactional,
-      DataSource dataSource) {
+      @Value("${faults.output}") String output,
+      @Value("${faults.audit}") String audit,
+      DataSource dataSource,
+      KafkaTemplate<Object, Object> kafka) {
     // Not a bean: the application's one DataSource stays the auto-configured dedup one.
     DataSource ownConnection = new SingleConnectionDataSource(effectsJdbc, true);
-    return new Orders(
-        name,
-        new JdbcTemplate(transactional ? dataSource : ownConnection),
-        ownConnection,
-        handlerMillis,
-        listenerFault);
+    Effect effect;
+    if (output.isEmpty()) {
+      JdbcTemplate effects = new JdbcTemplate(transactional ? dataSource : ownConnection);
+      effect =
+          orderNo ->
+              effects.update(
+                  "INSERT INTO effects (biz_key, consumer) VALUES (?, ?)", orderNo, name);
+    } else {
+      effect =
+          orderNo -> {
+            kafka.send(output, orderNo, "receipt for " + orderNo + " from " + name);
+            if (orderNo.startsWith("abort-")
+                && FaultConsumer.firstFailure(ownConnection, orderNo)) {
+              // Larger than the audit topic accepts: the broker refuses it, so the transaction
+              // cannot commit after the listener returned.
+              kafka.send(audit, orderNo, "x".repeat(2_000));
+            }
+          };
+    }
+    return new Orders(effect, ownConnection, handlerMillis, listenerFault);
+  }
+
+  /** What the listener does for an order: a row of {@code effects}, or a receipt produced. */
+  @FunctionalInterface
+  interface Effect {
+    void apply(String orderNo) throws Exception;
   }
 
   @Bean
@@ -221,24 +261,17 @@ public class SpringFaultConsumer {
     }
   }
 
-  /** What each listener does with an order: its effect is a row of {@code effects}. */
+  /** What each listener does with an order, and the faults it injects there. */
   static class Orders {
-    private final String name;
-    private final JdbcTemplate effects;
+    private final Effect effect;
     private final DataSource failures;
     private final long handlerMillis;
     private final String fault;
     private final int faultAfterEffect;
     private final AtomicInteger applied = new AtomicInteger();
 
-    Orders(
-        String name,
-        JdbcTemplate effects,
-        DataSource failures,
-        long handlerMillis,
-        String listenerFault) {
-      this.name = name;
-      this.effects = effects;
+    Orders(Effect effect, DataSource failures, long handlerMillis, String listenerFault) {
+      this.effect = effect;
       this.failures = failures;
       this.handlerMillis = handlerMillis;
       // "halt:N" or "stall<millis>:N"
@@ -257,7 +290,7 @@ public class SpringFaultConsumer {
       if (orderNo.startsWith("flaky-") && FaultConsumer.firstFailure(failures, orderNo)) {
         throw new IllegalStateException("transient failure of " + orderNo);
       }
-      effects.update("INSERT INTO effects (biz_key, consumer) VALUES (?, ?)", orderNo, name);
+      effect.apply(orderNo);
       int count = applied.incrementAndGet();
       if (count == 1) {
         FaultConsumer.announce("APPLIED");

@@ -2,7 +2,15 @@ package io.consumerdedup.faults;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.consumerdedup.testing.TestKafka;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -96,6 +104,93 @@ class SpringFaultsTest {
     // returns): each is re-run once, and no more than those.
     assertThat(verdict.kills()).isEqualTo(1);
     assertThat(verdict.duplicates()).isEqualTo(verdict.window());
+  }
+
+  /**
+   * F17, consume-process-produce: each record in a Kafka transaction of the container, its effect a
+   * receipt produced in that transaction. The transactions of ten keys abort after the listener
+   * returned (the broker refuses a record they sent), and a consumer is killed with a transaction
+   * open; each key's receipt must be committed exactly once, read as a {@code read_committed}
+   * consumer reads it.
+   */
+  @Test
+  void f17KafkaTransactionsThatAbortAfterTheListenerReturnedCommitTheirOutputOnce()
+      throws Exception {
+    Reliability.scenario(
+        SPRING,
+        "F17 Kafka transactions aborted",
+        "SEPARATE",
+        false,
+        CrashFaultsTest.LEASE,
+        run -> {
+          String output = run.topic + "-receipts";
+          String audit = run.topic + "-audit";
+          TestKafka.createTopics(1, output);
+          TestKafka.createTopic(audit, 1, Map.of("max.message.bytes", "200"));
+          run.consumerArg("output", output);
+          run.consumerArg("audit", audit);
+          List<String[]> records = new ArrayList<>();
+          for (int i = 0; i < 30; i++) {
+            records.add(new String[] {(i % 3 == 0 ? "abort-" : "order-") + i, "payload " + i});
+          }
+          run.produceAll(records);
+          run.watchOffsets();
+          int nth = 5 + Reliability.random(run.name).nextInt(15);
+          run.awaitCrash(
+              run.start("a", "AFTER_HANDLER:halt:" + nth), CrashFaultsTest.CRASH_TIMEOUT);
+          run.start("a", null);
+          run.awaitDone(CrashFaultsTest.FINISH_TIMEOUT);
+          Map<String, Long> committed = receipts(output, "read_committed");
+          Map<String, Long> all = receipts(output, "read_uncommitted");
+          for (FaultRun.Produced record : run.produced) {
+            long receipts = committed.getOrDefault(record.key(), 0L);
+            if (receipts != 1) {
+              run.violation("F17: " + record.key() + " has " + receipts + " committed receipts");
+            }
+          }
+          long aborted =
+              all.values().stream().mapToLong(Long::longValue).sum()
+                  - committed.values().stream().mapToLong(Long::longValue).sum();
+          // The faults were real: every abort- key's first transaction failed after the listener
+          // returned, and was retried (a receipt the producer had not sent yet when its
+          // transaction failed never reaches the log, so the aborted receipts count fewer).
+          long retried =
+              run.queryLong(
+                  "SELECT count(*) FROM consumer_dedup WHERE biz_key LIKE 'abort-%'"
+                      + " AND attempts >= 2");
+          run.notes.add(
+              "killed after its "
+                  + nth
+                  + "th receipt; the transactions of "
+                  + retried
+                  + " keys failed to commit after the listener returned and were retried; "
+                  + aborted
+                  + " aborted receipts in the log; each key's receipt committed once");
+          if (retried != 10) {
+            run.violation(
+                "F17: " + retried + " of the 10 abort- keys were retried after a failed commit");
+          }
+        });
+  }
+
+  /** The receipts on {@code topic} per key, as a consumer of {@code isolation} reads them. */
+  private static Map<String, Long> receipts(String topic, String isolation) {
+    Map<String, Object> config = TestKafka.consumerConfig("unused");
+    config.remove(ConsumerConfig.GROUP_ID_CONFIG);
+    config.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+    Map<String, Long> perKey = new HashMap<>();
+    TopicPartition partition = new TopicPartition(topic, 0);
+    try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(config)) {
+      consumer.assign(List.of(partition));
+      consumer.seekToBeginning(List.of(partition));
+      // Under read_committed the end is the last stable offset: no open transaction is waited for.
+      long end = consumer.endOffsets(List.of(partition)).get(partition);
+      long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
+      while (consumer.position(partition) < end && System.nanoTime() < deadline) {
+        consumer.poll(Duration.ofMillis(200)).forEach(r -> perKey.merge(r.key(), 1L, Long::sum));
+      }
+    }
+    return perKey;
   }
 
   @Test
