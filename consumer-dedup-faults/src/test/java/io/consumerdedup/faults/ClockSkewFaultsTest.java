@@ -59,7 +59,13 @@ class ClockSkewFaultsTest {
 
   @Test
   void f14AClockTenMinutesOffNeitherTakesOverEarlyNorHoldsALeaseForever() throws Exception {
+    clockSkew(Target.PLAIN);
+  }
+
+  /** F14 on {@code target}: see the class comment. */
+  static void clockSkew(Target target) throws Exception {
     Reliability.scenario(
+        target,
         "F14 JVM clock 10 min off",
         "SEPARATE",
         false,
@@ -170,8 +176,11 @@ class ClockSkewFaultsTest {
       FaultRun run, Clock holder, String key, List<String> leases) {
     long length =
         run.queryLong(
-            "SELECT coalesce(max((extract(epoch FROM lease_until - updated_at) * 1000)::bigint),"
-                + " -1) FROM consumer_dedup WHERE biz_key = ? AND status = 'PROCESSING'",
+            "SELECT coalesce(max("
+                + run.database.epochMillis("lease_until")
+                + " - "
+                + run.database.epochMillis("updated_at")
+                + "), -1) FROM consumer_dedup WHERE biz_key = ? AND status = 'PROCESSING'",
             key);
     if (length == -1) {
       throw new AssertionError(
@@ -190,8 +199,9 @@ class ClockSkewFaultsTest {
     }
     leases.add(length + "");
     return run.queryLong(
-        "SELECT (extract(epoch FROM lease_until) * 1000)::bigint FROM consumer_dedup"
-            + " WHERE biz_key = ?",
+        "SELECT "
+            + run.database.epochMillis("lease_until")
+            + " FROM consumer_dedup WHERE biz_key = ?",
         key);
   }
 
@@ -214,8 +224,9 @@ class ClockSkewFaultsTest {
     }
     long applied =
         run.queryLong(
-            "SELECT coalesce((extract(epoch FROM min(at)) * 1000)::bigint, -1) FROM effects"
-                + " WHERE biz_key = ?",
+            "SELECT coalesce("
+                + run.database.epochMillis("min(at)")
+                + ", -1) FROM effects WHERE biz_key = ?",
             key);
     long afterLease = applied - leaseEnd;
     if (applied == -1 || afterLease < 0 || afterLease > TAKEOVER_BOUND.toMillis()) {

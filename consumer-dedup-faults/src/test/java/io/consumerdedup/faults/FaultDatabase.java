@@ -82,6 +82,11 @@ enum FaultDatabase {
     String now() {
       return "now()";
     }
+
+    @Override
+    String epochMillis(String timestamp) {
+      return "(extract(epoch FROM " + timestamp + ") * 1000)::bigint";
+    }
   },
 
   /**
@@ -131,7 +136,7 @@ enum FaultDatabase {
       // Keys as the dedup table holds them (their UTF-8 bytes), so they compare exactly with it.
       return List.of(
           "CREATE TABLE effects (biz_key VARBINARY(12000) NOT NULL, consumer VARCHAR(128) NOT NULL,"
-              + " at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6))",
+              + " at DATETIME(6) NOT NULL DEFAULT UTC_TIMESTAMP(6))",
           "CREATE TABLE transient_failures (biz_key VARBINARY(1024) PRIMARY KEY)");
     }
 
@@ -139,6 +144,12 @@ enum FaultDatabase {
     String now() {
       // The store writes leases in UTC from the database clock.
       return "UTC_TIMESTAMP(6)";
+    }
+
+    @Override
+    String epochMillis(String timestamp) {
+      // The times are UTC (the store's and the effects' defaults), whatever the session's zone.
+      return "(TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', " + timestamp + ") DIV 1000)";
     }
   };
 
@@ -169,6 +180,9 @@ enum FaultDatabase {
 
   /** The database's clock, as the store reads it for leases. */
   abstract String now();
+
+  /** SQL for a timestamp column or expression as milliseconds since the epoch (a bigint). */
+  abstract String epochMillis(String timestamp);
 
   /**
    * Has the server end every session of the consumers' dedup pools on {@code namespace} (as an
