@@ -10,11 +10,12 @@ import java.util.Random;
 import org.junit.jupiter.api.Test;
 
 /**
- * The database misbehaves between the consumer and PostgreSQL (a TCP proxy; F6/F7 and F8 run on
- * MariaDB as well, {@link MariaDbFaultsTest}): F8 it refuses connections for seconds, F9 every
- * round trip takes 200 ms more, F6/F7 replies of claims and marks are lost after the server
- * committed them and connections are cut, F4/F18 a zombie whose connection stalls (no reply, no
- * reset) during its renewals while another consumer takes over.
+ * The database misbehaves between the consumer and PostgreSQL (a TCP proxy, and the server ending
+ * sessions): F8 it refuses connections for seconds, F9 every round trip takes 200 ms more, F6/F7
+ * replies of claims and marks are lost after the server committed them and connections are cut,
+ * F4/F18 a zombie whose connection stalls (no reply, no reset) during its renewals while another
+ * consumer takes over. Each runs on MariaDB ({@link MariaDbFaultsTest}) and through the Spring Boot
+ * listener ({@link SpringFaultsTest}) as well.
  */
 class DatabaseFaultsTest {
   static final Duration LEASE = Duration.ofSeconds(3);

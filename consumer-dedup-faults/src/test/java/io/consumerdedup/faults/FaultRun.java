@@ -643,7 +643,7 @@ final class FaultRun implements AutoCloseable {
     return header.value();
   }
 
-  static @Nullable String header(ConsumerRecord<byte[], byte[]> record, String name) {
+  private static @Nullable String header(ConsumerRecord<byte[], byte[]> record, String name) {
     Header header = record.headers().lastHeader(name);
     return header == null ? null : new String(header.value(), StandardCharsets.UTF_8);
   }
