@@ -38,6 +38,20 @@ class CrashFaultsTest {
       int kills,
       int records)
       throws Exception {
+    return crashes(target, name, mode, batched, point, kills, records, run -> {});
+  }
+
+  /** As above, the run first prepared by {@code setUp} (consumer arguments). */
+  static FaultRun.Verdict crashes(
+      Target target,
+      String name,
+      String mode,
+      boolean batched,
+      String point,
+      int kills,
+      int records,
+      Reliability.Body setUp)
+      throws Exception {
     return Reliability.scenario(
         target,
         name,
@@ -45,6 +59,7 @@ class CrashFaultsTest {
         batched,
         LEASE,
         run -> {
+          setUp.run(run);
           Random random = Reliability.random(run.name);
           run.produce(records, "order-");
           run.watchOffsets();

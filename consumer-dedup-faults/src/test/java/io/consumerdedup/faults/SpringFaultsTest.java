@@ -194,6 +194,24 @@ class SpringFaultsTest {
   }
 
   @Test
+  void f16KillInTheMiddleOfABatchListenerAcknowledgingEachRecord() throws Exception {
+    FaultRun.Verdict verdict =
+        CrashFaultsTest.crashes(
+            SPRING,
+            "F16 kill mid-batch, acknowledging each record",
+            "SEPARATE",
+            true,
+            "AFTER_HANDLER",
+            1,
+            RECORDS,
+            run -> run.consumerArg("acknowledge", "true"));
+    // Acknowledged records had their SUCCESS written as the batch went: only the record in hand
+    // and marks still on their way are re-run.
+    assertThat(verdict.kills()).isEqualTo(1);
+    assertThat(verdict.duplicates()).isEqualTo(verdict.window());
+  }
+
+  @Test
   void badInputEndsProcessedOnceOrDeadLetteredWithTheReason() throws Exception {
     InputFaultsTest.badInput(SPRING);
   }

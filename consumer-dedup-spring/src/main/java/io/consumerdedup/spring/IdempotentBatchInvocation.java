@@ -79,6 +79,7 @@ final class IdempotentBatchInvocation {
     final List<ConsumerRecord<Object, Object>> records = new ArrayList<>();
     final List<Integer> batchIndexes = new ArrayList<>();
     final List<@Nullable DedupClaim> claims = new ArrayList<>();
+    private final List<@Nullable CompletableFuture<Void>> marks = new ArrayList<>();
 
     void add(
         Object element,
@@ -89,10 +90,26 @@ final class IdempotentBatchInvocation {
       records.add(record);
       batchIndexes.add(batchIndex);
       claims.add(claim);
+      marks.add(null);
     }
 
     int size() {
       return elements.size();
+    }
+
+    /**
+     * The write of the i-th record's SUCCESS, started on the first call (by the method's
+     * acknowledgment, or when the batch ends); null for a record without a claim or whose claim
+     * ended otherwise.
+     */
+    @Nullable CompletableFuture<Void> markAsync(int i) {
+      CompletableFuture<Void> mark = marks.get(i);
+      DedupClaim claim = claims.get(i);
+      if (mark == null && claim != null && !claim.isEnded()) {
+        mark = claim.completeAsync();
+        marks.set(i, mark);
+      }
+      return mark;
     }
   }
 
@@ -220,7 +237,7 @@ final class IdempotentBatchInvocation {
     arguments[listener.batchIndex] = filtered(batchArgument, kept);
     HeldBatchAcknowledgment heldAck = null;
     if (acknowledgment != null) {
-      heldAck = new HeldBatchAcknowledgment(acknowledgment, kept.size());
+      heldAck = new HeldBatchAcknowledgment(acknowledgment, kept);
       arguments[listener.ackIndex] = heldAck;
     }
     Object result;
@@ -244,7 +261,9 @@ final class IdempotentBatchInvocation {
       }
       Stop written = completeBefore(kept, failed);
       DedupClaim failedClaim = kept.claims.get(failed);
-      if (failedClaim != null) { // null: a record without key, processed without dedup
+      // null: a record without key, processed without dedup; ended: the method had acknowledged
+      // it, and its SUCCESS stands.
+      if (failedClaim != null && !failedClaim.isEnded()) {
         failedClaim.fail(error);
       }
       Stop at = new Stop(kept.batchIndexes.get(failed), asRuntime(error));
@@ -284,8 +303,7 @@ final class IdempotentBatchInvocation {
   private static @Nullable Stop completeBefore(Kept kept, int end) {
     List<@Nullable CompletableFuture<Void>> marks = new ArrayList<>();
     for (int i = 0; i < end; i++) {
-      DedupClaim claim = kept.claims.get(i);
-      marks.add(claim == null ? null : claim.completeAsync());
+      marks.add(kept.markAsync(i));
     }
     Stop first = null;
     for (int i = 0; i < marks.size(); i++) {
@@ -460,30 +478,40 @@ final class IdempotentBatchInvocation {
   /**
    * The listener's {@link Acknowledgment}, held until the outcomes are written, so that no offset
    * is committed past a record whose SUCCESS is not recorded; indexes are translated from the list
-   * the method was given to the container's batch.
+   * the method was given to the container's batch. What the method acknowledges is done by its own
+   * word: the SUCCESS of those records is written at once, in the background, so a process that
+   * dies later in the batch runs only the records after them again.
    */
   private static final class HeldBatchAcknowledgment implements Acknowledgment {
     private final Acknowledgment delegate;
-    private final int size;
+    private final Kept kept;
     private boolean acknowledged;
     private int partialIndex = -1;
     int nackIndex = -1;
     Duration nackSleep = Duration.ZERO;
 
-    HeldBatchAcknowledgment(Acknowledgment delegate, int size) {
+    HeldBatchAcknowledgment(Acknowledgment delegate, Kept kept) {
       this.delegate = delegate;
-      this.size = size;
+      this.kept = kept;
     }
 
     @Override
     public void acknowledge() {
       acknowledged = true;
+      markUpTo(kept.size() - 1);
     }
 
     @Override
     public void acknowledge(int index) {
       checkIndex(index);
       partialIndex = Math.max(partialIndex, index);
+      markUpTo(index);
+    }
+
+    private void markUpTo(int index) {
+      for (int i = 0; i <= index; i++) {
+        kept.markAsync(i);
+      }
     }
 
     @Override
@@ -499,9 +527,9 @@ final class IdempotentBatchInvocation {
     }
 
     private void checkIndex(int index) {
-      if (index < 0 || index >= size) {
+      if (index < 0 || index >= kept.size()) {
         throw new IllegalArgumentException(
-            "index " + index + " is outside the batch of " + size + " records");
+            "index " + index + " is outside the batch of " + kept.size() + " records");
       }
     }
 

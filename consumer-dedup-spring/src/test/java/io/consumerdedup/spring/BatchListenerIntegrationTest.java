@@ -23,6 +23,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -86,7 +88,8 @@ class BatchListenerIntegrationTest {
         "bt-plain",
         "bt-held",
         "bt-records",
-        "bt-nack");
+        "bt-nack",
+        "bt-progress");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -271,6 +274,41 @@ class BatchListenerIntegrationTest {
     assertThat(store.find(DedupKey.of("nack", "N-2")).orElseThrow().attempts()).isEqualTo(2);
   }
 
+  /**
+   * A batch listener that acknowledges each record as it goes: the SUCCESS of what it acknowledged
+   * is written at once, so a process dying later in the batch would run only the records after it
+   * again (the window of a batch listener is otherwise the whole batch so far).
+   */
+  @Test
+  void recordsAcknowledgedMidBatchAreSuccessBeforeTheBatchEnds() throws Exception {
+    inOneBatch(
+        "bt-progress",
+        () -> {
+          send(template, "bt-progress", "a", "order-no", "P-1");
+          send(template, "bt-progress", "b", "order-no", "P-2");
+          send(template, "bt-progress", "c", "order-no", "P-3");
+        });
+
+    // The listener acknowledged P-1 and P-2, and waits before P-3.
+    assertThat(Switches.progressWaiting.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+    await().atMost(WAIT).until(() -> status("progress", "P-2") == DedupStatus.SUCCESS);
+    assertThat(status("progress", "P-1")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(status("progress", "P-3")).isEqualTo(DedupStatus.PROCESSING);
+    assertThat(committed("bt-progress")).as("no offset before the batch ends").isLessThan(1);
+
+    Switches.progressGo.countDown();
+    await().atMost(WAIT).until(() -> committed("bt-progress") == 3);
+    for (String key : List.of("P-1", "P-2", "P-3")) {
+      assertThat(effects("progress", key)).as(key).isEqualTo(1);
+      assertThat(status("progress", key)).isEqualTo(DedupStatus.SUCCESS);
+    }
+    assertThat(Switches.batches.get("bt-progress")).containsExactly(List.of("P-1", "P-2", "P-3"));
+  }
+
+  private DedupStatus status(String bizType, String key) {
+    return store.find(DedupKey.of(bizType, key)).orElseThrow().status();
+  }
+
   @Test
   void keylessRecordIsDeadLetteredOnceAndTheOthersAreApplied() throws Exception {
     inOneBatch(
@@ -401,6 +439,11 @@ class BatchListenerIntegrationTest {
     /** Per key, how often a listener was given its record. */
     static final Map<String, AtomicInteger> calls = new ConcurrentHashMap<>();
 
+    /** bt-progress: the listener waits before its third record until the test says go. */
+    static final CountDownLatch progressWaiting = new CountDownLatch(1);
+
+    static final CountDownLatch progressGo = new CountDownLatch(1);
+
     static void seen(String topic, List<String> keys) {
       batches.computeIfAbsent(topic, t -> new CopyOnWriteArrayList<>()).add(keys);
       keys.forEach(key -> calls.computeIfAbsent(key, k -> new AtomicInteger()).incrementAndGet());
@@ -525,6 +568,26 @@ class BatchListenerIntegrationTest {
         effect("nack", key, record.value());
       }
       ack.acknowledge();
+    }
+
+    @Idempotent(bizType = "progress", header = "order-no")
+    @KafkaListener(
+        id = "bt-progress",
+        topics = "bt-progress",
+        batch = "true",
+        containerFactory = "manualAckFactory")
+    public void onProgress(List<ConsumerRecord<String, String>> records, Acknowledgment ack)
+        throws InterruptedException {
+      Switches.seen("bt-progress", keys(records));
+      for (int i = 0; i < records.size(); i++) {
+        if (i == 2) {
+          Switches.progressWaiting.countDown();
+          Switches.progressGo.await(60, TimeUnit.SECONDS);
+        }
+        ConsumerRecord<String, String> record = records.get(i);
+        effect("progress", header(record, "order-no"), record.value());
+        ack.acknowledge(i);
+      }
     }
 
     @Idempotent(bizType = "keyless", header = "order-no")
