@@ -51,7 +51,8 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * BatchListenerFailedException} of its own) is passed on with the index translated to the
  * container's batch: the records before it SUCCESS, it FAILED, those after it released without
  * counting an attempt. Any other exception leaves every claimed record FAILED: the method's state
- * is unknown, so all are retried.
+ * is unknown, so all are retried. Records the method acknowledged ({@code acknowledge(i)} of its
+ * {@link Acknowledgment}) are done by its word: their SUCCESS is written at once, and stands.
  */
 final class IdempotentBatchInvocation {
   private final IdempotentListenerMethod listener;
