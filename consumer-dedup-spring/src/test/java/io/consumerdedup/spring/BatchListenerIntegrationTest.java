@@ -89,7 +89,8 @@ class BatchListenerIntegrationTest {
         "bt-held",
         "bt-records",
         "bt-nack",
-        "bt-progress");
+        "bt-progress",
+        "bt-ackfail");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -303,6 +304,31 @@ class BatchListenerIntegrationTest {
       assertThat(status("progress", key)).isEqualTo(DedupStatus.SUCCESS);
     }
     assertThat(Switches.batches.get("bt-progress")).containsExactly(List.of("P-1", "P-2", "P-3"));
+  }
+
+  /**
+   * A record the method acknowledged is done by its word: reported failed afterwards, it is not
+   * applied again; the redelivery the failure asks for finds it a duplicate.
+   */
+  @Test
+  void aRecordAcknowledgedThenReportedFailedKeepsItsSuccessAndIsNotAppliedAgain() throws Exception {
+    inOneBatch(
+        "bt-ackfail",
+        () -> {
+          send(template, "bt-ackfail", "a", "order-no", "A-1");
+          send(template, "bt-ackfail", "reported failed after its ack", "order-no", "A-2");
+          send(template, "bt-ackfail", "c", "order-no", "A-3");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-ackfail") == 3);
+    for (String key : List.of("A-1", "A-2", "A-3")) {
+      assertThat(effects("ackfail", key)).as(key).isEqualTo(1);
+      assertThat(status("ackfail", key)).isEqualTo(DedupStatus.SUCCESS);
+    }
+    assertThat(Switches.calls.get("A-2").get()).as("A-2 given to the method once").isEqualTo(1);
+    assertThat(store.find(DedupKey.of("ackfail", "A-2")).orElseThrow().attempts()).isEqualTo(1);
+    assertThat(Switches.batches.get("bt-ackfail"))
+        .contains(List.of("A-1", "A-2", "A-3"), List.of("A-3"));
   }
 
   private DedupStatus status(String bizType, String key) {
@@ -587,6 +613,27 @@ class BatchListenerIntegrationTest {
         ConsumerRecord<String, String> record = records.get(i);
         effect("progress", header(record, "order-no"), record.value());
         ack.acknowledge(i);
+      }
+    }
+
+    @Idempotent(bizType = "ackfail", header = "order-no")
+    @KafkaListener(
+        id = "bt-ackfail",
+        topics = "bt-ackfail",
+        batch = "true",
+        containerFactory = "manualAckFactory")
+    public void onAckThenFail(List<ConsumerRecord<String, String>> records, Acknowledgment ack) {
+      Switches.seen("bt-ackfail", keys(records));
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<String, String> record = records.get(i);
+        String key = header(record, "order-no");
+        effect("ackfail", key, record.value());
+        ack.acknowledge(i);
+        if (record.value().equals("reported failed after its ack")
+            && Switches.calls.get(key).get() == 1) {
+          throw new BatchListenerFailedException(
+              "failed after acknowledging", new IllegalStateException("late failure"), i);
+        }
       }
     }
 
