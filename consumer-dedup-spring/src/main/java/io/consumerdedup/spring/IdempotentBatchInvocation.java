@@ -488,6 +488,7 @@ final class IdempotentBatchInvocation {
     private final Kept kept;
     private boolean acknowledged;
     private int partialIndex = -1;
+    private int markedUpTo = -1;
     int nackIndex = -1;
     Duration nackSleep = Duration.ZERO;
 
@@ -509,10 +510,12 @@ final class IdempotentBatchInvocation {
       markUpTo(index);
     }
 
+    /** A listener acknowledging each record in turn starts each mark once, not the list again. */
     private void markUpTo(int index) {
-      for (int i = 0; i <= index; i++) {
+      for (int i = markedUpTo + 1; i <= index; i++) {
         kept.markAsync(i);
       }
+      markedUpTo = Math.max(markedUpTo, index);
     }
 
     @Override
