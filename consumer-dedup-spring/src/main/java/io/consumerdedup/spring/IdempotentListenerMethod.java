@@ -31,6 +31,8 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.common.header.Header;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.BeanFactory;
 import org.springframework.boot.convert.DurationStyle;
 import org.springframework.context.expression.BeanFactoryResolver;
@@ -62,6 +64,7 @@ import org.springframework.util.ClassUtils;
  * run time it derives a call's key and fingerprint (header or SpEL) and what a duplicate returns.
  */
 final class IdempotentListenerMethod {
+  private static final Logger log = LoggerFactory.getLogger(IdempotentListenerMethod.class);
   private static final SpelExpressionParser PARSER = new SpelExpressionParser();
   private static final boolean REACTOR_PRESENT =
       ClassUtils.isPresent(
@@ -491,20 +494,26 @@ final class IdempotentListenerMethod {
       Object value;
       try {
         value = expression.getValue(context());
-      } catch (EvaluationException e) {
+      } catch (RuntimeException e) {
         // The expression is checked at start-up; failing here means this record lacks what it
-        // reads, and a redelivery carries the same data: not retryable.
-        throw new DedupKeyMalformedException(
-            "@Idempotent "
-                + what
-                + " expression '"
-                + expression.getExpressionString()
-                + "' of "
-                + name
-                + " failed on this record: "
-                + e.getMessage(),
-            RecordSources.describe(record, KafkaUtils.getConsumerGroupId()),
-            e);
+        // reads, and a redelivery carries the same data: not retryable. SpEL rethrows a
+        // RuntimeException of a called method (#payload.substring(20)) as it is, not as an
+        // EvaluationException, so both are caught.
+        DedupKeyMalformedException malformed =
+            new DedupKeyMalformedException(
+                "@Idempotent "
+                    + what
+                    + " expression '"
+                    + expression.getExpressionString()
+                    + "' of "
+                    + name
+                    + " failed on this record: "
+                    + (e instanceof EvaluationException ? e.getMessage() : e.toString()),
+                RecordSources.describe(record, KafkaUtils.getConsumerGroupId()),
+                e);
+        // A dead-letter recoverer publishes the record without logging why.
+        log.warn("{}; refused as a malformed key, not retried", malformed.getMessage());
+        throw malformed;
       }
       return value == null ? null : value.toString();
     }
