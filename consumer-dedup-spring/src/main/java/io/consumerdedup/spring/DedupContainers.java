@@ -61,23 +61,38 @@ public final class DedupContainers {
    * Prepares {@code container}; a held record's partition is paused for {@code initialHoldBackOff},
    * doubling on each consecutive hold of the same record up to {@code maxHoldBackOff}.
    *
-   * @param keyHeaderArguments key headers that {@code @Idempotent} listeners also take as
-   *     {@code @Header} arguments: a record without one is refused as a missing key, once, although
-   *     it fails before the listener is called
+   * @param keyHeaderArguments key headers that the {@code @Idempotent} listeners of this container
+   *     are keyed by and also take as {@code @Header} arguments: a record without one is refused as
+   *     a missing key, once, although it fails before the listener is called. Give them only for a
+   *     container whose listeners are all keyed so: any listener of it missing such an argument is
+   *     refused this way
    * @throws IllegalStateException the container is running
+   */
+  public static void configure(
+      AbstractMessageListenerContainer<?, ?> container,
+      Duration initialHoldBackOff,
+      Duration maxHoldBackOff,
+      Set<String> keyHeaderArguments) {
+    configure(
+        container, initialHoldBackOff, maxHoldBackOff, new MissingKeyArguments(keyHeaderArguments));
+  }
+
+  /**
+   * Prepares {@code container} as {@link #configure(AbstractMessageListenerContainer, Duration,
+   * Duration, Set)}, with missing key header arguments recognised per listener method. Internal:
+   * the auto-configuration's, as {@link MissingKeyArguments} is.
    */
   @SuppressWarnings({"unchecked", "rawtypes"})
   public static void configure(
       AbstractMessageListenerContainer<?, ?> container,
       Duration initialHoldBackOff,
       Duration maxHoldBackOff,
-      Set<String> keyHeaderArguments) {
+      MissingKeyArguments missingKeys) {
     if (container.isRunning()) {
       throw new IllegalStateException(
           "Configure listener container " + container.getListenerId() + " before starting it");
     }
     PartitionHolds holds = new PartitionHolds(initialHoldBackOff, maxHoldBackOff);
-    MissingKeyArguments missingKeys = new MissingKeyArguments(keyHeaderArguments);
     AbstractMessageListenerContainer raw = container;
     ContainerProperties properties = container.getContainerProperties();
     if (properties.getKafkaAwareTransactionManager() != null

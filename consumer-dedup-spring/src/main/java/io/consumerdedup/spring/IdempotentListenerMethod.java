@@ -105,11 +105,10 @@ final class IdempotentListenerMethod {
   /** Index of the {@code Acknowledgment} argument, or -1. */
   final int ackIndex;
 
-  /**
-   * Headers the key is read from that the method also takes as {@code @Header} arguments: a record
-   * without one fails argument resolution before consumer-dedup sees it, which must still be
-   * reported as a missing key.
-   */
+  /** The method as spring-kafka names it when it cannot be called ({@code toGenericString}). */
+  final String signature;
+
+  /** See {@link KeyHeaderArguments}. */
   final Set<String> keyHeaderArguments;
 
   /** The {@code @KafkaListener} id, if the method or its class gives one. */
@@ -133,6 +132,7 @@ final class IdempotentListenerMethod {
 
   private IdempotentListenerMethod(Method method, Idempotent annotation) {
     this.name = method.getDeclaringClass().getName() + "#" + method.getName();
+    this.signature = method.toGenericString();
     refuseUnprotectable(method);
     this.bizType = annotation.bizType();
     try {
@@ -174,19 +174,8 @@ final class IdempotentListenerMethod {
     int ack = -1;
     int annotatedPayload = -1;
     int unclaimed = -1;
-    Set<String> keyHeaderArguments = new LinkedHashSet<>();
     for (MethodParameter parameter : new AnnotatedMethod(method).getMethodParameters()) {
       int i = parameter.getParameterIndex();
-      org.springframework.messaging.handler.annotation.Header headerArgument =
-          parameter.getParameterAnnotation(
-              org.springframework.messaging.handler.annotation.Header.class);
-      if (headerArgument != null) {
-        String name =
-            headerArgument.name().isEmpty() ? headerArgument.value() : headerArgument.name();
-        if (name.equals(header) || (key != null && key.getExpressionString().contains(name))) {
-          keyHeaderArguments.add(name);
-        }
-      }
       Class<?> type = parameter.getParameterType();
       if (ConsumerRecord.class.isAssignableFrom(type)) {
         record = record < 0 ? i : record;
@@ -204,7 +193,7 @@ final class IdempotentListenerMethod {
     this.messageIndex = message;
     this.ackIndex = ack;
     this.payloadIndex = annotatedPayload >= 0 ? annotatedPayload : unclaimed;
-    this.keyHeaderArguments = Set.copyOf(keyHeaderArguments);
+    this.keyHeaderArguments = KeyHeaderArguments.of(method, header, key);
     KafkaListener listener =
         AnnotatedElementUtils.findMergedAnnotation(method, KafkaListener.class);
     if (listener == null) {

@@ -1,7 +1,10 @@
 package io.consumerdedup.spring;
 
-import java.util.LinkedHashSet;
+import io.consumerdedup.spring.internal.MissingKeyArguments;
+import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.function.Function;
@@ -81,13 +84,17 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
   }
 
   /**
-   * The key headers that {@code @Idempotent} listeners also take as {@code @Header} arguments (see
-   * {@link DedupContainers#configure}).
+   * What a record without a key header that an {@code @Idempotent} listener also takes as a {@code
+   * Header} argument is turned into (see {@link DedupContainers#configure}).
    */
-  public Set<String> keyHeaderArguments() {
-    Set<String> headers = new LinkedHashSet<>();
-    listeners.forEach(listener -> headers.addAll(listener.keyHeaderArguments));
-    return headers;
+  public MissingKeyArguments missingKeyArguments() {
+    Map<String, Set<String>> listenersByHeader = new HashMap<>();
+    for (IdempotentListenerMethod listener : listeners) {
+      for (String header : listener.keyHeaderArguments) {
+        listenersByHeader.computeIfAbsent(header, h -> new HashSet<>()).add(listener.signature);
+      }
+    }
+    return MissingKeyArguments.forListeners(listenersByHeader);
   }
 
   @Override

@@ -5,7 +5,7 @@ import io.consumerdedup.spring.DedupContainers;
 import io.consumerdedup.spring.DedupErrorClassification;
 import io.consumerdedup.spring.IdempotentExecutors;
 import io.consumerdedup.spring.IdempotentListenerPostProcessor;
-import java.util.Set;
+import io.consumerdedup.spring.internal.MissingKeyArguments;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.ObjectProvider;
@@ -51,7 +51,8 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle {
   @Override
   public void start() {
     IdempotentListenerPostProcessor found = listeners.getIfAvailable();
-    Set<String> keyHeaderArguments = found == null ? Set.of() : found.keyHeaderArguments();
+    MissingKeyArguments missingKeys =
+        found == null ? MissingKeyArguments.none() : found.missingKeyArguments();
     if (found != null) {
       found.listeners().forEach(this::report);
     }
@@ -74,7 +75,7 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle {
             configurable,
             properties.getHold().getInitialBackoff(),
             properties.getHold().getMaxBackoff(),
-            keyHeaderArguments);
+            missingKeys);
       }
     }
     running = true;
