@@ -114,6 +114,9 @@ final class IdempotentListenerMethod {
   /** The {@code @KafkaListener} id, if the method or its class gives one. */
   final String listenerId;
 
+  /** The {@code @KafkaListener} of the method, else of its class; null if neither has one. */
+  final @Nullable KafkaListener kafkaListener;
+
   /** How a batch listener takes its records; null for a record listener. */
   final @Nullable BatchShape batch;
 
@@ -201,6 +204,7 @@ final class IdempotentListenerMethod {
           AnnotatedElementUtils.findMergedAnnotation(
               method.getDeclaringClass(), KafkaListener.class);
     }
+    this.kafkaListener = listener;
     this.listenerId = listener == null ? "" : listener.id();
     if (isBatch(method)) {
       int index = -1;

@@ -10,6 +10,7 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.function.Function;
 import java.util.function.Supplier;
 import org.aopalliance.intercept.MethodInterceptor;
+import org.jspecify.annotations.Nullable;
 import org.springframework.aop.Advisor;
 import org.springframework.aop.framework.Advised;
 import org.springframework.aop.framework.autoproxy.AbstractBeanFactoryAwareAdvisingPostProcessor;
@@ -17,6 +18,7 @@ import org.springframework.aop.support.AopUtils;
 import org.springframework.aop.support.DefaultPointcutAdvisor;
 import org.springframework.aop.support.annotation.AnnotationMatchingPointcut;
 import org.springframework.core.Ordered;
+import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.util.ReflectionUtils;
 
 /**
@@ -47,13 +49,15 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
    * @param listenerId the {@code @KafkaListener} id, empty if it has none
    * @param keySource where the key comes from: {@code header 'order-no'}, or the key expression
    * @param overrides its own settings (lease, policies, mode); null ones are the application's
+   * @param kafkaListener its {@code @KafkaListener} (of the method, else of its class), unresolved
    */
   public record Listener(
       String method,
       String listenerId,
       String bizType,
       String keySource,
-      IdempotentExecutors.Overrides overrides) {}
+      IdempotentExecutors.Overrides overrides,
+      @Nullable KafkaListener kafkaListener) {}
 
   /**
    * @param interceptor supplies the interceptor at the first call, so that this post-processor
@@ -79,7 +83,10 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
   /** The {@code @Idempotent} listeners of the beans processed so far. */
   public List<Listener> listeners() {
     return listeners.stream()
-        .map(l -> new Listener(l.name, l.listenerId, l.bizType, l.keySource(), l.overrides))
+        .map(
+            l ->
+                new Listener(
+                    l.name, l.listenerId, l.bizType, l.keySource(), l.overrides, l.kafkaListener))
         .toList();
   }
 

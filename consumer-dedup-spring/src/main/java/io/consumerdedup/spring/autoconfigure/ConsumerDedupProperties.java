@@ -11,6 +11,8 @@ import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import java.time.Duration;
 import java.time.temporal.ChronoUnit;
+import java.util.LinkedHashSet;
+import java.util.Set;
 import org.jspecify.annotations.Nullable;
 import org.springframework.beans.factory.InitializingBean;
 import org.springframework.boot.context.properties.ConfigurationProperties;
@@ -77,6 +79,13 @@ public class ConsumerDedupProperties implements InitializingBean {
 
   /** The owner written to claims; default: host name, process id and a random part. */
   private @Nullable String ownerId;
+
+  /**
+   * Biz types that {@code @Idempotent} listeners of different consumer groups may share on purpose
+   * (each key applied once by whichever group comes first). Any other biz type shared across groups
+   * stops the application at start-up.
+   */
+  private Set<String> sharedBizTypes = new LinkedHashSet<>();
 
   /** When to create the dedup table: NEVER (you run the migration) or ALWAYS (if it is absent). */
   private SchemaInitialization initializeSchema = SchemaInitialization.NEVER;
@@ -416,6 +425,14 @@ public class ConsumerDedupProperties implements InitializingBean {
 
   public void setOwnerId(@Nullable String ownerId) {
     this.ownerId = ownerId;
+  }
+
+  public Set<String> getSharedBizTypes() {
+    return sharedBizTypes;
+  }
+
+  public void setSharedBizTypes(Set<String> sharedBizTypes) {
+    this.sharedBizTypes = sharedBizTypes;
   }
 
   public SchemaInitialization getInitializeSchema() {

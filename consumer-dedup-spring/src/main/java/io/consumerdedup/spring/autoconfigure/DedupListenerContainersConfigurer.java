@@ -6,9 +6,13 @@ import io.consumerdedup.spring.DedupErrorClassification;
 import io.consumerdedup.spring.IdempotentExecutors;
 import io.consumerdedup.spring.IdempotentListenerPostProcessor;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
+import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.springframework.beans.factory.BeanFactory;
+import org.springframework.beans.factory.BeanFactoryAware;
 import org.springframework.beans.factory.ObjectProvider;
+import org.springframework.beans.factory.config.ConfigurableBeanFactory;
 import org.springframework.context.SmartLifecycle;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.listener.AbstractMessageListenerContainer;
@@ -24,7 +28,7 @@ import org.springframework.kafka.retrytopic.DestinationTopicResolver;
  * DedupErrorClassification}); spring-kafka registers that resolver too late for a bean
  * post-processor. Containers registered later, at run time, are configured by whoever creates them.
  */
-public final class DedupListenerContainersConfigurer implements SmartLifecycle {
+public final class DedupListenerContainersConfigurer implements SmartLifecycle, BeanFactoryAware {
   private static final Logger log =
       LoggerFactory.getLogger(DedupListenerContainersConfigurer.class);
 
@@ -34,6 +38,7 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle {
   private final IdempotentExecutors executors;
   private final ConsumerDedupProperties properties;
   private volatile boolean running;
+  private @Nullable BeanFactory beanFactory;
 
   public DedupListenerContainersConfigurer(
       ObjectProvider<KafkaListenerEndpointRegistry> registry,
@@ -49,11 +54,23 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle {
   }
 
   @Override
+  public void setBeanFactory(BeanFactory beanFactory) {
+    this.beanFactory = beanFactory;
+  }
+
+  /**
+   * @throws io.consumerdedup.core.DedupConfigurationException {@code @Idempotent} listeners of
+   *     different consumer groups share a biz type ({@link SharedBizTypes})
+   */
+  @Override
   public void start() {
     IdempotentListenerPostProcessor found = listeners.getIfAvailable();
     MissingKeyArguments missingKeys =
         found == null ? MissingKeyArguments.none() : found.missingKeyArguments();
     if (found != null) {
+      if (beanFactory instanceof ConfigurableBeanFactory configurable) {
+        new SharedBizTypes(configurable, properties.getSharedBizTypes()).check(found.listeners());
+      }
       found.listeners().forEach(this::report);
     }
     // Registered by spring-kafka as a DestinationTopicResolver, whatever its class.
