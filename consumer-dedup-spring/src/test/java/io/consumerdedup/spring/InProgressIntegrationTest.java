@@ -58,7 +58,9 @@ import org.springframework.util.backoff.FixedBackOff;
     properties = {
       "consumer-dedup.owner-id=" + InProgressIntegrationTest.THIS_INSTANCE,
       "consumer-dedup.hold.initial-backoff=" + InProgressIntegrationTest.BACK_OFF_MS + "ms",
-      "consumer-dedup.hold.max-backoff=1s"
+      "consumer-dedup.hold.max-backoff=1s",
+      // Two scenarios, one listener (and group) each, of one biz type; their keys differ.
+      "consumer-dedup.shared-biz-types=payment"
     })
 @DirtiesContext
 class InProgressIntegrationTest {

@@ -48,7 +48,11 @@ import org.springframework.transaction.annotation.Transactional;
  */
 @SpringBootTest(
     classes = TransactionalModeIntegrationTest.App.class,
-    properties = "consumer-dedup.mode=transactional")
+    properties = {
+      "consumer-dedup.mode=transactional",
+      // tx-copy-a and tx-copy-b are two groups competing for one key on purpose.
+      "consumer-dedup.shared-biz-types=transfer"
+    })
 @DirtiesContext
 class TransactionalModeIntegrationTest {
   static final Duration WAIT = Duration.ofSeconds(30);
