@@ -474,9 +474,12 @@ class ConsumerDedupAutoConfigurationTest {
         shown.put((String) property.get("name"), property.get("defaultValue"));
       }
     }
-    // Every property but owner-id (generated per instance) shows its default.
-    assertThat(properties).hasSize(24);
-    assertThat(shown).hasSize(23).doesNotContainKey("consumer-dedup.owner-id");
+    // Every property but owner-id (generated per instance) and shared-biz-types (empty) shows its
+    // default.
+    assertThat(properties).hasSize(25);
+    assertThat(shown)
+        .hasSize(23)
+        .doesNotContainKeys("consumer-dedup.owner-id", "consumer-dedup.shared-biz-types");
 
     ConsumerDedupProperties bound =
         new Binder(new MapConfigurationPropertySource(shown))
