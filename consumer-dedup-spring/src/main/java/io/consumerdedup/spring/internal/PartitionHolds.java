@@ -49,8 +49,14 @@ public final class PartitionHolds {
 
   private record Key(String container, TopicPartition partition) {}
 
-  /** One pause of a partition, by the container that consumed it then. */
-  private record Pause(MessageListenerContainer owner) {}
+  /** One pause of a partition (each distinct), by the container that consumed it then. */
+  private static final class Pause {
+    final MessageListenerContainer owner;
+
+    Pause(MessageListenerContainer owner) {
+      this.owner = owner;
+    }
+  }
 
   private static final class Hold {
     final long offset;
@@ -120,7 +126,7 @@ public final class PartitionHolds {
         holds.put(key, hold);
       }
       if (hold.pause != null
-          && hold.pause.owner() == owner
+          && hold.pause.owner == owner
           && owner.isPartitionPauseRequested(partition)) {
         return backOff(hold.count);
       }
@@ -142,13 +148,11 @@ public final class PartitionHolds {
       Hold current = holds.get(key);
       if (current != null && current.pause == pause) {
         current.pause = null;
-      } else if (current != null
-          && current.pause != null
-          && current.pause.owner() == pause.owner()) {
+      } else if (current != null && current.pause != null && current.pause.owner == pause.owner) {
         return; // a later hold on the same container resumes it in its own time
       }
     }
-    pause.owner().resumePartition(partition);
+    pause.owner.resumePartition(partition);
   }
 
   private Duration backOff(int count) {
