@@ -6,6 +6,8 @@ import java.io.InputStreamReader;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -43,12 +45,15 @@ import org.springframework.util.backoff.FixedBackOff;
  * effect on the application's DataSource (the dedup table's), so both commit together; in mode
  * SEPARATE the effect goes to a connection of its own, committed at once. {@code deadLetters=true}
  * adds the error handler docs/spring-boot.md shows (a {@code DeadLetterPublishingRecoverer} to
- * {@code <topic>-dlt}, three attempts); without it the container keeps spring-kafka's default.
- * {@code output=<topic>} makes it consume-process-produce: each record in a Kafka transaction of
- * the container (Spring Boot's {@code transaction-id-prefix}), its effect a receipt produced to
- * that topic instead of a row; a key starting with {@code abort-} also sends, on its first try in
- * any consumer, a record larger than {@code audit=<topic>} accepts, so the broker refuses it and
- * the transaction aborts after the listener returned.
+ * {@code <topic>-dlt}, three attempts); without it the container keeps spring-kafka's default, or,
+ * with {@code retryBackOffMs=<millis>}, a {@code DefaultErrorHandler} trying a failed record three
+ * more times that far apart. {@code async=true} makes the record listener return a {@code
+ * CompletableFuture} that applies the effect on another thread. {@code output=<topic>} makes it
+ * consume-process-produce: each record in a Kafka transaction of the container (Spring Boot's
+ * {@code transaction-id-prefix}), its effect a receipt produced to that topic instead of a row; a
+ * key starting with {@code abort-} also sends, on its first try in any consumer, a record larger
+ * than {@code audit=<topic>} accepts, so the broker refuses it and the transaction aborts after the
+ * listener returned.
  *
  * <p>{@code fault=AFTER_HANDLER:halt:N} halts the JVM right after the N-th effect, before the
  * listener returns (SUCCESS not written: the window of mode SEPARATE), since the
@@ -77,6 +82,7 @@ public class SpringFaultConsumer {
     boolean transactional = "TRANSACTIONAL".equals(spec.get("mode"));
     boolean batchListener = Boolean.parseBoolean(spec.getOrDefault("batched", "false"));
     boolean acknowledging = Boolean.parseBoolean(spec.getOrDefault("acknowledge", "false"));
+    boolean async = Boolean.parseBoolean(spec.getOrDefault("async", "false"));
     Map<String, Object> properties = new HashMap<>();
     properties.put("spring.main.banner-mode", "off");
     properties.put("spring.kafka.bootstrap-servers", spec.get("bootstrap"));
@@ -123,7 +129,10 @@ public class SpringFaultConsumer {
         "faults.listener",
         batchListener
             ? (acknowledging ? "acknowledging-batch" : "batch")
-            : transactional ? "transactional" : "record");
+            : transactional ? "transactional" : async ? "async" : "record");
+    if (spec.containsKey("retryBackOffMs")) {
+      properties.put("faults.retry-back-off-ms", spec.get("retryBackOffMs"));
+    }
     properties.put("faults.dead-letters", spec.getOrDefault("deadLetters", "false"));
     SpringApplication application = new SpringApplication(SpringFaultConsumer.class);
     application.setDefaultProperties(properties);
@@ -188,6 +197,12 @@ public class SpringFaultConsumer {
   }
 
   @Bean
+  @ConditionalOnProperty(name = "faults.listener", havingValue = "async")
+  AsyncOrderListener asyncOrderListener(Orders orders) {
+    return new AsyncOrderListener(orders);
+  }
+
+  @Bean
   @ConditionalOnProperty(name = "faults.listener", havingValue = "transactional")
   TransactionalOrderListener transactionalOrderListener(Orders orders) {
     return new TransactionalOrderListener(orders);
@@ -217,6 +232,16 @@ public class SpringFaultConsumer {
     return new DefaultErrorHandler(deadLetters, new FixedBackOff(200, 2));
   }
 
+  /**
+   * The application's own error handler with a long back-off between attempts of a failed record,
+   * as docs/spring-boot.md says an application may have: a restart falls within it.
+   */
+  @Bean
+  @ConditionalOnProperty(name = "faults.retry-back-off-ms")
+  DefaultErrorHandler retryingErrorHandler(@Value("${faults.retry-back-off-ms}") long backOffMs) {
+    return new DefaultErrorHandler(new FixedBackOff(backOffMs, 3));
+  }
+
   /** A record listener, mode SEPARATE (the default). */
   static class OrderListener {
     private final Orders orders;
@@ -234,6 +259,35 @@ public class SpringFaultConsumer {
         @Payload(required = false) String payload, @Header(FaultConsumer.KEY_HEADER) String orderNo)
         throws Exception {
       orders.apply(orderNo);
+    }
+  }
+
+  /**
+   * A record listener returning a {@code CompletableFuture}: the effect applied on another thread.
+   */
+  static class AsyncOrderListener {
+    private final Orders orders;
+
+    AsyncOrderListener(Orders orders) {
+      this.orders = orders;
+    }
+
+    @Idempotent(
+        bizType = FaultConsumer.BIZ_TYPE,
+        header = FaultConsumer.KEY_HEADER,
+        fingerprint = "#record.value()")
+    @KafkaListener(topics = "${faults.topic}")
+    public CompletableFuture<Void> apply(
+        @Payload(required = false) String payload,
+        @Header(FaultConsumer.KEY_HEADER) String orderNo) {
+      return CompletableFuture.runAsync(
+          () -> {
+            try {
+              orders.apply(orderNo);
+            } catch (Exception e) {
+              throw new CompletionException(e);
+            }
+          });
     }
   }
 

@@ -2,7 +2,14 @@ package io.consumerdedup.faults;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ChildJvm;
 import io.consumerdedup.testing.TestKafka;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -11,6 +18,7 @@ import java.util.Map;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.utils.Utils;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -214,5 +222,155 @@ class SpringFaultsTest {
   @Test
   void badInputEndsProcessedOnceOrDeadLetteredWithTheReason() throws Exception {
     InputFaultsTest.badInput(SPRING);
+  }
+
+  /**
+   * F24: a listener returning a {@code CompletableFuture} whose future fails once (a {@code flaky-}
+   * key), with the application's {@code DefaultErrorHandler} backing off 8 s between attempts, and
+   * the consumer stopped during that back-off and started again (a deploy). The failed record must
+   * be applied after the restart: not committed past while FAILED.
+   */
+  @Test
+  void f24AsyncFailureWithRestart() throws Exception {
+    FaultRun.Verdict verdict =
+        Reliability.scenario(
+            SPRING,
+            "F24 async failure with restart",
+            "SEPARATE",
+            false,
+            CrashFaultsTest.LEASE,
+            run -> {
+              run.consumerArg("async", "true");
+              run.consumerArg("retryBackOffMs", "8000");
+              List<String[]> records = new ArrayList<>();
+              for (int i = 0; i < 20; i++) {
+                records.add(new String[] {(i == 7 ? "flaky-" : "order-") + i, "payload " + i});
+              }
+              run.produceAll(records);
+              run.watchOffsets();
+              ChildJvm first = run.start("a", null);
+              // The fault: a future failed, and its key is FAILED, waiting out the back-off.
+              awaitAtLeast(run, "SELECT count(*) FROM consumer_dedup WHERE status = 'FAILED'", 1);
+              long failedAtStop =
+                  run.queryLong("SELECT count(*) FROM consumer_dedup WHERE status = 'FAILED'");
+              run.stop(first);
+              run.faultEnded();
+              run.start("a", null);
+              run.awaitDone(CrashFaultsTest.FINISH_TIMEOUT);
+              long retried =
+                  run.queryLong(
+                      "SELECT count(*) FROM consumer_dedup WHERE biz_key LIKE 'flaky-%'"
+                          + " AND status = 'SUCCESS' AND attempts >= 2");
+              run.notes.add(
+                  failedAtStop
+                      + " failed futures FAILED when the consumer was stopped during the back-off;"
+                      + " "
+                      + retried
+                      + " flaky- key applied on its attempt after the restart");
+              if (retried != 1) {
+                run.violation("F24: the flaky- key was not applied after failing");
+              }
+            });
+    assertThat(verdict.lost()).isZero();
+    assertThat(verdict.duplicates()).isZero();
+  }
+
+  /**
+   * F25: a batch listener on the defaults whose own exception (a {@code flaky-} key, once) makes
+   * spring-kafka retry the batch in memory, while a later key of the same batch is held by another
+   * consumer's live lease: every retry stops at the held key, which must wait, not be counted as a
+   * failure until the recoverer discards the batch. It is applied once after the holder lets go.
+   */
+  @Test
+  void f25BatchInMemoryRetryWithAHeldKey() throws Exception {
+    FaultRun.Verdict verdict =
+        Reliability.scenario(
+            SPRING,
+            "F25 batch in-memory retry with a held key",
+            "SEPARATE",
+            true,
+            CrashFaultsTest.LEASE,
+            run -> {
+              // One partition, so one batch: the flaky key first (the listener applies nothing
+              // before it fails, which a batch listener failing without an index would re-apply),
+              // then the held one, then the others.
+              String flaky = keysInPartition("flaky-", 0, 1).get(0);
+              String held = keysInPartition("held-", 0, 1).get(0);
+              List<String[]> records = new ArrayList<>();
+              records.add(new String[] {flaky, "payload of " + flaky});
+              records.add(new String[] {held, "payload of " + held});
+              for (String key : keysInPartition("order-", 0, 18)) {
+                records.add(new String[] {key, "payload of " + key});
+              }
+              try (HikariDataSource dedup = run.pool(2);
+                  IdempotentExecutor other =
+                      IdempotentExecutor.builder(JdbcDedupStore.builder(dedup).build())
+                          .ownerId("other-consumer")
+                          .lease(CrashFaultsTest.LEASE)
+                          .build()) {
+                DedupClaim holder =
+                    other.claim(DedupKey.of(FaultConsumer.BIZ_TYPE, held), null, "other consumer");
+                run.produceAll(records);
+                run.watchOffsets();
+                run.start("a", null);
+                // The listener failed once and its in-memory retry applied the flaky key, while
+                // the held key's lease is live elsewhere.
+                awaitAtLeast(
+                    run,
+                    "SELECT count(*) FROM consumer_dedup WHERE biz_key = '"
+                        + flaky
+                        + "' AND status = 'SUCCESS' AND attempts = 2",
+                    1);
+                Thread.sleep(3_000); // longer than the default handler's ten quick retries
+                String heldState =
+                    run.queryLong(
+                                "SELECT count(*) FROM consumer_dedup WHERE biz_key = '"
+                                    + held
+                                    + "' AND status = 'PROCESSING' AND owner = 'other-consumer'")
+                            == 1
+                        ? "held by the other consumer"
+                        : "not held";
+                run.notes.add(
+                    flaky
+                        + " failed once and was applied by the in-memory retry while "
+                        + held
+                        + " was "
+                        + heldState);
+                if (!heldState.startsWith("held")) {
+                  run.violation("F25: the held key was not held during the in-memory retries");
+                }
+                holder.fail(new IllegalStateException("the other consumer gave up"));
+                run.faultEnded();
+              }
+              run.awaitDone(CrashFaultsTest.FINISH_TIMEOUT);
+            });
+    assertThat(verdict.lost()).isZero();
+    assertThat(verdict.duplicates()).isZero();
+  }
+
+  /**
+   * {@code count} keys with {@code prefix} that Kafka's default partitioner puts in one partition.
+   */
+  private static List<String> keysInPartition(String prefix, int partition, int count) {
+    List<String> keys = new ArrayList<>();
+    for (int i = 0; keys.size() < count; i++) {
+      byte[] key = (prefix + i).getBytes(StandardCharsets.UTF_8);
+      if (Utils.toPositive(Utils.murmur2(key)) % FaultRun.PARTITIONS == partition) {
+        keys.add(prefix + i);
+      }
+    }
+    return keys;
+  }
+
+  private static void awaitAtLeast(FaultRun run, String countQuery, long atLeast)
+      throws InterruptedException {
+    long deadline = System.nanoTime() + CrashFaultsTest.CRASH_TIMEOUT.toNanos();
+    while (run.queryLong(countQuery) < atLeast) {
+      if (System.nanoTime() > deadline) {
+        throw new AssertionError(
+            "not reached within " + CrashFaultsTest.CRASH_TIMEOUT + ": " + countQuery);
+      }
+      Thread.sleep(100);
+    }
   }
 }

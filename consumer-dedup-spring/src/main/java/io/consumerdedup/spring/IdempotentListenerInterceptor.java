@@ -19,6 +19,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
 import org.aopalliance.intercept.MethodInterceptor;
 import org.aopalliance.intercept.MethodInvocation;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -48,10 +49,12 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * (an {@code Acknowledgment} the listener calls is passed on only then); inside the container's
  * Spring transaction, after it commits; inside a Kafka transaction of the container, once the
  * container is done with the record ({@link CurrentRecordInterceptor}); for a method returning a
- * {@code CompletableFuture} or {@code Mono}, when it completes (the container sees it complete only
- * then). A listener that calls {@code Acknowledgment.nack} leaves its key FAILED, so the redelivery
- * it asked for runs it again. A duplicate is not invoked: it returns {@code null}, a primitive's
- * zero, or an empty future or Mono, and its {@code Acknowledgment} is acknowledged.
+ * {@code CompletableFuture} or {@code Mono}, when it completes, which the call waits for: the
+ * container gets a completed future, or the listener's failure thrown, so that its error handler
+ * sees the failure before anything is acknowledged. A listener that calls {@code
+ * Acknowledgment.nack} leaves its key FAILED, so the redelivery it asked for runs it again. A
+ * duplicate is not invoked: it returns {@code null}, a primitive's zero, or an empty future or
+ * Mono, and its {@code Acknowledgment} is acknowledged.
  *
  * <p>The record comes from the method's {@code ConsumerRecord} argument if it has one, else from
  * {@link CurrentRecordInterceptor}. The method's own exceptions are rethrown as themselves after
@@ -151,9 +154,9 @@ public final class IdempotentListenerInterceptor {
     }
     ListenerOutcomes.Pending pending = ListenerOutcomes.pending(record, claim);
     boolean settleNow =
-        listener.returns == IdempotentListenerMethod.Returns.VALUE
-            && !ListenerOutcomes.inKafkaTransaction()
-            && !TransactionSynchronizationManager.isSynchronizationActive();
+        listener.returns != IdempotentListenerMethod.Returns.VALUE
+            || (!ListenerOutcomes.inKafkaTransaction()
+                && !TransactionSynchronizationManager.isSynchronizationActive());
     HeldAcknowledgment held = null;
     if (acknowledgment != null) {
       held = new HeldAcknowledgment(acknowledgment, pending, settleNow);
@@ -169,45 +172,79 @@ public final class IdempotentListenerInterceptor {
     }
     switch (listener.returns) {
       case FUTURE:
-        return settledWhenDone(((CompletionStage<?>) Objects.requireNonNull(result)), pending);
+        Object value =
+            awaitSettled(
+                ((CompletionStage<?>) Objects.requireNonNull(result)).toCompletableFuture(),
+                pending,
+                listener);
+        release(held);
+        return CompletableFuture.completedFuture(value);
       case MONO:
-        return MonoOutcomes.settledWhenDone(
-            Objects.requireNonNull(result), future -> settledWhenDone(future, pending));
+        Object item =
+            awaitSettled(MonoOutcomes.toFuture(Objects.requireNonNull(result)), pending, listener);
+        release(held);
+        return MonoOutcomes.of(item);
       default:
         pending.listenerSucceeded();
         settle(listener, record, pending, claim, source);
-        if (held != null) {
-          held.release();
-        }
+        release(held);
         return result;
     }
   }
 
+  private static void release(@Nullable HeldAcknowledgment held) {
+    if (held != null) {
+      held.release();
+    }
+  }
+
   /**
-   * A future that completes once the listener's does and its outcome is written: the container
-   * acknowledges the record only then. If SUCCESS cannot be written, it fails with the reason.
+   * Waits for the listener's future and writes its outcome, before the container sees the record
+   * done. spring-kafka acknowledges a future that fails (and hands it to the error handler, if at
+   * all, only after committing that acknowledgment), so a failure handed over as a future would let
+   * the offset pass a FAILED record; thrown from the listener call instead, it reaches the
+   * container's error handler as any listener failure does, the record uncommitted.
+   *
+   * @return the listener's value, for a future or Mono that already completed
+   * @throws Throwable what the listener's future failed with, or why SUCCESS could not be written
    */
+  private static @Nullable Object awaitSettled(
+      CompletableFuture<?> future,
+      ListenerOutcomes.Pending pending,
+      IdempotentListenerMethod listener)
+      throws Throwable {
+    try {
+      return settledWhenDone(future, pending).get();
+    } catch (ExecutionException e) {
+      throw e.getCause() != null ? e.getCause() : e;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      // Its outcome is written when it completes; the redelivery finds it then.
+      throw new IllegalStateException(
+          "Interrupted while waiting for the future of " + listener + " to complete", e);
+    }
+  }
+
+  /** A future that completes once the listener's does and its outcome is written. */
   private static CompletableFuture<Object> settledWhenDone(
-      CompletionStage<?> future, ListenerOutcomes.Pending pending) {
-    return future
-        .toCompletableFuture()
-        .handle(
-            (value, error) -> {
-              Throwable cause =
-                  error instanceof CompletionException && error.getCause() != null
-                      ? error.getCause()
-                      : error;
-              if (cause == null) {
-                pending.listenerSucceeded();
-              } else {
-                pending.listenerFailed(cause);
-              }
-              pending.settle();
-              if (cause != null) {
-                throw new CompletionException(cause);
-              }
-              return value;
-            });
+      CompletableFuture<?> future, ListenerOutcomes.Pending pending) {
+    return future.handle(
+        (value, error) -> {
+          Throwable cause =
+              error instanceof CompletionException && error.getCause() != null
+                  ? error.getCause()
+                  : error;
+          if (cause == null) {
+            pending.listenerSucceeded();
+          } else {
+            pending.listenerFailed(cause);
+          }
+          pending.settle();
+          if (cause != null) {
+            throw new CompletionException(cause);
+          }
+          return value;
+        });
   }
 
   /**
@@ -269,6 +306,7 @@ public final class IdempotentListenerInterceptor {
     private final ListenerOutcomes.Pending pending;
     private final boolean holdUntilSettled;
     private boolean acknowledged;
+    private boolean released;
 
     HeldAcknowledgment(
         Acknowledgment delegate, ListenerOutcomes.Pending pending, boolean holdUntilSettled) {
@@ -279,11 +317,14 @@ public final class IdempotentListenerInterceptor {
 
     @Override
     public void acknowledge() {
-      if (holdUntilSettled) {
-        acknowledged = true;
-      } else {
-        delegate.acknowledge();
+      synchronized (this) {
+        if (holdUntilSettled && !released) {
+          acknowledged = true;
+          return;
+        }
       }
+      // SUCCESS is written: an acknowledgment after the method returned (asyncAcks) goes through.
+      delegate.acknowledge();
     }
 
     @Override
@@ -310,7 +351,12 @@ public final class IdempotentListenerInterceptor {
 
     /** SUCCESS is written: passes on an acknowledgment the listener made. */
     void release() {
-      if (acknowledged) {
+      boolean pass;
+      synchronized (this) {
+        released = true;
+        pass = acknowledged;
+      }
+      if (pass) {
         delegate.acknowledge();
       }
     }

@@ -1,7 +1,7 @@
 package io.consumerdedup.spring;
 
 import java.util.concurrent.CompletableFuture;
-import java.util.function.Function;
+import org.jspecify.annotations.Nullable;
 import reactor.core.publisher.Mono;
 
 /**
@@ -19,12 +19,13 @@ final class MonoOutcomes {
     return Mono.empty();
   }
 
-  /**
-   * The listener's Mono, ending only once {@code settle} has recorded its outcome: spring-kafka
-   * acknowledges the record when the returned Mono completes.
-   */
-  static Mono<?> settledWhenDone(
-      Object mono, Function<CompletableFuture<?>, CompletableFuture<?>> settle) {
-    return Mono.fromFuture(settle.apply(((Mono<?>) mono).toFuture()));
+  /** The listener's Mono as a future: subscribing to it runs it. */
+  static CompletableFuture<?> toFuture(Object mono) {
+    return ((Mono<?>) mono).toFuture();
+  }
+
+  /** A Mono of an outcome already known: the listener's value, or empty. */
+  static Mono<?> of(@Nullable Object value) {
+    return Mono.justOrEmpty(value);
   }
 }

@@ -17,6 +17,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
+import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.springframework.core.log.LogAccessor;
@@ -36,7 +37,8 @@ import org.springframework.kafka.support.TopicPartitionOffset;
  * unreachable, its outcome is not recorded yet) is never recovered or skipped, whatever the
  * application's back-off and recoverer: its partition is sought back to it and paused with a
  * back-off ({@link PartitionHolds}), no delivery attempt is counted, and other partitions keep
- * moving. Every other exception goes to the application's handler unchanged.
+ * moving. This holds on every path of the application's handler, its in-memory retries of a batch
+ * included. Every other exception goes to the application's handler unchanged.
  *
  * <p>{@link DedupContainers#configure} installs it on a container; the auto-configuration does so
  * for every listener container.
@@ -162,7 +164,9 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       MessageListenerContainer container,
       Runnable invokeListener) {
     holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
-    delegate.handleBatch(thrownException, data, consumer, container, invokeListener);
+    HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container);
+    delegate.handleBatch(thrownException, data, consumer, container, retry);
+    retry.throwIfHeld();
   }
 
   @Override
@@ -173,8 +177,60 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       MessageListenerContainer container,
       Runnable invokeListener) {
     holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
-    return delegate.handleBatchAndReturnRemaining(
-        thrownException, data, consumer, container, invokeListener);
+    HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container);
+    ConsumerRecords<K, V> remaining =
+        delegate.handleBatchAndReturnRemaining(thrownException, data, consumer, container, retry);
+    retry.throwIfHeld();
+    return remaining;
+  }
+
+  /**
+   * The listener call a delegate makes to retry a batch in memory (spring-kafka's {@code
+   * DefaultErrorHandler} does so for an exception without a record index, through its fallback
+   * handler): a retry that stops at a record to retry later holds it, as the first delivery would
+   * have been, instead of counting one more failure towards the recoverer, which would discard the
+   * batch and let the container commit past the held record. The delegate is told the retry
+   * succeeded, so it ends its retries without recovering anything; {@link #throwIfHeld} then keeps
+   * the container from acknowledging the batch.
+   */
+  private final class HoldingRetry implements Runnable {
+    private final Runnable invokeListener;
+    private final ConsumerRecords<?, ?> data;
+    private final Consumer<?, ?> consumer;
+    private final MessageListenerContainer container;
+    private @Nullable KafkaException held;
+
+    HoldingRetry(
+        Runnable invokeListener,
+        ConsumerRecords<?, ?> data,
+        Consumer<?, ?> consumer,
+        MessageListenerContainer container) {
+      this.invokeListener = invokeListener;
+      this.data = data;
+      this.consumer = consumer;
+      this.container = container;
+    }
+
+    @Override
+    public void run() {
+      if (held != null) {
+        return; // the batch is sought back already; a later call would deliver it out of turn
+      }
+      try {
+        invokeListener.run();
+      } catch (RuntimeException e) {
+        if (Disposition.of(e) != Disposition.RETRY_LATER) {
+          throw e;
+        }
+        held = holdBatch(e, data, consumer, container);
+      }
+    }
+
+    void throwIfHeld() {
+      if (held != null) {
+        throw held;
+      }
+    }
   }
 
   /**

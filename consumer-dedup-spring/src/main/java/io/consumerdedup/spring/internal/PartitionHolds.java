@@ -6,12 +6,16 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.TopicPartition;
+import org.jspecify.annotations.Nullable;
 import org.springframework.core.log.LogAccessor;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.listener.SeekUtils;
@@ -22,12 +26,22 @@ import org.springframework.kafka.listener.SeekUtils;
  * same record, up to a maximum), then resumed, so the record comes again. Nothing is committed past
  * it meanwhile, no attempt is counted, the consumer keeps polling its other partitions and stays in
  * its group. The back-off restarts with the next record of the partition.
+ *
+ * <p>The pause is asked of the container that consumes the partition now (a concurrent container's
+ * child), and whether the partition is still paused is read from that container, never from a count
+ * kept here: a rebalance or a stop and start hands the partition to a container without the pause,
+ * and the next hold must pause it again. Resumes run on threads of their own, so a container busy
+ * in {@code stop()} under its lifecycle lock delays no other container's resumes.
  */
 public final class PartitionHolds {
   private static final LogAccessor LOG = new LogAccessor(PartitionHolds.class);
 
-  /** Only flips resume requests, which the containers carry out on their own threads. */
-  private static final ScheduledExecutorService RESUMER = resumer();
+  /** Only times the resumes. */
+  private static final ScheduledExecutorService TIMER = daemonTimer();
+
+  /** Runs the resumes that are due, each on a thread that waits for no other container. */
+  private static final ExecutorService RESUMER =
+      Executors.newCachedThreadPool(daemon("consumer-dedup-partition-resumer"));
 
   private final Duration initialBackOff;
   private final Duration maxBackOff;
@@ -35,10 +49,19 @@ public final class PartitionHolds {
 
   private record Key(String container, TopicPartition partition) {}
 
+  /** One pause of a partition (each distinct), by the container that consumed it then. */
+  private static final class Pause {
+    final MessageListenerContainer owner;
+
+    Pause(MessageListenerContainer owner) {
+      this.owner = owner;
+    }
+  }
+
   private static final class Hold {
     final long offset;
     int count;
-    boolean paused;
+    @Nullable Pause pause;
 
     Hold(long offset) {
       this.offset = offset;
@@ -60,17 +83,19 @@ public final class PartitionHolds {
     }
   }
 
-  private static ScheduledExecutorService resumer() {
+  private static ScheduledExecutorService daemonTimer() {
     ScheduledThreadPoolExecutor executor =
-        new ScheduledThreadPoolExecutor(
-            1,
-            runnable -> {
-              Thread thread = new Thread(runnable, "consumer-dedup-partition-resumer");
-              thread.setDaemon(true);
-              return thread;
-            });
+        new ScheduledThreadPoolExecutor(1, daemon("consumer-dedup-partition-resume-timer"));
     executor.setRemoveOnCancelPolicy(true);
     return executor;
+  }
+
+  private static ThreadFactory daemon(String name) {
+    return runnable -> {
+      Thread thread = new Thread(runnable, name);
+      thread.setDaemon(true);
+      return thread;
+    };
   }
 
   /**
@@ -91,36 +116,43 @@ public final class PartitionHolds {
     SeekUtils.doSeeksToBegin(remaining, consumer, LOG);
     TopicPartition partition = new TopicPartition(first.topic(), first.partition());
     Key key = new Key(container.getListenerId(), partition);
-    Hold hold;
+    MessageListenerContainer owner = container.getContainerFor(first.topic(), first.partition());
+    Pause pause;
     Duration wait;
     synchronized (this) {
-      hold = holds.get(key);
+      Hold hold = holds.get(key);
       if (hold == null || hold.offset != first.offset()) {
         hold = new Hold(first.offset());
         holds.put(key, hold);
       }
-      if (hold.paused) {
+      if (hold.pause != null
+          && hold.pause.owner == owner
+          && owner.isPartitionPauseRequested(partition)) {
         return backOff(hold.count);
       }
       hold.count++;
-      hold.paused = true;
+      pause = new Pause(owner);
+      hold.pause = pause;
       wait = backOff(hold.count);
     }
-    container.pausePartition(partition);
-    Hold paused = hold;
-    RESUMER.schedule(() -> resume(key, paused, container), wait.toNanos(), TimeUnit.NANOSECONDS);
+    owner.pausePartition(partition);
+    TIMER.schedule(
+        () -> RESUMER.execute(() -> resume(key, pause, partition)),
+        wait.toNanos(),
+        TimeUnit.NANOSECONDS);
     return wait;
   }
 
-  private void resume(Key key, Hold hold, MessageListenerContainer container) {
+  private void resume(Key key, Pause pause, TopicPartition partition) {
     synchronized (this) {
-      hold.paused = false;
       Hold current = holds.get(key);
-      if (current != hold && current != null && current.paused) {
-        return; // a later hold of the partition (after a rebalance) resumes it in its own time
+      if (current != null && current.pause == pause) {
+        current.pause = null;
+      } else if (current != null && current.pause != null && current.pause.owner == pause.owner) {
+        return; // a later hold on the same container resumes it in its own time
       }
     }
-    container.resumePartition(key.partition());
+    pause.owner.resumePartition(partition);
   }
 
   private Duration backOff(int count) {

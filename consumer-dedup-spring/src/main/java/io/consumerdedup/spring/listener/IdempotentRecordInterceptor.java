@@ -25,6 +25,7 @@ import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.GenericMessageListener;
 import org.springframework.kafka.listener.ListenerExecutionFailedException;
 import org.springframework.kafka.listener.RecordInterceptor;
+import org.springframework.kafka.listener.adapter.AsyncRepliesAware;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
@@ -126,7 +127,8 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
    *
    * @throws IllegalStateException the container is running
    * @throws IllegalArgumentException the container has a batch listener (record interceptors do not
-   *     see batches)
+   *     see batches), or an async one (a future or Mono returned, or {@code asyncAcks}), which
+   *     would be recorded SUCCESS before its work is done
    */
   public static <K, V> IdempotentRecordInterceptor<K, V> decorate(
       AbstractMessageListenerContainer<K, V> container,
@@ -142,6 +144,7 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
           "IdempotentRecordInterceptor makes record listeners idempotent; this container has a"
               + " batch listener");
     }
+    refuseAsyncListener(container);
     if (container.getContainerProperties().getTransactionManager() != null) {
       // Before the transaction, a refused claim would escape the error handler, and a
       // TRANSACTIONAL claim could not join the transaction.
@@ -168,6 +171,30 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
     }
     DedupContainers.configure(container);
     return interceptor;
+  }
+
+  /**
+   * An async listener (returning a future or Mono, or acknowledging after it returns with {@code
+   * asyncAcks}) is done after the container's record interceptors hear it returned, so SUCCESS
+   * would be written before its work, and spring-kafka acknowledges a future that fails.
+   */
+  private static void refuseAsyncListener(AbstractMessageListenerContainer<?, ?> container) {
+    ContainerProperties properties = container.getContainerProperties();
+    boolean asyncReplies =
+        properties.getMessageListener() instanceof AsyncRepliesAware listener
+            && listener.isAsyncReplies();
+    if (asyncReplies || properties.isAsyncAcks()) {
+      throw new IllegalArgumentException(
+          "IdempotentRecordInterceptor cannot protect container "
+              + container.getListenerId()
+              + ": its listener "
+              + (asyncReplies
+                  ? "returns a CompletableFuture or Mono"
+                  : "acknowledges with asyncAcks")
+              + ", so it finishes after the record interceptor hears it returned, and SUCCESS would"
+              + " be written before its work is done. Annotate the listener method @Idempotent"
+              + " (which waits for its future), or make the listener synchronous");
+    }
   }
 
   @Override

@@ -42,6 +42,7 @@ import org.springframework.kafka.listener.GenericMessageListener;
 import org.springframework.kafka.listener.KafkaMessageListenerContainer;
 import org.springframework.kafka.listener.MessageListener;
 import org.springframework.kafka.listener.RecordInterceptor;
+import org.springframework.kafka.listener.adapter.AsyncRepliesAware;
 import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.util.backoff.FixedBackOff;
 
@@ -296,5 +297,47 @@ class IdempotentRecordInterceptorTest {
     assertThatThrownBy(() -> IdempotentRecordInterceptor.decorate(container, executor, "payment"))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessageContaining("batch listener");
+  }
+
+  @Test
+  void aListenerReturningAFutureIsRefusedWithTheReason() {
+    ContainerProperties properties = new ContainerProperties("t");
+    properties.setMessageListener(new AsyncListener());
+    KafkaMessageListenerContainer<String, String> container =
+        new KafkaMessageListenerContainer<>(
+            new DefaultKafkaConsumerFactory<>(Map.of()), properties);
+
+    assertThatThrownBy(() -> IdempotentRecordInterceptor.decorate(container, executor, "payment"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("returns a CompletableFuture or Mono")
+        .hasMessageContaining("@Idempotent");
+  }
+
+  @Test
+  void aContainerWithAsyncAcksIsRefusedWithTheReason() {
+    ContainerProperties properties = new ContainerProperties("t");
+    properties.setAckMode(ContainerProperties.AckMode.MANUAL);
+    properties.setAsyncAcks(true);
+    properties.setMessageListener(
+        (AcknowledgingMessageListener<String, String>) (record, ack) -> {});
+    KafkaMessageListenerContainer<String, String> container =
+        new KafkaMessageListenerContainer<>(
+            new DefaultKafkaConsumerFactory<>(Map.of()), properties);
+
+    assertThatThrownBy(() -> IdempotentRecordInterceptor.decorate(container, executor, "payment"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("asyncAcks");
+  }
+
+  /** What spring-kafka's adapter is for a {@code @KafkaListener} method returning a future. */
+  private static final class AsyncListener
+      implements MessageListener<String, String>, AsyncRepliesAware {
+    @Override
+    public void onMessage(ConsumerRecord<String, String> record) {}
+
+    @Override
+    public boolean isAsyncReplies() {
+      return true;
+    }
   }
 }

@@ -1,0 +1,136 @@
+package io.consumerdedup.spring.internal;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.testing.TestKafka;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.UUID;
+import java.util.concurrent.locks.ReentrantLock;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.MockConsumer;
+import org.apache.kafka.common.TopicPartition;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.springframework.kafka.core.DefaultKafkaConsumerFactory;
+import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.MessageListener;
+import org.springframework.kafka.listener.MessageListenerContainer;
+import org.springframework.kafka.support.TopicPartitionOffset;
+
+/**
+ * Holds on real concurrent listener containers (the kind Spring Boot makes), consuming from the
+ * in-JVM broker: a hold must leave the partition paused in the container consuming it, whatever
+ * happened to the container since the last hold, and a container's resume must not wait for another
+ * one.
+ */
+class PartitionHoldsTest {
+  private final List<ConcurrentMessageListenerContainer<String, String>> containers =
+      new ArrayList<>();
+  private final MockConsumer<String, String> consumer = new MockConsumer<>("earliest");
+
+  @AfterEach
+  void stopContainers() {
+    containers.forEach(ConcurrentMessageListenerContainer::stop);
+  }
+
+  @Test
+  void aHoldAfterTheContainerRestartedPausesThePartitionAgain() {
+    Lockable container = started("holds-restart");
+    PartitionHolds holds = new PartitionHolds(Duration.ofMinutes(1), Duration.ofMinutes(5));
+    ConsumerRecord<String, String> record = record("holds-restart", 7);
+
+    holds.hold(List.of(record), consumer, container);
+    MessageListenerContainer before = owner(container, "holds-restart");
+    assertThat(before.isPartitionPauseRequested(partition("holds-restart"))).isTrue();
+
+    // A deploy, or a stop for maintenance, while the partition is paused: its pause goes with the
+    // consumer that had it, and the record comes again at once.
+    container.stop();
+    container.start();
+    MessageListenerContainer after = awaitOwner(container, "holds-restart");
+    assertThat(after.isPartitionPauseRequested(partition("holds-restart"))).isFalse();
+
+    Duration wait = holds.hold(List.of(record), consumer, container);
+
+    assertThat(after.isPartitionPauseRequested(partition("holds-restart")))
+        .as("paused again, not delivered again at once, over and over")
+        .isTrue();
+    assertThat(wait)
+        .as("the second hold of the record backs off further")
+        .isEqualTo(Duration.ofMinutes(2));
+  }
+
+  @Test
+  void aContainerBusyUnderItsLifecycleLockDelaysNoOtherContainersResume() {
+    Lockable busy = started("holds-busy");
+    Lockable other = started("holds-other");
+    PartitionHolds holds = new PartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200));
+
+    ReentrantLock lifecycle = busy.lifecycleLock();
+    lifecycle.lock(); // as stop() holds it, here on the test's own thread
+    try {
+      holds.hold(List.of(record("holds-busy", 0)), consumer, busy);
+      holds.hold(List.of(record("holds-other", 0)), consumer, other);
+      MessageListenerContainer otherOwner = owner(other, "holds-other");
+      assertThat(otherOwner.isPartitionPauseRequested(partition("holds-other"))).isTrue();
+
+      await()
+          .atMost(Duration.ofSeconds(20))
+          .until(() -> !otherOwner.isPartitionPauseRequested(partition("holds-other")));
+      assertThat(lifecycle.isHeldByCurrentThread()).as("the busy container still is").isTrue();
+    } finally {
+      lifecycle.unlock();
+    }
+  }
+
+  private Lockable started(String topic) {
+    TestKafka.createTopics(1, topic);
+    ContainerProperties properties = new ContainerProperties(new TopicPartitionOffset(topic, 0));
+    properties.setGroupId(topic + "-" + UUID.randomUUID());
+    properties.setMessageListener((MessageListener<String, String>) record -> {});
+    Lockable container =
+        new Lockable(
+            new DefaultKafkaConsumerFactory<>(TestKafka.consumerConfig(properties.getGroupId())),
+            properties);
+    container.setBeanName(topic);
+    containers.add(container);
+    container.start();
+    awaitOwner(container, topic);
+    List<TopicPartition> assigned = new ArrayList<>(consumer.assignment());
+    assigned.add(partition(topic));
+    consumer.assign(assigned);
+    return container;
+  }
+
+  private static MessageListenerContainer awaitOwner(Lockable container, String topic) {
+    await().atMost(Duration.ofSeconds(30)).until(() -> owner(container, topic) != container);
+    return owner(container, topic);
+  }
+
+  private static MessageListenerContainer owner(Lockable container, String topic) {
+    return container.getContainerFor(topic, 0);
+  }
+
+  private static TopicPartition partition(String topic) {
+    return new TopicPartition(topic, 0);
+  }
+
+  private static ConsumerRecord<String, String> record(String topic, long offset) {
+    return new ConsumerRecord<>(topic, 0, offset, "key", "value");
+  }
+
+  /** A concurrent container whose lifecycle lock a test can hold, as its {@code stop()} does. */
+  private static final class Lockable extends ConcurrentMessageListenerContainer<String, String> {
+    Lockable(DefaultKafkaConsumerFactory<String, String> factory, ContainerProperties properties) {
+      super(factory, properties);
+    }
+
+    ReentrantLock lifecycleLock() {
+      return lifecycleLock;
+    }
+  }
+}
