@@ -208,7 +208,7 @@ public final class IdempotentExecutor implements AutoCloseable {
     Duration keepFor = inTransaction ? successRetention : failedRetention;
     ClaimRequest request =
         new ClaimRequest(
-            key, ownerId, lease, keepFor, fingerprint, source, unanswered.claimIdFor(key));
+            key, ownerId, lease, keepFor, fingerprint, source, unanswered.takeClaimIdFor(key));
     long waitDeadline = System.nanoTime() + waitTimeout.toNanos();
     Duration backoff = FIRST_WAIT_BACKOFF;
     while (true) {
@@ -279,9 +279,7 @@ public final class IdempotentExecutor implements AutoCloseable {
   private ClaimResult timedClaim(ClaimRequest request, boolean inTransaction, long sentNanos) {
     FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
     try {
-      ClaimResult result = inTransaction ? store.claimInTransaction(request) : store.claim(request);
-      unanswered.answered(request.key());
-      return result;
+      return inTransaction ? store.claimInTransaction(request) : store.claim(request);
     } catch (DedupStoreException e) {
       if (e instanceof DedupStoreUnavailableException) {
         // The claim may have committed before the connection failed: send the same id next time.
@@ -364,7 +362,7 @@ public final class IdempotentExecutor implements AutoCloseable {
               keepFor,
               delivery.fingerprint(),
               delivery.source(),
-              unanswered.claimIdFor(delivery.key())));
+              unanswered.takeClaimIdFor(delivery.key())));
       requested.add(i);
     }
     long sentNanos = System.nanoTime();
@@ -418,10 +416,7 @@ public final class IdempotentExecutor implements AutoCloseable {
     DedupKey first = requests.get(0).key();
     FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
     try {
-      List<ClaimResult> results =
-          inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
-      requests.forEach(request -> unanswered.answered(request.key()));
-      return results;
+      return inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
     } catch (DedupStoreException e) {
       if (e instanceof DedupStoreUnavailableException) {
         requests.forEach(
