@@ -1,5 +1,6 @@
 package io.consumerdedup.core;
 
+import io.consumerdedup.core.internal.CrossGroupDuplicates;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.LeaseRenewer;
@@ -93,6 +94,7 @@ public final class IdempotentExecutor implements AutoCloseable {
   private final LeaseRenewer renewer;
   private final Outcomes outcomes;
   private final UnansweredClaims unanswered;
+  private final CrossGroupDuplicates crossGroupDuplicates = new CrossGroupDuplicates();
   private volatile boolean closed;
 
   private IdempotentExecutor(Builder b, Duration renewalInterval) {
@@ -269,6 +271,7 @@ public final class IdempotentExecutor implements AutoCloseable {
       throw new DedupKeyConflictException(key, stored, fingerprint, source);
     }
     if (existing.status() == DedupStatus.SUCCESS) {
+      crossGroupDuplicates.duplicate(key, source, existing);
       log.debug("Skipping duplicate {}: {}", where(key, source), existing);
       listener.duplicate(key, existing);
       return DedupClaim.duplicate(key, existing.attempts());
