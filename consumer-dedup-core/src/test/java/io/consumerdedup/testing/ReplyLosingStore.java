@@ -8,6 +8,7 @@ import java.lang.reflect.Proxy;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * A {@link DedupStore} in front of a real one whose next claim, once armed, is committed by the
@@ -19,6 +20,7 @@ public final class ReplyLosingStore {
   private final DedupStore store;
   private final AtomicBoolean loseNext = new AtomicBoolean();
   private final AtomicInteger repliesLost = new AtomicInteger();
+  private final AtomicLong lastLossNanos = new AtomicLong();
 
   private ReplyLosingStore(DedupStore target) {
     this.store =
@@ -36,6 +38,7 @@ public final class ReplyLosingStore {
                   boolean claim =
                       method.getName().equals("claim") || method.getName().equals("claimAll");
                   if (claim && loseNext.compareAndSet(true, false)) {
+                    lastLossNanos.set(System.nanoTime());
                     repliesLost.incrementAndGet();
                     throw new DedupStoreUnavailableException(
                         "Dedup store claim failed: connection reset (reply lost after the commit)",
@@ -65,6 +68,11 @@ public final class ReplyLosingStore {
   /** How many claim replies were lost. */
   public int repliesLost() {
     return repliesLost.get();
+  }
+
+  /** {@link System#nanoTime()} when the last reply was lost (after the claim committed). */
+  public long lastLossNanos() {
+    return lastLossNanos.get();
   }
 
   private static ClaimRequest firstKey(Object argument) {
