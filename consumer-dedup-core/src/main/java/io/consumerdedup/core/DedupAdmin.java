@@ -24,14 +24,31 @@ public interface DedupAdmin {
   Optional<DedupRecord> find(DedupKey key);
 
   /**
+   * Ends the lease of a PROCESSING key whose lease has run out by the store's clock, as {@link
+   * #release(DedupKey, String, boolean)} without {@code force}: a live lease is refused.
+   *
+   * @param requestedBy who asked, for the log and the record
+   */
+  default Change release(DedupKey key, String requestedBy) {
+    return release(key, requestedBy, false);
+  }
+
+  /**
    * Ends the lease of a PROCESSING key now: the attempt is marked FAILED (its {@code last_error}
    * names who released it), so the next delivery of the key claims it with the next fencing token
    * and runs the handler. The old holder, should it still run, can no longer complete, renew or
    * otherwise write the key as PROCESSING or SUCCESS: its token no longer holds it.
    *
+   * <p>A lease that is still live by the store's clock is refused ({@link Change#applied()} false,
+   * the message says why) unless {@code force}: a live holder renews its lease while its handler
+   * runs, so it is most likely alive, and releasing it lets the next delivery run the handler while
+   * the holder still applies its effect (applied twice; the holder's SUCCESS is then refused as a
+   * lost lease). Force only a holder known to be dead or hung for good.
+   *
    * @param requestedBy who asked, for the log and the record
+   * @param force release a live lease too: the operator asserts its holder is dead
    */
-  Change release(DedupKey key, String requestedBy);
+  Change release(DedupKey key, String requestedBy, boolean force);
 
   /**
    * Deletes the record of {@code key}, whatever its status, so a replay of the key applies it

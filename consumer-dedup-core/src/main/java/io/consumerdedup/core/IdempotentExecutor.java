@@ -1,5 +1,6 @@
 package io.consumerdedup.core;
 
+import io.consumerdedup.core.internal.CrossGroupDuplicates;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.LeaseRenewer;
@@ -93,6 +94,7 @@ public final class IdempotentExecutor implements AutoCloseable {
   private final LeaseRenewer renewer;
   private final Outcomes outcomes;
   private final UnansweredClaims unanswered;
+  private final CrossGroupDuplicates crossGroupDuplicates = new CrossGroupDuplicates();
   private volatile boolean closed;
 
   private IdempotentExecutor(Builder b, Duration renewalInterval) {
@@ -208,7 +210,7 @@ public final class IdempotentExecutor implements AutoCloseable {
     Duration keepFor = inTransaction ? successRetention : failedRetention;
     ClaimRequest request =
         new ClaimRequest(
-            key, ownerId, lease, keepFor, fingerprint, source, unanswered.claimIdFor(key));
+            key, ownerId, lease, keepFor, fingerprint, source, unanswered.takeClaimIdFor(key));
     long waitDeadline = System.nanoTime() + waitTimeout.toNanos();
     Duration backoff = FIRST_WAIT_BACKOFF;
     while (true) {
@@ -269,6 +271,7 @@ public final class IdempotentExecutor implements AutoCloseable {
       throw new DedupKeyConflictException(key, stored, fingerprint, source);
     }
     if (existing.status() == DedupStatus.SUCCESS) {
+      crossGroupDuplicates.duplicate(key, source, existing);
       log.debug("Skipping duplicate {}: {}", where(key, source), existing);
       listener.duplicate(key, existing);
       return DedupClaim.duplicate(key, existing.attempts());
@@ -279,9 +282,7 @@ public final class IdempotentExecutor implements AutoCloseable {
   private ClaimResult timedClaim(ClaimRequest request, boolean inTransaction, long sentNanos) {
     FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
     try {
-      ClaimResult result = inTransaction ? store.claimInTransaction(request) : store.claim(request);
-      unanswered.answered(request.key());
-      return result;
+      return inTransaction ? store.claimInTransaction(request) : store.claim(request);
     } catch (DedupStoreException e) {
       if (e instanceof DedupStoreUnavailableException) {
         // The claim may have committed before the connection failed: send the same id next time.
@@ -364,7 +365,7 @@ public final class IdempotentExecutor implements AutoCloseable {
               keepFor,
               delivery.fingerprint(),
               delivery.source(),
-              unanswered.claimIdFor(delivery.key())));
+              unanswered.takeClaimIdFor(delivery.key())));
       requested.add(i);
     }
     long sentNanos = System.nanoTime();
@@ -418,10 +419,7 @@ public final class IdempotentExecutor implements AutoCloseable {
     DedupKey first = requests.get(0).key();
     FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
     try {
-      List<ClaimResult> results =
-          inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
-      requests.forEach(request -> unanswered.answered(request.key()));
-      return results;
+      return inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
     } catch (DedupStoreException e) {
       if (e instanceof DedupStoreUnavailableException) {
         requests.forEach(

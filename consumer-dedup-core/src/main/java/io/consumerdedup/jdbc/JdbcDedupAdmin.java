@@ -123,7 +123,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
   }
 
   @Override
-  public Change release(DedupKey key, String requestedBy) {
+  public Change release(DedupKey key, String requestedBy, boolean force) {
     return changeRecord(
         "admin release",
         key,
@@ -136,11 +136,18 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                 key + " is " + before.status() + ", not PROCESSING: nothing to release",
                 at);
           }
+          boolean live = before.isLeaseLive();
+          if (live && !force) {
+            log.info(
+                "Did not release {} at the request of {}: its lease is live; {}", key, who, before);
+            return new Change(false, before, liveLeaseRefused(key, before), at);
+          }
           try (PreparedStatement update = store.prepare(c, sql().release)) {
             update.setString(
                 1,
                 "Released by "
                     + who
+                    + (live ? " (forced, while its lease was live)" : "")
                     + " at "
                     + at.truncatedTo(ChronoUnit.SECONDS)
                     + " while held by "
@@ -153,16 +160,26 @@ public final class JdbcDedupAdmin implements DedupAdmin {
             update.setInt(4, before.attempts());
             update.executeUpdate();
           }
-          log.info(
-              "Released {} at the request of {}: the next delivery runs it again; it was {}",
-              key,
-              who,
-              before);
+          if (live) {
+            log.warn(
+                "Released {} at the request of {}, forced while its lease was live: if its holder"
+                    + " is alive, the handler runs a second time; it was {}",
+                key,
+                who,
+                before);
+          } else {
+            log.info(
+                "Released {} at the request of {}: the next delivery runs it again; it was {}",
+                key,
+                who,
+                before);
+          }
           return new Change(
               true,
               before,
               "Released "
                   + key
+                  + (live ? " (forced while its lease was live)" : "")
                   + ": attempt "
                   + before.attempts()
                   + " of "
@@ -171,6 +188,24 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                   + (before.attempts() + 1),
               at);
         });
+  }
+
+  private static String liveLeaseRefused(DedupKey key, DedupRecord before) {
+    return "Not released: "
+        + key
+        + " is held by "
+        + before.owner()
+        + " (attempt "
+        + before.attempts()
+        + ") under a live lease until "
+        + before.leaseUntil().map(Instant::toString).orElse("?")
+        + ", last written at "
+        + before.updatedAt()
+        + ": its holder renews it while its handler runs, so it is most likely alive. Releasing it"
+        + " now lets the next delivery run the handler while the holder may still apply it: the"
+        + " effect would be applied twice. Wait for the lease to run out (the next delivery then"
+        + " takes the key over), or, if you know the holder is dead or hung for good, release"
+        + " with force=true";
   }
 
   @Override

@@ -325,20 +325,23 @@ public final class JdbcDedupStore implements DedupStore {
       ResultSet row, ClaimRequest request, boolean withLease) throws SQLException {
     DedupKey key = request.key();
     int token = row.getInt("claimed");
-    if (!row.wasNull()) {
+    boolean claimed = !row.wasNull();
+    boolean own =
+        withLease
+            && DedupStatus.PROCESSING.name().equals(row.getString("status"))
+            && request.claimId().equals(row.getString("claim_id"));
+    if (claimed) {
+      if (own) {
+        log.info(
+            "Claim of {} was committed before its reply was lost; it is ours, its lease renewed",
+            key);
+      }
       return new ClaimResult.Claimed(key, token, request.claimId());
     }
-    if (row.getString("status") == null) {
-      return null;
+    if (own || row.getString("status") == null) {
+      return null; // the row changed since the statement's snapshot: claim again
     }
     DedupRecord existing = record(row, key, SqlDialect.POSTGRESQL);
-    if (withLease
-        && existing.status() == DedupStatus.PROCESSING
-        && request.claimId().equals(row.getString("claim_id"))) {
-      // This request's own claim, committed by an earlier try whose reply was lost.
-      log.info("Claim of {} was committed before its reply was lost; it is ours", key);
-      return new ClaimResult.Claimed(key, existing.attempts(), request.claimId());
-    }
     return blocksClaim(existing, request) ? new ClaimResult.Taken(key, existing) : null;
   }
 

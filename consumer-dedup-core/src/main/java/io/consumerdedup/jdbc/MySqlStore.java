@@ -135,7 +135,8 @@ final class MySqlStore {
     DedupRecord existing = row.record;
     DedupStatus claimedStatus = withLease ? DedupStatus.PROCESSING : DedupStatus.SUCCESS;
     if (request.claimId().equals(row.claimId) && existing.status() == claimedStatus) {
-      // Inserted by this statement, or by an earlier try of this claim whose reply was lost.
+      // Inserted by this statement, or by an earlier try of this claim whose reply was lost (its
+      // lease renewed by the statement that locked it).
       return new ClaimResult.Claimed(request.key(), existing.attempts(), request.claimId());
     }
     if (!claimable(existing, request)) {

@@ -3,6 +3,7 @@ package io.consumerdedup.admin;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import ch.qos.logback.classic.Level;
 import ch.qos.logback.classic.Logger;
 import ch.qos.logback.classic.spi.ILoggingEvent;
 import ch.qos.logback.core.read.ListAppender;
@@ -14,8 +15,10 @@ import io.consumerdedup.core.DedupAdmin.LeaseFilter;
 import io.consumerdedup.core.DedupAdmin.RecordQuery;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupResult;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.ConnectionSource;
@@ -26,6 +29,7 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -143,9 +147,11 @@ abstract class DedupAdminTests {
   }
 
   @Test
-  void releaseEndsAStuckLeaseTheNextDeliveryTakesOverAndTheOldHolderIsFencedOut() {
+  void releaseEndsAStuckLeaseTheNextDeliveryTakesOverAndTheOldHolderIsFencedOut()
+      throws SQLException {
     DedupKey key = DedupKey.of("r-payment", "stuck-1");
     ClaimResult.Claimed hung = claim(key, "hung-consumer");
+    expireLease(key);
     ListAppender<ILoggingEvent> logged = capture();
 
     DedupAdmin.Change change = admin.release(key, "alice");
@@ -174,6 +180,69 @@ abstract class DedupAdminTests {
     assertThat(again.applied()).isFalse();
     assertThat(again.message()).contains("is SUCCESS, not PROCESSING");
     assertThat(admin.release(DedupKey.of("r-payment", "none"), "alice").applied()).isFalse();
+  }
+
+  @Test
+  void aLiveHolderIsNotReleasedAndItsSuccessIsStillAcceptedSoTheHandlerRunsOnce() throws Exception {
+    DedupKey key = DedupKey.of("r-payment", "live-1");
+    AtomicInteger charges = new AtomicInteger();
+    List<DedupAdmin.Change> changes = new ArrayList<>();
+    try (IdempotentExecutor holder =
+            IdempotentExecutor.builder(store).ownerId("live-holder").lease(LEASE).build();
+        IdempotentExecutor redelivery = IdempotentExecutor.builder(store).lease(LEASE).build()) {
+      DedupResult<Integer> applied =
+          holder.execute(
+              key,
+              () -> {
+                // The operator releases the key while its holder applies the effect.
+                changes.add(admin.release(key, "alice"));
+                return charges.incrementAndGet();
+              });
+      DedupResult<Integer> again = redelivery.execute(key, charges::incrementAndGet);
+
+      DedupAdmin.Change change = changes.get(0);
+      assertThat(change.applied()).as("release of a live lease").isFalse();
+      assertThat(change.before().isLeaseLive()).isTrue();
+      assertThat(change.message())
+          .contains("live-holder")
+          .contains("live lease")
+          .contains("applied twice")
+          .contains("force=true");
+      assertThat(applied.outcome()).isEqualTo(Outcome.PROCESSED);
+      assertThat(again.outcome()).isEqualTo(Outcome.DUPLICATE);
+    }
+    assertThat(charges).as("charges").hasValue(1);
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).isEqualTo(1);
+  }
+
+  @Test
+  void forceReleasesALiveLeaseAndSaysWhatItRisks() {
+    DedupKey key = DedupKey.of("r-payment", "forced-1");
+    ClaimResult.Claimed dead = claim(key, "dead-pod");
+    ListAppender<ILoggingEvent> logged = capture();
+
+    DedupAdmin.Change change = admin.release(key, "alice", true);
+
+    assertThat(change.applied()).isTrue();
+    assertThat(change.before().isLeaseLive()).isTrue();
+    assertThat(change.message()).contains("forced while its lease was live");
+    assertThat(logged.list)
+        .anySatisfy(
+            event -> {
+              assertThat(event.getLevel()).isEqualTo(Level.WARN);
+              assertThat(event.getFormattedMessage())
+                  .contains("Released r-payment/forced-1 at the request of alice")
+                  .contains("handler runs a second time");
+            });
+    DedupRecord released = store.find(key).orElseThrow();
+    assertThat(released.status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(released.lastError().orElseThrow()).contains("Released by alice (forced");
+    assertThat(store.complete(key, dead.token(), RETENTION))
+        .as("the old holder's SUCCESS")
+        .isFalse();
+    assertThat(claim(key, "next-delivery").token()).isEqualTo(2);
   }
 
   @Test

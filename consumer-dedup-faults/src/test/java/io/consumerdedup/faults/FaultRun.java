@@ -147,10 +147,19 @@ final class FaultRun implements AutoCloseable {
    * Produces {key, value} pairs in order, keyed by the order number so a key keeps its partition.
    */
   void produceAll(List<String[]> keysAndValues) {
+    produceAllTo(null, keysAndValues);
+  }
+
+  /**
+   * As {@link #produceAll}, every record to {@code partition} if not null: one key on several
+   * partitions, so several consumers of the group get it at once.
+   */
+  void produceAllTo(@Nullable Integer partition, List<String[]> keysAndValues) {
     try (KafkaProducer<String, String> producer = TestKafka.producer()) {
       List<java.util.concurrent.Future<RecordMetadata>> sent = new ArrayList<>();
       for (String[] kv : keysAndValues) {
-        ProducerRecord<String, String> record = new ProducerRecord<>(topic, kv[0], kv[1]);
+        ProducerRecord<String, String> record =
+            new ProducerRecord<>(topic, partition, kv[0], kv[1]);
         record.headers().add(FaultConsumer.KEY_HEADER, kv[0].getBytes(StandardCharsets.UTF_8));
         sent.add(producer.send(record));
       }

@@ -8,11 +8,11 @@ import org.junit.jupiter.api.Test;
 /**
  * The scenarios of the plain consumer again, against MariaDB (the MySQL dialect of the store, its
  * table from the MySQL schema file, the proxy in front of the MariaDB server), with fewer records
- * than on PostgreSQL: every fault from F1 to F16 and the bad input. Not the soak (its faults are
- * these, drawn at random; once, on PostgreSQL, keeps the suite's length) and not the Spring Boot
- * listener (the listener adapts to the store, not to its dialect). Skipped with a message when
- * {@code DEDUP_TEST_MARIADB_URL} is not set and no local server answers; failed when it is set and
- * the server does not answer.
+ * than on PostgreSQL: every fault from F1 to F16, F21 to F23 and the bad input. Not the soak (its
+ * faults are these, drawn at random; once, on PostgreSQL, keeps the suite's length) and not the
+ * Spring Boot listener (the listener adapts to the store, not to its dialect). Skipped with a
+ * message when {@code DEDUP_TEST_MARIADB_URL} is not set and no local server answers; failed when
+ * it is set and the server does not answer.
  */
 class MariaDbFaultsTest {
   private static final int RECORDS = 40;
@@ -102,6 +102,21 @@ class MariaDbFaultsTest {
   @Test
   void badInputEndsProcessedOnceOrDeadLetteredWithTheReason() throws Exception {
     InputFaultsTest.badInput(Target.MARIADB);
+  }
+
+  @Test
+  void f21TwoLoopsSharingAnExecutorAfterUnansweredClaimsApplyEachKeyOnce() throws Exception {
+    ClaimFaultsTest.twoLoopsAfterUnansweredClaims(Target.MARIADB, 10);
+  }
+
+  @Test
+  void f22AClaimTakenUpNearTheEndOfItsLeaseHoldsTheKeyThroughASlowHandler() throws Exception {
+    ClaimFaultsTest.claimTakenUpNearLeaseEnd(Target.MARIADB);
+  }
+
+  @Test
+  void f23AReleaseOfALiveHolderIsRefusedAndTheKeyIsAppliedOnce() throws Exception {
+    ClaimFaultsTest.releaseOfALiveHolder(Target.MARIADB);
   }
 
   @Test

@@ -135,17 +135,46 @@ class ConsumerDedupEndpointHttpTest {
               get(port, "/actuator/consumerdedup/record?bizType=payment&bizKey=none").statusCode())
           .isEqualTo(404);
 
-      HttpResponse<String> release =
+      HttpResponse<String> refused =
           post(
               port,
               "/actuator/consumerdedup/release",
               "{\"bizType\":\"payment\",\"bizKey\":\"ORD-stuck/1\",\"requestedBy\":\"alice\"}");
+      assertThat(refused.statusCode()).as("release of a live lease").isEqualTo(409);
+      assertThat(refused.body())
+          .contains("\"applied\":false")
+          .contains("live lease")
+          .contains("applied twice")
+          .contains("force=true");
+      assertThat(store.find(stuck).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
+
+      HttpResponse<String> release =
+          post(
+              port,
+              "/actuator/consumerdedup/release",
+              "{\"bizType\":\"payment\",\"bizKey\":\"ORD-stuck/1\",\"requestedBy\":\"alice\","
+                  + "\"force\":true}");
       assertThat(release.statusCode()).isEqualTo(200);
       assertThat(release.body())
           .contains("\"applied\":true")
+          .contains("forced while its lease was live")
           .contains("\"requestedBy\":\"alice (unauthenticated)\"")
           .contains("\"status\":\"PROCESSING\"");
       assertThat(store.find(stuck).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
+
+      DedupKey expired = DedupKey.of("payment", "ORD-expired-1");
+      store.claim(
+          new ClaimRequest(
+              expired, "pod-gone", Duration.ofMillis(1), Duration.ofDays(1), null, null));
+      Thread.sleep(50);
+      HttpResponse<String> expiredRelease =
+          post(
+              port,
+              "/actuator/consumerdedup/release",
+              "{\"bizType\":\"payment\",\"bizKey\":\"ORD-expired-1\",\"requestedBy\":\"alice\"}");
+      assertThat(expiredRelease.statusCode()).as("release of an expired lease").isEqualTo(200);
+      assertThat(expiredRelease.body()).contains("\"applied\":true");
+      assertThat(store.find(expired).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
 
       AtomicInteger charges = new AtomicInteger();
       try (IdempotentExecutor redelivery = IdempotentExecutor.builder(store).build()) {

@@ -247,6 +247,23 @@ public abstract class DedupStoreContract {
   }
 
   @Test
+  void aClaimRecognisedAsItsOwnHoldsTheKeyForAWholeLeaseFromThen() throws InterruptedException {
+    DedupKey key = key("claim-again-late");
+    ClaimRequest request = request(key, "consumer-a", shortLease(), null);
+    Duration mostOfTheLease = shortLease().multipliedBy(7).dividedBy(10);
+    ClaimResult.Claimed first = claimed(store().claim(request));
+    letTimePass(mostOfTheLease);
+
+    ClaimResult.Claimed again = claimed(store().claim(request));
+    letTimePass(mostOfTheLease); // past the end of the first lease, within the renewed one
+
+    assertEquals(first.token(), again.token(), "the same claim, not a new attempt");
+    assertTrue(find(key).isLeaseLive(), "the lease runs from the claim sent again");
+    DedupRecord other = taken(store().claim(request(key, "consumer-b")));
+    assertEquals("consumer-a", other.owner(), "another consumer cannot take the key over");
+  }
+
+  @Test
   void aDifferentFingerprintIsRefusedEvenAfterFailureAndTheSameOneIsRetried() {
     DedupKey key = key("fingerprint");
     ClaimResult.Claimed first =

@@ -64,11 +64,14 @@ public final class InMemoryDedupStore implements DedupStore {
       rows.put(key, Row.claimed(request, now));
       return new ClaimResult.Claimed(key, 1, request.claimId());
     }
+    if (row.status == DedupStatus.PROCESSING && request.claimId().equals(row.claimId)) {
+      // This request's own claim, sent again after its reply was lost: taken up again with a
+      // lease from now, as the caller counts it.
+      row.leaseUntil = now.plus(request.lease());
+      row.updatedAt = now;
+      return new ClaimResult.Claimed(key, row.attempts, request.claimId());
+    }
     if (settles(row, request, now)) {
-      if (row.status == DedupStatus.PROCESSING && request.claimId().equals(row.claimId)) {
-        // This request's own claim, sent again after its reply was lost.
-        return new ClaimResult.Claimed(key, row.attempts, request.claimId());
-      }
       return new ClaimResult.Taken(key, row.toRecord(key, now));
     }
     // FAILED, or PROCESSING under an expired lease: the next attempt, with the next token.

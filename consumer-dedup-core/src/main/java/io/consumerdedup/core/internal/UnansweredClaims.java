@@ -12,6 +12,11 @@ import java.util.concurrent.ConcurrentHashMap;
  * next claim of the key from this process sends the same claim id, so the store recognises the row
  * as ours instead of as another holder's lease that would block the key until it runs out. After a
  * lease the entry is useless (an expired lease is claimable anyway) and is dropped.
+ *
+ * <p>A remembered id is handed out once: it stands for one delivery attempt of one caller. Two
+ * threads (two poll loops sharing the executor) that both sent it would both be told "yours" and
+ * both run the handler; the second one gets a fresh id instead, and the store tells it "in
+ * progress". A claim that goes unanswered again puts its id back.
  */
 public final class UnansweredClaims {
   private static final int PRUNE_ABOVE = 1024;
@@ -25,9 +30,12 @@ public final class UnansweredClaims {
     this.leaseNanos = lease.toNanos();
   }
 
-  /** The claim id to send for {@code key}: that of its unanswered claim, else a fresh one. */
-  public String claimIdFor(DedupKey key) {
-    Entry entry = entries.get(key);
+  /**
+   * The claim id to send for {@code key}: that of its unanswered claim, taken so that no other
+   * caller sends it too, else a fresh one.
+   */
+  public String takeClaimIdFor(DedupKey key) {
+    Entry entry = entries.remove(key);
     return entry != null && fresh(entry, System.nanoTime())
         ? entry.claimId()
         : ClaimRequest.newClaimId();
@@ -40,11 +48,6 @@ public final class UnansweredClaims {
       entries.values().removeIf(entry -> !fresh(entry, now));
     }
     entries.put(key, new Entry(claimId, sentNanos));
-  }
-
-  /** A claim of {@code key} got its answer: nothing to remember. */
-  public void answered(DedupKey key) {
-    entries.remove(key);
   }
 
   private boolean fresh(Entry entry, long now) {

@@ -121,7 +121,9 @@ public final class MySqlSql {
    * on the row it meets). Per row binds (type, key, owner, lease ms, fingerprint, source, keep ms,
    * claim id). After it, in the same transaction, every key's row exists and is ours to judge and
    * update until commit: a concurrent claim of the key waits on that lock, so nothing is checked
-   * before it is locked.
+   * before it is locked. A PROCESSING row with the request's own claim id (an earlier try committed
+   * and its reply was lost) gets a lease from now as it is locked: the caller takes it up again and
+   * counts its lease from this statement, and the old one may be almost over.
    *
    * @param withLease insert as PROCESSING under a lease, or as SUCCESS at once (in the caller's
    *     transaction)
@@ -144,7 +146,18 @@ public final class MySqlSql {
         + " (biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, source,"
         + " created_at, updated_at, expires_at, claim_id) VALUES "
         + String.join(", ", Collections.nCopies(rows, row))
-        + " ON DUPLICATE KEY UPDATE biz_key = biz_key";
+        + " ON DUPLICATE KEY UPDATE "
+        + (withLease ? renewOwnClaim() : "biz_key = biz_key");
+  }
+
+  /** The update of a locked row that renews the lease only of the inserting request's own claim. */
+  private static String renewOwnClaim() {
+    String own = "status = 'PROCESSING' AND claim_id = VALUES(claim_id)";
+    return "lease_until = IF("
+        + own
+        + ", VALUES(lease_until), lease_until), updated_at = IF("
+        + own
+        + ", VALUES(updated_at), updated_at)";
   }
 
   /** A locking read of {@code rows} keys, each bound as (type, key). */

@@ -80,7 +80,9 @@ public final class PostgresSql {
    * answered from the statement's snapshot: no insert is attempted, so no row is locked and no
    * transaction id is taken, and a batch of duplicates commits without writing anything. Only the
    * rest go through {@code INSERT ... ON CONFLICT DO UPDATE ... WHERE}, which judges the row as it
-   * is now (a concurrent change included) and claims a new key, a FAILED one or an expired lease.
+   * is now (a concurrent change included) and claims a new key, a FAILED one or an expired lease. A
+   * PROCESSING row with the request's own claim id (an earlier try committed and its reply was
+   * lost) goes the same way: it is answered as claimed with its token, and its lease starts anew.
    */
   public final Keyed claim;
 
@@ -215,16 +217,30 @@ public final class PostgresSql {
   private static Keyed claim(String table, boolean withLease) {
     String status = withLease ? "'PROCESSING'" : "'SUCCESS'";
     String leaseUntil = withLease ? "now() + r.lease_ms * interval '1 millisecond'" : "NULL";
-    String claimable =
+    String takeable =
         "(d.status = 'FAILED' OR (d.status = 'PROCESSING' AND d.lease_until < now()))"
             + " AND (d.fingerprint IS NULL OR excluded.fingerprint IS NULL"
             + " OR d.fingerprint = excluded.fingerprint)";
-    String settled =
-        "c.status = 'SUCCESS' OR (c.status = 'PROCESSING' AND c.lease_live)"
+    String answered =
+        "(c.status = 'SUCCESS' OR (c.status = 'PROCESSING' AND c.lease_live)"
             + " OR (c.fingerprint IS NOT NULL AND r.fingerprint IS NOT NULL"
-            + " AND c.fingerprint <> r.fingerprint)";
+            + " AND c.fingerprint <> r.fingerprint))";
+    // The request's own claim, committed by an earlier try whose reply was lost, is taken up again
+    // with its token and a lease from now: the caller's renewal counts the lease from this
+    // statement, and the old one may be almost over.
+    String own = "(d.status = 'PROCESSING' AND d.claim_id = excluded.claim_id)";
+    String attempts =
+        withLease
+            ? "CASE WHEN " + own + " THEN d.attempts ELSE d.attempts + 1 END"
+            : "d.attempts + 1";
+    String claimable = withLease ? "(" + takeable + ") OR " + own : takeable;
+    String settled =
+        withLease
+            ? answered
+                + " AND NOT (c.status = 'PROCESSING' AND c.claim_id IS NOT DISTINCT FROM r.claim_id)"
+            : answered;
     return keyed(
-        rows -> claim(table, status, leaseUntil, claimable, settled, rows),
+        rows -> claim(table, status, leaseUntil, attempts, claimable, settled, rows),
         "biz_type, biz_key, owner, lease_ms, keep_ms, fingerprint, source, claim_id",
         Type.TEXT,
         Type.TEXT,
@@ -240,6 +256,7 @@ public final class PostgresSql {
       String table,
       String status,
       String leaseUntil,
+      String attempts,
       String claimable,
       String settled,
       String rows) {
@@ -263,7 +280,9 @@ public final class PostgresSql {
         + settled
         + ") ORDER BY r.biz_type, r.biz_key"
         + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = excluded.status,"
-        + " attempts = d.attempts + 1, owner = excluded.owner, lease_until = excluded.lease_until,"
+        + " attempts = "
+        + attempts
+        + ", owner = excluded.owner, lease_until = excluded.lease_until,"
         + " claim_id = excluded.claim_id,"
         + " fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
         + " updated_at = now(), expires_at = excluded.expires_at WHERE "

@@ -1,5 +1,6 @@
 package io.consumerdedup.kafka.internal;
 
+import io.consumerdedup.core.internal.DeliverySources;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
 
@@ -14,7 +15,6 @@ public final class RecordSources {
 
   /** {@code topic-partition@offset}, followed by {@code (group g)} when the group is known. */
   public static String describe(ConsumerRecord<?, ?> record, @Nullable String groupId) {
-    String coordinates = coordinates(record);
-    return groupId == null ? coordinates : coordinates + " (group " + groupId + ")";
+    return DeliverySources.withGroup(coordinates(record), groupId);
   }
 }

@@ -31,7 +31,9 @@ import org.springframework.boot.actuate.endpoint.web.WebEndpointResponse;
  *   <li>{@code GET /actuator/consumerdedup/record?bizType=&bizKey=}: one key.
  *   <li>{@code POST /actuator/consumerdedup/release} and {@code .../forget} with {@code {"bizType":
  *       ..., "bizKey": ..., "requestedBy": ...}}: only with {@code
- *       consumer-dedup.admin.write-enabled=true}, else 403.
+ *       consumer-dedup.admin.write-enabled=true}, else 403. A release of a key whose lease is still
+ *       live answers 409 and changes nothing, unless the body says {@code "force": true} (the
+ *       operator knows the holder is dead; if it is not, the handler runs twice).
  * </ul>
  */
 @Endpoint(id = "consumerdedup")
@@ -98,6 +100,7 @@ public class ConsumerDedupEndpoint {
       String bizType,
       String bizKey,
       @Nullable String requestedBy,
+      @Nullable Boolean force,
       SecurityContext security) {
     if (!writeEnabled) {
       return error(
@@ -110,7 +113,7 @@ public class ConsumerDedupEndpoint {
       String who = requester(requestedBy, security);
       DedupAdmin.Change change =
           switch (action) {
-            case "release" -> admin.release(key, who);
+            case "release" -> admin.release(key, who, Boolean.TRUE.equals(force));
             case "forget" -> admin.forget(key, who);
             default ->
                 throw new IllegalArgumentException(
@@ -122,11 +125,25 @@ public class ConsumerDedupEndpoint {
       body.put("requestedBy", who);
       body.put("at", change.at().toString());
       body.put("before", change.before() == null ? null : RecordView.of(change.before()));
-      return new WebEndpointResponse<>(
-          body, change.applied() || change.before() != null ? 200 : 404);
+      return new WebEndpointResponse<>(body, status(change));
     } catch (IllegalArgumentException e) {
       return error(400, String.valueOf(e.getMessage()));
     }
+  }
+
+  /**
+   * 200 for a change, or none needed; 404 for an unknown key; 409 for a PROCESSING key left alone,
+   * which is a release refused because its lease is live.
+   */
+  private static int status(DedupAdmin.Change change) {
+    DedupRecord before = change.before();
+    if (change.applied()) {
+      return 200;
+    }
+    if (before == null) {
+      return 404;
+    }
+    return before.status() == DedupStatus.PROCESSING ? 409 : 200;
   }
 
   private Map<String, Object> list(

@@ -1,0 +1,178 @@
+package io.consumerdedup.core;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowable;
+import static org.awaitility.Awaitility.await;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ReplyLosingStore;
+import io.consumerdedup.testing.TestDatabase;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.UUID;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+
+/**
+ * A claim whose reply was lost after the database committed it, taken up again by the same
+ * executor: by one caller only, and with a lease that runs from then.
+ */
+class UnansweredClaimTest {
+  private static String schema;
+  private static HikariDataSource dataSource;
+
+  @BeforeAll
+  static void setUp() {
+    schema = TestDatabase.newSchema("unanswered");
+    dataSource = TestDatabase.dataSource(schema, 6);
+  }
+
+  @AfterAll
+  static void tearDown() {
+    dataSource.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  @Test
+  void twoThreadsSharingTheExecutorAfterAnUnansweredClaimRunTheHandlerOnce() throws Exception {
+    twoCallersAfterAnUnansweredClaimRunTheHandlerOnce(dataSource);
+  }
+
+  @Test
+  void aClaimTakenUpNearTheEndOfItsLeaseIsNotTakenOverDuringASlowHandler() throws Exception {
+    aClaimTakenUpNearTheEndOfItsLeaseHoldsTheKeyThroughASlowHandler(dataSource);
+  }
+
+  /**
+   * Loses the reply of a committed claim of a key, then lets two threads of the same executor
+   * deliver the key at once; shared with the other databases' tests.
+   */
+  static void twoCallersAfterAnUnansweredClaimRunTheHandlerOnce(DataSource dataSource)
+      throws Exception {
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource).build();
+    ReplyLosingStore losing = ReplyLosingStore.in(store);
+    DedupKey key = DedupKey.of("payment", "unanswered-" + UUID.randomUUID());
+    AtomicInteger runs = new AtomicInteger();
+    ExecutorService threads = Executors.newFixedThreadPool(2);
+    try (IdempotentExecutor executor = IdempotentExecutor.builder(losing.store()).build()) {
+      losing.loseNextClaimReply();
+      assertThatThrownBy(() -> executor.execute(key, runs::incrementAndGet))
+          .isInstanceOf(DedupStoreUnavailableException.class);
+      assertThat(losing.repliesLost()).as("claim replies lost").isEqualTo(1);
+      assertThat(store.find(key).orElseThrow().status())
+          .as("the unanswered claim committed")
+          .isEqualTo(DedupStatus.PROCESSING);
+
+      CountDownLatch go = new CountDownLatch(1);
+      CountDownLatch handlerMayEnd = new CountDownLatch(1);
+      List<Future<String>> answers = new ArrayList<>();
+      for (int i = 0; i < 2; i++) {
+        answers.add(
+            threads.submit(
+                () -> {
+                  go.await();
+                  try {
+                    return executor
+                        .execute(
+                            key,
+                            () -> {
+                              runs.incrementAndGet();
+                              return handlerMayEnd.await(10, TimeUnit.SECONDS);
+                            })
+                        .outcome()
+                        .name();
+                  } catch (DedupInProgressException e) {
+                    return "IN_PROGRESS";
+                  }
+                }));
+      }
+      go.countDown();
+      // Both have had the store's answer: both are in the handler, or one is and one returned.
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .until(
+              () ->
+                  runs.get() == 2
+                      || (runs.get() == 1 && answers.stream().anyMatch(Future::isDone)));
+      handlerMayEnd.countDown();
+      List<String> outcomes = new ArrayList<>();
+      for (Future<String> answer : answers) {
+        outcomes.add(answer.get(10, TimeUnit.SECONDS));
+      }
+
+      assertThat(runs).as("handler runs").hasValue(1);
+      assertThat(outcomes).containsExactlyInAnyOrder("PROCESSED", "IN_PROGRESS");
+      DedupRecord record = store.find(key).orElseThrow();
+      assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(record.attempts()).as("the unanswered claim's own attempt").isEqualTo(1);
+    } finally {
+      threads.shutdownNow();
+    }
+  }
+
+  /**
+   * Loses the reply of a committed claim, waits until its lease is nearly over, and delivers the
+   * key again to the same executor, whose handler outlasts the old lease while another consumer
+   * keeps trying the key; shared with the other databases' tests.
+   */
+  static void aClaimTakenUpNearTheEndOfItsLeaseHoldsTheKeyThroughASlowHandler(DataSource dataSource)
+      throws Exception {
+    Duration lease = Duration.ofSeconds(2);
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource).build();
+    ReplyLosingStore losing = ReplyLosingStore.in(store);
+    DedupKey key = DedupKey.of("payment", "unanswered-late-" + UUID.randomUUID());
+    AtomicInteger runs = new AtomicInteger();
+    AtomicInteger rivalRefused = new AtomicInteger();
+    try (IdempotentExecutor holder =
+            IdempotentExecutor.builder(losing.store()).ownerId("holder").lease(lease).build();
+        IdempotentExecutor rival =
+            IdempotentExecutor.builder(store).ownerId("rival").lease(lease).build()) {
+      losing.loseNextClaimReply();
+      assertThatThrownBy(() -> holder.execute(key, runs::incrementAndGet))
+          .isInstanceOf(DedupStoreUnavailableException.class);
+      assertThat(losing.repliesLost()).as("claim replies lost").isEqualTo(1);
+      DedupRecord unanswered = store.find(key).orElseThrow();
+      Thread.sleep(lease.multipliedBy(7).dividedBy(10).toMillis());
+
+      DedupClaim claim = holder.claim(key, null, "payments-0@7");
+      DedupRecord takenUp = store.find(key).orElseThrow();
+      runs.incrementAndGet();
+      // The slow handler: it outlasts the old lease while another consumer tries the key.
+      long until = System.nanoTime() + lease.multipliedBy(3).dividedBy(2).toNanos();
+      while (System.nanoTime() < until) {
+        try {
+          rival.execute(key, runs::incrementAndGet);
+        } catch (DedupInProgressException expected) {
+          rivalRefused.incrementAndGet();
+        }
+        Thread.sleep(100);
+      }
+      boolean lostDuringHandler = claim.isLeaseLost();
+      Throwable completion = catchThrowable(claim::complete);
+
+      assertThat(claim.attempt()).as("the unanswered claim's own attempt").isEqualTo(1);
+      assertThat(takenUp.leaseUntil().orElseThrow())
+          .as("the lease runs from the claim that took it up, by the database clock")
+          .isEqualTo(takenUp.updatedAt().plus(lease))
+          .isAfter(unanswered.leaseUntil().orElseThrow());
+      assertThat(runs).as("handler runs").hasValue(1);
+      assertThat(rivalRefused).as("rival deliveries told in progress").hasPositiveValue();
+      assertThat(completion).as("SUCCESS under the lease it took up").isNull();
+      assertThat(lostDuringHandler).as("isLeaseLost").isFalse();
+      DedupRecord record = store.find(key).orElseThrow();
+      assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(record.owner()).isEqualTo("holder");
+    }
+  }
+}
