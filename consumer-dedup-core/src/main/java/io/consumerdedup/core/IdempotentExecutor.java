@@ -192,12 +192,13 @@ public final class IdempotentExecutor implements AutoCloseable {
    *     outcome of an earlier attempt of this key in this process is still not written; the handler
    *     must not run
    * @throws DedupStoreException the store failed otherwise; the handler must not run
+   * @throws DedupExecutorClosedException the executor is closed; retry the delivery later
    */
   public DedupClaim claim(DedupKey key, @Nullable String fingerprint, @Nullable String source) {
     Objects.requireNonNull(key, "key");
     if (closed) {
       // A claim now could not be renewed: it would block the key for a whole lease.
-      throw new IllegalStateException("IdempotentExecutor " + ownerId + " is closed");
+      throw closedException(key, source);
     }
     checkFingerprint(fingerprint);
     boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
@@ -233,6 +234,12 @@ public final class IdempotentExecutor implements AutoCloseable {
       sleep(Math.min(backoff.toNanos(), remaining), key, existing, source);
       backoff = Durations.doubling(backoff, LONGEST_WAIT_BACKOFF, 2);
     }
+  }
+
+  private DedupExecutorClosedException closedException(
+      @Nullable DedupKey key, @Nullable String source) {
+    return new DedupExecutorClosedException(
+        "IdempotentExecutor " + ownerId + " is closed", key, source, null);
   }
 
   private static void checkFingerprint(@Nullable String fingerprint) {
@@ -329,12 +336,12 @@ public final class IdempotentExecutor implements AutoCloseable {
    * @throws DedupStoreException the store could not be reached after its retries, or failed
    *     otherwise: no key of the batch is claimed (the claims of one whose reply was lost are
    *     recognised as this process's own when sent again)
-   * @throws IllegalStateException the executor is closed
+   * @throws DedupExecutorClosedException the executor is closed
    */
   public DedupClaims claimAll(List<Delivery> deliveries) {
     Objects.requireNonNull(deliveries, "deliveries");
     if (closed) {
-      throw new IllegalStateException("IdempotentExecutor " + ownerId + " is closed");
+      throw closedException(null, null);
     }
     boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
     Duration keepFor = inTransaction ? successRetention : failedRetention;
