@@ -205,16 +205,28 @@ public final class FaultConsumer {
     stopper.setDaemon(true);
     stopper.start();
     go.await();
+    // What an application's supervisor does: a loop that ended with an Error is replaced by a new
+    // one on a new thread (as an ExecutorService would run it), on the same executor, in this JVM.
     while (true) {
-      try {
-        loop.get().run();
+      DedupPollLoop<String, String> current = loop.get();
+      AtomicReference<Error> ended = new AtomicReference<>();
+      Thread pollThread =
+          new Thread(
+              () -> {
+                try {
+                  current.run();
+                } catch (Error e) {
+                  ended.set(e);
+                }
+              },
+              "poll-loop");
+      pollThread.start();
+      pollThread.join();
+      if (ended.get() == null) {
         return;
-      } catch (Error e) {
-        // What an application's supervisor does: a loop that ended with an Error is replaced by a
-        // new one, on the same executor, in the same JVM.
-        announce("LOOP ENDED " + e);
-        loop.set(newLoop.get());
       }
+      announce("LOOP ENDED " + ended.get());
+      loop.set(newLoop.get());
     }
   }
 
