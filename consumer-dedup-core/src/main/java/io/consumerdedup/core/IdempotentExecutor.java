@@ -562,8 +562,11 @@ public final class IdempotentExecutor implements AutoCloseable {
   }
 
   /**
-   * Stops the lease renewal. Handlers still running lose their renewal; outcomes not yet written
-   * are logged at ERROR and given up.
+   * Stops the lease renewal. SUCCESS marks still queued for the writer thread are written once
+   * first; handlers still running lose their renewal; outcomes not yet written are logged at ERROR
+   * and given up, and a caller waiting for one is told with {@link DedupExecutorClosedException}.
+   * From now on a claim throws {@link DedupExecutorClosedException} (retry later): close the poll
+   * loops and containers that use this executor first.
    */
   @Override
   public void close() {
