@@ -194,12 +194,13 @@ public final class IdempotentExecutor implements AutoCloseable {
    *     outcome of an earlier attempt of this key in this process is still not written; the handler
    *     must not run
    * @throws DedupStoreException the store failed otherwise; the handler must not run
+   * @throws DedupExecutorClosedException the executor is closed; retry the delivery later
    */
   public DedupClaim claim(DedupKey key, @Nullable String fingerprint, @Nullable String source) {
     Objects.requireNonNull(key, "key");
     if (closed) {
       // A claim now could not be renewed: it would block the key for a whole lease.
-      throw new IllegalStateException("IdempotentExecutor " + ownerId + " is closed");
+      throw closedException(key, source);
     }
     checkFingerprint(fingerprint);
     boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
@@ -235,6 +236,12 @@ public final class IdempotentExecutor implements AutoCloseable {
       sleep(Math.min(backoff.toNanos(), remaining), key, existing, source);
       backoff = Durations.doubling(backoff, LONGEST_WAIT_BACKOFF, 2);
     }
+  }
+
+  private DedupExecutorClosedException closedException(
+      @Nullable DedupKey key, @Nullable String source) {
+    return new DedupExecutorClosedException(
+        "IdempotentExecutor " + ownerId + " is closed", key, source, null);
   }
 
   private static void checkFingerprint(@Nullable String fingerprint) {
@@ -330,12 +337,12 @@ public final class IdempotentExecutor implements AutoCloseable {
    * @throws DedupStoreException the store could not be reached after its retries, or failed
    *     otherwise: no key of the batch is claimed (the claims of one whose reply was lost are
    *     recognised as this process's own when sent again)
-   * @throws IllegalStateException the executor is closed
+   * @throws DedupExecutorClosedException the executor is closed
    */
   public DedupClaims claimAll(List<Delivery> deliveries) {
     Objects.requireNonNull(deliveries, "deliveries");
     if (closed) {
-      throw new IllegalStateException("IdempotentExecutor " + ownerId + " is closed");
+      throw closedException(null, null);
     }
     boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
     Duration keepFor = inTransaction ? successRetention : failedRetention;
@@ -553,8 +560,11 @@ public final class IdempotentExecutor implements AutoCloseable {
   }
 
   /**
-   * Stops the lease renewal. Handlers still running lose their renewal; outcomes not yet written
-   * are logged at ERROR and given up.
+   * Stops the lease renewal. SUCCESS marks still queued for the writer thread are written once
+   * first; handlers still running lose their renewal; outcomes not yet written are logged at ERROR
+   * and given up, and a caller waiting for one is told with {@link DedupExecutorClosedException}.
+   * From now on a claim throws {@link DedupExecutorClosedException} (retry later): close the poll
+   * loops and containers that use this executor first.
    */
   @Override
   public void close() {

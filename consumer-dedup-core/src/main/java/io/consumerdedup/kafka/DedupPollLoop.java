@@ -109,6 +109,13 @@ import org.slf4j.LoggerFactory;
  *       IdempotentRecordHandler} is the dedup table's count of the key's claims: a restart, a
  *       rebalance or another consumer does not grant the record a fresh set of attempts. If that
  *       count cannot be read, the loop's own count decides.
+ *   <li>throws an {@link Error} ({@code StackOverflowError}, {@code NoClassDefFoundError}, {@code
+ *       AssertionError}...): counted as a handler failure, as above (dead-lettered, as a {@link
+ *       HandlerErrorException}, once its attempts are spent); then the loop settles the poll (the
+ *       claims of the records it did not get to are given back, the SUCCESS marks of those it did
+ *       are awaited), commits the offsets of the records that are done, closes the consumer, and
+ *       {@link #run()} throws the Error. The application sees it (the {@code Future} of {@code
+ *       ExecutorService.submit(loop)} fails with it) and starts a new loop, or restarts, to go on.
  * </ul>
  *
  * <p>A record whose key or value the consumer's deserializer rejects never reaches the processor:
@@ -240,6 +247,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
    * interrupted; then commits the offsets of the records that are done and closes the consumer.
    *
    * @throws IllegalStateException if the loop was already started or closed
+   * @throws Error what the processor threw, once the poll is settled and the consumer closed
    */
   @Override
   public void run() {
@@ -248,6 +256,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     }
     loopThread = Thread.currentThread();
     boolean interrupted = false;
+    Error fatal = null;
     try {
       consumer.subscribe(topics, new RebalanceListener());
       log.info("Polling {} in group {}", topics, groupId);
@@ -265,12 +274,27 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       Thread.interrupted();
       interrupted = true;
       log.info("Poll loop of {} interrupted; stopping", topics);
+    } catch (Error e) {
+      fatal = e;
+      log.error(
+          "Poll loop of {} in group {} ends with an Error; the claims of its last poll are"
+              + " settled and nothing is committed past a record that is not done. The"
+              + " application must start a new loop (or restart) to go on consuming",
+          topics,
+          groupId,
+          e);
+      throw e;
     } finally {
       running = false;
       try {
         commitLast();
         consumer.close();
         log.info("Stopped polling {} in group {}", topics, groupId);
+      } catch (RuntimeException e) {
+        if (fatal == null) {
+          throw e;
+        }
+        fatal.addSuppressed(e); // the Error is what the application must see
       } finally {
         finished.countDown();
         if (interrupted) {
@@ -331,12 +355,29 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     }
     List<ConsumerRecord<K, V>> polled = new ArrayList<>(records.count());
     records.partitions().forEach(partition -> polled.addAll(records.records(partition)));
-    prepare(polled);
-    batch:
+    try {
+      prepare(polled);
+      handleAll(records);
+    } catch (Error e) {
+      // The loop ends with it, but first the poll's claims are ended or given back (their
+      // renewals stop) and the marks written, or no other consumer could take those keys up for
+      // as long as this JVM lives.
+      try {
+        settle(records);
+      } catch (Error again) {
+        e.addSuppressed(again);
+      }
+      throw e;
+    }
+    settle(records);
+    commitDone();
+  }
+
+  private void handleAll(ConsumerRecords<K, V> records) {
     for (TopicPartition partition : records.partitions()) {
       for (ConsumerRecord<K, V> record : records.records(partition)) {
         if (!running) {
-          break batch;
+          return;
         }
         if (!handle(record, partition)) {
           // Sought back and paused: the rest of this partition's records come again later.
@@ -345,8 +386,6 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         progress.done(partition, record.offset() + 1);
       }
     }
-    settle();
-    commitDone();
   }
 
   private void prepare(List<ConsumerRecord<K, V>> polled) {
@@ -366,14 +405,18 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
    * Holds each partition at its first record whose outcome is not recorded yet: nothing is
    * committed past it, and it comes again (a duplicate then, once the outcome is written).
    */
-  private void settle() {
+  private void settle(ConsumerRecords<K, V> records) {
     List<ConsumerRecord<K, V>> unrecorded;
     try {
       unrecorded = processor.settle();
     } catch (RuntimeException e) {
-      log.error("Could not settle the poll's records; they are not committed", e);
-      progress.offsetsToCommit().clear();
-      return;
+      // Which outcomes are recorded is unknown: the whole poll comes again (those recorded as
+      // duplicates), rather than the loop moving on past records whose outcome may be lost.
+      log.error("Could not settle the poll's records; delivering them again", e);
+      unrecorded = new ArrayList<>();
+      for (TopicPartition partition : records.partitions()) {
+        unrecorded.add(records.records(partition).get(0));
+      }
     }
     Map<TopicPartition, Long> first = new HashMap<>();
     for (ConsumerRecord<K, V> record : unrecorded) {
@@ -411,6 +454,14 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         }
         case HANDLER_FAILED -> handlerFailed(record, partition, previous, e);
       };
+    } catch (Error e) {
+      // A handler failure like any other (its claim is FAILED, the attempt counted), so that a
+      // record whose handler always throws an Error is dead-lettered once its attempts are spent
+      // instead of ending every loop the application starts; then this loop ends with it.
+      if (handlerFailed(record, partition, previous, new HandlerErrorException(e))) {
+        progress.done(partition, record.offset() + 1); // dead-lettered
+      }
+      throw e;
     }
     progress.settled(partition);
     return true;

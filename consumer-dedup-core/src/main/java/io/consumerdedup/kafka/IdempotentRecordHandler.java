@@ -20,6 +20,8 @@ import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.function.Function;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
@@ -183,10 +185,12 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
 
   /**
    * Gives back the claims of the poll's records that were not processed, without counting an
-   * attempt, and waits until the SUCCESS marks of those processed are written.
+   * attempt, and waits until the SUCCESS marks of those processed are written, at most one lease
+   * renewal interval of the executor (the leases outlive the wait).
    *
-   * @return the processed records whose SUCCESS is not written yet (the database unreachable, or
-   *     the key taken over meanwhile); they must be delivered again
+   * @return the processed records whose SUCCESS is not written yet (the database unreachable, the
+   *     key taken over meanwhile, or the wait over); they must be delivered again, and this process
+   *     writes a SUCCESS still pending before it runs the key's handler again
    */
   @Override
   public List<ConsumerRecord<K, V>> settle() {
@@ -197,16 +201,27 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     }
     current.claims.releaseUnended();
     List<ConsumerRecord<K, V>> unrecorded = new ArrayList<>();
+    long deadline = System.nanoTime() + executor.renewalInterval().toNanos();
+    int waitedOut = 0;
     for (Mark<K, V> mark : current.marks) {
       try {
-        mark.written().get();
+        mark.written().get(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
       } catch (ExecutionException e) {
         log.debug("SUCCESS of {} is not written yet", keys.source(mark.record()), e.getCause());
+        unrecorded.add(mark.record());
+      } catch (TimeoutException e) {
+        waitedOut++;
         unrecorded.add(mark.record());
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
         unrecorded.add(mark.record());
       }
+    }
+    if (waitedOut > 0) {
+      log.warn(
+          "{} SUCCESS marks of the poll not written within {}; delivering their records again",
+          waitedOut,
+          executor.renewalInterval());
     }
     return unrecorded;
   }

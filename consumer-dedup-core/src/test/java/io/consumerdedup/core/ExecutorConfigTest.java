@@ -82,8 +82,13 @@ class ExecutorConfigTest {
     executor.close();
 
     assertThatThrownBy(() -> executor.execute(DedupKey.of("payment", "late"), () -> "ran"))
-        .isInstanceOf(IllegalStateException.class)
-        .hasMessage("IdempotentExecutor closing is closed");
+        .isInstanceOf(DedupExecutorClosedException.class)
+        .hasMessageStartingWith("IdempotentExecutor closing is closed")
+        .satisfies(
+            e ->
+                assertThat(Disposition.of(e))
+                    .as("held by a poll loop, not failed or dead-lettered")
+                    .isEqualTo(Disposition.RETRY_LATER));
   }
 
   @Test

@@ -26,6 +26,8 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Supplier;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -49,11 +51,14 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * <p>Arguments are {@code name=value} pairs; {@code fault=POINT:ACTION:N} makes the N-th arrival at
  * a {@link FaultPoints.Point} {@code halt} the JVM (a crash: no finally block, no commit, no
  * shutdown hook) or {@code stall<millis>} the thread that reached it; {@code fault=KEY:halt:<key>}
- * halts it in the handler of that key (claimed, its effect not applied). It prints {@code FAULT
- * <point>} right before the fault, and {@code APPLIED} after its first effect. It prints {@code
- * CLOCK <System.currentTimeMillis()>} first, so a test can tell its clock is the one it meant to
- * give it; with {@code gated=true} it waits for {@code go} on standard input before it polls (a
- * consumer started in advance joins the group the moment it is told).
+ * halts it in the handler of that key (claimed, its effect not applied); the action {@code error}
+ * throws an {@link OutOfMemoryError} on the thread that reached the point. Keys starting with
+ * {@code error-} throw a {@link StackOverflowError} from the handler on their first try; a loop
+ * ended by an Error is replaced by a new one in the same JVM, as an application's supervisor would.
+ * It prints {@code FAULT <point>} right before the fault, and {@code APPLIED} after its first
+ * effect. It prints {@code CLOCK <System.currentTimeMillis()>} first, so a test can tell its clock
+ * is the one it meant to give it; with {@code gated=true} it waits for {@code go} on standard input
+ * before it polls (a consumer started in advance joins the group the moment it is told).
  */
 public final class FaultConsumer {
   static final String KEY_HEADER = "order-no";
@@ -118,6 +123,10 @@ public final class FaultConsumer {
                   if (key.startsWith("flaky-") && firstFailure(effectsPool, key)) {
                     throw new IllegalStateException("transient failure of " + key);
                   }
+                  if (key.startsWith("error-") && firstFailure(effectsPool, key)) {
+                    announce("FAULT handler of " + key + " throws an Error");
+                    throw new StackOverflowError("injected in the handler of " + key);
+                  }
                   DataSource effects = transactional ? transactions : effectsPool;
                   writeEffect(effects, key, name);
                   if (applied.incrementAndGet() == 1) {
@@ -156,14 +165,19 @@ public final class FaultConsumer {
     consumerConfig.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 50);
     consumerConfig.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
     consumerConfig.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
-    DedupPollLoop<String, String> loop =
-        DedupPollLoop.builder(consumerConfig, List.of(topic), processor)
-            .deadLetterHandler(
-                KafkaDeadLetterPublisher.builder(dlt).rawProducer(rawDlt).groupId(group).build())
-            .maxAttempts(3)
-            .retryBackOff(Duration.ofMillis(200))
-            .holdBackOff(Duration.ofMillis(250), Duration.ofSeconds(1))
-            .build();
+    Supplier<DedupPollLoop<String, String>> newLoop =
+        () ->
+            DedupPollLoop.builder(consumerConfig, List.of(topic), processor)
+                .deadLetterHandler(
+                    KafkaDeadLetterPublisher.builder(dlt)
+                        .rawProducer(rawDlt)
+                        .groupId(group)
+                        .build())
+                .maxAttempts(3)
+                .retryBackOff(Duration.ofMillis(200))
+                .holdBackOff(Duration.ofMillis(250), Duration.ofSeconds(1))
+                .build();
+    AtomicReference<DedupPollLoop<String, String>> loop = new AtomicReference<>(newLoop.get());
     announce("STARTED");
     Thread stopper =
         new Thread(
@@ -177,7 +191,7 @@ public final class FaultConsumer {
                     go.countDown();
                   }
                   if (line.equals("stop")) {
-                    loop.close();
+                    loop.get().close();
                     executor.close();
                     announce("STOPPED");
                     Runtime.getRuntime().halt(0);
@@ -191,7 +205,29 @@ public final class FaultConsumer {
     stopper.setDaemon(true);
     stopper.start();
     go.await();
-    loop.run();
+    // What an application's supervisor does: a loop that ended with an Error is replaced by a new
+    // one on a new thread (as an ExecutorService would run it), on the same executor, in this JVM.
+    while (true) {
+      DedupPollLoop<String, String> current = loop.get();
+      AtomicReference<Error> ended = new AtomicReference<>();
+      Thread pollThread =
+          new Thread(
+              () -> {
+                try {
+                  current.run();
+                } catch (Error e) {
+                  ended.set(e);
+                }
+              },
+              "poll-loop");
+      pollThread.start();
+      pollThread.join();
+      if (ended.get() == null) {
+        return;
+      }
+      announce("LOOP ENDED " + ended.get());
+      loop.set(newLoop.get());
+    }
   }
 
   static void installFault(String fault) {
@@ -211,6 +247,8 @@ public final class FaultConsumer {
           announce("FAULT " + point + " " + action);
           if (action.equals("halt")) {
             Runtime.getRuntime().halt(137);
+          } else if (action.equals("error")) {
+            throw new OutOfMemoryError("injected at " + point);
           } else if (action.startsWith("stall")) {
             try {
               Thread.sleep(Long.parseLong(action.substring("stall".length())));

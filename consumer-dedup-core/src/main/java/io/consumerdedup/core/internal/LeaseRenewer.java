@@ -100,12 +100,20 @@ public final class LeaseRenewer implements AutoCloseable {
         () -> submit(task), period.toNanos(), period.toNanos(), TimeUnit.NANOSECONDS);
   }
 
+  /**
+   * Hands {@code task} to a worker; false if it could not start. Never throws: a periodic task that
+   * threw would be cancelled for good, and its leases left to run out.
+   */
   private boolean submit(Runnable task) {
     try {
       workers.execute(task);
       return true;
     } catch (RejectedExecutionException e) {
       return false; // closed
+    } catch (RuntimeException | Error e) {
+      // Such as "OutOfMemoryError: unable to create native thread": try again at the next tick.
+      log.error("Could not start a lease renewal or outcome retry; trying again later", e);
+      return false;
     }
   }
 
@@ -148,8 +156,9 @@ public final class LeaseRenewer implements AutoCloseable {
             renewal.renewed(sent + lease.toNanos());
           }
         }
-      } catch (RuntimeException e) {
+      } catch (RuntimeException | Error e) {
         // Keep trying: the lease lasts several intervals, and one failed renewal is not a loss.
+        // An Error too: it ends this renewal, not the renewing.
         log.warn("Could not renew the leases on {}; will retry", keys(), e);
       } finally {
         inFlight.decrementAndGet();

@@ -1,6 +1,7 @@
 package io.consumerdedup.core.internal;
 
 import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupExecutorClosedException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupLeaseLostException;
 import io.consumerdedup.core.DedupListener;
@@ -45,8 +46,9 @@ public final class Outcomes implements AutoCloseable {
   private final Duration retryPeriod;
   private final Map<DedupKey, Pending> pending = new ConcurrentHashMap<>();
   private final BlockingQueue<Pending> marks = new LinkedBlockingQueue<>();
-  private final AtomicBoolean writerStarted = new AtomicBoolean();
-  private volatile @Nullable Thread writer;
+  private @Nullable Thread writer; // guarded by marks
+  private volatile boolean closed; // set under marks
+  private volatile boolean writing;
 
   public Outcomes(
       DedupStore store,
@@ -118,7 +120,8 @@ public final class Outcomes implements AutoCloseable {
    * @return completes when SUCCESS is written; exceptionally with {@link DedupLeaseLostException}
    *     if another consumer took the key over first, or with {@link DedupStoreUnavailableException}
    *     if it could not be written yet (it is then kept and retried in the background, as by {@link
-   *     #complete})
+   *     #complete}); once closed, it is written at once on the calling thread, and the future fails
+   *     with {@link DedupExecutorClosedException} if that write fails
    */
   public CompletableFuture<Void> completeLater(
       DedupKey key,
@@ -129,60 +132,111 @@ public final class Outcomes implements AutoCloseable {
     Pending outcome = new Pending(key, token, source, renewal, null, handlerTime);
     renewal.settling();
     pending.put(key, outcome);
-    startWriter();
-    marks.add(outcome);
-    return outcome.written;
-  }
-
-  private void startWriter() {
-    if (writerStarted.compareAndSet(false, true)) {
-      Thread thread = new Thread(this::writeMarks, "consumer-dedup-outcome-writer");
-      thread.setDaemon(true);
-      writer = thread;
-      thread.start();
+    synchronized (marks) {
+      if (!closed) {
+        marks.add(outcome);
+        Thread current = writer;
+        // A writer that died (an Error escaped it) is replaced; the marks it left queued are its
+        // successor's. Marks it had taken were settled or kept before it died.
+        if (current == null || !current.isAlive()) {
+          writer = new Thread(this::writeQueuedMarks, "consumer-dedup-outcome-writer");
+          writer.setDaemon(true);
+          writer.start();
+        }
+        return outcome.written;
+      }
     }
+    // Closed: no writer any more, so one write now, on the caller's thread, rather than none.
+    writeMarks(List.of(outcome));
+    return outcome.written;
   }
 
   /**
    * Writes the queued SUCCESS marks, as many as are queued at once in one store call: while one
-   * call is on its way, the marks of the next records gather for the next one.
+   * call is on its way, the marks of the next records gather for the next one. Runs until closed;
+   * the marks queued then are written by {@link #close()}.
    */
-  private void writeMarks() {
+  private void writeQueuedMarks() {
     List<Pending> group = new ArrayList<>();
-    while (!Thread.currentThread().isInterrupted()) {
+    while (!closed) {
       try {
         group.add(marks.take());
       } catch (InterruptedException e) {
-        return; // closed
+        return; // closing
       }
       marks.drainTo(group, MAX_MARKS_PER_WRITE - 1);
-      List<Pending> open = group.stream().filter(outcome -> !outcome.settled.get()).toList();
-      group.clear();
-      if (open.isEmpty()) {
-        continue;
-      }
-      List<ClaimResult.Claimed> claims =
-          open.stream().map(outcome -> outcome.renewal.claim()).toList();
+      writing = true;
       try {
-        Set<DedupKey> lost = new HashSet<>(store.completeAll(claims, successRetention));
-        FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
-        open.forEach(outcome -> settle(outcome, !lost.contains(outcome.key)));
-      } catch (DedupStoreException e) {
-        for (Pending outcome : open) {
-          keep(outcome, e);
-          outcome.written.completeExceptionally(notRecordedYet(outcome.key, outcome.source, e));
-        }
-        log.warn(
-            "Handlers for {} succeeded, but SUCCESS could not be recorded yet; keeping the leases"
-                + " and retrying in the background: {}",
-            open.stream().map(outcome -> where(outcome.key, outcome.source)).toList(),
-            e.getMessage());
-      } catch (RuntimeException e) {
-        log.error("Writing SUCCESS marks failed unexpectedly; retrying in the background", e);
-        open.forEach(
-            outcome -> keep(outcome, new DedupStoreException(e.toString(), null, null, e)));
+        writeMarks(group);
+      } finally {
+        writing = false;
+        group.clear();
       }
     }
+  }
+
+  /**
+   * Writes the marks in one store call. Whatever the call throws, an Error included, each mark ends
+   * written, lost, or kept for the background retry with its future failed: none is dropped, and no
+   * waiter waits on a future that nobody completes.
+   */
+  private void writeMarks(List<Pending> group) {
+    List<Pending> open = group.stream().filter(outcome -> !outcome.settled.get()).toList();
+    if (open.isEmpty()) {
+      return;
+    }
+    List<ClaimResult.Claimed> claims =
+        open.stream().map(outcome -> outcome.renewal.claim()).toList();
+    try {
+      Set<DedupKey> lost = new HashSet<>(store.completeAll(claims, successRetention));
+      FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
+      open.forEach(outcome -> settle(outcome, !lost.contains(outcome.key)));
+    } catch (DedupStoreException e) {
+      notWritten(open, e);
+      log.warn(
+          "Handlers for {} succeeded, but SUCCESS could not be recorded yet; keeping the leases"
+              + " and retrying in the background: {}",
+          open.stream().map(outcome -> where(outcome.key, outcome.source)).toList(),
+          e.getMessage());
+    } catch (RuntimeException | Error e) {
+      // An Error too (an OutOfMemoryError from getConnection): the writer lives on, and the
+      // outcomes are retried like those of an outage.
+      log.error("Writing SUCCESS marks failed unexpectedly; retrying in the background", e);
+      notWritten(open, new DedupStoreException(e.toString(), null, null, e));
+    }
+  }
+
+  /** Keeps the outcomes for the background retry (unless closed) and fails their futures. */
+  private void notWritten(List<Pending> open, DedupStoreException e) {
+    for (Pending outcome : open) {
+      if (outcome.settled.get()) {
+        continue; // settled before the failure
+      }
+      boolean keeping = !closed; // once closed, nothing retries in the background
+      try {
+        if (keeping) {
+          keep(outcome, e);
+        } else {
+          pending.remove(outcome.key, outcome);
+        }
+      } catch (RuntimeException keepFailed) {
+        log.warn("Could not keep the SUCCESS of {} for retrying", outcome.key, keepFailed);
+      } finally {
+        outcome.written.completeExceptionally(
+            keeping
+                ? notRecordedYet(outcome.key, outcome.source, e)
+                : closedBeforeWritten(outcome, e));
+      }
+    }
+  }
+
+  private static DedupExecutorClosedException closedBeforeWritten(
+      Pending outcome, @Nullable Throwable cause) {
+    return new DedupExecutorClosedException(
+        "The executor was closed before the " + outcome.status() + " of this key was recorded",
+        outcome.key,
+        outcome.source,
+        cause);
   }
 
   /**
@@ -315,7 +369,7 @@ public final class Outcomes implements AutoCloseable {
             outcome.token,
             e.getMessage());
       }
-    } catch (RuntimeException e) {
+    } catch (RuntimeException | Error e) {
       log.warn("Retrying the {} of {} failed", outcome.status(), outcome.key, e);
     } finally {
       outcome.retrying.set(false);
@@ -329,15 +383,38 @@ public final class Outcomes implements AutoCloseable {
     return view;
   }
 
+  /**
+   * Stops the writer and writes the marks still queued, once; the outcomes that are still not
+   * recorded then are given up (logged at ERROR), their futures failed with {@link
+   * DedupExecutorClosedException}.
+   */
   @Override
   public void close() {
-    Thread current = writer;
-    if (current != null) {
-      current.interrupt();
+    Thread current;
+    synchronized (marks) {
+      closed = true;
+      current = writer;
     }
+    if (current != null) {
+      // Woken only when idle: an interrupt could fail the store call of the marks in flight. A
+      // writer that is busy sees the flag once its call returns (bounded by the store's timeouts)
+      // and settles those marks itself.
+      if (!writing) {
+        current.interrupt();
+      }
+      try {
+        current.join(retryPeriod.toMillis());
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+    }
+    List<Pending> queued = new ArrayList<>();
+    marks.drainTo(queued);
+    writeMarks(queued);
     pending.forEach(
         (key, outcome) -> {
           outcome.cancelRetries();
+          outcome.written.completeExceptionally(closedBeforeWritten(outcome, null));
           log.error(
               "Closing with the {} of {} (attempt {}) not recorded: once its lease runs out,"
                   + " another consumer may run the handler for the key again",

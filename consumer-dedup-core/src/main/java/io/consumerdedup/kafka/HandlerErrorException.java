@@ -1,0 +1,13 @@
+package io.consumerdedup.kafka;
+
+/**
+ * An {@link Error} a record's handler threw, as the reason {@link DedupPollLoop} gives the {@link
+ * DeadLetterHandler} when such a record has spent its attempts ({@link #getCause()} is the Error).
+ */
+public final class HandlerErrorException extends RuntimeException {
+  private static final long serialVersionUID = 1L;
+
+  HandlerErrorException(Error error) {
+    super("Handler threw " + error, error);
+  }
+}

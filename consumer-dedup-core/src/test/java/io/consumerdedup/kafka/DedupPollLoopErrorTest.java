@@ -1,0 +1,397 @@
+package io.consumerdedup.kafka;
+
+import static io.consumerdedup.kafka.LoopFixture.BIZ_TYPE;
+import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
+import static io.consumerdedup.kafka.LoopFixture.WAIT;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.Outcome;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.TestKafka;
+import java.io.PrintWriter;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.logging.Logger;
+import javax.sql.DataSource;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+/**
+ * Errors ({@link StackOverflowError}, {@link OutOfMemoryError}...) in the poll loop and in the
+ * outcome writer, an executor closed under a running loop, and a processor whose settle fails: no
+ * key is stranded PROCESSING, no record is lost or applied twice, and the application sees a loop
+ * that ended.
+ */
+class DedupPollLoopErrorTest {
+  @RegisterExtension static final LoopFixture fixture = new LoopFixture("loop_error");
+
+  private static final Duration RENEWAL = Duration.ofMillis(300);
+
+  private final Map<String, AtomicInteger> effects = new ConcurrentHashMap<>();
+  private final List<ConsumerRecord<String, String>> deadLettered = new CopyOnWriteArrayList<>();
+  private final List<Exception> deadLetterReasons = new CopyOnWriteArrayList<>();
+  private final ExecutorService threads = Executors.newCachedThreadPool();
+
+  @AfterEach
+  void tearDown() throws InterruptedException {
+    threads.shutdownNow();
+    threads.awaitTermination(30, TimeUnit.SECONDS);
+  }
+
+  private static IdempotentExecutor executor(DedupStore store) {
+    return IdempotentExecutor.builder(store)
+        .lease(Duration.ofSeconds(3))
+        .renewalInterval(RENEWAL)
+        .build();
+  }
+
+  private DedupPollLoop<String, String> loop(
+      IdempotentExecutor executor, boolean claimsPerPoll, RecordHandler<String, String> work) {
+    return loop(
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .claimsPerPoll(claimsPerPoll)
+            .handler(work)
+            .build(),
+        2);
+  }
+
+  private DedupPollLoop<String, String> loop(
+      RecordProcessor<String, String> processor, int maxAttempts) {
+    return LoopFixture.quick(
+            DedupPollLoop.builder(
+                TestKafka.consumerConfig(fixture.group()), List.of(fixture.topic()), processor))
+        .maxAttempts(maxAttempts)
+        .closeTimeout(Duration.ofSeconds(10))
+        .deadLetterHandler(
+            (record, reason) -> {
+              deadLettered.add(record);
+              deadLetterReasons.add(reason);
+            })
+        .build();
+  }
+
+  private void send(int from, int to) throws Exception {
+    for (int i = from; i < to; i++) {
+      ProducerRecord<String, String> record =
+          new ProducerRecord<>(fixture.topic(), 0, order(i), "charge " + order(i));
+      record.headers().add(KEY_HEADER, order(i).getBytes(StandardCharsets.UTF_8));
+      fixture.producer().send(record);
+    }
+    fixture.producer().flush();
+  }
+
+  private void apply(ConsumerRecord<String, String> record) {
+    effects
+        .computeIfAbsent(LoopFixture.orderNo(record), k -> new AtomicInteger())
+        .incrementAndGet();
+  }
+
+  private static String order(int i) {
+    return fixture.topic() + "-ORD-" + i;
+  }
+
+  private static Optional<DedupRecord> row(int i) {
+    return fixture.store().find(DedupKey.of(BIZ_TYPE, order(i)));
+  }
+
+  /** The keys 0 until {@code count} that are PROCESSING, with their lease_until. */
+  private static Map<String, Object> processing(int count) {
+    Map<String, Object> leases = new ConcurrentHashMap<>();
+    for (int i = 0; i < count; i++) {
+      row(i)
+          .filter(r -> r.status() == DedupStatus.PROCESSING)
+          .ifPresent(r -> leases.put(r.key().bizKey(), r.leaseUntil().orElseThrow()));
+    }
+    return leases;
+  }
+
+  private void assertEachAppliedOnceAndSuccess(int count) {
+    assertThat(effects).hasSize(count);
+    assertThat(effects.values()).allSatisfy(n -> assertThat(n).hasValue(1));
+    for (int i = 0; i < count; i++) {
+      assertThat(row(i).orElseThrow().status()).as(order(i)).isEqualTo(DedupStatus.SUCCESS);
+    }
+  }
+
+  private static Throwable endOf(Future<?> run) throws Exception {
+    try {
+      run.get(WAIT.toSeconds(), TimeUnit.SECONDS);
+    } catch (ExecutionException e) {
+      return e.getCause();
+    }
+    throw new AssertionError("run() returned normally");
+  }
+
+  private void aHandlerErrorEndsTheLoopWithoutStrandingThePoll(boolean claimsPerPoll)
+      throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    send(0, 10);
+    AtomicInteger errorsLeft = new AtomicInteger(1);
+    try (IdempotentExecutor executor = executor(fixture.store())) {
+      RecordHandler<String, String> work =
+          record -> {
+            if (LoopFixture.orderNo(record).equals(order(3)) && errorsLeft.getAndDecrement() > 0) {
+              throw new StackOverflowError("deeply nested payload");
+            }
+            apply(record);
+          };
+      Future<?> first = threads.submit(loop(executor, claimsPerPoll, work));
+
+      assertThat(endOf(first))
+          .as("run() ends with the handler's Error")
+          .isInstanceOf(StackOverflowError.class)
+          .hasMessage("deeply nested payload");
+      assertThat(errorsLeft.get()).as("the Error was thrown").isZero();
+      // The failing record is FAILED (an attempt counted); the poll's other keys are released or
+      // SUCCESS: none is PROCESSING under a lease that this process goes on renewing.
+      assertThat(row(3).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
+      Map<String, Object> stranded = processing(10);
+      assertThat(stranded).as("keys left PROCESSING").isEmpty();
+      Thread.sleep(RENEWAL.multipliedBy(3).toMillis());
+      assertThat(processing(10)).as("no renewal goes on").isEqualTo(stranded);
+      assertThat(TestKafka.committedOffsets(fixture.group()))
+          .as("nothing committed past the failed record")
+          .containsEntry(new TopicPartition(fixture.topic(), 0), 3L);
+
+      try (RunningLoop second = RunningLoop.start(loop(executor, claimsPerPoll, work))) {
+        LoopFixture.awaitCommitted(
+            fixture.group(), Map.of(new TopicPartition(fixture.topic(), 0), 10L));
+      }
+    }
+    assertEachAppliedOnceAndSuccess(10);
+    assertThat(row(3).orElseThrow().attempts()).isEqualTo(2);
+    assertThat(deadLettered).isEmpty();
+  }
+
+  @Test
+  void aHandlerErrorReleasesThePollsOtherClaimsAndRunRethrowsIt() throws Exception {
+    aHandlerErrorEndsTheLoopWithoutStrandingThePoll(true);
+  }
+
+  @Test
+  void aHandlerErrorPerRecordFailsItsClaimAndRunRethrowsIt() throws Exception {
+    aHandlerErrorEndsTheLoopWithoutStrandingThePoll(false);
+  }
+
+  @Test
+  void aRecordWhoseHandlerAlwaysThrowsAnErrorIsDeadLetteredOnceItsAttemptsAreSpent()
+      throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    send(0, 5);
+    AtomicInteger errors = new AtomicInteger();
+    try (IdempotentExecutor executor = executor(fixture.store())) {
+      RecordHandler<String, String> work =
+          record -> {
+            if (LoopFixture.orderNo(record).equals(order(2))) {
+              errors.incrementAndGet();
+              throw new NoClassDefFoundError("com/example/Missing");
+            }
+            apply(record);
+          };
+      // maxAttempts 2: each loop the application starts ends with the Error, until the second
+      // attempt (counted by the dedup table, across loops) dead-letters the record.
+      assertThat(endOf(threads.submit(loop(executor, true, work))))
+          .isInstanceOf(NoClassDefFoundError.class);
+      assertThat(deadLettered).isEmpty();
+      assertThat(endOf(threads.submit(loop(executor, true, work))))
+          .isInstanceOf(NoClassDefFoundError.class);
+      assertThat(deadLettered).extracting(ConsumerRecord::offset).containsExactly(2L);
+      assertThat(deadLetterReasons.get(0))
+          .isInstanceOf(HandlerErrorException.class)
+          .hasCauseInstanceOf(NoClassDefFoundError.class);
+
+      try (RunningLoop third = RunningLoop.start(loop(executor, true, work))) {
+        LoopFixture.awaitCommitted(
+            fixture.group(), Map.of(new TopicPartition(fixture.topic(), 0), 5L));
+      }
+    }
+    assertThat(errors).hasValue(2);
+    assertThat(effects).hasSize(4).doesNotContainKey(order(2));
+    assertThat(effects.values()).allSatisfy(n -> assertThat(n).hasValue(1));
+  }
+
+  @Test
+  void anErrorOnTheOutcomeWriterThreadDoesNotStopTheLoop() throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    send(0, 20);
+    ErrorOnceDataSource faulty =
+        new ErrorOnceDataSource(fixture.dataSource(), "consumer-dedup-outcome-writer");
+    try (IdempotentExecutor executor = executor(JdbcDedupStore.builder(faulty).build());
+        RunningLoop loop = RunningLoop.start(loop(executor, true, this::apply))) {
+      LoopFixture.awaitCommitted(
+          fixture.group(), Map.of(new TopicPartition(fixture.topic(), 0), 20L));
+      assertThat(faulty.thrown).as("the writer met the Error").isTrue();
+      assertThat(loop.isRunning()).isTrue();
+      assertThat(executor.unrecordedOutcomes()).isEmpty();
+    }
+    assertEachAppliedOnceAndSuccess(20);
+  }
+
+  @Test
+  void closingTheExecutorMidPollWritesItsMarksAndHoldsLaterRecords() throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    send(0, 10);
+    CountDownLatch closed = new CountDownLatch(1);
+    IdempotentExecutor first = executor(fixture.store());
+    RecordHandler<String, String> work =
+        record -> {
+          if (LoopFixture.orderNo(record).equals(order(5)) && closed.getCount() > 0) {
+            // The application shuts the executor down while this poll is being handled.
+            threads.submit(
+                () -> {
+                  first.close();
+                  closed.countDown();
+                });
+            assertThat(closed.await(10, TimeUnit.SECONDS)).isTrue();
+          }
+          apply(record);
+        };
+    try (RunningLoop loop = RunningLoop.start(loop(first, true, work))) {
+      LoopFixture.awaitCommitted(
+          fixture.group(), Map.of(new TopicPartition(fixture.topic(), 0), 10L));
+      send(10, 13);
+      Thread.sleep(1_500); // several polls, each refused by the closed executor
+      assertThat(loop.isRunning()).isTrue();
+      assertThat(deadLettered).as("held, not failed or dead-lettered").isEmpty();
+      assertThat(effects).hasSize(10);
+    }
+    assertThat(closed.getCount()).as("closed mid-poll").isZero();
+    try (IdempotentExecutor second = executor(fixture.store());
+        RunningLoop loop = RunningLoop.start(loop(second, true, this::apply))) {
+      LoopFixture.awaitCommitted(
+          fixture.group(), Map.of(new TopicPartition(fixture.topic(), 0), 13L));
+    }
+    assertEachAppliedOnceAndSuccess(13);
+    assertThat(deadLettered).isEmpty();
+  }
+
+  @Test
+  void aSettleThatThrowsDeliversThePollAgainInsteadOfMovingPastIt() throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    send(0, 5);
+    // A processor that records its outcomes at settle (a buffered sink); its first flush fails.
+    List<String> sink = new CopyOnWriteArrayList<>();
+    AtomicBoolean failed = new AtomicBoolean();
+    RecordProcessor<String, String> buffered =
+        new RecordProcessor<>() {
+          private final List<String> buffer = new ArrayList<>();
+
+          @Override
+          public Outcome process(ConsumerRecord<String, String> record) {
+            buffer.add(LoopFixture.orderNo(record));
+            return Outcome.PROCESSED;
+          }
+
+          @Override
+          public List<ConsumerRecord<String, String>> settle() {
+            List<String> flushed = List.copyOf(buffer);
+            buffer.clear();
+            if (!flushed.isEmpty() && failed.compareAndSet(false, true)) {
+              throw new IllegalStateException("sink unavailable");
+            }
+            sink.addAll(flushed);
+            return List.of();
+          }
+        };
+    try (RunningLoop loop = RunningLoop.start(loop(buffered, 3))) {
+      await().atMost(WAIT).untilTrue(failed);
+      send(5, 10);
+      LoopFixture.awaitCommitted(
+          fixture.group(), Map.of(new TopicPartition(fixture.topic(), 0), 10L));
+    }
+    List<String> expected = new ArrayList<>();
+    for (int i = 0; i < 10; i++) {
+      expected.add(order(i));
+    }
+    assertThat(sink).as("no record lost").containsAll(expected);
+  }
+
+  /** A DataSource whose getConnection throws an OutOfMemoryError once on the named thread. */
+  private static final class ErrorOnceDataSource implements DataSource {
+    private final DataSource delegate;
+    private final String threadName;
+    volatile boolean thrown;
+
+    ErrorOnceDataSource(DataSource delegate, String threadName) {
+      this.delegate = delegate;
+      this.threadName = threadName;
+    }
+
+    @Override
+    public Connection getConnection() throws SQLException {
+      if (!thrown && Thread.currentThread().getName().startsWith(threadName)) {
+        thrown = true;
+        throw new OutOfMemoryError("Java heap space (injected)");
+      }
+      return delegate.getConnection();
+    }
+
+    @Override
+    public Connection getConnection(String username, String password) throws SQLException {
+      return delegate.getConnection(username, password);
+    }
+
+    @Override
+    public PrintWriter getLogWriter() throws SQLException {
+      return delegate.getLogWriter();
+    }
+
+    @Override
+    public void setLogWriter(PrintWriter out) throws SQLException {
+      delegate.setLogWriter(out);
+    }
+
+    @Override
+    public void setLoginTimeout(int seconds) throws SQLException {
+      delegate.setLoginTimeout(seconds);
+    }
+
+    @Override
+    public int getLoginTimeout() throws SQLException {
+      return delegate.getLoginTimeout();
+    }
+
+    @Override
+    public Logger getParentLogger() {
+      return Logger.getLogger(Logger.GLOBAL_LOGGER_NAME);
+    }
+
+    @Override
+    public <T> T unwrap(Class<T> iface) throws SQLException {
+      return delegate.unwrap(iface);
+    }
+
+    @Override
+    public boolean isWrapperFor(Class<?> iface) throws SQLException {
+      return delegate.isWrapperFor(iface);
+    }
+  }
+}
