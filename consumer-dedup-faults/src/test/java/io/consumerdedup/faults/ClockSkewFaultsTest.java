@@ -33,6 +33,7 @@ class ClockSkewFaultsTest {
    * nothing).
    */
   static final Duration LEASE = Duration.ofSeconds(8);
+
   static final Duration START = Duration.ofSeconds(60);
   static final Duration FINISH = Duration.ofSeconds(60);
 
