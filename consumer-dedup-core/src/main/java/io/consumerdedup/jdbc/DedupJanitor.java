@@ -8,8 +8,8 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
-import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
@@ -186,13 +186,17 @@ public final class DedupJanitor implements AutoCloseable {
     if (scheduler != null) {
       throw new IllegalStateException("DedupJanitor already started");
     }
-    scheduler =
-        Executors.newSingleThreadScheduledExecutor(
+    ScheduledThreadPoolExecutor started =
+        new ScheduledThreadPoolExecutor(
+            1,
             runnable -> {
               Thread thread = new Thread(runnable, "consumer-dedup-janitor");
               thread.setDaemon(true);
               return thread;
             });
+    // close() drops the next run (which may be an interval away) instead of waiting for it.
+    started.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
+    scheduler = started;
     scheduleNext(Duration.ZERO);
   }
 
