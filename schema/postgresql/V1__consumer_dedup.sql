@@ -23,7 +23,12 @@ CREATE TABLE consumer_dedup (
     CONSTRAINT consumer_dedup_pk PRIMARY KEY (biz_type, biz_key),
     CONSTRAINT consumer_dedup_status_ck CHECK (status IN ('PROCESSING', 'SUCCESS', 'FAILED')),
     CONSTRAINT consumer_dedup_attempts_ck CHECK (attempts >= 1)
-) WITH (fillfactor = 80);
+) WITH (
+    fillfactor = 80,
+    autovacuum_vacuum_scale_factor = 0.01,
+    autovacuum_vacuum_threshold = 10000,
+    autovacuum_analyze_scale_factor = 0.02
+);
 
 -- The only secondary index, for the purge: it walks rows oldest first and deletes those whose
 -- expires_at has passed. created_at is written once, when the key is first claimed; no status

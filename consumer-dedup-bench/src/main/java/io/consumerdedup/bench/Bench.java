@@ -147,7 +147,8 @@ public final class Bench {
           report.sweep(sweep);
         }
         if (options.purgeRows() > 0) {
-          progress.printf("[bench] purge of %,d expired rows ...%n", options.purgeRows());
+          progress.printf(
+              "[bench] purge over %,d rows, half of them expired ...%n", options.purgeRows());
           purge = PurgeBench.run(database, options.purgeRows());
           report.purge(purge);
         }

@@ -6,7 +6,8 @@ import java.util.List;
 
 /**
  * What the benchmark runs, from its arguments. Without arguments: 200,000 messages, three
- * repetitions, the table-size sweep at 1e5 and 1e6 keys, and a purge of 1e6 expired rows.
+ * repetitions, the table-size sweep at 1e5 and 1e6 keys, and a purge over a table of 1e6 rows, half
+ * of them expired.
  *
  * <pre>
  * --quick            5,000 messages, two repetitions, a purge of 1e5 rows: about two minutes
@@ -14,7 +15,7 @@ import java.util.List;
  * --messages=N       messages in the workload
  * --repetitions=N    interleaved repetitions of the comparison
  * --sweep=none|N,N   the table sizes of the sweep, or none
- * --purge-rows=N     expired rows for the purge; 0 skips it
+ * --purge-rows=N     rows in the table for the purge, half of them expired; 0 skips it
  * --crash-window     instead of all that, the crash window of mode SEPARATE: consumers in child
  *                    JVMs killed at random moments, and the records whose handler runs again
  * --kills=N          kills per path in the crash-window run (default 20; 400 messages per kill)
@@ -26,7 +27,7 @@ import java.util.List;
  * @param messages messages in the workload
  * @param repetitions interleaved repetitions of the comparison
  * @param sweepSizes the preloaded table sizes of the sweep; empty to skip it
- * @param purgeRows expired rows for the purge; 0 to skip it
+ * @param purgeRows rows in the table for the purge, half of them expired; 0 to skip it
  * @param crashWindow whether to measure the crash window instead of the comparison
  * @param kills kills per path in the crash-window run
  */

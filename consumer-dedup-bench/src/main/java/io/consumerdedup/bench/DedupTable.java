@@ -43,4 +43,27 @@ final class DedupTable {
         count);
     database.execute("VACUUM (ANALYZE) " + NAME);
   }
+
+  /**
+   * Inserts {@code count} SUCCESS rows created evenly over the last two weeks, in that order, each
+   * kept seven days after its creation: the older half has expired. Then vacuums and analyzes.
+   */
+  static void preloadTwoWeeks(BenchDatabase database, long count) throws SQLException {
+    database.update(
+        "INSERT INTO "
+            + NAME
+            + " (biz_type, biz_key, status, attempts, owner, created_at, updated_at, expires_at)"
+            + " SELECT ?, 'preloaded-' || g, 'SUCCESS', 1, 'bench-preload', t, t,"
+            + " t + interval '7 days'"
+            + " FROM generate_series(1, ?) g,"
+            + " LATERAL (SELECT now() - interval '14 days' * (1 - g::float8 / ?) AS t) created",
+        BIZ_TYPE,
+        count,
+        count);
+    database.execute("VACUUM (ANALYZE) " + NAME);
+  }
+
+  static long expiredRows(BenchDatabase database) throws SQLException {
+    return database.queryForLong("SELECT count(*) FROM " + NAME + " WHERE expires_at < now()");
+  }
 }

@@ -214,12 +214,30 @@ final class Report {
   void purge(PurgeBench.Result result) {
     out.println();
     out.printf(
-        "Purge: DedupJanitor.purgeExpired() (batches of %,d) over %,d expired rows, while claims"
-            + " of new keys run on another connection%n",
-        DedupJanitor.DEFAULT_BATCH_SIZE, result.expiredRows());
+        "Purge: DedupJanitor.purgeExpired() with its defaults (batches of %,d, %d per run, runs"
+            + " of at most %d s) over %,d rows created over two weeks, %,d of them expired, run"
+            + " after run until one is caught up, while claims of new keys run on another"
+            + " connection%n",
+        DedupJanitor.DEFAULT_BATCH_SIZE,
+        DedupJanitor.DEFAULT_MAX_BATCHES_PER_RUN,
+        DedupJanitor.DEFAULT_MAX_RUN_TIME.toSeconds(),
+        result.tableRows(),
+        result.expiredRows());
     out.printf(
-        "purge       deleted %,d rows in %.1f s: %,.0f rows/s%n",
-        result.deleted(), result.purgeNanos() / 1e9, result.rowsPerSecond());
+        "purge       deleted %,d rows in %.1f s: %,.0f rows/s; first run %,.0f rows/s, first run"
+            + " after %,d deleted %,.0f rows/s (%.0f %% of the first); last run (caught up)"
+            + " %.2f s%n",
+        result.deleted(),
+        result.purgeNanos() / 1e9,
+        result.rowsPerSecond(),
+        result.startRowsPerSecond(),
+        PurgeBench.SUSTAINED_AFTER,
+        result.sustainedRowsPerSecond(),
+        100 * result.sustainedRowsPerSecond() / result.startRowsPerSecond(),
+        result.caughtUpNanos() / 1e9);
+    StringBuilder perRun = new StringBuilder("runs        rows/s:");
+    result.runs().forEach(run -> perRun.append(String.format(" %,.0f", run.rowsPerSecond())));
+    out.println(perRun);
     out.printf(
         "claims      alone: %s; during the purge: %s%n",
         latencies(result.claimsAlone()), latencies(result.claimsDuringPurge()));

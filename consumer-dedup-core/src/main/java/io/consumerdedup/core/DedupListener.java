@@ -53,6 +53,13 @@ public interface DedupListener {
   default void purged(int count) {}
 
   /**
+   * The retention purge measured its backlog: {@code expiredRows} expired records not purged yet
+   * (counted among the oldest, so a floor when large), the oldest of them expired {@code
+   * oldestExpiredAge} ago (zero when none is).
+   */
+  default void purgeBacklog(long expiredRows, Duration oldestExpiredAge) {}
+
+  /**
    * A listener that passes every event to each of {@code listeners}, in order; one that throws is
    * logged and skipped, the others still hear of the event.
    */

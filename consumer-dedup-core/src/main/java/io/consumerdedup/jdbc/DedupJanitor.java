@@ -3,11 +3,13 @@ package io.consumerdedup.jdbc;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.jdbc.internal.PurgeSql;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
-import java.util.concurrent.Executors;
+import java.util.Optional;
 import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
@@ -16,6 +18,14 @@ import org.slf4j.LoggerFactory;
 /**
  * Deletes records whose retention has passed, in bounded batches, so the dedup table stays bounded.
  * Safe to run on every instance at once: batches skip rows another janitor (or a claim) has locked.
+ *
+ * <p>On a {@link JdbcDedupStore} each batch starts after the last row the previous one deleted (a
+ * keyset cursor over the {@code created_at} index), so a run never walks again over the index
+ * entries of rows it already deleted. A run ends when a batch finds fewer expired rows than it may
+ * delete (caught up: the next run starts from the oldest row again, {@code interval} later), or
+ * after {@code maxBatchesPerRun} batches or {@code maxRunTime} (work left: the next run continues
+ * from where this one stopped, at once). Each run first measures the {@link PurgeBacklog}, tells
+ * the listener ({@link DedupListener#purgeBacklog}) and logs a WARN when the janitor is behind.
  *
  * <pre>{@code
  * DedupJanitor janitor = DedupJanitor.builder(store).interval(Duration.ofMinutes(10)).build();
@@ -27,25 +37,43 @@ public final class DedupJanitor implements AutoCloseable {
   /** Default number of rows deleted per statement. */
   public static final int DEFAULT_BATCH_SIZE = 1000;
 
-  /** Default most batches in one run, so one run never holds the database for long. */
+  /** Default most batches in one run, so one run never holds the janitor's thread for long. */
   public static final int DEFAULT_MAX_BATCHES_PER_RUN = 100;
 
-  /** Default time between runs. */
+  /** Default longest run; a run with work left is followed by the next one at once. */
+  public static final Duration DEFAULT_MAX_RUN_TIME = Duration.ofSeconds(10);
+
+  /** Default time between runs once caught up. */
   public static final Duration DEFAULT_INTERVAL = Duration.ofMinutes(10);
+
+  /**
+   * The janitor is behind when the oldest expired row expired longer ago than this many intervals:
+   * a janitor that keeps up leaves rows expired for at most about one interval.
+   */
+  public static final int BEHIND_AFTER_INTERVALS = 3;
 
   private static final Logger log = LoggerFactory.getLogger(DedupJanitor.class);
 
   private final DedupStore store;
+  private final @Nullable KeysetPurge keyset;
   private final int batchSize;
   private final int maxBatchesPerRun;
+  private final Duration maxRunTime;
   private final Duration interval;
   private final DedupListener listener;
+  private final Object runLock = new Object();
+  private KeysetPurge.@Nullable Position cursor;
+  private boolean workLeft;
+  private long lastBehindWarning;
+  private volatile @Nullable PurgeBacklog lastBacklog;
   private @Nullable ScheduledExecutorService scheduler;
 
   private DedupJanitor(Builder builder) {
     this.store = builder.store;
+    this.keyset = store instanceof JdbcDedupStore jdbc ? new KeysetPurge(jdbc) : null;
     this.batchSize = builder.batchSize;
     this.maxBatchesPerRun = builder.maxBatchesPerRun;
+    this.maxRunTime = builder.maxRunTime;
     this.interval = builder.interval;
     this.listener = DedupListener.composite(List.of(builder.listener));
   }
@@ -55,56 +83,141 @@ public final class DedupJanitor implements AutoCloseable {
   }
 
   /**
-   * Deletes expired records now, batch after batch, until a batch comes back short or the per-run
-   * limit is reached.
+   * Runs once now: deletes expired records batch after batch, until a batch comes back short, or
+   * the per-run limits ({@code maxBatchesPerRun}, {@code maxRunTime}) are reached; a call after one
+   * that stopped at a limit continues after the last row it deleted.
    *
    * @return how many records were deleted
    */
   public int purgeExpired() {
-    int total = 0;
-    for (int batch = 0; batch < maxBatchesPerRun; batch++) {
-      int deleted = store.purge(batchSize);
-      total += deleted;
-      if (deleted < batchSize) {
-        break;
+    synchronized (runLock) {
+      measureBacklog();
+      long deadline = System.nanoTime() + maxRunTime.toNanos();
+      int total = 0;
+      boolean full = true;
+      try {
+        for (int batch = 0; batch < maxBatchesPerRun && full; batch++) {
+          if (batch > 0 && System.nanoTime() - deadline > 0) {
+            break;
+          }
+          KeysetPurge.Batch deleted = deleteBatch();
+          full = deleted.full();
+          total = Math.addExact(total, deleted.deleted());
+        }
+      } finally {
+        workLeft = full;
+        if (!full) {
+          cursor = null;
+        }
+        if (total > 0) {
+          log.info("Purged {} expired dedup records", total);
+          listener.purged(total);
+        }
       }
+      return total;
     }
-    if (total > 0) {
-      log.info("Purged {} expired dedup records", total);
-      listener.purged(total);
+  }
+
+  /** One batch from the cursor; a store other than JDBC purges from its oldest rows each time. */
+  private KeysetPurge.Batch deleteBatch() {
+    if (keyset == null) {
+      int deleted = store.purge(batchSize);
+      return new KeysetPurge.Batch(deleted, deleted >= batchSize, null);
     }
-    return total;
+    KeysetPurge.Batch batch = keyset.deleteAfter(cursor, batchSize);
+    cursor = batch.last();
+    return batch;
   }
 
   /**
-   * Runs {@link #purgeExpired()} every {@code interval} on a daemon thread, until {@link #close()}.
+   * Measures the backlog now (on a {@link JdbcDedupStore}; empty on other stores), tells the
+   * listener, and logs a WARN, at most once an interval, while the janitor is behind.
+   */
+  public Optional<PurgeBacklog> measureBacklog() {
+    if (keyset == null) {
+      return Optional.empty();
+    }
+    KeysetPurge.Estimate estimate = keyset.estimate();
+    Duration oldest = estimate.oldestExpiredAge();
+    boolean behind =
+        oldest != null && oldest.compareTo(interval.multipliedBy(BEHIND_AFTER_INTERVALS)) > 0;
+    PurgeBacklog backlog =
+        new PurgeBacklog(
+            estimate.expiredRows(),
+            estimate.expiredRows() >= PurgeSql.BACKLOG_SAMPLE,
+            oldest,
+            behind);
+    lastBacklog = backlog;
+    listener.purgeBacklog(backlog.expiredRows(), oldest == null ? Duration.ZERO : oldest);
+    if (behind) {
+      warnBehind(backlog);
+    }
+    return Optional.of(backlog);
+  }
+
+  private synchronized void warnBehind(PurgeBacklog backlog) {
+    long now = System.nanoTime();
+    if (lastBehindWarning != 0 && now - lastBehindWarning < interval.toNanos()) {
+      return;
+    }
+    lastBehindWarning = now;
+    log.warn(
+        "The purge of expired dedup records is behind: the oldest expired record expired {} ago"
+            + " (more than {} intervals of {}), {}{} expired records wait among the oldest;"
+            + " raise batchSize or maxBatchesPerRun, or check for failed runs",
+        backlog.oldestExpiredAge(),
+        BEHIND_AFTER_INTERVALS,
+        interval,
+        backlog.atLeast() ? "at least " : "",
+        backlog.expiredRows());
+  }
+
+  /** The backlog the last run (or {@link #measureBacklog()}) measured, if any. */
+  public Optional<PurgeBacklog> lastBacklog() {
+    return Optional.ofNullable(lastBacklog);
+  }
+
+  /**
+   * Runs {@link #purgeExpired()} on a daemon thread, until {@link #close()}: the first run at once
+   * (so the backlog is measured at start-up), the next one at once while runs stop with work left,
+   * else {@code interval} after the last one.
    */
   public synchronized void start() {
     if (scheduler != null) {
       throw new IllegalStateException("DedupJanitor already started");
     }
-    ScheduledExecutorService started =
-        Executors.newSingleThreadScheduledExecutor(
+    ScheduledThreadPoolExecutor started =
+        new ScheduledThreadPoolExecutor(
+            1,
             runnable -> {
               Thread thread = new Thread(runnable, "consumer-dedup-janitor");
               thread.setDaemon(true);
               return thread;
             });
-    // purgeQuietly catches what a run throws, and stop() shuts the scheduler down: the future
-    // has nothing to tell.
-    var unused =
-        started.scheduleWithFixedDelay(
-            this::purgeQuietly, interval.toMillis(), interval.toMillis(), TimeUnit.MILLISECONDS);
+    // close() drops the next run (which may be an interval away) instead of waiting for it.
+    started.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
     scheduler = started;
+    scheduleNext(Duration.ZERO);
   }
 
-  private void purgeQuietly() {
+  private synchronized void scheduleNext(Duration delay) {
+    if (scheduler != null && !scheduler.isShutdown()) {
+      // runScheduled catches what a run throws, and close() shuts the scheduler down: the future
+      // has nothing to tell.
+      var unused = scheduler.schedule(this::runScheduled, delay.toMillis(), TimeUnit.MILLISECONDS);
+    }
+  }
+
+  private void runScheduled() {
+    boolean more = false;
     try {
       purgeExpired();
+      more = workLeft;
     } catch (RuntimeException e) {
       // The next run tries again; a failed purge only delays the cleanup.
       log.warn("Purge of expired dedup records failed; next try in {}", interval, e);
     }
+    scheduleNext(more ? Duration.ZERO : interval);
   }
 
   /** Stops the scheduled runs, if started; a batch in flight finishes. */
@@ -121,6 +234,7 @@ public final class DedupJanitor implements AutoCloseable {
     private final DedupStore store;
     private int batchSize = DEFAULT_BATCH_SIZE;
     private int maxBatchesPerRun = DEFAULT_MAX_BATCHES_PER_RUN;
+    private Duration maxRunTime = DEFAULT_MAX_RUN_TIME;
     private Duration interval = DEFAULT_INTERVAL;
     private DedupListener listener = DedupListener.NOOP;
 
@@ -147,13 +261,19 @@ public final class DedupJanitor implements AutoCloseable {
       return this;
     }
 
-    /** Time between runs once started. Default {@link #DEFAULT_INTERVAL}. */
+    /** Longest run; the next run continues at once. Default {@link #DEFAULT_MAX_RUN_TIME}. */
+    public Builder maxRunTime(Duration maxRunTime) {
+      this.maxRunTime = Durations.requirePositive("maxRunTime", maxRunTime);
+      return this;
+    }
+
+    /** Time between runs once caught up. Default {@link #DEFAULT_INTERVAL}. */
     public Builder interval(Duration interval) {
       this.interval = Durations.requirePositive("interval", interval);
       return this;
     }
 
-    /** Receives {@link DedupListener#purged(int)}. */
+    /** Receives {@link DedupListener#purged(int)} and {@link DedupListener#purgeBacklog}. */
     public Builder listener(DedupListener listener) {
       this.listener = Objects.requireNonNull(listener, "listener");
       return this;

@@ -273,7 +273,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
   }
 
   /** A time as the dialect's driver binds it: timestamptz, or UTC wall-clock DATETIME. */
-  private static Object time(Instant instant, SqlDialect dialect) {
+  static Object time(Instant instant, SqlDialect dialect) {
     return dialect == SqlDialect.MYSQL
         ? LocalDateTime.ofInstant(instant, ZoneOffset.UTC)
         : OffsetDateTime.ofInstant(instant, ZoneOffset.UTC);

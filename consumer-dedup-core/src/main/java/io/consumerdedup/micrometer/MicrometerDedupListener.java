@@ -5,10 +5,15 @@ import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStoreException;
 import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.TimeGauge;
 import io.micrometer.core.instrument.Timer;
 import java.time.Duration;
 import java.util.Objects;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicLong;
 
 /**
  * Publishes the engine's events to Micrometer (an optional dependency: use this class only when
@@ -20,12 +25,22 @@ import java.util.Objects;
  *       claim or an outcome that could not reach the dedup table, so its delivery waits)
  *   <li>{@value #CLAIM_TIMER}: timer of claim round trips, tagged {@code biz_type}
  *   <li>{@value #PURGED}: counter of records deleted by the retention purge
+ *   <li>{@value #PURGE_BACKLOG}: gauge of expired records not purged yet, as the janitor last
+ *       counted them among the oldest records (a floor when it reached its sample's size)
+ *   <li>{@value #PURGE_OLDEST_EXPIRED}: time gauge, how long ago the oldest expired record not
+ *       purged yet expired (0 when none is); above 3 janitor intervals the janitor is behind
  * </ul>
  */
 public final class MicrometerDedupListener implements DedupListener {
   public static final String OUTCOMES = "consumer.dedup.outcomes";
   public static final String CLAIM_TIMER = "consumer.dedup.claim";
   public static final String PURGED = "consumer.dedup.purged";
+  public static final String PURGE_BACKLOG = "consumer.dedup.purge.backlog";
+  public static final String PURGE_OLDEST_EXPIRED = "consumer.dedup.purge.oldest.expired";
+
+  private final AtomicLong backlogRows = new AtomicLong();
+  private final AtomicLong oldestExpiredMillis = new AtomicLong();
+  private final AtomicBoolean backlogGaugesRegistered = new AtomicBoolean();
 
   private final MeterRegistry registry;
 
@@ -97,5 +112,25 @@ public final class MicrometerDedupListener implements DedupListener {
         .description("Dedup records deleted by the retention purge")
         .register(registry)
         .increment(count);
+  }
+
+  @Override
+  public void purgeBacklog(long expiredRows, Duration oldestExpiredAge) {
+    backlogRows.set(expiredRows);
+    oldestExpiredMillis.set(oldestExpiredAge.toMillis());
+    // Registered at the first measurement: an application without a janitor shows no backlog.
+    if (backlogGaugesRegistered.compareAndSet(false, true)) {
+      Gauge.builder(PURGE_BACKLOG, backlogRows, AtomicLong::get)
+          .description("Expired dedup records not purged yet, counted among the oldest")
+          .baseUnit("records")
+          .register(registry);
+      TimeGauge.builder(
+              PURGE_OLDEST_EXPIRED,
+              oldestExpiredMillis,
+              TimeUnit.MILLISECONDS,
+              AtomicLong::doubleValue)
+          .description("How long ago the oldest expired dedup record not purged yet expired")
+          .register(registry);
+    }
   }
 }

@@ -89,6 +89,11 @@ public final class CompositeListener implements DedupListener {
   }
 
   @Override
+  public void purgeBacklog(long expiredRows, Duration oldestExpiredAge) {
+    each("purgeBacklog", l -> l.purgeBacklog(expiredRows, oldestExpiredAge));
+  }
+
+  @Override
   public String toString() {
     return "CompositeListener" + listeners;
   }

@@ -1,8 +1,10 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.core.DedupAdmin;
+import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.boot.actuate.autoconfigure.endpoint.condition.ConditionalOnAvailableEndpoint;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
@@ -32,8 +34,12 @@ public class ConsumerDedupActuatorAutoConfiguration {
   @ConditionalOnMissingBean
   @ConditionalOnAvailableEndpoint(ConsumerDedupEndpoint.class)
   public ConsumerDedupEndpoint consumerDedupEndpoint(
-      DedupAdmin admin, JdbcDedupStore store, ConsumerDedupProperties properties) {
-    return new ConsumerDedupEndpoint(admin, store, properties.getAdmin().isWriteEnabled());
+      DedupAdmin admin,
+      JdbcDedupStore store,
+      ConsumerDedupProperties properties,
+      ObjectProvider<DedupJanitor> janitor) {
+    return new ConsumerDedupEndpoint(
+        admin, store, properties.getAdmin().isWriteEnabled(), janitor.getIfUnique());
   }
 
   /** Apart, so that an application with Actuator but without its health module still starts. */
@@ -43,8 +49,9 @@ public class ConsumerDedupActuatorAutoConfiguration {
     @Bean
     @ConditionalOnMissingBean(name = "consumerdedupHealthIndicator")
     @ConditionalOnEnabledHealthIndicator("consumerdedup")
-    public ConsumerDedupHealthIndicator consumerdedupHealthIndicator(JdbcDedupStore store) {
-      return new ConsumerDedupHealthIndicator(store);
+    public ConsumerDedupHealthIndicator consumerdedupHealthIndicator(
+        JdbcDedupStore store, ObjectProvider<DedupJanitor> janitor) {
+      return new ConsumerDedupHealthIndicator(store, janitor.getIfUnique());
     }
   }
 }

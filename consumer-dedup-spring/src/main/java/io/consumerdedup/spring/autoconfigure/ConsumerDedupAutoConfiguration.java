@@ -156,6 +156,7 @@ public class ConsumerDedupAutoConfiguration {
             .interval(cleanup.getInterval())
             .batchSize(cleanup.getBatchSize())
             .maxBatchesPerRun(cleanup.getMaxBatchesPerRun())
+            .maxRunTime(cleanup.getMaxRunTime())
             .listener(DedupListener.composite(listeners.orderedStream().toList()))
             .build();
     janitor.start();

@@ -6,7 +6,10 @@ import io.consumerdedup.core.DedupAdmin.RecordQuery;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.jdbc.PurgeBacklog;
+import java.time.Duration;
 import java.time.Instant;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -25,7 +28,8 @@ import org.springframework.boot.actuate.endpoint.web.WebEndpointResponse;
  * changes that unstick a key (see docs/operations.md).
  *
  * <ul>
- *   <li>{@code GET /actuator/consumerdedup}: counts per biz type and status.
+ *   <li>{@code GET /actuator/consumerdedup}: counts per biz type and status, and, when this
+ *       instance runs the janitor, the purge's backlog measured now ({@code purge}).
  *   <li>{@code GET /actuator/consumerdedup/records?status=&bizType=&lease=&limit=&after=}: records
  *       oldest first, a page at a time ({@code next} continues).
  *   <li>{@code GET /actuator/consumerdedup/record?bizType=&bizKey=}: one key.
@@ -43,11 +47,22 @@ public class ConsumerDedupEndpoint {
   private final DedupAdmin admin;
   private final JdbcDedupStore store;
   private final boolean writeEnabled;
+  private final @Nullable DedupJanitor janitor;
 
   public ConsumerDedupEndpoint(DedupAdmin admin, JdbcDedupStore store, boolean writeEnabled) {
+    this(admin, store, writeEnabled, null);
+  }
+
+  /** With the janitor whose backlog the summary shows, if this instance runs one. */
+  public ConsumerDedupEndpoint(
+      DedupAdmin admin,
+      JdbcDedupStore store,
+      boolean writeEnabled,
+      @Nullable DedupJanitor janitor) {
     this.admin = admin;
     this.store = store;
     this.writeEnabled = writeEnabled;
+    this.janitor = janitor;
   }
 
   /** The counts per biz type and status. */
@@ -63,6 +78,9 @@ public class ConsumerDedupEndpoint {
         counts.stream()
             .map(c -> new CountView(c.bizType(), c.status().name(), c.count(), c.expiredLeases()))
             .toList());
+    if (janitor != null) {
+      janitor.measureBacklog().ifPresent(backlog -> summary.put("purge", BacklogView.of(backlog)));
+    }
     return summary;
   }
 
@@ -194,6 +212,23 @@ public class ConsumerDedupEndpoint {
 
   private static WebEndpointResponse<Object> error(int status, String message) {
     return new WebEndpointResponse<>(Map.of("error", message), status);
+  }
+
+  /**
+   * The purge's backlog: expired records not purged yet (counted among the oldest; {@code atLeast}
+   * when the count reached its sample), how long ago the oldest expired (ISO-8601, null when none)
+   * and whether the janitor is behind.
+   */
+  public record BacklogView(
+      long expiredRecords, boolean atLeast, @Nullable String oldestExpiredAge, boolean behind) {
+
+    static BacklogView of(PurgeBacklog backlog) {
+      return new BacklogView(
+          backlog.expiredRows(),
+          backlog.atLeast(),
+          backlog.oldestExpired().map(Duration::toString).orElse(null),
+          backlog.behind());
+    }
   }
 
   /** A count as the endpoint shows it. */

@@ -216,14 +216,17 @@ public class ConsumerDedupProperties implements InitializingBean {
     /** Whether this instance purges expired records (safe on every instance at once). */
     private boolean enabled = true;
 
-    /** Time between purge runs. */
+    /** Time between purge runs once a run has caught up. */
     private Duration interval = DedupJanitor.DEFAULT_INTERVAL;
 
     /** Rows deleted per statement. */
     private int batchSize = DedupJanitor.DEFAULT_BATCH_SIZE;
 
-    /** Most batches per run. */
+    /** Most batches per run; a run that stops with work left is followed by the next at once. */
     private int maxBatchesPerRun = DedupJanitor.DEFAULT_MAX_BATCHES_PER_RUN;
+
+    /** Longest run; a run that stops with work left is followed by the next at once. */
+    private Duration maxRunTime = DedupJanitor.DEFAULT_MAX_RUN_TIME;
 
     public boolean isEnabled() {
       return enabled;
@@ -255,6 +258,14 @@ public class ConsumerDedupProperties implements InitializingBean {
 
     public void setMaxBatchesPerRun(int maxBatchesPerRun) {
       this.maxBatchesPerRun = maxBatchesPerRun;
+    }
+
+    public Duration getMaxRunTime() {
+      return maxRunTime;
+    }
+
+    public void setMaxRunTime(Duration maxRunTime) {
+      this.maxRunTime = maxRunTime;
     }
   }
 
@@ -297,6 +308,7 @@ public class ConsumerDedupProperties implements InitializingBean {
         hold.initialBackoff,
         "at least hold.initial-backoff (" + print(hold.initialBackoff) + ")");
     positive("cleanup.interval", cleanup.interval);
+    positive("cleanup.max-run-time", cleanup.maxRunTime);
     if (cleanup.batchSize < 1) {
       throw invalid("cleanup.batch-size", cleanup.batchSize, "at least 1");
     }

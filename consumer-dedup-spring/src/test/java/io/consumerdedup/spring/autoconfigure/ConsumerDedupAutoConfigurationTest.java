@@ -309,6 +309,20 @@ class ConsumerDedupAutoConfigurationTest {
                           registry.find(MicrometerDedupListener.PURGED).counter() != null
                               && registry.find(MicrometerDedupListener.PURGED).counter().count()
                                   == 1);
+              // Each run measures the backlog first: the gauges exist, and after the purge a
+              // later run finds nothing expired.
+              await()
+                  .atMost(Duration.ofSeconds(5))
+                  .until(
+                      () ->
+                          registry.find(MicrometerDedupListener.PURGE_BACKLOG).gauge() != null
+                              && registry
+                                      .find(MicrometerDedupListener.PURGE_BACKLOG)
+                                      .gauge()
+                                      .value()
+                                  == 0);
+              assertThat(context.getBean(DedupJanitor.class).lastBacklog())
+                  .hasValueSatisfying(backlog -> assertThat(backlog.behind()).isFalse());
               assertThat(janitorThreads()).isNotEmpty();
             });
     await().atMost(Duration.ofSeconds(10)).until(() -> janitorThreads().isEmpty());
@@ -476,9 +490,9 @@ class ConsumerDedupAutoConfigurationTest {
     }
     // Every property but owner-id (generated per instance) and shared-biz-types (empty) shows its
     // default.
-    assertThat(properties).hasSize(25);
+    assertThat(properties).hasSize(26);
     assertThat(shown)
-        .hasSize(23)
+        .hasSize(24)
         .doesNotContainKeys("consumer-dedup.owner-id", "consumer-dedup.shared-biz-types");
 
     ConsumerDedupProperties bound =

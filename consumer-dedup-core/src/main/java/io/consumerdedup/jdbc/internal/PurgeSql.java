@@ -1,0 +1,107 @@
+package io.consumerdedup.jdbc.internal;
+
+/**
+ * The retention purge's statements, for one validated table name and one dialect. Rows go oldest
+ * first along the {@code created_at} index, ordered by (created_at, biz_type, biz_key) so that a
+ * position in that order is a keyset cursor: each batch starts after the last row the previous one
+ * deleted and never walks again over the index entries of rows already deleted (they stay in the
+ * index until a vacuum, and a batch that started at the head of the index would step over all of
+ * them). An expired row is one whose expires_at has passed and that is not PROCESSING under a live
+ * lease.
+ */
+public final class PurgeSql {
+  /** Rows at the head of the index the backlog estimate reads, at most. */
+  public static final int BACKLOG_SAMPLE = 100_000;
+
+  private static final String AFTER =
+      " AND created_at >= ? AND (created_at > ? OR (created_at = ? AND (biz_type > ?"
+          + " OR (biz_type = ? AND biz_key > ?))))";
+  private static final String ORDER = " ORDER BY created_at, biz_type, biz_key";
+
+  private final boolean postgres;
+  private final String table;
+  private final String expired;
+
+  /**
+   * The count of expired rows ({@code expired}) among the {@value #BACKLOG_SAMPLE} oldest by
+   * created_at, and how long ago the first of them expired ({@code oldest_ms}, database time; null
+   * when none), binding that limit. The purge works from that end, so that is where its backlog is.
+   */
+  public final String backlog;
+
+  public PurgeSql(String table, boolean postgres) {
+    this.postgres = postgres;
+    this.table = table;
+    String now = postgres ? "now()" : "UTC_TIMESTAMP(6)";
+    expired =
+        " WHERE expires_at < " + now + " AND (status <> 'PROCESSING' OR lease_until < " + now + ")";
+    backlog =
+        "SELECT count(*) AS expired, "
+            + (postgres
+                ? "(extract(epoch FROM now() - min(expires_at)) * 1000)::bigint"
+                : "TIMESTAMPDIFF(MICROSECOND, min(expires_at), UTC_TIMESTAMP(6)) DIV 1000")
+            + " AS oldest_ms FROM (SELECT expires_at, status,"
+            + " lease_until FROM "
+            + table
+            + " ORDER BY created_at LIMIT ?) head"
+            + expired;
+  }
+
+  /**
+   * PostgreSQL: deletes the next batch of expired rows and answers one row, the last one deleted,
+   * with the count ({@code deleted}, {@code created_at}, {@code biz_type}, {@code biz_key}); no row
+   * when nothing was deleted. Binds the cursor's (created_at three times, biz_type twice, biz_key)
+   * when {@code afterCursor}, then the limit. SKIP LOCKED lets many janitors purge at once without
+   * waiting on each other or on a claim.
+   */
+  public String deleteBatch(boolean afterCursor) {
+    requireDialect(true);
+    return "WITH batch AS (SELECT biz_type, biz_key FROM "
+        + table
+        + expired
+        + (afterCursor ? AFTER : "")
+        + ORDER
+        + " LIMIT ? FOR UPDATE SKIP LOCKED), deleted AS (DELETE FROM "
+        + table
+        + " d USING batch b WHERE d.biz_type = b.biz_type AND d.biz_key = b.biz_key"
+        + " RETURNING d.created_at, d.biz_type, d.biz_key)"
+        + " SELECT count(*) OVER () AS deleted, created_at, biz_type, biz_key FROM deleted"
+        + " ORDER BY created_at DESC, biz_type DESC, biz_key DESC LIMIT 1";
+  }
+
+  /**
+   * MySQL, first of two statements: the positions of the next batch of expired rows, binding the
+   * cursor as {@link #deleteBatch} when {@code afterCursor}, then the limit.
+   */
+  public String selectBatch(boolean afterCursor) {
+    requireDialect(false);
+    return "SELECT created_at, biz_type, biz_key FROM "
+        + table
+        + expired
+        + (afterCursor ? AFTER : "")
+        + ORDER
+        + " LIMIT ?";
+  }
+
+  /**
+   * MySQL, second statement: deletes the rows still expired from the cursor (bound as {@link
+   * #selectBatch} when {@code afterCursor}) up to and including the batch's last position
+   * (created_at twice, biz_type twice, biz_key). Expiry is checked again as it deletes: a row
+   * claimed again since the select stays.
+   */
+  public String deleteThrough(boolean afterCursor) {
+    requireDialect(false);
+    return "DELETE FROM "
+        + table
+        + expired
+        + (afterCursor ? AFTER : "")
+        + " AND (created_at < ? OR (created_at = ? AND (biz_type < ?"
+        + " OR (biz_type = ? AND biz_key <= ?))))";
+  }
+
+  private void requireDialect(boolean expectPostgres) {
+    if (postgres != expectPostgres) {
+      throw new IllegalStateException("Statement of the other dialect");
+    }
+  }
+}

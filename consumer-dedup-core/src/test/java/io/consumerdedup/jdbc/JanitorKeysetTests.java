@@ -1,0 +1,192 @@
+package io.consumerdedup.jdbc;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.micrometer.MicrometerDedupListener;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The janitor's keyset cursor, its run-while-work schedule and its backlog, on a real database of
+ * each dialect: rows are written with the database's clock at chosen ages.
+ */
+abstract class JanitorKeysetTests {
+
+  abstract DataSource dataSource();
+
+  abstract JdbcDedupStore store();
+
+  /** A time {@code seconds} before the database's now (negative: after it), in SQL. */
+  abstract String ago(long seconds);
+
+  @Test
+  void aRunStoppedAtItsLimitContinuesAfterTheLastRowItDeletedAndACaughtUpRunStartsOver()
+      throws SQLException {
+    // 7 creation times, 70 expired rows each: 100-row batches split groups of equal created_at.
+    for (int group = 0; group < 7; group++) {
+      insert("expired-" + group + "-", 70, "SUCCESS", 10_000 - group, 60, null);
+    }
+    insert("kept-", 30, "SUCCESS", 9_000, -3_600, null);
+    DedupJanitor janitor = DedupJanitor.builder(store()).batchSize(100).maxBatchesPerRun(3).build();
+
+    assertThat(janitor.purgeExpired()).isEqualTo(300);
+    // The 300 oldest went, in (created_at, key) order: groups 0 to 3 and the first 20 of group 4.
+    assertThat(count("expired-%")).isEqualTo(190);
+    assertThat(count("expired-4-%")).isEqualTo(50);
+    // An expired row older than the cursor, written after that run: the run that continues does
+    // not walk back to it ...
+    insert("late-", 1, "SUCCESS", 20_000, 60, null);
+    assertThat(janitor.purgeExpired()).isEqualTo(190);
+    assertThat(count("late-%")).isEqualTo(1);
+    // ... and the run after the one that caught up starts from the oldest row again.
+    assertThat(janitor.purgeExpired()).isEqualTo(1);
+    assertThat(count("expired-%") + count("late-%")).isZero();
+    assertThat(count("kept-%")).isEqualTo(30);
+  }
+
+  @Test
+  void onlyExpiredRowsGoAndNeverAPROCESSINGRowUnderALiveLease() throws SQLException {
+    insert("success-", 10, "SUCCESS", 7_200, 60, null);
+    insert("failed-", 10, "FAILED", 7_200, 60, null);
+    insert("lease-expired-", 10, "PROCESSING", 7_200, 60, 30L);
+    insert("lease-live-", 10, "PROCESSING", 7_200, 60, -600L);
+    insert("retained-success-", 10, "SUCCESS", 7_200, -600, null);
+    insert("retained-failed-", 10, "FAILED", 7_200, -600, null);
+
+    DedupJanitor janitor = DedupJanitor.builder(store()).batchSize(7).build();
+
+    assertThat(janitor.purgeExpired()).isEqualTo(30);
+    assertThat(count("success-%") + count("failed-%") + count("lease-expired-%")).isZero();
+    assertThat(count("lease-live-%")).isEqualTo(10);
+    assertThat(count("retained-%")).isEqualTo(20);
+  }
+
+  @Test
+  void aStartedJanitorRunsBackToBackWhileItFindsFullBatchesThenIdles() throws Exception {
+    insert("expired-", 1000, "SUCCESS", 7_200, 60, null);
+    insert("kept-", 10, "SUCCESS", 60, -3_600, null);
+    AtomicInteger runs = new AtomicInteger();
+    DedupListener countingRuns =
+        new DedupListener() {
+          @Override
+          public void purgeBacklog(long expiredRows, Duration oldestExpiredAge) {
+            runs.incrementAndGet();
+          }
+        };
+    try (DedupJanitor janitor =
+        DedupJanitor.builder(store())
+            .batchSize(100)
+            .maxBatchesPerRun(2)
+            .interval(Duration.ofHours(1))
+            .listener(countingRuns)
+            .build()) {
+      janitor.start();
+      // Five runs of two full batches, then one that finds nothing and waits the hour.
+      await().atMost(Duration.ofSeconds(30)).until(() -> count("expired-%") == 0);
+      await().atMost(Duration.ofSeconds(10)).until(() -> runs.get() >= 6);
+      TimeUnit.MILLISECONDS.sleep(500);
+      assertThat(runs).hasValue(6);
+    }
+    assertThat(count("kept-%")).isEqualTo(10);
+  }
+
+  @Test
+  void theBacklogCountsExpiredRowsAndTheAgeOfTheOldestAndSaysWhenTheJanitorIsBehind()
+      throws SQLException {
+    insert("old-", 40, "SUCCESS", 30_000, 7_200, null);
+    insert("recent-", 25, "FAILED", 20_000, 600, null);
+    insert("lease-live-", 5, "PROCESSING", 20_000, 9_000, -600L);
+    insert("kept-", 15, "SUCCESS", 100, -3_600, null);
+    SimpleMeterRegistry registry = new SimpleMeterRegistry();
+    DedupJanitor janitor =
+        DedupJanitor.builder(store())
+            .interval(Duration.ofMinutes(10))
+            .listener(new MicrometerDedupListener(registry))
+            .build();
+
+    PurgeBacklog before = janitor.measureBacklog().orElseThrow();
+
+    assertThat(before.expiredRows()).isEqualTo(65);
+    assertThat(before.atLeast()).isFalse();
+    assertThat(before.oldestExpiredAge()).isBetween(Duration.ofHours(2), Duration.ofMinutes(125));
+    assertThat(before.behind()).isTrue();
+    assertThat(registry.get(MicrometerDedupListener.PURGE_BACKLOG).gauge().value()).isEqualTo(65);
+    assertThat(
+            registry
+                .get(MicrometerDedupListener.PURGE_OLDEST_EXPIRED)
+                .timeGauge()
+                .value(TimeUnit.SECONDS))
+        .isBetween(7_200.0, 7_500.0);
+
+    assertThat(janitor.purgeExpired()).isEqualTo(65);
+    PurgeBacklog after = janitor.measureBacklog().orElseThrow();
+
+    assertThat(after).isEqualTo(new PurgeBacklog(0, false, null, false));
+    assertThat(janitor.lastBacklog()).contains(after);
+    assertThat(registry.get(MicrometerDedupListener.PURGE_BACKLOG).gauge().value()).isZero();
+    assertThat(
+            registry
+                .get(MicrometerDedupListener.PURGE_OLDEST_EXPIRED)
+                .timeGauge()
+                .value(TimeUnit.SECONDS))
+        .isZero();
+  }
+
+  /**
+   * Inserts {@code count} rows created {@code createdAgo} seconds ago (all at the same time),
+   * expired {@code expiredAgo} seconds ago (negative: expiring later), under a lease that ended
+   * {@code leaseEndedAgo} seconds ago if not null.
+   */
+  void insert(
+      String prefix, int count, String status, long createdAgo, long expiredAgo, Long leaseEndedAgo)
+      throws SQLException {
+    String sql =
+        "INSERT INTO consumer_dedup (biz_type, biz_key, status, attempts, owner, lease_until,"
+            + " created_at, updated_at, expires_at) VALUES ('payment', ?, ?, 1, 'test', "
+            + (leaseEndedAgo == null ? "NULL" : ago(leaseEndedAgo))
+            + ", "
+            + ago(createdAgo)
+            + ", "
+            + ago(createdAgo)
+            + ", "
+            + ago(expiredAgo)
+            + ")";
+    List<String> keys = new ArrayList<>();
+    for (int i = 0; i < count; i++) {
+      keys.add(prefix + String.format("%04d", i));
+    }
+    try (Connection connection = dataSource().getConnection();
+        PreparedStatement statement = connection.prepareStatement(sql)) {
+      for (String key : keys) {
+        statement.setString(1, key);
+        statement.setString(2, status);
+        statement.addBatch();
+      }
+      statement.executeBatch();
+    }
+  }
+
+  int count(String pattern) throws SQLException {
+    try (Connection connection = dataSource().getConnection();
+        Statement statement = connection.createStatement();
+        ResultSet row =
+            statement.executeQuery(
+                "SELECT count(*) FROM consumer_dedup WHERE biz_key LIKE '" + pattern + "'")) {
+      row.next();
+      return row.getInt(1);
+    }
+  }
+}
