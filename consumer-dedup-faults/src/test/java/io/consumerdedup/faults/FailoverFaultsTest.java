@@ -52,12 +52,15 @@ class FailoverFaultsTest {
     assertThat(measured.missing()).isZero();
   }
 
-  /** What a failover left: handlers run again, and applied keys without SUCCESS at the end. */
-  record Measured(int reRuns, int missing) {}
+  /**
+   * What a failover left: handlers run again, applied keys without SUCCESS at the end, and leases
+   * reported taken over (nobody takes one over here).
+   */
+  record Measured(int reRuns, int missing, int takenOver) {}
 
   private static Measured failover(String name, boolean synchronous) throws Exception {
     List<String> violations = new ArrayList<>();
-    Measured measured = new Measured(-1, -1);
+    Measured measured = new Measured(-1, -1, -1);
     FaultRun run = new FaultRun(Target.PLAIN, name, "SEPARATE", true, LEASE);
     int lost = 0;
     int deadLettered = 0;
@@ -75,6 +78,12 @@ class FailoverFaultsTest {
         }
         if (lost > 0) {
           violations.add("I1: " + lost + " record(s) neither applied nor dead-lettered");
+        }
+        if (measured.takenOver() > 0) {
+          violations.add(
+              measured.takenOver()
+                  + " lease(s) reported taken over, though each consumer kept its partitions: the"
+                  + " records vanished");
         }
         if (synchronous && (measured.reRuns() > 0 || measured.missing() > 0)) {
           violations.add(
@@ -192,9 +201,10 @@ class FailoverFaultsTest {
             + " key(s) claimed anew by the process that had held them, "
             + count(output, "taken over by another consumer")
             + " lease(s) reported taken over");
+    int takenOver = count(output, "taken over by another consumer");
     // Each key whose SUCCESS the failover took away may run again once: this failover's window.
     run.window = reRuns + missing;
-    return new Measured(reRuns, missing);
+    return new Measured(reRuns, missing, takenOver);
   }
 
   /**
