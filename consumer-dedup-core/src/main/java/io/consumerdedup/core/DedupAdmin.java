@@ -52,7 +52,9 @@ public interface DedupAdmin {
 
   /**
    * Deletes the record of {@code key}, whatever its status, so a replay of the key applies it
-   * again. A PROCESSING holder is fenced out like a purged one.
+   * again. A PROCESSING holder that is still running is not stopped: its renewals find no record,
+   * and when its handler ends it writes its outcome again (its effect was applied), unless a
+   * delivery has claimed the key anew by then. Release a dead holder's lease instead.
    *
    * @param requestedBy who asked, for the log
    */

@@ -38,14 +38,18 @@ public interface DedupStore {
   ClaimResult claimInTransaction(ClaimRequest request);
 
   /**
-   * Marks the holder's attempt SUCCESS and keeps the record for {@code retention}.
+   * Marks the holder's attempt SUCCESS and keeps the record for {@code retention}. A key with no
+   * record at all (it vanished: a failover to a standby that had not received it, an operator's
+   * DELETE, a purge) is written again as SUCCESS under {@code token}, so the effect stays recorded
+   * and a redelivery is answered as a duplicate; stores say so in their log.
    *
    * @return false if the token no longer holds the key (the lease was taken over)
    */
   boolean complete(DedupKey key, int token, Duration retention);
 
   /**
-   * Marks the holder's attempt FAILED, so that the next delivery retries it.
+   * Marks the holder's attempt FAILED, so that the next delivery retries it. A key with no record
+   * at all is written again as FAILED under {@code token}, as by {@link #complete}.
    *
    * @param error what went wrong; stores may truncate it
    * @return false if the token no longer holds the key (the lease was taken over)
@@ -55,7 +59,8 @@ public interface DedupStore {
   /**
    * Extends the holder's lease to {@code lease} from now.
    *
-   * @return false if the token no longer holds the key
+   * @return false if the token no longer holds the key, or the key has no record at all (which
+   *     {@link #find} tells apart)
    */
   boolean renew(DedupKey key, int token, Duration lease);
 

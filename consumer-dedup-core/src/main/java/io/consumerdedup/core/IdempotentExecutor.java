@@ -6,6 +6,7 @@ import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
 import io.consumerdedup.core.internal.OwnerIds;
+import io.consumerdedup.core.internal.RecentClaims;
 import io.consumerdedup.core.internal.UnansweredClaims;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -94,6 +95,7 @@ public final class IdempotentExecutor implements AutoCloseable {
   private final LeaseRenewer renewer;
   private final Outcomes outcomes;
   private final UnansweredClaims unanswered;
+  private final RecentClaims recentClaims = new RecentClaims();
   private final CrossGroupDuplicates crossGroupDuplicates = new CrossGroupDuplicates();
   private volatile boolean closed;
 
@@ -316,6 +318,16 @@ public final class IdempotentExecutor implements AutoCloseable {
           where(key, source),
           attempt);
     }
+    // In the caller's transaction a rolled-back claim leaves no record: a new one is expected.
+    int heldBefore = renewal == null ? 0 : recentClaims.claimed(key, attempt);
+    if (attempt == 1 && heldBefore > 0) {
+      log.warn(
+          "Claimed {} as a new key (attempt 1), though this process held attempt {} of it"
+              + " lately: its record vanished (a failover to a standby that had not received it,"
+              + " a DELETE, a purge), and its handler runs again",
+          where(key, source),
+          heldBefore);
+    }
     listener.claimed(key, attempt);
     FaultPoints.reached(FaultPoints.Point.AFTER_CLAIM);
     if (renewal == null) {
@@ -448,6 +460,7 @@ public final class IdempotentExecutor implements AutoCloseable {
     if (claims.isEmpty()) {
       return;
     }
+    claims.forEach(claim -> recentClaims.released(claim.key()));
     try {
       store.releaseAll(claims);
     } catch (DedupStoreException e) {

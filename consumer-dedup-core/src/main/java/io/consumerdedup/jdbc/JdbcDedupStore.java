@@ -355,18 +355,31 @@ public final class JdbcDedupStore implements DedupStore {
 
   @Override
   public boolean complete(DedupKey key, int token, Duration retention) {
-    return fencedUpdate("complete", sql.complete, List.of(new Held(key, token)), retention, null)
+    return fencedUpdate(
+            "complete",
+            sql.complete,
+            sql.completeVanished,
+            List.of(new Held(key, token)),
+            retention,
+            null)
         .isEmpty();
   }
 
   @Override
   public List<DedupKey> completeAll(List<ClaimResult.Claimed> claims, Duration retention) {
-    return fencedUpdate("complete", sql.complete, held(claims), retention, null);
+    return fencedUpdate(
+        "complete", sql.complete, sql.completeVanished, held(claims), retention, null);
   }
 
   @Override
   public boolean fail(DedupKey key, int token, String error, Duration retention) {
-    return fencedUpdate("fail", sql.fail, List.of(new Held(key, token)), retention, List.of(error))
+    return fencedUpdate(
+            "fail",
+            sql.fail,
+            sql.failVanished,
+            List.of(new Held(key, token)),
+            retention,
+            List.of(error))
         .isEmpty();
   }
 
@@ -375,6 +388,7 @@ public final class JdbcDedupStore implements DedupStore {
     return fencedUpdate(
         "fail",
         sql.fail,
+        sql.failVanished,
         held(failures.stream().map(Failure::claim).toList()),
         retention,
         failures.stream().map(Failure::error).toList());
@@ -382,12 +396,13 @@ public final class JdbcDedupStore implements DedupStore {
 
   @Override
   public boolean renew(DedupKey key, int token, Duration lease) {
-    return fencedUpdate("renew", sql.renew, List.of(new Held(key, token)), lease, null).isEmpty();
+    return fencedUpdate("renew", sql.renew, null, List.of(new Held(key, token)), lease, null)
+        .isEmpty();
   }
 
   @Override
   public List<DedupKey> renewAll(List<ClaimResult.Claimed> claims, Duration lease) {
-    return fencedUpdate("renew", sql.renew, held(claims), lease, null);
+    return fencedUpdate("renew", sql.renew, null, held(claims), lease, null);
   }
 
   @Override
@@ -438,11 +453,13 @@ public final class JdbcDedupStore implements DedupStore {
   /**
    * Runs an UPDATE (see {@link PostgresSql#complete}) that applies only where the token still holds
    * the key: binds {@code duration} in milliseconds, then the keys, the tokens and the {@code
-   * errors} if any. Answers the keys whose lease was lost.
+   * errors} if any. Where it finds no record at all and {@code vanishedSql} is given, writes the
+   * outcome again ({@link PostgresSql#completeVanished}). Answers the keys whose lease was lost.
    */
   private List<DedupKey> fencedUpdate(
       String operation,
       PostgresSql.Keyed updateSql,
+      PostgresSql.@Nullable Keyed vanishedSql,
       List<Held> claims,
       Duration duration,
       @Nullable List<String> errors) {
@@ -471,13 +488,21 @@ public final class JdbcDedupStore implements DedupStore {
                   }
                   Set<DedupKey> lost = new HashSet<>();
                   for (Held claim : claims.stream().sorted(HELD_KEY_ORDER).toList()) {
-                    if (!mysql.fenced(
-                        c,
-                        operation,
-                        claim.key(),
-                        claim.token(),
-                        duration.toMillis(),
-                        messages.get(claim.key()))) {
+                    String message = messages.get(claim.key());
+                    if (mysql.fenced(
+                        c, operation, claim.key(), claim.token(), duration.toMillis(), message)) {
+                      continue;
+                    }
+                    if (vanishedSql != null
+                        && mysql.writeVanished(
+                            c,
+                            operation,
+                            claim.key(),
+                            claim.token(),
+                            duration.toMillis(),
+                            message)) {
+                      logVanished(operation, List.of(claim));
+                    } else {
                       lost.add(claim.key());
                     }
                   }
@@ -487,20 +512,69 @@ public final class JdbcDedupStore implements DedupStore {
                 ? perKey.run(connection)
                 : inOwnTransaction(connection, perKey);
           }
-          try (PreparedStatement statement =
-              prepare(connection, updateSql.forRows(claims.size()))) {
-            statement.setLong(1, duration.toMillis());
-            Rows<Held> rows = new Rows<>(statement, 2, claims);
-            rows.bind(TEXT, c -> c.key().bizType());
-            rows.bind(TEXT, c -> c.key().bizKey());
-            rows.bind(INT, Held::token);
-            if (errors != null) {
-              Iterator<String> error = errors.iterator();
-              rows.bind(TEXT, c -> StoredText.storable(error.next(), StoredText.MAX_ERROR_LENGTH));
-            }
-            return notAnswered(statement, claims.stream().map(Held::key).toList());
+          List<DedupKey> lost = fenced(connection, updateSql, claims, duration, errors);
+          if (vanishedSql == null || lost.isEmpty()) {
+            return lost;
           }
+          // Rare: a key with no record at all is not another holder's; its outcome is written
+          // again, where it is still missing.
+          Set<DedupKey> missing = new HashSet<>(lost);
+          List<Held> gone = new ArrayList<>();
+          List<String> goneErrors = errors == null ? null : new ArrayList<>();
+          for (int i = 0; i < claims.size(); i++) {
+            if (missing.contains(claims.get(i).key())) {
+              gone.add(claims.get(i));
+              if (errors != null && goneErrors != null) {
+                goneErrors.add(errors.get(i));
+              }
+            }
+          }
+          List<DedupKey> stillLost = fenced(connection, vanishedSql, gone, duration, goneErrors);
+          logVanished(operation, gone.stream().filter(c -> !stillLost.contains(c.key())).toList());
+          return stillLost;
         });
+  }
+
+  /**
+   * Runs a {@link PostgresSql.Keyed} statement over (type, key, token{@code , error}) rows after
+   * {@code duration} in milliseconds; answers the keys it did not answer for.
+   */
+  private List<DedupKey> fenced(
+      Connection connection,
+      PostgresSql.Keyed statementSql,
+      List<Held> claims,
+      Duration duration,
+      @Nullable List<String> errors)
+      throws SQLException {
+    try (PreparedStatement statement = prepare(connection, statementSql.forRows(claims.size()))) {
+      statement.setLong(1, duration.toMillis());
+      Rows<Held> rows = new Rows<>(statement, 2, claims);
+      rows.bind(TEXT, c -> c.key().bizType());
+      rows.bind(TEXT, c -> c.key().bizKey());
+      rows.bind(INT, Held::token);
+      if (errors != null) {
+        Iterator<String> error = errors.iterator();
+        rows.bind(TEXT, c -> StoredText.storable(error.next(), StoredText.MAX_ERROR_LENGTH));
+      }
+      return notAnswered(statement, claims.stream().map(Held::key).toList());
+    }
+  }
+
+  /** Says that the records of {@code written} were gone and their outcome was written again. */
+  private void logVanished(String operation, List<Held> written) {
+    String status = operation.equals("fail") ? "FAILED" : "SUCCESS";
+    for (Held claim : written) {
+      log.warn(
+          "The record of {} had vanished when attempt {} came to record its {} (a failover to a"
+              + " standby that had not received it, a DELETE, a purge): not a takeover, no other"
+              + " consumer holds the key. Wrote the {} again under attempt {}, so a redelivery"
+              + " finds it",
+          claim.key(),
+          claim.token(),
+          status,
+          status,
+          claim.token());
+    }
   }
 
   /** The keys of {@code keys} that the statement's (biz_type, biz_key) rows do not name. */

@@ -211,6 +211,33 @@ final class MySqlStore {
     }
   }
 
+  /**
+   * Writes the outcome of {@code operation} (complete or fail) again for a key that has no record
+   * at all; true if it was written, false if a record exists.
+   */
+  boolean writeVanished(
+      Connection connection,
+      String operation,
+      DedupKey key,
+      int token,
+      long retentionMillis,
+      @Nullable String error)
+      throws SQLException {
+    boolean failed = operation.equals("fail");
+    try (PreparedStatement insert =
+        preparer.prepare(connection, failed ? sql.failVanished : sql.completeVanished)) {
+      int index = 1;
+      insert.setString(index++, key.bizType());
+      insert.setString(index++, key.bizKey());
+      insert.setInt(index++, token);
+      if (failed) {
+        insert.setString(index++, error);
+      }
+      insert.setLong(index, retentionMillis);
+      return insert.executeUpdate() == 1;
+    }
+  }
+
   /** Gives back one claim whose handler never ran; true if it was released. */
   boolean release(Connection connection, ClaimResult.Claimed claim) throws SQLException {
     for (String statementSql : List.of(sql.releaseDelete, sql.releaseRestore)) {

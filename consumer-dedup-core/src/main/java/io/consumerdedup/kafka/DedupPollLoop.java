@@ -426,6 +426,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     first.forEach(
         (partition, offset) -> {
           progress.undone(partition, offset);
+          progress.waitingForStore(partition);
           Duration wait = hold(partition, offset);
           log.warn(
               "The outcome of {}@{} is not recorded yet; not committing past it, delivering it"
@@ -464,6 +465,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       throw e;
     }
     progress.settled(partition);
+    progress.storeAnswered(System.nanoTime());
     return true;
   }
 
@@ -479,6 +481,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
           wait,
           e.getMessage());
     } else if (e instanceof DedupStoreUnavailableException) {
+      progress.waitingForStore(partition);
       // Once per record and back-off step while the database is away; the cause is at DEBUG.
       log.warn(
           "Dedup store unavailable for {}; not committing past it, trying again in {}: {}",
@@ -775,8 +778,10 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     /**
      * Wait before a record that cannot be handled yet (another consumer's live lease, the dedup
      * store or the dead-letter handler failing) is tried again: {@code initial}, doubling on each
-     * consecutive hold of the partition, at most {@code max}. Defaults {@link
-     * #DEFAULT_HOLD_BACKOFF} and {@link #DEFAULT_MAX_HOLD_BACKOFF}.
+     * consecutive hold of the partition, at most {@code max}. A partition held because the dedup
+     * store could not be reached is resumed, its back-off from the start, as soon as a record of
+     * another partition is handled (the store answers again, after a failover, say). Defaults
+     * {@link #DEFAULT_HOLD_BACKOFF} and {@link #DEFAULT_MAX_HOLD_BACKOFF}.
      *
      * @throws IllegalArgumentException if {@code initial} exceeds {@code max}
      */

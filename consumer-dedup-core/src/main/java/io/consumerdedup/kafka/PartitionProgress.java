@@ -4,8 +4,10 @@ import io.consumerdedup.core.internal.Durations;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.jspecify.annotations.Nullable;
@@ -24,6 +26,7 @@ final class PartitionProgress {
   private final Map<TopicPartition, Long> resumeAtNanos = new HashMap<>();
   private final Map<TopicPartition, Integer> consecutiveHolds = new HashMap<>();
   private final Map<TopicPartition, Failure> failures = new HashMap<>();
+  private final Set<TopicPartition> waitingForStore = new HashSet<>();
 
   /** Every record of {@code partition} before {@code nextOffset} is done. */
   void done(TopicPartition partition, long nextOffset) {
@@ -66,6 +69,27 @@ final class PartitionProgress {
     return Durations.doubling(initial, max, holds);
   }
 
+  /** The partition's next record is held because the dedup store could not be reached. */
+  void waitingForStore(TopicPartition partition) {
+    waitingForStore.add(partition);
+  }
+
+  /**
+   * The dedup store answered (a record was handled): the partitions held for it are due now, their
+   * back-off from the start. After a long outage (a failover) they would otherwise sleep out a
+   * back-off grown to its longest while the store is back.
+   */
+  void storeAnswered(long nowNanos) {
+    if (waitingForStore.isEmpty()) {
+      return;
+    }
+    for (TopicPartition partition : waitingForStore) {
+      resumeAtNanos.computeIfPresent(partition, (p, at) -> nowNanos);
+      consecutiveHolds.remove(partition);
+    }
+    waitingForStore.clear();
+  }
+
   void pausedUntil(TopicPartition partition, long resumeAtNanos) {
     this.resumeAtNanos.put(partition, resumeAtNanos);
   }
@@ -94,6 +118,7 @@ final class PartitionProgress {
   void settled(TopicPartition partition) {
     failures.remove(partition);
     consecutiveHolds.remove(partition);
+    waitingForStore.remove(partition);
   }
 
   /** The partitions left this consumer: nothing about them holds any more. */
@@ -103,6 +128,7 @@ final class PartitionProgress {
       resumeAtNanos.remove(partition);
       consecutiveHolds.remove(partition);
       failures.remove(partition);
+      waitingForStore.remove(partition);
     }
   }
 }

@@ -221,11 +221,30 @@ public final class LeaseRenewer implements AutoCloseable {
         return;
       }
       markLost();
-      log.warn(
-          "Lease on {} (attempt {}) was taken over by another consumer while the handler ran",
-          claim.key(),
-          claim.token());
+      if (recordVanished()) {
+        log.warn(
+            "The record of {} (attempt {}) vanished while the handler ran (a failover to a standby"
+                + " that had not received it, a DELETE, a purge): no other consumer holds the key,"
+                + " but none is kept from claiming it either. Its outcome is written again when"
+                + " the handler ends, unless another consumer has claimed the key by then",
+            claim.key(),
+            claim.token());
+      } else {
+        log.warn(
+            "Lease on {} (attempt {}) was taken over by another consumer while the handler ran",
+            claim.key(),
+            claim.token());
+      }
       listener.leaseLost(claim.key(), claim.token());
+    }
+
+    /** Whether the refused renewal found no record at all, rather than another holder's. */
+    private boolean recordVanished() {
+      try {
+        return store.find(claim.key()).isEmpty();
+      } catch (RuntimeException e) {
+        return false; // the store went away again: say what a refusal usually means
+      }
     }
 
     /**

@@ -41,6 +41,17 @@ public final class MySqlSql {
   /** Fenced by (type, key, token); binds the lease in ms first. */
   public final String renew;
 
+  /**
+   * Writes SUCCESS again where {@link #complete} found no record at all (see {@code
+   * PostgresSql#completeVanished}): binds (type, key, token, retention ms); a row that exists
+   * meanwhile is left alone (IGNORE: the values bound are within the columns' limits, so only the
+   * key can collide).
+   */
+  public final String completeVanished;
+
+  /** As {@link #completeVanished}, FAILED: binds (type, key, token, error, retention ms). */
+  public final String failVanished;
+
   /** Release of a claim that created its key, by (type, key, token, claim id): deletes the row. */
   public final String releaseDelete;
 
@@ -90,6 +101,8 @@ public final class MySqlSql {
             + NOW
             + fencedWhere
             + "status = 'PROCESSING'";
+    completeVanished = vanished("'SUCCESS'", "NULL");
+    failVanished = vanished("'FAILED'", "?");
     String held =
         " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND claim_id = ?"
             + " AND status = 'PROCESSING'";
@@ -113,6 +126,25 @@ public final class MySqlSql {
     columns =
         "SELECT column_name FROM information_schema.columns"
             + " WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?";
+  }
+
+  private String vanished(String status, String error) {
+    return "INSERT IGNORE INTO "
+        + table
+        + " (biz_type, biz_key, status, attempts, owner, last_error, created_at, updated_at,"
+        + " expires_at) VALUES (?, ?, "
+        + status
+        + ", ?, '"
+        + PostgresSql.VANISHED_OWNER
+        + "', "
+        + error
+        + ", "
+        + NOW
+        + ", "
+        + NOW
+        + ", "
+        + NOW_PLUS_MS
+        + ")";
   }
 
   /**

@@ -112,6 +112,21 @@ public final class PostgresSql {
   public final Keyed renew;
 
   /**
+   * Writes SUCCESS again, for rows of (type, key, token), where {@link #complete} found no record
+   * at all: it vanished under its holder (a failover to a standby that had not received it, an
+   * operator's DELETE, a purge), and the handler's effect must stay recorded. Inserts only where
+   * there is still no record, so a key claimed anew meanwhile is left to its new holder. Binds the
+   * retention first, as {@link #complete}; answers the keys it wrote.
+   */
+  public final Keyed completeVanished;
+
+  /** As {@link #completeVanished}, FAILED with its error, for rows of (type, key, token, error). */
+  public final Keyed failVanished;
+
+  /** The owner written with an outcome whose record vanished: its holder is not known here. */
+  public static final String VANISHED_OWNER = "unknown (record vanished, outcome written again)";
+
+  /**
    * Gives back claims whose handler never ran, for rows of (type, key, token, claim id), without
    * counting an attempt: a key the claim created is deleted, a re-claimed one goes back to FAILED
    * with its earlier attempt count. Only the claim itself (its id) can release it, so a release
@@ -179,6 +194,8 @@ public final class PostgresSql {
             "lease_until = now() + ? * interval '1 millisecond', updated_at = now()",
             null,
             "d.status = 'PROCESSING'");
+    completeVanished = vanished(table, "'SUCCESS'", null);
+    failVanished = vanished(table, "'FAILED'", "error");
     String held =
         " d.biz_type = r.biz_type AND d.biz_key = r.biz_key AND d.attempts = r.token"
             + " AND d.claim_id = r.claim_id AND d.status = 'PROCESSING'";
@@ -292,6 +309,28 @@ public final class PostgresSql {
         + RECORD_COLUMNS
         + " FROM r LEFT JOIN claimed k ON k.biz_type = r.biz_type AND k.biz_key = r.biz_key"
         + " LEFT JOIN c ON c.biz_type = r.biz_type AND c.biz_key = r.biz_key";
+  }
+
+  /** An INSERT of an outcome for rows of (type, key, token{@code extraColumn}) with no record. */
+  private static Keyed vanished(String table, String status, @Nullable String errorColumn) {
+    return keyed(
+        rows ->
+            "INSERT INTO "
+                + table
+                + " AS d (biz_type, biz_key, status, attempts, owner, last_error, created_at,"
+                + " updated_at, expires_at) SELECT r.biz_type, r.biz_key, "
+                + status
+                + ", r.token, '"
+                + VANISHED_OWNER
+                + "', "
+                + (errorColumn == null ? "NULL" : "r." + errorColumn)
+                + ", now(), now(), now() + ?::bigint * interval '1 millisecond' FROM "
+                + rows
+                + " ON CONFLICT (biz_type, biz_key) DO NOTHING RETURNING d.biz_type, d.biz_key",
+        "biz_type, biz_key, token" + (errorColumn == null ? "" : ", " + errorColumn),
+        errorColumn == null
+            ? new Type[] {Type.TEXT, Type.TEXT, Type.INT}
+            : new Type[] {Type.TEXT, Type.TEXT, Type.INT, Type.TEXT});
   }
 
   /**

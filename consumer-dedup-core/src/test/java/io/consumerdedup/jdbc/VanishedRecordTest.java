@@ -1,0 +1,258 @@
+package io.consumerdedup.jdbc;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.Outcome;
+import io.consumerdedup.core.internal.LeaseRenewer;
+import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestMariaDb;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.List;
+import java.util.UUID;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A record that vanishes under its holder (a failover to a standby that had not received it, an
+ * operator's DELETE, a purge; here a DELETE on a real database) is reported as gone, not as a
+ * takeover: the holder's SUCCESS or FAILED is written again under its token, a renewal says the
+ * record vanished, and a later claim that creates the record anew says so at WARN.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class VanishedRecordTest {
+  private static final Duration LEASE = Duration.ofMinutes(1);
+  private static final Duration RETENTION = Duration.ofDays(1);
+
+  private String schema;
+  private String mariaDatabase;
+  private HikariDataSource postgres;
+  private HikariDataSource mariaDb;
+  private final ListAppender<ILoggingEvent> logged = new ListAppender<>();
+  private final List<Logger> loggers =
+      List.of(
+          (Logger) LoggerFactory.getLogger(JdbcDedupStore.class),
+          (Logger) LoggerFactory.getLogger(LeaseRenewer.class),
+          (Logger) LoggerFactory.getLogger(IdempotentExecutor.class));
+
+  @BeforeAll
+  void setUpDatabases() {
+    schema = TestDatabase.newSchema("vanished");
+    postgres = TestDatabase.dataSource(schema, 4);
+    mariaDatabase = TestMariaDb.newDatabase("vanished");
+    mariaDb = TestMariaDb.dataSource(mariaDatabase, TestMariaDb.Driver.MARIADB, 4);
+  }
+
+  @AfterAll
+  void tearDownDatabases() {
+    postgres.close();
+    TestDatabase.dropSchema(schema);
+    mariaDb.close();
+    TestMariaDb.dropDatabase(mariaDatabase);
+  }
+
+  @BeforeEach
+  void captureLogs() {
+    logged.list.clear();
+    logged.start();
+    loggers.forEach(logger -> logger.addAppender(logged));
+  }
+
+  @AfterEach
+  void releaseLogs() {
+    loggers.forEach(logger -> logger.detachAppender(logged));
+  }
+
+  private DataSource dataSource(String database) {
+    return database.equals("postgres") ? postgres : mariaDb;
+  }
+
+  private static DedupKey newKey() {
+    return DedupKey.of("vanish", UUID.randomUUID().toString());
+  }
+
+  private static ClaimResult.Claimed claim(JdbcDedupStore store, DedupKey key) {
+    ClaimResult result =
+        store.claim(new ClaimRequest(key, "holder", LEASE, RETENTION, null, "orders-0@7"));
+    assertThat(result).isInstanceOf(ClaimResult.Claimed.class);
+    return (ClaimResult.Claimed) result;
+  }
+
+  private static void delete(DataSource dataSource, DedupKey key) throws SQLException {
+    try (Connection connection = dataSource.getConnection();
+        PreparedStatement delete =
+            connection.prepareStatement(
+                "DELETE FROM consumer_dedup WHERE biz_type = ? AND biz_key = ?")) {
+      delete.setString(1, key.bizType());
+      delete.setString(2, key.bizKey());
+      assertThat(delete.executeUpdate()).as("the record was deleted").isEqualTo(1);
+    }
+  }
+
+  private List<String> warnings(String containing) {
+    return logged.list.stream()
+        .filter(event -> event.getLevel() == ch.qos.logback.classic.Level.WARN)
+        .map(ILoggingEvent::getFormattedMessage)
+        .filter(message -> message.contains(containing))
+        .toList();
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"postgres", "mariadb"})
+  void aSuccessWhoseRecordVanishedIsWrittenAgainUnderTheHoldersToken(String database)
+      throws SQLException {
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource(database)).build();
+    DedupKey key = newKey();
+    ClaimResult.Claimed claim = claim(store, key);
+    delete(dataSource(database), key);
+
+    assertThat(store.complete(key, claim.token(), RETENTION)).isTrue();
+
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).isEqualTo(claim.token());
+    assertThat(record.expiresAt()).isAfter(Instant.now().plus(RETENTION).minusSeconds(60));
+    assertThat(warnings("had vanished")).singleElement().asString().contains(key.toString());
+    assertThat(warnings("taken over")).isEmpty();
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"postgres", "mariadb"})
+  void aFailureWhoseRecordVanishedIsWrittenAgainWithItsError(String database) throws SQLException {
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource(database)).build();
+    DedupKey key = newKey();
+    ClaimResult.Claimed claim = claim(store, key);
+    delete(dataSource(database), key);
+
+    assertThat(store.fail(key, claim.token(), "boom", RETENTION)).isTrue();
+
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(record.attempts()).isEqualTo(claim.token());
+    assertThat(record.lastError()).contains("boom");
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"postgres", "mariadb"})
+  void inABatchOnlyTheVanishedRecordsAreWrittenAgainAndATakeoverStaysLost(String database)
+      throws SQLException {
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource(database)).build();
+    DedupKey kept = newKey();
+    DedupKey vanished = newKey();
+    DedupKey takenOver = newKey();
+    ClaimResult.Claimed keptClaim = claim(store, kept);
+    ClaimResult.Claimed vanishedClaim = claim(store, vanished);
+    // The holder's attempt 2 vanishes, and another consumer claims the key anew (attempt 1).
+    ClaimResult.Claimed first = claim(store, takenOver);
+    assertThat(store.fail(takenOver, first.token(), "first try", RETENTION)).isTrue();
+    ClaimResult.Claimed second = claim(store, takenOver);
+    delete(dataSource(database), takenOver);
+    ClaimResult.Claimed rival = claim(store, takenOver);
+    delete(dataSource(database), vanished);
+
+    List<DedupKey> lost = store.completeAll(List.of(keptClaim, vanishedClaim, second), RETENTION);
+
+    assertThat(lost).containsExactly(takenOver);
+    assertThat(store.find(kept).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(store.find(vanished).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    DedupRecord rivals = store.find(takenOver).orElseThrow();
+    assertThat(rivals.status()).isEqualTo(DedupStatus.PROCESSING);
+    assertThat(rivals.attempts()).isEqualTo(rival.token());
+    assertThat(warnings("had vanished")).singleElement().asString().contains(vanished.toString());
+  }
+
+  @Test
+  void aRenewalThatFindsNoRecordSaysItVanishedAndTheHandlersSuccessIsRecordedAfterAll()
+      throws SQLException {
+    JdbcDedupStore store = JdbcDedupStore.builder(postgres).build();
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(store)
+            .lease(Duration.ofSeconds(2))
+            .renewalInterval(Duration.ofMillis(100))
+            .build()) {
+      DedupKey key = newKey();
+      DedupClaim claim = executor.claim(key, null, "orders-0@9");
+      delete(postgres, key);
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .until(() -> !warnings("vanished while the handler ran").isEmpty());
+
+      claim.complete();
+
+      assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(warnings("taken over")).isEmpty();
+      AtomicInteger runs = new AtomicInteger();
+      assertThat(executor.execute(key, runs::incrementAndGet).outcome())
+          .isEqualTo(Outcome.DUPLICATE);
+      assertThat(runs).hasValue(0);
+    }
+  }
+
+  @Test
+  void aKeyThisProcessHandledWhoseRecordVanishedIsClaimedAnewWithOneWarning() throws SQLException {
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(postgres).build()).build()) {
+      DedupKey key = newKey();
+      AtomicInteger runs = new AtomicInteger();
+      assertThat(executor.execute(key, runs::incrementAndGet).outcome())
+          .isEqualTo(Outcome.PROCESSED);
+      delete(postgres, key);
+
+      assertThat(executor.execute(key, runs::incrementAndGet).outcome())
+          .isEqualTo(Outcome.PROCESSED);
+      assertThat(executor.execute(key, runs::incrementAndGet).outcome())
+          .isEqualTo(Outcome.DUPLICATE);
+
+      assertThat(runs).hasValue(2);
+      assertThat(warnings("as a new key"))
+          .singleElement()
+          .asString()
+          .contains(key.toString())
+          .contains("held attempt 1");
+    }
+  }
+
+  @Test
+  void aClaimGivenBackAndClaimedAgainIsNotTakenForAVanishedRecord() {
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(postgres).build()).build()) {
+      DedupKey first = newKey();
+      DedupKey second = newKey();
+      var claims =
+          executor.claimAll(
+              List.of(
+                  new IdempotentExecutor.Delivery(first, null, "orders-0@1"),
+                  new IdempotentExecutor.Delivery(second, null, "orders-0@2")));
+      claims.get(0).fail(new IllegalStateException("handler failed"));
+      claims.releaseUnended();
+
+      assertThat(executor.execute(second, null, "orders-0@2", () -> 1).outcome())
+          .isEqualTo(Outcome.PROCESSED);
+      assertThat(warnings("as a new key")).isEmpty();
+    }
+  }
+}
