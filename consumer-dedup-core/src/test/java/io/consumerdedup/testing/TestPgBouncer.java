@@ -14,9 +14,9 @@ import org.postgresql.PGConnection;
 
 /**
  * A real PgBouncer in transaction pool mode in front of a PostgreSQL server, named by {@code
- * DEDUP_TEST_PGBOUNCER_URL} (CI's {@code .ci/run} starts one with {@code .ci/pgbouncer}). Without it
- * the tests fail under CI ({@code CI=true}) and are skipped elsewhere, with a message that says how
- * to start one.
+ * DEDUP_TEST_PGBOUNCER_URL} (CI's {@code .ci/run} starts one with {@code .ci/pgbouncer}). Without
+ * it the tests fail under CI ({@code CI=true}) and are skipped elsewhere, with a message that says
+ * how to start one.
  *
  * <p>The URL is the one a user writes (no {@code prepareThreshold}). A pooler in transaction mode
  * keeps no session state, so the tests' tables are named with their schema ({@code
@@ -31,6 +31,12 @@ public final class TestPgBouncer {
           + ", e.g. read -r pid dir < <(.ci/pgbouncer 6439); export "
           + URL_VARIABLE
           + "='jdbc:postgresql://127.0.0.1:6439/test?user=postgres' (stop it with kill $pid)";
+
+  /**
+   * For the tests' own set-up: other clients' named statements (the URL a user writes) are left on
+   * PgBouncer's server connections, where a named statement of the set-up would meet them.
+   */
+  public static final String UNNAMED = "prepareThreshold=0";
 
   private TestPgBouncer() {}
 
@@ -86,7 +92,7 @@ public final class TestPgBouncer {
         (prefix + "_" + UUID.randomUUID().toString().substring(0, 8))
             .toLowerCase(Locale.ROOT)
             .replaceAll("[^a-z0-9_]", "_");
-    try (Connection connection = DriverManager.getConnection(url());
+    try (Connection connection = DriverManager.getConnection(url(UNNAMED));
         Statement statement = connection.createStatement()) {
       connection.setAutoCommit(false);
       statement.execute("CREATE SCHEMA " + schema);
@@ -115,7 +121,7 @@ public final class TestPgBouncer {
 
   /** Drops a schema made by {@link #newSchema(String)}. */
   public static void dropSchema(String schema) {
-    try (Connection connection = DriverManager.getConnection(url());
+    try (Connection connection = DriverManager.getConnection(url(UNNAMED));
         Statement statement = connection.createStatement()) {
       statement.execute("DROP SCHEMA IF EXISTS " + schema + " CASCADE");
     } catch (SQLException e) {
