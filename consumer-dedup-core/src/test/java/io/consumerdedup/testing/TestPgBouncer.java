@@ -28,7 +28,7 @@ public final class TestPgBouncer {
   private static final String HOW_TO_START =
       "start PgBouncer in transaction pool mode in front of the test database and set "
           + URL_VARIABLE
-          + ", e.g. read -r pid dir < <(.ci/pgbouncer 6439); export "
+          + ", e.g. read -r pid dir <<<\"$(.ci/pgbouncer 6439)\"; export "
           + URL_VARIABLE
           + "='jdbc:postgresql://127.0.0.1:6439/test?user=postgres' (stop it with kill $pid)";
 
