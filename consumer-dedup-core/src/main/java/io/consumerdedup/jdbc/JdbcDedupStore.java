@@ -73,9 +73,11 @@ import org.slf4j.LoggerFactory;
  * pool (HikariCP's {@code connectionTimeout}). Transient database errors (connection loss,
  * timeouts, serialization failure, deadlock, admin shutdown, too many connections) are retried with
  * exponential back-off and jitter; when they outlast the retries the call raises {@link
- * DedupStoreUnavailableException}. Data the database refuses (SQL state classes 22 and 23) raises
- * {@link DedupStoreDataException}; anything else (a missing table, a permission) {@link
- * DedupStoreException}.
+ * DedupStoreUnavailableException}. Data the database refuses (SQL state classes 22 and 23, twice:
+ * the second time on a fresh statement) raises {@link DedupStoreDataException}; anything else (a
+ * missing table, a permission) {@link DedupStoreException}. Behind a connection pooler such as
+ * PgBouncer (detected on the first connection) the store's statements are unnamed server-side
+ * statements, so a pooler in transaction mode cannot hand them to another client.
  *
  * <p>Claims, completions and failures are safe to send twice: a claim carries an id by which a
  * retry recognises its own committed claim, and a completion or failure already written under the
