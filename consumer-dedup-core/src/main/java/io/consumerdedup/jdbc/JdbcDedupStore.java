@@ -614,17 +614,18 @@ public final class JdbcDedupStore implements DedupStore {
    */
   @Override
   public void verifyReady(DedupMode mode) {
+    if (mode == DedupMode.TRANSACTIONAL) {
+      // On a connection as the pool lends it: a store call makes its own statements unnamed.
+      try (Connection connection = ownConnections.getConnection()) {
+        checkProduct(connection);
+        requireUnnamedHandlerStatements(connection, null);
+      } catch (SQLException e) {
+        // The table check below meets the same database and says so; each claim checks again.
+      }
+    }
     List<String> missing;
     try {
-      missing =
-          attemptNow(
-                  connection -> {
-                    if (mode == DedupMode.TRANSACTIONAL) {
-                      requireUnnamedHandlerStatements(connection, null);
-                    }
-                    return presentColumns(connection);
-                  })
-              .missing();
+      missing = missingColumnsNow();
     } catch (DedupStoreUnavailableException e) {
       log.warn(
           "Could not check the dedup table {} now; records wait until the database answers: {}",
@@ -684,13 +685,8 @@ public final class JdbcDedupStore implements DedupStore {
    * @throws DedupStoreException the database could not be asked
    */
   public List<String> missingColumnsNow() {
-    return attemptNow(this::presentColumns).missing();
-  }
-
-  /** One try of a table check, without retries. */
-  private <T> T attemptNow(SqlWork<T> work) {
     try {
-      return attempt("table check", null, work, System.nanoTime());
+      return attempt("table check", null, this::presentColumns, System.nanoTime()).missing();
     } catch (TransientFailure e) {
       throw SqlStates.storeException(
           "Dedup store table check on table " + tableName, null, e.getCause());
@@ -890,15 +886,18 @@ public final class JdbcDedupStore implements DedupStore {
       if (!autoCommit) {
         connection.setAutoCommit(true);
       }
+      // Behind a pooler every statement of the call is unnamed, COMMIT and ROLLBACK included:
+      // pgjdbc names those by the connection's threshold, not a statement's.
+      int prepareThreshold = pooled ? PostgresPooler.unnameStatements(connection) : -1;
       T result;
       try {
         result = work.run(connection);
       } catch (SQLException e) {
         // The connection may be broken now; what broke it is the error to report.
-        restore(connection, autoCommit, networkTimeout, e);
+        restore(connection, autoCommit, networkTimeout, prepareThreshold, e);
         throw e;
       }
-      restore(connection, autoCommit, networkTimeout, null);
+      restore(connection, autoCommit, networkTimeout, prepareThreshold, null);
       return result;
     } catch (SQLException e) {
       RuntimeException failure = failure(operation, key, e, true);
@@ -914,13 +913,20 @@ public final class JdbcDedupStore implements DedupStore {
    * restored, and the pool discards it anyway: its own error then only rides along.
    */
   private static void restore(
-      Connection connection, boolean autoCommit, int networkTimeout, @Nullable SQLException failure)
+      Connection connection,
+      boolean autoCommit,
+      int networkTimeout,
+      int prepareThreshold,
+      @Nullable SQLException failure)
       throws SQLException {
     try {
       if (!autoCommit) {
         connection.setAutoCommit(false);
       }
       connection.setNetworkTimeout(SAME_THREAD, networkTimeout);
+      if (prepareThreshold >= 0) {
+        PostgresPooler.setPrepareThreshold(connection, prepareThreshold);
+      }
     } catch (SQLException e) {
       if (failure == null) {
         throw e;
@@ -1003,20 +1009,23 @@ public final class JdbcDedupStore implements DedupStore {
    */
   static <T> T inOwnTransaction(Connection connection, SqlWork<T> work) throws SQLException {
     connection.setAutoCommit(false);
+    T result;
     try {
-      T result = work.run(connection);
+      result = work.run(connection);
       connection.commit();
-      return result;
     } catch (SQLException | RuntimeException e) {
+      // On a broken connection these fail too; the error that broke it is the one to report (its
+      // SQL state says whether a retry may succeed).
       try {
         connection.rollback();
-      } catch (SQLException rollback) {
-        e.addSuppressed(rollback);
+        connection.setAutoCommit(true);
+      } catch (SQLException cleanup) {
+        e.addSuppressed(cleanup);
       }
       throw e;
-    } finally {
-      connection.setAutoCommit(true);
     }
+    connection.setAutoCommit(true);
+    return result;
   }
 
   /** A transient SQL error on its way through the retry. */

@@ -50,6 +50,23 @@ public final class PostgresPooler {
   }
 
   /**
+   * Makes every statement of {@code connection} unnamed, the COMMIT and ROLLBACK that pgjdbc sends
+   * included (it names those by the connection's threshold); for a connection behind a pooler.
+   *
+   * @return the threshold to {@linkplain #setPrepareThreshold restore} when done
+   */
+  public static int unnameStatements(Connection connection) throws SQLException {
+    PGConnection pgConnection = connection.unwrap(PGConnection.class);
+    int threshold = pgConnection.getPrepareThreshold();
+    pgConnection.setPrepareThreshold(0);
+    return threshold;
+  }
+
+  public static void setPrepareThreshold(Connection connection, int threshold) throws SQLException {
+    connection.unwrap(PGConnection.class).setPrepareThreshold(threshold);
+  }
+
+  /**
    * Whether statements that the library does not build (a handler's own, on the connection of its
    * transaction) become named server-side statements: the connection's {@code prepareThreshold}, as
    * the JDBC URL or the DataSource set it, is not 0.
