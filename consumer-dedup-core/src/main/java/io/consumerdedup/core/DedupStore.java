@@ -147,6 +147,19 @@ public interface DedupStore {
    */
   default void verifyReady() {}
 
+  /**
+   * {@link #verifyReady()} for a store used in {@code mode}, which may ask more of the storage (in
+   * mode TRANSACTIONAL the handler's own statements share the claim's connection). {@link
+   * IdempotentExecutor.Builder#build()} calls this one; by default it is {@link #verifyReady()}.
+   *
+   * @throws IllegalStateException the storage is not set up
+   * @throws DedupConfigurationException the storage cannot keep the promise of {@code mode}; the
+   *     message says what to configure
+   */
+  default void verifyReady(DedupMode mode) {
+    verifyReady();
+  }
+
   /** The requests with the later copies of a key removed, in first-seen order. */
   static List<ClaimRequest> distinct(List<ClaimRequest> requests) {
     Set<DedupKey> seen = new HashSet<>();

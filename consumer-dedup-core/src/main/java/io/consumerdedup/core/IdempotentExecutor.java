@@ -700,7 +700,7 @@ public final class IdempotentExecutor implements AutoCloseable {
       if (renewal.isZero()) {
         throw new IllegalArgumentException("lease (" + lease + ") is too short to renew");
       }
-      store.verifyReady();
+      store.verifyReady(mode);
       return new IdempotentExecutor(this, renewal);
     }
   }

@@ -6,7 +6,9 @@ import static io.consumerdedup.jdbc.internal.PostgresSql.Type.TEXT;
 
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
@@ -15,6 +17,7 @@ import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.StoredText;
+import io.consumerdedup.jdbc.internal.PostgresPooler;
 import io.consumerdedup.jdbc.internal.PostgresSql;
 import io.consumerdedup.jdbc.internal.SqlStates;
 import io.github.resilience4j.core.IntervalFunction;
@@ -70,9 +73,11 @@ import org.slf4j.LoggerFactory;
  * pool (HikariCP's {@code connectionTimeout}). Transient database errors (connection loss,
  * timeouts, serialization failure, deadlock, admin shutdown, too many connections) are retried with
  * exponential back-off and jitter; when they outlast the retries the call raises {@link
- * DedupStoreUnavailableException}. Data the database refuses (SQL state classes 22 and 23) raises
- * {@link DedupStoreDataException}; anything else (a missing table, a permission) {@link
- * DedupStoreException}.
+ * DedupStoreUnavailableException}. Data the database refuses (SQL state classes 22 and 23, twice:
+ * the second time on a fresh statement) raises {@link DedupStoreDataException}; anything else (a
+ * missing table, a permission) {@link DedupStoreException}. Behind a connection pooler such as
+ * PgBouncer (detected on the first connection) the store's statements are unnamed server-side
+ * statements, so a pooler in transaction mode cannot hand them to another client.
  *
  * <p>Claims, completions and failures are safe to send twice: a claim carries an id by which a
  * retry recognises its own committed claim, and a completion or failure already written under the
@@ -119,6 +124,13 @@ public final class JdbcDedupStore implements DedupStore {
   private static final Executor SAME_THREAD = Runnable::run;
 
   private final DataSource dataSource;
+
+  /**
+   * Where the store's own calls take a connection of their own: the pool behind a {@link
+   * TransactionBoundDataSource}, which hands out only its open transaction's connection.
+   */
+  private final DataSource ownConnections;
+
   private final String tableName;
   private final PostgresSql sql;
   private final MySqlStore mysql;
@@ -131,8 +143,25 @@ public final class JdbcDedupStore implements DedupStore {
   private final Duration retryMaxDuration;
   private volatile boolean productChecked;
 
+  /** The connections reach PostgreSQL through a pooler (see {@link PostgresPooler}). */
+  private volatile boolean pooled;
+
+  /** Set on the thread of a call tried once more after its data was refused. */
+  @SuppressWarnings("ThreadLocalUsage")
+  private final ThreadLocal<Boolean> freshStatements = new ThreadLocal<>();
+
+  /**
+   * Marks the text of a statement tried once more: pgjdbc would reuse a named server-side statement
+   * it has for the same text, and that statement may be what refused the data.
+   */
+  private static final String FRESH_STATEMENT = "/* consumer-dedup: once more */ ";
+
   private JdbcDedupStore(Builder builder) {
     this.dataSource = builder.dataSource;
+    this.ownConnections =
+        builder.dataSource instanceof TransactionBoundDataSource bound
+            ? bound.pool()
+            : builder.dataSource;
     this.tableName = builder.tableName;
     this.statementTimeout = builder.statementTimeout;
     this.retryMaxDuration = builder.retryMaxDuration;
@@ -243,6 +272,7 @@ public final class JdbcDedupStore implements DedupStore {
     DedupKey key = only(distinct);
     try (Connection connection = dataSource.getConnection()) {
       checkProduct(connection);
+      requireUnnamedHandlerStatements(connection, key);
       if (connection.getAutoCommit()) {
         throw new IllegalStateException(
             "DedupMode.TRANSACTIONAL needs an open transaction on the dedup table's DataSource, but"
@@ -648,6 +678,28 @@ public final class JdbcDedupStore implements DedupStore {
    */
   @Override
   public void verifyReady() {
+    verifyReady(DedupMode.SEPARATE);
+  }
+
+  /**
+   * {@link #verifyReady()}; in mode TRANSACTIONAL it also refuses a DataSource that reaches
+   * PostgreSQL through a connection pooler with named server-side statements, which the handler's
+   * own statements would meet on another server connection.
+   *
+   * @throws DedupConfigurationException in mode TRANSACTIONAL behind a pooler, unless the JDBC URL
+   *     has {@code prepareThreshold=0}; the message says so
+   */
+  @Override
+  public void verifyReady(DedupMode mode) {
+    if (mode == DedupMode.TRANSACTIONAL) {
+      // On a connection as the pool lends it: a store call makes its own statements unnamed.
+      try (Connection connection = ownConnections.getConnection()) {
+        checkProduct(connection);
+        requireUnnamedHandlerStatements(connection, null);
+      } catch (SQLException e) {
+        // The table check below meets the same database and says so; each claim checks again.
+      }
+    }
     List<String> missing;
     try {
       missing = missingColumnsNow();
@@ -715,6 +767,27 @@ public final class JdbcDedupStore implements DedupStore {
     } catch (TransientFailure e) {
       throw SqlStates.storeException(
           "Dedup store table check on table " + tableName, null, e.getCause());
+    }
+  }
+
+  /**
+   * Refuses a connection behind a pooler on which a handler's statements would be named server-side
+   * statements: in mode TRANSACTIONAL they run on the claim's connection, and a pooler in
+   * transaction mode hands them to server connections that lack them or hold another client's.
+   */
+  private void requireUnnamedHandlerStatements(Connection connection, @Nullable DedupKey key)
+      throws SQLException {
+    if (pooled && PostgresPooler.namesStatements(connection)) {
+      throw new DedupConfigurationException(
+          "The dedup table's DataSource reaches PostgreSQL through a connection pooler (such as"
+              + " PgBouncer), where the handler's own statements in DedupMode.TRANSACTIONAL would"
+              + " become named server-side statements and, in transaction pool mode, fail on"
+              + " another server connection (SQL states 26000, 42P05, 08P01). Add"
+              + " prepareThreshold=0 to the JDBC URL (pgjdbc then uses unnamed statements); with"
+              + " PgBouncer 1.21+ and max_prepared_statements named statements work, but this"
+              + " check cannot tell, so set prepareThreshold=0 there too",
+          key,
+          null);
     }
   }
 
@@ -800,7 +873,12 @@ public final class JdbcDedupStore implements DedupStore {
   }
 
   PreparedStatement prepare(Connection connection, String statementSql) throws SQLException {
-    PreparedStatement statement = connection.prepareStatement(statementSql);
+    boolean fresh = Boolean.TRUE.equals(freshStatements.get());
+    PreparedStatement statement =
+        connection.prepareStatement(fresh ? FRESH_STATEMENT + statementSql : statementSql);
+    if (pooled || fresh) {
+      PostgresPooler.useUnnamed(statement);
+    }
     statement.setQueryTimeout(timeoutSeconds(statementTimeout));
     return statement;
   }
@@ -825,9 +903,30 @@ public final class JdbcDedupStore implements DedupStore {
 
   /**
    * Runs one store operation on a connection of its own, in its own transaction, retrying transient
-   * errors.
+   * errors. Data the database refuses is sent once more on a fresh, unnamed statement before the
+   * call says so: a valid record must not be dead-lettered because a named server-side statement of
+   * another client (behind a pooler that was not detected) took its parameters.
    */
   private <T> T call(String operation, @Nullable DedupKey key, SqlWork<T> work) {
+    try {
+      return callWithRetries(operation, key, work);
+    } catch (DedupStoreDataException refused) {
+      log.warn(
+          "The database refused the data of a store {} on {}; trying once more on a fresh"
+              + " statement: {}",
+          operation,
+          tableName,
+          refused.getMessage());
+      freshStatements.set(Boolean.TRUE);
+      try {
+        return callWithRetries(operation, key, work);
+      } finally {
+        freshStatements.remove();
+      }
+    }
+  }
+
+  private <T> T callWithRetries(String operation, @Nullable DedupKey key, SqlWork<T> work) {
     long deadline = System.nanoTime() + retryMaxDuration.toNanos();
     int[] tries = {0};
     try {
@@ -854,7 +953,7 @@ public final class JdbcDedupStore implements DedupStore {
 
   private <T> T attempt(
       String operation, @Nullable DedupKey key, SqlWork<T> work, long retryDeadline) {
-    try (Connection connection = dataSource.getConnection()) {
+    try (Connection connection = ownConnections.getConnection()) {
       checkProduct(connection);
       boolean autoCommit = connection.getAutoCommit();
       int networkTimeout = connection.getNetworkTimeout();
@@ -864,15 +963,18 @@ public final class JdbcDedupStore implements DedupStore {
       if (!autoCommit) {
         connection.setAutoCommit(true);
       }
+      // Behind a pooler every statement of the call is unnamed, COMMIT and ROLLBACK included:
+      // pgjdbc names those by the connection's threshold, not a statement's.
+      int prepareThreshold = pooled ? PostgresPooler.unnameStatements(connection) : -1;
       T result;
       try {
         result = work.run(connection);
       } catch (SQLException e) {
         // The connection may be broken now; what broke it is the error to report.
-        restore(connection, autoCommit, networkTimeout, e);
+        restore(connection, autoCommit, networkTimeout, prepareThreshold, e);
         throw e;
       }
-      restore(connection, autoCommit, networkTimeout, null);
+      restore(connection, autoCommit, networkTimeout, prepareThreshold, null);
       return result;
     } catch (SQLException e) {
       RuntimeException failure = failure(operation, key, e, true);
@@ -888,13 +990,20 @@ public final class JdbcDedupStore implements DedupStore {
    * restored, and the pool discards it anyway: its own error then only rides along.
    */
   private static void restore(
-      Connection connection, boolean autoCommit, int networkTimeout, @Nullable SQLException failure)
+      Connection connection,
+      boolean autoCommit,
+      int networkTimeout,
+      int prepareThreshold,
+      @Nullable SQLException failure)
       throws SQLException {
     try {
       if (!autoCommit) {
         connection.setAutoCommit(false);
       }
       connection.setNetworkTimeout(SAME_THREAD, networkTimeout);
+      if (prepareThreshold >= 0) {
+        PostgresPooler.setPrepareThreshold(connection, prepareThreshold);
+      }
     } catch (SQLException e) {
       if (failure == null) {
         throw e;
@@ -930,6 +1039,16 @@ public final class JdbcDedupStore implements DedupStore {
             null);
       }
       dialect = detected;
+    }
+    if (dialect == SqlDialect.POSTGRESQL && PostgresPooler.detect(connection)) {
+      if (!pooled) {
+        log.info(
+            "The dedup table {} is reached through a connection pooler: the store's own statements"
+                + " are unnamed server-side statements, which a pooler in transaction mode cannot"
+                + " hand to another client",
+            tableName);
+      }
+      pooled = true;
     }
     productChecked = true;
   }
@@ -967,20 +1086,23 @@ public final class JdbcDedupStore implements DedupStore {
    */
   static <T> T inOwnTransaction(Connection connection, SqlWork<T> work) throws SQLException {
     connection.setAutoCommit(false);
+    T result;
     try {
-      T result = work.run(connection);
+      result = work.run(connection);
       connection.commit();
-      return result;
     } catch (SQLException | RuntimeException e) {
+      // On a broken connection these fail too; the error that broke it is the one to report (its
+      // SQL state says whether a retry may succeed).
       try {
         connection.rollback();
-      } catch (SQLException rollback) {
-        e.addSuppressed(rollback);
+        connection.setAutoCommit(true);
+      } catch (SQLException cleanup) {
+        e.addSuppressed(cleanup);
       }
       throw e;
-    } finally {
-      connection.setAutoCommit(true);
     }
+    connection.setAutoCommit(true);
+    return result;
   }
 
   /** A transient SQL error on its way through the retry. */

@@ -85,6 +85,11 @@ public final class TransactionBoundDataSource implements DataSource {
     return new TransactionBoundDataSource(pool);
   }
 
+  /** The pool its transactions' connections come from; for a store's calls of their own. */
+  DataSource pool() {
+    return pool;
+  }
+
   /** Work that runs inside {@link #inTransaction}, reaching the transaction through this. */
   @FunctionalInterface
   public interface TransactionalWork<T, X extends Exception> {

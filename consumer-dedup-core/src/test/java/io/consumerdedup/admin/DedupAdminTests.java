@@ -55,13 +55,21 @@ abstract class DedupAdminTests {
   /** Drops what {@link #createDataSource()} created. */
   abstract void dropDatabase();
 
+  /**
+   * A table's name as the store is given it: plain by default, where the connection's schema holds
+   * the tables; qualified with the schema where the connection has none of its own (a pooler).
+   */
+  String qualified(String table) {
+    return table;
+  }
+
   /** An UPDATE that ends the lease of the row of (biz_type, biz_key) a second ago. */
   abstract String expireLeaseSql();
 
   @BeforeAll
   void setUp() {
     dataSource = createDataSource();
-    store = JdbcDedupStore.builder(dataSource).build();
+    store = JdbcDedupStore.builder(dataSource).tableName(qualified("consumer_dedup")).build();
     admin = JdbcDedupAdmin.of(store);
   }
 
@@ -270,23 +278,30 @@ abstract class DedupAdminTests {
   @Test
   void anExecutorOverAMissingTableOrOneLackingAColumnFailsWhenBuiltNamingTheFix()
       throws SQLException {
-    JdbcDedupStore missing = JdbcDedupStore.builder(dataSource).tableName("no_such_dedup").build();
+    JdbcDedupStore missing =
+        JdbcDedupStore.builder(dataSource).tableName(qualified("no_such_dedup")).build();
     assertThatThrownBy(() -> IdempotentExecutor.builder(missing).build())
         .isInstanceOf(IllegalStateException.class)
-        .hasMessageContaining("The dedup table no_such_dedup does not exist")
+        .hasMessageContaining("The dedup table " + qualified("no_such_dedup") + " does not exist")
         .hasMessageContaining(schemaFile());
 
     try (Connection connection = dataSource.getConnection();
         Statement statement = connection.createStatement()) {
       statement.execute(
-          "CREATE TABLE partial_dedup AS SELECT biz_type, biz_key, status, attempts, owner,"
+          "CREATE TABLE "
+              + qualified("partial_dedup")
+              + " AS SELECT biz_type, biz_key, status, attempts, owner,"
               + " lease_until, fingerprint, last_error, source, created_at, updated_at, expires_at"
-              + " FROM consumer_dedup WHERE 1 = 0");
+              + " FROM "
+              + qualified("consumer_dedup")
+              + " WHERE 1 = 0");
     }
-    JdbcDedupStore partial = JdbcDedupStore.builder(dataSource).tableName("partial_dedup").build();
+    JdbcDedupStore partial =
+        JdbcDedupStore.builder(dataSource).tableName(qualified("partial_dedup")).build();
     assertThatThrownBy(() -> IdempotentExecutor.builder(partial).build())
         .isInstanceOf(IllegalStateException.class)
-        .hasMessageContaining("The dedup table partial_dedup lacks the column(s) claim_id")
+        .hasMessageContaining(
+            "The dedup table " + qualified("partial_dedup") + " lacks the column(s) claim_id")
         .hasMessageContaining(schemaFile());
 
     IdempotentExecutor.builder(store).build().close();

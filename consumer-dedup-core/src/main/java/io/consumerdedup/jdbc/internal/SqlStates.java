@@ -21,7 +21,10 @@ public final class SqlStates {
   public enum Kind {
     /** The connection failed, timed out, or the server was busy: a retry may succeed. */
     TRANSIENT,
-    /** The server refused this call's data (class 22 or 23): the same data is refused again. */
+    /**
+     * The server refused this call's data (class 22 or 23): the same data is refused again (a store
+     * call meets it twice, the second time on a fresh statement, before it says so).
+     */
     DATA,
     /** Anything else, such as a missing table or a permission: an operator has to act. */
     OTHER
@@ -35,7 +38,12 @@ public final class SqlStates {
           "57014", // query_canceled: the statement timeout fired
           "57P01", // admin_shutdown (pg_terminate_backend, a restart)
           "57P02", // crash_shutdown
-          "57P03"); // cannot_connect_now (starting up)
+          "57P03", // cannot_connect_now (starting up)
+          // A pooler ran the transaction on a server connection that lacks the named statement or
+          // has one of that name already (see PostgresPooler); 08P01 (a bind message that does not
+          // fit the statement of that name) is a connection exception below.
+          "26000", // invalid_sql_statement_name
+          "42P05"); // duplicate_prepared_statement
 
   /**
    * MySQL and MariaDB errors worth another try, by vendor code (their SQL states, HY000 and 41000,

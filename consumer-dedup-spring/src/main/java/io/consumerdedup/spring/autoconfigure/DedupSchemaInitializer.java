@@ -2,6 +2,7 @@ package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.SqlDialect;
+import io.consumerdedup.jdbc.internal.PostgresPooler;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
@@ -22,7 +23,8 @@ import org.springframework.jdbc.datasource.init.ScriptUtils;
 /**
  * {@code consumer-dedup.initialize-schema=always}: creates the dedup table from the shipped script
  * {@value #SCRIPT} when it does not exist yet, under the configured table name. Instances starting
- * together serialise on a PostgreSQL advisory lock, so exactly one creates the table.
+ * together serialise on a PostgreSQL advisory lock, so exactly one creates the table. Behind a
+ * connection pooler its statements are unnamed, as the store's are.
  *
  * <p>A custom name replaces the script's table name and prefixes its constraint and index names
  * with the (unqualified) custom name, so two dedup tables can share a schema.
@@ -72,6 +74,10 @@ public final class DedupSchemaInitializer implements InitializingBean {
                 + " with your migrations (Flyway naming) and set initialize-schema=never");
       }
       boolean autoCommit = connection.getAutoCommit();
+      // Behind a pooler in transaction mode, pgjdbc's named statements (its COMMIT is named from
+      // the first one) meet another client's of the same name on the shared server connection.
+      int prepareThreshold =
+          PostgresPooler.detect(connection) ? PostgresPooler.unnameStatements(connection) : -1;
       connection.setAutoCommit(false);
       try {
         try (PreparedStatement lock =
@@ -94,6 +100,9 @@ public final class DedupSchemaInitializer implements InitializingBean {
         throw e;
       } finally {
         connection.setAutoCommit(autoCommit);
+        if (prepareThreshold >= 0) {
+          PostgresPooler.setPrepareThreshold(connection, prepareThreshold);
+        }
       }
     }
   }

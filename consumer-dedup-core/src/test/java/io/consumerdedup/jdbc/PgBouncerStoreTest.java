@@ -1,0 +1,232 @@
+package io.consumerdedup.jdbc;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupConfigurationException;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.core.DedupResult;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.testing.TestPgBouncer;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.stream.IntStream;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The store through a real PgBouncer in transaction pool mode, on the JDBC URL a user writes: its
+ * own statements work (no named server-side statement meets another client's), and mode
+ * TRANSACTIONAL, whose handler statements the store does not build, is refused at start-up unless
+ * the URL has {@code prepareThreshold=0}, and then works.
+ */
+class PgBouncerStoreTest {
+  private static final Duration LEASE = Duration.ofMinutes(1);
+  private static final Duration KEEP = Duration.ofDays(1);
+
+  private String schema;
+  private String table;
+  private final List<HikariDataSource> pools = new ArrayList<>();
+
+  @BeforeEach
+  void setUp() {
+    schema = TestPgBouncer.newSchema("pgbouncer");
+    table = schema + ".consumer_dedup";
+  }
+
+  @AfterEach
+  void tearDown() {
+    pools.forEach(HikariDataSource::close);
+    if (schema != null) {
+      TestPgBouncer.dropSchema(schema);
+    }
+  }
+
+  private HikariDataSource pool(String url) {
+    HikariDataSource pool = TestPgBouncer.dataSource(url, 4);
+    pools.add(pool);
+    return pool;
+  }
+
+  @Test
+  void concurrentConsumersClaimEachKeyOnceWithoutStatementErrors() throws Exception {
+    // Two consumers, each with its own pool: 8 client connections over PgBouncer's server ones.
+    List<JdbcDedupStore> consumers =
+        List.of(
+            JdbcDedupStore.builder(pool(TestPgBouncer.url())).tableName(table).build(),
+            JdbcDedupStore.builder(pool(TestPgBouncer.url())).tableName(table).build());
+    try (Connection connection = pools.get(0).getConnection()) {
+      assertThat(TestPgBouncer.pooled(connection))
+          .as("the store's connections are pooled")
+          .isTrue();
+    }
+    Map<DedupKey, AtomicInteger> claims = new ConcurrentHashMap<>();
+    List<Throwable> errors = new ArrayList<>();
+    ExecutorService threads = Executors.newFixedThreadPool(8);
+    try {
+      List<Future<?>> work = new ArrayList<>();
+      for (int thread = 0; thread < 8; thread++) {
+        JdbcDedupStore store = consumers.get(thread % 2);
+        work.add(
+            threads.submit(
+                () -> {
+                  // Every consumer sees every key, one at a time and in polls of 10 keys: each
+                  // statement text runs far more often than pgjdbc's threshold for naming it.
+                  for (int poll = 0; poll < 15; poll++) {
+                    List<ClaimRequest> requests =
+                        IntStream.range(0, 10)
+                            .mapToObj(i -> request(DedupKey.of("batch", "b" + i)))
+                            .toList();
+                    settle(store, store.claimAll(requests), claims);
+                  }
+                  for (int i = 0; i < 150; i++) {
+                    settle(
+                        store, List.of(store.claim(request(DedupKey.of("one", "o" + i)))), claims);
+                  }
+                  return null;
+                }));
+      }
+      for (Future<?> future : work) {
+        try {
+          future.get();
+        } catch (java.util.concurrent.ExecutionException e) {
+          errors.add(e.getCause());
+        }
+      }
+    } finally {
+      threads.shutdownNow();
+    }
+    assertThat(errors).as("store calls that failed").isEmpty();
+    // Not even a retried one: a statement error would have been retried as transient.
+    for (JdbcDedupStore store : consumers) {
+      assertThat(store.retry().getMetrics().getNumberOfSuccessfulCallsWithRetryAttempt())
+          .as("store calls retried")
+          .isZero();
+    }
+    assertThat(claims).hasSize(160);
+    assertThat(claims.values()).allSatisfy(count -> assertThat(count).hasValue(1));
+    try (Connection connection = pools.get(0).getConnection();
+        Statement statement = connection.createStatement();
+        ResultSet row =
+            statement.executeQuery(
+                "SELECT count(*) FROM " + table + " WHERE status = 'SUCCESS' AND attempts = 1")) {
+      row.next();
+      assertThat(row.getInt(1)).isEqualTo(160);
+    }
+  }
+
+  private static ClaimRequest request(DedupKey key) {
+    return new ClaimRequest(key, "consumer", LEASE, KEEP, null, null);
+  }
+
+  /** Completes the keys claimed, counting the claims per key. */
+  private static void settle(
+      JdbcDedupStore store, List<ClaimResult> results, Map<DedupKey, AtomicInteger> claims) {
+    List<ClaimResult.Claimed> claimed = new ArrayList<>();
+    for (ClaimResult result : results) {
+      if (result instanceof ClaimResult.Claimed c) {
+        claimed.add(c);
+        claims.computeIfAbsent(c.key(), k -> new AtomicInteger()).incrementAndGet();
+      }
+    }
+    assertThat(store.completeAll(claimed, KEEP)).as("completions whose lease was lost").isEmpty();
+  }
+
+  @Test
+  void transactionalModeIsRefusedAtStartUpWithNamedStatementsOnTheUrl() {
+    TransactionBoundDataSource transactions =
+        TransactionBoundDataSource.of(pool(TestPgBouncer.url()));
+    JdbcDedupStore store = JdbcDedupStore.builder(transactions).tableName(table).build();
+
+    assertThatThrownBy(
+            () -> IdempotentExecutor.builder(store).mode(DedupMode.TRANSACTIONAL).build())
+        .isInstanceOf(DedupConfigurationException.class)
+        .hasMessageContaining("connection pooler")
+        .hasMessageContaining("prepareThreshold=0");
+    // Mode SEPARATE on the same URL starts: the store's own statements are unnamed.
+    IdempotentExecutor.builder(
+            JdbcDedupStore.builder(pool(TestPgBouncer.url())).tableName(table).build())
+        .build()
+        .close();
+  }
+
+  @Test
+  void transactionalModeWorksWithPrepareThresholdZero() throws Exception {
+    HikariDataSource pool = pool(TestPgBouncer.url("prepareThreshold=0"));
+    try (Connection connection = pool.getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute("CREATE TABLE " + schema + ".charges (order_no text NOT NULL)");
+    }
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(pool);
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(transactions).tableName(table).build())
+            .mode(DedupMode.TRANSACTIONAL)
+            .build()) {
+      AtomicInteger applied = new AtomicInteger();
+      ExecutorService threads = Executors.newFixedThreadPool(4);
+      try {
+        List<Future<?>> work = new ArrayList<>();
+        for (int thread = 0; thread < 4; thread++) {
+          work.add(
+              threads.submit(
+                  () -> {
+                    for (int i = 0; i < 40; i++) {
+                      String orderNo = "order-" + i;
+                      DedupResult<String> result =
+                          transactions.inTransaction(
+                              () ->
+                                  executor.execute(
+                                      DedupKey.of("payment", orderNo),
+                                      () -> {
+                                        try (Connection c = transactions.getConnection();
+                                            PreparedStatement insert =
+                                                c.prepareStatement(
+                                                    "INSERT INTO "
+                                                        + schema
+                                                        + ".charges VALUES (?)")) {
+                                          insert.setString(1, orderNo);
+                                          insert.executeUpdate();
+                                        }
+                                        applied.incrementAndGet();
+                                        return orderNo;
+                                      }));
+                      assertThat(result).isNotNull();
+                    }
+                    return null;
+                  }));
+        }
+        for (Future<?> future : work) {
+          future.get();
+        }
+      } finally {
+        threads.shutdownNow();
+      }
+      assertThat(applied).hasValue(40);
+      try (Connection connection = pool.getConnection();
+          Statement statement = connection.createStatement();
+          ResultSet row =
+              statement.executeQuery(
+                  "SELECT count(*), count(DISTINCT order_no) FROM " + schema + ".charges")) {
+        row.next();
+        assertThat(row.getInt(1)).isEqualTo(40);
+        assertThat(row.getInt(2)).isEqualTo(40);
+      }
+    }
+  }
+}
