@@ -38,6 +38,8 @@ final class PurgeBench {
    * @param tableRows the rows loaded
    * @param expiredRows the expired rows among them
    * @param runs the janitor's runs that deleted rows, in order
+   * @param caughtUpDeleted the rows the last run deleted (those that expired meanwhile, or all of
+   *     them when the backlog fits in one run)
    * @param caughtUpNanos the last run, which stopped short of its limits: nothing more to do
    * @param claimsAlone claim round trips without a purge, in microseconds
    * @param claimsDuringPurge claim round trips while it ran, in microseconds
@@ -46,11 +48,12 @@ final class PurgeBench {
       long tableRows,
       long expiredRows,
       List<PurgeRun> runs,
+      long caughtUpDeleted,
       long caughtUpNanos,
       Histogram claimsAlone,
       Histogram claimsDuringPurge) {
     long deleted() {
-      return runs.stream().mapToLong(PurgeRun::deleted).sum();
+      return runs.stream().mapToLong(PurgeRun::deleted).sum() + caughtUpDeleted;
     }
 
     long purgeNanos() {
@@ -89,7 +92,7 @@ final class PurgeBench {
         long aloneMillis = Math.max(1_000, Math.min(20_000, expired / 20));
         Histogram claimsAlone = load.whileRunning(executor, () -> Thread.sleep(aloneMillis));
         List<PurgeRun> runs = new ArrayList<>();
-        long[] caughtUpRun = {0};
+        long[] caughtUpRun = {0, 0}; // rows deleted, nanos
         Histogram claimsDuringPurge =
             load.whileRunning(
                 executor,
@@ -105,14 +108,22 @@ final class PurgeBench {
                     boolean caughtUp =
                         deleted < FULL_RUN && nanos < DedupJanitor.DEFAULT_MAX_RUN_TIME.toNanos();
                     if (caughtUp) {
-                      caughtUpRun[0] = nanos;
+                      caughtUpRun[0] = deleted;
+                      caughtUpRun[1] = nanos;
                       return;
                     }
                     runs.add(new PurgeRun(deletedBefore, deleted, nanos));
                     deletedBefore += deleted;
                   }
                 });
-        return new Result(tableRows, expired, runs, caughtUpRun[0], claimsAlone, claimsDuringPurge);
+        return new Result(
+            tableRows,
+            expired,
+            runs,
+            caughtUpRun[0],
+            caughtUpRun[1],
+            claimsAlone,
+            claimsDuringPurge);
       }
     }
   }

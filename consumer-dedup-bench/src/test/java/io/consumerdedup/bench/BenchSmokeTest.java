@@ -17,7 +17,7 @@ import org.junit.jupiter.api.Test;
  */
 class BenchSmokeTest {
   private static final int MESSAGES = 1_000;
-  private static final int EXPIRED_ROWS = 1_000;
+  private static final int PURGE_TABLE_ROWS = 1_000;
 
   @Test
   void everyMeasuredVariantConsumesEveryMessageAndTheReportEndsWithTheResultLine() {
@@ -28,7 +28,7 @@ class BenchSmokeTest {
                 "--messages=" + MESSAGES,
                 "--repetitions=1",
                 "--sweep=none",
-                "--purge-rows=" + EXPIRED_ROWS),
+                "--purge-rows=" + PURGE_TABLE_ROWS),
             new PrintStream(report, true, UTF_8),
             System.err);
 
@@ -74,6 +74,9 @@ class BenchSmokeTest {
         .isLessThan(runs.get("V1").databaseCommits() / 2);
 
     assertThat(results.purge()).isNotNull();
-    assertThat(results.purge().deleted()).isEqualTo(EXPIRED_ROWS);
+    assertThat(results.purge().expiredRows()).as("about half expired").isBetween(400L, 600L);
+    // Rows loaded unexpired may expire while the janitor runs: at least the expired ones go.
+    assertThat(results.purge().deleted())
+        .isBetween(results.purge().expiredRows(), (long) PURGE_TABLE_ROWS);
   }
 }
