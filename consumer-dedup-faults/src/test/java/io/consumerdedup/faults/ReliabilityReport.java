@@ -107,19 +107,42 @@ public final class ReliabilityReport {
     }
   }
 
-  /** The scenarios of the suite: each test method of its test classes is one. */
-  private static int scenarioTests() {
+  /**
+   * The scenarios of the suite: each test method of its test classes is one. The classes are found
+   * beside this one (every {@code *Test} class of the package), so a new class cannot be left out
+   * and a test JVM killed before it reported is counted as missing scenarios.
+   */
+  private static int scenarioTests() throws IOException {
+    Path classes;
+    try {
+      classes =
+          Path.of(
+                  ReliabilityReport.class
+                      .getProtectionDomain()
+                      .getCodeSource()
+                      .getLocation()
+                      .toURI())
+              .resolve(ReliabilityReport.class.getPackageName().replace('.', '/'));
+    } catch (java.net.URISyntaxException e) {
+      throw new IOException(e);
+    }
+    List<String> names;
+    try (Stream<Path> files = Files.list(classes)) {
+      names =
+          files
+              .map(file -> file.getFileName().toString())
+              .filter(name -> name.endsWith("Test.class"))
+              .map(name -> name.substring(0, name.length() - ".class".length()))
+              .toList();
+    }
     int count = 0;
-    for (Class<?> suite :
-        List.of(
-            CrashFaultsTest.class,
-            ClockSkewFaultsTest.class,
-            DatabaseFaultsTest.class,
-            GroupFaultsTest.class,
-            InputFaultsTest.class,
-            MariaDbFaultsTest.class,
-            SpringFaultsTest.class,
-            SoakTest.class)) {
+    for (String name : names) {
+      Class<?> suite;
+      try {
+        suite = Class.forName(ReliabilityReport.class.getPackageName() + "." + name);
+      } catch (ClassNotFoundException e) {
+        throw new IOException(e);
+      }
       for (java.lang.reflect.Method method : suite.getDeclaredMethods()) {
         if (method.isAnnotationPresent(org.junit.jupiter.api.Test.class)) {
           count++;
