@@ -1,6 +1,5 @@
 package io.consumerdedup.faults;
 
-import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupAdmin;
 import io.consumerdedup.core.DedupInProgressException;
@@ -19,9 +18,6 @@ import io.consumerdedup.testing.ChildJvm;
 import io.consumerdedup.testing.ReplyLosingStore;
 import io.consumerdedup.testing.TcpProxy;
 import io.consumerdedup.testing.TestKafka;
-import java.sql.Connection;
-import java.sql.PreparedStatement;
-import java.sql.SQLException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -97,7 +93,9 @@ class ClaimFaultsTest {
           run.produceAllTo(1, records);
           run.watchOffsets();
           try (HikariDataSource dedup =
-                  pool(run.database.dedupUrl(run.schema, proxy), "f21-dedup", 6);
+                  FaultConsumer.pool(
+                      // An outage holds records within a second instead of blocking for 30 s.
+                      run.database.dedupUrl(run.schema, proxy), "f21-dedup", 6, 1_000);
               HikariDataSource effects = run.pool(4);
               IdempotentExecutor executor =
                   IdempotentExecutor.builder(
@@ -224,7 +222,7 @@ class ClaimFaultsTest {
                   rival.execute(
                       slow,
                       () -> {
-                        writeEffect(effects, slowKey, "rival");
+                        FaultConsumer.writeEffect(effects, slowKey, "rival");
                         return null;
                       });
                 } catch (DedupInProgressException expected) {
@@ -372,7 +370,7 @@ class ClaimFaultsTest {
                   record -> {
                     String key = FaultConsumer.keyOf(record);
                     before.run(key);
-                    writeEffect(effects, key, name);
+                    FaultConsumer.writeEffect(effects, key, name);
                     after.run(key);
                   })
               .build();
@@ -408,26 +406,5 @@ class ClaimFaultsTest {
         thread.join(10_000);
       }
     }
-  }
-
-  static void writeEffect(DataSource effects, String key, String consumer) throws SQLException {
-    try (Connection connection = effects.getConnection();
-        PreparedStatement insert =
-            connection.prepareStatement("INSERT INTO effects (biz_key, consumer) VALUES (?, ?)")) {
-      insert.setString(1, key);
-      insert.setString(2, consumer);
-      insert.executeUpdate();
-    }
-  }
-
-  private static HikariDataSource pool(String jdbcUrl, String name, int size) {
-    HikariConfig config = new HikariConfig();
-    config.setJdbcUrl(jdbcUrl);
-    config.setPoolName(name);
-    config.setMaximumPoolSize(size);
-    // An outage holds records within a second instead of blocking the poll thread for 30 s.
-    config.setConnectionTimeout(1_000);
-    config.setInitializationFailTimeout(-1);
-    return new HikariDataSource(config);
   }
 }

@@ -291,8 +291,7 @@ public final class FaultConsumer {
     }
   }
 
-  private static void writeEffect(DataSource effects, String key, String consumer)
-      throws SQLException {
+  static void writeEffect(DataSource effects, String key, String consumer) throws SQLException {
     try (Connection connection = effects.getConnection();
         PreparedStatement insert =
             connection.prepareStatement("INSERT INTO effects (biz_key, consumer) VALUES (?, ?)")) {
@@ -308,12 +307,17 @@ public final class FaultConsumer {
   }
 
   private static HikariDataSource pool(String jdbcUrl, String name, int size) {
+    // A few seconds, so an outage holds records instead of blocking the poll thread for 30 s.
+    return pool(jdbcUrl, name, size, 3_000);
+  }
+
+  static HikariDataSource pool(
+      String jdbcUrl, String name, int size, long connectionTimeoutMillis) {
     HikariConfig config = new HikariConfig();
     config.setJdbcUrl(jdbcUrl);
     config.setPoolName(name);
     config.setMaximumPoolSize(size);
-    // A few seconds, so an outage holds records instead of blocking the poll thread for 30 s.
-    config.setConnectionTimeout(3_000);
+    config.setConnectionTimeout(connectionTimeoutMillis);
     config.setInitializationFailTimeout(-1);
     return new HikariDataSource(config);
   }
