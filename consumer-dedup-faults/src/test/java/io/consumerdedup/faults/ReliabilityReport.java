@@ -62,13 +62,18 @@ public final class ReliabilityReport {
     long duplicatesSeparate = 0;
     long window = 0;
     long duplicatesTransactional = 0;
+    long failoverReRuns = 0;
+    long failoverMissing = 0;
     for (String[] row : rows) {
       if (!row[2].equals("passed")) {
         failed++;
         System.out.println("FAILED " + row[0] + ": " + row[12]);
       }
       lost += Long.parseLong(row[4]);
-      if (row[1].startsWith("TRANSACTIONAL")) {
+      if (row[1].equals(FailoverFaultsTest.FAILOVER_MODE)) {
+        failoverReRuns += Long.parseLong(row[5]);
+        failoverMissing += Long.parseLong(row[6]);
+      } else if (row[1].startsWith("TRANSACTIONAL")) {
         duplicatesTransactional += Long.parseLong(row[5]);
       } else {
         duplicatesSeparate += Long.parseLong(row[5]);
@@ -87,13 +92,15 @@ public final class ReliabilityReport {
     System.out.println();
     System.out.printf(
         "RELIABILITY scenarios=%d failed=%d lost=%d duplicates_separate=%d kills_after_handler=%d"
-            + " duplicates_transactional=%d seed=%s%n",
+            + " duplicates_transactional=%d failover_reruns=%d failover_missing_rows=%d seed=%s%n",
         rows.size(),
         Math.max(failed, testFailures),
         lost,
         duplicatesSeparate,
         window,
         duplicatesTransactional,
+        failoverReRuns,
+        failoverMissing,
         seed);
     boolean chosen = args.length > 2 && !args[2].isBlank() && !args[2].startsWith("${");
     int expected = chosen ? rows.size() : scenarioTests() - skipped;

@@ -33,7 +33,7 @@ class SoakTest {
 
   /** Half of {@code faults.soakSeconds} in each mode. */
   private static void soak(String mode) throws Exception {
-    long seconds = Long.getLong("faults.soakSeconds", 90) / 2;
+    long seconds = Long.getLong("faults.soakSeconds", 60) / 2;
     String name = "soak " + seconds + " s, F1-F9 at random";
     Reliability.scenario(
         name,

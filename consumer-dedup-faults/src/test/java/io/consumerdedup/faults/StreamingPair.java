@@ -79,8 +79,17 @@ final class StreamingPair implements AutoCloseable {
     if (asRoot) {
       run("chown", "postgres:postgres", base.toString());
     }
+    // --no-sync: the servers are thrown away with the scenario, nothing needs the disk's guarantee.
     asPostgres(
-        "initdb", "-D", primaryData.toString(), "-U", "postgres", "--auth=trust", "-E", "UTF8");
+        "initdb",
+        "-D",
+        primaryData.toString(),
+        "-U",
+        "postgres",
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--no-sync");
     appendConfig(
         primaryData,
         "port = " + primaryPort,
@@ -114,7 +123,10 @@ final class StreamingPair implements AutoCloseable {
         standbyData.toString(),
         "-R",
         "-X",
-        "stream");
+        "stream",
+        // A spread checkpoint (the default) made the copy wait about a minute and a half.
+        "--checkpoint=fast",
+        "--no-sync");
     appendConfig(standbyData, "port = " + standbyPort, "hot_standby = on");
     asPostgres(
         "pg_ctl",
