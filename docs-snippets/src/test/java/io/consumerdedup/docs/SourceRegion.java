@@ -39,7 +39,8 @@ final class SourceRegion {
     }
     List<String> regions = new ArrayList<>();
     for (String name : reference.substring(hash + 1).split(",")) {
-      regions.add(String.join("\n", dedent(trimBlankEnds(region(lines, file, name.strip())))));
+      List<String> region = trimBlankEnds(region(lines, file, name.strip()));
+      regions.add(String.join("\n", dedent(withoutRepeatedBlankLines(region))));
     }
     return String.join("\n\n", regions);
   }
@@ -85,6 +86,16 @@ final class SourceRegion {
       to--;
     }
     return lines.subList(from, to);
+  }
+
+  private static List<String> withoutRepeatedBlankLines(List<String> lines) {
+    List<String> kept = new ArrayList<>();
+    for (String line : lines) {
+      if (!(line.isBlank() && !kept.isEmpty() && kept.get(kept.size() - 1).isBlank())) {
+        kept.add(line);
+      }
+    }
+    return kept;
   }
 
   private static List<String> dedent(List<String> lines) {
