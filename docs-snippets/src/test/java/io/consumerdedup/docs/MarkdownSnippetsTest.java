@@ -98,6 +98,14 @@ class MarkdownSnippetsTest {
         Files.write(file.path, lines, StandardCharsets.UTF_8);
       }
     }
+    for (MarkdownFile file : MarkdownFile.all()) {
+      for (int i = 0; i < file.lines.size(); i++) {
+        boolean markerBeforeABlock = i + 1 < file.lines.size() && file.inBlock[i + 1];
+        if (MARKER.matcher(file.lines.get(i).strip()).matches() && !markerBeforeABlock) {
+          problems.add(file.name() + ":" + (i + 1) + ": a snippet marker not followed by a block");
+        }
+      }
+    }
     assertThat(problems).as("snippets that are not compiled code as written").isEmpty();
     assertThat(checked).as("snippets checked").isGreaterThan(10);
   }
