@@ -1,6 +1,6 @@
 package io.consumerdedup.docs.spring;
 
-import static io.consumerdedup.docs.spring.PaymentRecords.payment;
+import static io.consumerdedup.docs.DocsKafka.send;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
@@ -15,7 +15,6 @@ import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
-import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -37,7 +36,6 @@ class ContainerTransactionsTest {
     registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
   }
 
-  @Autowired KafkaTemplate<String, String> kafka;
   @Autowired KafkaListenerEndpointRegistry containers;
   @Autowired DedupStore store;
 
@@ -49,7 +47,7 @@ class ContainerTransactionsTest {
           .isInstanceOf(DataSourceTransactionManager.class);
     }
 
-    kafka.send(payment("TX-7001")).get();
+    send("payments", "25.00", "order-no", "TX-7001");
 
     DedupKey key = DedupKey.of("payment", "TX-7001");
     await()

@@ -1,22 +1,21 @@
 package io.consumerdedup.docs.spring;
 
-import static io.consumerdedup.docs.spring.PaymentRecords.payment;
+// docs/testing.md's redelivery test, run as written on the README's quick-start listener: a
+// package-private method, which the library protects (had it not, the body would run twice).
+// tag::redelivery-test[]
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.test.RedeliveryReport;
 import io.consumerdedup.test.spring.RedeliverEachRecord;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.test.context.EmbeddedKafka;
 
-/**
- * docs/testing.md's redelivery test, run as written on the README's quick-start listener (a
- * package-private method, which the library protects: had it not, the body would run twice).
- */
-// tag::redelivery-test[]
 @SpringBootTest
 @EmbeddedKafka(topics = "payments", bootstrapServersProperty = "spring.kafka.bootstrap-servers")
 @RedeliverEachRecord
@@ -32,6 +31,12 @@ class PaymentsRedeliveryTest {
     await().atMost(Duration.ofSeconds(30)).until(() -> redelivery.redeliveredCopies() == 2);
 
     redelivery.assertNoBodyRanTwice();
+  }
+
+  private static ProducerRecord<String, String> payment(String orderNo) {
+    ProducerRecord<String, String> record = new ProducerRecord<>("payments", "25.00");
+    record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+    return record;
   }
 }
 // end::redelivery-test[]
