@@ -306,6 +306,24 @@ abstract class MySqlDialectStoreTests {
   }
 
   @Test
+  void aKeyThatFailedInASeparateClaimKeepsNoErrorOnceATransactionalClaimSucceeds() {
+    DedupKey key = DedupKey.of("payment", "ORD-tx-3");
+    ClaimResult.Claimed first = claimed(store.claim(request(key, "consumer-a")));
+    assertThat(store.fail(key, first.token(), "bank timeout", RETENTION)).isTrue();
+
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(dataSource);
+    JdbcDedupStore transactional = JdbcDedupStore.builder(transactions).build();
+    claimed(
+        transactions.inTransaction(
+            () -> transactional.claimInTransaction(request(key, "consumer-b"))));
+
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).isEqualTo(2);
+    assertThat(record.lastError()).isEmpty();
+  }
+
+  @Test
   void aMissingTableFailsNamingTheTableAndTheSchemaFile() {
     JdbcDedupStore wrong = JdbcDedupStore.builder(dataSource).tableName("no_such_table").build();
 
