@@ -15,6 +15,7 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
+import io.consumerdedup.jdbc.DedupTableMissingException;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.SqlDialect;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
@@ -333,7 +334,14 @@ abstract class MySqlDialectStoreTests {
         .hasMessageContaining("42S02")
         .hasMessageContaining("payment/x");
     assertThatThrownBy(wrong::verifyTable)
-        .isInstanceOf(IllegalStateException.class)
+        .isInstanceOfSatisfying(
+            DedupTableMissingException.class,
+            missing -> {
+              assertThat(missing.tableMissing()).isTrue();
+              assertThat(missing.problem())
+                  .isEqualTo("The dedup table no_such_table does not exist");
+              assertThat(missing.fix()).startsWith("Create it from the schema file");
+            })
         .hasMessageContaining("no_such_table does not exist")
         .hasMessageContaining("db/consumer-dedup/mysql/V1__consumer_dedup.sql");
   }

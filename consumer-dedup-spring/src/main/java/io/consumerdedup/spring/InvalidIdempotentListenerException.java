@@ -22,19 +22,24 @@ public final class InvalidIdempotentListenerException extends IllegalStateExcept
       String problem,
       String action,
       @Nullable Throwable cause) {
-    super(
-        "@Idempotent on "
-            + listener
-            + (beanName == null ? "" : " (bean '" + beanName + "')")
-            + ": "
-            + problem
-            + ". "
-            + action,
-        cause);
+    super(description(listener, beanName, problem) + ". " + action, cause);
     this.listener = listener;
     this.beanName = beanName;
     this.problem = problem;
     this.action = action;
+  }
+
+  private static String description(String listener, @Nullable String beanName, String problem) {
+    return "@Idempotent on "
+        + listener
+        + (beanName == null ? "" : " (bean '" + beanName + "')")
+        + ": "
+        + problem;
+  }
+
+  /** The message without the action: the listener, its bean and what is wrong. */
+  public String description() {
+    return description(listener, beanName, problem);
   }
 
   /** The listener method, as {@code com.example.Orders#place}. */
