@@ -618,7 +618,13 @@ final class IdempotentListenerMethod {
       return PARSER.parseExpression(text);
     } catch (ParseException e) {
       throw invalid(
-          what + " expression '" + text + "' does not parse: " + e.getMessage(),
+          what
+              + " expression '"
+              + text
+              + "' does not parse"
+              + (e.getPosition() >= 0 ? " (at character " + e.getPosition() + ")" : "")
+              + ": "
+              + e.getSimpleMessage(),
           "Write a SpEL expression over "
               + KeyExpressionCheck.VARIABLE_LIST
               + (what.equals("key") ? ", or header = \"name\" to take the key from a header" : ""),

@@ -215,8 +215,8 @@ class KeyExpressionStartupCheckTest {
             "@Idempotent on "
                 + PREFIX
                 + "Unparsable#charge (bean 'orders'): key expression '#headers['order-no'' does"
-                + " not parse: Expression [#headers['order-no'] @19: EL1044E: Unexpectedly ran out"
-                + " of input. Write a SpEL expression over"
+                + " not parse (at character 19): EL1044E: Unexpectedly ran out of input. Write a"
+                + " SpEL expression over"
                 + " #payload, #headers, #record and #topic, or header = \"name\" to take the key"
                 + " from a header");
   }
