@@ -55,6 +55,9 @@ final class KeyExpressionCheck {
   private static final List<String> VARIABLES = List.of(PAYLOAD, HEADERS, RECORD, TOPIC);
   static final String VARIABLE_LIST = "#payload, #headers, #record and #topic";
 
+  private static final String NO_ROOT =
+      " but the expression has no root object: it reads the record through " + VARIABLE_LIST;
+
   /** Variables that SpEL defines itself. */
   private static final Set<String> SPEL_VARIABLES = Set.of("root", "this");
 
@@ -139,12 +142,7 @@ final class KeyExpressionCheck {
     }
     if (onRoot && node instanceof MethodReference method) {
       return new Refusal(
-          described()
-              + " calls "
-              + method.getName()
-              + "(...) on the evaluation root, but the expression has no root object: it reads the"
-              + " record through "
-              + VARIABLE_LIST,
+          described() + " calls " + method.getName() + "(...) on the evaluation root," + NO_ROOT,
           "Call it on a variable, such as #payload." + method.getName() + "(...)");
     }
     if (onRoot && node instanceof Indexer indexer) {
@@ -155,10 +153,7 @@ final class KeyExpressionCheck {
               ? value
               : null;
       return new Refusal(
-          described()
-              + " indexes the evaluation root, but the expression has no root object: it reads the"
-              + " record through "
-              + VARIABLE_LIST,
+          described() + " indexes the evaluation root," + NO_ROOT,
           name == null
               ? "Index a variable, such as #headers['order-no']"
               : capitalized(fromHeader(name)));
@@ -192,12 +187,7 @@ final class KeyExpressionCheck {
 
   private Refusal bareName(String name, int position) {
     String problem =
-        described()
-            + " reads "
-            + name
-            + " as a property of the evaluation root, but the expression has no root object: it"
-            + " reads the record through "
-            + VARIABLE_LIST;
+        described() + " reads " + name + " as a property of the evaluation root," + NO_ROOT;
     String withHash = text.substring(0, position) + "#" + text.substring(position);
     if (VARIABLES.contains(name)) {
       return new Refusal(
