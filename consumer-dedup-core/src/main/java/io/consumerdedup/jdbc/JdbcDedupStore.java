@@ -660,8 +660,8 @@ public final class JdbcDedupStore implements DedupStore {
    * Checks that the table exists with every column the store uses, so that a forgotten migration
    * fails an application at start-up instead of every record at run time.
    *
-   * @throws IllegalStateException the table is missing or lacks columns; the message names them and
-   *     says how to create the table
+   * @throws DedupTableMissingException the table is missing or lacks columns; the message names
+   *     them and says how to create the table
    * @throws DedupStoreException the database could not be asked
    */
   public void verifyTable() {
@@ -673,8 +673,8 @@ public final class JdbcDedupStore implements DedupStore {
    * that cannot be reached now is only logged (records wait for it like for any outage). Called
    * when an executor is built, and by the Spring Boot start-up check.
    *
-   * @throws IllegalStateException the table is missing or lacks columns; the message names them and
-   *     the schema file to apply
+   * @throws DedupTableMissingException the table is missing or lacks columns; the message names
+   *     them and the schema file to apply
    */
   @Override
   public void verifyReady() {
@@ -724,15 +724,18 @@ public final class JdbcDedupStore implements DedupStore {
     SqlDialect known = dialect;
     String schemaResource = known == null ? SCHEMA_RESOURCE : known.schemaResource();
     boolean onMySql = known == SqlDialect.MYSQL;
-    throw new IllegalStateException(
-        (absent
-                ? "The dedup table " + tableName + " does not exist"
-                : "The dedup table "
-                    + tableName
-                    + " lacks the column(s) "
-                    + String.join(", ", missing)
-                    + " (it was created from an older schema file)")
-            + ". Create it from the schema file "
+    throw new DedupTableMissingException(
+        tableName,
+        missing,
+        absent,
+        absent
+            ? "The dedup table " + tableName + " does not exist"
+            : "The dedup table "
+                + tableName
+                + " lacks the column(s) "
+                + String.join(", ", missing)
+                + " (it was created from an older schema file)",
+        "Create it from the schema file "
             + schemaResource
             + " (in the consumer-dedup-schema jar, Flyway naming: copy it into your migrations), for"
             + " example: unzip -p consumer-dedup-schema-<version>.jar "
