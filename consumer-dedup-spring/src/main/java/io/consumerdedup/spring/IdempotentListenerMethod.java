@@ -371,7 +371,7 @@ final class IdempotentListenerMethod {
                   ? "final"
                   : Modifier.isStatic(modifiers) ? "static" : "private")
               + ", so the proxy cannot intercept it and nothing would be deduplicated",
-          "Make it a public, non-final instance method",
+          "Make it a non-final, non-private instance method (public, protected or package-private)",
           null);
     }
     for (Class<?> type : method.getParameterTypes()) {

@@ -41,7 +41,10 @@ class ListenerShapeRefusalTest {
 
   static List<Arguments> refused() {
     return List.of(
-        Arguments.of(FinalMethod.class, "FinalMethod#charge", "Make it a public, non-final"),
+        Arguments.of(
+            FinalMethod.class,
+            "FinalMethod#charge",
+            "Make it a non-final, non-private instance method"),
         Arguments.of(
             SuspendFunction.class,
             "SuspendFunction#charge",

@@ -122,7 +122,7 @@ class StartupFailureAnalysisTest {
                     + FinalListener.Orders.class.getName()
                     + "#place (bean 'orders'): the method is final, so the proxy cannot intercept"
                     + " it and nothing would be deduplicated.",
-                "Make it a public, non-final instance method."));
+                "Make it a non-final, non-private instance method (public, protected or package-private)."));
   }
 
   @Test
