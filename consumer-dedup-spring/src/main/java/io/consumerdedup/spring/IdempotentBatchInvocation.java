@@ -283,9 +283,15 @@ final class IdempotentBatchInvocation {
       // it, and its SUCCESS stands.
       Throwable thrown = error;
       if (failedClaim != null && !failedClaim.isEnded()) {
-        attempts.logFailure(failedClaim, error);
-        failedClaim.fail(error);
-        thrown = attempts.toThrow(failedClaim, error);
+        // What the method failed with at the record, without its BatchListenerFailedException.
+        BatchListenerFailedException failure = Objects.requireNonNull(userBatchFailure(error));
+        Throwable cause = failure.getCause() != null ? failure.getCause() : failure;
+        attempts.logFailure(failedClaim, cause);
+        failedClaim.fail(cause);
+        Throwable exhausted = attempts.toThrow(failedClaim, cause);
+        if (exhausted != cause) {
+          thrown = exhausted;
+        }
       }
       Stop at = new Stop(kept.batchIndexes.get(failed), asRuntime(thrown));
       throw failedAt(records, written != null ? written : at);
