@@ -18,6 +18,7 @@ import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.FailedRecordProcessor;
 import org.springframework.kafka.listener.RecordInterceptor;
+import org.springframework.kafka.listener.adapter.KafkaBackoffAwareMessageListenerAdapter;
 
 /**
  * Prepares a listener container for consumer-dedup, composing with what it already has (nothing is
@@ -124,8 +125,11 @@ public final class DedupContainers {
     // For batch listeners taking List<Message<?>>: composed after the application's own.
     raw.setBatchInterceptor(CurrentBatch.after(raw.getBatchInterceptor()));
 
-    // In a @RetryableTopic chain the recoverer forwards a failing record to the next topic.
-    boolean retryTopicChain = container.getMainListenerId() != null;
+    // In a @RetryableTopic chain the recoverer forwards a failing record to the next topic. Every
+    // container of the chain runs its listener through the back-off aware adapter.
+    boolean retryTopicChain =
+        properties.getMessageListener() instanceof KafkaBackoffAwareMessageListenerAdapter<?, ?>
+            || container.getMainListenerId() != null;
     CommonErrorHandler errorHandler = raw.getCommonErrorHandler();
     if (!(errorHandler instanceof RetryLaterErrorHandler)) {
       boolean transactional = raw.getContainerProperties().getTransactionManager() != null;

@@ -18,7 +18,9 @@ import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.boot.test.system.CapturedOutput;
 import org.springframework.boot.test.system.OutputCaptureExtension;
 import org.springframework.context.annotation.Bean;
+import org.springframework.kafka.annotation.BackOff;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.annotation.RetryableTopic;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
@@ -42,12 +44,21 @@ class GivenUpRecordLogIntegrationTest {
   static final Duration WAIT = Duration.ofSeconds(60);
   static final String KEYLESS = "given-up-key";
   static final String FAILING = "given-up-fail";
+  static final String RETRYABLE = "given-up-retryable";
   static final String EXPRESSION = "#headers['order-no'].trim()";
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(
-        registry, "spring_given_up", KEYLESS, KEYLESS + "-dlt", FAILING, FAILING + "-dlt");
+        registry,
+        "spring_given_up",
+        KEYLESS,
+        KEYLESS + "-dlt",
+        FAILING,
+        FAILING + "-dlt",
+        RETRYABLE,
+        RETRYABLE + "-retry",
+        RETRYABLE + "-dlt");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -95,6 +106,21 @@ class GivenUpRecordLogIntegrationTest {
                     .contains("java.lang.IllegalStateException: card declined"));
   }
 
+  /**
+   * In a {@code @RetryableTopic} chain the error handler's recoverer forwards a failed record to
+   * the next retry topic: not a record given up, so no ERROR line.
+   */
+  @Test
+  void aRecordForwardedToARetryTopicIsNotLoggedAsGivenUp(CapturedOutput output) throws Exception {
+    send(template, RETRYABLE, "charge 3.00", "order-no", "R-1");
+
+    await().atMost(WAIT).until(() -> Retries.succeeded.get() == 1);
+    assertThat(Retries.calls).hasValue(2);
+    assertThat(output.getAll())
+        .contains("key given-up-retryable/R-1, attempt 1 of 10")
+        .doesNotContain("Gave up on " + RETRYABLE);
+  }
+
   private static List<String> errorLines(CapturedOutput output, String record) {
     return output
         .getAll()
@@ -139,12 +165,32 @@ class GivenUpRecordLogIntegrationTest {
     Charges charges() {
       return new Charges();
     }
+
+    @Bean
+    Retries retries() {
+      return new Retries();
+    }
   }
 
   static class Orders {
     @Idempotent(bizType = "given-up-order", key = EXPRESSION)
     @KafkaListener(id = KEYLESS, topics = KEYLESS)
     public void place(String payload) {}
+  }
+
+  static class Retries {
+    static final AtomicInteger calls = new AtomicInteger();
+    static final AtomicInteger succeeded = new AtomicInteger();
+
+    @RetryableTopic(attempts = "2", backOff = @BackOff(delay = 100))
+    @Idempotent(bizType = "given-up-retryable", header = "order-no")
+    @KafkaListener(id = RETRYABLE, topics = RETRYABLE)
+    public void charge(String payload) {
+      if (calls.incrementAndGet() == 1) {
+        throw new IllegalStateException("bank busy");
+      }
+      succeeded.incrementAndGet();
+    }
   }
 
   static class Charges {

@@ -17,6 +17,7 @@ import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.FailedRecordProcessor;
 import org.springframework.kafka.listener.ListenerExecutionFailedException;
 import org.springframework.kafka.listener.RetryListener;
+import org.springframework.kafka.listener.TimestampedException;
 import org.springframework.kafka.support.KafkaUtils;
 import org.springframework.util.ReflectionUtils;
 
@@ -198,7 +199,8 @@ public final class RecoveredRecordLogger implements RetryListener {
   private static Throwable listenerError(Throwable error) {
     Throwable current = error;
     while ((current instanceof ListenerExecutionFailedException
-            || current instanceof BatchListenerFailedException)
+            || current instanceof BatchListenerFailedException
+            || current instanceof TimestampedException)
         && current.getCause() != null) {
       current = current.getCause();
     }
