@@ -169,6 +169,29 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
       String bizType,
       String keyHeader,
       MissingKeyPolicy missingKeyPolicy) {
+    return decorate(
+        container,
+        executor,
+        bizType,
+        keyHeader,
+        missingKeyPolicy,
+        IdempotentListenerInterceptor.DEFAULT_MAX_ATTEMPTS);
+  }
+
+  /**
+   * As {@link #decorate(AbstractMessageListenerContainer, IdempotentExecutor, String, String,
+   * MissingKeyPolicy)}, with the number of times the listener runs for one key, counted in the
+   * dedup table, before its record is given up.
+   *
+   * @throws IllegalArgumentException if {@code maxAttempts} is less than 1, or as the other form
+   */
+  public static <K, V> IdempotentRecordInterceptor<K, V> decorate(
+      AbstractMessageListenerContainer<K, V> container,
+      IdempotentExecutor executor,
+      String bizType,
+      String keyHeader,
+      MissingKeyPolicy missingKeyPolicy,
+      int maxAttempts) {
     if (container.isRunning()) {
       throw new IllegalStateException("Decorate the container before starting it");
     }
@@ -185,7 +208,7 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
     }
     IdempotentRecordInterceptor<K, V> interceptor =
         new IdempotentRecordInterceptor<>(
-            executor, bizType, keyHeader, missingKeyPolicy, container.getGroupId());
+            executor, bizType, keyHeader, missingKeyPolicy, maxAttempts, container.getGroupId());
     RecordInterceptor<K, V> existing = container.getRecordInterceptor();
     container.setRecordInterceptor(
         existing == null ? interceptor : new GuardedRecordInterceptor<>(existing, interceptor));
