@@ -18,6 +18,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.stream.IntStream;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.junit.jupiter.api.Test;
@@ -145,7 +146,7 @@ class MaxAttemptsIntegrationTest {
   }
 
   private static List<Integer> indexesOf(List<String> lines, String text) {
-    return java.util.stream.IntStream.range(0, lines.size())
+    return IntStream.range(0, lines.size())
         .filter(i -> lines.get(i).contains(text))
         .boxed()
         .toList();
