@@ -102,7 +102,7 @@ class GivenUpRecordLogIntegrationTest {
             line ->
                 assertThat(line)
                     .contains("Gave up on " + FAILING + "-0@0")
-                    .contains("once the error handler's retries were spent")
+                    .contains("handed to the error handler's recoverer")
                     .contains("java.lang.IllegalStateException: card declined"));
   }
 

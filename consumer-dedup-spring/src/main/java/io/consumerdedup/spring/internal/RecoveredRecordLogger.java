@@ -139,11 +139,12 @@ public final class RecoveredRecordLogger implements RetryListener {
     if (dedup != null && dedup.disposition() == Disposition.DEAD_LETTER) {
       logGivenUp(what, dedup, "handed to the error handler's recoverer");
     } else if (handlerFailuresGiveUp) {
+      // Its retries are spent, or it does not retry this exception.
       Throwable listenerError = listenerError(ex);
       log.error(
-          "Gave up on {} once the error handler's retries were spent, handed to its recoverer: {}",
+          "Gave up on {}, handed to the error handler's recoverer: {}",
           what,
-          listenerError,
+          listenerError.toString(),
           listenerError);
     }
   }
