@@ -4,6 +4,8 @@ import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
 import java.time.Duration;
+import java.util.List;
+import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.jspecify.annotations.Nullable;
@@ -23,6 +25,8 @@ public final class DedupClaim {
   private final LeaseRenewer.@Nullable Renewal renewal;
   private final boolean held;
   private final DedupListener listener;
+  private final @Nullable IdempotentExecutor executor;
+  private final long claimSentNanos;
   private final long startNanos = System.nanoTime();
   private final AtomicBoolean ended = new AtomicBoolean();
 
@@ -33,7 +37,9 @@ public final class DedupClaim {
       boolean held,
       @Nullable Outcomes outcomes,
       LeaseRenewer.@Nullable Renewal renewal,
-      DedupListener listener) {
+      DedupListener listener,
+      @Nullable IdempotentExecutor executor,
+      long claimSentNanos) {
     this.key = key;
     this.attempt = attempt;
     this.source = source;
@@ -41,21 +47,29 @@ public final class DedupClaim {
     this.outcomes = outcomes;
     this.renewal = renewal;
     this.listener = listener;
+    this.executor = executor;
+    this.claimSentNanos = claimSentNanos;
   }
 
   static DedupClaim duplicate(DedupKey key, int attempt) {
-    return new DedupClaim(key, attempt, null, false, null, null, DedupListener.NOOP);
+    return new DedupClaim(key, attempt, null, false, null, null, DedupListener.NOOP, null, 0);
   }
 
-  /** A claim under a lease, whose outcome {@code outcomes} writes. */
+  /**
+   * A claim under a lease, whose outcome {@code outcomes} writes, and which {@code executor} gives
+   * back when released.
+   */
   static DedupClaim leased(
       DedupKey key,
       int attempt,
       @Nullable String source,
       Outcomes outcomes,
       LeaseRenewer.Renewal renewal,
-      DedupListener listener) {
-    return new DedupClaim(key, attempt, source, true, outcomes, renewal, listener);
+      DedupListener listener,
+      IdempotentExecutor executor,
+      long claimSentNanos) {
+    return new DedupClaim(
+        key, attempt, source, true, outcomes, renewal, listener, executor, claimSentNanos);
   }
 
   /**
@@ -64,7 +78,7 @@ public final class DedupClaim {
    */
   static DedupClaim inTransaction(
       DedupKey key, int attempt, @Nullable String source, DedupListener listener) {
-    return new DedupClaim(key, attempt, source, true, null, null, listener);
+    return new DedupClaim(key, attempt, source, true, null, null, listener, null, 0);
   }
 
   /** The key had already succeeded: the handler must not run, and there is nothing to end. */
@@ -152,6 +166,28 @@ public final class DedupClaim {
     }
     renewal.stop();
     return renewal.claim();
+  }
+
+  /**
+   * Gives back a held claim whose handler has not run, and will not for this delivery: no attempt
+   * is counted. The key's record is as it was before the claim (FAILED with its attempts and last
+   * error; none for a key claimed for the first time), so the next delivery claims it as if this
+   * one had not. If the store cannot be reached, the lease runs out instead (logged at WARN), and a
+   * redelivery to this process takes the claim up before that.
+   *
+   * @throws IllegalStateException the claim is a duplicate or was already ended, or it is in the
+   *     caller's transaction (mode TRANSACTIONAL), whose rollback gives it back
+   */
+  public void release() {
+    if (held && executor == null) {
+      throw new IllegalStateException(
+          "The claim on "
+              + key
+              + " is in the caller's transaction: roll the transaction back to give it back");
+    }
+    end("release");
+    Objects.requireNonNull(renewal).stop();
+    Objects.requireNonNull(executor).release(List.of(renewal.claim()), claimSentNanos);
   }
 
   /** Whether this claim is held and not ended yet. */

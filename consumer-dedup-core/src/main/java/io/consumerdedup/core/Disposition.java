@@ -20,7 +20,8 @@ public enum Disposition {
   /**
    * Dead-letter the delivery now: a redelivery carries the same data, so retrying cannot help (a
    * missing or malformed key, a payload conflict, a record that cannot be deserialized, data the
-   * store refuses).
+   * store refuses), or the handler has failed on every attempt allowed ({@link
+   * DedupAttemptsExhaustedException}).
    */
   DEAD_LETTER,
 

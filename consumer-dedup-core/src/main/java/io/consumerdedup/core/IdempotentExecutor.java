@@ -220,7 +220,8 @@ public final class IdempotentExecutor implements AutoCloseable {
       long sentNanos = System.nanoTime();
       ClaimResult claim = timedClaim(request, inTransaction, sentNanos);
       if (claim instanceof ClaimResult.Claimed claimed) {
-        return started(claimed, source, inTransaction ? null : renewer.start(claimed, sentNanos));
+        return started(
+            claimed, source, inTransaction ? null : renewer.start(claimed, sentNanos), sentNanos);
       }
       DedupRecord existing = ((ClaimResult.Taken) claim).existing();
       DedupClaim done = duplicateOrConflict(key, fingerprint, source, existing);
@@ -307,9 +308,13 @@ public final class IdempotentExecutor implements AutoCloseable {
   /**
    * @param renewal the claim's lease renewal; null for a claim in the caller's transaction, which
    *     holds the key until it ends
+   * @param sentNanos when the claim was sent, from which its lease runs
    */
   private DedupClaim started(
-      ClaimResult.Claimed claim, @Nullable String source, LeaseRenewer.@Nullable Renewal renewal) {
+      ClaimResult.Claimed claim,
+      @Nullable String source,
+      LeaseRenewer.@Nullable Renewal renewal,
+      long sentNanos) {
     DedupKey key = claim.key();
     int attempt = claim.token();
     if (attempt > 1) {
@@ -333,7 +338,7 @@ public final class IdempotentExecutor implements AutoCloseable {
     if (renewal == null) {
       return DedupClaim.inTransaction(key, attempt, source, listener);
     }
-    return DedupClaim.leased(key, attempt, source, outcomes, renewal, listener);
+    return DedupClaim.leased(key, attempt, source, outcomes, renewal, listener, this, sentNanos);
   }
 
   /**
@@ -400,7 +405,9 @@ public final class IdempotentExecutor implements AutoCloseable {
       int i = requested.get(j);
       Delivery delivery = deliveries.get(i);
       if (results.get(j) instanceof ClaimResult.Claimed claimed) {
-        answers[i] = started(claimed, delivery.source(), renewals == null ? null : renewals.next());
+        answers[i] =
+            started(
+                claimed, delivery.source(), renewals == null ? null : renewals.next(), sentNanos);
         continue;
       }
       DedupRecord existing = ((ClaimResult.Taken) results.get(j)).existing();

@@ -8,7 +8,7 @@ import org.apache.kafka.common.errors.RecordDeserializationException;
  * in conflict, data the store refuses (not retryable), a handler that failed on every attempt, and
  * (through {@link #deadLetterUndeserializable}) a record whose key or value cannot be deserialized.
  * The loop commits past the record only after this returns, so an implementation must have stored
- * the record durably by then; {@link KafkaDeadLetterPublisher} sends it to {@code <topic>.DLT} and
+ * the record durably by then; {@link KafkaDeadLetterPublisher} sends it to {@code <topic>-dlt} and
  * waits for the broker's acknowledgement.
  */
 @FunctionalInterface

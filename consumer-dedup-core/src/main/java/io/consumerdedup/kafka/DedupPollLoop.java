@@ -522,14 +522,16 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
           e);
       return deadLetter(record, partition, e);
     }
+    // One line per attempt that will be retried; the stack trace once, when the record is given up.
     log.warn(
-        "Handler failed for {} on attempt {} of {} ({}); retrying in {}",
+        "Handler failed for {} on attempt {} of {} ({}); retrying in {}: {}",
         describe(record),
         attempts,
         maxAttempts,
         countedBy,
         retryBackOff,
-        e);
+        e.toString());
+    log.debug("Stack trace of the failed attempt of {}", describe(record), e);
     pause(partition, record.offset(), retryBackOff);
     return false;
   }

@@ -25,9 +25,11 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The usual {@link DeadLetterHandler}: sends the record, with the same key, value and headers, to
- * {@code <topic>.DLT} (by default), and adds headers that say why and where it came from. It waits
- * for the broker to acknowledge the send, so {@link DedupPollLoop} commits past the record only
- * once the dead letter is safely written.
+ * {@code <topic>-dlt} (by default, the name spring-kafka's {@code DeadLetterPublishingRecoverer}
+ * gives it, so a plain consumer and a Spring listener of the same topic share one dead-letter
+ * topic; {@link Builder#topicSuffix(String)} changes it), and adds headers that say why and where
+ * it came from. It waits for the broker to acknowledge the send, so {@link DedupPollLoop} commits
+ * past the record only once the dead letter is safely written.
  *
  * <pre>{@code
  * Producer<String, String> dltProducer = new KafkaProducer<>(producerConfig); // acks=all
@@ -66,7 +68,7 @@ import org.slf4j.LoggerFactory;
  * have any number of partitions. The dead letter is stamped with the time it is sent, not the
  * original time, so the dead-letter topic's retention counts from the failure. The producers are
  * not closed by this class; the typed one needs serializers for the consumer's key and value types,
- * the raw one {@code ByteArraySerializer}s. Replaying a dead letter (consuming {@code <topic>.DLT}
+ * the raw one {@code ByteArraySerializer}s. Replaying a dead letter (consuming {@code <topic>-dlt}
  * with an idempotent handler) retries it: the business key header travels with the record, and a
  * FAILED dedup record allows a new attempt.
  */
@@ -96,8 +98,12 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
    */
   public static final String UNDESERIALIZABLE_HEADER = "dedup-dlt-undeserializable";
 
-  /** Suffix of the default dead-letter topic name. */
-  public static final String DEFAULT_TOPIC_SUFFIX = ".DLT";
+  /**
+   * Suffix of the default dead-letter topic name: spring-kafka's ({@code
+   * DeadLetterPublishingRecoverer} and {@code @RetryableTopic} name a topic's dead letters {@code
+   * <topic>-dlt}).
+   */
+  public static final String DEFAULT_TOPIC_SUFFIX = "-dlt";
 
   /** Default longest wait for the broker to acknowledge a dead letter. */
   public static final Duration DEFAULT_SEND_TIMEOUT = Duration.ofSeconds(30);
@@ -256,6 +262,7 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     private @Nullable Function<ConsumerRecord<K, V>, String> destination;
     private @Nullable Function<ConsumerRecord<byte[], byte[]>, String> rawDestination;
     private @Nullable String groupId;
+    private String topicSuffix = DEFAULT_TOPIC_SUFFIX;
     private Duration sendTimeout = DEFAULT_SEND_TIMEOUT;
 
     private Builder(Producer<K, V> producer) {
@@ -275,7 +282,31 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
       return this;
     }
 
-    /** The dead-letter topic of a record. Default: its topic followed by {@code .DLT}. */
+    /**
+     * The dead-letter topic of every record, deserializable or not, is its topic followed by {@code
+     * suffix}, such as {@code .DLT} (the suffix of spring-kafka before 4.0, and of this class
+     * before it took spring-kafka's). Default {@value #DEFAULT_TOPIC_SUFFIX}.
+     *
+     * @throws IllegalArgumentException if {@code suffix} is empty (the record would go back to its
+     *     own topic) or holds a character Kafka does not allow in topic names
+     */
+    public Builder<K, V> topicSuffix(String suffix) {
+      Objects.requireNonNull(suffix, "suffix");
+      if (!suffix.matches("[a-zA-Z0-9._-]+")) {
+        throw new IllegalArgumentException(
+            "topicSuffix must be one or more of the characters Kafka allows in topic names"
+                + " (ASCII letters, digits, '.', '_', '-'), was '"
+                + suffix
+                + "'");
+      }
+      this.topicSuffix = suffix;
+      return this;
+    }
+
+    /**
+     * The dead-letter topic of a record. Default: its topic followed by the {@link
+     * #topicSuffix(String) suffix}.
+     */
     public Builder<K, V> destination(Function<ConsumerRecord<K, V>, String> destination) {
       this.destination = Objects.requireNonNull(destination, "destination");
       return this;
@@ -294,9 +325,9 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
 
     /**
      * The dead-letter topic of a record that cannot be deserialized. Default: its topic followed by
-     * {@code .DLT}; required when {@link #destination(Function)} is set together with {@link
-     * #rawProducer(Producer)}, so that such records cannot silently go to another topic than the
-     * others.
+     * the {@link #topicSuffix(String) suffix}; required when {@link #destination(Function)} is set
+     * together with {@link #rawProducer(Producer)}, so that such records cannot silently go to
+     * another topic than the others.
      */
     public Builder<K, V> rawDestination(
         Function<ConsumerRecord<byte[], byte[]>, String> rawDestination) {
@@ -324,17 +355,14 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
         throw new IllegalStateException(
             "destination(...) is set, so set rawDestination(...) too: records that cannot be"
                 + " deserialized would otherwise go to <topic>"
-                + DEFAULT_TOPIC_SUFFIX
+                + topicSuffix
                 + " rather than where the others go");
       }
+      String suffix = topicSuffix;
       return new KafkaDeadLetterPublisher<>(
           this,
-          destination != null ? destination : Builder::defaultDestination,
-          rawDestination != null ? rawDestination : Builder::defaultDestination);
-    }
-
-    private static String defaultDestination(ConsumerRecord<?, ?> record) {
-      return record.topic() + DEFAULT_TOPIC_SUFFIX;
+          destination != null ? destination : record -> record.topic() + suffix,
+          rawDestination != null ? rawDestination : record -> record.topic() + suffix);
     }
   }
 }

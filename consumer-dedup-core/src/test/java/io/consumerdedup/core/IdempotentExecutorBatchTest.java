@@ -117,6 +117,30 @@ class IdempotentExecutorBatchTest {
   }
 
   @Test
+  void aSingleClaimReleasedKeepsTheRecordAsItWasItsAttemptsAndLastErrorIncluded() {
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(store));
+    DedupKey failedBefore = DedupKey.of("order", "release-one-failed");
+    executor.claim(failedBefore, null, null).fail(new IllegalStateException("the bank said no"));
+    DedupKey fresh = DedupKey.of("order", "release-one-fresh");
+
+    DedupClaim again = executor.claim(failedBefore, null, "orders-0@7");
+    assertThat(again.attempt()).isEqualTo(2);
+    again.release();
+    executor.claim(fresh, null, null).release();
+
+    DedupRecord restored = store.find(failedBefore).orElseThrow();
+    assertThat(restored.status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(restored.attempts()).as("the released claim is not counted").isEqualTo(1);
+    assertThat(restored.lastError()).hasValueSatisfying(e -> assertThat(e).contains("said no"));
+    assertThat(store.find(fresh)).isEmpty();
+    assertThatThrownBy(again::release)
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("already ended");
+    IdempotentExecutor other = executor(IdempotentExecutor.builder(store));
+    assertThat(other.claim(failedBefore, null, null).attempt()).isEqualTo(2);
+  }
+
+  @Test
   void theLeasesOfABatchAreRenewedTogetherWhileItsHandlersRun() throws Exception {
     Duration lease = Duration.ofSeconds(1);
     IdempotentExecutor executor =

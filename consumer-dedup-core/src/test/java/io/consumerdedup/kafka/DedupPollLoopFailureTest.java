@@ -35,7 +35,7 @@ import org.junit.jupiter.api.Test;
 
 /**
  * Records the loop cannot handle (no key, an unreadable key, a failing handler): retried when that
- * can help, otherwise sent to {@code <topic>.DLT} with the reason, and the loop moves on.
+ * can help, otherwise sent to {@code <topic>-dlt} with the reason, and the loop moves on.
  */
 class DedupPollLoopFailureTest {
   private static final String BIZ_TYPE = "payment";
@@ -73,7 +73,7 @@ class DedupPollLoopFailureTest {
     String id = UUID.randomUUID().toString().substring(0, 8);
     topic = "payments-" + id;
     group = "billing-" + id;
-    TestKafka.createTopics(1, topic, topic + ".DLT");
+    TestKafka.createTopics(1, topic, topic + "-dlt");
     executor = IdempotentExecutor.builder(store).build();
   }
 
@@ -153,7 +153,7 @@ class DedupPollLoopFailureTest {
     }
 
     assertThat(effects.all()).containsOnly(Map.entry("F-1", 1), Map.entry("F-2", 1));
-    List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + ".DLT", 1, WAIT);
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + "-dlt", 1, WAIT);
     assertThat(dlt).hasSize(1);
     ConsumerRecord<String, String> deadLetter = dlt.get(0);
     assertThat(deadLetter.key()).isEqualTo("customer-7");
@@ -182,7 +182,7 @@ class DedupPollLoopFailureTest {
     }
 
     assertThat(effects.all()).containsOnly(Map.entry("G-1", 1));
-    List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + ".DLT", 1, WAIT);
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + "-dlt", 1, WAIT);
     assertThat(dlt).hasSize(1);
     assertThat(dlt.get(0).value()).isEqualTo("charge with a broken order number");
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
@@ -250,7 +250,7 @@ class DedupPollLoopFailureTest {
     assertThat(failed.attempts()).isEqualTo(3);
     assertThat(failed.lastError())
         .hasValueSatisfying(e -> assertThat(e).contains("provider rejected card"));
-    List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + ".DLT", 1, WAIT);
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + "-dlt", 1, WAIT);
     assertThat(dlt).hasSize(1);
     assertThat(orderNo(dlt.get(0))).isEqualTo("P-1");
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
@@ -261,9 +261,9 @@ class DedupPollLoopFailureTest {
     // The provider is fixed; an operator replays the dead-letter topic.
     providerRejects.set(false);
     String replayGroup = group + "-replay";
-    TestKafka.createTopics(1, topic + ".DLT.DLT");
-    try (RunningLoop replay = RunningLoop.start(loop(topic + ".DLT", replayGroup, handler))) {
-      awaitCommitted(replayGroup, topic + ".DLT", 1);
+    TestKafka.createTopics(1, topic + "-dlt-dlt");
+    try (RunningLoop replay = RunningLoop.start(loop(topic + "-dlt", replayGroup, handler))) {
+      awaitCommitted(replayGroup, topic + "-dlt", 1);
     }
 
     assertThat(effects.all()).containsOnly(Map.entry("P-1", 1), Map.entry("P-2", 1));

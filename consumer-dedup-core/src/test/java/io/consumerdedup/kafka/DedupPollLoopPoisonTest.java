@@ -113,7 +113,7 @@ class DedupPollLoopPoisonTest {
     assertThat(effects.all())
         .containsOnly(
             Map.entry("V-1", 1), Map.entry("V-2", 1), Map.entry("W-1", 1), Map.entry("W-2", 1));
-    List<ConsumerRecord<byte[], byte[]>> dlt = TestKafka.readRawFromStart(topic + ".DLT", 1, WAIT);
+    List<ConsumerRecord<byte[], byte[]>> dlt = TestKafka.readRawFromStart(topic + "-dlt", 1, WAIT);
     assertThat(dlt).hasSize(1);
     ConsumerRecord<byte[], byte[]> deadLetter = dlt.get(0);
     assertThat(deadLetter.key()).isEqualTo(RECORD_KEY.getBytes(StandardCharsets.UTF_8));
@@ -144,7 +144,7 @@ class DedupPollLoopPoisonTest {
             Map.entry("V-3", 1),
             Map.entry("W-1", 1),
             Map.entry("W-2", 1));
-    assertThat(TestKafka.endOffset(new TopicPartition(topic + ".DLT", 0))).isEqualTo(1);
+    assertThat(TestKafka.endOffset(new TopicPartition(topic + "-dlt", 0))).isEqualTo(1);
   }
 
   @Test
@@ -180,7 +180,7 @@ class DedupPollLoopPoisonTest {
 
     assertThat(effects.all())
         .containsOnly(Map.entry("X-1", 1), Map.entry("Y-1", 1), Map.entry("Y-2", 1));
-    assertThat(TestKafka.endOffset(new TopicPartition(topic + ".DLT", 0))).isZero();
+    assertThat(TestKafka.endOffset(new TopicPartition(topic + "-dlt", 0))).isZero();
     assertThat(loopLog.list)
         .filteredOn(event -> event.getLevel() == Level.ERROR)
         .filteredOn(event -> event.getFormattedMessage().startsWith("Could not dead-letter"))
@@ -197,7 +197,7 @@ class DedupPollLoopPoisonTest {
   @Test
   void attemptsCountedInTheTableSurviveARestartSoTheRecordIsDeadLetteredAfterOneMoreFailure()
       throws Exception {
-    TestKafka.createTopics(1, topic, topic + ".DLT");
+    TestKafka.createTopics(1, topic, topic + "-dlt");
     send("R-1");
     AtomicInteger calls = new AtomicInteger();
     CountDownLatch secondCall = new CountDownLatch(1);
@@ -234,7 +234,7 @@ class DedupPollLoopPoisonTest {
     DedupRecord last = fixture.store().find(DedupKey.of(BIZ_TYPE, "R-1")).orElseThrow();
     assertThat(last.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(last.attempts()).isEqualTo(3);
-    List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + ".DLT", 1, WAIT);
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + "-dlt", 1, WAIT);
     assertThat(dlt).hasSize(1);
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
         .isEqualTo("provider rejected card, call 3");
@@ -246,12 +246,25 @@ class DedupPollLoopPoisonTest {
                         "on attempt 3 of 3 (as counted by the dedup table",
                         "this loop's count is 1",
                         "dead-lettering it"));
+    assertThat(loopLog.list)
+        .filteredOn(
+            event ->
+                event.getLevel() == Level.WARN
+                    && event.getFormattedMessage().startsWith("Handler failed"))
+        .as("one line per retried attempt naming its cause, the stack trace at DEBUG only")
+        .hasSize(2)
+        .allSatisfy(
+            event -> {
+              assertThat(event.getFormattedMessage())
+                  .contains("java.lang.IllegalStateException: provider rejected card, call");
+              assertThat(event.getThrowableProxy()).isNull();
+            });
   }
 
   @Test
   void whenTheAttemptsCannotBeReadTheLoopCountsItsOwnAndStillDeadLettersTheRecord()
       throws Exception {
-    TestKafka.createTopics(1, topic, topic + ".DLT");
+    TestKafka.createTopics(1, topic, topic + "-dlt");
     send("U-1");
     send("U-2");
     AtomicInteger calls = new AtomicInteger();
@@ -288,7 +301,7 @@ class DedupPollLoopPoisonTest {
     assertThat(calls).hasValue(3);
     assertThat(countReads).hasValue(3);
     assertThat(effects.all()).containsOnly(Map.entry("U-2", 1));
-    assertThat(TestKafka.readFromStart(topic + ".DLT", 1, WAIT))
+    assertThat(TestKafka.readFromStart(topic + "-dlt", 1, WAIT))
         .singleElement()
         .satisfies(deadLetter -> assertThat(orderNo(deadLetter)).isEqualTo("U-1"));
   }
@@ -296,7 +309,7 @@ class DedupPollLoopPoisonTest {
   @Test
   void aFailureWhoseMessageHoldsANulCharacterIsRetriedAndDeadLetteredLikeAnyOther()
       throws Exception {
-    TestKafka.createTopics(1, topic, topic + ".DLT");
+    TestKafka.createTopics(1, topic, topic + "-dlt");
     send("N-1");
     AtomicInteger calls = new AtomicInteger();
 
@@ -319,7 +332,7 @@ class DedupPollLoopPoisonTest {
     assertThat(failed.attempts()).isEqualTo(3);
     assertThat(failed.lastError())
         .hasValueSatisfying(e -> assertThat(e).contains("card\\0rejected"));
-    List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + ".DLT", 1, WAIT);
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + "-dlt", 1, WAIT);
     assertThat(dlt).hasSize(1);
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
         .isEqualTo("card\u0000rejected");
@@ -376,7 +389,7 @@ class DedupPollLoopPoisonTest {
   private void sendAnUndeserializableValueBetweenGoodRecords(String held, String other)
       throws Exception {
     TestKafka.createTopics(2, topic);
-    TestKafka.createTopics(1, topic + ".DLT");
+    TestKafka.createTopics(1, topic + "-dlt");
     sendAmount(0, held + "-1", 100);
     sendRaw(0, held + "-bad", NOT_AN_INTEGER);
     sendAmount(0, held + "-2", 200);

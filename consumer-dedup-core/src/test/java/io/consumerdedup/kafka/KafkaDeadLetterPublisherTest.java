@@ -76,6 +76,38 @@ class KafkaDeadLetterPublisherTest {
         .isEqualTo("value");
   }
 
+  @Test
+  void deadLettersGoToTheTopicSpringKafkaNamesUnlessAnotherSuffixIsChosen() {
+    ConsumerRecord<String, String> record =
+        new ConsumerRecord<>("payments", 0, 7, "key", "charge 12.00");
+
+    KafkaDeadLetterPublisher.builder(typed)
+        .rawProducer(raw)
+        .build()
+        .deadLetter(record, new IllegalStateException("declined"));
+    KafkaDeadLetterPublisher.builder(typed)
+        .rawProducer(raw)
+        .topicSuffix(".DLT")
+        .build()
+        .deadLetter(record, new IllegalStateException("declined"));
+    KafkaDeadLetterPublisher.builder(typed)
+        .rawProducer(raw)
+        .topicSuffix(".DLT")
+        .build()
+        .deadLetterUndeserializable(rawRecord(), undeserializable());
+
+    assertThat(typed.history())
+        .extracting(ProducerRecord::topic)
+        .containsExactly("payments-dlt", "payments.DLT");
+    assertThat(raw.history()).extracting(ProducerRecord::topic).containsExactly("payments.DLT");
+    assertThatThrownBy(() -> KafkaDeadLetterPublisher.builder(typed).topicSuffix(""))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("topicSuffix");
+    assertThatThrownBy(() -> KafkaDeadLetterPublisher.builder(typed).topicSuffix(" dlt"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("' dlt'");
+  }
+
   private static ConsumerRecord<byte[], byte[]> rawRecord() {
     return new ConsumerRecord<>(
         "payments",

@@ -40,7 +40,7 @@ import org.apache.kafka.common.serialization.StringSerializer;
 /**
  * One consumer of the suite, in a JVM of its own: {@link DedupPollLoop} with an {@link
  * IdempotentRecordHandler} (mode SEPARATE) or inside a {@link JdbcTransactionalProcessor} (mode
- * TRANSACTIONAL), dead-lettering to {@code <topic>.DLT} with {@link KafkaDeadLetterPublisher}.
+ * TRANSACTIONAL), dead-lettering to {@code <topic>-dlt} with {@link KafkaDeadLetterPublisher}.
  *
  * <p>The handler writes its effect as a row of {@code effects} (no unique key): in mode SEPARATE on
  * a connection of its own that does not go through the fault proxy, committed at once, so an effect

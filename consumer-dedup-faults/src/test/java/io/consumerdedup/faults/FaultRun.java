@@ -57,8 +57,12 @@ final class FaultRun implements AutoCloseable {
   static final Duration SESSION_TIMEOUT = Duration.ofSeconds(6);
   static final Duration SLACK = Duration.ofSeconds(15);
 
-  /** The dead-letter topic of spring-kafka's {@code DeadLetterPublishingRecoverer} by default. */
-  static final String SPRING_DLT_SUFFIX = "-dlt";
+  /**
+   * The suffix of the dead-letter topic both kinds of consumer write to: {@link
+   * KafkaDeadLetterPublisher}'s default, the name spring-kafka's {@code
+   * DeadLetterPublishingRecoverer} gives it.
+   */
+  static final String DLT_SUFFIX = KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX;
 
   /** A produced record and where it landed. */
   record Produced(String key, String value, int partition, long offset, boolean hasKey) {}
@@ -105,8 +109,7 @@ final class FaultRun implements AutoCloseable {
     this.topic = "faults-" + name.replaceAll("[^A-Za-z0-9]", "-") + "-" + id;
     this.group = "faults-group-" + id;
     TestKafka.createTopics(PARTITIONS, topic);
-    TestKafka.createTopics(
-        1, topic + KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX, topic + SPRING_DLT_SUFFIX);
+    TestKafka.createTopics(1, topic + DLT_SUFFIX);
     database.auxiliaryTables().forEach(this::execute);
   }
 
@@ -610,33 +613,37 @@ final class FaultRun implements AutoCloseable {
   /** The dead-lettered records, by the coordinates of the record they stand for. */
   Map<String, DeadLetter> deadLetters(Duration timeout) {
     Map<String, DeadLetter> byOrigin = new HashMap<>();
-    String plainTopic = topic + KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX;
-    for (ConsumerRecord<byte[], byte[]> record : readAll(plainTopic, timeout)) {
+    for (ConsumerRecord<byte[], byte[]> record : readAll(topic + DLT_SUFFIX, timeout)) {
       DeadLetter dead =
-          new DeadLetter(
-              header(record, KafkaDeadLetterPublisher.ORIGINAL_PARTITION_HEADER)
-                  + "/"
-                  + header(record, KafkaDeadLetterPublisher.ORIGINAL_OFFSET_HEADER),
-              header(record, KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER),
-              header(record, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER));
-      byOrigin.put(dead.origin(), dead);
-    }
-    for (ConsumerRecord<byte[], byte[]> record : readAll(topic + SPRING_DLT_SUFFIX, timeout)) {
-      // spring-kafka wraps the listener's exception: the cause is what the listener threw.
-      String thrown = header(record, KafkaHeaders.DLT_EXCEPTION_FQCN);
-      String cause = header(record, KafkaHeaders.DLT_EXCEPTION_CAUSE_FQCN);
-      DeadLetter dead =
-          new DeadLetter(
-              ByteBuffer.wrap(bytes(record, KafkaHeaders.DLT_ORIGINAL_PARTITION)).getInt()
-                  + "/"
-                  + ByteBuffer.wrap(bytes(record, KafkaHeaders.DLT_ORIGINAL_OFFSET)).getLong(),
-              cause != null && thrown != null && thrown.endsWith("ListenerExecutionFailedException")
-                  ? cause
-                  : thrown,
-              header(record, KafkaHeaders.DLT_EXCEPTION_MESSAGE));
+          record.headers().lastHeader(KafkaDeadLetterPublisher.ORIGINAL_PARTITION_HEADER) != null
+              ? publishedByThePollLoop(record)
+              : publishedBySpringKafka(record);
       byOrigin.put(dead.origin(), dead);
     }
     return byOrigin;
+  }
+
+  private static DeadLetter publishedByThePollLoop(ConsumerRecord<byte[], byte[]> record) {
+    return new DeadLetter(
+        header(record, KafkaDeadLetterPublisher.ORIGINAL_PARTITION_HEADER)
+            + "/"
+            + header(record, KafkaDeadLetterPublisher.ORIGINAL_OFFSET_HEADER),
+        header(record, KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER),
+        header(record, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER));
+  }
+
+  private static DeadLetter publishedBySpringKafka(ConsumerRecord<byte[], byte[]> record) {
+    // spring-kafka wraps the listener's exception: the cause is what the listener threw.
+    String thrown = header(record, KafkaHeaders.DLT_EXCEPTION_FQCN);
+    String cause = header(record, KafkaHeaders.DLT_EXCEPTION_CAUSE_FQCN);
+    return new DeadLetter(
+        ByteBuffer.wrap(bytes(record, KafkaHeaders.DLT_ORIGINAL_PARTITION)).getInt()
+            + "/"
+            + ByteBuffer.wrap(bytes(record, KafkaHeaders.DLT_ORIGINAL_OFFSET)).getLong(),
+        cause != null && thrown != null && thrown.endsWith("ListenerExecutionFailedException")
+            ? cause
+            : thrown,
+        header(record, KafkaHeaders.DLT_EXCEPTION_MESSAGE));
   }
 
   private static List<ConsumerRecord<byte[], byte[]>> readAll(String dltTopic, Duration timeout) {

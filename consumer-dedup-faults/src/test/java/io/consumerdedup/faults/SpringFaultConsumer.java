@@ -227,8 +227,7 @@ public class SpringFaultConsumer {
     // Partition -1: the dead-letter topic has one partition, Kafka picks it.
     DeadLetterPublishingRecoverer deadLetters =
         new DeadLetterPublishingRecoverer(
-            template,
-            (record, e) -> new TopicPartition(record.topic() + FaultRun.SPRING_DLT_SUFFIX, -1));
+            template, (record, e) -> new TopicPartition(record.topic() + FaultRun.DLT_SUFFIX, -1));
     return new DefaultErrorHandler(deadLetters, new FixedBackOff(200, 2));
   }
 

@@ -6,6 +6,7 @@ import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
+import io.consumerdedup.spring.internal.RecoveredRecordLogger;
 import java.time.Duration;
 import java.util.Set;
 import org.slf4j.Logger;
@@ -15,7 +16,9 @@ import org.springframework.kafka.listener.AfterRollbackProcessor;
 import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.DefaultErrorHandler;
+import org.springframework.kafka.listener.FailedRecordProcessor;
 import org.springframework.kafka.listener.RecordInterceptor;
+import org.springframework.kafka.listener.adapter.KafkaBackoffAwareMessageListenerAdapter;
 
 /**
  * Prepares a listener container for consumer-dedup, composing with what it already has (nothing is
@@ -32,7 +35,11 @@ import org.springframework.kafka.listener.RecordInterceptor;
  *   <li>{@link RetryLaterAfterRollbackProcessor} around its after-rollback processor, so a
  *       transaction that rolls back leaves the key retryable;
  *   <li>consumer-dedup's "dead-letter now" exceptions as not retryable in a {@code
- *       DefaultErrorHandler} ({@link DedupErrorClassification}).
+ *       DefaultErrorHandler} ({@link DedupErrorClassification});
+ *   <li>a retry listener after those of a {@code DefaultErrorHandler} or {@code
+ *       DefaultAfterRollbackProcessor}, which logs at ERROR each record it gives up on ({@link
+ *       RecoveredRecordLogger}); with another error handler, {@link RetryLaterErrorHandler} logs
+ *       the records consumer-dedup says not to retry as it hands them over.
  * </ul>
  *
  * The auto-configuration does this for every container of the application context before it starts.
@@ -118,6 +125,11 @@ public final class DedupContainers {
     // For batch listeners taking List<Message<?>>: composed after the application's own.
     raw.setBatchInterceptor(CurrentBatch.after(raw.getBatchInterceptor()));
 
+    // In a @RetryableTopic chain the recoverer forwards a failing record to the next topic. Every
+    // container of the chain runs its listener through the back-off aware adapter.
+    boolean retryTopicChain =
+        properties.getMessageListener() instanceof KafkaBackoffAwareMessageListenerAdapter<?, ?>
+            || container.getMainListenerId() != null;
     CommonErrorHandler errorHandler = raw.getCommonErrorHandler();
     if (!(errorHandler instanceof RetryLaterErrorHandler)) {
       boolean transactional = raw.getContainerProperties().getTransactionManager() != null;
@@ -129,16 +141,18 @@ public final class DedupContainers {
         if (errorHandler instanceof DefaultErrorHandler defaultErrorHandler) {
           DedupErrorClassification.applyTo(defaultErrorHandler);
         }
+        if (errorHandler instanceof FailedRecordProcessor processor) {
+          RecoveredRecordLogger.addTo(processor, retryTopicChain);
+        }
         raw.setCommonErrorHandler(new RetryLaterErrorHandler(errorHandler, holds, missingKeys));
       }
     }
 
     AfterRollbackProcessor rollbackProcessor = raw.getAfterRollbackProcessor();
     if (!(rollbackProcessor instanceof RetryLaterAfterRollbackProcessor)) {
-      if (rollbackProcessor
-          instanceof
-          org.springframework.kafka.listener.FailedRecordProcessor failedRecordProcessor) {
+      if (rollbackProcessor instanceof FailedRecordProcessor failedRecordProcessor) {
         DedupErrorClassification.applyTo(failedRecordProcessor);
+        RecoveredRecordLogger.addTo(failedRecordProcessor, retryTopicChain);
       }
       raw.setAfterRollbackProcessor(
           new RetryLaterAfterRollbackProcessor(rollbackProcessor, holds, missingKeys));

@@ -1,5 +1,6 @@
 package io.consumerdedup.spring;
 
+import io.consumerdedup.core.DedupAttemptsExhaustedException;
 import io.consumerdedup.core.DedupException;
 import io.consumerdedup.core.DedupKeyConflictException;
 import io.consumerdedup.core.DedupKeyMalformedException;
@@ -14,9 +15,10 @@ import org.springframework.kafka.listener.ExceptionClassifier;
  * Teaches a spring-kafka {@link DefaultErrorHandler} (or {@code DefaultAfterRollbackProcessor})
  * which of consumer-dedup's exceptions are {@link Disposition#DEAD_LETTER}: not retryable, since a
  * redelivery carries the same data (a missing or malformed key, a payload conflict, data the store
- * refuses). Such a record goes straight to the recoverer (a {@code DeadLetterPublishingRecoverer},
- * or by default a log line naming topic-partition@offset) and the partition moves on. Everything
- * else it was configured with (back-off, recoverer, other classifications) stays.
+ * refuses) or the listener's attempts are spent. Such a record goes straight to the recoverer (a
+ * {@code DeadLetterPublishingRecoverer}, or by default a log line naming topic-partition@offset)
+ * and the partition moves on. Everything else it was configured with (back-off, recoverer, other
+ * classifications) stays.
  *
  * <p>Records to {@link Disposition#RETRY_LATER} never reach the handler's retry counting: {@link
  * RetryLaterErrorHandler} holds them first. Handler exceptions keep the handler's classification:
@@ -30,7 +32,8 @@ public final class DedupErrorClassification {
           DedupKeyMissingException.class,
           DedupKeyMalformedException.class,
           DedupKeyConflictException.class,
-          DedupStoreDataException.class);
+          DedupStoreDataException.class,
+          DedupAttemptsExhaustedException.class);
 
   private DedupErrorClassification() {}
 

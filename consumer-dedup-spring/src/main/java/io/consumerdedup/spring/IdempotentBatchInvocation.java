@@ -1,6 +1,7 @@
 package io.consumerdedup.spring;
 
 import io.consumerdedup.core.ConflictPolicy;
+import io.consumerdedup.core.DedupAttemptsExhaustedException;
 import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupClaims;
 import io.consumerdedup.core.DedupConfigurationException;
@@ -11,6 +12,7 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import io.consumerdedup.kafka.internal.RecordSources;
+import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.CurrentBatch;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.time.Duration;
@@ -53,21 +55,31 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * counting an attempt. Any other exception leaves every claimed record FAILED: the method's state
  * is unknown, so all are retried. Records the method acknowledged ({@code acknowledge(i)} of its
  * {@link Acknowledgment}) are done by its word: their SUCCESS is written at once, and stands.
+ *
+ * <p>Attempts are limited per key as for record listeners ({@link AttemptLimit}): a record the
+ * method fails at on its last attempt allowed, and a record whose key already failed that often
+ * (its claim given back, the method not called for it), stop the batch with a {@link
+ * DedupAttemptsExhaustedException}, which the error handler does not retry. A failure without a
+ * record leaves every record's attempts counted; each is given up at its next delivery once they
+ * are spent.
  */
 final class IdempotentBatchInvocation {
   private final IdempotentListenerMethod listener;
   private final IdempotentExecutor executor;
   private final MissingKeyPolicy missingKeyPolicy;
+  private final AttemptLimit attempts;
   private final @Nullable BeanFactory beanFactory;
 
   IdempotentBatchInvocation(
       IdempotentListenerMethod listener,
       IdempotentExecutor executor,
       MissingKeyPolicy missingKeyPolicy,
+      AttemptLimit attempts,
       @Nullable BeanFactory beanFactory) {
     this.listener = listener;
     this.executor = executor;
     this.missingKeyPolicy = missingKeyPolicy;
+    this.attempts = attempts;
     this.beanFactory = beanFactory;
   }
 
@@ -200,6 +212,11 @@ final class IdempotentBatchInvocation {
         if (claim.isDuplicate()) {
           continue;
         }
+        DedupAttemptsExhaustedException exhausted = attempts.beyondLimit(claim, executor);
+        if (exhausted != null) {
+          stop = new Stop(i, exhausted);
+          break;
+        }
         held.put(wanted.key(), Optional.ofNullable(wanted.fingerprint()));
         kept.add(elements.get(i), records.get(i), i, claim);
       }
@@ -264,10 +281,19 @@ final class IdempotentBatchInvocation {
       DedupClaim failedClaim = kept.claims.get(failed);
       // null: a record without key, processed without dedup; ended: the method had acknowledged
       // it, and its SUCCESS stands.
+      Throwable thrown = error;
       if (failedClaim != null && !failedClaim.isEnded()) {
-        failedClaim.fail(error);
+        // What the method failed with at the record, without its BatchListenerFailedException.
+        BatchListenerFailedException failure = Objects.requireNonNull(userBatchFailure(error));
+        Throwable cause = failure.getCause() != null ? failure.getCause() : failure;
+        attempts.logFailure(failedClaim, cause);
+        failedClaim.fail(cause);
+        Throwable exhausted = attempts.toThrow(failedClaim, cause);
+        if (exhausted != cause) {
+          thrown = exhausted;
+        }
       }
-      Stop at = new Stop(kept.batchIndexes.get(failed), asRuntime(error));
+      Stop at = new Stop(kept.batchIndexes.get(failed), asRuntime(thrown));
       throw failedAt(records, written != null ? written : at);
     }
     if (heldAck != null && heldAck.nackIndex >= 0) {
@@ -328,13 +354,20 @@ final class IdempotentBatchInvocation {
     return first;
   }
 
-  private static void failAll(Kept kept, int from, Throwable error) {
+  private void failAll(Kept kept, int from, Throwable error) {
+    List<DedupClaim> failed = new ArrayList<>();
     for (int i = from; i < kept.size(); i++) {
       DedupClaim claim = kept.claims.get(i);
       if (claim != null && !claim.isEnded()) {
-        claim.fail(error);
+        failed.add(claim);
       }
     }
+    if (failed.size() == 1) {
+      attempts.logFailure(failed.get(0), error);
+    } else if (!failed.isEmpty()) {
+      attempts.logBatchFailure(failed, error);
+    }
+    failed.forEach(claim -> claim.fail(error));
   }
 
   /**

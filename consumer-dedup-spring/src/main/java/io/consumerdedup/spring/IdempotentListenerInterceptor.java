@@ -1,5 +1,6 @@
 package io.consumerdedup.spring;
 
+import io.consumerdedup.core.DedupAttemptsExhaustedException;
 import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupException;
@@ -8,6 +9,7 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
+import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.lang.reflect.Method;
@@ -58,27 +60,58 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  *
  * <p>The record comes from the method's {@code ConsumerRecord} argument if it has one, else from
  * {@link CurrentRecordInterceptor}. The method's own exceptions are rethrown as themselves after
- * FAILED is recorded.
+ * FAILED is recorded, each failed attempt logged in one WARN line, except on the last attempt
+ * allowed: a listener that failed {@code maxAttempts} times for a key, as the dedup table counts
+ * them (across restarts, rebalances and instances), is given up with a {@link
+ * DedupAttemptsExhaustedException} whose cause is its last exception, and a key already failed that
+ * often is given up without running the listener again; the error handler does not retry that
+ * exception, so its recoverer (a dead-letter topic) gets the record at once.
  */
 public final class IdempotentListenerInterceptor {
 
+  /**
+   * Default of {@code maxAttempts}: 10, as many deliveries as spring-kafka's default {@code
+   * DefaultErrorHandler} makes, so that within one run the error handler's own back-off decides as
+   * before, and the limit only keeps a restart from granting a failing record ten more.
+   */
+  public static final int DEFAULT_MAX_ATTEMPTS = 10;
+
   private final IdempotentExecutors executors;
   private final MissingKeyPolicy defaultMissingKeyPolicy;
+  private final AttemptLimit attempts;
   private final @Nullable BeanFactory beanFactory;
   private final Map<Method, Optional<IdempotentListenerMethod>> methods = new ConcurrentHashMap<>();
   private final MethodInterceptor outsideTransactions = forMode(DedupMode.SEPARATE);
   private final MethodInterceptor insideTransactions = forMode(DedupMode.TRANSACTIONAL);
 
   /**
+   * An interceptor allowing {@link #DEFAULT_MAX_ATTEMPTS} attempts per key.
+   *
    * @param beanFactory resolves {@code @bean} references in key expressions; may be null
    */
   public IdempotentListenerInterceptor(
       IdempotentExecutors executors,
       MissingKeyPolicy defaultMissingKeyPolicy,
       @Nullable BeanFactory beanFactory) {
+    this(executors, defaultMissingKeyPolicy, DEFAULT_MAX_ATTEMPTS, beanFactory);
+  }
+
+  /**
+   * @param maxAttempts how many times a failing listener runs for one key, counted in the dedup
+   *     table, before its record is given up (mode SEPARATE; in mode TRANSACTIONAL a failed attempt
+   *     leaves no row to count)
+   * @param beanFactory resolves {@code @bean} references in key expressions; may be null
+   * @throws IllegalArgumentException if {@code maxAttempts} is less than 1
+   */
+  public IdempotentListenerInterceptor(
+      IdempotentExecutors executors,
+      MissingKeyPolicy defaultMissingKeyPolicy,
+      int maxAttempts,
+      @Nullable BeanFactory beanFactory) {
     this.executors = Objects.requireNonNull(executors, "executors");
     this.defaultMissingKeyPolicy =
         Objects.requireNonNull(defaultMissingKeyPolicy, "defaultMissingKeyPolicy");
+    this.attempts = new AttemptLimit(maxAttempts);
     this.beanFactory = beanFactory;
   }
 
@@ -118,7 +151,8 @@ public final class IdempotentListenerInterceptor {
             null,
             null);
       }
-      return new IdempotentBatchInvocation(listener, executor, missingKeyPolicy, beanFactory)
+      return new IdempotentBatchInvocation(
+              listener, executor, missingKeyPolicy, attempts, beanFactory)
           .invoke(invocation);
     }
     @Nullable Object[] arguments = invocation.getArguments();
@@ -140,6 +174,10 @@ public final class IdempotentListenerInterceptor {
       executors.requireTransaction(listener.toString(), key.get(), source);
     }
     DedupClaim claim = executor.claim(key.get(), call.fingerprint(), source);
+    DedupAttemptsExhaustedException exhausted = attempts.beyondLimit(claim, executor);
+    if (exhausted != null) {
+      throw exhausted;
+    }
     Acknowledgment acknowledgment =
         listener.ackIndex >= 0 && arguments[listener.ackIndex] instanceof Acknowledgment ack
             ? ack
@@ -152,7 +190,7 @@ public final class IdempotentListenerInterceptor {
       }
       return listener.duplicateResult();
     }
-    ListenerOutcomes.Pending pending = ListenerOutcomes.pending(record, claim);
+    ListenerOutcomes.Pending pending = ListenerOutcomes.pending(record, claim, attempts);
     boolean settleNow =
         listener.returns != IdempotentListenerMethod.Returns.VALUE
             || (!ListenerOutcomes.inKafkaTransaction()
@@ -168,7 +206,7 @@ public final class IdempotentListenerInterceptor {
     } catch (Throwable error) {
       pending.listenerFailed(error);
       settle(listener, record, pending, claim, source);
-      throw error;
+      throw attempts.toThrow(claim, error);
     }
     switch (listener.returns) {
       case FUTURE:
@@ -176,12 +214,14 @@ public final class IdempotentListenerInterceptor {
             awaitSettled(
                 ((CompletionStage<?>) Objects.requireNonNull(result)).toCompletableFuture(),
                 pending,
+                claim,
                 listener);
         release(held);
         return CompletableFuture.completedFuture(value);
       case MONO:
         Object item =
-            awaitSettled(MonoOutcomes.toFuture(Objects.requireNonNull(result)), pending, listener);
+            awaitSettled(
+                MonoOutcomes.toFuture(Objects.requireNonNull(result)), pending, claim, listener);
         release(held);
         return MonoOutcomes.of(item);
       default:
@@ -206,17 +246,19 @@ public final class IdempotentListenerInterceptor {
    * container's error handler as any listener failure does, the record uncommitted.
    *
    * @return the listener's value, for a future or Mono that already completed
-   * @throws Throwable what the listener's future failed with, or why SUCCESS could not be written
+   * @throws Throwable what the listener's future failed with (as {@link AttemptLimit#toThrow}
+   *     passes it on), or why SUCCESS could not be written
    */
-  private static @Nullable Object awaitSettled(
+  private @Nullable Object awaitSettled(
       CompletableFuture<?> future,
       ListenerOutcomes.Pending pending,
+      DedupClaim claim,
       IdempotentListenerMethod listener)
       throws Throwable {
     try {
       return settledWhenDone(future, pending).get();
     } catch (ExecutionException e) {
-      throw e.getCause() != null ? e.getCause() : e;
+      throw e.getCause() != null ? attempts.toThrow(claim, e.getCause()) : e;
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       // Its outcome is written when it completes; the redelivery finds it then.

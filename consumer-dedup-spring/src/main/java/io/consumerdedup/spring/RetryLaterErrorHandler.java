@@ -5,6 +5,7 @@ import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
+import io.consumerdedup.spring.internal.RecoveredRecordLogger;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -38,7 +39,9 @@ import org.springframework.kafka.support.TopicPartitionOffset;
  * application's back-off and recoverer: its partition is sought back to it and paused with a
  * back-off ({@link PartitionHolds}), no delivery attempt is counted, and other partitions keep
  * moving. This holds on every path of the application's handler, its in-memory retries of a batch
- * included. Every other exception goes to the application's handler unchanged.
+ * included. Every other exception goes to the application's handler unchanged; one consumer-dedup
+ * says not to retry is logged at ERROR as it is handed over, unless the handler logs the records it
+ * gives up on itself ({@link RecoveredRecordLogger}).
  *
  * <p>{@link DedupContainers#configure} installs it on a container; the auto-configuration does so
  * for every listener container.
@@ -50,12 +53,14 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
   private final CommonErrorHandler delegate;
   private final PartitionHolds holds;
   private final MissingKeyArguments missingKeys;
+  private final boolean logsGivenUpRecords;
 
   public RetryLaterErrorHandler(
       CommonErrorHandler delegate, PartitionHolds holds, MissingKeyArguments missingKeys) {
     this.delegate = Objects.requireNonNull(delegate, "delegate");
     this.holds = Objects.requireNonNull(holds, "holds");
     this.missingKeys = Objects.requireNonNull(missingKeys, "missingKeys");
+    this.logsGivenUpRecords = RecoveredRecordLogger.isAddedTo(delegate);
   }
 
   /** The application's handler, which receives everything that is not held. */
@@ -80,6 +85,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     if (Disposition.of(thrownException) == Disposition.RETRY_LATER) {
       throw hold(thrownException, records, consumer, container);
     }
+    logIfGivenUp(thrownException, records.get(0));
     if (delegate.seeksAfterHandling()) {
       delegate.handleRemaining(thrownException, records, consumer, container);
       return;
@@ -106,7 +112,14 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       hold(thrownException, List.of(record), consumer, container);
       return false;
     }
+    logIfGivenUp(thrownException, record);
     return delegate.handleOne(thrownException, record, consumer, container);
+  }
+
+  private void logIfGivenUp(Exception thrownException, ConsumerRecord<?, ?> record) {
+    if (!logsGivenUpRecords) {
+      RecoveredRecordLogger.logHandedOver(record, thrownException, delegate);
+    }
   }
 
   /**
@@ -245,12 +258,13 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     if (Disposition.of(thrownException) == Disposition.RETRY_LATER && !data.isEmpty()) {
       throw holdBatch(thrownException, data, consumer, container);
     }
-    if (!delegate.seeksAfterHandling()) {
-      List<ConsumerRecord<?, ?>> records = listOf(data);
-      int index = failedIndex(thrownException, records);
-      if (index >= 0) {
-        throw handleFailedRecordOfBatch(thrownException, records, index, consumer, container);
-      }
+    List<ConsumerRecord<?, ?>> records = listOf(data);
+    int index = failedIndex(thrownException, records);
+    if (index >= 0) {
+      logIfGivenUp(thrownException, records.get(index));
+    }
+    if (!delegate.seeksAfterHandling() && index >= 0) {
+      throw handleFailedRecordOfBatch(thrownException, records, index, consumer, container);
     }
   }
 

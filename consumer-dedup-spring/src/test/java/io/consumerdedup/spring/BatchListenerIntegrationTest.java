@@ -29,7 +29,6 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
-import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -80,11 +79,11 @@ class BatchListenerIntegrationTest {
         "spring_batch",
         "bt-dups",
         "bt-fail",
-        "bt-fail.DLT",
+        "bt-fail-dlt",
         "bt-message",
         "bt-manual",
         "bt-keyless",
-        "bt-keyless.DLT",
+        "bt-keyless-dlt",
         "bt-plain",
         "bt-held",
         "bt-records",
@@ -159,7 +158,7 @@ class BatchListenerIntegrationTest {
     assertThat(store.find(DedupKey.of("fail", "F-4")).orElseThrow().attempts()).isEqualTo(1);
     assertThat(Switches.batches.get("bt-fail"))
         .contains(List.of("F-1", "F-2", "F-3", "F-4"), List.of("F-2", "F-3", "F-4"));
-    assertThat(readTopic("bt-fail.DLT", 1, Duration.ofSeconds(2))).isEmpty();
+    assertThat(readTopic("bt-fail-dlt", 1, Duration.ofSeconds(2))).isEmpty();
   }
 
   @Test
@@ -348,14 +347,14 @@ class BatchListenerIntegrationTest {
     await().atMost(WAIT).until(() -> committed("bt-keyless") == 3);
     assertThat(effects("keyless", "K-1")).isEqualTo(1);
     assertThat(effects("keyless", "K-2")).isEqualTo(1);
-    List<ConsumerRecord<String, String>> dead = readTopic("bt-keyless.DLT", 1, WAIT);
+    List<ConsumerRecord<String, String>> dead = readTopic("bt-keyless-dlt", 1, WAIT);
     assertThat(dead).extracting(ConsumerRecord::value).containsExactly("without key");
     assertThat(deadLetterReason(dead.get(0)))
         .contains(DedupKeyMissingException.class.getName())
         .contains("bt-keyless-0@1");
     // Refused once: a retry would have counted the missing key again.
     assertThat(outcomes("keyless", "missing_key")).isEqualTo(1);
-    assertThat(readTopic("bt-keyless.DLT", 2, Duration.ofSeconds(2))).hasSize(1);
+    assertThat(readTopic("bt-keyless-dlt", 2, Duration.ofSeconds(2))).hasSize(1);
   }
 
   @Test
@@ -378,7 +377,7 @@ class BatchListenerIntegrationTest {
       assertThat(committed("bt-held")).isEqualTo(1);
       assertThat(effects("held", "H-2")).isZero();
       assertThat(effects("held", "H-3")).isZero();
-      assertThat(readTopic("bt-held.DLT", 1, Duration.ofMillis(500))).isEmpty();
+      assertThat(readTopic("bt-held-dlt", 1, Duration.ofMillis(500))).isEmpty();
 
       held.fail(new IllegalStateException("the other consumer gave up"));
       await().atMost(WAIT).until(() -> committed("bt-held") == 3);
@@ -434,9 +433,7 @@ class BatchListenerIntegrationTest {
 
     @Bean
     DefaultErrorHandler errorHandler(KafkaTemplate<String, String> template) {
-      DeadLetterPublishingRecoverer recoverer =
-          new DeadLetterPublishingRecoverer(
-              template, (record, e) -> new TopicPartition(record.topic() + ".DLT", 0));
+      DeadLetterPublishingRecoverer recoverer = new DeadLetterPublishingRecoverer(template);
       return new DefaultErrorHandler(recoverer, new FixedBackOff(50, 3));
     }
 

@@ -22,7 +22,6 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -66,13 +65,13 @@ class IdempotentListenerIntegrationTest {
         registry,
         "spring_it",
         "it-payments",
-        "it-payments.DLT",
+        "it-payments-dlt",
         "it-flaky",
-        "it-flaky.DLT",
+        "it-flaky-dlt",
         "it-poison",
-        "it-poison.DLT",
+        "it-poison-dlt",
         "it-orders",
-        "it-orders.DLT",
+        "it-orders-dlt",
         "it-payload",
         "it-payload-only",
         "it-message",
@@ -117,7 +116,7 @@ class IdempotentListenerIntegrationTest {
               assertThat(record.attempts()).isEqualTo(2);
             });
     assertThat(Switches.flakyCalls.get("FLAKY-1").get()).isEqualTo(2);
-    assertThat(readTopic("it-flaky.DLT", 1, Duration.ofSeconds(2))).isEmpty();
+    assertThat(readTopic("it-flaky-dlt", 1, Duration.ofSeconds(2))).isEmpty();
   }
 
   @Test
@@ -125,7 +124,7 @@ class IdempotentListenerIntegrationTest {
     send(template, "it-poison", "bad", "order-no", "POISON-1");
     send(template, "it-poison", "good", "order-no", "GOOD-1");
 
-    ConsumerRecord<String, String> dead = deadLetter("it-poison.DLT", "POISON-1");
+    ConsumerRecord<String, String> dead = deadLetter("it-poison-dlt", "POISON-1");
     assertThat(dead.value()).isEqualTo("bad");
     assertThat(deadLetterReason(dead)).contains("cannot process bad");
     await().atMost(WAIT).until(() -> effects("poison", "GOOD-1") == 1);
@@ -140,7 +139,7 @@ class IdempotentListenerIntegrationTest {
   @Test
   void deadLetteredRecordReplayedLaterIsProcessedBecauseFailedAllowsRetry() throws Exception {
     send(template, "it-poison", "bad", "order-no", "REPLAY-1");
-    ConsumerRecord<String, String> dead = deadLetter("it-poison.DLT", "REPLAY-1");
+    ConsumerRecord<String, String> dead = deadLetter("it-poison-dlt", "REPLAY-1");
     assertThat(store.find(DedupKey.of("poison", "REPLAY-1")).orElseThrow().status())
         .isEqualTo(DedupStatus.FAILED);
 
@@ -162,7 +161,7 @@ class IdempotentListenerIntegrationTest {
     send(template, "it-payments", "charge 5", "order-no", "AFTER-MISSING");
 
     await().atMost(WAIT).until(() -> effects("payment", "AFTER-MISSING") == 1);
-    List<ConsumerRecord<String, String>> dead = readTopic("it-payments.DLT", 1, WAIT);
+    List<ConsumerRecord<String, String>> dead = readTopic("it-payments-dlt", 1, WAIT);
     assertThat(dead).extracting(ConsumerRecord::value).containsExactly("charge without key");
     assertThat(deadLetterReason(dead.get(0)))
         .contains(DedupKeyMissingException.class.getName())
@@ -177,7 +176,7 @@ class IdempotentListenerIntegrationTest {
     await().atMost(WAIT).until(() -> effects("order", "ORD-1") == 1);
     send(template, "it-orders", "9 x book", "order-no", "ORD-1");
 
-    List<ConsumerRecord<String, String>> dead = readTopic("it-orders.DLT", 1, WAIT);
+    List<ConsumerRecord<String, String>> dead = readTopic("it-orders-dlt", 1, WAIT);
     assertThat(dead).extracting(ConsumerRecord::value).containsExactly("9 x book");
     assertThat(deadLetterReason(dead.get(0))).contains(DedupKeyConflictException.class.getName());
     assertThat(outcomes("order", "conflict")).isEqualTo(1);
@@ -269,9 +268,7 @@ class IdempotentListenerIntegrationTest {
     /** The application's own error handler: consumer-dedup adds its classifications to it. */
     @Bean
     DefaultErrorHandler errorHandler(KafkaTemplate<String, String> template) {
-      DeadLetterPublishingRecoverer recoverer =
-          new DeadLetterPublishingRecoverer(
-              template, (record, e) -> new TopicPartition(record.topic() + ".DLT", 0));
+      DeadLetterPublishingRecoverer recoverer = new DeadLetterPublishingRecoverer(template);
       return new DefaultErrorHandler(recoverer, new FixedBackOff(50, RETRIES));
     }
 

@@ -111,7 +111,7 @@ public class ConsumerDedupAutoConfiguration {
   public IdempotentListenerInterceptor idempotentListenerInterceptor(
       IdempotentExecutors executors, ConsumerDedupProperties properties, BeanFactory beanFactory) {
     return new IdempotentListenerInterceptor(
-        executors, properties.getMissingKeyPolicy(), beanFactory);
+        executors, properties.getMissingKeyPolicy(), properties.getMaxAttempts(), beanFactory);
   }
 
   @Bean

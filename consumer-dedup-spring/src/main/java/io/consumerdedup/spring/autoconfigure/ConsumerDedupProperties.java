@@ -9,6 +9,7 @@ import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.kafka.DedupPollLoop;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.MissingKeyPolicy;
+import io.consumerdedup.spring.IdempotentListenerInterceptor;
 import java.time.Duration;
 import java.time.temporal.ChronoUnit;
 import java.util.LinkedHashSet;
@@ -76,6 +77,14 @@ public class ConsumerDedupProperties implements InitializingBean {
    * PROCESS_WITHOUT_DEDUP or USE_COORDINATES.
    */
   private MissingKeyPolicy missingKeyPolicy = IdempotentRecordHandler.DEFAULT_MISSING_KEY_POLICY;
+
+  /**
+   * How many times a failing listener runs for one key, counted in the dedup table across restarts,
+   * rebalances and instances; then its record goes to the error handler's recoverer without being
+   * run again. The error handler's own back-off still paces and may end the retries sooner within
+   * one run. Default 10, the deliveries of spring-kafka's default error handler.
+   */
+  private int maxAttempts = IdempotentListenerInterceptor.DEFAULT_MAX_ATTEMPTS;
 
   /** The owner written to claims; default: host name, process id and a random part. */
   private @Nullable String ownerId;
@@ -288,6 +297,9 @@ public class ConsumerDedupProperties implements InitializingBean {
     atLeast(
         "failed-retention", failedRetention, lease, "at least the lease (" + print(lease) + ")");
     positive("wait-timeout", waitTimeout);
+    if (maxAttempts < 1) {
+      throw invalid("max-attempts", maxAttempts, "at least 1");
+    }
     if (ownerId != null && (ownerId.isBlank() || ownerId.length() > 128)) {
       throw invalid("owner-id", ownerId, "1 to 128 characters, not blank");
     }
@@ -430,6 +442,14 @@ public class ConsumerDedupProperties implements InitializingBean {
 
   public void setMissingKeyPolicy(MissingKeyPolicy missingKeyPolicy) {
     this.missingKeyPolicy = missingKeyPolicy;
+  }
+
+  public int getMaxAttempts() {
+    return maxAttempts;
+  }
+
+  public void setMaxAttempts(int maxAttempts) {
+    this.maxAttempts = maxAttempts;
   }
 
   public @Nullable String getOwnerId() {

@@ -32,13 +32,15 @@ public final class ListenerOutcomes {
   public static final class Pending {
     private final ConsumerRecord<?, ?> record;
     private final DedupClaim claim;
+    private final AttemptLimit attempts;
     private boolean listenerDone;
     private @Nullable Throwable listenerError;
     private @Nullable Throwable rollback;
 
-    private Pending(ConsumerRecord<?, ?> record, DedupClaim claim) {
+    private Pending(ConsumerRecord<?, ?> record, DedupClaim claim, AttemptLimit attempts) {
       this.record = record;
       this.claim = claim;
+      this.attempts = attempts;
     }
 
     /** The listener returned normally. */
@@ -61,7 +63,7 @@ public final class ListenerOutcomes {
 
     /**
      * Writes the outcome: SUCCESS only if the listener returned and nothing rolled back, else
-     * FAILED with the reason.
+     * FAILED with the reason, logged as a failed attempt.
      *
      * @throws DedupException SUCCESS could not be written (not yet, or the lease was lost)
      */
@@ -69,17 +71,26 @@ public final class ListenerOutcomes {
       if (claim.isEnded()) {
         return;
       }
-      if (listenerError != null) {
-        claim.fail(listenerError);
-      } else if (rollback != null) {
-        claim.fail(
-            new IllegalStateException(
-                "The listener returned, but its transaction rolled back: " + rollback, rollback));
-      } else if (!listenerDone) {
-        claim.fail(new IllegalStateException("The listener never returned"));
-      } else {
+      Throwable failure = failure();
+      if (failure == null) {
         claim.complete();
+        return;
       }
+      attempts.logFailure(claim, failure);
+      claim.fail(failure);
+    }
+
+    private @Nullable Throwable failure() {
+      if (listenerError != null) {
+        return listenerError;
+      }
+      if (rollback != null) {
+        return listenerDone
+            ? new IllegalStateException(
+                "The listener returned, but its transaction rolled back: " + rollback, rollback)
+            : rollback;
+      }
+      return listenerDone ? null : new IllegalStateException("The listener never returned");
     }
 
     /** Settles, reporting a failure to write the outcome in the log instead of to the caller. */
@@ -101,9 +112,16 @@ public final class ListenerOutcomes {
     }
   }
 
-  /** The claim held for {@code record}, its outcome yet to be settled by the caller. */
-  public static Pending pending(ConsumerRecord<?, ?> record, DedupClaim claim) {
-    return new Pending(Objects.requireNonNull(record), Objects.requireNonNull(claim));
+  /**
+   * The claim held for {@code record}, its outcome yet to be settled by the caller; a failure is
+   * logged against {@code attempts}.
+   */
+  public static Pending pending(
+      ConsumerRecord<?, ?> record, DedupClaim claim, AttemptLimit attempts) {
+    return new Pending(
+        Objects.requireNonNull(record),
+        Objects.requireNonNull(claim),
+        Objects.requireNonNull(attempts));
   }
 
   /**
@@ -155,12 +173,8 @@ public final class ListenerOutcomes {
     Pending pending = PENDING.get();
     if (pending != null && (keep == null || !pending.isFor(keep))) {
       PENDING.remove();
-      if (!pending.claim.isEnded()) {
-        log.warn(
-            "The claim of {} was still open; recording it FAILED so that its redelivery retries",
-            KafkaUtils.format(pending.record));
-      }
-      // Whatever the listener did, the container never confirmed its transaction.
+      // Whatever the listener did, the container never confirmed its transaction: FAILED, so that
+      // the redelivery retries (logged as a failed attempt with this reason).
       pending.rolledBack(
           new IllegalStateException(
               "the container never reported the end of the record (the listener threw an Error,"

@@ -1,5 +1,6 @@
 package io.consumerdedup.spring.listener;
 
+import io.consumerdedup.core.DedupAttemptsExhaustedException;
 import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
@@ -10,7 +11,9 @@ import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import io.consumerdedup.spring.DedupContainers;
+import io.consumerdedup.spring.IdempotentListenerInterceptor;
 import io.consumerdedup.spring.internal.AcknowledgingListener;
+import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.util.Objects;
@@ -44,7 +47,10 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  *       transaction included, so a transaction that rolls back leaves the key retryable;
  *   <li>a claim the container never reports on (the listener threw an {@code Error}, the consumer
  *       stopped) is recorded FAILED at the next record or when the consumer thread clears its
- *       state: never left PROCESSING.
+ *       state: never left PROCESSING;
+ *   <li>a key that already failed {@code maxAttempts} times, as the dedup table counts them, is not
+ *       run again: {@code intercept} gives its claim back and throws {@link
+ *       DedupAttemptsExhaustedException}, which the error handler hands to its recoverer at once.
  *   <li>in a manual ack mode, the container's listener is wrapped so that a duplicate is
  *       acknowledged (otherwise its offset would never be committed) and a nack leaves the key
  *       FAILED, so the redelivery it asks for runs the listener again.
@@ -70,6 +76,7 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
 
   private final IdempotentExecutor executor;
   private final RecordKeyResolver<K, V> keys;
+  private final AttemptLimit attempts;
 
   /**
    * In a manual ack mode a duplicate is let through to the container's listener, marked here, so
@@ -82,6 +89,9 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
   private volatile boolean acknowledgeDuplicates;
 
   /**
+   * An interceptor allowing {@link IdempotentListenerInterceptor#DEFAULT_MAX_ATTEMPTS} attempts per
+   * key.
+   *
    * @param groupId named in records and exceptions; null if unknown
    */
   public IdempotentRecordInterceptor(
@@ -90,6 +100,29 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
       String keyHeader,
       MissingKeyPolicy missingKeyPolicy,
       @Nullable String groupId) {
+    this(
+        executor,
+        bizType,
+        keyHeader,
+        missingKeyPolicy,
+        IdempotentListenerInterceptor.DEFAULT_MAX_ATTEMPTS,
+        groupId);
+  }
+
+  /**
+   * @param maxAttempts how many times the listener runs for one key, counted in the dedup table,
+   *     before its record is given up
+   * @param groupId named in records and exceptions; null if unknown
+   * @throws IllegalArgumentException if {@code maxAttempts} is less than 1
+   */
+  public IdempotentRecordInterceptor(
+      IdempotentExecutor executor,
+      String bizType,
+      String keyHeader,
+      MissingKeyPolicy missingKeyPolicy,
+      int maxAttempts,
+      @Nullable String groupId) {
+    this.attempts = new AttemptLimit(maxAttempts);
     this.executor = Objects.requireNonNull(executor, "executor");
     this.keys =
         new RecordKeyResolver<>(
@@ -136,6 +169,29 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
       String bizType,
       String keyHeader,
       MissingKeyPolicy missingKeyPolicy) {
+    return decorate(
+        container,
+        executor,
+        bizType,
+        keyHeader,
+        missingKeyPolicy,
+        IdempotentListenerInterceptor.DEFAULT_MAX_ATTEMPTS);
+  }
+
+  /**
+   * As {@link #decorate(AbstractMessageListenerContainer, IdempotentExecutor, String, String,
+   * MissingKeyPolicy)}, with the number of times the listener runs for one key, counted in the
+   * dedup table, before its record is given up.
+   *
+   * @throws IllegalArgumentException if {@code maxAttempts} is less than 1, or as the other form
+   */
+  public static <K, V> IdempotentRecordInterceptor<K, V> decorate(
+      AbstractMessageListenerContainer<K, V> container,
+      IdempotentExecutor executor,
+      String bizType,
+      String keyHeader,
+      MissingKeyPolicy missingKeyPolicy,
+      int maxAttempts) {
     if (container.isRunning()) {
       throw new IllegalStateException("Decorate the container before starting it");
     }
@@ -152,7 +208,7 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
     }
     IdempotentRecordInterceptor<K, V> interceptor =
         new IdempotentRecordInterceptor<>(
-            executor, bizType, keyHeader, missingKeyPolicy, container.getGroupId());
+            executor, bizType, keyHeader, missingKeyPolicy, maxAttempts, container.getGroupId());
     RecordInterceptor<K, V> existing = container.getRecordInterceptor();
     container.setRecordInterceptor(
         existing == null ? interceptor : new GuardedRecordInterceptor<>(existing, interceptor));
@@ -215,6 +271,10 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
           source);
     }
     DedupClaim claim = executor.claim(key.get(), null, source);
+    DedupAttemptsExhaustedException exhausted = attempts.beyondLimit(claim, executor);
+    if (exhausted != null) {
+      throw exhausted;
+    }
     if (claim.isDuplicate()) {
       if (!acknowledgeDuplicates) {
         return null; // the container skips it and commits its offset
@@ -222,7 +282,7 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
       duplicateToAcknowledge.set(record);
       return record;
     }
-    ListenerOutcomes.deferToContainer(ListenerOutcomes.pending(record, claim));
+    ListenerOutcomes.deferToContainer(ListenerOutcomes.pending(record, claim, attempts));
     return record;
   }
 

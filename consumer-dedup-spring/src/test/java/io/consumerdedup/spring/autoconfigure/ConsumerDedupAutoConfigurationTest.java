@@ -114,6 +114,8 @@ class ConsumerDedupAutoConfigurationTest {
               assertThat(properties.getConflictPolicy())
                   .isEqualTo(IdempotentExecutor.DEFAULT_CONFLICT_POLICY);
               assertThat(properties.getMissingKeyPolicy()).isEqualTo(MissingKeyPolicy.FAIL);
+              assertThat(properties.getMaxAttempts())
+                  .isEqualTo(IdempotentListenerInterceptor.DEFAULT_MAX_ATTEMPTS);
               assertThat(properties.getOwnerId()).isNull();
               assertThat(properties.getInitializeSchema())
                   .isEqualTo(ConsumerDedupProperties.SchemaInitialization.NEVER);
@@ -490,9 +492,9 @@ class ConsumerDedupAutoConfigurationTest {
     }
     // Every property but owner-id (generated per instance) and shared-biz-types (empty) shows its
     // default.
-    assertThat(properties).hasSize(26);
+    assertThat(properties).hasSize(27);
     assertThat(shown)
-        .hasSize(24)
+        .hasSize(25)
         .doesNotContainKeys("consumer-dedup.owner-id", "consumer-dedup.shared-biz-types");
 
     ConsumerDedupProperties bound =

@@ -65,6 +65,8 @@ class FirstHourMistakesTest {
             + " the lease (5m)",
         "consumer-dedup.store.retry-max-attempts=0 | consumer-dedup.store.retry-max-attempts=0 is"
             + " not allowed: it must be at least 1",
+        "consumer-dedup.max-attempts=0 | consumer-dedup.max-attempts=0 is not allowed: it must be"
+            + " at least 1",
         "consumer-dedup.hold.max-backoff=100ms | consumer-dedup.hold.max-backoff=100ms is not"
             + " allowed: it must be at least hold.initial-backoff (1s)",
         "consumer-dedup.table-name=drop table; | consumer-dedup.table-name=drop table; is not"

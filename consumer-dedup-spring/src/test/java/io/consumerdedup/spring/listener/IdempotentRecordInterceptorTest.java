@@ -10,6 +10,7 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
 import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
@@ -186,6 +187,48 @@ class IdempotentRecordInterceptorTest {
     assertThat(f.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(f.attempts()).isEqualTo(2);
     assertThat(f.lastError()).as("the failed attempt's error, cleared by SUCCESS").isEmpty();
+  }
+
+  @Test
+  void aListenerThatAlwaysFailsRunsMaxAttemptsTimesThenItsRecordIsGivenUpUnrun() throws Exception {
+    AtomicInteger calls = new AtomicInteger();
+    AtomicInteger deliveries = new AtomicInteger();
+    List<String> applied = new CopyOnWriteArrayList<>();
+    KafkaMessageListenerContainer<String, String> container =
+        container(
+            record -> {
+              if (record.value().equals("pay H")) {
+                calls.incrementAndGet();
+                throw new IllegalStateException("bank timed out");
+              }
+              applied.add(record.value());
+            });
+    container.setRecordInterceptor(
+        (record, consumer) -> {
+          deliveries.incrementAndGet();
+          return record;
+        });
+    IdempotentRecordInterceptor.decorate(
+        container,
+        executor,
+        "payment",
+        IdempotentRecordInterceptor.DEFAULT_KEY_HEADER,
+        MissingKeyPolicy.FAIL,
+        2);
+    container.start();
+    try {
+      send(List.of("pay H", "pay J"));
+      await().atMost(Duration.ofSeconds(30)).until(() -> applied.contains("pay J"));
+    } finally {
+      container.stop();
+    }
+
+    // The error handler would deliver it six times; the third delivery finds its attempts spent.
+    assertThat(calls).hasValue(2);
+    assertThat(deliveries).hasValue(4);
+    DedupRecord h = executor.store().find(DedupKey.of("payment", "H")).orElseThrow();
+    assertThat(h.status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(h.attempts()).isEqualTo(2);
   }
 
   @Test

@@ -3,6 +3,7 @@ package io.consumerdedup.examples.kafka;
 import static io.consumerdedup.examples.kafka.RecordText.rootMessage;
 import static io.consumerdedup.examples.kafka.RecordText.where;
 
+import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
 import io.consumerdedup.kafka.RecordHandler;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -25,7 +26,7 @@ import org.jspecify.annotations.Nullable;
  * The baseline "without dedup": a plain kafka-clients poll loop on a one-partition topic, as
  * applications write them. It runs the consumer code as it is, commits each record's offset after
  * it, and on failure seeks back and lets the record be delivered again (up to three attempts, then
- * to the dead-letter topic {@code <topic>.DLT}). Nothing stops a record that comes back from being
+ * to the dead-letter topic {@code <topic>-dlt}). Nothing stops a record that comes back from being
  * applied again; the runs with dedup use the library's {@link DedupConsumer} instead.
  */
 public final class ConsumerLoop implements ScenarioConsumer {
@@ -111,7 +112,7 @@ public final class ConsumerLoop implements ScenarioConsumer {
     }
     ProducerRecord<String, String> copy =
         new ProducerRecord<>(
-            setup.topic() + ".DLT", null, record.key(), record.value(), record.headers());
+            deadLetterTopic(), null, record.key(), record.value(), record.headers());
     copy.headers()
         .add("dlt-error", rootMessage(error).getBytes(StandardCharsets.UTF_8))
         .add("dlt-source", where(record).getBytes(StandardCharsets.UTF_8));
@@ -125,7 +126,12 @@ public final class ConsumerLoop implements ScenarioConsumer {
     }
     setup.stats().deadLettered();
     setup.step(
-        where(record) + " dead-lettered to " + setup.topic() + ".DLT: " + rootMessage(error));
+        where(record) + " dead-lettered to " + deadLetterTopic() + ": " + rootMessage(error));
+  }
+
+  /** Where the library's publisher and spring-kafka's recoverer would send it too. */
+  private String deadLetterTopic() {
+    return setup.topic() + KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX;
   }
 
   @Override

@@ -69,7 +69,8 @@ public final class DedupConsumer implements ScenarioConsumer {
             RecordText.where(record)
                 + " dead-lettered to "
                 + setup.topic()
-                + ".DLT: "
+                + KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX
+                + ": "
                 + rootMessage(reason));
       }
 

@@ -16,6 +16,7 @@ import io.consumerdedup.examples.report.RunRow;
 import io.consumerdedup.examples.report.RunStats;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
+import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
 import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.RecordHandler;
 import io.consumerdedup.kafka.RecordProcessor;
@@ -81,7 +82,10 @@ final class ScenarioRun implements AutoCloseable {
           .createTopics(
               List.of(
                   new NewTopic(topic, Optional.of(1), Optional.empty()),
-                  new NewTopic(topic + ".DLT", Optional.of(1), Optional.empty())))
+                  new NewTopic(
+                      topic + KafkaDeadLetterPublisher.DEFAULT_TOPIC_SUFFIX,
+                      Optional.of(1),
+                      Optional.empty())))
           .all()
           .get();
     }

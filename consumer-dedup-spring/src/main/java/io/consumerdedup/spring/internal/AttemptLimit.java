@@ -1,0 +1,131 @@
+package io.consumerdedup.spring.internal;
+
+import io.consumerdedup.core.DedupAttemptsExhaustedException;
+import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.IdempotentExecutor;
+import java.util.IntSummaryStatistics;
+import java.util.List;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * How many times a failing listener runs for one key, counted in the dedup table ({@link
+ * DedupRecord#attempts()}, one per claim) rather than by the error handler in memory, so that a
+ * restart, a rebalance or another instance does not grant a failing record a fresh set of attempts;
+ * and the log line of each failed attempt. In mode TRANSACTIONAL a failed attempt rolls its row
+ * back, so the table cannot count it and only the error handler does.
+ */
+public final class AttemptLimit {
+  private static final Logger log = LoggerFactory.getLogger(AttemptLimit.class);
+
+  private final int maxAttempts;
+
+  /**
+   * @throws IllegalArgumentException if {@code maxAttempts} is less than 1
+   */
+  public AttemptLimit(int maxAttempts) {
+    if (maxAttempts < 1) {
+      throw new IllegalArgumentException("maxAttempts must be at least 1, was " + maxAttempts);
+    }
+    this.maxAttempts = maxAttempts;
+  }
+
+  public int maxAttempts() {
+    return maxAttempts;
+  }
+
+  /**
+   * A claim of a key that already failed as often as allowed (its last failure's dead letter lost
+   * in a crash, a recoverer that failed, a limit lowered since): gives the claim back without
+   * counting an attempt and returns the exception to throw instead of running the listener, which
+   * the error handler hands to its recoverer at once. Null for a claim within the limit.
+   */
+  public @Nullable DedupAttemptsExhaustedException beyondLimit(
+      DedupClaim claim, IdempotentExecutor executor) {
+    if (claim.isDuplicate() || claim.attempt() <= maxAttempts) {
+      return null;
+    }
+    if (executor.mode() == DedupMode.SEPARATE) {
+      claim.release();
+    } // else the claim is part of the listener's transaction, which this exception rolls back
+    int failed = claim.attempt() - 1;
+    return new DedupAttemptsExhaustedException(
+        claim.key(), failed, maxAttempts, lastError(claim, executor), claim.source(), null);
+  }
+
+  private static @Nullable String lastError(DedupClaim claim, IdempotentExecutor executor) {
+    try {
+      return executor.store().find(claim.key()).flatMap(DedupRecord::lastError).orElse(null);
+    } catch (RuntimeException e) {
+      // Only the message loses it: the record is given up either way.
+      log.debug("Could not read the last error of {}", claim.key(), e);
+      return null;
+    }
+  }
+
+  /**
+   * What to throw to the container for the listener's {@code error} on {@code claim}'s attempt: the
+   * error itself, or, on the last attempt allowed, a {@link DedupAttemptsExhaustedException} whose
+   * cause it is, which the error handler does not retry. consumer-dedup's own exceptions (their
+   * disposition says what to do) and {@link Error}s are passed on as they are.
+   */
+  public Throwable toThrow(DedupClaim claim, Throwable error) {
+    if (claim.attempt() < maxAttempts
+        || error instanceof Error
+        || Disposition.of(error) != Disposition.HANDLER_FAILED) {
+      return error;
+    }
+    return new DedupAttemptsExhaustedException(
+        claim.key(), claim.attempt(), maxAttempts, error.toString(), claim.source(), error);
+  }
+
+  /**
+   * One WARN line for a failed attempt: where the record came from, its key, the attempt and the
+   * cause's class and message; the stack trace at DEBUG (it is logged at ERROR when the record is
+   * given up).
+   */
+  public void logFailure(DedupClaim claim, Throwable error) {
+    int attempt = claim.attempt();
+    log.warn(
+        "Handler failed for {}, key {}, attempt {} of {}: {}{}",
+        claim.source(),
+        claim.key(),
+        attempt,
+        maxAttempts,
+        error,
+        attempt >= maxAttempts ? "; no attempts left, so it is not run again" : "");
+    log.debug("Stack trace of the failed attempt of {}", claim.key(), error);
+  }
+
+  /**
+   * One WARN line for a batch listener call that failed without naming the record it failed at:
+   * every claim of the batch failed one attempt.
+   */
+  public void logBatchFailure(List<DedupClaim> claims, Throwable error) {
+    DedupClaim first = claims.get(0);
+    DedupClaim last = claims.get(claims.size() - 1);
+    IntSummaryStatistics attempt =
+        claims.stream().mapToInt(DedupClaim::attempt).summaryStatistics();
+    log.warn(
+        "Handler failed for the {} records of a batch, {} to {}, keys {} to {}, attempt {} of {}:"
+            + " {}{}",
+        claims.size(),
+        first.source(),
+        last.source(),
+        first.key(),
+        last.key(),
+        attempt.getMin() == attempt.getMax()
+            ? String.valueOf(attempt.getMax())
+            : attempt.getMin() + " to " + attempt.getMax(),
+        maxAttempts,
+        error,
+        attempt.getMax() >= maxAttempts
+            ? "; the records with no attempts left are given up at their next delivery"
+            : "");
+    log.debug("Stack trace of the failed batch from {}", first.key(), error);
+  }
+}

@@ -1,0 +1,228 @@
+package io.consumerdedup.spring.internal;
+
+import io.consumerdedup.core.DedupAttemptsExhaustedException;
+import io.consumerdedup.core.DedupException;
+import io.consumerdedup.core.Disposition;
+import io.consumerdedup.kafka.internal.RecordSources;
+import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.List;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import org.springframework.kafka.listener.BatchListenerFailedException;
+import org.springframework.kafka.listener.CommonErrorHandler;
+import org.springframework.kafka.listener.FailedRecordProcessor;
+import org.springframework.kafka.listener.ListenerExecutionFailedException;
+import org.springframework.kafka.listener.RetryListener;
+import org.springframework.kafka.listener.TimestampedException;
+import org.springframework.kafka.support.KafkaUtils;
+import org.springframework.util.ReflectionUtils;
+
+/**
+ * Logs at ERROR each record an error handler gives up on and hands to its recoverer: a {@code
+ * DeadLetterPublishingRecoverer} publishes without logging, so without this line a record could
+ * leave for the dead-letter topic with nothing in the application's log. The line names the record
+ * and why it was given up: consumer-dedup's exception (a key that cannot be derived, naming the key
+ * expression or header and the cause; a payload conflict; attempts spent, with the last error), or
+ * the listener's last exception, with its stack trace, once the error handler's retries are spent.
+ *
+ * <p>It is a spring-kafka {@link RetryListener}, added to a {@link FailedRecordProcessor} ({@code
+ * DefaultErrorHandler}, {@code DefaultAfterRollbackProcessor}) after the application's own retry
+ * listeners, which stay.
+ */
+public final class RecoveredRecordLogger implements RetryListener {
+  private static final Logger log = LoggerFactory.getLogger(RecoveredRecordLogger.class);
+
+  /** spring-kafka reads a processor's retry listeners for subclasses only; null if unreadable. */
+  private static final @Nullable Method RETRY_LISTENERS = retryListenersGetter();
+
+  private final boolean handlerFailuresGiveUp;
+
+  private RecoveredRecordLogger(boolean handlerFailuresGiveUp) {
+    this.handlerFailuresGiveUp = handlerFailuresGiveUp;
+  }
+
+  /**
+   * Adds a logger to {@code processor}'s retry listeners, after those it has, unless it has one.
+   *
+   * @param retryTopicChain the processor serves a container of a {@code @RetryableTopic} chain,
+   *     whose recoverer forwards a failing record to the next topic of the chain: only the records
+   *     consumer-dedup sends straight to the dead-letter topic are given up there
+   * @return whether the processor logs through such a logger now; false if its retry listeners
+   *     cannot be read (nothing is changed then)
+   */
+  @SuppressWarnings("unchecked")
+  public static boolean addTo(FailedRecordProcessor processor, boolean retryTopicChain) {
+    List<RetryListener> existing = retryListeners(processor);
+    if (existing == null) {
+      return false;
+    }
+    if (existing.stream().noneMatch(RecoveredRecordLogger.class::isInstance)) {
+      List<RetryListener> all = new ArrayList<>(existing);
+      all.add(new RecoveredRecordLogger(!retryTopicChain));
+      processor.setRetryListeners(all.toArray(new RetryListener[0]));
+    }
+    return true;
+  }
+
+  /** Whether {@code handler} logs the records it gives up on through such a logger. */
+  public static boolean isAddedTo(CommonErrorHandler handler) {
+    if (!(handler instanceof FailedRecordProcessor processor)) {
+      return false;
+    }
+    List<RetryListener> listeners = retryListeners(processor);
+    return listeners != null
+        && listeners.stream().anyMatch(RecoveredRecordLogger.class::isInstance);
+  }
+
+  @SuppressWarnings("unchecked")
+  private static @Nullable List<RetryListener> retryListeners(FailedRecordProcessor processor) {
+    if (RETRY_LISTENERS == null) {
+      return null;
+    }
+    try {
+      return (List<RetryListener>) ReflectionUtils.invokeMethod(RETRY_LISTENERS, processor);
+    } catch (RuntimeException e) {
+      log.debug("Cannot read the retry listeners of {}", processor, e);
+      return null;
+    }
+  }
+
+  private static @Nullable Method retryListenersGetter() {
+    try {
+      Method getter = FailedRecordProcessor.class.getDeclaredMethod("getRetryListeners");
+      ReflectionUtils.makeAccessible(getter);
+      return getter;
+    } catch (NoSuchMethodException | RuntimeException e) {
+      log.debug("Cannot read the retry listeners of spring-kafka's error handlers", e);
+      return null;
+    }
+  }
+
+  /**
+   * Logs at ERROR a record that an error handler which logs nothing of its own (not a {@link
+   * FailedRecordProcessor}) is given because consumer-dedup says not to retry it.
+   */
+  public static void logHandedOver(
+      ConsumerRecord<?, ?> record, Exception thrown, CommonErrorHandler handler) {
+    DedupException dedup = dedupCause(thrown);
+    if (dedup != null && dedup.disposition() == Disposition.DEAD_LETTER) {
+      logGivenUp(describe(record), dedup, "is not retryable, handed to " + handler);
+    }
+  }
+
+  @Override
+  public void failedDelivery(
+      ConsumerRecord<?, ?> record, @Nullable Exception ex, int deliveryAttempt) {
+    // Each failed attempt is logged where its claim is failed, with the key and the count.
+  }
+
+  @Override
+  public void recovered(ConsumerRecord<?, ?> record, @Nullable Exception ex) {
+    recovered(describe(record), ex);
+  }
+
+  @Override
+  public void recovered(ConsumerRecords<?, ?> records, @Nullable Exception ex) {
+    recovered(describe(records), ex);
+  }
+
+  private void recovered(String what, @Nullable Exception ex) {
+    if (ex == null) {
+      log.error("Gave up on {}, handed to the error handler's recoverer", what);
+      return;
+    }
+    DedupException dedup = dedupCause(ex);
+    if (dedup != null && dedup.disposition() == Disposition.DEAD_LETTER) {
+      logGivenUp(what, dedup, "handed to the error handler's recoverer");
+    } else if (handlerFailuresGiveUp) {
+      // Its retries are spent, or it does not retry this exception.
+      Throwable listenerError = listenerError(ex);
+      log.error(
+          "Gave up on {}, handed to the error handler's recoverer: {}",
+          what,
+          listenerError.toString(),
+          listenerError);
+    }
+  }
+
+  @Override
+  public void recoveryFailed(
+      ConsumerRecord<?, ?> record, @Nullable Exception original, Exception failure) {
+    recoveryFailed(describe(record), failure);
+  }
+
+  @Override
+  public void recoveryFailed(
+      ConsumerRecords<?, ?> records, @Nullable Exception original, Exception failure) {
+    recoveryFailed(describe(records), failure);
+  }
+
+  private static void recoveryFailed(String what, Exception failure) {
+    log.error(
+        "The error handler's recoverer failed for {}; not committing past it, it comes again: {}",
+        what,
+        failure.toString(),
+        failure);
+  }
+
+  /**
+   * consumer-dedup's own refusals need no stack trace (the message says it all, the trace is at
+   * DEBUG); attempts spent carry the handler's last exception, whose trace is logged.
+   */
+  private static void logGivenUp(String what, DedupException dedup, String fate) {
+    Throwable handlerError =
+        dedup instanceof DedupAttemptsExhaustedException ? dedup.getCause() : null;
+    if (handlerError != null) {
+      log.error("Gave up on {}, {}: {}", what, fate, dedup.getMessage(), handlerError);
+    } else {
+      log.error("Gave up on {}, {}: {}", what, fate, dedup.getMessage());
+      log.debug("Stack trace of the refusal of {}", what, dedup);
+    }
+  }
+
+  private static @Nullable DedupException dedupCause(Throwable error) {
+    int depth = 0;
+    for (Throwable current = error;
+        current != null && depth < 32;
+        current = current.getCause(), depth++) {
+      if (current instanceof DedupException dedup) {
+        return dedup;
+      }
+    }
+    return null;
+  }
+
+  /** What the listener threw, without spring-kafka's wrappers. */
+  private static Throwable listenerError(Throwable error) {
+    Throwable current = error;
+    while ((current instanceof ListenerExecutionFailedException
+            || current instanceof BatchListenerFailedException
+            || current instanceof TimestampedException)
+        && current.getCause() != null) {
+      current = current.getCause();
+    }
+    return current;
+  }
+
+  private static String describe(ConsumerRecord<?, ?> record) {
+    return RecordSources.describe(record, KafkaUtils.getConsumerGroupId());
+  }
+
+  private static String describe(ConsumerRecords<?, ?> records) {
+    List<ConsumerRecord<?, ?>> all = new ArrayList<>(records.count());
+    records.forEach(all::add);
+    if (all.isEmpty()) {
+      return "an empty batch";
+    }
+    return "the "
+        + all.size()
+        + " records of a batch, "
+        + describe(all.get(0))
+        + " to "
+        + RecordSources.coordinates(all.get(all.size() - 1));
+  }
+}
