@@ -31,8 +31,6 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.common.header.Header;
 import org.jspecify.annotations.Nullable;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.BeanFactory;
 import org.springframework.boot.convert.DurationStyle;
 import org.springframework.context.expression.BeanFactoryResolver;
@@ -65,7 +63,6 @@ import org.springframework.util.ClassUtils;
  * run time it derives a call's key and fingerprint (header or SpEL) and what a duplicate returns.
  */
 final class IdempotentListenerMethod {
-  private static final Logger log = LoggerFactory.getLogger(IdempotentListenerMethod.class);
   private static final SpelExpressionParser PARSER = new SpelExpressionParser();
   private static final boolean REACTOR_PRESENT =
       ClassUtils.isPresent(
@@ -565,8 +562,7 @@ final class IdempotentListenerMethod {
                     + (e instanceof EvaluationException ? e.getMessage() : e.toString()),
                 RecordSources.describe(record, KafkaUtils.getConsumerGroupId()),
                 e);
-        // A dead-letter recoverer publishes the record without logging why.
-        log.warn("{}; refused as a malformed key, not retried", malformed.getMessage());
+        // Logged once, at ERROR, where the record is given up (the error handler's retry listener).
         throw malformed;
       }
       return value == null ? null : value.toString();

@@ -74,10 +74,12 @@ class KeyExpressionFailureIntegrationTest {
         .as("dedup rows: only the good record's")
         .isEqualTo(1);
     assertThat(output.getAll().lines())
-        .as("the log line of the refused record")
-        .anyMatch(
+        .as("the one log line of the refused record, at ERROR")
+        .filteredOn(line -> line.contains("failed on this record"))
+        .singleElement()
+        .matches(
             line ->
-                line.contains("WARN")
+                line.contains("ERROR")
                     && line.contains("key expression '#payload.substring(8)'")
                     && line.contains("StringIndexOutOfBoundsException")
                     && line.contains("key-expr-0@0"));
