@@ -5,6 +5,7 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.jdbc.internal.AdminSql;
+import io.consumerdedup.jdbc.internal.StoreCalls;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -33,11 +34,13 @@ public final class JdbcDedupAdmin implements DedupAdmin {
   private static final Logger log = LoggerFactory.getLogger(JdbcDedupAdmin.class);
 
   private final JdbcDedupStore store;
+  private final StoreCalls calls;
   private final AdminSql postgres;
   private final AdminSql mysql;
 
   private JdbcDedupAdmin(JdbcDedupStore store) {
     this.store = store;
+    this.calls = store.calls();
     this.postgres = new AdminSql(store.tableName(), "now()");
     this.mysql = new AdminSql(store.tableName(), "UTC_TIMESTAMP(6)");
   }
@@ -53,12 +56,12 @@ public final class JdbcDedupAdmin implements DedupAdmin {
 
   @Override
   public List<StatusCount> counts() {
-    return store.run(
+    return calls.run(
         "admin counts",
         null,
         connection -> {
           List<StatusCount> counts = new ArrayList<>();
-          try (PreparedStatement statement = store.prepare(connection, sql().counts);
+          try (PreparedStatement statement = calls.prepare(connection, sql().counts);
               ResultSet rows = statement.executeQuery()) {
             while (rows.next()) {
               counts.add(
@@ -77,7 +80,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
   public Page list(RecordQuery query) {
     Cursor after = query.after() == null ? null : Cursor.parse(query.after());
     String lease = query.lease() == LeaseFilter.ANY ? null : query.lease().name();
-    return store.run(
+    return calls.run(
         "admin list",
         null,
         connection -> {
@@ -85,7 +88,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
           String text =
               sql().list(query.status() != null, query.bizType() != null, lease, after != null);
           List<DedupRecord> records = new ArrayList<>();
-          try (PreparedStatement statement = store.prepare(connection, text)) {
+          try (PreparedStatement statement = calls.prepare(connection, text)) {
             int index = 1;
             if (query.status() != null) {
               statement.setString(index++, query.status().name());
@@ -142,7 +145,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                 "Did not release {} at the request of {}: its lease is live; {}", key, who, before);
             return new Change(false, before, liveLeaseRefused(key, before), at);
           }
-          try (PreparedStatement update = store.prepare(c, sql().release)) {
+          try (PreparedStatement update = calls.prepare(c, sql().release)) {
             update.setString(
                 1,
                 "Released by "
@@ -215,7 +218,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         key,
         requestedBy,
         (c, before, who, at) -> {
-          try (PreparedStatement delete = store.prepare(c, sql().forget)) {
+          try (PreparedStatement delete = calls.prepare(c, sql().forget)) {
             delete.setString(1, key.bizType());
             delete.setString(2, key.bizKey());
             delete.executeUpdate();
@@ -241,11 +244,11 @@ public final class JdbcDedupAdmin implements DedupAdmin {
       String operation, DedupKey key, String requestedBy, RecordChange change) {
     Instant at = Instant.now();
     String who = requester(requestedBy);
-    return store.run(
+    return calls.run(
         operation,
         key,
         connection ->
-            JdbcDedupStore.inOwnTransaction(
+            StoreCalls.inOwnTransaction(
                 connection,
                 c -> {
                   DedupRecord before = lockedRecord(c, key);
@@ -258,7 +261,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
 
   private @Nullable DedupRecord lockedRecord(Connection connection, DedupKey key)
       throws SQLException {
-    try (PreparedStatement select = store.prepare(connection, sql().findLocked)) {
+    try (PreparedStatement select = calls.prepare(connection, sql().findLocked)) {
       select.setString(1, key.bizType());
       select.setString(2, key.bizKey());
       try (ResultSet row = select.executeQuery()) {

@@ -19,10 +19,8 @@ import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.StoredText;
 import io.consumerdedup.jdbc.internal.PostgresPooler;
 import io.consumerdedup.jdbc.internal.PostgresSql;
-import io.consumerdedup.jdbc.internal.SqlStates;
-import io.github.resilience4j.core.IntervalFunction;
+import io.consumerdedup.jdbc.internal.StoreCalls;
 import io.github.resilience4j.retry.Retry;
-import io.github.resilience4j.retry.RetryConfig;
 import java.sql.Array;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -43,7 +41,6 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
-import java.util.concurrent.Executor;
 import java.util.function.Function;
 import java.util.regex.Pattern;
 import javax.sql.DataSource;
@@ -120,17 +117,6 @@ public final class JdbcDedupStore implements DedupStore {
   /** A claim whose key changes under it between two statements is tried again this many times. */
   private static final int MAX_CLAIM_ROUNDS = 10;
 
-  /** Runs the driver's network-timeout callback on the calling thread: nothing to hand off. */
-  private static final Executor SAME_THREAD = Runnable::run;
-
-  private final DataSource dataSource;
-
-  /**
-   * Where the store's own calls take a connection of their own: the pool behind a {@link
-   * TransactionBoundDataSource}, which hands out only its open transaction's connection.
-   */
-  private final DataSource ownConnections;
-
   private final String tableName;
   private final PostgresSql sql;
   private final MySqlStore mysql;
@@ -138,58 +124,32 @@ public final class JdbcDedupStore implements DedupStore {
   /** Set by the builder, else detected from the first connection. */
   private volatile @Nullable SqlDialect dialect;
 
-  private final Retry retry;
   private final Duration statementTimeout;
-  private final Duration retryMaxDuration;
-  private volatile boolean productChecked;
-
-  /** The connections reach PostgreSQL through a pooler (see {@link PostgresPooler}). */
-  private volatile boolean pooled;
-
-  /** Set on the thread of a call tried once more after its data was refused. */
-  @SuppressWarnings("ThreadLocalUsage")
-  private final ThreadLocal<Boolean> freshStatements = new ThreadLocal<>();
-
-  /**
-   * Marks the text of a statement tried once more: pgjdbc would reuse a named server-side statement
-   * it has for the same text, and that statement may be what refused the data.
-   */
-  private static final String FRESH_STATEMENT = "/* consumer-dedup: once more */ ";
+  private final StoreCalls calls;
 
   private JdbcDedupStore(Builder builder) {
-    this.dataSource = builder.dataSource;
-    this.ownConnections =
-        builder.dataSource instanceof TransactionBoundDataSource bound
-            ? bound.pool()
-            : builder.dataSource;
     this.tableName = builder.tableName;
     this.statementTimeout = builder.statementTimeout;
-    this.retryMaxDuration = builder.retryMaxDuration;
     this.sql = new PostgresSql(tableName);
-    this.mysql = new MySqlStore(tableName, this::prepare);
     this.dialect = builder.dialect;
-    RetryConfig config =
-        RetryConfig.custom()
-            .maxAttempts(builder.retryMaxAttempts)
-            .intervalFunction(
-                IntervalFunction.ofExponentialRandomBackoff(
-                    builder.retryInitialBackoff, 2.0, 0.5, builder.retryMaxBackoff))
-            // A try that outlasts the call's budget (a long wait for a pooled connection while the
-            // database is down) is not repeated: every call returns in bounded time.
-            .retryOnException(e -> e instanceof TransientFailure failure && failure.withinBudget)
-            .failAfterMaxAttempts(false)
-            .build();
-    this.retry = Retry.of("consumer-dedup-store", config);
-    this.retry
-        .getEventPublisher()
-        .onRetry(
-            event ->
-                log.warn(
-                    "Transient database error on {} (try {}), retrying in {}: {}",
-                    tableName,
-                    event.getNumberOfRetryAttempts(),
-                    event.getWaitInterval(),
-                    String.valueOf(event.getLastThrowable().getCause())));
+    this.calls =
+        new StoreCalls(
+            builder.dataSource,
+            // The store's own calls take a connection of their own: the pool behind a
+            // TransactionBoundDataSource, which hands out only its open transaction's connection.
+            builder.dataSource instanceof TransactionBoundDataSource bound
+                ? bound.pool()
+                : builder.dataSource,
+            tableName,
+            new StoreCalls.Limits(
+                builder.retryMaxAttempts,
+                builder.retryInitialBackoff,
+                builder.retryMaxBackoff,
+                builder.retryMaxDuration,
+                builder.statementTimeout),
+            log,
+            this::checkProduct);
+    this.mysql = new MySqlStore(tableName, calls::prepare);
   }
 
   /**
@@ -229,7 +189,7 @@ public final class JdbcDedupStore implements DedupStore {
 
   /** The resilience4j retry of store calls, for its metrics. */
   public Retry retry() {
-    return retry;
+    return calls.retry();
   }
 
   @Override
@@ -244,7 +204,7 @@ public final class JdbcDedupStore implements DedupStore {
     if (distinct.isEmpty()) {
       return List.of();
     }
-    return call(
+    return calls.run(
         "claim",
         only(distinct),
         connection ->
@@ -269,24 +229,22 @@ public final class JdbcDedupStore implements DedupStore {
     if (distinct.isEmpty()) {
       return List.of();
     }
-    DedupKey key = only(distinct);
-    try (Connection connection = dataSource.getConnection()) {
-      checkProduct(connection);
-      requireUnnamedHandlerStatements(connection, key);
-      if (connection.getAutoCommit()) {
-        throw new IllegalStateException(
-            "DedupMode.TRANSACTIONAL needs an open transaction on the dedup table's DataSource, but"
-                + " its connection is in auto-commit mode: run the handler inside a transaction on"
-                + " that DataSource (key "
-                + distinct.get(0).key()
-                + ")");
-      }
-      return isMySql()
-          ? mysql.claim(connection, distinct, false)
-          : claimRounds(connection, distinct, false);
-    } catch (SQLException e) {
-      throw failure("claim in the caller's transaction", key, e, false);
-    }
+    return calls.inCallersTransaction(
+        "claim in the caller's transaction",
+        only(distinct),
+        connection -> {
+          if (connection.getAutoCommit()) {
+            throw new IllegalStateException(
+                "DedupMode.TRANSACTIONAL needs an open transaction on the dedup table's DataSource,"
+                    + " but its connection is in auto-commit mode: run the handler inside a"
+                    + " transaction on that DataSource (key "
+                    + distinct.get(0).key()
+                    + ")");
+          }
+          return isMySql()
+              ? mysql.claim(connection, distinct, false)
+              : claimRounds(connection, distinct, false);
+        });
   }
 
   /** The key of a one-key call, named in its errors; null for a batch. */
@@ -445,7 +403,7 @@ public final class JdbcDedupStore implements DedupStore {
     if (claims.isEmpty()) {
       return List.of();
     }
-    return call(
+    return calls.run(
         "release",
         claims.size() == 1 ? claims.get(0).key() : null,
         connection -> {
@@ -496,7 +454,7 @@ public final class JdbcDedupStore implements DedupStore {
     if (claims.isEmpty()) {
       return List.of();
     }
-    return call(
+    return calls.run(
         operation,
         claims.size() == 1 ? claims.get(0).key() : null,
         connection -> {
@@ -505,7 +463,7 @@ public final class JdbcDedupStore implements DedupStore {
             // one transaction: one commit for the batch, rows locked in key order as a claim
             // locks them. Sent again after a failure, each statement still counts its own earlier
             // write as written.
-            SqlWork<List<DedupKey>> perKey =
+            StoreCalls.SqlWork<List<DedupKey>> perKey =
                 c -> {
                   Map<DedupKey, @Nullable String> messages = new HashMap<>();
                   Iterator<String> error = errors == null ? null : errors.iterator();
@@ -540,7 +498,7 @@ public final class JdbcDedupStore implements DedupStore {
                 };
             return claims.size() == 1
                 ? perKey.run(connection)
-                : inOwnTransaction(connection, perKey);
+                : StoreCalls.inOwnTransaction(connection, perKey);
           }
           List<DedupKey> lost = fenced(connection, updateSql, claims, duration, errors);
           if (vanishedSql == null || lost.isEmpty()) {
@@ -692,13 +650,7 @@ public final class JdbcDedupStore implements DedupStore {
   @Override
   public void verifyReady(DedupMode mode) {
     if (mode == DedupMode.TRANSACTIONAL) {
-      // On a connection as the pool lends it: a store call makes its own statements unnamed.
-      try (Connection connection = ownConnections.getConnection()) {
-        checkProduct(connection);
-        requireUnnamedHandlerStatements(connection, null);
-      } catch (SQLException e) {
-        // The table check below meets the same database and says so; each claim checks again.
-      }
+      calls.requireUnnamedHandlerStatements();
     }
     List<String> missing;
     try {
@@ -751,7 +703,7 @@ public final class JdbcDedupStore implements DedupStore {
 
   /** The columns the store needs that the table lacks; all of them if there is no table. */
   public List<String> missingColumns() {
-    return call("table check", null, this::presentColumns).missing();
+    return calls.run("table check", null, this::presentColumns).missing();
   }
 
   /**
@@ -762,33 +714,7 @@ public final class JdbcDedupStore implements DedupStore {
    * @throws DedupStoreException the database could not be asked
    */
   public List<String> missingColumnsNow() {
-    try {
-      return attempt("table check", null, this::presentColumns, System.nanoTime()).missing();
-    } catch (TransientFailure e) {
-      throw SqlStates.storeException(
-          "Dedup store table check on table " + tableName, null, e.getCause());
-    }
-  }
-
-  /**
-   * Refuses a connection behind a pooler on which a handler's statements would be named server-side
-   * statements: in mode TRANSACTIONAL they run on the claim's connection, and a pooler in
-   * transaction mode hands them to server connections that lack them or hold another client's.
-   */
-  private void requireUnnamedHandlerStatements(Connection connection, @Nullable DedupKey key)
-      throws SQLException {
-    if (pooled && PostgresPooler.namesStatements(connection)) {
-      throw new DedupConfigurationException(
-          "The dedup table's DataSource reaches PostgreSQL through a connection pooler (such as"
-              + " PgBouncer), where the handler's own statements in DedupMode.TRANSACTIONAL would"
-              + " become named server-side statements and, in transaction pool mode, fail on"
-              + " another server connection (SQL states 26000, 42P05, 08P01). Add"
-              + " prepareThreshold=0 to the JDBC URL (pgjdbc then uses unnamed statements); with"
-              + " PgBouncer 1.21+ and max_prepared_statements named statements work, but this"
-              + " check cannot tell, so set prepareThreshold=0 there too",
-          key,
-          null);
-    }
+    return calls.runOnce("table check", null, this::presentColumns).missing();
   }
 
   private Columns presentColumns(Connection connection) throws SQLException {
@@ -819,7 +745,7 @@ public final class JdbcDedupStore implements DedupStore {
 
   @Override
   public Optional<DedupRecord> find(DedupKey key) {
-    return call(
+    return calls.run(
         "find",
         key,
         connection ->
@@ -831,7 +757,7 @@ public final class JdbcDedupStore implements DedupStore {
     if (limit < 1) {
       throw new IllegalArgumentException("limit must be at least 1, was " + limit);
     }
-    return call(
+    return calls.run(
         "purge",
         null,
         connection -> {
@@ -872,19 +798,9 @@ public final class JdbcDedupStore implements DedupStore {
         row.getBoolean("lease_live"));
   }
 
-  PreparedStatement prepare(Connection connection, String statementSql) throws SQLException {
-    boolean fresh = Boolean.TRUE.equals(freshStatements.get());
-    PreparedStatement statement =
-        connection.prepareStatement(fresh ? FRESH_STATEMENT + statementSql : statementSql);
-    if (pooled || fresh) {
-      PostgresPooler.useUnnamed(statement);
-    }
-    statement.setQueryTimeout(timeoutSeconds(statementTimeout));
-    return statement;
-  }
-
-  private static int timeoutSeconds(Duration timeout) {
-    return (int) Math.max(1, (timeout.toMillis() + 999) / 1000);
+  private PreparedStatement prepare(Connection connection, String statementSql)
+      throws SQLException {
+    return calls.prepare(connection, statementSql);
   }
 
   /**
@@ -902,132 +818,10 @@ public final class JdbcDedupStore implements DedupStore {
   }
 
   /**
-   * Runs one store operation on a connection of its own, in its own transaction, retrying transient
-   * errors. Data the database refuses is sent once more on a fresh, unnamed statement before the
-   * call says so: a valid record must not be dead-lettered because a named server-side statement of
-   * another client (behind a pooler that was not detected) took its parameters.
+   * Detects the dialect from the first connection, unless the builder set it, and whether the
+   * connection reaches PostgreSQL through a connection pooler.
    */
-  private <T> T call(String operation, @Nullable DedupKey key, SqlWork<T> work) {
-    try {
-      return callWithRetries(operation, key, work);
-    } catch (DedupStoreDataException refused) {
-      log.warn(
-          "The database refused the data of a store {} on {}; trying once more on a fresh"
-              + " statement: {}",
-          operation,
-          tableName,
-          refused.getMessage());
-      freshStatements.set(Boolean.TRUE);
-      try {
-        return callWithRetries(operation, key, work);
-      } finally {
-        freshStatements.remove();
-      }
-    }
-  }
-
-  private <T> T callWithRetries(String operation, @Nullable DedupKey key, SqlWork<T> work) {
-    long deadline = System.nanoTime() + retryMaxDuration.toNanos();
-    int[] tries = {0};
-    try {
-      return retry.executeSupplier(
-          () -> {
-            tries[0]++;
-            return attempt(operation, key, work, deadline);
-          });
-    } catch (TransientFailure e) {
-      throw new DedupStoreUnavailableException(
-          "Dedup store "
-              + operation
-              + " on table "
-              + tableName
-              + " failed after "
-              + tries[0]
-              + (tries[0] == 1 ? " try: " : " tries: ")
-              + e.getCause().getMessage(),
-          key,
-          null,
-          e.getCause());
-    }
-  }
-
-  private <T> T attempt(
-      String operation, @Nullable DedupKey key, SqlWork<T> work, long retryDeadline) {
-    try (Connection connection = ownConnections.getConnection()) {
-      checkProduct(connection);
-      boolean autoCommit = connection.getAutoCommit();
-      int networkTimeout = connection.getNetworkTimeout();
-      // Longer than the statement timeout, so a slow statement is cancelled by the server first;
-      // it catches a connection that no longer answers at all.
-      connection.setNetworkTimeout(SAME_THREAD, (int) statementTimeout.multipliedBy(2).toMillis());
-      if (!autoCommit) {
-        connection.setAutoCommit(true);
-      }
-      // Behind a pooler every statement of the call is unnamed, COMMIT and ROLLBACK included:
-      // pgjdbc names those by the connection's threshold, not a statement's.
-      int prepareThreshold = pooled ? PostgresPooler.unnameStatements(connection) : -1;
-      T result;
-      try {
-        result = work.run(connection);
-      } catch (SQLException e) {
-        // The connection may be broken now; what broke it is the error to report.
-        restore(connection, autoCommit, networkTimeout, prepareThreshold, e);
-        throw e;
-      }
-      restore(connection, autoCommit, networkTimeout, prepareThreshold, null);
-      return result;
-    } catch (SQLException e) {
-      RuntimeException failure = failure(operation, key, e, true);
-      if (failure instanceof TransientFailure transientFailure) {
-        transientFailure.withinBudget = System.nanoTime() - retryDeadline < 0;
-      }
-      throw failure;
-    }
-  }
-
-  /**
-   * Hands the connection back as it was lent. After {@code failure} a broken connection cannot be
-   * restored, and the pool discards it anyway: its own error then only rides along.
-   */
-  private static void restore(
-      Connection connection,
-      boolean autoCommit,
-      int networkTimeout,
-      int prepareThreshold,
-      @Nullable SQLException failure)
-      throws SQLException {
-    try {
-      if (!autoCommit) {
-        connection.setAutoCommit(false);
-      }
-      connection.setNetworkTimeout(SAME_THREAD, networkTimeout);
-      if (prepareThreshold >= 0) {
-        PostgresPooler.setPrepareThreshold(connection, prepareThreshold);
-      }
-    } catch (SQLException e) {
-      if (failure == null) {
-        throw e;
-      }
-      failure.addSuppressed(e);
-    }
-  }
-
-  /**
-   * The exception for a failed call: transient ones are retried when {@code retryable}, data the
-   * database refused and anything else are not.
-   */
-  private RuntimeException failure(
-      String operation, @Nullable DedupKey key, SQLException e, boolean retryable) {
-    if (retryable && SqlStates.isTransient(e)) {
-      return new TransientFailure(e);
-    }
-    return SqlStates.storeException("Dedup store " + operation + " on table " + tableName, key, e);
-  }
-
-  private void checkProduct(Connection connection) throws SQLException {
-    if (productChecked) {
-      return;
-    }
+  private boolean checkProduct(Connection connection) throws SQLException {
     String product = connection.getMetaData().getDatabaseProductName();
     SqlDialect detected = SqlDialect.forProduct(product);
     if (dialect == null) {
@@ -1040,17 +834,7 @@ public final class JdbcDedupStore implements DedupStore {
       }
       dialect = detected;
     }
-    if (dialect == SqlDialect.POSTGRESQL && PostgresPooler.detect(connection)) {
-      if (!pooled) {
-        log.info(
-            "The dedup table {} is reached through a connection pooler: the store's own statements"
-                + " are unnamed server-side statements, which a pooler in transaction mode cannot"
-                + " hand to another client",
-            tableName);
-      }
-      pooled = true;
-    }
-    productChecked = true;
+    return dialect == SqlDialect.POSTGRESQL && PostgresPooler.detect(connection);
   }
 
   /** The store's dialect, once the first connection has told it (or the builder set it). */
@@ -1062,64 +846,14 @@ public final class JdbcDedupStore implements DedupStore {
     return dialect == SqlDialect.MYSQL;
   }
 
-  @FunctionalInterface
-  interface SqlWork<T> {
-    T run(Connection connection) throws SQLException;
+  /** How the store runs its statements; for the admin operations and the janitor beside it. */
+  StoreCalls calls() {
+    return calls;
   }
 
-  /**
-   * Runs {@code work} as a store call (its retries, timeouts and error mapping); for the admin
-   * operations beside the store. The dialect is known inside {@code work}.
-   */
-  <T> T run(String operation, @Nullable DedupKey key, SqlWork<T> work) {
-    return call(operation, key, work);
-  }
-
-  /** The dialect, inside a {@link #run} call (the connection has told it by then). */
+  /** The dialect, inside a store call (the connection has told it by then). */
   SqlDialect knownDialect() {
     return Objects.requireNonNull(dialect, "dialect");
-  }
-
-  /**
-   * Runs {@code work} in a transaction of its own on an auto-commit connection: commits it, or
-   * rolls it back on failure, and hands the connection back in auto-commit mode.
-   */
-  static <T> T inOwnTransaction(Connection connection, SqlWork<T> work) throws SQLException {
-    connection.setAutoCommit(false);
-    T result;
-    try {
-      result = work.run(connection);
-      connection.commit();
-    } catch (SQLException | RuntimeException e) {
-      // On a broken connection these fail too; the error that broke it is the one to report (its
-      // SQL state says whether a retry may succeed).
-      try {
-        connection.rollback();
-        connection.setAutoCommit(true);
-      } catch (SQLException cleanup) {
-        e.addSuppressed(cleanup);
-      }
-      throw e;
-    }
-    connection.setAutoCommit(true);
-    return result;
-  }
-
-  /** A transient SQL error on its way through the retry. */
-  private static final class TransientFailure extends RuntimeException {
-    private static final long serialVersionUID = 1L;
-
-    /** Whether the call may still be tried again. */
-    transient boolean withinBudget = true;
-
-    TransientFailure(SQLException cause) {
-      super(cause);
-    }
-
-    @Override
-    public synchronized SQLException getCause() {
-      return (SQLException) Objects.requireNonNull(super.getCause());
-    }
   }
 
   /** Builds a {@link JdbcDedupStore}; every setter validates its value at once. */

@@ -1,6 +1,7 @@
 package io.consumerdedup.jdbc;
 
 import io.consumerdedup.jdbc.internal.PurgeSql;
+import io.consumerdedup.jdbc.internal.StoreCalls;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -31,18 +32,20 @@ final class KeysetPurge {
   record Estimate(long expiredRows, @Nullable Duration oldestExpiredAge) {}
 
   private final JdbcDedupStore store;
+  private final StoreCalls calls;
   private final PurgeSql postgres;
   private final PurgeSql mysql;
 
   KeysetPurge(JdbcDedupStore store) {
     this.store = store;
+    this.calls = store.calls();
     this.postgres = new PurgeSql(store.tableName(), true);
     this.mysql = new PurgeSql(store.tableName(), false);
   }
 
   /** Deletes up to {@code limit} expired rows after {@code after} (from the start when null). */
   Batch deleteAfter(@Nullable Position after, int limit) {
-    return store.run(
+    return calls.run(
         "purge",
         null,
         connection ->
@@ -54,7 +57,7 @@ final class KeysetPurge {
   private Batch deletePostgres(Connection connection, @Nullable Position after, int limit)
       throws SQLException {
     try (PreparedStatement statement =
-        store.prepare(connection, postgres.deleteBatch(after != null))) {
+        calls.prepare(connection, postgres.deleteBatch(after != null))) {
       int index = bindCursor(statement, after, SqlDialect.POSTGRESQL);
       statement.setInt(index, limit);
       try (ResultSet row = statement.executeQuery()) {
@@ -80,7 +83,7 @@ final class KeysetPurge {
       throws SQLException {
     int found = 0;
     Position last = null;
-    try (PreparedStatement select = store.prepare(connection, mysql.selectBatch(after != null))) {
+    try (PreparedStatement select = calls.prepare(connection, mysql.selectBatch(after != null))) {
       int index = bindCursor(select, after, SqlDialect.MYSQL);
       select.setInt(index, limit);
       try (ResultSet rows = select.executeQuery()) {
@@ -97,7 +100,7 @@ final class KeysetPurge {
     if (last == null) {
       return new Batch(0, false, after);
     }
-    try (PreparedStatement delete = store.prepare(connection, mysql.deleteThrough(after != null))) {
+    try (PreparedStatement delete = calls.prepare(connection, mysql.deleteThrough(after != null))) {
       int index = bindCursor(delete, after, SqlDialect.MYSQL);
       Object createdAt = JdbcDedupAdmin.time(last.createdAt(), SqlDialect.MYSQL);
       delete.setObject(index++, createdAt);
@@ -128,12 +131,12 @@ final class KeysetPurge {
 
   /** Counts the expired rows among the oldest {@value PurgeSql#BACKLOG_SAMPLE}. */
   Estimate estimate() {
-    return store.run(
+    return calls.run(
         "purge backlog",
         null,
         connection -> {
           PurgeSql sql = store.knownDialect() == SqlDialect.MYSQL ? mysql : postgres;
-          try (PreparedStatement statement = store.prepare(connection, sql.backlog)) {
+          try (PreparedStatement statement = calls.prepare(connection, sql.backlog)) {
             statement.setInt(1, PurgeSql.BACKLOG_SAMPLE);
             try (ResultSet row = statement.executeQuery()) {
               row.next();

@@ -8,6 +8,7 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.internal.StoredText;
 import io.consumerdedup.jdbc.internal.MySqlSql;
+import io.consumerdedup.jdbc.internal.StoreCalls;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -61,7 +62,7 @@ final class MySqlStore {
   List<ClaimResult> claim(Connection connection, List<ClaimRequest> requests, boolean withLease)
       throws SQLException {
     if (connection.getAutoCommit()) {
-      return JdbcDedupStore.inOwnTransaction(connection, c -> claimLocked(c, requests, withLease));
+      return StoreCalls.inOwnTransaction(connection, c -> claimLocked(c, requests, withLease));
     }
     return claimLocked(connection, requests, withLease);
   }
