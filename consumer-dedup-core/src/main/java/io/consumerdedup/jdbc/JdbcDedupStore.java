@@ -1,9 +1,5 @@
 package io.consumerdedup.jdbc;
 
-import static io.consumerdedup.jdbc.internal.PostgresSql.Type.BIGINT;
-import static io.consumerdedup.jdbc.internal.PostgresSql.Type.INT;
-import static io.consumerdedup.jdbc.internal.PostgresSql.Type.TEXT;
-
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupConfigurationException;
@@ -16,32 +12,21 @@ import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.internal.Durations;
-import io.consumerdedup.core.internal.StoredText;
-import io.consumerdedup.jdbc.internal.PostgresPooler;
+import io.consumerdedup.jdbc.internal.Dialect;
+import io.consumerdedup.jdbc.internal.Dialect.FencedUpdate;
+import io.consumerdedup.jdbc.internal.Dialect.Held;
+import io.consumerdedup.jdbc.internal.MySqlDialect;
+import io.consumerdedup.jdbc.internal.PostgresDialect;
 import io.consumerdedup.jdbc.internal.PostgresSql;
 import io.consumerdedup.jdbc.internal.StoreCalls;
 import io.github.resilience4j.retry.Retry;
-import java.sql.Array;
 import java.sql.Connection;
-import java.sql.PreparedStatement;
-import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.Timestamp;
 import java.time.Duration;
-import java.time.Instant;
-import java.time.LocalDateTime;
-import java.time.ZoneOffset;
-import java.util.ArrayList;
-import java.util.Comparator;
-import java.util.HashMap;
-import java.util.HashSet;
-import java.util.Iterator;
 import java.util.List;
-import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
-import java.util.function.Function;
 import java.util.regex.Pattern;
 import javax.sql.DataSource;
 import org.jspecify.annotations.Nullable;
@@ -114,12 +99,7 @@ public final class JdbcDedupStore implements DedupStore {
   private static final Pattern TABLE_NAME =
       Pattern.compile("([A-Za-z_][A-Za-z0-9_]{0,62}\\.)?[A-Za-z_][A-Za-z0-9_]{0,62}");
 
-  /** A claim whose key changes under it between two statements is tried again this many times. */
-  private static final int MAX_CLAIM_ROUNDS = 10;
-
   private final String tableName;
-  private final PostgresSql sql;
-  private final MySqlStore mysql;
 
   /** Set by the builder, else detected from the first connection. */
   private volatile @Nullable SqlDialect dialect;
@@ -130,7 +110,6 @@ public final class JdbcDedupStore implements DedupStore {
   private JdbcDedupStore(Builder builder) {
     this.tableName = builder.tableName;
     this.statementTimeout = builder.statementTimeout;
-    this.sql = new PostgresSql(tableName);
     this.dialect = builder.dialect;
     this.calls =
         new StoreCalls(
@@ -148,8 +127,7 @@ public final class JdbcDedupStore implements DedupStore {
                 builder.retryMaxDuration,
                 builder.statementTimeout),
             log,
-            this::checkProduct);
-    this.mysql = new MySqlStore(tableName, calls::prepare);
+            this::chooseDialect);
   }
 
   /**
@@ -197,7 +175,7 @@ public final class JdbcDedupStore implements DedupStore {
     return claimAll(List.of(request)).get(0);
   }
 
-  /** One statement for all the keys (see {@link PostgresSql#claim}), in its own transaction. */
+  /** One statement for all the keys on PostgreSQL, in its own transaction. */
   @Override
   public List<ClaimResult> claimAll(List<ClaimRequest> requests) {
     List<ClaimRequest> distinct = DedupStore.distinct(requests);
@@ -207,10 +185,7 @@ public final class JdbcDedupStore implements DedupStore {
     return calls.run(
         "claim",
         only(distinct),
-        connection ->
-            isMySql()
-                ? mysql.claim(connection, distinct, true)
-                : claimRounds(connection, distinct, true));
+        (connection, dialect) -> dialect.claim(connection, distinct, true));
   }
 
   @Override
@@ -232,7 +207,7 @@ public final class JdbcDedupStore implements DedupStore {
     return calls.inCallersTransaction(
         "claim in the caller's transaction",
         only(distinct),
-        connection -> {
+        (connection, dialect) -> {
           if (connection.getAutoCommit()) {
             throw new IllegalStateException(
                 "DedupMode.TRANSACTIONAL needs an open transaction on the dedup table's DataSource,"
@@ -241,9 +216,7 @@ public final class JdbcDedupStore implements DedupStore {
                     + distinct.get(0).key()
                     + ")");
           }
-          return isMySql()
-              ? mysql.claim(connection, distinct, false)
-              : claimRounds(connection, distinct, false);
+          return dialect.claim(connection, distinct, false);
         });
   }
 
@@ -252,131 +225,27 @@ public final class JdbcDedupStore implements DedupStore {
     return requests.size() == 1 ? requests.get(0).key() : null;
   }
 
-  /**
-   * Claims {@code requests} (distinct keys), again for the keys whose record changed under the
-   * statement (between its snapshot and its insert), until every key has its answer.
-   *
-   * @param withLease claim as PROCESSING under the request's lease (separate mode), or as SUCCESS
-   *     at once (in the caller's transaction)
-   */
-  private List<ClaimResult> claimRounds(
-      Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
-    Map<DedupKey, ClaimResult> answers = new HashMap<>();
-    List<ClaimRequest> open = requests;
-    for (int round = 0; round < MAX_CLAIM_ROUNDS && !open.isEmpty(); round++) {
-      List<ClaimRequest> unsettled = new ArrayList<>();
-      Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
-      open.forEach(request -> byKey.put(columns(request.key()), request));
-      PostgresSql.Keyed claimSql = withLease ? sql.claim : sql.claimInTransaction;
-      try (PreparedStatement statement = prepare(connection, claimSql.forRows(open.size()))) {
-        Rows<ClaimRequest> bound = new Rows<>(statement, 1, open);
-        bound.bind(TEXT, r -> r.key().bizType());
-        bound.bind(TEXT, r -> r.key().bizKey());
-        bound.bind(TEXT, ClaimRequest::owner);
-        bound.bind(BIGINT, r -> r.lease().toMillis());
-        bound.bind(
-            BIGINT, r -> (withLease ? r.lease().plus(r.retention()) : r.retention()).toMillis());
-        bound.bind(TEXT, ClaimRequest::fingerprint);
-        bound.bind(TEXT, r -> StoredText.storable(r.source(), StoredText.MAX_SOURCE_LENGTH));
-        bound.bind(TEXT, ClaimRequest::claimId);
-        try (ResultSet rows = statement.executeQuery()) {
-          while (rows.next()) {
-            ClaimRequest request =
-                byKey.get(Map.entry(rows.getString("biz_type"), rows.getString("biz_key")));
-            ClaimResult answer = answer(rows, Objects.requireNonNull(request), withLease);
-            if (answer == null) {
-              unsettled.add(request);
-            } else {
-              answers.put(request.key(), answer);
-            }
-          }
-        }
-      }
-      open = unsettled;
-    }
-    if (!open.isEmpty()) {
-      throw new DedupStoreException(
-          "Claim did not settle after " + MAX_CLAIM_ROUNDS + " rounds",
-          open.get(0).key(),
-          open.get(0).source(),
-          null);
-    }
-    return requests.stream().map(request -> answers.get(request.key())).toList();
-  }
-
-  /**
-   * The answer to one request from its row of the claim statement; null when the record changed
-   * under the statement and the key must be claimed again: the holder may have failed, its lease
-   * run out, the row been purged, or another consumer inserted it first.
-   */
-  private static @Nullable ClaimResult answer(
-      ResultSet row, ClaimRequest request, boolean withLease) throws SQLException {
-    DedupKey key = request.key();
-    int token = row.getInt("claimed");
-    boolean claimed = !row.wasNull();
-    boolean own =
-        withLease
-            && DedupStatus.PROCESSING.name().equals(row.getString("status"))
-            && request.claimId().equals(row.getString("claim_id"));
-    if (claimed) {
-      if (own) {
-        log.info(
-            "Claim of {} was committed before its reply was lost; it is ours, its lease renewed",
-            key);
-      }
-      return new ClaimResult.Claimed(key, token, request.claimId());
-    }
-    if (own || row.getString("status") == null) {
-      return null; // the row changed since the statement's snapshot: claim again
-    }
-    DedupRecord existing = record(row, key, SqlDialect.POSTGRESQL);
-    return blocksClaim(existing, request) ? new ClaimResult.Taken(key, existing) : null;
-  }
-
-  private static boolean blocksClaim(DedupRecord existing, ClaimRequest request) {
-    String stored = existing.fingerprint().orElse(null);
-    if (stored != null && request.fingerprint() != null && !stored.equals(request.fingerprint())) {
-      return true;
-    }
-    return existing.status() == DedupStatus.SUCCESS || existing.isLeaseLive();
-  }
-
   @Override
   public boolean complete(DedupKey key, int token, Duration retention) {
-    return fencedUpdate(
-            "complete",
-            sql.complete,
-            sql.completeVanished,
-            List.of(new Held(key, token)),
-            retention,
-            null)
+    return fencedUpdate(FencedUpdate.COMPLETE, List.of(new Held(key, token)), retention, null)
         .isEmpty();
   }
 
   @Override
   public List<DedupKey> completeAll(List<ClaimResult.Claimed> claims, Duration retention) {
-    return fencedUpdate(
-        "complete", sql.complete, sql.completeVanished, held(claims), retention, null);
+    return fencedUpdate(FencedUpdate.COMPLETE, held(claims), retention, null);
   }
 
   @Override
   public boolean fail(DedupKey key, int token, String error, Duration retention) {
-    return fencedUpdate(
-            "fail",
-            sql.fail,
-            sql.failVanished,
-            List.of(new Held(key, token)),
-            retention,
-            List.of(error))
+    return fencedUpdate(FencedUpdate.FAIL, List.of(new Held(key, token)), retention, List.of(error))
         .isEmpty();
   }
 
   @Override
   public List<DedupKey> failAll(List<Failure> failures, Duration retention) {
     return fencedUpdate(
-        "fail",
-        sql.fail,
-        sql.failVanished,
+        FencedUpdate.FAIL,
         held(failures.stream().map(Failure::claim).toList()),
         retention,
         failures.stream().map(Failure::error).toList());
@@ -384,13 +253,12 @@ public final class JdbcDedupStore implements DedupStore {
 
   @Override
   public boolean renew(DedupKey key, int token, Duration lease) {
-    return fencedUpdate("renew", sql.renew, null, List.of(new Held(key, token)), lease, null)
-        .isEmpty();
+    return fencedUpdate(FencedUpdate.RENEW, List.of(new Held(key, token)), lease, null).isEmpty();
   }
 
   @Override
   public List<DedupKey> renewAll(List<ClaimResult.Claimed> claims, Duration lease) {
-    return fencedUpdate("renew", sql.renew, null, held(claims), lease, null);
+    return fencedUpdate(FencedUpdate.RENEW, held(claims), lease, null);
   }
 
   @Override
@@ -406,151 +274,35 @@ public final class JdbcDedupStore implements DedupStore {
     return calls.run(
         "release",
         claims.size() == 1 ? claims.get(0).key() : null,
-        connection -> {
-          if (isMySql()) {
-            List<DedupKey> kept = new ArrayList<>();
-            for (ClaimResult.Claimed claim : claims) {
-              if (!mysql.release(connection, claim)) {
-                kept.add(claim.key());
-              }
-            }
-            return kept;
-          }
-          try (PreparedStatement statement =
-              prepare(connection, sql.release.forRows(claims.size()))) {
-            Rows<ClaimResult.Claimed> rows = new Rows<>(statement, 1, claims);
-            rows.bind(TEXT, c -> c.key().bizType());
-            rows.bind(TEXT, c -> c.key().bizKey());
-            rows.bind(INT, ClaimResult.Claimed::token);
-            rows.bind(TEXT, ClaimResult.Claimed::claimId);
-            return notAnswered(statement, claims.stream().map(ClaimResult.Claimed::key).toList());
-          }
-        });
+        (connection, dialect) -> dialect.release(connection, claims));
   }
-
-  /** A key and the token a fenced update presents. */
-  private record Held(DedupKey key, int token) {}
-
-  private static final Comparator<Held> HELD_KEY_ORDER =
-      Comparator.comparing((Held h) -> h.key().bizType()).thenComparing(h -> h.key().bizKey());
 
   private static List<Held> held(List<ClaimResult.Claimed> claims) {
     return claims.stream().map(claim -> new Held(claim.key(), claim.token())).toList();
   }
 
   /**
-   * Runs an UPDATE (see {@link PostgresSql#complete}) that applies only where the token still holds
-   * the key: binds {@code duration} in milliseconds, then the keys, the tokens and the {@code
-   * errors} if any. Where it finds no record at all and {@code vanishedSql} is given, writes the
-   * outcome again ({@link PostgresSql#completeVanished}). Answers the keys whose lease was lost.
+   * Applies {@code update} where the token still holds each key (see {@link Dialect#update});
+   * answers the keys whose lease was lost.
    */
   private List<DedupKey> fencedUpdate(
-      String operation,
-      PostgresSql.Keyed updateSql,
-      PostgresSql.@Nullable Keyed vanishedSql,
-      List<Held> claims,
-      Duration duration,
-      @Nullable List<String> errors) {
+      FencedUpdate update, List<Held> claims, Duration duration, @Nullable List<String> errors) {
     if (claims.isEmpty()) {
       return List.of();
     }
     return calls.run(
-        operation,
+        update.operation(),
         claims.size() == 1 ? claims.get(0).key() : null,
-        connection -> {
-          if (isMySql()) {
-            // One fenced statement per key (MySQL has no arrays to send a batch's keys in one), in
-            // one transaction: one commit for the batch, rows locked in key order as a claim
-            // locks them. Sent again after a failure, each statement still counts its own earlier
-            // write as written.
-            StoreCalls.SqlWork<List<DedupKey>> perKey =
-                c -> {
-                  Map<DedupKey, @Nullable String> messages = new HashMap<>();
-                  Iterator<String> error = errors == null ? null : errors.iterator();
-                  for (Held claim : claims) {
-                    messages.put(
-                        claim.key(),
-                        error == null
-                            ? null
-                            : StoredText.storable(error.next(), StoredText.MAX_ERROR_LENGTH));
-                  }
-                  Set<DedupKey> lost = new HashSet<>();
-                  for (Held claim : claims.stream().sorted(HELD_KEY_ORDER).toList()) {
-                    String message = messages.get(claim.key());
-                    if (mysql.fenced(
-                        c, operation, claim.key(), claim.token(), duration.toMillis(), message)) {
-                      continue;
-                    }
-                    if (vanishedSql != null
-                        && mysql.writeVanished(
-                            c,
-                            operation,
-                            claim.key(),
-                            claim.token(),
-                            duration.toMillis(),
-                            message)) {
-                      logVanished(operation, List.of(claim));
-                    } else {
-                      lost.add(claim.key());
-                    }
-                  }
-                  return claims.stream().map(Held::key).filter(lost::contains).toList();
-                };
-            return claims.size() == 1
-                ? perKey.run(connection)
-                : StoreCalls.inOwnTransaction(connection, perKey);
-          }
-          List<DedupKey> lost = fenced(connection, updateSql, claims, duration, errors);
-          if (vanishedSql == null || lost.isEmpty()) {
-            return lost;
-          }
-          // Rare: a key with no record at all is not another holder's; its outcome is written
-          // again, where it is still missing.
-          Set<DedupKey> missing = new HashSet<>(lost);
-          List<Held> gone = new ArrayList<>();
-          List<String> goneErrors = errors == null ? null : new ArrayList<>();
-          for (int i = 0; i < claims.size(); i++) {
-            if (missing.contains(claims.get(i).key())) {
-              gone.add(claims.get(i));
-              if (errors != null && goneErrors != null) {
-                goneErrors.add(errors.get(i));
-              }
-            }
-          }
-          List<DedupKey> stillLost = fenced(connection, vanishedSql, gone, duration, goneErrors);
-          logVanished(operation, gone.stream().filter(c -> !stillLost.contains(c.key())).toList());
-          return stillLost;
+        (connection, dialect) -> {
+          Dialect.Written written = dialect.update(connection, update, claims, duration, errors);
+          logVanished(update, written.rewritten());
+          return written.lost();
         });
   }
 
-  /**
-   * Runs a {@link PostgresSql.Keyed} statement over (type, key, token{@code , error}) rows after
-   * {@code duration} in milliseconds; answers the keys it did not answer for.
-   */
-  private List<DedupKey> fenced(
-      Connection connection,
-      PostgresSql.Keyed statementSql,
-      List<Held> claims,
-      Duration duration,
-      @Nullable List<String> errors)
-      throws SQLException {
-    try (PreparedStatement statement = prepare(connection, statementSql.forRows(claims.size()))) {
-      statement.setLong(1, duration.toMillis());
-      Rows<Held> rows = new Rows<>(statement, 2, claims);
-      rows.bind(TEXT, c -> c.key().bizType());
-      rows.bind(TEXT, c -> c.key().bizKey());
-      rows.bind(INT, Held::token);
-      if (errors != null) {
-        Iterator<String> error = errors.iterator();
-        rows.bind(TEXT, c -> StoredText.storable(error.next(), StoredText.MAX_ERROR_LENGTH));
-      }
-      return notAnswered(statement, claims.stream().map(Held::key).toList());
-    }
-  }
-
   /** Says that the records of {@code written} were gone and their outcome was written again. */
-  private void logVanished(String operation, List<Held> written) {
-    String status = operation.equals("fail") ? "FAILED" : "SUCCESS";
+  private void logVanished(FencedUpdate update, List<Held> written) {
+    DedupStatus status = update.outcome();
     for (Held claim : written) {
       log.warn(
           "The record of {} had vanished when attempt {} came to record its {} (a failover to a"
@@ -562,51 +314,6 @@ public final class JdbcDedupStore implements DedupStore {
           status,
           status,
           claim.token());
-    }
-  }
-
-  /** The keys of {@code keys} that the statement's (biz_type, biz_key) rows do not name. */
-  private static List<DedupKey> notAnswered(PreparedStatement statement, List<DedupKey> keys)
-      throws SQLException {
-    Set<Map.Entry<String, String>> answered = new HashSet<>();
-    try (ResultSet rows = statement.executeQuery()) {
-      while (rows.next()) {
-        answered.add(Map.entry(rows.getString(1), rows.getString(2)));
-      }
-    }
-    return keys.stream().filter(key -> !answered.contains(columns(key))).toList();
-  }
-
-  /** A key as its two columns hold it. */
-  private static Map.Entry<String, String> columns(DedupKey key) {
-    return Map.entry(key.bizType(), key.bizKey());
-  }
-
-  /**
-   * Binds the columns of a {@link PostgresSql.Keyed} statement's rows, in order from a first
-   * parameter: a scalar per column for one row, an array per column for several.
-   */
-  private static final class Rows<T> {
-    private final PreparedStatement statement;
-    private final List<T> items;
-    private int index;
-
-    Rows(PreparedStatement statement, int firstIndex, List<T> items) {
-      this.statement = statement;
-      this.index = firstIndex;
-      this.items = items;
-    }
-
-    void bind(PostgresSql.Type type, Function<T, @Nullable Object> column) throws SQLException {
-      if (items.size() == 1) {
-        statement.setObject(index++, column.apply(items.get(0)), type.jdbc);
-      } else {
-        Array values =
-            statement
-                .getConnection()
-                .createArrayOf(type.arrayElement, items.stream().map(column).toArray());
-        statement.setArray(index++, values);
-      }
     }
   }
 
@@ -623,7 +330,7 @@ public final class JdbcDedupStore implements DedupStore {
    * @throws DedupStoreException the database could not be asked
    */
   public void verifyTable() {
-    throwIfMissing(missingColumns());
+    throwIfMissing(calls.run("table check", null, Columns::read));
   }
 
   /**
@@ -652,9 +359,9 @@ public final class JdbcDedupStore implements DedupStore {
     if (mode == DedupMode.TRANSACTIONAL) {
       calls.requireUnnamedHandlerStatements();
     }
-    List<String> missing;
+    Columns columns;
     try {
-      missing = missingColumnsNow();
+      columns = calls.runOnce("table check", null, Columns::read);
     } catch (DedupStoreUnavailableException e) {
       log.warn(
           "Could not check the dedup table {} now; records wait until the database answers: {}",
@@ -665,17 +372,16 @@ public final class JdbcDedupStore implements DedupStore {
       log.warn("Could not check the dedup table {}: {}", tableName, e.getMessage());
       return;
     }
-    throwIfMissing(missing);
+    throwIfMissing(columns);
   }
 
-  private void throwIfMissing(List<String> missing) {
+  private void throwIfMissing(Columns columns) {
+    List<String> missing = columns.missing();
     if (missing.isEmpty()) {
       return;
     }
     boolean absent = missing.size() == PostgresSql.EXPECTED_COLUMNS.size();
-    SqlDialect known = dialect;
-    String schemaResource = known == null ? SCHEMA_RESOURCE : known.schemaResource();
-    boolean onMySql = known == SqlDialect.MYSQL;
+    Dialect dialect = columns.dialect();
     throw new IllegalStateException(
         (absent
                 ? "The dedup table " + tableName + " does not exist"
@@ -685,25 +391,24 @@ public final class JdbcDedupStore implements DedupStore {
                     + String.join(", ", missing)
                     + " (it was created from an older schema file)")
             + ". Create it from the schema file "
-            + schemaResource
+            + dialect.schemaResource()
             + " (in the consumer-dedup-schema jar, Flyway naming: copy it into your migrations), for"
             + " example: unzip -p consumer-dedup-schema-<version>.jar "
-            + schemaResource
-            + (onMySql ? " | mysql <database>" : " | psql \"$DATABASE_URL\"")
+            + dialect.schemaResource()
+            + " | "
+            + dialect.schemaClient()
             + (absent
                 ? "; with Spring Boot, consumer-dedup.initialize-schema=always creates it at"
                     + " start-up"
                 : "; for claim_id: ALTER TABLE "
                     + tableName
                     + " ADD COLUMN claim_id "
-                    + (onMySql
-                        ? "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL"
-                        : "varchar(64)")));
+                    + dialect.claimIdColumnType()));
   }
 
   /** The columns the store needs that the table lacks; all of them if there is no table. */
   public List<String> missingColumns() {
-    return calls.run("table check", null, this::presentColumns).missing();
+    return calls.run("table check", null, Columns::read).missing();
   }
 
   /**
@@ -714,27 +419,15 @@ public final class JdbcDedupStore implements DedupStore {
    * @throws DedupStoreException the database could not be asked
    */
   public List<String> missingColumnsNow() {
-    return calls.runOnce("table check", null, this::presentColumns).missing();
+    return calls.runOnce("table check", null, Columns::read).missing();
   }
 
-  private Columns presentColumns(Connection connection) throws SQLException {
-    if (isMySql()) {
-      return new Columns(new HashSet<>(mysql.columns(connection, tableName)));
+  /** The columns a table has, in the dialect that read them. */
+  private record Columns(Set<String> present, Dialect dialect) {
+    static Columns read(Connection connection, Dialect dialect) throws SQLException {
+      return new Columns(dialect.columns(connection), dialect);
     }
-    Set<String> names = new HashSet<>();
-    try (PreparedStatement statement = prepare(connection, sql.columns)) {
-      statement.setString(1, tableName);
-      try (ResultSet rows = statement.executeQuery()) {
-        while (rows.next()) {
-          names.add(rows.getString(1));
-        }
-      }
-    }
-    return new Columns(names);
-  }
 
-  /** The columns a table has. */
-  private record Columns(Set<String> present) {
     /** The columns the store needs that are not present, in the schema file's order. */
     List<String> missing() {
       return PostgresSql.EXPECTED_COLUMNS.stream()
@@ -746,10 +439,7 @@ public final class JdbcDedupStore implements DedupStore {
   @Override
   public Optional<DedupRecord> find(DedupKey key) {
     return calls.run(
-        "find",
-        key,
-        connection ->
-            Optional.ofNullable(isMySql() ? mysql.find(connection, key) : read(connection, key)));
+        "find", key, (connection, dialect) -> Optional.ofNullable(dialect.find(connection, key)));
   }
 
   @Override
@@ -757,84 +447,31 @@ public final class JdbcDedupStore implements DedupStore {
     if (limit < 1) {
       throw new IllegalArgumentException("limit must be at least 1, was " + limit);
     }
-    return calls.run(
-        "purge",
-        null,
-        connection -> {
-          if (isMySql()) {
-            return mysql.purge(connection, limit);
-          }
-          try (PreparedStatement statement = prepare(connection, sql.purge)) {
-            statement.setInt(1, limit);
-            return statement.executeUpdate();
-          }
-        });
-  }
-
-  private @Nullable DedupRecord read(Connection connection, DedupKey key) throws SQLException {
-    try (PreparedStatement statement = prepare(connection, sql.find)) {
-      statement.setString(1, key.bizType());
-      statement.setString(2, key.bizKey());
-      try (ResultSet row = statement.executeQuery()) {
-        return row.next() ? record(row, key, SqlDialect.POSTGRESQL) : null;
-      }
-    }
-  }
-
-  /** The record of {@code key} in the current row of a statement that selects its columns. */
-  static DedupRecord record(ResultSet row, DedupKey key, SqlDialect dialect) throws SQLException {
-    return new DedupRecord(
-        key,
-        DedupStatus.valueOf(row.getString("status")),
-        row.getInt("attempts"),
-        row.getString("owner"),
-        instant(row, "lease_until", dialect),
-        row.getString("fingerprint"),
-        row.getString("last_error"),
-        row.getString("source"),
-        Objects.requireNonNull(instant(row, "created_at", dialect)),
-        Objects.requireNonNull(instant(row, "updated_at", dialect)),
-        Objects.requireNonNull(instant(row, "expires_at", dialect)),
-        row.getBoolean("lease_live"));
-  }
-
-  private PreparedStatement prepare(Connection connection, String statementSql)
-      throws SQLException {
-    return calls.prepare(connection, statementSql);
+    return calls.run("purge", null, (connection, dialect) -> dialect.purge(connection, limit));
   }
 
   /**
-   * A time column: timestamptz on PostgreSQL; on MySQL a DATETIME(6) holding UTC wall-clock time,
-   * read as such whatever the driver's and the JVM's time zones.
+   * The dialect of the first connection's database, unless the builder set it: chosen once, for
+   * every call of the store, its admin and its janitor.
    */
-  private static @Nullable Instant instant(ResultSet row, String column, SqlDialect dialect)
-      throws SQLException {
-    if (dialect == SqlDialect.MYSQL) {
-      LocalDateTime value = row.getObject(column, LocalDateTime.class);
-      return value == null ? null : value.toInstant(ZoneOffset.UTC);
-    }
-    Timestamp value = row.getTimestamp(column);
-    return value == null ? null : value.toInstant();
-  }
-
-  /**
-   * Detects the dialect from the first connection, unless the builder set it, and whether the
-   * connection reaches PostgreSQL through a connection pooler.
-   */
-  private boolean checkProduct(Connection connection) throws SQLException {
+  private Dialect chooseDialect(Connection connection) throws SQLException {
     String product = connection.getMetaData().getDatabaseProductName();
-    SqlDialect detected = SqlDialect.forProduct(product);
-    if (dialect == null) {
-      if (detected == null) {
+    SqlDialect chosen = dialect;
+    if (chosen == null) {
+      chosen = SqlDialect.forProduct(product);
+      if (chosen == null) {
         throw new DedupStoreException(
             "JdbcDedupStore supports PostgreSQL, MySQL and MariaDB; the DataSource is " + product,
             null,
             null,
             null);
       }
-      dialect = detected;
+      dialect = chosen;
     }
-    return dialect == SqlDialect.POSTGRESQL && PostgresPooler.detect(connection);
+    return switch (chosen) {
+      case POSTGRESQL -> new PostgresDialect(calls, tableName, chosen.schemaResource(), log);
+      case MYSQL -> new MySqlDialect(calls, tableName, chosen.schemaResource());
+    };
   }
 
   /** The store's dialect, once the first connection has told it (or the builder set it). */
@@ -842,18 +479,9 @@ public final class JdbcDedupStore implements DedupStore {
     return Optional.ofNullable(dialect);
   }
 
-  private boolean isMySql() {
-    return dialect == SqlDialect.MYSQL;
-  }
-
   /** How the store runs its statements; for the admin operations and the janitor beside it. */
   StoreCalls calls() {
     return calls;
-  }
-
-  /** The dialect, inside a store call (the connection has told it by then). */
-  SqlDialect knownDialect() {
-    return Objects.requireNonNull(dialect, "dialect");
   }
 
   /** Builds a {@link JdbcDedupStore}; every setter validates its value at once. */

@@ -50,15 +50,21 @@ public final class StoreCalls {
     T run(Connection connection) throws SQLException;
   }
 
-  /** What the calls learn from the first connection they get. */
+  /** Work of a call: on the connection it lends, in the database's dialect. */
   @FunctionalInterface
-  public interface FirstConnection {
+  public interface Call<T> {
+    T run(Connection connection, Dialect dialect) throws SQLException;
+  }
+
+  /** Chooses the dialect, once, from the first connection the calls get. */
+  @FunctionalInterface
+  public interface DialectChoice {
     /**
-     * Checks the database behind {@code connection} once.
+     * The dialect of the database behind {@code connection}.
      *
-     * @return whether the connection reaches the database through a connection pooler
+     * @throws io.consumerdedup.core.DedupStoreException if no dialect speaks to that database
      */
-    boolean behindPooler(Connection connection) throws SQLException;
+    Dialect choose(Connection connection) throws SQLException;
   }
 
   private final DataSource callersConnections;
@@ -68,8 +74,10 @@ public final class StoreCalls {
   private final Duration retryMaxDuration;
   private final Retry retry;
   private final Logger log;
-  private final FirstConnection firstConnection;
-  private volatile boolean checked;
+  private final DialectChoice dialectChoice;
+
+  /** Chosen on the first connection. */
+  private volatile @Nullable Dialect dialect;
 
   /** The connections reach the database through a pooler (see {@link PostgresPooler}). */
   private volatile boolean pooled;
@@ -91,14 +99,14 @@ public final class StoreCalls {
       String table,
       Limits limits,
       Logger log,
-      FirstConnection firstConnection) {
+      DialectChoice dialectChoice) {
     this.callersConnections = callersConnections;
     this.ownConnections = ownConnections;
     this.table = table;
     this.statementTimeout = limits.statementTimeout();
     this.retryMaxDuration = limits.retryMaxDuration();
     this.log = log;
-    this.firstConnection = firstConnection;
+    this.dialectChoice = dialectChoice;
     RetryConfig config =
         RetryConfig.custom()
             .maxAttempts(limits.retryMaxAttempts())
@@ -136,7 +144,7 @@ public final class StoreCalls {
    *
    * @param key the key of a one-key call, named in its errors; null for others
    */
-  public <T> T run(String operation, @Nullable DedupKey key, SqlWork<T> work) {
+  public <T> T run(String operation, @Nullable DedupKey key, Call<T> work) {
     try {
       return runWithRetries(operation, key, work);
     } catch (DedupStoreDataException refused) {
@@ -159,7 +167,7 @@ public final class StoreCalls {
    * {@link #run} in one try, without retries: for a start-up or health check, which must answer at
    * once.
    */
-  public <T> T runOnce(String operation, @Nullable DedupKey key, SqlWork<T> work) {
+  public <T> T runOnce(String operation, @Nullable DedupKey key, Call<T> work) {
     try {
       return attempt(operation, key, work, System.nanoTime());
     } catch (TransientFailure e) {
@@ -167,7 +175,7 @@ public final class StoreCalls {
     }
   }
 
-  private <T> T runWithRetries(String operation, @Nullable DedupKey key, SqlWork<T> work) {
+  private <T> T runWithRetries(String operation, @Nullable DedupKey key, Call<T> work) {
     long deadline = System.nanoTime() + retryMaxDuration.toNanos();
     int[] tries = {0};
     try {
@@ -190,9 +198,9 @@ public final class StoreCalls {
   }
 
   private <T> T attempt(
-      String operation, @Nullable DedupKey key, SqlWork<T> work, long retryDeadline) {
+      String operation, @Nullable DedupKey key, Call<T> work, long retryDeadline) {
     try (Connection connection = ownConnections.getConnection()) {
-      checkFirst(connection);
+      Dialect known = dialect(connection);
       boolean autoCommit = connection.getAutoCommit();
       int networkTimeout = connection.getNetworkTimeout();
       // Longer than the statement timeout, so a slow statement is cancelled by the server first;
@@ -206,7 +214,7 @@ public final class StoreCalls {
       int prepareThreshold = pooled ? PostgresPooler.unnameStatements(connection) : -1;
       T result;
       try {
-        result = work.run(connection);
+        result = work.run(connection, known);
       } catch (SQLException e) {
         // The connection may be broken now; what broke it is the error to report.
         restore(connection, autoCommit, networkTimeout, prepareThreshold, e);
@@ -258,11 +266,11 @@ public final class StoreCalls {
    *
    * @param key the key of a one-key call, named in its errors; null for others
    */
-  public <T> T inCallersTransaction(String operation, @Nullable DedupKey key, SqlWork<T> work) {
+  public <T> T inCallersTransaction(String operation, @Nullable DedupKey key, Call<T> work) {
     try (Connection connection = callersConnections.getConnection()) {
-      checkFirst(connection);
+      Dialect known = dialect(connection);
       requireUnnamedHandlerStatements(connection, key);
-      return work.run(connection);
+      return work.run(connection, known);
     } catch (SQLException e) {
       throw SqlStates.storeException(what(operation), key, e);
     }
@@ -277,7 +285,7 @@ public final class StoreCalls {
    */
   public void requireUnnamedHandlerStatements() {
     try (Connection connection = ownConnections.getConnection()) {
-      checkFirst(connection);
+      dialect(connection);
       requireUnnamedHandlerStatements(connection, null);
     } catch (SQLException e) {
       // The table check meets the same database and says so; each claim checks again.
@@ -305,11 +313,17 @@ public final class StoreCalls {
     }
   }
 
-  private void checkFirst(Connection connection) throws SQLException {
-    if (checked) {
-      return;
+  /**
+   * The dialect of the database behind {@code connection}: chosen on the first connection, which
+   * also tells whether a pooler stands between the calls and the database.
+   */
+  private Dialect dialect(Connection connection) throws SQLException {
+    Dialect known = dialect;
+    if (known != null) {
+      return known;
     }
-    if (firstConnection.behindPooler(connection)) {
+    Dialect chosen = dialectChoice.choose(connection);
+    if (chosen.behindPooler(connection)) {
       if (!pooled) {
         log.info(
             "The dedup table {} is reached through a connection pooler: the store's own statements"
@@ -319,7 +333,8 @@ public final class StoreCalls {
       }
       pooled = true;
     }
-    checked = true;
+    dialect = chosen;
+    return chosen;
   }
 
   /** Prepares a statement of a call: with its query timeout, unnamed behind a pooler. */
