@@ -6,7 +6,6 @@ import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
-import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
@@ -19,6 +18,7 @@ import io.consumerdedup.jdbc.internal.MySqlDialect;
 import io.consumerdedup.jdbc.internal.PostgresDialect;
 import io.consumerdedup.jdbc.internal.PostgresSql;
 import io.consumerdedup.jdbc.internal.StoreCalls;
+import io.consumerdedup.jdbc.internal.TableCheck;
 import io.github.resilience4j.retry.Retry;
 import java.sql.Connection;
 import java.sql.SQLException;
@@ -26,7 +26,6 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
-import java.util.Set;
 import java.util.regex.Pattern;
 import javax.sql.DataSource;
 import org.jspecify.annotations.Nullable;
@@ -106,6 +105,7 @@ public final class JdbcDedupStore implements DedupStore {
 
   private final Duration statementTimeout;
   private final StoreCalls calls;
+  private final TableCheck tableCheck;
 
   private JdbcDedupStore(Builder builder) {
     this.tableName = builder.tableName;
@@ -128,6 +128,7 @@ public final class JdbcDedupStore implements DedupStore {
                 builder.statementTimeout),
             log,
             this::chooseDialect);
+    this.tableCheck = new TableCheck(calls, tableName, log);
   }
 
   /**
@@ -293,28 +294,7 @@ public final class JdbcDedupStore implements DedupStore {
     return calls.run(
         update.operation(),
         claims.size() == 1 ? claims.get(0).key() : null,
-        (connection, dialect) -> {
-          Dialect.Written written = dialect.update(connection, update, claims, duration, errors);
-          logVanished(update, written.rewritten());
-          return written.lost();
-        });
-  }
-
-  /** Says that the records of {@code written} were gone and their outcome was written again. */
-  private void logVanished(FencedUpdate update, List<Held> written) {
-    DedupStatus status = update.outcome();
-    for (Held claim : written) {
-      log.warn(
-          "The record of {} had vanished when attempt {} came to record its {} (a failover to a"
-              + " standby that had not received it, a DELETE, a purge): not a takeover, no other"
-              + " consumer holds the key. Wrote the {} again under attempt {}, so a redelivery"
-              + " finds it",
-          claim.key(),
-          claim.token(),
-          status,
-          status,
-          claim.token());
-    }
+        (connection, dialect) -> dialect.update(connection, update, claims, duration, errors));
   }
 
   /** The schema file that creates the table, on the classpath (Flyway naming). */
@@ -330,7 +310,7 @@ public final class JdbcDedupStore implements DedupStore {
    * @throws DedupStoreException the database could not be asked
    */
   public void verifyTable() {
-    throwIfMissing(calls.run("table check", null, Columns::read));
+    tableCheck.verify();
   }
 
   /**
@@ -359,56 +339,12 @@ public final class JdbcDedupStore implements DedupStore {
     if (mode == DedupMode.TRANSACTIONAL) {
       calls.requireUnnamedHandlerStatements();
     }
-    Columns columns;
-    try {
-      columns = calls.runOnce("table check", null, Columns::read);
-    } catch (DedupStoreUnavailableException e) {
-      log.warn(
-          "Could not check the dedup table {} now; records wait until the database answers: {}",
-          tableName,
-          e.getMessage());
-      return;
-    } catch (DedupStoreException e) {
-      log.warn("Could not check the dedup table {}: {}", tableName, e.getMessage());
-      return;
-    }
-    throwIfMissing(columns);
-  }
-
-  private void throwIfMissing(Columns columns) {
-    List<String> missing = columns.missing();
-    if (missing.isEmpty()) {
-      return;
-    }
-    boolean absent = missing.size() == PostgresSql.EXPECTED_COLUMNS.size();
-    Dialect dialect = columns.dialect();
-    throw new IllegalStateException(
-        (absent
-                ? "The dedup table " + tableName + " does not exist"
-                : "The dedup table "
-                    + tableName
-                    + " lacks the column(s) "
-                    + String.join(", ", missing)
-                    + " (it was created from an older schema file)")
-            + ". Create it from the schema file "
-            + dialect.schemaResource()
-            + " (in the consumer-dedup-schema jar, Flyway naming: copy it into your migrations), for"
-            + " example: unzip -p consumer-dedup-schema-<version>.jar "
-            + dialect.schemaResource()
-            + " | "
-            + dialect.schemaClient()
-            + (absent
-                ? "; with Spring Boot, consumer-dedup.initialize-schema=always creates it at"
-                    + " start-up"
-                : "; for claim_id: ALTER TABLE "
-                    + tableName
-                    + " ADD COLUMN claim_id "
-                    + dialect.claimIdColumnType()));
+    tableCheck.verifyIfReachable();
   }
 
   /** The columns the store needs that the table lacks; all of them if there is no table. */
   public List<String> missingColumns() {
-    return calls.run("table check", null, Columns::read).missing();
+    return tableCheck.missingColumns();
   }
 
   /**
@@ -419,21 +355,7 @@ public final class JdbcDedupStore implements DedupStore {
    * @throws DedupStoreException the database could not be asked
    */
   public List<String> missingColumnsNow() {
-    return calls.runOnce("table check", null, Columns::read).missing();
-  }
-
-  /** The columns a table has, in the dialect that read them. */
-  private record Columns(Set<String> present, Dialect dialect) {
-    static Columns read(Connection connection, Dialect dialect) throws SQLException {
-      return new Columns(dialect.columns(connection), dialect);
-    }
-
-    /** The columns the store needs that are not present, in the schema file's order. */
-    List<String> missing() {
-      return PostgresSql.EXPECTED_COLUMNS.stream()
-          .filter(column -> !present.contains(column))
-          .toList();
-    }
+    return tableCheck.missingColumnsNow();
   }
 
   @Override
@@ -470,7 +392,7 @@ public final class JdbcDedupStore implements DedupStore {
     }
     return switch (chosen) {
       case POSTGRESQL -> new PostgresDialect(calls, tableName, chosen.schemaResource(), log);
-      case MYSQL -> new MySqlDialect(calls, tableName, chosen.schemaResource());
+      case MYSQL -> new MySqlDialect(calls, tableName, chosen.schemaResource(), log);
     };
   }
 

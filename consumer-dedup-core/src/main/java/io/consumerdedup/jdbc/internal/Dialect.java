@@ -15,6 +15,7 @@ import java.util.List;
 import java.util.Objects;
 import java.util.Set;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
 
 /**
  * Everything the store, its admin and its janitor do differently on one database: one subclass per
@@ -66,13 +67,17 @@ public abstract class Dialect {
    *     is gone
    * @param rewritten the claims whose record had vanished and whose outcome was written again
    */
-  public record Written(List<DedupKey> lost, List<Held> rewritten) {}
+  protected record Written(List<DedupKey> lost, List<Held> rewritten) {}
 
   /** How the statements are prepared: the call's timeouts, unnamed behind a pooler. */
   protected final StoreCalls calls;
 
-  protected Dialect(StoreCalls calls) {
+  /** The store's logger, where users look for what it did. */
+  protected final Logger log;
+
+  protected Dialect(StoreCalls calls, Logger log) {
     this.calls = calls;
+    this.log = log;
   }
 
   /**
@@ -89,9 +94,36 @@ public abstract class Dialect {
    * Applies {@code update} where the token still holds the key, binding {@code duration} (the
    * retention, or the lease of a renewal) and, for a failure, the {@code errors} in the order of
    * {@code claims}. Where a key has no record at all and the update writes an outcome, writes it
-   * again, unless a claim has created the key anew meanwhile.
+   * again, unless a claim has created the key anew meanwhile, and says so.
+   *
+   * @return the keys whose lease was lost
    */
-  public abstract Written update(
+  public final List<DedupKey> update(
+      Connection connection,
+      FencedUpdate update,
+      List<Held> claims,
+      Duration duration,
+      @Nullable List<String> errors)
+      throws SQLException {
+    Written written = write(connection, update, claims, duration, errors);
+    DedupStatus status = update.outcome();
+    for (Held claim : written.rewritten()) {
+      log.warn(
+          "The record of {} had vanished when attempt {} came to record its {} (a failover to a"
+              + " standby that had not received it, a DELETE, a purge): not a takeover, no other"
+              + " consumer holds the key. Wrote the {} again under attempt {}, so a redelivery"
+              + " finds it",
+          claim.key(),
+          claim.token(),
+          status,
+          status,
+          claim.token());
+    }
+    return written.lost();
+  }
+
+  /** {@link #update} in this dialect, without the log. */
+  protected abstract Written write(
       Connection connection,
       FencedUpdate update,
       List<Held> claims,

@@ -26,6 +26,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
 
 /**
  * The store on MySQL and MariaDB ({@link MySqlSql}): no arrays and no {@code RETURNING}, so a
@@ -59,8 +60,8 @@ public final class MySqlDialect extends Dialect {
   /**
    * @param schemaResource the schema file of the table, named in errors about its columns
    */
-  public MySqlDialect(StoreCalls calls, String table, String schemaResource) {
-    super(calls);
+  public MySqlDialect(StoreCalls calls, String table, String schemaResource, Logger log) {
+    super(calls, log);
     this.table = table;
     this.sql = new MySqlSql(table);
     this.purgeSql = new PurgeSql(table, false);
@@ -195,7 +196,7 @@ public final class MySqlDialect extends Dialect {
    * again after a failure, each statement still counts its own earlier write as written.
    */
   @Override
-  public Written update(
+  protected Written write(
       Connection connection,
       FencedUpdate update,
       List<Held> claims,

@@ -47,20 +47,17 @@ public final class PostgresDialect extends Dialect {
   private final PurgeSql purgeSql;
   private final AdminSql adminSql;
   private final String schemaResource;
-  private final Logger log;
 
   /**
    * @param schemaResource the schema file of the table, named in the advice on a missing table
-   * @param log where a claim whose reply was lost says it found its own (the store's logger)
    */
   public PostgresDialect(StoreCalls calls, String table, String schemaResource, Logger log) {
-    super(calls);
+    super(calls, log);
     this.table = table;
     this.sql = new PostgresSql(table);
     this.purgeSql = new PurgeSql(table, true);
     this.adminSql = new AdminSql(table, "now()");
     this.schemaResource = schemaResource;
-    this.log = log;
   }
 
   /**
@@ -156,7 +153,7 @@ public final class PostgresDialect extends Dialect {
    * all, a second one writes the outcome again ({@link PostgresSql#completeVanished}).
    */
   @Override
-  public Written update(
+  protected Written write(
       Connection connection,
       FencedUpdate update,
       List<Held> claims,
