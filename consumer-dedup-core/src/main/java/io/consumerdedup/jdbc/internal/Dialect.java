@@ -75,9 +75,22 @@ public abstract class Dialect {
   /** The store's logger, where users look for what it did. */
   protected final Logger log;
 
-  protected Dialect(StoreCalls calls, Logger log) {
+  private final String schemaResource;
+  private final PurgeSql purgeSql;
+  private final AdminSql adminSql;
+
+  /**
+   * @param schemaResource the schema file that creates the table in this dialect, on the classpath
+   * @param purgeSql the retention purge's statements in this dialect
+   * @param adminSql the admin operations' statements in this dialect
+   */
+  protected Dialect(
+      StoreCalls calls, Logger log, String schemaResource, PurgeSql purgeSql, AdminSql adminSql) {
     this.calls = calls;
     this.log = log;
+    this.schemaResource = schemaResource;
+    this.purgeSql = purgeSql;
+    this.adminSql = adminSql;
   }
 
   /**
@@ -190,10 +203,14 @@ public abstract class Dialect {
   }
 
   /** The retention purge's statements in this dialect. */
-  public abstract PurgeSql purgeSql();
+  public final PurgeSql purgeSql() {
+    return purgeSql;
+  }
 
   /** The admin operations' statements in this dialect. */
-  public abstract AdminSql adminSql();
+  public final AdminSql adminSql() {
+    return adminSql;
+  }
 
   /** The names of the table's columns, in lower case; none if there is no such table. */
   public abstract Set<String> columns(Connection connection) throws SQLException;
@@ -202,7 +219,9 @@ public abstract class Dialect {
   public abstract boolean behindPooler(Connection connection) throws SQLException;
 
   /** The schema file that creates the table, on the classpath. */
-  public abstract String schemaResource();
+  public final String schemaResource() {
+    return schemaResource;
+  }
 
   /** The command line client that applies a schema file read from its standard input. */
   public abstract String schemaClient();

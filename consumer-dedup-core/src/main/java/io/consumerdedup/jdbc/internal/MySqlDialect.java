@@ -53,20 +53,15 @@ public final class MySqlDialect extends Dialect {
 
   private final String table;
   private final MySqlSql sql;
-  private final PurgeSql purgeSql;
-  private final AdminSql adminSql;
-  private final String schemaResource;
 
   /**
    * @param schemaResource the schema file of the table, named in errors about its columns
    */
   public MySqlDialect(StoreCalls calls, String table, String schemaResource, Logger log) {
-    super(calls, log);
+    super(
+        calls, log, schemaResource, new PurgeSql(table, false), new AdminSql(table, MySqlSql.NOW));
     this.table = table;
     this.sql = new MySqlSql(table);
-    this.purgeSql = new PurgeSql(table, false);
-    this.adminSql = new AdminSql(table, MySqlSql.NOW);
-    this.schemaResource = schemaResource;
   }
 
   /**
@@ -130,7 +125,7 @@ public final class MySqlDialect extends Dialect {
                 + request.key()
                 + " that the claim had just locked: its key columns must compare byte for byte"
                 + " (VARBINARY, as in "
-                + schemaResource
+                + schemaResource()
                 + ")",
             request.key(),
             request.source(),
@@ -340,7 +335,7 @@ public final class MySqlDialect extends Dialect {
     int found = 0;
     KeysetPurge.Position last = null;
     try (PreparedStatement select =
-        calls.prepare(connection, purgeSql.selectBatch(after != null))) {
+        calls.prepare(connection, purgeSql().selectBatch(after != null))) {
       int index = bindCursor(select, after);
       select.setInt(index, limit);
       try (ResultSet rows = select.executeQuery()) {
@@ -358,7 +353,7 @@ public final class MySqlDialect extends Dialect {
       return new KeysetPurge.Batch(0, false, after);
     }
     try (PreparedStatement delete =
-        calls.prepare(connection, purgeSql.deleteThrough(after != null))) {
+        calls.prepare(connection, purgeSql().deleteThrough(after != null))) {
       int index = bindCursor(delete, after);
       Object createdAt = time(last.createdAt());
       delete.setObject(index++, createdAt);
@@ -368,16 +363,6 @@ public final class MySqlDialect extends Dialect {
       delete.setString(index, last.bizKey());
       return new KeysetPurge.Batch(delete.executeUpdate(), found >= limit, last);
     }
-  }
-
-  @Override
-  public PurgeSql purgeSql() {
-    return purgeSql;
-  }
-
-  @Override
-  public AdminSql adminSql() {
-    return adminSql;
   }
 
   /** The table's columns, by schema (the current database when unqualified) and name. */
@@ -400,11 +385,6 @@ public final class MySqlDialect extends Dialect {
   @Override
   public boolean behindPooler(Connection connection) {
     return false;
-  }
-
-  @Override
-  public String schemaResource() {
-    return schemaResource;
   }
 
   @Override

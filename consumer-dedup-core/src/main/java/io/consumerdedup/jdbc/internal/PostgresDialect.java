@@ -44,20 +44,14 @@ public final class PostgresDialect extends Dialect {
 
   private final String table;
   private final PostgresSql sql;
-  private final PurgeSql purgeSql;
-  private final AdminSql adminSql;
-  private final String schemaResource;
 
   /**
    * @param schemaResource the schema file of the table, named in the advice on a missing table
    */
   public PostgresDialect(StoreCalls calls, String table, String schemaResource, Logger log) {
-    super(calls, log);
+    super(calls, log, schemaResource, new PurgeSql(table, true), new AdminSql(table, "now()"));
     this.table = table;
     this.sql = new PostgresSql(table);
-    this.purgeSql = new PurgeSql(table, true);
-    this.adminSql = new AdminSql(table, "now()");
-    this.schemaResource = schemaResource;
   }
 
   /**
@@ -291,7 +285,7 @@ public final class PostgresDialect extends Dialect {
   public KeysetPurge.Batch deleteExpired(
       Connection connection, KeysetPurge.@Nullable Position after, int limit) throws SQLException {
     try (PreparedStatement statement =
-        calls.prepare(connection, purgeSql.deleteBatch(after != null))) {
+        calls.prepare(connection, purgeSql().deleteBatch(after != null))) {
       int index = bindCursor(statement, after);
       statement.setInt(index, limit);
       try (ResultSet row = statement.executeQuery()) {
@@ -307,16 +301,6 @@ public final class PostgresDialect extends Dialect {
         return new KeysetPurge.Batch(deleted, deleted >= limit, last);
       }
     }
-  }
-
-  @Override
-  public PurgeSql purgeSql() {
-    return purgeSql;
-  }
-
-  @Override
-  public AdminSql adminSql() {
-    return adminSql;
   }
 
   @Override
@@ -336,11 +320,6 @@ public final class PostgresDialect extends Dialect {
   @Override
   public boolean behindPooler(Connection connection) throws SQLException {
     return PostgresPooler.detect(connection);
-  }
-
-  @Override
-  public String schemaResource() {
-    return schemaResource;
   }
 
   @Override
