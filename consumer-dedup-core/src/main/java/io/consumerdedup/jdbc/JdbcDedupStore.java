@@ -14,14 +14,10 @@ import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.jdbc.internal.Dialect;
 import io.consumerdedup.jdbc.internal.Dialect.FencedUpdate;
 import io.consumerdedup.jdbc.internal.Dialect.Held;
-import io.consumerdedup.jdbc.internal.MySqlDialect;
-import io.consumerdedup.jdbc.internal.PostgresDialect;
 import io.consumerdedup.jdbc.internal.PostgresSql;
 import io.consumerdedup.jdbc.internal.StoreCalls;
 import io.consumerdedup.jdbc.internal.TableCheck;
 import io.github.resilience4j.retry.Retry;
-import java.sql.Connection;
-import java.sql.SQLException;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
@@ -100,9 +96,7 @@ public final class JdbcDedupStore implements DedupStore {
 
   private final String tableName;
 
-  /** Set by the builder, else detected from the first connection. */
-  private volatile @Nullable SqlDialect dialect;
-
+  private final AutodetectDialect dialect;
   private final Duration statementTimeout;
   private final StoreCalls calls;
   private final TableCheck tableCheck;
@@ -110,7 +104,7 @@ public final class JdbcDedupStore implements DedupStore {
   private JdbcDedupStore(Builder builder) {
     this.tableName = builder.tableName;
     this.statementTimeout = builder.statementTimeout;
-    this.dialect = builder.dialect;
+    this.dialect = new AutodetectDialect(builder.dialect, tableName, log);
     this.calls =
         new StoreCalls(
             builder.dataSource,
@@ -127,7 +121,7 @@ public final class JdbcDedupStore implements DedupStore {
                 builder.retryMaxDuration,
                 builder.statementTimeout),
             log,
-            this::chooseDialect);
+            dialect);
     this.tableCheck = new TableCheck(calls, tableName, log);
   }
 
@@ -372,33 +366,9 @@ public final class JdbcDedupStore implements DedupStore {
     return calls.run("purge", null, (connection, dialect) -> dialect.purge(connection, limit));
   }
 
-  /**
-   * The dialect of the first connection's database, unless the builder set it: chosen once, for
-   * every call of the store, its admin and its janitor.
-   */
-  private Dialect chooseDialect(Connection connection) throws SQLException {
-    String product = connection.getMetaData().getDatabaseProductName();
-    SqlDialect chosen = dialect;
-    if (chosen == null) {
-      chosen = SqlDialect.forProduct(product);
-      if (chosen == null) {
-        throw new DedupStoreException(
-            "JdbcDedupStore supports PostgreSQL, MySQL and MariaDB; the DataSource is " + product,
-            null,
-            null,
-            null);
-      }
-      dialect = chosen;
-    }
-    return switch (chosen) {
-      case POSTGRESQL -> new PostgresDialect(calls, tableName, chosen.schemaResource(), log);
-      case MYSQL -> new MySqlDialect(calls, tableName, chosen.schemaResource(), log);
-    };
-  }
-
   /** The store's dialect, once the first connection has told it (or the builder set it). */
   public Optional<SqlDialect> dialect() {
-    return Optional.ofNullable(dialect);
+    return dialect.chosen();
   }
 
   /** How the store runs its statements; for the admin operations and the janitor beside it. */

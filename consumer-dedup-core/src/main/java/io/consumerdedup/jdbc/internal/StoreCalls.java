@@ -60,11 +60,11 @@ public final class StoreCalls {
   @FunctionalInterface
   public interface DialectChoice {
     /**
-     * The dialect of the database behind {@code connection}.
+     * The dialect of the database behind {@code connection}, whose statements {@code calls} run.
      *
      * @throws io.consumerdedup.core.DedupStoreException if no dialect speaks to that database
      */
-    Dialect choose(Connection connection) throws SQLException;
+    Dialect choose(Connection connection, StoreCalls calls) throws SQLException;
   }
 
   private final DataSource callersConnections;
@@ -322,7 +322,7 @@ public final class StoreCalls {
     if (known != null) {
       return known;
     }
-    Dialect chosen = dialectChoice.choose(connection);
+    Dialect chosen = dialectChoice.choose(connection, this);
     if (chosen.behindPooler(connection)) {
       if (!pooled) {
         log.info(
