@@ -44,19 +44,12 @@ import org.slf4j.Logger;
 public final class MySqlDialect extends Dialect {
 
   /** Concurrent batches lock their keys in one order, so they wait instead of deadlocking. */
-  private static final Comparator<ClaimRequest> KEY_ORDER =
-      Comparator.comparing((ClaimRequest r) -> r.key().bizType())
-          .thenComparing(r -> r.key().bizKey());
-
-  private static final Comparator<Held> HELD_KEY_ORDER =
-      Comparator.comparing((Held h) -> h.key().bizType()).thenComparing(h -> h.key().bizKey());
+  private static final Comparator<DedupKey> KEY_ORDER =
+      Comparator.comparing(DedupKey::bizType).thenComparing(DedupKey::bizKey);
 
   private final String table;
   private final MySqlSql sql;
 
-  /**
-   * @param schemaResource the schema file of the table, named in errors about its columns
-   */
   public MySqlDialect(StoreCalls calls, String table, String schemaResource, Logger log) {
     super(
         calls, log, schemaResource, new PurgeSql(table, false), new AdminSql(table, MySqlSql.NOW));
@@ -79,7 +72,8 @@ public final class MySqlDialect extends Dialect {
 
   private List<ClaimResult> claimLocked(
       Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
-    List<ClaimRequest> ordered = requests.stream().sorted(KEY_ORDER).toList();
+    List<ClaimRequest> ordered =
+        requests.stream().sorted(Comparator.comparing(ClaimRequest::key, KEY_ORDER)).toList();
     try (PreparedStatement insert =
         calls.prepare(connection, sql.lockOrInsert(ordered.size(), withLease))) {
       int index = 1;
@@ -211,7 +205,8 @@ public final class MySqlDialect extends Dialect {
           }
           Set<DedupKey> lost = new HashSet<>();
           List<Held> rewritten = new ArrayList<>();
-          for (Held claim : claims.stream().sorted(HELD_KEY_ORDER).toList()) {
+          for (Held claim :
+              claims.stream().sorted(Comparator.comparing(Held::key, KEY_ORDER)).toList()) {
             String message = messages.get(claim.key());
             if (fenced(c, update, claim, duration.toMillis(), message)) {
               continue;

@@ -45,9 +45,6 @@ public final class PostgresDialect extends Dialect {
   private final String table;
   private final PostgresSql sql;
 
-  /**
-   * @param schemaResource the schema file of the table, named in the advice on a missing table
-   */
   public PostgresDialect(StoreCalls calls, String table, String schemaResource, Logger log) {
     super(calls, log, schemaResource, new PurgeSql(table, true), new AdminSql(table, "now()"));
     this.table = table;
