@@ -10,6 +10,7 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.DedupTableMissingException;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.jdbc.internal.Dialect;
 import io.consumerdedup.jdbc.internal.Dialect.FencedUpdate;
@@ -299,8 +300,8 @@ public final class JdbcDedupStore implements DedupStore {
    * Checks that the table exists with every column the store uses, so that a forgotten migration
    * fails an application at start-up instead of every record at run time.
    *
-   * @throws IllegalStateException the table is missing or lacks columns; the message names them and
-   *     says how to create the table
+   * @throws DedupTableMissingException the table is missing or lacks columns; the message names
+   *     them and says how to create the table
    * @throws DedupStoreException the database could not be asked
    */
   public void verifyTable() {
@@ -312,8 +313,8 @@ public final class JdbcDedupStore implements DedupStore {
    * that cannot be reached now is only logged (records wait for it like for any outage). Called
    * when an executor is built, and by the Spring Boot start-up check.
    *
-   * @throws IllegalStateException the table is missing or lacks columns; the message names them and
-   *     the schema file to apply
+   * @throws DedupTableMissingException the table is missing or lacks columns; the message names
+   *     them and the schema file to apply
    */
   @Override
   public void verifyReady() {

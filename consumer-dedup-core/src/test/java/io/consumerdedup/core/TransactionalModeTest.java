@@ -12,6 +12,7 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.time.Duration;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
@@ -142,6 +143,25 @@ class TransactionalModeTest {
     assertThat(first.get(10, TimeUnit.SECONDS).outcome()).isEqualTo(Outcome.PROCESSED);
     assertThat(copy.get(10, TimeUnit.SECONDS).outcome()).isEqualTo(Outcome.DUPLICATE);
     assertThat(charges("ORD-tx-2")).isEqualTo(1);
+  }
+
+  @Test
+  void aKeyThatFailedInASeparateClaimKeepsNoErrorOnceATransactionalClaimSucceeds() {
+    DedupKey key = DedupKey.of("payment", "ORD-tx-4");
+    ClaimRequest request =
+        new ClaimRequest(key, "consumer-a", Duration.ofMinutes(1), Duration.ofDays(1), null, null);
+    JdbcDedupStore separate = JdbcDedupStore.builder(pool).build();
+    ClaimResult.Claimed first = (ClaimResult.Claimed) separate.claim(request);
+    assertThat(separate.fail(key, first.token(), "bank timeout", Duration.ofDays(1))).isTrue();
+
+    JdbcDedupStore transactional = JdbcDedupStore.builder(transactions).build();
+    assertThat(transactions.inTransaction(() -> transactional.claimInTransaction(request)))
+        .isInstanceOf(ClaimResult.Claimed.class);
+
+    DedupRecord record = separate.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).isEqualTo(2);
+    assertThat(record.lastError()).isEmpty();
   }
 
   @Test

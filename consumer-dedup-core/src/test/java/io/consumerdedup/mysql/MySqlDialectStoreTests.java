@@ -13,6 +13,7 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupResult;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.DedupTableMissingException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.JdbcDedupStore;
@@ -306,6 +307,24 @@ abstract class MySqlDialectStoreTests {
   }
 
   @Test
+  void aKeyThatFailedInASeparateClaimKeepsNoErrorOnceATransactionalClaimSucceeds() {
+    DedupKey key = DedupKey.of("payment", "ORD-tx-3");
+    ClaimResult.Claimed first = claimed(store.claim(request(key, "consumer-a")));
+    assertThat(store.fail(key, first.token(), "bank timeout", RETENTION)).isTrue();
+
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(dataSource);
+    JdbcDedupStore transactional = JdbcDedupStore.builder(transactions).build();
+    claimed(
+        transactions.inTransaction(
+            () -> transactional.claimInTransaction(request(key, "consumer-b"))));
+
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).isEqualTo(2);
+    assertThat(record.lastError()).isEmpty();
+  }
+
+  @Test
   void aMissingTableFailsNamingTheTableAndTheSchemaFile() {
     JdbcDedupStore wrong = JdbcDedupStore.builder(dataSource).tableName("no_such_table").build();
 
@@ -315,7 +334,14 @@ abstract class MySqlDialectStoreTests {
         .hasMessageContaining("42S02")
         .hasMessageContaining("payment/x");
     assertThatThrownBy(wrong::verifyTable)
-        .isInstanceOf(IllegalStateException.class)
+        .isInstanceOfSatisfying(
+            DedupTableMissingException.class,
+            missing -> {
+              assertThat(missing.tableMissing()).isTrue();
+              assertThat(missing.problem())
+                  .isEqualTo("The dedup table no_such_table does not exist");
+              assertThat(missing.fix()).startsWith("Create it from the schema file");
+            })
         .hasMessageContaining("no_such_table does not exist")
         .hasMessageContaining("db/consumer-dedup/mysql/V1__consumer_dedup.sql");
   }

@@ -292,7 +292,7 @@ public final class IdempotentListenerInterceptor {
             ? AopUtils.getMostSpecificMethod(method, AopUtils.getTargetClass(target))
             : method;
     return methods.computeIfAbsent(
-        specific, m -> Optional.ofNullable(IdempotentListenerMethod.of(m)));
+        specific, m -> Optional.ofNullable(IdempotentListenerMethod.of(m, null)));
   }
 
   /**

@@ -37,6 +37,7 @@ import org.springframework.beans.factory.BeanFactory;
 import org.springframework.boot.convert.DurationStyle;
 import org.springframework.context.expression.BeanFactoryResolver;
 import org.springframework.core.MethodParameter;
+import org.springframework.core.ResolvableType;
 import org.springframework.core.annotation.AnnotatedElementUtils;
 import org.springframework.core.annotation.AnnotatedMethod;
 import org.springframework.expression.EvaluationContext;
@@ -70,6 +71,9 @@ final class IdempotentListenerMethod {
       ClassUtils.isPresent(
           "reactor.core.publisher.Mono", IdempotentListenerMethod.class.getClassLoader());
   private static final String KOTLIN_CONTINUATION = "kotlin.coroutines.Continuation";
+  private static final String TAKE_RECORDS =
+      "Take List<ConsumerRecord<K, V>> or List<Message<?>> and read payloads and headers from each"
+          + " element";
 
   /** What the method returns, which decides when its outcome is known. */
   enum Returns {
@@ -82,6 +86,10 @@ final class IdempotentListenerMethod {
   }
 
   final String name;
+
+  /** The bean whose method it is, if known; named in refusals. */
+  private final @Nullable String beanName;
+
   final String bizType;
   final @Nullable String header;
   final @Nullable Expression key;
@@ -133,20 +141,29 @@ final class IdempotentListenerMethod {
     CONSUMER_RECORDS
   }
 
-  private IdempotentListenerMethod(Method method, Idempotent annotation) {
+  private IdempotentListenerMethod(
+      Method method, Idempotent annotation, @Nullable String beanName) {
     this.name = method.getDeclaringClass().getName() + "#" + method.getName();
+    this.beanName = beanName;
     this.signature = method.toGenericString();
     refuseUnprotectable(method);
     this.bizType = annotation.bizType();
     try {
       DedupKey.of(bizType, "check");
     } catch (IllegalArgumentException e) {
-      throw invalid("bizType: " + e.getMessage(), e);
+      throw invalid(
+          String.valueOf(e.getMessage()),
+          "Name the kind of action the listener performs: bizType = \"payment\"",
+          e);
     }
     boolean hasHeader = !annotation.header().isBlank();
     boolean hasKey = !annotation.key().isBlank();
     if (hasHeader == hasKey) {
-      throw invalid("give exactly one of header and key", null);
+      throw invalid(
+          hasHeader ? "it gives both header and key" : "it gives neither header nor key",
+          "Give exactly one of header and key: header = \"order-no\" takes the key from that"
+              + " header, key = \"#payload.orderNo\" from a SpEL expression",
+          null);
     }
     this.header = hasHeader ? annotation.header() : null;
     this.key = hasKey ? parse("key", annotation.key()) : null;
@@ -157,13 +174,16 @@ final class IdempotentListenerMethod {
     DedupMode mode = single("mode", annotation.mode());
     Duration lease = null;
     if (!annotation.lease().isBlank()) {
+      String leaseAction =
+          "Write a positive duration such as lease = \"30s\" or \"10m\", or leave it out for"
+              + " consumer-dedup.lease";
       try {
         lease = DurationStyle.detectAndParse(annotation.lease());
       } catch (IllegalArgumentException e) {
-        throw invalid("lease '" + annotation.lease() + "' is not a duration", e);
+        throw invalid("lease '" + annotation.lease() + "' is not a duration", leaseAction, e);
       }
       if (lease.isNegative() || lease.isZero()) {
-        throw invalid("lease must be positive, was " + annotation.lease(), null);
+        throw invalid("lease must be positive, was " + annotation.lease(), leaseAction, null);
       }
     }
     this.overrides = new IdempotentExecutors.Overrides(lease, inProgress, mode);
@@ -227,8 +247,8 @@ final class IdempotentListenerMethod {
                           + " (a list of payloads or of @Header values)"
                       : "a second batch parameter")
                   + " spans the whole batch and cannot be filtered together with the records"
-                  + " consumer-dedup leaves out. Take List<ConsumerRecord<K, V>> or"
-                  + " List<Message<?>> and read payloads and headers from each element",
+                  + " consumer-dedup leaves out",
+              TAKE_RECORDS,
               null);
         }
       }
@@ -237,20 +257,22 @@ final class IdempotentListenerMethod {
             "a batch listener must take its records as List<ConsumerRecord<K, V>>,"
                 + " List<Message<?>> or ConsumerRecords<K, V>: a list of payloads cannot be"
                 + " matched to the records' keys and filtered",
+            TAKE_RECORDS,
             null);
       }
       if (returns != Returns.VALUE) {
         throw invalid(
-            "a batch listener must finish its work before it returns: return void, not a future"
-                + " or Mono",
+            "a batch listener must finish its work before it returns",
+            "Return void, not a future or Mono",
             null);
       }
       if (mode == DedupMode.TRANSACTIONAL) {
         throw invalid(
             "mode TRANSACTIONAL is not supported for batch listeners: one database transaction"
                 + " for the whole batch rolls back the records before a failed one, while"
-                + " spring-kafka commits their offsets. Use mode SEPARATE, or a record listener"
-                + " in mode TRANSACTIONAL (one transaction per record)",
+                + " spring-kafka commits their offsets",
+            "Use mode SEPARATE, or a record listener in mode TRANSACTIONAL (one transaction per"
+                + " record)",
             null);
       }
       this.batch = shape;
@@ -259,6 +281,38 @@ final class IdempotentListenerMethod {
       this.batch = null;
       this.batchIndex = -1;
     }
+    ResolvableType payload = payloadType(method);
+    check("key", key, payload);
+    check("fingerprint", fingerprint, payload);
+  }
+
+  /**
+   * The declared type of {@code #payload}, as {@link Call#payload()} takes it: a message's payload,
+   * the payload argument, else the record's value; for a batch, the element's.
+   */
+  private ResolvableType payloadType(Method method) {
+    if (batch != null) {
+      ResolvableType parameter = ResolvableType.forMethodParameter(method, batchIndex);
+      return switch (batch) {
+        case RECORDS -> parameter.getGeneric(0).as(ConsumerRecord.class).getGeneric(1);
+        case MESSAGES -> parameter.getGeneric(0).as(Message.class).getGeneric(0);
+        case CONSUMER_RECORDS -> parameter.as(ConsumerRecords.class).getGeneric(1);
+      };
+    }
+    if (messageIndex >= 0) {
+      return ResolvableType.forMethodParameter(method, messageIndex)
+          .as(Message.class)
+          .getGeneric(0);
+    }
+    if (payloadIndex >= 0) {
+      return ResolvableType.forMethodParameter(method, payloadIndex);
+    }
+    if (recordIndex >= 0) {
+      return ResolvableType.forMethodParameter(method, recordIndex)
+          .as(ConsumerRecord.class)
+          .getGeneric(1);
+    }
+    return ResolvableType.NONE;
   }
 
   /** The batch form of a parameter type, or null if it is not one consumer-dedup can filter. */
@@ -294,10 +348,15 @@ final class IdempotentListenerMethod {
         : "key expression '" + java.util.Objects.requireNonNull(key).getExpressionString() + "'";
   }
 
-  /** The parsed annotation of {@code method}, or null if it has none. */
-  static @Nullable IdempotentListenerMethod of(Method method) {
+  /**
+   * The parsed annotation of {@code method}, or null if it has none.
+   *
+   * @param beanName the bean whose method it is, named in a refusal; null if unknown
+   * @throws InvalidIdempotentListenerException if the annotation or the method cannot work
+   */
+  static @Nullable IdempotentListenerMethod of(Method method, @Nullable String beanName) {
     Idempotent annotation = AnnotatedElementUtils.findMergedAnnotation(method, Idempotent.class);
-    return annotation == null ? null : new IdempotentListenerMethod(method, annotation);
+    return annotation == null ? null : new IdempotentListenerMethod(method, annotation, beanName);
   }
 
   /** Listener shapes whose calls consumer-dedup cannot see through, refused with the remedy. */
@@ -311,15 +370,16 @@ final class IdempotentListenerMethod {
               + (Modifier.isFinal(modifiers)
                   ? "final"
                   : Modifier.isStatic(modifiers) ? "static" : "private")
-              + ", so the proxy cannot intercept it and nothing would be deduplicated: make it a"
-              + " public, non-final instance method",
+              + ", so the proxy cannot intercept it and nothing would be deduplicated",
+          "Make it a non-final, non-private instance method (public, protected or package-private)",
           null);
     }
     for (Class<?> type : method.getParameterTypes()) {
       if (type.getName().equals(KOTLIN_CONTINUATION)) {
         throw invalid(
             "Kotlin suspend functions are not supported (the proxy sees the call return before"
-                + " its body runs): return a CompletableFuture or a Mono instead",
+                + " its body runs)",
+            "Return a CompletableFuture or a Mono instead",
             null);
       }
     }
@@ -327,8 +387,9 @@ final class IdempotentListenerMethod {
         || AnnotatedElementUtils.hasAnnotation(method.getDeclaringClass(), SendTo.class)) {
       throw invalid(
           "@SendTo is not supported: a duplicate request would get no reply, since the method is"
-              + " not invoked again. Send the reply from the method with a KafkaTemplate, keyed by"
-              + " the request, so that a requester can wait for the first one",
+              + " not invoked again",
+          "Send the reply from the method with a KafkaTemplate, keyed by the request, so that a"
+              + " requester can wait for the first one",
           null);
     }
   }
@@ -517,10 +578,10 @@ final class IdempotentListenerMethod {
         if (beanFactory != null) {
           made.setBeanResolver(new BeanFactoryResolver(beanFactory));
         }
-        made.setVariable("record", record);
-        made.setVariable("topic", record.topic());
-        made.setVariable("headers", new DecodedHeaders(record));
-        made.setVariable("payload", payload());
+        made.setVariable(KeyExpressionCheck.RECORD, record);
+        made.setVariable(KeyExpressionCheck.TOPIC, record.topic());
+        made.setVariable(KeyExpressionCheck.HEADERS, new DecodedHeaders(record));
+        made.setVariable(KeyExpressionCheck.PAYLOAD, payload());
         context = made;
       }
       return context;
@@ -556,19 +617,44 @@ final class IdempotentListenerMethod {
     try {
       return PARSER.parseExpression(text);
     } catch (ParseException e) {
-      throw invalid(what + " expression '" + text + "' does not parse: " + e.getMessage(), e);
+      throw invalid(
+          what
+              + " expression '"
+              + text
+              + "' does not parse"
+              + (e.getPosition() >= 0 ? " (at character " + e.getPosition() + ")" : "")
+              + ": "
+              + e.getSimpleMessage(),
+          "Write a SpEL expression over "
+              + KeyExpressionCheck.VARIABLE_LIST
+              + (what.equals("key") ? ", or header = \"name\" to take the key from a header" : ""),
+          e);
+    }
+  }
+
+  /** Refuses an expression that cannot give a key, now rather than on every record. */
+  private void check(String what, @Nullable Expression expression, ResolvableType payload) {
+    if (expression != null) {
+      KeyExpressionCheck.Refusal refusal = KeyExpressionCheck.check(what, expression, payload);
+      if (refusal != null) {
+        throw invalid(refusal.problem(), refusal.action(), null);
+      }
     }
   }
 
   private <T> @Nullable T single(String what, T[] values) {
     if (values.length > 1) {
-      throw invalid(what + " takes at most one value", null);
+      throw invalid(
+          what + " takes at most one value",
+          "Give one value, or none for the consumer-dedup.* property",
+          null);
     }
     return values.length == 0 ? null : values[0];
   }
 
-  private IllegalStateException invalid(String problem, @Nullable Throwable cause) {
-    return new IllegalStateException("@Idempotent on " + name + ": " + problem, cause);
+  private InvalidIdempotentListenerException invalid(
+      String problem, String action, @Nullable Throwable cause) {
+    return new InvalidIdempotentListenerException(name, beanName, problem, action, cause);
   }
 
   @Override

@@ -112,7 +112,7 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
       ReflectionUtils.doWithMethods(
           AopUtils.getTargetClass(processed),
           method -> {
-            IdempotentListenerMethod listener = IdempotentListenerMethod.of(method);
+            IdempotentListenerMethod listener = IdempotentListenerMethod.of(method, beanName);
             if (listener != null) {
               listeners.add(listener);
             }

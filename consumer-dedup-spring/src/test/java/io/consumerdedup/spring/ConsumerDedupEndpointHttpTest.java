@@ -183,6 +183,15 @@ class ConsumerDedupEndpointHttpTest {
         assertThat(applied.attempt()).isEqualTo(2);
       }
       assertThat(charges).hasValue(1);
+      assertThat(
+              get(
+                      port,
+                      "/actuator/consumerdedup/record?bizType=payment&bizKey="
+                          + encode("ORD-stuck/1"))
+                  .body())
+          .as("the release's note is gone once the key succeeded")
+          .contains("\"status\":\"SUCCESS\"")
+          .contains("\"lastError\":null");
 
       HttpResponse<String> forget =
           post(
@@ -232,6 +241,25 @@ class ConsumerDedupEndpointHttpTest {
       assertThat(release.body()).contains("consumer-dedup.admin.write-enabled=true");
       assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
       assertThat(get(port, "/actuator/consumerdedup").body()).contains("\"writeEnabled\":false");
+    }
+
+    @Test
+    void aFilterValueThatIsNoStatusOrLeaseIsRefusedNamingTheAllowedValues() throws Exception {
+      HttpResponse<String> done = get(port, "/actuator/consumerdedup/records?status=DONE");
+      assertThat(done.statusCode()).isEqualTo(400);
+      assertThat(done.body())
+          .isEqualTo(
+              "{\"error\":\"status 'DONE' is not one of PROCESSING, SUCCESS, FAILED (in any"
+                  + " case)\"}");
+
+      HttpResponse<String> soon = get(port, "/actuator/consumerdedup/records?lease=soon");
+      assertThat(soon.statusCode()).isEqualTo(400);
+      assertThat(soon.body()).contains("lease 'soon' is not one of ANY, LIVE, EXPIRED");
+
+      HttpResponse<String> lowerCase =
+          get(port, "/actuator/consumerdedup/records?status=failed&lease=any");
+      assertThat(lowerCase.statusCode()).isEqualTo(200);
+      assertThat(lowerCase.body()).contains("\"records\":[");
     }
 
     @Test

@@ -41,7 +41,10 @@ class ListenerShapeRefusalTest {
 
   static List<Arguments> refused() {
     return List.of(
-        Arguments.of(FinalMethod.class, "FinalMethod#charge", "make it a public, non-final"),
+        Arguments.of(
+            FinalMethod.class,
+            "FinalMethod#charge",
+            "Make it a non-final, non-private instance method"),
         Arguments.of(
             SuspendFunction.class,
             "SuspendFunction#charge",
@@ -54,7 +57,7 @@ class ListenerShapeRefusalTest {
             BatchWithHeaderList.class,
             "BatchWithHeaderList#charge",
             "cannot be filtered together with the records"),
-        Arguments.of(AsyncBatch.class, "AsyncBatch#charge", "return void, not a future or Mono"),
+        Arguments.of(AsyncBatch.class, "AsyncBatch#charge", "Return void, not a future or Mono"),
         Arguments.of(
             TransactionalBatch.class,
             "TransactionalBatch#charge",

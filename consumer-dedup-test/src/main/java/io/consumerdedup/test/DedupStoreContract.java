@@ -164,6 +164,30 @@ public abstract class DedupStoreContract {
   }
 
   @Test
+  void aKeyThatFailedOnceThenSucceededShowsNoLastError() {
+    DedupKey single = key("failed-then-done");
+    DedupKey batched = key("failed-then-done-batch");
+    for (DedupKey key : List.of(single, batched)) {
+      assertTrue(store().fail(key, claimOne(key).token(), "bank timeout", RETENTION));
+    }
+    ClaimResult.Claimed retry = claimOne(single);
+    assertEquals(
+        "bank timeout",
+        find(single).lastError().orElse(null),
+        "while retried, the error is the previous attempt's");
+
+    assertTrue(store().complete(single, retry.token(), RETENTION));
+    assertEquals(List.of(), store().completeAll(List.of(claimOne(batched)), RETENTION));
+
+    for (DedupKey key : List.of(single, batched)) {
+      DedupRecord record = find(key);
+      assertEquals(DedupStatus.SUCCESS, record.status());
+      assertEquals(2, record.attempts());
+      assertEquals(null, record.lastError().orElse(null), "last error of " + key);
+    }
+  }
+
+  @Test
   void aHolderWhoseLeaseWasTakenOverIsRefusedOnCompleteFailAndRenew() throws InterruptedException {
     DedupKey key = key("zombie");
     ClaimResult.Claimed zombie = claimed(store().claim(request(key, "zombie", shortLease(), null)));

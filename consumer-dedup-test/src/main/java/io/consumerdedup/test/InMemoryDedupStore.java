@@ -111,6 +111,7 @@ public final class InMemoryDedupStore implements DedupStore {
     Instant now = clock.instant();
     row.status = DedupStatus.SUCCESS;
     row.leaseUntil = null;
+    row.lastError = null;
     row.updatedAt = now;
     row.expiresAt = now.plus(retention);
     return true;

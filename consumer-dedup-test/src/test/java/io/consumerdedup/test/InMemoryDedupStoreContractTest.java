@@ -4,6 +4,7 @@ import io.consumerdedup.core.DedupStore;
 import java.time.Duration;
 
 /** The in-memory store keeps the store contract, its leases running out on a test clock. */
+// tag::contract[] (docs/testing.md)
 class InMemoryDedupStoreContractTest extends DedupStoreContract {
   private final TestClock clock = new TestClock();
   private final InMemoryDedupStore store = new InMemoryDedupStore(clock);
@@ -18,3 +19,4 @@ class InMemoryDedupStoreContractTest extends DedupStoreContract {
     clock.advance(duration);
   }
 }
+// end::contract[]

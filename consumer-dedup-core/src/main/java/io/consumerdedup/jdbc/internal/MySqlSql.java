@@ -77,7 +77,7 @@ public final class MySqlSql {
     complete =
         "UPDATE "
             + table
-            + " SET status = 'SUCCESS', lease_until = NULL, updated_at = "
+            + " SET status = 'SUCCESS', lease_until = NULL, last_error = NULL, updated_at = "
             + NOW
             + ", expires_at = "
             + NOW_PLUS_MS
@@ -214,7 +214,10 @@ public final class MySqlSql {
         + status(withLease)
         + ", attempts = attempts + 1, owner = ?, lease_until = "
         + leaseUntil(withLease)
-        + ", claim_id = ?, fingerprint = COALESCE(fingerprint, ?), source = ?, updated_at = "
+        + ", claim_id = ?, fingerprint = COALESCE(fingerprint, ?), source = ?, "
+        // Claimed as SUCCESS at once: no error of an earlier failed attempt stays with it.
+        + (withLease ? "" : "last_error = NULL, ")
+        + "updated_at = "
         + NOW
         + ", expires_at = "
         + NOW_PLUS_MS

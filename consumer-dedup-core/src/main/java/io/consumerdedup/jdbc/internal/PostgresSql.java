@@ -177,7 +177,7 @@ public final class PostgresSql {
     complete =
         fenced(
             table,
-            "status = 'SUCCESS', lease_until = NULL, updated_at = now(),"
+            "status = 'SUCCESS', lease_until = NULL, last_error = NULL, updated_at = now(),"
                 + " expires_at = now() + ? * interval '1 millisecond'",
             null,
             "d.status IN ('PROCESSING', 'SUCCESS')");
@@ -277,6 +277,9 @@ public final class PostgresSql {
       String claimable,
       String settled,
       String rows) {
+    // A key claimed as SUCCESS at once (in the caller's transaction) keeps no error of an earlier
+    // failed attempt; a PROCESSING claim keeps it, as the previous attempt's, until its outcome.
+    String lastError = status.equals("'SUCCESS'") ? " last_error = NULL," : "";
     return "WITH r AS (SELECT * FROM "
         + rows
         + "),"
@@ -301,6 +304,7 @@ public final class PostgresSql {
         + attempts
         + ", owner = excluded.owner, lease_until = excluded.lease_until,"
         + " claim_id = excluded.claim_id,"
+        + lastError
         + " fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
         + " updated_at = now(), expires_at = excluded.expires_at WHERE "
         + claimable

@@ -2,6 +2,7 @@ package io.consumerdedup.jdbc.internal;
 
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.DedupTableMissingException;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.util.List;
@@ -32,7 +33,7 @@ public final class TableCheck {
   /**
    * Checks the table, with the retries of a store call.
    *
-   * @throws IllegalStateException the table is missing or lacks columns
+   * @throws DedupTableMissingException the table is missing or lacks columns
    * @throws DedupStoreException the database could not be asked
    */
   public void verify() {
@@ -42,7 +43,7 @@ public final class TableCheck {
   /**
    * Checks the table in one try; a database that cannot be asked now is only logged.
    *
-   * @throws IllegalStateException the table is missing or lacks columns
+   * @throws DedupTableMissingException the table is missing or lacks columns
    */
   public void verifyIfReachable() {
     Columns columns;
@@ -83,15 +84,18 @@ public final class TableCheck {
     }
     boolean absent = missing.size() == PostgresSql.EXPECTED_COLUMNS.size();
     Dialect dialect = columns.dialect();
-    throw new IllegalStateException(
-        (absent
-                ? "The dedup table " + table + " does not exist"
-                : "The dedup table "
-                    + table
-                    + " lacks the column(s) "
-                    + String.join(", ", missing)
-                    + " (it was created from an older schema file)")
-            + ". Create it from the schema file "
+    throw new DedupTableMissingException(
+        table,
+        missing,
+        absent,
+        absent
+            ? "The dedup table " + table + " does not exist"
+            : "The dedup table "
+                + table
+                + " lacks the column(s) "
+                + String.join(", ", missing)
+                + " (it was created from an older schema file)",
+        "Create it from the schema file "
             + dialect.schemaResource()
             + " (in the consumer-dedup-schema jar, Flyway naming: copy it into your migrations), for"
             + " example: unzip -p consumer-dedup-schema-<version>.jar "

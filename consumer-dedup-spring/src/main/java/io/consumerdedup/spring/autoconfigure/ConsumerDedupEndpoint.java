@@ -11,10 +11,11 @@ import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.PurgeBacklog;
 import java.time.Duration;
 import java.time.Instant;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Locale;
 import java.util.Map;
+import java.util.stream.Collectors;
 import org.jspecify.annotations.Nullable;
 import org.springframework.boot.actuate.endpoint.SecurityContext;
 import org.springframework.boot.actuate.endpoint.annotation.Endpoint;
@@ -172,9 +173,9 @@ public class ConsumerDedupEndpoint {
       @Nullable String after) {
     RecordQuery query =
         new RecordQuery(
-            status == null ? null : DedupStatus.valueOf(status.toUpperCase(Locale.ROOT)),
+            status == null ? null : filter("status", status, DedupStatus.class),
             bizType,
-            lease == null ? LeaseFilter.ANY : LeaseFilter.valueOf(lease.toUpperCase(Locale.ROOT)),
+            lease == null ? LeaseFilter.ANY : filter("lease", lease, LeaseFilter.class),
             limit == null ? DEFAULT_LIMIT : limit,
             after);
     DedupAdmin.Page page = admin.list(query);
@@ -182,6 +183,24 @@ public class ConsumerDedupEndpoint {
     body.put("records", page.records().stream().map(RecordView::of).toList());
     body.put("next", page.next());
     return body;
+  }
+
+  /** The constant {@code value} names, in any case; else a 400 naming the allowed values. */
+  private static <E extends Enum<E>> E filter(String parameter, String value, Class<E> type) {
+    for (E constant : type.getEnumConstants()) {
+      if (constant.name().equalsIgnoreCase(value.strip())) {
+        return constant;
+      }
+    }
+    throw new IllegalArgumentException(
+        parameter
+            + " '"
+            + value
+            + "' is not one of "
+            + Arrays.stream(type.getEnumConstants())
+                .map(Enum::name)
+                .collect(Collectors.joining(", "))
+            + " (in any case)");
   }
 
   private static DedupKey key(@Nullable String bizType, @Nullable String bizKey) {

@@ -272,7 +272,8 @@ public class ConsumerDedupProperties implements InitializingBean {
   /**
    * Checks every value, and the values that cannot be meant together.
    *
-   * @throws IllegalArgumentException naming the first bad property, its value and what is allowed
+   * @throws InvalidDedupPropertyException naming the first bad property, its value and what is
+   *     allowed
    */
   @Override
   public void afterPropertiesSet() {
@@ -333,9 +334,9 @@ public class ConsumerDedupProperties implements InitializingBean {
     }
   }
 
-  private static IllegalArgumentException invalid(String property, Object value, String allowed) {
-    return new IllegalArgumentException(
-        "consumer-dedup." + property + "=" + value + " is not allowed: it must be " + allowed);
+  private static InvalidDedupPropertyException invalid(
+      String property, Object value, String allowed) {
+    return new InvalidDedupPropertyException("consumer-dedup." + property, value, allowed);
   }
 
   /** {@code value} as a user would write it: in its largest whole unit, such as 5m or 1500ms. */

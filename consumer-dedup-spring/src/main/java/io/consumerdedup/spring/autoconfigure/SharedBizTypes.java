@@ -1,6 +1,5 @@
 package io.consumerdedup.spring.autoconfigure;
 
-import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.spring.IdempotentListenerPostProcessor.Listener;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -36,8 +35,8 @@ final class SharedBizTypes {
   }
 
   /**
-   * @throws DedupConfigurationException two listeners of different groups share a biz type that is
-   *     not allowed
+   * @throws SharedBizTypeException two listeners of different groups share a biz type that is not
+   *     allowed
    */
   void check(List<Listener> listeners) {
     Map<String, Map<String, Listener>> byBizTypeAndGroup = new LinkedHashMap<>();
@@ -55,10 +54,9 @@ final class SharedBizTypes {
     }
   }
 
-  private static DedupConfigurationException refusal(
-      String bizType, Map<String, Listener> byGroup) {
+  private static SharedBizTypeException refusal(String bizType, Map<String, Listener> byGroup) {
     var groups = List.copyOf(byGroup.entrySet());
-    return new DedupConfigurationException(
+    return new SharedBizTypeException(
         "@Idempotent listeners "
             + groups.get(0).getValue().method()
             + " (group "
@@ -70,11 +68,9 @@ final class SharedBizTypes {
             + ") share biz type '"
             + bizType
             + "': each group would skip the keys the other applied as duplicates, and its own"
-            + " action would never run for them. Give each kind of action its own biz type. If both"
-            + " groups perform the same action and it must run once across them, list the biz type"
-            + " in consumer-dedup.shared-biz-types",
-        null,
-        null);
+            + " action would never run for them",
+        "Give each kind of action its own biz type. If both groups perform the same action and it"
+            + " must run once across them, list the biz type in consumer-dedup.shared-biz-types");
   }
 
   /** The listener's consumer group, or null when it cannot be known before the container runs. */

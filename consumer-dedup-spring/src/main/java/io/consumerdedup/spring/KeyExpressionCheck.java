@@ -1,0 +1,440 @@
+package io.consumerdedup.spring;
+
+import java.beans.PropertyDescriptor;
+import java.lang.reflect.Field;
+import java.lang.reflect.Member;
+import java.lang.reflect.Method;
+import java.lang.reflect.Modifier;
+import java.lang.reflect.RecordComponent;
+import java.lang.reflect.Type;
+import java.lang.reflect.TypeVariable;
+import java.lang.reflect.WildcardType;
+import java.util.Comparator;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Set;
+import java.util.TreeSet;
+import java.util.regex.Pattern;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+import org.springframework.beans.BeanUtils;
+import org.springframework.core.ResolvableType;
+import org.springframework.expression.Expression;
+import org.springframework.expression.spel.SpelNode;
+import org.springframework.expression.spel.ast.CompoundExpression;
+import org.springframework.expression.spel.ast.FunctionReference;
+import org.springframework.expression.spel.ast.Indexer;
+import org.springframework.expression.spel.ast.MethodReference;
+import org.springframework.expression.spel.ast.Projection;
+import org.springframework.expression.spel.ast.PropertyOrFieldReference;
+import org.springframework.expression.spel.ast.Selection;
+import org.springframework.expression.spel.ast.StringLiteral;
+import org.springframework.expression.spel.ast.VariableReference;
+import org.springframework.expression.spel.standard.SpelExpression;
+import org.springframework.expression.spel.support.ReflectivePropertyAccessor;
+import org.springframework.util.ClassUtils;
+
+/**
+ * The start-up check of a key or fingerprint expression against what is known before any record:
+ * the variables it is evaluated with, that it has no root object, and the declared type of the
+ * payload. What it refuses would fail on every record (each one dead-lettered as a malformed key),
+ * or, like {@code order-no} parsed as {@code order - no}, never give a key at all. Where the
+ * payload type is not known at start-up (Object, an interface, a Map, a JSON tree, a type
+ * variable), a property of it is left to run time.
+ */
+final class KeyExpressionCheck {
+  /** The variables a key or fingerprint expression is evaluated with. */
+  static final String PAYLOAD = "payload";
+
+  static final String HEADERS = "headers";
+  static final String RECORD = "record";
+  static final String TOPIC = "topic";
+
+  private static final List<String> VARIABLES = List.of(PAYLOAD, HEADERS, RECORD, TOPIC);
+  static final String VARIABLE_LIST = "#payload, #headers, #record and #topic";
+
+  private static final String NO_ROOT =
+      " but the expression has no root object: it reads the record through " + VARIABLE_LIST;
+
+  /** Variables that SpEL defines itself. */
+  private static final Set<String> SPEL_VARIABLES = Set.of("root", "this");
+
+  /** What a header name put in {@code key} looks like. */
+  private static final Pattern HEADER_NAME = Pattern.compile("[A-Za-z0-9_][A-Za-z0-9_.\\-]*");
+
+  private static final Readers READERS = new Readers();
+
+  /** What is wrong with an expression, and what to write instead. */
+  record Refusal(String problem, String action) {}
+
+  private final String attribute;
+  private final String text;
+  private final ResolvableType payload;
+
+  private KeyExpressionCheck(String attribute, String text, ResolvableType payload) {
+    this.attribute = attribute;
+    this.text = text;
+    this.payload = payload;
+  }
+
+  /**
+   * @param attribute {@code key} or {@code fingerprint}
+   * @param payload the declared type of {@code #payload}, {@link ResolvableType#NONE} if unknown
+   * @return why the expression cannot work, or null
+   */
+  static @Nullable Refusal check(String attribute, Expression expression, ResolvableType payload) {
+    if (!(expression instanceof SpelExpression spel)) {
+      return null;
+    }
+    return new KeyExpressionCheck(attribute, spel.getExpressionString(), payload)
+        .visit(spel.getAST(), null, 0, false);
+  }
+
+  /**
+   * @param onElements inside a selection or projection, where names are the elements' properties
+   */
+  private @Nullable Refusal visit(
+      SpelNode node, @Nullable SpelNode parent, int index, boolean onElements) {
+    Refusal refusal = refuse(node, parent, index, onElements);
+    if (refusal != null) {
+      return refusal;
+    }
+    boolean childrenOnElements =
+        onElements || node instanceof Selection || node instanceof Projection;
+    for (int i = 0; i < node.getChildCount(); i++) {
+      refusal = visit(node.getChild(i), node, i, childrenOnElements);
+      if (refusal != null) {
+        return refusal;
+      }
+    }
+    return null;
+  }
+
+  private @Nullable Refusal refuse(
+      SpelNode node, @Nullable SpelNode parent, int index, boolean onElements) {
+    if (node instanceof VariableReference variable) {
+      String name = variable.toStringAST().substring(1);
+      return VARIABLES.contains(name) || SPEL_VARIABLES.contains(name)
+          ? null
+          : unknownVariable(name, node.getStartPosition());
+    }
+    if (node instanceof FunctionReference function) {
+      String call = function.toStringAST();
+      return new Refusal(
+          described()
+              + " calls the function "
+              + call.substring(0, call.indexOf('('))
+              + "(...), which is not defined: the expression has only the variables "
+              + VARIABLE_LIST,
+          "Call a method of a variable (#payload.method()), of a bean (@beanName.method(#payload))"
+              + " or a static one (T(com.example.Keys).of(#payload))");
+    }
+    // SpEL reads a name that starts the expression (or an operand, or a method argument) from the
+    // evaluation root, and key expressions have none; a bare name as an index is a map key.
+    boolean onRoot =
+        !onElements
+            && !(parent instanceof Indexer)
+            && (!(parent instanceof CompoundExpression) || index == 0);
+    if (onRoot && node instanceof PropertyOrFieldReference property) {
+      return bareName(property.getName(), node.getStartPosition());
+    }
+    if (onRoot && node instanceof MethodReference method) {
+      return new Refusal(
+          described() + " calls " + method.getName() + "(...) on the evaluation root," + NO_ROOT,
+          "Call it on a variable, such as #payload." + method.getName() + "(...)");
+    }
+    if (onRoot && node instanceof Indexer indexer) {
+      String name =
+          indexer.getChildCount() == 1
+                  && indexer.getChild(0) instanceof StringLiteral literal
+                  && literal.getLiteralValue().getValue() instanceof String value
+              ? value
+              : null;
+      return new Refusal(
+          described() + " indexes the evaluation root," + NO_ROOT,
+          name == null
+              ? "Index a variable, such as #headers['order-no']"
+              : capitalized(fromHeader(name)));
+    }
+    if (node instanceof CompoundExpression compound
+        && compound.getChild(0) instanceof VariableReference variable) {
+      return propertyChain(compound, variable.toStringAST().substring(1));
+    }
+    return null;
+  }
+
+  private Refusal unknownVariable(String name, int position) {
+    String closest = closest(name, VARIABLES);
+    return new Refusal(
+        described()
+            + " reads the variable #"
+            + name
+            + ", which is not defined: the variables are "
+            + VARIABLE_LIST,
+        closest == null
+            ? "Read the record through " + VARIABLE_LIST + ", or a bean as @beanName"
+            : "Write "
+                + attribute
+                + " = \""
+                + text.substring(0, position)
+                + "#"
+                + closest
+                + text.substring(position + 1 + name.length())
+                + "\"");
+  }
+
+  private Refusal bareName(String name, int position) {
+    String problem =
+        described() + " reads " + name + " as a property of the evaluation root," + NO_ROOT;
+    String withHash = text.substring(0, position) + "#" + text.substring(position);
+    if (VARIABLES.contains(name)) {
+      return new Refusal(
+          problem, "Write " + attribute + " = \"" + withHash + "\" (variables start with #)");
+    }
+    Class<?> payloadClass = concrete(payload);
+    boolean payloadHasIt = payloadClass != null && READERS.reader(payloadClass, name) != null;
+    String onPayload = text.substring(0, position) + "#" + PAYLOAD + "." + text.substring(position);
+    if (HEADER_NAME.matcher(text).matches()) {
+      problem +=
+          text.equals(name) ? "" : " ('" + text + "' is parsed as an expression, not as a name)";
+      return new Refusal(
+          problem,
+          payloadHasIt
+              ? (attribute.equals("key")
+                      ? "To take the key from the payload's property, write "
+                      : "To read the payload's property, write ")
+                  + attribute
+                  + " = \""
+                  + onPayload
+                  + "\"; "
+                  + fromHeader(text)
+              : capitalized(fromHeader(text)));
+    }
+    return new Refusal(
+        problem,
+        "Read it through a variable: "
+            + (payloadHasIt
+                ? attribute + " = \"" + onPayload + "\""
+                : "#headers['"
+                    + name
+                    + "'] for a header, #payload."
+                    + name
+                    + " for a property of the payload"));
+  }
+
+  /** The action that takes the key from header {@code name}, as a clause. */
+  private String fromHeader(String name) {
+    return attribute.equals("key")
+        ? "to take the key from the header '"
+            + name
+            + "', write header = \""
+            + name
+            + "\" instead (or key = \"#headers['"
+            + name
+            + "']\")"
+        : "to read the header '"
+            + name
+            + "', write "
+            + attribute
+            + " = \"#headers['"
+            + name
+            + "']\"";
+  }
+
+  private static String capitalized(String clause) {
+    return Character.toUpperCase(clause.charAt(0)) + clause.substring(1);
+  }
+
+  /**
+   * Follows {@code #payload.customer.id} through the declared types as far as they are concrete
+   * classes, refusing a name that none of them can read.
+   */
+  private @Nullable Refusal propertyChain(CompoundExpression compound, String variable) {
+    ResolvableType type =
+        switch (variable) {
+          case PAYLOAD -> payload;
+          case RECORD -> ResolvableType.forClass(ConsumerRecord.class);
+          case TOPIC -> ResolvableType.forClass(String.class);
+          default -> ResolvableType.NONE;
+        };
+    StringBuilder path = new StringBuilder("#").append(variable);
+    for (int i = 1; i < compound.getChildCount(); i++) {
+      Class<?> owner = concrete(type);
+      if (!(compound.getChild(i) instanceof PropertyOrFieldReference property) || owner == null) {
+        return null;
+      }
+      String name = property.getName();
+      Member reader = READERS.reader(owner, name);
+      if (reader == null) {
+        return missingProperty(path.toString(), name, owner);
+      }
+      type = typeOf(reader, type);
+      path.append('.').append(name);
+    }
+    return null;
+  }
+
+  private Refusal missingProperty(String path, String name, Class<?> owner) {
+    String problem =
+        described()
+            + " reads the property "
+            + name
+            + " of "
+            + path
+            + ", "
+            + (path.equals("#" + PAYLOAD) ? "the payload, " : "")
+            + "a "
+            + owner.getName()
+            + ", which has no such property (no getter, record component or public field)";
+    if (owner == String.class) {
+      return new Refusal(
+          problem,
+          "Take the payload as a class that has "
+              + name
+              + " (a parameter of that type, converted from JSON by the listener's message"
+              + " converter or deserializer); "
+              + fromHeader(name));
+    }
+    List<String> properties = properties(owner);
+    problem +=
+        properties.isEmpty()
+            ? "; it has no readable properties"
+            : "; " + owner.getSimpleName() + " has: " + String.join(", ", properties);
+    String closest = closest(name, properties);
+    return new Refusal(
+        problem,
+        closest != null
+            ? "Write " + path + "." + closest + " if that is the property you mean"
+            : "Read one of its properties, or a header with #headers['name']");
+  }
+
+  private String described() {
+    return attribute + " expression '" + text + "'";
+  }
+
+  /**
+   * The class of {@code type} when it is known at start-up to be what the expression meets at run
+   * time; null for Object, an interface or abstract class (a JSON tree), a Map or collection, an
+   * array, Optional and a type variable or wildcard.
+   */
+  private static @Nullable Class<?> concrete(ResolvableType type) {
+    if (type == ResolvableType.NONE
+        || type.getType() instanceof TypeVariable<?>
+        || type.getType() instanceof WildcardType) {
+      return null;
+    }
+    Class<?> resolved = type.resolve();
+    if (resolved == null) {
+      return null;
+    }
+    Class<?> c = ClassUtils.resolvePrimitiveIfNecessary(resolved);
+    if (c == Object.class
+        || c.isArray()
+        || Modifier.isAbstract(c.getModifiers())
+        || Map.class.isAssignableFrom(c)
+        || Iterable.class.isAssignableFrom(c)
+        || c == Optional.class) {
+      return null;
+    }
+    for (Class<?> s = c; s != null; s = s.getSuperclass()) {
+      if (s.getName().endsWith(".databind.JsonNode")) {
+        return null;
+      }
+    }
+    return c;
+  }
+
+  /** The declared type of what {@code reader} reads from an object of type {@code owner}. */
+  private static ResolvableType typeOf(Member reader, ResolvableType owner) {
+    Class<?> declaring = reader.getDeclaringClass();
+    ResolvableType asDeclared = owner.as(declaring);
+    Type generic =
+        reader instanceof Method method
+            ? method.getGenericReturnType()
+            : ((Field) reader).getGenericType();
+    if (generic instanceof TypeVariable<?> variable) {
+      TypeVariable<?>[] parameters = declaring.getTypeParameters();
+      for (int i = 0; i < parameters.length; i++) {
+        if (parameters[i].equals(variable)) {
+          return asDeclared.getGeneric(i);
+        }
+      }
+      return ResolvableType.NONE;
+    }
+    return ResolvableType.forType(generic, asDeclared);
+  }
+
+  /**
+   * The names SpEL can read from a {@code type}, as a user would list them: bean properties, record
+   * components, public fields; for a class with none of those (ConsumerRecord), its plain
+   * accessors.
+   */
+  static List<String> properties(Class<?> type) {
+    Set<String> names = new TreeSet<>();
+    for (PropertyDescriptor descriptor : BeanUtils.getPropertyDescriptors(type)) {
+      if (descriptor.getReadMethod() != null && !descriptor.getName().equals("class")) {
+        names.add(descriptor.getName());
+      }
+    }
+    if (type.isRecord()) {
+      for (RecordComponent component : type.getRecordComponents()) {
+        names.add(component.getName());
+      }
+    }
+    for (Field field : type.getFields()) {
+      if (!Modifier.isStatic(field.getModifiers())) {
+        names.add(field.getName());
+      }
+    }
+    if (names.isEmpty()) {
+      for (Method method : type.getMethods()) {
+        if (method.getParameterCount() == 0
+            && method.getReturnType() != void.class
+            && !Modifier.isStatic(method.getModifiers())
+            && !Set.of("hashCode", "toString", "getClass").contains(method.getName())) {
+          names.add(method.getName());
+        }
+      }
+    }
+    return List.copyOf(names);
+  }
+
+  /** The candidate nearest to {@code name} if it is near enough to be a typo of it. */
+  private static @Nullable String closest(String name, List<String> candidates) {
+    String lower = name.toLowerCase(Locale.ROOT);
+    return candidates.stream()
+        .filter(c -> distance(lower, c.toLowerCase(Locale.ROOT)) <= Math.max(2, name.length() / 4))
+        .min(Comparator.comparingInt(c -> distance(lower, c.toLowerCase(Locale.ROOT))))
+        .orElse(null);
+  }
+
+  /** The Levenshtein distance. */
+  private static int distance(String a, String b) {
+    int[] previous = new int[b.length() + 1];
+    int[] current = new int[b.length() + 1];
+    for (int j = 0; j <= b.length(); j++) {
+      previous[j] = j;
+    }
+    for (int i = 1; i <= a.length(); i++) {
+      current[0] = i;
+      for (int j = 1; j <= b.length(); j++) {
+        int substitution = previous[j - 1] + (a.charAt(i - 1) == b.charAt(j - 1) ? 0 : 1);
+        current[j] = Math.min(substitution, Math.min(previous[j], current[j - 1]) + 1);
+      }
+      int[] swap = previous;
+      previous = current;
+      current = swap;
+    }
+    return previous[b.length()];
+  }
+
+  /** SpEL's own lookup of a readable property: the check agrees with what evaluation will do. */
+  private static final class Readers extends ReflectivePropertyAccessor {
+    @Nullable Member reader(Class<?> type, String name) {
+      Method getter = findGetterForProperty(name, type, false);
+      return getter != null ? getter : findField(name, type, false);
+    }
+  }
+}
