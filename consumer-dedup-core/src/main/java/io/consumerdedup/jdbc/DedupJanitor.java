@@ -3,6 +3,7 @@ package io.consumerdedup.jdbc;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.jdbc.internal.KeysetPurge;
 import io.consumerdedup.jdbc.internal.PurgeSql;
 import java.time.Duration;
 import java.util.List;
@@ -70,7 +71,7 @@ public final class DedupJanitor implements AutoCloseable {
 
   private DedupJanitor(Builder builder) {
     this.store = builder.store;
-    this.keyset = store instanceof JdbcDedupStore jdbc ? new KeysetPurge(jdbc) : null;
+    this.keyset = store instanceof JdbcDedupStore jdbc ? new KeysetPurge(jdbc.calls()) : null;
     this.batchSize = builder.batchSize;
     this.maxBatchesPerRun = builder.maxBatchesPerRun;
     this.maxRunTime = builder.maxRunTime;

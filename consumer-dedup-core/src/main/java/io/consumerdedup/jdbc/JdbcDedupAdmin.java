@@ -4,16 +4,14 @@ import io.consumerdedup.core.DedupAdmin;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
-import io.consumerdedup.jdbc.internal.AdminSql;
+import io.consumerdedup.jdbc.internal.Dialect;
+import io.consumerdedup.jdbc.internal.StoreCalls;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.time.Instant;
-import java.time.LocalDateTime;
-import java.time.OffsetDateTime;
-import java.time.ZoneOffset;
 import java.time.temporal.ChronoUnit;
 import java.util.ArrayList;
 import java.util.Base64;
@@ -33,13 +31,11 @@ public final class JdbcDedupAdmin implements DedupAdmin {
   private static final Logger log = LoggerFactory.getLogger(JdbcDedupAdmin.class);
 
   private final JdbcDedupStore store;
-  private final AdminSql postgres;
-  private final AdminSql mysql;
+  private final StoreCalls calls;
 
   private JdbcDedupAdmin(JdbcDedupStore store) {
     this.store = store;
-    this.postgres = new AdminSql(store.tableName(), "now()");
-    this.mysql = new AdminSql(store.tableName(), "UTC_TIMESTAMP(6)");
+    this.calls = store.calls();
   }
 
   /** The admin operations on the table of {@code store}. */
@@ -47,18 +43,14 @@ public final class JdbcDedupAdmin implements DedupAdmin {
     return new JdbcDedupAdmin(Objects.requireNonNull(store, "store"));
   }
 
-  private AdminSql sql() {
-    return store.knownDialect() == SqlDialect.MYSQL ? mysql : postgres;
-  }
-
   @Override
   public List<StatusCount> counts() {
-    return store.run(
+    return calls.run(
         "admin counts",
         null,
-        connection -> {
+        (connection, dialect) -> {
           List<StatusCount> counts = new ArrayList<>();
-          try (PreparedStatement statement = store.prepare(connection, sql().counts);
+          try (PreparedStatement statement = calls.prepare(connection, dialect.adminSql().counts);
               ResultSet rows = statement.executeQuery()) {
             while (rows.next()) {
               counts.add(
@@ -77,15 +69,16 @@ public final class JdbcDedupAdmin implements DedupAdmin {
   public Page list(RecordQuery query) {
     Cursor after = query.after() == null ? null : Cursor.parse(query.after());
     String lease = query.lease() == LeaseFilter.ANY ? null : query.lease().name();
-    return store.run(
+    return calls.run(
         "admin list",
         null,
-        connection -> {
-          SqlDialect dialect = store.knownDialect();
+        (connection, dialect) -> {
           String text =
-              sql().list(query.status() != null, query.bizType() != null, lease, after != null);
+              dialect
+                  .adminSql()
+                  .list(query.status() != null, query.bizType() != null, lease, after != null);
           List<DedupRecord> records = new ArrayList<>();
-          try (PreparedStatement statement = store.prepare(connection, text)) {
+          try (PreparedStatement statement = calls.prepare(connection, text)) {
             int index = 1;
             if (query.status() != null) {
               statement.setString(index++, query.status().name());
@@ -94,7 +87,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
               statement.setString(index++, query.bizType());
             }
             if (after != null) {
-              Object createdAt = time(after.createdAt(), dialect);
+              Object createdAt = dialect.time(after.createdAt());
               statement.setObject(index++, createdAt);
               statement.setObject(index++, createdAt);
               statement.setString(index++, after.bizType());
@@ -104,7 +97,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
             statement.setInt(index, query.limit() + 1);
             try (ResultSet rows = statement.executeQuery()) {
               while (rows.next()) {
-                records.add(record(rows, dialect));
+                records.add(dialect.record(rows));
               }
             }
           }
@@ -128,7 +121,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         "admin release",
         key,
         requestedBy,
-        (c, before, who, at) -> {
+        (c, dialect, before, who, at) -> {
           if (before.status() != DedupStatus.PROCESSING) {
             return new Change(
                 false,
@@ -142,7 +135,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                 "Did not release {} at the request of {}: its lease is live; {}", key, who, before);
             return new Change(false, before, liveLeaseRefused(key, before), at);
           }
-          try (PreparedStatement update = store.prepare(c, sql().release)) {
+          try (PreparedStatement update = calls.prepare(c, dialect.adminSql().release)) {
             update.setString(
                 1,
                 "Released by "
@@ -214,8 +207,8 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         "admin forget",
         key,
         requestedBy,
-        (c, before, who, at) -> {
-          try (PreparedStatement delete = store.prepare(c, sql().forget)) {
+        (c, dialect, before, who, at) -> {
+          try (PreparedStatement delete = calls.prepare(c, dialect.adminSql().forget)) {
             delete.setString(1, key.bizType());
             delete.setString(2, key.bizKey());
             delete.executeUpdate();
@@ -233,7 +226,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
   /** A change of one record, locked in a transaction of its own; none when there is no record. */
   @FunctionalInterface
   private interface RecordChange {
-    Change apply(Connection connection, DedupRecord before, String who, Instant at)
+    Change apply(Connection connection, Dialect dialect, DedupRecord before, String who, Instant at)
         throws SQLException;
   }
 
@@ -241,42 +234,30 @@ public final class JdbcDedupAdmin implements DedupAdmin {
       String operation, DedupKey key, String requestedBy, RecordChange change) {
     Instant at = Instant.now();
     String who = requester(requestedBy);
-    return store.run(
+    return calls.run(
         operation,
         key,
-        connection ->
-            JdbcDedupStore.inOwnTransaction(
+        (connection, dialect) ->
+            StoreCalls.inOwnTransaction(
                 connection,
                 c -> {
-                  DedupRecord before = lockedRecord(c, key);
+                  DedupRecord before = lockedRecord(c, dialect, key);
                   if (before == null) {
                     return new Change(false, null, "No record of " + key, at);
                   }
-                  return change.apply(c, before, who, at);
+                  return change.apply(c, dialect, before, who, at);
                 }));
   }
 
-  private @Nullable DedupRecord lockedRecord(Connection connection, DedupKey key)
+  private @Nullable DedupRecord lockedRecord(Connection connection, Dialect dialect, DedupKey key)
       throws SQLException {
-    try (PreparedStatement select = store.prepare(connection, sql().findLocked)) {
+    try (PreparedStatement select = calls.prepare(connection, dialect.adminSql().findLocked)) {
       select.setString(1, key.bizType());
       select.setString(2, key.bizKey());
       try (ResultSet row = select.executeQuery()) {
-        return row.next() ? JdbcDedupStore.record(row, key, store.knownDialect()) : null;
+        return row.next() ? dialect.record(row, key) : null;
       }
     }
-  }
-
-  private static DedupRecord record(ResultSet row, SqlDialect dialect) throws SQLException {
-    DedupKey key = new DedupKey(row.getString("biz_type"), row.getString("biz_key"));
-    return JdbcDedupStore.record(row, key, dialect);
-  }
-
-  /** A time as the dialect's driver binds it: timestamptz, or UTC wall-clock DATETIME. */
-  static Object time(Instant instant, SqlDialect dialect) {
-    return dialect == SqlDialect.MYSQL
-        ? LocalDateTime.ofInstant(instant, ZoneOffset.UTC)
-        : OffsetDateTime.ofInstant(instant, ZoneOffset.UTC);
   }
 
   private static String requester(String requestedBy) {

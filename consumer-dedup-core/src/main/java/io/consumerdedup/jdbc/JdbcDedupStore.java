@@ -1,50 +1,28 @@
 package io.consumerdedup.jdbc;
 
-import static io.consumerdedup.jdbc.internal.PostgresSql.Type.BIGINT;
-import static io.consumerdedup.jdbc.internal.PostgresSql.Type.INT;
-import static io.consumerdedup.jdbc.internal.PostgresSql.Type.TEXT;
-
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
-import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.DedupTableMissingException;
 import io.consumerdedup.core.internal.Durations;
-import io.consumerdedup.core.internal.StoredText;
-import io.consumerdedup.jdbc.internal.PostgresPooler;
+import io.consumerdedup.jdbc.internal.Dialect;
+import io.consumerdedup.jdbc.internal.Dialect.FencedUpdate;
+import io.consumerdedup.jdbc.internal.Dialect.Held;
 import io.consumerdedup.jdbc.internal.PostgresSql;
-import io.consumerdedup.jdbc.internal.SqlStates;
-import io.github.resilience4j.core.IntervalFunction;
+import io.consumerdedup.jdbc.internal.StoreCalls;
+import io.consumerdedup.jdbc.internal.TableCheck;
 import io.github.resilience4j.retry.Retry;
-import io.github.resilience4j.retry.RetryConfig;
-import java.sql.Array;
-import java.sql.Connection;
-import java.sql.PreparedStatement;
-import java.sql.ResultSet;
-import java.sql.SQLException;
-import java.sql.Timestamp;
 import java.time.Duration;
-import java.time.Instant;
-import java.time.LocalDateTime;
-import java.time.ZoneOffset;
-import java.util.ArrayList;
-import java.util.Comparator;
-import java.util.HashMap;
-import java.util.HashSet;
-import java.util.Iterator;
 import java.util.List;
-import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
-import java.util.Set;
-import java.util.concurrent.Executor;
-import java.util.function.Function;
 import java.util.regex.Pattern;
 import javax.sql.DataSource;
 import org.jspecify.annotations.Nullable;
@@ -117,79 +95,35 @@ public final class JdbcDedupStore implements DedupStore {
   private static final Pattern TABLE_NAME =
       Pattern.compile("([A-Za-z_][A-Za-z0-9_]{0,62}\\.)?[A-Za-z_][A-Za-z0-9_]{0,62}");
 
-  /** A claim whose key changes under it between two statements is tried again this many times. */
-  private static final int MAX_CLAIM_ROUNDS = 10;
-
-  /** Runs the driver's network-timeout callback on the calling thread: nothing to hand off. */
-  private static final Executor SAME_THREAD = Runnable::run;
-
-  private final DataSource dataSource;
-
-  /**
-   * Where the store's own calls take a connection of their own: the pool behind a {@link
-   * TransactionBoundDataSource}, which hands out only its open transaction's connection.
-   */
-  private final DataSource ownConnections;
-
   private final String tableName;
-  private final PostgresSql sql;
-  private final MySqlStore mysql;
 
-  /** Set by the builder, else detected from the first connection. */
-  private volatile @Nullable SqlDialect dialect;
-
-  private final Retry retry;
+  private final AutodetectDialect dialect;
   private final Duration statementTimeout;
-  private final Duration retryMaxDuration;
-  private volatile boolean productChecked;
-
-  /** The connections reach PostgreSQL through a pooler (see {@link PostgresPooler}). */
-  private volatile boolean pooled;
-
-  /** Set on the thread of a call tried once more after its data was refused. */
-  @SuppressWarnings("ThreadLocalUsage")
-  private final ThreadLocal<Boolean> freshStatements = new ThreadLocal<>();
-
-  /**
-   * Marks the text of a statement tried once more: pgjdbc would reuse a named server-side statement
-   * it has for the same text, and that statement may be what refused the data.
-   */
-  private static final String FRESH_STATEMENT = "/* consumer-dedup: once more */ ";
+  private final StoreCalls calls;
+  private final TableCheck tableCheck;
 
   private JdbcDedupStore(Builder builder) {
-    this.dataSource = builder.dataSource;
-    this.ownConnections =
-        builder.dataSource instanceof TransactionBoundDataSource bound
-            ? bound.pool()
-            : builder.dataSource;
     this.tableName = builder.tableName;
     this.statementTimeout = builder.statementTimeout;
-    this.retryMaxDuration = builder.retryMaxDuration;
-    this.sql = new PostgresSql(tableName);
-    this.mysql = new MySqlStore(tableName, this::prepare);
-    this.dialect = builder.dialect;
-    RetryConfig config =
-        RetryConfig.custom()
-            .maxAttempts(builder.retryMaxAttempts)
-            .intervalFunction(
-                IntervalFunction.ofExponentialRandomBackoff(
-                    builder.retryInitialBackoff, 2.0, 0.5, builder.retryMaxBackoff))
-            // A try that outlasts the call's budget (a long wait for a pooled connection while the
-            // database is down) is not repeated: every call returns in bounded time.
-            .retryOnException(e -> e instanceof TransientFailure failure && failure.withinBudget)
-            .failAfterMaxAttempts(false)
-            .build();
-    this.retry = Retry.of("consumer-dedup-store", config);
-    this.retry
-        .getEventPublisher()
-        .onRetry(
-            event ->
-                log.warn(
-                    "Transient database error on {} (try {}), retrying in {}: {}",
-                    tableName,
-                    event.getNumberOfRetryAttempts(),
-                    event.getWaitInterval(),
-                    String.valueOf(event.getLastThrowable().getCause())));
+    this.dialect = new AutodetectDialect(builder.dialect, tableName, log);
+    this.calls =
+        new StoreCalls(
+            builder.dataSource,
+            // The store's own calls take a connection of their own: the pool behind a
+            // TransactionBoundDataSource, which hands out only its open transaction's connection.
+            builder.dataSource instanceof TransactionBoundDataSource bound
+                ? bound.pool()
+                : builder.dataSource,
+            tableName,
+            new StoreCalls.Limits(
+                builder.retryMaxAttempts,
+                builder.retryInitialBackoff,
+                builder.retryMaxBackoff,
+                builder.retryMaxDuration,
+                builder.statementTimeout),
+            log,
+            dialect);
+    this.tableCheck = new TableCheck(calls, tableName, log);
   }
 
   /**
@@ -229,7 +163,7 @@ public final class JdbcDedupStore implements DedupStore {
 
   /** The resilience4j retry of store calls, for its metrics. */
   public Retry retry() {
-    return retry;
+    return calls.retry();
   }
 
   @Override
@@ -237,20 +171,17 @@ public final class JdbcDedupStore implements DedupStore {
     return claimAll(List.of(request)).get(0);
   }
 
-  /** One statement for all the keys (see {@link PostgresSql#claim}), in its own transaction. */
+  /** One statement for all the keys on PostgreSQL, in its own transaction. */
   @Override
   public List<ClaimResult> claimAll(List<ClaimRequest> requests) {
     List<ClaimRequest> distinct = DedupStore.distinct(requests);
     if (distinct.isEmpty()) {
       return List.of();
     }
-    return call(
+    return calls.run(
         "claim",
         only(distinct),
-        connection ->
-            isMySql()
-                ? mysql.claim(connection, distinct, true)
-                : claimRounds(connection, distinct, true));
+        (connection, dialect) -> dialect.claim(connection, distinct, true));
   }
 
   @Override
@@ -269,24 +200,20 @@ public final class JdbcDedupStore implements DedupStore {
     if (distinct.isEmpty()) {
       return List.of();
     }
-    DedupKey key = only(distinct);
-    try (Connection connection = dataSource.getConnection()) {
-      checkProduct(connection);
-      requireUnnamedHandlerStatements(connection, key);
-      if (connection.getAutoCommit()) {
-        throw new IllegalStateException(
-            "DedupMode.TRANSACTIONAL needs an open transaction on the dedup table's DataSource, but"
-                + " its connection is in auto-commit mode: run the handler inside a transaction on"
-                + " that DataSource (key "
-                + distinct.get(0).key()
-                + ")");
-      }
-      return isMySql()
-          ? mysql.claim(connection, distinct, false)
-          : claimRounds(connection, distinct, false);
-    } catch (SQLException e) {
-      throw failure("claim in the caller's transaction", key, e, false);
-    }
+    return calls.inCallersTransaction(
+        "claim in the caller's transaction",
+        only(distinct),
+        (connection, dialect) -> {
+          if (connection.getAutoCommit()) {
+            throw new IllegalStateException(
+                "DedupMode.TRANSACTIONAL needs an open transaction on the dedup table's DataSource,"
+                    + " but its connection is in auto-commit mode: run the handler inside a"
+                    + " transaction on that DataSource (key "
+                    + distinct.get(0).key()
+                    + ")");
+          }
+          return dialect.claim(connection, distinct, false);
+        });
   }
 
   /** The key of a one-key call, named in its errors; null for a batch. */
@@ -294,131 +221,27 @@ public final class JdbcDedupStore implements DedupStore {
     return requests.size() == 1 ? requests.get(0).key() : null;
   }
 
-  /**
-   * Claims {@code requests} (distinct keys), again for the keys whose record changed under the
-   * statement (between its snapshot and its insert), until every key has its answer.
-   *
-   * @param withLease claim as PROCESSING under the request's lease (separate mode), or as SUCCESS
-   *     at once (in the caller's transaction)
-   */
-  private List<ClaimResult> claimRounds(
-      Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
-    Map<DedupKey, ClaimResult> answers = new HashMap<>();
-    List<ClaimRequest> open = requests;
-    for (int round = 0; round < MAX_CLAIM_ROUNDS && !open.isEmpty(); round++) {
-      List<ClaimRequest> unsettled = new ArrayList<>();
-      Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
-      open.forEach(request -> byKey.put(columns(request.key()), request));
-      PostgresSql.Keyed claimSql = withLease ? sql.claim : sql.claimInTransaction;
-      try (PreparedStatement statement = prepare(connection, claimSql.forRows(open.size()))) {
-        Rows<ClaimRequest> bound = new Rows<>(statement, 1, open);
-        bound.bind(TEXT, r -> r.key().bizType());
-        bound.bind(TEXT, r -> r.key().bizKey());
-        bound.bind(TEXT, ClaimRequest::owner);
-        bound.bind(BIGINT, r -> r.lease().toMillis());
-        bound.bind(
-            BIGINT, r -> (withLease ? r.lease().plus(r.retention()) : r.retention()).toMillis());
-        bound.bind(TEXT, ClaimRequest::fingerprint);
-        bound.bind(TEXT, r -> StoredText.storable(r.source(), StoredText.MAX_SOURCE_LENGTH));
-        bound.bind(TEXT, ClaimRequest::claimId);
-        try (ResultSet rows = statement.executeQuery()) {
-          while (rows.next()) {
-            ClaimRequest request =
-                byKey.get(Map.entry(rows.getString("biz_type"), rows.getString("biz_key")));
-            ClaimResult answer = answer(rows, Objects.requireNonNull(request), withLease);
-            if (answer == null) {
-              unsettled.add(request);
-            } else {
-              answers.put(request.key(), answer);
-            }
-          }
-        }
-      }
-      open = unsettled;
-    }
-    if (!open.isEmpty()) {
-      throw new DedupStoreException(
-          "Claim did not settle after " + MAX_CLAIM_ROUNDS + " rounds",
-          open.get(0).key(),
-          open.get(0).source(),
-          null);
-    }
-    return requests.stream().map(request -> answers.get(request.key())).toList();
-  }
-
-  /**
-   * The answer to one request from its row of the claim statement; null when the record changed
-   * under the statement and the key must be claimed again: the holder may have failed, its lease
-   * run out, the row been purged, or another consumer inserted it first.
-   */
-  private static @Nullable ClaimResult answer(
-      ResultSet row, ClaimRequest request, boolean withLease) throws SQLException {
-    DedupKey key = request.key();
-    int token = row.getInt("claimed");
-    boolean claimed = !row.wasNull();
-    boolean own =
-        withLease
-            && DedupStatus.PROCESSING.name().equals(row.getString("status"))
-            && request.claimId().equals(row.getString("claim_id"));
-    if (claimed) {
-      if (own) {
-        log.info(
-            "Claim of {} was committed before its reply was lost; it is ours, its lease renewed",
-            key);
-      }
-      return new ClaimResult.Claimed(key, token, request.claimId());
-    }
-    if (own || row.getString("status") == null) {
-      return null; // the row changed since the statement's snapshot: claim again
-    }
-    DedupRecord existing = record(row, key, SqlDialect.POSTGRESQL);
-    return blocksClaim(existing, request) ? new ClaimResult.Taken(key, existing) : null;
-  }
-
-  private static boolean blocksClaim(DedupRecord existing, ClaimRequest request) {
-    String stored = existing.fingerprint().orElse(null);
-    if (stored != null && request.fingerprint() != null && !stored.equals(request.fingerprint())) {
-      return true;
-    }
-    return existing.status() == DedupStatus.SUCCESS || existing.isLeaseLive();
-  }
-
   @Override
   public boolean complete(DedupKey key, int token, Duration retention) {
-    return fencedUpdate(
-            "complete",
-            sql.complete,
-            sql.completeVanished,
-            List.of(new Held(key, token)),
-            retention,
-            null)
+    return fencedUpdate(FencedUpdate.COMPLETE, List.of(new Held(key, token)), retention, null)
         .isEmpty();
   }
 
   @Override
   public List<DedupKey> completeAll(List<ClaimResult.Claimed> claims, Duration retention) {
-    return fencedUpdate(
-        "complete", sql.complete, sql.completeVanished, held(claims), retention, null);
+    return fencedUpdate(FencedUpdate.COMPLETE, held(claims), retention, null);
   }
 
   @Override
   public boolean fail(DedupKey key, int token, String error, Duration retention) {
-    return fencedUpdate(
-            "fail",
-            sql.fail,
-            sql.failVanished,
-            List.of(new Held(key, token)),
-            retention,
-            List.of(error))
+    return fencedUpdate(FencedUpdate.FAIL, List.of(new Held(key, token)), retention, List.of(error))
         .isEmpty();
   }
 
   @Override
   public List<DedupKey> failAll(List<Failure> failures, Duration retention) {
     return fencedUpdate(
-        "fail",
-        sql.fail,
-        sql.failVanished,
+        FencedUpdate.FAIL,
         held(failures.stream().map(Failure::claim).toList()),
         retention,
         failures.stream().map(Failure::error).toList());
@@ -426,13 +249,12 @@ public final class JdbcDedupStore implements DedupStore {
 
   @Override
   public boolean renew(DedupKey key, int token, Duration lease) {
-    return fencedUpdate("renew", sql.renew, null, List.of(new Held(key, token)), lease, null)
-        .isEmpty();
+    return fencedUpdate(FencedUpdate.RENEW, List.of(new Held(key, token)), lease, null).isEmpty();
   }
 
   @Override
   public List<DedupKey> renewAll(List<ClaimResult.Claimed> claims, Duration lease) {
-    return fencedUpdate("renew", sql.renew, null, held(claims), lease, null);
+    return fencedUpdate(FencedUpdate.RENEW, held(claims), lease, null);
   }
 
   @Override
@@ -445,211 +267,29 @@ public final class JdbcDedupStore implements DedupStore {
     if (claims.isEmpty()) {
       return List.of();
     }
-    return call(
+    return calls.run(
         "release",
         claims.size() == 1 ? claims.get(0).key() : null,
-        connection -> {
-          if (isMySql()) {
-            List<DedupKey> kept = new ArrayList<>();
-            for (ClaimResult.Claimed claim : claims) {
-              if (!mysql.release(connection, claim)) {
-                kept.add(claim.key());
-              }
-            }
-            return kept;
-          }
-          try (PreparedStatement statement =
-              prepare(connection, sql.release.forRows(claims.size()))) {
-            Rows<ClaimResult.Claimed> rows = new Rows<>(statement, 1, claims);
-            rows.bind(TEXT, c -> c.key().bizType());
-            rows.bind(TEXT, c -> c.key().bizKey());
-            rows.bind(INT, ClaimResult.Claimed::token);
-            rows.bind(TEXT, ClaimResult.Claimed::claimId);
-            return notAnswered(statement, claims.stream().map(ClaimResult.Claimed::key).toList());
-          }
-        });
+        (connection, dialect) -> dialect.release(connection, claims));
   }
-
-  /** A key and the token a fenced update presents. */
-  private record Held(DedupKey key, int token) {}
-
-  private static final Comparator<Held> HELD_KEY_ORDER =
-      Comparator.comparing((Held h) -> h.key().bizType()).thenComparing(h -> h.key().bizKey());
 
   private static List<Held> held(List<ClaimResult.Claimed> claims) {
     return claims.stream().map(claim -> new Held(claim.key(), claim.token())).toList();
   }
 
   /**
-   * Runs an UPDATE (see {@link PostgresSql#complete}) that applies only where the token still holds
-   * the key: binds {@code duration} in milliseconds, then the keys, the tokens and the {@code
-   * errors} if any. Where it finds no record at all and {@code vanishedSql} is given, writes the
-   * outcome again ({@link PostgresSql#completeVanished}). Answers the keys whose lease was lost.
+   * Applies {@code update} where the token still holds each key (see {@link Dialect#update});
+   * answers the keys whose lease was lost.
    */
   private List<DedupKey> fencedUpdate(
-      String operation,
-      PostgresSql.Keyed updateSql,
-      PostgresSql.@Nullable Keyed vanishedSql,
-      List<Held> claims,
-      Duration duration,
-      @Nullable List<String> errors) {
+      FencedUpdate update, List<Held> claims, Duration duration, @Nullable List<String> errors) {
     if (claims.isEmpty()) {
       return List.of();
     }
-    return call(
-        operation,
+    return calls.run(
+        update.operation(),
         claims.size() == 1 ? claims.get(0).key() : null,
-        connection -> {
-          if (isMySql()) {
-            // One fenced statement per key (MySQL has no arrays to send a batch's keys in one), in
-            // one transaction: one commit for the batch, rows locked in key order as a claim
-            // locks them. Sent again after a failure, each statement still counts its own earlier
-            // write as written.
-            SqlWork<List<DedupKey>> perKey =
-                c -> {
-                  Map<DedupKey, @Nullable String> messages = new HashMap<>();
-                  Iterator<String> error = errors == null ? null : errors.iterator();
-                  for (Held claim : claims) {
-                    messages.put(
-                        claim.key(),
-                        error == null
-                            ? null
-                            : StoredText.storable(error.next(), StoredText.MAX_ERROR_LENGTH));
-                  }
-                  Set<DedupKey> lost = new HashSet<>();
-                  for (Held claim : claims.stream().sorted(HELD_KEY_ORDER).toList()) {
-                    String message = messages.get(claim.key());
-                    if (mysql.fenced(
-                        c, operation, claim.key(), claim.token(), duration.toMillis(), message)) {
-                      continue;
-                    }
-                    if (vanishedSql != null
-                        && mysql.writeVanished(
-                            c,
-                            operation,
-                            claim.key(),
-                            claim.token(),
-                            duration.toMillis(),
-                            message)) {
-                      logVanished(operation, List.of(claim));
-                    } else {
-                      lost.add(claim.key());
-                    }
-                  }
-                  return claims.stream().map(Held::key).filter(lost::contains).toList();
-                };
-            return claims.size() == 1
-                ? perKey.run(connection)
-                : inOwnTransaction(connection, perKey);
-          }
-          List<DedupKey> lost = fenced(connection, updateSql, claims, duration, errors);
-          if (vanishedSql == null || lost.isEmpty()) {
-            return lost;
-          }
-          // Rare: a key with no record at all is not another holder's; its outcome is written
-          // again, where it is still missing.
-          Set<DedupKey> missing = new HashSet<>(lost);
-          List<Held> gone = new ArrayList<>();
-          List<String> goneErrors = errors == null ? null : new ArrayList<>();
-          for (int i = 0; i < claims.size(); i++) {
-            if (missing.contains(claims.get(i).key())) {
-              gone.add(claims.get(i));
-              if (errors != null && goneErrors != null) {
-                goneErrors.add(errors.get(i));
-              }
-            }
-          }
-          List<DedupKey> stillLost = fenced(connection, vanishedSql, gone, duration, goneErrors);
-          logVanished(operation, gone.stream().filter(c -> !stillLost.contains(c.key())).toList());
-          return stillLost;
-        });
-  }
-
-  /**
-   * Runs a {@link PostgresSql.Keyed} statement over (type, key, token{@code , error}) rows after
-   * {@code duration} in milliseconds; answers the keys it did not answer for.
-   */
-  private List<DedupKey> fenced(
-      Connection connection,
-      PostgresSql.Keyed statementSql,
-      List<Held> claims,
-      Duration duration,
-      @Nullable List<String> errors)
-      throws SQLException {
-    try (PreparedStatement statement = prepare(connection, statementSql.forRows(claims.size()))) {
-      statement.setLong(1, duration.toMillis());
-      Rows<Held> rows = new Rows<>(statement, 2, claims);
-      rows.bind(TEXT, c -> c.key().bizType());
-      rows.bind(TEXT, c -> c.key().bizKey());
-      rows.bind(INT, Held::token);
-      if (errors != null) {
-        Iterator<String> error = errors.iterator();
-        rows.bind(TEXT, c -> StoredText.storable(error.next(), StoredText.MAX_ERROR_LENGTH));
-      }
-      return notAnswered(statement, claims.stream().map(Held::key).toList());
-    }
-  }
-
-  /** Says that the records of {@code written} were gone and their outcome was written again. */
-  private void logVanished(String operation, List<Held> written) {
-    String status = operation.equals("fail") ? "FAILED" : "SUCCESS";
-    for (Held claim : written) {
-      log.warn(
-          "The record of {} had vanished when attempt {} came to record its {} (a failover to a"
-              + " standby that had not received it, a DELETE, a purge): not a takeover, no other"
-              + " consumer holds the key. Wrote the {} again under attempt {}, so a redelivery"
-              + " finds it",
-          claim.key(),
-          claim.token(),
-          status,
-          status,
-          claim.token());
-    }
-  }
-
-  /** The keys of {@code keys} that the statement's (biz_type, biz_key) rows do not name. */
-  private static List<DedupKey> notAnswered(PreparedStatement statement, List<DedupKey> keys)
-      throws SQLException {
-    Set<Map.Entry<String, String>> answered = new HashSet<>();
-    try (ResultSet rows = statement.executeQuery()) {
-      while (rows.next()) {
-        answered.add(Map.entry(rows.getString(1), rows.getString(2)));
-      }
-    }
-    return keys.stream().filter(key -> !answered.contains(columns(key))).toList();
-  }
-
-  /** A key as its two columns hold it. */
-  private static Map.Entry<String, String> columns(DedupKey key) {
-    return Map.entry(key.bizType(), key.bizKey());
-  }
-
-  /**
-   * Binds the columns of a {@link PostgresSql.Keyed} statement's rows, in order from a first
-   * parameter: a scalar per column for one row, an array per column for several.
-   */
-  private static final class Rows<T> {
-    private final PreparedStatement statement;
-    private final List<T> items;
-    private int index;
-
-    Rows(PreparedStatement statement, int firstIndex, List<T> items) {
-      this.statement = statement;
-      this.index = firstIndex;
-      this.items = items;
-    }
-
-    void bind(PostgresSql.Type type, Function<T, @Nullable Object> column) throws SQLException {
-      if (items.size() == 1) {
-        statement.setObject(index++, column.apply(items.get(0)), type.jdbc);
-      } else {
-        Array values =
-            statement
-                .getConnection()
-                .createArrayOf(type.arrayElement, items.stream().map(column).toArray());
-        statement.setArray(index++, values);
-      }
-    }
+        (connection, dialect) -> dialect.update(connection, update, claims, duration, errors));
   }
 
   /** The schema file that creates the table, on the classpath (Flyway naming). */
@@ -665,7 +305,7 @@ public final class JdbcDedupStore implements DedupStore {
    * @throws DedupStoreException the database could not be asked
    */
   public void verifyTable() {
-    throwIfMissing(missingColumns());
+    tableCheck.verify();
   }
 
   /**
@@ -692,69 +332,14 @@ public final class JdbcDedupStore implements DedupStore {
   @Override
   public void verifyReady(DedupMode mode) {
     if (mode == DedupMode.TRANSACTIONAL) {
-      // On a connection as the pool lends it: a store call makes its own statements unnamed.
-      try (Connection connection = ownConnections.getConnection()) {
-        checkProduct(connection);
-        requireUnnamedHandlerStatements(connection, null);
-      } catch (SQLException e) {
-        // The table check below meets the same database and says so; each claim checks again.
-      }
+      calls.requireUnnamedHandlerStatements();
     }
-    List<String> missing;
-    try {
-      missing = missingColumnsNow();
-    } catch (DedupStoreUnavailableException e) {
-      log.warn(
-          "Could not check the dedup table {} now; records wait until the database answers: {}",
-          tableName,
-          e.getMessage());
-      return;
-    } catch (DedupStoreException e) {
-      log.warn("Could not check the dedup table {}: {}", tableName, e.getMessage());
-      return;
-    }
-    throwIfMissing(missing);
-  }
-
-  private void throwIfMissing(List<String> missing) {
-    if (missing.isEmpty()) {
-      return;
-    }
-    boolean absent = missing.size() == PostgresSql.EXPECTED_COLUMNS.size();
-    SqlDialect known = dialect;
-    String schemaResource = known == null ? SCHEMA_RESOURCE : known.schemaResource();
-    boolean onMySql = known == SqlDialect.MYSQL;
-    throw new DedupTableMissingException(
-        tableName,
-        missing,
-        absent,
-        absent
-            ? "The dedup table " + tableName + " does not exist"
-            : "The dedup table "
-                + tableName
-                + " lacks the column(s) "
-                + String.join(", ", missing)
-                + " (it was created from an older schema file)",
-        "Create it from the schema file "
-            + schemaResource
-            + " (in the consumer-dedup-schema jar, Flyway naming: copy it into your migrations), for"
-            + " example: unzip -p consumer-dedup-schema-<version>.jar "
-            + schemaResource
-            + (onMySql ? " | mysql <database>" : " | psql \"$DATABASE_URL\"")
-            + (absent
-                ? "; with Spring Boot, consumer-dedup.initialize-schema=always creates it at"
-                    + " start-up"
-                : "; for claim_id: ALTER TABLE "
-                    + tableName
-                    + " ADD COLUMN claim_id "
-                    + (onMySql
-                        ? "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL"
-                        : "varchar(64)")));
+    tableCheck.verifyIfReachable();
   }
 
   /** The columns the store needs that the table lacks; all of them if there is no table. */
   public List<String> missingColumns() {
-    return call("table check", null, this::presentColumns).missing();
+    return tableCheck.missingColumns();
   }
 
   /**
@@ -765,68 +350,13 @@ public final class JdbcDedupStore implements DedupStore {
    * @throws DedupStoreException the database could not be asked
    */
   public List<String> missingColumnsNow() {
-    try {
-      return attempt("table check", null, this::presentColumns, System.nanoTime()).missing();
-    } catch (TransientFailure e) {
-      throw SqlStates.storeException(
-          "Dedup store table check on table " + tableName, null, e.getCause());
-    }
-  }
-
-  /**
-   * Refuses a connection behind a pooler on which a handler's statements would be named server-side
-   * statements: in mode TRANSACTIONAL they run on the claim's connection, and a pooler in
-   * transaction mode hands them to server connections that lack them or hold another client's.
-   */
-  private void requireUnnamedHandlerStatements(Connection connection, @Nullable DedupKey key)
-      throws SQLException {
-    if (pooled && PostgresPooler.namesStatements(connection)) {
-      throw new DedupConfigurationException(
-          "The dedup table's DataSource reaches PostgreSQL through a connection pooler (such as"
-              + " PgBouncer), where the handler's own statements in DedupMode.TRANSACTIONAL would"
-              + " become named server-side statements and, in transaction pool mode, fail on"
-              + " another server connection (SQL states 26000, 42P05, 08P01). Add"
-              + " prepareThreshold=0 to the JDBC URL (pgjdbc then uses unnamed statements); with"
-              + " PgBouncer 1.21+ and max_prepared_statements named statements work, but this"
-              + " check cannot tell, so set prepareThreshold=0 there too",
-          key,
-          null);
-    }
-  }
-
-  private Columns presentColumns(Connection connection) throws SQLException {
-    if (isMySql()) {
-      return new Columns(new HashSet<>(mysql.columns(connection, tableName)));
-    }
-    Set<String> names = new HashSet<>();
-    try (PreparedStatement statement = prepare(connection, sql.columns)) {
-      statement.setString(1, tableName);
-      try (ResultSet rows = statement.executeQuery()) {
-        while (rows.next()) {
-          names.add(rows.getString(1));
-        }
-      }
-    }
-    return new Columns(names);
-  }
-
-  /** The columns a table has. */
-  private record Columns(Set<String> present) {
-    /** The columns the store needs that are not present, in the schema file's order. */
-    List<String> missing() {
-      return PostgresSql.EXPECTED_COLUMNS.stream()
-          .filter(column -> !present.contains(column))
-          .toList();
-    }
+    return tableCheck.missingColumnsNow();
   }
 
   @Override
   public Optional<DedupRecord> find(DedupKey key) {
-    return call(
-        "find",
-        key,
-        connection ->
-            Optional.ofNullable(isMySql() ? mysql.find(connection, key) : read(connection, key)));
+    return calls.run(
+        "find", key, (connection, dialect) -> Optional.ofNullable(dialect.find(connection, key)));
   }
 
   @Override
@@ -834,295 +364,17 @@ public final class JdbcDedupStore implements DedupStore {
     if (limit < 1) {
       throw new IllegalArgumentException("limit must be at least 1, was " + limit);
     }
-    return call(
-        "purge",
-        null,
-        connection -> {
-          if (isMySql()) {
-            return mysql.purge(connection, limit);
-          }
-          try (PreparedStatement statement = prepare(connection, sql.purge)) {
-            statement.setInt(1, limit);
-            return statement.executeUpdate();
-          }
-        });
-  }
-
-  private @Nullable DedupRecord read(Connection connection, DedupKey key) throws SQLException {
-    try (PreparedStatement statement = prepare(connection, sql.find)) {
-      statement.setString(1, key.bizType());
-      statement.setString(2, key.bizKey());
-      try (ResultSet row = statement.executeQuery()) {
-        return row.next() ? record(row, key, SqlDialect.POSTGRESQL) : null;
-      }
-    }
-  }
-
-  /** The record of {@code key} in the current row of a statement that selects its columns. */
-  static DedupRecord record(ResultSet row, DedupKey key, SqlDialect dialect) throws SQLException {
-    return new DedupRecord(
-        key,
-        DedupStatus.valueOf(row.getString("status")),
-        row.getInt("attempts"),
-        row.getString("owner"),
-        instant(row, "lease_until", dialect),
-        row.getString("fingerprint"),
-        row.getString("last_error"),
-        row.getString("source"),
-        Objects.requireNonNull(instant(row, "created_at", dialect)),
-        Objects.requireNonNull(instant(row, "updated_at", dialect)),
-        Objects.requireNonNull(instant(row, "expires_at", dialect)),
-        row.getBoolean("lease_live"));
-  }
-
-  PreparedStatement prepare(Connection connection, String statementSql) throws SQLException {
-    boolean fresh = Boolean.TRUE.equals(freshStatements.get());
-    PreparedStatement statement =
-        connection.prepareStatement(fresh ? FRESH_STATEMENT + statementSql : statementSql);
-    if (pooled || fresh) {
-      PostgresPooler.useUnnamed(statement);
-    }
-    statement.setQueryTimeout(timeoutSeconds(statementTimeout));
-    return statement;
-  }
-
-  private static int timeoutSeconds(Duration timeout) {
-    return (int) Math.max(1, (timeout.toMillis() + 999) / 1000);
-  }
-
-  /**
-   * A time column: timestamptz on PostgreSQL; on MySQL a DATETIME(6) holding UTC wall-clock time,
-   * read as such whatever the driver's and the JVM's time zones.
-   */
-  private static @Nullable Instant instant(ResultSet row, String column, SqlDialect dialect)
-      throws SQLException {
-    if (dialect == SqlDialect.MYSQL) {
-      LocalDateTime value = row.getObject(column, LocalDateTime.class);
-      return value == null ? null : value.toInstant(ZoneOffset.UTC);
-    }
-    Timestamp value = row.getTimestamp(column);
-    return value == null ? null : value.toInstant();
-  }
-
-  /**
-   * Runs one store operation on a connection of its own, in its own transaction, retrying transient
-   * errors. Data the database refuses is sent once more on a fresh, unnamed statement before the
-   * call says so: a valid record must not be dead-lettered because a named server-side statement of
-   * another client (behind a pooler that was not detected) took its parameters.
-   */
-  private <T> T call(String operation, @Nullable DedupKey key, SqlWork<T> work) {
-    try {
-      return callWithRetries(operation, key, work);
-    } catch (DedupStoreDataException refused) {
-      log.warn(
-          "The database refused the data of a store {} on {}; trying once more on a fresh"
-              + " statement: {}",
-          operation,
-          tableName,
-          refused.getMessage());
-      freshStatements.set(Boolean.TRUE);
-      try {
-        return callWithRetries(operation, key, work);
-      } finally {
-        freshStatements.remove();
-      }
-    }
-  }
-
-  private <T> T callWithRetries(String operation, @Nullable DedupKey key, SqlWork<T> work) {
-    long deadline = System.nanoTime() + retryMaxDuration.toNanos();
-    int[] tries = {0};
-    try {
-      return retry.executeSupplier(
-          () -> {
-            tries[0]++;
-            return attempt(operation, key, work, deadline);
-          });
-    } catch (TransientFailure e) {
-      throw new DedupStoreUnavailableException(
-          "Dedup store "
-              + operation
-              + " on table "
-              + tableName
-              + " failed after "
-              + tries[0]
-              + (tries[0] == 1 ? " try: " : " tries: ")
-              + e.getCause().getMessage(),
-          key,
-          null,
-          e.getCause());
-    }
-  }
-
-  private <T> T attempt(
-      String operation, @Nullable DedupKey key, SqlWork<T> work, long retryDeadline) {
-    try (Connection connection = ownConnections.getConnection()) {
-      checkProduct(connection);
-      boolean autoCommit = connection.getAutoCommit();
-      int networkTimeout = connection.getNetworkTimeout();
-      // Longer than the statement timeout, so a slow statement is cancelled by the server first;
-      // it catches a connection that no longer answers at all.
-      connection.setNetworkTimeout(SAME_THREAD, (int) statementTimeout.multipliedBy(2).toMillis());
-      if (!autoCommit) {
-        connection.setAutoCommit(true);
-      }
-      // Behind a pooler every statement of the call is unnamed, COMMIT and ROLLBACK included:
-      // pgjdbc names those by the connection's threshold, not a statement's.
-      int prepareThreshold = pooled ? PostgresPooler.unnameStatements(connection) : -1;
-      T result;
-      try {
-        result = work.run(connection);
-      } catch (SQLException e) {
-        // The connection may be broken now; what broke it is the error to report.
-        restore(connection, autoCommit, networkTimeout, prepareThreshold, e);
-        throw e;
-      }
-      restore(connection, autoCommit, networkTimeout, prepareThreshold, null);
-      return result;
-    } catch (SQLException e) {
-      RuntimeException failure = failure(operation, key, e, true);
-      if (failure instanceof TransientFailure transientFailure) {
-        transientFailure.withinBudget = System.nanoTime() - retryDeadline < 0;
-      }
-      throw failure;
-    }
-  }
-
-  /**
-   * Hands the connection back as it was lent. After {@code failure} a broken connection cannot be
-   * restored, and the pool discards it anyway: its own error then only rides along.
-   */
-  private static void restore(
-      Connection connection,
-      boolean autoCommit,
-      int networkTimeout,
-      int prepareThreshold,
-      @Nullable SQLException failure)
-      throws SQLException {
-    try {
-      if (!autoCommit) {
-        connection.setAutoCommit(false);
-      }
-      connection.setNetworkTimeout(SAME_THREAD, networkTimeout);
-      if (prepareThreshold >= 0) {
-        PostgresPooler.setPrepareThreshold(connection, prepareThreshold);
-      }
-    } catch (SQLException e) {
-      if (failure == null) {
-        throw e;
-      }
-      failure.addSuppressed(e);
-    }
-  }
-
-  /**
-   * The exception for a failed call: transient ones are retried when {@code retryable}, data the
-   * database refused and anything else are not.
-   */
-  private RuntimeException failure(
-      String operation, @Nullable DedupKey key, SQLException e, boolean retryable) {
-    if (retryable && SqlStates.isTransient(e)) {
-      return new TransientFailure(e);
-    }
-    return SqlStates.storeException("Dedup store " + operation + " on table " + tableName, key, e);
-  }
-
-  private void checkProduct(Connection connection) throws SQLException {
-    if (productChecked) {
-      return;
-    }
-    String product = connection.getMetaData().getDatabaseProductName();
-    SqlDialect detected = SqlDialect.forProduct(product);
-    if (dialect == null) {
-      if (detected == null) {
-        throw new DedupStoreException(
-            "JdbcDedupStore supports PostgreSQL, MySQL and MariaDB; the DataSource is " + product,
-            null,
-            null,
-            null);
-      }
-      dialect = detected;
-    }
-    if (dialect == SqlDialect.POSTGRESQL && PostgresPooler.detect(connection)) {
-      if (!pooled) {
-        log.info(
-            "The dedup table {} is reached through a connection pooler: the store's own statements"
-                + " are unnamed server-side statements, which a pooler in transaction mode cannot"
-                + " hand to another client",
-            tableName);
-      }
-      pooled = true;
-    }
-    productChecked = true;
+    return calls.run("purge", null, (connection, dialect) -> dialect.purge(connection, limit));
   }
 
   /** The store's dialect, once the first connection has told it (or the builder set it). */
   public Optional<SqlDialect> dialect() {
-    return Optional.ofNullable(dialect);
+    return dialect.chosen();
   }
 
-  private boolean isMySql() {
-    return dialect == SqlDialect.MYSQL;
-  }
-
-  @FunctionalInterface
-  interface SqlWork<T> {
-    T run(Connection connection) throws SQLException;
-  }
-
-  /**
-   * Runs {@code work} as a store call (its retries, timeouts and error mapping); for the admin
-   * operations beside the store. The dialect is known inside {@code work}.
-   */
-  <T> T run(String operation, @Nullable DedupKey key, SqlWork<T> work) {
-    return call(operation, key, work);
-  }
-
-  /** The dialect, inside a {@link #run} call (the connection has told it by then). */
-  SqlDialect knownDialect() {
-    return Objects.requireNonNull(dialect, "dialect");
-  }
-
-  /**
-   * Runs {@code work} in a transaction of its own on an auto-commit connection: commits it, or
-   * rolls it back on failure, and hands the connection back in auto-commit mode.
-   */
-  static <T> T inOwnTransaction(Connection connection, SqlWork<T> work) throws SQLException {
-    connection.setAutoCommit(false);
-    T result;
-    try {
-      result = work.run(connection);
-      connection.commit();
-    } catch (SQLException | RuntimeException e) {
-      // On a broken connection these fail too; the error that broke it is the one to report (its
-      // SQL state says whether a retry may succeed).
-      try {
-        connection.rollback();
-        connection.setAutoCommit(true);
-      } catch (SQLException cleanup) {
-        e.addSuppressed(cleanup);
-      }
-      throw e;
-    }
-    connection.setAutoCommit(true);
-    return result;
-  }
-
-  /** A transient SQL error on its way through the retry. */
-  private static final class TransientFailure extends RuntimeException {
-    private static final long serialVersionUID = 1L;
-
-    /** Whether the call may still be tried again. */
-    transient boolean withinBudget = true;
-
-    TransientFailure(SQLException cause) {
-      super(cause);
-    }
-
-    @Override
-    public synchronized SQLException getCause() {
-      return (SQLException) Objects.requireNonNull(super.getCause());
-    }
+  /** How the store runs its statements; for the admin operations and the janitor beside it. */
+  StoreCalls calls() {
+    return calls;
   }
 
   /** Builds a {@link JdbcDedupStore}; every setter validates its value at once. */

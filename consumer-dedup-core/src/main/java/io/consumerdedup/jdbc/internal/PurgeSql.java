@@ -57,9 +57,7 @@ public final class PurgeSql {
   public String deleteBatch(boolean afterCursor) {
     requireDialect(true);
     return "WITH batch AS (SELECT biz_type, biz_key FROM "
-        + table
-        + expired
-        + (afterCursor ? AFTER : "")
+        + expiredRows(afterCursor)
         + ORDER
         + " LIMIT ? FOR UPDATE SKIP LOCKED), deleted AS (DELETE FROM "
         + table
@@ -76,9 +74,7 @@ public final class PurgeSql {
   public String selectBatch(boolean afterCursor) {
     requireDialect(false);
     return "SELECT created_at, biz_type, biz_key FROM "
-        + table
-        + expired
-        + (afterCursor ? AFTER : "")
+        + expiredRows(afterCursor)
         + ORDER
         + " LIMIT ?";
   }
@@ -92,11 +88,14 @@ public final class PurgeSql {
   public String deleteThrough(boolean afterCursor) {
     requireDialect(false);
     return "DELETE FROM "
-        + table
-        + expired
-        + (afterCursor ? AFTER : "")
+        + expiredRows(afterCursor)
         + " AND (created_at < ? OR (created_at = ? AND (biz_type < ?"
         + " OR (biz_type = ? AND biz_key <= ?))))";
+  }
+
+  /** The table, restricted to its expired rows after the cursor when {@code afterCursor}. */
+  private String expiredRows(boolean afterCursor) {
+    return table + expired + (afterCursor ? AFTER : "");
   }
 
   private void requireDialect(boolean expectPostgres) {

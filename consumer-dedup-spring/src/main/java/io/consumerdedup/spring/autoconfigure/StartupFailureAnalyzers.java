@@ -1,6 +1,6 @@
 package io.consumerdedup.spring.autoconfigure;
 
-import io.consumerdedup.jdbc.DedupTableMissingException;
+import io.consumerdedup.core.DedupTableMissingException;
 import io.consumerdedup.spring.InvalidIdempotentListenerException;
 import org.jspecify.annotations.Nullable;
 import org.springframework.boot.context.properties.source.ConfigurationProperty;

@@ -1,12 +1,12 @@
-package io.consumerdedup.jdbc;
+package io.consumerdedup.core;
 
 import java.util.List;
 
 /**
  * The dedup table does not exist, or lacks columns the store uses (it was created from an older
- * schema file). Thrown by {@link JdbcDedupStore#verifyTable()} and {@link
- * JdbcDedupStore#verifyReady()}, so that a forgotten migration stops an application at start-up.
- * The message is {@link #problem()} followed by {@link #fix()}.
+ * schema file). Thrown by the JDBC store's start-up checks ({@code JdbcDedupStore.verifyTable()}
+ * and {@code verifyReady()}), so that a forgotten migration stops an application at start-up. The
+ * message is {@link #problem()} followed by {@link #fix()}.
  */
 public final class DedupTableMissingException extends IllegalStateException {
   private static final long serialVersionUID = 1L;
@@ -17,7 +17,7 @@ public final class DedupTableMissingException extends IllegalStateException {
   private final String problem;
   private final String fix;
 
-  DedupTableMissingException(
+  public DedupTableMissingException(
       String table, List<String> missingColumns, boolean tableMissing, String problem, String fix) {
     super(problem + ". " + fix);
     this.table = table;

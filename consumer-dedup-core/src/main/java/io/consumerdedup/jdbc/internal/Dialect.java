@@ -1,0 +1,259 @@
+package io.consumerdedup.jdbc.internal;
+
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.time.Instant;
+import java.util.List;
+import java.util.Objects;
+import java.util.Set;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+
+/**
+ * Everything the store, its admin and its janitor do differently on one database: one subclass per
+ * dialect ({@link PostgresDialect}, {@link MySqlDialect}), chosen once from the first connection
+ * (or as configured), so that no caller asks which database it is on. Every method runs on a
+ * connection that a {@link StoreCalls} call lends, and prepares its statements with {@link
+ * StoreCalls#prepare}: the call's timeouts, retries and error mapping apply to all of them.
+ */
+public abstract class Dialect {
+
+  /** A key and the token a fenced update presents. */
+  public record Held(DedupKey key, int token) {}
+
+  /** The updates that apply only while the token still holds the key. */
+  public enum FencedUpdate {
+    /** SUCCESS, kept for the retention; a SUCCESS already written under the token counts. */
+    COMPLETE("complete", DedupStatus.SUCCESS),
+    /** FAILED with its error, kept for the retention; a FAILED under the token counts. */
+    FAIL("fail", DedupStatus.FAILED),
+    /** A longer lease for a PROCESSING record. */
+    RENEW("renew", null);
+
+    private final String operation;
+    private final @Nullable DedupStatus outcome;
+
+    FencedUpdate(String operation, @Nullable DedupStatus outcome) {
+      this.operation = operation;
+      this.outcome = outcome;
+    }
+
+    /** The store operation, as its errors and logs name it. */
+    public String operation() {
+      return operation;
+    }
+
+    /**
+     * The outcome this update writes, which is written again where the record vanished (a failover
+     * to a standby that had not received it, a DELETE, a purge); null for a renewal.
+     */
+    public @Nullable DedupStatus outcome() {
+      return outcome;
+    }
+  }
+
+  /**
+   * What a fenced update did.
+   *
+   * @param lost the keys whose lease was lost: another claim holds them, or (renewal) their record
+   *     is gone
+   * @param rewritten the claims whose record had vanished and whose outcome was written again
+   */
+  protected record Written(List<DedupKey> lost, List<Held> rewritten) {}
+
+  /** How the statements are prepared: the call's timeouts, unnamed behind a pooler. */
+  protected final StoreCalls calls;
+
+  /** The store's logger, where users look for what it did. */
+  protected final Logger log;
+
+  private final String schemaResource;
+  private final PurgeSql purgeSql;
+  private final AdminSql adminSql;
+
+  /**
+   * @param schemaResource the schema file that creates the table in this dialect, on the classpath
+   * @param purgeSql the retention purge's statements in this dialect
+   * @param adminSql the admin operations' statements in this dialect
+   */
+  protected Dialect(
+      StoreCalls calls, Logger log, String schemaResource, PurgeSql purgeSql, AdminSql adminSql) {
+    this.calls = calls;
+    this.log = log;
+    this.schemaResource = schemaResource;
+    this.purgeSql = purgeSql;
+    this.adminSql = adminSql;
+  }
+
+  /**
+   * Claims {@code requests} (distinct keys): one answer per request, in their order. In its own
+   * transaction when the connection is in auto-commit mode, else in the caller's (never committed).
+   *
+   * @param withLease claim as PROCESSING under the request's lease (separate mode), or as SUCCESS
+   *     at once (in the caller's transaction)
+   */
+  public abstract List<ClaimResult> claim(
+      Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException;
+
+  /**
+   * Applies {@code update} where the token still holds the key, binding {@code duration} (the
+   * retention, or the lease of a renewal) and, for a failure, the {@code errors} in the order of
+   * {@code claims}. Where a key has no record at all and the update writes an outcome, writes it
+   * again, unless a claim has created the key anew meanwhile, and says so.
+   *
+   * @return the keys whose lease was lost
+   */
+  public final List<DedupKey> update(
+      Connection connection,
+      FencedUpdate update,
+      List<Held> claims,
+      Duration duration,
+      @Nullable List<String> errors)
+      throws SQLException {
+    Written written = write(connection, update, claims, duration, errors);
+    DedupStatus status = update.outcome();
+    for (Held claim : written.rewritten()) {
+      log.warn(
+          "The record of {} had vanished when attempt {} came to record its {} (a failover to a"
+              + " standby that had not received it, a DELETE, a purge): not a takeover, no other"
+              + " consumer holds the key. Wrote the {} again under attempt {}, so a redelivery"
+              + " finds it",
+          claim.key(),
+          claim.token(),
+          status,
+          status,
+          claim.token());
+    }
+    return written.lost();
+  }
+
+  /** {@link #update} in this dialect, without the log. */
+  protected abstract Written write(
+      Connection connection,
+      FencedUpdate update,
+      List<Held> claims,
+      Duration duration,
+      @Nullable List<String> errors)
+      throws SQLException;
+
+  /**
+   * Gives back claims whose handler never ran, without counting an attempt; answers the keys it
+   * could not release (the claim no longer holds them).
+   */
+  public abstract List<DedupKey> release(Connection connection, List<ClaimResult.Claimed> claims)
+      throws SQLException;
+
+  /** The record of {@code key}, if any. */
+  public @Nullable DedupRecord find(Connection connection, DedupKey key) throws SQLException {
+    try (PreparedStatement statement = calls.prepare(connection, findSql())) {
+      statement.setString(1, key.bizType());
+      statement.setString(2, key.bizKey());
+      try (ResultSet row = statement.executeQuery()) {
+        return row.next() ? record(row, key) : null;
+      }
+    }
+  }
+
+  /** Selects one record's columns as {@link #record} reads them, binding (type, key). */
+  protected abstract String findSql();
+
+  /** Deletes up to {@code limit} expired records, oldest first; answers how many. */
+  public int purge(Connection connection, int limit) throws SQLException {
+    try (PreparedStatement statement = calls.prepare(connection, purgeOldestSql())) {
+      statement.setInt(1, limit);
+      return statement.executeUpdate();
+    }
+  }
+
+  /** Deletes expired records, oldest first, binding the limit. */
+  protected abstract String purgeOldestSql();
+
+  /**
+   * Deletes up to {@code limit} expired records after the keyset position {@code after} (from the
+   * oldest when null).
+   */
+  public abstract KeysetPurge.Batch deleteExpired(
+      Connection connection, KeysetPurge.@Nullable Position after, int limit) throws SQLException;
+
+  /**
+   * Binds the keyset position {@code after}, if any, from parameter 1 as {@link PurgeSql} reads it;
+   * answers the next parameter's index.
+   */
+  protected final int bindCursor(PreparedStatement statement, KeysetPurge.@Nullable Position after)
+      throws SQLException {
+    int index = 1;
+    if (after != null) {
+      Object createdAt = time(after.createdAt());
+      statement.setObject(index++, createdAt);
+      statement.setObject(index++, createdAt);
+      statement.setObject(index++, createdAt);
+      statement.setString(index++, after.bizType());
+      statement.setString(index++, after.bizType());
+      statement.setString(index++, after.bizKey());
+    }
+    return index;
+  }
+
+  /** The retention purge's statements in this dialect. */
+  public final PurgeSql purgeSql() {
+    return purgeSql;
+  }
+
+  /** The admin operations' statements in this dialect. */
+  public final AdminSql adminSql() {
+    return adminSql;
+  }
+
+  /** The names of the table's columns, in lower case; none if there is no such table. */
+  public abstract Set<String> columns(Connection connection) throws SQLException;
+
+  /** Whether {@code connection} reaches the database through a connection pooler. */
+  public abstract boolean behindPooler(Connection connection) throws SQLException;
+
+  /** The schema file that creates the table, on the classpath. */
+  public final String schemaResource() {
+    return schemaResource;
+  }
+
+  /** The command line client that applies a schema file read from its standard input. */
+  public abstract String schemaClient();
+
+  /** The type of the {@code claim_id} column, for an ALTER TABLE that adds it. */
+  public abstract String claimIdColumnType();
+
+  /** The time in a column of the current row; null when the column is. */
+  public abstract @Nullable Instant instant(ResultSet row, String column) throws SQLException;
+
+  /** A time as the driver binds it into a time column of this dialect. */
+  public abstract Object time(Instant instant);
+
+  /** The record of {@code key} in the current row of a statement that selects its columns. */
+  public final DedupRecord record(ResultSet row, DedupKey key) throws SQLException {
+    return new DedupRecord(
+        key,
+        DedupStatus.valueOf(row.getString("status")),
+        row.getInt("attempts"),
+        row.getString("owner"),
+        instant(row, "lease_until"),
+        row.getString("fingerprint"),
+        row.getString("last_error"),
+        row.getString("source"),
+        Objects.requireNonNull(instant(row, "created_at")),
+        Objects.requireNonNull(instant(row, "updated_at")),
+        Objects.requireNonNull(instant(row, "expires_at")),
+        row.getBoolean("lease_live"));
+  }
+
+  /** The record in the current row of a statement that selects its key and columns. */
+  public final DedupRecord record(ResultSet row) throws SQLException {
+    return record(row, new DedupKey(row.getString("biz_type"), row.getString("biz_key")));
+  }
+}

@@ -1,0 +1,412 @@
+package io.consumerdedup.jdbc.internal;
+
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.internal.StoredText;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.time.Instant;
+import java.time.LocalDateTime;
+import java.time.ZoneOffset;
+import java.util.ArrayList;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+
+/**
+ * The store on MySQL and MariaDB ({@link MySqlSql}): no arrays and no {@code RETURNING}, so a
+ * batch's keys go one statement per key, or in one statement of many rows, in one transaction.
+ *
+ * <p>A claim inserts or locks every key's row first ({@link MySqlSql#lockOrInsert}), reads the rows
+ * under that lock, and only then takes over the ones a FAILED attempt or an expired lease left
+ * claimable. So there is no check-then-insert window: under InnoDB's REPEATABLE READ a concurrent
+ * claim of the same key waits on the row lock and then reads the committed outcome. Whether a row
+ * is this claim's own is read from its {@code claim_id}, not from affected-row counts, whose
+ * meaning depends on the driver's found-rows setting (both drivers report found rows by default,
+ * where {@code INSERT ... ON DUPLICATE KEY UPDATE} answers 1 for a new row and for an unchanged one
+ * alike).
+ */
+public final class MySqlDialect extends Dialect {
+
+  /** Concurrent batches lock their keys in one order, so they wait instead of deadlocking. */
+  private static final Comparator<DedupKey> KEY_ORDER =
+      Comparator.comparing(DedupKey::bizType).thenComparing(DedupKey::bizKey);
+
+  private final String table;
+  private final MySqlSql sql;
+
+  public MySqlDialect(StoreCalls calls, String table, String schemaResource, Logger log) {
+    super(
+        calls, log, schemaResource, new PurgeSql(table, false), new AdminSql(table, MySqlSql.NOW));
+    this.table = table;
+    this.sql = new MySqlSql(table);
+  }
+
+  /**
+   * Claims {@code requests} (distinct keys). In its own transaction when the connection is in
+   * auto-commit mode, else in the caller's (which it never commits).
+   */
+  @Override
+  public List<ClaimResult> claim(
+      Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
+    if (connection.getAutoCommit()) {
+      return StoreCalls.inOwnTransaction(connection, c -> claimLocked(c, requests, withLease));
+    }
+    return claimLocked(connection, requests, withLease);
+  }
+
+  private List<ClaimResult> claimLocked(
+      Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
+    List<ClaimRequest> ordered =
+        requests.stream().sorted(Comparator.comparing(ClaimRequest::key, KEY_ORDER)).toList();
+    try (PreparedStatement insert =
+        calls.prepare(connection, sql.lockOrInsert(ordered.size(), withLease))) {
+      int index = 1;
+      for (ClaimRequest request : ordered) {
+        insert.setString(index++, request.key().bizType());
+        insert.setString(index++, request.key().bizKey());
+        insert.setString(index++, request.owner());
+        insert.setLong(index++, request.lease().toMillis());
+        insert.setString(index++, request.fingerprint());
+        insert.setString(
+            index++, StoredText.storable(request.source(), StoredText.MAX_SOURCE_LENGTH));
+        insert.setLong(index++, keep(request, withLease));
+        insert.setString(index++, request.claimId());
+      }
+      insert.executeUpdate();
+    }
+    Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
+    ordered.forEach(r -> byKey.put(Map.entry(r.key().bizType(), r.key().bizKey()), r));
+    Map<Map.Entry<String, String>, ResultRow> rows = new HashMap<>();
+    try (PreparedStatement select = calls.prepare(connection, sql.findLocked(ordered.size()))) {
+      int index = 1;
+      for (ClaimRequest request : ordered) {
+        select.setString(index++, request.key().bizType());
+        select.setString(index++, request.key().bizKey());
+      }
+      try (ResultSet row = select.executeQuery()) {
+        while (row.next()) {
+          Map.Entry<String, String> columns =
+              Map.entry(row.getString("biz_type"), row.getString("biz_key"));
+          ClaimRequest request = byKey.get(columns);
+          if (request != null) {
+            rows.put(columns, new ResultRow(record(row, request.key()), row.getString("claim_id")));
+          }
+        }
+      }
+    }
+    List<ClaimResult> results = new ArrayList<>(requests.size());
+    for (ClaimRequest request : requests) {
+      ResultRow row = rows.get(Map.entry(request.key().bizType(), request.key().bizKey()));
+      if (row == null) {
+        throw new DedupStoreException(
+            "The dedup table did not return the row of "
+                + request.key()
+                + " that the claim had just locked: its key columns must compare byte for byte"
+                + " (VARBINARY, as in "
+                + schemaResource()
+                + ")",
+            request.key(),
+            request.source(),
+            null);
+      }
+      results.add(answer(connection, request, row, withLease));
+    }
+    return results;
+  }
+
+  private ClaimResult answer(
+      Connection connection, ClaimRequest request, ResultRow row, boolean withLease)
+      throws SQLException {
+    DedupRecord existing = row.record;
+    DedupStatus claimedStatus = withLease ? DedupStatus.PROCESSING : DedupStatus.SUCCESS;
+    if (request.claimId().equals(row.claimId) && existing.status() == claimedStatus) {
+      // Inserted by this statement, or by an earlier try of this claim whose reply was lost (its
+      // lease renewed by the statement that locked it).
+      return new ClaimResult.Claimed(request.key(), existing.attempts(), request.claimId());
+    }
+    if (!claimable(existing, request)) {
+      return new ClaimResult.Taken(request.key(), existing);
+    }
+    try (PreparedStatement update = calls.prepare(connection, sql.takeOver(withLease))) {
+      update.setString(1, request.owner());
+      update.setLong(2, request.lease().toMillis());
+      update.setString(3, request.claimId());
+      update.setString(4, request.fingerprint());
+      update.setString(5, StoredText.storable(request.source(), StoredText.MAX_SOURCE_LENGTH));
+      update.setLong(6, keep(request, withLease));
+      update.setString(7, request.key().bizType());
+      update.setString(8, request.key().bizKey());
+      update.setInt(9, existing.attempts());
+      if (update.executeUpdate() != 1) {
+        // The row is locked by this transaction since the insert: nothing else can have moved it.
+        throw new DedupStoreException(
+            "The locked row of " + request.key() + " changed under its claim",
+            request.key(),
+            request.source(),
+            null);
+      }
+    }
+    return new ClaimResult.Claimed(request.key(), existing.attempts() + 1, request.claimId());
+  }
+
+  /** A FAILED attempt or an expired lease, with no other payload: the next claim takes it. */
+  private static boolean claimable(DedupRecord existing, ClaimRequest request) {
+    String stored = existing.fingerprint().orElse(null);
+    if (stored != null && request.fingerprint() != null && !stored.equals(request.fingerprint())) {
+      return false;
+    }
+    return existing.status() == DedupStatus.FAILED
+        || (existing.status() == DedupStatus.PROCESSING && !existing.isLeaseLive());
+  }
+
+  private static long keep(ClaimRequest request, boolean withLease) {
+    return (withLease ? request.lease().plus(request.retention()) : request.retention()).toMillis();
+  }
+
+  /**
+   * One fenced statement per key (MySQL has no arrays to send a batch's keys in one), in one
+   * transaction: one commit for the batch, rows locked in key order as a claim locks them. Sent
+   * again after a failure, each statement still counts its own earlier write as written.
+   */
+  @Override
+  protected Written write(
+      Connection connection,
+      FencedUpdate update,
+      List<Held> claims,
+      Duration duration,
+      @Nullable List<String> errors)
+      throws SQLException {
+    StoreCalls.SqlWork<Written> perKey =
+        c -> {
+          Map<DedupKey, @Nullable String> messages = new HashMap<>();
+          Iterator<String> error = errors == null ? null : errors.iterator();
+          for (Held claim : claims) {
+            messages.put(
+                claim.key(),
+                error == null
+                    ? null
+                    : StoredText.storable(error.next(), StoredText.MAX_ERROR_LENGTH));
+          }
+          Set<DedupKey> lost = new HashSet<>();
+          List<Held> rewritten = new ArrayList<>();
+          for (Held claim :
+              claims.stream().sorted(Comparator.comparing(Held::key, KEY_ORDER)).toList()) {
+            String message = messages.get(claim.key());
+            if (fenced(c, update, claim, duration.toMillis(), message)) {
+              continue;
+            }
+            if (update.outcome() != null
+                && writeVanished(c, update, claim, duration.toMillis(), message)) {
+              rewritten.add(claim);
+            } else {
+              lost.add(claim.key());
+            }
+          }
+          return new Written(
+              claims.stream().map(Held::key).filter(lost::contains).toList(), rewritten);
+        };
+    return claims.size() == 1
+        ? perKey.run(connection)
+        : StoreCalls.inOwnTransaction(connection, perKey);
+  }
+
+  /**
+   * A fenced update of one key: true if the token still held the key. The statement always moves
+   * {@code updated_at}, so the count is the same whether the driver reports found or changed rows.
+   */
+  private boolean fenced(
+      Connection connection,
+      FencedUpdate update,
+      Held claim,
+      long durationMillis,
+      @Nullable String error)
+      throws SQLException {
+    String statementSql =
+        switch (update) {
+          case COMPLETE -> sql.complete;
+          case FAIL -> sql.fail;
+          case RENEW -> sql.renew;
+        };
+    try (PreparedStatement statement = calls.prepare(connection, statementSql)) {
+      int index = 1;
+      if (update == FencedUpdate.FAIL) {
+        statement.setString(index++, error);
+      }
+      statement.setLong(index++, durationMillis);
+      statement.setString(index++, claim.key().bizType());
+      statement.setString(index++, claim.key().bizKey());
+      statement.setInt(index, claim.token());
+      return statement.executeUpdate() == 1;
+    }
+  }
+
+  /**
+   * Writes the outcome of {@code update} (complete or fail) again for a key that has no record at
+   * all; true if it was written, false if a record exists.
+   */
+  private boolean writeVanished(
+      Connection connection,
+      FencedUpdate update,
+      Held claim,
+      long retentionMillis,
+      @Nullable String error)
+      throws SQLException {
+    boolean failed = update == FencedUpdate.FAIL;
+    try (PreparedStatement insert =
+        calls.prepare(connection, failed ? sql.failVanished : sql.completeVanished)) {
+      int index = 1;
+      insert.setString(index++, claim.key().bizType());
+      insert.setString(index++, claim.key().bizKey());
+      insert.setInt(index++, claim.token());
+      if (failed) {
+        insert.setString(index++, error);
+      }
+      insert.setLong(index, retentionMillis);
+      return insert.executeUpdate() == 1;
+    }
+  }
+
+  @Override
+  public List<DedupKey> release(Connection connection, List<ClaimResult.Claimed> claims)
+      throws SQLException {
+    List<DedupKey> kept = new ArrayList<>();
+    for (ClaimResult.Claimed claim : claims) {
+      if (!release(connection, claim)) {
+        kept.add(claim.key());
+      }
+    }
+    return kept;
+  }
+
+  /** Gives back one claim whose handler never ran; true if it was released. */
+  private boolean release(Connection connection, ClaimResult.Claimed claim) throws SQLException {
+    for (String statementSql : List.of(sql.releaseDelete, sql.releaseRestore)) {
+      try (PreparedStatement statement = calls.prepare(connection, statementSql)) {
+        statement.setString(1, claim.key().bizType());
+        statement.setString(2, claim.key().bizKey());
+        statement.setInt(3, claim.token());
+        statement.setString(4, claim.claimId());
+        if (statement.executeUpdate() == 1) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  @Override
+  protected String findSql() {
+    return sql.find;
+  }
+
+  @Override
+  protected String purgeOldestSql() {
+    return sql.purge;
+  }
+
+  /**
+   * MySQL deletes with ORDER BY but answers no rows and skips no locks: the batch's positions are
+   * read first, then the rows up to the last of them are deleted if still expired.
+   */
+  @Override
+  public KeysetPurge.Batch deleteExpired(
+      Connection connection, KeysetPurge.@Nullable Position after, int limit) throws SQLException {
+    int found = 0;
+    KeysetPurge.Position last = null;
+    try (PreparedStatement select =
+        calls.prepare(connection, purgeSql().selectBatch(after != null))) {
+      int index = bindCursor(select, after);
+      select.setInt(index, limit);
+      try (ResultSet rows = select.executeQuery()) {
+        while (rows.next()) {
+          found++;
+          last =
+              new KeysetPurge.Position(
+                  Objects.requireNonNull(instant(rows, "created_at")),
+                  rows.getString("biz_type"),
+                  rows.getString("biz_key"));
+        }
+      }
+    }
+    if (last == null) {
+      return new KeysetPurge.Batch(0, false, after);
+    }
+    try (PreparedStatement delete =
+        calls.prepare(connection, purgeSql().deleteThrough(after != null))) {
+      int index = bindCursor(delete, after);
+      Object createdAt = time(last.createdAt());
+      delete.setObject(index++, createdAt);
+      delete.setObject(index++, createdAt);
+      delete.setString(index++, last.bizType());
+      delete.setString(index++, last.bizType());
+      delete.setString(index, last.bizKey());
+      return new KeysetPurge.Batch(delete.executeUpdate(), found >= limit, last);
+    }
+  }
+
+  /** The table's columns, by schema (the current database when unqualified) and name. */
+  @Override
+  public Set<String> columns(Connection connection) throws SQLException {
+    int dot = table.indexOf('.');
+    Set<String> names = new HashSet<>();
+    try (PreparedStatement statement = calls.prepare(connection, sql.columns)) {
+      statement.setString(1, dot < 0 ? null : table.substring(0, dot));
+      statement.setString(2, dot < 0 ? table : table.substring(dot + 1));
+      try (ResultSet rows = statement.executeQuery()) {
+        while (rows.next()) {
+          names.add(rows.getString(1).toLowerCase(Locale.ROOT));
+        }
+      }
+    }
+    return names;
+  }
+
+  @Override
+  public boolean behindPooler(Connection connection) {
+    return false;
+  }
+
+  @Override
+  public String schemaClient() {
+    return "mysql <database>";
+  }
+
+  @Override
+  public String claimIdColumnType() {
+    return "VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL";
+  }
+
+  /** A DATETIME(6) holding UTC wall-clock time, read as such whatever the time zones. */
+  @Override
+  public @Nullable Instant instant(ResultSet row, String column) throws SQLException {
+    LocalDateTime value = row.getObject(column, LocalDateTime.class);
+    return value == null ? null : value.toInstant(ZoneOffset.UTC);
+  }
+
+  @Override
+  public Object time(Instant instant) {
+    return LocalDateTime.ofInstant(instant, ZoneOffset.UTC);
+  }
+
+  private record ResultRow(DedupRecord record, @Nullable String claimId) {
+    ResultRow {
+      Objects.requireNonNull(record);
+    }
+  }
+}

@@ -1,0 +1,342 @@
+package io.consumerdedup.jdbc.internal;
+
+import static io.consumerdedup.jdbc.internal.PostgresSql.Type.BIGINT;
+import static io.consumerdedup.jdbc.internal.PostgresSql.Type.INT;
+import static io.consumerdedup.jdbc.internal.PostgresSql.Type.TEXT;
+
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.internal.StoredText;
+import java.sql.Array;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Timestamp;
+import java.time.Duration;
+import java.time.Instant;
+import java.time.OffsetDateTime;
+import java.time.ZoneOffset;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
+import java.util.function.Function;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+
+/**
+ * The store on PostgreSQL: each operation is one statement for all its keys ({@link PostgresSql}),
+ * keys bound as arrays, answers read from {@code RETURNING}.
+ */
+public final class PostgresDialect extends Dialect {
+
+  /** A claim whose key changes under it between two statements is tried again this many times. */
+  private static final int MAX_CLAIM_ROUNDS = 10;
+
+  private final String table;
+  private final PostgresSql sql;
+
+  public PostgresDialect(StoreCalls calls, String table, String schemaResource, Logger log) {
+    super(calls, log, schemaResource, new PurgeSql(table, true), new AdminSql(table, "now()"));
+    this.table = table;
+    this.sql = new PostgresSql(table);
+  }
+
+  /**
+   * Claims {@code requests} (see {@link PostgresSql#claim}), again for the keys whose record
+   * changed under the statement (between its snapshot and its insert), until every key has its
+   * answer.
+   */
+  @Override
+  public List<ClaimResult> claim(
+      Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
+    Map<DedupKey, ClaimResult> answers = new HashMap<>();
+    List<ClaimRequest> open = requests;
+    for (int round = 0; round < MAX_CLAIM_ROUNDS && !open.isEmpty(); round++) {
+      List<ClaimRequest> unsettled = new ArrayList<>();
+      Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
+      open.forEach(request -> byKey.put(columns(request.key()), request));
+      PostgresSql.Keyed claimSql = withLease ? sql.claim : sql.claimInTransaction;
+      try (PreparedStatement statement = calls.prepare(connection, claimSql.forRows(open.size()))) {
+        Rows<ClaimRequest> bound = new Rows<>(statement, 1, open);
+        bound.bind(TEXT, r -> r.key().bizType());
+        bound.bind(TEXT, r -> r.key().bizKey());
+        bound.bind(TEXT, ClaimRequest::owner);
+        bound.bind(BIGINT, r -> r.lease().toMillis());
+        bound.bind(
+            BIGINT, r -> (withLease ? r.lease().plus(r.retention()) : r.retention()).toMillis());
+        bound.bind(TEXT, ClaimRequest::fingerprint);
+        bound.bind(TEXT, r -> StoredText.storable(r.source(), StoredText.MAX_SOURCE_LENGTH));
+        bound.bind(TEXT, ClaimRequest::claimId);
+        try (ResultSet rows = statement.executeQuery()) {
+          while (rows.next()) {
+            ClaimRequest request =
+                byKey.get(Map.entry(rows.getString("biz_type"), rows.getString("biz_key")));
+            ClaimResult answer = answer(rows, Objects.requireNonNull(request), withLease);
+            if (answer == null) {
+              unsettled.add(request);
+            } else {
+              answers.put(request.key(), answer);
+            }
+          }
+        }
+      }
+      open = unsettled;
+    }
+    if (!open.isEmpty()) {
+      throw new DedupStoreException(
+          "Claim did not settle after " + MAX_CLAIM_ROUNDS + " rounds",
+          open.get(0).key(),
+          open.get(0).source(),
+          null);
+    }
+    return requests.stream().map(request -> answers.get(request.key())).toList();
+  }
+
+  /**
+   * The answer to one request from its row of the claim statement; null when the record changed
+   * under the statement and the key must be claimed again: the holder may have failed, its lease
+   * run out, the row been purged, or another consumer inserted it first.
+   */
+  private @Nullable ClaimResult answer(ResultSet row, ClaimRequest request, boolean withLease)
+      throws SQLException {
+    DedupKey key = request.key();
+    int token = row.getInt("claimed");
+    boolean claimed = !row.wasNull();
+    boolean own =
+        withLease
+            && DedupStatus.PROCESSING.name().equals(row.getString("status"))
+            && request.claimId().equals(row.getString("claim_id"));
+    if (claimed) {
+      if (own) {
+        log.info(
+            "Claim of {} was committed before its reply was lost; it is ours, its lease renewed",
+            key);
+      }
+      return new ClaimResult.Claimed(key, token, request.claimId());
+    }
+    if (own || row.getString("status") == null) {
+      return null; // the row changed since the statement's snapshot: claim again
+    }
+    DedupRecord existing = record(row, key);
+    return blocksClaim(existing, request) ? new ClaimResult.Taken(key, existing) : null;
+  }
+
+  private static boolean blocksClaim(DedupRecord existing, ClaimRequest request) {
+    String stored = existing.fingerprint().orElse(null);
+    if (stored != null && request.fingerprint() != null && !stored.equals(request.fingerprint())) {
+      return true;
+    }
+    return existing.status() == DedupStatus.SUCCESS || existing.isLeaseLive();
+  }
+
+  /**
+   * One statement for all the keys (see {@link PostgresSql#complete}); where it finds no record at
+   * all, a second one writes the outcome again ({@link PostgresSql#completeVanished}).
+   */
+  @Override
+  protected Written write(
+      Connection connection,
+      FencedUpdate update,
+      List<Held> claims,
+      Duration duration,
+      @Nullable List<String> errors)
+      throws SQLException {
+    PostgresSql.Keyed updateSql =
+        switch (update) {
+          case COMPLETE -> sql.complete;
+          case FAIL -> sql.fail;
+          case RENEW -> sql.renew;
+        };
+    List<DedupKey> lost = fenced(connection, updateSql, claims, duration, errors);
+    if (update.outcome() == null || lost.isEmpty()) {
+      return new Written(lost, List.of());
+    }
+    // Rare: a key with no record at all is not another holder's; its outcome is written again,
+    // where it is still missing.
+    Set<DedupKey> missing = new HashSet<>(lost);
+    List<Held> gone = new ArrayList<>();
+    List<String> goneErrors = errors == null ? null : new ArrayList<>();
+    for (int i = 0; i < claims.size(); i++) {
+      if (missing.contains(claims.get(i).key())) {
+        gone.add(claims.get(i));
+        if (errors != null && goneErrors != null) {
+          goneErrors.add(errors.get(i));
+        }
+      }
+    }
+    PostgresSql.Keyed vanishedSql =
+        update == FencedUpdate.FAIL ? sql.failVanished : sql.completeVanished;
+    List<DedupKey> stillLost = fenced(connection, vanishedSql, gone, duration, goneErrors);
+    return new Written(stillLost, gone.stream().filter(c -> !stillLost.contains(c.key())).toList());
+  }
+
+  /**
+   * Runs a {@link PostgresSql.Keyed} statement over (type, key, token{@code , error}) rows after
+   * {@code duration} in milliseconds; answers the keys it did not answer for.
+   */
+  private List<DedupKey> fenced(
+      Connection connection,
+      PostgresSql.Keyed statementSql,
+      List<Held> claims,
+      Duration duration,
+      @Nullable List<String> errors)
+      throws SQLException {
+    try (PreparedStatement statement =
+        calls.prepare(connection, statementSql.forRows(claims.size()))) {
+      statement.setLong(1, duration.toMillis());
+      Rows<Held> rows = new Rows<>(statement, 2, claims);
+      rows.bind(TEXT, c -> c.key().bizType());
+      rows.bind(TEXT, c -> c.key().bizKey());
+      rows.bind(INT, Held::token);
+      if (errors != null) {
+        Iterator<String> error = errors.iterator();
+        rows.bind(TEXT, c -> StoredText.storable(error.next(), StoredText.MAX_ERROR_LENGTH));
+      }
+      return notAnswered(statement, claims.stream().map(Held::key).toList());
+    }
+  }
+
+  @Override
+  public List<DedupKey> release(Connection connection, List<ClaimResult.Claimed> claims)
+      throws SQLException {
+    try (PreparedStatement statement =
+        calls.prepare(connection, sql.release.forRows(claims.size()))) {
+      Rows<ClaimResult.Claimed> rows = new Rows<>(statement, 1, claims);
+      rows.bind(TEXT, c -> c.key().bizType());
+      rows.bind(TEXT, c -> c.key().bizKey());
+      rows.bind(INT, ClaimResult.Claimed::token);
+      rows.bind(TEXT, ClaimResult.Claimed::claimId);
+      return notAnswered(statement, claims.stream().map(ClaimResult.Claimed::key).toList());
+    }
+  }
+
+  /** The keys of {@code keys} that the statement's (biz_type, biz_key) rows do not name. */
+  private static List<DedupKey> notAnswered(PreparedStatement statement, List<DedupKey> keys)
+      throws SQLException {
+    Set<Map.Entry<String, String>> answered = new HashSet<>();
+    try (ResultSet rows = statement.executeQuery()) {
+      while (rows.next()) {
+        answered.add(Map.entry(rows.getString(1), rows.getString(2)));
+      }
+    }
+    return keys.stream().filter(key -> !answered.contains(columns(key))).toList();
+  }
+
+  /** A key as its two columns hold it. */
+  private static Map.Entry<String, String> columns(DedupKey key) {
+    return Map.entry(key.bizType(), key.bizKey());
+  }
+
+  /**
+   * Binds the columns of a {@link PostgresSql.Keyed} statement's rows, in order from a first
+   * parameter: a scalar per column for one row, an array per column for several.
+   */
+  private static final class Rows<T> {
+    private final PreparedStatement statement;
+    private final List<T> items;
+    private int index;
+
+    Rows(PreparedStatement statement, int firstIndex, List<T> items) {
+      this.statement = statement;
+      this.index = firstIndex;
+      this.items = items;
+    }
+
+    void bind(PostgresSql.Type type, Function<T, @Nullable Object> column) throws SQLException {
+      if (items.size() == 1) {
+        statement.setObject(index++, column.apply(items.get(0)), type.jdbc);
+      } else {
+        Array values =
+            statement
+                .getConnection()
+                .createArrayOf(type.arrayElement, items.stream().map(column).toArray());
+        statement.setArray(index++, values);
+      }
+    }
+  }
+
+  @Override
+  protected String findSql() {
+    return sql.find;
+  }
+
+  @Override
+  protected String purgeOldestSql() {
+    return sql.purge;
+  }
+
+  /**
+   * One statement deletes the batch and answers its last row (see {@link PurgeSql#deleteBatch}).
+   */
+  @Override
+  public KeysetPurge.Batch deleteExpired(
+      Connection connection, KeysetPurge.@Nullable Position after, int limit) throws SQLException {
+    try (PreparedStatement statement =
+        calls.prepare(connection, purgeSql().deleteBatch(after != null))) {
+      int index = bindCursor(statement, after);
+      statement.setInt(index, limit);
+      try (ResultSet row = statement.executeQuery()) {
+        if (!row.next()) {
+          return new KeysetPurge.Batch(0, false, after);
+        }
+        int deleted = row.getInt("deleted");
+        KeysetPurge.Position last =
+            new KeysetPurge.Position(
+                row.getObject("created_at", OffsetDateTime.class).toInstant(),
+                row.getString("biz_type"),
+                row.getString("biz_key"));
+        return new KeysetPurge.Batch(deleted, deleted >= limit, last);
+      }
+    }
+  }
+
+  @Override
+  public Set<String> columns(Connection connection) throws SQLException {
+    Set<String> names = new HashSet<>();
+    try (PreparedStatement statement = calls.prepare(connection, sql.columns)) {
+      statement.setString(1, table);
+      try (ResultSet rows = statement.executeQuery()) {
+        while (rows.next()) {
+          names.add(rows.getString(1));
+        }
+      }
+    }
+    return names;
+  }
+
+  @Override
+  public boolean behindPooler(Connection connection) throws SQLException {
+    return PostgresPooler.detect(connection);
+  }
+
+  @Override
+  public String schemaClient() {
+    return "psql \"$DATABASE_URL\"";
+  }
+
+  @Override
+  public String claimIdColumnType() {
+    return "varchar(64)";
+  }
+
+  @Override
+  public @Nullable Instant instant(ResultSet row, String column) throws SQLException {
+    Timestamp value = row.getTimestamp(column);
+    return value == null ? null : value.toInstant();
+  }
+
+  @Override
+  public Object time(Instant instant) {
+    return OffsetDateTime.ofInstant(instant, ZoneOffset.UTC);
+  }
+}

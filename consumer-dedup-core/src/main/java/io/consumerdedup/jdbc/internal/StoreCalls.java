@@ -1,0 +1,401 @@
+package io.consumerdedup.jdbc.internal;
+
+import io.consumerdedup.core.DedupConfigurationException;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupStoreDataException;
+import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.github.resilience4j.core.IntervalFunction;
+import io.github.resilience4j.retry.Retry;
+import io.github.resilience4j.retry.RetryConfig;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.SQLException;
+import java.time.Duration;
+import java.util.Objects;
+import java.util.concurrent.Executor;
+import javax.sql.DataSource;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+
+/**
+ * How the store, its admin and its janitor run their statements: each call on a connection of its
+ * own, in its own transaction, with a query timeout on every statement and a network timeout on the
+ * connection, transient errors retried with exponential back-off and jitter within a time budget,
+ * and every SQL error mapped to a store exception by what it says about the next try ({@link
+ * SqlStates}). Behind a connection pooler the call's statements are unnamed server-side statements;
+ * data the database refuses is sent once more, on a fresh statement, before the call says so.
+ */
+public final class StoreCalls {
+
+  /** Runs the driver's network-timeout callback on the calling thread: nothing to hand off. */
+  private static final Executor SAME_THREAD = Runnable::run;
+
+  /**
+   * Marks the text of a statement tried once more: pgjdbc would reuse a named server-side statement
+   * it has for the same text, and that statement may be what refused the data.
+   */
+  private static final String FRESH_STATEMENT = "/* consumer-dedup: once more */ ";
+
+  /** How long a call may take and how often it is tried. */
+  public record Limits(
+      int retryMaxAttempts,
+      Duration retryInitialBackoff,
+      Duration retryMaxBackoff,
+      Duration retryMaxDuration,
+      Duration statementTimeout) {}
+
+  /** Work on a connection that a call lends. */
+  @FunctionalInterface
+  public interface SqlWork<T> {
+    T run(Connection connection) throws SQLException;
+  }
+
+  /** Work of a call: on the connection it lends, in the database's dialect. */
+  @FunctionalInterface
+  public interface Call<T> {
+    T run(Connection connection, Dialect dialect) throws SQLException;
+  }
+
+  /** Chooses the dialect, once, from the first connection the calls get. */
+  @FunctionalInterface
+  public interface DialectChoice {
+    /**
+     * The dialect of the database behind {@code connection}, whose statements {@code calls} run.
+     *
+     * @throws io.consumerdedup.core.DedupStoreException if no dialect speaks to that database
+     */
+    Dialect choose(Connection connection, StoreCalls calls) throws SQLException;
+  }
+
+  private final DataSource callersConnections;
+  private final DataSource ownConnections;
+  private final String table;
+  private final Duration statementTimeout;
+  private final Duration retryMaxDuration;
+  private final Retry retry;
+  private final Logger log;
+  private final DialectChoice dialectChoice;
+
+  /** Chosen on the first connection. */
+  private volatile @Nullable Dialect dialect;
+
+  /** The connections reach the database through a pooler (see {@link PostgresPooler}). */
+  private volatile boolean pooled;
+
+  /** Set on the thread of a call tried once more after its data was refused. */
+  @SuppressWarnings("ThreadLocalUsage")
+  private final ThreadLocal<Boolean> freshStatements = new ThreadLocal<>();
+
+  /**
+   * @param callersConnections the DataSource as the user gave it: in mode TRANSACTIONAL its
+   *     connection is the caller's, in the caller's open transaction
+   * @param ownConnections where a call takes a connection of its own (a pool)
+   * @param table the table the calls work on, named in their errors
+   * @param log where the calls say what they retry and what they detect (the store's logger)
+   */
+  public StoreCalls(
+      DataSource callersConnections,
+      DataSource ownConnections,
+      String table,
+      Limits limits,
+      Logger log,
+      DialectChoice dialectChoice) {
+    this.callersConnections = callersConnections;
+    this.ownConnections = ownConnections;
+    this.table = table;
+    this.statementTimeout = limits.statementTimeout();
+    this.retryMaxDuration = limits.retryMaxDuration();
+    this.log = log;
+    this.dialectChoice = dialectChoice;
+    RetryConfig config =
+        RetryConfig.custom()
+            .maxAttempts(limits.retryMaxAttempts())
+            .intervalFunction(
+                IntervalFunction.ofExponentialRandomBackoff(
+                    limits.retryInitialBackoff(), 2.0, 0.5, limits.retryMaxBackoff()))
+            // A try that outlasts the call's budget (a long wait for a pooled connection while the
+            // database is down) is not repeated: every call returns in bounded time.
+            .retryOnException(e -> e instanceof TransientFailure failure && failure.withinBudget)
+            .failAfterMaxAttempts(false)
+            .build();
+    this.retry = Retry.of("consumer-dedup-store", config);
+    this.retry
+        .getEventPublisher()
+        .onRetry(
+            event ->
+                log.warn(
+                    "Transient database error on {} (try {}), retrying in {}: {}",
+                    table,
+                    event.getNumberOfRetryAttempts(),
+                    event.getWaitInterval(),
+                    String.valueOf(event.getLastThrowable().getCause())));
+  }
+
+  /** The resilience4j retry of the calls, for its metrics. */
+  public Retry retry() {
+    return retry;
+  }
+
+  /**
+   * Runs one operation on a connection of its own, in its own transaction, retrying transient
+   * errors. Data the database refuses is sent once more on a fresh, unnamed statement before the
+   * call says so: a valid record must not be dead-lettered because a named server-side statement of
+   * another client (behind a pooler that was not detected) took its parameters.
+   *
+   * @param key the key of a one-key call, named in its errors; null for others
+   */
+  public <T> T run(String operation, @Nullable DedupKey key, Call<T> work) {
+    try {
+      return runWithRetries(operation, key, work);
+    } catch (DedupStoreDataException refused) {
+      log.warn(
+          "The database refused the data of a store {} on {}; trying once more on a fresh"
+              + " statement: {}",
+          operation,
+          table,
+          refused.getMessage());
+      freshStatements.set(Boolean.TRUE);
+      try {
+        return runWithRetries(operation, key, work);
+      } finally {
+        freshStatements.remove();
+      }
+    }
+  }
+
+  /**
+   * {@link #run} in one try, without retries: for a start-up or health check, which must answer at
+   * once.
+   */
+  public <T> T runOnce(String operation, @Nullable DedupKey key, Call<T> work) {
+    try {
+      return attempt(operation, key, work, System.nanoTime());
+    } catch (TransientFailure e) {
+      throw SqlStates.storeException(what(operation), key, e.getCause());
+    }
+  }
+
+  private <T> T runWithRetries(String operation, @Nullable DedupKey key, Call<T> work) {
+    long deadline = System.nanoTime() + retryMaxDuration.toNanos();
+    int[] tries = {0};
+    try {
+      return retry.executeSupplier(
+          () -> {
+            tries[0]++;
+            return attempt(operation, key, work, deadline);
+          });
+    } catch (TransientFailure e) {
+      throw new DedupStoreUnavailableException(
+          what(operation)
+              + " failed after "
+              + tries[0]
+              + (tries[0] == 1 ? " try: " : " tries: ")
+              + e.getCause().getMessage(),
+          key,
+          null,
+          e.getCause());
+    }
+  }
+
+  private <T> T attempt(
+      String operation, @Nullable DedupKey key, Call<T> work, long retryDeadline) {
+    try (Connection connection = ownConnections.getConnection()) {
+      Dialect known = dialect(connection);
+      boolean autoCommit = connection.getAutoCommit();
+      int networkTimeout = connection.getNetworkTimeout();
+      // Longer than the statement timeout, so a slow statement is cancelled by the server first;
+      // it catches a connection that no longer answers at all.
+      connection.setNetworkTimeout(SAME_THREAD, (int) statementTimeout.multipliedBy(2).toMillis());
+      if (!autoCommit) {
+        connection.setAutoCommit(true);
+      }
+      // Behind a pooler every statement of the call is unnamed, COMMIT and ROLLBACK included:
+      // pgjdbc names those by the connection's threshold, not a statement's.
+      int prepareThreshold = pooled ? PostgresPooler.unnameStatements(connection) : -1;
+      T result;
+      try {
+        result = work.run(connection, known);
+      } catch (SQLException e) {
+        // The connection may be broken now; what broke it is the error to report.
+        restore(connection, autoCommit, networkTimeout, prepareThreshold, e);
+        throw e;
+      }
+      restore(connection, autoCommit, networkTimeout, prepareThreshold, null);
+      return result;
+    } catch (SQLException e) {
+      if (SqlStates.isTransient(e)) {
+        TransientFailure failure = new TransientFailure(e);
+        failure.withinBudget = System.nanoTime() - retryDeadline < 0;
+        throw failure;
+      }
+      throw SqlStates.storeException(what(operation), key, e);
+    }
+  }
+
+  /**
+   * Hands the connection back as it was lent. After {@code failure} a broken connection cannot be
+   * restored, and the pool discards it anyway: its own error then only rides along.
+   */
+  private static void restore(
+      Connection connection,
+      boolean autoCommit,
+      int networkTimeout,
+      int prepareThreshold,
+      @Nullable SQLException failure)
+      throws SQLException {
+    try {
+      if (!autoCommit) {
+        connection.setAutoCommit(false);
+      }
+      connection.setNetworkTimeout(SAME_THREAD, networkTimeout);
+      if (prepareThreshold >= 0) {
+        PostgresPooler.setPrepareThreshold(connection, prepareThreshold);
+      }
+    } catch (SQLException e) {
+      if (failure == null) {
+        throw e;
+      }
+      failure.addSuppressed(e);
+    }
+  }
+
+  /**
+   * Runs {@code work} on the caller's transactional connection, as the DataSource hands it out (for
+   * Spring, a {@code TransactionAwareDataSourceProxy}); never commits, and never retries, since a
+   * failed statement has already doomed the caller's transaction.
+   *
+   * @param key the key of a one-key call, named in its errors; null for others
+   */
+  public <T> T inCallersTransaction(String operation, @Nullable DedupKey key, Call<T> work) {
+    try (Connection connection = callersConnections.getConnection()) {
+      Dialect known = dialect(connection);
+      requireUnnamedHandlerStatements(connection, key);
+      return work.run(connection, known);
+    } catch (SQLException e) {
+      throw SqlStates.storeException(what(operation), key, e);
+    }
+  }
+
+  /**
+   * Refuses, on a connection as the pool lends it, a pooler that would hand a handler's own
+   * statements in mode TRANSACTIONAL to another server connection; a database that cannot be
+   * reached now is left to the next check.
+   *
+   * @throws DedupConfigurationException behind a pooler with named server-side statements
+   */
+  public void requireUnnamedHandlerStatements() {
+    try (Connection connection = ownConnections.getConnection()) {
+      dialect(connection);
+      requireUnnamedHandlerStatements(connection, null);
+    } catch (SQLException e) {
+      // The table check meets the same database and says so; each claim checks again.
+    }
+  }
+
+  /**
+   * Refuses a connection behind a pooler on which a handler's statements would be named server-side
+   * statements: in mode TRANSACTIONAL they run on the claim's connection, and a pooler in
+   * transaction mode hands them to server connections that lack them or hold another client's.
+   */
+  private void requireUnnamedHandlerStatements(Connection connection, @Nullable DedupKey key)
+      throws SQLException {
+    if (pooled && PostgresPooler.namesStatements(connection)) {
+      throw new DedupConfigurationException(
+          "The dedup table's DataSource reaches PostgreSQL through a connection pooler (such as"
+              + " PgBouncer), where the handler's own statements in DedupMode.TRANSACTIONAL would"
+              + " become named server-side statements and, in transaction pool mode, fail on"
+              + " another server connection (SQL states 26000, 42P05, 08P01). Add"
+              + " prepareThreshold=0 to the JDBC URL (pgjdbc then uses unnamed statements); with"
+              + " PgBouncer 1.21+ and max_prepared_statements named statements work, but this"
+              + " check cannot tell, so set prepareThreshold=0 there too",
+          key,
+          null);
+    }
+  }
+
+  /**
+   * The dialect of the database behind {@code connection}: chosen on the first connection, which
+   * also tells whether a pooler stands between the calls and the database.
+   */
+  private Dialect dialect(Connection connection) throws SQLException {
+    Dialect known = dialect;
+    if (known != null) {
+      return known;
+    }
+    Dialect chosen = dialectChoice.choose(connection, this);
+    if (chosen.behindPooler(connection)) {
+      if (!pooled) {
+        log.info(
+            "The dedup table {} is reached through a connection pooler: the store's own statements"
+                + " are unnamed server-side statements, which a pooler in transaction mode cannot"
+                + " hand to another client",
+            table);
+      }
+      pooled = true;
+    }
+    dialect = chosen;
+    return chosen;
+  }
+
+  /** Prepares a statement of a call: with its query timeout, unnamed behind a pooler. */
+  public PreparedStatement prepare(Connection connection, String statementSql) throws SQLException {
+    boolean fresh = Boolean.TRUE.equals(freshStatements.get());
+    PreparedStatement statement =
+        connection.prepareStatement(fresh ? FRESH_STATEMENT + statementSql : statementSql);
+    if (pooled || fresh) {
+      PostgresPooler.useUnnamed(statement);
+    }
+    statement.setQueryTimeout(timeoutSeconds(statementTimeout));
+    return statement;
+  }
+
+  private static int timeoutSeconds(Duration timeout) {
+    return (int) Math.max(1, (timeout.toMillis() + 999) / 1000);
+  }
+
+  private String what(String operation) {
+    return "Dedup store " + operation + " on table " + table;
+  }
+
+  /**
+   * Runs {@code work} in a transaction of its own on an auto-commit connection: commits it, or
+   * rolls it back on failure, and hands the connection back in auto-commit mode.
+   */
+  public static <T> T inOwnTransaction(Connection connection, SqlWork<T> work) throws SQLException {
+    connection.setAutoCommit(false);
+    T result;
+    try {
+      result = work.run(connection);
+      connection.commit();
+    } catch (SQLException | RuntimeException e) {
+      // On a broken connection these fail too; the error that broke it is the one to report (its
+      // SQL state says whether a retry may succeed).
+      try {
+        connection.rollback();
+        connection.setAutoCommit(true);
+      } catch (SQLException cleanup) {
+        e.addSuppressed(cleanup);
+      }
+      throw e;
+    }
+    connection.setAutoCommit(true);
+    return result;
+  }
+
+  /** A transient SQL error on its way through the retry. */
+  private static final class TransientFailure extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    /** Whether the call may still be tried again. */
+    transient boolean withinBudget = true;
+
+    TransientFailure(SQLException cause) {
+      super(cause);
+    }
+
+    @Override
+    public synchronized SQLException getCause() {
+      return (SQLException) Objects.requireNonNull(super.getCause());
+    }
+  }
+}

@@ -1,0 +1,127 @@
+package io.consumerdedup.jdbc.internal;
+
+import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.DedupTableMissingException;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.util.List;
+import java.util.Set;
+import org.slf4j.Logger;
+
+/**
+ * Checks that the dedup table exists with every column the store uses, so that a forgotten
+ * migration fails an application at start-up instead of every record at run time; the error names
+ * what is missing and how to create it in the database's dialect.
+ */
+public final class TableCheck {
+  private static final String OPERATION = "table check";
+
+  private final StoreCalls calls;
+  private final String table;
+  private final Logger log;
+
+  /**
+   * @param log where a check that cannot reach the database says so (the store's logger)
+   */
+  public TableCheck(StoreCalls calls, String table, Logger log) {
+    this.calls = calls;
+    this.table = table;
+    this.log = log;
+  }
+
+  /**
+   * Checks the table, with the retries of a store call.
+   *
+   * @throws DedupTableMissingException the table is missing or lacks columns
+   * @throws DedupStoreException the database could not be asked
+   */
+  public void verify() {
+    throwIfMissing(calls.run(OPERATION, null, Columns::read));
+  }
+
+  /**
+   * Checks the table in one try; a database that cannot be asked now is only logged.
+   *
+   * @throws DedupTableMissingException the table is missing or lacks columns
+   */
+  public void verifyIfReachable() {
+    Columns columns;
+    try {
+      columns = calls.runOnce(OPERATION, null, Columns::read);
+    } catch (DedupStoreUnavailableException e) {
+      log.warn(
+          "Could not check the dedup table {} now; records wait until the database answers: {}",
+          table,
+          e.getMessage());
+      return;
+    } catch (DedupStoreException e) {
+      log.warn("Could not check the dedup table {}: {}", table, e.getMessage());
+      return;
+    }
+    throwIfMissing(columns);
+  }
+
+  /** The columns the store needs that the table lacks, with the retries of a store call. */
+  public List<String> missingColumns() {
+    return calls.run(OPERATION, null, Columns::read).missing();
+  }
+
+  /**
+   * The columns the store needs that the table lacks, in one try.
+   *
+   * @throws DedupStoreUnavailableException the database cannot be reached now
+   * @throws DedupStoreException the database could not be asked
+   */
+  public List<String> missingColumnsNow() {
+    return calls.runOnce(OPERATION, null, Columns::read).missing();
+  }
+
+  private void throwIfMissing(Columns columns) {
+    List<String> missing = columns.missing();
+    if (missing.isEmpty()) {
+      return;
+    }
+    boolean absent = missing.size() == PostgresSql.EXPECTED_COLUMNS.size();
+    Dialect dialect = columns.dialect();
+    throw new DedupTableMissingException(
+        table,
+        missing,
+        absent,
+        absent
+            ? "The dedup table " + table + " does not exist"
+            : "The dedup table "
+                + table
+                + " lacks the column(s) "
+                + String.join(", ", missing)
+                + " (it was created from an older schema file)",
+        "Create it from the schema file "
+            + dialect.schemaResource()
+            + " (in the consumer-dedup-schema jar, Flyway naming: copy it into your migrations), for"
+            + " example: unzip -p consumer-dedup-schema-<version>.jar "
+            + dialect.schemaResource()
+            + " | "
+            + dialect.schemaClient()
+            + (absent
+                ? "; with Spring Boot, consumer-dedup.initialize-schema=always creates it at"
+                    + " start-up"
+                : "; for claim_id: ALTER TABLE "
+                    + table
+                    + " ADD COLUMN claim_id "
+                    + dialect.claimIdColumnType()));
+  }
+
+  /** The columns a table has, in the dialect that read them. */
+  private record Columns(Set<String> present, Dialect dialect) {
+    static Columns read(Connection connection, Dialect dialect) throws SQLException {
+      return new Columns(dialect.columns(connection), dialect);
+    }
+
+    /** The columns the store needs that are not present, in the schema file's order. */
+    List<String> missing() {
+      return PostgresSql.EXPECTED_COLUMNS.stream()
+          .filter(column -> !present.contains(column))
+          .toList();
+    }
+  }
+}
