@@ -10,12 +10,15 @@ import java.time.Duration;
 import java.util.Random;
 
 /**
- * The suite's record: one line per scenario in {@code <faults.results>/scenarios.tsv}, read by
- * {@link ReliabilityReport} once every scenario has run, and the seed every random choice of the
- * run derives from ({@code -Dfaults.seed=...} replays a run).
+ * The suite's record: one line per scenario in {@code <faults.results>/scenarios-<pid>.tsv} (one
+ * file per test JVM), read by {@link ReliabilityReport} once every scenario has run, and the seed
+ * every random choice of the run derives from ({@code -Dfaults.seed=...} replays a run).
  */
 final class Reliability {
-  static final String SCENARIOS_FILE = "scenarios.tsv";
+  static final String SCENARIOS_PREFIX = "scenarios";
+  static final String SCENARIOS_SUFFIX = ".tsv";
+  private static final String SCENARIOS_FILE =
+      SCENARIOS_PREFIX + "-" + ProcessHandle.current().pid() + SCENARIOS_SUFFIX;
   static final String SEED_FILE = "seed.txt";
   private static final long SEED = chooseSeed();
   private static final Path RESULTS = resultsDirectory();
@@ -115,18 +118,35 @@ final class Reliability {
     return oneLine.length() > 2000 ? oneLine.substring(0, 2000) + "..." : oneLine;
   }
 
+  /** The seed given, else the build's time stamp (the same in every test JVM), else a new one. */
   private static long chooseSeed() {
     String given = System.getProperty("faults.seed", "");
-    return given.isBlank() ? new Random().nextLong() : Long.parseLong(given.trim());
+    if (!given.isBlank()) {
+      return Long.parseLong(given.trim());
+    }
+    String stamp = System.getProperty("faults.runStamp", "");
+    return stamp.matches("\\d{1,18}") ? Long.parseLong(stamp) : new Random().nextLong();
   }
 
   private static Path resultsDirectory() {
     Path dir = Path.of(System.getProperty("faults.results", "target/reliability"));
     try {
       Files.createDirectories(dir);
-      // A new run: the results of an earlier one must not be counted.
+      // A new run of this test JVM: its results of an earlier run must not be counted (the build
+      // removes the whole folder before the tests; this is for a run outside the build).
       Files.deleteIfExists(dir.resolve(SCENARIOS_FILE));
-      Files.writeString(dir.resolve(SEED_FILE), Long.toString(SEED), StandardCharsets.UTF_8);
+      // Written once per run (the other test JVM may have written it): the report reads its time
+      // as the run's start.
+      try {
+        Files.writeString(
+            dir.resolve(SEED_FILE),
+            Long.toString(SEED),
+            StandardCharsets.UTF_8,
+            StandardOpenOption.CREATE_NEW,
+            StandardOpenOption.WRITE);
+      } catch (java.nio.file.FileAlreadyExistsException sameRun) {
+        // The other test JVM of this run wrote the same seed.
+      }
     } catch (IOException e) {
       throw new UncheckedIOException(e);
     }

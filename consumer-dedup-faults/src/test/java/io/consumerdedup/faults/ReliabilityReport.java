@@ -4,6 +4,7 @@ import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
@@ -17,7 +18,10 @@ import java.util.stream.Stream;
 public final class ReliabilityReport {
   private static final Pattern SUITE_TAG = Pattern.compile("<testsuite\\s[^>]*>");
 
-  /** The columns of {@code scenarios.tsv}, as {@link Reliability#record} writes them. */
+  /**
+   * The columns of the {@code scenarios-<pid>.tsv} files, as {@link Reliability#record} writes
+   * them.
+   */
   private static final List<String> COLUMNS =
       List.of(
           "scenario",
@@ -39,14 +43,24 @@ public final class ReliabilityReport {
   public static void main(String[] args) throws IOException {
     Path results = Path.of(args[0]);
     Path reports = Path.of(args[1]);
-    Path file = results.resolve(Reliability.SCENARIOS_FILE);
-    List<String[]> rows =
-        Files.exists(file)
-            ? Files.readAllLines(file, StandardCharsets.UTF_8).stream()
-                .filter(line -> !line.isBlank())
-                .map(line -> line.split("\t", -1))
-                .toList()
-            : List.of();
+    List<String[]> rows = new ArrayList<>();
+    if (Files.isDirectory(results)) {
+      try (Stream<Path> files = Files.list(results)) {
+        for (Path file :
+            files
+                .filter(
+                    f ->
+                        f.getFileName().toString().startsWith(Reliability.SCENARIOS_PREFIX)
+                            && f.getFileName().toString().endsWith(Reliability.SCENARIOS_SUFFIX))
+                .sorted()
+                .toList()) {
+          Files.readAllLines(file, StandardCharsets.UTF_8).stream()
+              .filter(line -> !line.isBlank())
+              .map(line -> line.split("\t", -1))
+              .forEach(rows::add);
+        }
+      }
+    }
     String seed =
         Files.exists(results.resolve(Reliability.SEED_FILE))
             ? Files.readString(results.resolve(Reliability.SEED_FILE)).trim()
