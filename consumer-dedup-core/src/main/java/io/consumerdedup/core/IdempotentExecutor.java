@@ -7,14 +7,9 @@ import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
 import io.consumerdedup.core.internal.OwnerIds;
 import io.consumerdedup.core.internal.RecentClaims;
-import io.consumerdedup.core.internal.UnansweredClaims;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.HashSet;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Objects;
-import java.util.Set;
 import java.util.concurrent.Callable;
 import java.util.concurrent.TimeUnit;
 import org.jspecify.annotations.Nullable;
@@ -94,8 +89,9 @@ public final class IdempotentExecutor implements AutoCloseable {
   private final DedupListener listener;
   private final LeaseRenewer renewer;
   private final Outcomes outcomes;
-  private final UnansweredClaims unanswered;
   private final RecentClaims recentClaims = new RecentClaims();
+  private final ClaimCalls calls;
+  private final BatchClaims batches;
   private final CrossGroupDuplicates crossGroupDuplicates = new CrossGroupDuplicates();
   private volatile boolean closed;
 
@@ -114,7 +110,17 @@ public final class IdempotentExecutor implements AutoCloseable {
     this.renewer = new LeaseRenewer(store, lease, renewalInterval, this.listener);
     this.outcomes =
         new Outcomes(store, listener, renewer, successRetention, failedRetention, renewalInterval);
-    this.unanswered = new UnansweredClaims(lease);
+    this.calls =
+        new ClaimCalls(
+            store,
+            this.listener,
+            ownerId,
+            lease,
+            mode,
+            successRetention,
+            failedRetention,
+            recentClaims);
+    this.batches = new BatchClaims(this, calls, renewer, this.listener);
   }
 
   /** Starts building an executor over {@code store}. */
@@ -209,16 +215,12 @@ public final class IdempotentExecutor implements AutoCloseable {
     if (!inTransaction) {
       settlePending(key, source);
     }
-    // In the caller's transaction the record is written as SUCCESS at once and kept as such.
-    Duration keepFor = inTransaction ? successRetention : failedRetention;
-    ClaimRequest request =
-        new ClaimRequest(
-            key, ownerId, lease, keepFor, fingerprint, source, unanswered.takeClaimIdFor(key));
+    ClaimRequest request = calls.request(key, fingerprint, source);
     long waitDeadline = System.nanoTime() + waitTimeout.toNanos();
     Duration backoff = FIRST_WAIT_BACKOFF;
     while (true) {
       long sentNanos = System.nanoTime();
-      ClaimResult claim = timedClaim(request, inTransaction, sentNanos);
+      ClaimResult claim = calls.claim(request, sentNanos);
       if (claim instanceof ClaimResult.Claimed claimed) {
         return started(
             claimed, source, inTransaction ? null : renewer.start(claimed, sentNanos), sentNanos);
@@ -247,7 +249,7 @@ public final class IdempotentExecutor implements AutoCloseable {
         "IdempotentExecutor " + ownerId + " is closed", key, source, null);
   }
 
-  private static void checkFingerprint(@Nullable String fingerprint) {
+  static void checkFingerprint(@Nullable String fingerprint) {
     if (fingerprint == null) {
       return;
     }
@@ -264,7 +266,7 @@ public final class IdempotentExecutor implements AutoCloseable {
    * The answer to a key that was not claimed because it is done or claimed with another payload;
    * null if it is in progress elsewhere.
    */
-  private @Nullable DedupClaim duplicateOrConflict(
+  @Nullable DedupClaim duplicateOrConflict(
       DedupKey key, @Nullable String fingerprint, @Nullable String source, DedupRecord existing) {
     String stored = existing.fingerprint().orElse(null);
     if (fingerprint != null && stored != null && !stored.equals(fingerprint)) {
@@ -289,28 +291,12 @@ public final class IdempotentExecutor implements AutoCloseable {
     return null;
   }
 
-  private ClaimResult timedClaim(ClaimRequest request, boolean inTransaction, long sentNanos) {
-    FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
-    try {
-      return inTransaction ? store.claimInTransaction(request) : store.claim(request);
-    } catch (DedupStoreException e) {
-      if (e instanceof DedupStoreUnavailableException) {
-        // The claim may have committed before the connection failed: send the same id next time.
-        unanswered.unanswered(request.key(), request.claimId(), sentNanos);
-      }
-      listener.storeFailed(request.key(), e);
-      throw e.locatedAt(request.source());
-    } finally {
-      listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - sentNanos));
-    }
-  }
-
   /**
    * @param renewal the claim's lease renewal; null for a claim in the caller's transaction, which
    *     holds the key until it ends
    * @param sentNanos when the claim was sent, from which its lease runs
    */
-  private DedupClaim started(
+  DedupClaim started(
       ClaimResult.Claimed claim,
       @Nullable String source,
       LeaseRenewer.@Nullable Renewal renewal,
@@ -338,7 +324,7 @@ public final class IdempotentExecutor implements AutoCloseable {
     if (renewal == null) {
       return DedupClaim.inTransaction(key, attempt, source, listener);
     }
-    return DedupClaim.leased(key, attempt, source, outcomes, renewal, listener, this, sentNanos);
+    return DedupClaim.leased(key, attempt, source, outcomes, renewal, listener, calls, sentNanos);
   }
 
   /**
@@ -361,123 +347,15 @@ public final class IdempotentExecutor implements AutoCloseable {
     if (closed) {
       throw closedException(null, null);
     }
-    boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
-    Duration keepFor = inTransaction ? successRetention : failedRetention;
-    @Nullable Object[] answers = new Object[deliveries.size()];
-    Set<DedupKey> keys = new HashSet<>();
-    List<ClaimRequest> requests = new ArrayList<>();
-    List<Integer> requested = new ArrayList<>();
-    for (int i = 0; i < deliveries.size(); i++) {
-      Delivery delivery = deliveries.get(i);
-      if (!keys.add(delivery.key())) {
-        continue; // a later copy: claimed when asked, once the earlier one has ended
-      }
-      try {
-        checkFingerprint(delivery.fingerprint());
-        if (!inTransaction) {
-          settlePending(delivery.key(), delivery.source());
-        }
-      } catch (RuntimeException e) {
-        answers[i] = e;
-        continue;
-      }
-      requests.add(
-          new ClaimRequest(
-              delivery.key(),
-              ownerId,
-              lease,
-              keepFor,
-              delivery.fingerprint(),
-              delivery.source(),
-              unanswered.takeClaimIdFor(delivery.key())));
-      requested.add(i);
-    }
-    long sentNanos = System.nanoTime();
-    List<ClaimResult> results = timedClaimAll(requests, inTransaction, sentNanos);
-    List<ClaimResult.Claimed> held =
-        results.stream()
-            .filter(ClaimResult.Claimed.class::isInstance)
-            .map(ClaimResult.Claimed.class::cast)
-            .toList();
-    Iterator<LeaseRenewer.Renewal> renewals =
-        inTransaction ? null : renewer.startAll(held, sentNanos).iterator();
-    for (int j = 0; j < results.size(); j++) {
-      int i = requested.get(j);
-      Delivery delivery = deliveries.get(i);
-      if (results.get(j) instanceof ClaimResult.Claimed claimed) {
-        answers[i] =
-            started(
-                claimed, delivery.source(), renewals == null ? null : renewals.next(), sentNanos);
-        continue;
-      }
-      DedupRecord existing = ((ClaimResult.Taken) results.get(j)).existing();
-      try {
-        DedupClaim done =
-            duplicateOrConflict(
-                delivery.key(), delivery.fingerprint(), delivery.source(), existing);
-        if (done == null) {
-          listener.inProgress(delivery.key(), existing);
-          answers[i] = new DedupInProgressException(delivery.key(), existing, delivery.source());
-        } else {
-          answers[i] = done;
-        }
-      } catch (DedupKeyConflictException e) {
-        answers[i] = e;
-      }
-    }
-    return new DedupClaims(this, List.copyOf(deliveries), answers, sentNanos);
+    return batches.claimAll(deliveries);
   }
 
-  private void settlePending(DedupKey key, @Nullable String source) {
+  void settlePending(DedupKey key, @Nullable String source) {
     try {
       outcomes.settlePending(key, source);
     } catch (DedupStoreException e) {
       listener.storeFailed(key, e);
       throw e;
-    }
-  }
-
-  private List<ClaimResult> timedClaimAll(
-      List<ClaimRequest> requests, boolean inTransaction, long sentNanos) {
-    if (requests.isEmpty()) {
-      return List.of();
-    }
-    DedupKey first = requests.get(0).key();
-    FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
-    try {
-      return inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
-    } catch (DedupStoreException e) {
-      if (e instanceof DedupStoreUnavailableException) {
-        requests.forEach(
-            request -> unanswered.unanswered(request.key(), request.claimId(), sentNanos));
-      }
-      listener.storeFailed(first, e);
-      throw e;
-    } finally {
-      listener.claimTimed(first, Duration.ofNanos(System.nanoTime() - sentNanos));
-    }
-  }
-
-  /**
-   * Releases claims whose handler never ran (see {@link DedupClaims#releaseUnended()}); if the
-   * store cannot be reached, a redelivery here recognises them by their claim ids until their
-   * leases run out.
-   */
-  void release(List<ClaimResult.Claimed> claims, long claimSentNanos) {
-    if (claims.isEmpty()) {
-      return;
-    }
-    claims.forEach(claim -> recentClaims.released(claim.key()));
-    try {
-      store.releaseAll(claims);
-    } catch (DedupStoreException e) {
-      claims.forEach(claim -> unanswered.unanswered(claim.key(), claim.claimId(), claimSentNanos));
-      listener.storeFailed(claims.get(0).key(), e);
-      log.warn(
-          "Could not release the claims on {}, whose handlers did not run; their leases run out"
-              + " instead, and a redelivery to this process takes them up: {}",
-          claims.stream().map(ClaimResult.Claimed::key).toList(),
-          e.getMessage());
     }
   }
 
