@@ -11,19 +11,24 @@ import org.jspecify.annotations.Nullable;
 /**
  * The bookkeeping of {@link IdempotentExecutor#claimAll(List)}: which deliveries of a batch go to
  * the store in its one round trip (the first copy of each key that was not refused before), and
- * which answer each delivery gets. What a single answer is, the executor decides as for {@link
- * IdempotentExecutor#claim}.
+ * which answer each delivery gets, as {@link ClaimAnswers} answers a single claim.
  */
 final class BatchClaims {
   private final IdempotentExecutor executor;
   private final ClaimCalls calls;
+  private final ClaimAnswers claimAnswers;
   private final LeaseRenewer renewer;
   private final DedupListener listener;
 
   BatchClaims(
-      IdempotentExecutor executor, ClaimCalls calls, LeaseRenewer renewer, DedupListener listener) {
+      IdempotentExecutor executor,
+      ClaimCalls calls,
+      ClaimAnswers claimAnswers,
+      LeaseRenewer renewer,
+      DedupListener listener) {
     this.executor = executor;
     this.calls = calls;
+    this.claimAnswers = claimAnswers;
     this.renewer = renewer;
     this.listener = listener;
   }
@@ -40,16 +45,11 @@ final class BatchClaims {
         continue; // a later copy: claimed when asked, once the earlier one has ended
       }
       try {
-        IdempotentExecutor.checkFingerprint(delivery.fingerprint());
-        if (!inTransaction) {
-          executor.settlePending(delivery.key(), delivery.source());
-        }
+        requests.add(calls.request(delivery.key(), delivery.fingerprint(), delivery.source()));
+        requested.add(i);
       } catch (RuntimeException e) {
         answers[i] = e;
-        continue;
       }
-      requests.add(calls.request(delivery.key(), delivery.fingerprint(), delivery.source()));
-      requested.add(i);
     }
     long sentNanos = System.nanoTime();
     List<ClaimResult> results = calls.claimAll(requests, sentNanos);
@@ -77,13 +77,13 @@ final class BatchClaims {
       @Nullable Iterator<LeaseRenewer.Renewal> renewals,
       long sentNanos) {
     if (result instanceof ClaimResult.Claimed claimed) {
-      return executor.started(
+      return claimAnswers.started(
           claimed, delivery.source(), renewals == null ? null : renewals.next(), sentNanos);
     }
     DedupRecord existing = ((ClaimResult.Taken) result).existing();
     try {
       DedupClaim done =
-          executor.duplicateOrConflict(
+          claimAnswers.duplicateOrConflict(
               delivery.key(), delivery.fingerprint(), delivery.source(), existing);
       if (done != null) {
         return done;

@@ -1,6 +1,7 @@
 package io.consumerdedup.core;
 
 import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.core.internal.Outcomes;
 import io.consumerdedup.core.internal.RecentClaims;
 import io.consumerdedup.core.internal.UnansweredClaims;
 import java.time.Duration;
@@ -11,11 +12,12 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The executor's claim and release calls to the store, and the claims among them whose answer never
- * arrived. Each call is timed and its failure reported to the listener. When the store gives up on
- * a claim while the database is unreachable, the claim may have committed all the same, leaving the
- * key under a live lease of ours: its claim id is kept ({@link UnansweredClaims}) and sent again
- * with the key's next claim from this process, so that the store recognises the row as ours instead
- * of as another holder's lease that would block the key until it runs out.
+ * arrived. A claim is sent only once the key's earlier outcome in this process is written; each
+ * call is timed and its failure reported to the listener. When the store gives up on a claim while
+ * the database is unreachable, the claim may have committed all the same, leaving the key under a
+ * live lease of ours: its claim id is kept ({@link UnansweredClaims}) and sent again with the key's
+ * next claim from this process, so that the store recognises the row as ours instead of as another
+ * holder's lease that would block the key until it runs out.
  */
 final class ClaimCalls {
   // What goes wrong here is told as the executor's own doing, under its logger.
@@ -23,6 +25,7 @@ final class ClaimCalls {
 
   private final DedupStore store;
   private final DedupListener listener;
+  private final Outcomes outcomes;
   private final String ownerId;
   private final Duration lease;
   private final boolean inTransaction;
@@ -33,6 +36,7 @@ final class ClaimCalls {
   ClaimCalls(
       DedupStore store,
       DedupListener listener,
+      Outcomes outcomes,
       String ownerId,
       Duration lease,
       DedupMode mode,
@@ -41,6 +45,7 @@ final class ClaimCalls {
       RecentClaims recentClaims) {
     this.store = store;
     this.listener = listener;
+    this.outcomes = outcomes;
     this.ownerId = ownerId;
     this.lease = lease;
     this.inTransaction = mode == DedupMode.TRANSACTIONAL;
@@ -50,10 +55,42 @@ final class ClaimCalls {
     this.unanswered = new UnansweredClaims(lease);
   }
 
-  /** The request for a claim of {@code key}: with the id of its unanswered claim, if it has one. */
+  /**
+   * The request for a claim of {@code key}: with the id of its unanswered claim, if it has one.
+   *
+   * @throws IllegalArgumentException the fingerprint is not usable
+   * @throws DedupStoreUnavailableException the outcome of an earlier attempt of the key in this
+   *     process is still not written
+   */
   ClaimRequest request(DedupKey key, @Nullable String fingerprint, @Nullable String source) {
+    checkFingerprint(fingerprint);
+    if (!inTransaction) {
+      settlePending(key, source);
+    }
     return new ClaimRequest(
         key, ownerId, lease, claimRetention, fingerprint, source, unanswered.takeClaimIdFor(key));
+  }
+
+  private static void checkFingerprint(@Nullable String fingerprint) {
+    if (fingerprint == null) {
+      return;
+    }
+    if (fingerprint.isEmpty() || fingerprint.length() > 64) {
+      throw new IllegalArgumentException(
+          "fingerprint must be 1 to 64 characters, was " + fingerprint.length());
+    }
+    if (fingerprint.chars().anyMatch(Character::isISOControl)) {
+      throw new IllegalArgumentException("fingerprint must not contain control characters");
+    }
+  }
+
+  private void settlePending(DedupKey key, @Nullable String source) {
+    try {
+      outcomes.settlePending(key, source);
+    } catch (DedupStoreException e) {
+      listener.storeFailed(key, e);
+      throw e;
+    }
   }
 
   /** Sends {@code request}, at {@code sentNanos}. */

@@ -1,6 +1,5 @@
 package io.consumerdedup.core;
 
-import io.consumerdedup.core.internal.CrossGroupDuplicates;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.LeaseRenewer;
@@ -13,8 +12,6 @@ import java.util.Objects;
 import java.util.concurrent.Callable;
 import java.util.concurrent.TimeUnit;
 import org.jspecify.annotations.Nullable;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 /**
  * The engine: runs a handler at most once per {@link DedupKey} that succeeded, across threads,
@@ -72,7 +69,6 @@ public final class IdempotentExecutor implements AutoCloseable {
   /** Default reaction to a payload fingerprint that differs from the stored one. */
   public static final ConflictPolicy DEFAULT_CONFLICT_POLICY = ConflictPolicy.THROW;
 
-  private static final Logger log = LoggerFactory.getLogger(IdempotentExecutor.class);
   private static final Duration FIRST_WAIT_BACKOFF = Duration.ofMillis(50);
   private static final Duration LONGEST_WAIT_BACKOFF = Duration.ofSeconds(1);
 
@@ -89,10 +85,9 @@ public final class IdempotentExecutor implements AutoCloseable {
   private final DedupListener listener;
   private final LeaseRenewer renewer;
   private final Outcomes outcomes;
-  private final RecentClaims recentClaims = new RecentClaims();
   private final ClaimCalls calls;
+  private final ClaimAnswers answers;
   private final BatchClaims batches;
-  private final CrossGroupDuplicates crossGroupDuplicates = new CrossGroupDuplicates();
   private volatile boolean closed;
 
   private IdempotentExecutor(Builder b, Duration renewalInterval) {
@@ -110,17 +105,20 @@ public final class IdempotentExecutor implements AutoCloseable {
     this.renewer = new LeaseRenewer(store, lease, renewalInterval, this.listener);
     this.outcomes =
         new Outcomes(store, listener, renewer, successRetention, failedRetention, renewalInterval);
+    RecentClaims recentClaims = new RecentClaims();
     this.calls =
         new ClaimCalls(
             store,
             this.listener,
+            outcomes,
             ownerId,
             lease,
             mode,
             successRetention,
             failedRetention,
             recentClaims);
-    this.batches = new BatchClaims(this, calls, renewer, this.listener);
+    this.answers = new ClaimAnswers(this.listener, conflictPolicy, outcomes, calls, recentClaims);
+    this.batches = new BatchClaims(this, calls, answers, renewer, this.listener);
   }
 
   /** Starts building an executor over {@code store}. */
@@ -210,23 +208,19 @@ public final class IdempotentExecutor implements AutoCloseable {
       // A claim now could not be renewed: it would block the key for a whole lease.
       throw closedException(key, source);
     }
-    checkFingerprint(fingerprint);
-    boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
-    if (!inTransaction) {
-      settlePending(key, source);
-    }
     ClaimRequest request = calls.request(key, fingerprint, source);
+    boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
     long waitDeadline = System.nanoTime() + waitTimeout.toNanos();
     Duration backoff = FIRST_WAIT_BACKOFF;
     while (true) {
       long sentNanos = System.nanoTime();
       ClaimResult claim = calls.claim(request, sentNanos);
       if (claim instanceof ClaimResult.Claimed claimed) {
-        return started(
+        return answers.started(
             claimed, source, inTransaction ? null : renewer.start(claimed, sentNanos), sentNanos);
       }
       DedupRecord existing = ((ClaimResult.Taken) claim).existing();
-      DedupClaim done = duplicateOrConflict(key, fingerprint, source, existing);
+      DedupClaim done = answers.duplicateOrConflict(key, fingerprint, source, existing);
       if (done != null) {
         return done;
       }
@@ -247,84 +241,6 @@ public final class IdempotentExecutor implements AutoCloseable {
       @Nullable DedupKey key, @Nullable String source) {
     return new DedupExecutorClosedException(
         "IdempotentExecutor " + ownerId + " is closed", key, source, null);
-  }
-
-  static void checkFingerprint(@Nullable String fingerprint) {
-    if (fingerprint == null) {
-      return;
-    }
-    if (fingerprint.isEmpty() || fingerprint.length() > 64) {
-      throw new IllegalArgumentException(
-          "fingerprint must be 1 to 64 characters, was " + fingerprint.length());
-    }
-    if (fingerprint.chars().anyMatch(Character::isISOControl)) {
-      throw new IllegalArgumentException("fingerprint must not contain control characters");
-    }
-  }
-
-  /**
-   * The answer to a key that was not claimed because it is done or claimed with another payload;
-   * null if it is in progress elsewhere.
-   */
-  @Nullable DedupClaim duplicateOrConflict(
-      DedupKey key, @Nullable String fingerprint, @Nullable String source, DedupRecord existing) {
-    String stored = existing.fingerprint().orElse(null);
-    if (fingerprint != null && stored != null && !stored.equals(fingerprint)) {
-      listener.conflict(key, existing);
-      // Only an action that succeeded can answer for a delivery; one in progress may still fail.
-      if (conflictPolicy == ConflictPolicy.TREAT_AS_DUPLICATE) {
-        if (existing.status() == DedupStatus.SUCCESS) {
-          return DedupClaim.duplicate(key, existing.attempts());
-        }
-        if (existing.isLeaseLive()) {
-          return null;
-        }
-      }
-      throw new DedupKeyConflictException(key, stored, fingerprint, source);
-    }
-    if (existing.status() == DedupStatus.SUCCESS) {
-      crossGroupDuplicates.duplicate(key, source, existing);
-      log.debug("Skipping duplicate {}: {}", where(key, source), existing);
-      listener.duplicate(key, existing);
-      return DedupClaim.duplicate(key, existing.attempts());
-    }
-    return null;
-  }
-
-  /**
-   * @param renewal the claim's lease renewal; null for a claim in the caller's transaction, which
-   *     holds the key until it ends
-   * @param sentNanos when the claim was sent, from which its lease runs
-   */
-  DedupClaim started(
-      ClaimResult.Claimed claim,
-      @Nullable String source,
-      LeaseRenewer.@Nullable Renewal renewal,
-      long sentNanos) {
-    DedupKey key = claim.key();
-    int attempt = claim.token();
-    if (attempt > 1) {
-      log.info(
-          "Claimed {} for attempt {} (retry after failure or expired lease)",
-          where(key, source),
-          attempt);
-    }
-    // In the caller's transaction a rolled-back claim leaves no record: a new one is expected.
-    int heldBefore = renewal == null ? 0 : recentClaims.claimed(key, attempt);
-    if (attempt == 1 && heldBefore > 0) {
-      log.warn(
-          "Claimed {} as a new key (attempt 1), though this process held attempt {} of it"
-              + " lately: its record vanished (a failover to a standby that had not received it,"
-              + " a DELETE, a purge), and its handler runs again",
-          where(key, source),
-          heldBefore);
-    }
-    listener.claimed(key, attempt);
-    FaultPoints.reached(FaultPoints.Point.AFTER_CLAIM);
-    if (renewal == null) {
-      return DedupClaim.inTransaction(key, attempt, source, listener);
-    }
-    return DedupClaim.leased(key, attempt, source, outcomes, renewal, listener, calls, sentNanos);
   }
 
   /**
@@ -350,15 +266,6 @@ public final class IdempotentExecutor implements AutoCloseable {
     return batches.claimAll(deliveries);
   }
 
-  void settlePending(DedupKey key, @Nullable String source) {
-    try {
-      outcomes.settlePending(key, source);
-    } catch (DedupStoreException e) {
-      listener.storeFailed(key, e);
-      throw e;
-    }
-  }
-
   /**
    * One delivery of a batch for {@link #claimAll(List)}.
    *
@@ -369,10 +276,6 @@ public final class IdempotentExecutor implements AutoCloseable {
     public Delivery {
       Objects.requireNonNull(key, "key");
     }
-  }
-
-  private static String where(DedupKey key, @Nullable String source) {
-    return source == null ? key.toString() : key + " (" + source + ")";
   }
 
   private static RuntimeException propagate(
