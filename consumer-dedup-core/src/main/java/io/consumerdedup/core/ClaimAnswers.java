@@ -1,6 +1,7 @@
 package io.consumerdedup.core;
 
 import io.consumerdedup.core.internal.CrossGroupDuplicates;
+import io.consumerdedup.core.internal.DeliverySources;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
@@ -61,7 +62,7 @@ final class ClaimAnswers {
     }
     if (existing.status() == DedupStatus.SUCCESS) {
       crossGroupDuplicates.duplicate(key, source, existing);
-      log.debug("Skipping duplicate {}: {}", where(key, source), existing);
+      log.debug("Skipping duplicate {}: {}", DeliverySources.where(key, source), existing);
       listener.duplicate(key, existing);
       return DedupClaim.duplicate(key, existing.attempts());
     }
@@ -83,7 +84,7 @@ final class ClaimAnswers {
     if (attempt > 1) {
       log.info(
           "Claimed {} for attempt {} (retry after failure or expired lease)",
-          where(key, source),
+          DeliverySources.where(key, source),
           attempt);
     }
     // In the caller's transaction a rolled-back claim leaves no record: a new one is expected.
@@ -93,7 +94,7 @@ final class ClaimAnswers {
           "Claimed {} as a new key (attempt 1), though this process held attempt {} of it"
               + " lately: its record vanished (a failover to a standby that had not received it,"
               + " a DELETE, a purge), and its handler runs again",
-          where(key, source),
+          DeliverySources.where(key, source),
           heldBefore);
     }
     listener.claimed(key, attempt);
@@ -102,9 +103,5 @@ final class ClaimAnswers {
       return DedupClaim.inTransaction(key, attempt, source, listener);
     }
     return DedupClaim.leased(key, attempt, source, outcomes, renewal, listener, calls, sentNanos);
-  }
-
-  private static String where(DedupKey key, @Nullable String source) {
-    return source == null ? key.toString() : key + " (" + source + ")";
   }
 }
