@@ -85,6 +85,8 @@ public final class IdempotentExecutor implements AutoCloseable {
   private final DedupListener listener;
   private final LeaseRenewer renewer;
   private final Outcomes outcomes;
+  // The steps of a claim, each in its own class: sending it (and keeping the ids of claims whose
+  // answer was lost), turning the store's answer into the delivery's, and claimAll's bookkeeping.
   private final ClaimCalls calls;
   private final ClaimAnswers answers;
   private final BatchClaims batches;
