@@ -25,7 +25,7 @@ public final class DedupClaim {
   private final LeaseRenewer.@Nullable Renewal renewal;
   private final boolean held;
   private final DedupListener listener;
-  private final @Nullable IdempotentExecutor executor;
+  private final @Nullable ClaimCalls calls;
   private final long claimSentNanos;
   private final long startNanos = System.nanoTime();
   private final AtomicBoolean ended = new AtomicBoolean();
@@ -38,7 +38,7 @@ public final class DedupClaim {
       @Nullable Outcomes outcomes,
       LeaseRenewer.@Nullable Renewal renewal,
       DedupListener listener,
-      @Nullable IdempotentExecutor executor,
+      @Nullable ClaimCalls calls,
       long claimSentNanos) {
     this.key = key;
     this.attempt = attempt;
@@ -47,7 +47,7 @@ public final class DedupClaim {
     this.outcomes = outcomes;
     this.renewal = renewal;
     this.listener = listener;
-    this.executor = executor;
+    this.calls = calls;
     this.claimSentNanos = claimSentNanos;
   }
 
@@ -56,7 +56,7 @@ public final class DedupClaim {
   }
 
   /**
-   * A claim under a lease, whose outcome {@code outcomes} writes, and which {@code executor} gives
+   * A claim under a lease, whose outcome {@code outcomes} writes, and which {@code calls} gives
    * back when released.
    */
   static DedupClaim leased(
@@ -66,10 +66,10 @@ public final class DedupClaim {
       Outcomes outcomes,
       LeaseRenewer.Renewal renewal,
       DedupListener listener,
-      IdempotentExecutor executor,
+      ClaimCalls calls,
       long claimSentNanos) {
     return new DedupClaim(
-        key, attempt, source, true, outcomes, renewal, listener, executor, claimSentNanos);
+        key, attempt, source, true, outcomes, renewal, listener, calls, claimSentNanos);
   }
 
   /**
@@ -179,7 +179,7 @@ public final class DedupClaim {
    *     caller's transaction (mode TRANSACTIONAL), whose rollback gives it back
    */
   public void release() {
-    if (held && executor == null) {
+    if (held && calls == null) {
       throw new IllegalStateException(
           "The claim on "
               + key
@@ -187,7 +187,7 @@ public final class DedupClaim {
     }
     end("release");
     Objects.requireNonNull(renewal).stop();
-    Objects.requireNonNull(executor).release(List.of(renewal.claim()), claimSentNanos);
+    Objects.requireNonNull(calls).release(List.of(renewal.claim()), claimSentNanos);
   }
 
   /** Whether this claim is held and not ended yet. */

@@ -14,6 +14,7 @@ import org.jspecify.annotations.Nullable;
  */
 public final class DedupClaims {
   private final IdempotentExecutor executor;
+  private final ClaimCalls calls;
   private final List<IdempotentExecutor.Delivery> deliveries;
   private final long claimSentNanos;
 
@@ -22,10 +23,12 @@ public final class DedupClaims {
 
   DedupClaims(
       IdempotentExecutor executor,
+      ClaimCalls calls,
       List<IdempotentExecutor.Delivery> deliveries,
       @Nullable Object[] answers,
       long claimSentNanos) {
     this.executor = executor;
+    this.calls = calls;
     this.deliveries = deliveries;
     this.answers = answers;
     this.claimSentNanos = claimSentNanos;
@@ -88,6 +91,6 @@ public final class DedupClaims {
         open.add(released);
       }
     }
-    executor.release(open, claimSentNanos);
+    calls.release(open, claimSentNanos);
   }
 }

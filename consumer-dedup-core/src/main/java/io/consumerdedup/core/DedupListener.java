@@ -1,8 +1,9 @@
 package io.consumerdedup.core;
 
-import io.consumerdedup.core.internal.CompositeListener;
 import java.time.Duration;
 import java.util.List;
+import java.util.function.Consumer;
+import org.slf4j.LoggerFactory;
 
 /**
  * Events of the engine, for metrics and logs. Every method has an empty default; implementations
@@ -64,6 +65,85 @@ public interface DedupListener {
    * logged and skipped, the others still hear of the event.
    */
   static DedupListener composite(List<DedupListener> listeners) {
-    return new CompositeListener(listeners);
+    List<DedupListener> all = List.copyOf(listeners);
+    // Written here rather than as a class of the internal package, which this public type must not
+    // import: that class would import this one back.
+    return new DedupListener() {
+      private void each(String event, Consumer<DedupListener> call) {
+        for (DedupListener listener : all) {
+          try {
+            call.accept(listener);
+          } catch (RuntimeException e) {
+            LoggerFactory.getLogger(DedupListener.class)
+                .warn("DedupListener {} threw on {}; ignored", listener, event, e);
+          }
+        }
+      }
+
+      @Override
+      public void claimTimed(DedupKey key, Duration elapsed) {
+        each("claimTimed", l -> l.claimTimed(key, elapsed));
+      }
+
+      @Override
+      public void claimed(DedupKey key, int attempt) {
+        each("claimed", l -> l.claimed(key, attempt));
+      }
+
+      @Override
+      public void duplicate(DedupKey key, DedupRecord existing) {
+        each("duplicate", l -> l.duplicate(key, existing));
+      }
+
+      @Override
+      public void inProgress(DedupKey key, DedupRecord existing) {
+        each("inProgress", l -> l.inProgress(key, existing));
+      }
+
+      @Override
+      public void conflict(DedupKey key, DedupRecord existing) {
+        each("conflict", l -> l.conflict(key, existing));
+      }
+
+      @Override
+      public void completed(DedupKey key, int attempt, Duration handlerTime) {
+        each("completed", l -> l.completed(key, attempt, handlerTime));
+      }
+
+      @Override
+      public void failed(DedupKey key, int attempt, Throwable error) {
+        each("failed", l -> l.failed(key, attempt, error));
+      }
+
+      @Override
+      public void leaseLost(DedupKey key, int attempt) {
+        each("leaseLost", l -> l.leaseLost(key, attempt));
+      }
+
+      @Override
+      public void storeFailed(DedupKey key, DedupStoreException error) {
+        each("storeFailed", l -> l.storeFailed(key, error));
+      }
+
+      @Override
+      public void keyMissing(String bizType, String source) {
+        each("keyMissing", l -> l.keyMissing(bizType, source));
+      }
+
+      @Override
+      public void purged(int count) {
+        each("purged", l -> l.purged(count));
+      }
+
+      @Override
+      public void purgeBacklog(long expiredRows, Duration oldestExpiredAge) {
+        each("purgeBacklog", l -> l.purgeBacklog(expiredRows, oldestExpiredAge));
+      }
+
+      @Override
+      public String toString() {
+        return "CompositeListener" + all;
+      }
+    };
   }
 }

@@ -1,25 +1,17 @@
 package io.consumerdedup.core;
 
-import io.consumerdedup.core.internal.CrossGroupDuplicates;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
 import io.consumerdedup.core.internal.OwnerIds;
 import io.consumerdedup.core.internal.RecentClaims;
-import io.consumerdedup.core.internal.UnansweredClaims;
 import java.time.Duration;
-import java.util.ArrayList;
-import java.util.HashSet;
-import java.util.Iterator;
 import java.util.List;
 import java.util.Objects;
-import java.util.Set;
 import java.util.concurrent.Callable;
 import java.util.concurrent.TimeUnit;
 import org.jspecify.annotations.Nullable;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 /**
  * The engine: runs a handler at most once per {@link DedupKey} that succeeded, across threads,
@@ -77,7 +69,6 @@ public final class IdempotentExecutor implements AutoCloseable {
   /** Default reaction to a payload fingerprint that differs from the stored one. */
   public static final ConflictPolicy DEFAULT_CONFLICT_POLICY = ConflictPolicy.THROW;
 
-  private static final Logger log = LoggerFactory.getLogger(IdempotentExecutor.class);
   private static final Duration FIRST_WAIT_BACKOFF = Duration.ofMillis(50);
   private static final Duration LONGEST_WAIT_BACKOFF = Duration.ofSeconds(1);
 
@@ -94,9 +85,11 @@ public final class IdempotentExecutor implements AutoCloseable {
   private final DedupListener listener;
   private final LeaseRenewer renewer;
   private final Outcomes outcomes;
-  private final UnansweredClaims unanswered;
-  private final RecentClaims recentClaims = new RecentClaims();
-  private final CrossGroupDuplicates crossGroupDuplicates = new CrossGroupDuplicates();
+  // The steps of a claim, each in its own class: sending it (and keeping the ids of claims whose
+  // answer was lost), turning the store's answer into the delivery's, and claimAll's bookkeeping.
+  private final ClaimCalls calls;
+  private final ClaimAnswers answers;
+  private final BatchClaims batches;
   private volatile boolean closed;
 
   private IdempotentExecutor(Builder b, Duration renewalInterval) {
@@ -114,7 +107,20 @@ public final class IdempotentExecutor implements AutoCloseable {
     this.renewer = new LeaseRenewer(store, lease, renewalInterval, this.listener);
     this.outcomes =
         new Outcomes(store, listener, renewer, successRetention, failedRetention, renewalInterval);
-    this.unanswered = new UnansweredClaims(lease);
+    RecentClaims recentClaims = new RecentClaims();
+    this.calls =
+        new ClaimCalls(
+            store,
+            this.listener,
+            outcomes,
+            ownerId,
+            lease,
+            mode,
+            successRetention,
+            failedRetention,
+            recentClaims);
+    this.answers = new ClaimAnswers(this.listener, conflictPolicy, outcomes, calls, recentClaims);
+    this.batches = new BatchClaims(this, calls, answers, renewer, this.listener);
   }
 
   /** Starts building an executor over {@code store}. */
@@ -204,27 +210,19 @@ public final class IdempotentExecutor implements AutoCloseable {
       // A claim now could not be renewed: it would block the key for a whole lease.
       throw closedException(key, source);
     }
-    checkFingerprint(fingerprint);
+    ClaimRequest request = calls.request(key, fingerprint, source);
     boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
-    if (!inTransaction) {
-      settlePending(key, source);
-    }
-    // In the caller's transaction the record is written as SUCCESS at once and kept as such.
-    Duration keepFor = inTransaction ? successRetention : failedRetention;
-    ClaimRequest request =
-        new ClaimRequest(
-            key, ownerId, lease, keepFor, fingerprint, source, unanswered.takeClaimIdFor(key));
     long waitDeadline = System.nanoTime() + waitTimeout.toNanos();
     Duration backoff = FIRST_WAIT_BACKOFF;
     while (true) {
       long sentNanos = System.nanoTime();
-      ClaimResult claim = timedClaim(request, inTransaction, sentNanos);
+      ClaimResult claim = calls.claim(request, sentNanos);
       if (claim instanceof ClaimResult.Claimed claimed) {
-        return started(
+        return answers.started(
             claimed, source, inTransaction ? null : renewer.start(claimed, sentNanos), sentNanos);
       }
       DedupRecord existing = ((ClaimResult.Taken) claim).existing();
-      DedupClaim done = duplicateOrConflict(key, fingerprint, source, existing);
+      DedupClaim done = answers.duplicateOrConflict(key, fingerprint, source, existing);
       if (done != null) {
         return done;
       }
@@ -247,100 +245,6 @@ public final class IdempotentExecutor implements AutoCloseable {
         "IdempotentExecutor " + ownerId + " is closed", key, source, null);
   }
 
-  private static void checkFingerprint(@Nullable String fingerprint) {
-    if (fingerprint == null) {
-      return;
-    }
-    if (fingerprint.isEmpty() || fingerprint.length() > 64) {
-      throw new IllegalArgumentException(
-          "fingerprint must be 1 to 64 characters, was " + fingerprint.length());
-    }
-    if (fingerprint.chars().anyMatch(Character::isISOControl)) {
-      throw new IllegalArgumentException("fingerprint must not contain control characters");
-    }
-  }
-
-  /**
-   * The answer to a key that was not claimed because it is done or claimed with another payload;
-   * null if it is in progress elsewhere.
-   */
-  private @Nullable DedupClaim duplicateOrConflict(
-      DedupKey key, @Nullable String fingerprint, @Nullable String source, DedupRecord existing) {
-    String stored = existing.fingerprint().orElse(null);
-    if (fingerprint != null && stored != null && !stored.equals(fingerprint)) {
-      listener.conflict(key, existing);
-      // Only an action that succeeded can answer for a delivery; one in progress may still fail.
-      if (conflictPolicy == ConflictPolicy.TREAT_AS_DUPLICATE) {
-        if (existing.status() == DedupStatus.SUCCESS) {
-          return DedupClaim.duplicate(key, existing.attempts());
-        }
-        if (existing.isLeaseLive()) {
-          return null;
-        }
-      }
-      throw new DedupKeyConflictException(key, stored, fingerprint, source);
-    }
-    if (existing.status() == DedupStatus.SUCCESS) {
-      crossGroupDuplicates.duplicate(key, source, existing);
-      log.debug("Skipping duplicate {}: {}", where(key, source), existing);
-      listener.duplicate(key, existing);
-      return DedupClaim.duplicate(key, existing.attempts());
-    }
-    return null;
-  }
-
-  private ClaimResult timedClaim(ClaimRequest request, boolean inTransaction, long sentNanos) {
-    FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
-    try {
-      return inTransaction ? store.claimInTransaction(request) : store.claim(request);
-    } catch (DedupStoreException e) {
-      if (e instanceof DedupStoreUnavailableException) {
-        // The claim may have committed before the connection failed: send the same id next time.
-        unanswered.unanswered(request.key(), request.claimId(), sentNanos);
-      }
-      listener.storeFailed(request.key(), e);
-      throw e.locatedAt(request.source());
-    } finally {
-      listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - sentNanos));
-    }
-  }
-
-  /**
-   * @param renewal the claim's lease renewal; null for a claim in the caller's transaction, which
-   *     holds the key until it ends
-   * @param sentNanos when the claim was sent, from which its lease runs
-   */
-  private DedupClaim started(
-      ClaimResult.Claimed claim,
-      @Nullable String source,
-      LeaseRenewer.@Nullable Renewal renewal,
-      long sentNanos) {
-    DedupKey key = claim.key();
-    int attempt = claim.token();
-    if (attempt > 1) {
-      log.info(
-          "Claimed {} for attempt {} (retry after failure or expired lease)",
-          where(key, source),
-          attempt);
-    }
-    // In the caller's transaction a rolled-back claim leaves no record: a new one is expected.
-    int heldBefore = renewal == null ? 0 : recentClaims.claimed(key, attempt);
-    if (attempt == 1 && heldBefore > 0) {
-      log.warn(
-          "Claimed {} as a new key (attempt 1), though this process held attempt {} of it"
-              + " lately: its record vanished (a failover to a standby that had not received it,"
-              + " a DELETE, a purge), and its handler runs again",
-          where(key, source),
-          heldBefore);
-    }
-    listener.claimed(key, attempt);
-    FaultPoints.reached(FaultPoints.Point.AFTER_CLAIM);
-    if (renewal == null) {
-      return DedupClaim.inTransaction(key, attempt, source, listener);
-    }
-    return DedupClaim.leased(key, attempt, source, outcomes, renewal, listener, this, sentNanos);
-  }
-
   /**
    * Claims the keys of several deliveries in one round trip to the store, as {@link #claim} claims
    * one, and renews the leases of those it holds together. Each delivery gets its own answer
@@ -361,124 +265,7 @@ public final class IdempotentExecutor implements AutoCloseable {
     if (closed) {
       throw closedException(null, null);
     }
-    boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
-    Duration keepFor = inTransaction ? successRetention : failedRetention;
-    @Nullable Object[] answers = new Object[deliveries.size()];
-    Set<DedupKey> keys = new HashSet<>();
-    List<ClaimRequest> requests = new ArrayList<>();
-    List<Integer> requested = new ArrayList<>();
-    for (int i = 0; i < deliveries.size(); i++) {
-      Delivery delivery = deliveries.get(i);
-      if (!keys.add(delivery.key())) {
-        continue; // a later copy: claimed when asked, once the earlier one has ended
-      }
-      try {
-        checkFingerprint(delivery.fingerprint());
-        if (!inTransaction) {
-          settlePending(delivery.key(), delivery.source());
-        }
-      } catch (RuntimeException e) {
-        answers[i] = e;
-        continue;
-      }
-      requests.add(
-          new ClaimRequest(
-              delivery.key(),
-              ownerId,
-              lease,
-              keepFor,
-              delivery.fingerprint(),
-              delivery.source(),
-              unanswered.takeClaimIdFor(delivery.key())));
-      requested.add(i);
-    }
-    long sentNanos = System.nanoTime();
-    List<ClaimResult> results = timedClaimAll(requests, inTransaction, sentNanos);
-    List<ClaimResult.Claimed> held =
-        results.stream()
-            .filter(ClaimResult.Claimed.class::isInstance)
-            .map(ClaimResult.Claimed.class::cast)
-            .toList();
-    Iterator<LeaseRenewer.Renewal> renewals =
-        inTransaction ? null : renewer.startAll(held, sentNanos).iterator();
-    for (int j = 0; j < results.size(); j++) {
-      int i = requested.get(j);
-      Delivery delivery = deliveries.get(i);
-      if (results.get(j) instanceof ClaimResult.Claimed claimed) {
-        answers[i] =
-            started(
-                claimed, delivery.source(), renewals == null ? null : renewals.next(), sentNanos);
-        continue;
-      }
-      DedupRecord existing = ((ClaimResult.Taken) results.get(j)).existing();
-      try {
-        DedupClaim done =
-            duplicateOrConflict(
-                delivery.key(), delivery.fingerprint(), delivery.source(), existing);
-        if (done == null) {
-          listener.inProgress(delivery.key(), existing);
-          answers[i] = new DedupInProgressException(delivery.key(), existing, delivery.source());
-        } else {
-          answers[i] = done;
-        }
-      } catch (DedupKeyConflictException e) {
-        answers[i] = e;
-      }
-    }
-    return new DedupClaims(this, List.copyOf(deliveries), answers, sentNanos);
-  }
-
-  private void settlePending(DedupKey key, @Nullable String source) {
-    try {
-      outcomes.settlePending(key, source);
-    } catch (DedupStoreException e) {
-      listener.storeFailed(key, e);
-      throw e;
-    }
-  }
-
-  private List<ClaimResult> timedClaimAll(
-      List<ClaimRequest> requests, boolean inTransaction, long sentNanos) {
-    if (requests.isEmpty()) {
-      return List.of();
-    }
-    DedupKey first = requests.get(0).key();
-    FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
-    try {
-      return inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
-    } catch (DedupStoreException e) {
-      if (e instanceof DedupStoreUnavailableException) {
-        requests.forEach(
-            request -> unanswered.unanswered(request.key(), request.claimId(), sentNanos));
-      }
-      listener.storeFailed(first, e);
-      throw e;
-    } finally {
-      listener.claimTimed(first, Duration.ofNanos(System.nanoTime() - sentNanos));
-    }
-  }
-
-  /**
-   * Releases claims whose handler never ran (see {@link DedupClaims#releaseUnended()}); if the
-   * store cannot be reached, a redelivery here recognises them by their claim ids until their
-   * leases run out.
-   */
-  void release(List<ClaimResult.Claimed> claims, long claimSentNanos) {
-    if (claims.isEmpty()) {
-      return;
-    }
-    claims.forEach(claim -> recentClaims.released(claim.key()));
-    try {
-      store.releaseAll(claims);
-    } catch (DedupStoreException e) {
-      claims.forEach(claim -> unanswered.unanswered(claim.key(), claim.claimId(), claimSentNanos));
-      listener.storeFailed(claims.get(0).key(), e);
-      log.warn(
-          "Could not release the claims on {}, whose handlers did not run; their leases run out"
-              + " instead, and a redelivery to this process takes them up: {}",
-          claims.stream().map(ClaimResult.Claimed::key).toList(),
-          e.getMessage());
-    }
+    return batches.claimAll(deliveries);
   }
 
   /**
@@ -491,10 +278,6 @@ public final class IdempotentExecutor implements AutoCloseable {
     public Delivery {
       Objects.requireNonNull(key, "key");
     }
-  }
-
-  private static String where(DedupKey key, @Nullable String source) {
-    return source == null ? key.toString() : key + " (" + source + ")";
   }
 
   private static RuntimeException propagate(

@@ -93,7 +93,7 @@ public final class Outcomes implements AutoCloseable {
           "Handler for {} (attempt {}) succeeded, but SUCCESS could not be recorded yet; keeping"
               + " the lease and retrying in the background. This process will not run the handler"
               + " for the key again meanwhile: {}",
-          where(key, source),
+          DeliverySources.where(key, source),
           token,
           e.getMessage());
       throw notRecordedYet(key, source, e);
@@ -196,7 +196,7 @@ public final class Outcomes implements AutoCloseable {
       log.warn(
           "Handlers for {} succeeded, but SUCCESS could not be recorded yet; keeping the leases"
               + " and retrying in the background: {}",
-          open.stream().map(outcome -> where(outcome.key, outcome.source)).toList(),
+          open.stream().map(outcome -> DeliverySources.where(outcome.key, outcome.source)).toList(),
           e.getMessage());
     } catch (RuntimeException | Error e) {
       // An Error too (an OutOfMemoryError from getConnection): the writer lives on, and the
@@ -259,7 +259,7 @@ public final class Outcomes implements AutoCloseable {
       log.warn(
           "Handler for {} (attempt {}) failed, and FAILED could not be recorded yet; keeping the"
               + " lease and retrying in the background: {}",
-          where(key, source),
+          DeliverySources.where(key, source),
           token,
           e.getMessage());
       error.addSuppressed(e);
@@ -319,7 +319,7 @@ public final class Outcomes implements AutoCloseable {
         log.info(
             "Recorded the {} of {} (attempt {}) that could not be written earlier",
             outcome.status(),
-            where(outcome.key, outcome.source),
+            DeliverySources.where(outcome.key, outcome.source),
             outcome.token);
       }
       if (outcome.error == null) {
@@ -332,7 +332,7 @@ public final class Outcomes implements AutoCloseable {
     log.warn(
         "Lease on {} (attempt {}) was taken over by another consumer; its {} was not recorded so"
             + " as not to overwrite the new holder",
-        where(outcome.key, outcome.source),
+        DeliverySources.where(outcome.key, outcome.source),
         outcome.token,
         outcome.status());
     listener.leaseLost(outcome.key, outcome.token);
@@ -365,7 +365,7 @@ public final class Outcomes implements AutoCloseable {
                 + " another consumer may take the key over and run its handler again. Still"
                 + " retrying: {}",
             outcome.status(),
-            where(outcome.key, outcome.source),
+            DeliverySources.where(outcome.key, outcome.source),
             outcome.token,
             e.getMessage());
       }
@@ -419,14 +419,10 @@ public final class Outcomes implements AutoCloseable {
               "Closing with the {} of {} (attempt {}) not recorded: once its lease runs out,"
                   + " another consumer may run the handler for the key again",
               outcome.status(),
-              where(key, outcome.source),
+              DeliverySources.where(key, outcome.source),
               outcome.token);
         });
     pending.clear();
-  }
-
-  private static String where(DedupKey key, @Nullable String source) {
-    return source == null ? key.toString() : key + " (" + source + ")";
   }
 
   private static String describe(Throwable error) {

@@ -1,0 +1,97 @@
+package io.consumerdedup.core;
+
+import io.consumerdedup.core.internal.LeaseRenewer;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Set;
+import org.jspecify.annotations.Nullable;
+
+/**
+ * The bookkeeping of {@link IdempotentExecutor#claimAll(List)}: which deliveries of a batch go to
+ * the store in its one round trip (the first copy of each key that was not refused before), and
+ * which answer each delivery gets, as {@link ClaimAnswers} answers a single claim.
+ */
+final class BatchClaims {
+  private final IdempotentExecutor executor;
+  private final ClaimCalls calls;
+  private final ClaimAnswers claimAnswers;
+  private final LeaseRenewer renewer;
+  private final DedupListener listener;
+
+  BatchClaims(
+      IdempotentExecutor executor,
+      ClaimCalls calls,
+      ClaimAnswers claimAnswers,
+      LeaseRenewer renewer,
+      DedupListener listener) {
+    this.executor = executor;
+    this.calls = calls;
+    this.claimAnswers = claimAnswers;
+    this.renewer = renewer;
+    this.listener = listener;
+  }
+
+  DedupClaims claimAll(List<IdempotentExecutor.Delivery> deliveries) {
+    boolean inTransaction = executor.mode() == DedupMode.TRANSACTIONAL;
+    @Nullable Object[] answers = new Object[deliveries.size()];
+    Set<DedupKey> keys = new HashSet<>();
+    List<ClaimRequest> requests = new ArrayList<>();
+    List<Integer> requested = new ArrayList<>();
+    for (int i = 0; i < deliveries.size(); i++) {
+      IdempotentExecutor.Delivery delivery = deliveries.get(i);
+      if (!keys.add(delivery.key())) {
+        continue; // a later copy: claimed when asked, once the earlier one has ended
+      }
+      try {
+        requests.add(calls.request(delivery.key(), delivery.fingerprint(), delivery.source()));
+        requested.add(i);
+      } catch (RuntimeException e) {
+        answers[i] = e;
+      }
+    }
+    long sentNanos = System.nanoTime();
+    List<ClaimResult> results = calls.claimAll(requests, sentNanos);
+    List<ClaimResult.Claimed> held =
+        results.stream()
+            .filter(ClaimResult.Claimed.class::isInstance)
+            .map(ClaimResult.Claimed.class::cast)
+            .toList();
+    Iterator<LeaseRenewer.Renewal> renewals =
+        inTransaction ? null : renewer.startAll(held, sentNanos).iterator();
+    for (int j = 0; j < results.size(); j++) {
+      int i = requested.get(j);
+      answers[i] = answer(deliveries.get(i), results.get(j), renewals, sentNanos);
+    }
+    return new DedupClaims(executor, calls, List.copyOf(deliveries), answers, sentNanos);
+  }
+
+  /**
+   * The answer to {@code delivery}: its claim, or the exception that refused it (in progress
+   * elsewhere, whatever the {@link InProgressPolicy}, or a conflicting payload).
+   */
+  private Object answer(
+      IdempotentExecutor.Delivery delivery,
+      ClaimResult result,
+      @Nullable Iterator<LeaseRenewer.Renewal> renewals,
+      long sentNanos) {
+    if (result instanceof ClaimResult.Claimed claimed) {
+      return claimAnswers.started(
+          claimed, delivery.source(), renewals == null ? null : renewals.next(), sentNanos);
+    }
+    DedupRecord existing = ((ClaimResult.Taken) result).existing();
+    try {
+      DedupClaim done =
+          claimAnswers.duplicateOrConflict(
+              delivery.key(), delivery.fingerprint(), delivery.source(), existing);
+      if (done != null) {
+        return done;
+      }
+    } catch (DedupKeyConflictException e) {
+      return e;
+    }
+    listener.inProgress(delivery.key(), existing);
+    return new DedupInProgressException(delivery.key(), existing, delivery.source());
+  }
+}

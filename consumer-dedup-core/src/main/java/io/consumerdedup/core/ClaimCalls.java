@@ -1,0 +1,156 @@
+package io.consumerdedup.core;
+
+import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.core.internal.Outcomes;
+import io.consumerdedup.core.internal.RecentClaims;
+import io.consumerdedup.core.internal.UnansweredClaims;
+import java.time.Duration;
+import java.util.List;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The executor's claim and release calls to the store, and the claims among them whose answer never
+ * arrived. A claim is sent only once the key's earlier outcome in this process is written; each
+ * call is timed and its failure reported to the listener. When the store gives up on a claim while
+ * the database is unreachable, the claim may have committed all the same, leaving the key under a
+ * live lease of ours: its claim id is kept ({@link UnansweredClaims}) and sent again with the key's
+ * next claim from this process, so that the store recognises the row as ours instead of as another
+ * holder's lease that would block the key until it runs out.
+ */
+final class ClaimCalls {
+  // What goes wrong here is told as the executor's own doing, under its logger.
+  private static final Logger log = LoggerFactory.getLogger(IdempotentExecutor.class);
+
+  private final DedupStore store;
+  private final DedupListener listener;
+  private final Outcomes outcomes;
+  private final String ownerId;
+  private final Duration lease;
+  private final boolean inTransaction;
+  private final Duration claimRetention;
+  private final RecentClaims recentClaims;
+  private final UnansweredClaims unanswered;
+
+  ClaimCalls(
+      DedupStore store,
+      DedupListener listener,
+      Outcomes outcomes,
+      String ownerId,
+      Duration lease,
+      DedupMode mode,
+      Duration successRetention,
+      Duration failedRetention,
+      RecentClaims recentClaims) {
+    this.store = store;
+    this.listener = listener;
+    this.outcomes = outcomes;
+    this.ownerId = ownerId;
+    this.lease = lease;
+    this.inTransaction = mode == DedupMode.TRANSACTIONAL;
+    // In the caller's transaction the record is written as SUCCESS at once and kept as such.
+    this.claimRetention = inTransaction ? successRetention : failedRetention;
+    this.recentClaims = recentClaims;
+    this.unanswered = new UnansweredClaims(lease);
+  }
+
+  /**
+   * The request for a claim of {@code key}: with the id of its unanswered claim, if it has one.
+   *
+   * @throws IllegalArgumentException the fingerprint is not usable
+   * @throws DedupStoreUnavailableException the outcome of an earlier attempt of the key in this
+   *     process is still not written
+   */
+  ClaimRequest request(DedupKey key, @Nullable String fingerprint, @Nullable String source) {
+    checkFingerprint(fingerprint);
+    if (!inTransaction) {
+      settlePending(key, source);
+    }
+    return new ClaimRequest(
+        key, ownerId, lease, claimRetention, fingerprint, source, unanswered.takeClaimIdFor(key));
+  }
+
+  private static void checkFingerprint(@Nullable String fingerprint) {
+    if (fingerprint == null) {
+      return;
+    }
+    if (fingerprint.isEmpty() || fingerprint.length() > 64) {
+      throw new IllegalArgumentException(
+          "fingerprint must be 1 to 64 characters, was " + fingerprint.length());
+    }
+    if (fingerprint.chars().anyMatch(Character::isISOControl)) {
+      throw new IllegalArgumentException("fingerprint must not contain control characters");
+    }
+  }
+
+  private void settlePending(DedupKey key, @Nullable String source) {
+    try {
+      outcomes.settlePending(key, source);
+    } catch (DedupStoreException e) {
+      listener.storeFailed(key, e);
+      throw e;
+    }
+  }
+
+  /** Sends {@code request}, at {@code sentNanos}. */
+  ClaimResult claim(ClaimRequest request, long sentNanos) {
+    FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
+    try {
+      return inTransaction ? store.claimInTransaction(request) : store.claim(request);
+    } catch (DedupStoreException e) {
+      if (e instanceof DedupStoreUnavailableException) {
+        // The claim may have committed before the connection failed: send the same id next time.
+        unanswered.unanswered(request.key(), request.claimId(), sentNanos);
+      }
+      listener.storeFailed(request.key(), e);
+      throw e.locatedAt(request.source());
+    } finally {
+      listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - sentNanos));
+    }
+  }
+
+  /** Sends {@code requests} in one round trip, at {@code sentNanos}; answers in their order. */
+  List<ClaimResult> claimAll(List<ClaimRequest> requests, long sentNanos) {
+    if (requests.isEmpty()) {
+      return List.of();
+    }
+    DedupKey first = requests.get(0).key();
+    FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
+    try {
+      return inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
+    } catch (DedupStoreException e) {
+      if (e instanceof DedupStoreUnavailableException) {
+        requests.forEach(
+            request -> unanswered.unanswered(request.key(), request.claimId(), sentNanos));
+      }
+      listener.storeFailed(first, e);
+      throw e;
+    } finally {
+      listener.claimTimed(first, Duration.ofNanos(System.nanoTime() - sentNanos));
+    }
+  }
+
+  /**
+   * Releases claims whose handler never ran (see {@link DedupClaims#releaseUnended()}); if the
+   * store cannot be reached, a redelivery here recognises them by their claim ids until their
+   * leases run out.
+   */
+  void release(List<ClaimResult.Claimed> claims, long claimSentNanos) {
+    if (claims.isEmpty()) {
+      return;
+    }
+    claims.forEach(claim -> recentClaims.released(claim.key()));
+    try {
+      store.releaseAll(claims);
+    } catch (DedupStoreException e) {
+      claims.forEach(claim -> unanswered.unanswered(claim.key(), claim.claimId(), claimSentNanos));
+      listener.storeFailed(claims.get(0).key(), e);
+      log.warn(
+          "Could not release the claims on {}, whose handlers did not run; their leases run out"
+              + " instead, and a redelivery to this process takes them up: {}",
+          claims.stream().map(ClaimResult.Claimed::key).toList(),
+          e.getMessage());
+    }
+  }
+}
