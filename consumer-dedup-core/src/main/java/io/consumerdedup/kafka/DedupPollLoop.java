@@ -171,8 +171,6 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private final Duration pollTimeout;
   private final int maxAttempts;
   private final Duration retryBackOff;
-  private final Duration holdBackOff;
-  private final Duration maxHoldBackOff;
   private final Duration closeTimeout;
 
   private final AtomicBoolean started = new AtomicBoolean();
@@ -182,6 +180,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   // The fields below are touched by the loop thread only (rebalance callbacks run inside poll).
   private final PartitionProgress progress = new PartitionProgress();
+  private final PartitionHolds holds;
 
   private DedupPollLoop(Builder<K, V> builder, Consumer<K, V> consumer, String groupId) {
     this.consumer = consumer;
@@ -192,9 +191,10 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     this.pollTimeout = builder.pollTimeout;
     this.maxAttempts = builder.maxAttempts;
     this.retryBackOff = builder.retryBackOff;
-    this.holdBackOff = builder.holdBackOff;
-    this.maxHoldBackOff = builder.maxHoldBackOff;
     this.closeTimeout = builder.closeTimeout;
+    this.holds =
+        new PartitionHolds(
+            consumer, progress, builder.holdBackOff, builder.maxHoldBackOff, groupId);
   }
 
   /**
@@ -342,10 +342,10 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   }
 
   private void pollOnce() {
-    resumeDuePartitions();
+    holds.resumeDue();
     ConsumerRecords<K, V> records;
     try {
-      records = consumer.poll(nextPollTimeout());
+      records = consumer.poll(holds.pollTimeout(pollTimeout));
     } catch (RecordDeserializationException e) {
       // The consumer throws only when it has no records before the bad one to return, and leaves
       // that partition's position at it: no other record is lost, and only this partition waits.
@@ -427,7 +427,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         (partition, offset) -> {
           progress.undone(partition, offset);
           progress.waitingForStore(partition);
-          Duration wait = hold(partition, offset);
+          Duration wait = holds.hold(partition, offset);
           log.warn(
               "The outcome of {}@{} is not recorded yet; not committing past it, delivering it"
                   + " again in {}",
@@ -448,7 +448,10 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       processor.process(record);
     } catch (RuntimeException e) {
       return switch (Disposition.of(e)) {
-        case RETRY_LATER -> retryLater(record, partition, e);
+        case RETRY_LATER -> {
+          holds.retryLater(record, partition, e);
+          yield false;
+        }
         case DEAD_LETTER -> {
           log.error("{} cannot be handled (not retryable); dead-lettering it", describe(record), e);
           yield deadLetter(record, partition, e);
@@ -467,36 +470,6 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     progress.settled(partition);
     progress.storeAnswered(System.nanoTime());
     return true;
-  }
-
-  /** Holds a record that cannot be handled yet: nothing is committed past it. */
-  private boolean retryLater(
-      ConsumerRecord<K, V> record, TopicPartition partition, RuntimeException e) {
-    Duration wait = hold(partition, record.offset());
-    if (e instanceof DedupInProgressException) {
-      // Routine while another consumer works on the key: the message says who, no stack trace.
-      log.info(
-          "{} is in progress elsewhere; trying again in {}: {}",
-          describe(record),
-          wait,
-          e.getMessage());
-    } else if (e instanceof DedupStoreUnavailableException) {
-      progress.waitingForStore(partition);
-      // Once per record and back-off step while the database is away; the cause is at DEBUG.
-      log.warn(
-          "Dedup store unavailable for {}; not committing past it, trying again in {}: {}",
-          describe(record),
-          wait,
-          e.getMessage());
-      log.debug("Dedup store failure for {}", describe(record), e);
-    } else {
-      log.error(
-          "{} cannot be handled now; not committing past it, trying again in {}",
-          describe(record),
-          wait,
-          e);
-    }
-    return false;
   }
 
   private boolean handlerFailed(
@@ -532,7 +505,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         retryBackOff,
         e.toString());
     log.debug("Stack trace of the failed attempt of {}", describe(record), e);
-    pause(partition, record.offset(), retryBackOff);
+    holds.pause(partition, record.offset(), retryBackOff);
     return false;
   }
 
@@ -586,7 +559,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     try {
       send.run();
     } catch (RuntimeException e) {
-      Duration wait = hold(partition, record.offset());
+      Duration wait = holds.hold(partition, record.offset());
       log.error(
           "Could not dead-letter {}; not committing past it, trying again in {}",
           describe(record),
@@ -625,32 +598,6 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     byte[] bytes = new byte[view.remaining()];
     view.get(bytes);
     return bytes;
-  }
-
-  /** Pauses the partition at the offset for the next step of the hold back-off; returns it. */
-  private Duration hold(TopicPartition partition, long offset) {
-    Duration wait = progress.nextHold(partition, holdBackOff, maxHoldBackOff);
-    pause(partition, offset, wait);
-    return wait;
-  }
-
-  private void pause(TopicPartition partition, long offset, Duration wait) {
-    consumer.seek(partition, offset);
-    consumer.pause(List.of(partition));
-    progress.pausedUntil(partition, System.nanoTime() + wait.toNanos());
-  }
-
-  private void resumeDuePartitions() {
-    List<TopicPartition> due = progress.dueAt(System.nanoTime());
-    if (!due.isEmpty()) {
-      List<TopicPartition> assigned = due.stream().filter(consumer.assignment()::contains).toList();
-      consumer.resume(assigned);
-    }
-  }
-
-  /** Polls no longer than until the first paused partition is due, so back-offs stay accurate. */
-  private Duration nextPollTimeout() {
-    return progress.untilFirstDue(System.nanoTime(), pollTimeout);
   }
 
   private void commitDone() {
