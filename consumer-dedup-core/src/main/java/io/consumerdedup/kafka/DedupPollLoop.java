@@ -6,7 +6,6 @@ import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.kafka.internal.RecordSources;
-import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -15,8 +14,6 @@ import java.util.List;
 import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
-import java.util.Optional;
-import java.util.OptionalInt;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -34,8 +31,6 @@ import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.RebalanceInProgressException;
 import org.apache.kafka.common.errors.RecordDeserializationException;
 import org.apache.kafka.common.errors.WakeupException;
-import org.apache.kafka.common.header.internals.RecordHeaders;
-import org.apache.kafka.common.record.TimestampType;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -166,11 +161,8 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private final Consumer<K, V> consumer;
   private final List<String> topics;
   private final RecordProcessor<K, V> processor;
-  private final DeadLetterHandler<K, V> deadLetterHandler;
   private final String groupId;
   private final Duration pollTimeout;
-  private final int maxAttempts;
-  private final Duration retryBackOff;
   private final Duration closeTimeout;
 
   private final AtomicBoolean started = new AtomicBoolean();
@@ -181,20 +173,28 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   // The fields below are touched by the loop thread only (rebalance callbacks run inside poll).
   private final PartitionProgress progress = new PartitionProgress();
   private final PartitionHolds holds;
+  private final DeadLettering<K, V> deadLetters;
 
   private DedupPollLoop(Builder<K, V> builder, Consumer<K, V> consumer, String groupId) {
     this.consumer = consumer;
     this.groupId = groupId;
     this.topics = builder.topics;
     this.processor = builder.processor;
-    this.deadLetterHandler = Objects.requireNonNull(builder.deadLetterHandler);
     this.pollTimeout = builder.pollTimeout;
-    this.maxAttempts = builder.maxAttempts;
-    this.retryBackOff = builder.retryBackOff;
     this.closeTimeout = builder.closeTimeout;
     this.holds =
         new PartitionHolds(
             consumer, progress, builder.holdBackOff, builder.maxHoldBackOff, groupId);
+    this.deadLetters =
+        new DeadLettering<>(
+            consumer,
+            Objects.requireNonNull(builder.deadLetterHandler),
+            processor,
+            progress,
+            holds,
+            builder.maxAttempts,
+            builder.retryBackOff,
+            groupId);
   }
 
   /**
@@ -349,7 +349,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     } catch (RecordDeserializationException e) {
       // The consumer throws only when it has no records before the bad one to return, and leaves
       // that partition's position at it: no other record is lost, and only this partition waits.
-      deadLetterUndeserializable(e);
+      deadLetters.undeserializable(e);
       commitDone();
       return;
     }
@@ -440,9 +440,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   /** Handles one record; false if it is not done, and its partition was sought back and paused. */
   private boolean handle(ConsumerRecord<K, V> record, TopicPartition partition) {
     PartitionProgress.Failure previous = progress.failureOf(partition, record.offset());
-    if (previous != null && previous.attempts() >= maxAttempts) {
+    if (previous != null && deadLetters.attemptsSpent(previous)) {
       // Its attempts ran out earlier, but the dead letter could not be written then.
-      return deadLetter(record, partition, previous.last());
+      return deadLetters.deadLetter(record, partition, previous.last());
     }
     try {
       processor.process(record);
@@ -452,17 +452,14 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
           holds.retryLater(record, partition, e);
           yield false;
         }
-        case DEAD_LETTER -> {
-          log.error("{} cannot be handled (not retryable); dead-lettering it", describe(record), e);
-          yield deadLetter(record, partition, e);
-        }
-        case HANDLER_FAILED -> handlerFailed(record, partition, previous, e);
+        case DEAD_LETTER -> deadLetters.notRetryable(record, partition, e);
+        case HANDLER_FAILED -> deadLetters.handlerFailed(record, partition, previous, e);
       };
     } catch (Error e) {
       // A handler failure like any other (its claim is FAILED, the attempt counted), so that a
       // record whose handler always throws an Error is dead-lettered once its attempts are spent
       // instead of ending every loop the application starts; then this loop ends with it.
-      if (handlerFailed(record, partition, previous, new HandlerErrorException(e))) {
+      if (deadLetters.handlerFailed(record, partition, previous, new HandlerErrorException(e))) {
         progress.done(partition, record.offset() + 1); // dead-lettered
       }
       throw e;
@@ -470,134 +467,6 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     progress.settled(partition);
     progress.storeAnswered(System.nanoTime());
     return true;
-  }
-
-  private boolean handlerFailed(
-      ConsumerRecord<K, V> record,
-      TopicPartition partition,
-      PartitionProgress.@Nullable Failure previous,
-      RuntimeException e) {
-    int counted = previous == null ? 1 : previous.attempts() + 1;
-    OptionalInt stored = storedAttempts(record);
-    int attempts = Math.max(counted, stored.orElse(0));
-    String countedBy =
-        attempts > counted
-            ? "as counted by the dedup table, across restarts; this loop's count is " + counted
-            : "as counted by this loop";
-    progress.failed(partition, new PartitionProgress.Failure(record.offset(), attempts, e));
-    if (attempts >= maxAttempts) {
-      log.error(
-          "Handler failed for {} on attempt {} of {} ({}); dead-lettering it",
-          describe(record),
-          attempts,
-          maxAttempts,
-          countedBy,
-          e);
-      return deadLetter(record, partition, e);
-    }
-    // One line per attempt that will be retried; the stack trace once, when the record is given up.
-    log.warn(
-        "Handler failed for {} on attempt {} of {} ({}); retrying in {}: {}",
-        describe(record),
-        attempts,
-        maxAttempts,
-        countedBy,
-        retryBackOff,
-        e.toString());
-    log.debug("Stack trace of the failed attempt of {}", describe(record), e);
-    holds.pause(partition, record.offset(), retryBackOff);
-    return false;
-  }
-
-  /** The processor's count of the record's attempts, which outlives this loop; empty if none. */
-  private OptionalInt storedAttempts(ConsumerRecord<K, V> record) {
-    try {
-      return processor.attempts(record);
-    } catch (RuntimeException e) {
-      // The failure is recorded already; a count from memory only risks extra attempts, while
-      // holding the record for the count would stop the partition on a database outage.
-      log.warn(
-          "Could not read how often {} was attempted; counting this loop's attempts only",
-          describe(record),
-          e);
-      return OptionalInt.empty();
-    }
-  }
-
-  private boolean deadLetter(ConsumerRecord<K, V> record, TopicPartition partition, Exception why) {
-    return deadLetter(record, partition, () -> deadLetterHandler.deadLetter(record, why));
-  }
-
-  /**
-   * Dead-letters a record the consumer could not deserialize; once that is done, moves its
-   * partition past it and counts it as done.
-   */
-  private void deadLetterUndeserializable(RecordDeserializationException e) {
-    TopicPartition partition = e.topicPartition();
-    ConsumerRecord<byte[], byte[]> raw = rawRecord(e);
-    if (!consumer.assignment().contains(partition)) {
-      // Revoked during the poll: the partition's new owner meets the record.
-      log.info("{} cannot be deserialized, but is no longer assigned here", describe(raw));
-      return;
-    }
-    log.error(
-        "{} cannot be deserialized (its {} was rejected); dead-lettering it",
-        describe(raw),
-        e.origin() == null ? "key or value" : e.origin().name().toLowerCase(Locale.ROOT),
-        e);
-    if (deadLetter(raw, partition, () -> deadLetterHandler.deadLetterUndeserializable(raw, e))) {
-      consumer.seek(partition, e.offset() + 1);
-      progress.done(partition, e.offset() + 1);
-    }
-  }
-
-  /**
-   * Runs {@code send}, which dead-letters the record; true if it returned. If it threw, the
-   * partition is held at the record, so a record is never passed without its dead letter.
-   */
-  private boolean deadLetter(ConsumerRecord<?, ?> record, TopicPartition partition, Runnable send) {
-    try {
-      send.run();
-    } catch (RuntimeException e) {
-      Duration wait = holds.hold(partition, record.offset());
-      log.error(
-          "Could not dead-letter {}; not committing past it, trying again in {}",
-          describe(record),
-          wait,
-          e);
-      return false;
-    }
-    progress.settled(partition);
-    return true;
-  }
-
-  /** The record as the broker holds it: the bytes the deserializer rejected, and the rest. */
-  private static ConsumerRecord<byte[], byte[]> rawRecord(RecordDeserializationException e) {
-    byte[] key = bytes(e.keyBuffer());
-    byte[] value = bytes(e.valueBuffer());
-    return new ConsumerRecord<>(
-        e.topicPartition().topic(),
-        e.topicPartition().partition(),
-        e.offset(),
-        e.timestamp(),
-        e.timestampType() == null ? TimestampType.NO_TIMESTAMP_TYPE : e.timestampType(),
-        key == null ? ConsumerRecord.NULL_SIZE : key.length,
-        value == null ? ConsumerRecord.NULL_SIZE : value.length,
-        key,
-        value,
-        e.headers() == null ? new RecordHeaders() : new RecordHeaders(e.headers().toArray()),
-        Optional.empty());
-  }
-
-  private static byte @Nullable [] bytes(@Nullable ByteBuffer buffer) {
-    if (buffer == null) {
-      return null;
-    }
-    // A copy of the view: the consumer throws the same exception again while the record is held.
-    ByteBuffer view = buffer.duplicate();
-    byte[] bytes = new byte[view.remaining()];
-    view.get(bytes);
-    return bytes;
   }
 
   private void commitDone() {
