@@ -7,9 +7,7 @@ import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.Collection;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -174,6 +172,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private final PartitionProgress progress = new PartitionProgress();
   private final PartitionHolds holds;
   private final DeadLettering<K, V> deadLetters;
+  private final PollClaims<K, V> pollClaims;
 
   private DedupPollLoop(Builder<K, V> builder, Consumer<K, V> consumer, String groupId) {
     this.consumer = consumer;
@@ -195,6 +194,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
             builder.maxAttempts,
             builder.retryBackOff,
             groupId);
+    this.pollClaims = new PollClaims<>(processor, progress, holds);
   }
 
   /**
@@ -353,23 +353,21 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       commitDone();
       return;
     }
-    List<ConsumerRecord<K, V>> polled = new ArrayList<>(records.count());
-    records.partitions().forEach(partition -> polled.addAll(records.records(partition)));
     try {
-      prepare(polled);
+      pollClaims.prepare(records);
       handleAll(records);
     } catch (Error e) {
       // The loop ends with it, but first the poll's claims are ended or given back (their
       // renewals stop) and the marks written, or no other consumer could take those keys up for
       // as long as this JVM lives.
       try {
-        settle(records);
+        pollClaims.settle(records);
       } catch (Error again) {
         e.addSuppressed(again);
       }
       throw e;
     }
-    settle(records);
+    pollClaims.settle(records);
     commitDone();
   }
 
@@ -386,55 +384,6 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         progress.done(partition, record.offset() + 1);
       }
     }
-  }
-
-  private void prepare(List<ConsumerRecord<K, V>> polled) {
-    if (polled.isEmpty()) {
-      return;
-    }
-    try {
-      processor.prepare(polled);
-    } catch (RuntimeException e) {
-      // Preparing is an optimisation: each record is still processed, and fails on its own.
-      log.warn(
-          "Could not prepare {} records together; processing them one by one", polled.size(), e);
-    }
-  }
-
-  /**
-   * Holds each partition at its first record whose outcome is not recorded yet: nothing is
-   * committed past it, and it comes again (a duplicate then, once the outcome is written).
-   */
-  private void settle(ConsumerRecords<K, V> records) {
-    List<ConsumerRecord<K, V>> unrecorded;
-    try {
-      unrecorded = processor.settle();
-    } catch (RuntimeException e) {
-      // Which outcomes are recorded is unknown: the whole poll comes again (those recorded as
-      // duplicates), rather than the loop moving on past records whose outcome may be lost.
-      log.error("Could not settle the poll's records; delivering them again", e);
-      unrecorded = new ArrayList<>();
-      for (TopicPartition partition : records.partitions()) {
-        unrecorded.add(records.records(partition).get(0));
-      }
-    }
-    Map<TopicPartition, Long> first = new HashMap<>();
-    for (ConsumerRecord<K, V> record : unrecorded) {
-      first.merge(
-          new TopicPartition(record.topic(), record.partition()), record.offset(), Math::min);
-    }
-    first.forEach(
-        (partition, offset) -> {
-          progress.undone(partition, offset);
-          progress.waitingForStore(partition);
-          Duration wait = holds.hold(partition, offset);
-          log.warn(
-              "The outcome of {}@{} is not recorded yet; not committing past it, delivering it"
-                  + " again in {}",
-              partition,
-              offset,
-              wait);
-        });
   }
 
   /** Handles one record; false if it is not done, and its partition was sought back and paused. */
