@@ -4,29 +4,21 @@ import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.internal.Durations;
-import io.consumerdedup.core.internal.FaultPoints;
-import io.consumerdedup.kafka.internal.RecordSources;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.List;
-import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
-import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.Consumer;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
-import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
-import org.apache.kafka.common.errors.RebalanceInProgressException;
 import org.apache.kafka.common.errors.RecordDeserializationException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.jspecify.annotations.Nullable;
@@ -173,6 +165,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private final PartitionHolds holds;
   private final DeadLettering<K, V> deadLetters;
   private final PollClaims<K, V> pollClaims;
+  private final OffsetCommits commits;
 
   private DedupPollLoop(Builder<K, V> builder, Consumer<K, V> consumer, String groupId) {
     this.consumer = consumer;
@@ -195,6 +188,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
             builder.retryBackOff,
             groupId);
     this.pollClaims = new PollClaims<>(processor, progress, holds);
+    this.commits = new OffsetCommits(consumer, progress);
   }
 
   /**
@@ -224,22 +218,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       Collection<String> topics,
       RecordProcessor<K, V> processor) {
     Objects.requireNonNull(consumerConfig, "consumerConfig");
-    Object autoCommit = consumerConfig.get(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG);
-    if (autoCommit == null
-        || !"false".equals(String.valueOf(autoCommit).trim().toLowerCase(Locale.ROOT))) {
-      throw new IllegalArgumentException(
-          ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG
-              + " must be false (it is "
-              + (autoCommit == null ? "not set, and Kafka's default is true" : autoCommit)
-              + "): DedupPollLoop commits offsets itself, only past records that are done");
-    }
-    Object group = consumerConfig.get(ConsumerConfig.GROUP_ID_CONFIG);
-    if (group == null || String.valueOf(group).isBlank()) {
-      throw new IllegalArgumentException(
-          ConsumerConfig.GROUP_ID_CONFIG
-              + " is required: DedupPollLoop commits offsets to the consumer group");
-    }
-    return new Builder<>(null, Map.copyOf(consumerConfig), topics, processor);
+    return new Builder<>(null, OffsetCommits.checkedConfig(consumerConfig), topics, processor);
   }
 
   /**
@@ -287,7 +266,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     } finally {
       running = false;
       try {
-        commitLast();
+        commits.commitLast();
         consumer.close();
         log.info("Stopped polling {} in group {}", topics, groupId);
       } catch (RuntimeException e) {
@@ -350,7 +329,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       // The consumer throws only when it has no records before the bad one to return, and leaves
       // that partition's position at it: no other record is lost, and only this partition waits.
       deadLetters.undeserializable(e);
-      commitDone();
+      commits.commitDone();
       return;
     }
     try {
@@ -368,7 +347,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       throw e;
     }
     pollClaims.settle(records);
-    commitDone();
+    commits.commitDone();
   }
 
   private void handleAll(ConsumerRecords<K, V> records) {
@@ -418,51 +397,10 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     return true;
   }
 
-  private void commitDone() {
-    Map<TopicPartition, OffsetAndMetadata> done = progress.offsetsToCommit();
-    if (done.isEmpty()) {
-      return;
-    }
-    FaultPoints.reached(FaultPoints.Point.BEFORE_OFFSET_COMMIT);
-    try {
-      consumer.commitSync(done);
-      done.clear();
-    } catch (CommitFailedException | RebalanceInProgressException e) {
-      // The partitions may belong to another consumer now; it re-reads these records, and the
-      // dedup table answers DUPLICATE for those that were handled.
-      log.warn("Offsets {} not committed (group rebalanced); they will be redelivered", done, e);
-      done.clear();
-    } catch (WakeupException | InterruptException e) {
-      throw e;
-    } catch (KafkaException e) {
-      log.error("Offsets {} not committed; trying again after the next poll", done, e);
-    }
-  }
-
-  private void commitLast() {
-    try {
-      commitDone();
-    } catch (WakeupException e) {
-      // The stop request's wakeup was still pending; it is consumed now, so commit once more.
-      commitDone();
-    }
-  }
-
-  private String describe(ConsumerRecord<?, ?> record) {
-    return RecordSources.describe(record, groupId);
-  }
-
   private final class RebalanceListener implements ConsumerRebalanceListener {
     @Override
     public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
-      try {
-        commitDone();
-      } catch (RuntimeException e) {
-        log.warn(
-            "Offsets {} not committed before the partitions were revoked",
-            progress.offsetsToCommit(),
-            e);
-      }
+      commits.commitBeforeRevoke();
       progress.forget(partitions);
     }
 
@@ -593,17 +531,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       }
       Consumer<K, V> built =
           consumer != null ? consumer : new KafkaConsumer<>(Objects.requireNonNull(consumerConfig));
-      String groupId;
-      try {
-        groupId = built.groupMetadata().groupId();
-      } catch (KafkaException e) {
-        if (consumer == null) {
-          built.close();
-        }
-        throw new IllegalStateException(
-            "The consumer needs a group.id: DedupPollLoop commits offsets to its group", e);
-      }
-      return new DedupPollLoop<>(this, built, groupId);
+      return new DedupPollLoop<>(this, built, OffsetCommits.groupOf(built, consumer == null));
     }
   }
 }
