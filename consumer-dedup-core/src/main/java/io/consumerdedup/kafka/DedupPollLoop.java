@@ -1,3 +1,6 @@
+// Longer than 500 lines on purpose: a fifth is the class javadoc (the loop's manual), a fifth the
+// public Builder, which stays nested as API. Besides its life and the order of a poll's events,
+// what the loop does lives in PartitionHolds, DeadLettering, PollClaims and OffsetCommits.
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.DedupInProgressException;
