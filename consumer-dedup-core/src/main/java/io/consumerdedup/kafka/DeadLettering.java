@@ -53,8 +53,8 @@ final class DeadLettering<K, V> {
   }
 
   /** True if the record failed its last allowed attempt earlier, and waits for its dead letter. */
-  boolean attemptsSpent(PartitionProgress.@Nullable Failure previous) {
-    return previous != null && previous.attempts() >= maxAttempts;
+  boolean attemptsSpent(PartitionProgress.Failure previous) {
+    return previous.attempts() >= maxAttempts;
   }
 
   /** Dead-letters a record no redelivery can help; true if done, false if held at it. */
