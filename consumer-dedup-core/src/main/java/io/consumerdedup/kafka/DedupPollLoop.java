@@ -1,41 +1,29 @@
+// Longer than 500 lines on purpose: a fifth is the class javadoc (the loop's manual), a fifth the
+// public Builder, which stays nested as API. Besides its life and the order of a poll's events,
+// what the loop does lives in PartitionHolds, DeadLettering, PollClaims and OffsetCommits.
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.internal.Durations;
-import io.consumerdedup.core.internal.FaultPoints;
-import io.consumerdedup.kafka.internal.RecordSources;
-import java.nio.ByteBuffer;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.Collection;
-import java.util.HashMap;
 import java.util.List;
-import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
-import java.util.Optional;
-import java.util.OptionalInt;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
-import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.Consumer;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
-import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
-import org.apache.kafka.common.errors.RebalanceInProgressException;
 import org.apache.kafka.common.errors.RecordDeserializationException;
 import org.apache.kafka.common.errors.WakeupException;
-import org.apache.kafka.common.header.internals.RecordHeaders;
-import org.apache.kafka.common.record.TimestampType;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -166,13 +154,8 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private final Consumer<K, V> consumer;
   private final List<String> topics;
   private final RecordProcessor<K, V> processor;
-  private final DeadLetterHandler<K, V> deadLetterHandler;
   private final String groupId;
   private final Duration pollTimeout;
-  private final int maxAttempts;
-  private final Duration retryBackOff;
-  private final Duration holdBackOff;
-  private final Duration maxHoldBackOff;
   private final Duration closeTimeout;
 
   private final AtomicBoolean started = new AtomicBoolean();
@@ -182,19 +165,33 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   // The fields below are touched by the loop thread only (rebalance callbacks run inside poll).
   private final PartitionProgress progress = new PartitionProgress();
+  private final PartitionHolds holds;
+  private final DeadLettering<K, V> deadLetters;
+  private final PollClaims<K, V> pollClaims;
+  private final OffsetCommits commits;
 
   private DedupPollLoop(Builder<K, V> builder, Consumer<K, V> consumer, String groupId) {
     this.consumer = consumer;
     this.groupId = groupId;
     this.topics = builder.topics;
     this.processor = builder.processor;
-    this.deadLetterHandler = Objects.requireNonNull(builder.deadLetterHandler);
     this.pollTimeout = builder.pollTimeout;
-    this.maxAttempts = builder.maxAttempts;
-    this.retryBackOff = builder.retryBackOff;
-    this.holdBackOff = builder.holdBackOff;
-    this.maxHoldBackOff = builder.maxHoldBackOff;
     this.closeTimeout = builder.closeTimeout;
+    this.holds =
+        new PartitionHolds(
+            consumer, progress, builder.holdBackOff, builder.maxHoldBackOff, groupId);
+    this.deadLetters =
+        new DeadLettering<>(
+            consumer,
+            Objects.requireNonNull(builder.deadLetterHandler),
+            processor,
+            progress,
+            holds,
+            builder.maxAttempts,
+            builder.retryBackOff,
+            groupId);
+    this.pollClaims = new PollClaims<>(processor, progress, holds);
+    this.commits = new OffsetCommits(consumer, progress);
   }
 
   /**
@@ -224,22 +221,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       Collection<String> topics,
       RecordProcessor<K, V> processor) {
     Objects.requireNonNull(consumerConfig, "consumerConfig");
-    Object autoCommit = consumerConfig.get(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG);
-    if (autoCommit == null
-        || !"false".equals(String.valueOf(autoCommit).trim().toLowerCase(Locale.ROOT))) {
-      throw new IllegalArgumentException(
-          ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG
-              + " must be false (it is "
-              + (autoCommit == null ? "not set, and Kafka's default is true" : autoCommit)
-              + "): DedupPollLoop commits offsets itself, only past records that are done");
-    }
-    Object group = consumerConfig.get(ConsumerConfig.GROUP_ID_CONFIG);
-    if (group == null || String.valueOf(group).isBlank()) {
-      throw new IllegalArgumentException(
-          ConsumerConfig.GROUP_ID_CONFIG
-              + " is required: DedupPollLoop commits offsets to the consumer group");
-    }
-    return new Builder<>(null, Map.copyOf(consumerConfig), topics, processor);
+    return new Builder<>(null, OffsetCommits.checkedConfig(consumerConfig), topics, processor);
   }
 
   /**
@@ -287,7 +269,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     } finally {
       running = false;
       try {
-        commitLast();
+        commits.commitLast();
         consumer.close();
         log.info("Stopped polling {} in group {}", topics, groupId);
       } catch (RuntimeException e) {
@@ -342,35 +324,33 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   }
 
   private void pollOnce() {
-    resumeDuePartitions();
+    holds.resumeDue();
     ConsumerRecords<K, V> records;
     try {
-      records = consumer.poll(nextPollTimeout());
+      records = consumer.poll(holds.pollTimeout(pollTimeout));
     } catch (RecordDeserializationException e) {
       // The consumer throws only when it has no records before the bad one to return, and leaves
       // that partition's position at it: no other record is lost, and only this partition waits.
-      deadLetterUndeserializable(e);
-      commitDone();
+      deadLetters.undeserializable(e);
+      commits.commitDone();
       return;
     }
-    List<ConsumerRecord<K, V>> polled = new ArrayList<>(records.count());
-    records.partitions().forEach(partition -> polled.addAll(records.records(partition)));
     try {
-      prepare(polled);
+      pollClaims.prepare(records);
       handleAll(records);
     } catch (Error e) {
       // The loop ends with it, but first the poll's claims are ended or given back (their
       // renewals stop) and the marks written, or no other consumer could take those keys up for
       // as long as this JVM lives.
       try {
-        settle(records);
+        pollClaims.settle(records);
       } catch (Error again) {
         e.addSuppressed(again);
       }
       throw e;
     }
-    settle(records);
-    commitDone();
+    pollClaims.settle(records);
+    commits.commitDone();
   }
 
   private void handleAll(ConsumerRecords<K, V> records) {
@@ -388,78 +368,29 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     }
   }
 
-  private void prepare(List<ConsumerRecord<K, V>> polled) {
-    if (polled.isEmpty()) {
-      return;
-    }
-    try {
-      processor.prepare(polled);
-    } catch (RuntimeException e) {
-      // Preparing is an optimisation: each record is still processed, and fails on its own.
-      log.warn(
-          "Could not prepare {} records together; processing them one by one", polled.size(), e);
-    }
-  }
-
-  /**
-   * Holds each partition at its first record whose outcome is not recorded yet: nothing is
-   * committed past it, and it comes again (a duplicate then, once the outcome is written).
-   */
-  private void settle(ConsumerRecords<K, V> records) {
-    List<ConsumerRecord<K, V>> unrecorded;
-    try {
-      unrecorded = processor.settle();
-    } catch (RuntimeException e) {
-      // Which outcomes are recorded is unknown: the whole poll comes again (those recorded as
-      // duplicates), rather than the loop moving on past records whose outcome may be lost.
-      log.error("Could not settle the poll's records; delivering them again", e);
-      unrecorded = new ArrayList<>();
-      for (TopicPartition partition : records.partitions()) {
-        unrecorded.add(records.records(partition).get(0));
-      }
-    }
-    Map<TopicPartition, Long> first = new HashMap<>();
-    for (ConsumerRecord<K, V> record : unrecorded) {
-      first.merge(
-          new TopicPartition(record.topic(), record.partition()), record.offset(), Math::min);
-    }
-    first.forEach(
-        (partition, offset) -> {
-          progress.undone(partition, offset);
-          progress.waitingForStore(partition);
-          Duration wait = hold(partition, offset);
-          log.warn(
-              "The outcome of {}@{} is not recorded yet; not committing past it, delivering it"
-                  + " again in {}",
-              partition,
-              offset,
-              wait);
-        });
-  }
-
   /** Handles one record; false if it is not done, and its partition was sought back and paused. */
   private boolean handle(ConsumerRecord<K, V> record, TopicPartition partition) {
     PartitionProgress.Failure previous = progress.failureOf(partition, record.offset());
-    if (previous != null && previous.attempts() >= maxAttempts) {
+    if (previous != null && deadLetters.attemptsSpent(previous)) {
       // Its attempts ran out earlier, but the dead letter could not be written then.
-      return deadLetter(record, partition, previous.last());
+      return deadLetters.deadLetter(record, partition, previous.last());
     }
     try {
       processor.process(record);
     } catch (RuntimeException e) {
       return switch (Disposition.of(e)) {
-        case RETRY_LATER -> retryLater(record, partition, e);
-        case DEAD_LETTER -> {
-          log.error("{} cannot be handled (not retryable); dead-lettering it", describe(record), e);
-          yield deadLetter(record, partition, e);
+        case RETRY_LATER -> {
+          holds.retryLater(record, partition, e);
+          yield false;
         }
-        case HANDLER_FAILED -> handlerFailed(record, partition, previous, e);
+        case DEAD_LETTER -> deadLetters.notRetryable(record, partition, e);
+        case HANDLER_FAILED -> deadLetters.handlerFailed(record, partition, previous, e);
       };
     } catch (Error e) {
       // A handler failure like any other (its claim is FAILED, the attempt counted), so that a
       // record whose handler always throws an Error is dead-lettered once its attempts are spent
       // instead of ending every loop the application starts; then this loop ends with it.
-      if (handlerFailed(record, partition, previous, new HandlerErrorException(e))) {
+      if (deadLetters.handlerFailed(record, partition, previous, new HandlerErrorException(e))) {
         progress.done(partition, record.offset() + 1); // dead-lettered
       }
       throw e;
@@ -469,235 +400,10 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     return true;
   }
 
-  /** Holds a record that cannot be handled yet: nothing is committed past it. */
-  private boolean retryLater(
-      ConsumerRecord<K, V> record, TopicPartition partition, RuntimeException e) {
-    Duration wait = hold(partition, record.offset());
-    if (e instanceof DedupInProgressException) {
-      // Routine while another consumer works on the key: the message says who, no stack trace.
-      log.info(
-          "{} is in progress elsewhere; trying again in {}: {}",
-          describe(record),
-          wait,
-          e.getMessage());
-    } else if (e instanceof DedupStoreUnavailableException) {
-      progress.waitingForStore(partition);
-      // Once per record and back-off step while the database is away; the cause is at DEBUG.
-      log.warn(
-          "Dedup store unavailable for {}; not committing past it, trying again in {}: {}",
-          describe(record),
-          wait,
-          e.getMessage());
-      log.debug("Dedup store failure for {}", describe(record), e);
-    } else {
-      log.error(
-          "{} cannot be handled now; not committing past it, trying again in {}",
-          describe(record),
-          wait,
-          e);
-    }
-    return false;
-  }
-
-  private boolean handlerFailed(
-      ConsumerRecord<K, V> record,
-      TopicPartition partition,
-      PartitionProgress.@Nullable Failure previous,
-      RuntimeException e) {
-    int counted = previous == null ? 1 : previous.attempts() + 1;
-    OptionalInt stored = storedAttempts(record);
-    int attempts = Math.max(counted, stored.orElse(0));
-    String countedBy =
-        attempts > counted
-            ? "as counted by the dedup table, across restarts; this loop's count is " + counted
-            : "as counted by this loop";
-    progress.failed(partition, new PartitionProgress.Failure(record.offset(), attempts, e));
-    if (attempts >= maxAttempts) {
-      log.error(
-          "Handler failed for {} on attempt {} of {} ({}); dead-lettering it",
-          describe(record),
-          attempts,
-          maxAttempts,
-          countedBy,
-          e);
-      return deadLetter(record, partition, e);
-    }
-    // One line per attempt that will be retried; the stack trace once, when the record is given up.
-    log.warn(
-        "Handler failed for {} on attempt {} of {} ({}); retrying in {}: {}",
-        describe(record),
-        attempts,
-        maxAttempts,
-        countedBy,
-        retryBackOff,
-        e.toString());
-    log.debug("Stack trace of the failed attempt of {}", describe(record), e);
-    pause(partition, record.offset(), retryBackOff);
-    return false;
-  }
-
-  /** The processor's count of the record's attempts, which outlives this loop; empty if none. */
-  private OptionalInt storedAttempts(ConsumerRecord<K, V> record) {
-    try {
-      return processor.attempts(record);
-    } catch (RuntimeException e) {
-      // The failure is recorded already; a count from memory only risks extra attempts, while
-      // holding the record for the count would stop the partition on a database outage.
-      log.warn(
-          "Could not read how often {} was attempted; counting this loop's attempts only",
-          describe(record),
-          e);
-      return OptionalInt.empty();
-    }
-  }
-
-  private boolean deadLetter(ConsumerRecord<K, V> record, TopicPartition partition, Exception why) {
-    return deadLetter(record, partition, () -> deadLetterHandler.deadLetter(record, why));
-  }
-
-  /**
-   * Dead-letters a record the consumer could not deserialize; once that is done, moves its
-   * partition past it and counts it as done.
-   */
-  private void deadLetterUndeserializable(RecordDeserializationException e) {
-    TopicPartition partition = e.topicPartition();
-    ConsumerRecord<byte[], byte[]> raw = rawRecord(e);
-    if (!consumer.assignment().contains(partition)) {
-      // Revoked during the poll: the partition's new owner meets the record.
-      log.info("{} cannot be deserialized, but is no longer assigned here", describe(raw));
-      return;
-    }
-    log.error(
-        "{} cannot be deserialized (its {} was rejected); dead-lettering it",
-        describe(raw),
-        e.origin() == null ? "key or value" : e.origin().name().toLowerCase(Locale.ROOT),
-        e);
-    if (deadLetter(raw, partition, () -> deadLetterHandler.deadLetterUndeserializable(raw, e))) {
-      consumer.seek(partition, e.offset() + 1);
-      progress.done(partition, e.offset() + 1);
-    }
-  }
-
-  /**
-   * Runs {@code send}, which dead-letters the record; true if it returned. If it threw, the
-   * partition is held at the record, so a record is never passed without its dead letter.
-   */
-  private boolean deadLetter(ConsumerRecord<?, ?> record, TopicPartition partition, Runnable send) {
-    try {
-      send.run();
-    } catch (RuntimeException e) {
-      Duration wait = hold(partition, record.offset());
-      log.error(
-          "Could not dead-letter {}; not committing past it, trying again in {}",
-          describe(record),
-          wait,
-          e);
-      return false;
-    }
-    progress.settled(partition);
-    return true;
-  }
-
-  /** The record as the broker holds it: the bytes the deserializer rejected, and the rest. */
-  private static ConsumerRecord<byte[], byte[]> rawRecord(RecordDeserializationException e) {
-    byte[] key = bytes(e.keyBuffer());
-    byte[] value = bytes(e.valueBuffer());
-    return new ConsumerRecord<>(
-        e.topicPartition().topic(),
-        e.topicPartition().partition(),
-        e.offset(),
-        e.timestamp(),
-        e.timestampType() == null ? TimestampType.NO_TIMESTAMP_TYPE : e.timestampType(),
-        key == null ? ConsumerRecord.NULL_SIZE : key.length,
-        value == null ? ConsumerRecord.NULL_SIZE : value.length,
-        key,
-        value,
-        e.headers() == null ? new RecordHeaders() : new RecordHeaders(e.headers().toArray()),
-        Optional.empty());
-  }
-
-  private static byte @Nullable [] bytes(@Nullable ByteBuffer buffer) {
-    if (buffer == null) {
-      return null;
-    }
-    // A copy of the view: the consumer throws the same exception again while the record is held.
-    ByteBuffer view = buffer.duplicate();
-    byte[] bytes = new byte[view.remaining()];
-    view.get(bytes);
-    return bytes;
-  }
-
-  /** Pauses the partition at the offset for the next step of the hold back-off; returns it. */
-  private Duration hold(TopicPartition partition, long offset) {
-    Duration wait = progress.nextHold(partition, holdBackOff, maxHoldBackOff);
-    pause(partition, offset, wait);
-    return wait;
-  }
-
-  private void pause(TopicPartition partition, long offset, Duration wait) {
-    consumer.seek(partition, offset);
-    consumer.pause(List.of(partition));
-    progress.pausedUntil(partition, System.nanoTime() + wait.toNanos());
-  }
-
-  private void resumeDuePartitions() {
-    List<TopicPartition> due = progress.dueAt(System.nanoTime());
-    if (!due.isEmpty()) {
-      List<TopicPartition> assigned = due.stream().filter(consumer.assignment()::contains).toList();
-      consumer.resume(assigned);
-    }
-  }
-
-  /** Polls no longer than until the first paused partition is due, so back-offs stay accurate. */
-  private Duration nextPollTimeout() {
-    return progress.untilFirstDue(System.nanoTime(), pollTimeout);
-  }
-
-  private void commitDone() {
-    Map<TopicPartition, OffsetAndMetadata> done = progress.offsetsToCommit();
-    if (done.isEmpty()) {
-      return;
-    }
-    FaultPoints.reached(FaultPoints.Point.BEFORE_OFFSET_COMMIT);
-    try {
-      consumer.commitSync(done);
-      done.clear();
-    } catch (CommitFailedException | RebalanceInProgressException e) {
-      // The partitions may belong to another consumer now; it re-reads these records, and the
-      // dedup table answers DUPLICATE for those that were handled.
-      log.warn("Offsets {} not committed (group rebalanced); they will be redelivered", done, e);
-      done.clear();
-    } catch (WakeupException | InterruptException e) {
-      throw e;
-    } catch (KafkaException e) {
-      log.error("Offsets {} not committed; trying again after the next poll", done, e);
-    }
-  }
-
-  private void commitLast() {
-    try {
-      commitDone();
-    } catch (WakeupException e) {
-      // The stop request's wakeup was still pending; it is consumed now, so commit once more.
-      commitDone();
-    }
-  }
-
-  private String describe(ConsumerRecord<?, ?> record) {
-    return RecordSources.describe(record, groupId);
-  }
-
   private final class RebalanceListener implements ConsumerRebalanceListener {
     @Override
     public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
-      try {
-        commitDone();
-      } catch (RuntimeException e) {
-        log.warn(
-            "Offsets {} not committed before the partitions were revoked",
-            progress.offsetsToCommit(),
-            e);
-      }
+      commits.commitBeforeRevoke();
       progress.forget(partitions);
     }
 
@@ -828,17 +534,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       }
       Consumer<K, V> built =
           consumer != null ? consumer : new KafkaConsumer<>(Objects.requireNonNull(consumerConfig));
-      String groupId;
-      try {
-        groupId = built.groupMetadata().groupId();
-      } catch (KafkaException e) {
-        if (consumer == null) {
-          built.close();
-        }
-        throw new IllegalStateException(
-            "The consumer needs a group.id: DedupPollLoop commits offsets to its group", e);
-      }
-      return new DedupPollLoop<>(this, built, groupId);
+      return new DedupPollLoop<>(this, built, OffsetCommits.groupOf(built, consumer == null));
     }
   }
 }

@@ -2,9 +2,9 @@ package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.kafka.internal.RecordSources;
+import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
-import java.util.Locale;
 import java.util.Objects;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -61,7 +61,8 @@ import org.slf4j.LoggerFactory;
  *   <li>{@value #ORIGINAL_GROUP_HEADER}: the consumer group, when {@link Builder#groupId(String)}
  *       was given
  *   <li>{@value #UNDESERIALIZABLE_HEADER}: on a record that cannot be deserialized only, {@code
- *       key} or {@code value}: the part the deserializer rejected
+ *       key} or {@code value}: the part the deserializer rejected (absent if the consumer's
+ *       exception does not say)
  * </ul>
  *
  * <p>The partition is left to the producer's partitioner (by key), so the dead-letter topic may
@@ -169,10 +170,8 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     }
     Headers headers = headers(record, reason);
     if (reason instanceof RecordDeserializationException undeserializable) {
-      add(
-          headers,
-          UNDESERIALIZABLE_HEADER,
-          undeserializable.origin().name().toLowerCase(Locale.ROOT));
+      UndeserializableRecords.rejectedPart(undeserializable)
+          .ifPresent(part -> add(headers, UNDESERIALIZABLE_HEADER, part));
     }
     send(rawProducer, rawDestination.apply(record), record, headers, reason);
   }

@@ -77,6 +77,25 @@ class KafkaDeadLetterPublisherTest {
   }
 
   @Test
+  void anExceptionThatDoesNotSayWhichPartWasRejectedIsDeadLetteredWithoutThatHeader() {
+    RecordDeserializationException withoutOrigin =
+        new RecordDeserializationException(
+            new TopicPartition("payments", 2), 41, "Error deserializing", null);
+
+    KafkaDeadLetterPublisher.builder(typed)
+        .rawProducer(raw)
+        .build()
+        .deadLetterUndeserializable(rawRecord(), withoutOrigin);
+
+    ProducerRecord<byte[], byte[]> sent = raw.history().get(0);
+    assertThat(sent.value()).isEqualTo(RAW_VALUE);
+    assertThat(sent.headers().lastHeader(KafkaDeadLetterPublisher.UNDESERIALIZABLE_HEADER))
+        .isNull();
+    assertThat(sent.headers().lastHeader(KafkaDeadLetterPublisher.ORIGINAL_OFFSET_HEADER).value())
+        .isEqualTo("41".getBytes(StandardCharsets.UTF_8));
+  }
+
+  @Test
   void deadLettersGoToTheTopicSpringKafkaNamesUnlessAnotherSuffixIsChosen() {
     ConsumerRecord<String, String> record =
         new ConsumerRecord<>("payments", 0, 7, "key", "charge 12.00");

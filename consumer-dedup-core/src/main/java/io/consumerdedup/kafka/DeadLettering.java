@@ -1,0 +1,176 @@
+package io.consumerdedup.kafka;
+
+import io.consumerdedup.kafka.internal.RecordSources;
+import io.consumerdedup.kafka.internal.UndeserializableRecords;
+import java.time.Duration;
+import java.util.OptionalInt;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.RecordDeserializationException;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * How {@link DedupPollLoop} gives up on a record: a failing handler is retried after the retry
+ * back-off until the record's attempts are spent, then the record goes to the {@link
+ * DeadLetterHandler}, as does at once a record that can never be handled (typed) or cannot be
+ * deserialized (its raw bytes). The loop moves past a record only once its dead letter is written;
+ * if the handler throws, the partition is held at the record, which is dead-lettered again later.
+ * Used by the loop's thread only.
+ */
+final class DeadLettering<K, V> {
+  // The loop's logger: applications and tests select the loop's messages by its name.
+  private static final Logger log = LoggerFactory.getLogger(DedupPollLoop.class);
+
+  private final Consumer<K, V> consumer;
+  private final DeadLetterHandler<K, V> handler;
+  private final RecordProcessor<K, V> processor;
+  private final PartitionProgress progress;
+  private final PartitionHolds holds;
+  private final int maxAttempts;
+  private final Duration retryBackOff;
+  private final String groupId;
+
+  DeadLettering(
+      Consumer<K, V> consumer,
+      DeadLetterHandler<K, V> handler,
+      RecordProcessor<K, V> processor,
+      PartitionProgress progress,
+      PartitionHolds holds,
+      int maxAttempts,
+      Duration retryBackOff,
+      String groupId) {
+    this.consumer = consumer;
+    this.handler = handler;
+    this.processor = processor;
+    this.progress = progress;
+    this.holds = holds;
+    this.maxAttempts = maxAttempts;
+    this.retryBackOff = retryBackOff;
+    this.groupId = groupId;
+  }
+
+  /** True if the record failed its last allowed attempt earlier, and waits for its dead letter. */
+  boolean attemptsSpent(PartitionProgress.Failure previous) {
+    return previous.attempts() >= maxAttempts;
+  }
+
+  /** Dead-letters a record no redelivery can help; true if done, false if held at it. */
+  boolean notRetryable(ConsumerRecord<K, V> record, TopicPartition partition, RuntimeException e) {
+    log.error("{} cannot be handled (not retryable); dead-lettering it", describe(record), e);
+    return deadLetter(record, partition, e);
+  }
+
+  /**
+   * Counts the failed attempt, by the loop and by the processor ({@link RecordProcessor#attempts}),
+   * and dead-letters the record once its attempts are spent; until then seeks back to it and pauses
+   * the partition for the retry back-off.
+   *
+   * @return true if the record was dead-lettered; false if its partition is held at it
+   */
+  boolean handlerFailed(
+      ConsumerRecord<K, V> record,
+      TopicPartition partition,
+      PartitionProgress.@Nullable Failure previous,
+      RuntimeException e) {
+    int counted = previous == null ? 1 : previous.attempts() + 1;
+    OptionalInt stored = storedAttempts(record);
+    int attempts = Math.max(counted, stored.orElse(0));
+    String countedBy =
+        attempts > counted
+            ? "as counted by the dedup table, across restarts; this loop's count is " + counted
+            : "as counted by this loop";
+    progress.failed(partition, new PartitionProgress.Failure(record.offset(), attempts, e));
+    if (attempts >= maxAttempts) {
+      log.error(
+          "Handler failed for {} on attempt {} of {} ({}); dead-lettering it",
+          describe(record),
+          attempts,
+          maxAttempts,
+          countedBy,
+          e);
+      return deadLetter(record, partition, e);
+    }
+    // One line per attempt that will be retried; the stack trace once, when the record is given up.
+    log.warn(
+        "Handler failed for {} on attempt {} of {} ({}); retrying in {}: {}",
+        describe(record),
+        attempts,
+        maxAttempts,
+        countedBy,
+        retryBackOff,
+        e.toString());
+    log.debug("Stack trace of the failed attempt of {}", describe(record), e);
+    holds.pause(partition, record.offset(), retryBackOff);
+    return false;
+  }
+
+  /** The processor's count of the record's attempts, which outlives this loop; empty if none. */
+  private OptionalInt storedAttempts(ConsumerRecord<K, V> record) {
+    try {
+      return processor.attempts(record);
+    } catch (RuntimeException e) {
+      // The failure is recorded already; a count from memory only risks extra attempts, while
+      // holding the record for the count would stop the partition on a database outage.
+      log.warn(
+          "Could not read how often {} was attempted; counting this loop's attempts only",
+          describe(record),
+          e);
+      return OptionalInt.empty();
+    }
+  }
+
+  /** Dead-letters the record; true if done, false if its partition is held at it. */
+  boolean deadLetter(ConsumerRecord<K, V> record, TopicPartition partition, Exception why) {
+    return deadLetter(record, partition, () -> handler.deadLetter(record, why));
+  }
+
+  /**
+   * Dead-letters a record the consumer could not deserialize; once that is done, moves its
+   * partition past it and counts it as done.
+   */
+  void undeserializable(RecordDeserializationException e) {
+    TopicPartition partition = e.topicPartition();
+    ConsumerRecord<byte[], byte[]> raw = UndeserializableRecords.raw(e);
+    if (!consumer.assignment().contains(partition)) {
+      // Revoked during the poll: the partition's new owner meets the record.
+      log.info("{} cannot be deserialized, but is no longer assigned here", describe(raw));
+      return;
+    }
+    log.error(
+        "{} cannot be deserialized (its {} was rejected); dead-lettering it",
+        describe(raw),
+        UndeserializableRecords.rejectedPart(e).orElse("key or value"),
+        e);
+    if (deadLetter(raw, partition, () -> handler.deadLetterUndeserializable(raw, e))) {
+      consumer.seek(partition, e.offset() + 1);
+      progress.done(partition, e.offset() + 1);
+    }
+  }
+
+  /**
+   * Runs {@code send}, which dead-letters the record; true if it returned. If it threw, the
+   * partition is held at the record, so a record is never passed without its dead letter.
+   */
+  private boolean deadLetter(ConsumerRecord<?, ?> record, TopicPartition partition, Runnable send) {
+    try {
+      send.run();
+    } catch (RuntimeException e) {
+      Duration wait = holds.hold(partition, record.offset());
+      log.error(
+          "Could not dead-letter {}; not committing past it, trying again in {}",
+          describe(record),
+          wait,
+          e);
+      return false;
+    }
+    progress.settled(partition);
+    return true;
+  }
+
+  private String describe(ConsumerRecord<?, ?> record) {
+    return RecordSources.describe(record, groupId);
+  }
+}

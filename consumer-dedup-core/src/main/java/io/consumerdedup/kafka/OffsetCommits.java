@@ -1,0 +1,122 @@
+package io.consumerdedup.kafka;
+
+import io.consumerdedup.core.internal.FaultPoints;
+import java.util.Locale;
+import java.util.Map;
+import org.apache.kafka.clients.consumer.CommitFailedException;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.RebalanceInProgressException;
+import org.apache.kafka.common.errors.WakeupException;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * How {@link DedupPollLoop} commits: with {@code commitSync}, only past the records that are done,
+ * after each poll, before partitions are revoked, and once more when the loop stops. The consumer
+ * must leave committing to the loop (no auto-commit) and have a group to commit to; the checks of
+ * that, when the loop is built, are here too. Commits are made on the loop's thread only.
+ */
+final class OffsetCommits {
+  // The loop's logger: applications and tests select the loop's messages by its name.
+  private static final Logger log = LoggerFactory.getLogger(DedupPollLoop.class);
+
+  private final Consumer<?, ?> consumer;
+  private final PartitionProgress progress;
+
+  OffsetCommits(Consumer<?, ?> consumer, PartitionProgress progress) {
+    this.consumer = consumer;
+    this.progress = progress;
+  }
+
+  /**
+   * A copy of the configuration of a consumer the loop will make.
+   *
+   * @throws IllegalArgumentException if it has no {@code group.id}, or does not set {@code
+   *     enable.auto.commit} to false
+   */
+  static Map<String, Object> checkedConfig(Map<String, Object> consumerConfig) {
+    Object autoCommit = consumerConfig.get(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG);
+    if (autoCommit == null
+        || !"false".equals(String.valueOf(autoCommit).trim().toLowerCase(Locale.ROOT))) {
+      throw new IllegalArgumentException(
+          ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG
+              + " must be false (it is "
+              + (autoCommit == null ? "not set, and Kafka's default is true" : autoCommit)
+              + "): DedupPollLoop commits offsets itself, only past records that are done");
+    }
+    Object group = consumerConfig.get(ConsumerConfig.GROUP_ID_CONFIG);
+    if (group == null || String.valueOf(group).isBlank()) {
+      throw new IllegalArgumentException(
+          ConsumerConfig.GROUP_ID_CONFIG
+              + " is required: DedupPollLoop commits offsets to the consumer group");
+    }
+    return Map.copyOf(consumerConfig);
+  }
+
+  /**
+   * The consumer's group.
+   *
+   * @param madeByTheLoop whether to close the consumer when it has none
+   * @throws IllegalStateException if it has none
+   */
+  static String groupOf(Consumer<?, ?> consumer, boolean madeByTheLoop) {
+    try {
+      return consumer.groupMetadata().groupId();
+    } catch (KafkaException e) {
+      if (madeByTheLoop) {
+        consumer.close();
+      }
+      throw new IllegalStateException(
+          "The consumer needs a group.id: DedupPollLoop commits offsets to its group", e);
+    }
+  }
+
+  /** Commits the offsets of the records done since the last commit. */
+  void commitDone() {
+    Map<TopicPartition, OffsetAndMetadata> done = progress.offsetsToCommit();
+    if (done.isEmpty()) {
+      return;
+    }
+    FaultPoints.reached(FaultPoints.Point.BEFORE_OFFSET_COMMIT);
+    try {
+      consumer.commitSync(done);
+      done.clear();
+    } catch (CommitFailedException | RebalanceInProgressException e) {
+      // The partitions may belong to another consumer now; it re-reads these records, and the
+      // dedup table answers DUPLICATE for those that were handled.
+      log.warn("Offsets {} not committed (group rebalanced); they will be redelivered", done, e);
+      done.clear();
+    } catch (WakeupException | InterruptException e) {
+      throw e;
+    } catch (KafkaException e) {
+      log.error("Offsets {} not committed; trying again after the next poll", done, e);
+    }
+  }
+
+  /** Commits when the loop stops, after the stop request's wakeup. */
+  void commitLast() {
+    try {
+      commitDone();
+    } catch (WakeupException e) {
+      // The stop request's wakeup was still pending; it is consumed now, so commit once more.
+      commitDone();
+    }
+  }
+
+  /** Commits before partitions are revoked; a failure is logged, their new owner redelivers. */
+  void commitBeforeRevoke() {
+    try {
+      commitDone();
+    } catch (RuntimeException e) {
+      log.warn(
+          "Offsets {} not committed before the partitions were revoked",
+          progress.offsetsToCommit(),
+          e);
+    }
+  }
+}
