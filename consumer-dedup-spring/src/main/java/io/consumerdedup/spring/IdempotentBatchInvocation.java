@@ -128,7 +128,7 @@ final class IdempotentBatchInvocation {
 
   @Nullable Object invoke(MethodInvocation invocation) throws Throwable {
     @Nullable Object[] arguments = invocation.getArguments();
-    int batchIndex = listener.batchIndex;
+    int batchIndex = listener.shape.batchIndex;
     Object batchArgument = Objects.requireNonNull(arguments[batchIndex], "batch argument");
     List<Object> elements = elementsOf(batchArgument);
     List<ConsumerRecord<Object, Object>> records = recordsOf(elements);
@@ -144,18 +144,13 @@ final class IdempotentBatchInvocation {
     for (int i = 0; i < records.size(); i++) {
       ConsumerRecord<Object, Object> record = records.get(i);
       Object element = elements.get(i);
-      IdempotentListenerMethod.Call call =
-          listener.batchCall(
+      KeyEvaluation call =
+          KeyEvaluation.ofBatchRecord(
+              listener,
               record,
               element instanceof Message<?> message ? message.getPayload() : record.value(),
               beanFactory);
-      RecordKeyResolver<Object, Object> keys =
-          new RecordKeyResolver<>(
-              listener.bizType,
-              call.keyExtractor(),
-              missingKeyPolicy,
-              groupId,
-              executor.listener());
+      RecordKeyResolver<Object, Object> keys = call.resolver(missingKeyPolicy, groupId, executor);
       try {
         Optional<DedupKey> key = keys.resolve(record);
         if (key.isEmpty()) {
@@ -237,10 +232,7 @@ final class IdempotentBatchInvocation {
       Kept kept,
       @Nullable Stop stop)
       throws Throwable {
-    Acknowledgment acknowledgment =
-        listener.ackIndex >= 0 && arguments[listener.ackIndex] instanceof Acknowledgment ack
-            ? ack
-            : null;
+    Acknowledgment acknowledgment = listener.shape.acknowledgment(arguments);
     if (kept.size() == 0) {
       if (stop != null) {
         throw failedAt(records, stop);
@@ -250,13 +242,13 @@ final class IdempotentBatchInvocation {
         // mode their offsets are never committed.
         acknowledgment.acknowledge();
       }
-      return listener.duplicateResult();
+      return listener.shape.duplicateResult();
     }
-    arguments[listener.batchIndex] = filtered(batchArgument, kept);
+    arguments[listener.shape.batchIndex] = filtered(batchArgument, kept);
     HeldBatchAcknowledgment heldAck = null;
     if (acknowledgment != null) {
       heldAck = new HeldBatchAcknowledgment(acknowledgment, kept);
-      arguments[listener.ackIndex] = heldAck;
+      arguments[listener.shape.ackIndex] = heldAck;
     }
     Object result;
     try {
@@ -448,7 +440,7 @@ final class IdempotentBatchInvocation {
    */
   @SuppressWarnings("unchecked")
   private List<ConsumerRecord<Object, Object>> recordsOf(List<Object> elements) {
-    if (listener.batch != IdempotentListenerMethod.BatchShape.MESSAGES) {
+    if (listener.shape.batch != ListenerShape.BatchShape.MESSAGES) {
       return (List<ConsumerRecord<Object, Object>>) (List<?>) elements;
     }
     List<ConsumerRecord<Object, Object>> records = CurrentBatch.records();
