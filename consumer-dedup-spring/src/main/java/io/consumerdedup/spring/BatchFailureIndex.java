@@ -1,30 +1,34 @@
 package io.consumerdedup.spring;
 
+import io.consumerdedup.spring.internal.Causes;
+import java.util.List;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
 import org.springframework.kafka.listener.BatchListenerFailedException;
 
 /**
  * A batch listener's report of the record it failed at, a {@link BatchListenerFailedException}
- * whose index or record is one of the filtered list it was given: found in that list, so that it
- * can be passed on with the index of the container's batch, never as it is.
+ * naming its index or the record, found in a list of records: for an {@link Idempotent} batch
+ * listener, in the filtered list it was given, so that the report is passed on with the index of
+ * the container's batch, never as it is; for {@link RetryLaterErrorHandler}, in the container's
+ * batch.
  */
 final class BatchFailureIndex {
   private BatchFailureIndex() {}
 
   /**
-   * The index, in the list the method was given, of the record it reports failing at with a {@link
+   * The index, in {@code records}, of the record the listener reports failing at with a {@link
    * BatchListenerFailedException}; -1 if it reports none, or one outside that list.
    */
-  static int in(Throwable error, KeptBatchRecords kept) {
+  static int in(Throwable error, List<? extends ConsumerRecord<?, ?>> records) {
     BatchListenerFailedException failure = reported(error);
     if (failure == null) {
       return -1;
     }
     ConsumerRecord<?, ?> record = failure.getRecord();
     if (record != null) {
-      for (int i = 0; i < kept.size(); i++) {
-        ConsumerRecord<?, ?> candidate = kept.records.get(i);
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<?, ?> candidate = records.get(i);
         if (candidate.offset() == record.offset()
             && candidate.partition() == record.partition()
             && candidate.topic().equals(record.topic())) {
@@ -34,7 +38,7 @@ final class BatchFailureIndex {
       return -1;
     }
     int index = failure.getIndex();
-    return index >= 0 && index < kept.size() ? index : -1;
+    return index >= 0 && index < records.size() ? index : -1;
   }
 
   /** What the method failed with at the record it reported, without its report. */
@@ -63,14 +67,6 @@ final class BatchFailureIndex {
   }
 
   private static @Nullable BatchListenerFailedException reported(Throwable error) {
-    int depth = 0;
-    for (Throwable current = error;
-        current != null && depth < 32;
-        current = current.getCause(), depth++) {
-      if (current instanceof BatchListenerFailedException failure) {
-        return failure;
-      }
-    }
-    return null;
+    return Causes.first(error, BatchListenerFailedException.class);
   }
 }

@@ -204,7 +204,7 @@ final class IdempotentBatchInvocation {
     try {
       result = invocation.proceed();
     } catch (Throwable error) {
-      int failed = BatchFailureIndex.in(error, kept);
+      int failed = BatchFailureIndex.in(error, kept.records);
       if (failed < 0) {
         // The method's state is unknown: every record is retried.
         kept.failFrom(0, error, attempts);
