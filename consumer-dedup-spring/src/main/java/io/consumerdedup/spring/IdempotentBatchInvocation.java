@@ -98,9 +98,10 @@ final class IdempotentBatchInvocation {
     BatchStop stop = null;
     for (int i = 0; i < records.size(); i++) {
       ConsumerRecord<Object, Object> record = records.get(i);
-      KeyEvaluation call =
+      KeyEvaluation evaluation =
           KeyEvaluation.ofBatchRecord(listener, record, batch.payload(i), beanFactory);
-      RecordKeyResolver<Object, Object> keys = call.resolver(missingKeyPolicy, groupId, executor);
+      RecordKeyResolver<Object, Object> keys =
+          evaluation.resolver(missingKeyPolicy, groupId, executor);
       try {
         Optional<DedupKey> key = keys.resolve(record);
         if (key.isEmpty()) {
@@ -109,7 +110,8 @@ final class IdempotentBatchInvocation {
         }
         deliveryOf[i] = deliveries.size();
         deliveries.add(
-            new IdempotentExecutor.Delivery(key.get(), call.fingerprint(), keys.source(record)));
+            new IdempotentExecutor.Delivery(
+                key.get(), evaluation.fingerprint(), keys.source(record)));
       } catch (DedupException e) {
         stop = new BatchStop(i, e);
         break;

@@ -157,9 +157,9 @@ public final class IdempotentListenerInterceptor {
     }
     @Nullable Object[] arguments = invocation.getArguments();
     ConsumerRecord<Object, Object> record = listener.record(arguments);
-    KeyEvaluation call = KeyEvaluation.ofCall(listener, record, arguments, beanFactory);
+    KeyEvaluation evaluation = KeyEvaluation.ofCall(listener, record, arguments, beanFactory);
     RecordKeyResolver<Object, Object> keys =
-        call.resolver(missingKeyPolicy, KafkaUtils.getConsumerGroupId(), executor);
+        evaluation.resolver(missingKeyPolicy, KafkaUtils.getConsumerGroupId(), executor);
     Optional<DedupKey> key = keys.resolve(record);
     if (key.isEmpty()) {
       return invocation.proceed(); // no key, and the policy says to process it without dedup
@@ -168,7 +168,7 @@ public final class IdempotentListenerInterceptor {
     if (executor.mode() == DedupMode.TRANSACTIONAL) {
       executors.requireTransaction(listener.toString(), key.get(), source);
     }
-    DedupClaim claim = executor.claim(key.get(), call.fingerprint(), source);
+    DedupClaim claim = executor.claim(key.get(), evaluation.fingerprint(), source);
     DedupAttemptsExhaustedException exhausted = attempts.beyondLimit(claim, executor);
     if (exhausted != null) {
       throw exhausted;

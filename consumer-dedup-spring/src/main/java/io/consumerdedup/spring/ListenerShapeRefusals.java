@@ -31,7 +31,8 @@ final class ListenerShapeRefusals {
                   ? "final"
                   : Modifier.isStatic(modifiers) ? "static" : "private")
               + ", so the proxy cannot intercept it and nothing would be deduplicated",
-          "Make it a non-final, non-private instance method (public, protected or package-private)");
+          "Make it a non-final, non-private instance method (public, protected or"
+              + " package-private)");
     }
     for (Class<?> type : method.getParameterTypes()) {
       if (type.getName().equals(ListenerShape.KOTLIN_CONTINUATION)) {
