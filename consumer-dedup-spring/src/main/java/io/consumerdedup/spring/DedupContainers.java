@@ -86,11 +86,12 @@ public final class DedupContainers {
 
   /**
    * Prepares {@code container} as {@link #configure(AbstractMessageListenerContainer, Duration,
-   * Duration, Set)}, with missing key header arguments recognised per listener method. Internal:
-   * the auto-configuration's, as {@link MissingKeyArguments} is.
+   * Duration, Set)}, with missing key header arguments recognised per listener method ({@link
+   * IdempotentListenerPostProcessor#configure}). Not public: {@link MissingKeyArguments} is
+   * internal.
    */
   @SuppressWarnings({"unchecked", "rawtypes"})
-  public static void configure(
+  static void configure(
       AbstractMessageListenerContainer<?, ?> container,
       Duration initialHoldBackOff,
       Duration maxHoldBackOff,

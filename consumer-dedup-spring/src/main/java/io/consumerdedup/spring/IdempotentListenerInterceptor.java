@@ -140,7 +140,7 @@ public final class IdempotentListenerInterceptor {
     IdempotentExecutor executor = executors.executor(listener.overrides);
     MissingKeyPolicy missingKeyPolicy =
         listener.missingKeyPolicy != null ? listener.missingKeyPolicy : defaultMissingKeyPolicy;
-    if (listener.batch != null) {
+    if (listener.shape.batch != null) {
       if (executor.mode() == DedupMode.TRANSACTIONAL) {
         throw new DedupConfigurationException(
             "@Idempotent batch listener "
@@ -157,14 +157,9 @@ public final class IdempotentListenerInterceptor {
     }
     @Nullable Object[] arguments = invocation.getArguments();
     ConsumerRecord<Object, Object> record = listener.record(arguments);
-    IdempotentListenerMethod.Call call = listener.call(record, arguments, beanFactory);
+    KeyEvaluation evaluation = KeyEvaluation.ofCall(listener, record, arguments, beanFactory);
     RecordKeyResolver<Object, Object> keys =
-        new RecordKeyResolver<>(
-            listener.bizType,
-            call.keyExtractor(),
-            missingKeyPolicy,
-            KafkaUtils.getConsumerGroupId(),
-            executor.listener());
+        evaluation.resolver(missingKeyPolicy, KafkaUtils.getConsumerGroupId(), executor);
     Optional<DedupKey> key = keys.resolve(record);
     if (key.isEmpty()) {
       return invocation.proceed(); // no key, and the policy says to process it without dedup
@@ -173,32 +168,29 @@ public final class IdempotentListenerInterceptor {
     if (executor.mode() == DedupMode.TRANSACTIONAL) {
       executors.requireTransaction(listener.toString(), key.get(), source);
     }
-    DedupClaim claim = executor.claim(key.get(), call.fingerprint(), source);
+    DedupClaim claim = executor.claim(key.get(), evaluation.fingerprint(), source);
     DedupAttemptsExhaustedException exhausted = attempts.beyondLimit(claim, executor);
     if (exhausted != null) {
       throw exhausted;
     }
-    Acknowledgment acknowledgment =
-        listener.ackIndex >= 0 && arguments[listener.ackIndex] instanceof Acknowledgment ack
-            ? ack
-            : null;
+    Acknowledgment acknowledgment = listener.shape.acknowledgment(arguments);
     if (claim.isDuplicate()) {
-      if (acknowledgment != null && listener.returns == IdempotentListenerMethod.Returns.VALUE) {
+      if (acknowledgment != null && listener.shape.returns == ListenerShape.Returns.VALUE) {
         // As spring-kafka does for records it filters out: otherwise, in a manual ack mode, the
         // duplicate's offset is never committed and the consumer's lag never reaches zero.
         acknowledgment.acknowledge();
       }
-      return listener.duplicateResult();
+      return listener.shape.duplicateResult();
     }
     ListenerOutcomes.Pending pending = ListenerOutcomes.pending(record, claim, attempts);
     boolean settleNow =
-        listener.returns != IdempotentListenerMethod.Returns.VALUE
+        listener.shape.returns != ListenerShape.Returns.VALUE
             || (!ListenerOutcomes.inKafkaTransaction()
                 && !TransactionSynchronizationManager.isSynchronizationActive());
     HeldAcknowledgment held = null;
     if (acknowledgment != null) {
       held = new HeldAcknowledgment(acknowledgment, pending, settleNow);
-      arguments[listener.ackIndex] = held;
+      arguments[listener.shape.ackIndex] = held;
     }
     Object result;
     try {
@@ -208,7 +200,7 @@ public final class IdempotentListenerInterceptor {
       settle(listener, record, pending, claim, source);
       throw attempts.toThrow(claim, error);
     }
-    switch (listener.returns) {
+    switch (listener.shape.returns) {
       case FUTURE:
         Object value =
             awaitSettled(

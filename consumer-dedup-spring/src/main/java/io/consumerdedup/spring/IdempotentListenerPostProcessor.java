@@ -1,6 +1,7 @@
 package io.consumerdedup.spring;
 
 import io.consumerdedup.spring.internal.MissingKeyArguments;
+import java.time.Duration;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
@@ -19,6 +20,7 @@ import org.springframework.aop.support.DefaultPointcutAdvisor;
 import org.springframework.aop.support.annotation.AnnotationMatchingPointcut;
 import org.springframework.core.Ordered;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.listener.AbstractMessageListenerContainer;
 import org.springframework.util.ReflectionUtils;
 
 /**
@@ -91,10 +93,25 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
   }
 
   /**
-   * What a record without a key header that an {@code @Idempotent} listener also takes as a {@code
-   * Header} argument is turned into (see {@link DedupContainers#configure}).
+   * Prepares {@code container} as {@link
+   * DedupContainers#configure(AbstractMessageListenerContainer, Duration, Duration, Set)} does,
+   * recognising a record without a key header that an {@code @Idempotent} listener found so far
+   * also takes as a {@code @Header} argument per listener method, not per container.
+   *
+   * @throws IllegalStateException the container is running
    */
-  public MissingKeyArguments missingKeyArguments() {
+  public void configure(
+      AbstractMessageListenerContainer<?, ?> container,
+      Duration initialHoldBackOff,
+      Duration maxHoldBackOff) {
+    DedupContainers.configure(container, initialHoldBackOff, maxHoldBackOff, missingKeyArguments());
+  }
+
+  /**
+   * What a record without a key header that an {@code @Idempotent} listener also takes as a {@code
+   * Header} argument is turned into.
+   */
+  private MissingKeyArguments missingKeyArguments() {
     Map<String, Set<String>> listenersByHeader = new HashMap<>();
     for (IdempotentListenerMethod listener : listeners) {
       for (String header : listener.keyHeaderArguments) {

@@ -66,9 +66,6 @@ final class KeyExpressionCheck {
 
   private static final Readers READERS = new Readers();
 
-  /** What is wrong with an expression, and what to write instead. */
-  record Refusal(String problem, String action) {}
-
   private final String attribute;
   private final String text;
   private final ResolvableType payload;
@@ -84,7 +81,8 @@ final class KeyExpressionCheck {
    * @param payload the declared type of {@code #payload}, {@link ResolvableType#NONE} if unknown
    * @return why the expression cannot work, or null
    */
-  static @Nullable Refusal check(String attribute, Expression expression, ResolvableType payload) {
+  static @Nullable ListenerRefusal check(
+      String attribute, Expression expression, ResolvableType payload) {
     if (!(expression instanceof SpelExpression spel)) {
       return null;
     }
@@ -95,9 +93,9 @@ final class KeyExpressionCheck {
   /**
    * @param onElements inside a selection or projection, where names are the elements' properties
    */
-  private @Nullable Refusal visit(
+  private @Nullable ListenerRefusal visit(
       SpelNode node, @Nullable SpelNode parent, int index, boolean onElements) {
-    Refusal refusal = refuse(node, parent, index, onElements);
+    ListenerRefusal refusal = refuse(node, parent, index, onElements);
     if (refusal != null) {
       return refusal;
     }
@@ -112,7 +110,7 @@ final class KeyExpressionCheck {
     return null;
   }
 
-  private @Nullable Refusal refuse(
+  private @Nullable ListenerRefusal refuse(
       SpelNode node, @Nullable SpelNode parent, int index, boolean onElements) {
     if (node instanceof VariableReference variable) {
       String name = variable.toStringAST().substring(1);
@@ -122,7 +120,7 @@ final class KeyExpressionCheck {
     }
     if (node instanceof FunctionReference function) {
       String call = function.toStringAST();
-      return new Refusal(
+      return new ListenerRefusal(
           described()
               + " calls the function "
               + call.substring(0, call.indexOf('('))
@@ -141,7 +139,7 @@ final class KeyExpressionCheck {
       return bareName(property.getName(), node.getStartPosition());
     }
     if (onRoot && node instanceof MethodReference method) {
-      return new Refusal(
+      return new ListenerRefusal(
           described() + " calls " + method.getName() + "(...) on the evaluation root," + NO_ROOT,
           "Call it on a variable, such as #payload." + method.getName() + "(...)");
     }
@@ -152,7 +150,7 @@ final class KeyExpressionCheck {
                   && literal.getLiteralValue().getValue() instanceof String value
               ? value
               : null;
-      return new Refusal(
+      return new ListenerRefusal(
           described() + " indexes the evaluation root," + NO_ROOT,
           name == null
               ? "Index a variable, such as #headers['order-no']"
@@ -165,9 +163,9 @@ final class KeyExpressionCheck {
     return null;
   }
 
-  private Refusal unknownVariable(String name, int position) {
+  private ListenerRefusal unknownVariable(String name, int position) {
     String closest = closest(name, VARIABLES);
-    return new Refusal(
+    return new ListenerRefusal(
         described()
             + " reads the variable #"
             + name
@@ -185,12 +183,12 @@ final class KeyExpressionCheck {
                 + "\"");
   }
 
-  private Refusal bareName(String name, int position) {
+  private ListenerRefusal bareName(String name, int position) {
     String problem =
         described() + " reads " + name + " as a property of the evaluation root," + NO_ROOT;
     String withHash = text.substring(0, position) + "#" + text.substring(position);
     if (VARIABLES.contains(name)) {
-      return new Refusal(
+      return new ListenerRefusal(
           problem, "Write " + attribute + " = \"" + withHash + "\" (variables start with #)");
     }
     Class<?> payloadClass = concrete(payload);
@@ -199,7 +197,7 @@ final class KeyExpressionCheck {
     if (HEADER_NAME.matcher(text).matches()) {
       problem +=
           text.equals(name) ? "" : " ('" + text + "' is parsed as an expression, not as a name)";
-      return new Refusal(
+      return new ListenerRefusal(
           problem,
           payloadHasIt
               ? (attribute.equals("key")
@@ -212,7 +210,7 @@ final class KeyExpressionCheck {
                   + fromHeader(text)
               : capitalized(fromHeader(text)));
     }
-    return new Refusal(
+    return new ListenerRefusal(
         problem,
         "Read it through a variable: "
             + (payloadHasIt
@@ -251,7 +249,7 @@ final class KeyExpressionCheck {
    * Follows {@code #payload.customer.id} through the declared types as far as they are concrete
    * classes, refusing a name that none of them can read.
    */
-  private @Nullable Refusal propertyChain(CompoundExpression compound, String variable) {
+  private @Nullable ListenerRefusal propertyChain(CompoundExpression compound, String variable) {
     ResolvableType type =
         switch (variable) {
           case PAYLOAD -> payload;
@@ -276,7 +274,7 @@ final class KeyExpressionCheck {
     return null;
   }
 
-  private Refusal missingProperty(String path, String name, Class<?> owner) {
+  private ListenerRefusal missingProperty(String path, String name, Class<?> owner) {
     String problem =
         described()
             + " reads the property "
@@ -289,7 +287,7 @@ final class KeyExpressionCheck {
             + owner.getName()
             + ", which has no such property (no getter, record component or public field)";
     if (owner == String.class) {
-      return new Refusal(
+      return new ListenerRefusal(
           problem,
           "Take the payload as a class that has "
               + name
@@ -303,7 +301,7 @@ final class KeyExpressionCheck {
             ? "; it has no readable properties"
             : "; " + owner.getSimpleName() + " has: " + String.join(", ", properties);
     String closest = closest(name, properties);
-    return new Refusal(
+    return new ListenerRefusal(
         problem,
         closest != null
             ? "Write " + path + "." + closest + " if that is the property you mean"

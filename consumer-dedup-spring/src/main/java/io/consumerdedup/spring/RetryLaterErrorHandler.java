@@ -1,8 +1,10 @@
 package io.consumerdedup.spring;
 
+import io.consumerdedup.core.DedupException;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
+import io.consumerdedup.spring.internal.Causes;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
 import io.consumerdedup.spring.internal.RecoveredRecordLogger;
@@ -161,12 +163,8 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
   }
 
   private static Throwable dedupCause(Throwable error) {
-    for (Throwable current = error; current != null; current = current.getCause()) {
-      if (current instanceof io.consumerdedup.core.DedupException) {
-        return current;
-      }
-    }
-    return error;
+    Throwable dedup = Causes.first(error, DedupException.class);
+    return dedup != null ? dedup : error;
   }
 
   @Override
@@ -259,7 +257,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       throw holdBatch(thrownException, data, consumer, container);
     }
     List<ConsumerRecord<?, ?>> records = listOf(data);
-    int index = failedIndex(thrownException, records);
+    int index = BatchFailureIndex.in(thrownException, records);
     if (index >= 0) {
       logIfGivenUp(thrownException, records.get(index));
     }
@@ -279,7 +277,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container) {
     List<ConsumerRecord<?, ?>> records = listOf(data);
-    int index = Math.max(0, failedIndex(thrownException, records));
+    int index = Math.max(0, BatchFailureIndex.in(thrownException, records));
     commitBefore(records, index, consumer, container);
     return hold(thrownException, records.subList(index, records.size()), consumer, container);
   }
@@ -343,32 +341,6 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
             }
           });
     }
-  }
-
-  /** The index in {@code records} named by a {@link BatchListenerFailedException}, else -1. */
-  private static int failedIndex(Throwable error, List<ConsumerRecord<?, ?>> records) {
-    int depth = 0;
-    for (Throwable current = error;
-        current != null && depth < 32;
-        current = current.getCause(), depth++) {
-      if (current instanceof BatchListenerFailedException failure) {
-        ConsumerRecord<?, ?> record = failure.getRecord();
-        if (record == null) {
-          int index = failure.getIndex();
-          return index < records.size() ? index : -1;
-        }
-        for (int i = 0; i < records.size(); i++) {
-          ConsumerRecord<?, ?> candidate = records.get(i);
-          if (candidate.offset() == record.offset()
-              && candidate.partition() == record.partition()
-              && candidate.topic().equals(record.topic())) {
-            return i;
-          }
-        }
-        return -1;
-      }
-    }
-    return -1;
   }
 
   @Override

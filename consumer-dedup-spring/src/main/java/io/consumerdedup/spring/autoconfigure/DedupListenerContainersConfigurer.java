@@ -5,7 +5,8 @@ import io.consumerdedup.spring.DedupContainers;
 import io.consumerdedup.spring.DedupErrorClassification;
 import io.consumerdedup.spring.IdempotentExecutors;
 import io.consumerdedup.spring.IdempotentListenerPostProcessor;
-import io.consumerdedup.spring.internal.MissingKeyArguments;
+import java.time.Duration;
+import java.util.Set;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -65,8 +66,6 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
   @Override
   public void start() {
     IdempotentListenerPostProcessor found = listeners.getIfAvailable();
-    MissingKeyArguments missingKeys =
-        found == null ? MissingKeyArguments.none() : found.missingKeyArguments();
     if (found != null) {
       if (beanFactory instanceof ConfigurableBeanFactory configurable) {
         new SharedBizTypes(configurable, properties.getSharedBizTypes()).check(found.listeners());
@@ -88,11 +87,13 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
     for (MessageListenerContainer container : endpoints.getAllListenerContainers()) {
       if (container instanceof AbstractMessageListenerContainer<?, ?> configurable
           && !configurable.isRunning()) {
-        DedupContainers.configure(
-            configurable,
-            properties.getHold().getInitialBackoff(),
-            properties.getHold().getMaxBackoff(),
-            missingKeys);
+        Duration initialBackoff = properties.getHold().getInitialBackoff();
+        Duration maxBackoff = properties.getHold().getMaxBackoff();
+        if (found != null) {
+          found.configure(configurable, initialBackoff, maxBackoff);
+        } else {
+          DedupContainers.configure(configurable, initialBackoff, maxBackoff, Set.of());
+        }
       }
     }
     running = true;

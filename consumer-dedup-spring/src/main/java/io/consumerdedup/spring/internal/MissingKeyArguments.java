@@ -22,8 +22,6 @@ import org.springframework.messaging.MessageHandlingException;
  * keeps spring-kafka's handling (retries, then the recoverer).
  */
 public final class MissingKeyArguments {
-  private static final MissingKeyArguments NONE = new MissingKeyArguments(Set.of());
-
   /**
    * Key header to the listeners keyed by it (their {@code Method.toGenericString()}); none: any
    * listener of the container.
@@ -48,11 +46,6 @@ public final class MissingKeyArguments {
    */
   public static MissingKeyArguments forListeners(Map<String, Set<String>> listenersByHeader) {
     return new MissingKeyArguments(listenersByHeader);
-  }
-
-  /** Translates nothing. */
-  public static MissingKeyArguments none() {
-    return NONE;
   }
 
   /**

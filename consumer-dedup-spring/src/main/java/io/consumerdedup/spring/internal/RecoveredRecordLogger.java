@@ -108,7 +108,7 @@ public final class RecoveredRecordLogger implements RetryListener {
    */
   public static void logHandedOver(
       ConsumerRecord<?, ?> record, Exception thrown, CommonErrorHandler handler) {
-    DedupException dedup = dedupCause(thrown);
+    DedupException dedup = Causes.first(thrown, DedupException.class);
     if (dedup != null && dedup.disposition() == Disposition.DEAD_LETTER) {
       logGivenUp(describe(record), dedup, "is not retryable, handed to " + handler);
     }
@@ -135,7 +135,7 @@ public final class RecoveredRecordLogger implements RetryListener {
       log.error("Gave up on {}, handed to the error handler's recoverer", what);
       return;
     }
-    DedupException dedup = dedupCause(ex);
+    DedupException dedup = Causes.first(ex, DedupException.class);
     if (dedup != null && dedup.disposition() == Disposition.DEAD_LETTER) {
       logGivenUp(what, dedup, "handed to the error handler's recoverer");
     } else if (handlerFailuresGiveUp) {
@@ -182,18 +182,6 @@ public final class RecoveredRecordLogger implements RetryListener {
       log.error("Gave up on {}, {}: {}", what, fate, dedup.getMessage());
       log.debug("Stack trace of the refusal of {}", what, dedup);
     }
-  }
-
-  private static @Nullable DedupException dedupCause(Throwable error) {
-    int depth = 0;
-    for (Throwable current = error;
-        current != null && depth < 32;
-        current = current.getCause(), depth++) {
-      if (current instanceof DedupException dedup) {
-        return dedup;
-      }
-    }
-    return null;
   }
 
   /** What the listener threw, without spring-kafka's wrappers. */

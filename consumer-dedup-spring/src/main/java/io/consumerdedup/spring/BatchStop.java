@@ -1,0 +1,42 @@
+package io.consumerdedup.spring;
+
+import java.util.List;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+import org.springframework.kafka.listener.BatchListenerFailedException;
+import org.springframework.kafka.support.KafkaUtils;
+
+/**
+ * Where an {@link Idempotent} batch listener's batch stops: the first record of the container's
+ * batch that cannot be handled now, and why.
+ *
+ * @param index the record's index in the container's batch
+ */
+record BatchStop(int index, RuntimeException cause) {
+
+  /** At {@code index}, for {@code error}; one that is not a RuntimeException is wrapped. */
+  static BatchStop at(int index, @Nullable Throwable error) {
+    return new BatchStop(
+        index,
+        error instanceof RuntimeException runtime
+            ? runtime
+            : new IllegalStateException(String.valueOf(error), error));
+  }
+
+  /** Tells spring-kafka the record of the container's batch where processing stopped, and why. */
+  BatchListenerFailedException failure(
+      IdempotentListenerMethod listener, List<ConsumerRecord<Object, Object>> records) {
+    ConsumerRecord<Object, Object> record = records.get(index);
+    return new BatchListenerFailedException(
+        "@Idempotent batch listener "
+            + listener
+            + " stopped at "
+            + KafkaUtils.format(record)
+            + " (index "
+            + index
+            + " of the batch): "
+            + cause.getMessage(),
+        cause,
+        index);
+  }
+}

@@ -1,0 +1,90 @@
+package io.consumerdedup.spring;
+
+import java.time.Duration;
+import org.springframework.kafka.support.Acknowledgment;
+
+/**
+ * An {@link Idempotent} batch listener's {@link Acknowledgment}, held until the outcomes are
+ * written, so that no offset is committed past a record whose SUCCESS is not recorded; indexes are
+ * translated from the list the method was given to the container's batch. What the method
+ * acknowledges is done by its own word: the SUCCESS of those records is written at once, in the
+ * background, so a process that dies later in the batch runs only the records after them again.
+ */
+final class HeldBatchAcknowledgment implements Acknowledgment {
+  private final Acknowledgment delegate;
+  private final KeptBatchRecords kept;
+  private boolean acknowledged;
+  private int partialIndex = -1;
+  private int markedUpTo = -1;
+  private int nackIndex = -1;
+  private Duration nackSleep = Duration.ZERO;
+
+  HeldBatchAcknowledgment(Acknowledgment delegate, KeptBatchRecords kept) {
+    this.delegate = delegate;
+    this.kept = kept;
+  }
+
+  @Override
+  public void acknowledge() {
+    acknowledged = true;
+    markUpTo(kept.size() - 1);
+  }
+
+  @Override
+  public void acknowledge(int index) {
+    checkIndex(index);
+    partialIndex = Math.max(partialIndex, index);
+    markUpTo(index);
+  }
+
+  /** A listener acknowledging each record in turn starts each mark once, not the list again. */
+  private void markUpTo(int index) {
+    for (int i = markedUpTo + 1; i <= index; i++) {
+      kept.markAsync(i);
+    }
+    markedUpTo = Math.max(markedUpTo, index);
+  }
+
+  @Override
+  public void nack(Duration sleep) {
+    nack(0, sleep);
+  }
+
+  @Override
+  public void nack(int index, Duration sleep) {
+    checkIndex(index);
+    nackIndex = index;
+    nackSleep = sleep;
+  }
+
+  private void checkIndex(int index) {
+    if (index < 0 || index >= kept.size()) {
+      throw new IllegalArgumentException(
+          "index " + index + " is outside the batch of " + kept.size() + " records");
+    }
+  }
+
+  @Override
+  public boolean isOutOfOrderCommit() {
+    return delegate.isOutOfOrderCommit();
+  }
+
+  /** The index, in the list the method was given, of the record it nacked at; -1 if none. */
+  int nackIndex() {
+    return nackIndex;
+  }
+
+  /** Passes on the method's nack, at {@code batchIndex} of the container's batch. */
+  void nackAt(int batchIndex) {
+    delegate.nack(batchIndex, nackSleep);
+  }
+
+  /** Every outcome is written: passes on what the listener acknowledged. */
+  void release() {
+    if (acknowledged) {
+      delegate.acknowledge();
+    } else if (partialIndex >= 0) {
+      delegate.acknowledge(kept.batchIndexes.get(partialIndex));
+    }
+  }
+}

@@ -1,0 +1,107 @@
+package io.consumerdedup.spring;
+
+import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.spring.internal.AttemptLimit;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+
+/**
+ * The records of a batch handed to an {@link Idempotent} batch listener: their place in the
+ * container's batch, their claim, and the writes of their outcomes (the SUCCESS marks started once,
+ * by the method's acknowledgment or when the batch ends, and waited for together).
+ */
+final class KeptBatchRecords {
+  final List<Object> elements = new ArrayList<>();
+  final List<ConsumerRecord<Object, Object>> records = new ArrayList<>();
+  final List<Integer> batchIndexes = new ArrayList<>();
+  final List<@Nullable DedupClaim> claims = new ArrayList<>();
+  private final List<@Nullable CompletableFuture<Void>> marks = new ArrayList<>();
+
+  /**
+   * @param claim null for a record without a key, processed without dedup
+   */
+  void add(
+      Object element,
+      ConsumerRecord<Object, Object> record,
+      int batchIndex,
+      @Nullable DedupClaim claim) {
+    elements.add(element);
+    records.add(record);
+    batchIndexes.add(batchIndex);
+    claims.add(claim);
+    marks.add(null);
+  }
+
+  int size() {
+    return elements.size();
+  }
+
+  /**
+   * The write of the i-th record's SUCCESS, started on the first call (by the method's
+   * acknowledgment, or when the batch ends); null for a record without a claim or whose claim ended
+   * otherwise.
+   */
+  @Nullable CompletableFuture<Void> markAsync(int i) {
+    CompletableFuture<Void> mark = marks.get(i);
+    DedupClaim claim = claims.get(i);
+    if (mark == null && claim != null && !claim.isEnded()) {
+      mark = claim.completeAsync();
+      marks.set(i, mark);
+    }
+    return mark;
+  }
+
+  /**
+   * Writes SUCCESS for the records before {@code end}, in one store call, and waits for it.
+   *
+   * @return where the batch must stop: the first record whose SUCCESS is not written (the store
+   *     unreachable, the key taken over), or null
+   */
+  @Nullable BatchStop completeBefore(int end) {
+    List<@Nullable CompletableFuture<Void>> started = new ArrayList<>();
+    for (int i = 0; i < end; i++) {
+      started.add(markAsync(i));
+    }
+    BatchStop first = null;
+    for (int i = 0; i < started.size(); i++) {
+      CompletableFuture<Void> mark = started.get(i);
+      if (mark == null) {
+        continue;
+      }
+      try {
+        mark.get();
+      } catch (ExecutionException e) {
+        if (first == null) {
+          first = BatchStop.at(batchIndexes.get(i), e.getCause());
+        }
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        if (first == null) {
+          first = new BatchStop(batchIndexes.get(i), new IllegalStateException(e));
+        }
+      }
+    }
+    return first;
+  }
+
+  /** Records FAILED for the claims from {@code from} on that are not ended, logging the failure. */
+  void failFrom(int from, Throwable error, AttemptLimit attempts) {
+    List<DedupClaim> failed = new ArrayList<>();
+    for (int i = from; i < size(); i++) {
+      DedupClaim claim = claims.get(i);
+      if (claim != null && !claim.isEnded()) {
+        failed.add(claim);
+      }
+    }
+    if (failed.size() == 1) {
+      attempts.logFailure(failed.get(0), error);
+    } else if (!failed.isEmpty()) {
+      attempts.logBatchFailure(failed, error);
+    }
+    failed.forEach(claim -> claim.fail(error));
+  }
+}

@@ -1,0 +1,289 @@
+package io.consumerdedup.spring;
+
+import java.lang.reflect.Method;
+import java.lang.reflect.ParameterizedType;
+import java.lang.reflect.Type;
+import java.util.Collection;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionStage;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.jspecify.annotations.Nullable;
+import org.springframework.core.MethodParameter;
+import org.springframework.core.ResolvableType;
+import org.springframework.core.annotation.AnnotatedElementUtils;
+import org.springframework.core.annotation.AnnotatedMethod;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.listener.adapter.ConsumerRecordMetadata;
+import org.springframework.kafka.support.Acknowledgment;
+import org.springframework.messaging.Message;
+import org.springframework.messaging.MessageHeaders;
+import org.springframework.messaging.handler.annotation.Headers;
+import org.springframework.messaging.handler.annotation.Payload;
+import org.springframework.messaging.support.MessageHeaderAccessor;
+import org.springframework.util.ClassUtils;
+
+/**
+ * The shape of a listener method, read once from its signature: which argument is the record, the
+ * message, the payload, the {@code Acknowledgment} or the batch, as spring-messaging resolves them;
+ * the declared type of {@code #payload}; and what the method returns, which decides when its
+ * outcome is known and what a duplicate gets instead of a call. Shapes consumer-dedup cannot
+ * protect are refused by {@link ListenerShapeRefusals}.
+ */
+final class ListenerShape {
+  static final String KOTLIN_CONTINUATION = "kotlin.coroutines.Continuation";
+  private static final boolean REACTOR_PRESENT =
+      ClassUtils.isPresent("reactor.core.publisher.Mono", ListenerShape.class.getClassLoader());
+
+  /** What the method returns, which decides when its outcome is known. */
+  enum Returns {
+    /** A value or nothing: the outcome is known when the method returns. */
+    VALUE,
+    /** A {@code CompletableFuture} or {@code CompletionStage}: known when it completes. */
+    FUTURE,
+    /** A Reactor {@code Mono}: known when it completes. */
+    MONO
+  }
+
+  /** How a batch listener takes its batch: the only forms whose records can be filtered. */
+  enum BatchShape {
+    /** {@code List<ConsumerRecord<K, V>>}. */
+    RECORDS,
+    /** {@code List<Message<?>>}, one message per record, in the container's order. */
+    MESSAGES,
+    /** {@code ConsumerRecords<K, V>}. */
+    CONSUMER_RECORDS
+  }
+
+  private final Method method;
+
+  final Returns returns;
+
+  /** What a duplicate returns: null, a primitive's zero, or an empty future or Mono. */
+  private final Class<?> returnType;
+
+  /** Index of the argument that is the record, or -1. */
+  final int recordIndex;
+
+  /** Index of the argument that is a {@code Message<?>}, or -1. */
+  private final int messageIndex;
+
+  /** Index of the argument that is the converted payload, or -1 (then the record value). */
+  private final int payloadIndex;
+
+  /** Index of the {@code Acknowledgment} argument, or -1. */
+  final int ackIndex;
+
+  /** Whether spring-kafka calls it with a whole batch. */
+  final boolean batchListener;
+
+  /** How a batch listener takes its records; null for a record listener, or if it does not. */
+  final @Nullable BatchShape batch;
+
+  /** Index of the argument that holds the batch, or -1. */
+  final int batchIndex;
+
+  /**
+   * A batch listener's first parameter besides its records, {@code Acknowledgment} and {@code
+   * Consumer}, as a refusal names it; null if there is none.
+   */
+  final @Nullable String strayBatchParameter;
+
+  ListenerShape(Method method) {
+    this.method = method;
+    this.returnType = method.getReturnType();
+    this.returns = returnsOf(returnType);
+
+    // As spring-messaging resolves the arguments: parameter annotations of interfaces count too,
+    // and the payload is the @Payload parameter, else the first one no other resolver claims.
+    int record = -1;
+    int message = -1;
+    int ack = -1;
+    int annotatedPayload = -1;
+    int unclaimed = -1;
+    for (MethodParameter parameter : new AnnotatedMethod(method).getMethodParameters()) {
+      int i = parameter.getParameterIndex();
+      Class<?> type = parameter.getParameterType();
+      if (ConsumerRecord.class.isAssignableFrom(type)) {
+        record = record < 0 ? i : record;
+      } else if (Message.class.isAssignableFrom(type)) {
+        message = message < 0 ? i : message;
+      } else if (Acknowledgment.class.isAssignableFrom(type)) {
+        ack = ack < 0 ? i : ack;
+      } else if (parameter.hasParameterAnnotation(Payload.class)) {
+        annotatedPayload = annotatedPayload < 0 ? i : annotatedPayload;
+      } else if (unclaimed < 0 && !claimedByAnotherResolver(parameter)) {
+        unclaimed = i;
+      }
+    }
+    this.recordIndex = record;
+    this.messageIndex = message;
+    this.ackIndex = ack;
+    this.payloadIndex = annotatedPayload >= 0 ? annotatedPayload : unclaimed;
+
+    this.batchListener = isBatch(method);
+    int index = -1;
+    BatchShape shape = null;
+    String stray = null;
+    if (batchListener) {
+      for (MethodParameter parameter : new AnnotatedMethod(method).getMethodParameters()) {
+        BatchShape found = batchShapeOf(parameter.getGenericParameterType());
+        Class<?> type = parameter.getParameterType();
+        if (found != null && shape == null) {
+          shape = found;
+          index = parameter.getParameterIndex();
+        } else if (stray == null
+            && !Acknowledgment.class.isAssignableFrom(type)
+            && !Consumer.class.isAssignableFrom(type)) {
+          stray =
+              found == null
+                  ? "its parameter "
+                      + parameter.getGenericParameterType().getTypeName()
+                      + " (a list of payloads or of @Header values)"
+                  : "a second batch parameter";
+        }
+      }
+    }
+    this.batch = shape;
+    this.batchIndex = index;
+    this.strayBatchParameter = stray;
+  }
+
+  /**
+   * The declared type of {@code #payload}, as a call's key evaluation takes it: a message's
+   * payload, the payload argument, else the record's value; for a batch, the element's.
+   */
+  ResolvableType payloadType() {
+    if (batch != null) {
+      ResolvableType parameter = ResolvableType.forMethodParameter(method, batchIndex);
+      return switch (batch) {
+        case RECORDS -> parameter.getGeneric(0).as(ConsumerRecord.class).getGeneric(1);
+        case MESSAGES -> parameter.getGeneric(0).as(Message.class).getGeneric(0);
+        case CONSUMER_RECORDS -> parameter.as(ConsumerRecords.class).getGeneric(1);
+      };
+    }
+    if (messageIndex >= 0) {
+      return ResolvableType.forMethodParameter(method, messageIndex)
+          .as(Message.class)
+          .getGeneric(0);
+    }
+    if (payloadIndex >= 0) {
+      return ResolvableType.forMethodParameter(method, payloadIndex);
+    }
+    if (recordIndex >= 0) {
+      return ResolvableType.forMethodParameter(method, recordIndex)
+          .as(ConsumerRecord.class)
+          .getGeneric(1);
+    }
+    return ResolvableType.NONE;
+  }
+
+  /**
+   * {@code #payload} of a record listener's call: a message's payload, the payload argument, else
+   * the record's value.
+   */
+  @Nullable Object payload(ConsumerRecord<Object, Object> record, @Nullable Object[] arguments) {
+    if (messageIndex >= 0 && arguments[messageIndex] instanceof Message<?> message) {
+      return message.getPayload();
+    }
+    if (payloadIndex >= 0) {
+      return arguments[payloadIndex];
+    }
+    return record.value();
+  }
+
+  /** The call's {@code Acknowledgment} argument, or null. */
+  @Nullable Acknowledgment acknowledgment(@Nullable Object[] arguments) {
+    return ackIndex >= 0 && arguments[ackIndex] instanceof Acknowledgment ack ? ack : null;
+  }
+
+  /** What the method returns for a duplicate, in place of invoking it. */
+  @Nullable Object duplicateResult() {
+    return switch (returns) {
+      case FUTURE -> CompletableFuture.completedFuture(null);
+      case MONO -> MonoOutcomes.empty();
+      case VALUE ->
+          returnType.isPrimitive() && returnType != void.class
+              ? java.lang.reflect.Array.get(java.lang.reflect.Array.newInstance(returnType, 1), 0)
+              : null;
+    };
+  }
+
+  private static boolean isBatch(Method method) {
+    KafkaListener listener =
+        AnnotatedElementUtils.findMergedAnnotation(method, KafkaListener.class);
+    if (listener != null && "true".equalsIgnoreCase(listener.batch().trim())) {
+      return true;
+    }
+    for (Type type : method.getGenericParameterTypes()) {
+      if (type instanceof Class<?> raw && ConsumerRecords.class.isAssignableFrom(raw)) {
+        return true;
+      }
+      if (type instanceof ParameterizedType parameterized
+          && parameterized.getRawType() instanceof Class<?> raw) {
+        if (ConsumerRecords.class.isAssignableFrom(raw)) {
+          return true;
+        }
+        Class<?> elementClass = rawClass(parameterized.getActualTypeArguments()[0]);
+        if (Collection.class.isAssignableFrom(raw)
+            && (ConsumerRecord.class.isAssignableFrom(elementClass)
+                || Message.class.isAssignableFrom(elementClass))) {
+          return true;
+        }
+      }
+    }
+    return false;
+  }
+
+  /** The batch form of a parameter type, or null if it is not one consumer-dedup can filter. */
+  private static @Nullable BatchShape batchShapeOf(Type type) {
+    Class<?> raw = rawClass(type);
+    if (ConsumerRecords.class.isAssignableFrom(raw)) {
+      return BatchShape.CONSUMER_RECORDS;
+    }
+    if (raw != List.class || !(type instanceof ParameterizedType parameterized)) {
+      return null;
+    }
+    Class<?> elementClass = rawClass(parameterized.getActualTypeArguments()[0]);
+    if (ConsumerRecord.class.isAssignableFrom(elementClass)) {
+      return BatchShape.RECORDS;
+    }
+    if (Message.class.isAssignableFrom(elementClass)) {
+      return BatchShape.MESSAGES;
+    }
+    return null;
+  }
+
+  /** The class of a type as declared: a parameterized type's raw class; Object for the rest. */
+  private static Class<?> rawClass(Type type) {
+    return type instanceof ParameterizedType p && p.getRawType() instanceof Class<?> c
+        ? c
+        : type instanceof Class<?> c ? c : Object.class;
+  }
+
+  /** Parameters resolved from something else than the payload, as spring-messaging does. */
+  private static boolean claimedByAnotherResolver(MethodParameter parameter) {
+    Class<?> type = parameter.getParameterType();
+    return parameter.hasParameterAnnotation(
+            org.springframework.messaging.handler.annotation.Header.class)
+        || parameter.hasParameterAnnotation(Headers.class)
+        || Consumer.class.isAssignableFrom(type)
+        || ConsumerRecordMetadata.class.isAssignableFrom(type)
+        || MessageHeaders.class.isAssignableFrom(type)
+        || MessageHeaderAccessor.class.isAssignableFrom(type)
+        || type.getName().equals(KOTLIN_CONTINUATION)
+        || type.getName().equals("org.springframework.kafka.support.ShareAcknowledgment");
+  }
+
+  private static Returns returnsOf(Class<?> type) {
+    if (CompletionStage.class.isAssignableFrom(type)) {
+      return Returns.FUTURE;
+    }
+    if (REACTOR_PRESENT && MonoOutcomes.isMono(type)) {
+      return Returns.MONO;
+    }
+    return Returns.VALUE;
+  }
+}
