@@ -31,7 +31,8 @@ import org.slf4j.LoggerFactory;
 /**
  * A poll loop for plain kafka-clients consumers that runs each record through a {@link
  * RecordProcessor}, usually an {@link IdempotentRecordHandler}, and commits an offset only past
- * records that are done.
+ * records that are done. (A little over 500 lines: its public {@link Builder} must stay nested;
+ * what the loop does at each step lives in package-private classes, listed in docs/building.md.)
  *
  * <pre>{@code
  * Map<String, Object> consumerConfig = Map.of(
