@@ -13,11 +13,14 @@ import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestMariaDb;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.SQLException;
@@ -25,6 +28,8 @@ import java.time.Duration;
 import java.time.Instant;
 import java.util.List;
 import java.util.UUID;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.AfterAll;
@@ -209,6 +214,57 @@ class VanishedRecordTest {
       assertThat(executor.execute(key, runs::incrementAndGet).outcome())
           .isEqualTo(Outcome.DUPLICATE);
       assertThat(runs).hasValue(0);
+    }
+  }
+
+  /**
+   * The renewal that finds the record gone asks the store what is there instead; if the handler
+   * ends meanwhile and its SUCCESS is written again under its token (the vanished record's
+   * rewrite), the answer is that row. It is the holder's own outcome, not another consumer's claim:
+   * seen once after an asynchronous failover as a lease "taken over by another consumer".
+   */
+  @Test
+  void aRenewalThatFindsTheRecordGoneWhileTheOutcomeIsWrittenAgainReportsNoTakeover()
+      throws Exception {
+    JdbcDedupStore jdbc = JdbcDedupStore.builder(postgres).build();
+    CountDownLatch findAsked = new CountDownLatch(1);
+    CountDownLatch outcomeWritten = new CountDownLatch(1);
+    DedupStore store =
+        (DedupStore)
+            Proxy.newProxyInstance(
+                DedupStore.class.getClassLoader(),
+                new Class<?>[] {DedupStore.class},
+                (proxy, method, args) -> {
+                  if (method.getName().equals("find")) {
+                    findAsked.countDown();
+                    outcomeWritten.await(10, TimeUnit.SECONDS);
+                  }
+                  try {
+                    return method.invoke(jdbc, args);
+                  } catch (InvocationTargetException e) {
+                    throw e.getCause();
+                  }
+                });
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(store)
+            .lease(Duration.ofSeconds(2))
+            .renewalInterval(Duration.ofMillis(100))
+            .build()) {
+      DedupKey key = newKey();
+      DedupClaim claim = executor.claim(key, null, "orders-0@11");
+      delete(postgres, key);
+      assertThat(findAsked.await(10, TimeUnit.SECONDS))
+          .as("a renewal was refused and asked what holds the key")
+          .isTrue();
+
+      claim.complete();
+      outcomeWritten.countDown();
+
+      assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(warnings("had vanished")).singleElement().asString().contains(key.toString());
+      // The renewal thread's verdict comes after the released find: give it time to log.
+      Thread.sleep(300);
+      assertThat(warnings("taken over")).isEmpty();
     }
   }
 

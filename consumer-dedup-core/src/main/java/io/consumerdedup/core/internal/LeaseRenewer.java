@@ -220,8 +220,14 @@ public final class LeaseRenewer implements AutoCloseable {
         // the outcome's own fenced write tells the difference and reports a loss.
         return;
       }
+      boolean vanished = recordVanished();
+      if (stopped || settling) {
+        // The handler ended while the store was asked: the row found may be its own outcome,
+        // written again because the record had vanished. Its fenced write has the last word.
+        return;
+      }
       markLost();
-      if (recordVanished()) {
+      if (vanished) {
         log.warn(
             "The record of {} (attempt {}) vanished while the handler ran (a failover to a standby"
                 + " that had not received it, a DELETE, a purge): no other consumer holds the key,"
