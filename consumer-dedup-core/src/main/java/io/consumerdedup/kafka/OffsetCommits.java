@@ -16,10 +16,11 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * How {@link DedupPollLoop} commits: with {@code commitSync}, only past the records that are done,
- * after each poll, before partitions are revoked, and once more when the loop stops. The consumer
- * must leave committing to the loop (no auto-commit) and have a group to commit to; the checks of
- * that, when the loop is built, are here too. Commits are made on the loop's thread only.
+ * How {@link DedupPollLoop} commits: with {@code commitSync}, only past the records that are done
+ * and whose SUCCESS marks are written (it waits for those in flight first), after each poll, before
+ * partitions are revoked, and once more when the loop stops. The consumer must leave committing to
+ * the loop (no auto-commit) and have a group to commit to; the checks of that, when the loop is
+ * built, are here too. Commits are made on the loop's thread only.
  */
 final class OffsetCommits {
   // The loop's logger: applications and tests select the loop's messages by its name.
@@ -27,10 +28,12 @@ final class OffsetCommits {
 
   private final Consumer<?, ?> consumer;
   private final PartitionProgress progress;
+  private final PollClaims<?, ?> pollClaims;
 
-  OffsetCommits(Consumer<?, ?> consumer, PartitionProgress progress) {
+  OffsetCommits(Consumer<?, ?> consumer, PartitionProgress progress, PollClaims<?, ?> pollClaims) {
     this.consumer = consumer;
     this.progress = progress;
+    this.pollClaims = pollClaims;
   }
 
   /**
@@ -76,8 +79,12 @@ final class OffsetCommits {
     }
   }
 
-  /** Commits the offsets of the records done since the last commit. */
+  /**
+   * Commits the offsets of the records done since the last commit, once the SUCCESS marks still in
+   * flight are written (a partition whose mark is not is held at that record instead).
+   */
   void commitDone() {
+    pollClaims.awaitMarks();
     Map<TopicPartition, OffsetAndMetadata> done = progress.offsetsToCommit();
     if (done.isEmpty()) {
       return;
