@@ -426,11 +426,13 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
       commits.commitBeforeRevoke();
       progress.forget(partitions);
+      commits.forget(partitions);
     }
 
     @Override
     public void onPartitionsLost(Collection<TopicPartition> partitions) {
       progress.forget(partitions);
+      commits.forget(partitions);
     }
 
     @Override
