@@ -93,6 +93,14 @@ final class ClaimCalls {
     }
   }
 
+  /**
+   * Whether an outcome of {@code key} from this process is still on its way to the store: a claim
+   * of the key would have to write it first ({@link #request}).
+   */
+  boolean outcomePending(DedupKey key) {
+    return !inTransaction && outcomes.isPending(key);
+  }
+
   /** Sends {@code request}, at {@code sentNanos}. */
   ClaimResult claim(ClaimRequest request, long sentNanos) {
     FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);

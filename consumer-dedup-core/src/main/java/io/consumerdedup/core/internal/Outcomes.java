@@ -267,6 +267,11 @@ public final class Outcomes implements AutoCloseable {
     listener.failed(key, token, error);
   }
 
+  /** Whether an outcome of {@code key} is still to be written (queued, or kept for retrying). */
+  public boolean isPending(DedupKey key) {
+    return pending.containsKey(key);
+  }
+
   /**
    * Writes the kept outcome of an earlier attempt of {@code key}, if there is one, before this
    * process claims the key again: a handler whose SUCCESS is not yet recorded must not run again.
