@@ -121,10 +121,10 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
    * #settle()}: the record's claim is the one {@link #prepare} made (or, for a record it did not
    * claim, one made now), and its SUCCESS is written in the background, grouped with the marks of
    * other records; {@link #settle()} waits for them (under {@link DedupPollLoop}, the loop does).
-   * Claimed one by one ({@code claimsPerPoll(false)}), a record's handler runs only once the
-   * SUCCESS of the record before it is written, so a crash re-runs at most the record in hand; the
-   * next record's claim commits meanwhile. Outside a poll (no {@link #prepare} on this thread), it
-   * is {@link #handle(ConsumerRecord)}.
+   * Claimed one by one ({@code claimsPerPoll(false)}), a record's SUCCESS is written in the same
+   * commit as the next record's claim ({@link DedupClaim#completeWithNextClaim()}), before the next
+   * record's handler runs: one commit per record, and a crash re-runs at most the record in hand.
+   * Outside a poll (no {@link #prepare} on this thread), it is {@link #handle(ConsumerRecord)}.
    */
   @Override
   public Outcome process(ConsumerRecord<K, V> record) {
@@ -140,7 +140,7 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     if (claim.isDuplicate()) {
       return Outcome.DUPLICATE;
     }
-    return run(record, claim, current);
+    return run(record, claim, current, false);
   }
 
   /** A record of the poll that {@link #prepare} did not claim: claimed now, marked later. */
@@ -156,16 +156,21 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     if (claim.isDuplicate()) {
       return Outcome.DUPLICATE;
     }
-    // The claim above committed while the previous record's SUCCESS was written; its handler has
-    // applied its effect, so this one waits for that mark: a crash re-runs one record, as when
-    // each record is marked before the next is claimed. A mark that fails is the poll's to
-    // report (settle), and holds its record there; it does not stop this one.
+    // The claim above carried the previous record's SUCCESS, unless it went its own way (the
+    // writer took it after a pause, or the keys are the same): its handler has applied its effect,
+    // so this one waits for that mark, and a crash re-runs one record. A mark that fails is the
+    // poll's to report (settle), and holds its record there; it does not stop this one.
     current.awaitLastMark(executor.renewalInterval());
-    return run(record, claim, current);
+    return run(record, claim, current, true);
   }
 
-  /** Runs the handler under a held claim; FAILED is written at once, SUCCESS in the background. */
-  private Outcome run(ConsumerRecord<K, V> record, DedupClaim claim, Poll<K, V> current) {
+  /**
+   * Runs the handler under a held claim; FAILED is written at once, SUCCESS in the background:
+   * grouped with other records' marks by the writer, or, for a record claimed on its own ({@code
+   * withNextClaim}), with the next record's claim.
+   */
+  private Outcome run(
+      ConsumerRecord<K, V> record, DedupClaim claim, Poll<K, V> current, boolean withNextClaim) {
     try {
       handler.handle(record);
     } catch (RuntimeException | Error e) {
@@ -179,7 +184,8 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
       throw new DedupHandlerException(claim.key(), claim.source(), e);
     }
     FaultPoints.reached(FaultPoints.Point.AFTER_HANDLER);
-    CompletableFuture<Void> written = claim.completeAsync();
+    CompletableFuture<Void> written =
+        withNextClaim ? claim.completeWithNextClaim() : claim.completeAsync();
     current.lastMark = written;
     MarksInFlight loop = MarksInFlight.open();
     (loop != null ? loop : current.marks).add(record, written, executor.renewalInterval());
@@ -248,6 +254,7 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     if (current.claims != null) {
       current.claims.releaseUnended();
     }
+    executor.flushMarks(); // the last record's SUCCESS: no next claim comes to take it
     return current.marks.await(log);
   }
 

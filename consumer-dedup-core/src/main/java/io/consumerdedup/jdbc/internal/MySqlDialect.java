@@ -221,7 +221,8 @@ public final class MySqlDialect extends Dialect {
           return new Written(
               claims.stream().map(Held::key).filter(lost::contains).toList(), rewritten);
         };
-    return claims.size() == 1
+    // In a transaction already (a claim's, see claimCompleting), its commit is theirs.
+    return claims.size() == 1 || !connection.getAutoCommit()
         ? perKey.run(connection)
         : StoreCalls.inOwnTransaction(connection, perKey);
   }

@@ -9,6 +9,7 @@ import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.internal.StoredText;
 import java.sql.Array;
@@ -67,16 +68,7 @@ public final class PostgresDialect extends Dialect {
       open.forEach(request -> byKey.put(columns(request.key()), request));
       PostgresSql.Keyed claimSql = withLease ? sql.claim : sql.claimInTransaction;
       try (PreparedStatement statement = calls.prepare(connection, claimSql.forRows(open.size()))) {
-        Rows<ClaimRequest> bound = new Rows<>(statement, 1, open);
-        bound.bind(TEXT, r -> r.key().bizType());
-        bound.bind(TEXT, r -> r.key().bizKey());
-        bound.bind(TEXT, ClaimRequest::owner);
-        bound.bind(BIGINT, r -> r.lease().toMillis());
-        bound.bind(
-            BIGINT, r -> (withLease ? r.lease().plus(r.retention()) : r.retention()).toMillis());
-        bound.bind(TEXT, ClaimRequest::fingerprint);
-        bound.bind(TEXT, r -> StoredText.storable(r.source(), StoredText.MAX_SOURCE_LENGTH));
-        bound.bind(TEXT, ClaimRequest::claimId);
+        bindClaims(new Rows<>(statement, 1, open), withLease);
         try (ResultSet rows = statement.executeQuery()) {
           while (rows.next()) {
             ClaimRequest request =
@@ -100,6 +92,57 @@ public final class PostgresDialect extends Dialect {
           null);
     }
     return requests.stream().map(request -> answers.get(request.key())).toList();
+  }
+
+  /** Binds the requests' columns of a claim statement. */
+  private static void bindClaims(Rows<ClaimRequest> bound, boolean withLease) throws SQLException {
+    bound.bind(TEXT, r -> r.key().bizType());
+    bound.bind(TEXT, r -> r.key().bizKey());
+    bound.bind(TEXT, ClaimRequest::owner);
+    bound.bind(BIGINT, r -> r.lease().toMillis());
+    bound.bind(BIGINT, r -> (withLease ? r.lease().plus(r.retention()) : r.retention()).toMillis());
+    bound.bind(TEXT, ClaimRequest::fingerprint);
+    bound.bind(TEXT, r -> StoredText.storable(r.source(), StoredText.MAX_SOURCE_LENGTH));
+    bound.bind(TEXT, ClaimRequest::claimId);
+  }
+
+  /**
+   * One statement for the claim and the marks (see {@link PostgresSql#claimCompleting}). Rarely a
+   * second one: for the marks, when one of them did not apply (a lost lease, a vanished record:
+   * {@link #update} tells them apart, counting what the first one wrote as written), and for the
+   * claim, when the key's record changed under the statement.
+   */
+  @Override
+  public DedupStore.ClaimCompleting claimCompleting(
+      Connection connection, ClaimRequest request, List<Held> completing, Duration retention)
+      throws SQLException {
+    ClaimResult answer;
+    long marked;
+    try (PreparedStatement statement =
+        calls.prepare(connection, sql.claimCompleting.forRows(completing.size()))) {
+      statement.setLong(1, retention.toMillis());
+      Rows<Held> marks = new Rows<>(statement, 2, completing);
+      marks.bind(TEXT, c -> c.key().bizType());
+      marks.bind(TEXT, c -> c.key().bizKey());
+      marks.bind(INT, Held::token);
+      bindClaims(new Rows<>(statement, marks.nextIndex(), List.of(request)), true);
+      try (ResultSet row = statement.executeQuery()) {
+        if (!row.next()) {
+          throw new DedupStoreException(
+              "The claim statement answered no row", request.key(), request.source(), null);
+        }
+        marked = row.getLong("marked");
+        answer = answer(row, request, true);
+      }
+    }
+    List<DedupKey> lost =
+        marked == completing.size()
+            ? List.of()
+            : update(connection, FencedUpdate.COMPLETE, completing, retention, null);
+    if (answer == null) {
+      answer = claim(connection, List.of(request), true).get(0);
+    }
+    return new DedupStore.ClaimCompleting(answer, lost);
   }
 
   /**
@@ -250,6 +293,11 @@ public final class PostgresDialect extends Dialect {
       this.statement = statement;
       this.index = firstIndex;
       this.items = items;
+    }
+
+    /** The index of the parameter after the bound columns. */
+    int nextIndex() {
+      return index;
     }
 
     void bind(PostgresSql.Type type, Function<T, @Nullable Object> column) throws SQLException {
