@@ -117,6 +117,7 @@ final class ClaimCalls {
       if (mark == null) {
         return store.claim(request);
       }
+      FaultPoints.reached(FaultPoints.Point.BEFORE_SUCCESS_MARK);
       DedupStore.ClaimCompleting done =
           store.claimCompleting(request, List.of(mark.claim()), successRetention);
       Outcomes.Pending written = mark;

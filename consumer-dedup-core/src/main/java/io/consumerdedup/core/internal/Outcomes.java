@@ -300,6 +300,7 @@ public final class Outcomes implements AutoCloseable {
     List<ClaimResult.Claimed> claims =
         open.stream().map(outcome -> outcome.renewal.claim()).toList();
     try {
+      FaultPoints.reached(FaultPoints.Point.BEFORE_SUCCESS_MARK);
       Set<DedupKey> lost = new HashSet<>(store.completeAll(claims, successRetention));
       FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
       open.forEach(outcome -> settle(outcome, !lost.contains(outcome.key)));
