@@ -142,19 +142,12 @@ public final class Bench {
         report.checks(problems, comparison);
 
         if (!options.memoryRecords().isEmpty()) {
-          double springRecordRate =
-              comparison.stream()
-                  .filter(summary -> summary.variant().id().equals("V7"))
-                  .mapToDouble(VariantSummary::messagesPerSecond)
-                  .findFirst()
-                  .orElseThrow();
           memory =
               HeapGrowth.run(
                   broker,
                   database,
                   options.memoryRecords().get(0),
                   options.memoryRecords().get(1),
-                  HeapGrowth.RATE_SHARE * springRecordRate,
                   progress);
           problems.addAll(memory.problems());
           report.memory(memory);

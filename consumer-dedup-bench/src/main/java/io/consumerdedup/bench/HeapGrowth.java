@@ -27,11 +27,13 @@ import org.springframework.context.ConfigurableApplicationContext;
  * Whether the heap grows with the records consumed, on the path users run most: V7's application, a
  * Spring Boot {@code @Idempotent} record listener at the defaults, in one run of {@code larger}
  * messages (5 % of them repeating an earlier key, as in the comparison). A producer thread sends
- * them at a steady rate the listener keeps up with ({@link #RATE_SHARE} of V7's median in the
- * comparison), so that at both measurements the consumer is caught up, at the same rate, holding no
- * backlog of fetched records that would count as heap. When {@code smaller} records are done and
- * when all are, the consumer thread itself runs a full GC ({@link MemoryMXBean#gc()}, twice) and
- * reads the heap in use: {@code heap_growth} is the second over the first.
+ * them as the listener consumes them, at most {@link #MAX_AHEAD} records ahead of it: the listener
+ * runs at its own full rate from start to end (polls of up to 500 records, as in the comparison),
+ * and at either measurement holds at most that many fetched records, which count as heap, instead
+ * of a backlog whose size depends on how far it is from the end of the topic. When {@code smaller}
+ * records are done and when all are, the consumer thread itself runs a full GC ({@link
+ * MemoryMXBean#gc()}, twice) and reads the heap in use: {@code heap_growth} is the second over the
+ * first.
  *
  * <p>Nothing of the harness grows with the records: the producer makes each key as it goes (no list
  * of them), the handler counts its runs and marks each order number in a bit set allocated up
@@ -40,11 +42,12 @@ import org.springframework.context.ConfigurableApplicationContext;
  * the report gives both.
  */
 final class HeapGrowth {
-  /** The share of V7's measured rate the producer sends at. */
-  static final double RATE_SHARE = 0.8;
+  /** How many records the producer sends ahead of those the listener is done with, at most. */
+  static final int MAX_AHEAD = 1_000;
 
   private static final MemoryMXBean MEMORY = ManagementFactory.getMemoryMXBean();
   private static final Duration BASE_TIMEOUT = Duration.ofMinutes(2);
+  private static final Duration TIMEOUT_PER_MESSAGE = Duration.ofMillis(20);
 
   /** Keeps this section's keys and their order the same from run to run. */
   private static final long SEED = 20_240_902;
@@ -58,7 +61,6 @@ final class HeapGrowth {
    * @param larger records done at the second, all of the run's
    * @param heapAtSmaller heap used after a full GC when {@code smaller} records were done
    * @param heapAtLarger heap used after a full GC when {@code larger} records were done
-   * @param sentPerSecond the rate the producer sent at
    * @param messagesPerSecond the listener's rate, from the first poll that returned records to the
    *     last record done (the two full GCs included)
    * @param problems what went wrong: records not consumed, or a handler count that is not one per
@@ -69,7 +71,6 @@ final class HeapGrowth {
       int larger,
       long heapAtSmaller,
       long heapAtLarger,
-      double sentPerSecond,
       double messagesPerSecond,
       List<String> problems) {
 
@@ -86,15 +87,10 @@ final class HeapGrowth {
 
   /**
    * Starts V7's application on an emptied dedup table and a new topic, sends {@code larger}
-   * messages to it at {@code sendPerSecond}, and returns the heap at the two points.
+   * messages to it as it goes, and returns the heap at the two points.
    */
   static Result run(
-      BenchBroker broker,
-      BenchDatabase database,
-      int smaller,
-      int larger,
-      double sendPerSecond,
-      PrintStream progress)
+      BenchBroker broker, BenchDatabase database, int smaller, int larger, PrintStream progress)
       throws Exception {
     String suffix = HexFormat.of().toHexDigits(ThreadLocalRandom.current().nextInt());
     String topic = "bench-memory-" + suffix;
@@ -115,13 +111,11 @@ final class HeapGrowth {
               }
             });
     progress.printf(
-        "[bench] memory: V7's application over %,d messages sent at %,.0f/s, heap at %,d and"
-            + " %,d ...%n",
-        larger, sendPerSecond, smaller, larger);
-    PacedProducer producer = new PacedProducer(broker, topic, larger, sendPerSecond);
+        "[bench] memory: V7's application over %,d messages, heap at %,d and %,d ...%n",
+        larger, smaller, larger);
+    PacedProducer producer = new PacedProducer(broker, topic, larger, probe);
     ExecutorService sending = Executors.newSingleThreadExecutor();
-    Duration timeout =
-        BASE_TIMEOUT.plus(Duration.ofNanos((long) (2 * larger * 1e9 / sendPerSecond)));
+    Duration timeout = BASE_TIMEOUT.plus(TIMEOUT_PER_MESSAGE.multipliedBy(larger));
     int distinctKeys;
     try (ConfigurableApplicationContext application =
         SpringListenerApp.start(
@@ -160,7 +154,6 @@ final class HeapGrowth {
             larger,
             heap[0],
             heap[1],
-            sendPerSecond,
             probe.done() * 1e9 / probe.elapsedNanos(),
             List.copyOf(problems));
     progress.printf(
@@ -181,21 +174,22 @@ final class HeapGrowth {
   }
 
   /**
-   * Sends the messages at a steady rate, round-robin on the partitions, each with its order number
-   * in the {@code order-no} header: a new key, or for {@link BenchOptions#DUPLICATE_RATE} of them
-   * one sent before. It makes each key as it goes, so that it holds nothing per message.
+   * Sends the messages at most {@link #MAX_AHEAD} ahead of the records the probe has seen done,
+   * round-robin on the partitions, each with its order number in the {@code order-no} header: a new
+   * key, or for {@link BenchOptions#DUPLICATE_RATE} of them one sent before. It makes each key as
+   * it goes, so that it holds nothing per message.
    */
   private static final class PacedProducer {
     private final BenchBroker broker;
     private final String topic;
     private final int messages;
-    private final double perSecond;
+    private final Probe probe;
 
-    PacedProducer(BenchBroker broker, String topic, int messages, double perSecond) {
+    PacedProducer(BenchBroker broker, String topic, int messages, Probe probe) {
       this.broker = broker;
       this.topic = topic;
       this.messages = messages;
-      this.perSecond = perSecond;
+      this.probe = probe;
     }
 
     /**
@@ -207,13 +201,10 @@ final class HeapGrowth {
       Random random = new Random(SEED);
       AtomicReference<Exception> firstFailure = new AtomicReference<>();
       int distinct = 0;
-      long start = System.nanoTime();
       try (KafkaProducer<String, String> producer = broker.producer()) {
         for (int i = 0; i < messages; i++) {
-          long due = start + (long) (i * 1e9 / perSecond);
-          long wait = due - System.nanoTime();
-          if (wait > 0) {
-            TimeUnit.NANOSECONDS.sleep(wait);
+          while (i - probe.done() >= MAX_AHEAD) {
+            TimeUnit.MILLISECONDS.sleep(1);
           }
           boolean repeat = distinct > 0 && random.nextDouble() < BenchOptions.DUPLICATE_RATE;
           String orderNo = Workload.orderNo(repeat ? random.nextInt(distinct) : distinct++);
