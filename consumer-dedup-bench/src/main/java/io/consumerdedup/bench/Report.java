@@ -72,8 +72,10 @@ final class Report {
         warmUp.messages());
     out.println(
         "            ours = consumer-dedup (DedupPollLoop + IdempotentRecordHandler +"
-            + " JdbcDedupStore on HikariCP); V7 and V8: a Spring Boot application, one"
-            + " @KafkaListener method taking one record, at Boot's and consumer-dedup's defaults");
+            + " JdbcDedupStore on HikariCP)");
+    out.println(
+        "            V7, V8 = a Spring Boot application, one @KafkaListener method taking one"
+            + " record, at Boot's and consumer-dedup's defaults");
   }
 
   void comparison(List<VariantSummary> summaries, int repetitions) {
