@@ -79,8 +79,11 @@ import org.slf4j.LoggerFactory;
  * exception is classified by {@link Disposition#of(Throwable)}:
  *
  * <ul>
- *   <li>returns PROCESSED or DUPLICATE: the record is done; its offset is committed (with {@code
- *       commitSync}) after the records of the poll are handled.
+ *   <li>returns PROCESSED or DUPLICATE: the record is done; its offset is committed once the
+ *       SUCCESS marks of its poll are written: with {@code commitAsync} as the next poll begins
+ *       (the loop fetches and claims the next poll while the marks commit, and waits for them
+ *       before the next poll's first handler), with {@code commitSync} before a rebalance revokes
+ *       the partition and when the loop stops.
  *   <li>throws a {@link Disposition#RETRY_LATER} exception, such as {@link
  *       DedupInProgressException} (another consumer holds a live lease on the key) or {@link
  *       DedupStoreUnavailableException} (the database is unreachable after the store's own
