@@ -18,6 +18,7 @@ import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.jspecify.annotations.Nullable;
@@ -191,18 +192,22 @@ public final class Outcomes implements AutoCloseable {
       unpark(earlier);
       queue(earlier); // no claim came between the two
     }
-    if (closed) {
-      flushParked();
-    } else {
-      outcome.unparking =
-          renewer.after(
-              PARKED_MARK_WAIT,
-              () -> {
-                if (parked.remove(thread, outcome)) {
-                  queue(outcome);
-                }
-              });
+    try {
+      if (!closed) {
+        outcome.unparking =
+            renewer.after(
+                PARKED_MARK_WAIT,
+                () -> {
+                  if (parked.remove(thread, outcome)) {
+                    queue(outcome);
+                  }
+                });
+        return outcome.written;
+      }
+    } catch (RejectedExecutionException e) {
+      // Closed meanwhile: no timer any more.
     }
+    flushParked(); // closed: written now, on this thread
     return outcome.written;
   }
 
