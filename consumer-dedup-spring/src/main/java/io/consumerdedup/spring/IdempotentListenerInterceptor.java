@@ -10,10 +10,12 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import io.consumerdedup.spring.internal.AttemptLimit;
+import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.lang.reflect.Method;
 import java.time.Duration;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
@@ -58,6 +60,16 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * duplicate is not invoked: it returns {@code null}, a primitive's zero, or an empty future or
  * Mono, and its {@code Acknowledgment} is acknowledged.
  *
+ * <p>Claims per poll (unless built with {@code claimsPerPoll} false): when the container's consumer
+ * tells the listener its poll ({@link DedupConsumerPostProcessor}, which {@link
+ * DedupContainers#configure} adds), the listener's first record of a poll claims the keys of the
+ * rest of the poll in one statement ({@link PollClaims}), and SUCCESS is written in the background,
+ * grouped with other records' marks, instead of before the method returns: the consumer holds back
+ * every offset commit until the marks of the records it passes are durable, so what is said above
+ * of a SUCCESS that cannot be written holds for the commit instead of the call. A listener call
+ * that fails gives back the poll's claims it did not use. Mode TRANSACTIONAL, a container's Kafka
+ * transactions and {@code @KafkaHandler} methods claim record by record.
+ *
  * <p>The record comes from the method's {@code ConsumerRecord} argument if it has one, else from
  * {@link CurrentRecordInterceptor}. The method's own exceptions are rethrown as themselves after
  * FAILED is recorded, each failed attempt logged in one WARN line, except on the last attempt
@@ -79,6 +91,7 @@ public final class IdempotentListenerInterceptor {
   private final IdempotentExecutors executors;
   private final MissingKeyPolicy defaultMissingKeyPolicy;
   private final AttemptLimit attempts;
+  private final boolean claimsPerPoll;
   private final @Nullable BeanFactory beanFactory;
   private final Map<Method, Optional<IdempotentListenerMethod>> methods = new ConcurrentHashMap<>();
   private final MethodInterceptor outsideTransactions = forMode(DedupMode.SEPARATE);
@@ -108,10 +121,29 @@ public final class IdempotentListenerInterceptor {
       MissingKeyPolicy defaultMissingKeyPolicy,
       int maxAttempts,
       @Nullable BeanFactory beanFactory) {
+    this(executors, defaultMissingKeyPolicy, maxAttempts, true, beanFactory);
+  }
+
+  /**
+   * @param maxAttempts as above
+   * @param claimsPerPoll whether a record listener claims the keys of a whole poll in one statement
+   *     and has its SUCCESS marks written in the background, grouped, before the consumer commits
+   *     past them (true), or claims each record's key and writes its SUCCESS before returning
+   *     (false; {@code consumer-dedup.claims-per-poll=false})
+   * @param beanFactory resolves {@code @bean} references in key expressions; may be null
+   * @throws IllegalArgumentException if {@code maxAttempts} is less than 1
+   */
+  public IdempotentListenerInterceptor(
+      IdempotentExecutors executors,
+      MissingKeyPolicy defaultMissingKeyPolicy,
+      int maxAttempts,
+      boolean claimsPerPoll,
+      @Nullable BeanFactory beanFactory) {
     this.executors = Objects.requireNonNull(executors, "executors");
     this.defaultMissingKeyPolicy =
         Objects.requireNonNull(defaultMissingKeyPolicy, "defaultMissingKeyPolicy");
     this.attempts = new AttemptLimit(maxAttempts);
+    this.claimsPerPoll = claimsPerPoll;
     this.beanFactory = beanFactory;
   }
 
@@ -157,24 +189,103 @@ public final class IdempotentListenerInterceptor {
     }
     @Nullable Object[] arguments = invocation.getArguments();
     ConsumerRecord<Object, Object> record = listener.record(arguments);
+    ConsumerPoll poll = claimsPerPoll(listener, executor, record);
+    if (poll == null) {
+      return invokeRecord(
+          invocation, listener, executor, missingKeyPolicy, arguments, record, null);
+    }
+    Object result;
+    try {
+      result =
+          invokeRecord(invocation, listener, executor, missingKeyPolicy, arguments, record, poll);
+    } catch (Throwable error) {
+      // The container does not go on with this poll (its error handler seeks the records after
+      // this one back, or an Error stops it): the claims the listener did not use are given back
+      // now, and this record is claimed alone when it comes again.
+      poll.failed(record);
+      try {
+        poll.releaseClaims();
+      } catch (RuntimeException releaseFailed) {
+        error.addSuppressed(releaseFailed);
+      }
+      throw error;
+    }
+    poll.done(record);
+    return result;
+  }
+
+  /**
+   * The poll of the consumer delivering {@code record}, if its key is to be claimed with the poll's
+   * other keys and its SUCCESS written in the background; null to claim it alone and write its
+   * SUCCESS before returning, as in mode TRANSACTIONAL (the claim joins the listener's
+   * transaction), in a Kafka transaction of the container (its offsets go with the producer's
+   * transaction, which the marks cannot hold back), for a {@code @KafkaHandler} (the container may
+   * hand the poll's other records to another method), and without a consumer that tells the
+   * listener its poll ({@link io.consumerdedup.spring.internal.PollAwareConsumer}).
+   */
+  private @Nullable ConsumerPoll claimsPerPoll(
+      IdempotentListenerMethod listener,
+      IdempotentExecutor executor,
+      ConsumerRecord<Object, Object> record) {
+    if (!claimsPerPoll
+        || listener.classLevel
+        || executor.mode() != DedupMode.SEPARATE
+        || ListenerOutcomes.inKafkaTransaction()) {
+      return null;
+    }
+    return CurrentRecordInterceptor.pollOf(record);
+  }
+
+  private @Nullable Object invokeRecord(
+      MethodInvocation invocation,
+      IdempotentListenerMethod listener,
+      IdempotentExecutor executor,
+      MissingKeyPolicy missingKeyPolicy,
+      @Nullable Object[] arguments,
+      ConsumerRecord<Object, Object> record,
+      @Nullable ConsumerPoll poll)
+      throws Throwable {
+    String groupId = KafkaUtils.getConsumerGroupId();
     KeyEvaluation evaluation = KeyEvaluation.ofCall(listener, record, arguments, beanFactory);
     RecordKeyResolver<Object, Object> keys =
-        evaluation.resolver(missingKeyPolicy, KafkaUtils.getConsumerGroupId(), executor);
+        evaluation.resolver(missingKeyPolicy, groupId, executor);
     Optional<DedupKey> key = keys.resolve(record);
     if (key.isEmpty()) {
+      if (poll != null) {
+        poll.marks().written(record); // nothing to wait for, whatever an earlier delivery left
+      }
       return invocation.proceed(); // no key, and the policy says to process it without dedup
     }
     String source = keys.source(record);
     if (executor.mode() == DedupMode.TRANSACTIONAL) {
       executors.requireTransaction(listener.toString(), key.get(), source);
     }
-    DedupClaim claim = executor.claim(key.get(), evaluation.fingerprint(), source);
+    String fingerprint = evaluation.fingerprint();
+    DedupClaim claim = null;
+    if (poll != null && !poll.failedLately(record)) {
+      List<ConsumerRecord<?, ?>> rest = poll.recordsFrom(record);
+      if (!rest.isEmpty()) {
+        claim =
+            poll.claims(
+                    listener,
+                    l ->
+                        PollClaims.claim(
+                            listener, executor, missingKeyPolicy, groupId, beanFactory, rest, poll))
+                .claimFor(record, key.get(), fingerprint);
+      }
+    }
+    if (claim == null) {
+      claim = executor.claim(key.get(), fingerprint, source);
+    }
     DedupAttemptsExhaustedException exhausted = attempts.beyondLimit(claim, executor);
     if (exhausted != null) {
       throw exhausted;
     }
     Acknowledgment acknowledgment = listener.shape.acknowledgment(arguments);
     if (claim.isDuplicate()) {
+      if (poll != null) {
+        poll.marks().written(record); // SUCCESS, whatever an earlier delivery's mark met
+      }
       if (acknowledgment != null && listener.shape.returns == ListenerShape.Returns.VALUE) {
         // As spring-kafka does for records it filters out: otherwise, in a manual ack mode, the
         // duplicate's offset is never committed and the consumer's lag never reaches zero.
@@ -183,6 +294,9 @@ public final class IdempotentListenerInterceptor {
       return listener.shape.duplicateResult();
     }
     ListenerOutcomes.Pending pending = ListenerOutcomes.pending(record, claim, attempts);
+    if (poll != null) {
+      pending.markInBackground(poll.marks(), source, executor);
+    }
     boolean settleNow =
         listener.shape.returns != ListenerShape.Returns.VALUE
             || (!ListenerOutcomes.inKafkaTransaction()

@@ -111,7 +111,11 @@ public class ConsumerDedupAutoConfiguration {
   public IdempotentListenerInterceptor idempotentListenerInterceptor(
       IdempotentExecutors executors, ConsumerDedupProperties properties, BeanFactory beanFactory) {
     return new IdempotentListenerInterceptor(
-        executors, properties.getMissingKeyPolicy(), properties.getMaxAttempts(), beanFactory);
+        executors,
+        properties.getMissingKeyPolicy(),
+        properties.getMaxAttempts(),
+        properties.isClaimsPerPoll(),
+        beanFactory);
   }
 
   @Bean
