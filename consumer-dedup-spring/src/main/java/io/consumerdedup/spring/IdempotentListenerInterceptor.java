@@ -94,6 +94,7 @@ public final class IdempotentListenerInterceptor {
   private final boolean claimsPerPoll;
   private final @Nullable BeanFactory beanFactory;
   private final Map<Method, Optional<IdempotentListenerMethod>> methods = new ConcurrentHashMap<>();
+  private volatile @Nullable ObservationOutcomeTagger outcomeTagger;
   private final MethodInterceptor outsideTransactions = forMode(DedupMode.SEPARATE);
   private final MethodInterceptor insideTransactions = forMode(DedupMode.TRANSACTIONAL);
 
@@ -145,6 +146,15 @@ public final class IdempotentListenerInterceptor {
     this.attempts = new AttemptLimit(maxAttempts);
     this.claimsPerPoll = claimsPerPoll;
     this.beanFactory = beanFactory;
+  }
+
+  /**
+   * Tags each record's listener observation with its outcome also when the record's key was claimed
+   * with the rest of its poll (the engine tells those outcomes while the poll's first record is
+   * delivered). The auto-configuration sets the tagger it defines.
+   */
+  public void tagOutcomesWith(@Nullable ObservationOutcomeTagger tagger) {
+    this.outcomeTagger = tagger;
   }
 
   /** The advice for listeners in mode SEPARATE: to stand before any transaction advice. */
@@ -335,6 +345,13 @@ public final class IdempotentListenerInterceptor {
         settle(listener, record, pending, claim, source);
         release(held);
         return result;
+    }
+  }
+
+  private void tag(String outcome) {
+    ObservationOutcomeTagger tagger = outcomeTagger;
+    if (tagger != null) {
+      tagger.tag(outcome);
     }
   }
 
