@@ -115,8 +115,8 @@ final class PollClaims implements ConsumerPoll.Claims {
 
   /**
    * The claim this poll holds for {@code record}, if it was claimed under {@code key} and {@code
-   * fingerprint}: held (the listener runs, then ends it) or a duplicate; null if the record is to
-   * be claimed alone.
+   * fingerprint} and its lease is still held: held (the listener runs, then ends it) or a
+   * duplicate; null if the record is to be claimed alone.
    *
    * @throws io.consumerdedup.core.DedupInProgressException another consumer holds the key (unless
    *     the in-progress policy is WAIT: then null, and the claim of the record alone waits)
@@ -148,6 +148,16 @@ final class PollClaims implements ConsumerPoll.Claims {
         return null; // the claim of the record alone waits, as the policy says
       }
       throw e;
+    }
+    if (!claim.isDuplicate() && claim.isLeaseLost()) {
+      // Claimed with the poll, but its lease ran out unrenewed since (the database away, the
+      // consumer stalled) or was taken over: another consumer may run the key. Claimed again,
+      // alone, which says whether it may run; this claim goes back with the poll's unused ones.
+      log.info(
+          "The claim of {} made with its poll lost its lease before its record was reached;"
+              + " claiming it again",
+          claim.source());
+      return null;
     }
     taken.put(index, claim);
     return claim;
