@@ -12,8 +12,8 @@ import org.jspecify.annotations.Nullable;
 
 /**
  * The benchmark: produces the workload once to an in-JVM Kafka broker, then, against one PostgreSQL
- * database of its own, runs the comparison of the variants, the table-size sweep and the purge, and
- * prints the report, ending with the {@code RESULT} line.
+ * database of its own, runs the comparison of the variants, the heap measurement, the table-size
+ * sweep and the purge, and prints the report, ending with the {@code RESULT} line.
  *
  * <pre>
  * mvn -B -q -pl consumer-dedup-bench -am verify -DskipTests -Pbench -Dbench.args=--quick
@@ -41,7 +41,7 @@ public final class Bench {
       status = run(BenchOptions.parse(args), System.out, System.err).passed() ? 0 : 1;
     } catch (IllegalArgumentException e) {
       System.err.println(e.getMessage());
-      System.out.println(Report.resultLine(List.of()));
+      System.out.println(Report.resultLine(List.of(), null));
       status = 2;
     }
     System.out.flush();
@@ -58,6 +58,7 @@ public final class Bench {
     List<String> problems = new ArrayList<>();
     List<VariantSummary> comparison = List.of();
     List<TableSizeSweep.Point> sweep = List.of();
+    HeapGrowth.@Nullable Result memory = null;
     PurgeBench.@Nullable Result purge = null;
     List<CrashWindow.Result> crashWindows = List.of();
     try {
@@ -125,7 +126,7 @@ public final class Bench {
                               + " extra effect(s) for "
                               + window.sum()
                               + " counted at the kills"));
-          return finish(out, start, problems, comparison, sweep, purge, crashWindows);
+          return finish(out, start, problems, comparison, memory, sweep, purge, crashWindows);
         }
         VariantRunner runner = new VariantRunner(database, broker, workload, progress);
 
@@ -139,6 +140,18 @@ public final class Bench {
             summary -> summary.runs().forEach(run -> problems.addAll(run.problems())));
         report.comparison(comparison, options.repetitions());
         report.checks(problems, comparison);
+
+        if (!options.memoryRecords().isEmpty()) {
+          memory =
+              HeapGrowth.run(
+                  broker,
+                  database,
+                  options.memoryRecords().get(0),
+                  options.memoryRecords().get(1),
+                  progress);
+          problems.addAll(memory.problems());
+          report.memory(memory);
+        }
 
         if (!options.sweepSizes().isEmpty()) {
           progress.println("[bench] table-size sweep ...");
@@ -157,7 +170,7 @@ public final class Bench {
       problems.add("The benchmark stopped: " + e);
       e.printStackTrace(progress);
     }
-    return finish(out, start, problems, comparison, sweep, purge, crashWindows);
+    return finish(out, start, problems, comparison, memory, sweep, purge, crashWindows);
   }
 
   private static BenchResults finish(
@@ -165,10 +178,11 @@ public final class Bench {
       long start,
       List<String> problems,
       List<VariantSummary> comparison,
+      HeapGrowth.@Nullable Result memory,
       List<TableSizeSweep.Point> sweep,
       PurgeBench.@Nullable Result purge,
       List<CrashWindow.Result> crashWindows) {
-    String resultLine = Report.resultLine(comparison);
+    String resultLine = Report.resultLine(comparison, memory);
     out.println();
     out.printf(
         "finished in %.0f s%s%n",
@@ -176,7 +190,7 @@ public final class Bench {
         problems.isEmpty() ? "" : "; PROBLEMS: " + String.join("; ", problems));
     out.println(resultLine);
     return new BenchResults(
-        comparison, sweep, purge, crashWindows, resultLine, List.copyOf(problems));
+        comparison, memory, sweep, purge, crashWindows, resultLine, List.copyOf(problems));
   }
 
   private static String postgresql(BenchDatabase database) throws Exception {

@@ -88,14 +88,23 @@ final class BenchBroker implements AutoCloseable {
     }
   }
 
-  /** A producer of String keys and values that waits for the broker's acknowledgement. */
+  /**
+   * A producer of String keys and values that waits for the broker's acknowledgement, with one
+   * request in flight per connection: a new partition can still refuse the first batch with
+   * NOT_LEADER_OR_FOLLOWER after {@link #createTopic} saw its leader (the broker's metadata is
+   * updated before its replica manager), and with more in flight a later batch was written first
+   * and the retried first one met OUT_OF_ORDER_SEQUENCE_NUMBER without end (seen on a loaded
+   * machine).
+   */
   KafkaProducer<String, String> producer() {
     return new KafkaProducer<>(
         Map.of(
             ProducerConfig.BOOTSTRAP_SERVERS_CONFIG,
             bootstrapServers(),
             ProducerConfig.ACKS_CONFIG,
-            "all"),
+            "all",
+            ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION,
+            1),
         new StringSerializer(),
         new StringSerializer());
   }

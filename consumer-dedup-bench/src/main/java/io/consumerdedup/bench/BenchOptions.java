@@ -6,15 +6,17 @@ import java.util.List;
 
 /**
  * What the benchmark runs, from its arguments. Without arguments: 200,000 messages, three
- * repetitions, the table-size sweep at 1e5 and 1e6 keys, and a purge over a table of 1e6 rows, half
- * of them expired.
+ * repetitions, the heap after 1e5 and 1e6 records, the table-size sweep at 1e5 and 1e6 keys, and a
+ * purge over a table of 1e6 rows, half of them expired.
  *
  * <pre>
- * --quick            5,000 messages, two repetitions, a purge of 1e5 rows: about two minutes
+ * --quick            5,000 messages, two repetitions, the heap after 1e4 and 1e5 records, a purge
+ *                    of 1e5 rows: about three minutes
  * --big              adds 1e7 keys to the table-size sweep
  * --messages=N       messages in the workload
  * --repetitions=N    interleaved repetitions of the comparison
  * --sweep=none|N,N   the table sizes of the sweep, or none
+ * --memory=none|N,M  the heap after N and after M records of one run of V7's application, or none
  * --purge-rows=N     rows in the table for the purge, half of them expired; 0 skips it
  * --crash-window     instead of all that, the crash window of mode SEPARATE: consumers in child
  *                    JVMs killed at random moments, and the records whose handler runs again
@@ -27,6 +29,8 @@ import java.util.List;
  * @param messages messages in the workload
  * @param repetitions interleaved repetitions of the comparison
  * @param sweepSizes the preloaded table sizes of the sweep; empty to skip it
+ * @param memoryRecords the records done at the two heap measurements, the smaller first; empty to
+ *     skip them
  * @param purgeRows rows in the table for the purge, half of them expired; 0 to skip it
  * @param crashWindow whether to measure the crash window instead of the comparison
  * @param kills kills per path in the crash-window run
@@ -36,6 +40,7 @@ public record BenchOptions(
     int messages,
     int repetitions,
     List<Long> sweepSizes,
+    List<Integer> memoryRecords,
     long purgeRows,
     boolean crashWindow,
     int kills) {
@@ -50,11 +55,13 @@ public record BenchOptions(
   public static final int VALUE_BYTES = 100;
 
   private static final long BIG_TABLE = 10_000_000;
+  private static final List<Integer> MEMORY_RECORDS = List.of(100_000, 1_000_000);
+  private static final List<Integer> QUICK_MEMORY_RECORDS = List.of(10_000, 100_000);
   private static final int MESSAGES_PER_KILL = 400;
 
   private static final String USAGE =
       "Arguments: [--quick] [--big] [--messages=N] [--repetitions=N] [--sweep=none|N,N,...]"
-          + " [--purge-rows=N] [--crash-window [--kills=N]]";
+          + " [--memory=none|N,M] [--purge-rows=N] [--crash-window [--kills=N]]";
 
   public BenchOptions {
     if (messages < 1 || repetitions < 1 || purgeRows < 0 || kills < 1) {
@@ -65,6 +72,14 @@ public record BenchOptions(
       throw new IllegalArgumentException("Sweep sizes must be at least 1: " + sweepSizes);
     }
     sweepSizes = List.copyOf(sweepSizes);
+    if (!memoryRecords.isEmpty()
+        && (memoryRecords.size() != 2
+            || memoryRecords.get(0) < 1
+            || memoryRecords.get(0) >= memoryRecords.get(1))) {
+      throw new IllegalArgumentException(
+          "--memory takes two record counts, the smaller first, or none: " + memoryRecords);
+    }
+    memoryRecords = List.copyOf(memoryRecords);
   }
 
   /**
@@ -85,6 +100,7 @@ public record BenchOptions(
     Integer messagesGiven = null;
     int repetitions = quick ? 2 : 3;
     List<Long> sweep = new ArrayList<>(List.of(100_000L, 1_000_000L));
+    List<Integer> memory = quick ? QUICK_MEMORY_RECORDS : MEMORY_RECORDS;
     long purgeRows = quick ? 100_000 : 1_000_000;
     for (String token : tokens) {
       String value = token.substring(token.indexOf('=') + 1);
@@ -98,6 +114,11 @@ public record BenchOptions(
         repetitions = parseInt(token, value);
       } else if (token.startsWith("--sweep=")) {
         sweep = value.equals("none") ? new ArrayList<>() : parseSizes(token, value);
+      } else if (token.startsWith("--memory=")) {
+        memory =
+            value.equals("none")
+                ? List.of()
+                : parseSizes(token, value).stream().map(Long::intValue).toList();
       } else if (token.startsWith("--purge-rows=")) {
         purgeRows = parseInt(token, value);
       } else {
@@ -112,7 +133,8 @@ public record BenchOptions(
     if (big && !sweep.contains(BIG_TABLE)) {
       sweep.add(BIG_TABLE);
     }
-    return new BenchOptions(quick, messages, repetitions, sweep, purgeRows, crashWindow, kills);
+    return new BenchOptions(
+        quick, messages, repetitions, sweep, memory, purgeRows, crashWindow, kills);
   }
 
   private static int parseInt(String token, String value) {

@@ -11,6 +11,7 @@ import java.util.Optional;
 import java.util.OptionalDouble;
 import java.util.stream.Collectors;
 import org.HdrHistogram.Histogram;
+import org.jspecify.annotations.Nullable;
 
 /** Writes the benchmark's report: the set-up, the tables, and the closing {@code RESULT} line. */
 final class Report {
@@ -31,10 +32,15 @@ final class Report {
       Workload warmUp) {
     out.println("consumer-dedup benchmark");
     out.printf(
-        "arguments   %s: %,d messages, %d repetition(s), sweep %s, purge %s%n",
+        "arguments   %s: %,d messages, %d repetition(s), memory %s, sweep %s, purge %s%n",
         options.quick() ? "--quick" : "full",
         options.messages(),
         options.repetitions(),
+        options.memoryRecords().isEmpty()
+            ? "skipped"
+            : String.format(
+                    "%,d / %,d", options.memoryRecords().get(0), options.memoryRecords().get(1))
+                + " records",
         options.sweepSizes().isEmpty()
             ? "skipped"
             : options.sweepSizes().stream()
@@ -67,6 +73,9 @@ final class Report {
     out.println(
         "            ours = consumer-dedup (DedupPollLoop + IdempotentRecordHandler +"
             + " JdbcDedupStore on HikariCP)");
+    out.println(
+        "            V7, V8 = a Spring Boot application, one @KafkaListener method taking one"
+            + " record, at Boot's and consumer-dedup's defaults");
   }
 
   void comparison(List<VariantSummary> summaries, int repetitions) {
@@ -107,7 +116,7 @@ final class Report {
                                 .map(run -> String.format("%,.0f", run.messagesPerSecond()))
                                 .collect(Collectors.joining(" ")))
                 .collect(Collectors.joining(" | ")));
-    for (String id : List.of("V1", "V2")) {
+    for (String id : List.of("V1", "V2", "V7")) {
       byId(summaries, id)
           .ifPresent(
               summary ->
@@ -179,11 +188,60 @@ final class Report {
     if (problems.isEmpty()) {
       out.printf(
           "checks: passed: every run of %s consumed every message; the handler ran for every"
-              + " message in V0, once per distinct key in V1, V2, V3, V4 and V5, never in V6%n",
-          summaries.stream().map(s -> s.variant().id()).collect(Collectors.joining(", ")));
+              + " message in %s, once per distinct key in %s, never in %s%n",
+          summaries.stream().map(s -> s.variant().id()).collect(Collectors.joining(", ")),
+          idsExpecting(summaries, Variant.HandlerRuns.EVERY_MESSAGE),
+          idsExpecting(summaries, Variant.HandlerRuns.EACH_KEY_ONCE),
+          idsExpecting(summaries, Variant.HandlerRuns.NEVER));
     } else {
       out.println("checks: FAILED");
       problems.forEach(problem -> out.println("  " + problem));
+    }
+  }
+
+  /** The ids of the variants whose handler runs {@code expected}: "V1, V2 and V5", or "none". */
+  private static String idsExpecting(List<VariantSummary> summaries, Variant.HandlerRuns expected) {
+    List<String> ids =
+        summaries.stream()
+            .map(VariantSummary::variant)
+            .filter(variant -> variant.expectedHandlerRuns() == expected)
+            .map(Variant::id)
+            .sorted()
+            .toList();
+    return switch (ids.size()) {
+      case 0 -> "none";
+      case 1 -> ids.get(0);
+      default ->
+          String.join(", ", ids.subList(0, ids.size() - 1)) + " and " + ids.get(ids.size() - 1);
+    };
+  }
+
+  void memory(HeapGrowth.Result result) {
+    out.println();
+    out.printf(
+        "Memory: V7's application (a Spring Boot @Idempotent record listener at the defaults) over"
+            + " one run of %,d messages, sent at most %,d ahead of it; heap used after a full GC"
+            + " (MemoryMXBean.gc()) when %,d and when all %,d records were done%n",
+        result.larger(), HeapGrowth.MAX_AHEAD, result.smaller(), result.larger());
+    out.printf(
+        "heap        %.1f MB after %,d records, %.1f MB after %,d: heap_growth %.2f (%+.1f MB, %.1f"
+            + " bytes per record in between); listener %,.0f msg/s%n",
+        result.heapAtSmaller() / 1e6,
+        result.smaller(),
+        result.heapAtLarger() / 1e6,
+        result.larger(),
+        result.growth(),
+        (result.heapAtLarger() - result.heapAtSmaller()) / 1e6,
+        result.bytesPerRecord(),
+        result.messagesPerSecond());
+    out.println(
+        "heap used includes the in-JVM broker and what the comparison left; the producer and the"
+            + " handler keep no state that grows with the records.");
+    if (result.problems().isEmpty()) {
+      out.println("check: passed: every message consumed, the handler ran once per distinct key");
+    } else {
+      out.println("check: FAILED");
+      result.problems().forEach(problem -> out.println("  " + problem));
     }
   }
 
@@ -244,10 +302,10 @@ final class Report {
   }
 
   /**
-   * The closing line: ratios of the median msg/s of the variants, {@code n/a} where one is not
-   * measured.
+   * The closing line: ratios of the median msg/s of the variants, and the heap's growth, {@code
+   * n/a} where one is not measured.
    */
-  static String resultLine(List<VariantSummary> summaries) {
+  static String resultLine(List<VariantSummary> summaries, HeapGrowth.@Nullable Result memory) {
     Map<String, Double> perSecond =
         summaries.stream()
             .collect(Collectors.toMap(s -> s.variant().id(), VariantSummary::messagesPerSecond));
@@ -258,7 +316,12 @@ final class Report {
         + ratio("batched_over_plain", perSecond, "V2", "V0")
         + ratio("per_record_over_camel", perSecond, "V1", "V3")
         + ratio("duplicates_over_per_record", perSecond, "V6", "V1")
-        + ratio("transactional_over_camel", perSecond, "V5", "V3");
+        + ratio("transactional_over_camel", perSecond, "V5", "V3")
+        + ratio("spring_record_over_camel", perSecond, "V7", "V3")
+        + ratio("spring_record_over_plain_spring", perSecond, "V7", "V8")
+        + field(
+            "heap_growth",
+            memory == null ? OptionalDouble.empty() : OptionalDouble.of(memory.growth()));
   }
 
   private static String ratio(
@@ -267,6 +330,10 @@ final class Report {
         perSecond.containsKey(numerator) && perSecond.containsKey(denominator)
             ? OptionalDouble.of(perSecond.get(numerator) / perSecond.get(denominator))
             : OptionalDouble.empty();
+    return field(name, value);
+  }
+
+  private static String field(String name, OptionalDouble value) {
     return " "
         + name
         + "="

@@ -72,6 +72,19 @@ public final class RunContext implements AutoCloseable {
     return new MeasuredConsumer(broker.consumerConfig(groupId), probe);
   }
 
+  /** The broker's address, for a consumer the variant's framework makes itself. */
+  String bootstrapServers() {
+    return broker.bootstrapServers();
+  }
+
+  /**
+   * The benchmark database's JDBC URL, for a framework that opens its own pool (of {@link
+   * #POOL_SIZE} connections, as every variant's); the harness waits for its sessions to end.
+   */
+  String jdbcUrl() {
+    return database.url();
+  }
+
   /** The run's HikariCP pool on the benchmark database, opened now if it is not yet. */
   public DataSource dataSource() {
     if (pool == null) {

@@ -91,6 +91,16 @@ public record Workload(
     return new String(header.value(), UTF_8);
   }
 
+  /** The order number of the {@code index}th distinct key, such as {@code order-000000042}. */
+  static String orderNo(int index) {
+    return String.format("order-%09d", index);
+  }
+
+  /** The index of an order number made by {@link #orderNo(int)}. */
+  static int orderIndex(String orderNo) {
+    return Integer.parseInt(orderNo.substring("order-".length()));
+  }
+
   /** Distinct keys first, then duplicates of random ones among them, all shuffled. */
   private static List<String> orderNumbers(int messages, double duplicateRate, Random random) {
     if (messages < 1 || duplicateRate < 0 || duplicateRate >= 1) {
@@ -103,7 +113,7 @@ public record Workload(
     int distinct = messages - (int) Math.round(messages * duplicateRate);
     List<String> keys = new ArrayList<>(messages);
     for (int i = 0; i < distinct; i++) {
-      keys.add(String.format("order-%09d", i));
+      keys.add(orderNo(i));
     }
     while (keys.size() < messages) {
       keys.add(keys.get(random.nextInt(distinct)));
@@ -112,7 +122,8 @@ public record Workload(
     return keys;
   }
 
-  private static String value(String orderNo, int valueBytes) {
+  /** A message's value: its order number, then filler up to {@code valueBytes}. */
+  static String value(String orderNo, int valueBytes) {
     StringBuilder value = new StringBuilder(valueBytes).append(orderNo).append(':');
     while (value.length() < valueBytes) {
       value.append('x');

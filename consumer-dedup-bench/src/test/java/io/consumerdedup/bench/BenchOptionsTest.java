@@ -15,6 +15,7 @@ class BenchOptionsTest {
     assertThat(options.messages()).isEqualTo(200_000);
     assertThat(options.repetitions()).isEqualTo(3);
     assertThat(options.sweepSizes()).containsExactly(100_000L, 1_000_000L);
+    assertThat(options.memoryRecords()).containsExactly(100_000, 1_000_000);
     assertThat(options.purgeRows()).isEqualTo(1_000_000);
   }
 
@@ -26,6 +27,7 @@ class BenchOptionsTest {
     assertThat(options.messages()).isEqualTo(5_000);
     assertThat(options.repetitions()).isEqualTo(1);
     assertThat(options.sweepSizes()).containsExactly(100_000L, 1_000_000L, 10_000_000L);
+    assertThat(options.memoryRecords()).containsExactly(10_000, 100_000);
   }
 
   @Test
@@ -34,6 +36,19 @@ class BenchOptionsTest {
 
     assertThat(options.sweepSizes()).isEmpty();
     assertThat(options.purgeRows()).isZero();
+  }
+
+  @Test
+  void theHeapMeasurementTakesTwoRecordCountsOrNone() {
+    assertThat(BenchOptions.parse("--memory=none").memoryRecords()).isEmpty();
+    assertThat(BenchOptions.parse("--quick --memory=2000,20_000").memoryRecords())
+        .containsExactly(2_000, 20_000);
+    assertThatThrownBy(() -> BenchOptions.parse("--memory=20000,2000"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("--memory");
+    assertThatThrownBy(() -> BenchOptions.parse("--memory=20000"))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("--memory");
   }
 
   @Test
