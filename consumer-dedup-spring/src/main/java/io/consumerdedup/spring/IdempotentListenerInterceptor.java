@@ -213,11 +213,7 @@ public final class IdempotentListenerInterceptor {
       // this one back, or an Error stops it): the claims the listener did not use are given back
       // now, and this record is claimed alone when it comes again.
       poll.failed(record);
-      try {
-        poll.releaseClaims();
-      } catch (RuntimeException releaseFailed) {
-        error.addSuppressed(releaseFailed);
-      }
+      poll.releaseClaims();
       throw error;
     }
     poll.done(record);

@@ -108,6 +108,9 @@ final class PollClaims implements ConsumerPoll.Claims {
         // meets the store's failure itself if it lasts.
         log.debug(
             "Could not claim {} keys together; claiming them one by one", deliveries.size(), e);
+      } catch (RuntimeException e) {
+        log.warn(
+            "Could not claim {} keys together; claiming them one by one", deliveries.size(), e);
       }
     }
     return new PollClaims(executor, indexes, deliveries, claims);

@@ -104,25 +104,23 @@ public final class ConsumerPoll {
     return (T) claims.computeIfAbsent(listener, claim);
   }
 
-  /** Gives back every listener's unused claims of this poll; later records claim one by one. */
+  /**
+   * Gives back every listener's unused claims of this poll; later records claim one by one. Never
+   * throws but an {@code Error}: it runs where the container does not expect consumer-dedup to fail
+   * (polling, clearing the thread's state), and a claim not given back only waits for its lease.
+   */
   public void releaseClaims() {
     if (claims.isEmpty()) {
       return;
     }
-    List<Claims> all = new ArrayList<>(claims.values());
-    RuntimeException first = null;
-    for (Claims listenerClaims : all) {
+    // Kept, released: a later record of the poll is then claimed alone, not the poll again.
+    for (Claims listenerClaims : new ArrayList<>(claims.values())) {
       try {
         listenerClaims.release();
       } catch (RuntimeException e) {
         // The store's own failures are logged by it; each listener's claims are tried anyway.
-        log.warn("Could not give back the unused claims of a poll", e);
-        first = first == null ? e : first;
+        log.warn("Could not give back the unused claims of a poll; their leases run out", e);
       }
-    }
-    // Kept, released: a later record of the poll is then claimed alone, not the poll again.
-    if (first != null) {
-      throw first;
     }
   }
 
