@@ -95,8 +95,10 @@ class SpringFaultsTest {
   }
 
   /**
-   * Claims per poll: killed once the marks of what a commit passes are durable and before the
-   * commit reaches Kafka; the poll comes again and nothing runs twice.
+   * Claims per poll: killed once the grouped SUCCESS marks of the polls before are durable, before
+   * the commit that passes them is sent and before the next poll's first listener runs (its keys
+   * claimed); those records come again as duplicates and nothing runs twice. 150 records, so that
+   * there are polls after the first.
    */
   @Test
   void f2KillAfterTheMarksAreDurableBeforeTheOffsetCommitReAppliesNothing() throws Exception {
@@ -108,7 +110,7 @@ class SpringFaultsTest {
             false,
             "BEFORE_OFFSET_COMMIT",
             1,
-            RECORDS);
+            150);
     assertThat(verdict.kills()).isEqualTo(1);
     assertThat(verdict.window()).isZero();
     assertThat(verdict.duplicates()).isZero();

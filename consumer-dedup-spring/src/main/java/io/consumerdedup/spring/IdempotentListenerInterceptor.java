@@ -282,6 +282,11 @@ public final class IdempotentListenerInterceptor {
     if (claim == null) {
       claim = executor.claim(key.get(), fingerprint, source);
     }
+    if (poll != null) {
+      // Before the poll's first listener runs, the marks of the polls before are written (they
+      // were on their way with this poll's claim): a kill re-runs records of this poll only.
+      poll.awaitEarlierMarks();
+    }
     DedupAttemptsExhaustedException exhausted = attempts.beyondLimit(claim, executor);
     if (exhausted != null) {
       throw exhausted;

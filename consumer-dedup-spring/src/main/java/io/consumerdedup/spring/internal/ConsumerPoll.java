@@ -1,5 +1,6 @@
 package io.consumerdedup.spring.internal;
 
+import io.consumerdedup.core.internal.FaultPoints;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
@@ -51,6 +52,9 @@ public final class ConsumerPoll {
 
   private final Set<Coordinates> failed = new LinkedHashSet<>();
 
+  /** Whether this poll's listeners have waited for the marks of the polls before. */
+  private boolean earlierMarksAwaited;
+
   public SuccessMarks marks() {
     return marks;
   }
@@ -60,6 +64,25 @@ public final class ConsumerPoll {
     records = polled;
     ordered = null;
     positions = null;
+    earlierMarksAwaited = false;
+  }
+
+  /**
+   * Waits, once per poll, until the SUCCESS marks of the polls before are written, before this
+   * poll's first listener runs: a process that dies then re-runs records of the poll in hand only.
+   * The caller has claimed the poll's keys first, so that the claim and the marks are on their way
+   * together.
+   */
+  public void awaitEarlierMarks() {
+    if (earlierMarksAwaited) {
+      return;
+    }
+    earlierMarksAwaited = true;
+    if (marks.awaitAll()) {
+      // For the fault-injection suite: the marks of the records of the polls before are durable,
+      // and the commit that passes them (the container's next) is not sent yet.
+      FaultPoints.reached(FaultPoints.Point.BEFORE_OFFSET_COMMIT);
+    }
   }
 
   /**

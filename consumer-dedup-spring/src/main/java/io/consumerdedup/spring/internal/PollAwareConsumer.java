@@ -1,6 +1,5 @@
 package io.consumerdedup.spring.internal;
 
-import io.consumerdedup.core.internal.FaultPoints;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.HashMap;
@@ -37,10 +36,12 @@ import org.slf4j.LoggerFactory;
  * <ul>
  *   <li>{@code poll} gives back the claims of the poll before whose listener never ran, then makes
  *       the new poll's records known to the listeners it delivers them to;
- *   <li>every offset commit first waits for the SUCCESS marks of the records it passes (written in
- *       the background, in groups), and commits a partition only up to its first record whose mark
- *       is not written ({@link SuccessMarks}); the rest is committed before a later poll, once
- *       those marks are written;
+ *   <li>every offset commit goes only up to each partition's first record whose SUCCESS mark
+ *       (written in the background, in groups) is not written yet ({@link SuccessMarks}); the rest
+ *       is committed by a later commit, or before a later poll, once those marks are written. A
+ *       commit does not wait for marks on their way: the next poll's listeners do, once they have
+ *       claimed its keys ({@link ConsumerPoll#awaitEarlierMarks}); the commits of partitions being
+ *       revoked, and of a consumer that closes, wait for them;
  *   <li>the rebalance listener given to {@code subscribe} is wrapped, so that the claims and marks
  *       of revoked or lost partitions are let go once the container has committed what it could.
  * </ul>
@@ -54,6 +55,9 @@ public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
 
   private final Consumer<K, V> delegate;
   private final ConsumerPoll poll = new ConsumerPoll();
+
+  /** Whether partitions are being revoked: their commits wait for the marks they pass. */
+  private boolean revoking;
 
   public PollAwareConsumer(Consumer<K, V> delegate) {
     this.delegate = Objects.requireNonNull(delegate, "delegate");
@@ -86,11 +90,16 @@ public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
    * idle partition).
    */
   private void commitOwed() {
-    Map<TopicPartition, OffsetAndMetadata> owed = poll.marks().owedNow();
+    commitOwed(false, delegate.assignment());
+  }
+
+  /** As {@link #commitOwed()}, for {@code partitions}, waiting for their marks if {@code wait}. */
+  private void commitOwed(boolean wait, Collection<TopicPartition> partitions) {
+    Map<TopicPartition, OffsetAndMetadata> owed = poll.marks().owedNow(wait);
     if (owed.isEmpty()) {
       return;
     }
-    owed.keySet().retainAll(delegate.assignment());
+    owed.keySet().retainAll(partitions);
     if (owed.isEmpty()) {
       return;
     }
@@ -98,7 +107,7 @@ public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
       delegate.commitSync(owed);
       poll.marks().committed(owed);
       log.info("Committed {} now that the SUCCESS marks before them are written", owed);
-    } catch (KafkaException e) {
+    } catch (KafkaException | IllegalStateException e) {
       // The container's next commit, or this consumer's next poll, tries again.
       log.debug("Could not commit {}", owed, e);
     }
@@ -186,10 +195,9 @@ public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
     if (poll.marks().isEmpty()) {
       return offsets;
     }
-    Map<TopicPartition, OffsetAndMetadata> durable = poll.marks().durable(offsets);
-    // For the fault-injection suite: the marks of what this commit passes are durable.
-    FaultPoints.reached(FaultPoints.Point.BEFORE_OFFSET_COMMIT);
-    return durable;
+    // Marks on their way are not waited for, except for partitions that go: the next poll's
+    // listeners wait for them, after claiming that poll's keys.
+    return poll.marks().durable(offsets, revoking);
   }
 
   @Override
@@ -230,11 +238,14 @@ public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
     return new ConsumerRebalanceListener() {
       @Override
       public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+        revoking = true;
         try {
           if (callback != null) {
             callback.onPartitionsRevoked(partitions);
           }
+          commitOwed(true, partitions);
         } finally {
+          revoking = false;
           poll.revoked(partitions);
         }
       }
@@ -262,7 +273,7 @@ public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
   @Override
   public void close() {
     try {
-      poll.ended();
+      closing();
     } finally {
       delegate.close();
     }
@@ -272,7 +283,7 @@ public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
   @SuppressWarnings("deprecation")
   public void close(Duration timeout) {
     try {
-      poll.ended();
+      closing();
     } finally {
       delegate.close(timeout);
     }
@@ -281,9 +292,18 @@ public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
   @Override
   public void close(CloseOptions option) {
     try {
-      poll.ended();
+      closing();
     } finally {
       delegate.close(option);
+    }
+  }
+
+  /** Commits what is owed once its marks are written (waiting), and gives back unused claims. */
+  private void closing() {
+    try {
+      commitOwed(true, delegate.assignment());
+    } finally {
+      poll.ended();
     }
   }
 

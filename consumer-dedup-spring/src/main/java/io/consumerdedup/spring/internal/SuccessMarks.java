@@ -26,14 +26,15 @@ import org.slf4j.LoggerFactory;
 
 /**
  * The SUCCESS marks of one consumer's records that are written in the background, grouped with
- * others into one statement, and what its offset commits may pass. A commit waits for the marks of
- * the records it passes and goes only up to the first one that is not written: one still on its way
- * when the wait is over, or one the database did not take (unreachable, or refusing), which the
- * engine keeps and writes in the background while it renews the lease. What a commit could not pass
- * is owed: the consumer commits it once those marks are written ({@link PollAwareConsumer} before
- * each poll). A mark refused because another consumer took the key over (its lease had run out) is
- * passed: the key's outcome is that consumer's now, as it would be for a record committed just
- * before.
+ * others into one statement, and what its offset commits may pass. A commit goes only up to the
+ * first record whose mark is not written: one still on its way, or one the database did not take
+ * (unreachable, or refusing), which the engine keeps and writes in the background while it renews
+ * the lease. What a commit could not pass is owed: a later commit passes it once those marks are
+ * written ({@link PollAwareConsumer}). A commit does not wait for marks on their way (they are
+ * awaited before the next poll's listeners run, {@link #awaitAll}), except when partitions are
+ * revoked or the consumer closes. A mark refused because another consumer took the key over (its
+ * lease had run out) is passed: the key's outcome is that consumer's now, as it would be for a
+ * record committed just before.
  *
  * <p>Marks are added by the listener thread, or by the thread completing an asynchronous listener's
  * future; the rest runs on the consumer thread.
@@ -49,6 +50,9 @@ public final class SuccessMarks {
 
   /** The last offset committed through this consumer, by partition. Guarded by this. */
   private final Map<TopicPartition, Long> committed = new HashMap<>();
+
+  /** Whether a mark was added since {@link #awaitAll} last ran. Guarded by this. */
+  private boolean addedSinceAwait;
 
   private static final class Mark {
     final String source;
@@ -122,6 +126,7 @@ public final class SuccessMarks {
         .computeIfAbsent(
             new TopicPartition(record.topic(), record.partition()), p -> new TreeMap<>())
         .put(record.offset(), new Mark(source, written, waitAtMost.toNanos(), kept));
+    addedSinceAwait = true;
   }
 
   /** {@code record} was delivered again and its key found SUCCESS: its mark is not waited for. */
@@ -151,11 +156,13 @@ public final class SuccessMarks {
   /**
    * What may be committed of {@code offsets}, which the container asks to commit: each partition
    * cut before its first record whose mark is not written, after waiting for the marks of the
-   * records they pass (each at most its wait). What is cut is owed.
+   * records they pass (each at most its wait) if {@code wait}. What is cut is owed.
    */
   public Map<TopicPartition, OffsetAndMetadata> durable(
-      Map<TopicPartition, OffsetAndMetadata> offsets) {
-    await(offsets);
+      Map<TopicPartition, OffsetAndMetadata> offsets, boolean wait) {
+    if (wait) {
+      await(offsets);
+    }
     synchronized (this) {
       Map<TopicPartition, OffsetAndMetadata> allowed = new HashMap<>(offsets);
       for (Map.Entry<TopicPartition, OffsetAndMetadata> commit : offsets.entrySet()) {
@@ -177,11 +184,22 @@ public final class SuccessMarks {
   }
 
   /**
-   * What the consumer owes and may commit now, without waiting: the offsets commits were asked to
-   * pass, cut where marks are still not written, for partitions where that goes further than the
-   * last commit.
+   * What the consumer owes and may commit now (waiting for its marks first if {@code wait}): the
+   * offsets commits were asked to pass, cut where marks are still not written, for partitions where
+   * that goes further than the last commit.
    */
-  synchronized Map<TopicPartition, OffsetAndMetadata> owedNow() {
+  Map<TopicPartition, OffsetAndMetadata> owedNow(boolean wait) {
+    if (wait) {
+      Map<TopicPartition, OffsetAndMetadata> owedOffsets;
+      synchronized (this) {
+        owedOffsets = new HashMap<>(owed);
+      }
+      await(owedOffsets);
+    }
+    return owedNow();
+  }
+
+  private synchronized Map<TopicPartition, OffsetAndMetadata> owedNow() {
     Map<TopicPartition, OffsetAndMetadata> now = new HashMap<>();
     Iterator<Map.Entry<TopicPartition, OffsetAndMetadata>> entries = owed.entrySet().iterator();
     while (entries.hasNext()) {
@@ -230,11 +248,33 @@ public final class SuccessMarks {
   }
 
   /**
+   * Waits until every mark added so far is written or failed, each at most its wait.
+   *
+   * @return whether a mark was added since the last call
+   */
+  public boolean awaitAll() {
+    List<Mark> pending = new ArrayList<>();
+    boolean added;
+    synchronized (this) {
+      added = addedSinceAwait;
+      addedSinceAwait = false;
+      for (NavigableMap<Long, Mark> partition : marks.values()) {
+        for (Mark mark : partition.values()) {
+          if (!mark.written.isDone()) {
+            pending.add(mark);
+          }
+        }
+      }
+    }
+    await(pending);
+    return added;
+  }
+
+  /**
    * Waits for the marks of the records {@code offsets} passes, until the longest of their waits.
    */
   private void await(Map<TopicPartition, OffsetAndMetadata> offsets) {
     List<Mark> passed = new ArrayList<>();
-    long waitNanos = 0;
     synchronized (this) {
       for (Map.Entry<TopicPartition, OffsetAndMetadata> commit : offsets.entrySet()) {
         NavigableMap<Long, Mark> partition = marks.get(commit.getKey());
@@ -242,11 +282,19 @@ public final class SuccessMarks {
           for (Mark mark : partition.headMap(commit.getValue().offset(), false).values()) {
             if (!mark.written.isDone()) {
               passed.add(mark);
-              waitNanos = Math.max(waitNanos, mark.waitNanos);
             }
           }
         }
       }
+    }
+    await(passed);
+  }
+
+  /** Waits for each mark until the longest of their waits has passed. */
+  private static void await(List<Mark> passed) {
+    long waitNanos = 0;
+    for (Mark mark : passed) {
+      waitNanos = Math.max(waitNanos, mark.waitNanos);
     }
     long deadline = System.nanoTime() + waitNanos;
     for (Mark mark : passed) {
