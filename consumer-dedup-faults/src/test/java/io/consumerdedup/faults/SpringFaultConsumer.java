@@ -64,9 +64,10 @@ import org.springframework.util.backoff.FixedBackOff;
  * {@code @Idempotent} path settles the claim in the interceptor, not at that fault point; {@code
  * fault=AFTER_HANDLER:stall<millis>:N} blocks the listener there instead. Other points are the
  * library's ({@link FaultConsumer#installFault}); with claims per poll, {@code
- * BEFORE_OFFSET_COMMIT} is reached once the SUCCESS marks a commit passes are durable and before
- * the commit goes to Kafka. {@code stop} on standard input closes the application cleanly (its
- * container commits what is done), as a rolling restart does.
+ * BEFORE_OFFSET_COMMIT} is reached once the SUCCESS marks of the polls before are durable, before
+ * the commit that passes them and before the next poll's first listener runs. {@code stop} on
+ * standard input closes the application cleanly (its container commits what is done), as a rolling
+ * restart does.
  */
 @SpringBootApplication
 public class SpringFaultConsumer {

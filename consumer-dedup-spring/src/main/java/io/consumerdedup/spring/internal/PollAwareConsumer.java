@@ -59,6 +59,9 @@ public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
   /** Whether partitions are being revoked: their commits wait for the marks they pass. */
   private boolean revoking;
 
+  /** Whether the last poll returned no records: the container has nothing new to commit. */
+  private boolean idle;
+
   public PollAwareConsumer(Consumer<K, V> delegate) {
     this.delegate = Objects.requireNonNull(delegate, "delegate");
   }
@@ -78,16 +81,19 @@ public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
   @Override
   public ConsumerRecords<K, V> poll(Duration timeout) {
     poll.ended();
-    commitOwed();
+    if (idle) {
+      commitOwed();
+    }
     ConsumerRecords<K, V> records = delegate.poll(timeout);
+    idle = records.isEmpty();
     poll.started(records);
     return records;
   }
 
   /**
    * Commits what earlier commits were asked to pass but could not, as far as the SUCCESS marks
-   * written since allow: the container, which believes it committed them, may not ask again (an
-   * idle partition).
+   * written since allow, when the consumer is idle: the container, which believes it committed
+   * them, has nothing new to commit. While records come, its next commit passes them.
    */
   private void commitOwed() {
     commitOwed(false, delegate.assignment());
