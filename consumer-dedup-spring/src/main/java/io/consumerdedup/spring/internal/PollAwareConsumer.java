@@ -62,6 +62,9 @@ public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
   /** Whether the last poll returned no records: the container has nothing new to commit. */
   private boolean idle;
 
+  /** How long a poll waits for records before committing what is owed. */
+  private static final Duration OWED_WAIT = Duration.ofMillis(100);
+
   public PollAwareConsumer(Consumer<K, V> delegate) {
     this.delegate = Objects.requireNonNull(delegate, "delegate");
   }
@@ -84,7 +87,22 @@ public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
     if (idle) {
       commitOwed();
     }
-    ConsumerRecords<K, V> records = delegate.poll(timeout);
+    ConsumerRecords<K, V> records;
+    if (poll.marks().owes() && timeout.compareTo(OWED_WAIT) > 0) {
+      // The container committed less than it asked (marks on their way): if no record comes
+      // soon, the rest is committed now rather than after a whole poll timeout.
+      long start = System.nanoTime();
+      records = delegate.poll(OWED_WAIT);
+      if (records.isEmpty()) {
+        commitOwed();
+        Duration left = timeout.minusNanos(System.nanoTime() - start);
+        if (!left.isNegative() && !left.isZero()) {
+          records = delegate.poll(left);
+        }
+      }
+    } else {
+      records = delegate.poll(timeout);
+    }
     idle = records.isEmpty();
     poll.started(records);
     return records;

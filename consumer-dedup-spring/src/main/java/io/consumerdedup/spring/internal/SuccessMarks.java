@@ -148,6 +148,11 @@ public final class SuccessMarks {
         });
   }
 
+  /** Whether a commit was asked to pass records it could not pass yet. */
+  synchronized boolean owes() {
+    return !owed.isEmpty();
+  }
+
   synchronized boolean isEmpty() {
     marks.values().removeIf(Map::isEmpty);
     return marks.isEmpty() && owed.isEmpty();
