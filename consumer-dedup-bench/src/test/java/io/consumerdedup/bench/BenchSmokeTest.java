@@ -86,7 +86,9 @@ class BenchSmokeTest {
           .as(spring + " records timed from their poll")
           .isEqualTo(MESSAGES);
     }
-    assertThat(runs.get("V7").databaseCommits()).isGreaterThanOrEqualTo(distinctKeys);
+    assertThat(runs.get("V7").databaseCommits())
+        .as("V7 claims per poll and groups its SUCCESS marks")
+        .isLessThan(runs.get("V1").databaseCommits() / 2);
     assertThat(runs.get("V8").databaseCommits()).as("V8 has no dedup").isLessThan(distinctKeys);
 
     HeapGrowth.Result memory = results.memory();

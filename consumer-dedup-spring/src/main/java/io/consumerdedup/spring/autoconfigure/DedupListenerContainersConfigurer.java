@@ -97,7 +97,7 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
         Duration initialBackoff = properties.getHold().getInitialBackoff();
         Duration maxBackoff = properties.getHold().getMaxBackoff();
         if (found != null) {
-          found.configure(configurable, initialBackoff, maxBackoff);
+          found.configure(configurable, initialBackoff, maxBackoff, properties.isClaimsPerPoll());
         } else {
           DedupContainers.configure(configurable, initialBackoff, maxBackoff, Set.of());
         }
