@@ -211,7 +211,11 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       try {
         finishInHand(workerThread);
         inFlight.acknowledgeDecided(System.nanoTime(), true);
-        consumer.commitSync();
+        try {
+          consumer.commitSync();
+        } catch (WakeupException e) {
+          consumer.commitSync(); // the stop request's wakeup, not yet consumed by a poll
+        }
       } catch (RuntimeException e) {
         log.warn("Could not send the last acknowledgements of share group {}", groupId, e);
       } finally {
@@ -229,16 +233,26 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     }
   }
 
-  /** Keeps the locks renewed until the worker has finished the record in hand. */
+  /**
+   * Keeps the locks renewed until the worker has finished the record in hand, and until the records
+   * it decided are back from renewal, so that their acknowledgements can be sent.
+   */
   private void finishInHand(Thread workerThread) {
     long deadline = System.nanoTime() + closeTimeout.toNanos();
-    while (workerThread.isAlive() && System.nanoTime() - deadline < 0) {
+    while (System.nanoTime() - deadline < 0) {
+      if (!workerThread.isAlive()) {
+        drainDecisions();
+        if (!inFlight.decidedAwaitingRenewal()) {
+          return;
+        }
+      }
       try {
         cycle(true);
       } catch (WakeupException e) {
         // The stop request itself.
       }
     }
+    drainDecisions();
   }
 
   /**
@@ -289,6 +303,9 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       return;
     }
     long wait = inFlight.nextDue(nextRenewalNanos) - now;
+    if (stopping) {
+      wait = Math.min(wait, RENEWAL_POLL.toNanos()); // to see the worker end
+    }
     if (wait > 0) {
       try {
         Decision decision = decisions.poll(wait, TimeUnit.NANOSECONDS);

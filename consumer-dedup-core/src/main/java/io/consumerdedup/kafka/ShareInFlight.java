@@ -131,6 +131,16 @@ final class ShareInFlight<K, V> {
     return false;
   }
 
+  /** Whether a record with a decision is out for renewal: it can be acknowledged once back. */
+  boolean decidedAwaitingRenewal() {
+    for (Entry<K, V> entry : entries.values()) {
+      if (!entry.held && entry.decision != null) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   /** Acknowledges every held record with RENEW, so that a poll may follow; how many. */
   int renewHeld(long nowNanos) {
     int renewed = 0;
