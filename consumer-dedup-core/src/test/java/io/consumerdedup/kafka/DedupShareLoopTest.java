@@ -96,7 +96,8 @@ class DedupShareLoopTest {
     String topic = fixture.topic();
     String group = fixture.group();
     TestKafka.createTopics(1, topic);
-    Duration lock = Duration.ofSeconds(2);
+    // Renewed every second: the lock runs out only if the loop's thread stalls for 2 s.
+    Duration lock = Duration.ofSeconds(3);
     TestShareGroups.configure(group, lock);
     send(topic, "slow-1", "takes three locks");
     AtomicInteger running = new AtomicInteger();
