@@ -10,7 +10,7 @@ import org.junit.jupiter.api.Test;
 /**
  * Consumers crash (the JVM halts, as a SIGKILL would leave it) at the points where a guarantee is
  * decided: F1 after the handler, F2 after SUCCESS and before the offset commit, F3 after the claim,
- * F16 in the middle of a batch, F27 while SUCCESS marks written in the background are on their way
+ * F16 in the middle of a batch, F29 while SUCCESS marks written in the background are on their way
  * (their handlers ran, the loop went on), per record and batched, in modes SEPARATE and
  * TRANSACTIONAL. After each crash a consumer starts in the dead one's place; the last one finishes
  * the topic.
@@ -133,7 +133,7 @@ class CrashFaultsTest {
   void f27KillBeforeTheSuccessThatRidesWithTheNextClaimReRunsOnlyTheRecordInHand()
       throws Exception {
     FaultRun.Verdict verdict =
-        crashes("F27 kill before marks are written", "SEPARATE", false, "BEFORE_SUCCESS_MARK", 2);
+        crashes("F29 kill before marks are written", "SEPARATE", false, "BEFORE_SUCCESS_MARK", 2);
     // Per record the previous record's SUCCESS is written with the next claim, before the next
     // handler runs: a kill before that claim leaves the one record whose handler just ran.
     assertThat(verdict.window()).isEqualTo(2);
@@ -143,7 +143,7 @@ class CrashFaultsTest {
   @Test
   void f27KillBeforeAGroupOfMarksIsWrittenReRunsAtMostTheRecordsOfThatPoll() throws Exception {
     FaultRun.Verdict verdict =
-        crashes("F27 kill before marks are written", "SEPARATE", true, "BEFORE_SUCCESS_MARK", 2);
+        crashes("F29 kill before marks are written", "SEPARATE", true, "BEFORE_SUCCESS_MARK", 2);
     // The loop waits for a poll's marks before the next poll's first handler runs, so a kill
     // leaves at most one poll's records (max.poll.records: 50) applied without SUCCESS; the
     // group being written holds at least one. Once they are written, nothing runs again (F2).

@@ -55,12 +55,19 @@ import org.springframework.util.backoff.FixedBackOff;
  * than {@code audit=<topic>} accepts, so the broker refuses it and the transaction aborts after the
  * listener returned.
  *
+ * <p>A record listener claims the keys of each poll together and has its SUCCESS marks written in
+ * the background, in groups (the default); {@code claimsPerPoll=false} makes it claim and mark each
+ * record on its own ({@code consumer-dedup.claims-per-poll=false}).
+ *
  * <p>{@code fault=AFTER_HANDLER:halt:N} halts the JVM right after the N-th effect, before the
  * listener returns (SUCCESS not written: the window of mode SEPARATE), since the
  * {@code @Idempotent} path settles the claim in the interceptor, not at that fault point; {@code
  * fault=AFTER_HANDLER:stall<millis>:N} blocks the listener there instead. Other points are the
- * library's ({@link FaultConsumer#installFault}). {@code stop} on standard input closes the
- * application cleanly (its container commits what is done), as a rolling restart does.
+ * library's ({@link FaultConsumer#installFault}); with claims per poll, {@code
+ * BEFORE_OFFSET_COMMIT} is reached once the SUCCESS marks of the polls before are durable, before
+ * the commit that passes them and before the next poll's first listener runs. {@code stop} on
+ * standard input closes the application cleanly (its container commits what is done), as a rolling
+ * restart does.
  */
 @SpringBootApplication
 public class SpringFaultConsumer {
@@ -107,6 +114,7 @@ public class SpringFaultConsumer {
     properties.put("consumer-dedup.lease", spec.getOrDefault("leaseMs", "3000") + "ms");
     properties.put("consumer-dedup.hold.max-backoff", "1s");
     properties.put("consumer-dedup.mode", transactional ? "transactional" : "separate");
+    properties.put("consumer-dedup.claims-per-poll", spec.getOrDefault("claimsPerPoll", "true"));
     String output = spec.getOrDefault("output", "");
     if (!output.isEmpty()) {
       // Consume-process-produce: each record in a Kafka transaction of the container. The prefix

@@ -33,21 +33,86 @@ class SpringFaultsTest {
   private static final Target SPRING = Target.SPRING;
   private static final int RECORDS = 60;
 
+  /** {@code max.poll.records} of {@link SpringFaultConsumer}. */
+  private static final int MAX_POLL = 50;
+
   @Test
-  void f1KillAfterTheListenersEffectReRunsExactlyThatRecord() throws Exception {
+  void f1KillAfterTheListenersEffectReRunsExactlyThatRecordWhenClaimingPerRecord()
+      throws Exception {
     FaultRun.Verdict verdict =
         CrashFaultsTest.crashes(
-            SPRING, "F1 kill after handler", "SEPARATE", false, "AFTER_HANDLER", 1, RECORDS);
+            SPRING,
+            "F1 kill after handler, claims per record",
+            "SEPARATE",
+            false,
+            "AFTER_HANDLER",
+            1,
+            RECORDS,
+            run -> run.consumerArg("claimsPerPoll", "false"));
     // The listener's effect was applied and its SUCCESS never written: that record, no other.
     assertThat(verdict.window()).isEqualTo(1);
     assertThat(verdict.duplicates()).isEqualTo(1);
   }
 
+  /**
+   * Claims per poll (the default): the SUCCESS marks are written in the background, in groups, so a
+   * kill right after an effect leaves the records applied since the last mark write that finished
+   * without SUCCESS. The dedup connections take 100 ms a round trip, so several effects are applied
+   * while a mark write is on its way. Each of them runs once more, no other; they are records of
+   * the poll in hand, as the commit before the next poll waits for the marks.
+   */
   @Test
-  void f2KillAfterSuccessBeforeTheOffsetCommitReAppliesNothing() throws Exception {
+  void f1KillAfterHandlersWhoseGroupedMarksAreOnTheirWayReRunsThoseRecordsOnly() throws Exception {
     FaultRun.Verdict verdict =
         CrashFaultsTest.crashes(
-            SPRING, "F2 kill after SUCCESS", "SEPARATE", false, "AFTER_SUCCESS_MARK", 1, RECORDS);
+            SPRING,
+            "F1 kill after handlers, marks on their way",
+            "SEPARATE",
+            false,
+            "AFTER_HANDLER",
+            1,
+            RECORDS,
+            run -> run.proxy().latency(Duration.ofMillis(50)));
+    assertThat(verdict.kills()).isEqualTo(1);
+    assertThat(verdict.window()).as("applied without SUCCESS at the kill").isBetween(1, MAX_POLL);
+    assertThat(verdict.duplicates()).isEqualTo(verdict.window());
+  }
+
+  @Test
+  void f2KillAfterSuccessBeforeTheOffsetCommitReAppliesNothingWhenClaimingPerRecord()
+      throws Exception {
+    FaultRun.Verdict verdict =
+        CrashFaultsTest.crashes(
+            SPRING,
+            "F2 kill after SUCCESS, claims per record",
+            "SEPARATE",
+            false,
+            "AFTER_SUCCESS_MARK",
+            1,
+            RECORDS,
+            run -> run.consumerArg("claimsPerPoll", "false"));
+    assertThat(verdict.duplicates()).isZero();
+  }
+
+  /**
+   * Claims per poll: killed once the grouped SUCCESS marks of the polls before are durable, before
+   * the commit that passes them is sent and before the next poll's first listener runs (its keys
+   * claimed); those records come again as duplicates and nothing runs twice. 150 records, so that
+   * there are polls after the first.
+   */
+  @Test
+  void f2KillAfterTheMarksAreDurableBeforeTheOffsetCommitReAppliesNothing() throws Exception {
+    FaultRun.Verdict verdict =
+        CrashFaultsTest.crashes(
+            SPRING,
+            "F2 kill after the marks, before the offset commit",
+            "SEPARATE",
+            false,
+            "BEFORE_OFFSET_COMMIT",
+            1,
+            150);
+    assertThat(verdict.kills()).isEqualTo(1);
+    assertThat(verdict.window()).isZero();
     assertThat(verdict.duplicates()).isZero();
   }
 
@@ -346,6 +411,148 @@ class SpringFaultsTest {
             });
     assertThat(verdict.lost()).isZero();
     assertThat(verdict.duplicates()).isZero();
+  }
+
+  /**
+   * F27, a rebalance in the middle of a poll: consumer a claims a poll of both partitions and
+   * stalls in the middle of it for longer than {@code max.poll.interval.ms} and the session
+   * timeout, so Kafka gives its partitions to consumer b, which reads them from the last commit
+   * while a still holds the claims of the records it has not reached; a then wakes and applies
+   * them. b must wait for a's keys (told they are in progress), and nothing may run twice.
+   */
+  @Test
+  void f27RebalanceInTheMiddleOfAPoll() throws Exception {
+    FaultRun.Verdict verdict =
+        Reliability.scenario(
+            SPRING,
+            "F27 rebalance in the middle of a poll",
+            "SEPARATE",
+            false,
+            CrashFaultsTest.LEASE,
+            run -> {
+              run.consumerArg("maxPollIntervalMs", "4000");
+              run.produce(RECORDS, "order-");
+              run.watchOffsets();
+              int nth = 3 + Reliability.random(run.name).nextInt(10);
+              ChildJvm a = run.start("a", "AFTER_HANDLER:stall16000:" + nth);
+              awaitOutput(a, "FAULT AFTER_HANDLER stall");
+              ChildJvm b = run.start("b", null);
+              awaitOutput(a, "RESUMED AFTER_HANDLER");
+              run.faultEnded();
+              run.awaitDone(CrashFaultsTest.FINISH_TIMEOUT);
+              boolean metClaims = b.output().contains("is in progress elsewhere");
+              long appliedByA =
+                  run.queryLong("SELECT count(*) FROM effects WHERE consumer LIKE 'a-%'");
+              run.notes.add(
+                  "a stalled after its "
+                      + nth
+                      + "th effect past max.poll.interval.ms; b "
+                      + (metClaims ? "was told a's keys were in progress" : "never met a's keys")
+                      + "; a applied "
+                      + appliedByA
+                      + " records, b "
+                      + (run.produced.size() - appliedByA));
+              if (!metClaims) {
+                run.violation("F27: b never met the claims a held in the middle of its poll");
+              }
+            });
+    assertThat(verdict.duplicates()).isZero();
+  }
+
+  /**
+   * F28, a key in progress in the middle of a poll: another consumer holds a key between records of
+   * one partition. The records before it are applied; it is held, and the claims of the records
+   * after it, made with the poll's, are given back rather than left PROCESSING; once the holder
+   * fails, everything is applied once.
+   */
+  @Test
+  void f28KeyInProgressInTheMiddleOfAPoll() throws Exception {
+    FaultRun.Verdict verdict =
+        Reliability.scenario(
+            SPRING,
+            "F28 key in progress in the middle of a poll",
+            "SEPARATE",
+            false,
+            CrashFaultsTest.LEASE,
+            run -> {
+              List<String> before = keysInPartition("before-", 0, 5);
+              String held = keysInPartition("held-", 0, 1).get(0);
+              List<String> after = keysInPartition("after-", 0, 15);
+              List<String[]> records = new ArrayList<>();
+              for (String key : before) {
+                records.add(new String[] {key, "payload of " + key});
+              }
+              records.add(new String[] {held, "payload of " + held});
+              for (String key : after) {
+                records.add(new String[] {key, "payload of " + key});
+              }
+              for (String key : keysInPartition("other-", 1, 20)) {
+                records.add(new String[] {key, "payload of " + key});
+              }
+              try (HikariDataSource dedup = run.pool(2);
+                  IdempotentExecutor other =
+                      IdempotentExecutor.builder(JdbcDedupStore.builder(dedup).build())
+                          .ownerId("other-consumer")
+                          .lease(CrashFaultsTest.LEASE)
+                          .build()) {
+                DedupClaim holder =
+                    other.claim(DedupKey.of(FaultConsumer.BIZ_TYPE, held), null, "other consumer");
+                run.produceAll(records);
+                run.watchOffsets();
+                ChildJvm a = run.start("a", null);
+                awaitAtLeast(
+                    run,
+                    "SELECT count(*) FROM consumer_dedup WHERE biz_key LIKE 'before-%'"
+                        + " AND status = 'SUCCESS'",
+                    before.size());
+                awaitOutput(a, "is in progress elsewhere");
+                long strayProcessing = 0;
+                long appliedAfter = 0;
+                for (int i = 0; i < 10; i++) {
+                  Thread.sleep(300);
+                  strayProcessing +=
+                      run.queryLong(
+                          "SELECT count(*) FROM consumer_dedup WHERE status = 'PROCESSING'"
+                              + " AND owner <> 'other-consumer'");
+                  appliedAfter +=
+                      run.queryLong(
+                          "SELECT count(*) FROM effects WHERE biz_key LIKE 'after-%'"
+                              + " OR biz_key = ?",
+                          held);
+                }
+                run.notes.add(
+                    held
+                        + " held by the other consumer after the 5 records before it; "
+                        + strayProcessing
+                        + " PROCESSING rows of this consumer and "
+                        + appliedAfter
+                        + " effects of the held record or those after it seen in 10 looks while"
+                        + " it was held");
+                if (strayProcessing > 0) {
+                  run.violation("F28: claims of the poll left PROCESSING while a key was held");
+                }
+                if (appliedAfter > 0) {
+                  run.violation("F28: records at or after the held key applied while it was held");
+                }
+                holder.fail(new IllegalStateException("the other consumer gave up"));
+                run.faultEnded();
+              }
+              run.awaitDone(CrashFaultsTest.FINISH_TIMEOUT);
+            });
+    assertThat(verdict.lost()).isZero();
+    assertThat(verdict.duplicates()).isZero();
+  }
+
+  /** Waits until {@code child} has printed {@code text}. */
+  private static void awaitOutput(ChildJvm child, String text) throws InterruptedException {
+    long deadline = System.nanoTime() + CrashFaultsTest.CRASH_TIMEOUT.toNanos();
+    while (!child.output().contains(text)) {
+      if (System.nanoTime() > deadline) {
+        throw new AssertionError(
+            "not printed within " + CrashFaultsTest.CRASH_TIMEOUT + ": " + text);
+      }
+      Thread.sleep(100);
+    }
   }
 
   /**

@@ -39,7 +39,10 @@ import org.springframework.kafka.listener.adapter.KafkaBackoffAwareMessageListen
  *   <li>a retry listener after those of a {@code DefaultErrorHandler} or {@code
  *       DefaultAfterRollbackProcessor}, which logs at ERROR each record it gives up on ({@link
  *       RecoveredRecordLogger}); with another error handler, {@link RetryLaterErrorHandler} logs
- *       the records consumer-dedup says not to retry as it hands them over.
+ *       the records consumer-dedup says not to retry as it hands them over;
+ *   <li>{@link DedupConsumerPostProcessor} on its {@code DefaultKafkaConsumerFactory}, so that its
+ *       {@code Idempotent} record listeners claim each poll's keys together and no offset commit
+ *       passes a record whose SUCCESS is not durable (shared by every container of the factory).
  * </ul>
  *
  * The auto-configuration does this for every container of the application context before it starts.
@@ -81,7 +84,11 @@ public final class DedupContainers {
       Duration maxHoldBackOff,
       Set<String> keyHeaderArguments) {
     configure(
-        container, initialHoldBackOff, maxHoldBackOff, new MissingKeyArguments(keyHeaderArguments));
+        container,
+        initialHoldBackOff,
+        maxHoldBackOff,
+        new MissingKeyArguments(keyHeaderArguments),
+        true);
   }
 
   /**
@@ -89,13 +96,17 @@ public final class DedupContainers {
    * Duration, Set)}, with missing key header arguments recognised per listener method ({@link
    * IdempotentListenerPostProcessor#configure}). Not public: {@link MissingKeyArguments} is
    * internal.
+   *
+   * @param claimsPerPoll whether to add {@link DedupConsumerPostProcessor} to the container's
+   *     consumer factory ({@code consumer-dedup.claims-per-poll})
    */
   @SuppressWarnings({"unchecked", "rawtypes"})
   static void configure(
       AbstractMessageListenerContainer<?, ?> container,
       Duration initialHoldBackOff,
       Duration maxHoldBackOff,
-      MissingKeyArguments missingKeys) {
+      MissingKeyArguments missingKeys,
+      boolean claimsPerPoll) {
     if (container.isRunning()) {
       throw new IllegalStateException(
           "Configure listener container " + container.getListenerId() + " before starting it");
@@ -113,6 +124,10 @@ public final class DedupContainers {
               + " getContainerProperties().setStopContainerWhenFenced(true), and keep"
               + " transaction.timeout.ms longer than a listener call",
           container.getListenerId());
+    }
+
+    if (claimsPerPoll) {
+      preparePollClaims(container, properties);
     }
 
     RecordInterceptor existing = raw.getRecordInterceptor();
@@ -157,6 +172,30 @@ public final class DedupContainers {
       }
       raw.setAfterRollbackProcessor(
           new RetryLaterAfterRollbackProcessor(rollbackProcessor, holds, missingKeys));
+    }
+  }
+
+  /**
+   * Adds {@link DedupConsumerPostProcessor} to the container's consumer factory; says at start-up
+   * where record listeners claim one record at a time anyway.
+   */
+  private static void preparePollClaims(
+      AbstractMessageListenerContainer<?, ?> container, ContainerProperties properties) {
+    String notAdded = DedupConsumerPostProcessor.addTo(container);
+    if (notAdded != null) {
+      log.info(
+          "@Idempotent record listeners of container {} claim one record at a time: {}, not a"
+              + " DefaultKafkaConsumerFactory, whose consumers consumer-dedup would wrap to claim"
+              + " a poll's keys together",
+          container.getListenerId(),
+          notAdded);
+    } else if (properties.getKafkaAwareTransactionManager() != null) {
+      log.info(
+          "@Idempotent record listeners of container {} claim one record at a time: it runs in"
+              + " Kafka transactions, whose offsets are committed with the producer's transaction,"
+              + " which consumer-dedup cannot hold back until SUCCESS marks written in the"
+              + " background are durable",
+          container.getListenerId());
     }
   }
 }

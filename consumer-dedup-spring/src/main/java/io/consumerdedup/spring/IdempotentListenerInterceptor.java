@@ -10,10 +10,11 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import io.consumerdedup.spring.internal.AttemptLimit;
+import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.lang.reflect.Method;
-import java.time.Duration;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
@@ -58,6 +59,16 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * duplicate is not invoked: it returns {@code null}, a primitive's zero, or an empty future or
  * Mono, and its {@code Acknowledgment} is acknowledged.
  *
+ * <p>Claims per poll (unless built with {@code claimsPerPoll} false): when the container's consumer
+ * tells the listener its poll ({@link DedupConsumerPostProcessor}, which {@link
+ * DedupContainers#configure} adds), the listener's first record of a poll claims the keys of the
+ * rest of the poll in one statement ({@link PollClaims}), and SUCCESS is written in the background,
+ * grouped with other records' marks, instead of before the method returns: the consumer holds back
+ * every offset commit until the marks of the records it passes are durable, so what is said above
+ * of a SUCCESS that cannot be written holds for the commit instead of the call. A listener call
+ * that fails gives back the poll's claims it did not use. Mode TRANSACTIONAL, a container's Kafka
+ * transactions and {@code @KafkaHandler} methods claim record by record.
+ *
  * <p>The record comes from the method's {@code ConsumerRecord} argument if it has one, else from
  * {@link CurrentRecordInterceptor}. The method's own exceptions are rethrown as themselves after
  * FAILED is recorded, each failed attempt logged in one WARN line, except on the last attempt
@@ -79,8 +90,10 @@ public final class IdempotentListenerInterceptor {
   private final IdempotentExecutors executors;
   private final MissingKeyPolicy defaultMissingKeyPolicy;
   private final AttemptLimit attempts;
+  private final boolean claimsPerPoll;
   private final @Nullable BeanFactory beanFactory;
   private final Map<Method, Optional<IdempotentListenerMethod>> methods = new ConcurrentHashMap<>();
+  private volatile @Nullable ObservationOutcomeTagger outcomeTagger;
   private final MethodInterceptor outsideTransactions = forMode(DedupMode.SEPARATE);
   private final MethodInterceptor insideTransactions = forMode(DedupMode.TRANSACTIONAL);
 
@@ -108,11 +121,39 @@ public final class IdempotentListenerInterceptor {
       MissingKeyPolicy defaultMissingKeyPolicy,
       int maxAttempts,
       @Nullable BeanFactory beanFactory) {
+    this(executors, defaultMissingKeyPolicy, maxAttempts, true, beanFactory);
+  }
+
+  /**
+   * @param maxAttempts as above
+   * @param claimsPerPoll whether a record listener claims the keys of a whole poll in one statement
+   *     and has its SUCCESS marks written in the background, grouped, before the consumer commits
+   *     past them (true), or claims each record's key and writes its SUCCESS before returning
+   *     (false; {@code consumer-dedup.claims-per-poll=false})
+   * @param beanFactory resolves {@code @bean} references in key expressions; may be null
+   * @throws IllegalArgumentException if {@code maxAttempts} is less than 1
+   */
+  public IdempotentListenerInterceptor(
+      IdempotentExecutors executors,
+      MissingKeyPolicy defaultMissingKeyPolicy,
+      int maxAttempts,
+      boolean claimsPerPoll,
+      @Nullable BeanFactory beanFactory) {
     this.executors = Objects.requireNonNull(executors, "executors");
     this.defaultMissingKeyPolicy =
         Objects.requireNonNull(defaultMissingKeyPolicy, "defaultMissingKeyPolicy");
     this.attempts = new AttemptLimit(maxAttempts);
+    this.claimsPerPoll = claimsPerPoll;
     this.beanFactory = beanFactory;
+  }
+
+  /**
+   * Tags each record's listener observation with its outcome also when the record's key was claimed
+   * with the rest of its poll (the engine tells those outcomes while the poll's first record is
+   * delivered). The auto-configuration sets the tagger it defines.
+   */
+  public void tagOutcomesWith(@Nullable ObservationOutcomeTagger tagger) {
+    this.outcomeTagger = tagger;
   }
 
   /** The advice for listeners in mode SEPARATE: to stand before any transaction advice. */
@@ -157,24 +198,104 @@ public final class IdempotentListenerInterceptor {
     }
     @Nullable Object[] arguments = invocation.getArguments();
     ConsumerRecord<Object, Object> record = listener.record(arguments);
+    ConsumerPoll poll = claimsPerPoll(listener, executor, record);
+    if (poll == null) {
+      return invokeRecord(
+          invocation, listener, executor, missingKeyPolicy, arguments, record, null);
+    }
+    Object result;
+    try {
+      result =
+          invokeRecord(invocation, listener, executor, missingKeyPolicy, arguments, record, poll);
+    } catch (Throwable error) {
+      // The container does not go on with this poll (its error handler seeks the records after
+      // this one back, or an Error stops it): the claims the listener did not use are given back
+      // now, and this record is claimed alone when it comes again.
+      poll.failed(record);
+      poll.releaseClaims();
+      throw error;
+    }
+    poll.done(record);
+    return result;
+  }
+
+  /**
+   * The poll of the consumer delivering {@code record}, if its key is to be claimed with the poll's
+   * other keys and its SUCCESS written in the background; null to claim it alone and write its
+   * SUCCESS before returning, as in mode TRANSACTIONAL (the claim joins the listener's
+   * transaction), in a Kafka transaction of the container (its offsets go with the producer's
+   * transaction, which the marks cannot hold back), for a {@code @KafkaHandler} (the container may
+   * hand the poll's other records to another method), and without a consumer that tells the
+   * listener its poll ({@link io.consumerdedup.spring.internal.PollAwareConsumer}).
+   */
+  private @Nullable ConsumerPoll claimsPerPoll(
+      IdempotentListenerMethod listener,
+      IdempotentExecutor executor,
+      ConsumerRecord<Object, Object> record) {
+    if (!claimsPerPoll
+        || listener.classLevel
+        || executor.mode() != DedupMode.SEPARATE
+        || ListenerOutcomes.inKafkaTransaction()) {
+      return null;
+    }
+    return CurrentRecordInterceptor.pollOf(record);
+  }
+
+  private @Nullable Object invokeRecord(
+      MethodInvocation invocation,
+      IdempotentListenerMethod listener,
+      IdempotentExecutor executor,
+      MissingKeyPolicy missingKeyPolicy,
+      @Nullable Object[] arguments,
+      ConsumerRecord<Object, Object> record,
+      @Nullable ConsumerPoll poll)
+      throws Throwable {
+    String groupId = KafkaUtils.getConsumerGroupId();
     KeyEvaluation evaluation = KeyEvaluation.ofCall(listener, record, arguments, beanFactory);
     RecordKeyResolver<Object, Object> keys =
-        evaluation.resolver(missingKeyPolicy, KafkaUtils.getConsumerGroupId(), executor);
+        evaluation.resolver(missingKeyPolicy, groupId, executor);
     Optional<DedupKey> key = keys.resolve(record);
     if (key.isEmpty()) {
+      if (poll != null) {
+        poll.marks().written(record); // nothing to wait for, whatever an earlier delivery left
+      }
       return invocation.proceed(); // no key, and the policy says to process it without dedup
     }
     String source = keys.source(record);
     if (executor.mode() == DedupMode.TRANSACTIONAL) {
       executors.requireTransaction(listener.toString(), key.get(), source);
     }
-    DedupClaim claim = executor.claim(key.get(), evaluation.fingerprint(), source);
+    String fingerprint = evaluation.fingerprint();
+    DedupClaim claim = null;
+    if (poll != null && !poll.failedLately(record)) {
+      List<ConsumerRecord<?, ?>> rest = poll.recordsFrom(record);
+      if (!rest.isEmpty()) {
+        claim =
+            poll.claims(
+                    listener,
+                    l ->
+                        PollClaims.claim(
+                            listener, executor, missingKeyPolicy, groupId, beanFactory, rest, poll))
+                .claimFor(record, key.get(), fingerprint);
+      }
+    }
+    if (claim == null) {
+      claim = executor.claim(key.get(), fingerprint, source);
+    }
+    if (poll != null) {
+      // Before the poll's first listener runs, the marks of the polls before are written (they
+      // were on their way with this poll's claim): a kill re-runs records of this poll only.
+      poll.awaitEarlierMarks();
+    }
     DedupAttemptsExhaustedException exhausted = attempts.beyondLimit(claim, executor);
     if (exhausted != null) {
       throw exhausted;
     }
     Acknowledgment acknowledgment = listener.shape.acknowledgment(arguments);
     if (claim.isDuplicate()) {
+      if (poll != null) {
+        poll.marks().written(record); // SUCCESS, whatever an earlier delivery's mark met
+      }
       if (acknowledgment != null && listener.shape.returns == ListenerShape.Returns.VALUE) {
         // As spring-kafka does for records it filters out: otherwise, in a manual ack mode, the
         // duplicate's offset is never committed and the consumer's lag never reaches zero.
@@ -183,6 +304,9 @@ public final class IdempotentListenerInterceptor {
       return listener.shape.duplicateResult();
     }
     ListenerOutcomes.Pending pending = ListenerOutcomes.pending(record, claim, attempts);
+    if (poll != null) {
+      pending.markInBackground(poll.marks(), source, executor);
+    }
     boolean settleNow =
         listener.shape.returns != ListenerShape.Returns.VALUE
             || (!ListenerOutcomes.inKafkaTransaction()
@@ -221,6 +345,13 @@ public final class IdempotentListenerInterceptor {
         settle(listener, record, pending, claim, source);
         release(held);
         return result;
+    }
+  }
+
+  private void tag(String outcome) {
+    ObservationOutcomeTagger tagger = outcomeTagger;
+    if (tagger != null) {
+      tagger.tag(outcome);
     }
   }
 
@@ -327,72 +458,5 @@ public final class IdempotentListenerInterceptor {
             : method;
     return methods.computeIfAbsent(
         specific, m -> Optional.ofNullable(IdempotentListenerMethod.of(m, null)));
-  }
-
-  /**
-   * The listener's {@link Acknowledgment}, as the listener sees it: a nack leaves the key FAILED
-   * (the record comes back, and must run again); and where the outcome is written before the method
-   * returns, an acknowledgment is passed on only once SUCCESS is written, so no offset is committed
-   * past a record whose SUCCESS is not recorded.
-   */
-  private static final class HeldAcknowledgment implements Acknowledgment {
-    private final Acknowledgment delegate;
-    private final ListenerOutcomes.Pending pending;
-    private final boolean holdUntilSettled;
-    private boolean acknowledged;
-    private boolean released;
-
-    HeldAcknowledgment(
-        Acknowledgment delegate, ListenerOutcomes.Pending pending, boolean holdUntilSettled) {
-      this.delegate = delegate;
-      this.pending = pending;
-      this.holdUntilSettled = holdUntilSettled;
-    }
-
-    @Override
-    public void acknowledge() {
-      synchronized (this) {
-        if (holdUntilSettled && !released) {
-          acknowledged = true;
-          return;
-        }
-      }
-      // SUCCESS is written: an acknowledgment after the method returned (asyncAcks) goes through.
-      delegate.acknowledge();
-    }
-
-    @Override
-    public void nack(Duration sleep) {
-      pending.rolledBack(new IllegalStateException("the listener nacked the record"));
-      delegate.nack(sleep);
-    }
-
-    @Override
-    public void acknowledge(int index) {
-      delegate.acknowledge(index);
-    }
-
-    @Override
-    public void nack(int index, Duration sleep) {
-      pending.rolledBack(new IllegalStateException("the listener nacked the record"));
-      delegate.nack(index, sleep);
-    }
-
-    @Override
-    public boolean isOutOfOrderCommit() {
-      return delegate.isOutOfOrderCommit();
-    }
-
-    /** SUCCESS is written: passes on an acknowledgment the listener made. */
-    void release() {
-      boolean pass;
-      synchronized (this) {
-        released = true;
-        pass = acknowledged;
-      }
-      if (pass) {
-        delegate.acknowledge();
-      }
-    }
   }
 }

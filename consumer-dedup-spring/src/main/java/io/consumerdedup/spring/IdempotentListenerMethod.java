@@ -56,6 +56,15 @@ final class IdempotentListenerMethod {
   /** The {@code @KafkaListener} of the method, else of its class; null if neither has one. */
   final @Nullable KafkaListener kafkaListener;
 
+  /**
+   * Whether its {@code @KafkaListener} is its class's: a {@code @KafkaHandler} method, one of
+   * several the container may hand a poll's records to.
+   */
+  final boolean classLevel;
+
+  /** Whether the key or fingerprint expression reads {@code #payload}. */
+  final boolean readsPayload;
+
   private IdempotentListenerMethod(
       Method method, Idempotent annotation, @Nullable String beanName) {
     this.name = method.getDeclaringClass().getName() + "#" + method.getName();
@@ -106,17 +115,24 @@ final class IdempotentListenerMethod {
     this.keyHeaderArguments = KeyHeaderArguments.of(method, header, key);
     KafkaListener listener =
         AnnotatedElementUtils.findMergedAnnotation(method, KafkaListener.class);
+    this.classLevel = listener == null;
     if (listener == null) {
       listener =
           AnnotatedElementUtils.findMergedAnnotation(
               method.getDeclaringClass(), KafkaListener.class);
     }
     this.kafkaListener = listener;
+    this.readsPayload = readsPayload(key) || readsPayload(fingerprint);
     this.listenerId = listener == null ? "" : listener.id();
     refuse(ListenerShapeRefusals.batch(shape, mode));
     ResolvableType payload = shape.payloadType();
     check("key", key, payload);
     check("fingerprint", fingerprint, payload);
+  }
+
+  private static boolean readsPayload(@Nullable Expression expression) {
+    return expression != null
+        && expression.getExpressionString().contains("#" + KeyExpressionCheck.PAYLOAD);
   }
 
   /** Where the key comes from, as a user wrote it: {@code header 'order-no'}, or the expression. */

@@ -104,7 +104,23 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
       AbstractMessageListenerContainer<?, ?> container,
       Duration initialHoldBackOff,
       Duration maxHoldBackOff) {
-    DedupContainers.configure(container, initialHoldBackOff, maxHoldBackOff, missingKeyArguments());
+    configure(container, initialHoldBackOff, maxHoldBackOff, true);
+  }
+
+  /**
+   * As {@link #configure(AbstractMessageListenerContainer, Duration, Duration)}; with {@code
+   * claimsPerPoll} false the container's consumers are left as they are, and its record listeners
+   * claim one record at a time ({@code consumer-dedup.claims-per-poll=false}).
+   *
+   * @throws IllegalStateException the container is running
+   */
+  public void configure(
+      AbstractMessageListenerContainer<?, ?> container,
+      Duration initialHoldBackOff,
+      Duration maxHoldBackOff,
+      boolean claimsPerPoll) {
+    DedupContainers.configure(
+        container, initialHoldBackOff, maxHoldBackOff, missingKeyArguments(), claimsPerPoll);
   }
 
   /**

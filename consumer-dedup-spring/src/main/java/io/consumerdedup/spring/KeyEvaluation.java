@@ -78,6 +78,17 @@ final class KeyEvaluation {
     return new KeyEvaluation(listener, record, payload, beanFactory);
   }
 
+  /**
+   * For a record of a poll, before the listener call that converts it: {@code #payload} is the
+   * record's value (which the caller has checked is of the payload's declared type).
+   */
+  static KeyEvaluation ofPolledRecord(
+      IdempotentListenerMethod listener,
+      ConsumerRecord<Object, Object> record,
+      @Nullable BeanFactory beanFactory) {
+    return new KeyEvaluation(listener, record, record.value(), beanFactory);
+  }
+
   /** Resolves the record's key as the core does: its policy for a missing key, its events. */
   RecordKeyResolver<Object, Object> resolver(
       MissingKeyPolicy missingKeyPolicy, @Nullable String groupId, IdempotentExecutor executor) {

@@ -49,7 +49,12 @@ public final class ObservationOutcomeTagger implements DedupListener {
     tag("key_missing");
   }
 
-  private void tag(String outcome) {
+  /**
+   * Tags the current observation with {@code outcome}. The interceptor calls it for a record whose
+   * key was claimed with its poll's: the engine told those outcomes during the poll's first record,
+   * in that record's observation.
+   */
+  void tag(String outcome) {
     Observation current = registry.getCurrentObservation();
     if (current != null) {
       current.lowCardinalityKeyValue(KEY, outcome);

@@ -18,7 +18,9 @@ import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -44,16 +46,45 @@ class ObservationOutcomeTagIntegrationTest {
 
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
+  @Autowired KafkaListenerEndpointRegistry containers;
 
   @Test
   void eachListenerObservationCarriesTheDedupOutcome() throws Exception {
+    int from = outcomes.size();
     SpringTestEnvironment.send(template, "observed", "15.00", "order-no", "OBS-1");
     SpringTestEnvironment.send(template, "observed", "15.00", "order-no", "OBS-1");
     SpringTestEnvironment.send(template, "observed", "20.00", "order-no", "OBS-2");
 
-    await().atMost(Duration.ofSeconds(30)).until(() -> outcomes.size() == 3);
-    assertThat(outcomes).containsExactly("processed", "duplicate", "processed");
+    await().atMost(Duration.ofSeconds(30)).until(() -> outcomes.size() == from + 3);
+    assertThat(outcomes.subList(from, from + 3))
+        .containsExactly("processed", "duplicate", "processed");
     assertThat(SpringTestEnvironment.effects(jdbc, "observed", "OBS-1")).isEqualTo(1);
+  }
+
+  /**
+   * The keys of a poll are claimed together while its first record is delivered; each record's
+   * observation still carries its own outcome, not the last one the claim statement answered.
+   */
+  @Test
+  void theRecordsOfOnePollEachCarryTheirOwnOutcome() throws Exception {
+    SpringTestEnvironment.send(template, "observed", "15.00", "order-no", "OBS-10");
+    await().atMost(Duration.ofSeconds(30)).until(() -> outcomes.contains("processed"));
+    await()
+        .atMost(Duration.ofSeconds(30))
+        .until(() -> SpringTestEnvironment.effects(jdbc, "observed", "OBS-10") == 1);
+    MessageListenerContainer container = containers.getListenerContainer("observed");
+    container.pause();
+    await().atMost(Duration.ofSeconds(30)).until(container::isContainerPaused);
+    int from = outcomes.size();
+    SpringTestEnvironment.send(template, "observed", "15.00", "order-no", "OBS-10");
+    SpringTestEnvironment.send(template, "observed", "30.00", "order-no", "OBS-11");
+    SpringTestEnvironment.send(template, "observed", "30.00", "order-no", "OBS-11");
+    container.resume();
+
+    await().atMost(Duration.ofSeconds(30)).until(() -> outcomes.size() == from + 3);
+    assertThat(outcomes.subList(from, from + 3))
+        .containsExactly("duplicate", "processed", "duplicate");
+    assertThat(SpringTestEnvironment.effects(jdbc, "observed", "OBS-11")).isEqualTo(1);
   }
 
   @SpringBootConfiguration

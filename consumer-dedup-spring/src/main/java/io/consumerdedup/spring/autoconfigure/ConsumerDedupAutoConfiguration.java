@@ -109,9 +109,19 @@ public class ConsumerDedupAutoConfiguration {
   @Bean
   @ConditionalOnMissingBean
   public IdempotentListenerInterceptor idempotentListenerInterceptor(
-      IdempotentExecutors executors, ConsumerDedupProperties properties, BeanFactory beanFactory) {
-    return new IdempotentListenerInterceptor(
-        executors, properties.getMissingKeyPolicy(), properties.getMaxAttempts(), beanFactory);
+      IdempotentExecutors executors,
+      ConsumerDedupProperties properties,
+      BeanFactory beanFactory,
+      ObjectProvider<ObservationOutcomeTagger> outcomeTagger) {
+    IdempotentListenerInterceptor interceptor =
+        new IdempotentListenerInterceptor(
+            executors,
+            properties.getMissingKeyPolicy(),
+            properties.getMaxAttempts(),
+            properties.isClaimsPerPoll(),
+            beanFactory);
+    interceptor.tagOutcomesWith(outcomeTagger.getIfAvailable());
+    return interceptor;
   }
 
   @Bean

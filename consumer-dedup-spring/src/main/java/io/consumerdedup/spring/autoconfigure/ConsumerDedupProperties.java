@@ -86,6 +86,13 @@ public class ConsumerDedupProperties implements InitializingBean {
    */
   private int maxAttempts = IdempotentListenerInterceptor.DEFAULT_MAX_ATTEMPTS;
 
+  /**
+   * Whether an {@code @Idempotent} record listener claims the keys of each poll in one statement,
+   * its SUCCESS marks written in the background in groups and durable before the container commits
+   * past them (true), or claims and marks each record on its own before returning (false).
+   */
+  private boolean claimsPerPoll = true;
+
   /** The owner written to claims; default: host name, process id and a random part. */
   private @Nullable String ownerId;
 
@@ -450,6 +457,14 @@ public class ConsumerDedupProperties implements InitializingBean {
 
   public void setMaxAttempts(int maxAttempts) {
     this.maxAttempts = maxAttempts;
+  }
+
+  public boolean isClaimsPerPoll() {
+    return claimsPerPoll;
+  }
+
+  public void setClaimsPerPoll(boolean claimsPerPoll) {
+    this.claimsPerPoll = claimsPerPoll;
   }
 
   public @Nullable String getOwnerId() {

@@ -29,11 +29,24 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
 
   private static final ThreadLocal<@Nullable ConsumerRecord<?, ?>> CURRENT = new ThreadLocal<>();
 
+  /**
+   * The poll of the consumer delivering {@link #CURRENT}, when it is a {@link PollAwareConsumer}.
+   */
+  private static final ThreadLocal<@Nullable ConsumerPoll> POLL = new ThreadLocal<>();
+
   private CurrentRecordInterceptor() {}
 
   /** The record being delivered on this thread, if the container runs this interceptor. */
   public static Optional<ConsumerRecord<?, ?>> current() {
     return Optional.ofNullable(CURRENT.get());
+  }
+
+  /**
+   * The poll of the consumer that delivers {@code record} on this thread, if the container runs
+   * this interceptor and its consumer is a {@link PollAwareConsumer}; else null.
+   */
+  public static @Nullable ConsumerPoll pollOf(ConsumerRecord<?, ?> record) {
+    return isCurrent(record) ? POLL.get() : null;
   }
 
   /** Whether {@code record} is the one the container is delivering on this thread. */
@@ -50,6 +63,9 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
       ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
     ListenerOutcomes.abandonOtherThan(record);
     CURRENT.set(record);
+    // The consumer the container delivers with, not whichever consumer polled last on this thread
+    // (a listener may poll one of its own).
+    POLL.set(consumer instanceof PollAwareConsumer<?, ?> pollAware ? pollAware.poll() : null);
     return record;
   }
 
@@ -57,13 +73,23 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
   public void afterRecord(
       ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
     CURRENT.remove();
+    POLL.remove();
     ListenerOutcomes.afterRecord(record);
   }
 
   @Override
   public void clearThreadState(Consumer<?, ?> consumer) {
     CURRENT.remove();
-    ListenerOutcomes.abandon();
+    POLL.remove();
+    try {
+      ListenerOutcomes.abandon();
+    } finally {
+      if (consumer instanceof PollAwareConsumer<?, ?> pollAware) {
+        // After each poll's records, and when the container stops: the claims of records the
+        // listener never got (the poll cut short) are given back now, not at the next poll.
+        pollAware.poll().releaseClaims();
+      }
+    }
   }
 
   @Override

@@ -2,6 +2,8 @@ package io.consumerdedup.spring.internal;
 
 import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupException;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.IdempotentExecutor;
 import java.util.Objects;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
@@ -36,11 +38,27 @@ public final class ListenerOutcomes {
     private boolean listenerDone;
     private @Nullable Throwable listenerError;
     private @Nullable Throwable rollback;
+    private @Nullable SuccessMarks marks;
+    private @Nullable String source;
+    private @Nullable IdempotentExecutor executor;
 
     private Pending(ConsumerRecord<?, ?> record, DedupClaim claim, AttemptLimit attempts) {
       this.record = record;
       this.claim = claim;
       this.attempts = attempts;
+    }
+
+    /**
+     * SUCCESS is to be written in the background by {@code executor}, grouped with the marks of
+     * other records, and {@code marks} holds back the consumer's offset commits until it is
+     * durable.
+     */
+    public Pending markInBackground(
+        SuccessMarks marks, String source, IdempotentExecutor executor) {
+      this.marks = marks;
+      this.source = source;
+      this.executor = executor;
+      return this;
     }
 
     /** The listener returned normally. */
@@ -65,7 +83,8 @@ public final class ListenerOutcomes {
      * Writes the outcome: SUCCESS only if the listener returned and nothing rolled back, else
      * FAILED with the reason, logged as a failed attempt.
      *
-     * @throws DedupException SUCCESS could not be written (not yet, or the lease was lost)
+     * @throws DedupException SUCCESS could not be written (not yet, or the lease was lost); never
+     *     when it is written in the background, whose failure the consumer's next commit meets
      */
     public void settle() {
       if (claim.isEnded()) {
@@ -73,7 +92,19 @@ public final class ListenerOutcomes {
       }
       Throwable failure = failure();
       if (failure == null) {
-        claim.complete();
+        if (marks != null) {
+          IdempotentExecutor writer = Objects.requireNonNull(executor);
+          DedupKey key = claim.key();
+          marks.add(
+              record,
+              Objects.requireNonNull(source),
+              claim.completeAsync(),
+              // As long as the poll loop waits for a poll's marks: the lease outlives it.
+              writer.renewalInterval(),
+              () -> writer.unrecordedOutcomes().containsKey(key));
+        } else {
+          claim.complete();
+        }
         return;
       }
       attempts.logFailure(claim, failure);

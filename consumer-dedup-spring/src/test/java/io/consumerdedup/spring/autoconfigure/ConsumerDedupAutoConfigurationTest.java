@@ -492,9 +492,9 @@ class ConsumerDedupAutoConfigurationTest {
     }
     // Every property but owner-id (generated per instance) and shared-biz-types (empty) shows its
     // default.
-    assertThat(properties).hasSize(27);
+    assertThat(properties).hasSize(28);
     assertThat(shown)
-        .hasSize(25)
+        .hasSize(26)
         .doesNotContainKeys("consumer-dedup.owner-id", "consumer-dedup.shared-biz-types");
 
     ConsumerDedupProperties bound =

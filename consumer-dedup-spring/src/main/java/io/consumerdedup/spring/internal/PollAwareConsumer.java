@@ -1,0 +1,515 @@
+package io.consumerdedup.spring.internal;
+
+import java.time.Duration;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.OptionalLong;
+import java.util.Set;
+import java.util.regex.Pattern;
+import org.apache.kafka.clients.consumer.CloseOptions;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
+import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.OffsetAndTimestamp;
+import org.apache.kafka.clients.consumer.OffsetCommitCallback;
+import org.apache.kafka.clients.consumer.SubscriptionPattern;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.Metric;
+import org.apache.kafka.common.MetricName;
+import org.apache.kafka.common.PartitionInfo;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.Uuid;
+import org.apache.kafka.common.metrics.KafkaMetric;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A listener container's consumer as consumer-dedup needs it for {@code @Idempotent} record
+ * listeners that claim a poll's keys together ({@link ConsumerPoll}):
+ *
+ * <ul>
+ *   <li>{@code poll} gives back the claims of the poll before whose listener never ran, then makes
+ *       the new poll's records known to the listeners it delivers them to;
+ *   <li>every offset commit goes only up to each partition's first record whose SUCCESS mark
+ *       (written in the background, in groups) is not written yet ({@link SuccessMarks}); the rest
+ *       is committed by a later commit, or before a later poll, once those marks are written. A
+ *       commit does not wait for marks on their way: the next poll's listeners do, once they have
+ *       claimed its keys ({@link ConsumerPoll#awaitEarlierMarks}); the commits of partitions being
+ *       revoked, and of a consumer that closes, wait for them;
+ *   <li>the rebalance listener given to {@code subscribe} is wrapped, so that the claims and marks
+ *       of revoked or lost partitions are let go once the container has committed what it could.
+ * </ul>
+ *
+ * Everything else is the delegate's. A consumer whose listeners are not {@code @Idempotent}, or
+ * claim one record at a time, has no marks: its commits pass straight through. Made by {@link
+ * io.consumerdedup.spring.DedupConsumerPostProcessor}.
+ */
+public final class PollAwareConsumer<K, V> implements Consumer<K, V> {
+  private static final Logger log = LoggerFactory.getLogger(PollAwareConsumer.class);
+
+  private final Consumer<K, V> delegate;
+  private final ConsumerPoll poll = new ConsumerPoll();
+
+  /** Whether partitions are being revoked: their commits wait for the marks they pass. */
+  private boolean revoking;
+
+  /** Whether the last poll returned no records: the container has nothing new to commit. */
+  private boolean idle;
+
+  /** How long a poll waits for records before committing what is owed. */
+  private static final Duration OWED_WAIT = Duration.ofMillis(100);
+
+  public PollAwareConsumer(Consumer<K, V> delegate) {
+    this.delegate = Objects.requireNonNull(delegate, "delegate");
+  }
+
+  /** The consumer this one wraps. */
+  public Consumer<K, V> delegate() {
+    return delegate;
+  }
+
+  /** What the listeners of this consumer know of its last poll. */
+  public ConsumerPoll poll() {
+    return poll;
+  }
+
+  // ---- polling, committing and rebalancing: where consumer-dedup acts
+
+  @Override
+  public ConsumerRecords<K, V> poll(Duration timeout) {
+    poll.ended();
+    if (idle) {
+      commitOwed();
+    }
+    ConsumerRecords<K, V> records;
+    if (poll.marks().owes() && timeout.compareTo(OWED_WAIT) > 0) {
+      // The container committed less than it asked (marks on their way): if no record comes
+      // soon, the rest is committed now rather than after a whole poll timeout.
+      long start = System.nanoTime();
+      records = delegate.poll(OWED_WAIT);
+      if (records.isEmpty()) {
+        commitOwed();
+        Duration left = timeout.minusNanos(System.nanoTime() - start);
+        if (!left.isNegative() && !left.isZero()) {
+          records = delegate.poll(left);
+        }
+      }
+    } else {
+      records = delegate.poll(timeout);
+    }
+    idle = records.isEmpty();
+    poll.started(records);
+    return records;
+  }
+
+  /**
+   * Commits what earlier commits were asked to pass but could not, as far as the SUCCESS marks
+   * written since allow, when the consumer is idle: the container, which believes it committed
+   * them, has nothing new to commit. While records come, its next commit passes them.
+   */
+  private void commitOwed() {
+    commitOwed(false, delegate.assignment());
+  }
+
+  /** As {@link #commitOwed()}, for {@code partitions}, waiting for their marks if {@code wait}. */
+  private void commitOwed(boolean wait, Collection<TopicPartition> partitions) {
+    Map<TopicPartition, OffsetAndMetadata> owed = poll.marks().owedNow(wait);
+    if (owed.isEmpty()) {
+      return;
+    }
+    owed.keySet().retainAll(partitions);
+    if (owed.isEmpty()) {
+      return;
+    }
+    try {
+      delegate.commitSync(owed);
+      poll.marks().committed(owed);
+      log.info("Committed {} now that the SUCCESS marks before them are written", owed);
+    } catch (KafkaException | IllegalStateException e) {
+      // The container's next commit, or this consumer's next poll, tries again.
+      log.debug("Could not commit {}", owed, e);
+    }
+  }
+
+  @Override
+  public void commitSync() {
+    if (poll.marks().isEmpty()) {
+      delegate.commitSync();
+      return;
+    }
+    commitSync(positions());
+  }
+
+  @Override
+  public void commitSync(Duration timeout) {
+    if (poll.marks().isEmpty()) {
+      delegate.commitSync(timeout);
+      return;
+    }
+    commitSync(positions(), timeout);
+  }
+
+  @Override
+  public void commitSync(Map<TopicPartition, OffsetAndMetadata> offsets) {
+    Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
+    if (!durable.isEmpty()) {
+      delegate.commitSync(durable);
+      poll.marks().committed(durable);
+    }
+  }
+
+  @Override
+  public void commitSync(Map<TopicPartition, OffsetAndMetadata> offsets, Duration timeout) {
+    Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
+    if (!durable.isEmpty()) {
+      delegate.commitSync(durable, timeout);
+      poll.marks().committed(durable);
+    }
+  }
+
+  @Override
+  public void commitAsync() {
+    if (poll.marks().isEmpty()) {
+      delegate.commitAsync();
+      return;
+    }
+    commitAsync(positions(), null);
+  }
+
+  @Override
+  public void commitAsync(@Nullable OffsetCommitCallback callback) {
+    if (poll.marks().isEmpty()) {
+      delegate.commitAsync(callback);
+      return;
+    }
+    commitAsync(positions(), callback);
+  }
+
+  @Override
+  public void commitAsync(
+      Map<TopicPartition, OffsetAndMetadata> offsets, @Nullable OffsetCommitCallback callback) {
+    // Waits for the marks before it hands the commit over: it is asynchronous only from then on.
+    Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
+    if (!durable.isEmpty()) {
+      delegate.commitAsync(durable, callback);
+      poll.marks().committed(durable);
+    } else if (callback != null) {
+      callback.onComplete(durable, null);
+    }
+  }
+
+  /** What a commit without offsets commits: each assigned partition's position. */
+  private Map<TopicPartition, OffsetAndMetadata> positions() {
+    Map<TopicPartition, OffsetAndMetadata> positions = new HashMap<>();
+    for (TopicPartition partition : delegate.assignment()) {
+      positions.put(partition, new OffsetAndMetadata(delegate.position(partition)));
+    }
+    return positions;
+  }
+
+  /** {@code offsets}, each partition cut before its first record whose SUCCESS is not written. */
+  private Map<TopicPartition, OffsetAndMetadata> durable(
+      Map<TopicPartition, OffsetAndMetadata> offsets) {
+    if (poll.marks().isEmpty()) {
+      return offsets;
+    }
+    // Marks on their way are not waited for, except for partitions that go: the next poll's
+    // listeners wait for them, after claiming that poll's keys.
+    return poll.marks().durable(offsets, revoking);
+  }
+
+  @Override
+  public void subscribe(Collection<String> topics) {
+    delegate.subscribe(topics, guarded(null));
+  }
+
+  @Override
+  public void subscribe(Collection<String> topics, ConsumerRebalanceListener callback) {
+    delegate.subscribe(topics, guarded(callback));
+  }
+
+  @Override
+  public void subscribe(Pattern pattern, ConsumerRebalanceListener callback) {
+    delegate.subscribe(pattern, guarded(callback));
+  }
+
+  @Override
+  public void subscribe(Pattern pattern) {
+    delegate.subscribe(pattern, guarded(null));
+  }
+
+  @Override
+  public void subscribe(SubscriptionPattern pattern, ConsumerRebalanceListener callback) {
+    delegate.subscribe(pattern, guarded(callback));
+  }
+
+  @Override
+  public void subscribe(SubscriptionPattern pattern) {
+    delegate.subscribe(pattern, guarded(null));
+  }
+
+  /**
+   * {@code callback} (the container's, which commits what is done), then the claims and marks of
+   * the partitions that go are let go.
+   */
+  private ConsumerRebalanceListener guarded(@Nullable ConsumerRebalanceListener callback) {
+    return new ConsumerRebalanceListener() {
+      @Override
+      public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+        revoking = true;
+        try {
+          if (callback != null) {
+            callback.onPartitionsRevoked(partitions);
+          }
+          commitOwed(true, partitions);
+        } finally {
+          revoking = false;
+          poll.revoked(partitions);
+        }
+      }
+
+      @Override
+      public void onPartitionsLost(Collection<TopicPartition> partitions) {
+        try {
+          if (callback != null) {
+            callback.onPartitionsLost(partitions);
+          }
+        } finally {
+          poll.revoked(partitions);
+        }
+      }
+
+      @Override
+      public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+        if (callback != null) {
+          callback.onPartitionsAssigned(partitions);
+        }
+      }
+    };
+  }
+
+  @Override
+  public void close() {
+    try {
+      closing();
+    } finally {
+      delegate.close();
+    }
+  }
+
+  @Override
+  @SuppressWarnings("deprecation")
+  public void close(Duration timeout) {
+    try {
+      closing();
+    } finally {
+      delegate.close(timeout);
+    }
+  }
+
+  @Override
+  public void close(CloseOptions option) {
+    try {
+      closing();
+    } finally {
+      delegate.close(option);
+    }
+  }
+
+  /** Commits what is owed once its marks are written (waiting), and gives back unused claims. */
+  private void closing() {
+    try {
+      commitOwed(true, delegate.assignment());
+    } finally {
+      poll.ended();
+    }
+  }
+
+  // ---- the rest is the delegate's
+
+  @Override
+  public Set<TopicPartition> assignment() {
+    return delegate.assignment();
+  }
+
+  @Override
+  public Set<String> subscription() {
+    return delegate.subscription();
+  }
+
+  @Override
+  public void assign(Collection<TopicPartition> partitions) {
+    delegate.assign(partitions);
+  }
+
+  @Override
+  public void unsubscribe() {
+    delegate.unsubscribe();
+  }
+
+  @Override
+  public void registerMetricForSubscription(KafkaMetric metric) {
+    delegate.registerMetricForSubscription(metric);
+  }
+
+  @Override
+  public void unregisterMetricFromSubscription(KafkaMetric metric) {
+    delegate.unregisterMetricFromSubscription(metric);
+  }
+
+  @Override
+  public void seek(TopicPartition partition, long offset) {
+    delegate.seek(partition, offset);
+  }
+
+  @Override
+  public void seek(TopicPartition partition, OffsetAndMetadata offsetAndMetadata) {
+    delegate.seek(partition, offsetAndMetadata);
+  }
+
+  @Override
+  public void seekToBeginning(Collection<TopicPartition> partitions) {
+    delegate.seekToBeginning(partitions);
+  }
+
+  @Override
+  public void seekToEnd(Collection<TopicPartition> partitions) {
+    delegate.seekToEnd(partitions);
+  }
+
+  @Override
+  public long position(TopicPartition partition) {
+    return delegate.position(partition);
+  }
+
+  @Override
+  public long position(TopicPartition partition, Duration timeout) {
+    return delegate.position(partition, timeout);
+  }
+
+  @Override
+  public Map<TopicPartition, OffsetAndMetadata> committed(Set<TopicPartition> partitions) {
+    return delegate.committed(partitions);
+  }
+
+  @Override
+  public Map<TopicPartition, OffsetAndMetadata> committed(
+      Set<TopicPartition> partitions, Duration timeout) {
+    return delegate.committed(partitions, timeout);
+  }
+
+  @Override
+  public Uuid clientInstanceId(Duration timeout) {
+    return delegate.clientInstanceId(timeout);
+  }
+
+  @Override
+  public Map<MetricName, ? extends Metric> metrics() {
+    return delegate.metrics();
+  }
+
+  @Override
+  public List<PartitionInfo> partitionsFor(String topic) {
+    return delegate.partitionsFor(topic);
+  }
+
+  @Override
+  public List<PartitionInfo> partitionsFor(String topic, Duration timeout) {
+    return delegate.partitionsFor(topic, timeout);
+  }
+
+  @Override
+  public Map<String, List<PartitionInfo>> listTopics() {
+    return delegate.listTopics();
+  }
+
+  @Override
+  public Map<String, List<PartitionInfo>> listTopics(Duration timeout) {
+    return delegate.listTopics(timeout);
+  }
+
+  @Override
+  public Set<TopicPartition> paused() {
+    return delegate.paused();
+  }
+
+  @Override
+  public void pause(Collection<TopicPartition> partitions) {
+    delegate.pause(partitions);
+  }
+
+  @Override
+  public void resume(Collection<TopicPartition> partitions) {
+    delegate.resume(partitions);
+  }
+
+  @Override
+  public Map<TopicPartition, OffsetAndTimestamp> offsetsForTimes(
+      Map<TopicPartition, Long> timestampsToSearch) {
+    return delegate.offsetsForTimes(timestampsToSearch);
+  }
+
+  @Override
+  public Map<TopicPartition, OffsetAndTimestamp> offsetsForTimes(
+      Map<TopicPartition, Long> timestampsToSearch, Duration timeout) {
+    return delegate.offsetsForTimes(timestampsToSearch, timeout);
+  }
+
+  @Override
+  public Map<TopicPartition, Long> beginningOffsets(Collection<TopicPartition> partitions) {
+    return delegate.beginningOffsets(partitions);
+  }
+
+  @Override
+  public Map<TopicPartition, Long> beginningOffsets(
+      Collection<TopicPartition> partitions, Duration timeout) {
+    return delegate.beginningOffsets(partitions, timeout);
+  }
+
+  @Override
+  public Map<TopicPartition, Long> endOffsets(Collection<TopicPartition> partitions) {
+    return delegate.endOffsets(partitions);
+  }
+
+  @Override
+  public Map<TopicPartition, Long> endOffsets(
+      Collection<TopicPartition> partitions, Duration timeout) {
+    return delegate.endOffsets(partitions, timeout);
+  }
+
+  @Override
+  public OptionalLong currentLag(TopicPartition partition) {
+    return delegate.currentLag(partition);
+  }
+
+  @Override
+  public ConsumerGroupMetadata groupMetadata() {
+    return delegate.groupMetadata();
+  }
+
+  @Override
+  public void enforceRebalance() {
+    delegate.enforceRebalance();
+  }
+
+  @Override
+  public void enforceRebalance(String reason) {
+    delegate.enforceRebalance(reason);
+  }
+
+  @Override
+  public void wakeup() {
+    delegate.wakeup();
+  }
+
+  @Override
+  public String toString() {
+    return "PollAwareConsumer{" + delegate + "}";
+  }
+}

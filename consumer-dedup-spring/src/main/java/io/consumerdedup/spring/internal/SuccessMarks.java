@@ -1,0 +1,330 @@
+package io.consumerdedup.spring.internal;
+
+import io.consumerdedup.core.DedupExecutorClosedException;
+import io.consumerdedup.core.DedupLeaseLostException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.Iterator;
+import java.util.List;
+import java.util.Map;
+import java.util.NavigableMap;
+import java.util.TreeMap;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.function.BooleanSupplier;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The SUCCESS marks of one consumer's records that are written in the background, grouped with
+ * others into one statement, and what its offset commits may pass. A commit goes only up to the
+ * first record whose mark is not written: one still on its way, or one the database did not take
+ * (unreachable, or refusing), which the engine keeps and writes in the background while it renews
+ * the lease. What a commit could not pass is owed: a later commit passes it once those marks are
+ * written ({@link PollAwareConsumer}). A commit does not wait for marks on their way (they are
+ * awaited before the next poll's listeners run, {@link #awaitAll}), except when partitions are
+ * revoked or the consumer closes. A mark refused because another consumer took the key over (its
+ * lease had run out) is passed: the key's outcome is that consumer's now, as it would be for a
+ * record committed just before.
+ *
+ * <p>Marks are added by the listener thread, or by the thread completing an asynchronous listener's
+ * future; the rest runs on the consumer thread.
+ */
+public final class SuccessMarks {
+  private static final Logger log = LoggerFactory.getLogger(SuccessMarks.class);
+
+  /** Guarded by this. */
+  private final Map<TopicPartition, NavigableMap<Long, Mark>> marks = new HashMap<>();
+
+  /** What commits were asked to pass and could not yet, by partition. Guarded by this. */
+  private final Map<TopicPartition, OffsetAndMetadata> owed = new HashMap<>();
+
+  /** The last offset committed through this consumer, by partition. Guarded by this. */
+  private final Map<TopicPartition, Long> committed = new HashMap<>();
+
+  /** Whether a mark was added since {@link #awaitAll} last ran. Guarded by this. */
+  private boolean addedSinceAwait;
+
+  private static final class Mark {
+    final String source;
+    final CompletableFuture<Void> written;
+    final long waitNanos;
+    final BooleanSupplier kept;
+    boolean reported;
+
+    Mark(String source, CompletableFuture<Void> written, long waitNanos, BooleanSupplier kept) {
+      this.source = source;
+      this.written = written;
+      this.waitNanos = waitNanos;
+      this.kept = kept;
+    }
+
+    /** Whether a commit may pass the record: its SUCCESS is durable, or no longer ours. */
+    boolean passable() {
+      if (!written.isDone()) {
+        return false;
+      }
+      Throwable failure = failureOf(written);
+      if (failure == null) {
+        return true;
+      }
+      if (failure instanceof DedupExecutorClosedException) {
+        return false; // given up: the record must come again
+      }
+      if (failure instanceof DedupLeaseLostException) {
+        if (!reported) {
+          reported = true;
+          log.warn(
+              "The SUCCESS of {} was refused: another consumer took its key over (its lease had"
+                  + " run out), and its outcome is that consumer's; committing past it",
+              source);
+        }
+        return true;
+      }
+      // Kept by the engine and written in the background while it renews the lease; once it is
+      // no longer kept, it was written (or the key was taken over meanwhile).
+      return !stillKept(failure);
+    }
+
+    private boolean stillKept(Throwable failure) {
+      boolean stillKept = kept.getAsBoolean();
+      if (stillKept && !reported) {
+        reported = true;
+        log.warn(
+            "The SUCCESS of {} is not written yet ({}); it is retried in the background, and"
+                + " nothing is committed past the record until it is written",
+            source,
+            failure.toString());
+      }
+      return stillKept;
+    }
+  }
+
+  /**
+   * The SUCCESS of {@code record} is on its way: {@code written} completes once it is durable.
+   *
+   * @param waitAtMost how long a commit waits for it before committing only up to the record
+   * @param kept whether the engine still keeps the mark, after {@code written} failed, to write it
+   *     in the background
+   */
+  public synchronized void add(
+      ConsumerRecord<?, ?> record,
+      String source,
+      CompletableFuture<Void> written,
+      Duration waitAtMost,
+      BooleanSupplier kept) {
+    marks
+        .computeIfAbsent(
+            new TopicPartition(record.topic(), record.partition()), p -> new TreeMap<>())
+        .put(record.offset(), new Mark(source, written, waitAtMost.toNanos(), kept));
+    addedSinceAwait = true;
+  }
+
+  /** {@code record} was delivered again and its key found SUCCESS: its mark is not waited for. */
+  public synchronized void written(ConsumerRecord<?, ?> record) {
+    NavigableMap<Long, Mark> partition =
+        marks.get(new TopicPartition(record.topic(), record.partition()));
+    if (partition != null) {
+      partition.remove(record.offset());
+    }
+  }
+
+  /** The partitions are no longer this consumer's: their offsets are committed by another. */
+  public synchronized void forget(Collection<TopicPartition> partitions) {
+    partitions.forEach(
+        partition -> {
+          marks.remove(partition);
+          owed.remove(partition);
+          committed.remove(partition);
+        });
+  }
+
+  /** Whether a commit was asked to pass records it could not pass yet. */
+  synchronized boolean owes() {
+    return !owed.isEmpty();
+  }
+
+  synchronized boolean isEmpty() {
+    marks.values().removeIf(Map::isEmpty);
+    return marks.isEmpty() && owed.isEmpty();
+  }
+
+  /**
+   * What may be committed of {@code offsets}, which the container asks to commit: each partition
+   * cut before its first record whose mark is not written, after waiting for the marks of the
+   * records they pass (each at most its wait) if {@code wait}. What is cut is owed.
+   */
+  public Map<TopicPartition, OffsetAndMetadata> durable(
+      Map<TopicPartition, OffsetAndMetadata> offsets, boolean wait) {
+    if (wait) {
+      await(offsets);
+    }
+    synchronized (this) {
+      Map<TopicPartition, OffsetAndMetadata> allowed = new HashMap<>(offsets);
+      for (Map.Entry<TopicPartition, OffsetAndMetadata> commit : offsets.entrySet()) {
+        TopicPartition partition = commit.getKey();
+        OffsetAndMetadata requested = commit.getValue();
+        long cut = cut(partition, requested.offset());
+        OffsetAndMetadata earlier = owed.get(partition);
+        if (cut < requested.offset()) {
+          allowed.put(partition, new OffsetAndMetadata(cut, requested.metadata()));
+          if (earlier == null || earlier.offset() < requested.offset()) {
+            owed.put(partition, requested);
+          }
+        } else if (earlier != null && earlier.offset() <= requested.offset()) {
+          owed.remove(partition);
+        }
+      }
+      return allowed;
+    }
+  }
+
+  /**
+   * What the consumer owes and may commit now (waiting for its marks first if {@code wait}): the
+   * offsets commits were asked to pass, cut where marks are still not written, for partitions where
+   * that goes further than the last commit.
+   */
+  Map<TopicPartition, OffsetAndMetadata> owedNow(boolean wait) {
+    if (wait) {
+      Map<TopicPartition, OffsetAndMetadata> owedOffsets;
+      synchronized (this) {
+        owedOffsets = new HashMap<>(owed);
+      }
+      await(owedOffsets);
+    }
+    return owedNow();
+  }
+
+  private synchronized Map<TopicPartition, OffsetAndMetadata> owedNow() {
+    Map<TopicPartition, OffsetAndMetadata> now = new HashMap<>();
+    Iterator<Map.Entry<TopicPartition, OffsetAndMetadata>> entries = owed.entrySet().iterator();
+    while (entries.hasNext()) {
+      Map.Entry<TopicPartition, OffsetAndMetadata> entry = entries.next();
+      TopicPartition partition = entry.getKey();
+      long cut = cut(partition, entry.getValue().offset());
+      if (cut == entry.getValue().offset()) {
+        entries.remove();
+      }
+      Long last = committed.get(partition);
+      if (last == null || cut > last) {
+        now.put(
+            partition,
+            cut == entry.getValue().offset()
+                ? entry.getValue()
+                : new OffsetAndMetadata(cut, entry.getValue().metadata()));
+      }
+    }
+    return now;
+  }
+
+  /** The consumer committed {@code offsets}. */
+  synchronized void committed(Map<TopicPartition, OffsetAndMetadata> offsets) {
+    offsets.forEach((partition, offset) -> committed.merge(partition, offset.offset(), Math::max));
+  }
+
+  /**
+   * The first offset of {@code partition} before {@code end} whose record a commit may not pass
+   * yet, or {@code end}; forgets the marks it may pass. Called holding the lock.
+   */
+  private long cut(TopicPartition partition, long end) {
+    NavigableMap<Long, Mark> partitionMarks = marks.get(partition);
+    if (partitionMarks == null) {
+      return end;
+    }
+    Iterator<Map.Entry<Long, Mark>> before =
+        partitionMarks.headMap(end, false).entrySet().iterator();
+    while (before.hasNext()) {
+      Map.Entry<Long, Mark> entry = before.next();
+      if (!entry.getValue().passable()) {
+        return entry.getKey();
+      }
+      before.remove();
+    }
+    return end;
+  }
+
+  /**
+   * Waits until every mark added so far is written or failed, each at most its wait.
+   *
+   * @return whether a mark was added since the last call
+   */
+  public boolean awaitAll() {
+    List<Mark> pending = new ArrayList<>();
+    boolean added;
+    synchronized (this) {
+      added = addedSinceAwait;
+      addedSinceAwait = false;
+      for (NavigableMap<Long, Mark> partition : marks.values()) {
+        for (Mark mark : partition.values()) {
+          if (!mark.written.isDone()) {
+            pending.add(mark);
+          }
+        }
+      }
+    }
+    await(pending);
+    return added;
+  }
+
+  /**
+   * Waits for the marks of the records {@code offsets} passes, until the longest of their waits.
+   */
+  private void await(Map<TopicPartition, OffsetAndMetadata> offsets) {
+    List<Mark> passed = new ArrayList<>();
+    synchronized (this) {
+      for (Map.Entry<TopicPartition, OffsetAndMetadata> commit : offsets.entrySet()) {
+        NavigableMap<Long, Mark> partition = marks.get(commit.getKey());
+        if (partition != null) {
+          for (Mark mark : partition.headMap(commit.getValue().offset(), false).values()) {
+            if (!mark.written.isDone()) {
+              passed.add(mark);
+            }
+          }
+        }
+      }
+    }
+    await(passed);
+  }
+
+  /** Waits for each mark until the longest of their waits has passed. */
+  private static void await(List<Mark> passed) {
+    long waitNanos = 0;
+    for (Mark mark : passed) {
+      waitNanos = Math.max(waitNanos, mark.waitNanos);
+    }
+    long deadline = System.nanoTime() + waitNanos;
+    for (Mark mark : passed) {
+      try {
+        mark.written.get(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
+      } catch (ExecutionException | TimeoutException e) {
+        // Judged with the others once the wait is over.
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return;
+      }
+    }
+  }
+
+  private static @Nullable Throwable failureOf(CompletableFuture<Void> written) {
+    if (!written.isCompletedExceptionally()) {
+      return null;
+    }
+    try {
+      written.getNow(null);
+      return null;
+    } catch (CompletionException e) {
+      return e.getCause() != null ? e.getCause() : e;
+    } catch (RuntimeException e) {
+      return e;
+    }
+  }
+}

@@ -1,0 +1,673 @@
+package io.consumerdedup.spring;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.EnumSource;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.beans.factory.annotation.Value;
+import org.springframework.boot.SpringBootConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.kafka.autoconfigure.ConcurrentKafkaListenerContainerFactoryConfigurer;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.ConcurrentKafkaListenerContainerFactory;
+import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
+import org.springframework.kafka.core.ConsumerFactory;
+import org.springframework.kafka.core.DefaultKafkaConsumerFactory;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.ContainerProperties.AckMode;
+import org.springframework.kafka.listener.MessageListenerContainer;
+import org.springframework.kafka.support.Acknowledgment;
+import org.springframework.kafka.test.utils.KafkaTestUtils;
+import org.springframework.messaging.handler.annotation.Header;
+import org.springframework.messaging.handler.annotation.Payload;
+import org.springframework.test.annotation.DirtiesContext;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/**
+ * {@code @Idempotent} record listeners at the Boot defaults claim each poll's keys in one statement
+ * and have their SUCCESS marks written in the background, in groups: statements counted on the
+ * application's DataSource, polls counted by a Kafka consumer interceptor, offsets read from the
+ * broker. Every guarantee of the per-record path holds record by record: a mark the database
+ * refuses (a trigger raising a serialization failure on that key's SUCCESS) keeps every ack mode
+ * from committing past its record; a key in progress elsewhere in the middle of a poll is held and
+ * the claims after it given back; a failure is retried; a consumer that is thrown out of its group
+ * in the middle of a poll leaves nothing applied twice; an {@code Error} gives back the poll's
+ * claims. A real PostgreSQL and the in-JVM broker.
+ */
+@SpringBootTest(classes = RecordListenerPollClaimsTest.App.class)
+@DirtiesContext
+class RecordListenerPollClaimsTest {
+  static final Duration WAIT = Duration.ofSeconds(60);
+  static final String MAIN = "pc-main";
+  static final String HELD = "pc-held";
+  static final String FLAKY = "pc-flaky";
+  static final String ERROR = "pc-error";
+  static final String ASYNC = "pc-async";
+  static final String REBALANCE = "pc-rebalance";
+  static final String ACK = "pc-ack-";
+  static String schema;
+
+  @DynamicPropertySource
+  static void environment(DynamicPropertyRegistry registry) {
+    List<String> topics = new ArrayList<>(List.of(MAIN, HELD, FLAKY, ERROR, ASYNC));
+    for (AckMode mode : AckMode.values()) {
+      topics.add(ACK + mode);
+    }
+    schema = SpringTestEnvironment.prepare(registry, "poll_claims", topics.toArray(String[]::new));
+    TestKafka.createTopics(2, REBALANCE);
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      // The database refuses the SUCCESS of the keys listed, as a transient failure.
+      statement.execute("CREATE TABLE mark_faults (biz_key text PRIMARY KEY)");
+      statement.execute("CREATE SEQUENCE mark_fault_hits");
+      statement.execute(
+          "CREATE FUNCTION refuse_marks() RETURNS trigger AS $$ BEGIN"
+              + " IF NEW.status = 'SUCCESS' AND EXISTS (SELECT 1 FROM mark_faults f"
+              + " WHERE f.biz_key = NEW.biz_key) THEN"
+              + " PERFORM nextval('mark_fault_hits');"
+              + " RAISE EXCEPTION 'injected: SUCCESS of % refused', NEW.biz_key"
+              + " USING ERRCODE = '40001'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql");
+      statement.execute(
+          "CREATE TRIGGER refuse_marks BEFORE UPDATE ON consumer_dedup FOR EACH ROW"
+              + " EXECUTE FUNCTION refuse_marks()");
+    } catch (SQLException e) {
+      throw new IllegalStateException(e);
+    }
+    registry.add("consumer-dedup.store.retry-max-attempts", () -> "1");
+    registry.add("consumer-dedup.hold.initial-backoff", () -> "200ms");
+    registry.add("consumer-dedup.hold.max-backoff", () -> "1s");
+    registry.add(
+        "spring.kafka.consumer.properties.interceptor.classes", PollCounter.class::getName);
+  }
+
+  @Autowired KafkaTemplate<String, String> template;
+  @Autowired JdbcTemplate jdbc;
+  @Autowired StatementCounter statements;
+  @Autowired DedupStore store;
+  @Autowired MeterRegistry registry;
+  @Autowired KafkaListenerEndpointRegistry containers;
+  @Autowired ConsumerFactory<Object, Object> consumerFactory;
+
+  @Test
+  void aPollsKeysAreClaimedInOneStatementAndEachRecordIsAppliedOnceWithDuplicatesMixedIn()
+      throws Exception {
+    assertThat(((DefaultKafkaConsumerFactory<Object, Object>) consumerFactory).getPostProcessors())
+        .contains(DedupConsumerPostProcessor.INSTANCE);
+    for (int i = 0; i < 50; i++) {
+      send(MAIN, "M-" + i);
+    }
+    await().atMost(WAIT).until(() -> Listeners.mainEffects.size() == 50);
+
+    MessageListenerContainer container = containers.getListenerContainer(MAIN);
+    container.pause();
+    await().atMost(WAIT).until(container::isContainerPaused);
+    StatementCounter.Counts before = statements.now();
+    int pollsBefore = PollCounter.polls(MAIN);
+    double duplicatesBefore = outcomes("main", "duplicate");
+    for (int i = 0; i < 100; i++) {
+      send(MAIN, "N-" + i);
+      if (i % 2 == 0) {
+        send(MAIN, "M-" + i / 2); // applied before: a duplicate
+      }
+    }
+    container.resume();
+    await()
+        .atMost(WAIT)
+        .until(
+            () ->
+                Listeners.mainEffects.keySet().stream().filter(k -> k.startsWith("N-")).count()
+                    == 100);
+    await().atMost(WAIT).until(() -> outcomes("main", "duplicate") - duplicatesBefore == 50);
+
+    StatementCounter.Counts used = statements.now().since(before);
+    int polls = PollCounter.polls(MAIN) - pollsBefore;
+    assertThat(polls).as("polls of 150 records").isBetween(1, 5);
+    assertThat(used.claims()).as("claim statements, %d polls", polls).isEqualTo(polls);
+    // The handler takes microseconds: marks gather while one statement is on its way.
+    assertThat(used.marks()).as("SUCCESS mark statements for 100 records").isLessThan(50);
+    assertThat(used.releases()).isZero();
+    for (int i = 0; i < 100; i++) {
+      assertThat(Listeners.mainEffects.get("N-" + i).get()).as("N-" + i).isEqualTo(1);
+    }
+    for (int i = 0; i < 50; i++) {
+      assertThat(Listeners.mainEffects.get("M-" + i).get()).as("M-" + i).isEqualTo(1);
+    }
+    assertThat(processing("main")).isZero();
+    await().atMost(WAIT).until(() -> committed(MAIN, MAIN, 0) == 200);
+  }
+
+  /**
+   * Whatever the ack mode, a record whose SUCCESS the database refuses is not committed past while
+   * the records after it are applied and their marks written; once the database takes the mark, the
+   * record comes again as a duplicate and everything is committed.
+   */
+  @ParameterizedTest
+  @EnumSource(AckMode.class)
+  void noAckModeCommitsPastARecordWhoseMarkIsNotWritten(AckMode mode) throws Exception {
+    String topic = ACK + mode;
+    String refused = mode + "-3";
+    jdbc.update("INSERT INTO mark_faults (biz_key) VALUES (?)", refused);
+    long hitsBefore = faultHits();
+    MessageListenerContainer container = containers.getListenerContainer(topic);
+    container.pause();
+    await().atMost(WAIT).until(container::isContainerPaused);
+    try {
+      for (int i = 0; i < 10; i++) {
+        send(topic, mode + "-" + i);
+      }
+      container.resume(); // one poll: the records after the refused one are in hand
+      await().atMost(WAIT).until(() -> effects(mode + "-9") == 1);
+      await().atMost(WAIT).until(() -> faultHits() > hitsBefore);
+      // The records after it are applied, their marks written, the consumer commits again and
+      // again: never past the refused record (offset 3).
+      long highest = -1;
+      long end = System.nanoTime() + Duration.ofSeconds(2).toNanos();
+      while (System.nanoTime() < end) {
+        highest = Math.max(highest, committed(topic, topic, 0));
+        Thread.sleep(100);
+      }
+      assertThat(highest).as("committed while the SUCCESS of offset 3 is refused").isLessThan(4);
+      assertThat(status(topic, refused)).isEqualTo(DedupStatus.PROCESSING);
+      assertThat(status(topic, mode + "-8")).isEqualTo(DedupStatus.SUCCESS);
+    } finally {
+      jdbc.update("DELETE FROM mark_faults WHERE biz_key = ?", refused);
+    }
+    await().atMost(WAIT).until(() -> committed(topic, topic, 0) == 10);
+    for (int i = 0; i < 10; i++) {
+      assertThat(effects(mode + "-" + i)).as(mode + "-" + i).isEqualTo(1);
+      assertThat(status(topic, mode + "-" + i)).isEqualTo(DedupStatus.SUCCESS);
+    }
+  }
+
+  /**
+   * A key another consumer holds, in the middle of a poll: the records before it are applied, it is
+   * held (its partition sought back and paused), the claims of the records after it are given back
+   * rather than left PROCESSING, and once the holder lets go everything is applied once.
+   */
+  @Test
+  void aKeyInProgressInTheMiddleOfAPollIsHeldAndTheClaimsAfterItAreGivenBack() throws Exception {
+    try (HikariDataSource otherPool = pool(TestDatabase.url(schema));
+        IdempotentExecutor other =
+            IdempotentExecutor.builder(JdbcDedupStore.builder(otherPool).build())
+                .ownerId("other-consumer")
+                .lease(Duration.ofSeconds(60))
+                .build()) {
+      DedupClaim holder = other.claim(DedupKey.of("held", "H-5"), null, "other consumer");
+      MessageListenerContainer container = containers.getListenerContainer(HELD);
+      container.pause();
+      await().atMost(WAIT).until(container::isContainerPaused);
+      int releasesBefore = statements.releases.get();
+      for (int i = 0; i <= 10; i++) {
+        send(HELD, "H-" + i);
+      }
+      container.resume();
+      await().atMost(WAIT).until(() -> applied("H-") == 5);
+      await().atMost(WAIT).until(() -> statements.releases.get() > releasesBefore);
+      for (int round = 0; round < 10; round++) {
+        // Held: nothing after it applied or left PROCESSING by this consumer.
+        assertThat(applied("H-")).isEqualTo(5);
+        assertThat(
+                jdbc.queryForObject(
+                    "SELECT count(*) FROM consumer_dedup WHERE status = 'PROCESSING'"
+                        + " AND owner <> 'other-consumer'",
+                    Integer.class))
+            .isZero();
+        assertThat(committed(HELD, HELD, 0)).isLessThanOrEqualTo(5);
+        Thread.sleep(200);
+      }
+      assertThat(outcomes("held", "in_progress")).isGreaterThan(1);
+      holder.fail(new IllegalStateException("the other consumer gave up"));
+    }
+    await().atMost(WAIT).until(() -> applied("H-") == 11);
+    for (int i = 0; i <= 10; i++) {
+      assertThat(effects("H-" + i)).as("H-" + i).isEqualTo(1);
+    }
+    assertThat(processing("held")).isZero();
+    await().atMost(WAIT).until(() -> committed(HELD, HELD, 0) == 11);
+  }
+
+  @Test
+  void aFailingRecordInTheMiddleOfAPollIsRetriedByTheErrorHandlerAndAppliedOnce() throws Exception {
+    MessageListenerContainer container = containers.getListenerContainer(FLAKY);
+    container.pause();
+    await().atMost(WAIT).until(container::isContainerPaused);
+    StatementCounter.Counts before = statements.now();
+    int pollsBefore = PollCounter.polls(FLAKY);
+    for (int i = 0; i < 10; i++) {
+      send(FLAKY, "F-" + i);
+    }
+    container.resume();
+    await().atMost(WAIT).until(() -> applied("F-") == 10);
+    for (int i = 0; i < 10; i++) {
+      assertThat(effects("F-" + i)).as("F-" + i).isEqualTo(1);
+      DedupRecord record = store.find(DedupKey.of("flaky", "F-" + i)).orElseThrow();
+      assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(record.attempts()).as("attempts of F-" + i).isEqualTo(i == 4 ? 2 : 1);
+    }
+    assertThat(Listeners.calls.get("F-4")).isEqualTo(2);
+    // Per poll; and after the failure, the failed record alone when it came again, then the
+    // records after it together.
+    StatementCounter.Counts used = statements.now().since(before);
+    assertThat(used.claims()).isLessThanOrEqualTo(PollCounter.polls(FLAKY) - pollsBefore + 1);
+    assertThat(used.releases()).isLessThanOrEqualTo(1);
+    assertThat(processing("flaky")).isZero();
+    await().atMost(WAIT).until(() -> committed(FLAKY, FLAKY, 0) == 10);
+  }
+
+  /**
+   * The listener throws an {@code Error} in the middle of a poll: spring-kafka stops the container;
+   * the record is FAILED, the claims of the records after it are given back (none PROCESSING), and
+   * a restart applies everything once.
+   */
+  @Test
+  void anErrorInTheMiddleOfAPollGivesBackThePollsOtherClaims() throws Exception {
+    MessageListenerContainer container = containers.getListenerContainer(ERROR);
+    container.pause();
+    await().atMost(WAIT).until(container::isContainerPaused);
+    int releasesBefore = statements.releases.get();
+    for (int i = 0; i < 10; i++) {
+      send(ERROR, "E-" + i);
+    }
+    container.resume();
+    await().atMost(WAIT).until(() -> !container.isRunning());
+    assertThat(applied("E-")).isEqualTo(4);
+    assertThat(status("error", "E-4")).isEqualTo(DedupStatus.FAILED);
+    assertThat(statements.releases.get()).isGreaterThan(releasesBefore);
+    for (int i = 5; i < 10; i++) {
+      assertThat(store.find(DedupKey.of("error", "E-" + i))).as("E-" + i).isEmpty();
+    }
+    assertThat(processing("error")).isZero();
+
+    container.start();
+    await().atMost(WAIT).until(() -> applied("E-") == 10);
+    for (int i = 0; i < 10; i++) {
+      assertThat(effects("E-" + i)).as("E-" + i).isEqualTo(1);
+    }
+    assertThat(status("error", "E-4")).isEqualTo(DedupStatus.SUCCESS);
+    await().atMost(WAIT).until(() -> committed(ERROR, ERROR, 0) == 10);
+    assertThat(processing("error")).isZero();
+  }
+
+  @Test
+  void aListenerReturningAFutureClaimsPerPollAndItsMarksHoldBackTheCommit() throws Exception {
+    MessageListenerContainer container = containers.getListenerContainer(ASYNC);
+    container.pause();
+    await().atMost(WAIT).until(container::isContainerPaused);
+    StatementCounter.Counts before = statements.now();
+    int pollsBefore = PollCounter.polls(ASYNC);
+    for (int i = 0; i < 30; i++) {
+      send(ASYNC, "A-" + i);
+      if (i % 3 == 0) {
+        send(ASYNC, "A-" + i); // a copy in the same poll: a duplicate
+      }
+    }
+    container.resume();
+    await().atMost(WAIT).until(() -> applied("A-") == 30);
+    await().atMost(WAIT).until(() -> committed(ASYNC, ASYNC, 0) == 40);
+    for (int i = 0; i < 30; i++) {
+      assertThat(effects("A-" + i)).as("A-" + i).isEqualTo(1);
+    }
+    int polls = PollCounter.polls(ASYNC) - pollsBefore;
+    // One per poll, and one for each later copy of a key within the poll.
+    assertThat(statements.now().since(before).claims()).isLessThanOrEqualTo(polls + 10);
+    assertThat(processing("async")).isZero();
+  }
+
+  /**
+   * Consumer a blocks in the middle of a poll for longer than {@code max.poll.interval.ms}: Kafka
+   * throws it out of the group and consumer b takes both partitions from the last commit, while a
+   * still holds the claims of its poll and goes on with it once it wakes. b is told those keys are
+   * in progress and holds them; each record is applied once.
+   */
+  @Test
+  void aConsumerThrownOutOfItsGroupInTheMiddleOfAPollLeavesNothingAppliedTwice() throws Exception {
+    MessageListenerContainer a = containers.getListenerContainer("pc-reb-a");
+    await().atMost(WAIT).until(() -> !a.getAssignedPartitions().isEmpty());
+    a.pause();
+    await().atMost(WAIT).until(a::isContainerPaused);
+    double inProgressBefore = outcomes("rebalance", "in_progress");
+    for (int i = 0; i < 20; i++) {
+      ProducerRecord<String, String> record =
+          new ProducerRecord<>(REBALANCE, i % 2, null, "payload of R-" + i);
+      record.headers().add("order-no", ("R-" + i).getBytes(StandardCharsets.UTF_8));
+      template.send(record).get();
+    }
+    a.resume(); // one poll of both partitions' records
+    await().atMost(WAIT).until(() -> Listeners.blocked.getCount() == 0);
+    containers.getListenerContainer("pc-reb-b").start();
+    await().atMost(WAIT).until(() -> applied("R-") == 20);
+    await()
+        .atMost(WAIT)
+        .until(
+            () ->
+                committed(REBALANCE, REBALANCE, 0) == 10
+                    && committed(REBALANCE, REBALANCE, 1) == 10);
+    for (int i = 0; i < 20; i++) {
+      assertThat(effects("R-" + i)).as("R-" + i).isEqualTo(1);
+    }
+    // The fault was real: b met a's claims of the poll a was thrown out in the middle of.
+    assertThat(outcomes("rebalance", "in_progress")).isGreaterThan(inProgressBefore);
+    assertThat(processing("rebalance")).isZero();
+  }
+
+  private static HikariDataSource pool(String url) {
+    HikariDataSource pool = new HikariDataSource();
+    pool.setJdbcUrl(url);
+    pool.setMaximumPoolSize(2);
+    return pool;
+  }
+
+  private void send(String topic, String orderNo) throws Exception {
+    SpringTestEnvironment.send(template, topic, "payload of " + orderNo, "order-no", orderNo);
+  }
+
+  private int effects(String bizKey) {
+    Integer count =
+        jdbc.queryForObject(
+            "SELECT count(*) FROM effects WHERE biz_key = ?", Integer.class, bizKey);
+    return count == null ? 0 : count;
+  }
+
+  /** Keys with {@code prefix} applied at least once. */
+  private int applied(String prefix) {
+    Integer count =
+        jdbc.queryForObject(
+            "SELECT count(DISTINCT biz_key) FROM effects WHERE biz_key LIKE ?",
+            Integer.class,
+            prefix + "%");
+    return count == null ? 0 : count;
+  }
+
+  private int processing(String bizType) {
+    Integer count =
+        jdbc.queryForObject(
+            "SELECT count(*) FROM consumer_dedup WHERE biz_type = ? AND status = 'PROCESSING'",
+            Integer.class,
+            bizType);
+    return count == null ? 0 : count;
+  }
+
+  private DedupStatus status(String bizType, String bizKey) {
+    return store.find(DedupKey.of(bizType, bizKey)).map(DedupRecord::status).orElse(null);
+  }
+
+  private long faultHits() {
+    Long hits =
+        jdbc.queryForObject(
+            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM mark_fault_hits",
+            Long.class);
+    return hits == null ? 0 : hits;
+  }
+
+  private static long committed(String group, String topic, int partition) throws Exception {
+    OffsetAndMetadata offset =
+        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), group, topic, partition);
+    return offset == null ? -1 : offset.offset();
+  }
+
+  private double outcomes(String bizType, String outcome) {
+    return SpringTestEnvironment.outcomes(registry, bizType, outcome);
+  }
+
+  static void effect(JdbcTemplate jdbc, String listener, String orderNo) {
+    jdbc.update(
+        "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
+        listener,
+        orderNo,
+        null);
+  }
+
+  static class Listeners {
+    static final Map<String, Integer> calls = new ConcurrentHashMap<>();
+
+    /** The main listener's effects, kept in memory so that it takes microseconds per record. */
+    static final Map<String, AtomicInteger> mainEffects = new ConcurrentHashMap<>();
+
+    static final java.util.concurrent.CountDownLatch blocked =
+        new java.util.concurrent.CountDownLatch(1);
+    private static final Set<String> erred = ConcurrentHashMap.newKeySet();
+    private final ExecutorService async = Executors.newFixedThreadPool(2);
+    private final JdbcTemplate jdbc;
+
+    Listeners(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
+
+    @Idempotent(bizType = "main", header = "order-no")
+    @KafkaListener(id = MAIN, topics = MAIN)
+    void main(@Payload String payload, @Header("order-no") String orderNo) {
+      mainEffects.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+    }
+
+    @Idempotent(bizType = "held", header = "order-no")
+    @KafkaListener(id = HELD, topics = HELD)
+    void held(String payload, @Header("order-no") String orderNo) {
+      effect(jdbc, "held", orderNo);
+    }
+
+    @Idempotent(bizType = "flaky", header = "order-no")
+    @KafkaListener(id = FLAKY, topics = FLAKY)
+    void flaky(String payload, @Header("order-no") String orderNo) {
+      if (calls.merge(orderNo, 1, Integer::sum) == 1 && orderNo.equals("F-4")) {
+        throw new IllegalStateException("F-4 fails once");
+      }
+      effect(jdbc, "flaky", orderNo);
+    }
+
+    @Idempotent(bizType = "error", header = "order-no")
+    @KafkaListener(id = ERROR, topics = ERROR)
+    void error(String payload, @Header("order-no") String orderNo) {
+      if (orderNo.equals("E-4") && erred.add(orderNo)) {
+        throw new AssertionError("injected Error at E-4");
+      }
+      effect(jdbc, "error", orderNo);
+    }
+
+    @Idempotent(bizType = "async", key = "#headers['order-no']")
+    @KafkaListener(id = ASYNC, topics = ASYNC)
+    CompletableFuture<Void> async(String payload) {
+      String orderNo = payload.substring("payload of ".length());
+      return CompletableFuture.runAsync(() -> effect(jdbc, "async", orderNo), async);
+    }
+
+    @Idempotent(bizType = "rebalance", header = "order-no")
+    @KafkaListener(
+        id = "pc-reb-a",
+        groupId = REBALANCE,
+        topics = REBALANCE,
+        properties = "max.poll.interval.ms=3000")
+    void rebalanceA(String payload, @Header("order-no") String orderNo) throws Exception {
+      if (orderNo.equals("R-6") && blocked.getCount() > 0) {
+        blocked.countDown();
+        Thread.sleep(8_000); // past max.poll.interval.ms: thrown out of the group meanwhile
+      }
+      effect(jdbc, "rebalance-a", orderNo);
+    }
+
+    @Idempotent(bizType = "rebalance", header = "order-no")
+    @KafkaListener(id = "pc-reb-b", groupId = REBALANCE, topics = REBALANCE, autoStartup = "false")
+    void rebalanceB(String payload, @Header("order-no") String orderNo) {
+      effect(jdbc, "rebalance-b", orderNo);
+    }
+  }
+
+  /** One listener per ack mode, each on its own topic and container factory. */
+  static class AckModeListeners {
+    private final JdbcTemplate jdbc;
+
+    AckModeListeners(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
+
+    @Idempotent(bizType = ACK + "BATCH", header = "order-no")
+    @KafkaListener(id = ACK + "BATCH", topics = ACK + "BATCH", containerFactory = "ackBATCH")
+    void batch(String payload, @Header("order-no") String orderNo) {
+      effect(jdbc, "ack", orderNo);
+    }
+
+    @Idempotent(bizType = ACK + "RECORD", header = "order-no")
+    @KafkaListener(id = ACK + "RECORD", topics = ACK + "RECORD", containerFactory = "ackRECORD")
+    void record(String payload, @Header("order-no") String orderNo) {
+      effect(jdbc, "ack", orderNo);
+    }
+
+    @Idempotent(bizType = ACK + "COUNT", header = "order-no")
+    @KafkaListener(id = ACK + "COUNT", topics = ACK + "COUNT", containerFactory = "ackCOUNT")
+    void count(String payload, @Header("order-no") String orderNo) {
+      effect(jdbc, "ack", orderNo);
+    }
+
+    @Idempotent(bizType = ACK + "TIME", header = "order-no")
+    @KafkaListener(id = ACK + "TIME", topics = ACK + "TIME", containerFactory = "ackTIME")
+    void time(String payload, @Header("order-no") String orderNo) {
+      effect(jdbc, "ack", orderNo);
+    }
+
+    @Idempotent(bizType = ACK + "COUNT_TIME", header = "order-no")
+    @KafkaListener(
+        id = ACK + "COUNT_TIME",
+        topics = ACK + "COUNT_TIME",
+        containerFactory = "ackCOUNT_TIME")
+    void countTime(String payload, @Header("order-no") String orderNo) {
+      effect(jdbc, "ack", orderNo);
+    }
+
+    @Idempotent(bizType = ACK + "MANUAL", header = "order-no")
+    @KafkaListener(id = ACK + "MANUAL", topics = ACK + "MANUAL", containerFactory = "ackMANUAL")
+    void manual(String payload, @Header("order-no") String orderNo, Acknowledgment ack) {
+      effect(jdbc, "ack", orderNo);
+      ack.acknowledge();
+    }
+
+    @Idempotent(bizType = ACK + "MANUAL_IMMEDIATE", header = "order-no")
+    @KafkaListener(
+        id = ACK + "MANUAL_IMMEDIATE",
+        topics = ACK + "MANUAL_IMMEDIATE",
+        containerFactory = "ackMANUAL_IMMEDIATE")
+    void manualImmediate(String payload, @Header("order-no") String orderNo, Acknowledgment ack) {
+      effect(jdbc, "ack", orderNo);
+      ack.acknowledge();
+    }
+  }
+
+  @SpringBootConfiguration
+  @EnableAutoConfiguration
+  static class App {
+    @Bean(destroyMethod = "close")
+    StatementCounter dataSource(@Value("${spring.datasource.url}") String url) {
+      return StatementCounter.pool(url);
+    }
+
+    @Bean
+    SimpleMeterRegistry meterRegistry() {
+      return new SimpleMeterRegistry();
+    }
+
+    @Bean
+    Listeners listeners(JdbcTemplate jdbc) {
+      return new Listeners(jdbc);
+    }
+
+    @Bean
+    AckModeListeners ackModeListeners(JdbcTemplate jdbc) {
+      return new AckModeListeners(jdbc);
+    }
+
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> ackBATCH(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      return factory(configurer, consumerFactory, AckMode.BATCH);
+    }
+
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> ackRECORD(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      return factory(configurer, consumerFactory, AckMode.RECORD);
+    }
+
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> ackCOUNT(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      return factory(configurer, consumerFactory, AckMode.COUNT);
+    }
+
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> ackTIME(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      return factory(configurer, consumerFactory, AckMode.TIME);
+    }
+
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> ackCOUNT_TIME(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      return factory(configurer, consumerFactory, AckMode.COUNT_TIME);
+    }
+
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> ackMANUAL(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      return factory(configurer, consumerFactory, AckMode.MANUAL);
+    }
+
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> ackMANUAL_IMMEDIATE(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      return factory(configurer, consumerFactory, AckMode.MANUAL_IMMEDIATE);
+    }
+
+    private static ConcurrentKafkaListenerContainerFactory<Object, Object> factory(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory,
+        AckMode mode) {
+      ConcurrentKafkaListenerContainerFactory<Object, Object> factory =
+          new ConcurrentKafkaListenerContainerFactory<>();
+      configurer.configure(factory, consumerFactory);
+      factory.getContainerProperties().setAckMode(mode);
+      factory.getContainerProperties().setAckCount(4);
+      factory.getContainerProperties().setAckTime(300);
+      return factory;
+    }
+  }
+}

@@ -1,0 +1,95 @@
+package io.consumerdedup.spring;
+
+import com.zaxxer.hikari.HikariDataSource;
+import java.lang.reflect.InvocationHandler;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+import org.springframework.jdbc.datasource.DelegatingDataSource;
+
+/**
+ * The application's DataSource, counting the dedup statements the store prepares (each is executed
+ * once): claims (the upsert of the claim), SUCCESS marks, and releases of claims whose listener
+ * never ran. Statements are told apart by their SQL, as the PostgreSQL dialect writes it.
+ */
+final class StatementCounter extends DelegatingDataSource {
+  final AtomicInteger claims = new AtomicInteger();
+  final AtomicInteger marks = new AtomicInteger();
+  final AtomicInteger releases = new AtomicInteger();
+
+  private StatementCounter(DataSource target) {
+    super(target);
+  }
+
+  /** A pool of six connections to {@code url}, counted. */
+  static StatementCounter pool(String url) {
+    HikariDataSource pool = new HikariDataSource();
+    pool.setJdbcUrl(url);
+    pool.setMaximumPoolSize(6);
+    return new StatementCounter(pool);
+  }
+
+  /** A snapshot, to count what happens from now on. */
+  Counts now() {
+    return new Counts(claims.get(), marks.get(), releases.get());
+  }
+
+  /** Statement counts at one moment. */
+  record Counts(int claims, int marks, int releases) {
+    Counts since(Counts earlier) {
+      return new Counts(
+          claims - earlier.claims, marks - earlier.marks, releases - earlier.releases);
+    }
+  }
+
+  @Override
+  public Connection getConnection() throws SQLException {
+    return counted(super.getConnection());
+  }
+
+  @Override
+  public Connection getConnection(String username, String password) throws SQLException {
+    return counted(super.getConnection(username, password));
+  }
+
+  private Connection counted(Connection connection) {
+    InvocationHandler handler =
+        (proxy, method, args) -> {
+          if (method.getName().equals("prepareStatement")
+              && args != null
+              && args[0] instanceof String sql) {
+            count(sql);
+          }
+          try {
+            return method.invoke(connection, args);
+          } catch (InvocationTargetException e) {
+            throw e.getCause();
+          }
+        };
+    return (Connection)
+        Proxy.newProxyInstance(
+            StatementCounter.class.getClassLoader(), new Class<?>[] {Connection.class}, handler);
+  }
+
+  private void count(String sql) {
+    if (sql.contains("INSERT INTO") && sql.contains("DO UPDATE")) {
+      claims.incrementAndGet();
+    } else if (sql.startsWith("UPDATE") || sql.contains(" UPDATE ")) {
+      if (sql.contains("status = 'SUCCESS'")) {
+        marks.incrementAndGet();
+      }
+    }
+    if (sql.contains("AS (DELETE FROM")) {
+      releases.incrementAndGet();
+    }
+  }
+
+  void close() {
+    if (getTargetDataSource() instanceof HikariDataSource pool) {
+      pool.close();
+    }
+  }
+}
