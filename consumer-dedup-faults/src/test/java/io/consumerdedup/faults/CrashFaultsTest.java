@@ -130,7 +130,7 @@ class CrashFaultsTest {
   }
 
   @Test
-  void f27KillBeforeTheSuccessThatRidesWithTheNextClaimReRunsOnlyTheRecordInHand()
+  void f29KillBeforeTheSuccessThatRidesWithTheNextClaimReRunsOnlyTheRecordInHand()
       throws Exception {
     FaultRun.Verdict verdict =
         crashes("F29 kill before marks are written", "SEPARATE", false, "BEFORE_SUCCESS_MARK", 2);
@@ -141,7 +141,7 @@ class CrashFaultsTest {
   }
 
   @Test
-  void f27KillBeforeAGroupOfMarksIsWrittenReRunsAtMostTheRecordsOfThatPoll() throws Exception {
+  void f29KillBeforeAGroupOfMarksIsWrittenReRunsAtMostTheRecordsOfThatPoll() throws Exception {
     FaultRun.Verdict verdict =
         crashes("F29 kill before marks are written", "SEPARATE", true, "BEFORE_SUCCESS_MARK", 2);
     // The loop waits for a poll's marks before the next poll's first handler runs, so a kill
