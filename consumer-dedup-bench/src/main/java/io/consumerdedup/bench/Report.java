@@ -76,6 +76,9 @@ final class Report {
     out.println(
         "            V7, V8 = a Spring Boot application, one @KafkaListener method taking one"
             + " record, at Boot's and consumer-dedup's defaults");
+    out.println(
+        "            V9, V10 = one share consumer of a share group (Kafka queues): plain, and"
+            + " through DedupShareLoop");
   }
 
   void comparison(List<VariantSummary> summaries, int repetitions) {
@@ -319,6 +322,7 @@ final class Report {
         + ratio("transactional_over_camel", perSecond, "V5", "V3")
         + ratio("spring_record_over_camel", perSecond, "V7", "V3")
         + ratio("spring_record_over_plain_spring", perSecond, "V7", "V8")
+        + ratio("share_over_plain_share", perSecond, "V10", "V9")
         + field(
             "heap_growth",
             memory == null ? OptionalDouble.empty() : OptionalDouble.of(memory.growth()));

@@ -2,6 +2,7 @@ package io.consumerdedup.bench;
 
 import com.zaxxer.hikari.HikariDataSource;
 import java.time.Duration;
+import java.util.Map;
 import java.util.concurrent.TimeoutException;
 import javax.sql.DataSource;
 import org.jspecify.annotations.Nullable;
@@ -70,6 +71,14 @@ public final class RunContext implements AutoCloseable {
    */
   public MeasuredConsumer newConsumer() {
     return new MeasuredConsumer(broker.consumerConfig(groupId), probe);
+  }
+
+  /**
+   * Settings of a share consumer in the run's group, as a share group (V9, V10) that starts at the
+   * earliest record: String keys and values. It does not report to the probe by itself.
+   */
+  Map<String, Object> shareConsumerConfig() throws Exception {
+    return broker.shareConsumerConfig(groupId);
   }
 
   /** The broker's address, for a consumer the variant's framework makes itself. */

@@ -45,14 +45,16 @@ class BenchSmokeTest {
                 .concat(" batched_over_spring_integration=%1$s batched_over_plain=%1$s")
                 .concat(" per_record_over_camel=%1$s duplicates_over_per_record=%1$s")
                 .concat(" transactional_over_camel=%1$s spring_record_over_camel=%1$s")
-                .concat(" spring_record_over_plain_spring=%1$s heap_growth=%1$s")
+                .concat(" spring_record_over_plain_spring=%1$s share_over_plain_share=%1$s")
+                .concat(" heap_growth=%1$s")
                 .formatted("\\d+\\.\\d\\d"));
 
     Map<String, VariantRun> runs =
         results.comparison().stream()
             .map(summary -> summary.runs().get(0))
             .collect(Collectors.toMap(VariantRun::variantId, Function.identity()));
-    assertThat(runs).containsOnlyKeys("V0", "V1", "V2", "V3", "V4", "V5", "V6", "V7", "V8");
+    assertThat(runs)
+        .containsOnlyKeys("V0", "V1", "V2", "V3", "V4", "V5", "V6", "V7", "V8", "V9", "V10");
     int distinctKeys = runs.get("V0").workload().distinctKeys();
     assertThat(distinctKeys).isLessThan(MESSAGES);
     runs.values()
@@ -62,10 +64,10 @@ class BenchSmokeTest {
               assertThat(run.deadLettered()).as(run.variantId() + " dead-lettered").isZero();
               assertThat(run.messagesPerSecond()).as(run.variantId() + " msg/s").isPositive();
             });
-    for (String plain : new String[] {"V0", "V8"}) {
+    for (String plain : new String[] {"V0", "V8", "V9"}) {
       assertThat(runs.get(plain).handlerRuns()).as(plain + " handler runs").isEqualTo(MESSAGES);
     }
-    for (String deduplicating : new String[] {"V1", "V2", "V3", "V4", "V5", "V7"}) {
+    for (String deduplicating : new String[] {"V1", "V2", "V3", "V4", "V5", "V7", "V10"}) {
       assertThat(runs.get(deduplicating).handlerRuns())
           .as(deduplicating + " handler runs")
           .isEqualTo(distinctKeys);

@@ -44,6 +44,12 @@ final class BatchClaims {
       if (!keys.add(delivery.key())) {
         continue; // a later copy: claimed when asked, once the earlier one has ended
       }
+      if (calls.outcomePending(delivery.key())) {
+        // The SUCCESS of an earlier delivery is on its way (the last poll's, in flight while this
+        // poll is claimed): claimed when asked, once it is written, rather than written here
+        // again, on the batch's time and against the writer's lock on the row.
+        continue;
+      }
       try {
         requests.add(calls.request(delivery.key(), delivery.fingerprint(), delivery.source()));
         requested.add(i);

@@ -62,7 +62,9 @@ final class ClaimAnswers {
     }
     if (existing.status() == DedupStatus.SUCCESS) {
       crossGroupDuplicates.duplicate(key, source, existing);
-      log.debug("Skipping duplicate {}: {}", DeliverySources.where(key, source), existing);
+      if (log.isDebugEnabled()) { // a duplicate is a read: its log line should not cost more
+        log.debug("Skipping duplicate {}: {}", DeliverySources.where(key, source), existing);
+      }
       listener.duplicate(key, existing);
       return DedupClaim.duplicate(key, existing.attempts());
     }

@@ -29,6 +29,7 @@ final class ClaimCalls {
   private final String ownerId;
   private final Duration lease;
   private final boolean inTransaction;
+  private final Duration successRetention;
   private final Duration claimRetention;
   private final RecentClaims recentClaims;
   private final UnansweredClaims unanswered;
@@ -49,6 +50,7 @@ final class ClaimCalls {
     this.ownerId = ownerId;
     this.lease = lease;
     this.inTransaction = mode == DedupMode.TRANSACTIONAL;
+    this.successRetention = successRetention;
     // In the caller's transaction the record is written as SUCCESS at once and kept as such.
     this.claimRetention = inTransaction ? successRetention : failedRetention;
     this.recentClaims = recentClaims;
@@ -93,18 +95,53 @@ final class ClaimCalls {
     }
   }
 
-  /** Sends {@code request}, at {@code sentNanos}. */
+  /**
+   * Whether an outcome of {@code key} from this process is still on its way to the store: a claim
+   * of the key would have to write it first ({@link #request}).
+   */
+  boolean outcomePending(DedupKey key) {
+    return !inTransaction && outcomes.isPending(key);
+  }
+
+  /**
+   * Sends {@code request}, at {@code sentNanos}. The SUCCESS mark that this thread left for its
+   * next claim ({@link Outcomes#completeWithNextClaim}) goes with it, in the same commit.
+   */
   ClaimResult claim(ClaimRequest request, long sentNanos) {
     FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
+    Outcomes.Pending mark = inTransaction ? null : outcomes.takeParked(request.key());
     try {
-      return inTransaction ? store.claimInTransaction(request) : store.claim(request);
+      if (inTransaction) {
+        return store.claimInTransaction(request);
+      }
+      if (mark == null) {
+        return store.claim(request);
+      }
+      FaultPoints.reached(FaultPoints.Point.BEFORE_SUCCESS_MARK);
+      DedupStore.ClaimCompleting done =
+          store.claimCompleting(request, List.of(mark.claim()), successRetention);
+      Outcomes.Pending written = mark;
+      mark = null; // answered: what follows cannot make it unwritten
+      outcomes.writtenWithClaim(written, !done.leaseLost().contains(written.claim().key()));
+      FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
+      return done.claim();
     } catch (DedupStoreException e) {
+      if (mark != null) {
+        outcomes.notWrittenWithClaim(mark, e);
+      }
       if (e instanceof DedupStoreUnavailableException) {
         // The claim may have committed before the connection failed: send the same id next time.
         unanswered.unanswered(request.key(), request.claimId(), sentNanos);
       }
       listener.storeFailed(request.key(), e);
       throw e.locatedAt(request.source());
+    } catch (RuntimeException | Error e) {
+      if (mark != null) {
+        // Whatever went wrong, the mark is not dropped: kept and written in the background.
+        outcomes.notWrittenWithClaim(
+            mark, e instanceof RuntimeException runtime ? runtime : new IllegalStateException(e));
+      }
+      throw e;
     } finally {
       listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - sentNanos));
     }

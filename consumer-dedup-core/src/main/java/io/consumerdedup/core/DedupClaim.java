@@ -156,6 +156,30 @@ public final class DedupClaim {
   }
 
   /**
+   * Records SUCCESS like {@link #completeAsync()}, but in the same commit as the next claim that
+   * the calling thread makes on the executor ({@link IdempotentExecutor#claim} or {@link
+   * IdempotentExecutor#execute}), for a caller that claims record by record: the previous record's
+   * SUCCESS then costs no commit of its own. If the thread makes no claim within a few
+   * milliseconds, or calls {@link IdempotentExecutor#flushMarks()}, the executor's writer thread
+   * writes it as {@link #completeAsync()} does. Until it is written, this process does not run the
+   * handler for the key again. Wait for the returned future before committing the record's offset
+   * (after the last record of a batch, call {@link IdempotentExecutor#flushMarks()} first, or the
+   * wait includes those milliseconds).
+   *
+   * @return as {@link #completeAsync()}
+   * @throws IllegalStateException the claim is a duplicate or was already ended
+   */
+  public CompletableFuture<Void> completeWithNextClaim() {
+    end("complete");
+    Duration handlerTime = Duration.ofNanos(System.nanoTime() - startNanos);
+    if (outcomes == null || renewal == null) {
+      listener.completed(key, attempt, handlerTime);
+      return CompletableFuture.completedFuture(null);
+    }
+    return outcomes.completeWithNextClaim(key, attempt, source, renewal, handlerTime);
+  }
+
+  /**
    * Ends a held claim whose handler never ran, for {@link DedupClaims#releaseUnended()}: stops its
    * renewal and returns what the store needs to release it; null if it was ended already or is not
    * leased (a duplicate, or a claim in the caller's transaction).

@@ -42,12 +42,13 @@ public final class DedupClaims {
   /**
    * The claim of delivery {@code index}: held (run the handler, then end it) or a duplicate (do not
    * run it). A later copy of a key that an earlier delivery of the batch holds is claimed now, when
-   * asked, so that it sees how the earlier one ended: a duplicate once that one succeeded.
+   * asked, so that it sees how the earlier one ended: a duplicate once that one succeeded; so is a
+   * key whose earlier SUCCESS in this process was still being written when the batch was claimed.
    *
    * @throws DedupInProgressException another consumer holds a live lease on the key
    * @throws DedupKeyConflictException the fingerprint differs from the stored one
-   * @throws DedupStoreException an earlier outcome of the key is not written yet, or (for a later
-   *     copy) the claim failed
+   * @throws DedupStoreException an earlier outcome of the key is not written yet, or (for a key
+   *     claimed now) the claim failed
    * @throws IllegalArgumentException the delivery's fingerprint is not usable
    */
   public DedupClaim get(int index) {

@@ -112,6 +112,36 @@ public interface DedupStore {
         .toList();
   }
 
+  /**
+   * Claims a key, as {@link #claim} does, and marks the claims in {@code completing} SUCCESS, as
+   * {@link #completeAll} does, in one commit where the store can: for a caller that claims record
+   * by record, the previous record's SUCCESS then costs no commit of its own. The marks are written
+   * whatever the claim answers. The default completes them, then claims.
+   *
+   * @param completing held claims of other keys than the request's, whose handlers succeeded
+   * @return the claim's answer, and the keys of {@code completing} whose lease was lost
+   * @throws DedupStoreException as {@link #claim}; whether the marks were written is then unknown
+   *     (a completion sent again recognises its own earlier write)
+   */
+  default ClaimCompleting claimCompleting(
+      ClaimRequest request, List<ClaimResult.Claimed> completing, Duration retention) {
+    List<DedupKey> lost = completeAll(completing, retention);
+    return new ClaimCompleting(claim(request), lost);
+  }
+
+  /**
+   * What {@link #claimCompleting} did.
+   *
+   * @param claim the claim's answer
+   * @param leaseLost the keys of the claims to complete whose lease was lost
+   */
+  record ClaimCompleting(ClaimResult claim, List<DedupKey> leaseLost) {
+    public ClaimCompleting {
+      Objects.requireNonNull(claim, "claim");
+      leaseLost = List.copyOf(leaseLost);
+    }
+  }
+
   /** Fails several claims, as {@link #fail} each; answers as {@link #completeAll}. */
   default List<DedupKey> failAll(List<Failure> failures, Duration retention) {
     return failures.stream()

@@ -251,7 +251,8 @@ public final class IdempotentExecutor implements AutoCloseable {
    * ({@link DedupClaims#get(int)}): held, duplicate, or refused (in progress elsewhere, a
    * conflicting payload); a key in progress elsewhere is refused at once, whatever the {@link
    * InProgressPolicy}, since waiting would hold up the whole batch. A later copy of a key in the
-   * same batch is claimed only when its answer is asked for, after the earlier copy has ended. The
+   * same batch is claimed only when its answer is asked for, after the earlier copy has ended; so
+   * is a key whose SUCCESS from an earlier delivery in this process is still being written. The
    * held claims are ended one by one, as {@link #claim}'s; {@link DedupClaims#releaseUnended()}
    * gives back those whose handler never ran.
    *
@@ -352,6 +353,16 @@ public final class IdempotentExecutor implements AutoCloseable {
   /** The listener that receives this executor's events. */
   public DedupListener listener() {
     return listener;
+  }
+
+  /**
+   * Hands the SUCCESS mark that the calling thread left for its next claim ({@link
+   * DedupClaim#completeWithNextClaim()}) to the writer thread now: call it when no claim follows,
+   * such as after the last record of a poll, before waiting for the marks. Without it the mark
+   * waits a few milliseconds for a claim first.
+   */
+  public void flushMarks() {
+    outcomes.flushParked();
   }
 
   /**

@@ -184,6 +184,23 @@ public final class JdbcDedupStore implements DedupStore {
         (connection, dialect) -> dialect.claim(connection, distinct, true));
   }
 
+  /**
+   * One commit for the claim and the marks; on PostgreSQL one statement (see {@code
+   * PostgresSql#claimCompleting}).
+   */
+  @Override
+  public ClaimCompleting claimCompleting(
+      ClaimRequest request, List<ClaimResult.Claimed> completing, Duration retention) {
+    if (completing.isEmpty()) {
+      return new ClaimCompleting(claim(request), List.of());
+    }
+    return calls.run(
+        "claim",
+        request.key(),
+        (connection, dialect) ->
+            dialect.claimCompleting(connection, request, held(completing), retention));
+  }
+
   @Override
   public ClaimResult claimInTransaction(ClaimRequest request) {
     return claimAllInTransaction(List.of(request)).get(0);

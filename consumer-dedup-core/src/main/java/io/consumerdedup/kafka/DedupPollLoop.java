@@ -79,8 +79,11 @@ import org.slf4j.LoggerFactory;
  * exception is classified by {@link Disposition#of(Throwable)}:
  *
  * <ul>
- *   <li>returns PROCESSED or DUPLICATE: the record is done; its offset is committed (with {@code
- *       commitSync}) after the records of the poll are handled.
+ *   <li>returns PROCESSED or DUPLICATE: the record is done; its offset is committed once the
+ *       SUCCESS marks of its poll are written: with {@code commitAsync} as the next poll begins
+ *       (the loop fetches and claims the next poll while the marks commit, and waits for them
+ *       before the next poll's first handler), with {@code commitSync} before a rebalance revokes
+ *       the partition and when the loop stops.
  *   <li>throws a {@link Disposition#RETRY_LATER} exception, such as {@link
  *       DedupInProgressException} (another consumer holds a live lease on the key) or {@link
  *       DedupStoreUnavailableException} (the database is unreachable after the store's own
@@ -191,8 +194,8 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
             builder.maxAttempts,
             builder.retryBackOff,
             groupId);
-    this.pollClaims = new PollClaims<>(processor, progress, holds);
-    this.commits = new OffsetCommits(consumer, progress);
+    this.pollClaims = new PollClaims<>(consumer, processor, progress, holds);
+    this.commits = new OffsetCommits(consumer, progress, pollClaims);
   }
 
   /**
@@ -324,11 +327,21 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     }
   }
 
+  /**
+   * One poll, pipelined with the SUCCESS marks of the one before: its records are fetched and
+   * claimed while those marks commit, and the marks are awaited before its first handler runs, and
+   * before any commit. So at most the records of one poll are applied without their SUCCESS
+   * written, whichever moment the process dies.
+   */
   private void pollOnce() {
     holds.resumeDue();
     ConsumerRecords<K, V> records;
     try {
-      records = consumer.poll(holds.pollTimeout(pollTimeout));
+      // While marks are in flight, take the records the consumer has fetched already and claim
+      // them first; wait for new ones only once everything handled is committed.
+      records =
+          consumer.poll(
+              pollClaims.marksInFlight() ? Duration.ZERO : holds.pollTimeout(pollTimeout));
     } catch (RecordDeserializationException e) {
       // The consumer throws only when it has no records before the bad one to return, and leaves
       // that partition's position at it: no other record is lost, and only this partition waits.
@@ -336,26 +349,36 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       commits.commitDone();
       return;
     }
+    if (records.isEmpty()) {
+      commits.commitDone();
+      return;
+    }
+    pollClaims.prepare(records);
     try {
-      pollClaims.prepare(records);
+      commits.commitDone(); // the last poll's: its marks were written while this one was claimed
+      pollClaims.open();
       handleAll(records);
-    } catch (Error e) {
-      // The loop ends with it, but first the poll's claims are ended or given back (their
-      // renewals stop) and the marks written, or no other consumer could take those keys up for
-      // as long as this JVM lives.
+    } catch (RuntimeException | Error e) {
+      // A stop's wakeup in the commit, or an Error that ends the loop: first the poll's claims are
+      // ended or given back (their renewals stop), or no other consumer could take those keys up
+      // for as long as this JVM lives; the marks are awaited by the last commit.
       try {
         pollClaims.settle(records);
-      } catch (Error again) {
+      } catch (RuntimeException | Error again) {
         e.addSuppressed(again);
       }
       throw e;
     }
     pollClaims.settle(records);
-    commits.commitDone();
   }
 
   private void handleAll(ConsumerRecords<K, V> records) {
     for (TopicPartition partition : records.partitions()) {
+      if (progress.isPaused(partition)) {
+        // Held since the poll returned (a mark of the last poll not written): sought back to
+        // that record, so these come again.
+        continue;
+      }
       for (ConsumerRecord<K, V> record : records.records(partition)) {
         if (!running) {
           return;
@@ -406,11 +429,13 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
       commits.commitBeforeRevoke();
       progress.forget(partitions);
+      commits.forget(partitions);
     }
 
     @Override
     public void onPartitionsLost(Collection<TopicPartition> partitions) {
       progress.forget(partitions);
+      commits.forget(partitions);
     }
 
     @Override

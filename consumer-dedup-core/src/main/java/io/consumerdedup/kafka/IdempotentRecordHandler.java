@@ -12,6 +12,7 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.IdentityHashMap;
 import java.util.List;
@@ -116,20 +117,60 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
   }
 
   /**
-   * As {@link #handle(ConsumerRecord)}; for a record of the poll that {@link #prepare} claimed, its
-   * claim is used, and its SUCCESS is written in the background ({@link #settle()} waits for it).
+   * As {@link #handle(ConsumerRecord)}, for a poll's records between {@link #prepare} and {@link
+   * #settle()}: the record's claim is the one {@link #prepare} made (or, for a record it did not
+   * claim, one made now), and its SUCCESS is written in the background, grouped with the marks of
+   * other records; {@link #settle()} waits for them (under {@link DedupPollLoop}, the loop does).
+   * Claimed one by one ({@code claimsPerPoll(false)}), a record's SUCCESS is written in the same
+   * commit as the next record's claim ({@link DedupClaim#completeWithNextClaim()}), before the next
+   * record's handler runs: one commit per record, and a crash re-runs at most the record in hand.
+   * Outside a poll (no {@link #prepare} on this thread), it is {@link #handle(ConsumerRecord)}.
    */
   @Override
   public Outcome process(ConsumerRecord<K, V> record) {
     Poll<K, V> current = poll.get();
-    Integer index = current == null ? null : current.indexes.get(record);
-    if (current == null || index == null) {
+    if (current == null) {
       return handle(record);
     }
-    DedupClaim claim = current.claims.get(index);
+    Integer index = current.claims == null ? null : current.indexes.get(record);
+    if (index == null) {
+      return processOnItsOwn(record, current);
+    }
+    DedupClaim claim = Objects.requireNonNull(current.claims).get(index);
     if (claim.isDuplicate()) {
       return Outcome.DUPLICATE;
     }
+    return run(record, claim, current, false);
+  }
+
+  /** A record of the poll that {@link #prepare} did not claim: claimed now, marked later. */
+  private Outcome processOnItsOwn(ConsumerRecord<K, V> record, Poll<K, V> current) {
+    String source = keys.source(record);
+    Optional<DedupKey> key = keys.resolve(record);
+    if (key.isEmpty()) {
+      runUnprotected(record, source);
+      return Outcome.PROCESSED;
+    }
+    String print = fingerprint == null ? null : fingerprint.apply(record);
+    DedupClaim claim = executor.claim(key.get(), print, source);
+    if (claim.isDuplicate()) {
+      return Outcome.DUPLICATE;
+    }
+    // The claim above carried the previous record's SUCCESS, unless it went its own way (the
+    // writer took it after a pause, or the keys are the same): its handler has applied its effect,
+    // so this one waits for that mark, and a crash re-runs one record. A mark that fails is the
+    // poll's to report (settle), and holds its record there; it does not stop this one.
+    current.awaitLastMark(executor.renewalInterval());
+    return run(record, claim, current, true);
+  }
+
+  /**
+   * Runs the handler under a held claim; FAILED is written at once, SUCCESS in the background:
+   * grouped with other records' marks by the writer, or, for a record claimed on its own ({@code
+   * withNextClaim}), with the next record's claim.
+   */
+  private Outcome run(
+      ConsumerRecord<K, V> record, DedupClaim claim, Poll<K, V> current, boolean withNextClaim) {
     try {
       handler.handle(record);
     } catch (RuntimeException | Error e) {
@@ -143,31 +184,37 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
       throw new DedupHandlerException(claim.key(), claim.source(), e);
     }
     FaultPoints.reached(FaultPoints.Point.AFTER_HANDLER);
-    current.marks.add(new Mark<>(record, claim.completeAsync()));
+    CompletableFuture<Void> written =
+        withNextClaim ? claim.completeWithNextClaim() : claim.completeAsync();
+    current.lastMark = written;
+    MarksInFlight loop = MarksInFlight.open();
+    (loop != null ? loop : current.marks).add(record, written, executor.renewalInterval());
     return Outcome.PROCESSED;
   }
 
   /**
-   * Claims the keys of a poll's records in one round trip (unless built with {@code
-   * claimsPerPoll(false)}). Records without a usable key, or whose fingerprint cannot be computed,
-   * are left to {@link #process}, which fails them as {@link #handle} does. If the store cannot be
-   * reached, nothing is claimed and each record is claimed when processed.
+   * Starts a poll on this thread: {@link #process} then writes SUCCESS marks in the background
+   * until {@link #settle()}. Unless built with {@code claimsPerPoll(false)}, also claims the keys
+   * of the poll's records in one round trip. Records without a usable key, or whose fingerprint
+   * cannot be computed, are left to {@link #process}, which fails them as {@link #handle} does. If
+   * the store cannot be reached, nothing is claimed and each record is claimed when processed.
    */
   @Override
   public void prepare(List<ConsumerRecord<K, V>> records) {
     settle(); // a poll left unsettled by a caller that skipped it
+    Poll<K, V> current = new Poll<>();
+    poll.set(current);
     if (!claimsPerPoll) {
       return;
     }
-    IdentityHashMap<ConsumerRecord<K, V>, Integer> indexes = new IdentityHashMap<>();
-    List<IdempotentExecutor.Delivery> deliveries = new ArrayList<>();
+    List<IdempotentExecutor.Delivery> deliveries = new ArrayList<>(records.size());
     for (ConsumerRecord<K, V> record : records) {
       try {
         Optional<DedupKey> key = keys.claimedKey(record);
         if (key.isPresent()) {
           String print = fingerprint == null ? null : fingerprint.apply(record);
           deliveries.add(new IdempotentExecutor.Delivery(key.get(), print, keys.source(record)));
-          indexes.put(record, deliveries.size() - 1);
+          current.indexes.put(record, deliveries.size() - 1);
         }
       } catch (RuntimeException e) {
         // process() meets the same failure, and reports it for this record alone.
@@ -177,16 +224,21 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
       return;
     }
     try {
-      poll.set(new Poll<>(indexes, executor.claimAll(deliveries)));
+      current.claims = executor.claimAll(deliveries);
     } catch (DedupStoreException e) {
+      current.indexes.clear();
       log.debug("Claiming {} keys together failed; claiming them one by one", deliveries.size(), e);
     }
   }
 
   /**
-   * Gives back the claims of the poll's records that were not processed, without counting an
-   * attempt, and waits until the SUCCESS marks of those processed are written, at most one lease
-   * renewal interval of the executor (the leases outlive the wait).
+   * Ends the poll: gives back the claims of the poll's records that were not processed, without
+   * counting an attempt, and waits until the SUCCESS marks of those processed are written, at most
+   * one lease renewal interval of the executor (the leases outlive the wait). Under {@link
+   * DedupPollLoop} the loop waits for the marks itself, after it has fetched and claimed its next
+   * poll, and this returns at once. Call it before committing the poll's offsets: a record whose
+   * offset is committed before its SUCCESS is written is applied again if the process dies in
+   * between and another consumer takes its key over.
    *
    * @return the processed records whose SUCCESS is not written yet (the database unreachable, the
    *     key taken over meanwhile, or the wait over); they must be delivered again, and this process
@@ -199,45 +251,42 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     if (current == null) {
       return List.of();
     }
-    current.claims.releaseUnended();
-    List<ConsumerRecord<K, V>> unrecorded = new ArrayList<>();
-    long deadline = System.nanoTime() + executor.renewalInterval().toNanos();
-    int waitedOut = 0;
-    for (Mark<K, V> mark : current.marks) {
+    if (current.claims != null) {
+      current.claims.releaseUnended();
+    }
+    executor.flushMarks(); // the last record's SUCCESS: no next claim comes to take it
+    return current.marks.await(log);
+  }
+
+  /** A poll between {@link #prepare} and {@link #settle()} on one thread. */
+  private static final class Poll<K, V> {
+    /** The records claimed together, by their index among the claims. */
+    final IdentityHashMap<ConsumerRecord<K, V>, Integer> indexes = new IdentityHashMap<>();
+
+    /** The poll's claims, when its keys were claimed together. */
+    @Nullable DedupClaims claims;
+
+    /** The marks that {@link #settle()} waits for: those no loop waits for. */
+    final MarksInFlight marks = new MarksInFlight();
+
+    /** The SUCCESS of the record processed last, if it is written in the background. */
+    @Nullable CompletableFuture<Void> lastMark;
+
+    /** Waits until the last record's SUCCESS is written, or has failed, at most {@code max}. */
+    void awaitLastMark(Duration max) {
+      CompletableFuture<Void> last = lastMark;
+      if (last == null || last.isDone()) {
+        return;
+      }
       try {
-        mark.written().get(Math.max(0, deadline - System.nanoTime()), TimeUnit.NANOSECONDS);
-      } catch (ExecutionException e) {
-        log.debug("SUCCESS of {} is not written yet", keys.source(mark.record()), e.getCause());
-        unrecorded.add(mark.record());
-      } catch (TimeoutException e) {
-        waitedOut++;
-        unrecorded.add(mark.record());
+        last.get(max.toNanos(), TimeUnit.NANOSECONDS);
+      } catch (ExecutionException | TimeoutException e) {
+        // Not written (yet): the poll's settling reports it, and holds its record.
       } catch (InterruptedException e) {
         Thread.currentThread().interrupt();
-        unrecorded.add(mark.record());
       }
     }
-    if (waitedOut > 0) {
-      log.warn(
-          "{} SUCCESS marks of the poll not written within {}; delivering their records again",
-          waitedOut,
-          executor.renewalInterval());
-    }
-    return unrecorded;
   }
-
-  /** A poll's records claimed together, by their index among the claims. */
-  private record Poll<K, V>(
-      IdentityHashMap<ConsumerRecord<K, V>, Integer> indexes,
-      DedupClaims claims,
-      List<Mark<K, V>> marks) {
-    Poll(IdentityHashMap<ConsumerRecord<K, V>, Integer> indexes, DedupClaims claims) {
-      this(indexes, claims, new ArrayList<>());
-    }
-  }
-
-  /** A processed record and the write of its SUCCESS. */
-  private record Mark<K, V>(ConsumerRecord<K, V> record, CompletableFuture<Void> written) {}
 
   /**
    * The attempts the dedup table counts for the record's key ({@link DedupRecord#attempts()}):
@@ -330,12 +379,13 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
 
     /**
      * Under a {@link DedupPollLoop}: whether the keys of each poll are claimed together, in one
-     * round trip, with SUCCESS marks written in groups by a writer thread while the handler goes on
-     * (true, the default), or each record is claimed and marked on its own, the handler waiting for
-     * each (false). Both hold the same guarantees per record; the loop commits an offset only once
-     * the record's SUCCESS is written. In mode SEPARATE a process that dies after a handler ran and
-     * before its SUCCESS was written re-runs it on redelivery: one record per-record, the records
-     * of one mark write (a few milliseconds of handlers) when claims are per poll.
+     * round trip (true, the default), or each record's key is claimed on its own when the record
+     * comes (false). Either way SUCCESS marks are written in groups by the executor's writer thread
+     * while the handler goes on, and the loop commits an offset only once the record's SUCCESS is
+     * written. Both hold the same guarantees per record. In mode SEPARATE a process that dies after
+     * a handler ran and before its SUCCESS was written re-runs it on redelivery: the record in hand
+     * when claimed one by one (a record's handler runs only once the previous record's SUCCESS is
+     * written), at most the records of the poll when claims are per poll.
      */
     public Builder<K, V> claimsPerPoll(boolean claimsPerPoll) {
       this.claimsPerPoll = claimsPerPoll;

@@ -1,8 +1,11 @@
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.internal.FaultPoints;
+import java.util.Collection;
+import java.util.HashMap;
 import java.util.Locale;
 import java.util.Map;
+import java.util.Set;
 import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -12,14 +15,20 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.RebalanceInProgressException;
 import org.apache.kafka.common.errors.WakeupException;
+import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * How {@link DedupPollLoop} commits: with {@code commitSync}, only past the records that are done,
- * after each poll, before partitions are revoked, and once more when the loop stops. The consumer
- * must leave committing to the loop (no auto-commit) and have a group to commit to; the checks of
- * that, when the loop is built, are here too. Commits are made on the loop's thread only.
+ * How {@link DedupPollLoop} commits: only past the records that are done and whose SUCCESS marks
+ * are written (it waits for those in flight first). After each poll with {@code commitAsync}, so
+ * that the loop goes on with the next poll while the broker writes the offsets; before partitions
+ * are revoked and when the loop stops with {@code commitSync}, which also covers the asynchronous
+ * commits not answered yet (and those that failed). An offset whose commit is lost is only
+ * committed later, or its records come again: as duplicates, their SUCCESS being written. The
+ * consumer must leave committing to the loop (no auto-commit) and have a group to commit to; the
+ * checks of that, when the loop is built, are here too. Commits are made on the loop's thread only
+ * (the consumer answers asynchronous commits on it, in its polls and commits).
  */
 final class OffsetCommits {
   // The loop's logger: applications and tests select the loop's messages by its name.
@@ -27,10 +36,15 @@ final class OffsetCommits {
 
   private final Consumer<?, ?> consumer;
   private final PartitionProgress progress;
+  private final PollClaims<?, ?> pollClaims;
 
-  OffsetCommits(Consumer<?, ?> consumer, PartitionProgress progress) {
+  /** The offsets committed asynchronously whose answer has not come yet, by partition. */
+  private final Map<TopicPartition, OffsetAndMetadata> unanswered = new HashMap<>();
+
+  OffsetCommits(Consumer<?, ?> consumer, PartitionProgress progress, PollClaims<?, ?> pollClaims) {
     this.consumer = consumer;
     this.progress = progress;
+    this.pollClaims = pollClaims;
   }
 
   /**
@@ -76,47 +90,116 @@ final class OffsetCommits {
     }
   }
 
-  /** Commits the offsets of the records done since the last commit. */
+  /**
+   * Commits the offsets of the records done since the last commit, asynchronously, once the SUCCESS
+   * marks still in flight are written (a partition whose mark is not is held at that record).
+   */
   void commitDone() {
+    pollClaims.awaitMarks();
     Map<TopicPartition, OffsetAndMetadata> done = progress.offsetsToCommit();
     if (done.isEmpty()) {
       return;
     }
     FaultPoints.reached(FaultPoints.Point.BEFORE_OFFSET_COMMIT);
+    Map<TopicPartition, OffsetAndMetadata> offsets = Map.copyOf(done);
+    done.clear();
+    unanswered.putAll(offsets);
     try {
-      consumer.commitSync(done);
-      done.clear();
-    } catch (CommitFailedException | RebalanceInProgressException e) {
-      // The partitions may belong to another consumer now; it re-reads these records, and the
-      // dedup table answers DUPLICATE for those that were handled.
-      log.warn("Offsets {} not committed (group rebalanced); they will be redelivered", done, e);
-      done.clear();
+      consumer.commitAsync(offsets, (committed, e) -> answered(offsets, e));
     } catch (WakeupException | InterruptException e) {
       throw e;
     } catch (KafkaException e) {
-      log.error("Offsets {} not committed; trying again after the next poll", done, e);
+      answered(offsets, e);
+    }
+  }
+
+  /** The answer to an asynchronous commit of {@code offsets}: failed if {@code e} is not null. */
+  private void answered(Map<TopicPartition, OffsetAndMetadata> offsets, @Nullable Exception e) {
+    offsets.forEach(unanswered::remove); // the entries a later commit replaced stay
+    if (e == null) {
+      return;
+    }
+    Set<TopicPartition> assigned = consumer.assignment();
+    Map<TopicPartition, OffsetAndMetadata> retried = new HashMap<>();
+    offsets.forEach(
+        (partition, offset) -> {
+          // Committed again with the next commit, unless a later offset of the partition is on
+          // its way or the partition is gone (its new owner re-reads from what was committed).
+          if (assigned.contains(partition)
+              && !unanswered.containsKey(partition)
+              && progress.offsetsToCommit().putIfAbsent(partition, offset) == null) {
+            retried.put(partition, offset);
+          }
+        });
+    if (e instanceof CommitFailedException || e instanceof RebalanceInProgressException) {
+      log.warn(
+          "Offsets {} not committed (group rebalancing); committing again {} with the next commit",
+          offsets,
+          retried,
+          e);
+    } else {
+      log.error(
+          "Offsets {} not committed; committing again {} with the next commit",
+          offsets,
+          retried,
+          e);
+    }
+  }
+
+  /**
+   * Commits, synchronously, the offsets of the records done and those of asynchronous commits not
+   * answered yet, once the SUCCESS marks still in flight are written.
+   */
+  private void commitNow() {
+    pollClaims.awaitMarks();
+    Map<TopicPartition, OffsetAndMetadata> done = progress.offsetsToCommit();
+    Map<TopicPartition, OffsetAndMetadata> offsets = new HashMap<>(unanswered);
+    offsets.putAll(done);
+    if (offsets.isEmpty()) {
+      return;
+    }
+    FaultPoints.reached(FaultPoints.Point.BEFORE_OFFSET_COMMIT);
+    try {
+      consumer.commitSync(offsets);
+      done.clear();
+      unanswered.clear();
+    } catch (CommitFailedException | RebalanceInProgressException e) {
+      // The partitions may belong to another consumer now; it re-reads these records, and the
+      // dedup table answers DUPLICATE for those that were handled.
+      log.warn("Offsets {} not committed (group rebalanced); they will be redelivered", offsets, e);
+      done.clear();
+      unanswered.clear();
+    } catch (WakeupException | InterruptException e) {
+      throw e;
+    } catch (KafkaException e) {
+      log.error("Offsets {} not committed; trying again after the next poll", offsets, e);
     }
   }
 
   /** Commits when the loop stops, after the stop request's wakeup. */
   void commitLast() {
     try {
-      commitDone();
+      commitNow();
     } catch (WakeupException e) {
       // The stop request's wakeup was still pending; it is consumed now, so commit once more.
-      commitDone();
+      commitNow();
     }
   }
 
   /** Commits before partitions are revoked; a failure is logged, their new owner redelivers. */
   void commitBeforeRevoke() {
     try {
-      commitDone();
+      commitNow();
     } catch (RuntimeException e) {
       log.warn(
           "Offsets {} not committed before the partitions were revoked",
           progress.offsetsToCommit(),
           e);
     }
+  }
+
+  /** The partitions left this consumer: their commits not answered yet are not made again. */
+  void forget(Collection<TopicPartition> partitions) {
+    partitions.forEach(unanswered::remove);
   }
 }

@@ -94,6 +94,11 @@ final class PartitionProgress {
     this.resumeAtNanos.put(partition, resumeAtNanos);
   }
 
+  /** Whether the partition is paused: sought back to a record that waits. */
+  boolean isPaused(TopicPartition partition) {
+    return resumeAtNanos.containsKey(partition);
+  }
+
   /** The paused partitions whose wait is over, forgotten as paused. */
   List<TopicPartition> dueAt(long nowNanos) {
     List<TopicPartition> due =

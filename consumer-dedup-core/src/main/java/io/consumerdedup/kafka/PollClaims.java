@@ -5,9 +5,12 @@ import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.common.TopicPartition;
+import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -16,20 +19,37 @@ import org.slf4j.LoggerFactory;
  * {@link RecordProcessor#prepare prepares} them together (an {@link IdempotentRecordHandler} claims
  * their keys in one round trip); after, it {@link RecordProcessor#settle settles} them, and a
  * record whose outcome is not recorded yet holds its partition, so that nothing is committed past
- * it. Used by the loop's thread only.
+ * it. The SUCCESS marks an {@link IdempotentRecordHandler} writes in the background are left in
+ * flight ({@link MarksInFlight}) when the poll is settled: the loop fetches and claims its next
+ * poll while they commit, and {@link #awaitMarks()} waits for them before anything is committed.
+ * Used by the loop's thread only.
  */
 final class PollClaims<K, V> {
   // The loop's logger: applications and tests select the loop's messages by its name.
   private static final Logger log = LoggerFactory.getLogger(DedupPollLoop.class);
 
+  private final Consumer<K, V> consumer;
   private final RecordProcessor<K, V> processor;
   private final PartitionProgress progress;
   private final PartitionHolds holds;
 
-  PollClaims(RecordProcessor<K, V> processor, PartitionProgress progress, PartitionHolds holds) {
+  /** The marks of the poll settled last, until {@link #awaitMarks()}. */
+  private @Nullable MarksInFlight inFlight;
+
+  PollClaims(
+      Consumer<K, V> consumer,
+      RecordProcessor<K, V> processor,
+      PartitionProgress progress,
+      PartitionHolds holds) {
+    this.consumer = consumer;
     this.processor = processor;
     this.progress = progress;
     this.holds = holds;
+  }
+
+  /** Whether SUCCESS marks of the last poll may still be on their way. */
+  boolean marksInFlight() {
+    return inFlight != null;
   }
 
   /** Lets the processor prepare the poll's records, in the order the loop handles them. */
@@ -49,10 +69,20 @@ final class PollClaims<K, V> {
   }
 
   /**
-   * Holds each partition at its first record whose outcome is not recorded yet: nothing is
-   * committed past it, and it comes again (a duplicate then, once the outcome is written).
+   * Opens the marks of the poll about to be handled on this thread; {@link #settle} closes them.
+   */
+  void open() {
+    MarksInFlight.openOnThisThread();
+  }
+
+  /**
+   * Settles the poll: the processor gives back what it prepared for records the loop did not get
+   * to, and each partition is held at its first record whose outcome is known not to be recorded.
+   * The poll's SUCCESS marks stay in flight until {@link #awaitMarks()}.
    */
   void settle(ConsumerRecords<K, V> records) {
+    awaitMarks(); // those of an earlier poll that no commit has waited for (none, usually)
+    MarksInFlight marks = MarksInFlight.open();
     List<ConsumerRecord<K, V>> unrecorded;
     try {
       unrecorded = processor.settle();
@@ -64,7 +94,35 @@ final class PollClaims<K, V> {
       for (TopicPartition partition : records.partitions()) {
         unrecorded.add(records.records(partition).get(0));
       }
+    } finally {
+      MarksInFlight.closeOnThisThread();
+      if (marks != null && !marks.isEmpty()) {
+        inFlight = marks;
+      }
     }
+    hold(unrecorded);
+  }
+
+  /**
+   * Waits for the SUCCESS marks of the poll settled last, and holds each partition at its first
+   * record whose mark is not written: nothing is committed past it, and it comes again (a duplicate
+   * then, once the mark is written). Called before every commit.
+   */
+  void awaitMarks() {
+    MarksInFlight marks = inFlight;
+    if (marks == null) {
+      return;
+    }
+    inFlight = null;
+    Set<TopicPartition> assigned = consumer.assignment();
+    hold(
+        marks.<K, V>await(log).stream()
+            .filter(
+                record -> assigned.contains(new TopicPartition(record.topic(), record.partition())))
+            .toList());
+  }
+
+  private void hold(List<ConsumerRecord<K, V>> unrecorded) {
     Map<TopicPartition, Long> first = new HashMap<>();
     for (ConsumerRecord<K, V> record : unrecorded) {
       first.merge(

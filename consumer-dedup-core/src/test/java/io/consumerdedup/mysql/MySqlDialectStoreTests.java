@@ -6,6 +6,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupMode;
@@ -264,6 +265,49 @@ abstract class MySqlDialectStoreTests {
       assertThat(impatientStore.retry().getMetrics().getNumberOfSuccessfulCallsWithRetryAttempt())
           .as("the lock wait timeout (1205) really happened and was retried")
           .isEqualTo(1);
+    }
+  }
+
+  @Test
+  void aDuplicateIsAnsweredFromARead() throws Exception {
+    DedupKey key = DedupKey.of("payment", "read-duplicate");
+    ClaimResult.Claimed claim = claimed(store.claim(request(key, "a")));
+    assertThat(store.complete(key, claim.token(), RETENTION)).isTrue();
+    try (Connection holder = dataSource.getConnection()) {
+      holder.setAutoCommit(false);
+      try (Statement statement = holder.createStatement()) {
+        // Such as a long transaction of an operator's: a claim that locked the row would wait.
+        statement.executeQuery(
+            "SELECT * FROM consumer_dedup WHERE biz_key = 'read-duplicate' FOR UPDATE");
+      }
+      CompletableFuture<ClaimResult> duplicate =
+          CompletableFuture.supplyAsync(() -> store.claim(request(key, "b")));
+      try {
+        assertThat(taken(duplicate.get(5, TimeUnit.SECONDS)).status())
+            .as("answered while another transaction holds the row locked")
+            .isEqualTo(DedupStatus.SUCCESS);
+      } finally {
+        holder.rollback();
+      }
+    }
+  }
+
+  @Test
+  void theNextClaimWritesThePreviousRecordsSuccessInItsCommit() throws Exception {
+    try (IdempotentExecutor executor = IdempotentExecutor.builder(store).lease(LEASE).build()) {
+      DedupClaim first = executor.claim(DedupKey.of("payment", "next-1"), null, null);
+      CompletableFuture<Void> written = first.completeWithNextClaim();
+
+      DedupClaim second = executor.claim(DedupKey.of("payment", "next-2"), null, null);
+
+      assertThat(written).as("written with the second claim, not later by the writer").isDone();
+      written.get();
+      assertThat(store.find(DedupKey.of("payment", "next-1")).orElseThrow().status())
+          .isEqualTo(DedupStatus.SUCCESS);
+      assertThat(second.isDuplicate()).isFalse();
+      assertThat(store.find(DedupKey.of("payment", "next-2")).orElseThrow().status())
+          .isEqualTo(DedupStatus.PROCESSING);
+      second.complete();
     }
   }
 

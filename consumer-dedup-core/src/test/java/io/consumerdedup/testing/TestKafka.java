@@ -61,6 +61,13 @@ public final class TestKafka {
               .setConfigProp("transaction.abort.timed.out.transaction.cleanup.interval.ms", "500")
               .setConfigProp("group.initial.rebalance.delay.ms", "0")
               .setConfigProp("auto.create.topics.enable", "true")
+              // Share groups (on by default since Kafka 4.2): their state topic on the one broker,
+              // and acquisition locks of a few seconds, which share-group tests set per group
+              // (TestShareGroups; the broker's floor is 15 s).
+              .setConfigProp("share.coordinator.state.topic.replication.factor", "1")
+              .setConfigProp("share.coordinator.state.topic.min.isr", "1")
+              .setConfigProp("share.coordinator.state.topic.num.partitions", "1")
+              .setConfigProp("group.share.min.record.lock.duration.ms", "1000")
               .build();
       started.format();
       started.startup();

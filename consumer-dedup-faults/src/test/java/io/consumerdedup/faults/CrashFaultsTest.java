@@ -10,8 +10,10 @@ import org.junit.jupiter.api.Test;
 /**
  * Consumers crash (the JVM halts, as a SIGKILL would leave it) at the points where a guarantee is
  * decided: F1 after the handler, F2 after SUCCESS and before the offset commit, F3 after the claim,
- * F16 in the middle of a batch, per record and batched, in modes SEPARATE and TRANSACTIONAL. After
- * each crash a consumer starts in the dead one's place; the last one finishes the topic.
+ * F16 in the middle of a batch, F29 while SUCCESS marks written in the background are on their way
+ * (their handlers ran, the loop went on), per record and batched, in modes SEPARATE and
+ * TRANSACTIONAL. After each crash a consumer starts in the dead one's place; the last one finishes
+ * the topic.
  */
 class CrashFaultsTest {
   static final Duration LEASE = Duration.ofSeconds(2);
@@ -66,7 +68,8 @@ class CrashFaultsTest {
           for (int i = 0; i < kills; i++) {
             int nth =
                 point.equals("BEFORE_OFFSET_COMMIT")
-                    ? 1 + random.nextInt(2)
+                        || (batched && point.equals("BEFORE_SUCCESS_MARK"))
+                    ? 1 + random.nextInt(2) // a few per poll, not one per record
                     : 3 + random.nextInt(batched ? 30 : 15);
             ChildJvm consumer = run.start("a", point + ":halt:" + nth);
             run.awaitCrash(consumer, CRASH_TIMEOUT);
@@ -124,6 +127,28 @@ class CrashFaultsTest {
     FaultRun.Verdict verdict =
         crashes("F2 kill before offset commit", "SEPARATE", true, "BEFORE_OFFSET_COMMIT", 1);
     assertThat(verdict.duplicates()).isZero();
+  }
+
+  @Test
+  void f27KillBeforeTheSuccessThatRidesWithTheNextClaimReRunsOnlyTheRecordInHand()
+      throws Exception {
+    FaultRun.Verdict verdict =
+        crashes("F29 kill before marks are written", "SEPARATE", false, "BEFORE_SUCCESS_MARK", 2);
+    // Per record the previous record's SUCCESS is written with the next claim, before the next
+    // handler runs: a kill before that claim leaves the one record whose handler just ran.
+    assertThat(verdict.window()).isEqualTo(2);
+    assertThat(verdict.duplicates()).isEqualTo(2);
+  }
+
+  @Test
+  void f27KillBeforeAGroupOfMarksIsWrittenReRunsAtMostTheRecordsOfThatPoll() throws Exception {
+    FaultRun.Verdict verdict =
+        crashes("F29 kill before marks are written", "SEPARATE", true, "BEFORE_SUCCESS_MARK", 2);
+    // The loop waits for a poll's marks before the next poll's first handler runs, so a kill
+    // leaves at most one poll's records (max.poll.records: 50) applied without SUCCESS; the
+    // group being written holds at least one. Once they are written, nothing runs again (F2).
+    assertThat(verdict.window()).isBetween(2, 2 * 50);
+    assertThat(verdict.duplicates()).isEqualTo(verdict.window());
   }
 
   @Test

@@ -18,6 +18,11 @@ public final class FaultPoints {
     AFTER_CLAIM,
     /** The handler returned; its SUCCESS is not written (the window of mode SEPARATE). */
     AFTER_HANDLER,
+    /**
+     * SUCCESS marks written in the background are about to be sent: a group of them by the outcome
+     * writer, or one with the next claim of its thread. Their handlers have run.
+     */
+    BEFORE_SUCCESS_MARK,
     /** SUCCESS of a key is written; the record's offset is not committed yet. */
     AFTER_SUCCESS_MARK,
     /** The poll loop is about to commit offsets. */

@@ -94,6 +94,14 @@ public final class LeaseRenewer implements AutoCloseable {
     return renewals;
   }
 
+  /**
+   * Runs {@code task} once after {@code delay}, on the timer thread itself: it must be quick and
+   * must not call the store.
+   */
+  ScheduledFuture<?> after(Duration delay, Runnable task) {
+    return timer.schedule(task, delay.toNanos(), TimeUnit.NANOSECONDS);
+  }
+
   /** Runs {@code task} every {@code period} on a worker, until the returned future is cancelled. */
   ScheduledFuture<?> repeat(Runnable task, Duration period) {
     return timer.scheduleWithFixedDelay(

@@ -18,6 +18,7 @@ import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.jspecify.annotations.Nullable;
@@ -38,6 +39,13 @@ public final class Outcomes implements AutoCloseable {
   /** A poll's worth of marks, and a bound on the statement's arrays. */
   private static final int MAX_MARKS_PER_WRITE = 1000;
 
+  /**
+   * How long a SUCCESS mark waits for the next claim of its thread ({@link #completeWithNextClaim})
+   * before the writer thread writes it on its own: a record's claim follows the previous record's
+   * handler at once, unless the poll has ended.
+   */
+  private static final Duration PARKED_MARK_WAIT = Duration.ofMillis(5);
+
   private final DedupStore store;
   private final DedupListener listener;
   private final LeaseRenewer renewer;
@@ -46,6 +54,10 @@ public final class Outcomes implements AutoCloseable {
   private final Duration retryPeriod;
   private final Map<DedupKey, Pending> pending = new ConcurrentHashMap<>();
   private final BlockingQueue<Pending> marks = new LinkedBlockingQueue<>();
+
+  /** Per thread, the SUCCESS mark that waits to be written with the thread's next claim. */
+  private final Map<Thread, Pending> parked = new ConcurrentHashMap<>();
+
   private @Nullable Thread writer; // guarded by marks
   private volatile boolean closed; // set under marks
   private volatile boolean writing;
@@ -132,6 +144,12 @@ public final class Outcomes implements AutoCloseable {
     Pending outcome = new Pending(key, token, source, renewal, null, handlerTime);
     renewal.settling();
     pending.put(key, outcome);
+    queue(outcome);
+    return outcome.written;
+  }
+
+  /** Hands {@code outcome} to the writer thread; once closed, writes it on the calling thread. */
+  private void queue(Pending outcome) {
     synchronized (marks) {
       if (!closed) {
         marks.add(outcome);
@@ -143,12 +161,111 @@ public final class Outcomes implements AutoCloseable {
           writer.setDaemon(true);
           writer.start();
         }
-        return outcome.written;
+        return;
       }
     }
     // Closed: no writer any more, so one write now, on the caller's thread, rather than none.
     writeMarks(List.of(outcome));
+  }
+
+  /**
+   * Records SUCCESS for the claim together with the next claim that the calling thread sends
+   * ({@link #takeParked}): one commit for both, for a caller that claims record by record. If the
+   * thread sends none within {@link #PARKED_MARK_WAIT}, or parks another mark first, or {@link
+   * #flushParked()} is called, the writer thread writes it as {@link #completeLater} does. Until it
+   * is written, this process does not run the handler for the key again.
+   *
+   * @return as {@link #completeLater}
+   */
+  public CompletableFuture<Void> completeWithNextClaim(
+      DedupKey key,
+      int token,
+      @Nullable String source,
+      LeaseRenewer.Renewal renewal,
+      Duration handlerTime) {
+    Pending outcome = new Pending(key, token, source, renewal, null, handlerTime);
+    renewal.settling();
+    pending.put(key, outcome);
+    Thread thread = Thread.currentThread();
+    Pending earlier = parked.put(thread, outcome);
+    if (earlier != null) {
+      unpark(earlier);
+      queue(earlier); // no claim came between the two
+    }
+    try {
+      if (!closed) {
+        outcome.unparking =
+            renewer.after(
+                PARKED_MARK_WAIT,
+                () -> {
+                  if (parked.remove(thread, outcome)) {
+                    queue(outcome);
+                  }
+                });
+        return outcome.written;
+      }
+    } catch (RejectedExecutionException e) {
+      // Closed meanwhile: no timer any more.
+    }
+    flushParked(); // closed: written now, on this thread
     return outcome.written;
+  }
+
+  /** Hands the calling thread's mark that waits for its next claim to the writer thread now. */
+  public void flushParked() {
+    Pending mark = parked.remove(Thread.currentThread());
+    if (mark != null) {
+      unpark(mark);
+      queue(mark);
+    }
+  }
+
+  /**
+   * The SUCCESS mark that the calling thread left for its next claim, taken for the claim of {@code
+   * claimed} ({@link io.consumerdedup.core.DedupStore#claimCompleting}); null if there is none, or
+   * it is of the same key (written first then, as any pending outcome of the key).
+   */
+  public @Nullable Pending takeParked(DedupKey claimed) {
+    if (parked.isEmpty()) {
+      return null;
+    }
+    Thread thread = Thread.currentThread();
+    Pending mark = parked.get(thread);
+    if (mark == null || mark.key.equals(claimed) || !parked.remove(thread, mark)) {
+      return null;
+    }
+    unpark(mark);
+    return mark.settled.get() ? null : mark;
+  }
+
+  private static void unpark(Pending mark) {
+    ScheduledFuture<?> unparking = mark.unparking;
+    if (unparking != null) {
+      unparking.cancel(false);
+    }
+  }
+
+  /** The claim that carried {@code mark} answered: the mark is written, or its lease was lost. */
+  public void writtenWithClaim(Pending mark, boolean written) {
+    settle(mark, written);
+  }
+
+  /**
+   * The claim that carried {@code mark} failed, so whether the mark was written is unknown: it is
+   * kept, its lease renewed, and written in the background, as an outcome that could not be
+   * written.
+   */
+  public void notWrittenWithClaim(Pending mark, RuntimeException e) {
+    DedupStoreException failure =
+        e instanceof DedupStoreException store
+            ? store
+            : new DedupStoreException(e.toString(), mark.key, mark.source, e);
+    notWritten(List.of(mark), failure);
+    log.warn(
+        "Handler for {} succeeded, but SUCCESS could not be recorded yet; keeping the lease and"
+            + " retrying in the background: {}",
+        DeliverySources.where(mark.key, mark.source),
+        e.getMessage());
   }
 
   /**
@@ -188,6 +305,7 @@ public final class Outcomes implements AutoCloseable {
     List<ClaimResult.Claimed> claims =
         open.stream().map(outcome -> outcome.renewal.claim()).toList();
     try {
+      FaultPoints.reached(FaultPoints.Point.BEFORE_SUCCESS_MARK);
       Set<DedupKey> lost = new HashSet<>(store.completeAll(claims, successRetention));
       FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
       open.forEach(outcome -> settle(outcome, !lost.contains(outcome.key)));
@@ -265,6 +383,11 @@ public final class Outcomes implements AutoCloseable {
       error.addSuppressed(e);
     }
     listener.failed(key, token, error);
+  }
+
+  /** Whether an outcome of {@code key} is still to be written (queued, or kept for retrying). */
+  public boolean isPending(DedupKey key) {
+    return pending.containsKey(key);
   }
 
   /**
@@ -410,6 +533,13 @@ public final class Outcomes implements AutoCloseable {
     }
     List<Pending> queued = new ArrayList<>();
     marks.drainTo(queued);
+    parked.forEach(
+        (thread, mark) -> {
+          if (parked.remove(thread, mark)) {
+            unpark(mark);
+            queued.add(mark);
+          }
+        });
     writeMarks(queued);
     pending.forEach(
         (key, outcome) -> {
@@ -434,7 +564,7 @@ public final class Outcomes implements AutoCloseable {
   }
 
   /** An outcome to write: SUCCESS when {@code error} is null, else FAILED with it. */
-  private static final class Pending {
+  public static final class Pending {
     final DedupKey key;
     final int token;
     final @Nullable String source;
@@ -447,6 +577,7 @@ public final class Outcomes implements AutoCloseable {
     volatile boolean kept;
     volatile boolean lapseReported;
     volatile @Nullable ScheduledFuture<?> retries;
+    volatile @Nullable ScheduledFuture<?> unparking;
 
     Pending(
         DedupKey key,
@@ -465,6 +596,11 @@ public final class Outcomes implements AutoCloseable {
 
     String status() {
       return error == null ? "SUCCESS" : "FAILED";
+    }
+
+    /** The claim whose outcome this is. */
+    public ClaimResult.Claimed claim() {
+      return renewal.claim();
     }
 
     void cancelRetries() {

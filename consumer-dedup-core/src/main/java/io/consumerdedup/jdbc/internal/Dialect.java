@@ -5,6 +5,7 @@ import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -102,6 +103,22 @@ public abstract class Dialect {
    */
   public abstract List<ClaimResult> claim(
       Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException;
+
+  /**
+   * Claims {@code request} under its lease and marks the claims of {@code completing} SUCCESS, kept
+   * for {@code retention}, in one commit (see {@link DedupStore#claimCompleting}). By default in a
+   * transaction of its own: the fenced completion (as {@link #update} writes it), then the claim.
+   */
+  public DedupStore.ClaimCompleting claimCompleting(
+      Connection connection, ClaimRequest request, List<Held> completing, Duration retention)
+      throws SQLException {
+    return StoreCalls.inOwnTransaction(
+        connection,
+        c -> {
+          List<DedupKey> lost = update(c, FencedUpdate.COMPLETE, completing, retention, null);
+          return new DedupStore.ClaimCompleting(claim(c, List.of(request), true).get(0), lost);
+        });
+  }
 
   /**
    * Applies {@code update} where the token still holds the key, binding {@code duration} (the

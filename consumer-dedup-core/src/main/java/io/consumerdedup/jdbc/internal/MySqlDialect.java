@@ -64,10 +64,62 @@ public final class MySqlDialect extends Dialect {
   @Override
   public List<ClaimResult> claim(
       Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
-    if (connection.getAutoCommit()) {
-      return StoreCalls.inOwnTransaction(connection, c -> claimLocked(c, requests, withLease));
+    if (!connection.getAutoCommit()) {
+      return claimLocked(connection, requests, withLease);
     }
-    return claimLocked(connection, requests, withLease);
+    Map<DedupKey, ClaimResult> settled = withLease ? settledByRead(connection, requests) : Map.of();
+    List<ClaimRequest> open = requests.stream().filter(r -> !settled.containsKey(r.key())).toList();
+    if (open.isEmpty()) {
+      return requests.stream().map(r -> settled.get(r.key())).toList();
+    }
+    List<ClaimResult> claimed =
+        StoreCalls.inOwnTransaction(connection, c -> claimLocked(c, open, withLease));
+    if (settled.isEmpty()) {
+      return claimed;
+    }
+    Map<DedupKey, ClaimResult> answers = new HashMap<>(settled);
+    for (int i = 0; i < open.size(); i++) {
+      answers.put(open.get(i).key(), claimed.get(i));
+    }
+    return requests.stream().map(r -> answers.get(r.key())).toList();
+  }
+
+  /**
+   * The answers that the keys' records settle (SUCCESS, another holder's live lease, another
+   * payload), from a plain read that takes no lock: a duplicate is one read, where the claim would
+   * lock its row and commit. The rest are claimed under locks ({@link #claimLocked}), which judge
+   * them again. A record that is the request's own claim (an earlier try committed and its reply
+   * was lost) is left to the claim too.
+   */
+  private Map<DedupKey, ClaimResult> settledByRead(
+      Connection connection, List<ClaimRequest> requests) throws SQLException {
+    Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
+    requests.forEach(r -> byKey.put(Map.entry(r.key().bizType(), r.key().bizKey()), r));
+    Map<DedupKey, ClaimResult> settled = new HashMap<>();
+    try (PreparedStatement select = calls.prepare(connection, sql.find(requests.size()))) {
+      int index = 1;
+      for (ClaimRequest request : requests) {
+        select.setString(index++, request.key().bizType());
+        select.setString(index++, request.key().bizKey());
+      }
+      try (ResultSet row = select.executeQuery()) {
+        while (row.next()) {
+          ClaimRequest request =
+              byKey.get(Map.entry(row.getString("biz_type"), row.getString("biz_key")));
+          if (request == null) {
+            continue;
+          }
+          DedupRecord existing = record(row, request.key());
+          boolean own =
+              existing.status() == DedupStatus.PROCESSING
+                  && request.claimId().equals(row.getString("claim_id"));
+          if (!own && !claimable(existing, request)) {
+            settled.put(request.key(), new ClaimResult.Taken(request.key(), existing));
+          }
+        }
+      }
+    }
+    return settled;
   }
 
   private List<ClaimResult> claimLocked(
@@ -221,7 +273,8 @@ public final class MySqlDialect extends Dialect {
           return new Written(
               claims.stream().map(Held::key).filter(lost::contains).toList(), rewritten);
         };
-    return claims.size() == 1
+    // In a transaction already (a claim's, see claimCompleting), its commit is theirs.
+    return claims.size() == 1 || !connection.getAutoCommit()
         ? perKey.run(connection)
         : StoreCalls.inOwnTransaction(connection, perKey);
   }

@@ -194,13 +194,20 @@ public final class MySqlSql {
 
   /** A locking read of {@code rows} keys, each bound as (type, key). */
   public String findLocked(int rows) {
+    return find(rows) + " FOR UPDATE";
+  }
+
+  /**
+   * A plain read of {@code rows} keys, each bound as (type, key): InnoDB answers it from a
+   * snapshot, taking no lock.
+   */
+  public String find(int rows) {
     return "SELECT "
         + RECORD_COLUMNS
         + " FROM "
         + table
         + " WHERE "
-        + String.join(" OR ", Collections.nCopies(rows, "(biz_type = ? AND biz_key = ?)"))
-        + " FOR UPDATE";
+        + String.join(" OR ", Collections.nCopies(rows, "(biz_type = ? AND biz_key = ?)"));
   }
 
   /**

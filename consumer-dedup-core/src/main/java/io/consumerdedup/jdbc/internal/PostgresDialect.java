@@ -9,6 +9,7 @@ import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.internal.StoredText;
 import java.sql.Array;
@@ -59,6 +60,12 @@ public final class PostgresDialect extends Dialect {
   @Override
   public List<ClaimResult> claim(
       Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
+    if (withLease && requests.size() == 1) {
+      ClaimResult settled = settledByRead(connection, requests.get(0));
+      if (settled != null) {
+        return List.of(settled);
+      }
+    }
     Map<DedupKey, ClaimResult> answers = new HashMap<>();
     List<ClaimRequest> open = requests;
     for (int round = 0; round < MAX_CLAIM_ROUNDS && !open.isEmpty(); round++) {
@@ -67,16 +74,7 @@ public final class PostgresDialect extends Dialect {
       open.forEach(request -> byKey.put(columns(request.key()), request));
       PostgresSql.Keyed claimSql = withLease ? sql.claim : sql.claimInTransaction;
       try (PreparedStatement statement = calls.prepare(connection, claimSql.forRows(open.size()))) {
-        Rows<ClaimRequest> bound = new Rows<>(statement, 1, open);
-        bound.bind(TEXT, r -> r.key().bizType());
-        bound.bind(TEXT, r -> r.key().bizKey());
-        bound.bind(TEXT, ClaimRequest::owner);
-        bound.bind(BIGINT, r -> r.lease().toMillis());
-        bound.bind(
-            BIGINT, r -> (withLease ? r.lease().plus(r.retention()) : r.retention()).toMillis());
-        bound.bind(TEXT, ClaimRequest::fingerprint);
-        bound.bind(TEXT, r -> StoredText.storable(r.source(), StoredText.MAX_SOURCE_LENGTH));
-        bound.bind(TEXT, ClaimRequest::claimId);
+        bindClaims(new Rows<>(statement, 1, open), withLease);
         try (ResultSet rows = statement.executeQuery()) {
           while (rows.next()) {
             ClaimRequest request =
@@ -100,6 +98,88 @@ public final class PostgresDialect extends Dialect {
           null);
     }
     return requests.stream().map(request -> answers.get(request.key())).toList();
+  }
+
+  /**
+   * The answer to a claim of one key that its record settles (SUCCESS, another holder's live lease,
+   * another payload), from a plain read: a duplicate costs one index lookup that takes no lock and
+   * writes nothing, where the claim statement would also set up its insert. Null when the key is
+   * new or claimable, or the record is this request's own claim (an earlier try committed and its
+   * reply was lost): the claim statement decides then. One key only: a record claimed one by one is
+   * usually new, and this read is then one round trip more, which only the first record of a poll
+   * pays (the others' claims carry the previous record's SUCCESS, {@link #claimCompleting}, and go
+   * straight to the statement); a batch's statement answers settled keys from its snapshot anyway.
+   */
+  private @Nullable ClaimResult settledByRead(Connection connection, ClaimRequest request)
+      throws SQLException {
+    try (PreparedStatement statement = calls.prepare(connection, sql.find)) {
+      statement.setString(1, request.key().bizType());
+      statement.setString(2, request.key().bizKey());
+      try (ResultSet row = statement.executeQuery()) {
+        if (!row.next()) {
+          return null;
+        }
+        DedupRecord existing = record(row, request.key());
+        if (existing.status() == DedupStatus.PROCESSING
+            && request.claimId().equals(row.getString("claim_id"))) {
+          return null;
+        }
+        return blocksClaim(existing, request)
+            ? new ClaimResult.Taken(request.key(), existing)
+            : null;
+      }
+    }
+  }
+
+  /** Binds the requests' columns of a claim statement. */
+  private static void bindClaims(Rows<ClaimRequest> bound, boolean withLease) throws SQLException {
+    bound.bind(TEXT, r -> r.key().bizType());
+    bound.bind(TEXT, r -> r.key().bizKey());
+    bound.bind(TEXT, ClaimRequest::owner);
+    bound.bind(BIGINT, r -> r.lease().toMillis());
+    bound.bind(BIGINT, r -> (withLease ? r.lease().plus(r.retention()) : r.retention()).toMillis());
+    bound.bind(TEXT, ClaimRequest::fingerprint);
+    bound.bind(TEXT, r -> StoredText.storable(r.source(), StoredText.MAX_SOURCE_LENGTH));
+    bound.bind(TEXT, ClaimRequest::claimId);
+  }
+
+  /**
+   * One statement for the claim and the marks (see {@link PostgresSql#claimCompleting}). Rarely a
+   * second one: for the marks, when one of them did not apply (a lost lease, a vanished record:
+   * {@link #update} tells them apart, counting what the first one wrote as written), and for the
+   * claim, when the key's record changed under the statement.
+   */
+  @Override
+  public DedupStore.ClaimCompleting claimCompleting(
+      Connection connection, ClaimRequest request, List<Held> completing, Duration retention)
+      throws SQLException {
+    ClaimResult answer;
+    long marked;
+    try (PreparedStatement statement =
+        calls.prepare(connection, sql.claimCompleting.forRows(completing.size()))) {
+      statement.setLong(1, retention.toMillis());
+      Rows<Held> marks = new Rows<>(statement, 2, completing);
+      marks.bind(TEXT, c -> c.key().bizType());
+      marks.bind(TEXT, c -> c.key().bizKey());
+      marks.bind(INT, Held::token);
+      bindClaims(new Rows<>(statement, marks.nextIndex(), List.of(request)), true);
+      try (ResultSet row = statement.executeQuery()) {
+        if (!row.next()) {
+          throw new DedupStoreException(
+              "The claim statement answered no row", request.key(), request.source(), null);
+        }
+        marked = row.getLong("marked");
+        answer = answer(row, request, true);
+      }
+    }
+    List<DedupKey> lost =
+        marked == completing.size()
+            ? List.of()
+            : update(connection, FencedUpdate.COMPLETE, completing, retention, null);
+    if (answer == null) {
+      answer = claim(connection, List.of(request), true).get(0);
+    }
+    return new DedupStore.ClaimCompleting(answer, lost);
   }
 
   /**
@@ -250,6 +330,11 @@ public final class PostgresDialect extends Dialect {
       this.statement = statement;
       this.index = firstIndex;
       this.items = items;
+    }
+
+    /** The index of the parameter after the bound columns. */
+    int nextIndex() {
+      return index;
     }
 
     void bind(PostgresSql.Type type, Function<T, @Nullable Object> column) throws SQLException {

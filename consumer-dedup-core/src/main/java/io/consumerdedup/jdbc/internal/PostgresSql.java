@@ -92,6 +92,15 @@ public final class PostgresSql {
    */
   public final Keyed claimInTransaction;
 
+  /**
+   * {@link #claim} for one request, after a CTE {@code m} that marks claims SUCCESS as {@link
+   * #complete} does, for rows of (type, key, token) bound first (after the retention): one
+   * statement and one commit for a claim and the previous record's SUCCESS. Its rows carry {@code
+   * marked}, the number of claims it marked. The claims to mark are of other keys than the
+   * request's, so the claim's snapshot does not need to see them marked.
+   */
+  public final Keyed claimCompleting;
+
   public final String find;
 
   /**
@@ -168,19 +177,21 @@ public final class PostgresSql {
             + " AND a.attnum > 0 AND NOT a.attisdropped";
     claim = claim(table, true);
     claimInTransaction = claim(table, false);
+    String completeSet =
+        "status = 'SUCCESS', lease_until = NULL, last_error = NULL, updated_at = now(),"
+            + " expires_at = now() + ? * interval '1 millisecond'";
+    String completable = "d.status IN ('PROCESSING', 'SUCCESS')";
     find =
         "SELECT c.biz_type, c.biz_key, "
             + RECORD_COLUMNS
             + " FROM (SELECT d.*, (d.lease_until >= now()) AS lease_live FROM "
             + table
             + " d WHERE d.biz_type = ? AND d.biz_key = ?) c";
-    complete =
-        fenced(
-            table,
-            "status = 'SUCCESS', lease_until = NULL, last_error = NULL, updated_at = now(),"
-                + " expires_at = now() + ? * interval '1 millisecond'",
-            null,
-            "d.status IN ('PROCESSING', 'SUCCESS')");
+    complete = fenced(table, completeSet, null, completable);
+    String claimOne = claim.one();
+    claimCompleting =
+        new Keyed(
+            claimCompleting(complete.one(), claimOne), claimCompleting(complete.many(), claimOne));
     fail =
         fenced(
             table,
@@ -313,6 +324,20 @@ public final class PostgresSql {
         + RECORD_COLUMNS
         + " FROM r LEFT JOIN claimed k ON k.biz_type = r.biz_type AND k.biz_key = r.biz_key"
         + " LEFT JOIN c ON c.biz_type = r.biz_type AND c.biz_key = r.biz_key";
+  }
+
+  /** {@code claimOne} after a CTE {@code m} running {@code completeSql}, counted as marked. */
+  private static String claimCompleting(String completeSql, String claimOne) {
+    String select = " SELECT r.biz_type, r.biz_key, k.attempts AS claimed,";
+    if (!claimOne.startsWith("WITH ") || !claimOne.contains(select)) {
+      throw new IllegalStateException("The claim statement changed its shape: " + claimOne);
+    }
+    return "WITH m AS ("
+        + completeSql
+        + "), "
+        + claimOne
+            .substring("WITH ".length())
+            .replace(select, " SELECT (SELECT count(*) FROM m) AS marked," + select.substring(7));
   }
 
   /** An INSERT of an outcome for rows of (type, key, token{@code extraColumn}) with no record. */

@@ -6,6 +6,7 @@ import io.consumerdedup.spring.DedupErrorClassification;
 import io.consumerdedup.spring.IdempotentExecutors;
 import io.consumerdedup.spring.IdempotentListenerPostProcessor;
 import java.time.Duration;
+import java.util.List;
 import java.util.Set;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
@@ -66,6 +67,13 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
   @Override
   public void start() {
     IdempotentListenerPostProcessor found = listeners.getIfAvailable();
+    KafkaListenerEndpointRegistry endpoints = registry.getIfAvailable();
+    if (beanFactory instanceof ConfigurableBeanFactory configurable) {
+      new ShareContainers(configurable)
+          .check(
+              found == null ? List.of() : found.listeners(),
+              endpoints == null ? List.of() : endpoints.getAllListenerContainers());
+    }
     if (found != null) {
       if (beanFactory instanceof ConfigurableBeanFactory configurable) {
         new SharedBizTypes(configurable, properties.getSharedBizTypes()).check(found.listeners());
@@ -79,7 +87,6 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
         .forEach(
             resolver ->
                 DedupErrorClassification.applyTo((DefaultDestinationTopicResolver) resolver));
-    KafkaListenerEndpointRegistry endpoints = registry.getIfAvailable();
     if (endpoints == null) {
       running = true;
       return;

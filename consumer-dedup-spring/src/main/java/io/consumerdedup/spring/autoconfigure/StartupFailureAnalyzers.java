@@ -77,6 +77,15 @@ final class StartupFailureAnalyzers {
     }
   }
 
+  /** An {@code @Idempotent} listener in a share-group container. */
+  static final class UnsupportedShareListener
+      extends AbstractFailureAnalyzer<UnsupportedShareListenerException> {
+    @Override
+    protected FailureAnalysis analyze(Throwable root, UnsupportedShareListenerException cause) {
+      return new FailureAnalysis(cause.problem() + ".", cause.action() + ".", cause);
+    }
+  }
+
   /** The dedup table, or some of its columns, is missing. */
   static final class TableMissing extends AbstractFailureAnalyzer<DedupTableMissingException> {
     @Override

@@ -1,0 +1,540 @@
+package io.consumerdedup.kafka;
+
+import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.kafka.ShareInFlight.Decision;
+import io.consumerdedup.kafka.internal.RecordSources;
+import io.consumerdedup.kafka.internal.UndeserializableRecords;
+import java.time.Duration;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.clients.consumer.ShareConsumer;
+import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.RecordDeserializationException;
+import org.apache.kafka.common.errors.WakeupException;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A loop over a Kafka share group (KIP-932, "queues": a {@link KafkaShareConsumer}) that runs each
+ * record through a {@link RecordProcessor}, usually an {@link IdempotentRecordHandler}, and
+ * acknowledges each record one by one. Needs kafka-clients 4.2 or later and a broker of Kafka 4.2
+ * or later (share groups, and {@code AcknowledgeType.RENEW}).
+ *
+ * <p>In a share group several consumers take records of the same partition; each record is acquired
+ * by one consumer under a time-limited lock ({@code group.share.record.lock.duration.ms}, 30 s by
+ * default) and acknowledged: ACCEPT (done), RELEASE (deliver again, counting a delivery) or REJECT
+ * (never again). After {@code group.share.delivery.count.limit} deliveries (5 by default) the
+ * broker archives the record. The loop acknowledges:
+ *
+ * <ul>
+ *   <li>a duplicate (its key already succeeded): ACCEPT;
+ *   <li>a record whose handler ran: ACCEPT once its SUCCESS is written;
+ *   <li>a record that cannot be handled yet (another consumer holds its key under a live lease, the
+ *       dedup store does not answer): nothing yet. It stays acquired, its lock renewed ({@code
+ *       RENEW}, which counts no delivery), and it is tried again after the hold back-off (1 s,
+ *       doubling to 30 s), for as long as it takes: waiting never uses up the record's deliveries.
+ *       Meanwhile this consumer takes no new records (a share consumer fetches none while it
+ *       renews); the other consumers of the group go on;
+ *   <li>a handler failure (the record is FAILED in the table): RELEASE after the retry back-off, so
+ *       that a delivery to any consumer retries it; once the record's attempts are spent ({@link
+ *       Builder#maxAttempts}, counted in the dedup table across consumers) or this is the last
+ *       delivery the broker allows ({@link Builder#deliveryCountLimit}), the dead letter is written
+ *       first, then REJECT: a failing record is never archived unseen;
+ *   <li>no key, a malformed key, a conflicting payload: the dead letter first, then REJECT.
+ * </ul>
+ *
+ * <p>While the handler runs (on the loop's worker thread), the loop's thread renews the locks of
+ * the poll's records every third of the lock duration, so a handler longer than the lock does not
+ * get its record handed to another consumer. The dedup table's lease is renewed as well, so a copy
+ * of the same key acquired elsewhere waits rather than runs.
+ *
+ * <p>The loop makes the consumer from {@code consumerConfig} in explicit acknowledgement mode
+ * ({@code share.acknowledgement.mode=explicit}, set if absent), subscribes it and closes it when it
+ * stops. {@link #run()} polls until {@link #close()} is called from another thread; the record in
+ * hand is finished, the decided acknowledgements are sent, and the records not decided are left to
+ * the broker, which delivers them again.
+ */
+public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
+
+  /** Default longest time one poll waits for records. */
+  public static final Duration DEFAULT_POLL_TIMEOUT = Duration.ofMillis(500);
+
+  /** Default number of times a failing handler runs for one record before it is dead-lettered. */
+  public static final int DEFAULT_MAX_ATTEMPTS = 3;
+
+  /**
+   * The broker's default {@code group.share.delivery.count.limit}: a record delivered this many
+   * times is archived instead of released.
+   */
+  public static final int DEFAULT_DELIVERY_COUNT_LIMIT = 5;
+
+  /** Default wait before a failed record is released for another delivery. */
+  public static final Duration DEFAULT_RETRY_BACKOFF = Duration.ofSeconds(1);
+
+  /** Default first wait before a record that could not be handled yet is tried again. */
+  public static final Duration DEFAULT_HOLD_BACKOFF = Duration.ofSeconds(1);
+
+  /** Default longest wait before a record that could not be handled yet is tried again. */
+  public static final Duration DEFAULT_MAX_HOLD_BACKOFF = Duration.ofSeconds(30);
+
+  /** Default longest time {@link #close()} waits for the loop to stop. */
+  public static final Duration DEFAULT_CLOSE_TIMEOUT = Duration.ofSeconds(30);
+
+  /** The broker's default acquisition lock, until the consumer reports the group's. */
+  private static final Duration DEFAULT_LOCK = Duration.ofSeconds(30);
+
+  /** How long a poll waits for renewed records to come back. */
+  private static final Duration RENEWAL_POLL = Duration.ofMillis(50);
+
+  private static final Logger log = LoggerFactory.getLogger(DedupShareLoop.class);
+
+  private final ShareConsumer<K, V> consumer;
+  private final List<String> topics;
+  private final String groupId;
+  private final DeadLetterHandler<K, V> deadLetters;
+  private final Duration pollTimeout;
+  private final Duration closeTimeout;
+  private final LinkedBlockingQueue<Decision> decisions = new LinkedBlockingQueue<>();
+  private final ShareWorker<K, V> worker;
+
+  private final AtomicBoolean started = new AtomicBoolean();
+  private final CountDownLatch finished = new CountDownLatch(1);
+  private volatile boolean running = true;
+
+  // Touched by the loop's thread only.
+  private final ShareInFlight<K, V> inFlight;
+  private long lockNanos = DEFAULT_LOCK.toNanos();
+  private long nextRenewalNanos;
+
+  private DedupShareLoop(Builder<K, V> builder, ShareConsumer<K, V> consumer) {
+    this.consumer = consumer;
+    this.topics = builder.topics;
+    this.groupId = builder.groupId;
+    this.deadLetters = Objects.requireNonNull(builder.deadLetterHandler);
+    this.pollTimeout = builder.pollTimeout;
+    this.closeTimeout = builder.closeTimeout;
+    this.inFlight = new ShareInFlight<>(consumer);
+    this.worker =
+        new ShareWorker<>(
+            builder.processor,
+            deadLetters,
+            decisions::add,
+            builder.maxAttempts,
+            builder.deliveryCountLimit,
+            builder.retryBackOff,
+            builder.holdBackOff,
+            builder.maxHoldBackOff,
+            groupId);
+  }
+
+  /**
+   * Starts building a loop over a {@link KafkaShareConsumer} made from {@code consumerConfig} when
+   * {@link Builder#build()} is called (its deserializers must produce {@code K} and {@code V}).
+   *
+   * @param consumerConfig must name the share group ({@code group.id}); {@code
+   *     share.acknowledgement.mode} must be {@code explicit} or absent (then set to it)
+   * @param processor what runs for each record: usually an {@link IdempotentRecordHandler}
+   * @throws IllegalArgumentException the configuration has no {@code group.id}, or asks for
+   *     implicit acknowledgement
+   */
+  public static <K, V> Builder<K, V> builder(
+      Map<String, Object> consumerConfig,
+      Collection<String> topics,
+      RecordProcessor<K, V> processor) {
+    return new Builder<>(consumerConfig, topics, processor);
+  }
+
+  /**
+   * Polls and handles records until {@link #close()} is called or the thread is interrupted; then
+   * sends the decided acknowledgements and closes the consumer.
+   *
+   * @throws IllegalStateException if the loop was already started or closed
+   * @throws Error what a handler threw, once the consumer is closed
+   */
+  @Override
+  public void run() {
+    if (!started.compareAndSet(false, true)) {
+      throw new IllegalStateException("A DedupShareLoop runs once; this one was started or closed");
+    }
+    Thread workerThread = new Thread(worker, "dedup-share-worker-" + groupId);
+    boolean interrupted = false;
+    try {
+      consumer.setAcknowledgementCommitCallback(
+          (offsets, exception) -> {
+            if (exception != null) {
+              // A record whose lock ran out before its acknowledgement arrived: the broker
+              // delivers it again, and the dedup table answers that delivery.
+              log.warn(
+                  "The broker refused acknowledgements of {} in share group {}: {}",
+                  offsets,
+                  groupId,
+                  exception.toString());
+            }
+          });
+      consumer.subscribe(topics);
+      workerThread.start();
+      log.info(
+          "Consuming {} in share group {}: explicit acknowledgements, acquisition locks renewed"
+              + " while records are handled or wait for another consumer's claim",
+          topics,
+          groupId);
+      while (running && worker.fatal() == null) {
+        try {
+          cycle(false);
+        } catch (WakeupException e) {
+          if (running) {
+            log.debug("Ignoring a wakeup that was not a stop request");
+          }
+        }
+      }
+    } catch (InterruptException e) {
+      Thread.interrupted();
+      interrupted = true;
+      log.info("Share loop of {} interrupted; stopping", topics);
+    } finally {
+      running = false;
+      worker.stop();
+      try {
+        finishInHand(workerThread);
+        inFlight.acknowledgeDecided(System.nanoTime(), true);
+        try {
+          consumer.commitSync();
+        } catch (WakeupException e) {
+          consumer.commitSync(); // the stop request's wakeup, not yet consumed by a poll
+        }
+      } catch (RuntimeException e) {
+        log.warn("Could not send the last acknowledgements of share group {}", groupId, e);
+      } finally {
+        consumer.close();
+        log.info("Stopped consuming {} in share group {}", topics, groupId);
+        finished.countDown();
+        if (interrupted) {
+          Thread.currentThread().interrupt();
+        }
+      }
+    }
+    Error fatal = worker.fatal();
+    if (fatal != null) {
+      throw fatal;
+    }
+  }
+
+  /**
+   * Keeps the locks renewed until the worker has finished the record in hand, and until the records
+   * it decided are back from renewal, so that their acknowledgements can be sent.
+   */
+  private void finishInHand(Thread workerThread) {
+    long deadline = System.nanoTime() + closeTimeout.toNanos();
+    while (System.nanoTime() - deadline < 0) {
+      if (!workerThread.isAlive()) {
+        drainDecisions();
+        if (!inFlight.decidedAwaitingRenewal()) {
+          return;
+        }
+      }
+      try {
+        cycle(true);
+      } catch (WakeupException e) {
+        // The stop request itself.
+      }
+    }
+    drainDecisions();
+  }
+
+  /**
+   * One step: poll new records when none are in flight; else send the acknowledgements that are
+   * decided and due, renew the locks when due (and fetch renewed records back), or wait for the
+   * worker's next decision.
+   */
+  private void cycle(boolean stopping) {
+    long now = System.nanoTime();
+    if (inFlight.isEmpty()) {
+      if (stopping) {
+        sleep(RENEWAL_POLL);
+        return;
+      }
+      ConsumerRecords<K, V> polled = pollNew();
+      if (!polled.isEmpty()) {
+        lockNanos =
+            consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(lockNanos);
+        nextRenewalNanos = System.nanoTime() + lockNanos / 3;
+        worker.submit(inFlight.add(polled));
+      }
+      return;
+    }
+    drainDecisions();
+    inFlight.acknowledgeDecided(now, false);
+    if (inFlight.isEmpty()) {
+      // The poll's last acknowledgements are sent now rather than with the next poll: a poll
+      // that throws (a record the deserializer rejects) loses those it was to carry.
+      consumer.commitAsync();
+      return;
+    }
+    if (inFlight.awaitingRenewals() || now - nextRenewalNanos >= 0) {
+      inFlight.renewHeld(now);
+      ConsumerRecords<K, V> polled = consumer.poll(RENEWAL_POLL);
+      List<ConsumerRecord<K, V>> fresh = inFlight.add(polled);
+      if (!fresh.isEmpty()) {
+        worker.submit(fresh);
+      }
+      for (ConsumerRecord<K, V> lost : inFlight.dropUnreturned(now, lockNanos)) {
+        log.warn(
+            "The acquisition lock of {} was not renewed (it had run out, or the broker does not"
+                + " renew locks: share groups need Kafka 4.2); the broker delivers it again",
+            describe(lost));
+      }
+      if (now - nextRenewalNanos >= 0) {
+        nextRenewalNanos = now + lockNanos / 3;
+      }
+      return;
+    }
+    long wait = inFlight.nextDue(nextRenewalNanos) - now;
+    if (stopping) {
+      wait = Math.min(wait, RENEWAL_POLL.toNanos()); // to see the worker end
+    }
+    if (wait > 0) {
+      try {
+        Decision decision = decisions.poll(wait, TimeUnit.NANOSECONDS);
+        if (decision != null) {
+          inFlight.decide(decision);
+        }
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        throw new InterruptException(e);
+      }
+    }
+  }
+
+  private void drainDecisions() {
+    for (Decision decision = decisions.poll(); decision != null; decision = decisions.poll()) {
+      inFlight.decide(decision);
+    }
+  }
+
+  /**
+   * Polls for new records. A record the deserializer rejects is dead-lettered with its raw bytes,
+   * then rejected; if its dead letter cannot be written, the consumer releases it for another
+   * delivery.
+   */
+  private ConsumerRecords<K, V> pollNew() {
+    try {
+      return consumer.poll(pollTimeout);
+    } catch (RecordDeserializationException e) {
+      ConsumerRecord<byte[], byte[]> raw = UndeserializableRecords.raw(e);
+      log.error(
+          "{} cannot be deserialized (its {} was rejected); dead-lettering it",
+          describe(raw),
+          UndeserializableRecords.rejectedPart(e).orElse("key or value"),
+          e);
+      try {
+        deadLetters.deadLetterUndeserializable(raw, e);
+        consumer.acknowledge(raw.topic(), raw.partition(), raw.offset(), AcknowledgeType.REJECT);
+      } catch (RuntimeException failed) {
+        log.error("Could not dead-letter {}; it is delivered again", describe(raw), failed);
+        consumer.acknowledge(raw.topic(), raw.partition(), raw.offset(), AcknowledgeType.RELEASE);
+      }
+      return ConsumerRecords.empty();
+    }
+  }
+
+  private static void sleep(Duration duration) {
+    try {
+      Thread.sleep(duration.toMillis());
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new InterruptException(e);
+    }
+  }
+
+  private String describe(ConsumerRecord<?, ?> record) {
+    return RecordSources.describe(record, groupId);
+  }
+
+  /**
+   * Stops the loop and waits up to the close timeout for it to finish the record in hand, send its
+   * acknowledgements and close the consumer. A loop that never ran closes its consumer here.
+   */
+  @Override
+  public void close() {
+    running = false;
+    if (finished.getCount() == 0) {
+      return;
+    }
+    consumer.wakeup();
+    if (started.compareAndSet(false, true)) {
+      consumer.close();
+      finished.countDown();
+      return;
+    }
+    try {
+      if (!finished.await(closeTimeout.toNanos() * 2, TimeUnit.NANOSECONDS)) {
+        log.warn(
+            "Share loop of {} did not stop within {}; its handler may still be running",
+            topics,
+            closeTimeout);
+      }
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  /** Builds a {@link DedupShareLoop}; every setter validates its value at once. */
+  public static final class Builder<K, V> {
+    private final Map<String, Object> consumerConfig;
+    private final List<String> topics;
+    private final RecordProcessor<K, V> processor;
+    private final String groupId;
+    private @Nullable DeadLetterHandler<K, V> deadLetterHandler;
+    private Duration pollTimeout = DEFAULT_POLL_TIMEOUT;
+    private int maxAttempts = DEFAULT_MAX_ATTEMPTS;
+    private int deliveryCountLimit = DEFAULT_DELIVERY_COUNT_LIMIT;
+    private Duration retryBackOff = DEFAULT_RETRY_BACKOFF;
+    private Duration holdBackOff = DEFAULT_HOLD_BACKOFF;
+    private Duration maxHoldBackOff = DEFAULT_MAX_HOLD_BACKOFF;
+    private Duration closeTimeout = DEFAULT_CLOSE_TIMEOUT;
+
+    private Builder(
+        Map<String, Object> consumerConfig,
+        Collection<String> topics,
+        RecordProcessor<K, V> processor) {
+      Objects.requireNonNull(consumerConfig, "consumerConfig");
+      Objects.requireNonNull(topics, "topics");
+      if (topics.isEmpty() || topics.stream().anyMatch(t -> t == null || t.isBlank())) {
+        throw new IllegalArgumentException("topics must be non-blank names, was " + topics);
+      }
+      Object group = consumerConfig.get(ConsumerConfig.GROUP_ID_CONFIG);
+      if (group == null || group.toString().isBlank()) {
+        throw new IllegalArgumentException(
+            "consumerConfig must name the share group: group.id is missing");
+      }
+      Object mode = consumerConfig.get("share.acknowledgement.mode");
+      if (mode != null && !"explicit".equalsIgnoreCase(mode.toString())) {
+        throw new IllegalArgumentException(
+            "share.acknowledgement.mode must be explicit (or absent): the loop acknowledges each"
+                + " record by its outcome, was "
+                + mode);
+      }
+      Map<String, Object> config = new HashMap<>(consumerConfig);
+      config.put("share.acknowledgement.mode", "explicit");
+      this.consumerConfig = config;
+      this.topics = List.copyOf(topics);
+      this.processor = Objects.requireNonNull(processor, "processor");
+      this.groupId = group.toString();
+    }
+
+    /**
+     * Where records go that the loop gives up on, before they are rejected. Required: usually a
+     * {@link KafkaDeadLetterPublisher} with a {@link KafkaDeadLetterPublisher.Builder#rawProducer
+     * raw producer}.
+     */
+    public Builder<K, V> deadLetterHandler(DeadLetterHandler<K, V> deadLetterHandler) {
+      this.deadLetterHandler = Objects.requireNonNull(deadLetterHandler, "deadLetterHandler");
+      return this;
+    }
+
+    /**
+     * How many times a failing handler runs for one record (the first attempt included) before the
+     * record is dead-lettered, counting the attempts of every consumer that {@link
+     * RecordProcessor#attempts} reports. Keep it below the {@link #deliveryCountLimit delivery
+     * count limit}, or the last delivery dead-letters the record instead. Default {@value
+     * #DEFAULT_MAX_ATTEMPTS}.
+     */
+    public Builder<K, V> maxAttempts(int maxAttempts) {
+      if (maxAttempts < 1) {
+        throw new IllegalArgumentException("maxAttempts must be at least 1, was " + maxAttempts);
+      }
+      this.maxAttempts = maxAttempts;
+      return this;
+    }
+
+    /**
+     * The share group's delivery count limit ({@code group.share.delivery.count.limit} of the
+     * broker, or the group's {@code share.delivery.count.limit}): a record whose handler fails on
+     * this delivery is dead-lettered and rejected instead of released, since the broker would
+     * archive it. Default {@value #DEFAULT_DELIVERY_COUNT_LIMIT}, the broker's default.
+     */
+    public Builder<K, V> deliveryCountLimit(int deliveryCountLimit) {
+      if (deliveryCountLimit < 2) {
+        throw new IllegalArgumentException(
+            "deliveryCountLimit must be at least 2 (Kafka's minimum), was " + deliveryCountLimit);
+      }
+      this.deliveryCountLimit = deliveryCountLimit;
+      return this;
+    }
+
+    /** Wait before a failed record is released. Default {@link #DEFAULT_RETRY_BACKOFF}. */
+    public Builder<K, V> retryBackOff(Duration retryBackOff) {
+      this.retryBackOff = Durations.requirePositive("retryBackOff", retryBackOff);
+      return this;
+    }
+
+    /**
+     * Wait before a record that cannot be handled yet (another consumer's live lease, the dedup
+     * store or the dead-letter handler failing) is tried again, kept acquired meanwhile: {@code
+     * initial}, doubling on each try, at most {@code max}. Defaults {@link #DEFAULT_HOLD_BACKOFF}
+     * and {@link #DEFAULT_MAX_HOLD_BACKOFF}.
+     */
+    public Builder<K, V> holdBackOff(Duration initial, Duration max) {
+      Durations.requirePositive("initial hold back-off", initial);
+      Durations.requirePositive("max hold back-off", max);
+      if (initial.compareTo(max) > 0) {
+        throw new IllegalArgumentException(
+            "initial hold back-off (" + initial + ") must not exceed the max (" + max + ")");
+      }
+      this.holdBackOff = initial;
+      this.maxHoldBackOff = max;
+      return this;
+    }
+
+    /** Longest time one poll waits for records. Default {@link #DEFAULT_POLL_TIMEOUT}. */
+    public Builder<K, V> pollTimeout(Duration pollTimeout) {
+      this.pollTimeout = Durations.requirePositive("pollTimeout", pollTimeout);
+      return this;
+    }
+
+    /**
+     * Longest time {@link DedupShareLoop#close()} lets the handler in hand finish. Default {@link
+     * #DEFAULT_CLOSE_TIMEOUT}.
+     */
+    public Builder<K, V> closeTimeout(Duration closeTimeout) {
+      this.closeTimeout = Durations.requirePositive("closeTimeout", closeTimeout);
+      return this;
+    }
+
+    /**
+     * Builds the loop and its consumer.
+     *
+     * @throws IllegalStateException no dead-letter handler was set, or kafka-clients is older than
+     *     4.2 (no {@code AcknowledgeType.RENEW}, without which a waiting record would use up its
+     *     deliveries)
+     */
+    public DedupShareLoop<K, V> build() {
+      if (deadLetterHandler == null) {
+        throw new IllegalStateException(
+            "deadLetterHandler is required: a record is rejected only once its dead letter is"
+                + " written (for example KafkaDeadLetterPublisher.builder(producer).build())");
+      }
+      if (Arrays.stream(AcknowledgeType.values()).noneMatch(t -> t.name().equals("RENEW"))) {
+        throw new IllegalStateException(
+            "DedupShareLoop needs kafka-clients 4.2 or later (AcknowledgeType.RENEW, to keep a"
+                + " record acquired while it waits or its handler runs); this application has an"
+                + " older one");
+      }
+      return new DedupShareLoop<>(this, new KafkaShareConsumer<>(consumerConfig));
+    }
+  }
+}

@@ -1,0 +1,202 @@
+package io.consumerdedup.kafka;
+
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.ShareConsumer;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The records {@link DedupShareLoop}'s consumer has acquired and not yet acknowledged for good, and
+ * what is decided for each. Used by the loop's thread only (a share consumer is not thread-safe).
+ *
+ * <p>In explicit acknowledgement mode every record a poll returned must be acknowledged before the
+ * next poll. A record whose handler still runs, or that waits for another consumer's claim, is
+ * acknowledged with {@code RENEW}: the broker extends its acquisition lock without counting a
+ * delivery, and the consumer hands the record back in a later poll (kafka-clients 4.2), after which
+ * it is acknowledgeable again. A record is therefore either held (acknowledgeable) or out for
+ * renewal.
+ */
+final class ShareInFlight<K, V> {
+  // The loop's logger: applications and tests select the loop's messages by its name.
+  private static final Logger log = LoggerFactory.getLogger(DedupShareLoop.class);
+
+  /** A record by its coordinates: a renewed record comes back as the same offset. */
+  record Id(String topic, int partition, long offset) {
+    static Id of(ConsumerRecord<?, ?> record) {
+      return new Id(record.topic(), record.partition(), record.offset());
+    }
+
+    @Override
+    public String toString() {
+      return topic + "-" + partition + "@" + offset;
+    }
+  }
+
+  /**
+   * What the worker decided for a record: the acknowledgement to send, not before {@code
+   * notBeforeNanos} (a failed record is released only after the retry back-off).
+   */
+  record Decision(Id id, AcknowledgeType type, long notBeforeNanos) {}
+
+  private static final class Entry<K, V> {
+    ConsumerRecord<K, V> record;
+    boolean held = true;
+    long renewalSentNanos;
+    @Nullable Decision decision;
+
+    Entry(ConsumerRecord<K, V> record) {
+      this.record = record;
+    }
+  }
+
+  private final ShareConsumer<K, V> consumer;
+  private final Map<Id, Entry<K, V>> entries = new LinkedHashMap<>();
+
+  ShareInFlight(ShareConsumer<K, V> consumer) {
+    this.consumer = consumer;
+  }
+
+  boolean isEmpty() {
+    return entries.isEmpty();
+  }
+
+  /**
+   * Takes in what a poll returned: records out for renewal are held again; the others are new and
+   * returned, in the poll's order, for the worker.
+   */
+  List<ConsumerRecord<K, V>> add(ConsumerRecords<K, V> polled) {
+    List<ConsumerRecord<K, V>> fresh = new ArrayList<>();
+    for (ConsumerRecord<K, V> record : polled) {
+      Entry<K, V> entry = entries.get(Id.of(record));
+      if (entry == null) {
+        entries.put(Id.of(record), new Entry<>(record));
+        fresh.add(record);
+      } else {
+        entry.record = record;
+        entry.held = true;
+      }
+    }
+    return fresh;
+  }
+
+  /** Records the worker's decision; one for a record no longer in flight is dropped. */
+  void decide(Decision decision) {
+    Entry<K, V> entry = entries.get(decision.id());
+    if (entry != null) {
+      entry.decision = decision;
+    }
+  }
+
+  /**
+   * Sends the decided acknowledgements that are due, of held records ({@code all}: every decided
+   * one, due or not), and forgets those records.
+   */
+  void acknowledgeDecided(long nowNanos, boolean all) {
+    for (Iterator<Entry<K, V>> it = entries.values().iterator(); it.hasNext(); ) {
+      Entry<K, V> entry = it.next();
+      Decision decision = entry.decision;
+      if (entry.held && decision != null && (all || nowNanos - decision.notBeforeNanos() >= 0)) {
+        it.remove();
+        acknowledge(entry.record, decision.type());
+      }
+    }
+  }
+
+  /** The earliest time a decided, held record is due; {@code fallback} if none. */
+  long nextDue(long fallback) {
+    long next = fallback;
+    for (Entry<K, V> entry : entries.values()) {
+      if (entry.held && entry.decision != null && entry.decision.notBeforeNanos() - next < 0) {
+        next = entry.decision.notBeforeNanos();
+      }
+    }
+    return next;
+  }
+
+  /** Whether a renewal is on the way: the next poll returns those records, and no new ones. */
+  boolean awaitingRenewals() {
+    for (Entry<K, V> entry : entries.values()) {
+      if (!entry.held) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** Whether a record with a decision is out for renewal: it can be acknowledged once back. */
+  boolean decidedAwaitingRenewal() {
+    for (Entry<K, V> entry : entries.values()) {
+      if (!entry.held && entry.decision != null) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** Acknowledges every held record with RENEW, so that a poll may follow; how many. */
+  int renewHeld(long nowNanos) {
+    int renewed = 0;
+    for (Iterator<Entry<K, V>> it = entries.values().iterator(); it.hasNext(); ) {
+      Entry<K, V> entry = it.next();
+      if (entry.held) {
+        if (acknowledge(entry.record, AcknowledgeType.RENEW)) {
+          entry.held = false;
+          entry.renewalSentNanos = nowNanos;
+          renewed++;
+        } else {
+          it.remove();
+        }
+      }
+    }
+    return renewed;
+  }
+
+  /**
+   * Acknowledges one record; false if the consumer no longer holds it (its share session was reset,
+   * say), in which case the broker delivers it again and the dedup table answers that.
+   */
+  private boolean acknowledge(ConsumerRecord<K, V> record, AcknowledgeType type) {
+    try {
+      consumer.acknowledge(record, type);
+      return true;
+    } catch (IllegalStateException e) {
+      log.warn(
+          "Could not acknowledge {} ({}): the consumer no longer holds it; the broker delivers it"
+              + " again",
+          Id.of(record),
+          type,
+          e);
+      return false;
+    }
+  }
+
+  /**
+   * Forgets the records whose renewal has not come back within {@code timeoutNanos}: the broker
+   * refused it (their lock had run out, or it does not renew), so they are no longer this
+   * consumer's; returns them.
+   */
+  List<ConsumerRecord<K, V>> dropUnreturned(long nowNanos, long timeoutNanos) {
+    List<ConsumerRecord<K, V>> dropped = new ArrayList<>();
+    for (Iterator<Entry<K, V>> it = entries.values().iterator(); it.hasNext(); ) {
+      Entry<K, V> entry = it.next();
+      if (!entry.held && nowNanos - entry.renewalSentNanos > timeoutNanos) {
+        dropped.add(entry.record);
+        it.remove();
+      }
+    }
+    return dropped;
+  }
+
+  /** How many records are in flight. */
+  int size() {
+    return entries.size();
+  }
+}

@@ -1,0 +1,315 @@
+package io.consumerdedup.kafka;
+
+import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.Outcome;
+import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.kafka.ShareInFlight.Decision;
+import io.consumerdedup.kafka.ShareInFlight.Id;
+import io.consumerdedup.kafka.internal.RecordSources;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.OptionalInt;
+import java.util.Set;
+import java.util.concurrent.DelayQueue;
+import java.util.concurrent.Delayed;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Consumer;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The thread of {@link DedupShareLoop} that runs the processor, so that the loop's thread stays
+ * free to renew the acquisition locks of the records while a handler runs. It takes the records of
+ * a poll together ({@link RecordProcessor#prepare}: one claim statement), processes them in order,
+ * settles them (the SUCCESS marks written), and decides each record's acknowledgement:
+ *
+ * <ul>
+ *   <li>a duplicate, or a record whose SUCCESS is written: ACCEPT;
+ *   <li>retry later (another consumer's live claim, the store unreachable, an outcome not written
+ *       yet): no acknowledgement; the record stays acquired (the loop renews its lock, which counts
+ *       no delivery) and is processed again after the hold back-off, doubling;
+ *   <li>a handler failure: RELEASE after the retry back-off, for another delivery; once the
+ *       attempts are spent, or this delivery is the last the broker allows, the dead letter is
+ *       written first, then REJECT;
+ *   <li>not retryable (no key, a malformed key, a conflict): the dead letter first, then REJECT.
+ * </ul>
+ *
+ * A dead letter that cannot be written is tried again after the hold back-off, the record kept
+ * acquired meanwhile: a record is never rejected without its dead letter.
+ */
+final class ShareWorker<K, V> implements Runnable {
+  // The loop's logger: applications and tests select the loop's messages by its name.
+  private static final Logger log = LoggerFactory.getLogger(DedupShareLoop.class);
+
+  /** Local attempt counts kept for records released to other deliveries, at most this many. */
+  private static final int MAX_COUNTED = 10_000;
+
+  private final RecordProcessor<K, V> processor;
+  private final DeadLetterHandler<K, V> deadLetters;
+  private final Consumer<Decision> decisions;
+  private final int maxAttempts;
+  private final int deliveryCountLimit;
+  private final Duration retryBackOff;
+  private final Duration holdBackOff;
+  private final Duration maxHoldBackOff;
+  private final String groupId;
+
+  private final DelayQueue<Work<K, V>> queue = new DelayQueue<>();
+  private final Map<Id, Duration> holds = new LinkedHashMap<>();
+  private final Map<Id, Integer> counted =
+      new LinkedHashMap<>() {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<Id, Integer> eldest) {
+          return size() > MAX_COUNTED;
+        }
+      };
+
+  private volatile boolean running = true;
+  private volatile @Nullable Error fatal;
+
+  ShareWorker(
+      RecordProcessor<K, V> processor,
+      DeadLetterHandler<K, V> deadLetters,
+      Consumer<Decision> decisions,
+      int maxAttempts,
+      int deliveryCountLimit,
+      Duration retryBackOff,
+      Duration holdBackOff,
+      Duration maxHoldBackOff,
+      String groupId) {
+    this.processor = processor;
+    this.deadLetters = deadLetters;
+    this.decisions = decisions;
+    this.maxAttempts = maxAttempts;
+    this.deliveryCountLimit = deliveryCountLimit;
+    this.retryBackOff = retryBackOff;
+    this.holdBackOff = holdBackOff;
+    this.maxHoldBackOff = maxHoldBackOff;
+    this.groupId = groupId;
+  }
+
+  /** A poll's new records, processed together as soon as the worker gets to them. */
+  void submit(List<ConsumerRecord<K, V>> records) {
+    queue.add(new Work<>(records, null, System.nanoTime()));
+  }
+
+  /** Stops after the record in hand; the records not processed get no decision. */
+  void stop() {
+    running = false;
+  }
+
+  /** The Error a handler threw, which ends the loop; null if none. */
+  @Nullable Error fatal() {
+    return fatal;
+  }
+
+  @Override
+  public void run() {
+    while (running) {
+      Work<K, V> work;
+      try {
+        work = queue.poll(100, TimeUnit.MILLISECONDS);
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+        return;
+      }
+      if (work == null) {
+        continue;
+      }
+      try {
+        Exception reason = work.deadLetterReason();
+        if (reason != null) {
+          deadLetterThenReject(work.records().get(0), reason);
+        } else {
+          process(work.records());
+        }
+      } catch (Error e) {
+        fatal = e;
+        running = false;
+      }
+    }
+  }
+
+  private void process(List<ConsumerRecord<K, V>> records) {
+    try {
+      processor.prepare(records);
+    } catch (RuntimeException e) {
+      log.warn("Could not prepare {} records together; processing them one by one", records.size());
+    }
+    List<ConsumerRecord<K, V>> processed = new ArrayList<>();
+    List<ConsumerRecord<K, V>> later = new ArrayList<>();
+    Error error = null;
+    try {
+      for (ConsumerRecord<K, V> record : records) {
+        if (!running) {
+          break;
+        }
+        try {
+          Outcome outcome = processor.process(record);
+          if (outcome == Outcome.DUPLICATE) {
+            done(record, AcknowledgeType.ACCEPT, 0);
+          } else {
+            processed.add(record);
+          }
+        } catch (RuntimeException e) {
+          switch (Disposition.of(e)) {
+            case RETRY_LATER -> later.add(record);
+            case DEAD_LETTER -> {
+              log.error(
+                  "{} cannot be handled (not retryable); dead-lettering it", describe(record), e);
+              deadLetterThenReject(record, e);
+            }
+            case HANDLER_FAILED -> handlerFailed(record, e);
+          }
+        } catch (Error e) {
+          handlerFailed(record, new HandlerErrorException(e));
+          error = e;
+          running = false;
+        }
+      }
+    } finally {
+      Set<ConsumerRecord<K, V>> unrecorded = Collections.newSetFromMap(new IdentityHashMap<>());
+      try {
+        unrecorded.addAll(processor.settle());
+      } catch (RuntimeException e) {
+        log.error("Could not settle the poll's records; processing them again", e);
+        unrecorded.addAll(processed);
+      }
+      for (ConsumerRecord<K, V> record : processed) {
+        if (unrecorded.contains(record)) {
+          later.add(record);
+        } else {
+          done(record, AcknowledgeType.ACCEPT, 0);
+        }
+      }
+      if (running && !later.isEmpty()) {
+        holdAll(later);
+      }
+    }
+    if (error != null) {
+      throw error;
+    }
+  }
+
+  /** Processes the records again after their hold back-off, kept acquired meanwhile. */
+  private void holdAll(List<ConsumerRecord<K, V>> records) {
+    Duration wait = Duration.ZERO;
+    for (ConsumerRecord<K, V> record : records) {
+      Duration previous = holds.get(Id.of(record));
+      Duration next =
+          previous == null ? holdBackOff : Durations.doubling(previous, maxHoldBackOff, 2);
+      holds.put(Id.of(record), next);
+      wait = next.compareTo(wait) > 0 ? next : wait;
+    }
+    log.info(
+        "{} record(s) cannot be handled yet (another consumer holds the key, or the dedup store"
+            + " does not answer), first {}; keeping them acquired and trying again in {}",
+        records.size(),
+        describe(records.get(0)),
+        wait);
+    queue.add(new Work<>(records, null, System.nanoTime() + wait.toNanos()));
+  }
+
+  private void handlerFailed(ConsumerRecord<K, V> record, RuntimeException e) {
+    Id id = Id.of(record);
+    int local = counted.merge(id, 1, Integer::sum);
+    OptionalInt stored = storedAttempts(record);
+    int attempts = Math.max(local, stored.orElse(0));
+    int delivery = record.deliveryCount().map(Short::intValue).orElse(1);
+    if (attempts >= maxAttempts || delivery >= deliveryCountLimit) {
+      log.error(
+          "Handler failed for {} on attempt {} of {} (delivery {} of at most {}); dead-lettering"
+              + " it",
+          describe(record),
+          attempts,
+          maxAttempts,
+          delivery,
+          deliveryCountLimit,
+          e);
+      deadLetterThenReject(record, e);
+      return;
+    }
+    log.warn(
+        "Handler failed for {} on attempt {} of {}; releasing it for another delivery in {}: {}",
+        describe(record),
+        attempts,
+        maxAttempts,
+        retryBackOff,
+        e.toString());
+    log.debug("Stack trace of the failed attempt of {}", describe(record), e);
+    done(record, AcknowledgeType.RELEASE, retryBackOff.toNanos());
+  }
+
+  private OptionalInt storedAttempts(ConsumerRecord<K, V> record) {
+    try {
+      return processor.attempts(record);
+    } catch (RuntimeException e) {
+      log.warn(
+          "Could not read how often {} was attempted; counting this consumer's attempts only",
+          describe(record),
+          e);
+      return OptionalInt.empty();
+    }
+  }
+
+  /** Writes the dead letter, then decides REJECT; if it cannot be written, tries again later. */
+  private void deadLetterThenReject(ConsumerRecord<K, V> record, Exception reason) {
+    try {
+      deadLetters.deadLetter(record, reason);
+    } catch (RuntimeException e) {
+      Duration previous = holds.get(Id.of(record));
+      Duration wait =
+          previous == null ? holdBackOff : Durations.doubling(previous, maxHoldBackOff, 2);
+      holds.put(Id.of(record), wait);
+      log.error(
+          "Could not dead-letter {}; keeping it acquired and trying again in {}",
+          describe(record),
+          wait,
+          e);
+      queue.add(new Work<>(List.of(record), reason, System.nanoTime() + wait.toNanos()));
+      return;
+    }
+    done(record, AcknowledgeType.REJECT, 0);
+  }
+
+  private void done(ConsumerRecord<K, V> record, AcknowledgeType type, long delayNanos) {
+    Id id = Id.of(record);
+    holds.remove(id);
+    if (type != AcknowledgeType.RELEASE) {
+      counted.remove(id);
+    }
+    decisions.accept(new Decision(id, type, System.nanoTime() + delayNanos));
+  }
+
+  private String describe(ConsumerRecord<?, ?> record) {
+    return RecordSources.describe(record, groupId);
+  }
+
+  /**
+   * Records to process when due, or (with a reason) one record whose dead letter is to be written
+   * again.
+   */
+  private record Work<K, V>(
+      List<ConsumerRecord<K, V>> records, @Nullable Exception deadLetterReason, long dueNanos)
+      implements Delayed {
+    @Override
+    public long getDelay(TimeUnit unit) {
+      return unit.convert(dueNanos - System.nanoTime(), TimeUnit.NANOSECONDS);
+    }
+
+    @Override
+    public int compareTo(Delayed other) {
+      return Long.compare(getDelay(TimeUnit.NANOSECONDS), other.getDelay(TimeUnit.NANOSECONDS));
+    }
+  }
+}

@@ -1,0 +1,226 @@
+package io.consumerdedup.core;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.FaultyDataSource;
+import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * A record's SUCCESS written with the next record's claim ({@link
+ * DedupClaim#completeWithNextClaim()}), as a caller that claims record by record uses it: when the
+ * next claim returns, the mark is written; a lost lease, a vanished record, a lost reply and an
+ * outage are handled as for any SUCCESS mark.
+ */
+class CompleteWithNextClaimTest {
+  private static String schema;
+  private static HikariDataSource direct;
+  private static JdbcDedupStore directStore;
+
+  private FaultyDataSource faulty;
+  private final List<IdempotentExecutor> executors = new CopyOnWriteArrayList<>();
+  private final List<String> events = new CopyOnWriteArrayList<>();
+  private final DedupListener recording =
+      new DedupListener() {
+        @Override
+        public void completed(DedupKey key, int attempt, Duration handlerTime) {
+          events.add("completed " + key.bizKey() + " attempt " + attempt);
+        }
+
+        @Override
+        public void leaseLost(DedupKey key, int attempt) {
+          events.add("leaseLost " + key.bizKey() + " attempt " + attempt);
+        }
+      };
+
+  @BeforeAll
+  static void setUpDatabase() {
+    schema = TestDatabase.newSchema("next_claim");
+    direct = TestDatabase.dataSource(schema, 4);
+    directStore = JdbcDedupStore.builder(direct).build();
+  }
+
+  @AfterAll
+  static void tearDownDatabase() {
+    direct.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  @BeforeEach
+  void setUp() {
+    faulty = FaultyDataSource.on(schema, 4, Duration.ofMillis(500));
+  }
+
+  @AfterEach
+  void tearDown() {
+    executors.forEach(IdempotentExecutor::close);
+    faulty.close();
+  }
+
+  private IdempotentExecutor executor(JdbcDedupStore store, Duration lease) {
+    IdempotentExecutor executor =
+        IdempotentExecutor.builder(store).lease(lease).listener(recording).build();
+    executors.add(executor);
+    return executor;
+  }
+
+  private JdbcDedupStore faultyStore() {
+    return JdbcDedupStore.builder(faulty)
+        .retryInitialBackoff(Duration.ofMillis(50))
+        .retryMaxBackoff(Duration.ofMillis(200))
+        .retryMaxDuration(Duration.ofSeconds(1))
+        .build();
+  }
+
+  private static DedupStatus status(String bizKey) {
+    return directStore.find(DedupKey.of("payment", bizKey)).orElseThrow().status();
+  }
+
+  @Test
+  void theNextClaimWritesThePreviousRecordsSuccessBeforeItReturns() throws Exception {
+    IdempotentExecutor executor = executor(directStore, Duration.ofMinutes(1));
+    DedupClaim first = executor.claim(DedupKey.of("payment", "first"), null, "payments-0@1");
+
+    CompletableFuture<Void> written = first.completeWithNextClaim();
+    DedupClaim second = executor.claim(DedupKey.of("payment", "second"), null, "payments-0@2");
+
+    assertThat(written).as("written with the second claim, not later by the writer").isDone();
+    assertThat(written).isNotCompletedExceptionally();
+    assertThat(status("first")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(second.isDuplicate()).isFalse();
+    assertThat(status("second")).isEqualTo(DedupStatus.PROCESSING);
+    assertThat(events).containsExactly("completed first attempt 1");
+  }
+
+  @Test
+  void withoutANextClaimTheWriterWritesItAndFlushMarksDoesSoAtOnce() throws Exception {
+    IdempotentExecutor executor = executor(directStore, Duration.ofMinutes(1));
+    CompletableFuture<Void> alone =
+        executor.claim(DedupKey.of("payment", "alone"), null, null).completeWithNextClaim();
+    alone.get(5, TimeUnit.SECONDS);
+    assertThat(status("alone")).isEqualTo(DedupStatus.SUCCESS);
+
+    CompletableFuture<Void> flushed =
+        executor.claim(DedupKey.of("payment", "flushed"), null, null).completeWithNextClaim();
+    executor.flushMarks();
+    flushed.get(5, TimeUnit.SECONDS);
+    assertThat(status("flushed")).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void aNextClaimOfTheSameKeyFindsItsSuccessAndIsADuplicate() {
+    IdempotentExecutor executor = executor(directStore, Duration.ofMinutes(1));
+    DedupKey key = DedupKey.of("payment", "same-key");
+    CompletableFuture<Void> written = executor.claim(key, null, null).completeWithNextClaim();
+
+    DedupClaim again = executor.claim(key, null, null);
+
+    assertThat(again.isDuplicate()).isTrue();
+    assertThat(written).isCompleted();
+  }
+
+  @Test
+  void aMarkWhoseLeaseWasTakenOverIsReportedLostAndTheNextClaimStillHoldsItsKey() throws Exception {
+    IdempotentExecutor executor = executor(directStore, Duration.ofMinutes(1));
+    IdempotentExecutor rival = executor(directStore, Duration.ofMinutes(1));
+    DedupKey slow = DedupKey.of("payment", "taken-over");
+    DedupClaim claim = executor.claim(slow, null, null);
+    execute(
+        "UPDATE consumer_dedup SET lease_until = now() - interval '1 second'"
+            + " WHERE biz_key = 'taken-over'"); // its lease ran out, as after a long pause
+    assertThat(rival.claim(slow, null, null).attempt()).as("taken over").isEqualTo(2);
+
+    CompletableFuture<Void> written = claim.completeWithNextClaim();
+    DedupClaim other = executor.claim(DedupKey.of("payment", "after-takeover"), null, null);
+
+    assertThat(other.isDuplicate()).isFalse();
+    assertThatThrownBy(() -> written.get(5, TimeUnit.SECONDS))
+        .isInstanceOf(ExecutionException.class)
+        .hasCauseInstanceOf(DedupLeaseLostException.class);
+    assertThat(events).contains("leaseLost taken-over attempt 1");
+    DedupRecord record = directStore.find(slow).orElseThrow();
+    assertThat(record.status())
+        .as("the new holder's claim, untouched")
+        .isEqualTo(DedupStatus.PROCESSING);
+    assertThat(record.attempts()).isEqualTo(2);
+  }
+
+  private static void execute(String sql) throws Exception {
+    try (Connection connection = direct.getConnection();
+        PreparedStatement statement = connection.prepareStatement(sql)) {
+      statement.executeUpdate();
+    }
+  }
+
+  @Test
+  void aMarkWhoseRecordVanishedIsWrittenAgain() throws Exception {
+    IdempotentExecutor executor = executor(directStore, Duration.ofMinutes(1));
+    DedupClaim claim = executor.claim(DedupKey.of("payment", "vanished"), null, null);
+    execute("DELETE FROM consumer_dedup WHERE biz_key = 'vanished'");
+
+    CompletableFuture<Void> written = claim.completeWithNextClaim();
+    executor.claim(DedupKey.of("payment", "after-vanished"), null, null);
+
+    written.get(5, TimeUnit.SECONDS);
+    assertThat(status("vanished")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(events).doesNotContain("leaseLost vanished attempt 1");
+  }
+
+  @Test
+  void aClaimWhoseReplyWasLostCarriesTheMarkOnceAndIsRecognisedAsOurs() throws Exception {
+    IdempotentExecutor executor = executor(faultyStore(), Duration.ofMinutes(1));
+    DedupClaim first = executor.claim(DedupKey.of("payment", "lost-reply-mark"), null, null);
+    CompletableFuture<Void> written = first.completeWithNextClaim();
+    faulty.loseReplyOnce("WITH m AS (UPDATE");
+
+    DedupClaim second = executor.claim(DedupKey.of("payment", "lost-reply-claim"), null, null);
+
+    assertThat(faulty.repliesLost()).as("replies lost after the commit").isEqualTo(1);
+    assertThat(second.isDuplicate()).isFalse();
+    assertThat(second.attempt()).as("the committed claim, not a second one").isEqualTo(1);
+    written.get(5, TimeUnit.SECONDS);
+    assertThat(status("lost-reply-mark")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(events).containsExactly("completed lost-reply-mark attempt 1");
+  }
+
+  @Test
+  void aMarkWhoseClaimMeetsAnOutageIsKeptAndWrittenOnceTheDatabaseAnswers() throws Exception {
+    IdempotentExecutor executor = executor(faultyStore(), Duration.ofSeconds(30));
+    DedupKey key = DedupKey.of("payment", "outage-mark");
+    DedupClaim first = executor.claim(key, null, null);
+    CompletableFuture<Void> written = first.completeWithNextClaim();
+    faulty.proxy().refuse();
+    try {
+      assertThatThrownBy(() -> executor.claim(DedupKey.of("payment", "outage-next"), null, null))
+          .isInstanceOf(DedupStoreUnavailableException.class);
+      assertThatThrownBy(() -> written.get(5, TimeUnit.SECONDS))
+          .hasCauseInstanceOf(DedupStoreUnavailableException.class);
+      assertThat(executor.unrecordedOutcomes()).containsEntry(key, "SUCCESS");
+      assertThatThrownBy(() -> executor.claim(key, null, null))
+          .as("this process does not run the key's handler again before its SUCCESS is written")
+          .isInstanceOf(DedupStoreUnavailableException.class);
+    } finally {
+      faulty.proxy().pass();
+    }
+
+    await().atMost(Duration.ofSeconds(15)).until(() -> executor.unrecordedOutcomes().isEmpty());
+    assertThat(status("outage-mark")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(executor.claim(key, null, null).isDuplicate()).isTrue();
+  }
+}

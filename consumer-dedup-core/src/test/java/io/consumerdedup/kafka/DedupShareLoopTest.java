@@ -1,0 +1,357 @@
+package io.consumerdedup.kafka;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.Outcome;
+import io.consumerdedup.testing.ChildJvm;
+import io.consumerdedup.testing.TestKafka;
+import io.consumerdedup.testing.TestShareGroups;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.IntegerDeserializer;
+import org.apache.kafka.common.serialization.IntegerSerializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+/**
+ * {@link DedupShareLoop} against a real broker's share groups (several consumers on one partition,
+ * each record acquired under a lock of a few seconds) and a real PostgreSQL: what a user of a Kafka
+ * queue would notice of each hazard.
+ */
+class DedupShareLoopTest {
+  @RegisterExtension static final LoopFixture fixture = new LoopFixture("share_loop");
+
+  private static final Duration WAIT = Duration.ofSeconds(60);
+
+  private final List<DedupShareLoop<String, String>> loops = new ArrayList<>();
+  private final List<IdempotentExecutor> executors = new ArrayList<>();
+  private final ExecutorService threads = Executors.newCachedThreadPool();
+  private final KafkaProducer<String, String> dltProducer = TestKafka.producer();
+
+  /** The offsets whose processing returned (applied, or a duplicate), by any loop. */
+  private final Set<Long> completed = ConcurrentHashMap.newKeySet();
+
+  @AfterEach
+  void stop() {
+    loops.forEach(DedupShareLoop::close);
+    threads.shutdownNow();
+    executors.forEach(IdempotentExecutor::close);
+    dltProducer.close();
+  }
+
+  @Test
+  void threeConsumersOfOnePartitionApplyEachKeyOnceThoughDuplicatesAreMixedIn() throws Exception {
+    String topic = fixture.topic();
+    String group = fixture.group();
+    TestKafka.createTopics(1, topic);
+    TestShareGroups.configure(group, Duration.ofSeconds(5));
+    int keys = 60;
+    for (int copy = 0; copy < 3; copy++) {
+      for (int k = 0; k < keys; k++) {
+        send(topic, "order-" + k, "copy " + copy);
+      }
+    }
+    Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
+    Map<String, Set<String>> byConsumer = new ConcurrentHashMap<>();
+    for (int c = 0; c < 3; c++) {
+      String consumer = "consumer-" + c;
+      start(
+          group,
+          topic,
+          Duration.ofMinutes(5),
+          record -> {
+            applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
+            byConsumer
+                .computeIfAbsent(consumer, k -> ConcurrentHashMap.newKeySet())
+                .add(orderNo(record));
+            Thread.sleep(5);
+          },
+          b -> b);
+    }
+    await().atMost(WAIT).untilAsserted(() -> assertThat(completed).hasSize(3 * keys));
+    assertQueueEmpty(group, topic);
+    assertThat(applied.values()).allSatisfy(count -> assertThat(count.get()).isEqualTo(1));
+    assertThat(byConsumer).as("the consumers shared the partition").hasSizeGreaterThan(1);
+  }
+
+  @Test
+  void aHandlerSlowerThanTheLockKeepsItsRecordAndNeverRunsTwiceAtOnce() throws Exception {
+    String topic = fixture.topic();
+    String group = fixture.group();
+    TestKafka.createTopics(1, topic);
+    // Renewed every second: the lock runs out only if the loop's thread stalls for 2 s.
+    Duration lock = Duration.ofSeconds(3);
+    TestShareGroups.configure(group, lock);
+    send(topic, "slow-1", "takes three locks");
+    AtomicInteger running = new AtomicInteger();
+    AtomicInteger mostAtOnce = new AtomicInteger();
+    AtomicInteger runs = new AtomicInteger();
+    List<String> deliveries = new CopyOnWriteArrayList<>();
+    for (int c = 0; c < 2; c++) {
+      String consumer = "consumer-" + c;
+      start(
+          group,
+          topic,
+          Duration.ofMinutes(5),
+          record -> {
+            runs.incrementAndGet();
+            mostAtOnce.accumulateAndGet(running.incrementAndGet(), Math::max);
+            try {
+              Thread.sleep(lock.multipliedBy(3).toMillis());
+            } finally {
+              running.decrementAndGet();
+            }
+          },
+          b -> b,
+          record ->
+              deliveries.add(consumer + " delivery " + record.deliveryCount().orElse((short) 0)));
+    }
+    await().atMost(WAIT).until(() -> runs.get() == 1 && running.get() == 0);
+    assertQueueEmpty(group, topic);
+    assertThat(runs.get()).isEqualTo(1);
+    assertThat(mostAtOnce.get()).isEqualTo(1);
+    assertThat(deliveries)
+        .as("its lock was renewed: never handed to the other consumer, never delivered again")
+        .hasSize(1)
+        .allSatisfy(d -> assertThat(d).endsWith("delivery 1"));
+  }
+
+  @Test
+  void aFailingHandlerIsReleasedThenDeadLetteredAndRejectedAfterItsAttempts() throws Exception {
+    String topic = fixture.topic();
+    String group = fixture.group();
+    TestKafka.createTopics(1, topic);
+    TestShareGroups.configure(group, Duration.ofSeconds(5));
+    send(topic, "bad-1", "always fails");
+    AtomicInteger runs = new AtomicInteger();
+    start(
+        group,
+        topic,
+        Duration.ofMinutes(5),
+        record -> {
+          runs.incrementAndGet();
+          throw new IllegalStateException("payment provider says no");
+        },
+        b -> b.maxAttempts(3).retryBackOff(Duration.ofMillis(100)));
+    List<ConsumerRecord<String, String>> dead = TestKafka.readFromStart(topic + "-dlt", 1, WAIT);
+    assertThat(dead).hasSize(1);
+    assertThat(LoopFixture.orderNo(dead.get(0))).isEqualTo("bad-1");
+    assertQueueEmpty(group, topic);
+    assertThat(runs.get()).as("attempts, then rejected: never delivered again").isEqualTo(3);
+    assertThat(TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2))).hasSize(1);
+  }
+
+  @Test
+  void aRecordWithoutItsKeyIsDeadLetteredAndRejectedAtOnce() throws Exception {
+    String topic = fixture.topic();
+    String group = fixture.group();
+    TestKafka.createTopics(1, topic);
+    TestShareGroups.configure(group, Duration.ofSeconds(5));
+    fixture.producer().send(new ProducerRecord<>(topic, "no header")).get();
+    send(topic, "ok-1", "fine");
+    AtomicInteger runs = new AtomicInteger();
+    start(group, topic, Duration.ofMinutes(5), record -> runs.incrementAndGet(), b -> b);
+    List<ConsumerRecord<String, String>> dead = TestKafka.readFromStart(topic + "-dlt", 1, WAIT);
+    assertThat(dead).hasSize(1);
+    assertThat(dead.get(0).value()).isEqualTo("no header");
+    await().atMost(WAIT).until(() -> runs.get() == 1);
+    assertQueueEmpty(group, topic);
+    assertThat(runs.get()).as("only the record with a key ran").isEqualTo(1);
+  }
+
+  @Test
+  void aValueTheDeserializerRejectsIsDeadLetteredWithItsRawBytesThenRejected() throws Exception {
+    String topic = fixture.topic();
+    String group = fixture.group();
+    TestKafka.createTopics(1, topic);
+    TestShareGroups.configure(group, Duration.ofSeconds(5));
+    try (KafkaProducer<byte[], byte[]> raw = TestKafka.rawProducer();
+        IntegerSerializer integers = new IntegerSerializer()) {
+      raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 100))).get();
+      raw.send(new ProducerRecord<>(topic, new byte[] {1, 2, 3})).get(); // not an int
+      raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 200))).get();
+      Map<String, Object> config = TestShareGroups.consumerConfig(group);
+      config.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, IntegerDeserializer.class);
+      List<Integer> handled = new CopyOnWriteArrayList<>();
+      KafkaProducer<String, Integer> typed =
+          TestKafka.producer(new StringSerializer(), new IntegerSerializer());
+      try (typed) {
+        DedupShareLoop<String, Integer> loop =
+            DedupShareLoop.<String, Integer>builder(
+                    config,
+                    List.of(topic),
+                    record -> {
+                      handled.add(record.value());
+                      return Outcome.PROCESSED;
+                    })
+                .deadLetterHandler(
+                    KafkaDeadLetterPublisher.builder(typed).rawProducer(raw).groupId(group).build())
+                .build();
+        threads.execute(loop);
+        try {
+          List<ConsumerRecord<byte[], byte[]>> dead =
+              TestKafka.readRawFromStart(topic + "-dlt", 1, WAIT);
+          assertThat(dead).hasSize(1);
+          assertThat(dead.get(0).value()).containsExactly(1, 2, 3);
+          await().atMost(WAIT).untilAsserted(() -> assertThat(handled).contains(100, 200));
+        } finally {
+          loop.close();
+        }
+      }
+    }
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+  }
+
+  /**
+   * A consumer killed in its handler: its record's lock runs out and another consumer acquires it,
+   * meets the dead holder's live lease, and waits, keeping the record acquired, until the lease
+   * runs out, then applies it. Waiting must not use up the record's deliveries: with a lease eight
+   * times the lock, releasing it at each wait would use the default limit of 5 in seconds and have
+   * the broker archive it unapplied.
+   */
+  @Test
+  void aConsumerKilledInItsHandlerLeavesItsRecordToAnotherThatAppliesItOnce() throws Exception {
+    String topic = fixture.topic();
+    String group = fixture.group();
+    TestKafka.createTopics(1, topic);
+    Duration lock = Duration.ofSeconds(2);
+    Duration lease = Duration.ofSeconds(16);
+    TestShareGroups.configure(group, lock);
+    send(topic, "crash-1", "the handler of the first consumer dies in it");
+    try (ChildJvm child =
+        ChildJvm.start(
+            ShareCrashWorker.class,
+            TestKafka.bootstrapServers(),
+            fixture.schema(),
+            topic,
+            group,
+            String.valueOf(lease.toMillis()))) {
+      child.awaitLine("IN HANDLER crash-1", WAIT);
+      child.kill();
+    }
+    List<Short> deliveries = new CopyOnWriteArrayList<>();
+    AtomicInteger runs = new AtomicInteger();
+    long killed = System.nanoTime();
+    start(
+        group,
+        topic,
+        lease,
+        record -> {
+          runs.incrementAndGet();
+          deliveries.add(record.deliveryCount().orElse((short) -1));
+        },
+        b -> b.holdBackOff(Duration.ofMillis(500), Duration.ofSeconds(2)));
+    await().atMost(WAIT).until(() -> runs.get() == 1);
+    assertQueueEmpty(group, topic);
+    assertThat(runs.get()).as("applied once, after the dead holder's lease").isEqualTo(1);
+    assertThat(Duration.ofNanos(System.nanoTime() - killed)).isGreaterThan(lease.minusSeconds(4));
+    assertThat(deliveries)
+        .as("the second delivery, kept through the wait rather than released")
+        .containsExactly((short) 2);
+  }
+
+  /**
+   * Stops the loops, then checks that nothing is left in the queue: every record was acknowledged
+   * or rejected, none archived or waiting to be delivered again.
+   */
+  private void assertQueueEmpty(String group, String topic) {
+    loops.forEach(DedupShareLoop::close);
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+  }
+
+  private void send(String topic, String orderNo, String value) throws Exception {
+    ProducerRecord<String, String> record = new ProducerRecord<>(topic, value);
+    record.headers().add(LoopFixture.KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+    fixture.producer().send(record).get();
+  }
+
+  private static String orderNo(ConsumerRecord<?, ?> record) {
+    return LoopFixture.orderNo(record);
+  }
+
+  private interface Customizer {
+    DedupShareLoop.Builder<String, String> apply(DedupShareLoop.Builder<String, String> builder);
+  }
+
+  private void start(
+      String group,
+      String topic,
+      Duration lease,
+      RecordHandler<String, String> handler,
+      Customizer customizer) {
+    start(group, topic, lease, handler, customizer, record -> {});
+  }
+
+  /** Starts a share loop; {@code delivered} sees every record offered to its processor. */
+  private void start(
+      String group,
+      String topic,
+      Duration lease,
+      RecordHandler<String, String> handler,
+      Customizer customizer,
+      java.util.function.Consumer<ConsumerRecord<String, String>> delivered) {
+    IdempotentExecutor executor = IdempotentExecutor.builder(fixture.store()).lease(lease).build();
+    executors.add(executor);
+    IdempotentRecordHandler<String, String> records =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(LoopFixture.BIZ_TYPE)
+            .key(KeyExtractors.header(LoopFixture.KEY_HEADER))
+            .groupId(group)
+            .handler(handler)
+            .build();
+    RecordProcessor<String, String> processor =
+        new RecordProcessor<>() {
+          @Override
+          public Outcome process(ConsumerRecord<String, String> record) {
+            delivered.accept(record);
+            Outcome outcome = records.process(record);
+            completed.add(record.offset());
+            return outcome;
+          }
+
+          @Override
+          public java.util.OptionalInt attempts(ConsumerRecord<String, String> record) {
+            return records.attempts(record);
+          }
+
+          @Override
+          public void prepare(List<ConsumerRecord<String, String>> polled) {
+            records.prepare(polled);
+          }
+
+          @Override
+          public List<ConsumerRecord<String, String>> settle() {
+            return records.settle();
+          }
+        };
+    DedupShareLoop<String, String> loop =
+        customizer
+            .apply(
+                DedupShareLoop.builder(
+                        TestShareGroups.consumerConfig(group), List.of(topic), processor)
+                    .deadLetterHandler(
+                        KafkaDeadLetterPublisher.builder(dltProducer).groupId(group).build())
+                    .holdBackOff(Duration.ofMillis(200), Duration.ofSeconds(1))
+                    .closeTimeout(Duration.ofSeconds(10)))
+            .build();
+    loops.add(loop);
+    threads.execute(loop);
+  }
+}

@@ -1,0 +1,113 @@
+package io.consumerdedup.testing;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.concurrent.ExecutionException;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.serialization.StringDeserializer;
+
+/** Share groups (KIP-932) on the in-JVM broker of {@link TestKafka}. */
+public final class TestShareGroups {
+  private TestShareGroups() {}
+
+  /**
+   * Sets the group's acquisition lock, and has it start at the earliest record (a new share group
+   * starts at the latest by default). Call it before the group's first consumer joins.
+   */
+  public static void configure(String group, Duration lock) {
+    ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
+    try (Admin admin = admin()) {
+      admin
+          .incrementalAlterConfigs(
+              Map.of(
+                  resource,
+                  List.of(
+                      set("share.auto.offset.reset", "earliest"),
+                      set("share.record.lock.duration.ms", String.valueOf(lock.toMillis())))))
+          .all()
+          .get();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    } catch (ExecutionException e) {
+      throw new IllegalStateException("Could not configure share group " + group, e);
+    }
+  }
+
+  /** Settings of a share consumer of {@code group}: String keys and values, small fetches. */
+  public static Map<String, Object> consumerConfig(String group) {
+    Map<String, Object> config = new HashMap<>();
+    config.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers());
+    config.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+    config.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
+    config.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
+    // A few records per fetch, so that the consumers of one partition share its records.
+    config.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 10);
+    return config;
+  }
+
+  /**
+   * Has {@code group} start at the end of partition 0 of {@code topic}, whatever was written to it
+   * before: the share group's start offset set there. Call it before the group's first consumer
+   * joins.
+   */
+  public static void startAtEnd(String group, String topic) {
+    TopicPartition partition = new TopicPartition(topic, 0);
+    try (Admin admin = admin()) {
+      admin
+          .alterShareGroupOffsets(group, Map.of(partition, TestKafka.endOffset(partition)))
+          .all()
+          .get();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    } catch (ExecutionException e) {
+      throw new IllegalStateException("Could not set the offsets of share group " + group, e);
+    }
+  }
+
+  /**
+   * What is left in the queue: the records a new consumer of {@code group} acquires within {@code
+   * window} (released again). Empty once every record was acknowledged or rejected.
+   */
+  public static List<ConsumerRecord<String, String>> remaining(
+      String group, String topic, Duration window) {
+    Map<String, Object> config = consumerConfig(group);
+    config.put("share.acknowledgement.mode", "explicit");
+    List<ConsumerRecord<String, String>> left = new ArrayList<>();
+    try (KafkaShareConsumer<String, String> consumer = new KafkaShareConsumer<>(config)) {
+      consumer.subscribe(List.of(topic));
+      long deadline = System.nanoTime() + window.toNanos();
+      while (System.nanoTime() < deadline) {
+        for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofMillis(200))) {
+          left.add(record);
+          consumer.acknowledge(record, AcknowledgeType.RELEASE);
+        }
+      }
+    }
+    return left;
+  }
+
+  private static AlterConfigOp set(String name, String value) {
+    return new AlterConfigOp(new ConfigEntry(name, value), AlterConfigOp.OpType.SET);
+  }
+
+  private static Admin admin() {
+    Properties properties = new Properties();
+    properties.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers());
+    return Admin.create(properties);
+  }
+}

@@ -1,0 +1,137 @@
+package io.consumerdedup.spring.autoconfigure;
+
+import io.consumerdedup.spring.IdempotentListenerPostProcessor.Listener;
+import java.util.Collection;
+import java.util.List;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import org.springframework.beans.factory.config.BeanExpressionContext;
+import org.springframework.beans.factory.config.BeanExpressionResolver;
+import org.springframework.beans.factory.config.ConfigurableBeanFactory;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.annotation.KafkaListenerAnnotationBeanPostProcessor;
+import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
+import org.springframework.kafka.listener.AbstractShareKafkaMessageListenerContainer;
+import org.springframework.kafka.listener.MessageListenerContainer;
+import org.springframework.kafka.support.ShareAcknowledgment;
+import org.springframework.util.ClassUtils;
+import org.springframework.util.StringUtils;
+
+/**
+ * What consumer-dedup says at start-up about share-group containers (KIP-932 queues, {@code
+ * ShareKafkaListenerContainerFactory}).
+ *
+ * <p>A share group hands each record to one consumer under a time-limited acquisition lock, and
+ * counts every delivery: a copy that meets another consumer's live claim must keep its lock
+ * (spring-kafka 4.1's {@code ShareAcknowledgment.renew()}, kafka-clients 4.2's {@code
+ * AcknowledgeType.RENEW}) rather than be released, or its delivery count runs out and the broker
+ * archives it unapplied. spring-kafka 4.0 has share containers but no renewal, so on Boot 4.0 an
+ * {@code @Idempotent} listener in one is refused and every share container is named in a warning:
+ * its listeners are not protected. consumer-dedup's Spring module does not protect share-group
+ * listeners on any line yet, so the refusal holds on Boot 4.1 too.
+ */
+final class ShareContainers {
+  private static final Logger log = LoggerFactory.getLogger(ShareContainers.class);
+
+  /** spring-kafka 4.1 and later: a share listener can renew its record's lock. */
+  static final boolean RENEWAL_AVAILABLE = ClassUtils.hasMethod(ShareAcknowledgment.class, "renew");
+
+  private final ConfigurableBeanFactory beanFactory;
+
+  ShareContainers(ConfigurableBeanFactory beanFactory) {
+    this.beanFactory = beanFactory;
+  }
+
+  /**
+   * Warns about each share container on a spring-kafka without renewal, then refuses an
+   * {@code @Idempotent} listener whose container factory makes share containers.
+   *
+   * @throws UnsupportedShareListenerException an {@code @Idempotent} listener is in a share
+   *     container
+   */
+  void check(List<Listener> listeners, Collection<MessageListenerContainer> containers) {
+    if (!RENEWAL_AVAILABLE) {
+      for (MessageListenerContainer container : containers) {
+        if (container instanceof AbstractShareKafkaMessageListenerContainer<?, ?> share) {
+          log.warn(
+              "Share-group container {} (group {}): consumer-dedup does not protect its listener"
+                  + " on spring-kafka {}, which cannot renew a record's acquisition lock; share"
+                  + " groups need spring-kafka 4.1 (Spring Boot 4.1) and kafka-clients 4.2",
+              share.getListenerId(),
+              share.getGroupId(),
+              springKafkaVersion());
+        }
+      }
+    }
+    for (Listener listener : listeners) {
+      String factory = shareFactoryOf(listener.kafkaListener());
+      if (factory != null) {
+        throw refusal(listener, factory);
+      }
+    }
+  }
+
+  private static UnsupportedShareListenerException refusal(Listener listener, String factory) {
+    String why =
+        RENEWAL_AVAILABLE
+            ? "consumer-dedup's Spring module does not protect share-group listeners yet"
+            : "on spring-kafka "
+                + springKafkaVersion()
+                + " a share listener cannot renew its record's acquisition lock, so a copy that"
+                + " waits for another consumer's claim would use up the record's delivery count"
+                + " and the broker would archive it unapplied; share groups need spring-kafka 4.1"
+                + " (Spring Boot 4.1) and kafka-clients 4.2";
+    return new UnsupportedShareListenerException(
+        "@Idempotent listener "
+            + listener.method()
+            + " runs in a share-group container (factory '"
+            + factory
+            + "', a ShareKafkaListenerContainerFactory): "
+            + why,
+        "Give the listener a consumer-group container factory (a ConcurrentKafkaListenerContainerFactory,"
+            + " such as Spring Boot's default one), or remove @Idempotent from it");
+  }
+
+  private static String springKafkaVersion() {
+    String version = ShareAcknowledgment.class.getPackage().getImplementationVersion();
+    return version == null ? "4.0" : version;
+  }
+
+  /** The name of the listener's container factory if it is a share one, else null. */
+  private @Nullable String shareFactoryOf(@Nullable KafkaListener listener) {
+    if (listener == null) {
+      return null;
+    }
+    String name;
+    try {
+      name = resolve(listener.containerFactory());
+    } catch (RuntimeException e) {
+      // An expression that only spring-kafka can evaluate (say one naming __listener).
+      return null;
+    }
+    if (!StringUtils.hasText(name)) {
+      name =
+          KafkaListenerAnnotationBeanPostProcessor
+              .DEFAULT_KAFKA_LISTENER_CONTAINER_FACTORY_BEAN_NAME;
+    }
+    return beanFactory.containsBean(name)
+            && beanFactory.isTypeMatch(name, ShareKafkaListenerContainerFactory.class)
+        ? name
+        : null;
+  }
+
+  /** An annotation attribute as spring-kafka resolves it: placeholders, then SpEL. */
+  private String resolve(String value) {
+    if (value.isEmpty()) {
+      return value;
+    }
+    String resolved = beanFactory.resolveEmbeddedValue(value);
+    BeanExpressionResolver expressions = beanFactory.getBeanExpressionResolver();
+    Object evaluated =
+        expressions == null || resolved == null
+            ? resolved
+            : expressions.evaluate(resolved, new BeanExpressionContext(beanFactory, null));
+    return evaluated == null ? "" : evaluated.toString();
+  }
+}
