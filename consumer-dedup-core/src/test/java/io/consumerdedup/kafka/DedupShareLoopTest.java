@@ -63,11 +63,6 @@ class DedupShareLoopTest {
     TestKafka.createTopics(1, topic);
     TestShareGroups.configure(group, Duration.ofSeconds(5));
     int keys = 60;
-    for (int copy = 0; copy < 3; copy++) {
-      for (int k = 0; k < keys; k++) {
-        send(topic, "order-" + k, "copy " + copy);
-      }
-    }
     Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
     Map<String, Set<String>> byConsumer = new ConcurrentHashMap<>();
     for (int c = 0; c < 3; c++) {
@@ -84,6 +79,13 @@ class DedupShareLoopTest {
             Thread.sleep(5);
           },
           b -> b);
+    }
+    // Sent once all three have joined: the first one alone would take them all in a second.
+    await().atMost(WAIT).until(() -> TestShareGroups.members(group) == 3);
+    for (int copy = 0; copy < 3; copy++) {
+      for (int k = 0; k < keys; k++) {
+        send(topic, "order-" + k, "copy " + copy);
+      }
     }
     await().atMost(WAIT).untilAsserted(() -> assertThat(completed).hasSize(3 * keys));
     assertQueueEmpty(group, topic);

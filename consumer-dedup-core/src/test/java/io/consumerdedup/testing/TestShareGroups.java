@@ -79,6 +79,24 @@ public final class TestShareGroups {
     }
   }
 
+  /** How many consumers are members of the share group now; 0 if it does not exist yet. */
+  public static int members(String group) {
+    try (Admin admin = admin()) {
+      return admin
+          .describeShareGroups(List.of(group))
+          .describedGroups()
+          .get(group)
+          .get()
+          .members()
+          .size();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    } catch (ExecutionException e) {
+      return 0; // not known to the coordinator yet
+    }
+  }
+
   /**
    * What is left in the queue: the records a new consumer of {@code group} acquires within {@code
    * window} (released again). Empty once every record was acknowledged or rejected.
