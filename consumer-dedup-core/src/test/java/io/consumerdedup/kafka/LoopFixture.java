@@ -101,8 +101,13 @@ final class LoopFixture implements BeforeAllCallback, AfterAllCallback, BeforeEa
 
   /** Waits until the offsets {@code inGroup} has committed include these. */
   static void awaitCommitted(String inGroup, Map<TopicPartition, Long> offsets) {
+    awaitCommitted(inGroup, offsets, WAIT);
+  }
+
+  /** As above, for a test whose records take longer than {@link #WAIT} on a loaded machine. */
+  static void awaitCommitted(String inGroup, Map<TopicPartition, Long> offsets, Duration wait) {
     await()
-        .atMost(WAIT)
+        .atMost(wait)
         .untilAsserted(
             () -> assertThat(TestKafka.committedOffsets(inGroup)).containsAllEntriesOf(offsets));
   }
