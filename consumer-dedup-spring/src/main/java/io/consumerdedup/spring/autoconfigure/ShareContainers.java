@@ -90,7 +90,8 @@ final class ShareContainers {
             + "', a ShareKafkaListenerContainerFactory): "
             + why,
         "Give the listener a consumer-group container factory (a ConcurrentKafkaListenerContainerFactory,"
-            + " such as Spring Boot's default one), or remove @Idempotent from it");
+            + " such as Spring Boot's default one), or consume the share group with"
+            + " consumer-dedup-core's DedupShareLoop (docs/share-groups.md)");
   }
 
   private static String springKafkaVersion() {
