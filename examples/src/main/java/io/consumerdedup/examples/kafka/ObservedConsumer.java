@@ -6,6 +6,7 @@ import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.OffsetCommitCallback;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.RebalanceInProgressException;
 
@@ -50,6 +51,29 @@ final class ObservedConsumer extends KafkaConsumer<String, String> {
     if (offset != null) {
       GROUP_COMMITTED.merge(groupPartition, offset.offset(), Math::max);
     }
+  }
+
+  /** The loop commits each poll asynchronously; the demo sees those commits once answered. */
+  @Override
+  public void commitAsync(
+      Map<TopicPartition, OffsetAndMetadata> offsets, OffsetCommitCallback callback) {
+    setup.beforeCommit();
+    super.commitAsync(
+        offsets,
+        (committed, e) -> {
+          if (e instanceof CommitFailedException || e instanceof RebalanceInProgressException) {
+            fenced = true;
+            setup.step("offset commit refused, the partition has moved to another member");
+          } else if (e == null) {
+            OffsetAndMetadata offset = offsets.get(partition);
+            if (offset != null) {
+              GROUP_COMMITTED.merge(groupPartition, offset.offset(), Math::max);
+            }
+          }
+          if (callback != null) {
+            callback.onComplete(committed, e);
+          }
+        });
   }
 
   /** The highest offset any consumer of this group committed on partition 0; 0 if none. */
