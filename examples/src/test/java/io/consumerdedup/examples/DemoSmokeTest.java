@@ -109,7 +109,13 @@ class DemoSmokeTest {
         .isPositive();
     assertThat(withDedup.verdict()).isEqualTo(RunRow.Verdict.OK);
     assertThat(result("5. Zombie consumer").notes())
-        .anyMatch(note -> note.startsWith("with dedup: consumer A ended FENCED, consumer B ended"));
+        .anyMatch(
+            note ->
+                note.startsWith("with dedup: consumer A ended")
+                    && note.contains("consumer B ended CAUGHT_UP"));
+    assertThat(result("5. Zombie consumer").notes())
+        .as("without dedup the zombie's commit is refused: it really was thrown out of the group")
+        .anyMatch(note -> note.startsWith("without dedup: consumer A ended FENCED"));
   }
 
   @Test

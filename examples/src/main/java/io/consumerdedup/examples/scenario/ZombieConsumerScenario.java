@@ -20,7 +20,10 @@ import java.util.concurrent.TimeUnit;
 /**
  * A consumer whose bank call hangs longer than {@code max.poll.interval.ms} is thrown out of the
  * group; the partition moves to a second member, which gets the same record while the first is
- * still charging. The first, now a zombie, finishes its charge anyway; its commit is refused.
+ * still charging. The first, now a zombie, finishes its charge anyway. Without dedup its commit is
+ * refused and the order is charged twice; with dedup the second member holds the key while the
+ * zombie's lease is renewed, and whichever member reads the record after the zombie's SUCCESS skips
+ * it.
  */
 public final class ZombieConsumerScenario implements Scenario {
   private static final String KEY_HEADER = "order-no";
@@ -107,8 +110,8 @@ public final class ZombieConsumerScenario implements Scenario {
               + ", consumer B ended "
               + b
               + (withDedup
-                  ? " (B found the key in progress under A's renewed lease, held it until A"
-                      + " recorded SUCCESS, then skipped it)"
+                  ? " (B found the key in progress under A's renewed lease and held it; once A"
+                      + " recorded SUCCESS, the record was skipped as a duplicate)"
                   : " (B charged while A was still charging)"));
       return run.row(ScenarioRun.label(withDedup), withDedup, EffectKind.CHARGE, 1);
     } finally {
