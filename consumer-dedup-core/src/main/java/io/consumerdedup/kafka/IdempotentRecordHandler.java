@@ -140,6 +140,16 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     if (claim.isDuplicate()) {
       return Outcome.DUPLICATE;
     }
+    if (claim.isLeaseLost()) {
+      // Claimed with the poll, but its lease ran out unrenewed since (the database away, a long
+      // handler of an earlier record) or was taken over: another consumer may be running the key.
+      // Claimed again alone, which says whether it may run; this claim goes back at settle().
+      log.info(
+          "The claim of {} made with its poll lost its lease before its record was reached;"
+              + " claiming it again",
+          claim.source());
+      return processOnItsOwn(record, current);
+    }
     return run(record, claim, current, false);
   }
 

@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupKeyMissingException;
@@ -18,6 +19,8 @@ import java.sql.Connection;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
+import java.time.Duration;
+import java.util.List;
 import java.util.Map;
 import java.util.UUID;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -209,6 +212,62 @@ class IdempotentRecordHandlerTest {
     ConsumerRecord<String, String> malformed = withoutKey(4, "charge ?");
     malformed.headers().add("order-no", new byte[] {(byte) 0xFF});
     assertThat(failing.attempts(malformed)).isEmpty();
+  }
+
+  @Test
+  void aRecordWhoseClaimMadeWithItsPollWasTakenOverMeanwhileIsNotApplied() throws Exception {
+    // An earlier record's handler outlasts the later record's lease (here: its key is taken over
+    // by a rival while the handler runs); the later record must not run under the lost claim.
+    try (IdempotentExecutor shortLeases =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(dataSource).build())
+            .lease(Duration.ofSeconds(3))
+            .renewalInterval(Duration.ofMillis(100))
+            .build()) {
+      ConsumerRecord<String, String> slow = record(1, "charge ORD-7", "ORD-7");
+      ConsumerRecord<String, String> later = record(2, "charge ORD-8", "ORD-8");
+      IdempotentRecordHandler<String, String> handler =
+          IdempotentRecordHandler.<String, String>builder(shortLeases)
+              .bizType(bizType)
+              .key(KeyExtractors.header("order-no"))
+              .handler(
+                  record -> {
+                    if (record == slow) {
+                      takeOver("ORD-8");
+                      Thread.sleep(1_000); // several renewals: the refused one reports the loss
+                    }
+                    effects.apply(record.value());
+                  })
+              .build();
+
+      handler.prepare(List.of(slow, later));
+      assertThat(handler.process(slow)).isEqualTo(Outcome.PROCESSED);
+      assertThatThrownBy(() -> handler.process(later))
+          .as("the rival holds ORD-8 now: the record is held, not applied")
+          .isInstanceOf(DedupInProgressException.class);
+      handler.settle();
+
+      assertThat(effects.all()).containsOnly(Map.entry("charge ORD-7", 1));
+      DedupRecord rivals = find("ORD-8");
+      assertThat(rivals.status()).isEqualTo(DedupStatus.PROCESSING);
+      assertThat(rivals.owner()).as("the rival's claim is left alone").isEqualTo("rival");
+    }
+  }
+
+  /** What another consumer does after the key's lease ran out: its own claim, a new claim id. */
+  private void takeOver(String bizKey) throws SQLException {
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      int taken =
+          statement.executeUpdate(
+              "UPDATE consumer_dedup SET owner = 'rival', claim_id = 'rival-claim',"
+                  + " attempts = attempts + 1, lease_until = now() + interval '1 hour'"
+                  + " WHERE biz_type = '"
+                  + bizType
+                  + "' AND biz_key = '"
+                  + bizKey
+                  + "' AND status = 'PROCESSING'");
+      assertThat(taken).as("the key was claimed with the poll, and is taken over").isEqualTo(1);
+    }
   }
 
   private DedupRecord find(String bizKey) {
