@@ -1,6 +1,7 @@
 // Longer than 500 lines on purpose: a fifth is the class javadoc (the loop's manual), a fifth the
-// public Builder, which stays nested as API. Besides its life and the order of a poll's events,
-// what the loop does lives in PartitionHolds, DeadLettering, PollClaims and OffsetCommits.
+// public Builder, which stays nested as API (its settings, shared with DedupShareLoop's, are
+// LoopSettings). Besides its life and the order of a poll's events, what the loop does lives in
+// PartitionHolds, DeadLettering, PollClaims and OffsetCommits.
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.DedupInProgressException;
@@ -135,22 +136,22 @@ import org.slf4j.LoggerFactory;
 public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   /** Default longest time one poll waits for records. */
-  public static final Duration DEFAULT_POLL_TIMEOUT = Duration.ofMillis(500);
+  public static final Duration DEFAULT_POLL_TIMEOUT = LoopSettings.DEFAULT_POLL_TIMEOUT;
 
   /** Default number of times a failing handler is run for one record before it is dead-lettered. */
-  public static final int DEFAULT_MAX_ATTEMPTS = 3;
+  public static final int DEFAULT_MAX_ATTEMPTS = LoopSettings.DEFAULT_MAX_ATTEMPTS;
 
   /** Default wait between two attempts of a failing handler. */
-  public static final Duration DEFAULT_RETRY_BACKOFF = Duration.ofSeconds(1);
+  public static final Duration DEFAULT_RETRY_BACKOFF = LoopSettings.DEFAULT_RETRY_BACKOFF;
 
   /** Default first wait before a record that could not be handled yet is tried again. */
-  public static final Duration DEFAULT_HOLD_BACKOFF = Duration.ofSeconds(1);
+  public static final Duration DEFAULT_HOLD_BACKOFF = LoopSettings.DEFAULT_HOLD_BACKOFF;
 
   /** Default longest wait before a record that could not be handled yet is tried again. */
-  public static final Duration DEFAULT_MAX_HOLD_BACKOFF = Duration.ofSeconds(30);
+  public static final Duration DEFAULT_MAX_HOLD_BACKOFF = LoopSettings.DEFAULT_MAX_HOLD_BACKOFF;
 
   /** Default longest time {@link #close()} waits for the loop to stop. */
-  public static final Duration DEFAULT_CLOSE_TIMEOUT = Duration.ofSeconds(30);
+  public static final Duration DEFAULT_CLOSE_TIMEOUT = LoopSettings.DEFAULT_CLOSE_TIMEOUT;
 
   private static final Logger log = LoggerFactory.getLogger(DedupPollLoop.class);
 
@@ -454,14 +455,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     private final @Nullable Map<String, Object> consumerConfig;
     private final List<String> topics;
     private final RecordProcessor<K, V> processor;
-    private final LoopSettings<K, V> settings =
-        new LoopSettings<>(
-            DEFAULT_POLL_TIMEOUT,
-            DEFAULT_MAX_ATTEMPTS,
-            DEFAULT_RETRY_BACKOFF,
-            DEFAULT_HOLD_BACKOFF,
-            DEFAULT_MAX_HOLD_BACKOFF,
-            DEFAULT_CLOSE_TIMEOUT);
+    private final LoopSettings<K, V> settings = new LoopSettings<>();
 
     private Builder(
         @Nullable Consumer<K, V> consumer,

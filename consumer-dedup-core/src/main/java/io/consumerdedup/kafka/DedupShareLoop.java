@@ -63,10 +63,10 @@ import org.slf4j.LoggerFactory;
 public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
 
   /** Default longest time one poll waits for records. */
-  public static final Duration DEFAULT_POLL_TIMEOUT = Duration.ofMillis(500);
+  public static final Duration DEFAULT_POLL_TIMEOUT = LoopSettings.DEFAULT_POLL_TIMEOUT;
 
   /** Default number of times a failing handler runs for one record before it is dead-lettered. */
-  public static final int DEFAULT_MAX_ATTEMPTS = 3;
+  public static final int DEFAULT_MAX_ATTEMPTS = LoopSettings.DEFAULT_MAX_ATTEMPTS;
 
   /**
    * The broker's default {@code group.share.delivery.count.limit}: a record delivered this many
@@ -75,16 +75,16 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   public static final int DEFAULT_DELIVERY_COUNT_LIMIT = 5;
 
   /** Default wait before a failed record is released for another delivery. */
-  public static final Duration DEFAULT_RETRY_BACKOFF = Duration.ofSeconds(1);
+  public static final Duration DEFAULT_RETRY_BACKOFF = LoopSettings.DEFAULT_RETRY_BACKOFF;
 
   /** Default first wait before a record that could not be handled yet is tried again. */
-  public static final Duration DEFAULT_HOLD_BACKOFF = Duration.ofSeconds(1);
+  public static final Duration DEFAULT_HOLD_BACKOFF = LoopSettings.DEFAULT_HOLD_BACKOFF;
 
   /** Default longest wait before a record that could not be handled yet is tried again. */
-  public static final Duration DEFAULT_MAX_HOLD_BACKOFF = Duration.ofSeconds(30);
+  public static final Duration DEFAULT_MAX_HOLD_BACKOFF = LoopSettings.DEFAULT_MAX_HOLD_BACKOFF;
 
   /** Default longest time {@link #close()} waits for the loop to stop. */
-  public static final Duration DEFAULT_CLOSE_TIMEOUT = Duration.ofSeconds(30);
+  public static final Duration DEFAULT_CLOSE_TIMEOUT = LoopSettings.DEFAULT_CLOSE_TIMEOUT;
 
   /** The broker's default acquisition lock, until the consumer reports the group's. */
   private static final Duration DEFAULT_LOCK = Duration.ofSeconds(30);
@@ -355,14 +355,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     private final List<String> topics;
     private final RecordProcessor<K, V> processor;
     private final String groupId;
-    private final LoopSettings<K, V> settings =
-        new LoopSettings<>(
-            DEFAULT_POLL_TIMEOUT,
-            DEFAULT_MAX_ATTEMPTS,
-            DEFAULT_RETRY_BACKOFF,
-            DEFAULT_HOLD_BACKOFF,
-            DEFAULT_MAX_HOLD_BACKOFF,
-            DEFAULT_CLOSE_TIMEOUT);
+    private final LoopSettings<K, V> settings = new LoopSettings<>();
     private int deliveryCountLimit = DEFAULT_DELIVERY_COUNT_LIMIT;
 
     private Builder(

@@ -7,32 +7,25 @@ import org.jspecify.annotations.Nullable;
 
 /**
  * The settings that the builders of {@link DedupPollLoop} and {@link DedupShareLoop} share, each
- * validated as it is set: one place for what each accepts. The builders keep their own defaults and
- * javadoc, since what a setting means differs a little between the two loops.
+ * validated as it is set: one place for what each accepts and for its default. The builders keep
+ * their own javadoc, since what a setting means differs a little between the two loops.
  */
 final class LoopSettings<K, V> {
-  private @Nullable DeadLetterHandler<K, V> deadLetterHandler;
-  private Duration pollTimeout;
-  private int maxAttempts;
-  private Duration retryBackOff;
-  private Duration holdBackOff;
-  private Duration maxHoldBackOff;
-  private Duration closeTimeout;
+  // Both loops' defaults, defined once: each loop names them as its own public DEFAULT_* constants.
+  static final Duration DEFAULT_POLL_TIMEOUT = Duration.ofMillis(500);
+  static final int DEFAULT_MAX_ATTEMPTS = 3;
+  static final Duration DEFAULT_RETRY_BACKOFF = Duration.ofSeconds(1);
+  static final Duration DEFAULT_HOLD_BACKOFF = Duration.ofSeconds(1);
+  static final Duration DEFAULT_MAX_HOLD_BACKOFF = Duration.ofSeconds(30);
+  static final Duration DEFAULT_CLOSE_TIMEOUT = Duration.ofSeconds(30);
 
-  LoopSettings(
-      Duration pollTimeout,
-      int maxAttempts,
-      Duration retryBackOff,
-      Duration holdBackOff,
-      Duration maxHoldBackOff,
-      Duration closeTimeout) {
-    this.pollTimeout = pollTimeout;
-    this.maxAttempts = maxAttempts;
-    this.retryBackOff = retryBackOff;
-    this.holdBackOff = holdBackOff;
-    this.maxHoldBackOff = maxHoldBackOff;
-    this.closeTimeout = closeTimeout;
-  }
+  private @Nullable DeadLetterHandler<K, V> deadLetterHandler;
+  private Duration pollTimeout = DEFAULT_POLL_TIMEOUT;
+  private int maxAttempts = DEFAULT_MAX_ATTEMPTS;
+  private Duration retryBackOff = DEFAULT_RETRY_BACKOFF;
+  private Duration holdBackOff = DEFAULT_HOLD_BACKOFF;
+  private Duration maxHoldBackOff = DEFAULT_MAX_HOLD_BACKOFF;
+  private Duration closeTimeout = DEFAULT_CLOSE_TIMEOUT;
 
   void deadLetterHandler(DeadLetterHandler<K, V> deadLetterHandler) {
     this.deadLetterHandler = Objects.requireNonNull(deadLetterHandler, "deadLetterHandler");

@@ -15,8 +15,7 @@ import org.slf4j.LoggerFactory;
  * refused.
  */
 final class ShareConsumerConfig {
-  // The loop's logger: what it logs stays under the category users know.
-  private static final Logger log = LoggerFactory.getLogger(DedupShareLoop.class);
+  private static final Logger log = LoggerFactory.getLogger(ShareConsumerConfig.class);
 
   private static final String ACKNOWLEDGEMENT_MODE = "share.acknowledgement.mode";
 

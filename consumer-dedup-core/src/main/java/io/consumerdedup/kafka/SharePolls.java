@@ -17,8 +17,7 @@ import org.slf4j.LoggerFactory;
  * consumer releases it for another delivery.
  */
 final class SharePolls<K, V> {
-  // The loop's logger: what it logs stays under the category users know.
-  private static final Logger log = LoggerFactory.getLogger(DedupShareLoop.class);
+  private static final Logger log = LoggerFactory.getLogger(SharePolls.class);
 
   private final ShareConsumer<K, V> consumer;
   private final DeadLetterHandler<K, V> deadLetters;

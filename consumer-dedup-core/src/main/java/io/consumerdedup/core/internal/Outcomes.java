@@ -65,7 +65,7 @@ public final class Outcomes implements AutoCloseable {
       @Nullable String source,
       LeaseRenewer.Renewal renewal,
       Duration handlerTime) {
-    PendingOutcome outcome = settling(key, token, source, renewal, null, handlerTime);
+    PendingOutcome outcome = PendingOutcome.success(key, token, source, renewal, handlerTime);
     try {
       if (pending.write(outcome)) {
         return;
@@ -102,7 +102,7 @@ public final class Outcomes implements AutoCloseable {
       @Nullable String source,
       LeaseRenewer.Renewal renewal,
       Duration handlerTime) {
-    PendingOutcome outcome = settling(key, token, source, renewal, null, handlerTime);
+    PendingOutcome outcome = PendingOutcome.success(key, token, source, renewal, handlerTime);
     pending.add(outcome);
     marks.queue(outcome);
     return outcome.written;
@@ -123,7 +123,7 @@ public final class Outcomes implements AutoCloseable {
       @Nullable String source,
       LeaseRenewer.Renewal renewal,
       Duration handlerTime) {
-    PendingOutcome outcome = settling(key, token, source, renewal, null, handlerTime);
+    PendingOutcome outcome = PendingOutcome.success(key, token, source, renewal, handlerTime);
     pending.add(outcome);
     marks.park(outcome);
     return outcome.written;
@@ -177,7 +177,7 @@ public final class Outcomes implements AutoCloseable {
       @Nullable String source,
       LeaseRenewer.Renewal renewal,
       Throwable error) {
-    PendingOutcome outcome = settling(key, token, source, renewal, describe(error), Duration.ZERO);
+    PendingOutcome outcome = PendingOutcome.failure(key, token, source, renewal, describe(error));
     try {
       pending.write(outcome);
     } catch (DedupStoreException e) {
@@ -191,19 +191,6 @@ public final class Outcomes implements AutoCloseable {
       error.addSuppressed(e);
     }
     listener.failed(key, token, error);
-  }
-
-  /** The outcome of the claim held by {@code renewal}, whose renewal now only keeps the lease. */
-  private static PendingOutcome settling(
-      DedupKey key,
-      int token,
-      @Nullable String source,
-      LeaseRenewer.Renewal renewal,
-      @Nullable String error,
-      Duration handlerTime) {
-    PendingOutcome outcome = new PendingOutcome(key, token, source, renewal, error, handlerTime);
-    renewal.settling();
-    return outcome;
   }
 
   /** Whether an outcome of {@code key} is still to be written (queued, or kept for retrying). */

@@ -24,7 +24,7 @@ public final class PendingOutcome {
   volatile @Nullable ScheduledFuture<?> retries;
   volatile @Nullable ScheduledFuture<?> unparking;
 
-  PendingOutcome(
+  private PendingOutcome(
       DedupKey key,
       int token,
       @Nullable String source,
@@ -37,6 +37,31 @@ public final class PendingOutcome {
     this.renewal = renewal;
     this.error = error;
     this.handlerTime = handlerTime;
+  }
+
+  /**
+   * The SUCCESS of the claim that {@code renewal} holds, whose handler took {@code handlerTime}:
+   * from now on the renewal only keeps the lease until the outcome is written.
+   */
+  static PendingOutcome success(
+      DedupKey key,
+      int token,
+      @Nullable String source,
+      LeaseRenewer.Renewal renewal,
+      Duration handlerTime) {
+    renewal.settling();
+    return new PendingOutcome(key, token, source, renewal, null, handlerTime);
+  }
+
+  /** The FAILED of the claim, with {@code error} to store; the renewal as for {@link #success}. */
+  static PendingOutcome failure(
+      DedupKey key,
+      int token,
+      @Nullable String source,
+      LeaseRenewer.Renewal renewal,
+      String error) {
+    renewal.settling();
+    return new PendingOutcome(key, token, source, renewal, error, Duration.ZERO);
   }
 
   String status() {

@@ -22,8 +22,7 @@ import org.slf4j.LoggerFactory;
  * until it is settled. {@link Outcomes} and the {@link SuccessMarkWriter} both settle through here.
  */
 final class PendingOutcomes {
-  // The logger of Outcomes, whose part this was: the log category users configure stays the same.
-  private static final Logger log = LoggerFactory.getLogger(Outcomes.class);
+  private static final Logger log = LoggerFactory.getLogger(PendingOutcomes.class);
 
   private final DedupStore store;
   private final DedupListener listener;

@@ -25,8 +25,7 @@ import org.slf4j.LoggerFactory;
  * if no claim comes soon. Each mark ends settled or kept through {@link PendingOutcomes}.
  */
 final class SuccessMarkWriter {
-  // The logger of Outcomes, whose part this was: the log category users configure stays the same.
-  private static final Logger log = LoggerFactory.getLogger(Outcomes.class);
+  private static final Logger log = LoggerFactory.getLogger(SuccessMarkWriter.class);
 
   /** A poll's worth of marks, and a bound on the statement's arrays. */
   private static final int MAX_MARKS_PER_WRITE = 1000;
