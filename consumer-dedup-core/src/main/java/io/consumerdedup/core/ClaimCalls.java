@@ -2,6 +2,7 @@ package io.consumerdedup.core;
 
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.Outcomes;
+import io.consumerdedup.core.internal.PendingOutcome;
 import io.consumerdedup.core.internal.RecentClaims;
 import io.consumerdedup.core.internal.UnansweredClaims;
 import java.time.Duration;
@@ -109,7 +110,7 @@ final class ClaimCalls {
    */
   ClaimResult claim(ClaimRequest request, long sentNanos) {
     FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
-    Outcomes.Pending mark = inTransaction ? null : outcomes.takeParked(request.key());
+    PendingOutcome mark = inTransaction ? null : outcomes.takeParked(request.key());
     try {
       if (inTransaction) {
         return store.claimInTransaction(request);
@@ -120,7 +121,7 @@ final class ClaimCalls {
       FaultPoints.reached(FaultPoints.Point.BEFORE_SUCCESS_MARK);
       DedupStore.ClaimCompleting done =
           store.claimCompleting(request, List.of(mark.claim()), successRetention);
-      Outcomes.Pending written = mark;
+      PendingOutcome written = mark;
       mark = null; // answered: what follows cannot make it unwritten
       outcomes.writtenWithClaim(written, !done.leaseLost().contains(written.claim().key()));
       FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);

@@ -10,7 +10,6 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.Callable;
-import java.util.concurrent.TimeUnit;
 import org.jspecify.annotations.Nullable;
 
 /**
@@ -69,9 +68,6 @@ public final class IdempotentExecutor implements AutoCloseable {
   /** Default reaction to a payload fingerprint that differs from the stored one. */
   public static final ConflictPolicy DEFAULT_CONFLICT_POLICY = ConflictPolicy.THROW;
 
-  private static final Duration FIRST_WAIT_BACKOFF = Duration.ofMillis(50);
-  private static final Duration LONGEST_WAIT_BACKOFF = Duration.ofSeconds(1);
-
   private final DedupStore store;
   private final DedupMode mode;
   private final String ownerId;
@@ -86,9 +82,9 @@ public final class IdempotentExecutor implements AutoCloseable {
   private final LeaseRenewer renewer;
   private final Outcomes outcomes;
   // The steps of a claim, each in its own class: sending it (and keeping the ids of claims whose
-  // answer was lost), turning the store's answer into the delivery's, and claimAll's bookkeeping.
-  private final ClaimCalls calls;
-  private final ClaimAnswers answers;
+  // answer was lost), turning the store's answer into the delivery's, claim's waiting out another
+  // consumer's lease, and claimAll's bookkeeping.
+  private final SingleClaims single;
   private final BatchClaims batches;
   private volatile boolean closed;
 
@@ -108,7 +104,7 @@ public final class IdempotentExecutor implements AutoCloseable {
     this.outcomes =
         new Outcomes(store, listener, renewer, successRetention, failedRetention, renewalInterval);
     RecentClaims recentClaims = new RecentClaims();
-    this.calls =
+    ClaimCalls calls =
         new ClaimCalls(
             store,
             this.listener,
@@ -119,7 +115,11 @@ public final class IdempotentExecutor implements AutoCloseable {
             successRetention,
             failedRetention,
             recentClaims);
-    this.answers = new ClaimAnswers(this.listener, conflictPolicy, outcomes, calls, recentClaims);
+    ClaimAnswers answers =
+        new ClaimAnswers(this.listener, conflictPolicy, outcomes, calls, recentClaims);
+    this.single =
+        new SingleClaims(
+            calls, answers, renewer, this.listener, mode, inProgressPolicy, waitTimeout);
     this.batches = new BatchClaims(this, calls, answers, renewer, this.listener);
   }
 
@@ -210,33 +210,7 @@ public final class IdempotentExecutor implements AutoCloseable {
       // A claim now could not be renewed: it would block the key for a whole lease.
       throw closedException(key, source);
     }
-    ClaimRequest request = calls.request(key, fingerprint, source);
-    boolean inTransaction = mode == DedupMode.TRANSACTIONAL;
-    long waitDeadline = System.nanoTime() + waitTimeout.toNanos();
-    Duration backoff = FIRST_WAIT_BACKOFF;
-    while (true) {
-      long sentNanos = System.nanoTime();
-      ClaimResult claim = calls.claim(request, sentNanos);
-      if (claim instanceof ClaimResult.Claimed claimed) {
-        return answers.started(
-            claimed, source, inTransaction ? null : renewer.start(claimed, sentNanos), sentNanos);
-      }
-      DedupRecord existing = ((ClaimResult.Taken) claim).existing();
-      DedupClaim done = answers.duplicateOrConflict(key, fingerprint, source, existing);
-      if (done != null) {
-        return done;
-      }
-      long remaining = waitDeadline - System.nanoTime();
-      // In a transaction there is nothing to wait for: only a separate-mode holder (mixed modes
-      // on one key) can be in progress, and waiting would hold the caller's transaction open.
-      if (inProgressPolicy == InProgressPolicy.THROW || inTransaction || remaining <= 0) {
-        // Reported once per delivery that gives up, however long it waited.
-        listener.inProgress(key, existing);
-        throw new DedupInProgressException(key, existing, source);
-      }
-      sleep(Math.min(backoff.toNanos(), remaining), key, existing, source);
-      backoff = Durations.doubling(backoff, LONGEST_WAIT_BACKOFF, 2);
-    }
+    return single.claim(key, fingerprint, source);
   }
 
   private DedupExecutorClosedException closedException(
@@ -293,18 +267,6 @@ public final class IdempotentExecutor implements AutoCloseable {
       Thread.currentThread().interrupt();
     }
     return new DedupHandlerException(key, source, (Exception) error);
-  }
-
-  private static void sleep(
-      long nanos, DedupKey key, DedupRecord existing, @Nullable String source) {
-    try {
-      TimeUnit.NANOSECONDS.sleep(nanos);
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      DedupInProgressException inProgress = new DedupInProgressException(key, existing, source);
-      inProgress.addSuppressed(e);
-      throw inProgress;
-    }
   }
 
   /** The store this executor claims keys in. */

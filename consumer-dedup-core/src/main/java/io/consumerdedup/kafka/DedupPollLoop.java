@@ -1,12 +1,12 @@
 // Longer than 500 lines on purpose: a fifth is the class javadoc (the loop's manual), a fifth the
-// public Builder, which stays nested as API. Besides its life and the order of a poll's events,
-// what the loop does lives in PartitionHolds, DeadLettering, PollClaims and OffsetCommits.
+// public Builder, which stays nested as API (its settings, shared with DedupShareLoop's, are
+// LoopSettings). Besides its life and the order of a poll's events, what the loop does lives in
+// PartitionHolds, DeadLettering, PollClaims and OffsetCommits.
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
-import io.consumerdedup.core.internal.Durations;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.List;
@@ -136,22 +136,22 @@ import org.slf4j.LoggerFactory;
 public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   /** Default longest time one poll waits for records. */
-  public static final Duration DEFAULT_POLL_TIMEOUT = Duration.ofMillis(500);
+  public static final Duration DEFAULT_POLL_TIMEOUT = LoopSettings.DEFAULT_POLL_TIMEOUT;
 
   /** Default number of times a failing handler is run for one record before it is dead-lettered. */
-  public static final int DEFAULT_MAX_ATTEMPTS = 3;
+  public static final int DEFAULT_MAX_ATTEMPTS = LoopSettings.DEFAULT_MAX_ATTEMPTS;
 
   /** Default wait between two attempts of a failing handler. */
-  public static final Duration DEFAULT_RETRY_BACKOFF = Duration.ofSeconds(1);
+  public static final Duration DEFAULT_RETRY_BACKOFF = LoopSettings.DEFAULT_RETRY_BACKOFF;
 
   /** Default first wait before a record that could not be handled yet is tried again. */
-  public static final Duration DEFAULT_HOLD_BACKOFF = Duration.ofSeconds(1);
+  public static final Duration DEFAULT_HOLD_BACKOFF = LoopSettings.DEFAULT_HOLD_BACKOFF;
 
   /** Default longest wait before a record that could not be handled yet is tried again. */
-  public static final Duration DEFAULT_MAX_HOLD_BACKOFF = Duration.ofSeconds(30);
+  public static final Duration DEFAULT_MAX_HOLD_BACKOFF = LoopSettings.DEFAULT_MAX_HOLD_BACKOFF;
 
   /** Default longest time {@link #close()} waits for the loop to stop. */
-  public static final Duration DEFAULT_CLOSE_TIMEOUT = Duration.ofSeconds(30);
+  public static final Duration DEFAULT_CLOSE_TIMEOUT = LoopSettings.DEFAULT_CLOSE_TIMEOUT;
 
   private static final Logger log = LoggerFactory.getLogger(DedupPollLoop.class);
 
@@ -174,25 +174,30 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private final PollClaims<K, V> pollClaims;
   private final OffsetCommits commits;
 
-  private DedupPollLoop(Builder<K, V> builder, Consumer<K, V> consumer, String groupId) {
+  private DedupPollLoop(
+      Builder<K, V> builder,
+      Consumer<K, V> consumer,
+      String groupId,
+      DeadLetterHandler<K, V> deadLetterHandler) {
+    LoopSettings<K, V> settings = builder.settings;
     this.consumer = consumer;
     this.groupId = groupId;
     this.topics = builder.topics;
     this.processor = builder.processor;
-    this.pollTimeout = builder.pollTimeout;
-    this.closeTimeout = builder.closeTimeout;
+    this.pollTimeout = settings.pollTimeout();
+    this.closeTimeout = settings.closeTimeout();
     this.holds =
         new PartitionHolds(
-            consumer, progress, builder.holdBackOff, builder.maxHoldBackOff, groupId);
+            consumer, progress, settings.holdBackOff(), settings.maxHoldBackOff(), groupId);
     this.deadLetters =
         new DeadLettering<>(
             consumer,
-            Objects.requireNonNull(builder.deadLetterHandler),
+            deadLetterHandler,
             processor,
             progress,
             holds,
-            builder.maxAttempts,
-            builder.retryBackOff,
+            settings.maxAttempts(),
+            settings.retryBackOff(),
             groupId);
     this.pollClaims = new PollClaims<>(consumer, processor, progress, holds);
     this.commits = new OffsetCommits(consumer, progress, pollClaims);
@@ -450,13 +455,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     private final @Nullable Map<String, Object> consumerConfig;
     private final List<String> topics;
     private final RecordProcessor<K, V> processor;
-    private @Nullable DeadLetterHandler<K, V> deadLetterHandler;
-    private Duration pollTimeout = DEFAULT_POLL_TIMEOUT;
-    private int maxAttempts = DEFAULT_MAX_ATTEMPTS;
-    private Duration retryBackOff = DEFAULT_RETRY_BACKOFF;
-    private Duration holdBackOff = DEFAULT_HOLD_BACKOFF;
-    private Duration maxHoldBackOff = DEFAULT_MAX_HOLD_BACKOFF;
-    private Duration closeTimeout = DEFAULT_CLOSE_TIMEOUT;
+    private final LoopSettings<K, V> settings = new LoopSettings<>();
 
     private Builder(
         @Nullable Consumer<K, V> consumer,
@@ -485,7 +484,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
      * producer}.
      */
     public Builder<K, V> deadLetterHandler(DeadLetterHandler<K, V> deadLetterHandler) {
-      this.deadLetterHandler = Objects.requireNonNull(deadLetterHandler, "deadLetterHandler");
+      settings.deadLetterHandler(deadLetterHandler);
       return this;
     }
 
@@ -496,16 +495,13 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
      * and on other consumers too). Default {@value #DEFAULT_MAX_ATTEMPTS}.
      */
     public Builder<K, V> maxAttempts(int maxAttempts) {
-      if (maxAttempts < 1) {
-        throw new IllegalArgumentException("maxAttempts must be at least 1, was " + maxAttempts);
-      }
-      this.maxAttempts = maxAttempts;
+      settings.maxAttempts(maxAttempts);
       return this;
     }
 
     /** Wait between two attempts of a failing handler. Default {@link #DEFAULT_RETRY_BACKOFF}. */
     public Builder<K, V> retryBackOff(Duration retryBackOff) {
-      this.retryBackOff = Durations.requirePositive("retryBackOff", retryBackOff);
+      settings.retryBackOff(retryBackOff);
       return this;
     }
 
@@ -520,20 +516,13 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
      * @throws IllegalArgumentException if {@code initial} exceeds {@code max}
      */
     public Builder<K, V> holdBackOff(Duration initial, Duration max) {
-      Durations.requirePositive("initial hold back-off", initial);
-      Durations.requirePositive("max hold back-off", max);
-      if (initial.compareTo(max) > 0) {
-        throw new IllegalArgumentException(
-            "initial hold back-off (" + initial + ") must not exceed the max (" + max + ")");
-      }
-      this.holdBackOff = initial;
-      this.maxHoldBackOff = max;
+      settings.holdBackOff(initial, max);
       return this;
     }
 
     /** Longest time one poll waits for records. Default {@link #DEFAULT_POLL_TIMEOUT}. */
     public Builder<K, V> pollTimeout(Duration pollTimeout) {
-      this.pollTimeout = Durations.requirePositive("pollTimeout", pollTimeout);
+      settings.pollTimeout(pollTimeout);
       return this;
     }
 
@@ -542,7 +531,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
      * #DEFAULT_CLOSE_TIMEOUT}.
      */
     public Builder<K, V> closeTimeout(Duration closeTimeout) {
-      this.closeTimeout = Durations.requirePositive("closeTimeout", closeTimeout);
+      settings.closeTimeout(closeTimeout);
       return this;
     }
 
@@ -553,14 +542,14 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
      *     id
      */
     public DedupPollLoop<K, V> build() {
-      if (deadLetterHandler == null) {
-        throw new IllegalStateException(
-            "deadLetterHandler is required: records that cannot be handled must go somewhere"
-                + " (for example KafkaDeadLetterPublisher.builder(producer).build())");
-      }
+      DeadLetterHandler<K, V> deadLetters =
+          settings.requireDeadLetterHandler(
+              "records that cannot be handled must go somewhere"
+                  + " (for example KafkaDeadLetterPublisher.builder(producer).build())");
       Consumer<K, V> built =
           consumer != null ? consumer : new KafkaConsumer<>(Objects.requireNonNull(consumerConfig));
-      return new DedupPollLoop<>(this, built, OffsetCommits.groupOf(built, consumer == null));
+      return new DedupPollLoop<>(
+          this, built, OffsetCommits.groupOf(built, consumer == null), deadLetters);
     }
   }
 }

@@ -1,13 +1,9 @@
 package io.consumerdedup.kafka;
 
-import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.kafka.ShareInFlight.Decision;
 import io.consumerdedup.kafka.internal.RecordSources;
-import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import java.time.Duration;
-import java.util.Arrays;
 import java.util.Collection;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -15,16 +11,12 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
-import org.apache.kafka.clients.consumer.AcknowledgeType;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.common.errors.InterruptException;
-import org.apache.kafka.common.errors.RecordDeserializationException;
 import org.apache.kafka.common.errors.WakeupException;
-import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -71,10 +63,10 @@ import org.slf4j.LoggerFactory;
 public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
 
   /** Default longest time one poll waits for records. */
-  public static final Duration DEFAULT_POLL_TIMEOUT = Duration.ofMillis(500);
+  public static final Duration DEFAULT_POLL_TIMEOUT = LoopSettings.DEFAULT_POLL_TIMEOUT;
 
   /** Default number of times a failing handler runs for one record before it is dead-lettered. */
-  public static final int DEFAULT_MAX_ATTEMPTS = 3;
+  public static final int DEFAULT_MAX_ATTEMPTS = LoopSettings.DEFAULT_MAX_ATTEMPTS;
 
   /**
    * The broker's default {@code group.share.delivery.count.limit}: a record delivered this many
@@ -83,16 +75,16 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   public static final int DEFAULT_DELIVERY_COUNT_LIMIT = 5;
 
   /** Default wait before a failed record is released for another delivery. */
-  public static final Duration DEFAULT_RETRY_BACKOFF = Duration.ofSeconds(1);
+  public static final Duration DEFAULT_RETRY_BACKOFF = LoopSettings.DEFAULT_RETRY_BACKOFF;
 
   /** Default first wait before a record that could not be handled yet is tried again. */
-  public static final Duration DEFAULT_HOLD_BACKOFF = Duration.ofSeconds(1);
+  public static final Duration DEFAULT_HOLD_BACKOFF = LoopSettings.DEFAULT_HOLD_BACKOFF;
 
   /** Default longest wait before a record that could not be handled yet is tried again. */
-  public static final Duration DEFAULT_MAX_HOLD_BACKOFF = Duration.ofSeconds(30);
+  public static final Duration DEFAULT_MAX_HOLD_BACKOFF = LoopSettings.DEFAULT_MAX_HOLD_BACKOFF;
 
   /** Default longest time {@link #close()} waits for the loop to stop. */
-  public static final Duration DEFAULT_CLOSE_TIMEOUT = Duration.ofSeconds(30);
+  public static final Duration DEFAULT_CLOSE_TIMEOUT = LoopSettings.DEFAULT_CLOSE_TIMEOUT;
 
   /** The broker's default acquisition lock, until the consumer reports the group's. */
   private static final Duration DEFAULT_LOCK = Duration.ofSeconds(30);
@@ -105,8 +97,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   private final ShareConsumer<K, V> consumer;
   private final List<String> topics;
   private final String groupId;
-  private final DeadLetterHandler<K, V> deadLetters;
-  private final Duration pollTimeout;
+  private final SharePolls<K, V> polls;
   private final Duration closeTimeout;
   private final LinkedBlockingQueue<Decision> decisions = new LinkedBlockingQueue<>();
   private final ShareWorker<K, V> worker;
@@ -120,24 +111,27 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   private long lockNanos = DEFAULT_LOCK.toNanos();
   private long nextRenewalNanos;
 
-  private DedupShareLoop(Builder<K, V> builder, ShareConsumer<K, V> consumer) {
+  private DedupShareLoop(
+      Builder<K, V> builder,
+      ShareConsumer<K, V> consumer,
+      DeadLetterHandler<K, V> deadLetterHandler) {
+    LoopSettings<K, V> settings = builder.settings;
     this.consumer = consumer;
     this.topics = builder.topics;
     this.groupId = builder.groupId;
-    this.deadLetters = Objects.requireNonNull(builder.deadLetterHandler);
-    this.pollTimeout = builder.pollTimeout;
-    this.closeTimeout = builder.closeTimeout;
+    this.polls = new SharePolls<>(consumer, deadLetterHandler, settings.pollTimeout(), groupId);
+    this.closeTimeout = settings.closeTimeout();
     this.inFlight = new ShareInFlight<>(consumer);
     this.worker =
         new ShareWorker<>(
             builder.processor,
-            deadLetters,
+            deadLetterHandler,
             decisions::add,
-            builder.maxAttempts,
+            settings.maxAttempts(),
             builder.deliveryCountLimit,
-            builder.retryBackOff,
-            builder.holdBackOff,
-            builder.maxHoldBackOff,
+            settings.retryBackOff(),
+            settings.holdBackOff(),
+            settings.maxHoldBackOff(),
             groupId);
   }
 
@@ -173,18 +167,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     Thread workerThread = new Thread(worker, "dedup-share-worker-" + groupId);
     boolean interrupted = false;
     try {
-      consumer.setAcknowledgementCommitCallback(
-          (offsets, exception) -> {
-            if (exception != null) {
-              // A record whose lock ran out before its acknowledgement arrived: the broker
-              // delivers it again, and the dedup table answers that delivery.
-              log.warn(
-                  "The broker refused acknowledgements of {} in share group {}: {}",
-                  offsets,
-                  groupId,
-                  exception.toString());
-            }
-          });
+      consumer.setAcknowledgementCommitCallback(ShareConsumerConfig.loggingRefusals(groupId));
       consumer.subscribe(topics);
       workerThread.start();
       log.info(
@@ -267,7 +250,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         sleep(RENEWAL_POLL);
         return;
       }
-      ConsumerRecords<K, V> polled = pollNew();
+      ConsumerRecords<K, V> polled = polls.poll();
       if (!polled.isEmpty()) {
         lockNanos =
             consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(lockNanos);
@@ -325,32 +308,6 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     }
   }
 
-  /**
-   * Polls for new records. A record the deserializer rejects is dead-lettered with its raw bytes,
-   * then rejected; if its dead letter cannot be written, the consumer releases it for another
-   * delivery.
-   */
-  private ConsumerRecords<K, V> pollNew() {
-    try {
-      return consumer.poll(pollTimeout);
-    } catch (RecordDeserializationException e) {
-      ConsumerRecord<byte[], byte[]> raw = UndeserializableRecords.raw(e);
-      log.error(
-          "{} cannot be deserialized (its {} was rejected); dead-lettering it",
-          describe(raw),
-          UndeserializableRecords.rejectedPart(e).orElse("key or value"),
-          e);
-      try {
-        deadLetters.deadLetterUndeserializable(raw, e);
-        consumer.acknowledge(raw.topic(), raw.partition(), raw.offset(), AcknowledgeType.REJECT);
-      } catch (RuntimeException failed) {
-        log.error("Could not dead-letter {}; it is delivered again", describe(raw), failed);
-        consumer.acknowledge(raw.topic(), raw.partition(), raw.offset(), AcknowledgeType.RELEASE);
-      }
-      return ConsumerRecords.empty();
-    }
-  }
-
   private static void sleep(Duration duration) {
     try {
       Thread.sleep(duration.toMillis());
@@ -398,14 +355,8 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     private final List<String> topics;
     private final RecordProcessor<K, V> processor;
     private final String groupId;
-    private @Nullable DeadLetterHandler<K, V> deadLetterHandler;
-    private Duration pollTimeout = DEFAULT_POLL_TIMEOUT;
-    private int maxAttempts = DEFAULT_MAX_ATTEMPTS;
+    private final LoopSettings<K, V> settings = new LoopSettings<>();
     private int deliveryCountLimit = DEFAULT_DELIVERY_COUNT_LIMIT;
-    private Duration retryBackOff = DEFAULT_RETRY_BACKOFF;
-    private Duration holdBackOff = DEFAULT_HOLD_BACKOFF;
-    private Duration maxHoldBackOff = DEFAULT_MAX_HOLD_BACKOFF;
-    private Duration closeTimeout = DEFAULT_CLOSE_TIMEOUT;
 
     private Builder(
         Map<String, Object> consumerConfig,
@@ -416,24 +367,10 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       if (topics.isEmpty() || topics.stream().anyMatch(t -> t == null || t.isBlank())) {
         throw new IllegalArgumentException("topics must be non-blank names, was " + topics);
       }
-      Object group = consumerConfig.get(ConsumerConfig.GROUP_ID_CONFIG);
-      if (group == null || group.toString().isBlank()) {
-        throw new IllegalArgumentException(
-            "consumerConfig must name the share group: group.id is missing");
-      }
-      Object mode = consumerConfig.get("share.acknowledgement.mode");
-      if (mode != null && !"explicit".equalsIgnoreCase(mode.toString())) {
-        throw new IllegalArgumentException(
-            "share.acknowledgement.mode must be explicit (or absent): the loop acknowledges each"
-                + " record by its outcome, was "
-                + mode);
-      }
-      Map<String, Object> config = new HashMap<>(consumerConfig);
-      config.put("share.acknowledgement.mode", "explicit");
-      this.consumerConfig = config;
+      this.groupId = ShareConsumerConfig.groupOf(consumerConfig);
+      this.consumerConfig = ShareConsumerConfig.explicitAcknowledgement(consumerConfig);
       this.topics = List.copyOf(topics);
       this.processor = Objects.requireNonNull(processor, "processor");
-      this.groupId = group.toString();
     }
 
     /**
@@ -442,7 +379,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
      * raw producer}.
      */
     public Builder<K, V> deadLetterHandler(DeadLetterHandler<K, V> deadLetterHandler) {
-      this.deadLetterHandler = Objects.requireNonNull(deadLetterHandler, "deadLetterHandler");
+      settings.deadLetterHandler(deadLetterHandler);
       return this;
     }
 
@@ -454,10 +391,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
      * #DEFAULT_MAX_ATTEMPTS}.
      */
     public Builder<K, V> maxAttempts(int maxAttempts) {
-      if (maxAttempts < 1) {
-        throw new IllegalArgumentException("maxAttempts must be at least 1, was " + maxAttempts);
-      }
-      this.maxAttempts = maxAttempts;
+      settings.maxAttempts(maxAttempts);
       return this;
     }
 
@@ -478,7 +412,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
 
     /** Wait before a failed record is released. Default {@link #DEFAULT_RETRY_BACKOFF}. */
     public Builder<K, V> retryBackOff(Duration retryBackOff) {
-      this.retryBackOff = Durations.requirePositive("retryBackOff", retryBackOff);
+      settings.retryBackOff(retryBackOff);
       return this;
     }
 
@@ -489,20 +423,13 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
      * and {@link #DEFAULT_MAX_HOLD_BACKOFF}.
      */
     public Builder<K, V> holdBackOff(Duration initial, Duration max) {
-      Durations.requirePositive("initial hold back-off", initial);
-      Durations.requirePositive("max hold back-off", max);
-      if (initial.compareTo(max) > 0) {
-        throw new IllegalArgumentException(
-            "initial hold back-off (" + initial + ") must not exceed the max (" + max + ")");
-      }
-      this.holdBackOff = initial;
-      this.maxHoldBackOff = max;
+      settings.holdBackOff(initial, max);
       return this;
     }
 
     /** Longest time one poll waits for records. Default {@link #DEFAULT_POLL_TIMEOUT}. */
     public Builder<K, V> pollTimeout(Duration pollTimeout) {
-      this.pollTimeout = Durations.requirePositive("pollTimeout", pollTimeout);
+      settings.pollTimeout(pollTimeout);
       return this;
     }
 
@@ -511,7 +438,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
      * #DEFAULT_CLOSE_TIMEOUT}.
      */
     public Builder<K, V> closeTimeout(Duration closeTimeout) {
-      this.closeTimeout = Durations.requirePositive("closeTimeout", closeTimeout);
+      settings.closeTimeout(closeTimeout);
       return this;
     }
 
@@ -523,18 +450,12 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
      *     deliveries)
      */
     public DedupShareLoop<K, V> build() {
-      if (deadLetterHandler == null) {
-        throw new IllegalStateException(
-            "deadLetterHandler is required: a record is rejected only once its dead letter is"
-                + " written (for example KafkaDeadLetterPublisher.builder(producer).build())");
-      }
-      if (Arrays.stream(AcknowledgeType.values()).noneMatch(t -> t.name().equals("RENEW"))) {
-        throw new IllegalStateException(
-            "DedupShareLoop needs kafka-clients 4.2 or later (AcknowledgeType.RENEW, to keep a"
-                + " record acquired while it waits or its handler runs); this application has an"
-                + " older one");
-      }
-      return new DedupShareLoop<>(this, new KafkaShareConsumer<>(consumerConfig));
+      DeadLetterHandler<K, V> deadLetters =
+          settings.requireDeadLetterHandler(
+              "a record is rejected only once its dead letter is written"
+                  + " (for example KafkaDeadLetterPublisher.builder(producer).build())");
+      ShareConsumerConfig.requireRenew();
+      return new DedupShareLoop<>(this, new KafkaShareConsumer<>(consumerConfig), deadLetters);
     }
   }
 }

@@ -4,23 +4,15 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
-import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.jdbc.JdbcDedupStore;
-import io.consumerdedup.testing.FaultyDataSource;
-import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.time.Duration;
-import java.util.List;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * A record's SUCCESS written with the next record's claim ({@link
@@ -29,72 +21,19 @@ import org.junit.jupiter.api.Test;
  * outage are handled as for any SUCCESS mark.
  */
 class CompleteWithNextClaimTest {
-  private static String schema;
-  private static HikariDataSource direct;
-  private static JdbcDedupStore directStore;
-
-  private FaultyDataSource faulty;
-  private final List<IdempotentExecutor> executors = new CopyOnWriteArrayList<>();
-  private final List<String> events = new CopyOnWriteArrayList<>();
-  private final DedupListener recording =
-      new DedupListener() {
-        @Override
-        public void completed(DedupKey key, int attempt, Duration handlerTime) {
-          events.add("completed " + key.bizKey() + " attempt " + attempt);
-        }
-
-        @Override
-        public void leaseLost(DedupKey key, int attempt) {
-          events.add("leaseLost " + key.bizKey() + " attempt " + attempt);
-        }
-      };
-
-  @BeforeAll
-  static void setUpDatabase() {
-    schema = TestDatabase.newSchema("next_claim");
-    direct = TestDatabase.dataSource(schema, 4);
-    directStore = JdbcDedupStore.builder(direct).build();
-  }
-
-  @AfterAll
-  static void tearDownDatabase() {
-    direct.close();
-    TestDatabase.dropSchema(schema);
-  }
-
-  @BeforeEach
-  void setUp() {
-    faulty = FaultyDataSource.on(schema, 4, Duration.ofMillis(500));
-  }
-
-  @AfterEach
-  void tearDown() {
-    executors.forEach(IdempotentExecutor::close);
-    faulty.close();
-  }
+  @RegisterExtension static final FaultyStoreFixture db = new FaultyStoreFixture("next_claim");
 
   private IdempotentExecutor executor(JdbcDedupStore store, Duration lease) {
-    IdempotentExecutor executor =
-        IdempotentExecutor.builder(store).lease(lease).listener(recording).build();
-    executors.add(executor);
-    return executor;
-  }
-
-  private JdbcDedupStore faultyStore() {
-    return JdbcDedupStore.builder(faulty)
-        .retryInitialBackoff(Duration.ofMillis(50))
-        .retryMaxBackoff(Duration.ofMillis(200))
-        .retryMaxDuration(Duration.ofSeconds(1))
-        .build();
+    return db.executor(IdempotentExecutor.builder(store).lease(lease).listener(db.recording()));
   }
 
   private static DedupStatus status(String bizKey) {
-    return directStore.find(DedupKey.of("payment", bizKey)).orElseThrow().status();
+    return db.store().find(DedupKey.of("payment", bizKey)).orElseThrow().status();
   }
 
   @Test
   void theNextClaimWritesThePreviousRecordsSuccessBeforeItReturns() throws Exception {
-    IdempotentExecutor executor = executor(directStore, Duration.ofMinutes(1));
+    IdempotentExecutor executor = executor(db.store(), Duration.ofMinutes(1));
     DedupClaim first = executor.claim(DedupKey.of("payment", "first"), null, "payments-0@1");
 
     CompletableFuture<Void> written = first.completeWithNextClaim();
@@ -105,12 +44,12 @@ class CompleteWithNextClaimTest {
     assertThat(status("first")).isEqualTo(DedupStatus.SUCCESS);
     assertThat(second.isDuplicate()).isFalse();
     assertThat(status("second")).isEqualTo(DedupStatus.PROCESSING);
-    assertThat(events).containsExactly("completed first attempt 1");
+    assertThat(db.events()).containsExactly("completed first attempt 1");
   }
 
   @Test
   void withoutANextClaimTheWriterWritesItAndFlushMarksDoesSoAtOnce() throws Exception {
-    IdempotentExecutor executor = executor(directStore, Duration.ofMinutes(1));
+    IdempotentExecutor executor = executor(db.store(), Duration.ofMinutes(1));
     CompletableFuture<Void> alone =
         executor.claim(DedupKey.of("payment", "alone"), null, null).completeWithNextClaim();
     alone.get(5, TimeUnit.SECONDS);
@@ -125,7 +64,7 @@ class CompleteWithNextClaimTest {
 
   @Test
   void aNextClaimOfTheSameKeyFindsItsSuccessAndIsADuplicate() {
-    IdempotentExecutor executor = executor(directStore, Duration.ofMinutes(1));
+    IdempotentExecutor executor = executor(db.store(), Duration.ofMinutes(1));
     DedupKey key = DedupKey.of("payment", "same-key");
     CompletableFuture<Void> written = executor.claim(key, null, null).completeWithNextClaim();
 
@@ -137,8 +76,8 @@ class CompleteWithNextClaimTest {
 
   @Test
   void aMarkWhoseLeaseWasTakenOverIsReportedLostAndTheNextClaimStillHoldsItsKey() throws Exception {
-    IdempotentExecutor executor = executor(directStore, Duration.ofMinutes(1));
-    IdempotentExecutor rival = executor(directStore, Duration.ofMinutes(1));
+    IdempotentExecutor executor = executor(db.store(), Duration.ofMinutes(1));
+    IdempotentExecutor rival = executor(db.store(), Duration.ofMinutes(1));
     DedupKey slow = DedupKey.of("payment", "taken-over");
     DedupClaim claim = executor.claim(slow, null, null);
     execute(
@@ -153,8 +92,8 @@ class CompleteWithNextClaimTest {
     assertThatThrownBy(() -> written.get(5, TimeUnit.SECONDS))
         .isInstanceOf(ExecutionException.class)
         .hasCauseInstanceOf(DedupLeaseLostException.class);
-    assertThat(events).contains("leaseLost taken-over attempt 1");
-    DedupRecord record = directStore.find(slow).orElseThrow();
+    assertThat(db.events()).contains("leaseLost taken-over attempt 1");
+    DedupRecord record = db.store().find(slow).orElseThrow();
     assertThat(record.status())
         .as("the new holder's claim, untouched")
         .isEqualTo(DedupStatus.PROCESSING);
@@ -162,7 +101,7 @@ class CompleteWithNextClaimTest {
   }
 
   private static void execute(String sql) throws Exception {
-    try (Connection connection = direct.getConnection();
+    try (Connection connection = db.dataSource().getConnection();
         PreparedStatement statement = connection.prepareStatement(sql)) {
       statement.executeUpdate();
     }
@@ -170,7 +109,7 @@ class CompleteWithNextClaimTest {
 
   @Test
   void aMarkWhoseRecordVanishedIsWrittenAgain() throws Exception {
-    IdempotentExecutor executor = executor(directStore, Duration.ofMinutes(1));
+    IdempotentExecutor executor = executor(db.store(), Duration.ofMinutes(1));
     DedupClaim claim = executor.claim(DedupKey.of("payment", "vanished"), null, null);
     execute("DELETE FROM consumer_dedup WHERE biz_key = 'vanished'");
 
@@ -179,33 +118,33 @@ class CompleteWithNextClaimTest {
 
     written.get(5, TimeUnit.SECONDS);
     assertThat(status("vanished")).isEqualTo(DedupStatus.SUCCESS);
-    assertThat(events).doesNotContain("leaseLost vanished attempt 1");
+    assertThat(db.events()).doesNotContain("leaseLost vanished attempt 1");
   }
 
   @Test
   void aClaimWhoseReplyWasLostCarriesTheMarkOnceAndIsRecognisedAsOurs() throws Exception {
-    IdempotentExecutor executor = executor(faultyStore(), Duration.ofMinutes(1));
+    IdempotentExecutor executor = executor(db.faultyStore().build(), Duration.ofMinutes(1));
     DedupClaim first = executor.claim(DedupKey.of("payment", "lost-reply-mark"), null, null);
     CompletableFuture<Void> written = first.completeWithNextClaim();
-    faulty.loseReplyOnce("WITH m AS (UPDATE");
+    db.faulty().loseReplyOnce("WITH m AS (UPDATE");
 
     DedupClaim second = executor.claim(DedupKey.of("payment", "lost-reply-claim"), null, null);
 
-    assertThat(faulty.repliesLost()).as("replies lost after the commit").isEqualTo(1);
+    assertThat(db.faulty().repliesLost()).as("replies lost after the commit").isEqualTo(1);
     assertThat(second.isDuplicate()).isFalse();
     assertThat(second.attempt()).as("the committed claim, not a second one").isEqualTo(1);
     written.get(5, TimeUnit.SECONDS);
     assertThat(status("lost-reply-mark")).isEqualTo(DedupStatus.SUCCESS);
-    assertThat(events).containsExactly("completed lost-reply-mark attempt 1");
+    assertThat(db.events()).containsExactly("completed lost-reply-mark attempt 1");
   }
 
   @Test
   void aMarkWhoseClaimMeetsAnOutageIsKeptAndWrittenOnceTheDatabaseAnswers() throws Exception {
-    IdempotentExecutor executor = executor(faultyStore(), Duration.ofSeconds(30));
+    IdempotentExecutor executor = executor(db.faultyStore().build(), Duration.ofSeconds(30));
     DedupKey key = DedupKey.of("payment", "outage-mark");
     DedupClaim first = executor.claim(key, null, null);
     CompletableFuture<Void> written = first.completeWithNextClaim();
-    faulty.proxy().refuse();
+    db.faulty().proxy().refuse();
     try {
       assertThatThrownBy(() -> executor.claim(DedupKey.of("payment", "outage-next"), null, null))
           .isInstanceOf(DedupStoreUnavailableException.class);
@@ -216,7 +155,7 @@ class CompleteWithNextClaimTest {
           .as("this process does not run the key's handler again before its SUCCESS is written")
           .isInstanceOf(DedupStoreUnavailableException.class);
     } finally {
-      faulty.proxy().pass();
+      db.faulty().proxy().pass();
     }
 
     await().atMost(Duration.ofSeconds(15)).until(() -> executor.unrecordedOutcomes().isEmpty());

@@ -3,48 +3,20 @@ package io.consumerdedup.core;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
-import com.zaxxer.hikari.HikariDataSource;
-import io.consumerdedup.jdbc.JdbcDedupStore;
-import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.StoreFixture;
 import java.time.Duration;
 import java.util.List;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /** {@link IdempotentExecutor#claimAll}: a batch of deliveries claimed in one round trip. */
 class IdempotentExecutorBatchTest {
-  private static String schema;
-  private static HikariDataSource dataSource;
-  private static JdbcDedupStore store;
-  private final List<IdempotentExecutor> executors = new CopyOnWriteArrayList<>();
-
-  @BeforeAll
-  static void setUp() {
-    schema = TestDatabase.newSchema("executor_batch");
-    dataSource = TestDatabase.dataSource(schema, 6);
-    store = JdbcDedupStore.builder(dataSource).build();
-  }
-
-  @AfterAll
-  static void tearDown() {
-    dataSource.close();
-    TestDatabase.dropSchema(schema);
-  }
-
-  @AfterEach
-  void closeExecutors() {
-    executors.forEach(IdempotentExecutor::close);
-  }
+  @RegisterExtension static final StoreFixture db = new StoreFixture("executor_batch", 6);
 
   private IdempotentExecutor executor(IdempotentExecutor.Builder builder) {
-    IdempotentExecutor executor = builder.build();
-    executors.add(executor);
-    return executor;
+    return db.executor(builder);
   }
 
   private static IdempotentExecutor.Delivery delivery(DedupKey key) {
@@ -56,7 +28,7 @@ class IdempotentExecutorBatchTest {
     AtomicInteger roundTrips = new AtomicInteger();
     IdempotentExecutor executor =
         executor(
-            IdempotentExecutor.builder(store)
+            IdempotentExecutor.builder(db.store())
                 .listener(
                     new DedupListener() {
                       @Override
@@ -68,7 +40,7 @@ class IdempotentExecutorBatchTest {
     executor.execute(done, () -> null);
     DedupKey elsewhere = DedupKey.of("order", "batch-elsewhere");
     DedupClaim otherHolder =
-        executor(IdempotentExecutor.builder(store)).claim(elsewhere, null, null);
+        executor(IdempotentExecutor.builder(db.store())).claim(elsewhere, null, null);
     DedupKey fresh = DedupKey.of("order", "batch-new");
     roundTrips.set(0);
 
@@ -87,13 +59,13 @@ class IdempotentExecutorBatchTest {
     // The later copy of a key is claimed when asked, after the first copy ended: a duplicate.
     assertThat(claims.get(3).isDuplicate()).isTrue();
     assertThat(roundTrips).hasValue(2);
-    assertThat(store.find(fresh).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(db.store().find(fresh).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
     otherHolder.complete();
   }
 
   @Test
   void claimsWhoseHandlerNeverRanAreReleasedWithoutCountingAnAttempt() {
-    IdempotentExecutor executor = executor(IdempotentExecutor.builder(store));
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.store()));
     DedupKey handled = DedupKey.of("order", "release-handled");
     DedupKey failedBefore = DedupKey.of("order", "release-failed-before");
     DedupKey fresh = DedupKey.of("order", "release-fresh");
@@ -105,20 +77,20 @@ class IdempotentExecutorBatchTest {
     claims.get(0).complete();
     claims.releaseUnended();
 
-    assertThat(store.find(handled).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
-    DedupRecord restored = store.find(failedBefore).orElseThrow();
+    assertThat(db.store().find(handled).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    DedupRecord restored = db.store().find(failedBefore).orElseThrow();
     assertThat(restored.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(restored.attempts()).isEqualTo(1);
-    assertThat(store.find(fresh)).isEmpty();
+    assertThat(db.store().find(fresh)).isEmpty();
     // Another consumer claims them at once: nothing of the batch holds them any more.
-    IdempotentExecutor other = executor(IdempotentExecutor.builder(store));
+    IdempotentExecutor other = executor(IdempotentExecutor.builder(db.store()));
     assertThat(other.claim(failedBefore, null, null).attempt()).isEqualTo(2);
     assertThat(other.claim(fresh, null, null).attempt()).isEqualTo(1);
   }
 
   @Test
   void aSingleClaimReleasedKeepsTheRecordAsItWasItsAttemptsAndLastErrorIncluded() {
-    IdempotentExecutor executor = executor(IdempotentExecutor.builder(store));
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.store()));
     DedupKey failedBefore = DedupKey.of("order", "release-one-failed");
     executor.claim(failedBefore, null, null).fail(new IllegalStateException("the bank said no"));
     DedupKey fresh = DedupKey.of("order", "release-one-fresh");
@@ -128,15 +100,15 @@ class IdempotentExecutorBatchTest {
     again.release();
     executor.claim(fresh, null, null).release();
 
-    DedupRecord restored = store.find(failedBefore).orElseThrow();
+    DedupRecord restored = db.store().find(failedBefore).orElseThrow();
     assertThat(restored.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(restored.attempts()).as("the released claim is not counted").isEqualTo(1);
     assertThat(restored.lastError()).hasValueSatisfying(e -> assertThat(e).contains("said no"));
-    assertThat(store.find(fresh)).isEmpty();
+    assertThat(db.store().find(fresh)).isEmpty();
     assertThatThrownBy(again::release)
         .isInstanceOf(IllegalStateException.class)
         .hasMessageContaining("already ended");
-    IdempotentExecutor other = executor(IdempotentExecutor.builder(store));
+    IdempotentExecutor other = executor(IdempotentExecutor.builder(db.store()));
     assertThat(other.claim(failedBefore, null, null).attempt()).isEqualTo(2);
   }
 
@@ -145,7 +117,9 @@ class IdempotentExecutorBatchTest {
     Duration lease = Duration.ofSeconds(1);
     IdempotentExecutor executor =
         executor(
-            IdempotentExecutor.builder(store).lease(lease).renewalInterval(Duration.ofMillis(250)));
+            IdempotentExecutor.builder(db.store())
+                .lease(lease)
+                .renewalInterval(Duration.ofMillis(250)));
     List<DedupKey> keys = List.of(DedupKey.of("order", "renew-a"), DedupKey.of("order", "renew-b"));
     DedupClaims claims = executor.claimAll(keys.stream().map(k -> delivery(k)).toList());
     DedupClaim a = claims.get(0);
@@ -153,7 +127,7 @@ class IdempotentExecutorBatchTest {
 
     Thread.sleep(lease.multipliedBy(3).toMillis());
 
-    IdempotentExecutor rival = executor(IdempotentExecutor.builder(store));
+    IdempotentExecutor rival = executor(IdempotentExecutor.builder(db.store()));
     for (DedupKey key : keys) {
       assertThatThrownBy(() -> rival.claim(key, null, null))
           .as("a rival three leases later")
@@ -162,12 +136,12 @@ class IdempotentExecutorBatchTest {
     assertThat(a.isLeaseLost()).isFalse();
     a.complete();
     b.complete();
-    assertThat(store.find(keys.get(1)).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(db.store().find(keys.get(1)).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
   @Test
   void aMarkWrittenInTheBackgroundIsWrittenBeforeTheKeyIsClaimedAgain() throws Exception {
-    IdempotentExecutor executor = executor(IdempotentExecutor.builder(store));
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.store()));
     DedupKey key = DedupKey.of("order", "async-mark");
     DedupClaim claim = executor.claimAll(List.of(delivery(key))).get(0);
 

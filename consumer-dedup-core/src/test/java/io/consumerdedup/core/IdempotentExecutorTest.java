@@ -6,6 +6,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.micrometer.MicrometerDedupListener;
+import io.consumerdedup.testing.StoreFixture;
 import io.consumerdedup.testing.TestDatabase;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.io.IOException;
@@ -19,45 +20,20 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.postgresql.ds.PGSimpleDataSource;
 
 /** The engine's behaviour as a caller sees it, on a real PostgreSQL. */
 class IdempotentExecutorTest {
-  private static String schema;
-  private static HikariDataSource dataSource;
-  private static JdbcDedupStore store;
-  private final List<IdempotentExecutor> executors = new CopyOnWriteArrayList<>();
-
-  @BeforeAll
-  static void setUp() {
-    schema = TestDatabase.newSchema("executor");
-    dataSource = TestDatabase.dataSource(schema, 8);
-    store = JdbcDedupStore.builder(dataSource).build();
-  }
-
-  @AfterAll
-  static void tearDown() {
-    dataSource.close();
-    TestDatabase.dropSchema(schema);
-  }
-
-  @AfterEach
-  void closeExecutors() {
-    executors.forEach(IdempotentExecutor::close);
-  }
+  @RegisterExtension static final StoreFixture db = new StoreFixture("executor", 8);
 
   private IdempotentExecutor executor(IdempotentExecutor.Builder builder) {
-    IdempotentExecutor executor = builder.build();
-    executors.add(executor);
-    return executor;
+    return db.executor(builder);
   }
 
   private IdempotentExecutor executor() {
-    return executor(IdempotentExecutor.builder(store));
+    return executor(IdempotentExecutor.builder(db.store()));
   }
 
   @Test
@@ -76,7 +52,7 @@ class IdempotentExecutorTest {
     assertThat(second.outcome()).isEqualTo(Outcome.DUPLICATE);
     assertThat(second.value()).isNull();
     assertThat(charges).hasValue(1);
-    DedupRecord record = store.find(key).orElseThrow();
+    DedupRecord record = db.store().find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(record.owner()).isEqualTo(executor.ownerId());
   }
@@ -89,7 +65,7 @@ class IdempotentExecutorTest {
     DedupClaim first = executor.claim(key, null, "payments-0@1");
     assertThat(first.isDuplicate()).isFalse();
     first.fail(new IllegalStateException("bank down"));
-    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
     assertThatThrownBy(first::complete)
         .isInstanceOf(IllegalStateException.class)
         .hasMessage("The claim on payment/ORD-claim-1 was already ended");
@@ -104,7 +80,7 @@ class IdempotentExecutorTest {
     assertThatThrownBy(copy::complete)
         .isInstanceOf(IllegalStateException.class)
         .hasMessageContaining("Cannot complete a duplicate of payment/ORD-claim-1");
-    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
   @Test
@@ -123,7 +99,7 @@ class IdempotentExecutorTest {
                       throw bankTimeout;
                     }))
         .isSameAs(bankTimeout);
-    DedupRecord failed = store.find(key).orElseThrow();
+    DedupRecord failed = db.store().find(key).orElseThrow();
     assertThat(failed.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(failed.lastError()).contains("java.lang.IllegalStateException: bank timed out");
 
@@ -134,7 +110,7 @@ class IdempotentExecutorTest {
     assertThat(retry.attempt()).isEqualTo(2);
     assertThat(after.outcome()).isEqualTo(Outcome.DUPLICATE);
     assertThat(calls).hasValue(2);
-    assertThat(store.find(key).orElseThrow().attempts()).isEqualTo(2);
+    assertThat(db.store().find(key).orElseThrow().attempts()).isEqualTo(2);
   }
 
   @Test
@@ -161,15 +137,16 @@ class IdempotentExecutorTest {
                       throw error;
                     }))
         .isSameAs(error);
-    assertThat(store.find(DedupKey.of("payment", "ORD-3")).orElseThrow().status())
+    assertThat(db.store().find(DedupKey.of("payment", "ORD-3")).orElseThrow().status())
         .isEqualTo(DedupStatus.FAILED);
-    assertThat(store.find(DedupKey.of("payment", "ORD-4")).orElseThrow().status())
+    assertThat(db.store().find(DedupKey.of("payment", "ORD-4")).orElseThrow().status())
         .isEqualTo(DedupStatus.FAILED);
   }
 
   @Test
   void whileAnotherHolderRunsTheCopyIsToldInProgressThenDuplicate() throws Exception {
-    IdempotentExecutor holder = executor(IdempotentExecutor.builder(store).ownerId("holder-1"));
+    IdempotentExecutor holder =
+        executor(IdempotentExecutor.builder(db.store()).ownerId("holder-1"));
     IdempotentExecutor copy = executor();
     DedupKey key = DedupKey.of("payment", "ORD-5");
     BlockedRun first = new BlockedRun(holder, key);
@@ -194,7 +171,7 @@ class IdempotentExecutorTest {
     IdempotentExecutor holder = executor();
     IdempotentExecutor waiting =
         executor(
-            IdempotentExecutor.builder(store)
+            IdempotentExecutor.builder(db.store())
                 .inProgressPolicy(InProgressPolicy.WAIT)
                 .waitTimeout(Duration.ofSeconds(20)));
     DedupKey key = DedupKey.of("payment", "ORD-6");
@@ -224,7 +201,7 @@ class IdempotentExecutorTest {
     IdempotentExecutor holder = executor();
     IdempotentExecutor waiting =
         executor(
-            IdempotentExecutor.builder(store)
+            IdempotentExecutor.builder(db.store())
                 .inProgressPolicy(InProgressPolicy.WAIT)
                 .waitTimeout(Duration.ofMillis(300)));
     DedupKey key = DedupKey.of("payment", "ORD-7");
@@ -255,7 +232,8 @@ class IdempotentExecutorTest {
         .hasMessageContaining("payment/ORD-8");
     DedupResult<Integer> tolerated =
         executor(
-                IdempotentExecutor.builder(store).conflictPolicy(ConflictPolicy.TREAT_AS_DUPLICATE))
+                IdempotentExecutor.builder(db.store())
+                    .conflictPolicy(ConflictPolicy.TREAT_AS_DUPLICATE))
             .execute(key, "amount=99.00", charges::incrementAndGet);
     DedupResult<Integer> same = executor().execute(key, "amount=10.00", charges::incrementAndGet);
 
@@ -268,7 +246,8 @@ class IdempotentExecutorTest {
   void treatAsDuplicateAnswersOnlyForAnActionThatSucceeded() throws Exception {
     IdempotentExecutor tolerant =
         executor(
-            IdempotentExecutor.builder(store).conflictPolicy(ConflictPolicy.TREAT_AS_DUPLICATE));
+            IdempotentExecutor.builder(db.store())
+                .conflictPolicy(ConflictPolicy.TREAT_AS_DUPLICATE));
     AtomicInteger charges = new AtomicInteger();
     DedupKey failed = DedupKey.of("payment", "ORD-8-failed");
     assertThatThrownBy(
@@ -380,12 +359,13 @@ class IdempotentExecutorTest {
           }
         };
     IdempotentExecutor zombie =
-        executor(IdempotentExecutor.builder(store).ownerId("zombie").listener(recording));
-    IdempotentExecutor successor = executor(IdempotentExecutor.builder(store).ownerId("successor"));
+        executor(IdempotentExecutor.builder(db.store()).ownerId("zombie").listener(recording));
+    IdempotentExecutor successor =
+        executor(IdempotentExecutor.builder(db.store()).ownerId("successor"));
     DedupKey key = DedupKey.of("payment", "ORD-11");
     BlockedRun zombieRun = new BlockedRun(zombie, key);
     execute(
-        dataSource,
+        db.dataSource(),
         "UPDATE consumer_dedup SET lease_until = now() - interval '1 second' WHERE biz_key = 'ORD-11'");
     BlockedRun successorRun = new BlockedRun(successor, key);
 
@@ -394,7 +374,7 @@ class IdempotentExecutorTest {
         .hasMessageContaining(
             "Lease of attempt 1 was taken over by another consumer before SUCCESS");
 
-    DedupRecord record = store.find(key).orElseThrow();
+    DedupRecord record = db.store().find(key).orElseThrow();
     assertThat(record.status())
         .as("the zombie's SUCCESS was refused")
         .isEqualTo(DedupStatus.PROCESSING);
@@ -402,18 +382,18 @@ class IdempotentExecutorTest {
     assertThat(record.attempts()).isEqualTo(2);
     assertThat(events).containsExactly("leaseLost payment/ORD-11 attempt 1");
     assertThat(successorRun.finish().attempt()).isEqualTo(2);
-    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
   @Test
   void aSlowHandlerKeepsItsLeaseBeyondTwiceItsLength() throws Exception {
     IdempotentExecutor slow =
         executor(
-            IdempotentExecutor.builder(store)
+            IdempotentExecutor.builder(db.store())
                 .lease(Duration.ofSeconds(1))
                 .renewalInterval(Duration.ofMillis(250)));
     IdempotentExecutor copy =
-        executor(IdempotentExecutor.builder(store).lease(Duration.ofSeconds(1)));
+        executor(IdempotentExecutor.builder(db.store()).lease(Duration.ofSeconds(1)));
     DedupKey key = DedupKey.of("report", "slow-1");
     AtomicInteger runs = new AtomicInteger();
     CountDownLatch running = new CountDownLatch(1);
@@ -446,7 +426,7 @@ class IdempotentExecutorTest {
     assertThat(inProgressAnswers).isGreaterThan(10);
     assertThat(copy.execute(key, runs::incrementAndGet).outcome()).isEqualTo(Outcome.DUPLICATE);
     assertThat(runs).hasValue(1);
-    assertThat(store.find(key).orElseThrow().attempts()).isEqualTo(1);
+    assertThat(db.store().find(key).orElseThrow().attempts()).isEqualTo(1);
   }
 
   @Test
@@ -455,20 +435,22 @@ class IdempotentExecutorTest {
     // that decides. A one-hour lease ended "a second ago" by the database is taken over at once,
     // and a 200 ms lease the database extended is still live long after the JVM saw it expire.
     DedupKey hourLease = DedupKey.of("clock", "hour");
-    store.claim(
-        new ClaimRequest(
-            hourLease, "crashed", Duration.ofHours(1), Duration.ofDays(1), null, null));
+    db.store()
+        .claim(
+            new ClaimRequest(
+                hourLease, "crashed", Duration.ofHours(1), Duration.ofDays(1), null, null));
     execute(
-        dataSource,
+        db.dataSource(),
         "UPDATE consumer_dedup SET lease_until = now() - interval '1 second' WHERE biz_key = 'hour'");
     assertThat(executor().execute(hourLease, () -> "taken over").attempt()).isEqualTo(2);
 
     DedupKey shortLease = DedupKey.of("clock", "short");
-    store.claim(
-        new ClaimRequest(
-            shortLease, "slow", Duration.ofMillis(200), Duration.ofDays(1), null, null));
+    db.store()
+        .claim(
+            new ClaimRequest(
+                shortLease, "slow", Duration.ofMillis(200), Duration.ofDays(1), null, null));
     execute(
-        dataSource,
+        db.dataSource(),
         "UPDATE consumer_dedup SET lease_until = now() + interval '1 hour' WHERE biz_key = 'short'");
     Thread.sleep(400);
     assertThatThrownBy(() -> executor().execute(shortLease, () -> "too early"))
@@ -477,7 +459,7 @@ class IdempotentExecutorTest {
 
   @Test
   void theSessionTimeZoneOfTheseTestsIsNotUtc() throws SQLException {
-    try (Connection connection = dataSource.getConnection();
+    try (Connection connection = db.dataSource().getConnection();
         Statement statement = connection.createStatement();
         var row = statement.executeQuery("SHOW TimeZone")) {
       row.next();
@@ -489,7 +471,8 @@ class IdempotentExecutorTest {
   void outcomesAreCountedInMicrometer() {
     SimpleMeterRegistry registry = new SimpleMeterRegistry();
     IdempotentExecutor executor =
-        executor(IdempotentExecutor.builder(store).listener(new MicrometerDedupListener(registry)));
+        executor(
+            IdempotentExecutor.builder(db.store()).listener(new MicrometerDedupListener(registry)));
     DedupKey key = DedupKey.of("metrics", "m-1");
     executor.execute(key, () -> 1);
     executor.execute(key, () -> 1);
@@ -537,11 +520,11 @@ class IdempotentExecutorTest {
             throw new IllegalStateException("metrics backend down");
           }
         };
-    IdempotentExecutor executor = executor(IdempotentExecutor.builder(store).listener(broken));
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.store()).listener(broken));
 
     assertThat(executor.execute(DedupKey.of("payment", "ORD-12"), () -> "ok").value())
         .isEqualTo("ok");
-    assertThat(store.find(DedupKey.of("payment", "ORD-12")).orElseThrow().status())
+    assertThat(db.store().find(DedupKey.of("payment", "ORD-12")).orElseThrow().status())
         .isEqualTo(DedupStatus.SUCCESS);
   }
 
@@ -564,7 +547,7 @@ class IdempotentExecutorTest {
           .isEqualTo(Outcome.PROCESSED);
       assertThat(executor.execute(key, runs::incrementAndGet).outcome())
           .isEqualTo(Outcome.DUPLICATE);
-      DedupRecord record = store.find(key).orElseThrow();
+      DedupRecord record = db.store().find(key).orElseThrow();
       if (text.length() > DedupKey.MAX_BIZ_KEY_LENGTH) {
         assertThat(record.key().bizKey()).startsWith("sha256:");
       } else {
@@ -573,7 +556,7 @@ class IdempotentExecutorTest {
     }
 
     assertThat(runs).hasValue(hostile.size());
-    try (Connection connection = dataSource.getConnection();
+    try (Connection connection = db.dataSource().getConnection();
         Statement statement = connection.createStatement();
         var row =
             statement.executeQuery(
@@ -589,7 +572,7 @@ class IdempotentExecutorTest {
     assertThatThrownBy(() -> executor().execute(key, "f".repeat(65), () -> 1))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessage("fingerprint must be 1 to 64 characters, was 65");
-    assertThat(store.find(key)).isEmpty();
+    assertThat(db.store().find(key)).isEmpty();
   }
 
   static void execute(javax.sql.DataSource target, String sql) throws SQLException {

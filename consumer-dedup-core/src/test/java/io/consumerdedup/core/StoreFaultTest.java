@@ -3,10 +3,7 @@ package io.consumerdedup.core;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
-import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.jdbc.JdbcDedupStore;
-import io.consumerdedup.testing.FaultyDataSource;
-import io.consumerdedup.testing.TestDatabase;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -16,11 +13,8 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * What a caller counts (handler runs, the record's status, lost-lease reports) when a store call
@@ -28,74 +22,23 @@ import org.junit.jupiter.api.Test;
  * connections for a while, a connection that stops answering without a reset.
  */
 class StoreFaultTest {
-  private static String schema;
-  private static HikariDataSource direct;
-  private static JdbcDedupStore rivalStore;
-
-  private FaultyDataSource faulty;
-  private final List<IdempotentExecutor> executors = new CopyOnWriteArrayList<>();
-  private final List<String> events = new CopyOnWriteArrayList<>();
-  private final DedupListener recording =
-      new DedupListener() {
-        @Override
-        public void completed(DedupKey key, int attempt, Duration handlerTime) {
-          events.add("completed " + key.bizKey() + " attempt " + attempt);
-        }
-
-        @Override
-        public void leaseLost(DedupKey key, int attempt) {
-          events.add("leaseLost " + key.bizKey() + " attempt " + attempt);
-        }
-      };
-
-  @BeforeAll
-  static void setUpDatabase() {
-    schema = TestDatabase.newSchema("store_faults");
-    direct = TestDatabase.dataSource(schema, 4);
-    rivalStore = JdbcDedupStore.builder(direct).build();
-  }
-
-  @AfterAll
-  static void tearDownDatabase() {
-    direct.close();
-    TestDatabase.dropSchema(schema);
-  }
-
-  @BeforeEach
-  void setUp() {
-    faulty = FaultyDataSource.on(schema, 4, Duration.ofMillis(500));
-  }
-
-  @AfterEach
-  void tearDown() {
-    executors.forEach(IdempotentExecutor::close);
-    faulty.close();
-  }
-
-  private JdbcDedupStore.Builder faultyStore() {
-    return JdbcDedupStore.builder(faulty)
-        .retryInitialBackoff(Duration.ofMillis(50))
-        .retryMaxBackoff(Duration.ofMillis(200))
-        .retryMaxDuration(Duration.ofSeconds(1));
-  }
+  @RegisterExtension static final FaultyStoreFixture db = new FaultyStoreFixture("store_faults");
 
   private IdempotentExecutor executor(IdempotentExecutor.Builder builder) {
-    IdempotentExecutor executor = builder.build();
-    executors.add(executor);
-    return executor;
+    return db.executor(builder);
   }
 
   @Test
   void aClaimWhoseReplyWasLostIsRecognisedAsOursAndTheHandlerRunsAtOnce() {
-    JdbcDedupStore store = faultyStore().build();
+    JdbcDedupStore store = db.faultyStore().build();
     IdempotentExecutor executor = executor(IdempotentExecutor.builder(store));
     DedupKey key = DedupKey.of("payment", "lost-claim-reply");
     AtomicInteger charges = new AtomicInteger();
-    faulty.loseReplyOnce("'PROCESSING', 1");
+    db.faulty().loseReplyOnce("'PROCESSING', 1");
 
     DedupResult<Integer> result = executor.execute(key, charges::incrementAndGet);
 
-    assertThat(faulty.repliesLost()).as("claim replies lost after the commit").isEqualTo(1);
+    assertThat(db.faulty().repliesLost()).as("claim replies lost after the commit").isEqualTo(1);
     assertThat(result.outcome()).isEqualTo(Outcome.PROCESSED);
     assertThat(result.attempt()).as("the committed claim's token, not a second claim").isEqualTo(1);
     assertThat(charges).hasValue(1);
@@ -104,25 +47,27 @@ class StoreFaultTest {
 
   @Test
   void aSuccessWhoseReplyWasLostIsReportedAsCompletedNotAsALostLease() {
-    JdbcDedupStore store = faultyStore().build();
-    IdempotentExecutor executor = executor(IdempotentExecutor.builder(store).listener(recording));
+    JdbcDedupStore store = db.faultyStore().build();
+    IdempotentExecutor executor =
+        executor(IdempotentExecutor.builder(store).listener(db.recording()));
     DedupKey key = DedupKey.of("payment", "lost-success-reply");
-    faulty.loseReplyOnce("SET status = 'SUCCESS'");
+    db.faulty().loseReplyOnce("SET status = 'SUCCESS'");
 
     DedupResult<String> result = executor.execute(key, () -> "charged");
 
-    assertThat(faulty.repliesLost()).as("SUCCESS replies lost after the commit").isEqualTo(1);
+    assertThat(db.faulty().repliesLost()).as("SUCCESS replies lost after the commit").isEqualTo(1);
     assertThat(result.outcome()).isEqualTo(Outcome.PROCESSED);
-    assertThat(events).containsExactly("completed lost-success-reply attempt 1");
+    assertThat(db.events()).containsExactly("completed lost-success-reply attempt 1");
     assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
   @Test
   void aFailureWhoseReplyWasLostStillLetsTheNextDeliveryRetry() {
-    JdbcDedupStore store = faultyStore().build();
-    IdempotentExecutor executor = executor(IdempotentExecutor.builder(store).listener(recording));
+    JdbcDedupStore store = db.faultyStore().build();
+    IdempotentExecutor executor =
+        executor(IdempotentExecutor.builder(store).listener(db.recording()));
     DedupKey key = DedupKey.of("payment", "lost-failed-reply");
-    faulty.loseReplyOnce("SET status = 'FAILED'");
+    db.faulty().loseReplyOnce("SET status = 'FAILED'");
 
     assertThatThrownBy(
             () ->
@@ -135,8 +80,8 @@ class StoreFaultTest {
         .hasNoSuppressedExceptions();
     DedupResult<String> retry = executor.execute(key, () -> "charged");
 
-    assertThat(faulty.repliesLost()).isEqualTo(1);
-    assertThat(events).doesNotContain("leaseLost lost-failed-reply attempt 1");
+    assertThat(db.faulty().repliesLost()).isEqualTo(1);
+    assertThat(db.events()).doesNotContain("leaseLost lost-failed-reply attempt 1");
     assertThat(retry.attempt()).isEqualTo(2);
     assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
@@ -146,8 +91,8 @@ class StoreFaultTest {
     // The pool needs the rest of the lease after the outage to reconnect on a loaded machine.
     Duration lease = Duration.ofSeconds(8);
     IdempotentExecutor holder =
-        executor(IdempotentExecutor.builder(faultyStore().build()).lease(lease));
-    IdempotentExecutor rival = executor(IdempotentExecutor.builder(rivalStore).lease(lease));
+        executor(IdempotentExecutor.builder(db.faultyStore().build()).lease(lease));
+    IdempotentExecutor rival = executor(IdempotentExecutor.builder(db.store()).lease(lease));
     DedupKey key = DedupKey.of("payment", "outage-after-handler");
     AtomicInteger charges = new AtomicInteger();
     ScheduledExecutorService clock = Executors.newSingleThreadScheduledExecutor();
@@ -158,14 +103,14 @@ class StoreFaultTest {
                       key,
                       () -> {
                         charges.incrementAndGet();
-                        faulty.proxy().refuse();
-                        clock.schedule(() -> faulty.proxy().pass(), 4, TimeUnit.SECONDS);
+                        db.faulty().proxy().refuse();
+                        clock.schedule(() -> db.faulty().proxy().pass(), 4, TimeUnit.SECONDS);
                         return null;
                       }))
           .as("the caller is told SUCCESS is not recorded yet")
           .isInstanceOf(DedupStoreUnavailableException.class)
           .hasMessageContaining("SUCCESS is not recorded yet");
-      assertThat(faulty.proxy().connectionsReset()).as("connections cut").isPositive();
+      assertThat(db.faulty().proxy().connectionsReset()).as("connections cut").isPositive();
 
       // Another consumer keeps redelivering the key past the end of the first lease.
       long until = System.nanoTime() + lease.plusSeconds(3).toNanos();
@@ -182,7 +127,7 @@ class StoreFaultTest {
     }
 
     assertThat(charges).as("charges").hasValue(1);
-    DedupRecord record = rivalStore.find(key).orElseThrow();
+    DedupRecord record = db.store().find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(record.attempts()).isEqualTo(1);
     assertThat(holder.unrecordedOutcomes()).isEmpty();
@@ -195,9 +140,9 @@ class StoreFaultTest {
     IdempotentExecutor holder =
         executor(
             IdempotentExecutor.builder(
-                    faultyStore().statementTimeout(Duration.ofSeconds(1)).build())
+                    db.faultyStore().statementTimeout(Duration.ofSeconds(1)).build())
                 .lease(lease));
-    IdempotentExecutor rival = executor(IdempotentExecutor.builder(rivalStore).lease(lease));
+    IdempotentExecutor rival = executor(IdempotentExecutor.builder(db.store()).lease(lease));
     DedupKey first = DedupKey.of("payment", "hung-renewal-a");
     DedupKey second = DedupKey.of("payment", "hung-renewal-b");
     AtomicInteger charges = new AtomicInteger();
@@ -218,7 +163,7 @@ class StoreFaultTest {
                       })));
     }
     assertThat(bothHeld.await(10, TimeUnit.SECONDS)).isTrue();
-    faulty.hangNextConnection();
+    db.faulty().hangNextConnection();
 
     // Over two and a half leases, another consumer must never get either key.
     long until = System.nanoTime() + Duration.ofMillis(7500).toNanos();
@@ -234,29 +179,29 @@ class StoreFaultTest {
       assertThat(run.get(10, TimeUnit.SECONDS).attempt()).isEqualTo(1);
     }
 
-    assertThat(faulty.hungConnections()).as("half-open connections handed out").isEqualTo(1);
+    assertThat(db.faulty().hungConnections()).as("half-open connections handed out").isEqualTo(1);
     assertThat(charges).hasValue(2);
     for (DedupKey key : List.of(first, second)) {
-      assertThat(rivalStore.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
     }
   }
 
   @Test
   void aClaimOnAConnectionThatStopsAnsweringFailsOverWithinTheNetworkTimeout() {
     JdbcDedupStore store =
-        faultyStore()
+        db.faultyStore()
             .statementTimeout(Duration.ofSeconds(1))
             .retryMaxDuration(JdbcDedupStore.DEFAULT_RETRY_MAX_DURATION)
             .build();
     IdempotentExecutor executor = executor(IdempotentExecutor.builder(store));
-    faulty.hangNextConnection();
+    db.faulty().hangNextConnection();
     long start = System.nanoTime();
 
     DedupResult<String> result =
         executor.execute(DedupKey.of("payment", "half-open-claim"), () -> "charged");
 
     Duration took = Duration.ofNanos(System.nanoTime() - start);
-    assertThat(faulty.hungConnections()).isEqualTo(1);
+    assertThat(db.faulty().hungConnections()).isEqualTo(1);
     assertThat(result.outcome()).isEqualTo(Outcome.PROCESSED);
     assertThat(took)
         .as("a hung try ends at the network timeout (2 s)")
@@ -265,7 +210,7 @@ class StoreFaultTest {
 
   @Test
   void anErrorMessageTheDatabaseCannotStoreIsStillRecordedAsFailed() {
-    IdempotentExecutor executor = executor(IdempotentExecutor.builder(rivalStore));
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.store()));
     DedupKey key = DedupKey.of("payment", "nul-in-error");
 
     assertThatThrownBy(
@@ -278,7 +223,7 @@ class StoreFaultTest {
         .isInstanceOf(IllegalStateException.class)
         .hasNoSuppressedExceptions();
 
-    DedupRecord record = rivalStore.find(key).orElseThrow();
+    DedupRecord record = db.store().find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(record.lastError())
         .contains("java.lang.IllegalStateException: provider said \\0 and hung up");

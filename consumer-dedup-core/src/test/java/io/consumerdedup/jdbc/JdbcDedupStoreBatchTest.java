@@ -9,6 +9,7 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.testing.StoreFixture;
 import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -21,9 +22,8 @@ import java.util.Optional;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.IntStream;
 import org.jspecify.annotations.Nullable;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The batch calls of the PostgreSQL store: one statement answers every kind of key at once, a
@@ -33,60 +33,47 @@ class JdbcDedupStoreBatchTest {
   private static final Duration LEASE = Duration.ofMinutes(1);
   private static final Duration RETENTION = Duration.ofDays(1);
 
-  private static String schema;
-  private static HikariDataSource dataSource;
-  private static JdbcDedupStore store;
-
-  @BeforeAll
-  static void setUp() {
-    schema = TestDatabase.newSchema("batch");
-    dataSource = TestDatabase.dataSource(schema, 4);
-    store = JdbcDedupStore.builder(dataSource).build();
-  }
-
-  @AfterAll
-  static void tearDown() {
-    dataSource.close();
-    TestDatabase.dropSchema(schema);
-  }
+  @RegisterExtension static final StoreFixture db = new StoreFixture("batch", 4);
 
   private static ClaimRequest request(DedupKey key, @Nullable String fingerprint) {
     return new ClaimRequest(key, "consumer-a", LEASE, RETENTION, fingerprint, "orders-0@1");
   }
 
   private static ClaimResult.Claimed claimOne(DedupKey key) {
-    return (ClaimResult.Claimed) store.claim(request(key, null));
+    return (ClaimResult.Claimed) db.store().claim(request(key, null));
   }
 
   @Test
   void oneBatchAnswersEveryKindOfKeyInRequestOrder() throws SQLException {
     DedupKey done = DedupKey.of("order", "b-done");
-    store.complete(done, claimOne(done).token(), RETENTION);
+    db.store().complete(done, claimOne(done).token(), RETENTION);
     DedupKey held = DedupKey.of("order", "b-held");
     claimOne(held);
     DedupKey failed = DedupKey.of("order", "b-failed");
-    store.fail(failed, claimOne(failed).token(), "boom", RETENTION);
+    db.store().fail(failed, claimOne(failed).token(), "boom", RETENTION);
     DedupKey expired = DedupKey.of("order", "b-expired");
     claimOne(expired);
     expireLease(expired);
     DedupKey other = DedupKey.of("order", "b-other-payload");
-    store.fail(
-        other,
-        ((ClaimResult.Claimed) store.claim(request(other, "fp-1"))).token(),
-        "boom",
-        RETENTION);
+    db.store()
+        .fail(
+            other,
+            ((ClaimResult.Claimed) db.store().claim(request(other, "fp-1"))).token(),
+            "boom",
+            RETENTION);
     DedupKey fresh = DedupKey.of("order", "b-new");
 
     List<ClaimResult> results =
-        store.claimAll(
-            List.of(
-                request(fresh, null),
-                request(done, null),
-                request(held, null),
-                request(fresh, null), // a later copy in the same batch
-                request(failed, null),
-                request(expired, null),
-                request(other, "fp-2")));
+        db.store()
+            .claimAll(
+                List.of(
+                    request(fresh, null),
+                    request(done, null),
+                    request(held, null),
+                    request(fresh, null), // a later copy in the same batch
+                    request(failed, null),
+                    request(expired, null),
+                    request(other, "fp-2")));
 
     assertThat(results)
         .extracting(ClaimResult::key)
@@ -99,16 +86,16 @@ class JdbcDedupStoreBatchTest {
         .isEqualTo(2);
     assertThat(((ClaimResult.Claimed) results.get(4)).token()).as("takeover").isEqualTo(2);
     assertThat(taken(results.get(5)).fingerprint()).contains("fp-1");
-    assertThat(store.find(fresh).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
+    assertThat(db.store().find(fresh).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
   }
 
   @Test
   void aDuplicateIsAnsweredWithoutLockingOrWritingItsRow() throws SQLException {
     DedupKey done = DedupKey.of("order", "read-only");
-    store.complete(done, claimOne(done).token(), RETENTION);
+    db.store().complete(done, claimOne(done).token(), RETENTION);
     long versionBefore = rowVersion(done);
 
-    ClaimResult again = store.claim(request(done, null));
+    ClaimResult again = db.store().claim(request(done, null));
 
     assertThat(again).isInstanceOf(ClaimResult.Taken.class);
     // A row lock (what ON CONFLICT DO UPDATE ... WHERE takes even when it changes nothing) would
@@ -122,29 +109,30 @@ class JdbcDedupStoreBatchTest {
     List<DedupKey> keys =
         IntStream.range(0, 4).mapToObj(i -> DedupKey.of("order", "fenced-" + i)).toList();
     List<ClaimResult.Claimed> claims =
-        store.claimAll(keys.stream().map(key -> request(key, null)).toList()).stream()
+        db.store().claimAll(keys.stream().map(key -> request(key, null)).toList()).stream()
             .map(ClaimResult.Claimed.class::cast)
             .toList();
     expireLease(keys.get(3));
     ClaimResult.Claimed takeover = claimOne(keys.get(3));
 
-    assertThat(store.renewAll(claims, LEASE)).containsExactly(keys.get(3));
-    assertThat(store.completeAll(claims.subList(0, 2), RETENTION)).isEmpty();
+    assertThat(db.store().renewAll(claims, LEASE)).containsExactly(keys.get(3));
+    assertThat(db.store().completeAll(claims.subList(0, 2), RETENTION)).isEmpty();
     assertThat(
-            store.failAll(
-                List.of(
-                    new DedupStore.Failure(claims.get(2), "boom\u0000"),
-                    new DedupStore.Failure(claims.get(3), "late")),
-                RETENTION))
+            db.store()
+                .failAll(
+                    List.of(
+                        new DedupStore.Failure(claims.get(2), "boom\u0000"),
+                        new DedupStore.Failure(claims.get(3), "late")),
+                    RETENTION))
         .containsExactly(keys.get(3));
     // Sent again after a lost reply: each still counts as written.
-    assertThat(store.completeAll(claims.subList(0, 2), RETENTION)).isEmpty();
+    assertThat(db.store().completeAll(claims.subList(0, 2), RETENTION)).isEmpty();
 
-    assertThat(store.find(keys.get(0)).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
-    DedupRecord failed = store.find(keys.get(2)).orElseThrow();
+    assertThat(db.store().find(keys.get(0)).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    DedupRecord failed = db.store().find(keys.get(2)).orElseThrow();
     assertThat(failed.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(failed.lastError()).contains("boom\\0");
-    DedupRecord takenOver = store.find(keys.get(3)).orElseThrow();
+    DedupRecord takenOver = db.store().find(keys.get(3)).orElseThrow();
     assertThat(takenOver.status()).isEqualTo(DedupStatus.PROCESSING);
     assertThat(takenOver.attempts()).isEqualTo(takeover.token());
   }
@@ -153,17 +141,17 @@ class JdbcDedupStoreBatchTest {
   void aReleasedClaimLeavesTheKeyAsIfItHadNotHappened() throws SQLException {
     DedupKey fresh = DedupKey.of("order", "release-new");
     DedupKey retried = DedupKey.of("order", "release-retried");
-    store.fail(retried, claimOne(retried).token(), "first try failed", RETENTION);
+    db.store().fail(retried, claimOne(retried).token(), "first try failed", RETENTION);
     List<ClaimResult.Claimed> claims =
-        store.claimAll(List.of(request(fresh, null), request(retried, null))).stream()
+        db.store().claimAll(List.of(request(fresh, null), request(retried, null))).stream()
             .map(ClaimResult.Claimed.class::cast)
             .toList();
     assertThat(claims.get(1).token()).isEqualTo(2);
 
-    assertThat(store.releaseAll(claims)).isEmpty();
+    assertThat(db.store().releaseAll(claims)).isEmpty();
 
-    assertThat(store.find(fresh)).as("a key the claim created").isEmpty();
-    DedupRecord restored = store.find(retried).orElseThrow();
+    assertThat(db.store().find(fresh)).as("a key the claim created").isEmpty();
+    DedupRecord restored = db.store().find(retried).orElseThrow();
     assertThat(restored.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(restored.attempts()).as("the released claim is not an attempt").isEqualTo(1);
     assertThat(restored.lastError()).contains("first try failed");
@@ -171,8 +159,8 @@ class JdbcDedupStoreBatchTest {
     // later claim is untouched, and the old token writes nothing.
     ClaimResult.Claimed next = claimOne(retried);
     assertThat(next.token()).isEqualTo(2);
-    assertThat(store.releaseAll(claims)).containsExactly(fresh, retried);
-    DedupRecord reclaimed = store.find(retried).orElseThrow();
+    assertThat(db.store().releaseAll(claims)).containsExactly(fresh, retried);
+    DedupRecord reclaimed = db.store().find(retried).orElseThrow();
     assertThat(reclaimed.status()).isEqualTo(DedupStatus.PROCESSING);
     assertThat(reclaimed.isLeaseLive()).isTrue();
   }
@@ -243,7 +231,7 @@ class JdbcDedupStoreBatchTest {
   }
 
   private static Optional<String> query(String select, DedupKey key) throws SQLException {
-    try (Connection connection = dataSource.getConnection();
+    try (Connection connection = db.dataSource().getConnection();
         PreparedStatement statement =
             connection.prepareStatement(select + " WHERE biz_type = ? AND biz_key = ?")) {
       statement.setString(1, key.bizType());
@@ -255,7 +243,7 @@ class JdbcDedupStoreBatchTest {
   }
 
   private static void update(String sql, DedupKey key) throws SQLException {
-    try (Connection connection = dataSource.getConnection();
+    try (Connection connection = db.dataSource().getConnection();
         PreparedStatement statement = connection.prepareStatement(sql)) {
       statement.setString(1, key.bizType());
       statement.setString(2, key.bizKey());

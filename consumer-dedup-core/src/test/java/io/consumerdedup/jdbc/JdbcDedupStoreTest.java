@@ -3,45 +3,28 @@ package io.consumerdedup.jdbc;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
-import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStoreException;
-import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.StoreFixture;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /** Every claim path and fenced state change of the PostgreSQL store, on a real server. */
 class JdbcDedupStoreTest {
   private static final Duration LEASE = Duration.ofMinutes(1);
   private static final Duration RETENTION = Duration.ofDays(1);
 
-  private static String schema;
-  private static HikariDataSource dataSource;
-  private static JdbcDedupStore store;
-
-  @BeforeAll
-  static void setUp() {
-    schema = TestDatabase.newSchema("store");
-    dataSource = TestDatabase.dataSource(schema, 4);
-    store = JdbcDedupStore.builder(dataSource).build();
-  }
-
-  @AfterAll
-  static void tearDown() {
-    dataSource.close();
-    TestDatabase.dropSchema(schema);
-  }
+  @RegisterExtension static final StoreFixture db = new StoreFixture("store", 4);
 
   private static ClaimRequest request(DedupKey key, String owner) {
     return new ClaimRequest(key, owner, LEASE, RETENTION, null, "orders-0@1");
@@ -61,10 +44,10 @@ class JdbcDedupStoreTest {
   void aNewKeyIsClaimedWithTokenOneAndRecordedAsProcessing() {
     DedupKey key = DedupKey.of("payment", "new-1");
 
-    ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
+    ClaimResult.Claimed claim = claimed(db.store().claim(request(key, "consumer-a")));
 
     assertThat(claim.token()).isEqualTo(1);
-    DedupRecord record = store.find(key).orElseThrow();
+    DedupRecord record = db.store().find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
     assertThat(record.owner()).isEqualTo("consumer-a");
     assertThat(record.isLeaseLive()).isTrue();
@@ -74,10 +57,10 @@ class JdbcDedupStoreTest {
   @Test
   void aSucceededKeyIsNotClaimedAgain() {
     DedupKey key = DedupKey.of("payment", "done-1");
-    ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
-    assertThat(store.complete(key, claim.token(), RETENTION)).isTrue();
+    ClaimResult.Claimed claim = claimed(db.store().claim(request(key, "consumer-a")));
+    assertThat(db.store().complete(key, claim.token(), RETENTION)).isTrue();
 
-    ClaimResult.Taken again = taken(store.claim(request(key, "consumer-b")));
+    ClaimResult.Taken again = taken(db.store().claim(request(key, "consumer-b")));
 
     assertThat(again.existing().status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(again.existing().attempts()).isEqualTo(1);
@@ -87,9 +70,9 @@ class JdbcDedupStoreTest {
   @Test
   void aLiveLeaseKeepsOthersOut() {
     DedupKey key = DedupKey.of("payment", "live-1");
-    claimed(store.claim(request(key, "consumer-a")));
+    claimed(db.store().claim(request(key, "consumer-a")));
 
-    ClaimResult.Taken other = taken(store.claim(request(key, "consumer-b")));
+    ClaimResult.Taken other = taken(db.store().claim(request(key, "consumer-b")));
 
     assertThat(other.existing().isLeaseLive()).isTrue();
     assertThat(other.existing().owner()).isEqualTo("consumer-a");
@@ -98,16 +81,16 @@ class JdbcDedupStoreTest {
   @Test
   void aFailedKeyIsRetriedWithTheNextToken() {
     DedupKey key = DedupKey.of("payment", "failed-1");
-    ClaimResult.Claimed first = claimed(store.claim(request(key, "consumer-a")));
-    assertThat(store.fail(key, first.token(), "java.io.IOException: bank timeout", RETENTION))
+    ClaimResult.Claimed first = claimed(db.store().claim(request(key, "consumer-a")));
+    assertThat(db.store().fail(key, first.token(), "java.io.IOException: bank timeout", RETENTION))
         .isTrue();
-    assertThat(store.find(key).orElseThrow().lastError())
+    assertThat(db.store().find(key).orElseThrow().lastError())
         .contains("java.io.IOException: bank timeout");
 
-    ClaimResult.Claimed retry = claimed(store.claim(request(key, "consumer-b")));
+    ClaimResult.Claimed retry = claimed(db.store().claim(request(key, "consumer-b")));
 
     assertThat(retry.token()).isEqualTo(2);
-    DedupRecord record = store.find(key).orElseThrow();
+    DedupRecord record = db.store().find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
     assertThat(record.owner()).isEqualTo("consumer-b");
   }
@@ -115,30 +98,32 @@ class JdbcDedupStoreTest {
   @Test
   void anExpiredLeaseIsTakenOverAndTheOldHolderIsFencedOut() throws SQLException {
     DedupKey key = DedupKey.of("payment", "expired-1");
-    ClaimResult.Claimed old = claimed(store.claim(request(key, "zombie")));
+    ClaimResult.Claimed old = claimed(db.store().claim(request(key, "zombie")));
     expireLease(key);
 
-    ClaimResult.Claimed takeover = claimed(store.claim(request(key, "consumer-b")));
+    ClaimResult.Claimed takeover = claimed(db.store().claim(request(key, "consumer-b")));
 
     assertThat(takeover.token()).isEqualTo(2);
-    assertThat(store.complete(key, old.token(), RETENTION)).as("zombie's late SUCCESS").isFalse();
-    assertThat(store.fail(key, old.token(), "late", RETENTION))
+    assertThat(db.store().complete(key, old.token(), RETENTION))
+        .as("zombie's late SUCCESS")
+        .isFalse();
+    assertThat(db.store().fail(key, old.token(), "late", RETENTION))
         .as("zombie's late FAILED")
         .isFalse();
-    assertThat(store.renew(key, old.token(), LEASE)).as("zombie's renewal").isFalse();
-    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(db.store().renew(key, old.token(), LEASE)).as("zombie's renewal").isFalse();
+    DedupRecord record = db.store().find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
     assertThat(record.owner()).isEqualTo("consumer-b");
-    assertThat(store.complete(key, takeover.token(), RETENTION)).isTrue();
-    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(db.store().complete(key, takeover.token(), RETENTION)).isTrue();
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
   @Test
   void renewalExtendsTheLeaseByTheDatabaseClock() throws SQLException {
     DedupKey key = DedupKey.of("payment", "renew-1");
-    ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
+    ClaimResult.Claimed claim = claimed(db.store().claim(request(key, "consumer-a")));
 
-    assertThat(store.renew(key, claim.token(), Duration.ofHours(2))).isTrue();
+    assertThat(db.store().renew(key, claim.token(), Duration.ofHours(2))).isTrue();
 
     assertThat(secondsUntilLeaseEnds(key)).isBetween(7190.0, 7201.0);
   }
@@ -146,41 +131,44 @@ class JdbcDedupStoreTest {
   @Test
   void aCompletionSentAgainSeesItsOwnWriteButNoOtherTokenOrOutcomeGetsIn() {
     DedupKey key = DedupKey.of("payment", "twice-1");
-    ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
-    assertThat(store.complete(key, claim.token(), RETENTION)).isTrue();
+    ClaimResult.Claimed claim = claimed(db.store().claim(request(key, "consumer-a")));
+    assertThat(db.store().complete(key, claim.token(), RETENTION)).isTrue();
 
     // A retry whose first reply was lost: the SUCCESS under this token is its own.
-    assertThat(store.complete(key, claim.token(), RETENTION)).isTrue();
-    assertThat(store.fail(key, claim.token(), "late", RETENTION)).isFalse();
-    assertThat(store.complete(key, claim.token() + 1, RETENTION)).isFalse();
-    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(db.store().complete(key, claim.token(), RETENTION)).isTrue();
+    assertThat(db.store().fail(key, claim.token(), "late", RETENTION)).isFalse();
+    assertThat(db.store().complete(key, claim.token() + 1, RETENTION)).isFalse();
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
   @Test
   void aFailureSentAgainSeesItsOwnWriteButCannotTurnIntoSuccess() {
     DedupKey key = DedupKey.of("payment", "twice-2");
-    ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
-    assertThat(store.fail(key, claim.token(), "bank down", RETENTION)).isTrue();
+    ClaimResult.Claimed claim = claimed(db.store().claim(request(key, "consumer-a")));
+    assertThat(db.store().fail(key, claim.token(), "bank down", RETENTION)).isTrue();
 
-    assertThat(store.fail(key, claim.token(), "bank down", RETENTION)).isTrue();
-    assertThat(store.complete(key, claim.token(), RETENTION)).isFalse();
-    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(db.store().fail(key, claim.token(), "bank down", RETENTION)).isTrue();
+    assertThat(db.store().complete(key, claim.token(), RETENTION)).isFalse();
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
   }
 
   @Test
   void aDifferentFingerprintIsNotClaimedEvenAfterFailure() {
     DedupKey key = DedupKey.of("payment", "fp-1");
     ClaimResult.Claimed first =
-        claimed(store.claim(new ClaimRequest(key, "a", LEASE, RETENTION, "fp-amount-10", null)));
-    store.fail(key, first.token(), "boom", RETENTION);
+        claimed(
+            db.store().claim(new ClaimRequest(key, "a", LEASE, RETENTION, "fp-amount-10", null)));
+    db.store().fail(key, first.token(), "boom", RETENTION);
 
     ClaimResult.Taken other =
-        taken(store.claim(new ClaimRequest(key, "b", LEASE, RETENTION, "fp-amount-99", null)));
+        taken(db.store().claim(new ClaimRequest(key, "b", LEASE, RETENTION, "fp-amount-99", null)));
 
     assertThat(other.existing().status()).isEqualTo(DedupStatus.FAILED);
     assertThat(other.existing().fingerprint()).contains("fp-amount-10");
     assertThat(
-            claimed(store.claim(new ClaimRequest(key, "b", LEASE, RETENTION, "fp-amount-10", null)))
+            claimed(
+                    db.store()
+                        .claim(new ClaimRequest(key, "b", LEASE, RETENTION, "fp-amount-10", null)))
                 .token())
         .isEqualTo(2);
   }
@@ -190,35 +178,35 @@ class JdbcDedupStoreTest {
     String type = "purge";
     for (int i = 0; i < 25; i++) {
       DedupKey key = DedupKey.of(type, "old-" + i);
-      ClaimResult.Claimed claim = claimed(store.claim(request(key, "a")));
-      store.complete(key, claim.token(), Duration.ofMillis(1));
+      ClaimResult.Claimed claim = claimed(db.store().claim(request(key, "a")));
+      db.store().complete(key, claim.token(), Duration.ofMillis(1));
     }
     DedupKey kept = DedupKey.of(type, "kept");
-    store.complete(kept, claimed(store.claim(request(kept, "a"))).token(), RETENTION);
+    db.store().complete(kept, claimed(db.store().claim(request(kept, "a"))).token(), RETENTION);
     DedupKey running = DedupKey.of(type, "running");
-    claimed(store.claim(request(running, "a")));
+    claimed(db.store().claim(request(running, "a")));
     execute(
         "UPDATE consumer_dedup SET expires_at = now() - interval '1 minute' WHERE biz_key = 'running'");
 
-    int first = store.purge(10);
+    int first = db.store().purge(10);
     int total = first;
     int deleted;
-    while ((deleted = store.purge(10)) > 0) {
+    while ((deleted = db.store().purge(10)) > 0) {
       total += deleted;
     }
 
     assertThat(first).isEqualTo(10);
     assertThat(total).isGreaterThanOrEqualTo(25);
-    assertThat(store.find(kept)).isPresent();
-    assertThat(store.find(running)).as("live lease past its expiry is kept").isPresent();
-    assertThat(store.find(DedupKey.of(type, "old-0"))).isEmpty();
+    assertThat(db.store().find(kept)).isPresent();
+    assertThat(db.store().find(running)).as("live lease past its expiry is kept").isPresent();
+    assertThat(db.store().find(DedupKey.of(type, "old-0"))).isEmpty();
   }
 
   @Test
   void timesAreTheDatabasesInAnyJvmAndSessionTimeZone() throws SQLException {
     DedupKey key = DedupKey.of("payment", "tz-1");
-    claimed(store.claim(request(key, "a")));
-    try (Connection connection = dataSource.getConnection();
+    claimed(db.store().claim(request(key, "a")));
+    try (Connection connection = db.dataSource().getConnection();
         Statement statement = connection.createStatement()) {
       statement.execute("SET TIME ZONE 'Pacific/Kiritimati'");
       try (ResultSet row =
@@ -233,12 +221,13 @@ class JdbcDedupStoreTest {
 
   @Test
   void aTableNameThatIsNotAnIdentifierIsRefused() {
-    assertThatThrownBy(() -> JdbcDedupStore.builder(dataSource).tableName("dedup; DROP TABLE x"))
+    assertThatThrownBy(
+            () -> JdbcDedupStore.builder(db.dataSource()).tableName("dedup; DROP TABLE x"))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessageContaining("tableName must be an unquoted SQL identifier")
         .hasMessageContaining("'dedup; DROP TABLE x'");
     assertThat(
-            JdbcDedupStore.builder(dataSource)
+            JdbcDedupStore.builder(db.dataSource())
                 .tableName("billing.consumer_dedup")
                 .build()
                 .tableName())
@@ -247,7 +236,8 @@ class JdbcDedupStoreTest {
 
   @Test
   void aMissingTableFailsAtOnceNamingTheTable() {
-    JdbcDedupStore wrong = JdbcDedupStore.builder(dataSource).tableName("no_such_table").build();
+    JdbcDedupStore wrong =
+        JdbcDedupStore.builder(db.dataSource()).tableName("no_such_table").build();
 
     assertThatThrownBy(() -> wrong.claim(request(DedupKey.of("payment", "x"), "a")))
         .isInstanceOf(DedupStoreException.class)
@@ -257,7 +247,7 @@ class JdbcDedupStoreTest {
   }
 
   private static void expireLease(DedupKey key) throws SQLException {
-    try (Connection connection = dataSource.getConnection();
+    try (Connection connection = db.dataSource().getConnection();
         PreparedStatement statement =
             connection.prepareStatement(
                 "UPDATE consumer_dedup SET lease_until = now() - interval '1 second'"
@@ -269,7 +259,7 @@ class JdbcDedupStoreTest {
   }
 
   private static double secondsUntilLeaseEnds(DedupKey key) throws SQLException {
-    try (Connection connection = dataSource.getConnection();
+    try (Connection connection = db.dataSource().getConnection();
         PreparedStatement statement =
             connection.prepareStatement(
                 "SELECT extract(epoch FROM lease_until - now()) FROM consumer_dedup"
@@ -284,7 +274,7 @@ class JdbcDedupStoreTest {
   }
 
   private static void execute(String sql) throws SQLException {
-    try (Connection connection = dataSource.getConnection();
+    try (Connection connection = db.dataSource().getConnection();
         Statement statement = connection.createStatement()) {
       statement.execute(sql);
     }

@@ -3,7 +3,6 @@ package io.consumerdedup.kafka;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
-import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
@@ -13,7 +12,6 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.ConnectionSource;
-import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
@@ -21,7 +19,6 @@ import java.sql.SQLException;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
-import java.util.UUID;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -32,14 +29,12 @@ import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The ways one business action reaches a consumer more than once (a lost offset commit, a producer
@@ -51,10 +46,7 @@ class DedupPollLoopDeliveryTest {
   private static final String KEY_HEADER = "order-no";
   private static final Duration WAIT = Duration.ofSeconds(20);
 
-  private static String schema;
-  private static HikariDataSource dataSource;
-  private static JdbcDedupStore store;
-  private static KafkaProducer<String, String> producer;
+  @RegisterExtension static final LoopFixture fixture = new LoopFixture("loop_delivery");
 
   private final Effects effects = new Effects();
   private final AtomicInteger duplicates = new AtomicInteger();
@@ -63,27 +55,11 @@ class DedupPollLoopDeliveryTest {
   private String topic;
   private String group;
 
-  @BeforeAll
-  static void setUpClass() {
-    schema = TestDatabase.newSchema("loop_delivery");
-    dataSource = TestDatabase.dataSource(schema, 4);
-    store = JdbcDedupStore.builder(dataSource).build();
-    producer = TestKafka.producer();
-  }
-
-  @AfterAll
-  static void tearDownClass() {
-    producer.close();
-    dataSource.close();
-    TestDatabase.dropSchema(schema);
-  }
-
   @BeforeEach
   void setUp() {
-    String id = UUID.randomUUID().toString().substring(0, 8);
-    topic = "payments-" + id;
-    group = "billing-" + id;
-    executor = executorOver(store);
+    topic = fixture.topic();
+    group = fixture.group();
+    executor = executorOver(fixture.store());
   }
 
   @AfterEach
@@ -132,7 +108,7 @@ class DedupPollLoopDeliveryTest {
     ProducerRecord<String, String> record =
         new ProducerRecord<>(topic, partition, null, "charge " + orderNo);
     record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
-    producer.send(record).get();
+    fixture.producer().send(record).get();
   }
 
   private static String orderNo(ConsumerRecord<String, String> record) {
@@ -224,7 +200,7 @@ class DedupPollLoopDeliveryTest {
 
       // The other consumer finishes its work on the order.
       effects.apply("C-held");
-      assertThat(store.complete(held, token, Duration.ofDays(1))).isTrue();
+      assertThat(fixture.store().complete(held, token, Duration.ofDays(1))).isTrue();
 
       await()
           .atMost(WAIT)
@@ -248,7 +224,8 @@ class DedupPollLoopDeliveryTest {
       await().atMost(WAIT).untilAsserted(() -> assertThat(inProgress).hasValueGreaterThan(0));
       assertThat(TestKafka.committedOffsets(group)).isEmpty();
 
-      assertThat(store.fail(held, token, "provider timeout", Duration.ofDays(1))).isTrue();
+      assertThat(fixture.store().fail(held, token, "provider timeout", Duration.ofDays(1)))
+          .isTrue();
 
       await()
           .atMost(WAIT)
@@ -256,7 +233,7 @@ class DedupPollLoopDeliveryTest {
               () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 1L));
     }
     assertThat(effects.all()).containsOnly(Map.entry("D-held", 1));
-    DedupRecord record = store.find(held).orElseThrow();
+    DedupRecord record = fixture.store().find(held).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(record.attempts()).isEqualTo(2);
   }
@@ -264,7 +241,7 @@ class DedupPollLoopDeliveryTest {
   @Test
   void aRecordIsNeitherLostNorSkippedWhileTheDatabaseIsDown() throws Exception {
     TestKafka.createTopics(1, topic);
-    SwitchableDataSource switchable = new SwitchableDataSource(dataSource);
+    SwitchableDataSource switchable = new SwitchableDataSource(fixture.dataSource());
     JdbcDedupStore fragileStore =
         JdbcDedupStore.builder(switchable)
             .retryMaxAttempts(2)
@@ -365,9 +342,11 @@ class DedupPollLoopDeliveryTest {
   /** Another consumer instance claims the key and is still working on it (a live lease). */
   private static int claimElsewhere(DedupKey key) {
     ClaimResult claim =
-        store.claim(
-            new ClaimRequest(
-                key, "other-consumer", Duration.ofMinutes(5), Duration.ofDays(1), null, null));
+        fixture
+            .store()
+            .claim(
+                new ClaimRequest(
+                    key, "other-consumer", Duration.ofMinutes(5), Duration.ofDays(1), null, null));
     assertThat(claim).isInstanceOf(ClaimResult.Claimed.class);
     return ((ClaimResult.Claimed) claim).token();
   }

@@ -3,35 +3,29 @@ package io.consumerdedup.kafka;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
-import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupKeyMissingException;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.jdbc.JdbcDedupStore;
-import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
-import java.util.UUID;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.jspecify.annotations.Nullable;
-import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Records the loop cannot handle (no key, an unreadable key, a failing handler): retried when that
@@ -42,10 +36,7 @@ class DedupPollLoopFailureTest {
   private static final String KEY_HEADER = "order-no";
   private static final Duration WAIT = Duration.ofSeconds(20);
 
-  private static String schema;
-  private static HikariDataSource dataSource;
-  private static JdbcDedupStore store;
-  private static KafkaProducer<String, String> producer;
+  @RegisterExtension static final LoopFixture fixture = new LoopFixture("loop_failure");
 
   private final Effects effects = new Effects();
   private final List<ConsumerRecord<String, String>> deadLettered = new CopyOnWriteArrayList<>();
@@ -53,28 +44,12 @@ class DedupPollLoopFailureTest {
   private String topic;
   private String group;
 
-  @BeforeAll
-  static void setUpClass() {
-    schema = TestDatabase.newSchema("loop_failure");
-    dataSource = TestDatabase.dataSource(schema, 4);
-    store = JdbcDedupStore.builder(dataSource).build();
-    producer = TestKafka.producer();
-  }
-
-  @AfterAll
-  static void tearDownClass() {
-    producer.close();
-    dataSource.close();
-    TestDatabase.dropSchema(schema);
-  }
-
   @BeforeEach
   void setUp() {
-    String id = UUID.randomUUID().toString().substring(0, 8);
-    topic = "payments-" + id;
-    group = "billing-" + id;
+    topic = fixture.topic();
+    group = fixture.group();
     TestKafka.createTopics(1, topic, topic + "-dlt");
-    executor = IdempotentExecutor.builder(store).build();
+    executor = IdempotentExecutor.builder(fixture.store()).build();
   }
 
   @AfterEach
@@ -94,7 +69,7 @@ class DedupPollLoopFailureTest {
   private DedupPollLoop<String, String> loop(
       String fromTopic, String inGroup, IdempotentRecordHandler<String, String> handler) {
     DeadLetterHandler<String, String> publisher =
-        KafkaDeadLetterPublisher.builder(producer).groupId(inGroup).build();
+        KafkaDeadLetterPublisher.builder(fixture.producer()).groupId(inGroup).build();
     return DedupPollLoop.builder(TestKafka.consumerConfig(inGroup), List.of(fromTopic), handler)
         .deadLetterHandler(
             (record, reason) -> {
@@ -114,7 +89,7 @@ class DedupPollLoopFailureTest {
     if (orderNo != null) {
       record.headers().add(KEY_HEADER, orderNo);
     }
-    producer.send(record).get();
+    fixture.producer().send(record).get();
   }
 
   private void send(String orderNo) throws Exception {
@@ -214,7 +189,7 @@ class DedupPollLoopFailureTest {
     assertThat(calls).hasValue(3);
     assertThat(effects.all()).containsOnly(Map.entry("H-1", 1));
     assertThat(deadLettered).isEmpty();
-    DedupRecord record = store.find(DedupKey.of(BIZ_TYPE, "H-1")).orElseThrow();
+    DedupRecord record = fixture.store().find(DedupKey.of(BIZ_TYPE, "H-1")).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(record.attempts()).isEqualTo(3);
   }
@@ -245,7 +220,7 @@ class DedupPollLoopFailureTest {
 
     assertThat(poisonCalls).hasValue(3);
     assertThat(effects.all()).containsOnly(Map.entry("P-2", 1));
-    DedupRecord failed = store.find(DedupKey.of(BIZ_TYPE, "P-1")).orElseThrow();
+    DedupRecord failed = fixture.store().find(DedupKey.of(BIZ_TYPE, "P-1")).orElseThrow();
     assertThat(failed.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(failed.attempts()).isEqualTo(3);
     assertThat(failed.lastError())
@@ -267,7 +242,7 @@ class DedupPollLoopFailureTest {
     }
 
     assertThat(effects.all()).containsOnly(Map.entry("P-1", 1), Map.entry("P-2", 1));
-    DedupRecord replayed = store.find(DedupKey.of(BIZ_TYPE, "P-1")).orElseThrow();
+    DedupRecord replayed = fixture.store().find(DedupKey.of(BIZ_TYPE, "P-1")).orElseThrow();
     assertThat(replayed.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(replayed.attempts()).isEqualTo(4);
   }

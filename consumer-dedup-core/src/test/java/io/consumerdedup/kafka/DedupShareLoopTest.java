@@ -27,6 +27,7 @@ import org.apache.kafka.common.serialization.IntegerDeserializer;
 import org.apache.kafka.common.serialization.IntegerSerializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
 
@@ -48,6 +49,17 @@ class DedupShareLoopTest {
   /** The offsets whose processing returned (applied, or a duplicate), by any loop. */
   private final Set<Long> completed = ConcurrentHashMap.newKeySet();
 
+  /** This test's topic and share group. */
+  private String topic;
+
+  private String group;
+
+  @BeforeEach
+  void names() {
+    topic = fixture.topic();
+    group = fixture.group();
+  }
+
   @AfterEach
   void stop() {
     loops.forEach(DedupShareLoop::close);
@@ -58,18 +70,13 @@ class DedupShareLoopTest {
 
   @Test
   void threeConsumersOfOnePartitionApplyEachKeyOnceThoughDuplicatesAreMixedIn() throws Exception {
-    String topic = fixture.topic();
-    String group = fixture.group();
-    TestKafka.createTopics(1, topic);
-    TestShareGroups.configure(group, Duration.ofSeconds(5));
+    createQueue(Duration.ofSeconds(5));
     int keys = 60;
     Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
     Map<String, Set<String>> byConsumer = new ConcurrentHashMap<>();
     for (int c = 0; c < 3; c++) {
       String consumer = "consumer-" + c;
       start(
-          group,
-          topic,
           Duration.ofMinutes(5),
           record -> {
             applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
@@ -84,24 +91,21 @@ class DedupShareLoopTest {
     await().atMost(WAIT).until(() -> TestShareGroups.members(group) == 3);
     for (int copy = 0; copy < 3; copy++) {
       for (int k = 0; k < keys; k++) {
-        send(topic, "order-" + k, "copy " + copy);
+        send("order-" + k, "copy " + copy);
       }
     }
     await().atMost(WAIT).untilAsserted(() -> assertThat(completed).hasSize(3 * keys));
-    assertQueueEmpty(group, topic);
+    assertQueueEmpty();
     assertThat(applied.values()).allSatisfy(count -> assertThat(count.get()).isEqualTo(1));
     assertThat(byConsumer).as("the consumers shared the partition").hasSizeGreaterThan(1);
   }
 
   @Test
   void aHandlerSlowerThanTheLockKeepsItsRecordAndNeverRunsTwiceAtOnce() throws Exception {
-    String topic = fixture.topic();
-    String group = fixture.group();
-    TestKafka.createTopics(1, topic);
     // Renewed every second: the lock runs out only if the loop's thread stalls for 2 s.
     Duration lock = Duration.ofSeconds(3);
-    TestShareGroups.configure(group, lock);
-    send(topic, "slow-1", "takes three locks");
+    createQueue(lock);
+    send("slow-1", "takes three locks");
     AtomicInteger running = new AtomicInteger();
     AtomicInteger mostAtOnce = new AtomicInteger();
     AtomicInteger runs = new AtomicInteger();
@@ -109,8 +113,6 @@ class DedupShareLoopTest {
     for (int c = 0; c < 2; c++) {
       String consumer = "consumer-" + c;
       start(
-          group,
-          topic,
           Duration.ofMinutes(5),
           record -> {
             runs.incrementAndGet();
@@ -126,7 +128,7 @@ class DedupShareLoopTest {
               deliveries.add(consumer + " delivery " + record.deliveryCount().orElse((short) 0)));
     }
     await().atMost(WAIT).until(() -> runs.get() == 1 && running.get() == 0);
-    assertQueueEmpty(group, topic);
+    assertQueueEmpty();
     assertThat(runs.get()).isEqualTo(1);
     assertThat(mostAtOnce.get()).isEqualTo(1);
     assertThat(deliveries)
@@ -137,15 +139,10 @@ class DedupShareLoopTest {
 
   @Test
   void aFailingHandlerIsReleasedThenDeadLetteredAndRejectedAfterItsAttempts() throws Exception {
-    String topic = fixture.topic();
-    String group = fixture.group();
-    TestKafka.createTopics(1, topic);
-    TestShareGroups.configure(group, Duration.ofSeconds(5));
-    send(topic, "bad-1", "always fails");
+    createQueue(Duration.ofSeconds(5));
+    send("bad-1", "always fails");
     AtomicInteger runs = new AtomicInteger();
     start(
-        group,
-        topic,
         Duration.ofMinutes(5),
         record -> {
           runs.incrementAndGet();
@@ -155,35 +152,29 @@ class DedupShareLoopTest {
     List<ConsumerRecord<String, String>> dead = TestKafka.readFromStart(topic + "-dlt", 1, WAIT);
     assertThat(dead).hasSize(1);
     assertThat(LoopFixture.orderNo(dead.get(0))).isEqualTo("bad-1");
-    assertQueueEmpty(group, topic);
+    assertQueueEmpty();
     assertThat(runs.get()).as("attempts, then rejected: never delivered again").isEqualTo(3);
     assertThat(TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2))).hasSize(1);
   }
 
   @Test
   void aRecordWithoutItsKeyIsDeadLetteredAndRejectedAtOnce() throws Exception {
-    String topic = fixture.topic();
-    String group = fixture.group();
-    TestKafka.createTopics(1, topic);
-    TestShareGroups.configure(group, Duration.ofSeconds(5));
+    createQueue(Duration.ofSeconds(5));
     fixture.producer().send(new ProducerRecord<>(topic, "no header")).get();
-    send(topic, "ok-1", "fine");
+    send("ok-1", "fine");
     AtomicInteger runs = new AtomicInteger();
-    start(group, topic, Duration.ofMinutes(5), record -> runs.incrementAndGet(), b -> b);
+    start(Duration.ofMinutes(5), record -> runs.incrementAndGet(), b -> b);
     List<ConsumerRecord<String, String>> dead = TestKafka.readFromStart(topic + "-dlt", 1, WAIT);
     assertThat(dead).hasSize(1);
     assertThat(dead.get(0).value()).isEqualTo("no header");
     await().atMost(WAIT).until(() -> runs.get() == 1);
-    assertQueueEmpty(group, topic);
+    assertQueueEmpty();
     assertThat(runs.get()).as("only the record with a key ran").isEqualTo(1);
   }
 
   @Test
   void aValueTheDeserializerRejectsIsDeadLetteredWithItsRawBytesThenRejected() throws Exception {
-    String topic = fixture.topic();
-    String group = fixture.group();
-    TestKafka.createTopics(1, topic);
-    TestShareGroups.configure(group, Duration.ofSeconds(5));
+    createQueue(Duration.ofSeconds(5));
     try (KafkaProducer<byte[], byte[]> raw = TestKafka.rawProducer();
         IntegerSerializer integers = new IntegerSerializer()) {
       raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 100))).get();
@@ -230,13 +221,10 @@ class DedupShareLoopTest {
    */
   @Test
   void aConsumerKilledInItsHandlerLeavesItsRecordToAnotherThatAppliesItOnce() throws Exception {
-    String topic = fixture.topic();
-    String group = fixture.group();
-    TestKafka.createTopics(1, topic);
     Duration lock = Duration.ofSeconds(2);
     Duration lease = Duration.ofSeconds(16);
-    TestShareGroups.configure(group, lock);
-    send(topic, "crash-1", "the handler of the first consumer dies in it");
+    createQueue(lock);
+    send("crash-1", "the handler of the first consumer dies in it");
     try (ChildJvm child =
         ChildJvm.start(
             ShareCrashWorker.class,
@@ -252,8 +240,6 @@ class DedupShareLoopTest {
     AtomicInteger runs = new AtomicInteger();
     long killed = System.nanoTime();
     start(
-        group,
-        topic,
         lease,
         record -> {
           runs.incrementAndGet();
@@ -261,7 +247,7 @@ class DedupShareLoopTest {
         },
         b -> b.holdBackOff(Duration.ofMillis(500), Duration.ofSeconds(2)));
     await().atMost(WAIT).until(() -> runs.get() == 1);
-    assertQueueEmpty(group, topic);
+    assertQueueEmpty();
     assertThat(runs.get()).as("applied once, after the dead holder's lease").isEqualTo(1);
     assertThat(Duration.ofNanos(System.nanoTime() - killed)).isGreaterThan(lease.minusSeconds(4));
     assertThat(deliveries)
@@ -269,16 +255,22 @@ class DedupShareLoopTest {
         .containsExactly((short) 2);
   }
 
+  /** Creates this test's topic, of one partition, and its share group's acquisition lock. */
+  private void createQueue(Duration lock) {
+    TestKafka.createTopics(1, topic);
+    TestShareGroups.configure(group, lock);
+  }
+
   /**
    * Stops the loops, then checks that nothing is left in the queue: every record was acknowledged
    * or rejected, none archived or waiting to be delivered again.
    */
-  private void assertQueueEmpty(String group, String topic) {
+  private void assertQueueEmpty() {
     loops.forEach(DedupShareLoop::close);
     assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
   }
 
-  private void send(String topic, String orderNo, String value) throws Exception {
+  private void send(String orderNo, String value) throws Exception {
     ProducerRecord<String, String> record = new ProducerRecord<>(topic, value);
     record.headers().add(LoopFixture.KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
     fixture.producer().send(record).get();
@@ -292,19 +284,12 @@ class DedupShareLoopTest {
     DedupShareLoop.Builder<String, String> apply(DedupShareLoop.Builder<String, String> builder);
   }
 
-  private void start(
-      String group,
-      String topic,
-      Duration lease,
-      RecordHandler<String, String> handler,
-      Customizer customizer) {
-    start(group, topic, lease, handler, customizer, record -> {});
+  private void start(Duration lease, RecordHandler<String, String> handler, Customizer customizer) {
+    start(lease, handler, customizer, record -> {});
   }
 
   /** Starts a share loop; {@code delivered} sees every record offered to its processor. */
   private void start(
-      String group,
-      String topic,
       Duration lease,
       RecordHandler<String, String> handler,
       Customizer customizer,

@@ -3,9 +3,7 @@ package io.consumerdedup.kafka;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
-import com.zaxxer.hikari.HikariDataSource;
-import io.consumerdedup.jdbc.JdbcDedupStore;
-import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.StoreFixture;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -15,46 +13,37 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
-import org.junit.jupiter.api.extension.AfterAllCallback;
-import org.junit.jupiter.api.extension.BeforeAllCallback;
 import org.junit.jupiter.api.extension.BeforeEachCallback;
 import org.junit.jupiter.api.extension.ExtensionContext;
 
 /**
- * What the poll-loop tests share, registered as a static {@code @RegisterExtension}: per test class
- * a schema of its own with the dedup store over it and a String producer; per test a fresh topic
- * name and consumer group, so tests run in any order.
+ * What the poll-loop tests share, registered as a static {@code @RegisterExtension}: the {@link
+ * StoreFixture}'s schema and store (pool of 4), a String producer per test class; per test a fresh
+ * topic name and consumer group, so tests run in any order.
  */
-final class LoopFixture implements BeforeAllCallback, AfterAllCallback, BeforeEachCallback {
+final class LoopFixture extends StoreFixture implements BeforeEachCallback {
   static final String BIZ_TYPE = "payment";
   static final String KEY_HEADER = "order-no";
   static final Duration WAIT = Duration.ofSeconds(20);
 
-  private final String schemaPrefix;
-  private String schema;
-  private HikariDataSource dataSource;
-  private JdbcDedupStore store;
   private KafkaProducer<String, String> producer;
   private String topic;
   private String group;
 
   LoopFixture(String schemaPrefix) {
-    this.schemaPrefix = schemaPrefix;
+    super(schemaPrefix, 4);
   }
 
   @Override
   public void beforeAll(ExtensionContext context) {
-    schema = TestDatabase.newSchema(schemaPrefix);
-    dataSource = TestDatabase.dataSource(schema, 4);
-    store = JdbcDedupStore.builder(dataSource).build();
+    super.beforeAll(context);
     producer = TestKafka.producer();
   }
 
   @Override
   public void afterAll(ExtensionContext context) {
     producer.close();
-    dataSource.close();
-    TestDatabase.dropSchema(schema);
+    super.afterAll(context);
   }
 
   @Override
@@ -62,19 +51,6 @@ final class LoopFixture implements BeforeAllCallback, AfterAllCallback, BeforeEa
     String id = UUID.randomUUID().toString().substring(0, 8);
     topic = "payments-" + id;
     group = "billing-" + id;
-  }
-
-  /** This test class's schema, holding the dedup table. */
-  String schema() {
-    return schema;
-  }
-
-  HikariDataSource dataSource() {
-    return dataSource;
-  }
-
-  JdbcDedupStore store() {
-    return store;
   }
 
   KafkaProducer<String, String> producer() {

@@ -1,0 +1,83 @@
+package io.consumerdedup.core;
+
+import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.core.internal.LeaseRenewer;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+import org.jspecify.annotations.Nullable;
+
+/**
+ * The steps of {@link IdempotentExecutor#claim}: one delivery's claim sent, its answer turned into
+ * a held claim, a duplicate or a conflict, and another consumer's live lease waited out under
+ * {@link InProgressPolicy#WAIT}, as {@link BatchClaims} does for a batch.
+ */
+final class SingleClaims {
+  private static final Duration FIRST_WAIT_BACKOFF = Duration.ofMillis(50);
+  private static final Duration LONGEST_WAIT_BACKOFF = Duration.ofSeconds(1);
+
+  private final ClaimCalls calls;
+  private final ClaimAnswers answers;
+  private final LeaseRenewer renewer;
+  private final DedupListener listener;
+  private final boolean inTransaction;
+  private final InProgressPolicy inProgressPolicy;
+  private final Duration waitTimeout;
+
+  SingleClaims(
+      ClaimCalls calls,
+      ClaimAnswers answers,
+      LeaseRenewer renewer,
+      DedupListener listener,
+      DedupMode mode,
+      InProgressPolicy inProgressPolicy,
+      Duration waitTimeout) {
+    this.calls = calls;
+    this.answers = answers;
+    this.renewer = renewer;
+    this.listener = listener;
+    this.inTransaction = mode == DedupMode.TRANSACTIONAL;
+    this.inProgressPolicy = inProgressPolicy;
+    this.waitTimeout = waitTimeout;
+  }
+
+  DedupClaim claim(DedupKey key, @Nullable String fingerprint, @Nullable String source) {
+    ClaimRequest request = calls.request(key, fingerprint, source);
+    long waitDeadline = System.nanoTime() + waitTimeout.toNanos();
+    Duration backoff = FIRST_WAIT_BACKOFF;
+    while (true) {
+      long sentNanos = System.nanoTime();
+      ClaimResult claim = calls.claim(request, sentNanos);
+      if (claim instanceof ClaimResult.Claimed claimed) {
+        return answers.started(
+            claimed, source, inTransaction ? null : renewer.start(claimed, sentNanos), sentNanos);
+      }
+      DedupRecord existing = ((ClaimResult.Taken) claim).existing();
+      DedupClaim done = answers.duplicateOrConflict(key, fingerprint, source, existing);
+      if (done != null) {
+        return done;
+      }
+      long remaining = waitDeadline - System.nanoTime();
+      // In a transaction there is nothing to wait for: only a separate-mode holder (mixed modes
+      // on one key) can be in progress, and waiting would hold the caller's transaction open.
+      if (inProgressPolicy == InProgressPolicy.THROW || inTransaction || remaining <= 0) {
+        // Reported once per delivery that gives up, however long it waited.
+        listener.inProgress(key, existing);
+        throw new DedupInProgressException(key, existing, source);
+      }
+      sleep(Math.min(backoff.toNanos(), remaining), key, existing, source);
+      backoff = Durations.doubling(backoff, LONGEST_WAIT_BACKOFF, 2);
+    }
+  }
+
+  private static void sleep(
+      long nanos, DedupKey key, DedupRecord existing, @Nullable String source) {
+    try {
+      TimeUnit.NANOSECONDS.sleep(nanos);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      DedupInProgressException inProgress = new DedupInProgressException(key, existing, source);
+      inProgress.addSuppressed(e);
+      throw inProgress;
+    }
+  }
+}

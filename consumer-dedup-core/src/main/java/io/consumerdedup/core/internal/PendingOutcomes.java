@@ -1,0 +1,246 @@
+package io.consumerdedup.core.internal;
+
+import io.consumerdedup.core.DedupExecutorClosedException;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupLeaseLostException;
+import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.DedupStoreUnavailableException;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * The outcomes not written yet, by key (queued for the {@link SuccessMarkWriter}, or kept after a
+ * write failed), and how each one ends: one fenced write settles it, written or taken over; an
+ * outcome that could not be written is kept, its lease still renewed, and retried in the background
+ * until it is settled. {@link Outcomes} and the {@link SuccessMarkWriter} both settle through here.
+ */
+final class PendingOutcomes {
+  private static final Logger log = LoggerFactory.getLogger(PendingOutcomes.class);
+
+  private final DedupStore store;
+  private final DedupListener listener;
+  private final LeaseRenewer renewer;
+  private final Duration successRetention;
+  private final Duration failedRetention;
+  private final Duration retryPeriod;
+  private final Map<DedupKey, PendingOutcome> pending = new ConcurrentHashMap<>();
+  private volatile boolean closed;
+
+  PendingOutcomes(
+      DedupStore store,
+      DedupListener listener,
+      LeaseRenewer renewer,
+      Duration successRetention,
+      Duration failedRetention,
+      Duration retryPeriod) {
+    this.store = store;
+    this.listener = listener;
+    this.renewer = renewer;
+    this.successRetention = successRetention;
+    this.failedRetention = failedRetention;
+    this.retryPeriod = retryPeriod;
+  }
+
+  /** Notes {@code outcome} as on its way, so that this process does not run its key again. */
+  void add(PendingOutcome outcome) {
+    pending.put(outcome.key, outcome);
+  }
+
+  /** Whether an outcome of {@code key} is still to be written (queued, or kept for retrying). */
+  boolean contains(DedupKey key) {
+    return pending.containsKey(key);
+  }
+
+  /**
+   * Writes the kept outcome of an earlier attempt of {@code key}, if there is one.
+   *
+   * @throws DedupStoreUnavailableException the kept outcome still cannot be written
+   */
+  void settle(DedupKey key, @Nullable String source) {
+    PendingOutcome kept = pending.get(key);
+    if (kept == null) {
+      return;
+    }
+    try {
+      write(kept);
+    } catch (DedupStoreException e) {
+      throw new DedupStoreUnavailableException(
+          "The "
+              + kept.status()
+              + " of an earlier attempt ("
+              + kept.token
+              + ") of this key is not recorded yet; not running the handler again until it is",
+          key,
+          source,
+          e);
+    }
+  }
+
+  /**
+   * One fenced write of {@code outcome}; true if it is written (now or by an earlier try), false if
+   * another consumer holds the key. Either way the outcome is settled: renewal stops, the listener
+   * hears of it.
+   */
+  boolean write(PendingOutcome outcome) {
+    return settle(
+        outcome,
+        outcome.error == null
+            ? store.complete(outcome.key, outcome.token, successRetention)
+            : store.fail(outcome.key, outcome.token, outcome.error, failedRetention));
+  }
+
+  /** Settles {@code outcome} after a write that applied ({@code written}) or was fenced out. */
+  boolean settle(PendingOutcome outcome, boolean written) {
+    if (!outcome.settled.compareAndSet(false, true)) {
+      return written; // settled concurrently by the background retry
+    }
+    pending.remove(outcome.key, outcome);
+    outcome.cancelRetries();
+    if (written) {
+      outcome.renewal.stop();
+      if (outcome.kept) {
+        log.info(
+            "Recorded the {} of {} (attempt {}) that could not be written earlier",
+            outcome.status(),
+            DeliverySources.where(outcome.key, outcome.source),
+            outcome.token);
+      }
+      if (outcome.error == null) {
+        listener.completed(outcome.key, outcome.token, outcome.handlerTime);
+      }
+      outcome.written.complete(null);
+      return true;
+    }
+    outcome.renewal.markLost();
+    log.warn(
+        "Lease on {} (attempt {}) was taken over by another consumer; its {} was not recorded so"
+            + " as not to overwrite the new holder",
+        DeliverySources.where(outcome.key, outcome.source),
+        outcome.token,
+        outcome.status());
+    listener.leaseLost(outcome.key, outcome.token);
+    outcome.written.completeExceptionally(
+        new DedupLeaseLostException(outcome.key, outcome.token, outcome.status(), outcome.source));
+    return false;
+  }
+
+  /** Keeps {@code outcome}, which could not be written, and retries it in the background. */
+  void keep(PendingOutcome outcome, DedupStoreException error) {
+    listener.storeFailed(outcome.key, error);
+    outcome.kept = true;
+    PendingOutcome earlier = pending.put(outcome.key, outcome);
+    if (earlier != null && earlier != outcome) {
+      earlier.cancelRetries(); // a later attempt of the key supersedes it
+    }
+    outcome.retries = renewer.repeat(() -> retry(outcome), retryPeriod);
+  }
+
+  private void retry(PendingOutcome outcome) {
+    if (outcome.settled.get() || !outcome.retrying.compareAndSet(false, true)) {
+      return;
+    }
+    try {
+      write(outcome);
+    } catch (DedupStoreException e) {
+      if (outcome.renewal.isLeaseLost() && !outcome.lapseReported) {
+        outcome.lapseReported = true;
+        log.error(
+            "The {} of {} (attempt {}) is still not recorded and its lease may have run out:"
+                + " another consumer may take the key over and run its handler again. Still"
+                + " retrying: {}",
+            outcome.status(),
+            DeliverySources.where(outcome.key, outcome.source),
+            outcome.token,
+            e.getMessage());
+      }
+    } catch (RuntimeException | Error e) {
+      log.warn("Retrying the {} of {} failed", outcome.status(), outcome.key, e);
+    } finally {
+      outcome.retrying.set(false);
+    }
+  }
+
+  /**
+   * The write of {@code open} failed: keeps each outcome for the background retry (unless closed)
+   * and fails its future.
+   */
+  void notWritten(List<PendingOutcome> open, DedupStoreException e) {
+    for (PendingOutcome outcome : open) {
+      if (outcome.settled.get()) {
+        continue; // settled before the failure
+      }
+      boolean keeping = !closed; // once closed, nothing retries in the background
+      try {
+        if (keeping) {
+          keep(outcome, e);
+        } else {
+          pending.remove(outcome.key, outcome);
+        }
+      } catch (RuntimeException keepFailed) {
+        log.warn("Could not keep the SUCCESS of {} for retrying", outcome.key, keepFailed);
+      } finally {
+        outcome.written.completeExceptionally(
+            keeping
+                ? notRecordedYet(outcome.key, outcome.source, e)
+                : closedBeforeWritten(outcome, e));
+      }
+    }
+  }
+
+  static DedupStoreUnavailableException notRecordedYet(
+      DedupKey key, @Nullable String source, DedupStoreException e) {
+    return new DedupStoreUnavailableException(
+        "Handler succeeded but SUCCESS is not recorded yet; it is retried in the background while"
+            + " the lease is held, and a redelivery is answered once it is recorded",
+        key,
+        source,
+        e);
+  }
+
+  private static DedupExecutorClosedException closedBeforeWritten(
+      PendingOutcome outcome, @Nullable Throwable cause) {
+    return new DedupExecutorClosedException(
+        "The executor was closed before the " + outcome.status() + " of this key was recorded",
+        outcome.key,
+        outcome.source,
+        cause);
+  }
+
+  /** Outcomes still not recorded, by key: for diagnostics. */
+  Map<DedupKey, String> unrecorded() {
+    Map<DedupKey, String> view = new ConcurrentHashMap<>();
+    pending.forEach((key, outcome) -> view.put(key, outcome.status()));
+    return view;
+  }
+
+  /** From now on an outcome that cannot be written is given up rather than kept. */
+  void stopKeeping() {
+    closed = true;
+  }
+
+  /**
+   * Gives up the outcomes still not recorded (logged at ERROR), their futures failed with {@link
+   * DedupExecutorClosedException}.
+   */
+  void giveUp() {
+    pending.forEach(
+        (key, outcome) -> {
+          outcome.cancelRetries();
+          outcome.written.completeExceptionally(closedBeforeWritten(outcome, null));
+          log.error(
+              "Closing with the {} of {} (attempt {}) not recorded: once its lease runs out,"
+                  + " another consumer may run the handler for the key again",
+              outcome.status(),
+              DeliverySources.where(key, outcome.source),
+              outcome.token);
+        });
+    pending.clear();
+  }
+}

@@ -1,0 +1,234 @@
+package io.consumerdedup.core.internal;
+
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.DedupStoreException;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.RejectedExecutionException;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Writes SUCCESS marks grouped: a writer thread sends as many as are queued in one store call, so
+ * the callers go on to their next records while the marks are written. A mark parked for the next
+ * claim of its thread ({@link #park}) rides with that claim instead, or goes to the writer thread
+ * if no claim comes soon. Each mark ends settled or kept through {@link PendingOutcomes}.
+ */
+final class SuccessMarkWriter {
+  private static final Logger log = LoggerFactory.getLogger(SuccessMarkWriter.class);
+
+  /** A poll's worth of marks, and a bound on the statement's arrays. */
+  private static final int MAX_MARKS_PER_WRITE = 1000;
+
+  /**
+   * How long a SUCCESS mark waits for the next claim of its thread ({@link #park}) before the
+   * writer thread writes it on its own: a record's claim follows the previous record's handler at
+   * once, unless the poll has ended.
+   */
+  private static final Duration PARKED_MARK_WAIT = Duration.ofMillis(5);
+
+  private final DedupStore store;
+  private final LeaseRenewer renewer;
+  private final PendingOutcomes pending;
+  private final Duration successRetention;
+  private final Duration closeWait;
+  private final BlockingQueue<PendingOutcome> marks = new LinkedBlockingQueue<>();
+
+  /** Per thread, the SUCCESS mark that waits to be written with the thread's next claim. */
+  private final Map<Thread, PendingOutcome> parked = new ConcurrentHashMap<>();
+
+  private @Nullable Thread writer; // guarded by marks
+  private volatile boolean closed; // set under marks
+  private volatile boolean writing;
+
+  /**
+   * @param closeWait how long {@link #close()} waits for the writer thread to end
+   */
+  SuccessMarkWriter(
+      DedupStore store,
+      LeaseRenewer renewer,
+      PendingOutcomes pending,
+      Duration successRetention,
+      Duration closeWait) {
+    this.store = store;
+    this.renewer = renewer;
+    this.pending = pending;
+    this.successRetention = successRetention;
+    this.closeWait = closeWait;
+  }
+
+  /** Hands {@code outcome} to the writer thread; once closed, writes it on the calling thread. */
+  void queue(PendingOutcome outcome) {
+    synchronized (marks) {
+      if (!closed) {
+        marks.add(outcome);
+        Thread current = writer;
+        // A writer that died (an Error escaped it) is replaced; the marks it left queued are its
+        // successor's. Marks it had taken were settled or kept before it died.
+        if (current == null || !current.isAlive()) {
+          writer = new Thread(this::writeQueuedMarks, "consumer-dedup-outcome-writer");
+          writer.setDaemon(true);
+          writer.start();
+        }
+        return;
+      }
+    }
+    // Closed: no writer any more, so one write now, on the caller's thread, rather than none.
+    writeMarks(List.of(outcome));
+  }
+
+  /**
+   * Leaves {@code outcome} for the next claim of the calling thread ({@link #takeParked}). If the
+   * thread sends none within {@link #PARKED_MARK_WAIT}, or parks another mark first, or {@link
+   * #flushParked()} is called, it is queued for the writer thread.
+   */
+  void park(PendingOutcome outcome) {
+    Thread thread = Thread.currentThread();
+    PendingOutcome earlier = parked.put(thread, outcome);
+    if (earlier != null) {
+      earlier.unpark();
+      queue(earlier); // no claim came between the two
+    }
+    try {
+      if (!closed) {
+        outcome.unparking =
+            renewer.after(
+                PARKED_MARK_WAIT,
+                () -> {
+                  if (parked.remove(thread, outcome)) {
+                    queue(outcome);
+                  }
+                });
+        return;
+      }
+    } catch (RejectedExecutionException e) {
+      // Closed meanwhile: no timer any more.
+    }
+    flushParked(); // closed: written now, on this thread
+  }
+
+  /** Hands the calling thread's mark that waits for its next claim to the writer thread now. */
+  void flushParked() {
+    PendingOutcome mark = parked.remove(Thread.currentThread());
+    if (mark != null) {
+      mark.unpark();
+      queue(mark);
+    }
+  }
+
+  /**
+   * The SUCCESS mark that the calling thread left for its next claim, taken for the claim of {@code
+   * claimed}; null if there is none, or it is of the same key (written first then, as any pending
+   * outcome of the key).
+   */
+  @Nullable PendingOutcome takeParked(DedupKey claimed) {
+    if (parked.isEmpty()) {
+      return null;
+    }
+    Thread thread = Thread.currentThread();
+    PendingOutcome mark = parked.get(thread);
+    if (mark == null || mark.key.equals(claimed) || !parked.remove(thread, mark)) {
+      return null;
+    }
+    mark.unpark();
+    return mark.settled.get() ? null : mark;
+  }
+
+  /**
+   * Writes the queued SUCCESS marks, as many as are queued at once in one store call: while one
+   * call is on its way, the marks of the next records gather for the next one. Runs until closed;
+   * the marks queued then are written by {@link #close()}.
+   */
+  private void writeQueuedMarks() {
+    List<PendingOutcome> group = new ArrayList<>();
+    while (!closed) {
+      try {
+        group.add(marks.take());
+      } catch (InterruptedException e) {
+        return; // closing
+      }
+      marks.drainTo(group, MAX_MARKS_PER_WRITE - 1);
+      writing = true;
+      try {
+        writeMarks(group);
+      } finally {
+        writing = false;
+        group.clear();
+      }
+    }
+  }
+
+  /**
+   * Writes the marks in one store call. Whatever the call throws, an Error included, each mark ends
+   * written, lost, or kept for the background retry with its future failed: none is dropped, and no
+   * waiter waits on a future that nobody completes.
+   */
+  private void writeMarks(List<PendingOutcome> group) {
+    List<PendingOutcome> open = group.stream().filter(outcome -> !outcome.settled.get()).toList();
+    if (open.isEmpty()) {
+      return;
+    }
+    List<ClaimResult.Claimed> claims =
+        open.stream().map(outcome -> outcome.renewal.claim()).toList();
+    try {
+      FaultPoints.reached(FaultPoints.Point.BEFORE_SUCCESS_MARK);
+      Set<DedupKey> lost = new HashSet<>(store.completeAll(claims, successRetention));
+      FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
+      open.forEach(outcome -> pending.settle(outcome, !lost.contains(outcome.key)));
+    } catch (DedupStoreException e) {
+      pending.notWritten(open, e);
+      log.warn(
+          "Handlers for {} succeeded, but SUCCESS could not be recorded yet; keeping the leases"
+              + " and retrying in the background: {}",
+          open.stream().map(outcome -> DeliverySources.where(outcome.key, outcome.source)).toList(),
+          e.getMessage());
+    } catch (RuntimeException | Error e) {
+      // An Error too (an OutOfMemoryError from getConnection): the writer lives on, and the
+      // outcomes are retried like those of an outage.
+      log.error("Writing SUCCESS marks failed unexpectedly; retrying in the background", e);
+      pending.notWritten(open, new DedupStoreException(e.toString(), null, null, e));
+    }
+  }
+
+  /** Stops the writer thread and writes the marks still queued or parked, once. */
+  void close() {
+    Thread current;
+    synchronized (marks) {
+      closed = true;
+      current = writer;
+    }
+    if (current != null) {
+      // Woken only when idle: an interrupt could fail the store call of the marks in flight. A
+      // writer that is busy sees the flag once its call returns (bounded by the store's timeouts)
+      // and settles those marks itself.
+      if (!writing) {
+        current.interrupt();
+      }
+      try {
+        current.join(closeWait.toMillis());
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+    }
+    List<PendingOutcome> queued = new ArrayList<>();
+    marks.drainTo(queued);
+    parked.forEach(
+        (thread, mark) -> {
+          if (parked.remove(thread, mark)) {
+            mark.unpark();
+            queued.add(mark);
+          }
+        });
+    writeMarks(queued);
+  }
+}
