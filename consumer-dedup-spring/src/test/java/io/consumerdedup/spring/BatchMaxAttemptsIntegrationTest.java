@@ -12,14 +12,12 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.testing.TestKafka;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -34,14 +32,11 @@ import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.BatchListenerFailedException;
-import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.MessageListenerContainer;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
-import org.springframework.util.backoff.FixedBackOff;
 
 /**
  * {@code consumer-dedup.max-attempts=3} for a batch listener that always fails at one record (a
@@ -131,9 +126,7 @@ class BatchMaxAttemptsIntegrationTest {
   }
 
   private static long committed() throws Exception {
-    OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), TOPIC, TOPIC, 0);
-    return offset == null ? -1 : offset.offset();
+    return SpringTestEnvironment.committed(TOPIC, TOPIC, 0);
   }
 
   /** Per key, how often the listener was given its record. */
@@ -156,8 +149,7 @@ class BatchMaxAttemptsIntegrationTest {
     /** Ten deliveries in memory, five seconds apart, then the dead-letter topic. */
     @Bean
     DefaultErrorHandler errorHandler(KafkaTemplate<Object, Object> template) {
-      return new DefaultErrorHandler(
-          new DeadLetterPublishingRecoverer(template), new FixedBackOff(5_000, 9));
+      return SpringTestEnvironment.deadLettering(template, 5_000, 9);
     }
 
     @Bean
@@ -184,11 +176,7 @@ class BatchMaxAttemptsIntegrationTest {
           throw new BatchListenerFailedException(
               "declined", new IllegalStateException("declined at call " + call), i);
         }
-        jdbc.update(
-            "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
-            TOPIC,
-            key,
-            record.value());
+        SpringTestEnvironment.effect(jdbc, TOPIC, key, record.value());
       }
     }
   }

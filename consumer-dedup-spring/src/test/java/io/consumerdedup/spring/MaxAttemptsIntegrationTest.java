@@ -12,7 +12,6 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.testing.TestKafka;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -20,7 +19,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.IntStream;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -33,15 +31,11 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.MessageListenerContainer;
-import org.springframework.kafka.listener.RecordInterceptor;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
-import org.springframework.util.backoff.FixedBackOff;
 
 /**
  * A record listener that always fails, with an error handler that would deliver a record ten times
@@ -66,6 +60,7 @@ class MaxAttemptsIntegrationTest {
   }
 
   @Autowired KafkaTemplate<String, String> template;
+  @Autowired DeliveryCounter<String> deliveries;
   @Autowired DedupStore store;
   @Autowired IdempotentExecutors executors;
   @Autowired KafkaListenerEndpointRegistry registry;
@@ -91,7 +86,7 @@ class MaxAttemptsIntegrationTest {
         .contains("card declined, call 3");
     await().atMost(WAIT).until(() -> committed(FAILING) == 1);
     assertThat(Calls.of("M-1")).as("listener runs, across the restart").isEqualTo(3);
-    assertThat(Deliveries.of("M-1"))
+    assertThat(deliveries.of("M-1"))
         .as("deliveries: the third attempt's failure went to the recoverer at once")
         .isEqualTo(3);
     DedupRecord record = store.find(key).orElseThrow();
@@ -139,7 +134,7 @@ class MaxAttemptsIntegrationTest {
         .contains("the bank said no 3");
     await().atMost(WAIT).until(() -> committed(SPENT) == 1);
     assertThat(Calls.of("S-1")).isZero();
-    assertThat(Deliveries.of("S-1")).as("to the recoverer at once").isEqualTo(1);
+    assertThat(deliveries.of("S-1")).as("to the recoverer at once").isEqualTo(1);
     DedupRecord record = store.find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(record.attempts()).as("the claim that found them spent is not counted").isEqualTo(3);
@@ -157,9 +152,7 @@ class MaxAttemptsIntegrationTest {
   }
 
   private static long committed(String topic) throws Exception {
-    OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, 0);
-    return offset == null ? -1 : offset.offset();
+    return SpringTestEnvironment.committed(topic, topic, 0);
   }
 
   /** Per key, how often the listener ran. */
@@ -176,34 +169,19 @@ class MaxAttemptsIntegrationTest {
     }
   }
 
-  /** Per key, how often the container delivered its record. */
-  static final class Deliveries {
-    static final Map<String, AtomicInteger> byKey = new ConcurrentHashMap<>();
-
-    static int of(String key) {
-      AtomicInteger deliveries = byKey.get(key);
-      return deliveries == null ? 0 : deliveries.get();
-    }
-  }
-
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
     /** Ten deliveries in memory, five seconds apart, then the dead-letter topic. */
     @Bean
     DefaultErrorHandler errorHandler(KafkaTemplate<Object, Object> template) {
-      return new DefaultErrorHandler(
-          new DeadLetterPublishingRecoverer(template), new FixedBackOff(5_000, 9));
+      return SpringTestEnvironment.deadLettering(template, 5_000, 9);
     }
 
+    /** Per key, how often the container delivered its record. */
     @Bean
-    RecordInterceptor<Object, Object> deliveryCounter() {
-      return (record, consumer) -> {
-        Deliveries.byKey
-            .computeIfAbsent(header(record, "order-no"), k -> new AtomicInteger())
-            .incrementAndGet();
-        return record;
-      };
+    DeliveryCounter<String> deliveries() {
+      return new DeliveryCounter<>(record -> header(record, "order-no"));
     }
 
     @Bean
