@@ -14,9 +14,6 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -50,6 +47,9 @@ import org.springframework.test.context.DynamicPropertySource;
 @DirtiesContext
 @ExtendWith(OutputCaptureExtension.class)
 class BatchMaxAttemptsIntegrationTest {
+  /** Per key, how often the listener was given its record. */
+  static final Counts<String> calls = new Counts<>();
+
   static final Duration WAIT = Duration.ofSeconds(60);
   static final String TOPIC = "batch-max-attempts";
 
@@ -85,7 +85,7 @@ class BatchMaxAttemptsIntegrationTest {
     DedupKey failing = DedupKey.of("batch-declined", "B-FAIL");
     await()
         .atMost(WAIT)
-        .until(() -> Calls.of("B-FAIL") == 2 && status(failing) == DedupStatus.FAILED);
+        .until(() -> calls.of("B-FAIL") == 2 && status(failing) == DedupStatus.FAILED);
     container.stop(); // within the error handler's 5 s back-off: a restart of the consumer
     container.start();
 
@@ -100,8 +100,8 @@ class BatchMaxAttemptsIntegrationTest {
         .contains("DedupAttemptsExhaustedException", "the bank said no 3");
     await().atMost(WAIT).until(() -> committed() == 5);
 
-    assertThat(Calls.of("B-FAIL")).as("listener runs for B-FAIL, across the restart").isEqualTo(3);
-    assertThat(Calls.of("B-SPENT")).isZero();
+    assertThat(calls.of("B-FAIL")).as("listener runs for B-FAIL, across the restart").isEqualTo(3);
+    assertThat(calls.of("B-SPENT")).isZero();
     for (String key : List.of("B-1", "B-2", "B-3")) {
       assertThat(SpringTestEnvironment.effects(jdbc, TOPIC, key)).as(key).isEqualTo(1);
     }
@@ -127,20 +127,6 @@ class BatchMaxAttemptsIntegrationTest {
 
   private static long committed() throws Exception {
     return SpringTestEnvironment.committed(TOPIC, TOPIC, 0);
-  }
-
-  /** Per key, how often the listener was given its record. */
-  static final class Calls {
-    static final Map<String, AtomicInteger> byKey = new ConcurrentHashMap<>();
-
-    static int count(String key) {
-      return byKey.computeIfAbsent(key, k -> new AtomicInteger()).incrementAndGet();
-    }
-
-    static int of(String key) {
-      AtomicInteger calls = byKey.get(key);
-      return calls == null ? 0 : calls.get();
-    }
   }
 
   @SpringBootConfiguration
@@ -171,7 +157,7 @@ class BatchMaxAttemptsIntegrationTest {
       for (int i = 0; i < records.size(); i++) {
         ConsumerRecord<String, String> record = records.get(i);
         String key = header(record, "order-no");
-        int call = Calls.count(key);
+        int call = calls.count(key);
         if (key.equals("B-FAIL")) {
           throw new BatchListenerFailedException(
               "declined", new IllegalStateException("declined at call " + call), i);

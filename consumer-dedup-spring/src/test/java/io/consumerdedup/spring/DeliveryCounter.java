@@ -1,8 +1,5 @@
 package io.consumerdedup.spring;
 
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Function;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -14,7 +11,7 @@ import org.springframework.kafka.listener.RecordInterceptor;
  * factory uses it, and consumer-dedup's record interceptor composes with it.
  */
 final class DeliveryCounter<T> implements RecordInterceptor<Object, Object> {
-  private final Map<T, AtomicInteger> counts = new ConcurrentHashMap<>();
+  private final Counts<T> counts = new Counts<>();
   private final Function<ConsumerRecord<Object, Object>, T> by;
 
   DeliveryCounter(Function<ConsumerRecord<Object, Object>, T> by) {
@@ -24,13 +21,12 @@ final class DeliveryCounter<T> implements RecordInterceptor<Object, Object> {
   @Override
   public ConsumerRecord<Object, Object> intercept(
       ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
-    counts.computeIfAbsent(by.apply(record), k -> new AtomicInteger()).incrementAndGet();
+    counts.count(by.apply(record));
     return record;
   }
 
   /** The deliveries counted for {@code value}; 0 if none. */
   int of(T value) {
-    AtomicInteger count = counts.get(value);
-    return count == null ? 0 : count.get();
+    return counts.of(value);
   }
 }

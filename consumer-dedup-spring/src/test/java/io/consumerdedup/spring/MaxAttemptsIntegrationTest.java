@@ -14,9 +14,6 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.IntStream;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.Test;
@@ -49,6 +46,9 @@ import org.springframework.test.context.DynamicPropertySource;
 @DirtiesContext
 @ExtendWith(OutputCaptureExtension.class)
 class MaxAttemptsIntegrationTest {
+  /** Per key, how often the listener ran. */
+  static final Counts<String> calls = new Counts<>();
+
   static final Duration WAIT = Duration.ofSeconds(60);
   static final String FAILING = "max-attempts";
   static final String SPENT = "max-attempts-spent";
@@ -71,7 +71,7 @@ class MaxAttemptsIntegrationTest {
     DedupKey key = DedupKey.of("declined", "M-1");
     send(template, FAILING, "charge 12.00", "order-no", "M-1");
 
-    await().atMost(WAIT).until(() -> Calls.of("M-1") == 2 && status(key) == DedupStatus.FAILED);
+    await().atMost(WAIT).until(() -> calls.of("M-1") == 2 && status(key) == DedupStatus.FAILED);
     MessageListenerContainer container = registry.getListenerContainer(FAILING);
     container.stop(); // within the error handler's 5 s back-off: a restart of the consumer
     assertThat(committed(FAILING)).as("nothing committed past the failed record").isEqualTo(-1);
@@ -85,7 +85,7 @@ class MaxAttemptsIntegrationTest {
         .contains("Gave up after 3 failed attempts of at most 3")
         .contains("card declined, call 3");
     await().atMost(WAIT).until(() -> committed(FAILING) == 1);
-    assertThat(Calls.of("M-1")).as("listener runs, across the restart").isEqualTo(3);
+    assertThat(calls.of("M-1")).as("listener runs, across the restart").isEqualTo(3);
     assertThat(deliveries.of("M-1"))
         .as("deliveries: the third attempt's failure went to the recoverer at once")
         .isEqualTo(3);
@@ -133,7 +133,7 @@ class MaxAttemptsIntegrationTest {
         .contains("Gave up after 3 failed attempts of at most 3")
         .contains("the bank said no 3");
     await().atMost(WAIT).until(() -> committed(SPENT) == 1);
-    assertThat(Calls.of("S-1")).isZero();
+    assertThat(calls.of("S-1")).isZero();
     assertThat(deliveries.of("S-1")).as("to the recoverer at once").isEqualTo(1);
     DedupRecord record = store.find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
@@ -153,20 +153,6 @@ class MaxAttemptsIntegrationTest {
 
   private static long committed(String topic) throws Exception {
     return SpringTestEnvironment.committed(topic, topic, 0);
-  }
-
-  /** Per key, how often the listener ran. */
-  static final class Calls {
-    static final Map<String, AtomicInteger> byKey = new ConcurrentHashMap<>();
-
-    static int count(String key) {
-      return byKey.computeIfAbsent(key, k -> new AtomicInteger()).incrementAndGet();
-    }
-
-    static int of(String key) {
-      AtomicInteger calls = byKey.get(key);
-      return calls == null ? 0 : calls.get();
-    }
   }
 
   @SpringBootConfiguration
@@ -194,14 +180,14 @@ class MaxAttemptsIntegrationTest {
     @Idempotent(bizType = "declined", header = "order-no")
     @KafkaListener(id = FAILING, topics = FAILING)
     public void charge(ConsumerRecord<String, String> record) {
-      int call = Calls.count(header(record, "order-no"));
+      int call = calls.count(header(record, "order-no"));
       throw new IllegalStateException("card declined, call " + call);
     }
 
     @Idempotent(bizType = "spent", header = "order-no")
     @KafkaListener(id = SPENT, topics = SPENT)
     public void chargeSpent(ConsumerRecord<String, String> record) {
-      Calls.count(header(record, "order-no"));
+      calls.count(header(record, "order-no"));
     }
   }
 }
