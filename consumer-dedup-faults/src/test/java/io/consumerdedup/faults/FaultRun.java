@@ -139,9 +139,18 @@ final class FaultRun implements AutoCloseable {
   // ---- producing
 
   void produce(int count, String prefix) {
-    List<String[]> records = new ArrayList<>();
+    List<String> keys = new ArrayList<>();
     for (int i = 0; i < count; i++) {
-      records.add(new String[] {prefix + i, "payload of " + prefix + i});
+      keys.add(prefix + i);
+    }
+    produceKeys(keys);
+  }
+
+  /** Produces a record per key, in order, its value "payload of" the key. */
+  void produceKeys(List<String> keys) {
+    List<String[]> records = new ArrayList<>();
+    for (String key : keys) {
+      records.add(new String[] {key, "payload of " + key});
     }
     produceAll(records);
   }

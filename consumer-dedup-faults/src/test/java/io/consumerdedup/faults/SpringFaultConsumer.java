@@ -133,16 +133,18 @@ public class SpringFaultConsumer {
     properties.put("faults.handler-ms", spec.getOrDefault("handlerMs", "2"));
     properties.put("faults.listener-fault", listenerFault);
     properties.put("faults.transactional", transactional);
-    properties.put(
-        "faults.listener",
-        batchListener
-            ? (acknowledging ? "acknowledging-batch" : "batch")
-            : transactional ? "transactional" : async ? "async" : "record");
     if (spec.containsKey("retryBackOffMs")) {
       properties.put("faults.retry-back-off-ms", spec.get("retryBackOffMs"));
     }
     properties.put("faults.dead-letters", spec.getOrDefault("deadLetters", "false"));
-    SpringApplication application = new SpringApplication(SpringFaultConsumer.class);
+    // The listener of the shape asked for, a bean of the application.
+    Class<?> listener =
+        batchListener
+            ? (acknowledging ? AcknowledgingOrderBatchListener.class : OrderBatchListener.class)
+            : transactional
+                ? TransactionalOrderListener.class
+                : async ? AsyncOrderListener.class : OrderListener.class;
+    SpringApplication application = new SpringApplication(SpringFaultConsumer.class, listener);
     application.setDefaultProperties(properties);
     ConfigurableApplicationContext context = application.run();
     FaultConsumer.announce("STARTED");
@@ -196,36 +198,6 @@ public class SpringFaultConsumer {
   @FunctionalInterface
   interface Effect {
     void apply(String orderNo) throws Exception;
-  }
-
-  @Bean
-  @ConditionalOnProperty(name = "faults.listener", havingValue = "record")
-  OrderListener orderListener(Orders orders) {
-    return new OrderListener(orders);
-  }
-
-  @Bean
-  @ConditionalOnProperty(name = "faults.listener", havingValue = "async")
-  AsyncOrderListener asyncOrderListener(Orders orders) {
-    return new AsyncOrderListener(orders);
-  }
-
-  @Bean
-  @ConditionalOnProperty(name = "faults.listener", havingValue = "transactional")
-  TransactionalOrderListener transactionalOrderListener(Orders orders) {
-    return new TransactionalOrderListener(orders);
-  }
-
-  @Bean
-  @ConditionalOnProperty(name = "faults.listener", havingValue = "batch")
-  OrderBatchListener orderBatchListener(Orders orders) {
-    return new OrderBatchListener(orders);
-  }
-
-  @Bean
-  @ConditionalOnProperty(name = "faults.listener", havingValue = "acknowledging-batch")
-  AcknowledgingOrderBatchListener acknowledgingOrderBatchListener(Orders orders) {
-    return new AcknowledgingOrderBatchListener(orders);
   }
 
   /** The wiring docs/spring-boot.md shows, to the topic the suite reads dead letters from. */

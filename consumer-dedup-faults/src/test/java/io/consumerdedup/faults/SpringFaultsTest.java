@@ -361,21 +361,10 @@ class SpringFaultsTest {
               // then the held one, then the others.
               String flaky = keysInPartition("flaky-", 0, 1).get(0);
               String held = keysInPartition("held-", 0, 1).get(0);
-              List<String[]> records = new ArrayList<>();
-              records.add(new String[] {flaky, "payload of " + flaky});
-              records.add(new String[] {held, "payload of " + held});
-              for (String key : keysInPartition("order-", 0, 18)) {
-                records.add(new String[] {key, "payload of " + key});
-              }
-              try (HikariDataSource dedup = run.pool(2);
-                  IdempotentExecutor other =
-                      IdempotentExecutor.builder(JdbcDedupStore.builder(dedup).build())
-                          .ownerId("other-consumer")
-                          .lease(CrashFaultsTest.LEASE)
-                          .build()) {
-                DedupClaim holder =
-                    other.claim(DedupKey.of(FaultConsumer.BIZ_TYPE, held), null, "other consumer");
-                run.produceAll(records);
+              List<String> keys = new ArrayList<>(List.of(flaky, held));
+              keys.addAll(keysInPartition("order-", 0, 18));
+              try (OtherConsumerHold holder = new OtherConsumerHold(run, held)) {
+                run.produceKeys(keys);
                 run.watchOffsets();
                 run.start("a", null);
                 // The listener failed once and its in-memory retry applied the flaky key, while
@@ -404,7 +393,7 @@ class SpringFaultsTest {
                 if (!heldState.startsWith("held")) {
                   run.violation("F25: the held key was not held during the in-memory retries");
                 }
-                holder.fail(new IllegalStateException("the other consumer gave up"));
+                holder.giveUp();
                 run.faultEnded();
               }
               run.awaitDone(CrashFaultsTest.FINISH_TIMEOUT);
@@ -478,26 +467,12 @@ class SpringFaultsTest {
               List<String> before = keysInPartition("before-", 0, 5);
               String held = keysInPartition("held-", 0, 1).get(0);
               List<String> after = keysInPartition("after-", 0, 15);
-              List<String[]> records = new ArrayList<>();
-              for (String key : before) {
-                records.add(new String[] {key, "payload of " + key});
-              }
-              records.add(new String[] {held, "payload of " + held});
-              for (String key : after) {
-                records.add(new String[] {key, "payload of " + key});
-              }
-              for (String key : keysInPartition("other-", 1, 20)) {
-                records.add(new String[] {key, "payload of " + key});
-              }
-              try (HikariDataSource dedup = run.pool(2);
-                  IdempotentExecutor other =
-                      IdempotentExecutor.builder(JdbcDedupStore.builder(dedup).build())
-                          .ownerId("other-consumer")
-                          .lease(CrashFaultsTest.LEASE)
-                          .build()) {
-                DedupClaim holder =
-                    other.claim(DedupKey.of(FaultConsumer.BIZ_TYPE, held), null, "other consumer");
-                run.produceAll(records);
+              List<String> keys = new ArrayList<>(before);
+              keys.add(held);
+              keys.addAll(after);
+              keys.addAll(keysInPartition("other-", 1, 20));
+              try (OtherConsumerHold holder = new OtherConsumerHold(run, held)) {
+                run.produceKeys(keys);
                 run.watchOffsets();
                 ChildJvm a = run.start("a", null);
                 awaitAtLeast(
@@ -536,13 +511,57 @@ class SpringFaultsTest {
                 if (appliedAfter > 0) {
                   run.violation("F28: records at or after the held key applied while it was held");
                 }
-                holder.fail(new IllegalStateException("the other consumer gave up"));
+                holder.giveUp();
                 run.faultEnded();
               }
               run.awaitDone(CrashFaultsTest.FINISH_TIMEOUT);
             });
     assertThat(verdict.lost()).isZero();
     assertThat(verdict.duplicates()).isZero();
+  }
+
+  /**
+   * Another consumer's live claim of one key (owner {@code other-consumer}, the suite's lease), on
+   * a pool of its own: the consumers under test are told the key is in progress elsewhere until
+   * {@link #giveUp} fails it.
+   */
+  private static final class OtherConsumerHold implements AutoCloseable {
+    private final HikariDataSource pool;
+    private final IdempotentExecutor executor;
+    private final DedupClaim claim;
+
+    OtherConsumerHold(FaultRun run, String key) {
+      pool = run.pool(2);
+      try {
+        executor =
+            IdempotentExecutor.builder(JdbcDedupStore.builder(pool).build())
+                .ownerId("other-consumer")
+                .lease(CrashFaultsTest.LEASE)
+                .build();
+        try {
+          claim = executor.claim(DedupKey.of(FaultConsumer.BIZ_TYPE, key), null, "other consumer");
+        } catch (RuntimeException e) {
+          executor.close();
+          throw e;
+        }
+      } catch (RuntimeException e) {
+        pool.close();
+        throw e;
+      }
+    }
+
+    void giveUp() {
+      claim.fail(new IllegalStateException("the other consumer gave up"));
+    }
+
+    @Override
+    public void close() {
+      try {
+        executor.close();
+      } finally {
+        pool.close();
+      }
+    }
   }
 
   /** Waits until {@code child} has printed {@code text}. */

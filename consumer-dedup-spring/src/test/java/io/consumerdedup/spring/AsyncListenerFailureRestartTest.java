@@ -124,10 +124,8 @@ class AsyncListenerFailureRestartTest {
             if (fail) {
               throw new IllegalStateException("the downstream call failed");
             }
-            jdbc.update(
-                "INSERT INTO effects (listener, biz_key, payload) VALUES ('async-restart', ?, ?)",
-                header(record, "order-no"),
-                record.value());
+            SpringTestEnvironment.effect(
+                jdbc, "async-restart", header(record, "order-no"), record.value());
           });
     }
   }

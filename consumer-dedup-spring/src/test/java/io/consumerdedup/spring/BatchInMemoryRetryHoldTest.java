@@ -10,12 +10,10 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.testing.TestKafka;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -26,7 +24,6 @@ import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -88,9 +85,7 @@ class BatchInMemoryRetryHoldTest {
   }
 
   private long committed() throws Exception {
-    OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), TOPIC, TOPIC, 0);
-    return offset == null ? -1 : offset.offset();
+    return SpringTestEnvironment.committed(TOPIC, TOPIC, 0);
   }
 
   private int effects(String bizKey) {
@@ -120,10 +115,8 @@ class BatchInMemoryRetryHoldTest {
         throw new IllegalStateException("the listener's own failure, once");
       }
       for (ConsumerRecord<String, String> record : records) {
-        jdbc.update(
-            "INSERT INTO effects (listener, biz_key, payload) VALUES ('batch-mem-retry', ?, ?)",
-            header(record, "order-no"),
-            record.value());
+        SpringTestEnvironment.effect(
+            jdbc, "batch-mem-retry", header(record, "order-no"), record.value());
       }
     }
   }

@@ -10,11 +10,9 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.testing.TestKafka;
 import java.time.Duration;
 import java.util.List;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -24,7 +22,6 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -77,9 +74,7 @@ class BatchListenerDefaultsTest {
   }
 
   private long committed() throws Exception {
-    OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), "bd-held", "bd-held", 0);
-    return offset == null ? -1 : offset.offset();
+    return SpringTestEnvironment.committed("bd-held", "bd-held", 0);
   }
 
   private int effects(String bizKey) {
@@ -106,10 +101,8 @@ class BatchListenerDefaultsTest {
     @KafkaListener(id = "bd-held", topics = "bd-held", batch = "true")
     public void charge(List<ConsumerRecord<String, String>> records) {
       for (ConsumerRecord<String, String> record : records) {
-        jdbc.update(
-            "INSERT INTO effects (listener, biz_key, payload) VALUES ('batch-defaults', ?, ?)",
-            header(record, "order-no"),
-            record.value());
+        SpringTestEnvironment.effect(
+            jdbc, "batch-defaults", header(record, "order-no"), record.value());
       }
     }
   }

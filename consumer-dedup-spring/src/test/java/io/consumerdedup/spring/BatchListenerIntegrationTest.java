@@ -14,7 +14,6 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.testing.TestKafka;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.time.Duration;
@@ -28,7 +27,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -44,17 +42,14 @@ import org.springframework.kafka.core.ConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.BatchListenerFailedException;
 import org.springframework.kafka.listener.ContainerProperties;
-import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.test.utils.ContainerTestUtils;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.messaging.Message;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
-import org.springframework.util.backoff.FixedBackOff;
 
 /**
  * {@code @Idempotent} batch listeners in a Spring Boot application with the application's own
@@ -410,9 +405,7 @@ class BatchListenerIntegrationTest {
 
   /** The group's committed offset of partition 0 (the listener id is the topic and the group). */
   private long committed(String topic) throws Exception {
-    OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, 0);
-    return offset == null ? -1 : offset.offset();
+    return SpringTestEnvironment.committed(topic, topic, 0);
   }
 
   private int effects(String listener, String bizKey) {
@@ -433,8 +426,7 @@ class BatchListenerIntegrationTest {
 
     @Bean
     DefaultErrorHandler errorHandler(KafkaTemplate<String, String> template) {
-      DeadLetterPublishingRecoverer recoverer = new DeadLetterPublishingRecoverer(template);
-      return new DefaultErrorHandler(recoverer, new FixedBackOff(50, 3));
+      return SpringTestEnvironment.deadLettering(template, 50, 3);
     }
 
     @Bean
@@ -481,11 +473,7 @@ class BatchListenerIntegrationTest {
     }
 
     void effect(String listener, String bizKey, String payload) {
-      jdbc.update(
-          "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
-          listener,
-          bizKey,
-          payload);
+      SpringTestEnvironment.effect(jdbc, listener, bizKey, payload);
     }
 
     private static List<String> keys(List<ConsumerRecord<String, String>> records) {

@@ -5,13 +5,11 @@ import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
-import io.consumerdedup.testing.TestKafka;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.time.Duration;
 import java.util.List;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -25,7 +23,6 @@ import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.CommonLoggingErrorHandler;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.test.utils.ContainerTestUtils;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -70,10 +67,7 @@ class BatchListenerLoggingErrorHandlerTest {
   }
 
   private long committed() throws Exception {
-    OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(
-            TestKafka.bootstrapServers(), "btl-orders", "btl-orders", 0);
-    return offset == null ? -1 : offset.offset();
+    return SpringTestEnvironment.committed("btl-orders", "btl-orders", 0);
   }
 
   @SpringBootConfiguration
@@ -106,10 +100,7 @@ class BatchListenerLoggingErrorHandlerTest {
     @KafkaListener(id = "btl-orders", topics = "btl-orders", batch = "true")
     public void onBatch(List<ConsumerRecord<String, String>> records) {
       for (ConsumerRecord<String, String> record : records) {
-        jdbc.update(
-            "INSERT INTO effects (listener, biz_key, payload) VALUES ('logged', ?, ?)",
-            header(record, "order-no"),
-            record.value());
+        SpringTestEnvironment.effect(jdbc, "logged", header(record, "order-no"), record.value());
       }
     }
   }

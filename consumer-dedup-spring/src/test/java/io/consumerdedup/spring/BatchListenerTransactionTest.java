@@ -6,7 +6,6 @@ import static org.awaitility.Awaitility.await;
 import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStore;
-import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -15,7 +14,6 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -26,7 +24,6 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.BatchInterceptor;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -72,10 +69,8 @@ class BatchListenerTransactionTest {
         .contains("make it a record listener");
     assertThat(calls).hasValue(0);
     assertThat(store.find(DedupKey.of("btx", "BTX-1"))).isEmpty();
-    OffsetAndMetadata committed =
-        KafkaTestUtils.getCurrentOffset(
-            TestKafka.bootstrapServers(), "btx-orders", "btx-orders", 0);
-    assertThat(committed == null ? -1 : committed.offset()).isLessThanOrEqualTo(0);
+    assertThat(SpringTestEnvironment.committed("btx-orders", "btx-orders", 0))
+        .isLessThanOrEqualTo(0);
   }
 
   private void send(String value, String orderNo) throws Exception {

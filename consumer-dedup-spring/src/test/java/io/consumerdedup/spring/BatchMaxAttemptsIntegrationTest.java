@@ -12,14 +12,9 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.testing.TestKafka;
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -34,14 +29,11 @@ import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.BatchListenerFailedException;
-import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.MessageListenerContainer;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
-import org.springframework.util.backoff.FixedBackOff;
 
 /**
  * {@code consumer-dedup.max-attempts=3} for a batch listener that always fails at one record (a
@@ -55,6 +47,9 @@ import org.springframework.util.backoff.FixedBackOff;
 @DirtiesContext
 @ExtendWith(OutputCaptureExtension.class)
 class BatchMaxAttemptsIntegrationTest {
+  /** Per key, how often the listener was given its record. */
+  static final Counts<String> calls = new Counts<>();
+
   static final Duration WAIT = Duration.ofSeconds(60);
   static final String TOPIC = "batch-max-attempts";
 
@@ -90,7 +85,7 @@ class BatchMaxAttemptsIntegrationTest {
     DedupKey failing = DedupKey.of("batch-declined", "B-FAIL");
     await()
         .atMost(WAIT)
-        .until(() -> Calls.of("B-FAIL") == 2 && status(failing) == DedupStatus.FAILED);
+        .until(() -> calls.of("B-FAIL") == 2 && status(failing) == DedupStatus.FAILED);
     container.stop(); // within the error handler's 5 s back-off: a restart of the consumer
     container.start();
 
@@ -105,8 +100,8 @@ class BatchMaxAttemptsIntegrationTest {
         .contains("DedupAttemptsExhaustedException", "the bank said no 3");
     await().atMost(WAIT).until(() -> committed() == 5);
 
-    assertThat(Calls.of("B-FAIL")).as("listener runs for B-FAIL, across the restart").isEqualTo(3);
-    assertThat(Calls.of("B-SPENT")).isZero();
+    assertThat(calls.of("B-FAIL")).as("listener runs for B-FAIL, across the restart").isEqualTo(3);
+    assertThat(calls.of("B-SPENT")).isZero();
     for (String key : List.of("B-1", "B-2", "B-3")) {
       assertThat(SpringTestEnvironment.effects(jdbc, TOPIC, key)).as(key).isEqualTo(1);
     }
@@ -131,23 +126,7 @@ class BatchMaxAttemptsIntegrationTest {
   }
 
   private static long committed() throws Exception {
-    OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), TOPIC, TOPIC, 0);
-    return offset == null ? -1 : offset.offset();
-  }
-
-  /** Per key, how often the listener was given its record. */
-  static final class Calls {
-    static final Map<String, AtomicInteger> byKey = new ConcurrentHashMap<>();
-
-    static int count(String key) {
-      return byKey.computeIfAbsent(key, k -> new AtomicInteger()).incrementAndGet();
-    }
-
-    static int of(String key) {
-      AtomicInteger calls = byKey.get(key);
-      return calls == null ? 0 : calls.get();
-    }
+    return SpringTestEnvironment.committed(TOPIC, TOPIC, 0);
   }
 
   @SpringBootConfiguration
@@ -156,8 +135,7 @@ class BatchMaxAttemptsIntegrationTest {
     /** Ten deliveries in memory, five seconds apart, then the dead-letter topic. */
     @Bean
     DefaultErrorHandler errorHandler(KafkaTemplate<Object, Object> template) {
-      return new DefaultErrorHandler(
-          new DeadLetterPublishingRecoverer(template), new FixedBackOff(5_000, 9));
+      return SpringTestEnvironment.deadLettering(template, 5_000, 9);
     }
 
     @Bean
@@ -179,16 +157,12 @@ class BatchMaxAttemptsIntegrationTest {
       for (int i = 0; i < records.size(); i++) {
         ConsumerRecord<String, String> record = records.get(i);
         String key = header(record, "order-no");
-        int call = Calls.count(key);
+        int call = calls.count(key);
         if (key.equals("B-FAIL")) {
           throw new BatchListenerFailedException(
               "declined", new IllegalStateException("declined at call " + call), i);
         }
-        jdbc.update(
-            "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
-            TOPIC,
-            key,
-            record.value());
+        SpringTestEnvironment.effect(jdbc, TOPIC, key, record.value());
       }
     }
   }

@@ -37,7 +37,6 @@ import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.ConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.ContainerProperties;
-import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.support.Acknowledgment;
@@ -47,7 +46,6 @@ import org.springframework.messaging.handler.annotation.Payload;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
-import org.springframework.util.backoff.FixedBackOff;
 
 /**
  * A Spring Boot application with {@code @Idempotent} listeners, the application's own {@code
@@ -268,8 +266,7 @@ class IdempotentListenerIntegrationTest {
     /** The application's own error handler: consumer-dedup adds its classifications to it. */
     @Bean
     DefaultErrorHandler errorHandler(KafkaTemplate<String, String> template) {
-      DeadLetterPublishingRecoverer recoverer = new DeadLetterPublishingRecoverer(template);
-      return new DefaultErrorHandler(recoverer, new FixedBackOff(50, RETRIES));
+      return SpringTestEnvironment.deadLettering(template, 50, RETRIES);
     }
 
     @Bean
@@ -310,11 +307,7 @@ class IdempotentListenerIntegrationTest {
     }
 
     void effect(String listener, String bizKey, String payload) {
-      jdbc.update(
-          "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
-          listener,
-          bizKey,
-          payload);
+      SpringTestEnvironment.effect(jdbc, listener, bizKey, payload);
     }
 
     @Idempotent(bizType = "payment", header = "order-no")
@@ -387,10 +380,7 @@ class IdempotentListenerIntegrationTest {
     @KafkaHandler
     @Idempotent(bizType = "handler-form", header = "order-no")
     public void on(String payload) {
-      jdbc.update(
-          "INSERT INTO effects (listener, biz_key, payload) VALUES ('handler-form', ?, ?)",
-          payload,
-          payload);
+      SpringTestEnvironment.effect(jdbc, "handler-form", payload, payload);
     }
   }
 }

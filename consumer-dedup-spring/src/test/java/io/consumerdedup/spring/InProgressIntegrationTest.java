@@ -9,7 +9,6 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.testing.TestKafka;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.nio.charset.StandardCharsets;
@@ -20,7 +19,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -36,7 +34,6 @@ import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.RecordInterceptor;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -209,9 +206,7 @@ class InProgressIntegrationTest {
 
   /** The group's committed offset of partition 0 (its listener id is its group), -1 if none. */
   private long committed(String topic) throws Exception {
-    OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, 0);
-    return offset == null ? -1 : offset.offset();
+    return SpringTestEnvironment.committed(topic, topic, 0);
   }
 
   private static List<Long> deliveries(String orderNo) {
@@ -306,10 +301,7 @@ class InProgressIntegrationTest {
     private void charge(ConsumerRecord<String, String> record) {
       String orderNo = SpringTestEnvironment.header(record, "order-no");
       Switches.invocations.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
-      jdbc.update(
-          "INSERT INTO effects (listener, biz_key, payload) VALUES ('payment', ?, ?)",
-          orderNo,
-          record.value());
+      SpringTestEnvironment.effect(jdbc, "payment", orderNo, record.value());
     }
   }
 }

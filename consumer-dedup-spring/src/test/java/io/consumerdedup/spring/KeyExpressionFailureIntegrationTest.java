@@ -5,9 +5,6 @@ import static org.awaitility.Awaitility.await;
 
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -21,13 +18,10 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
-import org.springframework.kafka.listener.RecordInterceptor;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
-import org.springframework.util.backoff.FixedBackOff;
 
 /**
  * A key expression whose called method throws, {@code #payload.substring(8)} on a short payload,
@@ -47,6 +41,7 @@ class KeyExpressionFailureIntegrationTest {
 
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
+  @Autowired DeliveryCounter<Long> deliveries;
 
   @Test
   void aKeyExpressionThatThrowsDeadLettersTheRecordOnceWithoutRunningTheHandler(
@@ -66,7 +61,7 @@ class KeyExpressionFailureIntegrationTest {
         .atMost(Duration.ofSeconds(30))
         .until(() -> SpringTestEnvironment.effects(jdbc, "key-expr", "15.00") == 1);
 
-    assertThat(Deliveries.byOffset.get(0L)).as("attempts of the record").hasValue(1);
+    assertThat(deliveries.of(0L)).as("attempts of the record").isEqualTo(1);
     assertThat(SpringTestEnvironment.effects(jdbc, "key-expr", null))
         .as("handler runs for the record without a key")
         .isZero();
@@ -85,28 +80,18 @@ class KeyExpressionFailureIntegrationTest {
                     && line.contains("key-expr-0@0"));
   }
 
-  static final class Deliveries {
-    static final Map<Long, AtomicInteger> byOffset = new ConcurrentHashMap<>();
-  }
-
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
     /** The usual wiring: retries with a back-off, then the dead-letter topic. */
     @Bean
     DefaultErrorHandler errorHandler(KafkaTemplate<Object, Object> template) {
-      return new DefaultErrorHandler(
-          new DeadLetterPublishingRecoverer(template), new FixedBackOff(100, 5));
+      return SpringTestEnvironment.deadLettering(template, 100, 5);
     }
 
     @Bean
-    RecordInterceptor<Object, Object> deliveryCounter() {
-      return (record, consumer) -> {
-        Deliveries.byOffset
-            .computeIfAbsent(record.offset(), k -> new AtomicInteger())
-            .incrementAndGet();
-        return record;
-      };
+    DeliveryCounter<Long> deliveries() {
+      return new DeliveryCounter<>(ConsumerRecord::offset);
     }
 
     @Bean
@@ -125,10 +110,8 @@ class KeyExpressionFailureIntegrationTest {
     @Idempotent(bizType = "order", key = "#payload.substring(8)")
     @KafkaListener(id = "key-expr", topics = "key-expr")
     public void place(String payload) {
-      jdbc.update(
-          "INSERT INTO effects (listener, biz_key, payload) VALUES ('key-expr', ?, ?)",
-          payload.length() >= 8 ? payload.substring(8) : null,
-          payload);
+      SpringTestEnvironment.effect(
+          jdbc, "key-expr", payload.length() >= 8 ? payload.substring(8) : null, payload);
     }
   }
 }

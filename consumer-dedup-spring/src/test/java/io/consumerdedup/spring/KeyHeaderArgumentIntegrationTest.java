@@ -5,9 +5,6 @@ import static org.awaitility.Awaitility.await;
 
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
@@ -19,14 +16,11 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
-import org.springframework.kafka.listener.RecordInterceptor;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
-import org.springframework.util.backoff.FixedBackOff;
 
 /**
  * The natural listener {@code charge(String amount, @Header("order-no") String orderNo)}: a record
@@ -46,6 +40,7 @@ class KeyHeaderArgumentIntegrationTest {
 
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
+  @Autowired DeliveryCounter<Long> deliveries;
 
   @Test
   void aRecordWithoutTheKeyHeaderIsRefusedOnceAndTheNextAreChargedOnce() throws Exception {
@@ -62,13 +57,9 @@ class KeyHeaderArgumentIntegrationTest {
     await()
         .atMost(Duration.ofSeconds(30))
         .until(() -> SpringTestEnvironment.effects(jdbc, "key-argument", "ARG-1") == 1);
-    assertThat(Deliveries.byOffset.get(0L)).as("deliveries of the record without key").hasValue(1);
+    assertThat(deliveries.of(0L)).as("deliveries of the record without key").isEqualTo(1);
     Thread.sleep(1000);
     assertThat(SpringTestEnvironment.effects(jdbc, "key-argument", "ARG-1")).isEqualTo(1);
-  }
-
-  static final class Deliveries {
-    static final Map<Long, AtomicInteger> byOffset = new ConcurrentHashMap<>();
   }
 
   @SpringBootConfiguration
@@ -77,18 +68,12 @@ class KeyHeaderArgumentIntegrationTest {
     /** The usual wiring: retries with a back-off, then the dead-letter topic. */
     @Bean
     DefaultErrorHandler errorHandler(KafkaTemplate<Object, Object> template) {
-      return new DefaultErrorHandler(
-          new DeadLetterPublishingRecoverer(template), new FixedBackOff(100, 5));
+      return SpringTestEnvironment.deadLettering(template, 100, 5);
     }
 
     @Bean
-    RecordInterceptor<Object, Object> deliveryCounter() {
-      return (record, consumer) -> {
-        Deliveries.byOffset
-            .computeIfAbsent(record.offset(), k -> new AtomicInteger())
-            .incrementAndGet();
-        return record;
-      };
+    DeliveryCounter<Long> deliveries() {
+      return new DeliveryCounter<>(ConsumerRecord::offset);
     }
 
     @Bean
@@ -107,10 +92,7 @@ class KeyHeaderArgumentIntegrationTest {
     @Idempotent(bizType = "payment", header = "order-no")
     @KafkaListener(id = "key-argument", topics = "key-argument")
     public void charge(String amount, @Header("order-no") String orderNo) {
-      jdbc.update(
-          "INSERT INTO effects (listener, biz_key, payload) VALUES ('key-argument', ?, ?)",
-          orderNo,
-          amount);
+      SpringTestEnvironment.effect(jdbc, "key-argument", orderNo, amount);
     }
   }
 }

@@ -4,9 +4,6 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -16,14 +13,11 @@ import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
-import org.springframework.kafka.listener.RecordInterceptor;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
-import org.springframework.util.backoff.FixedBackOff;
 
 /**
  * A record that lacks a {@code @Header} argument is refused once as a missing key only where that
@@ -50,13 +44,14 @@ class KeyHeaderArgumentScopeIntegrationTest {
   }
 
   @Autowired KafkaTemplate<String, String> template;
+  @Autowired DeliveryCounter<String> deliveries;
 
   @Test
   void aListenerWithoutIdempotentKeepsSpringKafkasRetriesForAMissingHeader() throws Exception {
     SpringTestEnvironment.send(template, "kh-audit", "15.00");
 
     ConsumerRecord<String, String> deadLetter = onlyDeadLetter("kh-audit-dlt");
-    assertThat(Deliveries.of("kh-audit")).as("attempts").hasValue(ATTEMPTS);
+    assertThat(deliveries.of("kh-audit")).as("attempts").isEqualTo(ATTEMPTS);
     assertThat(SpringTestEnvironment.deadLetterReason(deadLetter))
         .contains("Missing header 'ref'")
         .doesNotContain("DedupKeyMissingException");
@@ -67,7 +62,7 @@ class KeyHeaderArgumentScopeIntegrationTest {
     SpringTestEnvironment.send(template, "kh-refund", "15.00", "order-no", "R-1");
 
     ConsumerRecord<String, String> deadLetter = onlyDeadLetter("kh-refund-dlt");
-    assertThat(Deliveries.of("kh-refund")).as("attempts").hasValue(ATTEMPTS);
+    assertThat(deliveries.of("kh-refund")).as("attempts").isEqualTo(ATTEMPTS);
     assertThat(SpringTestEnvironment.deadLetterReason(deadLetter))
         .contains("Missing header 'no'")
         .doesNotContain("DedupKeyMissingException");
@@ -78,7 +73,7 @@ class KeyHeaderArgumentScopeIntegrationTest {
     SpringTestEnvironment.send(template, "kh-charge", "15.00");
 
     ConsumerRecord<String, String> deadLetter = onlyDeadLetter("kh-charge-dlt");
-    assertThat(Deliveries.of("kh-charge")).as("attempts").hasValue(1);
+    assertThat(deliveries.of("kh-charge")).as("attempts").isEqualTo(1);
     assertThat(SpringTestEnvironment.deadLetterReason(deadLetter))
         .contains("DedupKeyMissingException")
         .contains("header 'ref' is absent");
@@ -91,30 +86,18 @@ class KeyHeaderArgumentScopeIntegrationTest {
     return deadLetters.get(0);
   }
 
-  static final class Deliveries {
-    static final Map<String, AtomicInteger> byTopic = new ConcurrentHashMap<>();
-
-    static AtomicInteger of(String topic) {
-      return byTopic.computeIfAbsent(topic, t -> new AtomicInteger());
-    }
-  }
-
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
     /** The usual wiring: retries with a back-off, then the dead-letter topic. */
     @Bean
     DefaultErrorHandler errorHandler(KafkaTemplate<Object, Object> template) {
-      return new DefaultErrorHandler(
-          new DeadLetterPublishingRecoverer(template), new FixedBackOff(50, ATTEMPTS - 1));
+      return SpringTestEnvironment.deadLettering(template, 50, ATTEMPTS - 1);
     }
 
     @Bean
-    RecordInterceptor<Object, Object> deliveryCounter() {
-      return (record, consumer) -> {
-        Deliveries.of(record.topic()).incrementAndGet();
-        return record;
-      };
+    DeliveryCounter<String> deliveries() {
+      return new DeliveryCounter<>(ConsumerRecord::topic);
     }
 
     @Bean

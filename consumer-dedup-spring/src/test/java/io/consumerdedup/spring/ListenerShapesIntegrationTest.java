@@ -7,7 +7,6 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
-import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -17,7 +16,6 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -37,7 +35,6 @@ import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.RecordInterceptor;
 import org.springframework.kafka.listener.adapter.ConsumerRecordMetadata;
 import org.springframework.kafka.support.Acknowledgment;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -166,9 +163,7 @@ class ListenerShapesIntegrationTest {
 
   /** The listener's group (its id is its topic) committed offset of partition 0, -1 if none. */
   private long committed(String topic) throws Exception {
-    OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, 0);
-    return offset == null ? -1 : offset.offset();
+    return SpringTestEnvironment.committed(topic, topic, 0);
   }
 
   private int effects(String listener, String bizKey) {
@@ -229,11 +224,7 @@ class ListenerShapesIntegrationTest {
   }
 
   static void effect(JdbcTemplate jdbc, String listener, String bizKey, String payload) {
-    jdbc.update(
-        "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
-        listener,
-        bizKey,
-        payload);
+    SpringTestEnvironment.effect(jdbc, listener, bizKey, payload);
   }
 
   static class Listeners {

@@ -12,15 +12,10 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.testing.TestKafka;
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.IntStream;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -33,15 +28,11 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.MessageListenerContainer;
-import org.springframework.kafka.listener.RecordInterceptor;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
-import org.springframework.util.backoff.FixedBackOff;
 
 /**
  * A record listener that always fails, with an error handler that would deliver a record ten times
@@ -55,6 +46,9 @@ import org.springframework.util.backoff.FixedBackOff;
 @DirtiesContext
 @ExtendWith(OutputCaptureExtension.class)
 class MaxAttemptsIntegrationTest {
+  /** Per key, how often the listener ran. */
+  static final Counts<String> calls = new Counts<>();
+
   static final Duration WAIT = Duration.ofSeconds(60);
   static final String FAILING = "max-attempts";
   static final String SPENT = "max-attempts-spent";
@@ -66,6 +60,7 @@ class MaxAttemptsIntegrationTest {
   }
 
   @Autowired KafkaTemplate<String, String> template;
+  @Autowired DeliveryCounter<String> deliveries;
   @Autowired DedupStore store;
   @Autowired IdempotentExecutors executors;
   @Autowired KafkaListenerEndpointRegistry registry;
@@ -76,7 +71,7 @@ class MaxAttemptsIntegrationTest {
     DedupKey key = DedupKey.of("declined", "M-1");
     send(template, FAILING, "charge 12.00", "order-no", "M-1");
 
-    await().atMost(WAIT).until(() -> Calls.of("M-1") == 2 && status(key) == DedupStatus.FAILED);
+    await().atMost(WAIT).until(() -> calls.of("M-1") == 2 && status(key) == DedupStatus.FAILED);
     MessageListenerContainer container = registry.getListenerContainer(FAILING);
     container.stop(); // within the error handler's 5 s back-off: a restart of the consumer
     assertThat(committed(FAILING)).as("nothing committed past the failed record").isEqualTo(-1);
@@ -90,8 +85,8 @@ class MaxAttemptsIntegrationTest {
         .contains("Gave up after 3 failed attempts of at most 3")
         .contains("card declined, call 3");
     await().atMost(WAIT).until(() -> committed(FAILING) == 1);
-    assertThat(Calls.of("M-1")).as("listener runs, across the restart").isEqualTo(3);
-    assertThat(Deliveries.of("M-1"))
+    assertThat(calls.of("M-1")).as("listener runs, across the restart").isEqualTo(3);
+    assertThat(deliveries.of("M-1"))
         .as("deliveries: the third attempt's failure went to the recoverer at once")
         .isEqualTo(3);
     DedupRecord record = store.find(key).orElseThrow();
@@ -138,8 +133,8 @@ class MaxAttemptsIntegrationTest {
         .contains("Gave up after 3 failed attempts of at most 3")
         .contains("the bank said no 3");
     await().atMost(WAIT).until(() -> committed(SPENT) == 1);
-    assertThat(Calls.of("S-1")).isZero();
-    assertThat(Deliveries.of("S-1")).as("to the recoverer at once").isEqualTo(1);
+    assertThat(calls.of("S-1")).isZero();
+    assertThat(deliveries.of("S-1")).as("to the recoverer at once").isEqualTo(1);
     DedupRecord record = store.find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(record.attempts()).as("the claim that found them spent is not counted").isEqualTo(3);
@@ -157,33 +152,7 @@ class MaxAttemptsIntegrationTest {
   }
 
   private static long committed(String topic) throws Exception {
-    OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, 0);
-    return offset == null ? -1 : offset.offset();
-  }
-
-  /** Per key, how often the listener ran. */
-  static final class Calls {
-    static final Map<String, AtomicInteger> byKey = new ConcurrentHashMap<>();
-
-    static int count(String key) {
-      return byKey.computeIfAbsent(key, k -> new AtomicInteger()).incrementAndGet();
-    }
-
-    static int of(String key) {
-      AtomicInteger calls = byKey.get(key);
-      return calls == null ? 0 : calls.get();
-    }
-  }
-
-  /** Per key, how often the container delivered its record. */
-  static final class Deliveries {
-    static final Map<String, AtomicInteger> byKey = new ConcurrentHashMap<>();
-
-    static int of(String key) {
-      AtomicInteger deliveries = byKey.get(key);
-      return deliveries == null ? 0 : deliveries.get();
-    }
+    return SpringTestEnvironment.committed(topic, topic, 0);
   }
 
   @SpringBootConfiguration
@@ -192,18 +161,13 @@ class MaxAttemptsIntegrationTest {
     /** Ten deliveries in memory, five seconds apart, then the dead-letter topic. */
     @Bean
     DefaultErrorHandler errorHandler(KafkaTemplate<Object, Object> template) {
-      return new DefaultErrorHandler(
-          new DeadLetterPublishingRecoverer(template), new FixedBackOff(5_000, 9));
+      return SpringTestEnvironment.deadLettering(template, 5_000, 9);
     }
 
+    /** Per key, how often the container delivered its record. */
     @Bean
-    RecordInterceptor<Object, Object> deliveryCounter() {
-      return (record, consumer) -> {
-        Deliveries.byKey
-            .computeIfAbsent(header(record, "order-no"), k -> new AtomicInteger())
-            .incrementAndGet();
-        return record;
-      };
+    DeliveryCounter<String> deliveries() {
+      return new DeliveryCounter<>(record -> header(record, "order-no"));
     }
 
     @Bean
@@ -216,14 +180,14 @@ class MaxAttemptsIntegrationTest {
     @Idempotent(bizType = "declined", header = "order-no")
     @KafkaListener(id = FAILING, topics = FAILING)
     public void charge(ConsumerRecord<String, String> record) {
-      int call = Calls.count(header(record, "order-no"));
+      int call = calls.count(header(record, "order-no"));
       throw new IllegalStateException("card declined, call " + call);
     }
 
     @Idempotent(bizType = "spent", header = "order-no")
     @KafkaListener(id = SPENT, topics = SPENT)
     public void chargeSpent(ConsumerRecord<String, String> record) {
-      Calls.count(header(record, "order-no"));
+      calls.count(header(record, "order-no"));
     }
   }
 }

@@ -131,10 +131,7 @@ class ObservationOutcomeTagIntegrationTest {
     @Idempotent(bizType = "payment", header = "order-no")
     @KafkaListener(id = "observed", topics = "observed")
     public void charge(String amount, @Header("order-no") String orderNo) {
-      jdbc.update(
-          "INSERT INTO effects (listener, biz_key, payload) VALUES ('observed', ?, ?)",
-          orderNo,
-          amount);
+      SpringTestEnvironment.effect(jdbc, "observed", orderNo, amount);
     }
   }
 }

@@ -29,13 +29,15 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.EnumSource;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.beans.factory.annotation.Value;
+import org.springframework.beans.factory.support.AbstractBeanDefinition;
+import org.springframework.beans.factory.support.BeanDefinitionRegistryPostProcessor;
+import org.springframework.beans.factory.support.RootBeanDefinition;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.kafka.autoconfigure.ConcurrentKafkaListenerContainerFactoryConfigurer;
@@ -51,7 +53,6 @@ import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.ContainerProperties.AckMode;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.support.Acknowledgment;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.messaging.handler.annotation.Payload;
 import org.springframework.test.annotation.DirtiesContext;
@@ -435,9 +436,7 @@ class RecordListenerPollClaimsTest {
   }
 
   private static long committed(String group, String topic, int partition) throws Exception {
-    OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), group, topic, partition);
-    return offset == null ? -1 : offset.offset();
+    return SpringTestEnvironment.committed(group, topic, partition);
   }
 
   private double outcomes(String bizType, String outcome) {
@@ -445,11 +444,7 @@ class RecordListenerPollClaimsTest {
   }
 
   static void effect(JdbcTemplate jdbc, String listener, String orderNo) {
-    jdbc.update(
-        "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
-        listener,
-        orderNo,
-        null);
+    SpringTestEnvironment.effect(jdbc, listener, orderNo, null);
   }
 
   static class Listeners {
@@ -608,66 +603,33 @@ class RecordListenerPollClaimsTest {
       return new AckModeListeners(jdbc);
     }
 
+    /**
+     * A container factory per ack mode, named {@code ack} and the mode, for the listeners of {@link
+     * AckModeListeners}.
+     */
     @Bean
-    ConcurrentKafkaListenerContainerFactory<Object, Object> ackBATCH(
-        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
-        ConsumerFactory<Object, Object> consumerFactory) {
-      return factory(configurer, consumerFactory, AckMode.BATCH);
+    static BeanDefinitionRegistryPostProcessor ackModeFactories() {
+      return registry -> {
+        for (AckMode mode : AckMode.values()) {
+          RootBeanDefinition factory = new RootBeanDefinition(AckModeFactory.class);
+          factory.setAutowireMode(AbstractBeanDefinition.AUTOWIRE_CONSTRUCTOR);
+          factory.getConstructorArgumentValues().addIndexedArgumentValue(2, mode);
+          registry.registerBeanDefinition("ack" + mode, factory);
+        }
+      };
     }
+  }
 
-    @Bean
-    ConcurrentKafkaListenerContainerFactory<Object, Object> ackRECORD(
-        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
-        ConsumerFactory<Object, Object> consumerFactory) {
-      return factory(configurer, consumerFactory, AckMode.RECORD);
-    }
-
-    @Bean
-    ConcurrentKafkaListenerContainerFactory<Object, Object> ackCOUNT(
-        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
-        ConsumerFactory<Object, Object> consumerFactory) {
-      return factory(configurer, consumerFactory, AckMode.COUNT);
-    }
-
-    @Bean
-    ConcurrentKafkaListenerContainerFactory<Object, Object> ackTIME(
-        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
-        ConsumerFactory<Object, Object> consumerFactory) {
-      return factory(configurer, consumerFactory, AckMode.TIME);
-    }
-
-    @Bean
-    ConcurrentKafkaListenerContainerFactory<Object, Object> ackCOUNT_TIME(
-        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
-        ConsumerFactory<Object, Object> consumerFactory) {
-      return factory(configurer, consumerFactory, AckMode.COUNT_TIME);
-    }
-
-    @Bean
-    ConcurrentKafkaListenerContainerFactory<Object, Object> ackMANUAL(
-        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
-        ConsumerFactory<Object, Object> consumerFactory) {
-      return factory(configurer, consumerFactory, AckMode.MANUAL);
-    }
-
-    @Bean
-    ConcurrentKafkaListenerContainerFactory<Object, Object> ackMANUAL_IMMEDIATE(
-        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
-        ConsumerFactory<Object, Object> consumerFactory) {
-      return factory(configurer, consumerFactory, AckMode.MANUAL_IMMEDIATE);
-    }
-
-    private static ConcurrentKafkaListenerContainerFactory<Object, Object> factory(
+  /** Boot's container factory with {@code mode}, an ack count of 4 and an ack time of 300 ms. */
+  static class AckModeFactory extends ConcurrentKafkaListenerContainerFactory<Object, Object> {
+    AckModeFactory(
         ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
         ConsumerFactory<Object, Object> consumerFactory,
         AckMode mode) {
-      ConcurrentKafkaListenerContainerFactory<Object, Object> factory =
-          new ConcurrentKafkaListenerContainerFactory<>();
-      configurer.configure(factory, consumerFactory);
-      factory.getContainerProperties().setAckMode(mode);
-      factory.getContainerProperties().setAckCount(4);
-      factory.getContainerProperties().setAckTime(300);
-      return factory;
+      configurer.configure(this, consumerFactory);
+      getContainerProperties().setAckMode(mode);
+      getContainerProperties().setAckCount(4);
+      getContainerProperties().setAckTime(300);
     }
   }
 }

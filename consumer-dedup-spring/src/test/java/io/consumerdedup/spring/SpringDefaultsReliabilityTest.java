@@ -13,7 +13,6 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.testing.ChildJvm;
 import io.consumerdedup.testing.TcpProxy;
 import io.consumerdedup.testing.TestDatabase;
-import io.consumerdedup.testing.TestKafka;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.nio.charset.StandardCharsets;
@@ -24,7 +23,6 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Test;
@@ -36,7 +34,6 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -179,9 +176,7 @@ class SpringDefaultsReliabilityTest {
 
   /** The listener's group (its id) committed offset of a partition, -1 if none. */
   private long committed(String topic, int partition) throws Exception {
-    OffsetAndMetadata offset =
-        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, partition);
-    return offset == null ? -1 : offset.offset();
+    return SpringTestEnvironment.committed(topic, topic, partition);
   }
 
   private int effects(String orderNo) {
@@ -246,11 +241,8 @@ class SpringDefaultsReliabilityTest {
     }
 
     private void effect(ConsumerRecord<String, String> record) {
-      jdbc.update(
-          "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
-          record.topic(),
-          SpringTestEnvironment.header(record, "order-no"),
-          record.value());
+      SpringTestEnvironment.effect(
+          jdbc, record.topic(), SpringTestEnvironment.header(record, "order-no"), record.value());
     }
   }
 }

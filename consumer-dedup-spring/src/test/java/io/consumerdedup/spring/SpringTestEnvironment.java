@@ -19,14 +19,20 @@ import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.jspecify.annotations.Nullable;
 import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.kafka.core.KafkaOperations;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
+import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.RecordInterceptor;
+import org.springframework.kafka.test.utils.KafkaTestUtils;
 import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.util.backoff.FixedBackOff;
 
 /**
  * A fresh PostgreSQL schema (dedup table plus an {@code effects} table that listeners write their
@@ -83,6 +89,23 @@ final class SpringTestEnvironment {
       record.headers().add(headers[i], headers[i + 1].getBytes(StandardCharsets.UTF_8));
     }
     template.send(record).get();
+  }
+
+  /**
+   * The usual error handler of an application: a failed record is tried {@code retries} more times,
+   * {@code intervalMillis} apart, then published to {@code <topic>-dlt}.
+   */
+  static DefaultErrorHandler deadLettering(
+      KafkaOperations<?, ?> template, long intervalMillis, long retries) {
+    return new DefaultErrorHandler(
+        new DeadLetterPublishingRecoverer(template), new FixedBackOff(intervalMillis, retries));
+  }
+
+  /** The offset {@code group} committed for {@code topic}'s {@code partition}, -1 if none. */
+  static long committed(String group, String topic, int partition) throws Exception {
+    OffsetAndMetadata offset =
+        KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), group, topic, partition);
+    return offset == null ? -1 : offset.offset();
   }
 
   /** Reads every record of {@code topic} from the beginning, until {@code count} have arrived. */
@@ -170,6 +193,18 @@ final class SpringTestEnvironment {
       }
     }
     return reason.toString();
+  }
+
+  /**
+   * Records that {@code listener} applied its effect for {@code bizKey}: a row of {@code effects}.
+   */
+  static void effect(
+      JdbcTemplate jdbc, String listener, @Nullable String bizKey, @Nullable String payload) {
+    jdbc.update(
+        "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
+        listener,
+        bizKey,
+        payload);
   }
 
   /**

@@ -85,10 +85,8 @@ class TransactionalListenerOnePoolConnectionTest {
     @Idempotent(bizType = "booking", header = "order-no")
     @KafkaListener(id = "one-connection", topics = "one-connection")
     public void book(ConsumerRecord<String, String> record) {
-      jdbc.update(
-          "INSERT INTO effects (listener, biz_key, payload) VALUES ('one-connection', ?, ?)",
-          SpringTestEnvironment.header(record, "order-no"),
-          record.value());
+      SpringTestEnvironment.effect(
+          jdbc, "one-connection", SpringTestEnvironment.header(record, "order-no"), record.value());
     }
   }
 }

@@ -251,11 +251,7 @@ class TransactionalModeIntegrationTest {
     }
 
     void effect(String listener, String bizKey, String payload) {
-      jdbc.update(
-          "INSERT INTO effects (listener, biz_key, payload) VALUES (?, ?, ?)",
-          listener,
-          bizKey,
-          payload);
+      SpringTestEnvironment.effect(jdbc, listener, bizKey, payload);
     }
 
     @Transactional

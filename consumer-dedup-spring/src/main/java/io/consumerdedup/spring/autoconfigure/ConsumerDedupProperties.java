@@ -32,9 +32,6 @@ import org.springframework.boot.convert.DurationUnit;
 @ConfigurationProperties(prefix = "consumer-dedup")
 public class ConsumerDedupProperties implements InitializingBean {
 
-  /** The shortest lease that can be meant: a shorter one is taken over while a listener runs. */
-  static final Duration SHORTEST_LEASE = Duration.ofSeconds(1);
-
   /** Whether consumer-dedup is configured at all. */
   private boolean enabled = true;
 
@@ -286,89 +283,15 @@ public class ConsumerDedupProperties implements InitializingBean {
   }
 
   /**
-   * Checks every value, and the values that cannot be meant together.
+   * Checks every value, and the values that cannot be meant together ({@link
+   * DedupPropertiesCheck}).
    *
    * @throws InvalidDedupPropertyException naming the first bad property, its value and what is
    *     allowed
    */
   @Override
   public void afterPropertiesSet() {
-    try {
-      JdbcDedupStore.checkTableName(tableName);
-    } catch (IllegalArgumentException e) {
-      throw invalid(
-          "table-name", tableName, "an unquoted SQL identifier, optionally schema-qualified");
-    }
-    atLeast("lease", lease, SHORTEST_LEASE);
-    atLeast("retention", retention, lease, "at least the lease (" + print(lease) + ")");
-    atLeast(
-        "failed-retention", failedRetention, lease, "at least the lease (" + print(lease) + ")");
-    positive("wait-timeout", waitTimeout);
-    if (maxAttempts < 1) {
-      throw invalid("max-attempts", maxAttempts, "at least 1");
-    }
-    if (ownerId != null && (ownerId.isBlank() || ownerId.length() > 128)) {
-      throw invalid("owner-id", ownerId, "1 to 128 characters, not blank");
-    }
-    if (store.retryMaxAttempts < 1) {
-      throw invalid("store.retry-max-attempts", store.retryMaxAttempts, "at least 1");
-    }
-    positive("store.retry-initial-backoff", store.retryInitialBackoff);
-    atLeast(
-        "store.retry-max-backoff",
-        store.retryMaxBackoff,
-        store.retryInitialBackoff,
-        "at least store.retry-initial-backoff (" + print(store.retryInitialBackoff) + ")");
-    positive("store.retry-max-duration", store.retryMaxDuration);
-    atLeast("store.statement-timeout", store.statementTimeout, Duration.ofSeconds(1));
-    positive("hold.initial-backoff", hold.initialBackoff);
-    atLeast(
-        "hold.max-backoff",
-        hold.maxBackoff,
-        hold.initialBackoff,
-        "at least hold.initial-backoff (" + print(hold.initialBackoff) + ")");
-    positive("cleanup.interval", cleanup.interval);
-    positive("cleanup.max-run-time", cleanup.maxRunTime);
-    if (cleanup.batchSize < 1) {
-      throw invalid("cleanup.batch-size", cleanup.batchSize, "at least 1");
-    }
-    if (cleanup.maxBatchesPerRun < 1) {
-      throw invalid("cleanup.max-batches-per-run", cleanup.maxBatchesPerRun, "at least 1");
-    }
-  }
-
-  private static void positive(String property, Duration value) {
-    if (value.isNegative() || value.isZero()) {
-      throw invalid(property, print(value), "a positive duration, such as 30s");
-    }
-  }
-
-  private static void atLeast(String property, Duration value, Duration least) {
-    atLeast(property, value, least, "at least " + print(least));
-  }
-
-  private static void atLeast(String property, Duration value, Duration least, String allowed) {
-    if (value.compareTo(least) < 0) {
-      throw invalid(property, print(value), allowed);
-    }
-  }
-
-  private static InvalidDedupPropertyException invalid(
-      String property, Object value, String allowed) {
-    return new InvalidDedupPropertyException("consumer-dedup." + property, value, allowed);
-  }
-
-  /** {@code value} as a user would write it: in its largest whole unit, such as 5m or 1500ms. */
-  static String print(Duration value) {
-    long millis = value.toMillis();
-    long[] sizes = {86_400_000L, 3_600_000L, 60_000L, 1_000L};
-    String[] units = {"d", "h", "m", "s"};
-    for (int i = 0; i < sizes.length; i++) {
-      if (millis != 0 && millis % sizes[i] == 0) {
-        return millis / sizes[i] + units[i];
-      }
-    }
-    return millis + "ms";
+    DedupPropertiesCheck.check(this);
   }
 
   public boolean isEnabled() {

@@ -119,7 +119,7 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
         listener.bizType(),
         listener.keySource(),
         executor.mode(),
-        ConsumerDedupProperties.print(executor.lease()),
+        DedupPropertiesCheck.print(executor.lease()),
         properties.getTableName());
   }
 

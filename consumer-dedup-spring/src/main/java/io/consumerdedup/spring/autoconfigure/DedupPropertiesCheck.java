@@ -1,0 +1,119 @@
+package io.consumerdedup.spring.autoconfigure;
+
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import java.time.Duration;
+
+/**
+ * The start-up check of {@link ConsumerDedupProperties}: every value, and the values that cannot be
+ * meant together, so that a bad one stops the application with the property's name, the value and
+ * what is allowed, instead of failing records later.
+ */
+final class DedupPropertiesCheck {
+
+  /** The shortest lease that can be meant: a shorter one is taken over while a listener runs. */
+  static final Duration SHORTEST_LEASE = Duration.ofSeconds(1);
+
+  private DedupPropertiesCheck() {}
+
+  /**
+   * @throws InvalidDedupPropertyException naming the first bad property, its value and what is
+   *     allowed
+   */
+  static void check(ConsumerDedupProperties properties) {
+    String tableName = properties.getTableName();
+    try {
+      JdbcDedupStore.checkTableName(tableName);
+    } catch (IllegalArgumentException e) {
+      throw invalid(
+          "table-name", tableName, "an unquoted SQL identifier, optionally schema-qualified");
+    }
+    Duration lease = properties.getLease();
+    atLeast("lease", lease, SHORTEST_LEASE);
+    atLeast(
+        "retention", properties.getRetention(), lease, "at least the lease (" + print(lease) + ")");
+    atLeast(
+        "failed-retention",
+        properties.getFailedRetention(),
+        lease,
+        "at least the lease (" + print(lease) + ")");
+    positive("wait-timeout", properties.getWaitTimeout());
+    if (properties.getMaxAttempts() < 1) {
+      throw invalid("max-attempts", properties.getMaxAttempts(), "at least 1");
+    }
+    String ownerId = properties.getOwnerId();
+    if (ownerId != null && (ownerId.isBlank() || ownerId.length() > 128)) {
+      throw invalid("owner-id", ownerId, "1 to 128 characters, not blank");
+    }
+    checkStore(properties.getStore());
+    checkHold(properties.getHold());
+    checkCleanup(properties.getCleanup());
+  }
+
+  private static void checkStore(ConsumerDedupProperties.Store store) {
+    if (store.getRetryMaxAttempts() < 1) {
+      throw invalid("store.retry-max-attempts", store.getRetryMaxAttempts(), "at least 1");
+    }
+    positive("store.retry-initial-backoff", store.getRetryInitialBackoff());
+    atLeast(
+        "store.retry-max-backoff",
+        store.getRetryMaxBackoff(),
+        store.getRetryInitialBackoff(),
+        "at least store.retry-initial-backoff (" + print(store.getRetryInitialBackoff()) + ")");
+    positive("store.retry-max-duration", store.getRetryMaxDuration());
+    atLeast("store.statement-timeout", store.getStatementTimeout(), Duration.ofSeconds(1));
+  }
+
+  private static void checkHold(ConsumerDedupProperties.Hold hold) {
+    positive("hold.initial-backoff", hold.getInitialBackoff());
+    atLeast(
+        "hold.max-backoff",
+        hold.getMaxBackoff(),
+        hold.getInitialBackoff(),
+        "at least hold.initial-backoff (" + print(hold.getInitialBackoff()) + ")");
+  }
+
+  private static void checkCleanup(ConsumerDedupProperties.Cleanup cleanup) {
+    positive("cleanup.interval", cleanup.getInterval());
+    positive("cleanup.max-run-time", cleanup.getMaxRunTime());
+    if (cleanup.getBatchSize() < 1) {
+      throw invalid("cleanup.batch-size", cleanup.getBatchSize(), "at least 1");
+    }
+    if (cleanup.getMaxBatchesPerRun() < 1) {
+      throw invalid("cleanup.max-batches-per-run", cleanup.getMaxBatchesPerRun(), "at least 1");
+    }
+  }
+
+  private static void positive(String property, Duration value) {
+    if (value.isNegative() || value.isZero()) {
+      throw invalid(property, print(value), "a positive duration, such as 30s");
+    }
+  }
+
+  private static void atLeast(String property, Duration value, Duration least) {
+    atLeast(property, value, least, "at least " + print(least));
+  }
+
+  private static void atLeast(String property, Duration value, Duration least, String allowed) {
+    if (value.compareTo(least) < 0) {
+      throw invalid(property, print(value), allowed);
+    }
+  }
+
+  private static InvalidDedupPropertyException invalid(
+      String property, Object value, String allowed) {
+    return new InvalidDedupPropertyException("consumer-dedup." + property, value, allowed);
+  }
+
+  /** {@code value} as a user would write it: in its largest whole unit, such as 5m or 1500ms. */
+  static String print(Duration value) {
+    long millis = value.toMillis();
+    long[] sizes = {86_400_000L, 3_600_000L, 60_000L, 1_000L};
+    String[] units = {"d", "h", "m", "s"};
+    for (int i = 0; i < sizes.length; i++) {
+      if (millis != 0 && millis % sizes[i] == 0) {
+        return millis / sizes[i] + units[i];
+      }
+    }
+    return millis + "ms";
+  }
+}
