@@ -15,6 +15,7 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ShareConsumer;
@@ -47,6 +48,13 @@ final class DedupShareListener<K, V>
   /** The broker's default acquisition lock, until the consumer reports the group's. */
   private static final long DEFAULT_LOCK_NANOS = Duration.ofSeconds(30).toNanos();
 
+  /**
+   * A keeper with nothing in flight for this long stops, with its worker: the consumer it served
+   * may be gone (a container stopped and started again makes new consumers). A record that comes
+   * later gets a new keeper.
+   */
+  private static final long IDLE_NANOS = Duration.ofMinutes(2).toNanos();
+
   /** Wakes a keeper when a renewed record is back. */
   private static final Object WAKE = new Object();
 
@@ -56,6 +64,7 @@ final class DedupShareListener<K, V>
   private final DeadLetterHandler<K, V> deadLetters;
   private final Settings settings;
   private final Map<ShareConsumer<?, ?>, Keeper> keepers = new ConcurrentHashMap<>();
+  private final AtomicInteger keeperNumbers = new AtomicInteger();
   private volatile boolean closed;
 
   /** The worker's settings, those of {@code DedupShareLoop}. */
@@ -96,7 +105,13 @@ final class DedupShareListener<K, V>
     }
     long lockNanos =
         consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(DEFAULT_LOCK_NANOS);
-    keepers.computeIfAbsent(consumer, c -> new Keeper()).offer(record, acknowledgment, lockNanos);
+    while (true) {
+      Keeper keeper = keepers.computeIfAbsent(consumer, Keeper::new);
+      if (keeper.offer(record, acknowledgment, lockNanos)) {
+        return;
+      }
+      keepers.remove(consumer, keeper); // it retired meanwhile
+    }
   }
 
   /** Stops the workers and keepers: their undecided records are delivered again by the broker. */
@@ -162,13 +177,17 @@ final class DedupShareListener<K, V>
     private final LinkedBlockingQueue<Object> signals = new LinkedBlockingQueue<>();
     private final ShareRecordWorker<K, V> worker;
     private final Thread thread;
+    private final ShareConsumer<?, ?> consumer;
     private volatile boolean running = true;
     private volatile long lockNanos = DEFAULT_LOCK_NANOS;
     private long nextRenewalNanos;
+    private long lastOfferNanos = System.nanoTime();
+    private boolean retired;
 
-    Keeper() {
+    Keeper(ShareConsumer<?, ?> consumer) {
+      this.consumer = consumer;
       RecordProcessor<K, V> processor = DedupShareListener.this::process;
-      String name = "dedup-share-" + listenerId + "-" + keepers.size();
+      String name = "dedup-share-" + listenerId + "-" + keeperNumbers.getAndIncrement();
       worker =
           new ShareRecordWorker<>(
               processor,
@@ -186,11 +205,18 @@ final class DedupShareListener<K, V>
       thread.start();
     }
 
-    /** On the container's consumer thread: a new record, or a renewed one back. */
-    void offer(ConsumerRecord<K, V> record, ShareAcknowledgment acknowledgment, long lock) {
+    /**
+     * On the container's consumer thread: a new record, or a renewed one back; false if this keeper
+     * retired (idle), so that a new one takes the record.
+     */
+    boolean offer(ConsumerRecord<K, V> record, ShareAcknowledgment acknowledgment, long lock) {
       lockNanos = lock;
       boolean fresh;
       synchronized (this) {
+        if (retired) {
+          return false;
+        }
+        lastOfferNanos = System.nanoTime();
         Entry entry = entries.get(Id.of(record));
         fresh = entry == null;
         if (entry != null) {
@@ -208,13 +234,32 @@ final class DedupShareListener<K, V>
       } else {
         signals.add(WAKE);
       }
+      return true;
+    }
+
+    /** Stops this keeper if it has been idle long enough; whether it did. */
+    private boolean retireIfIdle(long now) {
+      synchronized (this) {
+        if (!entries.isEmpty() || now - lastOfferNanos < IDLE_NANOS) {
+          return false;
+        }
+        retired = true;
+      }
+      keepers.remove(consumer, this);
+      running = false;
+      worker.close(settings.closeTimeout());
+      return true;
     }
 
     @Override
     public void run() {
       while (running) {
         try {
-          long wait = step(System.nanoTime());
+          long now = System.nanoTime();
+          if (retireIfIdle(now)) {
+            return;
+          }
+          long wait = step(now);
           Object signal = signals.poll(Math.max(wait, 1_000_000L), TimeUnit.NANOSECONDS);
           for (; signal != null; signal = signals.poll()) {
             if (signal instanceof Decided decided) {
