@@ -8,6 +8,7 @@ import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.kafka.DedupPollLoop;
+import io.consumerdedup.kafka.DedupShareLoop;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.JdbcTransactionalProcessor;
 import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
@@ -55,10 +56,11 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * throws an {@link OutOfMemoryError} on the thread that reached the point. Keys starting with
  * {@code error-} throw a {@link StackOverflowError} from the handler on their first try; a loop
  * ended by an Error is replaced by a new one in the same JVM, as an application's supervisor would.
- * It prints {@code FAULT <point>} right before the fault, and {@code APPLIED} after its first
- * effect. It prints {@code CLOCK <System.currentTimeMillis()>} first, so a test can tell its clock
- * is the one it meant to give it; with {@code gated=true} it waits for {@code go} on standard input
- * before it polls (a consumer started in advance joins the group the moment it is told).
+ * With {@code share=true} the consumer is a {@link DedupShareLoop} of the share group {@code group}
+ * instead. It prints {@code FAULT <point>} right before the fault, and {@code APPLIED} after its
+ * first effect. It prints {@code CLOCK <System.currentTimeMillis()>} first, so a test can tell its
+ * clock is the one it meant to give it; with {@code gated=true} it waits for {@code go} on standard
+ * input before it polls (a consumer started in advance joins the group the moment it is told).
  */
 public final class FaultConsumer {
   static final String KEY_HEADER = "order-no";
@@ -165,19 +167,42 @@ public final class FaultConsumer {
     consumerConfig.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 50);
     consumerConfig.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
     consumerConfig.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class);
-    Supplier<DedupPollLoop<String, String>> newLoop =
+    // A share group's consumer takes only the settings below (no offsets, no static membership).
+    Map<String, Object> shareConfig = new HashMap<>();
+    for (String setting :
+        List.of(
+            ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
+            ConsumerConfig.GROUP_ID_CONFIG,
+            ConsumerConfig.MAX_POLL_RECORDS_CONFIG,
+            ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG,
+            ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG)) {
+      shareConfig.put(setting, consumerConfig.get(setting));
+    }
+    boolean share = Boolean.parseBoolean(spec.get("share"));
+    Supplier<Runnable> newLoop =
         () ->
-            DedupPollLoop.builder(consumerConfig, List.of(topic), processor)
-                .deadLetterHandler(
-                    KafkaDeadLetterPublisher.builder(dlt)
-                        .rawProducer(rawDlt)
-                        .groupId(group)
-                        .build())
-                .maxAttempts(3)
-                .retryBackOff(Duration.ofMillis(200))
-                .holdBackOff(Duration.ofMillis(250), Duration.ofSeconds(1))
-                .build();
-    AtomicReference<DedupPollLoop<String, String>> loop = new AtomicReference<>(newLoop.get());
+            share
+                ? DedupShareLoop.builder(shareConfig, List.of(topic), processor)
+                    .deadLetterHandler(
+                        KafkaDeadLetterPublisher.builder(dlt)
+                            .rawProducer(rawDlt)
+                            .groupId(group)
+                            .build())
+                    .maxAttempts(3)
+                    .retryBackOff(Duration.ofMillis(200))
+                    .holdBackOff(Duration.ofMillis(250), Duration.ofSeconds(1))
+                    .build()
+                : DedupPollLoop.builder(consumerConfig, List.of(topic), processor)
+                    .deadLetterHandler(
+                        KafkaDeadLetterPublisher.builder(dlt)
+                            .rawProducer(rawDlt)
+                            .groupId(group)
+                            .build())
+                    .maxAttempts(3)
+                    .retryBackOff(Duration.ofMillis(200))
+                    .holdBackOff(Duration.ofMillis(250), Duration.ofSeconds(1))
+                    .build();
+    AtomicReference<Runnable> loop = new AtomicReference<>(newLoop.get());
     announce("STARTED");
     Thread stopper =
         new Thread(
@@ -191,13 +216,13 @@ public final class FaultConsumer {
                     go.countDown();
                   }
                   if (line.equals("stop")) {
-                    loop.get().close();
+                    ((AutoCloseable) loop.get()).close();
                     executor.close();
                     announce("STOPPED");
                     Runtime.getRuntime().halt(0);
                   }
                 }
-              } catch (java.io.IOException e) {
+              } catch (Exception e) {
                 // The parent went away: the process is killed with it.
               }
             },
@@ -208,7 +233,7 @@ public final class FaultConsumer {
     // What an application's supervisor does: a loop that ended with an Error is replaced by a new
     // one on a new thread (as an ExecutorService would run it), on the same executor, in this JVM.
     while (true) {
-      DedupPollLoop<String, String> current = loop.get();
+      Runnable current = loop.get();
       AtomicReference<Error> ended = new AtomicReference<>();
       Thread pollThread =
           new Thread(

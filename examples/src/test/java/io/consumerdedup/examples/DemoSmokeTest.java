@@ -57,7 +57,8 @@ class DemoSmokeTest {
         .anyMatch(title -> title.startsWith("5. Zombie consumer"))
         .anyMatch(title -> title.startsWith("6. Fan-out"))
         .anyMatch(title -> title.startsWith("7. Spring Boot"))
-        .anyMatch(title -> title.startsWith("8. Crash mid-handler"));
+        .anyMatch(title -> title.startsWith("8. Crash mid-handler"))
+        .anyMatch(title -> title.startsWith("9. Work queue (share group)"));
   }
 
   @Test
@@ -170,6 +171,17 @@ class DemoSmokeTest {
                 note.contains("dedup SEPARATE 1 charge, key PROCESSING")
                     && note.contains("dedup TRANSACTIONAL 0 charges, no dedup row"))
         .anyMatch(note -> note.contains("took the key over (attempt 2)"));
+  }
+
+  /**
+   * Two share consumers of one partition: the order sent twice is charged by both copies without
+   * dedup, once with it (the copy skipped as a duplicate).
+   */
+  @Test
+  void aShareGroupChargesTheRepeatedOrderTwiceWithoutDedupAndOnceWithIt() {
+    Map<String, RunRow> rows = rows("9. Work queue (share group)");
+    assertCharges(rows.get("without dedup"), 3, 3, 0);
+    assertCharges(rows.get("with dedup"), 3, 2, 1);
   }
 
   @Test

@@ -8,11 +8,13 @@ import io.consumerdedup.spring.IdempotentListenerPostProcessor;
 import java.time.Duration;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.CopyOnWriteArrayList;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.BeanFactory;
 import org.springframework.beans.factory.BeanFactoryAware;
+import org.springframework.beans.factory.ListableBeanFactory;
 import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.beans.factory.config.ConfigurableBeanFactory;
 import org.springframework.context.SmartLifecycle;
@@ -39,6 +41,7 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
   private final ObjectProvider<IdempotentListenerPostProcessor> listeners;
   private final IdempotentExecutors executors;
   private final ConsumerDedupProperties properties;
+  private final List<AutoCloseable> shareListeners = new CopyOnWriteArrayList<>();
   private volatile boolean running;
   private @Nullable BeanFactory beanFactory;
 
@@ -73,6 +76,12 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
           .check(
               found == null ? List.of() : found.listeners(),
               endpoints == null ? List.of() : endpoints.getAllListenerContainers());
+      if (ShareContainers.RENEWAL_AVAILABLE
+          && endpoints != null
+          && configurable instanceof ListableBeanFactory listable) {
+        shareListeners.addAll(
+            ShareListeners.configure(endpoints.getAllListenerContainers(), listable, properties));
+      }
     }
     if (found != null) {
       if (beanFactory instanceof ConfigurableBeanFactory configurable) {
@@ -123,9 +132,18 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
         properties.getTableName());
   }
 
+  /** After the containers stopped: stops the share listeners' workers. */
   @Override
   public void stop() {
     running = false;
+    for (AutoCloseable share : shareListeners) {
+      try {
+        share.close();
+      } catch (Exception e) {
+        log.warn("Could not stop a share-group listener's worker", e);
+      }
+    }
+    shareListeners.clear();
   }
 
   @Override

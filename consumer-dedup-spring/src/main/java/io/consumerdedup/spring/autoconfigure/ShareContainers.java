@@ -1,8 +1,11 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.spring.IdempotentListenerPostProcessor.Listener;
+import java.lang.reflect.Method;
 import java.util.Collection;
+import java.util.HashSet;
 import java.util.List;
+import java.util.Set;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -19,17 +22,19 @@ import org.springframework.util.ClassUtils;
 import org.springframework.util.StringUtils;
 
 /**
- * What consumer-dedup says at start-up about share-group containers (KIP-932 queues, {@code
+ * What consumer-dedup does at start-up with share-group containers (KIP-932 queues, {@code
  * ShareKafkaListenerContainerFactory}).
  *
  * <p>A share group hands each record to one consumer under a time-limited acquisition lock, and
  * counts every delivery: a copy that meets another consumer's live claim must keep its lock
  * (spring-kafka 4.1's {@code ShareAcknowledgment.renew()}, kafka-clients 4.2's {@code
  * AcknowledgeType.RENEW}) rather than be released, or its delivery count runs out and the broker
- * archives it unapplied. spring-kafka 4.0 has share containers but no renewal, so on Boot 4.0 an
- * {@code @Idempotent} listener in one is refused and every share container is named in a warning:
- * its listeners are not protected. consumer-dedup's Spring module does not protect share-group
- * listeners on any line yet, so the refusal holds on Boot 4.1 too.
+ * archives it unapplied. On spring-kafka 4.1 the container of each {@code @Idempotent} share
+ * listener is put in {@code ShareAckMode.MANUAL} and its listener wrapped in a {@link
+ * DedupShareListener}, which acknowledges each record as {@code DedupShareLoop} does; listener
+ * shapes that cannot be protected stop the application. spring-kafka 4.0 has share containers but
+ * no renewal, so on Boot 4.0 an {@code @Idempotent} listener in one is refused and every share
+ * container is named in a warning: its listeners are not protected.
  */
 final class ShareContainers {
   private static final Logger log = LoggerFactory.getLogger(ShareContainers.class);
@@ -44,11 +49,13 @@ final class ShareContainers {
   }
 
   /**
-   * Warns about each share container on a spring-kafka without renewal, then refuses an
-   * {@code @Idempotent} listener whose container factory makes share containers.
+   * On a spring-kafka without renewal: warns about each share container, then refuses an {@code
+   * Idempotent} listener whose container factory makes share containers. On spring-kafka 4.1:
+   * refuses such a listener if no share container calls it (a {@code @KafkaHandler} of a
+   * class-level {@code @KafkaListener}), since it could not be protected.
    *
    * @throws UnsupportedShareListenerException an {@code @Idempotent} listener is in a share
-   *     container
+   *     container that cannot be protected
    */
   void check(List<Listener> listeners, Collection<MessageListenerContainer> containers) {
     if (!RENEWAL_AVAILABLE) {
@@ -64,9 +71,18 @@ final class ShareContainers {
         }
       }
     }
+    Set<String> protectable = new HashSet<>();
+    if (RENEWAL_AVAILABLE) {
+      for (MessageListenerContainer container : containers) {
+        Method method = ShareListeners.idempotentMethod(container);
+        if (method != null) {
+          protectable.add(ShareListeners.nameOf(method));
+        }
+      }
+    }
     for (Listener listener : listeners) {
       String factory = shareFactoryOf(listener.kafkaListener());
-      if (factory != null) {
+      if (factory != null && !protectable.contains(listener.method())) {
         throw refusal(listener, factory);
       }
     }
@@ -75,13 +91,23 @@ final class ShareContainers {
   private static UnsupportedShareListenerException refusal(Listener listener, String factory) {
     String why =
         RENEWAL_AVAILABLE
-            ? "consumer-dedup's Spring module does not protect share-group listeners yet"
+            ? "consumer-dedup protects a share-group listener that is a @KafkaListener method;"
+                + " this one has no share container calling it (a @KafkaHandler of a class-level"
+                + " @KafkaListener, or a container that is not a ShareKafkaMessageListenerContainer)"
             : "on spring-kafka "
                 + springKafkaVersion()
                 + " a share listener cannot renew its record's acquisition lock, so a copy that"
                 + " waits for another consumer's claim would use up the record's delivery count"
                 + " and the broker would archive it unapplied; share groups need spring-kafka 4.1"
                 + " (Spring Boot 4.1) and kafka-clients 4.2";
+    String action =
+        RENEWAL_AVAILABLE
+            ? "Put @KafkaListener on the @Idempotent method itself"
+            : "Upgrade to Spring Boot 4.1 (spring-kafka 4.1, kafka-clients 4.2), or give the"
+                + " listener a consumer-group container factory (a"
+                + " ConcurrentKafkaListenerContainerFactory, such as Spring Boot's default one), or"
+                + " consume the share group with consumer-dedup-core's DedupShareLoop"
+                + " (docs/share-groups.md)";
     return new UnsupportedShareListenerException(
         "@Idempotent listener "
             + listener.method()
@@ -89,9 +115,7 @@ final class ShareContainers {
             + factory
             + "', a ShareKafkaListenerContainerFactory): "
             + why,
-        "Give the listener a consumer-group container factory (a ConcurrentKafkaListenerContainerFactory,"
-            + " such as Spring Boot's default one), or consume the share group with"
-            + " consumer-dedup-core's DedupShareLoop (docs/share-groups.md)");
+        action);
   }
 
   private static String springKafkaVersion() {

@@ -20,18 +20,23 @@ import org.springframework.boot.test.system.CapturedOutput;
 import org.springframework.boot.test.system.OutputCaptureExtension;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
+import org.springframework.kafka.annotation.KafkaHandler;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
 import org.springframework.kafka.core.DefaultShareConsumerFactory;
+import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.support.ShareAcknowledgment;
 import org.springframework.util.ClassUtils;
 
 /**
- * A share-group container (KIP-932) at start-up: an {@code @Idempotent} listener in one stops the
- * application, naming the listener, its factory and what to do; on spring-kafka 4.0 (Spring Boot
- * 4.0), which cannot renew a record's acquisition lock, the reason names that version and what
- * share groups need, and every share container is named in a warning. Runs on both Boot lines the
- * build tests (profile boot40 for 4.0).
+ * A share-group container (KIP-932) at start-up. On spring-kafka 4.1 (Spring Boot 4.1) an {@code
+ * Idempotent} listener in one starts, its container put in {@code ShareAckMode.MANUAL} and its
+ * listener acknowledged by consumer-dedup, and the shapes that cannot be protected stop the
+ * application saying why and what to do. On spring-kafka 4.0 (Spring Boot 4.0), which cannot renew
+ * a record's acquisition lock, every {@code @Idempotent} share listener stops the application with
+ * the reason and the fix (Boot 4.1), and every share container is named in a warning. Runs on both
+ * Boot lines the build tests (profile boot40 for 4.0).
  */
 @ExtendWith(OutputCaptureExtension.class)
 class ShareContainerStartupTest {
@@ -65,9 +70,45 @@ class ShareContainerStartupTest {
               "spring.kafka.listener.auto-startup=false");
 
   @Test
-  void anIdempotentListenerInAShareContainerStopsTheApplicationSayingWhyAndWhatToDo() {
+  void anIdempotentListenerInAShareContainerIsProtectedOn41AndStopsTheApplicationOn40(
+      CapturedOutput output) {
     runner
         .withBean(Jobs.class)
+        .run(
+            context -> {
+              if (SPRING_KAFKA_41) {
+                assertThat(context).hasNotFailed();
+                MessageListenerContainer container =
+                    context
+                        .getBean(KafkaListenerEndpointRegistry.class)
+                        .getListenerContainer("jobs");
+                assertThat(container.getContainerProperties().getMessageListener())
+                    .as("the listener consumer-dedup acknowledges for")
+                    .isInstanceOf(DedupShareListener.class);
+                assertThat(output)
+                    .contains(
+                        "Share-group listener "
+                            + Jobs.class.getName()
+                            + "#run (group jobs): acknowledged by consumer-dedup");
+              } else {
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .isInstanceOf(UnsupportedShareListenerException.class)
+                    .hasMessageContaining(
+                        "@Idempotent listener "
+                            + Jobs.class.getName()
+                            + "#run runs in a share-group container (factory 'shareFactory'")
+                    .hasMessageContaining("cannot renew its record's acquisition lock")
+                    .hasMessageContaining("Upgrade to Spring Boot 4.1");
+              }
+            });
+  }
+
+  @Test
+  void aShareListenerTakingItsAcknowledgmentStopsTheApplicationSayingWhatToDo() {
+    runner
+        .withBean(AcknowledgingJobs.class)
         .run(
             context -> {
               assertThat(context)
@@ -75,22 +116,38 @@ class ShareContainerStartupTest {
                   .rootCause()
                   .isInstanceOf(UnsupportedShareListenerException.class)
                   .hasMessageContaining(
-                      "@Idempotent listener "
-                          + Jobs.class.getName()
-                          + "#run runs in a share-group container (factory 'shareFactory'")
-                  .hasMessageContaining("Give the listener a consumer-group container factory");
+                      "@Idempotent listener " + AcknowledgingJobs.class.getName() + "#run");
               if (SPRING_KAFKA_41) {
                 assertThat(context)
                     .getFailure()
                     .rootCause()
-                    .hasMessageContaining("does not protect share-group listeners yet");
+                    .hasMessageContaining("takes a ShareAcknowledgment or ShareConsumer argument")
+                    .hasMessageContaining("Remove the argument");
               } else {
                 assertThat(context)
                     .getFailure()
                     .rootCause()
-                    .hasMessageContaining("cannot renew its record's acquisition lock")
-                    .hasMessageContaining("need spring-kafka 4.1 (Spring Boot 4.1)");
+                    .hasMessageContaining("Upgrade to Spring Boot 4.1");
               }
+            });
+  }
+
+  @Test
+  void anIdempotentKafkaHandlerInAShareContainerStopsTheApplicationSayingWhatToDo() {
+    runner
+        .withBean(ClassLevelJobs.class)
+        .run(
+            context -> {
+              assertThat(context)
+                  .getFailure()
+                  .rootCause()
+                  .isInstanceOf(UnsupportedShareListenerException.class)
+                  .hasMessageContaining(
+                      "@Idempotent listener " + ClassLevelJobs.class.getName() + "#run")
+                  .hasMessageContaining(
+                      SPRING_KAFKA_41
+                          ? "Put @KafkaListener on the @Idempotent method itself"
+                          : "Upgrade to Spring Boot 4.1");
             });
   }
 
@@ -130,8 +187,25 @@ class ShareContainerStartupTest {
 
   static class Jobs {
     @Idempotent(bizType = "job", header = "job-id")
-    @KafkaListener(topics = "jobs", groupId = "jobs", containerFactory = "shareFactory")
+    @KafkaListener(
+        id = "jobs",
+        topics = "jobs",
+        groupId = "jobs",
+        containerFactory = "shareFactory")
     public void run(ConsumerRecord<String, String> record) {}
+  }
+
+  static class AcknowledgingJobs {
+    @Idempotent(bizType = "job", header = "job-id")
+    @KafkaListener(topics = "jobs", groupId = "jobs", containerFactory = "shareFactory")
+    public void run(ConsumerRecord<String, String> record, ShareAcknowledgment acknowledgment) {}
+  }
+
+  @KafkaListener(topics = "jobs", groupId = "jobs", containerFactory = "shareFactory")
+  static class ClassLevelJobs {
+    @Idempotent(bizType = "job", header = "job-id")
+    @KafkaHandler
+    public void run(String job) {}
   }
 
   static class PlainJobs {

@@ -23,6 +23,10 @@ final class EmbeddedKafkaBroker implements AutoCloseable {
             .setConfigProp("offsets.topic.num.partitions", "1")
             .setConfigProp("transaction.state.log.replication.factor", "1")
             .setConfigProp("transaction.state.log.min.isr", "1")
+            // Share groups (the share scenario): their state topic on this one broker.
+            .setConfigProp("share.coordinator.state.topic.replication.factor", "1")
+            .setConfigProp("share.coordinator.state.topic.min.isr", "1")
+            .setConfigProp("share.coordinator.state.topic.num.partitions", "1")
             // A consumer joining an empty group gets its partitions at once.
             .setConfigProp("group.initial.rebalance.delay.ms", "0")
             .build();

@@ -15,6 +15,7 @@ public final class Scenarios {
         new ZombieConsumerScenario(),
         new FanOutScenario(),
         new SpringListenerScenario(),
-        new CrashMidHandlerScenario());
+        new CrashMidHandlerScenario(),
+        new ShareQueueScenario());
   }
 }

@@ -1,0 +1,108 @@
+package io.consumerdedup.kafka;
+
+import io.consumerdedup.kafka.ShareInFlight.Decision;
+import java.time.Duration;
+import java.util.List;
+import java.util.Objects;
+import java.util.function.Consumer;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.jspecify.annotations.Nullable;
+
+/**
+ * The worker of {@link DedupShareLoop} for a share consumer that another component polls and
+ * acknowledges, such as a spring-kafka share container: it processes the records handed to it on a
+ * thread of its own and tells, for each, which acknowledgement to send and when, exactly as the
+ * share loop decides (a duplicate or a record whose SUCCESS is written: ACCEPT; another consumer's
+ * live claim or an unreachable store: none yet, the record processed again after the hold back-off
+ * while its owner keeps it acquired with {@code RENEW}; a handler failure: RELEASE after the retry
+ * back-off, or, once its attempts or deliveries are spent, the dead letter first and then REJECT;
+ * no key or a conflict: the dead letter, then REJECT).
+ *
+ * <p>Whoever owns the consumer must renew the lock of every record handed over and not yet decided,
+ * and send a decision only while it holds the record. Internal: consumer-dedup's Spring module uses
+ * it; not API, may change in any release.
+ */
+public final class ShareRecordWorker<K, V> implements AutoCloseable {
+
+  /**
+   * The acknowledgement decided for the record at {@code topic}-{@code partition}@{@code offset},
+   * to be sent not before {@code notBeforeNanos} ({@link System#nanoTime()}).
+   */
+  public record Decided(
+      String topic, int partition, long offset, AcknowledgeType type, long notBeforeNanos) {}
+
+  private final ShareWorker<K, V> worker;
+  private final Thread thread;
+
+  /**
+   * Starts the worker's thread.
+   *
+   * @param decided called on the worker's thread with each decision
+   * @param maxAttempts handler runs of one record before its dead letter
+   * @param deliveryCountLimit the broker's delivery count limit: a failure on this delivery is
+   *     dead-lettered instead of released
+   */
+  public ShareRecordWorker(
+      RecordProcessor<K, V> processor,
+      DeadLetterHandler<K, V> deadLetters,
+      Consumer<Decided> decided,
+      int maxAttempts,
+      int deliveryCountLimit,
+      Duration retryBackOff,
+      Duration holdBackOff,
+      Duration maxHoldBackOff,
+      String groupId,
+      String threadName) {
+    Objects.requireNonNull(decided, "decided");
+    this.worker =
+        new ShareWorker<>(
+            Objects.requireNonNull(processor, "processor"),
+            Objects.requireNonNull(deadLetters, "deadLetters"),
+            (Decision d) ->
+                decided.accept(
+                    new Decided(
+                        d.id().topic(),
+                        d.id().partition(),
+                        d.id().offset(),
+                        d.type(),
+                        d.notBeforeNanos())),
+            maxAttempts,
+            deliveryCountLimit,
+            retryBackOff,
+            holdBackOff,
+            maxHoldBackOff,
+            groupId);
+    this.thread = new Thread(worker, threadName);
+    thread.setDaemon(true);
+    thread.start();
+  }
+
+  /** Processes {@code record} as soon as the worker gets to it. */
+  public void submit(ConsumerRecord<K, V> record) {
+    worker.submit(List.of(record));
+  }
+
+  /** The Error a handler threw, which stopped the worker; null if none. */
+  public @Nullable Error fatal() {
+    return worker.fatal();
+  }
+
+  /**
+   * Stops after the record in hand, waiting up to {@code timeout} for it; the records not processed
+   * get no decision (the broker delivers them again).
+   */
+  public void close(Duration timeout) {
+    worker.stop();
+    try {
+      thread.join(Math.max(1, timeout.toMillis()));
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  @Override
+  public void close() {
+    close(DedupShareLoop.DEFAULT_CLOSE_TIMEOUT);
+  }
+}

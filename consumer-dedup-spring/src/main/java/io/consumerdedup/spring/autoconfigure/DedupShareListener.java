@@ -1,0 +1,352 @@
+package io.consumerdedup.spring.autoconfigure;
+
+import io.consumerdedup.core.Outcome;
+import io.consumerdedup.kafka.DeadLetterHandler;
+import io.consumerdedup.kafka.RecordProcessor;
+import io.consumerdedup.kafka.ShareRecordWorker;
+import io.consumerdedup.kafka.ShareRecordWorker.Decided;
+import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ShareConsumer;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import org.springframework.kafka.listener.AcknowledgingShareConsumerAwareMessageListener;
+import org.springframework.kafka.listener.ListenerExecutionFailedException;
+import org.springframework.kafka.support.KafkaUtils;
+import org.springframework.kafka.support.ShareAcknowledgment;
+
+/**
+ * Stands between a spring-kafka 4.1 share container (in {@code ShareAckMode.MANUAL}) and its
+ * {@code @Idempotent} listener, and acknowledges each record as {@code DedupShareLoop} does, with
+ * the same core worker ({@link ShareRecordWorker}).
+ *
+ * <p>The container calls {@link #onShareRecord} on its consumer's thread; the record goes to that
+ * consumer's worker thread, which calls the listener (through consumer-dedup's interceptor, which
+ * claims the key, runs the method unless the key already succeeded, and writes the outcome), so
+ * that the consumer thread stays free to apply the renewals that a third thread, the consumer's
+ * keeper, sends every third of the lock duration through the record's {@link ShareAcknowledgment}
+ * while its handler runs or it waits for another consumer's claim. A renewed record comes back in
+ * the consumer's next poll, and so to {@link #onShareRecord} again, with a new acknowledgment: it
+ * is recognised by its offset and the new acknowledgment kept, the listener not called again.
+ */
+final class DedupShareListener<K, V>
+    implements AcknowledgingShareConsumerAwareMessageListener<K, V> {
+  private static final Logger log = LoggerFactory.getLogger(DedupShareListener.class);
+
+  /** The broker's default acquisition lock, until the consumer reports the group's. */
+  private static final long DEFAULT_LOCK_NANOS = Duration.ofSeconds(30).toNanos();
+
+  /**
+   * A keeper with nothing in flight for this long stops, with its worker: the consumer it served
+   * may be gone (a container stopped and started again makes new consumers). A record that comes
+   * later gets a new keeper.
+   */
+  private static final long IDLE_NANOS = Duration.ofMinutes(2).toNanos();
+
+  /** Wakes a keeper when a renewed record is back. */
+  private static final Object WAKE = new Object();
+
+  private final AcknowledgingShareConsumerAwareMessageListener<K, V> listener;
+  private final String listenerId;
+  private final String groupId;
+  private final DeadLetterHandler<K, V> deadLetters;
+  private final Settings settings;
+  private final Map<ShareConsumer<?, ?>, Keeper> keepers = new ConcurrentHashMap<>();
+  private final AtomicInteger keeperNumbers = new AtomicInteger();
+  private volatile boolean closed;
+
+  /** The worker's settings, those of {@code DedupShareLoop}. */
+  record Settings(
+      int maxAttempts,
+      int deliveryCountLimit,
+      Duration retryBackOff,
+      Duration holdBackOff,
+      Duration maxHoldBackOff,
+      Duration closeTimeout) {}
+
+  DedupShareListener(
+      AcknowledgingShareConsumerAwareMessageListener<K, V> listener,
+      String listenerId,
+      String groupId,
+      DeadLetterHandler<K, V> deadLetters,
+      Settings settings) {
+    this.listener = listener;
+    this.listenerId = listenerId;
+    this.groupId = groupId;
+    this.deadLetters = deadLetters;
+    this.settings = settings;
+  }
+
+  @Override
+  public void onShareRecord(
+      ConsumerRecord<K, V> record,
+      @Nullable ShareAcknowledgment acknowledgment,
+      ShareConsumer<?, ?> consumer) {
+    if (acknowledgment == null) {
+      throw new IllegalStateException(
+          "Share container of listener "
+              + listenerId
+              + " is not in ShareAckMode.MANUAL; consumer-dedup sets it at start-up");
+    }
+    if (closed) {
+      return; // the container is stopping: the broker delivers the record again
+    }
+    long lockNanos =
+        consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(DEFAULT_LOCK_NANOS);
+    while (true) {
+      Keeper keeper = keepers.computeIfAbsent(consumer, Keeper::new);
+      if (keeper.offer(record, acknowledgment, lockNanos)) {
+        return;
+      }
+      keepers.remove(consumer, keeper); // it retired meanwhile
+    }
+  }
+
+  /** Stops the workers and keepers: their undecided records are delivered again by the broker. */
+  void close() {
+    closed = true;
+    for (Keeper keeper : keepers.values()) {
+      keeper.close();
+    }
+    keepers.clear();
+  }
+
+  /**
+   * Calls the listener on the worker's thread as the container would on its own, without the
+   * consumer, which is not for other threads (the interceptor only asks whether it tells polls).
+   */
+  @SuppressWarnings("NullAway")
+  private Outcome process(ConsumerRecord<K, V> record) {
+    @SuppressWarnings("unchecked")
+    ConsumerRecord<Object, Object> any = (ConsumerRecord<Object, Object>) record;
+    KafkaUtils.setConsumerGroupId(groupId);
+    CurrentRecordInterceptor.INSTANCE.intercept(any, null);
+    try {
+      listener.onShareRecord(record, null, null);
+      return Outcome.PROCESSED;
+    } catch (ListenerExecutionFailedException e) {
+      // The dead letter names what the listener threw, not spring-kafka's wrapper of it.
+      if (e.getCause() instanceof RuntimeException cause) {
+        throw cause;
+      }
+      if (e.getCause() instanceof Error error) {
+        throw error;
+      }
+      throw e;
+    } finally {
+      CurrentRecordInterceptor.INSTANCE.afterRecord(any, null);
+      KafkaUtils.clearConsumerGroupId();
+    }
+  }
+
+  private record Id(String topic, int partition, long offset) {
+    static Id of(ConsumerRecord<?, ?> record) {
+      return new Id(record.topic(), record.partition(), record.offset());
+    }
+  }
+
+  private final class Entry {
+    ShareAcknowledgment acknowledgment;
+    boolean held = true;
+    long renewalSentNanos;
+    @Nullable Decided decision;
+
+    Entry(ShareAcknowledgment acknowledgment) {
+      this.acknowledgment = acknowledgment;
+    }
+  }
+
+  /**
+   * The records one consumer of the container handed over and that are not acknowledged for good:
+   * sends their decided acknowledgements while it holds them, and renews the others' locks.
+   */
+  private final class Keeper implements Runnable {
+    private final Map<Id, Entry> entries = new LinkedHashMap<>();
+    private final LinkedBlockingQueue<Object> signals = new LinkedBlockingQueue<>();
+    private final ShareRecordWorker<K, V> worker;
+    private final Thread thread;
+    private final ShareConsumer<?, ?> consumer;
+    private volatile boolean running = true;
+    private volatile long lockNanos = DEFAULT_LOCK_NANOS;
+    private long nextRenewalNanos;
+    private long lastOfferNanos = System.nanoTime();
+    private boolean retired;
+
+    Keeper(ShareConsumer<?, ?> consumer) {
+      this.consumer = consumer;
+      RecordProcessor<K, V> processor = DedupShareListener.this::process;
+      String name = "dedup-share-" + listenerId + "-" + keeperNumbers.getAndIncrement();
+      worker =
+          new ShareRecordWorker<>(
+              processor,
+              deadLetters,
+              signals::add,
+              settings.maxAttempts(),
+              settings.deliveryCountLimit(),
+              settings.retryBackOff(),
+              settings.holdBackOff(),
+              settings.maxHoldBackOff(),
+              groupId,
+              name + "-worker");
+      thread = new Thread(this, name + "-keeper");
+      thread.setDaemon(true);
+      thread.start();
+    }
+
+    /**
+     * On the container's consumer thread: a new record, or a renewed one back; false if this keeper
+     * retired (idle), so that a new one takes the record.
+     */
+    boolean offer(ConsumerRecord<K, V> record, ShareAcknowledgment acknowledgment, long lock) {
+      lockNanos = lock;
+      boolean fresh;
+      synchronized (this) {
+        if (retired) {
+          return false;
+        }
+        lastOfferNanos = System.nanoTime();
+        Entry entry = entries.get(Id.of(record));
+        fresh = entry == null;
+        if (entry != null) {
+          entry.acknowledgment = acknowledgment;
+          entry.held = true;
+        } else {
+          if (entries.isEmpty()) {
+            nextRenewalNanos = System.nanoTime() + lock / 3;
+          }
+          entries.put(Id.of(record), new Entry(acknowledgment));
+        }
+      }
+      if (fresh) {
+        worker.submit(record);
+      } else {
+        signals.add(WAKE);
+      }
+      return true;
+    }
+
+    /** Stops this keeper if it has been idle long enough; whether it did. */
+    private boolean retireIfIdle(long now) {
+      synchronized (this) {
+        if (!entries.isEmpty() || now - lastOfferNanos < IDLE_NANOS) {
+          return false;
+        }
+        retired = true;
+      }
+      keepers.remove(consumer, this);
+      running = false;
+      worker.close(settings.closeTimeout());
+      return true;
+    }
+
+    @Override
+    public void run() {
+      while (running) {
+        try {
+          long now = System.nanoTime();
+          if (retireIfIdle(now)) {
+            return;
+          }
+          long wait = step(now);
+          Object signal = signals.poll(Math.max(wait, 1_000_000L), TimeUnit.NANOSECONDS);
+          for (; signal != null; signal = signals.poll()) {
+            if (signal instanceof Decided decided) {
+              decide(decided);
+            }
+          }
+        } catch (InterruptedException e) {
+          return;
+        } catch (RuntimeException e) {
+          log.error("Share listener {}: could not acknowledge or renew records", listenerId, e);
+        }
+      }
+    }
+
+    private synchronized void decide(Decided decided) {
+      Entry entry = entries.get(new Id(decided.topic(), decided.partition(), decided.offset()));
+      if (entry != null) {
+        entry.decision = decided;
+      }
+    }
+
+    /**
+     * Sends the due acknowledgements of held records, renews the held records' locks when due, and
+     * forgets records whose renewal did not come back within a lock; how long to wait then.
+     */
+    private synchronized long step(long now) {
+      for (Iterator<Entry> it = entries.values().iterator(); it.hasNext(); ) {
+        Entry entry = it.next();
+        Decided decision = entry.decision;
+        if (entry.held && decision != null && now - decision.notBeforeNanos() >= 0) {
+          it.remove();
+          acknowledge(entry.acknowledgment, decision.type());
+        }
+      }
+      if (entries.isEmpty()) {
+        return lockNanos / 3;
+      }
+      if (now - nextRenewalNanos >= 0) {
+        List<Id> lost = new ArrayList<>();
+        for (Map.Entry<Id, Entry> e : entries.entrySet()) {
+          Entry entry = e.getValue();
+          if (entry.held) {
+            entry.acknowledgment.renew();
+            entry.held = false;
+            entry.renewalSentNanos = now;
+          } else if (now - entry.renewalSentNanos > lockNanos) {
+            lost.add(e.getKey());
+          }
+        }
+        for (Id id : lost) {
+          entries.remove(id);
+          log.warn(
+              "The acquisition lock of {}-{}@{} (share group {}) was not renewed in time; the"
+                  + " broker delivers it again",
+              id.topic(),
+              id.partition(),
+              id.offset(),
+              groupId);
+        }
+        nextRenewalNanos = now + lockNanos / 3;
+      }
+      long next = nextRenewalNanos;
+      for (Entry entry : entries.values()) {
+        if (entry.held && entry.decision != null && entry.decision.notBeforeNanos() - next < 0) {
+          next = entry.decision.notBeforeNanos();
+        }
+      }
+      return next - now;
+    }
+
+    private void acknowledge(ShareAcknowledgment acknowledgment, AcknowledgeType type) {
+      switch (type) {
+        case ACCEPT -> acknowledgment.acknowledge();
+        case RELEASE -> acknowledgment.release();
+        case REJECT -> acknowledgment.reject();
+        default -> acknowledgment.renew();
+      }
+    }
+
+    void close() {
+      running = false;
+      worker.close(settings.closeTimeout());
+      thread.interrupt();
+      Error fatal = worker.fatal();
+      if (fatal != null) {
+        log.error("Share listener {} stopped on an Error", listenerId, fatal);
+      }
+    }
+  }
+}

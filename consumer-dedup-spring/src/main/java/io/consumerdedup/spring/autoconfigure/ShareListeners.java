@@ -1,0 +1,207 @@
+package io.consumerdedup.spring.autoconfigure;
+
+import io.consumerdedup.kafka.DeadLetterHandler;
+import io.consumerdedup.kafka.DedupShareLoop;
+import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
+import io.consumerdedup.spring.Idempotent;
+import java.lang.reflect.Field;
+import java.lang.reflect.Method;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collection;
+import java.util.List;
+import java.util.Objects;
+import org.apache.kafka.clients.consumer.ShareConsumer;
+import org.apache.kafka.clients.producer.Producer;
+import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+import org.springframework.aop.support.AopUtils;
+import org.springframework.beans.factory.ListableBeanFactory;
+import org.springframework.core.annotation.AnnotatedElementUtils;
+import org.springframework.kafka.core.ProducerFactory;
+import org.springframework.kafka.listener.AcknowledgingShareConsumerAwareMessageListener;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.MessageListenerContainer;
+import org.springframework.kafka.listener.ShareKafkaMessageListenerContainer;
+import org.springframework.kafka.listener.adapter.HandlerAdapter;
+import org.springframework.kafka.listener.adapter.MessagingMessageListenerAdapter;
+import org.springframework.kafka.support.ShareAcknowledgment;
+import org.springframework.util.ReflectionUtils;
+
+/**
+ * Protects the {@code @Idempotent} listeners of spring-kafka 4.1 share containers: finds them,
+ * refuses the shapes that cannot be protected, and wraps each in a {@link DedupShareListener}. Used
+ * only on spring-kafka 4.1 and later ({@link ShareContainers#RENEWAL_AVAILABLE}): it names types
+ * that spring-kafka 4.0 does not have.
+ */
+final class ShareListeners {
+  private static final Logger log = LoggerFactory.getLogger(ShareListeners.class);
+
+  /** spring-kafka keeps the listener method in private fields; there is no getter in 4.1. */
+  private static final @Nullable Field HANDLER =
+      ReflectionUtils.findField(MessagingMessageListenerAdapter.class, "handlerMethod");
+
+  private static final @Nullable Field INVOKER =
+      ReflectionUtils.findField(HandlerAdapter.class, "invokerHandlerMethod");
+
+  private ShareListeners() {}
+
+  /** The {@code @Idempotent} method a share container calls, null if it calls none. */
+  static @Nullable Method idempotentMethod(MessageListenerContainer container) {
+    if (!(container instanceof ShareKafkaMessageListenerContainer<?, ?> share)
+        || !(share.getContainerProperties().getMessageListener()
+            instanceof MessagingMessageListenerAdapter<?, ?> adapter)
+        || HANDLER == null
+        || INVOKER == null) {
+      return null;
+    }
+    ReflectionUtils.makeAccessible(HANDLER);
+    ReflectionUtils.makeAccessible(INVOKER);
+    if (!(ReflectionUtils.getField(HANDLER, adapter) instanceof HandlerAdapter handler)
+        || !(ReflectionUtils.getField(INVOKER, handler)
+            instanceof
+            org.springframework.messaging.handler.invocation.InvocableHandlerMethod invocable)) {
+      return null; // a class-level @KafkaListener: refused, as its method is not found
+    }
+    Method method =
+        AopUtils.getMostSpecificMethod(
+            invocable.getMethod(), AopUtils.getTargetClass(invocable.getBean()));
+    return AnnotatedElementUtils.hasAnnotation(method, Idempotent.class) ? method : null;
+  }
+
+  /** How {@link ShareContainers} names a listener: the declaring class and the method. */
+  static String nameOf(Method method) {
+    return method.getDeclaringClass().getName() + "#" + method.getName();
+  }
+
+  /**
+   * Puts each share container that calls an {@code @Idempotent} method in {@code
+   * ShareAckMode.MANUAL} and wraps its listener; returns what to close when the containers stopped.
+   *
+   * @throws UnsupportedShareListenerException a shape that cannot be protected
+   */
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  static List<AutoCloseable> configure(
+      Collection<MessageListenerContainer> containers,
+      ListableBeanFactory beanFactory,
+      ConsumerDedupProperties properties) {
+    List<AutoCloseable> wrapped = new ArrayList<>();
+    for (MessageListenerContainer container : containers) {
+      Method method = idempotentMethod(container);
+      if (method == null || container.isRunning()) {
+        continue;
+      }
+      ShareKafkaMessageListenerContainer<?, ?> share =
+          (ShareKafkaMessageListenerContainer<?, ?>) container;
+      ContainerProperties containerProperties = share.getContainerProperties();
+      if (containerProperties.getMessageListener() instanceof DedupShareListener<?, ?>) {
+        continue;
+      }
+      refuseShape(method, share, containerProperties);
+      String groupId = String.valueOf(share.getGroupId());
+      Producer<?, ?>[] created = new Producer<?, ?>[1];
+      DeadLetterHandler deadLetters = deadLetters(beanFactory, method, groupId, created);
+      Duration timeout = containerProperties.getShareAcknowledgmentTimeout();
+      containerProperties.setShareAckMode(ContainerProperties.ShareAckMode.MANUAL);
+      // Every renewed record comes back to the container as a new delivery of the same offset,
+      // which spring-kafka 4.1 keeps as pending for good: its warning about records not
+      // acknowledged in time would name each of them, although consumer-dedup acknowledges them.
+      containerProperties.setShareAcknowledgmentTimeout(Duration.ofDays(3650));
+      DedupShareListener<?, ?> listener =
+          new DedupShareListener<>(
+              (AcknowledgingShareConsumerAwareMessageListener)
+                  Objects.requireNonNull(containerProperties.getMessageListener()),
+              share.getListenerId(),
+              groupId,
+              deadLetters,
+              new DedupShareListener.Settings(
+                  properties.getMaxAttempts(),
+                  DedupShareLoop.DEFAULT_DELIVERY_COUNT_LIMIT,
+                  DedupShareLoop.DEFAULT_RETRY_BACKOFF,
+                  properties.getHold().getInitialBackoff(),
+                  properties.getHold().getMaxBackoff(),
+                  DedupShareLoop.DEFAULT_CLOSE_TIMEOUT));
+      share.setupMessageListener(listener);
+      log.info(
+          "Share-group listener {} (group {}): acknowledged by consumer-dedup (ShareAckMode.MANUAL,"
+              + " spring-kafka's acknowledgment timeout warning of {} turned off), locks renewed"
+              + " while handled or waiting for another consumer's claim",
+          nameOf(method),
+          groupId,
+          timeout);
+      wrapped.add(
+          () -> {
+            listener.close();
+            if (created[0] != null) {
+              created[0].close();
+            }
+          });
+    }
+    return wrapped;
+  }
+
+  private static void refuseShape(
+      Method method,
+      ShareKafkaMessageListenerContainer<?, ?> container,
+      ContainerProperties properties) {
+    String where =
+        "@Idempotent listener "
+            + nameOf(method)
+            + " runs in share-group container "
+            + container.getListenerId();
+    if (properties.getShareAckMode() == ContainerProperties.ShareAckMode.IMPLICIT) {
+      throw new UnsupportedShareListenerException(
+          where
+              + " in ShareAckMode.IMPLICIT: the broker accepts every record it delivers, whatever"
+              + " the listener did, so a copy that must wait or a failure to retry is lost",
+          "Remove setShareAckMode(IMPLICIT) from the container factory: consumer-dedup acknowledges"
+              + " each record itself");
+    }
+    boolean takesAcknowledgment =
+        Arrays.stream(method.getParameterTypes())
+            .anyMatch(
+                type ->
+                    ShareAcknowledgment.class.isAssignableFrom(type)
+                        || ShareConsumer.class.isAssignableFrom(type));
+    if (takesAcknowledgment) {
+      throw new UnsupportedShareListenerException(
+          where
+              + " and takes a ShareAcknowledgment or ShareConsumer argument: consumer-dedup"
+              + " acknowledges each record by its outcome (ACCEPT, RELEASE, REJECT, renewing"
+              + " its lock meanwhile) and calls the listener off the consumer's thread",
+          "Remove the argument: return normally to have the record accepted, throw to have it"
+              + " retried and then dead-lettered");
+    }
+  }
+
+  /**
+   * The application's {@link DeadLetterHandler} bean if it has one, else a {@link
+   * KafkaDeadLetterPublisher} over a producer of its {@code ProducerFactory}.
+   */
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  private static DeadLetterHandler<?, ?> deadLetters(
+      ListableBeanFactory beanFactory, Method method, String groupId, Producer<?, ?>[] created) {
+    DeadLetterHandler<?, ?> handler =
+        beanFactory.getBeanProvider(DeadLetterHandler.class).getIfUnique();
+    if (handler != null) {
+      return handler;
+    }
+    ProducerFactory<?, ?> producers =
+        beanFactory.getBeanProvider(ProducerFactory.class).getIfUnique();
+    if (producers == null) {
+      throw new UnsupportedShareListenerException(
+          "@Idempotent listener "
+              + nameOf(method)
+              + " runs in a share-group container, where a record given up is rejected only once"
+              + " its dead letter is written, and the application has no DeadLetterHandler bean"
+              + " and no single Kafka ProducerFactory to write one with",
+          "Define a ProducerFactory (Spring Boot makes one from spring.kafka.producer.*) or a"
+              + " DeadLetterHandler bean, such as KafkaDeadLetterPublisher");
+    }
+    Producer producer = producers.createProducer();
+    created[0] = producer;
+    return KafkaDeadLetterPublisher.builder(producer).groupId(groupId).build();
+  }
+}
