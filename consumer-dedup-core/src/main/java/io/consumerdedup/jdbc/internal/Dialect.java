@@ -232,6 +232,14 @@ public abstract class Dialect {
   /** The names of the table's columns, in lower case; none if there is no such table. */
   public abstract Set<String> columns(Connection connection) throws SQLException;
 
+  /**
+   * Whether the database will plan the store's statements for groups of keys without knowing the
+   * table: it has no statistics, and nothing will gather them. False where the dialect cannot tell.
+   */
+  public boolean plansBlind(Connection connection) throws SQLException {
+    return false;
+  }
+
   /** Whether {@code connection} reaches the database through a connection pooler. */
   public abstract boolean behindPooler(Connection connection) throws SQLException;
 

@@ -154,6 +154,12 @@ public final class PostgresSql {
   /** The table's columns, or no row when there is no such table (on the search path). */
   public final String columns;
 
+  /**
+   * One row for the table: whether autovacuum is off for it (for the server, or by the table's own
+   * setting), and whether the planner has statistics on its columns; no row without the table.
+   */
+  public final String statistics;
+
   /** The columns the store reads and writes, as the schema file creates them. */
   public static final List<String> EXPECTED_COLUMNS =
       List.of(
@@ -175,6 +181,15 @@ public final class PostgresSql {
     columns =
         "SELECT a.attname FROM pg_attribute a WHERE a.attrelid = to_regclass(?)"
             + " AND a.attnum > 0 AND NOT a.attisdropped";
+    statistics =
+        "SELECT NOT current_setting('autovacuum')::boolean"
+            + " OR coalesce(o.option_value, 'on')::boolean IS FALSE AS autovacuum_off,"
+            + " EXISTS (SELECT 1 FROM pg_stats p WHERE p.schemaname = n.nspname"
+            + " AND p.tablename = c.relname) AS analyzed"
+            + " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            + " LEFT JOIN LATERAL pg_options_to_table(c.reloptions) o"
+            + " ON o.option_name = 'autovacuum_enabled'"
+            + " WHERE c.oid = to_regclass(?)";
     claim = claim(table, true);
     claimInTransaction = claim(table, false);
     String completeSet =

@@ -7,6 +7,7 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.slf4j.Logger;
 
 /**
@@ -20,6 +21,7 @@ public final class TableCheck {
   private final StoreCalls calls;
   private final String table;
   private final Logger log;
+  private final AtomicBoolean blindPlansReported = new AtomicBoolean();
 
   /**
    * @param log where a check that cannot reach the database says so (the store's logger)
@@ -37,7 +39,9 @@ public final class TableCheck {
    * @throws DedupStoreException the database could not be asked
    */
   public void verify() {
-    throwIfMissing(calls.run(OPERATION, null, Columns::read));
+    Columns columns = calls.run(OPERATION, null, Columns::read);
+    throwIfMissing(columns);
+    reportBlindPlans(columns);
   }
 
   /**
@@ -60,6 +64,19 @@ public final class TableCheck {
       return;
     }
     throwIfMissing(columns);
+    reportBlindPlans(columns);
+  }
+
+  private void reportBlindPlans(Columns columns) {
+    if (columns.plansBlind() && blindPlansReported.compareAndSet(false, true)) {
+      log.warn(
+          "The dedup table {} has no planner statistics and autovacuum is off for it: PostgreSQL"
+              + " then writes each group of SUCCESS marks or renewals by scanning the whole table,"
+              + " slower with every row. Turn autovacuum on for the table, or run ANALYZE {} once"
+              + " it holds rows (the statistics stay valid as it grows)",
+          table,
+          table);
+    }
   }
 
   /** The columns the store needs that the table lacks, with the retries of a store call. */
@@ -111,10 +128,14 @@ public final class TableCheck {
                     + dialect.claimIdColumnType()));
   }
 
-  /** The columns a table has, in the dialect that read them. */
-  private record Columns(Set<String> present, Dialect dialect) {
+  /**
+   * The columns a table has, in the dialect that read them, and whether the database plans its
+   * statements without statistics.
+   */
+  private record Columns(Set<String> present, Dialect dialect, boolean plansBlind) {
     static Columns read(Connection connection, Dialect dialect) throws SQLException {
-      return new Columns(dialect.columns(connection), dialect);
+      Set<String> present = dialect.columns(connection);
+      return new Columns(present, dialect, !present.isEmpty() && dialect.plansBlind(connection));
     }
 
     /** The columns the store needs that are not present, in the schema file's order. */
