@@ -73,7 +73,7 @@ public final class TableCheck {
           "The dedup table {} has no planner statistics and autovacuum is off for it: PostgreSQL"
               + " then writes each group of SUCCESS marks or renewals by scanning the whole table,"
               + " slower with every row. Turn autovacuum on for the table, or run ANALYZE {} once"
-              + " it holds rows (the statistics stay valid as it grows)",
+              + " it holds rows, and again when it has grown many times over",
           table,
           table);
     }
