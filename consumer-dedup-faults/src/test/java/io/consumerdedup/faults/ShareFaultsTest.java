@@ -45,7 +45,9 @@ class ShareFaultsTest {
                       + " lease, kept acquired, then were applied once");
             });
     assertThat(verdict.lost()).isZero();
-    assertThat(verdict.duplicates()).isZero();
+    // Mode SEPARATE's window: a record applied just before the kill whose SUCCESS mark was still
+    // on its way runs again; no other record does.
+    assertThat(verdict.duplicates()).isLessThanOrEqualTo(verdict.window());
   }
 
   @Test

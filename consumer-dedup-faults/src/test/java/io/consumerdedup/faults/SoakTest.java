@@ -119,7 +119,15 @@ class SoakTest {
               }
               case 6 -> {
                 label = "F6/F7 sessions ended by the server";
-                sessionsEnded.addAndGet(run.database.endDedupSessions(run.schema));
+                // Consumers just replaced may not have connected yet: wait for a session to end.
+                int ended = 0;
+                for (int tries = 0; tries < 40 && ended == 0; tries++) {
+                  ended = run.database.endDedupSessions(run.schema);
+                  if (ended == 0) {
+                    Thread.sleep(250);
+                  }
+                }
+                sessionsEnded.addAndGet(ended);
                 run.faultEnded();
               }
               default -> {
