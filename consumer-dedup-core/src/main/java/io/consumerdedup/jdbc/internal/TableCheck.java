@@ -39,7 +39,7 @@ public final class TableCheck {
    * @throws DedupStoreException the database could not be asked
    */
   public void verify() {
-    Columns columns = calls.run(OPERATION, null, Columns::read);
+    Columns columns = calls.run(OPERATION, null, Columns::readAtStartUp);
     throwIfMissing(columns);
     reportBlindPlans(columns);
   }
@@ -52,7 +52,7 @@ public final class TableCheck {
   public void verifyIfReachable() {
     Columns columns;
     try {
-      columns = calls.runOnce(OPERATION, null, Columns::read);
+      columns = calls.runOnce(OPERATION, null, Columns::readAtStartUp);
     } catch (DedupStoreUnavailableException e) {
       log.warn(
           "Could not check the dedup table {} now; records wait until the database answers: {}",
@@ -134,6 +134,11 @@ public final class TableCheck {
    */
   private record Columns(Set<String> present, Dialect dialect, boolean plansBlind) {
     static Columns read(Connection connection, Dialect dialect) throws SQLException {
+      return new Columns(dialect.columns(connection), dialect, false);
+    }
+
+    /** As {@link #read}, and whether the database plans blind: asked at start-up only. */
+    static Columns readAtStartUp(Connection connection, Dialect dialect) throws SQLException {
       Set<String> present = dialect.columns(connection);
       return new Columns(present, dialect, !present.isEmpty() && dialect.plansBlind(connection));
     }
