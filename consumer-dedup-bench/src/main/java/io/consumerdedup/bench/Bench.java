@@ -132,6 +132,7 @@ public final class Bench {
 
         comparison =
             Comparison.run(
+                Comparison.selected(options.variants()),
                 runner,
                 new VariantRunner(database, broker, warmUp, progress),
                 database,

@@ -18,6 +18,8 @@ import java.util.List;
  * --sweep=none|N,N   the table sizes of the sweep, or none
  * --memory=none|N,M  the heap after N and after M records of one run of V7's application, or none
  * --purge-rows=N     rows in the table for the purge, half of them expired; 0 skips it
+ * --variants=V0,V9   only these variants of the comparison (V6 reads the table V1 fills, so it
+ *                    needs V1); a ratio whose variants did not run reads n/a
  * --crash-window     instead of all that, the crash window of mode SEPARATE: consumers in child
  *                    JVMs killed at random moments, and the records whose handler runs again
  * --kills=N          kills per path in the crash-window run (default 20; 400 messages per kill)
@@ -34,6 +36,7 @@ import java.util.List;
  * @param purgeRows rows in the table for the purge, half of them expired; 0 to skip it
  * @param crashWindow whether to measure the crash window instead of the comparison
  * @param kills kills per path in the crash-window run
+ * @param variants the ids of the comparison's variants to run; empty for all of them
  */
 public record BenchOptions(
     boolean quick,
@@ -43,7 +46,8 @@ public record BenchOptions(
     List<Integer> memoryRecords,
     long purgeRows,
     boolean crashWindow,
-    int kills) {
+    int kills,
+    List<String> variants) {
 
   /** Partitions of the workload's topic. */
   public static final int PARTITIONS = 4;
@@ -61,7 +65,7 @@ public record BenchOptions(
 
   private static final String USAGE =
       "Arguments: [--quick] [--big] [--messages=N] [--repetitions=N] [--sweep=none|N,N,...]"
-          + " [--memory=none|N,M] [--purge-rows=N] [--crash-window [--kills=N]]";
+          + " [--memory=none|N,M] [--purge-rows=N] [--variants=V0,V1,...] [--crash-window [--kills=N]]";
 
   public BenchOptions {
     if (messages < 1 || repetitions < 1 || purgeRows < 0 || kills < 1) {
@@ -80,6 +84,7 @@ public record BenchOptions(
           "--memory takes two record counts, the smaller first, or none: " + memoryRecords);
     }
     memoryRecords = List.copyOf(memoryRecords);
+    variants = List.copyOf(variants);
   }
 
   /**
@@ -102,6 +107,7 @@ public record BenchOptions(
     List<Long> sweep = new ArrayList<>(List.of(100_000L, 1_000_000L));
     List<Integer> memory = quick ? QUICK_MEMORY_RECORDS : MEMORY_RECORDS;
     long purgeRows = quick ? 100_000 : 1_000_000;
+    List<String> variants = List.of();
     for (String token : tokens) {
       String value = token.substring(token.indexOf('=') + 1);
       if (token.equals("--quick") || token.equals("--big") || token.equals("--crash-window")) {
@@ -121,6 +127,8 @@ public record BenchOptions(
                 : parseSizes(token, value).stream().map(Long::intValue).toList();
       } else if (token.startsWith("--purge-rows=")) {
         purgeRows = parseInt(token, value);
+      } else if (token.startsWith("--variants=")) {
+        variants = Arrays.stream(value.split(",")).map(String::trim).toList();
       } else {
         throw new IllegalArgumentException("Unknown argument '" + token + "'. " + USAGE);
       }
@@ -134,7 +142,7 @@ public record BenchOptions(
       sweep.add(BIG_TABLE);
     }
     return new BenchOptions(
-        quick, messages, repetitions, sweep, memory, purgeRows, crashWindow, kills);
+        quick, messages, repetitions, sweep, memory, purgeRows, crashWindow, kills, variants);
   }
 
   private static int parseInt(String token, String value) {

@@ -35,14 +35,34 @@ final class Comparison {
   }
 
   /**
+   * The measured variants whose ids are in {@code ids}, in their order; all of them when {@code
+   * ids} is empty.
+   *
+   * @throws IllegalArgumentException naming an id that is no variant
+   */
+  static List<Variant> selected(List<String> ids) {
+    List<Variant> all = measured();
+    List<String> known = all.stream().map(Variant::id).toList();
+    List<String> unknown = ids.stream().filter(id -> !known.contains(id)).toList();
+    if (!unknown.isEmpty()) {
+      throw new IllegalArgumentException(
+          "--variants names no variant " + unknown + "; the variants are " + known);
+    }
+    return ids.isEmpty() ? all : all.stream().filter(v -> ids.contains(v.id())).toList();
+  }
+
+  /**
    * Creates the variants' tables, runs each variant once with {@code warmUp} (not reported), then
-   * {@code repetitions} rounds of the measured variants with {@code runner}; returns their runs in
-   * that order.
+   * {@code repetitions} rounds of the variants with {@code runner}; returns their runs in that
+   * order.
    */
   static List<VariantSummary> run(
-      VariantRunner runner, VariantRunner warmUp, BenchDatabase database, int repetitions)
+      List<Variant> variants,
+      VariantRunner runner,
+      VariantRunner warmUp,
+      BenchDatabase database,
+      int repetitions)
       throws Exception {
-    List<Variant> variants = measured();
     for (Variant variant : variants) {
       variant.createTables(database);
     }

@@ -31,6 +31,18 @@ class BenchOptionsTest {
   }
 
   @Test
+  void theComparisonCanRunSomeVariantsOnlyAndRefusesAnUnknownOne() {
+    assertThat(BenchOptions.parse().variants()).isEmpty();
+    assertThat(
+            Comparison.selected(BenchOptions.parse("--variants=V10,V9").variants()).stream()
+                .map(Variant::id))
+        .containsExactly("V9", "V10");
+    assertThatThrownBy(() -> Comparison.selected(BenchOptions.parse("--variants=V99").variants()))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("V99");
+  }
+
+  @Test
   void theSweepAndThePurgeCanBeSkipped() {
     BenchOptions options = BenchOptions.parse("--sweep=none", "--purge-rows=0");
 
