@@ -60,6 +60,9 @@ public final class FaultyDataSource extends ConnectionSource implements AutoClos
     config.setConnectionTimeout(connectionTimeout.toMillis());
     // Fail fast when the proxy refuses, instead of retrying the first connection.
     config.setInitializationFailTimeout(-1);
+    // A fault that cuts HikariCP's first read of the default isolation would leave it at -1 and
+    // break every later connection (HikariCP issue 1944); naming PostgreSQL's default avoids it.
+    config.setTransactionIsolation("TRANSACTION_READ_COMMITTED");
     config.setPoolName("faulty-" + schema);
     this.pool = new HikariDataSource(config);
   }

@@ -344,6 +344,13 @@ public final class FaultConsumer {
     config.setMaximumPoolSize(size);
     config.setConnectionTimeout(connectionTimeoutMillis);
     config.setInitializationFailTimeout(-1);
+    // HikariCP reads the server's default isolation from its first connection; when the fault cuts
+    // that read, it keeps -1 and every later connection fails to set up, so the pool never recovers
+    // (HikariCP issue 1944). Naming each server's default keeps the pool out of that state.
+    config.setTransactionIsolation(
+        jdbcUrl.startsWith("jdbc:mariadb:")
+            ? "TRANSACTION_REPEATABLE_READ"
+            : "TRANSACTION_READ_COMMITTED");
     return new HikariDataSource(config);
   }
 }
