@@ -62,6 +62,7 @@ class ShareListenerIntegrationTest {
   static final String FAILING = "share-failing";
   static final String KEYLESS = "share-keyless";
   static final String HELD = "share-held";
+  static final String ERROR = "share-error";
 
   /** The lock of the groups whose tests outlast it on purpose. */
   static final Duration SHORT_LOCK = Duration.ofSeconds(2);
@@ -77,12 +78,14 @@ class ShareListenerIntegrationTest {
         FAILING + "-dlt",
         KEYLESS,
         KEYLESS + "-dlt",
-        HELD);
+        HELD,
+        ERROR);
     TestShareGroups.configure(MANY, Duration.ofSeconds(5));
     TestShareGroups.configure(SLOW, SHORT_LOCK);
     TestShareGroups.configure(FAILING, Duration.ofSeconds(5));
     TestShareGroups.configure(KEYLESS, Duration.ofSeconds(5));
     TestShareGroups.configure(HELD, SHORT_LOCK);
+    TestShareGroups.configure(ERROR, Duration.ofSeconds(5));
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -203,6 +206,27 @@ class ShareListenerIntegrationTest {
     assertThat(Calls.deliveries(HELD)).as("delivery counts seen").containsExactly((short) 1);
     assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(TestShareGroups.remaining(HELD, HELD, Duration.ofSeconds(2))).isEmpty();
+  }
+
+  /**
+   * A listener that throws a {@code StackOverflowError} on its first call: the user sees that call
+   * counted as a failed attempt of its record, the record run again and applied once, and the
+   * records after it applied as well; the listener is not stuck for good.
+   */
+  @Test
+  void anErrorFromTheListenerFailsItsRecordAndTheRecordsAfterItAreStillApplied() throws Exception {
+    send(template, ERROR, "charge 1.00", "order-no", "E-1");
+    await().atMost(WAIT).until(() -> Calls.of(ERROR, "E-1") >= 1);
+    send(template, ERROR, "charge 2.00", "order-no", "E-2");
+    send(template, ERROR, "charge 3.00", "order-no", "E-3");
+
+    await().atMost(WAIT).until(() -> effects(ERROR) == 3);
+    assertThat(Calls.of(ERROR, "E-1")).as("the Error's call, then the retry").isEqualTo(2);
+    for (String orderNo : List.of("E-1", "E-2", "E-3")) {
+      assertThat(effectsOf(ERROR, orderNo)).as("order %s charged", orderNo).isEqualTo(1);
+    }
+    assertThat(store.find(DedupKey.of("error", "E-1")).orElseThrow().attempts()).isEqualTo(2);
+    assertThat(TestShareGroups.remaining(ERROR, ERROR, Duration.ofSeconds(2))).isEmpty();
   }
 
   private int effects(String listener) {
@@ -362,6 +386,18 @@ class ShareListenerIntegrationTest {
       Calls.enter(HELD, record);
       Calls.exit(HELD);
       apply(HELD, record);
+    }
+
+    @Idempotent(bizType = "error", header = "order-no")
+    @KafkaListener(id = ERROR, topics = ERROR, groupId = ERROR, containerFactory = "shareFactory")
+    public void error(ConsumerRecord<String, String> record) {
+      Calls.enter(ERROR, record);
+      Calls.exit(ERROR);
+      if (Calls.of(ERROR, header(record, "order-no")) == 1
+          && "E-1".equals(header(record, "order-no"))) {
+        throw new StackOverflowError("deep recursion in the handler");
+      }
+      apply(ERROR, record);
     }
 
     private void apply(String listener, ConsumerRecord<String, String> record) {

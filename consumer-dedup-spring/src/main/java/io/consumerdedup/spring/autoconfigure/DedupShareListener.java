@@ -158,12 +158,14 @@ final class DedupShareListener<K, V>
   }
 
   private final class Entry {
+    ConsumerRecord<K, V> record;
     ShareAcknowledgment acknowledgment;
     boolean held = true;
     long renewalSentNanos;
     @Nullable Decided decision;
 
-    Entry(ShareAcknowledgment acknowledgment) {
+    Entry(ConsumerRecord<K, V> record, ShareAcknowledgment acknowledgment) {
+      this.record = record;
       this.acknowledgment = acknowledgment;
     }
   }
@@ -175,7 +177,8 @@ final class DedupShareListener<K, V>
   private final class Keeper implements Runnable {
     private final Map<Id, Entry> entries = new LinkedHashMap<>();
     private final LinkedBlockingQueue<Object> signals = new LinkedBlockingQueue<>();
-    private final ShareRecordWorker<K, V> worker;
+    private final String name;
+    private volatile ShareRecordWorker<K, V> worker;
     private final Thread thread;
     private final ShareConsumer<?, ?> consumer;
     private volatile boolean running = true;
@@ -186,23 +189,26 @@ final class DedupShareListener<K, V>
 
     Keeper(ShareConsumer<?, ?> consumer) {
       this.consumer = consumer;
-      RecordProcessor<K, V> processor = DedupShareListener.this::process;
-      String name = "dedup-share-" + listenerId + "-" + keeperNumbers.getAndIncrement();
-      worker =
-          new ShareRecordWorker<>(
-              processor,
-              deadLetters,
-              signals::add,
-              settings.maxAttempts(),
-              settings.deliveryCountLimit(),
-              settings.retryBackOff(),
-              settings.holdBackOff(),
-              settings.maxHoldBackOff(),
-              groupId,
-              name + "-worker");
+      name = "dedup-share-" + listenerId + "-" + keeperNumbers.getAndIncrement();
+      worker = newWorker();
       thread = new Thread(this, name + "-keeper");
       thread.setDaemon(true);
       thread.start();
+    }
+
+    private ShareRecordWorker<K, V> newWorker() {
+      RecordProcessor<K, V> processor = DedupShareListener.this::process;
+      return new ShareRecordWorker<>(
+          processor,
+          deadLetters,
+          signals::add,
+          settings.maxAttempts(),
+          settings.deliveryCountLimit(),
+          settings.retryBackOff(),
+          settings.holdBackOff(),
+          settings.maxHoldBackOff(),
+          groupId,
+          name + "-worker");
     }
 
     /**
@@ -211,29 +217,27 @@ final class DedupShareListener<K, V>
      */
     boolean offer(ConsumerRecord<K, V> record, ShareAcknowledgment acknowledgment, long lock) {
       lockNanos = lock;
-      boolean fresh;
       synchronized (this) {
         if (retired) {
           return false;
         }
         lastOfferNanos = System.nanoTime();
         Entry entry = entries.get(Id.of(record));
-        fresh = entry == null;
         if (entry != null) {
+          entry.record = record;
           entry.acknowledgment = acknowledgment;
           entry.held = true;
         } else {
           if (entries.isEmpty()) {
             nextRenewalNanos = System.nanoTime() + lock / 3;
           }
-          entries.put(Id.of(record), new Entry(acknowledgment));
+          entries.put(Id.of(record), new Entry(record, acknowledgment));
+          // Under the keeper's lock, so that a worker being replaced cannot take it unnoticed.
+          worker.submit(record);
+          return true;
         }
       }
-      if (fresh) {
-        worker.submit(record);
-      } else {
-        signals.add(WAKE);
-      }
+      signals.add(WAKE);
       return true;
     }
 
@@ -260,16 +264,50 @@ final class DedupShareListener<K, V>
             return;
           }
           long wait = step(now);
-          Object signal = signals.poll(Math.max(wait, 1_000_000L), TimeUnit.NANOSECONDS);
-          for (; signal != null; signal = signals.poll()) {
-            if (signal instanceof Decided decided) {
-              decide(decided);
-            }
-          }
+          drain(signals.poll(Math.max(wait, 1_000_000L), TimeUnit.NANOSECONDS));
+          replaceWorkerIfAnErrorStoppedIt();
         } catch (InterruptedException e) {
           return;
-        } catch (RuntimeException e) {
+        } catch (RuntimeException | Error e) {
+          // Nobody else acknowledges or renews this consumer's records: log, and go on.
           log.error("Share listener {}: could not acknowledge or renew records", listenerId, e);
+        }
+      }
+    }
+
+    private void drain(@Nullable Object first) {
+      for (Object signal = first; signal != null; signal = signals.poll()) {
+        if (signal instanceof Decided decided) {
+          decide(decided);
+        }
+      }
+    }
+
+    /**
+     * A listener that throws an {@code Error} stops the worker, as it ends {@code DedupShareLoop};
+     * here nobody would start another, and the records not decided would be renewed for good, never
+     * handled. The record in hand is already decided as a failed attempt (released, or dead letter
+     * and reject once its attempts are spent); the others go to a new worker.
+     */
+    private void replaceWorkerIfAnErrorStoppedIt() {
+      Error fatal = worker.fatal();
+      if (fatal == null || !running) {
+        return;
+      }
+      // The stopped worker sent its last decisions before it stopped: take them first.
+      drain(signals.poll());
+      log.error(
+          "Share listener {} threw {}: its record counts as a failed attempt; the records not"
+              + " decided yet go to a new worker",
+          listenerId,
+          fatal.toString(),
+          fatal);
+      synchronized (this) {
+        worker = newWorker();
+        for (Entry entry : entries.values()) {
+          if (entry.decision == null) {
+            worker.submit(entry.record);
+          }
         }
       }
     }
