@@ -296,6 +296,11 @@ class ShareListenerIntegrationTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
+      return stringShareFactory();
+    }
+
+    /** A share container factory of String records over the in-JVM broker, 10 records a poll. */
+    static ShareKafkaListenerContainerFactory<String, String> stringShareFactory() {
       return new ShareKafkaListenerContainerFactory<>(
           new DefaultShareConsumerFactory<>(
               Map.of(

@@ -104,6 +104,8 @@ final class ShareListeners {
       Producer<?, ?>[] created = new Producer<?, ?>[1];
       DeadLetterHandler deadLetters = deadLetters(beanFactory, method, groupId, created);
       Duration timeout = containerProperties.getShareAcknowledgmentTimeout();
+      ContainerProperties.ShareAckMode ackMode = containerProperties.getShareAckMode();
+      Object original = Objects.requireNonNull(containerProperties.getMessageListener());
       containerProperties.setShareAckMode(ContainerProperties.ShareAckMode.MANUAL);
       // Every renewed record comes back to the container as a new delivery of the same offset,
       // which spring-kafka 4.1 keeps as pending for good: its warning about records not
@@ -111,8 +113,7 @@ final class ShareListeners {
       containerProperties.setShareAcknowledgmentTimeout(Duration.ofDays(3650));
       DedupShareListener<?, ?> listener =
           new DedupShareListener<>(
-              (AcknowledgingShareConsumerAwareMessageListener)
-                  Objects.requireNonNull(containerProperties.getMessageListener()),
+              (AcknowledgingShareConsumerAwareMessageListener) original,
               share.getListenerId(),
               groupId,
               deadLetters,
@@ -131,11 +132,19 @@ final class ShareListeners {
           nameOf(method),
           groupId,
           timeout);
+      // Undone when the application stops, so that a start after it (a context stopped and
+      // started again) finds the container as it was made and protects it afresh, with a new
+      // worker and dead-letter producer, instead of a closed listener that ignores every record.
       wrapped.add(
           () -> {
             listener.close();
             if (created[0] != null) {
               created[0].close();
+            }
+            if (!share.isRunning()) {
+              share.setupMessageListener(original);
+              containerProperties.setShareAckMode(ackMode);
+              containerProperties.setShareAcknowledgmentTimeout(timeout);
             }
           });
     }
