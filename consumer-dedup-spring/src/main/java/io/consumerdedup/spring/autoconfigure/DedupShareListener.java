@@ -340,9 +340,11 @@ final class DedupShareListener<K, V>
         for (Map.Entry<Id, Entry> e : entries.entrySet()) {
           Entry entry = e.getValue();
           if (entry.held) {
-            entry.acknowledgment.renew();
+            // Marked first: a renewal that throws is not sent again at once, in a loop, but
+            // forgotten after a lock like any renewal that does not come back.
             entry.held = false;
             entry.renewalSentNanos = now;
+            entry.acknowledgment.renew();
           } else if (now - entry.renewalSentNanos > lockNanos) {
             lost.add(e.getKey());
           }
