@@ -569,9 +569,18 @@ final class FaultRun implements AutoCloseable {
    * (none released for another delivery, none waiting).
    */
   List<ConsumerRecord<String, String>> queueLeft(Duration window) throws Exception {
+    // All asked at once: each finishes its record in hand and sends its acknowledgements.
+    List<ChildJvm> stopping = new ArrayList<>();
     for (ChildJvm child : consumers) {
       if (child.isAlive()) {
-        stop(child);
+        child.send("stop");
+        stopping.add(child);
+      }
+    }
+    for (ChildJvm child : stopping) {
+      child.awaitExit(Duration.ofSeconds(30));
+      if (!child.output().contains("STOPPED")) {
+        throw new AssertionError("A consumer did not stop cleanly:\n" + child.output());
       }
     }
     return TestShareGroups.remaining(group, topic, window);

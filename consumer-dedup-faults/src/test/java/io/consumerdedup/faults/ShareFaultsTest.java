@@ -107,7 +107,7 @@ class ShareFaultsTest {
               run.consumerArg("recordRuns", "true");
               // Each slow key once on each partition: while one consumer runs it, another
               // acquires its copy.
-              int slowKeys = 3;
+              int slowKeys = 2;
               for (int partition = 0; partition < FaultRun.PARTITIONS; partition++) {
                 List<String[]> records = new ArrayList<>();
                 for (int i = 0; i < slowKeys; i++) {
