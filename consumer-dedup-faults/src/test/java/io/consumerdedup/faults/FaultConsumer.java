@@ -47,7 +47,10 @@ import org.apache.kafka.common.serialization.StringSerializer;
  * a connection of its own that does not go through the fault proxy, committed at once, so an effect
  * is never lost and a handler that runs twice leaves two rows; in mode TRANSACTIONAL on the
  * record's transaction. Keys starting with {@code poison-} always fail, keys starting with {@code
- * flaky-} fail on their first try (in any consumer, as {@code transient_failures} records).
+ * flaky-} fail on their first try (in any consumer, as {@code transient_failures} records). With
+ * {@code slowMs=<millis>} the handler of a key starting with {@code slow-} takes that long; with
+ * {@code recordRuns=true} each handler run is a row of {@code handler_runs} (key, consumer, the
+ * record's delivery count, start and end in epoch milliseconds of the consumer's clock).
  *
  * <p>Arguments are {@code name=value} pairs; {@code fault=POINT:ACTION:N} makes the N-th arrival at
  * a {@link FaultPoints.Point} {@code halt} the JVM (a crash: no finally block, no commit, no
@@ -83,6 +86,8 @@ public final class FaultConsumer {
     boolean batched = Boolean.parseBoolean(spec.getOrDefault("batched", "true"));
     Duration lease = Duration.ofMillis(Long.parseLong(spec.getOrDefault("leaseMs", "3000")));
     long handlerMillis = Long.parseLong(spec.getOrDefault("handlerMs", "2"));
+    long slowMillis = Long.parseLong(spec.getOrDefault("slowMs", "0"));
+    boolean recordRuns = Boolean.parseBoolean(spec.get("recordRuns"));
     String fault = spec.getOrDefault("fault", "");
     String haltInHandlerOf =
         fault.startsWith(KEY_FAULT) ? fault.substring(KEY_FAULT.length()) : null;
@@ -116,23 +121,33 @@ public final class FaultConsumer {
                     announce("FAULT handler of " + key + " halt");
                     Runtime.getRuntime().halt(137);
                   }
-                  if (handlerMillis > 0) {
-                    Thread.sleep(handlerMillis);
-                  }
-                  if (key.startsWith("poison-")) {
-                    throw new IllegalStateException("poison record " + key + " always fails");
-                  }
-                  if (key.startsWith("flaky-") && firstFailure(effectsPool, key)) {
-                    throw new IllegalStateException("transient failure of " + key);
-                  }
-                  if (key.startsWith("error-") && firstFailure(effectsPool, key)) {
-                    announce("FAULT handler of " + key + " throws an Error");
-                    throw new StackOverflowError("injected in the handler of " + key);
-                  }
-                  DataSource effects = transactional ? transactions : effectsPool;
-                  writeEffect(effects, key, name);
-                  if (applied.incrementAndGet() == 1) {
-                    announce("APPLIED");
+                  String run = recordRuns ? runStarted(effectsPool, key, name, record) : null;
+                  try {
+                    if (handlerMillis > 0) {
+                      Thread.sleep(handlerMillis);
+                    }
+                    if (slowMillis > 0 && key.startsWith("slow-")) {
+                      Thread.sleep(slowMillis);
+                    }
+                    if (key.startsWith("poison-")) {
+                      throw new IllegalStateException("poison record " + key + " always fails");
+                    }
+                    if (key.startsWith("flaky-") && firstFailure(effectsPool, key)) {
+                      throw new IllegalStateException("transient failure of " + key);
+                    }
+                    if (key.startsWith("error-") && firstFailure(effectsPool, key)) {
+                      announce("FAULT handler of " + key + " throws an Error");
+                      throw new StackOverflowError("injected in the handler of " + key);
+                    }
+                    DataSource effects = transactional ? transactions : effectsPool;
+                    writeEffect(effects, key, name);
+                    if (applied.incrementAndGet() == 1) {
+                      announce("APPLIED");
+                    }
+                  } finally {
+                    if (run != null) {
+                      runEnded(effectsPool, run);
+                    }
                   }
                 })
             .build();
@@ -313,6 +328,41 @@ public final class FaultConsumer {
         return false;
       }
       throw e;
+    }
+  }
+
+  /**
+   * Records the start of a handler run in {@code handler_runs} (committed at once, on the effects'
+   * connection) and returns its id: with its end, a test sees whether two runs of one key
+   * overlapped and how long each took.
+   */
+  static String runStarted(
+      DataSource effects, String key, String consumer, ConsumerRecord<String, String> record)
+      throws SQLException {
+    String id = java.util.UUID.randomUUID().toString();
+    try (Connection connection = effects.getConnection();
+        PreparedStatement insert =
+            connection.prepareStatement(
+                "INSERT INTO handler_runs (run_id, biz_key, consumer, delivery, started_ms)"
+                    + " VALUES (?, ?, ?, ?, ?)")) {
+      insert.setString(1, id);
+      insert.setString(2, key);
+      insert.setString(3, consumer);
+      insert.setInt(4, record.deliveryCount().map(Short::intValue).orElse(0));
+      insert.setLong(5, System.currentTimeMillis());
+      insert.executeUpdate();
+    }
+    return id;
+  }
+
+  /** Records the end of a handler run (returned or thrown). */
+  static void runEnded(DataSource effects, String id) throws SQLException {
+    try (Connection connection = effects.getConnection();
+        PreparedStatement update =
+            connection.prepareStatement("UPDATE handler_runs SET ended_ms = ? WHERE run_id = ?")) {
+      update.setLong(1, System.currentTimeMillis());
+      update.setString(2, id);
+      update.executeUpdate();
     }
   }
 

@@ -75,7 +75,10 @@ enum FaultDatabase {
       return List.of(
           "CREATE TABLE effects (biz_key text NOT NULL, consumer text NOT NULL,"
               + " at timestamptz NOT NULL DEFAULT clock_timestamp())",
-          "CREATE TABLE transient_failures (biz_key text PRIMARY KEY)");
+          "CREATE TABLE transient_failures (biz_key text PRIMARY KEY)",
+          "CREATE TABLE handler_runs (run_id text PRIMARY KEY, biz_key text NOT NULL,"
+              + " consumer text NOT NULL, delivery int NOT NULL, started_ms bigint NOT NULL,"
+              + " ended_ms bigint)");
     }
 
     @Override
@@ -137,7 +140,10 @@ enum FaultDatabase {
       return List.of(
           "CREATE TABLE effects (biz_key VARBINARY(12000) NOT NULL, consumer VARCHAR(128) NOT NULL,"
               + " at DATETIME(6) NOT NULL DEFAULT UTC_TIMESTAMP(6))",
-          "CREATE TABLE transient_failures (biz_key VARBINARY(1024) PRIMARY KEY)");
+          "CREATE TABLE transient_failures (biz_key VARBINARY(1024) PRIMARY KEY)",
+          "CREATE TABLE handler_runs (run_id VARCHAR(64) PRIMARY KEY, biz_key VARBINARY(12000)"
+              + " NOT NULL, consumer VARCHAR(128) NOT NULL, delivery INT NOT NULL,"
+              + " started_ms BIGINT NOT NULL, ended_ms BIGINT)");
     }
 
     @Override

@@ -479,11 +479,111 @@ final class FaultRun implements AutoCloseable {
     return out.length() > 6000 ? out.substring(out.length() - 6000) : out;
   }
 
-  /** Whether the key of every produced record is SUCCESS or on the dead-letter topic. */
+  /**
+   * Whether the key of every produced record is SUCCESS or the record is on the dead-letter topic.
+   */
   private boolean allSettled() {
-    long keys = produced.stream().map(Produced::key).distinct().count();
-    long settled = queryLong("SELECT count(*) FROM consumer_dedup WHERE status = 'SUCCESS'");
-    return settled >= keys;
+    Map<String, String> status = statuses();
+    List<Produced> open = new ArrayList<>();
+    for (Produced record : produced) {
+      if (!record.hasKey() || !"SUCCESS".equals(status.get(storedKey(record.key())))) {
+        open.add(record);
+      }
+    }
+    if (open.isEmpty()) {
+      return true;
+    }
+    // Read the dead letters only once there can be enough of them.
+    if (TestKafka.endOffset(new TopicPartition(topic + DLT_SUFFIX, 0)) < open.size()) {
+      return false;
+    }
+    Set<String> dead = deadLetters(Duration.ofSeconds(2)).keySet();
+    return open.stream().allMatch(record -> dead.contains(coordinates(record)));
+  }
+
+  /** A handler run, as {@link FaultConsumer} records it with {@code recordRuns=true}. */
+  record HandlerRun(String key, String consumer, int delivery, long startedMs, long endedMs) {
+    long millis() {
+      return endedMs - startedMs;
+    }
+  }
+
+  /**
+   * The handler runs recorded so far, by start; a run that has not ended ends at Long.MAX_VALUE.
+   */
+  List<HandlerRun> handlerRuns() {
+    List<HandlerRun> runs = new ArrayList<>();
+    try (Connection connection = database.connect(schema);
+        Statement statement = connection.createStatement();
+        ResultSet rs =
+            statement.executeQuery(
+                "SELECT biz_key, consumer, delivery, started_ms, ended_ms FROM handler_runs"
+                    + " ORDER BY started_ms")) {
+      while (rs.next()) {
+        long ended = rs.getLong(5);
+        runs.add(
+            new HandlerRun(
+                rs.getString(1),
+                rs.getString(2),
+                rs.getInt(3),
+                rs.getLong(4),
+                rs.wasNull() ? Long.MAX_VALUE : ended));
+      }
+    } catch (SQLException e) {
+      throw new IllegalStateException(e);
+    }
+    return runs;
+  }
+
+  /** Pairs of runs of one key that ran at the same time, described; empty if none did. */
+  static List<String> overlapping(List<HandlerRun> runs) {
+    List<String> overlaps = new ArrayList<>();
+    for (int i = 0; i < runs.size(); i++) {
+      for (int j = i + 1; j < runs.size(); j++) {
+        HandlerRun a = runs.get(i);
+        HandlerRun b = runs.get(j);
+        if (a.key().equals(b.key()) && a.startedMs() < b.endedMs() && b.startedMs() < a.endedMs()) {
+          overlaps.add(
+              a.key()
+                  + ": "
+                  + a.consumer()
+                  + " ran it "
+                  + a.startedMs()
+                  + ".."
+                  + a.endedMs()
+                  + ", "
+                  + b.consumer()
+                  + " "
+                  + b.startedMs()
+                  + ".."
+                  + b.endedMs());
+        }
+      }
+    }
+    return overlaps;
+  }
+
+  /**
+   * Stops the consumers cleanly, then returns what is left in the share group's queue: the records
+   * a new consumer acquires within {@code window}. Empty when every record was accepted or rejected
+   * (none released for another delivery, none waiting).
+   */
+  List<ConsumerRecord<String, String>> queueLeft(Duration window) throws Exception {
+    // All asked at once: each finishes its record in hand and sends its acknowledgements.
+    List<ChildJvm> stopping = new ArrayList<>();
+    for (ChildJvm child : consumers) {
+      if (child.isAlive()) {
+        child.send("stop");
+        stopping.add(child);
+      }
+    }
+    for (ChildJvm child : stopping) {
+      child.awaitExit(Duration.ofSeconds(30));
+      if (!child.output().contains("STOPPED")) {
+        throw new AssertionError("A consumer did not stop cleanly:\n" + child.output());
+      }
+    }
+    return TestShareGroups.remaining(group, topic, window);
   }
 
   boolean allCommitted() {
