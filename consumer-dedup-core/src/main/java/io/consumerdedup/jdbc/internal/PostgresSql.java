@@ -200,12 +200,28 @@ public final class PostgresSql {
             + " FROM (SELECT d.*, (d.lease_until >= now()) AS lease_live FROM "
             + table
             + " d WHERE d.biz_type = ? AND d.biz_key = ?) c";
-    complete = outcome(table, "'SUCCESS'", null, completable);
+    String completeSet =
+        "status = 'SUCCESS', lease_until = NULL, last_error = NULL, updated_at = now(),"
+            + " expires_at = now() + ? * interval '1 millisecond'";
+    complete =
+        new Keyed(
+            fenced(table, completeSet, null, completable).one(),
+            outcome(table, "'SUCCESS'", null, completable).many());
     String claimOne = claim.one();
     claimCompleting =
         new Keyed(
             claimCompleting(complete.one(), claimOne), claimCompleting(complete.many(), claimOne));
-    fail = outcome(table, "'FAILED'", "error", "d.status IN ('PROCESSING', 'FAILED')");
+    String failable = "d.status IN ('PROCESSING', 'FAILED')";
+    fail =
+        new Keyed(
+            fenced(
+                    table,
+                    "status = 'FAILED', lease_until = NULL, last_error = r.error, updated_at = now(),"
+                        + " expires_at = now() + ? * interval '1 millisecond'",
+                    "error",
+                    failable)
+                .one(),
+            outcome(table, "'FAILED'", "error", failable).many());
     renew =
         fenced(
             table,
@@ -274,8 +290,23 @@ public final class PostgresSql {
             ? answered
                 + " AND NOT (c.status = 'PROCESSING' AND c.claim_id IS NOT DISTINCT FROM r.claim_id)"
             : answered;
+    // One key's row source flattens into an equality on the primary key, which PostgreSQL probes
+    // whatever it knows; a group's is read through {@link #probe}.
+    Keyed joined = claimKeyed(table, status, leaseUntil, attempts, claimable, settled, false);
+    Keyed probed = claimKeyed(table, status, leaseUntil, attempts, claimable, settled, true);
+    return new Keyed(joined.one(), probed.many());
+  }
+
+  private static Keyed claimKeyed(
+      String table,
+      String status,
+      String leaseUntil,
+      String attempts,
+      String claimable,
+      String settled,
+      boolean probe) {
     return keyed(
-        rows -> claim(table, status, leaseUntil, attempts, claimable, settled, rows),
+        rows -> claim(table, status, leaseUntil, attempts, claimable, settled, rows, probe),
         "biz_type, biz_key, owner, lease_ms, keep_ms, fingerprint, source, claim_id",
         Type.TEXT,
         Type.TEXT,
@@ -294,15 +325,18 @@ public final class PostgresSql {
       String attempts,
       String claimable,
       String settled,
-      String rows) {
+      String rows,
+      boolean probe) {
     // A key claimed as SUCCESS at once (in the caller's transaction) keeps no error of an earlier
     // failed attempt; a PROCESSING claim keeps it, as the previous attempt's, until its outcome.
     String lastError = status.equals("'SUCCESS'") ? " last_error = NULL," : "";
     return "WITH r AS (SELECT * FROM "
         + rows
         + "),"
-        + " c AS (SELECT d.*, coalesce(d.lease_until >= now(), false) AS lease_live FROM r"
-        + probe(table, "d")
+        + " c AS (SELECT d.*, coalesce(d.lease_until >= now(), false) AS lease_live FROM "
+        + (probe
+            ? "r" + probe(table, "d")
+            : table + " d JOIN r ON d.biz_type = r.biz_type AND d.biz_key = r.biz_key")
         + "),"
         + " claimed AS (INSERT INTO "
         + table

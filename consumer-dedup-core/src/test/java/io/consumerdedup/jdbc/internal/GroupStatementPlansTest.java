@@ -27,6 +27,7 @@ import org.junit.jupiter.api.Test;
 class GroupStatementPlansTest {
   private static final int GROUP = 500;
   private static final int ROWS = 100_000;
+  private static final String ONE_CLAIM = "'order', 'k-0', 'x', 60000, 60000, NULL, 'x', 'x'";
 
   private final PostgresSql sql = new PostgresSql("consumer_dedup");
   private String schema;
@@ -104,7 +105,14 @@ class GroupStatementPlansTest {
             sql.fail.many(),
             "(60000, " + String.join(", ", types, keyArray, tokens, texts) + ")"),
         new Group("claim_group", sql.claim.many(), "(" + claims),
-        new Group("claim_in_transaction_group", sql.claimInTransaction.many(), "(" + claims));
+        new Group("claim_in_transaction_group", sql.claimInTransaction.many(), "(" + claims),
+        // One key (the per-record path): its equality on the primary key is probed as well.
+        new Group("complete_one", sql.complete.one(), "(60000, 'order', 'k-0', 1)"),
+        new Group("claim_one", sql.claim.one(), "(" + ONE_CLAIM + ")"),
+        new Group(
+            "claim_completing_one",
+            sql.claimCompleting.one(),
+            "(60000, 'order', 'k-2', 1, " + ONE_CLAIM + ")"));
   }
 
   private static String keyed(String types, String keys, String tokens) {
