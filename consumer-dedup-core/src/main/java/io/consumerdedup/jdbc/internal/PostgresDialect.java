@@ -425,9 +425,10 @@ public final class PostgresDialect extends Dialect {
 
   /**
    * Autovacuum is off for the table and it was never analyzed. PostgreSQL then guesses that a
-   * condition on the status keeps 0.5 % of the rows and, for a group of a few hundred keys (a
-   * poll's SUCCESS marks, its renewals), hashes a sequential scan of the whole table instead of
-   * probing the primary key for each: every group then reads every row.
+   * condition on the status keeps 0.5 % of the rows and, for a group of a few hundred keys, may
+   * hash a sequential scan of the whole table instead of probing the primary key for each. The
+   * claims and the SUCCESS and FAILED marks look each key up whatever the planner knows ({@link
+   * PostgresSql#complete}); a group's renewals and releases still join.
    */
   @Override
   public boolean plansBlind(Connection connection) throws SQLException {
