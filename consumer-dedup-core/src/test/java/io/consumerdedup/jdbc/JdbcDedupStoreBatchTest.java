@@ -94,7 +94,7 @@ class JdbcDedupStoreBatchTest {
     DedupKey done = DedupKey.of("order", "read-only");
     db.store().complete(done, claimOne(done).token(), RETENTION);
     long versionBefore = rowVersion(done);
-    // The SUCCESS was written by ON CONFLICT DO UPDATE, which leaves its own transaction in xmax.
+    // A SUCCESS written for a group (ON CONFLICT DO UPDATE) leaves its own transaction in xmax.
     long lockerBefore = lockerOf(done);
 
     ClaimResult again = db.store().claim(request(done, null));
