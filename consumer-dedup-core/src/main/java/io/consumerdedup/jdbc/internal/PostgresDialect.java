@@ -237,7 +237,10 @@ public final class PostgresDialect extends Dialect {
           case FAIL -> sql.fail;
           case RENEW -> sql.renew;
         };
-    List<DedupKey> lost = fenced(connection, updateSql, claims, duration, errors);
+    List<DedupKey> lost =
+        update.outcome() == null
+            ? fenced(connection, updateSql, claims, duration, errors)
+            : outcomes(connection, updateSql, claims, duration, errors);
     if (update.outcome() == null || lost.isEmpty()) {
       return new Written(lost, List.of());
     }
@@ -258,6 +261,41 @@ public final class PostgresDialect extends Dialect {
         update == FencedUpdate.FAIL ? sql.failVanished : sql.completeVanished;
     List<DedupKey> stillLost = fenced(connection, vanishedSql, gone, duration, goneErrors);
     return new Written(stillLost, gone.stream().filter(c -> !stillLost.contains(c.key())).toList());
+  }
+
+  /**
+   * {@link #fenced} for an outcome statement, whose {@code ON CONFLICT DO UPDATE} may change a row
+   * only once: a key named twice (two tokens of one key) goes to a statement of its own, as many as
+   * the most times a key is named. A key is lost when no statement answered it.
+   */
+  private List<DedupKey> outcomes(
+      Connection connection,
+      PostgresSql.Keyed statementSql,
+      List<Held> claims,
+      Duration duration,
+      @Nullable List<String> errors)
+      throws SQLException {
+    if (claims.stream().map(Held::key).distinct().count() == claims.size()) {
+      return fenced(connection, statementSql, claims, duration, errors);
+    }
+    List<List<Integer>> rounds = new ArrayList<>();
+    Map<DedupKey, Integer> seen = new HashMap<>();
+    for (int i = 0; i < claims.size(); i++) {
+      int round = seen.merge(claims.get(i).key(), 1, Integer::sum) - 1;
+      if (round == rounds.size()) {
+        rounds.add(new ArrayList<>());
+      }
+      rounds.get(round).add(i);
+    }
+    Set<DedupKey> answered = new HashSet<>();
+    for (List<Integer> round : rounds) {
+      List<Held> part = round.stream().map(claims::get).toList();
+      List<String> partErrors = errors == null ? null : round.stream().map(errors::get).toList();
+      Set<DedupKey> notAnswered =
+          new HashSet<>(fenced(connection, statementSql, part, duration, partErrors));
+      part.stream().map(Held::key).filter(k -> !notAnswered.contains(k)).forEach(answered::add);
+    }
+    return claims.stream().map(Held::key).filter(k -> !answered.contains(k)).distinct().toList();
   }
 
   /**
@@ -387,9 +425,10 @@ public final class PostgresDialect extends Dialect {
 
   /**
    * Autovacuum is off for the table and it was never analyzed. PostgreSQL then guesses that a
-   * condition on the status keeps 0.5 % of the rows and, for a group of a few hundred keys (a
-   * poll's SUCCESS marks, its renewals), hashes a sequential scan of the whole table instead of
-   * probing the primary key for each: every group then reads every row.
+   * condition on the status keeps 0.5 % of the rows and, for a group of a few hundred keys, may
+   * hash a sequential scan of the whole table instead of probing the primary key for each. The
+   * claims and the SUCCESS and FAILED marks look each key up whatever the planner knows ({@link
+   * PostgresSql#complete}); a group's renewals and releases still join.
    */
   @Override
   public boolean plansBlind(Connection connection) throws SQLException {

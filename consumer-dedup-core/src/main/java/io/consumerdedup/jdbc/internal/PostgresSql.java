@@ -107,7 +107,8 @@ public final class PostgresSql {
    * Fenced, for rows of (type, key, token): applies only where the token still holds the key, and
    * answers the keys it applied to. A SUCCESS already written under the same token matches too, so
    * a retry whose first reply was lost sees its own write, not a lost lease: only the token's
-   * holder can have written it.
+   * holder can have written it. Each row is found through the primary key whatever the planner
+   * knows of the table ({@link #outcome}).
    */
   public final Keyed complete;
 
@@ -192,9 +193,6 @@ public final class PostgresSql {
             + " WHERE c.oid = to_regclass(?)";
     claim = claim(table, true);
     claimInTransaction = claim(table, false);
-    String completeSet =
-        "status = 'SUCCESS', lease_until = NULL, last_error = NULL, updated_at = now(),"
-            + " expires_at = now() + ? * interval '1 millisecond'";
     String completable = "d.status IN ('PROCESSING', 'SUCCESS')";
     find =
         "SELECT c.biz_type, c.biz_key, "
@@ -202,18 +200,28 @@ public final class PostgresSql {
             + " FROM (SELECT d.*, (d.lease_until >= now()) AS lease_live FROM "
             + table
             + " d WHERE d.biz_type = ? AND d.biz_key = ?) c";
-    complete = fenced(table, completeSet, null, completable);
+    String completeSet =
+        "status = 'SUCCESS', lease_until = NULL, last_error = NULL, updated_at = now(),"
+            + " expires_at = now() + ? * interval '1 millisecond'";
+    complete =
+        new Keyed(
+            fenced(table, completeSet, null, completable).one(),
+            outcome(table, "'SUCCESS'", null, completable).many());
     String claimOne = claim.one();
     claimCompleting =
         new Keyed(
             claimCompleting(complete.one(), claimOne), claimCompleting(complete.many(), claimOne));
+    String failable = "d.status IN ('PROCESSING', 'FAILED')";
     fail =
-        fenced(
-            table,
-            "status = 'FAILED', lease_until = NULL, last_error = r.error, updated_at = now(),"
-                + " expires_at = now() + ? * interval '1 millisecond'",
-            "error",
-            "d.status IN ('PROCESSING', 'FAILED')");
+        new Keyed(
+            fenced(
+                    table,
+                    "status = 'FAILED', lease_until = NULL, last_error = r.error, updated_at = now(),"
+                        + " expires_at = now() + ? * interval '1 millisecond'",
+                    "error",
+                    failable)
+                .one(),
+            outcome(table, "'FAILED'", "error", failable).many());
     renew =
         fenced(
             table,
@@ -282,8 +290,23 @@ public final class PostgresSql {
             ? answered
                 + " AND NOT (c.status = 'PROCESSING' AND c.claim_id IS NOT DISTINCT FROM r.claim_id)"
             : answered;
+    // One key's row source flattens into an equality on the primary key, which PostgreSQL probes
+    // whatever it knows; a group's is read through {@link #probe}.
+    Keyed joined = claimKeyed(table, status, leaseUntil, attempts, claimable, settled, false);
+    Keyed probed = claimKeyed(table, status, leaseUntil, attempts, claimable, settled, true);
+    return new Keyed(joined.one(), probed.many());
+  }
+
+  private static Keyed claimKeyed(
+      String table,
+      String status,
+      String leaseUntil,
+      String attempts,
+      String claimable,
+      String settled,
+      boolean probe) {
     return keyed(
-        rows -> claim(table, status, leaseUntil, attempts, claimable, settled, rows),
+        rows -> claim(table, status, leaseUntil, attempts, claimable, settled, rows, probe),
         "biz_type, biz_key, owner, lease_ms, keep_ms, fingerprint, source, claim_id",
         Type.TEXT,
         Type.TEXT,
@@ -302,7 +325,8 @@ public final class PostgresSql {
       String attempts,
       String claimable,
       String settled,
-      String rows) {
+      String rows,
+      boolean probe) {
     // A key claimed as SUCCESS at once (in the caller's transaction) keeps no error of an earlier
     // failed attempt; a PROCESSING claim keeps it, as the previous attempt's, until its outcome.
     String lastError = status.equals("'SUCCESS'") ? " last_error = NULL," : "";
@@ -310,8 +334,10 @@ public final class PostgresSql {
         + rows
         + "),"
         + " c AS (SELECT d.*, coalesce(d.lease_until >= now(), false) AS lease_live FROM "
-        + table
-        + " d JOIN r ON d.biz_type = r.biz_type AND d.biz_key = r.biz_key),"
+        + (probe
+            ? "r" + probe(table, "d")
+            : table + " d JOIN r ON d.biz_type = r.biz_type AND d.biz_key = r.biz_key")
+        + "),"
         + " claimed AS (INSERT INTO "
         + table
         + " AS d (biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, source,"
@@ -353,6 +379,62 @@ public final class PostgresSql {
         + claimOne
             .substring("WITH ".length())
             .replace(select, " SELECT (SELECT count(*) FROM m) AS marked," + select.substring(7));
+  }
+
+  /**
+   * {@code CROSS JOIN LATERAL} a lookup of the row {@code r} names, aliased {@code alias}: one
+   * primary-key probe per row of {@code r}. {@code OFFSET 0} keeps the planner from turning the
+   * lookups into a join, which it may plan as a hash join over a sequential scan of the whole table
+   * when it has no statistics or planned the statement while the table was empty (a generic plan
+   * that the server keeps, however much the table grows). For a single key an index probe is
+   * cheaper than a scan even of the empty table PostgreSQL assumes (ten pages), so the plan does
+   * not depend on the table's statistics or size.
+   */
+  private static String probe(String table, String alias) {
+    return " CROSS JOIN LATERAL (SELECT * FROM "
+        + table
+        + " e WHERE e.biz_type = r.biz_type AND e.biz_key = r.biz_key OFFSET 0) "
+        + alias;
+  }
+
+  /**
+   * Writes an outcome, fenced, for rows of (type, key, token{@code errorColumn}) whose record the
+   * statement's snapshot holds: binds the retention first, then the rows; answers the keys it
+   * wrote. An {@code INSERT ... ON CONFLICT DO UPDATE ... WHERE} rather than an {@code UPDATE ...
+   * FROM}: the conflict finds each row through the primary key whatever the planner knows, where an
+   * UPDATE joins the table and the rows, which PostgreSQL may plan as a hash join over a sequential
+   * scan ({@link #probe}). The {@code WHERE} judges the row as it is now, as an UPDATE's re-check
+   * does (a concurrent change included). The insert itself happens only for a record that vanished
+   * between the snapshot and the insert, and then writes what {@link #completeVanished} would.
+   */
+  private static Keyed outcome(
+      String table, String status, @Nullable String errorColumn, String condition) {
+    String error = errorColumn == null ? "NULL" : "r." + errorColumn;
+    return keyed(
+        rows ->
+            "INSERT INTO "
+                + table
+                + " AS d (biz_type, biz_key, status, attempts, owner, last_error, created_at,"
+                + " updated_at, expires_at) SELECT r.biz_type, r.biz_key, "
+                + status
+                + ", r.token, '"
+                + VANISHED_OWNER
+                + "', "
+                + error
+                + ", now(), now(), now() + ?::bigint * interval '1 millisecond' FROM "
+                + rows
+                + probe(table, "x")
+                + " ORDER BY r.biz_type, r.biz_key"
+                + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = excluded.status,"
+                + " lease_until = NULL, last_error = excluded.last_error, updated_at = now(),"
+                + " expires_at = excluded.expires_at"
+                + " WHERE d.attempts = excluded.attempts AND "
+                + condition
+                + " RETURNING d.biz_type, d.biz_key",
+        "biz_type, biz_key, token" + (errorColumn == null ? "" : ", " + errorColumn),
+        errorColumn == null
+            ? new Type[] {Type.TEXT, Type.TEXT, Type.INT}
+            : new Type[] {Type.TEXT, Type.TEXT, Type.INT, Type.TEXT});
   }
 
   /** An INSERT of an outcome for rows of (type, key, token{@code extraColumn}) with no record. */
