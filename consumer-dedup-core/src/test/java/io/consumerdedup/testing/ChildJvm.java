@@ -20,10 +20,11 @@ public final class ChildJvm implements AutoCloseable {
   private final Process process;
   private final BlockingQueue<String> lines = new LinkedBlockingQueue<>();
   private final List<String> output = new ArrayList<>();
+  private final Thread reader;
 
   private ChildJvm(Process process) {
     this.process = process;
-    Thread reader =
+    reader =
         new Thread(
             () -> {
               try (BufferedReader in =
@@ -107,12 +108,16 @@ public final class ChildJvm implements AutoCloseable {
     process.waitFor(30, TimeUnit.SECONDS);
   }
 
-  /** Waits for the JVM to exit; returns its exit code. */
+  /**
+   * Waits for the JVM to exit, and for its last lines to be read (a line printed just before the
+   * exit may still be in the pipe when the process is gone); returns its exit code.
+   */
   public int awaitExit(Duration timeout) throws InterruptedException {
     if (!process.waitFor(timeout.toMillis(), TimeUnit.MILLISECONDS)) {
       process.destroyForcibly();
       throw new AssertionError("Child JVM did not exit within " + timeout + ":\n" + output());
     }
+    reader.join(TimeUnit.SECONDS.toMillis(5));
     return process.exitValue();
   }
 
