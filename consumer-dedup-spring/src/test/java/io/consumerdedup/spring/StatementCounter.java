@@ -75,12 +75,10 @@ final class StatementCounter extends DelegatingDataSource {
   }
 
   private void count(String sql) {
-    if (sql.contains("INSERT INTO") && sql.contains("DO UPDATE")) {
-      claims.incrementAndGet();
-    } else if (sql.startsWith("UPDATE") || sql.contains(" UPDATE ")) {
-      if (sql.contains("status = 'SUCCESS'")) {
-        marks.incrementAndGet();
-      }
+    if (sql.contains("claimed AS (INSERT INTO")) {
+      claims.incrementAndGet(); // a claim, perhaps carrying earlier SUCCESS marks
+    } else if (sql.contains("status = 'SUCCESS'") || sql.contains("r.biz_key, 'SUCCESS'")) {
+      marks.incrementAndGet(); // one key's UPDATE, or a group's INSERT ... ON CONFLICT DO UPDATE
     }
     if (sql.contains("AS (DELETE FROM")) {
       releases.incrementAndGet();
