@@ -263,6 +263,9 @@ public final class FaultConsumer {
       pollThread.start();
       pollThread.join();
       if (ended.get() == null) {
+        // Stopped on request: the stopper closes the executor, says STOPPED and halts. Returning
+        // now would end the JVM first, and the parent could not tell a clean stop.
+        stopper.join();
         return;
       }
       announce("LOOP ENDED " + ended.get());

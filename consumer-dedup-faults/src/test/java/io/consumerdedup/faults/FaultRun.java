@@ -578,9 +578,10 @@ final class FaultRun implements AutoCloseable {
       }
     }
     for (ChildJvm child : stopping) {
-      child.awaitExit(Duration.ofSeconds(30));
+      int code = child.awaitExit(Duration.ofSeconds(30));
       if (!child.output().contains("STOPPED")) {
-        throw new AssertionError("A consumer did not stop cleanly:\n" + child.output());
+        throw new AssertionError(
+            "A consumer did not stop cleanly (exit code " + code + "):\n" + child.output());
       }
     }
     return TestShareGroups.remaining(group, topic, window);
@@ -802,6 +803,19 @@ final class FaultRun implements AutoCloseable {
 
   static String coordinates(Produced record) {
     return record.partition() + "/" + record.offset();
+  }
+
+  /**
+   * Whether {@code record} (as a share consumer of the checks reads it) carries a key whose SUCCESS
+   * is in the dedup table: a copy the next consumer accepts as a duplicate, with nothing to apply.
+   */
+  boolean ofAppliedKey(ConsumerRecord<String, String> record) {
+    var header = record.headers().lastHeader(FaultConsumer.KEY_HEADER);
+    if (header == null) {
+      return false;
+    }
+    String key = new String(header.value(), StandardCharsets.UTF_8);
+    return "SUCCESS".equals(statuses().get(storedKey(key)));
   }
 
   private Map<String, String> statuses() {
