@@ -373,20 +373,27 @@ class ShareFaultsTest {
   }
 
   /**
-   * Nothing left in the queue once the consumers stop: every record accepted or rejected, none
-   * released or archived unseen.
+   * Nothing left to do in the queue once the consumers stop: every record accepted or rejected,
+   * none released or archived unseen. A copy still waiting for another consumer's claim when the
+   * consumers were stopped is released by its consumer's close; if its key is SUCCESS by then, the
+   * next consumer accepts it as a duplicate, so it is counted apart and not held against the run.
    */
   private static void checkQueueEmpty(FaultRun run) throws Exception {
     List<ConsumerRecord<String, String>> left = run.queueLeft(Duration.ofSeconds(4));
-    if (!left.isEmpty()) {
+    List<ConsumerRecord<String, String>> unsettled =
+        left.stream().filter(record -> !run.ofAppliedKey(record)).toList();
+    if (!unsettled.isEmpty()) {
       run.violation(
-          left.size()
-              + " records left in the queue, first "
-              + left.get(0).partition()
-              + "/"
-              + left.get(0).offset());
-    } else {
+          unsettled.size()
+              + " records left in the queue whose key is not SUCCESS, first at partition "
+              + unsettled.get(0).partition()
+              + " offset "
+              + unsettled.get(0).offset());
+    } else if (left.isEmpty()) {
       run.notes.add("queue empty afterwards");
+    } else {
+      run.notes.add(
+          "queue afterwards: " + left.size() + " released copies of applied keys, nothing else");
     }
   }
 
