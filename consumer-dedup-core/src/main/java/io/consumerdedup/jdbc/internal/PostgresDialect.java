@@ -336,29 +336,37 @@ public final class PostgresDialect extends Dialect {
   /**
    * {@link PostgresSql#releaseDelete} for the claims that created their key, {@link
    * PostgresSql#releaseRestore} for re-claims: the token tells which applies, so each key runs one
-   * statement, and a group one batch of each kind it holds.
+   * statement, and a group one batch of each kind it holds, both in one transaction, so that a call
+   * tried again after a failure finds every claim as it was.
    */
   @Override
   public List<DedupKey> release(Connection connection, List<ClaimResult.Claimed> claims)
       throws SQLException {
-    List<ClaimResult.Claimed> released = new ArrayList<>();
-    for (boolean created : List.of(true, false)) {
-      List<ClaimResult.Claimed> kind =
-          claims.stream().filter(claim -> (claim.token() == 1) == created).toList();
-      released.addAll(
-          eachKey(
-              connection,
-              created ? sql.releaseDelete : sql.releaseRestore,
-              kind,
-              ClaimResult.Claimed::key,
-              (statement, claim) -> {
-                statement.setString(1, claim.key().bizType());
-                statement.setString(2, claim.key().bizKey());
-                statement.setInt(3, claim.token());
-                statement.setString(4, claim.claimId());
-              }));
-    }
-    return notApplied(claims, released, ClaimResult.Claimed::key);
+    StoreCalls.SqlWork<List<DedupKey>> bothKinds =
+        c -> {
+          List<ClaimResult.Claimed> released = new ArrayList<>();
+          for (boolean created : List.of(true, false)) {
+            List<ClaimResult.Claimed> kind =
+                claims.stream().filter(claim -> (claim.token() == 1) == created).toList();
+            released.addAll(
+                eachKey(
+                    c,
+                    created ? sql.releaseDelete : sql.releaseRestore,
+                    kind,
+                    ClaimResult.Claimed::key,
+                    (statement, claim) -> {
+                      statement.setString(1, claim.key().bizType());
+                      statement.setString(2, claim.key().bizKey());
+                      statement.setInt(3, claim.token());
+                      statement.setString(4, claim.claimId());
+                    }));
+          }
+          return notApplied(claims, released, ClaimResult.Claimed::key);
+        };
+    boolean mixed = claims.stream().map(claim -> claim.token() == 1).distinct().count() > 1;
+    return mixed && connection.getAutoCommit()
+        ? StoreCalls.inOwnTransaction(connection, bothKinds)
+        : bothKinds.run(connection);
   }
 
   /** Binds the parameters of a statement of one key for {@code item}. */
