@@ -275,6 +275,8 @@ class RecordListenerPollClaimsTest {
     }
     container.resume();
     await().atMost(WAIT).until(() -> applied("F-") == 10);
+    // The last records' SUCCESS marks are written in the background, after their effects.
+    await().atMost(WAIT).until(() -> processing("flaky") == 0);
     for (int i = 0; i < 10; i++) {
       assertThat(effects("F-" + i)).as("F-" + i).isEqualTo(1);
       DedupRecord record = store.find(DedupKey.of("flaky", "F-" + i)).orElseThrow();
