@@ -131,6 +131,82 @@ class PgBouncerStoreTest {
     }
   }
 
+  @Test
+  void groupsOfRenewalsAndReleasesRunAsBatchesWithoutStatementErrors() throws Exception {
+    List<JdbcDedupStore> consumers =
+        List.of(
+            JdbcDedupStore.builder(pool(TestPgBouncer.url())).tableName(table).build(),
+            JdbcDedupStore.builder(pool(TestPgBouncer.url())).tableName(table).build());
+    try (Connection connection = pools.get(0).getConnection()) {
+      assertThat(TestPgBouncer.pooled(connection))
+          .as("the store's connections are pooled")
+          .isTrue();
+    }
+    List<Throwable> errors = new ArrayList<>();
+    ExecutorService threads = Executors.newFixedThreadPool(8);
+    try {
+      List<Future<?>> work = new ArrayList<>();
+      for (int thread = 0; thread < 8; thread++) {
+        JdbcDedupStore store = consumers.get(thread % 2);
+        String prefix = "t" + thread + "-";
+        work.add(
+            threads.submit(
+                () -> {
+                  List<DedupKey> keys =
+                      IntStream.range(0, 20)
+                          .mapToObj(i -> DedupKey.of("group", prefix + i))
+                          .toList();
+                  // Half the keys failed once: their claims are re-claims (token 2), whose release
+                  // restores FAILED; the others' claims created them, and their release deletes.
+                  for (DedupKey key : keys.subList(0, 10)) {
+                    ClaimResult.Claimed first = (ClaimResult.Claimed) store.claim(request(key));
+                    assertThat(store.fail(key, first.token(), "first try", KEEP)).isTrue();
+                  }
+                  // Each group is one batch of one statement text, run far more often than
+                  // pgjdbc's threshold for naming it.
+                  for (int round = 0; round < 10; round++) {
+                    List<ClaimResult.Claimed> claimed =
+                        store
+                            .claimAll(keys.stream().map(PgBouncerStoreTest::request).toList())
+                            .stream()
+                            .map(ClaimResult.Claimed.class::cast)
+                            .toList();
+                    for (int renewal = 0; renewal < 3; renewal++) {
+                      assertThat(store.renewAll(claimed, LEASE)).as("renewals lost").isEmpty();
+                    }
+                    assertThat(store.releaseAll(claimed)).as("claims not released").isEmpty();
+                  }
+                  return null;
+                }));
+      }
+      for (Future<?> future : work) {
+        try {
+          future.get();
+        } catch (java.util.concurrent.ExecutionException e) {
+          errors.add(e.getCause());
+        }
+      }
+    } finally {
+      threads.shutdownNow();
+    }
+    assertThat(errors).as("store calls that failed").isEmpty();
+    for (JdbcDedupStore store : consumers) {
+      assertThat(store.retry().getMetrics().getNumberOfSuccessfulCallsWithRetryAttempt())
+          .as("store calls retried")
+          .isZero();
+    }
+    try (Connection connection = pools.get(0).getConnection();
+        Statement statement = connection.createStatement();
+        ResultSet row =
+            statement.executeQuery(
+                "SELECT count(*) FILTER (WHERE status = 'FAILED' AND attempts = 1), count(*) FROM "
+                    + table)) {
+      row.next();
+      assertThat(row.getInt(1)).as("re-claims released back to FAILED").isEqualTo(80);
+      assertThat(row.getInt(2)).as("rows left: the keys' first claims were released").isEqualTo(80);
+    }
+  }
+
   private static ClaimRequest request(DedupKey key) {
     return new ClaimRequest(key, "consumer", LEASE, KEEP, null, null);
   }

@@ -12,8 +12,9 @@ import org.springframework.jdbc.datasource.DelegatingDataSource;
 
 /**
  * The application's DataSource, counting the dedup statements the store prepares (each is executed
- * once): claims (the upsert of the claim), SUCCESS marks, and releases of claims whose listener
- * never ran. Statements are told apart by their SQL, as the PostgreSQL dialect writes it.
+ * once, a group's releases as one batch): claims (the upsert of the claim), SUCCESS marks, and
+ * releases of claims whose listener never ran (a batch for the keys the claims created, and one for
+ * re-claims). Statements are told apart by their SQL, as the PostgreSQL dialect writes it.
  */
 final class StatementCounter extends DelegatingDataSource {
   final AtomicInteger claims = new AtomicInteger();
@@ -80,8 +81,8 @@ final class StatementCounter extends DelegatingDataSource {
     } else if (sql.contains("status = 'SUCCESS'") || sql.contains("r.biz_key, 'SUCCESS'")) {
       marks.incrementAndGet(); // one key's UPDATE, or a group's INSERT ... ON CONFLICT DO UPDATE
     }
-    if (sql.contains("AS (DELETE FROM")) {
-      releases.incrementAndGet();
+    if (sql.contains("d.claim_id = ?")) {
+      releases.incrementAndGet(); // a group's releases: one batch of deletes, one of restores
     }
   }
 

@@ -12,6 +12,7 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.time.Duration;
 import java.time.Instant;
+import java.util.Comparator;
 import java.util.List;
 import java.util.Objects;
 import java.util.Set;
@@ -26,6 +27,10 @@ import org.slf4j.Logger;
  * StoreCalls#prepare}: the call's timeouts, retries and error mapping apply to all of them.
  */
 public abstract class Dialect {
+
+  /** Concurrent batches lock their keys in one order, so they wait instead of deadlocking. */
+  protected static final Comparator<DedupKey> KEY_ORDER =
+      Comparator.comparing(DedupKey::bizType).thenComparing(DedupKey::bizKey);
 
   /** A key and the token a fenced update presents. */
   public record Held(DedupKey key, int token) {}

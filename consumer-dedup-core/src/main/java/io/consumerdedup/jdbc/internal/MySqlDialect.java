@@ -43,10 +43,6 @@ import org.slf4j.Logger;
  */
 public final class MySqlDialect extends Dialect {
 
-  /** Concurrent batches lock their keys in one order, so they wait instead of deadlocking. */
-  private static final Comparator<DedupKey> KEY_ORDER =
-      Comparator.comparing(DedupKey::bizType).thenComparing(DedupKey::bizKey);
-
   private final String table;
   private final MySqlSql sql;
 

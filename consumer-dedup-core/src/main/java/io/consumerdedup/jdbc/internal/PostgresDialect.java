@@ -23,6 +23,7 @@ import java.time.Instant;
 import java.time.OffsetDateTime;
 import java.time.ZoneOffset;
 import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
@@ -231,17 +232,25 @@ public final class PostgresDialect extends Dialect {
       Duration duration,
       @Nullable List<String> errors)
       throws SQLException {
-    PostgresSql.Keyed updateSql =
-        switch (update) {
-          case COMPLETE -> sql.complete;
-          case FAIL -> sql.fail;
-          case RENEW -> sql.renew;
-        };
-    List<DedupKey> lost =
-        update.outcome() == null
-            ? fenced(connection, updateSql, claims, duration, errors)
-            : outcomes(connection, updateSql, claims, duration, errors);
-    if (update.outcome() == null || lost.isEmpty()) {
+    if (update == FencedUpdate.RENEW) {
+      long leaseMillis = duration.toMillis();
+      List<Held> renewed =
+          eachKey(
+              connection,
+              sql.renew,
+              claims,
+              Held::key,
+              (statement, claim) -> {
+                statement.setLong(1, leaseMillis);
+                statement.setString(2, claim.key().bizType());
+                statement.setString(3, claim.key().bizKey());
+                statement.setInt(4, claim.token());
+              });
+      return new Written(notApplied(claims, renewed, Held::key), List.of());
+    }
+    PostgresSql.Keyed updateSql = update == FencedUpdate.COMPLETE ? sql.complete : sql.fail;
+    List<DedupKey> lost = outcomes(connection, updateSql, claims, duration, errors);
+    if (lost.isEmpty()) {
       return new Written(lost, List.of());
     }
     // Rare: a key with no record at all is not another holder's; its outcome is written again,
@@ -324,18 +333,107 @@ public final class PostgresDialect extends Dialect {
     }
   }
 
+  /**
+   * {@link PostgresSql#releaseDelete} for the claims that created their key, {@link
+   * PostgresSql#releaseRestore} for re-claims: the token tells which applies, so each key runs one
+   * statement, and a group one batch of each kind it holds, both in one transaction, so that a call
+   * tried again after a failure finds every claim as it was.
+   */
   @Override
   public List<DedupKey> release(Connection connection, List<ClaimResult.Claimed> claims)
       throws SQLException {
-    try (PreparedStatement statement =
-        calls.prepare(connection, sql.release.forRows(claims.size()))) {
-      Rows<ClaimResult.Claimed> rows = new Rows<>(statement, 1, claims);
-      rows.bind(TEXT, c -> c.key().bizType());
-      rows.bind(TEXT, c -> c.key().bizKey());
-      rows.bind(INT, ClaimResult.Claimed::token);
-      rows.bind(TEXT, ClaimResult.Claimed::claimId);
-      return notAnswered(statement, claims.stream().map(ClaimResult.Claimed::key).toList());
+    StoreCalls.SqlWork<List<DedupKey>> bothKinds =
+        c -> {
+          List<ClaimResult.Claimed> released = new ArrayList<>();
+          for (boolean created : List.of(true, false)) {
+            List<ClaimResult.Claimed> kind =
+                claims.stream().filter(claim -> (claim.token() == 1) == created).toList();
+            released.addAll(
+                eachKey(
+                    c,
+                    created ? sql.releaseDelete : sql.releaseRestore,
+                    kind,
+                    ClaimResult.Claimed::key,
+                    (statement, claim) -> {
+                      statement.setString(1, claim.key().bizType());
+                      statement.setString(2, claim.key().bizKey());
+                      statement.setInt(3, claim.token());
+                      statement.setString(4, claim.claimId());
+                    }));
+          }
+          return notApplied(claims, released, ClaimResult.Claimed::key);
+        };
+    boolean mixed = claims.stream().map(claim -> claim.token() == 1).distinct().count() > 1;
+    return mixed && connection.getAutoCommit()
+        ? StoreCalls.inOwnTransaction(connection, bothKinds)
+        : bothKinds.run(connection);
+  }
+
+  /** Binds the parameters of a statement of one key for {@code item}. */
+  private interface KeyBinder<T> {
+    void bind(PreparedStatement statement, T item) throws SQLException;
+  }
+
+  /**
+   * Runs {@code statementSql}, a statement of one key, for each of {@code items}; answers the items
+   * it applied to (an update count of 1). Several run as one JDBC batch, which pgjdbc sends in one
+   * round trip per few hundred statements, in a transaction of their own (one commit) when the
+   * connection is in auto-commit mode, and in key order, so that two groups sharing keys lock them
+   * in the same order and wait instead of deadlocking.
+   */
+  private <T> List<T> eachKey(
+      Connection connection,
+      String statementSql,
+      List<T> items,
+      Function<T, DedupKey> key,
+      KeyBinder<T> binder)
+      throws SQLException {
+    if (items.isEmpty()) {
+      return List.of();
     }
+    List<T> ordered = items.stream().sorted(Comparator.comparing(key, KEY_ORDER)).toList();
+    StoreCalls.SqlWork<int[]> run =
+        c -> {
+          try (PreparedStatement statement = calls.prepare(c, statementSql)) {
+            if (ordered.size() == 1) {
+              binder.bind(statement, ordered.get(0));
+              return new int[] {statement.executeUpdate()};
+            }
+            for (T item : ordered) {
+              binder.bind(statement, item);
+              statement.addBatch();
+            }
+            return statement.executeBatch();
+          }
+        };
+    int[] counts =
+        ordered.size() == 1 || !connection.getAutoCommit()
+            ? run.run(connection)
+            : StoreCalls.inOwnTransaction(connection, run);
+    List<T> applied = new ArrayList<>();
+    for (int i = 0; i < ordered.size(); i++) {
+      if (counts[i] == 1) {
+        applied.add(ordered.get(i));
+      } else if (counts[i] != 0) {
+        // A driver may answer SUCCESS_NO_INFO for a batch; pgjdbc answers each statement's count.
+        throw new SQLException(
+            "The JDBC driver answered "
+                + counts[i]
+                + " as the update count of a statement of one key: cannot tell which keys the"
+                + " batch applied to");
+      }
+    }
+    return applied;
+  }
+
+  /**
+   * The keys of {@code items} that no item of {@code applied} names, in the order of {@code items}:
+   * as the statements of a group answered before, a key is applied when any of its tokens was.
+   */
+  private static <T> List<DedupKey> notApplied(
+      List<T> items, List<T> applied, Function<T, DedupKey> key) {
+    Set<DedupKey> done = new HashSet<>(applied.stream().map(key).toList());
+    return items.stream().map(key).filter(k -> !done.contains(k)).toList();
   }
 
   /** The keys of {@code keys} that the statement's (biz_type, biz_key) rows do not name. */
@@ -424,11 +522,12 @@ public final class PostgresDialect extends Dialect {
   }
 
   /**
-   * Autovacuum is off for the table and it was never analyzed. PostgreSQL then guesses that a
-   * condition on the status keeps 0.5 % of the rows and, for a group of a few hundred keys, may
-   * hash a sequential scan of the whole table instead of probing the primary key for each. The
-   * claims and the SUCCESS and FAILED marks look each key up whatever the planner knows ({@link
-   * PostgresSql#complete}); a group's renewals and releases still join.
+   * Autovacuum is off for the table and it was never analyzed. PostgreSQL then guesses how many
+   * rows a condition keeps: the purge's batch after its cursor ({@link PurgeSql#deleteBatch}) was
+   * planned as a sequential scan and a sort of the whole table instead of a walk along the {@code
+   * created_at} index (at 1M rows, 280 ms a batch of 1,000 instead of 5). The claims, the SUCCESS
+   * and FAILED marks ({@link PostgresSql#complete}), the renewals and the releases ({@link
+   * PostgresSql#renew}) look each key up whatever the planner knows.
    */
   @Override
   public boolean plansBlind(Connection connection) throws SQLException {

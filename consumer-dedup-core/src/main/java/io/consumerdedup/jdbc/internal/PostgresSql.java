@@ -9,9 +9,10 @@ import org.jspecify.annotations.Nullable;
 
 /**
  * The PostgreSQL statements of the store, for one validated table name. Every time is the
- * database's ({@code now()}); durations are bound as milliseconds. The statements that take keys
- * take them as rows ({@link Keyed}: scalars for one key, arrays for many), so one statement serves
- * one key or a whole poll's keys in one round trip.
+ * database's ({@code now()}); durations are bound as milliseconds. The claims and the outcomes take
+ * their keys as rows ({@link Keyed}: scalars for one key, arrays for many), so one statement serves
+ * one key or a whole poll's keys in one round trip. Renewals and releases are statements of one
+ * key, which a group runs as one JDBC batch ({@link #renew}).
  */
 public final class PostgresSql {
 
@@ -118,8 +119,18 @@ public final class PostgresSql {
    */
   public final Keyed fail;
 
-  /** Fenced like {@link #complete}; only a PROCESSING record's lease is extended. */
-  public final Keyed renew;
+  /**
+   * Extends the lease of one PROCESSING record, fenced like {@link #complete}: binds (lease ms,
+   * type, key, token); its update count (1 or 0) says whether the token still held the key. A group
+   * of keys runs it as one JDBC batch, which pgjdbc sends in one round trip per few hundred keys.
+   * Each execution is an equality on the primary key, which PostgreSQL probes whatever it knows of
+   * the table, and judges the row as it is now, as any UPDATE's re-check does. A group's single
+   * {@code UPDATE ... FROM unnest(...)} was a join, planned as a hash join over a sequential scan
+   * of the whole table when the table had no statistics or the plan was cached while it was empty;
+   * probing each key in one statement ({@link #probe}) still leaves the UPDATE's own join to the
+   * table to the planner.
+   */
+  public final String renew;
 
   /**
    * Writes SUCCESS again, for rows of (type, key, token), where {@link #complete} found no record
@@ -137,13 +148,18 @@ public final class PostgresSql {
   public static final String VANISHED_OWNER = "unknown (record vanished, outcome written again)";
 
   /**
-   * Gives back claims whose handler never ran, for rows of (type, key, token, claim id), without
-   * counting an attempt: a key the claim created is deleted, a re-claimed one goes back to FAILED
-   * with its earlier attempt count. Only the claim itself (its id) can release it, so a release
-   * sent again after its reply was lost cannot touch a later claim of the key. Answers the keys it
-   * released.
+   * Gives back a claim whose handler never ran and that created its key (token 1): deletes the
+   * record, for (type, key, token, claim id). Only the claim itself (its id) can release it, so a
+   * release sent again after its reply was lost cannot touch a later claim of the key. Its update
+   * count says whether it released the key; a group runs it as a batch, as {@link #renew}.
    */
-  public final Keyed release;
+  public final String releaseDelete;
+
+  /**
+   * As {@link #releaseDelete}, for a re-claim (token over 1): the record goes back to FAILED with
+   * its earlier attempt count, so the release does not count an attempt.
+   */
+  public final String releaseRestore;
 
   /**
    * Deletes one batch of expired rows, oldest first along the {@code created_at} index. SKIP LOCKED
@@ -222,40 +238,24 @@ public final class PostgresSql {
                     failable)
                 .one(),
             outcome(table, "'FAILED'", "error", failable).many());
+    String held =
+        " WHERE d.biz_type = ? AND d.biz_key = ? AND d.attempts = ? AND d.status = 'PROCESSING'";
     renew =
-        fenced(
-            table,
-            "lease_until = now() + ? * interval '1 millisecond', updated_at = now()",
-            null,
-            "d.status = 'PROCESSING'");
+        "UPDATE "
+            + table
+            + " AS d SET lease_until = now() + ? * interval '1 millisecond', updated_at = now()"
+            + held;
     completeVanished = vanished(table, "'SUCCESS'", null);
     failVanished = vanished(table, "'FAILED'", "error");
-    String held =
-        " d.biz_type = r.biz_type AND d.biz_key = r.biz_key AND d.attempts = r.token"
-            + " AND d.claim_id = r.claim_id AND d.status = 'PROCESSING'";
-    release =
-        keyed(
-            rows ->
-                "WITH r AS (SELECT * FROM "
-                    + rows
-                    + "), deleted AS (DELETE FROM "
-                    + table
-                    + " d USING r WHERE"
-                    + held
-                    + " AND d.attempts = 1 RETURNING d.biz_type, d.biz_key),"
-                    + " restored AS (UPDATE "
-                    + table
-                    + " d SET status = 'FAILED', attempts = d.attempts - 1, lease_until = NULL,"
-                    + " claim_id = NULL, updated_at = now() FROM r WHERE"
-                    + held
-                    + " AND d.attempts > 1 RETURNING d.biz_type, d.biz_key)"
-                    + " SELECT biz_type, biz_key FROM deleted"
-                    + " UNION ALL SELECT biz_type, biz_key FROM restored",
-            "biz_type, biz_key, token, claim_id",
-            Type.TEXT,
-            Type.TEXT,
-            Type.INT,
-            Type.TEXT);
+    String claimHeld = held + " AND d.claim_id = ?";
+    releaseDelete = "DELETE FROM " + table + " AS d" + claimHeld + " AND d.attempts = 1";
+    releaseRestore =
+        "UPDATE "
+            + table
+            + " AS d SET status = 'FAILED', attempts = d.attempts - 1, lease_until = NULL,"
+            + " claim_id = NULL, updated_at = now()"
+            + claimHeld
+            + " AND d.attempts > 1";
     purge =
         "DELETE FROM "
             + table

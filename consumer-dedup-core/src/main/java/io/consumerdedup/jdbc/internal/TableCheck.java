@@ -71,10 +71,10 @@ public final class TableCheck {
     if (columns.plansBlind() && blindPlansReported.compareAndSet(false, true)) {
       log.warn(
           "The dedup table {} has no planner statistics and autovacuum is off for it: PostgreSQL"
-              + " may then renew or release a group of leases by scanning the whole table, slower"
-              + " with every row (claims and SUCCESS marks look each key up whatever it knows)."
-              + " Turn autovacuum on for the table, or run ANALYZE {} once it holds rows, and"
-              + " again when it has grown many times over",
+              + " may then find each batch of the retention purge by scanning the whole table,"
+              + " slower with every row (claims, marks, renewals and releases look each key up"
+              + " whatever it knows). Turn autovacuum on for the table, or run ANALYZE {} once it"
+              + " holds rows, and again when it has grown many times over",
           table,
           table);
     }

@@ -22,7 +22,9 @@ import org.junit.jupiter.api.Test;
  * never analyzed (autovacuum off) and on one whose plans the server cached while it was empty. The
  * earlier {@code UPDATE ... FROM unnest(...)} and the claim's join were planned there as a hash
  * join over a sequential scan of the whole table, every group reading every row (the benchmark's
- * heap run: 1,524 msg/s instead of about 20,000). Read from {@code EXPLAIN}, so no timing.
+ * heap run: 1,524 msg/s instead of about 20,000). Read from {@code EXPLAIN}, so no timing. A
+ * group's renewals and releases run a statement of one key per key, checked here as well; {@code
+ * GroupRenewalsAndReleasesTest} counts the scans of whole groups run by the store.
  */
 class GroupStatementPlansTest {
   private static final int GROUP = 500;
@@ -108,6 +110,10 @@ class GroupStatementPlansTest {
         new Group("claim_in_transaction_group", sql.claimInTransaction.many(), "(" + claims),
         // One key (the per-record path): its equality on the primary key is probed as well.
         new Group("complete_one", sql.complete.one(), "(60000, 'order', 'k-0', 1)"),
+        // Renewals and releases are statements of one key, which a group runs as a JDBC batch.
+        new Group("renew_one", sql.renew, "(60000, 'order', 'k-0', 1)"),
+        new Group("release_delete_one", sql.releaseDelete, "('order', 'k-0', 1, 'x')"),
+        new Group("release_restore_one", sql.releaseRestore, "('order', 'k-2', 2, 'x')"),
         new Group("claim_one", sql.claim.one(), "(" + ONE_CLAIM + ")"),
         new Group(
             "claim_completing_one",
