@@ -20,6 +20,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -183,6 +184,38 @@ class DedupShareLoopTest {
         .as(
             "queued-1 fetched once long-1 was acknowledged: no delivery spent in the consumer's buffer")
         .containsExactly("long-1 delivery 1", "queued-1 delivery 1");
+  }
+
+  /**
+   * A handler that restores its thread's interrupt flag (the usual answer to an {@code
+   * InterruptedException} it caught) and fails: the worker thread must not take the flag for a stop
+   * request and end, or the loop renews the records handed to it for good and fetches nothing.
+   */
+  @Test
+  void aHandlerThatLeavesItsThreadInterruptedDoesNotStopTheConsumer() throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    AtomicBoolean interrupted = new AtomicBoolean();
+    Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
+    start(
+        Duration.ofMinutes(5),
+        record -> {
+          if (orderNo(record).equals("interrupted-1") && interrupted.compareAndSet(false, true)) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("the payment client was interrupted");
+          }
+          applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
+        },
+        b -> b.retryBackOff(Duration.ofMillis(100)));
+    await().atMost(WAIT).until(() -> TestShareGroups.members(group) == 1);
+    send("interrupted-1", "fails once, its thread interrupted");
+    await().atMost(WAIT).until(interrupted::get);
+    send("after-1", "sent afterwards");
+    await()
+        .alias("both records applied after the interrupted attempt")
+        .atMost(WAIT)
+        .until(() -> applied.containsKey("interrupted-1") && applied.containsKey("after-1"));
+    assertQueueEmpty();
+    assertThat(applied.values()).allSatisfy(count -> assertThat(count.get()).isEqualTo(1));
   }
 
   @Test
