@@ -204,9 +204,9 @@ final class ShareWorker<K, V> implements Runnable {
   /**
    * Processes one record, then clears the interrupt flag its handler may have left (restored after
    * an {@code InterruptedException} it caught, or set by consumer-dedup for a handler that threw
-   * one): on this thread the flag is no stop request, which {@link #stop()} makes, and left set it
-   * failed the next records' database calls and ended the worker, whose records were then renewed
-   * for good and never handled.
+   * one): on this thread the flag is no stop request, which {@link #stop()} makes. Left set, it
+   * made the worker's next wait for work throw and the worker end, its records then renewed for
+   * good and never handled; and the next records of the poll would meet it in their own calls.
    */
   private Outcome processAndClearInterrupt(ConsumerRecord<K, V> record) {
     try {
