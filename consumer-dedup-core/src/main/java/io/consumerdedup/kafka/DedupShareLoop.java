@@ -15,8 +15,8 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.ShareConsumer;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.errors.InterruptException;
-import org.apache.kafka.common.errors.TimeoutException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -312,17 +312,21 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
    * them with a fetch, which acquires new records; kafka-clients keeps those in its buffer until
    * every record of the current poll is acknowledged, so behind a long handler, or a record waiting
    * for another consumer's claim, their locks ran out there, unseen, a delivery spent each time,
-   * until the broker archived them unapplied. Bounded by a third of the lock: a broker that does
-   * not answer in time leaves the records to {@link ShareInFlight#dropUnreturned}.
+   * until the broker archived them unapplied. Waits at most a third of the lock; renewals that
+   * could not be sent apart go with the next poll, as before, and records whose renewal never comes
+   * back are left to {@link ShareInFlight#dropUnreturned}.
    */
   private void sendRenewals() {
     try {
       consumer.commitSync(Duration.ofNanos(Math.max(lockNanos / 3, RENEWAL_POLL.toNanos())));
-    } catch (TimeoutException e) {
+    } catch (WakeupException | InterruptException e) {
+      throw e; // a stop request, as from a poll
+    } catch (KafkaException e) {
+      // Not sent yet, or no answer in time: the next poll sends them, with its fetch.
       log.warn(
-          "The broker did not answer the lock renewals of share group {} within a third of the"
-              + " lock",
-          groupId);
+          "Could not send the lock renewals of share group {} on their own: {}",
+          groupId,
+          e.toString());
     }
   }
 

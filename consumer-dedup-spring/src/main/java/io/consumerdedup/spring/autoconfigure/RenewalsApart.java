@@ -9,7 +9,9 @@ import java.time.Duration;
 import java.util.Map;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ShareConsumer;
-import org.apache.kafka.common.errors.TimeoutException;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.WakeupException;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -136,8 +138,11 @@ final class RenewalsApart {
           consumer.acquisitionLockTimeoutMs().map(Integer::longValue).orElse(DEFAULT_LOCK_MS);
       try {
         consumer.commitSync(Duration.ofMillis(Math.max(lockMs / 3, 50)));
-      } catch (TimeoutException e) {
-        log.warn("The broker did not answer lock renewals within a third of the lock");
+      } catch (WakeupException | InterruptException e) {
+        throw e;
+      } catch (KafkaException e) {
+        // Not sent yet, or no answer in time: the container's poll sends them, with its fetch.
+        log.warn("Could not send lock renewals on their own: {}", e.toString());
       }
     }
   }
