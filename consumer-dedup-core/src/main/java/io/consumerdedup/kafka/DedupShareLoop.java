@@ -15,6 +15,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.ShareConsumer;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.slf4j.Logger;
@@ -39,8 +40,9 @@ import org.slf4j.LoggerFactory;
  *       dedup store does not answer): nothing yet. It stays acquired, its lock renewed ({@code
  *       RENEW}, which counts no delivery), and it is tried again after the hold back-off (1 s,
  *       doubling to 30 s), for as long as it takes: waiting never uses up the record's deliveries.
- *       Meanwhile this consumer takes no new records (a share consumer fetches none while it
- *       renews); the other consumers of the group go on;
+ *       Meanwhile this consumer takes no new records (the loop sends its renewals without a fetch,
+ *       and fetches only once the poll in hand is acknowledged); the other consumers of the group
+ *       go on;
  *   <li>a handler failure (the record is FAILED in the table): RELEASE after the retry back-off, so
  *       that a delivery to any consumer retries it; once the record's attempts are spent ({@link
  *       Builder#maxAttempts}, counted in the dedup table across consumers) or this is the last
@@ -268,7 +270,9 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       return;
     }
     if (inFlight.awaitingRenewals() || now - nextRenewalNanos >= 0) {
-      inFlight.renewHeld(now);
+      if (inFlight.renewHeld(now) > 0) {
+        sendRenewals();
+      }
       ConsumerRecords<K, V> polled = consumer.poll(RENEWAL_POLL);
       List<ConsumerRecord<K, V>> fresh = inFlight.add(polled);
       if (!fresh.isEmpty()) {
@@ -299,6 +303,30 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         Thread.currentThread().interrupt();
         throw new InterruptException(e);
       }
+    }
+  }
+
+  /**
+   * Sends the renewals (with the decided acknowledgements) on their own and waits for the broker's
+   * answer, so that the poll that takes the renewed records back fetches nothing. A poll would send
+   * them with a fetch, which acquires new records; kafka-clients keeps those in its buffer until
+   * every record of the current poll is acknowledged, so behind a long handler, or a record waiting
+   * for another consumer's claim, their locks ran out there, unseen, a delivery spent each time,
+   * until the broker archived them unapplied. Waits at most a third of the lock; renewals that
+   * could not be sent apart go with the next poll, as before, and records whose renewal never comes
+   * back are left to {@link ShareInFlight#dropUnreturned}.
+   */
+  private void sendRenewals() {
+    try {
+      consumer.commitSync(Duration.ofNanos(Math.max(lockNanos / 3, RENEWAL_POLL.toNanos())));
+    } catch (WakeupException | InterruptException e) {
+      throw e; // a stop request, as from a poll
+    } catch (KafkaException e) {
+      // Not sent yet, or no answer in time: the next poll sends them, with its fetch.
+      log.warn(
+          "Could not send the lock renewals of share group {} on their own: {}",
+          groupId,
+          e.toString());
     }
   }
 

@@ -120,8 +120,8 @@ final class ShareWorker<K, V> implements Runnable {
       try {
         work = queue.poll(100, TimeUnit.MILLISECONDS);
       } catch (InterruptedException e) {
-        Thread.currentThread().interrupt();
-        return;
+        // Nobody interrupts this thread to stop it (stop() does): the flag is a handler's.
+        continue;
       }
       if (work == null) {
         continue;
@@ -155,7 +155,7 @@ final class ShareWorker<K, V> implements Runnable {
           break;
         }
         try {
-          Outcome outcome = processor.process(record);
+          Outcome outcome = processAndClearInterrupt(record);
           if (outcome == Outcome.DUPLICATE) {
             done(record, AcknowledgeType.ACCEPT, 0);
           } else {
@@ -198,6 +198,26 @@ final class ShareWorker<K, V> implements Runnable {
     }
     if (error != null) {
       throw error;
+    }
+  }
+
+  /**
+   * Processes one record, then clears the interrupt flag its handler may have left (restored after
+   * an {@code InterruptedException} it caught, or set by consumer-dedup for a handler that threw
+   * one): on this thread the flag is no stop request, which {@link #stop()} makes. Left set, it
+   * made the worker's next wait for work throw and the worker end, its records then renewed for
+   * good and never handled; and the next records of the poll would meet it in their own calls.
+   */
+  private Outcome processAndClearInterrupt(ConsumerRecord<K, V> record) {
+    try {
+      return processor.process(record);
+    } finally {
+      if (Thread.interrupted()) {
+        log.warn(
+            "The handler of {} left its thread interrupted; cleared, the next records are handled"
+                + " as usual",
+            describe(record));
+      }
     }
   }
 

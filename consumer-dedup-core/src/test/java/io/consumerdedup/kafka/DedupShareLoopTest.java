@@ -16,8 +16,11 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -135,6 +138,84 @@ class DedupShareLoopTest {
         .as("its lock was renewed: never handed to the other consumer, never delivered again")
         .hasSize(1)
         .allSatisfy(d -> assertThat(d).endsWith("delivery 1"));
+  }
+
+  /**
+   * A record sent while the consumer renews the lock of a long handler's record: renewals sent with
+   * a poll fetch it, and the consumer keeps it in its buffer, out of the loop's reach, until the
+   * handler's record is acknowledged; there its lock ran out again and again, each time a delivery,
+   * until the broker archived it unapplied.
+   */
+  @Test
+  void aRecordSentWhileALongHandlerRunsIsNotFetchedToExpireUnseen() throws Exception {
+    Duration lock = Duration.ofSeconds(2);
+    createQueue(lock);
+    CountDownLatch slowStarted = new CountDownLatch(1);
+    Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
+    List<String> deliveries = new CopyOnWriteArrayList<>();
+    start(
+        Duration.ofMinutes(5),
+        record -> {
+          applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
+          if (orderNo(record).equals("long-1")) {
+            slowStarted.countDown();
+            Thread.sleep(lock.multipliedBy(8).toMillis());
+          }
+        },
+        b -> b,
+        record ->
+            deliveries.add(
+                orderNo(record) + " delivery " + record.deliveryCount().orElse((short) 0)));
+    // Sent once the consumer has joined, so that it is delivered whatever the group's start.
+    await().atMost(WAIT).until(() -> TestShareGroups.members(group) == 1);
+    send("long-1", "takes eight locks");
+    assertThat(slowStarted.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+    send("queued-1", "sent while long-1 runs");
+    await()
+        .alias("queued-1 applied (not archived after its deliveries ran out in a buffer)")
+        .atMost(WAIT)
+        .until(() -> applied.containsKey("queued-1"));
+    assertQueueEmpty();
+    assertThat(applied)
+        .as("each key applied once, none archived unapplied")
+        .containsOnlyKeys("long-1", "queued-1");
+    assertThat(applied.values()).allSatisfy(count -> assertThat(count.get()).isEqualTo(1));
+    assertThat(deliveries)
+        .as(
+            "queued-1 fetched once long-1 was acknowledged: no delivery spent in the consumer's buffer")
+        .containsExactly("long-1 delivery 1", "queued-1 delivery 1");
+  }
+
+  /**
+   * A handler that restores its thread's interrupt flag (the usual answer to an {@code
+   * InterruptedException} it caught) and fails: the worker thread must not take the flag for a stop
+   * request and end, or the loop renews the records handed to it for good and fetches nothing.
+   */
+  @Test
+  void aHandlerThatLeavesItsThreadInterruptedDoesNotStopTheConsumer() throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    AtomicBoolean interrupted = new AtomicBoolean();
+    Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
+    start(
+        Duration.ofMinutes(5),
+        record -> {
+          if (orderNo(record).equals("interrupted-1") && interrupted.compareAndSet(false, true)) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException("the payment client was interrupted");
+          }
+          applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
+        },
+        b -> b.retryBackOff(Duration.ofMillis(100)));
+    await().atMost(WAIT).until(() -> TestShareGroups.members(group) == 1);
+    send("interrupted-1", "fails once, its thread interrupted");
+    await().atMost(WAIT).until(interrupted::get);
+    send("after-1", "sent afterwards");
+    await()
+        .alias("both records applied after the interrupted attempt")
+        .atMost(WAIT)
+        .until(() -> applied.containsKey("interrupted-1") && applied.containsKey("after-1"));
+    assertQueueEmpty();
+    assertThat(applied.values()).allSatisfy(count -> assertThat(count.get()).isEqualTo(1));
   }
 
   @Test

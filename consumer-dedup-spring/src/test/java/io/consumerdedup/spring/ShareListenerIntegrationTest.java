@@ -63,6 +63,7 @@ class ShareListenerIntegrationTest {
   static final String KEYLESS = "share-keyless";
   static final String HELD = "share-held";
   static final String ERROR = "share-error";
+  static final String QUEUED = "share-queued";
 
   /** The lock of the groups whose tests outlast it on purpose. */
   static final Duration SHORT_LOCK = Duration.ofSeconds(2);
@@ -79,13 +80,15 @@ class ShareListenerIntegrationTest {
         KEYLESS,
         KEYLESS + "-dlt",
         HELD,
-        ERROR);
+        ERROR,
+        QUEUED);
     TestShareGroups.configure(MANY, Duration.ofSeconds(5));
     TestShareGroups.configure(SLOW, SHORT_LOCK);
     TestShareGroups.configure(FAILING, Duration.ofSeconds(5));
     TestShareGroups.configure(KEYLESS, Duration.ofSeconds(5));
     TestShareGroups.configure(HELD, SHORT_LOCK);
     TestShareGroups.configure(ERROR, Duration.ofSeconds(5));
+    TestShareGroups.configure(QUEUED, SHORT_LOCK);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -230,6 +233,26 @@ class ShareListenerIntegrationTest {
     assertThat(TestShareGroups.remaining(ERROR, ERROR, Duration.ofSeconds(2))).isEmpty();
   }
 
+  /**
+   * A record sent while the listener runs for eight lock durations on another: the user sees it
+   * applied once, on its first delivery. Renewals sent with the container's polls fetched it, and
+   * its locks ran out in the consumer's buffer until the long record was done: it came on its third
+   * delivery, and a longer handler would have had it archived unapplied.
+   */
+  @Test
+  void aRecordSentWhileALongHandlerRunsIsAppliedOnItsFirstDelivery() throws Exception {
+    send(template, QUEUED, "rebuild everything", "order-no", "Q-slow");
+    await().atMost(WAIT).until(() -> Calls.of(QUEUED, "Q-slow") == 1);
+    send(template, QUEUED, "charge 5.00", "order-no", "Q-next");
+
+    await().atMost(WAIT).until(() -> effectsOf(QUEUED, "Q-next") == 1);
+    assertThat(effectsOf(QUEUED, "Q-slow")).isEqualTo(1);
+    assertThat(Calls.deliveries(QUEUED))
+        .as("delivery counts seen")
+        .containsExactly((short) 1, (short) 1);
+    assertThat(TestShareGroups.remaining(QUEUED, QUEUED, Duration.ofSeconds(2))).isEmpty();
+  }
+
   private int effects(String listener) {
     Integer count =
         jdbc.queryForObject(
@@ -359,6 +382,24 @@ class ShareListenerIntegrationTest {
         apply(SLOW, record);
       } finally {
         Calls.exit(SLOW);
+      }
+    }
+
+    @Idempotent(bizType = "queued", header = "order-no")
+    @KafkaListener(
+        id = QUEUED,
+        topics = QUEUED,
+        groupId = QUEUED,
+        containerFactory = "shareFactory")
+    public void queued(ConsumerRecord<String, String> record) throws InterruptedException {
+      Calls.enter(QUEUED, record);
+      try {
+        if (header(record, "order-no").equals("Q-slow")) {
+          Thread.sleep(SHORT_LOCK.toMillis() * 8);
+        }
+        apply(QUEUED, record);
+      } finally {
+        Calls.exit(QUEUED);
       }
     }
 

@@ -228,13 +228,19 @@ final class DedupShareListener<K, V>
           entry.acknowledgment = acknowledgment;
           entry.held = true;
         } else {
-          if (entries.isEmpty()) {
+          boolean first = entries.isEmpty();
+          if (first) {
             nextRenewalNanos = System.nanoTime() + lock / 3;
           }
           entries.put(Id.of(record), new Entry(record, acknowledgment));
           // Under the keeper's lock, so that a worker being replaced cannot take it unnoticed.
           worker.submit(record);
-          return true;
+          if (!first) {
+            return true; // the keeper already wakes for the renewal scheduled
+          }
+          // An idle keeper sleeps a third of the lock it knew, the broker's default (10 s) if it
+          // started before this consumer's first record told the group's: woken, it renews on
+          // time.
         }
       }
       signals.add(WAKE);

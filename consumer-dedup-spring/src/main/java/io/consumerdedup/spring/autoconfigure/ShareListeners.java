@@ -125,6 +125,7 @@ final class ShareListeners {
                   properties.getHold().getMaxBackoff(),
                   DedupShareLoop.DEFAULT_CLOSE_TIMEOUT));
       share.setupMessageListener(listener);
+      Runnable ownConsumers = RenewalsApart.apply(share);
       log.info(
           "Share-group listener {} (group {}): acknowledged by consumer-dedup (ShareAckMode.MANUAL,"
               + " spring-kafka's acknowledgment timeout warning of {} turned off), locks renewed"
@@ -142,6 +143,9 @@ final class ShareListeners {
               created[0].close();
             }
             if (!share.isRunning()) {
+              if (ownConsumers != null) {
+                ownConsumers.run();
+              }
               share.setupMessageListener(original);
               containerProperties.setShareAckMode(ackMode);
               containerProperties.setShareAcknowledgmentTimeout(timeout);
