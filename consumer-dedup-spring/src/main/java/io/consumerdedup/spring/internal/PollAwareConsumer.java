@@ -176,7 +176,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   @Override
   public void commitAsync(
       Map<TopicPartition, OffsetAndMetadata> offsets, @Nullable OffsetCommitCallback callback) {
-    // Waits for the marks before it hands the commit over: it is asynchronous only from then on.
+    // Cut at the marks not written yet; waited for only while partitions are being revoked.
     Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
     if (!durable.isEmpty()) {
       delegate.commitAsync(durable, callback);
