@@ -58,6 +58,9 @@ class RecordListenerErrorBeforeCallTest {
   @Test
   void anErrorAfterTheClaimAndBeforeTheListenerGivesTheClaimBack() throws Exception {
     MessageListenerContainer container = containers.getListenerContainer(TOPIC);
+    if (!container.isRunning()) {
+      container.start();
+    }
     await().atMost(WAIT).until(() -> !container.getAssignedPartitions().isEmpty());
     send("K-0");
     await().atMost(WAIT).until(() -> applied("K-") == 1);
@@ -96,7 +99,53 @@ class RecordListenerErrorBeforeCallTest {
       int n = i;
       await().atMost(WAIT).until(() -> status("K-" + n) == DedupStatus.SUCCESS);
     }
-    await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(TOPIC, TOPIC, 0) == 5);
+  }
+
+  /**
+   * The {@code Error} comes while the engine answers the claims of a poll, after the one statement
+   * claimed them all: none of the poll's keys is left in progress, and a restart applies each once.
+   * Before, every key of the poll stayed PROCESSING under leases renewed for as long as the process
+   * lived.
+   */
+  @Test
+  void anErrorWhileThePollsClaimsAreAnsweredGivesThemAllBack() throws Exception {
+    MessageListenerContainer container = containers.getListenerContainer(TOPIC);
+    if (!container.isRunning()) {
+      container.start();
+    }
+    await().atMost(WAIT).until(() -> !container.getAssignedPartitions().isEmpty());
+    AtomicBoolean thrown = new AtomicBoolean();
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.AFTER_CLAIM
+              && Thread.currentThread().getName().startsWith(TOPIC)
+              && thrown.compareAndSet(false, true)) {
+            throw new OutOfMemoryError("injected while the poll's claims are answered");
+          }
+        });
+    try {
+      container.pause();
+      await().atMost(WAIT).until(container::isContainerPaused);
+      for (int i = 0; i < 4; i++) {
+        send("L-" + i);
+      }
+      container.resume();
+      await().atMost(WAIT).until(() -> thrown.get() && !container.isRunning());
+    } finally {
+      FaultPoints.install(null);
+    }
+    assertThat(applied("L-")).isZero();
+    for (int i = 0; i < 4; i++) {
+      assertThat(status("L-" + i)).as("L-" + i + " after the Error").isNull();
+    }
+
+    container.start();
+    await().atMost(WAIT).until(() -> applied("L-") == 4);
+    effects.forEach((key, count) -> assertThat(count.get()).as(key).isEqualTo(1));
+    for (int i = 0; i < 4; i++) {
+      int n = i;
+      await().atMost(WAIT).until(() -> status("L-" + n) == DedupStatus.SUCCESS);
+    }
   }
 
   private void send(String orderNo) throws Exception {
