@@ -64,11 +64,25 @@ final class BatchClaims {
             .filter(ClaimResult.Claimed.class::isInstance)
             .map(ClaimResult.Claimed.class::cast)
             .toList();
-    Iterator<LeaseRenewer.Renewal> renewals =
-        inTransaction ? null : renewer.startAll(held, sentNanos).iterator();
-    for (int j = 0; j < results.size(); j++) {
-      int i = requested.get(j);
-      answers[i] = answer(deliveries.get(i), results.get(j), renewals, sentNanos);
+    List<LeaseRenewer.Renewal> started = inTransaction ? null : renewer.startAll(held, sentNanos);
+    try {
+      Iterator<LeaseRenewer.Renewal> renewals = started == null ? null : started.iterator();
+      for (int j = 0; j < results.size(); j++) {
+        int i = requested.get(j);
+        answers[i] = answer(deliveries.get(i), results.get(j), renewals, sentNanos);
+      }
+    } catch (RuntimeException | Error e) {
+      // Nobody gets these claims (an Error, an OutOfMemoryError say, while they were answered):
+      // given back, not left held under leases renewed for as long as the executor runs.
+      if (started != null) {
+        started.forEach(LeaseRenewer.Renewal::stop);
+        try {
+          calls.release(held, sentNanos);
+        } catch (RuntimeException releaseFailed) {
+          e.addSuppressed(releaseFailed);
+        }
+      }
+      throw e;
     }
     return new DedupClaims(executor, calls, List.copyOf(deliveries), answers, sentNanos);
   }

@@ -3,6 +3,7 @@ package io.consumerdedup.core;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import java.time.Duration;
+import java.util.List;
 import java.util.concurrent.TimeUnit;
 import org.jspecify.annotations.Nullable;
 
@@ -48,8 +49,22 @@ final class SingleClaims {
       long sentNanos = System.nanoTime();
       ClaimResult claim = calls.claim(request, sentNanos);
       if (claim instanceof ClaimResult.Claimed claimed) {
-        return answers.started(
-            claimed, source, inTransaction ? null : renewer.start(claimed, sentNanos), sentNanos);
+        LeaseRenewer.Renewal renewal = inTransaction ? null : renewer.start(claimed, sentNanos);
+        try {
+          return answers.started(claimed, source, renewal, sentNanos);
+        } catch (RuntimeException | Error e) {
+          // Nobody gets the claim: given back, not left held under a lease renewed for as long
+          // as the executor runs.
+          if (renewal != null) {
+            renewal.stop();
+            try {
+              calls.release(List.of(claimed), sentNanos);
+            } catch (RuntimeException releaseFailed) {
+              e.addSuppressed(releaseFailed);
+            }
+          }
+          throw e;
+        }
       }
       DedupRecord existing = ((ClaimResult.Taken) claim).existing();
       DedupClaim done = answers.duplicateOrConflict(key, fingerprint, source, existing);

@@ -282,39 +282,45 @@ public final class IdempotentListenerInterceptor {
     if (claim == null) {
       claim = executor.claim(key.get(), fingerprint, source);
     }
-    if (poll != null) {
-      // Before the poll's first listener runs, the marks of the polls before are written (they
-      // were on their way with this poll's claim): a kill re-runs records of this poll only.
-      poll.awaitEarlierMarks();
-    }
-    DedupAttemptsExhaustedException exhausted = attempts.beyondLimit(claim, executor);
-    if (exhausted != null) {
-      throw exhausted;
-    }
-    Acknowledgment acknowledgment = listener.shape.acknowledgment(arguments);
-    if (claim.isDuplicate()) {
-      if (poll != null) {
-        poll.marks().written(record); // SUCCESS, whatever an earlier delivery's mark met
-      }
-      if (acknowledgment != null && listener.shape.returns == ListenerShape.Returns.VALUE) {
-        // As spring-kafka does for records it filters out: otherwise, in a manual ack mode, the
-        // duplicate's offset is never committed and the consumer's lag never reaches zero.
-        acknowledgment.acknowledge();
-      }
-      return listener.shape.duplicateResult();
-    }
-    ListenerOutcomes.Pending pending = ListenerOutcomes.pending(record, claim, attempts);
-    if (poll != null) {
-      pending.markInBackground(poll.marks(), source, executor);
-    }
-    boolean settleNow =
-        listener.shape.returns != ListenerShape.Returns.VALUE
-            || (!ListenerOutcomes.inKafkaTransaction()
-                && !TransactionSynchronizationManager.isSynchronizationActive());
+    ListenerOutcomes.Pending pending;
     HeldAcknowledgment held = null;
-    if (acknowledgment != null) {
-      held = new HeldAcknowledgment(acknowledgment, pending, settleNow);
-      arguments[listener.shape.ackIndex] = held;
+    try {
+      if (poll != null) {
+        // Before the poll's first listener runs, the marks of the polls before are written (they
+        // were on their way with this poll's claim): a kill re-runs records of this poll only.
+        poll.awaitEarlierMarks();
+      }
+      DedupAttemptsExhaustedException exhausted = attempts.beyondLimit(claim, executor);
+      if (exhausted != null) {
+        throw exhausted;
+      }
+      Acknowledgment acknowledgment = listener.shape.acknowledgment(arguments);
+      if (claim.isDuplicate()) {
+        if (poll != null) {
+          poll.marks().written(record); // SUCCESS, whatever an earlier delivery's mark met
+        }
+        if (acknowledgment != null && listener.shape.returns == ListenerShape.Returns.VALUE) {
+          // As spring-kafka does for records it filters out: otherwise, in a manual ack mode, the
+          // duplicate's offset is never committed and the consumer's lag never reaches zero.
+          acknowledgment.acknowledge();
+        }
+        return listener.shape.duplicateResult();
+      }
+      pending = ListenerOutcomes.pending(record, claim, attempts);
+      if (poll != null) {
+        pending.markInBackground(poll.marks(), source, executor);
+      }
+      boolean settleNow =
+          listener.shape.returns != ListenerShape.Returns.VALUE
+              || (!ListenerOutcomes.inKafkaTransaction()
+                  && !TransactionSynchronizationManager.isSynchronizationActive());
+      if (acknowledgment != null) {
+        held = new HeldAcknowledgment(acknowledgment, pending, settleNow);
+        arguments[listener.shape.ackIndex] = held;
+      }
+    } catch (Throwable beforeCall) {
+      giveBack(claim, executor, beforeCall);
+      throw beforeCall;
     }
     Object result;
     try {
@@ -345,6 +351,24 @@ public final class IdempotentListenerInterceptor {
         settle(listener, record, pending, claim, source);
         release(held);
         return result;
+    }
+  }
+
+  /**
+   * The listener was not called for {@code claim} ({@code thrown}, an {@code Error} say, came
+   * first): a held claim is given back, without counting an attempt, rather than left PROCESSING
+   * under a lease the executor renews for as long as the process lives, which would hold the key's
+   * every delivery, to this consumer too, until a restart. In mode TRANSACTIONAL the claim is the
+   * listener's transaction's, which {@code thrown} rolls back.
+   */
+  private static void giveBack(DedupClaim claim, IdempotentExecutor executor, Throwable thrown) {
+    if (executor.mode() != DedupMode.SEPARATE || claim.isDuplicate() || claim.isEnded()) {
+      return;
+    }
+    try {
+      claim.release();
+    } catch (RuntimeException e) {
+      thrown.addSuppressed(e);
     }
   }
 

@@ -27,10 +27,11 @@ import org.slf4j.LoggerFactory;
  *       the new poll's records known to the listeners it delivers them to;
  *   <li>every offset commit goes only up to each partition's first record whose SUCCESS mark
  *       (written in the background, in groups) is not written yet ({@link SuccessMarks}); the rest
- *       is committed by a later commit, or before a later poll, once those marks are written. A
- *       commit does not wait for marks on their way: the next poll's listeners do, once they have
- *       claimed its keys ({@link ConsumerPoll#awaitEarlierMarks}); the commits of partitions being
- *       revoked, and of a consumer that closes, wait for them;
+ *       goes with a later commit of any partition, or is committed before a later poll once the
+ *       consumer is idle, once those marks are written. A commit does not wait for marks on their
+ *       way: the next poll's listeners do, once they have claimed its keys ({@link
+ *       ConsumerPoll#awaitEarlierMarks}); the commits of partitions being revoked, and of a
+ *       consumer that closes, wait for them;
  *   <li>the rebalance listener given to {@code subscribe} is wrapped, so that the claims and marks
  *       of revoked or lost partitions are let go once the container has committed what it could.
  * </ul>
@@ -175,7 +176,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   @Override
   public void commitAsync(
       Map<TopicPartition, OffsetAndMetadata> offsets, @Nullable OffsetCommitCallback callback) {
-    // Waits for the marks before it hands the commit over: it is asynchronous only from then on.
+    // Cut at the marks not written yet; waited for only while partitions are being revoked.
     Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
     if (!durable.isEmpty()) {
       delegate.commitAsync(durable, callback);
@@ -194,7 +195,10 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     return positions;
   }
 
-  /** {@code offsets}, each partition cut before its first record whose SUCCESS is not written. */
+  /**
+   * {@code offsets}, each partition cut before its first record whose SUCCESS is not written; with
+   * what earlier commits of other partitions could not pass and now may.
+   */
   private Map<TopicPartition, OffsetAndMetadata> durable(
       Map<TopicPartition, OffsetAndMetadata> offsets) {
     if (poll.marks().isEmpty()) {
@@ -202,7 +206,18 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     }
     // Marks on their way are not waited for, except for partitions that go: the next poll's
     // listeners wait for them, after claiming that poll's keys.
-    return poll.marks().durable(offsets, revoking);
+    Map<TopicPartition, OffsetAndMetadata> durable =
+        new HashMap<>(poll.marks().durable(offsets, revoking));
+    // A partition whose records stopped coming gets no commit of the container's own: what it is
+    // owed goes with the commits of the partitions that keep the consumer busy, which may never
+    // let it poll empty.
+    Map<TopicPartition, OffsetAndMetadata> owed = poll.marks().owedNow(false);
+    owed.keySet().removeAll(offsets.keySet());
+    if (!owed.isEmpty()) {
+      owed.keySet().retainAll(delegate.assignment());
+      durable.putAll(owed);
+    }
+    return durable;
   }
 
   @Override

@@ -175,14 +175,14 @@ public final class SuccessMarks {
         OffsetAndMetadata requested = commit.getValue();
         long cut = cut(partition, requested.offset());
         OffsetAndMetadata earlier = owed.get(partition);
-        if (cut < requested.offset()) {
+        if (cut < requested.offset()
+            && (earlier == null || earlier.offset() < requested.offset())) {
           allowed.put(partition, new OffsetAndMetadata(cut, requested.metadata()));
-          if (earlier == null || earlier.offset() < requested.offset()) {
-            owed.put(partition, requested);
-          }
-        } else if (earlier != null && earlier.offset() <= requested.offset()) {
-          owed.remove(partition);
+          owed.put(partition, requested);
+        } else if (cut < requested.offset()) {
+          allowed.put(partition, new OffsetAndMetadata(cut, requested.metadata()));
         }
+        // An owed offset this commit reaches goes once the commit is sent ({@link #committed}).
       }
       return allowed;
     }
@@ -210,11 +210,13 @@ public final class SuccessMarks {
     while (entries.hasNext()) {
       Map.Entry<TopicPartition, OffsetAndMetadata> entry = entries.next();
       TopicPartition partition = entry.getKey();
-      long cut = cut(partition, entry.getValue().offset());
-      if (cut == entry.getValue().offset()) {
-        entries.remove();
-      }
       Long last = committed.get(partition);
+      if (last != null && last >= entry.getValue().offset()) {
+        entries.remove(); // committed since
+        continue;
+      }
+      long cut = cut(partition, entry.getValue().offset());
+      // Kept until the commit is sent ({@link #committed}): a commit that fails is tried again.
       if (last == null || cut > last) {
         now.put(
             partition,
@@ -226,9 +228,16 @@ public final class SuccessMarks {
     return now;
   }
 
-  /** The consumer committed {@code offsets}. */
+  /** The consumer committed {@code offsets}: what was owed up to them is paid. */
   synchronized void committed(Map<TopicPartition, OffsetAndMetadata> offsets) {
-    offsets.forEach((partition, offset) -> committed.merge(partition, offset.offset(), Math::max));
+    offsets.forEach(
+        (partition, offset) -> {
+          committed.merge(partition, offset.offset(), Math::max);
+          OffsetAndMetadata owedOffset = owed.get(partition);
+          if (owedOffset != null && owedOffset.offset() <= offset.offset()) {
+            owed.remove(partition);
+          }
+        });
   }
 
   /**
