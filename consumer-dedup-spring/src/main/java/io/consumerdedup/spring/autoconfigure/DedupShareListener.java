@@ -124,44 +124,17 @@ final class DedupShareListener<K, V>
   }
 
   /**
-   * A worker's processor: calls the listener, and tells the worker which records' outcomes are not
-   * written yet (the store did not answer when their SUCCESS was due; the core writes it in the
-   * background). The worker keeps those acquired and processes them again after the hold back-off
-   * rather than accepting them: accepted, a record whose SUCCESS was then lost with the process
-   * would be gone from the queue while its key stayed PROCESSING.
-   */
-  private final class Processor implements RecordProcessor<K, V> {
-    /** Used by the worker's thread only. */
-    private final List<ConsumerRecord<K, V>> unwritten = new ArrayList<>();
-
-    @Override
-    public Outcome process(ConsumerRecord<K, V> record) {
-      return DedupShareListener.this.process(record, unwritten);
-    }
-
-    @Override
-    public List<ConsumerRecord<K, V>> settle() {
-      List<ConsumerRecord<K, V>> settled = List.copyOf(unwritten);
-      unwritten.clear();
-      return settled;
-    }
-  }
-
-  /**
    * Calls the listener on the worker's thread as the container would on its own, without the
-   * consumer, which is not for other threads (the interceptor only asks whether it tells polls);
-   * adds the record to {@code unwritten} if the listener returned and its outcome is not written.
+   * consumer, which is not for other threads (the interceptor only asks whether it tells polls).
    */
   @SuppressWarnings("NullAway")
-  private Outcome process(ConsumerRecord<K, V> record, List<ConsumerRecord<K, V>> unwritten) {
+  private Outcome process(ConsumerRecord<K, V> record) {
     @SuppressWarnings("unchecked")
     ConsumerRecord<Object, Object> any = (ConsumerRecord<Object, Object>) record;
     KafkaUtils.setConsumerGroupId(groupId);
     CurrentRecordInterceptor.INSTANCE.intercept(any, null);
-    boolean returned = false;
     try {
       listener.onShareRecord(record, null, null);
-      returned = true;
       return Outcome.PROCESSED;
     } catch (ListenerExecutionFailedException e) {
       // The dead letter names what the listener threw, not spring-kafka's wrapper of it.
@@ -173,11 +146,8 @@ final class DedupShareListener<K, V>
       }
       throw e;
     } finally {
-      boolean written = CurrentRecordInterceptor.done(any);
+      CurrentRecordInterceptor.INSTANCE.afterRecord(any, null);
       KafkaUtils.clearConsumerGroupId();
-      if (returned && !written) {
-        unwritten.add(record);
-      }
     }
   }
 
@@ -227,8 +197,9 @@ final class DedupShareListener<K, V>
     }
 
     private ShareRecordWorker<K, V> newWorker() {
+      RecordProcessor<K, V> processor = DedupShareListener.this::process;
       return new ShareRecordWorker<>(
-          new Processor(),
+          processor,
           deadLetters,
           signals::add,
           settings.maxAttempts(),

@@ -72,17 +72,9 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
   @Override
   public void afterRecord(
       ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
-    done(record);
-  }
-
-  /**
-   * {@link #afterRecord} for a caller that must know whether the record's outcome is written
-   * ({@link ListenerOutcomes#afterRecord}): a share listener acknowledges a record only then.
-   */
-  public static boolean done(ConsumerRecord<?, ?> record) {
     CURRENT.remove();
     POLL.remove();
-    return ListenerOutcomes.afterRecord(record);
+    ListenerOutcomes.afterRecord(record);
   }
 
   @Override

@@ -124,21 +124,16 @@ public final class ListenerOutcomes {
       return listenerDone ? null : new IllegalStateException("The listener never returned");
     }
 
-    /**
-     * Settles, reporting a failure to write the outcome in the log instead of to the caller;
-     * answers whether the outcome is written.
-     */
-    boolean settleQuietly() {
+    /** Settles, reporting a failure to write the outcome in the log instead of to the caller. */
+    void settleQuietly() {
       try {
         settle();
-        return true;
       } catch (DedupException e) {
         // The core keeps an outcome it could not write and logs it; nothing more to do here.
         log.debug("Outcome of {} not written yet", KafkaUtils.format(record), e);
       } catch (RuntimeException e) {
         log.error("Could not record the outcome of {}", KafkaUtils.format(record), e);
       }
-      return false;
     }
 
     boolean isFor(ConsumerRecord<?, ?> other) {
@@ -183,18 +178,13 @@ public final class ListenerOutcomes {
     }
   }
 
-  /**
-   * The container is done with {@code record}, its transaction included: writes its outcome.
-   * Answers false if an outcome was left to write and is not written yet (the core keeps it and
-   * tries again in the background, or it could not be recorded at all).
-   */
-  public static boolean afterRecord(ConsumerRecord<?, ?> record) {
+  /** The container is done with {@code record}, its transaction included: writes its outcome. */
+  public static void afterRecord(ConsumerRecord<?, ?> record) {
     Pending pending = current(record);
     if (pending != null) {
       PENDING.remove();
-      return pending.settleQuietly();
+      pending.settleQuietly();
     }
-    return true;
   }
 
   /** Records FAILED for any claim still open on this thread. */
