@@ -11,6 +11,8 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec;
+import org.apache.kafka.clients.admin.SharePartitionOffsetInfo;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -94,6 +96,32 @@ public final class TestShareGroups {
       throw new IllegalStateException(e);
     } catch (ExecutionException e) {
       return 0; // not known to the coordinator yet
+    }
+  }
+
+  /**
+   * How many records of partition 0 of {@code topic} {@code group} has not acknowledged for good
+   * yet (accepted, rejected or archived): a record held by a consumer counts, unlike in {@link
+   * #remaining}. The broker's start offset lags behind acknowledgements, this count does not; it is
+   * known (not -1) once the group has acknowledged a record of the partition.
+   */
+  public static long lag(String group, String topic) {
+    TopicPartition partition = new TopicPartition(topic, 0);
+    try (Admin admin = admin()) {
+      SharePartitionOffsetInfo info =
+          admin
+              .listShareGroupOffsets(
+                  Map.of(
+                      group, new ListShareGroupOffsetsSpec().topicPartitions(List.of(partition))))
+              .partitionsToOffsetInfo(group)
+              .get()
+              .get(partition);
+      return info == null ? -1 : info.lag().orElse(-1L);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    } catch (ExecutionException e) {
+      throw new IllegalStateException("Could not read the offsets of share group " + group, e);
     }
   }
 

@@ -12,8 +12,12 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
+import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -64,24 +68,45 @@ class ShareListenerIntegrationTest {
   static final String HELD = "share-held";
   static final String ERROR = "share-error";
   static final String QUEUED = "share-queued";
+  static final String REFUSED = "share-refused";
 
   /** The lock of the groups whose tests outlast it on purpose. */
   static final Duration SHORT_LOCK = Duration.ofSeconds(2);
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(
-        registry,
-        "spring_share",
-        MANY,
-        SLOW,
-        FAILING,
-        FAILING + "-dlt",
-        KEYLESS,
-        KEYLESS + "-dlt",
-        HELD,
-        ERROR,
-        QUEUED);
+    String schema =
+        SpringTestEnvironment.prepare(
+            registry,
+            "spring_share",
+            MANY,
+            SLOW,
+            FAILING,
+            FAILING + "-dlt",
+            KEYLESS,
+            KEYLESS + "-dlt",
+            HELD,
+            ERROR,
+            QUEUED,
+            REFUSED);
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      // The database refuses the SUCCESS of the keys listed, as a transient failure.
+      statement.execute("CREATE TABLE mark_faults (biz_key text PRIMARY KEY)");
+      statement.execute("CREATE SEQUENCE mark_fault_hits");
+      statement.execute(
+          "CREATE FUNCTION refuse_marks() RETURNS trigger AS $$ BEGIN"
+              + " IF NEW.status = 'SUCCESS' AND EXISTS (SELECT 1 FROM mark_faults f"
+              + " WHERE f.biz_key = NEW.biz_key) THEN"
+              + " PERFORM nextval('mark_fault_hits');"
+              + " RAISE EXCEPTION 'injected: SUCCESS of % refused', NEW.biz_key"
+              + " USING ERRCODE = '40001'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql");
+      statement.execute(
+          "CREATE TRIGGER refuse_marks BEFORE UPDATE ON consumer_dedup FOR EACH ROW"
+              + " EXECUTE FUNCTION refuse_marks()");
+    } catch (SQLException e) {
+      throw new IllegalStateException(e);
+    }
     TestShareGroups.configure(MANY, Duration.ofSeconds(5));
     TestShareGroups.configure(SLOW, SHORT_LOCK);
     TestShareGroups.configure(FAILING, Duration.ofSeconds(5));
@@ -89,6 +114,7 @@ class ShareListenerIntegrationTest {
     TestShareGroups.configure(HELD, SHORT_LOCK);
     TestShareGroups.configure(ERROR, Duration.ofSeconds(5));
     TestShareGroups.configure(QUEUED, SHORT_LOCK);
+    TestShareGroups.configure(REFUSED, SHORT_LOCK);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -234,6 +260,44 @@ class ShareListenerIntegrationTest {
   }
 
   /**
+   * A record whose handler ran but whose SUCCESS the database refuses for a while: the user sees
+   * the record kept acquired, not acknowledged (the group's lag stays at one record, past several
+   * lock durations), until its SUCCESS is written, then acknowledged, and the order charged once.
+   * Accepted at once, the record would leave the queue while its key stayed PROCESSING: had the
+   * process died before the SUCCESS was written, a later copy would be charged again.
+   */
+  @Test
+  void aRecordWhoseSuccessIsNotWrittenYetIsAcknowledgedOnlyOnceItIs() throws Exception {
+    DedupKey key = DedupKey.of("refused", "R-1");
+    send(template, REFUSED, "charge 4.00", "order-no", "R-0"); // the group's lag known from here
+    await().atMost(WAIT).until(() -> TestShareGroups.lag(REFUSED, REFUSED) == 0);
+    jdbc.update("INSERT INTO mark_faults (biz_key) VALUES ('R-1')");
+    try {
+      send(template, REFUSED, "charge 5.00", "order-no", "R-1");
+      await().atMost(WAIT).until(() -> effectsOf(REFUSED, "R-1") == 1);
+      long hits = faultHits();
+      await().atMost(WAIT).until(() -> faultHits() > hits); // refused, and tried again
+      long end = System.nanoTime() + SHORT_LOCK.toNanos() * 3;
+      while (System.nanoTime() < end) {
+        assertThat(TestShareGroups.lag(REFUSED, REFUSED))
+            .as("records not acknowledged while the SUCCESS is refused")
+            .isEqualTo(1);
+        Thread.sleep(300);
+      }
+      assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
+    } finally {
+      jdbc.update("DELETE FROM mark_faults");
+    }
+    await().atMost(WAIT).until(() -> TestShareGroups.lag(REFUSED, REFUSED) == 0);
+    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(Calls.of(REFUSED, "R-1")).as("listener calls").isEqualTo(1);
+    assertThat(Calls.deliveries(REFUSED))
+        .as("delivery counts seen")
+        .containsExactly((short) 1, (short) 1);
+    assertThat(effectsOf(REFUSED, "R-1")).isEqualTo(1);
+  }
+
+  /**
    * A record sent while the listener runs for eight lock durations on another: the user sees it
    * applied once, on its first delivery. Renewals sent with the container's polls fetched it, and
    * its locks ran out in the consumer's buffer until the long record was done: it came on its third
@@ -258,6 +322,14 @@ class ShareListenerIntegrationTest {
         jdbc.queryForObject(
             "SELECT count(*) FROM effects WHERE listener = ?", Integer.class, listener);
     return count == null ? 0 : count;
+  }
+
+  private long faultHits() {
+    Long hits =
+        jdbc.queryForObject(
+            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM mark_fault_hits",
+            Long.class);
+    return hits == null ? 0 : hits;
   }
 
   private int effectsOf(String listener, String orderNo) {
@@ -445,6 +517,18 @@ class ShareListenerIntegrationTest {
         throw new StackOverflowError("deep recursion in the handler");
       }
       apply(ERROR, record);
+    }
+
+    @Idempotent(bizType = "refused", header = "order-no")
+    @KafkaListener(
+        id = REFUSED,
+        topics = REFUSED,
+        groupId = REFUSED,
+        containerFactory = "shareFactory")
+    public void refused(ConsumerRecord<String, String> record) {
+      Calls.enter(REFUSED, record);
+      Calls.exit(REFUSED);
+      apply(REFUSED, record);
     }
 
     private void apply(String listener, ConsumerRecord<String, String> record) {
