@@ -89,6 +89,14 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
   }
 
   /**
+   * Asks the worker to stop after the record in hand, without waiting: several workers stopped
+   * first and then closed finish their handlers together, not one after the other.
+   */
+  public void stop() {
+    worker.stop();
+  }
+
+  /**
    * Stops after the record in hand, waiting up to {@code timeout} for it; the records not processed
    * get no decision (the broker delivers them again).
    */

@@ -117,8 +117,14 @@ final class DedupShareListener<K, V>
   /** Stops the workers and keepers: their undecided records are delivered again by the broker. */
   void close() {
     closed = true;
+    // All stopped first, then waited for within one close timeout: each consumer's handler in hand
+    // finishes alongside the others', so a stop takes the longest of them, not their sum.
     for (Keeper keeper : keepers.values()) {
-      keeper.close();
+      keeper.worker.stop();
+    }
+    long deadline = System.nanoTime() + settings.closeTimeout().toNanos();
+    for (Keeper keeper : keepers.values()) {
+      keeper.close(Duration.ofNanos(Math.max(0, deadline - System.nanoTime())));
     }
     keepers.clear();
   }
@@ -385,9 +391,9 @@ final class DedupShareListener<K, V>
       }
     }
 
-    void close() {
+    void close(Duration timeout) {
       running = false;
-      worker.close(settings.closeTimeout());
+      worker.close(timeout);
       thread.interrupt();
       Error fatal = worker.fatal();
       if (fatal != null) {
