@@ -336,6 +336,14 @@ public final class IdempotentExecutor implements AutoCloseable {
   }
 
   /**
+   * Whether {@link #close()} was called: the outcomes not written by then were given up, and no
+   * longer show in {@link #unrecordedOutcomes()}.
+   */
+  public boolean isClosed() {
+    return closed;
+  }
+
+  /**
    * Stops the lease renewal. SUCCESS marks still queued for the writer thread are written once
    * first; handlers still running lose their renewal; outcomes not yet written are logged at ERROR
    * and given up, and a caller waiting for one is told with {@link DedupExecutorClosedException}.

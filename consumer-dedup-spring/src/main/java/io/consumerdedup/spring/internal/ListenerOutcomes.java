@@ -101,7 +101,7 @@ public final class ListenerOutcomes {
               claim.completeAsync(),
               // As long as the poll loop waits for a poll's marks: the lease outlives it.
               writer.renewalInterval(),
-              () -> writer.unrecordedOutcomes().containsKey(key));
+              SuccessMarks.keptBy(writer, key));
         } else {
           claim.complete();
         }

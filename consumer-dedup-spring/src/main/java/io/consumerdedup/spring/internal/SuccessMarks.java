@@ -1,7 +1,9 @@
 package io.consumerdedup.spring.internal;
 
 import io.consumerdedup.core.DedupExecutorClosedException;
+import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupLeaseLostException;
+import io.consumerdedup.core.IdempotentExecutor;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -107,6 +109,15 @@ public final class SuccessMarks {
       }
       return stillKept;
     }
+  }
+
+  /**
+   * Whether {@code writer} still keeps the SUCCESS of {@code key} after a write of it failed, to
+   * write it in the background ({@link #add}'s {@code kept}). A closed writer gave its unwritten
+   * outcomes up and no longer lists them: their records must not be passed either.
+   */
+  public static BooleanSupplier keptBy(IdempotentExecutor writer, DedupKey key) {
+    return () -> writer.isClosed() || writer.unrecordedOutcomes().containsKey(key);
   }
 
   /**

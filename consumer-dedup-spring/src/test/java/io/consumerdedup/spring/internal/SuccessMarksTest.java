@@ -1,0 +1,79 @@
+package io.consumerdedup.spring.internal;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.Map;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.junit.jupiter.api.Test;
+
+/** What a consumer's commits may pass of its records' SUCCESS marks, on PostgreSQL. */
+class SuccessMarksTest {
+  private static final TopicPartition PARTITION = new TopicPartition("payments", 0);
+
+  /**
+   * A SUCCESS the database refused, kept by the executor to write in the background, then given up
+   * when the executor closes (an application stopping while the container still runs, its stop
+   * having outlasted its timeout): a commit must not pass its record in either state, or the record
+   * would never come again while its key stayed PROCESSING.
+   */
+  @Test
+  void aMarkGivenUpWhenItsExecutorClosesIsNeverPassed() throws Exception {
+    String schema = TestDatabase.newSchema("success_marks");
+    try (HikariDataSource pool = TestDatabase.dataSource(schema, 4)) {
+      try (Connection connection = pool.getConnection();
+          Statement statement = connection.createStatement()) {
+        statement.execute(
+            "CREATE FUNCTION refuse_success() RETURNS trigger AS $$ BEGIN"
+                + " IF NEW.status = 'SUCCESS' THEN"
+                + " RAISE EXCEPTION 'injected: SUCCESS refused' USING ERRCODE = '40001';"
+                + " END IF; RETURN NEW; END $$ LANGUAGE plpgsql");
+        statement.execute(
+            "CREATE TRIGGER refuse_success BEFORE UPDATE ON consumer_dedup FOR EACH ROW"
+                + " EXECUTE FUNCTION refuse_success()");
+      }
+      IdempotentExecutor executor =
+          IdempotentExecutor.builder(JdbcDedupStore.builder(pool).retryMaxAttempts(1).build())
+              .build();
+      DedupKey key = DedupKey.of("payment", "P-1");
+      DedupClaim claim = executor.claim(key, null, "payments-0@5");
+      CompletableFuture<Void> written = claim.completeAsync();
+      assertThatThrownBy(() -> written.get(10, TimeUnit.SECONDS))
+          .hasCauseInstanceOf(DedupStoreUnavailableException.class);
+
+      SuccessMarks marks = new SuccessMarks();
+      marks.add(
+          new ConsumerRecord<>(PARTITION.topic(), PARTITION.partition(), 5, null, "charge 10"),
+          "payments-0@5",
+          written,
+          Duration.ofMillis(100),
+          SuccessMarks.keptBy(executor, key));
+      Map<TopicPartition, OffsetAndMetadata> asked = Map.of(PARTITION, new OffsetAndMetadata(6));
+
+      assertThat(marks.durable(asked, false))
+          .as("committed while the executor keeps the SUCCESS to write it")
+          .containsEntry(PARTITION, new OffsetAndMetadata(5));
+      executor.close();
+      assertThat(executor.unrecordedOutcomes()).as("given up").isEmpty();
+      assertThat(marks.durable(asked, false))
+          .as("committed after the executor gave the SUCCESS up")
+          .containsEntry(PARTITION, new OffsetAndMetadata(5));
+    } finally {
+      TestDatabase.dropSchema(schema);
+    }
+  }
+}
