@@ -7,11 +7,7 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
-import io.consumerdedup.testing.TestDatabase;
 import java.nio.charset.StandardCharsets;
-import java.sql.Connection;
-import java.sql.SQLException;
-import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -58,24 +54,8 @@ class RecordListenerIdlePartitionCommitTest {
     String schema =
         SpringTestEnvironment.prepare(
             registry, "idle_partition", java.util.function.UnaryOperator.identity(), 2, TOPIC);
-    try (Connection connection = TestDatabase.connect(schema);
-        Statement statement = connection.createStatement()) {
-      // The database refuses the SUCCESS of the keys listed, as a transient failure.
-      statement.execute("CREATE TABLE mark_faults (biz_key text PRIMARY KEY)");
-      statement.execute("CREATE SEQUENCE mark_fault_hits");
-      statement.execute(
-          "CREATE FUNCTION refuse_marks() RETURNS trigger AS $$ BEGIN"
-              + " IF NEW.status = 'SUCCESS' AND EXISTS (SELECT 1 FROM mark_faults f"
-              + " WHERE f.biz_key = NEW.biz_key) THEN"
-              + " PERFORM nextval('mark_fault_hits');"
-              + " RAISE EXCEPTION 'injected: SUCCESS of % refused', NEW.biz_key"
-              + " USING ERRCODE = '40001'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql");
-      statement.execute(
-          "CREATE TRIGGER refuse_marks BEFORE UPDATE ON consumer_dedup FOR EACH ROW"
-              + " EXECUTE FUNCTION refuse_marks()");
-    } catch (SQLException e) {
-      throw new IllegalStateException(e);
-    }
+    // The database refuses the SUCCESS of the keys listed, as a transient failure.
+    SpringTestEnvironment.refuseListedSuccesses(schema);
     registry.add("consumer-dedup.store.retry-max-attempts", () -> "1");
   }
 
@@ -146,11 +126,7 @@ class RecordListenerIdlePartitionCommitTest {
   }
 
   private long faultHits() {
-    Long hits =
-        jdbc.queryForObject(
-            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM mark_fault_hits",
-            Long.class);
-    return hits == null ? 0 : hits;
+    return SpringTestEnvironment.refusedSuccesses(jdbc);
   }
 
   private static long committed(int partition) throws Exception {

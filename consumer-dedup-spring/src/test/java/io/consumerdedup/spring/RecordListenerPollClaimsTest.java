@@ -16,9 +16,6 @@ import io.consumerdedup.testing.TestKafka;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.nio.charset.StandardCharsets;
-import java.sql.Connection;
-import java.sql.SQLException;
-import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -91,24 +88,8 @@ class RecordListenerPollClaimsTest {
     }
     schema = SpringTestEnvironment.prepare(registry, "poll_claims", topics.toArray(String[]::new));
     TestKafka.createTopics(2, REBALANCE);
-    try (Connection connection = TestDatabase.connect(schema);
-        Statement statement = connection.createStatement()) {
-      // The database refuses the SUCCESS of the keys listed, as a transient failure.
-      statement.execute("CREATE TABLE mark_faults (biz_key text PRIMARY KEY)");
-      statement.execute("CREATE SEQUENCE mark_fault_hits");
-      statement.execute(
-          "CREATE FUNCTION refuse_marks() RETURNS trigger AS $$ BEGIN"
-              + " IF NEW.status = 'SUCCESS' AND EXISTS (SELECT 1 FROM mark_faults f"
-              + " WHERE f.biz_key = NEW.biz_key) THEN"
-              + " PERFORM nextval('mark_fault_hits');"
-              + " RAISE EXCEPTION 'injected: SUCCESS of % refused', NEW.biz_key"
-              + " USING ERRCODE = '40001'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql");
-      statement.execute(
-          "CREATE TRIGGER refuse_marks BEFORE UPDATE ON consumer_dedup FOR EACH ROW"
-              + " EXECUTE FUNCTION refuse_marks()");
-    } catch (SQLException e) {
-      throw new IllegalStateException(e);
-    }
+    // The database refuses the SUCCESS of the keys listed, as a transient failure.
+    SpringTestEnvironment.refuseListedSuccesses(schema);
     registry.add("consumer-dedup.store.retry-max-attempts", () -> "1");
     registry.add("consumer-dedup.hold.initial-backoff", () -> "200ms");
     registry.add("consumer-dedup.hold.max-backoff", () -> "1s");
@@ -439,11 +420,7 @@ class RecordListenerPollClaimsTest {
   }
 
   private long faultHits() {
-    Long hits =
-        jdbc.queryForObject(
-            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM mark_fault_hits",
-            Long.class);
-    return hits == null ? 0 : hits;
+    return SpringTestEnvironment.refusedSuccesses(jdbc);
   }
 
   private static long committed(String group, String topic, int partition) throws Exception {

@@ -12,12 +12,8 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
-import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
-import java.sql.Connection;
-import java.sql.SQLException;
-import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
@@ -89,24 +85,8 @@ class ShareListenerIntegrationTest {
             ERROR,
             QUEUED,
             REFUSED);
-    try (Connection connection = TestDatabase.connect(schema);
-        Statement statement = connection.createStatement()) {
-      // The database refuses the SUCCESS of the keys listed, as a transient failure.
-      statement.execute("CREATE TABLE mark_faults (biz_key text PRIMARY KEY)");
-      statement.execute("CREATE SEQUENCE mark_fault_hits");
-      statement.execute(
-          "CREATE FUNCTION refuse_marks() RETURNS trigger AS $$ BEGIN"
-              + " IF NEW.status = 'SUCCESS' AND EXISTS (SELECT 1 FROM mark_faults f"
-              + " WHERE f.biz_key = NEW.biz_key) THEN"
-              + " PERFORM nextval('mark_fault_hits');"
-              + " RAISE EXCEPTION 'injected: SUCCESS of % refused', NEW.biz_key"
-              + " USING ERRCODE = '40001'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql");
-      statement.execute(
-          "CREATE TRIGGER refuse_marks BEFORE UPDATE ON consumer_dedup FOR EACH ROW"
-              + " EXECUTE FUNCTION refuse_marks()");
-    } catch (SQLException e) {
-      throw new IllegalStateException(e);
-    }
+    // The database refuses the SUCCESS of the keys listed, as a transient failure.
+    SpringTestEnvironment.refuseListedSuccesses(schema);
     TestShareGroups.configure(MANY, Duration.ofSeconds(5));
     TestShareGroups.configure(SLOW, SHORT_LOCK);
     TestShareGroups.configure(FAILING, Duration.ofSeconds(5));
@@ -325,11 +305,7 @@ class ShareListenerIntegrationTest {
   }
 
   private long faultHits() {
-    Long hits =
-        jdbc.queryForObject(
-            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM mark_fault_hits",
-            Long.class);
-    return hits == null ? 0 : hits;
+    return SpringTestEnvironment.refusedSuccesses(jdbc);
   }
 
   private int effectsOf(String listener, String orderNo) {

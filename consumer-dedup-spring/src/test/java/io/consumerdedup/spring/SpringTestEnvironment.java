@@ -81,6 +81,40 @@ final class SpringTestEnvironment {
     return schema;
   }
 
+  /**
+   * Has the database refuse, as a transient failure, the SUCCESS of every key listed in the
+   * schema's table {@code mark_faults} (insert a key to refuse it, delete it to let it through),
+   * counting each refusal ({@link #refusedSuccesses}).
+   */
+  static void refuseListedSuccesses(String schema) {
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      statement.execute("CREATE TABLE mark_faults (biz_key text PRIMARY KEY)");
+      statement.execute("CREATE SEQUENCE mark_fault_hits");
+      statement.execute(
+          "CREATE FUNCTION refuse_marks() RETURNS trigger AS $$ BEGIN"
+              + " IF NEW.status = 'SUCCESS' AND EXISTS (SELECT 1 FROM mark_faults f"
+              + " WHERE f.biz_key = NEW.biz_key) THEN"
+              + " PERFORM nextval('mark_fault_hits');"
+              + " RAISE EXCEPTION 'injected: SUCCESS of % refused', NEW.biz_key"
+              + " USING ERRCODE = '40001'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql");
+      statement.execute(
+          "CREATE TRIGGER refuse_marks BEFORE UPDATE ON consumer_dedup FOR EACH ROW"
+              + " EXECUTE FUNCTION refuse_marks()");
+    } catch (SQLException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /** How many SUCCESS writes {@link #refuseListedSuccesses} refused so far. */
+  static long refusedSuccesses(JdbcTemplate jdbc) {
+    Long hits =
+        jdbc.queryForObject(
+            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM mark_fault_hits",
+            Long.class);
+    return hits == null ? 0 : hits;
+  }
+
   static void send(
       KafkaTemplate<String, String> template, String topic, String value, String... headers)
       throws Exception {
