@@ -130,6 +130,20 @@ final class DedupShareListener<K, V>
   }
 
   /**
+   * On {@code consumer}'s thread, as the container closes it: stops its worker after the record in
+   * hand, waiting for it within the close timeout, and hands its decisions over to be sent with the
+   * close ({@link WrappedShareConsumers}). Without this, a record accepted or dead-lettered while
+   * the container stopped came back after a restart: the container drops the acknowledgements still
+   * queued for its consumer's thread when it stops.
+   */
+  void finish(ShareConsumer<?, ?> consumer) {
+    Keeper keeper = keepers.remove(consumer);
+    if (keeper != null) {
+      keeper.finish(settings.closeTimeout());
+    }
+  }
+
+  /**
    * Calls the listener on the worker's thread as the container would on its own, without the
    * consumer, which is not for other threads (the interceptor only asks whether it tells polls).
    */
@@ -341,7 +355,7 @@ final class DedupShareListener<K, V>
         Decided decision = entry.decision;
         if (entry.held && decision != null && now - decision.notBeforeNanos() >= 0) {
           it.remove();
-          acknowledge(entry.acknowledgment, decision.type());
+          acknowledge(entry, decision.type());
         }
       }
       if (entries.isEmpty()) {
@@ -382,12 +396,48 @@ final class DedupShareListener<K, V>
       return next - now;
     }
 
-    private void acknowledge(ShareAcknowledgment acknowledgment, AcknowledgeType type) {
+    private void acknowledge(Entry entry, AcknowledgeType type) {
+      if (consumer instanceof WrappedShareConsumers.Acknowledgements close) {
+        close.handedOver(entry.record, type);
+      }
+      ShareAcknowledgment acknowledgment = entry.acknowledgment;
       switch (type) {
         case ACCEPT -> acknowledgment.acknowledge();
         case RELEASE -> acknowledgment.release();
         case REJECT -> acknowledgment.reject();
         default -> acknowledgment.renew();
+      }
+    }
+
+    /**
+     * On the consumer's thread, which sends nothing meanwhile: stops the worker and this keeper,
+     * then hands every decided record over to be sent with the close; the undecided ones the
+     * closing consumer gives back to the broker.
+     */
+    void finish(Duration timeout) {
+      synchronized (this) {
+        retired = true;
+      }
+      long deadline = System.nanoTime() + timeout.toNanos();
+      worker.close(timeout);
+      running = false;
+      thread.interrupt();
+      try {
+        thread.join(Math.max(1, (deadline - System.nanoTime()) / 1_000_000));
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt();
+      }
+      drain(signals.poll());
+      synchronized (this) {
+        for (Entry entry : entries.values()) {
+          Decided decision = entry.decision;
+          if (entry.held
+              && decision != null
+              && consumer instanceof WrappedShareConsumers.Acknowledgements close) {
+            close.handedOver(entry.record, decision.type()); // the container sends nothing now
+          }
+        }
+        entries.clear();
       }
     }
 

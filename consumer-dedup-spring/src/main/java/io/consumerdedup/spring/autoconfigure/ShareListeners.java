@@ -125,7 +125,7 @@ final class ShareListeners {
                   properties.getHold().getMaxBackoff(),
                   DedupShareLoop.DEFAULT_CLOSE_TIMEOUT));
       share.setupMessageListener(listener);
-      Runnable ownConsumers = RenewalsApart.apply(share);
+      Runnable ownConsumers = WrappedShareConsumers.apply(share, listener::finish);
       log.info(
           "Share-group listener {} (group {}): acknowledged by consumer-dedup (ShareAckMode.MANUAL,"
               + " spring-kafka's acknowledgment timeout warning of {} turned off), locks renewed"
