@@ -502,41 +502,44 @@ public final class PostgresDialect extends Dialect {
   @Override
   public KeysetPurge.Batch deleteExpired(
       Connection connection, KeysetPurge.@Nullable Position after, int limit) throws SQLException {
-    try (PreparedStatement statement =
-        calls.prepare(connection, purgeSql().deleteBatch(after != null))) {
-      int index = bindCursor(statement, after);
-      statement.setInt(index, limit);
-      try (ResultSet row = statement.executeQuery()) {
-        if (!row.next()) {
-          return new KeysetPurge.Batch(0, false, after);
-        }
-        int deleted = row.getInt("deleted");
-        KeysetPurge.Position last =
-            new KeysetPurge.Position(
-                row.getObject("created_at", OffsetDateTime.class).toInstant(),
-                row.getString("biz_type"),
-                row.getString("biz_key"));
-        return new KeysetPurge.Batch(deleted, deleted >= limit, last);
-      }
-    }
+    return purgeWork(
+        connection,
+        c -> {
+          try (PreparedStatement statement =
+              calls.prepare(c, purgeSql().deleteBatch(after != null))) {
+            int index = bindCursor(statement, after);
+            statement.setInt(index, limit);
+            try (ResultSet row = statement.executeQuery()) {
+              if (!row.next()) {
+                return new KeysetPurge.Batch(0, false, after);
+              }
+              int deleted = row.getInt("deleted");
+              KeysetPurge.Position last =
+                  new KeysetPurge.Position(
+                      row.getObject("created_at", OffsetDateTime.class).toInstant(),
+                      row.getString("biz_type"),
+                      row.getString("biz_key"));
+              return new KeysetPurge.Batch(deleted, deleted >= limit, last);
+            }
+          }
+        });
   }
 
   /**
-   * Autovacuum is off for the table and it was never analyzed. PostgreSQL then guesses how many
-   * rows a condition keeps: the purge's batch after its cursor ({@link PurgeSql#deleteBatch}) was
-   * planned as a sequential scan and a sort of the whole table instead of a walk along the {@code
-   * created_at} index (at 1M rows, 280 ms a batch of 1,000 instead of 5). The claims, the SUCCESS
-   * and FAILED marks ({@link PostgresSql#complete}), the renewals and the releases ({@link
-   * PostgresSql#renew}) look each key up whatever the planner knows.
+   * In a transaction of its own that first forbids the planner every plan but the walk along the
+   * {@code created_at} index and the primary-key probes ({@link PostgresSql#PURGE_PLANS}, which
+   * says why).
    */
   @Override
-  public boolean plansBlind(Connection connection) throws SQLException {
-    try (PreparedStatement statement = calls.prepare(connection, sql.statistics)) {
-      statement.setString(1, table);
-      try (ResultSet row = statement.executeQuery()) {
-        return row.next() && row.getBoolean("autovacuum_off") && !row.getBoolean("analyzed");
-      }
-    }
+  public <T> T purgeWork(Connection connection, StoreCalls.SqlWork<T> work) throws SQLException {
+    return StoreCalls.inOwnTransaction(
+        connection,
+        c -> {
+          try (PreparedStatement settings = calls.prepare(c, PostgresSql.PURGE_PLANS)) {
+            settings.execute();
+          }
+          return work.run(c);
+        });
   }
 
   @Override
