@@ -189,23 +189,29 @@ public abstract class Dialect {
 
   /** Deletes up to {@code limit} expired records, oldest first; answers how many. */
   public int purge(Connection connection, int limit) throws SQLException {
-    return purgeWork(
-        connection,
-        c -> {
-          try (PreparedStatement statement = calls.prepare(c, purgeOldestSql())) {
-            statement.setInt(1, limit);
-            return statement.executeUpdate();
-          }
-        });
+    try (PreparedStatement statement = calls.prepare(connection, purgeText(purgeOldestSql()))) {
+      statement.setInt(1, limit);
+      executePurge(statement);
+      return statement.getUpdateCount();
+    }
   }
 
   /**
-   * Runs {@code work}, a statement of the retention purge ({@link #purge}, {@link #deleteExpired},
-   * the backlog of {@link PurgeSql}), so that the database reads the table along its {@code
-   * created_at} index whatever it knows of the table. Here as it is.
+   * The text to prepare for {@code statementSql}, a statement of the retention purge ({@link
+   * #purge}, {@link #deleteExpired}, the backlog of {@link PurgeSql}), so that the database reads
+   * the table along its {@code created_at} index whatever it knows of the table; run it with {@link
+   * #executePurge}. Here the statement as it is.
    */
-  public <T> T purgeWork(Connection connection, StoreCalls.SqlWork<T> work) throws SQLException {
-    return work.run(connection);
+  public String purgeText(String statementSql) {
+    return statementSql;
+  }
+
+  /**
+   * Executes a statement prepared from {@link #purgeText} and leaves it on the purge statement's
+   * own result (its result set or its update count); answers whether that is a result set.
+   */
+  public boolean executePurge(PreparedStatement statement) throws SQLException {
+    return statement.execute();
   }
 
   /** Deletes expired records, oldest first, binding the limit. */

@@ -41,19 +41,18 @@ public final class KeysetPurge {
     return calls.run(
         "purge backlog",
         null,
-        (connection, dialect) ->
-            dialect.purgeWork(
-                connection,
-                c -> {
-                  try (PreparedStatement statement = calls.prepare(c, dialect.purgeSql().backlog)) {
-                    statement.setInt(1, PurgeSql.BACKLOG_SAMPLE);
-                    try (ResultSet row = statement.executeQuery()) {
-                      row.next();
-                      long oldestMillis = row.getLong("oldest_ms");
-                      Duration oldest = row.wasNull() ? null : Duration.ofMillis(oldestMillis);
-                      return new Estimate(row.getLong("expired"), oldest);
-                    }
-                  }
-                }));
+        (connection, dialect) -> {
+          try (PreparedStatement statement =
+              calls.prepare(connection, dialect.purgeText(dialect.purgeSql().backlog))) {
+            statement.setInt(1, PurgeSql.BACKLOG_SAMPLE);
+            dialect.executePurge(statement);
+            try (ResultSet row = statement.getResultSet()) {
+              row.next();
+              long oldestMillis = row.getLong("oldest_ms");
+              Duration oldest = row.wasNull() ? null : Duration.ofMillis(oldestMillis);
+              return new Estimate(row.getLong("expired"), oldest);
+            }
+          }
+        });
   }
 }

@@ -169,10 +169,11 @@ public final class PostgresSql {
   public final String purge;
 
   /**
-   * Run first in the retention purge's own transaction, before each of its statements (a batch, the
-   * one-shot {@link #purge}, the backlog estimate): for that transaction only ({@code set_config}
-   * with {@code is_local}), the planner may not read the table by a sequential or bitmap scan, nor
-   * sort, hash-join or merge-join where another plan exists. What is left is the plan the purge is
+   * Sent with each of the retention purge's statements (a batch, the one-shot {@link #purge}, the
+   * backlog estimate) in one text, which runs as one transaction ({@link
+   * PostgresDialect#purgeText}): for that transaction only ({@code set_config} with {@code
+   * is_local}), the planner may not read the table by a sequential or bitmap scan, nor sort,
+   * hash-join or merge-join where another plan exists. What is left is the plan the purge is
    * written for whatever the planner knows: a walk along the {@code created_at} index in its order
    * (an incremental sort breaks ties of created_at on the primary key's columns, a few rows at a
    * time), and a primary-key probe per row to delete (a nested loop).
