@@ -305,4 +305,64 @@ class PgBouncerStoreTest {
       }
     }
   }
+
+  /**
+   * The retention purge sends its planner settings in one text with each statement, local to that
+   * transaction: through the pooler the janitor's batches, its backlog count and the one-shot purge
+   * work, and no server connection is handed on with the settings (every one of them answers the
+   * server's own afterwards).
+   */
+  @Test
+  void thePurgeWorksThroughThePoolerAndLeavesNoPlannerSettingBehind() throws Exception {
+    HikariDataSource pool = pool(TestPgBouncer.url());
+    JdbcDedupStore store = JdbcDedupStore.builder(pool).tableName(table).build();
+    try (Connection connection = pool.getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute(
+          "INSERT INTO "
+              + table
+              + " (biz_type, biz_key, status, owner, created_at, expires_at)"
+              + " SELECT 'order', 'k-' || g, 'SUCCESS', 'consumer-a',"
+              + " now() - interval '2 days' + g * interval '1 ms', now() - interval '1 day'"
+              + " FROM generate_series(1, 2500) g");
+    }
+    DedupJanitor janitor = DedupJanitor.builder(store).batchSize(250).maxBatchesPerRun(4).build();
+
+    assertThat(store.purge(400)).as("rows the one-shot purge deleted").isEqualTo(400);
+    assertThat(janitor.measureBacklog().orElseThrow().expiredRows()).isEqualTo(2_100);
+    int deleted = 0;
+    for (int run = janitor.purgeExpired(); run > 0; run = janitor.purgeExpired()) {
+      deleted += run;
+    }
+    assertThat(deleted).as("rows the janitor deleted").isEqualTo(2_100);
+    assertThat(janitor.measureBacklog().orElseThrow().expiredRows()).isZero();
+
+    // Each of the pool's connections at once, so that they hold every server connection PgBouncer
+    // lends them: none of them kept a setting of the purge.
+    List<Connection> held = new ArrayList<>();
+    try {
+      for (int i = 0; i < 4; i++) {
+        Connection connection = pool.getConnection();
+        held.add(connection);
+        connection.setAutoCommit(false);
+      }
+      for (Connection connection : held) {
+        try (Statement statement = connection.createStatement();
+            ResultSet row =
+                statement.executeQuery(
+                    "SELECT current_setting('enable_seqscan'), current_setting('enable_sort'),"
+                        + " current_setting('jit')")) {
+          row.next();
+          assertThat(row.getString(1) + " " + row.getString(2))
+              .as("a server connection after the purge")
+              .isEqualTo("on on");
+        }
+      }
+    } finally {
+      for (Connection connection : held) {
+        connection.rollback();
+        connection.close();
+      }
+    }
+  }
 }

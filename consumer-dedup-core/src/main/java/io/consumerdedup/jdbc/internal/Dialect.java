@@ -189,10 +189,29 @@ public abstract class Dialect {
 
   /** Deletes up to {@code limit} expired records, oldest first; answers how many. */
   public int purge(Connection connection, int limit) throws SQLException {
-    try (PreparedStatement statement = calls.prepare(connection, purgeOldestSql())) {
+    try (PreparedStatement statement = calls.prepare(connection, purgeText(purgeOldestSql()))) {
       statement.setInt(1, limit);
-      return statement.executeUpdate();
+      executePurge(statement);
+      return statement.getUpdateCount();
     }
+  }
+
+  /**
+   * The text to prepare for {@code statementSql}, a statement of the retention purge ({@link
+   * #purge}, {@link #deleteExpired}, the backlog of {@link PurgeSql}), so that the database reads
+   * the table along its {@code created_at} index whatever it knows of the table; run it with {@link
+   * #executePurge}. Here the statement as it is.
+   */
+  public String purgeText(String statementSql) {
+    return statementSql;
+  }
+
+  /**
+   * Executes a statement prepared from {@link #purgeText} and leaves it on the purge statement's
+   * own result (its result set or its update count); answers whether that is a result set.
+   */
+  public boolean executePurge(PreparedStatement statement) throws SQLException {
+    return statement.execute();
   }
 
   /** Deletes expired records, oldest first, binding the limit. */
@@ -236,14 +255,6 @@ public abstract class Dialect {
 
   /** The names of the table's columns, in lower case; none if there is no such table. */
   public abstract Set<String> columns(Connection connection) throws SQLException;
-
-  /**
-   * Whether the database will plan the store's statements for groups of keys without knowing the
-   * table: it has no statistics, and nothing will gather them. False where the dialect cannot tell.
-   */
-  public boolean plansBlind(Connection connection) throws SQLException {
-    return false;
-  }
 
   /** Whether {@code connection} reaches the database through a connection pooler. */
   public abstract boolean behindPooler(Connection connection) throws SQLException;

@@ -43,9 +43,10 @@ public final class KeysetPurge {
         null,
         (connection, dialect) -> {
           try (PreparedStatement statement =
-              calls.prepare(connection, dialect.purgeSql().backlog)) {
+              calls.prepare(connection, dialect.purgeText(dialect.purgeSql().backlog))) {
             statement.setInt(1, PurgeSql.BACKLOG_SAMPLE);
-            try (ResultSet row = statement.executeQuery()) {
+            dialect.executePurge(statement);
+            try (ResultSet row = statement.getResultSet()) {
               row.next();
               long oldestMillis = row.getLong("oldest_ms");
               Duration oldest = row.wasNull() ? null : Duration.ofMillis(oldestMillis);

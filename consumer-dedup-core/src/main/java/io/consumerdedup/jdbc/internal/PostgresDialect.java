@@ -503,10 +503,11 @@ public final class PostgresDialect extends Dialect {
   public KeysetPurge.Batch deleteExpired(
       Connection connection, KeysetPurge.@Nullable Position after, int limit) throws SQLException {
     try (PreparedStatement statement =
-        calls.prepare(connection, purgeSql().deleteBatch(after != null))) {
+        calls.prepare(connection, purgeText(purgeSql().deleteBatch(after != null)))) {
       int index = bindCursor(statement, after);
       statement.setInt(index, limit);
-      try (ResultSet row = statement.executeQuery()) {
+      executePurge(statement);
+      try (ResultSet row = statement.getResultSet()) {
         if (!row.next()) {
           return new KeysetPurge.Batch(0, false, after);
         }
@@ -522,21 +523,22 @@ public final class PostgresDialect extends Dialect {
   }
 
   /**
-   * Autovacuum is off for the table and it was never analyzed. PostgreSQL then guesses how many
-   * rows a condition keeps: the purge's batch after its cursor ({@link PurgeSql#deleteBatch}) was
-   * planned as a sequential scan and a sort of the whole table instead of a walk along the {@code
-   * created_at} index (at 1M rows, 280 ms a batch of 1,000 instead of 5). The claims, the SUCCESS
-   * and FAILED marks ({@link PostgresSql#complete}), the renewals and the releases ({@link
-   * PostgresSql#renew}) look each key up whatever the planner knows.
+   * Preceded by {@link PostgresSql#PURGE_PLANS}, which forbids the planner every plan but the walk
+   * along the {@code created_at} index and the primary-key probes, and says why. Both go in one
+   * round trip: pgjdbc sends the statements of one text with one Sync, and on an auto-commit
+   * connection the server runs everything up to a Sync as one transaction, so the settings hold for
+   * the purge's statement and end with it ({@code PurgeWithoutStatisticsTest}).
    */
   @Override
-  public boolean plansBlind(Connection connection) throws SQLException {
-    try (PreparedStatement statement = calls.prepare(connection, sql.statistics)) {
-      statement.setString(1, table);
-      try (ResultSet row = statement.executeQuery()) {
-        return row.next() && row.getBoolean("autovacuum_off") && !row.getBoolean("analyzed");
-      }
-    }
+  public String purgeText(String statementSql) {
+    return PostgresSql.PURGE_PLANS + "; " + statementSql;
+  }
+
+  /** Skips the result of {@link PostgresSql#PURGE_PLANS}. */
+  @Override
+  public boolean executePurge(PreparedStatement statement) throws SQLException {
+    statement.execute();
+    return statement.getMoreResults();
   }
 
   @Override

@@ -168,14 +168,39 @@ public final class PostgresSql {
    */
   public final String purge;
 
+  /**
+   * Sent with each of the retention purge's statements (a batch, the one-shot {@link #purge}, the
+   * backlog estimate) in one text, which runs as one transaction ({@link
+   * PostgresDialect#purgeText}): for that transaction only ({@code set_config} with {@code
+   * is_local}), the planner may not read the table by a sequential or bitmap scan, nor sort,
+   * hash-join or merge-join where another plan exists. What is left is the plan the purge is
+   * written for whatever the planner knows: a walk along the {@code created_at} index in its order
+   * (an incremental sort breaks ties of created_at on the primary key's columns, a few rows at a
+   * time), and a primary-key probe per row to delete (a nested loop).
+   *
+   * <p>Why settings, not a statement's shape, as {@link #probe} does for a group's keys: a batch
+   * orders and filters its rows, and whether walking the index beats scanning and sorting the table
+   * depends on how many rows the planner guesses the filters keep. On a table never analyzed it
+   * guesses few, under the batch's limit, so it costs the walk as reading the index's whole range
+   * at random and plans a sequential scan and a sort of the whole table (278 ms a batch of 1,000 at
+   * 1M rows, against 5 ms); a plan made while the table was empty is kept however much it grows;
+   * and analyzed, the {@code DELETE ... USING batch} was a hash join at 100k rows. A walk one row
+   * per step ({@code WITH RECURSIVE ... LIMIT 1}) would be chosen at any size but costs an index
+   * descent per row, and a recursive query cannot lock its rows ({@code FOR UPDATE SKIP LOCKED}),
+   * so skipping the rows claims and other janitors hold would change. The settings end with the
+   * transaction, so a transaction-pooling PgBouncer hands the server connection on as it was; every
+   * execution of the purge's statements runs under them, so the plan the server keeps for a
+   * prepared one was made under them too. A disabled plan node only costs more (about 10^10): the
+   * sort of a batch's deleted rows, which only a sort can do, stays, and that cost would make the
+   * server compile every batch with JIT (half a second measured), hence {@code jit} off.
+   */
+  public static final String PURGE_PLANS =
+      "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off',"
+          + " true), set_config('enable_sort', 'off', true), set_config('enable_hashjoin', 'off',"
+          + " true), set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true)";
+
   /** The table's columns, or no row when there is no such table (on the search path). */
   public final String columns;
-
-  /**
-   * One row for the table: whether autovacuum is off for it (for the server, or by the table's own
-   * setting), and whether the planner has statistics on its columns; no row without the table.
-   */
-  public final String statistics;
 
   /** The columns the store reads and writes, as the schema file creates them. */
   public static final List<String> EXPECTED_COLUMNS =
@@ -198,15 +223,6 @@ public final class PostgresSql {
     columns =
         "SELECT a.attname FROM pg_attribute a WHERE a.attrelid = to_regclass(?)"
             + " AND a.attnum > 0 AND NOT a.attisdropped";
-    statistics =
-        "SELECT NOT current_setting('autovacuum')::boolean"
-            + " OR coalesce(o.option_value, 'on')::boolean IS FALSE AS autovacuum_off,"
-            + " EXISTS (SELECT 1 FROM pg_stats p WHERE p.schemaname = n.nspname"
-            + " AND p.tablename = c.relname) AS analyzed"
-            + " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            + " LEFT JOIN LATERAL pg_options_to_table(c.reloptions) o"
-            + " ON o.option_name = 'autovacuum_enabled'"
-            + " WHERE c.oid = to_regclass(?)";
     claim = claim(table, true);
     claimInTransaction = claim(table, false);
     String completable = "d.status IN ('PROCESSING', 'SUCCESS')";

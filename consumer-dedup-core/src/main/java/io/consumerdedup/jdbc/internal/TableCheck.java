@@ -7,7 +7,6 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.util.List;
 import java.util.Set;
-import java.util.concurrent.atomic.AtomicBoolean;
 import org.slf4j.Logger;
 
 /**
@@ -21,7 +20,6 @@ public final class TableCheck {
   private final StoreCalls calls;
   private final String table;
   private final Logger log;
-  private final AtomicBoolean blindPlansReported = new AtomicBoolean();
 
   /**
    * @param log where a check that cannot reach the database says so (the store's logger)
@@ -39,9 +37,7 @@ public final class TableCheck {
    * @throws DedupStoreException the database could not be asked
    */
   public void verify() {
-    Columns columns = calls.run(OPERATION, null, Columns::readAtStartUp);
-    throwIfMissing(columns);
-    reportBlindPlans(columns);
+    throwIfMissing(calls.run(OPERATION, null, Columns::read));
   }
 
   /**
@@ -52,7 +48,7 @@ public final class TableCheck {
   public void verifyIfReachable() {
     Columns columns;
     try {
-      columns = calls.runOnce(OPERATION, null, Columns::readAtStartUp);
+      columns = calls.runOnce(OPERATION, null, Columns::read);
     } catch (DedupStoreUnavailableException e) {
       log.warn(
           "Could not check the dedup table {} now; records wait until the database answers: {}",
@@ -64,20 +60,6 @@ public final class TableCheck {
       return;
     }
     throwIfMissing(columns);
-    reportBlindPlans(columns);
-  }
-
-  private void reportBlindPlans(Columns columns) {
-    if (columns.plansBlind() && blindPlansReported.compareAndSet(false, true)) {
-      log.warn(
-          "The dedup table {} has no planner statistics and autovacuum is off for it: PostgreSQL"
-              + " may then find each batch of the retention purge by scanning the whole table,"
-              + " slower with every row (claims, marks, renewals and releases look each key up"
-              + " whatever it knows). Turn autovacuum on for the table, or run ANALYZE {} once it"
-              + " holds rows, and again when it has grown many times over",
-          table,
-          table);
-    }
   }
 
   /** The columns the store needs that the table lacks, with the retries of a store call. */
@@ -129,19 +111,10 @@ public final class TableCheck {
                     + dialect.claimIdColumnType()));
   }
 
-  /**
-   * The columns a table has, in the dialect that read them, and whether the database plans its
-   * statements without statistics.
-   */
-  private record Columns(Set<String> present, Dialect dialect, boolean plansBlind) {
+  /** The columns a table has, in the dialect that read them. */
+  private record Columns(Set<String> present, Dialect dialect) {
     static Columns read(Connection connection, Dialect dialect) throws SQLException {
-      return new Columns(dialect.columns(connection), dialect, false);
-    }
-
-    /** As {@link #read}, and whether the database plans blind: asked at start-up only. */
-    static Columns readAtStartUp(Connection connection, Dialect dialect) throws SQLException {
-      Set<String> present = dialect.columns(connection);
-      return new Columns(present, dialect, !present.isEmpty() && dialect.plansBlind(connection));
+      return new Columns(dialect.columns(connection), dialect);
     }
 
     /** The columns the store needs that are not present, in the schema file's order. */

@@ -1,0 +1,209 @@
+package io.consumerdedup.jdbc.internal;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.ArrayList;
+import java.util.List;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The retention purge's statements (a batch from the start and after the keyset cursor, the
+ * one-shot purge, the backlog estimate) walk the {@code created_at} index and delete through the
+ * primary key, whatever the planner knows of the table: never analyzed (autovacuum off), with plans
+ * the server kept from while the table was empty, and analyzed; at 1k, 100k and 1M rows. Each is
+ * planned as the store runs it, in a transaction that first runs {@link PostgresSql#PURGE_PLANS}.
+ * Without those settings the batch after the cursor was planned at 1M rows never analyzed as a
+ * sequential scan and a sort of the whole table (278 ms a batch of 1,000 instead of 5), the backlog
+ * estimate as well, and the batch's {@code DELETE ... USING} as a hash join at 100k rows analyzed.
+ * Read from {@code EXPLAIN}, so no timing.
+ */
+class PurgePlansTest {
+  private static final int[] SIZES = {1_000, 100_000, 1_000_000};
+  private static final String CURSOR = "now() - interval '30 days'";
+
+  private final PurgeSql purge = new PurgeSql("consumer_dedup", true);
+  private final PostgresSql sql = new PostgresSql("consumer_dedup");
+  private String schema;
+  private Connection connection;
+  private int rows;
+
+  @BeforeEach
+  void setUp() throws SQLException {
+    schema = TestDatabase.newSchema("purgeplans");
+    connection = TestDatabase.connect(schema);
+    execute("ALTER TABLE consumer_dedup SET (autovacuum_enabled = false)");
+    for (Purge statement : statements()) {
+      prepare(statement);
+    }
+  }
+
+  @AfterEach
+  void tearDown() throws SQLException {
+    connection.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  @Test
+  void onATableNeverAnalyzedThePurgeWalksTheIndexAtEverySize() throws SQLException {
+    for (int size : SIZES) {
+      growTo(size);
+      assertThat(statistics()).as("the table has no statistics").isZero();
+      for (Purge statement : statements()) {
+        assertThat(plan(statement))
+            .as("%s at %,d rows", statement.name(), size)
+            .satisfies(plan -> walksTheIndex(statement, plan));
+      }
+    }
+  }
+
+  @Test
+  void plansKeptFromWhileTheTableWasEmptyStillWalkTheIndexOnceItHasGrown() throws SQLException {
+    for (Purge statement : statements()) {
+      // More often than the server plans a statement for its parameters before it may keep a
+      // generic plan; rolled back, so the table stays empty.
+      for (int i = 0; i < 8; i++) {
+        inPurgeTransaction(
+            () -> {
+              try (Statement run = connection.createStatement()) {
+                run.execute("EXECUTE " + statement.name() + statement.arguments());
+              }
+              return null;
+            });
+      }
+    }
+    for (int size : SIZES) {
+      growTo(size);
+      for (Purge statement : statements()) {
+        assertThat(plan(statement))
+            .as("%s at %,d rows", statement.name(), size)
+            .satisfies(plan -> walksTheIndex(statement, plan));
+      }
+    }
+  }
+
+  @Test
+  void onAnAnalyzedTableABatchDeletesByPrimaryKey() throws SQLException {
+    for (int size : new int[] {1_000, 100_000}) {
+      growTo(size);
+      execute("ANALYZE consumer_dedup");
+      for (Purge statement : statements()) {
+        assertThat(plan(statement))
+            .as("%s at %,d rows", statement.name(), size)
+            .satisfies(plan -> walksTheIndex(statement, plan));
+      }
+    }
+  }
+
+  private static void walksTheIndex(Purge statement, String plan) {
+    assertThat(plan)
+        .contains("Index Scan using consumer_dedup_created_idx")
+        .doesNotContain("Seq Scan on consumer_dedup")
+        .doesNotContain("Bitmap Heap Scan on consumer_dedup")
+        .doesNotContainPattern("(Hash|Merge)( \\w+)? Join");
+    if (statement.deletes()) {
+      assertThat(plan).contains("Index Scan using consumer_dedup_pk");
+    }
+  }
+
+  /** A purge statement, named for PREPARE, with its arguments as SQL. */
+  private record Purge(String name, String text, String arguments, boolean deletes) {}
+
+  private List<Purge> statements() {
+    String cursor = "(" + CURSOR + ", " + CURSOR + ", " + CURSOR + ", 'order', 'order', 'k', 1000)";
+    return List.of(
+        new Purge("batch_after_cursor", purge.deleteBatch(true), cursor, true),
+        new Purge("batch_first", purge.deleteBatch(false), "(1000)", true),
+        new Purge("purge_oldest", sql.purge, "(1000)", true),
+        new Purge("backlog", purge.backlog, "(" + PurgeSql.BACKLOG_SAMPLE + ")", false));
+  }
+
+  /** Prepares the statement server-side under its name ({@code ?} become {@code $n}). */
+  private void prepare(Purge statement) throws SQLException {
+    StringBuilder numbered = new StringBuilder();
+    int parameter = 0;
+    for (char c : statement.text().toCharArray()) {
+      if (c == '?') {
+        numbered.append('$').append(++parameter);
+      } else {
+        numbered.append(c);
+      }
+    }
+    execute("PREPARE " + statement.name() + " AS " + numbered);
+  }
+
+  /** The statement's plan, in a transaction as the store runs it. */
+  private String plan(Purge statement) throws SQLException {
+    return inPurgeTransaction(
+        () -> {
+          List<String> lines = new ArrayList<>();
+          try (Statement explain = connection.createStatement();
+              ResultSet planRows =
+                  explain.executeQuery(
+                      "EXPLAIN (COSTS OFF) EXECUTE " + statement.name() + statement.arguments())) {
+            while (planRows.next()) {
+              lines.add(planRows.getString(1));
+            }
+          }
+          return String.join("\n", lines);
+        });
+  }
+
+  private interface Work<T> {
+    T run() throws SQLException;
+  }
+
+  /** Runs {@code work} after the purge's planner settings, in a transaction rolled back. */
+  private <T> T inPurgeTransaction(Work<T> work) throws SQLException {
+    connection.setAutoCommit(false);
+    try {
+      execute(PostgresSql.PURGE_PLANS);
+      return work.run();
+    } finally {
+      connection.rollback();
+      connection.setAutoCommit(true);
+    }
+  }
+
+  /**
+   * Adds rows up to {@code size}, created over the last two weeks in key order and kept seven days
+   * (the older half expired), as a grown table holds them.
+   */
+  private void growTo(int size) throws SQLException {
+    execute(
+        "INSERT INTO consumer_dedup (biz_type, biz_key, status, owner, created_at, expires_at)"
+            + " SELECT 'order', 'k-' || g, 'SUCCESS', 'consumer-a', t, t + interval '7 days'"
+            + " FROM generate_series("
+            + rows
+            + ", "
+            + (size - 1)
+            + ") g, LATERAL (SELECT now() - interval '14 days' * (1 - g::float8 / "
+            + size
+            + ") AS t) created");
+    rows = size;
+  }
+
+  /** The planner statistics of the table's columns. */
+  private int statistics() throws SQLException {
+    try (Statement statement = connection.createStatement();
+        ResultSet row =
+            statement.executeQuery(
+                "SELECT count(*) FROM pg_stats WHERE tablename = 'consumer_dedup'"
+                    + " AND schemaname = current_schema()")) {
+      row.next();
+      return row.getInt(1);
+    }
+  }
+
+  private void execute(String statementSql) throws SQLException {
+    try (Statement statement = connection.createStatement()) {
+      statement.execute(statementSql);
+    }
+  }
+}
