@@ -47,7 +47,7 @@ final class BenchBroker implements AutoCloseable {
             .setConfigProp("offsets.topic.num.partitions", "1")
             // A consumer joining an empty group gets its partitions at once.
             .setConfigProp("group.initial.rebalance.delay.ms", "0")
-            // The share groups of V9 and V10: their state topic on the one broker.
+            // The share groups of V9, V10 and V11: their state topic on the one broker.
             .setConfigProp("share.coordinator.state.topic.replication.factor", "1")
             .setConfigProp("share.coordinator.state.topic.min.isr", "1")
             .setConfigProp("share.coordinator.state.topic.num.partitions", "1")

@@ -79,6 +79,9 @@ final class Report {
     out.println(
         "            V9, V10 = one share consumer of a share group (Kafka queues): plain, and"
             + " through DedupShareLoop");
+    out.println(
+        "            V11 = a Spring Boot application, one @Idempotent @KafkaListener method of a"
+            + " share container (one consumer), at Boot's and consumer-dedup's defaults");
   }
 
   void comparison(List<VariantSummary> summaries, int repetitions) {
@@ -323,6 +326,7 @@ final class Report {
         + ratio("spring_record_over_camel", perSecond, "V7", "V3")
         + ratio("spring_record_over_plain_spring", perSecond, "V7", "V8")
         + ratio("share_over_plain_share", perSecond, "V10", "V9")
+        + ratio("spring_share_over_plain_share", perSecond, "V11", "V9")
         + field(
             "heap_growth",
             memory == null ? OptionalDouble.empty() : OptionalDouble.of(memory.growth()));

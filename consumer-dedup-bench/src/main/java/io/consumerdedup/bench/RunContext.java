@@ -74,8 +74,8 @@ public final class RunContext implements AutoCloseable {
   }
 
   /**
-   * Settings of a share consumer in the run's group, as a share group (V9, V10) that starts at the
-   * earliest record: String keys and values. It does not report to the probe by itself.
+   * Settings of a share consumer in the run's group, as a share group (V9, V10, V11) that starts at
+   * the earliest record: String keys and values. It does not report to the probe by itself.
    */
   Map<String, Object> shareConsumerConfig() throws Exception {
     return broker.shareConsumerConfig(groupId);

@@ -46,7 +46,7 @@ class BenchSmokeTest {
                 .concat(" per_record_over_camel=%1$s duplicates_over_per_record=%1$s")
                 .concat(" transactional_over_camel=%1$s spring_record_over_camel=%1$s")
                 .concat(" spring_record_over_plain_spring=%1$s share_over_plain_share=%1$s")
-                .concat(" heap_growth=%1$s")
+                .concat(" spring_share_over_plain_share=%1$s heap_growth=%1$s")
                 .formatted("\\d+\\.\\d\\d"));
 
     Map<String, VariantRun> runs =
@@ -54,7 +54,7 @@ class BenchSmokeTest {
             .map(summary -> summary.runs().get(0))
             .collect(Collectors.toMap(VariantRun::variantId, Function.identity()));
     assertThat(runs)
-        .containsOnlyKeys("V0", "V1", "V2", "V3", "V4", "V5", "V6", "V7", "V8", "V9", "V10");
+        .containsOnlyKeys("V0", "V1", "V2", "V3", "V4", "V5", "V6", "V7", "V8", "V9", "V10", "V11");
     int distinctKeys = runs.get("V0").workload().distinctKeys();
     assertThat(distinctKeys).isLessThan(MESSAGES);
     runs.values()
@@ -67,7 +67,7 @@ class BenchSmokeTest {
     for (String plain : new String[] {"V0", "V8", "V9"}) {
       assertThat(runs.get(plain).handlerRuns()).as(plain + " handler runs").isEqualTo(MESSAGES);
     }
-    for (String deduplicating : new String[] {"V1", "V2", "V3", "V4", "V5", "V7", "V10"}) {
+    for (String deduplicating : new String[] {"V1", "V2", "V3", "V4", "V5", "V7", "V10", "V11"}) {
       assertThat(runs.get(deduplicating).handlerRuns())
           .as(deduplicating + " handler runs")
           .isEqualTo(distinctKeys);
@@ -93,6 +93,9 @@ class BenchSmokeTest {
         .as("V7 claims per poll and groups its SUCCESS marks")
         .isLessThan(runs.get("V1").databaseCommits() / 2);
     assertThat(runs.get("V8").databaseCommits()).as("V8 has no dedup").isLessThan(distinctKeys);
+    assertThat(runs.get("V11").databaseCommits())
+        .as("V11 claims the records handed to its worker together and groups its SUCCESS marks")
+        .isLessThan(runs.get("V1").databaseCommits() / 2);
 
     HeapGrowth.Result memory = results.memory();
     assertThat(memory).isNotNull();

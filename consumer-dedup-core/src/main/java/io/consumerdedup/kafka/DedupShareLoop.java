@@ -134,7 +134,8 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
             settings.retryBackOff(),
             settings.holdBackOff(),
             settings.maxHoldBackOff(),
-            groupId);
+            groupId,
+            1); // each work is a whole poll, prepared as it came
   }
 
   /**

@@ -19,11 +19,23 @@ import org.jspecify.annotations.Nullable;
  * back-off, or, once its attempts or deliveries are spent, the dead letter first and then REJECT;
  * no key or a conflict: the dead letter, then REJECT).
  *
+ * <p>The records handed over one by one are processed in batches: when the worker takes a record,
+ * it takes the others handed over and due with it, until the handover pauses for a millisecond, up
+ * to {@link #MAX_BATCH}, and hands them to {@link RecordProcessor#prepare} together (one claim
+ * statement for the lot), then to {@link RecordProcessor#settle} once processed; a record is
+ * accepted only once settle reports its outcome recorded.
+ *
  * <p>Whoever owns the consumer must renew the lock of every record handed over and not yet decided,
  * and send a decision only while it holds the record. Internal: consumer-dedup's Spring module uses
  * it; not API, may change in any release.
  */
 public final class ShareRecordWorker<K, V> implements AutoCloseable {
+
+  /**
+   * The most records prepared together: a share consumer's default {@code max.poll.records}, the
+   * batch {@link DedupShareLoop} claims at most.
+   */
+  public static final int MAX_BATCH = 500;
 
   /**
    * The acknowledgement decided for the record at {@code topic}-{@code partition}@{@code offset},
@@ -72,7 +84,8 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
             retryBackOff,
             holdBackOff,
             maxHoldBackOff,
-            groupId);
+            groupId,
+            MAX_BATCH);
     this.thread = new Thread(worker, threadName);
     thread.setDaemon(true);
     thread.start();

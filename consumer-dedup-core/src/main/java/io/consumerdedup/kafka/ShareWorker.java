@@ -44,10 +44,23 @@ import org.slf4j.LoggerFactory;
  *
  * A dead letter that cannot be written is tried again after the hold back-off, the record kept
  * acquired meanwhile: a record is never rejected without its dead letter.
+ *
+ * <p>With a batch size above one ({@link ShareRecordWorker}, whose owner hands records over one at
+ * a time), the worker takes the other records due together with the work it takes, until none comes
+ * for {@link #BATCH_LINGER_NANOS} or the batch is full, and prepares them as one batch: one claim
+ * statement for the lot, as for a poll of the share loop, whose work is already a whole poll (batch
+ * size one: taken as it came).
  */
 final class ShareWorker<K, V> implements Runnable {
   // The loop's logger: applications and tests select the loop's messages by its name.
   private static final Logger log = LoggerFactory.getLogger(DedupShareLoop.class);
+
+  /**
+   * With a batch size above one, how long the worker waits for the next record to be handed over
+   * before it processes the batch in hand: the handover of a poll's records takes microseconds per
+   * record, so a pause this long ends it.
+   */
+  static final long BATCH_LINGER_NANOS = TimeUnit.MILLISECONDS.toNanos(1);
 
   /** Local attempt counts kept for records released to other deliveries, at most this many. */
   private static final int MAX_COUNTED = 10_000;
@@ -61,6 +74,7 @@ final class ShareWorker<K, V> implements Runnable {
   private final Duration holdBackOff;
   private final Duration maxHoldBackOff;
   private final String groupId;
+  private final int maxBatch;
 
   private final DelayQueue<Work<K, V>> queue = new DelayQueue<>();
   private final Map<Id, Duration> holds = new LinkedHashMap<>();
@@ -86,7 +100,8 @@ final class ShareWorker<K, V> implements Runnable {
       Duration retryBackOff,
       Duration holdBackOff,
       Duration maxHoldBackOff,
-      String groupId) {
+      String groupId,
+      int maxBatch) {
     this.processor = processor;
     this.deadLetters = deadLetters;
     this.decisions = decisions;
@@ -96,6 +111,7 @@ final class ShareWorker<K, V> implements Runnable {
     this.holdBackOff = holdBackOff;
     this.maxHoldBackOff = maxHoldBackOff;
     this.groupId = groupId;
+    this.maxBatch = maxBatch;
   }
 
   /** A poll's new records, processed together as soon as the worker gets to them. */
@@ -131,7 +147,7 @@ final class ShareWorker<K, V> implements Runnable {
         if (reason != null) {
           deadLetterThenReject(work.records().get(0), reason);
         } else {
-          process(work.records());
+          process(withOtherDueWork(work.records()));
         }
       } catch (Error e) {
         fatal = e;
@@ -140,16 +156,53 @@ final class ShareWorker<K, V> implements Runnable {
     }
   }
 
-  private void process(List<ConsumerRecord<K, V>> records) {
-    try {
-      processor.prepare(records);
-    } catch (RuntimeException e) {
-      log.warn("Could not prepare {} records together; processing them one by one", records.size());
+  /**
+   * {@code records} and the records of the other work due, up to {@link #maxBatch} records, until
+   * none comes for {@link #BATCH_LINGER_NANOS}; dead letters due meanwhile are written first (they
+   * call no handler).
+   */
+  private List<ConsumerRecord<K, V>> withOtherDueWork(List<ConsumerRecord<K, V>> records) {
+    if (maxBatch <= 1 || records.size() >= maxBatch) {
+      return records;
     }
+    List<ConsumerRecord<K, V>> batch = new ArrayList<>(records);
+    while (batch.size() < maxBatch && running) {
+      Work<K, V> next = queue.poll(); // the next work only if it is due
+      if (next == null) {
+        // The owner hands a poll's records over one by one, within microseconds: waiting for the
+        // handover to pause takes the rest of the poll into this batch, not into a second one.
+        try {
+          next = queue.poll(BATCH_LINGER_NANOS, TimeUnit.NANOSECONDS);
+        } catch (InterruptedException e) {
+          break; // the flag is a handler's (see run()); the batch goes as it is
+        }
+        if (next == null) {
+          break;
+        }
+      }
+      Exception reason = next.deadLetterReason();
+      if (reason != null) {
+        deadLetterThenReject(next.records().get(0), reason);
+      } else {
+        batch.addAll(next.records());
+      }
+    }
+    return batch;
+  }
+
+  private void process(List<ConsumerRecord<K, V>> records) {
     List<ConsumerRecord<K, V>> processed = new ArrayList<>();
     List<ConsumerRecord<K, V>> later = new ArrayList<>();
     Error error = null;
     try {
+      // Within the try: an Error thrown while preparing still settles what was prepared (claims
+      // made for the batch are given back, not left held under a lease this process renews).
+      try {
+        processor.prepare(records);
+      } catch (RuntimeException e) {
+        log.warn(
+            "Could not prepare {} records together; processing them one by one", records.size());
+      }
       for (ConsumerRecord<K, V> record : records) {
         if (!running) {
           break;

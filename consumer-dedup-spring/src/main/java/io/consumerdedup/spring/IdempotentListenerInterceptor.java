@@ -210,9 +210,9 @@ public final class IdempotentListenerInterceptor {
     } catch (Throwable error) {
       // The container does not go on with this poll (its error handler seeks the records after
       // this one back, or an Error stops it): the claims the listener did not use are given back
-      // now, and this record is claimed alone when it comes again.
-      poll.failed(record);
-      poll.releaseClaims();
+      // now, and this record is claimed alone when it comes again. A share listener's batch goes
+      // on with its next record, and gives back what is left when it ends.
+      poll.listenerFailed(record, error);
       throw error;
     }
     poll.done(record);

@@ -115,6 +115,44 @@ final class SpringTestEnvironment {
     return hits == null ? 0 : hits;
   }
 
+  /**
+   * Notes, for each transaction that writes the dedup table of {@code schema}, the biz types and
+   * statuses of the rows it inserts or proposes to insert (a claim proposes PROCESSING, a SUCCESS
+   * mark SUCCESS), so that {@link #transactions} counts the claim and mark transactions of a biz
+   * type, whatever their statements look like.
+   */
+  static void noteDedupTransactions(String schema) {
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      statement.execute(
+          "CREATE TABLE dedup_transactions (xid bigint NOT NULL, biz_type text NOT NULL,"
+              + " status text NOT NULL, PRIMARY KEY (xid, biz_type, status))");
+      statement.execute(
+          "CREATE FUNCTION note_dedup_transaction() RETURNS trigger AS $$ BEGIN"
+              + " INSERT INTO dedup_transactions VALUES (txid_current(), NEW.biz_type, NEW.status)"
+              + " ON CONFLICT DO NOTHING; RETURN NEW; END $$ LANGUAGE plpgsql");
+      statement.execute(
+          "CREATE TRIGGER note_dedup_transaction BEFORE INSERT ON consumer_dedup FOR EACH ROW"
+              + " EXECUTE FUNCTION note_dedup_transaction()");
+    } catch (SQLException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  /**
+   * How many transactions wrote rows of {@code bizType} as {@code status} ({@code PROCESSING}: the
+   * claims), as {@link #noteDedupTransactions} noted them.
+   */
+  static int transactions(JdbcTemplate jdbc, String bizType, String status) {
+    Integer count =
+        jdbc.queryForObject(
+            "SELECT count(DISTINCT xid) FROM dedup_transactions WHERE biz_type = ? AND status = ?",
+            Integer.class,
+            bizType,
+            status);
+    return count == null ? 0 : count;
+  }
+
   static void send(
       KafkaTemplate<String, String> template, String topic, String value, String... headers)
       throws Exception {

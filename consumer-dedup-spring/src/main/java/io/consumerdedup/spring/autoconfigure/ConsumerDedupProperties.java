@@ -86,7 +86,9 @@ public class ConsumerDedupProperties implements InitializingBean {
   /**
    * Whether an {@code @Idempotent} record listener claims the keys of each poll in one statement,
    * its SUCCESS marks written in the background in groups and durable before the container commits
-   * past them (true), or claims and marks each record on its own before returning (false).
+   * past them (true), or claims and marks each record on its own before returning (false). A share
+   * listener likewise claims the records waiting for its worker together, and accepts each once its
+   * SUCCESS is written (true), or claims and marks each on its own (false).
    */
   private boolean claimsPerPoll = true;
 

@@ -5,6 +5,8 @@ import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.kafka.RecordProcessor;
 import io.consumerdedup.kafka.ShareRecordWorker;
 import io.consumerdedup.kafka.ShareRecordWorker.Decided;
+import io.consumerdedup.spring.internal.ConsumerPoll;
+import io.consumerdedup.spring.internal.Coordinates;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -12,6 +14,7 @@ import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
@@ -40,6 +43,14 @@ import org.springframework.kafka.support.ShareAcknowledgment;
  * while its handler runs or it waits for another consumer's claim. A renewed record comes back in
  * the consumer's next poll, and so to {@link #onShareRecord} again, with a new acknowledgment: it
  * is recognised by its offset and the new acknowledgment kept, the listener not called again.
+ *
+ * <p>The worker takes the records handed to it and due together, and each such batch is a poll to
+ * the interceptor ({@link Batch}): the listener's first call of the batch claims the keys of the
+ * batch in one statement (derived as each call derives its key), each call takes its record's
+ * claim, its SUCCESS is written in the background grouped with other marks, and the batch's end
+ * gives back the claims not used and waits for the marks; a record whose SUCCESS is not written is
+ * not accepted but processed again. With {@code consumer-dedup.claims-per-poll=false} the
+ * interceptor ignores the batch: each call claims its key and writes its SUCCESS itself.
  */
 final class DedupShareListener<K, V>
     implements AcknowledgingShareConsumerAwareMessageListener<K, V> {
@@ -144,15 +155,64 @@ final class DedupShareListener<K, V>
   }
 
   /**
+   * One worker's processor: each batch the worker takes is a poll to the interceptor ({@link
+   * ConsumerPoll#ofShareBatch}). Used on the worker's thread only; a worker replaced after an Error
+   * gets a new one.
+   */
+  private final class Batch implements RecordProcessor<K, V> {
+    private @Nullable ConsumerPoll poll;
+    private List<ConsumerRecord<K, V>> records = List.of();
+
+    @Override
+    public void prepare(List<ConsumerRecord<K, V>> batch) {
+      settle(); // a batch left unsettled: its claims given back first
+      records = batch;
+      poll = ConsumerPoll.ofShareBatch(batch);
+    }
+
+    @Override
+    public Outcome process(ConsumerRecord<K, V> record) {
+      return DedupShareListener.this.process(record, poll);
+    }
+
+    /**
+     * Gives back the batch's claims no call used and waits for its SUCCESS marks; the records whose
+     * SUCCESS is not written, which the worker holds and processes again.
+     */
+    @Override
+    public List<ConsumerRecord<K, V>> settle() {
+      ConsumerPoll ending = poll;
+      List<ConsumerRecord<K, V>> batch = records;
+      poll = null;
+      records = List.of();
+      if (ending == null) {
+        return List.of();
+      }
+      Set<Coordinates> unwritten = ending.endShareBatch();
+      if (unwritten.isEmpty()) {
+        return List.of();
+      }
+      List<ConsumerRecord<K, V>> unrecorded = new ArrayList<>();
+      for (ConsumerRecord<K, V> record : batch) {
+        if (unwritten.contains(Coordinates.of(record))) {
+          unrecorded.add(record);
+        }
+      }
+      return unrecorded;
+    }
+  }
+
+  /**
    * Calls the listener on the worker's thread as the container would on its own, without the
-   * consumer, which is not for other threads (the interceptor only asks whether it tells polls).
+   * consumer, which is not for other threads; {@code batch} is the records' poll to the
+   * interceptor.
    */
   @SuppressWarnings("NullAway")
-  private Outcome process(ConsumerRecord<K, V> record) {
+  private Outcome process(ConsumerRecord<K, V> record, @Nullable ConsumerPoll batch) {
     @SuppressWarnings("unchecked")
     ConsumerRecord<Object, Object> any = (ConsumerRecord<Object, Object>) record;
     KafkaUtils.setConsumerGroupId(groupId);
-    CurrentRecordInterceptor.INSTANCE.intercept(any, null);
+    CurrentRecordInterceptor.deliver(any, batch);
     try {
       listener.onShareRecord(record, null, null);
       return Outcome.PROCESSED;
@@ -217,9 +277,8 @@ final class DedupShareListener<K, V>
     }
 
     private ShareRecordWorker<K, V> newWorker() {
-      RecordProcessor<K, V> processor = DedupShareListener.this::process;
       return new ShareRecordWorker<>(
-          processor,
+          new Batch(),
           deadLetters,
           signals::add,
           settings.maxAttempts(),

@@ -29,6 +29,12 @@ import org.slf4j.LoggerFactory;
  *
  * <p>Used on the consumer thread, except {@link #marks()}, which an asynchronous listener's thread
  * may add to.
+ *
+ * <p>A share listener's worker makes one for each batch of records it processes ({@link
+ * #ofShareBatch}), on the worker's thread: its listener calls claim the batch's keys together as
+ * those of a poll, and {@link #endShareBatch} gives back the claims not used and tells which
+ * records' SUCCESS is not written. A failed call does not give back the other claims of a batch:
+ * the worker goes on with the next record, and the batch's end gives back what was not used.
  */
 public final class ConsumerPoll {
   private static final Logger log = LoggerFactory.getLogger(ConsumerPoll.class);
@@ -54,6 +60,61 @@ public final class ConsumerPoll {
 
   /** Whether this poll's listeners have waited for the marks of the polls before. */
   private boolean earlierMarksAwaited;
+
+  /** Whether this is a share listener's batch ({@link #ofShareBatch}). */
+  private final boolean shareBatch;
+
+  public ConsumerPoll() {
+    this.shareBatch = false;
+  }
+
+  private ConsumerPoll(List<? extends ConsumerRecord<?, ?>> batch) {
+    this.shareBatch = true;
+    List<ConsumerRecord<?, ?>> list = new ArrayList<>(batch);
+    Map<Coordinates, Integer> index = new HashMap<>();
+    for (int i = 0; i < list.size(); i++) {
+      index.putIfAbsent(Coordinates.of(list.get(i)), i);
+    }
+    ordered = list;
+    positions = index;
+  }
+
+  /**
+   * The records a share listener's worker processes together, in the order it calls the listener
+   * with them; used on the worker's thread only, until {@link #endShareBatch}.
+   */
+  public static ConsumerPoll ofShareBatch(List<? extends ConsumerRecord<?, ?>> records) {
+    return new ConsumerPoll(records);
+  }
+
+  /**
+   * The share batch is over: gives back the claims its listener calls did not use (without counting
+   * an attempt), then waits for the SUCCESS marks of its records, each at most its wait.
+   *
+   * @return where the records are whose SUCCESS is not written: they must not be acknowledged
+   */
+  public Set<Coordinates> endShareBatch() {
+    try {
+      releaseClaims();
+    } finally {
+      claims.clear();
+    }
+    return marks.awaitUnwritten();
+  }
+
+  /**
+   * The listener call for {@code record} threw {@code error}: the record is remembered as failed
+   * lately, and the claims of the poll the listener did not use are given back (the container does
+   * not go on with the poll: its error handler seeks the records after this one back, or an Error
+   * stops it). A share batch keeps them for its next records, unless an Error stops its worker; its
+   * end gives back the rest.
+   */
+  public void listenerFailed(ConsumerRecord<?, ?> record, Throwable error) {
+    failed(record);
+    if (!shareBatch || error instanceof Error) {
+      releaseClaims();
+    }
+  }
 
   public SuccessMarks marks() {
     return marks;

@@ -58,6 +58,17 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
         && current.topic().equals(record.topic());
   }
 
+  /**
+   * For a share listener called off its container's consumer thread ({@code DedupShareListener}'s
+   * worker): {@code record} is delivered on this thread, as part of {@code batch} (a {@link
+   * ConsumerPoll#ofShareBatch}; null to claim it alone), until {@link #afterRecord}.
+   */
+  public static void deliver(ConsumerRecord<?, ?> record, @Nullable ConsumerPoll batch) {
+    ListenerOutcomes.abandonOtherThan(record);
+    CURRENT.set(record);
+    POLL.set(batch);
+  }
+
   @Override
   public ConsumerRecord<Object, Object> intercept(
       ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {

@@ -8,10 +8,12 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.NavigableMap;
+import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
@@ -293,6 +295,35 @@ public final class SuccessMarks {
     }
     await(pending);
     return added;
+  }
+
+  /**
+   * For a share listener's batch, whose records are acknowledged one by one: waits until every mark
+   * is written or failed (each at most its wait), then forgets them all.
+   *
+   * @return where the records are whose SUCCESS is not written: not yet, refused, or no longer this
+   *     consumer's to write (the key taken over); such a record is not acknowledged but processed
+   *     again, which finds its key's outcome then
+   */
+  public Set<Coordinates> awaitUnwritten() {
+    awaitAll();
+    Set<Coordinates> unwritten = new HashSet<>();
+    synchronized (this) {
+      for (Map.Entry<TopicPartition, NavigableMap<Long, Mark>> partition : marks.entrySet()) {
+        TopicPartition where = partition.getKey();
+        for (Map.Entry<Long, Mark> mark : partition.getValue().entrySet()) {
+          CompletableFuture<Void> written = mark.getValue().written;
+          if (!written.isDone() || written.isCompletedExceptionally()) {
+            unwritten.add(new Coordinates(where.topic(), where.partition(), mark.getKey()));
+          }
+        }
+      }
+      marks.clear();
+    }
+    if (!unwritten.isEmpty()) {
+      log.debug("{} SUCCESS marks of a share batch are not written yet", unwritten.size());
+    }
+    return unwritten;
   }
 
   /**

@@ -1,0 +1,117 @@
+package io.consumerdedup.spring;
+
+import static io.consumerdedup.spring.SpringTestEnvironment.header;
+import static io.consumerdedup.spring.SpringTestEnvironment.send;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.testing.TestShareGroups;
+import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.SpringBootConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.test.annotation.DirtiesContext;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/**
+ * With {@code consumer-dedup.claims-per-poll=false} an {@code @Idempotent} share listener claims
+ * each record's key on its own and writes its SUCCESS before the next, as before claims per batch:
+ * the records waiting for the worker together are still each applied once and acknowledged.
+ */
+@SpringBootTest(
+    classes = ShareListenerRecordByRecordTest.App.class,
+    properties = "consumer-dedup.claims-per-poll=false")
+@DirtiesContext
+class ShareListenerRecordByRecordTest {
+  static final Duration WAIT = Duration.ofSeconds(60);
+  static final String ONE_BY_ONE = "share-one-by-one";
+  static final CountDownLatch ENTERED = new CountDownLatch(1);
+  static final CountDownLatch OPEN = new CountDownLatch(1);
+
+  @DynamicPropertySource
+  static void environment(DynamicPropertyRegistry registry) {
+    String schema = SpringTestEnvironment.prepare(registry, "spring_share_one_by_one", ONE_BY_ONE);
+    SpringTestEnvironment.noteDedupTransactions(schema);
+    TestShareGroups.configure(ONE_BY_ONE, Duration.ofSeconds(5));
+  }
+
+  @Autowired KafkaTemplate<String, String> template;
+  @Autowired JdbcTemplate jdbc;
+
+  @Test
+  void eachRecordIsClaimedOnItsOwnAndAppliedOnce() throws Exception {
+    int orders = 20;
+    send(template, ONE_BY_ONE, "open the gate", "order-no", "gate");
+    assertThat(ENTERED.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+    for (int i = 0; i < orders; i++) {
+      send(template, ONE_BY_ONE, "charge " + i, "order-no", "O-" + i);
+    }
+    Thread.sleep(2000);
+    int claimsBefore = SpringTestEnvironment.transactions(jdbc, "one-by-one", "PROCESSING");
+    OPEN.countDown();
+
+    await()
+        .atMost(WAIT)
+        .until(() -> SpringTestEnvironment.effects(jdbc, ONE_BY_ONE, "O-" + (orders - 1)) == 1);
+    await().atMost(WAIT).until(() -> TestShareGroups.lag(ONE_BY_ONE, ONE_BY_ONE) == 0);
+    for (int i = 0; i < orders; i++) {
+      assertThat(SpringTestEnvironment.effects(jdbc, ONE_BY_ONE, "O-" + i))
+          .as("order O-%d charged", i)
+          .isEqualTo(1);
+    }
+    int claims =
+        SpringTestEnvironment.transactions(jdbc, "one-by-one", "PROCESSING") - claimsBefore;
+    assertThat(claims).as("one claim transaction per record").isGreaterThanOrEqualTo(orders);
+    assertThat(TestShareGroups.remaining(ONE_BY_ONE, ONE_BY_ONE, Duration.ofSeconds(2))).isEmpty();
+  }
+
+  @SpringBootConfiguration
+  @EnableAutoConfiguration
+  static class App {
+    @Bean
+    ShareKafkaListenerContainerFactory<String, String> shareFactory() {
+      return ShareListenerIntegrationTest.App.stringShareFactory();
+    }
+
+    @Bean
+    Listener listener(JdbcTemplate jdbc) {
+      return new Listener(jdbc);
+    }
+  }
+
+  static class Listener {
+    private final JdbcTemplate jdbc;
+
+    Listener(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
+
+    @Idempotent(bizType = "one-by-one", header = "order-no")
+    @KafkaListener(
+        id = ONE_BY_ONE,
+        topics = ONE_BY_ONE,
+        groupId = ONE_BY_ONE,
+        containerFactory = "shareFactory")
+    public void handle(ConsumerRecord<String, String> record) throws InterruptedException {
+      String orderNo = header(record, "order-no");
+      if (orderNo.equals("gate")) {
+        ENTERED.countDown();
+        if (!OPEN.await(WAIT.toSeconds(), TimeUnit.SECONDS)) {
+          throw new IllegalStateException("the gate was never opened");
+        }
+      }
+      SpringTestEnvironment.effect(jdbc, ONE_BY_ONE, orderNo, record.value());
+    }
+  }
+}
