@@ -8,8 +8,12 @@ import io.micrometer.observation.Observation;
 import io.micrometer.observation.ObservationHandler;
 import io.micrometer.observation.ObservationRegistry;
 import java.time.Duration;
+import java.util.Arrays;
 import java.util.List;
-import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+import org.awaitility.core.ConditionTimeoutException;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -21,6 +25,7 @@ import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.MessageListenerContainer;
+import org.springframework.kafka.support.micrometer.KafkaRecordReceiverContext;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -36,13 +41,18 @@ import org.springframework.test.context.DynamicPropertySource;
     properties = "spring.kafka.listener.observation-enabled=true")
 @DirtiesContext
 class ObservationOutcomeTagIntegrationTest {
+  private static final Duration WAIT = Duration.ofSeconds(30);
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(registry, "spring_observation", "observed");
   }
 
-  static final List<String> outcomes = new CopyOnWriteArrayList<>();
+  /**
+   * The tag of each listener observation, by the record's offset: a record delivered again (after a
+   * rebalance, say) replaces its entry instead of shifting every later one.
+   */
+  static final Map<Long, String> outcomes = new ConcurrentHashMap<>();
 
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
@@ -50,13 +60,11 @@ class ObservationOutcomeTagIntegrationTest {
 
   @Test
   void eachListenerObservationCarriesTheDedupOutcome() throws Exception {
-    int from = outcomes.size();
-    SpringTestEnvironment.send(template, "observed", "15.00", "order-no", "OBS-1");
-    SpringTestEnvironment.send(template, "observed", "15.00", "order-no", "OBS-1");
-    SpringTestEnvironment.send(template, "observed", "20.00", "order-no", "OBS-2");
+    long first = send("15.00", "OBS-1");
+    long second = send("15.00", "OBS-1");
+    long third = send("20.00", "OBS-2");
 
-    await().atMost(Duration.ofSeconds(30)).until(() -> outcomes.size() == from + 3);
-    assertThat(outcomes.subList(from, from + 3))
+    assertThat(outcomesOf(first, second, third))
         .containsExactly("processed", "duplicate", "processed");
     assertThat(SpringTestEnvironment.effects(jdbc, "observed", "OBS-1")).isEqualTo(1);
   }
@@ -67,24 +75,40 @@ class ObservationOutcomeTagIntegrationTest {
    */
   @Test
   void theRecordsOfOnePollEachCarryTheirOwnOutcome() throws Exception {
-    SpringTestEnvironment.send(template, "observed", "15.00", "order-no", "OBS-10");
-    await().atMost(Duration.ofSeconds(30)).until(() -> outcomes.contains("processed"));
-    await()
-        .atMost(Duration.ofSeconds(30))
-        .until(() -> SpringTestEnvironment.effects(jdbc, "observed", "OBS-10") == 1);
+    long applied = send("15.00", "OBS-10");
+    assertThat(outcomesOf(applied)).containsExactly("processed");
     MessageListenerContainer container = containers.getListenerContainer("observed");
     container.pause();
-    await().atMost(Duration.ofSeconds(30)).until(container::isContainerPaused);
-    int from = outcomes.size();
-    SpringTestEnvironment.send(template, "observed", "15.00", "order-no", "OBS-10");
-    SpringTestEnvironment.send(template, "observed", "30.00", "order-no", "OBS-11");
-    SpringTestEnvironment.send(template, "observed", "30.00", "order-no", "OBS-11");
+    await().atMost(WAIT).until(container::isContainerPaused);
+    long again = send("15.00", "OBS-10");
+    long first = send("30.00", "OBS-11");
+    long copy = send("30.00", "OBS-11");
     container.resume();
 
-    await().atMost(Duration.ofSeconds(30)).until(() -> outcomes.size() == from + 3);
-    assertThat(outcomes.subList(from, from + 3))
+    assertThat(outcomesOf(again, first, copy))
         .containsExactly("duplicate", "processed", "duplicate");
     assertThat(SpringTestEnvironment.effects(jdbc, "observed", "OBS-11")).isEqualTo(1);
+  }
+
+  private long send(String amount, String orderNo) throws Exception {
+    return SpringTestEnvironment.send(template, "observed", amount, "order-no", orderNo);
+  }
+
+  /** The outcome tags of the records at {@code offsets}, once each record's observation ended. */
+  private static List<String> outcomesOf(long... offsets) {
+    try {
+      await().atMost(WAIT).until(() -> Arrays.stream(offsets).allMatch(outcomes::containsKey));
+    } catch (ConditionTimeoutException e) {
+      throw new AssertionError(
+          "No observation ended for some of the records at "
+              + Arrays.toString(offsets)
+              + " within "
+              + WAIT
+              + "; the outcomes observed, by offset: "
+              + new TreeMap<>(outcomes),
+          e);
+    }
+    return Arrays.stream(offsets).mapToObj(outcomes::get).toList();
   }
 
   @SpringBootConfiguration
@@ -107,8 +131,8 @@ class ObservationOutcomeTagIntegrationTest {
                 public void onStop(Observation.Context context) {
                   KeyValue outcome =
                       context.getLowCardinalityKeyValue(ObservationOutcomeTagger.KEY);
-                  if (outcome != null && context.getName().startsWith("spring.kafka.listener")) {
-                    outcomes.add(outcome.getValue());
+                  if (outcome != null && context instanceof KafkaRecordReceiverContext received) {
+                    outcomes.put(received.getRecord().offset(), outcome.getValue());
                   }
                 }
               });

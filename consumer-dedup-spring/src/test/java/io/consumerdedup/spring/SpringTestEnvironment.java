@@ -153,14 +153,15 @@ final class SpringTestEnvironment {
     return count == null ? 0 : count;
   }
 
-  static void send(
+  /** Sends {@code value} with the {@code headers} (name, value, ...) and returns its offset. */
+  static long send(
       KafkaTemplate<String, String> template, String topic, String value, String... headers)
       throws Exception {
     ProducerRecord<String, String> record = new ProducerRecord<>(topic, value);
     for (int i = 0; i < headers.length; i += 2) {
       record.headers().add(headers[i], headers[i + 1].getBytes(StandardCharsets.UTF_8));
     }
-    template.send(record).get();
+    return template.send(record).get().getRecordMetadata().offset();
   }
 
   /**
