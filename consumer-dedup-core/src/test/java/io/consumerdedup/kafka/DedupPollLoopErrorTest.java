@@ -33,6 +33,8 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Predicate;
 import java.util.logging.Logger;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -43,10 +45,10 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
- * Errors ({@link StackOverflowError}, {@link OutOfMemoryError}...) in the poll loop and in the
- * outcome writer, an executor closed under a running loop, and a processor whose settle fails: no
- * key is stranded PROCESSING, no record is lost or applied twice, and the application sees a loop
- * that ended.
+ * Errors ({@link StackOverflowError}, {@link OutOfMemoryError}...) in the poll loop, in the outcome
+ * writer and while a FAILED is written on the loop's thread, an executor closed under a running
+ * loop, and a processor whose settle fails: no key is stranded PROCESSING, no record is lost or
+ * applied twice, and the application sees a loop that ended.
  */
 class DedupPollLoopErrorTest {
   @RegisterExtension static final LoopFixture fixture = new LoopFixture("loop_error");
@@ -256,6 +258,63 @@ class DedupPollLoopErrorTest {
   }
 
   @Test
+  void anErrorWhileFailedIsWrittenLeavesNoKeyInProgressForGood() throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    send(0, 10);
+    // The handler of order 3 fails once, and the FAILED write that follows on the loop's thread
+    // meets an OutOfMemoryError from getConnection.
+    AtomicReference<Thread> failing = new AtomicReference<>();
+    ErrorOnceDataSource faulty =
+        new ErrorOnceDataSource(fixture.dataSource(), thread -> thread == failing.get());
+    RecordHandler<String, String> work =
+        record -> {
+          if (LoopFixture.orderNo(record).equals(order(3))
+              && failing.compareAndSet(null, Thread.currentThread())) {
+            throw new IllegalStateException("payment declined");
+          }
+          apply(record);
+        };
+    List<Throwable> ended = new CopyOnWriteArrayList<>();
+    AtomicReference<DedupPollLoop<String, String>> current = new AtomicReference<>();
+    AtomicBoolean stopping = new AtomicBoolean();
+    try (IdempotentExecutor executor = executor(JdbcDedupStore.builder(faulty).build())) {
+      // As an application does: a loop that ends with an Error is replaced by a new one.
+      Future<?> application =
+          threads.submit(
+              () -> {
+                while (!stopping.get()) {
+                  DedupPollLoop<String, String> loop = loop(executor, true, work);
+                  current.set(loop);
+                  if (stopping.get()) {
+                    loop.close();
+                    return;
+                  }
+                  try {
+                    loop.run();
+                  } catch (Throwable e) {
+                    ended.add(e);
+                  }
+                }
+              });
+      try {
+        LoopFixture.awaitCommitted(
+            fixture.group(), Map.of(new TopicPartition(fixture.topic(), 0), 10L));
+      } finally {
+        stopping.set(true);
+        current.get().close();
+        application.get(30, TimeUnit.SECONDS);
+      }
+      assertThat(faulty.thrown).as("the FAILED write met the Error").isTrue();
+      assertThat(executor.unrecordedOutcomes()).isEmpty();
+    }
+    // The handler's own failure was retried as any other; the Error did not end the loop.
+    assertThat(ended).as("loops ended by an Error").isEmpty();
+    assertEachAppliedOnceAndSuccess(10);
+    assertThat(row(3).orElseThrow().attempts()).isEqualTo(2);
+    assertThat(deadLettered).isEmpty();
+  }
+
+  @Test
   void closingTheExecutorMidPollWritesItsMarksAndHoldsLaterRecords() throws Exception {
     TestKafka.createTopics(1, fixture.topic());
     send(0, 10);
@@ -334,20 +393,24 @@ class DedupPollLoopErrorTest {
     assertThat(sink).as("no record lost").containsAll(expected);
   }
 
-  /** A DataSource whose getConnection throws an OutOfMemoryError once on the named thread. */
+  /** A DataSource whose getConnection throws an OutOfMemoryError once on the chosen thread. */
   private static final class ErrorOnceDataSource implements DataSource {
     private final DataSource delegate;
-    private final String threadName;
+    private final Predicate<Thread> on;
     volatile boolean thrown;
 
     ErrorOnceDataSource(DataSource delegate, String threadName) {
+      this(delegate, thread -> thread.getName().startsWith(threadName));
+    }
+
+    ErrorOnceDataSource(DataSource delegate, Predicate<Thread> on) {
       this.delegate = delegate;
-      this.threadName = threadName;
+      this.on = on;
     }
 
     @Override
     public Connection getConnection() throws SQLException {
-      if (!thrown && Thread.currentThread().getName().startsWith(threadName)) {
+      if (!thrown && on.test(Thread.currentThread())) {
         thrown = true;
         throw new OutOfMemoryError("Java heap space (injected)");
       }

@@ -87,13 +87,26 @@ final class PendingOutcomes {
    * One fenced write of {@code outcome}; true if it is written (now or by an earlier try), false if
    * another consumer holds the key. Either way the outcome is settled: renewal stops, the listener
    * hears of it.
+   *
+   * @throws DedupStoreException the write failed, whatever the store threw (an Error too): the
+   *     outcome is not settled, and the caller keeps it
    */
   boolean write(PendingOutcome outcome) {
-    return settle(
-        outcome,
-        outcome.error == null
-            ? store.complete(outcome.key, outcome.token, successRetention)
-            : store.fail(outcome.key, outcome.token, outcome.error, failedRetention));
+    boolean written;
+    try {
+      written =
+          outcome.error == null
+              ? store.complete(outcome.key, outcome.token, successRetention)
+              : store.fail(outcome.key, outcome.token, outcome.error, failedRetention);
+    } catch (DedupStoreException e) {
+      throw e;
+    } catch (RuntimeException | Error e) {
+      // Such as an OutOfMemoryError from getConnection. Escaping as it is, it passed every
+      // caller's keeping of the outcome: neither written nor kept, its lease renewed for as long
+      // as the executor ran, so the key stayed PROCESSING and its deliveries "in progress".
+      throw new DedupStoreException(e.toString(), outcome.key, outcome.source, e);
+    }
+    return settle(outcome, written);
   }
 
   /** Settles {@code outcome} after a write that applied ({@code written}) or was fenced out. */
