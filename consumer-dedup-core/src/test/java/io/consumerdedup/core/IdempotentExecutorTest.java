@@ -528,6 +528,29 @@ class IdempotentExecutorTest {
         .isEqualTo(DedupStatus.SUCCESS);
   }
 
+  /**
+   * A listener of the application that throws an {@code Error} as a SUCCESS is reported (a bug in a
+   * metrics backend) does not leave whoever waits for that SUCCESS waiting for good: the mark is
+   * written, and its future says so.
+   */
+  @Test
+  void aListenerThatThrowsAnErrorDoesNotLeaveAWrittenMarkUnanswered() throws Exception {
+    DedupListener broken =
+        new DedupListener() {
+          @Override
+          public void completed(DedupKey key, int attempt, Duration handlerTime) {
+            throw new AssertionError("metrics backend bug");
+          }
+        };
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.store()).listener(broken));
+    DedupKey key = DedupKey.of("listener-error", "ORD-1");
+
+    DedupClaim claim = executor.claim(key, null, "orders-0@1");
+    claim.completeAsync().get(10, TimeUnit.SECONDS);
+
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
   @Test
   void hostileKeysAreStoredVerbatimOrHashedAndTheTableSurvives() throws SQLException {
     IdempotentExecutor executor = executor();

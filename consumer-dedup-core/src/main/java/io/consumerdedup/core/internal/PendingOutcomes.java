@@ -125,10 +125,15 @@ final class PendingOutcomes {
             DeliverySources.where(outcome.key, outcome.source),
             outcome.token);
       }
-      if (outcome.error == null) {
-        listener.completed(outcome.key, outcome.token, outcome.handlerTime);
+      try {
+        if (outcome.error == null) {
+          listener.completed(outcome.key, outcome.token, outcome.handlerTime);
+        }
+      } finally {
+        // Even past an Error of the application's listener: the outcome is written, and whoever
+        // waits for it (a poll's commit, completeAsync) would otherwise wait for nothing.
+        outcome.written.complete(null);
       }
-      outcome.written.complete(null);
       return true;
     }
     outcome.renewal.markLost();
@@ -138,9 +143,13 @@ final class PendingOutcomes {
         DeliverySources.where(outcome.key, outcome.source),
         outcome.token,
         outcome.status());
-    listener.leaseLost(outcome.key, outcome.token);
-    outcome.written.completeExceptionally(
-        new DedupLeaseLostException(outcome.key, outcome.token, outcome.status(), outcome.source));
+    try {
+      listener.leaseLost(outcome.key, outcome.token);
+    } finally {
+      outcome.written.completeExceptionally(
+          new DedupLeaseLostException(
+              outcome.key, outcome.token, outcome.status(), outcome.source));
+    }
     return false;
   }
 
