@@ -4,7 +4,9 @@ import io.consumerdedup.core.DedupAttemptsExhaustedException;
 import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupException;
+import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupKeyConflictException;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.kafka.MissingKeyPolicy;
@@ -270,13 +272,26 @@ public final class IdempotentListenerInterceptor {
     if (poll != null && !poll.failedLately(record)) {
       List<ConsumerRecord<?, ?>> rest = poll.recordsFrom(record);
       if (!rest.isEmpty()) {
-        claim =
+        PollClaims claims =
             poll.claims(
-                    listener,
-                    l ->
-                        PollClaims.claim(
-                            listener, executor, missingKeyPolicy, groupId, beanFactory, rest, poll))
-                .claimFor(record, key.get(), fingerprint);
+                listener,
+                l ->
+                    PollClaims.claim(
+                        listener, executor, missingKeyPolicy, groupId, beanFactory, rest, poll));
+        // The engine told the outcomes of the poll's keys while its first record was delivered,
+        // into that record's observation: each record's own is tagged here.
+        try {
+          claim = claims.claimFor(record, key.get(), fingerprint);
+        } catch (DedupInProgressException e) {
+          tag("in_progress");
+          throw e;
+        } catch (DedupKeyConflictException e) {
+          tag("conflict");
+          throw e;
+        }
+        if (claim != null) {
+          tag(claim.isDuplicate() ? "duplicate" : "processed");
+        }
       }
     }
     if (claim == null) {

@@ -118,8 +118,8 @@ final class PollClaims implements ConsumerPoll.Claims {
 
   /**
    * The claim this poll holds for {@code record}, if it was claimed under {@code key} and {@code
-   * fingerprint} and its lease is still held: held (the listener runs, then ends it) or a
-   * duplicate; null if the record is to be claimed alone.
+   * fingerprint}, its lease is still held and its executor open: held (the listener runs, then ends
+   * it) or a duplicate; null if the record is to be claimed alone.
    *
    * @throws io.consumerdedup.core.DedupInProgressException another consumer holds the key (unless
    *     the in-progress policy is WAIT: then null, and the claim of the record alone waits)
@@ -130,6 +130,13 @@ final class PollClaims implements ConsumerPoll.Claims {
   @Nullable DedupClaim claimFor(
       ConsumerRecord<?, ?> record, DedupKey key, @Nullable String fingerprint) {
     if (released || claims == null) {
+      return null;
+    }
+    if (executor.isClosed()) {
+      // The application closed while its container was still in the poll (the container's stop
+      // outlasted its timeout): the claims are no longer renewed and no SUCCESS can be written, so
+      // a listener run on one would run again after a restart. Claimed alone, the record meets the
+      // closed executor (retry later) and waits unapplied, as without claims per poll.
       return null;
     }
     Integer index = indexes.get(Coordinates.of(record));
