@@ -112,7 +112,8 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     try {
       delegate.commitSync(owed);
       poll.marks().committed(owed);
-      log.info("Committed {} now that the SUCCESS marks before them are written", owed);
+      // Routine whenever records come sparsely (each poll's marks are written after its commit).
+      log.debug("Committed {} now that the SUCCESS marks before them are written", owed);
     } catch (KafkaException | IllegalStateException e) {
       // The container's next commit, or this consumer's next poll, tries again.
       log.debug("Could not commit {}", owed, e);
