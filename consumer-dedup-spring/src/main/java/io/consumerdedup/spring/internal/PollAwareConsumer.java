@@ -14,6 +14,8 @@ import org.apache.kafka.clients.consumer.OffsetCommitCallback;
 import org.apache.kafka.clients.consumer.SubscriptionPattern;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.WakeupException;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -114,6 +116,11 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
       poll.marks().committed(owed);
       // Routine whenever records come sparsely (each poll's marks are written after its commit).
       log.debug("Committed {} now that the SUCCESS marks before them are written", owed);
+    } catch (WakeupException | InterruptException e) {
+      // The container woke the consumer to end the poll (its stop does), or the thread was
+      // interrupted: swallowed, the poll would go on for the rest of its timeout and the stop
+      // wait it out. Kafka hands both on from a rebalance callback to the poll, as here.
+      throw e;
     } catch (KafkaException | IllegalStateException e) {
       // The container's next commit, or this consumer's next poll, tries again.
       log.debug("Could not commit {}", owed, e);
@@ -323,8 +330,22 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   private void closing() {
     try {
       commitOwed(true, delegate.assignment());
+    } catch (WakeupException e) {
+      // A stop's wakeup that no poll took: spent now, and the consumer closes anyway, so the owed
+      // offsets are committed rather than their records delivered again.
+      commitOwedOnClose();
+    } catch (InterruptException e) {
+      log.debug("Interrupted while committing the offsets owed at close", e);
     } finally {
       poll.ended();
+    }
+  }
+
+  private void commitOwedOnClose() {
+    try {
+      commitOwed(true, delegate.assignment());
+    } catch (WakeupException | InterruptException e) {
+      log.debug("Could not commit the offsets owed at close", e);
     }
   }
 
