@@ -1,6 +1,7 @@
 package io.consumerdedup.spring;
 
 import io.consumerdedup.core.DedupException;
+import io.consumerdedup.core.DedupExecutorClosedException;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
@@ -153,6 +154,14 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
           wait,
           cause.getMessage());
       log.debug("Dedup store failure for {}", record, thrownException);
+    } else if (cause instanceof DedupExecutorClosedException) {
+      // Part of a shutdown whose container stop outlasted its timeout, not a failure: no stack
+      // trace, and no retry in this application, which is going away.
+      log.warn(
+          "{} not handled: consumer-dedup's executor is closed (the application is shutting"
+              + " down); not committing past it, it is delivered again after the restart",
+          record);
+      log.debug("Executor closed before {}", record, thrownException);
     } else {
       log.error(
           "{} cannot be handled now; not committing past it, trying again in {}",
