@@ -3,18 +3,23 @@ package io.consumerdedup.core;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
+import org.slf4j.LoggerFactory;
 
 /**
  * What a caller counts (handler runs, the record's status, lost-lease reports) when a store call
@@ -227,5 +232,45 @@ class StoreFaultTest {
     assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(record.lastError())
         .contains("java.lang.IllegalStateException: provider said \\0 and hung up");
+  }
+
+  /**
+   * A SUCCESS mark handed over once the executor is closed is written on the caller's thread, once:
+   * if the database refuses it, nothing retries it, and the log says so (the record comes again)
+   * rather than that it is retried in the background.
+   */
+  @Test
+  void aMarkTheDatabaseRefusesAfterTheExecutorClosedIsLoggedAsNotWrittenNotAsRetried() {
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.faultyStore().build()));
+    DedupClaim claim =
+        executor.claim(DedupKey.of("payment", "closed-before-mark"), null, "pay-0@3");
+    ListAppender<ILoggingEvent> logged = new ListAppender<>();
+    logged.start();
+    Logger writer =
+        (Logger) LoggerFactory.getLogger("io.consumerdedup.core.internal.SuccessMarkWriter");
+    writer.addAppender(logged);
+    try {
+      db.faulty().proxy().refuse();
+      executor.close();
+
+      CompletableFuture<Void> written = claim.completeAsync();
+
+      assertThat(written)
+          .failsWithin(Duration.ofSeconds(30))
+          .withThrowableOfType(ExecutionException.class)
+          .withCauseInstanceOf(DedupExecutorClosedException.class);
+      assertThat(logged.list)
+          .singleElement()
+          .satisfies(
+              event ->
+                  assertThat(event.getFormattedMessage())
+                      .contains("pay-0@3")
+                      .contains("not written")
+                      .contains("delivered again")
+                      .doesNotContain("retrying"));
+    } finally {
+      writer.detachAppender(logged);
+      db.faulty().proxy().pass();
+    }
   }
 }
