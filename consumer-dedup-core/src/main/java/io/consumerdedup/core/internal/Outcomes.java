@@ -158,7 +158,9 @@ public final class Outcomes implements AutoCloseable {
         e instanceof DedupStoreException store
             ? store
             : new DedupStoreException(e.toString(), mark.key, mark.source, e);
-    pending.notWritten(List.of(mark), failure);
+    if (!pending.notWritten(List.of(mark), failure)) {
+      return; // the executor is closed: said by notWritten
+    }
     log.warn(
         "Handler for {} succeeded, but SUCCESS could not be recorded yet; keeping the lease and"
             + " retrying in the background: {}",

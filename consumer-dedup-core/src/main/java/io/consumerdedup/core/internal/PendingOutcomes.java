@@ -192,13 +192,16 @@ final class PendingOutcomes {
   /**
    * The write of {@code open} failed: keeps each outcome for the background retry (unless closed)
    * and fails its future.
+   *
+   * @return whether they are kept; false once the executor is closed, when nothing retries them any
+   *     more (said here, in the log)
    */
-  void notWritten(List<PendingOutcome> open, DedupStoreException e) {
+  boolean notWritten(List<PendingOutcome> open, DedupStoreException e) {
+    boolean keeping = !closed;
     for (PendingOutcome outcome : open) {
       if (outcome.settled.get()) {
         continue; // settled before the failure
       }
-      boolean keeping = !closed; // once closed, nothing retries in the background
       try {
         if (keeping) {
           keep(outcome, e);
@@ -214,6 +217,15 @@ final class PendingOutcomes {
                 : closedBeforeWritten(outcome, e));
       }
     }
+    if (!keeping) {
+      log.error(
+          "Closing with the SUCCESS of {} not written ({}): their records are delivered again, and"
+              + " once their leases run out another consumer may run the handlers for their keys"
+              + " again",
+          open.stream().map(outcome -> DeliverySources.where(outcome.key, outcome.source)).toList(),
+          e.toString());
+    }
+    return keeping;
   }
 
   static DedupStoreUnavailableException notRecordedYet(

@@ -1,7 +1,6 @@
 package io.consumerdedup.core.internal;
 
 import io.consumerdedup.core.ClaimResult;
-import io.consumerdedup.core.DedupExecutorClosedException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
@@ -12,8 +11,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.BlockingQueue;
-import java.util.concurrent.CancellationException;
-import java.util.concurrent.CompletionException;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.RejectedExecutionException;
@@ -189,61 +186,25 @@ final class SuccessMarkWriter {
       FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
       open.forEach(outcome -> pending.settle(outcome, !lost.contains(outcome.key)));
     } catch (DedupStoreException e) {
-      pending.notWritten(open, e);
-      if (!givenUp(open)) {
+      if (pending.notWritten(open, e)) {
         log.warn(
             "Handlers for {} succeeded, but SUCCESS could not be recorded yet; keeping the leases"
                 + " and retrying in the background: {}",
-            where(open),
+            open.stream()
+                .map(outcome -> DeliverySources.where(outcome.key, outcome.source))
+                .toList(),
             e.getMessage());
-      } else {
-        logGivenUp(open, e);
       }
     } catch (RuntimeException | Error e) {
       // An Error too (an OutOfMemoryError from getConnection): the writer lives on, and the
       // outcomes are retried like those of an outage.
-      pending.notWritten(open, new DedupStoreException(e.toString(), null, null, e));
-      if (!givenUp(open)) {
-        log.error("Writing SUCCESS marks failed unexpectedly; retrying in the background", e);
-      } else {
-        logGivenUp(open, e);
-        log.error("Writing SUCCESS marks failed unexpectedly", e);
-      }
+      boolean kept = pending.notWritten(open, new DedupStoreException(e.toString(), null, null, e));
+      log.error(
+          kept
+              ? "Writing SUCCESS marks failed unexpectedly; retrying in the background"
+              : "Writing SUCCESS marks failed unexpectedly",
+          e);
     }
-  }
-
-  /**
-   * The executor is closed, so nothing retries these marks: said as {@link PendingOutcomes#giveUp}
-   * says it of the outcomes still kept at close.
-   */
-  private static void logGivenUp(List<PendingOutcome> open, Throwable e) {
-    log.error(
-        "Closing with the SUCCESS of {} not written ({}): their records are delivered again, and"
-            + " once their leases run out another consumer may run the handlers for their keys"
-            + " again",
-        where(open),
-        e.toString());
-  }
-
-  /**
-   * Whether {@link PendingOutcomes#notWritten} gave {@code open} up, the executor being closed (it
-   * then fails their futures with {@link DedupExecutorClosedException}), rather than keeping them.
-   */
-  private static boolean givenUp(List<PendingOutcome> open) {
-    for (PendingOutcome outcome : open) {
-      try {
-        outcome.written.getNow(null);
-      } catch (CompletionException | CancellationException e) {
-        return e.getCause() instanceof DedupExecutorClosedException;
-      }
-    }
-    return false;
-  }
-
-  private static List<String> where(List<PendingOutcome> open) {
-    return open.stream()
-        .map(outcome -> DeliverySources.where(outcome.key, outcome.source))
-        .toList();
   }
 
   /** Stops the writer thread and writes the marks still queued or parked, once. */
