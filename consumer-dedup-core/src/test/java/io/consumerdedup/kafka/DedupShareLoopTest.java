@@ -360,9 +360,10 @@ class DedupShareLoopTest {
         Duration.ofMinutes(5),
         record -> {
           runs.incrementAndGet();
-          if (record.deliveryCount().orElse((short) 0) == 4) {
-            Thread.sleep(lock.multipliedBy(5).toMillis());
-          }
+          // Delivery 5 takes longer than the retry back-off too: a RELEASE decided for delivery 4
+          // would be due before delivery 5's own decision.
+          boolean fourth = record.deliveryCount().orElse((short) 0) == 4;
+          Thread.sleep(fourth ? lock.multipliedBy(5).toMillis() : 500);
           throw new IllegalStateException("payment provider says no");
         },
         b -> b.retryBackOff(Duration.ofMillis(100)),
@@ -383,6 +384,9 @@ class DedupShareLoopTest {
         .as("delivery 5, after the lock ran out, was handled as a delivery of its own")
         .containsExactly((short) 4, (short) 5);
     assertThat(runs.get()).isEqualTo(2);
+    assertThat(consumers.get(0).acknowledged())
+        .as("delivery 5 got its own decision, not the RELEASE decided for delivery 4")
+        .containsExactly("0/5 REJECT");
   }
 
   /** Has a plain consumer of the group take the queue's record and release it three times. */

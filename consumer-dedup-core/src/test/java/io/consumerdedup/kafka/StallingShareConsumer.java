@@ -3,9 +3,11 @@ package io.consumerdedup.kafka;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.HashSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.AcknowledgementCommitCallback;
@@ -30,10 +32,16 @@ final class StallingShareConsumer<K, V> implements ShareConsumer<K, V> {
   private final Duration stall;
   private final Set<String> seen = new HashSet<>();
   private final AtomicBoolean stalled = new AtomicBoolean();
+  private final List<String> acknowledged = new CopyOnWriteArrayList<>();
 
   StallingShareConsumer(Map<String, Object> config, Duration stall) {
     this.delegate = new KafkaShareConsumer<>(config);
     this.stall = stall;
+  }
+
+  /** What the broker was told, as "offset/delivery TYPE", RENEW left out. */
+  List<String> acknowledged() {
+    return acknowledged;
   }
 
   /** Whether the stall happened. */
@@ -82,6 +90,10 @@ final class StallingShareConsumer<K, V> implements ShareConsumer<K, V> {
   @Override
   public void acknowledge(ConsumerRecord<K, V> record, AcknowledgeType type) {
     delegate.acknowledge(record, type);
+    if (type != AcknowledgeType.RENEW) {
+      acknowledged.add(
+          record.offset() + "/" + record.deliveryCount().orElse((short) 0) + " " + type.name());
+    }
   }
 
   @Override
