@@ -11,6 +11,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.Function;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
@@ -479,12 +480,20 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
      *     deliveries)
      */
     public DedupShareLoop<K, V> build() {
+      return build(KafkaShareConsumer::new);
+    }
+
+    /**
+     * Builds the loop around the consumer {@code consumers} makes from the loop's configuration:
+     * the tests' way to delay the loop's calls to a real consumer, as a stalled thread would.
+     */
+    DedupShareLoop<K, V> build(Function<Map<String, Object>, ShareConsumer<K, V>> consumers) {
       DeadLetterHandler<K, V> deadLetters =
           settings.requireDeadLetterHandler(
               "a record is rejected only once its dead letter is written"
                   + " (for example KafkaDeadLetterPublisher.builder(producer).build())");
       ShareConsumerConfig.requireRenew();
-      return new DedupShareLoop<>(this, new KafkaShareConsumer<>(consumerConfig), deadLetters);
+      return new DedupShareLoop<>(this, consumers.apply(consumerConfig), deadLetters);
     }
   }
 }

@@ -42,9 +42,17 @@ final class ShareInFlight<K, V> {
 
   /**
    * What the worker decided for a record: the acknowledgement to send, not before {@code
-   * notBeforeNanos} (a failed record is released only after the retry back-off).
+   * notBeforeNanos} (a failed record is released only after the retry back-off). {@code delivery}
+   * is the delivery it was decided for: a lost lock has the broker deliver the same offset again,
+   * and a decision made from the earlier delivery's count (a RELEASE on what is now the last
+   * delivery archives the record without its dead letter) must not be sent for the later one.
    */
-  record Decision(Id id, AcknowledgeType type, long notBeforeNanos) {}
+  record Decision(Id id, int delivery, AcknowledgeType type, long notBeforeNanos) {}
+
+  /** The record's delivery count; 0 if the consumer did not report one. */
+  static int delivery(ConsumerRecord<?, ?> record) {
+    return record.deliveryCount().map(Short::intValue).orElse(0);
+  }
 
   private static final class Entry<K, V> {
     ConsumerRecord<K, V> record;
@@ -70,14 +78,29 @@ final class ShareInFlight<K, V> {
 
   /**
    * Takes in what a poll returned: records out for renewal are held again; the others are new and
-   * returned, in the poll's order, for the worker.
+   * returned, in the poll's order, for the worker. A renewal counts no delivery, so a known offset
+   * with another delivery count is no renewed record but a new delivery after its lock was lost:
+   * the earlier one is forgotten (never acknowledged: an acknowledgement names the offset, so it
+   * would settle the new delivery) and the new one goes to the worker, whose claim finds what the
+   * earlier delivery's run left.
    */
   List<ConsumerRecord<K, V>> add(ConsumerRecords<K, V> polled) {
     List<ConsumerRecord<K, V>> fresh = new ArrayList<>();
     for (ConsumerRecord<K, V> record : polled) {
-      Entry<K, V> entry = entries.get(Id.of(record));
+      Id id = Id.of(record);
+      Entry<K, V> entry = entries.get(id);
+      if (entry != null && delivery(entry.record) != delivery(record)) {
+        log.warn(
+            "{} came back as delivery {}, not as the renewed delivery {}: its lock was lost;"
+                + " handling the new delivery, and sending nothing decided for the earlier one",
+            id,
+            delivery(record),
+            delivery(entry.record));
+        entries.remove(id);
+        entry = null;
+      }
       if (entry == null) {
-        entries.put(Id.of(record), new Entry<>(record));
+        entries.put(id, new Entry<>(record));
         fresh.add(record);
       } else {
         entry.record = record;
@@ -87,11 +110,21 @@ final class ShareInFlight<K, V> {
     return fresh;
   }
 
-  /** Records the worker's decision; one for a record no longer in flight is dropped. */
+  /**
+   * Records the worker's decision; one for a record no longer in flight, or for an earlier delivery
+   * of it, is dropped.
+   */
   void decide(Decision decision) {
     Entry<K, V> entry = entries.get(decision.id());
-    if (entry != null) {
+    if (entry != null && delivery(entry.record) == decision.delivery()) {
       entry.decision = decision;
+    } else if (entry != null) {
+      log.debug(
+          "Dropping the {} decided for delivery {} of {}: delivery {} is in flight now",
+          decision.type(),
+          decision.delivery(),
+          decision.id(),
+          delivery(entry.record));
     }
   }
 

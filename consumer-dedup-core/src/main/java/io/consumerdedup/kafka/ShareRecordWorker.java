@@ -38,11 +38,19 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
   public static final int MAX_BATCH = 500;
 
   /**
-   * The acknowledgement decided for the record at {@code topic}-{@code partition}@{@code offset},
-   * to be sent not before {@code notBeforeNanos} ({@link System#nanoTime()}).
+   * The acknowledgement decided for delivery {@code deliveryCount} (0 if the consumer reported
+   * none) of the record at {@code topic}-{@code partition}@{@code offset}, to be sent not before
+   * {@code notBeforeNanos} ({@link System#nanoTime()}). The owner must drop a decision whose
+   * delivery count is not that of the delivery it holds: the record's lock was lost and the broker
+   * delivered it again, and the decision was made from the earlier delivery's count.
    */
   public record Decided(
-      String topic, int partition, long offset, AcknowledgeType type, long notBeforeNanos) {}
+      String topic,
+      int partition,
+      long offset,
+      int deliveryCount,
+      AcknowledgeType type,
+      long notBeforeNanos) {}
 
   private final ShareWorker<K, V> worker;
   private final Thread thread;
@@ -77,6 +85,7 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
                         d.id().topic(),
                         d.id().partition(),
                         d.id().offset(),
+                        d.delivery(),
                         d.type(),
                         d.notBeforeNanos())),
             maxAttempts,

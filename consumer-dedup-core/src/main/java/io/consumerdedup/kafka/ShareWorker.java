@@ -361,7 +361,8 @@ final class ShareWorker<K, V> implements Runnable {
     if (type != AcknowledgeType.RELEASE) {
       counted.remove(id);
     }
-    decisions.accept(new Decision(id, type, System.nanoTime() + delayNanos));
+    decisions.accept(
+        new Decision(id, ShareInFlight.delivery(record), type, System.nanoTime() + delayNanos));
   }
 
   private String describe(ConsumerRecord<?, ?> record) {

@@ -22,8 +22,12 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Function;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.serialization.IntegerDeserializer;
@@ -336,6 +340,74 @@ class DedupShareLoopTest {
         .containsExactly((short) 2);
   }
 
+  /**
+   * The loop's thread stalls past the lock (a GC pause) while a failing handler runs on delivery 4:
+   * the lock runs out and the broker delivers the record again, to the same consumer, as delivery
+   * 5, the last of the broker's default limit. Taken for the renewed delivery 4 coming back, it got
+   * the RELEASE decided for delivery 4, and the broker archived it: no dead letter, no further run.
+   */
+  @Test
+  void aRecordWhoseLockRanOutDuringAStallIsDeadLetteredOnItsLastDeliveryNotArchived()
+      throws Exception {
+    Duration lock = Duration.ofSeconds(1);
+    createQueue(lock);
+    send("stalled-1", "fails on every delivery");
+    releaseThreeTimes();
+    List<Short> deliveries = new CopyOnWriteArrayList<>();
+    AtomicInteger runs = new AtomicInteger();
+    List<StallingShareConsumer<String, String>> consumers = new CopyOnWriteArrayList<>();
+    start(
+        Duration.ofMinutes(5),
+        record -> {
+          runs.incrementAndGet();
+          // Delivery 5 takes longer than the retry back-off too: a RELEASE decided for delivery 4
+          // would be due before delivery 5's own decision.
+          boolean fourth = record.deliveryCount().orElse((short) 0) == 4;
+          Thread.sleep(fourth ? lock.multipliedBy(5).toMillis() : 500);
+          throw new IllegalStateException("payment provider says no");
+        },
+        b -> b.retryBackOff(Duration.ofMillis(100)),
+        record -> deliveries.add(record.deliveryCount().orElse((short) -1)),
+        config -> {
+          StallingShareConsumer<String, String> consumer =
+              new StallingShareConsumer<>(config, lock.multipliedBy(3));
+          consumers.add(consumer);
+          return consumer;
+        });
+    List<ConsumerRecord<String, String>> dead =
+        TestKafka.readFromStart(topic + "-dlt", 1, Duration.ofSeconds(30));
+    assertThat(consumers.get(0).stalled()).as("the loop's thread stalled past the lock").isTrue();
+    assertThat(dead).as("dead-lettered on its last delivery, not archived unseen").hasSize(1);
+    assertThat(LoopFixture.orderNo(dead.get(0))).isEqualTo("stalled-1");
+    assertQueueEmpty();
+    assertThat(deliveries)
+        .as("delivery 5, after the lock ran out, was handled as a delivery of its own")
+        .containsExactly((short) 4, (short) 5);
+    assertThat(runs.get()).isEqualTo(2);
+    assertThat(consumers.get(0).acknowledged())
+        .as("delivery 5 got its own decision, not the RELEASE decided for delivery 4")
+        .containsExactly("0/5 REJECT");
+  }
+
+  /** Has a plain consumer of the group take the queue's record and release it three times. */
+  private void releaseThreeTimes() {
+    Map<String, Object> config =
+        ShareConsumerConfig.explicitAcknowledgement(TestShareGroups.consumerConfig(group));
+    try (KafkaShareConsumer<String, String> consumer = new KafkaShareConsumer<>(config)) {
+      consumer.subscribe(List.of(topic));
+      int released = 0;
+      long deadline = System.nanoTime() + WAIT.toNanos();
+      while (released < 3 && System.nanoTime() - deadline < 0) {
+        for (ConsumerRecord<String, String> record : consumer.poll(Duration.ofMillis(200))) {
+          consumer.acknowledge(record, AcknowledgeType.RELEASE);
+          released++;
+        }
+        consumer.commitSync();
+      }
+      assertThat(released).isEqualTo(3);
+    }
+  }
+
   /** Creates this test's topic, of one partition, and its share group's acquisition lock. */
   private void createQueue(Duration lock) {
     TestKafka.createTopics(1, topic);
@@ -375,6 +447,16 @@ class DedupShareLoopTest {
       RecordHandler<String, String> handler,
       Customizer customizer,
       java.util.function.Consumer<ConsumerRecord<String, String>> delivered) {
+    start(lease, handler, customizer, delivered, KafkaShareConsumer::new);
+  }
+
+  /** Starts a share loop on the consumer {@code consumers} makes. */
+  private void start(
+      Duration lease,
+      RecordHandler<String, String> handler,
+      Customizer customizer,
+      java.util.function.Consumer<ConsumerRecord<String, String>> delivered,
+      Function<Map<String, Object>, ShareConsumer<String, String>> consumers) {
     IdempotentExecutor executor = IdempotentExecutor.builder(fixture.store()).lease(lease).build();
     executors.add(executor);
     IdempotentRecordHandler<String, String> records =
@@ -418,7 +500,7 @@ class DedupShareLoopTest {
                         KafkaDeadLetterPublisher.builder(dltProducer).groupId(group).build())
                     .holdBackOff(Duration.ofMillis(200), Duration.ofSeconds(1))
                     .closeTimeout(Duration.ofSeconds(10)))
-            .build();
+            .build(consumers);
     loops.add(loop);
     threads.execute(loop);
   }
