@@ -160,18 +160,32 @@ final class DedupShareListener<K, V>
    * gets a new one.
    */
   private final class Batch implements RecordProcessor<K, V> {
+    private final Keeper keeper;
     private @Nullable ConsumerPoll poll;
     private List<ConsumerRecord<K, V>> records = List.of();
+
+    Batch(Keeper keeper) {
+      this.keeper = keeper;
+    }
 
     @Override
     public void prepare(List<ConsumerRecord<K, V>> batch) {
       settle(); // a batch left unsettled: its claims given back first
-      records = batch;
-      poll = ConsumerPoll.ofShareBatch(batch);
+      List<ConsumerRecord<K, V>> current = new ArrayList<>(batch);
+      current.removeIf(keeper::stale);
+      records = current;
+      poll = ConsumerPoll.ofShareBatch(current);
     }
 
+    /**
+     * A record the broker has delivered again meanwhile is not run: its decision would be dropped,
+     * and the new delivery, of the same offset and key, is the worker's to run.
+     */
     @Override
     public Outcome process(ConsumerRecord<K, V> record) {
+      if (keeper.stale(record)) {
+        return Outcome.DUPLICATE;
+      }
       return DedupShareListener.this.process(record, poll);
     }
 
@@ -231,6 +245,11 @@ final class DedupShareListener<K, V>
     }
   }
 
+  /** The record's delivery count; 0 if the consumer did not report one, as the worker counts. */
+  private static int delivery(ConsumerRecord<?, ?> record) {
+    return record.deliveryCount().map(Short::intValue).orElse(0);
+  }
+
   private record Id(String topic, int partition, long offset) {
     static Id of(ConsumerRecord<?, ?> record) {
       return new Id(record.topic(), record.partition(), record.offset());
@@ -278,7 +297,7 @@ final class DedupShareListener<K, V>
 
     private ShareRecordWorker<K, V> newWorker() {
       return new ShareRecordWorker<>(
-          new Batch(),
+          new Batch(this),
           deadLetters,
           signals::add,
           settings.maxAttempts(),
@@ -301,7 +320,25 @@ final class DedupShareListener<K, V>
           return false;
         }
         lastOfferNanos = System.nanoTime();
-        Entry entry = entries.get(Id.of(record));
+        Id id = Id.of(record);
+        Entry entry = entries.get(id);
+        if (entry != null && delivery(entry.record) != delivery(record)) {
+          // A renewal counts no delivery: this is the broker's new delivery after the lock was
+          // lost. The earlier one is forgotten unacknowledged (an acknowledgement names the offset,
+          // so it would settle the new delivery) and the new one goes to the worker.
+          log.warn(
+              "{}-{}@{} (share group {}) came back as delivery {}, not as the renewed delivery {}:"
+                  + " its lock was lost; handling the new delivery, and sending nothing decided"
+                  + " for the earlier one",
+              id.topic(),
+              id.partition(),
+              id.offset(),
+              groupId,
+              delivery(record),
+              delivery(entry.record));
+          entries.remove(id);
+          entry = null;
+        }
         if (entry != null) {
           entry.record = record;
           entry.acknowledgment = acknowledgment;
@@ -311,7 +348,7 @@ final class DedupShareListener<K, V>
           if (first) {
             nextRenewalNanos = System.nanoTime() + lock / 3;
           }
-          entries.put(Id.of(record), new Entry(record, acknowledgment));
+          entries.put(id, new Entry(record, acknowledgment));
           // Under the keeper's lock, so that a worker being replaced cannot take it unnoticed.
           worker.submit(record);
           if (!first) {
@@ -397,9 +434,21 @@ final class DedupShareListener<K, V>
       }
     }
 
+    /**
+     * Whether a later delivery of {@code record} is in flight: the keeper forgot the record when
+     * its renewal did not come back in time, took it back as new when it did after all (a stalled
+     * consumer thread), and the broker then delivered it again; the worker holds both copies.
+     */
+    synchronized boolean stale(ConsumerRecord<K, V> record) {
+      Entry entry = entries.get(Id.of(record));
+      return entry != null && delivery(entry.record) != delivery(record);
+    }
+
     private synchronized void decide(Decided decided) {
       Entry entry = entries.get(new Id(decided.topic(), decided.partition(), decided.offset()));
-      if (entry != null) {
+      // A decision made from an earlier delivery's count (a RELEASE on what is now the last
+      // delivery archives the record without its dead letter) is not sent for a later one.
+      if (entry != null && delivery(entry.record) == decided.deliveryCount()) {
         entry.decision = decided;
       }
     }
