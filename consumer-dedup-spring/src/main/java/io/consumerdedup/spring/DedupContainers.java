@@ -15,6 +15,7 @@ import org.springframework.kafka.listener.AbstractMessageListenerContainer;
 import org.springframework.kafka.listener.AfterRollbackProcessor;
 import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.ContainerProperties.AckMode;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.FailedRecordProcessor;
 import org.springframework.kafka.listener.RecordInterceptor;
@@ -126,8 +127,9 @@ public final class DedupContainers {
           container.getListenerId());
     }
 
-    if (claimsPerPoll) {
-      preparePollClaims(container, properties);
+    boolean consumersWrapped = claimsPerPoll && preparePollClaims(container, properties);
+    if (!consumersWrapped) {
+      warnOfOffsetsCommittedInsideTransactions(container, properties);
     }
 
     RecordInterceptor existing = raw.getRecordInterceptor();
@@ -176,10 +178,38 @@ public final class DedupContainers {
   }
 
   /**
+   * A container with a database transaction manager commits a record's offset inside the record's
+   * transaction under ack mode {@code RECORD} (and an {@code acknowledge()} under {@code
+   * MANUAL_IMMEDIATE}), before the database commit; the consumers consumer-dedup wraps hold such a
+   * commit until the transaction has committed ({@link
+   * io.consumerdedup.spring.internal.PollAwareConsumer}). Said at start-up for a container whose
+   * consumers are not wrapped.
+   */
+  private static void warnOfOffsetsCommittedInsideTransactions(
+      AbstractMessageListenerContainer<?, ?> container, ContainerProperties properties) {
+    AckMode ackMode = properties.getAckMode();
+    if (properties.getTransactionManager() == null
+        || properties.getKafkaAwareTransactionManager() != null
+        || (ackMode != AckMode.RECORD && ackMode != AckMode.MANUAL_IMMEDIATE)) {
+      return;
+    }
+    log.warn(
+        "Listener container {} runs each record in a database transaction with ack mode {}:"
+            + " spring-kafka commits the record's offset before that transaction commits, so a"
+            + " crash or a failed commit in between loses the record. consumer-dedup holds such"
+            + " commits back only through the consumers it wraps (consumer-dedup.claims-per-poll"
+            + " true, a DefaultKafkaConsumerFactory): use ack mode BATCH, or keep those settings",
+        container.getListenerId(),
+        ackMode);
+  }
+
+  /**
    * Adds {@link DedupConsumerPostProcessor} to the container's consumer factory; says at start-up
    * where record listeners claim one record at a time anyway.
+   *
+   * @return whether the container's consumers are wrapped
    */
-  private static void preparePollClaims(
+  private static boolean preparePollClaims(
       AbstractMessageListenerContainer<?, ?> container, ContainerProperties properties) {
     String notAdded = DedupConsumerPostProcessor.addTo(container);
     if (notAdded != null) {
@@ -189,7 +219,9 @@ public final class DedupContainers {
               + " a poll's keys together",
           container.getListenerId(),
           notAdded);
-    } else if (properties.getKafkaAwareTransactionManager() != null) {
+      return false;
+    }
+    if (properties.getKafkaAwareTransactionManager() != null) {
       log.info(
           "@Idempotent record listeners of container {} claim one record at a time: it runs in"
               + " Kafka transactions, whose offsets are committed with the producer's transaction,"
@@ -197,5 +229,6 @@ public final class DedupContainers {
               + " background are durable",
           container.getListenerId());
     }
+    return true;
   }
 }

@@ -19,6 +19,8 @@ import org.apache.kafka.common.errors.WakeupException;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.springframework.transaction.support.TransactionSynchronization;
+import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
  * A listener container's consumer as consumer-dedup needs it for {@code @Idempotent} record
@@ -34,13 +36,17 @@ import org.slf4j.LoggerFactory;
  *       way: the next poll's listeners do, once they have claimed its keys ({@link
  *       ConsumerPoll#awaitEarlierMarks}); the commits of partitions being revoked, and of a
  *       consumer that closes, wait for them;
+ *   <li>an offset commit made inside a transaction of the consumer's thread (a container with a
+ *       database transaction manager commits a record's offset inside the record's transaction) is
+ *       sent once that transaction has committed, and dropped if it does not commit;
  *   <li>the rebalance listener given to {@code subscribe} is wrapped, so that the claims and marks
  *       of revoked or lost partitions are let go once the container has committed what it could.
  * </ul>
  *
  * Everything else is the delegate's ({@link ForwardingConsumer}). A consumer whose listeners are
  * not {@code @Idempotent}, or claim one record at a time, has no marks: its commits pass straight
- * through. Made by {@link io.consumerdedup.spring.DedupConsumerPostProcessor}.
+ * through, but for those made inside a transaction. Made by {@link
+ * io.consumerdedup.spring.DedupConsumerPostProcessor}.
  */
 public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   private static final Logger log = LoggerFactory.getLogger(PollAwareConsumer.class);
@@ -49,6 +55,9 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   /** Whether partitions are being revoked: their commits wait for the marks they pass. */
   private boolean revoking;
+
+  /** Whether a commit left to a transaction runs now, the transaction committed. */
+  private boolean committingAfterTransaction;
 
   /** Whether the last poll returned no records: the container has nothing new to commit. */
   private boolean idle;
@@ -129,7 +138,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   @Override
   public void commitSync() {
-    if (poll.marks().isEmpty()) {
+    if (passesStraightThrough()) {
       delegate.commitSync();
       return;
     }
@@ -138,7 +147,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   @Override
   public void commitSync(Duration timeout) {
-    if (poll.marks().isEmpty()) {
+    if (passesStraightThrough()) {
       delegate.commitSync(timeout);
       return;
     }
@@ -147,6 +156,9 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   @Override
   public void commitSync(Map<TopicPartition, OffsetAndMetadata> offsets) {
+    if (afterTransaction(() -> commitSync(offsets))) {
+      return;
+    }
     Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
     if (!durable.isEmpty()) {
       delegate.commitSync(durable);
@@ -156,6 +168,9 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   @Override
   public void commitSync(Map<TopicPartition, OffsetAndMetadata> offsets, Duration timeout) {
+    if (afterTransaction(() -> commitSync(offsets, timeout))) {
+      return;
+    }
     Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
     if (!durable.isEmpty()) {
       delegate.commitSync(durable, timeout);
@@ -165,7 +180,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   @Override
   public void commitAsync() {
-    if (poll.marks().isEmpty()) {
+    if (passesStraightThrough()) {
       delegate.commitAsync();
       return;
     }
@@ -174,7 +189,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   @Override
   public void commitAsync(@Nullable OffsetCommitCallback callback) {
-    if (poll.marks().isEmpty()) {
+    if (passesStraightThrough()) {
       delegate.commitAsync(callback);
       return;
     }
@@ -184,6 +199,9 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   @Override
   public void commitAsync(
       Map<TopicPartition, OffsetAndMetadata> offsets, @Nullable OffsetCommitCallback callback) {
+    if (afterTransaction(() -> commitAsync(offsets, callback))) {
+      return;
+    }
     // Cut at the marks not written yet; waited for only while partitions are being revoked.
     Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
     if (!durable.isEmpty()) {
@@ -191,6 +209,63 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
       poll.marks().committed(durable);
     } else if (callback != null) {
       callback.onComplete(durable, null);
+    }
+  }
+
+  /** Whether a commit goes to the delegate as it is: no marks to cut at, no transaction to wait. */
+  private boolean passesStraightThrough() {
+    return poll.marks().isEmpty()
+        && (committingAfterTransaction
+            || !TransactionSynchronizationManager.isSynchronizationActive());
+  }
+
+  /**
+   * Runs {@code commit} once the transaction of this thread has committed, if there is one, and
+   * drops it if the transaction rolls back. A container with a database transaction manager runs
+   * each record's listener in a transaction, and spring-kafka commits the record's offset inside it
+   * (ack mode {@code RECORD}, an {@code acknowledge()} under {@code MANUAL_IMMEDIATE}), before the
+   * database commit: a crash between the two, or a commit that fails, would leave the offset past a
+   * record whose effects and dedup row were never committed, and the record lost. Rolled back, the
+   * record is delivered again, and its offset goes with a later commit.
+   *
+   * @return whether {@code commit} was left to the transaction
+   */
+  private boolean afterTransaction(Runnable commit) {
+    if (committingAfterTransaction
+        || !TransactionSynchronizationManager.isSynchronizationActive()) {
+      return false;
+    }
+    TransactionSynchronizationManager.registerSynchronization(
+        new TransactionSynchronization() {
+          @Override
+          public void afterCommit() {
+            commitAfterTransaction(commit);
+          }
+        });
+    return true;
+  }
+
+  private void commitAfterTransaction(Runnable commit) {
+    // The transaction's synchronizations are still active while they run.
+    committingAfterTransaction = true;
+    try {
+      commit.run();
+    } catch (WakeupException e) {
+      // A stop's wakeup, spent here where the container cannot see it: commit, and wake the next
+      // poll in its place so the stop still ends it.
+      try {
+        commit.run();
+      } catch (KafkaException | IllegalStateException again) {
+        log.warn("Could not commit offsets after the listener's transaction committed", again);
+      } finally {
+        delegate.wakeup();
+      }
+    } catch (KafkaException | IllegalStateException e) {
+      // Thrown here, it would reach the container as a failure of the transaction that committed.
+      // The record is done; a later commit of its partition passes it.
+      log.warn("Could not commit offsets after the listener's transaction committed", e);
+    } finally {
+      committingAfterTransaction = false;
     }
   }
 
