@@ -102,7 +102,10 @@ public class ConsumerDedupProperties implements InitializingBean {
    */
   private Set<String> sharedBizTypes = new LinkedHashSet<>();
 
-  /** When to create the dedup table: NEVER (you run the migration) or ALWAYS (if it is absent). */
+  /**
+   * When to create the dedup table: NEVER (you run the migration) or ALWAYS (if it is absent;
+   * PostgreSQL only, and the application then does not start while the database cannot be reached).
+   */
   private SchemaInitialization initializeSchema = SchemaInitialization.NEVER;
 
   private final Store store = new Store();

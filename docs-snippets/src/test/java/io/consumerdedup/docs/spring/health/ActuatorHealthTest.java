@@ -20,7 +20,8 @@ import org.springframework.test.context.TestPropertySource;
 
 /**
  * docs/operations.md's Actuator settings, loaded from the file the page shows, in an application
- * without Spring Security: the consumerdedup health answers 200 UP with its details.
+ * without Spring Security: the consumerdedup health answers 200 UP with its details, and the
+ * endpoint reads and takes writes.
  */
 class ActuatorHealthTest {
   private static final HttpClient http = HttpClient.newHttpClient();
@@ -47,6 +48,29 @@ class ActuatorHealthTest {
           .contains("\"status\":\"UP\"")
           .contains("\"table\":\"consumer_dedup\"");
       assertThat(get(port, "/actuator/health").body()).contains("\"consumerdedup\":");
+    }
+
+    /** The same file exposes the endpoint and turns its writes on, as the page says. */
+    @Test
+    void theEndpointReadsAndItsWritesAreOn() throws Exception {
+      HttpResponse<String> summary = get(port, "/actuator/consumerdedup");
+      assertThat(summary.statusCode()).isEqualTo(200);
+      assertThat(summary.body()).contains("\"writeEnabled\":true");
+
+      HttpResponse<String> release =
+          http.send(
+              HttpRequest.newBuilder(
+                      URI.create("http://localhost:" + port + "/actuator/consumerdedup/release"))
+                  .header("Content-Type", "application/json")
+                  .POST(
+                      HttpRequest.BodyPublishers.ofString(
+                          "{\"bizType\":\"payment\",\"bizKey\":\"ORD-none\","
+                              + "\"requestedBy\":\"alice\"}"))
+                  .build(),
+              HttpResponse.BodyHandlers.ofString());
+      assertThat(release.statusCode())
+          .as("a release of an unknown key, not refused")
+          .isEqualTo(404);
     }
   }
 
