@@ -42,7 +42,7 @@ import org.jspecify.annotations.Nullable;
  */
 public final class IdempotentExecutor implements AutoCloseable {
 
-  /** Default lease: longer than Kafka's default {@code max.poll.interval.ms} (5 minutes). */
+  /** Default lease: as long as Kafka's default {@code max.poll.interval.ms} (5 minutes). */
   public static final Duration DEFAULT_LEASE = Duration.ofMinutes(5);
 
   /** By default the lease is renewed this many times per lease period while the handler runs. */
