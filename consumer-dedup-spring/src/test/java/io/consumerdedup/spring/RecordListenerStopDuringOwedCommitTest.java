@@ -41,10 +41,11 @@ import org.springframework.test.context.DynamicPropertySource;
  * Claims per poll: a container stopped while its consumer commits, from within a poll, offsets
  * whose SUCCESS marks were written after the container's own commit, stops at once. The container
  * ends a poll by waking the consumer; before, that commit swallowed the wakeup and the poll went on
- * for the rest of its timeout (30 s here), so the stop waited out its own timeout and the consumer
- * thread lived on. A real PostgreSQL (a trigger refuses the SUCCESS mark until the test lets it
- * through, so the commit is owed) and the in-JVM broker; the consumer's commit waits until the
- * container's stop has woken it, so the wakeup lands in that commit every time.
+ * for the rest of its timeout (12 s here, longer than the stop waits), so the stop waited out its
+ * own timeout and the consumer thread lived on. A real PostgreSQL (a trigger refuses the SUCCESS
+ * mark until the test lets it through, so the commit is owed) and the in-JVM broker; the consumer's
+ * commit waits until the container's stop has woken it, so the wakeup lands in that commit every
+ * time.
  */
 @SpringBootTest(classes = RecordListenerStopDuringOwedCommitTest.App.class)
 @DirtiesContext
@@ -64,7 +65,7 @@ class RecordListenerStopDuringOwedCommitTest {
     String schema = SpringTestEnvironment.prepare(registry, "stop_owed", TOPIC);
     SpringTestEnvironment.refuseListedSuccesses(schema);
     registry.add("consumer-dedup.store.retry-max-attempts", () -> "1");
-    registry.add("spring.kafka.listener.poll-timeout", () -> "30s");
+    registry.add("spring.kafka.listener.poll-timeout", () -> "12s");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -95,7 +96,7 @@ class RecordListenerStopDuringOwedCommitTest {
     Duration stopped = Duration.ofNanos(System.nanoTime() - start);
 
     assertThat(stopped)
-        .as("time stop() took (poll timeout 30 s)")
+        .as("time stop() took (poll timeout 12 s, stop timeout 10 s)")
         .isLessThan(Duration.ofSeconds(5));
     assertThat(status("S-1")).isEqualTo(DedupStatus.SUCCESS);
     assertThat(committed()).as("committed when the consumer closed").isEqualTo(1);
