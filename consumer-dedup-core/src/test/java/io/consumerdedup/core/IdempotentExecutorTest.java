@@ -552,6 +552,47 @@ class IdempotentExecutorTest {
   }
 
   @Test
+  void aMarkTheWriterTookAsTheExecutorClosesIsWrittenNotGivenUp() throws Exception {
+    // One connection, lent to another thread (a handler, say) as the executor closes: the writer
+    // waits for it, as any writer waits for a busy pool, and must not be cut short by the close.
+    try (HikariDataSource pool = TestDatabase.dataSource(db.schema(), 1)) {
+      JdbcDedupStore store = JdbcDedupStore.builder(pool).build();
+      for (int round = 0; round < 5; round++) {
+        IdempotentExecutor executor = IdempotentExecutor.builder(store).build();
+        // A first mark starts the writer thread, which then waits for the next one.
+        executor
+            .claim(DedupKey.of("closing-writer", "warm-" + round), null, null)
+            .completeAsync()
+            .get(10, TimeUnit.SECONDS);
+        DedupKey key = DedupKey.of("closing-writer", "ORD-" + round);
+        DedupClaim claim = executor.claim(key, null, "orders-0@" + round);
+        Connection busy = pool.getConnection();
+        CompletableFuture<Void> handedBack =
+            CompletableFuture.runAsync(
+                () -> {
+                  try {
+                    Thread.sleep(300);
+                    busy.close();
+                  } catch (InterruptedException | SQLException e) {
+                    throw new IllegalStateException(e);
+                  }
+                });
+
+        CompletableFuture<Void> written = claim.completeAsync();
+        executor.close();
+        handedBack.get(10, TimeUnit.SECONDS);
+
+        assertThat(written)
+            .as("round %d: the mark's future", round)
+            .succeedsWithin(Duration.ofSeconds(10));
+        assertThat(store.find(key).orElseThrow().status())
+            .as("round %d: the key's record", round)
+            .isEqualTo(DedupStatus.SUCCESS);
+      }
+    }
+  }
+
+  @Test
   void hostileKeysAreStoredVerbatimOrHashedAndTheTableSurvives() throws SQLException {
     IdempotentExecutor executor = executor();
     List<String> hostile =
