@@ -193,7 +193,7 @@ final class SuccessMarkWriter {
       FaultPoints.reached(FaultPoints.Point.BEFORE_SUCCESS_MARK);
       Set<DedupKey> lost = new HashSet<>(store.completeAll(claims, successRetention));
       FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
-      open.forEach(outcome -> pending.settle(outcome, !lost.contains(outcome.key)));
+      settleAll(open, lost);
     } catch (DedupStoreException e) {
       if (pending.notWritten(open, e)) {
         log.warn(
@@ -213,6 +213,31 @@ final class SuccessMarkWriter {
               ? "Writing SUCCESS marks failed unexpectedly; retrying in the background"
               : "Writing SUCCESS marks failed unexpectedly",
           e);
+    }
+  }
+
+  /**
+   * Settles each mark of a write that answered, whatever settling one of them throws (the
+   * application's listener, told of each, throwing an Error): the marks after it were written too,
+   * and failing their futures as not written would hold their records back for nothing. What was
+   * thrown is logged, as the writer logs whatever else it meets, and the writer goes on.
+   */
+  private void settleAll(List<PendingOutcome> open, Set<DedupKey> lost) {
+    Throwable failure = null;
+    for (PendingOutcome outcome : open) {
+      try {
+        pending.settle(outcome, !lost.contains(outcome.key));
+      } catch (RuntimeException | Error e) {
+        if (failure == null) {
+          failure = e;
+        } else {
+          failure.addSuppressed(e);
+        }
+      }
+    }
+    if (failure != null) {
+      // Not the write's failure: the marks are written and settled, nothing is retried.
+      log.error("Settling written SUCCESS marks failed (the listener threw)", failure);
     }
   }
 
