@@ -85,7 +85,7 @@ final class BatchClaims {
         }
         try {
           calls.release(held, sentNanos);
-        } catch (RuntimeException releaseFailed) {
+        } catch (RuntimeException | Error releaseFailed) {
           e.addSuppressed(releaseFailed);
         }
       }

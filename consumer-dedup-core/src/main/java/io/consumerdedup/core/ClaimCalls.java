@@ -198,6 +198,12 @@ final class ClaimCalls {
               + " instead, and a redelivery to this process takes them up: {}",
           claims.stream().map(ClaimResult.Claimed::key).toList(),
           e.getMessage());
+    } catch (RuntimeException | Error e) {
+      // Such as an OutOfMemoryError from getConnection: the claims are still held, and the
+      // redelivery to this process must take them up as after a release the database refused,
+      // not be told "in progress" by its own claims for a whole lease.
+      claims.forEach(claim -> unanswered.unanswered(claim.key(), claim.claimId(), claimSentNanos));
+      throw e;
     }
   }
 }

@@ -65,7 +65,7 @@ final class SingleClaims {
             }
             try {
               calls.release(List.of(claimed), sentNanos);
-            } catch (RuntimeException releaseFailed) {
+            } catch (RuntimeException | Error releaseFailed) {
               e.addSuppressed(releaseFailed);
             }
           }

@@ -5,11 +5,16 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.assertj.core.api.Assertions.catchThrowable;
 
 import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.StoreFixture;
+import java.sql.Connection;
+import java.sql.SQLException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.Test;
@@ -206,5 +211,45 @@ class IdempotentExecutorBatchTest {
             "closing-batch-1: attempt 1", "closing-batch-2: attempt 1", "closing-alone: attempt 1");
     assertThat(batchRefused).isInstanceOf(DedupExecutorClosedException.class);
     assertThat(aloneRefused).isInstanceOf(DedupExecutorClosedException.class);
+  }
+
+  @Test
+  void claimsWhoseReleaseMetAnErrorAreTakenUpByTheNextPoll() {
+    // The pool throws an OutOfMemoryError once, when armed: for the release of a poll's claims.
+    AtomicBoolean failNext = new AtomicBoolean();
+    ConnectionSource failing =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() throws SQLException {
+            if (failNext.compareAndSet(true, false)) {
+              throw new OutOfMemoryError("Java heap space (injected)");
+            }
+            return db.dataSource().getConnection();
+          }
+        };
+    IdempotentExecutor executor =
+        executor(IdempotentExecutor.builder(JdbcDedupStore.builder(failing).build()));
+    List<IdempotentExecutor.Delivery> poll =
+        List.of(
+            delivery(DedupKey.of("order", "release-error-1")),
+            delivery(DedupKey.of("order", "release-error-2")));
+    DedupClaims cutShort = executor.claimAll(poll);
+    failNext.set(true);
+    // The poll ends before its handlers ran (the loop stopped, say): its claims are given back.
+    assertThatThrownBy(cutShort::releaseUnended).isInstanceOf(OutOfMemoryError.class);
+
+    // The records come again: their handlers never ran, and they run now, not a lease later.
+    DedupClaims again = executor.claimAll(poll);
+    List<String> answers = new ArrayList<>();
+    for (int i = 0; i < again.size(); i++) {
+      try {
+        DedupClaim claim = again.get(i);
+        claim.complete();
+        answers.add("held " + claim.attempt());
+      } catch (DedupInProgressException e) {
+        answers.add("in progress");
+      }
+    }
+    assertThat(answers).containsExactly("held 1", "held 1");
   }
 }
