@@ -6,6 +6,7 @@ import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.RejectedExecutionException;
 import org.jspecify.annotations.Nullable;
 
 /**
@@ -64,8 +65,12 @@ final class BatchClaims {
             .filter(ClaimResult.Claimed.class::isInstance)
             .map(ClaimResult.Claimed.class::cast)
             .toList();
-    List<LeaseRenewer.Renewal> started = inTransaction ? null : renewer.startAll(held, sentNanos);
+    List<LeaseRenewer.Renewal> started = null;
     try {
+      // Inside the try: the executor may have closed while the claims were on their way, and its
+      // closed renewer refuses them; they must be given back then too, not left blocking their
+      // keys for a whole lease that nobody renews.
+      started = inTransaction ? null : renewer.startAll(held, sentNanos);
       Iterator<LeaseRenewer.Renewal> renewals = started == null ? null : started.iterator();
       for (int j = 0; j < results.size(); j++) {
         int i = requested.get(j);
@@ -74,13 +79,23 @@ final class BatchClaims {
     } catch (RuntimeException | Error e) {
       // Nobody gets these claims (an Error, an OutOfMemoryError say, while they were answered):
       // given back, not left held under leases renewed for as long as the executor runs.
-      if (started != null) {
-        started.forEach(LeaseRenewer.Renewal::stop);
+      if (!inTransaction) {
+        if (started != null) {
+          started.forEach(LeaseRenewer.Renewal::stop);
+        }
         try {
           calls.release(held, sentNanos);
-        } catch (RuntimeException releaseFailed) {
+        } catch (RuntimeException | Error releaseFailed) {
           e.addSuppressed(releaseFailed);
         }
+      }
+      if (e instanceof RejectedExecutionException && !inTransaction && started == null) {
+        // The renewer refused the claims: only a closed one does.
+        throw new DedupExecutorClosedException(
+            "IdempotentExecutor " + executor.ownerId() + " closed while the batch was claimed",
+            null,
+            null,
+            e);
       }
       throw e;
     }

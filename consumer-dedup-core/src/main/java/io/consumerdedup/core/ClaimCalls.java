@@ -137,6 +137,10 @@ final class ClaimCalls {
       listener.storeFailed(request.key(), e);
       throw e.locatedAt(request.source());
     } catch (RuntimeException | Error e) {
+      // Such as an OutOfMemoryError while the answer was read, or the application's listener
+      // throwing as the carried mark was settled: the claim may have committed all the same, and
+      // like a claim whose answer the network lost it must not block its key for a whole lease.
+      unanswered.unanswered(request.key(), request.claimId(), sentNanos);
       if (mark != null) {
         // Whatever went wrong, the mark is not dropped: kept and written in the background.
         outcomes.notWrittenWithClaim(
@@ -164,6 +168,11 @@ final class ClaimCalls {
       }
       listener.storeFailed(first, e);
       throw e;
+    } catch (RuntimeException | Error e) {
+      // The claims may have committed before the answer was lost (see claim).
+      requests.forEach(
+          request -> unanswered.unanswered(request.key(), request.claimId(), sentNanos));
+      throw e;
     } finally {
       listener.claimTimed(first, Duration.ofNanos(System.nanoTime() - sentNanos));
     }
@@ -189,6 +198,12 @@ final class ClaimCalls {
               + " instead, and a redelivery to this process takes them up: {}",
           claims.stream().map(ClaimResult.Claimed::key).toList(),
           e.getMessage());
+    } catch (RuntimeException | Error e) {
+      // Such as an OutOfMemoryError from getConnection: the claims are still held, and the
+      // redelivery to this process must take them up as after a release the database refused,
+      // not be told "in progress" by its own claims for a whole lease.
+      claims.forEach(claim -> unanswered.unanswered(claim.key(), claim.claimId(), claimSentNanos));
+      throw e;
     }
   }
 }

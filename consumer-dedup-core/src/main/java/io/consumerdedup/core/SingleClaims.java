@@ -4,6 +4,7 @@ import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.TimeUnit;
 import org.jspecify.annotations.Nullable;
 
@@ -49,19 +50,29 @@ final class SingleClaims {
       long sentNanos = System.nanoTime();
       ClaimResult claim = calls.claim(request, sentNanos);
       if (claim instanceof ClaimResult.Claimed claimed) {
-        LeaseRenewer.Renewal renewal = inTransaction ? null : renewer.start(claimed, sentNanos);
+        LeaseRenewer.Renewal renewal = null;
         try {
+          // Inside the try: the executor may have closed while the claim was on its way, and
+          // its closed renewer refuses it; it must be given back then too.
+          renewal = inTransaction ? null : renewer.start(claimed, sentNanos);
           return answers.started(claimed, source, renewal, sentNanos);
         } catch (RuntimeException | Error e) {
           // Nobody gets the claim: given back, not left held under a lease renewed for as long
           // as the executor runs.
-          if (renewal != null) {
-            renewal.stop();
+          if (!inTransaction) {
+            if (renewal != null) {
+              renewal.stop();
+            }
             try {
               calls.release(List.of(claimed), sentNanos);
-            } catch (RuntimeException releaseFailed) {
+            } catch (RuntimeException | Error releaseFailed) {
               e.addSuppressed(releaseFailed);
             }
+          }
+          if (e instanceof RejectedExecutionException && !inTransaction && renewal == null) {
+            // The renewer refused the claim: only a closed one does.
+            throw new DedupExecutorClosedException(
+                "The executor closed while the key was claimed", key, source, e);
           }
           throw e;
         }

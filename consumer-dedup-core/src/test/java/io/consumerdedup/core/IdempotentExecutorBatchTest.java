@@ -2,12 +2,21 @@ package io.consumerdedup.core;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowable;
 
+import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.StoreFixture;
+import java.sql.Connection;
+import java.sql.SQLException;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
 
@@ -151,5 +160,96 @@ class IdempotentExecutorBatchTest {
 
     assertThat(again.isDuplicate()).isTrue();
     assertThat(executor.unrecordedOutcomes()).isEmpty();
+  }
+
+  @Test
+  void keysClaimedAsTheExecutorClosesAreGivenBackNotHeldForALease() {
+    IdempotentExecutor closing = executor(IdempotentExecutor.builder(db.store()));
+    IdempotentExecutor closingAlone = executor(IdempotentExecutor.builder(db.store()));
+    // The consumer that takes the partitions over once this one has stopped.
+    IdempotentExecutor next = executor(IdempotentExecutor.builder(db.store()));
+    List<IdempotentExecutor.Delivery> poll =
+        List.of(
+            delivery(DedupKey.of("order", "closing-batch-1")),
+            delivery(DedupKey.of("order", "closing-batch-2")));
+    DedupKey alone = DedupKey.of("order", "closing-alone");
+    // The application closes the executor while a poll's claims (or a record's) are on their way
+    // to the database, as a container that outlasts its stop timeout does.
+    Thread caller = Thread.currentThread();
+    AtomicReference<IdempotentExecutor> toClose = new AtomicReference<>();
+    FaultPoints.install(
+        point -> {
+          IdempotentExecutor executor = toClose.getAndSet(null);
+          if (point == FaultPoints.Point.BEFORE_CLAIM
+              && Thread.currentThread() == caller
+              && executor != null) {
+            executor.close();
+          }
+        });
+    Throwable batchRefused;
+    Throwable aloneRefused;
+    try {
+      toClose.set(closing);
+      batchRefused = catchThrowable(() -> closing.claimAll(poll));
+      toClose.set(closingAlone);
+      aloneRefused = catchThrowable(() -> closingAlone.claim(alone, null, "orders-0@alone"));
+    } finally {
+      FaultPoints.install(null);
+    }
+
+    // No handler ran for these keys: the next consumer runs them now, not a lease (5 min) later.
+    List<String> answers = new ArrayList<>();
+    for (DedupKey key : List.of(poll.get(0).key(), poll.get(1).key(), alone)) {
+      try {
+        answers.add(key.bizKey() + ": attempt " + next.claim(key, null, null).attempt());
+      } catch (DedupInProgressException e) {
+        answers.add(key.bizKey() + ": in progress");
+      }
+    }
+    assertThat(answers)
+        .containsExactly(
+            "closing-batch-1: attempt 1", "closing-batch-2: attempt 1", "closing-alone: attempt 1");
+    assertThat(batchRefused).isInstanceOf(DedupExecutorClosedException.class);
+    assertThat(aloneRefused).isInstanceOf(DedupExecutorClosedException.class);
+  }
+
+  @Test
+  void claimsWhoseReleaseMetAnErrorAreTakenUpByTheNextPoll() {
+    // The pool throws an OutOfMemoryError once, when armed: for the release of a poll's claims.
+    AtomicBoolean failNext = new AtomicBoolean();
+    ConnectionSource failing =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() throws SQLException {
+            if (failNext.compareAndSet(true, false)) {
+              throw new OutOfMemoryError("Java heap space (injected)");
+            }
+            return db.dataSource().getConnection();
+          }
+        };
+    IdempotentExecutor executor =
+        executor(IdempotentExecutor.builder(JdbcDedupStore.builder(failing).build()));
+    List<IdempotentExecutor.Delivery> poll =
+        List.of(
+            delivery(DedupKey.of("order", "release-error-1")),
+            delivery(DedupKey.of("order", "release-error-2")));
+    DedupClaims cutShort = executor.claimAll(poll);
+    failNext.set(true);
+    // The poll ends before its handlers ran (the loop stopped, say): its claims are given back.
+    assertThatThrownBy(cutShort::releaseUnended).isInstanceOf(OutOfMemoryError.class);
+
+    // The records come again: their handlers never ran, and they run now, not a lease later.
+    DedupClaims again = executor.claimAll(poll);
+    List<String> answers = new ArrayList<>();
+    for (int i = 0; i < again.size(); i++) {
+      try {
+        DedupClaim claim = again.get(i);
+        claim.complete();
+        answers.add("held " + claim.attempt());
+      } catch (DedupInProgressException e) {
+        answers.add("in progress");
+      }
+    }
+    assertThat(answers).containsExactly("held 1", "held 1");
   }
 }

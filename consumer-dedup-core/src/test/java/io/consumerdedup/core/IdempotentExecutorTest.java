@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.micrometer.MicrometerDedupListener;
 import io.consumerdedup.testing.StoreFixture;
@@ -14,6 +15,7 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -549,6 +551,98 @@ class IdempotentExecutorTest {
     claim.completeAsync().get(10, TimeUnit.SECONDS);
 
     assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void aListenerThatThrowsAnErrorForOneMarkDoesNotFailTheOthersWrittenWithIt() throws Exception {
+    DedupListener broken =
+        new DedupListener() {
+          @Override
+          public void completed(DedupKey key, int attempt, Duration handlerTime) {
+            if (key.bizKey().equals("ORD-A")) {
+              throw new AssertionError("metrics backend bug");
+            }
+          }
+        };
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.store()).listener(broken));
+    // The writer's first write waits until the next marks are queued, so that they go together in
+    // the next one, in order: A, B, C.
+    CountDownLatch queued = new CountDownLatch(1);
+    AtomicInteger writes = new AtomicInteger();
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.BEFORE_SUCCESS_MARK
+              && Thread.currentThread().getName().equals("consumer-dedup-outcome-writer")
+              && writes.incrementAndGet() == 1) {
+            try {
+              queued.await(10, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+          }
+        });
+    List<CompletableFuture<Void>> marks = new ArrayList<>();
+    try {
+      CompletableFuture<Void> first =
+          executor.claim(DedupKey.of("listener-error", "ORD-0"), null, null).completeAsync();
+      for (String order : List.of("ORD-A", "ORD-B", "ORD-C")) {
+        marks.add(executor.claim(DedupKey.of("listener-error", order), null, null).completeAsync());
+      }
+      queued.countDown();
+      first.get(10, TimeUnit.SECONDS);
+      CompletableFuture.allOf(marks.toArray(CompletableFuture[]::new))
+          .handle((done, failure) -> null)
+          .get(10, TimeUnit.SECONDS);
+    } finally {
+      FaultPoints.install(null);
+    }
+
+    assertThat(writes).as("writes of the outcome writer").hasValue(2);
+    for (int i = 0; i < marks.size(); i++) {
+      assertThat(marks.get(i)).as("mark %d's future", i).isCompletedWithValue(null);
+    }
+    assertThat(executor.unrecordedOutcomes()).isEmpty();
+  }
+
+  @Test
+  void aMarkTheWriterTookAsTheExecutorClosesIsWrittenNotGivenUp() throws Exception {
+    // One connection, lent to another thread (a handler, say) as the executor closes: the writer
+    // waits for it, as any writer waits for a busy pool, and must not be cut short by the close.
+    try (HikariDataSource pool = TestDatabase.dataSource(db.schema(), 1)) {
+      JdbcDedupStore store = JdbcDedupStore.builder(pool).build();
+      for (int round = 0; round < 5; round++) {
+        IdempotentExecutor executor = IdempotentExecutor.builder(store).build();
+        // A first mark starts the writer thread, which then waits for the next one.
+        executor
+            .claim(DedupKey.of("closing-writer", "warm-" + round), null, null)
+            .completeAsync()
+            .get(10, TimeUnit.SECONDS);
+        DedupKey key = DedupKey.of("closing-writer", "ORD-" + round);
+        DedupClaim claim = executor.claim(key, null, "orders-0@" + round);
+        Connection busy = pool.getConnection();
+        CompletableFuture<Void> handedBack =
+            CompletableFuture.runAsync(
+                () -> {
+                  try {
+                    Thread.sleep(300);
+                    busy.close();
+                  } catch (InterruptedException | SQLException e) {
+                    throw new IllegalStateException(e);
+                  }
+                });
+
+        CompletableFuture<Void> written = claim.completeAsync();
+        executor.close();
+        handedBack.get(10, TimeUnit.SECONDS);
+
+        assertThat(written)
+            .as("round %d: the mark's future", round)
+            .succeedsWithin(Duration.ofSeconds(10));
+        assertThat(store.find(key).orElseThrow().status())
+            .as("round %d: the key's record", round)
+            .isEqualTo(DedupStatus.SUCCESS);
+      }
+    }
   }
 
   @Test

@@ -54,6 +54,68 @@ class UnansweredClaimTest {
     aClaimTakenUpNearTheEndOfItsLeaseHoldsTheKeyThroughASlowHandler(dataSource);
   }
 
+  @Test
+  void aClaimWhoseAnswerWasLostToAnErrorIsTakenUpByTheNextDelivery() {
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource).build();
+    ReplyLosingStore losing = ReplyLosingStore.in(store);
+    DedupKey key = DedupKey.of("payment", "error-" + UUID.randomUUID());
+    AtomicInteger runs = new AtomicInteger();
+    try (IdempotentExecutor executor = IdempotentExecutor.builder(losing.store()).build()) {
+      losing.loseNextClaimReplyTo(new OutOfMemoryError("Java heap space (injected)"));
+      assertThatThrownBy(() -> executor.execute(key, runs::incrementAndGet))
+          .isInstanceOf(OutOfMemoryError.class);
+      assertThat(store.find(key).orElseThrow().status())
+          .as("the claim committed")
+          .isEqualTo(DedupStatus.PROCESSING);
+
+      // The delivery comes again (the loop that met the Error was replaced): with the default
+      // lease of 5 minutes, "in progress" here would hold the record for 5 minutes.
+      DedupResult<Integer> again = executor.execute(key, runs::incrementAndGet);
+
+      assertThat(again.outcome()).isEqualTo(Outcome.PROCESSED);
+      assertThat(runs).as("handler runs").hasValue(1);
+      DedupRecord record = store.find(key).orElseThrow();
+      assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(record.attempts()).as("the committed claim's own attempt").isEqualTo(1);
+    }
+  }
+
+  @Test
+  void aBatchWhoseAnswerWasLostToAnErrorIsTakenUpByTheNextPoll() {
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource).build();
+    ReplyLosingStore losing = ReplyLosingStore.in(store);
+    String run = UUID.randomUUID().toString();
+    List<IdempotentExecutor.Delivery> poll = new ArrayList<>();
+    for (int i = 0; i < 3; i++) {
+      poll.add(
+          new IdempotentExecutor.Delivery(
+              DedupKey.of("payment", "error-batch-" + run + "-" + i), null, "payments-0@" + i));
+    }
+    try (IdempotentExecutor executor = IdempotentExecutor.builder(losing.store()).build()) {
+      losing.loseNextClaimReplyTo(new StackOverflowError("injected"));
+      assertThatThrownBy(() -> executor.claimAll(poll)).isInstanceOf(StackOverflowError.class);
+      for (IdempotentExecutor.Delivery delivery : poll) {
+        assertThat(store.find(delivery.key()).orElseThrow().status())
+            .as("the claim of %s committed", delivery.key())
+            .isEqualTo(DedupStatus.PROCESSING);
+      }
+
+      DedupClaims again = executor.claimAll(poll);
+      List<String> answers = new ArrayList<>();
+      for (int i = 0; i < again.size(); i++) {
+        try {
+          DedupClaim claim = again.get(i);
+          claim.complete();
+          answers.add("held " + claim.attempt());
+        } catch (DedupInProgressException e) {
+          answers.add("in progress");
+        }
+      }
+
+      assertThat(answers).containsExactly("held 1", "held 1", "held 1");
+    }
+  }
+
   /**
    * Loses the reply of a committed claim of a key, then lets two threads of the same executor
    * deliver the key at once; shared with the other databases' tests.

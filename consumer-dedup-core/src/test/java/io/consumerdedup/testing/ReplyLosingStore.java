@@ -9,6 +9,7 @@ import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.atomic.AtomicReference;
 
 /**
  * A {@link DedupStore} in front of a real one whose next claim, once armed, is committed by the
@@ -19,6 +20,7 @@ import java.util.concurrent.atomic.AtomicLong;
 public final class ReplyLosingStore {
   private final DedupStore store;
   private final AtomicBoolean loseNext = new AtomicBoolean();
+  private final AtomicReference<Error> errorNext = new AtomicReference<>();
   private final AtomicInteger repliesLost = new AtomicInteger();
   private final AtomicLong lastLossNanos = new AtomicLong();
 
@@ -37,6 +39,12 @@ public final class ReplyLosingStore {
                   }
                   boolean claim =
                       method.getName().equals("claim") || method.getName().equals("claimAll");
+                  Error error = claim ? errorNext.getAndSet(null) : null;
+                  if (error != null) {
+                    lastLossNanos.set(System.nanoTime());
+                    repliesLost.incrementAndGet();
+                    throw error;
+                  }
                   if (claim && loseNext.compareAndSet(true, false)) {
                     lastLossNanos.set(System.nanoTime());
                     repliesLost.incrementAndGet();
@@ -63,6 +71,14 @@ public final class ReplyLosingStore {
   /** Arms a one-shot fault: the next claim commits and its reply is lost. */
   public void loseNextClaimReply() {
     loseNext.set(true);
+  }
+
+  /**
+   * Arms a one-shot fault: the next claim commits and its answer is lost to {@code error} (an
+   * {@link OutOfMemoryError} while the answer is read, say), thrown to the caller.
+   */
+  public void loseNextClaimReplyTo(Error error) {
+    errorNext.set(error);
   }
 
   /** How many claim replies were lost. */

@@ -49,7 +49,7 @@ final class SuccessMarkWriter {
 
   private @Nullable Thread writer; // guarded by marks
   private volatile boolean closed; // set under marks
-  private volatile boolean writing;
+  private boolean writing; // guarded by marks
 
   /**
    * @param closeWait how long {@link #close()} waits for the writer thread to end
@@ -158,11 +158,20 @@ final class SuccessMarkWriter {
         return; // closing
       }
       marks.drainTo(group, MAX_MARKS_PER_WRITE - 1);
-      writing = true;
+      synchronized (marks) {
+        writing = true;
+        // close() may have woken this thread after take() had returned the marks: that interrupt
+        // was for an idle writer, and left set it failed the write at once (a pool that has to
+        // wait for a connection throws on it), so marks taken were given up, their keys left
+        // PROCESSING until their leases ran out. From here on close() does not interrupt.
+        Thread.interrupted();
+      }
       try {
         writeMarks(group);
       } finally {
-        writing = false;
+        synchronized (marks) {
+          writing = false;
+        }
         group.clear();
       }
     }
@@ -184,7 +193,7 @@ final class SuccessMarkWriter {
       FaultPoints.reached(FaultPoints.Point.BEFORE_SUCCESS_MARK);
       Set<DedupKey> lost = new HashSet<>(store.completeAll(claims, successRetention));
       FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
-      open.forEach(outcome -> pending.settle(outcome, !lost.contains(outcome.key)));
+      settleAll(open, lost);
     } catch (DedupStoreException e) {
       if (pending.notWritten(open, e)) {
         log.warn(
@@ -207,20 +216,46 @@ final class SuccessMarkWriter {
     }
   }
 
+  /**
+   * Settles each mark of a write that answered, whatever settling one of them throws (the
+   * application's listener, told of each, throwing an Error): the marks after it were written too,
+   * and failing their futures as not written would hold their records back for nothing. What was
+   * thrown is logged, as the writer logs whatever else it meets, and the writer goes on.
+   */
+  private void settleAll(List<PendingOutcome> open, Set<DedupKey> lost) {
+    Throwable failure = null;
+    for (PendingOutcome outcome : open) {
+      try {
+        pending.settle(outcome, !lost.contains(outcome.key));
+      } catch (RuntimeException | Error e) {
+        if (failure == null) {
+          failure = e;
+        } else {
+          failure.addSuppressed(e);
+        }
+      }
+    }
+    if (failure != null) {
+      // Not the write's failure: the marks are written and settled, nothing is retried.
+      log.error("Settling written SUCCESS marks failed (the listener threw)", failure);
+    }
+  }
+
   /** Stops the writer thread and writes the marks still queued or parked, once. */
   void close() {
     Thread current;
     synchronized (marks) {
       closed = true;
       current = writer;
-    }
-    if (current != null) {
       // Woken only when idle: an interrupt could fail the store call of the marks in flight. A
       // writer that is busy sees the flag once its call returns (bounded by the store's timeouts)
-      // and settles those marks itself.
-      if (!writing) {
+      // and settles those marks itself. Decided under the lock on which the writer says it
+      // writes, and clears an interrupt that came before.
+      if (current != null && !writing) {
         current.interrupt();
       }
+    }
+    if (current != null) {
       try {
         current.join(closeWait.toMillis());
       } catch (InterruptedException e) {
