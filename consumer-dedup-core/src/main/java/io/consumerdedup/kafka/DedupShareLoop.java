@@ -281,6 +281,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         worker.submit(fresh);
       }
       for (ConsumerRecord<K, V> lost : inFlight.dropUnreturned(now, lockNanos)) {
+        worker.abandon(lost); // its queued retries would run for a record no longer ours
         log.warn(
             "The acquisition lock of {} was not renewed (it had run out, or the broker does not"
                 + " renew locks: share groups need Kafka 4.2); the broker delivers it again",
