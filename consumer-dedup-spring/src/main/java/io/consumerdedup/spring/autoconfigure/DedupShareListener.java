@@ -394,8 +394,10 @@ final class DedupShareListener<K, V>
     /**
      * A listener that throws an {@code Error} stops the worker, as it ends {@code DedupShareLoop};
      * here nobody would start another, and the records not decided would be renewed for good, never
-     * handled. The record in hand is already decided as a failed attempt (released, or dead letter
-     * and reject once its attempts are spent); the others go to a new worker.
+     * handled. The record whose listener threw is already decided as a failed attempt (released, or
+     * dead letter and reject once its attempts are spent), and the worker handled the rest of its
+     * batch before it stopped; the records still undecided (waiting, or handed over meanwhile) go
+     * to a new worker.
      */
     private void replaceWorkerIfAnErrorStoppedIt() {
       Error fatal = worker.fatal();
