@@ -49,7 +49,12 @@ import org.slf4j.LoggerFactory;
  *       Builder#maxAttempts}, counted in the dedup table across consumers) or this is the last
  *       delivery the broker allows ({@link Builder#deliveryCountLimit}), the dead letter is written
  *       first, then REJECT: a failing record is never archived unseen;
- *   <li>no key, a malformed key, a conflicting payload: the dead letter first, then REJECT.
+ *   <li>no key, a malformed key, a conflicting payload: the dead letter first, then REJECT;
+ *   <li>a handler that throws an {@link Error}: a handler failure of its record, as above; the
+ *       worker handles the rest of the poll, then the loop ends and {@link #run()} throws the
+ *       Error. The poll's records are not left to the broker on its account: Kafka counts each
+ *       record the closing consumer gives back as a delivery, so a loop that ended on an Error
+ *       again and again would have the broker archive a healthy record of its poll, unapplied.
  * </ul>
  *
  * <p>While the handler runs (on the loop's worker thread), the loop's thread renews the locks of
@@ -161,7 +166,8 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
    * sends the decided acknowledgements and closes the consumer.
    *
    * @throws IllegalStateException if the loop was already started or closed
-   * @throws Error what a handler threw, once the consumer is closed
+   * @throws Error what a handler threw, once the rest of its poll is handled and the consumer is
+   *     closed
    */
   @Override
   public void run() {
@@ -281,6 +287,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         worker.submit(fresh);
       }
       for (ConsumerRecord<K, V> lost : inFlight.dropUnreturned(now, lockNanos)) {
+        worker.abandon(lost); // its queued retries would run for a record no longer ours
         log.warn(
             "The acquisition lock of {} was not renewed (it had run out, or the broker does not"
                 + " renew locks: share groups need Kafka 4.2); the broker delivers it again",

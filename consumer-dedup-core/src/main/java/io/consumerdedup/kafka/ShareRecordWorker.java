@@ -100,9 +100,22 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
     thread.start();
   }
 
-  /** Processes {@code record} as soon as the worker gets to it. */
+  /**
+   * Processes {@code record} as soon as the worker gets to it. A delivery the worker already has
+   * (the owner forgot it and took it back) is not processed twice: the copy in hand decides, or, if
+   * decided already, its decision is given again. A later delivery of the offset supersedes an
+   * earlier one the worker has, which is then not processed again.
+   */
   public void submit(ConsumerRecord<K, V> record) {
     worker.submit(List.of(record));
+  }
+
+  /**
+   * The owner gave up the record's delivery (its lock was lost): the worker does not process it
+   * again (no hold retried, no dead letter written again) unless it is submitted again.
+   */
+  public void abandon(ConsumerRecord<?, ?> record) {
+    worker.abandon(record);
   }
 
   /** The Error a handler threw, which stopped the worker; null if none. */

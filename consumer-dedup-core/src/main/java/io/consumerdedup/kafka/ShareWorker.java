@@ -9,6 +9,7 @@ import io.consumerdedup.kafka.internal.RecordSources;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.IdentityHashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -45,6 +46,14 @@ import org.slf4j.LoggerFactory;
  * A dead letter that cannot be written is tried again after the hold back-off, the record kept
  * acquired meanwhile: a record is never rejected without its dead letter.
  *
+ * <p>The worker works on a delivery only while its owner holds it. A delivery of an offset handed
+ * over later supersedes the one the worker has, and a delivery the owner gave up ({@link #abandon},
+ * its lock lost) is not processed again: its queued retries (a hold, a dead letter not written yet)
+ * are dropped undecided, or its handler would run for a record no longer this consumer's, and a
+ * second dead letter be written beside the one of the new delivery. A copy of a delivery the worker
+ * already has (its owner forgot it and took it back) is not processed twice: the copy in hand
+ * decides, and a copy of a delivery already decided gets that decision again.
+ *
  * <p>With a batch size above one ({@link ShareRecordWorker}, whose owner hands records over one at
  * a time), the worker takes the other records due together with the work it takes, until none comes
  * for {@link #BATCH_LINGER_NANOS} or the batch is full, and prepares them as one batch: one claim
@@ -62,7 +71,10 @@ final class ShareWorker<K, V> implements Runnable {
    */
   static final long BATCH_LINGER_NANOS = TimeUnit.MILLISECONDS.toNanos(1);
 
-  /** Local attempt counts kept for records released to other deliveries, at most this many. */
+  /**
+   * Local attempt counts kept for records released to other deliveries, and decisions kept for
+   * copies of a delivery handed over again, at most this many each.
+   */
   private static final int MAX_COUNTED = 10_000;
 
   private final RecordProcessor<K, V> processor;
@@ -88,8 +100,39 @@ final class ShareWorker<K, V> implements Runnable {
         }
       };
 
+  /**
+   * Guards {@link #pending} and {@link #decided}, which the owner's thread reads in {@link #submit}
+   * and {@link #abandon}: a delivery the owner takes back is then either still the worker's, or
+   * handed over anew, never lost between the two.
+   */
+  private final Object deliveries = new Object();
+
+  /** The delivery of each record handed over and not decided yet. */
+  private final Map<Id, Pending> pending = new HashMap<>();
+
+  /** The last decision of each record decided lately, for a copy of its delivery handed over. */
+  private final Map<Id, Decision> decided =
+      new LinkedHashMap<>() {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<Id, Decision> eldest) {
+          return size() > MAX_COUNTED;
+        }
+      };
+
   private volatile boolean running = true;
   private volatile @Nullable Error fatal;
+
+  /** A delivery handed over and not decided; abandoned once its owner gave it up. */
+  private static final class Pending {
+    final int delivery;
+    boolean abandoned;
+
+    Pending(int delivery) {
+      this.delivery = delivery;
+    }
+  }
 
   ShareWorker(
       RecordProcessor<K, V> processor,
@@ -114,9 +157,81 @@ final class ShareWorker<K, V> implements Runnable {
     this.maxBatch = maxBatch;
   }
 
-  /** A poll's new records, processed together as soon as the worker gets to them. */
+  /**
+   * A poll's new records, processed together as soon as the worker gets to them. A record whose
+   * delivery the worker already has is not processed twice: the copy it has goes on, or, if it
+   * decided that delivery already, its decision is given again (the owner had forgotten the
+   * delivery, its renewal late, and took it back).
+   */
   void submit(List<ConsumerRecord<K, V>> records) {
-    queue.add(new Work<>(records, null, System.nanoTime()));
+    List<ConsumerRecord<K, V>> fresh = new ArrayList<>(records.size());
+    List<Decision> again = new ArrayList<>();
+    synchronized (deliveries) {
+      for (ConsumerRecord<K, V> record : records) {
+        Id id = Id.of(record);
+        int delivery = ShareInFlight.delivery(record);
+        Pending taken = pending.get(id);
+        if (delivery > 0 && taken != null && taken.delivery == delivery) {
+          taken.abandoned = false; // the owner holds it again
+          continue;
+        }
+        Decision decision = decided.get(id);
+        if (delivery > 0 && taken == null && decision != null && decision.delivery() == delivery) {
+          again.add(decision);
+          continue;
+        }
+        pending.put(id, new Pending(delivery)); // an earlier delivery taken is superseded
+        fresh.add(record);
+      }
+    }
+    again.forEach(decisions);
+    if (!fresh.isEmpty()) {
+      queue.add(new Work<>(fresh, null, System.nanoTime()));
+    }
+  }
+
+  /**
+   * The owner gave the record's delivery up (its lock was lost): the worker does not process it
+   * again unless it is handed over again. The record in hand, if it is that one, is finished; its
+   * decision is the owner's to drop.
+   */
+  void abandon(ConsumerRecord<?, ?> record) {
+    synchronized (deliveries) {
+      Pending taken = pending.get(Id.of(record));
+      if (taken != null && taken.delivery == ShareInFlight.delivery(record)) {
+        taken.abandoned = true;
+      }
+    }
+  }
+
+  /**
+   * Whether the worker is to process this delivery now: false once its owner gave it up or a later
+   * delivery of the offset was handed over, and then it is forgotten, undecided.
+   */
+  private boolean stillHeld(ConsumerRecord<K, V> record) {
+    Id id = Id.of(record);
+    int delivery = ShareInFlight.delivery(record);
+    synchronized (deliveries) {
+      Pending taken = pending.get(id);
+      if (taken == null) {
+        // Decided already: a later delivery, handed over and decided while this one's retry
+        // waited (which would write a second dead letter, or run the handler again).
+        if (!decided.containsKey(id)) {
+          return true;
+        }
+      } else if (taken.delivery == delivery && !taken.abandoned) {
+        return true;
+      } else if (taken.delivery == delivery) {
+        pending.remove(id);
+        holds.remove(id);
+      }
+    }
+    log.info(
+        "Not processing {} (delivery {}) again: its lock was lost, so it is no longer this"
+            + " consumer's",
+        describe(record),
+        delivery);
+    return false;
   }
 
   /** Stops after the record in hand; the records not processed get no decision. */
@@ -145,9 +260,14 @@ final class ShareWorker<K, V> implements Runnable {
       try {
         Exception reason = work.deadLetterReason();
         if (reason != null) {
-          deadLetterThenReject(work.records().get(0), reason);
+          if (stillHeld(work.records().get(0))) {
+            deadLetterThenReject(work.records().get(0), reason);
+          }
         } else {
-          process(withOtherDueWork(work.records()));
+          List<ConsumerRecord<K, V>> batch = held(withOtherDueWork(work.records()));
+          if (!batch.isEmpty()) {
+            process(batch);
+          }
         }
       } catch (Error e) {
         fatal = e;
@@ -182,12 +302,25 @@ final class ShareWorker<K, V> implements Runnable {
       }
       Exception reason = next.deadLetterReason();
       if (reason != null) {
-        deadLetterThenReject(next.records().get(0), reason);
+        if (stillHeld(next.records().get(0))) {
+          deadLetterThenReject(next.records().get(0), reason);
+        }
       } else {
         batch.addAll(next.records());
       }
     }
     return batch;
+  }
+
+  /** The records whose delivery the owner still holds. */
+  private List<ConsumerRecord<K, V>> held(List<ConsumerRecord<K, V>> records) {
+    List<ConsumerRecord<K, V>> held = new ArrayList<>(records.size());
+    for (ConsumerRecord<K, V> record : records) {
+      if (stillHeld(record)) {
+        held.add(record);
+      }
+    }
+    return held;
   }
 
   private void process(List<ConsumerRecord<K, V>> records) {
@@ -207,6 +340,9 @@ final class ShareWorker<K, V> implements Runnable {
         if (!running) {
           break;
         }
+        if (!stillHeld(record)) {
+          continue; // given up while the records before it ran; its claim is given back
+        }
         try {
           Outcome outcome = processAndClearInterrupt(record);
           if (outcome == Outcome.DUPLICATE) {
@@ -225,9 +361,16 @@ final class ShareWorker<K, V> implements Runnable {
             case HANDLER_FAILED -> handlerFailed(record, e);
           }
         } catch (Error e) {
+          // A failed attempt of this record only; the worker stops once the batch is processed.
+          // Stopping here left the batch's other records undecided: their owner closes and the
+          // broker counts their delivery, so a loop that ended on an Error again and again had
+          // the broker archive a healthy record of the batch unapplied.
           handlerFailed(record, new HandlerErrorException(e));
-          error = e;
-          running = false;
+          if (error == null) {
+            error = e;
+          } else if (error != e) {
+            error.addSuppressed(e);
+          }
         }
       }
     } finally {
@@ -357,12 +500,25 @@ final class ShareWorker<K, V> implements Runnable {
 
   private void done(ConsumerRecord<K, V> record, AcknowledgeType type, long delayNanos) {
     Id id = Id.of(record);
-    holds.remove(id);
-    if (type != AcknowledgeType.RELEASE) {
-      counted.remove(id);
+    int delivery = ShareInFlight.delivery(record);
+    Decision decision = new Decision(id, delivery, type, System.nanoTime() + delayNanos);
+    boolean superseded;
+    synchronized (deliveries) {
+      Pending taken = pending.get(id);
+      // A later delivery handed over meanwhile: what is kept for the offset is that one's.
+      superseded = taken != null && taken.delivery != delivery;
+      if (!superseded) {
+        pending.remove(id);
+        decided.put(id, decision);
+      }
     }
-    decisions.accept(
-        new Decision(id, ShareInFlight.delivery(record), type, System.nanoTime() + delayNanos));
+    if (!superseded) {
+      holds.remove(id);
+      if (type != AcknowledgeType.RELEASE) {
+        counted.remove(id);
+      }
+    }
+    decisions.accept(decision); // the owner drops one for a delivery it no longer holds
   }
 
   private String describe(ConsumerRecord<?, ?> record) {

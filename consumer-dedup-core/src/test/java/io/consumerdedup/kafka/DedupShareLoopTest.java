@@ -19,6 +19,7 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -48,8 +49,13 @@ class DedupShareLoopTest {
 
   private static final Duration WAIT = Duration.ofSeconds(60);
 
-  private final List<DedupShareLoop<String, String>> loops = new ArrayList<>();
-  private final List<IdempotentExecutor> executors = new ArrayList<>();
+  // Written by the thread that restarts loops too.
+  private final List<DedupShareLoop<String, String>> loops = new CopyOnWriteArrayList<>();
+  private final List<IdempotentExecutor> executors = new CopyOnWriteArrayList<>();
+
+  /** Whether {@link #startRestartingOnError} starts a new loop when the last one ends. */
+  private final AtomicBoolean restarting = new AtomicBoolean(true);
+
   private final ExecutorService threads = Executors.newCachedThreadPool();
   private final KafkaProducer<String, String> dltProducer = TestKafka.producer();
 
@@ -69,6 +75,7 @@ class DedupShareLoopTest {
 
   @AfterEach
   void stop() {
+    restarting.set(false);
     loops.forEach(DedupShareLoop::close);
     threads.shutdownNow();
     executors.forEach(IdempotentExecutor::close);
@@ -389,6 +396,104 @@ class DedupShareLoopTest {
         .containsExactly("0/5 REJECT");
   }
 
+  /**
+   * The dead letter of a record without its key cannot be written at first, so the loop keeps the
+   * record acquired and tries the dead letter again after the hold back-off; meanwhile the loop's
+   * thread stalls past the lock (a GC pause), and the broker delivers the record again, to the same
+   * consumer. The new delivery is dead-lettered and rejected; the earlier delivery's retry, still
+   * queued in the worker, wrote a second dead letter of the same record once the topic took it.
+   */
+  @Test
+  void aDeadLetterRetriedForADeliveryWhoseLockWasLostIsNotWrittenTwice() throws Exception {
+    Duration lock = Duration.ofSeconds(1);
+    createQueue(lock);
+    fixture.producer().send(new ProducerRecord<>(topic, "no header")).get();
+    List<Short> deliveries = new CopyOnWriteArrayList<>();
+    List<StallingShareConsumer<String, String>> consumers = new CopyOnWriteArrayList<>();
+    DeadLetterHandler<String, String> publisher =
+        KafkaDeadLetterPublisher.<String, String>builder(dltProducer).groupId(group).build();
+    start(
+        Duration.ofMinutes(5),
+        record -> {
+          throw new AssertionError("a record without its key is never handled");
+        },
+        b ->
+            b.deadLetterHandler(
+                (record, reason) -> {
+                  // The dead-letter topic is out of reach until the record's second delivery.
+                  if (!deliveries.contains((short) 2)) {
+                    throw new IllegalStateException("dead-letter topic unreachable");
+                  }
+                  publisher.deadLetter(record, reason);
+                }),
+        record -> deliveries.add(record.deliveryCount().orElse((short) -1)),
+        config -> {
+          StallingShareConsumer<String, String> consumer =
+              new StallingShareConsumer<>(config, lock.multipliedBy(3));
+          consumers.add(consumer);
+          return consumer;
+        });
+    List<ConsumerRecord<String, String>> dead =
+        TestKafka.readFromStart(topic + "-dlt", 1, Duration.ofSeconds(30));
+    assertThat(dead).hasSize(1);
+    assertThat(consumers.get(0).stalled()).as("the loop's thread stalled past the lock").isTrue();
+    assertThat(deliveries).containsExactly((short) 1, (short) 2);
+    assertThat(TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(4)))
+        .as("one dead letter of the record, not one more for the delivery whose lock was lost")
+        .hasSize(1);
+    assertQueueEmpty();
+  }
+
+  /**
+   * Three records whose handler throws a StackOverflowError, then a healthy one, all in one poll;
+   * the application starts a new loop each time one ends on the Error. Each end left the poll's
+   * records after the failing one undecided, and the consumer's close gave them back to the broker,
+   * which counts the delivery (Kafka 4.2 counts every acquisition, released or not): the healthy
+   * record was applied only once the poisoned ones were dead-lettered, on its fourth or fifth
+   * delivery, and on its fifth the broker archives it instead, unapplied and without a dead letter.
+   */
+  @Test
+  void aRecordPolledWithOthersWhoseHandlerThrowsAnErrorIsAppliedOnItsFirstDelivery()
+      throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    // In one batch, as a busy producer sends them: the broker acquires them together.
+    List<Future<?>> sent = new ArrayList<>();
+    for (String orderNo : List.of("poison-1", "poison-2", "poison-3", "healthy-1")) {
+      ProducerRecord<String, String> record =
+          new ProducerRecord<>(topic, orderNo.startsWith("poison") ? "overflows" : "fine");
+      record.headers().add(LoopFixture.KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+      sent.add(fixture.producer().send(record));
+    }
+    fixture.producer().flush();
+    for (Future<?> each : sent) {
+      each.get();
+    }
+    Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
+    List<String> runs = new CopyOnWriteArrayList<>();
+    startRestartingOnError(
+        record -> {
+          runs.add(orderNo(record) + "/" + record.deliveryCount().orElse((short) 0));
+          if (record.value().equals("overflows")) {
+            throw new StackOverflowError("recursion in " + orderNo(record));
+          }
+          applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
+        },
+        b -> b.retryBackOff(Duration.ofMillis(100)));
+    List<ConsumerRecord<String, String>> dead = TestKafka.readFromStart(topic + "-dlt", 3, WAIT);
+    assertThat(dead)
+        .as("each poisoned record dead-lettered, none archived unseen: " + runs)
+        .extracting(LoopFixture::orderNo)
+        .containsExactlyInAnyOrder("poison-1", "poison-2", "poison-3");
+    await().atMost(WAIT).until(() -> applied.containsKey("healthy-1"));
+    assertThat(runs)
+        .filteredOn(run -> run.startsWith("healthy-1/"))
+        .as("applied on its first delivery: no loop ended on the Error with it undecided")
+        .containsExactly("healthy-1/1");
+    restarting.set(false);
+    assertQueueEmpty();
+    assertThat(applied.get("healthy-1").get()).isEqualTo(1);
+  }
+
   /** Has a plain consumer of the group take the queue's record and release it three times. */
   private void releaseThreeTimes() {
     Map<String, Object> config =
@@ -457,6 +562,47 @@ class DedupShareLoopTest {
       Customizer customizer,
       java.util.function.Consumer<ConsumerRecord<String, String>> delivered,
       Function<Map<String, Object>, ShareConsumer<String, String>> consumers) {
+    threads.execute(loop(lease, handler, customizer, delivered, consumers));
+  }
+
+  /**
+   * Runs share loops one after another, a new one each time the last ended on an Error, as an
+   * application that restarts its loop would.
+   */
+  private void startRestartingOnError(
+      RecordHandler<String, String> handler, Customizer customizer) {
+    threads.execute(
+        () -> {
+          while (restarting.get()) {
+            try {
+              loop(
+                      Duration.ofMinutes(5),
+                      handler,
+                      customizer,
+                      record -> {},
+                      KafkaShareConsumer::new)
+                  .run();
+              return; // closed
+            } catch (Error e) {
+              // The loop ended on the handler's Error: start another a moment later, once the
+              // broker has taken back what the closed consumer held.
+              try {
+                Thread.sleep(1_000);
+              } catch (InterruptedException stop) {
+                return;
+              }
+            }
+          }
+        });
+  }
+
+  /** A share loop on the consumer {@code consumers} makes, not started. */
+  private DedupShareLoop<String, String> loop(
+      Duration lease,
+      RecordHandler<String, String> handler,
+      Customizer customizer,
+      java.util.function.Consumer<ConsumerRecord<String, String>> delivered,
+      Function<Map<String, Object>, ShareConsumer<String, String>> consumers) {
     IdempotentExecutor executor = IdempotentExecutor.builder(fixture.store()).lease(lease).build();
     executors.add(executor);
     IdempotentRecordHandler<String, String> records =
@@ -502,6 +648,6 @@ class DedupShareLoopTest {
                     .closeTimeout(Duration.ofSeconds(10)))
             .build(consumers);
     loops.add(loop);
-    threads.execute(loop);
+    return loop;
   }
 }

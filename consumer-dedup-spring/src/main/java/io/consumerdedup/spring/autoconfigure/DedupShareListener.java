@@ -160,32 +160,18 @@ final class DedupShareListener<K, V>
    * gets a new one.
    */
   private final class Batch implements RecordProcessor<K, V> {
-    private final Keeper keeper;
     private @Nullable ConsumerPoll poll;
     private List<ConsumerRecord<K, V>> records = List.of();
-
-    Batch(Keeper keeper) {
-      this.keeper = keeper;
-    }
 
     @Override
     public void prepare(List<ConsumerRecord<K, V>> batch) {
       settle(); // a batch left unsettled: its claims given back first
-      List<ConsumerRecord<K, V>> current = new ArrayList<>(batch);
-      current.removeIf(keeper::stale);
-      records = current;
-      poll = ConsumerPoll.ofShareBatch(current);
+      records = List.copyOf(batch);
+      poll = ConsumerPoll.ofShareBatch(records);
     }
 
-    /**
-     * A record the broker has delivered again meanwhile is not run: its decision would be dropped,
-     * and the new delivery, of the same offset and key, is the worker's to run.
-     */
     @Override
     public Outcome process(ConsumerRecord<K, V> record) {
-      if (keeper.stale(record)) {
-        return Outcome.DUPLICATE;
-      }
       return DedupShareListener.this.process(record, poll);
     }
 
@@ -297,7 +283,7 @@ final class DedupShareListener<K, V>
 
     private ShareRecordWorker<K, V> newWorker() {
       return new ShareRecordWorker<>(
-          new Batch(this),
+          new Batch(),
           deadLetters,
           signals::add,
           settings.maxAttempts(),
@@ -408,8 +394,10 @@ final class DedupShareListener<K, V>
     /**
      * A listener that throws an {@code Error} stops the worker, as it ends {@code DedupShareLoop};
      * here nobody would start another, and the records not decided would be renewed for good, never
-     * handled. The record in hand is already decided as a failed attempt (released, or dead letter
-     * and reject once its attempts are spent); the others go to a new worker.
+     * handled. The record whose listener threw is already decided as a failed attempt (released, or
+     * dead letter and reject once its attempts are spent), and the worker handled the rest of its
+     * batch before it stopped; the records still undecided (waiting, or handed over meanwhile) go
+     * to a new worker.
      */
     private void replaceWorkerIfAnErrorStoppedIt() {
       Error fatal = worker.fatal();
@@ -432,16 +420,6 @@ final class DedupShareListener<K, V>
           }
         }
       }
-    }
-
-    /**
-     * Whether a later delivery of {@code record} is in flight: the keeper forgot the record when
-     * its renewal did not come back in time, took it back as new when it did after all (a stalled
-     * consumer thread), and the broker then delivered it again; the worker holds both copies.
-     */
-    synchronized boolean stale(ConsumerRecord<K, V> record) {
-      Entry entry = entries.get(Id.of(record));
-      return entry != null && delivery(entry.record) != delivery(record);
     }
 
     private synchronized void decide(Decided decided) {
@@ -484,7 +462,12 @@ final class DedupShareListener<K, V>
           }
         }
         for (Id id : lost) {
-          entries.remove(id);
+          Entry gone = entries.remove(id);
+          if (gone != null) {
+            // Its retries queued in the worker would run for a record no longer ours, and write
+            // a second dead letter beside that of its next delivery.
+            worker.abandon(gone.record);
+          }
           log.warn(
               "The acquisition lock of {}-{}@{} (share group {}) was not renewed in time; the"
                   + " broker delivers it again",
