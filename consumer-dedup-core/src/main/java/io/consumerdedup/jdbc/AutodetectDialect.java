@@ -1,6 +1,6 @@
 package io.consumerdedup.jdbc;
 
-import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.jdbc.internal.Dialect;
 import io.consumerdedup.jdbc.internal.MySqlDialect;
 import io.consumerdedup.jdbc.internal.PostgresDialect;
@@ -34,9 +34,15 @@ final class AutodetectDialect implements StoreCalls.DialectChoice {
     if (dialect == null) {
       dialect = SqlDialect.forProduct(product);
       if (dialect == null) {
-        throw new DedupStoreException(
-            "JdbcDedupStore supports PostgreSQL, MySQL and MariaDB; the DataSource is " + product,
-            null,
+        // Not an outage: no retry can make the store speak to this database, so every record
+        // would wait for good. Said as the configuration error it is, which stops a Spring
+        // application at start-up (its table check) rather than holding its records.
+        throw new DedupConfigurationException(
+            "JdbcDedupStore supports PostgreSQL, MySQL and MariaDB; the DataSource is "
+                + product
+                + ". Point it at one of those; in tests, give the application a DedupStore of its"
+                + " own (an InMemoryDedupStore of consumer-dedup-test), or set"
+                + " consumer-dedup.enabled=false where no listener consumes",
             null,
             null);
       }

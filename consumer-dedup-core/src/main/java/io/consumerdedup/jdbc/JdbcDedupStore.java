@@ -332,6 +332,8 @@ public final class JdbcDedupStore implements DedupStore {
    *
    * @throws DedupTableMissingException the table is missing or lacks columns; the message names
    *     them and the schema file to apply
+   * @throws io.consumerdedup.core.DedupConfigurationException the database is not one the store
+   *     supports (PostgreSQL, MySQL, MariaDB)
    */
   @Override
   public void verifyReady() {

@@ -62,7 +62,8 @@ public final class StoreCalls {
     /**
      * The dialect of the database behind {@code connection}, whose statements {@code calls} run.
      *
-     * @throws io.consumerdedup.core.DedupStoreException if no dialect speaks to that database
+     * @throws io.consumerdedup.core.DedupConfigurationException if no dialect speaks to that
+     *     database
      */
     Dialect choose(Connection connection, StoreCalls calls) throws SQLException;
   }

@@ -1,5 +1,6 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
@@ -36,7 +37,7 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
     List<String> missing;
     try {
       missing = store.missingColumnsNow();
-    } catch (DedupStoreException e) {
+    } catch (DedupStoreException | DedupConfigurationException e) {
       return Health.down()
           .withDetail("table", store.tableName())
           .withDetail("reason", String.valueOf(e.getMessage()))

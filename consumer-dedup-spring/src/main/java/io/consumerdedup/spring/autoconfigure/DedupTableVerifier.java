@@ -6,8 +6,9 @@ import org.springframework.beans.factory.InitializingBean;
 /**
  * Checks at start-up that the dedup table exists with every column the store uses (after {@code
  * consumer-dedup.initialize-schema=always} had its chance to create it): a forgotten migration
- * stops the application with the fix, instead of failing every record. A database that cannot be
- * reached at start-up is only logged: records wait for it like for any outage.
+ * stops the application with the fix, instead of failing every record, and so does a database the
+ * store does not support (H2, say). A database that cannot be reached at start-up is only logged:
+ * records wait for it like for any outage.
  */
 public final class DedupTableVerifier implements InitializingBean {
   private final JdbcDedupStore store;
