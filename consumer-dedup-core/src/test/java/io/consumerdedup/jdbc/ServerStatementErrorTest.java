@@ -15,6 +15,7 @@ import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
+import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
@@ -199,17 +200,25 @@ class ServerStatementErrorTest {
             }
           }
           case NAME_TAKEN -> {
-            // The name pgjdbc gives the session's next statement (its counter counts on from the
-            // names it gave), as another client's statement of that name on a shared server
-            // connection; a pooler's next transaction would land elsewhere, here the next name
-            // is free.
-            int next =
-                names.stream()
-                        .filter(name -> name.startsWith("S_"))
-                        .mapToInt(name -> Integer.parseInt(name.substring(2)))
-                        .max()
-                        .orElse(0)
-                    + 1;
+            // The name pgjdbc gives the session's next statement, as another client's statement of
+            // that name on a shared server connection; a pooler's next transaction would land
+            // elsewhere, here the next name is free. pgjdbc's counter counts on from every name it
+            // gave, some of them deallocated since (the pool's first query, SHOW TRANSACTION
+            // ISOLATION LEVEL, once its statement is closed): so a probe takes a name now, and the
+            // next one is taken.
+            int next;
+            try (PreparedStatement probe = connection.prepareStatement("SELECT 'name probe'")) {
+              probe.executeQuery().close();
+              try (ResultSet row =
+                  statement.executeQuery(
+                      "SELECT name FROM pg_prepared_statements"
+                          + " WHERE statement = 'SELECT ''name probe'''")) {
+                if (!row.next()) {
+                  throw new IllegalStateException("The probe statement was not named");
+                }
+                next = Integer.parseInt(row.getString(1).substring(2)) + 1;
+              }
+            }
             statement.execute("PREPARE \"S_" + next + "\" AS SELECT 1");
           }
           case NAME_HOLDS_STATEMENT_WITHOUT_PARAMETERS, NAME_HOLDS_STATEMENT_OF_OTHER_TYPES -> {
