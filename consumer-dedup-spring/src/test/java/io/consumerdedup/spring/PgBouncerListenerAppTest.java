@@ -38,6 +38,7 @@ import org.junit.jupiter.api.Test;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.builder.SpringApplicationBuilder;
+import org.springframework.boot.logging.LoggingSystem;
 import org.springframework.context.ConfigurableApplicationContext;
 import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
@@ -135,6 +136,11 @@ class PgBouncerListenerAppTest {
     CyclicBarrier together = new CyclicBarrier(instances);
     ExecutorService threads = Executors.newFixedThreadPool(instances);
     List<Throwable> failures = new ArrayList<>();
+    // Four applications of one JVM would each reset Logback, which is the JVM's, at once (its
+    // reset is not thread-safe: a start-up failed on a ConcurrentModificationException in it).
+    // Separate instances have a Logback each; here they keep the one the test JVM set up.
+    String loggingSystem = System.getProperty(LoggingSystem.SYSTEM_PROPERTY);
+    System.setProperty(LoggingSystem.SYSTEM_PROPERTY, LoggingSystem.NONE);
     try {
       List<Future<ConfigurableApplicationContext>> startUps = new ArrayList<>();
       for (int i = 0; i < instances; i++) {
@@ -154,6 +160,11 @@ class PgBouncerListenerAppTest {
       }
     } finally {
       threads.shutdownNow();
+      if (loggingSystem == null) {
+        System.clearProperty(LoggingSystem.SYSTEM_PROPERTY);
+      } else {
+        System.setProperty(LoggingSystem.SYSTEM_PROPERTY, loggingSystem);
+      }
     }
     assertThat(failures).as("start-ups that failed").isEmpty();
     assertThat(apps).hasSize(instances);
