@@ -90,15 +90,7 @@ final class ShareWorker<K, V> implements Runnable {
 
   private final DelayQueue<Work<K, V>> queue = new DelayQueue<>();
   private final Map<Id, Duration> holds = new LinkedHashMap<>();
-  private final Map<Id, Integer> counted =
-      new LinkedHashMap<>() {
-        private static final long serialVersionUID = 1L;
-
-        @Override
-        protected boolean removeEldestEntry(Map.Entry<Id, Integer> eldest) {
-          return size() > MAX_COUNTED;
-        }
-      };
+  private final Map<Id, Integer> counted = lastCounted();
 
   /**
    * Guards {@link #pending} and {@link #decided}, which the owner's thread reads in {@link #submit}
@@ -111,15 +103,19 @@ final class ShareWorker<K, V> implements Runnable {
   private final Map<Id, Pending> pending = new HashMap<>();
 
   /** The last decision of each record decided lately, for a copy of its delivery handed over. */
-  private final Map<Id, Decision> decided =
-      new LinkedHashMap<>() {
-        private static final long serialVersionUID = 1L;
+  private final Map<Id, Decision> decided = lastCounted();
 
-        @Override
-        protected boolean removeEldestEntry(Map.Entry<Id, Decision> eldest) {
-          return size() > MAX_COUNTED;
-        }
-      };
+  /** A map that keeps the last {@link #MAX_COUNTED} records put in it, the oldest dropped. */
+  private static <T> Map<Id, T> lastCounted() {
+    return new LinkedHashMap<>() {
+      private static final long serialVersionUID = 1L;
+
+      @Override
+      protected boolean removeEldestEntry(Map.Entry<Id, T> eldest) {
+        return size() > MAX_COUNTED;
+      }
+    };
+  }
 
   private volatile boolean running = true;
   private volatile @Nullable Error fatal;
