@@ -119,6 +119,8 @@ public final class DedupClaim {
    * @throws DedupStoreUnavailableException SUCCESS is not written yet: it is retried in the
    *     background while the lease is renewed, and this process does not run the handler for the
    *     key again before it is written; retry the delivery later
+   * @throws DedupExecutorClosedException SUCCESS could not be written and the executor is closed:
+   *     nothing retries it, and the record is delivered again; retry the delivery later
    * @throws IllegalStateException the claim is a duplicate or was already ended
    */
   public void complete() {

@@ -58,6 +58,8 @@ public final class Outcomes implements AutoCloseable {
    * @throws DedupLeaseLostException another consumer took the key over first
    * @throws DedupStoreUnavailableException SUCCESS is not written yet; it is kept and retried in
    *     the background while the lease is renewed
+   * @throws DedupExecutorClosedException SUCCESS could not be written and the executor is closed:
+   *     it is given up, as {@link #close()} gives up outcomes
    */
   public void complete(
       DedupKey key,
@@ -71,7 +73,11 @@ public final class Outcomes implements AutoCloseable {
         return;
       }
     } catch (DedupStoreException e) {
-      pending.keep(outcome, e);
+      if (!pending.keep(outcome, e)) {
+        // The executor closed: nothing retries it (said at ERROR by keep).
+        throw new DedupExecutorClosedException(
+            "The executor was closed before the SUCCESS of this key was recorded", key, source, e);
+      }
       log.warn(
           "Handler for {} (attempt {}) succeeded, but SUCCESS could not be recorded yet; keeping"
               + " the lease and retrying in the background. This process will not run the handler"
@@ -183,14 +189,16 @@ public final class Outcomes implements AutoCloseable {
     try {
       pending.write(outcome);
     } catch (DedupStoreException e) {
-      pending.keep(outcome, e);
-      log.warn(
-          "Handler for {} (attempt {}) failed, and FAILED could not be recorded yet; keeping the"
-              + " lease and retrying in the background: {}",
-          DeliverySources.where(key, source),
-          token,
-          e.getMessage());
+      // The handler's own exception goes on either way; the store's says why FAILED is missing.
       error.addSuppressed(e);
+      if (pending.keep(outcome, e)) {
+        log.warn(
+            "Handler for {} (attempt {}) failed, and FAILED could not be recorded yet; keeping the"
+                + " lease and retrying in the background: {}",
+            DeliverySources.where(key, source),
+            token,
+            e.getMessage());
+      } // else the executor closed, and keep said at ERROR that it is given up
     }
     listener.failed(key, token, error);
   }
