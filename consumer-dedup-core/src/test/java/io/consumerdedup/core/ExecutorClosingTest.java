@@ -7,7 +7,20 @@ import ch.qos.logback.classic.Level;
 import ch.qos.logback.classic.Logger;
 import ch.qos.logback.classic.spi.ILoggingEvent;
 import ch.qos.logback.core.read.ListAppender;
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -108,5 +121,73 @@ class ExecutorClosingTest {
     assertThat(errorsAbout("pay-0@12")).as("ERROR lines naming the delivery").hasSize(1);
     db.faulty().proxy().pass();
     assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
+  }
+
+  /**
+   * A SUCCESS mark parked for its thread's next claim ({@link DedupClaim#completeWithNextClaim()})
+   * whose short wait ends while close() waits for a busy outcome writer: close() writes it, on its
+   * own thread, rather than the lease timer that close() stops.
+   */
+  @Test
+  void aMarkLeftForTheNextClaimAsTheExecutorClosesIsWrittenByTheClose() throws Exception {
+    ExecutorService threads = Executors.newFixedThreadPool(2);
+    CountDownLatch writerHeld = new CountDownLatch(1);
+    CountDownLatch releaseWriter = new CountDownLatch(1);
+    try (HikariDataSource onePool = TestDatabase.dataSource(db.schema(), 1)) {
+      IdempotentExecutor executor =
+          db.executor(IdempotentExecutor.builder(JdbcDedupStore.builder(onePool).build()));
+      DedupKey busy = DedupKey.of("payment", "writer-busy");
+      DedupKey parked = DedupKey.of("payment", "parked-at-close");
+      DedupClaim busyClaim = executor.claim(busy, null, "pay-0@20");
+      DedupClaim parkedClaim = executor.claim(parked, null, "pay-0@21");
+      // The outcome writer busy with another record's mark, so that close() waits for it.
+      FaultPoints.install(
+          point -> {
+            if (point == FaultPoints.Point.BEFORE_SUCCESS_MARK
+                && Thread.currentThread().getName().equals("consumer-dedup-outcome-writer")) {
+              writerHeld.countDown();
+              try {
+                releaseWriter.await(30, TimeUnit.SECONDS);
+              } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+              }
+            }
+          });
+      CompletableFuture<Void> busyWritten = busyClaim.completeAsync();
+      assertThat(writerHeld.await(10, TimeUnit.SECONDS)).as("writer busy").isTrue();
+      CountDownLatch go = new CountDownLatch(1);
+      Future<?> closing =
+          threads.submit(
+              () -> {
+                go.await();
+                executor.close();
+                return null;
+              });
+      CompletableFuture<Void> written;
+      // The pool's one connection taken meanwhile by another part of the application: whoever
+      // writes the parked mark waits for it.
+      try (Connection held = onePool.getConnection()) {
+        written = parkedClaim.completeWithNextClaim(); // the poll ended: no next claim comes
+        go.countDown();
+        try {
+          closing.get(3, TimeUnit.SECONDS);
+        } catch (TimeoutException stillClosing) {
+          // close() writes the parked mark: it waits for the connection
+        }
+        releaseWriter.countDown();
+      }
+      closing.get(60, TimeUnit.SECONDS);
+
+      assertThat(written).as("the parked mark's future").succeedsWithin(Duration.ofSeconds(30));
+      assertThat(errorsAbout("pay-0@21")).as("ERROR lines naming the parked delivery").isEmpty();
+      assertThat(db.store().find(parked).orElseThrow().status())
+          .as("not left PROCESSING for a whole lease")
+          .isEqualTo(DedupStatus.SUCCESS);
+      busyWritten.handle((done, failed) -> null).get(30, TimeUnit.SECONDS);
+    } finally {
+      FaultPoints.install(null);
+      releaseWriter.countDown();
+      threads.shutdownNow();
+    }
   }
 }
