@@ -224,15 +224,15 @@ public final class DedupClaim {
   /**
    * Records FAILED, so that the next delivery retries: the handler threw {@code error}. If FAILED
    * cannot be written yet, it is retried in the background and the store's error is added to {@code
-   * error} as suppressed. In the caller's transaction (mode TRANSACTIONAL) its rollback removes the
-   * record instead.
+   * error} as suppressed, as is what the listener throws on hearing of it. In the caller's
+   * transaction (mode TRANSACTIONAL) its rollback removes the record instead.
    *
    * @throws IllegalStateException the claim is a duplicate or was already ended
    */
   public void fail(Throwable error) {
     end("fail");
     if (outcomes == null || renewal == null) {
-      listener.failed(key, attempt, error);
+      Outcomes.tellFailed(listener, key, attempt, error);
       return;
     }
     outcomes.fail(key, attempt, source, renewal, error);

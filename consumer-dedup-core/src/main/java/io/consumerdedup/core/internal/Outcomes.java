@@ -200,7 +200,23 @@ public final class Outcomes implements AutoCloseable {
             e.getMessage());
       } // else the executor closed, and keep said at ERROR that it is given up
     }
-    listener.failed(key, token, error);
+    tellFailed(listener, key, token, error);
+  }
+
+  /**
+   * Tells {@code listener} that the handler threw {@code error}. What the listener throws is added
+   * to {@code error} as suppressed: an Error (which the composite listener does not catch) escaping
+   * here replaced the handler's exception, which the caller's retry and dead-letter decisions read.
+   */
+  public static void tellFailed(
+      DedupListener listener, DedupKey key, int attempt, Throwable error) {
+    try {
+      listener.failed(key, attempt, error);
+    } catch (RuntimeException | Error e) {
+      if (e != error) {
+        error.addSuppressed(e);
+      }
+    }
   }
 
   /** Whether an outcome of {@code key} is still to be written (queued, or kept for retrying). */
