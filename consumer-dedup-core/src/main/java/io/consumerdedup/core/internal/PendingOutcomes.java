@@ -242,12 +242,12 @@ final class PendingOutcomes {
       if (outcome.settled.get()) {
         continue; // settled before the failure
       }
-      boolean kept = false;
+      boolean givenUp = !keeping;
       try {
         if (keeping) {
           // False if the executor closed meanwhile: given up then, and said so, by keep.
-          kept = keep(outcome, e);
-          allKept &= kept;
+          givenUp = !keep(outcome, e);
+          allKept &= !givenUp;
         } else {
           pending.remove(outcome.key, outcome);
         }
@@ -255,9 +255,9 @@ final class PendingOutcomes {
         log.warn("Could not keep the SUCCESS of {} for retrying", outcome.key, keepFailed);
       } finally {
         outcome.written.completeExceptionally(
-            kept
-                ? notRecordedYet(outcome.key, outcome.source, e)
-                : closedBeforeWritten(outcome, e));
+            givenUp
+                ? closedBeforeWritten(outcome, e)
+                : notRecordedYet(outcome.key, outcome.source, e));
       }
     }
     if (!keeping) {
