@@ -40,23 +40,15 @@ final class BatchClaims {
     Set<DedupKey> keys = new HashSet<>();
     List<ClaimRequest> requests = new ArrayList<>();
     List<Integer> requested = new ArrayList<>();
-    for (int i = 0; i < deliveries.size(); i++) {
-      IdempotentExecutor.Delivery delivery = deliveries.get(i);
-      if (!keys.add(delivery.key())) {
-        continue; // a later copy: claimed when asked, once the earlier one has ended
-      }
-      if (calls.outcomePending(delivery.key())) {
-        // The SUCCESS of an earlier delivery is on its way (the last poll's, in flight while this
-        // poll is claimed): claimed when asked, once it is written, rather than written here
-        // again, on the batch's time and against the writer's lock on the row.
-        continue;
-      }
-      try {
-        requests.add(calls.request(delivery.key(), delivery.fingerprint(), delivery.source()));
-        requested.add(i);
-      } catch (RuntimeException e) {
-        answers[i] = e;
-      }
+    long takenNanos = System.nanoTime();
+    try {
+      takeClaimIds(deliveries, keys, requests, requested, answers);
+    } catch (RuntimeException | Error e) {
+      // Such as an OutOfMemoryError, or an Error from the caller's list built as it is read: the
+      // claim ids taken so far were never sent. Dropped, the next poll of their records sent fresh
+      // ids and was told "in progress" by this process's own unanswered claims, for a whole lease.
+      calls.unsent(requests, takenNanos);
+      throw e;
     }
     long sentNanos = System.nanoTime();
     List<ClaimResult> results = calls.claimAll(requests, sentNanos);
@@ -66,6 +58,7 @@ final class BatchClaims {
             .map(ClaimResult.Claimed.class::cast)
             .toList();
     List<LeaseRenewer.Renewal> started = null;
+    List<IdempotentExecutor.Delivery> copied;
     try {
       // Inside the try: the executor may have closed while the claims were on their way, and its
       // closed renewer refuses them; they must be given back then too, not left blocking their
@@ -76,6 +69,8 @@ final class BatchClaims {
         int i = requested.get(j);
         answers[i] = answer(deliveries.get(i), results.get(j), renewals, sentNanos);
       }
+      // Inside the try too: a caller's list built as it is read may throw here.
+      copied = List.copyOf(deliveries);
     } catch (RuntimeException | Error e) {
       // Nobody gets these claims (an Error, an OutOfMemoryError say, while they were answered):
       // given back, not left held under leases renewed for as long as the executor runs.
@@ -99,7 +94,37 @@ final class BatchClaims {
       }
       throw e;
     }
-    return new DedupClaims(executor, calls, List.copyOf(deliveries), answers, sentNanos);
+    return new DedupClaims(executor, calls, copied, answers, sentNanos);
+  }
+
+  /**
+   * Takes a claim id for each delivery of the batch that goes to the store ({@code requests}, at
+   * {@code requested} in {@code deliveries}); a delivery refused at once gets its answer.
+   */
+  private void takeClaimIds(
+      List<IdempotentExecutor.Delivery> deliveries,
+      Set<DedupKey> keys,
+      List<ClaimRequest> requests,
+      List<Integer> requested,
+      @Nullable Object[] answers) {
+    for (int i = 0; i < deliveries.size(); i++) {
+      IdempotentExecutor.Delivery delivery = deliveries.get(i);
+      if (!keys.add(delivery.key())) {
+        continue; // a later copy: claimed when asked, once the earlier one has ended
+      }
+      if (calls.outcomePending(delivery.key())) {
+        // The SUCCESS of an earlier delivery is on its way (the last poll's, in flight while this
+        // poll is claimed): claimed when asked, once it is written, rather than written here
+        // again, on the batch's time and against the writer's lock on the row.
+        continue;
+      }
+      try {
+        requests.add(calls.request(delivery.key(), delivery.fingerprint(), delivery.source()));
+        requested.add(i);
+      } catch (RuntimeException e) {
+        answers[i] = e;
+      }
+    }
   }
 
   /**

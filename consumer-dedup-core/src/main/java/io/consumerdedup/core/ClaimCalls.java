@@ -152,14 +152,24 @@ final class ClaimCalls {
     }
   }
 
+  /**
+   * {@code requests}, taken at {@code takenNanos}, were never sent: the claim ids they took from
+   * the unanswered claims are remembered again, for the next claim of their keys. A fresh id put
+   * back with them matches no row, and is sent as any fresh one.
+   */
+  void unsent(List<ClaimRequest> requests, long takenNanos) {
+    requests.forEach(request -> unanswered.unsent(request.key(), request.claimId(), takenNanos));
+  }
+
   /** Sends {@code requests} in one round trip, at {@code sentNanos}; answers in their order. */
   List<ClaimResult> claimAll(List<ClaimRequest> requests, long sentNanos) {
     if (requests.isEmpty()) {
       return List.of();
     }
     DedupKey first = requests.get(0).key();
-    FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
     try {
+      // Inside the try: what is thrown here leaves the ids taken for the requests remembered.
+      FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
       return inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
     } catch (DedupStoreException e) {
       if (e instanceof DedupStoreUnavailableException) {

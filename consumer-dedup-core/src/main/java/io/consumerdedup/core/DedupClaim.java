@@ -119,6 +119,8 @@ public final class DedupClaim {
    * @throws DedupStoreUnavailableException SUCCESS is not written yet: it is retried in the
    *     background while the lease is renewed, and this process does not run the handler for the
    *     key again before it is written; retry the delivery later
+   * @throws DedupExecutorClosedException SUCCESS could not be written and the executor is closed:
+   *     nothing retries it, and the record is delivered again; retry the delivery later
    * @throws IllegalStateException the claim is a duplicate or was already ended
    */
   public void complete() {
@@ -222,15 +224,15 @@ public final class DedupClaim {
   /**
    * Records FAILED, so that the next delivery retries: the handler threw {@code error}. If FAILED
    * cannot be written yet, it is retried in the background and the store's error is added to {@code
-   * error} as suppressed. In the caller's transaction (mode TRANSACTIONAL) its rollback removes the
-   * record instead.
+   * error} as suppressed, as is what the listener throws on hearing of it. In the caller's
+   * transaction (mode TRANSACTIONAL) its rollback removes the record instead.
    *
    * @throws IllegalStateException the claim is a duplicate or was already ended
    */
   public void fail(Throwable error) {
     end("fail");
     if (outcomes == null || renewal == null) {
-      listener.failed(key, attempt, error);
+      Outcomes.tellFailed(listener, key, attempt, error);
       return;
     }
     outcomes.fail(key, attempt, source, renewal, error);

@@ -60,6 +60,36 @@ class IdempotentExecutorTest {
   }
 
   @Test
+  void aListenerThatThrowsAnErrorOnFailedDoesNotReplaceTheHandlersException() {
+    AssertionError listenerError = new AssertionError("metrics registry broken");
+    IdempotentExecutor executor =
+        executor(
+            IdempotentExecutor.builder(db.store())
+                .listener(
+                    new DedupListener() {
+                      @Override
+                      public void failed(DedupKey key, int attempt, Throwable error) {
+                        throw listenerError;
+                      }
+                    }));
+    DedupKey key = DedupKey.of("payment", "ORD-listener-error");
+
+    assertThatThrownBy(
+            () ->
+                executor.execute(
+                    key,
+                    () -> {
+                      throw new IllegalStateException("bank timed out");
+                    }))
+        .as("the handler's own exception, which the caller's retry or dead-letter policy reads")
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessage("bank timed out")
+        .hasSuppressedException(listenerError);
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(executor.execute(key, () -> "charged").attempt()).as("retried").isEqualTo(2);
+  }
+
+  @Test
   void aClaimEndedByTheCallerRecordsItsOutcomeOnce() {
     IdempotentExecutor executor = executor();
     DedupKey key = DedupKey.of("payment", "ORD-claim-1");

@@ -10,6 +10,7 @@ import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.ReplyLosingStore;
 import io.consumerdedup.testing.TestDatabase;
 import java.time.Duration;
+import java.util.AbstractList;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.UUID;
@@ -99,6 +100,56 @@ class UnansweredClaimTest {
             .as("the claim of %s committed", delivery.key())
             .isEqualTo(DedupStatus.PROCESSING);
       }
+
+      DedupClaims again = executor.claimAll(poll);
+      List<String> answers = new ArrayList<>();
+      for (int i = 0; i < again.size(); i++) {
+        try {
+          DedupClaim claim = again.get(i);
+          claim.complete();
+          answers.add("held " + claim.attempt());
+        } catch (DedupInProgressException e) {
+          answers.add("in progress");
+        }
+      }
+
+      assertThat(answers).containsExactly("held 1", "held 1", "held 1");
+    }
+  }
+
+  @Test
+  void aClaimIdTakenForABatchThatAnErrorStoppedIsTakenUpByTheNextPoll() {
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource).build();
+    ReplyLosingStore losing = ReplyLosingStore.in(store);
+    String run = UUID.randomUUID().toString();
+    List<IdempotentExecutor.Delivery> poll = new ArrayList<>();
+    for (int i = 0; i < 3; i++) {
+      poll.add(
+          new IdempotentExecutor.Delivery(
+              DedupKey.of("payment", "stopped-batch-" + run + "-" + i), null, "payments-0@" + i));
+    }
+    // The caller's deliveries built as they are read: the second one meets an Error, after the
+    // first one's claim id was taken and before the batch was sent.
+    List<IdempotentExecutor.Delivery> lazy =
+        new AbstractList<>() {
+          @Override
+          public IdempotentExecutor.Delivery get(int index) {
+            if (index == 1) {
+              throw new OutOfMemoryError("Java heap space (injected)");
+            }
+            return poll.get(index);
+          }
+
+          @Override
+          public int size() {
+            return poll.size();
+          }
+        };
+    try (IdempotentExecutor executor = IdempotentExecutor.builder(losing.store()).build()) {
+      losing.loseNextClaimReplyTo(new StackOverflowError("injected"));
+      assertThatThrownBy(() -> executor.claimAll(poll)).isInstanceOf(StackOverflowError.class);
+      assertThatThrownBy(() -> executor.claimAll(lazy)).isInstanceOf(OutOfMemoryError.class);
+      assertThat(losing.repliesLost()).as("claim replies lost").isEqualTo(1);
 
       DedupClaims again = executor.claimAll(poll);
       List<String> answers = new ArrayList<>();

@@ -58,6 +58,8 @@ public final class Outcomes implements AutoCloseable {
    * @throws DedupLeaseLostException another consumer took the key over first
    * @throws DedupStoreUnavailableException SUCCESS is not written yet; it is kept and retried in
    *     the background while the lease is renewed
+   * @throws DedupExecutorClosedException SUCCESS could not be written and the executor is closed:
+   *     it is given up, as {@link #close()} gives up outcomes
    */
   public void complete(
       DedupKey key,
@@ -71,7 +73,11 @@ public final class Outcomes implements AutoCloseable {
         return;
       }
     } catch (DedupStoreException e) {
-      pending.keep(outcome, e);
+      if (!pending.keep(outcome, e)) {
+        // The executor closed: nothing retries it (said at ERROR by keep).
+        throw new DedupExecutorClosedException(
+            "The executor was closed before the SUCCESS of this key was recorded", key, source, e);
+      }
       log.warn(
           "Handler for {} (attempt {}) succeeded, but SUCCESS could not be recorded yet; keeping"
               + " the lease and retrying in the background. This process will not run the handler"
@@ -183,16 +189,34 @@ public final class Outcomes implements AutoCloseable {
     try {
       pending.write(outcome);
     } catch (DedupStoreException e) {
-      pending.keep(outcome, e);
-      log.warn(
-          "Handler for {} (attempt {}) failed, and FAILED could not be recorded yet; keeping the"
-              + " lease and retrying in the background: {}",
-          DeliverySources.where(key, source),
-          token,
-          e.getMessage());
+      // The handler's own exception goes on either way; the store's says why FAILED is missing.
       error.addSuppressed(e);
+      if (pending.keep(outcome, e)) {
+        log.warn(
+            "Handler for {} (attempt {}) failed, and FAILED could not be recorded yet; keeping the"
+                + " lease and retrying in the background: {}",
+            DeliverySources.where(key, source),
+            token,
+            e.getMessage());
+      } // else the executor closed, and keep said at ERROR that it is given up
     }
-    listener.failed(key, token, error);
+    tellFailed(listener, key, token, error);
+  }
+
+  /**
+   * Tells {@code listener} that the handler threw {@code error}. What the listener throws is added
+   * to {@code error} as suppressed: an Error (which the composite listener does not catch) escaping
+   * here replaced the handler's exception, which the caller's retry and dead-letter decisions read.
+   */
+  public static void tellFailed(
+      DedupListener listener, DedupKey key, int attempt, Throwable error) {
+    try {
+      listener.failed(key, attempt, error);
+    } catch (RuntimeException | Error e) {
+      if (e != error) {
+        error.addSuppressed(e);
+      }
+    }
   }
 
   /** Whether an outcome of {@code key} is still to be written (queued, or kept for retrying). */

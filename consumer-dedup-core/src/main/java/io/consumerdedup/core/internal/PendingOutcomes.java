@@ -11,6 +11,7 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.RejectedExecutionException;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -153,15 +154,53 @@ final class PendingOutcomes {
     return false;
   }
 
-  /** Keeps {@code outcome}, which could not be written, and retries it in the background. */
-  void keep(PendingOutcome outcome, DedupStoreException error) {
+  /**
+   * Keeps {@code outcome}, which could not be written, and retries it in the background.
+   *
+   * @return false if it is given up instead (logged at ERROR, its future failed with {@link
+   *     DedupExecutorClosedException}): the executor is closed, or its renewer refused the retry,
+   *     which only a closed one does
+   */
+  boolean keep(PendingOutcome outcome, DedupStoreException error) {
     listener.storeFailed(outcome.key, error);
+    if (closed) {
+      pending.remove(outcome.key, outcome); // a queued mark was noted as on its way
+      giveUp(outcome, error);
+      return false;
+    }
     outcome.kept = true;
     PendingOutcome earlier = pending.put(outcome.key, outcome);
     if (earlier != null && earlier != outcome) {
       earlier.cancelRetries(); // a later attempt of the key supersedes it
     }
-    outcome.retries = renewer.repeat(() -> retry(outcome), retryPeriod);
+    try {
+      outcome.retries = renewer.repeat(() -> retry(outcome), retryPeriod);
+    } catch (RejectedExecutionException e) {
+      // Closed since the check above: escaping raw, it replaced what the caller is owed (the
+      // closed executor's exception, or the handler's own), and the outcome stayed listed as
+      // retried though nothing retried it.
+      error.addSuppressed(e);
+    }
+    if (closed || outcome.retries == null) {
+      // A close that came meanwhile may have given up the outcomes before this one was added.
+      if (pending.remove(outcome.key, outcome)) {
+        outcome.cancelRetries();
+        giveUp(outcome, error);
+      }
+      return false;
+    }
+    return true;
+  }
+
+  private void giveUp(PendingOutcome outcome, @Nullable Throwable cause) {
+    outcome.written.completeExceptionally(closedBeforeWritten(outcome, cause));
+    log.error(
+        "Closing with the {} of {} (attempt {}) not recorded: once its lease runs out, another"
+            + " consumer may run the handler for the key again{}",
+        outcome.status(),
+        DeliverySources.where(outcome.key, outcome.source),
+        outcome.token,
+        cause == null ? "" : " (" + cause + ")");
   }
 
   private void retry(PendingOutcome outcome) {
@@ -193,18 +232,22 @@ final class PendingOutcomes {
    * The write of {@code open} failed: keeps each outcome for the background retry (unless closed)
    * and fails its future.
    *
-   * @return whether they are kept; false once the executor is closed, when nothing retries them any
-   *     more (said here, in the log)
+   * @return whether they are all kept; false once the executor is closed, when nothing retries them
+   *     any more (said here or by {@link #keep}, in the log)
    */
   boolean notWritten(List<PendingOutcome> open, DedupStoreException e) {
     boolean keeping = !closed;
+    boolean allKept = keeping;
     for (PendingOutcome outcome : open) {
       if (outcome.settled.get()) {
         continue; // settled before the failure
       }
+      boolean givenUp = !keeping;
       try {
         if (keeping) {
-          keep(outcome, e);
+          // False if the executor closed meanwhile: given up then, and said so, by keep.
+          givenUp = !keep(outcome, e);
+          allKept &= !givenUp;
         } else {
           pending.remove(outcome.key, outcome);
         }
@@ -212,9 +255,9 @@ final class PendingOutcomes {
         log.warn("Could not keep the SUCCESS of {} for retrying", outcome.key, keepFailed);
       } finally {
         outcome.written.completeExceptionally(
-            keeping
-                ? notRecordedYet(outcome.key, outcome.source, e)
-                : closedBeforeWritten(outcome, e));
+            givenUp
+                ? closedBeforeWritten(outcome, e)
+                : notRecordedYet(outcome.key, outcome.source, e));
       }
     }
     if (!keeping) {
@@ -225,7 +268,7 @@ final class PendingOutcomes {
           open.stream().map(outcome -> DeliverySources.where(outcome.key, outcome.source)).toList(),
           e.toString());
     }
-    return keeping;
+    return allKept;
   }
 
   static DedupStoreUnavailableException notRecordedYet(
@@ -267,13 +310,7 @@ final class PendingOutcomes {
     pending.forEach(
         (key, outcome) -> {
           outcome.cancelRetries();
-          outcome.written.completeExceptionally(closedBeforeWritten(outcome, null));
-          log.error(
-              "Closing with the {} of {} (attempt {}) not recorded: once its lease runs out,"
-                  + " another consumer may run the handler for the key again",
-              outcome.status(),
-              DeliverySources.where(key, outcome.source),
-              outcome.token);
+          giveUp(outcome, null);
         });
     pending.clear();
   }

@@ -105,8 +105,15 @@ final class SuccessMarkWriter {
             renewer.after(
                 PARKED_MARK_WAIT,
                 () -> {
-                  if (parked.remove(thread, outcome)) {
-                    queue(outcome);
+                  // Only while not closed, decided under the lock on which close() closes: once
+                  // closed, queue() writes on the calling thread, here the lease timer, which
+                  // close() then interrupts; the write failed (a false ERROR, the key PROCESSING
+                  // for a whole lease) while close() gave the mark up. Left parked, close()
+                  // collects it and writes it on its own thread.
+                  synchronized (marks) {
+                    if (!closed && parked.remove(thread, outcome)) {
+                      queue(outcome);
+                    }
                   }
                 });
         return;

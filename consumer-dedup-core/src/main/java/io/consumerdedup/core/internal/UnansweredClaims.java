@@ -50,6 +50,16 @@ public final class UnansweredClaims {
     entries.put(key, new Entry(claimId, sentNanos));
   }
 
+  /**
+   * The claim id taken for {@code key} ({@link #takeClaimIdFor}) at {@code takenNanos} was never
+   * sent: remembered again, unless the key's claim went unanswered since. The time it was first
+   * sent is not known any more; from when it was taken, it is kept at most that much longer, and
+   * sent then it still names only this process's own claim.
+   */
+  public void unsent(DedupKey key, String claimId, long takenNanos) {
+    entries.putIfAbsent(key, new Entry(claimId, takenNanos));
+  }
+
   private boolean fresh(Entry entry, long now) {
     return now - entry.sentNanos() < leaseNanos;
   }

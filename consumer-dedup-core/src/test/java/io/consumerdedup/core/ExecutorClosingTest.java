@@ -1,0 +1,193 @@
+package io.consumerdedup.core;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.catchThrowable;
+
+import ch.qos.logback.classic.Level;
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+import org.slf4j.LoggerFactory;
+
+/**
+ * What a caller sees when the executor closes under a claim still held: its outcome, which the
+ * database does not take, is given up as close() gives up outcomes, and the caller is told so in
+ * the executor's own terms.
+ */
+class ExecutorClosingTest {
+  @RegisterExtension static final FaultyStoreFixture db = new FaultyStoreFixture("closing");
+
+  private final ListAppender<ILoggingEvent> logged = new ListAppender<>();
+  // The engine's internals, whichever of them reports the outcome.
+  private final Logger internals = (Logger) LoggerFactory.getLogger("io.consumerdedup.core");
+
+  @BeforeEach
+  void watchTheLog() {
+    logged.start();
+    internals.addAppender(logged);
+  }
+
+  @AfterEach
+  void stopWatching() {
+    internals.detachAppender(logged);
+    db.faulty().proxy().pass();
+  }
+
+  private List<String> errorsAbout(String where) {
+    return logged.list.stream()
+        .filter(event -> event.getLevel() == Level.ERROR)
+        .map(ILoggingEvent::getFormattedMessage)
+        .filter(message -> message.contains(where))
+        .toList();
+  }
+
+  @Test
+  void aSuccessTheDatabaseRefusesAfterTheExecutorClosedIsGivenUpAsTheCloseGivesUpOutcomes() {
+    IdempotentExecutor executor = db.executor(IdempotentExecutor.builder(db.faultyStore().build()));
+    DedupKey key = DedupKey.of("payment", "closed-while-handled");
+    AtomicInteger charges = new AtomicInteger();
+
+    Throwable thrown =
+        catchThrowable(
+            () ->
+                executor.execute(
+                    key,
+                    null,
+                    "pay-0@11",
+                    () -> {
+                      charges.incrementAndGet();
+                      executor.close(); // the application shuts down meanwhile
+                      db.faulty().proxy().refuse(); // and the database is out of reach
+                      return null;
+                    }));
+
+    assertThat(thrown)
+        .as("the caller is told the executor closed before SUCCESS was recorded")
+        .isInstanceOf(DedupExecutorClosedException.class)
+        .hasMessageContaining("SUCCESS")
+        .hasCauseInstanceOf(DedupStoreException.class);
+    assertThat(executor.unrecordedOutcomes()).as("nothing retries it any more").isEmpty();
+    assertThat(errorsAbout("pay-0@11")).as("ERROR lines naming the delivery").hasSize(1);
+    assertThat(charges).hasValue(1);
+    db.faulty().proxy().pass();
+    assertThat(db.store().find(key).orElseThrow().status())
+        .as("left to its lease, as the outcomes a close gives up")
+        .isEqualTo(DedupStatus.PROCESSING);
+  }
+
+  @Test
+  void aFailureTheDatabaseRefusesAfterTheExecutorClosedStillThrowsTheHandlersException() {
+    IdempotentExecutor executor = db.executor(IdempotentExecutor.builder(db.faultyStore().build()));
+    DedupKey key = DedupKey.of("payment", "closed-while-failing");
+
+    Throwable thrown =
+        catchThrowable(
+            () ->
+                executor.execute(
+                    key,
+                    null,
+                    "pay-0@12",
+                    () -> {
+                      executor.close();
+                      db.faulty().proxy().refuse();
+                      throw new IllegalStateException("bank timed out");
+                    }));
+
+    assertThat(thrown)
+        .as("the handler's own exception, with why FAILED is not recorded")
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessage("bank timed out");
+    assertThat(thrown.getSuppressed()).singleElement().isInstanceOf(DedupStoreException.class);
+    assertThat(executor.unrecordedOutcomes()).as("nothing retries it any more").isEmpty();
+    assertThat(errorsAbout("pay-0@12")).as("ERROR lines naming the delivery").hasSize(1);
+    db.faulty().proxy().pass();
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
+  }
+
+  /**
+   * A SUCCESS mark parked for its thread's next claim ({@link DedupClaim#completeWithNextClaim()})
+   * whose short wait ends while close() waits for a busy outcome writer: close() writes it, on its
+   * own thread, rather than the lease timer that close() stops.
+   */
+  @Test
+  void aMarkLeftForTheNextClaimAsTheExecutorClosesIsWrittenByTheClose() throws Exception {
+    ExecutorService threads = Executors.newFixedThreadPool(2);
+    CountDownLatch writerHeld = new CountDownLatch(1);
+    CountDownLatch releaseWriter = new CountDownLatch(1);
+    try (HikariDataSource onePool = TestDatabase.dataSource(db.schema(), 1)) {
+      IdempotentExecutor executor =
+          db.executor(IdempotentExecutor.builder(JdbcDedupStore.builder(onePool).build()));
+      DedupKey busy = DedupKey.of("payment", "writer-busy");
+      DedupKey parked = DedupKey.of("payment", "parked-at-close");
+      DedupClaim busyClaim = executor.claim(busy, null, "pay-0@20");
+      DedupClaim parkedClaim = executor.claim(parked, null, "pay-0@21");
+      // The outcome writer busy with another record's mark, so that close() waits for it.
+      FaultPoints.install(
+          point -> {
+            if (point == FaultPoints.Point.BEFORE_SUCCESS_MARK
+                && Thread.currentThread().getName().equals("consumer-dedup-outcome-writer")) {
+              writerHeld.countDown();
+              try {
+                releaseWriter.await(30, TimeUnit.SECONDS);
+              } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+              }
+            }
+          });
+      CompletableFuture<Void> busyWritten = busyClaim.completeAsync();
+      assertThat(writerHeld.await(10, TimeUnit.SECONDS)).as("writer busy").isTrue();
+      CountDownLatch go = new CountDownLatch(1);
+      Future<?> closing =
+          threads.submit(
+              () -> {
+                go.await();
+                executor.close();
+                return null;
+              });
+      CompletableFuture<Void> written;
+      // The pool's one connection taken meanwhile by another part of the application: whoever
+      // writes the parked mark waits for it.
+      try (Connection held = onePool.getConnection()) {
+        written = parkedClaim.completeWithNextClaim(); // the poll ended: no next claim comes
+        go.countDown();
+        try {
+          closing.get(3, TimeUnit.SECONDS);
+        } catch (TimeoutException stillClosing) {
+          // close() writes the parked mark: it waits for the connection
+        }
+        releaseWriter.countDown();
+      }
+      closing.get(60, TimeUnit.SECONDS);
+
+      assertThat(written).as("the parked mark's future").succeedsWithin(Duration.ofSeconds(30));
+      assertThat(errorsAbout("pay-0@21")).as("ERROR lines naming the parked delivery").isEmpty();
+      assertThat(db.store().find(parked).orElseThrow().status())
+          .as("not left PROCESSING for a whole lease")
+          .isEqualTo(DedupStatus.SUCCESS);
+      busyWritten.handle((done, failed) -> null).get(30, TimeUnit.SECONDS);
+    } finally {
+      FaultPoints.install(null);
+      releaseWriter.countDown();
+      threads.shutdownNow();
+    }
+  }
+}
