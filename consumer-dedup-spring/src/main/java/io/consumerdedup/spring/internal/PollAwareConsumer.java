@@ -8,6 +8,7 @@ import java.util.regex.Pattern;
 import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.consumer.OffsetCommitCallback;
@@ -19,6 +20,7 @@ import org.apache.kafka.common.errors.WakeupException;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.springframework.core.Ordered;
 import org.springframework.transaction.support.TransactionSynchronization;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 
@@ -39,6 +41,11 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  *   <li>an offset commit made inside a transaction of the consumer's thread (a container with a
  *       database transaction manager commits a record's offset inside the record's transaction) is
  *       sent once that transaction has committed, and dropped if it does not commit;
+ *   <li>no commit passes a record whose container transaction did not commit, until a transaction
+ *       of that record or of a later one of its partition commits, or the consumer's position has
+ *       passed it (it was given up): in ack modes other than {@code RECORD} and {@code
+ *       MANUAL_IMMEDIATE}, spring-kafka commits the offsets it queued inside such a transaction
+ *       after the poll, outside it ({@link #handedOverInTransaction});
  *   <li>the rebalance listener given to {@code subscribe} is wrapped, so that the claims and marks
  *       of revoked or lost partitions are let go once the container has committed what it could.
  * </ul>
@@ -77,6 +84,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   @Override
   public ConsumerRecords<K, V> poll(Duration timeout) {
     poll.ended();
+    poll.marks().passedBy(this::positionIfAssigned);
     if (idle) {
       commitOwed();
     }
@@ -266,6 +274,54 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
       log.warn("Could not commit offsets after the listener's transaction committed", e);
     } finally {
       committingAfterTransaction = false;
+    }
+  }
+
+  /**
+   * The container handed {@code record} to its listener inside a transaction of this thread (the
+   * record interceptor's {@code success} or {@code failure} runs in it): if that transaction does
+   * not commit, no offset commit passes the record until it is passed ({@link
+   * SuccessMarks#rolledBack}). Outside a transaction, nothing.
+   */
+  public void handedOverInTransaction(ConsumerRecord<?, ?> record) {
+    if (!TransactionSynchronizationManager.isSynchronizationActive()) {
+      return;
+    }
+    TransactionSynchronizationManager.registerSynchronization(
+        new TransactionSynchronization() {
+          @Override
+          public int getOrder() {
+            // Before the commit left to the transaction ({@link #afterTransaction}), which the
+            // hold this ends would cut.
+            return Ordered.HIGHEST_PRECEDENCE;
+          }
+
+          @Override
+          public void afterCommit() {
+            poll.marks().transactionCommitted(record);
+          }
+
+          @Override
+          public void afterCompletion(int status) {
+            // A commit that fails is reported as of unknown outcome, not as rolled back.
+            if (status != STATUS_COMMITTED) {
+              poll.marks().rolledBack(record);
+            }
+          }
+        });
+  }
+
+  private @Nullable Long positionIfAssigned(TopicPartition partition) {
+    if (!delegate.assignment().contains(partition)) {
+      return null;
+    }
+    try {
+      return delegate.position(partition, OWED_WAIT);
+    } catch (WakeupException | InterruptException e) {
+      throw e; // the container's stop, for the poll
+    } catch (KafkaException | IllegalStateException e) {
+      // Judged again at the next poll.
+      return Long.MIN_VALUE;
     }
   }
 

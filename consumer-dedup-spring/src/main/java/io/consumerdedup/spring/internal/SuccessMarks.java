@@ -21,6 +21,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.BooleanSupplier;
+import java.util.function.Function;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
@@ -54,6 +55,12 @@ public final class SuccessMarks {
 
   /** The last offset committed through this consumer, by partition. Guarded by this. */
   private final Map<TopicPartition, Long> committed = new HashMap<>();
+
+  /**
+   * By partition, the first record whose container transaction did not commit and that has not been
+   * passed since ({@link #rolledBack}): no commit goes past it. Guarded by this.
+   */
+  private final Map<TopicPartition, Long> held = new HashMap<>();
 
   /** Whether a mark was added since {@link #awaitAll} last ran. Guarded by this. */
   private boolean addedSinceAwait;
@@ -151,6 +158,55 @@ public final class SuccessMarks {
     }
   }
 
+  /**
+   * The container transaction of {@code record} did not commit (rolled back, or its commit failed):
+   * no commit passes the record until it is passed ({@link #transactionCommitted}, {@link
+   * #passedBy}). spring-kafka queues a record's offset inside its transaction, in every ack mode
+   * but {@code RECORD} and {@code MANUAL_IMMEDIATE}, and commits the queue after the poll, or when
+   * the container stops, whatever that transaction's outcome: with the container stopped or the
+   * process gone before the record comes again, that commit would lose it.
+   */
+  synchronized void rolledBack(ConsumerRecord<?, ?> record) {
+    held.merge(new TopicPartition(record.topic(), record.partition()), record.offset(), Math::min);
+  }
+
+  /**
+   * The container transaction of {@code record} committed: the records of its partition up to it
+   * are done (that one applied, the ones before it too or given up), and no longer held.
+   */
+  synchronized void transactionCommitted(ConsumerRecord<?, ?> record) {
+    TopicPartition partition = new TopicPartition(record.topic(), record.partition());
+    Long offset = held.get(partition);
+    if (offset != null && offset <= record.offset()) {
+      held.remove(partition);
+    }
+  }
+
+  /**
+   * Lets go the holds that the consumer's position has passed: the record was given up (an error
+   * handler or after-rollback processor recovered it and went on), and will not come again.
+   *
+   * @param position the consumer's position in a partition, null if that partition is no longer
+   *     assigned (its hold goes too)
+   */
+  void passedBy(Function<TopicPartition, @Nullable Long> position) {
+    Map<TopicPartition, Long> holds;
+    synchronized (this) {
+      if (held.isEmpty()) {
+        return;
+      }
+      holds = new HashMap<>(held);
+    }
+    for (Map.Entry<TopicPartition, Long> hold : holds.entrySet()) {
+      Long now = position.apply(hold.getKey());
+      if (now == null || now > hold.getValue()) {
+        synchronized (this) {
+          held.remove(hold.getKey(), hold.getValue());
+        }
+      }
+    }
+  }
+
   /** The partitions are no longer this consumer's: their offsets are committed by another. */
   public synchronized void forget(Collection<TopicPartition> partitions) {
     partitions.forEach(
@@ -158,6 +214,7 @@ public final class SuccessMarks {
           marks.remove(partition);
           owed.remove(partition);
           committed.remove(partition);
+          held.remove(partition);
         });
   }
 
@@ -168,7 +225,7 @@ public final class SuccessMarks {
 
   synchronized boolean isEmpty() {
     marks.values().removeIf(Map::isEmpty);
-    return marks.isEmpty() && owed.isEmpty();
+    return marks.isEmpty() && owed.isEmpty() && held.isEmpty();
   }
 
   /**
@@ -254,10 +311,15 @@ public final class SuccessMarks {
   }
 
   /**
-   * The first offset of {@code partition} before {@code end} whose record a commit may not pass
-   * yet, or {@code end}; forgets the marks it may pass. Called holding the lock.
+   * The first offset of {@code partition} before {@code end} whose record a commit may not pass yet
+   * (its mark not written, or its transaction rolled back), or {@code end}; forgets the marks it
+   * may pass. Called holding the lock.
    */
   private long cut(TopicPartition partition, long end) {
+    Long hold = held.get(partition);
+    if (hold != null && hold < end) {
+      end = hold;
+    }
     NavigableMap<Long, Mark> partitionMarks = marks.get(partition);
     if (partitionMarks == null) {
       return end;
