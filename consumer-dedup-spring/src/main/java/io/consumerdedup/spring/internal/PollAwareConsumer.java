@@ -4,6 +4,7 @@ import java.time.Duration;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.Set;
 import java.util.regex.Pattern;
 import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.Consumer;
@@ -429,6 +430,26 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     };
   }
 
+  /**
+   * A consumer whose partitions were assigned by hand has no rebalance to commit what it owes when
+   * they go, and spring-kafka unsubscribes it before closing it when its container stops: what it
+   * owes is committed first, once its marks are written (waiting, as a close does), else the close
+   * finds no partition left and the records come again at the next start. A group subscription's
+   * revocation does this from its rebalance listener.
+   */
+  @Override
+  public void unsubscribe() {
+    if (delegate.subscription().isEmpty()) {
+      Set<TopicPartition> assigned = delegate.assignment();
+      try {
+        commitOwedBeforeLettingGo(assigned);
+      } finally {
+        poll.revoked(assigned);
+      }
+    }
+    delegate.unsubscribe();
+  }
+
   @Override
   public void close() {
     try {
@@ -460,23 +481,26 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   /** Commits what is owed once its marks are written (waiting), and gives back unused claims. */
   private void closing() {
     try {
-      commitOwed(true, delegate.assignment());
-    } catch (WakeupException e) {
-      // A stop's wakeup that no poll took: spent now, and the consumer closes anyway, so the owed
-      // offsets are committed rather than their records delivered again.
-      commitOwedOnClose();
-    } catch (InterruptException e) {
-      log.debug("Interrupted while committing the offsets owed at close", e);
+      commitOwedBeforeLettingGo(delegate.assignment());
     } finally {
       poll.ended();
     }
   }
 
-  private void commitOwedOnClose() {
+  /** Commits what is owed of {@code partitions}, which go, once their marks are written. */
+  private void commitOwedBeforeLettingGo(Collection<TopicPartition> partitions) {
     try {
-      commitOwed(true, delegate.assignment());
-    } catch (WakeupException | InterruptException e) {
-      log.debug("Could not commit the offsets owed at close", e);
+      commitOwed(true, partitions);
+    } catch (WakeupException e) {
+      // A stop's wakeup that no poll took: spent now, and the partitions go anyway, so the owed
+      // offsets are committed rather than their records delivered again.
+      try {
+        commitOwed(true, partitions);
+      } catch (WakeupException | InterruptException again) {
+        log.debug("Could not commit the offsets owed as partitions go", again);
+      }
+    } catch (InterruptException e) {
+      log.debug("Interrupted while committing the offsets owed as partitions go", e);
     }
   }
 
