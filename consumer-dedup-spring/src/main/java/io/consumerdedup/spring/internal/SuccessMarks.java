@@ -13,8 +13,10 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.NavigableMap;
+import java.util.NavigableSet;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
@@ -57,10 +59,10 @@ public final class SuccessMarks {
   private final Map<TopicPartition, Long> committed = new HashMap<>();
 
   /**
-   * By partition, the first record whose container transaction did not commit and that has not been
-   * passed since ({@link #rolledBack}): no commit goes past it. Guarded by this.
+   * By partition, the records whose container transaction did not commit and that have not been
+   * passed since ({@link #rolledBack}): no commit goes past the first. Guarded by this.
    */
-  private final Map<TopicPartition, Long> held = new HashMap<>();
+  private final Map<TopicPartition, NavigableSet<Long>> held = new HashMap<>();
 
   /** Whether a mark was added since {@link #awaitAll} last ran. Guarded by this. */
   private boolean addedSinceAwait;
@@ -167,7 +169,9 @@ public final class SuccessMarks {
    * process gone before the record comes again, that commit would lose it.
    */
   synchronized void rolledBack(ConsumerRecord<?, ?> record) {
-    held.merge(new TopicPartition(record.topic(), record.partition()), record.offset(), Math::min);
+    held.computeIfAbsent(
+            new TopicPartition(record.topic(), record.partition()), p -> new TreeSet<>())
+        .add(record.offset());
   }
 
   /**
@@ -176,9 +180,12 @@ public final class SuccessMarks {
    */
   synchronized void transactionCommitted(ConsumerRecord<?, ?> record) {
     TopicPartition partition = new TopicPartition(record.topic(), record.partition());
-    Long offset = held.get(partition);
-    if (offset != null && offset <= record.offset()) {
-      held.remove(partition);
+    NavigableSet<Long> offsets = held.get(partition);
+    if (offsets != null) {
+      offsets.headSet(record.offset(), true).clear();
+      if (offsets.isEmpty()) {
+        held.remove(partition);
+      }
     }
   }
 
@@ -187,21 +194,30 @@ public final class SuccessMarks {
    * handler or after-rollback processor recovered it and went on), and will not come again.
    *
    * @param position the consumer's position in a partition, null if that partition is no longer
-   *     assigned (its hold goes too)
+   *     assigned (its holds go too)
    */
   void passedBy(Function<TopicPartition, @Nullable Long> position) {
-    Map<TopicPartition, Long> holds;
+    Set<TopicPartition> partitions;
     synchronized (this) {
       if (held.isEmpty()) {
         return;
       }
-      holds = new HashMap<>(held);
+      partitions = new HashSet<>(held.keySet());
     }
-    for (Map.Entry<TopicPartition, Long> hold : holds.entrySet()) {
-      Long now = position.apply(hold.getKey());
-      if (now == null || now > hold.getValue()) {
-        synchronized (this) {
-          held.remove(hold.getKey(), hold.getValue());
+    for (TopicPartition partition : partitions) {
+      Long now = position.apply(partition);
+      synchronized (this) {
+        NavigableSet<Long> offsets = held.get(partition);
+        if (offsets == null) {
+          continue;
+        }
+        if (now == null) {
+          offsets.clear();
+        } else {
+          offsets.headSet(now, false).clear();
+        }
+        if (offsets.isEmpty()) {
+          held.remove(partition);
         }
       }
     }
@@ -316,9 +332,9 @@ public final class SuccessMarks {
    * may pass. Called holding the lock.
    */
   private long cut(TopicPartition partition, long end) {
-    Long hold = held.get(partition);
-    if (hold != null && hold < end) {
-      end = hold;
+    NavigableSet<Long> holds = held.get(partition);
+    if (holds != null && !holds.isEmpty() && holds.first() < end) {
+      end = holds.first();
     }
     NavigableMap<Long, Mark> partitionMarks = marks.get(partition);
     if (partitionMarks == null) {
