@@ -15,7 +15,6 @@ import org.springframework.kafka.listener.AbstractMessageListenerContainer;
 import org.springframework.kafka.listener.AfterRollbackProcessor;
 import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.ContainerProperties;
-import org.springframework.kafka.listener.ContainerProperties.AckMode;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.FailedRecordProcessor;
 import org.springframework.kafka.listener.RecordInterceptor;
@@ -178,29 +177,29 @@ public final class DedupContainers {
   }
 
   /**
-   * A container with a database transaction manager commits a record's offset inside the record's
-   * transaction under ack mode {@code RECORD} (and an {@code acknowledge()} under {@code
-   * MANUAL_IMMEDIATE}), before the database commit; the consumers consumer-dedup wraps hold such a
-   * commit until the transaction has committed ({@link
-   * io.consumerdedup.spring.internal.PollAwareConsumer}). Said at start-up for a container whose
-   * consumers are not wrapped.
+   * A container with a database transaction manager commits a record's offset whatever the outcome
+   * of the record's transaction: inside it, before the database commit, under ack mode {@code
+   * RECORD} (and an {@code acknowledge()} under {@code MANUAL_IMMEDIATE}); queued inside it and
+   * committed after the poll, even when it rolled back, under the other ack modes. The consumers
+   * consumer-dedup wraps hold such commits back until the transaction has committed, or the record
+   * is passed ({@link io.consumerdedup.spring.internal.PollAwareConsumer}). Said at start-up for a
+   * container whose consumers are not wrapped, in every ack mode.
    */
   private static void warnOfOffsetsCommittedInsideTransactions(
       AbstractMessageListenerContainer<?, ?> container, ContainerProperties properties) {
-    AckMode ackMode = properties.getAckMode();
     if (properties.getTransactionManager() == null
-        || properties.getKafkaAwareTransactionManager() != null
-        || (ackMode != AckMode.RECORD && ackMode != AckMode.MANUAL_IMMEDIATE)) {
+        || properties.getKafkaAwareTransactionManager() != null) {
       return;
     }
     log.warn(
         "Listener container {} runs each record in a database transaction with ack mode {}:"
-            + " spring-kafka commits the record's offset before that transaction commits, so a"
-            + " crash or a failed commit in between loses the record. consumer-dedup holds such"
-            + " commits back only through the consumers it wraps (consumer-dedup.claims-per-poll"
-            + " true, a DefaultKafkaConsumerFactory): use ack mode BATCH, or keep those settings",
+            + " spring-kafka commits the record's offset whatever that transaction's outcome"
+            + " (before it commits, or after the poll even when it rolled back), so a crash, a"
+            + " stop or a failed commit in between loses the record. consumer-dedup holds such"
+            + " commits back only through the consumers it wraps: keep"
+            + " consumer-dedup.claims-per-poll true and a DefaultKafkaConsumerFactory",
         container.getListenerId(),
-        ackMode);
+        properties.getAckMode());
   }
 
   /**

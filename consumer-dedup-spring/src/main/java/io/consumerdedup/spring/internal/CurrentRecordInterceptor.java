@@ -17,6 +17,9 @@ import org.springframework.kafka.listener.RecordInterceptor;
  *       payload;
  *   <li>when the container is done with a record, its transaction included ({@code afterRecord}),
  *       it writes the outcome a listener left to that moment (in a Kafka transaction);
+ *   <li>once the listener has run inside the container's transaction ({@code success}, {@code
+ *       failure}), no offset commit passes the record if that transaction does not commit ({@link
+ *       PollAwareConsumer#handedOverInTransaction});
  *   <li>a claim still open when the next record arrives, or when the consumer thread clears its
  *       state (after each poll, when the container stops), is recorded FAILED, never left
  *       PROCESSING.
@@ -78,6 +81,29 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
     // (a listener may poll one of its own).
     POLL.set(consumer instanceof PollAwareConsumer<?, ?> pollAware ? pollAware.poll() : null);
     return record;
+  }
+
+  @Override
+  public void success(ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
+    handedOver(record, consumer);
+  }
+
+  @Override
+  public void failure(
+      ConsumerRecord<Object, Object> record,
+      Exception exception,
+      Consumer<Object, Object> consumer) {
+    handedOver(record, consumer);
+  }
+
+  /**
+   * Runs inside the record's transaction, if the container has one: whether it commits decides
+   * whether the offsets spring-kafka queued meanwhile may pass the record.
+   */
+  private static void handedOver(ConsumerRecord<?, ?> record, Consumer<?, ?> consumer) {
+    if (consumer instanceof PollAwareConsumer<?, ?> pollAware) {
+      pollAware.handedOverInTransaction(record);
+    }
   }
 
   @Override

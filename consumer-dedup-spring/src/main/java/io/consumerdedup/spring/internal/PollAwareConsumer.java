@@ -4,10 +4,12 @@ import java.time.Duration;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.Map;
+import java.util.Set;
 import java.util.regex.Pattern;
 import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.consumer.OffsetCommitCallback;
@@ -19,6 +21,7 @@ import org.apache.kafka.common.errors.WakeupException;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
+import org.springframework.core.Ordered;
 import org.springframework.transaction.support.TransactionSynchronization;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 
@@ -39,6 +42,11 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  *   <li>an offset commit made inside a transaction of the consumer's thread (a container with a
  *       database transaction manager commits a record's offset inside the record's transaction) is
  *       sent once that transaction has committed, and dropped if it does not commit;
+ *   <li>no commit passes a record whose container transaction did not commit, until a transaction
+ *       of that record or of a later one of its partition commits, or the consumer's position has
+ *       passed it (it was given up): in ack modes other than {@code RECORD} and {@code
+ *       MANUAL_IMMEDIATE}, spring-kafka commits the offsets it queued inside such a transaction
+ *       after the poll, outside it ({@link #handedOverInTransaction});
  *   <li>the rebalance listener given to {@code subscribe} is wrapped, so that the claims and marks
  *       of revoked or lost partitions are let go once the container has committed what it could.
  * </ul>
@@ -77,6 +85,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   @Override
   public ConsumerRecords<K, V> poll(Duration timeout) {
     poll.ended();
+    poll.marks().passedBy(this::positionIfAssigned);
     if (idle) {
       commitOwed();
     }
@@ -269,6 +278,54 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     }
   }
 
+  /**
+   * The container handed {@code record} to its listener inside a transaction of this thread (the
+   * record interceptor's {@code success} or {@code failure} runs in it): if that transaction does
+   * not commit, no offset commit passes the record until it is passed ({@link
+   * SuccessMarks#rolledBack}). Outside a transaction, nothing.
+   */
+  public void handedOverInTransaction(ConsumerRecord<?, ?> record) {
+    if (!TransactionSynchronizationManager.isSynchronizationActive()) {
+      return;
+    }
+    TransactionSynchronizationManager.registerSynchronization(
+        new TransactionSynchronization() {
+          @Override
+          public int getOrder() {
+            // Before the commit left to the transaction ({@link #afterTransaction}), which the
+            // hold this ends would cut.
+            return Ordered.HIGHEST_PRECEDENCE;
+          }
+
+          @Override
+          public void afterCommit() {
+            poll.marks().transactionCommitted(record);
+          }
+
+          @Override
+          public void afterCompletion(int status) {
+            // A commit that fails is reported as of unknown outcome, not as rolled back.
+            if (status != STATUS_COMMITTED) {
+              poll.marks().rolledBack(record);
+            }
+          }
+        });
+  }
+
+  private @Nullable Long positionIfAssigned(TopicPartition partition) {
+    if (!delegate.assignment().contains(partition)) {
+      return null;
+    }
+    try {
+      return delegate.position(partition, OWED_WAIT);
+    } catch (WakeupException | InterruptException e) {
+      throw e; // the container's stop, for the poll
+    } catch (KafkaException | IllegalStateException e) {
+      // Judged again at the next poll.
+      return Long.MIN_VALUE;
+    }
+  }
+
   /** What a commit without offsets commits: each assigned partition's position. */
   private Map<TopicPartition, OffsetAndMetadata> positions() {
     Map<TopicPartition, OffsetAndMetadata> positions = new HashMap<>();
@@ -373,6 +430,26 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     };
   }
 
+  /**
+   * A consumer whose partitions were assigned by hand has no rebalance to commit what it owes when
+   * they go, and spring-kafka unsubscribes it before closing it when its container stops: what it
+   * owes is committed first, once its marks are written (waiting, as a close does), else the close
+   * finds no partition left and the records come again at the next start. A group subscription's
+   * revocation does this from its rebalance listener.
+   */
+  @Override
+  public void unsubscribe() {
+    if (delegate.subscription().isEmpty()) {
+      Set<TopicPartition> assigned = delegate.assignment();
+      try {
+        commitOwedBeforeLettingGo(assigned);
+      } finally {
+        poll.revoked(assigned);
+      }
+    }
+    delegate.unsubscribe();
+  }
+
   @Override
   public void close() {
     try {
@@ -404,23 +481,26 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   /** Commits what is owed once its marks are written (waiting), and gives back unused claims. */
   private void closing() {
     try {
-      commitOwed(true, delegate.assignment());
-    } catch (WakeupException e) {
-      // A stop's wakeup that no poll took: spent now, and the consumer closes anyway, so the owed
-      // offsets are committed rather than their records delivered again.
-      commitOwedOnClose();
-    } catch (InterruptException e) {
-      log.debug("Interrupted while committing the offsets owed at close", e);
+      commitOwedBeforeLettingGo(delegate.assignment());
     } finally {
       poll.ended();
     }
   }
 
-  private void commitOwedOnClose() {
+  /** Commits what is owed of {@code partitions}, which go, once their marks are written. */
+  private void commitOwedBeforeLettingGo(Collection<TopicPartition> partitions) {
     try {
-      commitOwed(true, delegate.assignment());
-    } catch (WakeupException | InterruptException e) {
-      log.debug("Could not commit the offsets owed at close", e);
+      commitOwed(true, partitions);
+    } catch (WakeupException e) {
+      // A stop's wakeup that no poll took: spent now, and the partitions go anyway, so the owed
+      // offsets are committed rather than their records delivered again.
+      try {
+        commitOwed(true, partitions);
+      } catch (WakeupException | InterruptException again) {
+        log.debug("Could not commit the offsets owed as partitions go", again);
+      }
+    } catch (InterruptException e) {
+      log.debug("Interrupted while committing the offsets owed as partitions go", e);
     }
   }
 

@@ -13,14 +13,17 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
 import java.util.NavigableMap;
+import java.util.NavigableSet;
 import java.util.Set;
 import java.util.TreeMap;
+import java.util.TreeSet;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.BooleanSupplier;
+import java.util.function.Function;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
@@ -54,6 +57,12 @@ public final class SuccessMarks {
 
   /** The last offset committed through this consumer, by partition. Guarded by this. */
   private final Map<TopicPartition, Long> committed = new HashMap<>();
+
+  /**
+   * By partition, the records whose container transaction did not commit and that have not been
+   * passed since ({@link #rolledBack}): no commit goes past the first. Guarded by this.
+   */
+  private final Map<TopicPartition, NavigableSet<Long>> held = new HashMap<>();
 
   /** Whether a mark was added since {@link #awaitAll} last ran. Guarded by this. */
   private boolean addedSinceAwait;
@@ -151,6 +160,69 @@ public final class SuccessMarks {
     }
   }
 
+  /**
+   * The container transaction of {@code record} did not commit (rolled back, or its commit failed):
+   * no commit passes the record until it is passed ({@link #transactionCommitted}, {@link
+   * #passedBy}). spring-kafka queues a record's offset inside its transaction, in every ack mode
+   * but {@code RECORD} and {@code MANUAL_IMMEDIATE}, and commits the queue after the poll, or when
+   * the container stops, whatever that transaction's outcome: with the container stopped or the
+   * process gone before the record comes again, that commit would lose it.
+   */
+  synchronized void rolledBack(ConsumerRecord<?, ?> record) {
+    held.computeIfAbsent(
+            new TopicPartition(record.topic(), record.partition()), p -> new TreeSet<>())
+        .add(record.offset());
+  }
+
+  /**
+   * The container transaction of {@code record} committed: the records of its partition up to it
+   * are done (that one applied, the ones before it too or given up), and no longer held.
+   */
+  synchronized void transactionCommitted(ConsumerRecord<?, ?> record) {
+    TopicPartition partition = new TopicPartition(record.topic(), record.partition());
+    NavigableSet<Long> offsets = held.get(partition);
+    if (offsets != null) {
+      offsets.headSet(record.offset(), true).clear();
+      if (offsets.isEmpty()) {
+        held.remove(partition);
+      }
+    }
+  }
+
+  /**
+   * Lets go the holds that the consumer's position has passed: the record was given up (an error
+   * handler or after-rollback processor recovered it and went on), and will not come again.
+   *
+   * @param position the consumer's position in a partition, null if that partition is no longer
+   *     assigned (its holds go too)
+   */
+  void passedBy(Function<TopicPartition, @Nullable Long> position) {
+    Set<TopicPartition> partitions;
+    synchronized (this) {
+      if (held.isEmpty()) {
+        return;
+      }
+      partitions = new HashSet<>(held.keySet());
+    }
+    for (TopicPartition partition : partitions) {
+      Long now = position.apply(partition);
+      synchronized (this) {
+        NavigableSet<Long> offsets = held.get(partition);
+        if (offsets == null) {
+          continue;
+        }
+        if (now == null) {
+          offsets.clear();
+        } else {
+          offsets.headSet(now, false).clear();
+        }
+        if (offsets.isEmpty()) {
+          held.remove(partition);
+        }
+      }
+    }
+  }
+
   /** The partitions are no longer this consumer's: their offsets are committed by another. */
   public synchronized void forget(Collection<TopicPartition> partitions) {
     partitions.forEach(
@@ -158,6 +230,7 @@ public final class SuccessMarks {
           marks.remove(partition);
           owed.remove(partition);
           committed.remove(partition);
+          held.remove(partition);
         });
   }
 
@@ -168,7 +241,7 @@ public final class SuccessMarks {
 
   synchronized boolean isEmpty() {
     marks.values().removeIf(Map::isEmpty);
-    return marks.isEmpty() && owed.isEmpty();
+    return marks.isEmpty() && owed.isEmpty() && held.isEmpty();
   }
 
   /**
@@ -254,10 +327,15 @@ public final class SuccessMarks {
   }
 
   /**
-   * The first offset of {@code partition} before {@code end} whose record a commit may not pass
-   * yet, or {@code end}; forgets the marks it may pass. Called holding the lock.
+   * The first offset of {@code partition} before {@code end} whose record a commit may not pass yet
+   * (its mark not written, or its transaction rolled back), or {@code end}; forgets the marks it
+   * may pass. Called holding the lock.
    */
   private long cut(TopicPartition partition, long end) {
+    NavigableSet<Long> holds = held.get(partition);
+    if (holds != null && !holds.isEmpty() && holds.first() < end) {
+      end = holds.first();
+    }
     NavigableMap<Long, Mark> partitionMarks = marks.get(partition);
     if (partitionMarks == null) {
       return end;

@@ -13,6 +13,7 @@ import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.Statement;
 import java.time.Duration;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
@@ -75,5 +76,48 @@ class SuccessMarksTest {
     } finally {
       TestDatabase.dropSchema(schema);
     }
+  }
+
+  /**
+   * A record whose container transaction did not commit: no commit passes it, and what is cut is
+   * owed, until a transaction of it or of a later record of its partition commits, or the
+   * consumer's position has passed it (given up); not for ever.
+   */
+  @Test
+  void aRecordWhoseTransactionRolledBackIsNotPassedUntilItIsDoneOrGivenUp() {
+    SuccessMarks marks = new SuccessMarks();
+    Map<TopicPartition, OffsetAndMetadata> asked = Map.of(PARTITION, new OffsetAndMetadata(8));
+
+    marks.rolledBack(record(5));
+    assertThat(marks.durable(asked, false)).containsEntry(PARTITION, new OffsetAndMetadata(5));
+    marks.transactionCommitted(record(4));
+    marks.passedBy(partition -> 5L);
+    assertThat(marks.owedNow(false))
+        .as("owed while the record is still to come again")
+        .containsEntry(PARTITION, new OffsetAndMetadata(5));
+
+    marks.transactionCommitted(record(5));
+    assertThat(marks.owedNow(false))
+        .as("owed once its transaction committed")
+        .containsEntry(PARTITION, new OffsetAndMetadata(8));
+
+    marks.rolledBack(record(9));
+    marks.rolledBack(record(11));
+    Map<TopicPartition, OffsetAndMetadata> later = Map.of(PARTITION, new OffsetAndMetadata(12));
+    assertThat(marks.durable(later, false)).containsEntry(PARTITION, new OffsetAndMetadata(9));
+    marks.passedBy(partition -> 10L);
+    assertThat(marks.durable(later, false))
+        .as("committed once the position passed the first record (given up), not the second")
+        .containsEntry(PARTITION, new OffsetAndMetadata(11));
+    marks.passedBy(partition -> 12L);
+    assertThat(marks.durable(later, false)).containsEntry(PARTITION, new OffsetAndMetadata(12));
+
+    marks.rolledBack(record(12));
+    marks.forget(List.of(PARTITION));
+    assertThat(marks.isEmpty()).as("nothing held once the partition is revoked").isTrue();
+  }
+
+  private static ConsumerRecord<String, String> record(long offset) {
+    return new ConsumerRecord<>(PARTITION.topic(), PARTITION.partition(), offset, null, "charge");
   }
 }
