@@ -203,13 +203,29 @@ class DatabaseFaultsTest {
           // then, and gets them once the zombie is out of the group (max.poll.interval.ms).
           ChildJvm zombie = run.start("zombie", "AFTER_HANDLER:stall15000:5", zombieLink);
           zombie.awaitLine("FAULT AFTER_HANDLER", START);
+          long stallStarted = System.nanoTime();
           zombieLink.blackhole();
           run.measureWindowOf(zombie);
           ChildJvm other = run.start("other", null, null);
+          // Let the other consumer take the key over (its lease ran out unrenewed, the zombie out
+          // of the group), then wake the zombie and let its connection answer again: its late
+          // SUCCESS must be refused. Given as long as the 15 s stall and the 8 s after it that
+          // this once waited out whatever happened; ended as soon as the key is taken over.
+          // Taken over: no key the zombie applied is still on its first attempt without SUCCESS
+          // (a key of another record of its poll taken over first would not do).
+          long takeoverDeadline = stallStarted + Duration.ofSeconds(15 + 8).toNanos();
+          while (run.queryLong(
+                      "SELECT count(*) FROM effects e JOIN consumer_dedup d"
+                          + " ON d.biz_key = e.biz_key WHERE e.consumer LIKE 'zombie-%'"
+                          + " AND d.status <> 'SUCCESS' AND d.attempts = 1")
+                  > 0
+              && System.nanoTime() < takeoverDeadline) {
+            Thread.sleep(100);
+          }
+          if (zombie.isAlive()) {
+            zombie.send("resume");
+          }
           zombie.awaitLine("RESUMED", Duration.ofSeconds(30));
-          // Let the other consumer take the key over (its lease ran out unrenewed), then let the
-          // zombie's connection answer again: its late SUCCESS must be refused.
-          Thread.sleep(8_000);
           zombieLink.pass();
           run.faultEnded();
           run.awaitDone(FINISH);

@@ -26,6 +26,7 @@ import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Supplier;
@@ -54,21 +55,25 @@ import org.apache.kafka.common.serialization.StringSerializer;
  *
  * <p>Arguments are {@code name=value} pairs; {@code fault=POINT:ACTION:N} makes the N-th arrival at
  * a {@link FaultPoints.Point} {@code halt} the JVM (a crash: no finally block, no commit, no
- * shutdown hook) or {@code stall<millis>} the thread that reached it; {@code fault=KEY:halt:<key>}
- * halts it in the handler of that key (claimed, its effect not applied); the action {@code error}
- * throws an {@link OutOfMemoryError} on the thread that reached the point. Keys starting with
- * {@code error-} throw a {@link StackOverflowError} from the handler on their first try; a loop
- * ended by an Error is replaced by a new one in the same JVM, as an application's supervisor would.
- * With {@code share=true} the consumer is a {@link DedupShareLoop} of the share group {@code group}
- * instead. It prints {@code FAULT <point>} right before the fault, and {@code APPLIED} after its
- * first effect. It prints {@code CLOCK <System.currentTimeMillis()>} first, so a test can tell its
- * clock is the one it meant to give it; with {@code gated=true} it waits for {@code go} on standard
- * input before it polls (a consumer started in advance joins the group the moment it is told).
+ * shutdown hook) or {@code stall<millis>} the thread that reached it (ended early by {@code resume}
+ * on standard input); {@code fault=KEY:halt:<key>} halts it in the handler of that key (claimed,
+ * its effect not applied); the action {@code error} throws an {@link OutOfMemoryError} on the
+ * thread that reached the point. Keys starting with {@code error-} throw a {@link
+ * StackOverflowError} from the handler on their first try; a loop ended by an Error is replaced by
+ * a new one in the same JVM, as an application's supervisor would. With {@code share=true} the
+ * consumer is a {@link DedupShareLoop} of the share group {@code group} instead. It prints {@code
+ * FAULT <point>} right before the fault, and {@code APPLIED} after its first effect. It prints
+ * {@code CLOCK <System.currentTimeMillis()>} first, so a test can tell its clock is the one it
+ * meant to give it; with {@code gated=true} it waits for {@code go} on standard input before it
+ * polls (a consumer started in advance joins the group the moment it is told).
  */
 public final class FaultConsumer {
   static final String KEY_HEADER = "order-no";
   static final String BIZ_TYPE = "fault-order";
   private static final String KEY_FAULT = "KEY:halt:";
+
+  /** Counted down by {@code resume} on standard input: ends a stall early ({@link #stall}). */
+  static final CountDownLatch RESUME = new CountDownLatch(1);
 
   private FaultConsumer() {}
 
@@ -230,6 +235,9 @@ public final class FaultConsumer {
                   if (line.equals("go")) {
                     go.countDown();
                   }
+                  if (line.equals("resume")) {
+                    RESUME.countDown();
+                  }
                   if (line.equals("stop")) {
                     ((AutoCloseable) loop.get()).close();
                     executor.close();
@@ -273,6 +281,15 @@ public final class FaultConsumer {
     }
   }
 
+  /**
+   * Blocks the calling thread for {@code millis}, or until {@code resume} arrives on standard
+   * input: a test that sees what the stall was for has happened (a key taken over, a claim met)
+   * ends it there instead of waiting the stall out.
+   */
+  static void stall(long millis) throws InterruptedException {
+    RESUME.await(millis, TimeUnit.MILLISECONDS);
+  }
+
   static void installFault(String fault) {
     if (fault == null || fault.isEmpty()) {
       return;
@@ -294,7 +311,7 @@ public final class FaultConsumer {
             throw new OutOfMemoryError("injected at " + point);
           } else if (action.startsWith("stall")) {
             try {
-              Thread.sleep(Long.parseLong(action.substring("stall".length())));
+              stall(Long.parseLong(action.substring("stall".length())));
             } catch (InterruptedException e) {
               Thread.currentThread().interrupt();
             }

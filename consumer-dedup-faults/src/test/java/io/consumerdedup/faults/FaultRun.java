@@ -21,11 +21,17 @@ import java.util.HashMap;
 import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
+import java.util.Properties;
 import java.util.Set;
 import java.util.UUID;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
@@ -96,6 +102,7 @@ final class FaultRun implements AutoCloseable {
   private TcpProxy proxy;
   private final List<TcpProxy> extraProxies = new ArrayList<>();
   private Thread offsetWatcher;
+  private Admin admin;
   private boolean share;
   private volatile boolean watching;
   int window;
@@ -392,7 +399,7 @@ final class FaultRun implements AutoCloseable {
   }
 
   private void checkCommittedPastUnsettled() {
-    Map<TopicPartition, Long> committed = TestKafka.committedOffsets(group);
+    Map<TopicPartition, Long> committed = committedOffsets();
     if (committed.isEmpty()) {
       return;
     }
@@ -464,7 +471,7 @@ final class FaultRun implements AutoCloseable {
         "not done within "
             + timeout
             + ": committed "
-            + TestKafka.committedOffsets(group)
+            + committedOffsets()
             + ", end "
             + endOffsets()
             + "; consumer output:\n"
@@ -494,7 +501,7 @@ final class FaultRun implements AutoCloseable {
       return true;
     }
     // Read the dead letters only once there can be enough of them.
-    if (TestKafka.endOffset(new TopicPartition(topic + DLT_SUFFIX, 0)) < open.size()) {
+    if (endOffset(new TopicPartition(topic + DLT_SUFFIX, 0)) < open.size()) {
       return false;
     }
     Set<String> dead = deadLetters(Duration.ofSeconds(2)).keySet();
@@ -588,7 +595,7 @@ final class FaultRun implements AutoCloseable {
   }
 
   boolean allCommitted() {
-    Map<TopicPartition, Long> committed = TestKafka.committedOffsets(group);
+    Map<TopicPartition, Long> committed = committedOffsets();
     Map<TopicPartition, Long> end = endOffsets();
     for (Map.Entry<TopicPartition, Long> e : end.entrySet()) {
       if (e.getValue() > 0 && !e.getValue().equals(committed.get(e.getKey()))) {
@@ -598,11 +605,65 @@ final class FaultRun implements AutoCloseable {
     return true;
   }
 
+  /**
+   * The run's one admin client: the offset watcher and {@link #awaitDone} look at the offsets
+   * several times a second, and a client made for each look (threads, connections, metadata) took
+   * CPU from the consumers under test on a machine of two cores.
+   */
+  private synchronized Admin admin() {
+    if (admin == null) {
+      Properties properties = new Properties();
+      properties.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers());
+      admin = Admin.create(properties);
+    }
+    return admin;
+  }
+
+  /** The group's committed offsets, as {@link TestKafka#committedOffsets} reads them. */
+  Map<TopicPartition, Long> committedOffsets() {
+    try {
+      Map<TopicPartition, OffsetAndMetadata> committed =
+          admin().listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
+      Map<TopicPartition, Long> offsets = new HashMap<>();
+      committed.forEach(
+          (partition, offset) -> {
+            if (offset != null) {
+              offsets.put(partition, offset.offset());
+            }
+          });
+      return offsets;
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    } catch (ExecutionException e) {
+      throw new IllegalStateException("Could not read the offsets of group " + group, e);
+    }
+  }
+
+  /**
+   * The offset the next record written to {@code partition} gets (the high watermark, as {@link
+   * TestKafka#endOffset} reads it).
+   */
+  long endOffset(TopicPartition partition) {
+    try {
+      return admin()
+          .listOffsets(Map.of(partition, OffsetSpec.latest()))
+          .partitionResult(partition)
+          .get()
+          .offset();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    } catch (ExecutionException e) {
+      throw new IllegalStateException("Could not read the end offset of " + partition, e);
+    }
+  }
+
   private Map<TopicPartition, Long> endOffsets() {
     Map<TopicPartition, Long> end = new HashMap<>();
     for (int p = 0; p < PARTITIONS; p++) {
       TopicPartition partition = new TopicPartition(topic, p);
-      end.put(partition, TestKafka.endOffset(partition));
+      end.put(partition, endOffset(partition));
     }
     return end;
   }
@@ -700,8 +761,7 @@ final class FaultRun implements AutoCloseable {
     // I4: everything committed. A share group commits no offsets: a record it archived unapplied
     // is not SUCCESS, which I1 counts as lost.
     if (!share && !allCommitted()) {
-      violations.add(
-          "I4: committed " + TestKafka.committedOffsets(group) + " != end " + endOffsets());
+      violations.add("I4: committed " + committedOffsets() + " != end " + endOffsets());
     }
     // I5: recovery in time. A killed share consumer keeps its partitions until the broker's share
     // session timeout; then its acquired records' locks have long run out.
@@ -783,8 +843,8 @@ final class FaultRun implements AutoCloseable {
         header(record, KafkaHeaders.DLT_EXCEPTION_MESSAGE));
   }
 
-  private static List<ConsumerRecord<byte[], byte[]>> readAll(String dltTopic, Duration timeout) {
-    long count = TestKafka.endOffset(new TopicPartition(dltTopic, 0));
+  private List<ConsumerRecord<byte[], byte[]>> readAll(String dltTopic, Duration timeout) {
+    long count = endOffset(new TopicPartition(dltTopic, 0));
     return count == 0 ? List.of() : TestKafka.readRawFromStart(dltTopic, (int) count, timeout);
   }
 
@@ -894,6 +954,11 @@ final class FaultRun implements AutoCloseable {
       proxy.close();
     }
     extraProxies.forEach(TcpProxy::close);
+    synchronized (this) {
+      if (admin != null) {
+        admin.close(Duration.ofSeconds(5));
+      }
+    }
     database.drop(schema);
   }
 }

@@ -62,12 +62,12 @@ import org.springframework.util.backoff.FixedBackOff;
  * <p>{@code fault=AFTER_HANDLER:halt:N} halts the JVM right after the N-th effect, before the
  * listener returns (SUCCESS not written: the window of mode SEPARATE), since the
  * {@code @Idempotent} path settles the claim in the interceptor, not at that fault point; {@code
- * fault=AFTER_HANDLER:stall<millis>:N} blocks the listener there instead. Other points are the
- * library's ({@link FaultConsumer#installFault}); with claims per poll, {@code
- * BEFORE_OFFSET_COMMIT} is reached once the SUCCESS marks of the polls before are durable, before
- * the commit that passes them and before the next poll's first listener runs. {@code stop} on
- * standard input closes the application cleanly (its container commits what is done), as a rolling
- * restart does.
+ * fault=AFTER_HANDLER:stall<millis>:N} blocks the listener there instead (ended early by {@code
+ * resume} on standard input). Other points are the library's ({@link FaultConsumer#installFault});
+ * with claims per poll, {@code BEFORE_OFFSET_COMMIT} is reached once the SUCCESS marks of the polls
+ * before are durable, before the commit that passes them and before the next poll's first listener
+ * runs. {@code stop} on standard input closes the application cleanly (its container commits what
+ * is done), as a rolling restart does.
  */
 @SpringBootApplication
 public class SpringFaultConsumer {
@@ -151,6 +151,9 @@ public class SpringFaultConsumer {
     BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
     String line;
     while ((line = in.readLine()) != null) {
+      if (line.equals("resume")) {
+        FaultConsumer.RESUME.countDown();
+      }
       if (line.equals("stop")) {
         context.close();
         FaultConsumer.announce("STOPPED");
@@ -371,7 +374,7 @@ public class SpringFaultConsumer {
       if (fault.equals("halt")) {
         Runtime.getRuntime().halt(137);
       }
-      Thread.sleep(Long.parseLong(fault.substring("stall".length())));
+      FaultConsumer.stall(Long.parseLong(fault.substring("stall".length())));
       FaultConsumer.announce("RESUMED AFTER_HANDLER");
     }
   }

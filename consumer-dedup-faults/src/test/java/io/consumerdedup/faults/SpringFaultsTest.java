@@ -425,7 +425,17 @@ class SpringFaultsTest {
               int nth = 3 + Reliability.random(run.name).nextInt(10);
               ChildJvm a = run.start("a", "AFTER_HANDLER:stall16000:" + nth);
               awaitOutput(a, "FAULT AFTER_HANDLER stall");
+              long stallEnds = System.nanoTime() + Duration.ofSeconds(16).toNanos();
               ChildJvm b = run.start("b", null);
+              // a stays stalled until b has met its claims (or for the whole 16 s it once always
+              // took); then it goes on with its poll while b holds those keys.
+              while (!b.output().contains("is in progress elsewhere")
+                  && System.nanoTime() < stallEnds) {
+                Thread.sleep(100);
+              }
+              if (a.isAlive()) {
+                a.send("resume");
+              }
               awaitOutput(a, "RESUMED AFTER_HANDLER");
               run.faultEnded();
               run.awaitDone(CrashFaultsTest.FINISH_TIMEOUT);
