@@ -27,8 +27,7 @@ import org.springframework.kafka.listener.MessageListener;
  * consumer-dedup does not wrap its consumers to hold that commit back ({@code
  * consumer-dedup.claims-per-poll=false}): a WARN naming the container, the ack mode and what to
  * change, which is no ack mode (none is safe). Where the consumers are wrapped the commit waits for
- * the transaction ({@link ContainerTransactionOffsetCommitTest}, {@link
- * ContainerTransactionBatchAckTest}), and nothing is said.
+ * the transaction ({@link ContainerTransactionOffsetCommitTest}), and nothing is said.
  */
 @ExtendWith(OutputCaptureExtension.class)
 class OffsetsInsideTransactionsWarningTest {
