@@ -101,19 +101,8 @@ class UnansweredClaimTest {
             .isEqualTo(DedupStatus.PROCESSING);
       }
 
-      DedupClaims again = executor.claimAll(poll);
-      List<String> answers = new ArrayList<>();
-      for (int i = 0; i < again.size(); i++) {
-        try {
-          DedupClaim claim = again.get(i);
-          claim.complete();
-          answers.add("held " + claim.attempt());
-        } catch (DedupInProgressException e) {
-          answers.add("in progress");
-        }
-      }
-
-      assertThat(answers).containsExactly("held 1", "held 1", "held 1");
+      assertThat(completeEach(executor.claimAll(poll)))
+          .containsExactly("held 1", "held 1", "held 1");
     }
   }
 
@@ -151,19 +140,8 @@ class UnansweredClaimTest {
       assertThatThrownBy(() -> executor.claimAll(lazy)).isInstanceOf(OutOfMemoryError.class);
       assertThat(losing.repliesLost()).as("claim replies lost").isEqualTo(1);
 
-      DedupClaims again = executor.claimAll(poll);
-      List<String> answers = new ArrayList<>();
-      for (int i = 0; i < again.size(); i++) {
-        try {
-          DedupClaim claim = again.get(i);
-          claim.complete();
-          answers.add("held " + claim.attempt());
-        } catch (DedupInProgressException e) {
-          answers.add("in progress");
-        }
-      }
-
-      assertThat(answers).containsExactly("held 1", "held 1", "held 1");
+      assertThat(completeEach(executor.claimAll(poll)))
+          .containsExactly("held 1", "held 1", "held 1");
     }
   }
 
@@ -287,5 +265,20 @@ class UnansweredClaimTest {
       assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
       assertThat(record.owner()).isEqualTo("holder");
     }
+  }
+
+  /** Completes each claim of {@code claims}: "held <attempt>", or "in progress" where refused. */
+  private static List<String> completeEach(DedupClaims claims) {
+    List<String> answers = new ArrayList<>();
+    for (int i = 0; i < claims.size(); i++) {
+      try {
+        DedupClaim claim = claims.get(i);
+        claim.complete();
+        answers.add("held " + claim.attempt());
+      } catch (DedupInProgressException e) {
+        answers.add("in progress");
+      }
+    }
+    return answers;
   }
 }

@@ -165,6 +165,16 @@ public final class TestKafka {
     Properties properties = new Properties();
     properties.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers());
     try (Admin admin = Admin.create(properties)) {
+      return committedOffsets(admin, groupId);
+    }
+  }
+
+  /**
+   * As {@link #committedOffsets(String)}, through {@code admin}: for a caller that looks several
+   * times a second and keeps one client rather than making one per look.
+   */
+  public static Map<TopicPartition, Long> committedOffsets(Admin admin, String groupId) {
+    try {
       Map<TopicPartition, OffsetAndMetadata> committed =
           admin.listConsumerGroupOffsets(groupId).partitionsToOffsetAndMetadata().get();
       Map<TopicPartition, Long> offsets = new HashMap<>();

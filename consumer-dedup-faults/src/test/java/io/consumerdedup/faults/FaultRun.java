@@ -31,7 +31,6 @@ import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
@@ -619,25 +618,9 @@ final class FaultRun implements AutoCloseable {
     return admin;
   }
 
-  /** The group's committed offsets, as {@link TestKafka#committedOffsets} reads them. */
+  /** The group's committed offsets, through the run's admin client. */
   Map<TopicPartition, Long> committedOffsets() {
-    try {
-      Map<TopicPartition, OffsetAndMetadata> committed =
-          admin().listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata().get();
-      Map<TopicPartition, Long> offsets = new HashMap<>();
-      committed.forEach(
-          (partition, offset) -> {
-            if (offset != null) {
-              offsets.put(partition, offset.offset());
-            }
-          });
-      return offsets;
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw new IllegalStateException(e);
-    } catch (ExecutionException e) {
-      throw new IllegalStateException("Could not read the offsets of group " + group, e);
-    }
+    return TestKafka.committedOffsets(admin(), group);
   }
 
   /**
