@@ -278,8 +278,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     } finally {
       running = false;
       try {
-        commits.commitLast();
-        consumer.close();
+        if (commitLastAndClose()) {
+          interrupted = true;
+        }
         log.info("Stopped polling {} in group {}", topics, groupId);
       } catch (RuntimeException e) {
         if (fatal == null) {
@@ -292,6 +293,29 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
           Thread.currentThread().interrupt();
         }
       }
+    }
+  }
+
+  /**
+   * Commits what is done and closes the consumer, whatever the commit throws: a consumer left open
+   * stays in its group, holding its partitions from the next consumer until it is timed out.
+   *
+   * @return whether the commit was interrupted (made again, the flag cleared meanwhile)
+   */
+  private boolean commitLastAndClose() {
+    try {
+      try {
+        commits.commitLast();
+        return false;
+      } catch (InterruptException e) {
+        // An interrupt as the loop stops (its executor shut down at once): the offsets are owed
+        // all the same.
+        Thread.interrupted();
+        commits.commitLast();
+        return true;
+      }
+    } finally {
+      consumer.close();
     }
   }
 

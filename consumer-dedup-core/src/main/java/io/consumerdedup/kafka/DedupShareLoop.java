@@ -19,6 +19,7 @@ import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.WakeupException;
+import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
@@ -113,6 +114,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   private final AtomicBoolean started = new AtomicBoolean();
   private final CountDownLatch finished = new CountDownLatch(1);
   private volatile boolean running = true;
+  private volatile @Nullable Thread workerThread;
 
   // Touched by the loop's thread only.
   private final ShareInFlight<K, V> inFlight;
@@ -175,6 +177,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       throw new IllegalStateException("A DedupShareLoop runs once; this one was started or closed");
     }
     Thread workerThread = new Thread(worker, "dedup-share-worker-" + groupId);
+    this.workerThread = workerThread;
     boolean interrupted = false;
     try {
       consumer.setAcknowledgementCommitCallback(ShareConsumerConfig.loggingRefusals(groupId));
@@ -360,7 +363,8 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
 
   /**
    * Stops the loop and waits up to the close timeout for it to finish the record in hand, send its
-   * acknowledgements and close the consumer. A loop that never ran closes its consumer here.
+   * acknowledgements and close the consumer. A loop that never ran closes its consumer here. Called
+   * from the handler (the loop's worker thread), it only asks the loop to stop.
    */
   @Override
   public void close() {
@@ -372,6 +376,11 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     if (started.compareAndSet(false, true)) {
       consumer.close();
       finished.countDown();
+      return;
+    }
+    if (Thread.currentThread() == workerThread) {
+      // The loop waits for this handler before it acknowledges the handler's record: waiting here
+      // for the loop would outlast its close timeout, and its consumer would give the record back.
       return;
     }
     try {

@@ -23,6 +23,7 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Function;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -492,6 +493,38 @@ class DedupShareLoopTest {
     restarting.set(false);
     assertQueueEmpty();
     assertThat(applied.get("healthy-1").get()).isEqualTo(1);
+  }
+
+  /**
+   * A handler that closes its own loop (an application that stops consuming on a command record):
+   * the close runs on the loop's worker thread, which the loop waits for before its last
+   * acknowledgements. Waiting there for the loop to end had the close outlast the loop's close
+   * timeout, and the consumer close give the record back unacknowledged although its handler ran.
+   */
+  @Test
+  void aHandlerThatClosesItsOwnLoopHasItsRecordAcceptedBeforeTheLoopEnds() throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    AtomicReference<DedupShareLoop<String, String>> own = new AtomicReference<>();
+    Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
+    DedupShareLoop<String, String> loop =
+        loop(
+            Duration.ofMinutes(5),
+            record -> {
+              own.get().close();
+              applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
+            },
+            b -> b.closeTimeout(Duration.ofSeconds(3)),
+            record -> {},
+            KafkaShareConsumer::new);
+    own.set(loop);
+    Future<?> run = threads.submit(loop);
+    await().atMost(WAIT).until(() -> TestShareGroups.members(group) == 1);
+    send("shutdown-1", "stop consuming");
+    run.get(WAIT.toSeconds(), TimeUnit.SECONDS);
+    assertThat(applied).containsOnlyKeys("shutdown-1");
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3)))
+        .as("the record whose handler ran was accepted, not given back by the consumer's close")
+        .isEmpty();
   }
 
   /** Has a plain consumer of the group take the queue's record and release it three times. */

@@ -1,0 +1,120 @@
+package io.consumerdedup.kafka;
+
+import static io.consumerdedup.kafka.LoopFixture.BIZ_TYPE;
+import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
+import static io.consumerdedup.kafka.LoopFixture.WAIT;
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.testing.TestKafka;
+import java.nio.charset.StandardCharsets;
+import java.util.List;
+import java.util.Properties;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+/** How {@link DedupPollLoop} ends when its last commit is disturbed. */
+class DedupPollLoopStopTest {
+  @RegisterExtension static final LoopFixture fixture = new LoopFixture("loop_stop");
+
+  private final ExecutorService thread = Executors.newSingleThreadExecutor();
+  private IdempotentExecutor executor;
+
+  @AfterEach
+  void tearDown() throws InterruptedException {
+    FaultPoints.install(null);
+    thread.shutdownNow();
+    thread.awaitTermination(30, TimeUnit.SECONDS);
+    if (executor != null) {
+      executor.close();
+    }
+  }
+
+  /**
+   * The loop's thread is interrupted while the loop makes its last commit (the executor running the
+   * loop shut down at once as the loop stops, after a close that waited in vain): the commit threw,
+   * and the consumer was not closed, so it stayed in its group, holding its partitions from the
+   * next consumer, and the offset owed was lost.
+   */
+  @Test
+  void aLoopInterruptedInItsLastCommitStillCommitsAndLeavesItsGroup() throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    TopicPartition partition = new TopicPartition(fixture.topic(), 0);
+    AtomicReference<DedupPollLoop<String, String>> own = new AtomicReference<>();
+    AtomicBoolean stopping = new AtomicBoolean();
+    AtomicInteger applied = new AtomicInteger();
+    executor = IdempotentExecutor.builder(fixture.store()).build();
+    DedupPollLoop<String, String> loop =
+        LoopFixture.quick(
+                DedupPollLoop.builder(
+                    TestKafka.consumerConfig(fixture.group()),
+                    List.of(fixture.topic()),
+                    IdempotentRecordHandler.<String, String>builder(executor)
+                        .bizType(BIZ_TYPE)
+                        .key(KeyExtractors.header(KEY_HEADER))
+                        .handler(
+                            record -> {
+                              applied.incrementAndGet();
+                              stopping.set(true);
+                              own.get().close();
+                            })
+                        .build()))
+            .deadLetterHandler((record, reason) -> {})
+            .build();
+    own.set(loop);
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.BEFORE_OFFSET_COMMIT
+              && stopping.compareAndSet(true, false)) {
+            Thread.currentThread().interrupt();
+          }
+        });
+    Future<?> run = thread.submit(loop);
+    ProducerRecord<String, String> record =
+        new ProducerRecord<>(fixture.topic(), 0, "ORD-1", "charge ORD-1");
+    record.headers().add(KEY_HEADER, "ORD-1".getBytes(StandardCharsets.UTF_8));
+    fixture.producer().send(record).get();
+
+    Throwable end = null;
+    try {
+      run.get(WAIT.toSeconds(), TimeUnit.SECONDS);
+    } catch (ExecutionException e) {
+      end = e.getCause();
+    }
+    assertThat(applied).hasValue(1);
+    assertThat(members())
+        .as("the consumer left its group as the loop ended (it ended with %s)", end)
+        .isZero();
+    assertThat(TestKafka.committedOffsets(fixture.group()))
+        .as("the offset owed for the handled record")
+        .containsEntry(partition, 1L);
+  }
+
+  private static int members() throws Exception {
+    Properties properties = new Properties();
+    properties.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers());
+    try (Admin admin = Admin.create(properties)) {
+      return admin
+          .describeConsumerGroups(List.of(fixture.group()))
+          .all()
+          .get()
+          .get(fixture.group())
+          .members()
+          .size();
+    }
+  }
+}
