@@ -2,6 +2,7 @@ package io.consumerdedup.core;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
 
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.internal.FaultPoints;
@@ -20,6 +21,7 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
@@ -632,6 +634,85 @@ class IdempotentExecutorTest {
       assertThat(marks.get(i)).as("mark %d's future", i).isCompletedWithValue(null);
     }
     assertThat(executor.unrecordedOutcomes()).isEmpty();
+  }
+
+  /**
+   * The writer's write of a group of marks fails (the database out of reach) and the application's
+   * listener throws an {@code Error} as it is told so: every mark of the group is still kept and
+   * written in the background, and each caller hears of its own mark.
+   */
+  @Test
+  void aListenerThatThrowsAnErrorOnAFailedWriteLeavesNoMarkOfTheGroupUnanswered() throws Exception {
+    DedupListener broken =
+        new DedupListener() {
+          @Override
+          public void storeFailed(DedupKey key, DedupStoreException error) {
+            throw new AssertionError("metrics backend bug");
+          }
+        };
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.store()).listener(broken));
+    // The writer's first write waits until the next marks are queued, so that they go together in
+    // the next one, which the database does not answer.
+    CountDownLatch queued = new CountDownLatch(1);
+    AtomicInteger writes = new AtomicInteger();
+    FaultPoints.install(
+        point -> {
+          if (point != FaultPoints.Point.BEFORE_SUCCESS_MARK
+              || !Thread.currentThread().getName().equals("consumer-dedup-outcome-writer")) {
+            return;
+          }
+          int write = writes.incrementAndGet();
+          if (write == 1) {
+            try {
+              queued.await(10, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+          } else if (write == 2) {
+            throw new DedupStoreUnavailableException(
+                "Dedup store complete failed: connection refused", null, null, null);
+          }
+        });
+    List<DedupKey> keys = new ArrayList<>();
+    List<CompletableFuture<Void>> marks = new ArrayList<>();
+    try {
+      CompletableFuture<Void> first =
+          executor.claim(DedupKey.of("listener-error-kept", "ORD-0"), null, null).completeAsync();
+      for (String order : List.of("ORD-A", "ORD-B", "ORD-C")) {
+        DedupKey key = DedupKey.of("listener-error-kept", order);
+        keys.add(key);
+        marks.add(executor.claim(key, null, null).completeAsync());
+      }
+      queued.countDown();
+      first.get(10, TimeUnit.SECONDS);
+      CompletableFuture.allOf(marks.toArray(CompletableFuture[]::new))
+          .handle((done, failure) -> null)
+          .get(10, TimeUnit.SECONDS);
+    } finally {
+      FaultPoints.install(null);
+    }
+
+    assertThat(writes).as("writes of the outcome writer").hasValue(2);
+    for (int i = 0; i < marks.size(); i++) {
+      assertThat(marks.get(i))
+          .as("mark %d's future", i)
+          .failsWithin(Duration.ZERO)
+          .withThrowableOfType(ExecutionException.class)
+          .withCauseInstanceOf(DedupStoreUnavailableException.class);
+    }
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .untilAsserted(
+            () -> {
+              for (DedupKey key : keys) {
+                assertThat(db.store().find(key).orElseThrow().status())
+                    .as("%s, written in the background", key)
+                    .isEqualTo(DedupStatus.SUCCESS);
+              }
+            });
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .untilAsserted(() -> assertThat(executor.unrecordedOutcomes()).isEmpty());
   }
 
   @Test
