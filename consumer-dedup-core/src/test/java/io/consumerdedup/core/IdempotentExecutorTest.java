@@ -715,6 +715,48 @@ class IdempotentExecutorTest {
         .untilAsserted(() -> assertThat(executor.unrecordedOutcomes()).isEmpty());
   }
 
+  /**
+   * An {@code Error} (an {@code OutOfMemoryError}) on the writer thread after it took a mark from
+   * its queue and before it began to write it: the mark is kept and written in the background, its
+   * caller told so, and the next marks are written as before.
+   */
+  @Test
+  void aMarkTheWriterTookWhenAnErrorStruckIsWrittenNotLeftUnanswered() throws Exception {
+    IdempotentExecutor executor = executor();
+    DedupKey struck = DedupKey.of("writer-error", "ORD-1");
+    DedupKey next = DedupKey.of("writer-error", "ORD-2");
+    AtomicInteger taken = new AtomicInteger();
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.SUCCESS_MARKS_TAKEN && taken.incrementAndGet() == 1) {
+            throw new OutOfMemoryError("Java heap space (injected)");
+          }
+        });
+    try {
+      CompletableFuture<Void> struckMark =
+          executor.claim(struck, null, "orders-0@1").completeAsync();
+      assertThat(struckMark)
+          .as("the struck mark's future")
+          .failsWithin(Duration.ofSeconds(10))
+          .withThrowableOfType(ExecutionException.class)
+          .withCauseInstanceOf(DedupStoreUnavailableException.class);
+    } finally {
+      FaultPoints.install(null);
+    }
+
+    assertThat(executor.claim(next, null, "orders-0@2").completeAsync())
+        .as("the next mark's future")
+        .succeedsWithin(Duration.ofSeconds(10));
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .untilAsserted(
+            () ->
+                assertThat(db.store().find(struck).orElseThrow().status())
+                    .as("the struck mark, written in the background")
+                    .isEqualTo(DedupStatus.SUCCESS));
+    assertThat(executor.unrecordedOutcomes()).isEmpty();
+  }
+
   @Test
   void aMarkTheWriterTookAsTheExecutorClosesIsWrittenNotGivenUp() throws Exception {
     // One connection, lent to another thread (a handler, say) as the executor closes: the writer
