@@ -128,8 +128,9 @@ final class BatchClaims {
   }
 
   /**
-   * The answer to {@code delivery}: its claim, or the exception that refused it (in progress
-   * elsewhere, whatever the {@link InProgressPolicy}, or a conflicting payload).
+   * The answer to {@code delivery}: its claim, or, once it is asked for, the duplicate or the
+   * exception that refused it (in progress elsewhere, whatever the {@link InProgressPolicy}, or a
+   * conflicting payload).
    */
   private Object answer(
       IdempotentExecutor.Delivery delivery,
@@ -141,6 +142,14 @@ final class BatchClaims {
           claimed, delivery.source(), renewals == null ? null : renewals.next(), sentNanos);
     }
     DedupRecord existing = ((ClaimResult.Taken) result).existing();
+    // Told to the listener when the delivery is reached, not now: a poll cut short (held back at
+    // an earlier record, stopped by an Error) claims the records it did not reach again in the
+    // next poll, and the application's metrics counted their duplicates and "in progress" once
+    // per poll that claimed them, though each was handled once.
+    return (DedupClaims.Deferred) () -> refusedOrDuplicate(delivery, existing);
+  }
+
+  private Object refusedOrDuplicate(IdempotentExecutor.Delivery delivery, DedupRecord existing) {
     try {
       DedupClaim done =
           claimAnswers.duplicateOrConflict(

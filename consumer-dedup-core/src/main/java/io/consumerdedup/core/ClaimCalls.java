@@ -130,10 +130,12 @@ final class ClaimCalls {
       if (mark != null) {
         outcomes.notWrittenWithClaim(mark, e);
       }
-      if (e instanceof DedupStoreUnavailableException) {
-        // The claim may have committed before the connection failed: send the same id next time.
-        unanswered.unanswered(request.key(), request.claimId(), sentNanos);
-      }
+      // Whatever the store says: the claim may have committed before the connection failed, and
+      // the id may be that of an earlier unanswered claim (taken for this one). Dropped on an
+      // error that is not "unavailable" (a standby still read-only after a failover), the next
+      // delivery sent a fresh id and was told "in progress" by this process's own claim for a
+      // whole lease. Sent again, it names only this process's own claim.
+      unanswered.unanswered(request.key(), request.claimId(), sentNanos);
       listener.storeFailed(request.key(), e);
       throw e.locatedAt(request.source());
     } catch (RuntimeException | Error e) {
@@ -172,10 +174,9 @@ final class ClaimCalls {
       FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
       return inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
     } catch (DedupStoreException e) {
-      if (e instanceof DedupStoreUnavailableException) {
-        requests.forEach(
-            request -> unanswered.unanswered(request.key(), request.claimId(), sentNanos));
-      }
+      // Whatever the store says, as for a single claim (see claim).
+      requests.forEach(
+          request -> unanswered.unanswered(request.key(), request.claimId(), sentNanos));
       listener.storeFailed(first, e);
       throw e;
     } catch (RuntimeException | Error e) {

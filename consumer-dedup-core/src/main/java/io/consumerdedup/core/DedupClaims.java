@@ -34,6 +34,16 @@ public final class DedupClaims {
     this.claimSentNanos = claimSentNanos;
   }
 
+  /**
+   * The answer to a delivery that the store refused (a duplicate, in progress elsewhere, a
+   * conflicting payload), decided and told to the listener when the delivery is first asked for.
+   */
+  @FunctionalInterface
+  interface Deferred {
+    /** The delivery's claim, or the exception that refuses it. */
+    Object answer();
+  }
+
   /** The number of deliveries. */
   public int size() {
     return deliveries.size();
@@ -53,7 +63,10 @@ public final class DedupClaims {
    */
   public DedupClaim get(int index) {
     Object answer = answers[index];
-    if (answer == null) {
+    if (answer instanceof Deferred deferred) {
+      answer = deferred.answer();
+      answers[index] = answer;
+    } else if (answer == null) {
       IdempotentExecutor.Delivery delivery = deliveries.get(index);
       try {
         answer = executor.claim(delivery.key(), delivery.fingerprint(), delivery.source());

@@ -6,8 +6,10 @@ import static org.assertj.core.api.Assertions.catchThrowable;
 
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.micrometer.MicrometerDedupListener;
 import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.StoreFixture;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.time.Duration;
@@ -70,6 +72,46 @@ class IdempotentExecutorBatchTest {
     assertThat(roundTrips).hasValue(2);
     assertThat(db.store().find(fresh).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
     otherHolder.complete();
+  }
+
+  /**
+   * A poll cut short (held back at an earlier record, or stopped by an Error) does not reach some
+   * of its records, and the next poll claims them again: the application's metrics count each
+   * delivery once, when a poll reaches it, not once per poll that claimed it.
+   */
+  @Test
+  void recordsAPollDidNotReachAreCountedWhenAPollReachesThem() {
+    SimpleMeterRegistry registry = new SimpleMeterRegistry();
+    IdempotentExecutor executor =
+        executor(
+            IdempotentExecutor.builder(db.store()).listener(new MicrometerDedupListener(registry)));
+    IdempotentExecutor other = executor(IdempotentExecutor.builder(db.store()));
+    DedupKey done = DedupKey.of("reached", "done");
+    other.execute(done, () -> null);
+    DedupKey elsewhere = DedupKey.of("reached", "elsewhere");
+    DedupClaim otherHolder = other.claim(elsewhere, null, null);
+    DedupKey fresh = DedupKey.of("reached", "new");
+    List<IdempotentExecutor.Delivery> poll =
+        List.of(delivery(fresh), delivery(done), delivery(elsewhere));
+
+    // The first poll is held back at its first record: none of its records is reached.
+    executor.claimAll(poll).releaseUnended();
+    DedupClaims claims = executor.claimAll(poll);
+    claims.get(0).complete();
+    assertThat(claims.get(1).isDuplicate()).isTrue();
+    assertThatThrownBy(() -> claims.get(2)).isInstanceOf(DedupInProgressException.class);
+    otherHolder.complete();
+
+    for (String outcome : List.of("processed", "duplicate", "in_progress")) {
+      assertThat(
+              registry
+                  .get(MicrometerDedupListener.OUTCOMES)
+                  .tags("biz_type", "reached", "outcome", outcome)
+                  .counter()
+                  .count())
+          .as("deliveries counted %s", outcome)
+          .isEqualTo(1.0);
+    }
   }
 
   @Test

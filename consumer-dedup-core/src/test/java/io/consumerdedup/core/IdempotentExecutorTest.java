@@ -2,6 +2,7 @@ package io.consumerdedup.core;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
 
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.internal.FaultPoints;
@@ -20,6 +21,7 @@ import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
@@ -631,6 +633,127 @@ class IdempotentExecutorTest {
     for (int i = 0; i < marks.size(); i++) {
       assertThat(marks.get(i)).as("mark %d's future", i).isCompletedWithValue(null);
     }
+    assertThat(executor.unrecordedOutcomes()).isEmpty();
+  }
+
+  /**
+   * The writer's write of a group of marks fails (the database out of reach) and the application's
+   * listener throws an {@code Error} as it is told so: every mark of the group is still kept and
+   * written in the background, and each caller hears of its own mark.
+   */
+  @Test
+  void aListenerThatThrowsAnErrorOnAFailedWriteLeavesNoMarkOfTheGroupUnanswered() throws Exception {
+    DedupListener broken =
+        new DedupListener() {
+          @Override
+          public void storeFailed(DedupKey key, DedupStoreException error) {
+            throw new AssertionError("metrics backend bug");
+          }
+        };
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.store()).listener(broken));
+    // The writer's first write waits until the next marks are queued, so that they go together in
+    // the next one, which the database does not answer.
+    CountDownLatch queued = new CountDownLatch(1);
+    AtomicInteger writes = new AtomicInteger();
+    FaultPoints.install(
+        point -> {
+          if (point != FaultPoints.Point.BEFORE_SUCCESS_MARK
+              || !Thread.currentThread().getName().equals("consumer-dedup-outcome-writer")) {
+            return;
+          }
+          int write = writes.incrementAndGet();
+          if (write == 1) {
+            try {
+              queued.await(10, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+          } else if (write == 2) {
+            throw new DedupStoreUnavailableException(
+                "Dedup store complete failed: connection refused", null, null, null);
+          }
+        });
+    List<DedupKey> keys = new ArrayList<>();
+    List<CompletableFuture<Void>> marks = new ArrayList<>();
+    try {
+      CompletableFuture<Void> first =
+          executor.claim(DedupKey.of("listener-error-kept", "ORD-0"), null, null).completeAsync();
+      for (String order : List.of("ORD-A", "ORD-B", "ORD-C")) {
+        DedupKey key = DedupKey.of("listener-error-kept", order);
+        keys.add(key);
+        marks.add(executor.claim(key, null, null).completeAsync());
+      }
+      queued.countDown();
+      first.get(10, TimeUnit.SECONDS);
+      CompletableFuture.allOf(marks.toArray(CompletableFuture[]::new))
+          .handle((done, failure) -> null)
+          .get(10, TimeUnit.SECONDS);
+    } finally {
+      FaultPoints.install(null);
+    }
+
+    assertThat(writes).as("writes of the outcome writer").hasValue(2);
+    for (int i = 0; i < marks.size(); i++) {
+      assertThat(marks.get(i))
+          .as("mark %d's future", i)
+          .failsWithin(Duration.ZERO)
+          .withThrowableOfType(ExecutionException.class)
+          .withCauseInstanceOf(DedupStoreUnavailableException.class);
+    }
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .untilAsserted(
+            () -> {
+              for (DedupKey key : keys) {
+                assertThat(db.store().find(key).orElseThrow().status())
+                    .as("%s, written in the background", key)
+                    .isEqualTo(DedupStatus.SUCCESS);
+              }
+            });
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .untilAsserted(() -> assertThat(executor.unrecordedOutcomes()).isEmpty());
+  }
+
+  /**
+   * An {@code Error} (an {@code OutOfMemoryError}) on the writer thread after it took a mark from
+   * its queue and before it began to write it: the mark is kept and written in the background, its
+   * caller told so, and the next marks are written as before.
+   */
+  @Test
+  void aMarkTheWriterTookWhenAnErrorStruckIsWrittenNotLeftUnanswered() throws Exception {
+    IdempotentExecutor executor = executor();
+    DedupKey struck = DedupKey.of("writer-error", "ORD-1");
+    DedupKey next = DedupKey.of("writer-error", "ORD-2");
+    AtomicInteger taken = new AtomicInteger();
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.SUCCESS_MARKS_TAKEN && taken.incrementAndGet() == 1) {
+            throw new OutOfMemoryError("Java heap space (injected)");
+          }
+        });
+    try {
+      CompletableFuture<Void> struckMark =
+          executor.claim(struck, null, "orders-0@1").completeAsync();
+      assertThat(struckMark)
+          .as("the struck mark's future")
+          .failsWithin(Duration.ofSeconds(10))
+          .withThrowableOfType(ExecutionException.class)
+          .withCauseInstanceOf(DedupStoreUnavailableException.class);
+    } finally {
+      FaultPoints.install(null);
+    }
+
+    assertThat(executor.claim(next, null, "orders-0@2").completeAsync())
+        .as("the next mark's future")
+        .succeedsWithin(Duration.ofSeconds(10));
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .untilAsserted(
+            () ->
+                assertThat(db.store().find(struck).orElseThrow().status())
+                    .as("the struck mark, written in the background")
+                    .isEqualTo(DedupStatus.SUCCESS));
     assertThat(executor.unrecordedOutcomes()).isEmpty();
   }
 

@@ -9,6 +9,9 @@ import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.ReplyLosingStore;
 import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.AbstractList;
 import java.util.ArrayList;
@@ -78,6 +81,91 @@ class UnansweredClaimTest {
       DedupRecord record = store.find(key).orElseThrow();
       assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
       assertThat(record.attempts()).as("the committed claim's own attempt").isEqualTo(1);
+    }
+  }
+
+  @Test
+  void aClaimTakenUpWhileTheDatabaseRefusesWritesIsTakenUpByTheNextDelivery() throws Exception {
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource).build();
+    ReplyLosingStore losing = ReplyLosingStore.in(store);
+    DedupKey key = DedupKey.of("payment", "refused-" + UUID.randomUUID());
+    AtomicInteger runs = new AtomicInteger();
+    try (IdempotentExecutor executor = IdempotentExecutor.builder(losing.store()).build()) {
+      losing.loseNextClaimReply();
+      assertThatThrownBy(() -> executor.execute(key, runs::incrementAndGet))
+          .isInstanceOf(DedupStoreUnavailableException.class);
+      assertThat(store.find(key).orElseThrow().status())
+          .as("the unanswered claim committed")
+          .isEqualTo(DedupStatus.PROCESSING);
+
+      // The redelivery meets a database that refuses writes for a while (a failover that lands
+      // the pool on a standby still read-only): an error that is not "unavailable".
+      refuseWrites(true);
+      try {
+        assertThatThrownBy(() -> executor.execute(key, runs::incrementAndGet))
+            .isInstanceOf(DedupStoreException.class)
+            .isNotInstanceOf(DedupStoreUnavailableException.class);
+      } finally {
+        refuseWrites(false);
+      }
+
+      // With the default lease of 5 minutes, "in progress" here would hold the record for 5
+      // minutes, by this process's own claim.
+      DedupResult<Integer> again = executor.execute(key, runs::incrementAndGet);
+
+      assertThat(again.outcome()).isEqualTo(Outcome.PROCESSED);
+      assertThat(runs).as("handler runs").hasValue(1);
+      DedupRecord record = store.find(key).orElseThrow();
+      assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(record.attempts()).as("the unanswered claim's own attempt").isEqualTo(1);
+    }
+  }
+
+  @Test
+  void aBatchTakenUpWhileTheDatabaseRefusesWritesIsTakenUpByTheNextPoll() throws Exception {
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource).build();
+    ReplyLosingStore losing = ReplyLosingStore.in(store);
+    String run = UUID.randomUUID().toString();
+    List<IdempotentExecutor.Delivery> poll = new ArrayList<>();
+    for (int i = 0; i < 3; i++) {
+      poll.add(
+          new IdempotentExecutor.Delivery(
+              DedupKey.of("payment", "refused-batch-" + run + "-" + i), null, "payments-0@" + i));
+    }
+    try (IdempotentExecutor executor = IdempotentExecutor.builder(losing.store()).build()) {
+      losing.loseNextClaimReply();
+      assertThatThrownBy(() -> executor.claimAll(poll))
+          .isInstanceOf(DedupStoreUnavailableException.class);
+      refuseWrites(true);
+      try {
+        assertThatThrownBy(() -> executor.claimAll(poll))
+            .isInstanceOf(DedupStoreException.class)
+            .isNotInstanceOf(DedupStoreUnavailableException.class);
+      } finally {
+        refuseWrites(false);
+      }
+
+      assertThat(completeEach(executor.claimAll(poll)))
+          .containsExactly("held 1", "held 1", "held 1");
+    }
+  }
+
+  /** Makes the dedup table refuse writes as a read-only standby does (SQL state 25006), or not. */
+  private static void refuseWrites(boolean refuse) throws SQLException {
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      if (refuse) {
+        statement.execute(
+            "CREATE FUNCTION refuse_writes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
+                + " RAISE EXCEPTION 'cannot execute % in a read-only transaction', TG_OP"
+                + " USING ERRCODE = '25006'; END $$");
+        statement.execute(
+            "CREATE TRIGGER refuse_writes BEFORE INSERT OR UPDATE ON consumer_dedup"
+                + " FOR EACH ROW EXECUTE FUNCTION refuse_writes()");
+      } else {
+        statement.execute("DROP TRIGGER refuse_writes ON consumer_dedup");
+        statement.execute("DROP FUNCTION refuse_writes()");
+      }
     }
   }
 

@@ -19,6 +19,11 @@ public final class FaultPoints {
     /** The handler returned; its SUCCESS is not written (the window of mode SEPARATE). */
     AFTER_HANDLER,
     /**
+     * The outcome writer took a group of SUCCESS marks from its queue; it has not begun to write
+     * them. Their handlers have run.
+     */
+    SUCCESS_MARKS_TAKEN,
+    /**
      * SUCCESS marks written in the background are about to be sent: a group of them by the outcome
      * writer, or one with the next claim of its thread. Their handlers have run.
      */

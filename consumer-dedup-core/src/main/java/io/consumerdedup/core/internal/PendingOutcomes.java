@@ -162,7 +162,17 @@ final class PendingOutcomes {
    *     which only a closed one does
    */
   boolean keep(PendingOutcome outcome, DedupStoreException error) {
-    listener.storeFailed(outcome.key, error);
+    try {
+      listener.storeFailed(outcome.key, error);
+    } catch (RuntimeException | Error e) {
+      // The application's listener throwing an Error (the composite one lets those through): thrown
+      // on, it stopped the keeping, and the writer's handling of the marks that failed with this
+      // one, whose futures nobody completed then, their keys PROCESSING and nothing retrying them.
+      // It rides with the store's error, which the caller is told.
+      if (e != error) {
+        error.addSuppressed(e);
+      }
+    }
     if (closed) {
       pending.remove(outcome.key, outcome); // a queued mark was noted as on its way
       giveUp(outcome, error);
@@ -251,7 +261,9 @@ final class PendingOutcomes {
         } else {
           pending.remove(outcome.key, outcome);
         }
-      } catch (RuntimeException keepFailed) {
+      } catch (RuntimeException | Error keepFailed) {
+        // Such as an OutOfMemoryError as the retry is scheduled: the outcomes after this one are
+        // still kept, and each future still completed.
         log.warn("Could not keep the SUCCESS of {} for retrying", outcome.key, keepFailed);
       } finally {
         outcome.written.completeExceptionally(

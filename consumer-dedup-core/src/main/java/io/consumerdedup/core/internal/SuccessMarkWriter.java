@@ -157,24 +157,33 @@ final class SuccessMarkWriter {
    * the marks queued then are written by {@link #close()}.
    */
   private void writeQueuedMarks() {
-    List<PendingOutcome> group = new ArrayList<>();
+    // Sized for the largest group, so that adding a taken mark cannot fail on an allocation.
+    List<PendingOutcome> group = new ArrayList<>(MAX_MARKS_PER_WRITE);
     while (!closed) {
       try {
         group.add(marks.take());
       } catch (InterruptedException e) {
         return; // closing
       }
-      marks.drainTo(group, MAX_MARKS_PER_WRITE - 1);
-      synchronized (marks) {
-        writing = true;
-        // close() may have woken this thread after take() had returned the marks: that interrupt
-        // was for an idle writer, and left set it failed the write at once (a pool that has to
-        // wait for a connection throws on it), so marks taken were given up, their keys left
-        // PROCESSING until their leases ran out. From here on close() does not interrupt.
-        Thread.interrupted();
-      }
       try {
+        marks.drainTo(group, MAX_MARKS_PER_WRITE - 1);
+        FaultPoints.reached(FaultPoints.Point.SUCCESS_MARKS_TAKEN);
+        synchronized (marks) {
+          writing = true;
+          // close() may have woken this thread after take() had returned the marks: that
+          // interrupt was for an idle writer, and left set it failed the write at once (a pool
+          // that has to wait for a connection throws on it), so marks taken were given up, their
+          // keys left PROCESSING until their leases ran out. From here on close() does not
+          // interrupt.
+          Thread.interrupted();
+        }
         writeMarks(group);
+      } catch (RuntimeException | Error e) {
+        // Such as an OutOfMemoryError before the write began: escaping, it ended this thread with
+        // the marks it had taken neither written nor kept, their futures never completed (a poll
+        // waiting for them waited for good) and their keys PROCESSING while their leases were
+        // renewed. Kept as after a failed write, and this thread goes on with the next marks.
+        failedUnexpectedly(group, e);
       } finally {
         synchronized (marks) {
           writing = false;
@@ -214,13 +223,18 @@ final class SuccessMarkWriter {
     } catch (RuntimeException | Error e) {
       // An Error too (an OutOfMemoryError from getConnection): the writer lives on, and the
       // outcomes are retried like those of an outage.
-      boolean kept = pending.notWritten(open, new DedupStoreException(e.toString(), null, null, e));
-      log.error(
-          kept
-              ? "Writing SUCCESS marks failed unexpectedly; retrying in the background"
-              : "Writing SUCCESS marks failed unexpectedly",
-          e);
+      failedUnexpectedly(open, e);
     }
+  }
+
+  /** Keeps the marks of {@code group} not settled yet, after {@code e}, as after a failed write. */
+  private void failedUnexpectedly(List<PendingOutcome> group, Throwable e) {
+    boolean kept = pending.notWritten(group, new DedupStoreException(e.toString(), null, null, e));
+    log.error(
+        kept
+            ? "Writing SUCCESS marks failed unexpectedly; retrying in the background"
+            : "Writing SUCCESS marks failed unexpectedly",
+        e);
   }
 
   /**
