@@ -214,11 +214,22 @@ public final class DedupJanitor implements AutoCloseable {
     try {
       purgeExpired();
       more = workLeft;
-    } catch (RuntimeException e) {
-      // The next run tries again; a failed purge only delays the cleanup.
-      log.warn("Purge of expired dedup records failed; next try in {}", interval, e);
+    } catch (RuntimeException | Error e) {
+      // The next run tries again: a failed purge only delays the cleanup, where a run that let an
+      // Error end the schedule would stop retention for good, without a word, until a restart.
+      if (isClosed()) {
+        log.debug("Purge of expired dedup records stopped by the janitor's close", e);
+      } else if (e instanceof Error) {
+        log.error("Purge of expired dedup records failed; next try in {}", interval, e);
+      } else {
+        log.warn("Purge of expired dedup records failed; next try in {}", interval, e);
+      }
     }
     scheduleNext(more ? Duration.ZERO : interval);
+  }
+
+  private synchronized boolean isClosed() {
+    return scheduler == null || scheduler.isShutdown();
   }
 
   /** Stops the scheduled runs, if started; a batch in flight finishes. */

@@ -85,6 +85,42 @@ class DedupJanitorTest {
     assertThat(count("kept-%")).isEqualTo(100);
   }
 
+  /**
+   * An {@code Error} in a scheduled run (here the application's listener, as the run measures its
+   * backlog; an {@code OutOfMemoryError} anywhere in the run alike) ended the schedule: no run came
+   * after it, and the table grew from then on without a word until the next restart.
+   */
+  @Test
+  void anErrorInAScheduledRunDoesNotEndTheSchedule() throws SQLException {
+    AtomicInteger measures = new AtomicInteger();
+    DedupListener failingOnce =
+        new DedupListener() {
+          @Override
+          public void purgeBacklog(long expiredRows, Duration oldestExpiredAge) {
+            if (measures.incrementAndGet() == 1) {
+              throw new StackOverflowError("listener's first purgeBacklog");
+            }
+          }
+        };
+    try (DedupJanitor janitor =
+        DedupJanitor.builder(store)
+            .batchSize(500)
+            .interval(Duration.ofMillis(100))
+            .listener(failingOnce)
+            .build()) {
+      janitor.start();
+      await()
+          .atMost(Duration.ofSeconds(20))
+          .untilAsserted(
+              () ->
+                  assertThat(count("expired-%"))
+                      .as("expired records left after the run the Error ended")
+                      .isZero());
+    }
+    assertThat(measures).as("runs that measured the backlog").hasValueGreaterThan(1);
+    assertThat(count("kept-%")).isEqualTo(100);
+  }
+
   private int count(String pattern) throws SQLException {
     try (Connection connection = dataSource.getConnection();
         Statement statement = connection.createStatement();
