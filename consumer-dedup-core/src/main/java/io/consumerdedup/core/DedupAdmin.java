@@ -10,7 +10,7 @@ import org.jspecify.annotations.Nullable;
  * Operations on the dedup records without SQL, for an operator (an Actuator endpoint, a CLI): what
  * is there, what is stuck or failed, and the two changes that unstick a key. Every dialect of the
  * store implements it ({@code JdbcDedupAdmin}). Each change is logged at INFO with who asked and
- * the record as it was.
+ * the record as it was, at WARN when forced over a live lease.
  */
 public interface DedupAdmin {
 
@@ -51,14 +51,35 @@ public interface DedupAdmin {
   Change release(DedupKey key, String requestedBy, boolean force);
 
   /**
-   * Deletes the record of {@code key}, whatever its status, so a replay of the key applies it
-   * again. A PROCESSING holder that is still running is not stopped: its renewals find no record,
-   * and when its handler ends it writes its outcome again (its effect was applied), unless a
-   * delivery has claimed the key anew by then. Release a dead holder's lease instead.
+   * Deletes the record of {@code key} so a replay of the key applies it again, as {@link
+   * #forget(DedupKey, String, boolean)} without {@code force}: a PROCESSING key under a live lease
+   * is refused.
    *
    * @param requestedBy who asked, for the log
    */
-  Change forget(DedupKey key, String requestedBy);
+  default Change forget(DedupKey key, String requestedBy) {
+    return forget(key, requestedBy, false);
+  }
+
+  /**
+   * Deletes the record of {@code key} (SUCCESS, FAILED, or PROCESSING whose lease has run out by
+   * the store's clock), so the next delivery or a replay of the key claims it anew and runs the
+   * handler again.
+   *
+   * <p>A PROCESSING key whose lease is still live is refused ({@link Change#applied()} false, the
+   * message says why) unless {@code force}, as {@link #release(DedupKey, String, boolean)} refuses
+   * it: its holder renews the lease while its handler runs, so it is most likely alive, and without
+   * the record the next delivery claims the key anew and runs the handler while the holder still
+   * applies it (applied twice). A forced forget does not stop a holder that still runs: its
+   * renewals find no record, and when its handler ends it writes its outcome again, unless a
+   * delivery has claimed the key anew by then. To end a dead holder's lease, prefer a release,
+   * which fences the holder out; force only a holder known to be dead or hung for good.
+   *
+   * @param requestedBy who asked, for the log
+   * @param force forget a PROCESSING key under a live lease too: the operator asserts its holder is
+   *     dead
+   */
+  Change forget(DedupKey key, String requestedBy, boolean force);
 
   /** The records of one biz type in one status; {@code expiredLeases} counts PROCESSING ones. */
   record StatusCount(String bizType, DedupStatus status, long count, long expiredLeases) {

@@ -133,7 +133,11 @@ public final class JdbcDedupAdmin implements DedupAdmin {
           if (live && !force) {
             log.info(
                 "Did not release {} at the request of {}: its lease is live; {}", key, who, before);
-            return new Change(false, before, liveLeaseRefused(key, before), at);
+            return new Change(
+                false,
+                before,
+                liveLeaseRefused("Not released", "Releasing", "release", key, before),
+                at);
           }
           try (PreparedStatement update = calls.prepare(c, dialect.adminSql().release)) {
             update.setString(
@@ -183,8 +187,17 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         });
   }
 
-  private static String liveLeaseRefused(DedupKey key, DedupRecord before) {
-    return "Not released: "
+  /**
+   * Why a change of a key under a live lease was refused, and what to do instead.
+   *
+   * @param refused what was not done ("Not released")
+   * @param changing the change as the subject of a sentence ("Releasing")
+   * @param change the change as a verb ("release")
+   */
+  private static String liveLeaseRefused(
+      String refused, String changing, String change, DedupKey key, DedupRecord before) {
+    return refused
+        + ": "
         + key
         + " is held by "
         + before.owner()
@@ -194,32 +207,59 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         + before.leaseUntil().map(Instant::toString).orElse("?")
         + ", last written at "
         + before.updatedAt()
-        + ": its holder renews it while its handler runs, so it is most likely alive. Releasing it"
-        + " now lets the next delivery run the handler while the holder may still apply it: the"
+        + ": its holder renews it while its handler runs, so it is most likely alive. "
+        + changing
+        + " it now lets the next delivery run the handler while the holder may still apply it: the"
         + " effect would be applied twice. Wait for the lease to run out (the next delivery then"
-        + " takes the key over), or, if you know the holder is dead or hung for good, release"
+        + " takes the key over), or, if you know the holder is dead or hung for good, "
+        + change
         + " with force=true";
   }
 
   @Override
-  public Change forget(DedupKey key, String requestedBy) {
+  public Change forget(DedupKey key, String requestedBy, boolean force) {
     return changeRecord(
         "admin forget",
         key,
         requestedBy,
         (c, dialect, before, who, at) -> {
+          boolean live = before.isLeaseLive();
+          if (live && !force) {
+            log.info(
+                "Did not forget {} at the request of {}: its lease is live; {}", key, who, before);
+            return new Change(
+                false,
+                before,
+                liveLeaseRefused("Not forgotten", "Forgetting", "forget", key, before),
+                at);
+          }
           try (PreparedStatement delete = calls.prepare(c, dialect.adminSql().forget)) {
             delete.setString(1, key.bizType());
             delete.setString(2, key.bizKey());
             delete.executeUpdate();
           }
-          log.info(
-              "Forgot {} at the request of {}: a replay of it applies it again; it was {}",
-              key,
-              who,
-              before);
+          if (live) {
+            log.warn(
+                "Forgot {} at the request of {}, forced while its lease was live: if its holder"
+                    + " is alive, the handler runs a second time; it was {}",
+                key,
+                who,
+                before);
+          } else {
+            log.info(
+                "Forgot {} at the request of {}: a replay of it applies it again; it was {}",
+                key,
+                who,
+                before);
+          }
           return new Change(
-              true, before, "Forgot " + key + ": a replay of the key runs its handler again", at);
+              true,
+              before,
+              "Forgot "
+                  + key
+                  + (live ? " (forced while its lease was live)" : "")
+                  + ": a replay of the key runs its handler again",
+              at);
         });
   }
 

@@ -13,6 +13,7 @@ import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupAdmin;
 import io.consumerdedup.core.DedupAdmin.LeaseFilter;
 import io.consumerdedup.core.DedupAdmin.RecordQuery;
+import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupResult;
@@ -254,7 +255,7 @@ abstract class DedupAdminTests {
   }
 
   @Test
-  void forgetLetsAReplayApplyTheKeyAgain() {
+  void forgetLetsAReplayApplyTheKeyAgain() throws SQLException {
     DedupKey key = DedupKey.of("f-payment", "done-1");
     store.complete(key, claim(key, "a").token(), RETENTION);
     ListAppender<ILoggingEvent> logged = capture();
@@ -269,10 +270,98 @@ abstract class DedupAdminTests {
         .extracting(ILoggingEvent::getFormattedMessage)
         .anySatisfy(
             line -> assertThat(line).contains("Forgot f-payment/done-1 at the request of bob"));
+    DedupKey failed = DedupKey.of("f-payment", "failed-1");
+    store.fail(failed, claim(failed, "a").token(), "java.io.IOException: bank down", RETENTION);
+    assertThat(admin.forget(failed, "bob").applied()).as("a FAILED key").isTrue();
+    DedupKey expired = DedupKey.of("f-payment", "expired-1");
+    claim(expired, "gone-pod");
+    expireLease(expired);
+    assertThat(admin.forget(expired, "bob").applied()).as("a lease run out, unforced").isTrue();
+    assertThat(admin.find(expired)).isEmpty();
     assertThat(admin.forget(DedupKey.of("f-payment", "none"), "bob").applied()).isFalse();
     assertThatThrownBy(() -> admin.forget(key, " "))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessageContaining("requestedBy");
+  }
+
+  @Test
+  void aLiveHolderIsNotForgottenSoADeliveryWhileItRunsIsToldInProgressAndTheHandlerRunsOnce()
+      throws Exception {
+    DedupKey key = DedupKey.of("f-payment", "live-1");
+    AtomicInteger charges = new AtomicInteger();
+    List<DedupAdmin.Change> changes = new ArrayList<>();
+    List<Object> deliveriesWhileHeld = new ArrayList<>();
+    ListAppender<ILoggingEvent> logged = capture();
+    try (IdempotentExecutor holder =
+            IdempotentExecutor.builder(store).ownerId("live-holder").lease(LEASE).build();
+        IdempotentExecutor redelivery = IdempotentExecutor.builder(store).lease(LEASE).build()) {
+      DedupResult<Integer> applied =
+          holder.execute(
+              key,
+              () -> {
+                // The operator forgets the key while its holder applies the effect, and the key
+                // is delivered again meanwhile.
+                changes.add(admin.forget(key, "bob"));
+                try {
+                  deliveriesWhileHeld.add(
+                      redelivery.execute(key, charges::incrementAndGet).outcome());
+                } catch (DedupInProgressException e) {
+                  deliveriesWhileHeld.add(e);
+                }
+                return charges.incrementAndGet();
+              });
+
+      assertThat(applied.outcome()).isEqualTo(Outcome.PROCESSED);
+    }
+    assertThat(charges).as("charges").hasValue(1);
+    assertThat(deliveriesWhileHeld)
+        .as("the delivery while the holder runs")
+        .singleElement()
+        .isInstanceOf(DedupInProgressException.class);
+    DedupAdmin.Change change = changes.get(0);
+    assertThat(change.applied()).as("forget of a live lease").isFalse();
+    assertThat(change.before().isLeaseLive()).isTrue();
+    assertThat(change.message())
+        .startsWith("Not forgotten: f-payment/live-1 is held by live-holder")
+        .contains("live lease")
+        .contains("applied twice")
+        .contains("Wait for the lease to run out")
+        .contains("forget with force=true");
+    assertThat(logged.list)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .anySatisfy(
+            line ->
+                assertThat(line)
+                    .contains("Did not forget f-payment/live-1 at the request of bob")
+                    .contains("its lease is live"));
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.owner()).isEqualTo("live-holder");
+  }
+
+  @Test
+  void forceForgetsALiveLeaseAndSaysWhatItRisks() {
+    DedupKey key = DedupKey.of("f-payment", "forced-1");
+    claim(key, "dead-pod");
+    ListAppender<ILoggingEvent> logged = capture();
+
+    DedupAdmin.Change change = admin.forget(key, "bob", true);
+
+    assertThat(change.applied()).isTrue();
+    assertThat(change.before().isLeaseLive()).isTrue();
+    assertThat(change.message()).contains("forced while its lease was live");
+    assertThat(logged.list)
+        .anySatisfy(
+            event -> {
+              assertThat(event.getLevel()).isEqualTo(Level.WARN);
+              assertThat(event.getFormattedMessage())
+                  .contains("Forgot f-payment/forced-1 at the request of bob")
+                  .contains("handler runs a second time");
+            });
+    assertThat(admin.find(key)).isEmpty();
+    assertThat(claim(key, "next-delivery").token())
+        .as("the next delivery claims the key anew")
+        .isEqualTo(1);
   }
 
   @Test

@@ -37,7 +37,8 @@ import org.springframework.test.context.DynamicPropertySource;
 /**
  * The {@code consumerdedup} Actuator endpoint and health indicator in a running Boot application,
  * over real HTTP on PostgreSQL: an operator finds a stuck key, releases it, and the next delivery
- * applies it; a key is forgotten and applied again; with writes disabled nothing changes.
+ * applies it; a key is forgotten and applied again, a live one only when forced; with writes
+ * disabled nothing changes.
  */
 class ConsumerDedupEndpointHttpTest {
   private static final HttpClient http = HttpClient.newHttpClient();
@@ -201,6 +202,35 @@ class ConsumerDedupEndpointHttpTest {
       assertThat(forget.statusCode()).isEqualTo(200);
       assertThat(forget.body()).contains("\"applied\":true").contains("\"status\":\"SUCCESS\"");
       assertThat(store.find(stuck)).isEmpty();
+
+      DedupKey held = DedupKey.of("payment", "ORD-held-2");
+      store.claim(
+          new ClaimRequest(
+              held, "pod-8", Duration.ofMinutes(5), Duration.ofDays(1), null, "payments-1@7"));
+      HttpResponse<String> forgetRefused =
+          post(
+              port,
+              "/actuator/consumerdedup/forget",
+              "{\"bizType\":\"payment\",\"bizKey\":\"ORD-held-2\",\"requestedBy\":\"bob\"}");
+      assertThat(forgetRefused.statusCode()).as("forget of a live lease").isEqualTo(409);
+      assertThat(forgetRefused.body())
+          .contains("\"applied\":false")
+          .contains("Not forgotten")
+          .contains("applied twice")
+          .contains("forget with force=true");
+      assertThat(store.find(held).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
+      HttpResponse<String> forcedForget =
+          post(
+              port,
+              "/actuator/consumerdedup/forget",
+              "{\"bizType\":\"payment\",\"bizKey\":\"ORD-held-2\",\"requestedBy\":\"bob\","
+                  + "\"force\":true}");
+      assertThat(forcedForget.statusCode()).isEqualTo(200);
+      assertThat(forcedForget.body())
+          .contains("\"applied\":true")
+          .contains("forced while its lease was live");
+      assertThat(store.find(held)).isEmpty();
+
       assertThat(
               post(
                       port,

@@ -36,9 +36,9 @@ import org.springframework.boot.actuate.endpoint.web.WebEndpointResponse;
  *   <li>{@code GET /actuator/consumerdedup/record?bizType=&bizKey=}: one key.
  *   <li>{@code POST /actuator/consumerdedup/release} and {@code .../forget} with {@code {"bizType":
  *       ..., "bizKey": ..., "requestedBy": ...}}: only with {@code
- *       consumer-dedup.admin.write-enabled=true}, else 403. A release of a key whose lease is still
- *       live answers 409 and changes nothing, unless the body says {@code "force": true} (the
- *       operator knows the holder is dead; if it is not, the handler runs twice).
+ *       consumer-dedup.admin.write-enabled=true}, else 403. A release or forget of a key whose
+ *       lease is still live answers 409 and changes nothing, unless the body says {@code "force":
+ *       true} (the operator knows the holder is dead; if it is not, the handler runs twice).
  * </ul>
  */
 @Endpoint(id = "consumerdedup")
@@ -133,7 +133,7 @@ public class ConsumerDedupEndpoint {
       DedupAdmin.Change change =
           switch (action) {
             case "release" -> admin.release(key, who, Boolean.TRUE.equals(force));
-            case "forget" -> admin.forget(key, who);
+            case "forget" -> admin.forget(key, who, Boolean.TRUE.equals(force));
             default ->
                 throw new IllegalArgumentException(
                     "Unknown action '" + action + "': release or forget");
@@ -152,7 +152,7 @@ public class ConsumerDedupEndpoint {
 
   /**
    * 200 for a change, or none needed; 404 for an unknown key; 409 for a PROCESSING key left alone,
-   * which is a release refused because its lease is live.
+   * which is a release or forget refused because its lease is live.
    */
   private static int status(DedupAdmin.Change change) {
     DedupRecord before = change.before();
