@@ -298,11 +298,47 @@ class IdempotentRecordInterceptorTest {
   }
 
   /**
-   * The application's interceptor throws an Error from {@code success} inside the container's
-   * database transaction: it rolls the listener's effects back, so the key is FAILED and the
-   * redelivery applies the record, once. Before, the Error also skipped the interceptor that holds
-   * the consumer's commits back until the record's transaction commits: the commit as the container
-   * stopped passed the record, which never came again.
+   * The application's interceptor throws an Error from {@code success}, after the listener returned
+   * with no transaction: its effects are committed, so the key must be SUCCESS. Before, the Error
+   * skipped consumer-dedup's interceptor, and a claim the container never reported on was recorded
+   * FAILED as the container stopped, whatever the listener did: the record's redelivery (or any
+   * later copy of its key) ran the listener a second time.
+   */
+  @Test
+  void anErrorFromAnInterceptorBeforeOursAfterTheListenerReturnedStillRecordsSuccess()
+      throws Exception {
+    List<String> applied = new CopyOnWriteArrayList<>();
+    KafkaMessageListenerContainer<String, String> container =
+        container(record -> applied.add(record.value()));
+    container.setRecordInterceptor(new ErrorInFirstSuccess());
+    IdempotentRecordInterceptor.decorate(container, executor, "payment");
+    DedupKey key = DedupKey.of("payment", "V");
+    container.start();
+    try {
+      send(List.of("pay V"));
+      awaitStoppedWithClaimEnded(container, key);
+      assertThat(executor.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+
+      container.start();
+      send(List.of("pay V again"));
+      await().atMost(Duration.ofSeconds(30)).until(() -> committed() == 2);
+    } finally {
+      container.stop();
+    }
+
+    assertThat(applied)
+        .as("neither the redelivery nor the later copy ran")
+        .containsExactly("pay V");
+    DedupRecord v = executor.store().find(key).orElseThrow();
+    assertThat(v.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(v.attempts()).isEqualTo(1);
+  }
+
+  /**
+   * The same Error inside the container's database transaction: it rolls the listener's effects
+   * back, so the key is FAILED and the redelivery applies the record, once. Before, the Error also
+   * skipped the interceptor that holds the consumer's commits back until the record's transaction
+   * commits: the commit as the container stopped passed the record, which never came again.
    */
   @Test
   void anErrorFromAnInterceptorBeforeOursInsideTheContainersTransactionLeavesTheKeyToItsRedelivery()
