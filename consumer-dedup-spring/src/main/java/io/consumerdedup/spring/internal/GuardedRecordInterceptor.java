@@ -8,10 +8,11 @@ import org.springframework.kafka.listener.RecordInterceptor;
 
 /**
  * The application's record interceptor followed by consumer-dedup's, like spring-kafka's {@code
- * CompositeRecordInterceptor}, except that an exception of the first in {@code success}, {@code
- * failure}, {@code afterRecord} or the thread-state calls does not keep the second from being
- * called: consumer-dedup's must see every record through, or a claim would be left open. The first
- * exception is rethrown once both have run.
+ * CompositeRecordInterceptor}, except that whatever the first throws in {@code success}, {@code
+ * failure}, {@code afterRecord} or the thread-state calls, an {@code Error} included, does not keep
+ * the second from being called: consumer-dedup's must see every record through, or a claim would be
+ * left open. Once both have run, what the first threw is rethrown, with what the second threw added
+ * as suppressed; what the second alone threw is rethrown as it is.
  */
 public final class GuardedRecordInterceptor<K, V> implements RecordInterceptor<K, V> {
   private final RecordInterceptor<K, V> first;
@@ -64,16 +65,20 @@ public final class GuardedRecordInterceptor<K, V> implements RecordInterceptor<K
   }
 
   private static void both(Runnable firstCall, Runnable secondCall) {
-    RuntimeException failure = null;
     try {
       firstCall.run();
-    } catch (RuntimeException e) {
-      failure = e;
+    } catch (Throwable firstFailure) {
+      // An Error too: the second must still run, or its claim would be left open.
+      try {
+        secondCall.run();
+      } catch (Throwable secondFailure) {
+        if (secondFailure != firstFailure) {
+          firstFailure.addSuppressed(secondFailure);
+        }
+      }
+      throw firstFailure;
     }
     secondCall.run();
-    if (failure != null) {
-      throw failure;
-    }
   }
 
   @Override

@@ -22,7 +22,11 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * the after-rollback processor reports a rollback first, so a listener that returned normally but
  * whose transaction rolled back is recorded FAILED, and its redelivery runs it again. Whatever is
  * still open when the next record arrives, or when the consumer thread clears its state (after each
- * poll, and when the container stops), is recorded FAILED: no claim is ever abandoned.
+ * poll, and when the container stops), is settled then, so that no claim is left open: SUCCESS if
+ * its listener returned with no transaction on the thread (its effects are committed, and the
+ * record's offset may be too, so FAILED would run the next copy of its key again); FAILED if the
+ * listener did not return, or returned inside a transaction whose end the container never reported
+ * (it may have rolled back, and the redelivery must apply it).
  */
 public final class ListenerOutcomes {
   private static final Logger log = LoggerFactory.getLogger(ListenerOutcomes.class);
@@ -36,6 +40,7 @@ public final class ListenerOutcomes {
     private final DedupClaim claim;
     private final AttemptLimit attempts;
     private boolean listenerDone;
+    private boolean returnedOutsideTransaction;
     private @Nullable Throwable listenerError;
     private @Nullable Throwable rollback;
     private @Nullable SuccessMarks marks;
@@ -61,15 +66,39 @@ public final class ListenerOutcomes {
       return this;
     }
 
-    /** The listener returned normally. */
+    /** The listener returned normally; called on the thread that ran it, as it returns. */
     public void listenerSucceeded() {
       listenerDone = true;
+      // No transaction of the container (Kafka's binds a resource without synchronization, a
+      // database one both): what the listener did is committed already.
+      returnedOutsideTransaction =
+          !TransactionSynchronizationManager.isSynchronizationActive()
+              && TransactionSynchronizationManager.getResourceMap().isEmpty();
     }
 
     /** The listener threw. */
     public void listenerFailed(Throwable error) {
       listenerDone = true;
       listenerError = error;
+    }
+
+    /**
+     * The container moved on without reporting the end of the record: a listener that returned
+     * outside any transaction is done and its effects are committed, so it is recorded SUCCESS;
+     * otherwise its transaction may have rolled back, or it never returned, and FAILED leaves the
+     * key to the redelivery.
+     */
+    private void abandoned() {
+      if (listenerDone && returnedOutsideTransaction) {
+        return;
+      }
+      rolledBack(
+          new IllegalStateException(
+              listenerDone
+                  ? "the container never reported the end of the record's transaction (an Error"
+                      + " after the listener returned, or its producer was fenced)"
+                  : "the container never reported the end of the record (the listener threw an"
+                      + " Error, or the consumer stopped)"));
     }
 
     /** The transaction the listener ran in did not commit. */
@@ -157,7 +186,8 @@ public final class ListenerOutcomes {
 
   /**
    * Leaves {@code pending} to be settled by {@link #afterRecord} once the container is done with
-   * its record, transaction included. A claim still open from an earlier record is failed first.
+   * its record, transaction included. A claim still open from an earlier record is settled first,
+   * as {@link #abandon()} does.
    */
   public static void deferToContainer(Pending pending) {
     abandon();
@@ -187,14 +217,18 @@ public final class ListenerOutcomes {
     }
   }
 
-  /** Records FAILED for any claim still open on this thread. */
+  /**
+   * Settles any claim still open on this thread, the container having moved on without reporting
+   * the end of its record: SUCCESS if its listener returned with no transaction on the thread, else
+   * FAILED.
+   */
   public static void abandon() {
     abandon(null);
   }
 
   /**
-   * Records FAILED for a claim still open on this thread for another record than {@code record}:
-   * the container has moved on without reporting its outcome.
+   * Settles, as {@link #abandon()} does, a claim still open on this thread for another record than
+   * {@code record}.
    */
   public static void abandonOtherThan(ConsumerRecord<?, ?> record) {
     abandon(record);
@@ -204,12 +238,7 @@ public final class ListenerOutcomes {
     Pending pending = PENDING.get();
     if (pending != null && (keep == null || !pending.isFor(keep))) {
       PENDING.remove();
-      // Whatever the listener did, the container never confirmed its transaction: FAILED, so that
-      // the redelivery retries (logged as a failed attempt with this reason).
-      pending.rolledBack(
-          new IllegalStateException(
-              "the container never reported the end of the record (the listener threw an Error,"
-                  + " the consumer stopped, or its producer was fenced)"));
+      pending.abandoned();
       pending.settleQuietly();
     }
   }

@@ -45,9 +45,10 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  *   <li>{@code success} and {@code failure} note what the listener did; the outcome (SUCCESS or
  *       FAILED) is written in {@code afterRecord}, once the container is done with the record, its
  *       transaction included, so a transaction that rolls back leaves the key retryable;
- *   <li>a claim the container never reports on (the listener threw an {@code Error}, the consumer
- *       stopped) is recorded FAILED at the next record or when the consumer thread clears its
- *       state: never left PROCESSING;
+ *   <li>a claim the container never reports on (an {@code Error} in the listener or in an
+ *       interceptor, the consumer stopped) is settled at the next record or when the consumer
+ *       thread clears its state, never left PROCESSING: SUCCESS if the listener returned and the
+ *       container has no transaction (its effects are committed), else FAILED;
  *   <li>a key that already failed {@code maxAttempts} times, as the dedup table counts them, is not
  *       run again: {@code intercept} gives its claim back and throws {@link
  *       DedupAttemptsExhaustedException}, which the error handler hands to its recoverer at once.

@@ -18,8 +18,10 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.UUID;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -32,6 +34,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 import org.springframework.kafka.core.DefaultKafkaConsumerFactory;
 import org.springframework.kafka.core.DefaultKafkaProducerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
@@ -291,6 +295,139 @@ class IdempotentRecordInterceptorTest {
       container.stop();
     }
     assertThat(applied).containsExactly("pay S");
+  }
+
+  /**
+   * The application's interceptor throws an Error from {@code success}, after the listener returned
+   * with no transaction: its effects are committed, so the key must be SUCCESS. Before, the Error
+   * skipped consumer-dedup's interceptor, and a claim the container never reported on was recorded
+   * FAILED as the container stopped, whatever the listener did: the record's redelivery (or any
+   * later copy of its key) ran the listener a second time.
+   */
+  @Test
+  void anErrorFromAnInterceptorBeforeOursAfterTheListenerReturnedStillRecordsSuccess()
+      throws Exception {
+    List<String> applied = new CopyOnWriteArrayList<>();
+    KafkaMessageListenerContainer<String, String> container =
+        container(record -> applied.add(record.value()));
+    container.setRecordInterceptor(new ErrorInFirstSuccess());
+    IdempotentRecordInterceptor.decorate(container, executor, "payment");
+    DedupKey key = DedupKey.of("payment", "V");
+    container.start();
+    try {
+      send(List.of("pay V"));
+      awaitStoppedWithClaimEnded(container, key);
+      assertThat(executor.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+
+      container.start();
+      send(List.of("pay V again"));
+      await().atMost(Duration.ofSeconds(30)).until(() -> committed() == 2);
+    } finally {
+      container.stop();
+    }
+
+    assertThat(applied)
+        .as("neither the redelivery nor the later copy ran")
+        .containsExactly("pay V");
+    DedupRecord v = executor.store().find(key).orElseThrow();
+    assertThat(v.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(v.attempts()).isEqualTo(1);
+  }
+
+  /**
+   * The same Error inside the container's database transaction: it rolls the listener's effects
+   * back, so the key is FAILED and the redelivery applies the record, once. Before, the Error also
+   * skipped the interceptor that holds the consumer's commits back until the record's transaction
+   * commits: the commit as the container stopped passed the record, which never came again.
+   */
+  @Test
+  void anErrorFromAnInterceptorBeforeOursInsideTheContainersTransactionLeavesTheKeyToItsRedelivery()
+      throws Exception {
+    JdbcTemplate jdbc = new JdbcTemplate(dataSource);
+    jdbc.execute("CREATE TABLE payments (payment text NOT NULL)");
+    AtomicInteger calls = new AtomicInteger();
+    KafkaMessageListenerContainer<String, String> container =
+        container(
+            record -> {
+              calls.incrementAndGet();
+              jdbc.update("INSERT INTO payments VALUES (?)", record.value());
+            });
+    container
+        .getContainerProperties()
+        .setTransactionManager(new DataSourceTransactionManager(dataSource));
+    container.setRecordInterceptor(new ErrorInFirstSuccess());
+    IdempotentRecordInterceptor.decorate(container, executor, "payment");
+    DedupKey key = DedupKey.of("payment", "W");
+    container.start();
+    try {
+      send(List.of("pay W"));
+      awaitStoppedWithClaimEnded(container, key);
+      assertThat(executor.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
+      assertThat(payments(jdbc)).as("rolled back with the transaction").isZero();
+      assertThat(committed()).as("no commit passed the rolled-back record").isLessThan(1);
+
+      container.start();
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(
+              () ->
+                  executor.store().find(key).orElseThrow().status() == DedupStatus.SUCCESS
+                      && committed() == 1);
+    } finally {
+      container.stop();
+    }
+
+    assertThat(calls).as("the rolled-back call, then the redelivery").hasValue(2);
+    assertThat(payments(jdbc)).as("applied exactly once").isEqualTo(1);
+    assertThat(executor.store().find(key).orElseThrow().attempts()).isEqualTo(2);
+  }
+
+  private static int payments(JdbcTemplate jdbc) {
+    return Objects.requireNonNull(
+        jdbc.queryForObject("SELECT count(*) FROM payments", Integer.class));
+  }
+
+  /**
+   * spring-kafka stops a container whose record interceptor throws an Error; the consumer thread
+   * then clears its state, which ends a claim the container never reported on.
+   */
+  private void awaitStoppedWithClaimEnded(
+      KafkaMessageListenerContainer<String, String> container, DedupKey key) {
+    await()
+        .atMost(Duration.ofSeconds(30))
+        .until(
+            () ->
+                !container.isRunning()
+                    && executor
+                        .store()
+                        .find(key)
+                        .filter(row -> row.status() != DedupStatus.PROCESSING)
+                        .isPresent());
+  }
+
+  /** The application's record interceptor, throwing an Error from its first {@code success}. */
+  private static final class ErrorInFirstSuccess implements RecordInterceptor<String, String> {
+    private final AtomicBoolean thrown = new AtomicBoolean();
+
+    @Override
+    public ConsumerRecord<String, String> intercept(
+        ConsumerRecord<String, String> record, Consumer<String, String> consumer) {
+      return record;
+    }
+
+    @Override
+    public void success(ConsumerRecord<String, String> record, Consumer<String, String> consumer) {
+      if (thrown.compareAndSet(false, true)) {
+        throw new ApplicationInterceptorError();
+      }
+    }
+  }
+
+  /** An Error of the application's, not one the JVM throws. */
+  private static final class ApplicationInterceptorError extends Error {
+    ApplicationInterceptorError() {
+      super("the application's interceptor failed");
+    }
   }
 
   @Test
