@@ -107,12 +107,19 @@ public final class ConsumerPoll {
    * lately, and the claims of the poll the listener did not use are given back (the container does
    * not go on with the poll: its error handler seeks the records after this one back, or an Error
    * stops it). A share batch keeps them for its next records, unless an Error stops its worker; its
-   * end gives back the rest.
+   * end gives back the rest. An {@code Error} giving them back is added to {@code error}.
    */
   public void listenerFailed(ConsumerRecord<?, ?> record, Throwable error) {
     failed(record);
     if (!shareBatch || error instanceof Error) {
-      releaseClaims();
+      try {
+        releaseClaims();
+      } catch (Error e) {
+        // What the listener threw goes on: the container's retry and dead-letter decisions read it.
+        if (e != error) {
+          error.addSuppressed(e);
+        }
+      }
     }
   }
 
@@ -190,13 +197,15 @@ public final class ConsumerPoll {
 
   /**
    * Gives back every listener's unused claims of this poll; later records claim one by one. Never
-   * throws but an {@code Error}: it runs where the container does not expect consumer-dedup to fail
+   * throws but an {@code Error}, once every listener's claims were tried (the first, with the
+   * others suppressed): it runs where the container does not expect consumer-dedup to fail
    * (polling, clearing the thread's state), and a claim not given back only waits for its lease.
    */
   public void releaseClaims() {
     if (claims.isEmpty()) {
       return;
     }
+    Error error = null;
     // Kept, released: a later record of the poll is then claimed alone, not the poll again.
     for (Claims listenerClaims : new ArrayList<>(claims.values())) {
       try {
@@ -204,7 +213,18 @@ public final class ConsumerPoll {
       } catch (RuntimeException e) {
         // The store's own failures are logged by it; each listener's claims are tried anyway.
         log.warn("Could not give back the unused claims of a poll; their leases run out", e);
+      } catch (Error e) {
+        // Such as an OutOfMemoryError: thrown at once, it left the other listeners' claims held,
+        // their records told "in progress" by this very consumer until their leases ran out.
+        if (error == null) {
+          error = e;
+        } else if (error != e) {
+          error.addSuppressed(e);
+        }
       }
+    }
+    if (error != null) {
+      throw error;
     }
   }
 
