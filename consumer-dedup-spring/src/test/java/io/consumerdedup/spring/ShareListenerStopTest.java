@@ -32,8 +32,10 @@ import org.springframework.test.context.DynamicPropertySource;
  * acknowledgement, decided as the handler ends, must reach the broker although the container stops.
  * spring-kafka 4.1 drops the acknowledgements still queued for its consumer's thread when a
  * container stops: a record dead-lettered as the application stopped came back after the restart
- * and was dead-lettered a second time. Spring Boot 4.0 refuses share listeners, so the boot40
- * module leaves this class out.
+ * and was dead-lettered a second time. So was it when a renewal of the record's lock fell due while
+ * the application stopped: the renewal stayed queued for the closing consumer's thread, and the
+ * record, taken for one out for renewal, was left out of the close. Spring Boot 4.0 refuses share
+ * listeners, so the boot40 module leaves this class out.
  */
 @SpringBootTest(
     classes = ShareListenerStopTest.App.class,
@@ -45,6 +47,12 @@ class ShareListenerStopTest {
   /** How long the handler runs: the application is stopped meanwhile. */
   static final Duration HANDLER = Duration.ofSeconds(3);
 
+  /**
+   * The group's acquisition lock: a renewal falls due a third of it after the record arrived, while
+   * the application stops and the handler still runs, and the record's lock outlasts the handler.
+   */
+  static final Duration LOCK = Duration.ofSeconds(6);
+
   static final CountDownLatch started = new CountDownLatch(1);
   static final AtomicLong endedNanos = new AtomicLong();
   static final AtomicInteger calls = new AtomicInteger();
@@ -52,7 +60,7 @@ class ShareListenerStopTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(registry, "spring_share_stop", TOPIC, TOPIC + "-dlt");
-    TestShareGroups.configure(TOPIC, Duration.ofSeconds(15));
+    TestShareGroups.configure(TOPIC, LOCK);
   }
 
   @Autowired KafkaTemplate<String, String> template;

@@ -503,7 +503,10 @@ final class DedupShareListener<K, V>
     /**
      * On the consumer's thread, which sends nothing meanwhile: stops the worker and this keeper,
      * then hands every decided record over to be sent with the close; the undecided ones the
-     * closing consumer gives back to the broker.
+     * closing consumer gives back to the broker. A record out for renewal is handed over too: the
+     * keeper goes on renewing while the worker finishes, and those renewals stay queued for this
+     * very thread, which never sends them, so such a record is still the consumer's to acknowledge
+     * (one whose renewal did reach the broker is refused by the consumer, and comes again).
      */
     void finish(Duration timeout) {
       synchronized (this) {
@@ -522,8 +525,7 @@ final class DedupShareListener<K, V>
       synchronized (this) {
         for (Entry entry : entries.values()) {
           Decided decision = entry.decision;
-          if (entry.held
-              && decision != null
+          if (decision != null
               && consumer instanceof WrappedShareConsumers.Acknowledgements close) {
             close.handedOver(entry.record, decision.type()); // the container sends nothing now
           }
