@@ -91,8 +91,22 @@ final class ClaimCalls {
     try {
       outcomes.settlePending(key, source);
     } catch (DedupStoreException e) {
-      listener.storeFailed(key, e);
+      tellStoreFailed(key, e);
       throw e;
+    }
+  }
+
+  /**
+   * Tells the listener that the store failed; what the listener throws is added to {@code error} as
+   * suppressed. An Error (which the composite listener does not catch) escaping here replaced the
+   * store's exception, which says "retry later": a container stopped on it instead, and a poll's
+   * give-back of unused claims, which must not throw, threw.
+   */
+  private void tellStoreFailed(DedupKey key, DedupStoreException error) {
+    try {
+      listener.storeFailed(key, error);
+    } catch (RuntimeException | Error e) {
+      error.addSuppressed(e);
     }
   }
 
@@ -136,7 +150,7 @@ final class ClaimCalls {
       // delivery sent a fresh id and was told "in progress" by this process's own claim for a
       // whole lease. Sent again, it names only this process's own claim.
       unanswered.unanswered(request.key(), request.claimId(), sentNanos);
-      listener.storeFailed(request.key(), e);
+      tellStoreFailed(request.key(), e);
       throw e.locatedAt(request.source());
     } catch (RuntimeException | Error e) {
       // Such as an OutOfMemoryError while the answer was read, or the application's listener
@@ -177,7 +191,7 @@ final class ClaimCalls {
       // Whatever the store says, as for a single claim (see claim).
       requests.forEach(
           request -> unanswered.unanswered(request.key(), request.claimId(), sentNanos));
-      listener.storeFailed(first, e);
+      tellStoreFailed(first, e);
       throw e;
     } catch (RuntimeException | Error e) {
       // The claims may have committed before the answer was lost (see claim).
@@ -203,7 +217,7 @@ final class ClaimCalls {
       store.releaseAll(claims);
     } catch (DedupStoreException e) {
       claims.forEach(claim -> unanswered.unanswered(claim.key(), claim.claimId(), claimSentNanos));
-      listener.storeFailed(claims.get(0).key(), e);
+      tellStoreFailed(claims.get(0).key(), e);
       log.warn(
           "Could not release the claims on {}, whose handlers did not run; their leases run out"
               + " instead, and a redelivery to this process takes them up: {}",

@@ -294,4 +294,63 @@ class IdempotentExecutorBatchTest {
     }
     assertThat(answers).containsExactly("held 1", "held 1");
   }
+
+  /**
+   * The application's listener throws an {@code Error} when told that the store failed (a metrics
+   * backend's bug). It replaced the store's exception: the caller saw an Error where the store said
+   * "retry later" (a container stops on an Error), and a poll's give-back of unused claims, which
+   * the loops call where they expect nothing thrown, threw it.
+   */
+  @Test
+  void aListenerThatThrowsAnErrorWhenTheStoreFailsDoesNotReplaceTheStoresAnswer() {
+    AtomicBoolean refuse = new AtomicBoolean();
+    ConnectionSource refusing =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() throws SQLException {
+            if (refuse.get()) {
+              throw new SQLException("Connection refused (injected)", "08001");
+            }
+            return db.dataSource().getConnection();
+          }
+        };
+    DedupListener broken =
+        new DedupListener() {
+          @Override
+          public void storeFailed(DedupKey key, DedupStoreException error) {
+            throw new AssertionError("metrics backend bug");
+          }
+        };
+    IdempotentExecutor executor =
+        executor(
+            IdempotentExecutor.builder(JdbcDedupStore.builder(refusing).retryMaxAttempts(1).build())
+                .listener(broken));
+    List<IdempotentExecutor.Delivery> poll =
+        List.of(
+            delivery(DedupKey.of("order", "listener-error-1")),
+            delivery(DedupKey.of("order", "listener-error-2")));
+    DedupClaims cutShort = executor.claimAll(poll);
+    refuse.set(true);
+
+    // The poll ends before its handlers ran: the give-back meets the database down, and says so
+    // in the log only.
+    cutShort.releaseUnended();
+    Throwable refused = catchThrowable(() -> executor.claimAll(poll));
+    assertThat(refused)
+        .as("what the caller of a claim sees while the database is down")
+        .isInstanceOf(DedupStoreUnavailableException.class);
+    assertThat(refused.getSuppressed())
+        .singleElement()
+        .satisfies(e -> assertThat(e).hasMessage("metrics backend bug"));
+
+    refuse.set(false);
+    DedupClaims again = executor.claimAll(poll);
+    List<Integer> attempts = new ArrayList<>();
+    for (int i = 0; i < again.size(); i++) {
+      attempts.add(again.get(i).attempt());
+    }
+    assertThat(attempts)
+        .as("the records taken up at once, their handlers never ran")
+        .containsExactly(1, 1);
+  }
 }
