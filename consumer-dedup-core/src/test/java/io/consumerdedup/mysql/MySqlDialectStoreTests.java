@@ -269,6 +269,56 @@ abstract class MySqlDialectStoreTests {
   }
 
   @Test
+  void aBatchClaimWaitsOnlyForItsOwnKeysWhileTheTableIsSmall() throws Exception {
+    // A new deployment's table: for a batch of a few keys the server would rather scan the table
+    // (or every row of the biz type) than look each key up, and a locking read locks every row it
+    // scans.
+    execute("CREATE TABLE dedup_new LIKE consumer_dedup");
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(dataSource);
+    JdbcDedupStore transactional =
+        JdbcDedupStore.builder(transactions).tableName("dedup_new").build();
+    JdbcDedupStore separate =
+        JdbcDedupStore.builder(dataSource)
+            .tableName("dedup_new")
+            .statementTimeout(Duration.ofSeconds(1))
+            .retryMaxDuration(Duration.ofSeconds(1))
+            .build();
+    CountDownLatch claimedInHandler = new CountDownLatch(1);
+    CompletableFuture<Void> handlerDone =
+        new CompletableFuture<Void>().orTimeout(30, TimeUnit.SECONDS);
+    // Another consumer's handler in its transaction (mode TRANSACTIONAL): its key's row stays
+    // locked until that transaction ends.
+    CompletableFuture<ClaimResult> handler =
+        CompletableFuture.supplyAsync(
+            () ->
+                transactions.inTransaction(
+                    () -> {
+                      ClaimResult claim =
+                          transactional.claimInTransaction(
+                              request(DedupKey.of("payment", "ORD-held"), "consumer-a"));
+                      claimedInHandler.countDown();
+                      handlerDone.join();
+                      return claim;
+                    }));
+    try {
+      assertThat(claimedInHandler.await(10, TimeUnit.SECONDS)).isTrue();
+
+      List<ClaimResult> batch =
+          separate.claimAll(
+              IntStream.rangeClosed(1, 5)
+                  .mapToObj(i -> request(DedupKey.of("payment", "ORD-" + i), "consumer-b"))
+                  .toList());
+
+      assertThat(batch)
+          .as("claimed without waiting for another key's transaction")
+          .allSatisfy(result -> assertThat(result).isInstanceOf(ClaimResult.Claimed.class));
+    } finally {
+      handlerDone.complete(null);
+    }
+    claimed(handler.get(10, TimeUnit.SECONDS));
+  }
+
+  @Test
   void aDuplicateIsAnsweredFromARead() throws Exception {
     DedupKey key = DedupKey.of("payment", "read-duplicate");
     ClaimResult.Claimed claim = claimed(store.claim(request(key, "a")));

@@ -192,9 +192,21 @@ public final class MySqlSql {
         + ", VALUES(updated_at), updated_at)";
   }
 
-  /** A locking read of {@code rows} keys, each bound as (type, key). */
+  /**
+   * A locking read of {@code rows} keys, each bound as (type, key): one lookup of the primary key
+   * per key, which locks that key's row and no other. A read of all the keys in one {@code WHERE}
+   * is planned by what the server knows of the table: where the batch is large for the table (a new
+   * deployment, a large poll) it scans the table or every row of the biz type, and a locking read
+   * locks every row it scans until the claim commits, so claims of other keys waited on each other
+   * and deadlocked, and waited out a whole transaction that held another key (mode TRANSACTIONAL).
+   * {@code FORCE INDEX} does not prevent it: the scan of a biz type's rows is a read of that index
+   * too.
+   */
   public String findLocked(int rows) {
-    return find(rows) + " FOR UPDATE";
+    if (rows == 1) {
+      return findLocked;
+    }
+    return String.join(" UNION ALL ", Collections.nCopies(rows, "(" + findLocked + ")"));
   }
 
   /**
