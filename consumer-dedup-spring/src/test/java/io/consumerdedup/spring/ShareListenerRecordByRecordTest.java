@@ -1,12 +1,15 @@
 package io.consumerdedup.spring;
 
 import static io.consumerdedup.spring.SpringTestEnvironment.header;
+import static io.consumerdedup.spring.SpringTestEnvironment.readTopic;
 import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.testing.TestShareGroups;
 import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -27,23 +30,33 @@ import org.springframework.test.context.DynamicPropertySource;
 /**
  * With {@code consumer-dedup.claims-per-poll=false} an {@code @Idempotent} share listener claims
  * each record's key on its own and writes its SUCCESS before the next, as before claims per batch:
- * the records waiting for the worker together are still each applied once and acknowledged.
+ * the records waiting for the worker together are still each applied once and acknowledged. The
+ * share properties that the other share tests leave at their defaults are set here too: {@code
+ * consumer-dedup.share.delivery-count-limit}, with {@code max-attempts} at its default (10).
  */
 @SpringBootTest(
     classes = ShareListenerRecordByRecordTest.App.class,
-    properties = "consumer-dedup.claims-per-poll=false")
+    properties = {
+      "consumer-dedup.claims-per-poll=false",
+      "consumer-dedup.share.delivery-count-limit=3"
+    })
 @DirtiesContext
 class ShareListenerRecordByRecordTest {
   static final Duration WAIT = Duration.ofSeconds(60);
   static final String ONE_BY_ONE = "share-one-by-one";
+  static final String DECLINED = "share-declined";
+  static final List<Short> declinedDeliveries = new CopyOnWriteArrayList<>();
   static final CountDownLatch ENTERED = new CountDownLatch(1);
   static final CountDownLatch OPEN = new CountDownLatch(1);
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    String schema = SpringTestEnvironment.prepare(registry, "spring_share_one_by_one", ONE_BY_ONE);
+    String schema =
+        SpringTestEnvironment.prepare(
+            registry, "spring_share_one_by_one", ONE_BY_ONE, DECLINED, DECLINED + "-dlt");
     SpringTestEnvironment.noteDedupTransactions(schema);
     TestShareGroups.configure(ONE_BY_ONE, Duration.ofSeconds(5));
+    TestShareGroups.configure(DECLINED, Duration.ofSeconds(5));
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -76,6 +89,33 @@ class ShareListenerRecordByRecordTest {
     assertThat(TestShareGroups.remaining(ONE_BY_ONE, ONE_BY_ONE, Duration.ofSeconds(2))).isEmpty();
   }
 
+  /**
+   * The application's delivery count limit set to 3, as on a cluster whose {@code
+   * group.share.delivery.count.limit} is 3 (the test broker's stays 5, so a record released on its
+   * third delivery would come a fourth time): the user sees a listener that always fails run three
+   * times and its record dead-lettered once, then rejected. Before, the property did not exist and
+   * the listener took 5 as the limit: on such a cluster the third failure was released and the
+   * broker archived the record, without its dead letter.
+   */
+  @Test
+  void aFailingRecordIsDeadLetteredOnTheLastDeliveryOfTheConfiguredLimit() throws Exception {
+    send(template, DECLINED, "charge 3.00", "order-no", "D-1");
+
+    List<ConsumerRecord<String, String>> dead = readTopic(DECLINED + "-dlt", 1, WAIT);
+    assertThat(dead).as("dead letters").hasSize(1);
+    assertThat(header(dead.get(0), "order-no")).isEqualTo("D-1");
+    assertThat(declinedDeliveries)
+        .as("listener runs, by delivery, when the dead letter was written")
+        .containsExactly((short) 1, (short) 2, (short) 3);
+    assertThat(TestShareGroups.remaining(DECLINED, DECLINED, Duration.ofSeconds(2)))
+        .as("left in the queue: rejected, not released")
+        .isEmpty();
+    assertThat(declinedDeliveries).as("listener runs").hasSize(3);
+    assertThat(readTopic(DECLINED + "-dlt", 2, Duration.ofSeconds(1)))
+        .as("dead letters")
+        .hasSize(1);
+  }
+
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
@@ -87,6 +127,24 @@ class ShareListenerRecordByRecordTest {
     @Bean
     Listener listener(JdbcTemplate jdbc) {
       return new Listener(jdbc);
+    }
+
+    @Bean
+    DecliningListener decliningListener() {
+      return new DecliningListener();
+    }
+  }
+
+  static class DecliningListener {
+    @Idempotent(bizType = "declined", header = "order-no")
+    @KafkaListener(
+        id = DECLINED,
+        topics = DECLINED,
+        groupId = DECLINED,
+        containerFactory = "shareFactory")
+    public void charge(ConsumerRecord<String, String> record) {
+      declinedDeliveries.add(record.deliveryCount().orElse((short) 0));
+      throw new IllegalStateException("card declined for " + header(record, "order-no"));
     }
   }
 

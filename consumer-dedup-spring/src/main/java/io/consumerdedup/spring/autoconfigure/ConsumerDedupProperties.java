@@ -7,6 +7,7 @@ import io.consumerdedup.core.InProgressPolicy;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.kafka.DedupPollLoop;
+import io.consumerdedup.kafka.DedupShareLoop;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.spring.IdempotentListenerInterceptor;
@@ -110,6 +111,7 @@ public class ConsumerDedupProperties implements InitializingBean {
 
   private final Store store = new Store();
   private final Hold hold = new Hold();
+  private final Share share = new Share();
   private final Cleanup cleanup = new Cleanup();
   private final Admin admin = new Admin();
 
@@ -209,6 +211,25 @@ public class ConsumerDedupProperties implements InitializingBean {
 
     public void setMaxBackoff(Duration maxBackoff) {
       this.maxBackoff = maxBackoff;
+    }
+  }
+
+  /** {@code consumer-dedup.share.*}: {@code @Idempotent} listeners of share groups. */
+  public static class Share {
+    /**
+     * The broker's {@code group.share.delivery.count.limit}, which this must match: a failure on
+     * this delivery is dead-lettered and rejected instead of released. Set higher than the
+     * broker's, a failing record released on its real last delivery is archived by the broker
+     * without its dead letter.
+     */
+    private int deliveryCountLimit = DedupShareLoop.DEFAULT_DELIVERY_COUNT_LIMIT;
+
+    public int getDeliveryCountLimit() {
+      return deliveryCountLimit;
+    }
+
+    public void setDeliveryCountLimit(int deliveryCountLimit) {
+      this.deliveryCountLimit = deliveryCountLimit;
     }
   }
 
@@ -421,6 +442,10 @@ public class ConsumerDedupProperties implements InitializingBean {
 
   public Hold getHold() {
     return hold;
+  }
+
+  public Share getShare() {
+    return share;
   }
 
   public Store getStore() {

@@ -46,6 +46,14 @@ final class DedupPropertiesCheck {
     }
     checkStore(properties.getStore());
     checkHold(properties.getHold());
+    int deliveryCountLimit = properties.getShare().getDeliveryCountLimit();
+    if (deliveryCountLimit < 2) {
+      throw invalid(
+          "share.delivery-count-limit",
+          deliveryCountLimit,
+          "at least 2 (Kafka's minimum), and equal to the broker's"
+              + " group.share.delivery.count.limit");
+    }
     checkCleanup(properties.getCleanup());
   }
 

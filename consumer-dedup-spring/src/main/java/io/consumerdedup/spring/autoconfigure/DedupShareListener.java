@@ -406,20 +406,30 @@ final class DedupShareListener<K, V>
       }
       // The stopped worker sent its last decisions before it stopped: take them first.
       drain(signals.poll());
-      log.error(
-          "Share listener {} threw {}: its record counts as a failed attempt; the records not"
-              + " decided yet go to a new worker",
-          listenerId,
-          fatal.toString(),
-          fatal);
+      boolean stopping;
       synchronized (this) {
-        worker = newWorker();
-        for (Entry entry : entries.values()) {
-          if (entry.decision == null) {
-            worker.submit(entry.record);
+        // Finished meanwhile by the container's stop, which closes the stopped worker and would
+        // never close a new one: its thread would outlive the container.
+        stopping = retired;
+        if (stopping) {
+          running = false;
+        } else {
+          worker = newWorker();
+          for (Entry entry : entries.values()) {
+            if (entry.decision == null) {
+              worker.submit(entry.record);
+            }
           }
         }
       }
+      log.error(
+          "Share listener {} threw {}: its record counts as a failed attempt; {}",
+          listenerId,
+          fatal.toString(),
+          stopping
+              ? "its container is stopping, and gives back the records not decided yet"
+              : "the records not decided yet go to a new worker",
+          fatal);
     }
 
     private synchronized void decide(Decided decided) {

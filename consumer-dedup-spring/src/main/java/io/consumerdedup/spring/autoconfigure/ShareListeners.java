@@ -119,7 +119,7 @@ final class ShareListeners {
               deadLetters,
               new DedupShareListener.Settings(
                   properties.getMaxAttempts(),
-                  DedupShareLoop.DEFAULT_DELIVERY_COUNT_LIMIT,
+                  properties.getShare().getDeliveryCountLimit(),
                   DedupShareLoop.DEFAULT_RETRY_BACKOFF,
                   properties.getHold().getInitialBackoff(),
                   properties.getHold().getMaxBackoff(),

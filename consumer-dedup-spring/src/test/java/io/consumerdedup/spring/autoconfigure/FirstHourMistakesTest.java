@@ -69,6 +69,8 @@ class FirstHourMistakesTest {
             + " at least 1",
         "consumer-dedup.hold.max-backoff=100ms | consumer-dedup.hold.max-backoff=100ms is not"
             + " allowed: it must be at least hold.initial-backoff (1s)",
+        "consumer-dedup.share.delivery-count-limit=1 | consumer-dedup.share.delivery-count-limit=1"
+            + " is not allowed: it must be at least 2",
         "consumer-dedup.table-name=drop table; | consumer-dedup.table-name=drop table; is not"
             + " allowed: it must be an unquoted SQL identifier"
       })
