@@ -497,9 +497,9 @@ class ConsumerDedupAutoConfigurationTest {
     }
     // Every property but owner-id (generated per instance) and shared-biz-types (empty) shows its
     // default.
-    assertThat(properties).hasSize(28);
+    assertThat(properties).hasSize(29);
     assertThat(shown)
-        .hasSize(26)
+        .hasSize(27)
         .doesNotContainKeys("consumer-dedup.owner-id", "consumer-dedup.shared-biz-types");
 
     ConsumerDedupProperties bound =
