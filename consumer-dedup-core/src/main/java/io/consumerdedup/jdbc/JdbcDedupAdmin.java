@@ -131,13 +131,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
           }
           boolean live = before.isLeaseLive();
           if (live && !force) {
-            log.info(
-                "Did not release {} at the request of {}: its lease is live; {}", key, who, before);
-            return new Change(
-                false,
-                before,
-                liveLeaseRefused("Not released", "Releasing", "release", key, before),
-                at);
+            return refusedUnderLiveLease(AdminChange.RELEASE, key, who, before, at);
           }
           try (PreparedStatement update = calls.prepare(c, dialect.adminSql().release)) {
             update.setString(
@@ -157,20 +151,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
             update.setInt(4, before.attempts());
             update.executeUpdate();
           }
-          if (live) {
-            log.warn(
-                "Released {} at the request of {}, forced while its lease was live: if its holder"
-                    + " is alive, the handler runs a second time; it was {}",
-                key,
-                who,
-                before);
-          } else {
-            log.info(
-                "Released {} at the request of {}: the next delivery runs it again; it was {}",
-                key,
-                who,
-                before);
-          }
+          logDone(AdminChange.RELEASE, key, who, before, live);
           return new Change(
               true,
               before,
@@ -187,33 +168,76 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         });
   }
 
-  /**
-   * Why a change of a key under a live lease was refused, and what to do instead.
-   *
-   * @param refused what was not done ("Not released")
-   * @param changing the change as the subject of a sentence ("Releasing")
-   * @param change the change as a verb ("release")
-   */
-  private static String liveLeaseRefused(
-      String refused, String changing, String change, DedupKey key, DedupRecord before) {
-    return refused
-        + ": "
-        + key
-        + " is held by "
-        + before.owner()
-        + " (attempt "
-        + before.attempts()
-        + ") under a live lease until "
-        + before.leaseUntil().map(Instant::toString).orElse("?")
-        + ", last written at "
-        + before.updatedAt()
-        + ": its holder renews it while its handler runs, so it is most likely alive. "
-        + changing
-        + " it now lets the next delivery run the handler while the holder may still apply it: the"
-        + " effect would be applied twice. Wait for the lease to run out (the next delivery then"
-        + " takes the key over), or, if you know the holder is dead or hung for good, "
-        + change
-        + " with force=true";
+  /** The two changes that can take a key from its holder, as their messages name them. */
+  private enum AdminChange {
+    RELEASE("release", "Released", "Not released", "Releasing", "the next delivery runs it again"),
+    FORGET("forget", "Forgot", "Not forgotten", "Forgetting", "a replay of it applies it again");
+
+    final String verb;
+    final String done;
+    final String notDone;
+    final String doing;
+    final String consequence;
+
+    AdminChange(String verb, String done, String notDone, String doing, String consequence) {
+      this.verb = verb;
+      this.done = done;
+      this.notDone = notDone;
+      this.doing = doing;
+      this.consequence = consequence;
+    }
+  }
+
+  /** A change of a key under a live lease, refused, saying why and what to do instead. */
+  private static Change refusedUnderLiveLease(
+      AdminChange change, DedupKey key, String who, DedupRecord before, Instant at) {
+    log.info(
+        "Did not {} {} at the request of {}: its lease is live; {}", change.verb, key, who, before);
+    return new Change(
+        false,
+        before,
+        change.notDone
+            + ": "
+            + key
+            + " is held by "
+            + before.owner()
+            + " (attempt "
+            + before.attempts()
+            + ") under a live lease until "
+            + before.leaseUntil().map(Instant::toString).orElse("?")
+            + ", last written at "
+            + before.updatedAt()
+            + ": its holder renews it while its handler runs, so it is most likely alive. "
+            + change.doing
+            + " it now lets the next delivery run the handler while the holder may still apply"
+            + " it: the effect would be applied twice. Wait for the lease to run out (the next"
+            + " delivery then takes the key over), or, if you know the holder is dead or hung for"
+            + " good, "
+            + change.verb
+            + " with force=true",
+        at);
+  }
+
+  /** A forced change is a WARN: it may let a live holder's handler run a second time. */
+  private static void logDone(
+      AdminChange change, DedupKey key, String who, DedupRecord before, boolean forced) {
+    if (forced) {
+      log.warn(
+          "{} {} at the request of {}, forced while its lease was live: if its holder is alive,"
+              + " the handler runs a second time; it was {}",
+          change.done,
+          key,
+          who,
+          before);
+    } else {
+      log.info(
+          "{} {} at the request of {}: {}; it was {}",
+          change.done,
+          key,
+          who,
+          change.consequence,
+          before);
+    }
   }
 
   @Override
@@ -225,33 +249,14 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         (c, dialect, before, who, at) -> {
           boolean live = before.isLeaseLive();
           if (live && !force) {
-            log.info(
-                "Did not forget {} at the request of {}: its lease is live; {}", key, who, before);
-            return new Change(
-                false,
-                before,
-                liveLeaseRefused("Not forgotten", "Forgetting", "forget", key, before),
-                at);
+            return refusedUnderLiveLease(AdminChange.FORGET, key, who, before, at);
           }
           try (PreparedStatement delete = calls.prepare(c, dialect.adminSql().forget)) {
             delete.setString(1, key.bizType());
             delete.setString(2, key.bizKey());
             delete.executeUpdate();
           }
-          if (live) {
-            log.warn(
-                "Forgot {} at the request of {}, forced while its lease was live: if its holder"
-                    + " is alive, the handler runs a second time; it was {}",
-                key,
-                who,
-                before);
-          } else {
-            log.info(
-                "Forgot {} at the request of {}: a replay of it applies it again; it was {}",
-                key,
-                who,
-                before);
-          }
+          logDone(AdminChange.FORGET, key, who, before, live);
           return new Change(
               true,
               before,
