@@ -22,7 +22,8 @@ import org.springframework.kafka.listener.RecordInterceptor;
  *       PollAwareConsumer#handedOverInTransaction});
  *   <li>a claim still open when the next record arrives, or when the consumer thread clears its
  *       state (after each poll, when the container stops), is recorded FAILED, never left
- *       PROCESSING.
+ *       PROCESSING; an {@code Error} doing so is thrown before the next poll ({@link
+ *       ThreadStateErrors}).
  * </ul>
  */
 public final class CurrentRecordInterceptor implements RecordInterceptor<Object, Object> {
@@ -115,18 +116,28 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
   }
 
   @Override
+  public void setupThreadState(Consumer<?, ?> consumer) {
+    ThreadStateErrors.throwHeld(consumer);
+  }
+
+  @Override
   public void clearThreadState(Consumer<?, ?> consumer) {
     CURRENT.remove();
     POLL.remove();
-    try {
-      ListenerOutcomes.abandon();
-    } finally {
-      if (consumer instanceof PollAwareConsumer<?, ?> pollAware) {
-        // After each poll's records, and when the container stops: the claims of records the
-        // listener never got (the poll cut short) are given back now, not at the next poll.
-        pollAware.poll().releaseClaims();
-      }
-    }
+    ThreadStateErrors.clearing(
+        consumer,
+        () -> {
+          try {
+            ListenerOutcomes.abandon();
+          } finally {
+            if (consumer instanceof PollAwareConsumer<?, ?> pollAware) {
+              // After each poll's records, and when the container stops: the claims of records
+              // the listener never got (the poll cut short) are given back now, not at the next
+              // poll.
+              pollAware.poll().releaseClaims();
+            }
+          }
+        });
   }
 
   @Override

@@ -12,7 +12,9 @@ import org.springframework.kafka.listener.RecordInterceptor;
  * failure}, {@code afterRecord} or the thread-state calls, an {@code Error} included, does not keep
  * the second from being called: consumer-dedup's must see every record through, or a claim would be
  * left open. Once both have run, what the first threw is rethrown, with what the second threw added
- * as suppressed; what the second alone threw is rethrown as it is.
+ * as suppressed; what the second alone threw is rethrown as it is. The second is one of
+ * consumer-dedup's interceptors, whose {@code setupThreadState} throws an {@code Error} held from
+ * {@code clearThreadState}.
  */
 public final class GuardedRecordInterceptor<K, V> implements RecordInterceptor<K, V> {
   private final RecordInterceptor<K, V> first;
@@ -59,9 +61,17 @@ public final class GuardedRecordInterceptor<K, V> implements RecordInterceptor<K
     both(() -> first.setupThreadState(consumer), () -> second.setupThreadState(consumer));
   }
 
+  /**
+   * An {@code Error} of either is thrown as the thread sets up its next poll ({@link
+   * ThreadStateErrors}), by the second's {@code setupThreadState}: spring-kafka stops the container
+   * cleanly then, where thrown from here it ended the consumer thread without closing the consumer.
+   */
   @Override
   public void clearThreadState(Consumer<?, ?> consumer) {
-    both(() -> first.clearThreadState(consumer), () -> second.clearThreadState(consumer));
+    ThreadStateErrors.clearing(
+        consumer,
+        () ->
+            both(() -> first.clearThreadState(consumer), () -> second.clearThreadState(consumer)));
   }
 
   private static void both(Runnable firstCall, Runnable secondCall) {

@@ -16,6 +16,7 @@ import io.consumerdedup.spring.internal.AcknowledgingListener;
 import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
+import io.consumerdedup.spring.internal.ThreadStateErrors;
 import java.util.Objects;
 import java.util.Optional;
 import org.apache.kafka.clients.consumer.Consumer;
@@ -329,8 +330,13 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
   }
 
   @Override
+  public void setupThreadState(Consumer<?, ?> consumer) {
+    ThreadStateErrors.throwHeld(consumer);
+  }
+
+  @Override
   public void clearThreadState(Consumer<?, ?> consumer) {
     duplicateToAcknowledge.remove();
-    ListenerOutcomes.abandon();
+    ThreadStateErrors.clearing(consumer, ListenerOutcomes::abandon);
   }
 }

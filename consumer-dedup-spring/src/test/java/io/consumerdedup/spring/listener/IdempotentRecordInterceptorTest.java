@@ -1,11 +1,13 @@
 package io.consumerdedup.spring.listener;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatCode;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
@@ -26,6 +28,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.MockConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -428,6 +431,69 @@ class IdempotentRecordInterceptorTest {
     ApplicationInterceptorError() {
       super("the application's interceptor failed");
     }
+  }
+
+  /**
+   * The container moved on from a record whose listener returned without a transaction, and the
+   * application's {@code DedupListener} throws an Error as the claim is recorded SUCCESS while the
+   * consumer thread clears its state. spring-kafka calls that past the catch that stops a container
+   * on an Error, so thrown there it ended the consumer thread without closing the consumer (see
+   * {@code RecordListenerClearThreadStateErrorTest} for a running container): it is thrown as the
+   * thread sets up its next poll instead, once, and only for the same consumer.
+   */
+  @Test
+  void anErrorSettlingAClaimAsTheThreadStateIsClearedIsThrownBeforeTheNextPoll() {
+    AssertionError bug = new AssertionError("metrics backend bug");
+    try (IdempotentExecutor withBuggyListener =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(dataSource).build())
+            .listener(
+                new DedupListener() {
+                  @Override
+                  public void completed(DedupKey key, int attempt, Duration handlerTime) {
+                    throw bug;
+                  }
+                })
+            .build()) {
+      IdempotentRecordInterceptor<String, String> interceptor =
+          new IdempotentRecordInterceptor<>(
+              withBuggyListener,
+              "payment",
+              IdempotentRecordInterceptor.DEFAULT_KEY_HEADER,
+              MissingKeyPolicy.FAIL,
+              topic);
+      MockConsumer<String, String> consumer = new MockConsumer<>("earliest");
+      // No afterRecord for either: an Error after the listener returned.
+      listenerReturned(interceptor, consumer, 4, "L");
+      interceptor.clearThreadState(consumer);
+
+      assertThat(executor.store().find(DedupKey.of("payment", "L")).orElseThrow().status())
+          .isEqualTo(DedupStatus.SUCCESS);
+      assertThatCode(() -> interceptor.setupThreadState(new MockConsumer<>("earliest")))
+          .as("another consumer's poll on this thread (a pooled thread) does not stop for it")
+          .doesNotThrowAnyException();
+
+      listenerReturned(interceptor, consumer, 5, "M");
+      interceptor.clearThreadState(consumer);
+      assertThat(executor.store().find(DedupKey.of("payment", "M")).orElseThrow().status())
+          .isEqualTo(DedupStatus.SUCCESS);
+      assertThatThrownBy(() -> interceptor.setupThreadState(consumer)).isSameAs(bug);
+      assertThatCode(() -> interceptor.setupThreadState(consumer)).doesNotThrowAnyException();
+    }
+  }
+
+  /** The listener returned for a record keyed {@code key}, with no transaction. */
+  private void listenerReturned(
+      IdempotentRecordInterceptor<String, String> interceptor,
+      MockConsumer<String, String> consumer,
+      long offset,
+      String key) {
+    ConsumerRecord<String, String> record =
+        new ConsumerRecord<>(topic, 0, offset, null, "pay " + key);
+    record
+        .headers()
+        .add(IdempotentRecordInterceptor.DEFAULT_KEY_HEADER, key.getBytes(StandardCharsets.UTF_8));
+    assertThat(interceptor.intercept(record, consumer)).isSameAs(record);
+    interceptor.success(record, consumer);
   }
 
   @Test
