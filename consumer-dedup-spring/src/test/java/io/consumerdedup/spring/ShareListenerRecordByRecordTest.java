@@ -8,6 +8,7 @@ import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.testing.TestShareGroups;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
@@ -32,13 +33,17 @@ import org.springframework.test.context.DynamicPropertySource;
  * each record's key on its own and writes its SUCCESS before the next, as before claims per batch:
  * the records waiting for the worker together are still each applied once and acknowledged. The
  * share properties that the other share tests leave at their defaults are set here too: {@code
- * consumer-dedup.share.delivery-count-limit}, with {@code max-attempts} at its default (10).
+ * consumer-dedup.share.delivery-count-limit}, with {@code max-attempts} at its default (10), and
+ * {@code consumer-dedup.share.retry-backoff}.
  */
 @SpringBootTest(
     classes = ShareListenerRecordByRecordTest.App.class,
     properties = {
       "consumer-dedup.claims-per-poll=false",
-      "consumer-dedup.share.delivery-count-limit=3"
+      "consumer-dedup.share.delivery-count-limit=3",
+      "consumer-dedup.share.retry-backoff="
+          + ShareListenerRecordByRecordTest.RETRY_BACKOFF_MS
+          + "ms"
     })
 @DirtiesContext
 class ShareListenerRecordByRecordTest {
@@ -46,6 +51,17 @@ class ShareListenerRecordByRecordTest {
   static final String ONE_BY_ONE = "share-one-by-one";
   static final String DECLINED = "share-declined";
   static final List<Short> declinedDeliveries = new CopyOnWriteArrayList<>();
+
+  /** When each run of the declining listener began ({@link System#nanoTime()}). */
+  static final List<Long> declinedRunNanos = new CopyOnWriteArrayList<>();
+
+  /**
+   * The retry back-off set: longer than the group's 5 s lock, which is renewed while the failed
+   * record waits, so that the record is released after the back-off, not delivered again when its
+   * lock runs out.
+   */
+  static final long RETRY_BACKOFF_MS = 6_000;
+
   static final CountDownLatch ENTERED = new CountDownLatch(1);
   static final CountDownLatch OPEN = new CountDownLatch(1);
 
@@ -95,7 +111,9 @@ class ShareListenerRecordByRecordTest {
    * third delivery would come a fourth time): the user sees a listener that always fails run three
    * times and its record dead-lettered once, then rejected. Before, the property did not exist and
    * the listener took 5 as the limit: on such a cluster the third failure was released and the
-   * broker archived the record, without its dead letter.
+   * broker archived the record, without its dead letter. The retry back-off set to 6 s: each run
+   * comes at least that long after the one before; before, the listener released a failed record
+   * after 1 s, whatever was set.
    */
   @Test
   void aFailingRecordIsDeadLetteredOnTheLastDeliveryOfTheConfiguredLimit() throws Exception {
@@ -111,6 +129,14 @@ class ShareListenerRecordByRecordTest {
         .as("left in the queue: rejected, not released")
         .isEmpty();
     assertThat(declinedDeliveries).as("listener runs").hasSize(3);
+    List<Long> gapsMs = new ArrayList<>();
+    for (int i = 1; i < declinedRunNanos.size(); i++) {
+      gapsMs.add((declinedRunNanos.get(i) - declinedRunNanos.get(i - 1)) / 1_000_000);
+    }
+    assertThat(gapsMs)
+        .as("ms between a failed run and the next delivery's run")
+        .hasSize(2)
+        .allSatisfy(gap -> assertThat(gap).isGreaterThanOrEqualTo(RETRY_BACKOFF_MS));
     assertThat(readTopic(DECLINED + "-dlt", 2, Duration.ofSeconds(1)))
         .as("dead letters")
         .hasSize(1);
@@ -143,6 +169,7 @@ class ShareListenerRecordByRecordTest {
         groupId = DECLINED,
         containerFactory = "shareFactory")
     public void charge(ConsumerRecord<String, String> record) {
+      declinedRunNanos.add(System.nanoTime());
       declinedDeliveries.add(record.deliveryCount().orElse((short) 0));
       throw new IllegalStateException("card declined for " + header(record, "order-no"));
     }

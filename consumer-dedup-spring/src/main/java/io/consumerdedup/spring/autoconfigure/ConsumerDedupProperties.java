@@ -224,12 +224,26 @@ public class ConsumerDedupProperties implements InitializingBean {
      */
     private int deliveryCountLimit = DedupShareLoop.DEFAULT_DELIVERY_COUNT_LIMIT;
 
+    /**
+     * How long a record whose listener failed (attempts left) waits before it is released for
+     * another delivery, its lock renewed meanwhile; as {@code DedupShareLoop.Builder.retryBackOff}.
+     */
+    private Duration retryBackoff = DedupShareLoop.DEFAULT_RETRY_BACKOFF;
+
     public int getDeliveryCountLimit() {
       return deliveryCountLimit;
     }
 
     public void setDeliveryCountLimit(int deliveryCountLimit) {
       this.deliveryCountLimit = deliveryCountLimit;
+    }
+
+    public Duration getRetryBackoff() {
+      return retryBackoff;
+    }
+
+    public void setRetryBackoff(Duration retryBackoff) {
+      this.retryBackoff = retryBackoff;
     }
   }
 

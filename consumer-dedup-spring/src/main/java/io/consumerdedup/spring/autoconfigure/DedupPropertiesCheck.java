@@ -54,6 +54,7 @@ final class DedupPropertiesCheck {
           "at least 2 (Kafka's minimum), and equal to the broker's"
               + " group.share.delivery.count.limit");
     }
+    positive("share.retry-backoff", properties.getShare().getRetryBackoff());
     checkCleanup(properties.getCleanup());
   }
 

@@ -118,6 +118,13 @@ final class DedupShareListener<K, V>
         consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(DEFAULT_LOCK_NANOS);
     while (true) {
       Keeper keeper = keepers.computeIfAbsent(consumer, Keeper::new);
+      if (closed) {
+        // close() began meanwhile and may have passed over the keeper just made, whose threads
+        // would then outlive the container: stopped here too (a second close does nothing more).
+        keepers.remove(consumer, keeper);
+        keeper.close(Duration.ZERO);
+        return;
+      }
       if (keeper.offer(record, acknowledgment, lockNanos)) {
         return;
       }
@@ -131,7 +138,7 @@ final class DedupShareListener<K, V>
     // All stopped first, then waited for within one close timeout: each consumer's handler in hand
     // finishes alongside the others', so a stop takes the longest of them, not their sum.
     for (Keeper keeper : keepers.values()) {
-      keeper.worker.stop();
+      keeper.retire().stop();
     }
     long deadline = System.nanoTime() + settings.closeTimeout().toNanos();
     for (Keeper keeper : keepers.values()) {
@@ -153,6 +160,12 @@ final class DedupShareListener<K, V>
       keeper.finish(settings.closeTimeout());
     }
   }
+
+  /**
+   * Called by a keeper about to replace the worker that an {@code Error} ended, before it takes its
+   * lock to do so: lets a test stop the listener at that very moment.
+   */
+  volatile Runnable beforeWorkerReplaced = () -> {};
 
   /**
    * One worker's processor: each batch the worker takes is a poll to the interceptor ({@link
@@ -349,6 +362,17 @@ final class DedupShareListener<K, V>
       return true;
     }
 
+    /**
+     * Marks this keeper stopping, under its lock, so that no worker replaces the one returned: the
+     * last worker, which the caller stops. Whoever stops a keeper (its idle end, the container
+     * closing its consumer, the listener closing) stops the worker this returns, never one read
+     * before, which an Error may just have replaced.
+     */
+    private synchronized ShareRecordWorker<K, V> retire() {
+      retired = true;
+      return worker;
+    }
+
     /** Stops this keeper if it has been idle long enough; whether it did. */
     private boolean retireIfIdle(long now) {
       synchronized (this) {
@@ -406,11 +430,13 @@ final class DedupShareListener<K, V>
       }
       // The stopped worker sent its last decisions before it stopped: take them first.
       drain(signals.poll());
+      beforeWorkerReplaced.run();
       boolean stopping;
       synchronized (this) {
-        // Finished meanwhile by the container's stop, which closes the stopped worker and would
-        // never close a new one: its thread would outlive the container.
-        stopping = retired;
+        // Stopped meanwhile (the container closing its consumer, the listener closing as the
+        // application stops), which stops the worker it saw and would never stop a new one: its
+        // thread would outlive the container, and handle records after the stop.
+        stopping = retired || closed;
         if (stopping) {
           running = false;
         } else {
@@ -519,11 +545,9 @@ final class DedupShareListener<K, V>
      * (one whose renewal did reach the broker is refused by the consumer, and comes again).
      */
     void finish(Duration timeout) {
-      synchronized (this) {
-        retired = true;
-      }
+      ShareRecordWorker<K, V> last = retire();
       long deadline = System.nanoTime() + timeout.toNanos();
-      worker.close(timeout);
+      last.close(timeout);
       running = false;
       thread.interrupt();
       try {
@@ -546,9 +570,10 @@ final class DedupShareListener<K, V>
 
     void close(Duration timeout) {
       running = false;
-      worker.close(timeout);
+      ShareRecordWorker<K, V> last = retire();
+      last.close(timeout);
       thread.interrupt();
-      Error fatal = worker.fatal();
+      Error fatal = last.fatal();
       if (fatal != null) {
         log.error("Share listener {} stopped on an Error", listenerId, fatal);
       }

@@ -120,7 +120,7 @@ final class ShareListeners {
               new DedupShareListener.Settings(
                   properties.getMaxAttempts(),
                   properties.getShare().getDeliveryCountLimit(),
-                  DedupShareLoop.DEFAULT_RETRY_BACKOFF,
+                  properties.getShare().getRetryBackoff(),
                   properties.getHold().getInitialBackoff(),
                   properties.getHold().getMaxBackoff(),
                   DedupShareLoop.DEFAULT_CLOSE_TIMEOUT));

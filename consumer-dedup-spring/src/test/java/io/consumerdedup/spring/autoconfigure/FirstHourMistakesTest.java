@@ -71,6 +71,8 @@ class FirstHourMistakesTest {
             + " allowed: it must be at least hold.initial-backoff (1s)",
         "consumer-dedup.share.delivery-count-limit=1 | consumer-dedup.share.delivery-count-limit=1"
             + " is not allowed: it must be at least 2",
+        "consumer-dedup.share.retry-backoff=-1s | consumer-dedup.share.retry-backoff=-1s is not"
+            + " allowed: it must be a positive duration",
         "consumer-dedup.table-name=drop table; | consumer-dedup.table-name=drop table; is not"
             + " allowed: it must be an unquoted SQL identifier"
       })
