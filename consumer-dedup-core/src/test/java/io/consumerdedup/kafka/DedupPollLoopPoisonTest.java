@@ -20,6 +20,8 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.OptionalInt;
@@ -29,6 +31,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.RecordDeserializationException;
@@ -190,6 +193,48 @@ class DedupPollLoopPoisonTest {
               assertThat(event.getFormattedMessage()).contains(topic + "-0@1", "group " + group);
               assertThat(event.getThrowableProxy().getMessage()).contains("rawProducer(...)");
             });
+  }
+
+  // --- a dead letter the broker acknowledges late ---
+
+  @Test
+  void aDeadLetterAcknowledgedAfterTheSendTimeoutIsWrittenOnceNotOncePerTry() throws Exception {
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    ProducerRecord<String, String> noKey =
+        new ProducerRecord<>(topic, 0, RECORD_KEY, "charge without an order number");
+    fixture.producer().send(noKey).get();
+    // Each send waits 2 s in the producer before it goes out, as it would for a broker slow to
+    // answer; the publisher gives up waiting after 300 ms, and the producer still writes it.
+    Map<String, Object> config = new HashMap<>();
+    config.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers());
+    config.put(ProducerConfig.ACKS_CONFIG, "all");
+    config.put(ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION, 1);
+    config.put(ProducerConfig.LINGER_MS_CONFIG, 2000);
+    try (KafkaProducer<String, String> slow =
+        new KafkaProducer<>(config, new StringSerializer(), new StringSerializer())) {
+      DeadLetterHandler<String, String> publisher =
+          KafkaDeadLetterPublisher.builder(slow)
+              .groupId(group)
+              .sendTimeout(Duration.ofMillis(300))
+              .build();
+
+      try (RunningLoop running =
+          RunningLoop.start(
+              loop(payments(executor, record -> effects.apply(record.value())), publisher))) {
+        long deadline = System.nanoTime() + WAIT.toNanos();
+        while (!TestKafka.committedOffsets(group).containsKey(partition(0))
+            && System.nanoTime() < deadline) {
+          Thread.sleep(100);
+        }
+      }
+      slow.flush(); // every send made, written
+    }
+
+    assertThat(TestKafka.endOffset(new TopicPartition(topic + "-dlt", 0)))
+        .as("dead letters of the one record without a key")
+        .isEqualTo(1);
+    assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 1L);
+    assertThat(effects.all()).isEmpty();
   }
 
   // --- a handler that always fails ---
