@@ -13,6 +13,7 @@ import ch.qos.logback.classic.Logger;
 import ch.qos.logback.classic.spi.ILoggingEvent;
 import ch.qos.logback.core.read.ListAppender;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStoreUnavailableException;
@@ -24,6 +25,7 @@ import java.time.Duration;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -235,6 +237,47 @@ class DedupPollLoopPoisonTest {
         .isEqualTo(1);
     assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 1L);
     assertThat(effects.all()).isEmpty();
+  }
+
+  // --- a key extractor that throws an Error ---
+
+  @Test
+  void anErrorOfTheKeyExtractorDeadLettersItsRecordAtOnceAndTheLoopGoesOn() throws Exception {
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    send("G-1");
+    send("E-2");
+    send("G-3");
+    KeyExtractor<String, String> header = KeyExtractors.header(KEY_HEADER);
+    KeyExtractor<String, String> failsOnE =
+        record -> {
+          Optional<String> key = header.extract(record);
+          if (key.orElse("").startsWith("E-")) {
+            throw new AssertionError("no parser for " + key.get());
+          }
+          return key;
+        };
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(failsOnE)
+            .groupId(group)
+            .handler(record -> effects.apply(orderNo(record)))
+            .build();
+
+    try (RunningLoop running = RunningLoop.start(loop(handler, deadLetters()))) {
+      awaitCommitted(Map.of(partition(0), 3L));
+      assertThat(running.isRunning()).as("the loop goes on").isTrue();
+    }
+
+    assertThat(effects.all()).containsOnly(Map.entry("G-1", 1), Map.entry("G-3", 1));
+    List<ConsumerRecord<String, String>> dlt =
+        TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2));
+    assertThat(dlt).hasSize(1);
+    assertThat(header(dlt.get(0), KEY_HEADER)).isEqualTo("E-2");
+    assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
+        .isEqualTo(DedupKeyMalformedException.class.getName());
+    assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .contains("key extractor", "java.lang.AssertionError: no parser for E-2");
   }
 
   // --- a handler that always fails ---
