@@ -24,6 +24,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.Function;
+import java.util.function.Supplier;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
@@ -98,12 +99,12 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
    */
   public Outcome handle(ConsumerRecord<K, V> record) {
     String source = keys.source(record);
-    Optional<DedupKey> key = keys.resolve(record);
+    Optional<DedupKey> key = derived(record, "key extractor", () -> keys.resolve(record));
     if (key.isEmpty()) {
       runUnprotected(record, source);
       return Outcome.PROCESSED;
     }
-    String print = fingerprint == null ? null : fingerprint.apply(record);
+    String print = fingerprintOf(record);
     return executor
         .execute(
             key.get(),
@@ -156,12 +157,12 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
   /** A record of the poll that {@link #prepare} did not claim: claimed now, marked later. */
   private Outcome processOnItsOwn(ConsumerRecord<K, V> record, Poll<K, V> current) {
     String source = keys.source(record);
-    Optional<DedupKey> key = keys.resolve(record);
+    Optional<DedupKey> key = derived(record, "key extractor", () -> keys.resolve(record));
     if (key.isEmpty()) {
       runUnprotected(record, source);
       return Outcome.PROCESSED;
     }
-    String print = fingerprint == null ? null : fingerprint.apply(record);
+    String print = fingerprintOf(record);
     DedupClaim claim = executor.claim(key.get(), print, source);
     if (claim.isDuplicate()) {
       return Outcome.DUPLICATE;
@@ -220,9 +221,9 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     List<IdempotentExecutor.Delivery> deliveries = new ArrayList<>(records.size());
     for (ConsumerRecord<K, V> record : records) {
       try {
-        Optional<DedupKey> key = keys.claimedKey(record);
+        Optional<DedupKey> key = derived(record, "key extractor", () -> keys.claimedKey(record));
         if (key.isPresent()) {
-          String print = fingerprint == null ? null : fingerprint.apply(record);
+          String print = fingerprintOf(record);
           deliveries.add(new IdempotentExecutor.Delivery(key.get(), print, keys.source(record)));
           current.indexes.put(record, deliveries.size() - 1);
         }
@@ -308,11 +309,44 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
    */
   @Override
   public OptionalInt attempts(ConsumerRecord<K, V> record) {
-    Optional<DedupKey> key = keys.claimedKey(record);
+    Optional<DedupKey> key;
+    try {
+      key = derived(record, "key extractor", () -> keys.claimedKey(record));
+    } catch (DedupKeyMalformedException e) {
+      return OptionalInt.empty(); // no key, no record of attempts
+    }
     if (key.isEmpty()) {
       return OptionalInt.empty();
     }
     return executor.store().find(key.get()).stream().mapToInt(DedupRecord::attempts).findFirst();
+  }
+
+  private @Nullable String fingerprintOf(ConsumerRecord<K, V> record) {
+    Function<ConsumerRecord<K, V>, String> print = fingerprint;
+    return print == null ? null : derived(record, "fingerprint", () -> print.apply(record));
+  }
+
+  /**
+   * What the application's key extractor or fingerprint derives from the record. An {@link Error}
+   * of theirs (an {@code AssertionError}, a {@code NoClassDefFoundError}) comes again with every
+   * delivery of the record, before any claim, so no attempt of it can be counted in the table:
+   * passed on as an Error, it would end every loop started on the record without the record ever
+   * being dead-lettered, and, from {@link #prepare}, keep the poll's other records from being
+   * handled. It is the key that cannot be derived, so a {@link DedupKeyMalformedException}:
+   * dead-lettered at once. Errors of the JVM itself ({@link VirtualMachineError}: out of memory)
+   * say nothing about the record and pass on.
+   */
+  private <T> T derived(ConsumerRecord<K, V> record, String what, Supplier<T> derivation) {
+    try {
+      return derivation.get();
+    } catch (VirtualMachineError e) {
+      throw e;
+    } catch (Error e) {
+      throw new DedupKeyMalformedException(
+          "The " + what + " of biz type '" + keys.bizType() + "' threw " + e,
+          keys.source(record),
+          e);
+    }
   }
 
   private void runUnprotected(ConsumerRecord<K, V> record, String source) {

@@ -5,7 +5,10 @@ import io.consumerdedup.kafka.internal.RecordSources;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.Map;
 import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
@@ -29,7 +32,10 @@ import org.slf4j.LoggerFactory;
  * gives it, so a plain consumer and a Spring listener of the same topic share one dead-letter
  * topic; {@link Builder#topicSuffix(String)} changes it), and adds headers that say why and where
  * it came from. It waits for the broker to acknowledge the send, so {@link DedupPollLoop} commits
- * past the record only once the dead letter is safely written.
+ * past the record only once the dead letter is safely written. A send not acknowledged within the
+ * {@link Builder#sendTimeout(Duration) send timeout} goes on in the producer, which may still write
+ * it: the next call for the same record (same dead-letter topic, topic, partition and offset) waits
+ * for that send instead of sending a second dead letter, and sends anew only if it failed.
  *
  * <pre>{@code
  * Producer<String, String> dltProducer = new KafkaProducer<>(producerConfig); // acks=all
@@ -121,6 +127,14 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
   private final @Nullable String groupId;
   private final Duration sendTimeout;
 
+  /**
+   * Sends whose answer was not awaited to the end (a timeout, an interrupt), until a later call for
+   * the same record sees them answered; shared by every thread that uses this publisher, as a
+   * rebalance can hand a held record to another loop of the same application.
+   */
+  private final Map<Letter, CompletableFuture<RecordMetadata>> unanswered =
+      new ConcurrentHashMap<>();
+
   private KafkaDeadLetterPublisher(
       Builder<K, V> builder,
       Function<ConsumerRecord<K, V>, String> destination,
@@ -182,11 +196,36 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
       ConsumerRecord<T, U> record,
       Headers headers,
       Exception reason) {
-    ProducerRecord<T, U> deadLetter =
-        new ProducerRecord<>(topic, null, null, record.key(), record.value(), headers);
+    Letter letter = new Letter(topic, record.topic(), record.partition(), record.offset());
+    CompletableFuture<RecordMetadata> mine = new CompletableFuture<>();
+    CompletableFuture<RecordMetadata> sent =
+        unanswered.compute(
+            letter,
+            (same, earlier) ->
+                earlier == null || earlier.isCompletedExceptionally() ? mine : earlier);
+    if (sent == mine) {
+      ProducerRecord<T, U> deadLetter =
+          new ProducerRecord<>(topic, null, null, record.key(), record.value(), headers);
+      try {
+        sender.send(
+            deadLetter,
+            (written, e) -> {
+              if (e == null) {
+                mine.complete(written);
+              } else {
+                unanswered.remove(letter, mine); // a retry sends it anew
+                mine.completeExceptionally(e);
+              }
+            });
+      } catch (RuntimeException | Error e) {
+        unanswered.remove(letter, mine);
+        mine.completeExceptionally(e);
+        throw e;
+      }
+    }
     try {
-      RecordMetadata written =
-          sender.send(deadLetter).get(sendTimeout.toMillis(), TimeUnit.MILLISECONDS);
+      RecordMetadata written = sent.get(sendTimeout.toMillis(), TimeUnit.MILLISECONDS);
+      unanswered.remove(letter, sent);
       log.info(
           "Dead-lettered {} to {}-{}@{}: {}",
           describe(record),
@@ -198,19 +237,31 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
       Thread.currentThread().interrupt();
       throw new InterruptException("Interrupted while dead-lettering " + describe(record), e);
     } catch (ExecutionException e) {
+      unanswered.remove(letter, sent);
       throw new KafkaException(
           "Could not dead-letter " + describe(record) + " to " + topic, e.getCause());
     } catch (TimeoutException e) {
+      // The producer goes on sending it (up to its delivery.timeout.ms) and may still write it:
+      // the caller's next try for this record waits for this send instead of writing a second
+      // dead letter.
       throw new KafkaException(
           "Dead letter of "
               + describe(record)
               + " to "
               + topic
               + " was not acknowledged within "
-              + sendTimeout,
+              + sendTimeout
+              + "; the producer may still write it, and the next try for this record waits for"
+              + " it",
           e);
     }
   }
+
+  /**
+   * A record's dead letter: its dead-letter topic and where the record was consumed. A send not
+   * acknowledged within the send timeout stays in {@link #unanswered} under it.
+   */
+  private record Letter(String topic, String sourceTopic, int partition, long offset) {}
 
   private Headers headers(ConsumerRecord<?, ?> record, Exception reason) {
     Headers headers = new RecordHeaders(record.headers().toArray());

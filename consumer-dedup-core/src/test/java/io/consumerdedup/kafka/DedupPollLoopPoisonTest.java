@@ -13,6 +13,7 @@ import ch.qos.logback.classic.Logger;
 import ch.qos.logback.classic.spi.ILoggingEvent;
 import ch.qos.logback.core.read.ListAppender;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStoreUnavailableException;
@@ -20,8 +21,11 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -29,6 +33,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.RecordDeserializationException;
@@ -190,6 +195,89 @@ class DedupPollLoopPoisonTest {
               assertThat(event.getFormattedMessage()).contains(topic + "-0@1", "group " + group);
               assertThat(event.getThrowableProxy().getMessage()).contains("rawProducer(...)");
             });
+  }
+
+  // --- a dead letter the broker acknowledges late ---
+
+  @Test
+  void aDeadLetterAcknowledgedAfterTheSendTimeoutIsWrittenOnceNotOncePerTry() throws Exception {
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    ProducerRecord<String, String> noKey =
+        new ProducerRecord<>(topic, 0, RECORD_KEY, "charge without an order number");
+    fixture.producer().send(noKey).get();
+    // Each send waits 2 s in the producer before it goes out, as it would for a broker slow to
+    // answer; the publisher gives up waiting after 300 ms, and the producer still writes it.
+    Map<String, Object> config = new HashMap<>();
+    config.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers());
+    config.put(ProducerConfig.ACKS_CONFIG, "all");
+    config.put(ProducerConfig.MAX_IN_FLIGHT_REQUESTS_PER_CONNECTION, 1);
+    config.put(ProducerConfig.LINGER_MS_CONFIG, 2000);
+    try (KafkaProducer<String, String> slow =
+        new KafkaProducer<>(config, new StringSerializer(), new StringSerializer())) {
+      DeadLetterHandler<String, String> publisher =
+          KafkaDeadLetterPublisher.builder(slow)
+              .groupId(group)
+              .sendTimeout(Duration.ofMillis(300))
+              .build();
+
+      try (RunningLoop running =
+          RunningLoop.start(
+              loop(payments(executor, record -> effects.apply(record.value())), publisher))) {
+        long deadline = System.nanoTime() + WAIT.toNanos();
+        while (!TestKafka.committedOffsets(group).containsKey(partition(0))
+            && System.nanoTime() < deadline) {
+          Thread.sleep(100);
+        }
+      }
+      slow.flush(); // every send made, written
+    }
+
+    assertThat(TestKafka.endOffset(new TopicPartition(topic + "-dlt", 0)))
+        .as("dead letters of the one record without a key")
+        .isEqualTo(1);
+    assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 1L);
+    assertThat(effects.all()).isEmpty();
+  }
+
+  // --- a key extractor that throws an Error ---
+
+  @Test
+  void anErrorOfTheKeyExtractorDeadLettersItsRecordAtOnceAndTheLoopGoesOn() throws Exception {
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    send("G-1");
+    send("E-2");
+    send("G-3");
+    KeyExtractor<String, String> header = KeyExtractors.header(KEY_HEADER);
+    KeyExtractor<String, String> failsOnE =
+        record -> {
+          Optional<String> key = header.extract(record);
+          if (key.orElse("").startsWith("E-")) {
+            throw new AssertionError("no parser for " + key.get());
+          }
+          return key;
+        };
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(failsOnE)
+            .groupId(group)
+            .handler(record -> effects.apply(orderNo(record)))
+            .build();
+
+    try (RunningLoop running = RunningLoop.start(loop(handler, deadLetters()))) {
+      awaitCommitted(Map.of(partition(0), 3L));
+      assertThat(running.isRunning()).as("the loop goes on").isTrue();
+    }
+
+    assertThat(effects.all()).containsOnly(Map.entry("G-1", 1), Map.entry("G-3", 1));
+    List<ConsumerRecord<String, String>> dlt =
+        TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2));
+    assertThat(dlt).hasSize(1);
+    assertThat(header(dlt.get(0), KEY_HEADER)).isEqualTo("E-2");
+    assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
+        .isEqualTo(DedupKeyMalformedException.class.getName());
+    assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .contains("key extractor", "java.lang.AssertionError: no parser for E-2");
   }
 
   // --- a handler that always fails ---

@@ -95,7 +95,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     }
     // A handler that does not seek expects the container to go on with the records after the
     // failed one; seeking them back has the same effect, since none of them was processed.
-    boolean handled = delegate.handleOne(thrownException, records.get(0), consumer, container);
+    boolean handled = handledByDelegate(thrownException, records.get(0), consumer, container);
     SeekUtils.doSeeksToBegin(
         handled ? records.subList(1, records.size()) : records, consumer, SEEK_LOG);
     if (!handled) {
@@ -117,6 +117,29 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     }
     logIfGivenUp(thrownException, record);
     return delegate.handleOne(thrownException, record, consumer, container);
+  }
+
+  /**
+   * Whether the delegate, which does not seek, handled the record. One that throws did not, as the
+   * container decides for such a handler when it is its own: the record comes again with those
+   * after it, which this class seeks back instead of the container (who would not, for a handler
+   * that seeks, and would go on past them).
+   */
+  private boolean handledByDelegate(
+      Exception thrownException,
+      ConsumerRecord<?, ?> record,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container) {
+    try {
+      return delegate.handleOne(thrownException, record, consumer, container);
+    } catch (RuntimeException e) {
+      log.error(
+          "{} threw handling the failure of {}; not committing past it, it comes again",
+          delegate,
+          KafkaUtils.format(record),
+          e);
+      return false;
+    }
   }
 
   private void logIfGivenUp(Exception thrownException, ConsumerRecord<?, ?> record) {
@@ -304,7 +327,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container) {
     commitBefore(records, index, consumer, container);
-    boolean handled = delegate.handleOne(thrownException, records.get(index), consumer, container);
+    boolean handled = handledByDelegate(thrownException, records.get(index), consumer, container);
     int next = handled ? index + 1 : index;
     commitBefore(records, next, consumer, container);
     SeekUtils.doSeeksToBegin(records.subList(next, records.size()), consumer, SEEK_LOG);
