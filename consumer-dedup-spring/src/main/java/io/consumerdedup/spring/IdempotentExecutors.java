@@ -10,10 +10,13 @@ import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.time.Duration;
 import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Consumer;
 import javax.sql.DataSource;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
@@ -37,12 +40,15 @@ public final class IdempotentExecutors implements AutoCloseable {
     public static final Overrides NONE = new Overrides(null, null, null);
   }
 
+  private static final Logger log = LoggerFactory.getLogger(IdempotentExecutors.class);
+
   private final DedupStore separateStore;
   private final DedupStore transactionalStore;
   private final DataSource dataSource;
   private final Consumer<IdempotentExecutor.Builder> defaults;
   private final DedupMode defaultMode;
   private final Map<Overrides, IdempotentExecutor> executors = new ConcurrentHashMap<>();
+  private final Set<String> warnedInKafkaTransaction = ConcurrentHashMap.newKeySet();
 
   /**
    * @param separateStore claims in transactions of their own
@@ -83,6 +89,8 @@ public final class IdempotentExecutors implements AutoCloseable {
   /**
    * Refuses a TRANSACTIONAL claim outside a transaction on the dedup table's DataSource (a Kafka
    * transaction alone does not count: the row would be written on a connection nobody commits).
+   * Inside a Kafka transaction as well, warns once per listener: the two commit one after the
+   * other, and no mode can make a message sent in the Kafka one exactly once with the database's.
    *
    * @throws DedupConfigurationException naming {@code listener} and what to configure
    */
@@ -102,6 +110,18 @@ public final class IdempotentExecutors implements AutoCloseable {
               + " until then",
           key,
           source);
+    }
+    if (ListenerOutcomes.inKafkaTransaction() && warnedInKafkaTransaction.add(listener)) {
+      log.warn(
+          "Listener {} uses consumer-dedup mode TRANSACTIONAL inside the container's Kafka"
+              + " transaction: the dedup row commits with the database's transaction, before"
+              + " Kafka's. If Kafka's commit then fails (a broker refusing a record, a transaction"
+              + " timeout, a fenced producer), the record comes again and is skipped as a"
+              + " duplicate, and what the listener sent in the aborted Kafka transaction is never"
+              + " sent. To have both exactly once, write those messages to an outbox table in the"
+              + " same database transaction instead of sending them; or use mode SEPARATE with"
+              + " database writes that tolerate a second run",
+          listener);
     }
   }
 

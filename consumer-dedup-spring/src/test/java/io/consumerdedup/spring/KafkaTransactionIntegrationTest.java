@@ -15,15 +15,20 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.boot.test.system.CapturedOutput;
+import org.springframework.boot.test.system.OutputCaptureExtension;
 import org.springframework.context.annotation.Bean;
+import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.ContainerCustomizer;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
@@ -34,6 +39,7 @@ import org.springframework.kafka.listener.RecordInterceptor;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.transaction.annotation.Transactional;
 
 /**
  * Consume-process-produce in Kafka transactions ({@code transaction-id-prefix} set, so the
@@ -51,13 +57,20 @@ import org.springframework.test.context.DynamicPropertySource;
       "spring.kafka.consumer.properties.isolation.level=read_committed"
     })
 @DirtiesContext
+@ExtendWith(OutputCaptureExtension.class)
 class KafkaTransactionIntegrationTest {
   static final Duration WAIT = Duration.ofSeconds(60);
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(
-        registry, "spring_ktx", "ktx-orders", "ktx-timeout", "ktx-receipts", "ktx-ledger");
+        registry,
+        "spring_ktx",
+        "ktx-orders",
+        "ktx-timeout",
+        "ktx-receipts",
+        "ktx-ledger",
+        "ktx-booked");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -121,10 +134,38 @@ class KafkaTransactionIntegrationTest {
     assertThat(committed("ktx-ledger")).isLessThanOrEqualTo(0);
   }
 
-  private void send(String topic, String value, String orderNo) throws Exception {
+  /**
+   * Mode TRANSACTIONAL with the database's transaction inside the container's Kafka transaction:
+   * the database's effects are exactly once, but the dedup row commits before Kafka's transaction,
+   * so a message the listener sent would be lost if Kafka's commit then failed. The user is told so
+   * once per listener, with what to do instead.
+   */
+  @Test
+  void transactionalModeInsideAKafkaTransactionSaysOnceThatItsMessagesCanBeLost(
+      CapturedOutput output) throws Exception {
+    send("ktx-booked", "book 1", "BOOK-1");
+    send("ktx-booked", "book 2", "BOOK-2");
+    long last = send("ktx-booked", "book 1 again", "BOOK-1");
+
+    await().atMost(WAIT).until(() -> committed("ktx-booked") > last);
+    assertThat(Switches.bookings).containsOnlyKeys("BOOK-1", "BOOK-2");
+    assertThat(Switches.bookings.values()).allSatisfy(calls -> assertThat(calls).hasValue(1));
+    assertThat(store.find(DedupKey.of("booking", "BOOK-2")).orElseThrow().status())
+        .isEqualTo(DedupStatus.SUCCESS);
+    String warning =
+        "KafkaTransactionIntegrationTest$Listeners#bookInBothTransactions uses"
+            + " consumer-dedup mode TRANSACTIONAL inside the container's Kafka transaction";
+    assertThat(output.getAll()).contains(warning).contains("outbox table");
+    assertThat(output.getAll().split(java.util.regex.Pattern.quote(warning), -1))
+        .as("said once for the listener, not once per record")
+        .hasSize(2);
+  }
+
+  /** Sends in a transaction of its own; returns the record's offset. */
+  private long send(String topic, String value, String orderNo) throws Exception {
     ProducerRecord<String, String> record = new ProducerRecord<>(topic, value);
     record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
-    template.executeInTransaction(t -> t.send(record)).get();
+    return template.executeInTransaction(t -> t.send(record)).get().getRecordMetadata().offset();
   }
 
   private long committed(String topic) throws Exception {
@@ -155,6 +196,7 @@ class KafkaTransactionIntegrationTest {
   static final class Switches {
     static final Map<String, AtomicInteger> calls = new ConcurrentHashMap<>();
     static final Map<String, AtomicInteger> ledgerCalls = new ConcurrentHashMap<>();
+    static final Map<String, AtomicInteger> bookings = new ConcurrentHashMap<>();
     static final List<String> failures = new CopyOnWriteArrayList<>();
   }
 
@@ -188,6 +230,12 @@ class KafkaTransactionIntegrationTest {
           container.getContainerProperties().setStopContainerWhenFenced(true);
         }
       };
+    }
+
+    /** The database's transaction manager, beside the container's Kafka one. */
+    @Bean
+    DataSourceTransactionManager bookingTransactions(DataSource dataSource) {
+      return new DataSourceTransactionManager(dataSource);
     }
 
     /** Records what the listeners threw, with every cause. */
@@ -238,6 +286,16 @@ class KafkaTransactionIntegrationTest {
     @KafkaListener(id = "ktx-ledger", topics = "ktx-ledger")
     public void bookInKafkaTransaction(ConsumerRecord<String, String> record) {
       Switches.ledgerCalls
+          .computeIfAbsent(
+              SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
+          .incrementAndGet();
+    }
+
+    @Transactional("bookingTransactions")
+    @Idempotent(bizType = "booking", header = "order-no", mode = DedupMode.TRANSACTIONAL)
+    @KafkaListener(id = "ktx-booked", topics = "ktx-booked")
+    public void bookInBothTransactions(ConsumerRecord<String, String> record) {
+      Switches.bookings
           .computeIfAbsent(
               SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
           .incrementAndGet();
