@@ -100,7 +100,11 @@ import org.slf4j.LoggerFactory;
  *       larger of the loop's own count and {@link RecordProcessor#attempts}, which for an {@link
  *       IdempotentRecordHandler} is the dedup table's count of the key's claims: a restart, a
  *       rebalance or another consumer does not grant the record a fresh set of attempts. If that
- *       count cannot be read, the loop's own count decides.
+ *       count cannot be read, the loop's own count decides. Nor does a restart before the record's
+ *       dead letter was written: a later delivery of a key whose attempts the table counts as spent
+ *       does not run the handler; the {@link IdempotentRecordHandler} gives its claim back and
+ *       throws a {@link io.consumerdedup.core.DedupAttemptsExhaustedException}, dead-lettered at
+ *       once.
  *   <li>throws an {@link Error} ({@code StackOverflowError}, {@code NoClassDefFoundError}, {@code
  *       AssertionError}...): counted as a handler failure, as above (dead-lettered, as a {@link
  *       HandlerErrorException}, once its attempts are spent); then the loop settles the poll (the
@@ -161,6 +165,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private final String groupId;
   private final Duration pollTimeout;
   private final Duration closeTimeout;
+  private final int maxAttempts;
 
   private final AtomicBoolean started = new AtomicBoolean();
   private final CountDownLatch finished = new CountDownLatch(1);
@@ -186,6 +191,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     this.processor = builder.processor;
     this.pollTimeout = settings.pollTimeout();
     this.closeTimeout = settings.closeTimeout();
+    this.maxAttempts = settings.maxAttempts();
     this.holds =
         new PartitionHolds(
             consumer, progress, settings.holdBackOff(), settings.maxHoldBackOff(), groupId);
@@ -246,6 +252,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       throw new IllegalStateException("A DedupPollLoop runs once; this one was started or closed");
     }
     loopThread = Thread.currentThread();
+    LoopAttemptLimit.setOnThisThread(maxAttempts);
     boolean interrupted = false;
     Error fatal = null;
     try {
@@ -288,6 +295,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         }
         fatal.addSuppressed(e); // the Error is what the application must see
       } finally {
+        LoopAttemptLimit.clearOnThisThread();
         finished.countDown();
         if (interrupted) {
           Thread.currentThread().interrupt();

@@ -1,5 +1,6 @@
 package io.consumerdedup.kafka;
 
+import io.consumerdedup.core.DedupAttemptsExhaustedException;
 import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupClaims;
 import io.consumerdedup.core.DedupHandlerException;
@@ -48,7 +49,9 @@ import org.slf4j.LoggerFactory;
  * <p>{@link #handle(ConsumerRecord)} throws what the executor throws (see {@link
  * IdempotentExecutor#execute}); {@link DedupPollLoop} shows what to do with each. As a {@link
  * RecordProcessor} it also tells the loop how often a record's action was attempted, from the dedup
- * table, so the count survives restarts and moves between consumers.
+ * table, so the count survives restarts and moves between consumers; and under a loop it does not
+ * run the handler on a claim beyond the loop's {@code maxAttempts}: it gives the claim back and
+ * throws {@link DedupAttemptsExhaustedException}, which the loop dead-letters at once.
  */
 public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V> {
 
@@ -182,6 +185,10 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
    */
   private Outcome run(
       ConsumerRecord<K, V> record, DedupClaim claim, Poll<K, V> current, boolean withNextClaim) {
+    DedupAttemptsExhaustedException spent = LoopAttemptLimit.spent(claim, executor);
+    if (spent != null) {
+      throw spent;
+    }
     try {
       handler.handle(record);
     } catch (RuntimeException | Error e) {

@@ -242,6 +242,15 @@ final class ShareWorker<K, V> implements Runnable {
 
   @Override
   public void run() {
+    LoopAttemptLimit.setOnThisThread(maxAttempts);
+    try {
+      work();
+    } finally {
+      LoopAttemptLimit.clearOnThisThread();
+    }
+  }
+
+  private void work() {
     while (running) {
       Work<K, V> work;
       try {

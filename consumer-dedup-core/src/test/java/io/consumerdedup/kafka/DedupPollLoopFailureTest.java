@@ -9,6 +9,7 @@ import io.consumerdedup.core.DedupKeyMissingException;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -195,8 +196,9 @@ class DedupPollLoopFailureTest {
   }
 
   @Test
-  void aHandlerThatAlwaysFailsIsDeadLetteredAfterThreeAttemptsAndAReplayLaterAppliesIt()
-      throws Exception {
+  void
+      aHandlerThatAlwaysFailsIsDeadLetteredAfterThreeAttemptsAndAReplayAppliesItOnceItsKeyIsForgotten()
+          throws Exception {
     AtomicBoolean providerRejects = new AtomicBoolean(true);
     AtomicInteger poisonCalls = new AtomicInteger();
     IdempotentRecordHandler<String, String> handler =
@@ -233,17 +235,33 @@ class DedupPollLoopFailureTest {
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
         .isEqualTo("provider rejected card");
 
-    // The provider is fixed; an operator replays the dead-letter topic.
+    // The provider is fixed; an operator replays the dead-letter topic. The key's attempts are
+    // spent: replayed as it is, the record goes straight back to a dead-letter topic, unrun.
     providerRejects.set(false);
-    String replayGroup = group + "-replay";
     TestKafka.createTopics(1, topic + "-dlt-dlt");
+    String replayGroup = group + "-replay";
     try (RunningLoop replay = RunningLoop.start(loop(topic + "-dlt", replayGroup, handler))) {
       awaitCommitted(replayGroup, topic + "-dlt", 1);
+    }
+    assertThat(poisonCalls).hasValue(3);
+    assertThat(TestKafka.readFromStart(topic + "-dlt-dlt", 1, WAIT))
+        .singleElement()
+        .satisfies(
+            again ->
+                assertThat(header(again, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+                    .contains("Gave up after 3 failed attempts of at most 3"));
+
+    // Once the operator has forgotten the key, the replay applies it.
+    assertThat(JdbcDedupAdmin.of(fixture.store()).forget(DedupKey.of(BIZ_TYPE, "P-1"), "operator"))
+        .satisfies(change -> assertThat(change.applied()).isTrue());
+    String secondReplay = group + "-replay-2";
+    try (RunningLoop replay = RunningLoop.start(loop(topic + "-dlt", secondReplay, handler))) {
+      awaitCommitted(secondReplay, topic + "-dlt", 1);
     }
 
     assertThat(effects.all()).containsOnly(Map.entry("P-1", 1), Map.entry("P-2", 1));
     DedupRecord replayed = fixture.store().find(DedupKey.of(BIZ_TYPE, "P-1")).orElseThrow();
     assertThat(replayed.status()).isEqualTo(DedupStatus.SUCCESS);
-    assertThat(replayed.attempts()).isEqualTo(4);
+    assertThat(replayed.attempts()).isEqualTo(1);
   }
 }

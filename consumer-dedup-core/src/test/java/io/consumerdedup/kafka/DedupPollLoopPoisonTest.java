@@ -12,6 +12,7 @@ import ch.qos.logback.classic.Level;
 import ch.qos.logback.classic.Logger;
 import ch.qos.logback.classic.spi.ILoggingEvent;
 import ch.qos.logback.core.read.ListAppender;
+import io.consumerdedup.core.DedupAttemptsExhaustedException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupRecord;
@@ -29,6 +30,7 @@ import java.util.Optional;
 import java.util.OptionalInt;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -347,6 +349,64 @@ class DedupPollLoopPoisonTest {
                   .contains("java.lang.IllegalStateException: provider rejected card, call");
               assertThat(event.getThrowableProxy()).isNull();
             });
+  }
+
+  @Test
+  void aRecordWhoseAttemptsAreSpentIsNotRunAgainAfterARestartThatCameBeforeItsDeadLetter()
+      throws Exception {
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    send("S-1");
+    send("S-2");
+    AtomicInteger calls = new AtomicInteger();
+    RecordHandler<String, String> failsOnS1 =
+        record -> {
+          if (orderNo(record).equals("S-1")) {
+            throw new IllegalStateException(
+                "provider rejected card, call " + calls.incrementAndGet());
+          }
+          effects.apply(orderNo(record));
+        };
+    // The dead-letter topic is down until the loop is restarted.
+    AtomicBoolean topicDown = new AtomicBoolean(true);
+    AtomicInteger deadLetterTries = new AtomicInteger();
+    DeadLetterHandler<String, String> publisher = deadLetters();
+    DeadLetterHandler<String, String> downUntilRestart =
+        (record, reason) -> {
+          deadLetterTries.incrementAndGet();
+          if (topicDown.get()) {
+            throw new IllegalStateException("dead-letter topic unavailable");
+          }
+          publisher.deadLetter(record, reason);
+        };
+
+    try (RunningLoop first =
+        RunningLoop.start(loop(payments(executor, failsOnS1), downUntilRestart))) {
+      await().atMost(WAIT).until(() -> deadLetterTries.get() >= 2);
+    }
+    assertThat(calls).as("handler runs before the restart").hasValue(3);
+    assertThat(TestKafka.committedOffsets(group)).doesNotContainKey(partition(0));
+
+    // A restart: another executor and loop, which do not know that S-1's attempts are spent.
+    topicDown.set(false);
+    try (IdempotentExecutor restarted = IdempotentExecutor.builder(fixture.store()).build();
+        RunningLoop second =
+            RunningLoop.start(loop(payments(restarted, failsOnS1), downUntilRestart))) {
+      awaitCommitted(Map.of(partition(0), 2L));
+    }
+
+    assertThat(calls).as("handler runs in all").hasValue(3);
+    assertThat(effects.all()).containsOnly(Map.entry("S-2", 1));
+    DedupRecord spent = fixture.store().find(DedupKey.of(BIZ_TYPE, "S-1")).orElseThrow();
+    assertThat(spent.status()).as("the claim given back").isEqualTo(DedupStatus.FAILED);
+    assertThat(spent.attempts()).isEqualTo(3);
+    List<ConsumerRecord<String, String>> dlt =
+        TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2));
+    assertThat(dlt).as("dead letters").hasSize(1);
+    assertThat(orderNo(dlt.get(0))).isEqualTo("S-1");
+    assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
+        .isEqualTo(DedupAttemptsExhaustedException.class.getName());
+    assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .contains("Gave up after 3 failed attempts of at most 3", "provider rejected card, call 3");
   }
 
   @Test

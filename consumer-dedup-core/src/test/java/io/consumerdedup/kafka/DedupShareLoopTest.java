@@ -3,6 +3,7 @@ package io.consumerdedup.kafka;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.core.DedupAttemptsExhaustedException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.testing.ChildJvm;
@@ -247,6 +248,50 @@ class DedupShareLoopTest {
     assertThat(LoopFixture.orderNo(dead.get(0))).isEqualTo("bad-1");
     assertQueueEmpty();
     assertThat(runs.get()).as("attempts, then rejected: never delivered again").isEqualTo(3);
+    assertThat(TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2))).hasSize(1);
+  }
+
+  @Test
+  void aRecordWhoseAttemptsAreSpentIsNotRunAgainAfterARestartThatCameBeforeItsDeadLetter()
+      throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    send("spent-1", "always fails");
+    AtomicInteger runs = new AtomicInteger();
+    RecordHandler<String, String> alwaysFails =
+        record -> {
+          runs.incrementAndGet();
+          throw new IllegalStateException("payment provider says no");
+        };
+    // The dead-letter topic is down until the loop is restarted.
+    AtomicBoolean topicDown = new AtomicBoolean(true);
+    AtomicInteger deadLetterTries = new AtomicInteger();
+    DeadLetterHandler<String, String> publisher =
+        KafkaDeadLetterPublisher.<String, String>builder(dltProducer).groupId(group).build();
+    Customizer downUntilRestart =
+        b ->
+            b.maxAttempts(3)
+                .retryBackOff(Duration.ofMillis(100))
+                .deadLetterHandler(
+                    (record, reason) -> {
+                      deadLetterTries.incrementAndGet();
+                      if (topicDown.get()) {
+                        throw new IllegalStateException("dead-letter topic unavailable");
+                      }
+                      publisher.deadLetter(record, reason);
+                    });
+    start(Duration.ofMinutes(5), alwaysFails, downUntilRestart);
+    await().atMost(WAIT).until(() -> deadLetterTries.get() >= 2);
+    loops.get(0).close();
+    assertThat(runs).as("handler runs before the restart").hasValue(3);
+
+    topicDown.set(false);
+    start(Duration.ofMinutes(5), alwaysFails, downUntilRestart);
+    List<ConsumerRecord<String, String>> dead = TestKafka.readFromStart(topic + "-dlt", 1, WAIT);
+    assertThat(dead).hasSize(1);
+    assertThat(runs).as("handler runs in all").hasValue(3);
+    assertThat(LoopFixture.header(dead.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
+        .isEqualTo(DedupAttemptsExhaustedException.class.getName());
+    assertQueueEmpty();
     assertThat(TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2))).hasSize(1);
   }
 

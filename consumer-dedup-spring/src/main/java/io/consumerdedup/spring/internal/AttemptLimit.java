@@ -2,10 +2,10 @@ package io.consumerdedup.spring.internal;
 
 import io.consumerdedup.core.DedupAttemptsExhaustedException;
 import io.consumerdedup.core.DedupClaim;
-import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.internal.SpentAttempts;
 import java.util.IntSummaryStatistics;
 import java.util.List;
 import org.jspecify.annotations.Nullable;
@@ -46,25 +46,7 @@ public final class AttemptLimit {
    */
   public @Nullable DedupAttemptsExhaustedException beyondLimit(
       DedupClaim claim, IdempotentExecutor executor) {
-    if (claim.isDuplicate() || claim.attempt() <= maxAttempts) {
-      return null;
-    }
-    if (executor.mode() == DedupMode.SEPARATE) {
-      claim.release();
-    } // else the claim is part of the listener's transaction, which this exception rolls back
-    int failed = claim.attempt() - 1;
-    return new DedupAttemptsExhaustedException(
-        claim.key(), failed, maxAttempts, lastError(claim, executor), claim.source(), null);
-  }
-
-  private static @Nullable String lastError(DedupClaim claim, IdempotentExecutor executor) {
-    try {
-      return executor.store().find(claim.key()).flatMap(DedupRecord::lastError).orElse(null);
-    } catch (RuntimeException e) {
-      // Only the message loses it: the record is given up either way.
-      log.debug("Could not read the last error of {}", claim.key(), e);
-      return null;
-    }
+    return SpentAttempts.giveBack(claim, maxAttempts, executor);
   }
 
   /**
