@@ -32,6 +32,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -309,20 +310,46 @@ class DedupPollLoopPoisonTest {
     assertThat(effects.all()).doesNotContainKey("H-2");
   }
 
-  // --- a key extractor that throws an Error ---
+  // --- a key extractor that throws ---
 
   @Test
   void anErrorOfTheKeyExtractorDeadLettersItsRecordAtOnceAndTheLoopGoesOn() throws Exception {
+    keyExtractorThrowsOnOneRecord(
+        "",
+        orderNo -> {
+          throw new AssertionError("no parser for " + orderNo);
+        },
+        "java.lang.AssertionError: no parser for E-2");
+  }
+
+  @Test
+  void aRuntimeExceptionOfTheKeyExtractorDeadLettersItsRecordAtOnceWithoutRetries()
+      throws Exception {
+    keyExtractorThrowsOnOneRecord(
+        "R",
+        orderNo -> {
+          throw new IllegalStateException("no parser for " + orderNo);
+        },
+        "java.lang.IllegalStateException: no parser for RE-2");
+  }
+
+  /**
+   * Sends the orders G-1, E-2 and G-3, each after {@code prefix} (the dedup table is the test
+   * class's); the key extractor throws on E-2 what {@code failure} throws given its order number.
+   * E-2 is dead-lettered at once, its handler never run, and the loop goes on.
+   */
+  private void keyExtractorThrowsOnOneRecord(String prefix, Consumer<String> failure, String cause)
+      throws Exception {
     TestKafka.createTopics(1, topic, topic + "-dlt");
-    send("G-1");
-    send("E-2");
-    send("G-3");
+    send(prefix + "G-1");
+    send(prefix + "E-2");
+    send(prefix + "G-3");
     KeyExtractor<String, String> header = KeyExtractors.header(KEY_HEADER);
     KeyExtractor<String, String> failsOnE =
         record -> {
           Optional<String> key = header.extract(record);
-          if (key.orElse("").startsWith("E-")) {
-            throw new AssertionError("no parser for " + key.get());
+          if (key.orElse("").startsWith(prefix + "E-")) {
+            failure.accept(key.get());
           }
           return key;
         };
@@ -339,15 +366,20 @@ class DedupPollLoopPoisonTest {
       assertThat(running.isRunning()).as("the loop goes on").isTrue();
     }
 
-    assertThat(effects.all()).containsOnly(Map.entry("G-1", 1), Map.entry("G-3", 1));
+    assertThat(effects.all())
+        .containsOnly(Map.entry(prefix + "G-1", 1), Map.entry(prefix + "G-3", 1));
+    assertThat(loopLog.list)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .as("no attempt retried")
+        .noneMatch(message -> message.contains("retrying"));
     List<ConsumerRecord<String, String>> dlt =
         TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2));
     assertThat(dlt).hasSize(1);
-    assertThat(header(dlt.get(0), KEY_HEADER)).isEqualTo("E-2");
+    assertThat(header(dlt.get(0), KEY_HEADER)).isEqualTo(prefix + "E-2");
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
         .isEqualTo(DedupKeyMalformedException.class.getName());
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
-        .contains("key extractor", "java.lang.AssertionError: no parser for E-2");
+        .contains("key extractor", cause);
   }
 
   // --- a handler that always fails ---
