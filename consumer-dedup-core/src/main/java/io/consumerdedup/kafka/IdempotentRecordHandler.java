@@ -96,7 +96,8 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
    *
    * @return PROCESSED if the handler ran, DUPLICATE if the key had already succeeded
    * @throws DedupKeyMissingException the record has no usable key and the policy is FAIL (a {@link
-   *     DedupKeyMalformedException} if it has one that cannot be used, whatever the policy)
+   *     DedupKeyMalformedException} if it has one that cannot be used, whatever the policy, or the
+   *     key extractor or fingerprint function throws)
    * @throws io.consumerdedup.core.DedupInProgressException another consumer is working on the key;
    *     retry the record later
    */
@@ -334,21 +335,23 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
   }
 
   /**
-   * What the application's key extractor or fingerprint derives from the record. An {@link Error}
-   * of theirs (an {@code AssertionError}, a {@code NoClassDefFoundError}) comes again with every
-   * delivery of the record, before any claim, so no attempt of it can be counted in the table:
-   * passed on as an Error, it would end every loop started on the record without the record ever
-   * being dead-lettered, and, from {@link #prepare}, keep the poll's other records from being
-   * handled. It is the key that cannot be derived, so a {@link DedupKeyMalformedException}:
-   * dead-lettered at once. Errors of the JVM itself ({@link VirtualMachineError}: out of memory)
-   * say nothing about the record and pass on.
+   * What the application's key extractor or fingerprint derives from the record. Whatever else they
+   * throw (an {@code IllegalStateException}, an {@code AssertionError}, a {@code
+   * NoClassDefFoundError}) comes again with every delivery of the record, before any claim, so no
+   * attempt of it can be counted in the table: passed on as an Error, it would end every loop
+   * started on the record without the record ever being dead-lettered, and, from {@link #prepare},
+   * keep the poll's other records from being handled; passed on as a RuntimeException, the loop
+   * would retry, as a handler failure, a record whose handler never ran. It is the key that cannot
+   * be derived, so a {@link DedupKeyMalformedException}: dead-lettered at once, as the Spring
+   * adapter does with a key expression that throws. Errors of the JVM itself ({@link
+   * VirtualMachineError}: out of memory) say nothing about the record and pass on.
    */
   private <T> T derived(ConsumerRecord<K, V> record, String what, Supplier<T> derivation) {
     try {
       return derivation.get();
-    } catch (VirtualMachineError e) {
+    } catch (DedupKeyMissingException | DedupKeyMalformedException | VirtualMachineError e) {
       throw e;
-    } catch (Error e) {
+    } catch (RuntimeException | Error e) {
       throw new DedupKeyMalformedException(
           "The " + what + " of biz type '" + keys.bizType() + "' threw " + e,
           keys.source(record),
@@ -395,7 +398,12 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
       return this;
     }
 
-    /** How to derive the business key. Required; usually {@link KeyExtractors#header(String)}. */
+    /**
+     * How to derive the business key. Required; usually {@link KeyExtractors#header(String)}.
+     * Whatever it throws (but a {@link VirtualMachineError}) is a {@link
+     * DedupKeyMalformedException} with it as the cause: the record is not retried but dead-lettered
+     * at once, its handler not run.
+     */
     public Builder<K, V> key(KeyExtractor<K, V> keyExtractor) {
       this.keyExtractor = Objects.requireNonNull(keyExtractor, "keyExtractor");
       return this;
@@ -415,7 +423,8 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
 
     /**
      * A digest of the payload (at most 64 characters, such as a hex SHA-256): a later record with
-     * the same key and another digest is refused as a conflict. Default: none.
+     * the same key and another digest is refused as a conflict. Default: none. What it throws is a
+     * {@link DedupKeyMalformedException}, as for the {@link #key(KeyExtractor) key extractor}.
      */
     public Builder<K, V> fingerprint(Function<ConsumerRecord<K, V>, String> fingerprint) {
       this.fingerprint = Objects.requireNonNull(fingerprint, "fingerprint");

@@ -20,6 +20,7 @@ import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.RecordDeserializationException;
+import org.apache.kafka.common.errors.RecordTooLargeException;
 import org.apache.kafka.common.header.Headers;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.jspecify.annotations.Nullable;
@@ -61,7 +62,11 @@ import org.slf4j.LoggerFactory;
  *       io.consumerdedup.core.DedupKeyMissingException}
  *   <li>{@value #EXCEPTION_MESSAGE_HEADER}: its message (omitted when it has none), at most {@value
  *       #MAX_MESSAGE_LENGTH} characters; for a record that cannot be deserialized, followed by the
- *       deserializer's exception, which Kafka's message leaves out
+ *       deserializer's exception, which Kafka's message leaves out. Also omitted (logged at WARN)
+ *       when the broker or producer refuses the dead letter with it as too large ({@code
+ *       RecordTooLargeException}: a record near the dead-letter topic's {@code max.message.bytes}),
+ *       so that the record is still dead-lettered; one too large even without it is refused, and
+ *       the loop holds it until the limit is raised
  *   <li>{@value #ORIGINAL_TOPIC_HEADER}, {@value #ORIGINAL_PARTITION_HEADER}, {@value
  *       #ORIGINAL_OFFSET_HEADER}: where the record was consumed
  *   <li>{@value #ORIGINAL_GROUP_HEADER}: the consumer group, when {@link Builder#groupId(String)}
@@ -160,7 +165,12 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
    */
   @Override
   public void deadLetter(ConsumerRecord<K, V> record, Exception reason) {
-    send(producer, destination.apply(record), record, headers(record, reason), reason);
+    send(
+        producer,
+        destination.apply(record),
+        record,
+        withMessage -> headers(record, reason, withMessage),
+        reason);
   }
 
   /**
@@ -182,15 +192,81 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
               + " build it with rawProducer(...), a Producer<byte[], byte[]> with"
               + " ByteArraySerializer for keys and values");
     }
-    Headers headers = headers(record, reason);
-    if (reason instanceof RecordDeserializationException undeserializable) {
-      UndeserializableRecords.rejectedPart(undeserializable)
-          .ifPresent(part -> add(headers, UNDESERIALIZABLE_HEADER, part));
-    }
-    send(rawProducer, rawDestination.apply(record), record, headers, reason);
+    send(
+        rawProducer,
+        rawDestination.apply(record),
+        record,
+        withMessage -> {
+          Headers headers = headers(record, reason, withMessage);
+          if (reason instanceof RecordDeserializationException undeserializable) {
+            UndeserializableRecords.rejectedPart(undeserializable)
+                .ifPresent(part -> add(headers, UNDESERIALIZABLE_HEADER, part));
+          }
+          return headers;
+        },
+        reason);
   }
 
+  /**
+   * Sends the dead letter with the exception message header, or, if that makes it larger than the
+   * dead-letter topic or the producer accepts, without it: the message adds up to {@value
+   * #MAX_MESSAGE_LENGTH} characters to the record, and a record near the size limit would be
+   * refused on every try, holding its partition for good.
+   *
+   * @param headers the dead letter's headers, with the exception message header or without it
+   */
   private <T, U> void send(
+      Producer<T, U> sender,
+      String topic,
+      ConsumerRecord<T, U> record,
+      Function<Boolean, Headers> headers,
+      Exception reason) {
+    Headers full = headers.apply(true);
+    try {
+      sendOnce(sender, topic, record, full, reason);
+      return;
+    } catch (KafkaException e) {
+      if (!tooLarge(e) || messageOf(reason) == null) {
+        throw tooLarge(e) ? tooLargeForTopic(record, topic, e) : e;
+      }
+      log.warn(
+          "The dead letter of {} is too large for {} with the exception message; sending it"
+              + " without header {} (header {} still names {})",
+          describe(record),
+          topic,
+          EXCEPTION_MESSAGE_HEADER,
+          EXCEPTION_CLASS_HEADER,
+          reason.getClass().getName());
+    }
+    try {
+      sendOnce(sender, topic, record, headers.apply(false), reason);
+    } catch (KafkaException e) {
+      throw tooLarge(e) ? tooLargeForTopic(record, topic, e) : e;
+    }
+  }
+
+  private static boolean tooLarge(Throwable e) {
+    for (Throwable cause = e; cause != null; cause = cause.getCause()) {
+      if (cause instanceof RecordTooLargeException) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  private KafkaException tooLargeForTopic(
+      ConsumerRecord<?, ?> record, String topic, KafkaException e) {
+    return new KafkaException(
+        "Could not dead-letter "
+            + describe(record)
+            + ": it is too large for "
+            + topic
+            + " even without the exception message; it is held until the dead-letter topic's"
+            + " max.message.bytes (and the producer's max.request.size) are raised to take it",
+        e);
+  }
+
+  private <T, U> void sendOnce(
       Producer<T, U> sender,
       String topic,
       ConsumerRecord<T, U> record,
@@ -263,10 +339,10 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
    */
   private record Letter(String topic, String sourceTopic, int partition, long offset) {}
 
-  private Headers headers(ConsumerRecord<?, ?> record, Exception reason) {
+  private Headers headers(ConsumerRecord<?, ?> record, Exception reason, boolean withMessage) {
     Headers headers = new RecordHeaders(record.headers().toArray());
     add(headers, EXCEPTION_CLASS_HEADER, reason.getClass().getName());
-    String message = messageOf(reason);
+    String message = withMessage ? messageOf(reason) : null;
     if (message != null) {
       add(
           headers,

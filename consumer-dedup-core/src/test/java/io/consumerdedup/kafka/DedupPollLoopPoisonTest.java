@@ -32,6 +32,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.KafkaProducer;
@@ -241,20 +242,114 @@ class DedupPollLoopPoisonTest {
     assertThat(effects.all()).isEmpty();
   }
 
-  // --- a key extractor that throws an Error ---
+  // --- a dead letter near the dead-letter topic's size limit ---
+
+  @Test
+  void aRecordTooLargeForItsDeadLetterWithTheExceptionMessageIsDeadLetteredWithoutIt()
+      throws Exception {
+    createSmallDeadLetterTopic();
+    String payload = "x".repeat(1400);
+    sendValue("B-1", payload);
+    send("G-2");
+    // The handler's exception echoes the payload, as a validation message often does: with the
+    // message header the dead letter exceeds the topic's 2000 bytes, without it the record fits.
+    RecordHandler<String, String> rejectsB =
+        record -> {
+          if (orderNo(record).startsWith("B-")) {
+            throw new IllegalStateException("cannot charge " + record.value());
+          }
+          effects.apply(orderNo(record));
+        };
+
+    try (RunningLoop running =
+        RunningLoop.start(loop(payments(executor, rejectsB), deadLetters()))) {
+      awaitCommitted(Map.of(partition(0), 2L));
+    }
+
+    assertThat(effects.all()).containsOnly(Map.entry("G-2", 1));
+    List<ConsumerRecord<String, String>> dlt =
+        TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2));
+    assertThat(dlt).hasSize(1);
+    ConsumerRecord<String, String> deadLetter = dlt.get(0);
+    assertThat(deadLetter.value()).isEqualTo(payload);
+    assertThat(orderNo(deadLetter)).isEqualTo("B-1");
+    assertThat(header(deadLetter, KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
+        .isEqualTo(IllegalStateException.class.getName());
+    assertThat(header(deadLetter, KafkaDeadLetterPublisher.ORIGINAL_OFFSET_HEADER)).isEqualTo("0");
+    assertThat(deadLetter.headers().lastHeader(KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .as("the message that made it too large")
+        .isNull();
+  }
+
+  @Test
+  void aRecordTooLargeForTheDeadLetterTopicEvenWithoutTheMessageIsHeldSayingWhatToRaise()
+      throws Exception {
+    createSmallDeadLetterTopic();
+    sendValue(null, "x".repeat(2500)); // no key: dead-lettered at once
+    send("H-2");
+
+    try (RunningLoop running =
+        RunningLoop.start(
+            loop(payments(executor, record -> effects.apply(orderNo(record))), deadLetters()))) {
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () ->
+                  assertThat(loopLog.list)
+                      .filteredOn(event -> event.getThrowableProxy() != null)
+                      .extracting(event -> event.getThrowableProxy().getMessage())
+                      .anySatisfy(
+                          message ->
+                              assertThat(message)
+                                  .contains(
+                                      "too large for " + topic + "-dlt", "max.message.bytes")));
+      assertThat(running.isRunning()).as("the loop goes on, holding the record").isTrue();
+    }
+
+    assertThat(TestKafka.committedOffsets(group)).doesNotContainKey(partition(0));
+    assertThat(effects.all()).doesNotContainKey("H-2");
+  }
+
+  // --- a key extractor that throws ---
 
   @Test
   void anErrorOfTheKeyExtractorDeadLettersItsRecordAtOnceAndTheLoopGoesOn() throws Exception {
+    keyExtractorThrowsOnOneRecord(
+        "",
+        orderNo -> {
+          throw new AssertionError("no parser for " + orderNo);
+        },
+        "java.lang.AssertionError: no parser for E-2");
+  }
+
+  @Test
+  void aRuntimeExceptionOfTheKeyExtractorDeadLettersItsRecordAtOnceWithoutRetries()
+      throws Exception {
+    keyExtractorThrowsOnOneRecord(
+        "R",
+        orderNo -> {
+          throw new IllegalStateException("no parser for " + orderNo);
+        },
+        "java.lang.IllegalStateException: no parser for RE-2");
+  }
+
+  /**
+   * Sends the orders G-1, E-2 and G-3, each after {@code prefix} (the dedup table is the test
+   * class's); the key extractor throws on E-2 what {@code failure} throws given its order number.
+   * E-2 is dead-lettered at once, its handler never run, and the loop goes on.
+   */
+  private void keyExtractorThrowsOnOneRecord(String prefix, Consumer<String> failure, String cause)
+      throws Exception {
     TestKafka.createTopics(1, topic, topic + "-dlt");
-    send("G-1");
-    send("E-2");
-    send("G-3");
+    send(prefix + "G-1");
+    send(prefix + "E-2");
+    send(prefix + "G-3");
     KeyExtractor<String, String> header = KeyExtractors.header(KEY_HEADER);
     KeyExtractor<String, String> failsOnE =
         record -> {
           Optional<String> key = header.extract(record);
-          if (key.orElse("").startsWith("E-")) {
-            throw new AssertionError("no parser for " + key.get());
+          if (key.orElse("").startsWith(prefix + "E-")) {
+            failure.accept(key.get());
           }
           return key;
         };
@@ -271,15 +366,20 @@ class DedupPollLoopPoisonTest {
       assertThat(running.isRunning()).as("the loop goes on").isTrue();
     }
 
-    assertThat(effects.all()).containsOnly(Map.entry("G-1", 1), Map.entry("G-3", 1));
+    assertThat(effects.all())
+        .containsOnly(Map.entry(prefix + "G-1", 1), Map.entry(prefix + "G-3", 1));
+    assertThat(loopLog.list)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .as("no attempt retried")
+        .noneMatch(message -> message.contains("retrying"));
     List<ConsumerRecord<String, String>> dlt =
         TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2));
     assertThat(dlt).hasSize(1);
-    assertThat(header(dlt.get(0), KEY_HEADER)).isEqualTo("E-2");
+    assertThat(header(dlt.get(0), KEY_HEADER)).isEqualTo(prefix + "E-2");
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
         .isEqualTo(DedupKeyMalformedException.class.getName());
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
-        .contains("key extractor", "java.lang.AssertionError: no parser for E-2");
+        .contains("key extractor", cause);
   }
 
   // --- a handler that always fails ---
@@ -520,6 +620,21 @@ class DedupPollLoopPoisonTest {
 
   private static <V> DedupPollLoop<String, V> tuned(DedupPollLoop.Builder<String, V> builder) {
     return LoopFixture.quick(builder).maxAttempts(3).build();
+  }
+
+  /** Makes the topic, and its dead-letter topic taking records of at most 2000 bytes. */
+  private void createSmallDeadLetterTopic() {
+    TestKafka.createTopics(1, topic);
+    TestKafka.createTopic(topic + "-dlt", 1, Map.of("max.message.bytes", "2000"));
+  }
+
+  /** Sends {@code value} to partition 0 with the order number {@code orderNo}, or none if null. */
+  private void sendValue(String orderNo, String value) throws Exception {
+    ProducerRecord<String, String> record = new ProducerRecord<>(topic, 0, RECORD_KEY, value);
+    if (orderNo != null) {
+      record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+    }
+    fixture.producer().send(record).get();
   }
 
   private void send(String orderNo) throws Exception {
