@@ -14,7 +14,9 @@ public interface KeyExtractor<K, V> {
    * The record's business key, or empty if it has none.
    *
    * @throws io.consumerdedup.core.DedupKeyMalformedException if the record carries a key that
-   *     cannot be read (such as a header that is not UTF-8); the message names the record
+   *     cannot be read (such as a header that is not UTF-8); the message names the record. Under an
+   *     {@link IdempotentRecordHandler} any other exception is taken for one too: the record is
+   *     dead-lettered at once, as a key that cannot be derived, not retried
    */
   Optional<String> extract(ConsumerRecord<K, V> record);
 
