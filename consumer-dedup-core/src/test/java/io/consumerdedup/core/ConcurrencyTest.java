@@ -97,9 +97,9 @@ class ConcurrencyTest {
     int keys = 150;
     String url = TestDatabase.url(schema);
     try (ChildJvm first =
-            ChildJvm.start(RaceWorker.class, url, "8", String.valueOf(keys), "jvm-1");
+            ChildJvm.start(RaceWorker.class, url, "8", String.valueOf(keys), "jvm-1", "2");
         ChildJvm second =
-            ChildJvm.start(RaceWorker.class, url, "8", String.valueOf(keys), "jvm-2")) {
+            ChildJvm.start(RaceWorker.class, url, "8", String.valueOf(keys), "jvm-2", "2")) {
       first.awaitLine("READY", Duration.ofSeconds(60));
       second.awaitLine("READY", Duration.ofSeconds(60));
       first.send("GO");

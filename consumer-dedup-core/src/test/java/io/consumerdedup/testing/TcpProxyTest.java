@@ -82,6 +82,10 @@ class TcpProxyTest {
             .satisfies(e -> assertThat(((SQLException) e).getSQLState()).startsWith("08"));
       }
       assertThat(proxy.connectionsReset()).isEqualTo(1);
+      // Counted from here, not from 0: the driver may open two sockets for one connection (at its
+      // default sslmode=prefer it tries again without TLS when its first try fails), and a
+      // loaded CI machine once made the first connection above count two.
+      int acceptedBeforeTheAttempt = proxy.connectionsAccepted();
 
       long start = System.nanoTime();
       assertThatThrownBy(() -> DriverManager.getConnection(url).close())
@@ -93,14 +97,16 @@ class TcpProxyTest {
       assertThat(Duration.ofNanos(System.nanoTime() - start))
           .as("refused, not timed out")
           .isLessThan(Duration.ofSeconds(5));
-      assertThat(proxy.connectionsAccepted()).isEqualTo(1);
+      assertThat(proxy.connectionsAccepted())
+          .as("nothing accepted while refusing")
+          .isEqualTo(acceptedBeforeTheAttempt);
 
       proxy.pass();
 
       try (Connection fresh = DriverManager.getConnection(url)) {
         assertThat(selectOne(fresh)).isEqualTo(1);
       }
-      assertThat(proxy.connectionsAccepted()).isEqualTo(2);
+      assertThat(proxy.connectionsAccepted()).isGreaterThan(acceptedBeforeTheAttempt);
     }
   }
 
