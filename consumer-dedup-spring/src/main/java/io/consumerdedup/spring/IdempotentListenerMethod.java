@@ -1,12 +1,16 @@
 package io.consumerdedup.spring;
 
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.InProgressPolicy;
 import io.consumerdedup.kafka.MissingKeyPolicy;
+import io.consumerdedup.kafka.internal.RecordSources;
+import io.consumerdedup.spring.internal.CurrentBatch;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import java.lang.reflect.Method;
 import java.time.Duration;
+import java.util.List;
 import java.util.Objects;
 import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -18,6 +22,7 @@ import org.springframework.expression.Expression;
 import org.springframework.expression.ParseException;
 import org.springframework.expression.spel.standard.SpelExpressionParser;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.support.KafkaUtils;
 
 /**
  * One {@link Idempotent} listener method: its annotation parsed and its signature read once, at
@@ -156,12 +161,35 @@ final class IdempotentListenerMethod {
   /**
    * The record being delivered: the method's {@code ConsumerRecord} argument, else the one the
    * container hands over on this thread.
+   *
+   * @throws DedupConfigurationException the container hands over a batch (its factory makes every
+   *     listener a batch listener, or a {@code batch} placeholder resolved to true), and this
+   *     method, read as a record listener, was never checked as one. Its batch waits (logged)
+   *     rather than fail as the method's own failure, which the error handler retries and then
+   *     gives up, committing records the method never saw.
    */
   @SuppressWarnings("unchecked")
   ConsumerRecord<Object, Object> record(@Nullable Object[] arguments) {
     int recordIndex = shape.recordIndex;
     if (recordIndex >= 0 && arguments[recordIndex] != null) {
       return (ConsumerRecord<Object, Object>) arguments[recordIndex];
+    }
+    List<ConsumerRecord<Object, Object>> batch = CurrentBatch.records();
+    if (batch != null) {
+      throw new DedupConfigurationException(
+          "@Idempotent listener "
+              + this
+              + " is called with a batch: its container makes it a batch listener (a container"
+              + " factory of batch listeners, such as spring.kafka.listener.type=batch, or a batch"
+              + " attribute other than the literal \"true\"), which consumer-dedup does not see"
+              + " from its method, and it takes its records in no form consumer-dedup can filter."
+              + " Set batch = \"true\" on its @KafkaListener and take List<ConsumerRecord<K, V>>"
+              + " or List<Message<?>>, or give it a container factory of record listeners; the"
+              + " batch waits until then",
+          null,
+          batch.isEmpty()
+              ? null
+              : RecordSources.describe(batch.get(0), KafkaUtils.getConsumerGroupId()));
     }
     return (ConsumerRecord<Object, Object>)
         CurrentRecordInterceptor.current()
