@@ -3,7 +3,11 @@ package io.consumerdedup.jdbc;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.micrometer.MicrometerDedupListener;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.sql.Connection;
@@ -14,6 +18,10 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
@@ -72,6 +80,59 @@ abstract class JanitorKeysetTests {
     assertThat(count("success-%") + count("failed-%") + count("lease-expired-%")).isZero();
     assertThat(count("lease-live-%")).isEqualTo(10);
     assertThat(count("retained-%")).isEqualTo(20);
+  }
+
+  @Test
+  void aPurgeSkipsARowAHandlersTransactionHoldsInsteadOfWaitingForIt() throws Exception {
+    // A FAILED key past its retention, among expired rows older and younger than it, is retried
+    // in mode TRANSACTIONAL: its claim holds the row locked until the handler's transaction ends.
+    insert("expired-before-", 50, "SUCCESS", 7_200, 60, null);
+    insert("retried-", 1, "FAILED", 7_100, 60, null);
+    insert("expired-after-", 50, "SUCCESS", 7_000, 60, null);
+    DedupKey retried = DedupKey.of("payment", "retried-0000");
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(dataSource());
+    JdbcDedupStore transactional = JdbcDedupStore.builder(transactions).build();
+    CountDownLatch claimed = new CountDownLatch(1);
+    CountDownLatch handlerDone = new CountDownLatch(1);
+    ExecutorService handler = Executors.newSingleThreadExecutor();
+    try {
+      Future<ClaimResult> claim =
+          handler.submit(
+              () ->
+                  transactions.inTransaction(
+                      () -> {
+                        ClaimResult result =
+                            transactional.claimInTransaction(
+                                new ClaimRequest(
+                                    retried,
+                                    "handler",
+                                    Duration.ofMinutes(1),
+                                    Duration.ofDays(1),
+                                    null,
+                                    "payments-0@7"));
+                        claimed.countDown();
+                        handlerDone.await();
+                        return result;
+                      }));
+      assertThat(claimed.await(30, TimeUnit.SECONDS)).isTrue();
+
+      // While the handler's transaction is open: the purge goes past the row it holds.
+      int purged = janitor().purgeExpired();
+
+      assertThat(claim).isNotDone();
+      handlerDone.countDown();
+      assertThat(claim.get(30, TimeUnit.SECONDS)).isInstanceOf(ClaimResult.Claimed.class);
+      assertThat(purged).isEqualTo(100);
+      assertThat(count("expired-%")).isZero();
+      assertThat(store().find(retried).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    } finally {
+      handlerDone.countDown();
+      handler.shutdownNow();
+    }
+  }
+
+  private DedupJanitor janitor() {
+    return DedupJanitor.builder(store()).batchSize(30).build();
   }
 
   @Test

@@ -412,6 +412,46 @@ public abstract class DedupStoreContract {
   }
 
   @Test
+  void aClaimCompletingMarksTheHeldClaimsWhateverItsClaimAnswers() throws InterruptedException {
+    DedupKey previous = key("cc-previous");
+    DedupKey takenOver = key("cc-taken-over");
+    DedupKey next = key("cc-next");
+    DedupKey done = key("cc-done");
+    ClaimResult.Claimed previousClaim = claimOne(previous);
+    ClaimResult.Claimed stale =
+        claimed(store().claim(request(takenOver, "zombie", shortLease(), null)));
+    assertTrue(store().complete(done, claimOne(done).token(), RETENTION));
+    waitOutShortLease();
+    ClaimResult.Claimed takeover = claimOne(takenOver);
+    ClaimRequest nextRequest = request(next, "consumer-a");
+
+    DedupStore.ClaimCompleting first =
+        store().claimCompleting(nextRequest, List.of(previousClaim, stale), RETENTION);
+
+    ClaimResult.Claimed nextClaim = claimed(first.claim());
+    assertEquals(1, nextClaim.token(), "the claim of a new key");
+    assertEquals(List.of(takenOver), first.leaseLost(), "the mark whose lease was taken over");
+    assertEquals(DedupStatus.SUCCESS, find(previous).status());
+    DedupRecord untouched = find(takenOver);
+    assertEquals(DedupStatus.PROCESSING, untouched.status(), "the new holder's claim is untouched");
+    assertEquals(takeover.token(), untouched.attempts());
+
+    // Sent again, its reply lost: the marks count as written, the claim is recognised as its own.
+    DedupStore.ClaimCompleting again =
+        store().claimCompleting(nextRequest, List.of(previousClaim, stale), RETENTION);
+    assertEquals(nextClaim.token(), claimed(again.claim()).token(), "the same claim");
+    assertEquals(List.of(takenOver), again.leaseLost());
+    assertEquals(1, find(next).attempts());
+
+    // A claim that meets a duplicate still writes the marks.
+    DedupStore.ClaimCompleting duplicate =
+        store().claimCompleting(request(done, "consumer-a"), List.of(nextClaim), RETENTION);
+    assertEquals(DedupStatus.SUCCESS, taken(duplicate.claim()).status());
+    assertEquals(List.of(), duplicate.leaseLost());
+    assertEquals(DedupStatus.SUCCESS, find(next).status());
+  }
+
+  @Test
   void aReleasedClaimLeavesTheKeyAsIfItHadNotHappened() {
     DedupKey fresh = key("release-new");
     DedupKey retried = key("release-retried");
@@ -483,6 +523,60 @@ public abstract class DedupStoreContract {
     assertTrue(store().find(kept).isPresent(), "a record within its retention is kept");
     assertTrue(store().find(running).isPresent(), "a live lease past its retention is kept");
     assertThrows(IllegalArgumentException.class, () -> store().purge(0));
+  }
+
+  @Test
+  void anOutcomeWhoseRecordVanishedIsWrittenAgainButAKeyClaimedAnewStaysItsNewHolders()
+      throws InterruptedException {
+    // Records that vanish under their holders, as after a failover to a standby that had not
+    // received them: claimed under a lease that runs out with their retention, then purged.
+    DedupKey done = key("vanished-done");
+    DedupKey failed = key("vanished-failed");
+    DedupKey reclaimed = key("vanished-reclaimed");
+    assertTrue(store().fail(reclaimed, claimOne(reclaimed).token(), "first try", RETENTION));
+    ClaimResult.Claimed doneClaim = claimed(store().claim(vanishing(done)));
+    ClaimResult.Claimed failedClaim = claimed(store().claim(vanishing(failed)));
+    ClaimResult.Claimed zombie = claimed(store().claim(vanishing(reclaimed)));
+    assertEquals(2, zombie.token());
+    waitOutShortLease();
+    while (store().purge(100) > 0) {
+      // Other tests sharing the store may have expired records too.
+    }
+    for (DedupKey key : List.of(done, failed, reclaimed)) {
+      assertTrue(store().find(key).isEmpty(), key + " vanished");
+    }
+    ClaimResult.Claimed newHolder = claimOne(reclaimed);
+    assertEquals(1, newHolder.token(), "a vanished key is claimed as a new one");
+
+    assertFalse(store().renew(done, doneClaim.token(), LONG_LEASE), "a renewal finds no record");
+    assertTrue(store().complete(done, doneClaim.token(), RETENTION), "SUCCESS written again");
+    assertTrue(store().fail(failed, failedClaim.token(), "bank down", RETENTION), "FAILED again");
+    assertFalse(store().complete(reclaimed, zombie.token(), RETENTION), "over a new holder");
+
+    DedupRecord success = find(done);
+    assertEquals(DedupStatus.SUCCESS, success.status());
+    assertEquals(doneClaim.token(), success.attempts(), "written under the holder's attempt");
+    assertEquals(
+        DedupStatus.SUCCESS,
+        taken(store().claim(request(done, "consumer-b"))).status(),
+        "a redelivery is a duplicate");
+    assertTrue(store().complete(done, doneClaim.token(), RETENTION), "the same completion again");
+    DedupRecord failure = find(failed);
+    assertEquals(DedupStatus.FAILED, failure.status());
+    assertEquals("bank down", failure.lastError().orElse(null));
+    assertEquals(
+        failedClaim.token() + 1,
+        claimed(store().claim(request(failed, "consumer-b"))).token(),
+        "a redelivery retries it with the next token");
+    DedupRecord newClaim = find(reclaimed);
+    assertEquals(DedupStatus.PROCESSING, newClaim.status(), "the new holder's claim is untouched");
+    assertEquals("consumer-a", newClaim.owner());
+    assertTrue(store().complete(reclaimed, newHolder.token(), RETENTION), "the new holder's");
+  }
+
+  /** A claim whose record the purge may delete as soon as its short lease has run out. */
+  private ClaimRequest vanishing(DedupKey key) {
+    return new ClaimRequest(key, "holder", shortLease(), Duration.ofMillis(1), null, "orders-0@9");
   }
 
   // --- keys ---

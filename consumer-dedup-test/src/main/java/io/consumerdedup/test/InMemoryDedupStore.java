@@ -26,8 +26,9 @@ import org.jspecify.annotations.Nullable;
  * leases expire by its clock, the fencing token is the record's attempt count (a holder whose lease
  * was taken over is refused on complete, fail and renew), a FAILED key or an expired lease is
  * claimed again with the next token, SUCCESS makes later deliveries duplicates, payload
- * fingerprints must agree, and a completion or failure sent again under the same token counts as
- * written. Thread-safe: every call is atomic.
+ * fingerprints must agree, a completion or failure sent again under the same token counts as
+ * written, and one whose record vanished under its holder (a purge, {@link #clear()}) is written
+ * again under its token. Thread-safe: every call is atomic.
  *
  * <p>Give it a {@link TestClock} to let leases and retention run out without waiting:
  *
@@ -104,7 +105,7 @@ public final class InMemoryDedupStore implements DedupStore {
 
   @Override
   public synchronized boolean complete(DedupKey key, int token, Duration retention) {
-    Row row = held(key, token, DedupStatus.PROCESSING, DedupStatus.SUCCESS);
+    Row row = heldOrRewritten(key, token, DedupStatus.PROCESSING, DedupStatus.SUCCESS);
     if (row == null) {
       return false;
     }
@@ -119,7 +120,7 @@ public final class InMemoryDedupStore implements DedupStore {
 
   @Override
   public synchronized boolean fail(DedupKey key, int token, String error, Duration retention) {
-    Row row = held(key, token, DedupStatus.PROCESSING, DedupStatus.FAILED);
+    Row row = heldOrRewritten(key, token, DedupStatus.PROCESSING, DedupStatus.FAILED);
     if (row == null) {
       return false;
     }
@@ -142,6 +143,23 @@ public final class InMemoryDedupStore implements DedupStore {
     row.leaseUntil = now.plus(lease);
     row.updatedAt = now;
     return true;
+  }
+
+  /**
+   * {@link #held}, or for a key with no record at all (it vanished under its holder: {@link
+   * #clear()}, a purge of a lease that ran out with its retention) a record made anew under {@code
+   * token}, which the caller then writes its outcome into, as the JDBC store writes an outcome
+   * again where its record vanished (a failover to a standby that had not received it, a DELETE, a
+   * purge): a key claimed anew meanwhile is left to its new holder.
+   */
+  private @Nullable Row heldOrRewritten(
+      DedupKey key, int token, DedupStatus holding, DedupStatus written) {
+    if (rows.containsKey(key)) {
+      return held(key, token, holding, written);
+    }
+    Row row = Row.vanished(token, clock.instant());
+    rows.put(key, row);
+    return row;
   }
 
   /**
@@ -231,21 +249,45 @@ public final class InMemoryDedupStore implements DedupStore {
     Instant expiresAt;
     @Nullable String claimId;
 
-    private Row(ClaimRequest request, Instant now) {
+    private Row(
+        int attempts,
+        String owner,
+        @Nullable Instant leaseUntil,
+        @Nullable String fingerprint,
+        @Nullable String source,
+        Instant now,
+        Instant expiresAt,
+        @Nullable String claimId) {
       this.status = DedupStatus.PROCESSING;
-      this.attempts = 1;
-      this.owner = request.owner();
-      this.leaseUntil = now.plus(request.lease());
-      this.fingerprint = request.fingerprint();
-      this.source = StoredText.storable(request.source(), StoredText.MAX_SOURCE_LENGTH);
+      this.attempts = attempts;
+      this.owner = owner;
+      this.leaseUntil = leaseUntil;
+      this.fingerprint = fingerprint;
+      this.source = source;
       this.createdAt = now;
       this.updatedAt = now;
-      this.expiresAt = now.plus(request.lease()).plus(request.retention());
-      this.claimId = request.claimId();
+      this.expiresAt = expiresAt;
+      this.claimId = claimId;
     }
 
     static Row claimed(ClaimRequest request, Instant now) {
-      return new Row(request, now);
+      return new Row(
+          1,
+          request.owner(),
+          now.plus(request.lease()),
+          request.fingerprint(),
+          StoredText.storable(request.source(), StoredText.MAX_SOURCE_LENGTH),
+          now,
+          now.plus(request.lease()).plus(request.retention()),
+          request.claimId());
+    }
+
+    /**
+     * A record made anew for the outcome of {@code token} whose record vanished, as the JDBC store
+     * writes it: no lease, fingerprint, source or claim id, its holder unknown.
+     */
+    static Row vanished(int token, Instant now) {
+      return new Row(token, StoredText.VANISHED_OWNER, null, null, null, now, now, null);
     }
 
     /** The next attempt; the first fingerprint and the last error stay. */

@@ -13,6 +13,13 @@ public final class StoredText {
   /** Longest stored error, in characters. */
   public static final int MAX_ERROR_LENGTH = 2000;
 
+  /**
+   * The owner of a record whose outcome was written again because the record had vanished under its
+   * holder (a failover to a standby that had not received it, a DELETE, a purge): the holder is not
+   * known to the statement that writes it.
+   */
+  public static final String VANISHED_OWNER = "unknown (record vanished, outcome written again)";
+
   private StoredText() {}
 
   /**

@@ -187,14 +187,11 @@ public abstract class Dialect {
   /** Selects one record's columns as {@link #record} reads them, binding (type, key). */
   protected abstract String findSql();
 
-  /** Deletes up to {@code limit} expired records, oldest first; answers how many. */
-  public int purge(Connection connection, int limit) throws SQLException {
-    try (PreparedStatement statement = calls.prepare(connection, purgeText(purgeOldestSql()))) {
-      statement.setInt(1, limit);
-      executePurge(statement);
-      return statement.getUpdateCount();
-    }
-  }
+  /**
+   * Deletes up to {@code limit} expired records, oldest first, skipping the rows other transactions
+   * hold (a claim, a mode TRANSACTIONAL handler's transaction, another janitor); answers how many.
+   */
+  public abstract int purge(Connection connection, int limit) throws SQLException;
 
   /**
    * The text to prepare for {@code statementSql}, a statement of the retention purge ({@link
@@ -214,12 +211,9 @@ public abstract class Dialect {
     return statement.execute();
   }
 
-  /** Deletes expired records, oldest first, binding the limit. */
-  protected abstract String purgeOldestSql();
-
   /**
    * Deletes up to {@code limit} expired records after the keyset position {@code after} (from the
-   * oldest when null).
+   * oldest when null), skipping the rows other transactions hold, as {@link #purge} does.
    */
   public abstract KeysetPurge.Batch deleteExpired(
       Connection connection, KeysetPurge.@Nullable Position after, int limit) throws SQLException;

@@ -11,6 +11,7 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.time.Instant;
 import java.time.LocalDateTime;
@@ -364,48 +365,86 @@ public final class MySqlDialect extends Dialect {
     return sql.find;
   }
 
+  /** The oldest expired rows, as a batch of the janitor from the start of the table. */
   @Override
-  protected String purgeOldestSql() {
-    return sql.purge;
+  public int purge(Connection connection, int limit) throws SQLException {
+    return deleteExpired(connection, null, limit).deleted();
   }
 
   /**
    * MySQL deletes with ORDER BY but answers no rows and skips no locks: the batch's positions are
-   * read first, then the rows up to the last of them are deleted if still expired.
+   * read first, without a lock; then, in one transaction, those rows still expired are locked one
+   * primary key at a time, skipping any another transaction holds ({@link PurgeSql#lockExpired}),
+   * and deleted one by one. A handler's transaction that holds one of them (mode TRANSACTIONAL)
+   * neither stops the purge nor is waited for, and no row outside the batch is locked.
    */
   @Override
   public KeysetPurge.Batch deleteExpired(
       Connection connection, KeysetPurge.@Nullable Position after, int limit) throws SQLException {
-    int found = 0;
-    KeysetPurge.Position last = null;
+    List<KeysetPurge.Position> found = new ArrayList<>();
     try (PreparedStatement select =
         calls.prepare(connection, purgeSql().selectBatch(after != null))) {
       int index = bindCursor(select, after);
       select.setInt(index, limit);
       try (ResultSet rows = select.executeQuery()) {
         while (rows.next()) {
-          found++;
-          last =
+          found.add(
               new KeysetPurge.Position(
                   Objects.requireNonNull(instant(rows, "created_at")),
                   rows.getString("biz_type"),
-                  rows.getString("biz_key"));
+                  rows.getString("biz_key")));
         }
       }
     }
-    if (last == null) {
+    if (found.isEmpty()) {
       return new KeysetPurge.Batch(0, false, after);
     }
-    try (PreparedStatement delete =
-        calls.prepare(connection, purgeSql().deleteThrough(after != null))) {
-      int index = bindCursor(delete, after);
-      Object createdAt = time(last.createdAt());
-      delete.setObject(index++, createdAt);
-      delete.setObject(index++, createdAt);
-      delete.setString(index++, last.bizType());
-      delete.setString(index++, last.bizType());
-      delete.setString(index, last.bizKey());
-      return new KeysetPurge.Batch(delete.executeUpdate(), found >= limit, last);
+    int deleted =
+        connection.getAutoCommit()
+            ? StoreCalls.inOwnTransaction(connection, c -> deleteStillExpired(c, found))
+            : deleteStillExpired(connection, found);
+    return new KeysetPurge.Batch(deleted, found.size() >= limit, found.get(found.size() - 1));
+  }
+
+  /** Most rows one locking read of the purge names: two parameters each, far below the limit. */
+  private static final int LOCK_CHUNK = 500;
+
+  /** Locks the rows of {@code found} that are still expired and free, and deletes them. */
+  private int deleteStillExpired(Connection connection, List<KeysetPurge.Position> found)
+      throws SQLException {
+    List<Map.Entry<String, String>> locked = new ArrayList<>();
+    for (int from = 0; from < found.size(); from += LOCK_CHUNK) {
+      List<KeysetPurge.Position> chunk =
+          found.subList(from, Math.min(found.size(), from + LOCK_CHUNK));
+      try (PreparedStatement lock =
+          calls.prepare(connection, purgeSql().lockExpired(chunk.size()))) {
+        int index = 1;
+        for (KeysetPurge.Position position : chunk) {
+          lock.setString(index++, position.bizType());
+          lock.setString(index++, position.bizKey());
+        }
+        try (ResultSet rows = lock.executeQuery()) {
+          while (rows.next()) {
+            locked.add(Map.entry(rows.getString("biz_type"), rows.getString("biz_key")));
+          }
+        }
+      }
+    }
+    if (locked.isEmpty()) {
+      return 0;
+    }
+    try (PreparedStatement delete = calls.prepare(connection, purgeSql().deleteLocked())) {
+      for (Map.Entry<String, String> row : locked) {
+        delete.setString(1, row.getKey());
+        delete.setString(2, row.getValue());
+        delete.addBatch();
+      }
+      int deleted = 0;
+      for (int count : delete.executeBatch()) {
+        // A driver may answer SUCCESS_NO_INFO (-2) for a statement of a batch: the row is ours.
+        deleted += count == Statement.SUCCESS_NO_INFO ? 1 : count;
+      }
+      return deleted;
     }
   }
 

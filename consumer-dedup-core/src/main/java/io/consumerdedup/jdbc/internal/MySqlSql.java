@@ -60,12 +60,6 @@ public final class MySqlSql {
    */
   public final String releaseRestore;
 
-  /**
-   * Deletes one batch of expired rows, oldest first along the {@code created_at} index; a
-   * PROCESSING row with a live lease is never deleted.
-   */
-  public final String purge;
-
   /** The table's columns, by (schema or null for the current database, table name). */
   public final String columns;
 
@@ -115,14 +109,6 @@ public final class MySqlSql {
             + NOW
             + held
             + " AND attempts > 1";
-    purge =
-        "DELETE FROM "
-            + table
-            + " WHERE expires_at < "
-            + NOW
-            + " AND (status <> 'PROCESSING' OR lease_until < "
-            + NOW
-            + ") ORDER BY created_at LIMIT ?";
     columns =
         "SELECT column_name FROM information_schema.columns"
             + " WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?";

@@ -491,9 +491,14 @@ public final class PostgresDialect extends Dialect {
     return sql.find;
   }
 
+  /** One statement, {@link PostgresSql#purge}, run as {@link #purgeText} says. */
   @Override
-  protected String purgeOldestSql() {
-    return sql.purge;
+  public int purge(Connection connection, int limit) throws SQLException {
+    try (PreparedStatement statement = calls.prepare(connection, purgeText(sql.purge))) {
+      statement.setInt(1, limit);
+      executePurge(statement);
+      return statement.getUpdateCount();
+    }
   }
 
   /**

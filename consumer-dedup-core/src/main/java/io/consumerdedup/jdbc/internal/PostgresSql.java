@@ -1,5 +1,6 @@
 package io.consumerdedup.jdbc.internal;
 
+import io.consumerdedup.core.internal.StoredText;
 import java.sql.Types;
 import java.util.Arrays;
 import java.util.List;
@@ -145,7 +146,7 @@ public final class PostgresSql {
   public final Keyed failVanished;
 
   /** The owner written with an outcome whose record vanished: its holder is not known here. */
-  public static final String VANISHED_OWNER = "unknown (record vanished, outcome written again)";
+  public static final String VANISHED_OWNER = StoredText.VANISHED_OWNER;
 
   /**
    * Gives back a claim whose handler never ran and that created its key (token 1): deletes the

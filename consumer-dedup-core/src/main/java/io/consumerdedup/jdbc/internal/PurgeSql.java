@@ -1,5 +1,7 @@
 package io.consumerdedup.jdbc.internal;
 
+import java.util.Collections;
+
 /**
  * The retention purge's statements, for one validated table name and one dialect. Rows go oldest
  * first along the {@code created_at} index, ordered by (created_at, biz_type, biz_key) so that a
@@ -68,8 +70,9 @@ public final class PurgeSql {
   }
 
   /**
-   * MySQL, first of two statements: the positions of the next batch of expired rows, binding the
-   * cursor as {@link #deleteBatch} when {@code afterCursor}, then the limit.
+   * MySQL, first statement: the positions of the next batch of expired rows, binding the cursor as
+   * {@link #deleteBatch} when {@code afterCursor}, then the limit. A plain read, which takes no
+   * lock.
    */
   public String selectBatch(boolean afterCursor) {
     requireDialect(false);
@@ -80,17 +83,33 @@ public final class PurgeSql {
   }
 
   /**
-   * MySQL, second statement: deletes the rows still expired from the cursor (bound as {@link
-   * #selectBatch} when {@code afterCursor}) up to and including the batch's last position
-   * (created_at twice, biz_type twice, biz_key). Expiry is checked again as it deletes: a row
-   * claimed again since the select stays.
+   * MySQL, second statement, in the transaction of the third: locks those of {@code rows} rows,
+   * each bound as (type, key), that are still expired, and answers their keys; a row another
+   * transaction holds is skipped (a claim, a mode TRANSACTIONAL handler's transaction, another
+   * janitor). One primary-key lookup per row, joined by {@code UNION ALL}, locks those rows and no
+   * others: a DELETE of a range of the {@code created_at} index locks every row it scans (under
+   * REPEATABLE READ, those it keeps too) and waits for each one another transaction holds, where
+   * MySQL has no SKIP LOCKED for a DELETE. Expiry is judged again under the lock: a row claimed
+   * again since the first statement stays.
    */
-  public String deleteThrough(boolean afterCursor) {
+  public String lockExpired(int rows) {
     requireDialect(false);
-    return "DELETE FROM "
-        + expiredRows(afterCursor)
-        + " AND (created_at < ? OR (created_at = ? AND (biz_type < ?"
-        + " OR (biz_type = ? AND biz_key <= ?))))";
+    String one =
+        "(SELECT biz_type, biz_key FROM "
+            + table
+            + expired
+            + " AND biz_type = ? AND biz_key = ? FOR UPDATE SKIP LOCKED)";
+    return rows == 1
+        ? one.substring(1, one.length() - 1)
+        : String.join(" UNION ALL ", Collections.nCopies(rows, one));
+  }
+
+  /**
+   * MySQL, third statement: deletes one row that {@link #lockExpired} locked, binding (type, key).
+   */
+  public String deleteLocked() {
+    requireDialect(false);
+    return "DELETE FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
   }
 
   /** The table, restricted to its expired rows after the cursor when {@code afterCursor}. */
