@@ -597,8 +597,10 @@ class IdempotentExecutorTest {
           }
         };
     IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.store()).listener(broken));
-    // The writer's first write waits until the next marks are queued, so that they go together in
-    // the next one, in order: A, B, C.
+    // The writer's first write (ORD-0 alone) waits until the next marks are queued, so that they
+    // go together in the next one, in order: A, B, C. They are queued only once that first write
+    // has begun: a writer thread slow to start would otherwise find all four queued at once.
+    CountDownLatch firstWriteBegun = new CountDownLatch(1);
     CountDownLatch queued = new CountDownLatch(1);
     AtomicInteger writes = new AtomicInteger();
     FaultPoints.install(
@@ -606,6 +608,7 @@ class IdempotentExecutorTest {
           if (point == FaultPoints.Point.BEFORE_SUCCESS_MARK
               && Thread.currentThread().getName().equals("consumer-dedup-outcome-writer")
               && writes.incrementAndGet() == 1) {
+            firstWriteBegun.countDown();
             try {
               queued.await(10, TimeUnit.SECONDS);
             } catch (InterruptedException e) {
@@ -617,6 +620,7 @@ class IdempotentExecutorTest {
     try {
       CompletableFuture<Void> first =
           executor.claim(DedupKey.of("listener-error", "ORD-0"), null, null).completeAsync();
+      assertThat(firstWriteBegun.await(10, TimeUnit.SECONDS)).as("the first write began").isTrue();
       for (String order : List.of("ORD-A", "ORD-B", "ORD-C")) {
         marks.add(executor.claim(DedupKey.of("listener-error", order), null, null).completeAsync());
       }
@@ -651,8 +655,10 @@ class IdempotentExecutorTest {
           }
         };
     IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.store()).listener(broken));
-    // The writer's first write waits until the next marks are queued, so that they go together in
-    // the next one, which the database does not answer.
+    // The writer's first write (ORD-0 alone) waits until the next marks are queued, so that they
+    // go together in the next one, which the database does not answer. They are queued only once
+    // that first write has begun, as in the test above.
+    CountDownLatch firstWriteBegun = new CountDownLatch(1);
     CountDownLatch queued = new CountDownLatch(1);
     AtomicInteger writes = new AtomicInteger();
     FaultPoints.install(
@@ -663,6 +669,7 @@ class IdempotentExecutorTest {
           }
           int write = writes.incrementAndGet();
           if (write == 1) {
+            firstWriteBegun.countDown();
             try {
               queued.await(10, TimeUnit.SECONDS);
             } catch (InterruptedException e) {
@@ -678,6 +685,7 @@ class IdempotentExecutorTest {
     try {
       CompletableFuture<Void> first =
           executor.claim(DedupKey.of("listener-error-kept", "ORD-0"), null, null).completeAsync();
+      assertThat(firstWriteBegun.await(10, TimeUnit.SECONDS)).as("the first write began").isTrue();
       for (String order : List.of("ORD-A", "ORD-B", "ORD-C")) {
         DedupKey key = DedupKey.of("listener-error-kept", order);
         keys.add(key);
