@@ -11,9 +11,7 @@ import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -101,21 +99,7 @@ class BatchListenerTransactionTest {
     /** Records what each failed batch threw, with every cause. */
     @Bean
     BatchInterceptor<Object, Object> failureRecorder() {
-      return new BatchInterceptor<>() {
-        @Override
-        public ConsumerRecords<Object, Object> intercept(
-            ConsumerRecords<Object, Object> records, Consumer<Object, Object> consumer) {
-          return records;
-        }
-
-        @Override
-        public void failure(
-            ConsumerRecords<Object, Object> records,
-            Exception exception,
-            Consumer<Object, Object> consumer) {
-          failures.add(SpringTestEnvironment.causes(exception));
-        }
-      };
+      return SpringTestEnvironment.batchFailureRecorder(failures);
     }
   }
 

@@ -18,6 +18,7 @@ import java.util.function.UnaryOperator;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -27,6 +28,7 @@ import org.jspecify.annotations.Nullable;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.core.KafkaOperations;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.BatchInterceptor;
 import org.springframework.kafka.listener.DeadLetterPublishingRecoverer;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.RecordInterceptor;
@@ -231,6 +233,27 @@ final class SpringTestEnvironment {
       @Override
       public void failure(
           ConsumerRecord<Object, Object> record,
+          Exception exception,
+          Consumer<Object, Object> consumer) {
+        failures.add(causes(exception));
+      }
+    };
+  }
+
+  /**
+   * {@link #failureRecorder}'s batch listener twin: what each failed batch threw, with every cause.
+   */
+  static BatchInterceptor<Object, Object> batchFailureRecorder(List<String> failures) {
+    return new BatchInterceptor<>() {
+      @Override
+      public ConsumerRecords<Object, Object> intercept(
+          ConsumerRecords<Object, Object> records, Consumer<Object, Object> consumer) {
+        return records;
+      }
+
+      @Override
+      public void failure(
+          ConsumerRecords<Object, Object> records,
           Exception exception,
           Consumer<Object, Object> consumer) {
         failures.add(causes(exception));
