@@ -166,7 +166,8 @@ final class IdempotentListenerMethod {
    *     listener a batch listener, or a {@code batch} placeholder resolved to true), and this
    *     method, read as a record listener, was never checked as one. Its batch waits (logged)
    *     rather than fail as the method's own failure, which the error handler retries and then
-   *     gives up, committing records the method never saw.
+   *     gives up, committing records the method never saw. Or no record at all is handed over: its
+   *     container does not run {@link CurrentRecordInterceptor}; the record waits alike.
    */
   @SuppressWarnings("unchecked")
   ConsumerRecord<Object, Object> record(@Nullable Object[] arguments) {
@@ -195,14 +196,20 @@ final class IdempotentListenerMethod {
         CurrentRecordInterceptor.current()
             .orElseThrow(
                 () ->
-                    new IllegalStateException(
+                    new DedupConfigurationException(
                         "@Idempotent listener "
                             + this
                             + " was called without a record: it takes no ConsumerRecord argument"
-                            + " and its container does not run CurrentRecordInterceptor (the"
-                            + " auto-configuration adds it to every listener container; for a"
-                            + " container made by hand call DedupContainers.configure(container)),"
-                            + " or it was called outside a Kafka listener container"));
+                            + " and its container does not run consumer-dedup's"
+                            + " CurrentRecordInterceptor, or it was called outside a Kafka listener"
+                            + " container. The auto-configuration prepares every container of the"
+                            + " application context before it starts; for a container built by"
+                            + " hand or registered after start-up, call"
+                            + " DedupContainers.configure(container) before starting it, after"
+                            + " setting its own record interceptor (one set afterwards replaces"
+                            + " consumer-dedup's); the record waits until then",
+                        null,
+                        null));
   }
 
   private Expression parse(String what, String text) {
