@@ -8,7 +8,9 @@ import org.springframework.beans.factory.config.ConfigurableBeanFactory;
 public final class ListenerAttributes {
   private ListenerAttributes() {}
 
-  /** An attribute as spring-kafka resolves it: placeholders, then SpEL; empty for null. */
+  /**
+   * An attribute as spring-kafka resolves it: placeholders, then SpEL; empty if that gives null.
+   */
   public static String resolve(ConfigurableBeanFactory beanFactory, String value) {
     if (value.isEmpty()) {
       return value;
