@@ -45,7 +45,7 @@ import org.springframework.test.context.DynamicPropertySource;
 @DirtiesContext
 @ExtendWith(OutputCaptureExtension.class)
 class RecordListenerWithoutRecordTest {
-  static final Duration WAIT = Duration.ofSeconds(60);
+  static final Duration WAIT = Duration.ofSeconds(120);
   static final String TOPIC = "norec-orders";
   static final List<String> failures = new CopyOnWriteArrayList<>();
   static final AtomicInteger calls = new AtomicInteger();
