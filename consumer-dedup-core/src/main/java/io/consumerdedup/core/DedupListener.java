@@ -61,6 +61,12 @@ public interface DedupListener {
   default void purgeBacklog(long expiredRows, Duration oldestExpiredAge) {}
 
   /**
+   * The retention purge could not measure its backlog ({@code error} says why): the backlog is
+   * unknown until a later run measures it. The run purges all the same.
+   */
+  default void purgeBacklogUnknown(RuntimeException error) {}
+
+  /**
    * A listener that passes every event to each of {@code listeners}, in order; one that throws is
    * logged and skipped, the others still hear of the event.
    */
@@ -138,6 +144,11 @@ public interface DedupListener {
       @Override
       public void purgeBacklog(long expiredRows, Duration oldestExpiredAge) {
         each("purgeBacklog", l -> l.purgeBacklog(expiredRows, oldestExpiredAge));
+      }
+
+      @Override
+      public void purgeBacklogUnknown(RuntimeException error) {
+        each("purgeBacklogUnknown", l -> l.purgeBacklogUnknown(error));
       }
 
       @Override

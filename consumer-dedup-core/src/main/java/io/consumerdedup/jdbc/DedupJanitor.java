@@ -2,6 +2,7 @@ package io.consumerdedup.jdbc;
 
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.jdbc.internal.KeysetPurge;
 import io.consumerdedup.jdbc.internal.PurgeSql;
@@ -26,7 +27,9 @@ import org.slf4j.LoggerFactory;
  * delete (caught up: the next run starts from the oldest row again, {@code interval} later), or
  * after {@code maxBatchesPerRun} batches or {@code maxRunTime} (work left: the next run continues
  * from where this one stopped, at once). Each run first measures the {@link PurgeBacklog}, tells
- * the listener ({@link DedupListener#purgeBacklog}) and logs a WARN when the janitor is behind.
+ * the listener ({@link DedupListener#purgeBacklog}) and logs a WARN when the janitor is behind. A
+ * run whose measurement fails purges all the same, with the backlog unknown ({@link
+ * DedupListener#purgeBacklogUnknown}).
  *
  * <pre>{@code
  * DedupJanitor janitor = DedupJanitor.builder(store).interval(Duration.ofMinutes(10)).build();
@@ -66,6 +69,7 @@ public final class DedupJanitor implements AutoCloseable {
   private KeysetPurge.@Nullable Position cursor;
   private boolean workLeft;
   private long lastBehindWarning;
+  private boolean backlogFailureLogged;
   private volatile @Nullable PurgeBacklog lastBacklog;
   private @Nullable ScheduledExecutorService scheduler;
 
@@ -92,7 +96,12 @@ public final class DedupJanitor implements AutoCloseable {
    */
   public int purgeExpired() {
     synchronized (runLock) {
-      measureBacklog();
+      try {
+        measureBacklog();
+      } catch (DedupStoreException e) {
+        // Reported by measureBacklog. The purge does not need the count: a count that fails run
+        // after run (a timeout over the index entries of purged rows) must not stop the purge.
+      }
       long deadline = System.nanoTime() + maxRunTime.toNanos();
       int total = 0;
       boolean full = true;
@@ -133,12 +142,25 @@ public final class DedupJanitor implements AutoCloseable {
   /**
    * Measures the backlog now (on a {@link JdbcDedupStore}; empty on other stores), tells the
    * listener, and logs a WARN, at most once an interval, while the janitor is behind.
+   *
+   * @throws DedupStoreException if the count failed: the backlog is then unknown ({@link
+   *     #lastBacklog()} empty, the listener told {@link DedupListener#purgeBacklogUnknown}), and
+   *     the first failure after a count that worked is logged at WARN
    */
   public Optional<PurgeBacklog> measureBacklog() {
     if (keyset == null) {
       return Optional.empty();
     }
-    KeysetPurge.Estimate estimate = keyset.estimate();
+    KeysetPurge.Estimate estimate;
+    try {
+      estimate = keyset.estimate();
+    } catch (RuntimeException e) {
+      lastBacklog = null;
+      listener.purgeBacklogUnknown(e);
+      warnBacklogUnknown(e);
+      throw e;
+    }
+    backlogMeasured();
     Duration oldest = estimate.oldestExpiredAge();
     boolean behind =
         oldest != null && oldest.compareTo(interval.multipliedBy(BEHIND_AFTER_INTERVALS)) > 0;
@@ -154,6 +176,24 @@ public final class DedupJanitor implements AutoCloseable {
       warnBehind(backlog);
     }
     return Optional.of(backlog);
+  }
+
+  private synchronized void warnBacklogUnknown(RuntimeException failure) {
+    if (backlogFailureLogged) {
+      log.debug("The backlog of the purge of expired dedup records is still unknown", failure);
+      return;
+    }
+    backlogFailureLogged = true;
+    log.warn(
+        "Could not count the backlog of the purge of expired dedup records; the purge goes on"
+            + " without it, and the backlog is unknown until a count succeeds. If the count timed"
+            + " out, VACUUM the table (the count steps over the index entries of purged rows"
+            + " until a vacuum removes them) or raise the store's statementTimeout",
+        failure);
+  }
+
+  private synchronized void backlogMeasured() {
+    backlogFailureLogged = false;
   }
 
   private synchronized void warnBehind(PurgeBacklog backlog) {
@@ -173,7 +213,10 @@ public final class DedupJanitor implements AutoCloseable {
         backlog.expiredRows());
   }
 
-  /** The backlog the last run (or {@link #measureBacklog()}) measured, if any. */
+  /**
+   * The backlog the last run (or {@link #measureBacklog()}) measured; empty before the first
+   * measurement and while the last one failed.
+   */
   public Optional<PurgeBacklog> lastBacklog() {
     return Optional.ofNullable(lastBacklog);
   }

@@ -30,6 +30,8 @@ import java.util.concurrent.atomic.AtomicLong;
  *   <li>{@value #PURGE_OLDEST_EXPIRED}: time gauge, how long ago the oldest expired record not
  *       purged yet expired (0 when none is); above 3 janitor intervals the janitor is behind
  * </ul>
+ *
+ * Both backlog gauges read NaN while the backlog is unknown: the janitor's last count failed.
  */
 public final class MicrometerDedupListener implements DedupListener {
   public static final String OUTCOMES = "consumer.dedup.outcomes";
@@ -37,6 +39,9 @@ public final class MicrometerDedupListener implements DedupListener {
   public static final String PURGED = "consumer.dedup.purged";
   public static final String PURGE_BACKLOG = "consumer.dedup.purge.backlog";
   public static final String PURGE_OLDEST_EXPIRED = "consumer.dedup.purge.oldest.expired";
+
+  /** What the backlog gauges hold while the backlog is unknown; they read it as NaN. */
+  private static final long UNKNOWN = -1;
 
   private final AtomicLong backlogRows = new AtomicLong();
   private final AtomicLong oldestExpiredMillis = new AtomicLong();
@@ -116,11 +121,21 @@ public final class MicrometerDedupListener implements DedupListener {
 
   @Override
   public void purgeBacklog(long expiredRows, Duration oldestExpiredAge) {
-    backlogRows.set(expiredRows);
-    oldestExpiredMillis.set(oldestExpiredAge.toMillis());
+    showBacklog(expiredRows, oldestExpiredAge.toMillis());
+  }
+
+  @Override
+  public void purgeBacklogUnknown(RuntimeException error) {
+    // NaN, not the last count nor 0: a janitor whose count keeps failing is not caught up.
+    showBacklog(UNKNOWN, UNKNOWN);
+  }
+
+  private void showBacklog(long rows, long oldestMillis) {
+    backlogRows.set(rows);
+    oldestExpiredMillis.set(oldestMillis);
     // Registered at the first measurement: an application without a janitor shows no backlog.
     if (backlogGaugesRegistered.compareAndSet(false, true)) {
-      Gauge.builder(PURGE_BACKLOG, backlogRows, AtomicLong::get)
+      Gauge.builder(PURGE_BACKLOG, backlogRows, MicrometerDedupListener::valueOrNaN)
           .description("Expired dedup records not purged yet, counted among the oldest")
           .baseUnit("records")
           .register(registry);
@@ -128,9 +143,14 @@ public final class MicrometerDedupListener implements DedupListener {
               PURGE_OLDEST_EXPIRED,
               oldestExpiredMillis,
               TimeUnit.MILLISECONDS,
-              AtomicLong::doubleValue)
+              MicrometerDedupListener::valueOrNaN)
           .description("How long ago the oldest expired dedup record not purged yet expired")
           .register(registry);
     }
+  }
+
+  private static double valueOrNaN(AtomicLong gauge) {
+    long value = gauge.get();
+    return value == UNKNOWN ? Double.NaN : value;
   }
 }

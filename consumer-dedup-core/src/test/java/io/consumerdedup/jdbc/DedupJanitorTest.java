@@ -3,19 +3,28 @@ package io.consumerdedup.jdbc;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import ch.qos.logback.classic.Level;
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.micrometer.MicrometerDedupListener;
+import io.consumerdedup.testing.FaultyDataSource;
 import io.consumerdedup.testing.TestDatabase;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.sql.Connection;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.slf4j.LoggerFactory;
 
 /** Retention: expired records go, in bounded batches, however many janitors run. */
 class DedupJanitorTest {
@@ -119,6 +128,62 @@ class DedupJanitorTest {
     }
     assertThat(measures).as("runs that measured the backlog").hasValueGreaterThan(1);
     assertThat(count("kept-%")).isEqualTo(100);
+  }
+
+  /**
+   * The backlog count failing (here cancelled by the server at the statement timeout, as a count
+   * over many index entries of purged rows can be) failed the whole run before it purged anything,
+   * run after run, and the backlog gauge kept its last count.
+   */
+  @Test
+  void aRunWhoseBacklogCountFailsPurgesAllTheSameAndShowsTheBacklogUnknown() throws SQLException {
+    SimpleMeterRegistry registry = new SimpleMeterRegistry();
+    Logger janitorLog = (Logger) LoggerFactory.getLogger(DedupJanitor.class);
+    ListAppender<ILoggingEvent> logged = new ListAppender<>();
+    logged.start();
+    try (FaultyDataSource faulty = FaultyDataSource.on(schema, 2, Duration.ofSeconds(10))) {
+      JdbcDedupStore faultyStore =
+          JdbcDedupStore.builder(faulty)
+              .statementTimeout(Duration.ofSeconds(1))
+              .retryMaxAttempts(1)
+              .build();
+      DedupJanitor janitor =
+          DedupJanitor.builder(faultyStore).listener(new MicrometerDedupListener(registry)).build();
+      assertThat(janitor.measureBacklog().orElseThrow().expiredRows()).isEqualTo(2500);
+      faulty.timeOutEvery("AS oldest_ms", "consumer_dedup");
+      janitorLog.addAppender(logged);
+
+      assertThat(janitor.purgeExpired())
+          .as("records purged by a run whose count failed")
+          .isEqualTo(2500);
+      assertThat(janitor.purgeExpired()).isZero();
+
+      assertThat(faulty.statementsTimedOut()).as("backlog counts cancelled").isEqualTo(2);
+      assertThat(count("expired-%")).isZero();
+      assertThat(count("kept-%")).isEqualTo(100);
+      assertThat(janitor.lastBacklog()).isEmpty();
+      assertThat(registry.get(MicrometerDedupListener.PURGE_BACKLOG).gauge().value()).isNaN();
+      assertThat(
+              registry
+                  .get(MicrometerDedupListener.PURGE_OLDEST_EXPIRED)
+                  .timeGauge()
+                  .value(TimeUnit.MILLISECONDS))
+          .isNaN();
+      assertThat(logged.list)
+          .filteredOn(event -> event.getLevel() == Level.WARN)
+          .as("WARNs of two runs whose count failed")
+          .singleElement()
+          .satisfies(
+              warning ->
+                  assertThat(warning.getFormattedMessage())
+                      .contains("the purge goes on without it", "VACUUM", "statementTimeout"));
+
+      faulty.stopTimingOut();
+      assertThat(janitor.measureBacklog().orElseThrow().expiredRows()).isZero();
+      assertThat(registry.get(MicrometerDedupListener.PURGE_BACKLOG).gauge().value()).isZero();
+    } finally {
+      janitorLog.detachAppender(logged);
+    }
   }
 
   private int count(String pattern) throws SQLException {

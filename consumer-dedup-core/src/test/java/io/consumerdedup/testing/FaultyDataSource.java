@@ -10,6 +10,7 @@ import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -28,6 +29,8 @@ import java.util.concurrent.atomic.AtomicReference;
  *   <li>{@link #loseCommitReplyOnce()}: the same for the next {@code Connection.commit()};
  *   <li>{@link #hangNextConnection()}: the next connection handed out stops answering without being
  *       reset, as a connection does after a failover leaves it half-open;
+ *   <li>{@link #timeOutEvery(String, String)}: every statement whose SQL contains a fragment waits
+ *       on a table lock until its query timeout has the server cancel it;
  *   <li>{@link #proxy()}: the proxy itself, to refuse connections, cut them or add latency.
  * </ul>
  *
@@ -49,6 +52,8 @@ public final class FaultyDataSource extends ConnectionSource implements AutoClos
   private final AtomicInteger repliesLost = new AtomicInteger();
   private final AtomicInteger hangNext = new AtomicInteger();
   private final AtomicInteger hungConnections = new AtomicInteger();
+  private final AtomicReference<TimeOut> timeOut = new AtomicReference<>();
+  private final AtomicInteger statementsTimedOut = new AtomicInteger();
   private final List<TcpProxy> halfOpenProxies = new CopyOnWriteArrayList<>();
 
   private FaultyDataSource(String schema, int poolSize, Duration connectionTimeout) {
@@ -110,6 +115,28 @@ public final class FaultyDataSource extends ConnectionSource implements AutoClos
     return hungConnections.get();
   }
 
+  /**
+   * Arms a lasting fault: each statement whose SQL contains {@code sqlFragment} runs while another
+   * transaction holds {@code table} locked, so it waits until its query timeout has the server
+   * cancel it (SQL state 57014). Other statements run as usual. {@link #stopTimingOut()} disarms
+   * it.
+   */
+  public void timeOutEvery(String sqlFragment, String table) {
+    timeOut.set(new TimeOut(sqlFragment, table));
+  }
+
+  /** Disarms {@link #timeOutEvery(String, String)}. */
+  public void stopTimingOut() {
+    timeOut.set(null);
+  }
+
+  private record TimeOut(String sqlFragment, String table) {}
+
+  /** How many statements were cancelled by {@link #timeOutEvery(String, String)}. */
+  public int statementsTimedOut() {
+    return statementsTimedOut.get();
+  }
+
   @Override
   public Connection getConnection() throws SQLException {
     if (hangNext.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
@@ -159,6 +186,10 @@ public final class FaultyDataSource extends ConnectionSource implements AutoClos
                 && loseReplyOf.compareAndSet(fragment, null)) {
               return invokeLosingReply(statement, method, args);
             }
+            TimeOut armed = timeOut.get();
+            if (armed != null && sql.contains(armed.sqlFragment())) {
+              return invokeWhileLocked(armed.table(), statement, method, args);
+            }
           }
           return invoke(statement, method, args);
         };
@@ -176,6 +207,26 @@ public final class FaultyDataSource extends ConnectionSource implements AutoClos
     } finally {
       if (proxy.repliesDropped() > before) {
         repliesLost.incrementAndGet();
+      }
+    }
+  }
+
+  /** Invokes the call while a transaction of its own holds {@code table} exclusively. */
+  private Object invokeWhileLocked(String table, Object target, Method method, Object[] args)
+      throws Throwable {
+    try (Connection locker = TestDatabase.connect(schema);
+        Statement lock = locker.createStatement()) {
+      locker.setAutoCommit(false);
+      lock.execute("LOCK TABLE " + table + " IN ACCESS EXCLUSIVE MODE");
+      try {
+        return invoke(target, method, args);
+      } catch (SQLException e) {
+        if ("57014".equals(e.getSQLState())) {
+          statementsTimedOut.incrementAndGet();
+        }
+        throw e;
+      } finally {
+        locker.rollback();
       }
     }
   }

@@ -39,10 +39,9 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
 
   /** A listener acknowledging each record in turn starts each mark once, not the list again. */
   private void markUpTo(int index) {
-    for (int i = markedUpTo + 1; i <= index; i++) {
-      kept.markAsync(i);
-    }
+    int from = markedUpTo + 1;
     markedUpTo = Math.max(markedUpTo, index);
+    kept.startMarks(from, index + 1);
   }
 
   @Override

@@ -496,6 +496,6 @@ public final class IdempotentListenerInterceptor {
             ? AopUtils.getMostSpecificMethod(method, AopUtils.getTargetClass(target))
             : method;
     return methods.computeIfAbsent(
-        specific, m -> Optional.ofNullable(IdempotentListenerMethod.of(m, null)));
+        specific, m -> Optional.ofNullable(IdempotentListenerMethod.of(m, null, beanFactory)));
   }
 }

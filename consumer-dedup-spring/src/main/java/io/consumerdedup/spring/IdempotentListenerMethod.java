@@ -15,6 +15,7 @@ import java.util.Objects;
 import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
+import org.springframework.beans.factory.BeanFactory;
 import org.springframework.boot.convert.DurationStyle;
 import org.springframework.core.ResolvableType;
 import org.springframework.core.annotation.AnnotatedElementUtils;
@@ -71,7 +72,10 @@ final class IdempotentListenerMethod {
   final boolean readsPayload;
 
   private IdempotentListenerMethod(
-      Method method, Idempotent annotation, @Nullable String beanName) {
+      Method method,
+      Idempotent annotation,
+      @Nullable String beanName,
+      @Nullable BeanFactory beanFactory) {
     this.name = method.getDeclaringClass().getName() + "#" + method.getName();
     this.beanName = beanName;
     this.signature = method.toGenericString();
@@ -116,7 +120,7 @@ final class IdempotentListenerMethod {
       }
     }
     this.overrides = new IdempotentExecutors.Overrides(lease, inProgress, mode);
-    this.shape = new ListenerShape(method);
+    this.shape = new ListenerShape(method, beanFactory);
     this.keyHeaderArguments = KeyHeaderArguments.of(method, header, key);
     KafkaListener listener =
         AnnotatedElementUtils.findMergedAnnotation(method, KafkaListener.class);
@@ -151,11 +155,15 @@ final class IdempotentListenerMethod {
    * The parsed annotation of {@code method}, or null if it has none.
    *
    * @param beanName the bean whose method it is, named in a refusal; null if unknown
+   * @param beanFactory resolves its {@code @KafkaListener}'s {@code batch} attribute; may be null
    * @throws InvalidIdempotentListenerException if the annotation or the method cannot work
    */
-  static @Nullable IdempotentListenerMethod of(Method method, @Nullable String beanName) {
+  static @Nullable IdempotentListenerMethod of(
+      Method method, @Nullable String beanName, @Nullable BeanFactory beanFactory) {
     Idempotent annotation = AnnotatedElementUtils.findMergedAnnotation(method, Idempotent.class);
-    return annotation == null ? null : new IdempotentListenerMethod(method, annotation, beanName);
+    return annotation == null
+        ? null
+        : new IdempotentListenerMethod(method, annotation, beanName, beanFactory);
   }
 
   /**
@@ -163,10 +171,11 @@ final class IdempotentListenerMethod {
    * container hands over on this thread.
    *
    * @throws DedupConfigurationException the container hands over a batch (its factory makes every
-   *     listener a batch listener, or a {@code batch} placeholder resolved to true), and this
-   *     method, read as a record listener, was never checked as one. Its batch waits (logged)
-   *     rather than fail as the method's own failure, which the error handler retries and then
-   *     gives up, committing records the method never saw.
+   *     listener a batch listener), and this method, read as a record listener, was never checked
+   *     as one. Its batch waits (logged) rather than fail as the method's own failure, which the
+   *     error handler retries and then gives up, committing records the method never saw. Or no
+   *     record at all is handed over: its container does not run {@link CurrentRecordInterceptor};
+   *     the record waits alike.
    */
   @SuppressWarnings("unchecked")
   ConsumerRecord<Object, Object> record(@Nullable Object[] arguments) {
@@ -180,9 +189,9 @@ final class IdempotentListenerMethod {
           "@Idempotent listener "
               + this
               + " is called with a batch: its container makes it a batch listener (a container"
-              + " factory of batch listeners, such as spring.kafka.listener.type=batch, or a batch"
-              + " attribute other than the literal \"true\"), which consumer-dedup does not see"
-              + " from its method, and it takes its records in no form consumer-dedup can filter."
+              + " factory of batch listeners, such as spring.kafka.listener.type=batch), which"
+              + " consumer-dedup does not see from its method, and it takes its records in no form"
+              + " consumer-dedup can filter."
               + " Set batch = \"true\" on its @KafkaListener and take List<ConsumerRecord<K, V>>"
               + " or List<Message<?>>, or give it a container factory of record listeners; the"
               + " batch waits until then",
@@ -195,14 +204,20 @@ final class IdempotentListenerMethod {
         CurrentRecordInterceptor.current()
             .orElseThrow(
                 () ->
-                    new IllegalStateException(
+                    new DedupConfigurationException(
                         "@Idempotent listener "
                             + this
                             + " was called without a record: it takes no ConsumerRecord argument"
-                            + " and its container does not run CurrentRecordInterceptor (the"
-                            + " auto-configuration adds it to every listener container; for a"
-                            + " container made by hand call DedupContainers.configure(container)),"
-                            + " or it was called outside a Kafka listener container"));
+                            + " and its container does not run consumer-dedup's"
+                            + " CurrentRecordInterceptor, or it was called outside a Kafka listener"
+                            + " container. The auto-configuration prepares every container of the"
+                            + " application context before it starts; for a container built by"
+                            + " hand or registered after start-up, call"
+                            + " DedupContainers.configure(container) before starting it, after"
+                            + " setting its own record interceptor (one set afterwards replaces"
+                            + " consumer-dedup's); the record waits until then",
+                        null,
+                        null));
   }
 
   private Expression parse(String what, String text) {

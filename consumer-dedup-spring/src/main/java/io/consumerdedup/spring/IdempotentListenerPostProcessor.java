@@ -145,7 +145,8 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
       ReflectionUtils.doWithMethods(
           AopUtils.getTargetClass(processed),
           method -> {
-            IdempotentListenerMethod listener = IdempotentListenerMethod.of(method, beanName);
+            IdempotentListenerMethod listener =
+                IdempotentListenerMethod.of(method, beanName, beanFactory);
             if (listener != null) {
               listeners.add(listener);
             }

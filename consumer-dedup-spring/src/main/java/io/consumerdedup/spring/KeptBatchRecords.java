@@ -45,7 +45,7 @@ final class KeptBatchRecords {
    * acknowledgment, or when the batch ends); null for a record without a claim or whose claim ended
    * otherwise.
    */
-  @Nullable CompletableFuture<Void> markAsync(int i) {
+  private @Nullable CompletableFuture<Void> markAsync(int i) {
     CompletableFuture<Void> mark = marks.get(i);
     DedupClaim claim = claims.get(i);
     if (mark == null && claim != null && !claim.isEnded()) {
@@ -56,19 +56,43 @@ final class KeptBatchRecords {
   }
 
   /**
+   * Starts the SUCCESS marks of the records from {@code from} to before {@code end}, each whatever
+   * starting another one threw: an {@code Error} (an {@code OutOfMemoryError}) while starting one
+   * must not leave the later ones unstarted, their claims given back and their records run again
+   * after a restart. The first such throwable is rethrown once all are started.
+   */
+  void startMarks(int from, int end) {
+    Throwable first = null;
+    for (int i = from; i < end; i++) {
+      try {
+        markAsync(i);
+      } catch (RuntimeException | Error e) {
+        if (first == null) {
+          first = e;
+        } else {
+          first.addSuppressed(e);
+        }
+      }
+    }
+    if (first instanceof Error error) {
+      throw error;
+    }
+    if (first != null) {
+      throw (RuntimeException) first;
+    }
+  }
+
+  /**
    * Writes SUCCESS for the records before {@code end}, in one store call, and waits for it.
    *
    * @return where the batch must stop: the first record whose SUCCESS is not written (the store
    *     unreachable, the key taken over), or null
    */
   @Nullable BatchStop completeBefore(int end) {
-    List<@Nullable CompletableFuture<Void>> started = new ArrayList<>();
-    for (int i = 0; i < end; i++) {
-      started.add(markAsync(i));
-    }
+    startMarks(0, end);
     BatchStop first = null;
-    for (int i = 0; i < started.size(); i++) {
-      CompletableFuture<Void> mark = started.get(i);
+    for (int i = 0; i < end; i++) {
+      CompletableFuture<Void> mark = marks.get(i);
       if (mark == null) {
         continue;
       }

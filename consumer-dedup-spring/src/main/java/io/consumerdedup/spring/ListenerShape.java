@@ -1,5 +1,6 @@
 package io.consumerdedup.spring;
 
+import io.consumerdedup.spring.internal.ListenerAttributes;
 import java.lang.reflect.Method;
 import java.lang.reflect.ParameterizedType;
 import java.lang.reflect.Type;
@@ -11,6 +12,8 @@ import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.jspecify.annotations.Nullable;
+import org.springframework.beans.factory.BeanFactory;
+import org.springframework.beans.factory.config.ConfigurableBeanFactory;
 import org.springframework.core.MethodParameter;
 import org.springframework.core.ResolvableType;
 import org.springframework.core.annotation.AnnotatedElementUtils;
@@ -91,7 +94,11 @@ final class ListenerShape {
    */
   final @Nullable String strayBatchParameter;
 
-  ListenerShape(Method method) {
+  /**
+   * @param beanFactory resolves the {@code batch} attribute of its {@code @KafkaListener} as
+   *     spring-kafka does (placeholders, SpEL); null reads it as written
+   */
+  ListenerShape(Method method, @Nullable BeanFactory beanFactory) {
     this.method = method;
     this.returnType = method.getReturnType();
     this.returns = returnsOf(returnType);
@@ -123,7 +130,7 @@ final class ListenerShape {
     this.ackIndex = ack;
     this.payloadIndex = annotatedPayload >= 0 ? annotatedPayload : unclaimed;
 
-    this.batchListener = isBatch(method);
+    this.batchListener = isBatch(method, beanFactory);
     int index = -1;
     BatchShape shape = null;
     String stray = null;
@@ -211,11 +218,17 @@ final class ListenerShape {
     };
   }
 
-  private static boolean isBatch(Method method) {
+  private static boolean isBatch(Method method, @Nullable BeanFactory beanFactory) {
     KafkaListener listener =
         AnnotatedElementUtils.findMergedAnnotation(method, KafkaListener.class);
-    if (listener != null && "true".equalsIgnoreCase(listener.batch().trim())) {
-      return true;
+    if (listener != null) {
+      String batch =
+          beanFactory instanceof ConfigurableBeanFactory configurable
+              ? ListenerAttributes.resolve(configurable, listener.batch())
+              : listener.batch();
+      if ("true".equalsIgnoreCase(batch.trim())) {
+        return true;
+      }
     }
     for (Type type : method.getGenericParameterTypes()) {
       if (type instanceof Class<?> raw && ConsumerRecords.class.isAssignableFrom(raw)) {

@@ -53,6 +53,11 @@ class ListenerShapeRefusalTest {
             BatchOfPayloads.class,
             "BatchOfPayloads#charge",
             "Take List<ConsumerRecord<K, V>> or List<Message<?>>"),
+        // Read as a record listener before, it started, and each batch was held at run time.
+        Arguments.of(
+            BatchOfPayloadsByPlaceholder.class,
+            "BatchOfPayloadsByPlaceholder#charge",
+            "Take List<ConsumerRecord<K, V>> or List<Message<?>>"),
         Arguments.of(
             BatchWithHeaderList.class,
             "BatchWithHeaderList#charge",
@@ -73,7 +78,8 @@ class ListenerShapeRefusalTest {
         .withConfiguration(
             AutoConfigurations.of(
                 DataSourceAutoConfiguration.class, ConsumerDedupAutoConfiguration.class))
-        .withPropertyValues("spring.datasource.url=" + TestDatabase.url(schema))
+        .withPropertyValues(
+            "spring.datasource.url=" + TestDatabase.url(schema), "orders.batch-listener=true")
         .withBean(listener)
         .run(
             context ->
@@ -102,6 +108,12 @@ class ListenerShapeRefusalTest {
   static class BatchOfPayloads {
     @Idempotent(bizType = "payment", header = "order-no")
     @KafkaListener(topics = "t", batch = "true")
+    public void charge(List<String> payloads) {}
+  }
+
+  static class BatchOfPayloadsByPlaceholder {
+    @Idempotent(bizType = "payment", header = "order-no")
+    @KafkaListener(topics = "t", batch = "${orders.batch-listener}")
     public void charge(List<String> payloads) {}
   }
 

@@ -6,6 +6,7 @@ import io.consumerdedup.core.DedupAdmin.RecordQuery;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.PurgeBacklog;
@@ -30,7 +31,8 @@ import org.springframework.boot.actuate.endpoint.web.WebEndpointResponse;
  *
  * <ul>
  *   <li>{@code GET /actuator/consumerdedup}: counts per biz type and status, and, when this
- *       instance runs the janitor, the purge's backlog measured now ({@code purge}).
+ *       instance runs the janitor, the purge's backlog measured now ({@code purge}; {@value
+ *       #UNKNOWN_BACKLOG} when the count fails, its reason under {@code purgeError}).
  *   <li>{@code GET /actuator/consumerdedup/records?status=&bizType=&lease=&limit=&after=}: records
  *       oldest first, a page at a time ({@code next} continues).
  *   <li>{@code GET /actuator/consumerdedup/record?bizType=&bizKey=}: one key.
@@ -44,6 +46,9 @@ import org.springframework.boot.actuate.endpoint.web.WebEndpointResponse;
 @Endpoint(id = "consumerdedup")
 public class ConsumerDedupEndpoint {
   private static final int DEFAULT_LIMIT = 50;
+
+  /** What the summary and the health show under {@code purge} while the backlog is unknown. */
+  static final String UNKNOWN_BACKLOG = "unknown";
 
   private final DedupAdmin admin;
   private final JdbcDedupStore store;
@@ -80,7 +85,14 @@ public class ConsumerDedupEndpoint {
             .map(c -> new CountView(c.bizType(), c.status().name(), c.count(), c.expiredLeases()))
             .toList());
     if (janitor != null) {
-      janitor.measureBacklog().ifPresent(backlog -> summary.put("purge", BacklogView.of(backlog)));
+      try {
+        janitor
+            .measureBacklog()
+            .ifPresent(backlog -> summary.put("purge", BacklogView.of(backlog)));
+      } catch (DedupStoreException e) {
+        summary.put("purge", UNKNOWN_BACKLOG);
+        summary.put("purgeError", String.valueOf(e.getMessage()));
+      }
     }
     return summary;
   }

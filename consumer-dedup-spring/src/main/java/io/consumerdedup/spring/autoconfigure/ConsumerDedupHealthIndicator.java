@@ -15,8 +15,9 @@ import org.springframework.boot.health.contributor.HealthIndicator;
  * DOWN with the reason (the database cannot be reached, the table is missing, columns are missing).
  * One try, no retries, so the health endpoint answers at once. When this instance runs the janitor,
  * its last measured backlog is a detail ({@code purge}; {@code behind: true} when the oldest
- * expired record expired more than {@link DedupJanitor#BEHIND_AFTER_INTERVALS} intervals ago): the
- * table still answers, so the status stays UP.
+ * expired record expired more than {@link DedupJanitor#BEHIND_AFTER_INTERVALS} intervals ago;
+ * {@code unknown} before the first count and while the last one failed): the table still answers,
+ * so the status stays UP.
  */
 public class ConsumerDedupHealthIndicator implements HealthIndicator {
   private final JdbcDedupStore store;
@@ -48,10 +49,12 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
       Health.Builder up =
           Health.up().withDetail("table", store.tableName()).withDetail("dialect", dialect);
       if (janitor != null) {
-        janitor
-            .lastBacklog()
-            .ifPresent(
-                backlog -> up.withDetail("purge", ConsumerDedupEndpoint.BacklogView.of(backlog)));
+        up.withDetail(
+            "purge",
+            janitor
+                .lastBacklog()
+                .<Object>map(ConsumerDedupEndpoint.BacklogView::of)
+                .orElse(ConsumerDedupEndpoint.UNKNOWN_BACKLOG));
       }
       return up.build();
     }

@@ -1,6 +1,7 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.spring.IdempotentListenerPostProcessor.Listener;
+import io.consumerdedup.spring.internal.ListenerAttributes;
 import java.lang.reflect.Method;
 import java.util.Collection;
 import java.util.HashSet;
@@ -9,8 +10,6 @@ import java.util.Set;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
-import org.springframework.beans.factory.config.BeanExpressionContext;
-import org.springframework.beans.factory.config.BeanExpressionResolver;
 import org.springframework.beans.factory.config.ConfigurableBeanFactory;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.annotation.KafkaListenerAnnotationBeanPostProcessor;
@@ -146,17 +145,7 @@ final class ShareContainers {
         : null;
   }
 
-  /** An annotation attribute as spring-kafka resolves it: placeholders, then SpEL. */
   private String resolve(String value) {
-    if (value.isEmpty()) {
-      return value;
-    }
-    String resolved = beanFactory.resolveEmbeddedValue(value);
-    BeanExpressionResolver expressions = beanFactory.getBeanExpressionResolver();
-    Object evaluated =
-        expressions == null || resolved == null
-            ? resolved
-            : expressions.evaluate(resolved, new BeanExpressionContext(beanFactory, null));
-    return evaluated == null ? "" : evaluated.toString();
+    return ListenerAttributes.resolve(beanFactory, value);
   }
 }

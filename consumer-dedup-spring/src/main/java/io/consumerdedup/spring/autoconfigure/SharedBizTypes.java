@@ -1,14 +1,13 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.spring.IdempotentListenerPostProcessor.Listener;
+import io.consumerdedup.spring.internal.ListenerAttributes;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.jspecify.annotations.Nullable;
-import org.springframework.beans.factory.config.BeanExpressionContext;
-import org.springframework.beans.factory.config.BeanExpressionResolver;
 import org.springframework.beans.factory.config.ConfigurableBeanFactory;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.annotation.KafkaListenerAnnotationBeanPostProcessor;
@@ -121,17 +120,7 @@ final class SharedBizTypes {
         : consumerGroup.toString();
   }
 
-  /** An annotation attribute as spring-kafka resolves it: placeholders, then SpEL. */
   private String resolve(String value) {
-    if (value.isEmpty()) {
-      return value;
-    }
-    String resolved = beanFactory.resolveEmbeddedValue(value);
-    BeanExpressionResolver expressions = beanFactory.getBeanExpressionResolver();
-    Object evaluated =
-        expressions == null || resolved == null
-            ? resolved
-            : expressions.evaluate(resolved, new BeanExpressionContext(beanFactory, null));
-    return evaluated == null ? "" : evaluated.toString();
+    return ListenerAttributes.resolve(beanFactory, value);
   }
 }
