@@ -160,7 +160,7 @@ class PgBouncerStoreTest {
                   // restores FAILED; the others' claims created them, and their release deletes.
                   for (DedupKey key : keys.subList(0, 10)) {
                     ClaimResult.Claimed first = (ClaimResult.Claimed) store.claim(request(key));
-                    assertThat(store.fail(key, first.token(), "first try", KEEP)).isTrue();
+                    assertThat(store.fail(first, "first try", KEEP)).isTrue();
                   }
                   // Each group is one batch of one statement text, run far more often than
                   // pgjdbc's threshold for naming it.

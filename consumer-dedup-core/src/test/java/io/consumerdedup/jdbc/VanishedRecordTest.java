@@ -135,7 +135,7 @@ class VanishedRecordTest {
     ClaimResult.Claimed claim = claim(store, key);
     delete(dataSource(database), key);
 
-    assertThat(store.complete(key, claim.token(), RETENTION)).isTrue();
+    assertThat(store.complete(claim, RETENTION)).isTrue();
 
     DedupRecord record = store.find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
@@ -153,7 +153,7 @@ class VanishedRecordTest {
     ClaimResult.Claimed claim = claim(store, key);
     delete(dataSource(database), key);
 
-    assertThat(store.fail(key, claim.token(), "boom", RETENTION)).isTrue();
+    assertThat(store.fail(claim, "boom", RETENTION)).isTrue();
 
     DedupRecord record = store.find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
@@ -173,7 +173,7 @@ class VanishedRecordTest {
     ClaimResult.Claimed vanishedClaim = claim(store, vanished);
     // The holder's attempt 2 vanishes, and another consumer claims the key anew (attempt 1).
     ClaimResult.Claimed first = claim(store, takenOver);
-    assertThat(store.fail(takenOver, first.token(), "first try", RETENTION)).isTrue();
+    assertThat(store.fail(first, "first try", RETENTION)).isTrue();
     ClaimResult.Claimed second = claim(store, takenOver);
     delete(dataSource(database), takenOver);
     ClaimResult.Claimed rival = claim(store, takenOver);
