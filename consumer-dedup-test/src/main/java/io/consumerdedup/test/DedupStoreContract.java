@@ -578,6 +578,9 @@ public abstract class DedupStoreContract {
         taken(store().claim(request(done, "consumer-b"))).status(),
         "a redelivery is a duplicate");
     assertTrue(store().complete(doneClaim, RETENTION), "the same completion again");
+    assertFalse(
+        store().complete(another(doneClaim, doneClaim.token()), RETENTION),
+        "SUCCESS written again is its claim's, not its token's");
     DedupRecord failure = find(failed);
     assertEquals(DedupStatus.FAILED, failure.status());
     assertEquals("bank down", failure.lastError().orElse(null));
