@@ -337,7 +337,7 @@ abstract class DedupAdminTests {
   @Test
   void forceForgetsALiveLeaseAndSaysWhatItRisks() {
     DedupKey key = DedupKey.of("f-payment", "forced-1");
-    claim(key, "dead-pod");
+    ClaimResult.Claimed oldHolder = claim(key, "dead-pod");
     ListAppender<ILoggingEvent> logged = capture();
 
     DedupAdmin.Change change = admin.forget(key, "bob", true);
@@ -356,7 +356,13 @@ abstract class DedupAdminTests {
     assertThat(admin.find(key)).isEmpty();
     assertThat(claim(key, "next-delivery").token())
         .as("the next delivery claims the key anew")
-        .isEqualTo(1);
+        .isEqualTo(oldHolder.token());
+    // The old holder, if it still runs, has the new claim's token: its late outcome is refused.
+    assertThat(store.fail(oldHolder, "late", RETENTION)).as("the old holder's FAILED").isFalse();
+    assertThat(store.complete(oldHolder, RETENTION)).as("the old holder's SUCCESS").isFalse();
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
+    assertThat(record.owner()).isEqualTo("next-delivery");
   }
 
   @Test
