@@ -72,7 +72,7 @@ public final class MySqlSql {
     this.table = table;
     find = "SELECT " + RECORD_COLUMNS + " FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
     findLocked = find + " FOR UPDATE";
-    // The claim's own row, or a settled one with no claim id (see PostgresSql#ownRow).
+    // The claim's own row, or a settled one with no claim id (see Dialect.FencedUpdate#FAIL).
     String fencedWhere =
         " WHERE biz_type = ? AND biz_key = ? AND attempts = ?"
             + " AND (claim_id = ? OR (claim_id IS NULL AND status <> 'PROCESSING')) AND ";

@@ -518,9 +518,8 @@ public final class PostgresSql {
 
   /**
    * Whether the row {@code d} is the claim's whose id is {@code claimId}, its token compared apart:
-   * written by that claim, or settled with no claim id (a release of the next claim gave the key
-   * back to this attempt's FAILED, or a version that did not fence outcomes by claim id wrote it
-   * again after its record vanished), which no holder holds.
+   * written by that claim, or settled with no claim id ({@link Dialect.FencedUpdate#FAIL} says
+   * which rows those are), which no holder holds.
    */
   private static String ownRow(String claimId) {
     return "(d.claim_id = " + claimId + " OR (d.claim_id IS NULL AND d.status <> 'PROCESSING'))";
