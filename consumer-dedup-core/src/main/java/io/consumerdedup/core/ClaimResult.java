@@ -11,10 +11,10 @@ public sealed interface ClaimResult permits ClaimResult.Claimed, ClaimResult.Tak
    * The caller now holds the key: a new key, a retry after FAILED, or a takeover of an expired
    * lease.
    *
-   * @param token the fencing token (the record's attempts) that complete, fail and renew must
-   *     present
-   * @param claimId the id of the request that claimed it ({@link ClaimRequest#claimId()}), by which
-   *     {@link DedupStore#release} recognises the claim
+   * @param token the fencing token (the record's attempts)
+   * @param claimId the id of the request that claimed it ({@link ClaimRequest#claimId()}): with the
+   *     token, it is what complete, fail, renew and release present, since a key claimed anew after
+   *     its record vanished starts again at token 1
    */
   record Claimed(DedupKey key, int token, String claimId) implements ClaimResult {}
 

@@ -12,9 +12,11 @@ import java.util.Set;
  * PostgreSQL implementation is {@code io.consumerdedup.jdbc.JdbcDedupStore}.
  *
  * <p>Every method is atomic on its own, judges time by the store's clock, and throws {@link
- * DedupStoreException} when the store cannot be reached after its retries. State changes are
- * fenced: they apply only while the record is PROCESSING with the caller's token, and return {@code
- * false} (lease lost) otherwise, never overwriting a newer holder.
+ * DedupStoreException} when the store cannot be reached after its retries. State changes are fenced
+ * by the claim: they apply only while the record is PROCESSING under the claim's token and claim
+ * id, and return {@code false} (lease lost) otherwise, never overwriting a newer holder. The token
+ * alone does not tell two holders apart: a key whose record vanished (a failover to a standby that
+ * had not received it, an operator's DELETE, a purge) is claimed anew with token 1 again.
  */
 public interface DedupStore {
 
@@ -38,31 +40,34 @@ public interface DedupStore {
   ClaimResult claimInTransaction(ClaimRequest request);
 
   /**
-   * Marks the holder's attempt SUCCESS and keeps the record for {@code retention}. A key with no
-   * record at all (it vanished: a failover to a standby that had not received it, an operator's
-   * DELETE, a purge) is written again as SUCCESS under {@code token}, so the effect stays recorded
-   * and a redelivery is answered as a duplicate; stores say so in their log.
+   * Marks the holder's attempt SUCCESS and keeps the record for {@code retention}. A SUCCESS the
+   * claim has already written (sent again after its reply was lost) counts as written. A key with
+   * no record at all (it vanished: a failover to a standby that had not received it, an operator's
+   * DELETE, a purge) is written again as SUCCESS under the claim's token and id, so the effect
+   * stays recorded and a redelivery is answered as a duplicate; stores say so in their log.
    *
-   * @return false if the token no longer holds the key (the lease was taken over)
+   * @return false if the claim no longer holds the key (the lease was taken over, or the key was
+   *     claimed anew after its record vanished)
    */
-  boolean complete(DedupKey key, int token, Duration retention);
+  boolean complete(ClaimResult.Claimed claim, Duration retention);
 
   /**
-   * Marks the holder's attempt FAILED, so that the next delivery retries it. A key with no record
-   * at all is written again as FAILED under {@code token}, as by {@link #complete}.
+   * Marks the holder's attempt FAILED, so that the next delivery retries it. A FAILED the claim has
+   * already written counts as written, and a key with no record at all is written again as FAILED,
+   * as by {@link #complete}.
    *
    * @param error what went wrong; stores may truncate it
-   * @return false if the token no longer holds the key (the lease was taken over)
+   * @return false if the claim no longer holds the key
    */
-  boolean fail(DedupKey key, int token, String error, Duration retention);
+  boolean fail(ClaimResult.Claimed claim, String error, Duration retention);
 
   /**
    * Extends the holder's lease to {@code lease} from now.
    *
-   * @return false if the token no longer holds the key, or the key has no record at all (which
+   * @return false if the claim no longer holds the key, or the key has no record at all (which
    *     {@link #find} tells apart)
    */
-  boolean renew(DedupKey key, int token, Duration lease);
+  boolean renew(ClaimResult.Claimed claim, Duration lease);
 
   /** Reads the record of a key. */
   Optional<DedupRecord> find(DedupKey key);
@@ -107,7 +112,7 @@ public interface DedupStore {
    */
   default List<DedupKey> completeAll(List<ClaimResult.Claimed> claims, Duration retention) {
     return claims.stream()
-        .filter(claim -> !complete(claim.key(), claim.token(), retention))
+        .filter(claim -> !complete(claim, retention))
         .map(ClaimResult.Claimed::key)
         .toList();
   }
@@ -145,7 +150,7 @@ public interface DedupStore {
   /** Fails several claims, as {@link #fail} each; answers as {@link #completeAll}. */
   default List<DedupKey> failAll(List<Failure> failures, Duration retention) {
     return failures.stream()
-        .filter(f -> !fail(f.claim().key(), f.claim().token(), f.error(), retention))
+        .filter(f -> !fail(f.claim(), f.error(), retention))
         .map(f -> f.claim().key())
         .toList();
   }
@@ -153,7 +158,7 @@ public interface DedupStore {
   /** Renews several leases, as {@link #renew} each; answers as {@link #completeAll}. */
   default List<DedupKey> renewAll(List<ClaimResult.Claimed> claims, Duration lease) {
     return claims.stream()
-        .filter(claim -> !renew(claim.key(), claim.token(), lease))
+        .filter(claim -> !renew(claim, lease))
         .map(ClaimResult.Claimed::key)
         .toList();
   }

@@ -14,7 +14,6 @@ import io.consumerdedup.core.DedupTableMissingException;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.jdbc.internal.Dialect;
 import io.consumerdedup.jdbc.internal.Dialect.FencedUpdate;
-import io.consumerdedup.jdbc.internal.Dialect.Held;
 import io.consumerdedup.jdbc.internal.PostgresSql;
 import io.consumerdedup.jdbc.internal.StoreCalls;
 import io.consumerdedup.jdbc.internal.TableCheck;
@@ -58,9 +57,11 @@ import org.slf4j.LoggerFactory;
  * statements, so a pooler in transaction mode cannot hand them to another client.
  *
  * <p>Claims, completions and failures are safe to send twice: a claim carries an id by which a
- * retry recognises its own committed claim, and a completion or failure already written under the
- * caller's token counts as written, so a reply lost after the server committed is neither a foreign
- * lease nor a lost one.
+ * retry recognises its own committed claim, and a completion or failure already written by the
+ * caller's claim counts as written, so a reply lost after the server committed is neither a foreign
+ * lease nor a lost one. Completions, failures and renewals are fenced by the claim's token and its
+ * id, so a holder whose record vanished never writes over a claim of the key made anew, though that
+ * claim starts again at token 1.
  *
  * <pre>{@code
  * JdbcDedupStore store = JdbcDedupStore.builder(dataSource).tableName("consumer_dedup").build();
@@ -198,7 +199,7 @@ public final class JdbcDedupStore implements DedupStore {
         "claim",
         request.key(),
         (connection, dialect) ->
-            dialect.claimCompleting(connection, request, held(completing), retention));
+            dialect.claimCompleting(connection, request, completing, retention));
   }
 
   @Override
@@ -239,39 +240,37 @@ public final class JdbcDedupStore implements DedupStore {
   }
 
   @Override
-  public boolean complete(DedupKey key, int token, Duration retention) {
-    return fencedUpdate(FencedUpdate.COMPLETE, List.of(new Held(key, token)), retention, null)
-        .isEmpty();
+  public boolean complete(ClaimResult.Claimed claim, Duration retention) {
+    return fencedUpdate(FencedUpdate.COMPLETE, List.of(claim), retention, null).isEmpty();
   }
 
   @Override
   public List<DedupKey> completeAll(List<ClaimResult.Claimed> claims, Duration retention) {
-    return fencedUpdate(FencedUpdate.COMPLETE, held(claims), retention, null);
+    return fencedUpdate(FencedUpdate.COMPLETE, claims, retention, null);
   }
 
   @Override
-  public boolean fail(DedupKey key, int token, String error, Duration retention) {
-    return fencedUpdate(FencedUpdate.FAIL, List.of(new Held(key, token)), retention, List.of(error))
-        .isEmpty();
+  public boolean fail(ClaimResult.Claimed claim, String error, Duration retention) {
+    return fencedUpdate(FencedUpdate.FAIL, List.of(claim), retention, List.of(error)).isEmpty();
   }
 
   @Override
   public List<DedupKey> failAll(List<Failure> failures, Duration retention) {
     return fencedUpdate(
         FencedUpdate.FAIL,
-        held(failures.stream().map(Failure::claim).toList()),
+        failures.stream().map(Failure::claim).toList(),
         retention,
         failures.stream().map(Failure::error).toList());
   }
 
   @Override
-  public boolean renew(DedupKey key, int token, Duration lease) {
-    return fencedUpdate(FencedUpdate.RENEW, List.of(new Held(key, token)), lease, null).isEmpty();
+  public boolean renew(ClaimResult.Claimed claim, Duration lease) {
+    return fencedUpdate(FencedUpdate.RENEW, List.of(claim), lease, null).isEmpty();
   }
 
   @Override
   public List<DedupKey> renewAll(List<ClaimResult.Claimed> claims, Duration lease) {
-    return fencedUpdate(FencedUpdate.RENEW, held(claims), lease, null);
+    return fencedUpdate(FencedUpdate.RENEW, claims, lease, null);
   }
 
   @Override
@@ -290,16 +289,15 @@ public final class JdbcDedupStore implements DedupStore {
         (connection, dialect) -> dialect.release(connection, claims));
   }
 
-  private static List<Held> held(List<ClaimResult.Claimed> claims) {
-    return claims.stream().map(claim -> new Held(claim.key(), claim.token())).toList();
-  }
-
   /**
-   * Applies {@code update} where the token still holds each key (see {@link Dialect#update});
+   * Applies {@code update} where each claim still holds its key (see {@link Dialect#update});
    * answers the keys whose lease was lost.
    */
   private List<DedupKey> fencedUpdate(
-      FencedUpdate update, List<Held> claims, Duration duration, @Nullable List<String> errors) {
+      FencedUpdate update,
+      List<ClaimResult.Claimed> claims,
+      Duration duration,
+      @Nullable List<String> errors) {
     if (claims.isEmpty()) {
       return List.of();
     }

@@ -89,12 +89,9 @@ abstract class DedupAdminTests {
 
   @Test
   void countsPerBizTypeAndStatusWithExpiredLeases() throws SQLException {
-    store.complete(
-        DedupKey.of("c-pay", "1"), claim(DedupKey.of("c-pay", "1"), "a").token(), RETENTION);
-    store.complete(
-        DedupKey.of("c-pay", "2"), claim(DedupKey.of("c-pay", "2"), "a").token(), RETENTION);
-    store.fail(
-        DedupKey.of("c-pay", "3"), claim(DedupKey.of("c-pay", "3"), "a").token(), "x", RETENTION);
+    store.complete(claim(DedupKey.of("c-pay", "1"), "a"), RETENTION);
+    store.complete(claim(DedupKey.of("c-pay", "2"), "a"), RETENTION);
+    store.fail(claim(DedupKey.of("c-pay", "3"), "a"), "x", RETENTION);
     claim(DedupKey.of("c-pay", "4"), "a");
     claim(DedupKey.of("c-pay", "5"), "a");
     expireLease(DedupKey.of("c-pay", "5"));
@@ -117,7 +114,7 @@ abstract class DedupAdminTests {
     for (int i = 0; i < 5; i++) {
       DedupKey key = DedupKey.of("l-order", "k-" + i);
       keys.add(key);
-      store.fail(key, claim(key, "a").token(), "java.io.IOException: bank down " + i, RETENTION);
+      store.fail(claim(key, "a"), "java.io.IOException: bank down " + i, RETENTION);
     }
     DedupKey stuck = DedupKey.of("l-order", "stuck");
     claim(stuck, "zombie");
@@ -178,12 +175,12 @@ abstract class DedupAdminTests {
     DedupRecord released = store.find(key).orElseThrow();
     assertThat(released.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(released.lastError().orElseThrow()).contains("Released by alice");
-    assertThat(store.renew(key, hung.token(), LEASE)).as("the hung holder's renewal").isFalse();
-    assertThat(store.complete(key, hung.token(), RETENTION)).as("its late SUCCESS").isFalse();
+    assertThat(store.renew(hung, LEASE)).as("the hung holder's renewal").isFalse();
+    assertThat(store.complete(hung, RETENTION)).as("its late SUCCESS").isFalse();
 
     ClaimResult.Claimed next = claim(key, "next-delivery");
     assertThat(next.token()).isEqualTo(2);
-    assertThat(store.complete(key, next.token(), RETENTION)).isTrue();
+    assertThat(store.complete(next, RETENTION)).isTrue();
 
     DedupAdmin.Change again = admin.release(key, "alice");
     assertThat(again.applied()).isFalse();
@@ -248,16 +245,14 @@ abstract class DedupAdminTests {
     DedupRecord released = store.find(key).orElseThrow();
     assertThat(released.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(released.lastError().orElseThrow()).contains("Released by alice (forced");
-    assertThat(store.complete(key, dead.token(), RETENTION))
-        .as("the old holder's SUCCESS")
-        .isFalse();
+    assertThat(store.complete(dead, RETENTION)).as("the old holder's SUCCESS").isFalse();
     assertThat(claim(key, "next-delivery").token()).isEqualTo(2);
   }
 
   @Test
   void forgetLetsAReplayApplyTheKeyAgain() throws SQLException {
     DedupKey key = DedupKey.of("f-payment", "done-1");
-    store.complete(key, claim(key, "a").token(), RETENTION);
+    store.complete(claim(key, "a"), RETENTION);
     ListAppender<ILoggingEvent> logged = capture();
 
     DedupAdmin.Change change = admin.forget(key, "bob");
@@ -271,7 +266,7 @@ abstract class DedupAdminTests {
         .anySatisfy(
             line -> assertThat(line).contains("Forgot f-payment/done-1 at the request of bob"));
     DedupKey failed = DedupKey.of("f-payment", "failed-1");
-    store.fail(failed, claim(failed, "a").token(), "java.io.IOException: bank down", RETENTION);
+    store.fail(claim(failed, "a"), "java.io.IOException: bank down", RETENTION);
     assertThat(admin.forget(failed, "bob").applied()).as("a FAILED key").isTrue();
     DedupKey expired = DedupKey.of("f-payment", "expired-1");
     claim(expired, "gone-pod");
@@ -342,7 +337,7 @@ abstract class DedupAdminTests {
   @Test
   void forceForgetsALiveLeaseAndSaysWhatItRisks() {
     DedupKey key = DedupKey.of("f-payment", "forced-1");
-    claim(key, "dead-pod");
+    ClaimResult.Claimed oldHolder = claim(key, "dead-pod");
     ListAppender<ILoggingEvent> logged = capture();
 
     DedupAdmin.Change change = admin.forget(key, "bob", true);
@@ -361,7 +356,13 @@ abstract class DedupAdminTests {
     assertThat(admin.find(key)).isEmpty();
     assertThat(claim(key, "next-delivery").token())
         .as("the next delivery claims the key anew")
-        .isEqualTo(1);
+        .isEqualTo(oldHolder.token());
+    // The old holder, if it still runs, has the new claim's token: its late outcome is refused.
+    assertThat(store.fail(oldHolder, "late", RETENTION)).as("the old holder's FAILED").isFalse();
+    assertThat(store.complete(oldHolder, RETENTION)).as("the old holder's SUCCESS").isFalse();
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
+    assertThat(record.owner()).isEqualTo("next-delivery");
   }
 
   @Test

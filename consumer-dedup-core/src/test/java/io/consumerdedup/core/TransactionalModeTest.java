@@ -152,7 +152,7 @@ class TransactionalModeTest {
         new ClaimRequest(key, "consumer-a", Duration.ofMinutes(1), Duration.ofDays(1), null, null);
     JdbcDedupStore separate = JdbcDedupStore.builder(pool).build();
     ClaimResult.Claimed first = (ClaimResult.Claimed) separate.claim(request);
-    assertThat(separate.fail(key, first.token(), "bank timeout", Duration.ofDays(1))).isTrue();
+    assertThat(separate.fail(first, "bank timeout", Duration.ofDays(1))).isTrue();
 
     JdbcDedupStore transactional = JdbcDedupStore.builder(transactions).build();
     assertThat(transactions.inTransaction(() -> transactional.claimInTransaction(request)))

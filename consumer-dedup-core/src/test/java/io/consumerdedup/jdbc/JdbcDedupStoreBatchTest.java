@@ -46,21 +46,17 @@ class JdbcDedupStoreBatchTest {
   @Test
   void oneBatchAnswersEveryKindOfKeyInRequestOrder() throws SQLException {
     DedupKey done = DedupKey.of("order", "b-done");
-    db.store().complete(done, claimOne(done).token(), RETENTION);
+    db.store().complete(claimOne(done), RETENTION);
     DedupKey held = DedupKey.of("order", "b-held");
     claimOne(held);
     DedupKey failed = DedupKey.of("order", "b-failed");
-    db.store().fail(failed, claimOne(failed).token(), "boom", RETENTION);
+    db.store().fail(claimOne(failed), "boom", RETENTION);
     DedupKey expired = DedupKey.of("order", "b-expired");
     claimOne(expired);
     expireLease(expired);
     DedupKey other = DedupKey.of("order", "b-other-payload");
     db.store()
-        .fail(
-            other,
-            ((ClaimResult.Claimed) db.store().claim(request(other, "fp-1"))).token(),
-            "boom",
-            RETENTION);
+        .fail((ClaimResult.Claimed) db.store().claim(request(other, "fp-1")), "boom", RETENTION);
     DedupKey fresh = DedupKey.of("order", "b-new");
 
     List<ClaimResult> results =
@@ -92,7 +88,7 @@ class JdbcDedupStoreBatchTest {
   @Test
   void aDuplicateIsAnsweredWithoutLockingOrWritingItsRow() throws SQLException {
     DedupKey done = DedupKey.of("order", "read-only");
-    db.store().complete(done, claimOne(done).token(), RETENTION);
+    db.store().complete(claimOne(done), RETENTION);
     long versionBefore = rowVersion(done);
     // A SUCCESS written for a group (ON CONFLICT DO UPDATE) leaves its own transaction in xmax.
     long lockerBefore = lockerOf(done);
@@ -144,7 +140,7 @@ class JdbcDedupStoreBatchTest {
   void aReleasedClaimLeavesTheKeyAsIfItHadNotHappened() throws SQLException {
     DedupKey fresh = DedupKey.of("order", "release-new");
     DedupKey retried = DedupKey.of("order", "release-retried");
-    db.store().fail(retried, claimOne(retried).token(), "first try failed", RETENTION);
+    db.store().fail(claimOne(retried), "first try failed", RETENTION);
     List<ClaimResult.Claimed> claims =
         db.store().claimAll(List.of(request(fresh, null), request(retried, null))).stream()
             .map(ClaimResult.Claimed.class::cast)

@@ -58,7 +58,7 @@ class JdbcDedupStoreTest {
   void aSucceededKeyIsNotClaimedAgain() {
     DedupKey key = DedupKey.of("payment", "done-1");
     ClaimResult.Claimed claim = claimed(db.store().claim(request(key, "consumer-a")));
-    assertThat(db.store().complete(key, claim.token(), RETENTION)).isTrue();
+    assertThat(db.store().complete(claim, RETENTION)).isTrue();
 
     ClaimResult.Taken again = taken(db.store().claim(request(key, "consumer-b")));
 
@@ -82,8 +82,7 @@ class JdbcDedupStoreTest {
   void aFailedKeyIsRetriedWithTheNextToken() {
     DedupKey key = DedupKey.of("payment", "failed-1");
     ClaimResult.Claimed first = claimed(db.store().claim(request(key, "consumer-a")));
-    assertThat(db.store().fail(key, first.token(), "java.io.IOException: bank timeout", RETENTION))
-        .isTrue();
+    assertThat(db.store().fail(first, "java.io.IOException: bank timeout", RETENTION)).isTrue();
     assertThat(db.store().find(key).orElseThrow().lastError())
         .contains("java.io.IOException: bank timeout");
 
@@ -104,17 +103,13 @@ class JdbcDedupStoreTest {
     ClaimResult.Claimed takeover = claimed(db.store().claim(request(key, "consumer-b")));
 
     assertThat(takeover.token()).isEqualTo(2);
-    assertThat(db.store().complete(key, old.token(), RETENTION))
-        .as("zombie's late SUCCESS")
-        .isFalse();
-    assertThat(db.store().fail(key, old.token(), "late", RETENTION))
-        .as("zombie's late FAILED")
-        .isFalse();
-    assertThat(db.store().renew(key, old.token(), LEASE)).as("zombie's renewal").isFalse();
+    assertThat(db.store().complete(old, RETENTION)).as("zombie's late SUCCESS").isFalse();
+    assertThat(db.store().fail(old, "late", RETENTION)).as("zombie's late FAILED").isFalse();
+    assertThat(db.store().renew(old, LEASE)).as("zombie's renewal").isFalse();
     DedupRecord record = db.store().find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.PROCESSING);
     assertThat(record.owner()).isEqualTo("consumer-b");
-    assertThat(db.store().complete(key, takeover.token(), RETENTION)).isTrue();
+    assertThat(db.store().complete(takeover, RETENTION)).isTrue();
     assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
@@ -123,7 +118,7 @@ class JdbcDedupStoreTest {
     DedupKey key = DedupKey.of("payment", "renew-1");
     ClaimResult.Claimed claim = claimed(db.store().claim(request(key, "consumer-a")));
 
-    assertThat(db.store().renew(key, claim.token(), Duration.ofHours(2))).isTrue();
+    assertThat(db.store().renew(claim, Duration.ofHours(2))).isTrue();
 
     assertThat(secondsUntilLeaseEnds(key)).isBetween(7190.0, 7201.0);
   }
@@ -132,12 +127,16 @@ class JdbcDedupStoreTest {
   void aCompletionSentAgainSeesItsOwnWriteButNoOtherTokenOrOutcomeGetsIn() {
     DedupKey key = DedupKey.of("payment", "twice-1");
     ClaimResult.Claimed claim = claimed(db.store().claim(request(key, "consumer-a")));
-    assertThat(db.store().complete(key, claim.token(), RETENTION)).isTrue();
+    assertThat(db.store().complete(claim, RETENTION)).isTrue();
 
     // A retry whose first reply was lost: the SUCCESS under this token is its own.
-    assertThat(db.store().complete(key, claim.token(), RETENTION)).isTrue();
-    assertThat(db.store().fail(key, claim.token(), "late", RETENTION)).isFalse();
-    assertThat(db.store().complete(key, claim.token() + 1, RETENTION)).isFalse();
+    assertThat(db.store().complete(claim, RETENTION)).isTrue();
+    assertThat(db.store().fail(claim, "late", RETENTION)).isFalse();
+    assertThat(
+            db.store()
+                .complete(
+                    new ClaimResult.Claimed(key, claim.token() + 1, claim.claimId()), RETENTION))
+        .isFalse();
     assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
@@ -145,10 +144,10 @@ class JdbcDedupStoreTest {
   void aFailureSentAgainSeesItsOwnWriteButCannotTurnIntoSuccess() {
     DedupKey key = DedupKey.of("payment", "twice-2");
     ClaimResult.Claimed claim = claimed(db.store().claim(request(key, "consumer-a")));
-    assertThat(db.store().fail(key, claim.token(), "bank down", RETENTION)).isTrue();
+    assertThat(db.store().fail(claim, "bank down", RETENTION)).isTrue();
 
-    assertThat(db.store().fail(key, claim.token(), "bank down", RETENTION)).isTrue();
-    assertThat(db.store().complete(key, claim.token(), RETENTION)).isFalse();
+    assertThat(db.store().fail(claim, "bank down", RETENTION)).isTrue();
+    assertThat(db.store().complete(claim, RETENTION)).isFalse();
     assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
   }
 
@@ -158,7 +157,7 @@ class JdbcDedupStoreTest {
     ClaimResult.Claimed first =
         claimed(
             db.store().claim(new ClaimRequest(key, "a", LEASE, RETENTION, "fp-amount-10", null)));
-    db.store().fail(key, first.token(), "boom", RETENTION);
+    db.store().fail(first, "boom", RETENTION);
 
     ClaimResult.Taken other =
         taken(db.store().claim(new ClaimRequest(key, "b", LEASE, RETENTION, "fp-amount-99", null)));
@@ -179,10 +178,10 @@ class JdbcDedupStoreTest {
     for (int i = 0; i < 25; i++) {
       DedupKey key = DedupKey.of(type, "old-" + i);
       ClaimResult.Claimed claim = claimed(db.store().claim(request(key, "a")));
-      db.store().complete(key, claim.token(), Duration.ofMillis(1));
+      db.store().complete(claim, Duration.ofMillis(1));
     }
     DedupKey kept = DedupKey.of(type, "kept");
-    db.store().complete(kept, claimed(db.store().claim(request(kept, "a"))).token(), RETENTION);
+    db.store().complete(claimed(db.store().claim(request(kept, "a"))), RETENTION);
     DedupKey running = DedupKey.of(type, "running");
     claimed(db.store().claim(request(running, "a")));
     execute(

@@ -1,6 +1,7 @@
 package io.consumerdedup.jdbc;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.catchThrowable;
 import static org.awaitility.Awaitility.await;
 
 import ch.qos.logback.classic.Logger;
@@ -10,11 +11,14 @@ import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.InProgressPolicy;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.testing.TestDatabase;
@@ -28,6 +32,7 @@ import java.time.Duration;
 import java.time.Instant;
 import java.util.List;
 import java.util.UUID;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -45,8 +50,10 @@ import org.slf4j.LoggerFactory;
 /**
  * A record that vanishes under its holder (a failover to a standby that had not received it, an
  * operator's DELETE, a purge; here a DELETE on a real database) is reported as gone, not as a
- * takeover: the holder's SUCCESS or FAILED is written again under its token, a renewal says the
- * record vanished, and a later claim that creates the record anew says so at WARN.
+ * takeover: the holder's SUCCESS or FAILED is written again under its claim, a renewal says the
+ * record vanished, and a later claim that creates the record anew says so at WARN. A key claimed
+ * anew meanwhile stays its new holder's, though that claim starts again at the vanished one's
+ * token.
  */
 @TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class VanishedRecordTest {
@@ -135,7 +142,7 @@ class VanishedRecordTest {
     ClaimResult.Claimed claim = claim(store, key);
     delete(dataSource(database), key);
 
-    assertThat(store.complete(key, claim.token(), RETENTION)).isTrue();
+    assertThat(store.complete(claim, RETENTION)).isTrue();
 
     DedupRecord record = store.find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
@@ -153,7 +160,7 @@ class VanishedRecordTest {
     ClaimResult.Claimed claim = claim(store, key);
     delete(dataSource(database), key);
 
-    assertThat(store.fail(key, claim.token(), "boom", RETENTION)).isTrue();
+    assertThat(store.fail(claim, "boom", RETENTION)).isTrue();
 
     DedupRecord record = store.find(key).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
@@ -173,7 +180,7 @@ class VanishedRecordTest {
     ClaimResult.Claimed vanishedClaim = claim(store, vanished);
     // The holder's attempt 2 vanishes, and another consumer claims the key anew (attempt 1).
     ClaimResult.Claimed first = claim(store, takenOver);
-    assertThat(store.fail(takenOver, first.token(), "first try", RETENTION)).isTrue();
+    assertThat(store.fail(first, "first try", RETENTION)).isTrue();
     ClaimResult.Claimed second = claim(store, takenOver);
     delete(dataSource(database), takenOver);
     ClaimResult.Claimed rival = claim(store, takenOver);
@@ -265,6 +272,55 @@ class VanishedRecordTest {
       // The renewal thread's verdict comes after the released find: give it time to log.
       Thread.sleep(300);
       assertThat(warnings("taken over")).isEmpty();
+    }
+  }
+
+  /**
+   * Zombie A's record is deleted and consumer B claims the key anew, under token 1 as A had. A's
+   * late FAILED, fenced by the token alone, set B's running claim FAILED: a third delivery ran the
+   * handler while B still ran, and B's SUCCESS was refused as a lost lease.
+   */
+  @Test
+  void aVanishedHoldersLateFailureLeavesTheKeyClaimedAnewUnderItsTokenToTheNewHolder()
+      throws SQLException {
+    JdbcDedupStore store = JdbcDedupStore.builder(postgres).build();
+    List<Integer> zombieLost = new CopyOnWriteArrayList<>();
+    DedupListener zombieListener =
+        new DedupListener() {
+          @Override
+          public void leaseLost(DedupKey key, int attempt) {
+            zombieLost.add(attempt);
+          }
+        };
+    try (IdempotentExecutor zombie =
+            IdempotentExecutor.builder(store).ownerId("zombie").listener(zombieListener).build();
+        IdempotentExecutor newHolder = IdempotentExecutor.builder(store).ownerId("b").build();
+        IdempotentExecutor third =
+            IdempotentExecutor.builder(store)
+                .ownerId("c")
+                .inProgressPolicy(InProgressPolicy.THROW)
+                .build()) {
+      DedupKey key = newKey();
+      DedupClaim a = zombie.claim(key, null, "orders-0@5");
+      delete(postgres, key);
+      DedupClaim b = newHolder.claim(key, null, "orders-0@5");
+      assertThat(b.attempt()).as("claimed anew under the zombie's token").isEqualTo(a.attempt());
+
+      a.fail(new IllegalStateException("the zombie's handler failed late"));
+
+      AtomicInteger thirdRuns = new AtomicInteger();
+      Throwable thirdAnswer = catchThrowable(() -> third.execute(key, thirdRuns::incrementAndGet));
+      assertThat(thirdRuns)
+          .as("runs of the handler by a third delivery while the new holder's runs")
+          .hasValue(0);
+      assertThat(thirdAnswer).isInstanceOf(DedupInProgressException.class);
+      assertThat(a.isLeaseLost()).as("the zombie is told its lease was lost").isTrue();
+      assertThat(zombieLost).containsExactly(a.attempt());
+      b.complete();
+      assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(third.execute(key, thirdRuns::incrementAndGet).outcome())
+          .isEqualTo(Outcome.DUPLICATE);
+      assertThat(thirdRuns).as("runs of the handler by a later delivery").hasValue(0);
     }
   }
 

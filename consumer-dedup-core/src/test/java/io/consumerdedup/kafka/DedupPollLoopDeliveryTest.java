@@ -181,7 +181,7 @@ class DedupPollLoopDeliveryTest {
       throws Exception {
     TestKafka.createTopics(2, topic);
     DedupKey held = DedupKey.of(BIZ_TYPE, "C-held");
-    int token = claimElsewhere(held);
+    ClaimResult.Claimed elsewhere = claimElsewhere(held);
     send(0, "C-held");
     send(0, "C-after");
     send(1, "C-other-partition");
@@ -200,7 +200,7 @@ class DedupPollLoopDeliveryTest {
 
       // The other consumer finishes its work on the order.
       effects.apply("C-held");
-      assertThat(fixture.store().complete(held, token, Duration.ofDays(1))).isTrue();
+      assertThat(fixture.store().complete(elsewhere, Duration.ofDays(1))).isTrue();
 
       await()
           .atMost(WAIT)
@@ -217,15 +217,14 @@ class DedupPollLoopDeliveryTest {
   void anOrderHeldByAnotherConsumerIsProcessedOnceThatConsumerFails() throws Exception {
     TestKafka.createTopics(1, topic);
     DedupKey held = DedupKey.of(BIZ_TYPE, "D-held");
-    int token = claimElsewhere(held);
+    ClaimResult.Claimed elsewhere = claimElsewhere(held);
     send(0, "D-held");
 
     try (RunningLoop running = RunningLoop.start(loop(payments(executor)))) {
       await().atMost(WAIT).untilAsserted(() -> assertThat(inProgress).hasValueGreaterThan(0));
       assertThat(TestKafka.committedOffsets(group)).isEmpty();
 
-      assertThat(fixture.store().fail(held, token, "provider timeout", Duration.ofDays(1)))
-          .isTrue();
+      assertThat(fixture.store().fail(elsewhere, "provider timeout", Duration.ofDays(1))).isTrue();
 
       await()
           .atMost(WAIT)
@@ -340,7 +339,7 @@ class DedupPollLoopDeliveryTest {
   }
 
   /** Another consumer instance claims the key and is still working on it (a live lease). */
-  private static int claimElsewhere(DedupKey key) {
+  private static ClaimResult.Claimed claimElsewhere(DedupKey key) {
     ClaimResult claim =
         fixture
             .store()
@@ -348,7 +347,7 @@ class DedupPollLoopDeliveryTest {
                 new ClaimRequest(
                     key, "other-consumer", Duration.ofMinutes(5), Duration.ofDays(1), null, null));
     assertThat(claim).isInstanceOf(ClaimResult.Claimed.class);
-    return ((ClaimResult.Claimed) claim).token();
+    return (ClaimResult.Claimed) claim;
   }
 
   /** A DataSource whose database can be made unreachable, as a network outage makes it. */

@@ -143,18 +143,18 @@ class DedupPollLoopWindowTest {
       }
 
       @Override
-      public boolean complete(DedupKey key, int token, Duration retention) {
-        return store.complete(key, token, retention);
+      public boolean complete(ClaimResult.Claimed claim, Duration retention) {
+        return store.complete(claim, retention);
       }
 
       @Override
-      public boolean fail(DedupKey key, int token, String error, Duration retention) {
-        return store.fail(key, token, error, retention);
+      public boolean fail(ClaimResult.Claimed claim, String error, Duration retention) {
+        return store.fail(claim, error, retention);
       }
 
       @Override
-      public boolean renew(DedupKey key, int token, Duration lease) {
-        return store.renew(key, token, lease);
+      public boolean renew(ClaimResult.Claimed claim, Duration lease) {
+        return store.renew(claim, lease);
       }
 
       @Override

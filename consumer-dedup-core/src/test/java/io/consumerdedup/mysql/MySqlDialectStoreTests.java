@@ -121,7 +121,7 @@ abstract class MySqlDialectStoreTests {
     DedupKey key = DedupKey.of("payment", "renew-1");
     ClaimResult.Claimed claim = claimed(store.claim(request(key, "consumer-a")));
 
-    assertThat(store.renew(key, claim.token(), Duration.ofHours(2))).isTrue();
+    assertThat(store.renew(claim, Duration.ofHours(2))).isTrue();
 
     try (Connection connection = dataSource.getConnection();
         Statement statement = connection.createStatement()) {
@@ -322,7 +322,7 @@ abstract class MySqlDialectStoreTests {
   void aDuplicateIsAnsweredFromARead() throws Exception {
     DedupKey key = DedupKey.of("payment", "read-duplicate");
     ClaimResult.Claimed claim = claimed(store.claim(request(key, "a")));
-    assertThat(store.complete(key, claim.token(), RETENTION)).isTrue();
+    assertThat(store.complete(claim, RETENTION)).isTrue();
     try (Connection holder = dataSource.getConnection()) {
       holder.setAutoCommit(false);
       try (Statement statement = holder.createStatement()) {
@@ -404,7 +404,7 @@ abstract class MySqlDialectStoreTests {
   void aKeyThatFailedInASeparateClaimKeepsNoErrorOnceATransactionalClaimSucceeds() {
     DedupKey key = DedupKey.of("payment", "ORD-tx-3");
     ClaimResult.Claimed first = claimed(store.claim(request(key, "consumer-a")));
-    assertThat(store.fail(key, first.token(), "bank timeout", RETENTION)).isTrue();
+    assertThat(store.fail(first, "bank timeout", RETENTION)).isTrue();
 
     TransactionBoundDataSource transactions = TransactionBoundDataSource.of(dataSource);
     JdbcDedupStore transactional = JdbcDedupStore.builder(transactions).build();

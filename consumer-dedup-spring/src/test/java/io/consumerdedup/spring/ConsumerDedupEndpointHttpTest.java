@@ -98,7 +98,7 @@ class ConsumerDedupEndpointHttpTest {
               store.claim(
                   new ClaimRequest(
                       failed, "pod-7", Duration.ofMinutes(5), Duration.ofDays(1), null, null));
-      store.fail(failed, failedClaim.token(), "java.io.IOException: bank down", Duration.ofDays(1));
+      store.fail(failedClaim, "java.io.IOException: bank down", Duration.ofDays(1));
 
       HttpResponse<String> health = get(port, "/actuator/health/consumerdedup");
       assertThat(health.statusCode()).isEqualTo(200);

@@ -102,7 +102,7 @@ public abstract class DedupStoreContract {
   void aSucceededKeyIsADuplicateForEveryLaterClaim() {
     DedupKey key = key("done");
     ClaimResult.Claimed claim = claimed(store().claim(request(key, "consumer-a")));
-    assertTrue(store().complete(key, claim.token(), RETENTION), "complete by the holder");
+    assertTrue(store().complete(claim, RETENTION), "complete by the holder");
 
     for (String other : List.of("consumer-b", "consumer-a")) {
       DedupRecord existing = taken(store().claim(request(key, other)));
@@ -147,7 +147,7 @@ public abstract class DedupStoreContract {
   void aFailedKeyIsRetriedWithTheNextTokenAndItsErrorIsKept() {
     DedupKey key = key("failed");
     ClaimResult.Claimed first = claimed(store().claim(request(key, "consumer-a")));
-    assertTrue(store().fail(key, first.token(), "java.io.IOException: bank timeout", RETENTION));
+    assertTrue(store().fail(first, "java.io.IOException: bank timeout", RETENTION));
     DedupRecord failed = find(key);
     assertEquals(DedupStatus.FAILED, failed.status());
     assertFalse(failed.isLeaseLive());
@@ -160,7 +160,7 @@ public abstract class DedupStoreContract {
     assertEquals(DedupStatus.PROCESSING, record.status());
     assertEquals(2, record.attempts());
     assertEquals("consumer-b", record.owner());
-    assertTrue(store().complete(key, retry.token(), RETENTION));
+    assertTrue(store().complete(retry, RETENTION));
     assertEquals(DedupStatus.SUCCESS, find(key).status());
   }
 
@@ -169,7 +169,7 @@ public abstract class DedupStoreContract {
     DedupKey single = key("failed-then-done");
     DedupKey batched = key("failed-then-done-batch");
     for (DedupKey key : List.of(single, batched)) {
-      assertTrue(store().fail(key, claimOne(key).token(), "bank timeout", RETENTION));
+      assertTrue(store().fail(claimOne(key), "bank timeout", RETENTION));
     }
     ClaimResult.Claimed retry = claimOne(single);
     assertEquals(
@@ -177,7 +177,7 @@ public abstract class DedupStoreContract {
         find(single).lastError().orElse(null),
         "while retried, the error is the previous attempt's");
 
-    assertTrue(store().complete(single, retry.token(), RETENTION));
+    assertTrue(store().complete(retry, RETENTION));
     assertEquals(List.of(), store().completeAll(List.of(claimOne(batched)), RETENTION));
 
     for (DedupKey key : List.of(single, batched)) {
@@ -195,9 +195,9 @@ public abstract class DedupStoreContract {
     waitOutShortLease();
     ClaimResult.Claimed takeover = claimed(store().claim(request(key, "consumer-b")));
 
-    assertFalse(store().complete(key, zombie.token(), RETENTION), "zombie's late SUCCESS");
-    assertFalse(store().fail(key, zombie.token(), "late", RETENTION), "zombie's late FAILED");
-    assertFalse(store().renew(key, zombie.token(), LONG_LEASE), "zombie's renewal");
+    assertFalse(store().complete(zombie, RETENTION), "zombie's late SUCCESS");
+    assertFalse(store().fail(zombie, "late", RETENTION), "zombie's late FAILED");
+    assertFalse(store().renew(zombie, LONG_LEASE), "zombie's renewal");
     assertFalse(store().release(zombie), "zombie's release");
 
     DedupRecord record = find(key);
@@ -205,7 +205,7 @@ public abstract class DedupStoreContract {
     assertEquals("consumer-b", record.owner());
     assertEquals(takeover.token(), record.attempts());
     assertTrue(record.isLeaseLive());
-    assertTrue(store().complete(key, takeover.token(), RETENTION), "the new holder completes");
+    assertTrue(store().complete(takeover, RETENTION), "the new holder completes");
     assertEquals(DedupStatus.SUCCESS, find(key).status());
   }
 
@@ -215,7 +215,7 @@ public abstract class DedupStoreContract {
     ClaimResult.Claimed claim = claimed(store().claim(request(key, "slow", shortLease(), null)));
     waitOutShortLease();
 
-    assertTrue(store().complete(key, claim.token(), RETENTION));
+    assertTrue(store().complete(claim, RETENTION));
     assertEquals(DedupStatus.SUCCESS, find(key).status());
   }
 
@@ -225,24 +225,26 @@ public abstract class DedupStoreContract {
     ClaimResult.Claimed claim =
         claimed(store().claim(request(key, "consumer-a", shortLease(), null)));
 
-    assertTrue(store().renew(key, claim.token(), LONG_LEASE), "renew by the holder");
+    assertTrue(store().renew(claim, LONG_LEASE), "renew by the holder");
     waitOutShortLease();
 
     assertTrue(find(key).isLeaseLive(), "lease after the claim's lease would have ended");
     assertEquals("consumer-a", taken(store().claim(request(key, "consumer-b"))).owner());
-    assertFalse(store().renew(key, claim.token() + 1, LONG_LEASE), "renewal with another token");
+    assertFalse(store().renew(another(claim, claim.token() + 1), LONG_LEASE), "another token");
+    assertFalse(store().renew(another(claim, claim.token()), LONG_LEASE), "another claim id");
   }
 
   @Test
-  void aCompletionSentAgainCountsAsWrittenButNoOtherTokenOrOutcomeGetsIn() {
+  void aCompletionSentAgainCountsAsWrittenButNoOtherClaimOrOutcomeGetsIn() {
     DedupKey key = key("complete-twice");
     ClaimResult.Claimed claim = claimed(store().claim(request(key, "consumer-a")));
-    assertTrue(store().complete(key, claim.token(), RETENTION));
+    assertTrue(store().complete(claim, RETENTION));
 
-    assertTrue(store().complete(key, claim.token(), RETENTION), "the same completion again");
-    assertFalse(store().fail(key, claim.token(), "late", RETENTION), "FAILED after SUCCESS");
-    assertFalse(store().renew(key, claim.token(), LONG_LEASE), "renewal after SUCCESS");
-    assertFalse(store().complete(key, claim.token() + 1, RETENTION), "another token");
+    assertTrue(store().complete(claim, RETENTION), "the same completion again");
+    assertFalse(store().fail(claim, "late", RETENTION), "FAILED after SUCCESS");
+    assertFalse(store().renew(claim, LONG_LEASE), "renewal after SUCCESS");
+    assertFalse(store().complete(another(claim, claim.token() + 1), RETENTION), "another token");
+    assertFalse(store().complete(another(claim, claim.token()), RETENTION), "another claim id");
     assertEquals(DedupStatus.SUCCESS, find(key).status());
   }
 
@@ -250,10 +252,11 @@ public abstract class DedupStoreContract {
   void aFailureSentAgainCountsAsWrittenButCannotTurnIntoSuccess() {
     DedupKey key = key("fail-twice");
     ClaimResult.Claimed claim = claimed(store().claim(request(key, "consumer-a")));
-    assertTrue(store().fail(key, claim.token(), "bank down", RETENTION));
+    assertTrue(store().fail(claim, "bank down", RETENTION));
 
-    assertTrue(store().fail(key, claim.token(), "bank down", RETENTION), "the same failure again");
-    assertFalse(store().complete(key, claim.token(), RETENTION), "SUCCESS after FAILED");
+    assertTrue(store().fail(claim, "bank down", RETENTION), "the same failure again");
+    assertFalse(store().fail(another(claim, claim.token()), "late", RETENTION), "another claim id");
+    assertFalse(store().complete(claim, RETENTION), "SUCCESS after FAILED");
     assertEquals(DedupStatus.FAILED, find(key).status());
   }
 
@@ -293,7 +296,7 @@ public abstract class DedupStoreContract {
     DedupKey key = key("fingerprint");
     ClaimResult.Claimed first =
         claimed(store().claim(request(key, "consumer-a", LONG_LEASE, "fp-amount-10")));
-    assertTrue(store().fail(key, first.token(), "boom", RETENTION));
+    assertTrue(store().fail(first, "boom", RETENTION));
 
     DedupRecord conflict =
         taken(store().claim(request(key, "consumer-b", LONG_LEASE, "fp-amount-99")));
@@ -304,7 +307,7 @@ public abstract class DedupStoreContract {
     ClaimResult.Claimed retry =
         claimed(store().claim(request(key, "consumer-b", LONG_LEASE, "fp-amount-10")));
     assertEquals(2, retry.token());
-    assertTrue(store().complete(key, retry.token(), RETENTION));
+    assertTrue(store().complete(retry, RETENTION));
     DedupRecord afterSuccess =
         taken(store().claim(request(key, "consumer-c", LONG_LEASE, "fp-amount-99")));
     assertEquals(DedupStatus.SUCCESS, afterSuccess.status());
@@ -314,11 +317,11 @@ public abstract class DedupStoreContract {
   void aClaimWithoutAFingerprintIsNotAConflictAndTheFirstFingerprintStays() {
     DedupKey key = key("no-fingerprint");
     ClaimResult.Claimed first = claimed(store().claim(request(key, "consumer-a")));
-    assertTrue(store().fail(key, first.token(), "boom", RETENTION));
+    assertTrue(store().fail(first, "boom", RETENTION));
 
     ClaimResult.Claimed retry =
         claimed(store().claim(request(key, "consumer-b", LONG_LEASE, "fp-1")));
-    assertTrue(store().fail(key, retry.token(), "boom", RETENTION));
+    assertTrue(store().fail(retry, "boom", RETENTION));
     ClaimResult.Claimed third = claimed(store().claim(request(key, "consumer-c")));
 
     assertEquals(3, third.token());
@@ -330,17 +333,17 @@ public abstract class DedupStoreContract {
   @Test
   void aBatchAnswersEachDistinctKeyOnceInFirstSeenOrder() throws InterruptedException {
     DedupKey done = key("b-done");
-    assertTrue(store().complete(done, claimOne(done).token(), RETENTION));
+    assertTrue(store().complete(claimOne(done), RETENTION));
     DedupKey held = key("b-held");
     claimOne(held);
     DedupKey failed = key("b-failed");
-    assertTrue(store().fail(failed, claimOne(failed).token(), "boom", RETENTION));
+    assertTrue(store().fail(claimOne(failed), "boom", RETENTION));
     DedupKey expired = key("b-expired");
     claimed(store().claim(request(expired, "crashed", shortLease(), null)));
     DedupKey otherPayload = key("b-other-payload");
     ClaimResult.Claimed withPrint =
         claimed(store().claim(request(otherPayload, "consumer-a", LONG_LEASE, "fp-1")));
-    assertTrue(store().fail(otherPayload, withPrint.token(), "boom", RETENTION));
+    assertTrue(store().fail(withPrint, "boom", RETENTION));
     DedupKey fresh = key("b-new");
     waitOutShortLease();
 
@@ -420,7 +423,7 @@ public abstract class DedupStoreContract {
     ClaimResult.Claimed previousClaim = claimOne(previous);
     ClaimResult.Claimed stale =
         claimed(store().claim(request(takenOver, "zombie", shortLease(), null)));
-    assertTrue(store().complete(done, claimOne(done).token(), RETENTION));
+    assertTrue(store().complete(claimOne(done), RETENTION));
     waitOutShortLease();
     ClaimResult.Claimed takeover = claimOne(takenOver);
     ClaimRequest nextRequest = request(next, "consumer-a");
@@ -455,7 +458,8 @@ public abstract class DedupStoreContract {
   void aReleasedClaimLeavesTheKeyAsIfItHadNotHappened() {
     DedupKey fresh = key("release-new");
     DedupKey retried = key("release-retried");
-    assertTrue(store().fail(retried, claimOne(retried).token(), "first try failed", RETENTION));
+    ClaimResult.Claimed firstTry = claimOne(retried);
+    assertTrue(store().fail(firstTry, "first try failed", RETENTION));
     List<ClaimResult.Claimed> claims = new ArrayList<>();
     for (ClaimResult result :
         store().claimAll(List.of(request(fresh, "consumer-a"), request(retried, "consumer-a")))) {
@@ -470,6 +474,9 @@ public abstract class DedupStoreContract {
     assertEquals(DedupStatus.FAILED, restored.status());
     assertEquals(1, restored.attempts(), "the released claim is not an attempt");
     assertEquals("first try failed", restored.lastError().orElse(null));
+    assertTrue(
+        store().fail(firstTry, "first try failed", RETENTION),
+        "the first try's FAILED, sent again after its reply was lost, is still its own");
 
     // Released again (its first reply lost) after another consumer claimed the key: the later
     // claim is untouched.
@@ -487,7 +494,7 @@ public abstract class DedupStoreContract {
   void aCompletedClaimCannotBeReleased() {
     DedupKey key = key("release-done");
     ClaimResult.Claimed claim = claimOne(key);
-    assertTrue(store().complete(key, claim.token(), RETENTION));
+    assertTrue(store().complete(claim, RETENTION));
 
     assertFalse(store().release(claim));
     assertEquals(DedupStatus.SUCCESS, find(key).status());
@@ -499,10 +506,10 @@ public abstract class DedupStoreContract {
   void purgeDeletesRecordsPastTheirRetentionButNeverALiveLease() throws InterruptedException {
     List<DedupKey> old = IntStream.range(0, 3).mapToObj(i -> key("old-" + i)).toList();
     for (DedupKey key : old) {
-      assertTrue(store().complete(key, claimOne(key).token(), Duration.ofMillis(1)));
+      assertTrue(store().complete(claimOne(key), Duration.ofMillis(1)));
     }
     DedupKey kept = key("kept");
-    assertTrue(store().complete(kept, claimOne(kept).token(), RETENTION));
+    assertTrue(store().complete(claimOne(kept), RETENTION));
     DedupKey running = key("running");
     ClaimResult.Claimed runningClaim =
         claimed(
@@ -511,7 +518,7 @@ public abstract class DedupStoreContract {
                     new ClaimRequest(
                         running, "consumer-a", shortLease(), Duration.ofMillis(1), null, null)));
     // Its retention ends with the claim's lease; the renewed lease outlives it.
-    assertTrue(store().renew(running, runningClaim.token(), LONG_LEASE));
+    assertTrue(store().renew(runningClaim, LONG_LEASE));
     waitOutShortLease();
 
     assertEquals(2, store().purge(2), "the first purge deletes up to its limit");
@@ -533,25 +540,35 @@ public abstract class DedupStoreContract {
     DedupKey done = key("vanished-done");
     DedupKey failed = key("vanished-failed");
     DedupKey reclaimed = key("vanished-reclaimed");
-    assertTrue(store().fail(reclaimed, claimOne(reclaimed).token(), "first try", RETENTION));
+    DedupKey sameToken = key("vanished-same-token");
+    assertTrue(store().fail(claimOne(reclaimed), "first try", RETENTION));
     ClaimResult.Claimed doneClaim = claimed(store().claim(vanishing(done)));
     ClaimResult.Claimed failedClaim = claimed(store().claim(vanishing(failed)));
     ClaimResult.Claimed zombie = claimed(store().claim(vanishing(reclaimed)));
     assertEquals(2, zombie.token());
+    ClaimResult.Claimed sameTokenZombie = claimed(store().claim(vanishing(sameToken)));
     waitOutShortLease();
     while (store().purge(100) > 0) {
       // Other tests sharing the store may have expired records too.
     }
-    for (DedupKey key : List.of(done, failed, reclaimed)) {
+    for (DedupKey key : List.of(done, failed, reclaimed, sameToken)) {
       assertTrue(store().find(key).isEmpty(), key + " vanished");
     }
     ClaimResult.Claimed newHolder = claimOne(reclaimed);
     assertEquals(1, newHolder.token(), "a vanished key is claimed as a new one");
+    ClaimResult.Claimed sameTokenHolder = claimOne(sameToken);
+    assertEquals(sameTokenZombie.token(), sameTokenHolder.token(), "claimed anew: token 1 again");
 
-    assertFalse(store().renew(done, doneClaim.token(), LONG_LEASE), "a renewal finds no record");
-    assertTrue(store().complete(done, doneClaim.token(), RETENTION), "SUCCESS written again");
-    assertTrue(store().fail(failed, failedClaim.token(), "bank down", RETENTION), "FAILED again");
-    assertFalse(store().complete(reclaimed, zombie.token(), RETENTION), "over a new holder");
+    assertFalse(store().renew(doneClaim, LONG_LEASE), "a renewal finds no record");
+    assertTrue(store().complete(doneClaim, RETENTION), "SUCCESS written again");
+    assertTrue(store().fail(failedClaim, "bank down", RETENTION), "FAILED again");
+    assertFalse(store().complete(zombie, RETENTION), "over a new holder");
+    // The token alone cannot tell the zombie from the new holder: its claim id does.
+    assertFalse(
+        store().fail(sameTokenZombie, "late", RETENTION), "FAILED over a new holder, same token");
+    assertFalse(
+        store().complete(sameTokenZombie, RETENTION), "SUCCESS over a new holder, same token");
+    assertFalse(store().renew(sameTokenZombie, LONG_LEASE), "renewal of a new holder, same token");
 
     DedupRecord success = find(done);
     assertEquals(DedupStatus.SUCCESS, success.status());
@@ -560,10 +577,14 @@ public abstract class DedupStoreContract {
         DedupStatus.SUCCESS,
         taken(store().claim(request(done, "consumer-b"))).status(),
         "a redelivery is a duplicate");
-    assertTrue(store().complete(done, doneClaim.token(), RETENTION), "the same completion again");
+    assertTrue(store().complete(doneClaim, RETENTION), "the same completion again");
+    assertFalse(
+        store().complete(another(doneClaim, doneClaim.token()), RETENTION),
+        "SUCCESS written again is its claim's, not its token's");
     DedupRecord failure = find(failed);
     assertEquals(DedupStatus.FAILED, failure.status());
     assertEquals("bank down", failure.lastError().orElse(null));
+    assertTrue(store().fail(failedClaim, "bank down", RETENTION), "the same failure again");
     assertEquals(
         failedClaim.token() + 1,
         claimed(store().claim(request(failed, "consumer-b"))).token(),
@@ -571,7 +592,12 @@ public abstract class DedupStoreContract {
     DedupRecord newClaim = find(reclaimed);
     assertEquals(DedupStatus.PROCESSING, newClaim.status(), "the new holder's claim is untouched");
     assertEquals("consumer-a", newClaim.owner());
-    assertTrue(store().complete(reclaimed, newHolder.token(), RETENTION), "the new holder's");
+    assertTrue(store().complete(newHolder, RETENTION), "the new holder's");
+    DedupRecord sameTokenClaim = find(sameToken);
+    assertEquals(DedupStatus.PROCESSING, sameTokenClaim.status(), "untouched, same token");
+    assertEquals("consumer-a", sameTokenClaim.owner());
+    assertTrue(store().complete(sameTokenHolder, RETENTION), "the new holder's, same token");
+    assertEquals(DedupStatus.SUCCESS, find(sameToken).status());
   }
 
   /** A claim whose record the purge may delete as soon as its short lease has run out. */
@@ -597,7 +623,7 @@ public abstract class DedupStoreContract {
       DedupKey key = DedupKey.of(bizType, text);
       assertEquals(text, key.bizKey(), "a short key is stored as given");
       ClaimResult.Claimed claim = claimed(store().claim(request(key, "consumer-a")));
-      assertTrue(store().complete(key, claim.token(), RETENTION), text);
+      assertTrue(store().complete(claim, RETENTION), text);
       DedupRecord record = find(key);
       assertEquals(key, record.key(), text);
       assertEquals(DedupStatus.SUCCESS, record.status(), text);
@@ -629,7 +655,7 @@ public abstract class DedupStoreContract {
     assertNotEquals(first.bizKey(), second.bizKey());
 
     ClaimResult.Claimed claim = claimOne(first);
-    assertTrue(store().complete(first, claim.token(), RETENTION));
+    assertTrue(store().complete(claim, RETENTION));
 
     assertEquals(DedupStatus.SUCCESS, taken(store().claim(request(first, "b"))).status());
     assertEquals(
@@ -702,6 +728,11 @@ public abstract class DedupStoreContract {
   private void waitOutShortLease() throws InterruptedException {
     // A margin over the lease: a database clock and the JVM's may tick a little apart.
     letTimePass(shortLease().plusMillis(300));
+  }
+
+  /** A claim of {@code claim}'s key under {@code token} by another request than {@code claim}'s. */
+  private static ClaimResult.Claimed another(ClaimResult.Claimed claim, int token) {
+    return new ClaimResult.Claimed(claim.key(), token, ClaimRequest.newClaimId());
   }
 
   private static ClaimResult.Claimed claimed(ClaimResult result) {

@@ -23,12 +23,13 @@ import org.jspecify.annotations.Nullable;
 /**
  * A {@link DedupStore} in memory, <strong>for tests only</strong>: nothing is durable, nothing is
  * shared between JVMs, and a restart forgets every key. It answers as {@code JdbcDedupStore} does:
- * leases expire by its clock, the fencing token is the record's attempt count (a holder whose lease
- * was taken over is refused on complete, fail and renew), a FAILED key or an expired lease is
+ * leases expire by its clock, writes are fenced by the claim (its token, the record's attempt
+ * count, and its claim id: a holder whose lease was taken over, or whose record vanished and was
+ * claimed anew, is refused on complete, fail and renew), a FAILED key or an expired lease is
  * claimed again with the next token, SUCCESS makes later deliveries duplicates, payload
- * fingerprints must agree, a completion or failure sent again under the same token counts as
- * written, and one whose record vanished under its holder (a purge, {@link #clear()}) is written
- * again under its token. Thread-safe: every call is atomic.
+ * fingerprints must agree, a completion or failure sent again by its claim counts as written, and
+ * one whose record vanished under its holder (a purge, {@link #clear()}) is written again under its
+ * claim. Thread-safe: every call is atomic.
  *
  * <p>Give it a {@link TestClock} to let leases and retention run out without waiting:
  *
@@ -104,8 +105,8 @@ public final class InMemoryDedupStore implements DedupStore {
   }
 
   @Override
-  public synchronized boolean complete(DedupKey key, int token, Duration retention) {
-    Row row = heldOrRewritten(key, token, DedupStatus.PROCESSING, DedupStatus.SUCCESS);
+  public synchronized boolean complete(ClaimResult.Claimed claim, Duration retention) {
+    Row row = heldOrRewritten(claim, DedupStatus.PROCESSING, DedupStatus.SUCCESS);
     if (row == null) {
       return false;
     }
@@ -119,8 +120,8 @@ public final class InMemoryDedupStore implements DedupStore {
   }
 
   @Override
-  public synchronized boolean fail(DedupKey key, int token, String error, Duration retention) {
-    Row row = heldOrRewritten(key, token, DedupStatus.PROCESSING, DedupStatus.FAILED);
+  public synchronized boolean fail(ClaimResult.Claimed claim, String error, Duration retention) {
+    Row row = heldOrRewritten(claim, DedupStatus.PROCESSING, DedupStatus.FAILED);
     if (row == null) {
       return false;
     }
@@ -134,8 +135,8 @@ public final class InMemoryDedupStore implements DedupStore {
   }
 
   @Override
-  public synchronized boolean renew(DedupKey key, int token, Duration lease) {
-    Row row = held(key, token, DedupStatus.PROCESSING, DedupStatus.PROCESSING);
+  public synchronized boolean renew(ClaimResult.Claimed claim, Duration lease) {
+    Row row = held(claim, DedupStatus.PROCESSING, DedupStatus.PROCESSING);
     if (row == null) {
       return false;
     }
@@ -148,31 +149,36 @@ public final class InMemoryDedupStore implements DedupStore {
   /**
    * {@link #held}, or for a key with no record at all (it vanished under its holder: {@link
    * #clear()}, a purge of a lease that ran out with its retention) a record made anew under {@code
-   * token}, which the caller then writes its outcome into, as the JDBC store writes an outcome
+   * claim}, which the caller then writes its outcome into, as the JDBC store writes an outcome
    * again where its record vanished (a failover to a standby that had not received it, a DELETE, a
    * purge): a key claimed anew meanwhile is left to its new holder.
    */
   private @Nullable Row heldOrRewritten(
-      DedupKey key, int token, DedupStatus holding, DedupStatus written) {
-    if (rows.containsKey(key)) {
-      return held(key, token, holding, written);
+      ClaimResult.Claimed claim, DedupStatus holding, DedupStatus written) {
+    if (rows.containsKey(claim.key())) {
+      return held(claim, holding, written);
     }
-    Row row = Row.vanished(token, clock.instant());
-    rows.put(key, row);
+    Row row = Row.vanished(claim, clock.instant());
+    rows.put(claim.key(), row);
     return row;
   }
 
   /**
-   * The row if {@code token} still holds it, in one of two states (the second is the state a write
-   * sent again under the same token has already set). As the JDBC store, a holder whose lease ran
-   * out but was not taken over still holds the key.
+   * The row if {@code claim} still holds it, in one of two states (the second is the state a write
+   * sent again by the claim has already set). The token alone is not enough: a key claimed anew
+   * after its record vanished starts again at token 1. As the JDBC store, a holder whose lease ran
+   * out but was not taken over still holds the key, and a settled row with no claim id (a release
+   * gave the key back to the attempt before) is its token's.
    */
-  private @Nullable Row held(DedupKey key, int token, DedupStatus holding, DedupStatus written) {
-    Row row = rows.get(key);
-    if (row == null || row.attempts != token) {
+  private @Nullable Row held(ClaimResult.Claimed claim, DedupStatus holding, DedupStatus written) {
+    Row row = rows.get(claim.key());
+    if (row == null || row.attempts != claim.token()) {
       return null;
     }
-    return row.status == holding || row.status == written ? row : null;
+    boolean own =
+        claim.claimId().equals(row.claimId)
+            || (row.claimId == null && row.status != DedupStatus.PROCESSING);
+    return own && (row.status == holding || row.status == written) ? row : null;
   }
 
   @Override
@@ -283,11 +289,12 @@ public final class InMemoryDedupStore implements DedupStore {
     }
 
     /**
-     * A record made anew for the outcome of {@code token} whose record vanished, as the JDBC store
-     * writes it: no lease, fingerprint, source or claim id, its holder unknown.
+     * A record made anew for the outcome of {@code claim} whose record vanished, as the JDBC store
+     * writes it: no lease, fingerprint or source, its holder unknown.
      */
-    static Row vanished(int token, Instant now) {
-      return new Row(token, StoredText.VANISHED_OWNER, null, null, null, now, now, null);
+    static Row vanished(ClaimResult.Claimed claim, Instant now) {
+      return new Row(
+          claim.token(), StoredText.VANISHED_OWNER, null, null, null, now, now, claim.claimId());
     }
 
     /** The next attempt; the first fingerprint and the last error stay. */

@@ -97,8 +97,8 @@ final class PendingOutcomes {
     try {
       written =
           outcome.error == null
-              ? store.complete(outcome.key, outcome.token, successRetention)
-              : store.fail(outcome.key, outcome.token, outcome.error, failedRetention);
+              ? store.complete(outcome.claim(), successRetention)
+              : store.fail(outcome.claim(), outcome.error, failedRetention);
     } catch (DedupStoreException e) {
       throw e;
     } catch (RuntimeException | Error e) {

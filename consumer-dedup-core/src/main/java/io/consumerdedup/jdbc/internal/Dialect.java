@@ -32,14 +32,24 @@ public abstract class Dialect {
   protected static final Comparator<DedupKey> KEY_ORDER =
       Comparator.comparing(DedupKey::bizType).thenComparing(DedupKey::bizKey);
 
-  /** A key and the token a fenced update presents. */
-  public record Held(DedupKey key, int token) {}
-
-  /** The updates that apply only while the token still holds the key. */
+  /**
+   * The updates that apply only while the claim (its token and its claim id) still holds the key:
+   * the token alone matches a claim of the key made anew after its record vanished, which starts
+   * again at token 1.
+   */
   public enum FencedUpdate {
-    /** SUCCESS, kept for the retention; a SUCCESS already written under the token counts. */
+    /**
+     * SUCCESS, kept for the retention; a SUCCESS already written by the claim counts, as does one
+     * under its token whose claim is not known (see {@link #FAIL}).
+     */
     COMPLETE("complete", DedupStatus.SUCCESS),
-    /** FAILED with its error, kept for the retention; a FAILED under the token counts. */
+    /**
+     * FAILED with its error, kept for the retention; a FAILED already written by the claim counts,
+     * as does one under its token whose claim is not known: a release of the next claim gave the
+     * key back to this attempt's FAILED ({@link #release}), or a version that did not fence
+     * outcomes by claim id wrote it again after its record vanished. Such a record is settled, so
+     * no holder is overwritten.
+     */
     FAIL("fail", DedupStatus.FAILED),
     /** A longer lease for a PROCESSING record. */
     RENEW("renew", null);
@@ -73,7 +83,7 @@ public abstract class Dialect {
    *     is gone
    * @param rewritten the claims whose record had vanished and whose outcome was written again
    */
-  protected record Written(List<DedupKey> lost, List<Held> rewritten) {}
+  protected record Written(List<DedupKey> lost, List<ClaimResult.Claimed> rewritten) {}
 
   /** How the statements are prepared: the call's timeouts, unnamed behind a pooler. */
   protected final StoreCalls calls;
@@ -115,7 +125,10 @@ public abstract class Dialect {
    * transaction of its own: the fenced completion (as {@link #update} writes it), then the claim.
    */
   public DedupStore.ClaimCompleting claimCompleting(
-      Connection connection, ClaimRequest request, List<Held> completing, Duration retention)
+      Connection connection,
+      ClaimRequest request,
+      List<ClaimResult.Claimed> completing,
+      Duration retention)
       throws SQLException {
     return StoreCalls.inOwnTransaction(
         connection,
@@ -126,7 +139,7 @@ public abstract class Dialect {
   }
 
   /**
-   * Applies {@code update} where the token still holds the key, binding {@code duration} (the
+   * Applies {@code update} where the claim still holds the key, binding {@code duration} (the
    * retention, or the lease of a renewal) and, for a failure, the {@code errors} in the order of
    * {@code claims}. Where a key has no record at all and the update writes an outcome, writes it
    * again, unless a claim has created the key anew meanwhile, and says so.
@@ -136,13 +149,13 @@ public abstract class Dialect {
   public final List<DedupKey> update(
       Connection connection,
       FencedUpdate update,
-      List<Held> claims,
+      List<ClaimResult.Claimed> claims,
       Duration duration,
       @Nullable List<String> errors)
       throws SQLException {
     Written written = write(connection, update, claims, duration, errors);
     DedupStatus status = update.outcome();
-    for (Held claim : written.rewritten()) {
+    for (ClaimResult.Claimed claim : written.rewritten()) {
       log.warn(
           "The record of {} had vanished when attempt {} came to record its {} (a failover to a"
               + " standby that had not received it, a DELETE, a purge): not a takeover, no other"
@@ -161,7 +174,7 @@ public abstract class Dialect {
   protected abstract Written write(
       Connection connection,
       FencedUpdate update,
-      List<Held> claims,
+      List<ClaimResult.Claimed> claims,
       Duration duration,
       @Nullable List<String> errors)
       throws SQLException;

@@ -237,7 +237,7 @@ public final class MySqlDialect extends Dialect {
   protected Written write(
       Connection connection,
       FencedUpdate update,
-      List<Held> claims,
+      List<ClaimResult.Claimed> claims,
       Duration duration,
       @Nullable List<String> errors)
       throws SQLException {
@@ -245,7 +245,7 @@ public final class MySqlDialect extends Dialect {
         c -> {
           Map<DedupKey, @Nullable String> messages = new HashMap<>();
           Iterator<String> error = errors == null ? null : errors.iterator();
-          for (Held claim : claims) {
+          for (ClaimResult.Claimed claim : claims) {
             messages.put(
                 claim.key(),
                 error == null
@@ -253,9 +253,11 @@ public final class MySqlDialect extends Dialect {
                     : StoredText.storable(error.next(), StoredText.MAX_ERROR_LENGTH));
           }
           Set<DedupKey> lost = new HashSet<>();
-          List<Held> rewritten = new ArrayList<>();
-          for (Held claim :
-              claims.stream().sorted(Comparator.comparing(Held::key, KEY_ORDER)).toList()) {
+          List<ClaimResult.Claimed> rewritten = new ArrayList<>();
+          for (ClaimResult.Claimed claim :
+              claims.stream()
+                  .sorted(Comparator.comparing(ClaimResult.Claimed::key, KEY_ORDER))
+                  .toList()) {
             String message = messages.get(claim.key());
             if (fenced(c, update, claim, duration.toMillis(), message)) {
               continue;
@@ -268,7 +270,8 @@ public final class MySqlDialect extends Dialect {
             }
           }
           return new Written(
-              claims.stream().map(Held::key).filter(lost::contains).toList(), rewritten);
+              claims.stream().map(ClaimResult.Claimed::key).filter(lost::contains).toList(),
+              rewritten);
         };
     // In a transaction already (a claim's, see claimCompleting), its commit is theirs.
     return claims.size() == 1 || !connection.getAutoCommit()
@@ -277,13 +280,13 @@ public final class MySqlDialect extends Dialect {
   }
 
   /**
-   * A fenced update of one key: true if the token still held the key. The statement always moves
+   * A fenced update of one key: true if the claim still held the key. The statement always moves
    * {@code updated_at}, so the count is the same whether the driver reports found or changed rows.
    */
   private boolean fenced(
       Connection connection,
       FencedUpdate update,
-      Held claim,
+      ClaimResult.Claimed claim,
       long durationMillis,
       @Nullable String error)
       throws SQLException {
@@ -301,7 +304,8 @@ public final class MySqlDialect extends Dialect {
       statement.setLong(index++, durationMillis);
       statement.setString(index++, claim.key().bizType());
       statement.setString(index++, claim.key().bizKey());
-      statement.setInt(index, claim.token());
+      statement.setInt(index++, claim.token());
+      statement.setString(index, claim.claimId());
       return statement.executeUpdate() == 1;
     }
   }
@@ -313,7 +317,7 @@ public final class MySqlDialect extends Dialect {
   private boolean writeVanished(
       Connection connection,
       FencedUpdate update,
-      Held claim,
+      ClaimResult.Claimed claim,
       long retentionMillis,
       @Nullable String error)
       throws SQLException {
@@ -324,6 +328,7 @@ public final class MySqlDialect extends Dialect {
       insert.setString(index++, claim.key().bizType());
       insert.setString(index++, claim.key().bizKey());
       insert.setInt(index++, claim.token());
+      insert.setString(index++, claim.claimId());
       if (failed) {
         insert.setString(index++, error);
       }

@@ -32,24 +32,29 @@ public final class MySqlSql {
 
   public final String find;
 
-  /** Fenced by (type, key, token); binds the retention in ms first. */
+  /**
+   * Fenced by (type, key, token, claim id) as {@code PostgresSql#complete}; binds the retention in
+   * ms first.
+   */
   public final String complete;
 
-  /** Fenced by (type, key, token); binds the error and the retention in ms first. */
+  /** Fenced as {@link #complete}; binds the error and the retention in ms first. */
   public final String fail;
 
-  /** Fenced by (type, key, token); binds the lease in ms first. */
+  /** Fenced by (type, key, token, claim id); binds the lease in ms first. */
   public final String renew;
 
   /**
    * Writes SUCCESS again where {@link #complete} found no record at all (see {@code
-   * PostgresSql#completeVanished}): binds (type, key, token, retention ms); a row that exists
-   * meanwhile is left alone (IGNORE: the values bound are within the columns' limits, so only the
-   * key can collide).
+   * PostgresSql#completeVanished}): binds (type, key, token, claim id, retention ms); a row that
+   * exists meanwhile is left alone (IGNORE: the values bound are within the columns' limits, so
+   * only the key can collide).
    */
   public final String completeVanished;
 
-  /** As {@link #completeVanished}, FAILED: binds (type, key, token, error, retention ms). */
+  /**
+   * As {@link #completeVanished}, FAILED: binds (type, key, token, claim id, error, retention ms).
+   */
   public final String failVanished;
 
   /** Release of a claim that created its key, by (type, key, token, claim id): deletes the row. */
@@ -67,7 +72,10 @@ public final class MySqlSql {
     this.table = table;
     find = "SELECT " + RECORD_COLUMNS + " FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
     findLocked = find + " FOR UPDATE";
-    String fencedWhere = " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND ";
+    // The claim's own row, or a settled one with no claim id (see Dialect.FencedUpdate#FAIL).
+    String fencedWhere =
+        " WHERE biz_type = ? AND biz_key = ? AND attempts = ?"
+            + " AND (claim_id = ? OR (claim_id IS NULL AND status <> 'PROCESSING')) AND ";
     complete =
         "UPDATE "
             + table
@@ -117,10 +125,10 @@ public final class MySqlSql {
   private String vanished(String status, String error) {
     return "INSERT IGNORE INTO "
         + table
-        + " (biz_type, biz_key, status, attempts, owner, last_error, created_at, updated_at,"
-        + " expires_at) VALUES (?, ?, "
+        + " (biz_type, biz_key, status, attempts, claim_id, owner, last_error, created_at,"
+        + " updated_at, expires_at) VALUES (?, ?, "
         + status
-        + ", ?, '"
+        + ", ?, ?, '"
         + PostgresSql.VANISHED_OWNER
         + "', "
         + error

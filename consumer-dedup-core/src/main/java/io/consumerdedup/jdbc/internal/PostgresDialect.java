@@ -152,17 +152,17 @@ public final class PostgresDialect extends Dialect {
    */
   @Override
   public DedupStore.ClaimCompleting claimCompleting(
-      Connection connection, ClaimRequest request, List<Held> completing, Duration retention)
+      Connection connection,
+      ClaimRequest request,
+      List<ClaimResult.Claimed> completing,
+      Duration retention)
       throws SQLException {
     ClaimResult answer;
     long marked;
     try (PreparedStatement statement =
         calls.prepare(connection, sql.claimCompleting.forRows(completing.size()))) {
       statement.setLong(1, retention.toMillis());
-      Rows<Held> marks = new Rows<>(statement, 2, completing);
-      marks.bind(TEXT, c -> c.key().bizType());
-      marks.bind(TEXT, c -> c.key().bizKey());
-      marks.bind(INT, Held::token);
+      Rows<ClaimResult.Claimed> marks = bindHeldClaims(new Rows<>(statement, 2, completing));
       bindClaims(new Rows<>(statement, marks.nextIndex(), List.of(request)), true);
       try (ResultSet row = statement.executeQuery()) {
         if (!row.next()) {
@@ -228,25 +228,26 @@ public final class PostgresDialect extends Dialect {
   protected Written write(
       Connection connection,
       FencedUpdate update,
-      List<Held> claims,
+      List<ClaimResult.Claimed> claims,
       Duration duration,
       @Nullable List<String> errors)
       throws SQLException {
     if (update == FencedUpdate.RENEW) {
       long leaseMillis = duration.toMillis();
-      List<Held> renewed =
+      List<ClaimResult.Claimed> renewed =
           eachKey(
               connection,
               sql.renew,
               claims,
-              Held::key,
+              ClaimResult.Claimed::key,
               (statement, claim) -> {
                 statement.setLong(1, leaseMillis);
                 statement.setString(2, claim.key().bizType());
                 statement.setString(3, claim.key().bizKey());
                 statement.setInt(4, claim.token());
+                statement.setString(5, claim.claimId());
               });
-      return new Written(notApplied(claims, renewed, Held::key), List.of());
+      return new Written(notApplied(claims, renewed, ClaimResult.Claimed::key), List.of());
     }
     PostgresSql.Keyed updateSql = update == FencedUpdate.COMPLETE ? sql.complete : sql.fail;
     List<DedupKey> lost = outcomes(connection, updateSql, claims, duration, errors);
@@ -256,7 +257,7 @@ public final class PostgresDialect extends Dialect {
     // Rare: a key with no record at all is not another holder's; its outcome is written again,
     // where it is still missing.
     Set<DedupKey> missing = new HashSet<>(lost);
-    List<Held> gone = new ArrayList<>();
+    List<ClaimResult.Claimed> gone = new ArrayList<>();
     List<String> goneErrors = errors == null ? null : new ArrayList<>();
     for (int i = 0; i < claims.size(); i++) {
       if (missing.contains(claims.get(i).key())) {
@@ -280,11 +281,11 @@ public final class PostgresDialect extends Dialect {
   private List<DedupKey> outcomes(
       Connection connection,
       PostgresSql.Keyed statementSql,
-      List<Held> claims,
+      List<ClaimResult.Claimed> claims,
       Duration duration,
       @Nullable List<String> errors)
       throws SQLException {
-    if (claims.stream().map(Held::key).distinct().count() == claims.size()) {
+    if (claims.stream().map(ClaimResult.Claimed::key).distinct().count() == claims.size()) {
       return fenced(connection, statementSql, claims, duration, errors);
     }
     List<List<Integer>> rounds = new ArrayList<>();
@@ -298,39 +299,53 @@ public final class PostgresDialect extends Dialect {
     }
     Set<DedupKey> answered = new HashSet<>();
     for (List<Integer> round : rounds) {
-      List<Held> part = round.stream().map(claims::get).toList();
+      List<ClaimResult.Claimed> part = round.stream().map(claims::get).toList();
       List<String> partErrors = errors == null ? null : round.stream().map(errors::get).toList();
       Set<DedupKey> notAnswered =
           new HashSet<>(fenced(connection, statementSql, part, duration, partErrors));
-      part.stream().map(Held::key).filter(k -> !notAnswered.contains(k)).forEach(answered::add);
+      part.stream()
+          .map(ClaimResult.Claimed::key)
+          .filter(k -> !notAnswered.contains(k))
+          .forEach(answered::add);
     }
-    return claims.stream().map(Held::key).filter(k -> !answered.contains(k)).distinct().toList();
+    return claims.stream()
+        .map(ClaimResult.Claimed::key)
+        .filter(k -> !answered.contains(k))
+        .distinct()
+        .toList();
   }
 
   /**
-   * Runs a {@link PostgresSql.Keyed} statement over (type, key, token{@code , error}) rows after
-   * {@code duration} in milliseconds; answers the keys it did not answer for.
+   * Runs a {@link PostgresSql.Keyed} statement over (type, key, token, claim id{@code , error})
+   * rows after {@code duration} in milliseconds; answers the keys it did not answer for.
    */
   private List<DedupKey> fenced(
       Connection connection,
       PostgresSql.Keyed statementSql,
-      List<Held> claims,
+      List<ClaimResult.Claimed> claims,
       Duration duration,
       @Nullable List<String> errors)
       throws SQLException {
     try (PreparedStatement statement =
         calls.prepare(connection, statementSql.forRows(claims.size()))) {
       statement.setLong(1, duration.toMillis());
-      Rows<Held> rows = new Rows<>(statement, 2, claims);
-      rows.bind(TEXT, c -> c.key().bizType());
-      rows.bind(TEXT, c -> c.key().bizKey());
-      rows.bind(INT, Held::token);
+      Rows<ClaimResult.Claimed> rows = bindHeldClaims(new Rows<>(statement, 2, claims));
       if (errors != null) {
         Iterator<String> error = errors.iterator();
         rows.bind(TEXT, c -> StoredText.storable(error.next(), StoredText.MAX_ERROR_LENGTH));
       }
-      return notAnswered(statement, claims.stream().map(Held::key).toList());
+      return notAnswered(statement, claims.stream().map(ClaimResult.Claimed::key).toList());
     }
+  }
+
+  /** Binds the claims' columns of an outcome statement's rows: (type, key, token, claim id). */
+  private static Rows<ClaimResult.Claimed> bindHeldClaims(Rows<ClaimResult.Claimed> rows)
+      throws SQLException {
+    rows.bind(TEXT, c -> c.key().bizType());
+    rows.bind(TEXT, c -> c.key().bizKey());
+    rows.bind(INT, ClaimResult.Claimed::token);
+    rows.bind(TEXT, ClaimResult.Claimed::claimId);
+    return rows;
   }
 
   /**

@@ -96,9 +96,9 @@ public final class PostgresSql {
 
   /**
    * {@link #claim} for one request, after a CTE {@code m} that marks claims SUCCESS as {@link
-   * #complete} does, for rows of (type, key, token) bound first (after the retention): one
-   * statement and one commit for a claim and the previous record's SUCCESS. Its rows carry {@code
-   * marked}, the number of claims it marked. The claims to mark are of other keys than the
+   * #complete} does, for rows of (type, key, token, claim id) bound first (after the retention):
+   * one statement and one commit for a claim and the previous record's SUCCESS. Its rows carry
+   * {@code marked}, the number of claims it marked. The claims to mark are of other keys than the
    * request's, so the claim's snapshot does not need to see them marked.
    */
   public final Keyed claimCompleting;
@@ -106,43 +106,47 @@ public final class PostgresSql {
   public final String find;
 
   /**
-   * Fenced, for rows of (type, key, token): applies only where the token still holds the key, and
-   * answers the keys it applied to. A SUCCESS already written under the same token matches too, so
-   * a retry whose first reply was lost sees its own write, not a lost lease: only the token's
-   * holder can have written it. Each row is found through the primary key whatever the planner
-   * knows of the table ({@link #outcome}).
+   * Fenced, for rows of (type, key, token, claim id): applies only where the claim still holds the
+   * key, and answers the keys it applied to. A SUCCESS the claim has already written matches too,
+   * so a retry whose first reply was lost sees its own write, not a lost lease ({@link #ownRow}).
+   * Each row is found through the primary key whatever the planner knows of the table ({@link
+   * #outcome}).
    */
   public final Keyed complete;
 
   /**
-   * Fenced like {@link #complete}, for rows of (type, key, token, error); a FAILED already written
-   * under the same token matches too.
+   * Fenced like {@link #complete}, for rows of (type, key, token, claim id, error); a FAILED the
+   * claim has already written matches too.
    */
   public final Keyed fail;
 
   /**
    * Extends the lease of one PROCESSING record, fenced like {@link #complete}: binds (lease ms,
-   * type, key, token); its update count (1 or 0) says whether the token still held the key. A group
-   * of keys runs it as one JDBC batch, which pgjdbc sends in one round trip per few hundred keys.
-   * Each execution is an equality on the primary key, which PostgreSQL probes whatever it knows of
-   * the table, and judges the row as it is now, as any UPDATE's re-check does. A group's single
-   * {@code UPDATE ... FROM unnest(...)} was a join, planned as a hash join over a sequential scan
-   * of the whole table when the table had no statistics or the plan was cached while it was empty;
-   * probing each key in one statement ({@link #probe}) still leaves the UPDATE's own join to the
-   * table to the planner.
+   * type, key, token, claim id); its update count (1 or 0) says whether the claim still held the
+   * key. A group of keys runs it as one JDBC batch, which pgjdbc sends in one round trip per few
+   * hundred keys. Each execution is an equality on the primary key, which PostgreSQL probes
+   * whatever it knows of the table, and judges the row as it is now, as any UPDATE's re-check does.
+   * A group's single {@code UPDATE ... FROM unnest(...)} was a join, planned as a hash join over a
+   * sequential scan of the whole table when the table had no statistics or the plan was cached
+   * while it was empty; probing each key in one statement ({@link #probe}) still leaves the
+   * UPDATE's own join to the table to the planner.
    */
   public final String renew;
 
   /**
-   * Writes SUCCESS again, for rows of (type, key, token), where {@link #complete} found no record
-   * at all: it vanished under its holder (a failover to a standby that had not received it, an
-   * operator's DELETE, a purge), and the handler's effect must stay recorded. Inserts only where
-   * there is still no record, so a key claimed anew meanwhile is left to its new holder. Binds the
-   * retention first, as {@link #complete}; answers the keys it wrote.
+   * Writes SUCCESS again, for rows of (type, key, token, claim id), where {@link #complete} found
+   * no record at all: it vanished under its holder (a failover to a standby that had not received
+   * it, an operator's DELETE, a purge), and the handler's effect must stay recorded. Inserts only
+   * where there is still no record, so a key claimed anew meanwhile is left to its new holder, and
+   * with the claim id, so that the completion sent again recognises it. Binds the retention first,
+   * as {@link #complete}; answers the keys it wrote.
    */
   public final Keyed completeVanished;
 
-  /** As {@link #completeVanished}, FAILED with its error, for rows of (type, key, token, error). */
+  /**
+   * As {@link #completeVanished}, FAILED with its error, for rows of (type, key, token, claim id,
+   * error).
+   */
   public final Keyed failVanished;
 
   /** The owner written with an outcome whose record vanished: its holder is not known here. */
@@ -255,16 +259,16 @@ public final class PostgresSql {
                     failable)
                 .one(),
             outcome(table, "'FAILED'", "error", failable).many());
-    String held =
-        " WHERE d.biz_type = ? AND d.biz_key = ? AND d.attempts = ? AND d.status = 'PROCESSING'";
+    String claimHeld =
+        " WHERE d.biz_type = ? AND d.biz_key = ? AND d.attempts = ? AND d.status = 'PROCESSING'"
+            + " AND d.claim_id = ?";
     renew =
         "UPDATE "
             + table
             + " AS d SET lease_until = now() + ? * interval '1 millisecond', updated_at = now()"
-            + held;
+            + claimHeld;
     completeVanished = vanished(table, "'SUCCESS'", null);
     failVanished = vanished(table, "'FAILED'", "error");
-    String claimHeld = held + " AND d.claim_id = ?";
     releaseDelete = "DELETE FROM " + table + " AS d" + claimHeld + " AND d.attempts = 1";
     releaseRestore =
         "UPDATE "
@@ -432,13 +436,13 @@ public final class PostgresSql {
             "INSERT INTO "
                 + table
                 + " AS d (biz_type, biz_key, status, attempts, owner, last_error, created_at,"
-                + " updated_at, expires_at) SELECT r.biz_type, r.biz_key, "
+                + " updated_at, expires_at, claim_id) SELECT r.biz_type, r.biz_key, "
                 + status
                 + ", r.token, '"
                 + VANISHED_OWNER
                 + "', "
                 + error
-                + ", now(), now(), now() + ?::bigint * interval '1 millisecond' FROM "
+                + ", now(), now(), now() + ?::bigint * interval '1 millisecond', r.claim_id FROM "
                 + rows
                 + probe(table, "x")
                 + " ORDER BY r.biz_type, r.biz_key"
@@ -446,47 +450,43 @@ public final class PostgresSql {
                 + " lease_until = NULL, last_error = excluded.last_error, updated_at = now(),"
                 + " expires_at = excluded.expires_at"
                 + " WHERE d.attempts = excluded.attempts AND "
+                + ownRow("excluded.claim_id")
+                + " AND "
                 + condition
                 + " RETURNING d.biz_type, d.biz_key",
-        "biz_type, biz_key, token" + (errorColumn == null ? "" : ", " + errorColumn),
-        errorColumn == null
-            ? new Type[] {Type.TEXT, Type.TEXT, Type.INT}
-            : new Type[] {Type.TEXT, Type.TEXT, Type.INT, Type.TEXT});
+        outcomeColumns(errorColumn),
+        outcomeTypes(errorColumn));
   }
 
-  /** An INSERT of an outcome for rows of (type, key, token{@code extraColumn}) with no record. */
+  /**
+   * An INSERT of an outcome for rows of (type, key, token, claim id{@code , errorColumn}) with no
+   * record.
+   */
   private static Keyed vanished(String table, String status, @Nullable String errorColumn) {
     return keyed(
         rows ->
             "INSERT INTO "
                 + table
                 + " AS d (biz_type, biz_key, status, attempts, owner, last_error, created_at,"
-                + " updated_at, expires_at) SELECT r.biz_type, r.biz_key, "
+                + " updated_at, expires_at, claim_id) SELECT r.biz_type, r.biz_key, "
                 + status
                 + ", r.token, '"
                 + VANISHED_OWNER
                 + "', "
                 + (errorColumn == null ? "NULL" : "r." + errorColumn)
-                + ", now(), now(), now() + ?::bigint * interval '1 millisecond' FROM "
+                + ", now(), now(), now() + ?::bigint * interval '1 millisecond', r.claim_id FROM "
                 + rows
                 + " ON CONFLICT (biz_type, biz_key) DO NOTHING RETURNING d.biz_type, d.biz_key",
-        "biz_type, biz_key, token" + (errorColumn == null ? "" : ", " + errorColumn),
-        errorColumn == null
-            ? new Type[] {Type.TEXT, Type.TEXT, Type.INT}
-            : new Type[] {Type.TEXT, Type.TEXT, Type.INT, Type.TEXT});
+        outcomeColumns(errorColumn),
+        outcomeTypes(errorColumn));
   }
 
   /**
-   * An UPDATE of the rows that (type, key, token{@code extraColumn}) rows still hold: binds the
-   * values of {@code set} first, then the rows; answers the keys it updated.
+   * An UPDATE of the rows that (type, key, token, claim id{@code , extraColumn}) rows still hold:
+   * binds the values of {@code set} first, then the rows; answers the keys it updated.
    */
   private static Keyed fenced(
       String table, String set, @Nullable String extraColumn, String condition) {
-    String columns = "biz_type, biz_key, token" + (extraColumn == null ? "" : ", " + extraColumn);
-    Type[] types =
-        extraColumn == null
-            ? new Type[] {Type.TEXT, Type.TEXT, Type.INT}
-            : new Type[] {Type.TEXT, Type.TEXT, Type.INT, Type.TEXT};
     return keyed(
         rows ->
             "UPDATE "
@@ -497,9 +497,31 @@ public final class PostgresSql {
                 + rows
                 + " WHERE d.biz_type = r.biz_type AND d.biz_key = r.biz_key"
                 + " AND d.attempts = r.token AND "
+                + ownRow("r.claim_id")
+                + " AND "
                 + condition
                 + " RETURNING d.biz_type, d.biz_key",
-        columns,
-        types);
+        outcomeColumns(extraColumn),
+        outcomeTypes(extraColumn));
+  }
+
+  /** The columns of an outcome's rows: the claim's, then the error of a failure. */
+  private static String outcomeColumns(@Nullable String errorColumn) {
+    return "biz_type, biz_key, token, claim_id" + (errorColumn == null ? "" : ", " + errorColumn);
+  }
+
+  private static Type[] outcomeTypes(@Nullable String errorColumn) {
+    return errorColumn == null
+        ? new Type[] {Type.TEXT, Type.TEXT, Type.INT, Type.TEXT}
+        : new Type[] {Type.TEXT, Type.TEXT, Type.INT, Type.TEXT, Type.TEXT};
+  }
+
+  /**
+   * Whether the row {@code d} is the claim's whose id is {@code claimId}, its token compared apart:
+   * written by that claim, or settled with no claim id ({@link Dialect.FencedUpdate#FAIL} says
+   * which rows those are), which no holder holds.
+   */
+  private static String ownRow(String claimId) {
+    return "(d.claim_id = " + claimId + " OR (d.claim_id IS NULL AND d.status <> 'PROCESSING'))";
   }
 }

@@ -101,28 +101,26 @@ class GroupStatementPlansTest {
         String.join(", ", types, keyArray, texts, millis, millis, texts, texts, texts) + ")";
     return List.of(
         new Group(
-            "complete_group", sql.complete.many(), "(60000, " + keyed(types, keyArray, tokens)),
+            "complete_group",
+            sql.complete.many(),
+            "(60000, " + String.join(", ", types, keyArray, tokens, texts) + ")"),
         new Group(
             "fail_group",
             sql.fail.many(),
-            "(60000, " + String.join(", ", types, keyArray, tokens, texts) + ")"),
+            "(60000, " + String.join(", ", types, keyArray, tokens, texts, texts) + ")"),
         new Group("claim_group", sql.claim.many(), "(" + claims),
         new Group("claim_in_transaction_group", sql.claimInTransaction.many(), "(" + claims),
         // One key (the per-record path): its equality on the primary key is probed as well.
-        new Group("complete_one", sql.complete.one(), "(60000, 'order', 'k-0', 1)"),
+        new Group("complete_one", sql.complete.one(), "(60000, 'order', 'k-0', 1, 'x')"),
         // Renewals and releases are statements of one key, which a group runs as a JDBC batch.
-        new Group("renew_one", sql.renew, "(60000, 'order', 'k-0', 1)"),
+        new Group("renew_one", sql.renew, "(60000, 'order', 'k-0', 1, 'x')"),
         new Group("release_delete_one", sql.releaseDelete, "('order', 'k-0', 1, 'x')"),
         new Group("release_restore_one", sql.releaseRestore, "('order', 'k-2', 2, 'x')"),
         new Group("claim_one", sql.claim.one(), "(" + ONE_CLAIM + ")"),
         new Group(
             "claim_completing_one",
             sql.claimCompleting.one(),
-            "(60000, 'order', 'k-2', 1, " + ONE_CLAIM + ")"));
-  }
-
-  private static String keyed(String types, String keys, String tokens) {
-    return String.join(", ", types, keys, tokens) + ")";
+            "(60000, 'order', 'k-2', 1, 'x', " + ONE_CLAIM + ")"));
   }
 
   private static String array(List<String> values, String type) {

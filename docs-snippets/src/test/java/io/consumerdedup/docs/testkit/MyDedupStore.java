@@ -32,18 +32,18 @@ final class MyDedupStore implements DedupStore {
   }
 
   @Override
-  public boolean complete(DedupKey key, int token, Duration retention) {
-    return delegate.complete(key, token, retention);
+  public boolean complete(ClaimResult.Claimed claim, Duration retention) {
+    return delegate.complete(claim, retention);
   }
 
   @Override
-  public boolean fail(DedupKey key, int token, String error, Duration retention) {
-    return delegate.fail(key, token, error, retention);
+  public boolean fail(ClaimResult.Claimed claim, String error, Duration retention) {
+    return delegate.fail(claim, error, retention);
   }
 
   @Override
-  public boolean renew(DedupKey key, int token, Duration lease) {
-    return delegate.renew(key, token, lease);
+  public boolean renew(ClaimResult.Claimed claim, Duration lease) {
+    return delegate.renew(claim, lease);
   }
 
   @Override
