@@ -107,25 +107,16 @@ public final class TestShareGroups {
    * known (not -1) once the group has acknowledged a record of the partition.
    */
   public static long lag(String group, String topic) {
-    return lags(group, topic, false).get(0);
+    return lags(group, topic).get(0);
   }
 
   /**
-   * The {@link #lag} of each partition of {@code topic} ({@code allPartitions}) or of partition 0
-   * alone, by partition; -1 where it is not known.
+   * The {@link #lag} of each partition of {@code topic}, by partition; -1 where it is not known.
    */
-  private static List<Long> lags(String group, String topic, boolean allPartitions) {
+  private static List<Long> lags(String group, String topic) {
     try (Admin admin = admin()) {
       int partitionCount =
-          allPartitions
-              ? admin
-                  .describeTopics(List.of(topic))
-                  .allTopicNames()
-                  .get()
-                  .get(topic)
-                  .partitions()
-                  .size()
-              : 1;
+          admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().size();
       List<TopicPartition> partitions =
           IntStream.range(0, partitionCount)
               .mapToObj(partition -> new TopicPartition(topic, partition))
@@ -156,7 +147,7 @@ public final class TestShareGroups {
    */
   public static List<ConsumerRecord<String, String>> remaining(
       String group, String topic, Duration window) {
-    if (lags(group, topic, true).stream().allMatch(lag -> lag == 0)) {
+    if (lags(group, topic).stream().allMatch(lag -> lag == 0)) {
       return List.of();
     }
     Map<String, Object> config = consumerConfig(group);
