@@ -7,6 +7,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Properties;
 import java.util.concurrent.ExecutionException;
+import java.util.stream.IntStream;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
@@ -106,17 +107,30 @@ public final class TestShareGroups {
    * known (not -1) once the group has acknowledged a record of the partition.
    */
   public static long lag(String group, String topic) {
-    TopicPartition partition = new TopicPartition(topic, 0);
+    return lags(group, topic).get(0);
+  }
+
+  /**
+   * The {@link #lag} of each partition of {@code topic}, by partition; -1 where it is not known.
+   */
+  private static List<Long> lags(String group, String topic) {
     try (Admin admin = admin()) {
-      SharePartitionOffsetInfo info =
+      int partitionCount =
+          admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().size();
+      List<TopicPartition> partitions =
+          IntStream.range(0, partitionCount)
+              .mapToObj(partition -> new TopicPartition(topic, partition))
+              .toList();
+      Map<TopicPartition, SharePartitionOffsetInfo> offsets =
           admin
               .listShareGroupOffsets(
-                  Map.of(
-                      group, new ListShareGroupOffsetsSpec().topicPartitions(List.of(partition))))
+                  Map.of(group, new ListShareGroupOffsetsSpec().topicPartitions(partitions)))
               .partitionsToOffsetInfo(group)
-              .get()
-              .get(partition);
-      return info == null ? -1 : info.lag().orElse(-1L);
+              .get();
+      return partitions.stream()
+          .map(offsets::get)
+          .map(info -> info == null ? -1L : info.lag().orElse(-1L))
+          .toList();
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       throw new IllegalStateException(e);
@@ -127,10 +141,15 @@ public final class TestShareGroups {
 
   /**
    * What is left in the queue: the records a new consumer of {@code group} acquires within {@code
-   * window} (released again). Empty once every record was acknowledged or rejected.
+   * window} (released again). Empty once every record was acknowledged or rejected: at once when
+   * the group's lag is 0 on every partition of {@code topic}, as then no record can be acquired
+   * again, however long a consumer waited.
    */
   public static List<ConsumerRecord<String, String>> remaining(
       String group, String topic, Duration window) {
+    if (lags(group, topic).stream().allMatch(lag -> lag == 0)) {
+      return List.of();
+    }
     Map<String, Object> config = consumerConfig(group);
     config.put("share.acknowledgement.mode", "explicit");
     List<ConsumerRecord<String, String>> left = new ArrayList<>();

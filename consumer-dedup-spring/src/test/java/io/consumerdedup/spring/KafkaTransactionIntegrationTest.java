@@ -181,9 +181,7 @@ class KafkaTransactionIntegrationTest {
   }
 
   private List<String> receipts(String isolation, String orderNo) {
-    return SpringTestEnvironment.readTopic(
-            "ktx-receipts", isolation, Integer.MAX_VALUE, Duration.ofSeconds(3))
-        .stream()
+    return SpringTestEnvironment.readWritten("ktx-receipts", isolation).stream()
         .filter(record -> orderNo.equals(record.key()))
         .map(ConsumerRecord::value)
         .toList();

@@ -22,6 +22,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.jspecify.annotations.Nullable;
@@ -183,18 +184,11 @@ final class SpringTestEnvironment {
     return offset == null ? -1 : offset.offset();
   }
 
-  /** Reads every record of {@code topic} from the beginning, until {@code count} have arrived. */
-  static List<ConsumerRecord<String, String>> readTopic(String topic, int count, Duration timeout) {
-    return readTopic(topic, "read_uncommitted", count, timeout);
-  }
-
   /**
-   * Reads the records of {@code topic} from the beginning at an isolation level ({@code
-   * read_committed} skips those of aborted transactions), until {@code count} have arrived or
+   * Reads every record of {@code topic} from the beginning, until {@code count} have arrived or
    * {@code timeout} passed.
    */
-  static List<ConsumerRecord<String, String>> readTopic(
-      String topic, String isolation, int count, Duration timeout) {
+  static List<ConsumerRecord<String, String>> readTopic(String topic, int count, Duration timeout) {
     List<ConsumerRecord<String, String>> records = new ArrayList<>();
     try (KafkaConsumer<String, String> consumer =
         new KafkaConsumer<>(
@@ -204,14 +198,46 @@ final class SpringTestEnvironment {
                 ConsumerConfig.GROUP_ID_CONFIG,
                 "reader-" + UUID.randomUUID(),
                 ConsumerConfig.AUTO_OFFSET_RESET_CONFIG,
-                "earliest",
-                ConsumerConfig.ISOLATION_LEVEL_CONFIG,
-                isolation),
+                "earliest"),
             new StringDeserializer(),
             new StringDeserializer())) {
       consumer.subscribe(List.of(topic));
       long deadline = System.nanoTime() + timeout.toNanos();
       while (records.size() < count && System.nanoTime() < deadline) {
+        consumer.poll(Duration.ofMillis(200)).forEach(records::add);
+      }
+    }
+    return records;
+  }
+
+  /**
+   * Reads every record of {@code topic} written so far at an isolation level: up to the end offsets
+   * as the read starts, under {@code read_committed} the last stable offsets (an open transaction's
+   * records and those after them are not read yet, aborted ones never).
+   */
+  static List<ConsumerRecord<String, String>> readWritten(String topic, String isolation) {
+    List<ConsumerRecord<String, String>> records = new ArrayList<>();
+    try (KafkaConsumer<String, String> consumer =
+        new KafkaConsumer<>(
+            Map.of(
+                ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
+                TestKafka.bootstrapServers(),
+                ConsumerConfig.ISOLATION_LEVEL_CONFIG,
+                isolation),
+            new StringDeserializer(),
+            new StringDeserializer())) {
+      List<TopicPartition> partitions =
+          consumer.partitionsFor(topic).stream()
+              .map(info -> new TopicPartition(topic, info.partition()))
+              .toList();
+      consumer.assign(partitions);
+      consumer.seekToBeginning(partitions);
+      Map<TopicPartition, Long> ends = consumer.endOffsets(partitions);
+      long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();
+      while (partitions.stream().anyMatch(p -> consumer.position(p) < ends.get(p))) {
+        if (System.nanoTime() > deadline) {
+          throw new IllegalStateException("Could not read " + topic + " up to " + ends);
+        }
         consumer.poll(Duration.ofMillis(200)).forEach(records::add);
       }
     }

@@ -8,9 +8,10 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
+import java.util.Map;
+import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -28,35 +29,62 @@ class PurgePlansTest {
   private static final int[] SIZES = {1_000, 100_000, 1_000_000};
   private static final String CURSOR = "now() - interval '30 days'";
 
-  private final PurgeSql purge = new PurgeSql("consumer_dedup", true);
-  private final PostgresSql sql = new PostgresSql("consumer_dedup");
-  private String schema;
-  private Connection connection;
-  private int rows;
+  /**
+   * The prefix of the statements whose plans the server may keep from while the table was empty.
+   */
+  private static final String KEPT = "kept_";
 
-  @BeforeEach
-  void setUp() throws SQLException {
-    schema = TestDatabase.newSchema("purgeplans");
-    connection = TestDatabase.connect(schema);
-    execute("ALTER TABLE consumer_dedup SET (autovacuum_enabled = false)");
-    for (Purge statement : statements()) {
-      prepare(statement);
+  private static final PurgeSql purge = new PurgeSql("consumer_dedup", true);
+  private static final PostgresSql sql = new PostgresSql("consumer_dedup");
+
+  /**
+   * The plans on a table never analyzed, by size and statement name: growing a table to a million
+   * rows takes most of this class's time, so both tests of such a table read one table's plans,
+   * taken as it grows.
+   */
+  private static final Map<Integer, Map<String, String>> neverAnalyzedPlans = new HashMap<>();
+
+  private static final Map<Integer, Integer> neverAnalyzedStatistics = new HashMap<>();
+
+  @BeforeAll
+  static void growATableNeverAnalyzed() throws SQLException {
+    try (Table table = new Table()) {
+      for (Purge statement : statements("")) {
+        table.prepare(statement);
+      }
+      for (Purge statement : statements(KEPT)) {
+        table.prepare(statement);
+        // More often than the server plans a statement for its parameters before it may keep a
+        // generic plan; rolled back, so the table stays empty.
+        for (int i = 0; i < 8; i++) {
+          table.inPurgeTransaction(
+              () -> {
+                table.execute("EXECUTE " + statement.name() + statement.arguments());
+                return null;
+              });
+        }
+      }
+      for (int size : SIZES) {
+        table.growTo(size);
+        neverAnalyzedStatistics.put(size, table.statistics());
+        Map<String, String> plans = new HashMap<>();
+        for (Purge statement : statements("")) {
+          plans.put(statement.name(), table.plan(statement));
+        }
+        for (Purge statement : statements(KEPT)) {
+          plans.put(statement.name(), table.plan(statement));
+        }
+        neverAnalyzedPlans.put(size, plans);
+      }
     }
   }
 
-  @AfterEach
-  void tearDown() throws SQLException {
-    connection.close();
-    TestDatabase.dropSchema(schema);
-  }
-
   @Test
-  void onATableNeverAnalyzedThePurgeWalksTheIndexAtEverySize() throws SQLException {
+  void onATableNeverAnalyzedThePurgeWalksTheIndexAtEverySize() {
     for (int size : SIZES) {
-      growTo(size);
-      assertThat(statistics()).as("the table has no statistics").isZero();
-      for (Purge statement : statements()) {
-        assertThat(plan(statement))
+      assertThat(neverAnalyzedStatistics.get(size)).as("the table has no statistics").isZero();
+      for (Purge statement : statements("")) {
+        assertThat(neverAnalyzedPlans.get(size).get(statement.name()))
             .as("%s at %,d rows", statement.name(), size)
             .satisfies(plan -> walksTheIndex(statement, plan));
       }
@@ -64,24 +92,10 @@ class PurgePlansTest {
   }
 
   @Test
-  void plansKeptFromWhileTheTableWasEmptyStillWalkTheIndexOnceItHasGrown() throws SQLException {
-    for (Purge statement : statements()) {
-      // More often than the server plans a statement for its parameters before it may keep a
-      // generic plan; rolled back, so the table stays empty.
-      for (int i = 0; i < 8; i++) {
-        inPurgeTransaction(
-            () -> {
-              try (Statement run = connection.createStatement()) {
-                run.execute("EXECUTE " + statement.name() + statement.arguments());
-              }
-              return null;
-            });
-      }
-    }
+  void plansKeptFromWhileTheTableWasEmptyStillWalkTheIndexOnceItHasGrown() {
     for (int size : SIZES) {
-      growTo(size);
-      for (Purge statement : statements()) {
-        assertThat(plan(statement))
+      for (Purge statement : statements(KEPT)) {
+        assertThat(neverAnalyzedPlans.get(size).get(statement.name()))
             .as("%s at %,d rows", statement.name(), size)
             .satisfies(plan -> walksTheIndex(statement, plan));
       }
@@ -90,13 +104,18 @@ class PurgePlansTest {
 
   @Test
   void onAnAnalyzedTableABatchDeletesByPrimaryKey() throws SQLException {
-    for (int size : new int[] {1_000, 100_000}) {
-      growTo(size);
-      execute("ANALYZE consumer_dedup");
-      for (Purge statement : statements()) {
-        assertThat(plan(statement))
-            .as("%s at %,d rows", statement.name(), size)
-            .satisfies(plan -> walksTheIndex(statement, plan));
+    try (Table table = new Table()) {
+      for (Purge statement : statements("")) {
+        table.prepare(statement);
+      }
+      for (int size : new int[] {1_000, 100_000}) {
+        table.growTo(size);
+        table.execute("ANALYZE consumer_dedup");
+        for (Purge statement : statements("")) {
+          assertThat(table.plan(statement))
+              .as("%s at %,d rows", statement.name(), size)
+              .satisfies(plan -> walksTheIndex(statement, plan));
+        }
       }
     }
   }
@@ -115,95 +134,122 @@ class PurgePlansTest {
   /** A purge statement, named for PREPARE, with its arguments as SQL. */
   private record Purge(String name, String text, String arguments, boolean deletes) {}
 
-  private List<Purge> statements() {
+  /** The purge's statements, named for PREPARE with {@code prefix}. */
+  private static List<Purge> statements(String prefix) {
     String cursor = "(" + CURSOR + ", " + CURSOR + ", " + CURSOR + ", 'order', 'order', 'k', 1000)";
     return List.of(
-        new Purge("batch_after_cursor", purge.deleteBatch(true), cursor, true),
-        new Purge("batch_first", purge.deleteBatch(false), "(1000)", true),
-        new Purge("purge_oldest", sql.purge, "(1000)", true),
-        new Purge("backlog", purge.backlog, "(" + PurgeSql.BACKLOG_SAMPLE + ")", false));
-  }
-
-  /** Prepares the statement server-side under its name ({@code ?} become {@code $n}). */
-  private void prepare(Purge statement) throws SQLException {
-    StringBuilder numbered = new StringBuilder();
-    int parameter = 0;
-    for (char c : statement.text().toCharArray()) {
-      if (c == '?') {
-        numbered.append('$').append(++parameter);
-      } else {
-        numbered.append(c);
-      }
-    }
-    execute("PREPARE " + statement.name() + " AS " + numbered);
-  }
-
-  /** The statement's plan, in a transaction as the store runs it. */
-  private String plan(Purge statement) throws SQLException {
-    return inPurgeTransaction(
-        () -> {
-          List<String> lines = new ArrayList<>();
-          try (Statement explain = connection.createStatement();
-              ResultSet planRows =
-                  explain.executeQuery(
-                      "EXPLAIN (COSTS OFF) EXECUTE " + statement.name() + statement.arguments())) {
-            while (planRows.next()) {
-              lines.add(planRows.getString(1));
-            }
-          }
-          return String.join("\n", lines);
-        });
-  }
-
-  private interface Work<T> {
-    T run() throws SQLException;
-  }
-
-  /** Runs {@code work} after the purge's planner settings, in a transaction rolled back. */
-  private <T> T inPurgeTransaction(Work<T> work) throws SQLException {
-    connection.setAutoCommit(false);
-    try {
-      execute(PostgresSql.PURGE_PLANS);
-      return work.run();
-    } finally {
-      connection.rollback();
-      connection.setAutoCommit(true);
-    }
+        new Purge(prefix + "batch_after_cursor", purge.deleteBatch(true), cursor, true),
+        new Purge(prefix + "batch_first", purge.deleteBatch(false), "(1000)", true),
+        new Purge(prefix + "purge_oldest", sql.purge, "(1000)", true),
+        new Purge(prefix + "backlog", purge.backlog, "(" + PurgeSql.BACKLOG_SAMPLE + ")", false));
   }
 
   /**
-   * Adds rows up to {@code size}, created over the last two weeks in key order and kept seven days
-   * (the older half expired), as a grown table holds them.
+   * A dedup table of its own (autovacuum off, so that nothing analyzes it behind the test's back)
+   * on one connection, which holds the prepared statements.
    */
-  private void growTo(int size) throws SQLException {
-    execute(
-        "INSERT INTO consumer_dedup (biz_type, biz_key, status, owner, created_at, expires_at)"
-            + " SELECT 'order', 'k-' || g, 'SUCCESS', 'consumer-a', t, t + interval '7 days'"
-            + " FROM generate_series("
-            + rows
-            + ", "
-            + (size - 1)
-            + ") g, LATERAL (SELECT now() - interval '14 days' * (1 - g::float8 / "
-            + size
-            + ") AS t) created");
-    rows = size;
-  }
+  private static final class Table implements AutoCloseable {
+    private final String schema = TestDatabase.newSchema("purgeplans");
+    private final Connection connection;
+    private int rows;
 
-  /** The planner statistics of the table's columns. */
-  private int statistics() throws SQLException {
-    try (Statement statement = connection.createStatement();
-        ResultSet row =
-            statement.executeQuery(
-                "SELECT count(*) FROM pg_stats WHERE tablename = 'consumer_dedup'"
-                    + " AND schemaname = current_schema()")) {
-      row.next();
-      return row.getInt(1);
+    Table() throws SQLException {
+      connection = TestDatabase.connect(schema);
+      execute("ALTER TABLE consumer_dedup SET (autovacuum_enabled = false)");
     }
-  }
 
-  private void execute(String statementSql) throws SQLException {
-    try (Statement statement = connection.createStatement()) {
-      statement.execute(statementSql);
+    @Override
+    public void close() throws SQLException {
+      try {
+        connection.close();
+      } finally {
+        TestDatabase.dropSchema(schema);
+      }
+    }
+
+    /** Prepares the statement server-side under its name ({@code ?} become {@code $n}). */
+    private void prepare(Purge statement) throws SQLException {
+      StringBuilder numbered = new StringBuilder();
+      int parameter = 0;
+      for (char c : statement.text().toCharArray()) {
+        if (c == '?') {
+          numbered.append('$').append(++parameter);
+        } else {
+          numbered.append(c);
+        }
+      }
+      execute("PREPARE " + statement.name() + " AS " + numbered);
+    }
+
+    /** The statement's plan, in a transaction as the store runs it. */
+    private String plan(Purge statement) throws SQLException {
+      return inPurgeTransaction(
+          () -> {
+            List<String> lines = new ArrayList<>();
+            try (Statement explain = connection.createStatement();
+                ResultSet planRows =
+                    explain.executeQuery(
+                        "EXPLAIN (COSTS OFF) EXECUTE "
+                            + statement.name()
+                            + statement.arguments())) {
+              while (planRows.next()) {
+                lines.add(planRows.getString(1));
+              }
+            }
+            return String.join("\n", lines);
+          });
+    }
+
+    private interface Work<T> {
+      T run() throws SQLException;
+    }
+
+    /** Runs {@code work} after the purge's planner settings, in a transaction rolled back. */
+    private <T> T inPurgeTransaction(Work<T> work) throws SQLException {
+      connection.setAutoCommit(false);
+      try {
+        execute(PostgresSql.PURGE_PLANS);
+        return work.run();
+      } finally {
+        connection.rollback();
+        connection.setAutoCommit(true);
+      }
+    }
+
+    /**
+     * Adds rows up to {@code size}, created over the last two weeks in key order and kept seven
+     * days (the older half expired), as a grown table holds them.
+     */
+    private void growTo(int size) throws SQLException {
+      execute(
+          "INSERT INTO consumer_dedup (biz_type, biz_key, status, owner, created_at, expires_at)"
+              + " SELECT 'order', 'k-' || g, 'SUCCESS', 'consumer-a', t, t + interval '7 days'"
+              + " FROM generate_series("
+              + rows
+              + ", "
+              + (size - 1)
+              + ") g, LATERAL (SELECT now() - interval '14 days' * (1 - g::float8 / "
+              + size
+              + ") AS t) created");
+      rows = size;
+    }
+
+    /** The planner statistics of the table's columns. */
+    private int statistics() throws SQLException {
+      try (Statement statement = connection.createStatement();
+          ResultSet row =
+              statement.executeQuery(
+                  "SELECT count(*) FROM pg_stats WHERE tablename = 'consumer_dedup'"
+                      + " AND schemaname = current_schema()")) {
+        row.next();
+        return row.getInt(1);
+      }
+    }
+
+    private void execute(String statementSql) throws SQLException {
+      try (Statement statement = connection.createStatement()) {
+        statement.execute(statementSql);
+      }
     }
   }
 }
