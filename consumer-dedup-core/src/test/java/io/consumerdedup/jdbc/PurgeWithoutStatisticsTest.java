@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.jdbc.internal.KeysetPurge;
+import io.consumerdedup.testing.PlanningTable;
 import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.ResultSet;
@@ -27,32 +28,31 @@ class PurgeWithoutStatisticsTest {
   private static final int ROWS = 100_000;
   private static final int BATCH = 1_000;
 
-  private String schema;
+  private PlanningTable table;
   private HikariDataSource pool;
   private JdbcDedupStore store;
-  private Connection connection;
 
   @BeforeEach
   void setUp() throws SQLException {
-    schema = TestDatabase.newSchema("purgestats");
+    table = new PlanningTable("purgestats");
     // One connection: the store's statements are planned, and cached, in one session.
-    pool = TestDatabase.dataSource(schema, 1);
+    pool = TestDatabase.dataSource(table.schema(), 1);
     store = JdbcDedupStore.builder(pool).build();
-    connection = TestDatabase.connect(schema);
-    execute("ALTER TABLE consumer_dedup SET (autovacuum_enabled = false)");
   }
 
   @AfterEach
   void tearDown() throws SQLException {
-    connection.close();
-    pool.close();
-    TestDatabase.dropSchema(schema);
+    try {
+      pool.close();
+    } finally {
+      table.close();
+    }
   }
 
   @Test
   void onATableNeverAnalyzedThePurgeScansNoWholeTable() throws SQLException {
     grow();
-    assertThat(statistics()).as("the table has no planner statistics").isZero();
+    assertThat(table.statistics()).as("the table has no planner statistics").isZero();
 
     purgeByIndex();
   }
@@ -101,19 +101,9 @@ class PurgeWithoutStatisticsTest {
     assertThat(count()).as("rows left").isEqualTo(ROWS - 4 * BATCH);
   }
 
-  /**
-   * Fills the table with {@link #ROWS} rows created over the last two weeks in key order and kept
-   * seven days (the older half expired), never analyzed.
-   */
+  /** Fills the table with {@link #ROWS} rows spread over two weeks, never analyzed. */
   private void grow() throws SQLException {
-    execute(
-        "INSERT INTO consumer_dedup (biz_type, biz_key, status, owner, created_at, expires_at)"
-            + " SELECT 'order', 'k-' || g, 'SUCCESS', 'consumer-a', t, t + interval '7 days'"
-            + " FROM generate_series(1, "
-            + ROWS
-            + ") g, LATERAL (SELECT now() - interval '14 days' * (1 - g::float8 / "
-            + ROWS
-            + ") AS t) created");
+    table.addRowsCreatedOverTwoWeeks(0, ROWS, ROWS);
   }
 
   /**
@@ -126,8 +116,8 @@ class PurgeWithoutStatisticsTest {
         Statement statement = storeConnection.createStatement()) {
       statement.execute("SELECT pg_stat_force_next_flush()");
     }
-    execute("SELECT pg_stat_force_next_flush()");
-    try (Statement statement = connection.createStatement();
+    table.execute("SELECT pg_stat_force_next_flush()");
+    try (Statement statement = table.connection().createStatement();
         ResultSet row =
             statement.executeQuery(
                 "SELECT seq_scan FROM pg_stat_user_tables"
@@ -139,28 +129,10 @@ class PurgeWithoutStatisticsTest {
 
   /** Read only at the end: this scans the table. */
   private long count() throws SQLException {
-    try (Statement statement = connection.createStatement();
+    try (Statement statement = table.connection().createStatement();
         ResultSet row = statement.executeQuery("SELECT count(*) FROM consumer_dedup")) {
       row.next();
       return row.getLong(1);
-    }
-  }
-
-  /** The planner statistics of the table's columns. */
-  private int statistics() throws SQLException {
-    try (Statement statement = connection.createStatement();
-        ResultSet row =
-            statement.executeQuery(
-                "SELECT count(*) FROM pg_stats WHERE tablename = 'consumer_dedup'"
-                    + " AND schemaname = current_schema()")) {
-      row.next();
-      return row.getInt(1);
-    }
-  }
-
-  private void execute(String statementSql) throws SQLException {
-    try (Statement statement = connection.createStatement()) {
-      statement.execute(statementSql);
     }
   }
 }

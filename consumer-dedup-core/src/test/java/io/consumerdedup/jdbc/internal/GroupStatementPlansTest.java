@@ -2,12 +2,9 @@ package io.consumerdedup.jdbc.internal;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.PlanningTable;
 import java.sql.Connection;
-import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.Statement;
-import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
 import java.util.stream.Collectors;
@@ -32,26 +29,22 @@ class GroupStatementPlansTest {
   private static final String ONE_CLAIM = "'order', 'k-0', 'x', 60000, 60000, NULL, 'x', 'x'";
 
   private final PostgresSql sql = new PostgresSql("consumer_dedup");
-  private String schema;
-  private Connection connection;
+  private PlanningTable table;
 
   @BeforeEach
   void setUp() throws SQLException {
-    schema = TestDatabase.newSchema("plans");
-    connection = TestDatabase.connect(schema);
-    execute("ALTER TABLE consumer_dedup SET (autovacuum_enabled = false)");
+    table = new PlanningTable("plans");
   }
 
   @AfterEach
   void tearDown() throws SQLException {
-    connection.close();
-    TestDatabase.dropSchema(schema);
+    table.close();
   }
 
   @Test
   void onATableNeverAnalyzedEachKeyOfAGroupIsAnIndexProbe() throws SQLException {
     grow();
-    assertThat(statistics()).as("the table has no statistics").isZero();
+    assertThat(table.statistics()).as("the table has no statistics").isZero();
 
     for (Group group : groups()) {
       prepare(group);
@@ -66,9 +59,10 @@ class GroupStatementPlansTest {
       prepare(group);
       // Run while the table is empty, more often than the server plans a statement for its
       // parameters before it may keep a generic plan; rolled back, so the table stays empty.
+      Connection connection = table.connection();
       connection.setAutoCommit(false);
       for (int i = 0; i < 8; i++) {
-        execute("EXECUTE " + group.name() + group.arguments());
+        table.execute("EXECUTE " + group.name() + group.arguments());
       }
       connection.rollback();
       connection.setAutoCommit(true);
@@ -127,60 +121,21 @@ class GroupStatementPlansTest {
     return "'{" + String.join(",", values) + "}'::" + type + "[]";
   }
 
-  /**
-   * Prepares {@code group}'s statement server-side under its name ({@code ?} become {@code $n}).
-   */
   private void prepare(Group group) throws SQLException {
-    StringBuilder numbered = new StringBuilder();
-    int parameter = 0;
-    for (char c : group.text().toCharArray()) {
-      if (c == '?') {
-        numbered.append('$').append(++parameter);
-      } else {
-        numbered.append(c);
-      }
-    }
-    execute("PREPARE " + group.name() + " AS " + numbered);
+    table.prepare(group.name(), group.text());
   }
 
   private String plan(Group group) throws SQLException {
-    List<String> lines = new ArrayList<>();
-    try (Statement statement = connection.createStatement();
-        ResultSet rows =
-            statement.executeQuery(
-                "EXPLAIN (COSTS OFF) EXECUTE " + group.name() + group.arguments())) {
-      while (rows.next()) {
-        lines.add(rows.getString(1));
-      }
-    }
-    return String.join("\n", lines);
+    return table.plan(group.name(), group.arguments());
   }
 
   /** Fills the table with {@link #ROWS} rows, as a grown table holds them, never analyzed. */
   private void grow() throws SQLException {
-    execute(
+    table.execute(
         "INSERT INTO consumer_dedup (biz_type, biz_key, status, owner, expires_at)"
             + " SELECT 'order', 'k-' || g, 'SUCCESS', 'consumer-a', now() + interval '7 days'"
             + " FROM generate_series(0, "
             + (ROWS - 1)
             + ") g");
-  }
-
-  /** The planner statistics of the table's columns. */
-  private int statistics() throws SQLException {
-    try (Statement statement = connection.createStatement();
-        ResultSet row =
-            statement.executeQuery(
-                "SELECT count(*) FROM pg_stats WHERE tablename = 'consumer_dedup'"
-                    + " AND schemaname = current_schema()")) {
-      row.next();
-      return row.getInt(1);
-    }
-  }
-
-  private void execute(String statementSql) throws SQLException {
-    try (Statement statement = connection.createStatement()) {
-      statement.execute(statementSql);
-    }
   }
 }

@@ -2,12 +2,9 @@ package io.consumerdedup.jdbc.internal;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.PlanningTable;
 import java.sql.Connection;
-import java.sql.ResultSet;
 import java.sql.SQLException;
-import java.sql.Statement;
-import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -144,60 +141,25 @@ class PurgePlansTest {
         new Purge(prefix + "backlog", purge.backlog, "(" + PurgeSql.BACKLOG_SAMPLE + ")", false));
   }
 
-  /**
-   * A dedup table of its own (autovacuum off, so that nothing analyzes it behind the test's back)
-   * on one connection, which holds the prepared statements.
-   */
+  /** A table of its own whose statements are planned as the store runs them. */
   private static final class Table implements AutoCloseable {
-    private final String schema = TestDatabase.newSchema("purgeplans");
-    private final Connection connection;
+    private final PlanningTable table = new PlanningTable("purgeplans");
     private int rows;
 
-    Table() throws SQLException {
-      connection = TestDatabase.connect(schema);
-      execute("ALTER TABLE consumer_dedup SET (autovacuum_enabled = false)");
-    }
+    Table() throws SQLException {}
 
     @Override
     public void close() throws SQLException {
-      try {
-        connection.close();
-      } finally {
-        TestDatabase.dropSchema(schema);
-      }
+      table.close();
     }
 
-    /** Prepares the statement server-side under its name ({@code ?} become {@code $n}). */
     private void prepare(Purge statement) throws SQLException {
-      StringBuilder numbered = new StringBuilder();
-      int parameter = 0;
-      for (char c : statement.text().toCharArray()) {
-        if (c == '?') {
-          numbered.append('$').append(++parameter);
-        } else {
-          numbered.append(c);
-        }
-      }
-      execute("PREPARE " + statement.name() + " AS " + numbered);
+      table.prepare(statement.name(), statement.text());
     }
 
     /** The statement's plan, in a transaction as the store runs it. */
     private String plan(Purge statement) throws SQLException {
-      return inPurgeTransaction(
-          () -> {
-            List<String> lines = new ArrayList<>();
-            try (Statement explain = connection.createStatement();
-                ResultSet planRows =
-                    explain.executeQuery(
-                        "EXPLAIN (COSTS OFF) EXECUTE "
-                            + statement.name()
-                            + statement.arguments())) {
-              while (planRows.next()) {
-                lines.add(planRows.getString(1));
-              }
-            }
-            return String.join("\n", lines);
-          });
+      return inPurgeTransaction(() -> table.plan(statement.name(), statement.arguments()));
     }
 
     private interface Work<T> {
@@ -206,6 +168,7 @@ class PurgePlansTest {
 
     /** Runs {@code work} after the purge's planner settings, in a transaction rolled back. */
     private <T> T inPurgeTransaction(Work<T> work) throws SQLException {
+      Connection connection = table.connection();
       connection.setAutoCommit(false);
       try {
         execute(PostgresSql.PURGE_PLANS);
@@ -216,40 +179,18 @@ class PurgePlansTest {
       }
     }
 
-    /**
-     * Adds rows up to {@code size}, created over the last two weeks in key order and kept seven
-     * days (the older half expired), as a grown table holds them.
-     */
+    /** Adds rows up to {@code size}, spread over two weeks as a table of that size holds them. */
     private void growTo(int size) throws SQLException {
-      execute(
-          "INSERT INTO consumer_dedup (biz_type, biz_key, status, owner, created_at, expires_at)"
-              + " SELECT 'order', 'k-' || g, 'SUCCESS', 'consumer-a', t, t + interval '7 days'"
-              + " FROM generate_series("
-              + rows
-              + ", "
-              + (size - 1)
-              + ") g, LATERAL (SELECT now() - interval '14 days' * (1 - g::float8 / "
-              + size
-              + ") AS t) created");
+      table.addRowsCreatedOverTwoWeeks(rows, size, size);
       rows = size;
     }
 
-    /** The planner statistics of the table's columns. */
     private int statistics() throws SQLException {
-      try (Statement statement = connection.createStatement();
-          ResultSet row =
-              statement.executeQuery(
-                  "SELECT count(*) FROM pg_stats WHERE tablename = 'consumer_dedup'"
-                      + " AND schemaname = current_schema()")) {
-        row.next();
-        return row.getInt(1);
-      }
+      return table.statistics();
     }
 
     private void execute(String statementSql) throws SQLException {
-      try (Statement statement = connection.createStatement()) {
-        statement.execute(statementSql);
-      }
+      table.execute(statementSql);
     }
   }
 }
