@@ -36,7 +36,10 @@ import org.slf4j.LoggerFactory;
  * past the record only once the dead letter is safely written. A send not acknowledged within the
  * {@link Builder#sendTimeout(Duration) send timeout} goes on in the producer, which may still write
  * it: the next call for the same record (same dead-letter topic, topic, partition and offset) waits
- * for that send instead of sending a second dead letter, and sends anew only if it failed.
+ * for that send instead of sending a second dead letter, and sends anew only if it failed. Such a
+ * send, once written, is remembered for five minutes after the broker's answer (not for the life of
+ * the publisher, as its record may never come back to it): a try of the record later than that
+ * writes a second dead letter.
  *
  * <pre>{@code
  * Producer<String, String> dltProducer = new KafkaProducer<>(producerConfig); // acks=all
@@ -133,12 +136,22 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
   private final Duration sendTimeout;
 
   /**
-   * Sends whose answer was not awaited to the end (a timeout, an interrupt), until a later call for
-   * the same record sees them answered; shared by every thread that uses this publisher, as a
-   * rebalance can hand a held record to another loop of the same application.
+   * How long a send answered after its caller stopped waiting is kept for a later call of the same
+   * record. That call comes with the caller's next try, a back-off later (the loops' default hold
+   * back-off is at most 30 s); a record that never comes back (its partition went to another
+   * instance, or it was committed past otherwise) must not be kept for the life of the publisher.
    */
-  private final Map<Letter, CompletableFuture<RecordMetadata>> unanswered =
-      new ConcurrentHashMap<>();
+  static final Duration DEFAULT_ANSWERED_RETENTION = Duration.ofMinutes(5);
+
+  /**
+   * Sends whose answer was not awaited to the end (a timeout, an interrupt), until a later call for
+   * the same record sees them answered, or, answered successfully, for the answered retention;
+   * shared by every thread that uses this publisher, as a rebalance can hand a held record to
+   * another loop of the same application. One that failed is removed when it fails.
+   */
+  private final Map<Letter, Send> unanswered = new ConcurrentHashMap<>();
+
+  private final long answeredRetentionNanos;
 
   private KafkaDeadLetterPublisher(
       Builder<K, V> builder,
@@ -150,6 +163,12 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     this.rawDestination = rawDestination;
     this.groupId = builder.groupId;
     this.sendTimeout = builder.sendTimeout;
+    this.answeredRetentionNanos = builder.answeredRetention.toNanos();
+  }
+
+  /** How many sends this publisher keeps for a later call of the same record; for tests. */
+  int sendsKept() {
+    return unanswered.size();
   }
 
   /** Starts building a publisher that sends with {@code producer}. */
@@ -273,12 +292,13 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
       Headers headers,
       Exception reason) {
     Letter letter = new Letter(topic, record.topic(), record.partition(), record.offset());
-    CompletableFuture<RecordMetadata> mine = new CompletableFuture<>();
-    CompletableFuture<RecordMetadata> sent =
+    forgetAnsweredLongAgo();
+    Send mine = new Send();
+    Send sent =
         unanswered.compute(
             letter,
             (same, earlier) ->
-                earlier == null || earlier.isCompletedExceptionally() ? mine : earlier);
+                earlier == null || earlier.answer.isCompletedExceptionally() ? mine : earlier);
     if (sent == mine) {
       ProducerRecord<T, U> deadLetter =
           new ProducerRecord<>(topic, null, null, record.key(), record.value(), headers);
@@ -287,20 +307,22 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
             deadLetter,
             (written, e) -> {
               if (e == null) {
-                mine.complete(written);
+                mine.answeredAt = System.nanoTime();
+                forgetAnsweredLongAgo();
+                mine.answer.complete(written);
               } else {
                 unanswered.remove(letter, mine); // a retry sends it anew
-                mine.completeExceptionally(e);
+                mine.answer.completeExceptionally(e);
               }
             });
       } catch (RuntimeException | Error e) {
         unanswered.remove(letter, mine);
-        mine.completeExceptionally(e);
+        mine.answer.completeExceptionally(e);
         throw e;
       }
     }
     try {
-      RecordMetadata written = sent.get(sendTimeout.toMillis(), TimeUnit.MILLISECONDS);
+      RecordMetadata written = sent.answer.get(sendTimeout.toMillis(), TimeUnit.MILLISECONDS);
       unanswered.remove(letter, sent);
       log.info(
           "Dead-lettered {} to {}-{}@{}: {}",
@@ -331,6 +353,30 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
               + " it",
           e);
     }
+  }
+
+  /**
+   * Drops the sends answered successfully longer than the answered retention ago, whose records did
+   * not come back; run on each send and each answer, so what is kept is bounded by the dead letters
+   * of the last retention (and the producer's delivery timeout for those unanswered).
+   */
+  private void forgetAnsweredLongAgo() {
+    long now = System.nanoTime();
+    unanswered
+        .values()
+        .removeIf(
+            send ->
+                send.answer.isDone()
+                    && !send.answer.isCompletedExceptionally()
+                    && now - send.answeredAt > answeredRetentionNanos);
+  }
+
+  /** One send of a dead letter: the broker's answer, and when a successful one came. */
+  private static final class Send {
+    final CompletableFuture<RecordMetadata> answer = new CompletableFuture<>();
+
+    /** {@link System#nanoTime()} of a successful answer; read only once {@link #answer} is done. */
+    volatile long answeredAt;
   }
 
   /**
@@ -390,6 +436,7 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     private @Nullable String groupId;
     private String topicSuffix = DEFAULT_TOPIC_SUFFIX;
     private Duration sendTimeout = DEFAULT_SEND_TIMEOUT;
+    private Duration answeredRetention = DEFAULT_ANSWERED_RETENTION;
 
     private Builder(Producer<K, V> producer) {
       this.producer = Objects.requireNonNull(producer, "producer");
@@ -467,6 +514,12 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
      */
     public Builder<K, V> sendTimeout(Duration sendTimeout) {
       this.sendTimeout = Durations.requirePositive("sendTimeout", sendTimeout);
+      return this;
+    }
+
+    /** For tests: how long a send answered late is kept. */
+    Builder<K, V> answeredRetention(Duration retention) {
+      this.answeredRetention = Durations.requirePositive("answeredRetention", retention);
       return this;
     }
 

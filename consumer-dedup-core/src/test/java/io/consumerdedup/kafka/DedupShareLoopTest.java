@@ -4,12 +4,18 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.core.DedupAttemptsExhaustedException;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.testing.ChildJvm;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -538,6 +544,81 @@ class DedupShareLoopTest {
     restarting.set(false);
     assertQueueEmpty();
     assertThat(applied.get("healthy-1").get()).isEqualTo(1);
+  }
+
+  /**
+   * The application interrupts the loop's thread to stop it (an executor's {@code shutdownNow})
+   * while a handled record's SUCCESS mark is in flight, the database holding it back. The record
+   * must not be accepted before its SUCCESS is durable, or a crash then would lose it: the loop
+   * stops without acknowledging it, the close gives it back, and once the mark is written a new
+   * consumer finds it a duplicate. The handler runs once.
+   */
+  @Test
+  void aLoopInterruptedWhileASuccessMarkIsInFlightDoesNotAcceptTheRecordBeforeItIsDurable()
+      throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    AtomicInteger runs = new AtomicInteger();
+    AtomicReference<Connection> blocker = new AtomicReference<>();
+    RecordHandler<String, String> handler =
+        record -> {
+          if (runs.incrementAndGet() == 1) {
+            // Taken after the claim committed: the SUCCESS mark's UPDATE waits for it.
+            Connection connection = fixture.dataSource().getConnection();
+            connection.setAutoCommit(false);
+            try (Statement lock = connection.createStatement()) {
+              lock.execute("LOCK TABLE consumer_dedup IN SHARE MODE");
+            }
+            blocker.set(connection);
+          }
+        };
+    Thread loopThread =
+        new Thread(loop(Duration.ofMinutes(5), handler, b -> b, r -> {}, KafkaShareConsumer::new));
+    loopThread.start();
+    await().atMost(WAIT).until(() -> TestShareGroups.members(group) == 1);
+    send("int-1", "charge 7.00");
+    await().atMost(WAIT).until(() -> blocker.get() != null);
+    await()
+        .atMost(WAIT)
+        .alias("the SUCCESS mark waits for the lock")
+        .until(() -> waitingForLocks() > 0);
+
+    loopThread.interrupt();
+    loopThread.join(WAIT.toMillis());
+    assertThat(loopThread.isAlive()).as("the interrupted loop ended").isFalse();
+    assertThat(
+            fixture.store().find(DedupKey.of(LoopFixture.BIZ_TYPE, "int-1")).orElseThrow().status())
+        .as("SUCCESS not durable yet")
+        .isEqualTo(DedupStatus.PROCESSING);
+    assertThat(TestShareGroups.lag(group, topic))
+        .as("the record not accepted (-1: nothing acknowledged yet in the group)")
+        .isNotZero();
+
+    blocker.get().rollback();
+    blocker.get().close();
+    await()
+        .atMost(WAIT)
+        .until(
+            () ->
+                fixture
+                        .store()
+                        .find(DedupKey.of(LoopFixture.BIZ_TYPE, "int-1"))
+                        .orElseThrow()
+                        .status()
+                    == DedupStatus.SUCCESS);
+    start(Duration.ofMinutes(5), handler, b -> b);
+    await().atMost(WAIT).until(() -> TestShareGroups.lag(group, topic) == 0);
+    assertQueueEmpty();
+    assertThat(runs).as("handler runs").hasValue(1);
+  }
+
+  /** Statements of this database waiting for a lock. */
+  private static long waitingForLocks() throws SQLException {
+    try (Connection connection = fixture.dataSource().getConnection();
+        Statement query = connection.createStatement();
+        ResultSet waiting = query.executeQuery("SELECT count(*) FROM pg_locks WHERE NOT granted")) {
+      waiting.next();
+      return waiting.getLong(1);
+    }
   }
 
   /**

@@ -1,6 +1,7 @@
 package io.consumerdedup.spring;
 
 import io.consumerdedup.core.DedupConfigurationException;
+import io.consumerdedup.core.DedupExecutorClosedException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupStore;
@@ -51,6 +52,13 @@ public final class IdempotentExecutors implements AutoCloseable {
   private final Set<String> warnedInKafkaTransaction = ConcurrentHashMap.newKeySet();
 
   /**
+   * Set by {@link #close}: a listener call that comes later (a container whose stop outlasted the
+   * shutdown phase's timeout still delivering) is refused, rather than given a new executor that
+   * nobody would close.
+   */
+  private volatile boolean closed;
+
+  /**
    * @param separateStore claims in transactions of their own
    * @param transactionalStore claims in the caller's transaction
    * @param dataSource the DataSource both stores reach (not a transaction-aware proxy): a
@@ -71,9 +79,25 @@ public final class IdempotentExecutors implements AutoCloseable {
     this.defaultMode = Objects.requireNonNull(defaultMode, "defaultMode");
   }
 
-  /** The executor for these overrides, built on first use. */
+  /**
+   * The executor for these overrides, built on first use.
+   *
+   * @throws DedupExecutorClosedException these executors are closed ({@code RETRY_LATER}: the
+   *     record is not run, and comes again to a consumer whose executors run)
+   */
   public IdempotentExecutor executor(Overrides overrides) {
-    return executors.computeIfAbsent(overrides, this::build);
+    if (!closed) {
+      IdempotentExecutor executor = executors.computeIfAbsent(overrides, this::build);
+      if (!closed) {
+        return executor;
+      }
+      executor.close(); // built as close() ran, which may not have seen it
+    }
+    throw new DedupExecutorClosedException(
+        "The application's consumer-dedup executors are closed (it is shutting down)",
+        null,
+        null,
+        null);
   }
 
   /** The executor of listeners without overrides. */
@@ -148,6 +172,7 @@ public final class IdempotentExecutors implements AutoCloseable {
 
   @Override
   public void close() {
+    closed = true;
     executors.values().forEach(IdempotentExecutor::close);
     executors.clear();
   }

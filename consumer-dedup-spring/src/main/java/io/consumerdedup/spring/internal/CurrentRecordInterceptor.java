@@ -127,15 +127,31 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
     ThreadStateErrors.clearing(
         consumer,
         () -> {
+          Throwable first = null;
           try {
             ListenerOutcomes.abandon();
-          } finally {
-            if (consumer instanceof PollAwareConsumer<?, ?> pollAware) {
-              // After each poll's records, and when the container stops: the claims of records
-              // the listener never got (the poll cut short) are given back now, not at the next
-              // poll.
+          } catch (RuntimeException | Error e) {
+            first = e;
+          }
+          if (consumer instanceof PollAwareConsumer<?, ?> pollAware) {
+            // After each poll's records, and when the container stops: the claims of records the
+            // listener never got (the poll cut short) are given back now, not at the next poll.
+            try {
               pollAware.poll().releaseClaims();
+            } catch (RuntimeException | Error e) {
+              // Thrown from a finally, it replaced the first Error, which was then lost.
+              if (first == null) {
+                first = e;
+              } else if (first != e) {
+                first.addSuppressed(e);
+              }
             }
+          }
+          if (first instanceof Error error) {
+            throw error;
+          }
+          if (first != null) {
+            throw (RuntimeException) first;
           }
         });
   }
