@@ -135,13 +135,18 @@ final class SuccessMarkWriter {
         return;
       }
       long now = System.nanoTime();
-      parked.forEach(
-          (thread, mark) -> {
-            if (mark.parkedUntilNanos - now <= 0 && parked.remove(thread, mark)) {
-              queue(mark);
-            }
-          });
-      sweepPending.set(false);
+      try {
+        parked.forEach(
+            (thread, mark) -> {
+              if (mark.parkedUntilNanos - now <= 0 && parked.remove(thread, mark)) {
+                queue(mark);
+              }
+            });
+      } finally {
+        // Also after an Error (a writer thread that could not start): the next park() schedules
+        // a sweep again, where a flag left set would leave every later mark to its next claim.
+        sweepPending.set(false);
+      }
     }
     long next = Long.MAX_VALUE;
     for (PendingOutcome mark : parked.values()) {
