@@ -9,6 +9,7 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
@@ -60,6 +61,38 @@ class CompleteWithNextClaimTest {
     executor.flushMarks();
     flushed.get(5, TimeUnit.SECONDS);
     assertThat(status("flushed")).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void aMarkParkedWhileAnotherThreadsMarkWaitsIsWrittenWithoutANextClaim() throws Exception {
+    IdempotentExecutor executor = executor(db.store(), Duration.ofMinutes(1));
+    DedupClaim first = executor.claim(DedupKey.of("payment", "parked-first"), null, null);
+    CountDownLatch firstParked = new CountDownLatch(1);
+    CompletableFuture<CompletableFuture<Void>> second = new CompletableFuture<>();
+    // Claimed first, parked a moment after the first mark, while the first one's wait runs; no
+    // thread claims again and nobody flushes, so only the wait's end can bring either to the
+    // writer.
+    Thread other =
+        new Thread(
+            () -> {
+              try {
+                DedupClaim claim =
+                    executor.claim(DedupKey.of("payment", "parked-second"), null, null);
+                firstParked.await();
+                second.complete(claim.completeWithNextClaim());
+              } catch (Exception | Error e) {
+                second.completeExceptionally(e);
+              }
+            });
+    other.start();
+    await().atMost(Duration.ofSeconds(10)).until(() -> other.getState() == Thread.State.WAITING);
+    CompletableFuture<Void> firstMark = first.completeWithNextClaim();
+    firstParked.countDown();
+
+    firstMark.get(10, TimeUnit.SECONDS);
+    second.get(10, TimeUnit.SECONDS).get(10, TimeUnit.SECONDS);
+    assertThat(status("parked-first")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(status("parked-second")).isEqualTo(DedupStatus.SUCCESS);
   }
 
   @Test

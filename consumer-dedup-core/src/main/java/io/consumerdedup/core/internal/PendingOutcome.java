@@ -22,7 +22,9 @@ public final class PendingOutcome {
   volatile boolean kept;
   volatile boolean lapseReported;
   volatile @Nullable ScheduledFuture<?> retries;
-  volatile @Nullable ScheduledFuture<?> unparking;
+
+  /** While parked for its thread's next claim: when it goes to the writer thread instead. */
+  volatile long parkedUntilNanos;
 
   private PendingOutcome(
       DedupKey key,
@@ -75,13 +77,6 @@ public final class PendingOutcome {
 
   void cancelRetries() {
     ScheduledFuture<?> current = retries;
-    if (current != null) {
-      current.cancel(false);
-    }
-  }
-
-  void unpark() {
-    ScheduledFuture<?> current = unparking;
     if (current != null) {
       current.cancel(false);
     }

@@ -14,6 +14,7 @@ import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -46,6 +47,9 @@ final class SuccessMarkWriter {
 
   /** Per thread, the SUCCESS mark that waits to be written with the thread's next claim. */
   private final Map<Thread, PendingOutcome> parked = new ConcurrentHashMap<>();
+
+  /** Whether a sweep of the parked marks is scheduled ({@link #sweepParked}). */
+  private final AtomicBoolean sweepPending = new AtomicBoolean();
 
   private @Nullable Thread writer; // guarded by marks
   private volatile boolean closed; // set under marks
@@ -94,41 +98,73 @@ final class SuccessMarkWriter {
    */
   void park(PendingOutcome outcome) {
     Thread thread = Thread.currentThread();
+    outcome.parkedUntilNanos = System.nanoTime() + PARKED_MARK_WAIT.toNanos();
     PendingOutcome earlier = parked.put(thread, outcome);
     if (earlier != null) {
-      earlier.unpark();
       queue(earlier); // no claim came between the two
     }
-    try {
-      if (!closed) {
-        outcome.unparking =
-            renewer.after(
-                PARKED_MARK_WAIT,
-                () -> {
-                  // Only while not closed, decided under the lock on which close() closes: once
-                  // closed, queue() writes on the calling thread, here the lease timer, which
-                  // close() then interrupts; the write failed (a false ERROR, the key PROCESSING
-                  // for a whole lease) while close() gave the mark up. Left parked, close()
-                  // collects it and writes it on its own thread.
-                  synchronized (marks) {
-                    if (!closed && parked.remove(thread, outcome)) {
-                      queue(outcome);
-                    }
-                  }
-                });
+    if (!closed) {
+      // One sweep pending at a time, not a timer task per mark: a task per mark woke the timer
+      // thread for every record (each became the head of its queue) and was cancelled by the
+      // next claim a moment later, a thread hand-off per record on the path it was meant to
+      // spare. The sweep finds the mark by its time, as the task did.
+      if (sweepPending.get() || !sweepPending.compareAndSet(false, true)) {
         return;
       }
-    } catch (RejectedExecutionException e) {
-      // Closed meanwhile: no timer any more.
+      try {
+        renewer.after(PARKED_MARK_WAIT, this::sweepParked);
+        return;
+      } catch (RejectedExecutionException e) {
+        sweepPending.set(false); // closed meanwhile: no timer any more
+      }
     }
     flushParked(); // closed: written now, on this thread
+  }
+
+  /**
+   * On the timer thread: queues the parked marks whose wait is over, and comes back when the next
+   * one's is. A mark parked while this runs is seen by this sweep or schedules the next itself.
+   */
+  private void sweepParked() {
+    synchronized (marks) {
+      // Only while not closed, decided under the lock on which close() closes: once closed,
+      // queue() writes on the calling thread, here the lease timer, which close() then interrupts;
+      // the write failed (a false ERROR, the key PROCESSING for a whole lease) while close() gave
+      // the mark up. Left parked, close() collects it and writes it on its own thread.
+      if (closed) {
+        return;
+      }
+      long now = System.nanoTime();
+      try {
+        parked.forEach(
+            (thread, mark) -> {
+              if (mark.parkedUntilNanos - now <= 0 && parked.remove(thread, mark)) {
+                queue(mark);
+              }
+            });
+      } finally {
+        // Also after an Error (a writer thread that could not start): the next park() schedules
+        // a sweep again, where a flag left set would leave every later mark to its next claim.
+        sweepPending.set(false);
+      }
+    }
+    long next = Long.MAX_VALUE;
+    for (PendingOutcome mark : parked.values()) {
+      next = Math.min(next, Math.max(0, mark.parkedUntilNanos - System.nanoTime()));
+    }
+    if (next != Long.MAX_VALUE && sweepPending.compareAndSet(false, true)) {
+      try {
+        renewer.after(Duration.ofNanos(next), this::sweepParked);
+      } catch (RejectedExecutionException e) {
+        sweepPending.set(false); // closed: close() collects the parked marks
+      }
+    }
   }
 
   /** Hands the calling thread's mark that waits for its next claim to the writer thread now. */
   void flushParked() {
     PendingOutcome mark = parked.remove(Thread.currentThread());
     if (mark != null) {
-      mark.unpark();
       queue(mark);
     }
   }
@@ -147,7 +183,6 @@ final class SuccessMarkWriter {
     if (mark == null || mark.key.equals(claimed) || !parked.remove(thread, mark)) {
       return null;
     }
-    mark.unpark();
     return mark.settled.get() ? null : mark;
   }
 
@@ -288,7 +323,6 @@ final class SuccessMarkWriter {
     parked.forEach(
         (thread, mark) -> {
           if (parked.remove(thread, mark)) {
-            mark.unpark();
             queued.add(mark);
           }
         });
