@@ -8,6 +8,7 @@ import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.testing.PlanningTable;
 import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.ResultSet;
@@ -38,32 +39,33 @@ class GroupRenewalsAndReleasesTest {
   private static final int ROWS = 100_000;
   private static final Duration LEASE = Duration.ofMinutes(5);
 
-  private String schema;
+  private PlanningTable table;
   private HikariDataSource pool;
   private JdbcDedupStore store;
   private Connection connection;
 
   @BeforeEach
   void setUp() throws SQLException {
-    schema = TestDatabase.newSchema("groups");
+    table = new PlanningTable("groups");
     // One connection: the store's statements are planned, and cached, in one session.
-    pool = TestDatabase.dataSource(schema, 1);
+    pool = TestDatabase.dataSource(table.schema(), 1);
     store = JdbcDedupStore.builder(pool).build();
-    connection = TestDatabase.connect(schema);
-    execute("ALTER TABLE consumer_dedup SET (autovacuum_enabled = false)");
+    connection = table.connection();
   }
 
   @AfterEach
   void tearDown() throws SQLException {
-    connection.close();
-    pool.close();
-    TestDatabase.dropSchema(schema);
+    try {
+      pool.close();
+    } finally {
+      table.close();
+    }
   }
 
   @Test
   void onATableNeverAnalyzedAGroupIsRenewedAndReleasedKeyByKey() throws SQLException {
     grow();
-    assertThat(statistics()).as("the table has no planner statistics").isZero();
+    assertThat(table.statistics()).as("the table has no planner statistics").isZero();
 
     renewAndReleaseByKey();
   }
@@ -98,7 +100,7 @@ class GroupRenewalsAndReleasesTest {
       row.next();
       storeBackend = row.getInt(1);
     }
-    try (Connection other = TestDatabase.connect(schema)) {
+    try (Connection other = TestDatabase.connect(table.schema())) {
       other.setAutoCommit(false);
       try (Statement statement = other.createStatement()) {
         statement.executeUpdate(
@@ -134,8 +136,8 @@ class GroupRenewalsAndReleasesTest {
     // Another consumer took one key over; another claim of the same token holds a second one.
     ClaimResult.Claimed stale = claims.get(7);
     ClaimResult.Claimed foreign = claims.get(8);
-    execute("UPDATE consumer_dedup SET attempts = attempts + 1" + byKey(stale.key()));
-    execute("UPDATE consumer_dedup SET claim_id = 'other'" + byKey(foreign.key()));
+    table.execute("UPDATE consumer_dedup SET attempts = attempts + 1" + byKey(stale.key()));
+    table.execute("UPDATE consumer_dedup SET claim_id = 'other'" + byKey(foreign.key()));
 
     Scans beforeRenewal = scans();
     assertThat(store.renewAll(claims, LEASE)).containsExactly(stale.key(), foreign.key());
@@ -190,7 +192,7 @@ class GroupRenewalsAndReleasesTest {
               + claim.claimId()
               + "')");
     }
-    execute(
+    table.execute(
         "INSERT INTO consumer_dedup (biz_type, biz_key, status, attempts, owner, lease_until,"
             + " expires_at, claim_id) VALUES "
             + String.join(", ", rows));
@@ -198,7 +200,7 @@ class GroupRenewalsAndReleasesTest {
 
   /** Fills the table with {@link #ROWS} settled rows, as a grown table holds them. */
   private void grow() throws SQLException {
-    execute(
+    table.execute(
         "INSERT INTO consumer_dedup (biz_type, biz_key, status, owner, expires_at)"
             + " SELECT 'order', 'k-' || g, 'SUCCESS', 'consumer-a', now() + interval '7 days'"
             + " FROM generate_series(1, "
@@ -223,7 +225,7 @@ class GroupRenewalsAndReleasesTest {
         Statement statement = storeConnection.createStatement()) {
       statement.execute("SELECT pg_stat_force_next_flush()");
     }
-    execute("SELECT pg_stat_force_next_flush()");
+    table.execute("SELECT pg_stat_force_next_flush()");
     try (Statement statement = connection.createStatement();
         ResultSet row =
             statement.executeQuery(
@@ -250,24 +252,6 @@ class GroupRenewalsAndReleasesTest {
             statement.executeQuery("SELECT cardinality(pg_blocking_pids(" + backend + ")) > 0")) {
       row.next();
       return row.getBoolean(1);
-    }
-  }
-
-  /** The planner statistics of the table's columns. */
-  private int statistics() throws SQLException {
-    try (Statement statement = connection.createStatement();
-        ResultSet row =
-            statement.executeQuery(
-                "SELECT count(*) FROM pg_stats WHERE tablename = 'consumer_dedup'"
-                    + " AND schemaname = current_schema()")) {
-      row.next();
-      return row.getInt(1);
-    }
-  }
-
-  private void execute(String statementSql) throws SQLException {
-    try (Statement statement = connection.createStatement()) {
-      statement.execute(statementSql);
     }
   }
 }
