@@ -9,6 +9,7 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.testing.PlanningTable;
+import io.consumerdedup.testing.PlanningTable.Scans;
 import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.ResultSet;
@@ -139,9 +140,9 @@ class GroupRenewalsAndReleasesTest {
     table.execute("UPDATE consumer_dedup SET attempts = attempts + 1" + byKey(stale.key()));
     table.execute("UPDATE consumer_dedup SET claim_id = 'other'" + byKey(foreign.key()));
 
-    Scans beforeRenewal = scans();
+    Scans beforeRenewal = table.scans(pool);
     assertThat(store.renewAll(claims, LEASE)).containsExactly(stale.key(), foreign.key());
-    Scans renewal = scans().since(beforeRenewal);
+    Scans renewal = table.scans(pool).since(beforeRenewal);
     assertThat(renewal.index())
         .as("index scans of a group's renewal")
         .isGreaterThanOrEqualTo(GROUP);
@@ -151,9 +152,9 @@ class GroupRenewalsAndReleasesTest {
         .as("claims renewed")
         .isEqualTo(GROUP - 2);
 
-    Scans beforeRelease = scans();
+    Scans beforeRelease = table.scans(pool);
     assertThat(store.releaseAll(claims)).containsExactly(stale.key(), foreign.key());
-    Scans release = scans().since(beforeRelease);
+    Scans release = table.scans(pool).since(beforeRelease);
     assertThat(release.index())
         .as("index scans of a group's release")
         .isGreaterThanOrEqualTo(GROUP);
@@ -209,33 +210,6 @@ class GroupRenewalsAndReleasesTest {
   }
 
   /** The table's scan counters. */
-  private record Scans(long sequential, long index) {
-    Scans since(Scans before) {
-      return new Scans(sequential - before.sequential, index - before.index);
-    }
-  }
-
-  /**
-   * The table's scan counters, with everything the store's connection and this test's did so far: a
-   * backend reports its counts when it goes idle, at most once a second unless told to report the
-   * next time, which it then does before it answers.
-   */
-  private Scans scans() throws SQLException {
-    try (Connection storeConnection = pool.getConnection();
-        Statement statement = storeConnection.createStatement()) {
-      statement.execute("SELECT pg_stat_force_next_flush()");
-    }
-    table.execute("SELECT pg_stat_force_next_flush()");
-    try (Statement statement = connection.createStatement();
-        ResultSet row =
-            statement.executeQuery(
-                "SELECT seq_scan, idx_scan FROM pg_stat_user_tables"
-                    + " WHERE relname = 'consumer_dedup' AND schemaname = current_schema()")) {
-      row.next();
-      return new Scans(row.getLong(1), row.getLong(2));
-    }
-  }
-
   private int count(String condition) throws SQLException {
     try (Statement statement = connection.createStatement();
         ResultSet row =

@@ -79,7 +79,7 @@ class PurgeWithoutStatisticsTest {
    */
   private void purgeByIndex() throws SQLException {
     DedupJanitor janitor = DedupJanitor.builder(store).batchSize(BATCH).maxBatchesPerRun(3).build();
-    long before = sequentialScans();
+    long before = table.scans(pool).sequential();
 
     assertThat(janitor.purgeExpired()).as("rows the janitor deleted").isEqualTo(3 * BATCH);
     assertThat(janitor.measureBacklog().orElseThrow().expiredRows())
@@ -87,7 +87,9 @@ class PurgeWithoutStatisticsTest {
         .isPositive();
     assertThat(store.purge(BATCH)).as("rows the one-shot purge deleted").isEqualTo(BATCH);
 
-    assertThat(sequentialScans() - before).as("sequential scans of the table").isZero();
+    assertThat(table.scans(pool).sequential() - before)
+        .as("sequential scans of the table")
+        .isZero();
     try (Connection storeConnection = pool.getConnection();
         Statement statement = storeConnection.createStatement();
         ResultSet row =
@@ -104,27 +106,6 @@ class PurgeWithoutStatisticsTest {
   /** Fills the table with {@link #ROWS} rows spread over two weeks, never analyzed. */
   private void grow() throws SQLException {
     table.addRowsCreatedOverTwoWeeks(0, ROWS, ROWS);
-  }
-
-  /**
-   * The table's sequential scans, with everything the store's connection and this test's did so far
-   * (a backend reports its counts when it goes idle, at most once a second unless told to report
-   * the next time).
-   */
-  private long sequentialScans() throws SQLException {
-    try (Connection storeConnection = pool.getConnection();
-        Statement statement = storeConnection.createStatement()) {
-      statement.execute("SELECT pg_stat_force_next_flush()");
-    }
-    table.execute("SELECT pg_stat_force_next_flush()");
-    try (Statement statement = table.connection().createStatement();
-        ResultSet row =
-            statement.executeQuery(
-                "SELECT seq_scan FROM pg_stat_user_tables"
-                    + " WHERE relname = 'consumer_dedup' AND schemaname = current_schema()")) {
-      row.next();
-      return row.getLong(1);
-    }
   }
 
   /** Read only at the end: this scans the table. */

@@ -6,6 +6,7 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.List;
+import javax.sql.DataSource;
 
 /**
  * A dedup table in a schema of its own, for tests that read the server's plans of the store's
@@ -80,6 +81,35 @@ public final class PlanningTable implements AutoCloseable {
                     + " AND schemaname = current_schema()")) {
       row.next();
       return row.getInt(1);
+    }
+  }
+
+  /** A table's sequential and index scans, as counted by the server's statistics. */
+  public record Scans(long sequential, long index) {
+    public Scans since(Scans before) {
+      return new Scans(sequential - before.sequential, index - before.index);
+    }
+  }
+
+  /**
+   * The table's scan counters, with everything the store's connection and this one did so far: a
+   * backend reports its counts when it goes idle, at most once a second unless told to report the
+   * next time, which it then does before it answers. {@code store} is the store's pool of one
+   * connection, the session whose scans count.
+   */
+  public Scans scans(DataSource store) throws SQLException {
+    try (Connection storeConnection = store.getConnection();
+        Statement statement = storeConnection.createStatement()) {
+      statement.execute("SELECT pg_stat_force_next_flush()");
+    }
+    execute("SELECT pg_stat_force_next_flush()");
+    try (Statement statement = connection.createStatement();
+        ResultSet row =
+            statement.executeQuery(
+                "SELECT seq_scan, idx_scan FROM pg_stat_user_tables"
+                    + " WHERE relname = 'consumer_dedup' AND schemaname = current_schema()")) {
+      row.next();
+      return new Scans(row.getLong(1), row.getLong(2));
     }
   }
 
