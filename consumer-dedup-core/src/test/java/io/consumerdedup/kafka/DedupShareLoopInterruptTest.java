@@ -21,6 +21,11 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Optional;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -133,6 +138,69 @@ class DedupShareLoopInterruptTest {
     loops.forEach(DedupShareLoop::close);
     second.join(WAIT.toMillis());
     assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+  }
+
+  /**
+   * Interrupted again while it stops: {@link DedupShareLoop#close()} asked the loop to stop, and
+   * the loop waits for the handler in hand to finish its record. The interrupt must not cut that
+   * short: the handler's record is accepted once its SUCCESS is written, not given back to be
+   * delivered again, and the loop ends and counts itself finished, so the close returns.
+   */
+  @Test
+  void aLoopInterruptedWhileItStopsStillAcceptsTheRecordItsHandlerFinished() throws Exception {
+    String topic = fixture.topic();
+    String group = fixture.group();
+    TestKafka.createTopics(1, topic);
+    TestShareGroups.configure(group, Duration.ofSeconds(5));
+    AtomicInteger runs = new AtomicInteger();
+    CountDownLatch handlerStarted = new CountDownLatch(1);
+    CountDownLatch handlerMayFinish = new CountDownLatch(1);
+    DedupShareLoop<String, String> loop =
+        loop(
+            topic,
+            group,
+            WAIT,
+            record -> {
+              runs.incrementAndGet();
+              handlerStarted.countDown();
+              handlerMayFinish.await();
+            });
+    Thread loopThread = new Thread(loop);
+    loopThread.start();
+    await().atMost(WAIT).until(() -> TestShareGroups.members(group) == 1);
+    send(topic, "stop-1", "charge 4.00");
+    assertThat(handlerStarted.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+
+    ExecutorService closer = Executors.newSingleThreadExecutor();
+    try {
+      Future<?> closed = closer.submit(loop::close);
+      await()
+          .atMost(WAIT)
+          .alias("the loop waits for the handler in hand to stop")
+          .until(() -> inStopSequence(loopThread));
+      loopThread.interrupt();
+      handlerMayFinish.countDown();
+      loopThread.join(WAIT.toMillis());
+      assertThat(loopThread.isAlive()).as("the loop ended").isFalse();
+      closed.get(WAIT.toSeconds(), TimeUnit.SECONDS);
+    } finally {
+      closer.shutdownNow();
+    }
+    assertThat(status("stop-1")).contains(DedupStatus.SUCCESS);
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3)))
+        .as("the record whose handler ran was accepted, not given back by the interrupted stop")
+        .isEmpty();
+    assertThat(runs).as("handler runs").hasValue(1);
+  }
+
+  /** Whether the loop's thread is waiting for the handler in hand as the loop stops. */
+  private static boolean inStopSequence(Thread loopThread) {
+    for (StackTraceElement frame : loopThread.getStackTrace()) {
+      if (frame.getMethodName().equals("finishInHand")) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /** Holds back every write to the dedup table until rolled back. */
