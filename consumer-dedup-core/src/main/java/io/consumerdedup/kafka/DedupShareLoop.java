@@ -165,7 +165,9 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
 
   /**
    * Polls and handles records until {@link #close()} is called or the thread is interrupted; then
-   * sends the decided acknowledgements and closes the consumer.
+   * finishes the record in hand (within the close timeout), sends the decided acknowledgements and
+   * closes the consumer. An interrupt while it stops does not cut that short; an interrupt of
+   * either kind is set on the thread again when this returns.
    *
    * @throws IllegalStateException if the loop was already started or closed
    * @throws Error what a handler threw, once the rest of its poll is handled and the consumer is
@@ -205,21 +207,22 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       running = false;
       worker.stop();
       try {
-        finishInHand(workerThread);
+        interrupted |= finishInHand(workerThread);
         inFlight.acknowledgeDecided(System.nanoTime(), true);
-        try {
-          consumer.commitSync();
-        } catch (WakeupException e) {
-          consumer.commitSync(); // the stop request's wakeup, not yet consumed by a poll
-        }
+        interrupted |= sendLastAcknowledgements();
       } catch (RuntimeException e) {
         log.warn("Could not send the last acknowledgements of share group {}", groupId, e);
       } finally {
-        consumer.close();
-        log.info("Stopped consuming {} in share group {}", topics, groupId);
-        finished.countDown();
-        if (interrupted) {
-          Thread.currentThread().interrupt();
+        try {
+          consumer.close();
+        } catch (RuntimeException e) {
+          log.warn("Could not close the consumer of share group {} cleanly", groupId, e);
+        } finally {
+          log.info("Stopped consuming {} in share group {}", topics, groupId);
+          finished.countDown();
+          if (interrupted) {
+            Thread.currentThread().interrupt();
+          }
         }
       }
     }
@@ -231,24 +234,52 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
 
   /**
    * Keeps the locks renewed until the worker has finished the record in hand, and until the records
-   * it decided are back from renewal, so that their acknowledgements can be sent.
+   * it decided are back from renewal, so that their acknowledgements can be sent; whether the
+   * thread was interrupted meanwhile. An interrupt here asks for the stop already under way: it is
+   * kept for the end of {@link #run()}, not let cut the stop short. Cut short, the handler's record
+   * was given back unacknowledged though its handler ran (a delivery spent, a dead letter written
+   * again), and the consumer's close, interrupted in turn, threw before the loop counted itself
+   * finished, so that {@link #close()} waited out twice its timeout for a loop already gone.
    */
-  private void finishInHand(Thread workerThread) {
+  private boolean finishInHand(Thread workerThread) {
+    boolean interrupted = false;
     long deadline = System.nanoTime() + closeTimeout.toNanos();
     while (System.nanoTime() - deadline < 0) {
       if (!workerThread.isAlive()) {
         drainDecisions();
         if (!inFlight.decidedAwaitingRenewal()) {
-          return;
+          return interrupted;
         }
       }
       try {
         cycle(true);
       } catch (WakeupException e) {
         // The stop request itself.
+      } catch (InterruptException e) {
+        Thread.interrupted();
+        interrupted = true;
       }
     }
     drainDecisions();
+    return interrupted;
+  }
+
+  /**
+   * Sends the acknowledgements made, and waits for the broker's answer; whether the thread was
+   * interrupted meanwhile (see {@link #finishInHand}: the close that follows sends them then).
+   */
+  private boolean sendLastAcknowledgements() {
+    try {
+      try {
+        consumer.commitSync();
+      } catch (WakeupException e) {
+        consumer.commitSync(); // the stop request's wakeup, not yet consumed by a poll
+      }
+      return false;
+    } catch (InterruptException e) {
+      Thread.interrupted();
+      return true;
+    }
   }
 
   /**
