@@ -14,6 +14,7 @@ import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.RejectedExecutionException;
+import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
@@ -38,11 +39,15 @@ final class SuccessMarkWriter {
    */
   private static final Duration PARKED_MARK_WAIT = Duration.ofMillis(5);
 
+  /** When a sweep that failed ({@link #sweepParked}) is tried again. */
+  private static final Duration SWEEP_AGAIN_AFTER_FAILURE = Duration.ofMillis(100);
+
   private final DedupStore store;
-  private final LeaseRenewer renewer;
+  private final Timer timer;
   private final PendingOutcomes pending;
   private final Duration successRetention;
   private final Duration closeWait;
+  private final ThreadFactory writerThreads;
   private final BlockingQueue<PendingOutcome> marks = new LinkedBlockingQueue<>();
 
   /** Per thread, the SUCCESS mark that waits to be written with the thread's next claim. */
@@ -50,6 +55,9 @@ final class SuccessMarkWriter {
 
   /** Whether a sweep of the parked marks is scheduled ({@link #sweepParked}). */
   private final AtomicBoolean sweepPending = new AtomicBoolean();
+
+  /** Sweeps ended by a failure since the last that was not; read and written by sweeps only. */
+  private int sweepsFailedInARow;
 
   private @Nullable Thread writer; // guarded by marks
   private volatile boolean closed; // set under marks
@@ -64,11 +72,49 @@ final class SuccessMarkWriter {
       PendingOutcomes pending,
       Duration successRetention,
       Duration closeWait) {
+    this(
+        store,
+        renewer::after,
+        pending,
+        successRetention,
+        closeWait,
+        SuccessMarkWriter::writerThread);
+  }
+
+  /**
+   * @param timer schedules the sweeps of the parked marks (a test's may throw, as scheduling does
+   *     when memory runs out)
+   * @param writerThreads makes the writer thread, not started (a test's may throw, as {@link
+   *     Thread#start()} does once the process may start no more threads)
+   */
+  SuccessMarkWriter(
+      DedupStore store,
+      Timer timer,
+      PendingOutcomes pending,
+      Duration successRetention,
+      Duration closeWait,
+      ThreadFactory writerThreads) {
     this.store = store;
-    this.renewer = renewer;
+    this.timer = timer;
     this.pending = pending;
     this.successRetention = successRetention;
     this.closeWait = closeWait;
+    this.writerThreads = writerThreads;
+  }
+
+  /** Runs a quick task once after a delay ({@link LeaseRenewer#after}). */
+  @FunctionalInterface
+  interface Timer {
+    /**
+     * @throws RejectedExecutionException the timer is closed
+     */
+    void after(Duration delay, Runnable task);
+  }
+
+  private static Thread writerThread(Runnable writing) {
+    Thread thread = new Thread(writing, "consumer-dedup-outcome-writer");
+    thread.setDaemon(true);
+    return thread;
   }
 
   /** Hands {@code outcome} to the writer thread; once closed, writes it on the calling thread. */
@@ -76,19 +122,25 @@ final class SuccessMarkWriter {
     synchronized (marks) {
       if (!closed) {
         marks.add(outcome);
-        Thread current = writer;
-        // A writer that died (an Error escaped it) is replaced; the marks it left queued are its
-        // successor's. Marks it had taken were settled or kept before it died.
-        if (current == null || !current.isAlive()) {
-          writer = new Thread(this::writeQueuedMarks, "consumer-dedup-outcome-writer");
-          writer.setDaemon(true);
-          writer.start();
-        }
+        startWriterIfGone();
         return;
       }
     }
     // Closed: no writer any more, so one write now, on the caller's thread, rather than none.
     writeMarks(List.of(outcome));
+  }
+
+  /**
+   * Starts a writer thread unless one runs. Guarded by {@link #marks}. A writer that died (an Error
+   * escaped it) is replaced; the marks it left queued are its successor's. Marks it had taken were
+   * settled or kept before it died. A writer that could not start is tried again by the next call.
+   */
+  private void startWriterIfGone() {
+    Thread current = writer;
+    if (current == null || !current.isAlive()) {
+      writer = writerThreads.newThread(this::writeQueuedMarks);
+      writer.start();
+    }
   }
 
   /**
@@ -112,10 +164,22 @@ final class SuccessMarkWriter {
         return;
       }
       try {
-        renewer.after(PARKED_MARK_WAIT, this::sweepParked);
+        timer.after(PARKED_MARK_WAIT, this::sweepParked);
         return;
       } catch (RejectedExecutionException e) {
         sweepPending.set(false); // closed meanwhile: no timer any more
+      } catch (RuntimeException | Error e) {
+        // Such as an OutOfMemoryError as the sweep is scheduled. Left set, the flag kept every
+        // later park() from scheduling one, and each mark waited for its thread's next claim.
+        sweepPending.set(false);
+        try {
+          flushParked(); // no sweep comes for this one
+        } catch (RuntimeException | Error flushFailed) {
+          if (flushFailed != e) {
+            e.addSuppressed(flushFailed);
+          }
+        }
+        throw e;
       }
     }
     flushParked(); // closed: written now, on this thread
@@ -126,6 +190,7 @@ final class SuccessMarkWriter {
    * one's is. A mark parked while this runs is seen by this sweep or schedules the next itself.
    */
   private void sweepParked() {
+    Throwable failure = null;
     synchronized (marks) {
       // Only while not closed, decided under the lock on which close() closes: once closed,
       // queue() writes on the calling thread, here the lease timer, which close() then interrupts;
@@ -136,27 +201,52 @@ final class SuccessMarkWriter {
       }
       long now = System.nanoTime();
       try {
+        if (!marks.isEmpty()) {
+          startWriterIfGone(); // marks queued by a sweep whose writer thread could not start
+        }
         parked.forEach(
             (thread, mark) -> {
               if (mark.parkedUntilNanos - now <= 0 && parked.remove(thread, mark)) {
                 queue(mark);
               }
             });
+      } catch (RuntimeException | Error e) {
+        // Such as a writer thread that could not start ("unable to create native thread"). Thrown
+        // on, the timer kept it in a future nobody reads: not a word in the log, the mark being
+        // handed over queued with no writer and the marks after it left parked, each until some
+        // later mark happened to start a writer or its thread claimed again.
+        failure = e;
       } finally {
-        // Also after an Error (a writer thread that could not start): the next park() schedules
-        // a sweep again, where a flag left set would leave every later mark to its next claim.
+        // Also after an Error: the next park() schedules a sweep again, where a flag left set
+        // would leave every later mark to its next claim.
         sweepPending.set(false);
       }
     }
     long next = Long.MAX_VALUE;
-    for (PendingOutcome mark : parked.values()) {
-      next = Math.min(next, Math.max(0, mark.parkedUntilNanos - System.nanoTime()));
+    if (failure != null) {
+      if (sweepsFailedInARow++ == 0) { // once per streak: one try every SWEEP_AGAIN_AFTER_FAILURE
+        log.error(
+            "Handing the SUCCESS marks parked for their threads' next claims to the outcome writer"
+                + " failed; trying again every {} ms until it succeeds",
+            SWEEP_AGAIN_AFTER_FAILURE.toMillis(),
+            failure);
+      }
+      next = SWEEP_AGAIN_AFTER_FAILURE.toNanos(); // not at once: the cause may last a while
+    } else {
+      sweepsFailedInARow = 0;
+      for (PendingOutcome mark : parked.values()) {
+        next = Math.min(next, Math.max(0, mark.parkedUntilNanos - System.nanoTime()));
+      }
     }
     if (next != Long.MAX_VALUE && sweepPending.compareAndSet(false, true)) {
       try {
-        renewer.after(Duration.ofNanos(next), this::sweepParked);
+        timer.after(Duration.ofNanos(next), this::sweepParked);
       } catch (RejectedExecutionException e) {
         sweepPending.set(false); // closed: close() collects the parked marks
+      } catch (RuntimeException | Error e) {
+        // Not left set, as in park(): the next park() schedules a sweep, which takes these too.
+        sweepPending.set(false);
+        log.error("Could not schedule the next sweep of the parked SUCCESS marks", e);
       }
     }
   }
