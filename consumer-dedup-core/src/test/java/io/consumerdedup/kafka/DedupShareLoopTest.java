@@ -178,7 +178,7 @@ class DedupShareLoopTest {
           applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
           if (orderNo(record).equals("long-1")) {
             slowStarted.countDown();
-            Thread.sleep(lock.multipliedBy(8).toMillis());
+            Thread.sleep(lock.multipliedBy(5).toMillis());
           }
         },
         b -> b,
@@ -187,7 +187,7 @@ class DedupShareLoopTest {
                 orderNo(record) + " delivery " + record.deliveryCount().orElse((short) 0)));
     // Sent once the consumer has joined, so that it is delivered whatever the group's start.
     await().atMost(WAIT).until(() -> TestShareGroups.members(group) == 1);
-    send("long-1", "takes eight locks");
+    send("long-1", "takes five locks");
     assertThat(slowStarted.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
     send("queued-1", "sent while long-1 runs");
     await()
@@ -359,14 +359,14 @@ class DedupShareLoopTest {
   /**
    * A consumer killed in its handler: its record's lock runs out and another consumer acquires it,
    * meets the dead holder's live lease, and waits, keeping the record acquired, until the lease
-   * runs out, then applies it. Waiting must not use up the record's deliveries: with a lease eight
+   * runs out, then applies it. Waiting must not use up the record's deliveries: with a lease five
    * times the lock, releasing it at each wait would use the default limit of 5 in seconds and have
    * the broker archive it unapplied.
    */
   @Test
   void aConsumerKilledInItsHandlerLeavesItsRecordToAnotherThatAppliesItOnce() throws Exception {
     Duration lock = Duration.ofSeconds(2);
-    Duration lease = Duration.ofSeconds(16);
+    Duration lease = Duration.ofSeconds(10);
     createQueue(lock);
     send("crash-1", "the handler of the first consumer dies in it");
     try (ChildJvm child =
@@ -571,8 +571,17 @@ class DedupShareLoopTest {
             blocker.set(connection);
           }
         };
+    // The stopping loop waits this long for the mark before it gives up and closes without
+    // acknowledging: the mark is held back until the loop has ended, however long it waits.
+    Customizer shortCloseTimeout = b -> b.closeTimeout(Duration.ofSeconds(3));
     Thread loopThread =
-        new Thread(loop(Duration.ofMinutes(5), handler, b -> b, r -> {}, KafkaShareConsumer::new));
+        new Thread(
+            loop(
+                Duration.ofMinutes(5),
+                handler,
+                shortCloseTimeout,
+                r -> {},
+                KafkaShareConsumer::new));
     loopThread.start();
     await().atMost(WAIT).until(() -> TestShareGroups.members(group) == 1);
     send("int-1", "charge 7.00");
@@ -672,10 +681,13 @@ class DedupShareLoopTest {
     }
   }
 
-  /** Creates this test's topic, of one partition, and its share group's acquisition lock. */
+  /**
+   * Creates this test's topic, of one partition, and its share group's acquisition lock; its
+   * consumers heartbeat every second, so that each joins in about a second rather than five.
+   */
   private void createQueue(Duration lock) {
     TestKafka.createTopics(1, topic);
-    TestShareGroups.configure(group, lock);
+    TestShareGroups.configure(group, lock, Duration.ofSeconds(1));
   }
 
   /**

@@ -68,6 +68,9 @@ public final class TestKafka {
               .setConfigProp("share.coordinator.state.topic.min.isr", "1")
               .setConfigProp("share.coordinator.state.topic.num.partitions", "1")
               .setConfigProp("group.share.min.record.lock.duration.ms", "1000")
+              // A group may ask for heartbeats every second (TestShareGroups); the broker's
+              // default of 5 s stays the default.
+              .setConfigProp("group.share.min.heartbeat.interval.ms", "1000")
               .build();
       started.format();
       started.startup();
