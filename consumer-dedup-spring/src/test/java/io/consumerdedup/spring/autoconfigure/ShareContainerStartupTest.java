@@ -36,7 +36,7 @@ import org.springframework.util.ClassUtils;
  * application saying why and what to do. On spring-kafka 4.0 (Spring Boot 4.0), which cannot renew
  * a record's acquisition lock, every {@code @Idempotent} share listener stops the application with
  * the reason and the fix (Boot 4.1), and every share container is named in a warning. Runs on both
- * Boot lines the build tests (profile boot40 for 4.0).
+ * Boot lines the build tests (module consumer-dedup-spring-boot40 for 4.0).
  */
 @ExtendWith(OutputCaptureExtension.class)
 class ShareContainerStartupTest {
