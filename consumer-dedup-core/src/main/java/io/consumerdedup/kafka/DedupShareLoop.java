@@ -131,7 +131,6 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     this.groupId = builder.groupId;
     this.polls = new SharePolls<>(consumer, deadLetterHandler, settings.pollTimeout(), groupId);
     this.closeTimeout = settings.closeTimeout();
-    this.inFlight = new ShareInFlight<>(consumer);
     this.worker =
         new ShareWorker<>(
             builder.processor,
@@ -144,6 +143,9 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
             settings.maxHoldBackOff(),
             groupId,
             1); // each work is a whole poll, prepared as it came
+    // A record the consumer no longer holds: its queued retries would run for a record no longer
+    // ours.
+    this.inFlight = new ShareInFlight<>(consumer, worker::abandon);
   }
 
   /**
@@ -321,7 +323,6 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         worker.submit(fresh);
       }
       for (ConsumerRecord<K, V> lost : inFlight.dropUnreturned(now, lockNanos)) {
-        worker.abandon(lost); // its queued retries would run for a record no longer ours
         log.warn(
             "The acquisition lock of {} was not renewed (it had run out, or the broker does not"
                 + " renew locks: share groups need Kafka 4.2); the broker delivers it again",
