@@ -8,8 +8,6 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
-import java.lang.reflect.InvocationTargetException;
-import java.lang.reflect.Proxy;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -19,9 +17,9 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -134,19 +132,19 @@ class DedupShareLoopRenewRefusedTest {
   @SuppressWarnings("unchecked")
   private static ShareConsumer<String, String> refusingFirstRenewal(
       Map<String, Object> config, AtomicBoolean refused, AtomicBoolean paused) {
-    KafkaShareConsumer<String, String> delegate = new KafkaShareConsumer<>(config);
-    return (ShareConsumer<String, String>)
-        Proxy.newProxyInstance(
-            ShareConsumer.class.getClassLoader(),
-            new Class<?>[] {ShareConsumer.class},
-            (proxy, method, args) -> {
+    AtomicReference<ShareConsumer<String, String>> consumer = new AtomicReference<>();
+    consumer.set(
+        InterceptedShareConsumer.of(
+            config,
+            (method, args, call) -> {
               if (method.getName().equals("acknowledge")
                   && args.length == 2
                   && args[1] == AcknowledgeType.RENEW
                   && ((ConsumerRecord<?, ?>) args[0]).deliveryCount().orElse((short) 0) == 1
                   && refused.compareAndSet(false, true)) {
-                delegate.acknowledge(
-                    (ConsumerRecord<String, String>) args[0], AcknowledgeType.RELEASE);
+                consumer
+                    .get()
+                    .acknowledge((ConsumerRecord<String, String>) args[0], AcknowledgeType.RELEASE);
                 throw new IllegalStateException("The record's acquisition was lost");
               }
               if (method.getName().equals("poll")
@@ -154,12 +152,9 @@ class DedupShareLoopRenewRefusedTest {
                   && paused.compareAndSet(false, true)) {
                 Thread.sleep(MAX_HOLD.multipliedBy(3).toMillis());
               }
-              try {
-                return method.invoke(delegate, args);
-              } catch (InvocationTargetException e) {
-                throw e.getCause();
-              }
-            });
+              return call.proceed();
+            }));
+    return consumer.get();
   }
 
   private static void send(String topic, String orderNo, String value) throws Exception {

@@ -8,8 +8,6 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.testing.StoreFixture;
-import java.lang.reflect.InvocationTargetException;
-import java.lang.reflect.Proxy;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashMap;
@@ -29,7 +27,6 @@ import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
-import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
@@ -173,25 +170,19 @@ class DedupShareLoopUnansweredCloseTest {
   }
 
   /** A real share consumer that sets {@code closed} once its close has returned. */
-  @SuppressWarnings("unchecked")
   private static ShareConsumer<String, String> tellingWhenClosed(
       Map<String, Object> config, AtomicBoolean closed) {
-    KafkaShareConsumer<String, String> delegate = new KafkaShareConsumer<>(config);
-    return (ShareConsumer<String, String>)
-        Proxy.newProxyInstance(
-            ShareConsumer.class.getClassLoader(),
-            new Class<?>[] {ShareConsumer.class},
-            (proxy, method, args) -> {
-              try {
-                return method.invoke(delegate, args);
-              } catch (InvocationTargetException e) {
-                throw e.getCause();
-              } finally {
-                if (method.getName().equals("close")) {
-                  closed.set(true);
-                }
-              }
-            });
+    return InterceptedShareConsumer.of(
+        config,
+        (method, args, call) -> {
+          try {
+            return call.proceed();
+          } finally {
+            if (method.getName().equals("close")) {
+              closed.set(true);
+            }
+          }
+        });
   }
 
   /** A broker of this test's own (KRaft, combined broker and controller), with share groups. */
