@@ -12,6 +12,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.Function;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
@@ -101,6 +102,20 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   /** How long a poll waits for renewed records to come back. */
   private static final Duration RENEWAL_POLL = Duration.ofMillis(50);
 
+  /**
+   * What {@link #close()} waits beyond the loop's own bound on its stop (twice the close timeout):
+   * a consumer's close may overrun the time it is given a little, and a starved thread more.
+   */
+  private static final Duration CLOSE_GRACE = Duration.ofSeconds(5);
+
+  /**
+   * Put in the decision queue by {@link #close()}: a loop waiting there for the worker's next
+   * decision (up to a third of the lock) wakes and sees the stop request. No record has its id, so
+   * it decides nothing.
+   */
+  private static final Decision STOP_REQUEST =
+      new Decision(new ShareInFlight.Id("", -1, -1), 0, AcknowledgeType.ACCEPT, 0);
+
   private static final Logger log = LoggerFactory.getLogger(DedupShareLoop.class);
 
   private final ShareConsumer<K, V> consumer;
@@ -121,6 +136,9 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   private long lockNanos = DEFAULT_LOCK.toNanos();
   private long nextRenewalNanos;
 
+  /** When the stop under way must be over, the consumer closed; set once the loop stops. */
+  private long stopDeadlineNanos;
+
   private DedupShareLoop(
       Builder<K, V> builder,
       ShareConsumer<K, V> consumer,
@@ -131,7 +149,6 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     this.groupId = builder.groupId;
     this.polls = new SharePolls<>(consumer, deadLetterHandler, settings.pollTimeout(), groupId);
     this.closeTimeout = settings.closeTimeout();
-    this.inFlight = new ShareInFlight<>(consumer);
     this.worker =
         new ShareWorker<>(
             builder.processor,
@@ -144,6 +161,9 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
             settings.maxHoldBackOff(),
             groupId,
             1); // each work is a whole poll, prepared as it came
+    // A record the consumer no longer holds: its queued retries would run for a record no longer
+    // ours.
+    this.inFlight = new ShareInFlight<>(consumer, worker::abandon);
   }
 
   /**
@@ -166,8 +186,10 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   /**
    * Polls and handles records until {@link #close()} is called or the thread is interrupted; then
    * finishes the record in hand (within the close timeout), sends the decided acknowledgements and
-   * closes the consumer. An interrupt while it stops does not cut that short; an interrupt of
-   * either kind is set on the thread again when this returns.
+   * closes the consumer, all within twice the close timeout, even against a broker that does not
+   * answer (acknowledgements not sent by then are lost: the broker delivers those records again).
+   * An interrupt while it stops does not cut that short; an interrupt of either kind is set on the
+   * thread again when this returns.
    *
    * @throws IllegalStateException if the loop was already started or closed
    * @throws Error what a handler threw, once the rest of its poll is handled and the consumer is
@@ -206,6 +228,11 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     } finally {
       running = false;
       worker.stop();
+      // The whole stop is bounded, the consumer's last calls included: left to the consumer's
+      // defaults (default.api.timeout.ms, 60 s, for the last commit; 30 s for its close), a broker
+      // that stopped answering kept the loop stopping long after close() had given up waiting, and
+      // the application closed its executor and DataSource under a loop still running.
+      stopDeadlineNanos = System.nanoTime() + 2 * closeTimeout.toNanos();
       try {
         interrupted |= finishInHand(workerThread);
         inFlight.acknowledgeDecided(System.nanoTime(), true);
@@ -214,7 +241,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         log.warn("Could not send the last acknowledgements of share group {}", groupId, e);
       } finally {
         try {
-          consumer.close();
+          consumer.close(untilStopDeadline());
         } catch (RuntimeException e) {
           log.warn("Could not close the consumer of share group {} cleanly", groupId, e);
         } finally {
@@ -271,9 +298,10 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   private boolean sendLastAcknowledgements() {
     try {
       try {
-        consumer.commitSync();
+        consumer.commitSync(untilStopDeadline());
       } catch (WakeupException e) {
-        consumer.commitSync(); // the stop request's wakeup, not yet consumed by a poll
+        // The stop request's wakeup, not yet consumed by a poll.
+        consumer.commitSync(untilStopDeadline());
       }
       return false;
     } catch (InterruptException e) {
@@ -313,7 +341,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     }
     if (inFlight.awaitingRenewals() || now - nextRenewalNanos >= 0) {
       if (inFlight.renewHeld(now) > 0) {
-        sendRenewals();
+        sendRenewals(stopping);
       }
       ConsumerRecords<K, V> polled = consumer.poll(RENEWAL_POLL);
       List<ConsumerRecord<K, V>> fresh = inFlight.add(polled);
@@ -321,7 +349,6 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         worker.submit(fresh);
       }
       for (ConsumerRecord<K, V> lost : inFlight.dropUnreturned(now, lockNanos)) {
-        worker.abandon(lost); // its queued retries would run for a record no longer ours
         log.warn(
             "The acquisition lock of {} was not renewed (it had run out, or the broker does not"
                 + " renew locks: share groups need Kafka 4.2); the broker delivers it again",
@@ -359,9 +386,13 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
    * could not be sent apart go with the next poll, as before, and records whose renewal never comes
    * back are left to {@link ShareInFlight#dropUnreturned}.
    */
-  private void sendRenewals() {
+  private void sendRenewals(boolean stopping) {
     try {
-      consumer.commitSync(Duration.ofNanos(Math.max(lockNanos / 3, RENEWAL_POLL.toNanos())));
+      Duration wait = Duration.ofNanos(Math.max(lockNanos / 3, RENEWAL_POLL.toNanos()));
+      if (stopping && untilStopDeadline().compareTo(wait) < 0) {
+        wait = untilStopDeadline(); // a broker not answering must not hold the stop up
+      }
+      consumer.commitSync(wait);
     } catch (WakeupException | InterruptException e) {
       throw e; // a stop request, as from a poll
     } catch (KafkaException e) {
@@ -371,6 +402,15 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
           groupId,
           e.toString());
     }
+  }
+
+  /**
+   * What is left of the stop's time, at least one renewal poll's: the consumer's close still sends
+   * what it can in that.
+   */
+  private Duration untilStopDeadline() {
+    return Duration.ofNanos(
+        Math.max(stopDeadlineNanos - System.nanoTime(), RENEWAL_POLL.toNanos()));
   }
 
   private void drainDecisions() {
@@ -393,9 +433,13 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   }
 
   /**
-   * Stops the loop and waits up to the close timeout for it to finish the record in hand, send its
-   * acknowledgements and close the consumer. A loop that never ran closes its consumer here. Called
-   * from the handler (the loop's worker thread), it only asks the loop to stop.
+   * Stops the loop and waits for it to finish the record in hand (up to the close timeout), send
+   * its acknowledgements and close the consumer: the loop bounds all of that by twice the close
+   * timeout, so that when this returns the consumer is closed. (A handler that outlasts the close
+   * timeout may still run then, its record given back undecided.) Only a loop that overran that
+   * bound by more than a few seconds (its thread starved) is still stopping then, which a WARN
+   * says. A loop that never ran closes its consumer here. Called from the handler (the loop's
+   * worker thread), it only asks the loop to stop.
    */
   @Override
   public void close() {
@@ -404,6 +448,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       return;
     }
     consumer.wakeup();
+    decisions.add(STOP_REQUEST);
     if (started.compareAndSet(false, true)) {
       consumer.close();
       finished.countDown();
@@ -415,9 +460,11 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       return;
     }
     try {
-      if (!finished.await(closeTimeout.toNanos() * 2, TimeUnit.NANOSECONDS)) {
+      if (!finished.await(
+          closeTimeout.toNanos() * 2 + CLOSE_GRACE.toNanos(), TimeUnit.NANOSECONDS)) {
         log.warn(
-            "Share loop of {} did not stop within {}; its handler may still be running",
+            "Share loop of {} did not stop within twice its close timeout of {}; it is still"
+                + " stopping, its consumer not closed yet",
             topics,
             closeTimeout);
       }
@@ -511,7 +558,8 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     }
 
     /**
-     * Longest time {@link DedupShareLoop#close()} lets the handler in hand finish. Default {@link
+     * Longest time {@link DedupShareLoop#close()} lets the handler in hand finish; the last
+     * acknowledgements and the consumer's close get what is left of twice this. Default {@link
      * #DEFAULT_CLOSE_TIMEOUT}.
      */
     public Builder<K, V> closeTimeout(Duration closeTimeout) {

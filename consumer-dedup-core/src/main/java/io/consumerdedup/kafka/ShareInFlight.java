@@ -5,6 +5,7 @@ import java.util.Iterator;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.function.Consumer;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -66,10 +67,18 @@ final class ShareInFlight<K, V> {
   }
 
   private final ShareConsumer<K, V> consumer;
+  private final Consumer<ConsumerRecord<K, V>> lost;
   private final Map<Id, Entry<K, V>> entries = new LinkedHashMap<>();
 
-  ShareInFlight(ShareConsumer<K, V> consumer) {
+  /**
+   * @param lost told of each record forgotten because the consumer no longer holds it (a RENEW
+   *     refused, a renewal that never came back): whoever processes the records must stop acting on
+   *     it, or a retry queued for it (a hold, a dead letter) would run for a record the broker
+   *     delivers again, perhaps to another consumer, which writes its own dead letter.
+   */
+  ShareInFlight(ShareConsumer<K, V> consumer, Consumer<ConsumerRecord<K, V>> lost) {
     this.consumer = consumer;
+    this.lost = lost;
   }
 
   boolean isEmpty() {
@@ -186,6 +195,7 @@ final class ShareInFlight<K, V> {
           renewed++;
         } else {
           it.remove();
+          lost.accept(entry.record);
         }
       }
     }
@@ -214,7 +224,7 @@ final class ShareInFlight<K, V> {
   /**
    * Forgets the records whose renewal has not come back within {@code timeoutNanos}: the broker
    * refused it (their lock had run out, or it does not renew), so they are no longer this
-   * consumer's; returns them.
+   * consumer's; tells {@code lost} of each, and returns them.
    */
   List<ConsumerRecord<K, V>> dropUnreturned(long nowNanos, long timeoutNanos) {
     List<ConsumerRecord<K, V>> dropped = new ArrayList<>();
@@ -223,6 +233,7 @@ final class ShareInFlight<K, V> {
       if (!entry.held && nowNanos - entry.renewalSentNanos > timeoutNanos) {
         dropped.add(entry.record);
         it.remove();
+        lost.accept(entry.record);
       }
     }
     return dropped;
