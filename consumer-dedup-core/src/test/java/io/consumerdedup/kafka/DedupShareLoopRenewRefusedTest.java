@@ -69,7 +69,7 @@ class DedupShareLoopRenewRefusedTest {
     String topic = fixture.topic();
     String group = fixture.group();
     TestKafka.createTopics(1, topic);
-    TestShareGroups.configure(group, LOCK);
+    TestShareGroups.configure(group, LOCK, Duration.ofSeconds(1));
     send(topic, "refused-1", "charge 5.00");
     AtomicInteger runs = new AtomicInteger();
     AtomicBoolean refused = new AtomicBoolean();

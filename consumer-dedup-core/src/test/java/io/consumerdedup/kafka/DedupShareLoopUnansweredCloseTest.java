@@ -67,12 +67,12 @@ class DedupShareLoopUnansweredCloseTest {
     }
     if (broker != null) {
       // A broker whose request handlers were stopped does not finish its own shutdown (it waits
-      // for answers it no longer gives): it is closed on a thread of its own, not waited for long.
+      // for answers it no longer gives): it is closed on a daemon thread of its own, not waited
+      // for.
       KafkaClusterTestKit stopping = broker;
       Thread closer = new Thread(() -> closeQuietly(stopping), "unanswering-broker-close");
       closer.setDaemon(true);
       closer.start();
-      closer.join(Duration.ofSeconds(20).toMillis());
     }
   }
 
@@ -197,6 +197,10 @@ class DedupShareLoopUnansweredCloseTest {
             .setConfigProp("offsets.topic.replication.factor", "1")
             .setConfigProp("offsets.topic.num.partitions", "1")
             .setConfigProp("group.initial.rebalance.delay.ms", "0")
+            // A share consumer that joins gets its partition on its next heartbeat: every second,
+            // not every 5 s.
+            .setConfigProp("group.share.min.heartbeat.interval.ms", "1000")
+            .setConfigProp("group.share.heartbeat.interval.ms", "1000")
             .setConfigProp("share.coordinator.state.topic.replication.factor", "1")
             .setConfigProp("share.coordinator.state.topic.min.isr", "1")
             .setConfigProp("share.coordinator.state.topic.num.partitions", "1")
