@@ -8,6 +8,7 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.testing.StoreFixture;
+import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashMap;
@@ -35,7 +36,6 @@ import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.apache.kafka.common.test.KafkaClusterTestKit;
-import org.apache.kafka.common.test.TestKitNodes;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -86,7 +86,7 @@ class DedupShareLoopUnansweredCloseTest {
    */
   @Test
   void closeReturnsWithTheConsumerClosedThoughTheBrokerNoLongerAnswers() throws Exception {
-    broker = startBroker();
+    broker = TestKafka.startOwn();
     String bootstrap = broker.bootstrapServers();
     createQueue(bootstrap);
     send(bootstrap, "close-1", "charge 6.00");
@@ -185,32 +185,6 @@ class DedupShareLoopUnansweredCloseTest {
         });
   }
 
-  /** A broker of this test's own (KRaft, combined broker and controller), with share groups. */
-  private static KafkaClusterTestKit startBroker() throws Exception {
-    KafkaClusterTestKit started =
-        new KafkaClusterTestKit.Builder(
-                new TestKitNodes.Builder()
-                    .setCombined(true)
-                    .setNumBrokerNodes(1)
-                    .setNumControllerNodes(1)
-                    .build())
-            .setConfigProp("offsets.topic.replication.factor", "1")
-            .setConfigProp("offsets.topic.num.partitions", "1")
-            .setConfigProp("group.initial.rebalance.delay.ms", "0")
-            // A share consumer that joins gets its partition on its next heartbeat: every second,
-            // not every 5 s.
-            .setConfigProp("group.share.min.heartbeat.interval.ms", "1000")
-            .setConfigProp("group.share.heartbeat.interval.ms", "1000")
-            .setConfigProp("share.coordinator.state.topic.replication.factor", "1")
-            .setConfigProp("share.coordinator.state.topic.min.isr", "1")
-            .setConfigProp("share.coordinator.state.topic.num.partitions", "1")
-            .build();
-    started.format();
-    started.startup();
-    started.waitForReadyBrokers();
-    return started;
-  }
-
   /** The topic, of one partition, and its share group reading it from the start. */
   private static void createQueue(String bootstrap) throws Exception {
     Properties properties = new Properties();
@@ -224,6 +198,11 @@ class DedupShareLoopUnansweredCloseTest {
                   List.of(
                       new AlterConfigOp(
                           new ConfigEntry("share.auto.offset.reset", "earliest"),
+                          AlterConfigOp.OpType.SET),
+                      // A consumer that joins gets its partition on its next heartbeat: every
+                      // second, not every 5 s.
+                      new AlterConfigOp(
+                          new ConfigEntry("share.heartbeat.interval.ms", "1000"),
                           AlterConfigOp.OpType.SET))))
           .all()
           .get();

@@ -38,12 +38,16 @@ public final class TestKafka {
   /** The broker's bootstrap servers, starting it if needed. */
   public static synchronized String bootstrapServers() {
     if (cluster == null) {
-      cluster = start();
+      cluster = startOwn();
     }
     return cluster.bootstrapServers();
   }
 
-  private static KafkaClusterTestKit start() {
+  /**
+   * Starts a broker configured as the shared one, for a test that breaks it (the caller closes it):
+   * the shared broker must stay whole for the other tests of the JVM.
+   */
+  public static KafkaClusterTestKit startOwn() {
     try {
       KafkaClusterTestKit started =
           new KafkaClusterTestKit.Builder(
