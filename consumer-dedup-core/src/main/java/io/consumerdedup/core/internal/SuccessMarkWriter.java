@@ -48,7 +48,7 @@ final class SuccessMarkWriter {
   private final Duration successRetention;
   private final Duration closeWait;
   private final ThreadFactory writerThreads;
-  private final BlockingQueue<PendingOutcome> marks = new LinkedBlockingQueue<>();
+  private final BlockingQueue<PendingOutcome> marks;
 
   /** Per thread, the SUCCESS mark that waits to be written with the thread's next claim. */
   private final Map<Thread, PendingOutcome> parked = new ConcurrentHashMap<>();
@@ -78,7 +78,8 @@ final class SuccessMarkWriter {
         pending,
         successRetention,
         closeWait,
-        SuccessMarkWriter::writerThread);
+        SuccessMarkWriter::writerThread,
+        new LinkedBlockingQueue<>());
   }
 
   /**
@@ -86,6 +87,8 @@ final class SuccessMarkWriter {
    *     when memory runs out)
    * @param writerThreads makes the writer thread, not started (a test's may throw, as {@link
    *     Thread#start()} does once the process may start no more threads)
+   * @param marks the writer thread's queue, empty (a test's may refuse a mark, as adding one does
+   *     when memory runs out)
    */
   SuccessMarkWriter(
       DedupStore store,
@@ -93,13 +96,15 @@ final class SuccessMarkWriter {
       PendingOutcomes pending,
       Duration successRetention,
       Duration closeWait,
-      ThreadFactory writerThreads) {
+      ThreadFactory writerThreads,
+      BlockingQueue<PendingOutcome> marks) {
     this.store = store;
     this.timer = timer;
     this.pending = pending;
     this.successRetention = successRetention;
     this.closeWait = closeWait;
     this.writerThreads = writerThreads;
+    this.marks = marks;
   }
 
   /** Runs a quick task once after a delay ({@link LeaseRenewer#after}). */
@@ -153,7 +158,7 @@ final class SuccessMarkWriter {
     outcome.parkedUntilNanos = System.nanoTime() + PARKED_MARK_WAIT.toNanos();
     PendingOutcome earlier = parked.put(thread, outcome);
     if (earlier != null) {
-      queue(earlier); // no claim came between the two
+      queueDisplaced(earlier); // no claim came between the two
     }
     if (!closed) {
       // One sweep pending at a time, not a timer task per mark: a task per mark woke the timer
@@ -206,8 +211,8 @@ final class SuccessMarkWriter {
         }
         parked.forEach(
             (thread, mark) -> {
-              if (mark.parkedUntilNanos - now <= 0 && parked.remove(thread, mark)) {
-                queue(mark);
+              if (mark.parkedUntilNanos - now <= 0) {
+                handOver(thread, mark);
               }
             });
       } catch (RuntimeException | Error e) {
@@ -253,9 +258,66 @@ final class SuccessMarkWriter {
 
   /** Hands the calling thread's mark that waits for its next claim to the writer thread now. */
   void flushParked() {
-    PendingOutcome mark = parked.remove(Thread.currentThread());
-    if (mark != null) {
-      queue(mark);
+    Thread thread = Thread.currentThread();
+    PendingOutcome mark = parked.get(thread);
+    if (mark == null) {
+      return;
+    }
+    synchronized (marks) {
+      if (!closed) {
+        handOver(thread, mark);
+        return;
+      }
+    }
+    // Closed: written now, on this thread, as queue() does; unless close() took it first.
+    if (parked.remove(thread, mark)) {
+      writeMarks(List.of(mark));
+    }
+  }
+
+  /**
+   * Moves {@code mark}, parked for {@code thread}, to the writer thread's queue, unless it is no
+   * longer parked there (its thread took it for a claim, or parked another). Called under the lock
+   * of {@link #marks}, not closed. The mark leaves {@link #parked} only once it is queued: taken
+   * out first, a mark whose queuing threw (an OutOfMemoryError as the queue allocated its node) was
+   * in neither, its future never completed, its lease renewed until the executor closed, and only a
+   * delivery of its record again wrote it. Left parked, the next sweep, its thread's next claim or
+   * close() finds it. Atomic with its thread's {@link #takeParked} and {@link #park}, and with
+   * close()'s collection: the map's lock on the thread's entry is held while the mark is queued.
+   */
+  private void handOver(Thread thread, PendingOutcome mark) {
+    parked.computeIfPresent(
+        thread,
+        (owner, current) -> {
+          if (current != mark) {
+            return current;
+          }
+          marks.add(mark); // throwing, leaves the mapping as it was
+          return null;
+        });
+    if (!marks.isEmpty()) {
+      startWriterIfGone();
+    }
+  }
+
+  /**
+   * Queues {@code earlier}, whose place in {@link #parked} a newer mark of its thread took. If that
+   * throws, it cannot go back there: not queued, it is kept for the background retry (its future
+   * failed as not written yet, as after a failed write) rather than lost. Not thrown on either:
+   * {@link #park} goes on to schedule the sweep of the newer mark, which also starts a writer for
+   * one queued while none could start.
+   */
+  private void queueDisplaced(PendingOutcome earlier) {
+    try {
+      queue(earlier);
+    } catch (RuntimeException | Error e) {
+      if (marks.contains(earlier)) {
+        log.error(
+            "Could not start the writer thread of the SUCCESS marks; the next sweep tries again",
+            e);
+      } else {
+        failedUnexpectedly(List.of(earlier), e);
+      }
     }
   }
 

@@ -1,6 +1,7 @@
 package io.consumerdedup.core.internal;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
 
 import ch.qos.logback.classic.Level;
 import ch.qos.logback.classic.Logger;
@@ -11,12 +12,16 @@ import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.testing.StoreFixture;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.BlockingQueue;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -28,11 +33,12 @@ import org.slf4j.LoggerFactory;
 
 /**
  * A sweep of the SUCCESS marks parked for their threads' next claims that an {@code Error} ends
- * (the writer thread cannot start: the process may start no more threads), or that cannot be
- * scheduled, leaves no mark behind: the marks parked later are swept and written as before, the
- * mark it was handing over is written without waiting for another one, and the {@code Error} is
- * logged, or thrown to the caller that parked, rather than lost in the timer. Marks of threads that
- * never claim again, on a real PostgreSQL.
+ * (the writer thread cannot start: the process may start no more threads; the writer's queue cannot
+ * take the mark: memory ran out), or that cannot be scheduled, leaves no mark behind: the marks
+ * parked later are swept and written as before, the mark it was handing over is written without
+ * waiting for another one, and the {@code Error} is logged, or thrown to the caller that parked,
+ * rather than lost in the timer. So does a hand-over by the mark's own thread that the queue
+ * refuses. Marks of threads that never claim again, on a real PostgreSQL.
  */
 class ParkedMarksAfterASweepErrorTest {
   @RegisterExtension static final StoreFixture db = new StoreFixture("sweep_error", 4);
@@ -56,6 +62,27 @@ class ParkedMarksAfterASweepErrorTest {
         return writerThread(writing);
       };
 
+  /** How many of the next marks the writer's queue refuses, as adding one does without memory. */
+  private final AtomicInteger marksToRefuse = new AtomicInteger();
+
+  private final BlockingQueue<PendingOutcome> refusingQueue =
+      new LinkedBlockingQueue<>() {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        public boolean offer(PendingOutcome mark) {
+          if (marksToRefuse.getAndUpdate(left -> Math.max(0, left - 1)) > 0) {
+            throw new OutOfMemoryError("Java heap space");
+          }
+          return super.offer(mark);
+        }
+      };
+
+  /** The sweeps scheduled by a writer started with {@link #sweepsRunByTheTest}, not run yet. */
+  private final List<Runnable> sweeps = new CopyOnWriteArrayList<>();
+
+  private final SuccessMarkWriter.Timer sweepsRunByTheTest = (delay, sweep) -> sweeps.add(sweep);
+
   private LeaseRenewer renewer;
   private PendingOutcomes pending;
   private SuccessMarkWriter marks;
@@ -74,7 +101,13 @@ class ParkedMarksAfterASweepErrorTest {
   private void startWriter(SuccessMarkWriter.Timer timer, ThreadFactory writerThreads) {
     marks =
         new SuccessMarkWriter(
-            db.store(), timer, pending, RETENTION, Duration.ofSeconds(5), writerThreads);
+            db.store(),
+            timer,
+            pending,
+            RETENTION,
+            Duration.ofSeconds(5),
+            writerThreads,
+            refusingQueue);
     closing.add(0, marks::close);
   }
 
@@ -160,6 +193,120 @@ class ParkedMarksAfterASweepErrorTest {
     assertThat(refused.written).as("the SUCCESS whose sweep was refused").succeedsWithin(WAIT);
     assertThat(status("parked-later")).isEqualTo(DedupStatus.SUCCESS);
     assertThat(status("schedule-refused")).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  /**
+   * The writer's queue refuses the mark that a sweep hands over. Taken out of the parked marks
+   * first, the mark was then in neither: its future never completed and its row stayed PROCESSING
+   * while its lease was renewed, until its record was delivered again.
+   */
+  @Test
+  void aMarkTheQueueRefusedAsTheSweepHandedItOverIsWrittenByALaterSweep() throws Exception {
+    startWriter(renewer::after, ParkedMarksAfterASweepErrorTest::writerThread);
+    marksToRefuse.set(1);
+
+    CompletableFuture<Void> refused = parkOnItsOwnThread(successOf("refused-in-sweep"));
+
+    assertThat(refused).as("the SUCCESS the queue refused at first").succeedsWithin(WAIT);
+    assertThat(status("refused-in-sweep")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(errorsLogged())
+        .as("the sweep's Error, logged where it was met")
+        .anySatisfy(
+            event ->
+                assertThat(event.getThrowableProxy().getMessage()).isEqualTo("Java heap space"));
+  }
+
+  /**
+   * The mark's own thread hands it to the writer ({@code flushParked}, after the last record of a
+   * batch) and the queue refuses it: the caller is told, and the mark stays parked, for the sweep.
+   */
+  @Test
+  void aMarkTheQueueRefusedAsItsThreadFlushedItIsWrittenByTheSweep() throws Exception {
+    startWriter(sweepsRunByTheTest, ParkedMarksAfterASweepErrorTest::writerThread);
+    PendingOutcome flushed = successOf("refused-in-flush");
+    CompletableFuture<Throwable> thrown =
+        onItsOwnThread(
+            () -> {
+              marks.park(flushed);
+              marksToRefuse.set(1);
+              marks.flushParked();
+            });
+    assertThat(thrown.get()).as("the caller is told").isInstanceOf(OutOfMemoryError.class);
+
+    runSweepsUntilWritten(flushed);
+
+    assertThat(flushed.written).as("the SUCCESS the queue refused at first").succeedsWithin(WAIT);
+    assertThat(status("refused-in-flush")).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  /**
+   * The thread parks its next mark before any claim took the one before, whose place it takes; the
+   * queue refuses the one before. It cannot go back to its place: it is kept for the background
+   * retry (its future failed as not written yet, as after a failed write), and the newer mark is
+   * swept as usual.
+   */
+  @Test
+  void aMarkDisplacedByItsThreadsNextMarkThatTheQueueRefusedIsWrittenInTheBackground()
+      throws Exception {
+    startWriter(sweepsRunByTheTest, ParkedMarksAfterASweepErrorTest::writerThread);
+    PendingOutcome displaced = successOf("displaced");
+    PendingOutcome newer = successOf("displacing");
+    CompletableFuture<Throwable> thrown =
+        onItsOwnThread(
+            () -> {
+              marks.park(displaced);
+              marksToRefuse.set(1);
+              marks.park(newer);
+            });
+
+    assertThat(displaced.written)
+        .as("the displaced SUCCESS, not written yet")
+        .failsWithin(WAIT)
+        .withThrowableThat()
+        .withCauseInstanceOf(DedupStoreUnavailableException.class);
+    runSweepsUntilWritten(newer);
+    await()
+        .atMost(WAIT)
+        .alias("the displaced SUCCESS written by the background retry")
+        .until(() -> status("displaced") == DedupStatus.SUCCESS);
+    assertThat(thrown.get()).as("the newer mark parked, nothing thrown").isNull();
+    assertThat(newer.written).as("the newer SUCCESS").succeedsWithin(WAIT);
+    assertThat(status("displacing")).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  /** Runs the sweeps scheduled, as the timer would, until {@code mark} is written. */
+  private void runSweepsUntilWritten(PendingOutcome mark) {
+    await()
+        .atMost(WAIT)
+        .alias("the swept SUCCESS written")
+        .until(
+            () -> {
+              for (Runnable sweep : sweeps) {
+                sweeps.remove(sweep);
+                sweep.run();
+              }
+              return mark.written.isDone();
+            });
+  }
+
+  /** What {@code parking} threw on a thread of its own that then ends; null if nothing. */
+  private static CompletableFuture<Throwable> onItsOwnThread(Runnable parking)
+      throws InterruptedException {
+    CompletableFuture<Throwable> thrown = new CompletableFuture<>();
+    Thread thread =
+        new Thread(
+            () -> {
+              try {
+                parking.run();
+                thrown.complete(null);
+              } catch (Throwable e) {
+                thrown.complete(e);
+              }
+            },
+            "handler");
+    thread.start();
+    thread.join();
+    return thrown;
   }
 
   /** The sweep that met the refused writer thread is over: the timer ran a task after it. */
