@@ -288,7 +288,34 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       }
     }
     drainDecisions();
+    if (workerThread.isAlive()) {
+      warnStoppingWithoutTheWorker();
+    }
     return interrupted;
+  }
+
+  /**
+   * Says why the stop took the whole close timeout, and what becomes of the record in hand: without
+   * a word, the user saw a slow stop and a record delivered again, and could not tell why.
+   */
+  private void warnStoppingWithoutTheWorker() {
+    ConsumerRecord<?, ?> inHand = worker.inHand();
+    if (inHand != null) {
+      log.warn(
+          "{} was still in hand (its handler or its dead letter running) when the close timeout"
+              + " of {} ran out; stopping without it: the record is given back unacknowledged and"
+              + " the broker delivers it again (if its handler still records SUCCESS, that"
+              + " delivery is a duplicate)",
+          describe(inHand),
+          closeTimeout);
+    } else {
+      log.warn(
+          "The worker of share group {} did not finish within the close timeout of {} (recording"
+              + " the outcomes of its records); stopping without it: the records not acknowledged"
+              + " yet are given back and the broker delivers them again",
+          groupId,
+          closeTimeout);
+    }
   }
 
   /**
@@ -438,8 +465,8 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
    * timeout, so that when this returns the consumer is closed. (A handler that outlasts the close
    * timeout may still run then, its record given back undecided.) Only a loop that overran that
    * bound by more than a few seconds (its thread starved) is still stopping then, which a WARN
-   * says. A loop that never ran closes its consumer here. Called from the handler (the loop's
-   * worker thread), it only asks the loop to stop.
+   * says. A loop that never ran closes its consumer here, within twice the close timeout too.
+   * Called from the handler (the loop's worker thread), it only asks the loop to stop.
    */
   @Override
   public void close() {
@@ -450,8 +477,14 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     consumer.wakeup();
     decisions.add(STOP_REQUEST);
     if (started.compareAndSet(false, true)) {
-      consumer.close();
-      finished.countDown();
+      try {
+        // Bounded as a running loop's stop is: left to the consumer's default (30 s), a loop that
+        // never ran kept close() waiting on a broker that does not answer well past the close
+        // timeout the application had set.
+        consumer.close(Duration.ofNanos(2 * closeTimeout.toNanos()));
+      } finally {
+        finished.countDown();
+      }
       return;
     }
     if (Thread.currentThread() == workerThread) {

@@ -120,6 +120,9 @@ final class ShareWorker<K, V> implements Runnable {
   private volatile boolean running = true;
   private volatile @Nullable Error fatal;
 
+  /** The record whose handler or dead letter runs now; null between records. */
+  private volatile @Nullable ConsumerRecord<K, V> inHand;
+
   /** A delivery handed over and not decided; abandoned once its owner gave it up. */
   private static final class Pending {
     final int delivery;
@@ -233,6 +236,11 @@ final class ShareWorker<K, V> implements Runnable {
   /** Stops after the record in hand; the records not processed get no decision. */
   void stop() {
     running = false;
+  }
+
+  /** The record whose handler or dead letter runs now, for the owner's log; null if none. */
+  @Nullable ConsumerRecord<K, V> inHand() {
+    return inHand;
   }
 
   /** The Error a handler threw, which ends the loop; null if none. */
@@ -410,9 +418,11 @@ final class ShareWorker<K, V> implements Runnable {
    * good and never handled; and the next records of the poll would meet it in their own calls.
    */
   private Outcome processAndClearInterrupt(ConsumerRecord<K, V> record) {
+    inHand = record;
     try {
       return processor.process(record);
     } finally {
+      inHand = null;
       if (Thread.interrupted()) {
         log.warn(
             "The handler of {} left its thread interrupted; cleared, the next records are handled"
@@ -485,6 +495,7 @@ final class ShareWorker<K, V> implements Runnable {
 
   /** Writes the dead letter, then decides REJECT; if it cannot be written, tries again later. */
   private void deadLetterThenReject(ConsumerRecord<K, V> record, Exception reason) {
+    inHand = record;
     try {
       deadLetters.deadLetter(record, reason);
     } catch (RuntimeException e) {
@@ -499,6 +510,8 @@ final class ShareWorker<K, V> implements Runnable {
           e);
       queue.add(new Work<>(List.of(record), reason, System.nanoTime() + wait.toNanos()));
       return;
+    } finally {
+      inHand = null;
     }
     done(record, AcknowledgeType.REJECT, 0);
   }
