@@ -59,17 +59,25 @@ class ShareListenerInterruptTest {
   /** Stopped, then interrupted as it waits for the record in hand. */
   static final String STOPPING = "share-interrupt-stopping";
 
-  /** How long the handler runs: the container's thread is interrupted meanwhile. */
-  static final Duration HANDLER = Duration.ofSeconds(3);
+  /**
+   * How long the handler goes on once the container's thread is interrupted: time enough for a
+   * close that does not wait for it to give its record back first.
+   */
+  static final Duration HANDLER_AFTER_INTERRUPT = Duration.ofSeconds(2);
 
-  /** The groups' acquisition lock: outlasts the handler, so no renewal is needed to finish. */
-  static final Duration LOCK = Duration.ofSeconds(6);
+  /**
+   * The groups' acquisition lock: outlasts the handler once interrupted, so that the record needs
+   * no renewal sent as its consumer closes (none is: the renewals wait for the closing thread).
+   */
+  static final Duration LOCK = Duration.ofSeconds(10);
 
   /** Run each container's consumer thread, as an application's task executor would. */
   static final Map<String, ExecutorService> containerExecutors = new ConcurrentHashMap<>();
 
   static final Map<String, Thread> containerThreads = new ConcurrentHashMap<>();
   static final Map<String, CountDownLatch> started =
+      Map.of(POLLING, new CountDownLatch(1), STOPPING, new CountDownLatch(1));
+  static final Map<String, CountDownLatch> interrupted =
       Map.of(POLLING, new CountDownLatch(1), STOPPING, new CountDownLatch(1));
   static final Map<String, Long> endedNanos = new ConcurrentHashMap<>();
   static final Map<String, AtomicInteger> applied =
@@ -99,6 +107,7 @@ class ShareListenerInterruptTest {
 
     long interruptNanos = System.nanoTime();
     containerExecutors.get(POLLING).shutdownNow();
+    interrupted.get(POLLING).countDown();
 
     assertAcceptedOnceApplied(POLLING, "I-1", interruptNanos);
     assertThat(stops.getOrDefault(POLLING, List.of()))
@@ -125,6 +134,7 @@ class ShareListenerInterruptTest {
         .until(() -> waitsForTheRecordInHand(consumerThread));
     long interruptNanos = System.nanoTime();
     containerExecutors.get(STOPPING).shutdownNow();
+    interrupted.get(STOPPING).countDown();
 
     assertAcceptedOnceApplied(STOPPING, "I-2", interruptNanos);
     stop.join(ShareListenerIntegrationTest.WAIT.toMillis());
@@ -242,7 +252,8 @@ class ShareListenerInterruptTest {
     private static void charge(String topic) throws InterruptedException {
       started.get(topic).countDown();
       try {
-        Thread.sleep(HANDLER.toMillis());
+        interrupted.get(topic).await(ShareListenerIntegrationTest.WAIT.toSeconds(), SECONDS);
+        Thread.sleep(HANDLER_AFTER_INTERRUPT.toMillis());
       } finally {
         endedNanos.put(topic, System.nanoTime());
       }
