@@ -244,6 +244,34 @@ final class DedupShareListener<K, V>
     }
   }
 
+  /** A wait of at most so many milliseconds, which an interrupt may end early. */
+  private interface TimedWait {
+    /** Ends early on an interrupt: throws, or returns with the thread's interrupt flag set. */
+    void await(long millis) throws InterruptedException;
+  }
+
+  /**
+   * Waits until {@code wait} returns uninterrupted or {@code deadlineNanos} passes, taking up the
+   * wait again after each interrupt; whether one came, the thread's flag cleared meanwhile.
+   */
+  private static boolean awaitThroughInterrupts(TimedWait wait, long deadlineNanos) {
+    boolean interrupted = false;
+    while (true) {
+      try {
+        wait.await(Math.max(1, (deadlineNanos - System.nanoTime()) / 1_000_000));
+        if (!Thread.interrupted()) {
+          return interrupted;
+        }
+      } catch (InterruptedException e) {
+        // taken up again below, until the deadline
+      }
+      interrupted = true;
+      if (System.nanoTime() - deadlineNanos >= 0) {
+        return true;
+      }
+    }
+  }
+
   /** The record's delivery count; 0 if the consumer did not report one, as the worker counts. */
   private static int delivery(ConsumerRecord<?, ?> record) {
     return record.deliveryCount().map(Short::intValue).orElse(0);
@@ -547,12 +575,15 @@ final class DedupShareListener<K, V>
     void finish(Duration timeout) {
       ShareRecordWorker<K, V> last = retire();
       long deadline = System.nanoTime() + timeout.toNanos();
-      last.close(timeout);
+      // An interrupt of the consumer thread asks for the stop already under way: kept for the
+      // end, not let cut the wait short. Cut short, the consumer closed while the handler still
+      // ran, and gave its record back unacknowledged though the handler applied it.
+      boolean interrupted = Thread.interrupted();
+      interrupted |= awaitThroughInterrupts(ms -> last.close(Duration.ofMillis(ms)), deadline);
       running = false;
       thread.interrupt();
-      try {
-        thread.join(Math.max(1, (deadline - System.nanoTime()) / 1_000_000));
-      } catch (InterruptedException e) {
+      interrupted |= awaitThroughInterrupts(thread::join, deadline);
+      if (interrupted) {
         Thread.currentThread().interrupt();
       }
       drain(signals.poll());

@@ -165,18 +165,27 @@ final class WrappedShareConsumers {
         return null;
       }
       if (name.equals("close")) {
-        finishAndSend((ShareConsumer<?, ?>) proxy);
+        // spring-kafka ends its consumer's loop on an interrupt (the application's executor shut
+        // down with shutdownNow) and closes the consumer: the interrupt asks for the stop under
+        // way. Kept for after the close, not let cut it short: the listener's wait for the record
+        // in hand returned at once, and the consumer's close, interrupted, sent nothing handed
+        // over; the record, applied a moment later, was given back unacknowledged.
+        boolean interrupted = Thread.interrupted();
+        try {
+          finishAndSend((ShareConsumer<?, ?>) proxy);
+          interrupted |= Thread.interrupted(); // one that came as the listener finished
+          return delegate(method, args);
+        } finally {
+          if (interrupted) {
+            Thread.currentThread().interrupt();
+          }
+        }
       }
       if (name.equals("poll") && renewalsPending) {
         renewalsPending = false;
         sendRenewals();
       }
-      Object result;
-      try {
-        result = method.invoke(consumer, args);
-      } catch (InvocationTargetException e) {
-        throw e.getCause();
-      }
+      Object result = delegate(method, args);
       if (name.equals("acknowledge") && args != null) {
         if (args[args.length - 1] == AcknowledgeType.RENEW) {
           renewalsPending = true;
@@ -185,6 +194,14 @@ final class WrappedShareConsumers {
         }
       }
       return result;
+    }
+
+    private @Nullable Object delegate(Method method, @Nullable Object[] args) throws Throwable {
+      try {
+        return method.invoke(consumer, args);
+      } catch (InvocationTargetException e) {
+        throw e.getCause();
+      }
     }
 
     /**
