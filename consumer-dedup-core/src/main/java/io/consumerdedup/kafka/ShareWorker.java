@@ -260,17 +260,20 @@ final class ShareWorker<K, V> implements Runnable {
 
   private void work() {
     while (running) {
-      Work<K, V> work;
+      // The wait for work inside the catch of Errors too: an OutOfMemoryError as the wait allocates
+      // ended this thread with no fatal Error set, and the loop renewed its records' locks for good
+      // and never fetched again.
       try {
-        work = queue.poll(100, TimeUnit.MILLISECONDS);
-      } catch (InterruptedException e) {
-        // Nobody interrupts this thread to stop it (stop() does): the flag is a handler's.
-        continue;
-      }
-      if (work == null) {
-        continue;
-      }
-      try {
+        Work<K, V> work;
+        try {
+          work = queue.poll(100, TimeUnit.MILLISECONDS);
+        } catch (InterruptedException e) {
+          // Nobody interrupts this thread to stop it (stop() does): the flag is a handler's.
+          continue;
+        }
+        if (work == null) {
+          continue;
+        }
         Exception reason = work.deadLetterReason();
         if (reason != null) {
           if (stillHeld(work.records().get(0))) {
