@@ -20,7 +20,7 @@ import org.postgresql.PGStatement;
  * are left as the driver makes them.
  */
 public final class PostgresPooler {
-  private static final boolean PGJDBC = present("org.postgresql.PGConnection");
+  static final boolean PGJDBC = present("org.postgresql.PGConnection");
 
   private PostgresPooler() {}
 

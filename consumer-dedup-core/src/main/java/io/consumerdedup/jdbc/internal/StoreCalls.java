@@ -338,7 +338,10 @@ public final class StoreCalls {
     return chosen;
   }
 
-  /** Prepares a statement of a call: with its query timeout, unnamed behind a pooler. */
+  /**
+   * Prepares a statement of a call: cancelled once it outruns the statement timeout, unnamed behind
+   * a pooler.
+   */
   public PreparedStatement prepare(Connection connection, String statementSql) throws SQLException {
     boolean fresh = Boolean.TRUE.equals(freshStatements.get());
     PreparedStatement statement =
@@ -346,7 +349,12 @@ public final class StoreCalls {
     if (pooled || fresh) {
       PostgresPooler.useUnnamed(statement);
     }
-    statement.setQueryTimeout(timeoutSeconds(statementTimeout));
+    // pgjdbc's query timeout wakes its timer thread at every execution; one watchdog thread
+    // cancels the store's statements instead (StatementWatchdog).
+    if (!StatementWatchdog.canWatch(statement)
+        || !StatementWatchdog.SHARED.watch(statement, statementTimeout)) {
+      statement.setQueryTimeout(timeoutSeconds(statementTimeout));
+    }
     return statement;
   }
 

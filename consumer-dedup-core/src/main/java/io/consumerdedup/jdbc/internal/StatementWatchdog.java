@@ -1,0 +1,145 @@
+package io.consumerdedup.jdbc.internal;
+
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import java.util.Iterator;
+import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.locks.LockSupport;
+import org.postgresql.PGStatement;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+/**
+ * Cancels the store's statements that outrun their timeout, from one thread for all of them, where
+ * the driver's own query timeout costs a thread wake-up per statement. pgjdbc schedules a task on a
+ * timer thread for every execution that has a query timeout, and waking that thread cost a
+ * duplicate's one-statement path about a third of its CPU in the benchmark. Here a statement is
+ * added to a queue; the thread looks at the queue a few times a second, forgets the statements
+ * closed since, and cancels ({@link Statement#cancel()}) those past their deadline, which is what
+ * pgjdbc's timer does. A statement that has finished meanwhile is not hurt: pgjdbc's cancel does
+ * nothing for a statement that is not running, so the connection's next statement is safe.
+ *
+ * <p>The thread is a daemon, started with the first statement and ended once nothing was watched
+ * for {@link #IDLE_END}, so that an application that stops using the store keeps no thread of it.
+ */
+final class StatementWatchdog {
+
+  private static final Logger log = LoggerFactory.getLogger(StatementWatchdog.class);
+
+  /** The one the store's calls use. */
+  static final StatementWatchdog SHARED = new StatementWatchdog(Duration.ofMillis(100));
+
+  /** How long the thread stays with nothing to watch before it ends. */
+  private static final long IDLE_END = TimeUnit.SECONDS.toNanos(10);
+
+  private record Watched(Statement statement, long deadlineNanos) {}
+
+  private final ConcurrentLinkedQueue<Watched> watched = new ConcurrentLinkedQueue<>();
+  private final AtomicBoolean running = new AtomicBoolean();
+  private final long tickNanos;
+
+  /**
+   * @param tick how often the thread looks at the statements: how late a cancel may come
+   */
+  StatementWatchdog(Duration tick) {
+    this.tickNanos = tick.toNanos();
+  }
+
+  /**
+   * Cancels {@code statement} if it is still running {@code timeout} from now. False if the
+   * watchdog's thread could not start (no more threads for the process): then the caller gives the
+   * statement the driver's query timeout instead, so that no statement runs unbounded.
+   */
+  boolean watch(Statement statement, Duration timeout) {
+    watched.add(new Watched(statement, System.nanoTime() + timeout.toNanos()));
+    if (running.get() || !running.compareAndSet(false, true)) {
+      return true;
+    }
+    try {
+      Thread thread = new Thread(this::run, "consumer-dedup-statement-watchdog");
+      thread.setDaemon(true);
+      thread.start();
+      return true;
+    } catch (RuntimeException | Error e) {
+      running.set(false);
+      watched.removeIf(entry -> entry.statement() == statement);
+      log.warn(
+          "Could not start the thread that cancels the dedup store's statements at their"
+              + " timeout; this statement uses the driver's query timeout",
+          e);
+      return false;
+    }
+  }
+
+  /**
+   * Whether {@code statement} may be watched: pgjdbc's cancel does nothing for a statement that is
+   * not running, and makes the statement it cancels wait for the server's answer to the cancel, so
+   * that a late cancel cannot hit the connection's next statement. Of other drivers that is not
+   * known: their statements keep the driver's query timeout.
+   */
+  static boolean canWatch(Statement statement) throws SQLException {
+    return PostgresPooler.PGJDBC && statement.isWrapperFor(PGStatement.class);
+  }
+
+  /** How many statements are watched now (closed ones until the thread next looks). */
+  int watchedCount() {
+    return watched.size();
+  }
+
+  private void run() {
+    try {
+      long lastBusy = System.nanoTime();
+      while (true) {
+        LockSupport.parkNanos(tickNanos);
+        long now = System.nanoTime();
+        cancelOverdue(now);
+        if (!watched.isEmpty()) {
+          lastBusy = now;
+        } else if (now - lastBusy > IDLE_END) {
+          running.set(false);
+          // A statement added after the check above found the flag still set and started no
+          // thread: this one goes on for it, unless a new thread took over already.
+          if (watched.isEmpty() || !running.compareAndSet(false, true)) {
+            return;
+          }
+        }
+      }
+    } finally {
+      // Ended by an Error (an OutOfMemoryError in the loop): the next statement starts a thread.
+      running.set(false);
+    }
+  }
+
+  private void cancelOverdue(long now) {
+    for (Iterator<Watched> it = watched.iterator(); it.hasNext(); ) {
+      Watched entry = it.next();
+      if (isClosed(entry.statement())) {
+        it.remove();
+      } else if (now - entry.deadlineNanos() >= 0) {
+        it.remove();
+        cancel(entry.statement());
+      }
+    }
+  }
+
+  private static boolean isClosed(Statement statement) {
+    try {
+      return statement.isClosed();
+    } catch (SQLException | RuntimeException e) {
+      return true; // nothing more to cancel on it
+    }
+  }
+
+  private static void cancel(Statement statement) {
+    try {
+      statement.cancel();
+    } catch (SQLException | RuntimeException e) {
+      // Closed meanwhile, or the cancel request could not reach the server: the connection's
+      // network timeout still ends a statement that no longer answers.
+      log.debug("Could not cancel a dedup store statement past its timeout", e);
+    }
+  }
+}

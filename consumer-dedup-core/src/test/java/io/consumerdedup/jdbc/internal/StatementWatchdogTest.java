@@ -1,0 +1,100 @@
+package io.consumerdedup.jdbc.internal;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.time.Duration;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * The store's statements on pgjdbc are bounded by {@link StatementWatchdog} instead of the driver's
+ * query timeout: a statement that outruns its timeout is cancelled by the server (SQL state 57014,
+ * which the store retries as any statement timeout), and one that finished in time leaves the
+ * connection's later statements alone. Real PostgreSQL.
+ */
+class StatementWatchdogTest {
+
+  private final StatementWatchdog watchdog = new StatementWatchdog(Duration.ofMillis(50));
+  private String schema;
+  private Connection connection;
+
+  @BeforeEach
+  void connect() throws SQLException {
+    schema = TestDatabase.newSchema("watchdog");
+    connection = TestDatabase.connect(schema);
+  }
+
+  @AfterEach
+  void close() throws SQLException {
+    connection.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  @Test
+  void aStatementThatOutrunsItsTimeoutIsCancelledByTheServer() throws SQLException {
+    try (PreparedStatement sleep = connection.prepareStatement("SELECT pg_sleep(60)")) {
+      assertThat(StatementWatchdog.canWatch(sleep)).as("a pgjdbc statement is watched").isTrue();
+      assertThat(watchdog.watch(sleep, Duration.ofSeconds(1))).isTrue();
+      long start = System.nanoTime();
+      assertThatThrownBy(sleep::executeQuery)
+          .as("[the caller's error] a statement of 60 s with a timeout of 1 s")
+          .isInstanceOfSatisfying(
+              SQLException.class,
+              e -> assertThat(e.getSQLState()).as("query_canceled").isEqualTo("57014"));
+      assertThat(Duration.ofNanos(System.nanoTime() - start))
+          .as("[how long the caller waited] cancelled near its timeout, not after the statement")
+          .isLessThan(Duration.ofSeconds(30));
+    }
+    assertThat(SqlStates.isTransient(cancelled()))
+        .as("the store retries a cancelled statement as any statement timeout")
+        .isTrue();
+  }
+
+  @Test
+  void aStatementThatFinishedInTimeLeavesTheConnectionsNextStatementAlone() throws SQLException {
+    try (PreparedStatement quick = connection.prepareStatement("SELECT 1")) {
+      watchdog.watch(quick, Duration.ofMillis(300));
+      quick.executeQuery().close();
+      // Still open when its deadline passes, while the connection runs a longer statement.
+      try (PreparedStatement longer = connection.prepareStatement("SELECT pg_sleep(1.5), 42");
+          ResultSet row = longer.executeQuery()) {
+        assertThat(row.next()).isTrue();
+        assertThat(row.getInt(2))
+            .as("[the next statement's answer] not cancelled by the earlier one's deadline")
+            .isEqualTo(42);
+      }
+      await("past its deadline, no longer watched")
+          .atMost(Duration.ofSeconds(20))
+          .until(() -> watchdog.watchedCount() == 0);
+    }
+  }
+
+  @Test
+  void aClosedStatementIsForgottenBeforeItsDeadline() throws SQLException {
+    try (PreparedStatement quick = connection.prepareStatement("SELECT 1")) {
+      watchdog.watch(quick, Duration.ofMinutes(10));
+      quick.executeQuery().close();
+    }
+    await("the closed statement forgotten")
+        .atMost(Duration.ofSeconds(20))
+        .until(() -> watchdog.watchedCount() == 0);
+  }
+
+  private SQLException cancelled() {
+    try (PreparedStatement sleep = connection.prepareStatement("SELECT pg_sleep(60)")) {
+      watchdog.watch(sleep, Duration.ofMillis(200));
+      sleep.executeQuery();
+      throw new AssertionError("not cancelled");
+    } catch (SQLException e) {
+      return e;
+    }
+  }
+}
