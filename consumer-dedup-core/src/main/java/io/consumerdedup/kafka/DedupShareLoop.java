@@ -289,33 +289,9 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     }
     drainDecisions();
     if (workerThread.isAlive()) {
-      warnStoppingWithoutTheWorker();
+      worker.warnStoppingWithoutIt(closeTimeout);
     }
     return interrupted;
-  }
-
-  /**
-   * Says why the stop took the whole close timeout, and what becomes of the record in hand: without
-   * a word, the user saw a slow stop and a record delivered again, and could not tell why.
-   */
-  private void warnStoppingWithoutTheWorker() {
-    ConsumerRecord<?, ?> inHand = worker.inHand();
-    if (inHand != null) {
-      log.warn(
-          "{} was still in hand (its handler or its dead letter running) when the close timeout"
-              + " of {} ran out; stopping without it: the record is given back unacknowledged and"
-              + " the broker delivers it again (if its handler still records SUCCESS, that"
-              + " delivery is a duplicate)",
-          describe(inHand),
-          closeTimeout);
-    } else {
-      log.warn(
-          "The worker of share group {} did not finish within the close timeout of {} (recording"
-              + " the outcomes of its records); stopping without it: the records not acknowledged"
-              + " yet are given back and the broker delivers them again",
-          groupId,
-          closeTimeout);
-    }
   }
 
   /**

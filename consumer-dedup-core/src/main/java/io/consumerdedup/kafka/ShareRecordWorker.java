@@ -144,6 +144,17 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
     }
   }
 
+  /**
+   * After a {@link #close(Duration)} that waited out {@code closeTimeout}: if the worker is still
+   * running, says so at WARN (logger {@code DedupShareLoop}, as the share loop says it), naming the
+   * record whose handler or dead letter runs, which its owner now gives back unacknowledged.
+   */
+  public void warnIfStillRunning(Duration closeTimeout) {
+    if (thread.isAlive()) {
+      worker.warnStoppingWithoutIt(closeTimeout);
+    }
+  }
+
   @Override
   public void close() {
     close(DedupShareLoop.DEFAULT_CLOSE_TIMEOUT);

@@ -238,9 +238,30 @@ final class ShareWorker<K, V> implements Runnable {
     running = false;
   }
 
-  /** The record whose handler or dead letter runs now, for the owner's log; null if none. */
-  @Nullable ConsumerRecord<K, V> inHand() {
-    return inHand;
+  /**
+   * Says why the owner's stop took the whole close timeout, and what becomes of the record in hand,
+   * for an owner stopping without this worker, which did not finish within {@code closeTimeout}:
+   * without a word, the user saw a slow stop and a record delivered again, and could not tell why.
+   * One message for every owner ({@link DedupShareLoop}, {@link ShareRecordWorker}'s).
+   */
+  void warnStoppingWithoutIt(Duration closeTimeout) {
+    ConsumerRecord<K, V> record = inHand;
+    if (record != null) {
+      log.warn(
+          "{} was still in hand (its handler or its dead letter running) when the close timeout"
+              + " of {} ran out; stopping without it: the record is given back unacknowledged and"
+              + " the broker delivers it again (if its handler still records SUCCESS, that"
+              + " delivery is a duplicate)",
+          describe(record),
+          closeTimeout);
+    } else {
+      log.warn(
+          "The worker of share group {} did not finish within the close timeout of {} (recording"
+              + " the outcomes of its records); stopping without it: the records not acknowledged"
+              + " yet are given back and the broker delivers them again",
+          groupId,
+          closeTimeout);
+    }
   }
 
   /** The Error a handler threw, which ends the loop; null if none. */

@@ -580,6 +580,9 @@ final class DedupShareListener<K, V>
       // ran, and gave its record back unacknowledged though the handler applied it.
       boolean interrupted = Thread.interrupted();
       interrupted |= awaitThroughInterrupts(ms -> last.close(Duration.ofMillis(ms)), deadline);
+      // A handler still running now has its record given back by the close: said, as the share
+      // loop says it, or the user saw a stop of 30 s and the record come again, and not why.
+      last.warnIfStillRunning(timeout);
       running = false;
       thread.interrupt();
       interrupted |= awaitThroughInterrupts(thread::join, deadline);

@@ -172,7 +172,20 @@ final class WrappedShareConsumers {
         // over; the record, applied a moment later, was given back unacknowledged.
         boolean interrupted = Thread.interrupted();
         try {
-          finishAndSend((ShareConsumer<?, ?>) proxy);
+          try {
+            finishAndSend((ShareConsumer<?, ?>) proxy);
+          } catch (Throwable e) {
+            // An Error as the listener finishes (an OutOfMemoryError) still closes the consumer:
+            // left open, it never left its group and its records stayed locked until their locks
+            // ran out. The Error goes on to the container as thrown, a failed close added to it.
+            interrupted |= Thread.interrupted();
+            try {
+              delegate(method, args);
+            } catch (Throwable closeFailure) {
+              e.addSuppressed(closeFailure);
+            }
+            throw e;
+          }
           interrupted |= Thread.interrupted(); // one that came as the listener finished
           return delegate(method, args);
         } finally {
