@@ -33,6 +33,9 @@ public final class LeaseRenewer implements AutoCloseable {
   /** One renewal may hang on a dead connection; the next one must still get through. */
   private static final int MAX_RENEWALS_IN_FLIGHT = 2;
 
+  /** How often, at most, the timer wakes for the task that keeps renewals off its queue's head. */
+  private static final Duration MAX_HEAD_PERIOD = Duration.ofSeconds(1);
+
   private final DedupStore store;
   private final Duration lease;
   private final Duration interval;
@@ -48,6 +51,12 @@ public final class LeaseRenewer implements AutoCloseable {
     this.timer = new ScheduledThreadPoolExecutor(1, daemon("consumer-dedup-lease-timer-"));
     // Cancelled renewals must not pile up in the queue of a busy consumer.
     this.timer.setRemoveOnCancelPolicy(true);
+    // A task always due before any renewal: a renewal scheduled at the head of the timer's queue
+    // wakes the timer thread, and a consumer that claims one record at a time cancels each
+    // renewal before it schedules the next, so every claim woke that thread (a context switch a
+    // record) for a task due a renewal interval later. Behind this one it never is the head.
+    long headPeriod = Math.max(1, Math.min(interval.toNanos() / 2, MAX_HEAD_PERIOD.toNanos()));
+    this.timer.scheduleAtFixedRate(() -> {}, headPeriod, headPeriod, TimeUnit.NANOSECONDS);
     // As many workers as renewals in flight, which is at most the number of keys held at once.
     this.workers =
         new ThreadPoolExecutor(
