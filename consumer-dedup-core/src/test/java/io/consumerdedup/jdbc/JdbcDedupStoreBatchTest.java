@@ -191,6 +191,35 @@ class JdbcDedupStoreBatchTest {
     }
   }
 
+  @Test
+  void aPollsSuccessMarksAreHotUpdatesThoughItsClaimsFilledTheirPages() throws Exception {
+    String ownSchema = TestDatabase.newSchema("hotpoll");
+    try (HikariDataSource own = TestDatabase.dataSource(ownSchema, 2)) {
+      JdbcDedupStore pollStore = JdbcDedupStore.builder(own).build();
+      List<ClaimRequest> requests = new ArrayList<>();
+      for (int i = 0; i < 500; i++) {
+        requests.add(request(DedupKey.of("order", "poll-" + i), null));
+      }
+      List<ClaimResult.Claimed> claims =
+          pollStore.claimAll(requests).stream().map(ClaimResult.Claimed.class::cast).toList();
+      assertThat(pollStore.completeAll(claims, RETENTION)).isEmpty();
+
+      // The claims are fresh rows, packed together on the table's last pages; each SUCCESS is a
+      // new version of its row, HOT only if it fits on the row's page. With fillfactor 80 about
+      // half of them did not: each wrote an entry into both indexes, and more WAL.
+      long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(15);
+      while (statistic(own, "n_tup_upd") < 500 && System.nanoTime() < deadline) {
+        Thread.sleep(200);
+      }
+      assertThat(statistic(own, "n_tup_upd")).isEqualTo(500);
+      assertThat(statistic(own, "n_tup_hot_upd"))
+          .as("[SUCCESS marks of a poll that wrote no index entry]")
+          .isEqualTo(500);
+    } finally {
+      TestDatabase.dropSchema(ownSchema);
+    }
+  }
+
   private static String claimIdOf(List<ClaimResult> results, int index) {
     return ((ClaimResult.Claimed) results.get(index)).claimId();
   }
