@@ -44,14 +44,14 @@ import org.springframework.test.context.DynamicPropertySource;
 class ShareListenerCloseTimeoutTest {
   static final String TOPIC = "share-close-timeout";
 
-  /** The close timeout of a share listener's stop. */
-  static final Duration CLOSE_TIMEOUT = DedupShareLoop.DEFAULT_CLOSE_TIMEOUT;
+  /** The close timeout of a share listener's stop, set by {@code consumer-dedup.share.*}. */
+  static final Duration CLOSE_TIMEOUT = Duration.ofSeconds(3);
 
   /**
-   * The group's acquisition lock: outlasts the close timeout, so that the record is still this
-   * consumer's when its close gives it back.
+   * The group's acquisition lock (the broker's minimum): outlasts the close timeout, so that the
+   * record is still this consumer's when its close gives it back.
    */
-  static final Duration LOCK = Duration.ofSeconds(45);
+  static final Duration LOCK = Duration.ofSeconds(15);
 
   static final CountDownLatch started = new CountDownLatch(1);
   static final CountDownLatch mayFinish = new CountDownLatch(1);
@@ -59,6 +59,7 @@ class ShareListenerCloseTimeoutTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(registry, "spring_share_close_timeout", TOPIC);
+    registry.add("consumer-dedup.share.close-timeout", () -> CLOSE_TIMEOUT.toSeconds() + "s");
     TestShareGroups.configure(TOPIC, LOCK);
   }
 

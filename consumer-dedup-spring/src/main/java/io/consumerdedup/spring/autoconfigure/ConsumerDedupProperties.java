@@ -230,6 +230,13 @@ public class ConsumerDedupProperties implements InitializingBean {
      */
     private Duration retryBackoff = DedupShareLoop.DEFAULT_RETRY_BACKOFF;
 
+    /**
+     * How long a stopping container lets the handler in hand finish (and its outcome be recorded)
+     * before its consumer closes; a record whose handler outlasts it is given back unacknowledged
+     * and delivered again, which a WARN says. As {@code DedupShareLoop.Builder.closeTimeout}.
+     */
+    private Duration closeTimeout = DedupShareLoop.DEFAULT_CLOSE_TIMEOUT;
+
     public int getDeliveryCountLimit() {
       return deliveryCountLimit;
     }
@@ -244,6 +251,14 @@ public class ConsumerDedupProperties implements InitializingBean {
 
     public void setRetryBackoff(Duration retryBackoff) {
       this.retryBackoff = retryBackoff;
+    }
+
+    public Duration getCloseTimeout() {
+      return closeTimeout;
+    }
+
+    public void setCloseTimeout(Duration closeTimeout) {
+      this.closeTimeout = closeTimeout;
     }
   }
 

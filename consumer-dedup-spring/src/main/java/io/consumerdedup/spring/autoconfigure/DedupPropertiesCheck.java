@@ -55,6 +55,7 @@ final class DedupPropertiesCheck {
               + " group.share.delivery.count.limit");
     }
     positive("share.retry-backoff", properties.getShare().getRetryBackoff());
+    positive("share.close-timeout", properties.getShare().getCloseTimeout());
     checkCleanup(properties.getCleanup());
   }
 

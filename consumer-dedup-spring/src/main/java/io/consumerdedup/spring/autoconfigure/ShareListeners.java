@@ -1,7 +1,6 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.kafka.DeadLetterHandler;
-import io.consumerdedup.kafka.DedupShareLoop;
 import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
 import io.consumerdedup.spring.Idempotent;
 import java.lang.reflect.Field;
@@ -123,7 +122,7 @@ final class ShareListeners {
                   properties.getShare().getRetryBackoff(),
                   properties.getHold().getInitialBackoff(),
                   properties.getHold().getMaxBackoff(),
-                  DedupShareLoop.DEFAULT_CLOSE_TIMEOUT));
+                  properties.getShare().getCloseTimeout()));
       share.setupMessageListener(listener);
       Runnable ownConsumers = WrappedShareConsumers.apply(share, listener::finish);
       log.info(
