@@ -15,12 +15,14 @@ import org.slf4j.LoggerFactory;
 /**
  * Cancels the store's statements that outrun their timeout, from one thread for all of them, where
  * the driver's own query timeout costs a thread wake-up per statement. pgjdbc schedules a task on a
- * timer thread for every execution that has a query timeout, and waking that thread cost a
- * duplicate's one-statement path about a third of its CPU in the benchmark. Here a statement is
- * added to a queue; the thread looks at the queue a few times a second, forgets the statements
- * closed since, and cancels ({@link Statement#cancel()}) those past their deadline, which is what
- * pgjdbc's timer does. A statement that has finished meanwhile is not hurt: pgjdbc's cancel does
- * nothing for a statement that is not running, so the connection's next statement is safe.
+ * timer thread for every execution that has a query timeout, and waking that thread for every
+ * statement was a large part of a duplicate's one-statement path: with this watchdog (and the lease
+ * timer no longer woken at every claim) a duplicate cost 19 to 29 % less CPU in the benchmark, side
+ * by side. Here a statement is added to a queue; the thread looks at the queue a few times a
+ * second, forgets the statements closed since, and cancels ({@link Statement#cancel()}) those past
+ * their deadline, which is what pgjdbc's timer does. A statement that has finished meanwhile is not
+ * hurt: pgjdbc's cancel does nothing for a statement that is not running, so the connection's next
+ * statement is safe.
  *
  * <p>The thread is a daemon, started with the first statement and ended once nothing was watched
  * for {@link #IDLE_END}, so that an application that stops using the store keeps no thread of it.
@@ -90,12 +92,20 @@ final class StatementWatchdog {
   }
 
   private void run() {
+    boolean endedIdle = false;
     try {
       long lastBusy = System.nanoTime();
       while (true) {
         LockSupport.parkNanos(tickNanos);
         long now = System.nanoTime();
-        cancelOverdue(now);
+        try {
+          cancelOverdue(now);
+        } catch (Error e) {
+          // An OutOfMemoryError as the queue is walked, or a driver's Error: the statements stay
+          // watched and the next look tries again. Ending the thread here left a statement already
+          // running unwatched until the store's next statement started another one.
+          warnQuietly(e);
+        }
         if (!watched.isEmpty()) {
           lastBusy = now;
         } else if (now - lastBusy > IDLE_END) {
@@ -103,13 +113,26 @@ final class StatementWatchdog {
           // A statement added after the check above found the flag still set and started no
           // thread: this one goes on for it, unless a new thread took over already.
           if (watched.isEmpty() || !running.compareAndSet(false, true)) {
+            endedIdle = true;
             return;
           }
         }
       }
     } finally {
-      // Ended by an Error (an OutOfMemoryError in the loop): the next statement starts a thread.
-      running.set(false);
+      // Ended by an Error outside the look (in the park itself): the next statement starts a
+      // thread. Ended idle, the flag is no longer this thread's to clear: a new thread may own it.
+      if (!endedIdle) {
+        running.set(false);
+      }
+    }
+  }
+
+  private static void warnQuietly(Error e) {
+    try {
+      log.warn(
+          "The dedup store's statement watchdog failed to look at its statements; retrying", e);
+    } catch (Error ignored) {
+      // Logging needs memory too; the next look is what matters.
     }
   }
 

@@ -5,11 +5,14 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.testing.TestDatabase;
+import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -86,6 +89,37 @@ class StatementWatchdogTest {
     await("the closed statement forgotten")
         .atMost(Duration.ofSeconds(20))
         .until(() -> watchdog.watchedCount() == 0);
+  }
+
+  @Test
+  void anErrorAsTheWatchdogLooksStillLetsItCancelTheStatementsItWatches() throws SQLException {
+    AtomicBoolean thrown = new AtomicBoolean();
+    Statement failingOnce =
+        (Statement)
+            Proxy.newProxyInstance(
+                getClass().getClassLoader(),
+                new Class<?>[] {Statement.class},
+                (proxy, method, args) -> {
+                  if (method.getName().equals("isClosed") && thrown.compareAndSet(false, true)) {
+                    throw new OutOfMemoryError("Java heap space (injected)");
+                  }
+                  return method.getName().equals("isClosed") ? Boolean.TRUE : null;
+                });
+    watchdog.watch(failingOnce, Duration.ofMinutes(10));
+    try (PreparedStatement sleep = connection.prepareStatement("SELECT pg_sleep(60)")) {
+      watchdog.watch(sleep, Duration.ofSeconds(1));
+      long start = System.nanoTime();
+      assertThatThrownBy(sleep::executeQuery)
+          .as("[the caller's error] a statement of 60 s with a timeout of 1 s")
+          .isInstanceOfSatisfying(
+              SQLException.class,
+              e -> assertThat(e.getSQLState()).as("query_canceled").isEqualTo("57014"));
+      assertThat(thrown).as("the watchdog met the Error as it looked").isTrue();
+      assertThat(Duration.ofNanos(System.nanoTime() - start))
+          .as(
+              "[how long the caller waited] cancelled near its timeout though the watchdog met an Error")
+          .isLessThan(Duration.ofSeconds(30));
+    }
   }
 
   private SQLException cancelled() {
