@@ -127,12 +127,43 @@ final class SuccessMarkWriter {
     synchronized (marks) {
       if (!closed) {
         marks.add(outcome);
-        startWriterIfGone();
+        try {
+          startWriterIfGone();
+        } catch (RuntimeException | Error e) {
+          if (!sweepForAWriter(e)) {
+            throw e;
+          }
+        }
         return;
       }
     }
     // Closed: no writer any more, so one write now, on the caller's thread, rather than none.
     writeMarks(List.of(outcome));
+  }
+
+  /**
+   * The writer thread could not start ({@code e}, "unable to create native thread") for a mark
+   * queued already: a sweep starts one shortly, and again until one starts. Thrown to the caller
+   * instead, the mark stayed queued with no writer, its future incomplete (the caller's offset
+   * commit waiting for it) until some later mark started one: none, once the stream went quiet.
+   * False if no sweep can be scheduled either: then the caller is told. Under the lock of {@link
+   * #marks}: a sweep already pending has not looked at the queue yet, and starts a writer for it.
+   */
+  private boolean sweepForAWriter(Throwable e) {
+    if (sweepPending.compareAndSet(false, true)) {
+      try {
+        timer.after(SWEEP_AGAIN_AFTER_FAILURE, this::sweepParked);
+      } catch (RuntimeException | Error notScheduled) {
+        sweepPending.set(false);
+        e.addSuppressed(notScheduled);
+        return false;
+      }
+    }
+    log.error(
+        "Could not start the writer thread of the SUCCESS marks; trying again in {} ms",
+        SWEEP_AGAIN_AFTER_FAILURE.toMillis(),
+        e);
+    return true;
   }
 
   /**

@@ -274,6 +274,34 @@ class ParkedMarksAfterASweepErrorTest {
     assertThat(status("displacing")).isEqualTo(DedupStatus.SUCCESS);
   }
 
+  /**
+   * A mark queued for the writer ({@code completeAsync}) when its thread cannot start: the mark was
+   * queued, the Error thrown to the caller, and no writer came for it until another mark was
+   * queued.
+   */
+  @Test
+  void aMarkQueuedWhenNoWriterThreadCouldStartIsWrittenWithoutAnotherMark() throws Exception {
+    startWriter(renewer::after, firstThreadRefused);
+    PendingOutcome queued = successOf("queued-without-writer");
+
+    CompletableFuture<Throwable> thrown = onItsOwnThread(() -> marks.queue(queued));
+
+    assertThat(queued.written)
+        .as("[what the caller's offset commit waits for] the SUCCESS queued with no writer")
+        .succeedsWithin(WAIT);
+    assertThat(status("queued-without-writer")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(threadsRefused)
+        .as("a writer thread refused, a later one started")
+        .hasValueGreaterThan(1);
+    assertThat(thrown.get()).as("the mark queued: nothing thrown to the caller").isNull();
+    assertThat(errorsLogged())
+        .as("the Error, logged")
+        .anySatisfy(
+            event ->
+                assertThat(event.getThrowableProxy().getMessage())
+                    .startsWith("unable to create native thread"));
+  }
+
   /** Runs the sweeps scheduled, as the timer would, until {@code mark} is written. */
   private void runSweepsUntilWritten(PendingOutcome mark) {
     await()
