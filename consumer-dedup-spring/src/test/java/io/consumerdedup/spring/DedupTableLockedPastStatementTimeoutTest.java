@@ -40,11 +40,12 @@ import org.springframework.test.context.DynamicPropertySource;
 /**
  * An operator locks the dedup table ({@code LOCK TABLE ... IN ACCESS EXCLUSIVE MODE}, as a
  * migration or a {@code VACUUM FULL} does) for longer than the store's statement timeout, while
- * records arrive. The application sets none of consumer-dedup's properties: its claims wait on the
- * lock until the server cancels them at the default statement timeout (5 s, short enough to run
- * here), the store gives up on the call, and the record is held, not skipped nor dead-lettered.
- * Once the lock goes, every record is applied once. The application has the usual dead-letter error
- * handler, so that a record given up would show as a dead letter.
+ * records arrive. The application sets none of consumer-dedup's store or hold properties: its
+ * claims wait on the lock until the store's statement watchdog has the server cancel them at the
+ * default statement timeout (5 s, short enough to run here), the store gives up on the call, and
+ * the record is held, not skipped nor dead-lettered. Once the lock goes, every record is applied
+ * once. The application has the usual dead-letter error handler, so that a record given up would
+ * show as a dead letter.
  */
 @SpringBootTest(classes = DedupTableLockedPastStatementTimeoutTest.App.class)
 @DirtiesContext
