@@ -129,7 +129,9 @@ final class DedupShareListener<K, V>
         // close() began meanwhile and may have passed over the keeper just made, whose threads
         // would then outlive the container: stopped here too (a second close does nothing more).
         keepers.remove(consumer, keeper);
-        keeper.close(Duration.ZERO);
+        if (keeper.close(System.nanoTime())) {
+          Thread.currentThread().interrupt();
+        }
         return;
       }
       if (keeper.offer(record, acknowledgment, lockNanos)) {
@@ -142,6 +144,10 @@ final class DedupShareListener<K, V>
   /** Stops the workers and keepers: their undecided records are delivered again by the broker. */
   void close() {
     closed = true;
+    // An interrupt of the stopping thread asks for the stop under way: kept for the end, not let
+    // cut the wait short. Cut short, the application's stop returned while handlers still ran, and
+    // went on to close what they used, their outcomes not recorded.
+    boolean interrupted = Thread.interrupted();
     // All stopped first, then waited for within one close timeout: each consumer's handler in hand
     // finishes alongside the others', so a stop takes the longest of them, not their sum.
     for (Keeper keeper : keepers.values()) {
@@ -149,9 +155,12 @@ final class DedupShareListener<K, V>
     }
     long deadline = System.nanoTime() + settings.closeTimeout().toNanos();
     for (Keeper keeper : keepers.values()) {
-      keeper.close(Duration.ofNanos(Math.max(0, deadline - System.nanoTime())));
+      interrupted |= keeper.close(deadline);
     }
     keepers.clear();
+    if (interrupted) {
+      Thread.currentThread().interrupt();
+    }
   }
 
   /**
@@ -777,15 +786,21 @@ final class DedupShareListener<K, V>
       return false;
     }
 
-    void close(Duration timeout) {
+    /**
+     * Stops this keeper and its worker, waiting for the worker's record in hand until {@code
+     * deadlineNanos} whatever interrupts come; whether one came (the caller sets it again).
+     */
+    boolean close(long deadlineNanos) {
       running = false;
       ShareRecordWorker<K, V> last = retire();
-      last.close(timeout);
+      boolean interrupted =
+          awaitThroughInterrupts(ms -> last.close(Duration.ofMillis(ms)), deadlineNanos);
       thread.interrupt();
       Error fatal = last.fatal();
       if (fatal != null) {
         log.error("Share listener {} stopped on an Error", listenerId, fatal);
       }
+      return interrupted;
     }
   }
 }
