@@ -19,6 +19,7 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.BiFunction;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -183,6 +184,9 @@ final class DedupShareListener<K, V>
    */
   volatile Runnable beforeWorkerReplaced = () -> {};
 
+  /** Makes each keeper's thread, from its task and name: lets a test make one that cannot start. */
+  volatile BiFunction<Runnable, String, Thread> keeperThreads = Thread::new;
+
   /**
    * One worker's processor: each batch the worker takes is a poll to the interceptor ({@link
    * ConsumerPoll#ofShareBatch}). Used on the worker's thread only; a worker replaced after an Error
@@ -333,9 +337,16 @@ final class DedupShareListener<K, V>
       this.consumer = consumer;
       name = "dedup-share-" + listenerId + "-" + keeperNumbers.getAndIncrement();
       worker = newWorker();
-      thread = new Thread(this, name + "-keeper");
+      thread = keeperThreads.apply(this, name + "-keeper");
       thread.setDaemon(true);
-      thread.start();
+      try {
+        thread.start();
+      } catch (RuntimeException | Error e) {
+        // An OutOfMemoryError, the JVM unable to create a native thread: nobody would ever stop
+        // the worker just started, and each record handed over later would leave one more.
+        worker.close(Duration.ZERO);
+        throw e;
+      }
     }
 
     private ShareRecordWorker<K, V> newWorker() {
