@@ -343,7 +343,8 @@ final class DedupShareListener<K, V>
         thread.start();
       } catch (RuntimeException | Error e) {
         // An OutOfMemoryError, the JVM unable to create a native thread: nobody would ever stop
-        // the worker just started, and each record handed over later would leave one more.
+        // the worker just started, which outlived the container (stopped by the Error) and any
+        // restart of it, one more thread where threads ran short.
         worker.close(Duration.ZERO);
         throw e;
       }

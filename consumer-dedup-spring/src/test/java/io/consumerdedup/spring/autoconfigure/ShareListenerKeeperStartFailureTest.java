@@ -32,10 +32,10 @@ import org.springframework.test.context.DynamicPropertySource;
 /**
  * The JVM cannot start the thread of a share listener's keeper (an {@code OutOfMemoryError}: unable
  * to create native thread, the process at its thread limit): the keeper's worker thread, started
- * just before, was left running with nobody to stop it, one more for each record the container
- * handed over, and only made the shortage worse. A package-private hook makes the keeper threads,
- * here threads that cannot start. Spring Boot 4.0 refuses share listeners, so the boot40 module
- * leaves this class out.
+ * just before, was left running with nobody to stop it, after the container stopped on the Error
+ * and through any restart of it, one more thread where threads ran short. A package-private hook
+ * makes the keeper threads, here threads that cannot start. Spring Boot 4.0 refuses share
+ * listeners, so the boot40 module leaves this class out.
  */
 @SpringBootTest(classes = ShareListenerKeeperStartFailureTest.App.class)
 @DirtiesContext
