@@ -132,6 +132,14 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
   }
 
   /**
+   * Whether the worker's thread has ended (after a {@link #stop()}, or on an Error): it decides
+   * nothing more, and its last decisions were given before this turned true.
+   */
+  public boolean isStopped() {
+    return !thread.isAlive();
+  }
+
+  /**
    * Stops after the record in hand, waiting up to {@code timeout} for it; the records not processed
    * get no decision (the broker delivers them again).
    */

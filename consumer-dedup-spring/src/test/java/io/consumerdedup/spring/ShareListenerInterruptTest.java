@@ -8,7 +8,6 @@ import static org.awaitility.Awaitility.await;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
-import io.consumerdedup.kafka.ShareRecordWorker;
 import io.consumerdedup.testing.TestShareGroups;
 import java.time.Duration;
 import java.util.Arrays;
@@ -67,9 +66,13 @@ class ShareListenerInterruptTest {
 
   /**
    * The groups' acquisition lock: outlasts the handler once interrupted, so that the record needs
-   * no renewal sent as its consumer closes (none is: the renewals wait for the closing thread).
+   * no renewal as its consumer closes (ShareListenerStopPastLockTest has one that does).
    */
   static final Duration LOCK = Duration.ofSeconds(10);
+
+  /** Where the stopping consumer's thread waits for the record in hand (package-private). */
+  static final String FINISH_STEP_OWNER =
+      "io.consumerdedup.spring.autoconfigure.DedupShareListener";
 
   /** Run each container's consumer thread, as an application's task executor would. */
   static final Map<String, ExecutorService> containerExecutors = new ConcurrentHashMap<>();
@@ -149,13 +152,16 @@ class ShareListenerInterruptTest {
         .isTrue();
   }
 
-  /** Whether {@code thread} waits for the handler in hand, as its consumer closes. */
+  /**
+   * Whether {@code thread} waits for the handler in hand, as its consumer closes: the listener's
+   * finish step, which keeps the locks renewed meanwhile, is on its stack.
+   */
   private static boolean waitsForTheRecordInHand(Thread thread) {
     return Arrays.stream(thread.getStackTrace())
         .anyMatch(
             frame ->
-                frame.getClassName().equals(ShareRecordWorker.class.getName())
-                    && frame.getMethodName().equals("close"));
+                frame.getClassName().startsWith(FINISH_STEP_OWNER)
+                    && frame.getMethodName().equals("finish"));
   }
 
   private void assertAcceptedOnceApplied(String topic, String orderNo, long interruptNanos)

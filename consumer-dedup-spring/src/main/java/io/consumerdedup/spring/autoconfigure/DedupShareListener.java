@@ -19,9 +19,14 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.BiFunction;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.ShareConsumer;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.WakeupException;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -65,6 +70,9 @@ final class DedupShareListener<K, V>
    * later gets a new keeper.
    */
   private static final long IDLE_NANOS = Duration.ofMinutes(2).toNanos();
+
+  /** How long a poll of a closing consumer waits for renewed records to come back. */
+  private static final Duration RENEWAL_POLL = Duration.ofMillis(50);
 
   /** Wakes a keeper when a renewed record is back. */
   private static final Object WAKE = new Object();
@@ -122,7 +130,9 @@ final class DedupShareListener<K, V>
         // close() began meanwhile and may have passed over the keeper just made, whose threads
         // would then outlive the container: stopped here too (a second close does nothing more).
         keepers.remove(consumer, keeper);
-        keeper.close(Duration.ZERO);
+        if (keeper.close(System.nanoTime())) {
+          Thread.currentThread().interrupt();
+        }
         return;
       }
       if (keeper.offer(record, acknowledgment, lockNanos)) {
@@ -135,6 +145,10 @@ final class DedupShareListener<K, V>
   /** Stops the workers and keepers: their undecided records are delivered again by the broker. */
   void close() {
     closed = true;
+    // An interrupt of the stopping thread asks for the stop under way: kept for the end, not let
+    // cut the wait short. Cut short, the application's stop returned while handlers still ran, and
+    // went on to close what they used, their outcomes not recorded.
+    boolean interrupted = Thread.interrupted();
     // All stopped first, then waited for within one close timeout: each consumer's handler in hand
     // finishes alongside the others', so a stop takes the longest of them, not their sum.
     for (Keeper keeper : keepers.values()) {
@@ -142,9 +156,12 @@ final class DedupShareListener<K, V>
     }
     long deadline = System.nanoTime() + settings.closeTimeout().toNanos();
     for (Keeper keeper : keepers.values()) {
-      keeper.close(Duration.ofNanos(Math.max(0, deadline - System.nanoTime())));
+      interrupted |= keeper.close(deadline);
     }
     keepers.clear();
+    if (interrupted) {
+      Thread.currentThread().interrupt();
+    }
   }
 
   /**
@@ -166,6 +183,9 @@ final class DedupShareListener<K, V>
    * lock to do so: lets a test stop the listener at that very moment.
    */
   volatile Runnable beforeWorkerReplaced = () -> {};
+
+  /** Makes each keeper's thread, from its task and name: lets a test make one that cannot start. */
+  volatile BiFunction<Runnable, String, Thread> keeperThreads = Thread::new;
 
   /**
    * One worker's processor: each batch the worker takes is a poll to the interceptor ({@link
@@ -317,9 +337,17 @@ final class DedupShareListener<K, V>
       this.consumer = consumer;
       name = "dedup-share-" + listenerId + "-" + keeperNumbers.getAndIncrement();
       worker = newWorker();
-      thread = new Thread(this, name + "-keeper");
+      thread = keeperThreads.apply(this, name + "-keeper");
       thread.setDaemon(true);
-      thread.start();
+      try {
+        thread.start();
+      } catch (RuntimeException | Error e) {
+        // An OutOfMemoryError, the JVM unable to create a native thread: nobody would ever stop
+        // the worker just started, which outlived the container (stopped by the Error) and any
+        // restart of it, one more thread where threads ran short.
+        worker.close(Duration.ZERO);
+        throw e;
+      }
     }
 
     private ShareRecordWorker<K, V> newWorker() {
@@ -512,33 +540,15 @@ final class DedupShareListener<K, V>
         return lockNanos / 3;
       }
       if (now - nextRenewalNanos >= 0) {
-        List<Id> lost = new ArrayList<>();
-        for (Map.Entry<Id, Entry> e : entries.entrySet()) {
-          Entry entry = e.getValue();
+        forgetUnreturned(now);
+        for (Entry entry : entries.values()) {
           if (entry.held) {
             // Marked first: a renewal that throws is not sent again at once, in a loop, but
             // forgotten after a lock like any renewal that does not come back.
             entry.held = false;
             entry.renewalSentNanos = now;
             entry.acknowledgment.renew();
-          } else if (now - entry.renewalSentNanos > lockNanos) {
-            lost.add(e.getKey());
           }
-        }
-        for (Id id : lost) {
-          Entry gone = entries.remove(id);
-          if (gone != null) {
-            // Its retries queued in the worker would run for a record no longer ours, and write
-            // a second dead letter beside that of its next delivery.
-            worker.abandon(gone.record);
-          }
-          log.warn(
-              "The acquisition lock of {}-{}@{} (share group {}) was not renewed in time; the"
-                  + " broker delivers it again",
-              id.topic(),
-              id.partition(),
-              id.offset(),
-              groupId);
         }
         nextRenewalNanos = now + lockNanos / 3;
       }
@@ -549,6 +559,29 @@ final class DedupShareListener<K, V>
         }
       }
       return next - now;
+    }
+
+    /** Forgets the records whose renewal has not come back within a lock: no longer ours. */
+    private void forgetUnreturned(long now) {
+      for (Iterator<Map.Entry<Id, Entry>> it = entries.entrySet().iterator(); it.hasNext(); ) {
+        Map.Entry<Id, Entry> e = it.next();
+        Entry entry = e.getValue();
+        if (entry.held || now - entry.renewalSentNanos <= lockNanos) {
+          continue;
+        }
+        it.remove();
+        // Its retries queued in the worker would run for a record no longer ours, and write a
+        // second dead letter beside that of its next delivery.
+        worker.abandon(entry.record);
+        Id id = e.getKey();
+        log.warn(
+            "The acquisition lock of {}-{}@{} (share group {}) was not renewed in time; the"
+                + " broker delivers it again",
+            id.topic(),
+            id.partition(),
+            id.offset(),
+            groupId);
+      }
     }
 
     private void acknowledge(Entry entry, AcknowledgeType type) {
@@ -574,18 +607,27 @@ final class DedupShareListener<K, V>
      */
     void finish(Duration timeout) {
       ShareRecordWorker<K, V> last = retire();
+      last.stop();
       long deadline = System.nanoTime() + timeout.toNanos();
       // An interrupt of the consumer thread asks for the stop already under way: kept for the
       // end, not let cut the wait short. Cut short, the consumer closed while the handler still
       // ran, and gave its record back unacknowledged though the handler applied it.
       boolean interrupted = Thread.interrupted();
+      // From here this thread renews the locks in the keeper's stead: the keeper's renewals go
+      // through spring-kafka, which sends nothing any more, and two threads must not share the
+      // consumer.
+      running = false;
+      thread.interrupt();
+      interrupted |= awaitThroughInterrupts(thread::join, deadline);
+      interrupted |= keepLocksUntilFinished(last, deadline);
       interrupted |= awaitThroughInterrupts(ms -> last.close(Duration.ofMillis(ms)), deadline);
       // A handler still running now has its record given back by the close: said, as the share
       // loop says it, or the user saw a stop of 30 s and the record come again, and not why.
       last.warnIfStillRunning(timeout);
-      running = false;
-      thread.interrupt();
-      interrupted |= awaitThroughInterrupts(thread::join, deadline);
+      Error fatal = last.fatal();
+      if (fatal != null) {
+        log.error("Share listener {} stopped on an Error", listenerId, fatal);
+      }
       if (interrupted) {
         Thread.currentThread().interrupt();
       }
@@ -602,15 +644,175 @@ final class DedupShareListener<K, V>
       }
     }
 
-    void close(Duration timeout) {
+    /**
+     * On the consumer's thread as it closes, in the keeper's stead, until the worker has finished
+     * the record in hand and the records it decided meanwhile are back from renewal, or until
+     * {@code deadlineNanos}: acknowledges the decided records and renews the others' locks on the
+     * consumer itself, and polls it to take the renewed records back, as {@code DedupShareLoop}
+     * does as it stops. Without it, a handler that outlasted its record's lock while the container
+     * stopped had the lock run out, the close's acknowledgement was refused, and the record came
+     * again after a restart (a dead letter written twice). Returns early, leaving the wait to the
+     * caller, if the consumer cannot be polled; whether the thread was interrupted meanwhile.
+     */
+    private boolean keepLocksUntilFinished(ShareRecordWorker<K, V> last, long deadlineNanos) {
+      if (!(consumer instanceof WrappedShareConsumers.Acknowledgements handedOver)) {
+        return false;
+      }
+      boolean interrupted = false;
+      // The keeper's last renewals, and the acknowledgements it handed over, may still be queued
+      // in spring-kafka unsent: made again on the consumer, or the consumer refuses to poll.
+      boolean first = true;
+      while (System.nanoTime() - deadlineNanos < 0) {
+        boolean workerEnded = last.isStopped(); // its last decisions are in the queue by then
+        drain(signals.poll());
+        long now = System.nanoTime();
+        boolean poll;
+        synchronized (this) {
+          if (workerEnded && !decidedOutForRenewal()) {
+            return interrupted;
+          }
+          if (first) {
+            handedOver.acknowledgeHandedOver();
+          } else {
+            forgetUnreturned(now);
+          }
+          boolean due = first || now - nextRenewalNanos >= 0;
+          if (due || outForRenewal()) {
+            // Every record of the consumer's last poll acknowledged, or it cannot poll again.
+            renewOnConsumer(now, first);
+          }
+          if (due) {
+            nextRenewalNanos = now + lockNanos / 3;
+          }
+          // Polled only to take renewed records back: a poll with none out would acquire new
+          // records, which nobody handles now, a delivery counted for each.
+          poll = outForRenewal();
+        }
+        first = false;
+        if (!poll) {
+          long wait = Math.min(RENEWAL_POLL.toNanos(), nextRenewalNanos - now);
+          try {
+            drain(signals.poll(Math.max(wait, 1_000_000L), TimeUnit.NANOSECONDS));
+          } catch (InterruptedException e) {
+            interrupted = true;
+          }
+          continue;
+        }
+        try {
+          takeBack(consumer.poll(RENEWAL_POLL));
+        } catch (WakeupException e) {
+          // The container's stop request.
+        } catch (InterruptException e) {
+          Thread.interrupted();
+          interrupted = true;
+        } catch (KafkaException | IllegalStateException e) {
+          log.warn(
+              "Share listener {}: could not renew the locks of its records as its consumer closes;"
+                  + " a record whose handler outlasts its lock is delivered again: {}",
+              listenerId,
+              e.toString());
+          return interrupted;
+        }
+      }
+      return interrupted;
+    }
+
+    /**
+     * Acknowledges on the consumer the decided records held, and renews the others held ({@code
+     * all}: every record, some perhaps out for renewal already, the renewal then refused).
+     */
+    private void renewOnConsumer(long now, boolean all) {
+      for (Iterator<Entry> it = entries.values().iterator(); it.hasNext(); ) {
+        Entry entry = it.next();
+        if (!entry.held && !all) {
+          continue;
+        }
+        Decided decision = entry.decision;
+        AcknowledgeType type = decision == null ? AcknowledgeType.RENEW : decision.type();
+        try {
+          ownConsumer().acknowledge(entry.record, type);
+        } catch (IllegalStateException e) {
+          // Out for renewal already (its renewal was sent), or no longer this consumer's: back
+          // with a poll, or forgotten after a lock.
+          if (!entry.held) {
+            continue;
+          }
+          log.debug("Could not acknowledge {} as the consumer closes: {}", Id.of(entry.record), e);
+        }
+        if (decision == null) {
+          entry.held = false;
+          entry.renewalSentNanos = now;
+        } else {
+          it.remove();
+        }
+      }
+    }
+
+    /**
+     * Takes in what a poll returned as the consumer closes: renewed records are held again; a
+     * record fetched now, or a later delivery of one whose lock was lost, has nobody to handle it
+     * and is released at once, as the close would.
+     */
+    @SuppressWarnings("unchecked")
+    private synchronized void takeBack(ConsumerRecords<?, ?> polled) {
+      for (ConsumerRecord<?, ?> any : polled) {
+        ConsumerRecord<K, V> record = (ConsumerRecord<K, V>) any;
+        Entry entry = entries.get(Id.of(record));
+        if (entry != null && delivery(entry.record) == delivery(record)) {
+          entry.record = record;
+          entry.held = true;
+          continue;
+        }
+        if (entry != null) {
+          entries.remove(Id.of(record)); // its lock was lost: nothing decided is sent for it
+        }
+        try {
+          ownConsumer().acknowledge(record, AcknowledgeType.RELEASE);
+        } catch (IllegalStateException e) {
+          log.debug("Could not release {} as the consumer closes: {}", Id.of(record), e);
+        }
+      }
+    }
+
+    /** The consumer the container handed this keeper's records from. */
+    @SuppressWarnings("unchecked")
+    private ShareConsumer<K, V> ownConsumer() {
+      return (ShareConsumer<K, V>) consumer;
+    }
+
+    private boolean outForRenewal() {
+      for (Entry entry : entries.values()) {
+        if (!entry.held) {
+          return true;
+        }
+      }
+      return false;
+    }
+
+    private boolean decidedOutForRenewal() {
+      for (Entry entry : entries.values()) {
+        if (!entry.held && entry.decision != null) {
+          return true;
+        }
+      }
+      return false;
+    }
+
+    /**
+     * Stops this keeper and its worker, waiting for the worker's record in hand until {@code
+     * deadlineNanos} whatever interrupts come; whether one came (the caller sets it again).
+     */
+    boolean close(long deadlineNanos) {
       running = false;
       ShareRecordWorker<K, V> last = retire();
-      last.close(timeout);
+      boolean interrupted =
+          awaitThroughInterrupts(ms -> last.close(Duration.ofMillis(ms)), deadlineNanos);
       thread.interrupt();
       Error fatal = last.fatal();
       if (fatal != null) {
         log.error("Share listener {} stopped on an Error", listenerId, fatal);
       }
+      return interrupted;
     }
   }
 }

@@ -6,6 +6,7 @@ import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
 import java.time.Duration;
+import java.util.Iterator;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Consumer;
@@ -64,6 +65,14 @@ final class WrappedShareConsumers {
      * consumer's close unless the consumer sends it first.
      */
     void handedOver(ConsumerRecord<?, ?> record, AcknowledgeType type);
+
+    /**
+     * On the consumer's thread: acknowledges on the consumer every acknowledgement handed over and
+     * not passed on by spring-kafka, which sends them with the consumer's next request; how many.
+     * Once spring-kafka's loop has ended nobody else does, and the consumer cannot poll while a
+     * record of its last poll is not acknowledged.
+     */
+    int acknowledgeHandedOver();
   }
 
   /**
@@ -159,9 +168,14 @@ final class WrappedShareConsumers {
           default -> "wrapped by consumer-dedup: " + consumer;
         };
       }
-      if (method.getDeclaringClass() == Acknowledgements.class && args != null) {
-        ConsumerRecord<?, ?> record = (ConsumerRecord<?, ?>) args[0];
-        handedOver.put(Sent.of(record), Map.entry(record, (AcknowledgeType) args[1]));
+      if (method.getDeclaringClass() == Acknowledgements.class) {
+        if (name.equals("acknowledgeHandedOver")) {
+          return acknowledgeHandedOver();
+        }
+        if (args != null) {
+          ConsumerRecord<?, ?> record = (ConsumerRecord<?, ?>) args[0];
+          handedOver.put(Sent.of(record), Map.entry(record, (AcknowledgeType) args[1]));
+        }
         return null;
       }
       if (name.equals("close")) {
@@ -221,15 +235,29 @@ final class WrappedShareConsumers {
      * Lets the listener finish the record in hand and hand over its decisions, then adds to the
      * close what spring-kafka did not send: acknowledged now, the close commits them.
      */
-    @SuppressWarnings({"unchecked", "rawtypes"})
     private void finishAndSend(ShareConsumer<?, ?> proxy) {
       try {
         closing.accept(proxy);
       } catch (RuntimeException e) {
         log.warn("Could not finish the share listener's records before its consumer closed", e);
       }
+      int sent = acknowledgeHandedOver();
+      if (sent > 0) {
+        log.info(
+            "Share consumer closing: {} acknowledgement(s) that the container had not sent yet go"
+                + " with its close",
+            sent);
+      }
+    }
+
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    private int acknowledgeHandedOver() {
       int sent = 0;
-      for (Map.Entry<ConsumerRecord<?, ?>, AcknowledgeType> entry : handedOver.values()) {
+      for (Iterator<Map.Entry<ConsumerRecord<?, ?>, AcknowledgeType>> it =
+              handedOver.values().iterator();
+          it.hasNext(); ) {
+        Map.Entry<ConsumerRecord<?, ?>, AcknowledgeType> entry = it.next();
+        it.remove();
         try {
           ((ShareConsumer) consumer).acknowledge((ConsumerRecord) entry.getKey(), entry.getValue());
           sent++;
@@ -239,13 +267,7 @@ final class WrappedShareConsumers {
           log.debug("Could not acknowledge {} at close: {}", Sent.of(entry.getKey()), e.toString());
         }
       }
-      handedOver.clear();
-      if (sent > 0) {
-        log.info(
-            "Share consumer closing: {} acknowledgement(s) that the container had not sent yet go"
-                + " with its close",
-            sent);
-      }
+      return sent;
     }
 
     private void sendRenewals() {
