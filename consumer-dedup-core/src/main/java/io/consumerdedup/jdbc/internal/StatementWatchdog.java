@@ -8,6 +8,7 @@ import java.util.concurrent.ConcurrentLinkedQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.locks.LockSupport;
+import org.jspecify.annotations.Nullable;
 import org.postgresql.PGStatement;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -93,19 +94,24 @@ final class StatementWatchdog {
 
   private void run() {
     boolean endedIdle = false;
+    boolean failing = false;
     try {
       long lastBusy = System.nanoTime();
       while (true) {
         LockSupport.parkNanos(tickNanos);
         long now = System.nanoTime();
+        Error failed;
         try {
-          cancelOverdue(now);
+          failed = cancelOverdue(now);
         } catch (Error e) {
-          // An OutOfMemoryError as the queue is walked, or a driver's Error: the statements stay
-          // watched and the next look tries again. Ending the thread here left a statement already
-          // running unwatched until the store's next statement started another one.
-          warnQuietly(e);
+          failed = e; // an OutOfMemoryError as the walk began: the next look tries again
         }
+        // Ending the thread on an Error left a statement already running unwatched until the
+        // store's next statement started another thread. Said once per run of failing looks.
+        if (failed != null && !failing) {
+          warnQuietly(failed);
+        }
+        failing = failed != null;
         if (!watched.isEmpty()) {
           lastBusy = now;
         } else if (now - lastBusy > IDLE_END) {
@@ -130,22 +136,42 @@ final class StatementWatchdog {
   private static void warnQuietly(Error e) {
     try {
       log.warn(
-          "The dedup store's statement watchdog failed to look at its statements; retrying", e);
+          "The dedup store's statement watchdog failed to look at a statement; trying again at"
+              + " its next look",
+          e);
     } catch (Error ignored) {
       // Logging needs memory too; the next look is what matters.
     }
   }
 
-  private void cancelOverdue(long now) {
+  /**
+   * Forgets the statements closed since the last look and cancels those past their deadline; the
+   * first {@code Error} met (an OutOfMemoryError, a driver's), if any. One statement's Error does
+   * not end the look: the statements after it are still looked at, and it is tried again at the
+   * next look, unless it is past its deadline by {@link #IDLE_END}, so that a statement that always
+   * fails does not keep the thread busy for good.
+   */
+  private @Nullable Error cancelOverdue(long now) {
+    Error failed = null;
     for (Iterator<Watched> it = watched.iterator(); it.hasNext(); ) {
       Watched entry = it.next();
-      if (isClosed(entry.statement())) {
-        it.remove();
-      } else if (now - entry.deadlineNanos() >= 0) {
-        it.remove();
-        cancel(entry.statement());
+      try {
+        if (isClosed(entry.statement())) {
+          it.remove();
+        } else if (now - entry.deadlineNanos() >= 0) {
+          cancel(entry.statement());
+          it.remove();
+        }
+      } catch (Error e) {
+        if (now - entry.deadlineNanos() > IDLE_END) {
+          it.remove();
+        }
+        if (failed == null) {
+          failed = e;
+        }
       }
     }
+    return failed;
   }
 
   private static boolean isClosed(Statement statement) {
