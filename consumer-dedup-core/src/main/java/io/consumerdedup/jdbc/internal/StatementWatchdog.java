@@ -5,8 +5,10 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.Iterator;
 import java.util.concurrent.ConcurrentLinkedQueue;
+import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.locks.LockSupport;
 import org.jspecify.annotations.Nullable;
 import org.postgresql.PGStatement;
@@ -40,39 +42,88 @@ final class StatementWatchdog {
 
   private record Watched(Statement statement, long deadlineNanos) {}
 
+  /** No thread runs, and none is starting: the next statement starts one. */
+  private static final int IDLE = 0;
+
+  /** A caller is starting the thread; whether it will run is not known yet. */
+  private static final int STARTING = 1;
+
+  /** The thread runs, and looks at every statement added. */
+  private static final int RUNNING = 2;
+
   private final ConcurrentLinkedQueue<Watched> watched = new ConcurrentLinkedQueue<>();
-  private final AtomicBoolean running = new AtomicBoolean();
+  private final AtomicInteger state = new AtomicInteger(IDLE);
+  private final AtomicBoolean startFailing = new AtomicBoolean();
   private final long tickNanos;
+  private final ThreadFactory threads;
 
   /**
    * @param tick how often the thread looks at the statements: how late a cancel may come
    */
   StatementWatchdog(Duration tick) {
+    this(tick, StatementWatchdog::daemon);
+  }
+
+  /**
+   * @param threads makes the thread, not started (a test's may make one that cannot start, as
+   *     {@link Thread#start()} throws once the process may start no more threads)
+   */
+  StatementWatchdog(Duration tick, ThreadFactory threads) {
     this.tickNanos = tick.toNanos();
+    this.threads = threads;
+  }
+
+  private static Thread daemon(Runnable looking) {
+    Thread thread = new Thread(looking, "consumer-dedup-statement-watchdog");
+    thread.setDaemon(true);
+    return thread;
   }
 
   /**
    * Cancels {@code statement} if it is still running {@code timeout} from now. False if the
    * watchdog's thread could not start (no more threads for the process): then the caller gives the
-   * statement the driver's query timeout instead, so that no statement runs unbounded.
+   * statement the driver's query timeout instead, so that no statement runs unbounded. Never true
+   * for a statement that no running thread will look at.
    */
   boolean watch(Statement statement, Duration timeout) {
     watched.add(new Watched(statement, System.nanoTime() + timeout.toNanos()));
-    if (running.get() || !running.compareAndSet(false, true)) {
-      return true;
+    while (true) {
+      int now = state.get();
+      if (now == RUNNING) {
+        return true;
+      }
+      if (now == STARTING) {
+        // Answered true while another caller's start was still under way, a statement stayed
+        // queued with no thread and no query timeout when that start failed: a claim behind a
+        // lock then waited for the lock, however long, rather than its timeout. Starting a
+        // thread takes a moment, and only the first statement after an idle end waits for it.
+        Thread.yield();
+        continue;
+      }
+      if (state.compareAndSet(IDLE, STARTING)) {
+        return startThread(statement);
+      }
     }
+  }
+
+  /** Starts the thread for {@code statement}, added already; false if it could not start. */
+  private boolean startThread(Statement statement) {
     try {
-      Thread thread = new Thread(this::run, "consumer-dedup-statement-watchdog");
-      thread.setDaemon(true);
-      thread.start();
+      threads.newThread(this::run).start();
+      state.compareAndSet(STARTING, RUNNING); // unless it ended already, on an Error
+      startFailing.set(false);
       return true;
     } catch (RuntimeException | Error e) {
-      running.set(false);
       watched.removeIf(entry -> entry.statement() == statement);
-      log.warn(
-          "Could not start the thread that cancels the dedup store's statements at their"
-              + " timeout; this statement uses the driver's query timeout",
-          e);
+      state.set(IDLE);
+      // Once per run of failures, not once per statement: while threads run short, every
+      // statement of every consumer comes here.
+      if (startFailing.compareAndSet(false, true)) {
+        warnQuietly(
+            "Could not start the thread that cancels the dedup store's statements at their"
+                + " timeout; its statements use the driver's query timeout until one starts",
+            e);
+      }
       return false;
     }
   }
@@ -109,16 +160,17 @@ final class StatementWatchdog {
         // Ending the thread on an Error left a statement already running unwatched until the
         // store's next statement started another thread. Said once per run of failing looks.
         if (failed != null && !failing) {
-          warnQuietly(failed);
+          warnQuietly(
+              "The dedup store's statement watchdog failed to look at a statement; trying again"
+                  + " at its next look",
+              failed);
         }
         failing = failed != null;
         if (!watched.isEmpty()) {
           lastBusy = now;
         } else if (now - lastBusy > IDLE_END) {
-          running.set(false);
-          // A statement added after the check above found the flag still set and started no
-          // thread: this one goes on for it, unless a new thread took over already.
-          if (watched.isEmpty() || !running.compareAndSet(false, true)) {
+          state.set(IDLE);
+          if (!goOnForLateStatements()) {
             endedIdle = true;
             return;
           }
@@ -126,21 +178,36 @@ final class StatementWatchdog {
       }
     } finally {
       // Ended by an Error outside the look (in the park itself): the next statement starts a
-      // thread. Ended idle, the flag is no longer this thread's to clear: a new thread may own it.
+      // thread. Ended idle, the state is no longer this thread's to set: a new thread may own it.
       if (!endedIdle) {
-        running.set(false);
+        state.set(IDLE);
       }
     }
   }
 
-  private static void warnQuietly(Error e) {
+  /**
+   * After the thread said it ends: whether it goes on for statements added meanwhile, which found
+   * it running and started none. Not if a new thread runs for them; if a caller is starting one, as
+   * that start turns out: a start that fails leaves them to this thread.
+   */
+  private boolean goOnForLateStatements() {
+    while (!watched.isEmpty()) {
+      if (state.compareAndSet(IDLE, RUNNING)) {
+        return true;
+      }
+      if (state.get() == RUNNING) {
+        return false;
+      }
+      Thread.yield(); // STARTING
+    }
+    return false;
+  }
+
+  private static void warnQuietly(String message, Throwable e) {
     try {
-      log.warn(
-          "The dedup store's statement watchdog failed to look at a statement; trying again at"
-              + " its next look",
-          e);
+      log.warn(message, e);
     } catch (Error ignored) {
-      // Logging needs memory too; the next look is what matters.
+      // Logging needs memory too; what matters is the next look, or the statement's own timeout.
     }
   }
 

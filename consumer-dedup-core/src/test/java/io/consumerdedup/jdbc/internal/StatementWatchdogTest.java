@@ -12,7 +12,11 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -125,6 +129,82 @@ class StatementWatchdogTest {
           .as("[how long the caller waited] cancelled near its timeout despite the Errors")
           .isLessThan(Duration.ofSeconds(30));
     }
+  }
+
+  /**
+   * Two consumers' statements come together to a watchdog whose thread is not running (the first
+   * statement after an idle end), and the thread the first one starts cannot start ("unable to
+   * create native thread"). The second was answered as watched, so the store gave it no query
+   * timeout either, although no thread would look at it: a claim behind a lock ran on until the
+   * lock went, however long, rather than being cancelled at the statement timeout.
+   */
+  @Test
+  void aStatementThatCameWhileAnotherCallersThreadFailedToStartIsStillCancelledAtItsTimeout()
+      throws Exception {
+    CountDownLatch firstStarting = new CountDownLatch(1);
+    AtomicInteger starts = new AtomicInteger();
+    AtomicReference<StatementWatchdog> underStart = new AtomicReference<>();
+    StatementWatchdog starting =
+        new StatementWatchdog(
+            Duration.ofMillis(50),
+            task -> {
+              if (starts.getAndIncrement() > 0) {
+                Thread thread = new Thread(task, "statement-watchdog-of-the-test");
+                thread.setDaemon(true);
+                return thread;
+              }
+              return new Thread(task) {
+                @Override
+                public synchronized void start() {
+                  firstStarting.countDown();
+                  // Fails once the second statement is added, as a start that takes a moment.
+                  await()
+                      .atMost(Duration.ofSeconds(10))
+                      .until(() -> underStart.get().watchedCount() == 2);
+                  throw new OutOfMemoryError(
+                      "unable to create native thread: possibly out of memory or process/resource"
+                          + " limits reached (injected)");
+                }
+              };
+            });
+    underStart.set(starting);
+    Statement first = closedStatement();
+    CompletableFuture<Boolean> firstWatched =
+        CompletableFuture.supplyAsync(
+            () -> starting.watch(first, Duration.ofSeconds(1)),
+            runnable -> new Thread(runnable).start());
+    assertThat(firstStarting.await(10, TimeUnit.SECONDS)).as("the first start under way").isTrue();
+    try (PreparedStatement sleep = connection.prepareStatement("SELECT pg_sleep(10)")) {
+      boundAsTheStoreDoes(starting, sleep, Duration.ofSeconds(1));
+      long start = System.nanoTime();
+      assertThatThrownBy(sleep::executeQuery)
+          .as("[the caller's error] a statement of 10 s with a timeout of 1 s")
+          .isInstanceOfSatisfying(
+              SQLException.class,
+              e -> assertThat(e.getSQLState()).as("query_canceled").isEqualTo("57014"));
+      assertThat(Duration.ofNanos(System.nanoTime() - start))
+          .as("[how long the caller waited] cancelled near its timeout")
+          .isLessThan(Duration.ofSeconds(8));
+    }
+    assertThat(firstWatched.get(10, TimeUnit.SECONDS))
+        .as("the first statement, whose start failed, has the driver's query timeout")
+        .isFalse();
+  }
+
+  /** As the store's calls do: the driver's query timeout if the watchdog cannot watch it. */
+  private static void boundAsTheStoreDoes(
+      StatementWatchdog watchdog, Statement statement, Duration timeout) throws SQLException {
+    if (!watchdog.watch(statement, timeout)) {
+      statement.setQueryTimeout((int) timeout.toSeconds());
+    }
+  }
+
+  private static Statement closedStatement() {
+    return (Statement)
+        Proxy.newProxyInstance(
+            StatementWatchdogTest.class.getClassLoader(),
+            new Class<?>[] {Statement.class},
+            (proxy, method, args) -> method.getName().equals("isClosed") ? Boolean.TRUE : null);
   }
 
   private SQLException cancelled() {
