@@ -150,14 +150,17 @@ final class SuccessMarkWriter {
    * #marks}: a sweep already pending has not looked at the queue yet, and starts a writer for it.
    */
   private boolean sweepForAWriter(Throwable e) {
-    if (sweepPending.compareAndSet(false, true)) {
-      try {
-        timer.after(SWEEP_AGAIN_AFTER_FAILURE, this::sweepParked);
-      } catch (RuntimeException | Error notScheduled) {
-        sweepPending.set(false);
-        e.addSuppressed(notScheduled);
-        return false;
-      }
+    if (!sweepPending.compareAndSet(false, true)) {
+      // The sweep pending starts a writer, and says so if it cannot. Logged here too, while no
+      // thread could start every mark of every handler wrote an ERROR and its stack trace.
+      return true;
+    }
+    try {
+      timer.after(SWEEP_AGAIN_AFTER_FAILURE, this::sweepParked);
+    } catch (RuntimeException | Error notScheduled) {
+      sweepPending.set(false);
+      e.addSuppressed(notScheduled);
+      return false;
     }
     log.error(
         "Could not start the writer thread of the SUCCESS marks; trying again in {} ms",

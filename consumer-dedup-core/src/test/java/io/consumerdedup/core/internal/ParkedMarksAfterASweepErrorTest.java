@@ -302,6 +302,47 @@ class ParkedMarksAfterASweepErrorTest {
                     .startsWith("unable to create native thread"));
   }
 
+  /**
+   * While no writer thread can start, every mark a handler queues meets the Error. Each one logged
+   * it at ERROR with its stack trace: a consumer at a thousand records a second wrote a thousand
+   * such lines a second, at the very moment the process was short of resources, for one cause that
+   * one pending sweep was already retrying. Now said once per sweep, and every mark still written
+   * once a writer starts.
+   */
+  @Test
+  void marksQueuedWhileNoWriterThreadCanStartLogTheErrorOncePerSweepAndAreAllWritten()
+      throws Exception {
+    AtomicInteger refusing = new AtomicInteger(1);
+    startWriter(
+        sweepsRunByTheTest,
+        writing -> {
+          if (refusing.get() == 1) {
+            threadsRefused.incrementAndGet();
+            throw new OutOfMemoryError("unable to create native thread: possibly out of memory");
+          }
+          return writerThread(writing);
+        });
+    List<PendingOutcome> queued = new ArrayList<>();
+    for (int i = 0; i < 20; i++) {
+      PendingOutcome mark = successOf("queued-" + i);
+      queued.add(mark);
+      assertThat(onItsOwnThread(() -> marks.queue(mark)).get())
+          .as("nothing thrown to the caller")
+          .isNull();
+    }
+    assertThat(threadsRefused).as("a writer refused for every mark").hasValue(20);
+    assertThat(errorsLogged())
+        .as("[the log] ERROR lines for 20 marks queued while no writer could start")
+        .hasSize(1);
+
+    refusing.set(0);
+    runSweepsUntilWritten(queued.get(queued.size() - 1));
+    for (PendingOutcome mark : queued) {
+      assertThat(mark.written).as("[the offset commit's wait] %s", mark.key).succeedsWithin(WAIT);
+      assertThat(status(mark.key.bizKey())).isEqualTo(DedupStatus.SUCCESS);
+    }
+  }
+
   /** Runs the sweeps scheduled, as the timer would, until {@code mark} is written. */
   private void runSweepsUntilWritten(PendingOutcome mark) {
     await()
