@@ -63,6 +63,7 @@ public final class ChildJvm implements AutoCloseable {
     command.add(System.getProperty("java.class.path"));
     command.add("-Xmx256m");
     command.add("-XX:TieredStopAtLevel=1");
+    command.add("-XX:+UseSerialGC");
     command.add("-Duser.timezone=" + java.util.TimeZone.getDefault().getID());
     command.add(main.getName());
     command.addAll(List.of(args));
