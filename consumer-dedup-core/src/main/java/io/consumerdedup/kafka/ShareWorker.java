@@ -46,7 +46,8 @@ import org.slf4j.LoggerFactory;
  * </ul>
  *
  * A dead letter that cannot be written is tried again after the hold back-off, the record kept
- * acquired meanwhile: a record is never rejected without its dead letter.
+ * acquired meanwhile (one the deserializer rejected, whose lock cannot be kept, is released
+ * instead): a record is never rejected without its dead letter.
  *
  * <p>The worker works on a delivery only while its owner holds it. A delivery of an offset handed
  * over later supersedes the one the worker has, and a delivery the owner gave up ({@link #abandon},
