@@ -52,6 +52,12 @@ import org.slf4j.LoggerFactory;
  *       delivery the broker allows ({@link Builder#deliveryCountLimit}), the dead letter is written
  *       first, then REJECT: a failing record is never archived unseen;
  *   <li>no key, a malformed key, a conflicting payload: the dead letter first, then REJECT;
+ *   <li>a key or value the deserializer rejects: its raw bytes are dead-lettered, on the worker
+ *       thread as the other dead letters (a hanging send holds no stop past its bound), then
+ *       REJECT; if that dead letter cannot be written, RELEASE. The record's lock cannot be renewed
+ *       meanwhile (kafka-clients 4.2 takes one acknowledgement of such a record, and a RENEW would
+ *       be that one): a dead letter that takes longer than the lock has the broker deliver the
+ *       record again;
  *   <li>a handler that throws an {@link Error}: a handler failure of its record, as above; the
  *       worker handles the rest of the poll, then the loop ends and {@link #run()} throws the
  *       Error. The poll's records are not left to the broker on its account: Kafka counts each
@@ -109,9 +115,9 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   private static final Duration CLOSE_GRACE = Duration.ofSeconds(5);
 
   /**
-   * Put in the decision queue by {@link #close()}: a loop waiting there for the worker's next
-   * decision (up to a third of the lock) wakes and sees the stop request. No record has its id, so
-   * it decides nothing.
+   * Put in the decision queue by {@link #close()}, and as the worker's thread ends: a loop waiting
+   * there for the worker's next decision (up to a third of the lock) wakes and sees the stop
+   * request, or the worker's Error. No record has its id, so it decides nothing.
    */
   private static final Decision STOP_REQUEST =
       new Decision(new ShareInFlight.Id("", -1, -1), 0, AcknowledgeType.ACCEPT, 0);
@@ -147,7 +153,8 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     this.consumer = consumer;
     this.topics = builder.topics;
     this.groupId = builder.groupId;
-    this.polls = new SharePolls<>(consumer, deadLetterHandler, settings.pollTimeout(), groupId);
+    this.polls =
+        new SharePolls<>(consumer, this::undeserializable, settings.pollTimeout(), groupId);
     this.closeTimeout = settings.closeTimeout();
     this.worker =
         new ShareWorker<>(
@@ -200,7 +207,18 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     if (!started.compareAndSet(false, true)) {
       throw new IllegalStateException("A DedupShareLoop runs once; this one was started or closed");
     }
-    Thread workerThread = new Thread(worker, "dedup-share-worker-" + groupId);
+    Thread workerThread =
+        new Thread(
+            () -> {
+              try {
+                worker.run();
+              } finally {
+                // An Error ends the worker with no decision to wake the loop, which waited up to a
+                // third of the lock before it saw the Error and stopped.
+                decisions.add(STOP_REQUEST);
+              }
+            },
+            "dedup-share-worker-" + groupId);
     this.workerThread = workerThread;
     boolean interrupted = false;
     try {
@@ -314,6 +332,17 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   }
 
   /**
+   * A record the poll met and the deserializer rejected: in flight until its dead letter is
+   * written.
+   */
+  private void undeserializable(ConsumerRecord<byte[], byte[]> raw, Exception reason) {
+    lockNanos = consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(lockNanos);
+    nextRenewalNanos = System.nanoTime() + lockNanos / 3;
+    inFlight.addUndeserializable(raw);
+    worker.submitUndeserializable(raw, reason);
+  }
+
+  /**
    * One step: poll new records when none are in flight; else send the acknowledgements that are
    * decided and due, renew the locks when due (and fetch renewed records back), or wait for the
    * worker's next decision.
@@ -342,7 +371,14 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       consumer.commitAsync();
       return;
     }
-    if (inFlight.awaitingRenewals() || now - nextRenewalNanos >= 0) {
+    boolean renewalDue = now - nextRenewalNanos >= 0;
+    if (renewalDue && !inFlight.renewable()) {
+      // Only a record the deserializer rejected, whose lock cannot be renewed: a poll would send
+      // the RELEASE the consumer holds for it, before its dead letter is written.
+      nextRenewalNanos = now + lockNanos / 3;
+      renewalDue = false;
+    }
+    if (inFlight.awaitingRenewals() || renewalDue) {
       if (inFlight.renewHeld(now) > 0) {
         sendRenewals(stopping);
       }
@@ -351,7 +387,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       if (!fresh.isEmpty()) {
         worker.submit(fresh);
       }
-      for (ConsumerRecord<K, V> lost : inFlight.dropUnreturned(now, lockNanos)) {
+      for (ConsumerRecord<?, ?> lost : inFlight.dropUnreturned(now, lockNanos)) {
         log.warn(
             "The acquisition lock of {} was not renewed (it had run out, or the broker does not"
                 + " renew locks: share groups need Kafka 4.2); the broker delivers it again",

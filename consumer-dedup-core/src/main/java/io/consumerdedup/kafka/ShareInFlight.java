@@ -56,18 +56,29 @@ final class ShareInFlight<K, V> {
   }
 
   private static final class Entry<K, V> {
-    ConsumerRecord<K, V> record;
+    /** The record; its raw bytes for one the deserializer rejected. */
+    ConsumerRecord<?, ?> record;
+
+    /** The record as polled; null for one the deserializer rejected, acknowledged by offset. */
+    @Nullable ConsumerRecord<K, V> polled;
+
     boolean held = true;
     long renewalSentNanos;
     @Nullable Decision decision;
 
-    Entry(ConsumerRecord<K, V> record) {
+    Entry(ConsumerRecord<?, ?> record, @Nullable ConsumerRecord<K, V> polled) {
       this.record = record;
+      this.polled = polled;
+    }
+
+    /** Whether its lock can be renewed; see {@link ShareInFlight#addUndeserializable}. */
+    boolean renewable() {
+      return polled != null;
     }
   }
 
   private final ShareConsumer<K, V> consumer;
-  private final Consumer<ConsumerRecord<K, V>> lost;
+  private final Consumer<ConsumerRecord<?, ?>> lost;
   private final Map<Id, Entry<K, V>> entries = new LinkedHashMap<>();
 
   /**
@@ -76,7 +87,7 @@ final class ShareInFlight<K, V> {
    *     it, or a retry queued for it (a hold, a dead letter) would run for a record the broker
    *     delivers again, perhaps to another consumer, which writes its own dead letter.
    */
-  ShareInFlight(ShareConsumer<K, V> consumer, Consumer<ConsumerRecord<K, V>> lost) {
+  ShareInFlight(ShareConsumer<K, V> consumer, Consumer<ConsumerRecord<?, ?>> lost) {
     this.consumer = consumer;
     this.lost = lost;
   }
@@ -109,14 +120,37 @@ final class ShareInFlight<K, V> {
         entry = null;
       }
       if (entry == null) {
-        entries.put(id, new Entry<>(record));
+        entries.put(id, new Entry<>(record, record));
         fresh.add(record);
       } else {
         entry.record = record;
+        entry.polled = record;
         entry.held = true;
       }
     }
     return fresh;
+  }
+
+  /**
+   * Takes in a record the poll met and the deserializer rejected (its raw bytes), which waits for
+   * its dead letter like any other decision. Its lock cannot be renewed: kafka-clients (4.2) takes
+   * one acknowledgement of such a record, by offset, and after a RENEW it neither hands the record
+   * back nor takes its REJECT. Meanwhile nothing may be polled or committed: the consumer would
+   * send the RELEASE it holds for the record by default, and the REJECT decided later would be
+   * refused. No poll comes while records are in flight, and it came from a poll with none.
+   */
+  void addUndeserializable(ConsumerRecord<byte[], byte[]> raw) {
+    entries.put(Id.of(raw), new Entry<K, V>(raw, null));
+  }
+
+  /** Whether a record whose lock can be renewed is in flight. */
+  boolean renewable() {
+    for (Entry<K, V> entry : entries.values()) {
+      if (entry.renewable()) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /**
@@ -147,7 +181,7 @@ final class ShareInFlight<K, V> {
       Decision decision = entry.decision;
       if (entry.held && decision != null && (all || nowNanos - decision.notBeforeNanos() >= 0)) {
         it.remove();
-        acknowledge(entry.record, decision.type());
+        acknowledge(entry, decision.type());
       }
     }
   }
@@ -188,8 +222,8 @@ final class ShareInFlight<K, V> {
     int renewed = 0;
     for (Iterator<Entry<K, V>> it = entries.values().iterator(); it.hasNext(); ) {
       Entry<K, V> entry = it.next();
-      if (entry.held) {
-        if (acknowledge(entry.record, AcknowledgeType.RENEW)) {
+      if (entry.held && entry.renewable()) {
+        if (acknowledge(entry, AcknowledgeType.RENEW)) {
           entry.held = false;
           entry.renewalSentNanos = nowNanos;
           renewed++;
@@ -206,9 +240,14 @@ final class ShareInFlight<K, V> {
    * Acknowledges one record; false if the consumer no longer holds it (its share session was reset,
    * say), in which case the broker delivers it again and the dedup table answers that.
    */
-  private boolean acknowledge(ConsumerRecord<K, V> record, AcknowledgeType type) {
+  private boolean acknowledge(Entry<K, V> entry, AcknowledgeType type) {
+    ConsumerRecord<?, ?> record = entry.record;
     try {
-      consumer.acknowledge(record, type);
+      if (entry.polled != null) {
+        consumer.acknowledge(entry.polled, type);
+      } else {
+        consumer.acknowledge(record.topic(), record.partition(), record.offset(), type);
+      }
       return true;
     } catch (IllegalStateException e) {
       log.warn(
@@ -226,8 +265,8 @@ final class ShareInFlight<K, V> {
    * refused it (their lock had run out, or it does not renew), so they are no longer this
    * consumer's; tells {@code lost} of each, and returns them.
    */
-  List<ConsumerRecord<K, V>> dropUnreturned(long nowNanos, long timeoutNanos) {
-    List<ConsumerRecord<K, V>> dropped = new ArrayList<>();
+  List<ConsumerRecord<?, ?>> dropUnreturned(long nowNanos, long timeoutNanos) {
+    List<ConsumerRecord<?, ?>> dropped = new ArrayList<>();
     for (Iterator<Entry<K, V>> it = entries.values().iterator(); it.hasNext(); ) {
       Entry<K, V> entry = it.next();
       if (!entry.held && nowNanos - entry.renewalSentNanos > timeoutNanos) {

@@ -3,7 +3,7 @@ package io.consumerdedup.kafka;
 import io.consumerdedup.kafka.internal.RecordSources;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import java.time.Duration;
-import org.apache.kafka.clients.consumer.AcknowledgeType;
+import java.util.function.BiConsumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.ShareConsumer;
@@ -12,25 +12,28 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * {@link DedupShareLoop}'s polls for new records. A record the deserializer rejects is
- * dead-lettered with its raw bytes, then rejected; if its dead letter cannot be written, the
- * consumer releases it for another delivery.
+ * {@link DedupShareLoop}'s polls for new records. A record the deserializer rejects is handed, with
+ * its raw bytes, to {@code undeserializable}, whose dead letter is written as the loop's others
+ * are: on the worker, within the loop's close bound, the record in flight meanwhile. Written here,
+ * on the loop's thread, a dead-letter send that hung for the producer's send timeout held the
+ * loop's stop past its bound.
  */
 final class SharePolls<K, V> {
   private static final Logger log = LoggerFactory.getLogger(SharePolls.class);
 
   private final ShareConsumer<K, V> consumer;
-  private final DeadLetterHandler<K, V> deadLetters;
+  private final BiConsumer<ConsumerRecord<byte[], byte[]>, RecordDeserializationException>
+      undeserializable;
   private final Duration pollTimeout;
   private final String groupId;
 
   SharePolls(
       ShareConsumer<K, V> consumer,
-      DeadLetterHandler<K, V> deadLetters,
+      BiConsumer<ConsumerRecord<byte[], byte[]>, RecordDeserializationException> undeserializable,
       Duration pollTimeout,
       String groupId) {
     this.consumer = consumer;
-    this.deadLetters = deadLetters;
+    this.undeserializable = undeserializable;
     this.pollTimeout = pollTimeout;
     this.groupId = groupId;
   }
@@ -46,16 +49,7 @@ final class SharePolls<K, V> {
           RecordSources.describe(raw, groupId),
           UndeserializableRecords.rejectedPart(e).orElse("key or value"),
           e);
-      try {
-        deadLetters.deadLetterUndeserializable(raw, e);
-        consumer.acknowledge(raw.topic(), raw.partition(), raw.offset(), AcknowledgeType.REJECT);
-      } catch (RuntimeException failed) {
-        log.error(
-            "Could not dead-letter {}; it is delivered again",
-            RecordSources.describe(raw, groupId),
-            failed);
-        consumer.acknowledge(raw.topic(), raw.partition(), raw.offset(), AcknowledgeType.RELEASE);
-      }
+      undeserializable.accept(raw, e);
       return ConsumerRecords.empty();
     }
   }

@@ -40,11 +40,14 @@ import org.slf4j.LoggerFactory;
  *   <li>a handler failure: RELEASE after the retry back-off, for another delivery; once the
  *       attempts are spent, or this delivery is the last the broker allows, the dead letter is
  *       written first, then REJECT;
- *   <li>not retryable (no key, a malformed key, a conflict): the dead letter first, then REJECT.
+ *   <li>not retryable (no key, a malformed key, a conflict): the dead letter first, then REJECT;
+ *   <li>a record the deserializer rejected ({@link #submitUndeserializable}): its raw bytes
+ *       dead-lettered, then REJECT; RELEASE if that dead letter cannot be written.
  * </ul>
  *
  * A dead letter that cannot be written is tried again after the hold back-off, the record kept
- * acquired meanwhile: a record is never rejected without its dead letter.
+ * acquired meanwhile (one the deserializer rejected, whose lock cannot be kept, is released
+ * instead): a record is never rejected without its dead letter.
  *
  * <p>The worker works on a delivery only while its owner holds it. A delivery of an offset handed
  * over later supersedes the one the worker has, and a delivery the owner gave up ({@link #abandon},
@@ -121,7 +124,7 @@ final class ShareWorker<K, V> implements Runnable {
   private volatile @Nullable Error fatal;
 
   /** The record whose handler or dead letter runs now; null between records. */
-  private volatile @Nullable ConsumerRecord<K, V> inHand;
+  private volatile @Nullable ConsumerRecord<?, ?> inHand;
 
   /** A delivery handed over and not decided; abandoned once its owner gave it up. */
   private static final class Pending {
@@ -190,6 +193,21 @@ final class ShareWorker<K, V> implements Runnable {
   }
 
   /**
+   * A record the deserializer rejected: its raw bytes are dead-lettered as soon as the worker gets
+   * to it, then REJECT is decided; if the dead letter cannot be written, RELEASE, for another
+   * delivery. Not kept acquired to try again: the owner cannot renew its lock (see {@link
+   * ShareInFlight#addUndeserializable}).
+   */
+  void submitUndeserializable(ConsumerRecord<byte[], byte[]> raw, Exception reason) {
+    synchronized (deliveries) {
+      pending.put(Id.of(raw), new Pending(ShareInFlight.delivery(raw)));
+    }
+    DeadLetter deadLetter =
+        new DeadLetter(raw, () -> deadLetters.deadLetterUndeserializable(raw, reason), false);
+    queue.add(new Work<>(List.of(), deadLetter, System.nanoTime()));
+  }
+
+  /**
    * The owner gave the record's delivery up (its lock was lost): the worker does not process it
    * again unless it is handed over again. The record in hand, if it is that one, is finished; its
    * decision is the owner's to drop.
@@ -207,7 +225,7 @@ final class ShareWorker<K, V> implements Runnable {
    * Whether the worker is to process this delivery now: false once its owner gave it up or a later
    * delivery of the offset was handed over, and then it is forgotten, undecided.
    */
-  private boolean stillHeld(ConsumerRecord<K, V> record) {
+  private boolean stillHeld(ConsumerRecord<?, ?> record) {
     Id id = Id.of(record);
     int delivery = ShareInFlight.delivery(record);
     synchronized (deliveries) {
@@ -245,7 +263,7 @@ final class ShareWorker<K, V> implements Runnable {
    * One message for every owner ({@link DedupShareLoop}, {@link ShareRecordWorker}'s).
    */
   void warnStoppingWithoutIt(Duration closeTimeout) {
-    ConsumerRecord<K, V> record = inHand;
+    ConsumerRecord<?, ?> record = inHand;
     if (record != null) {
       log.warn(
           "{} was still in hand (its handler or its dead letter running) when the close timeout"
@@ -295,10 +313,10 @@ final class ShareWorker<K, V> implements Runnable {
         if (work == null) {
           continue;
         }
-        Exception reason = work.deadLetterReason();
-        if (reason != null) {
-          if (stillHeld(work.records().get(0))) {
-            deadLetterThenReject(work.records().get(0), reason);
+        DeadLetter deadLetter = work.deadLetter();
+        if (deadLetter != null) {
+          if (stillHeld(deadLetter.record())) {
+            deadLetterThenReject(deadLetter);
           }
         } else {
           List<ConsumerRecord<K, V>> batch = held(withOtherDueWork(work.records()));
@@ -337,10 +355,10 @@ final class ShareWorker<K, V> implements Runnable {
           break;
         }
       }
-      Exception reason = next.deadLetterReason();
-      if (reason != null) {
-        if (stillHeld(next.records().get(0))) {
-          deadLetterThenReject(next.records().get(0), reason);
+      DeadLetter deadLetter = next.deadLetter();
+      if (deadLetter != null) {
+        if (stillHeld(deadLetter.record())) {
+          deadLetterThenReject(deadLetter);
         }
       } else {
         batch.addAll(next.records());
@@ -517,12 +535,26 @@ final class ShareWorker<K, V> implements Runnable {
     }
   }
 
-  /** Writes the dead letter, then decides REJECT; if it cannot be written, tries again later. */
   private void deadLetterThenReject(ConsumerRecord<K, V> record, Exception reason) {
+    deadLetterThenReject(
+        new DeadLetter(record, () -> deadLetters.deadLetter(record, reason), true));
+  }
+
+  /**
+   * Writes the dead letter, then decides REJECT; if it cannot be written, tries again later, the
+   * record kept acquired, or, for a record whose lock cannot be kept, decides RELEASE.
+   */
+  private void deadLetterThenReject(DeadLetter deadLetter) {
+    ConsumerRecord<?, ?> record = deadLetter.record();
     inHand = record;
     try {
-      deadLetters.deadLetter(record, reason);
+      deadLetter.write().run();
     } catch (RuntimeException e) {
+      if (!deadLetter.keptAcquired()) {
+        log.error("Could not dead-letter {}; it is delivered again", describe(record), e);
+        done(record, AcknowledgeType.RELEASE, 0);
+        return;
+      }
       Duration previous = holds.get(Id.of(record));
       Duration wait =
           previous == null ? holdBackOff : Durations.doubling(previous, maxHoldBackOff, 2);
@@ -532,7 +564,7 @@ final class ShareWorker<K, V> implements Runnable {
           describe(record),
           wait,
           e);
-      queue.add(new Work<>(List.of(record), reason, System.nanoTime() + wait.toNanos()));
+      queue.add(new Work<>(List.of(), deadLetter, System.nanoTime() + wait.toNanos()));
       return;
     } finally {
       inHand = null;
@@ -540,7 +572,7 @@ final class ShareWorker<K, V> implements Runnable {
     done(record, AcknowledgeType.REJECT, 0);
   }
 
-  private void done(ConsumerRecord<K, V> record, AcknowledgeType type, long delayNanos) {
+  private void done(ConsumerRecord<?, ?> record, AcknowledgeType type, long delayNanos) {
     Id id = Id.of(record);
     int delivery = ShareInFlight.delivery(record);
     Decision decision = new Decision(id, delivery, type, System.nanoTime() + delayNanos);
@@ -568,11 +600,14 @@ final class ShareWorker<K, V> implements Runnable {
   }
 
   /**
-   * Records to process when due, or (with a reason) one record whose dead letter is to be written
-   * again.
+   * The dead letter of {@code record}, written by {@code write}; {@code keptAcquired}: if it cannot
+   * be written, the record is kept acquired and it is tried again (else the record is released).
    */
+  private record DeadLetter(ConsumerRecord<?, ?> record, Runnable write, boolean keptAcquired) {}
+
+  /** Records to process when due, or (with no records) one dead letter to write. */
   private record Work<K, V>(
-      List<ConsumerRecord<K, V>> records, @Nullable Exception deadLetterReason, long dueNanos)
+      List<ConsumerRecord<K, V>> records, @Nullable DeadLetter deadLetter, long dueNanos)
       implements Delayed {
     @Override
     public long getDelay(TimeUnit unit) {

@@ -1,0 +1,230 @@
+package io.consumerdedup.kafka;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
+
+import ch.qos.logback.classic.Level;
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
+import io.consumerdedup.core.Outcome;
+import io.consumerdedup.testing.TestKafka;
+import io.consumerdedup.testing.TestShareGroups;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.IntegerDeserializer;
+import org.apache.kafka.common.serialization.IntegerSerializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+import org.slf4j.LoggerFactory;
+
+/**
+ * What a share loop does with records whose value the deserializer rejects, when their dead letter
+ * is slow or fails: against the real broker's share groups.
+ */
+class DedupShareLoopUndeserializableTest {
+  @RegisterExtension static final LoopFixture fixture = new LoopFixture("share_undeserializable");
+
+  private static final Duration WAIT = Duration.ofSeconds(30);
+  private static final Duration CLOSE_TIMEOUT = Duration.ofSeconds(1);
+
+  private final ListAppender<ILoggingEvent> loopLog = new ListAppender<>();
+  private final Logger loopLogger = (Logger) LoggerFactory.getLogger(DedupShareLoop.class);
+  private final ExecutorService threads = Executors.newCachedThreadPool();
+  private final KafkaProducer<byte[], byte[]> raw = TestKafka.rawProducer();
+  private final KafkaProducer<String, Integer> typed =
+      TestKafka.producer(new StringSerializer(), new IntegerSerializer());
+  private final List<DedupShareLoop<String, Integer>> loops = new CopyOnWriteArrayList<>();
+  private final List<Integer> handled = new CopyOnWriteArrayList<>();
+  private String topic;
+  private String group;
+
+  @BeforeEach
+  void setUp() {
+    topic = fixture.topic();
+    group = fixture.group();
+    TestKafka.createTopics(1, topic);
+    TestShareGroups.configure(group, Duration.ofSeconds(3), Duration.ofSeconds(1));
+    loopLog.start();
+    loopLogger.addAppender(loopLog);
+  }
+
+  @AfterEach
+  void tearDown() {
+    loops.forEach(DedupShareLoop::close);
+    loopLogger.detachAppender(loopLog);
+    threads.shutdownNow();
+    typed.close();
+    raw.close();
+  }
+
+  /**
+   * The dead letter of an undeserializable record hangs (a producer that cannot reach the
+   * dead-letter topic waits out its send timeout, 30 s by default) while the application stops the
+   * loop. Written on the loop's own thread, it held the stop: close() gave up after twice the close
+   * timeout and a grace, with the loop still sending and its consumer open.
+   */
+  @Test
+  void aHangingDeadLetterOfAnUndeserializableRecordDoesNotHoldTheStopPastItsBound()
+      throws Exception {
+    CountDownLatch sending = new CountDownLatch(1);
+    CountDownLatch sendMayEnd = new CountDownLatch(1);
+    DedupShareLoop<String, Integer> loop =
+        loop(
+            new DeadLetterHandler<>() {
+              @Override
+              public void deadLetter(ConsumerRecord<String, Integer> record, Exception reason) {}
+
+              @Override
+              public void deadLetterUndeserializable(
+                  ConsumerRecord<byte[], byte[]> record, Exception reason) {
+                sending.countDown();
+                try {
+                  sendMayEnd.await(WAIT.toSeconds(), TimeUnit.SECONDS);
+                } catch (InterruptedException e) {
+                  Thread.currentThread().interrupt();
+                }
+              }
+            });
+    Future<?> running = threads.submit(loop);
+    try {
+      raw.send(new ProducerRecord<>(topic, new byte[] {1, 2, 3})).get();
+      assertThat(sending.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+
+      long started = System.nanoTime();
+      loop.close();
+      Duration took = Duration.ofNanos(System.nanoTime() - started);
+
+      assertThat(took)
+          .as(
+              "close() with a dead letter hanging returns within twice the close timeout of %s",
+              CLOSE_TIMEOUT)
+          .isLessThan(CLOSE_TIMEOUT.multipliedBy(2).plusMillis(2_500));
+      running.get(1, TimeUnit.SECONDS); // the loop has ended, its consumer closed
+    } finally {
+      sendMayEnd.countDown();
+    }
+    assertThat(warnings())
+        .as("the log names the record whose dead letter outlasted the close timeout")
+        .anySatisfy(message -> assertThat(message).contains(topic + "-0@0").contains("in hand"));
+  }
+
+  /**
+   * Two undeserializable records in a row: the second one's poll carried the first one's REJECT,
+   * and a poll that throws loses the acknowledgements it carries, so the first record came back and
+   * was dead-lettered a second time.
+   */
+  @Test
+  void undeserializableRecordsInARowAreEachDeadLetteredOnce() throws Exception {
+    IntegerSerializer integers = new IntegerSerializer();
+    raw.send(new ProducerRecord<>(topic, new byte[] {1, 2, 3})).get();
+    raw.send(new ProducerRecord<>(topic, new byte[] {4, 5, 6})).get();
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 100))).get();
+    threads.execute(loop(publisher()));
+
+    await().atMost(WAIT).untilAsserted(() -> assertThat(handled).containsExactly(100));
+    assertThat(TestKafka.readRawFromStart(topic + "-dlt", 3, Duration.ofSeconds(5)))
+        .as("one dead letter for each undeserializable record")
+        .extracting(ConsumerRecord::value)
+        .containsExactly(new byte[] {1, 2, 3}, new byte[] {4, 5, 6});
+    loops.forEach(DedupShareLoop::close);
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+  }
+
+  /**
+   * The dead-letter handler throws an Error for an undeserializable record: the loop ends with that
+   * Error at once, the record is given back without a REJECT, and the application's next loop
+   * writes its one dead letter. The worker ended with no decision to wake the loop, which saw the
+   * Error only at its next renewal, a third of the lock later (10 s of the default 30 s).
+   */
+  @Test
+  void anErrorFromTheDeadLetterHandlerEndsTheLoopAndTheRecordIsDeadLetteredByTheNext()
+      throws Exception {
+    TestShareGroups.configure(group, Duration.ofSeconds(30), Duration.ofSeconds(1));
+    AtomicBoolean failed = new AtomicBoolean();
+    DeadLetterHandler<String, Integer> publisher = publisher();
+    DeadLetterHandler<String, Integer> failingOnce =
+        new DeadLetterHandler<>() {
+          @Override
+          public void deadLetter(ConsumerRecord<String, Integer> record, Exception reason) {
+            publisher.deadLetter(record, reason);
+          }
+
+          @Override
+          public void deadLetterUndeserializable(
+              ConsumerRecord<byte[], byte[]> record, Exception reason) {
+            if (failed.compareAndSet(false, true)) {
+              try {
+                Thread.sleep(1_000); // a send under way, the loop waiting for its decision
+              } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+              }
+              throw new StackOverflowError("dead-letter handler overflowed");
+            }
+            publisher.deadLetterUndeserializable(record, reason);
+          }
+        };
+    raw.send(new ProducerRecord<>(topic, new byte[] {1, 2, 3})).get();
+    Future<?> first = threads.submit(loop(failingOnce));
+
+    assertThatThrownBy(() -> first.get(5, TimeUnit.SECONDS))
+        .isInstanceOf(ExecutionException.class)
+        .hasCauseInstanceOf(StackOverflowError.class);
+
+    threads.execute(loop(failingOnce));
+    assertThat(TestKafka.readRawFromStart(topic + "-dlt", 1, WAIT))
+        .extracting(ConsumerRecord::value)
+        .containsExactly(new byte[] {1, 2, 3});
+    loops.forEach(DedupShareLoop::close);
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+    assertThat(TestKafka.readRawFromStart(topic + "-dlt", 2, Duration.ofSeconds(2)))
+        .as("the record given back by the loop that ended is dead-lettered once")
+        .hasSize(1);
+  }
+
+  private DeadLetterHandler<String, Integer> publisher() {
+    return KafkaDeadLetterPublisher.builder(typed).rawProducer(raw).groupId(group).build();
+  }
+
+  private DedupShareLoop<String, Integer> loop(DeadLetterHandler<String, Integer> deadLetters) {
+    Map<String, Object> config = TestShareGroups.consumerConfig(group);
+    config.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, IntegerDeserializer.class);
+    DedupShareLoop<String, Integer> loop =
+        DedupShareLoop.<String, Integer>builder(
+                config,
+                List.of(topic),
+                record -> {
+                  handled.add(record.value());
+                  return Outcome.PROCESSED;
+                })
+            .deadLetterHandler(deadLetters)
+            .closeTimeout(CLOSE_TIMEOUT)
+            .build();
+    loops.add(loop);
+    return loop;
+  }
+
+  private List<String> warnings() {
+    return loopLog.list.stream()
+        .filter(event -> event.getLevel() == Level.WARN)
+        .map(ILoggingEvent::getFormattedMessage)
+        .toList();
+  }
+}
