@@ -191,6 +191,9 @@ final class DedupShareListener<K, V>
   /** Called with each record a keeper hands to its worker, before it does: lets a test fail it. */
   volatile Consumer<ConsumerRecord<?, ?>> beforeHandOver = record -> {};
 
+  /** Called with each record a keeper acknowledges, before it does: lets a test fail it. */
+  volatile Consumer<ConsumerRecord<?, ?>> beforeAcknowledge = record -> {};
+
   /**
    * One worker's processor: each batch the worker takes is a poll to the interceptor ({@link
    * ConsumerPoll#ofShareBatch}). Used on the worker's thread only; a worker replaced after an Error
@@ -592,8 +595,23 @@ final class DedupShareListener<K, V>
         Entry entry = it.next();
         Decided decision = entry.decision;
         if (entry.held && decision != null && now - decision.notBeforeNanos() >= 0) {
-          it.remove();
-          acknowledge(entry, decision.type());
+          try {
+            acknowledge(entry, decision.type());
+            it.remove();
+          } catch (RuntimeException | Error e) {
+            // Kept, renewed meanwhile, and sent again a third of a lock later, not at once in a
+            // loop: forgotten, the record stayed unacknowledged in its consumer's last poll, and
+            // the consumer could not poll again, every record after it held back.
+            entry.decision = sendAt(decision, now + lockNanos / 3);
+            log.error(
+                "Share listener {}: could not acknowledge {}-{}@{}; tried again in a third of its"
+                    + " lock",
+                listenerId,
+                entry.record.topic(),
+                entry.record.partition(),
+                entry.record.offset(),
+                e);
+          }
         }
       }
       if (entries.isEmpty()) {
@@ -644,7 +662,18 @@ final class DedupShareListener<K, V>
       }
     }
 
+    private static Decided sendAt(Decided decision, long nanos) {
+      return new Decided(
+          decision.topic(),
+          decision.partition(),
+          decision.offset(),
+          decision.deliveryCount(),
+          decision.type(),
+          nanos);
+    }
+
     private void acknowledge(Entry entry, AcknowledgeType type) {
+      beforeAcknowledge.accept(entry.record);
       if (consumer instanceof WrappedShareConsumers.Acknowledgements close) {
         close.handedOver(entry.record, type);
       }

@@ -52,6 +52,7 @@ class ShareListenerHandOverFailureTest {
   static final String ERROR = "share-handover-error";
   static final String EXCEPTION = "share-handover-exception";
   static final String REPLACED = "share-handover-replaced";
+  static final String ACKNOWLEDGED = "share-handover-acknowledged";
   static final Duration LOCK = Duration.ofSeconds(3);
   static final Duration WAIT = Duration.ofSeconds(20);
 
@@ -68,14 +69,14 @@ class ShareListenerHandOverFailureTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     TestKafka.createTopics(1, ERROR, ERROR + "-dlt", EXCEPTION, EXCEPTION + "-dlt");
-    TestKafka.createTopics(1, REPLACED, REPLACED + "-dlt");
+    TestKafka.createTopics(1, REPLACED, REPLACED + "-dlt", ACKNOWLEDGED, ACKNOWLEDGED + "-dlt");
     String schema = TestDatabase.newSchema("spring_share_hand_over_failure");
     registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
     registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
     registry.add("spring.datasource.hikari.maximum-pool-size", () -> "6");
     registry.add("consumer-dedup.cleanup.enabled", () -> "false");
     registry.add("consumer-dedup.share.retry-backoff", () -> "200ms");
-    for (String group : List.of(ERROR, EXCEPTION, REPLACED)) {
+    for (String group : List.of(ERROR, EXCEPTION, REPLACED, ACKNOWLEDGED)) {
       TestShareGroups.configure(group, LOCK);
     }
   }
@@ -145,6 +146,28 @@ class ShareListenerHandOverFailureTest {
     send(REPLACED, "R-2");
     registry.getListenerContainer(REPLACED).start();
     awaitAppliedOnceAndAccepted(REPLACED, "R-1", "R-2");
+  }
+
+  /**
+   * The keeper's acknowledgement of a decided record throws once: the user sees it accepted, and
+   * the record sent after it applied. Before the fix the record was forgotten unacknowledged, and
+   * its consumer, which polls only once every record of its last poll is acknowledged, received
+   * nothing more.
+   */
+  @Test
+  void aRecordWhoseAcknowledgementThrowsIsAcknowledgedAgainAndTheConsumerGoesOn() throws Exception {
+    AtomicBoolean failed = new AtomicBoolean();
+    listener(ACKNOWLEDGED).beforeAcknowledge =
+        record -> {
+          if ("A-1".equals(orderNo(record)) && failed.compareAndSet(false, true)) {
+            throw new OutOfMemoryError("Java heap space");
+          }
+        };
+
+    send(ACKNOWLEDGED, "A-1");
+    await().atMost(WAIT).until(failed::get);
+    send(ACKNOWLEDGED, "A-2");
+    awaitAppliedOnceAndAccepted(ACKNOWLEDGED, "A-1", "A-2");
   }
 
   private DedupShareListener<?, ?> listener(String listenerId) {
@@ -233,6 +256,16 @@ class ShareListenerHandOverFailureTest {
   }
 
   static class Listeners {
+    @Idempotent(bizType = "hand-over-acknowledged", header = "order-no")
+    @KafkaListener(
+        id = ACKNOWLEDGED,
+        topics = ACKNOWLEDGED,
+        groupId = ACKNOWLEDGED,
+        containerFactory = "shareFactory")
+    public void acknowledged(ConsumerRecord<String, String> record) {
+      apply(record);
+    }
+
     private final AtomicBoolean firstCallOfR1 = new AtomicBoolean(true);
 
     @Idempotent(bizType = "hand-over-error", header = "order-no")
