@@ -42,8 +42,12 @@ import org.springframework.test.context.DynamicPropertySource;
 /**
  * The share listener's keeper puts a record it is given among those it renews, then hands it to its
  * worker. A hand-over that throws (an {@code OutOfMemoryError} allocating the worker's queue node)
- * left the record among them: renewed while nobody would ever handle it, so the broker never gave
- * it to another consumer. A package-private hook makes the hand-over throw. Spring Boot 4.0 refuses
+ * left the record among them. As the keeper handed its undecided records to the worker replacing
+ * one that a handler's Error ended, such a record was renewed for good and never handled, and held
+ * back every record after it; as the container offered a record, an exception reached the
+ * container's recoverer, which rejected the record unapplied. Likewise a decided record whose
+ * acknowledgement threw was forgotten unacknowledged, and its consumer polled nothing more.
+ * Package-private hooks make the hand-over and the acknowledgement throw. Spring Boot 4.0 refuses
  * share listeners, so the boot40 module leaves this class out.
  */
 @SpringBootTest(classes = ShareListenerHandOverFailureTest.App.class)
