@@ -191,7 +191,9 @@ final class DedupShareListener<K, V>
   /** Called with each record a keeper hands to its worker, before it does: lets a test fail it. */
   volatile Consumer<ConsumerRecord<?, ?>> beforeHandOver = record -> {};
 
-  /** Called with each record a keeper acknowledges, before it does: lets a test fail it. */
+  /**
+   * Called with each record a keeper acknowledges or renews, before it does: lets a test fail it.
+   */
   volatile Consumer<ConsumerRecord<?, ?>> beforeAcknowledge = record -> {};
 
   /**
@@ -621,11 +623,25 @@ final class DedupShareListener<K, V>
         forgetUnreturned(now);
         for (Entry entry : entries.values()) {
           if (entry.held) {
-            // Marked first: a renewal that throws is not sent again at once, in a loop, but
-            // forgotten after a lock like any renewal that does not come back.
             entry.held = false;
             entry.renewalSentNanos = now;
-            entry.acknowledgment.renew();
+            try {
+              beforeAcknowledge.accept(entry.record);
+              entry.acknowledgment.renew();
+            } catch (RuntimeException | Error e) {
+              // Still in hand, unacknowledged: renewed with the next renewals, not at once in a
+              // loop. Forgotten as out for renewal, it stayed unacknowledged in its consumer's
+              // last poll, and the consumer could not poll again.
+              entry.held = true;
+              log.error(
+                  "Share listener {}: could not renew the lock of {}-{}@{}; tried again in a third"
+                      + " of its lock",
+                  listenerId,
+                  entry.record.topic(),
+                  entry.record.partition(),
+                  entry.record.offset(),
+                  e);
+            }
           }
         }
         nextRenewalNanos = now + lockNanos / 3;

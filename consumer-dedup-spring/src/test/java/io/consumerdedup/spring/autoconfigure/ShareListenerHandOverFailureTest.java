@@ -46,9 +46,9 @@ import org.springframework.test.context.DynamicPropertySource;
  * one that a handler's Error ended, such a record was renewed for good and never handled, and held
  * back every record after it; as the container offered a record, an exception reached the
  * container's recoverer, which rejected the record unapplied. Likewise a decided record whose
- * acknowledgement threw was forgotten unacknowledged, and its consumer polled nothing more.
- * Package-private hooks make the hand-over and the acknowledgement throw. Spring Boot 4.0 refuses
- * share listeners, so the boot40 module leaves this class out.
+ * acknowledgement or lock renewal threw was forgotten unacknowledged, and its consumer polled
+ * nothing more. Package-private hooks make the hand-over, the acknowledgement and the renewal
+ * throw. Spring Boot 4.0 refuses share listeners, so the boot40 module leaves this class out.
  */
 @SpringBootTest(classes = ShareListenerHandOverFailureTest.App.class)
 @DirtiesContext
@@ -57,6 +57,7 @@ class ShareListenerHandOverFailureTest {
   static final String EXCEPTION = "share-handover-exception";
   static final String REPLACED = "share-handover-replaced";
   static final String ACKNOWLEDGED = "share-handover-acknowledged";
+  static final String RENEWED = "share-handover-renewed";
   static final Duration LOCK = Duration.ofSeconds(3);
   static final Duration WAIT = Duration.ofSeconds(20);
 
@@ -70,17 +71,21 @@ class ShareListenerHandOverFailureTest {
 
   static final CountDownLatch firstRunning = new CountDownLatch(1);
 
+  /** Counted down once the renewal of N-1's lock threw. */
+  static final CountDownLatch renewalFailed = new CountDownLatch(1);
+
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     TestKafka.createTopics(1, ERROR, ERROR + "-dlt", EXCEPTION, EXCEPTION + "-dlt");
     TestKafka.createTopics(1, REPLACED, REPLACED + "-dlt", ACKNOWLEDGED, ACKNOWLEDGED + "-dlt");
+    TestKafka.createTopics(1, RENEWED, RENEWED + "-dlt");
     String schema = TestDatabase.newSchema("spring_share_hand_over_failure");
     registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
     registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
     registry.add("spring.datasource.hikari.maximum-pool-size", () -> "6");
     registry.add("consumer-dedup.cleanup.enabled", () -> "false");
     registry.add("consumer-dedup.share.retry-backoff", () -> "200ms");
-    for (String group : List.of(ERROR, EXCEPTION, REPLACED, ACKNOWLEDGED)) {
+    for (String group : List.of(ERROR, EXCEPTION, REPLACED, ACKNOWLEDGED, RENEWED)) {
       TestShareGroups.configure(group, LOCK);
     }
   }
@@ -89,7 +94,8 @@ class ShareListenerHandOverFailureTest {
 
   /**
    * The user sees the container's consumer stop on the {@code Error}, as spring-kafka stops it on
-   * any, and the record applied once when the container runs again.
+   * any, and the record applied once when the container runs again. So it was before the fix: the
+   * consumer's close finished its keeper, whose records it then gave back.
    */
   @Test
   void aRecordWhoseHandOverThrowsAnErrorIsAppliedOnceTheContainerRunsAgain() throws Exception {
@@ -172,6 +178,27 @@ class ShareListenerHandOverFailureTest {
     await().atMost(WAIT).until(failed::get);
     send(ACKNOWLEDGED, "A-2");
     awaitAppliedOnceAndAccepted(ACKNOWLEDGED, "A-1", "A-2");
+  }
+
+  /**
+   * The keeper's renewal of a record's lock throws once, while its handler runs: the user sees the
+   * record accepted, and the record sent after it applied. Before the fix the record was taken as
+   * out for renewal, unacknowledged, and its consumer received nothing more.
+   */
+  @Test
+  void aRecordWhoseRenewalThrowsIsRenewedAgainAndTheConsumerGoesOn() throws Exception {
+    listener(RENEWED).beforeAcknowledge =
+        record -> {
+          if ("N-1".equals(orderNo(record)) && renewalFailed.getCount() > 0) {
+            renewalFailed.countDown();
+            throw new OutOfMemoryError("Java heap space");
+          }
+        };
+
+    send(RENEWED, "N-1");
+    assertThat(renewalFailed.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+    send(RENEWED, "N-2");
+    awaitAppliedOnceAndAccepted(RENEWED, "N-1", "N-2");
   }
 
   private DedupShareListener<?, ?> listener(String listenerId) {
@@ -260,6 +287,20 @@ class ShareListenerHandOverFailureTest {
   }
 
   static class Listeners {
+    @Idempotent(bizType = "hand-over-renewed", header = "order-no")
+    @KafkaListener(
+        id = RENEWED,
+        topics = RENEWED,
+        groupId = RENEWED,
+        containerFactory = "shareFactory")
+    public void renewed(ConsumerRecord<String, String> record) throws InterruptedException {
+      if ("N-1".equals(orderNo(record))) {
+        // Runs until a renewal of its lock has been tried, and failed.
+        renewalFailed.await(WAIT.toSeconds(), TimeUnit.SECONDS);
+      }
+      apply(record);
+    }
+
     @Idempotent(bizType = "hand-over-acknowledged", header = "order-no")
     @KafkaListener(
         id = ACKNOWLEDGED,
