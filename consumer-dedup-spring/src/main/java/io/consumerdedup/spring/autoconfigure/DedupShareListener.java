@@ -20,6 +20,7 @@ import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BiFunction;
+import java.util.function.Consumer;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -186,6 +187,14 @@ final class DedupShareListener<K, V>
 
   /** Makes each keeper's thread, from its task and name: lets a test make one that cannot start. */
   volatile BiFunction<Runnable, String, Thread> keeperThreads = Thread::new;
+
+  /** Called with each record a keeper hands to its worker, before it does: lets a test fail it. */
+  volatile Consumer<ConsumerRecord<?, ?>> beforeHandOver = record -> {};
+
+  /**
+   * Called with each record a keeper acknowledges or renews, before it does: lets a test fail it.
+   */
+  volatile Consumer<ConsumerRecord<?, ?>> beforeAcknowledge = record -> {};
 
   /**
    * One worker's processor: each batch the worker takes is a poll to the interceptor ({@link
@@ -403,9 +412,25 @@ final class DedupShareListener<K, V>
           if (first) {
             nextRenewalNanos = System.nanoTime() + lock / 3;
           }
-          entries.put(id, new Entry(record, acknowledgment));
+          Entry added = new Entry(record, acknowledgment);
+          entries.put(id, added);
           // Under the keeper's lock, so that a worker being replaced cannot take it unnoticed.
-          worker.submit(record);
+          try {
+            handOver(id, added);
+          } catch (RuntimeException e) {
+            // Not passed on: the container's recoverer would say it rejects the record (its
+            // default; before the release, an exception here had the record archived unapplied),
+            // and then fail to, the record released already.
+            log.error(
+                "Share listener {} could not hand {}-{}@{} to its worker; released, the broker"
+                    + " delivers it again",
+                listenerId,
+                id.topic(),
+                id.partition(),
+                id.offset(),
+                e);
+            return true;
+          }
           if (!first) {
             return true; // the keeper already wakes for the renewal scheduled
           }
@@ -416,6 +441,31 @@ final class DedupShareListener<K, V>
       }
       signals.add(WAKE);
       return true;
+    }
+
+    /**
+     * Under the keeper's lock: hands the entry's record to the worker; if that throws, forgets the
+     * entry and releases the record if this consumer holds it, before the throwable goes on. Kept,
+     * the record was renewed for good and handled by nobody, and the broker never gave it to
+     * another consumer; forgotten but not released, the consumer could not poll again (every record
+     * of its last poll must be acknowledged first). A record out for renewal is not released: it
+     * comes back with the next poll, and goes to the worker then as a new entry.
+     */
+    private void handOver(Id id, Entry entry) {
+      try {
+        beforeHandOver.accept(entry.record);
+        worker.submit(entry.record);
+      } catch (RuntimeException | Error e) {
+        entries.remove(id);
+        if (entry.held) {
+          try {
+            acknowledge(entry, AcknowledgeType.RELEASE);
+          } catch (RuntimeException | Error releaseFailure) {
+            e.addSuppressed(releaseFailure);
+          }
+        }
+        throw e;
+      }
     }
 
     /**
@@ -497,9 +547,24 @@ final class DedupShareListener<K, V>
           running = false;
         } else {
           worker = newWorker();
-          for (Entry entry : entries.values()) {
-            if (entry.decision == null) {
-              worker.submit(entry.record);
+          // Each handed over, whatever the others do: a record left out would never be handled,
+          // the new worker being sound, nor given to another consumer.
+          for (Map.Entry<Id, Entry> undecided : List.copyOf(entries.entrySet())) {
+            Id id = undecided.getKey();
+            if (undecided.getValue().decision != null) {
+              continue;
+            }
+            try {
+              handOver(id, undecided.getValue());
+            } catch (RuntimeException | Error e) {
+              log.error(
+                  "Share listener {} could not hand {}-{}@{} to its new worker; the broker"
+                      + " delivers it again",
+                  listenerId,
+                  id.topic(),
+                  id.partition(),
+                  id.offset(),
+                  e);
             }
           }
         }
@@ -532,8 +597,23 @@ final class DedupShareListener<K, V>
         Entry entry = it.next();
         Decided decision = entry.decision;
         if (entry.held && decision != null && now - decision.notBeforeNanos() >= 0) {
-          it.remove();
-          acknowledge(entry, decision.type());
+          try {
+            acknowledge(entry, decision.type());
+            it.remove();
+          } catch (RuntimeException | Error e) {
+            // Kept, renewed meanwhile, and sent again a third of a lock later, not at once in a
+            // loop: forgotten, the record stayed unacknowledged in its consumer's last poll, and
+            // the consumer could not poll again, every record after it held back.
+            entry.decision = sendAt(decision, now + lockNanos / 3);
+            log.error(
+                "Share listener {}: could not acknowledge {}-{}@{}; tried again in a third of its"
+                    + " lock",
+                listenerId,
+                entry.record.topic(),
+                entry.record.partition(),
+                entry.record.offset(),
+                e);
+          }
         }
       }
       if (entries.isEmpty()) {
@@ -543,11 +623,25 @@ final class DedupShareListener<K, V>
         forgetUnreturned(now);
         for (Entry entry : entries.values()) {
           if (entry.held) {
-            // Marked first: a renewal that throws is not sent again at once, in a loop, but
-            // forgotten after a lock like any renewal that does not come back.
             entry.held = false;
             entry.renewalSentNanos = now;
-            entry.acknowledgment.renew();
+            try {
+              beforeAcknowledge.accept(entry.record);
+              entry.acknowledgment.renew();
+            } catch (RuntimeException | Error e) {
+              // Still in hand, unacknowledged: renewed with the next renewals, not at once in a
+              // loop. Forgotten as out for renewal, it stayed unacknowledged in its consumer's
+              // last poll, and the consumer could not poll again.
+              entry.held = true;
+              log.error(
+                  "Share listener {}: could not renew the lock of {}-{}@{}; tried again in a third"
+                      + " of its lock",
+                  listenerId,
+                  entry.record.topic(),
+                  entry.record.partition(),
+                  entry.record.offset(),
+                  e);
+            }
           }
         }
         nextRenewalNanos = now + lockNanos / 3;
@@ -584,7 +678,18 @@ final class DedupShareListener<K, V>
       }
     }
 
+    private static Decided sendAt(Decided decision, long nanos) {
+      return new Decided(
+          decision.topic(),
+          decision.partition(),
+          decision.offset(),
+          decision.deliveryCount(),
+          decision.type(),
+          nanos);
+    }
+
     private void acknowledge(Entry entry, AcknowledgeType type) {
+      beforeAcknowledge.accept(entry.record);
       if (consumer instanceof WrappedShareConsumers.Acknowledgements close) {
         close.handedOver(entry.record, type);
       }

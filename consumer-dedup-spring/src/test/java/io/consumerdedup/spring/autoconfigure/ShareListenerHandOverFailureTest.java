@@ -1,0 +1,351 @@
+package io.consumerdedup.spring.autoconfigure;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.spring.Idempotent;
+import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestKafka;
+import io.consumerdedup.testing.TestShareGroups;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Supplier;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.SpringBootConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.context.event.EventListener;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
+import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
+import org.springframework.kafka.core.DefaultShareConsumerFactory;
+import org.springframework.kafka.event.ConsumerStoppedEvent;
+import org.springframework.kafka.listener.MessageListenerContainer;
+import org.springframework.test.annotation.DirtiesContext;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/**
+ * The share listener's keeper puts a record it is given among those it renews, then hands it to its
+ * worker. A hand-over that throws (an {@code OutOfMemoryError} allocating the worker's queue node)
+ * left the record among them. As the keeper handed its undecided records to the worker replacing
+ * one that a handler's Error ended, such a record was renewed for good and never handled, and held
+ * back every record after it; as the container offered a record, an exception reached the
+ * container's recoverer, which rejected the record unapplied. Likewise a decided record whose
+ * acknowledgement or lock renewal threw was forgotten unacknowledged, and its consumer polled
+ * nothing more. Package-private hooks make the hand-over, the acknowledgement and the renewal
+ * throw. Spring Boot 4.0 refuses share listeners, so the boot40 module leaves this class out.
+ */
+@SpringBootTest(classes = ShareListenerHandOverFailureTest.App.class)
+@DirtiesContext
+class ShareListenerHandOverFailureTest {
+  static final String ERROR = "share-handover-error";
+  static final String EXCEPTION = "share-handover-exception";
+  static final String REPLACED = "share-handover-replaced";
+  static final String ACKNOWLEDGED = "share-handover-acknowledged";
+  static final String RENEWED = "share-handover-renewed";
+  static final Duration LOCK = Duration.ofSeconds(3);
+  static final Duration WAIT = Duration.ofSeconds(20);
+
+  /** Handler calls that returned, by order number. */
+  static final Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
+
+  static final List<ConsumerStoppedEvent.Reason> errorContainerStops = new CopyOnWriteArrayList<>();
+
+  /** Counted down as R-2 is handed to the worker whose handler of R-1 is about to throw. */
+  static final CountDownLatch secondHandedOver = new CountDownLatch(1);
+
+  static final CountDownLatch firstRunning = new CountDownLatch(1);
+
+  /** Counted down once the renewal of N-1's lock threw. */
+  static final CountDownLatch renewalFailed = new CountDownLatch(1);
+
+  @DynamicPropertySource
+  static void environment(DynamicPropertyRegistry registry) {
+    TestKafka.createTopics(1, ERROR, ERROR + "-dlt", EXCEPTION, EXCEPTION + "-dlt");
+    TestKafka.createTopics(1, REPLACED, REPLACED + "-dlt", ACKNOWLEDGED, ACKNOWLEDGED + "-dlt");
+    TestKafka.createTopics(1, RENEWED, RENEWED + "-dlt");
+    String schema = TestDatabase.newSchema("spring_share_hand_over_failure");
+    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
+    registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
+    registry.add("spring.datasource.hikari.maximum-pool-size", () -> "6");
+    registry.add("consumer-dedup.cleanup.enabled", () -> "false");
+    registry.add("consumer-dedup.share.retry-backoff", () -> "200ms");
+    for (String group : List.of(ERROR, EXCEPTION, REPLACED, ACKNOWLEDGED, RENEWED)) {
+      TestShareGroups.configure(group, LOCK);
+    }
+  }
+
+  @Autowired KafkaListenerEndpointRegistry registry;
+
+  /**
+   * The user sees the container's consumer stop on the {@code Error}, as spring-kafka stops it on
+   * any, and the record applied once when the container runs again. So it was before the fix: the
+   * consumer's close finished its keeper, whose records it then gave back.
+   */
+  @Test
+  void aRecordWhoseHandOverThrowsAnErrorIsAppliedOnceTheContainerRunsAgain() throws Exception {
+    MessageListenerContainer container = registry.getListenerContainer(ERROR);
+    failFirstHandOver(ERROR, () -> new OutOfMemoryError("Java heap space"));
+
+    send(ERROR, "E-1");
+    await()
+        .atMost(WAIT)
+        .alias("the container's consumer stops on the Error")
+        .until(() -> !errorContainerStops.isEmpty());
+    assertThat(errorContainerStops).containsExactly(ConsumerStoppedEvent.Reason.ERROR);
+
+    container.stop();
+    container.start();
+    awaitAppliedOnceAndAccepted(ERROR, "E-1");
+  }
+
+  /**
+   * The user sees the record applied once. Before the fix the exception reached the container,
+   * whose recoverer (by default) rejected the record: archived, never applied nor dead-lettered.
+   */
+  @Test
+  void aRecordWhoseHandOverThrowsAnExceptionIsAppliedOnce() throws Exception {
+    failFirstHandOver(EXCEPTION, () -> new IllegalStateException("Queue full"));
+
+    send(EXCEPTION, "X-1");
+    awaitAppliedOnceAndAccepted(EXCEPTION, "X-1");
+  }
+
+  /**
+   * A handler's {@code Error} ends the worker, and the keeper hands the undecided records to a new
+   * one: the user sees R-2, polled with R-1 and waiting behind it when R-1's handler threw, applied
+   * once. Before the fix a throw handing it over left it renewed for good and never applied.
+   */
+  @Test
+  void aRecordWhoseHandOverToTheNewWorkerThrowsIsAppliedOnce() throws Exception {
+    DedupShareListener<?, ?> listener = listener(REPLACED);
+    AtomicBoolean failNext = new AtomicBoolean();
+    listener.beforeHandOver =
+        record -> {
+          if (!"R-2".equals(orderNo(record))) {
+            return;
+          }
+          if (failNext.compareAndSet(true, false)) {
+            throw new OutOfMemoryError("Java heap space");
+          }
+          if (secondHandedOver.getCount() > 0) {
+            // Held until R-1's handler runs, so that the worker takes R-1 in a batch of its own.
+            awaitQuietly(firstRunning);
+            secondHandedOver.countDown();
+          }
+        };
+    listener.beforeWorkerReplaced = () -> failNext.set(true);
+
+    // Both there before the container's first poll, which takes them together.
+    send(REPLACED, "R-1");
+    send(REPLACED, "R-2");
+    registry.getListenerContainer(REPLACED).start();
+    awaitAppliedOnceAndAccepted(REPLACED, "R-1", "R-2");
+  }
+
+  /**
+   * The keeper's acknowledgement of a decided record throws once: the user sees it accepted, and
+   * the record sent after it applied. Before the fix the record was forgotten unacknowledged, and
+   * its consumer, which polls only once every record of its last poll is acknowledged, received
+   * nothing more.
+   */
+  @Test
+  void aRecordWhoseAcknowledgementThrowsIsAcknowledgedAgainAndTheConsumerGoesOn() throws Exception {
+    AtomicBoolean failed = new AtomicBoolean();
+    listener(ACKNOWLEDGED).beforeAcknowledge =
+        record -> {
+          if ("A-1".equals(orderNo(record)) && failed.compareAndSet(false, true)) {
+            throw new OutOfMemoryError("Java heap space");
+          }
+        };
+
+    send(ACKNOWLEDGED, "A-1");
+    await().atMost(WAIT).until(failed::get);
+    send(ACKNOWLEDGED, "A-2");
+    awaitAppliedOnceAndAccepted(ACKNOWLEDGED, "A-1", "A-2");
+  }
+
+  /**
+   * The keeper's renewal of a record's lock throws once, while its handler runs: the user sees the
+   * record accepted, and the record sent after it applied. Before the fix the record was taken as
+   * out for renewal, unacknowledged, and its consumer received nothing more.
+   */
+  @Test
+  void aRecordWhoseRenewalThrowsIsRenewedAgainAndTheConsumerGoesOn() throws Exception {
+    listener(RENEWED).beforeAcknowledge =
+        record -> {
+          if ("N-1".equals(orderNo(record)) && renewalFailed.getCount() > 0) {
+            renewalFailed.countDown();
+            throw new OutOfMemoryError("Java heap space");
+          }
+        };
+
+    send(RENEWED, "N-1");
+    assertThat(renewalFailed.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+    send(RENEWED, "N-2");
+    awaitAppliedOnceAndAccepted(RENEWED, "N-1", "N-2");
+  }
+
+  private DedupShareListener<?, ?> listener(String listenerId) {
+    return (DedupShareListener<?, ?>)
+        registry.getListenerContainer(listenerId).getContainerProperties().getMessageListener();
+  }
+
+  private void failFirstHandOver(String listenerId, Supplier<? extends Throwable> failure) {
+    AtomicBoolean failed = new AtomicBoolean();
+    listener(listenerId).beforeHandOver =
+        record -> {
+          if (failed.compareAndSet(false, true)) {
+            Throwable thrown = failure.get();
+            if (thrown instanceof Error error) {
+              throw error;
+            }
+            throw (RuntimeException) thrown;
+          }
+        };
+  }
+
+  private static void awaitAppliedOnceAndAccepted(String topic, String... orderNos) {
+    await()
+        .atMost(WAIT)
+        .untilAsserted(
+            () -> {
+              Map<String, Integer> counts = new TreeMap<>();
+              for (String orderNo : orderNos) {
+                counts.put(orderNo, appliedCount(orderNo));
+              }
+              assertThat(counts).as("times applied").allSatisfy((k, n) -> assertThat(n).isOne());
+              assertThat(TestShareGroups.lag(topic, topic)).as("records not accepted").isZero();
+            });
+  }
+
+  private static void awaitQuietly(CountDownLatch latch) {
+    try {
+      latch.await(WAIT.toSeconds(), TimeUnit.SECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  private static int appliedCount(String orderNo) {
+    AtomicInteger count = applied.get(orderNo);
+    return count == null ? 0 : count.get();
+  }
+
+  private static void send(String topic, String orderNo) throws Exception {
+    try (KafkaProducer<String, String> producer = TestKafka.producer()) {
+      ProducerRecord<String, String> record = new ProducerRecord<>(topic, "charge " + orderNo);
+      record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+      producer.send(record).get();
+    }
+  }
+
+  private static String orderNo(ConsumerRecord<?, ?> record) {
+    return new String(record.headers().lastHeader("order-no").value(), StandardCharsets.UTF_8);
+  }
+
+  private static void apply(ConsumerRecord<String, String> record) {
+    applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
+  }
+
+  @SpringBootConfiguration
+  @EnableAutoConfiguration
+  static class App {
+    @Bean
+    ShareKafkaListenerContainerFactory<String, String> shareFactory() {
+      return new ShareKafkaListenerContainerFactory<>(
+          new DefaultShareConsumerFactory<>(TestShareGroups.consumerConfig(ERROR)));
+    }
+
+    @Bean
+    Listeners listeners() {
+      return new Listeners();
+    }
+
+    @EventListener
+    void stopped(ConsumerStoppedEvent event) {
+      MessageListenerContainer container = event.getContainer(MessageListenerContainer.class);
+      if (ERROR.equals(container.getListenerId())) {
+        errorContainerStops.add(event.getReason());
+      }
+    }
+  }
+
+  static class Listeners {
+    @Idempotent(bizType = "hand-over-renewed", header = "order-no")
+    @KafkaListener(
+        id = RENEWED,
+        topics = RENEWED,
+        groupId = RENEWED,
+        containerFactory = "shareFactory")
+    public void renewed(ConsumerRecord<String, String> record) throws InterruptedException {
+      if ("N-1".equals(orderNo(record))) {
+        // Runs until a renewal of its lock has been tried, and failed.
+        renewalFailed.await(WAIT.toSeconds(), TimeUnit.SECONDS);
+      }
+      apply(record);
+    }
+
+    @Idempotent(bizType = "hand-over-acknowledged", header = "order-no")
+    @KafkaListener(
+        id = ACKNOWLEDGED,
+        topics = ACKNOWLEDGED,
+        groupId = ACKNOWLEDGED,
+        containerFactory = "shareFactory")
+    public void acknowledged(ConsumerRecord<String, String> record) {
+      apply(record);
+    }
+
+    private final AtomicBoolean firstCallOfR1 = new AtomicBoolean(true);
+
+    @Idempotent(bizType = "hand-over-error", header = "order-no")
+    @KafkaListener(id = ERROR, topics = ERROR, groupId = ERROR, containerFactory = "shareFactory")
+    public void error(ConsumerRecord<String, String> record) {
+      apply(record);
+    }
+
+    @Idempotent(bizType = "hand-over-exception", header = "order-no")
+    @KafkaListener(
+        id = EXCEPTION,
+        topics = EXCEPTION,
+        groupId = EXCEPTION,
+        containerFactory = "shareFactory")
+    public void exception(ConsumerRecord<String, String> record) {
+      apply(record);
+    }
+
+    @Idempotent(bizType = "hand-over-replaced", header = "order-no")
+    @KafkaListener(
+        id = REPLACED,
+        topics = REPLACED,
+        groupId = REPLACED,
+        containerFactory = "shareFactory",
+        autoStartup = "false")
+    public void replaced(ConsumerRecord<String, String> record) throws InterruptedException {
+      if ("R-1".equals(orderNo(record)) && firstCallOfR1.getAndSet(false)) {
+        firstRunning.countDown();
+        // R-2 is handed over behind this batch, undecided when the Error ends the worker.
+        if (!secondHandedOver.await(WAIT.toSeconds(), TimeUnit.SECONDS)) {
+          throw new IllegalStateException("R-2 was not handed over");
+        }
+        throw new StackOverflowError("deep recursion in the handler");
+      }
+      apply(record);
+    }
+  }
+}
