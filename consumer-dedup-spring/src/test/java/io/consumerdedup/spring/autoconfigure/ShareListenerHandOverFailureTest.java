@@ -100,7 +100,7 @@ class ShareListenerHandOverFailureTest {
   @Test
   void aRecordWhoseHandOverThrowsAnErrorIsAppliedOnceTheContainerRunsAgain() throws Exception {
     MessageListenerContainer container = registry.getListenerContainer(ERROR);
-    failFirstHandOver(ERROR, () -> new OutOfMemoryError("Java heap space"));
+    AtomicBoolean thrown = failFirstHandOver(ERROR, () -> new OutOfMemoryError("Java heap space"));
 
     send(ERROR, "E-1");
     await()
@@ -109,6 +109,7 @@ class ShareListenerHandOverFailureTest {
         .until(() -> !errorContainerStops.isEmpty());
     assertThat(errorContainerStops).containsExactly(ConsumerStoppedEvent.Reason.ERROR);
 
+    assertThat(thrown).as("the hand-over threw").isTrue();
     container.stop();
     container.start();
     awaitAppliedOnceAndAccepted(ERROR, "E-1");
@@ -120,10 +121,12 @@ class ShareListenerHandOverFailureTest {
    */
   @Test
   void aRecordWhoseHandOverThrowsAnExceptionIsAppliedOnce() throws Exception {
-    failFirstHandOver(EXCEPTION, () -> new IllegalStateException("Queue full"));
+    AtomicBoolean thrown =
+        failFirstHandOver(EXCEPTION, () -> new IllegalStateException("Queue full"));
 
     send(EXCEPTION, "X-1");
     awaitAppliedOnceAndAccepted(EXCEPTION, "X-1");
+    assertThat(thrown).as("the hand-over threw").isTrue();
   }
 
   /**
@@ -135,12 +138,14 @@ class ShareListenerHandOverFailureTest {
   void aRecordWhoseHandOverToTheNewWorkerThrowsIsAppliedOnce() throws Exception {
     DedupShareListener<?, ?> listener = listener(REPLACED);
     AtomicBoolean failNext = new AtomicBoolean();
+    AtomicBoolean thrown = new AtomicBoolean();
     listener.beforeHandOver =
         record -> {
           if (!"R-2".equals(orderNo(record))) {
             return;
           }
           if (failNext.compareAndSet(true, false)) {
+            thrown.set(true);
             throw new OutOfMemoryError("Java heap space");
           }
           if (secondHandedOver.getCount() > 0) {
@@ -156,6 +161,7 @@ class ShareListenerHandOverFailureTest {
     send(REPLACED, "R-2");
     registry.getListenerContainer(REPLACED).start();
     awaitAppliedOnceAndAccepted(REPLACED, "R-1", "R-2");
+    assertThat(thrown).as("the hand-over of R-2 to the new worker threw").isTrue();
   }
 
   /**
@@ -206,7 +212,9 @@ class ShareListenerHandOverFailureTest {
         registry.getListenerContainer(listenerId).getContainerProperties().getMessageListener();
   }
 
-  private void failFirstHandOver(String listenerId, Supplier<? extends Throwable> failure) {
+  /** Returns whether the failure was thrown. */
+  private AtomicBoolean failFirstHandOver(
+      String listenerId, Supplier<? extends Throwable> failure) {
     AtomicBoolean failed = new AtomicBoolean();
     listener(listenerId).beforeHandOver =
         record -> {
@@ -218,6 +226,7 @@ class ShareListenerHandOverFailureTest {
             throw (RuntimeException) thrown;
           }
         };
+    return failed;
   }
 
   private static void awaitAppliedOnceAndAccepted(String topic, String... orderNos) {
