@@ -263,6 +263,14 @@ public abstract class Dialect {
   /** The names of the table's columns, in lower case; none if there is no such table. */
   public abstract Set<String> columns(Connection connection) throws SQLException;
 
+  /**
+   * What to change in how the table is stored, for a table made from an earlier schema file that
+   * works but slower; null when nothing. Read with the columns at start-up.
+   */
+  public @Nullable String storageAdvice(Connection connection) throws SQLException {
+    return null;
+  }
+
   /** Whether {@code connection} reaches the database through a connection pooler. */
   public abstract boolean behindPooler(Connection connection) throws SQLException;
 

@@ -575,6 +575,45 @@ public final class PostgresDialect extends Dialect {
     return names;
   }
 
+  /** A table still at PostgreSQL's default fillfactor or an earlier schema file's 80. */
+  @Override
+  public @Nullable String storageAdvice(Connection connection) throws SQLException {
+    int fillfactor = 100;
+    try (PreparedStatement statement = calls.prepare(connection, PostgresSql.STORAGE_OPTIONS)) {
+      statement.setString(1, table);
+      try (ResultSet rows = statement.executeQuery()) {
+        if (!rows.next()) {
+          return null;
+        }
+        Array options = rows.getArray(1);
+        if (options != null) {
+          for (Object option : (Object[]) options.getArray()) {
+            String setting = String.valueOf(option);
+            if (setting.startsWith("fillfactor=")) {
+              fillfactor = Integer.parseInt(setting.substring("fillfactor=".length()));
+            }
+          }
+        }
+      }
+    }
+    if (fillfactor <= PostgresSql.SCHEMA_FILLFACTOR) {
+      return null;
+    }
+    return "The dedup table "
+        + table
+        + " has fillfactor "
+        + fillfactor
+        + " (the schema file sets "
+        + PostgresSql.SCHEMA_FILLFACTOR
+        + "): the SUCCESS marks of freshly claimed rows often find no room on their page and"
+        + " write index entries, which makes marks slower and the table and its indexes grow"
+        + " faster. Run ALTER TABLE "
+        + table
+        + " SET (fillfactor = "
+        + PostgresSql.SCHEMA_FILLFACTOR
+        + "); (a brief lock that blocks no claim; the pages written from then on use it)";
+  }
+
   @Override
   public boolean behindPooler(Connection connection) throws SQLException {
     return PostgresPooler.detect(connection);

@@ -207,6 +207,19 @@ public final class PostgresSql {
   /** The table's columns, or no row when there is no such table (on the search path). */
   public final String columns;
 
+  /**
+   * The table's storage options ({@code fillfactor=50}, ...): a null array when none is set, no row
+   * when there is no such table.
+   */
+  public static final String STORAGE_OPTIONS =
+      "SELECT c.reloptions FROM pg_class c WHERE c.oid = to_regclass(?)";
+
+  /**
+   * The fillfactor the schema file gives the table: half of each page is kept for the new versions
+   * of the rows a poll claimed, so that their marks are HOT updates.
+   */
+  public static final int SCHEMA_FILLFACTOR = 50;
+
   /** The columns the store reads and writes, as the schema file creates them. */
   public static final List<String> EXPECTED_COLUMNS =
       List.of(

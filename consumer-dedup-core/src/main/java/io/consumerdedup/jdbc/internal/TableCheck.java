@@ -7,6 +7,8 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.util.List;
 import java.util.Set;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 
 /**
@@ -20,6 +22,9 @@ public final class TableCheck {
   private final StoreCalls calls;
   private final String table;
   private final Logger log;
+
+  /** A table's storage advice is logged once, not at every executor built over it. */
+  private final AtomicBoolean advised = new AtomicBoolean();
 
   /**
    * @param log where a check that cannot reach the database says so (the store's logger)
@@ -37,7 +42,7 @@ public final class TableCheck {
    * @throws DedupStoreException the database could not be asked
    */
   public void verify() {
-    throwIfMissing(calls.run(OPERATION, null, Columns::read));
+    checked(calls.run(OPERATION, null, Columns::read));
   }
 
   /**
@@ -59,7 +64,7 @@ public final class TableCheck {
       log.warn("Could not check the dedup table {}: {}", table, e.getMessage());
       return;
     }
-    throwIfMissing(columns);
+    checked(columns);
   }
 
   /** The columns the store needs that the table lacks, with the retries of a store call. */
@@ -75,6 +80,14 @@ public final class TableCheck {
    */
   public List<String> missingColumnsNow() {
     return calls.runOnce(OPERATION, null, Columns::read).missing();
+  }
+
+  private void checked(Columns columns) {
+    throwIfMissing(columns);
+    String advice = columns.storageAdvice();
+    if (advice != null && advised.compareAndSet(false, true)) {
+      log.warn(advice);
+    }
   }
 
   private void throwIfMissing(Columns columns) {
@@ -111,10 +124,12 @@ public final class TableCheck {
                     + dialect.claimIdColumnType()));
   }
 
-  /** The columns a table has, in the dialect that read them. */
-  private record Columns(Set<String> present, Dialect dialect) {
+  /** The columns a table has, in the dialect that read them, and what to change in its storage. */
+  private record Columns(Set<String> present, Dialect dialect, @Nullable String storageAdvice) {
     static Columns read(Connection connection, Dialect dialect) throws SQLException {
-      return new Columns(dialect.columns(connection), dialect);
+      Set<String> present = dialect.columns(connection);
+      return new Columns(
+          present, dialect, present.isEmpty() ? null : dialect.storageAdvice(connection));
     }
 
     /** The columns the store needs that are not present, in the schema file's order. */
