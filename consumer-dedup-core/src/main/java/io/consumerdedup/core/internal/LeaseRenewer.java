@@ -41,6 +41,7 @@ public final class LeaseRenewer implements AutoCloseable {
   private final Duration interval;
   private final DedupListener listener;
   private final ScheduledThreadPoolExecutor timer;
+  private volatile boolean timerStarted;
   private final ExecutorService workers;
 
   public LeaseRenewer(DedupStore store, Duration lease, Duration interval, DedupListener listener) {
@@ -51,12 +52,6 @@ public final class LeaseRenewer implements AutoCloseable {
     this.timer = new ScheduledThreadPoolExecutor(1, daemon("consumer-dedup-lease-timer-"));
     // Cancelled renewals must not pile up in the queue of a busy consumer.
     this.timer.setRemoveOnCancelPolicy(true);
-    // A task always due before any renewal: a renewal scheduled at the head of the timer's queue
-    // wakes the timer thread, and a consumer that claims one record at a time cancels each
-    // renewal before it schedules the next, so every claim woke that thread (a context switch a
-    // record) for a task due a renewal interval later. Behind this one it never is the head.
-    long headPeriod = Math.max(1, Math.min(interval.toNanos() / 2, MAX_HEAD_PERIOD.toNanos()));
-    this.timer.scheduleAtFixedRate(() -> {}, headPeriod, headPeriod, TimeUnit.NANOSECONDS);
     // As many workers as renewals in flight, which is at most the number of keys held at once.
     this.workers =
         new ThreadPoolExecutor(
@@ -66,6 +61,29 @@ public final class LeaseRenewer implements AutoCloseable {
             TimeUnit.SECONDS,
             new SynchronousQueue<>(),
             daemon("consumer-dedup-lease-renewer-"));
+  }
+
+  /**
+   * The timer, started by the first task: an executor built and never used (or never closed, as in
+   * a test or a tool that builds one to look at the table) keeps no thread that wakes every second.
+   */
+  private ScheduledThreadPoolExecutor timer() {
+    if (!timerStarted) {
+      synchronized (this) {
+        if (!timerStarted) {
+          // A task always due before any renewal: a renewal scheduled at the head of the timer's
+          // queue wakes the timer thread, and a consumer that claims one record at a time cancels
+          // each renewal before it schedules the next, so every claim woke that thread (a context
+          // switch a record) for a task due a renewal interval later. Behind this one it never is
+          // the head.
+          long headPeriod =
+              Math.max(1, Math.min(interval.toNanos() / 2, MAX_HEAD_PERIOD.toNanos()));
+          timer.scheduleAtFixedRate(() -> {}, headPeriod, headPeriod, TimeUnit.NANOSECONDS);
+          timerStarted = true;
+        }
+      }
+    }
+    return timer;
   }
 
   private static java.util.concurrent.ThreadFactory daemon(String prefix) {
@@ -98,8 +116,9 @@ public final class LeaseRenewer implements AutoCloseable {
             .toList();
     group.members = renewals;
     group.future =
-        timer.scheduleWithFixedDelay(
-            group::tick, interval.toNanos(), interval.toNanos(), TimeUnit.NANOSECONDS);
+        timer()
+            .scheduleWithFixedDelay(
+                group::tick, interval.toNanos(), interval.toNanos(), TimeUnit.NANOSECONDS);
     return renewals;
   }
 
@@ -108,13 +127,14 @@ public final class LeaseRenewer implements AutoCloseable {
    * must not call the store.
    */
   ScheduledFuture<?> after(Duration delay, Runnable task) {
-    return timer.schedule(task, delay.toNanos(), TimeUnit.NANOSECONDS);
+    return timer().schedule(task, delay.toNanos(), TimeUnit.NANOSECONDS);
   }
 
   /** Runs {@code task} every {@code period} on a worker, until the returned future is cancelled. */
   ScheduledFuture<?> repeat(Runnable task, Duration period) {
-    return timer.scheduleWithFixedDelay(
-        () -> submit(task), period.toNanos(), period.toNanos(), TimeUnit.NANOSECONDS);
+    return timer()
+        .scheduleWithFixedDelay(
+            () -> submit(task), period.toNanos(), period.toNanos(), TimeUnit.NANOSECONDS);
   }
 
   /**
