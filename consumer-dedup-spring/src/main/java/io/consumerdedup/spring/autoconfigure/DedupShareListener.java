@@ -8,6 +8,7 @@ import io.consumerdedup.kafka.ShareRecordWorker.Decided;
 import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.Coordinates;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
+import io.consumerdedup.spring.internal.DeserializationFailures;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Iterator;
@@ -210,9 +211,7 @@ final class DedupShareListener<K, V>
       settle(); // a batch left unsettled: its claims given back first
       // A record the deserializer rejected is dead-lettered without a call: no key claimed for it.
       records =
-          batch.stream()
-              .filter(record -> !ShareDeserializationFailures.carriesOne(record))
-              .toList();
+          batch.stream().filter(record -> !DeserializationFailures.carriesOne(record)).toList();
       poll = ConsumerPoll.ofShareBatch(records);
     }
 

@@ -5,6 +5,7 @@ import io.consumerdedup.core.Disposition;
 import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import io.consumerdedup.spring.internal.Coordinates;
+import io.consumerdedup.spring.internal.DeserializationFailures;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.Objects;
@@ -16,52 +17,35 @@ import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
-import org.springframework.core.log.LogAccessor;
 import org.springframework.kafka.support.serializer.DeserializationException;
 import org.springframework.kafka.support.serializer.SerializationUtils;
 
 /**
  * Records of a share container whose key or value spring-kafka's {@code ErrorHandlingDeserializer}
  * could not deserialize. Such a record reaches the listener with a null in place of the part that
- * failed and the failure in a header ({@link SerializationUtils#KEY_DESERIALIZER_EXCEPTION_HEADER},
- * {@link SerializationUtils#VALUE_DESERIALIZER_EXCEPTION_HEADER}): a consumer-group container turns
- * that header into an exception for its error handler, spring-kafka 4.1's share container does not.
- * Called with it, a listener that took the null in its stride had its key marked SUCCESS and the
- * business action was lost; one that threw had it retried on every delivery and dead-lettered with
- * a null value. Here it is dead-lettered at once, with the bytes it was sent with, as {@code
- * DedupShareLoop} dead-letters a record its deserializer rejects, and the listener is not called.
+ * failed and the failure in a header ({@link DeserializationFailures}): a record container of a
+ * consumer group turns that header into an exception for its error handler, spring-kafka 4.1's
+ * share container does not. Called with it, a listener that took the null in its stride had its key
+ * marked SUCCESS and the business action was lost; one that threw had it retried on every delivery
+ * and dead-lettered with a null value. Here it is dead-lettered at once, with the bytes it was sent
+ * with, as {@code DedupShareLoop} dead-letters a record its deserializer rejects, and the listener
+ * is not called.
  */
 final class ShareDeserializationFailures {
   private static final Logger log = LoggerFactory.getLogger(ShareDeserializationFailures.class);
-  private static final LogAccessor HEADER_LOG = new LogAccessor(ShareDeserializationFailures.class);
 
   private ShareDeserializationFailures() {}
-
-  /**
-   * Whether the record carries a deserialization failure header. One that a producer sent under
-   * that name is no failure: {@link #refuseIfUndeserialized} reads it as none (spring-kafka logs a
-   * WARN), and the listener is called.
-   */
-  static boolean carriesOne(ConsumerRecord<?, ?> record) {
-    return record.headers().lastHeader(SerializationUtils.KEY_DESERIALIZER_EXCEPTION_HEADER) != null
-        || record.headers().lastHeader(SerializationUtils.VALUE_DESERIALIZER_EXCEPTION_HEADER)
-            != null;
-  }
 
   /**
    * Throws {@link Undeserializable} if the record's key or value could not be deserialized; its
    * disposition has the worker dead-letter the record at once and reject it.
    */
   static void refuseIfUndeserialized(ConsumerRecord<?, ?> record, String groupId) {
-    if (!carriesOne(record)) {
+    if (!DeserializationFailures.carriesOne(record)) {
       return;
     }
-    DeserializationException key =
-        SerializationUtils.getExceptionFromHeader(
-            record, SerializationUtils.KEY_DESERIALIZER_EXCEPTION_HEADER, HEADER_LOG);
-    DeserializationException value =
-        SerializationUtils.getExceptionFromHeader(
-            record, SerializationUtils.VALUE_DESERIALIZER_EXCEPTION_HEADER, HEADER_LOG);
+    DeserializationException key = DeserializationFailures.key(record);
+    DeserializationException value = DeserializationFailures.value(record);
     if (key == null && value == null) {
       return; // a header that could not be read back: nothing to dead-letter the record with
     }
