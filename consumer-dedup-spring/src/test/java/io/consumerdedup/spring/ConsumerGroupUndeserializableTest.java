@@ -28,7 +28,7 @@ import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
 
 /**
- * The consumer-group side of {@link ShareListenerUndeserializableTest}: {@code @Idempotent} record
+ * The consumer-group side of {@code ShareListenerUndeserializableTest}: {@code @Idempotent} record
  * and batch listeners of consumer groups whose values are read through {@code
  * ErrorHandlingDeserializer}, with the usual error handler and dead-letter topic. The user expects
  * a record whose value the delegate rejects dead-lettered at once with the bytes it was sent with,
@@ -41,7 +41,7 @@ import org.springframework.test.context.DynamicPropertySource;
       "spring.kafka.consumer.value-deserializer="
           + "org.springframework.kafka.support.serializer.ErrorHandlingDeserializer",
       "spring.kafka.consumer.properties.spring.deserializer.value.delegate.class="
-          + "io.consumerdedup.spring.ShareListenerUndeserializableTest$Rejecting",
+          + "io.consumerdedup.spring.RejectingDeserializer",
       // The dead letter of a record not deserialized is its bytes, which StringSerializer refuses.
       "spring.kafka.producer.value-serializer="
           + "org.springframework.kafka.support.serializer.StringOrBytesSerializer"
@@ -51,7 +51,7 @@ class ConsumerGroupUndeserializableTest {
   static final Duration WAIT = Duration.ofSeconds(60);
   static final String TOPIC = "record-undeserializable";
   static final String BATCH = "batch-undeserializable";
-  static final String POISON = ShareListenerUndeserializableTest.Rejecting.POISON;
+  static final String POISON = RejectingDeserializer.POISON;
 
   /** The order-no header of each call of the listener. */
   static final List<String> calls = new CopyOnWriteArrayList<>();

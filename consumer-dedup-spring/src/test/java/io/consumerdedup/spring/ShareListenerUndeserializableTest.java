@@ -18,7 +18,6 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.serialization.StringDeserializer;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -66,11 +65,11 @@ class ShareListenerUndeserializableTest {
   void aRecordTheDeserializerRejectsIsDeadLetteredWithItsBytesAndNeverHandled() throws Exception {
     send(template, TOPIC, "charge 1.00", "order-no", "O-1");
     ProducerRecord<String, String> badValue =
-        new ProducerRecord<>(TOPIC, "K-2", Rejecting.POISON + " charge 2.00");
+        new ProducerRecord<>(TOPIC, "K-2", RejectingDeserializer.POISON + " charge 2.00");
     badValue.headers().add("order-no", "P-2".getBytes(StandardCharsets.UTF_8));
     template.send(badValue).get();
     ProducerRecord<String, String> badKey =
-        new ProducerRecord<>(TOPIC, Rejecting.POISON + "K-3", "charge 3.00");
+        new ProducerRecord<>(TOPIC, RejectingDeserializer.POISON + "K-3", "charge 3.00");
     badKey.headers().add("order-no", "P-3".getBytes(StandardCharsets.UTF_8));
     template.send(badKey).get();
     send(template, TOPIC, "charge 4.00", "order-no", "O-4");
@@ -84,13 +83,15 @@ class ShareListenerUndeserializableTest {
     ConsumerRecord<String, String> value = deadLetters.get(0);
     assertThat(header(value, "order-no")).isEqualTo("P-2");
     assertThat(value.key()).isEqualTo("K-2");
-    assertThat(value.value()).as("the bytes sent").isEqualTo(Rejecting.POISON + " charge 2.00");
+    assertThat(value.value())
+        .as("the bytes sent")
+        .isEqualTo(RejectingDeserializer.POISON + " charge 2.00");
     assertThat(header(value, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
         .contains("poisoned value");
     assertThat(header(value, KafkaDeadLetterPublisher.UNDESERIALIZABLE_HEADER)).isEqualTo("value");
     ConsumerRecord<String, String> key = deadLetters.get(1);
     assertThat(header(key, "order-no")).isEqualTo("P-3");
-    assertThat(key.key()).as("the bytes sent").isEqualTo(Rejecting.POISON + "K-3");
+    assertThat(key.key()).as("the bytes sent").isEqualTo(RejectingDeserializer.POISON + "K-3");
     assertThat(key.value()).isEqualTo("charge 3.00");
     assertThat(header(key, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
         .contains("poisoned key");
@@ -107,27 +108,6 @@ class ShareListenerUndeserializableTest {
     assertThat(readTopic(TOPIC + "-dlt", 3, Duration.ofSeconds(1))).as("dead letters").hasSize(2);
   }
 
-  /** The delegate of the consumers' ErrorHandlingDeserializer: rejects what begins with POISON. */
-  public static class Rejecting extends StringDeserializer {
-    static final String POISON = "%%";
-    private boolean isKey;
-
-    @Override
-    public void configure(Map<String, ?> configs, boolean isKey) {
-      super.configure(configs, isKey);
-      this.isKey = isKey;
-    }
-
-    @Override
-    public String deserialize(String topic, byte[] data) {
-      String text = super.deserialize(topic, data);
-      if (text != null && text.startsWith(POISON)) {
-        throw new IllegalArgumentException("poisoned " + (isKey ? "key" : "value") + ": " + text);
-      }
-      return text;
-    }
-  }
-
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
@@ -142,11 +122,11 @@ class ShareListenerUndeserializableTest {
                   ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG,
                   ErrorHandlingDeserializer.class,
                   ErrorHandlingDeserializer.KEY_DESERIALIZER_CLASS,
-                  Rejecting.class,
+                  RejectingDeserializer.class,
                   ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG,
                   ErrorHandlingDeserializer.class,
                   ErrorHandlingDeserializer.VALUE_DESERIALIZER_CLASS,
-                  Rejecting.class,
+                  RejectingDeserializer.class,
                   ConsumerConfig.MAX_POLL_RECORDS_CONFIG,
                   10)));
     }
