@@ -1,7 +1,10 @@
 package io.consumerdedup.spring;
 
+import java.nio.ByteBuffer;
 import java.util.Map;
+import org.apache.kafka.common.header.Headers;
 import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.utils.Utils;
 
 /**
  * A {@code StringDeserializer} that rejects what begins with {@link #POISON}: the delegate of a
@@ -24,5 +27,11 @@ public class RejectingDeserializer extends StringDeserializer {
       throw new IllegalArgumentException("poisoned " + (isKey ? "key" : "value") + ": " + text);
     }
     return text;
+  }
+
+  /** The form a consumer calls; StringDeserializer's own does not go through the one above. */
+  @Override
+  public String deserialize(String topic, Headers headers, ByteBuffer data) {
+    return deserialize(topic, Utils.toNullableArray(data));
   }
 }
