@@ -13,6 +13,7 @@ import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import io.consumerdedup.kafka.internal.RecordSources;
 import io.consumerdedup.spring.internal.AttemptLimit;
+import io.consumerdedup.spring.internal.DeserializationFailures;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -27,6 +28,7 @@ import org.springframework.beans.factory.BeanFactory;
 import org.springframework.kafka.listener.BatchListenerFailedException;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaUtils;
+import org.springframework.kafka.support.serializer.DeserializationException;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
@@ -35,9 +37,10 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * and invokes the method with only the records it holds, in a list of the same form. Their outcomes
  * are written before the call returns to the container (SUCCESS marks together, in one store call).
  *
- * <p>A record that cannot be handled now stops the batch there: a record without a usable key, a
- * conflicting payload, a key another consumer holds, a store that cannot be reached. The records
- * before it are handled, and spring-kafka is told its index with a {@link
+ * <p>A record that cannot be handled now stops the batch there: a record whose key or value the
+ * consumer's {@code ErrorHandlingDeserializer} could not deserialize, a record without a usable
+ * key, a conflicting payload, a key another consumer holds, a store that cannot be reached. The
+ * records before it are handled, and spring-kafka is told its index with a {@link
  * BatchListenerFailedException} whose cause is consumer-dedup's exception: the application's {@code
  * DefaultErrorHandler} commits the records before it and dead-letters it at once when the cause is
  * not retryable ({@link DedupErrorClassification}); {@link RetryLaterErrorHandler} commits them and
@@ -98,6 +101,15 @@ final class IdempotentBatchInvocation {
     BatchStop stop = null;
     for (int i = 0; i < records.size(); i++) {
       ConsumerRecord<Object, Object> record = records.get(i);
+      DeserializationException undeserialized = DeserializationFailures.first(record);
+      if (undeserialized != null) {
+        // spring-kafka hands a batch listener the record with a null in place of what its
+        // ErrorHandlingDeserializer could not read: called with it, the method took the null for
+        // the record and its key was marked SUCCESS. Stopped here, the error handler gets the
+        // failure, which it does not retry, and its recoverer the record's bytes.
+        stop = new BatchStop(i, undeserialized);
+        break;
+      }
       KeyEvaluation evaluation =
           KeyEvaluation.ofBatchRecord(listener, record, batch.payload(i), beanFactory);
       RecordKeyResolver<Object, Object> keys =

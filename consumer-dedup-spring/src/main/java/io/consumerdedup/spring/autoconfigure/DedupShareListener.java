@@ -8,6 +8,7 @@ import io.consumerdedup.kafka.ShareRecordWorker.Decided;
 import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.Coordinates;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
+import io.consumerdedup.spring.internal.DeserializationFailures;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Iterator;
@@ -208,7 +209,9 @@ final class DedupShareListener<K, V>
     @Override
     public void prepare(List<ConsumerRecord<K, V>> batch) {
       settle(); // a batch left unsettled: its claims given back first
-      records = List.copyOf(batch);
+      // A record the deserializer rejected is dead-lettered without a call: no key claimed for it.
+      records =
+          batch.stream().filter(record -> !DeserializationFailures.carriesOne(record)).toList();
       poll = ConsumerPoll.ofShareBatch(records);
     }
 
@@ -251,6 +254,8 @@ final class DedupShareListener<K, V>
    */
   @SuppressWarnings("NullAway")
   private Outcome process(ConsumerRecord<K, V> record, @Nullable ConsumerPoll batch) {
+    // The share container calls the listener whatever its ErrorHandlingDeserializer reported.
+    ShareDeserializationFailures.refuseIfUndeserialized(record, groupId);
     @SuppressWarnings("unchecked")
     ConsumerRecord<Object, Object> any = (ConsumerRecord<Object, Object>) record;
     KafkaUtils.setConsumerGroupId(groupId);

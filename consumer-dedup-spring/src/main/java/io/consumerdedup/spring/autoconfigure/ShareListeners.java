@@ -9,10 +9,15 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import org.apache.kafka.clients.consumer.ShareConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.Producer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -100,8 +105,10 @@ final class ShareListeners {
       }
       refuseShape(method, share, containerProperties);
       String groupId = String.valueOf(share.getGroupId());
-      Producer<?, ?>[] created = new Producer<?, ?>[1];
-      DeadLetterHandler deadLetters = deadLetters(beanFactory, method, groupId, created);
+      List<Producer<?, ?>> created = new ArrayList<>();
+      DeadLetterHandler deadLetters =
+          ShareDeserializationFailures.withRawBytes(
+              deadLetters(beanFactory, method, groupId, created));
       Duration timeout = containerProperties.getShareAcknowledgmentTimeout();
       ContainerProperties.ShareAckMode ackMode = containerProperties.getShareAckMode();
       Object original = Objects.requireNonNull(containerProperties.getMessageListener());
@@ -138,9 +145,7 @@ final class ShareListeners {
       wrapped.add(
           () -> {
             listener.close();
-            if (created[0] != null) {
-              created[0].close();
-            }
+            created.forEach(Producer::close);
             if (!share.isRunning()) {
               if (ownConsumers != null) {
                 ownConsumers.run();
@@ -190,11 +195,16 @@ final class ShareListeners {
 
   /**
    * The application's {@link DeadLetterHandler} bean if it has one, else a {@link
-   * KafkaDeadLetterPublisher} over a producer of its {@code ProducerFactory}.
+   * KafkaDeadLetterPublisher} over a producer of its {@code ProducerFactory}, and, for the records
+   * the deserializer rejected, a producer of bytes with the same configuration; adds the producers
+   * it makes to {@code created}.
    */
   @SuppressWarnings({"unchecked", "rawtypes"})
   private static DeadLetterHandler<?, ?> deadLetters(
-      ListableBeanFactory beanFactory, Method method, String groupId, Producer<?, ?>[] created) {
+      ListableBeanFactory beanFactory,
+      Method method,
+      String groupId,
+      List<Producer<?, ?>> created) {
     DeadLetterHandler<?, ?> handler =
         beanFactory.getBeanProvider(DeadLetterHandler.class).getIfUnique();
     if (handler != null) {
@@ -213,7 +223,42 @@ final class ShareListeners {
               + " DeadLetterHandler bean, such as KafkaDeadLetterPublisher");
     }
     Producer producer = producers.createProducer();
-    created[0] = producer;
-    return KafkaDeadLetterPublisher.builder(producer).groupId(groupId).build();
+    created.add(producer);
+    KafkaDeadLetterPublisher.Builder publisher =
+        KafkaDeadLetterPublisher.builder(producer).groupId(groupId);
+    Producer<byte[], byte[]> raw = rawProducer(producers, method);
+    if (raw != null) {
+      created.add(raw);
+      publisher.rawProducer(raw);
+    }
+    return publisher.build();
+  }
+
+  /**
+   * A producer of bytes configured as {@code producers}' producers, for the dead letters of records
+   * whose key or value the consumer's ErrorHandlingDeserializer could not deserialize: their bytes
+   * are all there is, which the typed producer's serializers cannot write. Not transactional (the
+   * dead letters of the typed producer are not either). Null, and said, if the factory does not
+   * tell its configuration.
+   */
+  private static @Nullable Producer<byte[], byte[]> rawProducer(
+      ProducerFactory<?, ?> producers, Method method) {
+    Map<String, Object> config;
+    try {
+      config = new HashMap<>(producers.getConfigurationProperties());
+    } catch (UnsupportedOperationException e) {
+      log.warn(
+          "Share-group listener {}: its ProducerFactory does not tell its configuration, so a"
+              + " record the deserializer rejects cannot be dead-lettered with its bytes and is kept"
+              + " acquired until it can; define a DeadLetterHandler bean (a KafkaDeadLetterPublisher"
+              + " built with rawProducer(...))",
+          nameOf(method));
+      return null;
+    }
+    config.remove(ProducerConfig.TRANSACTIONAL_ID_CONFIG);
+    if (config.get(ProducerConfig.CLIENT_ID_CONFIG) instanceof String clientId) {
+      config.put(ProducerConfig.CLIENT_ID_CONFIG, clientId + "-dead-letters-raw");
+    }
+    return new KafkaProducer<>(config, new ByteArraySerializer(), new ByteArraySerializer());
   }
 }
