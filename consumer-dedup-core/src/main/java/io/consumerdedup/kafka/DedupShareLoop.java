@@ -372,17 +372,20 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       return;
     }
     boolean renewalDue = now - nextRenewalNanos >= 0;
-    if (renewalDue && !inFlight.renewable()) {
-      // Only a record the deserializer rejected, whose lock cannot be renewed: a poll would send
-      // the RELEASE the consumer holds for it, before its dead letter is written.
-      nextRenewalNanos = now + lockNanos / 3;
-      renewalDue = false;
+    boolean pollDue = inFlight.awaitingRenewals() || renewalDue;
+    if (pollDue && inFlight.holdsUndeserializable()) {
+      // A record the deserializer rejected, whose lock cannot be renewed: a poll would send the
+      // RELEASE the consumer holds for it, before its dead letter is written.
+      if (renewalDue) {
+        nextRenewalNanos = now + lockNanos / 3;
+      }
+      pollDue = false;
     }
-    if (inFlight.awaitingRenewals() || renewalDue) {
+    if (pollDue) {
       if (inFlight.renewHeld(now) > 0) {
         sendRenewals(stopping);
       }
-      ConsumerRecords<K, V> polled = consumer.poll(RENEWAL_POLL);
+      ConsumerRecords<K, V> polled = polls.poll(RENEWAL_POLL);
       List<ConsumerRecord<K, V>> fresh = inFlight.add(polled);
       if (!fresh.isEmpty()) {
         worker.submit(fresh);

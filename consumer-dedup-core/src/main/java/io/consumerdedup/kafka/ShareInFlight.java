@@ -137,16 +137,22 @@ final class ShareInFlight<K, V> {
    * one acknowledgement of such a record, by offset, and after a RENEW it neither hands the record
    * back nor takes its REJECT. Meanwhile nothing may be polled or committed: the consumer would
    * send the RELEASE it holds for the record by default, and the REJECT decided later would be
-   * refused. No poll comes while records are in flight, and it came from a poll with none.
+   * refused. So no poll comes while it is in flight ({@link #holdsUndeserializable}). It came from
+   * a poll with no record held: the first poll of the next records, or one that was to take renewed
+   * records back and found none on their way (their renewal refused), whose records out for renewal
+   * are stale and dropped once it is acknowledged.
    */
   void addUndeserializable(ConsumerRecord<byte[], byte[]> raw) {
     entries.put(Id.of(raw), new Entry<K, V>(raw, null));
   }
 
-  /** Whether a record whose lock can be renewed is in flight. */
-  boolean renewable() {
+  /**
+   * Whether a record the deserializer rejected is in flight: until it is acknowledged, nothing may
+   * be polled (see {@link #addUndeserializable}).
+   */
+  boolean holdsUndeserializable() {
     for (Entry<K, V> entry : entries.values()) {
-      if (entry.renewable()) {
+      if (!entry.renewable()) {
         return true;
       }
     }

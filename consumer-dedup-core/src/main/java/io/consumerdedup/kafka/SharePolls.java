@@ -12,11 +12,11 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 /**
- * {@link DedupShareLoop}'s polls for new records. A record the deserializer rejects is handed, with
- * its raw bytes, to {@code undeserializable}, whose dead letter is written as the loop's others
- * are: on the worker, within the loop's close bound, the record in flight meanwhile. Written here,
- * on the loop's thread, a dead-letter send that hung for the producer's send timeout held the
- * loop's stop past its bound.
+ * {@link DedupShareLoop}'s polls, for new records and for renewed ones. A record the deserializer
+ * rejects is handed, with its raw bytes, to {@code undeserializable}, whose dead letter is written
+ * as the loop's others are: on the worker, within the loop's close bound, the record in flight
+ * meanwhile. Written here, on the loop's thread, a dead-letter send that hung for the producer's
+ * send timeout held the loop's stop past its bound.
  */
 final class SharePolls<K, V> {
   private static final Logger log = LoggerFactory.getLogger(SharePolls.class);
@@ -40,8 +40,17 @@ final class SharePolls<K, V> {
 
   /** The new records of one poll; none if it met a record the deserializer rejected. */
   ConsumerRecords<K, V> poll() {
+    return poll(pollTimeout);
+  }
+
+  /**
+   * As {@link #poll()}, waiting at most {@code timeout}: also the poll that takes renewed records
+   * back, which meets a rejected record the poll before it kept for the next one once no renewal is
+   * on its way (the one sent refused). Thrown from there, the rejection ended the loop.
+   */
+  ConsumerRecords<K, V> poll(Duration timeout) {
     try {
-      return consumer.poll(pollTimeout);
+      return consumer.poll(timeout);
     } catch (RecordDeserializationException e) {
       ConsumerRecord<byte[], byte[]> raw = UndeserializableRecords.raw(e);
       log.error(

@@ -22,8 +22,13 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Function;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.serialization.IntegerDeserializer;
@@ -199,11 +204,89 @@ class DedupShareLoopUndeserializableTest {
         .hasSize(1);
   }
 
+  /**
+   * A record the deserializer rejects behind one whose lock renewal the consumer refuses (its
+   * handler outlasted the lock, the thread stalled): the poll returned the first record and kept
+   * the rejection for the next poll, and once the refused record was forgotten that next poll was
+   * the one that was to take renewed records back. It threw there, outside the loop's handling of
+   * such records, and ended the loop: the rejected record was never dead-lettered by it, and the
+   * records after it waited for another consumer.
+   */
+  @Test
+  void anUndeserializableRecordBehindARefusedRenewalIsDeadLetteredAndTheLoopGoesOn()
+      throws Exception {
+    IntegerSerializer integers = new IntegerSerializer();
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 100)));
+    raw.send(new ProducerRecord<>(topic, new byte[] {1, 2, 3}));
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 200))).get();
+    AtomicBoolean refused = new AtomicBoolean();
+    Future<?> running =
+        threads.submit(
+            loop(
+                publisher(),
+                value -> {
+                  if (value == 100 && !refused.get()) {
+                    Thread.sleep(2_000); // past the renewal, a third of the 3 s lock
+                  }
+                },
+                config -> refusingFirstRenewal(config, refused)));
+
+    await().atMost(WAIT).until(() -> handled.contains(200) || running.isDone());
+    assertThat(refused).as("the consumer refused the renewal").isTrue();
+    assertThat(running).as("the loop still runs").isNotDone();
+    assertThat(TestKafka.readRawFromStart(topic + "-dlt", 1, Duration.ofSeconds(5)))
+        .as("the undeserializable record is dead-lettered once")
+        .extracting(ConsumerRecord::value)
+        .containsExactly(new byte[] {1, 2, 3});
+    loops.forEach(DedupShareLoop::close);
+    running.get(5, TimeUnit.SECONDS);
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+  }
+
+  /**
+   * A real share consumer that refuses the first RENEW as a consumer that lost the record's
+   * acquisition does: the record goes back to the broker (released) and the acknowledgement throws.
+   */
+  @SuppressWarnings("unchecked")
+  private static ShareConsumer<String, Integer> refusingFirstRenewal(
+      Map<String, Object> config, AtomicBoolean refused) {
+    AtomicReference<ShareConsumer<String, Integer>> consumer = new AtomicReference<>();
+    consumer.set(
+        InterceptedShareConsumer.of(
+            config,
+            (method, args, call) -> {
+              if (method.getName().equals("acknowledge")
+                  && args.length == 2
+                  && args[1] == AcknowledgeType.RENEW
+                  && refused.compareAndSet(false, true)) {
+                consumer
+                    .get()
+                    .acknowledge(
+                        (ConsumerRecord<String, Integer>) args[0], AcknowledgeType.RELEASE);
+                throw new IllegalStateException("The record's acquisition was lost");
+              }
+              return call.proceed();
+            }));
+    return consumer.get();
+  }
+
   private DeadLetterHandler<String, Integer> publisher() {
     return KafkaDeadLetterPublisher.builder(typed).rawProducer(raw).groupId(group).build();
   }
 
   private DedupShareLoop<String, Integer> loop(DeadLetterHandler<String, Integer> deadLetters) {
+    return loop(deadLetters, value -> {}, KafkaShareConsumer::new);
+  }
+
+  /** What a handler does with a value before it counts it as handled. */
+  private interface Handling {
+    void handle(int value) throws Exception;
+  }
+
+  private DedupShareLoop<String, Integer> loop(
+      DeadLetterHandler<String, Integer> deadLetters,
+      Handling handling,
+      Function<Map<String, Object>, ShareConsumer<String, Integer>> consumers) {
     Map<String, Object> config = TestShareGroups.consumerConfig(group);
     config.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, IntegerDeserializer.class);
     DedupShareLoop<String, Integer> loop =
@@ -211,12 +294,17 @@ class DedupShareLoopUndeserializableTest {
                 config,
                 List.of(topic),
                 record -> {
+                  try {
+                    handling.handle(record.value());
+                  } catch (Exception e) {
+                    throw new IllegalStateException(e);
+                  }
                   handled.add(record.value());
                   return Outcome.PROCESSED;
                 })
             .deadLetterHandler(deadLetters)
             .closeTimeout(CLOSE_TIMEOUT)
-            .build();
+            .build(consumers);
     loops.add(loop);
     return loop;
   }

@@ -25,9 +25,9 @@ final class InterceptedShareConsumer {
   }
 
   @SuppressWarnings("unchecked")
-  static ShareConsumer<String, String> of(Map<String, Object> config, Interceptor interceptor) {
-    KafkaShareConsumer<String, String> delegate = new KafkaShareConsumer<>(config);
-    return (ShareConsumer<String, String>)
+  static <K, V> ShareConsumer<K, V> of(Map<String, Object> config, Interceptor interceptor) {
+    KafkaShareConsumer<K, V> delegate = new KafkaShareConsumer<>(config);
+    return (ShareConsumer<K, V>)
         Proxy.newProxyInstance(
             ShareConsumer.class.getClassLoader(),
             new Class<?>[] {ShareConsumer.class},
