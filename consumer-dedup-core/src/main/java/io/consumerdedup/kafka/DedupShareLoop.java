@@ -58,11 +58,12 @@ import org.slf4j.LoggerFactory;
  *       meanwhile (kafka-clients 4.2 takes one acknowledgement of such a record, and a RENEW would
  *       be that one): a dead letter that takes longer than the lock has the broker deliver the
  *       record again;
- *   <li>a handler that throws an {@link Error}: a handler failure of its record, as above; the
- *       worker handles the rest of the poll, then the loop ends and {@link #run()} throws the
- *       Error. The poll's records are not left to the broker on its account: Kafka counts each
- *       record the closing consumer gives back as a delivery, so a loop that ended on an Error
- *       again and again would have the broker archive a healthy record of its poll, unapplied.
+ *   <li>a handler that throws an {@link Error}: a handler failure of its record, as above (an Error
+ *       as its dead letter is written leaves the record undecided); the worker handles the rest of
+ *       the poll, then the loop ends and {@link #run()} throws the Error. The poll's records are
+ *       not left to the broker on its account: Kafka counts each record the closing consumer gives
+ *       back as a delivery, so a loop that ended on an Error again and again would have the broker
+ *       archive a healthy record of its poll, unapplied.
  * </ul>
  *
  * <p>While the handler runs (on the loop's worker thread), the loop's thread renews the locks of

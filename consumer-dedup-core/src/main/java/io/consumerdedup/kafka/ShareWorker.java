@@ -399,28 +399,12 @@ final class ShareWorker<K, V> implements Runnable {
           continue; // given up while the records before it ran; its claim is given back
         }
         try {
-          Outcome outcome = processAndClearInterrupt(record);
-          if (outcome == Outcome.DUPLICATE) {
-            done(record, AcknowledgeType.ACCEPT, 0);
-          } else {
-            processed.add(record);
-          }
-        } catch (RuntimeException e) {
-          switch (Disposition.of(e)) {
-            case RETRY_LATER -> later.add(record);
-            case DEAD_LETTER -> {
-              log.error(
-                  "{} cannot be handled (not retryable); dead-lettering it", describe(record), e);
-              deadLetterThenReject(record, e);
-            }
-            case HANDLER_FAILED -> handlerFailed(record, e);
-          }
+          processOne(record, processed, later);
         } catch (Error e) {
-          // A failed attempt of this record only; the worker stops once the batch is processed.
-          // Stopping here left the batch's other records undecided: their owner closes and the
-          // broker counts their delivery, so a loop that ended on an Error again and again had
-          // the broker archive a healthy record of the batch unapplied.
-          handlerFailed(record, new HandlerErrorException(e));
+          // This record's only (its handler's, or its dead letter's); the worker stops once the
+          // batch is processed. Stopping here left the batch's other records undecided: their
+          // owner closes and the broker counts their delivery, so a loop that ended on an Error
+          // again and again had the broker archive a healthy record of the batch unapplied.
           if (error == null) {
             error = e;
           } else if (error != e) {
@@ -449,6 +433,49 @@ final class ShareWorker<K, V> implements Runnable {
     }
     if (error != null) {
       throw error;
+    }
+  }
+
+  /**
+   * Processes one record of a batch and decides what it can at once: an ACCEPT for a duplicate, the
+   * handler's failure; a record whose handler ran goes to {@code processed}, to be accepted once
+   * settled, one to retry to {@code later}.
+   *
+   * @throws Error the handler's, once its failure is handled as any other's; or one thrown as the
+   *     record's dead letter is written, the record then left undecided (the broker delivers it
+   *     again)
+   */
+  private void processOne(
+      ConsumerRecord<K, V> record,
+      List<ConsumerRecord<K, V>> processed,
+      List<ConsumerRecord<K, V>> later) {
+    Outcome outcome;
+    try {
+      outcome = processAndClearInterrupt(record);
+    } catch (RuntimeException e) {
+      switch (Disposition.of(e)) {
+        case RETRY_LATER -> later.add(record);
+        case DEAD_LETTER -> {
+          log.error("{} cannot be handled (not retryable); dead-lettering it", describe(record), e);
+          deadLetterThenReject(record, e);
+        }
+        case HANDLER_FAILED -> handlerFailed(record, e);
+      }
+      return;
+    } catch (Error e) {
+      try {
+        handlerFailed(record, new HandlerErrorException(e));
+      } catch (Error deadLetterFailed) {
+        if (deadLetterFailed != e) {
+          e.addSuppressed(deadLetterFailed);
+        }
+      }
+      throw e;
+    }
+    if (outcome == Outcome.DUPLICATE) {
+      done(record, AcknowledgeType.ACCEPT, 0);
+    } else {
+      processed.add(record);
     }
   }
 

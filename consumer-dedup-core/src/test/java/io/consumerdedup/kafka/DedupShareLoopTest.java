@@ -1,6 +1,7 @@
 package io.consumerdedup.kafka;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.core.DedupAttemptsExhaustedException;
@@ -544,6 +545,59 @@ class DedupShareLoopTest {
     restarting.set(false);
     assertQueueEmpty();
     assertThat(applied.get("healthy-1").get()).isEqualTo(1);
+  }
+
+  /**
+   * A record whose attempts are spent, then a healthy one, in one poll; the dead-letter handler
+   * throws an Error (a StackOverflowError, an OutOfMemoryError as it copies a large record) as it
+   * writes the first one's dead letter. That Error skipped the rest of the poll: the loop ended
+   * with the healthy record undecided, and the consumer's close gave it back, a delivery spent (as
+   * for a handler's Error, a loop restarted on it again and again had the broker archive the
+   * record).
+   */
+  @Test
+  void aRecordPolledAfterOneWhoseDeadLetterThrowsAnErrorIsStillHandledByThatLoop()
+      throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    List<Future<?>> sent = new ArrayList<>();
+    for (String orderNo : List.of("spent-2", "after-spent-2")) {
+      ProducerRecord<String, String> record =
+          new ProducerRecord<>(topic, orderNo.startsWith("spent") ? "fails" : "fine");
+      record.headers().add(LoopFixture.KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+      sent.add(fixture.producer().send(record));
+    }
+    fixture.producer().flush();
+    for (Future<?> each : sent) {
+      each.get();
+    }
+    List<String> runs = new CopyOnWriteArrayList<>();
+    DedupShareLoop<String, String> loop =
+        loop(
+            Duration.ofMinutes(5),
+            record -> {
+              runs.add(orderNo(record) + "/" + record.deliveryCount().orElse((short) 0));
+              if (record.value().equals("fails")) {
+                throw new IllegalStateException("payment provider says no");
+              }
+            },
+            b ->
+                b.maxAttempts(1)
+                    .deadLetterHandler(
+                        (record, reason) -> {
+                          throw new StackOverflowError("dead letter of " + orderNo(record));
+                        }),
+            record -> {},
+            KafkaShareConsumer::new);
+    Future<?> running = threads.submit(loop);
+
+    assertThatThrownBy(() -> running.get(WAIT.toSeconds(), TimeUnit.SECONDS))
+        .as("the loop ends on the dead-letter handler's Error")
+        .hasCauseInstanceOf(StackOverflowError.class)
+        .cause()
+        .hasMessage("dead letter of spent-2");
+    assertThat(runs)
+        .as("the poll's healthy record handled before the loop ended")
+        .containsExactly("spent-2/1", "after-spent-2/1");
   }
 
   /**
