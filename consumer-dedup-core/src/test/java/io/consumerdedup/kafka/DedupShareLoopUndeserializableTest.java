@@ -12,6 +12,7 @@ import io.consumerdedup.core.Outcome;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.time.Duration;
+import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -231,7 +232,13 @@ class DedupShareLoopUndeserializableTest {
                 },
                 config -> refusingFirstRenewal(config, refused)));
 
-    await().atMost(WAIT).until(() -> handled.contains(200) || running.isDone());
+    // 100 twice: its first run outlasted the refused renewal, and the broker delivered it again.
+    await()
+        .atMost(WAIT)
+        .until(
+            () ->
+                handled.contains(200) && Collections.frequency(handled, 100) == 2
+                    || running.isDone());
     assertThat(refused).as("the consumer refused the renewal").isTrue();
     assertThat(running).as("the loop still runs").isNotDone();
     assertThat(TestKafka.readRawFromStart(topic + "-dlt", 1, Duration.ofSeconds(5)))
