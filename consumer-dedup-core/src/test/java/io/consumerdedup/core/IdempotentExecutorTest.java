@@ -641,6 +641,52 @@ class IdempotentExecutorTest {
   }
 
   /**
+   * The application's listener leaves the outcome writer's thread interrupted (it restored the flag
+   * after catching an {@code InterruptedException}) as it is told of a SUCCESS, while the next mark
+   * is already queued. The writer took the flag for close()'s wake-up and ended, the queued mark
+   * with it: no writer came until another mark was queued, so after the last record before a quiet
+   * spell its future never completed (a poll's commit waiting for it) and its key stayed
+   * PROCESSING.
+   */
+  @Test
+  void aListenerThatLeavesTheWriterInterruptedLeavesNoQueuedMarkUnwritten() throws Exception {
+    CountDownLatch toldOfTheFirst = new CountDownLatch(1);
+    CountDownLatch secondQueued = new CountDownLatch(1);
+    DedupListener interrupting =
+        new DedupListener() {
+          @Override
+          public void completed(DedupKey key, int attempt, Duration handlerTime) {
+            if (key.bizKey().equals("ORD-0")) {
+              toldOfTheFirst.countDown();
+              try {
+                secondQueued.await(10, TimeUnit.SECONDS);
+              } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+              }
+              Thread.currentThread().interrupt(); // as after catching an InterruptedException
+            }
+          }
+        };
+    IdempotentExecutor executor =
+        executor(IdempotentExecutor.builder(db.store()).listener(interrupting));
+    DedupKey second = DedupKey.of("listener-interrupt", "ORD-1");
+
+    CompletableFuture<Void> first =
+        executor.claim(DedupKey.of("listener-interrupt", "ORD-0"), null, null).completeAsync();
+    assertThat(toldOfTheFirst.await(10, TimeUnit.SECONDS))
+        .as("the listener told of the first SUCCESS")
+        .isTrue();
+    CompletableFuture<Void> secondMark = executor.claim(second, null, null).completeAsync();
+    secondQueued.countDown();
+
+    assertThat(first).succeedsWithin(Duration.ofSeconds(10));
+    assertThat(secondMark)
+        .as("the SUCCESS queued while the listener ran, no mark after it")
+        .succeedsWithin(Duration.ofSeconds(10));
+    assertThat(db.store().find(second).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  /**
    * The writer's write of a group of marks fails (the database out of reach) and the application's
    * listener throws an {@code Error} as it is told so: every mark of the group is still kept and
    * written in the background, and each caller hears of its own mark.

@@ -384,7 +384,11 @@ final class SuccessMarkWriter {
       try {
         group.add(marks.take());
       } catch (InterruptedException e) {
-        return; // closing
+        // close() wakes an idle writer so, once closed is set. Any other interrupt is no stop:
+        // the application's listener, told of a SUCCESS on this thread, may leave the flag set.
+        // Ended on it, the writer left the marks queued meanwhile with no writer until another
+        // mark came: after the last record before a quiet spell, its future never completed.
+        continue;
       }
       try {
         marks.drainTo(group, MAX_MARKS_PER_WRITE - 1);
