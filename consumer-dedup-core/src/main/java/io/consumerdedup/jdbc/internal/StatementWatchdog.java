@@ -114,8 +114,9 @@ final class StatementWatchdog {
       startFailing.set(false);
       return true;
     } catch (RuntimeException | Error e) {
-      watched.removeIf(entry -> entry.statement() == statement);
+      // IDLE first: left STARTING by an Error of what follows, every later statement would spin.
       state.set(IDLE);
+      watched.removeIf(entry -> entry.statement() == statement);
       // Once per run of failures, not once per statement: while threads run short, every
       // statement of every consumer comes here.
       if (startFailing.compareAndSet(false, true)) {
