@@ -370,6 +370,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       // The poll's last acknowledgements are sent now rather than with the next poll: a poll
       // that throws (a record the deserializer rejects) loses those it was to carry.
       consumer.commitAsync();
+      inFlight.acknowledgementsSent();
       return;
     }
     boolean renewalDue = now - nextRenewalNanos >= 0;
@@ -383,10 +384,16 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       pollDue = false;
     }
     if (pollDue) {
-      if (inFlight.renewHeld(now) > 0) {
-        sendRenewals(stopping);
+      inFlight.renewHeld(now);
+      if (inFlight.hasUnsentAcknowledgements()) {
+        // The renewals, and the decisions acknowledged since the last poll: with no renewal made
+        // (the records out for renewal that the broker refused and never hands back) those went
+        // with the poll, which lost them when it threw for a record the deserializer rejected; a
+        // rejected record's REJECT among them had it delivered again and dead-lettered twice.
+        sendAcknowledgements(stopping);
       }
       ConsumerRecords<K, V> polled = polls.poll(RENEWAL_POLL);
+      inFlight.acknowledgementsSent();
       List<ConsumerRecord<K, V>> fresh = inFlight.add(polled);
       if (!fresh.isEmpty()) {
         worker.submit(fresh);
@@ -420,7 +427,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   }
 
   /**
-   * Sends the renewals (with the decided acknowledgements) on their own and waits for the broker's
+   * Sends the renewals and the decided acknowledgements on their own and waits for the broker's
    * answer, so that the poll that takes the renewed records back fetches nothing. A poll would send
    * them with a fetch, which acquires new records; kafka-clients keeps those in its buffer until
    * every record of the current poll is acknowledged, so behind a long handler, or a record waiting
@@ -429,7 +436,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
    * could not be sent apart go with the next poll, as before, and records whose renewal never comes
    * back are left to {@link ShareInFlight#dropUnreturned}.
    */
-  private void sendRenewals(boolean stopping) {
+  private void sendAcknowledgements(boolean stopping) {
     try {
       Duration wait = Duration.ofNanos(Math.max(lockNanos / 3, RENEWAL_POLL.toNanos()));
       if (stopping && untilStopDeadline().compareTo(wait) < 0) {
@@ -441,7 +448,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     } catch (KafkaException e) {
       // Not sent yet, or no answer in time: the next poll sends them, with its fetch.
       log.warn(
-          "Could not send the lock renewals of share group {} on their own: {}",
+          "Could not send the acknowledgements of share group {} on their own: {}",
           groupId,
           e.toString());
     }

@@ -81,6 +81,9 @@ final class ShareInFlight<K, V> {
   private final Consumer<ConsumerRecord<?, ?>> lost;
   private final Map<Id, Entry<K, V>> entries = new LinkedHashMap<>();
 
+  /** Whether the consumer holds acknowledgements made here that no commit or poll has sent yet. */
+  private boolean unsent;
+
   /**
    * @param lost told of each record forgotten because the consumer no longer holds it (a RENEW
    *     refused, a renewal that never came back): whoever processes the records must stop acting on
@@ -254,6 +257,7 @@ final class ShareInFlight<K, V> {
       } else {
         consumer.acknowledge(record.topic(), record.partition(), record.offset(), type);
       }
+      unsent = true;
       return true;
     } catch (IllegalStateException e) {
       log.warn(
@@ -282,6 +286,19 @@ final class ShareInFlight<K, V> {
       }
     }
     return dropped;
+  }
+
+  /**
+   * Whether acknowledgements were made since {@link #acknowledgementsSent}: a poll would carry
+   * them, and a poll that throws (a record the deserializer rejects) loses those it carries.
+   */
+  boolean hasUnsentAcknowledgements() {
+    return unsent;
+  }
+
+  /** The acknowledgements made so far went with a commit or a poll. */
+  void acknowledgementsSent() {
+    unsent = false;
   }
 
   /** How many records are in flight. */

@@ -251,6 +251,69 @@ class DedupShareLoopUndeserializableTest {
   }
 
   /**
+   * Two records the deserializer rejects behind one whose renewal the consumer took and the broker
+   * refused (its lock had run out): the record stays out for renewal, never to come back, while the
+   * first rejected record is dead-lettered. Its REJECT then went with the poll that was to take the
+   * renewed record back, which threw for the second rejected record and lost it: the first record
+   * came back once its lock ran out and was dead-lettered a second time.
+   */
+  @Test
+  void rejectedRecordsInARowBehindARenewalTheBrokerRefusedAreEachDeadLetteredOnce()
+      throws Exception {
+    IntegerSerializer integers = new IntegerSerializer();
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 100)));
+    raw.send(new ProducerRecord<>(topic, new byte[] {1, 2, 3}));
+    raw.send(new ProducerRecord<>(topic, new byte[] {4, 5, 6}));
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 200))).get();
+    AtomicBoolean refused = new AtomicBoolean();
+    threads.execute(
+        loop(
+            publisher(),
+            value -> {
+              if (value == 100 && !refused.get()) {
+                Thread.sleep(2_000); // past the renewal, a third of the 3 s lock
+              }
+            },
+            config -> refusedByTheBrokerOnFirstRenewal(config, refused)));
+
+    await().atMost(WAIT).until(() -> handled.contains(200));
+    assertThat(refused).as("the broker refused the renewal").isTrue();
+    assertThat(TestKafka.readRawFromStart(topic + "-dlt", 3, Duration.ofSeconds(6)))
+        .as("one dead letter for each undeserializable record")
+        .extracting(ConsumerRecord::value)
+        .containsExactly(new byte[] {1, 2, 3}, new byte[] {4, 5, 6});
+    loops.forEach(DedupShareLoop::close);
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+  }
+
+  /**
+   * A real share consumer that takes the first RENEW, which the broker then refuses, as it does a
+   * renewal of a lock that ran out: the record goes back to the broker and is not handed back.
+   */
+  @SuppressWarnings("unchecked")
+  private static ShareConsumer<String, Integer> refusedByTheBrokerOnFirstRenewal(
+      Map<String, Object> config, AtomicBoolean refused) {
+    AtomicReference<ShareConsumer<String, Integer>> consumer = new AtomicReference<>();
+    consumer.set(
+        InterceptedShareConsumer.of(
+            config,
+            (method, args, call) -> {
+              if (method.getName().equals("acknowledge")
+                  && args.length == 2
+                  && args[1] == AcknowledgeType.RENEW
+                  && refused.compareAndSet(false, true)) {
+                consumer
+                    .get()
+                    .acknowledge(
+                        (ConsumerRecord<String, Integer>) args[0], AcknowledgeType.RELEASE);
+                return null;
+              }
+              return call.proceed();
+            }));
+    return consumer.get();
+  }
+
+  /**
    * A real share consumer that refuses the first RENEW as a consumer that lost the record's
    * acquisition does: the record goes back to the broker (released) and the acknowledgement throws.
    */
