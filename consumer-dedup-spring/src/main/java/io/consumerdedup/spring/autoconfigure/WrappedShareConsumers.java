@@ -249,7 +249,7 @@ final class WrappedShareConsumers {
       if (name.equals("acknowledge")
           && args != null
           && args[0] instanceof RejectedByPoll<?, ?> record) {
-        acknowledgeRejected(record, (AcknowledgeType) args[1], true);
+        acknowledgeRejected(record, (AcknowledgeType) args[1]);
         return null;
       }
       Object result = delegate(method, args);
@@ -336,15 +336,13 @@ final class WrappedShareConsumers {
     }
 
     /**
-     * Sends a terminal acknowledgement of the record the deserializer rejected by offset, the one
-     * form kafka-clients takes for it, and at once if {@code sendNow}: a poll that throws for
-     * another such record loses the acknowledgements it was to carry. Its lock cannot be renewed (a
-     * RENEW would be its one acknowledgement, its REJECT then refused): a RENEW has it handed back
-     * at the next poll, as a renewed record comes back, and it is given up once its lock has run
-     * out. An acknowledgement of a record given up is dropped: the broker delivers it again.
+     * Acknowledges the record the deserializer rejected by offset, the one form kafka-clients takes
+     * for it; whether it did. Its lock cannot be renewed (a RENEW would be its one acknowledgement,
+     * its REJECT then refused): a RENEW has it handed back at the next poll, as a renewed record
+     * comes back, and it is given up once its lock has run out. An acknowledgement of a record
+     * given up is dropped: the broker delivers it again.
      */
-    private void acknowledgeRejected(
-        RejectedByPoll<?, ?> record, AcknowledgeType type, boolean sendNow) {
+    private boolean acknowledgeRejected(RejectedByPoll<?, ?> record, AcknowledgeType type) {
       RejectedByPoll<?, ?> inHand = rejected;
       if (inHand == null || !Sent.of(inHand).equals(Sent.of(record))) {
         handedOver.remove(Sent.of(record));
@@ -354,19 +352,18 @@ final class WrappedShareConsumers {
               Coordinates.of(record),
               type);
         }
-        return;
+        return false;
       }
       if (type == AcknowledgeType.RENEW) {
         handRejectedBack = true;
-        return;
+        return false;
       }
       rejected = null;
       handRejectedBack = false;
       handedOver.remove(Sent.of(record));
       consumer.acknowledge(record.topic(), record.partition(), record.offset(), type);
-      if (sendNow) {
-        consumer.commitAsync();
-      }
+      acknowledgementsUnsent = true;
+      return true;
     }
 
     private @Nullable Object delegate(Method method, @Nullable Object[] args) throws Throwable {
@@ -405,13 +402,13 @@ final class WrappedShareConsumers {
         Map.Entry<ConsumerRecord<?, ?>, AcknowledgeType> entry = it.next();
         it.remove();
         try {
-          if (entry.getKey() instanceof RejectedByPoll<?, ?> record) {
-            acknowledgeRejected(record, entry.getValue(), false);
-          } else {
+          if (!(entry.getKey() instanceof RejectedByPoll<?, ?> record)) {
             ((ShareConsumer) consumer)
                 .acknowledge((ConsumerRecord) entry.getKey(), entry.getValue());
+            sent++;
+          } else if (acknowledgeRejected(record, entry.getValue())) {
+            sent++;
           }
-          sent++;
         } catch (RuntimeException e) {
           // No longer acquired by this consumer (its lock ran out, or it was renewed and not
           // fetched back): the broker delivers it again, as without this.
