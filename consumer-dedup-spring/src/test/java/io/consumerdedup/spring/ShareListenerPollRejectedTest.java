@@ -11,13 +11,13 @@ import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CopyOnWriteArrayList;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.serialization.StringDeserializer;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -34,11 +34,12 @@ import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
 
 /**
- * An {@code @Idempotent} share listener whose consumer's value deserializer throws for a poison
- * value, with no {@code ErrorHandlingDeserializer} around it: the consumer's poll throws for that
- * record, and spring-kafka 4.1's share container rejects it by offset, with no dead letter. The
- * user expects it in the dead-letter topic, with the bytes it was sent with and the deserializer's
- * error, the listener never called with it, and the records around it applied once.
+ * An {@code @Idempotent} share listener whose consumer's deserializers throw for a poison key or
+ * value, with no {@code ErrorHandlingDeserializer} around them: the consumer's poll throws for such
+ * a record, and spring-kafka 4.1's share container rejects it by offset, with no dead letter. The
+ * user expects each in the dead-letter topic, with the bytes it was sent with and the
+ * deserializer's error, the listener never called with it, and the records around them applied
+ * once.
  */
 @SpringBootTest(classes = ShareListenerPollRejectedTest.App.class)
 @DirtiesContext
@@ -59,45 +60,56 @@ class ShareListenerPollRejectedTest {
   @Autowired JdbcTemplate jdbc;
 
   @Test
-  void aRecordThePollRejectsIsDeadLetteredWithItsBytesBeforeItIsRejected() throws Exception {
+  void recordsThePollRejectsAreDeadLetteredWithTheirBytesBeforeTheyAreRejected() throws Exception {
     send(template, TOPIC, "charge 1.00", "order-no", "O-1");
-    ProducerRecord<String, String> poison =
+    ProducerRecord<String, String> badValue =
         new ProducerRecord<>(TOPIC, "K-2", RejectingDeserializer.POISON + " charge 2.00");
-    poison.headers().add("order-no", "P-2".getBytes(StandardCharsets.UTF_8));
-    template.send(poison).get();
-    send(template, TOPIC, "charge 3.00", "order-no", "O-3");
+    badValue.headers().add("order-no", "P-2".getBytes(StandardCharsets.UTF_8));
+    template.send(badValue).get();
+    ProducerRecord<String, String> badKey =
+        new ProducerRecord<>(TOPIC, RejectingDeserializer.POISON + "K-3", "charge 3.00");
+    badKey.headers().add("order-no", "P-3".getBytes(StandardCharsets.UTF_8));
+    template.send(badKey).get();
+    send(template, TOPIC, "charge 4.00", "order-no", "O-4");
 
-    await().atMost(WAIT).until(() -> SpringTestEnvironment.effects(jdbc, TOPIC, "O-3") == 1);
+    await().atMost(WAIT).until(() -> SpringTestEnvironment.effects(jdbc, TOPIC, "O-4") == 1);
     assertThat(SpringTestEnvironment.effects(jdbc, TOPIC, "O-1")).isEqualTo(1);
-    List<ConsumerRecord<String, String>> deadLetters = readTopic(TOPIC + "-dlt", 1, WAIT);
-    assertThat(deadLetters).as("dead letters").hasSize(1);
-    ConsumerRecord<String, String> deadLetter = deadLetters.get(0);
-    assertThat(header(deadLetter, "order-no")).isEqualTo("P-2");
-    assertThat(deadLetter.key()).isEqualTo("K-2");
-    assertThat(deadLetter.value())
+    List<ConsumerRecord<String, String>> deadLetters = readTopic(TOPIC + "-dlt", 2, WAIT);
+    assertThat(deadLetters).as("dead letters").hasSize(2);
+    deadLetters.sort(Comparator.comparing(d -> header(d, "order-no")));
+    ConsumerRecord<String, String> value = deadLetters.get(0);
+    assertThat(header(value, "order-no")).isEqualTo("P-2");
+    assertThat(value.key()).isEqualTo("K-2");
+    assertThat(value.value())
         .as("the bytes sent")
         .isEqualTo(RejectingDeserializer.POISON + " charge 2.00");
-    assertThat(header(deadLetter, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+    assertThat(header(value, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
         .contains("poisoned value");
-    assertThat(header(deadLetter, KafkaDeadLetterPublisher.UNDESERIALIZABLE_HEADER))
-        .isEqualTo("value");
-    assertThat(calls).as("listener calls, by order-no").containsExactlyInAnyOrder("O-1", "O-3");
+    assertThat(header(value, KafkaDeadLetterPublisher.UNDESERIALIZABLE_HEADER)).isEqualTo("value");
+    ConsumerRecord<String, String> key = deadLetters.get(1);
+    assertThat(header(key, "order-no")).isEqualTo("P-3");
+    assertThat(key.key()).as("the bytes sent").isEqualTo(RejectingDeserializer.POISON + "K-3");
+    assertThat(key.value()).isEqualTo("charge 3.00");
+    assertThat(header(key, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .contains("poisoned key");
+    assertThat(header(key, KafkaDeadLetterPublisher.UNDESERIALIZABLE_HEADER)).isEqualTo("key");
+    assertThat(calls).as("listener calls, by order-no").containsExactlyInAnyOrder("O-1", "O-4");
     assertThat(
             jdbc.queryForList(
                 "SELECT biz_key FROM consumer_dedup WHERE status = 'SUCCESS' ORDER BY biz_key",
                 String.class))
         .as("keys SUCCESS")
-        .containsExactly("O-1", "O-3");
+        .containsExactly("O-1", "O-4");
     assertThat(TestShareGroups.remaining(TOPIC, TOPIC, Duration.ofSeconds(2)))
         .as("left in the queue: rejected")
         .isEmpty();
-    assertThat(readTopic(TOPIC + "-dlt", 2, Duration.ofSeconds(1))).as("dead letters").hasSize(1);
+    assertThat(readTopic(TOPIC + "-dlt", 3, Duration.ofSeconds(1))).as("dead letters").hasSize(2);
   }
 
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
-    /** Values read by a deserializer that throws, with no ErrorHandlingDeserializer around it. */
+    /** Read by deserializers that throw, with no ErrorHandlingDeserializer around them. */
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
       return new ShareKafkaListenerContainerFactory<>(
@@ -106,7 +118,7 @@ class ShareListenerPollRejectedTest {
                   ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
                   TestKafka.bootstrapServers(),
                   ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG,
-                  StringDeserializer.class,
+                  RejectingDeserializer.class,
                   ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG,
                   RejectingDeserializer.class,
                   ConsumerConfig.MAX_POLL_RECORDS_CONFIG,
