@@ -75,10 +75,8 @@ class ShareListenerPollRejectedDeadLetterFailsTest {
     await().atMost(WAIT).until(() -> refused.get() > 0);
     send(template, TOPIC, "charge 2.00", "order-no", "O-2");
 
+    // Rejected at a refusal, the record would never come again, and no dead letter be written.
     await().atMost(WAIT).until(() -> !deadLetters.isEmpty());
-    assertThat(System.nanoTime() - firstRefusal.get())
-        .as("dead-lettered once the handler took it, after a lock and a half")
-        .isGreaterThan(LOCK.toNanos());
     await().atMost(WAIT).until(() -> SpringTestEnvironment.effects(jdbc, TOPIC, "O-2") == 1);
     assertThat(calls).as("listener calls, by order-no").containsExactly("O-2");
     assertThat(TestShareGroups.remaining(TOPIC, TOPIC, Duration.ofSeconds(2)))
