@@ -8,7 +8,6 @@ import io.consumerdedup.kafka.ShareRecordWorker.Decided;
 import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.Coordinates;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
-import io.consumerdedup.spring.internal.DeserializationFailures;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Iterator;
@@ -211,7 +210,9 @@ final class DedupShareListener<K, V>
       settle(); // a batch left unsettled: its claims given back first
       // A record the deserializer rejected is dead-lettered without a call: no key claimed for it.
       records =
-          batch.stream().filter(record -> !DeserializationFailures.carriesOne(record)).toList();
+          batch.stream()
+              .filter(record -> !ShareDeserializationFailures.undeserialized(record))
+              .toList();
       poll = ConsumerPoll.ofShareBatch(records);
     }
 
@@ -254,7 +255,8 @@ final class DedupShareListener<K, V>
    */
   @SuppressWarnings("NullAway")
   private Outcome process(ConsumerRecord<K, V> record, @Nullable ConsumerPoll batch) {
-    // The share container calls the listener whatever its ErrorHandlingDeserializer reported.
+    // The share container calls the listener whatever its ErrorHandlingDeserializer reported, and
+    // with what the wrapped consumer returns for a record its poll threw for.
     ShareDeserializationFailures.refuseIfUndeserialized(record, groupId);
     @SuppressWarnings("unchecked")
     ConsumerRecord<Object, Object> any = (ConsumerRecord<Object, Object>) record;

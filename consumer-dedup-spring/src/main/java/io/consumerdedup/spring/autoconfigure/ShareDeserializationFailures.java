@@ -9,11 +9,13 @@ import io.consumerdedup.spring.internal.DeserializationFailures;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.util.Objects;
+import java.util.Optional;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.errors.RecordDeserializationException;
 import org.apache.kafka.common.errors.RecordDeserializationException.DeserializationExceptionOrigin;
 import org.apache.kafka.common.header.Headers;
 import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.record.TimestampType;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -21,26 +23,46 @@ import org.springframework.kafka.support.serializer.DeserializationException;
 import org.springframework.kafka.support.serializer.SerializationUtils;
 
 /**
- * Records of a share container whose key or value spring-kafka's {@code ErrorHandlingDeserializer}
- * could not deserialize. Such a record reaches the listener with a null in place of the part that
- * failed and the failure in a header ({@link DeserializationFailures}): a record container of a
- * consumer group turns that header into an exception for its error handler, spring-kafka 4.1's
- * share container does not. Called with it, a listener that took the null in its stride had its key
- * marked SUCCESS and the business action was lost; one that threw had it retried on every delivery
- * and dead-lettered with a null value. Here it is dead-lettered at once, with the bytes it was sent
- * with, as {@code DedupShareLoop} dead-letters a record its deserializer rejects, and the listener
- * is not called.
+ * Records of a share container whose key or value could not be deserialized, of two kinds:
+ *
+ * <ul>
+ *   <li>Spring-kafka's {@code ErrorHandlingDeserializer} could not deserialize it: the record
+ *       reaches the listener with a null in place of the part that failed and the failure in a
+ *       header ({@link DeserializationFailures}). A record container of a consumer group turns that
+ *       header into an exception for its error handler, spring-kafka 4.1's share container does
+ *       not. Called with it, a listener that took the null in its stride had its key marked SUCCESS
+ *       and the business action was lost; one that threw had it retried on every delivery and
+ *       dead-lettered with a null value.
+ *   <li>The consumer's own deserializer rejected it, and its poll threw: the container's wrapped
+ *       consumer ({@link WrappedShareConsumers}) returns it as a {@link RejectedByPoll}.
+ * </ul>
+ *
+ * Either is dead-lettered at once, with the bytes it was sent with, as {@code DedupShareLoop}
+ * dead-letters a record its deserializer rejects, and the listener is not called.
  */
 final class ShareDeserializationFailures {
   private static final Logger log = LoggerFactory.getLogger(ShareDeserializationFailures.class);
 
   private ShareDeserializationFailures() {}
 
+  /** Whether the record's key or value could not be deserialized: no key is claimed for it. */
+  static boolean undeserialized(ConsumerRecord<?, ?> record) {
+    return record instanceof RejectedByPoll<?, ?> || DeserializationFailures.carriesOne(record);
+  }
+
   /**
    * Throws {@link Undeserializable} if the record's key or value could not be deserialized; its
    * disposition has the worker dead-letter the record at once and reject it.
    */
   static void refuseIfUndeserialized(ConsumerRecord<?, ?> record, String groupId) {
+    if (record instanceof RejectedByPoll<?, ?> polled) {
+      RecordDeserializationException rejected = polled.rejected();
+      throw new Undeserializable(
+          "The consumer's deserializer rejected the "
+              + UndeserializableRecords.rejectedPart(rejected).orElse("key or value"),
+          Coordinates.of(record) + " (group " + groupId + ")",
+          rejected);
+    }
     if (!DeserializationFailures.carriesOne(record)) {
       return;
     }
@@ -51,7 +73,10 @@ final class ShareDeserializationFailures {
     }
     String source = Coordinates.of(record) + " (group " + groupId + ")";
     String part = key == null ? "value" : value == null ? "key" : "key and value";
-    throw new Undeserializable(part, source, rejected(record, key, value, part, source));
+    throw new Undeserializable(
+        "The consumer's ErrorHandlingDeserializer could not deserialize the " + part,
+        source,
+        rejected(record, key, value, part, source));
   }
 
   /**
@@ -151,10 +176,9 @@ final class ShareDeserializationFailures {
 
     private final RecordDeserializationException rejected;
 
-    Undeserializable(String part, String source, RecordDeserializationException rejected) {
+    Undeserializable(String failure, String source, RecordDeserializationException rejected) {
       super(
-          "The consumer's ErrorHandlingDeserializer could not deserialize the "
-              + part
+          failure
               + " ("
               + rejected.getCause()
               + "): dead-lettering the record with its bytes, the listener not called",
@@ -173,6 +197,45 @@ final class ShareDeserializationFailures {
     @Override
     public Disposition disposition() {
       return Disposition.DEAD_LETTER;
+    }
+  }
+
+  /**
+   * A record the consumer's poll threw for, its deserializer having rejected its key or value: what
+   * the wrapped consumer hands the container in its stead, so that the listener's worker writes its
+   * dead letter, with the bytes it was sent with, before it is rejected. Its key and value are
+   * null; no listener is called with it.
+   */
+  static final class RejectedByPoll<K, V> extends ConsumerRecord<K, V> {
+    private final RecordDeserializationException rejected;
+
+    RejectedByPoll(RecordDeserializationException rejected) {
+      super(
+          rejected.topicPartition().topic(),
+          rejected.topicPartition().partition(),
+          rejected.offset(),
+          rejected.timestamp(),
+          rejected.timestampType() == null
+              ? TimestampType.NO_TIMESTAMP_TYPE
+              : rejected.timestampType(),
+          size(rejected.keyBuffer()),
+          size(rejected.valueBuffer()),
+          null,
+          null,
+          rejected.headers() == null
+              ? new RecordHeaders()
+              : new RecordHeaders(rejected.headers().toArray()),
+          Optional.empty());
+      this.rejected = rejected;
+    }
+
+    /** The record's bytes, headers and coordinates, and the deserializer's error as its cause. */
+    RecordDeserializationException rejected() {
+      return rejected;
+    }
+
+    private static int size(@Nullable ByteBuffer bytes) {
+      return bytes == null ? ConsumerRecord.NULL_SIZE : bytes.remaining();
     }
   }
 }

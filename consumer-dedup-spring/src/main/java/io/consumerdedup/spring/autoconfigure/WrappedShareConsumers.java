@@ -1,5 +1,8 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import io.consumerdedup.kafka.internal.UndeserializableRecords;
+import io.consumerdedup.spring.autoconfigure.ShareDeserializationFailures.RejectedByPoll;
+import io.consumerdedup.spring.internal.Coordinates;
 import java.lang.reflect.Field;
 import java.lang.reflect.InvocationHandler;
 import java.lang.reflect.InvocationTargetException;
@@ -7,14 +10,18 @@ import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
 import java.time.Duration;
 import java.util.Iterator;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Consumer;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
+import org.apache.kafka.common.errors.RecordDeserializationException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
@@ -43,6 +50,15 @@ import org.springframework.util.ReflectionUtils;
  *       the consumer closes, the listener finishes the record in hand ({@link
  *       DedupShareListener#finish}), and every acknowledgement it made that spring-kafka has not
  *       passed on yet is sent, on the consumer's thread, with the close.
+ *   <li>Records the deserializer rejects. kafka-clients' poll throws for such a record, and
+ *       spring-kafka 4.1's container then rejects it by offset, with no dead letter: the record was
+ *       lost. Here the poll returns it instead, as a {@link RejectedByPoll} without key or value,
+ *       and the listener's worker writes its dead letter, with the bytes it was sent with, then
+ *       decides REJECT, which is sent by offset: kafka-clients 4.2 takes one acknowledgement of
+ *       such a record, in that form. Until it is sent nothing is polled or committed: the consumer
+ *       would send the RELEASE it holds for the record by default, and the REJECT would then be
+ *       refused. Written on the worker, a dead letter that hangs does not hold up this thread,
+ *       which applies the other records' acknowledgements and renewals meanwhile.
  * </ul>
  */
 final class WrappedShareConsumers {
@@ -50,6 +66,9 @@ final class WrappedShareConsumers {
 
   /** The broker's default lock, until the consumer reports the group's. */
   private static final long DEFAULT_LOCK_MS = 30_000;
+
+  /** How long a poll waits, polling nothing, while a rejected record waits for its dead letter. */
+  private static final Duration REJECTED_PAUSE = Duration.ofMillis(10);
 
   /** spring-kafka 4.1 has no setter for a container's consumer factory. */
   private static final @Nullable Field FACTORY =
@@ -152,6 +171,18 @@ final class WrappedShareConsumers {
         new ConcurrentHashMap<>();
     private boolean renewalsPending;
 
+    /** Whether terminal acknowledgements were made since the consumer last sent them. */
+    private boolean acknowledgementsUnsent;
+
+    /** The record the deserializer rejected in the last poll, until it is acknowledged. */
+    private @Nullable RejectedByPoll<?, ?> rejected;
+
+    /** When the lock of {@link #rejected} runs out, counted from the poll that threw for it. */
+    private long rejectedLockEndsNanos;
+
+    /** Whether the next poll returns {@link #rejected} again, as if renewed. */
+    private boolean handRejectedBack;
+
     Wrapped(ShareConsumer<?, ?> consumer, Consumer<ShareConsumer<?, ?>> closing) {
       this.consumer = consumer;
       this.closing = closing;
@@ -208,19 +239,131 @@ final class WrappedShareConsumers {
           }
         }
       }
-      if (name.equals("poll") && renewalsPending) {
-        renewalsPending = false;
-        sendRenewals();
+      if (name.equals("poll")) {
+        return poll(method, args);
+      }
+      if (rejected != null && name.startsWith("commit")) {
+        // It would send the RELEASE the consumer holds for the rejected record by default.
+        return name.equals("commitSync") ? Map.of() : null;
+      }
+      if (name.equals("acknowledge")
+          && args != null
+          && args[0] instanceof RejectedByPoll<?, ?> record) {
+        acknowledgeRejected(record, (AcknowledgeType) args[1]);
+        return null;
       }
       Object result = delegate(method, args);
       if (name.equals("acknowledge") && args != null) {
         if (args[args.length - 1] == AcknowledgeType.RENEW) {
           renewalsPending = true;
-        } else if (args[0] instanceof ConsumerRecord<?, ?> record) {
-          handedOver.remove(Sent.of(record));
+        } else {
+          acknowledgementsUnsent = true;
+          if (args[0] instanceof ConsumerRecord<?, ?> record) {
+            handedOver.remove(Sent.of(record));
+          }
         }
+      } else if (name.startsWith("commit")) {
+        acknowledgementsUnsent = false;
       }
       return result;
+    }
+
+    /**
+     * The consumer's poll; a record its deserializer rejects is returned alone, as a {@link
+     * RejectedByPoll}, and while it waits for its acknowledgement nothing is polled: this returns
+     * no record, or that one again if it was renewed meanwhile.
+     */
+    private @Nullable Object poll(Method method, @Nullable Object[] args) throws Throwable {
+      RejectedByPoll<?, ?> inHand = rejected;
+      if (inHand != null) {
+        if (System.nanoTime() - rejectedLockEndsNanos < 0) {
+          if (handRejectedBack) {
+            handRejectedBack = false;
+            return only(inHand);
+          }
+          pause(args == null ? Duration.ZERO : (Duration) args[0]);
+          return ConsumerRecords.empty();
+        }
+        // The dead letter took longer than the lock, or could not be written.
+        log.warn(
+            "{} was not acknowledged within its acquisition lock, which cannot be renewed; the"
+                + " broker delivers it again",
+            Coordinates.of(inHand));
+        rejected = null;
+        handRejectedBack = false;
+      }
+      if (renewalsPending) {
+        renewalsPending = false;
+        sendRenewals(); // the other acknowledgements with them
+      } else if (acknowledgementsUnsent) {
+        // Sent apart, not with the poll: a poll that throws for a record the deserializer rejects
+        // loses the acknowledgements it was to carry, and those records came again a lock later.
+        consumer.commitAsync();
+      }
+      acknowledgementsUnsent = false;
+      try {
+        return delegate(method, args);
+      } catch (RecordDeserializationException e) {
+        RejectedByPoll<?, ?> record = new RejectedByPoll<>(e);
+        long lockMs =
+            consumer.acquisitionLockTimeoutMs().map(Integer::longValue).orElse(DEFAULT_LOCK_MS);
+        rejected = record;
+        rejectedLockEndsNanos = System.nanoTime() + lockMs * 1_000_000L;
+        handRejectedBack = false;
+        log.error(
+            "{} cannot be deserialized (its {} was rejected); dead-lettering it before it is"
+                + " rejected",
+            Coordinates.of(record),
+            UndeserializableRecords.rejectedPart(e).orElse("key or value"),
+            e);
+        return only(record);
+      }
+    }
+
+    private static ConsumerRecords<?, ?> only(ConsumerRecord<?, ?> record) {
+      return new ConsumerRecords<>(
+          Map.of(new TopicPartition(record.topic(), record.partition()), List.of(record)),
+          Map.of());
+    }
+
+    /** Lets the container's loop apply the acknowledgements queued meanwhile, not spin. */
+    private static void pause(Duration timeout) {
+      try {
+        Thread.sleep(Math.min(timeout.toMillis(), REJECTED_PAUSE.toMillis()));
+      } catch (InterruptedException e) {
+        throw new InterruptException(e); // as the consumer's poll would, the flag set again
+      }
+    }
+
+    /**
+     * Acknowledges the record the deserializer rejected by offset, the one form kafka-clients takes
+     * for it; whether it did. Its lock cannot be renewed (a RENEW would be its one acknowledgement,
+     * its REJECT then refused): a RENEW has it handed back at the next poll, as a renewed record
+     * comes back, and it is given up once its lock has run out. An acknowledgement of a record
+     * given up is dropped: the broker delivers it again.
+     */
+    private boolean acknowledgeRejected(RejectedByPoll<?, ?> record, AcknowledgeType type) {
+      RejectedByPoll<?, ?> inHand = rejected;
+      if (inHand == null || !Sent.of(inHand).equals(Sent.of(record))) {
+        handedOver.remove(Sent.of(record));
+        if (type != AcknowledgeType.RENEW) {
+          log.warn(
+              "{} not acknowledged ({}): its acquisition lock ran out; the broker delivers it again",
+              Coordinates.of(record),
+              type);
+        }
+        return false;
+      }
+      if (type == AcknowledgeType.RENEW) {
+        handRejectedBack = true;
+        return false;
+      }
+      rejected = null;
+      handRejectedBack = false;
+      handedOver.remove(Sent.of(record));
+      consumer.acknowledge(record.topic(), record.partition(), record.offset(), type);
+      acknowledgementsUnsent = true;
+      return true;
     }
 
     private @Nullable Object delegate(Method method, @Nullable Object[] args) throws Throwable {
@@ -259,8 +402,13 @@ final class WrappedShareConsumers {
         Map.Entry<ConsumerRecord<?, ?>, AcknowledgeType> entry = it.next();
         it.remove();
         try {
-          ((ShareConsumer) consumer).acknowledge((ConsumerRecord) entry.getKey(), entry.getValue());
-          sent++;
+          if (!(entry.getKey() instanceof RejectedByPoll<?, ?> record)) {
+            ((ShareConsumer) consumer)
+                .acknowledge((ConsumerRecord) entry.getKey(), entry.getValue());
+            sent++;
+          } else if (acknowledgeRejected(record, entry.getValue())) {
+            sent++;
+          }
         } catch (RuntimeException e) {
           // No longer acquired by this consumer (its lock ran out, or it was renewed and not
           // fetched back): the broker delivers it again, as without this.
