@@ -578,6 +578,8 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
           settings.requireDeadLetterHandler(
               "records that cannot be handled must go somewhere"
                   + " (for example KafkaDeadLetterPublisher.builder(producer).build())");
+      settings.warnIfUndeserializableCannotBeDeadLettered(
+          log, "such a record holds its partition, an ERROR at each try, until it can be written");
       Consumer<K, V> built =
           consumer != null ? consumer : new KafkaConsumer<>(Objects.requireNonNull(consumerConfig));
       return new DedupPollLoop<>(

@@ -643,6 +643,10 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
           settings.requireDeadLetterHandler(
               "a record is rejected only once its dead letter is written"
                   + " (for example KafkaDeadLetterPublisher.builder(producer).build())");
+      settings.warnIfUndeserializableCannotBeDeadLettered(
+          log,
+          "such a record is released after each try, an ERROR each time, until the broker"
+              + " archives it at the group's delivery-count limit, without a dead letter");
       ShareConsumerConfig.requireRenew();
       return new DedupShareLoop<>(this, consumers.apply(consumerConfig), deadLetters);
     }

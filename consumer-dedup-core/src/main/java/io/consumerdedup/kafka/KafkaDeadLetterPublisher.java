@@ -193,6 +193,14 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
   }
 
   /**
+   * Whether {@link #deadLetterUndeserializable} can write a record: whether a {@link
+   * Builder#rawProducer(Producer) raw producer} was given.
+   */
+  public boolean writesUndeserializable() {
+    return rawProducer != null;
+  }
+
+  /**
    * Sends the raw bytes of a record that could not be deserialized to its dead-letter topic with
    * the {@link Builder#rawProducer(Producer) raw producer}, adding {@value
    * #UNDESERIALIZABLE_HEADER} to the usual headers, and waits for the acknowledgement.

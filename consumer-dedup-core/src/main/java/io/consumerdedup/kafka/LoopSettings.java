@@ -1,9 +1,11 @@
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import java.time.Duration;
 import java.util.Objects;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
 
 /**
  * The settings that the builders of {@link DedupPollLoop} and {@link DedupShareLoop} share, each
@@ -71,6 +73,19 @@ final class LoopSettings<K, V> {
       throw new IllegalStateException("deadLetterHandler is required: " + why);
     }
     return deadLetterHandler;
+  }
+
+  /**
+   * Says at build time, on {@code log}, when the dead-letter handler cannot write a record the
+   * deserializer rejects; {@code consequence} is what the loop does with such a record then.
+   */
+  void warnIfUndeserializableCannotBeDeadLettered(Logger log, String consequence) {
+    String warning =
+        UndeserializableRecords.cannotBeDeadLetteredBy(
+            Objects.requireNonNull(deadLetterHandler), consequence);
+    if (warning != null) {
+      log.warn(warning);
+    }
   }
 
   Duration pollTimeout() {

@@ -1,5 +1,7 @@
 package io.consumerdedup.kafka.internal;
 
+import io.consumerdedup.kafka.DeadLetterHandler;
+import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
 import java.nio.ByteBuffer;
 import java.util.Locale;
 import java.util.Optional;
@@ -37,6 +39,49 @@ public final class UndeserializableRecords {
    */
   public static Optional<String> rejectedPart(RecordDeserializationException e) {
     return Optional.ofNullable(e.origin()).map(origin -> origin.name().toLowerCase(Locale.ROOT));
+  }
+
+  /**
+   * Why {@code handler} cannot dead-letter a record whose key or value the deserializer rejects,
+   * for a warning at start-up that ends with {@code consequence} (what the loop or listener then
+   * does with such a record); null if it can. A handler that does not implement {@link
+   * DeadLetterHandler#deadLetterUndeserializable} cannot, nor can a {@link
+   * KafkaDeadLetterPublisher} built without a raw producer: a user finds out only when the first
+   * such record stalls.
+   */
+  public static @Nullable String cannotBeDeadLetteredBy(
+      DeadLetterHandler<?, ?> handler, String consequence) {
+    String why;
+    if (handler instanceof KafkaDeadLetterPublisher<?, ?> publisher) {
+      if (publisher.writesUndeserializable()) {
+        return null;
+      }
+      why = "a KafkaDeadLetterPublisher built without rawProducer(...)";
+    } else if (implementsDeadLetterUndeserializable(handler)) {
+      return null;
+    } else {
+      why = handler.getClass().getName() + " does not implement deadLetterUndeserializable";
+    }
+    return "The dead-letter handler cannot write a record whose key or value the deserializer"
+        + " rejects ("
+        + why
+        + "): "
+        + consequence
+        + ". Build the KafkaDeadLetterPublisher with rawProducer(...), a Producer<byte[], byte[]>"
+        + " with ByteArraySerializer for keys and values, or implement"
+        + " DeadLetterHandler.deadLetterUndeserializable";
+  }
+
+  private static boolean implementsDeadLetterUndeserializable(DeadLetterHandler<?, ?> handler) {
+    try {
+      return handler
+              .getClass()
+              .getMethod("deadLetterUndeserializable", ConsumerRecord.class, Exception.class)
+              .getDeclaringClass()
+          != DeadLetterHandler.class;
+    } catch (NoSuchMethodException | SecurityException e) {
+      return true; // cannot tell: no warning rather than a wrong one
+    }
   }
 
   private static byte @Nullable [] bytes(@Nullable ByteBuffer buffer) {

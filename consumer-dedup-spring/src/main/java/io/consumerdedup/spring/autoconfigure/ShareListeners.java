@@ -2,6 +2,7 @@ package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
+import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import io.consumerdedup.spring.Idempotent;
 import java.lang.reflect.Field;
 import java.lang.reflect.Method;
@@ -208,6 +209,16 @@ final class ShareListeners {
     DeadLetterHandler<?, ?> handler =
         beanFactory.getBeanProvider(DeadLetterHandler.class).getIfUnique();
     if (handler != null) {
+      String warning =
+          UndeserializableRecords.cannotBeDeadLetteredBy(
+              handler,
+              "a record of share listener "
+                  + nameOf(method)
+                  + " that the deserializer rejects is held and tried again, an ERROR each time,"
+                  + " never dead-lettered");
+      if (warning != null) {
+        log.warn(warning);
+      }
       return handler;
     }
     ProducerFactory<?, ?> producers =

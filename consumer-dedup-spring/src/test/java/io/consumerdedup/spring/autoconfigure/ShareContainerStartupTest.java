@@ -2,6 +2,7 @@ package io.consumerdedup.spring.autoconfigure;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.testing.TestDatabase;
 import java.util.Map;
@@ -9,6 +10,7 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -183,6 +185,24 @@ class ShareContainerStartupTest {
       factory.setAutoStartup(false);
       return factory;
     }
+  }
+
+  @Test
+  void aDeadLetterHandlerBeanThatCannotWriteUndeserializableRecordsIsNamedAtStartUp(
+      CapturedOutput output) {
+    Assumptions.assumeTrue(SPRING_KAFKA_41, "a share listener starts on spring-kafka 4.1 only");
+    DeadLetterHandler<Object, Object> onlyTyped = (record, reason) -> {};
+    runner
+        .withBean(Jobs.class)
+        .withBean(DeadLetterHandler.class, () -> onlyTyped)
+        .run(
+            context -> {
+              assertThat(context).hasNotFailed();
+              assertThat(output)
+                  .contains("does not implement deadLetterUndeserializable")
+                  .contains("a record of share listener")
+                  .contains("never dead-lettered");
+            });
   }
 
   static class Jobs {
