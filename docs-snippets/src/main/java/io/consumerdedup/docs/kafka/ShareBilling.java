@@ -19,6 +19,7 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.slf4j.Logger;
@@ -30,6 +31,7 @@ public final class ShareBilling implements AutoCloseable {
 
   private final IdempotentExecutor executor;
   private final Producer<String, String> dltProducer;
+  private final Producer<byte[], byte[]> rawDltProducer;
   private final DedupShareLoop<String, String> loop;
   private final ExecutorService loopThread = Executors.newSingleThreadExecutor();
 
@@ -62,10 +64,15 @@ public final class ShareBilling implements AutoCloseable {
             .build();
 
     dltProducer = new KafkaProducer<>(producerConfig);
+    rawDltProducer =
+        new KafkaProducer<>(producerConfig, new ByteArraySerializer(), new ByteArraySerializer());
     loop =
         DedupShareLoop.builder(consumerConfig, List.of("payments"), payments)
             .deadLetterHandler(
-                KafkaDeadLetterPublisher.builder(dltProducer).groupId("billing-queue").build())
+                KafkaDeadLetterPublisher.builder(dltProducer)
+                    .rawProducer(rawDltProducer) // for records the deserializer rejects
+                    .groupId("billing-queue")
+                    .build())
             .build();
     loopThread.execute(loop);
   }
@@ -81,6 +88,7 @@ public final class ShareBilling implements AutoCloseable {
     loop.close();
     loopThread.shutdown();
     dltProducer.close();
+    rawDltProducer.close();
     executor.close();
   }
 }

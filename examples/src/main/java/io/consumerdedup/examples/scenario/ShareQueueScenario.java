@@ -29,6 +29,7 @@ import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -94,13 +95,18 @@ public final class ShareQueueScenario implements Scenario {
               };
       List<Thread> threads = new ArrayList<>();
       List<AutoCloseable> consumers = new ArrayList<>();
-      try (KafkaProducer<String, String> dlt = producer(run.bootstrapServers())) {
+      try (KafkaProducer<String, String> dlt = producer(run.bootstrapServers());
+          KafkaProducer<byte[], byte[]> rawDlt = rawProducer(run.bootstrapServers())) {
         for (String name : List.of("billing-1", "billing-2")) {
           Map<String, Object> config = consumerConfig(run.bootstrapServers(), group);
           if (withDedup) {
             DedupShareLoop<String, String> loop =
                 DedupShareLoop.builder(config, List.of(run.topic()), counted)
-                    .deadLetterHandler(KafkaDeadLetterPublisher.builder(dlt).groupId(group).build())
+                    .deadLetterHandler(
+                        KafkaDeadLetterPublisher.builder(dlt)
+                            .rawProducer(rawDlt) // for records the deserializer rejects
+                            .groupId(group)
+                            .build())
                     .holdBackOff(Duration.ofMillis(200), Duration.ofSeconds(1))
                     .build();
             consumers.add(loop);
@@ -183,6 +189,13 @@ public final class ShareQueueScenario implements Scenario {
         Map.of(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers),
         new StringSerializer(),
         new StringSerializer());
+  }
+
+  private static KafkaProducer<byte[], byte[]> rawProducer(String bootstrapServers) {
+    return new KafkaProducer<>(
+        Map.of(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrapServers),
+        new ByteArraySerializer(),
+        new ByteArraySerializer());
   }
 
   /** The naive share consumer: runs the handler for each record it gets, accepts it. */
