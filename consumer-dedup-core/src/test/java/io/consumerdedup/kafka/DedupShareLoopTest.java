@@ -106,6 +106,13 @@ class DedupShareLoopTest {
             byConsumer
                 .computeIfAbsent(consumer, k -> ConcurrentHashMap.newKeySet())
                 .add(orderNo(record));
+            // The members learn of the partition a heartbeat apart: the first to fetch would take
+            // every record before the others could (once seen on a loaded machine), and the test
+            // would not show consumers sharing it. Its records wait, up to 10 s, for another's.
+            long deadline = System.nanoTime() + Duration.ofSeconds(10).toNanos();
+            while (byConsumer.size() < 2 && System.nanoTime() - deadline < 0) {
+              Thread.sleep(20);
+            }
             Thread.sleep(5);
           },
           b -> b);
