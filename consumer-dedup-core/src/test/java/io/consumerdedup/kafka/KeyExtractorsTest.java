@@ -50,6 +50,11 @@ class KeyExtractorsTest {
         .hasMessageContaining("header 'order-no'")
         .hasMessageContaining("not valid UTF-8")
         .hasMessageContaining("payments-3@42");
+    // An order number whose last byte is not UTF-8 (a text read as ASCII up to there).
+    byte[] asciiThenBroken = {'O', 'R', 'D', '-', '1', (byte) 0xFF};
+    assertThatThrownBy(() -> extractor.extract(withHeader("order-no", asciiThenBroken)))
+        .isInstanceOf(DedupKeyMalformedException.class)
+        .hasMessageContaining("not valid UTF-8");
   }
 
   @Test

@@ -249,8 +249,13 @@ public final class ListenerOutcomes {
    */
   public static boolean inKafkaTransaction() {
     // KafkaTransactionManager binds its producer but runs without transaction synchronization.
-    return TransactionSynchronizationManager.getResourceMap().values().stream()
-        .anyMatch(resource -> resource instanceof KafkaResourceHolder<?, ?>);
+    // Asked for every record: a loop, not a stream, over what is most often an empty map.
+    for (Object resource : TransactionSynchronizationManager.getResourceMap().values()) {
+      if (resource instanceof KafkaResourceHolder<?, ?>) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /**
