@@ -19,6 +19,8 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.List;
 import java.util.UUID;
+import java.util.regex.MatchResult;
+import java.util.regex.Pattern;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -80,6 +82,50 @@ class StorageAdviceTest {
     IdempotentExecutor.builder(JdbcDedupStore.builder(pool).build()).build().close();
 
     assertThat(warnings()).isEmpty();
+  }
+
+  /**
+   * A table partitioned by hash of the key: PostgreSQL keeps a fillfactor on each partition and
+   * refuses one on the partitioned table. The WARN names the partitions above 50, and the
+   * statements it gives run and silence it.
+   */
+  @Test
+  void aPartitionedTableIsAdvisedPerPartitionWithStatementsThatRun() throws Exception {
+    execute(
+        "CREATE TABLE dedup_hashed (LIKE consumer_dedup INCLUDING DEFAULTS INCLUDING CONSTRAINTS,"
+            + " PRIMARY KEY (biz_type, biz_key)) PARTITION BY HASH (biz_key)");
+    execute(
+        "CREATE TABLE dedup_hashed_0 PARTITION OF dedup_hashed"
+            + " FOR VALUES WITH (MODULUS 2, REMAINDER 0) WITH (fillfactor = 50)");
+    execute(
+        "CREATE TABLE dedup_hashed_1 PARTITION OF dedup_hashed"
+            + " FOR VALUES WITH (MODULUS 2, REMAINDER 1)");
+
+    IdempotentExecutor.builder(JdbcDedupStore.builder(pool).tableName("dedup_hashed").build())
+        .build()
+        .close();
+
+    String warning = assertThat(warnings()).singleElement().actual();
+    for (String advised : advisedStatements(warning)) {
+      execute(advised);
+    }
+    assertThat(warning).contains("dedup_hashed_1 has fillfactor 100").doesNotContain("_0");
+    logged.list.clear();
+    IdempotentExecutor.builder(JdbcDedupStore.builder(pool).tableName("dedup_hashed").build())
+        .build()
+        .close();
+    assertThat(warnings()).as("warnings once the advised statements ran").isEmpty();
+  }
+
+  private static List<String> advisedStatements(String warning) {
+    List<String> statements =
+        Pattern.compile("ALTER TABLE [^;]+;")
+            .matcher(warning)
+            .results()
+            .map(MatchResult::group)
+            .toList();
+    assertThat(statements).as("the statements the WARN gives").isNotEmpty();
+    return statements;
   }
 
   /**
