@@ -56,8 +56,9 @@ import org.slf4j.LoggerFactory;
  *       thread as the other dead letters (a hanging send holds no stop past its bound), then
  *       REJECT; if that dead letter cannot be written, RELEASE. The record's lock cannot be renewed
  *       meanwhile (kafka-clients 4.2 takes one acknowledgement of such a record, and a RENEW would
- *       be that one): a dead letter that takes longer than the lock has the broker deliver the
- *       record again;
+ *       be that one): a dead letter that takes longer than the lock has the broker refuse the
+ *       REJECT and deliver the record again; back at this loop, it is rejected without a second
+ *       dead letter;
  *   <li>a handler that throws an {@link Error}: a handler failure of its record, as above (an Error
  *       as its dead letter is written leaves the record undecided); the worker handles the rest of
  *       the poll, then the loop ends and {@link #run()} throws the Error. The poll's records are
@@ -340,6 +341,20 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     lockNanos = consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(lockNanos);
     nextRenewalNanos = System.nanoTime() + lockNanos / 3;
     inFlight.addUndeserializable(raw);
+    if (inFlight.deadLetteredBefore(raw)) {
+      // Its dead letter is written: a second one, for the same bytes, is what a user would count.
+      log.warn(
+          "{} came back after this consumer rejected it too late (its lock had run out); its dead"
+              + " letter was written then, so it is rejected without another",
+          describe(raw));
+      inFlight.decide(
+          new Decision(
+              ShareInFlight.Id.of(raw),
+              ShareInFlight.delivery(raw),
+              AcknowledgeType.REJECT,
+              System.nanoTime()));
+      return;
+    }
     worker.submitUndeserializable(raw, reason);
   }
 

@@ -287,6 +287,43 @@ class DedupShareLoopUndeserializableTest {
   }
 
   /**
+   * A record whose handler outlasts the lock, with a record the deserializer rejects and a healthy
+   * one right behind it, fetched together. kafka-clients returns the first record and keeps the
+   * other two in its buffer, unseen and unrenewable, until the first is acknowledged: their locks
+   * run out there (the healthy one is delivered again, and handled again by this processor, which
+   * is not idempotent). The rejected record was dead-lettered then, its REJECT refused by the
+   * broker, and dead-lettered again when the broker delivered it again.
+   */
+  @Test
+  void aRejectedRecordWhoseLockRanOutBehindALongHandlerIsDeadLetteredOnce() throws Exception {
+    IntegerSerializer integers = new IntegerSerializer();
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 100)));
+    raw.send(new ProducerRecord<>(topic, new byte[] {1, 2, 3}));
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 200))).get();
+    threads.execute(
+        loop(
+            publisher(),
+            value -> {
+              if (value == 100) {
+                Thread.sleep(7_000); // over two of the 3 s locks
+              }
+            },
+            KafkaShareConsumer::new));
+
+    await()
+        .atMost(WAIT)
+        .alias("the healthy record behind the rejected one delivered again, its lock run out")
+        .until(() -> Collections.frequency(handled, 200) == 2);
+    assertThat(TestKafka.readRawFromStart(topic + "-dlt", 2, Duration.ofSeconds(5)))
+        .as("one dead letter for the undeserializable record")
+        .extracting(ConsumerRecord::value)
+        .containsExactly(new byte[] {1, 2, 3});
+    loops.forEach(DedupShareLoop::close);
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+    assertThat(handled).as("records handled").containsExactly(100, 200, 200);
+  }
+
+  /**
    * A real share consumer that takes the first RENEW, which the broker then refuses, as it does a
    * renewal of a lock that ran out: the record goes back to the broker and is not handed back.
    */
