@@ -144,6 +144,12 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   private long lockNanos = DEFAULT_LOCK.toNanos();
   private long nextRenewalNanos;
 
+  /**
+   * Whether a poll met a record the deserializer rejected since the last poll that returned
+   * records: see {@link #firstRenewal}.
+   */
+  private boolean behindRejected;
+
   /** When the stop under way must be over, the consumer closed; set once the loop stops. */
   private long stopDeadlineNanos;
 
@@ -341,6 +347,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     lockNanos = consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(lockNanos);
     nextRenewalNanos = System.nanoTime() + lockNanos / 3;
     inFlight.addUndeserializable(raw);
+    behindRejected = true;
     if (inFlight.deadLetteredBefore(raw)) {
       // Its dead letter is written: a second one, for the same bytes, is what a user would count.
       log.warn(
@@ -374,7 +381,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       if (!polled.isEmpty()) {
         lockNanos =
             consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(lockNanos);
-        nextRenewalNanos = System.nanoTime() + lockNanos / 3;
+        nextRenewalNanos = firstRenewal(System.nanoTime());
         worker.submit(inFlight.add(polled));
       }
       return;
@@ -422,6 +429,12 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       if (now - nextRenewalNanos >= 0) {
         nextRenewalNanos = now + lockNanos / 3;
       }
+      if (!fresh.isEmpty()) {
+        long first = firstRenewal(now);
+        if (first - nextRenewalNanos < 0) {
+          nextRenewalNanos = first;
+        }
+      }
       return;
     }
     long wait = inFlight.nextDue(nextRenewalNanos) - now;
@@ -439,6 +452,20 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         throw new InterruptException(e);
       }
     }
+  }
+
+  /**
+   * When the locks of the records a poll just returned are first renewed: a third of the lock from
+   * now, or at once after a record the deserializer rejected. kafka-clients keeps the records
+   * fetched behind such a record in its buffer, unrenewable, until the records before it are
+   * acknowledged and its own REJECT is sent; their locks run from that fetch, so after a dead
+   * letter that took two thirds of the lock, a renewal a third of the lock after they were returned
+   * came too late: the broker delivered them again.
+   */
+  private long firstRenewal(long nowNanos) {
+    boolean late = behindRejected;
+    behindRejected = false;
+    return late ? nowNanos : nowNanos + lockNanos / 3;
   }
 
   /**

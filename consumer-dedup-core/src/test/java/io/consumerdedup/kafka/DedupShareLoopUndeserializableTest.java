@@ -324,6 +324,54 @@ class DedupShareLoopUndeserializableTest {
   }
 
   /**
+   * A record the deserializer rejects, fetched with a healthy one behind it, whose dead letter
+   * takes between two thirds and all of the 3 s lock. kafka-clients keeps the healthy record in its
+   * buffer meanwhile, unrenewable, its lock running from the fetch. The loop took it for one just
+   * acquired and renewed it a third of the lock after it was returned: past its lock, so the broker
+   * delivered it again and it was handled a second time.
+   */
+  @Test
+  void aRecordFetchedBehindARejectedOneWhoseDeadLetterIsSlowKeepsItsLock() throws Exception {
+    IntegerSerializer integers = new IntegerSerializer();
+    raw.send(new ProducerRecord<>(topic, new byte[] {7, 8, 9}));
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 200))).get();
+    DeadLetterHandler<String, Integer> publisher = publisher();
+    DeadLetterHandler<String, Integer> slowPublisher =
+        new DeadLetterHandler<>() {
+          @Override
+          public void deadLetter(ConsumerRecord<String, Integer> record, Exception reason) {
+            publisher.deadLetter(record, reason);
+          }
+
+          @Override
+          public void deadLetterUndeserializable(
+              ConsumerRecord<byte[], byte[]> record, Exception reason) {
+            try {
+              Thread.sleep(2_300); // between two thirds and all of the 3 s lock
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+            publisher.deadLetterUndeserializable(record, reason);
+          }
+        };
+    threads.execute(
+        loop(
+            slowPublisher,
+            value -> Thread.sleep(1_500), // past the healthy record's lock, had it not been renewed
+            KafkaShareConsumer::new));
+
+    await().atMost(WAIT).until(() -> handled.contains(200));
+    Thread.sleep(4_000); // time for the broker to deliver it again, had its lock run out
+    loops.forEach(DedupShareLoop::close);
+    assertThat(handled).as("records handled").containsExactly(200);
+    assertThat(TestKafka.readRawFromStart(topic + "-dlt", 2, Duration.ofSeconds(3)))
+        .as("one dead letter for the undeserializable record")
+        .extracting(ConsumerRecord::value)
+        .containsExactly(new byte[] {7, 8, 9});
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+  }
+
+  /**
    * A real share consumer that takes the first RENEW, which the broker then refuses, as it does a
    * renewal of a lock that ran out: the record goes back to the broker and is not handed back.
    */
