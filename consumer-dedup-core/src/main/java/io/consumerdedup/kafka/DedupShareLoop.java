@@ -56,8 +56,9 @@ import org.slf4j.LoggerFactory;
  *       thread as the other dead letters (a hanging send holds no stop past its bound), then
  *       REJECT; if that dead letter cannot be written, RELEASE. The record's lock cannot be renewed
  *       meanwhile (kafka-clients 4.2 takes one acknowledgement of such a record, and a RENEW would
- *       be that one): a dead letter that takes longer than the lock has the broker deliver the
- *       record again;
+ *       be that one): a dead letter that takes longer than the lock has the broker refuse the
+ *       REJECT and deliver the record again; back at this loop, it is rejected without a second
+ *       dead letter;
  *   <li>a handler that throws an {@link Error}: a handler failure of its record, as above (an Error
  *       as its dead letter is written leaves the record undecided); the worker handles the rest of
  *       the poll, then the loop ends and {@link #run()} throws the Error. The poll's records are
@@ -142,6 +143,12 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
   private final ShareInFlight<K, V> inFlight;
   private long lockNanos = DEFAULT_LOCK.toNanos();
   private long nextRenewalNanos;
+
+  /**
+   * Whether a poll met a record the deserializer rejected since the last poll that returned
+   * records: see {@link #firstRenewal}.
+   */
+  private boolean behindRejected;
 
   /** When the stop under way must be over, the consumer closed; set once the loop stops. */
   private long stopDeadlineNanos;
@@ -340,6 +347,21 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     lockNanos = consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(lockNanos);
     nextRenewalNanos = System.nanoTime() + lockNanos / 3;
     inFlight.addUndeserializable(raw);
+    behindRejected = true;
+    if (inFlight.deadLetteredBefore(raw)) {
+      // Its dead letter is written: a second one, for the same bytes, is what a user would count.
+      log.warn(
+          "{} came back after this consumer rejected it too late (its lock had run out); its dead"
+              + " letter was written then, so it is rejected without another",
+          describe(raw));
+      inFlight.decide(
+          new Decision(
+              ShareInFlight.Id.of(raw),
+              ShareInFlight.delivery(raw),
+              AcknowledgeType.REJECT,
+              System.nanoTime()));
+      return;
+    }
     worker.submitUndeserializable(raw, reason);
   }
 
@@ -359,7 +381,7 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       if (!polled.isEmpty()) {
         lockNanos =
             consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(lockNanos);
-        nextRenewalNanos = System.nanoTime() + lockNanos / 3;
+        nextRenewalNanos = firstRenewal(System.nanoTime());
         worker.submit(inFlight.add(polled));
       }
       return;
@@ -407,6 +429,12 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
       if (now - nextRenewalNanos >= 0) {
         nextRenewalNanos = now + lockNanos / 3;
       }
+      if (!fresh.isEmpty()) {
+        long first = firstRenewal(now);
+        if (first - nextRenewalNanos < 0) {
+          nextRenewalNanos = first;
+        }
+      }
       return;
     }
     long wait = inFlight.nextDue(nextRenewalNanos) - now;
@@ -424,6 +452,20 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         throw new InterruptException(e);
       }
     }
+  }
+
+  /**
+   * When the locks of the records a poll just returned are first renewed: a third of the lock from
+   * now, or at once after a record the deserializer rejected. kafka-clients keeps the records
+   * fetched behind such a record in its buffer, unrenewable, until the records before it are
+   * acknowledged and its own REJECT is sent; their locks run from that fetch, so after a dead
+   * letter that took two thirds of the lock, a renewal a third of the lock after they were returned
+   * came too late: the broker delivered them again.
+   */
+  private long firstRenewal(long nowNanos) {
+    boolean late = behindRejected;
+    behindRejected = false;
+    return late ? nowNanos : nowNanos + lockNanos / 3;
   }
 
   /**

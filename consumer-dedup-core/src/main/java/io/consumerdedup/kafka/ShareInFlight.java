@@ -77,9 +77,23 @@ final class ShareInFlight<K, V> {
     }
   }
 
+  /** How many dead-lettered records {@link #deadLetteredBefore} remembers, the latest. */
+  private static final int REMEMBERED_DEAD_LETTERS = 1024;
+
   private final ShareConsumer<K, V> consumer;
   private final Consumer<ConsumerRecord<?, ?>> lost;
   private final Map<Id, Entry<K, V>> entries = new LinkedHashMap<>();
+
+  /**
+   * Records the deserializer rejected that were rejected here once their dead letter was written.
+   */
+  private final Map<Id, Boolean> deadLettered =
+      new LinkedHashMap<>() {
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<Id, Boolean> eldest) {
+          return size() > REMEMBERED_DEAD_LETTERS;
+        }
+      };
 
   /** Whether the consumer holds acknowledgements made here that no commit or poll has sent yet. */
   private boolean unsent;
@@ -150,6 +164,17 @@ final class ShareInFlight<K, V> {
   }
 
   /**
+   * Whether this consumer rejected the record the deserializer rejected once its dead letter was
+   * written, and the broker delivers it again: that REJECT came too late. kafka-clients (4.2) keeps
+   * the records a fetch acquired behind a rejected one in its buffer, unseen and unrenewable, until
+   * every record returned before it is acknowledged; behind a handler that outlasts the lock, the
+   * rejected record's lock runs out there, the broker refuses its REJECT and delivers it again.
+   */
+  boolean deadLetteredBefore(ConsumerRecord<byte[], byte[]> raw) {
+    return deadLettered.containsKey(Id.of(raw));
+  }
+
+  /**
    * Whether a record the deserializer rejected is in flight: until it is acknowledged, nothing may
    * be polled (see {@link #addUndeserializable}).
    */
@@ -190,7 +215,11 @@ final class ShareInFlight<K, V> {
       Decision decision = entry.decision;
       if (entry.held && decision != null && (all || nowNanos - decision.notBeforeNanos() >= 0)) {
         it.remove();
-        acknowledge(entry, decision.type());
+        if (acknowledge(entry, decision.type())
+            && !entry.renewable()
+            && decision.type() == AcknowledgeType.REJECT) {
+          deadLettered.put(Id.of(entry.record), Boolean.TRUE);
+        }
       }
     }
   }

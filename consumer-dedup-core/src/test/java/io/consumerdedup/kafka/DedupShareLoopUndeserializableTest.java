@@ -287,6 +287,91 @@ class DedupShareLoopUndeserializableTest {
   }
 
   /**
+   * A record whose handler outlasts the lock, with a record the deserializer rejects and a healthy
+   * one right behind it, fetched together. kafka-clients returns the first record and keeps the
+   * other two in its buffer, unseen and unrenewable, until the first is acknowledged: their locks
+   * run out there (the healthy one is delivered again, and handled again by this processor, which
+   * is not idempotent). The rejected record was dead-lettered then, its REJECT refused by the
+   * broker, and dead-lettered again when the broker delivered it again.
+   */
+  @Test
+  void aRejectedRecordWhoseLockRanOutBehindALongHandlerIsDeadLetteredOnce() throws Exception {
+    IntegerSerializer integers = new IntegerSerializer();
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 100)));
+    raw.send(new ProducerRecord<>(topic, new byte[] {1, 2, 3}));
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 200))).get();
+    threads.execute(
+        loop(
+            publisher(),
+            value -> {
+              if (value == 100) {
+                Thread.sleep(7_000); // over two of the 3 s locks
+              }
+            },
+            KafkaShareConsumer::new));
+
+    await()
+        .atMost(WAIT)
+        .alias("the healthy record behind the rejected one delivered again, its lock run out")
+        .until(() -> Collections.frequency(handled, 200) == 2);
+    assertThat(TestKafka.readRawFromStart(topic + "-dlt", 2, Duration.ofSeconds(5)))
+        .as("one dead letter for the undeserializable record")
+        .extracting(ConsumerRecord::value)
+        .containsExactly(new byte[] {1, 2, 3});
+    loops.forEach(DedupShareLoop::close);
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+    assertThat(handled).as("records handled").containsExactly(100, 200, 200);
+  }
+
+  /**
+   * A record the deserializer rejects, fetched with a healthy one behind it, whose dead letter
+   * takes between two thirds and all of the 3 s lock. kafka-clients keeps the healthy record in its
+   * buffer meanwhile, unrenewable, its lock running from the fetch. The loop took it for one just
+   * acquired and renewed it a third of the lock after it was returned: past its lock, so the broker
+   * delivered it again and it was handled a second time.
+   */
+  @Test
+  void aRecordFetchedBehindARejectedOneWhoseDeadLetterIsSlowKeepsItsLock() throws Exception {
+    IntegerSerializer integers = new IntegerSerializer();
+    raw.send(new ProducerRecord<>(topic, new byte[] {7, 8, 9}));
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 200))).get();
+    DeadLetterHandler<String, Integer> publisher = publisher();
+    DeadLetterHandler<String, Integer> slowPublisher =
+        new DeadLetterHandler<>() {
+          @Override
+          public void deadLetter(ConsumerRecord<String, Integer> record, Exception reason) {
+            publisher.deadLetter(record, reason);
+          }
+
+          @Override
+          public void deadLetterUndeserializable(
+              ConsumerRecord<byte[], byte[]> record, Exception reason) {
+            try {
+              Thread.sleep(2_300); // between two thirds and all of the 3 s lock
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+            publisher.deadLetterUndeserializable(record, reason);
+          }
+        };
+    threads.execute(
+        loop(
+            slowPublisher,
+            value -> Thread.sleep(1_500), // past the healthy record's lock, had it not been renewed
+            KafkaShareConsumer::new));
+
+    await().atMost(WAIT).until(() -> handled.contains(200));
+    Thread.sleep(4_000); // time for the broker to deliver it again, had its lock run out
+    loops.forEach(DedupShareLoop::close);
+    assertThat(handled).as("records handled").containsExactly(200);
+    assertThat(TestKafka.readRawFromStart(topic + "-dlt", 2, Duration.ofSeconds(3)))
+        .as("one dead letter for the undeserializable record")
+        .extracting(ConsumerRecord::value)
+        .containsExactly(new byte[] {7, 8, 9});
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+  }
+
+  /**
    * A real share consumer that takes the first RENEW, which the broker then refuses, as it does a
    * renewal of a lock that ran out: the record goes back to the broker and is not handed back.
    */

@@ -13,6 +13,7 @@ import java.util.concurrent.RejectedExecutionException;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.SynchronousQueue;
+import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -45,11 +46,24 @@ public final class LeaseRenewer implements AutoCloseable {
   private final ExecutorService workers;
 
   public LeaseRenewer(DedupStore store, Duration lease, Duration interval, DedupListener listener) {
+    this(store, lease, interval, listener, daemon("consumer-dedup-lease-timer-"));
+  }
+
+  /**
+   * @param timerThreads makes the timer's thread (a test's may throw, as starting one does once the
+   *     process may start no more threads)
+   */
+  LeaseRenewer(
+      DedupStore store,
+      Duration lease,
+      Duration interval,
+      DedupListener listener,
+      ThreadFactory timerThreads) {
     this.store = store;
     this.lease = lease;
     this.interval = interval;
     this.listener = listener;
-    this.timer = new ScheduledThreadPoolExecutor(1, daemon("consumer-dedup-lease-timer-"));
+    this.timer = new ScheduledThreadPoolExecutor(1, timerThreads);
     // Cancelled renewals must not pile up in the queue of a busy consumer.
     this.timer.setRemoveOnCancelPolicy(true);
     // As many workers as renewals in flight, which is at most the number of keys held at once.
@@ -78,6 +92,11 @@ public final class LeaseRenewer implements AutoCloseable {
           // the head.
           long headPeriod =
               Math.max(1, Math.min(interval.toNanos() / 2, MAX_HEAD_PERIOD.toNanos()));
+          // The thread first, on its own: scheduling queues the task before it starts the thread,
+          // so a thread that could not start ("unable to create native thread") left the task
+          // queued, and each claim made while threads ran short added one more task that woke the
+          // timer for the rest of the executor's life, ahead of the renewals.
+          timer.prestartCoreThread();
           timer.scheduleAtFixedRate(() -> {}, headPeriod, headPeriod, TimeUnit.NANOSECONDS);
           timerStarted = true;
         }
@@ -86,7 +105,12 @@ public final class LeaseRenewer implements AutoCloseable {
     return timer;
   }
 
-  private static java.util.concurrent.ThreadFactory daemon(String prefix) {
+  /** How many tasks the timer holds, its own periodic one included. */
+  int timerTasks() {
+    return timer.getQueue().size();
+  }
+
+  private static ThreadFactory daemon(String prefix) {
     return runnable -> {
       Thread thread = new Thread(runnable, prefix + THREADS.incrementAndGet());
       thread.setDaemon(true);

@@ -27,11 +27,13 @@ import java.util.Comparator;
 import java.util.HashMap;
 import java.util.HashSet;
 import java.util.Iterator;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Set;
 import java.util.function.Function;
+import java.util.stream.Collectors;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 
@@ -575,43 +577,69 @@ public final class PostgresDialect extends Dialect {
     return names;
   }
 
-  /** A table still at PostgreSQL's default fillfactor or an earlier schema file's 80. */
+  /**
+   * A table, or the partitions of a partitioned one, still at PostgreSQL's default fillfactor or an
+   * earlier schema file's 80.
+   */
   @Override
   public @Nullable String storageAdvice(Connection connection) throws SQLException {
-    int fillfactor = 100;
+    Map<String, Integer> tooFull = new LinkedHashMap<>();
+    boolean partitioned = false;
     try (PreparedStatement statement = calls.prepare(connection, PostgresSql.STORAGE_OPTIONS)) {
       statement.setString(1, table);
       try (ResultSet rows = statement.executeQuery()) {
-        if (!rows.next()) {
-          return null;
-        }
-        Array options = rows.getArray(1);
-        if (options != null) {
-          for (Object option : (Object[]) options.getArray()) {
-            String setting = String.valueOf(option);
-            if (setting.startsWith("fillfactor=")) {
-              fillfactor = Integer.parseInt(setting.substring("fillfactor=".length()));
-            }
+        while (rows.next()) {
+          boolean whole = rows.getBoolean("whole");
+          partitioned |= !whole;
+          int fillfactor = fillfactor(rows.getArray("reloptions"));
+          if (fillfactor > PostgresSql.SCHEMA_FILLFACTOR) {
+            tooFull.put(whole ? table : rows.getString("name"), fillfactor);
           }
         }
       }
     }
-    if (fillfactor <= PostgresSql.SCHEMA_FILLFACTOR) {
+    if (tooFull.isEmpty()) {
       return null;
     }
-    return "The dedup table "
-        + table
-        + " has fillfactor "
-        + fillfactor
+    String which =
+        partitioned
+            ? "The partitions of the dedup table "
+                + table
+                + ": "
+                + tooFull.entrySet().stream()
+                    .map(entry -> entry.getKey() + " has fillfactor " + entry.getValue())
+                    .collect(Collectors.joining(", "))
+            : "The dedup table " + table + " has fillfactor " + tooFull.get(table);
+    return which
         + " (the schema file sets "
         + PostgresSql.SCHEMA_FILLFACTOR
         + "): the SUCCESS marks of freshly claimed rows often find no room on their page and"
         + " write index entries, which makes marks slower and the table and its indexes grow"
-        + " faster. Run ALTER TABLE "
-        + table
-        + " SET (fillfactor = "
-        + PostgresSql.SCHEMA_FILLFACTOR
-        + "); (a brief lock that blocks no claim; the pages written from then on use it)";
+        + " faster. Run "
+        + tooFull.keySet().stream()
+            .map(
+                name ->
+                    "ALTER TABLE "
+                        + name
+                        + " SET (fillfactor = "
+                        + PostgresSql.SCHEMA_FILLFACTOR
+                        + ");")
+            .collect(Collectors.joining(" "))
+        + " (a brief lock that blocks no claim; the pages written from then on use it)";
+  }
+
+  /** The fillfactor that storage options set; PostgreSQL's default, 100, if they set none. */
+  private static int fillfactor(@Nullable Array options) throws SQLException {
+    int fillfactor = 100;
+    if (options != null) {
+      for (Object option : (Object[]) options.getArray()) {
+        String setting = String.valueOf(option);
+        if (setting.startsWith("fillfactor=")) {
+          fillfactor = Integer.parseInt(setting.substring("fillfactor=".length()));
+        }
+      }
+    }
+    return fillfactor;
   }
 
   @Override

@@ -208,11 +208,15 @@ public final class PostgresSql {
   public final String columns;
 
   /**
-   * The table's storage options ({@code fillfactor=50}, ...): a null array when none is set, no row
-   * when there is no such table.
+   * The storage options ({@code fillfactor=50}, ...; a null array when none is set) of the table,
+   * {@code whole}, or of each leaf partition of a partitioned one: PostgreSQL keeps a fillfactor
+   * only on those, and refuses one on the partitioned table. No row when there is no such table.
    */
   public static final String STORAGE_OPTIONS =
-      "SELECT c.reloptions FROM pg_class c WHERE c.oid = to_regclass(?)";
+      "SELECT c.oid = t.oid AS whole, c.oid::regclass::text AS name, c.reloptions"
+          + " FROM (SELECT to_regclass(?) AS oid) t, pg_class c WHERE c.relkind = 'r'"
+          + " AND (c.oid = t.oid"
+          + " OR c.oid IN (SELECT p.relid FROM pg_partition_tree(t.oid) p WHERE p.isleaf))";
 
   /**
    * The fillfactor the schema file gives the table: half of each page is kept for the new versions

@@ -42,7 +42,7 @@ public final class TableCheck {
    * @throws DedupStoreException the database could not be asked
    */
   public void verify() {
-    checked(calls.run(OPERATION, null, Columns::read));
+    checked(calls.run(OPERATION, null, this::read));
   }
 
   /**
@@ -53,7 +53,7 @@ public final class TableCheck {
   public void verifyIfReachable() {
     Columns columns;
     try {
-      columns = calls.runOnce(OPERATION, null, Columns::read);
+      columns = calls.runOnce(OPERATION, null, this::read);
     } catch (DedupStoreUnavailableException e) {
       log.warn(
           "Could not check the dedup table {} now; records wait until the database answers: {}",
@@ -69,7 +69,7 @@ public final class TableCheck {
 
   /** The columns the store needs that the table lacks, with the retries of a store call. */
   public List<String> missingColumns() {
-    return calls.run(OPERATION, null, Columns::read).missing();
+    return calls.run(OPERATION, null, this::read).missing();
   }
 
   /**
@@ -79,7 +79,7 @@ public final class TableCheck {
    * @throws DedupStoreException the database could not be asked
    */
   public List<String> missingColumnsNow() {
-    return calls.runOnce(OPERATION, null, Columns::read).missing();
+    return calls.runOnce(OPERATION, null, this::read).missing();
   }
 
   private void checked(Columns columns) {
@@ -124,13 +124,30 @@ public final class TableCheck {
                     + dialect.claimIdColumnType()));
   }
 
+  private Columns read(Connection connection, Dialect dialect) throws SQLException {
+    Set<String> present = dialect.columns(connection);
+    return new Columns(
+        present, dialect, present.isEmpty() ? null : storageAdvice(connection, dialect));
+  }
+
+  /**
+   * Advice only: a database that does not tell (a role denied {@code pg_class}, as some hosts deny
+   * ordinary roles) gives none. Thrown on, it failed the check it rides with: {@link #verify}
+   * failed the start-up, and {@link #verifyIfReachable} skipped the columns it had read, so that a
+   * table lacking one was found by every record instead.
+   */
+  private @Nullable String storageAdvice(Connection connection, Dialect dialect) {
+    try {
+      return dialect.storageAdvice(connection);
+    } catch (SQLException | RuntimeException e) {
+      log.debug(
+          "Could not read the storage options of the dedup table {}: {}", table, e.toString());
+      return null;
+    }
+  }
+
   /** The columns a table has, in the dialect that read them, and what to change in its storage. */
   private record Columns(Set<String> present, Dialect dialect, @Nullable String storageAdvice) {
-    static Columns read(Connection connection, Dialect dialect) throws SQLException {
-      Set<String> present = dialect.columns(connection);
-      return new Columns(
-          present, dialect, present.isEmpty() ? null : dialect.storageAdvice(connection));
-    }
 
     /** The columns the store needs that are not present, in the schema file's order. */
     List<String> missing() {
