@@ -54,7 +54,7 @@ final class SharePolls<K, V> {
     } catch (RecordDeserializationException e) {
       ConsumerRecord<byte[], byte[]> raw = UndeserializableRecords.raw(e);
       log.error(
-          "{} cannot be deserialized (its {} was rejected); dead-lettering it",
+          "{} cannot be deserialized (its {} was rejected)",
           RecordSources.describe(raw, groupId),
           UndeserializableRecords.rejectedPart(e).orElse("key or value"),
           e);
