@@ -105,7 +105,7 @@ class ShareListenerRestartTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return ShareListenerIntegrationTest.App.stringShareFactory();
+      return ShareListenerTests.stringShareFactory();
     }
 
     @Bean
