@@ -248,7 +248,9 @@ final class ShareListeners {
               "a record of share listener "
                   + nameOf(method)
                   + " that the deserializer rejects is held and tried again, an ERROR each time,"
-                  + " never dead-lettered");
+                  + " never dead-lettered (one the consumer's poll throws for is released after"
+                  + " the tries that fit in its lock, and the broker archives it once its deliveries"
+                  + " are spent)");
       if (warning != null) {
         log.warn(warning);
       }
