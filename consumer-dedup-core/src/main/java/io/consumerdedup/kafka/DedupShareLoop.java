@@ -340,7 +340,9 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     lockNanos = consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(lockNanos);
     nextRenewalNanos = System.nanoTime() + lockNanos / 3;
     inFlight.addUndeserializable(raw);
-    worker.submitUndeserializable(raw, reason);
+    // Its lock, which cannot be renewed, counted from the poll that threw for it: a dead letter
+    // that fails is tried again within it before the record is released.
+    worker.submitUndeserializable(raw, reason, System.nanoTime() + lockNanos);
   }
 
   /**

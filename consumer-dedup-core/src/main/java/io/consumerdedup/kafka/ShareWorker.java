@@ -193,23 +193,14 @@ final class ShareWorker<K, V> implements Runnable {
   }
 
   /**
-   * A record the deserializer rejected: its raw bytes are dead-lettered as soon as the worker gets
-   * to it, then REJECT is decided; if the dead letter cannot be written, RELEASE, for another
-   * delivery. Not kept acquired to try again: the owner cannot renew its lock (see {@link
-   * ShareInFlight#addUndeserializable}).
-   */
-  void submitUndeserializable(ConsumerRecord<byte[], byte[]> raw, Exception reason) {
-    submitUndeserializable(raw, reason, System.nanoTime());
-  }
-
-  /**
-   * A record the deserializer rejected, whose lock, which cannot be renewed, runs out at {@code
-   * lockEndsNanos}: its raw bytes are dead-lettered, then REJECT is decided. A dead letter that
-   * cannot be written is tried again after the hold back-off while that try, and a RELEASE after
-   * it, still fit in the lock; then RELEASE, for another delivery. Released at the first failure,
-   * the record spent a delivery on each try, and a dead-letter topic away for a few seconds had the
-   * broker archive it without its dead letter; left to its lock, its consumer (which cannot poll
-   * while it holds the record) waited for the lock to run out.
+   * A record the deserializer rejected, whose lock, which its owner cannot renew (see {@link
+   * ShareInFlight#addUndeserializable}), runs out at {@code lockEndsNanos}: its raw bytes are
+   * dead-lettered, then REJECT is decided. A dead letter that cannot be written is tried again
+   * after the hold back-off while that try, and a RELEASE after it, still fit in the lock; then
+   * RELEASE, for another delivery. Released at the first failure, the record spent a delivery on
+   * each try, and a dead-letter topic away for a few seconds had the broker archive it without its
+   * dead letter; left to its lock, its consumer (which cannot poll while it holds the record)
+   * waited for the lock to run out.
    */
   void submitUndeserializable(
       ConsumerRecord<byte[], byte[]> raw, Exception reason, long lockEndsNanos) {
