@@ -362,7 +362,9 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
               System.nanoTime()));
       return;
     }
-    worker.submitUndeserializable(raw, reason);
+    // Its lock, which cannot be renewed, counted from the poll that threw for it: a dead letter
+    // that fails is tried again within it before the record is released.
+    worker.submitUndeserializable(raw, reason, System.nanoTime() + lockNanos);
   }
 
   /**

@@ -111,6 +111,19 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
   }
 
   /**
+   * A record the consumer's deserializer rejected ({@code raw}: its bytes, headers and coordinates;
+   * {@code reason}: the deserializer's error), whose lock the owner cannot renew and which runs out
+   * at {@code lockEndsNanos} ({@link System#nanoTime()}): its dead letter is written ({@link
+   * DeadLetterHandler#deadLetterUndeserializable}), then REJECT decided. A dead letter that cannot
+   * be written is tried again after the hold back-off while that fits in the lock, then RELEASE is
+   * decided, for another delivery: never REJECT without the dead letter.
+   */
+  public void submitUndeserializable(
+      ConsumerRecord<byte[], byte[]> raw, Exception reason, long lockEndsNanos) {
+    worker.submitUndeserializable(raw, reason, lockEndsNanos);
+  }
+
+  /**
    * The owner gave up the record's delivery (its lock was lost): the worker does not process it
    * again (no hold retried, no dead letter written again) unless it is submitted again.
    */

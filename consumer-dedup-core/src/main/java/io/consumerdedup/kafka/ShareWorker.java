@@ -46,8 +46,8 @@ import org.slf4j.LoggerFactory;
  * </ul>
  *
  * A dead letter that cannot be written is tried again after the hold back-off, the record kept
- * acquired meanwhile (one the deserializer rejected, whose lock cannot be kept, is released
- * instead): a record is never rejected without its dead letter.
+ * acquired meanwhile (one the deserializer rejected, whose lock cannot be kept, only while the try
+ * fits in its lock, and released then): a record is never rejected without its dead letter.
  *
  * <p>The worker works on a delivery only while its owner holds it. A delivery of an offset handed
  * over later supersedes the one the worker has, and a delivery the owner gave up ({@link #abandon},
@@ -193,17 +193,23 @@ final class ShareWorker<K, V> implements Runnable {
   }
 
   /**
-   * A record the deserializer rejected: its raw bytes are dead-lettered as soon as the worker gets
-   * to it, then REJECT is decided; if the dead letter cannot be written, RELEASE, for another
-   * delivery. Not kept acquired to try again: the owner cannot renew its lock (see {@link
-   * ShareInFlight#addUndeserializable}).
+   * A record the deserializer rejected, whose lock, which its owner cannot renew (see {@link
+   * ShareInFlight#addUndeserializable}), runs out at {@code lockEndsNanos}: its raw bytes are
+   * dead-lettered, then REJECT is decided. A dead letter that cannot be written is tried again
+   * after the hold back-off while that try, and a RELEASE after it, still fit in the lock; then
+   * RELEASE, for another delivery. Released at the first failure, the record spent a delivery on
+   * each try, and a dead-letter topic away for a few seconds had the broker archive it without its
+   * dead letter; left to its lock, its consumer (which cannot poll while it holds the record)
+   * waited for the lock to run out.
    */
-  void submitUndeserializable(ConsumerRecord<byte[], byte[]> raw, Exception reason) {
+  void submitUndeserializable(
+      ConsumerRecord<byte[], byte[]> raw, Exception reason, long lockEndsNanos) {
     synchronized (deliveries) {
       pending.put(Id.of(raw), new Pending(ShareInFlight.delivery(raw)));
     }
     DeadLetter deadLetter =
-        new DeadLetter(raw, () -> deadLetters.deadLetterUndeserializable(raw, reason), false);
+        new DeadLetter(
+            raw, () -> deadLetters.deadLetterUndeserializable(raw, reason), false, lockEndsNanos);
     queue.add(new Work<>(List.of(), deadLetter, System.nanoTime()));
   }
 
@@ -505,10 +511,7 @@ final class ShareWorker<K, V> implements Runnable {
   private void holdAll(List<ConsumerRecord<K, V>> records) {
     Duration wait = Duration.ZERO;
     for (ConsumerRecord<K, V> record : records) {
-      Duration previous = holds.get(Id.of(record));
-      Duration next =
-          previous == null ? holdBackOff : Durations.doubling(previous, maxHoldBackOff, 2);
-      holds.put(Id.of(record), next);
+      Duration next = nextHold(Id.of(record));
       wait = next.compareTo(wait) > 0 ? next : wait;
     }
     log.info(
@@ -518,6 +521,15 @@ final class ShareWorker<K, V> implements Runnable {
         describe(records.get(0)),
         wait);
     queue.add(new Work<>(records, null, System.nanoTime() + wait.toNanos()));
+  }
+
+  /** The record's next hold back-off: the first, or the last one doubled; kept for the next. */
+  private Duration nextHold(Id id) {
+    Duration previous = holds.get(id);
+    Duration next =
+        previous == null ? holdBackOff : Durations.doubling(previous, maxHoldBackOff, 2);
+    holds.put(id, next);
+    return next;
   }
 
   private void handlerFailed(ConsumerRecord<K, V> record, RuntimeException e) {
@@ -564,12 +576,13 @@ final class ShareWorker<K, V> implements Runnable {
 
   private void deadLetterThenReject(ConsumerRecord<K, V> record, Exception reason) {
     deadLetterThenReject(
-        new DeadLetter(record, () -> deadLetters.deadLetter(record, reason), true));
+        new DeadLetter(record, () -> deadLetters.deadLetter(record, reason), true, 0));
   }
 
   /**
    * Writes the dead letter, then decides REJECT; if it cannot be written, tries again later, the
-   * record kept acquired, or, for a record whose lock cannot be kept, decides RELEASE.
+   * record kept acquired, or, for a record whose lock cannot be kept, decides RELEASE once a try
+   * and a RELEASE after it no longer fit in its lock.
    */
   private void deadLetterThenReject(DeadLetter deadLetter) {
     ConsumerRecord<?, ?> record = deadLetter.record();
@@ -577,20 +590,25 @@ final class ShareWorker<K, V> implements Runnable {
     try {
       deadLetter.write().run();
     } catch (RuntimeException e) {
-      if (!deadLetter.keptAcquired()) {
+      Duration wait = nextHold(Id.of(record));
+      if (deadLetter.keptAcquired()) {
+        log.error(
+            "Could not dead-letter {}; keeping it acquired and trying again in {}",
+            describe(record),
+            wait,
+            e);
+      } else if (System.nanoTime() + 2 * wait.toNanos() - deadLetter.lockEndsNanos() < 0) {
+        // The try after the wait, and as long again for it and the RELEASE after it.
+        log.error(
+            "Could not dead-letter {}; trying again in {}, within its acquisition lock",
+            describe(record),
+            wait,
+            e);
+      } else {
         log.error("Could not dead-letter {}; it is delivered again", describe(record), e);
         done(record, AcknowledgeType.RELEASE, 0);
         return;
       }
-      Duration previous = holds.get(Id.of(record));
-      Duration wait =
-          previous == null ? holdBackOff : Durations.doubling(previous, maxHoldBackOff, 2);
-      holds.put(Id.of(record), wait);
-      log.error(
-          "Could not dead-letter {}; keeping it acquired and trying again in {}",
-          describe(record),
-          wait,
-          e);
       queue.add(new Work<>(List.of(), deadLetter, System.nanoTime() + wait.toNanos()));
       return;
     } finally {
@@ -628,9 +646,11 @@ final class ShareWorker<K, V> implements Runnable {
 
   /**
    * The dead letter of {@code record}, written by {@code write}; {@code keptAcquired}: if it cannot
-   * be written, the record is kept acquired and it is tried again (else the record is released).
+   * be written, the record is kept acquired and it is tried again; else it is tried again only
+   * within its lock, which runs out at {@code lockEndsNanos}, and then released.
    */
-  private record DeadLetter(ConsumerRecord<?, ?> record, Runnable write, boolean keptAcquired) {}
+  private record DeadLetter(
+      ConsumerRecord<?, ?> record, Runnable write, boolean keptAcquired, long lockEndsNanos) {}
 
   /** Records to process when due, or (with no records) one dead letter to write. */
   private record Work<K, V>(

@@ -173,7 +173,7 @@ class ShareListenerBatchClaimsTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return ShareListenerIntegrationTest.App.stringShareFactory();
+      return ShareListenerTests.stringShareFactory();
     }
 
     @Bean

@@ -12,7 +12,6 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
-import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -23,9 +22,7 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.common.serialization.StringDeserializer;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -35,7 +32,6 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
-import org.springframework.kafka.core.DefaultShareConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -368,22 +364,7 @@ class ShareListenerIntegrationTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return stringShareFactory();
-    }
-
-    /** A share container factory of String records over the in-JVM broker, 10 records a poll. */
-    static ShareKafkaListenerContainerFactory<String, String> stringShareFactory() {
-      return new ShareKafkaListenerContainerFactory<>(
-          new DefaultShareConsumerFactory<>(
-              Map.of(
-                  ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
-                  TestKafka.bootstrapServers(),
-                  ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG,
-                  StringDeserializer.class,
-                  ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG,
-                  StringDeserializer.class,
-                  ConsumerConfig.MAX_POLL_RECORDS_CONFIG,
-                  10)));
+      return ShareListenerTests.stringShareFactory();
     }
 
     @Bean

@@ -212,7 +212,7 @@ class ShareListenerInterruptTest {
               });
       containerExecutors.put(topic, executor);
       ShareKafkaListenerContainerFactory<String, String> factory =
-          ShareListenerIntegrationTest.App.stringShareFactory();
+          ShareListenerTests.stringShareFactory();
       factory.getContainerProperties().setListenerTaskExecutor(new TaskExecutorAdapter(executor));
       return factory;
     }

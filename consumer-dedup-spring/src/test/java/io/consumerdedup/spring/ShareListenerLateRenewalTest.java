@@ -5,7 +5,6 @@ import static io.consumerdedup.spring.SpringTestEnvironment.readTopic;
 import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
@@ -16,7 +15,6 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicBoolean;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.ShareConsumer;
@@ -131,13 +129,8 @@ class ShareListenerLateRenewalTest {
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
       return new ShareKafkaListenerContainerFactory<>(
           new DefaultShareConsumerFactory<String, String>(
-              Map.of(
-                  ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
-                  TestKafka.bootstrapServers(),
-                  ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG,
-                  StringDeserializer.class,
-                  ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG,
-                  StringDeserializer.class)) {
+              ShareListenerTests.consumerConfig(
+                  StringDeserializer.class, StringDeserializer.class)) {
             @Override
             protected ShareConsumer<String, String> createRawConsumer(
                 String groupId, String clientId) {

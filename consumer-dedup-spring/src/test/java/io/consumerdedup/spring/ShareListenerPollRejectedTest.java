@@ -7,7 +7,6 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
-import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -27,7 +26,6 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
-import org.springframework.kafka.core.DefaultShareConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -112,17 +110,11 @@ class ShareListenerPollRejectedTest {
     /** Read by deserializers that throw, with no ErrorHandlingDeserializer around them. */
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return new ShareKafkaListenerContainerFactory<>(
-          new DefaultShareConsumerFactory<>(
-              Map.of(
-                  ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
-                  TestKafka.bootstrapServers(),
-                  ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG,
-                  RejectingDeserializer.class,
-                  ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG,
-                  RejectingDeserializer.class,
-                  ConsumerConfig.MAX_POLL_RECORDS_CONFIG,
-                  10)));
+      Map<String, Object> config =
+          ShareListenerTests.consumerConfig(
+              RejectingDeserializer.class, RejectingDeserializer.class);
+      config.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 10);
+      return ShareListenerTests.shareFactory(config);
     }
 
     @Bean

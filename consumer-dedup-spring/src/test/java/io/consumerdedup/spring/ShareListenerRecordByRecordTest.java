@@ -147,7 +147,7 @@ class ShareListenerRecordByRecordTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return ShareListenerIntegrationTest.App.stringShareFactory();
+      return ShareListenerTests.stringShareFactory();
     }
 
     @Bean

@@ -7,6 +7,7 @@ import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.testing.TestShareGroups;
 import java.time.Duration;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -65,6 +66,36 @@ class ShareListenerRestartTest {
     assertThat(effectsOf("R-2")).isEqualTo(1);
   }
 
+  /**
+   * The same, the application stopped from a thread already interrupted (a shutdown begun from an
+   * interrupted thread): the user sees a record sent after the restart applied once, and the
+   * stopping thread still interrupted afterwards, as it was.
+   */
+  @Test
+  void aListenerStoppedOnAnInterruptedThreadIsProtectedAgainAfterTheRestart() throws Exception {
+    send(template, TOPIC, "charge 3.00", "order-no", "I-3");
+    await().atMost(ShareListenerIntegrationTest.WAIT).until(() -> effectsOf("I-3") == 1);
+
+    AtomicBoolean interruptedAfterwards = new AtomicBoolean();
+    Thread stopping =
+        new Thread(
+            () -> {
+              Thread.currentThread().interrupt();
+              context.stop();
+              interruptedAfterwards.set(Thread.interrupted());
+            },
+            "stopping " + TOPIC);
+    stopping.start();
+    stopping.join(ShareListenerIntegrationTest.WAIT.toMillis());
+    assertThat(interruptedAfterwards.get()).as("the stopping thread's interrupt, kept").isTrue();
+    context.start();
+    send(template, TOPIC, "charge 4.00", "order-no", "I-4");
+
+    await().atMost(Duration.ofSeconds(20)).until(() -> effectsOf("I-4") == 1);
+    assertThat(TestShareGroups.remaining(TOPIC, TOPIC, Duration.ofSeconds(5))).isEmpty();
+    assertThat(effectsOf("I-4")).isEqualTo(1);
+  }
+
   private int effectsOf(String orderNo) {
     return SpringTestEnvironment.effects(jdbc, TOPIC, orderNo);
   }
@@ -74,7 +105,7 @@ class ShareListenerRestartTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return ShareListenerIntegrationTest.App.stringShareFactory();
+      return ShareListenerTests.stringShareFactory();
     }
 
     @Bean

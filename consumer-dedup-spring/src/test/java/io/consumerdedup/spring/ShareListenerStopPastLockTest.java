@@ -99,7 +99,7 @@ class ShareListenerStopPastLockTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return ShareListenerIntegrationTest.App.stringShareFactory();
+      return ShareListenerTests.stringShareFactory();
     }
 
     @Bean

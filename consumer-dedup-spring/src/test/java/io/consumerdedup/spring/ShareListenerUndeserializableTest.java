@@ -7,7 +7,6 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
-import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -27,7 +26,6 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
-import org.springframework.kafka.core.DefaultShareConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.support.serializer.ErrorHandlingDeserializer;
 import org.springframework.test.annotation.DirtiesContext;
@@ -114,21 +112,13 @@ class ShareListenerUndeserializableTest {
     /** Keys and values read as spring-kafka advises, through ErrorHandlingDeserializer. */
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return new ShareKafkaListenerContainerFactory<>(
-          new DefaultShareConsumerFactory<>(
-              Map.of(
-                  ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
-                  TestKafka.bootstrapServers(),
-                  ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG,
-                  ErrorHandlingDeserializer.class,
-                  ErrorHandlingDeserializer.KEY_DESERIALIZER_CLASS,
-                  RejectingDeserializer.class,
-                  ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG,
-                  ErrorHandlingDeserializer.class,
-                  ErrorHandlingDeserializer.VALUE_DESERIALIZER_CLASS,
-                  RejectingDeserializer.class,
-                  ConsumerConfig.MAX_POLL_RECORDS_CONFIG,
-                  10)));
+      Map<String, Object> config =
+          ShareListenerTests.consumerConfig(
+              ErrorHandlingDeserializer.class, ErrorHandlingDeserializer.class);
+      config.put(ErrorHandlingDeserializer.KEY_DESERIALIZER_CLASS, RejectingDeserializer.class);
+      config.put(ErrorHandlingDeserializer.VALUE_DESERIALIZER_CLASS, RejectingDeserializer.class);
+      config.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 10);
+      return ShareListenerTests.shareFactory(config);
     }
 
     @Bean

@@ -5,6 +5,7 @@ import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.kafka.RecordProcessor;
 import io.consumerdedup.kafka.ShareRecordWorker;
 import io.consumerdedup.kafka.ShareRecordWorker.Decided;
+import io.consumerdedup.spring.autoconfigure.ShareDeserializationFailures.RejectedByPoll;
 import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.Coordinates;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
@@ -255,8 +256,7 @@ final class DedupShareListener<K, V>
    */
   @SuppressWarnings("NullAway")
   private Outcome process(ConsumerRecord<K, V> record, @Nullable ConsumerPoll batch) {
-    // The share container calls the listener whatever its ErrorHandlingDeserializer reported, and
-    // with what the wrapped consumer returns for a record its poll threw for.
+    // The share container calls the listener whatever its ErrorHandlingDeserializer reported.
     ShareDeserializationFailures.refuseIfUndeserialized(record, groupId);
     @SuppressWarnings("unchecked")
     ConsumerRecord<Object, Object> any = (ConsumerRecord<Object, Object>) record;
@@ -461,7 +461,14 @@ final class DedupShareListener<K, V>
     private void handOver(Id id, Entry entry) {
       try {
         beforeHandOver.accept(entry.record);
-        worker.submit(entry.record);
+        if (entry.record instanceof RejectedByPoll<?, ?> polled) {
+          // Tried again only within its lock, which cannot be renewed, then released: kept
+          // acquired like the others, it was tried again after its lock had run out, and its
+          // consumer, which polls nothing while it holds such a record, waited for the lock.
+          worker.submitUndeserializable(polled.raw(), polled.rejected(), polled.lockEndsNanos());
+        } else {
+          worker.submit(entry.record);
+        }
       } catch (RuntimeException | Error e) {
         entries.remove(id);
         if (entry.held) {

@@ -45,24 +45,21 @@ final class ShareDeserializationFailures {
 
   private ShareDeserializationFailures() {}
 
-  /** Whether the record's key or value could not be deserialized: no key is claimed for it. */
+  /**
+   * Whether the {@code ErrorHandlingDeserializer} could not deserialize the record's key or value:
+   * no key is claimed for it. (A {@link RejectedByPoll} never reaches the listener's processor: it
+   * goes to the worker with its raw bytes.)
+   */
   static boolean undeserialized(ConsumerRecord<?, ?> record) {
-    return record instanceof RejectedByPoll<?, ?> || DeserializationFailures.carriesOne(record);
+    return DeserializationFailures.carriesOne(record);
   }
 
   /**
-   * Throws {@link Undeserializable} if the record's key or value could not be deserialized; its
-   * disposition has the worker dead-letter the record at once and reject it.
+   * Throws {@link Undeserializable} if the {@code ErrorHandlingDeserializer} could not deserialize
+   * the record's key or value; its disposition has the worker dead-letter the record at once and
+   * reject it.
    */
   static void refuseIfUndeserialized(ConsumerRecord<?, ?> record, String groupId) {
-    if (record instanceof RejectedByPoll<?, ?> polled) {
-      RecordDeserializationException rejected = polled.rejected();
-      throw new Undeserializable(
-          "The consumer's deserializer rejected the "
-              + UndeserializableRecords.rejectedPart(rejected).orElse("key or value"),
-          Coordinates.of(record) + " (group " + groupId + ")",
-          rejected);
-    }
     if (!DeserializationFailures.carriesOne(record)) {
       return;
     }
@@ -208,8 +205,13 @@ final class ShareDeserializationFailures {
    */
   static final class RejectedByPoll<K, V> extends ConsumerRecord<K, V> {
     private final RecordDeserializationException rejected;
+    private final long lockEndsNanos;
 
-    RejectedByPoll(RecordDeserializationException rejected) {
+    /**
+     * {@code lockEndsNanos}: when its acquisition lock, which cannot be renewed, runs out ({@link
+     * System#nanoTime()}).
+     */
+    RejectedByPoll(RecordDeserializationException rejected, long lockEndsNanos) {
       super(
           rejected.topicPartition().topic(),
           rejected.topicPartition().partition(),
@@ -227,11 +229,21 @@ final class ShareDeserializationFailures {
               : new RecordHeaders(rejected.headers().toArray()),
           Optional.empty());
       this.rejected = rejected;
+      this.lockEndsNanos = lockEndsNanos;
     }
 
-    /** The record's bytes, headers and coordinates, and the deserializer's error as its cause. */
+    /** The deserializer's error. */
     RecordDeserializationException rejected() {
       return rejected;
+    }
+
+    /** The record as the broker holds it, its bytes as they were sent, to be dead-lettered. */
+    ConsumerRecord<byte[], byte[]> raw() {
+      return UndeserializableRecords.raw(rejected);
+    }
+
+    long lockEndsNanos() {
+      return lockEndsNanos;
     }
 
     private static int size(@Nullable ByteBuffer bytes) {

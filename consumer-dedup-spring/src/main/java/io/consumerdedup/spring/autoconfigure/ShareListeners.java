@@ -145,19 +145,52 @@ final class ShareListeners {
       // worker and dead-letter producer, instead of a closed listener that ignores every record.
       wrapped.add(
           () -> {
-            listener.close();
-            created.forEach(Producer::close);
-            if (!share.isRunning()) {
-              if (ownConsumers != null) {
-                ownConsumers.run();
+            try {
+              listener.close();
+            } finally {
+              // Whatever the closes throw, the container is put back. A producer's close on the
+              // interrupted thread of a stop threw InterruptException, which left the container
+              // with the closed listener: the next start found no @Idempotent method in it and
+              // failed, naming a listener shape that was not the cause.
+              closeDeadLetterProducers(created, method);
+              if (!share.isRunning()) {
+                if (ownConsumers != null) {
+                  ownConsumers.run();
+                }
+                share.setupMessageListener(original);
+                containerProperties.setShareAckMode(ackMode);
+                containerProperties.setShareAcknowledgmentTimeout(timeout);
               }
-              share.setupMessageListener(original);
-              containerProperties.setShareAckMode(ackMode);
-              containerProperties.setShareAcknowledgmentTimeout(timeout);
             }
           });
     }
     return wrapped;
+  }
+
+  /**
+   * Closes the dead-letter producers the listener made, each whatever the others throw (logged),
+   * with the stopping thread's interrupt kept aside and set again afterwards: it asks for the stop
+   * under way, and a close it cut short threw, leaving the producer's thread running.
+   */
+  private static void closeDeadLetterProducers(List<Producer<?, ?>> producers, Method method) {
+    boolean interrupted = Thread.interrupted();
+    try {
+      for (Producer<?, ?> producer : producers) {
+        try {
+          producer.close();
+        } catch (RuntimeException e) {
+          interrupted |= Thread.interrupted();
+          log.warn(
+              "Share-group listener {}: could not close a dead-letter producer: {}",
+              nameOf(method),
+              e.toString());
+        }
+      }
+    } finally {
+      if (interrupted) {
+        Thread.currentThread().interrupt();
+      }
+    }
   }
 
   private static void refuseShape(
@@ -215,7 +248,9 @@ final class ShareListeners {
               "a record of share listener "
                   + nameOf(method)
                   + " that the deserializer rejects is held and tried again, an ERROR each time,"
-                  + " never dead-lettered");
+                  + " never dead-lettered (one the consumer's poll throws for is released after"
+                  + " the tries that fit in its lock, and the broker archives it once its deliveries"
+                  + " are spent)");
       if (warning != null) {
         log.warn(warning);
       }

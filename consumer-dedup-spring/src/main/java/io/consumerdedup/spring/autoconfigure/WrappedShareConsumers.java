@@ -177,9 +177,6 @@ final class WrappedShareConsumers {
     /** The record the deserializer rejected in the last poll, until it is acknowledged. */
     private @Nullable RejectedByPoll<?, ?> rejected;
 
-    /** When the lock of {@link #rejected} runs out, counted from the poll that threw for it. */
-    private long rejectedLockEndsNanos;
-
     /** Whether the next poll returns {@link #rejected} again, as if renewed. */
     private boolean handRejectedBack;
 
@@ -276,7 +273,7 @@ final class WrappedShareConsumers {
     private @Nullable Object poll(Method method, @Nullable Object[] args) throws Throwable {
       RejectedByPoll<?, ?> inHand = rejected;
       if (inHand != null) {
-        if (System.nanoTime() - rejectedLockEndsNanos < 0) {
+        if (System.nanoTime() - inHand.lockEndsNanos() < 0) {
           if (handRejectedBack) {
             handRejectedBack = false;
             return only(inHand);
@@ -284,7 +281,7 @@ final class WrappedShareConsumers {
           pause(args == null ? Duration.ZERO : (Duration) args[0]);
           return ConsumerRecords.empty();
         }
-        // The dead letter took longer than the lock, or could not be written.
+        // The dead letter took longer than the lock.
         log.warn(
             "{} was not acknowledged within its acquisition lock, which cannot be renewed; the"
                 + " broker delivers it again",
@@ -304,11 +301,12 @@ final class WrappedShareConsumers {
       try {
         return delegate(method, args);
       } catch (RecordDeserializationException e) {
-        RejectedByPoll<?, ?> record = new RejectedByPoll<>(e);
+        // Counted from the poll that threw for it.
         long lockMs =
             consumer.acquisitionLockTimeoutMs().map(Integer::longValue).orElse(DEFAULT_LOCK_MS);
+        RejectedByPoll<?, ?> record =
+            new RejectedByPoll<>(e, System.nanoTime() + lockMs * 1_000_000L);
         rejected = record;
-        rejectedLockEndsNanos = System.nanoTime() + lockMs * 1_000_000L;
         handRejectedBack = false;
         log.error(
             "{} cannot be deserialized (its {} was rejected); dead-lettering it before it is"

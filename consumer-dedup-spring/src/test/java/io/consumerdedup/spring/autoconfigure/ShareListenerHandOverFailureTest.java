@@ -4,7 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.spring.Idempotent;
-import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.spring.ShareListenerTests;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.nio.charset.StandardCharsets;
@@ -32,7 +32,6 @@ import org.springframework.context.event.EventListener;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
-import org.springframework.kafka.core.DefaultShareConsumerFactory;
 import org.springframework.kafka.event.ConsumerStoppedEvent;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.test.annotation.DirtiesContext;
@@ -78,12 +77,8 @@ class ShareListenerHandOverFailureTest {
   static void environment(DynamicPropertyRegistry registry) {
     TestKafka.createTopics(1, ERROR, ERROR + "-dlt", EXCEPTION, EXCEPTION + "-dlt");
     TestKafka.createTopics(1, REPLACED, REPLACED + "-dlt", ACKNOWLEDGED, ACKNOWLEDGED + "-dlt");
-    TestKafka.createTopics(1, RENEWED, RENEWED + "-dlt");
-    String schema = TestDatabase.newSchema("spring_share_hand_over_failure");
-    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
-    registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
-    registry.add("spring.datasource.hikari.maximum-pool-size", () -> "6");
-    registry.add("consumer-dedup.cleanup.enabled", () -> "false");
+    ShareListenerTests.prepare(
+        registry, "spring_share_hand_over_failure", 6, RENEWED, RENEWED + "-dlt");
     registry.add("consumer-dedup.share.retry-backoff", () -> "200ms");
     for (String group : List.of(ERROR, EXCEPTION, REPLACED, ACKNOWLEDGED, RENEWED)) {
       TestShareGroups.configure(group, LOCK);
@@ -277,8 +272,7 @@ class ShareListenerHandOverFailureTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return new ShareKafkaListenerContainerFactory<>(
-          new DefaultShareConsumerFactory<>(TestShareGroups.consumerConfig(ERROR)));
+      return ShareListenerTests.groupShareFactory(ERROR);
     }
 
     @Bean

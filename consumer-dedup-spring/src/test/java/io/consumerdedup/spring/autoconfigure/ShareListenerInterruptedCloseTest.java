@@ -7,7 +7,7 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.spring.Idempotent;
-import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.spring.ShareListenerTests;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.nio.charset.StandardCharsets;
@@ -28,7 +28,6 @@ import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
-import org.springframework.kafka.core.DefaultShareConsumerFactory;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -57,12 +56,8 @@ class ShareListenerInterruptedCloseTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    TestKafka.createTopics(1, TOPIC, TOPIC + "-dlt");
-    String schema = TestDatabase.newSchema("spring_share_interrupted_close");
-    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
-    registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
-    registry.add("spring.datasource.hikari.maximum-pool-size", () -> "4");
-    registry.add("consumer-dedup.cleanup.enabled", () -> "false");
+    ShareListenerTests.prepare(
+        registry, "spring_share_interrupted_close", 4, TOPIC, TOPIC + "-dlt");
     TestShareGroups.configure(TOPIC, Duration.ofSeconds(15));
   }
 
@@ -118,8 +113,7 @@ class ShareListenerInterruptedCloseTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return new ShareKafkaListenerContainerFactory<>(
-          new DefaultShareConsumerFactory<>(TestShareGroups.consumerConfig(TOPIC)));
+      return ShareListenerTests.groupShareFactory(TOPIC);
     }
 
     @Bean

@@ -4,7 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.spring.Idempotent;
-import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.spring.ShareListenerTests;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.nio.charset.StandardCharsets;
@@ -24,7 +24,6 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
-import org.springframework.kafka.core.DefaultShareConsumerFactory;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -47,12 +46,8 @@ class ShareListenerKeeperStartFailureTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    TestKafka.createTopics(1, TOPIC, TOPIC + "-dlt");
-    String schema = TestDatabase.newSchema("spring_share_keeper_start_failure");
-    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
-    registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
-    registry.add("spring.datasource.hikari.maximum-pool-size", () -> "4");
-    registry.add("consumer-dedup.cleanup.enabled", () -> "false");
+    ShareListenerTests.prepare(
+        registry, "spring_share_keeper_start_failure", 4, TOPIC, TOPIC + "-dlt");
     TestShareGroups.configure(TOPIC, Duration.ofSeconds(15));
   }
 
@@ -108,8 +103,7 @@ class ShareListenerKeeperStartFailureTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return new ShareKafkaListenerContainerFactory<>(
-          new DefaultShareConsumerFactory<>(TestShareGroups.consumerConfig(TOPIC)));
+      return ShareListenerTests.groupShareFactory(TOPIC);
     }
 
     @Bean
