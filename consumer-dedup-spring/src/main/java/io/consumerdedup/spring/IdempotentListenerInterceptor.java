@@ -345,7 +345,9 @@ public final class IdempotentListenerInterceptor {
       settle(listener, record, pending, claim, source);
       throw attempts.toThrow(claim, error);
     }
-    switch (listener.shape.returns) {
+    // A null future or Mono (an early "return null" for work done at once) is a call that is
+    // done: waiting for it would leave the claim open for good.
+    switch (result == null ? ListenerShape.Returns.VALUE : listener.shape.returns) {
       case FUTURE:
         Object value =
             awaitSettled(
@@ -365,7 +367,9 @@ public final class IdempotentListenerInterceptor {
         pending.listenerSucceeded();
         settle(listener, record, pending, claim, source);
         release(held);
-        return result;
+        // Completed rather than null: spring-kafka acknowledges an asynchronous listener's
+        // record only when its future completes, and would stall the partition on a null.
+        return result == null ? listener.shape.duplicateResult() : result;
     }
   }
 

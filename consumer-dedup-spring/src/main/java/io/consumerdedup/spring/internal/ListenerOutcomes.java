@@ -244,6 +244,18 @@ public final class ListenerOutcomes {
   }
 
   /**
+   * No offset commit of the consumer delivering {@code record} passes it until it comes again and
+   * its transaction commits, or the consumer's position passes it ({@link
+   * SuccessMarks#rolledBack}).
+   */
+  private static void holdCommitsAt(ConsumerRecord<?, ?> record) {
+    ConsumerPoll poll = CurrentRecordInterceptor.pollOf(record);
+    if (poll != null) {
+      poll.marks().rolledBack(record);
+    }
+  }
+
+  /**
    * Whether the listener on this thread runs inside a Kafka transaction of its container, whose
    * commit comes after the listener returns.
    */
@@ -270,8 +282,16 @@ public final class ListenerOutcomes {
         new TransactionSynchronization() {
           @Override
           public void afterCommit() {
-            if (settleOnCompletion) {
+            if (!settleOnCompletion) {
+              return;
+            }
+            try {
               pending.settle();
+            } catch (RuntimeException | Error e) {
+              // The offset commit spring-kafka made inside the transaction is sent after every
+              // afterCommit, this failure or not (PollAwareConsumer): it must not pass the record.
+              holdCommitsAt(pending.record);
+              throw e;
             }
           }
 

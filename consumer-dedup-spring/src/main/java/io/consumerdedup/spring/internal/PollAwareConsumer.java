@@ -237,6 +237,11 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
    * record whose effects and dedup row were never committed, and the record lost. Rolled back, the
    * record is delivered again, and its offset goes with a later commit.
    *
+   * <p>Sent from {@code afterCompletion}, which runs after every {@code afterCommit}: the record's
+   * SUCCESS mark is added in an {@code afterCommit} registered after this one (a listener that
+   * acknowledges under {@code MANUAL_IMMEDIATE} commits before it returns), and a commit sent
+   * before it would not be cut at that mark.
+   *
    * @return whether {@code commit} was left to the transaction
    */
   private boolean afterTransaction(Runnable commit) {
@@ -247,15 +252,17 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     TransactionSynchronizationManager.registerSynchronization(
         new TransactionSynchronization() {
           @Override
-          public void afterCommit() {
-            commitAfterTransaction(commit);
+          public void afterCompletion(int status) {
+            if (status == STATUS_COMMITTED) {
+              commitAfterTransaction(commit);
+            }
           }
         });
     return true;
   }
 
   private void commitAfterTransaction(Runnable commit) {
-    // The transaction's synchronizations are still active while they run.
+    // Not to be left to a transaction again: synchronization may still be active while it runs.
     committingAfterTransaction = true;
     try {
       commit.run();
