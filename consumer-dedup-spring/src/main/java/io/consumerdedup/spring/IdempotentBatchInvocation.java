@@ -221,7 +221,7 @@ final class IdempotentBatchInvocation {
       int failed = BatchFailureIndex.in(error, kept.records);
       if (failed < 0) {
         // The method's state is unknown: every record is retried.
-        kept.failFrom(0, error, attempts);
+        kept.fail(0, kept.size(), error, attempts);
         throw BatchFailureIndex.untranslatable(error);
       }
       BatchStop written = kept.completeBefore(failed);
@@ -244,8 +244,13 @@ final class IdempotentBatchInvocation {
     if (heldAck != null && heldAck.nackIndex() >= 0) {
       int nackAt = heldAck.nackIndex();
       BatchStop written = kept.completeBefore(nackAt);
-      kept.failFrom(
+      // The nacked record failed; the records after it were not tried: their claims are given
+      // back as those of records the method never saw, without an attempt counted. Recorded
+      // FAILED, each nack of one record counted an attempt against every record behind it, which
+      // a few nacks left dead-lettered as out of attempts without ever being tried.
+      kept.fail(
           nackAt,
+          nackAt + 1,
           new IllegalStateException("the listener nacked the batch at " + nackAt),
           attempts);
       int batchNack =

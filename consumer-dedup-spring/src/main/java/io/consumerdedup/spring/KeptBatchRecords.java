@@ -112,10 +112,13 @@ final class KeptBatchRecords {
     return first;
   }
 
-  /** Records FAILED for the claims from {@code from} on that are not ended, logging the failure. */
-  void failFrom(int from, Throwable error, AttemptLimit attempts) {
+  /**
+   * Records FAILED for the claims from {@code from} to {@code to} (exclusive) that are not ended,
+   * logging the failure.
+   */
+  void fail(int from, int to, Throwable error, AttemptLimit attempts) {
     List<DedupClaim> failed = new ArrayList<>();
-    for (int i = from; i < size(); i++) {
+    for (int i = from; i < to; i++) {
       DedupClaim claim = claims.get(i);
       if (claim != null && !claim.isEnded()) {
         failed.add(claim);

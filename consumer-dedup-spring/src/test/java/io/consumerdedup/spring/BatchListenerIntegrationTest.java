@@ -267,6 +267,11 @@ class BatchListenerIntegrationTest {
         .containsExactly(List.of("N-0"), List.of("N-1", "N-2", "N-3"), List.of("N-2", "N-3"));
     assertThat(store.find(DedupKey.of("nack", "N-1")).orElseThrow().attempts()).isEqualTo(1);
     assertThat(store.find(DedupKey.of("nack", "N-2")).orElseThrow().attempts()).isEqualTo(2);
+    // N-3 came after the nack: never tried, it has no failed attempt to count (counted, a record
+    // nacked a few times would have the records behind it dead-lettered as out of attempts).
+    assertThat(store.find(DedupKey.of("nack", "N-3")).orElseThrow().attempts())
+        .as("attempts of the record after the nacked one")
+        .isEqualTo(1);
   }
 
   /**
