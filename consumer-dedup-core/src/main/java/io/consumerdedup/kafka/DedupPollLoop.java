@@ -15,6 +15,7 @@ import java.util.Objects;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -159,6 +160,12 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   private static final Logger log = LoggerFactory.getLogger(DedupPollLoop.class);
 
+  /**
+   * What {@link #close()} waits beyond the loop's own bound on its last commit and its consumer's
+   * close (the close timeout): a consumer's close may overrun the time it is given a little.
+   */
+  private static final Duration CLOSE_GRACE = Duration.ofSeconds(5);
+
   private final Consumer<K, V> consumer;
   private final List<String> topics;
   private final RecordProcessor<K, V> processor;
@@ -168,6 +175,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private final int maxAttempts;
 
   private final AtomicBoolean started = new AtomicBoolean();
+  private final CountDownLatch handlingEnded = new CountDownLatch(1);
   private final CountDownLatch finished = new CountDownLatch(1);
   private volatile boolean running = true;
   private volatile @Nullable Thread loopThread;
@@ -306,11 +314,14 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   /**
    * Commits what is done and closes the consumer, whatever the commit throws: a consumer left open
-   * stays in its group, holding its partitions from the next consumer until it is timed out.
+   * stays in its group, holding its partitions from the next consumer until it is timed out. Both
+   * are over within the close timeout, which {@link #close()} waits for.
    *
    * @return whether the commit was interrupted (made again, the flag cleared meanwhile)
    */
   private boolean commitLastAndClose() {
+    handlingEnded.countDown();
+    commits.stopBy(System.nanoTime() + closeTimeout.toNanos());
     try {
       try {
         commits.commitLast();
@@ -323,7 +334,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         return true;
       }
     } finally {
-      consumer.close();
+      consumer.close(CloseOptions.timeout(commits.untilStopDeadline()));
     }
   }
 
@@ -337,15 +348,18 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   }
 
   /**
-   * Stops the loop and waits up to the close timeout for it to commit and close the consumer. A
-   * loop that never ran closes its consumer here. Called from the handler (the loop's own thread),
-   * it only asks the loop to stop.
+   * Stops the loop and waits for it to commit and close the consumer: up to the close timeout for
+   * the record in hand to be finished, then up to the close timeout again for the last commit and
+   * the consumer's close, which the loop bounds by it (a broker that no longer answers does not
+   * keep the loop stopping after {@code close()} returned). A loop that never ran closes its
+   * consumer here. Called from the handler (the loop's own thread), it only asks the loop to stop.
    */
   @Override
   public void close() {
     stop();
     if (started.compareAndSet(false, true)) {
-      consumer.close();
+      consumer.close(CloseOptions.timeout(closeTimeout));
+      handlingEnded.countDown();
       finished.countDown();
       return;
     }
@@ -353,9 +367,16 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       return;
     }
     try {
-      if (!finished.await(closeTimeout.toNanos(), TimeUnit.NANOSECONDS)) {
+      if (!handlingEnded.await(closeTimeout.toNanos(), TimeUnit.NANOSECONDS)) {
         log.warn(
             "Poll loop of {} did not stop within {}; its handler may still be running",
+            topics,
+            closeTimeout);
+        return;
+      }
+      if (!finished.await(closeTimeout.toNanos() + CLOSE_GRACE.toNanos(), TimeUnit.NANOSECONDS)) {
+        log.warn(
+            "Poll loop of {} did not close its consumer within {}; it is still stopping",
             topics,
             closeTimeout);
       }
@@ -559,8 +580,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     }
 
     /**
-     * Longest time {@link DedupPollLoop#close()} waits for the loop to stop. Default {@link
-     * #DEFAULT_CLOSE_TIMEOUT}.
+     * Longest time {@link DedupPollLoop#close()} waits for the record in hand to be finished, and
+     * longest time the loop's last offset commit and its consumer's close then take, which {@code
+     * close()} waits for too. Default {@link #DEFAULT_CLOSE_TIMEOUT}.
      */
     public Builder<K, V> closeTimeout(Duration closeTimeout) {
       settings.closeTimeout(closeTimeout);

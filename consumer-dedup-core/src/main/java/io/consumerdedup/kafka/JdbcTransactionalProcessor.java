@@ -48,11 +48,11 @@ import org.slf4j.LoggerFactory;
  * <p>{@link #of} runs each poll in one transaction: begin; the wrapped processor claims all the
  * poll's keys together ({@link RecordProcessor#prepare}, one statement for an {@link
  * IdempotentRecordHandler}) and runs the handler for each record; one commit, and only then does
- * the loop commit the offsets. When a record throws (or the commit fails), everything is rolled
- * back and the poll is run again at once, one transaction per record, so that the record that fails
- * is found and handled alone while the others commit: the loop then treats its exception as {@link
- * Disposition#of(Throwable)} says (a handler failure is retried, then dead-lettered). {@link
- * #perRecord} runs one transaction per record from the start.
+ * the loop commit the offsets. When a record throws, an {@link Error} included (or the commit
+ * fails), everything is rolled back and the poll is run again at once, one transaction per record,
+ * so that the record that fails is found and handled alone while the others commit: the loop then
+ * treats its exception as {@link Disposition#of(Throwable)} says (a handler failure is retried,
+ * then dead-lettered). {@link #perRecord} runs one transaction per record from the start.
  *
  * <p>In one transaction per record: begin; the wrapped processor claims the key and runs the
  * handler; commit when it returns (PROCESSED or DUPLICATE). When it throws, the transaction is
@@ -145,7 +145,11 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
             processor.settle();
             return outcomes;
           });
-    } catch (RuntimeException e) {
+    } catch (RuntimeException | Error e) {
+      // An Error too (a handler's AssertionError or StackOverflowError): passed on, it ended the
+      // loop before any record was reached, nothing of the poll committed, and the record never
+      // counted as a failure, so every loop the application started ended on the same poll. Run
+      // alone, the record meets it again, and the loop treats it as a handler's Error.
       log.debug(
           "A record of the poll failed in the poll's transaction, which was rolled back; running"
               + " each record in a transaction of its own",

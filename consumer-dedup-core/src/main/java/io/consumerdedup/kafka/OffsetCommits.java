@@ -1,6 +1,7 @@
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.internal.FaultPoints;
+import java.time.Duration;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.Locale;
@@ -40,6 +41,9 @@ final class OffsetCommits {
 
   /** The offsets committed asynchronously whose answer has not come yet, by partition. */
   private final Map<TopicPartition, OffsetAndMetadata> unanswered = new HashMap<>();
+
+  /** When the loop's stop must be over ({@link System#nanoTime()}); null while it runs. */
+  private @Nullable Long stopDeadlineNanos;
 
   OffsetCommits(Consumer<?, ?> consumer, PartitionProgress progress, PollClaims<?, ?> pollClaims) {
     this.consumer = consumer;
@@ -160,7 +164,11 @@ final class OffsetCommits {
     }
     FaultPoints.reached(FaultPoints.Point.BEFORE_OFFSET_COMMIT);
     try {
-      consumer.commitSync(offsets);
+      if (stopDeadlineNanos == null) {
+        consumer.commitSync(offsets);
+      } else {
+        consumer.commitSync(offsets, untilStopDeadline());
+      }
       done.clear();
       unanswered.clear();
     } catch (CommitFailedException | RebalanceInProgressException e) {
@@ -174,6 +182,26 @@ final class OffsetCommits {
     } catch (KafkaException e) {
       log.error("Offsets {} not committed; trying again after the next poll", offsets, e);
     }
+  }
+
+  /**
+   * From now on, the commits (the last one, and that of the rebalance listener as the consumer
+   * closes) wait for the broker no later than {@code deadlineNanos}: left to the consumer's default
+   * ({@code default.api.timeout.ms}, 60 s, for each), a broker that stopped answering kept the loop
+   * stopping long after {@link DedupPollLoop#close()} had given up waiting, its consumer still in
+   * the group. Offsets not committed by then come again to the partitions' next owner, as
+   * duplicates.
+   */
+  void stopBy(long deadlineNanos) {
+    stopDeadlineNanos = deadlineNanos;
+  }
+
+  /** The time left until the deadline of {@link #stopBy}; zero once it is past. */
+  Duration untilStopDeadline() {
+    Long deadline = stopDeadlineNanos;
+    return deadline == null
+        ? Duration.ZERO
+        : Duration.ofNanos(Math.max(0, deadline - System.nanoTime()));
   }
 
   /** Commits when the loop stops, after the stop request's wakeup. */

@@ -77,7 +77,7 @@ final class PartitionHolds {
   void pause(TopicPartition partition, long offset, Duration wait) {
     consumer.seek(partition, offset);
     consumer.pause(List.of(partition));
-    progress.pausedUntil(partition, System.nanoTime() + wait.toNanos());
+    progress.pausedUntil(partition, offset, System.nanoTime() + wait.toNanos());
   }
 
   /** Resumes the paused partitions whose wait is over and that are still assigned. */

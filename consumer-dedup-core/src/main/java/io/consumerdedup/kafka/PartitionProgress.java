@@ -24,6 +24,7 @@ final class PartitionProgress {
 
   private final Map<TopicPartition, OffsetAndMetadata> done = new HashMap<>();
   private final Map<TopicPartition, Long> resumeAtNanos = new HashMap<>();
+  private final Map<TopicPartition, Long> heldAt = new HashMap<>();
   private final Map<TopicPartition, Integer> consecutiveHolds = new HashMap<>();
   private final Map<TopicPartition, Failure> failures = new HashMap<>();
   private final Set<TopicPartition> waitingForStore = new HashSet<>();
@@ -90,8 +91,21 @@ final class PartitionProgress {
     waitingForStore.clear();
   }
 
-  void pausedUntil(TopicPartition partition, long resumeAtNanos) {
+  /**
+   * Where to hold the partition for a record at {@code offset} whose outcome is not recorded: that
+   * offset, or the earlier one it is held at already. Nothing of a partition is handled while it is
+   * paused, so a later hold at a later offset comes from records fetched before the first hold (a
+   * poll whose settle failed holds each of its partitions at its first record): held there, the
+   * records between were never delivered again, and the loop committed past them.
+   */
+  long holdOffset(TopicPartition partition, long offset) {
+    Long held = heldAt.get(partition);
+    return held == null ? offset : Math.min(held, offset);
+  }
+
+  void pausedUntil(TopicPartition partition, long offset, long resumeAtNanos) {
     this.resumeAtNanos.put(partition, resumeAtNanos);
+    heldAt.put(partition, offset);
   }
 
   /** Whether the partition is paused: sought back to a record that waits. */
@@ -106,7 +120,11 @@ final class PartitionProgress {
             .filter(entry -> entry.getValue() - nowNanos <= 0)
             .map(Map.Entry::getKey)
             .toList();
-    due.forEach(resumeAtNanos::remove);
+    due.forEach(
+        partition -> {
+          resumeAtNanos.remove(partition);
+          heldAt.remove(partition);
+        });
     return due;
   }
 
@@ -131,6 +149,7 @@ final class PartitionProgress {
     for (TopicPartition partition : partitions) {
       done.remove(partition);
       resumeAtNanos.remove(partition);
+      heldAt.remove(partition);
       consecutiveHolds.remove(partition);
       failures.remove(partition);
       waitingForStore.remove(partition);

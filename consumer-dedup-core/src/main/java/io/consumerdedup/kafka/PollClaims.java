@@ -129,7 +129,10 @@ final class PollClaims<K, V> {
           new TopicPartition(record.topic(), record.partition()), record.offset(), Math::min);
     }
     first.forEach(
-        (partition, offset) -> {
+        (partition, firstUnrecorded) -> {
+          // A partition held at an earlier record already stays there, and nothing is committed
+          // past that one: its offset may be committed, and the records since not done.
+          long offset = progress.holdOffset(partition, firstUnrecorded);
           progress.undone(partition, offset);
           progress.waitingForStore(partition);
           Duration wait = holds.hold(partition, offset);

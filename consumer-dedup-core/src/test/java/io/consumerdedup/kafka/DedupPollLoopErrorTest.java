@@ -6,10 +6,13 @@ import static io.consumerdedup.kafka.LoopFixture.WAIT;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.JdbcDedupStore;
@@ -20,6 +23,7 @@ import java.sql.Connection;
 import java.sql.SQLException;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -37,6 +41,7 @@ import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Predicate;
 import java.util.logging.Logger;
 import javax.sql.DataSource;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
@@ -391,6 +396,183 @@ class DedupPollLoopErrorTest {
       expected.add(order(i));
     }
     assertThat(sink).as("no record lost").containsAll(expected);
+  }
+
+  /**
+   * A poll's settle fails while its partition is held at an earlier record whose SUCCESS is not
+   * written: the marks of the poll before were refused, and the consumer had the next records
+   * fetched already, so the poll returned them and the loop skipped them. The failed settle held
+   * each partition at the poll's first record, which sought the partition forward, past the records
+   * held: the loop then committed past them while their SUCCESS was still not written.
+   */
+  @Test
+  void aSettleThatThrowsDoesNotMoveAPartitionPastARecordWhoseMarkIsNotWritten() throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    TopicPartition partition = new TopicPartition(fixture.topic(), 0);
+    send(0, 10);
+    SuccessRefusingStore store = new SuccessRefusingStore(fixture.store());
+    List<String> processed = new CopyOnWriteArrayList<>();
+    AtomicInteger settles = new AtomicInteger();
+    AtomicReference<List<String>> failedSettlePoll = new AtomicReference<>();
+    AtomicInteger processedAtFailedSettle = new AtomicInteger(-1);
+    try (IdempotentExecutor executor = executor(store)) {
+      IdempotentRecordHandler<String, String> handler =
+          IdempotentRecordHandler.<String, String>builder(executor)
+              .bizType(BIZ_TYPE)
+              .key(KeyExtractors.header(KEY_HEADER))
+              .handler(this::apply)
+              .build();
+      RecordProcessor<String, String> failingSecondSettle =
+          new RecordProcessor<>() {
+            private List<String> poll = List.of();
+
+            @Override
+            public Outcome process(ConsumerRecord<String, String> record) {
+              processed.add(LoopFixture.orderNo(record));
+              return handler.process(record);
+            }
+
+            @Override
+            public void prepare(List<ConsumerRecord<String, String>> records) {
+              poll = records.stream().map(LoopFixture::orderNo).toList();
+              handler.prepare(records);
+            }
+
+            @Override
+            public List<ConsumerRecord<String, String>> settle() {
+              List<ConsumerRecord<String, String>> unrecorded = handler.settle();
+              if (settles.incrementAndGet() == 2) {
+                failedSettlePoll.set(poll);
+                processedAtFailedSettle.set(processed.size());
+                throw new IllegalStateException("settle failed (injected)");
+              }
+              return unrecorded;
+            }
+          };
+      Map<String, Object> config = new HashMap<>(TestKafka.consumerConfig(fixture.group()));
+      config.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 5);
+      DedupPollLoop<String, String> loop =
+          LoopFixture.quick(
+                  DedupPollLoop.builder(config, List.of(fixture.topic()), failingSecondSettle))
+              .closeTimeout(Duration.ofSeconds(10))
+              .deadLetterHandler((record, reason) -> deadLettered.add(record))
+              .build();
+      try (RunningLoop running = RunningLoop.start(loop)) {
+        await().atMost(WAIT).until(() -> failedSettlePoll.get() != null);
+        assertThat(store.refusals).as("SUCCESS marks refused").hasPositiveValue();
+        assertThat(failedSettlePoll.get())
+            .as("the poll whose settle failed: the records fetched after the first five")
+            .containsExactly(order(5), order(6), order(7), order(8), order(9));
+        assertThat(processedAtFailedSettle)
+            .as("none of them processed: the partition held at a record whose mark was refused")
+            .hasValue(5);
+
+        Thread.sleep(2_000); // several hold back-offs
+        long committed = TestKafka.committedOffsets(fixture.group()).getOrDefault(partition, 0L);
+        for (int i = 0; i < committed; i++) {
+          assertThat(row(i).orElseThrow().status())
+              .as("%s, committed past (offset %s committed)", order(i), committed)
+              .isEqualTo(DedupStatus.SUCCESS);
+        }
+
+        store.refusing = false;
+        LoopFixture.awaitCommitted(fixture.group(), Map.of(partition, 10L));
+      }
+    }
+    assertEachAppliedOnceAndSuccess(10);
+    assertThat(deadLettered).isEmpty();
+  }
+
+  /** A store that refuses every SUCCESS, as an unreachable database would, until told not to. */
+  private static final class SuccessRefusingStore implements DedupStore {
+    private final DedupStore delegate;
+    final AtomicInteger refusals = new AtomicInteger();
+    volatile boolean refusing = true;
+
+    SuccessRefusingStore(DedupStore delegate) {
+      this.delegate = delegate;
+    }
+
+    private void refuseWhileRefusing() {
+      if (refusing) {
+        refusals.incrementAndGet();
+        throw new DedupStoreUnavailableException("SUCCESS refused (injected)", null, null, null);
+      }
+    }
+
+    @Override
+    public boolean complete(ClaimResult.Claimed claim, Duration retention) {
+      refuseWhileRefusing();
+      return delegate.complete(claim, retention);
+    }
+
+    @Override
+    public List<DedupKey> completeAll(List<ClaimResult.Claimed> claims, Duration retention) {
+      refuseWhileRefusing();
+      return delegate.completeAll(claims, retention);
+    }
+
+    @Override
+    public ClaimCompleting claimCompleting(
+        ClaimRequest request, List<ClaimResult.Claimed> completing, Duration retention) {
+      refuseWhileRefusing();
+      return delegate.claimCompleting(request, completing, retention);
+    }
+
+    @Override
+    public ClaimResult claim(ClaimRequest request) {
+      return delegate.claim(request);
+    }
+
+    @Override
+    public ClaimResult claimInTransaction(ClaimRequest request) {
+      return delegate.claimInTransaction(request);
+    }
+
+    @Override
+    public List<ClaimResult> claimAll(List<ClaimRequest> requests) {
+      return delegate.claimAll(requests);
+    }
+
+    @Override
+    public boolean fail(ClaimResult.Claimed claim, String error, Duration retention) {
+      return delegate.fail(claim, error, retention);
+    }
+
+    @Override
+    public List<DedupKey> failAll(List<Failure> failures, Duration retention) {
+      return delegate.failAll(failures, retention);
+    }
+
+    @Override
+    public boolean renew(ClaimResult.Claimed claim, Duration lease) {
+      return delegate.renew(claim, lease);
+    }
+
+    @Override
+    public List<DedupKey> renewAll(List<ClaimResult.Claimed> claims, Duration lease) {
+      return delegate.renewAll(claims, lease);
+    }
+
+    @Override
+    public boolean release(ClaimResult.Claimed claim) {
+      return delegate.release(claim);
+    }
+
+    @Override
+    public List<DedupKey> releaseAll(List<ClaimResult.Claimed> claims) {
+      return delegate.releaseAll(claims);
+    }
+
+    @Override
+    public Optional<DedupRecord> find(DedupKey key) {
+      return delegate.find(key);
+    }
+
+    @Override
+    public int purge(int limit) {
+      return delegate.purge(limit);
+    }
   }
 
   /** A DataSource whose getConnection throws an OutOfMemoryError once on the chosen thread. */

@@ -31,6 +31,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -411,6 +412,68 @@ class JdbcTransactionalProcessorTest {
     assertThat(handlerRuns).as("the retry found the dedup row committed: a duplicate").hasValue(1);
     assertThat(charges("T-5")).containsExactly("billing");
     assertThat(dedupRecord("T-5").status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  /**
+   * A handler throws an {@code Error} (an {@code AssertionError}, a {@code StackOverflowError}) for
+   * one record of a poll run in one transaction. The {@code Error} escaped the poll's transaction
+   * before the loop reached any record: nothing of the poll was committed, not even the record
+   * before it, and the record was neither counted as a failed attempt nor dead-lettered, so every
+   * loop the application started ended the same way on the same poll. Now the poll falls back to a
+   * transaction per record, as for an exception, and the loop treats the {@code Error} as it does
+   * outside a transaction.
+   */
+  @Test
+  void aHandlerErrorInThePollsTransactionIsThatRecordsFailureNotThePolls() throws Exception {
+    send("E-0");
+    send("E-1-BROKEN");
+    send("E-2");
+    AtomicInteger errors = new AtomicInteger();
+    RecordProcessor<String, String> payments =
+        payments(
+            transactions,
+            "billing",
+            order -> {
+              if (order.equals("E-1-BROKEN")) {
+                errors.incrementAndGet();
+                throw new AssertionError("ledger invariant broken");
+              }
+            });
+    List<Exception> givenUp = new CopyOnWriteArrayList<>();
+    DedupPollLoop<String, String> noRetries =
+        LoopFixture.quick(
+                DedupPollLoop.builder(
+                        TestKafka.consumerConfig(fixture.group()),
+                        List.of(fixture.topic()),
+                        payments)
+                    .deadLetterHandler((record, reason) -> givenUp.add(reason)))
+            .maxAttempts(1)
+            .build();
+    ExecutorService pollThread = Executors.newSingleThreadExecutor();
+    Throwable end = null;
+    try {
+      pollThread.submit(noRetries).get(WAIT.toSeconds(), TimeUnit.SECONDS);
+    } catch (ExecutionException e) {
+      end = e.getCause();
+    } finally {
+      pollThread.shutdownNow();
+    }
+
+    assertThat(errors).as("the handler threw its Error").hasPositiveValue();
+    assertThat(end).as("the loop ends with the handler's Error").isInstanceOf(AssertionError.class);
+    assertThat(TestKafka.committedOffsets(fixture.group()))
+        .as("committed: the record before it, and it, dead-lettered")
+        .containsEntry(new TopicPartition(fixture.topic(), 0), 2L);
+    assertThat(givenUp)
+        .singleElement()
+        .satisfies(reason -> assertThat(reason).hasRootCauseInstanceOf(AssertionError.class));
+    assertThat(charges("E-0")).containsExactly("billing");
+    assertThat(charges("E-1-BROKEN")).isEmpty();
+
+    try (RunningLoop next = RunningLoop.start(loop(fixture.group(), payments))) {
+      awaitCommitted(fixture.group(), 3);
+    }
+    assertThat(charges("E-2")).containsExactly("billing");
   }
 
   @Test

@@ -25,7 +25,7 @@ class PartitionProgressTest {
     for (int i = 0; i < times; i++) {
       wait = progress.nextHold(partition, INITIAL, MAX);
     }
-    progress.pausedUntil(partition, nowNanos + wait.toNanos());
+    progress.pausedUntil(partition, 0, nowNanos + wait.toNanos());
     return wait;
   }
 

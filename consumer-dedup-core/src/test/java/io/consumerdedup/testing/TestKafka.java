@@ -86,6 +86,35 @@ public final class TestKafka {
   }
 
   /**
+   * Has a broker of {@link #startOwn()} stop answering, as a hung broker or a network that drops
+   * packets would: its request handlers stop, its connections stay open, so the clients' requests
+   * wait for their timeouts. A broker shut down instead refuses the connections, and the clients'
+   * calls fail at once.
+   */
+  public static void stopAnswering(KafkaClusterTestKit broker) {
+    broker.brokers().values().forEach(server -> server.dataPlaneRequestHandlerPool().shutdown());
+  }
+
+  /**
+   * Closes a broker made to {@link #stopAnswering} on a daemon thread, not waited for: it does not
+   * finish its own shutdown (it waits for answers it no longer gives).
+   */
+  public static void closeUnanswering(KafkaClusterTestKit broker) {
+    Thread closer =
+        new Thread(
+            () -> {
+              try {
+                broker.close();
+              } catch (Exception e) {
+                // How the shutdown of a broker that no longer answers ends does not matter.
+              }
+            },
+            "unanswering-broker-close");
+    closer.setDaemon(true);
+    closer.start();
+  }
+
+  /**
    * Stops the broker if it was started. Called by {@link SharedBrokerShutdown} when the test run
    * ends, rather than from a JVM shutdown hook, where a broker stopping while the JVM exits has
    * ended the test JVM with a non-zero status after every test passed.
