@@ -66,13 +66,7 @@ class DedupShareLoopUnansweredCloseTest {
       executor.close();
     }
     if (broker != null) {
-      // A broker whose request handlers were stopped does not finish its own shutdown (it waits
-      // for answers it no longer gives): it is closed on a daemon thread of its own, not waited
-      // for.
-      KafkaClusterTestKit stopping = broker;
-      Thread closer = new Thread(() -> closeQuietly(stopping), "unanswering-broker-close");
-      closer.setDaemon(true);
-      closer.start();
+      TestKafka.closeUnanswering(broker);
     }
   }
 
@@ -121,7 +115,7 @@ class DedupShareLoopUnansweredCloseTest {
     try {
       assertThat(handlerStarted.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
 
-      stopAnswering(broker);
+      TestKafka.stopAnswering(broker);
       long closeStarted = System.nanoTime();
       Future<?> closing = threads.submit(loop::close);
       await()
@@ -142,24 +136,6 @@ class DedupShareLoopUnansweredCloseTest {
     } finally {
       handlerMayFinish.countDown();
       dltProducer.close(Duration.ZERO);
-    }
-  }
-
-  /**
-   * Has the broker stop answering, as a hung broker or a network that drops packets would: its
-   * request handlers stop, its connections stay open, so the clients' requests wait for their
-   * timeouts. A broker shut down instead refuses the connections, and the clients' calls fail at
-   * once.
-   */
-  private static void stopAnswering(KafkaClusterTestKit broker) {
-    broker.brokers().values().forEach(server -> server.dataPlaneRequestHandlerPool().shutdown());
-  }
-
-  private static void closeQuietly(KafkaClusterTestKit broker) {
-    try {
-      broker.close();
-    } catch (Exception e) {
-      // The broker was made to stop answering; how its shutdown ends does not matter here.
     }
   }
 
