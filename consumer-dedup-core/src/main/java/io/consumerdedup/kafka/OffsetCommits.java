@@ -180,7 +180,14 @@ final class OffsetCommits {
     } catch (WakeupException | InterruptException e) {
       throw e;
     } catch (KafkaException e) {
-      log.error("Offsets {} not committed; trying again after the next poll", offsets, e);
+      if (stopDeadlineNanos == null) {
+        log.error("Offsets {} not committed; trying again after the next poll", offsets, e);
+      } else {
+        // Stopping: there is no next poll. The partitions' next owner reads these records again,
+        // and the dedup table answers DUPLICATE for those that were handled.
+        log.error(
+            "Offsets {} not committed as the loop stops; they will be redelivered", offsets, e);
+      }
     }
   }
 
