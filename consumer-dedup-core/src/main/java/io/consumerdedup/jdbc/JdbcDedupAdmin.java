@@ -18,6 +18,7 @@ import java.util.Base64;
 import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.concurrent.atomic.AtomicReference;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -279,6 +280,10 @@ public final class JdbcDedupAdmin implements DedupAdmin {
       String operation, DedupKey key, String requestedBy, RecordChange change) {
     Instant at = Instant.now();
     String who = requester(requestedBy);
+    // A try whose commit reached the database but whose reply was lost is tried again, and by then
+    // the next delivery may hold the key under a claim of its own: the change is for the claim the
+    // first try found, never for a later one.
+    AtomicReference<@Nullable DedupRecord> firstRead = new AtomicReference<>();
     return calls.run(
         operation,
         key,
@@ -290,8 +295,53 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                   if (before == null) {
                     return new Change(false, null, "No record of " + key, at);
                   }
+                  DedupRecord first = firstRead.get();
+                  if (first == null) {
+                    firstRead.set(before);
+                  } else if (!sameClaim(first, before)) {
+                    return claimedSinceFirstTry(operation, key, first, before, at);
+                  }
                   return change.apply(c, dialect, before, who, at);
                 }));
+  }
+
+  /**
+   * Whether two reads of a key's record show the same claim: a later claim counts one more attempt,
+   * or, for a key forgotten meanwhile, starts a record of its own.
+   */
+  private static boolean sameClaim(DedupRecord first, DedupRecord now) {
+    return first.attempts() == now.attempts() && first.createdAt().equals(now.createdAt());
+  }
+
+  private static Change claimedSinceFirstTry(
+      String operation, DedupKey key, DedupRecord first, DedupRecord now, Instant at) {
+    log.warn(
+        "Left {} alone on a retry of {}: the first try found attempt {} of {}, whose change may have"
+            + " been made (its reply was lost); the key has been claimed since: {}",
+        key,
+        operation,
+        first.attempts(),
+        first.owner(),
+        now);
+    return new Change(
+        false,
+        now,
+        "Not changed: the first try found "
+            + key
+            + " at attempt "
+            + first.attempts()
+            + " of "
+            + first.owner()
+            + " and its reply was lost, so its change may have been made; the key has been"
+            + " claimed since (attempt "
+            + now.attempts()
+            + " of "
+            + now.owner()
+            + ", "
+            + now.status()
+            + "), which this request did not see. Look at the record and ask again if it is"
+            + " still to be changed",
+        at);
   }
 
   private @Nullable DedupRecord lockedRecord(Connection connection, Dialect dialect, DedupKey key)

@@ -1,0 +1,134 @@
+package io.consumerdedup.jdbc;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupAdmin;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.testing.FaultyDataSource;
+import io.consumerdedup.testing.TestDatabase;
+import java.time.Duration;
+import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+
+/**
+ * An operator's change whose commit reached the database but whose reply was lost is tried again by
+ * the store's retry. By then the next delivery may have claimed the key: the retry must leave that
+ * new claim alone, since the operator asked about the claim the first try found.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class AdminChangeReplyLostTest {
+  private static final Duration LEASE = Duration.ofMinutes(1);
+  private static final Duration RETENTION = Duration.ofDays(1);
+
+  /** Long enough for the next delivery to claim the key before the retry. */
+  private static final Duration RETRY_BACKOFF = Duration.ofSeconds(2);
+
+  private String schema;
+  private HikariDataSource dataSource;
+  private JdbcDedupStore consumers;
+
+  @BeforeAll
+  void setUp() {
+    schema = TestDatabase.newSchema("adminlost");
+    dataSource = TestDatabase.dataSource(schema, 4);
+    consumers = JdbcDedupStore.builder(dataSource).build();
+  }
+
+  @AfterAll
+  void tearDown() {
+    dataSource.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  private ClaimResult.Claimed claim(DedupKey key, String owner) {
+    ClaimResult result =
+        consumers.claim(new ClaimRequest(key, owner, LEASE, RETENTION, null, "orders-0@7"));
+    assertThat(result).as("claim of " + owner).isInstanceOf(ClaimResult.Claimed.class);
+    return (ClaimResult.Claimed) result;
+  }
+
+  /** Claims {@code key} for the next delivery as soon as the first try's change has committed. */
+  private CompletableFuture<ClaimResult.Claimed> nextDeliveryAfterCommit(
+      DedupKey key, int attemptsBefore) {
+    return CompletableFuture.supplyAsync(
+        () -> {
+          await()
+              .atMost(Duration.ofSeconds(10))
+              .pollInterval(Duration.ofMillis(5))
+              .until(
+                  () -> {
+                    DedupRecord now = consumers.find(key).orElse(null);
+                    return now == null
+                        || now.status() != DedupStatus.PROCESSING
+                        || now.attempts() != attemptsBefore;
+                  });
+          return claim(key, "next-delivery");
+        });
+  }
+
+  private DedupAdmin adminOn(FaultyDataSource faulty) {
+    return JdbcDedupAdmin.of(
+        JdbcDedupStore.builder(faulty)
+            .retryInitialBackoff(RETRY_BACKOFF)
+            .retryMaxBackoff(RETRY_BACKOFF)
+            .build());
+  }
+
+  @Test
+  void aForcedReleaseTriedAgainLeavesTheNextDeliverysClaimAlone() {
+    DedupKey key = DedupKey.of("admin-lost", UUID.randomUUID().toString());
+    ClaimResult.Claimed hung = claim(key, "hung-holder");
+    try (FaultyDataSource faulty = FaultyDataSource.on(schema, 2, Duration.ofSeconds(5))) {
+      DedupAdmin admin = adminOn(faulty);
+      CompletableFuture<ClaimResult.Claimed> next = nextDeliveryAfterCommit(key, hung.token());
+      faulty.loseCommitReplyOnce();
+
+      DedupAdmin.Change change = admin.release(key, "ops", true);
+
+      assertThat(faulty.repliesLost()).as("the release's commit reply was lost").isEqualTo(1);
+      ClaimResult.Claimed nextClaim = next.join();
+      assertThat(nextClaim.token()).isEqualTo(hung.token() + 1);
+      assertThat(consumers.complete(nextClaim, RETENTION))
+          .as("the next delivery's SUCCESS is written (its claim was not released as well)")
+          .isTrue();
+      assertThat(consumers.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(change.applied()).isFalse();
+      assertThat(change.message())
+          .as("the operator is told the retry found a later claim")
+          .contains("may have been made", "attempt " + nextClaim.token() + " of next-delivery");
+    }
+  }
+
+  @Test
+  void aForcedForgetTriedAgainLeavesTheNextDeliverysRecordAlone() {
+    DedupKey key = DedupKey.of("admin-lost", UUID.randomUUID().toString());
+    ClaimResult.Claimed hung = claim(key, "hung-holder");
+    try (FaultyDataSource faulty = FaultyDataSource.on(schema, 2, Duration.ofSeconds(5))) {
+      DedupAdmin admin = adminOn(faulty);
+      CompletableFuture<ClaimResult.Claimed> next = nextDeliveryAfterCommit(key, hung.token());
+      faulty.loseCommitReplyOnce();
+
+      admin.forget(key, "ops", true);
+
+      assertThat(faulty.repliesLost()).as("the forget's commit reply was lost").isEqualTo(1);
+      ClaimResult.Claimed nextClaim = next.join();
+      DedupRecord record = consumers.find(key).orElse(null);
+      assertThat(record)
+          .as(
+              "the next delivery's claim (attempt %s) survives the retried forget",
+              nextClaim.token())
+          .isNotNull();
+      assertThat(record.isLeaseLive()).isTrue();
+    }
+  }
+}
