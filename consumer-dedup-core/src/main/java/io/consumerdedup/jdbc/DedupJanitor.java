@@ -70,6 +70,7 @@ public final class DedupJanitor implements AutoCloseable {
   private boolean workLeft;
   private long lastBehindWarning;
   private boolean backlogFailureLogged;
+  private boolean backlogReportFailureLogged;
   private volatile @Nullable PurgeBacklog lastBacklog;
   private @Nullable ScheduledExecutorService scheduler;
 
@@ -98,9 +99,15 @@ public final class DedupJanitor implements AutoCloseable {
     synchronized (runLock) {
       try {
         measureBacklog();
+        backlogReported();
       } catch (DedupStoreException e) {
         // Reported by measureBacklog. The purge does not need the count: a count that fails run
         // after run (a timeout over the index entries of purged rows) must not stop the purge.
+      } catch (RuntimeException | Error e) {
+        // The report failed, not the count: the application's listener threw (an Error such as a
+        // NoSuchMethodError of a metrics library of another version recurs at every run), and
+        // passed on it ended every run before its purge, so retention stopped for good.
+        backlogReportFailed(e);
       }
       long deadline = System.nanoTime() + maxRunTime.toNanos();
       int total = 0;
@@ -194,6 +201,23 @@ public final class DedupJanitor implements AutoCloseable {
 
   private synchronized void backlogMeasured() {
     backlogFailureLogged = false;
+  }
+
+  private synchronized void backlogReported() {
+    backlogReportFailureLogged = false;
+  }
+
+  private synchronized void backlogReportFailed(Throwable failure) {
+    if (backlogReportFailureLogged) {
+      log.debug(
+          "Reporting the backlog of the purge of expired dedup records failed again", failure);
+      return;
+    }
+    backlogReportFailureLogged = true;
+    log.error(
+        "Reporting the backlog of the purge of expired dedup records failed (a DedupListener"
+            + " threw); the purge goes on without the report",
+        failure);
   }
 
   private synchronized void warnBehind(PurgeBacklog backlog) {

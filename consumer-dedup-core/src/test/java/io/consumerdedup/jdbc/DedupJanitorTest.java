@@ -95,9 +95,9 @@ class DedupJanitorTest {
   }
 
   /**
-   * An {@code Error} in a scheduled run (here the application's listener, as the run measures its
-   * backlog; an {@code OutOfMemoryError} anywhere in the run alike) ended the schedule: no run came
-   * after it, and the table grew from then on without a word until the next restart.
+   * An {@code Error} in a scheduled run (here the application's listener, as the run reports what
+   * it purged; an {@code OutOfMemoryError} anywhere in the run alike) ended the schedule: no run
+   * came after it, and the table grew from then on without a word until the next restart.
    */
   @Test
   void anErrorInAScheduledRunDoesNotEndTheSchedule() throws SQLException {
@@ -105,15 +105,16 @@ class DedupJanitorTest {
     DedupListener failingOnce =
         new DedupListener() {
           @Override
-          public void purgeBacklog(long expiredRows, Duration oldestExpiredAge) {
+          public void purged(int count) {
             if (measures.incrementAndGet() == 1) {
-              throw new StackOverflowError("listener's first purgeBacklog");
+              throw new StackOverflowError("listener's first purged");
             }
           }
         };
     try (DedupJanitor janitor =
         DedupJanitor.builder(store)
             .batchSize(500)
+            .maxBatchesPerRun(1)
             .interval(Duration.ofMillis(100))
             .listener(failingOnce)
             .build()) {
@@ -126,7 +127,42 @@ class DedupJanitorTest {
                       .as("expired records left after the run the Error ended")
                       .isZero());
     }
-    assertThat(measures).as("runs that measured the backlog").hasValueGreaterThan(1);
+    assertThat(measures).as("runs that reported what they purged").hasValueGreaterThan(1);
+    assertThat(count("kept-%")).isEqualTo(100);
+  }
+
+  /**
+   * A listener that throws an {@code Error} each time it is told the backlog (a metrics library of
+   * another version than the one it was built against: {@code NoSuchMethodError}) stopped every run
+   * before it purged anything: retention ended while the runs went on failing.
+   */
+  @Test
+  void aListenerThatThrowsAnErrorOnEveryBacklogReportDoesNotStopThePurge() throws SQLException {
+    AtomicInteger reports = new AtomicInteger();
+    DedupListener builtAgainstAnotherVersion =
+        new DedupListener() {
+          @Override
+          public void purgeBacklog(long expiredRows, Duration oldestExpiredAge) {
+            reports.incrementAndGet();
+            throw new NoSuchMethodError("'void io.micrometer.core.instrument.Gauge.set(double)'");
+          }
+        };
+    try (DedupJanitor janitor =
+        DedupJanitor.builder(store)
+            .batchSize(500)
+            .interval(Duration.ofMillis(100))
+            .listener(builtAgainstAnotherVersion)
+            .build()) {
+      janitor.start();
+      await()
+          .atMost(Duration.ofSeconds(5))
+          .untilAsserted(
+              () ->
+                  assertThat(count("expired-%"))
+                      .as("expired records left after %s runs whose report threw", reports.get())
+                      .isZero());
+    }
+    assertThat(reports).as("backlog reports that threw").hasPositiveValue();
     assertThat(count("kept-%")).isEqualTo(100);
   }
 
