@@ -93,7 +93,7 @@ class IdempotentExecutorTest {
 
   /**
    * A listener that throws an Error on {@code leaseLost}; the handler lets another consumer take
-   * its key over (its lease run out) before it ends, so its outcome is fenced out.
+   * its key over (its lease having run out) before it ends, so its outcome is fenced out.
    */
   private IdempotentExecutor takenOverWithABrokenListener(List<String> told) {
     return executor(
