@@ -190,4 +190,46 @@ class ExecutorClosingTest {
       threads.shutdownNow();
     }
   }
+
+  /**
+   * An application that stops on an interrupted thread (a shutdown hook on a pool shut down with
+   * {@code shutdownNow}, or the usual {@code interrupt()} restored after an InterruptedException
+   * before a {@code finally} that closes the executor), while another thread has the pool's one
+   * connection for a moment and a SUCCESS mark is still to be written.
+   */
+  @Test
+  void theMarksStillToWriteAreWrittenByACloseOnAnInterruptedThread() throws Exception {
+    try (HikariDataSource onePool = TestDatabase.dataSource(db.schema(), 1)) {
+      IdempotentExecutor executor =
+          db.executor(IdempotentExecutor.builder(JdbcDedupStore.builder(onePool).build()));
+      DedupKey key = DedupKey.of("payment", "closed-interrupted");
+      DedupClaim claim = executor.claim(key, null, "pay-0@30");
+      Connection busy = onePool.getConnection();
+      CompletableFuture<Void> handedBack =
+          CompletableFuture.runAsync(
+              () -> {
+                try {
+                  Thread.sleep(300);
+                  busy.close();
+                } catch (Exception e) {
+                  throw new IllegalStateException(e);
+                }
+              });
+      CompletableFuture<Void> written = claim.completeWithNextClaim(); // the poll's last record
+
+      Thread.currentThread().interrupt();
+      try {
+        executor.close();
+      } finally {
+        assertThat(Thread.interrupted()).as("the caller's interrupt is still set").isTrue();
+      }
+      handedBack.get(10, TimeUnit.SECONDS);
+
+      assertThat(written).as("the mark's future").succeedsWithin(Duration.ofSeconds(10));
+      assertThat(errorsAbout("pay-0@30")).as("ERROR lines naming the delivery").isEmpty();
+      assertThat(db.store().find(key).orElseThrow().status())
+          .as("not left PROCESSING for a whole lease, its record delivered again")
+          .isEqualTo(DedupStatus.SUCCESS);
+    }
+  }
 }

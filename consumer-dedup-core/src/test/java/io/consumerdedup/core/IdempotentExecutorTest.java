@@ -91,6 +91,91 @@ class IdempotentExecutorTest {
     assertThat(executor.execute(key, () -> "charged").attempt()).as("retried").isEqualTo(2);
   }
 
+  /**
+   * A listener that throws an Error on {@code leaseLost}; the handler lets another consumer take
+   * its key over (its lease having run out) before it ends, so its outcome is fenced out.
+   */
+  private IdempotentExecutor takenOverWithABrokenListener(List<String> told) {
+    return executor(
+        IdempotentExecutor.builder(db.store())
+            .ownerId("zombie")
+            .listener(
+                new DedupListener() {
+                  @Override
+                  public void leaseLost(DedupKey key, int attempt) {
+                    told.add("leaseLost");
+                    throw new AssertionError("metrics backend bug");
+                  }
+
+                  @Override
+                  public void failed(DedupKey key, int attempt, Throwable error) {
+                    told.add("failed");
+                  }
+                }));
+  }
+
+  private void takeOver(DedupKey key) throws SQLException {
+    execute(
+        db.dataSource(),
+        "UPDATE consumer_dedup SET lease_until = now() - interval '1 second' WHERE biz_key = '"
+            + key.bizKey()
+            + "'");
+    IdempotentExecutor successor =
+        executor(IdempotentExecutor.builder(db.store()).ownerId("successor"));
+    assertThat(successor.claim(key, null, null).attempt()).as("taken over").isEqualTo(2);
+  }
+
+  @Test
+  void aListenerThatThrowsAnErrorOnALostLeaseDoesNotReplaceTheHandlersException() {
+    List<String> told = new CopyOnWriteArrayList<>();
+    IdempotentExecutor zombie = takenOverWithABrokenListener(told);
+    DedupKey key = DedupKey.of("payment", "ORD-lost-failed");
+
+    assertThatThrownBy(
+            () ->
+                zombie.execute(
+                    key,
+                    () -> {
+                      takeOver(key);
+                      throw new IllegalStateException("bank timed out");
+                    }))
+        .as("the handler's own exception, which the caller's retry or dead-letter policy reads")
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessage("bank timed out")
+        .satisfies(
+            thrown ->
+                assertThat(thrown.getSuppressed())
+                    .hasAtLeastOneElementOfType(AssertionError.class));
+    assertThat(told).as("the lease loss and the failure both told").contains("leaseLost", "failed");
+    assertThat(db.store().find(key).orElseThrow().owner())
+        .as("the new holder's claim stands")
+        .isEqualTo("successor");
+  }
+
+  @Test
+  void aListenerThatThrowsAnErrorOnALostLeaseStillSaysTheSuccessWasNotRecorded() {
+    List<String> told = new CopyOnWriteArrayList<>();
+    IdempotentExecutor zombie = takenOverWithABrokenListener(told);
+    DedupKey key = DedupKey.of("payment", "ORD-lost-success");
+
+    assertThatThrownBy(
+            () ->
+                zombie.execute(
+                    key,
+                    () -> {
+                      takeOver(key);
+                      return "charged";
+                    }))
+        .as("a lost lease: retry later, the new holder decides")
+        .isInstanceOf(DedupLeaseLostException.class)
+        .satisfies(
+            thrown ->
+                assertThat(thrown.getSuppressed())
+                    .hasAtLeastOneElementOfType(AssertionError.class));
+    assertThat(told).contains("leaseLost");
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
+  }
+
   @Test
   void aClaimEndedByTheCallerRecordsItsOutcomeOnce() {
     IdempotentExecutor executor = executor();

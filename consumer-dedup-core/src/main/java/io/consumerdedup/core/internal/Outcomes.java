@@ -86,6 +86,17 @@ public final class Outcomes implements AutoCloseable {
           token,
           e.getMessage());
       throw PendingOutcomes.notRecordedYet(key, source, e);
+    } catch (RuntimeException | Error listenerFailed) {
+      // Thrown by the application's listener as it was told how the write ended (a store failure
+      // arrives as a DedupStoreException). After a written SUCCESS it is the caller's to see.
+      if (!outcome.written.isCompletedExceptionally()) {
+        throw listenerFailed;
+      }
+      // Told of a lost lease: thrown on, it replaced the loss, on which the adapters decide to
+      // retry the record later rather than to count it failed.
+      DedupLeaseLostException lost = new DedupLeaseLostException(key, token, "SUCCESS", source);
+      lost.addSuppressed(listenerFailed);
+      throw lost;
     }
     throw new DedupLeaseLostException(key, token, "SUCCESS", source);
   }
@@ -199,6 +210,13 @@ public final class Outcomes implements AutoCloseable {
             token,
             e.getMessage());
       } // else the executor closed, and keep said at ERROR that it is given up
+    } catch (RuntimeException | Error listenerFailed) {
+      // Thrown by the application's listener as it was told that the lease was lost (a store
+      // failure arrives as a DedupStoreException): thrown on, it replaced the handler's own
+      // exception, and the listener never heard of the failure.
+      if (listenerFailed != error) {
+        error.addSuppressed(listenerFailed);
+      }
     }
     tellFailed(listener, key, token, error);
   }

@@ -487,35 +487,49 @@ final class SuccessMarkWriter {
     }
   }
 
-  /** Stops the writer thread and writes the marks still queued or parked, once. */
+  /**
+   * Stops the writer thread and writes the marks still queued or parked, once. The caller's
+   * interrupt (an application stopping on an interrupted thread) is set aside meanwhile and set
+   * again after: left set, it cut the wait for the writer's marks in flight short, and the write of
+   * the marks still queued failed on it at once (a pool that has to wait for a connection throws on
+   * it), so marks whose handlers had run were given up, their keys left PROCESSING and their
+   * records delivered again, though the database was up.
+   */
   void close() {
-    Thread current;
-    synchronized (marks) {
-      closed = true;
-      current = writer;
-      // Woken only when idle: an interrupt could fail the store call of the marks in flight. A
-      // writer that is busy sees the flag once its call returns (bounded by the store's timeouts)
-      // and settles those marks itself. Decided under the lock on which the writer says it
-      // writes, and clears an interrupt that came before.
-      if (current != null && !writing) {
-        current.interrupt();
+    boolean interrupted = Thread.interrupted();
+    try {
+      Thread current;
+      synchronized (marks) {
+        closed = true;
+        current = writer;
+        // Woken only when idle: an interrupt could fail the store call of the marks in flight. A
+        // writer that is busy sees the flag once its call returns (bounded by the store's
+        // timeouts) and settles those marks itself. Decided under the lock on which the writer
+        // says it writes, and clears an interrupt that came before.
+        if (current != null && !writing) {
+          current.interrupt();
+        }
       }
-    }
-    if (current != null) {
-      try {
-        current.join(closeWait.toMillis());
-      } catch (InterruptedException e) {
+      if (current != null) {
+        try {
+          current.join(closeWait.toMillis());
+        } catch (InterruptedException e) {
+          interrupted = true; // the flag is clear again for the write below
+        }
+      }
+      List<PendingOutcome> queued = new ArrayList<>();
+      marks.drainTo(queued);
+      parked.forEach(
+          (thread, mark) -> {
+            if (parked.remove(thread, mark)) {
+              queued.add(mark);
+            }
+          });
+      writeMarks(queued);
+    } finally {
+      if (interrupted) {
         Thread.currentThread().interrupt();
       }
     }
-    List<PendingOutcome> queued = new ArrayList<>();
-    marks.drainTo(queued);
-    parked.forEach(
-        (thread, mark) -> {
-          if (parked.remove(thread, mark)) {
-            queued.add(mark);
-          }
-        });
-    writeMarks(queued);
   }
 }
