@@ -6,6 +6,7 @@ import io.consumerdedup.core.DedupAdmin.RecordQuery;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
@@ -42,6 +43,9 @@ import org.springframework.boot.actuate.endpoint.web.WebEndpointResponse;
  *       lease is still live answers 409 and changes nothing, unless the body says {@code "force":
  *       true} (the operator knows the holder is dead; if it is not, the handler runs twice).
  * </ul>
+ *
+ * <p>A request whose value the database refuses (a NUL in a filter or a cursor) answers 400, and
+ * any request while the dedup table does not answer answers 503, each with the store's reason.
  */
 @Endpoint(id = "consumerdedup")
 public class ConsumerDedupEndpoint {
@@ -73,8 +77,13 @@ public class ConsumerDedupEndpoint {
 
   /** The counts per biz type and status. */
   @ReadOperation
-  public Map<String, Object> summary() {
-    List<DedupAdmin.StatusCount> counts = admin.counts();
+  public WebEndpointResponse<Object> summary() {
+    List<DedupAdmin.StatusCount> counts;
+    try {
+      counts = admin.counts();
+    } catch (DedupStoreException e) {
+      return storeFailure(e);
+    }
     Map<String, Object> summary = new LinkedHashMap<>();
     summary.put("table", store.tableName());
     summary.put("dialect", store.dialect().map(Enum::name).orElse("unknown"));
@@ -94,7 +103,7 @@ public class ConsumerDedupEndpoint {
         summary.put("purgeError", String.valueOf(e.getMessage()));
       }
     }
-    return summary;
+    return ok(summary);
   }
 
   /** A list of records ({@code records}) or one record ({@code record}). */
@@ -121,6 +130,8 @@ public class ConsumerDedupEndpoint {
       };
     } catch (IllegalArgumentException e) {
       return error(400, String.valueOf(e.getMessage()));
+    } catch (DedupStoreException e) {
+      return storeFailure(e);
     }
   }
 
@@ -159,6 +170,8 @@ public class ConsumerDedupEndpoint {
       return new WebEndpointResponse<>(body, status(change));
     } catch (IllegalArgumentException e) {
       return error(400, String.valueOf(e.getMessage()));
+    } catch (DedupStoreException e) {
+      return storeFailure(e);
     }
   }
 
@@ -239,6 +252,17 @@ public class ConsumerDedupEndpoint {
 
   private static WebEndpointResponse<Object> ok(Object body) {
     return new WebEndpointResponse<>(body, 200);
+  }
+
+  /**
+   * A value the database refused (a NUL, a time beyond its range) is the caller's to correct: 400.
+   * Anything else is the database's state, as the health shows it: 503. Either way with the reason,
+   * which the web layer would drop from an exception's bare 500.
+   */
+  private static WebEndpointResponse<Object> storeFailure(DedupStoreException e) {
+    return e instanceof DedupStoreDataException
+        ? error(400, "The database refused a value of the request: " + e.getMessage())
+        : error(503, "The dedup table did not answer: " + e.getMessage());
   }
 
   private static WebEndpointResponse<Object> error(int status, String message) {
