@@ -261,40 +261,40 @@ abstract class MySqlDialectStoreTests {
         TestMariaDb.dataSource(
             server, database, driver(), 2, "SET SESSION innodb_snapshot_isolation = ON")) {
       TransactionBoundDataSource transactions = TransactionBoundDataSource.of(snapshots);
-      IdempotentExecutor executor =
+      try (IdempotentExecutor executor =
           IdempotentExecutor.builder(JdbcDedupStore.builder(transactions).build())
               .mode(DedupMode.TRANSACTIONAL)
-              .build();
-      Throwable refused =
-          catchThrowable(
-              () ->
-                  transactions.inTransaction(
-                      () -> {
-                        // The handler of an earlier record of the poll read in this transaction.
-                        try (Connection connection = transactions.getConnection();
-                            Statement statement = connection.createStatement()) {
-                          statement.executeQuery("SELECT count(*) FROM charges").close();
-                        }
-                        // Meanwhile another consumer applies the key.
-                        assertThat(
-                                store.complete(
-                                    claimed(store.claim(request(key, "consumer-a"))), RETENTION))
-                            .isTrue();
-                        return executor.execute(key, runs::incrementAndGet);
-                      }));
+              .build()) {
+        Throwable refused =
+            catchThrowable(
+                () ->
+                    transactions.inTransaction(
+                        () -> {
+                          // The handler of an earlier record of the poll read in this transaction.
+                          try (Connection connection = transactions.getConnection();
+                              Statement statement = connection.createStatement()) {
+                            statement.executeQuery("SELECT count(*) FROM charges").close();
+                          }
+                          // Meanwhile another consumer applies the key.
+                          assertThat(
+                                  store.complete(
+                                      claimed(store.claim(request(key, "consumer-a"))), RETENTION))
+                              .isTrue();
+                          return executor.execute(key, runs::incrementAndGet);
+                        }));
 
-      assertThat(refused)
-          .as("a transaction to restart, as PostgreSQL's serialization failure: retry later")
-          .isInstanceOf(DedupStoreUnavailableException.class)
-          .hasMessageContaining("Record has changed since last read");
-      assertThat(
-              transactions
-                  .inTransaction(() -> executor.execute(key, runs::incrementAndGet))
-                  .outcome())
-          .as("the redelivery, in a new transaction")
-          .isEqualTo(Outcome.DUPLICATE);
-      assertThat(runs).hasValue(0);
-      executor.close();
+        assertThat(refused)
+            .as("a transaction to restart, as PostgreSQL's serialization failure: retry later")
+            .isInstanceOf(DedupStoreUnavailableException.class)
+            .hasMessageContaining("Record has changed since last read");
+        assertThat(
+                transactions
+                    .inTransaction(() -> executor.execute(key, runs::incrementAndGet))
+                    .outcome())
+            .as("the redelivery, in a new transaction")
+            .isEqualTo(Outcome.DUPLICATE);
+        assertThat(runs).hasValue(0);
+      }
     }
   }
 
