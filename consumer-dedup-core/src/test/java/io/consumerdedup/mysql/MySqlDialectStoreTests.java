@@ -2,6 +2,7 @@ package io.consumerdedup.mysql;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowable;
 
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.ClaimRequest;
@@ -14,6 +15,7 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupResult;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.DedupTableMissingException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
@@ -40,6 +42,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.IntStream;
 import org.jspecify.annotations.Nullable;
 import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
@@ -237,6 +240,61 @@ abstract class MySqlDialectStoreTests {
       assertThat(charges("ORD-tx-2")).isEqualTo(1);
       assertThat(store.find(DedupKey.of("payment", "ORD-tx-2")).orElseThrow().status())
           .isEqualTo(DedupStatus.SUCCESS);
+    }
+  }
+
+  @Test
+  void aTransactionalClaimOfAKeyAppliedSinceItsTransactionsSnapshotIsRetriedLater()
+      throws Exception {
+    // MariaDB 11.6 and later default to innodb_snapshot_isolation=ON: a transaction that has read
+    // may not lock a row committed after its snapshot, and is told to restart (error 1020), as
+    // PostgreSQL's REPEATABLE READ answers 40001.
+    try (Connection connection = dataSource.getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.executeQuery("SELECT @@innodb_snapshot_isolation").close();
+    } catch (SQLException e) {
+      Assumptions.abort("the server has no innodb_snapshot_isolation: " + e.getMessage());
+    }
+    DedupKey key = DedupKey.of("payment", "ORD-snapshot-1");
+    AtomicInteger runs = new AtomicInteger();
+    try (HikariDataSource snapshots =
+        TestMariaDb.dataSource(
+            server, database, driver(), 2, "SET SESSION innodb_snapshot_isolation = ON")) {
+      TransactionBoundDataSource transactions = TransactionBoundDataSource.of(snapshots);
+      try (IdempotentExecutor executor =
+          IdempotentExecutor.builder(JdbcDedupStore.builder(transactions).build())
+              .mode(DedupMode.TRANSACTIONAL)
+              .build()) {
+        Throwable refused =
+            catchThrowable(
+                () ->
+                    transactions.inTransaction(
+                        () -> {
+                          // The handler of an earlier record of the poll read in this transaction.
+                          try (Connection connection = transactions.getConnection();
+                              Statement statement = connection.createStatement()) {
+                            statement.executeQuery("SELECT count(*) FROM charges").close();
+                          }
+                          // Meanwhile another consumer applies the key.
+                          assertThat(
+                                  store.complete(
+                                      claimed(store.claim(request(key, "consumer-a"))), RETENTION))
+                              .isTrue();
+                          return executor.execute(key, runs::incrementAndGet);
+                        }));
+
+        assertThat(refused)
+            .as("a transaction to restart, as PostgreSQL's serialization failure: retry later")
+            .isInstanceOf(DedupStoreUnavailableException.class)
+            .hasMessageContaining("Record has changed since last read");
+        assertThat(
+                transactions
+                    .inTransaction(() -> executor.execute(key, runs::incrementAndGet))
+                    .outcome())
+            .as("the redelivery, in a new transaction")
+            .isEqualTo(Outcome.DUPLICATE);
+        assertThat(runs).hasValue(0);
+      }
     }
   }
 
