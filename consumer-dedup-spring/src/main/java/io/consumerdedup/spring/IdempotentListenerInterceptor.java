@@ -338,29 +338,32 @@ public final class IdempotentListenerInterceptor {
       throw beforeCall;
     }
     Object result;
+    // A null future or Mono (an early "return null" for work done at once) is a call that is
+    // done: waiting for it would leave the claim open for good.
+    ListenerShape.Returns returns = listener.shape.returns;
+    CompletableFuture<?> future = null;
     try {
       result = invocation.proceed();
+      if (result != null && returns == ListenerShape.Returns.FUTURE) {
+        future = ((CompletionStage<?>) result).toCompletableFuture();
+      } else if (result != null && returns == ListenerShape.Returns.MONO) {
+        // Subscribing runs the Mono's work, and Reactor throws a JVM-fatal Error of that work (a
+        // StackOverflowError, a NoClassDefFoundError) out of the subscription instead of
+        // signalling it: it is the listener's failure as much as one the method threw.
+        future = MonoOutcomes.toFuture(result);
+      }
     } catch (Throwable error) {
       pending.listenerFailed(error);
       settle(listener, record, pending, claim, source);
       throw attempts.toThrow(claim, error);
     }
-    // A null future or Mono (an early "return null" for work done at once) is a call that is
-    // done: waiting for it would leave the claim open for good.
-    switch (result == null ? ListenerShape.Returns.VALUE : listener.shape.returns) {
+    switch (future == null ? ListenerShape.Returns.VALUE : returns) {
       case FUTURE:
-        Object value =
-            awaitSettled(
-                ((CompletionStage<?>) Objects.requireNonNull(result)).toCompletableFuture(),
-                pending,
-                claim,
-                listener);
+        Object value = awaitSettled(Objects.requireNonNull(future), pending, claim, listener);
         release(held);
         return CompletableFuture.completedFuture(value);
       case MONO:
-        Object item =
-            awaitSettled(
-                MonoOutcomes.toFuture(Objects.requireNonNull(result)), pending, claim, listener);
+        Object item = awaitSettled(Objects.requireNonNull(future), pending, claim, listener);
         release(held);
         return MonoOutcomes.of(item);
       default:

@@ -4,6 +4,7 @@ import java.lang.reflect.Method;
 import java.util.LinkedHashSet;
 import java.util.Set;
 import org.jspecify.annotations.Nullable;
+import org.springframework.core.DefaultParameterNameDiscoverer;
 import org.springframework.core.MethodParameter;
 import org.springframework.core.annotation.AnnotatedMethod;
 import org.springframework.expression.Expression;
@@ -18,7 +19,8 @@ import org.springframework.messaging.handler.annotation.Header;
  * The headers an {@code @Idempotent} listener reads its key from and also takes as {@code @Header}
  * arguments: a record without one fails argument resolution before consumer-dedup sees the call,
  * which must still be reported as a missing key. Names match exactly: an argument
- * {@code @Header("no")} is not the key of {@code #headers['order-no']}.
+ * {@code @Header("no")} is not the key of {@code #headers['order-no']}; an argument {@code @Header}
+ * without a name is named by its parameter, as spring-messaging names it.
  */
 final class KeyHeaderArguments {
   private KeyHeaderArguments() {}
@@ -41,7 +43,12 @@ final class KeyHeaderArguments {
       Header argument = parameter.getParameterAnnotation(Header.class);
       if (argument != null) {
         String name = argument.name().isEmpty() ? argument.value() : argument.name();
-        if (keyHeaders.contains(name)) {
+        if (name.isEmpty()) {
+          // spring-messaging then looks the header up by the parameter's name.
+          parameter.initParameterNameDiscovery(new DefaultParameterNameDiscoverer());
+          name = parameter.getParameterName();
+        }
+        if (name != null && keyHeaders.contains(name)) {
           arguments.add(name);
         }
       }

@@ -102,7 +102,8 @@ public final class PartitionHolds {
    * Holds {@code records.get(0)}: seeks each partition of {@code records} back to its first record
    * (they were not processed) and pauses the first record's partition for the next back-off step. A
    * record held again while its partition is still paused (the error handler and the after-rollback
-   * processor both see a rolled-back record) does not advance the back-off.
+   * processor both see a rolled-back record) does not advance the back-off. A partition the
+   * application paused itself is left to the application to resume.
    *
    * @return how long the partition stays paused
    */
@@ -120,15 +121,23 @@ public final class PartitionHolds {
     Pause pause;
     Duration wait;
     synchronized (this) {
-      Hold hold = holds.get(key);
+      Hold previous = holds.get(key);
+      boolean pausedByHold =
+          previous != null && previous.pause != null && previous.pause.owner == owner;
+      Hold hold = previous;
       if (hold == null || hold.offset != first.offset()) {
         hold = new Hold(first.offset());
         holds.put(key, hold);
       }
-      if (hold.pause != null
-          && hold.pause.owner == owner
-          && owner.isPartitionPauseRequested(partition)) {
-        return backOff(hold.count);
+      if (owner.isPartitionPauseRequested(partition)) {
+        if (!pausedByHold) {
+          // The application paused it itself (the container's pausePartition): a resume after the
+          // back-off would undo that pause. The record comes again when the application resumes.
+          return backOff(Math.max(1, hold.count));
+        }
+        if (hold == previous) {
+          return backOff(hold.count);
+        }
       }
       hold.count++;
       pause = new Pause(owner);

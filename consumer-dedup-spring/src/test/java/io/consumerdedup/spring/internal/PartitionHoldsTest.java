@@ -8,9 +8,12 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.UUID;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.locks.ReentrantLock;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.MockConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -87,11 +90,46 @@ class PartitionHoldsTest {
     }
   }
 
+  /**
+   * The application paused the partition itself (the container's {@code pausePartition}, say while
+   * a downstream system is down) before a record of the poll in hand was held: the hold's resume,
+   * after its back-off, must not undo the application's pause. Before, it did, and the records sent
+   * meanwhile were delivered while the application had the partition paused.
+   */
+  @Test
+  void aHoldDoesNotResumeAPartitionTheApplicationPausedItself() throws Exception {
+    AtomicInteger delivered = new AtomicInteger();
+    Lockable container = started("holds-app-paused", record -> delivered.incrementAndGet());
+    PartitionHolds holds = new PartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200));
+    TopicPartition partition = partition("holds-app-paused");
+
+    container.pausePartition(partition);
+    MessageListenerContainer owner = owner(container, "holds-app-paused");
+    await().atMost(Duration.ofSeconds(20)).until(() -> owner.isPartitionPaused(partition));
+    holds.hold(List.of(record("holds-app-paused", 0)), consumer, container);
+    try (KafkaProducer<String, String> producer = TestKafka.producer()) {
+      producer.send(new ProducerRecord<>("holds-app-paused", "key", "sent while paused")).get();
+    }
+
+    Thread.sleep(2_000); // ten back-offs
+    assertThat(owner.isPartitionPauseRequested(partition))
+        .as("still paused, as the application asked")
+        .isTrue();
+    assertThat(delivered).as("records delivered while paused").hasValue(0);
+
+    container.resumePartition(partition);
+    await().atMost(Duration.ofSeconds(20)).until(() -> delivered.get() == 1);
+  }
+
   private Lockable started(String topic) {
+    return started(topic, record -> {});
+  }
+
+  private Lockable started(String topic, MessageListener<String, String> listener) {
     TestKafka.createTopics(1, topic);
     ContainerProperties properties = new ContainerProperties(new TopicPartitionOffset(topic, 0));
     properties.setGroupId(topic + "-" + UUID.randomUUID());
-    properties.setMessageListener((MessageListener<String, String>) record -> {});
+    properties.setMessageListener(listener);
     Lockable container =
         new Lockable(
             new DefaultKafkaConsumerFactory<>(TestKafka.consumerConfig(properties.getGroupId())),
