@@ -327,6 +327,70 @@ abstract class MySqlDialectStoreTests {
   }
 
   @Test
+  void aClaimWhoseQueryAnOperatorKillsIsRetried() throws Exception {
+    // KILL QUERY (error 1317, "Query execution was interrupted") ends the statement, not the
+    // connection or the data: PostgreSQL's pg_cancel_backend (57014) is retried likewise.
+    DedupKey key = DedupKey.of("payment", "killed-1");
+    JdbcDedupStore killedStore = JdbcDedupStore.builder(dataSource).build();
+    claimed(store.claim(request(key, "a")));
+    expireLease(key);
+    try (Connection holder = dataSource.getConnection();
+        Connection operator = dataSource.getConnection()) {
+      holder.setAutoCommit(false);
+      try (Statement statement = holder.createStatement()) {
+        statement.executeQuery(
+            "SELECT * FROM consumer_dedup WHERE biz_key = 'killed-1' FOR UPDATE");
+      }
+      long holderId = connectionId(holder);
+      CompletableFuture<ClaimResult> claim =
+          CompletableFuture.supplyAsync(() -> killedStore.claim(request(key, "b")));
+      long waiting = 0;
+      for (long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+          waiting == 0 && System.nanoTime() < until; ) {
+        Thread.sleep(50);
+        waiting = sessionWaitingOn(operator, holderId);
+      }
+      assertThat(waiting).as("the claim waiting on the row lock").isPositive();
+      try (Statement statement = operator.createStatement()) {
+        statement.execute("KILL QUERY " + waiting);
+      }
+      Thread.sleep(300);
+      holder.commit();
+      assertThat(claimed(claim.get(20, TimeUnit.SECONDS)).token())
+          .as("the claim, tried again after its query was killed")
+          .isEqualTo(2);
+    }
+    assertThat(killedStore.retry().getMetrics().getNumberOfSuccessfulCallsWithRetryAttempt())
+        .as("the killed query (1317) really happened and was retried")
+        .isEqualTo(1);
+  }
+
+  private static long connectionId(Connection connection) throws SQLException {
+    try (Statement statement = connection.createStatement();
+        ResultSet row = statement.executeQuery("SELECT CONNECTION_ID()")) {
+      row.next();
+      return row.getLong(1);
+    }
+  }
+
+  /** The session whose transaction waits for a lock that {@code holderId}'s transaction holds. */
+  private static long sessionWaitingOn(Connection operator, long holderId) throws SQLException {
+    try (PreparedStatement statement =
+        operator.prepareStatement(
+            "SELECT waiting.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS w"
+                + " JOIN information_schema.INNODB_TRX waiting"
+                + " ON waiting.trx_id = w.requesting_trx_id"
+                + " JOIN information_schema.INNODB_TRX holding"
+                + " ON holding.trx_id = w.blocking_trx_id"
+                + " WHERE holding.trx_mysql_thread_id = ?")) {
+      statement.setLong(1, holderId);
+      try (ResultSet row = statement.executeQuery()) {
+        return row.next() ? row.getLong(1) : 0;
+      }
+    }
+  }
+
+  @Test
   void aBatchClaimWaitsOnlyForItsOwnKeysWhileTheTableIsSmall() throws Exception {
     // A new deployment's table: for a batch of a few keys the server would rather scan the table
     // (or every row of the biz type) than look each key up, and a locking read locks every row it
