@@ -22,8 +22,10 @@ import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.SqlDialect;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
+import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.TestMariaDb;
 import java.sql.Connection;
+import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
@@ -31,9 +33,11 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executor;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -343,14 +347,14 @@ abstract class MySqlDialectStoreTests {
       }
       long holderId = connectionId(holder);
       CompletableFuture<ClaimResult> claim =
-          CompletableFuture.supplyAsync(() -> killedStore.claim(request(key, "b")));
+          CompletableFuture.supplyAsync(() -> killedStore.claim(request(key, "b")), ownThread());
       long waiting = 0;
       for (long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
           waiting == 0 && System.nanoTime() < until; ) {
         Thread.sleep(50);
         waiting = sessionWaitingOn(operator, holderId);
       }
-      assertThat(waiting).as("the claim waiting on the row lock").isPositive();
+      assertThat(waiting).as("the claim waiting on the row lock: %s", claim).isPositive();
       try (Statement statement = operator.createStatement()) {
         statement.execute("KILL QUERY " + waiting);
       }
@@ -363,6 +367,48 @@ abstract class MySqlDialectStoreTests {
     assertThat(killedStore.retry().getMetrics().getNumberOfSuccessfulCallsWithRetryAttempt())
         .as("the killed query (1317) really happened and was retried")
         .isEqualTo(1);
+  }
+
+  @Test
+  void aClaimRefusedAConnectionOverItsUsersConnectionLimitIsRetried() throws Exception {
+    // An account's max_user_connections (1226, SQL state 42000): the limit of one database user,
+    // as PostgreSQL's "too many connections for role" (53300).
+    String user = "dedup_limited_" + driver().name().toLowerCase(Locale.ROOT);
+    execute("DROP USER IF EXISTS '" + user + "'@'%'");
+    execute("CREATE USER '" + user + "'@'%' IDENTIFIED BY 'pw' WITH MAX_USER_CONNECTIONS 1");
+    execute("GRANT ALL ON " + database + ".* TO '" + user + "'@'%'");
+    try {
+      String url =
+          TestMariaDb.url(server, database, driver())
+              .replaceAll("user=[^&]*", "user=" + user + "&password=pw");
+      ConnectionSource limited =
+          new ConnectionSource() {
+            @Override
+            public Connection getConnection() throws SQLException {
+              return DriverManager.getConnection(url);
+            }
+          };
+      JdbcDedupStore limitedStore = JdbcDedupStore.builder(limited).build();
+      DedupKey key = DedupKey.of("payment", "limited-1");
+      CompletableFuture<ClaimResult> claim;
+      try (Connection taken = limited.getConnection()) {
+        claim =
+            CompletableFuture.supplyAsync(() -> limitedStore.claim(request(key, "b")), ownThread());
+        Thread.sleep(500);
+        assertThat(claim).as("waiting for a connection under the user's limit").isNotDone();
+      }
+      assertThat(claimed(claim.get(20, TimeUnit.SECONDS)).token()).isEqualTo(1);
+      assertThat(limitedStore.retry().getMetrics().getNumberOfSuccessfulCallsWithRetryAttempt())
+          .as("the connection refused over the limit (1226) really happened and was retried")
+          .isEqualTo(1);
+    } finally {
+      execute("DROP USER IF EXISTS '" + user + "'@'%'");
+    }
+  }
+
+  /** A thread of its own: the common pool's one thread on a small machine may be busy. */
+  private static Executor ownThread() {
+    return task -> new Thread(task, "claiming").start();
   }
 
   private static long connectionId(Connection connection) throws SQLException {
