@@ -352,7 +352,7 @@ abstract class MySqlDialectStoreTests {
       for (long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
           waiting == 0 && System.nanoTime() < until; ) {
         Thread.sleep(50);
-        waiting = sessionWaitingOn(operator, holderId);
+        waiting = connectionWaitingOn(operator, holderId);
       }
       assertThat(waiting).as("the claim waiting on the row lock: %s", claim).isPositive();
       try (Statement statement = operator.createStatement()) {
@@ -419,8 +419,10 @@ abstract class MySqlDialectStoreTests {
     }
   }
 
-  /** The session whose transaction waits for a lock that {@code holderId}'s transaction holds. */
-  private static long sessionWaitingOn(Connection operator, long holderId) throws SQLException {
+  /**
+   * The connection whose transaction waits for a lock that {@code holderId}'s transaction holds.
+   */
+  private static long connectionWaitingOn(Connection operator, long holderId) throws SQLException {
     try (PreparedStatement statement =
         operator.prepareStatement(
             "SELECT waiting.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS w"
