@@ -7,9 +7,13 @@ import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.util.IdentityHashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
+import java.util.OptionalInt;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.TopicPartition;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -66,9 +70,11 @@ import org.slf4j.LoggerFactory;
  * commit may have happened: then the dedup row is there and the redelivery is a duplicate; if not,
  * the redelivery runs the handler again. Either way the effect is applied once.
  *
- * <p>A failing record's attempts are counted by the loop, in memory: the rollback of a failed
- * attempt removes its dedup row together with its writes, so the table holds no count of failed
- * attempts (a restart grants a failing record a fresh set of attempts).
+ * <p>A failing record's attempts are counted in memory: the rollback of a failed attempt removes
+ * its dedup row together with its writes, so the table holds no count of failed attempts. This
+ * processor counts them ({@link #attempts}) for as long as it lives, so that a loop that follows
+ * one an {@link Error} ended, over the same processor, goes on counting (a restart of the process
+ * grants a failing record a fresh set of attempts).
  *
  * @param <K> the record key type
  * @param <V> the record value type
@@ -79,6 +85,30 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
   private final TransactionBoundDataSource transactions;
   private final RecordProcessor<K, V> processor;
   private final boolean perPoll;
+
+  /**
+   * The handler failures of records whose transaction rolled back, by record: the table keeps no
+   * count of them, and a loop's own count ends with the loop, which a handler's Error ends.
+   * Bounded: a dead-lettered record is never seen again, and the eldest entries are the first to
+   * go.
+   */
+  private final Map<Offset, Integer> rolledBackFailures =
+      new LinkedHashMap<>() {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        protected boolean removeEldestEntry(Map.Entry<Offset, Integer> eldest) {
+          return size() > MAX_REMEMBERED_FAILURES;
+        }
+      };
+
+  private static final int MAX_REMEMBERED_FAILURES = 10_000;
+
+  private record Offset(TopicPartition partition, long offset) {
+    static Offset of(ConsumerRecord<?, ?> record) {
+      return new Offset(new TopicPartition(record.topic(), record.partition()), record.offset());
+    }
+  }
 
   /**
    * The outcomes of the poll committed together by {@link #prepare}, per poll thread; absent when
@@ -191,11 +221,46 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
     if (outcome != null) {
       return outcome;
     }
+    Outcome processed;
     try {
-      return transactions.inTransaction(() -> processor.process(record));
+      processed = transactions.inTransaction(() -> processor.process(record));
     } catch (DedupStoreException e) {
       throw e.locatedAt(RecordSources.coordinates(record));
+    } catch (RuntimeException e) {
+      if (Disposition.of(e) == Disposition.HANDLER_FAILED) {
+        countFailure(record);
+      }
+      throw e;
+    } catch (Error e) {
+      // Counted as the loop counts it, as a handler failure. Only here: the loop it ends forgets
+      // its count, and the rollback left none in the table, so every loop that followed counted
+      // the record's first attempt and never dead-lettered it.
+      countFailure(record);
+      throw e;
     }
+    synchronized (rolledBackFailures) {
+      rolledBackFailures.remove(Offset.of(record));
+    }
+    return processed;
+  }
+
+  private void countFailure(ConsumerRecord<K, V> record) {
+    synchronized (rolledBackFailures) {
+      rolledBackFailures.merge(Offset.of(record), 1, Integer::sum);
+    }
+  }
+
+  /**
+   * The failed attempts of the record that this processor ran and rolled back; empty if none. The
+   * table holds none of them (see the class comment).
+   */
+  @Override
+  public OptionalInt attempts(ConsumerRecord<K, V> record) {
+    Integer failed;
+    synchronized (rolledBackFailures) {
+      failed = rolledBackFailures.get(Offset.of(record));
+    }
+    return failed == null ? OptionalInt.empty() : OptionalInt.of(failed);
   }
 
   @Override

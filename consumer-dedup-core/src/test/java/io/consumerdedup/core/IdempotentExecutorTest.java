@@ -1022,4 +1022,31 @@ class IdempotentExecutorTest {
       return result.get(10, TimeUnit.SECONDS);
     }
   }
+
+  /**
+   * PostgreSQL's text refuses NUL: an owner id with one was taken by the builder (and by the
+   * in-memory store of a user's tests), then every claim failed as the store refusing its data,
+   * which dead-letters each record unapplied.
+   */
+  @Test
+  void anOwnerIdTheTableCannotHoldIsRefusedWhenGivenNotAtEveryClaim() {
+    String withNul = "billing\u0000-1";
+    assertThatThrownBy(
+            () ->
+                db.store()
+                    .claim(
+                        new ClaimRequest(
+                            DedupKey.of("payment", "owner-nul"),
+                            withNul,
+                            Duration.ofMinutes(1),
+                            Duration.ofDays(1),
+                            null,
+                            null)))
+        .as("the table refuses the owner id")
+        .isInstanceOf(DedupStoreDataException.class);
+
+    assertThatThrownBy(() -> IdempotentExecutor.builder(db.store()).ownerId(withNul))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("ownerId must not contain control characters");
+  }
 }

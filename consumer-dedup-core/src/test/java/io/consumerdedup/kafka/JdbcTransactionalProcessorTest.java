@@ -476,6 +476,67 @@ class JdbcTransactionalProcessorTest {
     assertThat(charges("E-2")).containsExactly("billing");
   }
 
+  /**
+   * A handler that always throws an Error ends every loop; its attempt leaves no row (rolled back),
+   * so each new loop counted it as the first, and with maxAttempts above 1 the record was never
+   * dead-lettered: every loop the application started ended on it.
+   */
+  @Test
+  void aRecordWhoseHandlerAlwaysThrowsAnErrorIsDeadLetteredOnceItsAttemptsAreSpent()
+      throws Exception {
+    send("A-0-BROKEN");
+    send("A-1");
+    AtomicInteger errors = new AtomicInteger();
+    RecordProcessor<String, String> payments =
+        payments(
+            transactions,
+            "billing",
+            order -> {
+              if (order.equals("A-0-BROKEN")) {
+                errors.incrementAndGet();
+                throw new AssertionError("ledger invariant broken");
+              }
+            });
+    List<Exception> givenUp = new CopyOnWriteArrayList<>();
+    int loopsEnded = 0;
+    // As the application does: a loop that ends with an Error is followed by a new one, over the
+    // same processor. maxAttempts 2: the second loop's attempt is the last.
+    while (givenUp.isEmpty() && loopsEnded < 3) {
+      DedupPollLoop<String, String> twoAttempts =
+          LoopFixture.quick(
+                  DedupPollLoop.builder(
+                          TestKafka.consumerConfig(fixture.group()),
+                          List.of(fixture.topic()),
+                          payments)
+                      .deadLetterHandler((record, reason) -> givenUp.add(reason)))
+              .maxAttempts(2)
+              .build();
+      ExecutorService pollThread = Executors.newSingleThreadExecutor();
+      try {
+        pollThread.submit(twoAttempts).get(WAIT.toSeconds(), TimeUnit.SECONDS);
+        throw new AssertionError("the loop did not end with the handler's Error");
+      } catch (ExecutionException e) {
+        assertThat(e.getCause()).isInstanceOf(AssertionError.class);
+        loopsEnded++;
+      } finally {
+        pollThread.shutdownNow();
+      }
+    }
+
+    assertThat(errors).as("the handler threw its Error").hasPositiveValue();
+    assertThat(givenUp)
+        .as("dead-lettered by the loop of its second attempt (loops ended: %s)", loopsEnded)
+        .singleElement()
+        .satisfies(reason -> assertThat(reason).hasRootCauseInstanceOf(AssertionError.class));
+    assertThat(loopsEnded).isEqualTo(2);
+    try (RunningLoop next = RunningLoop.start(loop(fixture.group(), payments))) {
+      awaitCommitted(fixture.group(), 2);
+    }
+    assertThat(charges("A-0-BROKEN")).isEmpty();
+    assertThat(charges("A-1")).containsExactly("billing");
+    givenUp.clear();
+  }
+
   @Test
   void anInterruptedPollThreadRollsBackItsRecordAndStops() throws Exception {
     send("T-6");

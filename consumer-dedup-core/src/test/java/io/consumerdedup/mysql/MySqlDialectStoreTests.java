@@ -22,8 +22,10 @@ import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.SqlDialect;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
+import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.TestMariaDb;
 import java.sql.Connection;
+import java.sql.DriverManager;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
@@ -31,9 +33,11 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Locale;
 import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Executor;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -323,6 +327,114 @@ abstract class MySqlDialectStoreTests {
       assertThat(impatientStore.retry().getMetrics().getNumberOfSuccessfulCallsWithRetryAttempt())
           .as("the lock wait timeout (1205) really happened and was retried")
           .isEqualTo(1);
+    }
+  }
+
+  @Test
+  void aClaimWhoseQueryAnOperatorKillsIsRetried() throws Exception {
+    // KILL QUERY (error 1317, "Query execution was interrupted") ends the statement, not the
+    // connection or the data: PostgreSQL's pg_cancel_backend (57014) is retried likewise.
+    DedupKey key = DedupKey.of("payment", "killed-1");
+    JdbcDedupStore killedStore = JdbcDedupStore.builder(dataSource).build();
+    claimed(store.claim(request(key, "a")));
+    expireLease(key);
+    try (Connection holder = dataSource.getConnection();
+        Connection operator = dataSource.getConnection()) {
+      holder.setAutoCommit(false);
+      try (Statement statement = holder.createStatement()) {
+        statement.executeQuery(
+            "SELECT * FROM consumer_dedup WHERE biz_key = 'killed-1' FOR UPDATE");
+      }
+      long holderId = connectionId(holder);
+      CompletableFuture<ClaimResult> claim =
+          CompletableFuture.supplyAsync(() -> killedStore.claim(request(key, "b")), ownThread());
+      long waiting = 0;
+      for (long until = System.nanoTime() + TimeUnit.SECONDS.toNanos(10);
+          waiting == 0 && System.nanoTime() < until; ) {
+        Thread.sleep(50);
+        waiting = connectionWaitingOn(operator, holderId);
+      }
+      assertThat(waiting).as("the claim waiting on the row lock: %s", claim).isPositive();
+      try (Statement statement = operator.createStatement()) {
+        statement.execute("KILL QUERY " + waiting);
+      }
+      Thread.sleep(300);
+      holder.commit();
+      assertThat(claimed(claim.get(20, TimeUnit.SECONDS)).token())
+          .as("the claim, tried again after its query was killed")
+          .isEqualTo(2);
+    }
+    assertThat(killedStore.retry().getMetrics().getNumberOfSuccessfulCallsWithRetryAttempt())
+        .as("the killed query (1317) really happened and was retried")
+        .isEqualTo(1);
+  }
+
+  @Test
+  void aClaimRefusedAConnectionOverItsUsersConnectionLimitIsRetried() throws Exception {
+    // An account's max_user_connections (1226, SQL state 42000): the limit of one database user,
+    // as PostgreSQL's "too many connections for role" (53300).
+    String user = "dedup_limited_" + driver().name().toLowerCase(Locale.ROOT);
+    execute("DROP USER IF EXISTS '" + user + "'@'%'");
+    execute("CREATE USER '" + user + "'@'%' IDENTIFIED BY 'pw' WITH MAX_USER_CONNECTIONS 1");
+    execute("GRANT ALL ON " + database + ".* TO '" + user + "'@'%'");
+    try {
+      String url =
+          TestMariaDb.url(server, database, driver())
+              .replaceAll("user=[^&]*", "user=" + user + "&password=pw");
+      ConnectionSource limited =
+          new ConnectionSource() {
+            @Override
+            public Connection getConnection() throws SQLException {
+              return DriverManager.getConnection(url);
+            }
+          };
+      JdbcDedupStore limitedStore = JdbcDedupStore.builder(limited).build();
+      DedupKey key = DedupKey.of("payment", "limited-1");
+      CompletableFuture<ClaimResult> claim;
+      try (Connection taken = limited.getConnection()) {
+        claim =
+            CompletableFuture.supplyAsync(() -> limitedStore.claim(request(key, "b")), ownThread());
+        Thread.sleep(500);
+        assertThat(claim).as("waiting for a connection under the user's limit").isNotDone();
+      }
+      assertThat(claimed(claim.get(20, TimeUnit.SECONDS)).token()).isEqualTo(1);
+      assertThat(limitedStore.retry().getMetrics().getNumberOfSuccessfulCallsWithRetryAttempt())
+          .as("the connection refused over the limit (1226) really happened and was retried")
+          .isEqualTo(1);
+    } finally {
+      execute("DROP USER IF EXISTS '" + user + "'@'%'");
+    }
+  }
+
+  /** A thread of its own: the common pool's one thread on a small machine may be busy. */
+  private static Executor ownThread() {
+    return task -> new Thread(task, "claiming").start();
+  }
+
+  private static long connectionId(Connection connection) throws SQLException {
+    try (Statement statement = connection.createStatement();
+        ResultSet row = statement.executeQuery("SELECT CONNECTION_ID()")) {
+      row.next();
+      return row.getLong(1);
+    }
+  }
+
+  /**
+   * The connection whose transaction waits for a lock that {@code holderId}'s transaction holds.
+   */
+  private static long connectionWaitingOn(Connection operator, long holderId) throws SQLException {
+    try (PreparedStatement statement =
+        operator.prepareStatement(
+            "SELECT waiting.trx_mysql_thread_id FROM information_schema.INNODB_LOCK_WAITS w"
+                + " JOIN information_schema.INNODB_TRX waiting"
+                + " ON waiting.trx_id = w.requesting_trx_id"
+                + " JOIN information_schema.INNODB_TRX holding"
+                + " ON holding.trx_id = w.blocking_trx_id"
+                + " WHERE holding.trx_mysql_thread_id = ?")) {
+      statement.setLong(1, holderId);
+      try (ResultSet row = statement.executeQuery()) {
+        return row.next() ? row.getLong(1) : 0;
+      }
     }
   }
 

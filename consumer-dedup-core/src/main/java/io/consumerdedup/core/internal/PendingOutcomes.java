@@ -179,10 +179,17 @@ final class PendingOutcomes {
       return false;
     }
     outcome.kept = true;
-    PendingOutcome earlier = pending.put(outcome.key, outcome);
-    if (earlier != null && earlier != outcome) {
-      earlier.cancelRetries(); // a later attempt of the key supersedes it
-    }
+    // Two kept attempts of one key: the first one's lease ran out while its handler ran, and this
+    // process claimed the key again. Both go on being retried, each until its own fenced write
+    // settles it (the stale one's is refused, which stops its renewal); listed is the latest
+    // claim's. Cancelling the one listed before left its renewal asking the store every interval
+    // for the executor's life, and when the stale one came second, the latest one's SUCCESS was
+    // never written: its key PROCESSING, its lease renewed, every redelivery "in progress".
+    PendingOutcome listed =
+        pending.merge(
+            outcome.key,
+            outcome,
+            (earlier, later) -> earlier.token > later.token ? earlier : later);
     try {
       outcome.retries = renewer.repeat(() -> retry(outcome), retryPeriod);
     } catch (RejectedExecutionException e) {
@@ -192,8 +199,9 @@ final class PendingOutcomes {
       error.addSuppressed(e);
     }
     if (closed || outcome.retries == null) {
-      // A close that came meanwhile may have given up the outcomes before this one was added.
-      if (pending.remove(outcome.key, outcome)) {
+      // A close that came meanwhile may have given up the outcomes before this one was added; one
+      // not listed is given up by nobody else.
+      if (pending.remove(outcome.key, outcome) || listed != outcome) {
         outcome.cancelRetries();
         giveUp(outcome, error);
       }

@@ -48,17 +48,23 @@ public final class SqlStates {
   /**
    * MySQL and MariaDB errors worth another try, by vendor code (their SQL states, HY000 and 41000,
    * say nothing): lock wait timeout (1205), deadlock (1213, SQL state 40001 as well), statement
-   * timeouts (MySQL's max_execution_time 3024, MariaDB's max_statement_time 1969), too many
-   * connections (1040), server shutting down (1053), lost connection (2013), and MariaDB's "record
-   * has changed since last read" (1020): under innodb_snapshot_isolation, on by default from 11.6,
-   * a transaction that locks a row committed after its snapshot is rolled back and told to restart,
-   * as PostgreSQL's serialization failure.
+   * timeouts (MySQL's max_execution_time 3024, MariaDB's max_statement_time 1969), a statement an
+   * operator killed (KILL QUERY, 1317, as PostgreSQL's query_canceled 57014), too many connections
+   * (1040), too many of one user's (max_user_connections: 1203 for the server's setting, 1226 for
+   * the account's, both SQL state 42000) or concurrent transactions (1637; all as PostgreSQL's
+   * class 53, whose 53300 is the role's limit too), server shutting down (1053), lost connection
+   * (2013), and MariaDB's "record has changed since last read" (1020): under
+   * innodb_snapshot_isolation, on by default from 11.6, a transaction that locks a row committed
+   * after its snapshot is rolled back and told to restart, as PostgreSQL's serialization failure.
+   * MariaDB's driver reports 1317 as a timeout, MySQL's as a non-transient error: only the code
+   * tells them alike.
    */
   private static final Set<Integer> MYSQL_TRANSIENT_CODES =
-      Set.of(1205, 1213, 1020, 3024, 1969, 1040, 1053, 2013);
+      Set.of(1205, 1213, 1020, 3024, 1969, 1317, 1040, 1203, 1226, 1637, 1053, 2013);
 
   /** The SQL states MySQL and MariaDB give their transient errors; PostgreSQL uses none of them. */
-  private static final Set<String> MYSQL_STATES = Set.of("HY000", "41000", "40001", "70100");
+  private static final Set<String> MYSQL_STATES =
+      Set.of("HY000", "41000", "42000", "40001", "70100");
 
   private SqlStates() {}
 

@@ -1,0 +1,149 @@
+package io.consumerdedup.core.internal;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.FaultyDataSource;
+import io.consumerdedup.testing.StoreFixture;
+import java.time.Duration;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+/**
+ * Two attempts of one key in one process, both with their outcome kept: the first attempt's lease
+ * ran out while its handler ran (the process stalled), another thread of the process claimed the
+ * key again, and then neither outcome could be written (the database unreachable). On a real
+ * PostgreSQL through a proxy that refuses connections.
+ */
+class SupersededOutcomeTest {
+  @RegisterExtension static final StoreFixture db = new StoreFixture("superseded", 4);
+
+  private static final Duration LEASE = Duration.ofSeconds(1);
+  private static final Duration INTERVAL = Duration.ofMillis(200);
+  private static final Duration RETENTION = Duration.ofDays(1);
+  private static final Duration WAIT = Duration.ofSeconds(5);
+
+  private FaultyDataSource faulty;
+  private LeaseRenewer renewer;
+  private Outcomes outcomes;
+
+  @BeforeEach
+  void start() {
+    faulty = FaultyDataSource.on(db.schema(), 4, Duration.ofMillis(500));
+    DedupStore store =
+        JdbcDedupStore.builder(faulty)
+            .retryInitialBackoff(Duration.ofMillis(50))
+            .retryMaxBackoff(Duration.ofMillis(200))
+            .retryMaxDuration(Duration.ofMillis(500))
+            .build();
+    renewer = new LeaseRenewer(store, LEASE, INTERVAL, DedupListener.NOOP);
+    outcomes = new Outcomes(store, DedupListener.NOOP, renewer, RETENTION, RETENTION, INTERVAL);
+  }
+
+  @AfterEach
+  void stop() {
+    outcomes.close();
+    renewer.close();
+    faulty.close();
+  }
+
+  /**
+   * The first attempt's outcome was kept first. Its retries were cancelled when the second one was
+   * kept, but its renewal was not stopped: refused ever after (the key is the second attempt's),
+   * and ignored as an outcome being written, it asked the store every interval for as long as the
+   * executor ran.
+   */
+  @Test
+  void theStaleAttemptKeptFirstStopsRenewingOnceBothAreSettled() throws Exception {
+    DedupKey key = DedupKey.of("superseded", "stale-first");
+    Attempts attempts = twoAttemptsKeptInOrder(key, true);
+
+    assertRecorded(key, attempts);
+    await()
+        .atMost(WAIT)
+        .alias("the stale attempt's renewal stopped: only the timer's own task left")
+        .until(() -> renewer.timerTasks() == 1);
+  }
+
+  /**
+   * The second attempt's outcome was kept first, and taken out by the stale one kept after it: its
+   * retries cancelled, the stale one's write refused, the key stayed PROCESSING under the second
+   * attempt's lease, renewed for as long as the executor ran: every redelivery "in progress", and
+   * after a restart the handler ran again.
+   */
+  @Test
+  void theCurrentAttemptKeptFirstIsStillWritten() throws Exception {
+    DedupKey key = DedupKey.of("superseded", "current-first");
+    Attempts attempts = twoAttemptsKeptInOrder(key, false);
+
+    assertRecorded(key, attempts);
+    await()
+        .atMost(WAIT)
+        .alias("both renewals stopped: only the timer's own task left")
+        .until(() -> renewer.timerTasks() == 1);
+  }
+
+  private record Attempts(ClaimResult.Claimed stale, ClaimResult.Claimed current) {}
+
+  private Attempts twoAttemptsKeptInOrder(DedupKey key, boolean staleFirst) throws Exception {
+    ClaimResult.Claimed stale = claim(key);
+    Thread.sleep(LEASE.plusMillis(200).toMillis()); // its lease runs out while its handler runs
+    ClaimResult.Claimed current = claim(key);
+    assertThat(current.token()).as("the key claimed again").isGreaterThan(stale.token());
+
+    faulty.proxy().refuse();
+    long now = System.nanoTime();
+    LeaseRenewer.Renewal staleRenewal = renewer.start(stale, now);
+    LeaseRenewer.Renewal currentRenewal = renewer.start(current, now);
+    if (staleFirst) {
+      completeKept(key, stale, staleRenewal);
+      completeKept(key, current, currentRenewal);
+    } else {
+      completeKept(key, current, currentRenewal);
+      completeKept(key, stale, staleRenewal);
+    }
+    faulty.proxy().pass();
+    return new Attempts(stale, current);
+  }
+
+  private void completeKept(DedupKey key, ClaimResult.Claimed claim, LeaseRenewer.Renewal renewal) {
+    assertThatThrownBy(() -> outcomes.complete(key, claim.token(), null, renewal, Duration.ZERO))
+        .as("SUCCESS of attempt %s kept: the database refuses connections", claim.token())
+        .isInstanceOf(DedupStoreUnavailableException.class);
+  }
+
+  private void assertRecorded(DedupKey key, Attempts attempts) {
+    await()
+        .atMost(WAIT)
+        .alias("the current attempt's SUCCESS written by the background retry")
+        .until(
+            () ->
+                db.store().find(key).map(DedupRecord::status).orElse(null) == DedupStatus.SUCCESS);
+    await()
+        .atMost(WAIT)
+        .alias("no outcome of the key left to write")
+        .until(() -> !outcomes.isPending(key));
+    assertThat(db.store().find(key).orElseThrow().attempts())
+        .as("SUCCESS of the current attempt")
+        .isEqualTo(attempts.current().token());
+  }
+
+  private static ClaimResult.Claimed claim(DedupKey key) {
+    ClaimResult result =
+        db.store().claim(new ClaimRequest(key, "test-owner", LEASE, RETENTION, null, null));
+    assertThat(result).isInstanceOf(ClaimResult.Claimed.class);
+    return (ClaimResult.Claimed) result;
+  }
+}
