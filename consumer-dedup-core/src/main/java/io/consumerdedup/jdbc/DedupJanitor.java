@@ -97,17 +97,23 @@ public final class DedupJanitor implements AutoCloseable {
    */
   public int purgeExpired() {
     synchronized (runLock) {
+      KeysetPurge.@Nullable Estimate estimate = null;
       try {
-        measureBacklog();
-        backlogReported();
-      } catch (DedupStoreException e) {
-        // Reported by measureBacklog. The purge does not need the count: a count that fails run
-        // after run (a timeout over the index entries of purged rows) must not stop the purge.
+        estimate = countBacklog();
       } catch (RuntimeException | Error e) {
-        // The report failed, not the count: the application's listener threw (an Error such as a
-        // NoSuchMethodError of a metrics library of another version recurs at every run), and
-        // passed on it ended every run before its purge, so retention stopped for good.
-        backlogReportFailed(e);
+        // Reported by countBacklog. The purge does not need the count: a count that fails run
+        // after run (a timeout over the index entries of purged rows) must not stop the purge.
+      }
+      if (estimate != null) {
+        try {
+          reportBacklog(estimate);
+          backlogReported();
+        } catch (RuntimeException | Error e) {
+          // The application's listener threw (an Error such as a NoSuchMethodError of a metrics
+          // library of another version recurs at every run), and passed on it ended every run
+          // before its purge, so retention stopped for good.
+          backlogReportFailed(e);
+        }
       }
       long deadline = System.nanoTime() + maxRunTime.toNanos();
       int total = 0;
@@ -155,18 +161,38 @@ public final class DedupJanitor implements AutoCloseable {
    *     the first failure after a count that worked is logged at WARN
    */
   public Optional<PurgeBacklog> measureBacklog() {
+    KeysetPurge.@Nullable Estimate estimate = countBacklog();
+    return estimate == null ? Optional.empty() : Optional.of(reportBacklog(estimate));
+  }
+
+  /** The count of the backlog, null on a store without one; a failed count makes it unknown. */
+  private KeysetPurge.@Nullable Estimate countBacklog() {
     if (keyset == null) {
-      return Optional.empty();
+      return null;
     }
-    KeysetPurge.Estimate estimate;
     try {
-      estimate = keyset.estimate();
+      return keyset.estimate();
     } catch (RuntimeException e) {
-      lastBacklog = null;
-      listener.purgeBacklogUnknown(e);
-      warnBacklogUnknown(e);
+      backlogUnknown(e);
+      throw e;
+    } catch (Error e) {
+      // Such as an OutOfMemoryError from the DataSource: the last count must not stand for now.
+      backlogUnknown(new IllegalStateException("The backlog count failed: " + e, e));
       throw e;
     }
+  }
+
+  private void backlogUnknown(RuntimeException failure) {
+    lastBacklog = null;
+    warnBacklogUnknown(failure);
+    try {
+      listener.purgeBacklogUnknown(failure);
+    } catch (RuntimeException | Error e) {
+      backlogReportFailed(e);
+    }
+  }
+
+  private PurgeBacklog reportBacklog(KeysetPurge.Estimate estimate) {
     backlogMeasured();
     Duration oldest = estimate.oldestExpiredAge();
     boolean behind =
@@ -182,7 +208,7 @@ public final class DedupJanitor implements AutoCloseable {
     if (behind) {
       warnBehind(backlog);
     }
-    return Optional.of(backlog);
+    return backlog;
   }
 
   private synchronized void warnBacklogUnknown(RuntimeException failure) {

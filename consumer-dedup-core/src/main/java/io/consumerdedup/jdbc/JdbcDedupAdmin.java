@@ -19,6 +19,7 @@ import java.util.List;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.Function;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -118,12 +119,19 @@ public final class JdbcDedupAdmin implements DedupAdmin {
 
   @Override
   public Change release(DedupKey key, String requestedBy, boolean force) {
+    // The release a try sent: a retry that finds it written knows its own commit made it.
+    AtomicReference<@Nullable SentRelease> sent = new AtomicReference<>();
     return changeRecord(
         "admin release",
         key,
         requestedBy,
+        at -> noRecord(key, at),
         (c, dialect, before, who, at) -> {
           if (before.status() != DedupStatus.PROCESSING) {
+            SentRelease earlier = sent.get();
+            if (earlier != null && earlier.wrote(before)) {
+              return released(key, earlier.before(), earlier.live(), at);
+            }
             return new Change(
                 false,
                 before,
@@ -134,39 +142,54 @@ public final class JdbcDedupAdmin implements DedupAdmin {
           if (live && !force) {
             return refusedUnderLiveLease(AdminChange.RELEASE, key, who, before, at);
           }
+          String note =
+              "Released by "
+                  + who
+                  + (live ? " (forced, while its lease was live)" : "")
+                  + " at "
+                  + at.truncatedTo(ChronoUnit.SECONDS)
+                  + " while held by "
+                  + before.owner()
+                  + " (attempt "
+                  + before.attempts()
+                  + ")";
           try (PreparedStatement update = calls.prepare(c, dialect.adminSql().release)) {
-            update.setString(
-                1,
-                "Released by "
-                    + who
-                    + (live ? " (forced, while its lease was live)" : "")
-                    + " at "
-                    + at.truncatedTo(ChronoUnit.SECONDS)
-                    + " while held by "
-                    + before.owner()
-                    + " (attempt "
-                    + before.attempts()
-                    + ")");
+            update.setString(1, note);
             update.setString(2, key.bizType());
             update.setString(3, key.bizKey());
             update.setInt(4, before.attempts());
+            sent.set(new SentRelease(before, live, note));
             update.executeUpdate();
           }
           logDone(AdminChange.RELEASE, key, who, before, live);
-          return new Change(
-              true,
-              before,
-              "Released "
-                  + key
-                  + (live ? " (forced while its lease was live)" : "")
-                  + ": attempt "
-                  + before.attempts()
-                  + " of "
-                  + before.owner()
-                  + " is FAILED now; the next delivery takes the key with attempt "
-                  + (before.attempts() + 1),
-              at);
+          return released(key, before, live, at);
         });
+  }
+
+  /** A release sent to the database, with the note it writes on the record. */
+  private record SentRelease(DedupRecord before, boolean live, String note) {
+    /** Whether {@code now} is the record this release left: the same claim, FAILED, its note. */
+    boolean wrote(DedupRecord now) {
+      return now.status() == DedupStatus.FAILED
+          && sameClaim(before, now)
+          && now.lastError().filter(note::equals).isPresent();
+    }
+  }
+
+  private static Change released(DedupKey key, DedupRecord before, boolean live, Instant at) {
+    return new Change(
+        true,
+        before,
+        "Released "
+            + key
+            + (live ? " (forced while its lease was live)" : "")
+            + ": attempt "
+            + before.attempts()
+            + " of "
+            + before.owner()
+            + " is FAILED now; the next delivery takes the key with attempt "
+            + (before.attempts() + 1),
+        at);
   }
 
   /** The two changes that can take a key from its holder, as their messages name them. */
@@ -243,10 +266,25 @@ public final class JdbcDedupAdmin implements DedupAdmin {
 
   @Override
   public Change forget(DedupKey key, String requestedBy, boolean force) {
+    // The record a try sent its delete for: a retry that finds no record knows it is gone.
+    AtomicReference<@Nullable SentForget> sent = new AtomicReference<>();
     return changeRecord(
         "admin forget",
         key,
         requestedBy,
+        at -> {
+          SentForget earlier = sent.get();
+          if (earlier == null) {
+            return noRecord(key, at);
+          }
+          Change forgot = forgot(key, earlier.before(), earlier.live(), at);
+          return new Change(
+              true,
+              forgot.before(),
+              forgot.message()
+                  + " (an earlier try sent the delete and lost its reply; no record is left)",
+              at);
+        },
         (c, dialect, before, who, at) -> {
           boolean live = before.isLeaseLive();
           if (live && !force) {
@@ -255,29 +293,45 @@ public final class JdbcDedupAdmin implements DedupAdmin {
           try (PreparedStatement delete = calls.prepare(c, dialect.adminSql().forget)) {
             delete.setString(1, key.bizType());
             delete.setString(2, key.bizKey());
+            sent.set(new SentForget(before, live));
             delete.executeUpdate();
           }
           logDone(AdminChange.FORGET, key, who, before, live);
-          return new Change(
-              true,
-              before,
-              "Forgot "
-                  + key
-                  + (live ? " (forced while its lease was live)" : "")
-                  + ": a replay of the key runs its handler again",
-              at);
+          return forgot(key, before, live, at);
         });
   }
 
-  /** A change of one record, locked in a transaction of its own; none when there is no record. */
+  private record SentForget(DedupRecord before, boolean live) {}
+
+  private static Change forgot(DedupKey key, DedupRecord before, boolean live, Instant at) {
+    return new Change(
+        true,
+        before,
+        "Forgot "
+            + key
+            + (live ? " (forced while its lease was live)" : "")
+            + ": a replay of the key runs its handler again",
+        at);
+  }
+
+  /** A change of one record, locked in a transaction of its own. */
   @FunctionalInterface
   private interface RecordChange {
     Change apply(Connection connection, Dialect dialect, DedupRecord before, String who, Instant at)
         throws SQLException;
   }
 
+  private static Change noRecord(DedupKey key, Instant at) {
+    return new Change(false, null, "No record of " + key, at);
+  }
+
+  /** Runs {@code change} on the key's record, locked; {@code absent} answers when there is none. */
   private Change changeRecord(
-      String operation, DedupKey key, String requestedBy, RecordChange change) {
+      String operation,
+      DedupKey key,
+      String requestedBy,
+      Function<Instant, Change> absent,
+      RecordChange change) {
     Instant at = Instant.now();
     String who = requester(requestedBy);
     // A try whose commit reached the database but whose reply was lost is tried again, and by then
@@ -293,7 +347,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                 c -> {
                   DedupRecord before = lockedRecord(c, dialect, key);
                   if (before == null) {
-                    return new Change(false, null, "No record of " + key, at);
+                    return absent.apply(at);
                   }
                   DedupRecord first = firstRead.get();
                   if (first == null) {

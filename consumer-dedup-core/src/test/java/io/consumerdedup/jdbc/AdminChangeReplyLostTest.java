@@ -131,4 +131,47 @@ class AdminChangeReplyLostTest {
       assertThat(record.isLeaseLive()).isTrue();
     }
   }
+
+  @Test
+  void aReleaseTriedAgainAfterItsCommitSaysItReleasedTheKey() {
+    DedupKey key = DedupKey.of("admin-lost", UUID.randomUUID().toString());
+    ClaimResult.Claimed dead = claim(key, "dead-holder");
+    try (FaultyDataSource faulty = FaultyDataSource.on(schema, 2, Duration.ofSeconds(5))) {
+      DedupAdmin admin = adminOn(faulty);
+      faulty.loseCommitReplyOnce();
+
+      DedupAdmin.Change change = admin.release(key, "ops", true);
+
+      assertThat(faulty.repliesLost()).as("the release's commit reply was lost").isEqualTo(1);
+      DedupRecord record = consumers.find(key).orElseThrow();
+      assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
+      assertThat(record.attempts()).isEqualTo(dead.token());
+      assertThat(change.message())
+          .as("the operator is told what the first try did")
+          .startsWith("Released " + key);
+      assertThat(change.applied()).isTrue();
+      assertThat(change.before()).isNotNull();
+      assertThat(change.before().status()).isEqualTo(DedupStatus.PROCESSING);
+    }
+  }
+
+  @Test
+  void aForgetTriedAgainAfterItsCommitSaysItForgotTheKey() {
+    DedupKey key = DedupKey.of("admin-lost", UUID.randomUUID().toString());
+    claim(key, "dead-holder");
+    try (FaultyDataSource faulty = FaultyDataSource.on(schema, 2, Duration.ofSeconds(5))) {
+      DedupAdmin admin = adminOn(faulty);
+      faulty.loseCommitReplyOnce();
+
+      DedupAdmin.Change change = admin.forget(key, "ops", true);
+
+      assertThat(faulty.repliesLost()).as("the forget's commit reply was lost").isEqualTo(1);
+      assertThat(consumers.find(key)).isEmpty();
+      assertThat(change.message())
+          .as("the operator is told what the first try did")
+          .startsWith("Forgot " + key);
+      assertThat(change.applied()).isTrue();
+      assertThat(change.before()).isNotNull();
+    }
+  }
 }

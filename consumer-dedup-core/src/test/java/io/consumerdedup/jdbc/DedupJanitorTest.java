@@ -21,6 +21,7 @@ import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -217,6 +218,59 @@ class DedupJanitorTest {
       faulty.stopTimingOut();
       assertThat(janitor.measureBacklog().orElseThrow().expiredRows()).isZero();
       assertThat(registry.get(MicrometerDedupListener.PURGE_BACKLOG).gauge().value()).isZero();
+    } finally {
+      janitorLog.detachAppender(logged);
+    }
+  }
+
+  /**
+   * An {@code Error} from the DataSource during the backlog count (an OutOfMemoryError when the
+   * pool opens a connection) left the last count standing, gauge and health alike, and was logged
+   * as the application's listener failing.
+   */
+  @Test
+  void anErrorFromTheDataSourceDuringTheCountMakesTheBacklogUnknown() throws SQLException {
+    SimpleMeterRegistry registry = new SimpleMeterRegistry();
+    Logger janitorLog = (Logger) LoggerFactory.getLogger(DedupJanitor.class);
+    ListAppender<ILoggingEvent> logged = new ListAppender<>();
+    logged.start();
+    AtomicInteger errorsLeft = new AtomicInteger();
+    DataSource failingOnDemand =
+        (DataSource)
+            java.lang.reflect.Proxy.newProxyInstance(
+                DataSource.class.getClassLoader(),
+                new Class<?>[] {DataSource.class},
+                (proxy, method, args) -> {
+                  if (method.getName().equals("getConnection")
+                      && errorsLeft.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
+                    throw new OutOfMemoryError("unable to create native thread");
+                  }
+                  try {
+                    return method.invoke(dataSource, args);
+                  } catch (java.lang.reflect.InvocationTargetException e) {
+                    throw e.getCause();
+                  }
+                });
+    DedupJanitor janitor =
+        DedupJanitor.builder(JdbcDedupStore.builder(failingOnDemand).build())
+            .listener(new MicrometerDedupListener(registry))
+            .build();
+    assertThat(janitor.measureBacklog().orElseThrow().expiredRows()).isEqualTo(2500);
+    janitorLog.addAppender(logged);
+    try {
+      errorsLeft.set(1);
+
+      assertThat(janitor.purgeExpired())
+          .as("records purged after the count's Error")
+          .isEqualTo(2500);
+
+      assertThat(errorsLeft).as("the count's connection failed with the Error").hasValue(0);
+      assertThat(janitor.lastBacklog()).as("the backlog after a count that failed").isEmpty();
+      assertThat(registry.get(MicrometerDedupListener.PURGE_BACKLOG).gauge().value()).isNaN();
+      assertThat(logged.list)
+          .extracting(ILoggingEvent::getFormattedMessage)
+          .noneMatch(message -> message.contains("a DedupListener threw"))
+          .anyMatch(message -> message.contains("Could not count the backlog"));
     } finally {
       janitorLog.detachAppender(logged);
     }

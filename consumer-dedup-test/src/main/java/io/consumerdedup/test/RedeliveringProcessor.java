@@ -74,6 +74,7 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
     if (copies.isEmpty()) {
       return;
     }
+    Set<ConsumerRecord<K, V>> completed = Collections.newSetFromMap(new IdentityHashMap<>());
     try {
       report.asCopy(
           2,
@@ -83,6 +84,7 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
               for (ConsumerRecord<K, V> copy : copies) {
                 try {
                   delegate.process(copy);
+                  completed.add(copy);
                 } catch (RuntimeException e) {
                   report.redeliveryFailed(describe(copy), e);
                 } finally {
@@ -91,14 +93,17 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
               }
             } finally {
               for (ConsumerRecord<K, V> copy : delegate.settle()) {
+                completed.remove(copy);
                 report.redeliveryFailed(describe(copy), new IllegalStateException("not settled"));
               }
             }
             return null;
           });
     } catch (Throwable e) {
+      completed.clear();
       report.redeliveryFailed("redelivered poll of " + copies.size() + " records", e);
     }
+    completed.forEach(copy -> report.copyCompleted());
   }
 
   @Override

@@ -56,6 +56,7 @@ public final class RedeliveryReport {
   private final Map<RunKey, String> recordKeys = new ConcurrentHashMap<>();
   private final List<String> failedRedeliveries = new CopyOnWriteArrayList<>();
   private final AtomicInteger redelivered = new AtomicInteger();
+  private final AtomicInteger redeliveredWithoutFailing = new AtomicInteger();
 
   /**
    * One run of a handler body.
@@ -161,6 +162,7 @@ public final class RedeliveryReport {
     Object result = asCopy(1, first);
     try {
       asCopy(2, second);
+      copyCompleted();
     } catch (Throwable e) {
       redeliveryFailed(description, e);
     } finally {
@@ -183,6 +185,11 @@ public final class RedeliveryReport {
   /** Counts a redelivered copy handed to a handler. */
   void copyDelivered() {
     redelivered.incrementAndGet();
+  }
+
+  /** Counts a redelivered copy that the handler took without failing. */
+  void copyCompleted() {
+    redeliveredWithoutFailing.incrementAndGet();
   }
 
   void redeliveryFailed(String description, Throwable error) {
@@ -234,27 +241,56 @@ public final class RedeliveryReport {
 
   /**
    * Fails if any listener's body ran twice for one record, naming each such listener, the record
-   * and both runs.
+   * and both runs; and fails if the test did not test redelivery: no copy was redelivered, every
+   * redelivered copy failed, or no body run was counted.
    *
-   * @throws AssertionError if a body ran twice
+   * @throws AssertionError if a body ran twice, or if nothing was redelivered to check
    */
   public void assertNoBodyRanTwice() {
     List<RecordRuns> twice = bodiesRunTwice();
-    if (twice.isEmpty()) {
-      return;
+    if (!twice.isEmpty()) {
+      StringBuilder message =
+          new StringBuilder()
+              .append(twice.size())
+              .append(twice.size() == 1 ? " record was" : " records were")
+              .append(" processed twice: the body ran again when the record was redelivered, so")
+              .append(" the dedup key does not identify the record's business action (a key that")
+              .append(" changes between deliveries?)");
+      twice.forEach(runsOfRecord -> message.append("\n  ").append(runsOfRecord));
+      if (!failedRedeliveries.isEmpty()) {
+        message.append("\n  Redelivered copies that failed: ").append(failedRedeliveries);
+      }
+      throw new AssertionError(message.toString());
     }
-    StringBuilder message =
-        new StringBuilder()
-            .append(twice.size())
-            .append(twice.size() == 1 ? " record was" : " records were")
-            .append(" processed twice: the body ran again when the record was redelivered, so the")
-            .append(" dedup key does not identify the record's business action (a key that")
-            .append(" changes between deliveries?)");
-    twice.forEach(runsOfRecord -> message.append("\n  ").append(runsOfRecord));
-    if (!failedRedeliveries.isEmpty()) {
-      message.append("\n  Redelivered copies that failed: ").append(failedRedeliveries);
+    // A body that did not run twice proves nothing unless a copy reached the dedup as a duplicate.
+    int copies = redeliveredCopies();
+    if (copies == 0) {
+      throw new AssertionError(
+          "No record was redelivered, so this test did not test redelivery: were the records"
+              + " processed before this assertion (wait until redeliveredCopies() counts them), and"
+              + " does the test redeliver (@RedeliverEachRecord on the test class, or the poll"
+              + " loop's processor wrapped with redeliverEachRecord)? "
+              + this);
     }
-    throw new AssertionError(message.toString());
+    if (redeliveredWithoutFailing.get() == 0) {
+      throw new AssertionError(
+          "Every redelivered copy failed ("
+              + copies
+              + (copies == 1 ? " copy" : " copies")
+              + "), so none was taken as a duplicate and this test did not show that a"
+              + " redelivered record is skipped: "
+              + failedRedeliveries);
+    }
+    if (bodyRuns() == 0) {
+      throw new AssertionError(
+          copies
+              + (copies == 1 ? " copy was" : " copies were")
+              + " redelivered but no body run was counted, so a body that ran twice would not"
+              + " have been seen: wrap the handler with countBodyRuns (batch listeners are not"
+              + " counted), and check that the records' keys were not already processed before"
+              + " the test. "
+              + this);
+    }
   }
 
   /** Forgets every count, for the next test on the same report. */
@@ -263,6 +299,7 @@ public final class RedeliveryReport {
     recordKeys.clear();
     failedRedeliveries.clear();
     redelivered.set(0);
+    redeliveredWithoutFailing.set(0);
   }
 
   @Override

@@ -155,12 +155,76 @@ class RedeliverEachRecordLoopTest {
         .containsExactly(1, 2);
   }
 
+  @Test
+  void aLoopThatRedeliversNothingFailsTheAssertionInsteadOfPassingUntested() throws Exception {
+    // The report's counting is wired, its redelivery is not: each record arrives once.
+    startWith(handler("payments", executor, KeyExtractors.header(KEY_HEADER), true));
+
+    send("ORD-1", "ORD-2");
+
+    await().atMost(WAIT).until(() -> report.bodyRuns() == 2);
+    assertThat(report.redeliveredCopies()).isZero();
+    assertThatThrownBy(report::assertNoBodyRanTwice)
+        .isInstanceOf(AssertionError.class)
+        .hasMessageContaining("No record was redelivered, so this test did not test redelivery")
+        .hasMessageContaining("redeliverEachRecord");
+  }
+
+  @Test
+  void copiesRedeliveredToABodyThatIsNotCountedFailTheAssertion() throws Exception {
+    startWith(
+        report.redeliverEachRecord(
+            IdempotentRecordHandler.<String, String>builder(executor)
+                .bizType("payment")
+                .key(KeyExtractors.header(KEY_HEADER))
+                .handler(this::charge)
+                .build()));
+
+    send("ORD-1", "ORD-2");
+
+    await().atMost(WAIT).until(() -> report.redeliveredCopies() == 2);
+    assertThat(report.bodyRuns()).isZero();
+    assertThat(charges.values()).allSatisfy(count -> assertThat(count).hasValue(1));
+    assertThatThrownBy(report::assertNoBodyRanTwice)
+        .isInstanceOf(AssertionError.class)
+        .hasMessageContaining("2 copies were redelivered but no body run was counted")
+        .hasMessageContaining("countBodyRuns");
+  }
+
+  @Test
+  void copiesThatAllFailFailTheAssertionNamingTheirFailures() throws Exception {
+    RecordProcessor<String, String> payments =
+        handler("payments", executor, KeyExtractors.header(KEY_HEADER), false);
+    Map<Long, Boolean> seen = new ConcurrentHashMap<>();
+    // The store is out of reach when the copies arrive: they never reach the dedup.
+    startWith(
+        report.redeliverEachRecord(
+            record -> {
+              if (seen.putIfAbsent(record.offset(), true) != null) {
+                throw new IllegalStateException("store unreachable");
+              }
+              return payments.process(record);
+            }));
+
+    send("ORD-1", "ORD-2");
+
+    await().atMost(WAIT).until(() -> report.redeliveredCopies() == 2);
+    assertThat(report.bodyRuns()).isEqualTo(2);
+    assertThat(report.failedRedeliveries()).hasSize(2);
+    assertThatThrownBy(report::assertNoBodyRanTwice)
+        .isInstanceOf(AssertionError.class)
+        .hasMessageContaining("Every redelivered copy failed (2 copies)")
+        .hasMessageContaining("store unreachable");
+  }
+
   private void start(KeyExtractor<String, String> key, boolean claimsPerPoll) {
+    startWith(report.redeliverEachRecord(handler("payments", executor, key, claimsPerPoll)));
+  }
+
+  private void startWith(RecordProcessor<String, String> processor) {
     loop =
         DedupPollLoop.builder(
-                TestKafka.consumerConfig("billing-" + topic),
-                List.of(topic),
-                report.redeliverEachRecord(handler("payments", executor, key, claimsPerPoll)))
+                TestKafka.consumerConfig("billing-" + topic), List.of(topic), processor)
             .pollTimeout(Duration.ofMillis(200))
             .deadLetterHandler(
                 (record, reason) -> {
