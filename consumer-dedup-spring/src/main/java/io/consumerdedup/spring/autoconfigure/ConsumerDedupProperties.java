@@ -93,6 +93,14 @@ public class ConsumerDedupProperties implements InitializingBean {
    */
   private boolean claimsPerPoll = true;
 
+  /**
+   * How long the consumer thread waits for the CompletableFuture or Mono of an {@code @Idempotent}
+   * listener; past it the key's lease is no longer renewed and the record is retried once the lease
+   * has run out.
+   */
+  private Duration asyncListenerTimeout =
+      IdempotentListenerInterceptor.DEFAULT_ASYNC_LISTENER_TIMEOUT;
+
   /** The owner written to claims; default: host name, process id and a random part. */
   private @Nullable String ownerId;
 
@@ -403,6 +411,14 @@ public class ConsumerDedupProperties implements InitializingBean {
 
   public void setInProgressPolicy(InProgressPolicy inProgressPolicy) {
     this.inProgressPolicy = inProgressPolicy;
+  }
+
+  public Duration getAsyncListenerTimeout() {
+    return asyncListenerTimeout;
+  }
+
+  public void setAsyncListenerTimeout(Duration asyncListenerTimeout) {
+    this.asyncListenerTimeout = asyncListenerTimeout;
   }
 
   public Duration getWaitTimeout() {
