@@ -101,6 +101,12 @@ public class ConsumerDedupProperties implements InitializingBean {
   private Duration asyncListenerTimeout =
       IdempotentListenerInterceptor.DEFAULT_ASYNC_LISTENER_TIMEOUT;
 
+  /**
+   * How long the consumerdedup health check waits for the dedup table before it answers DOWN; below
+   * a probe's timeout (Kubernetes: 1 s by default).
+   */
+  private Duration healthTimeout = ConsumerDedupHealthIndicator.DEFAULT_TIMEOUT;
+
   /** The owner written to claims; default: host name, process id and a random part. */
   private @Nullable String ownerId;
 
@@ -419,6 +425,14 @@ public class ConsumerDedupProperties implements InitializingBean {
 
   public void setAsyncListenerTimeout(Duration asyncListenerTimeout) {
     this.asyncListenerTimeout = asyncListenerTimeout;
+  }
+
+  public Duration getHealthTimeout() {
+    return healthTimeout;
+  }
+
+  public void setHealthTimeout(Duration healthTimeout) {
+    this.healthTimeout = healthTimeout;
   }
 
   public Duration getWaitTimeout() {
