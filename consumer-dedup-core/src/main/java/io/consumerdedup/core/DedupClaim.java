@@ -112,6 +112,21 @@ public final class DedupClaim {
   }
 
   /**
+   * Stops renewing the lease without ending the claim, for a handler its caller no longer waits for
+   * (an asynchronous one that did not finish in time, and may never): the key is kept from other
+   * consumers only until the lease runs out, after which another delivery may take it over and run
+   * the handler. If the handler ends after all, {@link #complete()} or {@link #fail(Throwable)}
+   * still write its outcome, fenced: refused with {@link DedupLeaseLostException} once another
+   * consumer has taken the key over. Does nothing for a claim already ended, a duplicate, or a
+   * claim in the caller's transaction.
+   */
+  public void stopRenewing() {
+    if (renewal != null && !ended.get()) {
+      renewal.stop();
+    }
+  }
+
+  /**
    * Records SUCCESS: the handler has applied its effect.
    *
    * @throws DedupLeaseLostException another consumer took the key over before SUCCESS could be

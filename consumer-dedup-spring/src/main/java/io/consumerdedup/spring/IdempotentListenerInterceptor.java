@@ -16,6 +16,7 @@ import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.lang.reflect.Method;
+import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -25,6 +26,8 @@ import java.util.concurrent.CompletionException;
 import java.util.concurrent.CompletionStage;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import org.aopalliance.intercept.MethodInterceptor;
 import org.aopalliance.intercept.MethodInvocation;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -89,6 +92,12 @@ public final class IdempotentListenerInterceptor {
    */
   public static final int DEFAULT_MAX_ATTEMPTS = 10;
 
+  /**
+   * Default of {@link #asyncListenerTimeout}: 5 minutes, Kafka's default {@code
+   * max.poll.interval.ms}, past which the consumer waiting has left its group anyway.
+   */
+  public static final Duration DEFAULT_ASYNC_LISTENER_TIMEOUT = Duration.ofMinutes(5);
+
   private final IdempotentExecutors executors;
   private final MissingKeyPolicy defaultMissingKeyPolicy;
   private final AttemptLimit attempts;
@@ -96,6 +105,7 @@ public final class IdempotentListenerInterceptor {
   private final @Nullable BeanFactory beanFactory;
   private final Map<Method, Optional<IdempotentListenerMethod>> methods = new ConcurrentHashMap<>();
   private volatile @Nullable ObservationOutcomeTagger outcomeTagger;
+  private volatile Duration asyncListenerTimeout = DEFAULT_ASYNC_LISTENER_TIMEOUT;
   private final MethodInterceptor outsideTransactions = forMode(DedupMode.SEPARATE);
   private final MethodInterceptor insideTransactions = forMode(DedupMode.TRANSACTIONAL);
 
@@ -156,6 +166,22 @@ public final class IdempotentListenerInterceptor {
    */
   public void tagOutcomesWith(@Nullable ObservationOutcomeTagger tagger) {
     this.outcomeTagger = tagger;
+  }
+
+  /**
+   * How long the consumer thread waits for the future or {@code Mono} of an asynchronous listener
+   * ({@code consumer-dedup.async-listener-timeout}). One that does not complete by then (a future
+   * the application never completes, a {@code Mono} whose work threw a JVM-fatal {@code Error} on a
+   * scheduler thread, which Reactor only logs) would otherwise hold the consumer thread, and the
+   * key under a lease renewed for as long as the process lives, for good.
+   *
+   * @throws IllegalArgumentException if {@code timeout} is not positive
+   */
+  public void asyncListenerTimeout(Duration timeout) {
+    if (timeout.isNegative() || timeout.isZero()) {
+      throw new IllegalArgumentException("asyncListenerTimeout must be positive: " + timeout);
+    }
+    this.asyncListenerTimeout = timeout;
   }
 
   /** The advice for listeners in mode SEPARATE: to stand before any transaction advice. */
@@ -414,9 +440,15 @@ public final class IdempotentListenerInterceptor {
    * the offset pass a FAILED record; thrown from the listener call instead, it reaches the
    * container's error handler as any listener failure does, the record uncommitted.
    *
+   * <p>The wait is bounded by {@link #asyncListenerTimeout}: past it, the lease is no longer
+   * renewed and the record is retried later. Its redelivery finds the key in progress until the
+   * lease runs out, then takes it over; a first call completing after that has its outcome refused
+   * by the fencing of the takeover. Failing the key instead would let the redelivery run the
+   * listener at once, beside a first call that may still be running.
+   *
    * @return the listener's value, for a future or Mono that already completed
    * @throws Throwable what the listener's future failed with (as {@link AttemptLimit#toThrow}
-   *     passes it on), or why SUCCESS could not be written
+   *     passes it on), why SUCCESS could not be written, or {@link AsyncListenerTimeoutException}
    */
   private @Nullable Object awaitSettled(
       CompletableFuture<?> future,
@@ -424,13 +456,33 @@ public final class IdempotentListenerInterceptor {
       DedupClaim claim,
       IdempotentListenerMethod listener)
       throws Throwable {
+    CompletableFuture<Object> settled = settledWhenDone(future, pending);
+    Duration timeout = asyncListenerTimeout;
     try {
-      return settledWhenDone(future, pending).get();
+      try {
+        return settled.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
+      } catch (TimeoutException e) {
+        claim.stopRenewing();
+        if (settled.isDone()) {
+          return settled.get(); // it came as the wait ended, and its outcome is written
+        }
+        throw new AsyncListenerTimeoutException(
+            "The future of "
+                + listener
+                + " did not complete within consumer-dedup.async-listener-timeout ("
+                + timeout
+                + "): its lease is no longer renewed, and the record is retried once the lease has"
+                + " run out; an outcome the call reports before then is still written",
+            claim.key(),
+            claim.source());
+      }
     } catch (ExecutionException e) {
       throw e.getCause() != null ? attempts.toThrow(claim, e.getCause()) : e;
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
-      // Its outcome is written when it completes; the redelivery finds it then.
+      // Its outcome is written when it completes, and the redelivery finds it then; if it never
+      // does, the key goes to another delivery once the lease runs out, not at the process's end.
+      claim.stopRenewing();
       throw new IllegalStateException(
           "Interrupted while waiting for the future of " + listener + " to complete", e);
     }

@@ -26,6 +26,7 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.springframework.core.log.LogAccessor;
 import org.springframework.kafka.KafkaException;
+import org.springframework.kafka.KafkaException.Level;
 import org.springframework.kafka.listener.BatchListenerFailedException;
 import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.ContainerProperties;
@@ -86,7 +87,8 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     Exception thrownException =
         missingKeys.translate(thrown, records.get(0), container.getGroupId());
     if (Disposition.of(thrownException) == Disposition.RETRY_LATER) {
-      throw hold(thrownException, records, consumer, container);
+      throw inRetry(
+          hold(thrownException, records, consumer, container), records, consumer, container);
     }
     logIfGivenUp(thrownException, records.get(0));
     if (delegate.seeksAfterHandling()) {
@@ -162,6 +164,28 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     logHold(thrownException, record, wait);
     return new KafkaException(
         "Record " + record + " held for " + wait, KafkaException.Level.DEBUG, thrownException);
+  }
+
+  /**
+   * The held records' exception as spring-kafka's own "record in retry", the one its {@code
+   * DefaultErrorHandler} throws for a record it seeks back: only on that one does the container
+   * forget the records' offsets it waits to be acknowledged out of order (a listener returning a
+   * future or Mono, or {@code asyncAcks}). On any other, it pauses the whole consumer for the
+   * record that was never acknowledged, and the held record never comes again. The records were
+   * sought back already: seeking them again to get that exception changes nothing.
+   */
+  private static RuntimeException inRetry(
+      KafkaException held,
+      List<ConsumerRecord<?, ?>> records,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container) {
+    try {
+      SeekUtils.seekOrRecover(
+          held, records, consumer, container, false, (record, e) -> false, SEEK_LOG, Level.DEBUG);
+    } catch (RuntimeException inRetry) {
+      return inRetry;
+    }
+    return held;
   }
 
   /** What a user reads while a record waits: one line per hold, the stack trace only if unknown. */

@@ -50,8 +50,11 @@ public class ConsumerDedupActuatorAutoConfiguration {
     @ConditionalOnMissingBean(name = "consumerdedupHealthIndicator")
     @ConditionalOnEnabledHealthIndicator("consumerdedup")
     public ConsumerDedupHealthIndicator consumerdedupHealthIndicator(
-        JdbcDedupStore store, ObjectProvider<DedupJanitor> janitor) {
-      return new ConsumerDedupHealthIndicator(store, janitor.getIfUnique());
+        JdbcDedupStore store,
+        ObjectProvider<DedupJanitor> janitor,
+        ConsumerDedupProperties properties) {
+      return new ConsumerDedupHealthIndicator(
+          store, janitor.getIfUnique(), properties.getHealthTimeout());
     }
   }
 }

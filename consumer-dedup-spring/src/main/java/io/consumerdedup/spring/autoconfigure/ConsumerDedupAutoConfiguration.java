@@ -121,6 +121,7 @@ public class ConsumerDedupAutoConfiguration {
             properties.isClaimsPerPoll(),
             beanFactory);
     interceptor.tagOutcomesWith(outcomeTagger.getIfAvailable());
+    interceptor.asyncListenerTimeout(properties.getAsyncListenerTimeout());
     return interceptor;
   }
 

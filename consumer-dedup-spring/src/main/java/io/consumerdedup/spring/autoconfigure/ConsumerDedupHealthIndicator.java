@@ -5,7 +5,14 @@ import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.SqlDialect;
+import java.time.Duration;
 import java.util.List;
+import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicReference;
 import org.jspecify.annotations.Nullable;
 import org.springframework.boot.health.contributor.Health;
 import org.springframework.boot.health.contributor.HealthIndicator;
@@ -13,15 +20,26 @@ import org.springframework.boot.health.contributor.HealthIndicator;
 /**
  * Health {@code consumerdedup}: UP when the dedup table answers with every column the store uses;
  * DOWN with the reason (the database cannot be reached, the table is missing, columns are missing).
- * One try, no retries, so the health endpoint answers at once. When this instance runs the janitor,
- * its last measured backlog is a detail ({@code purge}; {@code behind: true} when the oldest
- * expired record expired more than {@link DedupJanitor#BEHIND_AFTER_INTERVALS} intervals ago;
- * {@code unknown} before the first count and while the last one failed): the table still answers,
- * so the status stays UP.
+ * One try, no retries, and an answer within {@link #DEFAULT_TIMEOUT} (or the timeout given): the
+ * check runs on a thread of its own, and a table that does not answer by then (the connection pool
+ * exhausted, the database hanging) is DOWN with that reason, instead of holding the probe as long
+ * as the pool's connection timeout (30 s with HikariCP's default) while a probe gives up after 1 s
+ * (Kubernetes' default). A check still running is waited for by the next probe rather than started
+ * again, so a database that hangs costs one thread, not one per probe. When this instance runs the
+ * janitor, its last measured backlog is a detail ({@code purge}; {@code behind: true} when the
+ * oldest expired record expired more than {@link DedupJanitor#BEHIND_AFTER_INTERVALS} intervals
+ * ago; {@code unknown} before the first count and while the last one failed): the table still
+ * answers, so the status stays UP.
  */
 public class ConsumerDedupHealthIndicator implements HealthIndicator {
+  /** Below the 1 s a Kubernetes probe waits by default, so that the probe reads the reason. */
+  public static final Duration DEFAULT_TIMEOUT = Duration.ofMillis(800);
+
   private final JdbcDedupStore store;
   private final @Nullable DedupJanitor janitor;
+  private final Duration timeout;
+  private final AtomicReference<@Nullable CompletableFuture<List<String>>> running =
+      new AtomicReference<>();
 
   public ConsumerDedupHealthIndicator(JdbcDedupStore store) {
     this(store, null);
@@ -29,21 +47,87 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
 
   /** With the janitor whose last measured backlog is a detail, if this instance runs one. */
   public ConsumerDedupHealthIndicator(JdbcDedupStore store, @Nullable DedupJanitor janitor) {
+    this(store, janitor, DEFAULT_TIMEOUT);
+  }
+
+  /**
+   * @param timeout how long a check waits for the table's answer before it is DOWN
+   * @throws IllegalArgumentException if {@code timeout} is not positive
+   */
+  public ConsumerDedupHealthIndicator(
+      JdbcDedupStore store, @Nullable DedupJanitor janitor, Duration timeout) {
+    if (timeout.isNegative() || timeout.isZero()) {
+      throw new IllegalArgumentException("timeout must be positive: " + timeout);
+    }
     this.store = store;
     this.janitor = janitor;
+    this.timeout = timeout;
   }
 
   @Override
   public Health health() {
     List<String> missing;
     try {
-      missing = store.missingColumnsNow();
+      missing = missingColumns();
     } catch (DedupStoreException | DedupConfigurationException e) {
-      return Health.down()
-          .withDetail("table", store.tableName())
-          .withDetail("reason", String.valueOf(e.getMessage()))
-          .build();
+      return down(String.valueOf(e.getMessage()));
+    } catch (TimeoutException e) {
+      return down(
+          "The dedup table did not answer within "
+              + timeout.toMillis()
+              + " ms: the connection pool is exhausted, or the database does not answer");
     }
+    return checked(missing);
+  }
+
+  private Health down(String reason) {
+    return Health.down()
+        .withDetail("table", store.tableName())
+        .withDetail("reason", reason)
+        .build();
+  }
+
+  /** The table's missing columns, from the check running now or a new one, waited for briefly. */
+  private List<String> missingColumns() throws TimeoutException {
+    CompletableFuture<List<String>> check = running.get();
+    if (check == null || check.isDone()) {
+      CompletableFuture<List<String>> fresh = new CompletableFuture<>();
+      if (running.compareAndSet(check, fresh)) {
+        Thread thread =
+            new Thread(
+                () -> {
+                  try {
+                    fresh.complete(store.missingColumnsNow());
+                  } catch (Throwable e) {
+                    fresh.completeExceptionally(e);
+                  }
+                },
+                "consumer-dedup-health");
+        thread.setDaemon(true);
+        thread.start();
+        check = fresh;
+      } else {
+        check = Objects.requireNonNull(running.get());
+      }
+    }
+    try {
+      return check.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new TimeoutException("interrupted");
+    } catch (ExecutionException e) {
+      Throwable cause = e.getCause();
+      if (cause instanceof RuntimeException runtime) {
+        throw runtime;
+      }
+      if (cause instanceof Error error) {
+        throw error;
+      }
+      throw new IllegalStateException(cause);
+    }
+  }
+
+  private Health checked(List<String> missing) {
     String dialect = store.dialect().map(Enum::name).orElse("unknown");
     if (missing.isEmpty()) {
       Health.Builder up =

@@ -93,6 +93,20 @@ public class ConsumerDedupProperties implements InitializingBean {
    */
   private boolean claimsPerPoll = true;
 
+  /**
+   * How long the consumer thread waits for the CompletableFuture or Mono of an {@code @Idempotent}
+   * listener; past it the key's lease is no longer renewed and the record is retried once the lease
+   * has run out.
+   */
+  private Duration asyncListenerTimeout =
+      IdempotentListenerInterceptor.DEFAULT_ASYNC_LISTENER_TIMEOUT;
+
+  /**
+   * How long the consumerdedup health check waits for the dedup table before it answers DOWN; below
+   * a probe's timeout (Kubernetes: 1 s by default).
+   */
+  private Duration healthTimeout = ConsumerDedupHealthIndicator.DEFAULT_TIMEOUT;
+
   /** The owner written to claims; default: host name, process id and a random part. */
   private @Nullable String ownerId;
 
@@ -403,6 +417,22 @@ public class ConsumerDedupProperties implements InitializingBean {
 
   public void setInProgressPolicy(InProgressPolicy inProgressPolicy) {
     this.inProgressPolicy = inProgressPolicy;
+  }
+
+  public Duration getAsyncListenerTimeout() {
+    return asyncListenerTimeout;
+  }
+
+  public void setAsyncListenerTimeout(Duration asyncListenerTimeout) {
+    this.asyncListenerTimeout = asyncListenerTimeout;
+  }
+
+  public Duration getHealthTimeout() {
+    return healthTimeout;
+  }
+
+  public void setHealthTimeout(Duration healthTimeout) {
+    this.healthTimeout = healthTimeout;
   }
 
   public Duration getWaitTimeout() {

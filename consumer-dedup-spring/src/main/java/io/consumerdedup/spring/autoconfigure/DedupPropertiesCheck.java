@@ -37,6 +37,8 @@ final class DedupPropertiesCheck {
         lease,
         "at least the lease (" + print(lease) + ")");
     positive("wait-timeout", properties.getWaitTimeout());
+    positive("async-listener-timeout", properties.getAsyncListenerTimeout());
+    positive("health-timeout", properties.getHealthTimeout());
     if (properties.getMaxAttempts() < 1) {
       throw invalid("max-attempts", properties.getMaxAttempts(), "at least 1");
     }

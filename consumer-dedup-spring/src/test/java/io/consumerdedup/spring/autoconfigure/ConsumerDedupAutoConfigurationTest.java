@@ -497,9 +497,9 @@ class ConsumerDedupAutoConfigurationTest {
     }
     // Every property but owner-id (generated per instance) and shared-biz-types (empty) shows its
     // default.
-    assertThat(properties).hasSize(31);
+    assertThat(properties).hasSize(33);
     assertThat(shown)
-        .hasSize(29)
+        .hasSize(31)
         .doesNotContainKeys("consumer-dedup.owner-id", "consumer-dedup.shared-biz-types");
 
     ConsumerDedupProperties bound =
