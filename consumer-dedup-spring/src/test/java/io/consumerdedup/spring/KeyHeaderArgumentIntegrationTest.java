@@ -26,7 +26,10 @@ import org.springframework.test.context.DynamicPropertySource;
  * The natural listener {@code charge(String amount, @Header("order-no") String orderNo)}: a record
  * without the header fails while spring-messaging resolves the arguments, before consumer-dedup
  * sees the call. It is still refused once as a missing key, naming the header, not retried like a
- * handler failure; the records after it are charged once.
+ * handler failure; the records after it are charged once. The same holds for an argument
+ * {@code @Header String orderNo} named by its parameter, as spring-messaging allows (before, only a
+ * name given in the annotation was recognised: the record was retried as a handler failure, then
+ * dead-lettered with spring-messaging's "Missing header").
  */
 @SpringBootTest(classes = KeyHeaderArgumentIntegrationTest.App.class)
 @DirtiesContext
@@ -35,31 +38,46 @@ class KeyHeaderArgumentIntegrationTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(
-        registry, "spring_key_argument", "key-argument", "key-argument-dlt");
+        registry,
+        "spring_key_argument",
+        "key-argument",
+        "key-argument-dlt",
+        "key-param",
+        "key-param-dlt");
   }
 
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
-  @Autowired DeliveryCounter<Long> deliveries;
+  @Autowired DeliveryCounter<String> deliveries;
 
   @Test
   void aRecordWithoutTheKeyHeaderIsRefusedOnceAndTheNextAreChargedOnce() throws Exception {
-    template.send(new ProducerRecord<>("key-argument", "40.00")).get();
-    SpringTestEnvironment.send(template, "key-argument", "15.00", "order-no", "ARG-1");
-    SpringTestEnvironment.send(template, "key-argument", "15.00", "order-no", "ARG-1");
+    refusedOnceAndTheNextChargedOnce("key-argument", "order-no");
+  }
+
+  @Test
+  void aRecordWithoutAKeyHeaderNamedByItsParameterIsRefusedOnceAndTheNextAreChargedOnce()
+      throws Exception {
+    refusedOnceAndTheNextChargedOnce("key-param", "orderNo");
+  }
+
+  private void refusedOnceAndTheNextChargedOnce(String topic, String header) throws Exception {
+    template.send(new ProducerRecord<>(topic, "40.00")).get();
+    SpringTestEnvironment.send(template, topic, "15.00", header, "ARG-1");
+    SpringTestEnvironment.send(template, topic, "15.00", header, "ARG-1");
 
     List<ConsumerRecord<String, String>> deadLetters =
-        SpringTestEnvironment.readTopic("key-argument-dlt", 1, Duration.ofSeconds(30));
+        SpringTestEnvironment.readTopic(topic + "-dlt", 1, Duration.ofSeconds(30));
     assertThat(deadLetters).hasSize(1);
     assertThat(SpringTestEnvironment.deadLetterReason(deadLetters.get(0)))
         .contains("DedupKeyMissingException")
-        .contains("header 'order-no' is absent");
+        .contains("header '" + header + "' is absent");
     await()
         .atMost(Duration.ofSeconds(30))
-        .until(() -> SpringTestEnvironment.effects(jdbc, "key-argument", "ARG-1") == 1);
-    assertThat(deliveries.of(0L)).as("deliveries of the record without key").isEqualTo(1);
+        .until(() -> SpringTestEnvironment.effects(jdbc, topic, "ARG-1") == 1);
+    assertThat(deliveries.of(topic + "@0")).as("deliveries of the record without key").isEqualTo(1);
     Thread.sleep(1000);
-    assertThat(SpringTestEnvironment.effects(jdbc, "key-argument", "ARG-1")).isEqualTo(1);
+    assertThat(SpringTestEnvironment.effects(jdbc, topic, "ARG-1")).isEqualTo(1);
   }
 
   @SpringBootConfiguration
@@ -72,8 +90,8 @@ class KeyHeaderArgumentIntegrationTest {
     }
 
     @Bean
-    DeliveryCounter<Long> deliveries() {
-      return new DeliveryCounter<>(ConsumerRecord::offset);
+    DeliveryCounter<String> deliveries() {
+      return new DeliveryCounter<>(record -> record.topic() + "@" + record.offset());
     }
 
     @Bean
@@ -93,6 +111,12 @@ class KeyHeaderArgumentIntegrationTest {
     @KafkaListener(id = "key-argument", topics = "key-argument")
     public void charge(String amount, @Header("order-no") String orderNo) {
       SpringTestEnvironment.effect(jdbc, "key-argument", orderNo, amount);
+    }
+
+    @Idempotent(bizType = "payment-by-name", header = "orderNo")
+    @KafkaListener(id = "key-param", topics = "key-param")
+    public void chargeByName(String amount, @Header String orderNo) {
+      SpringTestEnvironment.effect(jdbc, "key-param", orderNo, amount);
     }
   }
 }
