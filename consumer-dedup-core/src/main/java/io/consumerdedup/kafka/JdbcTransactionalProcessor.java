@@ -219,6 +219,9 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
     IdentityHashMap<ConsumerRecord<K, V>, Outcome> poll = committed.get();
     Outcome outcome = poll == null ? null : poll.get(record);
     if (outcome != null) {
+      // Committed with its poll, as after a failed attempt whose retry's poll commits whole: kept,
+      // the failures would be counted again for a replay of the record (its key forgotten).
+      forgetFailures(record);
       return outcome;
     }
     Outcome processed;
@@ -238,10 +241,14 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
       countFailure(record);
       throw e;
     }
+    forgetFailures(record);
+    return processed;
+  }
+
+  private void forgetFailures(ConsumerRecord<K, V> record) {
     synchronized (rolledBackFailures) {
       rolledBackFailures.remove(Offset.of(record));
     }
-    return processed;
   }
 
   private void countFailure(ConsumerRecord<K, V> record) {
