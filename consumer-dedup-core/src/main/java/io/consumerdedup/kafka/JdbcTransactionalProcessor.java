@@ -212,7 +212,8 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
    * @throws RuntimeException what the wrapped processor threw, after the rollback
    * @throws DedupStoreException the transaction could not be opened or committed (see {@link
    *     TransactionBoundDataSource#inTransaction})
-   * @throws IllegalStateException the thread is already in a transaction of {@code transactions}
+   * @throws io.consumerdedup.core.DedupConfigurationException the thread is already in a
+   *     transaction of {@code transactions} (the handler opened one of its own): the record waits
    */
   @Override
   public Outcome process(ConsumerRecord<K, V> record) {

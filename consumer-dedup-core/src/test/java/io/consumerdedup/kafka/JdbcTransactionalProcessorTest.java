@@ -525,6 +525,40 @@ class JdbcTransactionalProcessorTest {
     assertThat(charges("R-1")).containsExactly("billing");
   }
 
+  @Test
+  void aHandlerThatOpensItsOwnTransactionInsideTheRecordsIsHeldNotDeadLettered() throws Exception {
+    send("N-1");
+    List<Exception> refused = new CopyOnWriteArrayList<>();
+    // A ledger that wraps its writes in a transaction of its own, as it does when called alone.
+    RecordProcessor<String, String> payments =
+        payments(
+            transactions,
+            "billing",
+            order -> {
+              try {
+                transactions.inTransaction(() -> "booked");
+              } catch (RuntimeException e) {
+                refused.add(e);
+                throw e;
+              }
+            });
+    List<Exception> givenUp = new CopyOnWriteArrayList<>();
+    try (RunningLoop running = RunningLoop.start(twoAttempts(payments, givenUp))) {
+      await().atMost(WAIT).until(() -> refused.size() >= 3 || !givenUp.isEmpty());
+    }
+
+    assertThat(refused).as("the nested transaction was refused").isNotEmpty();
+    assertThat(givenUp)
+        .as("a set-up mistake holds the record until the application is fixed")
+        .isEmpty();
+    assertThat(charges("N-1")).isEmpty();
+    assertThat(
+            TestKafka.committedOffsets(fixture.group())
+                .getOrDefault(new TopicPartition(fixture.topic(), 0), 0L))
+        .as("nothing committed past the record")
+        .isZero();
+  }
+
   private DedupPollLoop<String, String> twoAttempts(
       RecordProcessor<String, String> payments, List<Exception> givenUp) {
     return LoopFixture.quick(
