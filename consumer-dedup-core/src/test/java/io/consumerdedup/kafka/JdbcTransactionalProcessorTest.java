@@ -559,6 +559,48 @@ class JdbcTransactionalProcessorTest {
         .isZero();
   }
 
+  @Test
+  void aTransactionalStoreOverThePoolItselfHoldsTheRecordInsteadOfDeadLetteringIt()
+      throws Exception {
+    send("M-1");
+    // The mistake: the store given the pool, and no JdbcTransactionalProcessor around the handler.
+    IdempotentExecutor overThePool =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(fixture.dataSource()).build())
+            .mode(DedupMode.TRANSACTIONAL)
+            .build();
+    resources.add(overThePool);
+    AtomicInteger handlerRuns = new AtomicInteger();
+    List<Exception> refused = new CopyOnWriteArrayList<>();
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(overThePool)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId("billing")
+            .handler(record -> handlerRuns.incrementAndGet())
+            .build();
+    RecordProcessor<String, String> claimsOnly =
+        record -> {
+          try {
+            return handler.process(record);
+          } catch (RuntimeException e) {
+            refused.add(e);
+            throw e;
+          }
+        };
+    List<Exception> givenUp = new CopyOnWriteArrayList<>();
+    try (RunningLoop running = RunningLoop.start(twoAttempts(claimsOnly, givenUp))) {
+      await().atMost(WAIT).until(() -> refused.size() >= 3 || !givenUp.isEmpty());
+    }
+
+    assertThat(refused)
+        .first()
+        .satisfies(e -> assertThat(e).hasMessageContaining("needs an open transaction"));
+    assertThat(givenUp)
+        .as("a set-up mistake holds the record until the application is fixed")
+        .isEmpty();
+    assertThat(handlerRuns).hasValue(0);
+  }
+
   private DedupPollLoop<String, String> twoAttempts(
       RecordProcessor<String, String> payments, List<Exception> givenUp) {
     return LoopFixture.quick(
