@@ -35,7 +35,10 @@ public interface DedupStore {
    * work. A concurrent copy blocks on the key until that transaction ends. {@code request.lease()}
    * is not used; {@code request.retention()} is how long the SUCCESS record is kept.
    *
-   * @throws IllegalStateException if no transaction is open on the store's connection
+   * @throws DedupConfigurationException if no transaction is open on the store's connection: a
+   *     set-up mistake, so the delivery waits until the application is fixed (a store that can
+   *     never join a transaction, such as the test kit's in-memory store, throws {@code
+   *     IllegalStateException})
    */
   ClaimResult claimInTransaction(ClaimRequest request);
 

@@ -223,12 +223,16 @@ public final class JdbcDedupStore implements DedupStore {
         only(distinct),
         (connection, dialect) -> {
           if (connection.getAutoCommit()) {
-            throw new IllegalStateException(
+            // Every delivery meets this again until the application is fixed: a handler failure
+            // would spend the record's attempts and dead-letter it unapplied.
+            throw new DedupConfigurationException(
                 "DedupMode.TRANSACTIONAL needs an open transaction on the dedup table's DataSource,"
                     + " but its connection is in auto-commit mode: run the handler inside a"
                     + " transaction on that DataSource (key "
                     + distinct.get(0).key()
-                    + ")");
+                    + ")",
+                distinct.get(0).key(),
+                distinct.get(0).source());
           }
           return dialect.claim(connection, distinct, false);
         });

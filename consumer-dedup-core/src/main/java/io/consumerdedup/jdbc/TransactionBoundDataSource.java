@@ -1,5 +1,6 @@
 package io.consumerdedup.jdbc;
 
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
@@ -113,8 +114,10 @@ public final class TransactionBoundDataSource implements DataSource {
    *
    * @return what {@code work} returned, once committed
    * @throws X what {@code work} threw, after the rollback
-   * @throws IllegalStateException if this thread is already inside {@code inTransaction} of this
-   *     DataSource: a nested transaction would commit on its own, apart from the outer one
+   * @throws DedupConfigurationException if this thread is already inside {@code inTransaction} of
+   *     this DataSource: a nested transaction would commit on its own, apart from the outer one
+   *     ({@link io.consumerdedup.core.Disposition#RETRY_LATER}: a record whose handler does this
+   *     waits for the application to be fixed)
    * @throws DedupStoreUnavailableException the pool gave no connection, or the commit failed on a
    *     lost connection or a transient error such as a serialization failure: retry later
    * @throws DedupStoreDataException the commit was refused for the data (SQL state class 22 or 23,
@@ -124,10 +127,14 @@ public final class TransactionBoundDataSource implements DataSource {
   public <T, X extends Exception> T inTransaction(TransactionalWork<T, X> work) throws X {
     Objects.requireNonNull(work, "work");
     if (current.get() != null) {
-      throw new IllegalStateException(
+      // A set-up mistake, not a failure of the record: taken for the handler's failure, it
+      // dead-lettered every record whose handler wraps its writes in a transaction of its own.
+      throw new DedupConfigurationException(
           "A transaction of this TransactionBoundDataSource is already open on this thread:"
               + " inTransaction(...) inside inTransaction(...) would commit the inner work apart"
-              + " from the outer; run the inner work directly, it joins the open transaction");
+              + " from the outer; run the inner work directly, it joins the open transaction",
+          null,
+          null);
     }
     Transaction transaction = begin();
     current.set(transaction);

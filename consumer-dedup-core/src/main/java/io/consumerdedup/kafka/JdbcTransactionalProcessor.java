@@ -212,13 +212,17 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
    * @throws RuntimeException what the wrapped processor threw, after the rollback
    * @throws DedupStoreException the transaction could not be opened or committed (see {@link
    *     TransactionBoundDataSource#inTransaction})
-   * @throws IllegalStateException the thread is already in a transaction of {@code transactions}
+   * @throws io.consumerdedup.core.DedupConfigurationException the thread is already in a
+   *     transaction of {@code transactions} (the handler opened one of its own): the record waits
    */
   @Override
   public Outcome process(ConsumerRecord<K, V> record) {
     IdentityHashMap<ConsumerRecord<K, V>, Outcome> poll = committed.get();
     Outcome outcome = poll == null ? null : poll.get(record);
     if (outcome != null) {
+      // Committed with its poll, as after a failed attempt whose retry's poll commits whole: kept,
+      // the failures would be counted again for a replay of the record (its key forgotten).
+      forgetFailures(record);
       return outcome;
     }
     Outcome processed;
@@ -238,10 +242,14 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
       countFailure(record);
       throw e;
     }
+    forgetFailures(record);
+    return processed;
+  }
+
+  private void forgetFailures(ConsumerRecord<K, V> record) {
     synchronized (rolledBackFailures) {
       rolledBackFailures.remove(Offset.of(record));
     }
-    return processed;
   }
 
   private void countFailure(ConsumerRecord<K, V> record) {

@@ -172,7 +172,7 @@ class TransactionalModeTest {
             .mode(DedupMode.TRANSACTIONAL)
             .build()) {
       assertThatThrownBy(() -> overThePool.execute(DedupKey.of("payment", "ORD-tx-3"), () -> "ran"))
-          .isInstanceOf(IllegalStateException.class)
+          .isInstanceOf(DedupConfigurationException.class)
           .hasMessageContaining("DedupMode.TRANSACTIONAL needs an open transaction")
           .hasMessageContaining("payment/ORD-tx-3");
     }

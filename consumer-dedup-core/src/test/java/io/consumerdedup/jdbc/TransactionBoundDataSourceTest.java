@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
@@ -188,7 +189,7 @@ class TransactionBoundDataSourceTest {
                       insert(transactions, "outer");
                       return transactions.inTransaction(() -> "inner");
                     }))
-        .isInstanceOf(IllegalStateException.class)
+        .isInstanceOf(DedupConfigurationException.class)
         .hasMessageContaining("already open on this thread")
         .hasMessageContaining("would commit the inner work apart from the outer");
 

@@ -14,6 +14,7 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.testing.FaultyDataSource;
@@ -481,6 +482,135 @@ class JdbcTransactionalProcessorTest {
    * so each new loop counted it as the first, and with maxAttempts above 1 the record was never
    * dead-lettered: every loop the application started ended on it.
    */
+  @Test
+  void aReplayedRecordGetsItsFullAttemptsThoughItsEarlierFailureCommittedInAPollsTransaction()
+      throws Exception {
+    send("R-1");
+    // One failed attempt: in the poll's transaction, then alone.
+    AtomicInteger failuresLeft = new AtomicInteger(2);
+    AtomicInteger failures = new AtomicInteger();
+    RecordProcessor<String, String> payments =
+        payments(
+            transactions,
+            "billing",
+            order -> {
+              if (failuresLeft.getAndDecrement() > 0) {
+                failures.incrementAndGet();
+                throw new IllegalStateException("ledger rejected the charge");
+              }
+            });
+    List<Exception> givenUp = new CopyOnWriteArrayList<>();
+    // The first attempt fails alone; the retry's poll commits in one transaction.
+    try (RunningLoop running = RunningLoop.start(twoAttempts(payments, givenUp))) {
+      awaitCommitted(fixture.group(), 1);
+    }
+    assertThat(charges("R-1")).containsExactly("billing");
+    // An operator undoes the charge, forgets the key and replays the topic, with the same
+    // processor still running the group; the replay fails once, as the first delivery did.
+    try (Connection connection = fixture.dataSource().getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute("DELETE FROM charges WHERE order_no = 'R-1'");
+    }
+    JdbcDedupAdmin.of(fixture.store()).forget(DedupKey.of(BIZ_TYPE, "R-1"), "operator", false);
+    rewind(fixture.group());
+    failuresLeft.set(2);
+    try (RunningLoop running = RunningLoop.start(twoAttempts(payments, givenUp))) {
+      await().atMost(WAIT).until(() -> !charges("R-1").isEmpty() || !givenUp.isEmpty());
+    }
+
+    assertThat(failures).as("each delivery failed one attempt, run twice").hasValue(4);
+    assertThat(givenUp)
+        .as("the replay's first failure is its first attempt of two, not its last")
+        .isEmpty();
+    assertThat(charges("R-1")).containsExactly("billing");
+  }
+
+  @Test
+  void aHandlerThatOpensItsOwnTransactionInsideTheRecordsIsHeldNotDeadLettered() throws Exception {
+    send("N-1");
+    List<Exception> refused = new CopyOnWriteArrayList<>();
+    // A ledger that wraps its writes in a transaction of its own, as it does when called alone.
+    RecordProcessor<String, String> payments =
+        payments(
+            transactions,
+            "billing",
+            order -> {
+              try {
+                transactions.inTransaction(() -> "booked");
+              } catch (RuntimeException e) {
+                refused.add(e);
+                throw e;
+              }
+            });
+    List<Exception> givenUp = new CopyOnWriteArrayList<>();
+    try (RunningLoop running = RunningLoop.start(twoAttempts(payments, givenUp))) {
+      await().atMost(WAIT).until(() -> refused.size() >= 3 || !givenUp.isEmpty());
+    }
+
+    assertThat(refused).as("the nested transaction was refused").isNotEmpty();
+    assertThat(givenUp)
+        .as("a set-up mistake holds the record until the application is fixed")
+        .isEmpty();
+    assertThat(charges("N-1")).isEmpty();
+    assertThat(
+            TestKafka.committedOffsets(fixture.group())
+                .getOrDefault(new TopicPartition(fixture.topic(), 0), 0L))
+        .as("nothing committed past the record")
+        .isZero();
+  }
+
+  @Test
+  void aTransactionalStoreOverThePoolItselfHoldsTheRecordInsteadOfDeadLetteringIt()
+      throws Exception {
+    send("M-1");
+    // The mistake: the store given the pool, and no JdbcTransactionalProcessor around the handler.
+    IdempotentExecutor overThePool =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(fixture.dataSource()).build())
+            .mode(DedupMode.TRANSACTIONAL)
+            .build();
+    resources.add(overThePool);
+    AtomicInteger handlerRuns = new AtomicInteger();
+    List<Exception> refused = new CopyOnWriteArrayList<>();
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(overThePool)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId("billing")
+            .handler(record -> handlerRuns.incrementAndGet())
+            .build();
+    RecordProcessor<String, String> claimsOnly =
+        record -> {
+          try {
+            return handler.process(record);
+          } catch (RuntimeException e) {
+            refused.add(e);
+            throw e;
+          }
+        };
+    List<Exception> givenUp = new CopyOnWriteArrayList<>();
+    try (RunningLoop running = RunningLoop.start(twoAttempts(claimsOnly, givenUp))) {
+      await().atMost(WAIT).until(() -> refused.size() >= 3 || !givenUp.isEmpty());
+    }
+
+    assertThat(refused)
+        .first()
+        .satisfies(e -> assertThat(e).hasMessageContaining("needs an open transaction"));
+    assertThat(givenUp)
+        .as("a set-up mistake holds the record until the application is fixed")
+        .isEmpty();
+    assertThat(handlerRuns).hasValue(0);
+  }
+
+  private DedupPollLoop<String, String> twoAttempts(
+      RecordProcessor<String, String> payments, List<Exception> givenUp) {
+    return LoopFixture.quick(
+            DedupPollLoop.builder(
+                    TestKafka.consumerConfig(fixture.group()), List.of(fixture.topic()), payments)
+                .deadLetterHandler((record, reason) -> givenUp.add(reason)))
+        .maxAttempts(2)
+        .build();
+  }
+
   @Test
   void aRecordWhoseHandlerAlwaysThrowsAnErrorIsDeadLetteredOnceItsAttemptsAreSpent()
       throws Exception {
