@@ -7,11 +7,12 @@ import org.jspecify.annotations.Nullable;
 
 /**
  * The future or {@code Mono} of an {@link Idempotent} listener did not complete within {@code
- * consumer-dedup.async-listener-timeout}: the consumer thread stops waiting for it, and the key's
- * lease is no longer renewed. The record is retried later ({@link Disposition#RETRY_LATER}): its
- * redelivery finds the key in progress until the lease has run out, then takes it over and runs the
- * listener again. If the first call completes before that, its outcome is written and the
- * redelivery finds it; after that, its outcome is refused as the write of a lease taken over.
+ * consumer-dedup.async-listener-timeout}, or before its container stopped: the consumer thread
+ * stops waiting for it, and the key's lease is no longer renewed. The record is retried later
+ * ({@link Disposition#RETRY_LATER}): its redelivery finds the key in progress until the lease has
+ * run out, then takes it over and runs the listener again. If the first call completes before that,
+ * its outcome is written and the redelivery finds it; after that, its outcome is refused as the
+ * write of a lease taken over.
  */
 public final class AsyncListenerTimeoutException extends DedupException {
   private static final long serialVersionUID = 1L;

@@ -132,11 +132,10 @@ public final class DedupContainers {
     }
 
     RecordInterceptor existing = raw.getRecordInterceptor();
-    if (!GuardedRecordInterceptor.contains(existing, CurrentRecordInterceptor.INSTANCE)) {
+    if (!GuardedRecordInterceptor.contains(existing, CurrentRecordInterceptor.class)) {
+      CurrentRecordInterceptor current = CurrentRecordInterceptor.of(container);
       raw.setRecordInterceptor(
-          existing == null
-              ? CurrentRecordInterceptor.INSTANCE
-              : new GuardedRecordInterceptor(existing, CurrentRecordInterceptor.INSTANCE));
+          existing == null ? current : new GuardedRecordInterceptor(existing, current));
     }
 
     // For batch listeners taking List<Message<?>>: composed after the application's own.

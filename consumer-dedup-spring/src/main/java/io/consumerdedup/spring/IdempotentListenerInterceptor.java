@@ -98,6 +98,9 @@ public final class IdempotentListenerInterceptor {
    */
   public static final Duration DEFAULT_ASYNC_LISTENER_TIMEOUT = Duration.ofMinutes(5);
 
+  /** How often the wait for a listener's future looks whether its container is stopping. */
+  private static final Duration STOP_CHECK = Duration.ofMillis(100);
+
   private final IdempotentExecutors executors;
   private final MissingKeyPolicy defaultMissingKeyPolicy;
   private final AttemptLimit attempts;
@@ -440,11 +443,12 @@ public final class IdempotentListenerInterceptor {
    * the offset pass a FAILED record; thrown from the listener call instead, it reaches the
    * container's error handler as any listener failure does, the record uncommitted.
    *
-   * <p>The wait is bounded by {@link #asyncListenerTimeout}: past it, the lease is no longer
-   * renewed and the record is retried later. Its redelivery finds the key in progress until the
-   * lease runs out, then takes it over; a first call completing after that has its outcome refused
-   * by the fencing of the takeover. Failing the key instead would let the redelivery run the
-   * listener at once, beside a first call that may still be running.
+   * <p>The wait is bounded by {@link #asyncListenerTimeout}, and ends when the container stops
+   * (spring-kafka would wait for the listener, keeping the stop, and a JVM's exit, waiting): then
+   * the lease is no longer renewed and the record is retried later. Its redelivery finds the key in
+   * progress until the lease runs out, then takes it over; a first call completing after that has
+   * its outcome refused by the fencing of the takeover. Failing the key instead would let the
+   * redelivery run the listener at once, beside a first call that may still be running.
    *
    * @return the listener's value, for a future or Mono that already completed
    * @throws Throwable what the listener's future failed with (as {@link AttemptLimit#toThrow}
@@ -458,23 +462,34 @@ public final class IdempotentListenerInterceptor {
       throws Throwable {
     CompletableFuture<Object> settled = settledWhenDone(future, pending);
     Duration timeout = asyncListenerTimeout;
+    long deadline = System.nanoTime() + timeout.toNanos();
     try {
-      try {
-        return settled.get(timeout.toNanos(), TimeUnit.NANOSECONDS);
-      } catch (TimeoutException e) {
-        claim.stopRenewing();
-        if (settled.isDone()) {
-          return settled.get(); // it came as the wait ended, and its outcome is written
+      while (true) {
+        long left = deadline - System.nanoTime();
+        try {
+          return settled.get(Math.min(left, STOP_CHECK.toNanos()), TimeUnit.NANOSECONDS);
+        } catch (TimeoutException e) {
+          boolean stopping = CurrentRecordInterceptor.containerStopping();
+          if (!stopping && left > STOP_CHECK.toNanos()) {
+            continue;
+          }
+          claim.stopRenewing();
+          if (settled.isDone()) {
+            return settled.get(); // it came as the wait ended, and its outcome is written
+          }
+          throw new AsyncListenerTimeoutException(
+              "The future of "
+                  + listener
+                  + (stopping
+                      ? " had not completed when its container stopped"
+                      : " did not complete within consumer-dedup.async-listener-timeout ("
+                          + timeout
+                          + ")")
+                  + ": its lease is no longer renewed, and the record is retried once the lease"
+                  + " has run out; an outcome the call reports before then is still written",
+              claim.key(),
+              claim.source());
         }
-        throw new AsyncListenerTimeoutException(
-            "The future of "
-                + listener
-                + " did not complete within consumer-dedup.async-listener-timeout ("
-                + timeout
-                + "): its lease is no longer renewed, and the record is retried once the lease has"
-                + " run out; an outcome the call reports before then is still written",
-            claim.key(),
-            claim.source());
       }
     } catch (ExecutionException e) {
       throw e.getCause() != null ? attempts.toThrow(claim, e.getCause()) : e;

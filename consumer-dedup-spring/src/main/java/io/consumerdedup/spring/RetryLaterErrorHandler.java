@@ -265,7 +265,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     private final ConsumerRecords<?, ?> data;
     private final Consumer<?, ?> consumer;
     private final MessageListenerContainer container;
-    private @Nullable KafkaException held;
+    private @Nullable RuntimeException held;
 
     HoldingRetry(
         Runnable invokeListener,
@@ -327,7 +327,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
    * BatchListenerFailedException}; the first record without one): commits the records before it, as
    * spring-kafka's {@code DefaultErrorHandler} does, and holds it and those after it.
    */
-  private KafkaException holdBatch(
+  private RuntimeException holdBatch(
       Exception thrownException,
       ConsumerRecords<?, ?> data,
       Consumer<?, ?> consumer,
@@ -335,7 +335,9 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     List<ConsumerRecord<?, ?>> records = listOf(data);
     int index = Math.max(0, BatchFailureIndex.in(thrownException, records));
     commitBefore(records, index, consumer, container);
-    return hold(thrownException, records.subList(index, records.size()), consumer, container);
+    List<ConsumerRecord<?, ?>> held = records.subList(index, records.size());
+    // As for a record: with asyncAcks, any other exception leaves the consumer paused for good.
+    return inRetry(hold(thrownException, held, consumer, container), held, consumer, container);
   }
 
   /**

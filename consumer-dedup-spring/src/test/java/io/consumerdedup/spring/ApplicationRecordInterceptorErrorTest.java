@@ -80,8 +80,7 @@ class ApplicationRecordInterceptorErrorTest {
             GuardedRecordInterceptor.class,
             guarded ->
                 assertThat(
-                        GuardedRecordInterceptor.contains(
-                            guarded, CurrentRecordInterceptor.INSTANCE))
+                        GuardedRecordInterceptor.contains(guarded, CurrentRecordInterceptor.class))
                     .isTrue());
     await().atMost(WAIT).until(() -> !container.getAssignedPartitions().isEmpty());
     container.pause();

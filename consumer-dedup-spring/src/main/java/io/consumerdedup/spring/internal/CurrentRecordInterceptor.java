@@ -1,14 +1,16 @@
 package io.consumerdedup.spring.internal;
 
+import java.util.Objects;
 import java.util.Optional;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
+import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.listener.RecordInterceptor;
 
 /**
  * The container's side of {@link io.consumerdedup.spring.Idempotent} listeners, one instance for
- * every container ({@link io.consumerdedup.spring.DedupContainers#configure} adds it):
+ * each container ({@link io.consumerdedup.spring.DedupContainers#configure} adds it):
  *
  * <ul>
  *   <li>it remembers, on the consumer thread, the record the container is about to hand to the
@@ -28,8 +30,8 @@ import org.springframework.kafka.listener.RecordInterceptor;
  */
 public final class CurrentRecordInterceptor implements RecordInterceptor<Object, Object> {
 
-  /** The one instance. */
-  public static final CurrentRecordInterceptor INSTANCE = new CurrentRecordInterceptor();
+  /** The instance of no container: a share listener's, which delivers its records itself. */
+  public static final CurrentRecordInterceptor INSTANCE = new CurrentRecordInterceptor(null);
 
   private static final ThreadLocal<@Nullable ConsumerRecord<?, ?>> CURRENT = new ThreadLocal<>();
 
@@ -38,7 +40,29 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
    */
   private static final ThreadLocal<@Nullable ConsumerPoll> POLL = new ThreadLocal<>();
 
-  private CurrentRecordInterceptor() {}
+  /** The container delivering {@link #CURRENT}, if known. */
+  private static final ThreadLocal<@Nullable MessageListenerContainer> CONTAINER =
+      new ThreadLocal<>();
+
+  private final @Nullable MessageListenerContainer container;
+
+  private CurrentRecordInterceptor(@Nullable MessageListenerContainer container) {
+    this.container = container;
+  }
+
+  /** The interceptor of {@code container}, which tells its listeners when it stops. */
+  public static CurrentRecordInterceptor of(MessageListenerContainer container) {
+    return new CurrentRecordInterceptor(Objects.requireNonNull(container, "container"));
+  }
+
+  /**
+   * Whether the container delivering the current record on this thread is stopping: spring-kafka
+   * neither wakes nor interrupts a consumer thread busy in a listener, and waits for it to return.
+   */
+  public static boolean containerStopping() {
+    MessageListenerContainer current = CONTAINER.get();
+    return current != null && !current.isRunning();
+  }
 
   /** The record being delivered on this thread, if the container runs this interceptor. */
   public static Optional<ConsumerRecord<?, ?>> current() {
@@ -71,6 +95,7 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
     ListenerOutcomes.abandonOtherThan(record);
     CURRENT.set(record);
     POLL.set(batch);
+    CONTAINER.remove();
   }
 
   @Override
@@ -78,6 +103,7 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
       ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
     ListenerOutcomes.abandonOtherThan(record);
     CURRENT.set(record);
+    CONTAINER.set(container);
     // The consumer the container delivers with, not whichever consumer polled last on this thread
     // (a listener may poll one of its own).
     POLL.set(consumer instanceof PollAwareConsumer<?, ?> pollAware ? pollAware.poll() : null);
@@ -112,6 +138,7 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
       ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
     CURRENT.remove();
     POLL.remove();
+    CONTAINER.remove();
     ListenerOutcomes.afterRecord(record);
   }
 
@@ -124,6 +151,7 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
   public void clearThreadState(Consumer<?, ?> consumer) {
     CURRENT.remove();
     POLL.remove();
+    CONTAINER.remove();
     ThreadStateErrors.clearing(
         consumer,
         () -> {
@@ -158,6 +186,8 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
 
   @Override
   public String toString() {
-    return "CurrentRecordInterceptor";
+    return container == null
+        ? "CurrentRecordInterceptor"
+        : "CurrentRecordInterceptor{" + container.getListenerId() + "}";
   }
 }

@@ -25,11 +25,11 @@ public final class GuardedRecordInterceptor<K, V> implements RecordInterceptor<K
     this.second = Objects.requireNonNull(second, "second");
   }
 
-  /** Whether {@code interceptor} is this composite's second (or is the interceptor itself). */
-  public static boolean contains(@Nullable RecordInterceptor<?, ?> interceptor, Object second) {
-    return interceptor == second
+  /** Whether {@code interceptor} is, or has as this composite's second, a {@code type}. */
+  public static boolean contains(@Nullable RecordInterceptor<?, ?> interceptor, Class<?> type) {
+    return type.isInstance(interceptor)
         || (interceptor instanceof GuardedRecordInterceptor<?, ?> guarded
-            && guarded.second == second);
+            && type.isInstance(guarded.second));
   }
 
   @Override
