@@ -32,8 +32,11 @@ import org.springframework.boot.health.contributor.HealthIndicator;
  * answers, so the status stays UP.
  */
 public class ConsumerDedupHealthIndicator implements HealthIndicator {
-  /** Below the 1 s a Kubernetes probe waits by default, so that the probe reads the reason. */
-  public static final Duration DEFAULT_TIMEOUT = Duration.ofMillis(800);
+  /**
+   * {@link ConsumerDedupProperties#DEFAULT_HEALTH_TIMEOUT}, kept there: the properties must not load
+   * this class, which needs Actuator.
+   */
+  public static final Duration DEFAULT_TIMEOUT = ConsumerDedupProperties.DEFAULT_HEALTH_TIMEOUT;
 
   private final JdbcDedupStore store;
   private final @Nullable DedupJanitor janitor;

@@ -33,6 +33,13 @@ import org.springframework.boot.convert.DurationUnit;
 @ConfigurationProperties(prefix = "consumer-dedup")
 public class ConsumerDedupProperties implements InitializingBean {
 
+  /**
+   * Default of {@code health-timeout}: below the 1 s a Kubernetes probe waits by default, so that
+   * the probe reads the reason. Kept here rather than on the health indicator, which needs Actuator:
+   * an application without it loads this class.
+   */
+  public static final Duration DEFAULT_HEALTH_TIMEOUT = Duration.ofMillis(800);
+
   /** Whether consumer-dedup is configured at all. */
   private boolean enabled = true;
 
@@ -105,7 +112,7 @@ public class ConsumerDedupProperties implements InitializingBean {
    * How long the consumerdedup health check waits for the dedup table before it answers DOWN; below
    * a probe's timeout (Kubernetes: 1 s by default).
    */
-  private Duration healthTimeout = ConsumerDedupHealthIndicator.DEFAULT_TIMEOUT;
+  private Duration healthTimeout = DEFAULT_HEALTH_TIMEOUT;
 
   /** The owner written to claims; default: host name, process id and a random part. */
   private @Nullable String ownerId;
