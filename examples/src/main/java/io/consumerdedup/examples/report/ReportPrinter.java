@@ -35,8 +35,8 @@ public final class ReportPrinter {
       print(result);
     }
     out.println();
-    long failed = results.stream().filter(result -> !result.dedupHeld()).count();
-    if (failed == 0) {
+    List<ScenarioResult> failed = results.stream().filter(result -> !result.passed()).toList();
+    if (failed.isEmpty()) {
       out.println(
           "RESULT: with dedup, every scenario applied each business action exactly once (no double"
               + " effect, nothing lost)"
@@ -49,8 +49,12 @@ public final class ReportPrinter {
     } else {
       out.println(
           "RESULT: FAILED: "
-              + failed
-              + " scenario(s) with dedup show a double effect or a lost message.");
+              + failed.size()
+              + " scenario(s) show a double effect or a lost message with dedup, or did not"
+              + " reproduce their fault:");
+      for (ScenarioResult result : failed) {
+        out.println("  " + result.title());
+      }
     }
   }
 
