@@ -24,27 +24,9 @@ class DemoRunAllTest {
   @Test
   void aScenarioFailingWithALinkageErrorIsReportedAndTheOthersStillRun() {
     ByteArrayOutputStream progress = new ByteArrayOutputStream();
-    DemoContext context =
-        new DemoContext(
-            TestKafka.bootstrapServers(),
-            TestDatabase.baseUrl(),
-            DemoSettings.fast(),
-            Progress.to(new PrintStream(progress, true, StandardCharsets.UTF_8)));
-    Scenario unlinkable =
-        new Scenario() {
-          @Override
-          public String id() {
-            return "unlinkable";
-          }
-
-          @Override
-          public ScenarioResult run(DemoContext context) {
-            throw new NoClassDefFoundError("org/springframework/boot/SpringApplication");
-          }
-        };
 
     List<ScenarioResult> results =
-        Demo.runAll(context, List.of(unlinkable, new ProducerRetryScenario()));
+        Demo.runAll(context(progress), List.of(unlinkable(), new ProducerRetryScenario()));
 
     assertThat(results)
         .as("the scenario after the one that could not run")
@@ -54,5 +36,45 @@ class DemoRunAllTest {
         .startsWith("2. Impatient user");
     assertThat(progress.toString(StandardCharsets.UTF_8))
         .contains("[unlinkable] COULD NOT RUN: java.lang.NoClassDefFoundError");
+  }
+
+  @Test
+  void theReportOfADemoInWhichAScenarioCouldNotRunSaysSoInsteadOfSuccess() {
+    ByteArrayOutputStream printed = new ByteArrayOutputStream();
+
+    boolean passed =
+        Demo.runAndReport(
+            context(new ByteArrayOutputStream()),
+            List.of(unlinkable(), new ProducerRetryScenario()),
+            new PrintStream(printed, true, StandardCharsets.UTF_8));
+
+    assertThat(passed).as("the demo's exit status").isFalse();
+    assertThat(printed.toString(StandardCharsets.UTF_8))
+        .as("the report of a demo in which 1 of 2 scenarios could not run")
+        .doesNotContain("RESULT: with dedup, every scenario applied")
+        .contains("RESULT: FAILED")
+        .contains("1 scenario(s) could not run");
+  }
+
+  private static DemoContext context(ByteArrayOutputStream progress) {
+    return new DemoContext(
+        TestKafka.bootstrapServers(),
+        TestDatabase.baseUrl(),
+        DemoSettings.fast(),
+        Progress.to(new PrintStream(progress, true, StandardCharsets.UTF_8)));
+  }
+
+  private static Scenario unlinkable() {
+    return new Scenario() {
+      @Override
+      public String id() {
+        return "unlinkable";
+      }
+
+      @Override
+      public ScenarioResult run(DemoContext context) {
+        throw new NoClassDefFoundError("org/springframework/boot/SpringApplication");
+      }
+    };
   }
 }

@@ -14,6 +14,14 @@ public final class ReportPrinter {
   }
 
   public void print(List<ScenarioResult> results) {
+    print(results, 0);
+  }
+
+  /**
+   * Prints {@code results}; {@code couldNotRun} scenarios were to run as well but failed before
+   * they had a result.
+   */
+  public void print(List<ScenarioResult> results, int couldNotRun) {
     out.println();
     out.println("=".repeat(110));
     out.println("REPORT: each scenario without and with consumer-dedup");
@@ -36,7 +44,7 @@ public final class ReportPrinter {
     }
     out.println();
     List<ScenarioResult> failed = results.stream().filter(result -> !result.passed()).toList();
-    if (failed.isEmpty()) {
+    if (failed.isEmpty() && couldNotRun == 0) {
       out.println(
           "RESULT: with dedup, every scenario applied each business action exactly once (no double"
               + " effect, nothing lost)"
@@ -47,6 +55,17 @@ public final class ReportPrinter {
                 + " DedupMode.TRANSACTIONAL closes it.");
       }
     } else {
+      // A scenario that could not run is missing from the tables above: a success line would
+      // hide it.
+      if (couldNotRun > 0) {
+        out.println(
+            "RESULT: FAILED: "
+                + couldNotRun
+                + " scenario(s) could not run (see COULD NOT RUN in the progress above).");
+      }
+      if (failed.isEmpty()) {
+        return;
+      }
       out.println(
           "RESULT: FAILED: "
               + failed.size()
