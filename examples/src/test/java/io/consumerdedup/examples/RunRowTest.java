@@ -3,8 +3,12 @@ package io.consumerdedup.examples;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.consumerdedup.examples.ledger.EffectKind;
+import io.consumerdedup.examples.report.ReportPrinter;
 import io.consumerdedup.examples.report.RunRow;
 import io.consumerdedup.examples.report.ScenarioResult;
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
 import java.util.List;
 import org.junit.jupiter.api.Test;
 
@@ -61,12 +65,70 @@ class RunRowTest {
     assertThat(doubledWithDedup.dedupHeld()).isFalse();
   }
 
+  /**
+   * Every scenario hands some action to a consumer more than once (a redelivery or a repeated
+   * message). A run in which none was, say a lost ACK whose child JVM committed before it was
+   * killed, shows one charge per order whether or not dedup works: the report must not call that a
+   * success.
+   */
+  @Test
+  void aRunInWhichNothingWasDeliveredTwiceDidNotReproduceItsFaultAndFailsTheDemo() {
+    RunRow noRedelivery = delivered(true, 1, 1, 1);
+    RunRow noDoubleWithout = delivered(false, 1, 1, 1);
+    ScenarioResult result =
+        new ScenarioResult("t", "i", List.of(noDoubleWithout, noRedelivery), List.of());
+
+    assertThat(noRedelivery.verdictText())
+        .as("a with-dedup run that saw no redelivery")
+        .isEqualTo("FAULT NOT REPRODUCED");
+    assertThat(noDoubleWithout.verdictText())
+        .as("a without-dedup run that saw no redelivery")
+        .isEqualTo("FAULT NOT REPRODUCED");
+    assertThat(result.passed()).as("the scenario passes the demo").isFalse();
+    assertThat(delivered(true, 2, 1, 1).verdict()).isEqualTo(RunRow.Verdict.OK);
+  }
+
+  @Test
+  void theReportSaysWhichScenarioDidNotReproduceItsFault() {
+    ByteArrayOutputStream printed = new ByteArrayOutputStream();
+    new ReportPrinter(new PrintStream(printed, true, StandardCharsets.UTF_8))
+        .print(
+            List.of(
+                new ScenarioResult(
+                    "1. Lost ACK",
+                    "i",
+                    List.of(delivered(false, 1, 1, 1), delivered(true, 1, 1, 1)),
+                    List.of())));
+
+    assertThat(printed.toString(StandardCharsets.UTF_8))
+        .doesNotContain("RESULT: with dedup, every scenario applied")
+        .contains("RESULT: FAILED")
+        .contains("1. Lost ACK");
+  }
+
+  private static RunRow delivered(boolean withDedup, int delivered, int charges, int orders) {
+    return new RunRow(
+        withDedup ? "with dedup" : "without dedup",
+        withDedup,
+        EffectKind.CHARGE,
+        delivered,
+        charges,
+        charges,
+        EffectKind.CHARGE.balanceAfter(charges),
+        0,
+        0,
+        0,
+        orders,
+        0);
+  }
+
+  /** A run in which one order was delivered twice, as in every scenario. */
   private static RunRow charges(boolean withDedup, int charges, int orders) {
     return new RunRow(
         withDedup ? "with dedup" : "without dedup",
         withDedup,
         EffectKind.CHARGE,
-        charges,
+        orders + 1,
         charges,
         charges,
         EffectKind.CHARGE.balanceAfter(charges),

@@ -14,6 +14,14 @@ public final class ReportPrinter {
   }
 
   public void print(List<ScenarioResult> results) {
+    print(results, 0);
+  }
+
+  /**
+   * Prints {@code results}; {@code couldNotRun} scenarios were to run as well but failed before
+   * they had a result.
+   */
+  public void print(List<ScenarioResult> results, int couldNotRun) {
     out.println();
     out.println("=".repeat(110));
     out.println("REPORT: each scenario without and with consumer-dedup");
@@ -35,8 +43,8 @@ public final class ReportPrinter {
       print(result);
     }
     out.println();
-    long failed = results.stream().filter(result -> !result.dedupHeld()).count();
-    if (failed == 0) {
+    List<ScenarioResult> failed = results.stream().filter(result -> !result.passed()).toList();
+    if (failed.isEmpty() && couldNotRun == 0) {
       out.println(
           "RESULT: with dedup, every scenario applied each business action exactly once (no double"
               + " effect, nothing lost)"
@@ -47,10 +55,25 @@ public final class ReportPrinter {
                 + " DedupMode.TRANSACTIONAL closes it.");
       }
     } else {
+      // A scenario that could not run is missing from the tables above: a success line would
+      // hide it.
+      if (couldNotRun > 0) {
+        out.println(
+            "RESULT: FAILED: "
+                + couldNotRun
+                + " scenario(s) could not run (see COULD NOT RUN in the progress above).");
+      }
+      if (failed.isEmpty()) {
+        return;
+      }
       out.println(
           "RESULT: FAILED: "
-              + failed
-              + " scenario(s) with dedup show a double effect or a lost message.");
+              + failed.size()
+              + " scenario(s) show a double effect or a lost message with dedup, or did not"
+              + " reproduce their fault:");
+      for (ScenarioResult result : failed) {
+        out.println("  " + result.title());
+      }
     }
   }
 

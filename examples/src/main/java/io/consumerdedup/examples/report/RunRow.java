@@ -75,7 +75,8 @@ public record RunRow(
 
   /**
    * OK, a double effect (the documented window's, if exactly as many extra effects as the run
-   * expects), or a lost message (fewer effects than actions).
+   * expects), a lost message (fewer effects than actions), or a fault that did not happen (no
+   * record delivered more often than there are actions).
    */
   public Verdict verdict() {
     if (effects > distinctActions) {
@@ -85,6 +86,11 @@ public record RunRow(
     }
     if (effects < distinctActions) {
       return Verdict.LOST;
+    }
+    // Every scenario hands some action to a consumer more than once: without that, one effect per
+    // action proves nothing about dedup (a consumer that never saw the duplicate looks the same).
+    if (delivered <= distinctActions) {
+      return Verdict.FAULT_NOT_REPRODUCED;
     }
     return balance == kind.balanceAfter(distinctActions) ? Verdict.OK : Verdict.WRONG_BALANCE;
   }
@@ -99,6 +105,7 @@ public record RunRow(
       case DOUBLE_EFFECT -> doubleEffectText();
       case DOUBLE_EFFECT_IN_WINDOW -> doubleEffectText() + " (window)";
       case LOST -> "LOST";
+      case FAULT_NOT_REPRODUCED -> "FAULT NOT REPRODUCED";
       case WRONG_BALANCE -> "WRONG BALANCE";
     };
   }
@@ -121,6 +128,11 @@ public record RunRow(
      */
     DOUBLE_EFFECT_IN_WINDOW,
     LOST,
+    /**
+     * No action reached a consumer twice: the scenario's redelivery or repeated message did not
+     * happen, so the run shows nothing, whatever its effects.
+     */
+    FAULT_NOT_REPRODUCED,
     WRONG_BALANCE;
 
     /** Whether a run behind the library may end so: exactly once, or in its documented window. */

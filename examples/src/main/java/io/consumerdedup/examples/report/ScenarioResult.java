@@ -23,6 +23,16 @@ public record ScenarioResult(String title, String incident, List<RunRow> rows, L
     return rows.stream().filter(RunRow::withDedup).allMatch(row -> row.verdict().asDocumented());
   }
 
+  /** Whether every run, with dedup or without, met the duplicate the scenario sets out to cause. */
+  public boolean faultReproduced() {
+    return rows.stream().noneMatch(row -> row.verdict() == RunRow.Verdict.FAULT_NOT_REPRODUCED);
+  }
+
+  /** Whether the scenario shows what it claims: the fault happened, and dedup held through it. */
+  public boolean passed() {
+    return faultReproduced() && dedupHeld();
+  }
+
   /** Whether a run here shows the documented window of {@code DedupMode.SEPARATE}. */
   public boolean showsWindow() {
     return rows.stream().anyMatch(row -> row.verdict() == RunRow.Verdict.DOUBLE_EFFECT_IN_WINDOW);

@@ -21,10 +21,13 @@ import java.util.concurrent.TimeoutException;
  * no goodbye to the broker or the database.
  *
  * <p>The child tells the parent that it reached the point where it is to die by printing a signal
- * line ({@link #signalAndHang}) and then blocks, so the kill lands exactly there. Its other output
- * is passed on as progress lines.
+ * line ({@link #signalAndHang}) and then blocks, so the kill lands exactly there; should the parent
+ * die first, the child ends itself there. Its other output is passed on as progress lines.
  */
 final class ChildJvm implements AutoCloseable {
+  /** The exit code of a child whose parent died before killing it. */
+  static final int PARENT_GONE = 3;
+
   private final Process process;
   private final CompletableFuture<String> signal = new CompletableFuture<>();
 
@@ -114,7 +117,7 @@ final class ChildJvm implements AutoCloseable {
 
   /**
    * In the child: prints {@code signal} and the counts the parent's report needs, then blocks until
-   * the process is killed.
+   * the process is killed, or ends it if the parent is gone.
    */
   static void signalAndHang(String signal, RunStats stats) {
     System.out.println(
@@ -126,12 +129,16 @@ final class ChildJvm implements AutoCloseable {
             + " "
             + stats.duplicatesSkippedCount());
     System.out.flush();
+    // Wait on stdin, the parent's pipe, rather than sleep: if the parent dies before it kills us
+    // (Ctrl-C, a CI job's timeout), the pipe reaches its end and we go too, the way the kill would
+    // have done it (no finally, no commit), instead of hanging on in the group with our
+    // connections.
     try {
-      Thread.sleep(Long.MAX_VALUE);
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
-      throw new IllegalStateException("Interrupted while waiting to be killed", e);
+      while (System.in.read() >= 0) {}
+    } catch (IOException e) {
+      // The pipe broke: the parent is gone just the same.
     }
+    Runtime.getRuntime().halt(PARENT_GONE);
   }
 
   /** In the parent: adds the counts a child sent with its signal line to {@code stats}. */
