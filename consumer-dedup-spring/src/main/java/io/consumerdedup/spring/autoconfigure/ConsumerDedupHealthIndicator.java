@@ -33,8 +33,8 @@ import org.springframework.boot.health.contributor.HealthIndicator;
  */
 public class ConsumerDedupHealthIndicator implements HealthIndicator {
   /**
-   * {@link ConsumerDedupProperties#DEFAULT_HEALTH_TIMEOUT}, kept there: the properties must not load
-   * this class, which needs Actuator.
+   * {@link ConsumerDedupProperties#DEFAULT_HEALTH_TIMEOUT}, kept there: the properties must not
+   * load this class, which needs Actuator.
    */
   public static final Duration DEFAULT_TIMEOUT = ConsumerDedupProperties.DEFAULT_HEALTH_TIMEOUT;
 

@@ -35,8 +35,8 @@ public class ConsumerDedupProperties implements InitializingBean {
 
   /**
    * Default of {@code health-timeout}: below the 1 s a Kubernetes probe waits by default, so that
-   * the probe reads the reason. Kept here rather than on the health indicator, which needs Actuator:
-   * an application without it loads this class.
+   * the probe reads the reason. Kept here rather than on the health indicator, which needs
+   * Actuator: an application without it loads this class.
    */
   public static final Duration DEFAULT_HEALTH_TIMEOUT = Duration.ofMillis(800);
 
