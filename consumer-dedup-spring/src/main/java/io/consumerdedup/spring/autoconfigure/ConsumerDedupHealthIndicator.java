@@ -107,7 +107,12 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
                 },
                 "consumer-dedup-health");
         thread.setDaemon(true);
-        thread.start();
+        try {
+          thread.start();
+        } catch (Throwable e) {
+          // Left pending, it would be waited for by every later probe: DOWN for good.
+          fresh.completeExceptionally(e);
+        }
         check = fresh;
       } else {
         check = Objects.requireNonNull(running.get());
