@@ -20,24 +20,18 @@ import org.springframework.boot.health.contributor.HealthIndicator;
 /**
  * Health {@code consumerdedup}: UP when the dedup table answers with every column the store uses;
  * DOWN with the reason (the database cannot be reached, the table is missing, columns are missing).
- * One try, no retries, and an answer within {@link #DEFAULT_TIMEOUT} (or the timeout given): the
- * check runs on a thread of its own, and a table that does not answer by then (the connection pool
- * exhausted, the database hanging) is DOWN with that reason, instead of holding the probe as long
- * as the pool's connection timeout (30 s with HikariCP's default) while a probe gives up after 1 s
- * (Kubernetes' default). A check still running is waited for by the next probe rather than started
- * again, so a database that hangs costs one thread, not one per probe. When this instance runs the
- * janitor, its last measured backlog is a detail ({@code purge}; {@code behind: true} when the
- * oldest expired record expired more than {@link DedupJanitor#BEHIND_AFTER_INTERVALS} intervals
- * ago; {@code unknown} before the first count and while the last one failed): the table still
- * answers, so the status stays UP.
+ * One try, no retries, and an answer within {@link ConsumerDedupProperties#DEFAULT_HEALTH_TIMEOUT}
+ * (or the timeout given): the check runs on a thread of its own, and a table that does not answer
+ * by then (the connection pool exhausted, the database hanging) is DOWN with that reason, instead
+ * of holding the probe as long as the pool's connection timeout (30 s with HikariCP's default)
+ * while a probe gives up after 1 s (Kubernetes' default). A check still running is waited for by
+ * the next probe rather than started again, so a database that hangs costs one thread, not one per
+ * probe. When this instance runs the janitor, its last measured backlog is a detail ({@code purge};
+ * {@code behind: true} when the oldest expired record expired more than {@link
+ * DedupJanitor#BEHIND_AFTER_INTERVALS} intervals ago; {@code unknown} before the first count and
+ * while the last one failed): the table still answers, so the status stays UP.
  */
 public class ConsumerDedupHealthIndicator implements HealthIndicator {
-  /**
-   * {@link ConsumerDedupProperties#DEFAULT_HEALTH_TIMEOUT}, kept there: the properties must not
-   * load this class, which needs Actuator.
-   */
-  public static final Duration DEFAULT_TIMEOUT = ConsumerDedupProperties.DEFAULT_HEALTH_TIMEOUT;
-
   private final JdbcDedupStore store;
   private final @Nullable DedupJanitor janitor;
   private final Duration timeout;
@@ -50,7 +44,7 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
 
   /** With the janitor whose last measured backlog is a detail, if this instance runs one. */
   public ConsumerDedupHealthIndicator(JdbcDedupStore store, @Nullable DedupJanitor janitor) {
-    this(store, janitor, DEFAULT_TIMEOUT);
+    this(store, janitor, ConsumerDedupProperties.DEFAULT_HEALTH_TIMEOUT);
   }
 
   /**
