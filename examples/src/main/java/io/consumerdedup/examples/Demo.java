@@ -32,8 +32,17 @@ public final class Demo {
       System.out.print(DemoOptions.USAGE);
       return;
     }
-    // Exit explicitly: Kafka and PostgreSQL helper threads must not keep the JVM alive.
-    System.exit(run(options, System.out) ? 0 : 1);
+    // Exit explicitly, also when the demo could not start: Kafka and PostgreSQL threads must not
+    // keep the JVM alive.
+    boolean passed;
+    try {
+      passed = run(options, System.out);
+    } catch (Exception | Error e) {
+      System.err.println("The demo could not run: " + e);
+      e.printStackTrace();
+      passed = false;
+    }
+    System.exit(passed ? 0 : 1);
   }
 
   /**

@@ -30,9 +30,20 @@ final class EmbeddedKafkaBroker implements AutoCloseable {
             // A consumer joining an empty group gets its partitions at once.
             .setConfigProp("group.initial.rebalance.delay.ms", "0")
             .build();
-    cluster.format();
-    cluster.startup();
-    cluster.waitForReadyBrokers();
+    try {
+      cluster.format();
+      cluster.startup();
+      cluster.waitForReadyBrokers();
+    } catch (Exception | Error e) {
+      // A broker that started its threads and then failed (a port taken, a full disk) would keep
+      // them, and with them the JVM, alive.
+      try {
+        cluster.close();
+      } catch (Exception closing) {
+        e.addSuppressed(closing);
+      }
+      throw e;
+    }
     return new EmbeddedKafkaBroker(cluster);
   }
 
