@@ -533,7 +533,8 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
    * timeout may still run then, its record given back undecided.) Only a loop that overran that
    * bound by more than a few seconds (its thread starved) is still stopping then, which a WARN
    * says. A loop that never ran closes its consumer here, within twice the close timeout too.
-   * Called from the handler (the loop's worker thread), it only asks the loop to stop.
+   * Called from the handler (the loop's worker thread), it only asks the loop to stop. An interrupt
+   * of the calling thread does not cut the wait short; it is set on the thread again on return.
    */
   @Override
   public void close() {
@@ -543,33 +544,54 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     }
     consumer.wakeup();
     decisions.add(STOP_REQUEST);
-    if (started.compareAndSet(false, true)) {
-      try {
-        // Bounded as a running loop's stop is: left to the consumer's default (30 s), a loop that
-        // never ran kept close() waiting on a broker that does not answer well past the close
-        // timeout the application had set.
-        consumer.close(Duration.ofNanos(2 * closeTimeout.toNanos()));
-      } finally {
-        finished.countDown();
-      }
-      return;
-    }
     if (Thread.currentThread() == workerThread) {
       // The loop waits for this handler before it acknowledges the handler's record: waiting here
       // for the loop would outlast its close timeout, and its consumer would give the record back.
       return;
     }
+    // A caller already interrupted (a shutdown on a thread of an executor stopped with shutdownNow)
+    // got close() back at once while the handler in hand ran, and went on to close the executor and
+    // DataSource under it: its SUCCESS was never written. The interrupt is kept for when this
+    // returns.
+    boolean interrupted = Thread.interrupted();
     try {
-      if (!finished.await(
-          closeTimeout.toNanos() * 2 + CLOSE_GRACE.toNanos(), TimeUnit.NANOSECONDS)) {
+      if (started.compareAndSet(false, true)) {
+        try {
+          // Bounded as a running loop's stop is: left to the consumer's default (30 s), a loop that
+          // never ran kept close() waiting on a broker that does not answer well past the close
+          // timeout the application had set.
+          consumer.close(Duration.ofNanos(2 * closeTimeout.toNanos()));
+        } finally {
+          finished.countDown();
+        }
+        return;
+      }
+      interrupted |= awaitFinished();
+    } finally {
+      if (interrupted) {
+        Thread.currentThread().interrupt();
+      }
+    }
+  }
+
+  /** Waits for the loop to finish within its bound; whether the thread was interrupted. */
+  private boolean awaitFinished() {
+    boolean interrupted = false;
+    long deadline = System.nanoTime() + closeTimeout.toNanos() * 2 + CLOSE_GRACE.toNanos();
+    while (true) {
+      try {
+        if (finished.await(deadline - System.nanoTime(), TimeUnit.NANOSECONDS)) {
+          return interrupted;
+        }
         log.warn(
             "Share loop of {} did not stop within twice its close timeout of {}; it is still"
                 + " stopping, its consumer not closed yet",
             topics,
             closeTimeout);
+        return interrupted;
+      } catch (InterruptedException e) {
+        interrupted = true;
       }
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
     }
   }
 

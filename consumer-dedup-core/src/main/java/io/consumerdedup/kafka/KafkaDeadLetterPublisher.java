@@ -33,13 +33,14 @@ import org.slf4j.LoggerFactory;
  * gives it, so a plain consumer and a Spring listener of the same topic share one dead-letter
  * topic; {@link Builder#topicSuffix(String)} changes it), and adds headers that say why and where
  * it came from. It waits for the broker to acknowledge the send, so {@link DedupPollLoop} commits
- * past the record only once the dead letter is safely written. A send not acknowledged within the
- * {@link Builder#sendTimeout(Duration) send timeout} goes on in the producer, which may still write
- * it: the next call for the same record (same dead-letter topic, topic, partition and offset) waits
- * for that send instead of sending a second dead letter, and sends anew only if it failed. Such a
- * send, once written, is remembered for five minutes after the broker's answer (not for the life of
- * the publisher, as its record may never come back to it): a try of the record later than that
- * writes a second dead letter.
+ * past the record only once the dead letter is safely written; a producer that does not wait for
+ * the broker ({@code acks=0}) writes nothing this publisher can vouch for, and each send throws. A
+ * send not acknowledged within the {@link Builder#sendTimeout(Duration) send timeout} goes on in
+ * the producer, which may still write it: the next call for the same record (same dead-letter
+ * topic, topic, partition and offset) waits for that send instead of sending a second dead letter,
+ * and sends anew only if it failed. Such a send, once written, is remembered for five minutes after
+ * the broker's answer (not for the life of the publisher, as its record may never come back to it):
+ * a try of the record later than that writes a second dead letter.
  *
  * <pre>{@code
  * Producer<String, String> dltProducer = new KafkaProducer<>(producerConfig); // acks=all
@@ -179,7 +180,8 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
   /**
    * Sends the record to its dead-letter topic and waits for the acknowledgement.
    *
-   * @throws KafkaException if the send failed or was not acknowledged within the send timeout
+   * @throws KafkaException if the send failed or was not acknowledged within the send timeout (or
+   *     the producer does not wait for acknowledgements: acks=0)
    * @throws InterruptException if the thread was interrupted while waiting (the flag is restored)
    */
   @Override
@@ -206,7 +208,8 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
    * #UNDESERIALIZABLE_HEADER} to the usual headers, and waits for the acknowledgement.
    *
    * @throws IllegalStateException if no raw producer was given
-   * @throws KafkaException if the send failed or was not acknowledged within the send timeout
+   * @throws KafkaException if the send failed or was not acknowledged within the send timeout (or
+   *     the producer does not wait for acknowledgements: acks=0)
    * @throws InterruptException if the thread was interrupted while waiting (the flag is restored)
    */
   @Override
@@ -332,6 +335,18 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     try {
       RecordMetadata written = sent.answer.get(sendTimeout.toMillis(), TimeUnit.MILLISECONDS);
       unanswered.remove(letter, sent);
+      if (!written.hasOffset()) {
+        // A producer with acks=0 completes the send once it is on the wire: a dead letter the
+        // broker refused (too large, no leader) was reported written, and the loop rejected or
+        // committed past its record with no dead letter anywhere.
+        throw new KafkaException(
+            "Cannot tell whether the dead letter of "
+                + describe(record)
+                + " was written to "
+                + topic
+                + ": the producer does not wait for the broker's acknowledgement (acks=0); the"
+                + " record is held, not passed. Give the dead-letter producer acks=all");
+      }
       log.info(
           "Dead-lettered {} to {}-{}@{}: {}",
           describe(record),

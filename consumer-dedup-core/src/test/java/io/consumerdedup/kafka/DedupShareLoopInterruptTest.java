@@ -26,7 +26,9 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.AfterEach;
@@ -191,6 +193,57 @@ class DedupShareLoopInterruptTest {
         .as("the record whose handler ran was accepted, not given back by the interrupted stop")
         .isEmpty();
     assertThat(runs).as("handler runs").hasValue(1);
+  }
+
+  /**
+   * The application calls {@link DedupShareLoop#close()} on a thread already interrupted (a
+   * shutdown hook of an executor stopped with {@code shutdownNow}) while a handler runs. close()
+   * promises that once it returns the consumer is closed and the record in hand finished, so that
+   * the application may close its executor and DataSource: it must still wait, and leave the
+   * interrupt set.
+   */
+  @Test
+  void aCloseOnAnInterruptedThreadStillWaitsForTheHandlerInHand() throws Exception {
+    String topic = fixture.topic();
+    String group = fixture.group();
+    TestKafka.createTopics(1, topic);
+    TestShareGroups.configure(group, Duration.ofSeconds(5));
+    CountDownLatch handlerStarted = new CountDownLatch(1);
+    DedupShareLoop<String, String> loop =
+        loop(
+            topic,
+            group,
+            WAIT,
+            record -> {
+              handlerStarted.countDown();
+              Thread.sleep(1500);
+            });
+    Thread loopThread = new Thread(loop);
+    loopThread.start();
+    await().atMost(WAIT).until(() -> TestShareGroups.members(group) == 1);
+    send(topic, "interrupted-close-1", "charge 6.00");
+    assertThat(handlerStarted.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+
+    AtomicBoolean stillInterrupted = new AtomicBoolean();
+    AtomicReference<Optional<DedupStatus>> statusOnReturn = new AtomicReference<>();
+    AtomicBoolean loopAliveOnReturn = new AtomicBoolean(true);
+    Thread closer =
+        new Thread(
+            () -> {
+              Thread.currentThread().interrupt();
+              loop.close();
+              loopAliveOnReturn.set(loopThread.isAlive());
+              statusOnReturn.set(status("interrupted-close-1"));
+              stillInterrupted.set(Thread.currentThread().isInterrupted());
+            });
+    closer.start();
+    closer.join(WAIT.toMillis());
+    assertThat(statusOnReturn.get())
+        .as("the handler's outcome when close() returned")
+        .contains(DedupStatus.SUCCESS);
+    assertThat(loopAliveOnReturn).as("the loop still running when close() returned").isFalse();
+    assertThat(stillInterrupted).as("the caller's interrupt kept").isTrue();
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
   }
 
   /** Whether the loop's thread is waiting for the handler in hand as the loop stops. */
