@@ -7,13 +7,13 @@ package io.consumerdedup.kafka;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.internal.Latches;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.CountDownLatch;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.Consumer;
@@ -353,35 +353,52 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
    * the consumer's close, which the loop bounds by it (a broker that no longer answers does not
    * keep the loop stopping after {@code close()} returned). A loop that never ran closes its
    * consumer here. Called from the handler (the loop's own thread), it only asks the loop to stop.
+   * An interrupt of the calling thread does not cut the wait short; it is set on the thread again
+   * on return.
    */
   @Override
   public void close() {
     stop();
-    if (started.compareAndSet(false, true)) {
-      consumer.close(CloseOptions.timeout(closeTimeout));
-      handlingEnded.countDown();
-      finished.countDown();
-      return;
-    }
     if (Thread.currentThread() == loopThread) {
       return;
     }
+    // A caller already interrupted (a shutdown on a thread of an executor stopped with shutdownNow)
+    // got close() back at once while the handler in hand ran, and went on to close the executor and
+    // DataSource under it: its SUCCESS was never written. The interrupt is kept for when this
+    // returns.
+    boolean interrupted = Thread.interrupted();
     try {
-      if (!handlingEnded.await(closeTimeout.toNanos(), TimeUnit.NANOSECONDS)) {
+      if (started.compareAndSet(false, true)) {
+        try {
+          consumer.close(CloseOptions.timeout(closeTimeout));
+        } finally {
+          handlingEnded.countDown();
+          finished.countDown();
+        }
+        return;
+      }
+      long handlingDeadline = System.nanoTime() + closeTimeout.toNanos();
+      interrupted |= Latches.awaitThroughInterrupts(handlingEnded, handlingDeadline);
+      if (handlingEnded.getCount() > 0) {
         log.warn(
             "Poll loop of {} did not stop within {}; its handler may still be running",
             topics,
             closeTimeout);
         return;
       }
-      if (!finished.await(closeTimeout.toNanos() + CLOSE_GRACE.toNanos(), TimeUnit.NANOSECONDS)) {
+      interrupted |=
+          Latches.awaitThroughInterrupts(
+              finished, System.nanoTime() + closeTimeout.toNanos() + CLOSE_GRACE.toNanos());
+      if (finished.getCount() > 0) {
         log.warn(
             "Poll loop of {} did not close its consumer within {}; it is still stopping",
             topics,
             closeTimeout);
       }
-    } catch (InterruptedException e) {
-      Thread.currentThread().interrupt();
+    } finally {
+      if (interrupted) {
+        Thread.currentThread().interrupt();
+      }
     }
   }
 

@@ -1,5 +1,6 @@
 package io.consumerdedup.kafka;
 
+import io.consumerdedup.core.internal.Latches;
 import io.consumerdedup.kafka.ShareInFlight.Decision;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.time.Duration;
@@ -576,23 +577,16 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
 
   /** Waits for the loop to finish within its bound; whether the thread was interrupted. */
   private boolean awaitFinished() {
-    boolean interrupted = false;
     long deadline = System.nanoTime() + closeTimeout.toNanos() * 2 + CLOSE_GRACE.toNanos();
-    while (true) {
-      try {
-        if (finished.await(deadline - System.nanoTime(), TimeUnit.NANOSECONDS)) {
-          return interrupted;
-        }
-        log.warn(
-            "Share loop of {} did not stop within twice its close timeout of {}; it is still"
-                + " stopping, its consumer not closed yet",
-            topics,
-            closeTimeout);
-        return interrupted;
-      } catch (InterruptedException e) {
-        interrupted = true;
-      }
+    boolean interrupted = Latches.awaitThroughInterrupts(finished, deadline);
+    if (finished.getCount() > 0) {
+      log.warn(
+          "Share loop of {} did not stop within twice its close timeout of {}; it is still"
+              + " stopping, its consumer not closed yet",
+          topics,
+          closeTimeout);
     }
+    return interrupted;
   }
 
   /** Builds a {@link DedupShareLoop}; every setter validates its value at once. */

@@ -5,12 +5,17 @@ import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
 import static io.consumerdedup.kafka.LoopFixture.WAIT;
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.util.List;
+import java.util.Optional;
 import java.util.Properties;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -27,7 +32,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
 
-/** How {@link DedupPollLoop} ends when its last commit is disturbed. */
+/** How {@link DedupPollLoop} ends when its close or its last commit is disturbed. */
 class DedupPollLoopStopTest {
   @RegisterExtension static final LoopFixture fixture = new LoopFixture("loop_stop");
 
@@ -101,6 +106,66 @@ class DedupPollLoopStopTest {
         .isZero();
     assertThat(TestKafka.committedOffsets(fixture.group()))
         .as("the offset owed for the handled record")
+        .containsEntry(partition, 1L);
+  }
+
+  /**
+   * The loop is closed from a thread already interrupted (a shutdown on a thread of an executor
+   * stopped with {@code shutdownNow}) while its handler runs: close() returned at once, and the
+   * application went on to close its executor and DataSource under the handler, whose key stayed
+   * PROCESSING. It now waits for the handler and the last commit, and keeps the interrupt.
+   */
+  @Test
+  void aCloseOnAnInterruptedThreadStillWaitsForTheHandlerInHand() throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    TopicPartition partition = new TopicPartition(fixture.topic(), 0);
+    CountDownLatch handlerStarted = new CountDownLatch(1);
+    executor = IdempotentExecutor.builder(fixture.store()).build();
+    DedupPollLoop<String, String> loop =
+        LoopFixture.quick(
+                DedupPollLoop.builder(
+                    TestKafka.consumerConfig(fixture.group()),
+                    List.of(fixture.topic()),
+                    IdempotentRecordHandler.<String, String>builder(executor)
+                        .bizType(BIZ_TYPE)
+                        .key(KeyExtractors.header(KEY_HEADER))
+                        .handler(
+                            record -> {
+                              handlerStarted.countDown();
+                              Thread.sleep(1500);
+                            })
+                        .build()))
+            .deadLetterHandler((record, reason) -> {})
+            .build();
+    Future<?> run = thread.submit(loop);
+    ProducerRecord<String, String> record =
+        new ProducerRecord<>(fixture.topic(), 0, "ORD-2", "charge ORD-2");
+    record.headers().add(KEY_HEADER, "ORD-2".getBytes(StandardCharsets.UTF_8));
+    fixture.producer().send(record).get();
+    assertThat(handlerStarted.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+
+    AtomicReference<Optional<DedupStatus>> statusOnReturn = new AtomicReference<>();
+    AtomicBoolean loopDoneOnReturn = new AtomicBoolean();
+    AtomicBoolean stillInterrupted = new AtomicBoolean();
+    Thread closer =
+        new Thread(
+            () -> {
+              Thread.currentThread().interrupt();
+              loop.close();
+              loopDoneOnReturn.set(run.isDone());
+              statusOnReturn.set(
+                  fixture.store().find(DedupKey.of(BIZ_TYPE, "ORD-2")).map(DedupRecord::status));
+              stillInterrupted.set(Thread.currentThread().isInterrupted());
+            });
+    closer.start();
+    closer.join(WAIT.toMillis());
+    assertThat(statusOnReturn.get())
+        .as("the handler's outcome when close() returned")
+        .contains(DedupStatus.SUCCESS);
+    assertThat(loopDoneOnReturn).as("the loop ended when close() returned").isTrue();
+    assertThat(stillInterrupted).as("the caller's interrupt kept").isTrue();
+    assertThat(TestKafka.committedOffsets(fixture.group()))
+        .as("the offset of the handled record")
         .containsEntry(partition, 1L);
   }
 
