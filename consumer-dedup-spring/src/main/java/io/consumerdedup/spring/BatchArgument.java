@@ -2,6 +2,7 @@ package io.consumerdedup.spring;
 
 import io.consumerdedup.spring.internal.CurrentBatch;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
@@ -9,7 +10,9 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.common.TopicPartition;
 import org.jspecify.annotations.Nullable;
+import org.springframework.kafka.support.KafkaHeaders;
 import org.springframework.messaging.Message;
+import org.springframework.messaging.MessageHeaders;
 
 /**
  * The batch argument of an {@link Idempotent} batch listener's call, in one of the forms of {@link
@@ -80,18 +83,26 @@ final class BatchArgument {
     if (listener.shape.batch != ListenerShape.BatchShape.MESSAGES) {
       return (List<ConsumerRecord<Object, Object>>) (List<?>) elements;
     }
-    List<ConsumerRecord<Object, Object>> records = CurrentBatch.records();
-    if (records == null || records.size() != elements.size()) {
+    List<ConsumerRecord<Object, Object>> polled = CurrentBatch.records();
+    // A record filter (@KafkaListener(filter = ...), the factory's RecordFilterStrategy) drops
+    // records after the batch interceptor saw them: matched by position, every batch it filtered
+    // failed, and its records were never applied. Each message names its own record.
+    List<ConsumerRecord<Object, Object>> records =
+        polled == null ? null : byCoordinates(polled, elements);
+    if (records == null && polled != null && polled.size() == elements.size()) {
+      records = polled;
+    }
+    if (records == null) {
       throw new IllegalStateException(
           "@Idempotent batch listener "
               + listener
               + " takes List<Message<?>>, but "
-              + (records == null
+              + (polled == null
                   ? "its container does not run consumer-dedup's batch interceptor (the"
                       + " auto-configuration adds it to every listener container; for a"
                       + " container made by hand call DedupContainers.configure(container))"
                   : "its container handed over "
-                      + records.size()
+                      + polled.size()
                       + " records for "
                       + elements.size()
                       + " messages")
@@ -99,4 +110,37 @@ final class BatchArgument {
     }
     return records;
   }
+
+  /**
+   * The record of each message, found by the topic, partition and offset its headers carry; null if
+   * a message carries none of them or names a record the container did not hand over.
+   */
+  private static @Nullable List<ConsumerRecord<Object, Object>> byCoordinates(
+      List<ConsumerRecord<Object, Object>> polled, List<Object> elements) {
+    Map<Coordinates, ConsumerRecord<Object, Object>> byPlace = new HashMap<>();
+    for (ConsumerRecord<Object, Object> record : polled) {
+      byPlace.put(new Coordinates(record.topic(), record.partition(), record.offset()), record);
+    }
+    List<ConsumerRecord<Object, Object>> records = new ArrayList<>(elements.size());
+    for (Object element : elements) {
+      if (!(element instanceof Message<?> message)) {
+        return null;
+      }
+      MessageHeaders headers = message.getHeaders();
+      if (!(headers.get(KafkaHeaders.RECEIVED_TOPIC) instanceof String topic)
+          || !(headers.get(KafkaHeaders.RECEIVED_PARTITION) instanceof Integer partition)
+          || !(headers.get(KafkaHeaders.OFFSET) instanceof Long offset)) {
+        return null;
+      }
+      ConsumerRecord<Object, Object> record =
+          byPlace.get(new Coordinates(topic, partition, offset));
+      if (record == null) {
+        return null;
+      }
+      records.add(record);
+    }
+    return records;
+  }
+
+  private record Coordinates(String topic, int partition, long offset) {}
 }

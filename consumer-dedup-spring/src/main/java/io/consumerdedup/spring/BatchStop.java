@@ -23,7 +23,12 @@ record BatchStop(int index, RuntimeException cause) {
             : new IllegalStateException(String.valueOf(error), error));
   }
 
-  /** Tells spring-kafka the record of the container's batch where processing stopped, and why. */
+  /**
+   * Tells spring-kafka the record of the container's batch where processing stopped, and why. The
+   * record itself, not its index: behind a record filter the listener's batch is a part of the
+   * container's, and the error handler read the index in the whole poll, dead-lettering (and
+   * committing past) whichever record stood there, an applied one as well.
+   */
   BatchListenerFailedException failure(
       IdempotentListenerMethod listener, List<ConsumerRecord<Object, Object>> records) {
     ConsumerRecord<Object, Object> record = records.get(index);
@@ -37,6 +42,6 @@ record BatchStop(int index, RuntimeException cause) {
             + " of the batch): "
             + cause.getMessage(),
         cause,
-        index);
+        record);
   }
 }

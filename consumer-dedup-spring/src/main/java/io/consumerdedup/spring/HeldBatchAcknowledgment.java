@@ -19,20 +19,35 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
   private int nackIndex = -1;
   private Duration nackSleep = Duration.ZERO;
 
+  /**
+   * The batch ended with every outcome written: what the method acknowledges from now on (from
+   * another thread, once its own sends are confirmed, as ack mode MANUAL allows) goes straight to
+   * the container. Held as before, it was dropped, and nothing was committed for the batch.
+   */
+  private boolean released;
+
   HeldBatchAcknowledgment(Acknowledgment delegate, KeptBatchRecords kept) {
     this.delegate = delegate;
     this.kept = kept;
   }
 
   @Override
-  public void acknowledge() {
+  public synchronized void acknowledge() {
+    if (released) {
+      delegate.acknowledge();
+      return;
+    }
     acknowledged = true;
     markUpTo(kept.size() - 1);
   }
 
   @Override
-  public void acknowledge(int index) {
+  public synchronized void acknowledge(int index) {
     checkIndex(index);
+    if (released) {
+      delegate.acknowledge(kept.batchIndexes.get(index));
+      return;
+    }
     partialIndex = Math.max(partialIndex, index);
     markUpTo(index);
   }
@@ -50,7 +65,7 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
   }
 
   @Override
-  public void nack(int index, Duration sleep) {
+  public synchronized void nack(int index, Duration sleep) {
     checkIndex(index);
     nackIndex = index;
     nackSleep = sleep;
@@ -69,17 +84,18 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
   }
 
   /** The index, in the list the method was given, of the record it nacked at; -1 if none. */
-  int nackIndex() {
+  synchronized int nackIndex() {
     return nackIndex;
   }
 
   /** Passes on the method's nack, at {@code batchIndex} of the container's batch. */
-  void nackAt(int batchIndex) {
+  synchronized void nackAt(int batchIndex) {
     delegate.nack(batchIndex, nackSleep);
   }
 
   /** Every outcome is written: passes on what the listener acknowledged. */
-  void release() {
+  synchronized void release() {
+    released = true;
     if (acknowledged) {
       delegate.acknowledge();
     } else if (partialIndex >= 0) {

@@ -40,16 +40,16 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * <p>A record that cannot be handled now stops the batch there: a record whose key or value the
  * consumer's {@code ErrorHandlingDeserializer} could not deserialize, a record without a usable
  * key, a conflicting payload, a key another consumer holds, a store that cannot be reached. The
- * records before it are handled, and spring-kafka is told its index with a {@link
+ * records before it are handled, and spring-kafka is told the record with a {@link
  * BatchListenerFailedException} whose cause is consumer-dedup's exception: the application's {@code
  * DefaultErrorHandler} commits the records before it and dead-letters it at once when the cause is
  * not retryable ({@link DedupErrorClassification}); {@link RetryLaterErrorHandler} commits them and
  * makes it wait when it is to be retried later. A failure of the method at a record (a {@code
- * BatchListenerFailedException} of its own) is passed on with the index translated to the
- * container's batch: the records before it SUCCESS, it FAILED, those after it released without
- * counting an attempt. Any other exception leaves every claimed record FAILED: the method's state
- * is unknown, so all are retried. Records the method acknowledged ({@code acknowledge(i)} of its
- * {@link Acknowledgment}) are done by its word: their SUCCESS is written at once, and stands.
+ * BatchListenerFailedException} of its own) is passed on naming the record of the container's
+ * batch: the records before it SUCCESS, it FAILED, those after it released without counting an
+ * attempt. Any other exception leaves every claimed record FAILED: the method's state is unknown,
+ * so all are retried. Records the method acknowledged ({@code acknowledge(i)} of its {@link
+ * Acknowledgment}) are done by its word: their SUCCESS is written at once, and stands.
  *
  * <p>Attempts are limited per key as for record listeners ({@link AttemptLimit}): a record the
  * method fails at on its last attempt allowed, and a record whose key already failed that often
