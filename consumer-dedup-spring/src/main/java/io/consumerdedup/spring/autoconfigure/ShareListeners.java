@@ -268,7 +268,27 @@ final class ShareListeners {
           "Define a ProducerFactory (Spring Boot makes one from spring.kafka.producer.*) or a"
               + " DeadLetterHandler bean, such as KafkaDeadLetterPublisher");
     }
-    Producer producer = producers.createProducer();
+    // A transactional factory (spring.kafka.producer.transaction-id-prefix, for the application's
+    // consumer-group listeners) makes producers that send only inside a transaction, which no dead
+    // letter is written in: every dead letter failed, and the record was kept acquired and tried
+    // again for good, its consumer fetching nothing meanwhile.
+    Producer producer;
+    if (producers.transactionCapable()) {
+      try {
+        producer = producers.createNonTransactionalProducer();
+      } catch (UnsupportedOperationException e) {
+        throw new UnsupportedShareListenerException(
+            "@Idempotent listener "
+                + nameOf(method)
+                + " runs in a share-group container, whose dead letters are written outside any"
+                + " transaction, and the application's ProducerFactory is transactional and makes"
+                + " no non-transactional producer",
+            "Define a DeadLetterHandler bean, such as a KafkaDeadLetterPublisher over a producer"
+                + " that is not transactional");
+      }
+    } else {
+      producer = producers.createProducer();
+    }
     created.add(producer);
     KafkaDeadLetterPublisher.Builder publisher =
         KafkaDeadLetterPublisher.builder(producer).groupId(groupId);

@@ -8,6 +8,7 @@ import io.consumerdedup.testing.TestDatabase;
 import java.util.Map;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.Producer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.Assumptions;
@@ -27,6 +28,7 @@ import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
 import org.springframework.kafka.core.DefaultShareConsumerFactory;
+import org.springframework.kafka.core.ProducerFactory;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.support.ShareAcknowledgment;
 import org.springframework.util.ClassUtils;
@@ -105,6 +107,55 @@ class ShareContainerStartupTest {
                     .hasMessageContaining("Upgrade to Spring Boot 4.1");
               }
             });
+  }
+
+  /**
+   * A transactional ProducerFactory that makes no non-transactional producer: the share listener's
+   * dead letters, written outside any transaction, could never be sent, so the application stops
+   * saying what to do instead of starting with a listener whose failed records are never
+   * dead-lettered.
+   */
+  @Test
+  void aTransactionalProducerFactoryWithoutPlainProducersStopsTheApplicationSayingWhatToDo() {
+    runner
+        .withBean(Jobs.class)
+        .withUserConfiguration(TransactionalOnly.Config.class)
+        .run(
+            context -> {
+              assertThat(context)
+                  .getFailure()
+                  .rootCause()
+                  .isInstanceOf(UnsupportedShareListenerException.class)
+                  .hasMessageContaining("@Idempotent listener " + Jobs.class.getName() + "#run");
+              if (SPRING_KAFKA_41) {
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .hasMessageContaining("makes no non-transactional producer")
+                    .hasMessageContaining("Define a DeadLetterHandler bean");
+              }
+            });
+  }
+
+  /** A ProducerFactory whose every producer is transactional (spring-kafka's default answer). */
+  static final class TransactionalOnly implements ProducerFactory<Object, Object> {
+    @Override
+    public Producer<Object, Object> createProducer() {
+      throw new IllegalStateException("a transactional producer cannot send a dead letter");
+    }
+
+    @Override
+    public boolean transactionCapable() {
+      return true;
+    }
+
+    @Configuration(proxyBeanMethods = false)
+    static class Config {
+      @Bean
+      ProducerFactory<Object, Object> kafkaProducerFactory() {
+        return new TransactionalOnly();
+      }
+    }
   }
 
   @Test
