@@ -96,7 +96,15 @@ public class ConsumerDedupAutoConfiguration {
         dataSource instanceof TransactionAwareDataSourceProxy
             ? dataSource
             : new TransactionAwareDataSourceProxy(dataSource);
-    JdbcDedupStore transactionalStore = storeBuilder(transactional, properties).build();
+    JdbcDedupStore.Builder transactionalBuilder = storeBuilder(transactional, properties);
+    if (store instanceof JdbcDedupStore own) {
+      // The application's own JDBC store names the table that the verifier, the janitor and the
+      // endpoint see: TRANSACTIONAL claims written to consumer-dedup.table-name instead would
+      // escape all three, and split one key's history across two tables.
+      transactionalBuilder.tableName(own.tableName()).statementTimeout(own.statementTimeout());
+      own.dialect().ifPresent(transactionalBuilder::dialect);
+    }
+    JdbcDedupStore transactionalStore = transactionalBuilder.build();
     DedupListener listener = DedupListener.composite(listeners.orderedStream().toList());
     return new IdempotentExecutors(
         store,
