@@ -159,6 +159,47 @@ class FirstHourMistakesTest {
                 + " SEPARATE, lease 5m, table consumer_dedup");
   }
 
+  @Test
+  void aListenersBareNumberLeaseIsSecondsAsTheLeasePropertysIs(CapturedOutput output) {
+    runner(schemaWithTable())
+        .withConfiguration(AutoConfigurations.of(KafkaAutoConfiguration.class))
+        .withPropertyValues("spring.kafka.listener.auto-startup=false")
+        .withBean(BareNumberLease.class)
+        .run(context -> assertThat(context).hasNotFailed());
+
+    // consumer-dedup.lease=30 is 30 seconds; the same 30 in @Idempotent was 30 milliseconds, a
+    // lease that a GC pause outlasts, so another consumer took the key over mid-run.
+    assertThat(output)
+        .contains("#charge (id bare-lease): biz type 'payment'")
+        .contains("lease 30s");
+  }
+
+  @Test
+  void aListenersLeaseUnderASecondStopsTheApplicationAsTheLeasePropertyDoes() {
+    runner(schemaWithTable())
+        .withConfiguration(AutoConfigurations.of(KafkaAutoConfiguration.class))
+        .withPropertyValues("spring.kafka.listener.auto-startup=false")
+        .withBean(ShortLease.class)
+        .run(
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .hasMessageContaining("lease must be at least 1s, was 500ms"));
+  }
+
+  static class BareNumberLease {
+    @Idempotent(bizType = "payment", header = "order-no", lease = "30")
+    @KafkaListener(id = "bare-lease", topics = "payments")
+    public void charge(ConsumerRecord<String, String> record) {}
+  }
+
+  static class ShortLease {
+    @Idempotent(bizType = "payment", header = "order-no", lease = "500ms")
+    @KafkaListener(id = "short-lease", topics = "payments")
+    public void charge(ConsumerRecord<String, String> record) {}
+  }
+
   static class Payments {
     @Idempotent(bizType = "payment", header = "order-no")
     @KafkaListener(id = "payments", topics = "payments")
