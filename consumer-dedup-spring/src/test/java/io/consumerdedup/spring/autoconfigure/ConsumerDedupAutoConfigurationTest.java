@@ -288,6 +288,19 @@ class ConsumerDedupAutoConfigurationTest {
   }
 
   @Test
+  void disabledByPropertyWithAnOwnJdbcStoreAndActuatorStillStarts() {
+    runner(schemaWithTable())
+        .withConfiguration(AutoConfigurations.of(ConsumerDedupActuatorAutoConfiguration.class))
+        .withUserConfiguration(OwnTableStore.class)
+        .withPropertyValues("consumer-dedup.enabled=false")
+        .run(
+            context -> {
+              assertThat(context).hasNotFailed();
+              assertThat(context).doesNotHaveBean(ConsumerDedupHealthIndicator.class);
+            });
+  }
+
+  @Test
   void absentWithoutDataSource() {
     new ApplicationContextRunner()
         .withConfiguration(AutoConfigurations.of(ConsumerDedupAutoConfiguration.class))
