@@ -55,8 +55,14 @@ public class ConsumerDedupAutoConfiguration {
   @ConditionalOnMissingBean
   @ConditionalOnProperty(name = "consumer-dedup.initialize-schema", havingValue = "always")
   public DedupSchemaInitializer dedupSchemaInitializer(
-      DataSource dataSource, ConsumerDedupProperties properties) {
-    return new DedupSchemaInitializer(dataSource, properties.getTableName());
+      DataSource dataSource, ConsumerDedupProperties properties, ObjectProvider<DedupStore> store) {
+    // The table the store uses: a JdbcDedupStore bean of the application's own names its own, and
+    // creating consumer-dedup.table-name instead left the application stopped on a missing table.
+    String table =
+        store.getIfUnique() instanceof JdbcDedupStore own
+            ? own.tableName()
+            : properties.getTableName();
+    return new DedupSchemaInitializer(dataSource, table);
   }
 
   @Bean

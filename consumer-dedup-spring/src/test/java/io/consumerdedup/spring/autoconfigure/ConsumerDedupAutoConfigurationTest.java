@@ -224,6 +224,25 @@ class ConsumerDedupAutoConfigurationTest {
             });
   }
 
+  @Test
+  void schemaInitializationCreatesTheTableOfTheApplicationsOwnJdbcStore() throws Exception {
+    runner(emptySchema())
+        .withUserConfiguration(OwnTableStore.class)
+        .withPropertyValues("consumer-dedup.initialize-schema=always")
+        .run(
+            context -> {
+              assertThat(context).hasNotFailed();
+              assertThat(
+                      new JdbcTemplate(context.getBean(DataSource.class))
+                          .queryForObject(
+                              "SELECT count(*) FROM information_schema.tables"
+                                  + " WHERE table_name = 'own_dedup'"
+                                  + " AND table_schema = current_schema()",
+                              Integer.class))
+                  .isOne();
+            });
+  }
+
   @Configuration(proxyBeanMethods = false)
   static class OwnTableStore {
     @Bean
