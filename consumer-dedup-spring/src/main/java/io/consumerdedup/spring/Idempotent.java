@@ -53,8 +53,9 @@ public @interface Idempotent {
   String fingerprint() default "";
 
   /**
-   * The lease for this listener, as a Spring Boot duration ({@code 30s}, {@code 10m}, ISO-8601).
-   * Default: {@code consumer-dedup.lease}.
+   * The lease for this listener, as a Spring Boot duration ({@code 30s}, {@code 10m}, ISO-8601; a
+   * bare number means seconds, as in {@code consumer-dedup.lease}), at least 1s. Default: {@code
+   * consumer-dedup.lease}.
    */
   String lease() default "";
 

@@ -93,6 +93,12 @@ public final class IdempotentListenerInterceptor {
   public static final int DEFAULT_MAX_ATTEMPTS = 10;
 
   /**
+   * The shortest lease, of {@code consumer-dedup.lease} and {@code @Idempotent(lease)} alike: a
+   * shorter one is taken over while a listener runs.
+   */
+  public static final Duration SHORTEST_LEASE = Duration.ofSeconds(1);
+
+  /**
    * Default of {@link #asyncListenerTimeout}: 5 minutes, Kafka's default {@code
    * max.poll.interval.ms}, past which the consumer waiting has left its group anyway.
    */

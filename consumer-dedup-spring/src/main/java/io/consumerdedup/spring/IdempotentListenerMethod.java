@@ -10,6 +10,7 @@ import io.consumerdedup.spring.internal.CurrentBatch;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import java.lang.reflect.Method;
 import java.time.Duration;
+import java.time.temporal.ChronoUnit;
 import java.util.List;
 import java.util.Objects;
 import java.util.Set;
@@ -108,15 +109,17 @@ final class IdempotentListenerMethod {
     Duration lease = null;
     if (!annotation.lease().isBlank()) {
       String leaseAction =
-          "Write a positive duration such as lease = \"30s\" or \"10m\", or leave it out for"
+          "Write a duration of at least 1s such as lease = \"30s\" or \"10m\", or leave it out for"
               + " consumer-dedup.lease";
       try {
-        lease = DurationStyle.detectAndParse(annotation.lease());
+        // A bare number means seconds, as in consumer-dedup.lease: read as Spring's default
+        // milliseconds, lease = "30" gave a lease that a GC pause outlasts.
+        lease = DurationStyle.detectAndParse(annotation.lease(), ChronoUnit.SECONDS);
       } catch (IllegalArgumentException e) {
         throw invalid("lease '" + annotation.lease() + "' is not a duration", leaseAction, e);
       }
-      if (lease.isNegative() || lease.isZero()) {
-        throw invalid("lease must be positive, was " + annotation.lease(), leaseAction, null);
+      if (lease.compareTo(IdempotentListenerInterceptor.SHORTEST_LEASE) < 0) {
+        throw invalid("lease must be at least 1s, was " + annotation.lease(), leaseAction, null);
       }
     }
     this.overrides = new IdempotentExecutors.Overrides(lease, inProgress, mode);

@@ -8,6 +8,7 @@ import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.boot.actuate.autoconfigure.endpoint.condition.ConditionalOnAvailableEndpoint;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnBooleanProperty;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
 import org.springframework.boot.health.autoconfigure.contributor.ConditionalOnEnabledHealthIndicator;
@@ -22,6 +23,9 @@ import org.springframework.context.annotation.Configuration;
 @AutoConfiguration(after = ConsumerDedupAutoConfiguration.class)
 @ConditionalOnClass(name = "org.springframework.boot.actuate.endpoint.annotation.Endpoint")
 @ConditionalOnBean(JdbcDedupStore.class)
+// Off with the rest: without it, an application with a store of its own failed to start for want of
+// the properties that consumer-dedup.enabled=false leaves out.
+@ConditionalOnBooleanProperty(name = "consumer-dedup.enabled", matchIfMissing = true)
 public class ConsumerDedupActuatorAutoConfiguration {
 
   @Bean

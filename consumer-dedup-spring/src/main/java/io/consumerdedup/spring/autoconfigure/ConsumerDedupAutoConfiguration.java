@@ -55,8 +55,14 @@ public class ConsumerDedupAutoConfiguration {
   @ConditionalOnMissingBean
   @ConditionalOnProperty(name = "consumer-dedup.initialize-schema", havingValue = "always")
   public DedupSchemaInitializer dedupSchemaInitializer(
-      DataSource dataSource, ConsumerDedupProperties properties) {
-    return new DedupSchemaInitializer(dataSource, properties.getTableName());
+      DataSource dataSource, ConsumerDedupProperties properties, ObjectProvider<DedupStore> store) {
+    // The table the store uses: a JdbcDedupStore bean of the application's own names its own, and
+    // creating consumer-dedup.table-name instead left the application stopped on a missing table.
+    String table =
+        store.getIfUnique() instanceof JdbcDedupStore own
+            ? own.tableName()
+            : properties.getTableName();
+    return new DedupSchemaInitializer(dataSource, table);
   }
 
   @Bean
@@ -96,7 +102,15 @@ public class ConsumerDedupAutoConfiguration {
         dataSource instanceof TransactionAwareDataSourceProxy
             ? dataSource
             : new TransactionAwareDataSourceProxy(dataSource);
-    JdbcDedupStore transactionalStore = storeBuilder(transactional, properties).build();
+    JdbcDedupStore.Builder transactionalBuilder = storeBuilder(transactional, properties);
+    if (store instanceof JdbcDedupStore own) {
+      // The application's own JDBC store names the table that the verifier, the janitor and the
+      // endpoint see: TRANSACTIONAL claims written to consumer-dedup.table-name instead would
+      // escape all three, and split one key's history across two tables.
+      transactionalBuilder.tableName(own.tableName()).statementTimeout(own.statementTimeout());
+      own.dialect().ifPresent(transactionalBuilder::dialect);
+    }
+    JdbcDedupStore transactionalStore = transactionalBuilder.build();
     DedupListener listener = DedupListener.composite(listeners.orderedStream().toList());
     return new IdempotentExecutors(
         store,

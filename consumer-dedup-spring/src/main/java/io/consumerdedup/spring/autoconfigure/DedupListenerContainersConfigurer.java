@@ -1,6 +1,7 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.spring.DedupContainers;
 import io.consumerdedup.spring.DedupErrorClassification;
 import io.consumerdedup.spring.IdempotentExecutors;
@@ -122,14 +123,18 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
   private void report(IdempotentListenerPostProcessor.Listener listener) {
     IdempotentExecutor executor = executors.executor(listener.overrides());
     log.info(
-        "Idempotent listener {}{}: biz type '{}', key from {}, mode {}, lease {}, table {}",
+        "Idempotent listener {}{}: biz type '{}', key from {}, mode {}, lease {}, {}",
         listener.method(),
         listener.listenerId().isEmpty() ? "" : " (id " + listener.listenerId() + ")",
         listener.bizType(),
         listener.keySource(),
         executor.mode(),
         DedupPropertiesCheck.print(executor.lease()),
-        properties.getTableName());
+        // The executor's store, not consumer-dedup.table-name: a store bean of the application's
+        // own names its table itself, or is no table at all.
+        executor.store() instanceof JdbcDedupStore jdbc
+            ? "table " + jdbc.tableName()
+            : "store " + executor.store().getClass().getSimpleName());
   }
 
   /** After the containers stopped: stops the share listeners' workers. */

@@ -1,6 +1,7 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.spring.IdempotentListenerInterceptor;
 import java.time.Duration;
 
 /**
@@ -10,8 +11,7 @@ import java.time.Duration;
  */
 final class DedupPropertiesCheck {
 
-  /** The shortest lease that can be meant: a shorter one is taken over while a listener runs. */
-  static final Duration SHORTEST_LEASE = Duration.ofSeconds(1);
+  static final Duration SHORTEST_LEASE = IdempotentListenerInterceptor.SHORTEST_LEASE;
 
   private DedupPropertiesCheck() {}
 

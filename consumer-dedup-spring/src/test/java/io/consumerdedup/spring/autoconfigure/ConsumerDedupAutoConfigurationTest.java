@@ -191,6 +191,67 @@ class ConsumerDedupAutoConfigurationTest {
   }
 
   @Test
+  void transactionalClaimsGoToTheTableOfTheApplicationsOwnJdbcStore() throws SQLException {
+    String schema = schemaWithTable();
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      statement.execute("CREATE TABLE own_dedup (LIKE consumer_dedup INCLUDING ALL)");
+    }
+    runner(schema)
+        .withUserConfiguration(OwnTableStore.class)
+        .withPropertyValues("consumer-dedup.mode=transactional")
+        .run(
+            context -> {
+              IdempotentExecutor executor =
+                  context.getBean(IdempotentExecutors.class).defaultExecutor();
+              assertThat(executor.mode()).isEqualTo(DedupMode.TRANSACTIONAL);
+              // The verifier, the janitor and the endpoint all look at own_dedup: a claim written
+              // to consumer-dedup.table-name instead would be invisible to them, and a key claimed
+              // by a SEPARATE listener would run again under a TRANSACTIONAL one.
+              assertThat(((JdbcDedupStore) executor.store()).tableName())
+                  .as("the table of TRANSACTIONAL claims")
+                  .isEqualTo("own_dedup");
+              DataSource dataSource = context.getBean(DataSource.class);
+              new TransactionTemplate(new DataSourceTransactionManager(dataSource))
+                  .executeWithoutResult(
+                      status -> executor.execute(DedupKey.of("payment", "TX-OWN"), () -> "done"));
+              assertThat(
+                      new JdbcTemplate(dataSource)
+                          .queryForObject(
+                              "SELECT count(*) FROM own_dedup WHERE biz_key = 'TX-OWN'",
+                              Integer.class))
+                  .isOne();
+            });
+  }
+
+  @Test
+  void schemaInitializationCreatesTheTableOfTheApplicationsOwnJdbcStore() throws Exception {
+    runner(emptySchema())
+        .withUserConfiguration(OwnTableStore.class)
+        .withPropertyValues("consumer-dedup.initialize-schema=always")
+        .run(
+            context -> {
+              assertThat(context).hasNotFailed();
+              assertThat(
+                      new JdbcTemplate(context.getBean(DataSource.class))
+                          .queryForObject(
+                              "SELECT count(*) FROM information_schema.tables"
+                                  + " WHERE table_name = 'own_dedup'"
+                                  + " AND table_schema = current_schema()",
+                              Integer.class))
+                  .isOne();
+            });
+  }
+
+  @Configuration(proxyBeanMethods = false)
+  static class OwnTableStore {
+    @Bean
+    JdbcDedupStore ownStore(DataSource dataSource) {
+      return JdbcDedupStore.builder(dataSource).tableName("own_dedup").build();
+    }
+  }
+
+  @Test
   void separateClaimsStayOutOfTheCallersTransactionEvenOverATransactionAwareDataSource() {
     String schema = schemaWithTable();
     try (HikariDataSource pool = TestDatabase.dataSource(schema, 3)) {
@@ -242,6 +303,19 @@ class ConsumerDedupAutoConfigurationTest {
               assertThat(context).doesNotHaveBean(DedupStore.class);
               assertThat(context).doesNotHaveBean(IdempotentListenerInterceptor.class);
               assertThat(context).doesNotHaveBean(DefaultErrorHandler.class);
+            });
+  }
+
+  @Test
+  void disabledByPropertyWithAnOwnJdbcStoreAndActuatorStillStarts() {
+    runner(schemaWithTable())
+        .withConfiguration(AutoConfigurations.of(ConsumerDedupActuatorAutoConfiguration.class))
+        .withUserConfiguration(OwnTableStore.class)
+        .withPropertyValues("consumer-dedup.enabled=false")
+        .run(
+            context -> {
+              assertThat(context).hasNotFailed();
+              assertThat(context).doesNotHaveBean(ConsumerDedupHealthIndicator.class);
             });
   }
 

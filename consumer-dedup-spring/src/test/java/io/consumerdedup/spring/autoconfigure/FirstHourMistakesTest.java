@@ -11,6 +11,7 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import javax.sql.DataSource;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -23,6 +24,8 @@ import org.springframework.boot.kafka.autoconfigure.KafkaAutoConfiguration;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 import org.springframework.boot.test.system.CapturedOutput;
 import org.springframework.boot.test.system.OutputCaptureExtension;
+import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Configuration;
 import org.springframework.kafka.annotation.KafkaListener;
 
 /**
@@ -157,6 +160,75 @@ class FirstHourMistakesTest {
                 + Payments.class.getName()
                 + "#charge (id payments): biz type 'payment', key from header 'order-no', mode"
                 + " SEPARATE, lease 5m, table consumer_dedup");
+  }
+
+  @Test
+  void aListenersBareNumberLeaseIsSecondsAsTheLeasePropertysIs(CapturedOutput output) {
+    runner(schemaWithTable())
+        .withConfiguration(AutoConfigurations.of(KafkaAutoConfiguration.class))
+        .withPropertyValues("spring.kafka.listener.auto-startup=false")
+        .withBean(BareNumberLease.class)
+        .run(context -> assertThat(context).hasNotFailed());
+
+    // consumer-dedup.lease=30 is 30 seconds; the same 30 in @Idempotent was 30 milliseconds, a
+    // lease that a GC pause outlasts, so another consumer took the key over mid-run.
+    assertThat(output)
+        .contains("#charge (id bare-lease): biz type 'payment'")
+        .contains("lease 30s");
+  }
+
+  @Test
+  void aListenersLeaseUnderASecondStopsTheApplicationAsTheLeasePropertyDoes() {
+    runner(schemaWithTable())
+        .withConfiguration(AutoConfigurations.of(KafkaAutoConfiguration.class))
+        .withPropertyValues("spring.kafka.listener.auto-startup=false")
+        .withBean(ShortLease.class)
+        .run(
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .hasMessageContaining("lease must be at least 1s, was 500ms"));
+  }
+
+  @Test
+  void theStartupLogNamesTheTableOfAStoreOfTheApplicationsOwn(CapturedOutput output)
+      throws Exception {
+    String schema = schemaWithTable();
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      statement.execute("CREATE TABLE own_dedup (LIKE consumer_dedup INCLUDING ALL)");
+    }
+    runner(schema)
+        .withConfiguration(AutoConfigurations.of(KafkaAutoConfiguration.class))
+        .withPropertyValues("spring.kafka.listener.auto-startup=false")
+        .withUserConfiguration(OwnStore.class)
+        .withBean(Payments.class)
+        .run(context -> assertThat(context).hasNotFailed());
+
+    assertThat(output)
+        .contains("#charge (id payments): biz type 'payment'")
+        .contains("lease 5m, table own_dedup");
+  }
+
+  @Configuration(proxyBeanMethods = false)
+  static class OwnStore {
+    @Bean
+    JdbcDedupStore ownStore(DataSource dataSource) {
+      return JdbcDedupStore.builder(dataSource).tableName("own_dedup").build();
+    }
+  }
+
+  static class BareNumberLease {
+    @Idempotent(bizType = "payment", header = "order-no", lease = "30")
+    @KafkaListener(id = "bare-lease", topics = "payments")
+    public void charge(ConsumerRecord<String, String> record) {}
+  }
+
+  static class ShortLease {
+    @Idempotent(bizType = "payment", header = "order-no", lease = "500ms")
+    @KafkaListener(id = "short-lease", topics = "payments")
+    public void charge(ConsumerRecord<String, String> record) {}
   }
 
   static class Payments {
