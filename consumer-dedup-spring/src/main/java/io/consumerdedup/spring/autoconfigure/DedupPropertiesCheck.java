@@ -11,8 +11,6 @@ import java.time.Duration;
  */
 final class DedupPropertiesCheck {
 
-  static final Duration SHORTEST_LEASE = IdempotentListenerInterceptor.SHORTEST_LEASE;
-
   private DedupPropertiesCheck() {}
 
   /**
@@ -28,7 +26,7 @@ final class DedupPropertiesCheck {
           "table-name", tableName, "an unquoted SQL identifier, optionally schema-qualified");
     }
     Duration lease = properties.getLease();
-    atLeast("lease", lease, SHORTEST_LEASE);
+    atLeast("lease", lease, IdempotentListenerInterceptor.SHORTEST_LEASE);
     atLeast(
         "retention", properties.getRetention(), lease, "at least the lease (" + print(lease) + ")");
     atLeast(
