@@ -35,7 +35,9 @@ import org.springframework.context.annotation.Import;
  * argument or the record the container is delivering; batch listeners are not counted. Listeners in
  * a Kafka transaction write their outcome only after the container is done with the record, so
  * their copy finds the key still in progress: they are not supported. A copy that throws is listed
- * in {@link io.consumerdedup.test.RedeliveryReport#failedRedeliveries()}.
+ * in {@link io.consumerdedup.test.RedeliveryReport#failedRedeliveries()}. The report is reset
+ * before each test method (before its {@code @BeforeEach} methods): a test counts only the records
+ * delivered during it, not those of an earlier test of the same application context.
  */
 @Target(ElementType.TYPE)
 @Retention(RetentionPolicy.RUNTIME)
