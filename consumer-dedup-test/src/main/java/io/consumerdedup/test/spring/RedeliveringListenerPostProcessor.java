@@ -3,6 +3,7 @@ package io.consumerdedup.test.spring;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.spring.IdempotentListenerPostProcessor;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
+import io.consumerdedup.spring.internal.ListenerOutcomes;
 import io.consumerdedup.test.RedeliveryReport;
 import java.lang.reflect.Method;
 import java.util.Objects;
@@ -22,6 +23,7 @@ import org.springframework.aop.support.annotation.AnnotationMatchingPointcut;
 import org.springframework.beans.factory.config.BeanPostProcessor;
 import org.springframework.core.Ordered;
 import org.springframework.core.annotation.AnnotatedElementUtils;
+import org.springframework.transaction.support.TransactionSynchronizationManager;
 import org.springframework.util.ReflectionUtils;
 
 /**
@@ -41,6 +43,12 @@ import org.springframework.util.ReflectionUtils;
  * the report shows what an unprotected listener does with a redelivered record.
  */
 public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ordered {
+
+  private static final String CONTAINER_TRANSACTION =
+      " (delivered inside the transaction its container runs the listener in, whose commit writes"
+          + " the first delivery's outcome only after the listener returned: redelivery testing"
+          + " does not support a listener whose container runs it in a transaction, a database"
+          + " one or Kafka's)";
 
   private final Advisor redeliver;
   private final Advisor countBodyRuns;
@@ -63,7 +71,15 @@ public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ord
       }
       // Cloned before the first call moves the invocation along its chain of advice.
       MethodInvocation copy = proxied.invocableClone();
-      return report.get().deliverTwice(invocation::proceed, copy::proceed, describe(invocation));
+      // Outside the listener's own @Transactional advice, a transaction can only be its
+      // container's, which commits (and has the first delivery's outcome written) after the
+      // listener returns: the copy meets the key still in progress, so its failure says why.
+      String description =
+          TransactionSynchronizationManager.isActualTransactionActive()
+                  || ListenerOutcomes.inKafkaTransaction()
+              ? describe(invocation) + CONTAINER_TRANSACTION
+              : describe(invocation);
+      return report.get().deliverTwice(invocation::proceed, copy::proceed, description);
     };
   }
 
