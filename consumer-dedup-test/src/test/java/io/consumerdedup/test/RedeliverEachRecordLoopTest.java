@@ -217,6 +217,32 @@ class RedeliverEachRecordLoopTest {
         .hasMessageContaining("store unreachable");
   }
 
+  @Test
+  void aCopyThatFailsFailsTheAssertionThoughTheOtherCopiesWereDuplicates() throws Exception {
+    RecordProcessor<String, String> payments =
+        handler("payments", executor, KeyExtractors.header(KEY_HEADER), false);
+    Map<Long, Boolean> seen = new ConcurrentHashMap<>();
+    // The copy of the first record never reaches the dedup; the second's is a duplicate.
+    startWith(
+        report.redeliverEachRecord(
+            record -> {
+              if (seen.putIfAbsent(record.offset(), true) != null && record.offset() == 0) {
+                throw new IllegalStateException("store unreachable");
+              }
+              return payments.process(record);
+            }));
+
+    send("ORD-1", "ORD-2");
+
+    await().atMost(WAIT).until(() -> report.redeliveredCopies() == 2);
+    assertThat(report.failedRedeliveries()).hasSize(1);
+    assertThatThrownBy(report::assertNoBodyRanTwice)
+        .isInstanceOf(AssertionError.class)
+        .hasMessageContaining("1 of 2 redelivered copies failed")
+        .hasMessageContaining("copy of " + topic + "-0@0")
+        .hasMessageContaining("store unreachable");
+  }
+
   private void start(KeyExtractor<String, String> key, boolean claimsPerPoll) {
     startWith(report.redeliverEachRecord(handler("payments", executor, key, claimsPerPoll)));
   }

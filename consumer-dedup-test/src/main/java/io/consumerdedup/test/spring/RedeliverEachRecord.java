@@ -36,10 +36,10 @@ import org.springframework.context.annotation.Import;
  * whose container runs them in a transaction (Kafka's, or a database transaction manager set on the
  * container) have their outcome written only after the container is done with the record, so their
  * copy finds the key still in progress: they are not supported, and the copy's failure says so. A
- * copy that throws is listed in {@link
- * io.consumerdedup.test.RedeliveryReport#failedRedeliveries()}. The report is reset before each
- * test method (before its {@code @BeforeEach} methods): a test counts only the records delivered
- * during it, not those of an earlier test of the same application context.
+ * copy that throws is listed in {@link io.consumerdedup.test.RedeliveryReport#failedRedeliveries()}
+ * and fails the assertion. The report is reset before each test method (before its
+ * {@code @BeforeEach} methods): a test counts only the records delivered during it, not those of an
+ * earlier test of the same application context.
  */
 @Target(ElementType.TYPE)
 @Retention(RetentionPolicy.RUNTIME)
