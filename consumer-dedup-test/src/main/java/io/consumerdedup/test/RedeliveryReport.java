@@ -288,8 +288,8 @@ public final class RedeliveryReport {
           copies
               + (copies == 1 ? " copy was" : " copies were")
               + " redelivered but no body run was counted, so a body that ran twice would not"
-              + " have been seen: wrap the handler with countBodyRuns (batch listeners are not"
-              + " counted), and check that the records' keys were not already processed before"
+              + " have been seen: wrap the handler with countBodyRuns (batch listeners of"
+              + " payloads are not counted), and check that the records' keys were not already processed before"
               + " the test. "
               + this);
     }

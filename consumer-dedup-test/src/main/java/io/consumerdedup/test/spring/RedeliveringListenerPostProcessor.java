@@ -6,12 +6,15 @@ import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import io.consumerdedup.test.RedeliveryReport;
 import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.Supplier;
 import org.aopalliance.intercept.MethodInterceptor;
 import org.aopalliance.intercept.MethodInvocation;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.jspecify.annotations.Nullable;
 import org.springframework.aop.Advisor;
 import org.springframework.aop.ProxyMethodInvocation;
@@ -85,12 +88,46 @@ public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ord
 
   private static MethodInterceptor countingAdvice(Supplier<RedeliveryReport> report) {
     return invocation -> {
-      ConsumerRecord<?, ?> record = recordOf(invocation);
-      if (record != null) {
-        report.get().bodyRan(listenerName(invocation.getMethod()), record);
+      String listener = listenerName(invocation.getMethod());
+      List<ConsumerRecord<?, ?>> batch = batchOf(invocation);
+      if (batch != null) {
+        batch.forEach(record -> report.get().bodyRan(listener, record));
+      } else {
+        ConsumerRecord<?, ?> record = recordOf(invocation);
+        if (record != null) {
+          report.get().bodyRan(listener, record);
+        }
       }
       return invocation.proceed();
     };
+  }
+
+  /**
+   * The records a batch listener's body is handed (after the dedup took out the duplicates), when
+   * it takes them as {@code ConsumerRecord}s; null for a listener of one record, or of a batch of
+   * payloads, which cannot be told apart by record.
+   */
+  private static @Nullable List<ConsumerRecord<?, ?>> batchOf(MethodInvocation invocation) {
+    for (Object argument : invocation.getArguments()) {
+      if (argument instanceof ConsumerRecord<?, ?>) {
+        return null;
+      }
+    }
+    for (Object argument : invocation.getArguments()) {
+      if (argument instanceof ConsumerRecords<?, ?> records) {
+        List<ConsumerRecord<?, ?>> all = new ArrayList<>();
+        records.forEach(all::add);
+        return all;
+      }
+      if (argument instanceof List<?> list
+          && !list.isEmpty()
+          && list.stream().allMatch(element -> element instanceof ConsumerRecord<?, ?>)) {
+        List<ConsumerRecord<?, ?>> all = new ArrayList<>();
+        list.forEach(element -> all.add((ConsumerRecord<?, ?>) element));
+        return all;
+      }
+    }
+    return null;
   }
 
   private static @Nullable ConsumerRecord<?, ?> recordOf(MethodInvocation invocation) {
