@@ -243,6 +243,55 @@ class RedeliverEachRecordLoopTest {
         .hasMessageContaining("store unreachable");
   }
 
+  @Test
+  void aCopyThatThrowsAnErrorLeavesTheOtherCopiesOfItsPollDeliveredAndCounted() {
+    // One poll of two records, handed to the processor as the loop does, on the in-memory store.
+    IdempotentExecutor inMemory = IdempotentExecutor.builder(new InMemoryDedupStore()).build();
+    RecordProcessor<String, String> payments =
+        handler("payments", inMemory, KeyExtractors.header(KEY_HEADER), true);
+    Map<Long, Boolean> seen = new ConcurrentHashMap<>();
+    RecordProcessor<String, String> processor =
+        report.redeliverEachRecord(
+            new RecordProcessor<String, String>() {
+              @Override
+              public void prepare(List<ConsumerRecord<String, String>> records) {
+                payments.prepare(records);
+              }
+
+              @Override
+              public Outcome process(ConsumerRecord<String, String> record) {
+                if (seen.putIfAbsent(record.offset(), true) != null && record.offset() == 0) {
+                  throw new AssertionError("copy refused by a test double");
+                }
+                return payments.process(record);
+              }
+
+              @Override
+              public List<ConsumerRecord<String, String>> settle() {
+                return payments.settle();
+              }
+            });
+    List<ConsumerRecord<String, String>> poll = List.of(record(0, "ORD-1"), record(1, "ORD-2"));
+
+    processor.prepare(poll);
+    poll.forEach(processor::process);
+    processor.settle();
+
+    assertThat(report.redeliveredCopies()).as("copies handed to the processor").isEqualTo(2);
+    assertThat(report.bodiesRunTwice()).isEmpty();
+    assertThatThrownBy(report::assertNoBodyRanTwice)
+        .isInstanceOf(AssertionError.class)
+        .hasMessageContaining("1 of 2 redelivered copies failed")
+        .hasMessageContaining("copy refused by a test double");
+  }
+
+  private static ConsumerRecord<String, String> record(long offset, String orderNo) {
+    ConsumerRecord<String, String> record =
+        new ConsumerRecord<>("payments", 0, offset, orderNo, "charge");
+    record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+    return record;
+  }
+
   private void start(KeyExtractor<String, String> key, boolean claimsPerPoll) {
     startWith(report.redeliverEachRecord(handler("payments", executor, key, claimsPerPoll)));
   }
