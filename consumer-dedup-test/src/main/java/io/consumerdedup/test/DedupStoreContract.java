@@ -13,6 +13,7 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.internal.StoredText;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -289,6 +290,86 @@ public abstract class DedupStoreContract {
     assertTrue(find(key).isLeaseLive(), "the lease runs from the claim sent again");
     DedupRecord other = taken(store().claim(request(key, "consumer-b")));
     assertEquals("consumer-a", other.owner(), "another consumer cannot take the key over");
+  }
+
+  @Test
+  void aClaimSentAgainAfterItsLeaseRanOutIsStillItsOwnUntilTakenOver() throws InterruptedException {
+    DedupKey key = key("claim-again-expired");
+    ClaimRequest request = request(key, "consumer-a", shortLease(), null);
+    ClaimResult.Claimed first = claimed(store().claim(request));
+    waitOutShortLease();
+
+    ClaimResult.Claimed again = claimed(store().claim(request));
+
+    assertEquals(first.token(), again.token(), "the same claim, not a takeover");
+    DedupRecord record = find(key);
+    assertEquals(1, record.attempts(), "attempts after the claim sent again");
+    assertTrue(record.isLeaseLive(), "the lease runs from the claim sent again");
+    assertEquals("consumer-a", taken(store().claim(request(key, "consumer-b"))).owner());
+  }
+
+  @Test
+  void anAbandonedClaimIsNotTakenOverByAnotherPayload() throws InterruptedException {
+    DedupKey key = key("abandoned-fingerprint");
+    claimed(store().claim(request(key, "crashed", shortLease(), "fp-amount-10")));
+    waitOutShortLease();
+
+    DedupRecord conflict =
+        taken(store().claim(request(key, "consumer-b", LONG_LEASE, "fp-amount-99")));
+
+    assertEquals(DedupStatus.PROCESSING, conflict.status());
+    assertFalse(conflict.isLeaseLive(), "the abandoned lease");
+    assertEquals("fp-amount-10", conflict.fingerprint().orElse(null));
+    assertEquals(1, find(key).attempts(), "a conflict is not an attempt");
+    ClaimResult.Claimed takeover =
+        claimed(store().claim(request(key, "consumer-c", LONG_LEASE, "fp-amount-10")));
+    assertEquals(2, takeover.token(), "the same payload takes the abandoned claim over");
+  }
+
+  @Test
+  void aReleasedTakeoverLeavesTheKeyToTheNextClaimAndRefusesTheAbandonedHoldersSuccess()
+      throws InterruptedException {
+    DedupKey key = key("release-takeover");
+    ClaimResult.Claimed abandoned =
+        claimed(store().claim(request(key, "crashed", shortLease(), null)));
+    waitOutShortLease();
+    ClaimResult.Claimed takeover = claimOne(key);
+    assertEquals(2, takeover.token());
+
+    assertTrue(store().release(takeover), "release of the takeover");
+
+    assertEquals(1, find(key).attempts(), "the released takeover is not an attempt");
+    assertFalse(find(key).isLeaseLive(), "no lease after the release");
+    assertFalse(store().complete(abandoned, RETENTION), "the abandoned holder's late SUCCESS");
+    ClaimResult.Claimed next = claimed(store().claim(request(key, "consumer-b")));
+    assertEquals(2, next.token(), "the next claim takes the released token");
+    assertTrue(store().complete(next, RETENTION));
+    assertEquals(DedupStatus.SUCCESS, find(key).status());
+  }
+
+  @Test
+  void aLongErrorAndSourceAreKeptAsATextColumnHoldsThem() {
+    DedupKey key = key("long-texts");
+    // 60 times 7 characters: the 300th is the first half of a surrogate pair.
+    String source = "topic\uD83D\uDCB3".repeat(60);
+    ClaimResult.Claimed claim =
+        claimed(
+            store()
+                .claim(new ClaimRequest(key, "consumer-a", LONG_LEASE, RETENTION, null, source)));
+    String error =
+        "java.io.IOException: bank said \u0000 about card \uD83D\uDCB3 " + "e".repeat(2_500);
+
+    assertTrue(store().fail(claim, error, RETENTION));
+
+    DedupRecord record = find(key);
+    assertEquals(
+        StoredText.storable(error, StoredText.MAX_ERROR_LENGTH),
+        record.lastError().orElse(null),
+        "the error: at most 2000 characters, a NUL written as \\0");
+    assertEquals(
+        StoredText.storable(source, StoredText.MAX_SOURCE_LENGTH),
+        record.source().orElse(null),
+        "the source: at most 300 characters, no surrogate pair split");
   }
 
   @Test

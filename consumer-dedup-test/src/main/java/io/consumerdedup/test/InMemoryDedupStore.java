@@ -2,6 +2,7 @@ package io.consumerdedup.test;
 
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
@@ -39,7 +40,8 @@ import org.jspecify.annotations.Nullable;
  * IdempotentExecutor executor = IdempotentExecutor.builder(store).build();
  * }</pre>
  *
- * <p>It has no transactions, so {@link DedupMode#TRANSACTIONAL} needs the JDBC store: {@link
+ * <p>It has no transactions, so {@link DedupMode#TRANSACTIONAL} needs the JDBC store: an executor
+ * built for that mode on this store is refused ({@link #verifyReady(DedupMode)}), and {@link
  * #claimInTransaction} refuses.
  */
 public final class InMemoryDedupStore implements DedupStore {
@@ -102,6 +104,24 @@ public final class InMemoryDedupStore implements DedupStore {
         "InMemoryDedupStore has no transactions, so DedupMode.TRANSACTIONAL cannot join one (key "
             + request.key()
             + "): test mode TRANSACTIONAL against JdbcDedupStore on a real database");
+  }
+
+  /**
+   * Refuses mode TRANSACTIONAL, so that an executor built for it stops where it is built: at its
+   * first record, {@link #claimInTransaction}'s refusal would be taken for the handler's failure,
+   * the record tried again and dead-lettered, as production on the JDBC store never does.
+   *
+   * @throws DedupConfigurationException in mode TRANSACTIONAL
+   */
+  @Override
+  public void verifyReady(DedupMode mode) {
+    if (mode == DedupMode.TRANSACTIONAL) {
+      throw new DedupConfigurationException(
+          "InMemoryDedupStore has no transactions, so DedupMode.TRANSACTIONAL cannot join one:"
+              + " test mode TRANSACTIONAL against JdbcDedupStore on a real database",
+          null,
+          null);
+    }
   }
 
   @Override

@@ -85,7 +85,10 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
                 try {
                   delegate.process(copy);
                   completed.add(copy);
-                } catch (RuntimeException e) {
+                } catch (RuntimeException | Error e) {
+                  // An Error too (a test double's AssertionError): the copies after it are still
+                  // delivered and counted, and the assertion names it, or the test waited for
+                  // copies that never came.
                   report.redeliveryFailed(describe(copy), e);
                 } finally {
                   report.copyDelivered();

@@ -45,7 +45,8 @@ import org.jspecify.annotations.Nullable;
  *
  * <p>The second copy is the same record (same topic, partition, offset, key, headers and value); it
  * is delivered once the first copy's outcome is written (for a poll loop, after the poll's outcomes
- * are settled). A copy that fails is listed in {@link #failedRedeliveries()}. Thread-safe.
+ * are settled). A copy that fails is listed in {@link #failedRedeliveries()}, and fails {@link
+ * #assertNoBodyRanTwice()}. Thread-safe.
  */
 public final class RedeliveryReport {
 
@@ -241,10 +242,11 @@ public final class RedeliveryReport {
 
   /**
    * Fails if any listener's body ran twice for one record, naming each such listener, the record
-   * and both runs; and fails if the test did not test redelivery: no copy was redelivered, every
-   * redelivered copy failed, or no body run was counted.
+   * and both runs; and fails if the test did not test redelivery: no copy was redelivered, no body
+   * run was counted, or a redelivered copy failed (every one, or some: their records' redelivery
+   * was not tested).
    *
-   * @throws AssertionError if a body ran twice, or if nothing was redelivered to check
+   * @throws AssertionError if a body ran twice, or if a redelivery was not tested
    */
   public void assertNoBodyRanTwice() {
     List<RecordRuns> twice = bodiesRunTwice();
@@ -286,10 +288,22 @@ public final class RedeliveryReport {
           copies
               + (copies == 1 ? " copy was" : " copies were")
               + " redelivered but no body run was counted, so a body that ran twice would not"
-              + " have been seen: wrap the handler with countBodyRuns (batch listeners are not"
-              + " counted), and check that the records' keys were not already processed before"
+              + " have been seen: wrap the handler with countBodyRuns (batch listeners of"
+              + " payloads are not counted), and check that the records' keys were not already processed before"
               + " the test. "
               + this);
+    }
+    // A copy that failed showed nothing about its record: in production that redelivery would be
+    // retried or dead-lettered, not skipped, and its listener may be one whose every copy failed.
+    int failed = copies - redeliveredWithoutFailing.get();
+    if (failed > 0) {
+      throw new AssertionError(
+          failed
+              + " of "
+              + copies
+              + " redelivered copies failed, so their records were not shown to be skipped when"
+              + " Kafka delivers them again: "
+              + failedRedeliveries);
     }
   }
 

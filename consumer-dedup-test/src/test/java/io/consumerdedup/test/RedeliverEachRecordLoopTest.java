@@ -217,6 +217,81 @@ class RedeliverEachRecordLoopTest {
         .hasMessageContaining("store unreachable");
   }
 
+  @Test
+  void aCopyThatFailsFailsTheAssertionThoughTheOtherCopiesWereDuplicates() throws Exception {
+    RecordProcessor<String, String> payments =
+        handler("payments", executor, KeyExtractors.header(KEY_HEADER), false);
+    Map<Long, Boolean> seen = new ConcurrentHashMap<>();
+    // The copy of the first record never reaches the dedup; the second's is a duplicate.
+    startWith(
+        report.redeliverEachRecord(
+            record -> {
+              if (seen.putIfAbsent(record.offset(), true) != null && record.offset() == 0) {
+                throw new IllegalStateException("store unreachable");
+              }
+              return payments.process(record);
+            }));
+
+    send("ORD-1", "ORD-2");
+
+    await().atMost(WAIT).until(() -> report.redeliveredCopies() == 2);
+    assertThat(report.failedRedeliveries()).hasSize(1);
+    assertThatThrownBy(report::assertNoBodyRanTwice)
+        .isInstanceOf(AssertionError.class)
+        .hasMessageContaining("1 of 2 redelivered copies failed")
+        .hasMessageContaining("copy of " + topic + "-0@0")
+        .hasMessageContaining("store unreachable");
+  }
+
+  @Test
+  void aCopyThatThrowsAnErrorLeavesTheOtherCopiesOfItsPollDeliveredAndCounted() {
+    // One poll of two records, handed to the processor as the loop does, on the in-memory store.
+    IdempotentExecutor inMemory = IdempotentExecutor.builder(new InMemoryDedupStore()).build();
+    RecordProcessor<String, String> payments =
+        handler("payments", inMemory, KeyExtractors.header(KEY_HEADER), true);
+    Map<Long, Boolean> seen = new ConcurrentHashMap<>();
+    RecordProcessor<String, String> processor =
+        report.redeliverEachRecord(
+            new RecordProcessor<String, String>() {
+              @Override
+              public void prepare(List<ConsumerRecord<String, String>> records) {
+                payments.prepare(records);
+              }
+
+              @Override
+              public Outcome process(ConsumerRecord<String, String> record) {
+                if (seen.putIfAbsent(record.offset(), true) != null && record.offset() == 0) {
+                  throw new AssertionError("copy refused by a test double");
+                }
+                return payments.process(record);
+              }
+
+              @Override
+              public List<ConsumerRecord<String, String>> settle() {
+                return payments.settle();
+              }
+            });
+    List<ConsumerRecord<String, String>> poll = List.of(record(0, "ORD-1"), record(1, "ORD-2"));
+
+    processor.prepare(poll);
+    poll.forEach(processor::process);
+    processor.settle();
+
+    assertThat(report.redeliveredCopies()).as("copies handed to the processor").isEqualTo(2);
+    assertThat(report.bodiesRunTwice()).isEmpty();
+    assertThatThrownBy(report::assertNoBodyRanTwice)
+        .isInstanceOf(AssertionError.class)
+        .hasMessageContaining("1 of 2 redelivered copies failed")
+        .hasMessageContaining("copy refused by a test double");
+  }
+
+  private static ConsumerRecord<String, String> record(long offset, String orderNo) {
+    ConsumerRecord<String, String> record =
+        new ConsumerRecord<>("payments", 0, offset, orderNo, "charge");
+    record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+    return record;
+  }
+
   private void start(KeyExtractor<String, String> key, boolean claimsPerPoll) {
     startWith(report.redeliverEachRecord(handler("payments", executor, key, claimsPerPoll)));
   }

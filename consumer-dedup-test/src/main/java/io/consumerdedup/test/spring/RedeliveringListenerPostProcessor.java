@@ -3,14 +3,18 @@ package io.consumerdedup.test.spring;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.spring.IdempotentListenerPostProcessor;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
+import io.consumerdedup.spring.internal.ListenerOutcomes;
 import io.consumerdedup.test.RedeliveryReport;
 import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.Supplier;
 import org.aopalliance.intercept.MethodInterceptor;
 import org.aopalliance.intercept.MethodInvocation;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.jspecify.annotations.Nullable;
 import org.springframework.aop.Advisor;
 import org.springframework.aop.ProxyMethodInvocation;
@@ -22,6 +26,7 @@ import org.springframework.aop.support.annotation.AnnotationMatchingPointcut;
 import org.springframework.beans.factory.config.BeanPostProcessor;
 import org.springframework.core.Ordered;
 import org.springframework.core.annotation.AnnotatedElementUtils;
+import org.springframework.transaction.support.TransactionSynchronizationManager;
 import org.springframework.util.ReflectionUtils;
 
 /**
@@ -41,6 +46,12 @@ import org.springframework.util.ReflectionUtils;
  * the report shows what an unprotected listener does with a redelivered record.
  */
 public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ordered {
+
+  private static final String CONTAINER_TRANSACTION =
+      " (delivered inside the transaction its container runs the listener in, whose commit writes"
+          + " the first delivery's outcome only after the listener returned: redelivery testing"
+          + " does not support a listener whose container runs it in a transaction, a database"
+          + " one or Kafka's)";
 
   private final Advisor redeliver;
   private final Advisor countBodyRuns;
@@ -63,18 +74,60 @@ public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ord
       }
       // Cloned before the first call moves the invocation along its chain of advice.
       MethodInvocation copy = proxied.invocableClone();
-      return report.get().deliverTwice(invocation::proceed, copy::proceed, describe(invocation));
+      // Outside the listener's own @Transactional advice, a transaction can only be its
+      // container's, which commits (and has the first delivery's outcome written) after the
+      // listener returns: the copy meets the key still in progress, so its failure says why.
+      String description =
+          TransactionSynchronizationManager.isActualTransactionActive()
+                  || ListenerOutcomes.inKafkaTransaction()
+              ? describe(invocation) + CONTAINER_TRANSACTION
+              : describe(invocation);
+      return report.get().deliverTwice(invocation::proceed, copy::proceed, description);
     };
   }
 
   private static MethodInterceptor countingAdvice(Supplier<RedeliveryReport> report) {
     return invocation -> {
-      ConsumerRecord<?, ?> record = recordOf(invocation);
-      if (record != null) {
-        report.get().bodyRan(listenerName(invocation.getMethod()), record);
+      String listener = listenerName(invocation.getMethod());
+      List<ConsumerRecord<?, ?>> batch = batchOf(invocation);
+      if (batch != null) {
+        batch.forEach(record -> report.get().bodyRan(listener, record));
+      } else {
+        ConsumerRecord<?, ?> record = recordOf(invocation);
+        if (record != null) {
+          report.get().bodyRan(listener, record);
+        }
       }
       return invocation.proceed();
     };
+  }
+
+  /**
+   * The records a batch listener's body is handed (after the dedup took out the duplicates), when
+   * it takes them as {@code ConsumerRecord}s; null for a listener of one record, or of a batch of
+   * payloads, which cannot be told apart by record.
+   */
+  private static @Nullable List<ConsumerRecord<?, ?>> batchOf(MethodInvocation invocation) {
+    for (Object argument : invocation.getArguments()) {
+      if (argument instanceof ConsumerRecord<?, ?>) {
+        return null;
+      }
+    }
+    for (Object argument : invocation.getArguments()) {
+      if (argument instanceof ConsumerRecords<?, ?> records) {
+        List<ConsumerRecord<?, ?>> all = new ArrayList<>();
+        records.forEach(all::add);
+        return all;
+      }
+      if (argument instanceof List<?> list
+          && !list.isEmpty()
+          && list.stream().allMatch(element -> element instanceof ConsumerRecord<?, ?>)) {
+        List<ConsumerRecord<?, ?>> all = new ArrayList<>();
+        list.forEach(element -> all.add((ConsumerRecord<?, ?>) element));
+        return all;
+      }
+    }
+    return null;
   }
 
   private static @Nullable ConsumerRecord<?, ?> recordOf(MethodInvocation invocation) {
