@@ -62,24 +62,13 @@ class DedupPollLoopStopTest {
     AtomicReference<DedupPollLoop<String, String>> own = new AtomicReference<>();
     AtomicBoolean stopping = new AtomicBoolean();
     AtomicInteger applied = new AtomicInteger();
-    executor = IdempotentExecutor.builder(fixture.store()).build();
     DedupPollLoop<String, String> loop =
-        LoopFixture.quick(
-                DedupPollLoop.builder(
-                    TestKafka.consumerConfig(fixture.group()),
-                    List.of(fixture.topic()),
-                    IdempotentRecordHandler.<String, String>builder(executor)
-                        .bizType(BIZ_TYPE)
-                        .key(KeyExtractors.header(KEY_HEADER))
-                        .handler(
-                            record -> {
-                              applied.incrementAndGet();
-                              stopping.set(true);
-                              own.get().close();
-                            })
-                        .build()))
-            .deadLetterHandler((record, reason) -> {})
-            .build();
+        loop(
+            record -> {
+              applied.incrementAndGet();
+              stopping.set(true);
+              own.get().close();
+            });
     own.set(loop);
     FaultPoints.install(
         point -> {
@@ -120,23 +109,12 @@ class DedupPollLoopStopTest {
     TestKafka.createTopics(1, fixture.topic());
     TopicPartition partition = new TopicPartition(fixture.topic(), 0);
     CountDownLatch handlerStarted = new CountDownLatch(1);
-    executor = IdempotentExecutor.builder(fixture.store()).build();
     DedupPollLoop<String, String> loop =
-        LoopFixture.quick(
-                DedupPollLoop.builder(
-                    TestKafka.consumerConfig(fixture.group()),
-                    List.of(fixture.topic()),
-                    IdempotentRecordHandler.<String, String>builder(executor)
-                        .bizType(BIZ_TYPE)
-                        .key(KeyExtractors.header(KEY_HEADER))
-                        .handler(
-                            record -> {
-                              handlerStarted.countDown();
-                              Thread.sleep(1500);
-                            })
-                        .build()))
-            .deadLetterHandler((record, reason) -> {})
-            .build();
+        loop(
+            record -> {
+              handlerStarted.countDown();
+              Thread.sleep(1500);
+            });
     Future<?> run = thread.submit(loop);
     ProducerRecord<String, String> record =
         new ProducerRecord<>(fixture.topic(), 0, "ORD-2", "charge ORD-2");
@@ -167,6 +145,22 @@ class DedupPollLoopStopTest {
     assertThat(TestKafka.committedOffsets(fixture.group()))
         .as("the offset of the handled record")
         .containsEntry(partition, 1L);
+  }
+
+  /** A loop over the test's topic whose records run {@code handler} once per key. */
+  private DedupPollLoop<String, String> loop(RecordHandler<String, String> handler) {
+    executor = IdempotentExecutor.builder(fixture.store()).build();
+    return LoopFixture.quick(
+            DedupPollLoop.builder(
+                TestKafka.consumerConfig(fixture.group()),
+                List.of(fixture.topic()),
+                IdempotentRecordHandler.<String, String>builder(executor)
+                    .bizType(BIZ_TYPE)
+                    .key(KeyExtractors.header(KEY_HEADER))
+                    .handler(handler)
+                    .build()))
+        .deadLetterHandler((record, reason) -> {})
+        .build();
   }
 
   private static int members() throws Exception {
