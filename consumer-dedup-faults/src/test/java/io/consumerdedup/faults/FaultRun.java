@@ -313,8 +313,24 @@ final class FaultRun implements AutoCloseable {
     crashed(child);
   }
 
-  /** Kills a consumer (SIGKILL) wherever it is, and measures its window. */
+  /**
+   * Kills a consumer (SIGKILL) while the group still has records to finish, and measures its
+   * window. A kill once every record is committed interrupts nothing: the scenario would pass
+   * without its fault, so that is a violation.
+   */
   void kill(ChildJvm child) throws InterruptedException {
+    boolean idle = allCommitted();
+    child.kill();
+    if (idle) {
+      violations.add(
+          "a consumer was killed after the group had committed every record: the kill interrupted"
+              + " nothing");
+    }
+    crashed(child);
+  }
+
+  /** As {@link #kill}, wherever the group is (a soak kills at random moments, idle ones too). */
+  void killAnyTime(ChildJvm child) throws InterruptedException {
     child.kill();
     crashed(child);
   }
