@@ -335,8 +335,19 @@ final class FaultRun implements AutoCloseable {
     crashed(child);
   }
 
-  /** Records a consumer that halted at its fault point on its own, seen after the fact. */
+  /**
+   * Records a consumer that halted at its fault point on its own, seen after the fact. One that
+   * died without reaching a fault point is not a fault the run injected but a consumer that
+   * crashed: counting it as a kill and replacing it would hide that.
+   */
   void halted(ChildJvm child) throws InterruptedException {
+    child.awaitExit(Duration.ofSeconds(10)); // its last lines read
+    if (!child.output().contains("FAULT ")) {
+      violations.add(
+          names.get(child)
+              + " died without reaching a fault point; its output:\n"
+              + DatabaseFaultsTest.tail(child.output()));
+    }
     crashed(child);
   }
 
