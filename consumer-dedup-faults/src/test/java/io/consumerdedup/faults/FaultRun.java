@@ -104,6 +104,7 @@ final class FaultRun implements AutoCloseable {
   private Admin admin;
   private boolean share;
   private volatile boolean watching;
+  private boolean effectsInTable = true;
   int window;
   int kills;
   long lastFaultEndNanos;
@@ -147,6 +148,10 @@ final class FaultRun implements AutoCloseable {
 
   void consumerArg(String key, String value) {
     extraArgs.put(key, value);
+    if (key.equals("output")) {
+      // The effect is a receipt on that topic, not a row of effects: the scenario counts those.
+      effectsInTable = false;
+    }
   }
 
   /**
@@ -308,14 +313,41 @@ final class FaultRun implements AutoCloseable {
     crashed(child);
   }
 
-  /** Kills a consumer (SIGKILL) wherever it is, and measures its window. */
+  /**
+   * Kills a consumer (SIGKILL) while the group still has records to finish, and measures its
+   * window. A kill once every record is committed interrupts nothing: the scenario would pass
+   * without its fault, so that is a violation.
+   */
   void kill(ChildJvm child) throws InterruptedException {
+    boolean idle = allCommitted();
+    child.kill();
+    if (idle) {
+      violations.add(
+          "a consumer was killed after the group had committed every record: the kill interrupted"
+              + " nothing");
+    }
+    crashed(child);
+  }
+
+  /** As {@link #kill}, wherever the group is (a soak kills at random moments, idle ones too). */
+  void killAnyTime(ChildJvm child) throws InterruptedException {
     child.kill();
     crashed(child);
   }
 
-  /** Records a consumer that halted at its fault point on its own, seen after the fact. */
+  /**
+   * Records a consumer that halted at its fault point on its own, seen after the fact. One that
+   * died without reaching a fault point is not a fault the run injected but a consumer that
+   * crashed: counting it as a kill and replacing it would hide that.
+   */
   void halted(ChildJvm child) throws InterruptedException {
+    child.awaitExit(Duration.ofSeconds(10)); // its last lines read
+    if (!child.output().contains("FAULT ")) {
+      violations.add(
+          names.get(child)
+              + " died without reaching a fault point; its output:\n"
+              + DatabaseFaultsTest.tail(child.output()));
+    }
     crashed(child);
   }
 
@@ -722,6 +754,30 @@ final class FaultRun implements AutoCloseable {
     if (orphans > 0) {
       violations.add("I2: " + orphans + " effects of keys that are not SUCCESS");
     }
+    // I2: and not fewer. A key SUCCESS without its effect is a record acknowledged but never
+    // applied: counting only duplicates and orphans, a library that marked SUCCESS without running
+    // the handler would pass.
+    if (effectsInTable) {
+      Set<String> applied = effectKeys();
+      List<String> unapplied = new ArrayList<>();
+      for (Produced record : produced) {
+        if (dlt.containsKey(coordinates(record))
+            || !"SUCCESS".equals(status.get(storedKey(record.key())))) {
+          continue;
+        }
+        if (!applied.contains(record.key())) {
+          unapplied.add(abbreviate(record.key()));
+        }
+      }
+      if (!unapplied.isEmpty()) {
+        lost += unapplied.size();
+        violations.add(
+            "I2: "
+                + unapplied.size()
+                + " key(s) SUCCESS without an effect: "
+                + unapplied.subList(0, Math.min(10, unapplied.size())));
+      }
+    }
     if (transactional() && duplicates > 0) {
       violations.add("I2: " + duplicates + " duplicate effects in mode TRANSACTIONAL");
     }
@@ -859,6 +915,21 @@ final class FaultRun implements AutoCloseable {
     }
     String key = new String(header.value(), StandardCharsets.UTF_8);
     return "SUCCESS".equals(statuses().get(storedKey(key)));
+  }
+
+  /** The keys that have at least one row of {@code effects}. */
+  private Set<String> effectKeys() {
+    Set<String> keys = new java.util.HashSet<>();
+    try (Connection connection = database.connect(schema);
+        Statement statement = connection.createStatement();
+        ResultSet rs = statement.executeQuery("SELECT DISTINCT biz_key FROM effects")) {
+      while (rs.next()) {
+        keys.add(rs.getString(1));
+      }
+    } catch (SQLException e) {
+      throw new IllegalStateException(e);
+    }
+    return keys;
   }
 
   private Map<String, String> statuses() {

@@ -32,7 +32,11 @@ class GroupFaultsTest {
     bounces(Target.PLAIN, 300);
   }
 
-  /** F5: while {@code records} are consumed, three rolling restarts, then both consumers killed. */
+  /**
+   * F5: while {@code records} are consumed, three rolling restarts, then both consumers killed.
+   * Each bounce comes right after a batch of its own was produced and its first effect seen: a
+   * bounce of consumers that had finished the topic would interrupt nothing.
+   */
   static void bounces(Target target, int records) throws Exception {
     Reliability.scenario(
         target,
@@ -42,7 +46,9 @@ class GroupFaultsTest {
         LEASE,
         run -> {
           run.consumerArg("handlerMs", "15");
-          run.produce(records, "order-");
+          int perBounce = records / 10;
+          int killed = records - records / 2 - 3 * perBounce;
+          run.produce(records / 2, "order-");
           run.watchOffsets();
           List<ChildJvm> slots =
               new ArrayList<>(List.of(run.start("a", null), run.start("b", null)));
@@ -50,21 +56,45 @@ class GroupFaultsTest {
           // Rolling: each consumer stops cleanly and comes back.
           for (int bounce = 0; bounce < 3; bounce++) {
             int i = bounce % slots.size();
+            produceAndAwaitAnEffect(run, perBounce, "bounce" + bounce + "-");
             run.stop(slots.get(i));
             slots.set(i, run.start(i == 0 ? "a" : "b", null));
             slots.get(i).awaitLine("STARTED", Duration.ofSeconds(30));
             Thread.sleep(1_000);
           }
-          // All at once: both killed, both back.
+          // All at once: both killed, both back. FaultRun.kill checks records were left.
+          produceAndAwaitAnEffect(run, killed, "killed-");
           for (ChildJvm slot : slots) {
             run.kill(slot);
           }
+          long left =
+              run.queryLong(
+                  "SELECT count(*) FROM consumer_dedup WHERE biz_key LIKE 'killed-%'"
+                      + " AND status = 'SUCCESS'");
           run.start("a", null);
           run.start("b", null);
           run.notes.add(
-              "5 bounces: 3 clean restarts one after the other, then both consumers killed at once");
+              "5 bounces: 3 clean restarts one after the other, then both consumers killed at once"
+                  + " with "
+                  + (killed - left)
+                  + " of "
+                  + killed
+                  + " records of the last batch not yet SUCCESS");
           run.awaitDone(FINISH);
         });
+  }
+
+  /** Produces {@code count} records and waits until one of them was applied. */
+  private static void produceAndAwaitAnEffect(FaultRun run, int count, String prefix)
+      throws InterruptedException {
+    run.produce(count, prefix);
+    long deadline = System.nanoTime() + FINISH.toNanos();
+    while (run.queryLong("SELECT count(*) FROM effects WHERE biz_key LIKE ?", prefix + "%") == 0) {
+      if (System.nanoTime() > deadline) {
+        throw new AssertionError("no record of " + prefix + "* applied within " + FINISH);
+      }
+      Thread.sleep(10);
+    }
   }
 
   @Test

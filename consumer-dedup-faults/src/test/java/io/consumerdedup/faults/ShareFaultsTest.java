@@ -50,8 +50,23 @@ class ShareFaultsTest {
               ChildJvm killed = run.start("a", "KEY:halt:order-7");
               run.awaitCrash(killed, Duration.ofSeconds(60));
               run.notes.add("halted in the handler of order-7");
-              run.start("b", null);
+              ChildJvm next = run.start("b", null);
               run.awaitDone(FINISH_TIMEOUT);
+              // What the note says must have happened: had the next consumer reached order-7
+              // after the dead holder's lease, nothing was kept acquired and nothing was tested.
+              boolean waited = next.output().contains("cannot be handled yet");
+              long takenOver =
+                  run.queryLong(
+                      "SELECT count(*) FROM consumer_dedup WHERE biz_key = 'order-7'"
+                          + " AND status = 'SUCCESS' AND attempts >= 2");
+              if (!waited || takenOver != 1) {
+                run.violation(
+                    "S1: the next consumer "
+                        + (waited ? "waited" : "never waited")
+                        + " for a live lease and "
+                        + (takenOver == 1 ? "took" : "did not take")
+                        + " order-7 over from the dead holder: the fault did not happen");
+              }
               run.notes.add(
                   "the next consumer's copies of the killed one's claimed keys waited for its"
                       + " lease, kept acquired, then were applied once");

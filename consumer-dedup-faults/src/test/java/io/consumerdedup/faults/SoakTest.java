@@ -85,7 +85,7 @@ class SoakTest {
             switch (fault) {
               case 0 -> {
                 label = "F1-F3 SIGKILL at a random moment";
-                run.kill(consumers.get(slot));
+                run.killAnyTime(consumers.get(slot));
                 consumers.put(slot, run.start(slot, null));
               }
               case 1 -> {

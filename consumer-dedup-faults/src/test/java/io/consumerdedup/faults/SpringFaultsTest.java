@@ -316,9 +316,14 @@ class SpringFaultsTest {
               ChildJvm first = run.start("a", null);
               // The fault: a future failed, and its key is FAILED, waiting out the back-off.
               awaitAtLeast(run, "SELECT count(*) FROM consumer_dedup WHERE status = 'FAILED'", 1);
+              run.stop(first);
+              // Read after the stop: the key must still have been waiting out its back-off, or
+              // the restart fell after the retry and tested nothing.
               long failedAtStop =
                   run.queryLong("SELECT count(*) FROM consumer_dedup WHERE status = 'FAILED'");
-              run.stop(first);
+              if (failedAtStop == 0) {
+                run.violation("F24: the failed key was retried before the stop");
+              }
               run.faultEnded();
               run.start("a", null);
               run.awaitDone(CrashFaultsTest.FINISH_TIMEOUT);
