@@ -9,6 +9,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.BlockingQueue;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 
@@ -120,6 +121,11 @@ public final class ChildJvm implements AutoCloseable {
     }
     reader.join(TimeUnit.SECONDS.toMillis(5));
     return process.exitValue();
+  }
+
+  /** Completes once the JVM has exited, whatever ended it. */
+  public CompletableFuture<Void> exited() {
+    return process.onExit().thenApply(exited -> null);
   }
 
   /** Whether the JVM is still running (it may have halted itself at a fault point). */

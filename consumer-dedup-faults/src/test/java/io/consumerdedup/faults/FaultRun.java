@@ -24,8 +24,13 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Set;
 import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
+import java.util.concurrent.Executor;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -65,6 +70,10 @@ final class FaultRun implements AutoCloseable {
   static final Duration SESSION_TIMEOUT = Duration.ofSeconds(6);
   static final Duration SLACK = Duration.ofSeconds(15);
 
+  /** A statement sent right before a consumer's crash may still commit on the server meanwhile. */
+  private static final Executor AFTER_LAST_STATEMENTS =
+      CompletableFuture.delayedExecutor(300, TimeUnit.MILLISECONDS);
+
   /** {@code group.share.session.timeout.ms}, the broker's default and floor. */
   static final Duration SHARE_SESSION_TIMEOUT = Duration.ofSeconds(45);
 
@@ -90,6 +99,16 @@ final class FaultRun implements AutoCloseable {
   final List<ChildJvm> consumers = new ArrayList<>();
   private final Map<ChildJvm, String> names = new HashMap<>();
   private final Map<ChildJvm, String> faults = new HashMap<>();
+
+  /**
+   * Each consumer's window (see {@link #crashed}), measured as it exits rather than when the
+   * scenario gets to it: a soak notices a consumer that halted on its own seconds later, when its
+   * keys may have been taken over and marked SUCCESS by another, which applied them a second time.
+   * Measured then, such a window once counted nothing, and the soak failed on a duplicate the kill
+   * had made.
+   */
+  private final Map<ChildJvm, CompletableFuture<Integer>> windowsAtExit = new ConcurrentHashMap<>();
+
   final List<String> notes = new CopyOnWriteArrayList<>();
   private final List<String> violations = new CopyOnWriteArrayList<>();
   private final AtomicInteger consumerNumbers = new AtomicInteger();
@@ -291,6 +310,11 @@ final class FaultRun implements AutoCloseable {
       ChildJvm child = ChildJvm.start(environment, consumerMain, args.toArray(String[]::new));
       consumers.add(child);
       names.put(child, consumer);
+      windowsAtExit.put(
+          child,
+          child
+              .exited()
+              .thenApplyAsync(exited -> appliedWithoutSuccess(consumer), AFTER_LAST_STATEMENTS));
       if (fault != null) {
         faults.put(child, fault);
       }
@@ -362,9 +386,11 @@ final class FaultRun implements AutoCloseable {
   private void crashed(ChildJvm child) throws InterruptedException {
     kills++;
     faultEnded();
-    // A statement sent right before the crash may still commit on the server.
-    Thread.sleep(300);
-    window += appliedWithoutSuccess(names.get(child));
+    try {
+      window += windowsAtExit.get(child).get(30, TimeUnit.SECONDS);
+    } catch (ExecutionException | TimeoutException e) {
+      throw new IllegalStateException("The window of " + names.get(child) + " not measured", e);
+    }
   }
 
   void faultEnded() {
