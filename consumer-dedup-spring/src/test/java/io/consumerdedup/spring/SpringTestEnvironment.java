@@ -87,7 +87,9 @@ final class SpringTestEnvironment {
   /**
    * Has the database refuse, as a transient failure, the SUCCESS of every key listed in the
    * schema's table {@code mark_faults} (insert a key to refuse it, delete it to let it through),
-   * counting each refusal ({@link #refusedSuccesses}).
+   * counting each refusal ({@link #refusedSuccesses}), and each refusal of a key listed by {@link
+   * #refuseSuccessOf} apart ({@link #refusedSuccessesOf}): a sequence, because the refused
+   * transaction rolls back anything else it writes.
    */
   static void refuseListedSuccesses(String schema) {
     try (Connection connection = TestDatabase.connect(schema);
@@ -99,6 +101,8 @@ final class SpringTestEnvironment {
               + " IF NEW.status = 'SUCCESS' AND EXISTS (SELECT 1 FROM mark_faults f"
               + " WHERE f.biz_key = NEW.biz_key) THEN"
               + " PERFORM nextval('mark_fault_hits');"
+              + " IF to_regclass('hits_' || md5(NEW.biz_key)) IS NOT NULL THEN"
+              + " PERFORM nextval(('hits_' || md5(NEW.biz_key))::regclass); END IF;"
               + " RAISE EXCEPTION 'injected: SUCCESS of % refused', NEW.biz_key"
               + " USING ERRCODE = '40001'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql");
       statement.execute(
@@ -116,6 +120,25 @@ final class SpringTestEnvironment {
             "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM mark_fault_hits",
             Long.class);
     return hits == null ? 0 : hits;
+  }
+
+  /** Has the database refuse the SUCCESS of {@code bizKey}, counting its refusals apart. */
+  static void refuseSuccessOf(JdbcTemplate jdbc, String bizKey) {
+    jdbc.execute("CREATE SEQUENCE IF NOT EXISTS " + hitsOf(jdbc, bizKey));
+    jdbc.update("INSERT INTO mark_faults (biz_key) VALUES (?)", bizKey);
+  }
+
+  /** How many SUCCESS writes of {@code bizKey} {@link #refuseSuccessOf} had refused so far. */
+  static long refusedSuccessesOf(JdbcTemplate jdbc, String bizKey) {
+    Long hits =
+        jdbc.queryForObject(
+            "SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM " + hitsOf(jdbc, bizKey),
+            Long.class);
+    return hits == null ? 0 : hits;
+  }
+
+  private static String hitsOf(JdbcTemplate jdbc, String bizKey) {
+    return jdbc.queryForObject("SELECT 'hits_' || md5(?)", String.class, bizKey);
   }
 
   /**
