@@ -1,9 +1,12 @@
 package io.consumerdedup.kafka;
 
+import io.consumerdedup.core.internal.Latches;
 import io.consumerdedup.kafka.ShareInFlight.Decision;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -55,6 +58,9 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
   private final ShareWorker<K, V> worker;
   private final Thread thread;
 
+  /** Reaches zero as the worker's thread ends, its last decisions given. */
+  private final CountDownLatch ended = new CountDownLatch(1);
+
   /**
    * Starts the worker's thread.
    *
@@ -95,7 +101,16 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
             maxHoldBackOff,
             groupId,
             MAX_BATCH);
-    this.thread = new Thread(worker, threadName);
+    this.thread =
+        new Thread(
+            () -> {
+              try {
+                worker.run();
+              } finally {
+                ended.countDown();
+              }
+            },
+            threadName);
     thread.setDaemon(true);
     thread.start();
   }
@@ -149,7 +164,7 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
    * nothing more, and its last decisions were given before this turned true.
    */
   public boolean isStopped() {
-    return !thread.isAlive();
+    return ended.getCount() == 0;
   }
 
   /**
@@ -159,10 +174,22 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
   public void close(Duration timeout) {
     worker.stop();
     try {
-      thread.join(Math.max(1, timeout.toMillis()));
+      ended.await(timeout.toNanos(), TimeUnit.NANOSECONDS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     }
+  }
+
+  /**
+   * As {@link #close(Duration)}, waiting until {@code deadlineNanos} ({@link System#nanoTime()})
+   * whatever interrupts come: an owner stopping on an interrupted thread must still let the record
+   * in hand finish.
+   *
+   * @return whether the thread was interrupted meanwhile; the caller sets the interrupt again
+   */
+  public boolean closeThroughInterrupts(long deadlineNanos) {
+    worker.stop();
+    return Latches.awaitThroughInterrupts(ended, deadlineNanos);
   }
 
   /**
@@ -171,7 +198,7 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
    * record whose handler or dead letter runs, which its owner now gives back unacknowledged.
    */
   public void warnIfStillRunning(Duration closeTimeout) {
-    if (thread.isAlive()) {
+    if (!isStopped()) {
       worker.warnStoppingWithoutIt(closeTimeout);
     }
   }

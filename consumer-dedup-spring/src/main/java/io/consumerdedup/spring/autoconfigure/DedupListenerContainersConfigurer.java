@@ -70,6 +70,18 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
    */
   @Override
   public void start() {
+    try {
+      configure();
+    } catch (RuntimeException | Error e) {
+      // Nobody stops a lifecycle whose start failed: the share listeners wrapped before the
+      // failure would keep their dead-letter producers running after the failed start.
+      ShareListeners.closeAll(shareListeners, e);
+      shareListeners.clear();
+      throw e;
+    }
+  }
+
+  private void configure() {
     IdempotentListenerPostProcessor found = listeners.getIfAvailable();
     KafkaListenerEndpointRegistry endpoints = registry.getIfAvailable();
     if (beanFactory instanceof ConfigurableBeanFactory configurable) {

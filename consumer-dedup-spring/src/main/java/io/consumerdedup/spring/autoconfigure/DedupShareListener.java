@@ -1,6 +1,7 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.core.Outcome;
+import io.consumerdedup.core.internal.Latches;
 import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.kafka.RecordProcessor;
 import io.consumerdedup.kafka.ShareRecordWorker;
@@ -17,6 +18,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.LinkedBlockingQueue;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -280,34 +282,6 @@ final class DedupShareListener<K, V>
     }
   }
 
-  /** A wait of at most so many milliseconds, which an interrupt may end early. */
-  private interface TimedWait {
-    /** Ends early on an interrupt: throws, or returns with the thread's interrupt flag set. */
-    void await(long millis) throws InterruptedException;
-  }
-
-  /**
-   * Waits until {@code wait} returns uninterrupted or {@code deadlineNanos} passes, taking up the
-   * wait again after each interrupt; whether one came, the thread's flag cleared meanwhile.
-   */
-  private static boolean awaitThroughInterrupts(TimedWait wait, long deadlineNanos) {
-    boolean interrupted = false;
-    while (true) {
-      try {
-        wait.await(Math.max(1, (deadlineNanos - System.nanoTime()) / 1_000_000));
-        if (!Thread.interrupted()) {
-          return interrupted;
-        }
-      } catch (InterruptedException e) {
-        // taken up again below, until the deadline
-      }
-      interrupted = true;
-      if (System.nanoTime() - deadlineNanos >= 0) {
-        return true;
-      }
-    }
-  }
-
   /** The record's delivery count; 0 if the consumer did not report one, as the worker counts. */
   private static int delivery(ConsumerRecord<?, ?> record) {
     return record.deliveryCount().map(Short::intValue).orElse(0);
@@ -342,6 +316,10 @@ final class DedupShareListener<K, V>
     private final String name;
     private volatile ShareRecordWorker<K, V> worker;
     private final Thread thread;
+
+    /** Reaches zero as {@link #run()} ends: nothing is renewed or sent by this keeper after. */
+    private final CountDownLatch ended = new CountDownLatch(1);
+
     private final ShareConsumer<?, ?> consumer;
     private volatile boolean running = true;
     private volatile long lockNanos = DEFAULT_LOCK_NANOS;
@@ -509,6 +487,14 @@ final class DedupShareListener<K, V>
 
     @Override
     public void run() {
+      try {
+        keep();
+      } finally {
+        ended.countDown();
+      }
+    }
+
+    private void keep() {
       while (running) {
         try {
           long now = System.nanoTime();
@@ -737,9 +723,9 @@ final class DedupShareListener<K, V>
       // consumer.
       running = false;
       thread.interrupt();
-      interrupted |= awaitThroughInterrupts(thread::join, deadline);
+      interrupted |= Latches.awaitThroughInterrupts(ended, deadline);
       interrupted |= keepLocksUntilFinished(last, deadline);
-      interrupted |= awaitThroughInterrupts(ms -> last.close(Duration.ofMillis(ms)), deadline);
+      interrupted |= last.closeThroughInterrupts(deadline);
       // A handler still running now has its record given back by the close: said, as the share
       // loop says it, or the user saw a stop of 30 s and the record come again, and not why.
       last.warnIfStillRunning(timeout);
@@ -924,8 +910,7 @@ final class DedupShareListener<K, V>
     boolean close(long deadlineNanos) {
       running = false;
       ShareRecordWorker<K, V> last = retire();
-      boolean interrupted =
-          awaitThroughInterrupts(ms -> last.close(Duration.ofMillis(ms)), deadlineNanos);
+      boolean interrupted = last.closeThroughInterrupts(deadlineNanos);
       thread.interrupt();
       Error fatal = last.fatal();
       if (fatal != null) {

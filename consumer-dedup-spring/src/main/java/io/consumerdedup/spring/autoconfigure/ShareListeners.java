@@ -85,86 +85,126 @@ final class ShareListeners {
    * Puts each share container that calls an {@code @Idempotent} method in {@code
    * ShareAckMode.MANUAL} and wraps its listener; returns what to close when the containers stopped.
    *
-   * @throws UnsupportedShareListenerException a shape that cannot be protected
+   * @throws UnsupportedShareListenerException a shape that cannot be protected; the listeners
+   *     wrapped before it are undone
    */
-  @SuppressWarnings({"unchecked", "rawtypes"})
   static List<AutoCloseable> configure(
       Collection<MessageListenerContainer> containers,
       ListableBeanFactory beanFactory,
       ConsumerDedupProperties properties) {
     List<AutoCloseable> wrapped = new ArrayList<>();
-    for (MessageListenerContainer container : containers) {
-      Method method = idempotentMethod(container);
-      if (method == null || container.isRunning()) {
-        continue;
+    try {
+      for (MessageListenerContainer container : containers) {
+        AutoCloseable undo = configure(container, beanFactory, properties);
+        if (undo != null) {
+          wrapped.add(undo);
+        }
       }
-      ShareKafkaMessageListenerContainer<?, ?> share =
-          (ShareKafkaMessageListenerContainer<?, ?>) container;
-      ContainerProperties containerProperties = share.getContainerProperties();
-      if (containerProperties.getMessageListener() instanceof DedupShareListener<?, ?>) {
-        continue;
-      }
-      refuseShape(method, share, containerProperties);
-      String groupId = String.valueOf(share.getGroupId());
-      List<Producer<?, ?>> created = new ArrayList<>();
-      DeadLetterHandler deadLetters =
-          ShareDeserializationFailures.withRawBytes(
-              deadLetters(beanFactory, method, groupId, created));
-      Duration timeout = containerProperties.getShareAcknowledgmentTimeout();
-      ContainerProperties.ShareAckMode ackMode = containerProperties.getShareAckMode();
-      Object original = Objects.requireNonNull(containerProperties.getMessageListener());
-      containerProperties.setShareAckMode(ContainerProperties.ShareAckMode.MANUAL);
-      // Every renewed record comes back to the container as a new delivery of the same offset,
-      // which spring-kafka 4.1 keeps as pending for good: its warning about records not
-      // acknowledged in time would name each of them, although consumer-dedup acknowledges them.
-      containerProperties.setShareAcknowledgmentTimeout(Duration.ofDays(3650));
-      DedupShareListener<?, ?> listener =
-          new DedupShareListener<>(
-              (AcknowledgingShareConsumerAwareMessageListener) original,
-              share.getListenerId(),
-              groupId,
-              deadLetters,
-              new DedupShareListener.Settings(
-                  properties.getMaxAttempts(),
-                  properties.getShare().getDeliveryCountLimit(),
-                  properties.getShare().getRetryBackoff(),
-                  properties.getHold().getInitialBackoff(),
-                  properties.getHold().getMaxBackoff(),
-                  properties.getShare().getCloseTimeout()));
-      share.setupMessageListener(listener);
-      Runnable ownConsumers = WrappedShareConsumers.apply(share, listener::finish);
-      log.info(
-          "Share-group listener {} (group {}): acknowledged by consumer-dedup (ShareAckMode.MANUAL,"
-              + " spring-kafka's acknowledgment timeout warning of {} turned off), locks renewed"
-              + " while handled or waiting for another consumer's claim",
-          nameOf(method),
-          groupId,
-          timeout);
-      // Undone when the application stops, so that a start after it (a context stopped and
-      // started again) finds the container as it was made and protects it afresh, with a new
-      // worker and dead-letter producer, instead of a closed listener that ignores every record.
-      wrapped.add(
-          () -> {
-            try {
-              listener.close();
-            } finally {
-              // Whatever the closes throw, the container is put back. A producer's close on the
-              // interrupted thread of a stop threw InterruptException, which left the container
-              // with the closed listener: the next start found no @Idempotent method in it and
-              // failed, naming a listener shape that was not the cause.
-              closeDeadLetterProducers(created, method);
-              if (!share.isRunning()) {
-                if (ownConsumers != null) {
-                  ownConsumers.run();
-                }
-                share.setupMessageListener(original);
-                containerProperties.setShareAckMode(ackMode);
-                containerProperties.setShareAcknowledgmentTimeout(timeout);
-              }
-            }
-          });
+    } catch (RuntimeException | Error e) {
+      // Nobody stops a listener whose start failed: the listeners wrapped before the refusal
+      // are undone here, or their dead-letter producers ran on, a thread each, after the failed
+      // start (and after every retry of it).
+      closeAll(wrapped, e);
+      throw e;
     }
     return wrapped;
+  }
+
+  /** Undoes each of {@code wrapped}, whatever the others throw (added to {@code failure}). */
+  static void closeAll(List<AutoCloseable> wrapped, Throwable failure) {
+    for (AutoCloseable undo : wrapped) {
+      try {
+        undo.close();
+      } catch (Exception | Error e) {
+        failure.addSuppressed(e);
+      }
+    }
+  }
+
+  /**
+   * Wraps the listener of {@code container} if it calls an {@code @Idempotent} method; what undoes
+   * that, or null if it does not.
+   */
+  @SuppressWarnings({"unchecked", "rawtypes"})
+  private static @Nullable AutoCloseable configure(
+      MessageListenerContainer container,
+      ListableBeanFactory beanFactory,
+      ConsumerDedupProperties properties) {
+    Method method = idempotentMethod(container);
+    if (method == null || container.isRunning()) {
+      return null;
+    }
+    ShareKafkaMessageListenerContainer<?, ?> share =
+        (ShareKafkaMessageListenerContainer<?, ?>) container;
+    ContainerProperties containerProperties = share.getContainerProperties();
+    if (containerProperties.getMessageListener() instanceof DedupShareListener<?, ?>) {
+      return null;
+    }
+    refuseShape(method, share, containerProperties);
+    String groupId = String.valueOf(share.getGroupId());
+    List<Producer<?, ?>> created = new ArrayList<>();
+    DeadLetterHandler deadLetters;
+    try {
+      deadLetters =
+          ShareDeserializationFailures.withRawBytes(
+              deadLetters(beanFactory, method, groupId, created));
+    } catch (RuntimeException | Error e) {
+      // The typed producer made before the raw one failed: closed, not left running.
+      closeDeadLetterProducers(created, method);
+      throw e;
+    }
+    Duration timeout = containerProperties.getShareAcknowledgmentTimeout();
+    ContainerProperties.ShareAckMode ackMode = containerProperties.getShareAckMode();
+    Object original = Objects.requireNonNull(containerProperties.getMessageListener());
+    containerProperties.setShareAckMode(ContainerProperties.ShareAckMode.MANUAL);
+    // Every renewed record comes back to the container as a new delivery of the same offset,
+    // which spring-kafka 4.1 keeps as pending for good: its warning about records not
+    // acknowledged in time would name each of them, although consumer-dedup acknowledges them.
+    containerProperties.setShareAcknowledgmentTimeout(Duration.ofDays(3650));
+    DedupShareListener<?, ?> listener =
+        new DedupShareListener<>(
+            (AcknowledgingShareConsumerAwareMessageListener) original,
+            share.getListenerId(),
+            groupId,
+            deadLetters,
+            new DedupShareListener.Settings(
+                properties.getMaxAttempts(),
+                properties.getShare().getDeliveryCountLimit(),
+                properties.getShare().getRetryBackoff(),
+                properties.getHold().getInitialBackoff(),
+                properties.getHold().getMaxBackoff(),
+                properties.getShare().getCloseTimeout()));
+    share.setupMessageListener(listener);
+    Runnable ownConsumers = WrappedShareConsumers.apply(share, listener::finish);
+    log.info(
+        "Share-group listener {} (group {}): acknowledged by consumer-dedup (ShareAckMode.MANUAL,"
+            + " spring-kafka's acknowledgment timeout warning of {} turned off), locks renewed"
+            + " while handled or waiting for another consumer's claim",
+        nameOf(method),
+        groupId,
+        timeout);
+    // Undone when the application stops, so that a start after it (a context stopped and
+    // started again) finds the container as it was made and protects it afresh, with a new
+    // worker and dead-letter producer, instead of a closed listener that ignores every record.
+    return () -> {
+      try {
+        listener.close();
+      } finally {
+        // Whatever the closes throw, the container is put back. A producer's close on the
+        // interrupted thread of a stop threw InterruptException, which left the container
+        // with the closed listener: the next start found no @Idempotent method in it and
+        // failed, naming a listener shape that was not the cause.
+        closeDeadLetterProducers(created, method);
+        if (!share.isRunning()) {
+          if (ownConsumers != null) {
+            ownConsumers.run();
+          }
+          share.setupMessageListener(original);
+          containerProperties.setShareAckMode(ackMode);
+          containerProperties.setShareAcknowledgmentTimeout(timeout);
+        }
+      }
+    };
   }
 
   /**

@@ -1,10 +1,12 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.testing.TestDatabase;
+import java.time.Duration;
 import java.util.Map;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -256,6 +258,68 @@ class ShareContainerStartupTest {
             });
   }
 
+  /**
+   * A start-up refused by a second share listener (taking its acknowledgment) after the first was
+   * wrapped: the dead-letter producers made for the first are closed, as nobody stops a listener
+   * whose start failed.
+   */
+  @Test
+  void aShareListenerRefusedAfterAnotherLeavesNoDeadLetterProducerRunning() {
+    Assumptions.assumeTrue(SPRING_KAFKA_41, "a share listener starts on spring-kafka 4.1 only");
+    long before = producerThreads();
+    runner
+        .withBean(Jobs.class)
+        .withBean(AcknowledgingJobs.class)
+        .run(context -> assertThat(context).hasFailed());
+    assertNoProducerThreadsBeyond(before);
+  }
+
+  /**
+   * A start-up refused after every share listener was wrapped (two listeners of different groups
+   * sharing a biz type): their dead-letter producers are closed.
+   */
+  @Test
+  void aStartUpRefusedAfterTheShareListenersWereWrappedLeavesNoDeadLetterProducerRunning() {
+    Assumptions.assumeTrue(SPRING_KAFKA_41, "a share listener starts on spring-kafka 4.1 only");
+    long before = producerThreads();
+    runner
+        .withBean(Jobs.class)
+        .withBean(OtherGroupJobs.class)
+        .run(
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .isInstanceOf(SharedBizTypeException.class));
+    assertNoProducerThreadsBeyond(before);
+  }
+
+  private static void assertNoProducerThreadsBeyond(long before) {
+    await()
+        .atMost(Duration.ofSeconds(5))
+        .untilAsserted(
+            () ->
+                assertThat(producerThreads())
+                    .as("dead-letter producer threads left running by the failed start-up")
+                    .isEqualTo(before));
+  }
+
+  private static long producerThreads() {
+    return Thread.getAllStackTraces().keySet().stream()
+        .filter(t -> t.isAlive() && t.getName().startsWith("kafka-producer-network-thread"))
+        .count();
+  }
+
+  static class OtherGroupJobs {
+    @Idempotent(bizType = "job", header = "job-id")
+    @KafkaListener(
+        id = "other-jobs",
+        topics = "jobs",
+        groupId = "other-jobs",
+        containerFactory = "shareFactory")
+    public void run(ConsumerRecord<String, String> record) {}
+  }
+
   static class Jobs {
     @Idempotent(bizType = "job", header = "job-id")
     @KafkaListener(
@@ -268,7 +332,11 @@ class ShareContainerStartupTest {
 
   static class AcknowledgingJobs {
     @Idempotent(bizType = "job", header = "job-id")
-    @KafkaListener(topics = "jobs", groupId = "jobs", containerFactory = "shareFactory")
+    @KafkaListener(
+        id = "acknowledging-jobs",
+        topics = "jobs",
+        groupId = "jobs",
+        containerFactory = "shareFactory")
     public void run(ConsumerRecord<String, String> record, ShareAcknowledgment acknowledgment) {}
   }
 
