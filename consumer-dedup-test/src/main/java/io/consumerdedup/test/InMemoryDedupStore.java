@@ -70,8 +70,10 @@ public final class InMemoryDedupStore implements DedupStore {
     }
     if (row.status == DedupStatus.PROCESSING && request.claimId().equals(row.claimId)) {
       // This request's own claim, sent again after its reply was lost: taken up again with a
-      // lease from now, as the caller counts it.
-      row.leaseUntil = now.plus(request.lease());
+      // lease and retention from now, as the caller counts them, never cut short by a copy of the
+      // claim with shorter ones.
+      row.leaseUntil = latest(row.leaseUntil, now.plus(request.lease()));
+      row.expiresAt = latest(row.expiresAt, now.plus(request.lease()).plus(request.retention()));
       row.updatedAt = now;
       return new ClaimResult.Claimed(key, row.attempts, request.claimId());
     }
@@ -81,6 +83,10 @@ public final class InMemoryDedupStore implements DedupStore {
     // FAILED, or PROCESSING under an expired lease: the next attempt, with the next token.
     row.reclaim(request, now);
     return new ClaimResult.Claimed(key, row.attempts, request.claimId());
+  }
+
+  private static Instant latest(@Nullable Instant held, Instant asked) {
+    return held == null || held.isBefore(asked) ? asked : held;
   }
 
   /** Whether the row answers the claim without a change: SUCCESS, a live lease, another payload. */
