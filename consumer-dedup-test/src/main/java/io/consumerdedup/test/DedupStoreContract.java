@@ -335,6 +335,24 @@ public abstract class DedupStoreContract {
   }
 
   @Test
+  void aClaimIdSentWithAnotherPayloadIsAConflictNotTheClaimItNamed() {
+    // A process sends an unanswered claim's id again with the next claim of the key, which may be
+    // another payload: taken as the claim, that payload would run under the first one's record,
+    // and the first payload, delivered again, would be skipped as its duplicate.
+    DedupKey key = key("claim-id-other-payload");
+    ClaimRequest first = request(key, "consumer-a", LONG_LEASE, "fp-1");
+    claimed(store().claim(first));
+    ClaimRequest other =
+        new ClaimRequest(
+            key, "consumer-a", LONG_LEASE, RETENTION, "fp-2", "orders-0@2", first.claimId());
+
+    DedupRecord refused = taken(store().claim(other));
+
+    assertEquals("fp-1", refused.fingerprint().orElse(null), "the payload the key was claimed for");
+    assertEquals(1, find(key).attempts());
+  }
+
+  @Test
   void aClaimSentAgainAfterItsLeaseRanOutIsStillItsOwnUntilTakenOver() throws InterruptedException {
     DedupKey key = key("claim-again-expired");
     ClaimRequest request = request(key, "consumer-a", shortLease(), null);

@@ -185,7 +185,12 @@ public final class MySqlSql {
    * assignment does not matter.)
    */
   private static String renewOwnClaim() {
-    String own = "status = 'PROCESSING' AND claim_id = VALUES(claim_id)";
+    // Its id sent with another payload is a conflict, not that claim; compared as bytes, as the
+    // column's collation pads with spaces.
+    String own =
+        "status = 'PROCESSING' AND claim_id = VALUES(claim_id) AND (fingerprint IS NULL"
+            + " OR VALUES(fingerprint) IS NULL"
+            + " OR CAST(fingerprint AS BINARY) = CAST(VALUES(fingerprint) AS BINARY))";
     return "lease_until = IF("
         + own
         + ", GREATEST(lease_until, VALUES(lease_until)), lease_until), expires_at = IF("

@@ -320,7 +320,12 @@ public final class PostgresSql {
     // statement, and the old one may be almost over.
     // A copy of it with a shorter lease or retention never cuts them short: the caller may count
     // on the longer ones.
-    String own = "(d.status = 'PROCESSING' AND d.claim_id = excluded.claim_id)";
+    // Its id sent with another payload (the next claim of the key from the process that lost the
+    // reply) is a conflict, not that claim.
+    String own =
+        "(d.status = 'PROCESSING' AND d.claim_id = excluded.claim_id"
+            + " AND (d.fingerprint IS NULL OR excluded.fingerprint IS NULL"
+            + " OR d.fingerprint = excluded.fingerprint))";
     String attempts =
         withLease
             ? "CASE WHEN " + own + " THEN d.attempts ELSE d.attempts + 1 END"
@@ -341,7 +346,9 @@ public final class PostgresSql {
     String settled =
         withLease
             ? answered
-                + " AND NOT (c.status = 'PROCESSING' AND c.claim_id IS NOT DISTINCT FROM r.claim_id)"
+                + " AND NOT (c.status = 'PROCESSING' AND c.claim_id IS NOT DISTINCT FROM r.claim_id"
+                + " AND (c.fingerprint IS NULL OR r.fingerprint IS NULL"
+                + " OR c.fingerprint = r.fingerprint))"
             : answered;
     // One key's row source flattens into an equality on the primary key, which PostgreSQL probes
     // whatever it knows; a group's is read through {@link #probe}.
