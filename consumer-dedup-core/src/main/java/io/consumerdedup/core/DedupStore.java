@@ -24,8 +24,8 @@ public interface DedupStore {
    * Claims a key in one atomic step: inserts it as PROCESSING, or re-claims it when it is FAILED or
    * its lease has expired, provided the fingerprints (when both are known) agree. A PROCESSING
    * record written by a claim with the same {@link ClaimRequest#claimId()} (sent again after its
-   * reply was lost) is answered as claimed with its token, and its lease runs from now: the caller
-   * counts it from this call.
+   * reply was lost) is answered as claimed with its token, and its lease and retention run from now
+   * (the caller counts the lease from this call), never ending earlier than they did.
    */
   ClaimResult claim(ClaimRequest request);
 

@@ -71,6 +71,12 @@ public final class DedupJanitor implements AutoCloseable {
   private long lastBehindWarning;
   private boolean backlogFailureLogged;
   private boolean backlogReportFailureLogged;
+
+  /**
+   * Whether a listener's failure to take a run's count was logged since the last report it took.
+   */
+  private boolean purgedReportFailureLogged;
+
   private volatile @Nullable PurgeBacklog lastBacklog;
   private @Nullable ScheduledExecutorService scheduler;
 
@@ -134,7 +140,7 @@ public final class DedupJanitor implements AutoCloseable {
         }
         if (total > 0) {
           log.info("Purged {} expired dedup records", total);
-          listener.purged(total);
+          reportPurged(total);
         }
       }
       return total;
@@ -223,6 +229,33 @@ public final class DedupJanitor implements AutoCloseable {
             + " out, VACUUM the table (the count steps over the index entries of purged rows"
             + " until a vacuum removes them) or raise the store's statementTimeout",
         failure);
+  }
+
+  /**
+   * Tells the listener what a run purged. A listener that throws (an Error such as a
+   * NoSuchMethodError of a metrics library of another version recurs at every run) must neither
+   * turn the run into a failed one, hiding its count from a caller and making the schedule wait an
+   * interval with work left, nor replace the error of a batch that failed after others purged.
+   */
+  private void reportPurged(int total) {
+    try {
+      listener.purged(total);
+      synchronized (this) {
+        purgedReportFailureLogged = false;
+      }
+    } catch (RuntimeException | Error e) {
+      synchronized (this) {
+        if (purgedReportFailureLogged) {
+          log.debug("Reporting a purge of expired dedup records failed again", e);
+          return;
+        }
+        purgedReportFailureLogged = true;
+      }
+      log.error(
+          "Reporting a purge of expired dedup records failed (a DedupListener threw); the purge"
+              + " goes on without the report",
+          e);
+    }
   }
 
   private synchronized void backlogMeasured() {

@@ -133,6 +133,44 @@ class DedupJanitorTest {
   }
 
   /**
+   * A listener that throws each time it is told what a run purged (a metrics library of another
+   * version: {@code NoSuchMethodError}) turned every run that had purged into a failed one: a
+   * caller of {@code purgeExpired} got the Error instead of the count, and the schedule waited a
+   * whole interval before the next batch however much work was left.
+   */
+  @Test
+  void aListenerThatThrowsOnEveryPurgedReportHidesNeitherTheCountNorTheWorkLeft()
+      throws SQLException {
+    DedupListener failing =
+        new DedupListener() {
+          @Override
+          public void purged(int count) {
+            throw new NoSuchMethodError("purged, of a metrics library of another version");
+          }
+        };
+    DedupJanitor once =
+        DedupJanitor.builder(store).batchSize(1000).maxBatchesPerRun(1).listener(failing).build();
+    assertThat(once.purgeExpired()).as("records the run purged").isEqualTo(1000);
+    try (DedupJanitor janitor =
+        DedupJanitor.builder(store)
+            .batchSize(500)
+            .maxBatchesPerRun(1)
+            .interval(Duration.ofMinutes(10))
+            .listener(failing)
+            .build()) {
+      janitor.start();
+      await()
+          .atMost(Duration.ofSeconds(20))
+          .untilAsserted(
+              () ->
+                  assertThat(count("expired-%"))
+                      .as("expired records left, with work left after each run")
+                      .isZero());
+    }
+    assertThat(count("kept-%")).isEqualTo(100);
+  }
+
+  /**
    * A listener that throws an {@code Error} each time it is told the backlog (a metrics library of
    * another version than the one it was built against: {@code NoSuchMethodError}) stopped every run
    * before it purged anything: retention ended while the runs went on failing.

@@ -331,6 +331,42 @@ abstract class MySqlDialectStoreTests {
   }
 
   @Test
+  void aBatchClaimWaitingOnALockPastTheLockWaitTimeoutIsRetriedWithoutClaimingAnyKeyTwice()
+      throws Exception {
+    DedupKey locked = DedupKey.of("payment", "batch-locked-1");
+    DedupKey free = DedupKey.of("payment", "batch-free-1");
+    claimed(store.claim(request(locked, "a")));
+    expireLease(locked);
+    try (HikariDataSource impatient =
+        TestMariaDb.dataSource(
+            server, database, driver(), 2, "SET SESSION innodb_lock_wait_timeout = 1")) {
+      JdbcDedupStore impatientStore = JdbcDedupStore.builder(impatient).build();
+      try (Connection holder = dataSource.getConnection()) {
+        holder.setAutoCommit(false);
+        try (Statement statement = holder.createStatement()) {
+          statement.executeQuery(
+              "SELECT * FROM consumer_dedup WHERE biz_key = 'batch-locked-1' FOR UPDATE");
+        }
+        CompletableFuture<List<ClaimResult>> claims =
+            CompletableFuture.supplyAsync(
+                () -> impatientStore.claimAll(List.of(request(free, "b"), request(locked, "b"))));
+        Thread.sleep(1_500);
+        assertThat(claims).as("waiting on the row lock").isNotDone();
+        holder.commit();
+        List<ClaimResult> results = claims.get(20, TimeUnit.SECONDS);
+        assertThat(claimed(results.get(0)).token()).as("the free key").isEqualTo(1);
+        assertThat(claimed(results.get(1)).token()).as("the locked key").isEqualTo(2);
+      }
+      assertThat(impatientStore.find(free).orElseThrow().attempts())
+          .as("the free key, claimed once though its batch was tried twice")
+          .isEqualTo(1);
+      assertThat(impatientStore.retry().getMetrics().getNumberOfSuccessfulCallsWithRetryAttempt())
+          .as("the lock wait timeout (1205) really happened and was retried")
+          .isEqualTo(1);
+    }
+  }
+
+  @Test
   void aClaimWhoseQueryAnOperatorKillsIsRetried() throws Exception {
     // KILL QUERY (error 1317, "Query execution was interrupted") ends the statement, not the
     // connection or the data: PostgreSQL's pg_cancel_backend (57014) is retried likewise.

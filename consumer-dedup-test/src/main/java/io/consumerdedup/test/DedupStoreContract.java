@@ -293,6 +293,66 @@ public abstract class DedupStoreContract {
   }
 
   @Test
+  void aClaimSentAgainCountsItsLeaseAndRetentionFromThenButNeverShortensThem()
+      throws InterruptedException {
+    DedupKey key = key("claim-again-times");
+    ClaimRequest request = request(key, "consumer-a");
+    claimed(store().claim(request));
+    DedupRecord first = find(key);
+    letTimePass(Duration.ofMillis(300));
+
+    claimed(store().claim(request));
+    DedupRecord again = find(key);
+    // Sent again, the claim is the one the caller counts from now: its record is kept as one made
+    // now would be, a lease and the retention from now.
+    assertTrue(
+        again.leaseUntil().orElseThrow().isAfter(first.leaseUntil().orElseThrow()),
+        "the lease runs from the claim sent again: " + first + " then " + again);
+    assertTrue(
+        again.expiresAt().isAfter(first.expiresAt()),
+        "the retention runs from the claim sent again: " + first + " then " + again);
+
+    // A copy that carries a shorter lease or retention (another setting, a restart in between)
+    // may not cut them short: the caller may be counting on the longer lease.
+    ClaimRequest shorter =
+        new ClaimRequest(
+            key,
+            "consumer-a",
+            shortLease(),
+            Duration.ofSeconds(1),
+            null,
+            "orders-0@1",
+            request.claimId());
+    claimed(store().claim(shorter));
+    DedupRecord last = find(key);
+    assertEquals(again.leaseUntil(), last.leaseUntil(), "lease after a shorter copy of the claim");
+    assertEquals(again.expiresAt(), last.expiresAt(), "retention after a shorter copy");
+    waitOutShortLease();
+    assertEquals(
+        "consumer-a",
+        taken(store().claim(request(key, "consumer-b"))).owner(),
+        "another consumer takes the key over while its holder's lease runs");
+  }
+
+  @Test
+  void aClaimIdSentWithAnotherPayloadIsAConflictNotTheClaimItNamed() {
+    // A process sends an unanswered claim's id again with the next claim of the key, which may be
+    // another payload: taken as the claim, that payload would run under the first one's record,
+    // and the first payload, delivered again, would be skipped as its duplicate.
+    DedupKey key = key("claim-id-other-payload");
+    ClaimRequest first = request(key, "consumer-a", LONG_LEASE, "fp-1");
+    claimed(store().claim(first));
+    ClaimRequest other =
+        new ClaimRequest(
+            key, "consumer-a", LONG_LEASE, RETENTION, "fp-2", "orders-0@2", first.claimId());
+
+    DedupRecord refused = taken(store().claim(other));
+
+    assertEquals("fp-1", refused.fingerprint().orElse(null), "the payload the key was claimed for");
+    assertEquals(1, find(key).attempts());
+  }
+
+  @Test
   void aClaimSentAgainAfterItsLeaseRanOutIsStillItsOwnUntilTakenOver() throws InterruptedException {
     DedupKey key = key("claim-again-expired");
     ClaimRequest request = request(key, "consumer-a", shortLease(), null);
@@ -714,6 +774,54 @@ public abstract class DedupStoreContract {
     assertEquals(1, claimOne(prefix).token(), "a prefix of a stored key is another key");
     DedupKey otherCase = DedupKey.of(bizType, "BACK\\SLASH\\");
     assertEquals(1, claimOne(otherCase).token(), "keys are case-sensitive");
+  }
+
+  @Test
+  void keysThatDifferOnlyInTrailingSpacesCaseOrNormalisationAreDistinctInOneBatch() {
+    String card = "\uD83D\uDCB3"; // four bytes in UTF-8
+    List<DedupKey> keys =
+        List.of(
+            key("A"),
+            key("A "),
+            key("A  "),
+            key("a"),
+            key("\u00E9"), // é, composed
+            key("e\u0301"), // é, decomposed
+            DedupKey.of(bizType, card.repeat(DedupKey.MAX_BIZ_KEY_LENGTH)),
+            DedupKey.of(bizType, card.repeat(DedupKey.MAX_BIZ_KEY_LENGTH - 1) + "x"),
+            DedupKey.of(
+                bizType + card.repeat(DedupKey.MAX_BIZ_TYPE_LENGTH - bizType.length()), "A"));
+    assertFalse(keys.get(6).isHashed(), "a key of the maximum length is stored as given");
+    List<ClaimRequest> batch = new ArrayList<>();
+    keys.forEach(k -> batch.add(request(k, "consumer-a")));
+    batch.add(request(key("A "), "consumer-a")); // a later copy in the same batch
+
+    List<ClaimResult> results = store().claimAll(batch);
+
+    assertEquals(keys, results.stream().map(ClaimResult::key).toList(), "one answer per key");
+    for (ClaimResult result : results) {
+      // One key taken for another would drop the other's record as a duplicate.
+      assertEquals(1, claimed(result).token(), "claim of " + result.key());
+      assertTrue(store().complete(claimed(result), RETENTION), "completion of " + result.key());
+      assertEquals(result.key(), find(result.key()).key(), "the record found for its key");
+    }
+    for (DedupKey k : keys) {
+      assertEquals(DedupStatus.SUCCESS, taken(store().claim(request(k, "consumer-b"))).status());
+    }
+  }
+
+  @Test
+  void fingerprintsThatDifferOnlyInTrailingSpacesOrCaseAreDifferentPayloads() {
+    DedupKey key = key("fingerprint-spaces");
+    ClaimResult.Claimed claim =
+        claimed(store().claim(request(key, "consumer-a", LONG_LEASE, "fp")));
+    assertTrue(store().fail(claim, "boom", RETENTION));
+
+    for (String other : List.of("fp ", "fp  ", "FP")) {
+      DedupRecord refused = taken(store().claim(request(key, "consumer-b", LONG_LEASE, other)));
+      assertEquals("fp", refused.fingerprint().orElse(null), "payload " + other + " against fp");
+    }
+    assertEquals(2, claimed(store().claim(request(key, "consumer-b", LONG_LEASE, "fp"))).token());
   }
 
   @Test

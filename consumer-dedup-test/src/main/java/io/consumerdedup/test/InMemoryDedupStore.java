@@ -68,10 +68,14 @@ public final class InMemoryDedupStore implements DedupStore {
       rows.put(key, Row.claimed(request, now));
       return new ClaimResult.Claimed(key, 1, request.claimId());
     }
-    if (row.status == DedupStatus.PROCESSING && request.claimId().equals(row.claimId)) {
+    if (row.status == DedupStatus.PROCESSING
+        && request.claimId().equals(row.claimId)
+        && !otherPayload(row, request)) {
       // This request's own claim, sent again after its reply was lost: taken up again with a
-      // lease from now, as the caller counts it.
-      row.leaseUntil = now.plus(request.lease());
+      // lease and retention from now, as the caller counts them, never cut short by a copy of the
+      // claim with shorter ones.
+      row.leaseUntil = latest(row.leaseUntil, now.plus(request.lease()));
+      row.expiresAt = latest(row.expiresAt, now.plus(request.lease()).plus(request.retention()));
       row.updatedAt = now;
       return new ClaimResult.Claimed(key, row.attempts, request.claimId());
     }
@@ -83,14 +87,23 @@ public final class InMemoryDedupStore implements DedupStore {
     return new ClaimResult.Claimed(key, row.attempts, request.claimId());
   }
 
+  private static Instant latest(@Nullable Instant held, Instant asked) {
+    return held == null || held.isBefore(asked) ? asked : held;
+  }
+
   /** Whether the row answers the claim without a change: SUCCESS, a live lease, another payload. */
   private static boolean settles(Row row, ClaimRequest request, Instant now) {
-    if (row.fingerprint != null
+    return otherPayload(row, request) || row.status == DedupStatus.SUCCESS || row.leaseLive(now);
+  }
+
+  /**
+   * Whether the row was claimed for another payload: then even its own claim id, sent with the next
+   * claim of the key, does not make the request that claim.
+   */
+  private static boolean otherPayload(Row row, ClaimRequest request) {
+    return row.fingerprint != null
         && request.fingerprint() != null
-        && !row.fingerprint.equals(request.fingerprint())) {
-      return true;
-    }
-    return row.status == DedupStatus.SUCCESS || row.leaseLive(now);
+        && !row.fingerprint.equals(request.fingerprint());
   }
 
   /**

@@ -109,7 +109,8 @@ public final class MySqlDialect extends Dialect {
           DedupRecord existing = record(row, request.key());
           boolean own =
               existing.status() == DedupStatus.PROCESSING
-                  && request.claimId().equals(row.getString("claim_id"));
+                  && request.claimId().equals(row.getString("claim_id"))
+                  && !otherPayload(existing, request);
           if (!own && !claimable(existing, request)) {
             settled.put(request.key(), new ClaimResult.Taken(request.key(), existing));
           }
@@ -184,7 +185,9 @@ public final class MySqlDialect extends Dialect {
       throws SQLException {
     DedupRecord existing = row.record;
     DedupStatus claimedStatus = withLease ? DedupStatus.PROCESSING : DedupStatus.SUCCESS;
-    if (request.claimId().equals(row.claimId) && existing.status() == claimedStatus) {
+    if (request.claimId().equals(row.claimId)
+        && existing.status() == claimedStatus
+        && !otherPayload(existing, request)) {
       // Inserted by this statement, or by an earlier try of this claim whose reply was lost (its
       // lease renewed by the statement that locked it).
       return new ClaimResult.Claimed(request.key(), existing.attempts(), request.claimId());
@@ -214,10 +217,15 @@ public final class MySqlDialect extends Dialect {
     return new ClaimResult.Claimed(request.key(), existing.attempts() + 1, request.claimId());
   }
 
+  /** Whether the record was claimed for another payload than the request's. */
+  private static boolean otherPayload(DedupRecord existing, ClaimRequest request) {
+    String stored = existing.fingerprint().orElse(null);
+    return stored != null && request.fingerprint() != null && !stored.equals(request.fingerprint());
+  }
+
   /** A FAILED attempt or an expired lease, with no other payload: the next claim takes it. */
   private static boolean claimable(DedupRecord existing, ClaimRequest request) {
-    String stored = existing.fingerprint().orElse(null);
-    if (stored != null && request.fingerprint() != null && !stored.equals(request.fingerprint())) {
+    if (otherPayload(existing, request)) {
       return false;
     }
     return existing.status() == DedupStatus.FAILED

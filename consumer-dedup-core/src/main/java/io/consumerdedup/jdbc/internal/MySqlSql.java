@@ -148,8 +148,9 @@ public final class MySqlSql {
    * claim id). After it, in the same transaction, every key's row exists and is ours to judge and
    * update until commit: a concurrent claim of the key waits on that lock, so nothing is checked
    * before it is locked. A PROCESSING row with the request's own claim id (an earlier try committed
-   * and its reply was lost) gets a lease from now as it is locked: the caller takes it up again and
-   * counts its lease from this statement, and the old one may be almost over.
+   * and its reply was lost) gets a lease and retention from now as it is locked ({@link
+   * #renewOwnClaim}): the caller takes it up again and counts its lease from this statement, and
+   * the old one may be almost over.
    *
    * @param withLease insert as PROCESSING under a lease, or as SUCCESS at once (in the caller's
    *     transaction)
@@ -176,12 +177,25 @@ public final class MySqlSql {
         + (withLease ? renewOwnClaim() : "biz_key = biz_key");
   }
 
-  /** The update of a locked row that renews the lease only of the inserting request's own claim. */
+  /**
+   * The update of a locked row that, only for the inserting request's own claim, counts the lease
+   * and the retention from now, as a claim made now would set them, but never ends them earlier
+   * than they did: a copy of the claim with a shorter lease or retention does not cut the ones the
+   * caller may count on. (The condition reads neither column it changes, so MySQL's left-to-right
+   * assignment does not matter.)
+   */
   private static String renewOwnClaim() {
-    String own = "status = 'PROCESSING' AND claim_id = VALUES(claim_id)";
+    // Its id sent with another payload is a conflict, not that claim; compared as bytes, as the
+    // column's collation pads with spaces.
+    String own =
+        "status = 'PROCESSING' AND claim_id = VALUES(claim_id) AND (fingerprint IS NULL"
+            + " OR VALUES(fingerprint) IS NULL"
+            + " OR CAST(fingerprint AS BINARY) = CAST(VALUES(fingerprint) AS BINARY))";
     return "lease_until = IF("
         + own
-        + ", VALUES(lease_until), lease_until), updated_at = IF("
+        + ", GREATEST(lease_until, VALUES(lease_until)), lease_until), expires_at = IF("
+        + own
+        + ", GREATEST(expires_at, VALUES(expires_at)), expires_at), updated_at = IF("
         + own
         + ", VALUES(updated_at), updated_at)";
   }

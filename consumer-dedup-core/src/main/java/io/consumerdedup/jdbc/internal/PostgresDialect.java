@@ -124,7 +124,8 @@ public final class PostgresDialect extends Dialect {
         }
         DedupRecord existing = record(row, request.key());
         if (existing.status() == DedupStatus.PROCESSING
-            && request.claimId().equals(row.getString("claim_id"))) {
+            && request.claimId().equals(row.getString("claim_id"))
+            && !otherPayload(row.getString("fingerprint"), request)) {
           return null;
         }
         return blocksClaim(existing, request)
@@ -198,7 +199,8 @@ public final class PostgresDialect extends Dialect {
     boolean own =
         withLease
             && DedupStatus.PROCESSING.name().equals(row.getString("status"))
-            && request.claimId().equals(row.getString("claim_id"));
+            && request.claimId().equals(row.getString("claim_id"))
+            && !otherPayload(row.getString("fingerprint"), request);
     if (claimed) {
       if (own) {
         log.info(
@@ -215,11 +217,17 @@ public final class PostgresDialect extends Dialect {
   }
 
   private static boolean blocksClaim(DedupRecord existing, ClaimRequest request) {
-    String stored = existing.fingerprint().orElse(null);
-    if (stored != null && request.fingerprint() != null && !stored.equals(request.fingerprint())) {
-      return true;
-    }
-    return existing.status() == DedupStatus.SUCCESS || existing.isLeaseLive();
+    return otherPayload(existing.fingerprint().orElse(null), request)
+        || existing.status() == DedupStatus.SUCCESS
+        || existing.isLeaseLive();
+  }
+
+  /**
+   * Whether a record of fingerprint {@code stored} was claimed for another payload than the
+   * request's: then not even its own claim id makes the request that claim.
+   */
+  private static boolean otherPayload(@Nullable String stored, ClaimRequest request) {
+    return stored != null && request.fingerprint() != null && !stored.equals(request.fingerprint());
   }
 
   /**

@@ -84,7 +84,8 @@ public final class PostgresSql {
    * rest go through {@code INSERT ... ON CONFLICT DO UPDATE ... WHERE}, which judges the row as it
    * is now (a concurrent change included) and claims a new key, a FAILED one or an expired lease. A
    * PROCESSING row with the request's own claim id (an earlier try committed and its reply was
-   * lost) goes the same way: it is answered as claimed with its token, and its lease starts anew.
+   * lost) goes the same way: it is answered as claimed with its token, and its lease and retention
+   * run from now, as a claim made now would set them, but never end earlier than they did.
    */
   public final Keyed claim;
 
@@ -317,34 +318,59 @@ public final class PostgresSql {
     // The request's own claim, committed by an earlier try whose reply was lost, is taken up again
     // with its token and a lease from now: the caller's renewal counts the lease from this
     // statement, and the old one may be almost over.
-    String own = "(d.status = 'PROCESSING' AND d.claim_id = excluded.claim_id)";
+    // A copy of it with a shorter lease or retention never cuts them short: the caller may count
+    // on the longer ones.
+    // Its id sent with another payload (the next claim of the key from the process that lost the
+    // reply) is a conflict, not that claim.
+    String own =
+        "(d.status = 'PROCESSING' AND d.claim_id = excluded.claim_id"
+            + " AND (d.fingerprint IS NULL OR excluded.fingerprint IS NULL"
+            + " OR d.fingerprint = excluded.fingerprint))";
     String attempts =
         withLease
             ? "CASE WHEN " + own + " THEN d.attempts ELSE d.attempts + 1 END"
             : "d.attempts + 1";
+    String leaseUntilSet =
+        withLease
+            ? "CASE WHEN "
+                + own
+                + " THEN GREATEST(d.lease_until, excluded.lease_until) ELSE excluded.lease_until END"
+            : "excluded.lease_until";
+    String expiresAtSet =
+        withLease
+            ? "CASE WHEN "
+                + own
+                + " THEN GREATEST(d.expires_at, excluded.expires_at) ELSE excluded.expires_at END"
+            : "excluded.expires_at";
     String claimable = withLease ? "(" + takeable + ") OR " + own : takeable;
     String settled =
         withLease
             ? answered
-                + " AND NOT (c.status = 'PROCESSING' AND c.claim_id IS NOT DISTINCT FROM r.claim_id)"
+                + " AND NOT (c.status = 'PROCESSING' AND c.claim_id IS NOT DISTINCT FROM r.claim_id"
+                + " AND (c.fingerprint IS NULL OR r.fingerprint IS NULL"
+                + " OR c.fingerprint = r.fingerprint))"
             : answered;
     // One key's row source flattens into an equality on the primary key, which PostgreSQL probes
     // whatever it knows; a group's is read through {@link #probe}.
-    Keyed joined = claimKeyed(table, status, leaseUntil, attempts, claimable, settled, false);
-    Keyed probed = claimKeyed(table, status, leaseUntil, attempts, claimable, settled, true);
+    Sets sets = new Sets(attempts, leaseUntilSet, expiresAtSet);
+    Keyed joined = claimKeyed(table, status, leaseUntil, sets, claimable, settled, false);
+    Keyed probed = claimKeyed(table, status, leaseUntil, sets, claimable, settled, true);
     return new Keyed(joined.one(), probed.many());
   }
+
+  /** The values a claim's update of an existing row sets, judged on the row as it was. */
+  private record Sets(String attempts, String leaseUntil, String expiresAt) {}
 
   private static Keyed claimKeyed(
       String table,
       String status,
       String leaseUntil,
-      String attempts,
+      Sets sets,
       String claimable,
       String settled,
       boolean probe) {
     return keyed(
-        rows -> claim(table, status, leaseUntil, attempts, claimable, settled, rows, probe),
+        rows -> claim(table, status, leaseUntil, sets, claimable, settled, rows, probe),
         "biz_type, biz_key, owner, lease_ms, keep_ms, fingerprint, source, claim_id",
         Type.TEXT,
         Type.TEXT,
@@ -360,7 +386,7 @@ public final class PostgresSql {
       String table,
       String status,
       String leaseUntil,
-      String attempts,
+      Sets sets,
       String claimable,
       String settled,
       String rows,
@@ -391,12 +417,15 @@ public final class PostgresSql {
         + ") ORDER BY r.biz_type, r.biz_key"
         + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = excluded.status,"
         + " attempts = "
-        + attempts
-        + ", owner = excluded.owner, lease_until = excluded.lease_until,"
-        + " claim_id = excluded.claim_id,"
+        + sets.attempts()
+        + ", owner = excluded.owner, lease_until = "
+        + sets.leaseUntil()
+        + ", claim_id = excluded.claim_id,"
         + lastError
         + " fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
-        + " updated_at = now(), expires_at = excluded.expires_at WHERE "
+        + " updated_at = now(), expires_at = "
+        + sets.expiresAt()
+        + " WHERE "
         + claimable
         + " RETURNING d.biz_type, d.biz_key, d.attempts)"
         + " SELECT r.biz_type, r.biz_key, k.attempts AS claimed, "
