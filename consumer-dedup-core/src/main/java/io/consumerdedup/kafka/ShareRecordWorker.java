@@ -65,6 +65,8 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
    * Starts the worker's thread.
    *
    * @param decided called on the worker's thread with each decision
+   * @param onEnd called on the worker's thread as it ends, after its last decision (on an Error
+   *     too, which may leave no decision to wake an owner that waits for one)
    * @param maxAttempts handler runs of one record before its dead letter
    * @param deliveryCountLimit the broker's delivery count limit: a failure on this delivery is
    *     dead-lettered instead of released
@@ -73,6 +75,7 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
       RecordProcessor<K, V> processor,
       DeadLetterHandler<K, V> deadLetters,
       Consumer<Decided> decided,
+      Runnable onEnd,
       int maxAttempts,
       int deliveryCountLimit,
       Duration retryBackOff,
@@ -81,6 +84,7 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
       String groupId,
       String threadName) {
     Objects.requireNonNull(decided, "decided");
+    Objects.requireNonNull(onEnd, "onEnd");
     this.worker =
         new ShareWorker<>(
             Objects.requireNonNull(processor, "processor"),
@@ -108,6 +112,7 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
                 worker.run();
               } finally {
                 ended.countDown();
+                onEnd.run();
               }
             },
             threadName);

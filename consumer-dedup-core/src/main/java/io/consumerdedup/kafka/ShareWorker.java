@@ -411,13 +411,13 @@ final class ShareWorker<K, V> implements Runnable {
           // batch is processed. Stopping here left the batch's other records undecided: their
           // owner closes and the broker counts their delivery, so a loop that ended on an Error
           // again and again had the broker archive a healthy record of the batch unapplied.
-          if (error == null) {
-            error = e;
-          } else if (error != e) {
-            error.addSuppressed(e);
-          }
+          error = firstOf(error, e);
         }
       }
+    } catch (Error e) {
+      // As the batch was prepared, or a record looked up: what was prepared is settled all the
+      // same.
+      error = firstOf(error, e);
     } finally {
       Set<ConsumerRecord<K, V>> unrecorded = Collections.newSetFromMap(new IdentityHashMap<>());
       try {
@@ -425,6 +425,12 @@ final class ShareWorker<K, V> implements Runnable {
       } catch (RuntimeException e) {
         log.error("Could not settle the poll's records; processing them again", e);
         unrecorded.addAll(processed);
+      } catch (Error e) {
+        // Whether their SUCCESS marks were written is not known: processed again, as above, a
+        // duplicate then accepted. Thrown from here, this Error took the place of a handler's
+        // (the log named the wrong one) and left the processed records with no decision at all.
+        unrecorded.addAll(processed);
+        error = firstOf(error, e);
       }
       for (ConsumerRecord<K, V> record : processed) {
         if (unrecorded.contains(record)) {
@@ -440,6 +446,17 @@ final class ShareWorker<K, V> implements Runnable {
     if (error != null) {
       throw error;
     }
+  }
+
+  /** The first Error of a batch, the later ones suppressed in it. */
+  private static Error firstOf(@Nullable Error first, Error next) {
+    if (first == null) {
+      return next;
+    }
+    if (first != next) {
+      first.addSuppressed(next);
+    }
+    return first;
   }
 
   /**

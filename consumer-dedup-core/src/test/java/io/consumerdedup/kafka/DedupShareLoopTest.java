@@ -68,6 +68,9 @@ class DedupShareLoopTest {
   private final ExecutorService threads = Executors.newCachedThreadPool();
   private final KafkaProducer<String, String> dltProducer = TestKafka.producer();
 
+  /** Runs after each settle of a poll's records, by any loop: lets a test throw there. */
+  private volatile Runnable afterSettle = () -> {};
+
   /** The offsets whose processing returned (applied, or a duplicate), by any loop. */
   private final Set<Long> completed = ConcurrentHashMap.newKeySet();
 
@@ -608,6 +611,106 @@ class DedupShareLoopTest {
   }
 
   /**
+   * A copy of a key fetched in the same poll as its original: the original applied, the copy
+   * accepted as a duplicate on its first delivery (not held or released), the handler run once.
+   */
+  @Test
+  void aCopyPolledTogetherWithItsOriginalIsAcceptedAsADuplicate() throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    List<Future<?>> sent = new ArrayList<>();
+    for (String value : List.of("original", "copy")) {
+      ProducerRecord<String, String> record = new ProducerRecord<>(topic, value);
+      record.headers().add(LoopFixture.KEY_HEADER, "twin-1".getBytes(StandardCharsets.UTF_8));
+      sent.add(fixture.producer().send(record));
+    }
+    fixture.producer().flush();
+    for (Future<?> each : sent) {
+      each.get();
+    }
+    List<String> offered = new CopyOnWriteArrayList<>();
+    List<String> runs = new CopyOnWriteArrayList<>();
+    start(
+        Duration.ofMinutes(5),
+        record -> runs.add(record.value()),
+        b -> b,
+        record -> offered.add(record.value() + "/" + record.deliveryCount().orElse((short) 0)));
+    await().atMost(WAIT).until(() -> completed.size() == 2);
+    assertQueueEmpty();
+    assertThat(offered).as("each offered once").containsExactly("original/1", "copy/1");
+    assertThat(runs).containsExactly("original");
+  }
+
+  /**
+   * A handler throws an AssertionError on one record of a poll, and the poll's settling throws an
+   * OutOfMemoryError after it. The settle's Error came out of the worker in the handler's place:
+   * the loop ended on the OutOfMemoryError, the handler's lost, and the healthy record of the poll
+   * had no decision. Now the handler's Error ends the loop, the other one suppressed in it; the
+   * failed record is released and applied once by the next loop, and the healthy one, its SUCCESS
+   * written, found a duplicate and accepted: each handler run once, nothing left in the queue.
+   */
+  @Test
+  void anErrorAsAPollSettlesDoesNotHideTheHandlersErrorNorLeaveItsRecordsUndecided()
+      throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    List<Future<?>> sent = new ArrayList<>();
+    for (String orderNo : List.of("asserts-1", "settled-1")) {
+      ProducerRecord<String, String> record = new ProducerRecord<>(topic, orderNo);
+      record.headers().add(LoopFixture.KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+      sent.add(fixture.producer().send(record));
+    }
+    fixture.producer().flush();
+    for (Future<?> each : sent) {
+      each.get();
+    }
+    AtomicBoolean settleFails = new AtomicBoolean(true);
+    afterSettle =
+        () -> {
+          if (settleFails.getAndSet(false)) {
+            throw new OutOfMemoryError("settling the poll");
+          }
+        };
+    AtomicBoolean asserts = new AtomicBoolean(true);
+    Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
+    List<String> runs = new CopyOnWriteArrayList<>();
+    RecordHandler<String, String> handler =
+        record -> {
+          runs.add(orderNo(record) + "/" + record.deliveryCount().orElse((short) 0));
+          if (record.value().startsWith("asserts") && asserts.getAndSet(false)) {
+            throw new AssertionError("handler of " + orderNo(record));
+          }
+          applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
+        };
+    Future<?> first =
+        threads.submit(
+            loop(
+                Duration.ofMinutes(5),
+                handler,
+                b -> b.retryBackOff(Duration.ofMillis(100)),
+                record -> {},
+                KafkaShareConsumer::new));
+
+    assertThatThrownBy(() -> first.get(WAIT.toSeconds(), TimeUnit.SECONDS))
+        .as("the loop ends on the handler's Error, the settle's suppressed in it: " + runs)
+        .cause()
+        .isInstanceOf(AssertionError.class)
+        .hasMessage("handler of asserts-1")
+        .satisfies(
+            e ->
+                assertThat(e.getSuppressed()).singleElement().isInstanceOf(OutOfMemoryError.class));
+    assertThat(runs).as("one poll").containsExactly("asserts-1/1", "settled-1/1");
+
+    start(Duration.ofMinutes(5), handler, b -> b);
+    await().atMost(WAIT).until(() -> applied.size() == 2);
+    assertQueueEmpty();
+    assertThat(runs)
+        .as("the failed record run again and applied, the settled one never run twice")
+        .filteredOn(run -> run.startsWith("settled-1/"))
+        .containsExactly("settled-1/1");
+    assertThat(applied.get("asserts-1").get()).isEqualTo(1);
+    assertThat(applied.get("settled-1").get()).isEqualTo(1);
+  }
+
+  /**
    * The application interrupts the loop's thread to stop it (an executor's {@code shutdownNow})
    * while a handled record's SUCCESS mark is in flight, the database holding it back. The record
    * must not be accepted before its SUCCESS is durable, or a crash then would lose it: the loop
@@ -866,7 +969,9 @@ class DedupShareLoopTest {
 
           @Override
           public List<ConsumerRecord<String, String>> settle() {
-            return records.settle();
+            List<ConsumerRecord<String, String>> unrecorded = records.settle();
+            afterSettle.run();
+            return unrecorded;
           }
         };
     DedupShareLoop<String, String> loop =

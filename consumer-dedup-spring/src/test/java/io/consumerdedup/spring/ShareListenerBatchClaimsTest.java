@@ -48,13 +48,16 @@ class ShareListenerBatchClaimsTest {
   static final Duration WAIT = Duration.ofSeconds(60);
   static final String BATCH = "share-batch";
   static final String BROKEN = "share-batch-error";
+  static final String TWINS = "share-batch-twins";
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    String schema = SpringTestEnvironment.prepare(registry, "spring_share_batch", BATCH, BROKEN);
+    String schema =
+        SpringTestEnvironment.prepare(registry, "spring_share_batch", BATCH, BROKEN, TWINS);
     SpringTestEnvironment.noteDedupTransactions(schema);
     TestShareGroups.configure(BATCH, Duration.ofSeconds(5));
     TestShareGroups.configure(BROKEN, Duration.ofSeconds(5));
+    TestShareGroups.configure(TWINS, Duration.ofSeconds(5));
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -121,6 +124,27 @@ class ShareListenerBatchClaimsTest {
     await().atMost(WAIT).until(() -> TestShareGroups.lag(BROKEN, BROKEN) == 0);
     assertThat(store.find(DedupKey.of("broken", "X-9")).orElseThrow().status())
         .isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  /**
+   * An order sent twice while the listener is busy, so that both copies are claimed in one batch:
+   * the user sees it charged once, the listener called once, and both records acknowledged (the
+   * copy accepted as a duplicate, not held or released).
+   */
+  @Test
+  void aCopyClaimedInOneBatchWithItsOriginalIsAcceptedAsADuplicate() throws Exception {
+    Gate gate = Gate.of(TWINS);
+    send(template, TWINS, "open the gate", "order-no", "gate");
+    assertThat(gate.entered.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+    send(template, TWINS, "charge once", "order-no", "T-1");
+    send(template, TWINS, "charge once", "order-no", "T-1");
+    Thread.sleep(2000);
+    gate.open.countDown();
+
+    await().atMost(WAIT).until(() -> TestShareGroups.lag(TWINS, TWINS) == 0);
+    assertThat(calls(TWINS, "T-1")).as("the listener called for the original only").isEqualTo(1);
+    assertThat(effectsOf(TWINS, "T-1")).isEqualTo(1);
+    assertThat(TestShareGroups.remaining(TWINS, TWINS, Duration.ofSeconds(2))).isEmpty();
   }
 
   private int processing(String bizType) {
@@ -208,6 +232,13 @@ class ShareListenerBatchClaimsTest {
         throw new StackOverflowError("deep recursion in the handler");
       }
       apply(BROKEN, record);
+    }
+
+    @Idempotent(bizType = "twins", header = "order-no")
+    @KafkaListener(id = TWINS, topics = TWINS, groupId = TWINS, containerFactory = "shareFactory")
+    public void twins(ConsumerRecord<String, String> record) throws InterruptedException {
+      enter(TWINS, record);
+      apply(TWINS, record);
     }
 
     private static int enter(String listener, ConsumerRecord<String, String> record)
