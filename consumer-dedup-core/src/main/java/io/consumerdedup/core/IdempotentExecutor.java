@@ -437,20 +437,9 @@ public final class IdempotentExecutor implements AutoCloseable {
      * host name, process id and a short random part, unique per executor.
      */
     public Builder ownerId(String ownerId) {
-      Objects.requireNonNull(ownerId, "ownerId");
-      if (ownerId.isBlank() || ownerId.length() > 128) {
-        throw new IllegalArgumentException(
-            "ownerId must be 1 to 128 characters and not blank, was '" + ownerId + "'");
-      }
-      if (ownerId.chars().anyMatch(Character::isISOControl)) {
-        // PostgreSQL refuses a NUL in text: taken here, it failed every claim as the store
-        // refusing its data, which dead-letters each record unapplied.
-        throw new IllegalArgumentException(
-            "ownerId must not contain control characters, was '"
-                + ownerId.replace("\u0000", "\\0")
-                + "'");
-      }
-      this.ownerId = ownerId;
+      // PostgreSQL refuses a NUL in text: taken at the first claim, it failed every claim as the
+      // store refusing its data, which dead-letters each record unapplied.
+      this.ownerId = OwnerIds.check(Objects.requireNonNull(ownerId, "ownerId"));
       return this;
     }
 

@@ -11,8 +11,11 @@ import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
+import java.sql.DatabaseMetaData;
+import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
+import java.sql.Statement;
 import java.util.Objects;
 import java.util.logging.Logger;
 import javax.sql.DataSource;
@@ -50,7 +53,10 @@ import org.slf4j.LoggerFactory;
  * hands out belongs to the transaction: its {@code close()} leaves the transaction open, and {@code
  * commit()}, {@code rollback()}, {@code setAutoCommit(true)} and {@code abort} on it are refused,
  * since ending the transaction half-way would let the dedup row and the writes commit apart
- * (savepoints are allowed). It refuses any use once its transaction has ended.
+ * (savepoints are allowed). The same holds for the connection its statements, result sets and
+ * metadata return, and {@code unwrap} gives a vendor interface such as {@code PGConnection} but not
+ * the driver's connection itself. It refuses any use once its transaction has ended. (A {@code
+ * COMMIT} sent as SQL text is the server's to obey: do not send one.)
  *
  * <p>Thread-safe: each thread has its own transaction, so one instance serves any number of
  * consumers. One transaction per thread at a time: {@code inTransaction} inside {@code
@@ -345,10 +351,72 @@ public final class TransactionBoundDataSource implements DataSource {
                   case "toString" -> "connection of a transaction of TransactionBoundDataSource";
                   default -> {
                     checkUsable(method, args, closed[0]);
-                    yield invoke(method, args);
+                    yield guardedResult(method, args, connection, (Connection) proxy);
                   }
                 };
               });
+    }
+
+    /**
+     * Calls {@code method} on {@code target} (the connection, or a statement, result set or
+     * metadata reached from it) and guards what it returns: the statements, result sets and
+     * metadata hand out {@code handle} as their connection, and an {@code unwrap} to a vendor
+     * interface gets only that interface. Handed out bare, any of them led to the connection
+     * itself, whose {@code commit()} committed the dedup row and the writes so far while the work
+     * went on: a failure after it rolled back nothing, and the redelivery applied the writes again.
+     */
+    private @Nullable Object guardedResult(
+        Method method, Object @Nullable [] args, Object target, Connection handle)
+        throws Throwable {
+      if (method.getName().equals("unwrap") && args != null && args[0] instanceof Class<?> type) {
+        Object unwrapped = invoke(method, args, target);
+        if (!reachesTheConnection(unwrapped)) {
+          return unwrapped;
+        }
+        if (!type.isInterface()) {
+          throw new SQLException(
+              "unwrap("
+                  + type.getName()
+                  + ") is refused: the object behind this TransactionBoundDataSource connection"
+                  + " could end its transaction; unwrap to an interface instead, such as"
+                  + " org.postgresql.PGConnection");
+        }
+        return guard(Objects.requireNonNull(unwrapped), type, handle);
+      }
+      Object result = invoke(method, args, target);
+      Class<?> type = method.getReturnType();
+      return reachesTheConnection(result) && type.isInterface()
+          ? guard(Objects.requireNonNull(result), type, handle)
+          : result;
+    }
+
+    private static boolean reachesTheConnection(@Nullable Object result) {
+      return result instanceof Connection
+          || result instanceof Statement
+          || result instanceof ResultSet
+          || result instanceof DatabaseMetaData;
+    }
+
+    /** {@code target} seen only as {@code type}, with {@code handle} as its connection. */
+    private Object guard(Object target, Class<?> type, Connection handle) {
+      return Proxy.newProxyInstance(
+          type.getClassLoader(),
+          new Class<?>[] {type},
+          (proxy, method, args) -> {
+            String name = method.getName();
+            return switch (name) {
+              case "equals" -> proxy == args[0];
+              case "hashCode" -> System.identityHashCode(proxy);
+              case "toString" -> target.toString();
+              case "close", "isClosed" -> invoke(method, args, target);
+              default -> {
+                checkUsable(method, args, false);
+                yield name.equals("getConnection") && method.getParameterCount() == 0
+                    ? handle
+                    : guardedResult(method, args, target, handle);
+              }
+            };
+          });
     }
 
     private void checkUsable(Method method, Object @Nullable [] args, boolean closed)
@@ -375,9 +443,10 @@ public final class TransactionBoundDataSource implements DataSource {
       }
     }
 
-    private @Nullable Object invoke(Method method, Object @Nullable [] args) throws Throwable {
+    private static @Nullable Object invoke(Method method, Object @Nullable [] args, Object target)
+        throws Throwable {
       try {
-        return method.invoke(connection, args);
+        return method.invoke(target, args);
       } catch (InvocationTargetException e) {
         throw e.getCause();
       }

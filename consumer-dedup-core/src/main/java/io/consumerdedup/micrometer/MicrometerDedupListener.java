@@ -7,9 +7,12 @@ import io.consumerdedup.core.DedupStoreException;
 import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.Gauge;
 import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Tag;
+import io.micrometer.core.instrument.Tags;
 import io.micrometer.core.instrument.TimeGauge;
 import io.micrometer.core.instrument.Timer;
 import java.time.Duration;
+import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -32,6 +35,13 @@ import java.util.concurrent.atomic.AtomicLong;
  * </ul>
  *
  * Both backlog gauges read NaN while the backlog is unknown: the janitor's last count failed.
+ *
+ * <p>An application with a janitor on each of two dedup tables gives each janitor a listener with
+ * tags of its own, such as {@code new MicrometerDedupListener(registry, Tags.of("table",
+ * "orders_dedup"))}: the tags go on every meter. A gauge belongs to the first listener that
+ * registers it, so a second listener whose backlog gauges would have the same name and tags is
+ * refused with an {@link IllegalStateException} as it reports its backlog (the janitor logs it at
+ * WARN), rather than have the registry show the first one's backlog as its own.
  */
 public final class MicrometerDedupListener implements DedupListener {
   public static final String OUTCOMES = "consumer.dedup.outcomes";
@@ -48,14 +58,25 @@ public final class MicrometerDedupListener implements DedupListener {
   private final AtomicBoolean backlogGaugesRegistered = new AtomicBoolean();
 
   private final MeterRegistry registry;
+  private final Tags tags;
 
   public MicrometerDedupListener(MeterRegistry registry) {
+    this(registry, Tags.empty());
+  }
+
+  /**
+   * @param tags added to every meter, to tell this listener's meters from those of another on the
+   *     same registry (a janitor and executors on another dedup table)
+   */
+  public MicrometerDedupListener(MeterRegistry registry, Iterable<Tag> tags) {
     this.registry = Objects.requireNonNull(registry, "registry");
+    this.tags = Tags.of(Objects.requireNonNull(tags, "tags"));
   }
 
   private void count(String bizType, String outcome) {
     Counter.builder(OUTCOMES)
         .description("Deliveries handled by consumer-dedup, by outcome")
+        .tags(tags)
         .tag("biz_type", bizType)
         .tag("outcome", outcome)
         .register(registry)
@@ -66,6 +87,7 @@ public final class MicrometerDedupListener implements DedupListener {
   public void claimTimed(DedupKey key, Duration elapsed) {
     Timer.builder(CLAIM_TIMER)
         .description("Round trip of a dedup claim")
+        .tags(tags)
         .tag("biz_type", key.bizType())
         .register(registry)
         .record(elapsed);
@@ -115,6 +137,7 @@ public final class MicrometerDedupListener implements DedupListener {
   public void purged(int count) {
     Counter.builder(PURGED)
         .description("Dedup records deleted by the retention purge")
+        .tags(tags)
         .register(registry)
         .increment(count);
   }
@@ -134,19 +157,46 @@ public final class MicrometerDedupListener implements DedupListener {
     backlogRows.set(rows);
     oldestExpiredMillis.set(oldestMillis);
     // Registered at the first measurement: an application without a janitor shows no backlog.
-    if (backlogGaugesRegistered.compareAndSet(false, true)) {
-      Gauge.builder(PURGE_BACKLOG, backlogRows, MicrometerDedupListener::valueOrNaN)
-          .description("Expired dedup records not purged yet, counted among the oldest")
-          .baseUnit("records")
-          .register(registry);
-      TimeGauge.builder(
-              PURGE_OLDEST_EXPIRED,
-              oldestExpiredMillis,
-              TimeUnit.MILLISECONDS,
-              MicrometerDedupListener::valueOrNaN)
-          .description("How long ago the oldest expired dedup record not purged yet expired")
-          .register(registry);
+    if (!backlogGaugesRegistered.get()) {
+      registerBacklogGauges();
     }
+  }
+
+  private synchronized void registerBacklogGauges() {
+    if (backlogGaugesRegistered.get()) {
+      return;
+    }
+    // The registry hands back the gauge already registered under the same name and tags, bound
+    // to the other listener's numbers: this listener's backlog would never be shown.
+    for (String name : List.of(PURGE_BACKLOG, PURGE_OLDEST_EXPIRED)) {
+      boolean taken =
+          registry.find(name).meters().stream()
+              .anyMatch(meter -> Tags.of(meter.getId().getTags()).equals(tags));
+      if (taken) {
+        throw new IllegalStateException(
+            "The gauge "
+                + name
+                + (tags.stream().findAny().isPresent() ? " tagged " + tags : "")
+                + " is already registered on this MeterRegistry by another"
+                + " MicrometerDedupListener, so this listener's backlog would never be shown:"
+                + " give the listener of each janitor tags of its own, such as new"
+                + " MicrometerDedupListener(registry, Tags.of(\"table\", \"orders_dedup\"))");
+      }
+    }
+    Gauge.builder(PURGE_BACKLOG, backlogRows, MicrometerDedupListener::valueOrNaN)
+        .description("Expired dedup records not purged yet, counted among the oldest")
+        .baseUnit("records")
+        .tags(tags)
+        .register(registry);
+    TimeGauge.builder(
+            PURGE_OLDEST_EXPIRED,
+            oldestExpiredMillis,
+            TimeUnit.MILLISECONDS,
+            MicrometerDedupListener::valueOrNaN)
+        .description("How long ago the oldest expired dedup record not purged yet expired")
+        .tags(tags)
+        .register(registry);
+    backlogGaugesRegistered.set(true);
   }
 
   private static double valueOrNaN(AtomicLong gauge) {

@@ -1047,6 +1047,6 @@ class IdempotentExecutorTest {
 
     assertThatThrownBy(() -> IdempotentExecutor.builder(db.store()).ownerId(withNul))
         .isInstanceOf(IllegalArgumentException.class)
-        .hasMessageContaining("ownerId must not contain control characters");
+        .hasMessageContaining("with no control characters");
   }
 }

@@ -12,6 +12,7 @@ import io.consumerdedup.core.Disposition;
 import io.consumerdedup.testing.FaultyDataSource;
 import io.consumerdedup.testing.TestDatabase;
 import java.io.IOException;
+import java.sql.CallableStatement;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -19,6 +20,7 @@ import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -29,6 +31,7 @@ import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.postgresql.PGConnection;
 
 /**
  * {@link TransactionBoundDataSource} against a real PostgreSQL, on a pool of one connection with a
@@ -236,6 +239,68 @@ class TransactionBoundDataSourceTest {
         .isInstanceOf(SQLException.class)
         .hasMessageContaining("has ended");
     assertThat(committed()).containsExactly("charge", "claim");
+  }
+
+  @Test
+  void theConnectionReachedThroughItsStatementsMetaDataOrUnwrapCannotEndTheTransaction()
+      throws SQLException {
+    IllegalStateException thrown = new IllegalStateException("bank answered 503");
+    List<String> committedHalfWay = new java.util.ArrayList<>();
+    assertThatThrownBy(
+            () ->
+                transactions.inTransaction(
+                    () -> {
+                      insert(transactions, "charge");
+                      Connection connection = transactions.getConnection();
+                      try (Statement statement = connection.createStatement();
+                          PreparedStatement prepared = connection.prepareStatement("SELECT 1");
+                          CallableStatement callable = connection.prepareCall("{call now()}");
+                          ResultSet rows = prepared.executeQuery()) {
+                        Map<String, Connection> reached = new java.util.LinkedHashMap<>();
+                        reached.put("Statement.getConnection()", statement.getConnection());
+                        reached.put("PreparedStatement.getConnection()", prepared.getConnection());
+                        reached.put("CallableStatement.getConnection()", callable.getConnection());
+                        reached.put(
+                            "ResultSet.getStatement().getConnection()",
+                            rows.getStatement().getConnection());
+                        reached.put(
+                            "DatabaseMetaData.getConnection()",
+                            connection.getMetaData().getConnection());
+                        reached.put(
+                            "unwrap(Connection.class)", connection.unwrap(Connection.class));
+                        for (Map.Entry<String, Connection> entry : reached.entrySet()) {
+                          try {
+                            entry.getValue().commit();
+                            committedHalfWay.add(entry.getKey());
+                          } catch (SQLException refused) {
+                            assertThat(refused.getMessage()).contains("is refused");
+                          }
+                        }
+                      }
+                      throw thrown;
+                    }))
+        .isSameAs(thrown);
+
+    assertThat(committedHalfWay)
+        .as("connections that committed the transaction half-way")
+        .isEmpty();
+    assertThat(committed()).as("nothing committed, the work threw").isEmpty();
+    assertThePoolsConnectionCameBackClean();
+  }
+
+  @Test
+  void aVendorInterfaceIsStillReachableButNotTheConnectionBehindIt() throws SQLException {
+    transactions.inTransaction(
+        () -> {
+          Connection connection = transactions.getConnection();
+          PGConnection postgres = connection.unwrap(PGConnection.class);
+          assertThat(postgres.getBackendPID()).isPositive();
+          assertThat(postgres).isNotInstanceOf(Connection.class);
+          assertThatThrownBy(() -> connection.unwrap(org.postgresql.jdbc.PgConnection.class))
+              .isInstanceOf(SQLException.class)
+              .hasMessageContaining("is refused");
+          return null;
+        });
   }
 
   /** A call on the transaction's connection, for the refused ones. */

@@ -449,12 +449,13 @@ public final class IdempotentListenerInterceptor {
    * the offset pass a FAILED record; thrown from the listener call instead, it reaches the
    * container's error handler as any listener failure does, the record uncommitted.
    *
-   * <p>The wait is bounded by {@link #asyncListenerTimeout}, and ends when the container stops
-   * (spring-kafka would wait for the listener, keeping the stop, and a JVM's exit, waiting): then
-   * the lease is no longer renewed and the record is retried later. Its redelivery finds the key in
-   * progress until the lease runs out, then takes it over; a first call completing after that has
-   * its outcome refused by the fencing of the takeover. Failing the key instead would let the
-   * redelivery run the listener at once, beside a first call that may still be running.
+   * <p>The wait is bounded by {@link #asyncListenerTimeout}, and ends when the container stops, or
+   * the child of a concurrent container that delivers the record (spring-kafka would wait for the
+   * listener, keeping the stop, and a JVM's exit, waiting): then the lease is no longer renewed and
+   * the record is retried later. Its redelivery finds the key in progress until the lease runs out,
+   * then takes it over; a first call completing after that has its outcome refused by the fencing
+   * of the takeover. Failing the key instead would let the redelivery run the listener at once,
+   * beside a first call that may still be running.
    *
    * @return the listener's value, for a future or Mono that already completed
    * @throws Throwable what the listener's future failed with (as {@link AttemptLimit#toThrow}

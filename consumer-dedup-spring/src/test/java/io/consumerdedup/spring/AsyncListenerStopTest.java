@@ -20,6 +20,8 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
+import org.springframework.kafka.listener.KafkaMessageListenerContainer;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
@@ -34,7 +36,9 @@ import reactor.core.publisher.Sinks;
  * the timeout would (the lease no longer renewed, the record not committed past). Started again,
  * the container delivers the record again, which takes the key over once the lease has run out and
  * applies it once; the first call's outcome, reported after that, is fenced. Before, the stop
- * waited out the whole timeout on the consumer thread. A real PostgreSQL and the in-JVM broker.
+ * waited out the whole timeout on the consumer thread. The same for the one child of a concurrent
+ * container that delivers the record, stopped on its own: its wait watched the parent, which kept
+ * running. A real PostgreSQL and the in-JVM broker.
  */
 @SpringBootTest(classes = AsyncListenerStopTest.App.class)
 @DirtiesContext
@@ -44,10 +48,12 @@ class AsyncListenerStopTest {
   static final Map<String, AtomicInteger> effects = new ConcurrentHashMap<>();
   static final AtomicInteger calls = new AtomicInteger();
   static final Sinks.One<Void> first = Sinks.one();
+  static final String CHILDREN_TOPIC = "als-children";
+  static final AtomicInteger childCalls = new AtomicInteger();
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "async_stop", TOPIC);
+    SpringTestEnvironment.prepare(registry, "async_stop", TOPIC, CHILDREN_TOPIC);
     registry.add("consumer-dedup.lease", () -> "2s");
     registry.add("consumer-dedup.async-listener-timeout", () -> "60s");
   }
@@ -89,6 +95,37 @@ class AsyncListenerStopTest {
     assertThat(row.attempts()).as("attempts of S-1 (the second took the key over)").isEqualTo(2);
   }
 
+  @Test
+  void aStopOfTheChildContainerDeliveringTheRecordEndsTheWaitAndAnotherChildAppliesIt()
+      throws Exception {
+    ConcurrentMessageListenerContainer<?, ?> container =
+        (ConcurrentMessageListenerContainer<?, ?>) containers.getListenerContainer(CHILDREN_TOPIC);
+    await().atMost(WAIT).until(() -> !container.getAssignedPartitions().isEmpty());
+    SpringTestEnvironment.send(template, CHILDREN_TOPIC, "payload", "order-no", "C-1");
+    await().atMost(WAIT).until(() -> childCalls.get() == 1);
+    KafkaMessageListenerContainer<?, ?> child =
+        container.getContainers().stream()
+            .filter(each -> !each.getAssignedPartitions().isEmpty())
+            .findFirst()
+            .orElseThrow();
+
+    long start = System.nanoTime();
+    child.stop(); // as an application stops one consumer of its container, or a fatal error does
+    assertThat(Duration.ofNanos(System.nanoTime() - start))
+        .as("time to stop the child container whose consumer waits for a Mono that never completes")
+        .isLessThan(Duration.ofSeconds(5));
+    assertThat(container.isRunning()).as("the container, its other child consuming").isTrue();
+
+    await()
+        .atMost(WAIT)
+        .untilAsserted(
+            () ->
+                assertThat(store.find(DedupKey.of("alsc", "C-1")).map(DedupRecord::status))
+                    .as("C-1 status, taken over by the other child")
+                    .contains(DedupStatus.SUCCESS));
+    assertThat(effects.get("C-1")).as("C-1 applied").hasValue(1);
+  }
+
   private static DedupKey key(String orderNo) {
     return DedupKey.of("als", orderNo);
   }
@@ -109,12 +146,29 @@ class AsyncListenerStopTest {
     }
   }
 
+  static class ChildrenListener {
+    @Idempotent(bizType = "alsc", header = "order-no")
+    @KafkaListener(id = CHILDREN_TOPIC, topics = CHILDREN_TOPIC, concurrency = "2")
+    public Mono<Void> onOrder(String payload, @Header("order-no") String orderNo) {
+      if (childCalls.incrementAndGet() == 1) {
+        return Mono.never();
+      }
+      return Mono.fromRunnable(
+          () -> effects.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet());
+    }
+  }
+
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
     @Bean
     Listener listener() {
       return new Listener();
+    }
+
+    @Bean
+    ChildrenListener childrenListener() {
+      return new ChildrenListener();
     }
   }
 }

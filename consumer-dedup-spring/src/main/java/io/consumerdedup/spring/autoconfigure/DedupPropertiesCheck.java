@@ -1,5 +1,6 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import io.consumerdedup.core.internal.OwnerIds;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.spring.IdempotentListenerInterceptor;
 import java.time.Duration;
@@ -41,8 +42,14 @@ final class DedupPropertiesCheck {
       throw invalid("max-attempts", properties.getMaxAttempts(), "at least 1");
     }
     String ownerId = properties.getOwnerId();
-    if (ownerId != null && (ownerId.isBlank() || ownerId.length() > 128)) {
-      throw invalid("owner-id", ownerId, "1 to 128 characters, not blank");
+    if (ownerId != null) {
+      try {
+        OwnerIds.check(ownerId);
+      } catch (IllegalArgumentException e) {
+        // The executor is built at a listener's first record: left to it, a control character
+        // started the application and failed that record instead.
+        throw invalid("owner-id", OwnerIds.printable(ownerId), OwnerIds.ALLOWED);
+      }
     }
     checkStore(properties.getStore());
     checkHold(properties.getHold());

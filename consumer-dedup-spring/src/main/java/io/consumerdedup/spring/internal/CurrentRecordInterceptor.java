@@ -1,10 +1,13 @@
 package io.consumerdedup.spring.internal;
 
+import java.util.Collection;
 import java.util.Objects;
 import java.util.Optional;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.TopicPartition;
 import org.jspecify.annotations.Nullable;
+import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.listener.RecordInterceptor;
 
@@ -56,8 +59,9 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
   }
 
   /**
-   * Whether the container delivering the current record on this thread is stopping: spring-kafka
-   * neither wakes nor interrupts a consumer thread busy in a listener, and waits for it to return.
+   * Whether the container delivering the current record on this thread (the child, for a concurrent
+   * container) is stopping: spring-kafka neither wakes nor interrupts a consumer thread busy in a
+   * listener, and waits for it to return.
    */
   public static boolean containerStopping() {
     MessageListenerContainer current = CONTAINER.get();
@@ -103,11 +107,30 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
       ConsumerRecord<Object, Object> record, Consumer<Object, Object> consumer) {
     ListenerOutcomes.abandonOtherThan(record);
     CURRENT.set(record);
-    CONTAINER.set(container);
+    CONTAINER.set(deliveringContainer(record));
     // The consumer the container delivers with, not whichever consumer polled last on this thread
     // (a listener may poll one of its own).
     POLL.set(consumer instanceof PollAwareConsumer<?, ?> pollAware ? pollAware.poll() : null);
     return record;
+  }
+
+  /**
+   * The child of a concurrent container that delivers {@code record}, the one partition's consumer:
+   * a child stopped on its own (by the application, or a fatal error) leaves its parent running, so
+   * a wait that watched the parent outlasted the child's stop, for up to the async listener
+   * timeout.
+   */
+  private @Nullable MessageListenerContainer deliveringContainer(ConsumerRecord<?, ?> record) {
+    if (container instanceof ConcurrentMessageListenerContainer<?, ?> concurrent) {
+      TopicPartition partition = new TopicPartition(record.topic(), record.partition());
+      for (MessageListenerContainer child : concurrent.getContainers()) {
+        Collection<TopicPartition> assigned = child.getAssignedPartitions();
+        if (assigned != null && assigned.contains(partition)) {
+          return child;
+        }
+      }
+    }
+    return container;
   }
 
   @Override

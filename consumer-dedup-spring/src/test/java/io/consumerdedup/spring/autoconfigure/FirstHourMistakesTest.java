@@ -87,6 +87,20 @@ class FirstHourMistakesTest {
   }
 
   @Test
+  void anOwnerIdWithAControlCharacterStopsTheApplicationNamingTheProperty() {
+    runner(schemaWithTable())
+        .withPropertyValues("consumer-dedup.owner-id=billing\n7")
+        .run(
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .hasMessage(
+                        "consumer-dedup.owner-id=billing\\n7 is not allowed: it must be 1 to 128"
+                            + " characters, not blank, with no control characters"));
+  }
+
+  @Test
   void aBareNumberIsSecondsForTheLeaseAndDaysForRetentionsNotMilliseconds() {
     runner(schemaWithTable())
         .withPropertyValues(
