@@ -7,6 +7,7 @@ import static org.awaitility.Awaitility.await;
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupLeaseLostException;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
@@ -16,6 +17,13 @@ import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.FaultyDataSource;
 import io.consumerdedup.testing.StoreFixture;
 import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.ExecutionException;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -93,6 +101,80 @@ class SupersededOutcomeTest {
         .atMost(WAIT)
         .alias("both renewals stopped: only the timer's own task left")
         .until(() -> renewer.timerTasks() == 1);
+  }
+
+  /**
+   * Both attempts' SUCCESS marks reach the outcome writer together, in one group. The store answers
+   * for keys, not attempts: the key was answered (the current attempt's mark written), so the stale
+   * attempt, refused, was settled as written too. The listener heard two SUCCESSes of the key, the
+   * stale record's future said durable, and the takeover (two handlers ran for the key) went
+   * unsaid.
+   */
+  @Test
+  void theStaleAttemptGroupedWithTheCurrentOneIsRefused() throws Exception {
+    DedupKey key = DedupKey.of("superseded", "one-group");
+    ClaimResult.Claimed stale = claim(key);
+    Thread.sleep(LEASE.plusMillis(200).toMillis()); // its lease runs out while its handler runs
+    ClaimResult.Claimed current = claim(key);
+    DedupKey other = DedupKey.of("superseded", "ahead");
+    ClaimResult.Claimed ahead = claim(other);
+
+    List<String> heard = new CopyOnWriteArrayList<>();
+    DedupListener listener =
+        new DedupListener() {
+          @Override
+          public void completed(DedupKey completed, int attempt, Duration handlerTime) {
+            heard.add("SUCCESS " + completed.bizKey() + " " + attempt);
+          }
+
+          @Override
+          public void leaseLost(DedupKey lost, int attempt) {
+            heard.add("lost " + lost.bizKey() + " " + attempt);
+          }
+        };
+    Outcomes grouped = new Outcomes(db.store(), listener, renewer, RETENTION, RETENTION, INTERVAL);
+    CountDownLatch taken = new CountDownLatch(1);
+    CountDownLatch go = new CountDownLatch(1);
+    AtomicBoolean first = new AtomicBoolean(true);
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.SUCCESS_MARKS_TAKEN && first.getAndSet(false)) {
+            taken.countDown();
+            Latches.awaitThroughInterrupts(go, System.nanoTime() + WAIT.toNanos());
+          }
+        });
+    try {
+      long now = System.nanoTime();
+      // The writer busy with another key's mark: the two attempts' marks gather behind it.
+      CompletableFuture<Void> aheadWritten =
+          grouped.completeLater(
+              other, ahead.token(), null, renewer.start(ahead, now), Duration.ZERO);
+      assertThat(taken.await(WAIT.toMillis(), TimeUnit.MILLISECONDS)).isTrue();
+      CompletableFuture<Void> staleWritten =
+          grouped.completeLater(key, stale.token(), null, renewer.start(stale, now), Duration.ZERO);
+      CompletableFuture<Void> currentWritten =
+          grouped.completeLater(
+              key, current.token(), null, renewer.start(current, now), Duration.ZERO);
+      go.countDown();
+
+      assertThat(aheadWritten).succeedsWithin(WAIT);
+      assertThat(currentWritten).as("the current attempt's SUCCESS").succeedsWithin(WAIT);
+      assertThat(staleWritten)
+          .as("the stale attempt's SUCCESS, refused")
+          .failsWithin(WAIT)
+          .withThrowableOfType(ExecutionException.class)
+          .withCauseInstanceOf(DedupLeaseLostException.class);
+      assertThat(heard)
+          .containsExactlyInAnyOrder(
+              "SUCCESS ahead " + ahead.token(),
+              "SUCCESS one-group " + current.token(),
+              "lost one-group " + stale.token());
+      assertThat(db.store().find(key).orElseThrow().attempts()).isEqualTo(current.token());
+    } finally {
+      FaultPoints.install(null);
+      go.countDown();
+      grouped.close();
+    }
   }
 
   private record Attempts(ClaimResult.Claimed stale, ClaimResult.Claimed current) {}
