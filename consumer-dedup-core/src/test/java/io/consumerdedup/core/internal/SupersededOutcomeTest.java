@@ -16,6 +16,8 @@ import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.FaultyDataSource;
 import io.consumerdedup.testing.StoreFixture;
+import java.sql.Connection;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -174,6 +176,60 @@ class SupersededOutcomeTest {
       FaultPoints.install(null);
       go.countDown();
       grouped.close();
+    }
+  }
+
+  /**
+   * The current attempt's SUCCESS kept (the database refused it), then the stale attempt's SUCCESS
+   * queued for the writer. Noted as on its way, the stale one took the current one's place among
+   * the outcomes not recorded, and once its write was refused nothing listed the key: the current
+   * SUCCESS, still being retried, was no longer reported as pending (this process would claim the
+   * key again, and a Spring consumer's commit passed its record as if its SUCCESS were written).
+   */
+  @Test
+  void theCurrentAttemptKeptStaysPendingWhenTheStaleOneIsQueuedAndRefused() throws Exception {
+    DedupKey key = DedupKey.of("superseded", "kept-then-queued");
+    ClaimResult.Claimed stale = claim(key);
+    Thread.sleep(LEASE.plusMillis(200).toMillis()); // its lease runs out while its handler runs
+    ClaimResult.Claimed current = claim(key);
+    // Refuses the current attempt's SUCCESS only; the stale one's is fenced out before any row
+    // changes.
+    execute(
+        "CREATE FUNCTION refuse_current() RETURNS trigger AS $$ BEGIN"
+            + " IF NEW.status = 'SUCCESS' AND NEW.attempts = "
+            + current.token()
+            + " THEN RAISE EXCEPTION 'injected: SUCCESS refused' USING ERRCODE = '40001';"
+            + " END IF; RETURN NEW; END $$ LANGUAGE plpgsql");
+    execute(
+        "CREATE TRIGGER refuse_current BEFORE UPDATE ON consumer_dedup FOR EACH ROW"
+            + " EXECUTE FUNCTION refuse_current()");
+    try {
+      long now = System.nanoTime();
+      completeKept(key, current, renewer.start(current, now));
+      CompletableFuture<Void> staleWritten =
+          outcomes.completeLater(
+              key, stale.token(), null, renewer.start(stale, now), Duration.ZERO);
+      assertThat(staleWritten)
+          .as("the stale attempt's SUCCESS, refused")
+          .failsWithin(WAIT)
+          .withThrowableOfType(ExecutionException.class)
+          .withCauseInstanceOf(DedupLeaseLostException.class);
+
+      assertThat(outcomes.isPending(key))
+          .as("the current attempt's SUCCESS, still not written, is pending")
+          .isTrue();
+      assertThat(outcomes.unrecorded()).containsEntry(key, "SUCCESS");
+    } finally {
+      execute("DROP TRIGGER refuse_current ON consumer_dedup");
+      execute("DROP FUNCTION refuse_current()");
+    }
+    assertRecorded(key, new Attempts(stale, current));
+  }
+
+  private static void execute(String sql) throws Exception {
+    try (Connection connection = db.dataSource().getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute(sql);
     }
   }
 
