@@ -51,7 +51,19 @@ final class PendingOutcomes {
 
   /** Notes {@code outcome} as on its way, so that this process does not run its key again. */
   void add(PendingOutcome outcome) {
-    pending.put(outcome.key, outcome);
+    list(outcome);
+  }
+
+  /**
+   * Lists {@code outcome} under its key unless a later attempt of the key is listed; answers the
+   * one listed. Two attempts of one key: the first one's lease ran out while its handler ran, and
+   * this process claimed the key again. The stale one, listed in the place of a later one kept, was
+   * refused and unlisted the key while the later SUCCESS was still unwritten: reported as recorded,
+   * its key claimed again by this process, its record passed by a Spring consumer's commit.
+   */
+  private PendingOutcome list(PendingOutcome outcome) {
+    return pending.merge(
+        outcome.key, outcome, (earlier, later) -> earlier.token > later.token ? earlier : later);
   }
 
   /** Whether an outcome of {@code key} is still to be written (queued, or kept for retrying). */
@@ -179,17 +191,12 @@ final class PendingOutcomes {
       return false;
     }
     outcome.kept = true;
-    // Two kept attempts of one key: the first one's lease ran out while its handler ran, and this
-    // process claimed the key again. Both go on being retried, each until its own fenced write
+    // Two kept attempts of one key: both go on being retried, each until its own fenced write
     // settles it (the stale one's is refused, which stops its renewal); listed is the latest
     // claim's. Cancelling the one listed before left its renewal asking the store every interval
     // for the executor's life, and when the stale one came second, the latest one's SUCCESS was
     // never written: its key PROCESSING, its lease renewed, every redelivery "in progress".
-    PendingOutcome listed =
-        pending.merge(
-            outcome.key,
-            outcome,
-            (earlier, later) -> earlier.token > later.token ? earlier : later);
+    PendingOutcome listed = list(outcome);
     try {
       outcome.retries = renewer.repeat(() -> retry(outcome), retryPeriod);
     } catch (RejectedExecutionException e) {

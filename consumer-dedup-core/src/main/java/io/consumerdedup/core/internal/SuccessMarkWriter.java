@@ -6,6 +6,7 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
@@ -419,15 +420,42 @@ final class SuccessMarkWriter {
   }
 
   /**
-   * Writes the marks in one store call. Whatever the call throws, an Error included, each mark ends
-   * written, lost, or kept for the background retry with its future failed: none is dropped, and no
-   * waiter waits on a future that nobody completes.
+   * Writes the marks in one store call (one per attempt of a key named twice). Whatever a call
+   * throws, an Error included, each mark ends written, lost, or kept for the background retry with
+   * its future failed: none is dropped, and no waiter waits on a future that nobody completes.
    */
   private void writeMarks(List<PendingOutcome> group) {
     List<PendingOutcome> open = group.stream().filter(outcome -> !outcome.settled.get()).toList();
-    if (open.isEmpty()) {
-      return;
+    for (List<PendingOutcome> call : onePerKey(open)) {
+      writeEach(call);
     }
+  }
+
+  /**
+   * {@code open} split so that no store call names a key twice. Two attempts of one key (the first
+   * one's lease ran out while its handler ran, and this process claimed the key again) can be
+   * queued together, and the store answers for keys, not attempts: the key answered as written, the
+   * stale attempt, refused, was settled as written too, its lease loss (a handler run twice) never
+   * told and a second SUCCESS of the key counted.
+   */
+  private static List<List<PendingOutcome>> onePerKey(List<PendingOutcome> open) {
+    if (open.isEmpty()) {
+      return List.of();
+    }
+    Map<DedupKey, Integer> named = new HashMap<>();
+    List<List<PendingOutcome>> calls = new ArrayList<>();
+    for (PendingOutcome outcome : open) {
+      int call = named.merge(outcome.key, 1, Integer::sum) - 1;
+      if (call == calls.size()) {
+        calls.add(new ArrayList<>());
+      }
+      calls.get(call).add(outcome);
+    }
+    return calls;
+  }
+
+  /** One store call for {@code open}, whose keys are distinct; as {@link #writeMarks}. */
+  private void writeEach(List<PendingOutcome> open) {
     List<ClaimResult.Claimed> claims =
         open.stream().map(outcome -> outcome.renewal.claim()).toList();
     try {
