@@ -115,7 +115,7 @@ class DedupPollLoopStopTest {
               handlerStarted.countDown();
               Thread.sleep(1500);
             });
-    Future<?> run = thread.submit(loop);
+    thread.submit(loop);
     ProducerRecord<String, String> record =
         new ProducerRecord<>(fixture.topic(), 0, "ORD-2", "charge ORD-2");
     record.headers().add(KEY_HEADER, "ORD-2".getBytes(StandardCharsets.UTF_8));
@@ -123,24 +123,32 @@ class DedupPollLoopStopTest {
     assertThat(handlerStarted.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
 
     AtomicReference<Optional<DedupStatus>> statusOnReturn = new AtomicReference<>();
-    AtomicBoolean loopDoneOnReturn = new AtomicBoolean();
+    AtomicReference<Integer> membersOnReturn = new AtomicReference<>();
     AtomicBoolean stillInterrupted = new AtomicBoolean();
     Thread closer =
         new Thread(
             () -> {
               Thread.currentThread().interrupt();
               loop.close();
-              loopDoneOnReturn.set(run.isDone());
+              stillInterrupted.set(Thread.interrupted());
               statusOnReturn.set(
                   fixture.store().find(DedupKey.of(BIZ_TYPE, "ORD-2")).map(DedupRecord::status));
-              stillInterrupted.set(Thread.currentThread().isInterrupted());
+              try {
+                membersOnReturn.set(members());
+              } catch (Exception e) {
+                throw new IllegalStateException(e);
+              }
             });
     closer.start();
     closer.join(WAIT.toMillis());
     assertThat(statusOnReturn.get())
         .as("the handler's outcome when close() returned")
         .contains(DedupStatus.SUCCESS);
-    assertThat(loopDoneOnReturn).as("the loop ended when close() returned").isTrue();
+    // The loop's future completes a moment after its last step, so the consumer's leave is what
+    // shows that close() waited for the consumer's close.
+    assertThat(membersOnReturn.get())
+        .as("members of the group when close() returned (the consumer closed)")
+        .isZero();
     assertThat(stillInterrupted).as("the caller's interrupt kept").isTrue();
     assertThat(TestKafka.committedOffsets(fixture.group()))
         .as("the offset of the handled record")
