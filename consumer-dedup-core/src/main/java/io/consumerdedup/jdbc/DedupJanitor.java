@@ -13,6 +13,7 @@ import java.util.Optional;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -69,13 +70,9 @@ public final class DedupJanitor implements AutoCloseable {
   private KeysetPurge.@Nullable Position cursor;
   private boolean workLeft;
   private long lastBehindWarning;
-  private boolean backlogFailureLogged;
-  private boolean backlogReportFailureLogged;
-
-  /**
-   * Whether a listener's failure to take a run's count was logged since the last report it took.
-   */
-  private boolean purgedReportFailureLogged;
+  private final FailureStreak backlogCountFailures = new FailureStreak();
+  private final FailureStreak backlogReportFailures = new FailureStreak();
+  private final FailureStreak purgedReportFailures = new FailureStreak();
 
   private volatile @Nullable PurgeBacklog lastBacklog;
   private @Nullable ScheduledExecutorService scheduler;
@@ -113,7 +110,7 @@ public final class DedupJanitor implements AutoCloseable {
       if (estimate != null) {
         try {
           reportBacklog(estimate);
-          backlogReported();
+          backlogReportFailures.ended();
         } catch (RuntimeException | Error e) {
           // The application's listener threw (an Error such as a NoSuchMethodError of a metrics
           // library of another version recurs at every run), and passed on it ended every run
@@ -199,7 +196,7 @@ public final class DedupJanitor implements AutoCloseable {
   }
 
   private PurgeBacklog reportBacklog(KeysetPurge.Estimate estimate) {
-    backlogMeasured();
+    backlogCountFailures.ended();
     Duration oldest = estimate.oldestExpiredAge();
     boolean behind =
         oldest != null && oldest.compareTo(interval.multipliedBy(BEHIND_AFTER_INTERVALS)) > 0;
@@ -217,12 +214,11 @@ public final class DedupJanitor implements AutoCloseable {
     return backlog;
   }
 
-  private synchronized void warnBacklogUnknown(RuntimeException failure) {
-    if (backlogFailureLogged) {
+  private void warnBacklogUnknown(RuntimeException failure) {
+    if (!backlogCountFailures.firstOfStreak()) {
       log.debug("The backlog of the purge of expired dedup records is still unknown", failure);
       return;
     }
-    backlogFailureLogged = true;
     log.warn(
         "Could not count the backlog of the purge of expired dedup records; the purge goes on"
             + " without it, and the backlog is unknown until a count succeeds. If the count timed"
@@ -240,16 +236,11 @@ public final class DedupJanitor implements AutoCloseable {
   private void reportPurged(int total) {
     try {
       listener.purged(total);
-      synchronized (this) {
-        purgedReportFailureLogged = false;
-      }
+      purgedReportFailures.ended();
     } catch (RuntimeException | Error e) {
-      synchronized (this) {
-        if (purgedReportFailureLogged) {
-          log.debug("Reporting a purge of expired dedup records failed again", e);
-          return;
-        }
-        purgedReportFailureLogged = true;
+      if (!purgedReportFailures.firstOfStreak()) {
+        log.debug("Reporting a purge of expired dedup records failed again", e);
+        return;
       }
       log.error(
           "Reporting a purge of expired dedup records failed (a DedupListener threw); the purge"
@@ -258,21 +249,12 @@ public final class DedupJanitor implements AutoCloseable {
     }
   }
 
-  private synchronized void backlogMeasured() {
-    backlogFailureLogged = false;
-  }
-
-  private synchronized void backlogReported() {
-    backlogReportFailureLogged = false;
-  }
-
-  private synchronized void backlogReportFailed(Throwable failure) {
-    if (backlogReportFailureLogged) {
+  private void backlogReportFailed(Throwable failure) {
+    if (!backlogReportFailures.firstOfStreak()) {
       log.debug(
           "Reporting the backlog of the purge of expired dedup records failed again", failure);
       return;
     }
-    backlogReportFailureLogged = true;
     log.error(
         "Reporting the backlog of the purge of expired dedup records failed (a DedupListener"
             + " threw); the purge goes on without the report",
@@ -419,6 +401,24 @@ public final class DedupJanitor implements AutoCloseable {
 
     public DedupJanitor build() {
       return new DedupJanitor(this);
+    }
+  }
+
+  /**
+   * A failure that recurs at every run (a count that times out, a listener of another library
+   * version) is logged in full once, then at DEBUG until the call works again, so the log shows
+   * each streak without repeating it every interval.
+   */
+  private static final class FailureStreak {
+    private final AtomicBoolean logged = new AtomicBoolean();
+
+    /** Whether this failure starts a streak (the first since the call last worked). */
+    boolean firstOfStreak() {
+      return logged.compareAndSet(false, true);
+    }
+
+    void ended() {
+      logged.set(false);
     }
   }
 }
