@@ -216,8 +216,9 @@ public final class StoreCalls {
       T result;
       try {
         result = work.run(connection, known);
-      } catch (SQLException e) {
-        // The connection may be broken now; what broke it is the error to report.
+      } catch (SQLException | RuntimeException | Error e) {
+        // The connection may be broken now; what broke it is the error to report. It goes back to
+        // the pool as it was lent all the same: not every pool resets what a borrower changed.
         restore(connection, autoCommit, networkTimeout, prepareThreshold, e);
         throw e;
       }
@@ -242,7 +243,7 @@ public final class StoreCalls {
       boolean autoCommit,
       int networkTimeout,
       int prepareThreshold,
-      @Nullable SQLException failure)
+      @Nullable Throwable failure)
       throws SQLException {
     try {
       if (!autoCommit) {
@@ -376,13 +377,15 @@ public final class StoreCalls {
     try {
       result = work.run(connection);
       connection.commit();
-    } catch (SQLException | RuntimeException e) {
+    } catch (SQLException | RuntimeException | Error e) {
       // On a broken connection these fail too; the error that broke it is the one to report (its
-      // SQL state says whether a retry may succeed).
+      // SQL state says whether a retry may succeed). An Error (an OutOfMemoryError as an answer is
+      // read) is no exception: a pool that hands connections on as they come back would keep the
+      // transaction open, its row locks stopping every other writer of those keys.
       try {
         connection.rollback();
         connection.setAutoCommit(true);
-      } catch (SQLException cleanup) {
+      } catch (SQLException | RuntimeException | Error cleanup) {
         e.addSuppressed(cleanup);
       }
       throw e;
