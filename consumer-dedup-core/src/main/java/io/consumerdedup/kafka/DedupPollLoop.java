@@ -428,8 +428,10 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       commits.commitDone();
       return;
     }
-    pollClaims.prepare(records);
     try {
+      // Inside the try: an Error from a processor around the handler, after the handler claimed
+      // the poll, left those claims unsettled, renewed for as long as the executor lived.
+      pollClaims.prepare(records);
       commits.commitDone(); // the last poll's: its marks were written while this one was claimed
       pollClaims.open();
       handleAll(records);
