@@ -139,6 +139,14 @@ final class DeadLettering<K, V> {
       log.info("{} cannot be deserialized, but is no longer assigned here", describe(raw));
       return;
     }
+    if (progress.isPaused(partition)) {
+      // Held at an earlier record whose SUCCESS is not written, and sought back to it: this record
+      // comes again after it, and is dead-lettered then.
+      log.info(
+          "{} cannot be deserialized; dead-lettering it once the records before it are done",
+          describe(raw));
+      return;
+    }
     log.error(
         "{} cannot be deserialized (its {} was rejected); dead-lettering it",
         describe(raw),

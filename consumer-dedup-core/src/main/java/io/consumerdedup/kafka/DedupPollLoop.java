@@ -420,6 +420,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     } catch (RecordDeserializationException e) {
       // The consumer throws only when it has no records before the bad one to return, and leaves
       // that partition's position at it: no other record is lost, and only this partition waits.
+      // The last poll's marks first: one not written holds its partition at an earlier record, and
+      // this one comes again after it; dead-lettered now, it was dead-lettered a second time then.
+      pollClaims.awaitMarks();
       deadLetters.undeserializable(e);
       commits.commitDone();
       return;
@@ -428,8 +431,10 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       commits.commitDone();
       return;
     }
-    pollClaims.prepare(records);
     try {
+      // Inside the try: an Error from a processor around the handler, after the handler claimed
+      // the poll, left those claims unsettled, renewed for as long as the executor lived.
+      pollClaims.prepare(records);
       commits.commitDone(); // the last poll's: its marks were written while this one was claimed
       pollClaims.open();
       handleAll(records);

@@ -84,15 +84,20 @@ final class PollClaims<K, V> {
     awaitMarks(); // those of an earlier poll that no commit has waited for (none, usually)
     MarksInFlight marks = MarksInFlight.open();
     List<ConsumerRecord<K, V>> unrecorded;
+    @Nullable Error fatal = null;
     try {
       unrecorded = processor.settle();
-    } catch (RuntimeException e) {
+    } catch (RuntimeException | Error e) {
       // Which outcomes are recorded is unknown: the whole poll comes again (those recorded as
-      // duplicates), rather than the loop moving on past records whose outcome may be lost.
+      // duplicates), rather than the loop moving on past records whose outcome may be lost. An
+      // Error too, which ends the loop: its last commit went past the whole poll.
       log.error("Could not settle the poll's records; delivering them again", e);
       unrecorded = new ArrayList<>();
       for (TopicPartition partition : records.partitions()) {
         unrecorded.add(records.records(partition).get(0));
+      }
+      if (e instanceof Error error) {
+        fatal = error;
       }
     } finally {
       MarksInFlight.closeOnThisThread();
@@ -101,6 +106,9 @@ final class PollClaims<K, V> {
       }
     }
     hold(unrecorded);
+    if (fatal != null) {
+      throw fatal;
+    }
   }
 
   /**
