@@ -230,13 +230,27 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container,
       Runnable invokeListener) {
+    handleBatch(thrownException, data, consumer, container, invokeListener, true);
+  }
+
+  /**
+   * @param firstHandling false when handling the stop of a retry: a delegate that retries in memory
+   *     whatever the failure names would stop at the same record again, handled again, without end
+   */
+  private void handleBatch(
+      Exception thrownException,
+      ConsumerRecords<?, ?> data,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container,
+      Runnable invokeListener,
+      boolean firstHandling) {
     holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
-    HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container);
+    HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container, firstHandling);
     delegate.handleBatch(thrownException, data, consumer, container, retry);
     retry.throwIfHeld();
     RuntimeException stopped = retry.stoppedAtRecord();
     if (stopped != null) {
-      handleBatch(stopped, data, consumer, container, invokeListener);
+      handleBatch(stopped, data, consumer, container, invokeListener, false);
     }
   }
 
@@ -247,14 +261,26 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container,
       Runnable invokeListener) {
+    return handleBatchAndReturnRemaining(
+        thrownException, data, consumer, container, invokeListener, true);
+  }
+
+  private <K, V> ConsumerRecords<K, V> handleBatchAndReturnRemaining(
+      Exception thrownException,
+      ConsumerRecords<?, ?> data,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container,
+      Runnable invokeListener,
+      boolean firstHandling) {
     holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
-    HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container);
+    HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container, firstHandling);
     ConsumerRecords<K, V> remaining =
         delegate.handleBatchAndReturnRemaining(thrownException, data, consumer, container, retry);
     retry.throwIfHeld();
     RuntimeException stopped = retry.stoppedAtRecord();
     if (stopped != null) {
-      return handleBatchAndReturnRemaining(stopped, data, consumer, container, invokeListener);
+      return handleBatchAndReturnRemaining(
+          stopped, data, consumer, container, invokeListener, false);
     }
     return remaining;
   }
@@ -282,14 +308,17 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     private final Consumer<?, ?> consumer;
     private final MessageListenerContainer container;
     private @Nullable RuntimeException held;
+    private final boolean endsAtAStop;
     private @Nullable RuntimeException stoppedAtRecord;
 
     HoldingRetry(
         Runnable invokeListener,
         ConsumerRecords<?, ?> data,
         Consumer<?, ?> consumer,
-        MessageListenerContainer container) {
+        MessageListenerContainer container,
+        boolean endsAtAStop) {
       this.invokeListener = invokeListener;
+      this.endsAtAStop = endsAtAStop;
       this.data = data;
       this.consumer = consumer;
       this.container = container;
@@ -305,7 +334,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       } catch (RuntimeException e) {
         if (Disposition.of(e) == Disposition.RETRY_LATER) {
           held = holdBatch(e, data, consumer, container);
-        } else if (BatchFailureIndex.in(e, listOf(data)) >= 0) {
+        } else if (endsAtAStop && BatchFailureIndex.in(e, listOf(data)) >= 0) {
           stoppedAtRecord = e;
         } else {
           throw e;
