@@ -13,6 +13,12 @@ import org.jspecify.annotations.Nullable;
  * The records of a batch handed to an {@link Idempotent} batch listener: their place in the
  * container's batch, their claim, and the writes of their outcomes (the SUCCESS marks started once,
  * by the method's acknowledgment or when the batch ends, and waited for together).
+ *
+ * <p>The outcomes are started under this object's lock: the method may acknowledge on another
+ * thread (the callback of its last send, as ack mode MANUAL allows) while the container thread ends
+ * the batch. Unguarded, the end found a claim the acknowledgment had ended and whose mark it had
+ * not handed back yet, did not wait for that mark and let the container commit past the record, or
+ * started the same mark again and failed the batch with "already ended".
  */
 final class KeptBatchRecords {
   final List<Object> elements = new ArrayList<>();
@@ -61,7 +67,7 @@ final class KeptBatchRecords {
    * must not leave the later ones unstarted, their claims given back and their records run again
    * after a restart. The first such throwable is rethrown once all are started.
    */
-  void startMarks(int from, int end) {
+  synchronized void startMarks(int from, int end) {
     Throwable first = null;
     for (int i = from; i < end; i++) {
       try {
@@ -89,10 +95,14 @@ final class KeptBatchRecords {
    *     unreachable, the key taken over), or null
    */
   @Nullable BatchStop completeBefore(int end) {
-    startMarks(0, end);
+    List<@Nullable CompletableFuture<Void>> started;
+    synchronized (this) {
+      startMarks(0, end);
+      started = new ArrayList<>(marks.subList(0, end));
+    }
     BatchStop first = null;
     for (int i = 0; i < end; i++) {
-      CompletableFuture<Void> mark = marks.get(i);
+      CompletableFuture<Void> mark = started.get(i);
       if (mark == null) {
         continue;
       }
@@ -116,7 +126,7 @@ final class KeptBatchRecords {
    * Records FAILED for the claims from {@code from} to {@code to} (exclusive) that are not ended,
    * logging the failure.
    */
-  void fail(int from, int to, Throwable error, AttemptLimit attempts) {
+  synchronized void fail(int from, int to, Throwable error, AttemptLimit attempts) {
     List<DedupClaim> failed = new ArrayList<>();
     for (int i = from; i < to; i++) {
       DedupClaim claim = claims.get(i);

@@ -230,10 +230,28 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container,
       Runnable invokeListener) {
+    handleBatch(thrownException, data, consumer, container, invokeListener, true);
+  }
+
+  /**
+   * @param firstHandling false when handling the stop of a retry: a delegate that retries in memory
+   *     whatever the failure names would stop at the same record again, handled again, without end
+   */
+  private void handleBatch(
+      Exception thrownException,
+      ConsumerRecords<?, ?> data,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container,
+      Runnable invokeListener,
+      boolean firstHandling) {
     holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
-    HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container);
+    HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container, firstHandling);
     delegate.handleBatch(thrownException, data, consumer, container, retry);
     retry.throwIfHeld();
+    RuntimeException stopped = retry.stoppedAtRecord();
+    if (stopped != null) {
+      handleBatch(stopped, data, consumer, container, invokeListener, false);
+    }
   }
 
   @Override
@@ -243,11 +261,27 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container,
       Runnable invokeListener) {
+    return handleBatchAndReturnRemaining(
+        thrownException, data, consumer, container, invokeListener, true);
+  }
+
+  private <K, V> ConsumerRecords<K, V> handleBatchAndReturnRemaining(
+      Exception thrownException,
+      ConsumerRecords<?, ?> data,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container,
+      Runnable invokeListener,
+      boolean firstHandling) {
     holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
-    HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container);
+    HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container, firstHandling);
     ConsumerRecords<K, V> remaining =
         delegate.handleBatchAndReturnRemaining(thrownException, data, consumer, container, retry);
     retry.throwIfHeld();
+    RuntimeException stopped = retry.stoppedAtRecord();
+    if (stopped != null) {
+      return handleBatchAndReturnRemaining(
+          stopped, data, consumer, container, invokeListener, false);
+    }
     return remaining;
   }
 
@@ -259,6 +293,14 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
    * batch and let the container commit past the held record. The delegate is told the retry
    * succeeded, so it ends its retries without recovering anything; {@link #throwIfHeld} then keeps
    * the container from acknowledging the batch.
+   *
+   * <p>A retry that gets as far as a record and stops there (a {@link BatchListenerFailedException}
+   * naming a record of the batch: one without a usable key, a conflict, the method's own failure at
+   * it) ends the delegate's retries the same way, and the failure is then handled as if the first
+   * delivery had stopped there: the records before it committed, it retried or recovered alone, the
+   * later ones delivered again. Counted as one more failure of the whole batch, the delegate's
+   * recoverer gave up every record of it, those the retry had applied and those after the stop,
+   * which the method never saw, and the container committed past them.
    */
   private final class HoldingRetry implements Runnable {
     private final Runnable invokeListener;
@@ -266,13 +308,17 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     private final Consumer<?, ?> consumer;
     private final MessageListenerContainer container;
     private @Nullable RuntimeException held;
+    private final boolean endsAtAStop;
+    private @Nullable RuntimeException stoppedAtRecord;
 
     HoldingRetry(
         Runnable invokeListener,
         ConsumerRecords<?, ?> data,
         Consumer<?, ?> consumer,
-        MessageListenerContainer container) {
+        MessageListenerContainer container,
+        boolean endsAtAStop) {
       this.invokeListener = invokeListener;
+      this.endsAtAStop = endsAtAStop;
       this.data = data;
       this.consumer = consumer;
       this.container = container;
@@ -280,17 +326,25 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
 
     @Override
     public void run() {
-      if (held != null) {
+      if (held != null || stoppedAtRecord != null) {
         return; // the batch is sought back already; a later call would deliver it out of turn
       }
       try {
         invokeListener.run();
       } catch (RuntimeException e) {
-        if (Disposition.of(e) != Disposition.RETRY_LATER) {
+        if (Disposition.of(e) == Disposition.RETRY_LATER) {
+          held = holdBatch(e, data, consumer, container);
+        } else if (endsAtAStop && BatchFailureIndex.in(e, listOf(data)) >= 0) {
+          stoppedAtRecord = e;
+        } else {
           throw e;
         }
-        held = holdBatch(e, data, consumer, container);
       }
+    }
+
+    /** The failure at a record a retry stopped at, to be handled as a first delivery's; or null. */
+    @Nullable RuntimeException stoppedAtRecord() {
+      return stoppedAtRecord;
     }
 
     void throwIfHeld() {
