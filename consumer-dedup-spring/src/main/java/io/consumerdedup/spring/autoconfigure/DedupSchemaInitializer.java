@@ -1,5 +1,6 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.SqlDialect;
 import io.consumerdedup.jdbc.internal.PostgresPooler;
@@ -64,14 +65,17 @@ public final class DedupSchemaInitializer implements InitializingBean {
       SqlDialect dialect = SqlDialect.forProduct(connection.getMetaData().getDatabaseProductName());
       if (dialect == SqlDialect.MYSQL) {
         // MySQL commits each DDL statement on its own and has no transaction-scoped advisory lock:
-        // the table comes from the application's migrations there.
-        throw new IllegalStateException(
+        // the table comes from the application's migrations there. A configuration error, so
+        // that Spring Boot reports it as such rather than as a stack trace.
+        throw new DedupConfigurationException(
             "consumer-dedup.initialize-schema=always supports PostgreSQL only; on MySQL or MariaDB"
                 + " create the table "
                 + tableName
                 + " from "
                 + SqlDialect.MYSQL.schemaResource()
-                + " with your migrations (Flyway naming) and set initialize-schema=never");
+                + " with your migrations (Flyway naming) and set initialize-schema=never",
+            null,
+            null);
       }
       boolean autoCommit = connection.getAutoCommit();
       // Behind a pooler in transaction mode, pgjdbc's named statements (its COMMIT is named from

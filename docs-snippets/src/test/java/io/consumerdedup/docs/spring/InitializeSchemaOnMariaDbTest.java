@@ -1,0 +1,75 @@
+package io.consumerdedup.docs.spring;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.junit.jupiter.api.Assumptions.assumeTrue;
+
+import io.consumerdedup.spring.autoconfigure.ConsumerDedupAutoConfiguration;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.SQLException;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
+import org.springframework.boot.WebApplicationType;
+import org.springframework.boot.autoconfigure.ImportAutoConfiguration;
+import org.springframework.boot.builder.SpringApplicationBuilder;
+import org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration;
+import org.springframework.boot.test.system.CapturedOutput;
+import org.springframework.boot.test.system.OutputCaptureExtension;
+import org.springframework.context.annotation.Configuration;
+
+/**
+ * docs/mysql.md: {@code consumer-dedup.initialize-schema=always} is for PostgreSQL only, and on
+ * MariaDB (or MySQL) it stops the application at start-up saying so, as Spring Boot's failure
+ * report, as every start-up refusal of consumer-dedup is.
+ */
+@ExtendWith(OutputCaptureExtension.class)
+class InitializeSchemaOnMariaDbTest {
+
+  private static String url() {
+    String url = System.getenv("DEDUP_TEST_MARIADB_URL");
+    return url == null || url.isBlank() ? "jdbc:mariadb://127.0.0.1:3306/test?user=root" : url;
+  }
+
+  @Test
+  void initializeSchemaAlwaysStopsTheApplicationSayingWhatToDoInstead(CapturedOutput output) {
+    try (Connection ignored = DriverManager.getConnection(url())) {
+      // reachable
+    } catch (SQLException e) {
+      assumeTrue(false, "No MariaDB at " + url() + ": " + e.getMessage());
+    }
+
+    assertThatThrownBy(
+            () ->
+                new SpringApplicationBuilder(App.class)
+                    .web(WebApplicationType.NONE)
+                    .run(
+                        "--spring.datasource.url=" + url(),
+                        "--consumer-dedup.initialize-schema=always"))
+        .isNotNull();
+
+    String n = System.lineSeparator();
+    assertThat(output.getOut())
+        .contains(
+            "APPLICATION FAILED TO START"
+                + n
+                + "***************************"
+                + n
+                + n
+                + "Description:"
+                + n
+                + n
+                + "consumer-dedup.initialize-schema=always supports PostgreSQL only; on MySQL or"
+                + " MariaDB create the table consumer_dedup from"
+                + " db/consumer-dedup/mysql/V1__consumer_dedup.sql with your migrations")
+        .as("no stack trace")
+        .doesNotContain("\tat org.springframework.beans");
+  }
+
+  @Configuration(proxyBeanMethods = false)
+  @ImportAutoConfiguration({
+    DataSourceAutoConfiguration.class,
+    ConsumerDedupAutoConfiguration.class
+  })
+  static class App {}
+}
