@@ -62,7 +62,19 @@ public final class DedupSchemaInitializer implements InitializingBean {
    */
   public boolean initialize() throws SQLException {
     try (Connection connection = dataSource.getConnection()) {
-      SqlDialect dialect = SqlDialect.forProduct(connection.getMetaData().getDatabaseProductName());
+      String product = connection.getMetaData().getDatabaseProductName();
+      SqlDialect dialect = SqlDialect.forProduct(product);
+      if (dialect == null) {
+        // H2 in an application's tests, say: PostgreSQL's DDL would fail there on its first
+        // statement with an error of the database's that names no property.
+        throw new DedupConfigurationException(
+            "consumer-dedup.initialize-schema=always supports PostgreSQL only; the DataSource is "
+                + product
+                + ". Set consumer-dedup.initialize-schema=never where the application runs on it"
+                + " (its tests on an in-memory database, with a DedupStore bean of their own)",
+            null,
+            null);
+      }
       if (dialect == SqlDialect.MYSQL) {
         // MySQL commits each DDL statement on its own and has no transaction-scoped advisory lock:
         // the table comes from the application's migrations there. A configuration error, so

@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.junit.jupiter.api.Assumptions.assumeTrue;
 
 import io.consumerdedup.spring.autoconfigure.ConsumerDedupAutoConfiguration;
+import io.consumerdedup.test.InMemoryDedupStore;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.SQLException;
@@ -16,15 +17,17 @@ import org.springframework.boot.builder.SpringApplicationBuilder;
 import org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration;
 import org.springframework.boot.test.system.CapturedOutput;
 import org.springframework.boot.test.system.OutputCaptureExtension;
+import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
 
 /**
- * docs/mysql.md: {@code consumer-dedup.initialize-schema=always} is for PostgreSQL only, and on
- * MariaDB (or MySQL) it stops the application at start-up saying so, as Spring Boot's failure
- * report, as every start-up refusal of consumer-dedup is.
+ * {@code consumer-dedup.initialize-schema=always} is for PostgreSQL only: on another database it
+ * stops the application at start-up saying so, as Spring Boot's failure report, as every start-up
+ * refusal of consumer-dedup is. On MariaDB (docs/mysql.md), and on H2 in the tests docs/testing.md
+ * describes, where the README's quick start put the property in the application's own file.
  */
 @ExtendWith(OutputCaptureExtension.class)
-class InitializeSchemaOnMariaDbTest {
+class InitializeSchemaOutsidePostgresTest {
 
   private static String url() {
     String url = System.getenv("DEDUP_TEST_MARIADB_URL");
@@ -64,6 +67,47 @@ class InitializeSchemaOnMariaDbTest {
                 + " db/consumer-dedup/mysql/V1__consumer_dedup.sql with your migrations")
         .as("no stack trace")
         .doesNotContain("\tat org.springframework.beans");
+  }
+
+  /**
+   * docs/testing.md's way out for tests on H2, an InMemoryDedupStore bean, in an application whose
+   * properties create the table at start-up.
+   */
+  @Test
+  void onH2ItSaysSoInsteadOfFailingOnPostgreSqlsDdl(CapturedOutput output) {
+    assertThatThrownBy(
+            () ->
+                new SpringApplicationBuilder(App.class, InMemoryStore.class)
+                    .web(WebApplicationType.NONE)
+                    .run(
+                        "--spring.datasource.url=jdbc:h2:mem:initialize;DB_CLOSE_DELAY=-1",
+                        "--consumer-dedup.initialize-schema=always"))
+        .isNotNull();
+
+    String n = System.lineSeparator();
+    assertThat(output.getOut())
+        .contains(
+            "APPLICATION FAILED TO START"
+                + n
+                + "***************************"
+                + n
+                + n
+                + "Description:"
+                + n
+                + n
+                + "consumer-dedup.initialize-schema=always supports PostgreSQL only; the DataSource"
+                + " is H2")
+        .contains("consumer-dedup.initialize-schema=never")
+        .as("no stack trace")
+        .doesNotContain("\tat org.springframework.beans");
+  }
+
+  @Configuration(proxyBeanMethods = false)
+  static class InMemoryStore {
+    @Bean
+    InMemoryDedupStore dedupStore() {
+      return new InMemoryDedupStore();
+    }
   }
 
   @Configuration(proxyBeanMethods = false)
