@@ -15,6 +15,7 @@ import java.util.Objects;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import javax.sql.DataSource;
+import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.InitializingBean;
@@ -43,11 +44,22 @@ public final class DedupSchemaInitializer implements InitializingBean {
 
   private final DataSource dataSource;
   private final String tableName;
+  private final @Nullable SqlDialect dialect;
 
   public DedupSchemaInitializer(DataSource dataSource, String tableName) {
+    this(dataSource, tableName, null);
+  }
+
+  /**
+   * @param dialect the dialect the application's store was built with, or null to tell it from the
+   *     connection (a proxy that hides the database's name needs it set)
+   */
+  public DedupSchemaInitializer(
+      DataSource dataSource, String tableName, @Nullable SqlDialect dialect) {
     this.dataSource = Objects.requireNonNull(dataSource, "dataSource");
     // Plain identifiers only, before the name reaches any DDL.
     this.tableName = JdbcDedupStore.checkTableName(tableName);
+    this.dialect = dialect;
   }
 
   @Override
@@ -63,7 +75,7 @@ public final class DedupSchemaInitializer implements InitializingBean {
   public boolean initialize() throws SQLException {
     try (Connection connection = dataSource.getConnection()) {
       String product = connection.getMetaData().getDatabaseProductName();
-      SqlDialect dialect = SqlDialect.forProduct(product);
+      SqlDialect dialect = this.dialect != null ? this.dialect : SqlDialect.forProduct(product);
       if (dialect == null) {
         // H2 in an application's tests, say: PostgreSQL's DDL would fail there on its first
         // statement with an error of the database's that names no property.
