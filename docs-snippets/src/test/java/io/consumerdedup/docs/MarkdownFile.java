@@ -65,6 +65,13 @@ final class MarkdownFile {
   }
 
   /** Every .md file of the repository, build output and the Git directory left out. */
+  /** Whether an XML block of this page defines the Maven property {@code name}. */
+  boolean definesProperty(String name) {
+    return blocks.stream()
+        .anyMatch(
+            block -> block.language().equals("xml") && block.text().contains("<" + name + ">"));
+  }
+
   static List<MarkdownFile> all() {
     Path root = repositoryRoot();
     try (Stream<Path> files = Files.walk(root)) {

@@ -5,6 +5,7 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.jdbc.SqlDialect;
 import io.consumerdedup.micrometer.MicrometerDedupListener;
 import io.consumerdedup.spring.IdempotentExecutors;
 import io.consumerdedup.spring.IdempotentListenerInterceptor;
@@ -58,11 +59,13 @@ public class ConsumerDedupAutoConfiguration {
       DataSource dataSource, ConsumerDedupProperties properties, ObjectProvider<DedupStore> store) {
     // The table the store uses: a JdbcDedupStore bean of the application's own names its own, and
     // creating consumer-dedup.table-name instead left the application stopped on a missing table.
+    DedupStore unique = store.getIfUnique();
     String table =
-        store.getIfUnique() instanceof JdbcDedupStore own
-            ? own.tableName()
-            : properties.getTableName();
-    return new DedupSchemaInitializer(dataSource, table);
+        unique instanceof JdbcDedupStore own ? own.tableName() : properties.getTableName();
+    // A dialect the application's store was built with (behind a proxy that hides the database's
+    // name) decides here too.
+    SqlDialect dialect = unique instanceof JdbcDedupStore own ? own.dialect().orElse(null) : null;
+    return new DedupSchemaInitializer(dataSource, table, dialect);
   }
 
   @Bean

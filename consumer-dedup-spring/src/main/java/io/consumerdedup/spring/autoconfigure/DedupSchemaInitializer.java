@@ -1,5 +1,6 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.SqlDialect;
 import io.consumerdedup.jdbc.internal.PostgresPooler;
@@ -14,6 +15,7 @@ import java.util.Objects;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import javax.sql.DataSource;
+import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.InitializingBean;
@@ -42,11 +44,22 @@ public final class DedupSchemaInitializer implements InitializingBean {
 
   private final DataSource dataSource;
   private final String tableName;
+  private final @Nullable SqlDialect dialect;
 
   public DedupSchemaInitializer(DataSource dataSource, String tableName) {
+    this(dataSource, tableName, null);
+  }
+
+  /**
+   * @param dialect the dialect the application's store was built with, or null to tell it from the
+   *     connection (a proxy that hides the database's name needs it set)
+   */
+  public DedupSchemaInitializer(
+      DataSource dataSource, String tableName, @Nullable SqlDialect dialect) {
     this.dataSource = Objects.requireNonNull(dataSource, "dataSource");
     // Plain identifiers only, before the name reaches any DDL.
     this.tableName = JdbcDedupStore.checkTableName(tableName);
+    this.dialect = dialect;
   }
 
   @Override
@@ -61,17 +74,32 @@ public final class DedupSchemaInitializer implements InitializingBean {
    */
   public boolean initialize() throws SQLException {
     try (Connection connection = dataSource.getConnection()) {
-      SqlDialect dialect = SqlDialect.forProduct(connection.getMetaData().getDatabaseProductName());
+      String product = connection.getMetaData().getDatabaseProductName();
+      SqlDialect dialect = this.dialect != null ? this.dialect : SqlDialect.forProduct(product);
+      if (dialect == null) {
+        // H2 in an application's tests, say: PostgreSQL's DDL would fail there on its first
+        // statement with an error of the database's that names no property.
+        throw new DedupConfigurationException(
+            "consumer-dedup.initialize-schema=always supports PostgreSQL only; the DataSource is "
+                + product
+                + ". Set consumer-dedup.initialize-schema=never where the application runs on it"
+                + " (its tests on an in-memory database, with a DedupStore bean of their own)",
+            null,
+            null);
+      }
       if (dialect == SqlDialect.MYSQL) {
         // MySQL commits each DDL statement on its own and has no transaction-scoped advisory lock:
-        // the table comes from the application's migrations there.
-        throw new IllegalStateException(
+        // the table comes from the application's migrations there. A configuration error, so
+        // that Spring Boot reports it as such rather than as a stack trace.
+        throw new DedupConfigurationException(
             "consumer-dedup.initialize-schema=always supports PostgreSQL only; on MySQL or MariaDB"
                 + " create the table "
                 + tableName
                 + " from "
                 + SqlDialect.MYSQL.schemaResource()
-                + " with your migrations (Flyway naming) and set initialize-schema=never");
+                + " with your migrations (Flyway naming) and set initialize-schema=never",
+            null,
+            null);
       }
       boolean autoCommit = connection.getAutoCommit();
       // Behind a pooler in transaction mode, pgjdbc's named statements (its COMMIT is named from

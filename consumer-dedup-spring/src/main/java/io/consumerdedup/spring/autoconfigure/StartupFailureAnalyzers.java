@@ -1,5 +1,6 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupTableMissingException;
 import io.consumerdedup.spring.InvalidIdempotentListenerException;
 import org.jspecify.annotations.Nullable;
@@ -83,6 +84,20 @@ final class StartupFailureAnalyzers {
     @Override
     protected FailureAnalysis analyze(Throwable root, UnsupportedShareListenerException cause) {
       return new FailureAnalysis(cause.problem() + ".", cause.action() + ".", cause);
+    }
+  }
+
+  /**
+   * Any other refusal of the configuration at start-up (a database the store does not support, mode
+   * TRANSACTIONAL behind a pooler without {@code prepareThreshold=0}): its message says what is
+   * wrong and what to do in one sentence, so it is the description, with no separate action.
+   * Registered after the analyzers of its subclasses, which split the two.
+   */
+  static final class Configuration extends AbstractFailureAnalyzer<DedupConfigurationException> {
+    @Override
+    protected FailureAnalysis analyze(Throwable root, DedupConfigurationException cause) {
+      String message = String.valueOf(cause.getMessage());
+      return new FailureAnalysis(message.endsWith(".") ? message : message + ".", null, cause);
     }
   }
 
