@@ -64,7 +64,6 @@ final class MarkdownFile {
     return root;
   }
 
-  /** Every .md file of the repository, build output and the Git directory left out. */
   /** Whether an XML block of this page defines the Maven property {@code name}. */
   boolean definesProperty(String name) {
     return blocks.stream()
@@ -72,6 +71,7 @@ final class MarkdownFile {
             block -> block.language().equals("xml") && block.text().contains("<" + name + ">"));
   }
 
+  /** Every .md file of the repository, build output and the Git directory left out. */
   static List<MarkdownFile> all() {
     Path root = repositoryRoot();
     try (Stream<Path> files = Files.walk(root)) {
