@@ -409,11 +409,39 @@ public final class JdbcDedupAdmin implements DedupAdmin {
     }
   }
 
+  /**
+   * Longest {@code requestedBy}, in characters: the note a release writes names it beside the
+   * holder, within the 2000 characters of {@code last_error}.
+   */
+  static final int MAX_REQUESTED_BY_LENGTH = 256;
+
   private static String requester(String requestedBy) {
     if (requestedBy == null || requestedBy.isBlank()) {
       throw new IllegalArgumentException("requestedBy must name who asked for the change");
     }
-    return requestedBy.strip();
+    String who = requestedBy.strip();
+    // It goes to the log and the record's note as it is: a line break there would forge a line of
+    // the audit trail, and a NUL is refused by PostgreSQL but stored by MySQL.
+    for (int i = 0; i < who.length(); i++) {
+      char c = who.charAt(i);
+      if (Character.isISOControl(c)) {
+        throw new IllegalArgumentException(
+            "requestedBy must not contain control characters (U+"
+                + String.format("%04X", (int) c)
+                + " at index "
+                + i
+                + ")");
+      }
+    }
+    if (who.length() > MAX_REQUESTED_BY_LENGTH) {
+      throw new IllegalArgumentException(
+          "requestedBy is longer than "
+              + MAX_REQUESTED_BY_LENGTH
+              + " characters ("
+              + who.length()
+              + ")");
+    }
+    return who;
   }
 
   /** Where a page ended: the last record's creation time and key, as an opaque token. */

@@ -2,6 +2,7 @@ package io.consumerdedup.admin;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowable;
 
 import ch.qos.logback.classic.Level;
 import ch.qos.logback.classic.Logger;
@@ -277,6 +278,29 @@ abstract class DedupAdminTests {
     assertThatThrownBy(() -> admin.forget(key, " "))
         .isInstanceOf(IllegalArgumentException.class)
         .hasMessageContaining("requestedBy");
+  }
+
+  @Test
+  void aRequesterWithControlCharactersOrTooLongIsRefusedNamingItAndNothingChanges()
+      throws SQLException {
+    DedupKey key = DedupKey.of("r-payment", "expired-hostile");
+    claim(key, "gone-pod");
+    expireLease(key);
+    // A newline would write a line of its own in the log and the record's note, a forged audit
+    // line; a NUL is refused by PostgreSQL and stored by MySQL; a long name overflows the note.
+    for (String requester : List.of("ops\nINFO Released by admin", "ops\u0000", "o".repeat(3000))) {
+      String name = requester.length() > 40 ? "a long name" : requester;
+      assertThat(catchThrowable(() -> admin.release(key, requester, true)))
+          .as("release by %s", name)
+          .isInstanceOf(IllegalArgumentException.class)
+          .hasMessageContaining("requestedBy");
+      assertThat(catchThrowable(() -> admin.forget(key, requester, true)))
+          .as("forget by %s", name)
+          .isInstanceOf(IllegalArgumentException.class)
+          .hasMessageContaining("requestedBy");
+    }
+    assertThat(admin.find(key).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
+    assertThat(admin.release(key, "alice (ops)", false).applied()).isTrue();
   }
 
   @Test

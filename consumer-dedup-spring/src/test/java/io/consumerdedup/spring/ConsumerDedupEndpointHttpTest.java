@@ -149,6 +149,16 @@ class ConsumerDedupEndpointHttpTest {
           .contains("force=true");
       assertThat(store.find(stuck).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
 
+      HttpResponse<String> forged =
+          post(
+              port,
+              "/actuator/consumerdedup/release",
+              "{\"bizType\":\"payment\",\"bizKey\":\"ORD-stuck/1\","
+                  + "\"requestedBy\":\"alice\\nINFO Released by admin\",\"force\":true}");
+      assertThat(forged.statusCode()).as("a line break in requestedBy").isEqualTo(400);
+      assertThat(forged.body()).contains("requestedBy must not contain control characters");
+      assertThat(store.find(stuck).orElseThrow().status()).isEqualTo(DedupStatus.PROCESSING);
+
       HttpResponse<String> release =
           post(
               port,

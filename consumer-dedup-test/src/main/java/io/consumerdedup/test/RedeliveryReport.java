@@ -6,7 +6,6 @@ import io.consumerdedup.kafka.RecordHandler;
 import io.consumerdedup.kafka.RecordProcessor;
 import java.time.Instant;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
@@ -21,7 +20,8 @@ import org.jspecify.annotations.Nullable;
  * Redelivery testing: every record reaches the handler twice, the second copy after the first
  * completed (as Kafka delivers a record again after a rebalance, a crash or a lost commit), and
  * this report names every handler whose <em>body</em> (the application's work inside the dedup) ran
- * twice for one record: its dedup key does not identify the record's business action.
+ * twice for one record: its dedup key does not identify the record's business action. A run that
+ * threw is not one of the two: the retry after it is what a failure calls for.
  *
  * <p>For a plain kafka-clients loop, wrap the body with {@link #countBodyRuns} and the processor
  * with {@link #redeliverEachRecord}:
@@ -53,7 +53,7 @@ public final class RedeliveryReport {
   /** Which copy of a record is being delivered on this thread: 0 outside a redelivery test. */
   private final ThreadLocal<Integer> copy = ThreadLocal.withInitial(() -> 0);
 
-  private final Map<RunKey, List<BodyRun>> runs = new ConcurrentHashMap<>();
+  private final Map<RunKey, List<Run>> runs = new ConcurrentHashMap<>();
   private final Map<RunKey, String> recordKeys = new ConcurrentHashMap<>();
   private final List<String> failedRedeliveries = new CopyOnWriteArrayList<>();
   private final AtomicInteger redelivered = new AtomicInteger();
@@ -64,8 +64,9 @@ public final class RedeliveryReport {
    *
    * @param copy 1 on the first delivery of the record, 2 on the redelivered copy, 0 if the body ran
    *     outside a delivery this report made
+   * @param failure what the body threw, or null if it returned (or is still running)
    */
-  public record BodyRun(int copy, String thread, Instant at) {
+  public record BodyRun(int copy, String thread, Instant at, @Nullable String failure) {
     @Override
     public String toString() {
       return (copy == 1
@@ -75,7 +76,35 @@ public final class RedeliveryReport {
           + thread
           + ", "
           + at
-          + ")";
+          + ")"
+          + (failure == null ? "" : ", threw " + failure);
+    }
+  }
+
+  /** A body run as it goes: whether it threw is known only once it ended. */
+  private static final class Run {
+    final int copy;
+    final String thread;
+    final Instant at;
+
+    /**
+     * Whether the run began while an earlier run of the same body for the record had not thrown:
+     * that one returned, or still ran, so this run may apply the record's effect a second time. A
+     * run after one that threw is the retry that a failure calls for, not a second application.
+     */
+    final boolean again;
+
+    volatile @Nullable String failure;
+
+    Run(int copy, boolean again) {
+      this.copy = copy;
+      this.thread = Thread.currentThread().getName();
+      this.at = Instant.now();
+      this.again = again;
+    }
+
+    BodyRun view() {
+      return new BodyRun(copy, thread, at, failure);
     }
   }
 
@@ -118,8 +147,13 @@ public final class RedeliveryReport {
     Objects.requireNonNull(listener, "listener");
     Objects.requireNonNull(body, "body");
     return record -> {
-      bodyRan(listener, record);
-      body.handle(record);
+      Run run = start(listener, record);
+      try {
+        body.handle(record);
+      } catch (Exception | Error e) {
+        run.failure = String.valueOf(e);
+        throw e;
+      }
     };
   }
 
@@ -138,15 +172,50 @@ public final class RedeliveryReport {
    * themselves (the Spring support does).
    */
   public void bodyRan(String listener, ConsumerRecord<?, ?> record) {
-    RunKey key = new RunKey(listener, record.topic(), record.partition(), record.offset());
-    runs.computeIfAbsent(key, k -> Collections.synchronizedList(new ArrayList<>()))
-        .add(new BodyRun(copy.get(), Thread.currentThread().getName(), Instant.now()));
+    start(listener, record);
+  }
+
+  /**
+   * Notes that the run of {@code listener}'s body that this thread last began for {@code record}
+   * threw {@code error}: a later run for the record is then its retry, not a second application.
+   * For adapters that count body runs themselves (the Spring support does).
+   */
+  public void bodyFailed(String listener, ConsumerRecord<?, ?> record, Throwable error) {
+    List<Run> list = runs.get(runKey(listener, record));
+    if (list == null) {
+      return;
+    }
+    String thread = Thread.currentThread().getName();
+    synchronized (list) {
+      for (int i = list.size() - 1; i >= 0; i--) {
+        Run run = list.get(i);
+        if (run.thread.equals(thread)) {
+          run.failure = String.valueOf(error);
+          return;
+        }
+      }
+    }
+  }
+
+  private static RunKey runKey(String listener, ConsumerRecord<?, ?> record) {
+    return new RunKey(listener, record.topic(), record.partition(), record.offset());
+  }
+
+  private Run start(String listener, ConsumerRecord<?, ?> record) {
+    RunKey key = runKey(listener, record);
+    List<Run> list = runs.computeIfAbsent(key, k -> new ArrayList<>());
+    Run run;
+    synchronized (list) {
+      run = new Run(copy.get(), list.stream().anyMatch(earlier -> earlier.failure == null));
+      list.add(run);
+    }
     Object recordKey = record.key();
     if (recordKey != null) {
       String text =
           recordKey instanceof byte[] bytes ? new String(bytes, UTF_8) : recordKey.toString();
       recordKeys.putIfAbsent(key, text.length() <= 80 ? text : text.substring(0, 77) + "...");
     }
+    return run;
   }
 
   /**
@@ -203,16 +272,21 @@ public final class RedeliveryReport {
     @Nullable Object run() throws Throwable;
   }
 
-  /** The listeners whose body ran more than once for one record, with their runs. */
+  /**
+   * The listeners whose body ran again for one record after a run that did not throw, with all
+   * their runs for it. Runs after runs that threw are the retries of a failure, not counted here.
+   */
   public List<RecordRuns> bodiesRunTwice() {
     List<RecordRuns> twice = new ArrayList<>();
     runs.forEach(
         (key, list) -> {
           List<BodyRun> copyOfRuns;
+          boolean again;
           synchronized (list) {
-            copyOfRuns = List.copyOf(list);
+            copyOfRuns = list.stream().map(Run::view).toList();
+            again = list.stream().anyMatch(run -> run.again);
           }
-          if (copyOfRuns.size() > 1) {
+          if (again) {
             twice.add(
                 new RecordRuns(
                     key.listener(),
@@ -227,7 +301,14 @@ public final class RedeliveryReport {
 
   /** How many body runs were counted, of every listener. */
   public int bodyRuns() {
-    return runs.values().stream().mapToInt(List::size).sum();
+    return runs.values().stream()
+        .mapToInt(
+            list -> {
+              synchronized (list) {
+                return list.size();
+              }
+            })
+        .sum();
   }
 
   /** How many redelivered copies were handed to a handler (whether or not its body ran). */

@@ -156,6 +156,48 @@ class RedeliverEachRecordLoopTest {
   }
 
   @Test
+  void aHandlerThatFailsOnceAndSucceedsOnTheLoopsRetryPassesTheAssertion() throws Exception {
+    // A downstream that fails once: the loop retries the record, as production would, and its
+    // copy is a duplicate. The failed run applied nothing, so nothing ran twice.
+    Map<String, Boolean> failedOnce = new ConcurrentHashMap<>();
+    IdempotentRecordHandler<String, String> payments =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType("payment")
+            .key(KeyExtractors.header(KEY_HEADER))
+            .handler(
+                report.countBodyRuns(
+                    "payments",
+                    record -> {
+                      if (failedOnce.putIfAbsent(record.key(), true) == null) {
+                        throw new IllegalStateException("payment provider unavailable");
+                      }
+                      charge(record);
+                    }))
+            .build();
+    loop =
+        DedupPollLoop.builder(
+                TestKafka.consumerConfig("billing-" + topic),
+                List.of(topic),
+                report.redeliverEachRecord(payments))
+            .pollTimeout(Duration.ofMillis(200))
+            .retryBackOff(Duration.ofMillis(50))
+            .deadLetterHandler(
+                (record, reason) -> {
+                  throw new AssertionError("nothing should be dead-lettered: " + reason);
+                })
+            .build();
+    threads.submit(loop);
+
+    send("ORD-1");
+
+    await().atMost(WAIT).until(() -> report.redeliveredCopies() == 1);
+    assertThat(charges.get(topic + "-ORD-1")).hasValue(1);
+    assertThat(report.bodyRuns()).as("the failed run and its retry").isEqualTo(2);
+    assertThat(report.bodiesRunTwice()).isEmpty();
+    report.assertNoBodyRanTwice();
+  }
+
+  @Test
   void aLoopThatRedeliversNothingFailsTheAssertionInsteadOfPassingUntested() throws Exception {
     // The report's counting is wired, its redelivery is not: each record arrives once.
     startWith(handler("payments", executor, KeyExtractors.header(KEY_HEADER), true));

@@ -89,16 +89,21 @@ public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ord
   private static MethodInterceptor countingAdvice(Supplier<RedeliveryReport> report) {
     return invocation -> {
       String listener = listenerName(invocation.getMethod());
-      List<ConsumerRecord<?, ?>> batch = batchOf(invocation);
-      if (batch != null) {
-        batch.forEach(record -> report.get().bodyRan(listener, record));
-      } else {
+      List<ConsumerRecord<?, ?>> counted = batchOf(invocation);
+      if (counted == null) {
         ConsumerRecord<?, ?> record = recordOf(invocation);
-        if (record != null) {
-          report.get().bodyRan(listener, record);
-        }
+        counted = record == null ? List.of() : List.of(record);
       }
-      return invocation.proceed();
+      RedeliveryReport runs = report.get();
+      counted.forEach(record -> runs.bodyRan(listener, record));
+      try {
+        return invocation.proceed();
+      } catch (Throwable e) {
+        // The container's retry of a failed record runs the body again: a retry, not a second
+        // application of its effect.
+        counted.forEach(record -> runs.bodyFailed(listener, record, e));
+        throw e;
+      }
     };
   }
 

@@ -60,7 +60,7 @@ class RedeliverEachRecordSpringTest {
       throw new IllegalStateException(e);
     }
     registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
-    TestKafka.createTopics(1, "rt-payments", "rt-refunds", "rt-shipments");
+    TestKafka.createTopics(1, "rt-payments", "rt-refunds", "rt-shipments", "rt-invoices");
     registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
     registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
     registry.add("consumer-dedup.cleanup.enabled", () -> "false");
@@ -134,6 +134,17 @@ class RedeliverEachRecordSpringTest {
         .containsExactly("ORD-7", "ORD-8");
   }
 
+  @Test
+  void aListenerThatFailsOnceAndSucceedsOnTheContainersRetryPasses() throws Exception {
+    send("rt-invoices", "INV-1");
+
+    await().atMost(WAIT).until(() -> redelivery.redeliveredCopies() == 1);
+    assertThat(listeners.invoiced().get("INV-1")).hasValue(1);
+    assertThat(redelivery.bodyRuns()).as("the failed run and its retry").isEqualTo(2);
+    assertThat(redelivery.bodiesRunTwice()).isEmpty();
+    redelivery.assertNoBodyRanTwice();
+  }
+
   private void send(String topic, String orderNo) throws Exception {
     ProducerRecord<String, String> record = new ProducerRecord<>(topic, orderNo, "amount 10");
     record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
@@ -153,6 +164,8 @@ class RedeliverEachRecordSpringTest {
   static class Listeners {
     private final Map<String, AtomicInteger> charged = new ConcurrentHashMap<>();
     private final Map<String, AtomicInteger> refunded = new ConcurrentHashMap<>();
+    private final Map<String, AtomicInteger> invoiced = new ConcurrentHashMap<>();
+    private final Map<String, Boolean> invoiceFailed = new ConcurrentHashMap<>();
     private final JdbcTemplate jdbc;
 
     Listeners(JdbcTemplate jdbc) {
@@ -165,6 +178,20 @@ class RedeliverEachRecordSpringTest {
 
     public Map<String, AtomicInteger> refunded() {
       return refunded;
+    }
+
+    public Map<String, AtomicInteger> invoiced() {
+      return invoiced;
+    }
+
+    /** A downstream that fails once: the container's error handler retries the record. */
+    @Idempotent(bizType = "invoice", header = "order-no")
+    @KafkaListener(id = "rt-invoices", topics = "rt-invoices")
+    public void invoice(ConsumerRecord<String, String> record) {
+      if (invoiceFailed.putIfAbsent(record.key(), true) == null) {
+        throw new IllegalStateException("invoice service unavailable");
+      }
+      invoiced.computeIfAbsent(record.key(), k -> new AtomicInteger()).incrementAndGet();
     }
 
     @Idempotent(bizType = "payment", header = "order-no")
