@@ -337,7 +337,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
     // A try whose commit reached the database but whose reply was lost is tried again, and by then
     // the next delivery may hold the key under a claim of its own: the change is for the claim the
     // first try found, never for a later one.
-    AtomicReference<@Nullable DedupRecord> firstRead = new AtomicReference<>();
+    AtomicReference<@Nullable Locked> firstRead = new AtomicReference<>();
     return calls.run(
         operation,
         key,
@@ -345,18 +345,30 @@ public final class JdbcDedupAdmin implements DedupAdmin {
             StoreCalls.inOwnTransaction(
                 connection,
                 c -> {
-                  DedupRecord before = lockedRecord(c, dialect, key);
-                  if (before == null) {
+                  Locked locked = lockedRecord(c, dialect, key);
+                  if (locked == null) {
                     return absent.apply(at);
                   }
-                  DedupRecord first = firstRead.get();
+                  DedupRecord before = locked.record();
+                  Locked first = firstRead.get();
                   if (first == null) {
-                    firstRead.set(before);
-                  } else if (!sameClaim(first, before)) {
-                    return claimedSinceFirstTry(operation, key, first, before, at);
+                    firstRead.set(locked);
+                  } else if (!first.sameClaim(locked)) {
+                    return claimedSinceFirstTry(operation, key, first.record(), before, at);
                   }
                   return change.apply(c, dialect, before, who, at);
                 }));
+  }
+
+  /** A key's record as a change locked it, with the id of the claim on it (null if none). */
+  private record Locked(DedupRecord record, @Nullable String claimId) {
+    /**
+     * Whether two reads show the same claim. The attempts alone do not tell: a claim given back (a
+     * poll's record never reached) counts its attempt back, and the next claim counts it again.
+     */
+    boolean sameClaim(Locked now) {
+      return JdbcDedupAdmin.sameClaim(record, now.record) && Objects.equals(claimId, now.claimId);
+    }
   }
 
   /**
@@ -398,13 +410,13 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         at);
   }
 
-  private @Nullable DedupRecord lockedRecord(Connection connection, Dialect dialect, DedupKey key)
+  private @Nullable Locked lockedRecord(Connection connection, Dialect dialect, DedupKey key)
       throws SQLException {
     try (PreparedStatement select = calls.prepare(connection, dialect.adminSql().findLocked)) {
       select.setString(1, key.bizType());
       select.setString(2, key.bizKey());
       try (ResultSet row = select.executeQuery()) {
-        return row.next() ? dialect.record(row, key) : null;
+        return row.next() ? new Locked(dialect.record(row, key), row.getString("claim_id")) : null;
       }
     }
   }

@@ -109,6 +109,40 @@ class AdminChangeReplyLostTest {
     }
   }
 
+  /**
+   * The first try fails before its commit, and the holder gives its claim back (a poll's record it
+   * never reached), counting its attempt back; the next delivery claims the key at that same
+   * attempt. The retry must see another claim there, not the one the operator released.
+   */
+  @Test
+  void aForcedReleaseTriedAgainLeavesAClaimMadeAtTheSameAttemptAfterAGiveBackAlone() {
+    DedupKey key = DedupKey.of("admin-lost", UUID.randomUUID().toString());
+    assertThat(consumers.fail(claim(key, "first-holder"), "downstream timed out", RETENTION))
+        .isTrue();
+    ClaimResult.Claimed seen = claim(key, "holder");
+    try (FaultyDataSource faulty = FaultyDataSource.on(schema, 2, Duration.ofSeconds(5))) {
+      DedupAdmin admin = adminOn(faulty);
+      CompletableFuture<ClaimResult.Claimed> next =
+          CompletableFuture.supplyAsync(
+              () -> {
+                await().atMost(Duration.ofSeconds(10)).until(() -> faulty.repliesLost() == 1);
+                assertThat(consumers.release(seen)).as("the holder gave its claim back").isTrue();
+                return claim(key, "holder");
+              });
+      faulty.loseReplyOnce("SET status = 'FAILED', lease_until = NULL, last_error = ?");
+
+      DedupAdmin.Change change = admin.release(key, "ops", true);
+
+      assertThat(faulty.repliesLost()).as("the release's first try lost its reply").isEqualTo(1);
+      ClaimResult.Claimed nextClaim = next.join();
+      assertThat(nextClaim.token()).as("the next claim's attempt").isEqualTo(seen.token());
+      assertThat(consumers.complete(nextClaim, RETENTION))
+          .as("the next delivery's SUCCESS is written (its claim was not released by the retry)")
+          .isTrue();
+      assertThat(change.applied()).isFalse();
+    }
+  }
+
   @Test
   void aForcedForgetTriedAgainLeavesTheNextDeliverysRecordAlone() {
     DedupKey key = DedupKey.of("admin-lost", UUID.randomUUID().toString());

@@ -124,8 +124,8 @@ class ErrorInStoreCallTest {
     return JdbcDedupStore.builder(others).statementTimeout(Duration.ofSeconds(2)).build();
   }
 
-  private static ClaimRequest request(DedupKey key, String owner, String claimId) {
-    return new ClaimRequest(key, owner, LEASE, RETENTION, null, claimId);
+  private static ClaimRequest request(DedupKey key, String owner, String source) {
+    return new ClaimRequest(key, owner, LEASE, RETENTION, null, source);
   }
 
   /**
