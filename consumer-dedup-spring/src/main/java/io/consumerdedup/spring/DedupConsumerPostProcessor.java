@@ -3,6 +3,7 @@ package io.consumerdedup.spring;
 import io.consumerdedup.spring.internal.PollAwareConsumer;
 import java.lang.reflect.Field;
 import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.jspecify.annotations.Nullable;
 import org.springframework.kafka.core.ConsumerFactory;
 import org.springframework.kafka.core.ConsumerPostProcessor;
@@ -62,6 +63,32 @@ public final class DedupConsumerPostProcessor implements ConsumerPostProcessor<O
       }
     }
     return null;
+  }
+
+  /**
+   * Whether the consumers of {@code container} commit their positions by themselves ({@code
+   * enable.auto.commit}), as spring-kafka decides it when the container starts: the container's
+   * consumer properties (those of {@code @KafkaListener(properties)} among them) first, then its
+   * consumer factory's configuration; false when neither sets it (spring-kafka then sets it false).
+   * Such a consumer commits from within its polls, past every record handed to the listener, so no
+   * commit can be held back behind SUCCESS marks written in the background.
+   */
+  static boolean autoCommits(AbstractMessageListenerContainer<?, ?> container) {
+    String override =
+        container
+            .getContainerProperties()
+            .getKafkaConsumerProperties()
+            .getProperty(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG);
+    if (override != null) {
+      return Boolean.parseBoolean(override);
+    }
+    Object factory =
+        CONSUMER_FACTORY == null ? null : ReflectionUtils.getField(CONSUMER_FACTORY, container);
+    return factory instanceof ConsumerFactory<?, ?> consumers
+        && consumers
+            .getConfigurationProperties()
+            .containsKey(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG)
+        && consumers.isAutoCommit();
   }
 
   @Override

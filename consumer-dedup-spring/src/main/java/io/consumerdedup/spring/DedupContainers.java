@@ -133,7 +133,9 @@ public final class DedupContainers {
 
     RecordInterceptor existing = raw.getRecordInterceptor();
     if (!GuardedRecordInterceptor.contains(existing, CurrentRecordInterceptor.class)) {
-      CurrentRecordInterceptor current = CurrentRecordInterceptor.of(container);
+      CurrentRecordInterceptor current =
+          CurrentRecordInterceptor.of(
+              container, () -> DedupConsumerPostProcessor.autoCommits(container));
       raw.setRecordInterceptor(
           existing == null ? current : new GuardedRecordInterceptor(existing, current));
     }

@@ -3,10 +3,13 @@ package io.consumerdedup.spring.internal;
 import java.util.Collection;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.function.BooleanSupplier;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.listener.RecordInterceptor;
@@ -32,9 +35,11 @@ import org.springframework.kafka.listener.RecordInterceptor;
  * </ul>
  */
 public final class CurrentRecordInterceptor implements RecordInterceptor<Object, Object> {
+  private static final Logger log = LoggerFactory.getLogger(CurrentRecordInterceptor.class);
 
   /** The instance of no container: a share listener's, which delivers its records itself. */
-  public static final CurrentRecordInterceptor INSTANCE = new CurrentRecordInterceptor(null);
+  public static final CurrentRecordInterceptor INSTANCE =
+      new CurrentRecordInterceptor(null, () -> false);
 
   private static final ThreadLocal<@Nullable ConsumerRecord<?, ?>> CURRENT = new ThreadLocal<>();
 
@@ -49,13 +54,29 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
 
   private final @Nullable MessageListenerContainer container;
 
-  private CurrentRecordInterceptor(@Nullable MessageListenerContainer container) {
+  /** Whether the container's consumers commit by themselves ({@code enable.auto.commit}). */
+  private final BooleanSupplier autoCommits;
+
+  /** {@link #autoCommits}, once asked at the first record (the container has started). */
+  private volatile @Nullable Boolean consumersCommitThemselves;
+
+  private CurrentRecordInterceptor(
+      @Nullable MessageListenerContainer container, BooleanSupplier autoCommits) {
     this.container = container;
+    this.autoCommits = autoCommits;
   }
 
-  /** The interceptor of {@code container}, which tells its listeners when it stops. */
-  public static CurrentRecordInterceptor of(MessageListenerContainer container) {
-    return new CurrentRecordInterceptor(Objects.requireNonNull(container, "container"));
+  /**
+   * The interceptor of {@code container}, which tells its listeners when it stops.
+   *
+   * @param autoCommits whether the container's consumers commit by themselves ({@code
+   *     enable.auto.commit}): its listeners then claim record by record
+   */
+  public static CurrentRecordInterceptor of(
+      MessageListenerContainer container, BooleanSupplier autoCommits) {
+    return new CurrentRecordInterceptor(
+        Objects.requireNonNull(container, "container"),
+        Objects.requireNonNull(autoCommits, "autoCommits"));
   }
 
   /**
@@ -110,8 +131,34 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
     CONTAINER.set(deliveringContainer(record));
     // The consumer the container delivers with, not whichever consumer polled last on this thread
     // (a listener may poll one of its own).
-    POLL.set(consumer instanceof PollAwareConsumer<?, ?> pollAware ? pollAware.poll() : null);
+    POLL.set(
+        consumer instanceof PollAwareConsumer<?, ?> pollAware && !consumersCommitThemselves()
+            ? pollAware.poll()
+            : null);
     return record;
+  }
+
+  /**
+   * Whether the container's consumers commit by themselves: the Kafka client then commits their
+   * positions from within its polls, past records whose SUCCESS marks, written in the background,
+   * are not durable (or were refused by the database), and no commit of the container is there to
+   * hold back. Its listeners claim record by record instead, writing SUCCESS before returning: a
+   * SUCCESS not written is a failed call, whose record is sought back before the next poll commits.
+   */
+  private boolean consumersCommitThemselves() {
+    Boolean known = consumersCommitThemselves;
+    if (known == null) {
+      known = autoCommits.getAsBoolean();
+      consumersCommitThemselves = known;
+      if (known) {
+        log.info(
+            "@Idempotent record listeners of container {} claim one record at a time: its"
+                + " consumers commit by themselves (enable.auto.commit=true), so no commit can wait"
+                + " for SUCCESS marks written in the background",
+            container == null ? null : container.getListenerId());
+      }
+    }
+    return known;
   }
 
   /**

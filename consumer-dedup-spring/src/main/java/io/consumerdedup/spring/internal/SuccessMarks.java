@@ -353,7 +353,10 @@ public final class SuccessMarks {
   }
 
   /**
-   * Waits until every mark added so far is written or failed, each at most its wait.
+   * Waits until every mark added so far is written or failed, each at most its wait. Forgets the
+   * marks found written: no commit waits for them, and a consumer whose container commits nothing
+   * (one of no group, its partitions assigned by hand) would otherwise list every record's mark for
+   * as long as it runs, each looked through again at every poll.
    *
    * @return whether a mark was added since the last call
    */
@@ -364,12 +367,19 @@ public final class SuccessMarks {
       added = addedSinceAwait;
       addedSinceAwait = false;
       for (NavigableMap<Long, Mark> partition : marks.values()) {
-        for (Mark mark : partition.values()) {
+        Iterator<Mark> each = partition.values().iterator();
+        while (each.hasNext()) {
+          Mark mark = each.next();
           if (!mark.written.isDone()) {
             pending.add(mark);
+          } else if (!mark.written.isCompletedExceptionally()) {
+            // Durable, so passable for good. A failed one stays: it may still hold a commit back,
+            // and a share batch reports it as not written (awaitUnwritten).
+            each.remove();
           }
         }
       }
+      marks.values().removeIf(Map::isEmpty);
     }
     await(pending);
     return added;
