@@ -220,6 +220,9 @@ public final class StoreCalls {
         // The connection may be broken now; what broke it is the error to report. It goes back to
         // the pool as it was lent all the same: not every pool resets what a borrower changed.
         restore(connection, autoCommit, networkTimeout, prepareThreshold, e);
+        if (e instanceof SQLException refused && SqlStates.isReadOnlyServer(refused)) {
+          discard(connection, refused);
+        }
         throw e;
       }
       restore(connection, autoCommit, networkTimeout, prepareThreshold, null);
@@ -231,6 +234,24 @@ public final class StoreCalls {
         throw failure;
       }
       throw SqlStates.storeException(what(operation), key, e);
+    }
+  }
+
+  /**
+   * Closes the physical connection of {@code connection}, which reaches a server that refuses
+   * writes, so that its pool replaces it. Kept, it stayed in the pool for its whole lifetime (30
+   * minutes in HikariCP): after a failover whose address moved a moment late, every call that was
+   * lent it was refused long after the promoted primary took writes.
+   */
+  private void discard(Connection connection, SQLException refused) {
+    try {
+      connection.abort(SAME_THREAD);
+      log.warn(
+          "A connection of the dedup table {} reaches a server that refuses writes (a standby, or a"
+              + " primary demoted by a failover): closed, so that its pool opens another",
+          table);
+    } catch (SQLException | RuntimeException e) {
+      refused.addSuppressed(e);
     }
   }
 
