@@ -652,7 +652,13 @@ public final class PostgresDialect extends Dialect {
 
   @Override
   public boolean behindPooler(Connection connection) throws SQLException {
-    return PostgresPooler.detect(connection);
+    if (!PostgresPooler.detect(connection)) {
+      return false;
+    }
+    if (connection.getAutoCommit()) {
+      PostgresPooler.requireTransactions(connection, table);
+    }
+    return true;
   }
 
   @Override

@@ -201,7 +201,6 @@ public final class StoreCalls {
   private <T> T attempt(
       String operation, @Nullable DedupKey key, Call<T> work, long retryDeadline) {
     try (Connection connection = ownConnections.getConnection()) {
-      Dialect known = dialect(connection);
       boolean autoCommit = connection.getAutoCommit();
       int networkTimeout = connection.getNetworkTimeout();
       // Longer than the statement timeout, so a slow statement is cancelled by the server first;
@@ -209,6 +208,16 @@ public final class StoreCalls {
       connection.setNetworkTimeout(SAME_THREAD, (int) statementTimeout.multipliedBy(2).toMillis());
       if (!autoCommit) {
         connection.setAutoCommit(true);
+      }
+      Dialect known;
+      try {
+        // In auto-commit mode, so that the first connection's look at a pooler may open and roll
+        // back a transaction of its own (PostgresPooler#requireTransactions), whatever mode the
+        // pool lends its connections in.
+        known = dialect(connection);
+      } catch (SQLException | RuntimeException | Error e) {
+        restore(connection, autoCommit, networkTimeout, -1, e);
+        throw e;
       }
       // Behind a pooler every statement of the call is unnamed, COMMIT and ROLLBACK included:
       // pgjdbc names those by the connection's threshold, not a statement's.
