@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupResult;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
@@ -73,6 +74,40 @@ class ReadOnlyServerTest {
 
     assertThat(result)
         .as("[the record, delivered 3 times after the promotion] failures: %s", failures)
+        .isNotNull();
+    assertThat(result.outcome()).isEqualTo(Outcome.PROCESSED);
+    assertThat(runs).as("handler runs").hasValue(1);
+  }
+
+  @Test
+  void aTransactionOnAPoolOpenedOnAServerNowReadOnlyIsAppliedOnceThePrimaryAnswers()
+      throws Exception {
+    AtomicBoolean standby = new AtomicBoolean(true);
+    HikariDataSource pool = pool(standby, 2);
+    awaitFull(pool, 2);
+    standby.set(false);
+
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(pool);
+    JdbcDedupStore store = JdbcDedupStore.builder(transactions).build();
+    AtomicInteger runs = new AtomicInteger();
+    DedupKey key = DedupKey.of("payment", "in-transaction-" + UUID.randomUUID());
+    List<String> failures = new ArrayList<>();
+    DedupResult<Integer> result = null;
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(store).mode(DedupMode.TRANSACTIONAL).build()) {
+      // A claim in the caller's transaction is not tried again within it: each delivery that
+      // meets a read-only connection is held, and the next one takes another connection.
+      for (int delivery = 0; delivery < 4 && result == null; delivery++) {
+        try {
+          result = transactions.inTransaction(() -> executor.execute(key, runs::incrementAndGet));
+        } catch (RuntimeException e) {
+          failures.add(e.toString());
+        }
+      }
+    }
+
+    assertThat(result)
+        .as("[the record, delivered 4 times after the promotion] failures: %s", failures)
         .isNotNull();
     assertThat(result.outcome()).isEqualTo(Outcome.PROCESSED);
     assertThat(runs).as("handler runs").hasValue(1);
