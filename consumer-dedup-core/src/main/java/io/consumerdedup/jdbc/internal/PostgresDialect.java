@@ -390,7 +390,7 @@ public final class PostgresDialect extends Dialect {
         };
     boolean mixed = claims.stream().map(claim -> claim.token() == 1).distinct().count() > 1;
     return mixed && connection.getAutoCommit()
-        ? StoreCalls.inOwnTransaction(connection, bothKinds)
+        ? calls.inOwnTransactionCommittedInTime(connection, bothKinds)
         : bothKinds.run(connection);
   }
 
@@ -434,7 +434,7 @@ public final class PostgresDialect extends Dialect {
     int[] counts =
         ordered.size() == 1 || !connection.getAutoCommit()
             ? run.run(connection)
-            : StoreCalls.inOwnTransaction(connection, run);
+            : calls.inOwnTransactionCommittedInTime(connection, run);
     List<T> applied = new ArrayList<>();
     for (int i = 0; i < ordered.size(); i++) {
       if (counts[i] == 1) {

@@ -402,11 +402,38 @@ public final class StoreCalls {
    * rolls it back on failure, and hands the connection back in auto-commit mode.
    */
   public static <T> T inOwnTransaction(Connection connection, SqlWork<T> work) throws SQLException {
+    return inOwnTransaction(connection, work, Connection::commit);
+  }
+
+  /**
+   * {@link #inOwnTransaction}, its COMMIT sent as a statement of the call, which the statement
+   * timeout cancels as it does the others (for PostgreSQL: other databases' query timeouts are not
+   * known to apply to a COMMIT). With synchronous replication and the standby away, a COMMIT waits
+   * until it is cancelled, and a cancel ends the wait with the transaction committed on the primary
+   * (and a warning). Left to the connection's commit, nothing cancelled it: the client gave up at
+   * the network timeout, while the server went on waiting with the transaction's row locks held, so
+   * that every later write of those keys waited on them and was cancelled at each try, for as long
+   * as the standby was away.
+   */
+  public <T> T inOwnTransactionCommittedInTime(Connection connection, SqlWork<T> work)
+      throws SQLException {
+    return inOwnTransaction(
+        connection,
+        work,
+        c -> {
+          try (PreparedStatement commit = prepare(c, "COMMIT")) {
+            commit.execute();
+          }
+        });
+  }
+
+  private static <T> T inOwnTransaction(Connection connection, SqlWork<T> work, Commit commit)
+      throws SQLException {
     connection.setAutoCommit(false);
     T result;
     try {
       result = work.run(connection);
-      connection.commit();
+      commit.run(connection);
     } catch (SQLException | RuntimeException | Error e) {
       // On a broken connection these fail too; the error that broke it is the one to report (its
       // SQL state says whether a retry may succeed). An Error (an OutOfMemoryError as an answer is
@@ -422,6 +449,12 @@ public final class StoreCalls {
     }
     connection.setAutoCommit(true);
     return result;
+  }
+
+  /** How a transaction of a call commits. */
+  @FunctionalInterface
+  private interface Commit {
+    void run(Connection connection) throws SQLException;
   }
 
   /** A transient SQL error on its way through the retry. */
