@@ -8,6 +8,7 @@ import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -21,15 +22,19 @@ import org.junit.jupiter.api.Test;
  * in auto-commit; the COMMIT that ends a store call's own transaction (a group's lease renewals or
  * releases) was not cancelled. Its client gave up at the network timeout, but the server went on
  * waiting with the transaction's row locks held and the renewal unseen, for as long as the standby
- * was away: every later write of those keys, their holders' SUCCESS marks included, waited on the
- * locks and was cancelled at each try, and each such COMMIT kept its server connection waiting.
+ * was away (an operator's change, in a transaction of its own too, alike): every later write of
+ * those keys, their holders' SUCCESS marks included, waited on the locks and was cancelled at each
+ * try, and each such COMMIT kept its server connection waiting.
  */
 class SynchronousStandbyGoneTest {
   private static final Duration LEASE = Duration.ofMinutes(1);
   private static final Duration RETENTION = Duration.ofDays(1);
 
-  /** Each call ends at its first statement timeout (1 s) or so; its retries would take longer. */
-  private static final Duration BOUND = Duration.ofSeconds(5);
+  /**
+   * Each of the three calls ends at its first statement timeout (1 s) or so; their retries would
+   * take longer.
+   */
+  private static final Duration BOUND = Duration.ofSeconds(6);
 
   @Test
   void aGroupsRenewalAndTheHoldersSuccessGoThroughWhileTheSynchronousStandbyIsAway()
@@ -61,6 +66,15 @@ class SynchronousStandbyGoneTest {
         long cut = System.nanoTime();
         Throwable renewal = catchThrowable(() -> store.renewAll(held, LEASE));
         Throwable success = catchThrowable(() -> store.complete(held.get(0), RETENTION));
+        // An operator's change runs in a transaction of its own too.
+        Throwable forgotten =
+            catchThrowable(
+                () ->
+                    assertThat(
+                            JdbcDedupAdmin.of(store)
+                                .forget(held.get(1).key(), "operator", true)
+                                .applied())
+                        .isTrue());
         long millis = Duration.ofNanos(System.nanoTime() - cut).toMillis();
 
         // One row of the suite's report, as each of its scenarios gives.
@@ -70,6 +84,9 @@ class SynchronousStandbyGoneTest {
         }
         if (success != null) {
           violations.add("the holder's SUCCESS failed: " + success);
+        }
+        if (forgotten != null) {
+          violations.add("the operator's forget failed: " + forgotten);
         }
         Reliability.record(
             new FaultRun.Verdict(
@@ -85,7 +102,8 @@ class SynchronousStandbyGoneTest {
                 BOUND.toMillis(),
                 violations,
                 List.of(
-                    "a group's renewal, then a holder's SUCCESS, with the replication link cut:"
+                    "a group's renewal, a holder's SUCCESS, an operator's forget, with the"
+                        + " replication link cut:"
                         + " each COMMIT cancelled at the statement timeout, committed on the"
                         + " primary")));
         assertThat(renewal)
@@ -93,6 +111,9 @@ class SynchronousStandbyGoneTest {
             .isNull();
         assertThat(success)
             .as("[the holder's SUCCESS after it, while the standby is still away]")
+            .isNull();
+        assertThat(forgotten)
+            .as("[an operator's forced forget of the other key, the standby still away]")
             .isNull();
         assertThat(millis).as("both calls, in ms").isLessThan(BOUND.toMillis());
       }

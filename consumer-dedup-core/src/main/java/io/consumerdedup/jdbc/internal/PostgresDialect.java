@@ -231,6 +231,16 @@ public final class PostgresDialect extends Dialect {
   }
 
   /**
+   * Its COMMIT cancelled at the statement timeout ({@link
+   * StoreCalls#inOwnTransactionCommittedInTime}).
+   */
+  @Override
+  public <T> T inOwnTransaction(Connection connection, StoreCalls.SqlWork<T> work)
+      throws SQLException {
+    return calls.inOwnTransactionCommittedInTime(connection, work);
+  }
+
+  /**
    * One statement for all the keys (see {@link PostgresSql#complete}); where it finds no record at
    * all, a second one writes the outcome again ({@link PostgresSql#completeVanished}).
    */
@@ -390,7 +400,7 @@ public final class PostgresDialect extends Dialect {
         };
     boolean mixed = claims.stream().map(claim -> claim.token() == 1).distinct().count() > 1;
     return mixed && connection.getAutoCommit()
-        ? calls.inOwnTransactionCommittedInTime(connection, bothKinds)
+        ? inOwnTransaction(connection, bothKinds)
         : bothKinds.run(connection);
   }
 
@@ -434,7 +444,7 @@ public final class PostgresDialect extends Dialect {
     int[] counts =
         ordered.size() == 1 || !connection.getAutoCommit()
             ? run.run(connection)
-            : calls.inOwnTransactionCommittedInTime(connection, run);
+            : inOwnTransaction(connection, run);
     List<T> applied = new ArrayList<>();
     for (int i = 0; i < ordered.size(); i++) {
       if (counts[i] == 1) {
