@@ -69,8 +69,17 @@ public final class PostgresPooler {
       }
       connection.rollback();
       connection.setAutoCommit(true);
-    } catch (SQLException e) {
-      if (String.valueOf(e.getMessage()).contains("statement pooling mode")) {
+    } catch (SQLException | RuntimeException | Error e) {
+      // Handed back in the auto-commit mode it was lent in, with no transaction left open, as a
+      // store call hands back its connection whatever failed.
+      try {
+        connection.rollback();
+        connection.setAutoCommit(true);
+      } catch (SQLException | RuntimeException | Error cleanup) {
+        e.addSuppressed(cleanup);
+      }
+      if (e instanceof SQLException refused
+          && String.valueOf(refused.getMessage()).contains("statement pooling mode")) {
         throw new DedupConfigurationException(
             "The dedup table "
                 + table
@@ -80,7 +89,7 @@ public final class PostgresPooler {
                 + " at every try while the leases of running handlers run out. Serve the store's"
                 + " database with pool_mode = transaction (PgBouncer sets it per database in"
                 + " [databases], or per user in [users]): "
-                + e.getMessage(),
+                + refused.getMessage(),
             null,
             null);
       }
