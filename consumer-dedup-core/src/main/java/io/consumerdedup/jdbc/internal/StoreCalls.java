@@ -213,7 +213,9 @@ public final class StoreCalls {
       try {
         // In auto-commit mode, so that the first connection's look at a pooler may open and roll
         // back a transaction of its own (PostgresPooler#requireTransactions), whatever mode the
-        // pool lends its connections in.
+        // pool lends its connections in; and under the network timeout, which that look's
+        // statements (not the call's, so not watched) otherwise waited without on a connection
+        // that no longer answers.
         known = dialect(connection);
       } catch (SQLException | RuntimeException | Error e) {
         restore(connection, autoCommit, networkTimeout, -1, e);
@@ -317,8 +319,20 @@ public final class StoreCalls {
    */
   public void requireUnnamedHandlerStatements() {
     try (Connection connection = ownConnections.getConnection()) {
-      dialect(connection);
-      requireUnnamedHandlerStatements(connection, null);
+      // Bounded as a call's statements are: on a connection that no longer answers, the first
+      // look at the database (dialect) waited for good, and the executor's build with it.
+      int networkTimeout = connection.getNetworkTimeout();
+      connection.setNetworkTimeout(SAME_THREAD, (int) statementTimeout.multipliedBy(2).toMillis());
+      try {
+        dialect(connection);
+        requireUnnamedHandlerStatements(connection, null);
+      } finally {
+        try {
+          connection.setNetworkTimeout(SAME_THREAD, networkTimeout);
+        } catch (SQLException e) {
+          // A connection that broke: the pool discards it, and a refusal above stands.
+        }
+      }
     } catch (SQLException e) {
       // The table check meets the same database and says so; each claim checks again.
     }
