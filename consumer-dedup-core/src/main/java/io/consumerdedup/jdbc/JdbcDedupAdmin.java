@@ -342,7 +342,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         operation,
         key,
         (connection, dialect) ->
-            StoreCalls.inOwnTransaction(
+            dialect.inOwnTransaction(
                 connection,
                 c -> {
                   Locked locked = lockedRecord(c, dialect, key);

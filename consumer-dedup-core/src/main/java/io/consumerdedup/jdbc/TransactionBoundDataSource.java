@@ -109,7 +109,9 @@ public final class TransactionBoundDataSource implements DataSource {
    * that fails is added to it as suppressed). The connection goes back to the pool whatever
    * happens, in auto-commit mode again; one whose rollback failed is aborted instead, so that its
    * unfinished transaction can never be committed by the connection's next user (PostgreSQL rolls
-   * back the transaction of a connection that goes away, as it does when this process dies).
+   * back the transaction of a connection that goes away, as it does when this process dies), and so
+   * is one whose server refused a write as read-only (SQL state 25006), so that the pool opens
+   * another, which reaches the primary once a failover has moved its address.
    *
    * <p>A commit whose reply is lost leaves it unknown whether it committed; the exception says so.
    * A redelivery finds out: in mode TRANSACTIONAL a committed dedup row makes it a duplicate, and
@@ -152,7 +154,10 @@ public final class TransactionBoundDataSource implements DataSource {
         result = work.run();
       } catch (Throwable failure) {
         transaction.end();
-        reusable = rollBack(transaction, failure);
+        // A connection to a server that refuses writes (a standby, a primary demoted by a
+        // failover) is sound to the pool, which would lend it for its whole lifetime: every
+        // record's transaction on it failed long after the promoted primary took writes.
+        reusable = rollBack(transaction, failure) && !refusedWrites(failure);
         throw failure;
       }
       transaction.end();
@@ -198,6 +203,19 @@ public final class TransactionBoundDataSource implements DataSource {
     }
   }
 
+  /** Whether {@code failure} came of a server that refuses writes (SQL state 25006). */
+  private static boolean refusedWrites(Throwable failure) {
+    for (Throwable cause = failure; cause != null; cause = cause.getCause()) {
+      if (cause instanceof SQLException refused && SqlStates.isReadOnlyServer(refused)) {
+        return true;
+      }
+      if (cause.getCause() == cause) {
+        break;
+      }
+    }
+    return false;
+  }
+
   /** Rolls back after {@code failure}; true if the connection is fit to go back to the pool. */
   private static boolean rollBack(Transaction transaction, Throwable failure) {
     try {
@@ -221,7 +239,8 @@ public final class TransactionBoundDataSource implements DataSource {
     try {
       if (!reusable) {
         log.warn(
-            "Aborting a connection whose transaction could not be ended; its server session rolls it back");
+            "Aborting a connection whose transaction could not be ended, or whose server refuses"
+                + " writes; its server session rolls the transaction back");
         connection.abort(Runnable::run);
       } else if (transaction.autoCommit()) {
         // Only now: setAutoCommit(true) on an open transaction would commit it.

@@ -98,8 +98,9 @@ class UnansweredClaimTest {
           .as("the unanswered claim committed")
           .isEqualTo(DedupStatus.PROCESSING);
 
-      // The redelivery meets a database that refuses writes for a while (a failover that lands
-      // the pool on a standby still read-only): an error that is not "unavailable".
+      // The redelivery meets a database that refuses writes for a while (a role's grant revoked
+      // and given back by a migration): an error that is not "unavailable". A standby still
+      // read-only after a failover (25006) is "unavailable" (ReadOnlyServerTest).
       refuseWrites(true);
       try {
         assertThatThrownBy(() -> executor.execute(key, runs::incrementAndGet))
@@ -150,15 +151,18 @@ class UnansweredClaimTest {
     }
   }
 
-  /** Makes the dedup table refuse writes as a read-only standby does (SQL state 25006), or not. */
+  /**
+   * Makes the dedup table refuse writes as a revoked grant does (SQL state 42501, not transient),
+   * or not.
+   */
   private static void refuseWrites(boolean refuse) throws SQLException {
     try (Connection connection = TestDatabase.connect(schema);
         Statement statement = connection.createStatement()) {
       if (refuse) {
         statement.execute(
             "CREATE FUNCTION refuse_writes() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN"
-                + " RAISE EXCEPTION 'cannot execute % in a read-only transaction', TG_OP"
-                + " USING ERRCODE = '25006'; END $$");
+                + " RAISE EXCEPTION 'permission denied to % consumer_dedup', TG_OP"
+                + " USING ERRCODE = '42501'; END $$");
         statement.execute(
             "CREATE TRIGGER refuse_writes BEFORE INSERT OR UPDATE ON consumer_dedup"
                 + " FOR EACH ROW EXECUTE FUNCTION refuse_writes()");

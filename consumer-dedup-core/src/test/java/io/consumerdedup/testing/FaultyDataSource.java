@@ -90,8 +90,9 @@ public final class FaultyDataSource extends ConnectionSource implements AutoClos
   }
 
   /**
-   * Arms a one-shot fault: the next {@code commit()} of a connection handed out by this DataSource
-   * commits on the server, and its reply is lost.
+   * Arms a one-shot fault: the next {@code commit()} of a connection handed out by this DataSource,
+   * or the next {@code COMMIT} it runs as a statement, commits on the server, and its reply is
+   * lost.
    */
   public void loseCommitReplyOnce() {
     loseCommitReply.set(true);
@@ -180,6 +181,11 @@ public final class FaultyDataSource extends ConnectionSource implements AutoClos
     InvocationHandler handler =
         (self, method, args) -> {
           if (method.getName().startsWith("execute")) {
+            // The store sends the COMMIT of its own transactions on PostgreSQL as a statement, so
+            // that its statement timeout applies.
+            if (sql.strip().endsWith("COMMIT") && loseCommitReply.compareAndSet(true, false)) {
+              return invokeLosingReply(statement, method, args);
+            }
             String fragment = loseReplyOf.get();
             if (fragment != null
                 && sql.contains(fragment)

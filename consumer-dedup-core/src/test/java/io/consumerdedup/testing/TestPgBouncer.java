@@ -65,6 +65,28 @@ public final class TestPgBouncer {
     return url;
   }
 
+  /**
+   * The URL of the same database in PgBouncer's statement pool mode ({@code .ci/pgbouncer} serves
+   * it as {@code <database>_statement_mode}); skips the calling test, or fails it under CI, when
+   * the PgBouncer does not serve it.
+   */
+  public static String statementModeUrl() {
+    String url = url().replaceFirst("(//[^/]+/)([^?]+)", "$1$2_statement_mode");
+    try (Connection connection = DriverManager.getConnection(url)) {
+      connection.isValid(5);
+    } catch (SQLException e) {
+      String message =
+          "This PgBouncer does not serve the database in statement pool mode at "
+              + url
+              + "; start it with .ci/pgbouncer";
+      if ("true".equalsIgnoreCase(System.getenv("CI"))) {
+        throw new IllegalStateException(message, e);
+      }
+      Assumptions.abort(message);
+    }
+    return url;
+  }
+
   /** The URL with {@code parameters} ({@code name=value&...}) added. */
   public static String url(String parameters) {
     String url = url();

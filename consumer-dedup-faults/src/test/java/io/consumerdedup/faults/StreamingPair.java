@@ -212,6 +212,14 @@ final class StreamingPair implements AutoCloseable {
     }
   }
 
+  /**
+   * The standby's host goes away while the primary lives: the replication link is cut, and a
+   * synchronous primary's commits wait for a standby that does not come.
+   */
+  void cutReplication() {
+    java.util.Objects.requireNonNull(replication).refuse();
+  }
+
   /** Promotes the standby and waits until it accepts writes. */
   void promoteStandby() throws Exception {
     asPostgres("pg_ctl", "-D", standbyData.toString(), "-w", "promote");

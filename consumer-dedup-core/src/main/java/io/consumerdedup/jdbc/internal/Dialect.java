@@ -110,6 +110,15 @@ public abstract class Dialect {
   }
 
   /**
+   * Runs {@code work} in a transaction of its own on an auto-commit connection, as {@link
+   * StoreCalls#inOwnTransaction} does.
+   */
+  public <T> T inOwnTransaction(Connection connection, StoreCalls.SqlWork<T> work)
+      throws SQLException {
+    return StoreCalls.inOwnTransaction(connection, work);
+  }
+
+  /**
    * Claims {@code requests} (distinct keys): one answer per request, in their order. In its own
    * transaction when the connection is in auto-commit mode, else in the caller's (never committed).
    *
@@ -130,7 +139,7 @@ public abstract class Dialect {
       List<ClaimResult.Claimed> completing,
       Duration retention)
       throws SQLException {
-    return StoreCalls.inOwnTransaction(
+    return inOwnTransaction(
         connection,
         c -> {
           List<DedupKey> lost = update(c, FencedUpdate.COMPLETE, completing, retention, null);

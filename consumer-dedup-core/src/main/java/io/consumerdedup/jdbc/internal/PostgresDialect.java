@@ -231,6 +231,16 @@ public final class PostgresDialect extends Dialect {
   }
 
   /**
+   * Its COMMIT cancelled at the statement timeout ({@link
+   * StoreCalls#inOwnTransactionCommittedInTime}).
+   */
+  @Override
+  public <T> T inOwnTransaction(Connection connection, StoreCalls.SqlWork<T> work)
+      throws SQLException {
+    return calls.inOwnTransactionCommittedInTime(connection, work);
+  }
+
+  /**
    * One statement for all the keys (see {@link PostgresSql#complete}); where it finds no record at
    * all, a second one writes the outcome again ({@link PostgresSql#completeVanished}).
    */
@@ -390,7 +400,7 @@ public final class PostgresDialect extends Dialect {
         };
     boolean mixed = claims.stream().map(claim -> claim.token() == 1).distinct().count() > 1;
     return mixed && connection.getAutoCommit()
-        ? StoreCalls.inOwnTransaction(connection, bothKinds)
+        ? inOwnTransaction(connection, bothKinds)
         : bothKinds.run(connection);
   }
 
@@ -434,7 +444,7 @@ public final class PostgresDialect extends Dialect {
     int[] counts =
         ordered.size() == 1 || !connection.getAutoCommit()
             ? run.run(connection)
-            : StoreCalls.inOwnTransaction(connection, run);
+            : inOwnTransaction(connection, run);
     List<T> applied = new ArrayList<>();
     for (int i = 0; i < ordered.size(); i++) {
       if (counts[i] == 1) {
@@ -652,7 +662,13 @@ public final class PostgresDialect extends Dialect {
 
   @Override
   public boolean behindPooler(Connection connection) throws SQLException {
-    return PostgresPooler.detect(connection);
+    if (!PostgresPooler.detect(connection)) {
+      return false;
+    }
+    if (connection.getAutoCommit()) {
+      PostgresPooler.requireTransactions(connection, table);
+    }
+    return true;
   }
 
   @Override

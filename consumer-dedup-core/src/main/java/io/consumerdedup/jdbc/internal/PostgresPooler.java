@@ -1,5 +1,6 @@
 package io.consumerdedup.jdbc.internal;
 
+import io.consumerdedup.core.DedupConfigurationException;
 import java.sql.Connection;
 import java.sql.ResultSet;
 import java.sql.SQLException;
@@ -38,6 +39,66 @@ public final class PostgresPooler {
       useUnnamed(statement);
       try (ResultSet row = statement.executeQuery("SELECT pg_backend_pid()")) {
         return row.next() && row.getInt(1) != toldAtConnect;
+      }
+    }
+  }
+
+  /**
+   * Refuses a pooler in statement pool mode (PgBouncer's {@code pool_mode = statement}), which ends
+   * a client connection that opens a transaction ({@code FATAL: transaction blocks not allowed in
+   * statement pooling mode}, SQL state 08P01, as a lost connection says). The store's claims are
+   * single statements and go through it, but a group's renewals and releases, the admin's changes
+   * and mode TRANSACTIONAL run in transactions, and would be "unavailable" at every try while the
+   * leases they renew run out. Opens and rolls back an empty transaction on {@code connection},
+   * which must be in auto-commit mode (outside any caller's transaction); a pooler in statement
+   * mode closes it then.
+   *
+   * @throws DedupConfigurationException behind a pooler in statement pool mode
+   */
+  public static void requireTransactions(Connection connection, String table) throws SQLException {
+    PGConnection pgConnection = connection.unwrap(PGConnection.class);
+    int threshold = pgConnection.getPrepareThreshold();
+    // The BEGIN and ROLLBACK that pgjdbc sends are named by the connection's threshold, and a
+    // named one would meet another client's server connection behind a pooler in transaction mode.
+    pgConnection.setPrepareThreshold(0);
+    try {
+      connection.setAutoCommit(false);
+      try (Statement statement = connection.createStatement()) {
+        useUnnamed(statement);
+        statement.execute("SELECT 1");
+      }
+      connection.rollback();
+      connection.setAutoCommit(true);
+    } catch (SQLException | RuntimeException | Error e) {
+      // Handed back in the auto-commit mode it was lent in, with no transaction left open, as a
+      // store call hands back its connection whatever failed.
+      try {
+        connection.rollback();
+        connection.setAutoCommit(true);
+      } catch (SQLException | RuntimeException | Error cleanup) {
+        e.addSuppressed(cleanup);
+      }
+      if (e instanceof SQLException refused
+          && String.valueOf(refused.getMessage()).contains("statement pooling mode")) {
+        throw new DedupConfigurationException(
+            "The dedup table "
+                + table
+                + " is reached through a connection pooler in statement pool mode (PgBouncer's"
+                + " pool_mode = statement), which ends every client connection that opens a"
+                + " transaction: a group's lease renewals and releases run in one, and would fail"
+                + " at every try while the leases of running handlers run out. Serve the store's"
+                + " database with pool_mode = transaction (PgBouncer sets it per database in"
+                + " [databases], or per user in [users]): "
+                + refused.getMessage(),
+            null,
+            null);
+      }
+      throw e;
+    } finally {
+      try {
+        pgConnection.setPrepareThreshold(threshold);
+      } catch (RuntimeException e) {
+        // Nothing to restore on a connection the pooler closed.
       }
     }
   }

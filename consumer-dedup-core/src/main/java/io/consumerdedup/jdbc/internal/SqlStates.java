@@ -30,6 +30,8 @@ public final class SqlStates {
     OTHER
   }
 
+  private static final String READ_ONLY = "25006";
+
   private static final Set<String> TRANSIENT =
       Set.of(
           "40001", // serialization_failure
@@ -39,6 +41,9 @@ public final class SqlStates {
           "57P01", // admin_shutdown (pg_terminate_backend, a restart)
           "57P02", // crash_shutdown
           "57P03", // cannot_connect_now (starting up)
+          // read_only_sql_transaction: the connection reaches a standby, or a primary demoted by a
+          // failover, whose address the pool or DNS still gives (see isReadOnlyServer).
+          READ_ONLY,
           // A pooler ran the transaction on a server connection that lacks the named statement or
           // has one of that name already (see PostgresPooler); 08P01 (a bind message that does not
           // fit the statement of that name) is a connection exception below.
@@ -91,6 +96,20 @@ public final class SqlStates {
       }
     }
     return Kind.OTHER;
+  }
+
+  /**
+   * Whether {@code e} says the server refuses writes (SQL state 25006): a hot standby, or a primary
+   * demoted by a failover. The connection is sound to its pool, which keeps it for its whole
+   * lifetime, so only another connection can reach the promoted primary.
+   */
+  public static boolean isReadOnlyServer(SQLException e) {
+    for (SQLException current = e; current != null; current = current.getNextException()) {
+      if (READ_ONLY.equals(current.getSQLState())) {
+        return true;
+      }
+    }
+    return false;
   }
 
   public static boolean isTransient(SQLException e) {

@@ -201,7 +201,6 @@ public final class StoreCalls {
   private <T> T attempt(
       String operation, @Nullable DedupKey key, Call<T> work, long retryDeadline) {
     try (Connection connection = ownConnections.getConnection()) {
-      Dialect known = dialect(connection);
       boolean autoCommit = connection.getAutoCommit();
       int networkTimeout = connection.getNetworkTimeout();
       // Longer than the statement timeout, so a slow statement is cancelled by the server first;
@@ -209,6 +208,18 @@ public final class StoreCalls {
       connection.setNetworkTimeout(SAME_THREAD, (int) statementTimeout.multipliedBy(2).toMillis());
       if (!autoCommit) {
         connection.setAutoCommit(true);
+      }
+      Dialect known;
+      try {
+        // In auto-commit mode, so that the first connection's look at a pooler may open and roll
+        // back a transaction of its own (PostgresPooler#requireTransactions), whatever mode the
+        // pool lends its connections in; and under the network timeout, which that look's
+        // statements (not the call's, so not watched) otherwise waited without on a connection
+        // that no longer answers.
+        known = dialect(connection);
+      } catch (SQLException | RuntimeException | Error e) {
+        restore(connection, autoCommit, networkTimeout, -1, e);
+        throw e;
       }
       // Behind a pooler every statement of the call is unnamed, COMMIT and ROLLBACK included:
       // pgjdbc names those by the connection's threshold, not a statement's.
@@ -220,6 +231,9 @@ public final class StoreCalls {
         // The connection may be broken now; what broke it is the error to report. It goes back to
         // the pool as it was lent all the same: not every pool resets what a borrower changed.
         restore(connection, autoCommit, networkTimeout, prepareThreshold, e);
+        if (e instanceof SQLException refused && SqlStates.isReadOnlyServer(refused)) {
+          discard(connection, refused);
+        }
         throw e;
       }
       restore(connection, autoCommit, networkTimeout, prepareThreshold, null);
@@ -231,6 +245,24 @@ public final class StoreCalls {
         throw failure;
       }
       throw SqlStates.storeException(what(operation), key, e);
+    }
+  }
+
+  /**
+   * Closes the physical connection of {@code connection}, which reaches a server that refuses
+   * writes, so that its pool replaces it. Kept, it stayed in the pool for its whole lifetime (30
+   * minutes in HikariCP): after a failover whose address moved a moment late, every call that was
+   * lent it was refused long after the promoted primary took writes.
+   */
+  private void discard(Connection connection, SQLException refused) {
+    try {
+      connection.abort(SAME_THREAD);
+      log.warn(
+          "A connection of the dedup table {} reaches a server that refuses writes (a standby, or a"
+              + " primary demoted by a failover): closed, so that its pool opens another",
+          table);
+    } catch (SQLException | RuntimeException e) {
+      refused.addSuppressed(e);
     }
   }
 
@@ -287,8 +319,20 @@ public final class StoreCalls {
    */
   public void requireUnnamedHandlerStatements() {
     try (Connection connection = ownConnections.getConnection()) {
-      dialect(connection);
-      requireUnnamedHandlerStatements(connection, null);
+      // Bounded as a call's statements are: on a connection that no longer answers, the first
+      // look at the database (dialect) waited for good, and the executor's build with it.
+      int networkTimeout = connection.getNetworkTimeout();
+      connection.setNetworkTimeout(SAME_THREAD, (int) statementTimeout.multipliedBy(2).toMillis());
+      try {
+        dialect(connection);
+        requireUnnamedHandlerStatements(connection, null);
+      } finally {
+        try {
+          connection.setNetworkTimeout(SAME_THREAD, networkTimeout);
+        } catch (SQLException e) {
+          // A connection that broke: the pool discards it, and a refusal above stands.
+        }
+      }
     } catch (SQLException e) {
       // The table check meets the same database and says so; each claim checks again.
     }
@@ -372,11 +416,38 @@ public final class StoreCalls {
    * rolls it back on failure, and hands the connection back in auto-commit mode.
    */
   public static <T> T inOwnTransaction(Connection connection, SqlWork<T> work) throws SQLException {
+    return inOwnTransaction(connection, work, Connection::commit);
+  }
+
+  /**
+   * {@link #inOwnTransaction}, its COMMIT sent as a statement of the call, which the statement
+   * timeout cancels as it does the others (for PostgreSQL: other databases' query timeouts are not
+   * known to apply to a COMMIT). With synchronous replication and the standby away, a COMMIT waits
+   * until it is cancelled, and a cancel ends the wait with the transaction committed on the primary
+   * (and a warning). Left to the connection's commit, nothing cancelled it: the client gave up at
+   * the network timeout, while the server went on waiting with the transaction's row locks held, so
+   * that every later write of those keys waited on them and was cancelled at each try, for as long
+   * as the standby was away.
+   */
+  public <T> T inOwnTransactionCommittedInTime(Connection connection, SqlWork<T> work)
+      throws SQLException {
+    return inOwnTransaction(
+        connection,
+        work,
+        c -> {
+          try (PreparedStatement commit = prepare(c, "COMMIT")) {
+            commit.execute();
+          }
+        });
+  }
+
+  private static <T> T inOwnTransaction(Connection connection, SqlWork<T> work, Commit commit)
+      throws SQLException {
     connection.setAutoCommit(false);
     T result;
     try {
       result = work.run(connection);
-      connection.commit();
+      commit.run(connection);
     } catch (SQLException | RuntimeException | Error e) {
       // On a broken connection these fail too; the error that broke it is the one to report (its
       // SQL state says whether a retry may succeed). An Error (an OutOfMemoryError as an answer is
@@ -392,6 +463,12 @@ public final class StoreCalls {
     }
     connection.setAutoCommit(true);
     return result;
+  }
+
+  /** How a transaction of a call commits. */
+  @FunctionalInterface
+  private interface Commit {
+    void run(Connection connection) throws SQLException;
   }
 
   /** A transient SQL error on its way through the retry. */
