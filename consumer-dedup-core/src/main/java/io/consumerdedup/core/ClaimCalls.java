@@ -1,6 +1,7 @@
 package io.consumerdedup.core;
 
 import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
 import io.consumerdedup.core.internal.PendingOutcome;
 import io.consumerdedup.core.internal.RecentClaims;
@@ -204,11 +205,28 @@ final class ClaimCalls {
   }
 
   /**
-   * Releases claims whose handler never ran (see {@link DedupClaims#releaseUnended()}); if the
-   * store cannot be reached, a redelivery here recognises them by their claim ids until their
-   * leases run out.
+   * Releases claims whose handler never ran (see {@link DedupClaims#releaseUnended()}) just after
+   * they were claimed at {@code claimSentNanos}; if the store cannot be reached, a redelivery here
+   * recognises them by their claim ids until their leases run out.
    */
   void release(List<ClaimResult.Claimed> claims, long claimSentNanos) {
+    release(claims, claims.stream().map(claim -> claimSentNanos).toList());
+  }
+
+  /**
+   * Releases held claims whose handler never ran, as {@link #release(List, long)}, each remembered
+   * from its latest renewal if the store cannot be reached: their leases were renewed while they
+   * waited (the records before them in a poll), and remembered from the claim, one held for longer
+   * than a lease was forgotten at once, its redelivery to this process told "in progress" by its
+   * own claim until the lease renewed last ran out.
+   */
+  void releaseRenewed(List<LeaseRenewer.Renewal> renewals) {
+    release(
+        renewals.stream().map(LeaseRenewer.Renewal::claim).toList(),
+        renewals.stream().map(LeaseRenewer.Renewal::heldFromNanos).toList());
+  }
+
+  private void release(List<ClaimResult.Claimed> claims, List<Long> heldFromNanos) {
     if (claims.isEmpty()) {
       return;
     }
@@ -216,7 +234,7 @@ final class ClaimCalls {
     try {
       store.releaseAll(claims);
     } catch (DedupStoreException e) {
-      claims.forEach(claim -> unanswered.unanswered(claim.key(), claim.claimId(), claimSentNanos));
+      remember(claims, heldFromNanos);
       tellStoreFailed(claims.get(0).key(), e);
       log.warn(
           "Could not release the claims on {}, whose handlers did not run; their leases run out"
@@ -227,8 +245,15 @@ final class ClaimCalls {
       // Such as an OutOfMemoryError from getConnection: the claims are still held, and the
       // redelivery to this process must take them up as after a release the database refused,
       // not be told "in progress" by its own claims for a whole lease.
-      claims.forEach(claim -> unanswered.unanswered(claim.key(), claim.claimId(), claimSentNanos));
+      remember(claims, heldFromNanos);
       throw e;
+    }
+  }
+
+  private void remember(List<ClaimResult.Claimed> claims, List<Long> heldFromNanos) {
+    for (int i = 0; i < claims.size(); i++) {
+      ClaimResult.Claimed claim = claims.get(i);
+      unanswered.unanswered(claim.key(), claim.claimId(), heldFromNanos.get(i));
     }
   }
 }

@@ -341,6 +341,14 @@ public final class LeaseRenewer implements AutoCloseable {
     }
 
     /**
+     * {@link System#nanoTime()} just before the claim or the latest renewal that answered was sent:
+     * the lease held now runs at least a lease period from then, by the database's clock too.
+     */
+    public long heldFromNanos() {
+      return heldUntilNanos - lease.toNanos();
+    }
+
+    /**
      * Whether the lease may be gone: taken over, or not renewed within a lease period (measured
      * from before the last successful renewal was sent, so never later than the database's own
      * expiry). Once true, another consumer may take the key over and run its handler.
