@@ -126,21 +126,30 @@ final class ClaimCalls {
   ClaimResult claim(ClaimRequest request, long sentNanos) {
     FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
     PendingOutcome mark = inTransaction ? null : outcomes.takeParked(request.key());
+    boolean timed = false;
     try {
+      ClaimResult result;
       if (inTransaction) {
-        return store.claimInTransaction(request);
+        result = store.claimInTransaction(request);
+      } else if (mark == null) {
+        result = store.claim(request);
+      } else {
+        FaultPoints.reached(FaultPoints.Point.BEFORE_SUCCESS_MARK);
+        DedupStore.ClaimCompleting done =
+            store.claimCompleting(request, List.of(mark.claim()), successRetention);
+        PendingOutcome written = mark;
+        mark = null; // answered: what follows cannot make it unwritten
+        outcomes.writtenWithClaim(written, !done.leaseLost().contains(written.claim().key()));
+        FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
+        result = done.claim();
       }
-      if (mark == null) {
-        return store.claim(request);
-      }
-      FaultPoints.reached(FaultPoints.Point.BEFORE_SUCCESS_MARK);
-      DedupStore.ClaimCompleting done =
-          store.claimCompleting(request, List.of(mark.claim()), successRetention);
-      PendingOutcome written = mark;
-      mark = null; // answered: what follows cannot make it unwritten
-      outcomes.writtenWithClaim(written, !done.leaseLost().contains(written.claim().key()));
-      FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
-      return done.claim();
+      // Inside the try: the claim has committed, and an Error the application's listener throws
+      // here (which the composite one lets through) must leave its claim id remembered, as one
+      // thrown while the answer was read. Told from a finally, the Error left the key PROCESSING
+      // under a lease nobody renewed, and the next delivery here "in progress" for a whole lease.
+      timed = true;
+      listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - sentNanos));
+      return result;
     } catch (DedupStoreException e) {
       if (mark != null) {
         outcomes.notWrittenWithClaim(mark, e);
@@ -165,7 +174,9 @@ final class ClaimCalls {
       }
       throw e;
     } finally {
-      listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - sentNanos));
+      if (!timed) {
+        listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - sentNanos));
+      }
     }
   }
 
@@ -184,10 +195,16 @@ final class ClaimCalls {
       return List.of();
     }
     DedupKey first = requests.get(0).key();
+    boolean timed = false;
     try {
       // Inside the try: what is thrown here leaves the ids taken for the requests remembered.
       FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
-      return inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
+      List<ClaimResult> results =
+          inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
+      // Inside the try too: the claims have committed (see claim).
+      timed = true;
+      listener.claimTimed(first, Duration.ofNanos(System.nanoTime() - sentNanos));
+      return results;
     } catch (DedupStoreException e) {
       // Whatever the store says, as for a single claim (see claim).
       requests.forEach(
@@ -200,7 +217,9 @@ final class ClaimCalls {
           request -> unanswered.unanswered(request.key(), request.claimId(), sentNanos));
       throw e;
     } finally {
-      listener.claimTimed(first, Duration.ofNanos(System.nanoTime() - sentNanos));
+      if (!timed) {
+        listener.claimTimed(first, Duration.ofNanos(System.nanoTime() - sentNanos));
+      }
     }
   }
 
