@@ -67,7 +67,7 @@ final class BatchClaims {
       Iterator<LeaseRenewer.Renewal> renewals = started == null ? null : started.iterator();
       for (int j = 0; j < results.size(); j++) {
         int i = requested.get(j);
-        answers[i] = answer(deliveries.get(i), results.get(j), renewals, sentNanos);
+        answers[i] = answer(deliveries.get(i), results.get(j), renewals);
       }
       // Inside the try too: a caller's list built as it is read may throw here.
       copied = List.copyOf(deliveries);
@@ -94,7 +94,7 @@ final class BatchClaims {
       }
       throw e;
     }
-    return new DedupClaims(executor, calls, copied, answers, sentNanos);
+    return new DedupClaims(executor, calls, copied, answers);
   }
 
   /**
@@ -135,11 +135,10 @@ final class BatchClaims {
   private Object answer(
       IdempotentExecutor.Delivery delivery,
       ClaimResult result,
-      @Nullable Iterator<LeaseRenewer.Renewal> renewals,
-      long sentNanos) {
+      @Nullable Iterator<LeaseRenewer.Renewal> renewals) {
     if (result instanceof ClaimResult.Claimed claimed) {
       return claimAnswers.started(
-          claimed, delivery.source(), renewals == null ? null : renewals.next(), sentNanos);
+          claimed, delivery.source(), renewals == null ? null : renewals.next());
     }
     DedupRecord existing = ((ClaimResult.Taken) result).existing();
     // Told to the listener when the delivery is reached, not now: a poll cut short (held back at

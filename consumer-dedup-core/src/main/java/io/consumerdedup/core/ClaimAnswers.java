@@ -74,13 +74,9 @@ final class ClaimAnswers {
   /**
    * @param renewal the claim's lease renewal; null for a claim in the caller's transaction, which
    *     holds the key until it ends
-   * @param sentNanos when the claim was sent, from which its lease runs
    */
   DedupClaim started(
-      ClaimResult.Claimed claim,
-      @Nullable String source,
-      LeaseRenewer.@Nullable Renewal renewal,
-      long sentNanos) {
+      ClaimResult.Claimed claim, @Nullable String source, LeaseRenewer.@Nullable Renewal renewal) {
     DedupKey key = claim.key();
     int attempt = claim.token();
     if (attempt > 1) {
@@ -104,6 +100,6 @@ final class ClaimAnswers {
     if (renewal == null) {
       return DedupClaim.inTransaction(key, attempt, source, listener);
     }
-    return DedupClaim.leased(key, attempt, source, outcomes, renewal, listener, calls, sentNanos);
+    return DedupClaim.leased(key, attempt, source, outcomes, renewal, listener, calls);
   }
 }

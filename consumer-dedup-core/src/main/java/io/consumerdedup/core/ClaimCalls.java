@@ -1,6 +1,7 @@
 package io.consumerdedup.core;
 
 import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
 import io.consumerdedup.core.internal.PendingOutcome;
 import io.consumerdedup.core.internal.RecentClaims;
@@ -125,21 +126,30 @@ final class ClaimCalls {
   ClaimResult claim(ClaimRequest request, long sentNanos) {
     FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
     PendingOutcome mark = inTransaction ? null : outcomes.takeParked(request.key());
+    boolean timed = false;
     try {
+      ClaimResult result;
       if (inTransaction) {
-        return store.claimInTransaction(request);
+        result = store.claimInTransaction(request);
+      } else if (mark == null) {
+        result = store.claim(request);
+      } else {
+        FaultPoints.reached(FaultPoints.Point.BEFORE_SUCCESS_MARK);
+        DedupStore.ClaimCompleting done =
+            store.claimCompleting(request, List.of(mark.claim()), successRetention);
+        PendingOutcome written = mark;
+        mark = null; // answered: what follows cannot make it unwritten
+        outcomes.writtenWithClaim(written, !done.leaseLost().contains(written.claim().key()));
+        FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
+        result = done.claim();
       }
-      if (mark == null) {
-        return store.claim(request);
-      }
-      FaultPoints.reached(FaultPoints.Point.BEFORE_SUCCESS_MARK);
-      DedupStore.ClaimCompleting done =
-          store.claimCompleting(request, List.of(mark.claim()), successRetention);
-      PendingOutcome written = mark;
-      mark = null; // answered: what follows cannot make it unwritten
-      outcomes.writtenWithClaim(written, !done.leaseLost().contains(written.claim().key()));
-      FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
-      return done.claim();
+      // Inside the try: the claim has committed, and an Error the application's listener throws
+      // here (which the composite one lets through) must leave its claim id remembered, as one
+      // thrown while the answer was read. Told from a finally, the Error left the key PROCESSING
+      // under a lease nobody renewed, and the next delivery here "in progress" for a whole lease.
+      timed = true;
+      listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - sentNanos));
+      return result;
     } catch (DedupStoreException e) {
       if (mark != null) {
         outcomes.notWrittenWithClaim(mark, e);
@@ -164,7 +174,9 @@ final class ClaimCalls {
       }
       throw e;
     } finally {
-      listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - sentNanos));
+      if (!timed) {
+        listener.claimTimed(request.key(), Duration.ofNanos(System.nanoTime() - sentNanos));
+      }
     }
   }
 
@@ -183,10 +195,16 @@ final class ClaimCalls {
       return List.of();
     }
     DedupKey first = requests.get(0).key();
+    boolean timed = false;
     try {
       // Inside the try: what is thrown here leaves the ids taken for the requests remembered.
       FaultPoints.reached(FaultPoints.Point.BEFORE_CLAIM);
-      return inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
+      List<ClaimResult> results =
+          inTransaction ? store.claimAllInTransaction(requests) : store.claimAll(requests);
+      // Inside the try too: the claims have committed (see claim).
+      timed = true;
+      listener.claimTimed(first, Duration.ofNanos(System.nanoTime() - sentNanos));
+      return results;
     } catch (DedupStoreException e) {
       // Whatever the store says, as for a single claim (see claim).
       requests.forEach(
@@ -199,16 +217,35 @@ final class ClaimCalls {
           request -> unanswered.unanswered(request.key(), request.claimId(), sentNanos));
       throw e;
     } finally {
-      listener.claimTimed(first, Duration.ofNanos(System.nanoTime() - sentNanos));
+      if (!timed) {
+        listener.claimTimed(first, Duration.ofNanos(System.nanoTime() - sentNanos));
+      }
     }
   }
 
   /**
-   * Releases claims whose handler never ran (see {@link DedupClaims#releaseUnended()}); if the
-   * store cannot be reached, a redelivery here recognises them by their claim ids until their
-   * leases run out.
+   * Releases claims whose handler never ran (see {@link DedupClaims#releaseUnended()}) just after
+   * they were claimed at {@code claimSentNanos}; if the store cannot be reached, a redelivery here
+   * recognises them by their claim ids until their leases run out.
    */
   void release(List<ClaimResult.Claimed> claims, long claimSentNanos) {
+    release(claims, claims.stream().map(claim -> claimSentNanos).toList());
+  }
+
+  /**
+   * Releases held claims whose handler never ran, as {@link #release(List, long)}, each remembered
+   * from its latest renewal if the store cannot be reached: their leases were renewed while they
+   * waited (the records before them in a poll), and remembered from the claim, one held for longer
+   * than a lease was forgotten at once, its redelivery to this process told "in progress" by its
+   * own claim until the lease renewed last ran out.
+   */
+  void releaseRenewed(List<LeaseRenewer.Renewal> renewals) {
+    release(
+        renewals.stream().map(LeaseRenewer.Renewal::claim).toList(),
+        renewals.stream().map(LeaseRenewer.Renewal::heldFromNanos).toList());
+  }
+
+  private void release(List<ClaimResult.Claimed> claims, List<Long> heldFromNanos) {
     if (claims.isEmpty()) {
       return;
     }
@@ -216,7 +253,7 @@ final class ClaimCalls {
     try {
       store.releaseAll(claims);
     } catch (DedupStoreException e) {
-      claims.forEach(claim -> unanswered.unanswered(claim.key(), claim.claimId(), claimSentNanos));
+      remember(claims, heldFromNanos);
       tellStoreFailed(claims.get(0).key(), e);
       log.warn(
           "Could not release the claims on {}, whose handlers did not run; their leases run out"
@@ -227,8 +264,15 @@ final class ClaimCalls {
       // Such as an OutOfMemoryError from getConnection: the claims are still held, and the
       // redelivery to this process must take them up as after a release the database refused,
       // not be told "in progress" by its own claims for a whole lease.
-      claims.forEach(claim -> unanswered.unanswered(claim.key(), claim.claimId(), claimSentNanos));
+      remember(claims, heldFromNanos);
       throw e;
+    }
+  }
+
+  private void remember(List<ClaimResult.Claimed> claims, List<Long> heldFromNanos) {
+    for (int i = 0; i < claims.size(); i++) {
+      ClaimResult.Claimed claim = claims.get(i);
+      unanswered.unanswered(claim.key(), claim.claimId(), heldFromNanos.get(i));
     }
   }
 }

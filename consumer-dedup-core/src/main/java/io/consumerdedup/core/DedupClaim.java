@@ -26,7 +26,6 @@ public final class DedupClaim {
   private final boolean held;
   private final DedupListener listener;
   private final @Nullable ClaimCalls calls;
-  private final long claimSentNanos;
   private final long startNanos = System.nanoTime();
   private final AtomicBoolean ended = new AtomicBoolean();
 
@@ -38,8 +37,7 @@ public final class DedupClaim {
       @Nullable Outcomes outcomes,
       LeaseRenewer.@Nullable Renewal renewal,
       DedupListener listener,
-      @Nullable ClaimCalls calls,
-      long claimSentNanos) {
+      @Nullable ClaimCalls calls) {
     this.key = key;
     this.attempt = attempt;
     this.source = source;
@@ -48,11 +46,10 @@ public final class DedupClaim {
     this.renewal = renewal;
     this.listener = listener;
     this.calls = calls;
-    this.claimSentNanos = claimSentNanos;
   }
 
   static DedupClaim duplicate(DedupKey key, int attempt) {
-    return new DedupClaim(key, attempt, null, false, null, null, DedupListener.NOOP, null, 0);
+    return new DedupClaim(key, attempt, null, false, null, null, DedupListener.NOOP, null);
   }
 
   /**
@@ -66,10 +63,8 @@ public final class DedupClaim {
       Outcomes outcomes,
       LeaseRenewer.Renewal renewal,
       DedupListener listener,
-      ClaimCalls calls,
-      long claimSentNanos) {
-    return new DedupClaim(
-        key, attempt, source, true, outcomes, renewal, listener, calls, claimSentNanos);
+      ClaimCalls calls) {
+    return new DedupClaim(key, attempt, source, true, outcomes, renewal, listener, calls);
   }
 
   /**
@@ -78,7 +73,7 @@ public final class DedupClaim {
    */
   static DedupClaim inTransaction(
       DedupKey key, int attempt, @Nullable String source, DedupListener listener) {
-    return new DedupClaim(key, attempt, source, true, null, null, listener, null, 0);
+    return new DedupClaim(key, attempt, source, true, null, null, listener, null);
   }
 
   /** The key had already succeeded: the handler must not run, and there is nothing to end. */
@@ -198,15 +193,15 @@ public final class DedupClaim {
 
   /**
    * Ends a held claim whose handler never ran, for {@link DedupClaims#releaseUnended()}: stops its
-   * renewal and returns what the store needs to release it; null if it was ended already or is not
-   * leased (a duplicate, or a claim in the caller's transaction).
+   * renewal and returns it, for the store to release its claim; null if it was ended already or is
+   * not leased (a duplicate, or a claim in the caller's transaction).
    */
-  ClaimResult.@Nullable Claimed endForRelease() {
+  LeaseRenewer.@Nullable Renewal endForRelease() {
     if (!held || renewal == null || !ended.compareAndSet(false, true)) {
       return null;
     }
     renewal.stop();
-    return renewal.claim();
+    return renewal;
   }
 
   /**
@@ -228,7 +223,7 @@ public final class DedupClaim {
     }
     end("release");
     Objects.requireNonNull(renewal).stop();
-    Objects.requireNonNull(calls).release(List.of(renewal.claim()), claimSentNanos);
+    Objects.requireNonNull(calls).releaseRenewed(List.of(renewal));
   }
 
   /** Whether this claim is held and not ended yet. */

@@ -1,5 +1,6 @@
 package io.consumerdedup.core;
 
+import io.consumerdedup.core.internal.LeaseRenewer;
 import java.util.ArrayList;
 import java.util.List;
 import org.jspecify.annotations.Nullable;
@@ -16,7 +17,6 @@ public final class DedupClaims {
   private final IdempotentExecutor executor;
   private final ClaimCalls calls;
   private final List<IdempotentExecutor.Delivery> deliveries;
-  private final long claimSentNanos;
 
   /** Per delivery: a {@link DedupClaim}, the exception that refused it, or null if not claimed. */
   private final @Nullable Object[] answers;
@@ -25,13 +25,11 @@ public final class DedupClaims {
       IdempotentExecutor executor,
       ClaimCalls calls,
       List<IdempotentExecutor.Delivery> deliveries,
-      @Nullable Object[] answers,
-      long claimSentNanos) {
+      @Nullable Object[] answers) {
     this.executor = executor;
     this.calls = calls;
     this.deliveries = deliveries;
     this.answers = answers;
-    this.claimSentNanos = claimSentNanos;
   }
 
   /**
@@ -91,10 +89,10 @@ public final class DedupClaims {
    *     they are SUCCESS in the caller's transaction, which must be rolled back instead
    */
   public void releaseUnended() {
-    List<ClaimResult.Claimed> open = new ArrayList<>();
+    List<LeaseRenewer.Renewal> open = new ArrayList<>();
     for (Object answer : answers) {
       if (answer instanceof DedupClaim claim && claim.isOpen()) {
-        ClaimResult.Claimed released = claim.endForRelease();
+        LeaseRenewer.Renewal released = claim.endForRelease();
         if (released == null) {
           throw new IllegalStateException(
               "The claim on "
@@ -105,6 +103,6 @@ public final class DedupClaims {
         open.add(released);
       }
     }
-    calls.release(open, claimSentNanos);
+    calls.releaseRenewed(open);
   }
 }

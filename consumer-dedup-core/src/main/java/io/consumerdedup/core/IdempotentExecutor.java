@@ -68,6 +68,31 @@ public final class IdempotentExecutor implements AutoCloseable {
   /** Default reaction to a payload fingerprint that differs from the stored one. */
   public static final ConflictPolicy DEFAULT_CONFLICT_POLICY = ConflictPolicy.THROW;
 
+  /**
+   * The shortest lease: the stores keep leases in whole milliseconds, and a shorter one was written
+   * as none at all, so another consumer took the key over while its holder still ran the handler.
+   */
+  public static final Duration SHORTEST_LEASE = Duration.ofMillis(1);
+
+  /**
+   * The longest lease or wait timeout (100 years): beyond about 292 years their nanoseconds no
+   * longer fit a long, and the builder or every claim failed with {@code ArithmeticException}.
+   */
+  public static final Duration LONGEST_LEASE = Duration.ofDays(36_500);
+
+  /**
+   * The longest retention (1000 years): a SUCCESS kept "for ever" ({@code ChronoUnit.FOREVER}, or
+   * 300,000 years) was written as a time the database cannot hold, so no SUCCESS was ever recorded:
+   * each key stayed PROCESSING with its handler run, and ran again once its lease ran out. MySQL's
+   * times end in the year 9999, PostgreSQL's intervals at about 292,000 years.
+   */
+  public static final Duration LONGEST_RETENTION = Duration.ofDays(365_000);
+
+  private static final String LEASE_RANGE =
+      "leases are kept in whole milliseconds, and timed in nanoseconds";
+  private static final String RETENTION_RANGE =
+      "the time it ends must fit the database's timestamps";
+
   private final DedupStore store;
   private final DedupMode mode;
   private final String ownerId;
@@ -377,10 +402,12 @@ public final class IdempotentExecutor implements AutoCloseable {
 
     /**
      * How long a claim holds the key without renewal before another consumer may take it over.
-     * Default {@link #DEFAULT_LEASE}. Choose it longer than a pause you would not call a crash.
+     * Default {@link #DEFAULT_LEASE}; from {@link #SHORTEST_LEASE} to {@link #LONGEST_LEASE}.
+     * Choose it longer than a pause you would not call a crash.
      */
     public Builder lease(Duration lease) {
-      this.lease = Durations.requirePositive("lease", lease);
+      this.lease =
+          Durations.requireBetween("lease", lease, SHORTEST_LEASE, LONGEST_LEASE, LEASE_RANGE);
       return this;
     }
 
@@ -393,15 +420,33 @@ public final class IdempotentExecutor implements AutoCloseable {
       return this;
     }
 
-    /** How long a SUCCESS record is kept. Default {@link #DEFAULT_SUCCESS_RETENTION}. */
+    /**
+     * How long a SUCCESS record is kept. Default {@link #DEFAULT_SUCCESS_RETENTION}; at most {@link
+     * #LONGEST_RETENTION}.
+     */
     public Builder successRetention(Duration successRetention) {
-      this.successRetention = Durations.requirePositive("successRetention", successRetention);
+      this.successRetention =
+          Durations.requireBetween(
+              "successRetention",
+              successRetention,
+              Duration.ofNanos(1),
+              LONGEST_RETENTION,
+              RETENTION_RANGE);
       return this;
     }
 
-    /** How long a FAILED or abandoned record is kept. Default {@link #DEFAULT_FAILED_RETENTION}. */
+    /**
+     * How long a FAILED or abandoned record is kept. Default {@link #DEFAULT_FAILED_RETENTION}; at
+     * most {@link #LONGEST_RETENTION}.
+     */
     public Builder failedRetention(Duration failedRetention) {
-      this.failedRetention = Durations.requirePositive("failedRetention", failedRetention);
+      this.failedRetention =
+          Durations.requireBetween(
+              "failedRetention",
+              failedRetention,
+              Duration.ofNanos(1),
+              LONGEST_RETENTION,
+              RETENTION_RANGE);
       return this;
     }
 
@@ -420,9 +465,18 @@ public final class IdempotentExecutor implements AutoCloseable {
       return this;
     }
 
-    /** Longest wait under {@link InProgressPolicy#WAIT}. Default {@link #DEFAULT_WAIT_TIMEOUT}. */
+    /**
+     * Longest wait under {@link InProgressPolicy#WAIT}. Default {@link #DEFAULT_WAIT_TIMEOUT}; at
+     * most {@link #LONGEST_LEASE}.
+     */
     public Builder waitTimeout(Duration waitTimeout) {
-      this.waitTimeout = Durations.requirePositive("waitTimeout", waitTimeout);
+      this.waitTimeout =
+          Durations.requireBetween(
+              "waitTimeout",
+              waitTimeout,
+              Duration.ofNanos(1),
+              LONGEST_LEASE,
+              "timed in nanoseconds");
       return this;
     }
 

@@ -55,7 +55,7 @@ final class SingleClaims {
           // Inside the try: the executor may have closed while the claim was on its way, and
           // its closed renewer refuses it; it must be given back then too.
           renewal = inTransaction ? null : renewer.start(claimed, sentNanos);
-          return answers.started(claimed, source, renewal, sentNanos);
+          return answers.started(claimed, source, renewal);
         } catch (RuntimeException | Error e) {
           // Nobody gets the claim: given back, not left held under a lease renewed for as long
           // as the executor runs.

@@ -21,6 +21,26 @@ public final class Durations {
   }
 
   /**
+   * Returns {@code value} if it is at least {@code min} and at most {@code max}.
+   *
+   * @param why what goes wrong outside the range, said after the bound
+   * @throws IllegalArgumentException naming the setting, the bound and the bad value
+   */
+  public static Duration requireBetween(
+      String name, Duration value, Duration min, Duration max, String why) {
+    requirePositive(name, value);
+    if (value.compareTo(min) < 0) {
+      throw new IllegalArgumentException(
+          name + " must be at least " + min + " (" + why + "), was " + value);
+    }
+    if (value.compareTo(max) > 0) {
+      throw new IllegalArgumentException(
+          name + " must be at most " + max + " (" + why + "), was " + value);
+    }
+    return value;
+  }
+
+  /**
    * The {@code step}-th wait of a back-off that starts at {@code initial} and doubles, never above
    * {@code max}: {@code initial} for step 1.
    */

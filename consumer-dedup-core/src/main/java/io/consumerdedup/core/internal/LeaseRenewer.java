@@ -302,7 +302,19 @@ public final class LeaseRenewer implements AutoCloseable {
             claim.key(),
             claim.token());
       }
-      listener.leaseLost(claim.key(), claim.token());
+      try {
+        listener.leaseLost(claim.key(), claim.token());
+      } catch (RuntimeException | Error e) {
+        // An Error of the application's listener (the composite one lets those through): thrown
+        // on, it ended the reading of the store's answer at this key, so the other keys renewed by
+        // the same call were not known to be, and after a lease their holders took their leases for
+        // lost (a poll's records claimed again, "in progress" by their own claims).
+        log.error(
+            "DedupListener threw on leaseLost for {} (attempt {}); ignored",
+            claim.key(),
+            claim.token(),
+            e);
+      }
     }
 
     /** Whether the refused renewal found no record at all, rather than another holder's. */
@@ -338,6 +350,14 @@ public final class LeaseRenewer implements AutoCloseable {
     /** Whether a renewal or a fenced write found the lease taken over. */
     public boolean isTakenOver() {
       return lost;
+    }
+
+    /**
+     * {@link System#nanoTime()} just before the claim or the latest renewal that answered was sent:
+     * the lease held now runs at least a lease period from then, by the database's clock too.
+     */
+    public long heldFromNanos() {
+      return heldUntilNanos - lease.toNanos();
     }
 
     /**
