@@ -7,7 +7,7 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.InProgressPolicy;
-import io.consumerdedup.jdbc.internal.AbortedTransactions;
+import io.consumerdedup.spring.internal.AbortedTransactionCheck;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.time.Duration;
 import java.util.Map;
@@ -19,8 +19,6 @@ import javax.sql.DataSource;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
-import org.springframework.jdbc.datasource.ConnectionHolder;
-import org.springframework.transaction.support.TransactionSynchronization;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
@@ -118,6 +116,8 @@ public final class IdempotentExecutors implements AutoCloseable {
    * transaction alone does not count: the row would be written on a connection nobody commits).
    * Inside a Kafka transaction as well, warns once per listener: the two commit one after the
    * other, and no mode can make a message sent in the Kafka one exactly once with the database's.
+   * Has the transaction refuse its commit if the database aborted it meanwhile ({@link
+   * AbortedTransactionCheck}).
    *
    * @throws DedupConfigurationException naming {@code listener} and what to configure
    */
@@ -138,7 +138,7 @@ public final class IdempotentExecutors implements AutoCloseable {
           key,
           source);
     }
-    checkBeforeCommit();
+    AbortedTransactionCheck.register();
     if (ListenerOutcomes.inKafkaTransaction() && warnedInKafkaTransaction.add(listener)) {
       log.warn(
           "Listener {} uses consumer-dedup mode TRANSACTIONAL inside the container's Kafka"
@@ -150,49 +150,6 @@ public final class IdempotentExecutors implements AutoCloseable {
               + " same database transaction instead of sending them; or use mode SEPARATE with"
               + " database writes that tolerate a second run",
           listener);
-    }
-  }
-
-  /**
-   * Has the transaction the claim joins checked before its commit, once per transaction: a listener
-   * that caught the failure of one of its statements returns normally, but PostgreSQL aborted the
-   * transaction at that statement, and pgjdbc's commit of it returns normally having committed
-   * nothing: neither the writes nor the dedup row, and the container passed the record. Thrown from
-   * the commit, the transaction is rolled back and the listener's failure is retried.
-   */
-  private void checkBeforeCommit() {
-    if (!TransactionSynchronizationManager.isSynchronizationActive()) {
-      return;
-    }
-    for (TransactionSynchronization registered :
-        TransactionSynchronizationManager.getSynchronizations()) {
-      if (registered instanceof AbortedTransactionCheck check && check.dataSource == dataSource) {
-        return;
-      }
-    }
-    TransactionSynchronizationManager.registerSynchronization(
-        new AbortedTransactionCheck(dataSource));
-  }
-
-  /** Refuses to commit a transaction on {@code dataSource} that the database has aborted. */
-  private static final class AbortedTransactionCheck implements TransactionSynchronization {
-    private final DataSource dataSource;
-
-    AbortedTransactionCheck(DataSource dataSource) {
-      this.dataSource = dataSource;
-    }
-
-    @Override
-    public void beforeCommit(boolean readOnly) {
-      if (TransactionSynchronizationManager.getResource(dataSource) instanceof ConnectionHolder held
-          && AbortedTransactions.aborted(held.getConnection())) {
-        throw new IllegalStateException(
-            "The database aborted the transaction before the listener returned: a statement of"
-                + " the listener failed and its exception was caught instead of thrown, so"
-                + " nothing of the transaction, the dedup row included, could commit. It is"
-                + " rolled back as the listener's failure; let the statement's failure end the"
-                + " listener, or run the statement under a savepoint");
-      }
     }
   }
 
