@@ -238,6 +238,15 @@ public final class JdbcDedupStore implements DedupStore {
         });
   }
 
+  /** Runs on the caller's transactional connection, as {@link #claimAllInTransaction}. */
+  @Override
+  public boolean failInTransaction(ClaimResult.Claimed claim, String error) {
+    return calls.inCallersTransaction(
+        "record a failure in the caller's transaction",
+        claim.key(),
+        (connection, dialect) -> dialect.failInTransaction(connection, claim, error));
+  }
+
   /** The key of a one-key call, named in its errors; null for a batch. */
   private static @Nullable DedupKey only(List<ClaimRequest> requests) {
     return requests.size() == 1 ? requests.get(0).key() : null;

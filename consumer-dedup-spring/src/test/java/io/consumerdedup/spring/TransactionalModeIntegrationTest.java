@@ -67,7 +67,8 @@ class TransactionalModeIntegrationTest {
         "tx-missing",
         "tx-none",
         "tx-separate-commit",
-        "tx-swallows");
+        "tx-swallows",
+        "tx-checked");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -184,6 +185,19 @@ class TransactionalModeIntegrationTest {
         .filteredOn(failure -> failure.contains("aborted the transaction"))
         .as("the first attempt's failure, from its commit")
         .hasSize(1);
+  }
+
+  @Test
+  void aListenerThatThrowsACheckedExceptionIsRetriedThoughItsTransactionCommits() throws Exception {
+    send(template, "tx-checked", "debit 4", "order-no", "CK-1");
+    send(template, "tx-checked", "debit 5", "order-no", "CK-2");
+
+    await().atMost(WAIT).until(() -> effects("checked", "CK-2") == 1);
+    assertThat(Switches.ledgerCalls.get("CK-1"))
+        .as("calls of the listener for CK-1: the one that threw, then the retry")
+        .hasValue(2);
+    assertThat(store.find(DedupKey.of("checked", "CK-1")).orElseThrow().status())
+        .isEqualTo(DedupStatus.SUCCESS);
   }
 
   private static List<String> failuresOf(String record) {
@@ -359,6 +373,23 @@ class TransactionalModeIntegrationTest {
         } catch (org.springframework.dao.DataAccessException optional) {
           // the audit row is optional
         }
+      }
+    }
+
+    /**
+     * Throws a checked exception at its first call for CK-1: {@code @Transactional} commits on
+     * those unless told otherwise, its effect included.
+     */
+    @Transactional
+    @Idempotent(bizType = "checked", header = "order-no")
+    @KafkaListener(id = "tx-checked", topics = "tx-checked")
+    public void checked(ConsumerRecord<String, String> record) throws java.io.IOException {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      int call =
+          Switches.ledgerCalls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      effect("checked", orderNo, record.value());
+      if (call == 1 && orderNo.equals("CK-1")) {
+        throw new java.io.IOException("the statement file could not be written");
       }
     }
 
