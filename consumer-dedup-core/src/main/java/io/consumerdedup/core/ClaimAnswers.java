@@ -98,7 +98,7 @@ final class ClaimAnswers {
     listener.claimed(key, attempt);
     FaultPoints.reached(FaultPoints.Point.AFTER_CLAIM);
     if (renewal == null) {
-      return DedupClaim.inTransaction(key, attempt, source, listener);
+      return DedupClaim.inTransaction(claim, source, listener, calls);
     }
     return DedupClaim.leased(key, attempt, source, outcomes, renewal, listener, calls);
   }

@@ -224,6 +224,22 @@ final class ClaimCalls {
   }
 
   /**
+   * Marks FAILED, in the caller's transaction, a claim made in it whose handler threw {@code
+   * error}; what goes wrong is added to {@code error} as suppressed, since the handler's failure is
+   * what the caller must hear (on PostgreSQL a failed statement of the handler has aborted the
+   * transaction, and this statement fails too).
+   */
+  void failInTransaction(ClaimResult.Claimed claim, Throwable error) {
+    try {
+      store.failInTransaction(claim, Outcomes.describe(error));
+    } catch (RuntimeException e) {
+      if (e != error) {
+        error.addSuppressed(e);
+      }
+    }
+  }
+
+  /**
    * Releases claims whose handler never ran (see {@link DedupClaims#releaseUnended()}) just after
    * they were claimed at {@code claimSentNanos}; if the store cannot be reached, a redelivery here
    * recognises them by their claim ids until their leases run out.

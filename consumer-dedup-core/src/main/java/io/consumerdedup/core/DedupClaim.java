@@ -26,6 +26,10 @@ public final class DedupClaim {
   private final boolean held;
   private final DedupListener listener;
   private final @Nullable ClaimCalls calls;
+
+  /** For a claim in the caller's transaction: the claim, which a failure marks FAILED there. */
+  private final ClaimResult.@Nullable Claimed inTransaction;
+
   private final long startNanos = System.nanoTime();
   private final AtomicBoolean ended = new AtomicBoolean();
 
@@ -38,6 +42,20 @@ public final class DedupClaim {
       LeaseRenewer.@Nullable Renewal renewal,
       DedupListener listener,
       @Nullable ClaimCalls calls) {
+    this(key, attempt, source, held, outcomes, renewal, listener, calls, null);
+  }
+
+  private DedupClaim(
+      DedupKey key,
+      int attempt,
+      @Nullable String source,
+      boolean held,
+      @Nullable Outcomes outcomes,
+      LeaseRenewer.@Nullable Renewal renewal,
+      DedupListener listener,
+      @Nullable ClaimCalls calls,
+      ClaimResult.@Nullable Claimed inTransaction) {
+    this.inTransaction = inTransaction;
     this.key = key;
     this.attempt = attempt;
     this.source = source;
@@ -72,9 +90,21 @@ public final class DedupClaim {
    * that transaction, and its commit or rollback is the outcome.
    */
   static DedupClaim inTransaction(
-      DedupKey key, int attempt, @Nullable String source, DedupListener listener) {
-    return new DedupClaim(key, attempt, source, true, null, null, listener, null);
+      ClaimResult.Claimed claim,
+      @Nullable String source,
+      DedupListener listener,
+      ClaimCalls transactionCalls) {
+    DedupClaim inTransaction =
+        new DedupClaim(claim.key(), claim.token(), source, true, null, null, listener, null, claim);
+    inTransaction.transactionCalls = transactionCalls;
+    return inTransaction;
   }
+
+  /**
+   * Where a claim in the caller's transaction marks a failure; kept apart from {@code calls}, whose
+   * absence tells {@link #release()} that the claim is the caller's transaction's to give back.
+   */
+  private @Nullable ClaimCalls transactionCalls;
 
   /** The key had already succeeded: the handler must not run, and there is nothing to end. */
   public boolean isDuplicate() {
@@ -235,13 +265,20 @@ public final class DedupClaim {
    * Records FAILED, so that the next delivery retries: the handler threw {@code error}. If FAILED
    * cannot be written yet, it is retried in the background and the store's error is added to {@code
    * error} as suppressed, as is what the listener throws on hearing of it. In the caller's
-   * transaction (mode TRANSACTIONAL) its rollback removes the record instead.
+   * transaction (mode TRANSACTIONAL) the record is marked FAILED in that transaction: its rollback
+   * removes the record, and a caller that commits anyway leaves it FAILED for the next delivery.
    *
    * @throws IllegalStateException the claim is a duplicate or was already ended
    */
   public void fail(Throwable error) {
     end("fail");
     if (outcomes == null || renewal == null) {
+      if (inTransaction != null && transactionCalls != null) {
+        // Left SUCCESS, a caller that catches the failure and commits (a handler applying several
+        // keys in one transaction, going on past one that failed) committed the key as applied:
+        // never retried, its action lost.
+        transactionCalls.failInTransaction(inTransaction, error);
+      }
       Outcomes.tellFailed(listener, key, attempt, error);
       return;
     }

@@ -43,6 +43,20 @@ public interface DedupStore {
   ClaimResult claimInTransaction(ClaimRequest request);
 
   /**
+   * For {@link DedupMode#TRANSACTIONAL}: marks FAILED, with {@code error}, a key that {@link
+   * #claimInTransaction} claimed in the caller's open transaction and whose handler threw, in that
+   * same transaction. The caller usually rolls back, and this goes with it; a caller that catches
+   * the handler's failure and commits (a handler applying several keys in one transaction, going on
+   * past one that failed) leaves the key FAILED, so that its next delivery retries it, as in mode
+   * {@link DedupMode#SEPARATE}, instead of SUCCESS. The default does nothing.
+   *
+   * @return whether the claim's record was found and marked
+   */
+  default boolean failInTransaction(ClaimResult.Claimed claim, String error) {
+    return false;
+  }
+
+  /**
    * Marks the holder's attempt SUCCESS and keeps the record for {@code retention}. A SUCCESS the
    * claim has already written (sent again after its reply was lost) counts as written. A key with
    * no record at all (it vanished: a failover to a standby that had not received it, an operator's

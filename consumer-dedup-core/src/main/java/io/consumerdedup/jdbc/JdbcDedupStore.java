@@ -238,6 +238,22 @@ public final class JdbcDedupStore implements DedupStore {
         });
   }
 
+  /**
+   * Runs on the caller's transactional connection, as {@link #claimAllInTransaction}; marks nothing
+   * on a connection in auto-commit mode: the claim's transaction has ended by then (a listener's
+   * database transaction that committed before the container's Kafka transaction rolled back), and
+   * its outcome is decided. Marked FAILED then, a committed SUCCESS was applied again by the
+   * redelivery.
+   */
+  @Override
+  public boolean failInTransaction(ClaimResult.Claimed claim, String error) {
+    return calls.inCallersTransaction(
+        "record a failure in the caller's transaction",
+        claim.key(),
+        (connection, dialect) ->
+            !connection.getAutoCommit() && dialect.failInTransaction(connection, claim, error));
+  }
+
   /** The key of a one-key call, named in its errors; null for a batch. */
   private static @Nullable DedupKey only(List<ClaimRequest> requests) {
     return requests.size() == 1 ? requests.get(0).key() : null;

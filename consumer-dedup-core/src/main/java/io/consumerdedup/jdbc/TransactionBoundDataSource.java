@@ -5,6 +5,7 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.jdbc.internal.AbortedTransactions;
 import io.consumerdedup.jdbc.internal.SqlStates;
 import java.io.PrintWriter;
 import java.lang.reflect.InvocationTargetException;
@@ -131,6 +132,10 @@ public final class TransactionBoundDataSource implements DataSource {
    * @throws DedupStoreDataException the commit was refused for the data (SQL state class 22 or 23,
    *     such as a deferred constraint): the transaction was rolled back
    * @throws DedupStoreException the transaction could not be opened or committed otherwise
+   * @throws IllegalStateException {@code work} returned, but PostgreSQL had aborted the transaction
+   *     (a statement of it failed and {@code work} caught the failure): nothing of it could commit,
+   *     and it was rolled back; a failure of the work ({@link
+   *     io.consumerdedup.core.Disposition#HANDLER_FAILED})
    */
   public <T, X extends Exception> T inTransaction(TransactionalWork<T, X> work) throws X {
     Objects.requireNonNull(work, "work");
@@ -161,6 +166,20 @@ public final class TransactionBoundDataSource implements DataSource {
         throw failure;
       }
       transaction.end();
+      if (AbortedTransactions.aborted(transaction.connection())) {
+        // pgjdbc's commit of it returned normally having committed nothing: a record whose
+        // handler caught its failed statement was passed as applied with neither its writes nor
+        // its dedup row, lost without a word.
+        IllegalStateException failure =
+            new IllegalStateException(
+                "The database aborted the transaction before the work returned: a statement of"
+                    + " the work failed and its exception was caught instead of thrown out of"
+                    + " inTransaction(...), so nothing of the work, a dedup row included, could"
+                    + " commit. It is rolled back as the work's failure; let the statement's"
+                    + " failure end the work, or run the statement under a savepoint");
+        reusable = rollBack(transaction, failure);
+        throw failure;
+      }
       try {
         transaction.connection().commit();
       } catch (SQLException e) {

@@ -146,6 +146,52 @@ class TransactionalModeTest {
   }
 
   @Test
+  void anItemWhoseHandlerThrewInsideACommittedTransactionIsRetriedByItsNextDelivery()
+      throws SQLException {
+    // An order's handler applies each line item under its own key in the order's transaction,
+    // and goes on when one item fails, as it would in mode SEPARATE, where that item is FAILED.
+    transactions.inTransaction(
+        () -> {
+          deliverItem("ORD-tx-5-a", false);
+          try {
+            deliverItem("ORD-tx-5-b", true);
+          } catch (IllegalStateException itemFailed) {
+            // the order goes on; the item's next delivery is to retry it
+          }
+          return null;
+        });
+    assertThat(charges("ORD-tx-5-a")).isEqualTo(1);
+
+    DedupResult<Object> retry = deliverInTransaction("ORD-tx-5-b", () -> null, false);
+
+    assertThat(retry.outcome())
+        .as("the next delivery of the item whose handler threw")
+        .isEqualTo(Outcome.PROCESSED);
+    assertThat(charges("ORD-tx-5-b"))
+        .as("the failed attempt's charge, committed with the order, and the retry's")
+        .isEqualTo(2);
+  }
+
+  /** One item's charge under its own key, inside the caller's transaction. */
+  private static void deliverItem(String item, boolean failAfterCharge) {
+    executor.execute(
+        DedupKey.of("payment", item),
+        () -> {
+          try (Connection connection = transactions.getConnection();
+              PreparedStatement charge =
+                  connection.prepareStatement(
+                      "INSERT INTO charges (order_no, amount) VALUES (?, 10.00)")) {
+            charge.setString(1, item);
+            charge.executeUpdate();
+          }
+          if (failAfterCharge) {
+            throw new IllegalStateException("the item's bank answered 503 after its charge row");
+          }
+          return null;
+        });
+  }
+
+  @Test
   void aKeyThatFailedInASeparateClaimKeepsNoErrorOnceATransactionalClaimSucceeds() {
     DedupKey key = DedupKey.of("payment", "ORD-tx-4");
     ClaimRequest request =

@@ -668,6 +668,42 @@ class JdbcTransactionalProcessorTest {
   }
 
   @Test
+  void aHandlerThatCatchesItsFailedStatementIsNotPassedAsAppliedWhileTheDatabaseRolledItBack()
+      throws Exception {
+    send("S-0-SWALLOWS");
+    send("S-1");
+    // A handler that books the charge, then an audit row it takes as optional: it catches the
+    // statement's failure and returns. PostgreSQL has aborted the transaction by then, and
+    // pgjdbc's commit of it returns normally having committed nothing.
+    RecordProcessor<String, String> payments =
+        payments(
+            transactions,
+            "billing",
+            order -> {
+              if (order.equals("S-0-SWALLOWS")) {
+                try (Connection connection = transactions.getConnection();
+                    Statement audit = connection.createStatement()) {
+                  audit.execute("INSERT INTO no_such_audit_table VALUES (1)");
+                } catch (SQLException optional) {
+                  // the audit row is optional
+                }
+              }
+            });
+    List<Exception> givenUp = new CopyOnWriteArrayList<>();
+    try (RunningLoop running = RunningLoop.start(twoAttempts(payments, givenUp))) {
+      awaitCommitted(fixture.group(), 2);
+    }
+
+    assertThat(charges("S-1")).containsExactly("billing");
+    assertThat(givenUp)
+        .as("the record whose transaction the database had rolled back, dead-lettered, not passed")
+        .singleElement()
+        .satisfies(reason -> assertThat(reason).hasMessageContaining("aborted"));
+    assertThat(charges("S-0-SWALLOWS")).isEmpty();
+    assertThat(fixture.store().find(DedupKey.of(BIZ_TYPE, "S-0-SWALLOWS"))).isEmpty();
+  }
+
+  @Test
   void anInterruptedPollThreadRollsBackItsRecordAndStops() throws Exception {
     send("T-6");
     CountDownLatch booked = new CountDownLatch(1);

@@ -614,6 +614,25 @@ abstract class MySqlDialectStoreTests {
   }
 
   @Test
+  void aTransactionalClaimWhoseHandlerFailedIsFailedIfTheCallerCommitsAnyway() {
+    DedupKey key = DedupKey.of("payment", "ORD-tx-4");
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(dataSource);
+    JdbcDedupStore transactional = JdbcDedupStore.builder(transactions).build();
+    transactions.inTransaction(
+        () -> {
+          ClaimResult.Claimed claim =
+              claimed(transactional.claimInTransaction(request(key, "consumer-a")));
+          assertThat(transactional.failInTransaction(claim, "item rejected")).isTrue();
+          return null;
+        });
+
+    DedupRecord record = store.find(key).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(record.lastError()).contains("item rejected");
+    claimed(store.claim(request(key, "consumer-b")));
+  }
+
+  @Test
   void aKeyThatFailedInASeparateClaimKeepsNoErrorOnceATransactionalClaimSucceeds() {
     DedupKey key = DedupKey.of("payment", "ORD-tx-3");
     ClaimResult.Claimed first = claimed(store.claim(request(key, "consumer-a")));

@@ -7,6 +7,7 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.InProgressPolicy;
+import io.consumerdedup.spring.internal.AbortedTransactionCheck;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import java.time.Duration;
 import java.util.Map;
@@ -115,6 +116,8 @@ public final class IdempotentExecutors implements AutoCloseable {
    * transaction alone does not count: the row would be written on a connection nobody commits).
    * Inside a Kafka transaction as well, warns once per listener: the two commit one after the
    * other, and no mode can make a message sent in the Kafka one exactly once with the database's.
+   * Has the transaction refuse its commit if the database aborted it meanwhile ({@link
+   * AbortedTransactionCheck}).
    *
    * @throws DedupConfigurationException naming {@code listener} and what to configure
    */
@@ -135,6 +138,7 @@ public final class IdempotentExecutors implements AutoCloseable {
           key,
           source);
     }
+    AbortedTransactionCheck.register();
     if (ListenerOutcomes.inKafkaTransaction() && warnedInKafkaTransaction.add(listener)) {
       log.warn(
           "Listener {} uses consumer-dedup mode TRANSACTIONAL inside the container's Kafka"

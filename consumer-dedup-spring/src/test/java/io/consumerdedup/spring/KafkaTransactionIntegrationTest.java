@@ -70,7 +70,8 @@ class KafkaTransactionIntegrationTest {
         "ktx-timeout",
         "ktx-receipts",
         "ktx-ledger",
-        "ktx-booked");
+        "ktx-booked",
+        "ktx-booked-abort");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -161,6 +162,23 @@ class KafkaTransactionIntegrationTest {
         .hasSize(2);
   }
 
+  /**
+   * The same, and Kafka's commit fails after the database's committed: the database's effects stay
+   * exactly once, the redelivery a duplicate, as the warning says.
+   */
+  @Test
+  void transactionalModeInsideAKafkaTransactionKeepsTheDatabasesCommitWhenKafkasFails()
+      throws Exception {
+    long last = send("ktx-booked-abort", "book 3", "BOOK-3");
+
+    await().atMost(WAIT).until(() -> committed("ktx-booked-abort") > last);
+    assertThat(Switches.bookingsBeforeAbort.get("BOOK-3"))
+        .as("runs of the listener whose database transaction committed before Kafka's failed")
+        .hasValue(1);
+    assertThat(store.find(DedupKey.of("booking-abort", "BOOK-3")).orElseThrow().status())
+        .isEqualTo(DedupStatus.SUCCESS);
+  }
+
   /** Sends in a transaction of its own; returns the record's offset. */
   private long send(String topic, String value, String orderNo) throws Exception {
     ProducerRecord<String, String> record = new ProducerRecord<>(topic, value);
@@ -195,6 +213,7 @@ class KafkaTransactionIntegrationTest {
     static final Map<String, AtomicInteger> calls = new ConcurrentHashMap<>();
     static final Map<String, AtomicInteger> ledgerCalls = new ConcurrentHashMap<>();
     static final Map<String, AtomicInteger> bookings = new ConcurrentHashMap<>();
+    static final Map<String, AtomicInteger> bookingsBeforeAbort = new ConcurrentHashMap<>();
     static final List<String> failures = new CopyOnWriteArrayList<>();
   }
 
@@ -297,6 +316,21 @@ class KafkaTransactionIntegrationTest {
           .computeIfAbsent(
               SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
           .incrementAndGet();
+    }
+
+    /** As above; the first call also sends a record the broker refuses, failing Kafka's commit. */
+    @Transactional("bookingTransactions")
+    @Idempotent(bizType = "booking-abort", header = "order-no", mode = DedupMode.TRANSACTIONAL)
+    @KafkaListener(id = "ktx-booked-abort", topics = "ktx-booked-abort")
+    public void bookThenFailKafkasCommit(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      int call =
+          Switches.bookingsBeforeAbort
+              .computeIfAbsent(orderNo, k -> new AtomicInteger())
+              .incrementAndGet();
+      if (call == 1) {
+        template.send("ktx-audit", orderNo, "x".repeat(2_000));
+      }
     }
   }
 }

@@ -66,7 +66,9 @@ class TransactionalModeIntegrationTest {
         "tx-concurrent",
         "tx-missing",
         "tx-none",
-        "tx-separate-commit");
+        "tx-separate-commit",
+        "tx-swallows",
+        "tx-checked");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -165,6 +167,37 @@ class TransactionalModeIntegrationTest {
         .contains("no transaction is bound to the dedup table's DataSource");
     assertThat(effects("none", "NONE-1")).isZero();
     assertThat(store.find(DedupKey.of("none", "NONE-1"))).isEmpty();
+  }
+
+  @Test
+  void aListenerThatCatchesItsFailedStatementIsRetriedNotPassedWithNothingCommitted()
+      throws Exception {
+    send(template, "tx-swallows", "debit 8", "order-no", "SW-1");
+    send(template, "tx-swallows", "debit 9", "order-no", "SW-2");
+
+    // SW-2 comes after SW-1 on the one partition: once it is applied, SW-1 is done with.
+    await().atMost(WAIT).until(() -> effects("swallows", "SW-2") == 1);
+    assertThat(effects("swallows", "SW-1"))
+        .as("SW-1's effect, applied by the retry of the attempt whose transaction was aborted")
+        .isEqualTo(1);
+    assertThat(Switches.ledgerCalls.get("SW-1")).hasValue(2);
+    assertThat(Switches.failures)
+        .filteredOn(failure -> failure.contains("aborted the transaction"))
+        .as("the first attempt's failure, from its commit")
+        .hasSize(1);
+  }
+
+  @Test
+  void aListenerThatThrowsACheckedExceptionIsRetriedThoughItsTransactionCommits() throws Exception {
+    send(template, "tx-checked", "debit 4", "order-no", "CK-1");
+    send(template, "tx-checked", "debit 5", "order-no", "CK-2");
+
+    await().atMost(WAIT).until(() -> effects("checked", "CK-2") == 1);
+    assertThat(Switches.ledgerCalls.get("CK-1"))
+        .as("calls of the listener for CK-1: the one that threw, then the retry")
+        .hasValue(2);
+    assertThat(store.find(DedupKey.of("checked", "CK-1")).orElseThrow().status())
+        .isEqualTo(DedupStatus.SUCCESS);
   }
 
   private static List<String> failuresOf(String record) {
@@ -319,6 +352,44 @@ class TransactionalModeIntegrationTest {
           Switches.ledgerCalls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
       for (int i = 0; i < (call == 1 ? 2 : 1); i++) {
         jdbc.update("INSERT INTO bookings (order_no) VALUES (?)", orderNo);
+      }
+    }
+
+    /**
+     * The first attempt of each order writes its effect, then an audit row it takes as optional,
+     * catching the statement's failure: PostgreSQL has aborted the transaction by then.
+     */
+    @Transactional
+    @Idempotent(bizType = "swallows", header = "order-no")
+    @KafkaListener(id = "tx-swallows", topics = "tx-swallows")
+    public void swallowing(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      int call =
+          Switches.ledgerCalls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      effect("swallows", orderNo, record.value());
+      if (call == 1 && orderNo.equals("SW-1")) {
+        try {
+          jdbc.update("INSERT INTO no_such_audit_table VALUES (1)");
+        } catch (org.springframework.dao.DataAccessException optional) {
+          // the audit row is optional
+        }
+      }
+    }
+
+    /**
+     * Throws a checked exception at its first call for CK-1: {@code @Transactional} commits on
+     * those unless told otherwise, its effect included.
+     */
+    @Transactional
+    @Idempotent(bizType = "checked", header = "order-no")
+    @KafkaListener(id = "tx-checked", topics = "tx-checked")
+    public void checked(ConsumerRecord<String, String> record) throws java.io.IOException {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      int call =
+          Switches.ledgerCalls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      effect("checked", orderNo, record.value());
+      if (call == 1 && orderNo.equals("CK-1")) {
+        throw new java.io.IOException("the statement file could not be written");
       }
     }
 

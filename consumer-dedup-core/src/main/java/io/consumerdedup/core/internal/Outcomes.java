@@ -269,7 +269,8 @@ public final class Outcomes implements AutoCloseable {
     pending.giveUp();
   }
 
-  private static String describe(Throwable error) {
+  /** {@code error} as the record's {@code last_error} keeps it. */
+  public static String describe(Throwable error) {
     String text =
         error.getClass().getName() + (error.getMessage() != null ? ": " + error.getMessage() : "");
     return text.length() <= StoredText.MAX_ERROR_LENGTH

@@ -6,6 +6,7 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.internal.StoredText;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -194,6 +195,22 @@ public abstract class Dialect {
    */
   public abstract List<DedupKey> release(Connection connection, List<ClaimResult.Claimed> claims)
       throws SQLException;
+
+  /**
+   * Marks FAILED, in the caller's transaction, a claim made in it whose handler threw (see {@link
+   * AdminSql#failInTransaction}); whether its row was found.
+   */
+  public final boolean failInTransaction(
+      Connection connection, ClaimResult.Claimed claim, String error) throws SQLException {
+    try (PreparedStatement update = calls.prepare(connection, adminSql.failInTransaction)) {
+      update.setString(1, StoredText.storable(error, StoredText.MAX_ERROR_LENGTH));
+      update.setString(2, claim.key().bizType());
+      update.setString(3, claim.key().bizKey());
+      update.setInt(4, claim.token());
+      update.setString(5, claim.claimId());
+      return update.executeUpdate() == 1;
+    }
+  }
 
   /** The record of {@code key}, if any. */
   public @Nullable DedupRecord find(Connection connection, DedupKey key) throws SQLException {

@@ -12,6 +12,7 @@ import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import io.consumerdedup.spring.DedupContainers;
 import io.consumerdedup.spring.IdempotentListenerInterceptor;
+import io.consumerdedup.spring.internal.AbortedTransactionCheck;
 import io.consumerdedup.spring.internal.AcknowledgingListener;
 import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
@@ -271,6 +272,9 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
               + " dedup table's DataSource; the record waits until then",
           key.get(),
           source);
+    }
+    if (executor.mode() == DedupMode.TRANSACTIONAL) {
+      AbortedTransactionCheck.register();
     }
     DedupClaim claim = executor.claim(key.get(), null, source);
     DedupAttemptsExhaustedException exhausted = attempts.beyondLimit(claim, executor);
