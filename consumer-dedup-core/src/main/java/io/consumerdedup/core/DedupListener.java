@@ -37,7 +37,8 @@ public interface DedupListener {
 
   /**
    * The holder's lease was taken over by another consumer: its renewal, SUCCESS or FAILED write was
-   * refused so as not to overwrite the new holder.
+   * refused so as not to overwrite the new holder. Told once per attempt, by whichever of them
+   * found the loss first.
    */
   default void leaseLost(DedupKey key, int attempt) {}
 

@@ -1,21 +1,34 @@
 package io.consumerdedup.spring;
 
+import static io.consumerdedup.spring.SpringTestEnvironment.header;
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
 import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.Comparator;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.serialization.Deserializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
 import org.springframework.kafka.core.DefaultShareConsumerFactory;
+import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.test.context.DynamicPropertyRegistry;
 
 /**
  * What the tests of {@code @Idempotent} share listeners (the {@code ShareListener*Test} classes of
  * both packages) build their applications with: share container factories over the in-JVM broker,
- * and, for those that need no {@code effects} table, the application's schema and topics.
+ * and, for those that need no {@code effects} table, the application's schema and topics; and the
+ * poison records two of them send and expect dead-lettered, whether the consumer's poll or an
+ * {@code ErrorHandlingDeserializer} meets them.
  */
 public final class ShareListenerTests {
   private ShareListenerTests() {}
@@ -67,5 +80,52 @@ public final class ShareListenerTests {
     registry.add("spring.datasource.hikari.maximum-pool-size", () -> String.valueOf(poolSize));
     registry.add("consumer-dedup.cleanup.enabled", () -> "false");
     return schema;
+  }
+
+  /**
+   * Sends, in order, order O-1, order P-2 with a value {@link RejectingDeserializer} rejects, order
+   * P-3 with a key it rejects, and order O-4: the records of the share listener tests of poison
+   * records, however their consumers deserialize.
+   */
+  static void sendOrdersAroundPoisonKeyAndValue(
+      KafkaTemplate<String, String> template, String topic) throws Exception {
+    SpringTestEnvironment.send(template, topic, "charge 1.00", "order-no", "O-1");
+    ProducerRecord<String, String> badValue =
+        new ProducerRecord<>(topic, "K-2", RejectingDeserializer.POISON + " charge 2.00");
+    badValue.headers().add("order-no", "P-2".getBytes(StandardCharsets.UTF_8));
+    template.send(badValue).get();
+    ProducerRecord<String, String> badKey =
+        new ProducerRecord<>(topic, RejectingDeserializer.POISON + "K-3", "charge 3.00");
+    badKey.headers().add("order-no", "P-3".getBytes(StandardCharsets.UTF_8));
+    template.send(badKey).get();
+    SpringTestEnvironment.send(template, topic, "charge 4.00", "order-no", "O-4");
+  }
+
+  /**
+   * Asserts that the two poison records of {@link #sendOrdersAroundPoisonKeyAndValue} are in {@code
+   * <topic>-dlt} (read for at most {@code wait}), each with the bytes it was sent with and the
+   * deserializer's error.
+   */
+  static void assertPoisonKeyAndValueDeadLettered(String topic, Duration wait) {
+    List<ConsumerRecord<String, String>> deadLetters =
+        SpringTestEnvironment.readTopic(topic + "-dlt", 2, wait);
+    assertThat(deadLetters).as("dead letters").hasSize(2);
+    deadLetters.sort(Comparator.comparing(d -> header(d, "order-no")));
+    ConsumerRecord<String, String> value = deadLetters.get(0);
+    assertThat(header(value, "order-no")).isEqualTo("P-2");
+    assertThat(value.key()).isEqualTo("K-2");
+    assertThat(value.value())
+        .as("the bytes sent")
+        .isEqualTo(RejectingDeserializer.POISON + " charge 2.00");
+    assertThat(header(value, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .contains("poisoned value");
+    assertThat(header(value, KafkaDeadLetterPublisher.UNDESERIALIZABLE_HEADER)).isEqualTo("value");
+    ConsumerRecord<String, String> key = deadLetters.get(1);
+    assertThat(header(key, "order-no")).isEqualTo("P-3");
+    assertThat(key.key()).as("the bytes sent").isEqualTo(RejectingDeserializer.POISON + "K-3");
+    assertThat(key.value()).isEqualTo("charge 3.00");
+    assertThat(header(key, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .contains("poisoned key");
+    assertThat(header(key, KafkaDeadLetterPublisher.UNDESERIALIZABLE_HEADER)).isEqualTo("key");
   }
 }

@@ -2,21 +2,16 @@ package io.consumerdedup.spring;
 
 import static io.consumerdedup.spring.SpringTestEnvironment.header;
 import static io.consumerdedup.spring.SpringTestEnvironment.readTopic;
-import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
-import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
 import io.consumerdedup.testing.TestShareGroups;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
-import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CopyOnWriteArrayList;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -61,39 +56,12 @@ class ShareListenerUndeserializableTest {
 
   @Test
   void aRecordTheDeserializerRejectsIsDeadLetteredWithItsBytesAndNeverHandled() throws Exception {
-    send(template, TOPIC, "charge 1.00", "order-no", "O-1");
-    ProducerRecord<String, String> badValue =
-        new ProducerRecord<>(TOPIC, "K-2", RejectingDeserializer.POISON + " charge 2.00");
-    badValue.headers().add("order-no", "P-2".getBytes(StandardCharsets.UTF_8));
-    template.send(badValue).get();
-    ProducerRecord<String, String> badKey =
-        new ProducerRecord<>(TOPIC, RejectingDeserializer.POISON + "K-3", "charge 3.00");
-    badKey.headers().add("order-no", "P-3".getBytes(StandardCharsets.UTF_8));
-    template.send(badKey).get();
-    send(template, TOPIC, "charge 4.00", "order-no", "O-4");
+    ShareListenerTests.sendOrdersAroundPoisonKeyAndValue(template, TOPIC);
 
     await().atMost(WAIT).until(() -> SpringTestEnvironment.effects(jdbc, TOPIC, "O-4") == 1);
     assertThat(SpringTestEnvironment.effects(jdbc, TOPIC, "O-1")).isEqualTo(1);
     assertThat(calls).as("listener calls, by order-no").containsExactlyInAnyOrder("O-1", "O-4");
-    List<ConsumerRecord<String, String>> deadLetters = readTopic(TOPIC + "-dlt", 2, WAIT);
-    assertThat(deadLetters).as("dead letters").hasSize(2);
-    deadLetters.sort(Comparator.comparing(d -> header(d, "order-no")));
-    ConsumerRecord<String, String> value = deadLetters.get(0);
-    assertThat(header(value, "order-no")).isEqualTo("P-2");
-    assertThat(value.key()).isEqualTo("K-2");
-    assertThat(value.value())
-        .as("the bytes sent")
-        .isEqualTo(RejectingDeserializer.POISON + " charge 2.00");
-    assertThat(header(value, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
-        .contains("poisoned value");
-    assertThat(header(value, KafkaDeadLetterPublisher.UNDESERIALIZABLE_HEADER)).isEqualTo("value");
-    ConsumerRecord<String, String> key = deadLetters.get(1);
-    assertThat(header(key, "order-no")).isEqualTo("P-3");
-    assertThat(key.key()).as("the bytes sent").isEqualTo(RejectingDeserializer.POISON + "K-3");
-    assertThat(key.value()).isEqualTo("charge 3.00");
-    assertThat(header(key, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
-        .contains("poisoned key");
-    assertThat(header(key, KafkaDeadLetterPublisher.UNDESERIALIZABLE_HEADER)).isEqualTo("key");
+    ShareListenerTests.assertPoisonKeyAndValueDeadLettered(TOPIC, WAIT);
     assertThat(
             jdbc.queryForList(
                 "SELECT biz_key FROM consumer_dedup WHERE status = 'SUCCESS' ORDER BY biz_key",

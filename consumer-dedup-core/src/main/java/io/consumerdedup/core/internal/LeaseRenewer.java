@@ -16,6 +16,7 @@ import java.util.concurrent.SynchronousQueue;
 import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.ThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
@@ -253,6 +254,7 @@ public final class LeaseRenewer implements AutoCloseable {
     private volatile boolean stopped;
     private volatile boolean settling;
     private volatile boolean lost;
+    private final AtomicBoolean lossReported = new AtomicBoolean();
 
     private Renewal(ClaimResult.Claimed claim, Group group, long heldUntilNanos) {
       this.claim = claim;
@@ -288,6 +290,9 @@ public final class LeaseRenewer implements AutoCloseable {
         return;
       }
       markLost();
+      if (!firstToReportLoss()) {
+        return;
+      }
       if (vanished) {
         log.warn(
             "The record of {} (attempt {}) vanished while the handler ran (a failover to a standby"
@@ -345,6 +350,15 @@ public final class LeaseRenewer implements AutoCloseable {
     public void markLost() {
       lost = true;
       group.memberOver();
+    }
+
+    /**
+     * Whether the caller is the first to report this lease lost: the renewal that finds it taken
+     * over while the handler runs, and the outcome's fenced write refused after it, see the same
+     * loss, which the listener (and the {@code lease_lost} count) must hear once.
+     */
+    public boolean firstToReportLoss() {
+      return lossReported.compareAndSet(false, true);
     }
 
     /** Whether a renewal or a fenced write found the lease taken over. */

@@ -157,7 +157,9 @@ final class PendingOutcomes {
         outcome.token,
         outcome.status());
     try {
-      listener.leaseLost(outcome.key, outcome.token);
+      if (outcome.renewal.firstToReportLoss()) {
+        listener.leaseLost(outcome.key, outcome.token);
+      }
     } finally {
       outcome.written.completeExceptionally(
           new DedupLeaseLostException(
