@@ -49,7 +49,7 @@ public final class PostgresPooler {
    * statement pooling mode}, SQL state 08P01, as a lost connection says). The store's claims are
    * single statements and go through it, but a group's renewals and releases, the admin's changes
    * and mode TRANSACTIONAL run in transactions, and would be "unavailable" at every try while the
-   * leases they renew run out. Opens and rolls back an empty transaction on {@code connection},
+   * leases they renew run out. Opens and ends a transaction of one SELECT on {@code connection},
    * which must be in auto-commit mode (outside any caller's transaction); a pooler in statement
    * mode closes it then.
    *
@@ -58,28 +58,22 @@ public final class PostgresPooler {
   public static void requireTransactions(Connection connection, String table) throws SQLException {
     PGConnection pgConnection = connection.unwrap(PGConnection.class);
     int threshold = pgConnection.getPrepareThreshold();
-    // The BEGIN and ROLLBACK that pgjdbc sends are named by the connection's threshold, and a
+    // The BEGIN and COMMIT that pgjdbc sends are named by the connection's threshold, and a
     // named one would meet another client's server connection behind a pooler in transaction mode.
     pgConnection.setPrepareThreshold(0);
     try {
-      connection.setAutoCommit(false);
-      try (Statement statement = connection.createStatement()) {
-        useUnnamed(statement);
-        statement.execute("SELECT 1");
-      }
-      connection.rollback();
-      connection.setAutoCommit(true);
-    } catch (SQLException | RuntimeException | Error e) {
-      // Handed back in the auto-commit mode it was lent in, with no transaction left open, as a
-      // store call hands back its connection whatever failed.
-      try {
-        connection.rollback();
-        connection.setAutoCommit(true);
-      } catch (SQLException | RuntimeException | Error cleanup) {
-        e.addSuppressed(cleanup);
-      }
-      if (e instanceof SQLException refused
-          && String.valueOf(refused.getMessage()).contains("statement pooling mode")) {
+      // Handed back in auto-commit mode with no transaction left open, whatever fails, as a store
+      // call's own transaction is.
+      StoreCalls.inOwnTransaction(
+          connection,
+          c -> {
+            try (Statement statement = c.createStatement()) {
+              useUnnamed(statement);
+              return statement.execute("SELECT 1");
+            }
+          });
+    } catch (SQLException refused) {
+      if (String.valueOf(refused.getMessage()).contains("statement pooling mode")) {
         throw new DedupConfigurationException(
             "The dedup table "
                 + table
@@ -93,7 +87,7 @@ public final class PostgresPooler {
             null,
             null);
       }
-      throw e;
+      throw refused;
     } finally {
       try {
         pgConnection.setPrepareThreshold(threshold);

@@ -62,20 +62,12 @@ class InitializeSchemaOutsidePostgresTest {
                         "--consumer-dedup.initialize-schema=always"))
         .isNotNull();
 
-    String n = System.lineSeparator();
     assertThat(output.getOut())
         .contains(
-            "APPLICATION FAILED TO START"
-                + n
-                + "***************************"
-                + n
-                + n
-                + "Description:"
-                + n
-                + n
-                + "consumer-dedup.initialize-schema=always supports PostgreSQL only; on MySQL or"
-                + " MariaDB create the table consumer_dedup from"
-                + " db/consumer-dedup/mysql/V1__consumer_dedup.sql with your migrations")
+            FailureReport.describing(
+                "consumer-dedup.initialize-schema=always supports PostgreSQL only; on MySQL or"
+                    + " MariaDB create the table consumer_dedup from"
+                    + " db/consumer-dedup/mysql/V1__consumer_dedup.sql with your migrations"))
         .as("no stack trace")
         .doesNotContain("\tat org.springframework.beans");
   }
@@ -95,19 +87,11 @@ class InitializeSchemaOutsidePostgresTest {
                         "--consumer-dedup.initialize-schema=always"))
         .isNotNull();
 
-    String n = System.lineSeparator();
     assertThat(output.getOut())
         .contains(
-            "APPLICATION FAILED TO START"
-                + n
-                + "***************************"
-                + n
-                + n
-                + "Description:"
-                + n
-                + n
-                + "consumer-dedup.initialize-schema=always supports PostgreSQL only; the DataSource"
-                + " is H2")
+            FailureReport.describing(
+                "consumer-dedup.initialize-schema=always supports PostgreSQL only; the DataSource"
+                    + " is H2"))
         .contains("consumer-dedup.initialize-schema=never")
         .as("no stack trace")
         .doesNotContain("\tat org.springframework.beans");

@@ -60,18 +60,10 @@ class UnsupportedDatabaseTest {
                     .run("--spring.datasource.url=jdbc:h2:mem:report;DB_CLOSE_DELAY=-1"))
         .isNotNull();
 
-    String n = System.lineSeparator();
     assertThat(output.getOut())
         .contains(
-            "APPLICATION FAILED TO START"
-                + n
-                + "***************************"
-                + n
-                + n
-                + "Description:"
-                + n
-                + n
-                + "JdbcDedupStore supports PostgreSQL, MySQL and MariaDB; the DataSource is H2")
+            FailureReport.describing(
+                "JdbcDedupStore supports PostgreSQL, MySQL and MariaDB; the DataSource is H2"))
         .as("no stack trace")
         .doesNotContain("\tat org.springframework.beans");
   }
