@@ -26,13 +26,6 @@ public final class AdminSql {
   /** Deletes one key's record, by (type, key). */
   public final String forget;
 
-  /**
-   * Marks FAILED a key claimed in the caller's transaction (written SUCCESS there) whose handler
-   * threw, by (error, type, key, attempts, claim id): in that same transaction, so that it stays as
-   * written only if the caller commits anyway.
-   */
-  public final String failInTransaction;
-
   public AdminSql(String table, String now) {
     this.table = table;
     this.now = now;
@@ -51,13 +44,6 @@ public final class AdminSql {
             + now
             + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND status = 'PROCESSING'";
     forget = "DELETE FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
-    failInTransaction =
-        "UPDATE "
-            + table
-            + " SET status = 'FAILED', last_error = ?, updated_at = "
-            + now
-            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND claim_id = ?"
-            + " AND status = 'SUCCESS'";
   }
 
   private String select() {

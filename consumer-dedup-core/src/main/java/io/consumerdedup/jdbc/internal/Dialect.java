@@ -198,11 +198,11 @@ public abstract class Dialect {
 
   /**
    * Marks FAILED, in the caller's transaction, a claim made in it whose handler threw (see {@link
-   * AdminSql#failInTransaction}); whether its row was found.
+   * #failInTransactionSql}); whether its row was found.
    */
   public final boolean failInTransaction(
       Connection connection, ClaimResult.Claimed claim, String error) throws SQLException {
-    try (PreparedStatement update = calls.prepare(connection, adminSql.failInTransaction)) {
+    try (PreparedStatement update = calls.prepare(connection, failInTransactionSql())) {
       update.setString(1, StoredText.storable(error, StoredText.MAX_ERROR_LENGTH));
       update.setString(2, claim.key().bizType());
       update.setString(3, claim.key().bizKey());
@@ -211,6 +211,13 @@ public abstract class Dialect {
       return update.executeUpdate() == 1;
     }
   }
+
+  /**
+   * Marks FAILED a key claimed in the caller's transaction (written SUCCESS there) whose handler
+   * threw, by (error, type, key, attempts, claim id): in that same transaction, so that it stays as
+   * written only if the caller commits anyway.
+   */
+  protected abstract String failInTransactionSql();
 
   /** The record of {@code key}, if any. */
   public @Nullable DedupRecord find(Connection connection, DedupKey key) throws SQLException {

@@ -378,6 +378,11 @@ public final class MySqlDialect extends Dialect {
     return sql.find;
   }
 
+  @Override
+  protected String failInTransactionSql() {
+    return sql.failInTransaction;
+  }
+
   /** The oldest expired rows, as a batch of the janitor from the start of the table. */
   @Override
   public int purge(Connection connection, int limit) throws SQLException {

@@ -41,6 +41,9 @@ public final class MySqlSql {
   /** Fenced as {@link #complete}; binds the error and the retention in ms first. */
   public final String fail;
 
+  /** {@code Dialect#failInTransactionSql} in this dialect. */
+  public final String failInTransaction;
+
   /** Fenced by (type, key, token, claim id); binds the lease in ms first. */
   public final String renew;
 
@@ -72,6 +75,14 @@ public final class MySqlSql {
     this.table = table;
     find = "SELECT " + RECORD_COLUMNS + " FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
     findLocked = find + " FOR UPDATE";
+    failInTransaction =
+        "UPDATE "
+            + table
+            + " SET status = 'FAILED', last_error = ?, updated_at = "
+            + NOW
+            + ""
+            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND claim_id = ?"
+            + " AND status = 'SUCCESS'";
     // The claim's own row, or a settled one with no claim id (see Dialect.FencedUpdate#FAIL).
     String fencedWhere =
         " WHERE biz_type = ? AND biz_key = ? AND attempts = ?"

@@ -526,6 +526,11 @@ public final class PostgresDialect extends Dialect {
     return sql.find;
   }
 
+  @Override
+  protected String failInTransactionSql() {
+    return sql.failInTransaction;
+  }
+
   /** One statement, {@link PostgresSql#purge}, run as {@link #purgeText} says. */
   @Override
   public int purge(Connection connection, int limit) throws SQLException {

@@ -121,6 +121,9 @@ public final class PostgresSql {
    */
   public final Keyed fail;
 
+  /** {@code Dialect#failInTransactionSql} in this dialect. */
+  public final String failInTransaction;
+
   /**
    * Extends the lease of one PROCESSING record, fenced like {@link #complete}: binds (lease ms,
    * type, key, token, claim id); its update count (1 or 0) says whether the claim still held the
@@ -277,6 +280,12 @@ public final class PostgresSql {
                     failable)
                 .one(),
             outcome(table, "'FAILED'", "error", failable).many());
+    failInTransaction =
+        "UPDATE "
+            + table
+            + " SET status = 'FAILED', last_error = ?, updated_at = now()"
+            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND claim_id = ?"
+            + " AND status = 'SUCCESS'";
     String claimHeld =
         " WHERE d.biz_type = ? AND d.biz_key = ? AND d.attempts = ? AND d.status = 'PROCESSING'"
             + " AND d.claim_id = ?";
