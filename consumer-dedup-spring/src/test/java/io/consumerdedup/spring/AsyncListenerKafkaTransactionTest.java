@@ -13,6 +13,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -49,11 +50,13 @@ class AsyncListenerKafkaTransactionTest {
   static final Duration WAIT = Duration.ofSeconds(30);
   static final String FUTURE = "aktx-future";
   static final String MONO = "aktx-mono";
+  static final String SLOW = "aktx-slow";
   static final String RECEIPTS = "aktx-receipts";
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "aktx", FUTURE, MONO, RECEIPTS);
+    SpringTestEnvironment.prepare(registry, "aktx", FUTURE, MONO, SLOW, RECEIPTS);
+    registry.add("consumer-dedup.async-listener-timeout", () -> "1s");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -68,6 +71,26 @@ class AsyncListenerKafkaTransactionTest {
   @Test
   void aMonoWhoseTransactionFailsToCommitProducesItsOutputAgainOnTheRedelivery() throws Exception {
     producesAgainAfterTheAbort(MONO, "M-1");
+  }
+
+  /**
+   * The wait for the future ends first (the timeout), so the transaction aborts with the receipt;
+   * the future completes after that, within the lease: its outcome must not be SUCCESS.
+   */
+  @Test
+  void aFutureCompletingAfterItsTransactionAbortedLeavesItsOutputToTheRedelivery()
+      throws Exception {
+    long offset = send(SLOW, "S-1");
+
+    await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(SLOW, SLOW, 0) > offset);
+    assertThat(receipts("read_committed", "S-1"))
+        .as("receipts committed for S-1, whose first transaction aborted")
+        .hasSize(1);
+    assertThat(Switches.calls.get("S-1"))
+        .as("the aborted attempt, then the redelivery")
+        .hasValue(2);
+    assertThat(store.find(DedupKey.of(SLOW, "S-1")).orElseThrow().status())
+        .isEqualTo(DedupStatus.SUCCESS);
   }
 
   private void producesAgainAfterTheAbort(String topic, String orderNo) throws Exception {
@@ -134,6 +157,20 @@ class AsyncListenerKafkaTransactionTest {
     public CompletableFuture<String> future(ConsumerRecord<String, String> record) {
       String orderNo = produce(record);
       return CompletableFuture.supplyAsync(() -> orderNo);
+    }
+
+    /** The first call's future completes after the wait for it (1 s), within its lease (3 s). */
+    @Idempotent(bizType = SLOW, header = "order-no", lease = "3s")
+    @KafkaListener(id = SLOW, topics = SLOW)
+    public CompletableFuture<String> slow(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      template.send(RECEIPTS, orderNo, "receipt for " + orderNo);
+      int call =
+          Switches.calls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      return call == 1
+          ? CompletableFuture.supplyAsync(
+              () -> orderNo, CompletableFuture.delayedExecutor(1500, TimeUnit.MILLISECONDS))
+          : CompletableFuture.completedFuture(orderNo);
     }
 
     @Idempotent(bizType = MONO, header = "order-no")
