@@ -57,12 +57,12 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * (an {@code Acknowledgment} the listener calls is passed on only then); inside the container's
  * Spring transaction, after it commits; inside a Kafka transaction of the container, once the
  * container is done with the record ({@link CurrentRecordInterceptor}); for a method returning a
- * {@code CompletableFuture} or {@code Mono}, when it completes, which the call waits for: the
- * container gets a completed future, or the listener's failure thrown, so that its error handler
- * sees the failure before anything is acknowledged. A listener that calls {@code
- * Acknowledgment.nack} leaves its key FAILED, so the redelivery it asked for runs it again. A
- * duplicate is not invoked: it returns {@code null}, a primitive's zero, or an empty future or
- * Mono, and its {@code Acknowledgment} is acknowledged.
+ * {@code CompletableFuture} or {@code Mono}, when it completes (then as above, in a transaction of
+ * the container), which the call waits for: the container gets a completed future, or the
+ * listener's failure thrown, so that its error handler sees the failure before anything is
+ * acknowledged. A listener that calls {@code Acknowledgment.nack} leaves its key FAILED, so the
+ * redelivery it asked for runs it again. A duplicate is not invoked: it returns {@code null}, a
+ * primitive's zero, or an empty future or Mono, and its {@code Acknowledgment} is acknowledged.
  *
  * <p>Claims per poll (unless built with {@code claimsPerPoll} false): when the container's consumer
  * tells the listener its poll ({@link DedupConsumerPostProcessor}, which {@link
@@ -393,14 +393,22 @@ public final class IdempotentListenerInterceptor {
       throw attempts.toThrow(claim, error);
     }
     switch (future == null ? ListenerShape.Returns.VALUE : returns) {
-      case FUTURE:
-        Object value = awaitSettled(Objects.requireNonNull(future), pending, claim, listener);
+      case FUTURE, MONO:
+        // In a transaction of the container (Kafka's, say) the outcome waits for its end, as a
+        // method returning a value's does: a SUCCESS written as the future completes would make
+        // the redelivery of a transaction that then aborts, its output discarded, a duplicate.
+        DedupClaim running = claim;
+        Runnable settleHere =
+            ListenerOutcomes.inKafkaTransaction()
+                    || TransactionSynchronizationManager.isSynchronizationActive()
+                ? () -> settle(listener, record, pending, running, source)
+                : null;
+        Object value =
+            awaitSettled(Objects.requireNonNull(future), pending, claim, listener, settleHere);
         release(held);
-        return CompletableFuture.completedFuture(value);
-      case MONO:
-        Object item = awaitSettled(Objects.requireNonNull(future), pending, claim, listener);
-        release(held);
-        return MonoOutcomes.of(item);
+        return returns == ListenerShape.Returns.FUTURE
+            ? CompletableFuture.completedFuture(value)
+            : MonoOutcomes.of(value);
       default:
         pending.listenerSucceeded();
         settle(listener, record, pending, claim, source);
@@ -457,6 +465,12 @@ public final class IdempotentListenerInterceptor {
    * of the takeover. Failing the key instead would let the redelivery run the listener at once,
    * beside a first call that may still be running.
    *
+   * <p>With {@code settleHere}, the listener runs in a transaction of the container, and the
+   * outcome is settled on this thread by {@code settleHere} once the future completed, which leaves
+   * it to the transaction's end. A wait that ends first leaves the outcome to the future's
+   * completion, and as a failure: the transaction ends without the listener's work.
+   *
+   * @param settleHere settles the outcome on this thread; null to settle it as the future completes
    * @return the listener's value, for a future or Mono that already completed
    * @throws Throwable what the listener's future failed with (as {@link AttemptLimit#toThrow}
    *     passes it on), why SUCCESS could not be written, or {@link AsyncListenerTimeoutException}
@@ -465,23 +479,31 @@ public final class IdempotentListenerInterceptor {
       CompletableFuture<?> future,
       ListenerOutcomes.Pending pending,
       DedupClaim claim,
-      IdempotentListenerMethod listener)
+      IdempotentListenerMethod listener,
+      @Nullable Runnable settleHere)
       throws Throwable {
-    CompletableFuture<Object> settled = settledWhenDone(future, pending);
+    CompletableFuture<?> settled = settleHere == null ? settledWhenDone(future, pending) : future;
     Duration timeout = asyncListenerTimeout;
     long deadline = System.nanoTime() + timeout.toNanos();
     try {
       while (true) {
         long left = deadline - System.nanoTime();
         try {
-          return settled.get(Math.min(left, STOP_CHECK.toNanos()), TimeUnit.NANOSECONDS);
+          Object value = settled.get(Math.min(left, STOP_CHECK.toNanos()), TimeUnit.NANOSECONDS);
+          if (settleHere != null) {
+            pending.listenerSucceeded(); // on this thread, which tells the transaction it ran in
+            settleHere.run();
+          }
+          return value;
         } catch (TimeoutException e) {
           boolean stopping = CurrentRecordInterceptor.containerStopping();
           if (!stopping && left > STOP_CHECK.toNanos()) {
             continue;
           }
           claim.stopRenewing();
-          if (settled.isDone()) {
+          if (settleHere != null) {
+            settleWhenDoneAfterTransaction(future, pending);
+          } else if (settled.isDone()) {
             return settled.get(); // it came as the wait ended, and its outcome is written
           }
           throw new AsyncListenerTimeoutException(
@@ -499,15 +521,37 @@ public final class IdempotentListenerInterceptor {
         }
       }
     } catch (ExecutionException e) {
-      throw e.getCause() != null ? attempts.toThrow(claim, e.getCause()) : e;
+      Throwable cause = e.getCause();
+      if (settleHere != null) {
+        pending.listenerFailed(cause != null ? cause : e);
+        settleHere.run();
+      }
+      throw cause != null ? attempts.toThrow(claim, cause) : e;
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       // Its outcome is written when it completes, and the redelivery finds it then; if it never
       // does, the key goes to another delivery once the lease runs out, not at the process's end.
       claim.stopRenewing();
+      if (settleHere != null) {
+        settleWhenDoneAfterTransaction(future, pending);
+      }
       throw new IllegalStateException(
           "Interrupted while waiting for the future of " + listener + " to complete", e);
     }
+  }
+
+  /**
+   * The wait for a future in a transaction of the container ended first: the transaction ends
+   * without the listener's work (it is rolled back, or committed without its output), so the
+   * outcome written when the future completes is FAILED, and the redelivery runs the listener
+   * again.
+   */
+  private static void settleWhenDoneAfterTransaction(
+      CompletableFuture<?> future, ListenerOutcomes.Pending pending) {
+    pending.rolledBack(
+        new IllegalStateException(
+            "the container's transaction ended before the listener's future completed"));
+    settledWhenDone(future, pending);
   }
 
   /** A future that completes once the listener's does and its outcome is written. */
