@@ -173,6 +173,7 @@ public class ConsumerDedupAutoConfiguration {
    * before spring-kafka stops the share containers one after the other.
    */
   @Bean
+  @ConditionalOnMissingBean
   ShareListenersStopFirst dedupShareListenersStopFirst(
       DedupListenerContainersConfigurer configurer,
       ObjectProvider<KafkaListenerEndpointRegistry> registry) {
