@@ -82,7 +82,8 @@ class ShareListenerStopTogetherTest {
         .as(
             "[the stop of two share listeners whose handlers outlast the close timeout of %s]",
             CLOSE_TIMEOUT)
-        .isLessThan(CLOSE_TIMEOUT.multipliedBy(3).dividedBy(2));
+        // The sum, two close timeouts, at the least before; a loaded machine's slack after.
+        .isLessThan(CLOSE_TIMEOUT.multipliedBy(7).dividedBy(4));
   }
 
   @SpringBootConfiguration
