@@ -168,6 +168,18 @@ public class ConsumerDedupAutoConfiguration {
         registry, retryTopicResolvers, listeners, executors, properties);
   }
 
+  /**
+   * Stops the workers of every {@code @Idempotent} share listener at once as the application stops,
+   * before spring-kafka stops the share containers one after the other.
+   */
+  @Bean
+  @ConditionalOnMissingBean
+  ShareListenersStopFirst dedupShareListenersStopFirst(
+      DedupListenerContainersConfigurer configurer,
+      ObjectProvider<KafkaListenerEndpointRegistry> registry) {
+    return new ShareListenersStopFirst(configurer, registry);
+  }
+
   @Bean(destroyMethod = "close")
   @ConditionalOnMissingBean
   @ConditionalOnProperty(

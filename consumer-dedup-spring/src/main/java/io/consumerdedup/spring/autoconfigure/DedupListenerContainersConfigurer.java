@@ -42,7 +42,7 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
   private final ObjectProvider<IdempotentListenerPostProcessor> listeners;
   private final IdempotentExecutors executors;
   private final ConsumerDedupProperties properties;
-  private final List<AutoCloseable> shareListeners = new CopyOnWriteArrayList<>();
+  private final List<ShareListeners.Wrapped> shareListeners = new CopyOnWriteArrayList<>();
   private volatile boolean running;
   private @Nullable BeanFactory beanFactory;
 
@@ -149,11 +149,26 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
             : "store " + executor.store().getClass().getSimpleName());
   }
 
+  /**
+   * Before the containers stop ({@link ShareListenersStopFirst}): every share listener's workers
+   * stop after their record in hand, all at once, spring-kafka then stopping the share containers
+   * one after the other.
+   */
+  void shareListenersStopping() {
+    for (ShareListeners.Wrapped share : shareListeners) {
+      try {
+        share.stopping();
+      } catch (RuntimeException e) {
+        log.warn("Could not stop a share-group listener's worker", e);
+      }
+    }
+  }
+
   /** After the containers stopped: stops the share listeners' workers. */
   @Override
   public void stop() {
     running = false;
-    for (AutoCloseable share : shareListeners) {
+    for (ShareListeners.Wrapped share : shareListeners) {
       try {
         share.close();
       } catch (Exception e) {

@@ -90,6 +90,14 @@ final class DedupShareListener<K, V>
   private final AtomicInteger keeperNumbers = new AtomicInteger();
   private volatile boolean closed;
 
+  /**
+   * Set once the application's stop began ({@link #stopping}): no worker processes another record,
+   * and each consumer's close waits for its worker until {@link #stopDeadlineNanos} at the latest.
+   */
+  private volatile boolean stopRequested;
+
+  private volatile long stopDeadlineNanos;
+
   /** The worker's settings, those of {@code DedupShareLoop}. */
   record Settings(
       int maxAttempts,
@@ -146,6 +154,38 @@ final class DedupShareListener<K, V>
     }
   }
 
+  /**
+   * The application's stop began, before spring-kafka stops the share containers one after the
+   * other, each until its consumers are closed: every worker stops after its record in hand now,
+   * all together, and every consumer's close (and {@link #close()}) waits for its worker until one
+   * close timeout from now. Told only as each consumer closed, the stop took the sum of the
+   * containers' close timeouts, and a container not stopped yet started its handler on further
+   * records meanwhile. The keepers go on renewing and acknowledging until their consumer closes;
+   * the records no worker processes are given back by the close, as those undecided at a stop
+   * always are.
+   */
+  void stopping() {
+    stopDeadlineNanos = System.nanoTime() + settings.closeTimeout().toNanos();
+    stopRequested = true;
+    for (Keeper keeper : keepers.values()) {
+      keeper.stopWorker();
+    }
+  }
+
+  /**
+   * When a close starting now stops waiting for the record in hand: after the close timeout, or
+   * when the time {@link #stopping} set runs out, whichever comes first, leaving the close at least
+   * a renewal poll's time to send what was decided.
+   */
+  private long closeDeadline() {
+    long now = System.nanoTime();
+    long deadline = now + settings.closeTimeout().toNanos();
+    if (stopRequested && stopDeadlineNanos - deadline < 0) {
+      deadline = Math.max(stopDeadlineNanos - now, RENEWAL_POLL.toNanos()) + now;
+    }
+    return deadline;
+  }
+
   /** Stops the workers and keepers: their undecided records are delivered again by the broker. */
   void close() {
     closed = true;
@@ -158,7 +198,7 @@ final class DedupShareListener<K, V>
     for (Keeper keeper : keepers.values()) {
       keeper.retire().stop();
     }
-    long deadline = System.nanoTime() + settings.closeTimeout().toNanos();
+    long deadline = closeDeadline();
     for (Keeper keeper : keepers.values()) {
       interrupted |= keeper.close(deadline);
     }
@@ -170,15 +210,16 @@ final class DedupShareListener<K, V>
 
   /**
    * On {@code consumer}'s thread, as the container closes it: stops its worker after the record in
-   * hand, waiting for it within the close timeout, and hands its decisions over to be sent with the
-   * close ({@link WrappedShareConsumers}). Without this, a record accepted or dead-lettered while
-   * the container stopped came back after a restart: the container drops the acknowledgements still
+   * hand, waiting for it within the close timeout (counted from the application's stop, if that is
+   * what closes it: {@link #stopping}), and hands its decisions over to be sent with the close
+   * ({@link WrappedShareConsumers}). Without this, a record accepted or dead-lettered while the
+   * container stopped came back after a restart: the container drops the acknowledgements still
    * queued for its consumer's thread when it stops.
    */
   void finish(ShareConsumer<?, ?> consumer) {
     Keeper keeper = keepers.remove(consumer);
     if (keeper != null) {
-      keeper.finish(settings.closeTimeout());
+      keeper.finish(closeDeadline());
     }
   }
 
@@ -345,21 +386,36 @@ final class DedupShareListener<K, V>
     }
 
     private ShareRecordWorker<K, V> newWorker() {
-      return new ShareRecordWorker<>(
-          new Batch(),
-          deadLetters,
-          signals::add,
-          // An Error that leaves no decision (one thrown as a dead letter is written, or as the
-          // batch settles) woke nobody: the keeper replaced the worker only at its next renewal, a
-          // third of the lock later, the records handed over meanwhile waiting for it.
-          () -> signals.add(WAKE),
-          settings.maxAttempts(),
-          settings.deliveryCountLimit(),
-          settings.retryBackOff(),
-          settings.holdBackOff(),
-          settings.maxHoldBackOff(),
-          groupId,
-          name + "-worker");
+      ShareRecordWorker<K, V> made =
+          new ShareRecordWorker<>(
+              new Batch(),
+              deadLetters,
+              signals::add,
+              // An Error that leaves no decision (one thrown as a dead letter is written, or as the
+              // batch settles) woke nobody: the keeper replaced the worker only at its next
+              // renewal, a third of the lock later, the records handed over meanwhile waiting.
+              () -> signals.add(WAKE),
+              settings.maxAttempts(),
+              settings.deliveryCountLimit(),
+              settings.retryBackOff(),
+              settings.holdBackOff(),
+              settings.maxHoldBackOff(),
+              groupId,
+              name + "-worker");
+      if (stopRequested) {
+        // A keeper made, or a worker replaced, after the application's stop began: it processes
+        // nothing either.
+        made.stop();
+      }
+      return made;
+    }
+
+    /**
+     * Stops the current worker after its record in hand; under the keeper's lock, so that a worker
+     * replacing it meanwhile (after an Error) is the one stopped, or is made stopped.
+     */
+    private synchronized void stopWorker() {
+      worker.stop();
     }
 
     /**
@@ -714,10 +770,9 @@ final class DedupShareListener<K, V>
      * very thread, which never sends them, so such a record is still the consumer's to acknowledge
      * (one whose renewal did reach the broker is refused by the consumer, and comes again).
      */
-    void finish(Duration timeout) {
+    void finish(long deadline) {
       ShareRecordWorker<K, V> last = retire();
       last.stop();
-      long deadline = System.nanoTime() + timeout.toNanos();
       // An interrupt of the consumer thread asks for the stop already under way: kept for the
       // end, not let cut the wait short. Cut short, the consumer closed while the handler still
       // ran, and gave its record back unacknowledged though the handler applied it.
@@ -732,7 +787,7 @@ final class DedupShareListener<K, V>
       interrupted |= last.closeThroughInterrupts(deadline);
       // A handler still running now has its record given back by the close: said, as the share
       // loop says it, or the user saw a stop of 30 s and the record come again, and not why.
-      last.warnIfStillRunning(timeout);
+      last.warnIfStillRunning(settings.closeTimeout());
       Error fatal = last.fatal();
       if (fatal != null) {
         log.error("Share listener {} stopped on an Error", listenerId, fatal);

@@ -81,6 +81,15 @@ final class ShareListeners {
     return method.getDeclaringClass().getName() + "#" + method.getName();
   }
 
+  /** A share listener consumer-dedup wrapped; closed, its container is put back as it was made. */
+  interface Wrapped extends AutoCloseable {
+    /** The application's stop began: see {@link DedupShareListener#stopping}. */
+    void stopping();
+
+    @Override
+    void close();
+  }
+
   /**
    * Puts each share container that calls an {@code @Idempotent} method in {@code
    * ShareAckMode.MANUAL} and wraps its listener; returns what to close when the containers stopped.
@@ -88,14 +97,14 @@ final class ShareListeners {
    * @throws UnsupportedShareListenerException a shape that cannot be protected; the listeners
    *     wrapped before it are undone
    */
-  static List<AutoCloseable> configure(
+  static List<Wrapped> configure(
       Collection<MessageListenerContainer> containers,
       ListableBeanFactory beanFactory,
       ConsumerDedupProperties properties) {
-    List<AutoCloseable> wrapped = new ArrayList<>();
+    List<Wrapped> wrapped = new ArrayList<>();
     try {
       for (MessageListenerContainer container : containers) {
-        AutoCloseable undo = configure(container, beanFactory, properties);
+        Wrapped undo = configure(container, beanFactory, properties);
         if (undo != null) {
           wrapped.add(undo);
         }
@@ -111,8 +120,8 @@ final class ShareListeners {
   }
 
   /** Undoes each of {@code wrapped}, whatever the others throw (added to {@code failure}). */
-  static void closeAll(List<AutoCloseable> wrapped, Throwable failure) {
-    for (AutoCloseable undo : wrapped) {
+  static void closeAll(List<Wrapped> wrapped, Throwable failure) {
+    for (Wrapped undo : wrapped) {
       try {
         undo.close();
       } catch (Exception | Error e) {
@@ -126,7 +135,7 @@ final class ShareListeners {
    * that, or null if it does not.
    */
   @SuppressWarnings({"unchecked", "rawtypes"})
-  private static @Nullable AutoCloseable configure(
+  private static @Nullable Wrapped configure(
       MessageListenerContainer container,
       ListableBeanFactory beanFactory,
       ConsumerDedupProperties properties) {
@@ -186,22 +195,30 @@ final class ShareListeners {
     // Undone when the application stops, so that a start after it (a context stopped and
     // started again) finds the container as it was made and protects it afresh, with a new
     // worker and dead-letter producer, instead of a closed listener that ignores every record.
-    return () -> {
-      try {
-        listener.close();
-      } finally {
-        // Whatever the closes throw, the container is put back. A producer's close on the
-        // interrupted thread of a stop threw InterruptException, which left the container
-        // with the closed listener: the next start found no @Idempotent method in it and
-        // failed, naming a listener shape that was not the cause.
-        closeDeadLetterProducers(created, method);
-        if (!share.isRunning()) {
-          if (ownConsumers != null) {
-            ownConsumers.run();
+    return new Wrapped() {
+      @Override
+      public void stopping() {
+        listener.stopping();
+      }
+
+      @Override
+      public void close() {
+        try {
+          listener.close();
+        } finally {
+          // Whatever the closes throw, the container is put back. A producer's close on the
+          // interrupted thread of a stop threw InterruptException, which left the container
+          // with the closed listener: the next start found no @Idempotent method in it and
+          // failed, naming a listener shape that was not the cause.
+          closeDeadLetterProducers(created, method);
+          if (!share.isRunning()) {
+            if (ownConsumers != null) {
+              ownConsumers.run();
+            }
+            share.setupMessageListener(original);
+            containerProperties.setShareAckMode(ackMode);
+            containerProperties.setShareAcknowledgmentTimeout(timeout);
           }
-          share.setupMessageListener(original);
-          containerProperties.setShareAckMode(ackMode);
-          containerProperties.setShareAcknowledgmentTimeout(timeout);
         }
       }
     };
