@@ -116,7 +116,10 @@ class MariaDbCaughtDeadlockTest {
     try {
       other.setAutoCommit(false);
       try (Statement statement = other.createStatement()) {
-        statement.executeUpdate("INSERT INTO ballast SELECT seq FROM seq_1_to_200");
+        // The heavier transaction: InnoDB's victim is the one that wrote fewer rows.
+        statement.executeUpdate(
+            "INSERT INTO ballast WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n"
+                + " WHERE i < 200) SELECT i FROM n");
         statement.executeUpdate("UPDATE account SET balance = balance + 1 WHERE id = 2");
       }
       // Whichever of the two statements waits first, InnoDB finds the cycle when the second does.
