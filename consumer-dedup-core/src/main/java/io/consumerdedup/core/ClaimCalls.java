@@ -224,6 +224,24 @@ final class ClaimCalls {
   }
 
   /**
+   * Refuses a claim made in the caller's transaction whose record that transaction no longer holds,
+   * once its handler has returned (see {@link DedupStore#heldInTransaction}).
+   *
+   * @throws IllegalStateException the database rolled the transaction back under the handler
+   */
+  void requireHeldInTransaction(ClaimResult.Claimed claim) {
+    if (!store.heldInTransaction(claim)) {
+      throw new IllegalStateException(
+          "The database rolled back the transaction of the claim on "
+              + claim.key()
+              + " while its handler ran (a deadlock, whose exception the handler caught and went"
+              + " on): its dedup record and the writes before that statement are gone, and what"
+              + " the handler wrote after it is in a new transaction. Roll the transaction back;"
+              + " let the statement's failure end the handler");
+    }
+  }
+
+  /**
    * Marks FAILED, in the caller's transaction, a claim made in it whose handler threw {@code
    * error}; what goes wrong is added to {@code error} as suppressed, since the handler's failure is
    * what the caller must hear (on PostgreSQL a failed statement of the handler has aborted the

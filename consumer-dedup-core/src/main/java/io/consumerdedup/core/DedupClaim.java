@@ -161,12 +161,15 @@ public final class DedupClaim {
    *     key again before it is written; retry the delivery later
    * @throws DedupExecutorClosedException SUCCESS could not be written and the executor is closed:
    *     nothing retries it, and the record is delivered again; retry the delivery later
-   * @throws IllegalStateException the claim is a duplicate or was already ended
+   * @throws IllegalStateException the claim is a duplicate or was already ended, or it is in the
+   *     caller's transaction, which the database rolled back under the handler (InnoDB at a
+   *     deadlock the handler caught): roll the transaction back
    */
   public void complete() {
     end("complete");
     Duration handlerTime = Duration.ofNanos(System.nanoTime() - startNanos);
     if (outcomes == null || renewal == null) {
+      requireHeldInTransaction();
       listener.completed(key, attempt, handlerTime);
       return;
     }
@@ -185,12 +188,15 @@ public final class DedupClaim {
    * @return completes when SUCCESS is written; exceptionally with {@link DedupLeaseLostException}
    *     (another consumer took the key over first) or {@link DedupStoreUnavailableException} (not
    *     written yet; retried in the background, as by {@link #complete()})
-   * @throws IllegalStateException the claim is a duplicate or was already ended
+   * @throws IllegalStateException the claim is a duplicate or was already ended, or it is in the
+   *     caller's transaction, which the database rolled back under the handler (InnoDB at a
+   *     deadlock the handler caught): roll the transaction back
    */
   public CompletableFuture<Void> completeAsync() {
     end("complete");
     Duration handlerTime = Duration.ofNanos(System.nanoTime() - startNanos);
     if (outcomes == null || renewal == null) {
+      requireHeldInTransaction();
       listener.completed(key, attempt, handlerTime);
       return CompletableFuture.completedFuture(null);
     }
@@ -209,12 +215,15 @@ public final class DedupClaim {
    * wait includes those milliseconds).
    *
    * @return as {@link #completeAsync()}
-   * @throws IllegalStateException the claim is a duplicate or was already ended
+   * @throws IllegalStateException the claim is a duplicate or was already ended, or it is in the
+   *     caller's transaction, which the database rolled back under the handler (InnoDB at a
+   *     deadlock the handler caught): roll the transaction back
    */
   public CompletableFuture<Void> completeWithNextClaim() {
     end("complete");
     Duration handlerTime = Duration.ofNanos(System.nanoTime() - startNanos);
     if (outcomes == null || renewal == null) {
+      requireHeldInTransaction();
       listener.completed(key, attempt, handlerTime);
       return CompletableFuture.completedFuture(null);
     }
@@ -283,6 +292,23 @@ public final class DedupClaim {
       return;
     }
     outcomes.fail(key, attempt, source, renewal, error);
+  }
+
+  /**
+   * Refuses to pass a claim in the caller's transaction whose record the database rolled back under
+   * its handler: committed, the record was passed as applied with no record, and applied again on
+   * its next delivery.
+   */
+  private void requireHeldInTransaction() {
+    if (inTransaction == null || transactionCalls == null) {
+      return;
+    }
+    try {
+      transactionCalls.requireHeldInTransaction(inTransaction);
+    } catch (RuntimeException | Error e) {
+      Outcomes.tellFailed(listener, key, attempt, e);
+      throw e;
+    }
   }
 
   private void end(String operation) {

@@ -57,6 +57,18 @@ public interface DedupStore {
   }
 
   /**
+   * For {@link DedupMode#TRANSACTIONAL}: whether the caller's open transaction still holds the
+   * record that {@link #claimInTransaction} wrote in it, once the handler has returned. A database
+   * that rolls the whole transaction back at a failed statement and goes on in a new one (InnoDB at
+   * a deadlock) loses the record with everything before that statement, while the caller's commit
+   * still succeeds. The default answers true: a store whose transaction cannot lose its writes that
+   * way (on PostgreSQL the transaction stays aborted, and its commit is refused).
+   */
+  default boolean heldInTransaction(ClaimResult.Claimed claim) {
+    return true;
+  }
+
+  /**
    * Marks the holder's attempt SUCCESS and keeps the record for {@code retention}. A SUCCESS the
    * claim has already written (sent again after its reply was lost) counts as written. A key with
    * no record at all (it vanished: a failover to a standby that had not received it, an operator's

@@ -193,6 +193,9 @@ public final class IdempotentExecutor implements AutoCloseable {
    *     SUCCESS could be written (this holder's lease had run out); retry the delivery later
    * @throws DedupHandlerException the handler threw a checked exception (its cause); runtime
    *     exceptions and errors propagate unchanged. In both cases the record was marked FAILED.
+   * @throws IllegalStateException in mode TRANSACTIONAL, the handler returned but the database had
+   *     rolled back the caller's transaction under it, the claim's record with it (InnoDB at a
+   *     deadlock the handler caught): roll the transaction back, and the record is retried
    */
   public <T> DedupResult<T> execute(
       DedupKey key, @Nullable String fingerprint, @Nullable String source, Callable<T> handler) {

@@ -254,6 +254,20 @@ public final class JdbcDedupStore implements DedupStore {
             !connection.getAutoCommit() && dialect.failInTransaction(connection, claim, error));
   }
 
+  /**
+   * Reads the claim's record on the caller's transactional connection; true in auto-commit mode,
+   * where the claim's transaction has ended and its outcome is decided (as {@link
+   * #failInTransaction}).
+   */
+  @Override
+  public boolean heldInTransaction(ClaimResult.Claimed claim) {
+    return calls.inCallersTransaction(
+        "check a claim in the caller's transaction",
+        claim.key(),
+        (connection, dialect) ->
+            connection.getAutoCommit() || dialect.heldInTransaction(connection, claim));
+  }
+
   /** The key of a one-key call, named in its errors; null for a batch. */
   private static @Nullable DedupKey only(List<ClaimRequest> requests) {
     return requests.size() == 1 ? requests.get(0).key() : null;

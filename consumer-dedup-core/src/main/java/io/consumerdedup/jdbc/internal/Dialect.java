@@ -219,6 +219,17 @@ public abstract class Dialect {
    */
   protected abstract String failInTransactionSql();
 
+  /**
+   * Whether the open transaction still holds the record that a claim in it wrote (see {@link
+   * io.consumerdedup.core.DedupStore#heldInTransaction}). True by default: PostgreSQL keeps a
+   * transaction aborted after a failed statement, and its commit is refused ({@link
+   * AbortedTransactions}).
+   */
+  public boolean heldInTransaction(Connection connection, ClaimResult.Claimed claim)
+      throws SQLException {
+    return true;
+  }
+
   /** The record of {@code key}, if any. */
   public @Nullable DedupRecord find(Connection connection, DedupKey key) throws SQLException {
     try (PreparedStatement statement = calls.prepare(connection, findSql())) {

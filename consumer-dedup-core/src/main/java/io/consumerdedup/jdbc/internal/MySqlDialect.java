@@ -345,6 +345,25 @@ public final class MySqlDialect extends Dialect {
     }
   }
 
+  /**
+   * InnoDB rolls the whole transaction back at a deadlock (1213), and at a lock wait timeout under
+   * {@code innodb_rollback_on_timeout}, and the connection's next statement opens a new one: a
+   * handler that caught the error and went on committed its later writes, while the claim's record
+   * was gone. Read in the transaction, the record is there with this claim's id only if the
+   * transaction that wrote it is still open (or, for a claim sent again, committed already).
+   */
+  @Override
+  public boolean heldInTransaction(Connection connection, ClaimResult.Claimed claim)
+      throws SQLException {
+    try (PreparedStatement select = calls.prepare(connection, sql.find)) {
+      select.setString(1, claim.key().bizType());
+      select.setString(2, claim.key().bizKey());
+      try (ResultSet row = select.executeQuery()) {
+        return row.next() && claim.claimId().equals(row.getString("claim_id"));
+      }
+    }
+  }
+
   @Override
   public List<DedupKey> release(Connection connection, List<ClaimResult.Claimed> claims)
       throws SQLException {

@@ -32,6 +32,13 @@ public final class SqlStates {
 
   private static final String READ_ONLY = "25006";
 
+  /**
+   * MySQL's and MariaDB's ER_OPTION_PREVENTS_STATEMENT (SQL state HY000): the server runs with
+   * {@code read_only} or {@code super_read_only}, as a replica or a primary demoted by a failover
+   * does. The error names other options too, which none of the store's statements meet.
+   */
+  private static final int MYSQL_READ_ONLY = 1290;
+
   private static final Set<String> TRANSIENT =
       Set.of(
           "40001", // serialization_failure
@@ -62,10 +69,11 @@ public final class SqlStates {
    * innodb_snapshot_isolation, on by default from 11.6, a transaction that locks a row committed
    * after its snapshot is rolled back and told to restart, as PostgreSQL's serialization failure.
    * MariaDB's driver reports 1317 as a timeout, MySQL's as a non-transient error: only the code
-   * tells them alike.
+   * tells them alike. A server that runs read-only (1290) is one as well, as PostgreSQL's 25006.
    */
   private static final Set<Integer> MYSQL_TRANSIENT_CODES =
-      Set.of(1205, 1213, 1020, 3024, 1969, 1317, 1040, 1203, 1226, 1637, 1053, 2013);
+      Set.of(
+          1205, 1213, 1020, 3024, 1969, 1317, 1040, 1203, 1226, 1637, 1053, 2013, MYSQL_READ_ONLY);
 
   /** The SQL states MySQL and MariaDB give their transient errors; PostgreSQL uses none of them. */
   private static final Set<String> MYSQL_STATES =
@@ -99,13 +107,15 @@ public final class SqlStates {
   }
 
   /**
-   * Whether {@code e} says the server refuses writes (SQL state 25006): a hot standby, or a primary
-   * demoted by a failover. The connection is sound to its pool, which keeps it for its whole
-   * lifetime, so only another connection can reach the promoted primary.
+   * Whether {@code e} says the server refuses writes (SQL state 25006; on MySQL and MariaDB error
+   * 1290): a hot standby or replica, or a primary demoted by a failover. The connection is sound to
+   * its pool, which keeps it for its whole lifetime, so only another connection can reach the
+   * promoted primary.
    */
   public static boolean isReadOnlyServer(SQLException e) {
     for (SQLException current = e; current != null; current = current.getNextException()) {
-      if (READ_ONLY.equals(current.getSQLState())) {
+      if (READ_ONLY.equals(current.getSQLState())
+          || ("HY000".equals(current.getSQLState()) && current.getErrorCode() == MYSQL_READ_ONLY)) {
         return true;
       }
     }

@@ -1,0 +1,165 @@
+package io.consumerdedup.mysql;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.catchThrowable;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.core.DedupResult;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.Outcome;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.jdbc.TransactionBoundDataSource;
+import io.consumerdedup.testing.TestMariaDb;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.util.UUID;
+import java.util.concurrent.FutureTask;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * Mode TRANSACTIONAL on MariaDB, a handler that catches a deadlock and carries on. InnoDB rolls the
+ * whole transaction back at a deadlock (1213), the dedup row the claim inserted with it, and the
+ * handler's next statement opens a new transaction on the same connection: its commit succeeds.
+ */
+class MariaDbCaughtDeadlockTest {
+  private String database;
+  private HikariDataSource pool;
+
+  @BeforeEach
+  void setUp() throws SQLException {
+    database = TestMariaDb.newDatabase("deadlock");
+    pool = TestMariaDb.dataSource(database, TestMariaDb.Driver.MARIADB, 4);
+    try (Connection connection = pool.getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute("CREATE TABLE account (id INT PRIMARY KEY, balance INT NOT NULL)");
+      statement.execute("INSERT INTO account VALUES (1, 0), (2, 0)");
+      statement.execute(
+          "CREATE TABLE ledger (id INT AUTO_INCREMENT PRIMARY KEY, note VARCHAR(64))");
+      statement.execute("CREATE TABLE ballast (id INT PRIMARY KEY)");
+    }
+  }
+
+  @AfterEach
+  void tearDown() {
+    if (pool != null) {
+      pool.close();
+    }
+    TestMariaDb.dropDatabase(database);
+  }
+
+  @Test
+  void aHandlerThatCatchesADeadlockIsNotPassedAsAppliedWithoutItsDedupRow() throws Exception {
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(pool);
+    JdbcDedupStore store = JdbcDedupStore.builder(transactions).build();
+    DedupKey key = DedupKey.of("payment", "deadlock-" + UUID.randomUUID());
+    AtomicInteger runs = new AtomicInteger();
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(store).mode(DedupMode.TRANSACTIONAL).build()) {
+      Throwable first =
+          catchThrowable(
+              () ->
+                  transactions.inTransaction(
+                      () ->
+                          executor.execute(
+                              key,
+                              () -> {
+                                runs.incrementAndGet();
+                                return deadlockCaught(transactions);
+                              })));
+
+      assertThat(first)
+          .as(
+              "the record passed as applied; its dedup rows: %d, ledger rows: %d",
+              count("consumer_dedup"), count("ledger"))
+          .isInstanceOf(IllegalStateException.class)
+          .hasMessageContaining("rolled back");
+      assertThat(count("ledger")).as("the carried-on write, rolled back").isZero();
+
+      DedupResult<Integer> redelivery =
+          transactions.inTransaction(
+              () ->
+                  executor.execute(
+                      key,
+                      () -> {
+                        runs.incrementAndGet();
+                        return ledger(transactions);
+                      }));
+      assertThat(redelivery.outcome()).isEqualTo(Outcome.PROCESSED);
+      DedupResult<Integer> duplicate =
+          transactions.inTransaction(() -> executor.execute(key, () -> ledger(transactions)));
+      assertThat(duplicate.outcome()).isEqualTo(Outcome.DUPLICATE);
+    }
+    assertThat(runs).as("handler runs").hasValue(2);
+    assertThat(count("ledger")).as("ledger rows").isEqualTo(1);
+  }
+
+  /**
+   * Locks account 1 in the record's transaction, meets another transaction holding account 2 and
+   * waiting for account 1, and is the deadlock's victim (InnoDB rolls back the one that wrote fewer
+   * rows); catches it and carries on with a write of its own.
+   */
+  private int deadlockCaught(TransactionBoundDataSource transactions) throws Exception {
+    Connection connection = transactions.getConnection();
+    try (Statement statement = connection.createStatement()) {
+      statement.executeUpdate("UPDATE account SET balance = balance + 1 WHERE id = 1");
+    }
+    Connection other = pool.getConnection();
+    try {
+      other.setAutoCommit(false);
+      try (Statement statement = other.createStatement()) {
+        // The heavier transaction: InnoDB's victim is the one that wrote fewer rows.
+        statement.executeUpdate(
+            "INSERT INTO ballast WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n"
+                + " WHERE i < 200) SELECT i FROM n");
+        statement.executeUpdate("UPDATE account SET balance = balance + 1 WHERE id = 2");
+      }
+      // Whichever of the two statements waits first, InnoDB finds the cycle when the second does.
+      FutureTask<Integer> waiting =
+          new FutureTask<>(
+              () -> {
+                try (Statement statement = other.createStatement()) {
+                  return statement.executeUpdate(
+                      "UPDATE account SET balance = balance + 1 WHERE id = 1");
+                }
+              });
+      new Thread(waiting, "deadlock-other").start();
+      try (Statement statement = connection.createStatement()) {
+        statement.executeUpdate("UPDATE account SET balance = balance + 1 WHERE id = 2");
+        throw new AssertionError("no deadlock");
+      } catch (SQLException deadlock) {
+        assertThat(deadlock.getErrorCode()).as("error code").isEqualTo(1213);
+      }
+      waiting.get(10, TimeUnit.SECONDS);
+      other.rollback();
+    } finally {
+      other.close();
+    }
+    return ledger(transactions);
+  }
+
+  private static int ledger(TransactionBoundDataSource transactions) throws SQLException {
+    try (PreparedStatement insert =
+        transactions.getConnection().prepareStatement("INSERT INTO ledger (note) VALUES (?)")) {
+      insert.setString(1, "applied");
+      return insert.executeUpdate();
+    }
+  }
+
+  private int count(String table) throws SQLException {
+    try (Connection connection = pool.getConnection();
+        Statement statement = connection.createStatement();
+        ResultSet rows = statement.executeQuery("SELECT COUNT(*) FROM " + table)) {
+      rows.next();
+      return rows.getInt(1);
+    }
+  }
+}
