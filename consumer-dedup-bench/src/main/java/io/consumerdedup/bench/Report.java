@@ -194,7 +194,8 @@ final class Report {
     if (problems.isEmpty()) {
       out.printf(
           "checks: passed: every run of %s consumed every message; the handler ran for every"
-              + " message in %s, once per distinct key in %s, never in %s%n",
+              + " message in %s, once per distinct key in %s, never in %s; every store held each"
+              + " key as done at the end%n",
           summaries.stream().map(s -> s.variant().id()).collect(Collectors.joining(", ")),
           idsExpecting(summaries, Variant.HandlerRuns.EVERY_MESSAGE),
           idsExpecting(summaries, Variant.HandlerRuns.EACH_KEY_ONCE),
