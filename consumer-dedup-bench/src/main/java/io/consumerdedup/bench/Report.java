@@ -310,11 +310,13 @@ final class Report {
 
   /**
    * The closing line: ratios of the median msg/s of the variants, and the heap's growth, {@code
-   * n/a} where one is not measured.
+   * n/a} where one is not measured or its run failed its checks.
    */
   static String resultLine(List<VariantSummary> summaries, HeapGrowth.@Nullable Result memory) {
+    // A variant that skipped work or did some twice was not measured doing the workload.
     Map<String, Double> perSecond =
         summaries.stream()
+            .filter(VariantSummary::passed)
             .collect(Collectors.toMap(s -> s.variant().id(), VariantSummary::messagesPerSecond));
     return "RESULT"
         + ratio("batched_over_per_record", perSecond, "V2", "V1")
@@ -330,7 +332,9 @@ final class Report {
         + ratio("spring_share_over_plain_share", perSecond, "V11", "V9")
         + field(
             "heap_growth",
-            memory == null ? OptionalDouble.empty() : OptionalDouble.of(memory.growth()));
+            memory == null || !memory.problems().isEmpty()
+                ? OptionalDouble.empty()
+                : OptionalDouble.of(memory.growth()));
   }
 
   private static String ratio(
