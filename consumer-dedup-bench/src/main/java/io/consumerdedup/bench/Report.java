@@ -183,9 +183,11 @@ final class Report {
           window.sum(),
           window.rerunsPerKill());
       out.printf(
-          "  check: %d effect(s) beyond one per key at the end, %d key(s) not SUCCESS: %s%n",
+          "  check: %d effect(s) beyond one per key at the end, %d key(s) not SUCCESS, %d key(s)"
+              + " never applied: %s%n",
           window.extraEffects(),
           window.keysNotSuccess(),
+          window.keysNotApplied(),
           window.consistent() ? "consistent" : "INCONSISTENT");
     }
   }
