@@ -122,6 +122,8 @@ public final class Bench {
                               + ": "
                               + window.keysNotSuccess()
                               + " key(s) not SUCCESS, "
+                              + window.keysNotApplied()
+                              + " key(s) never applied, "
                               + window.extraEffects()
                               + " extra effect(s) for "
                               + window.sum()

@@ -1,5 +1,6 @@
 package io.consumerdedup.bench;
 
+import java.util.OptionalLong;
 import org.apache.camel.processor.idempotent.jdbc.JdbcMessageIdRepository;
 
 /**
@@ -24,6 +25,13 @@ final class CamelJdbcRepository implements Variant {
   @Override
   public HandlerRuns expectedHandlerRuns() {
     return HandlerRuns.EACH_KEY_ONCE;
+  }
+
+  @Override
+  public OptionalLong keysRecorded(BenchDatabase database) throws Exception {
+    return OptionalLong.of(
+        database.queryForLong(
+            "SELECT count(*) FROM camel_messageprocessed WHERE processorName = ?", PROCESSOR_NAME));
   }
 
   @Override

@@ -31,6 +31,15 @@ final class DedupTable {
     database.execute("ANALYZE " + NAME);
   }
 
+  /** The workload's keys (not the preloaded ones) the table holds as SUCCESS. */
+  static long workloadKeysDone(BenchDatabase database) throws SQLException {
+    return database.queryForLong(
+        "SELECT count(*) FROM "
+            + NAME
+            + " WHERE biz_type = ? AND status = 'SUCCESS' AND biz_key LIKE 'order-%'",
+        BIZ_TYPE);
+  }
+
   static long rows(BenchDatabase database) throws SQLException {
     return database.queryForLong("SELECT count(*) FROM " + NAME);
   }

@@ -6,6 +6,7 @@ import io.consumerdedup.kafka.DedupPollLoop;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.KeyExtractors;
 import java.util.List;
+import java.util.OptionalLong;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -81,6 +82,11 @@ final class OursLoop implements Variant {
     return startsFrom == TableState.THE_WORKLOADS_KEYS
         ? HandlerRuns.NEVER
         : HandlerRuns.EACH_KEY_ONCE;
+  }
+
+  @Override
+  public OptionalLong keysRecorded(BenchDatabase database) throws Exception {
+    return OptionalLong.of(DedupTable.workloadKeysDone(database));
   }
 
   @Override

@@ -11,6 +11,7 @@ import io.consumerdedup.kafka.KeyExtractors;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.util.List;
+import java.util.OptionalLong;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -35,6 +36,18 @@ final class OursTransactional implements Variant {
   @Override
   public HandlerRuns expectedHandlerRuns() {
     return HandlerRuns.EACH_KEY_ONCE;
+  }
+
+  /** Keys whose SUCCESS row and business row were committed, once each. */
+  @Override
+  public OptionalLong keysRecorded(BenchDatabase database) throws Exception {
+    return OptionalLong.of(
+        database.queryForLong(
+            "SELECT count(*) FROM "
+                + DedupTable.NAME
+                + " d JOIN bench_orders o ON o.order_no = d.biz_key"
+                + " WHERE d.biz_type = ? AND d.status = 'SUCCESS'",
+            DedupTable.BIZ_TYPE));
   }
 
   @Override

@@ -183,9 +183,11 @@ final class Report {
           window.sum(),
           window.rerunsPerKill());
       out.printf(
-          "  check: %d effect(s) beyond one per key at the end, %d key(s) not SUCCESS: %s%n",
+          "  check: %d effect(s) beyond one per key at the end, %d key(s) not SUCCESS, %d key(s)"
+              + " never applied: %s%n",
           window.extraEffects(),
           window.keysNotSuccess(),
+          window.keysNotApplied(),
           window.consistent() ? "consistent" : "INCONSISTENT");
     }
   }
@@ -194,7 +196,8 @@ final class Report {
     if (problems.isEmpty()) {
       out.printf(
           "checks: passed: every run of %s consumed every message; the handler ran for every"
-              + " message in %s, once per distinct key in %s, never in %s%n",
+              + " message in %s, once per distinct key in %s, never in %s; every store held each"
+              + " key as done at the end%n",
           summaries.stream().map(s -> s.variant().id()).collect(Collectors.joining(", ")),
           idsExpecting(summaries, Variant.HandlerRuns.EVERY_MESSAGE),
           idsExpecting(summaries, Variant.HandlerRuns.EACH_KEY_ONCE),
@@ -309,11 +312,13 @@ final class Report {
 
   /**
    * The closing line: ratios of the median msg/s of the variants, and the heap's growth, {@code
-   * n/a} where one is not measured.
+   * n/a} where one is not measured or its run failed its checks.
    */
   static String resultLine(List<VariantSummary> summaries, HeapGrowth.@Nullable Result memory) {
+    // A variant that skipped work or did some twice was not measured doing the workload.
     Map<String, Double> perSecond =
         summaries.stream()
+            .filter(VariantSummary::passed)
             .collect(Collectors.toMap(s -> s.variant().id(), VariantSummary::messagesPerSecond));
     return "RESULT"
         + ratio("batched_over_per_record", perSecond, "V2", "V1")
@@ -329,7 +334,9 @@ final class Report {
         + ratio("spring_share_over_plain_share", perSecond, "V11", "V9")
         + field(
             "heap_growth",
-            memory == null ? OptionalDouble.empty() : OptionalDouble.of(memory.growth()));
+            memory == null || !memory.problems().isEmpty()
+                ? OptionalDouble.empty()
+                : OptionalDouble.of(memory.growth()));
   }
 
   private static String ratio(

@@ -10,6 +10,7 @@ import io.consumerdedup.kafka.RecordProcessor;
 import java.time.Duration;
 import java.util.List;
 import java.util.OptionalInt;
+import java.util.OptionalLong;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -56,6 +57,13 @@ final class ShareQueue implements Variant {
   @Override
   public HandlerRuns expectedHandlerRuns() {
     return idempotent ? HandlerRuns.EACH_KEY_ONCE : HandlerRuns.EVERY_MESSAGE;
+  }
+
+  @Override
+  public OptionalLong keysRecorded(BenchDatabase database) throws Exception {
+    return idempotent
+        ? OptionalLong.of(DedupTable.workloadKeysDone(database))
+        : OptionalLong.empty();
   }
 
   @Override

@@ -1,5 +1,6 @@
 package io.consumerdedup.bench;
 
+import java.util.OptionalLong;
 import javax.sql.DataSource;
 import org.springframework.core.io.ClassPathResource;
 import org.springframework.integration.jdbc.metadata.JdbcMetadataStore;
@@ -29,6 +30,11 @@ final class SpringIntegrationMetadataStore implements Variant {
   @Override
   public HandlerRuns expectedHandlerRuns() {
     return HandlerRuns.EACH_KEY_ONCE;
+  }
+
+  @Override
+  public OptionalLong keysRecorded(BenchDatabase database) throws Exception {
+    return OptionalLong.of(database.queryForLong("SELECT count(*) FROM int_metadata_store"));
   }
 
   @Override

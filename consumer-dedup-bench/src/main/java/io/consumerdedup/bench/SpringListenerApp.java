@@ -35,8 +35,9 @@ import org.springframework.kafka.listener.RecordInterceptor;
  * <p>Two beans measure it without touching the listener's path: a consumer post-processor, Boot's
  * way of wrapping the consumers its factory makes, reports polls and commits to the probe as {@link
  * MeasuredConsumer} does for the poll loops; and a record interceptor, which the container calls
- * once it is done with a record (after the listener returned, so after V7's SUCCESS mark), tells
- * the probe the record is done, also for a duplicate, whose listener method never runs.
+ * once it is done with a record (after the listener returned, so once V7's SUCCESS mark is queued
+ * for its group, not yet written), tells the probe the record is done, also for a duplicate, whose
+ * listener method never runs.
  */
 @SpringBootConfiguration(proxyBeanMethods = false)
 @EnableAutoConfiguration

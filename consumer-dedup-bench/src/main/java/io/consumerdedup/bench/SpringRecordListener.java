@@ -1,6 +1,7 @@
 package io.consumerdedup.bench;
 
 import io.consumerdedup.bench.SpringListenerApp.ListenerHooks;
+import java.util.OptionalLong;
 import org.springframework.context.ConfigurableApplicationContext;
 
 /**
@@ -41,6 +42,11 @@ final class SpringRecordListener implements Variant {
   @Override
   public HandlerRuns expectedHandlerRuns() {
     return dedup ? HandlerRuns.EACH_KEY_ONCE : HandlerRuns.EVERY_MESSAGE;
+  }
+
+  @Override
+  public OptionalLong keysRecorded(BenchDatabase database) throws Exception {
+    return dedup ? OptionalLong.of(DedupTable.workloadKeysDone(database)) : OptionalLong.empty();
   }
 
   @Override

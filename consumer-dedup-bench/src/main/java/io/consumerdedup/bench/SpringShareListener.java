@@ -7,6 +7,7 @@ import java.lang.reflect.Proxy;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
+import java.util.OptionalLong;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
@@ -54,6 +55,11 @@ final class SpringShareListener implements Variant {
   @Override
   public HandlerRuns expectedHandlerRuns() {
     return HandlerRuns.EACH_KEY_ONCE;
+  }
+
+  @Override
+  public OptionalLong keysRecorded(BenchDatabase database) throws Exception {
+    return OptionalLong.of(DedupTable.workloadKeysDone(database));
   }
 
   @Override

@@ -1,5 +1,7 @@
 package io.consumerdedup.bench;
 
+import java.util.OptionalLong;
+
 /**
  * One way of consuming the workload that the benchmark compares: a consumer loop and, usually, a
  * dedup step around the trivial business handler ({@link HandlerEffects}). To add one, implement
@@ -32,6 +34,17 @@ public interface Variant {
    * each record is done. Returns once every record is done and the consumer is closed.
    */
   void consume(RunContext context) throws Exception;
+
+  /**
+   * How many keys of the workload the variant's store holds as done once a run has ended (its
+   * consumer closed), read from the database; empty for a variant without a store. Each run is
+   * checked to hold every distinct key once: a key the handler ran for but whose SUCCESS is not
+   * durable would be applied again after a restart, and a run that skipped that write would be
+   * measured as faster than it is.
+   */
+  default OptionalLong keysRecorded(BenchDatabase database) throws Exception {
+    return OptionalLong.empty();
+  }
 
   /** How often the handler must run over the workload. */
   enum HandlerRuns {

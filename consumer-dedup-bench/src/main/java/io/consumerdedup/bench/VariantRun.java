@@ -4,6 +4,7 @@ import io.consumerdedup.bench.BenchDatabase.TableActivity;
 import io.consumerdedup.bench.Variant.HandlerRuns;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.OptionalLong;
 import org.HdrHistogram.Histogram;
 
 /**
@@ -23,6 +24,8 @@ import org.HdrHistogram.Histogram;
  * @param databaseCommits transactions committed in the benchmark database during the run
  * @param cpuNanos CPU time of this JVM over {@code elapsedNanos}
  * @param dedupTableActivity updates of consumer-dedup's table during the run
+ * @param keysRecorded the workload's keys the variant's store held as done once the run ended
+ *     (empty: no store)
  */
 public record VariantRun(
     String variantId,
@@ -38,7 +41,8 @@ public record VariantRun(
     long commitSyncs,
     long databaseCommits,
     long cpuNanos,
-    TableActivity dedupTableActivity) {
+    TableActivity dedupTableActivity,
+    OptionalLong keysRecorded) {
 
   /** Records done per second. */
   public double messagesPerSecond() {
@@ -87,6 +91,14 @@ public record VariantRun(
     int expectedKeys = expectedRuns == 0 ? 0 : workload.distinctKeys();
     if (distinctKeysApplied != expectedKeys) {
       problems.add(run + "applied " + distinctKeysApplied + " distinct keys, not " + expectedKeys);
+    }
+    if (keysRecorded.isPresent() && keysRecorded.getAsLong() != workload.distinctKeys()) {
+      problems.add(
+          run
+              + "its store held "
+              + keysRecorded.getAsLong()
+              + " keys as done (SUCCESS) once the run ended, not "
+              + workload.distinctKeys());
     }
     return problems;
   }

@@ -69,7 +69,8 @@ final class VariantRunner {
             probe.commitSyncs(),
             commitsAfter - commitsBefore,
             probe.cpuNanos(),
-            activityAfter.since(activityBefore));
+            activityAfter.since(activityBefore),
+            variant.keysRecorded(database));
     progress.printf(
         "[bench] %s %s: %,.0f msg/s (%,d messages in %.1f s)%n",
         variant.id(), runName, run.messagesPerSecond(), run.done(), run.elapsedNanos() / 1e9);

@@ -19,6 +19,11 @@ public record VariantSummary(Variant variant, List<VariantRun> runs) {
     return values.length % 2 == 1 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
   }
 
+  /** Whether every run passed its checks. */
+  public boolean passed() {
+    return runs.stream().allMatch(run -> run.problems().isEmpty());
+  }
+
   /** The median throughput, in messages per second. */
   public double messagesPerSecond() {
     return median(VariantRun::messagesPerSecond);

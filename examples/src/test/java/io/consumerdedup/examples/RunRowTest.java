@@ -33,6 +33,32 @@ class RunRowTest {
     assertThat(charges(true, 2, 2).verdict()).isEqualTo(RunRow.Verdict.OK);
   }
 
+  /**
+   * Two orders, the first charged twice and the second never: as many charges as orders and the
+   * balance they make, yet a double charge and a lost order.
+   */
+  @Test
+  void aSecondChargeOfOneOrderDoesNotMakeUpForAnotherOrderNeverCharged() {
+    RunRow row =
+        new RunRow(
+            "with dedup",
+            true,
+            EffectKind.CHARGE,
+            3,
+            2,
+            2,
+            1,
+            EffectKind.CHARGE.balanceAfter(2),
+            0,
+            0,
+            0,
+            2,
+            0);
+
+    assertThat(row.verdict()).isEqualTo(RunRow.Verdict.DOUBLE_EFFECT);
+    assertThat(new ScenarioResult("t", "i", List.of(row), List.of()).dedupHeld()).isFalse();
+  }
+
   @Test
   void theExpectedExtraChargeOfTheDocumentedWindowIsNamedAsSuchAndDoesNotFailTheDemo() {
     RunRow window = charges(true, 2, 1).expectingWindowEffects(1);
@@ -114,6 +140,7 @@ class RunRowTest {
         delivered,
         charges,
         charges,
+        Math.min(charges, orders),
         EffectKind.CHARGE.balanceAfter(charges),
         0,
         0,
@@ -131,6 +158,7 @@ class RunRowTest {
         orders + 1,
         charges,
         charges,
+        Math.min(charges, orders),
         EffectKind.CHARGE.balanceAfter(charges),
         0,
         0,

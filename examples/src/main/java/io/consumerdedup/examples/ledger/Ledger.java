@@ -121,6 +121,13 @@ public final class Ledger {
     return queryLong("SELECT count(*) FROM ledger_entries WHERE kind = ?", kind.name()).intValue();
   }
 
+  /** For how many distinct business keys effects of {@code kind} were applied. */
+  public int actionsApplied(EffectKind kind) throws SQLException {
+    return queryLong(
+            "SELECT count(DISTINCT business_key) FROM ledger_entries WHERE kind = ?", kind.name())
+        .intValue();
+  }
+
   public long balance(EffectKind kind) throws SQLException {
     return queryLong("SELECT balance_cents FROM accounts WHERE account_id = ?", kind.account());
   }

@@ -10,6 +10,9 @@ import io.consumerdedup.examples.ledger.EffectKind;
  * @param withDedup whether the consumer ran behind the library (a wrong verdict then fails the
  *     demo)
  * @param effects how many times the effect was applied (ledger rows)
+ * @param actionsApplied how many distinct business actions (keys) the effects were for: fewer than
+ *     {@code effects} if one action was applied twice, even when another, lost, leaves the count of
+ *     effects right
  * @param distinctActions how many distinct business actions (keys) were sent: the right number of
  *     effects
  * @param windowEffects how many effects beyond one per action this run is expected to show because
@@ -23,6 +26,7 @@ public record RunRow(
     int delivered,
     int handlerRuns,
     int effects,
+    int actionsApplied,
     long balance,
     int duplicatesSkipped,
     int retries,
@@ -36,6 +40,7 @@ public record RunRow(
       EffectKind kind,
       RunStats stats,
       int effects,
+      int actionsApplied,
       long balance,
       int distinctActions) {
     return new RunRow(
@@ -45,6 +50,7 @@ public record RunRow(
         stats.deliveredCount(),
         stats.handlerRunCount(),
         effects,
+        actionsApplied,
         balance,
         stats.duplicatesSkippedCount(),
         stats.retryCount(),
@@ -65,6 +71,7 @@ public record RunRow(
         delivered,
         handlerRuns,
         effects,
+        actionsApplied,
         balance,
         duplicatesSkipped,
         retries,
@@ -74,17 +81,19 @@ public record RunRow(
   }
 
   /**
-   * OK, a double effect (the documented window's, if exactly as many extra effects as the run
-   * expects), a lost message (fewer effects than actions), or a fault that did not happen (no
-   * record delivered more often than there are actions).
+   * OK, a double effect (an action applied more than once; the documented window's, if exactly as
+   * many extra effects as the run expects and none lost), a lost message (an action never applied),
+   * or a fault that did not happen (no record delivered more often than there are actions).
    */
   public Verdict verdict() {
-    if (effects > distinctActions) {
-      return effects - distinctActions == windowEffects
+    // Counted per action, not in total: one action applied twice and another never would
+    // otherwise add up to one effect per action.
+    if (effects > actionsApplied) {
+      return effects - actionsApplied == windowEffects && actionsApplied == distinctActions
           ? Verdict.DOUBLE_EFFECT_IN_WINDOW
           : Verdict.DOUBLE_EFFECT;
     }
-    if (effects < distinctActions) {
+    if (actionsApplied < distinctActions) {
       return Verdict.LOST;
     }
     // Every scenario hands some action to a consumer more than once: without that, one effect per

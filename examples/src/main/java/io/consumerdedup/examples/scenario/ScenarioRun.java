@@ -238,7 +238,14 @@ final class ScenarioRun implements AutoCloseable {
   RunRow row(String label, boolean withDedup, EffectKind kind, RunStats stats, int distinctActions)
       throws Exception {
     return RunRow.of(
-        label, withDedup, kind, stats, ledger.entries(kind), ledger.balance(kind), distinctActions);
+        label,
+        withDedup,
+        kind,
+        stats,
+        ledger.entries(kind),
+        ledger.actionsApplied(kind),
+        ledger.balance(kind),
+        distinctActions);
   }
 
   @Override

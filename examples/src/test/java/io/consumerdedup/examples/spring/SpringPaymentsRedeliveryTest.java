@@ -60,7 +60,9 @@ class SpringPaymentsRedeliveryTest {
     await().atMost(Duration.ofSeconds(30)).until(() -> redelivery.redeliveredCopies() == 2);
 
     redelivery.assertNoBodyRanTwice();
-    assertThat(new Ledger(dataSource).entries(EffectKind.CHARGE)).isEqualTo(2);
+    Ledger ledger = new Ledger(dataSource);
+    assertThat(ledger.entries(EffectKind.CHARGE)).isEqualTo(2);
+    assertThat(ledger.actionsApplied(EffectKind.CHARGE)).as("orders charged").isEqualTo(2);
   }
 
   private void send(String orderNo) throws Exception {
