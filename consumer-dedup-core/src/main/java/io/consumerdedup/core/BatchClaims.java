@@ -34,7 +34,7 @@ final class BatchClaims {
     this.listener = listener;
   }
 
-  DedupClaims claimAll(List<IdempotentExecutor.Delivery> deliveries) {
+  DedupClaims claimAll(List<IdempotentExecutor.Delivery> deliveries, boolean tellStoreFailure) {
     boolean inTransaction = executor.mode() == DedupMode.TRANSACTIONAL;
     @Nullable Object[] answers = new Object[deliveries.size()];
     Set<DedupKey> keys = new HashSet<>();
@@ -51,7 +51,7 @@ final class BatchClaims {
       throw e;
     }
     long sentNanos = System.nanoTime();
-    List<ClaimResult> results = calls.claimAll(requests, sentNanos);
+    List<ClaimResult> results = calls.claimAll(requests, sentNanos, tellStoreFailure);
     List<ClaimResult.Claimed> held =
         results.stream()
             .filter(ClaimResult.Claimed.class::isInstance)

@@ -189,8 +189,12 @@ final class ClaimCalls {
     requests.forEach(request -> unanswered.unsent(request.key(), request.claimId(), takenNanos));
   }
 
-  /** Sends {@code requests} in one round trip, at {@code sentNanos}; answers in their order. */
-  List<ClaimResult> claimAll(List<ClaimRequest> requests, long sentNanos) {
+  /**
+   * Sends {@code requests} in one round trip, at {@code sentNanos}; answers in their order. A store
+   * failure is told to the listener if {@code tellStoreFailure}.
+   */
+  List<ClaimResult> claimAll(
+      List<ClaimRequest> requests, long sentNanos, boolean tellStoreFailure) {
     if (requests.isEmpty()) {
       return List.of();
     }
@@ -209,7 +213,9 @@ final class ClaimCalls {
       // Whatever the store says, as for a single claim (see claim).
       requests.forEach(
           request -> unanswered.unanswered(request.key(), request.claimId(), sentNanos));
-      tellStoreFailed(first, e);
+      if (tellStoreFailure) {
+        tellStoreFailed(first, e);
+      }
       throw e;
     } catch (RuntimeException | Error e) {
       // The claims may have committed before the answer was lost (see claim).

@@ -264,11 +264,28 @@ public final class IdempotentExecutor implements AutoCloseable {
    * @throws DedupExecutorClosedException the executor is closed
    */
   public DedupClaims claimAll(List<Delivery> deliveries) {
+    return claimAll(deliveries, true);
+  }
+
+  /**
+   * As {@link #claimAll(List)}, for keys claimed ahead of their deliveries (the records of a poll),
+   * each of which claims its key alone with {@link #claim} if this fails: a store failure here is
+   * not told to the {@link DedupListener} (the {@code store_failed} outcome), since the claim of
+   * each delivery then tells its own, and the first delivery was counted twice.
+   *
+   * @throws DedupStoreException as {@link #claimAll(List)}
+   * @throws DedupExecutorClosedException the executor is closed
+   */
+  public DedupClaims claimAhead(List<Delivery> deliveries) {
+    return claimAll(deliveries, false);
+  }
+
+  private DedupClaims claimAll(List<Delivery> deliveries, boolean tellStoreFailure) {
     Objects.requireNonNull(deliveries, "deliveries");
     if (closed) {
       throw closedException(null, null);
     }
-    return batches.claimAll(deliveries);
+    return batches.claimAll(deliveries, tellStoreFailure);
   }
 
   /**

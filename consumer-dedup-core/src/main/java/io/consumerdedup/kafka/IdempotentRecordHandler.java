@@ -243,7 +243,7 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
       return;
     }
     try {
-      current.claims = executor.claimAll(deliveries);
+      current.claims = executor.claimAhead(deliveries);
     } catch (DedupStoreException e) {
       current.indexes.clear();
       log.debug("Claiming {} keys together failed; claiming them one by one", deliveries.size(), e);

@@ -12,7 +12,8 @@ import org.jspecify.annotations.Nullable;
  * ({@link Disposition#RETRY_LATER}): its redelivery finds the key in progress until the lease has
  * run out, then takes it over and runs the listener again. If the first call completes before that,
  * its outcome is written and the redelivery finds it; after that, its outcome is refused as the
- * write of a lease taken over.
+ * write of a lease taken over. In a transaction of the container, which ends without the call's
+ * work, the outcome the call reports is written as FAILED, so the redelivery runs it again.
  */
 public final class AsyncListenerTimeoutException extends DedupException {
   private static final long serialVersionUID = 1L;

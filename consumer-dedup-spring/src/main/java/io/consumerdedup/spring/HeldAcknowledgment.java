@@ -5,41 +5,44 @@ import java.time.Duration;
 import org.springframework.kafka.support.Acknowledgment;
 
 /**
- * The listener's {@link Acknowledgment}, as the listener sees it: a nack leaves the key FAILED (the
- * record comes back, and must run again); and where the outcome is written before the method
- * returns, an acknowledgment is passed on only once SUCCESS is written, so no offset is committed
- * past a record whose SUCCESS is not recorded.
+ * The listener's {@link Acknowledgment}, as the listener sees it: a nack the container accepts
+ * leaves the key FAILED (the record comes back, and must run again); a nack it refuses (off the
+ * consumer thread, or of an asynchronous listener) leaves the key to the listener's outcome. Unless
+ * the listener runs in a Kafka transaction of its container, an acknowledgment is passed on only
+ * once released, when SUCCESS is written or the listener's transaction committed, so no offset is
+ * committed past a record whose outcome may still be undone.
  */
 final class HeldAcknowledgment implements Acknowledgment {
   private final Acknowledgment delegate;
   private final ListenerOutcomes.Pending pending;
-  private final boolean holdUntilSettled;
+  private final boolean hold;
   private boolean acknowledged;
   private boolean released;
 
-  HeldAcknowledgment(
-      Acknowledgment delegate, ListenerOutcomes.Pending pending, boolean holdUntilSettled) {
+  HeldAcknowledgment(Acknowledgment delegate, ListenerOutcomes.Pending pending, boolean hold) {
     this.delegate = delegate;
     this.pending = pending;
-    this.holdUntilSettled = holdUntilSettled;
+    this.hold = hold;
   }
 
   @Override
   public void acknowledge() {
     synchronized (this) {
-      if (holdUntilSettled && !released) {
+      if (hold && !released) {
         acknowledged = true;
         return;
       }
     }
-    // SUCCESS is written: an acknowledgment after the method returned (asyncAcks) goes through.
+    // Released: an acknowledgment after the method returned (asyncAcks) goes through.
     delegate.acknowledge();
   }
 
   @Override
   public void nack(Duration sleep) {
-    pending.rolledBack(new IllegalStateException("the listener nacked the record"));
+    // First: a nack refused (IllegalStateException) that the listener catches, returning normally,
+    // must not leave its applied key FAILED while its offset is committed.
     delegate.nack(sleep);
+    nacked();
   }
 
   @Override
@@ -49,8 +52,12 @@ final class HeldAcknowledgment implements Acknowledgment {
 
   @Override
   public void nack(int index, Duration sleep) {
-    pending.rolledBack(new IllegalStateException("the listener nacked the record"));
     delegate.nack(index, sleep);
+    nacked();
+  }
+
+  private void nacked() {
+    pending.rolledBack(new IllegalStateException("the listener nacked the record"));
   }
 
   @Override
@@ -58,7 +65,7 @@ final class HeldAcknowledgment implements Acknowledgment {
     return delegate.isOutOfOrderCommit();
   }
 
-  /** SUCCESS is written: passes on an acknowledgment the listener made. */
+  /** The outcome is settled: passes on an acknowledgment the listener made. */
   void release() {
     boolean pass;
     synchronized (this) {

@@ -36,6 +36,7 @@ import org.springframework.aop.support.AopUtils;
 import org.springframework.beans.factory.BeanFactory;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaUtils;
+import org.springframework.transaction.support.TransactionSynchronization;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
@@ -360,12 +361,13 @@ public final class IdempotentListenerInterceptor {
       if (poll != null) {
         pending.markInBackground(poll.marks(), source, executor);
       }
-      boolean settleNow =
+      // In a Kafka transaction the acknowledged offset goes with that transaction; anywhere else
+      // it is held until the outcome is settled, or the transaction committed (release).
+      boolean hold =
           listener.shape.returns != ListenerShape.Returns.VALUE
-              || (!ListenerOutcomes.inKafkaTransaction()
-                  && !TransactionSynchronizationManager.isSynchronizationActive());
+              || !ListenerOutcomes.inKafkaTransaction();
       if (acknowledgment != null) {
-        held = new HeldAcknowledgment(acknowledgment, pending, settleNow);
+        held = new HeldAcknowledgment(acknowledgment, pending, hold);
         arguments[listener.shape.ackIndex] = held;
       }
     } catch (Throwable beforeCall) {
@@ -444,10 +446,32 @@ public final class IdempotentListenerInterceptor {
     }
   }
 
+  /**
+   * Passes on an acknowledgment the listener made, once the outcome is settled: at once without a
+   * transaction, or in a Kafka transaction (whose offsets go with it); else after the transaction
+   * on this thread commits (the listener's own in mode TRANSACTIONAL, which carries the dedup row,
+   * or the container's), never if it rolls back, so the redelivery runs the listener again. An
+   * offset committed before that commit (ack mode {@code MANUAL_IMMEDIATE}) would pass a record
+   * whose effects and dedup row a crash, or a commit that fails, then discards: the record lost.
+   */
   private static void release(@Nullable HeldAcknowledgment held) {
-    if (held != null) {
-      held.release();
+    if (held == null) {
+      return;
     }
+    if (ListenerOutcomes.inKafkaTransaction()
+        || !TransactionSynchronizationManager.isSynchronizationActive()) {
+      held.release();
+      return;
+    }
+    // Registered after the synchronization that writes SUCCESS on commit: a SUCCESS that cannot be
+    // written throws before this runs, and the record is not acknowledged.
+    TransactionSynchronizationManager.registerSynchronization(
+        new TransactionSynchronization() {
+          @Override
+          public void afterCommit() {
+            held.release();
+          }
+        });
   }
 
   /**
@@ -507,7 +531,9 @@ public final class IdempotentListenerInterceptor {
             return settled.get(); // it came as the wait ended, and its outcome is written
           }
           throw new AsyncListenerTimeoutException(
-              "The future of "
+              "The "
+                  + asyncResult(listener)
+                  + " of "
                   + listener
                   + (stopping
                       ? " had not completed when its container stopped"
@@ -515,7 +541,11 @@ public final class IdempotentListenerInterceptor {
                           + timeout
                           + ")")
                   + ": its lease is no longer renewed, and the record is retried once the lease"
-                  + " has run out; an outcome the call reports before then is still written",
+                  + " has run out; "
+                  + (settleHere != null
+                      ? "the container's transaction ends without the call's work, so the"
+                          + " outcome the call reports later is written as FAILED"
+                      : "an outcome the call reports before then is still written"),
               claim.key(),
               claim.source());
         }
@@ -536,8 +566,18 @@ public final class IdempotentListenerInterceptor {
         settleWhenDoneAfterTransaction(future, pending);
       }
       throw new IllegalStateException(
-          "Interrupted while waiting for the future of " + listener + " to complete", e);
+          "Interrupted while waiting for the "
+              + asyncResult(listener)
+              + " of "
+              + listener
+              + " to complete",
+          e);
     }
+  }
+
+  /** What the listener returned, as its messages name it. */
+  private static String asyncResult(IdempotentListenerMethod listener) {
+    return listener.shape.returns == ListenerShape.Returns.MONO ? "Mono" : "future";
   }
 
   /**

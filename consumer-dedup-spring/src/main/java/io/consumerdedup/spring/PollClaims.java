@@ -102,7 +102,7 @@ final class PollClaims implements ConsumerPoll.Claims {
     DedupClaims claims = null;
     if (!deliveries.isEmpty()) {
       try {
-        claims = executor.claimAll(deliveries);
+        claims = executor.claimAhead(deliveries);
       } catch (DedupException e) {
         // Claiming together is an optimisation: each record is claimed on its own instead, and
         // meets the store's failure itself if it lasts.

@@ -13,6 +13,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.admin.NewTopic;
@@ -27,6 +28,7 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.TopicBuilder;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.RecordInterceptor;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -91,6 +93,14 @@ class AsyncListenerKafkaTransactionTest {
         .hasValue(2);
     assertThat(store.find(DedupKey.of(SLOW, "S-1")).orElseThrow().status())
         .isEqualTo(DedupStatus.SUCCESS);
+    assertThat(Switches.failures)
+        .as("what the wait that ended threw")
+        .anySatisfy(
+            failure ->
+                assertThat(failure)
+                    .contains("The future of ")
+                    .contains("the outcome the call reports later is written as FAILED")
+                    .doesNotContain("is still written"));
   }
 
   private void producesAgainAfterTheAbort(String topic, String orderNo) throws Exception {
@@ -125,6 +135,7 @@ class AsyncListenerKafkaTransactionTest {
 
   static final class Switches {
     static final Map<String, AtomicInteger> calls = new ConcurrentHashMap<>();
+    static final List<String> failures = new CopyOnWriteArrayList<>();
   }
 
   @SpringBootConfiguration
@@ -133,6 +144,11 @@ class AsyncListenerKafkaTransactionTest {
     @Bean
     Listeners listeners(KafkaTemplate<String, String> template) {
       return new Listeners(template);
+    }
+
+    @Bean
+    RecordInterceptor<Object, Object> failureRecorder() {
+      return SpringTestEnvironment.failureRecorder(Switches.failures);
     }
 
     /** A topic whose broker refuses records over 200 bytes. */

@@ -8,8 +8,10 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import java.time.Duration;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
@@ -22,6 +24,7 @@ import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.MessageListenerContainer;
+import org.springframework.kafka.listener.RecordInterceptor;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -47,6 +50,7 @@ class AsyncListenerNeverCompletesTest {
   static final AtomicBoolean thrown = new AtomicBoolean();
   static final AtomicBoolean firstEnded = new AtomicBoolean();
   static final AtomicInteger calls = new AtomicInteger();
+  static final List<String> failures = new CopyOnWriteArrayList<>();
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
@@ -74,6 +78,14 @@ class AsyncListenerNeverCompletesTest {
             () -> assertThat(status("N-1")).as("N-1 status").isEqualTo(DedupStatus.SUCCESS));
     assertThat(effects.get("N-1")).as("N-1 applied").hasValue(1);
     assertThat(firstEnded).as("the first Mono ever ended").isFalse();
+    assertThat(failures)
+        .as("what the wait that ended threw")
+        .anySatisfy(
+            failure ->
+                assertThat(failure)
+                    .contains("The Mono of ")
+                    .contains("did not complete within consumer-dedup.async-listener-timeout")
+                    .contains("an outcome the call reports before then is still written"));
     assertThat(calls).as("listener calls").hasValue(2);
     assertThat(store.find(key("N-1")).orElseThrow().attempts())
         .as("attempts of N-1 (the second took the key over)")
@@ -119,6 +131,11 @@ class AsyncListenerNeverCompletesTest {
     @Bean
     Listener listener() {
       return new Listener();
+    }
+
+    @Bean
+    RecordInterceptor<Object, Object> failureRecorder() {
+      return SpringTestEnvironment.failureRecorder(failures);
     }
   }
 }

@@ -62,7 +62,7 @@ public final class AcknowledgingListener<K, V>
     onMessage(record, null, null);
   }
 
-  /** Tells consumer-dedup of a nack before passing it on. */
+  /** Tells consumer-dedup of a nack the container accepted. */
   private record NackNoting(Acknowledgment delegate, ConsumerRecord<?, ?> record)
       implements Acknowledgment {
     @Override
@@ -72,9 +72,10 @@ public final class AcknowledgingListener<K, V>
 
     @Override
     public void nack(Duration sleep) {
-      ListenerOutcomes.rolledBack(
-          record, new IllegalStateException("the listener nacked the record"));
+      // Noted only once accepted: a refused nack (off the consumer thread) that the listener
+      // catches, returning normally, must not leave its applied key FAILED.
       delegate.nack(sleep);
+      nacked();
     }
 
     @Override
@@ -84,9 +85,13 @@ public final class AcknowledgingListener<K, V>
 
     @Override
     public void nack(int index, Duration sleep) {
+      delegate.nack(index, sleep);
+      nacked();
+    }
+
+    private void nacked() {
       ListenerOutcomes.rolledBack(
           record, new IllegalStateException("the listener nacked the record"));
-      delegate.nack(index, sleep);
     }
 
     @Override
