@@ -5,9 +5,14 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.kafka.MissingKeyPolicy;
+import io.consumerdedup.spring.listener.IdempotentRecordInterceptor;
 import io.consumerdedup.testing.InnoDbDeadlocks;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestMariaDb;
@@ -19,7 +24,9 @@ import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.serialization.StringDeserializer;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -28,11 +35,17 @@ import org.springframework.boot.kafka.autoconfigure.ConcurrentKafkaListenerConta
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 import org.springframework.jdbc.datasource.DataSourceUtils;
+import org.springframework.jdbc.datasource.TransactionAwareDataSourceProxy;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.ConcurrentKafkaListenerContainerFactory;
 import org.springframework.kafka.core.ConsumerFactory;
+import org.springframework.kafka.core.DefaultKafkaConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.KafkaMessageListenerContainer;
+import org.springframework.kafka.listener.MessageListener;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -55,7 +68,7 @@ class MariaDbCaughtDeadlockListenerTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) throws SQLException {
-    TestKafka.createTopics(1, "deadlock-method", "deadlock-container");
+    TestKafka.createTopics(1, "deadlock-method", "deadlock-container", "deadlock-interceptor");
     String database = TestMariaDb.newDatabase("spring_deadlock");
     try (Connection connection = TestMariaDb.connect(database, TestMariaDb.Driver.MARIADB);
         Statement statement = connection.createStatement()) {
@@ -70,6 +83,8 @@ class MariaDbCaughtDeadlockListenerTest {
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
   @Autowired DedupStore store;
+  @Autowired DataSource dataSource;
+  @Autowired Listeners listeners;
 
   @Test
   void aTransactionalListenerThatCatchesADeadlockIsRetriedAndAppliedOnce() throws Exception {
@@ -80,6 +95,40 @@ class MariaDbCaughtDeadlockListenerTest {
   void aListenerInTheContainersTransactionThatCatchesADeadlockIsRetriedAndAppliedOnce()
       throws Exception {
     appliedOnceThoughItsFirstAttemptCaughtADeadlock("deadlock-container", "container");
+  }
+
+  @Test
+  void aHandBuiltContainersListenerThatCatchesADeadlockIsRetriedAndAppliedOnce() throws Exception {
+    ContainerProperties properties = new ContainerProperties("deadlock-interceptor");
+    properties.setGroupId("deadlock-interceptor");
+    properties.setTransactionManager(new DataSourceTransactionManager(dataSource));
+    properties.setMessageListener(
+        (MessageListener<String, String>) record -> listeners.apply("interceptor", record));
+    KafkaMessageListenerContainer<String, String> container =
+        new KafkaMessageListenerContainer<>(
+            new DefaultKafkaConsumerFactory<>(
+                Map.of(
+                    ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
+                    TestKafka.bootstrapServers(),
+                    ConsumerConfig.AUTO_OFFSET_RESET_CONFIG,
+                    "earliest"),
+                new StringDeserializer(),
+                new StringDeserializer()),
+            properties);
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(
+                JdbcDedupStore.builder(new TransactionAwareDataSourceProxy(dataSource)).build())
+            .mode(DedupMode.TRANSACTIONAL)
+            .build()) {
+      IdempotentRecordInterceptor.decorate(
+          container, executor, "interceptor", "order-no", MissingKeyPolicy.FAIL);
+      container.start();
+      try {
+        appliedOnceThoughItsFirstAttemptCaughtADeadlock("deadlock-interceptor", "interceptor");
+      } finally {
+        container.stop();
+      }
+    }
   }
 
   private void appliedOnceThoughItsFirstAttemptCaughtADeadlock(String topic, String bizType)
@@ -166,7 +215,7 @@ class MariaDbCaughtDeadlockListenerTest {
      * The first call of a {@code DL-} key is a deadlock's victim, catches it as a statement it may
      * do without, and writes its ledger row all the same.
      */
-    private void apply(String listener, ConsumerRecord<String, String> record) throws Exception {
+    void apply(String listener, ConsumerRecord<String, String> record) {
       String key = SpringTestEnvironment.header(record, "order-no");
       int call = calls.computeIfAbsent(key, k -> new AtomicInteger()).incrementAndGet();
       if (call == 1 && key.startsWith("DL-")) {
@@ -174,6 +223,8 @@ class MariaDbCaughtDeadlockListenerTest {
           InnoDbDeadlocks.deadlock(DataSourceUtils.getConnection(dataSource), dataSource);
         } catch (SQLException deadlock) {
           // the account update is optional
+        } catch (Exception e) {
+          throw new IllegalStateException(e);
         }
       }
       jdbc.update("INSERT INTO ledger (listener, biz_key) VALUES (?, ?)", listener, key);
