@@ -295,6 +295,23 @@ public final class DedupClaim {
   }
 
   /**
+   * For a caller that commits the transaction of a claim in it (mode TRANSACTIONAL) before it ends
+   * the claim: refuses that commit if the database rolled the transaction back under the handler,
+   * the claim's record with it (InnoDB at a deadlock the handler caught), while the handler's later
+   * writes went on in a new transaction on the same connection, whose commit would succeed. Call it
+   * in the transaction, before its commit. Does nothing for a claim not in the caller's transaction
+   * or already ended.
+   *
+   * @throws IllegalStateException the transaction no longer holds the claim's record: roll it back,
+   *     and end the claim with {@link #fail(Throwable)}
+   */
+  public void requireHeldBeforeCommit() {
+    if (!ended.get() && inTransaction != null && transactionCalls != null) {
+      transactionCalls.requireHeldInTransaction(inTransaction);
+    }
+  }
+
+  /**
    * Refuses to pass a claim in the caller's transaction whose record the database rolled back under
    * its handler: committed, the record was passed as applied with no record, and applied again on
    * its next delivery.

@@ -11,6 +11,7 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
+import io.consumerdedup.testing.InnoDbDeadlocks;
 import io.consumerdedup.testing.TestMariaDb;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -18,8 +19,6 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.util.UUID;
-import java.util.concurrent.FutureTask;
-import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -40,11 +39,9 @@ class MariaDbCaughtDeadlockTest {
     pool = TestMariaDb.dataSource(database, TestMariaDb.Driver.MARIADB, 4);
     try (Connection connection = pool.getConnection();
         Statement statement = connection.createStatement()) {
-      statement.execute("CREATE TABLE account (id INT PRIMARY KEY, balance INT NOT NULL)");
-      statement.execute("INSERT INTO account VALUES (1, 0), (2, 0)");
+      InnoDbDeadlocks.createTables(connection);
       statement.execute(
           "CREATE TABLE ledger (id INT AUTO_INCREMENT PRIMARY KEY, note VARCHAR(64))");
-      statement.execute("CREATE TABLE ballast (id INT PRIMARY KEY)");
     }
   }
 
@@ -102,46 +99,12 @@ class MariaDbCaughtDeadlockTest {
     assertThat(count("ledger")).as("ledger rows").isEqualTo(1);
   }
 
-  /**
-   * Locks account 1 in the record's transaction, meets another transaction holding account 2 and
-   * waiting for account 1, and is the deadlock's victim (InnoDB rolls back the one that wrote fewer
-   * rows); catches it and carries on with a write of its own.
-   */
+  /** Is the victim of a deadlock, catches it and carries on with a write of its own. */
   private int deadlockCaught(TransactionBoundDataSource transactions) throws Exception {
-    Connection connection = transactions.getConnection();
-    try (Statement statement = connection.createStatement()) {
-      statement.executeUpdate("UPDATE account SET balance = balance + 1 WHERE id = 1");
-    }
-    Connection other = pool.getConnection();
     try {
-      other.setAutoCommit(false);
-      try (Statement statement = other.createStatement()) {
-        // The heavier transaction: InnoDB's victim is the one that wrote fewer rows.
-        statement.executeUpdate(
-            "INSERT INTO ballast WITH RECURSIVE n (i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n"
-                + " WHERE i < 200) SELECT i FROM n");
-        statement.executeUpdate("UPDATE account SET balance = balance + 1 WHERE id = 2");
-      }
-      // Whichever of the two statements waits first, InnoDB finds the cycle when the second does.
-      FutureTask<Integer> waiting =
-          new FutureTask<>(
-              () -> {
-                try (Statement statement = other.createStatement()) {
-                  return statement.executeUpdate(
-                      "UPDATE account SET balance = balance + 1 WHERE id = 1");
-                }
-              });
-      new Thread(waiting, "deadlock-other").start();
-      try (Statement statement = connection.createStatement()) {
-        statement.executeUpdate("UPDATE account SET balance = balance + 1 WHERE id = 2");
-        throw new AssertionError("no deadlock");
-      } catch (SQLException deadlock) {
-        assertThat(deadlock.getErrorCode()).as("error code").isEqualTo(1213);
-      }
-      waiting.get(10, TimeUnit.SECONDS);
-      other.rollback();
-    } finally {
-      other.close();
+      InnoDbDeadlocks.deadlock(transactions.getConnection(), pool);
+    } catch (SQLException deadlock) {
+      // carries on
     }
     return ledger(transactions);
   }

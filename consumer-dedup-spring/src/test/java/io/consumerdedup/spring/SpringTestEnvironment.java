@@ -75,13 +75,21 @@ final class SpringTestEnvironment {
     } catch (SQLException e) {
       throw new IllegalStateException(e);
     }
-    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
     registry.add("spring.datasource.url", () -> route.apply(TestDatabase.url(schema)));
+    prepareKafka(registry);
+    return schema;
+  }
+
+  /**
+   * Points the application at the shared broker, where the caller has created its topics, and at a
+   * database it prepared itself (MariaDB, say) through {@code spring.datasource.url}.
+   */
+  static void prepareKafka(DynamicPropertyRegistry registry) {
+    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
     registry.add("spring.datasource.hikari.maximum-pool-size", () -> "6");
     registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
     registry.add("spring.kafka.consumer.properties.max.poll.interval.ms", () -> "60000");
     registry.add("consumer-dedup.cleanup.enabled", () -> "false");
-    return schema;
   }
 
   /**

@@ -174,10 +174,12 @@ public final class ListenerOutcomes {
 
   /**
    * The claim held for {@code record}, its outcome yet to be settled by the caller; a failure is
-   * logged against {@code attempts}.
+   * logged against {@code attempts}. A claim in the caller's transaction is checked before that
+   * transaction commits ({@link AbortedTransactionCheck}): its outcome is written only after it.
    */
   public static Pending pending(
       ConsumerRecord<?, ?> record, DedupClaim claim, AttemptLimit attempts) {
+    AbortedTransactionCheck.hold(claim);
     return new Pending(
         Objects.requireNonNull(record),
         Objects.requireNonNull(claim),
