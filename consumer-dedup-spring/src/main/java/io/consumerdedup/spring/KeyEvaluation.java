@@ -105,9 +105,51 @@ final class KeyEvaluation {
     return KeyExtractor.named(
         listener.keySource(),
         ignored -> {
-          String value = evaluate("key", expression);
+          String value = keyText(expression, evaluateValue("key", expression));
           return value == null || value.isEmpty() ? Optional.empty() : Optional.of(value);
         });
+  }
+
+  /**
+   * The business key a key expression's value stands for. Its {@code toString()} is not always
+   * that: bytes and an object without a {@code toString()} of its own print their identity, another
+   * key on every delivery, and an empty {@code Optional} prints one key shared by every record
+   * without one.
+   */
+  private @Nullable String keyText(Expression expression, @Nullable Object value) {
+    if (value instanceof Optional<?> optional) {
+      return keyText(expression, optional.orElse(null));
+    }
+    if (value == null || value instanceof CharSequence) {
+      return value == null ? null : value.toString();
+    }
+    if (value instanceof byte[] bytes) {
+      return KeyExtractors.decodeUtf8(
+          bytes, "expression '" + expression.getExpressionString() + "'", record);
+    }
+    Class<?> type = value.getClass();
+    if (type.isArray() || declaresNoToString(type)) {
+      throw new DedupKeyMalformedException(
+          "@Idempotent key expression '"
+              + expression.getExpressionString()
+              + "' of "
+              + listener.name
+              + " gave a "
+              + type.getTypeName()
+              + ", whose toString() prints the object's identity rather than its value: another"
+              + " key on every delivery. Give the key as text, such as a String property of it",
+          RecordSources.describe(record, KafkaUtils.getConsumerGroupId()),
+          null);
+    }
+    return value.toString();
+  }
+
+  private static boolean declaresNoToString(Class<?> type) {
+    try {
+      return type.getMethod("toString").getDeclaringClass() == Object.class;
+    } catch (NoSuchMethodException e) {
+      throw new IllegalStateException("every class has toString()", e);
+    }
   }
 
   /** The SHA-256 of the fingerprint expression's value, or null without one. */
@@ -120,9 +162,13 @@ final class KeyEvaluation {
   }
 
   private @Nullable String evaluate(String what, Expression expression) {
-    Object value;
+    Object value = evaluateValue(what, expression);
+    return value == null ? null : value.toString();
+  }
+
+  private @Nullable Object evaluateValue(String what, Expression expression) {
     try {
-      value = expression.getValue(context());
+      return expression.getValue(context());
     } catch (RuntimeException e) {
       // The expression is checked at start-up; failing here means this record lacks what it
       // reads, and a redelivery carries the same data: not retryable. SpEL rethrows a
@@ -143,7 +189,6 @@ final class KeyEvaluation {
       // Logged once, at ERROR, where the record is given up (the error handler's retry listener).
       throw malformed;
     }
-    return value == null ? null : value.toString();
   }
 
   private EvaluationContext context() {
