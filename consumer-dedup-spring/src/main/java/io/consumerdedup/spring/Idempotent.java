@@ -50,7 +50,8 @@ public @interface Idempotent {
   /**
    * A SpEL expression (same variables as {@link #key()}) whose value identifies the payload; its
    * SHA-256 is stored with the key, and a later delivery under the key with another value is
-   * refused as a conflict. Default: payloads are not compared.
+   * refused as a conflict. Bytes are hashed as they are, other values as their text, as {@link
+   * #key()} takes it. Default: payloads are not compared.
    */
   String fingerprint() default "";
 

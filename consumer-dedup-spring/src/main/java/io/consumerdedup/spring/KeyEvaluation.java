@@ -116,28 +116,38 @@ final class KeyEvaluation {
    * key on every delivery, and an empty {@code Optional} prints one key shared by every record
    * without one.
    */
-  private @Nullable String keyText(Expression expression, @Nullable Object value) {
-    if (value instanceof Optional<?> optional) {
-      return keyText(expression, optional.orElse(null));
-    }
-    if (value == null || value instanceof CharSequence) {
-      return value == null ? null : value.toString();
+  private @Nullable String keyText(Expression expression, @Nullable Object result) {
+    Object value = unwrapped(result);
+    if (value == null) {
+      return null;
     }
     if (value instanceof byte[] bytes) {
       return KeyExtractors.decodeUtf8(
           bytes, "expression '" + expression.getExpressionString() + "'", record);
     }
+    return text("key", expression, value);
+  }
+
+  private static @Nullable Object unwrapped(@Nullable Object value) {
+    return value instanceof Optional<?> optional ? unwrapped(optional.orElse(null)) : value;
+  }
+
+  /** {@code value} as text, refused where its {@code toString()} would differ per delivery. */
+  private String text(String what, Expression expression, Object value) {
     Class<?> type = value.getClass();
-    if (type.isArray() || declaresNoToString(type)) {
+    if (!(value instanceof CharSequence) && (type.isArray() || declaresNoToString(type))) {
       throw new DedupKeyMalformedException(
-          "@Idempotent key expression '"
+          "@Idempotent "
+              + what
+              + " expression '"
               + expression.getExpressionString()
               + "' of "
               + listener.name
               + " gave a "
               + type.getTypeName()
-              + ", whose toString() prints the object's identity rather than its value: another"
-              + " key on every delivery. Give the key as text, such as a String property of it",
+              + ", whose toString() prints the object's identity rather than its value: another "
+              + what
+              + " on every delivery. Give it as text, such as a String property of it",
           RecordSources.describe(record, KafkaUtils.getConsumerGroupId()),
           null);
     }
@@ -157,13 +167,14 @@ final class KeyEvaluation {
     if (listener.fingerprint == null) {
       return null;
     }
-    String value = evaluate("fingerprint", listener.fingerprint);
-    return value == null ? null : sha256(value);
-  }
-
-  private @Nullable String evaluate(String what, Expression expression) {
-    Object value = evaluateValue(what, expression);
-    return value == null ? null : value.toString();
+    Object value = unwrapped(evaluateValue("fingerprint", listener.fingerprint));
+    if (value == null) {
+      return null;
+    }
+    // Bytes are the payload as it came: their content identifies it, not the array's identity.
+    return value instanceof byte[] bytes
+        ? sha256(bytes)
+        : sha256(text("fingerprint", listener.fingerprint, value).getBytes(StandardCharsets.UTF_8));
   }
 
   private @Nullable Object evaluateValue(String what, Expression expression) {
@@ -206,10 +217,10 @@ final class KeyEvaluation {
     return context;
   }
 
-  private static String sha256(String value) {
+  private static String sha256(byte[] value) {
     try {
       MessageDigest digest = MessageDigest.getInstance("SHA-256");
-      return HexFormat.of().formatHex(digest.digest(value.getBytes(StandardCharsets.UTF_8)));
+      return HexFormat.of().formatHex(digest.digest(value));
     } catch (NoSuchAlgorithmException e) {
       throw new IllegalStateException("SHA-256 is required of every Java platform", e);
     }

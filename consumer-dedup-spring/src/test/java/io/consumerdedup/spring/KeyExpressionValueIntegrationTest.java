@@ -3,9 +3,11 @@ package io.consumerdedup.spring;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import java.util.Optional;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -42,11 +44,14 @@ class KeyExpressionValueIntegrationTest {
         "key-optional",
         "key-optional-dlt",
         "key-object",
-        "key-object-dlt");
+        "key-object-dlt",
+        "fp-bytes",
+        "fp-bytes-dlt");
   }
 
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
+  @Autowired Listeners listeners;
 
   @Test
   void aKeyGivenAsHeaderBytesIsOneKeyOnEveryDeliveryNotTheArraysIdentity() throws Exception {
@@ -100,6 +105,26 @@ class KeyExpressionValueIntegrationTest {
         .as("runs of the action under a key that changes per delivery")
         .isZero();
     assertThat(storedKeys("object")).as("stored keys").isEmpty();
+  }
+
+  @Test
+  void aPayloadOfBytesIsFingerprintedByItsContentSoItsRetryIsNoConflict() throws Exception {
+    SpringTestEnvironment.send(template, "fp-bytes", "F-1:10.00", "order-no", "F-1");
+
+    // Refused as a conflict, the retry would go to the recoverer, which cannot publish bytes with
+    // the application's String serializer: the record would come again without end, never applied.
+    await()
+        .atMost(Duration.ofSeconds(15))
+        .untilAsserted(
+            () ->
+                assertThat(SpringTestEnvironment.effects(jdbc, "fp-bytes", "F-1"))
+                    .as("runs of the action after one failure, and its retry: %s", calls())
+                    .isEqualTo(1));
+    assertThat(calls()).as("calls of the listener").isEqualTo(2);
+  }
+
+  private int calls() {
+    return listeners.fingerprintedCalls();
   }
 
   private List<String> storedKeys(String bizType) {
@@ -168,6 +193,31 @@ class KeyExpressionValueIntegrationTest {
     public void optional(String payload) {
       SpringTestEnvironment.effect(
           jdbc, "key-optional", new Keys().orderNo(payload).orElse(null), payload);
+    }
+
+    private final AtomicInteger fingerprintedCalls = new AtomicInteger();
+
+    /** A method, not the field: the bean is a proxy. */
+    public int fingerprintedCalls() {
+      return fingerprintedCalls.get();
+    }
+
+    /** Fails its first call, as a transient failure would. */
+    @Idempotent(bizType = "fingerprinted", header = "order-no", fingerprint = "#payload")
+    @KafkaListener(
+        id = "fp-bytes",
+        topics = "fp-bytes",
+        properties =
+            "value.deserializer=org.apache.kafka.common.serialization.ByteArrayDeserializer")
+    public void fingerprinted(ConsumerRecord<String, byte[]> record) {
+      if (fingerprintedCalls.incrementAndGet() == 1) {
+        throw new IllegalStateException("transient failure");
+      }
+      SpringTestEnvironment.effect(
+          jdbc,
+          "fp-bytes",
+          SpringTestEnvironment.header(record, "order-no"),
+          new String(record.value(), StandardCharsets.UTF_8));
     }
 
     @Idempotent(bizType = "object", key = "@keys.orderId(#headers['order-no'])")
