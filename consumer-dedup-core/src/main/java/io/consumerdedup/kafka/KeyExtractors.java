@@ -97,7 +97,15 @@ public final class KeyExtractors {
         "the record's coordinates", record -> Optional.of(RecordSources.coordinates(record)));
   }
 
-  private static String decodeUtf8(byte[] bytes, String what, ConsumerRecord<?, ?> record) {
+  /**
+   * {@code bytes} of a key strictly decoded as UTF-8, as {@link #header(String)} and {@link
+   * #recordKey()} decode theirs: for an extractor of its own that reads bytes.
+   *
+   * @param what the key's origin as the error names it, such as {@code header 'order-no'}
+   * @throws DedupKeyMalformedException if the bytes are not UTF-8, naming {@code what} and the
+   *     record
+   */
+  public static String decodeUtf8(byte[] bytes, String what, ConsumerRecord<?, ?> record) {
     if (isAscii(bytes)) {
       // Order numbers and ids are ASCII: valid UTF-8 as they are, read without a strict decoder
       // (one a record, a third of the key's cost on a record listener's thread).

@@ -41,14 +41,17 @@ public @interface Idempotent {
   /**
    * A SpEL expression giving the business key, over {@code #record} (the {@code ConsumerRecord}),
    * {@code #headers} (header name to its last value, strictly decoded UTF-8), {@code #payload} (the
-   * converted payload) and {@code #topic}. A null or empty result is a missing key.
+   * converted payload) and {@code #topic}. An {@code Optional} stands for what it holds, bytes are
+   * strictly decoded as UTF-8, anything else is its {@code toString()} unless that is {@code
+   * Object}'s (a malformed key). A null or empty result is a missing key.
    */
   String key() default "";
 
   /**
    * A SpEL expression (same variables as {@link #key()}) whose value identifies the payload; its
    * SHA-256 is stored with the key, and a later delivery under the key with another value is
-   * refused as a conflict. Default: payloads are not compared.
+   * refused as a conflict. Bytes are hashed as they are, other values as their text, as {@link
+   * #key()} takes it. Default: payloads are not compared.
    */
   String fingerprint() default "";
 

@@ -105,9 +105,61 @@ final class KeyEvaluation {
     return KeyExtractor.named(
         listener.keySource(),
         ignored -> {
-          String value = evaluate("key", expression);
+          String value = keyText(expression, evaluateValue("key", expression));
           return value == null || value.isEmpty() ? Optional.empty() : Optional.of(value);
         });
+  }
+
+  /**
+   * The business key a key expression's value stands for. Its {@code toString()} is not always
+   * that: bytes and an object without a {@code toString()} of its own print their identity, another
+   * key on every delivery, and an empty {@code Optional} prints one key shared by every record
+   * without one.
+   */
+  private @Nullable String keyText(Expression expression, @Nullable Object result) {
+    Object value = unwrapped(result);
+    if (value == null) {
+      return null;
+    }
+    if (value instanceof byte[] bytes) {
+      return KeyExtractors.decodeUtf8(
+          bytes, "expression '" + expression.getExpressionString() + "'", record);
+    }
+    return text("key", expression, value);
+  }
+
+  private static @Nullable Object unwrapped(@Nullable Object value) {
+    return value instanceof Optional<?> optional ? unwrapped(optional.orElse(null)) : value;
+  }
+
+  /** {@code value} as text, refused where its {@code toString()} would differ per delivery. */
+  private String text(String what, Expression expression, Object value) {
+    Class<?> type = value.getClass();
+    if (!(value instanceof CharSequence) && (type.isArray() || declaresNoToString(type))) {
+      throw new DedupKeyMalformedException(
+          "@Idempotent "
+              + what
+              + " expression '"
+              + expression.getExpressionString()
+              + "' of "
+              + listener.name
+              + " gave a "
+              + type.getTypeName()
+              + ", whose toString() prints the object's identity rather than its value: another "
+              + what
+              + " on every delivery. Give it as text, such as a String property of it",
+          RecordSources.describe(record, KafkaUtils.getConsumerGroupId()),
+          null);
+    }
+    return value.toString();
+  }
+
+  private static boolean declaresNoToString(Class<?> type) {
+    try {
+      return type.getMethod("toString").getDeclaringClass() == Object.class;
+    } catch (NoSuchMethodException e) {
+      throw new IllegalStateException("every class has toString()", e);
+    }
   }
 
   /** The SHA-256 of the fingerprint expression's value, or null without one. */
@@ -115,14 +167,19 @@ final class KeyEvaluation {
     if (listener.fingerprint == null) {
       return null;
     }
-    String value = evaluate("fingerprint", listener.fingerprint);
-    return value == null ? null : sha256(value);
+    Object value = unwrapped(evaluateValue("fingerprint", listener.fingerprint));
+    if (value == null) {
+      return null;
+    }
+    // Bytes are the payload as it came: their content identifies it, not the array's identity.
+    return value instanceof byte[] bytes
+        ? sha256(bytes)
+        : sha256(text("fingerprint", listener.fingerprint, value).getBytes(StandardCharsets.UTF_8));
   }
 
-  private @Nullable String evaluate(String what, Expression expression) {
-    Object value;
+  private @Nullable Object evaluateValue(String what, Expression expression) {
     try {
-      value = expression.getValue(context());
+      return expression.getValue(context());
     } catch (RuntimeException e) {
       // The expression is checked at start-up; failing here means this record lacks what it
       // reads, and a redelivery carries the same data: not retryable. SpEL rethrows a
@@ -143,7 +200,6 @@ final class KeyEvaluation {
       // Logged once, at ERROR, where the record is given up (the error handler's retry listener).
       throw malformed;
     }
-    return value == null ? null : value.toString();
   }
 
   private EvaluationContext context() {
@@ -161,10 +217,10 @@ final class KeyEvaluation {
     return context;
   }
 
-  private static String sha256(String value) {
+  private static String sha256(byte[] value) {
     try {
       MessageDigest digest = MessageDigest.getInstance("SHA-256");
-      return HexFormat.of().formatHex(digest.digest(value.getBytes(StandardCharsets.UTF_8)));
+      return HexFormat.of().formatHex(digest.digest(value));
     } catch (NoSuchAlgorithmException e) {
       throw new IllegalStateException("SHA-256 is required of every Java platform", e);
     }

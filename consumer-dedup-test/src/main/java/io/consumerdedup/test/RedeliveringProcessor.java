@@ -10,6 +10,8 @@ import java.util.Objects;
 import java.util.OptionalInt;
 import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.jspecify.annotations.Nullable;
 
@@ -114,8 +116,17 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
     return delegate.attempts(record);
   }
 
-  /** The same record as a new object: the processor must not take it for the first copy. */
+  /**
+   * The same record as a new object: the processor must not take it for the first copy. Its bytes
+   * (headers, a key or value of bytes) are new arrays, as a redelivery deserializes them: a key
+   * taken from an array's identity rather than its content changes between deliveries, and the
+   * report must see it change.
+   */
   private ConsumerRecord<K, V> copyOf(ConsumerRecord<K, V> record) {
+    RecordHeaders headers = new RecordHeaders();
+    for (Header header : record.headers()) {
+      headers.add(new RecordHeader(header.key(), copiedBytes(header.value())));
+    }
     return new ConsumerRecord<>(
         record.topic(),
         record.partition(),
@@ -124,10 +135,15 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
         record.timestampType(),
         record.serializedKeySize(),
         record.serializedValueSize(),
-        record.key(),
-        record.value(),
-        new RecordHeaders(record.headers().toArray()),
+        copiedBytes(record.key()),
+        copiedBytes(record.value()),
+        headers,
         record.leaderEpoch());
+  }
+
+  @SuppressWarnings("unchecked") // a byte[] is copied as a byte[]
+  private static <T extends @Nullable Object> T copiedBytes(T value) {
+    return value instanceof byte[] bytes ? (T) bytes.clone() : value;
   }
 
   private static String describe(ConsumerRecord<?, ?> record) {

@@ -156,6 +156,38 @@ class RedeliverEachRecordLoopTest {
   }
 
   @Test
+  void aKeyTakenFromTheIdentityOfTheRecordsBytesIsReportedAsARealRedeliveryWouldShowIt() {
+    // A real redelivery deserializes new arrays; a copy sharing the first delivery's would hide
+    // a key that changes with them.
+    IdempotentExecutor inMemory = IdempotentExecutor.builder(new InMemoryDedupStore()).build();
+    ConsumerRecord<byte[], String> record =
+        new ConsumerRecord<>("payments", 0, 8, "k".getBytes(StandardCharsets.UTF_8), "charge");
+    record.headers().add(KEY_HEADER, "ORD-8".getBytes(StandardCharsets.UTF_8));
+    Map<String, KeyExtractor<byte[], String>> identities =
+        Map.of(
+            "by-header-array",
+            r -> Optional.of(String.valueOf((Object) r.headers().lastHeader(KEY_HEADER).value())),
+            "by-key-array",
+            r -> Optional.of(String.valueOf((Object) r.key())));
+    identities.forEach(
+        (listener, key) ->
+            assertThat(
+                    report
+                        .redeliverEachRecord(
+                            IdempotentRecordHandler.<byte[], String>builder(inMemory)
+                                .bizType(listener)
+                                .key(key)
+                                .handler(report.countBodyRuns(listener, r -> {}))
+                                .build())
+                        .process(record))
+                .isEqualTo(Outcome.PROCESSED));
+
+    assertThat(report.bodiesRunTwice())
+        .extracting(RedeliveryReport.RecordRuns::listener)
+        .containsExactlyInAnyOrder("by-header-array", "by-key-array");
+  }
+
+  @Test
   void aHandlerThatFailsOnceAndSucceedsOnTheLoopsRetryPassesTheAssertion() throws Exception {
     // A downstream that fails once: the loop retries the record, as production would, and its
     // copy is a duplicate. The failed run applied nothing, so nothing ran twice.
