@@ -364,9 +364,13 @@ final class FaultRun implements AutoCloseable {
   /**
    * Kills a consumer (SIGKILL) while the group still has records to finish, and measures its
    * window. A kill once every record is committed interrupts nothing: the scenario would pass
-   * without its fault, so that is a violation.
+   * without its fault, so that is a violation. One already gone is not killed: see {@link #halted}.
    */
   void kill(ChildJvm child) throws InterruptedException {
+    if (!child.isAlive()) {
+      halted(child);
+      return;
+    }
     boolean idle = allCommitted();
     child.kill();
     if (idle) {
@@ -379,6 +383,12 @@ final class FaultRun implements AutoCloseable {
 
   /** As {@link #kill}, wherever the group is (a soak kills at random moments, idle ones too). */
   void killAnyTime(ChildJvm child) throws InterruptedException {
+    if (!child.isAlive()) {
+      // Not killed: it halted at its fault point meanwhile, or it died on its own, which a kill
+      // counted here would hide.
+      halted(child);
+      return;
+    }
     child.kill();
     crashed(child);
   }

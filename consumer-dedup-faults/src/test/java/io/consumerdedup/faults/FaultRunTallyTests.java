@@ -52,6 +52,22 @@ class FaultRunTallyTests {
     }
   }
 
+  @Test
+  void aConsumerThatDiedOnItsOwnBeforeItsKillIsNotAKill() throws Exception {
+    try (FaultRun run = new FaultRun(Target.PLAIN, "tally kill", "SEPARATE", false, LEASE)) {
+      // A handler time it cannot read: the consumer ends at its start, before any fault.
+      run.consumerArg("handlerMs", "not a number");
+      ChildJvm consumer = run.start("a", null);
+      consumer.awaitExit(Duration.ofSeconds(60));
+
+      run.killAnyTime(consumer);
+
+      assertThat(run.verify().violations())
+          .as("violations")
+          .anyMatch(v -> v.contains("died without halting at a fault point"));
+    }
+  }
+
   private static void success(FaultRun run, String key) {
     run.execute(
         "INSERT INTO consumer_dedup (biz_type, biz_key, status, owner, expires_at) VALUES ('"
