@@ -4,8 +4,12 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.consumerdedup.testing.ChildJvm;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
+import java.util.Map;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.io.TempDir;
 
 /**
  * The suite's own counting, on a real run (database, broker, child JVMs) with a history written by
@@ -65,6 +69,34 @@ class FaultRunTallyTests {
       assertThat(run.verify().violations())
           .as("violations")
           .anyMatch(v -> v.contains("died without halting at a fault point"));
+    }
+  }
+
+  @Test
+  void aScenarioSkippedInCiFailsTheReport(@TempDir Path dir) throws Exception {
+    Path results = Files.createDirectories(dir.resolve("reliability"));
+    Path reports = Files.createDirectories(dir.resolve("surefire-reports"));
+    Files.writeString(
+        results.resolve(Reliability.SCENARIOS_PREFIX + "-1" + Reliability.SCENARIOS_SUFFIX),
+        String.join("\t", "F1 ran", "SEPARATE per-record", "passed", "10", "0", "0", "0", "0", "0")
+            + "\t0\t1000\tnotes\t\n");
+    // The other scenario was skipped: its server was missing.
+    Files.writeString(
+        reports.resolve("TEST-io.consumerdedup.faults.MariaDbFaultsTest.xml"),
+        "<testsuite name=\"MariaDbFaultsTest\" tests=\"1\" errors=\"0\" skipped=\"1\""
+            + " failures=\"0\"></testsuite>");
+
+    try (ChildJvm report =
+        ChildJvm.start(
+            Map.of("CI", "true"),
+            ReliabilityReport.class,
+            results.toString(),
+            reports.toString(),
+            "F1")) {
+      assertThat(report.awaitExit(Duration.ofSeconds(60)))
+          .as("exit code of the report; its output:\n%s", report.output())
+          .isNotZero();
+      assertThat(report.output()).contains("1 scenario(s) skipped in CI");
     }
   }
 
