@@ -15,6 +15,7 @@ import io.consumerdedup.kafka.internal.RecordSources;
 import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.DeserializationFailures;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
+import io.consumerdedup.spring.internal.PollAwareConsumer;
 import java.util.ArrayList;
 import java.util.HashMap;
 import java.util.List;
@@ -49,7 +50,10 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * batch: the records before it SUCCESS, it FAILED, those after it released without counting an
  * attempt. Any other exception leaves every claimed record FAILED: the method's state is unknown,
  * so all are retried. Records the method acknowledged ({@code acknowledge(i)} of its {@link
- * Acknowledgment}) are done by its word: their SUCCESS is written at once, and stands.
+ * Acknowledgment}) are done by its word: their SUCCESS is written at once, and stands. Offset
+ * commits the method makes through its {@code Consumer} argument are sent once every record of the
+ * batch is done and its outcome written, and dropped otherwise ({@link
+ * PollAwareConsumer#holdCommits}).
  *
  * <p>Attempts are limited per key as for record listeners ({@link AttemptLimit}): a record the
  * method fails at on its last attempt allowed, and a record whose key already failed that often
@@ -214,6 +218,38 @@ final class IdempotentBatchInvocation {
       heldAck = new HeldBatchAcknowledgment(acknowledgment, kept);
       arguments[listener.shape.ackIndex] = heldAck;
     }
+    PollAwareConsumer<?, ?> committer = committer(arguments);
+    if (committer != null) {
+      committer.holdCommits();
+    }
+    try {
+      return invokeHoldingCommits(invocation, batch, kept, stop, heldAck, committer);
+    } finally {
+      if (committer != null) {
+        committer.releaseCommits(false); // the batch is not done: its commits are dropped
+      }
+    }
+  }
+
+  /** The listener's {@code Consumer} argument, when it is a consumer-dedup one; else null. */
+  private static @Nullable PollAwareConsumer<?, ?> committer(@Nullable Object[] arguments) {
+    for (Object argument : arguments) {
+      if (argument instanceof PollAwareConsumer<?, ?> consumer) {
+        return consumer;
+      }
+    }
+    return null;
+  }
+
+  private @Nullable Object invokeHoldingCommits(
+      MethodInvocation invocation,
+      BatchArgument batch,
+      KeptBatchRecords kept,
+      @Nullable BatchStop stop,
+      @Nullable HeldBatchAcknowledgment heldAck,
+      @Nullable PollAwareConsumer<?, ?> committer)
+      throws Throwable {
+    List<ConsumerRecord<Object, Object>> records = batch.records;
     Object result;
     try {
       result = invocation.proceed();
@@ -265,6 +301,9 @@ final class IdempotentBatchInvocation {
     if (stop != null) {
       // The error handler commits the records before it, whatever the listener acknowledged.
       throw stop.failure(listener, records);
+    }
+    if (committer != null) {
+      committer.releaseCommits(true); // every record done, its outcome written
     }
     if (heldAck != null) {
       heldAck.release();

@@ -1,8 +1,10 @@
 package io.consumerdedup.spring.internal;
 
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
+import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.regex.Pattern;
@@ -47,6 +49,9 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  *       passed it (it was given up): in ack modes other than {@code RECORD} and {@code
  *       MANUAL_IMMEDIATE}, spring-kafka commits the offsets it queued inside such a transaction
  *       after the poll, outside it ({@link #handedOverInTransaction});
+ *   <li>an offset commit an {@code @Idempotent} batch listener makes through this consumer is sent
+ *       once the outcomes of its batch are written, and dropped if the batch is not done ({@link
+ *       #holdCommits});
  *   <li>the rebalance listener given to {@code subscribe} is wrapped, so that the claims and marks
  *       of revoked or lost partitions are let go once the container has committed what it could.
  * </ul>
@@ -64,8 +69,17 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   /** Whether partitions are being revoked: their commits wait for the marks they pass. */
   private boolean revoking;
 
-  /** Whether a commit left to a transaction runs now, the transaction committed. */
+  /**
+   * Whether a commit held runs now: one left to a transaction, the transaction committed, or one
+   * held until a batch listener's outcomes were written.
+   */
   private boolean committingAfterTransaction;
+
+  /**
+   * The commits an {@code @Idempotent} batch listener made through this consumer while it ran, sent
+   * once the outcomes of its batch are written ({@link #holdCommits}); null while none runs.
+   */
+  private @Nullable List<Runnable> heldForBatch;
 
   /** Whether the last poll returned no records: the container has nothing new to commit. */
   private boolean idle;
@@ -165,7 +179,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   @Override
   public void commitSync(Map<TopicPartition, OffsetAndMetadata> offsets) {
-    if (afterTransaction(() -> commitSync(offsets))) {
+    if (heldForBatch(() -> commitSync(offsets)) || afterTransaction(() -> commitSync(offsets))) {
       return;
     }
     Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
@@ -177,7 +191,8 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   @Override
   public void commitSync(Map<TopicPartition, OffsetAndMetadata> offsets, Duration timeout) {
-    if (afterTransaction(() -> commitSync(offsets, timeout))) {
+    if (heldForBatch(() -> commitSync(offsets, timeout))
+        || afterTransaction(() -> commitSync(offsets, timeout))) {
       return;
     }
     Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
@@ -208,7 +223,8 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   @Override
   public void commitAsync(
       Map<TopicPartition, OffsetAndMetadata> offsets, @Nullable OffsetCommitCallback callback) {
-    if (afterTransaction(() -> commitAsync(offsets, callback))) {
+    if (heldForBatch(() -> commitAsync(offsets, callback))
+        || afterTransaction(() -> commitAsync(offsets, callback))) {
       return;
     }
     // Cut at the marks not written yet; waited for only while partitions are being revoked.
@@ -224,8 +240,50 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   /** Whether a commit goes to the delegate as it is: no marks to cut at, no transaction to wait. */
   private boolean passesStraightThrough() {
     return poll.marks().isEmpty()
+        && heldForBatch == null
         && (committingAfterTransaction
             || !TransactionSynchronizationManager.isSynchronizationActive());
+  }
+
+  /**
+   * Holds the commits made through this consumer from now on, until {@link #releaseCommits}: an
+   * {@code @Idempotent} batch listener runs, and writes the outcomes of its batch after it returns.
+   * A commit it makes through its {@code Consumer} argument ({@code commitSync()}, which commits
+   * the positions, past the whole batch) would pass records whose SUCCESS is not written yet, and,
+   * if the listener then throws, records left FAILED: with the container stopped, or the partition
+   * gone, before their retry, they would never come again.
+   */
+  public void holdCommits() {
+    heldForBatch = new ArrayList<>();
+  }
+
+  /**
+   * Ends the hold of {@link #holdCommits}: sends the commits held, in their order, if {@code send}
+   * (every record of the batch is done, its outcome written), else drops them (the container's
+   * error handler commits the records before a failed one). Once the hold is ended, nothing.
+   */
+  public void releaseCommits(boolean send) {
+    List<Runnable> held = heldForBatch;
+    heldForBatch = null;
+    if (held == null || held.isEmpty()) {
+      return;
+    }
+    if (!send) {
+      log.debug(
+          "Dropping {} offset commits of a batch listener whose batch is not done", held.size());
+      return;
+    }
+    held.forEach(commit -> commitHeld(commit, "the batch listener's outcomes were written"));
+  }
+
+  /** Whether {@code commit} is held until the running batch listener's outcomes are written. */
+  private boolean heldForBatch(Runnable commit) {
+    List<Runnable> held = heldForBatch;
+    if (held == null || committingAfterTransaction) {
+      return false;
+    }
+    held.add(commit);
+    return true;
   }
 
   /**
@@ -254,14 +312,15 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
           @Override
           public void afterCompletion(int status) {
             if (status == STATUS_COMMITTED) {
-              commitAfterTransaction(commit);
+              commitHeld(commit, "the listener's transaction committed");
             }
           }
         });
     return true;
   }
 
-  private void commitAfterTransaction(Runnable commit) {
+  /** Sends a commit held until {@code after}, as a commit outside any transaction or hold. */
+  private void commitHeld(Runnable commit, String after) {
     // Not to be left to a transaction again: synchronization may still be active while it runs.
     committingAfterTransaction = true;
     try {
@@ -272,14 +331,14 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
       try {
         commit.run();
       } catch (KafkaException | IllegalStateException again) {
-        log.warn("Could not commit offsets after the listener's transaction committed", again);
+        log.warn("Could not commit offsets held until {}", after, again);
       } finally {
         delegate.wakeup();
       }
     } catch (KafkaException | IllegalStateException e) {
-      // Thrown here, it would reach the container as a failure of the transaction that committed.
-      // The record is done; a later commit of its partition passes it.
-      log.warn("Could not commit offsets after the listener's transaction committed", e);
+      // Thrown here, it would reach the container as a failure of records that are done. A later
+      // commit of their partitions passes them.
+      log.warn("Could not commit offsets held until {}", after, e);
     } finally {
       committingAfterTransaction = false;
     }
