@@ -65,7 +65,13 @@ import org.slf4j.LoggerFactory;
  *       the poll, then the loop ends and {@link #run()} throws the Error. The poll's records are
  *       not left to the broker on its account: Kafka counts each record the closing consumer gives
  *       back as a delivery, so a loop that ended on an Error again and again would have the broker
- *       archive a healthy record of its poll, unapplied.
+ *       archive a healthy record of its poll, unapplied;
+ *   <li>a deserializer that throws an {@link Error} (a {@code StackOverflowError} on a deeply
+ *       nested payload): kafka-clients passes it on without the record, which cannot be
+ *       dead-lettered then; the loop ends, {@link #run()} throws the Error, and an ERROR says so.
+ *       The closing consumer gives the poll's records back, a delivery counted each: restarted on
+ *       it again and again, the loop has the broker archive the record at the delivery count limit,
+ *       without a dead letter. A deserializer should throw an exception instead.
  * </ul>
  *
  * <p>While the handler runs (on the loop's worker thread), the loop's thread renews the locks of
@@ -209,7 +215,9 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
    *
    * @throws IllegalStateException if the loop was already started or closed
    * @throws Error what a handler threw, once the rest of its poll is handled and the consumer is
-   *     closed
+   *     closed; or what a poll threw (a deserializer's Error, which kafka-clients does not report
+   *     with the record: it cannot be dead-lettered, and its delivery is spent), once the consumer
+   *     is closed
    */
   @Override
   public void run() {

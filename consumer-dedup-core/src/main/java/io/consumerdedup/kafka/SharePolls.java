@@ -60,6 +60,21 @@ final class SharePolls<K, V> {
           e);
       undeserializable.accept(raw, e);
       return ConsumerRecords.empty();
+    } catch (Error e) {
+      // kafka-clients (4.2) wraps only a deserializer's RuntimeException with the record's bytes
+      // and coordinates: an Error comes out bare. Without a word the user saw the loop end on a
+      // StackOverflowError and, after a few restarts, the record gone, with no dead letter.
+      log.error(
+          "A poll of share group {} threw {}: a deserializer's, most likely, which"
+              + " kafka-clients passes on without the record, so it cannot be dead-lettered. The"
+              + " loop stops; its consumer's close gives the records it acquired back, a delivery"
+              + " counted each, and a loop restarted on them again and again has the broker"
+              + " archive them at the group's delivery count limit, without a dead letter. A"
+              + " deserializer that throws an exception instead (a SerializationException) has"
+              + " the record dead-lettered",
+          groupId,
+          e.toString());
+      throw e;
     }
   }
 }

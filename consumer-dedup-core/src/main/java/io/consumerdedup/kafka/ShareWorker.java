@@ -47,7 +47,9 @@ import org.slf4j.LoggerFactory;
  *
  * A dead letter that cannot be written is tried again after the hold back-off, the record kept
  * acquired meanwhile (one the deserializer rejected, whose lock cannot be kept, only while the try
- * fits in its lock, and released then): a record is never rejected without its dead letter.
+ * fits in its lock, and released then): a record is never rejected without its dead letter. A
+ * record whose dead letter it wrote and that comes back as a later delivery (its REJECT never
+ * reached the broker: its lock was lost first) is rejected without a second dead letter.
  *
  * <p>The worker works on a delivery only while its owner holds it. A delivery of an offset handed
  * over later supersedes the one the worker has, and a delivery the owner gave up ({@link #abandon},
@@ -107,6 +109,13 @@ final class ShareWorker<K, V> implements Runnable {
 
   /** The last decision of each record decided lately, for a copy of its delivery handed over. */
   private final Map<Id, Decision> decided = lastCounted();
+
+  /**
+   * The delivery of each record dead-lettered lately, for a later delivery of it: its REJECT never
+   * reached the broker (its lock was lost before it was sent, or the broker refused it), so the
+   * broker delivered it again, and it would be dead-lettered a second time. Worker thread only.
+   */
+  private final Map<Id, Integer> deadLettered = lastCounted();
 
   /** A map that keeps the last {@link #MAX_COUNTED} records put in it, the oldest dropped. */
   private static <T> Map<Id, T> lastCounted() {
@@ -229,25 +238,40 @@ final class ShareWorker<K, V> implements Runnable {
 
   /**
    * Whether the worker is to process this delivery now: false once its owner gave it up or a later
-   * delivery of the offset was handed over, and then it is forgotten, undecided.
+   * delivery of the offset was handed over, and then it is forgotten, undecided; false too for a
+   * later delivery of a record this worker dead-lettered, which is rejected at once.
    */
   private boolean stillHeld(ConsumerRecord<?, ?> record) {
     Id id = Id.of(record);
     int delivery = ShareInFlight.delivery(record);
+    boolean held = false;
     synchronized (deliveries) {
       Pending taken = pending.get(id);
       if (taken == null) {
         // Decided already: a later delivery, handed over and decided while this one's retry
         // waited (which would write a second dead letter, or run the handler again).
-        if (!decided.containsKey(id)) {
-          return true;
-        }
+        held = !decided.containsKey(id);
       } else if (taken.delivery == delivery && !taken.abandoned) {
-        return true;
+        held = true;
       } else if (taken.delivery == delivery) {
         pending.remove(id);
         holds.remove(id);
       }
+    }
+    if (held) {
+      Integer written = deadLettered.get(id);
+      if (written != null && written < delivery) {
+        log.warn(
+            "{} came back (delivery {}) after this consumer dead-lettered it on delivery {}: its"
+                + " REJECT did not reach the broker in time (its lock was lost); rejecting it"
+                + " without another dead letter",
+            describe(record),
+            delivery,
+            written);
+        done(record, AcknowledgeType.REJECT, 0);
+        return false;
+      }
+      return true;
     }
     log.info(
         "Not processing {} (delivery {}) again: its lock was lost, so it is no longer this"
@@ -631,6 +655,7 @@ final class ShareWorker<K, V> implements Runnable {
     } finally {
       inHand = null;
     }
+    deadLettered.put(Id.of(record), ShareInFlight.delivery(record));
     done(record, AcknowledgeType.REJECT, 0);
   }
 

@@ -18,11 +18,13 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
+import java.util.function.BooleanSupplier;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.jspecify.annotations.Nullable;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -102,7 +104,7 @@ class DedupShareLoopRenewRefusedTest {
             .maxAttempts(1)
             .holdBackOff(Duration.ofMillis(200), MAX_HOLD)
             .closeTimeout(Duration.ofSeconds(10))
-            .build(config -> refusingFirstRenewal(config, refused, paused));
+            .build(config -> refusingFirstRenewal(config, () -> true, refused, paused));
     threads.execute(loop);
 
     List<ConsumerRecord<String, String>> dead =
@@ -123,15 +125,84 @@ class DedupShareLoopRenewRefusedTest {
   }
 
   /**
+   * A record whose handler failed for the last time is dead-lettered, and its lock is lost before
+   * its REJECT is sent (the renewal made while the dead letter was written refused): the broker
+   * delivers it again. That delivery found the attempts spent and wrote a second dead letter
+   * ({@code DedupAttemptsExhaustedException}), which a dead-letter consumer re-drives twice.
+   */
+  @Test
+  void aRecordDeadLetteredForItsHandlerFailureWhoseRejectIsRefusedIsDeadLetteredOnce()
+      throws Exception {
+    String topic = fixture.topic();
+    String group = fixture.group();
+    TestKafka.createTopics(1, topic);
+    TestShareGroups.configure(group, LOCK, Duration.ofSeconds(1));
+    send(topic, "lost-reject-1", "charge 7.00");
+    AtomicInteger runs = new AtomicInteger();
+    AtomicBoolean published = new AtomicBoolean();
+    AtomicBoolean refused = new AtomicBoolean();
+    DeadLetterHandler<String, String> publisher =
+        KafkaDeadLetterPublisher.<String, String>builder(dltProducer).groupId(group).build();
+
+    executor = IdempotentExecutor.builder(fixture.store()).lease(Duration.ofMinutes(5)).build();
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(LoopFixture.BIZ_TYPE)
+            .key(KeyExtractors.header(LoopFixture.KEY_HEADER))
+            .groupId(group)
+            .handler(
+                record -> {
+                  runs.incrementAndGet();
+                  throw new IllegalStateException("payment provider says no");
+                })
+            .build();
+    loop =
+        DedupShareLoop.builder(TestShareGroups.consumerConfig(group), List.of(topic), handler)
+            .deadLetterHandler(
+                (record, reason) -> {
+                  publisher.deadLetter(record, reason);
+                  if (published.compareAndSet(false, true)) {
+                    // Past a renewal (every third of the lock), which the consumer refuses.
+                    try {
+                      Thread.sleep(LOCK.toMillis() / 2);
+                    } catch (InterruptedException e) {
+                      Thread.currentThread().interrupt();
+                    }
+                  }
+                })
+            .maxAttempts(1)
+            .holdBackOff(Duration.ofMillis(200), MAX_HOLD)
+            .closeTimeout(Duration.ofSeconds(10))
+            .build(config -> refusingFirstRenewal(config, published::get, refused, null));
+    threads.execute(loop);
+
+    List<ConsumerRecord<String, String>> dead =
+        TestKafka.readFromStart(topic + "-dlt", 1, Duration.ofSeconds(60));
+    assertThat(dead).hasSize(1);
+    assertThat(TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(3 * LOCK.toSeconds())))
+        .as("one dead letter, none more for the delivery after the refused REJECT")
+        .hasSize(1);
+    assertThat(refused).as("the consumer refused the renewal after the dead letter").isTrue();
+    assertThat(runs).as("handler runs").hasValue(1);
+    loop.close();
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3)))
+        .as("the new delivery rejected without a second dead letter")
+        .isEmpty();
+  }
+
+  /**
    * A real share consumer that refuses the first RENEW of delivery 1 as a consumer that lost the
    * record's acquisition does: the record goes back to the broker (released, so it is delivered
    * again) and the acknowledgement throws. The poll after that pauses for three retry back-offs, so
    * that the new delivery reaches the loop only after the worker had its chance to act on the lost
-   * one.
+   * one ({@code paused} null: no pause). Only renewals made once {@code armed} says so are refused.
    */
   @SuppressWarnings("unchecked")
   private static ShareConsumer<String, String> refusingFirstRenewal(
-      Map<String, Object> config, AtomicBoolean refused, AtomicBoolean paused) {
+      Map<String, Object> config,
+      BooleanSupplier armed,
+      AtomicBoolean refused,
+      @Nullable AtomicBoolean paused) {
     AtomicReference<ShareConsumer<String, String>> consumer = new AtomicReference<>();
     consumer.set(
         InterceptedShareConsumer.of(
@@ -141,6 +212,7 @@ class DedupShareLoopRenewRefusedTest {
                   && args.length == 2
                   && args[1] == AcknowledgeType.RENEW
                   && ((ConsumerRecord<?, ?>) args[0]).deliveryCount().orElse((short) 0) == 1
+                  && armed.getAsBoolean()
                   && refused.compareAndSet(false, true)) {
                 consumer
                     .get()
@@ -148,6 +220,7 @@ class DedupShareLoopRenewRefusedTest {
                 throw new IllegalStateException("The record's acquisition was lost");
               }
               if (method.getName().equals("poll")
+                  && paused != null
                   && refused.get()
                   && paused.compareAndSet(false, true)) {
                 Thread.sleep(MAX_HOLD.multipliedBy(3).toMillis());

@@ -9,12 +9,12 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.testing.StoreFixture;
 import io.consumerdedup.testing.TestKafka;
+import io.consumerdedup.testing.TestShareGroups;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import java.util.Properties;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -22,17 +22,11 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
-import org.apache.kafka.clients.admin.Admin;
-import org.apache.kafka.clients.admin.AdminClientConfig;
-import org.apache.kafka.clients.admin.AlterConfigOp;
-import org.apache.kafka.clients.admin.ConfigEntry;
-import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.apache.kafka.common.test.KafkaClusterTestKit;
@@ -82,7 +76,7 @@ class DedupShareLoopUnansweredCloseTest {
   void closeReturnsWithTheConsumerClosedThoughTheBrokerNoLongerAnswers() throws Exception {
     broker = TestKafka.startOwn();
     String bootstrap = broker.bootstrapServers();
-    createQueue(bootstrap);
+    TestShareGroups.createQueue(bootstrap, TOPIC, GROUP);
     send(bootstrap, "close-1", "charge 6.00");
     CountDownLatch handlerStarted = new CountDownLatch(1);
     CountDownLatch handlerMayFinish = new CountDownLatch(1);
@@ -159,30 +153,6 @@ class DedupShareLoopUnansweredCloseTest {
             }
           }
         });
-  }
-
-  /** The topic, of one partition, and its share group reading it from the start. */
-  private static void createQueue(String bootstrap) throws Exception {
-    Properties properties = new Properties();
-    properties.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
-    try (Admin admin = Admin.create(properties)) {
-      admin.createTopics(List.of(new NewTopic(TOPIC, 1, (short) 1))).all().get();
-      admin
-          .incrementalAlterConfigs(
-              Map.of(
-                  new ConfigResource(ConfigResource.Type.GROUP, GROUP),
-                  List.of(
-                      new AlterConfigOp(
-                          new ConfigEntry("share.auto.offset.reset", "earliest"),
-                          AlterConfigOp.OpType.SET),
-                      // A consumer that joins gets its partition on its next heartbeat: every
-                      // second, not every 5 s.
-                      new AlterConfigOp(
-                          new ConfigEntry("share.heartbeat.interval.ms", "1000"),
-                          AlterConfigOp.OpType.SET))))
-          .all()
-          .get();
-    }
   }
 
   private static Map<String, Object> consumerConfig(String bootstrap) {

@@ -11,8 +11,10 @@ import ch.qos.logback.core.read.ListAppender;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
+import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CopyOnWriteArrayList;
@@ -32,6 +34,8 @@ import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.header.Headers;
+import org.apache.kafka.common.serialization.Deserializer;
 import org.apache.kafka.common.serialization.IntegerDeserializer;
 import org.apache.kafka.common.serialization.IntegerSerializer;
 import org.apache.kafka.common.serialization.StringSerializer;
@@ -203,6 +207,68 @@ class DedupShareLoopUndeserializableTest {
     assertThat(TestKafka.readRawFromStart(topic + "-dlt", 2, Duration.ofSeconds(2)))
         .as("the record given back by the loop that ended is dead-lettered once")
         .hasSize(1);
+  }
+
+  /**
+   * A deserializer that throws an Error (a StackOverflowError on a deeply nested payload): kafka-
+   * clients passes it on bare, without the record, so it cannot be dead-lettered. The loop ended
+   * and its close gave the record back, a delivery spent; restarted on it five times, the loop had
+   * the broker archive it, and nothing in the log said why the record was gone.
+   */
+  @Test
+  void aDeserializerErrorEndsTheLoopAndTheLogSaysTheRecordCannotBeDeadLettered() throws Exception {
+    Logger pollsLogger = (Logger) LoggerFactory.getLogger(SharePolls.class);
+    pollsLogger.addAppender(loopLog);
+    try {
+      raw.send(new ProducerRecord<>(topic, new byte[] {0, 0, 0, 7})).get();
+      Future<?> run =
+          threads.submit(
+              loop(
+                  publisher(),
+                  value -> {},
+                  config -> {
+                    Map<String, Object> overflowing = new HashMap<>(config);
+                    overflowing.put(
+                        ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG,
+                        OverflowingDeserializer.class);
+                    return new KafkaShareConsumer<>(overflowing);
+                  }));
+
+      assertThatThrownBy(() -> run.get(WAIT.toSeconds(), TimeUnit.SECONDS))
+          .isInstanceOf(ExecutionException.class)
+          .hasCauseInstanceOf(StackOverflowError.class);
+      assertThat(
+              loopLog.list.stream()
+                  .filter(event -> event.getLevel() == Level.ERROR)
+                  .map(ILoggingEvent::getFormattedMessage))
+          .as("what the log says")
+          .anySatisfy(
+              message ->
+                  assertThat(message)
+                      .contains("A poll of share group " + group + " threw")
+                      .contains("StackOverflowError")
+                      .contains("without a dead letter"));
+    } finally {
+      pollsLogger.detachAppender(loopLog);
+    }
+  }
+
+  /** A value deserializer that overflows its stack on every record, as on a deeply nested one. */
+  public static final class OverflowingDeserializer implements Deserializer<Integer> {
+    @Override
+    public Integer deserialize(String topic, byte[] data) {
+      throw new StackOverflowError("nested too deep");
+    }
+
+    @Override
+    public Integer deserialize(String topic, Headers headers, byte[] data) {
+      throw new StackOverflowError("nested too deep");
+    }
+
+    @Override
+    public Integer deserialize(String topic, Headers headers, ByteBuffer data) {
+      throw new StackOverflowError("nested too deep");
+    }
   }
 
   /**

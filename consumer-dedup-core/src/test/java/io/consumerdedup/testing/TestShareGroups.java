@@ -13,6 +13,7 @@ import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec;
+import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.SharePartitionOffsetInfo;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -54,9 +55,36 @@ public final class TestShareGroups {
             set("share.heartbeat.interval.ms", String.valueOf(heartbeat.toMillis()))));
   }
 
+  /**
+   * On a broker of the test's own ({@link TestKafka#startOwn}), at {@code bootstrap}: {@code topic}
+   * of one partition, and {@code group} reading it from the start, its members heartbeating every
+   * second (a consumer that joins gets its partition on its next heartbeat: every second, not every
+   * 5 s).
+   */
+  public static void createQueue(String bootstrap, String topic, String group) {
+    try (Admin admin = admin(bootstrap)) {
+      admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      throw new IllegalStateException(e);
+    } catch (ExecutionException e) {
+      throw new IllegalStateException("Could not create topic " + topic, e);
+    }
+    alter(
+        bootstrap,
+        group,
+        List.of(
+            set("share.auto.offset.reset", "earliest"),
+            set("share.heartbeat.interval.ms", "1000")));
+  }
+
   private static void alter(String group, List<AlterConfigOp> settings) {
+    alter(TestKafka.bootstrapServers(), group, settings);
+  }
+
+  private static void alter(String bootstrap, String group, List<AlterConfigOp> settings) {
     ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
-    try (Admin admin = admin()) {
+    try (Admin admin = admin(bootstrap)) {
       admin.incrementalAlterConfigs(Map.of(resource, settings)).all().get();
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
@@ -187,8 +215,12 @@ public final class TestShareGroups {
   }
 
   private static Admin admin() {
+    return admin(TestKafka.bootstrapServers());
+  }
+
+  private static Admin admin(String bootstrap) {
     Properties properties = new Properties();
-    properties.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers());
+    properties.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
     return Admin.create(properties);
   }
 }

@@ -184,7 +184,9 @@ final class ShareListeners {
                 properties.getHold().getMaxBackoff(),
                 properties.getShare().getCloseTimeout()));
     share.setupMessageListener(listener);
-    Runnable ownConsumers = WrappedShareConsumers.apply(share, listener::finish);
+    Runnable ownConsumers =
+        WrappedShareConsumers.apply(
+            share, listener::finish, properties.getShare().getCloseTimeout());
     log.info(
         "Share-group listener {} (group {}): acknowledged by consumer-dedup (ShareAckMode.MANUAL,"
             + " spring-kafka's acknowledgment timeout warning of {} turned off), locks renewed"

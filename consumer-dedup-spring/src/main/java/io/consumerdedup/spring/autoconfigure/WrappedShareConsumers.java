@@ -49,7 +49,10 @@ import org.springframework.util.ReflectionUtils;
  *       back after a restart, and one it had dead-lettered was dead-lettered a second time. Before
  *       the consumer closes, the listener finishes the record in hand ({@link
  *       DedupShareListener#finish}), and every acknowledgement it made that spring-kafka has not
- *       passed on yet is sent, on the consumer's thread, with the close.
+ *       passed on yet is sent, on the consumer's thread, with the close. spring-kafka closes its
+ *       consumer with {@code close()}, which waits up to 30 s for a broker that does not answer:
+ *       the close is bounded by the listener's close timeout instead, as {@code DedupShareLoop}'s
+ *       is.
  *   <li>Records the deserializer rejects. kafka-clients' poll throws for such a record, and
  *       spring-kafka 4.1's container then rejects it by offset, with no dead letter: the record was
  *       lost. Here the poll returns it instead, as a {@link RejectedByPoll} without key or value,
@@ -97,12 +100,13 @@ final class WrappedShareConsumers {
   /**
    * Replaces the container's consumer factory by one whose consumers send renewals apart and, when
    * the container closes one, call {@code closing} with it first (on its thread) and then send its
-   * acknowledgements handed over and not sent; returns what puts the container's own factory back,
-   * or null if the field is not there (another spring-kafka).
+   * acknowledgements handed over and not sent, within {@code closeTimeout}; returns what puts the
+   * container's own factory back, or null if the field is not there (another spring-kafka).
    */
   static @Nullable Runnable apply(
       AbstractShareKafkaMessageListenerContainer<?, ?> container,
-      Consumer<ShareConsumer<?, ?>> closing) {
+      Consumer<ShareConsumer<?, ?>> closing,
+      Duration closeTimeout) {
     Field field = FACTORY;
     if (field == null) {
       log.warn(
@@ -119,24 +123,27 @@ final class WrappedShareConsumers {
     if (original == null || original instanceof Factory<?, ?>) {
       return null;
     }
-    ReflectionUtils.setField(field, container, new Factory<>(original, closing));
+    ReflectionUtils.setField(field, container, new Factory<>(original, closing, closeTimeout));
     return () -> ReflectionUtils.setField(field, container, original);
   }
 
   /** Makes the consumers of {@code delegate}, each wrapped. */
   private record Factory<K, V>(
-      ShareConsumerFactory<K, V> delegate, Consumer<ShareConsumer<?, ?>> closing)
+      ShareConsumerFactory<K, V> delegate,
+      Consumer<ShareConsumer<?, ?>> closing,
+      Duration closeTimeout)
       implements ShareConsumerFactory<K, V> {
     @Override
     public ShareConsumer<K, V> createShareConsumer(
         @Nullable String groupId, @Nullable String clientId) {
-      return wrap(delegate.createShareConsumer(groupId, clientId), closing);
+      return wrap(delegate.createShareConsumer(groupId, clientId), closing, closeTimeout);
     }
 
     @Override
     public ShareConsumer<K, V> createShareConsumer(
         @Nullable String groupId, @Nullable String clientId, Map<String, Object> overrides) {
-      return wrap(delegate.createShareConsumer(groupId, clientId, overrides), closing);
+      return wrap(
+          delegate.createShareConsumer(groupId, clientId, overrides), closing, closeTimeout);
     }
 
     @Override
@@ -147,12 +154,12 @@ final class WrappedShareConsumers {
 
   @SuppressWarnings("unchecked")
   private static <K, V> ShareConsumer<K, V> wrap(
-      ShareConsumer<K, V> consumer, Consumer<ShareConsumer<?, ?>> closing) {
+      ShareConsumer<K, V> consumer, Consumer<ShareConsumer<?, ?>> closing, Duration closeTimeout) {
     return (ShareConsumer<K, V>)
         Proxy.newProxyInstance(
             ShareConsumer.class.getClassLoader(),
             new Class<?>[] {ShareConsumer.class, Acknowledgements.class},
-            new Wrapped(consumer, closing));
+            new Wrapped(consumer, closing, closeTimeout));
   }
 
   private record Sent(String topic, int partition, long offset) {
@@ -167,6 +174,7 @@ final class WrappedShareConsumers {
   private static final class Wrapped implements InvocationHandler {
     private final ShareConsumer<?, ?> consumer;
     private final Consumer<ShareConsumer<?, ?>> closing;
+    private final Duration closeTimeout;
     private final Map<Sent, Map.Entry<ConsumerRecord<?, ?>, AcknowledgeType>> handedOver =
         new ConcurrentHashMap<>();
     private boolean renewalsPending;
@@ -180,9 +188,13 @@ final class WrappedShareConsumers {
     /** Whether the next poll returns {@link #rejected} again, as if renewed. */
     private boolean handRejectedBack;
 
-    Wrapped(ShareConsumer<?, ?> consumer, Consumer<ShareConsumer<?, ?>> closing) {
+    Wrapped(
+        ShareConsumer<?, ?> consumer,
+        Consumer<ShareConsumer<?, ?>> closing,
+        Duration closeTimeout) {
       this.consumer = consumer;
       this.closing = closing;
+      this.closeTimeout = closeTimeout;
     }
 
     @Override
@@ -222,14 +234,14 @@ final class WrappedShareConsumers {
             // ran out. The Error goes on to the container as thrown, a failed close added to it.
             interrupted |= Thread.interrupted();
             try {
-              delegate(method, args);
+              close(method, args);
             } catch (Throwable closeFailure) {
               e.addSuppressed(closeFailure);
             }
             throw e;
           }
           interrupted |= Thread.interrupted(); // one that came as the listener finished
-          return delegate(method, args);
+          return close(method, args);
         } finally {
           if (interrupted) {
             Thread.currentThread().interrupt();
@@ -362,6 +374,19 @@ final class WrappedShareConsumers {
       consumer.acknowledge(record.topic(), record.partition(), record.offset(), type);
       acknowledgementsUnsent = true;
       return true;
+    }
+
+    /**
+     * The consumer's close; spring-kafka's {@code close()} bounded by the close timeout rather than
+     * kafka-clients' 30 s: against a broker that does not answer, a container's stop took the close
+     * timeout (the handler in hand) and 30 s more.
+     */
+    private @Nullable Object close(Method method, @Nullable Object[] args) throws Throwable {
+      if (args == null || args.length == 0) {
+        consumer.close(closeTimeout);
+        return null;
+      }
+      return delegate(method, args);
     }
 
     private @Nullable Object delegate(Method method, @Nullable Object[] args) throws Throwable {

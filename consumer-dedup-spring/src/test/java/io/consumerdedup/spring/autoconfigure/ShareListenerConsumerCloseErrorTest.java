@@ -7,12 +7,17 @@ import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.StringSerializer;
+import org.apache.kafka.common.test.KafkaClusterTestKit;
 import org.junit.jupiter.api.Test;
 import org.springframework.kafka.core.DefaultShareConsumerFactory;
 import org.springframework.kafka.core.ShareConsumerFactory;
@@ -20,11 +25,12 @@ import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.ShareKafkaMessageListenerContainer;
 
 /**
- * An {@code Error} (an {@code OutOfMemoryError}) thrown while the share listener finishes its
- * records, as the container closes a consumer that consumer-dedup wraps: the consumer's own close
- * was skipped, so it never left its group and the records it had acquired stayed locked until their
- * locks ran out. Against the real broker. Spring Boot 4.0 refuses share listeners, so the boot40
- * module leaves this class out.
+ * The close of a consumer that consumer-dedup wraps, as the container closes it: an {@code Error}
+ * (an {@code OutOfMemoryError}) thrown while the share listener finishes its records skipped the
+ * consumer's own close, so it never left its group and the records it had acquired stayed locked
+ * until their locks ran out; and against a broker that no longer answers the close took
+ * kafka-clients' 30 s. Against the real broker (one of the test's own for the one it stops). Spring
+ * Boot 4.0 refuses share listeners, so the boot40 module leaves this class out.
  */
 class ShareListenerConsumerCloseErrorTest {
   static final String TOPIC = "share-close-error";
@@ -67,7 +73,8 @@ class ShareListenerConsumerCloseErrorTest {
         container,
         closing -> {
           throw new OutOfMemoryError("Java heap space (as the listener finishes)");
-        });
+        },
+        WAIT);
     ShareConsumer<String, String> consumer =
         container.consumers().createShareConsumer(TOPIC, "closing-with-an-error");
     consumer.subscribe(List.of(TOPIC));
@@ -87,6 +94,50 @@ class ShareListenerConsumerCloseErrorTest {
             LOCK, LOOK)
         .extracting(record -> (int) record.deliveryCount().orElse((short) 0))
         .startsWith(2);
+  }
+
+  /**
+   * The container closes a consumer holding a record, the broker no longer answering: spring-kafka
+   * closes it with {@code close()}, kafka-clients' 30 s, so the container's stop took the close
+   * timeout (for the handler in hand) and 30 s more. Now the close is bounded by the close timeout.
+   */
+  @Test
+  void theConsumerCloseIsBoundedByTheCloseTimeoutThoughTheBrokerNoLongerAnswers() throws Exception {
+    Duration closeTimeout = Duration.ofSeconds(2);
+    KafkaClusterTestKit broker = TestKafka.startOwn();
+    try {
+      String bootstrap = broker.bootstrapServers();
+      String topic = TOPIC + "-unanswered";
+      TestShareGroups.createQueue(bootstrap, topic, topic);
+      Map<String, Object> producerConfig = new HashMap<>();
+      producerConfig.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+      try (KafkaProducer<String, String> producer =
+          new KafkaProducer<>(producerConfig, new StringSerializer(), new StringSerializer())) {
+        producer.send(new ProducerRecord<>(topic, "charge 4.00")).get();
+      }
+      Map<String, Object> config = TestShareGroups.consumerConfig(topic);
+      config.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+      config.put("share.acknowledgement.mode", "explicit");
+      Container container = new Container(new DefaultShareConsumerFactory<>(config));
+      WrappedShareConsumers.apply(container, closing -> {}, closeTimeout);
+      ShareConsumer<String, String> consumer =
+          container.consumers().createShareConsumer(topic, "closing-unanswered");
+      consumer.subscribe(List.of(topic));
+      assertThat(acquired(consumer)).as("records the consumer acquired").hasSize(1);
+
+      TestKafka.stopAnswering(broker);
+      long started = System.nanoTime();
+      consumer.close();
+      Duration took = Duration.ofNanos(System.nanoTime() - started);
+
+      assertThat(took)
+          .as(
+              "[bounded by the close timeout of %s, not kafka-clients' 30 s] close took",
+              closeTimeout)
+          .isLessThan(closeTimeout.plusSeconds(5));
+    } finally {
+      TestKafka.closeUnanswering(broker);
+    }
   }
 
   private static List<ConsumerRecord<String, String>> acquired(
