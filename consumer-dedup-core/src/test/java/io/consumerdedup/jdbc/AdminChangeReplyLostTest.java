@@ -15,6 +15,8 @@ import io.consumerdedup.testing.TestDatabase;
 import java.time.Duration;
 import java.util.UUID;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
@@ -37,15 +39,23 @@ class AdminChangeReplyLostTest {
   private HikariDataSource dataSource;
   private JdbcDedupStore consumers;
 
+  /**
+   * The next delivery's thread, its own: on 2 cores the common pool has one thread, which another
+   * test's waiting task could hold past the retry's back-off, so that the retry came first.
+   */
+  private ExecutorService nextDeliveries;
+
   @BeforeAll
   void setUp() {
     schema = TestDatabase.newSchema("adminlost");
     dataSource = TestDatabase.dataSource(schema, 4);
     consumers = JdbcDedupStore.builder(dataSource).build();
+    nextDeliveries = Executors.newCachedThreadPool();
   }
 
   @AfterAll
   void tearDown() {
+    nextDeliveries.shutdownNow();
     dataSource.close();
     TestDatabase.dropSchema(schema);
   }
@@ -73,7 +83,8 @@ class AdminChangeReplyLostTest {
                         || now.attempts() != attemptsBefore;
                   });
           return claim(key, "next-delivery");
-        });
+        },
+        nextDeliveries);
   }
 
   private DedupAdmin adminOn(FaultyDataSource faulty) {
@@ -128,7 +139,8 @@ class AdminChangeReplyLostTest {
                 await().atMost(Duration.ofSeconds(10)).until(() -> faulty.repliesLost() == 1);
                 assertThat(consumers.release(seen)).as("the holder gave its claim back").isTrue();
                 return claim(key, "holder");
-              });
+              },
+              nextDeliveries);
       faulty.loseReplyOnce("SET status = 'FAILED', lease_until = NULL, last_error = ?");
 
       DedupAdmin.Change change = admin.release(key, "ops", true);
