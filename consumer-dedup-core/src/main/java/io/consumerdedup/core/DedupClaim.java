@@ -33,6 +33,12 @@ public final class DedupClaim {
   private final long startNanos = System.nanoTime();
   private final AtomicBoolean ended = new AtomicBoolean();
 
+  /**
+   * The caller's transaction was found holding the record before its commit ({@link
+   * #requireHeldBeforeCommit}): the record is committed, and ending the claim reads it no more.
+   */
+  private volatile boolean heldAtCommit;
+
   private DedupClaim(
       DedupKey key,
       int attempt,
@@ -308,6 +314,7 @@ public final class DedupClaim {
   public void requireHeldBeforeCommit() {
     if (!ended.get() && inTransaction != null && transactionCalls != null) {
       transactionCalls.requireHeldInTransaction(inTransaction);
+      heldAtCommit = true;
     }
   }
 
@@ -317,7 +324,7 @@ public final class DedupClaim {
    * its next delivery.
    */
   private void requireHeldInTransaction() {
-    if (inTransaction == null || transactionCalls == null) {
+    if (inTransaction == null || transactionCalls == null || heldAtCommit) {
       return;
     }
     try {
