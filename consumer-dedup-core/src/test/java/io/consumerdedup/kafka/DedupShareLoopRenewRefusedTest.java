@@ -58,6 +58,21 @@ class DedupShareLoopRenewRefusedTest {
     dltProducer.close();
   }
 
+  /** A handler whose every run fails, counted in {@code runs}, on a new executor. */
+  private IdempotentRecordHandler<String, String> alwaysFailing(String group, AtomicInteger runs) {
+    executor = IdempotentExecutor.builder(fixture.store()).lease(Duration.ofMinutes(5)).build();
+    return IdempotentRecordHandler.<String, String>builder(executor)
+        .bizType(LoopFixture.BIZ_TYPE)
+        .key(KeyExtractors.header(LoopFixture.KEY_HEADER))
+        .groupId(group)
+        .handler(
+            record -> {
+              runs.incrementAndGet();
+              throw new IllegalStateException("payment provider says no");
+            })
+        .build();
+  }
+
   /**
    * A record whose attempts are spent waits for its dead letter (the dead-letter topic out of
    * reach), kept acquired, when the consumer refuses its lock renewal. The loop forgot the record
@@ -79,18 +94,7 @@ class DedupShareLoopRenewRefusedTest {
     DeadLetterHandler<String, String> publisher =
         KafkaDeadLetterPublisher.<String, String>builder(dltProducer).groupId(group).build();
 
-    executor = IdempotentExecutor.builder(fixture.store()).lease(Duration.ofMinutes(5)).build();
-    IdempotentRecordHandler<String, String> handler =
-        IdempotentRecordHandler.<String, String>builder(executor)
-            .bizType(LoopFixture.BIZ_TYPE)
-            .key(KeyExtractors.header(LoopFixture.KEY_HEADER))
-            .groupId(group)
-            .handler(
-                record -> {
-                  runs.incrementAndGet();
-                  throw new IllegalStateException("payment provider says no");
-                })
-            .build();
+    IdempotentRecordHandler<String, String> handler = alwaysFailing(group, runs);
     loop =
         DedupShareLoop.builder(TestShareGroups.consumerConfig(group), List.of(topic), handler)
             .deadLetterHandler(
@@ -144,18 +148,7 @@ class DedupShareLoopRenewRefusedTest {
     DeadLetterHandler<String, String> publisher =
         KafkaDeadLetterPublisher.<String, String>builder(dltProducer).groupId(group).build();
 
-    executor = IdempotentExecutor.builder(fixture.store()).lease(Duration.ofMinutes(5)).build();
-    IdempotentRecordHandler<String, String> handler =
-        IdempotentRecordHandler.<String, String>builder(executor)
-            .bizType(LoopFixture.BIZ_TYPE)
-            .key(KeyExtractors.header(LoopFixture.KEY_HEADER))
-            .groupId(group)
-            .handler(
-                record -> {
-                  runs.incrementAndGet();
-                  throw new IllegalStateException("payment provider says no");
-                })
-            .build();
+    IdempotentRecordHandler<String, String> handler = alwaysFailing(group, runs);
     loop =
         DedupShareLoop.builder(TestShareGroups.consumerConfig(group), List.of(topic), handler)
             .deadLetterHandler(

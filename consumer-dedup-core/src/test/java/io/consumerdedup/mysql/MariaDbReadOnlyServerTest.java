@@ -11,12 +11,11 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
+import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.TestMariaDb;
-import java.io.PrintWriter;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.SQLException;
-import java.sql.SQLFeatureNotSupportedException;
 import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -26,8 +25,6 @@ import java.util.concurrent.Callable;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Supplier;
-import java.util.logging.Logger;
-import javax.sql.DataSource;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -172,7 +169,7 @@ class MariaDbReadOnlyServerTest {
             .replace("user=root", "user=" + user + "&password=secret");
     String promoted = TestMariaDb.url(database, TestMariaDb.Driver.MARIADB);
     HikariConfig config = new HikariConfig();
-    config.setDataSource(new Server(() -> oldPrimary.get() ? restricted : promoted));
+    config.setDataSource(server(() -> oldPrimary.get() ? restricted : promoted));
     config.setMaximumPoolSize(size);
     config.setMinimumIdle(size);
     config.setPoolName("test-" + database);
@@ -182,46 +179,12 @@ class MariaDbReadOnlyServerTest {
   }
 
   /** Opens each connection on the URL that {@code url} names at that moment. */
-  private record Server(Supplier<String> url) implements DataSource {
-    @Override
-    public Connection getConnection() throws SQLException {
-      return DriverManager.getConnection(url.get());
-    }
-
-    @Override
-    public Connection getConnection(String username, String password) throws SQLException {
-      return getConnection();
-    }
-
-    @Override
-    public PrintWriter getLogWriter() {
-      return null;
-    }
-
-    @Override
-    public void setLogWriter(PrintWriter out) {}
-
-    @Override
-    public void setLoginTimeout(int seconds) {}
-
-    @Override
-    public int getLoginTimeout() {
-      return 0;
-    }
-
-    @Override
-    public Logger getParentLogger() throws SQLFeatureNotSupportedException {
-      throw new SQLFeatureNotSupportedException();
-    }
-
-    @Override
-    public <T> T unwrap(Class<T> type) throws SQLException {
-      throw new SQLException("not a wrapper");
-    }
-
-    @Override
-    public boolean isWrapperFor(Class<?> type) {
-      return false;
-    }
+  private static ConnectionSource server(Supplier<String> url) {
+    return new ConnectionSource() {
+      @Override
+      public Connection getConnection() throws SQLException {
+        return DriverManager.getConnection(url.get());
+      }
+    };
   }
 }
