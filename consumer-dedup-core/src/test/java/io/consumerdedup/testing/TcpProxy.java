@@ -307,7 +307,15 @@ public final class TcpProxy implements AutoCloseable {
       } catch (IOException e) {
         return; // closed by refuse() or close()
       }
-      accepted.incrementAndGet();
+      synchronized (this) {
+        // A socket the listener had taken before refuse() closed it is reset and not counted: a
+        // test reading the count after refuse() must not see it grow while refusing.
+        if (closed || mode == Mode.REFUSE) {
+          resetQuietly(client);
+          continue;
+        }
+        accepted.incrementAndGet();
+      }
       open(client);
     }
   }
