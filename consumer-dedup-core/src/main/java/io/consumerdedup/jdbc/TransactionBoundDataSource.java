@@ -111,8 +111,8 @@ public final class TransactionBoundDataSource implements DataSource {
    * happens, in auto-commit mode again; one whose rollback failed is aborted instead, so that its
    * unfinished transaction can never be committed by the connection's next user (PostgreSQL rolls
    * back the transaction of a connection that goes away, as it does when this process dies), and so
-   * is one whose server refused a write as read-only (SQL state 25006, MySQL error 1290), so that
-   * the pool opens another, which reaches the primary once a failover has moved its address.
+   * is one whose server refused a write as read-only (SQL state 25006, MySQL errors 1290, 1036), so
+   * that the pool opens another, which reaches the primary once a failover has moved its address.
    *
    * <p>A commit whose reply is lost leaves it unknown whether it committed; the exception says so.
    * A redelivery finds out: in mode TRANSACTIONAL a committed dedup row makes it a duplicate, and
@@ -222,7 +222,7 @@ public final class TransactionBoundDataSource implements DataSource {
     }
   }
 
-  /** Whether {@code failure} came of a server that refuses writes (25006, MySQL error 1290). */
+  /** Whether {@code failure} came of a server that refuses writes (25006, MySQL 1290, 1036). */
   private static boolean refusedWrites(Throwable failure) {
     for (Throwable cause = failure; cause != null; cause = cause.getCause()) {
       if (cause instanceof SQLException refused && SqlStates.isReadOnlyServer(refused)) {

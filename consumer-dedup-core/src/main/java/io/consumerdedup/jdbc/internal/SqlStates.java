@@ -39,6 +39,17 @@ public final class SqlStates {
    */
   private static final int MYSQL_READ_ONLY = 1290;
 
+  /**
+   * MySQL's and MariaDB's answers of a server started with {@code innodb_read_only} (a replica or
+   * standby so started; it cannot be set at runtime), which refuses every write to an InnoDB table
+   * whatever the account's privileges, where {@code read_only}'s 1290 spares those with READ_ONLY
+   * ADMIN (or SUPER): ER_OPEN_AS_READONLY (1036, "Table '...' is read only") as the statement's
+   * error, and ER_READ_ONLY_MODE (1836, "Running in read-only mode"), which MySQL gives as the
+   * error of some statements. Both SQL state HY000. A read-only transaction's refusal (1792) has
+   * SQL state 25006, as PostgreSQL's standby's.
+   */
+  private static final Set<Integer> MYSQL_READ_ONLY_CODES = Set.of(MYSQL_READ_ONLY, 1036, 1836);
+
   private static final Set<String> TRANSIENT =
       Set.of(
           "40001", // serialization_failure
@@ -69,11 +80,26 @@ public final class SqlStates {
    * innodb_snapshot_isolation, on by default from 11.6, a transaction that locks a row committed
    * after its snapshot is rolled back and told to restart, as PostgreSQL's serialization failure.
    * MariaDB's driver reports 1317 as a timeout, MySQL's as a non-transient error: only the code
-   * tells them alike. A server that runs read-only (1290) is one as well, as PostgreSQL's 25006.
+   * tells them alike. A server that runs read-only (1290, 1036, 1836) is one as well, as
+   * PostgreSQL's 25006.
    */
   private static final Set<Integer> MYSQL_TRANSIENT_CODES =
       Set.of(
-          1205, 1213, 1020, 3024, 1969, 1317, 1040, 1203, 1226, 1637, 1053, 2013, MYSQL_READ_ONLY);
+          1205,
+          1213,
+          1020,
+          3024,
+          1969,
+          1317,
+          1040,
+          1203,
+          1226,
+          1637,
+          1053,
+          2013,
+          MYSQL_READ_ONLY,
+          1036,
+          1836);
 
   /** The SQL states MySQL and MariaDB give their transient errors; PostgreSQL uses none of them. */
   private static final Set<String> MYSQL_STATES =
@@ -108,14 +134,15 @@ public final class SqlStates {
 
   /**
    * Whether {@code e} says the server refuses writes (SQL state 25006; on MySQL and MariaDB error
-   * 1290): a hot standby or replica, or a primary demoted by a failover. The connection is sound to
-   * its pool, which keeps it for its whole lifetime, so only another connection can reach the
-   * promoted primary.
+   * 1290 of {@code read_only}, or 1036 and 1836 of {@code innodb_read_only}): a hot standby or
+   * replica, or a primary demoted by a failover. The connection is sound to its pool, which keeps
+   * it for its whole lifetime, so only another connection can reach the promoted primary.
    */
   public static boolean isReadOnlyServer(SQLException e) {
     for (SQLException current = e; current != null; current = current.getNextException()) {
       if (READ_ONLY.equals(current.getSQLState())
-          || ("HY000".equals(current.getSQLState()) && current.getErrorCode() == MYSQL_READ_ONLY)) {
+          || ("HY000".equals(current.getSQLState())
+              && MYSQL_READ_ONLY_CODES.contains(current.getErrorCode()))) {
         return true;
       }
     }
