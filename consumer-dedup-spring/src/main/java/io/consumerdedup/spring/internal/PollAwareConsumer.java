@@ -466,8 +466,21 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
       public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
         revoking = true;
         try {
-          if (callback != null) {
-            callback.onPartitionsRevoked(partitions);
+          try {
+            if (callback != null) {
+              callback.onPartitionsRevoked(partitions);
+            }
+          } catch (RuntimeException | Error e) {
+            // The container's listener runs the application's onPartitionsRevokedBeforeCommit
+            // first, and what that throws skips the container's commit and is thrown from the
+            // poll. The partitions go all the same: what is owed of them is committed first, or
+            // their next owner reads those records again.
+            try {
+              commitOwed(true, partitions);
+            } catch (RuntimeException again) {
+              e.addSuppressed(again);
+            }
+            throw e;
           }
           commitOwed(true, partitions);
         } finally {
