@@ -230,11 +230,37 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     // Cut at the marks not written yet; waited for only while partitions are being revoked.
     Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
     if (!durable.isEmpty()) {
-      delegate.commitAsync(durable, callback);
+      // Counted as sent before it is: a consumer may answer it at once, before this returns.
       poll.marks().committed(durable);
+      try {
+        delegate.commitAsync(durable, owedAgainIfItFails(durable, callback));
+      } catch (RuntimeException e) {
+        poll.marks().notCommitted(durable);
+        throw e;
+      }
     } else if (callback != null) {
       callback.onComplete(durable, null);
     }
+  }
+
+  /**
+   * {@code callback}, after what {@code sent} passed is owed again if the commit failed:
+   * spring-kafka only logs a failed asynchronous commit, and commits a partition again only with
+   * its next records, so what an idle partition was owed (carried by another partition's commit)
+   * would wait for a rebalance or a restart, and its records come again. Owed again, it is
+   * committed before a later poll once the consumer is idle, or with the next commit of any
+   * partition.
+   */
+  private OffsetCommitCallback owedAgainIfItFails(
+      Map<TopicPartition, OffsetAndMetadata> sent, @Nullable OffsetCommitCallback callback) {
+    return (offsets, exception) -> {
+      if (exception != null) {
+        poll.marks().notCommitted(sent);
+      }
+      if (callback != null) {
+        callback.onComplete(offsets, exception);
+      }
+    };
   }
 
   /** Whether a commit goes to the delegate as it is: no marks to cut at, no transaction to wait. */

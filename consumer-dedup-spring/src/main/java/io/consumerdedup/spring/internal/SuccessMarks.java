@@ -327,6 +327,23 @@ public final class SuccessMarks {
   }
 
   /**
+   * A commit of {@code offsets}, counted as sent ({@link #committed}), failed: what it passed is
+   * owed again, for each partition to which no later commit was sent since and that was not let go
+   * meanwhile ({@link #forget}; its new owner re-reads from what was committed).
+   */
+  synchronized void notCommitted(Map<TopicPartition, OffsetAndMetadata> offsets) {
+    offsets.forEach(
+        (partition, offset) -> {
+          if (committed.remove(partition, offset.offset())) {
+            owed.merge(
+                partition,
+                offset,
+                (earlier, failed) -> earlier.offset() >= failed.offset() ? earlier : failed);
+          }
+        });
+  }
+
+  /**
    * The first offset of {@code partition} before {@code end} whose record a commit may not pass yet
    * (its mark not written, or its transaction rolled back), or {@code end}; forgets the marks it
    * may pass. Called holding the lock.
