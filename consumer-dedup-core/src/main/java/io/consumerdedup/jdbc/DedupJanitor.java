@@ -27,7 +27,8 @@ import org.slf4j.LoggerFactory;
  * entries of rows it already deleted. A run ends when a batch finds fewer expired rows than it may
  * delete (caught up: the next run starts from the oldest row again, {@code interval} later), or
  * after {@code maxBatchesPerRun} batches or {@code maxRunTime} (work left: the next run continues
- * from where this one stopped, at once). Each run first measures the {@link PurgeBacklog}, tells
+ * from where this one stopped, at once). A run that fails leaves the next one to start from the
+ * oldest row again, {@code interval} later. Each run first measures the {@link PurgeBacklog}, tells
  * the listener ({@link DedupListener#purgeBacklog}) and logs a WARN when the janitor is behind. A
  * run whose measurement fails purges all the same, with the backlog unknown ({@link
  * DedupListener#purgeBacklogUnknown}).
@@ -50,6 +51,14 @@ public final class DedupJanitor implements AutoCloseable {
 
   /** Default time between runs once caught up. */
   public static final Duration DEFAULT_INTERVAL = Duration.ofMinutes(10);
+
+  /**
+   * The longest {@code interval} or {@code maxRunTime} (100 years): the janitor times them in
+   * nanoseconds, and beyond about 292 years they no longer fit a long.
+   */
+  public static final Duration LONGEST_DURATION = Duration.ofDays(36_500);
+
+  private static final String TIMED_IN_NANOS = "timed in nanoseconds";
 
   /**
    * The janitor is behind when the oldest expired row expired longer ago than this many intervals:
@@ -94,7 +103,8 @@ public final class DedupJanitor implements AutoCloseable {
   /**
    * Runs once now: deletes expired records batch after batch, until a batch comes back short, or
    * the per-run limits ({@code maxBatchesPerRun}, {@code maxRunTime}) are reached; a call after one
-   * that stopped at a limit continues after the last row it deleted.
+   * that stopped at a limit continues after the last row it deleted, a call after one that threw
+   * starts from the oldest row.
    *
    * @return how many records were deleted
    */
@@ -121,6 +131,7 @@ public final class DedupJanitor implements AutoCloseable {
       long deadline = System.nanoTime() + maxRunTime.toNanos();
       int total = 0;
       boolean full = true;
+      boolean failed = true;
       try {
         for (int batch = 0; batch < maxBatchesPerRun && full; batch++) {
           if (batch > 0 && System.nanoTime() - deadline > 0) {
@@ -130,9 +141,15 @@ public final class DedupJanitor implements AutoCloseable {
           full = deleted.full();
           total = Math.addExact(total, deleted.deleted());
         }
+        failed = false;
       } finally {
-        workLeft = full;
-        if (!full) {
+        workLeft = full && !failed;
+        if (!full || failed) {
+          // A failed run starts the next one from the oldest row, as a caught-up run does. Kept,
+          // the cursor went back there only once a batch came back short: a batch after it that
+          // failed at every run (at volume the last of a pass, which walks every unexpired row to
+          // the end of the index and is cancelled at the statement timeout) left the rows behind
+          // it that expired later (FAILED ones under their longer retention) never purged.
           cursor = null;
         }
         if (total > 0) {
@@ -332,8 +349,11 @@ public final class DedupJanitor implements AutoCloseable {
       } else {
         log.warn("Purge of expired dedup records failed; next try in {}", interval, e);
       }
+    } finally {
+      // Whatever the logging of a failure throws as well (an OutOfMemoryError again, as the log
+      // line is formatted), the schedule goes on.
+      scheduleNext(more ? Duration.ZERO : interval);
     }
-    scheduleNext(more ? Duration.ZERO : interval);
   }
 
   private synchronized boolean isClosed() {
@@ -381,15 +401,25 @@ public final class DedupJanitor implements AutoCloseable {
       return this;
     }
 
-    /** Longest run; the next run continues at once. Default {@link #DEFAULT_MAX_RUN_TIME}. */
+    /**
+     * Longest run; the next run continues at once. Default {@link #DEFAULT_MAX_RUN_TIME}; at most
+     * {@link #LONGEST_DURATION}.
+     */
     public Builder maxRunTime(Duration maxRunTime) {
-      this.maxRunTime = Durations.requirePositive("maxRunTime", maxRunTime);
+      this.maxRunTime =
+          Durations.requireBetween(
+              "maxRunTime", maxRunTime, Duration.ofNanos(1), LONGEST_DURATION, TIMED_IN_NANOS);
       return this;
     }
 
-    /** Time between runs once caught up. Default {@link #DEFAULT_INTERVAL}. */
+    /**
+     * Time between runs once caught up. Default {@link #DEFAULT_INTERVAL}; at most {@link
+     * #LONGEST_DURATION}.
+     */
     public Builder interval(Duration interval) {
-      this.interval = Durations.requirePositive("interval", interval);
+      this.interval =
+          Durations.requireBetween(
+              "interval", interval, Duration.ofNanos(1), LONGEST_DURATION, TIMED_IN_NANOS);
       return this;
     }
 

@@ -1,6 +1,7 @@
 package io.consumerdedup.jdbc;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 import ch.qos.logback.classic.Level;
@@ -18,6 +19,7 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.time.temporal.ChronoUnit;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -130,6 +132,130 @@ class DedupJanitorTest {
     }
     assertThat(measures).as("runs that reported what they purged").hasValueGreaterThan(1);
     assertThat(count("kept-%")).isEqualTo(100);
+  }
+
+  /**
+   * The run's {@code Error} (an {@code OutOfMemoryError} as the pool opens a connection) was caught
+   * and logged, but the next run was scheduled only after the log call: when logging it threw too
+   * (still out of memory), the schedule ended without a word, as before row 61 was fixed.
+   */
+  @Test
+  void aFailedRunWhoseLoggingThrowsAnErrorStillSchedulesTheNextRun() throws SQLException {
+    AtomicInteger connectionErrorsLeft = new AtomicInteger(2);
+    DataSource outOfMemoryOnce =
+        (DataSource)
+            java.lang.reflect.Proxy.newProxyInstance(
+                DataSource.class.getClassLoader(),
+                new Class<?>[] {DataSource.class},
+                (proxy, method, args) -> {
+                  if (method.getName().equals("getConnection")
+                      && connectionErrorsLeft.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
+                    throw new OutOfMemoryError("Java heap space");
+                  }
+                  try {
+                    return method.invoke(dataSource, args);
+                  } catch (java.lang.reflect.InvocationTargetException e) {
+                    throw e.getCause();
+                  }
+                });
+    AtomicInteger failedRunLogs = new AtomicInteger();
+    Logger janitorLog = (Logger) LoggerFactory.getLogger(DedupJanitor.class);
+    ListAppender<ILoggingEvent> stillOutOfMemory =
+        new ListAppender<>() {
+          @Override
+          protected void append(ILoggingEvent event) {
+            if (event.getLevel() == Level.ERROR
+                && event.getMessage().startsWith("Purge of expired dedup records failed")
+                && failedRunLogs.incrementAndGet() == 1) {
+              throw new OutOfMemoryError("Java heap space, logging the failed run");
+            }
+          }
+        };
+    stillOutOfMemory.start();
+    janitorLog.addAppender(stillOutOfMemory);
+    try (DedupJanitor janitor =
+        DedupJanitor.builder(JdbcDedupStore.builder(outOfMemoryOnce).build())
+            .batchSize(500)
+            .interval(Duration.ofMillis(100))
+            .build()) {
+      janitor.start();
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .untilAsserted(
+              () ->
+                  assertThat(count("expired-%"))
+                      .as("expired records left after a failed run whose log threw")
+                      .isZero());
+    } finally {
+      janitorLog.detachAppender(stillOutOfMemory);
+    }
+    assertThat(connectionErrorsLeft).as("connections refused with the Error").hasValue(0);
+    assertThat(failedRunLogs).as("failed runs logged").hasValue(1);
+    assertThat(count("kept-%")).isEqualTo(100);
+  }
+
+  /**
+   * A run that failed kept its keyset cursor, which goes back to the oldest row only when a batch
+   * comes back short. When the batch after the cursor failed at every run (at volume the last batch
+   * of a pass, which walks every unexpired row to the end of the index and is cancelled at the
+   * statement timeout; here every batch after a run's first), each later run started there and
+   * failed there: nothing before it was purged again, neither the rows a batch had skipped nor
+   * those that expired later (FAILED ones under their longer retention), until a restart.
+   */
+  @Test
+  void aBatchThatFailsAtEveryRunDoesNotStopThePurgeOfTheRowsBeforeIt() throws SQLException {
+    try (FaultyDataSource faulty = FaultyDataSource.on(schema, 2, Duration.ofSeconds(10))) {
+      JdbcDedupStore faultyStore =
+          JdbcDedupStore.builder(faulty)
+              .statementTimeout(Duration.ofSeconds(1))
+              .retryMaxAttempts(1)
+              .build();
+      faulty.timeOutEvery("created_at >= ?", "consumer_dedup");
+      try (DedupJanitor janitor =
+          DedupJanitor.builder(faultyStore)
+              .batchSize(500)
+              .interval(Duration.ofMillis(100))
+              .build()) {
+        janitor.start();
+        await()
+            .atMost(Duration.ofSeconds(15))
+            .untilAsserted(
+                () ->
+                    assertThat(count("expired-%"))
+                        .as(
+                            "expired records left, with %s batches after a cursor cancelled",
+                            faulty.statementsTimedOut())
+                        .isZero());
+      }
+      assertThat(faulty.statementsTimedOut()).as("batches after a cursor cancelled").isPositive();
+    }
+    assertThat(count("kept-%")).isEqualTo(100);
+  }
+
+  /**
+   * An interval or a longest run "for ever" ({@code ChronoUnit.FOREVER}) was accepted, and then
+   * overflowed a long of nanoseconds or milliseconds as the janitor ran: with such a {@code
+   * maxRunTime} every run failed with {@code ArithmeticException} before it purged anything, and
+   * with such an {@code interval} the schedule ended after the first run.
+   */
+  @Test
+  void anIntervalOrLongestRunTooLongToTimeIsRefusedWhenTheJanitorIsBuilt() {
+    Duration forever = ChronoUnit.FOREVER.getDuration();
+
+    assertThatThrownBy(() -> DedupJanitor.builder(store).maxRunTime(forever))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageStartingWith("maxRunTime must be at most " + DedupJanitor.LONGEST_DURATION);
+    assertThatThrownBy(() -> DedupJanitor.builder(store).interval(forever))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageStartingWith("interval must be at most " + DedupJanitor.LONGEST_DURATION);
+
+    DedupJanitor longest =
+        DedupJanitor.builder(store)
+            .maxRunTime(DedupJanitor.LONGEST_DURATION)
+            .interval(DedupJanitor.LONGEST_DURATION)
+            .build();
+    assertThat(longest.purgeExpired()).as("records purged at the longest settings").isEqualTo(2500);
+    assertThat(longest.lastBacklog()).as("the backlog measured by that run").isPresent();
   }
 
   /**

@@ -1,6 +1,8 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.internal.OwnerIds;
+import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.spring.IdempotentListenerInterceptor;
 import java.time.Duration;
@@ -35,6 +37,11 @@ final class DedupPropertiesCheck {
         properties.getFailedRetention(),
         lease,
         "at least the lease (" + print(lease) + ")");
+    // The executor's builder refuses them too, but only once an executor is built, and naming its
+    // own setting (successRetention), not the property.
+    atMost("retention", properties.getRetention(), IdempotentExecutor.LONGEST_RETENTION);
+    atMost(
+        "failed-retention", properties.getFailedRetention(), IdempotentExecutor.LONGEST_RETENTION);
     positive("wait-timeout", properties.getWaitTimeout());
     positive("async-listener-timeout", properties.getAsyncListenerTimeout());
     positive("health-timeout", properties.getHealthTimeout());
@@ -91,7 +98,9 @@ final class DedupPropertiesCheck {
 
   private static void checkCleanup(ConsumerDedupProperties.Cleanup cleanup) {
     positive("cleanup.interval", cleanup.getInterval());
+    atMost("cleanup.interval", cleanup.getInterval(), DedupJanitor.LONGEST_DURATION);
     positive("cleanup.max-run-time", cleanup.getMaxRunTime());
+    atMost("cleanup.max-run-time", cleanup.getMaxRunTime(), DedupJanitor.LONGEST_DURATION);
     if (cleanup.getBatchSize() < 1) {
       throw invalid("cleanup.batch-size", cleanup.getBatchSize(), "at least 1");
     }
@@ -113,6 +122,12 @@ final class DedupPropertiesCheck {
   private static void atLeast(String property, Duration value, Duration least, String allowed) {
     if (value.compareTo(least) < 0) {
       throw invalid(property, print(value), allowed);
+    }
+  }
+
+  private static void atMost(String property, Duration value, Duration most) {
+    if (value.compareTo(most) > 0) {
+      throw invalid(property, print(value), "at most " + print(most));
     }
   }
 

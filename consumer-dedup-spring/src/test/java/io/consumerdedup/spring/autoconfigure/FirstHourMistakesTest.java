@@ -66,6 +66,14 @@ class FirstHourMistakesTest {
         "consumer-dedup.lease=500ms | consumer-dedup.lease=500ms is not allowed: it must be at least 1s",
         "consumer-dedup.retention=1m | consumer-dedup.retention=1m is not allowed: it must be at least"
             + " the lease (5m)",
+        "consumer-dedup.retention=400000d | consumer-dedup.retention=400000d is not allowed: it must"
+            + " be at most 365000d",
+        "consumer-dedup.cleanup.interval=-10m | consumer-dedup.cleanup.interval=-10m is not"
+            + " allowed: it must be a positive duration",
+        "consumer-dedup.cleanup.max-run-time=200000d | consumer-dedup.cleanup.max-run-time=200000d"
+            + " is not allowed: it must be at most 36500d",
+        "consumer-dedup.cleanup.batch-size=0 | consumer-dedup.cleanup.batch-size=0 is not allowed:"
+            + " it must be at least 1",
         "consumer-dedup.store.retry-max-attempts=0 | consumer-dedup.store.retry-max-attempts=0 is"
             + " not allowed: it must be at least 1",
         "consumer-dedup.max-attempts=0 | consumer-dedup.max-attempts=0 is not allowed: it must be"
