@@ -23,6 +23,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import org.aopalliance.intercept.MethodInvocation;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
 import org.springframework.beans.factory.BeanFactory;
@@ -231,11 +232,22 @@ final class IdempotentBatchInvocation {
     }
   }
 
-  /** The listener's {@code Consumer} argument, when it is a consumer-dedup one; else null. */
+  /**
+   * The listener's {@code Consumer} argument, as one whose commits can be held; null if it takes
+   * none. The container's own consumer is not a consumer-dedup one when its consumers are left as
+   * they are ({@code consumer-dedup.claims-per-poll=false}, a consumer factory other than a {@code
+   * DefaultKafkaConsumerFactory}): the method is then given it wrapped, its commits held all the
+   * same.
+   */
   private static @Nullable PollAwareConsumer<?, ?> committer(@Nullable Object[] arguments) {
-    for (Object argument : arguments) {
-      if (argument instanceof PollAwareConsumer<?, ?> consumer) {
+    for (int i = 0; i < arguments.length; i++) {
+      if (arguments[i] instanceof PollAwareConsumer<?, ?> consumer) {
         return consumer;
+      }
+      if (arguments[i] instanceof Consumer<?, ?> consumer) {
+        PollAwareConsumer<?, ?> holding = new PollAwareConsumer<>(consumer);
+        arguments[i] = holding;
+        return holding;
       }
     }
     return null;

@@ -59,7 +59,9 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * Everything else is the delegate's ({@link ForwardingConsumer}). A consumer whose listeners are
  * not {@code @Idempotent}, or claim one record at a time, has no marks: its commits pass straight
  * through, but for those made inside a transaction. Made by {@link
- * io.consumerdedup.spring.DedupConsumerPostProcessor}.
+ * io.consumerdedup.spring.DedupConsumerPostProcessor}; and, for the one call of an {@code
+ * Idempotent} batch listener, around a container's own consumer that is not one, only to hold the
+ * commits the listener makes through it.
  */
 public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   private static final Logger log = LoggerFactory.getLogger(PollAwareConsumer.class);
