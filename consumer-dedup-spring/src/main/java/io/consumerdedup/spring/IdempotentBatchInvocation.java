@@ -23,7 +23,6 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import org.aopalliance.intercept.MethodInvocation;
-import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
 import org.springframework.beans.factory.BeanFactory;
@@ -219,7 +218,7 @@ final class IdempotentBatchInvocation {
       heldAck = new HeldBatchAcknowledgment(acknowledgment, kept);
       arguments[listener.shape.ackIndex] = heldAck;
     }
-    PollAwareConsumer<?, ?> committer = committer(arguments);
+    PollAwareConsumer<?, ?> committer = PollAwareConsumer.holdingCommitsAmong(arguments);
     if (committer != null) {
       committer.holdCommits();
     }
@@ -230,27 +229,6 @@ final class IdempotentBatchInvocation {
         committer.releaseCommits(false); // the batch is not done: its commits are dropped
       }
     }
-  }
-
-  /**
-   * The listener's {@code Consumer} argument, as one whose commits can be held; null if it takes
-   * none. The container's own consumer is not a consumer-dedup one when its consumers are left as
-   * they are ({@code consumer-dedup.claims-per-poll=false}, a consumer factory other than a {@code
-   * DefaultKafkaConsumerFactory}): the method is then given it wrapped, its commits held all the
-   * same.
-   */
-  private static @Nullable PollAwareConsumer<?, ?> committer(@Nullable Object[] arguments) {
-    for (int i = 0; i < arguments.length; i++) {
-      if (arguments[i] instanceof PollAwareConsumer<?, ?> consumer) {
-        return consumer;
-      }
-      if (arguments[i] instanceof Consumer<?, ?> consumer) {
-        PollAwareConsumer<?, ?> holding = new PollAwareConsumer<>(consumer);
-        arguments[i] = holding;
-        return holding;
-      }
-    }
-    return null;
   }
 
   private @Nullable Object invokeHoldingCommits(
