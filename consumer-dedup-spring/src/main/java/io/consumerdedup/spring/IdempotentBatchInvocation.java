@@ -218,7 +218,7 @@ final class IdempotentBatchInvocation {
       heldAck = new HeldBatchAcknowledgment(acknowledgment, kept);
       arguments[listener.shape.ackIndex] = heldAck;
     }
-    PollAwareConsumer<?, ?> committer = committer(arguments);
+    PollAwareConsumer<?, ?> committer = PollAwareConsumer.holdingCommitsAmong(arguments);
     if (committer != null) {
       committer.holdCommits();
     }
@@ -229,16 +229,6 @@ final class IdempotentBatchInvocation {
         committer.releaseCommits(false); // the batch is not done: its commits are dropped
       }
     }
-  }
-
-  /** The listener's {@code Consumer} argument, when it is a consumer-dedup one; else null. */
-  private static @Nullable PollAwareConsumer<?, ?> committer(@Nullable Object[] arguments) {
-    for (Object argument : arguments) {
-      if (argument instanceof PollAwareConsumer<?, ?> consumer) {
-        return consumer;
-      }
-    }
-    return null;
   }
 
   private @Nullable Object invokeHoldingCommits(

@@ -15,6 +15,7 @@ import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
+import io.consumerdedup.spring.internal.PollAwareConsumer;
 import java.lang.reflect.Method;
 import java.time.Duration;
 import java.util.List;
@@ -374,6 +375,34 @@ public final class IdempotentListenerInterceptor {
       giveBack(claim, executor, beforeCall);
       throw beforeCall;
     }
+    // A commit the listener makes through its Consumer argument (which commits the positions, past
+    // its record) is held until its outcome is settled, and dropped if it fails: sent at once, it
+    // passed a record then recorded FAILED, which a stop or a crash before the error handler's
+    // retry lost.
+    PollAwareConsumer<?, ?> committer = PollAwareConsumer.holdingCommitsAmong(arguments);
+    if (committer != null) {
+      committer.holdCommits();
+    }
+    try {
+      return invokeHoldingCommits(
+          invocation, listener, record, claim, source, pending, held, committer);
+    } finally {
+      if (committer != null) {
+        committer.releaseCommits(false); // the call failed: its commits are dropped
+      }
+    }
+  }
+
+  private @Nullable Object invokeHoldingCommits(
+      MethodInvocation invocation,
+      IdempotentListenerMethod listener,
+      ConsumerRecord<Object, Object> record,
+      DedupClaim claim,
+      String source,
+      ListenerOutcomes.Pending pending,
+      @Nullable HeldAcknowledgment held,
+      @Nullable PollAwareConsumer<?, ?> committer)
+      throws Throwable {
     Object result;
     // A null future or Mono (an early "return null" for work done at once) is a call that is
     // done: waiting for it would leave the claim open for good.
@@ -407,6 +436,7 @@ public final class IdempotentListenerInterceptor {
                 : null;
         Object value =
             awaitSettled(Objects.requireNonNull(future), pending, claim, listener, settleHere);
+        sendHeldCommits(committer);
         release(held);
         return returns == ListenerShape.Returns.FUTURE
             ? CompletableFuture.completedFuture(value)
@@ -414,10 +444,21 @@ public final class IdempotentListenerInterceptor {
       default:
         pending.listenerSucceeded();
         settle(listener, record, pending, claim, source);
+        sendHeldCommits(committer);
         release(held);
         // Completed rather than null: spring-kafka acknowledges an asynchronous listener's
         // record only when its future completes, and would stall the partition on a null.
         return result == null ? listener.shape.duplicateResult() : result;
+    }
+  }
+
+  /**
+   * The listener's outcome is settled: the commits it made through its consumer are sent, before an
+   * acknowledgment it made (whose commit, under {@code MANUAL_IMMEDIATE}, would be held too).
+   */
+  private static void sendHeldCommits(@Nullable PollAwareConsumer<?, ?> committer) {
+    if (committer != null) {
+      committer.releaseCommits(true);
     }
   }
 

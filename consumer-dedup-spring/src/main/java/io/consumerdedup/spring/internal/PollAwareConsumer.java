@@ -59,7 +59,9 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * Everything else is the delegate's ({@link ForwardingConsumer}). A consumer whose listeners are
  * not {@code @Idempotent}, or claim one record at a time, has no marks: its commits pass straight
  * through, but for those made inside a transaction. Made by {@link
- * io.consumerdedup.spring.DedupConsumerPostProcessor}.
+ * io.consumerdedup.spring.DedupConsumerPostProcessor}; and, for the one call of an {@code
+ * Idempotent} batch listener, around a container's own consumer that is not one, only to hold the
+ * commits the listener makes through it.
  */
 public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   private static final Logger log = LoggerFactory.getLogger(PollAwareConsumer.class);
@@ -71,13 +73,13 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   /**
    * Whether a commit held runs now: one left to a transaction, the transaction committed, or one
-   * held until a batch listener's outcomes were written.
+   * held until a listener's outcomes were written.
    */
   private boolean committingAfterTransaction;
 
   /**
-   * The commits an {@code @Idempotent} batch listener made through this consumer while it ran, sent
-   * once the outcomes of its batch are written ({@link #holdCommits}); null while none runs.
+   * The commits an {@code @Idempotent} listener made through this consumer while it ran, sent once
+   * its outcomes are written ({@link #holdCommits}); null while none runs.
    */
   private @Nullable List<Runnable> heldForBatch;
 
@@ -273,11 +275,11 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   /**
    * Holds the commits made through this consumer from now on, until {@link #releaseCommits}: an
-   * {@code @Idempotent} batch listener runs, and writes the outcomes of its batch after it returns.
-   * A commit it makes through its {@code Consumer} argument ({@code commitSync()}, which commits
-   * the positions, past the whole batch) would pass records whose SUCCESS is not written yet, and,
-   * if the listener then throws, records left FAILED: with the container stopped, or the partition
-   * gone, before their retry, they would never come again.
+   * {@code @Idempotent} listener runs (a batch listener, or a record listener), and its outcomes
+   * are written after it returns. A commit it makes through its {@code Consumer} argument ({@code
+   * commitSync()}, which commits the positions, past the whole batch) would pass records whose
+   * SUCCESS is not written yet, and, if the listener then throws, records left FAILED: with the
+   * container stopped, or the partition gone, before their retry, they would never come again.
    */
   public void holdCommits() {
     heldForBatch = new ArrayList<>();
@@ -285,8 +287,9 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   /**
    * Ends the hold of {@link #holdCommits}: sends the commits held, in their order, if {@code send}
-   * (every record of the batch is done, its outcome written), else drops them (the container's
-   * error handler commits the records before a failed one). Once the hold is ended, nothing.
+   * (every record of the call is done, its outcome written or, in a transaction, left to its
+   * commit), else drops them (the container's error handler commits the records before a failed
+   * one). Once the hold is ended, nothing.
    */
   public void releaseCommits(boolean send) {
     List<Runnable> held = heldForBatch;
@@ -295,11 +298,39 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
       return;
     }
     if (!send) {
-      log.debug(
-          "Dropping {} offset commits of a batch listener whose batch is not done", held.size());
+      log.debug("Dropping {} offset commits of a listener whose call failed", held.size());
       return;
     }
-    held.forEach(commit -> commitHeld(commit, "the batch listener's outcomes were written"));
+    for (Runnable commit : held) {
+      // A record listener may run in a transaction of this thread (the container's): its commits
+      // then wait for that transaction's commit, as they would have without the hold.
+      if (!afterTransaction(commit)) {
+        commitHeld(commit, "the listener's outcomes were written");
+      }
+    }
+  }
+
+  /**
+   * The {@code Consumer} among a listener method's {@code arguments}, as one whose commits can be
+   * held ({@link #holdCommits}); null if the method takes none. The container's own consumer is not
+   * a consumer-dedup one when its consumers are left as they are ({@code
+   * consumer-dedup.claims-per-poll=false}, a consumer factory other than a {@code
+   * DefaultKafkaConsumerFactory}): the method is then given it wrapped in {@code arguments}, for
+   * this call only, so that its commits are held all the same.
+   */
+  public static @Nullable PollAwareConsumer<?, ?> holdingCommitsAmong(
+      @Nullable Object[] arguments) {
+    for (int i = 0; i < arguments.length; i++) {
+      if (arguments[i] instanceof PollAwareConsumer<?, ?> consumer) {
+        return consumer;
+      }
+      if (arguments[i] instanceof Consumer<?, ?> consumer) {
+        PollAwareConsumer<?, ?> holding = new PollAwareConsumer<>(consumer);
+        arguments[i] = holding;
+        return holding;
+      }
+    }
+    return null;
   }
 
   /** Whether {@code commit} is held until the running batch listener's outcomes are written. */
