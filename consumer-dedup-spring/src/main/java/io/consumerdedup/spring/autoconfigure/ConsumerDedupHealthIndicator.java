@@ -80,6 +80,12 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
           "The dedup table did not answer within "
               + timeout.toMillis()
               + " ms: the connection pool is exhausted, or the database does not answer");
+    } catch (RuntimeException | Error e) {
+      // Anything else (a DataSource that throws a RuntimeException, such as a routing one without
+      // a target for the check's thread; a thread that could not start): Spring Boot's health
+      // endpoint does not catch what an indicator throws, so the whole health answered 500,
+      // every other indicator's status with it, and no reason.
+      return down("Could not ask the dedup table: " + e);
     }
     return checked(state);
   }
