@@ -97,9 +97,14 @@ public final class TableCheck {
   public List<String> missingPrivilegesNow() {
     Map<String, String> probes = new LinkedHashMap<>();
     probes.put("SELECT", "SELECT biz_type FROM " + table + " WHERE 1 = 0");
+    // Every column without a default named: MySQL's strict mode refuses the statement otherwise,
+    // rows or none.
     probes.put(
         "INSERT",
-        "INSERT INTO " + table + " (biz_type) SELECT n.v FROM (SELECT NULL AS v) n WHERE 1 = 0");
+        "INSERT INTO "
+            + table
+            + " (biz_type, biz_key, status, owner, created_at, updated_at, expires_at)"
+            + " SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM (SELECT 1) AS n WHERE 1 = 0");
     probes.put("UPDATE", "UPDATE " + table + " SET attempts = attempts WHERE 1 = 0");
     probes.put("DELETE", "DELETE FROM " + table + " WHERE 1 = 0");
     return calls.runOnce(

@@ -10,14 +10,14 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestMariaDb;
 import java.sql.Connection;
+import java.sql.DriverManager;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
 import java.util.Map;
 import org.assertj.core.api.InstanceOfAssertFactories;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.health.contributor.Health;
 import org.springframework.boot.health.contributor.Status;
@@ -26,37 +26,66 @@ import org.springframework.boot.health.contributor.Status;
  * The application's database role was granted SELECT alone on the dedup table (the migration ran as
  * another role, and its GRANT named too little): every claim is refused, and every record held for
  * it. The catalog shows every column to such a role, so a check of the columns alone found the
- * table complete and the health UP, though docs/operations.md promises DOWN. Real PostgreSQL roles.
+ * table complete and the health UP, though docs/operations.md promises DOWN. Real roles and
+ * accounts, on PostgreSQL and MariaDB.
  */
 class HealthMissingPrivilegeTest {
-  private String schema;
-  private String role;
-  private HikariDataSource application;
-
-  @BeforeEach
-  void setUp() throws SQLException {
-    schema = TestDatabase.newSchema("healthprivilege");
-    role = schema + "_app";
-    owner(
-        "CREATE ROLE " + role + " LOGIN",
-        "GRANT USAGE ON SCHEMA " + schema + " TO " + role,
-        "GRANT SELECT ON " + schema + ".consumer_dedup TO " + role);
-    HikariConfig config = new HikariConfig();
-    config.setJdbcUrl(TestDatabase.url(schema).replaceAll("user=[^&]*", "user=" + role));
-    config.setMaximumPoolSize(2);
-    application = new HikariDataSource(config);
-  }
-
-  @AfterEach
-  void tearDown() throws SQLException {
-    application.close();
-    TestDatabase.dropSchema(schema);
-    owner("DROP ROLE IF EXISTS " + role);
-  }
 
   @Test
   void aRoleGrantedSelectAloneIsDownNamingThePrivilegesItLacksAndUpOnceGranted()
       throws SQLException {
+    String schema = TestDatabase.newSchema("healthprivilege");
+    String role = schema + "_app";
+    String owner = TestDatabase.baseUrl();
+    run(
+        owner,
+        "CREATE ROLE " + role + " LOGIN",
+        "GRANT USAGE ON SCHEMA " + schema + " TO " + role,
+        "GRANT SELECT ON " + schema + ".consumer_dedup TO " + role);
+    try (HikariDataSource application =
+        pool(TestDatabase.url(schema).replaceAll("user=[^&]*", "user=" + role))) {
+      downUntilGranted(
+          application,
+          "permission denied",
+          () ->
+              run(
+                  owner,
+                  "GRANT INSERT, UPDATE, DELETE ON " + schema + ".consumer_dedup TO " + role));
+    } finally {
+      TestDatabase.dropSchema(schema);
+      run(owner, "DROP ROLE IF EXISTS " + role);
+    }
+  }
+
+  @Test
+  void anAccountGrantedSelectAloneIsDownNamingThePrivilegesItLacksOnMariaDb() throws SQLException {
+    String database = TestMariaDb.newDatabase("healthprivilege");
+    String account = "'" + database + "'@'%'";
+    String owner = TestMariaDb.baseUrl();
+    run(
+        owner,
+        "CREATE USER " + account + " IDENTIFIED BY 'app-password'",
+        "GRANT SELECT ON " + database + ".consumer_dedup TO " + account);
+    String url =
+        TestMariaDb.url(database, TestMariaDb.Driver.MARIADB)
+            .replaceAll("user=[^&]*", "user=" + database + "&password=app-password");
+    try (HikariDataSource application = pool(url)) {
+      downUntilGranted(
+          application,
+          "command denied",
+          () ->
+              run(
+                  owner,
+                  "GRANT INSERT, UPDATE, DELETE ON " + database + ".consumer_dedup TO " + account));
+    } finally {
+      TestMariaDb.dropDatabase(database);
+      run(owner, "DROP USER IF EXISTS " + account);
+    }
+  }
+
+  /** A claim is refused for a privilege; the health is DOWN naming them, and UP once granted. */
+  private static void downUntilGranted(
+      HikariDataSource application, String refusal, SqlAction grant) throws SQLException {
     JdbcDedupStore store = JdbcDedupStore.builder(application).build();
     ConsumerDedupHealthIndicator health = new ConsumerDedupHealthIndicator(store);
 
@@ -74,7 +103,7 @@ class HealthMissingPrivilegeTest {
     assertThat(claim)
         .as("a claim by the application's role")
         .isInstanceOf(DedupStoreException.class)
-        .hasMessageContaining("permission denied");
+        .hasMessageContaining(refusal);
 
     Health refused = health.health();
     assertThat(refused.getStatus())
@@ -86,13 +115,26 @@ class HealthMissingPrivilegeTest {
         .containsExactly("INSERT", "UPDATE", "DELETE");
     assertThat(String.valueOf(details.get("reason"))).contains("GRANT").contains("consumer_dedup");
 
-    owner("GRANT INSERT, UPDATE, DELETE ON " + schema + ".consumer_dedup TO " + role);
-    assertThat(health.health().getStatus()).as("health once granted").isEqualTo(Status.UP);
+    grant.run();
+    Health granted = health.health();
+    assertThat(granted.getStatus()).as("health once granted (%s)", granted).isEqualTo(Status.UP);
   }
 
-  /** Runs {@code statements} as the database's owner. */
-  private void owner(String... statements) throws SQLException {
-    try (Connection connection = java.sql.DriverManager.getConnection(TestDatabase.baseUrl());
+  @FunctionalInterface
+  private interface SqlAction {
+    void run() throws SQLException;
+  }
+
+  private static HikariDataSource pool(String url) {
+    HikariConfig config = new HikariConfig();
+    config.setJdbcUrl(url);
+    config.setMaximumPoolSize(2);
+    return new HikariDataSource(config);
+  }
+
+  /** Runs {@code statements} as the server's owner account, {@code ownerUrl}. */
+  private static void run(String ownerUrl, String... statements) throws SQLException {
+    try (Connection connection = DriverManager.getConnection(ownerUrl);
         Statement statement = connection.createStatement()) {
       for (String sql : statements) {
         statement.execute(sql);
