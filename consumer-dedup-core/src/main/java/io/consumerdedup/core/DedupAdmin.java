@@ -103,7 +103,10 @@ public interface DedupAdmin {
    * What to list: every filter is optional; {@code after} is the {@link Page#next()} of the page
    * before (keyset paging: stable while records are added or removed).
    *
+   * @param bizType the type whose records to list, checked as {@link DedupKey#of} checks a type
+   *     (the drivers would send an unpaired surrogate as '?', the filter of another type)
    * @param limit at most this many records, 1 to 1000
+   * @throws IllegalArgumentException naming the filter that cannot be asked
    */
   record RecordQuery(
       @Nullable DedupStatus status,
@@ -113,6 +116,9 @@ public interface DedupAdmin {
       @Nullable String after) {
     public RecordQuery {
       Objects.requireNonNull(lease, "lease");
+      if (bizType != null) {
+        DedupKey.requireValidBizType(bizType);
+      }
       if (limit < 1 || limit > 1000) {
         throw new IllegalArgumentException("limit must be 1 to 1000, was " + limit);
       }

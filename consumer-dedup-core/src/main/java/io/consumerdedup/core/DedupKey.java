@@ -35,17 +35,8 @@ public record DedupKey(String bizType, String bizKey) {
 
   /** Validates the parts as {@link #of(String, String)} does, without hashing. */
   public DedupKey {
-    requireValid("bizType", bizType);
+    requireValidBizType(bizType);
     requireValid("bizKey", bizKey);
-    if (codePoints(bizType) > MAX_BIZ_TYPE_LENGTH) {
-      throw new IllegalArgumentException(
-          "bizType is longer than "
-              + MAX_BIZ_TYPE_LENGTH
-              + " characters ("
-              + codePoints(bizType)
-              + "): "
-              + abbreviate(bizType));
-    }
     if (codePoints(bizKey) > MAX_BIZ_KEY_LENGTH) {
       throw new IllegalArgumentException(
           "bizKey is longer than "
@@ -82,6 +73,26 @@ public record DedupKey(String bizType, String bizKey) {
   @Override
   public String toString() {
     return bizType + "/" + abbreviate(bizKey);
+  }
+
+  /**
+   * {@code bizType} if it can be the type of a key, as {@link #of(String, String)} checks it; for
+   * what names a type alone, such as a filter by type.
+   *
+   * @throws IllegalArgumentException naming {@code bizType} and what is wrong with it
+   */
+  static String requireValidBizType(@Nullable String bizType) {
+    String type = requireValid("bizType", bizType);
+    if (codePoints(type) > MAX_BIZ_TYPE_LENGTH) {
+      throw new IllegalArgumentException(
+          "bizType is longer than "
+              + MAX_BIZ_TYPE_LENGTH
+              + " characters ("
+              + codePoints(type)
+              + "): "
+              + abbreviate(type));
+    }
+    return type;
   }
 
   /** {@code value} if it can be part of a key. */

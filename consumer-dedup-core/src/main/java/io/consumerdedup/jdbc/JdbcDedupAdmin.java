@@ -433,7 +433,8 @@ public final class JdbcDedupAdmin implements DedupAdmin {
     }
     String who = requestedBy.strip();
     // It goes to the log and the record's note as it is: a line break there would forge a line of
-    // the audit trail, and a NUL is refused by PostgreSQL but stored by MySQL.
+    // the audit trail, and a NUL is refused by PostgreSQL but stored by MySQL. An unpaired
+    // surrogate is sent by both drivers as '?': the note would name someone else.
     for (int i = 0; i < who.length(); i++) {
       char c = who.charAt(i);
       if (Character.isISOControl(c)) {
@@ -443,6 +444,16 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                 + " at index "
                 + i
                 + ")");
+      }
+      if (Character.isSurrogate(c)) {
+        if (Character.isHighSurrogate(c)
+            && i + 1 < who.length()
+            && Character.isLowSurrogate(who.charAt(i + 1))) {
+          i++;
+        } else {
+          throw new IllegalArgumentException(
+              "requestedBy must be valid text: unpaired surrogate at index " + i);
+        }
       }
     }
     if (who.length() > MAX_REQUESTED_BY_LENGTH) {
@@ -458,6 +469,9 @@ public final class JdbcDedupAdmin implements DedupAdmin {
 
   /** Where a page ended: the last record's creation time and key, as an opaque token. */
   private record Cursor(Instant createdAt, String bizType, String bizKey) {
+    private static final Instant EARLIEST = Instant.parse("0001-01-01T00:00:00Z");
+    private static final Instant LATEST = Instant.parse("9999-12-31T23:59:59.999999Z");
+
     static Cursor of(DedupRecord record) {
       return new Cursor(record.createdAt(), record.key().bizType(), record.key().bizKey());
     }
@@ -475,12 +489,19 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         String text = new String(Base64.getUrlDecoder().decode(token), StandardCharsets.UTF_8);
         String[] parts = text.split("\n", 3);
         String[] time = parts[0].split("\\.", 2);
-        return new Cursor(
-            Instant.ofEpochSecond(Long.parseLong(time[0]), Long.parseLong(time[1])),
-            parts[1],
-            parts[2]);
+        Instant createdAt = Instant.ofEpochSecond(Long.parseLong(time[0]), Long.parseLong(time[1]));
+        // Beyond the times both databases store, MySQL and MariaDB compare it as some other time
+        // (a cursor millions of years ahead listed from the start) and PostgreSQL refuses it.
+        if (createdAt.isBefore(EARLIEST) || createdAt.isAfter(LATEST)) {
+          throw new IllegalArgumentException("a creation time of " + createdAt);
+        }
+        // A key no record can have (a NUL, an unpaired surrogate): the database would refuse it,
+        // or the driver would send another key.
+        DedupKey key = new DedupKey(parts[1], parts[2]);
+        return new Cursor(createdAt, key.bizType(), key.bizKey());
       } catch (RuntimeException e) {
-        throw new IllegalArgumentException("Not a cursor of this list: '" + token + "'", e);
+        throw new IllegalArgumentException(
+            "Not a cursor of this list: '" + token + "' (" + e.getMessage() + ")", e);
       }
     }
   }

@@ -304,6 +304,59 @@ abstract class DedupAdminTests {
   }
 
   @Test
+  void anUnpairedSurrogateInTheRequesterOrTheTypeFilterIsRefusedNamingItAndNothingChanges()
+      throws SQLException {
+    DedupKey key = DedupKey.of("u-payment", "expired-surrogate");
+    claim(key, "gone-pod");
+    expireLease(key);
+    // Both drivers send an unpaired surrogate as '?': the note and the list would name another
+    // text than the one asked for.
+    assertThat(catchThrowable(() -> admin.release(key, "ops\uD800", false)))
+        .as("release by ops followed by an unpaired surrogate")
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("requestedBy")
+        .hasMessageContaining("unpaired surrogate");
+    assertThat(catchThrowable(() -> admin.forget(key, "\uDC00ops", false)))
+        .as("forget by an unpaired surrogate followed by ops")
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("requestedBy");
+    DedupRecord left = admin.find(key).orElseThrow();
+    assertThat(left.status())
+        .as("the key after both were refused")
+        .isEqualTo(DedupStatus.PROCESSING);
+
+    // Another application's type, which the driver's '?' for the surrogate would match.
+    store.complete(claim(DedupKey.of("u-pay?", "theirs"), "a"), RETENTION);
+    for (String type : List.of("u-pay\uD800", "u-pay\u0000", "u-pay\n", " ", "u".repeat(65))) {
+      assertThat(
+              catchThrowable(
+                  () -> admin.list(new RecordQuery(null, type, LeaseFilter.ANY, 10, null))))
+          .as("a list of the type %s", type.length() > 10 ? "of 65 characters" : type)
+          .isInstanceOf(IllegalArgumentException.class)
+          .hasMessageContaining("bizType");
+    }
+  }
+
+  @Test
+  void aCursorBeyondTheTimesTheDatabaseStoresIsRefusedNamingItNotListedFromTheStart()
+      throws SQLException {
+    store.complete(claim(DedupKey.of("k-order", "1"), "a"), RETENTION);
+    // As a cursor of this list encodes it: creation time (seconds.nanos), type and key.
+    String farAhead =
+        java.util.Base64.getUrlEncoder()
+            .withoutPadding()
+            .encodeToString(
+                "9000000000000000.0\nk-order\n1".getBytes(java.nio.charset.StandardCharsets.UTF_8));
+
+    assertThat(
+            catchThrowable(
+                () -> admin.list(new RecordQuery(null, "k-order", LeaseFilter.ANY, 10, farAhead))))
+        .as("a list after a cursor millions of years ahead of every record")
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageContaining("Not a cursor");
+  }
+
+  @Test
   void aLiveHolderIsNotForgottenSoADeliveryWhileItRunsIsToldInProgressAndTheHandlerRunsOnce()
       throws Exception {
     DedupKey key = DedupKey.of("f-payment", "live-1");

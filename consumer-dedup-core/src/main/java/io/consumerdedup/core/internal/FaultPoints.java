@@ -31,7 +31,12 @@ public final class FaultPoints {
     /** SUCCESS of a key is written; the record's offset is not committed yet. */
     AFTER_SUCCESS_MARK,
     /** The poll loop is about to commit offsets. */
-    BEFORE_OFFSET_COMMIT
+    BEFORE_OFFSET_COMMIT,
+    /**
+     * The lease timer is about to start a renewal of the leases of claims made together (on the
+     * timer's thread, while their handlers run).
+     */
+    RENEWAL_DUE
   }
 
   /** What a test does at a point; runs on the thread that reached it. */

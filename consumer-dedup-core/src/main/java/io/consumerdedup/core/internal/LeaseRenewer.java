@@ -191,13 +191,38 @@ public final class LeaseRenewer implements AutoCloseable {
     private volatile List<Renewal> members = List.of();
     private volatile @Nullable ScheduledFuture<?> future;
 
+    /**
+     * Runs on the timer as a periodic task, which the timer never runs again once it threw: an
+     * {@code Error} here (an {@code OutOfMemoryError} as it allocates) stopped the renewing of
+     * these leases for good while their handlers ran on, and once a lease ran out another consumer
+     * took the key over and ran its handler beside them. It is logged and the next tick tries
+     * again.
+     */
     private void tick() {
-      if (members.stream().allMatch(Renewal::isOver)) {
-        cancel();
-        return;
-      }
-      if (inFlight.incrementAndGet() > MAX_RENEWALS_IN_FLIGHT || !submit(this::renewOnce)) {
-        inFlight.decrementAndGet(); // earlier renewals are still waiting for the database
+      try {
+        FaultPoints.reached(FaultPoints.Point.RENEWAL_DUE);
+        if (members.stream().allMatch(Renewal::isOver)) {
+          cancel();
+          return;
+        }
+        if (inFlight.incrementAndGet() > MAX_RENEWALS_IN_FLIGHT) {
+          inFlight.decrementAndGet(); // earlier renewals are still waiting for the database
+          return;
+        }
+        boolean started = false;
+        try {
+          started = submit(this::renewOnce);
+        } finally {
+          if (!started) {
+            inFlight.decrementAndGet(); // counted for good, two would stop every renewal
+          }
+        }
+      } catch (RuntimeException | Error e) {
+        try {
+          log.error("Could not start a renewal of the leases on {}; trying again later", keys(), e);
+        } catch (RuntimeException | Error again) {
+          // Still out of memory, say: the next tick tries again all the same.
+        }
       }
     }
 

@@ -32,6 +32,10 @@ public final class SqlStates {
 
   private static final String READ_ONLY = "25006";
 
+  private static final String INSUFFICIENT_PRIVILEGE = "42501";
+
+  private static final Set<Integer> MYSQL_ACCESS_DENIED = Set.of(1142, 1143);
+
   /**
    * MySQL's and MariaDB's ER_OPTION_PREVENTS_STATEMENT (SQL state HY000): the server runs with
    * {@code read_only} or {@code super_read_only}, as a replica or a primary demoted by a failover
@@ -130,6 +134,21 @@ public final class SqlStates {
       }
     }
     return Kind.OTHER;
+  }
+
+  /**
+   * The role may not run the statement on the table: PostgreSQL's insufficient_privilege (42501),
+   * MySQL's and MariaDB's table or column access denied (1142, 1143; SQL state 42000, which says
+   * nothing by itself).
+   */
+  public static boolean isPermissionDenied(SQLException e) {
+    for (SQLException current = e; current != null; current = current.getNextException()) {
+      if (INSUFFICIENT_PRIVILEGE.equals(current.getSQLState())
+          || MYSQL_ACCESS_DENIED.contains(current.getErrorCode())) {
+        return true;
+      }
+    }
+    return false;
   }
 
   /**

@@ -4,8 +4,12 @@ import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.DedupTableMissingException;
 import java.sql.Connection;
+import java.sql.PreparedStatement;
 import java.sql.SQLException;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.jspecify.annotations.Nullable;
@@ -80,6 +84,46 @@ public final class TableCheck {
    */
   public List<String> missingColumnsNow() {
     return calls.runOnce(OPERATION, null, this::read).missing();
+  }
+
+  /**
+   * The privileges on the table the store needs that the connection's role lacks, in one try: a
+   * statement of each kind the store runs, matching no row, and refused only for a privilege. The
+   * insert takes its row from a derived table, so that it does not need SELECT on the table too.
+   *
+   * @throws DedupStoreUnavailableException the database cannot be reached now
+   * @throws DedupStoreException the database could not be asked
+   */
+  public List<String> missingPrivilegesNow() {
+    Map<String, String> probes = new LinkedHashMap<>();
+    probes.put("SELECT", "SELECT biz_type FROM " + table + " WHERE 1 = 0");
+    // Every column without a default named: MySQL's strict mode refuses the statement otherwise,
+    // rows or none.
+    probes.put(
+        "INSERT",
+        "INSERT INTO "
+            + table
+            + " (biz_type, biz_key, status, owner, created_at, updated_at, expires_at)"
+            + " SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM (SELECT 1) AS n WHERE 1 = 0");
+    probes.put("UPDATE", "UPDATE " + table + " SET attempts = attempts WHERE 1 = 0");
+    probes.put("DELETE", "DELETE FROM " + table + " WHERE 1 = 0");
+    return calls.runOnce(
+        OPERATION,
+        null,
+        (connection, dialect) -> {
+          List<String> missing = new ArrayList<>();
+          for (Map.Entry<String, String> probe : probes.entrySet()) {
+            try (PreparedStatement statement = calls.prepare(connection, probe.getValue())) {
+              statement.execute();
+            } catch (SQLException e) {
+              if (!SqlStates.isPermissionDenied(e)) {
+                throw e;
+              }
+              missing.add(probe.getKey());
+            }
+          }
+          return missing;
+        });
   }
 
   private void checked(Columns columns) {

@@ -18,8 +18,9 @@ import org.springframework.boot.health.contributor.Health;
 import org.springframework.boot.health.contributor.HealthIndicator;
 
 /**
- * Health {@code consumerdedup}: UP when the dedup table answers with every column the store uses;
- * DOWN with the reason (the database cannot be reached, the table is missing, columns are missing).
+ * Health {@code consumerdedup}: UP when the dedup table answers with every column the store uses
+ * and the DataSource's role may read, insert, update and delete its rows; DOWN with the reason (the
+ * database cannot be reached, the table is missing, columns are missing, privileges are missing).
  * One try, no retries, and an answer within {@link ConsumerDedupProperties#DEFAULT_HEALTH_TIMEOUT}
  * (or the timeout given): the check runs on a thread of its own, and a table that does not answer
  * by then (the connection pool exhausted, the database hanging) is DOWN with that reason, instead
@@ -35,8 +36,14 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
   private final JdbcDedupStore store;
   private final @Nullable DedupJanitor janitor;
   private final Duration timeout;
-  private final AtomicReference<@Nullable CompletableFuture<List<String>>> running =
+  private final AtomicReference<@Nullable CompletableFuture<TableState>> running =
       new AtomicReference<>();
+
+  /**
+   * What a check found: the columns the store needs that the table lacks, and, when it has them
+   * all, the privileges on it that the DataSource's role lacks.
+   */
+  private record TableState(List<String> missingColumns, List<String> missingPrivileges) {}
 
   public ConsumerDedupHealthIndicator(JdbcDedupStore store) {
     this(store, null);
@@ -63,9 +70,9 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
 
   @Override
   public Health health() {
-    List<String> missing;
+    TableState state;
     try {
-      missing = missingColumns();
+      state = check();
     } catch (DedupStoreException | DedupConfigurationException e) {
       return down(String.valueOf(e.getMessage()));
     } catch (TimeoutException e) {
@@ -73,8 +80,14 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
           "The dedup table did not answer within "
               + timeout.toMillis()
               + " ms: the connection pool is exhausted, or the database does not answer");
+    } catch (RuntimeException | Error e) {
+      // Anything else (a DataSource that throws a RuntimeException, such as a routing one without
+      // a target for the check's thread; a thread that could not start): Spring Boot's health
+      // endpoint does not catch what an indicator throws, so the whole health answered 500,
+      // every other indicator's status with it, and no reason.
+      return down("Could not ask the dedup table: " + e);
     }
-    return checked(missing);
+    return checked(state);
   }
 
   private Health down(String reason) {
@@ -84,17 +97,22 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
         .build();
   }
 
-  /** The table's missing columns, from the check running now or a new one, waited for briefly. */
-  private List<String> missingColumns() throws TimeoutException {
-    CompletableFuture<List<String>> check = running.get();
+  /** What the table lacks, from the check running now or a new one, waited for briefly. */
+  private TableState check() throws TimeoutException {
+    CompletableFuture<TableState> check = running.get();
     if (check == null || check.isDone()) {
-      CompletableFuture<List<String>> fresh = new CompletableFuture<>();
+      CompletableFuture<TableState> fresh = new CompletableFuture<>();
       if (running.compareAndSet(check, fresh)) {
         Thread thread =
             new Thread(
                 () -> {
                   try {
-                    fresh.complete(store.missingColumnsNow());
+                    List<String> columns = store.missingColumnsNow();
+                    // A role granted SELECT alone sees every column, and every claim of it is
+                    // refused: the columns alone said UP.
+                    fresh.complete(
+                        new TableState(
+                            columns, columns.isEmpty() ? store.missingPrivilegesNow() : List.of()));
                   } catch (Throwable e) {
                     fresh.completeExceptionally(e);
                   }
@@ -129,8 +147,24 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
     }
   }
 
-  private Health checked(List<String> missing) {
+  private Health checked(TableState state) {
     String dialect = store.dialect().map(Enum::name).orElse("unknown");
+    List<String> missing = state.missingColumns();
+    if (missing.isEmpty() && !state.missingPrivileges().isEmpty()) {
+      return Health.down()
+          .withDetail("table", store.tableName())
+          .withDetail("dialect", dialect)
+          .withDetail("missingPrivileges", state.missingPrivileges())
+          .withDetail(
+              "reason",
+              "The DataSource's role lacks the privileges "
+                  + String.join(", ", state.missingPrivileges())
+                  + " on the table, and every claim needs them; grant them: GRANT SELECT, INSERT,"
+                  + " UPDATE, DELETE ON "
+                  + store.tableName()
+                  + " TO <the application's role>")
+          .build();
+    }
     if (missing.isEmpty()) {
       Health.Builder up =
           Health.up().withDetail("table", store.tableName()).withDetail("dialect", dialect);

@@ -18,9 +18,9 @@ import org.springframework.boot.actuate.endpoint.SecurityContext;
 import org.springframework.boot.actuate.endpoint.web.WebEndpointResponse;
 
 /**
- * The Actuator endpoint when the database refuses a request's value (a NUL in a filter or a cursor,
- * a time beyond its range) or cannot be reached: the operator gets a status and the reason, not an
- * exception the web layer turns into a bare 500.
+ * The Actuator endpoint when a request holds a value the database cannot take (a NUL in a filter or
+ * a cursor, a time beyond its range) or cannot be reached: the operator gets a status and the
+ * reason, not an exception the web layer turns into a bare 500.
  */
 class EndpointRefusedRequestsTest {
   private String schema;
@@ -46,14 +46,14 @@ class EndpointRefusedRequestsTest {
     WebEndpointResponse<Object> response = records("pay\0ment", null);
 
     assertThat(response.getStatus()).isEqualTo(400);
-    assertThat(error(response)).contains("0x00");
+    assertThat(error(response)).contains("bizType").contains("NUL");
   }
 
   @Test
   void aCursorTheDatabaseCannotTakeIsABadRequestWithTheReason() {
     WebEndpointResponse<Object> nul = records(null, cursor("1.0\npay\0ment\nORD-1"));
     assertThat(nul.getStatus()).isEqualTo(400);
-    assertThat(error(nul)).contains("0x00");
+    assertThat(error(nul)).contains("Not a cursor").contains("NUL");
 
     WebEndpointResponse<Object> farFuture =
         records(null, cursor("9000000000000000.0\npayment\nORD-1"));
