@@ -1,6 +1,7 @@
 package io.consumerdedup.jdbc;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.catchThrowable;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.core.ClaimRequest;
@@ -39,6 +40,85 @@ abstract class JanitorKeysetTests {
 
   /** A time {@code seconds} before the database's now (negative: after it), in SQL. */
   abstract String ago(long seconds);
+
+  /** A derived table of the numbers 1 to {@code count}, in a column {@code n}, in SQL. */
+  abstract String numbers(int count);
+
+  /**
+   * How many unexpired rows a walk over them all takes well over {@link #TINY_TIMEOUT} to read, and
+   * a batch bounded before them does not.
+   */
+  abstract int unexpiredRowsOutlastingATinyTimeout();
+
+  static final Duration TINY_TIMEOUT = Duration.ofMillis(50);
+
+  @Test
+  void withTheShortestRetentionAPassEndsAtItsHorizonInsteadOfWalkingEveryUnexpiredRow()
+      throws SQLException {
+    // A day's retention: expired rows created two and three days ago, and rows created now,
+    // which expire tomorrow, many more of them than a tiny statement timeout lets a walk read.
+    insert("expired-success-", 150, "SUCCESS", 2 * 86_400, 86_400, null);
+    insert("expired-failed-", 150, "FAILED", 3 * 86_400, 2 * 86_400, null);
+    insert("lease-expired-", 20, "PROCESSING", 2 * 86_400, 86_400 - 60, 86_400L);
+    int unexpired = unexpiredRowsOutlastingATinyTimeout();
+    insertUnexpiredCreatedNow("recent-", unexpired);
+    // A row of a writer whose retention is shorter than the janitor was told (an hour): expired,
+    // but created after the horizon, it waits until its creation passes it.
+    insert("shorter-retention-", 5, "SUCCESS", 7_200, 3_600, null);
+    AtomicInteger unknownBacklogs = new AtomicInteger();
+    JdbcDedupStore timingOut =
+        JdbcDedupStore.builder(dataSource())
+            .statementTimeout(TINY_TIMEOUT)
+            .retryMaxAttempts(1)
+            .build();
+    DedupJanitor janitor =
+        DedupJanitor.builder(timingOut)
+            .batchSize(100)
+            .shortestRetention(Duration.ofDays(1))
+            .listener(
+                new DedupListener() {
+                  @Override
+                  public void purgeBacklogUnknown(RuntimeException error) {
+                    unknownBacklogs.incrementAndGet();
+                  }
+                })
+            .build();
+
+    AtomicInteger purged = new AtomicInteger(-1);
+    Throwable failure = catchThrowable(() -> purged.set(janitor.purgeExpired()));
+
+    assertThat(failure)
+        .as("the run (its last batch reads only up to the horizon, not every unexpired row)")
+        .isNull();
+    assertThat(purged).hasValue(320);
+    assertThat(count("expired-%") + count("lease-expired-%")).isZero();
+    assertThat(count("recent-%")).isEqualTo(unexpired);
+    assertThat(count("shorter-retention-%")).isEqualTo(5);
+    // The backlog is counted up to the horizon as well: no count cancelled, none unknown.
+    assertThat(unknownBacklogs).hasValue(0);
+    assertThat(janitor.purgeExpired()).isZero();
+    assertThat(janitor.lastBacklog()).contains(new PurgeBacklog(0, false, null, false));
+    assertThat(unknownBacklogs).hasValue(0);
+  }
+
+  /** Inserts {@code count} rows created now, expiring in a day. */
+  private void insertUnexpiredCreatedNow(String prefix, int count) throws SQLException {
+    try (Connection connection = dataSource().getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.executeUpdate(
+          "INSERT INTO consumer_dedup (biz_type, biz_key, status, attempts, owner, created_at,"
+              + " updated_at, expires_at) SELECT 'payment', CONCAT('"
+              + prefix
+              + "', n), 'SUCCESS', 1, 'test', "
+              + ago(0)
+              + ", "
+              + ago(0)
+              + ", "
+              + ago(-86_400)
+              + " FROM "
+              + numbers(count));
+    }
+  }
 
   @Test
   void aRunStoppedAtItsLimitContinuesAfterTheLastRowItDeletedAndACaughtUpRunStartsOver()
