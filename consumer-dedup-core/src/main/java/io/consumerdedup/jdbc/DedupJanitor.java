@@ -81,6 +81,7 @@ public final class DedupJanitor implements AutoCloseable {
   private final Duration maxRunTime;
   private final Duration interval;
   private final DedupListener listener;
+  private final @Nullable Duration shortestRetention;
   private final Object runLock = new Object();
   private KeysetPurge.@Nullable Position cursor;
   private boolean workLeft;
@@ -103,6 +104,7 @@ public final class DedupJanitor implements AutoCloseable {
     this.maxRunTime = builder.maxRunTime;
     this.interval = builder.interval;
     this.listener = DedupListener.composite(List.of(builder.listener));
+    this.shortestRetention = builder.shortestRetention;
   }
 
   public static Builder builder(DedupStore store) {
@@ -302,6 +304,15 @@ public final class DedupJanitor implements AutoCloseable {
         interval,
         backlog.atLeast() ? "at least " : "",
         backlog.expiredRows());
+  }
+
+  /**
+   * The shortest retention this janitor was told the table's writers use, whose horizon bounds its
+   * batches ({@link Builder#shortestRetention}); empty when its batches walk to the end of the
+   * index.
+   */
+  public Optional<Duration> shortestRetention() {
+    return Optional.ofNullable(shortestRetention);
   }
 
   /**
