@@ -1,6 +1,7 @@
 package io.consumerdedup.jdbc;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.assertj.core.api.Assertions.catchThrowable;
 import static org.awaitility.Awaitility.await;
 
@@ -9,6 +10,7 @@ import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.micrometer.MicrometerDedupListener;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.sql.Connection;
@@ -17,6 +19,7 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.time.temporal.ChronoUnit;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
@@ -99,6 +102,27 @@ abstract class JanitorKeysetTests {
     assertThat(janitor.purgeExpired()).isZero();
     assertThat(janitor.lastBacklog()).contains(new PurgeBacklog(0, false, null, false));
     assertThat(unknownBacklogs).hasValue(0);
+  }
+
+  @Test
+  void theLongestShortestRetentionLeavesEveryRowAndAnyLongerOrNoneIsRefused() throws SQLException {
+    insert("expired-", 10, "SUCCESS", 7_200, 60, null);
+    DedupJanitor.Builder builder = DedupJanitor.builder(store());
+
+    assertThatThrownBy(() -> builder.shortestRetention(ChronoUnit.FOREVER.getDuration()))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageStartingWith(
+            "shortestRetention must be at most " + IdempotentExecutor.LONGEST_RETENTION);
+    assertThatThrownBy(() -> builder.shortestRetention(Duration.ZERO))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageStartingWith("shortestRetention must be positive");
+
+    // A horizon 1000 years back is a time both databases hold: the statements run, and no row is
+    // that old.
+    DedupJanitor janitor = builder.shortestRetention(IdempotentExecutor.LONGEST_RETENTION).build();
+    assertThat(janitor.purgeExpired()).isZero();
+    assertThat(janitor.lastBacklog()).contains(new PurgeBacklog(0, false, null, false));
+    assertThat(count("expired-%")).isEqualTo(10);
   }
 
   /** Inserts {@code count} rows created now, expiring in a day. */
