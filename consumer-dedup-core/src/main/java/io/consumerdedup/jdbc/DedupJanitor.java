@@ -3,6 +3,7 @@ package io.consumerdedup.jdbc;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.jdbc.internal.KeysetPurge;
 import io.consumerdedup.jdbc.internal.PurgeSql;
@@ -32,6 +33,11 @@ import org.slf4j.LoggerFactory;
  * the listener ({@link DedupListener#purgeBacklog}) and logs a WARN when the janitor is behind. A
  * run whose measurement fails purges all the same, with the backlog unknown ({@link
  * DedupListener#purgeBacklogUnknown}).
+ *
+ * <p>Told the shortest retention the table's writers use ({@link Builder#shortestRetention}), a
+ * batch looks only at rows created longer ago than that (database time): no younger row can have
+ * expired, and the batch that finds the last expired one stops there instead of walking every
+ * unexpired row to the end of the index, which at volume outlasts the statement timeout.
  *
  * <pre>{@code
  * DedupJanitor janitor = DedupJanitor.builder(store).interval(Duration.ofMinutes(10)).build();
@@ -75,6 +81,7 @@ public final class DedupJanitor implements AutoCloseable {
   private final Duration maxRunTime;
   private final Duration interval;
   private final DedupListener listener;
+  private final @Nullable Duration shortestRetention;
   private final Object runLock = new Object();
   private KeysetPurge.@Nullable Position cursor;
   private boolean workLeft;
@@ -88,12 +95,16 @@ public final class DedupJanitor implements AutoCloseable {
 
   private DedupJanitor(Builder builder) {
     this.store = builder.store;
-    this.keyset = store instanceof JdbcDedupStore jdbc ? new KeysetPurge(jdbc.calls()) : null;
+    this.keyset =
+        store instanceof JdbcDedupStore jdbc
+            ? new KeysetPurge(jdbc.calls(), builder.shortestRetention)
+            : null;
     this.batchSize = builder.batchSize;
     this.maxBatchesPerRun = builder.maxBatchesPerRun;
     this.maxRunTime = builder.maxRunTime;
     this.interval = builder.interval;
     this.listener = DedupListener.composite(List.of(builder.listener));
+    this.shortestRetention = builder.shortestRetention;
   }
 
   public static Builder builder(DedupStore store) {
@@ -296,6 +307,15 @@ public final class DedupJanitor implements AutoCloseable {
   }
 
   /**
+   * The shortest retention this janitor was told the table's writers use, whose horizon bounds its
+   * batches ({@link Builder#shortestRetention}); empty when its batches walk to the end of the
+   * index.
+   */
+  public Optional<Duration> shortestRetention() {
+    return Optional.ofNullable(shortestRetention);
+  }
+
+  /**
    * The backlog the last run (or {@link #measureBacklog()}) measured; empty before the first
    * measurement and while the last one failed.
    */
@@ -377,6 +397,7 @@ public final class DedupJanitor implements AutoCloseable {
     private Duration maxRunTime = DEFAULT_MAX_RUN_TIME;
     private Duration interval = DEFAULT_INTERVAL;
     private DedupListener listener = DedupListener.NOOP;
+    private @Nullable Duration shortestRetention;
 
     private Builder(DedupStore store) {
       this.store = Objects.requireNonNull(store, "store");
@@ -420,6 +441,30 @@ public final class DedupJanitor implements AutoCloseable {
       this.interval =
           Durations.requireBetween(
               "interval", interval, Duration.ofNanos(1), LONGEST_DURATION, TIMED_IN_NANOS);
+      return this;
+    }
+
+    /**
+     * The shortest retention any writer of the table uses: of every {@link
+     * io.consumerdedup.core.IdempotentExecutor} (and direct store call) writing to it, the least of
+     * its successRetention and failedRetention. A batch then looks only at rows created longer ago
+     * than that, database time: a row's expiry is the database's now at a write plus the writer's
+     * retention, and its creation is no later than that write, so no younger row can have expired.
+     * The last batch of each pass then ends at that horizon instead of walking every unexpired row
+     * to the end of the table's {@code created_at} index, which at volume takes longer than the
+     * statement timeout. Set too long, rows of a writer with a shorter retention are deleted only
+     * once their creation passes it, later than they expired; never earlier. Unset (the default),
+     * every batch may walk to the end of the index. Ignored on a store other than {@link
+     * JdbcDedupStore}. At most {@link io.consumerdedup.core.IdempotentExecutor#LONGEST_RETENTION}.
+     */
+    public Builder shortestRetention(Duration shortestRetention) {
+      this.shortestRetention =
+          Durations.requireBetween(
+              "shortestRetention",
+              shortestRetention,
+              Duration.ofMillis(1),
+              IdempotentExecutor.LONGEST_RETENTION,
+              "the range of a retention");
       return this;
     }
 

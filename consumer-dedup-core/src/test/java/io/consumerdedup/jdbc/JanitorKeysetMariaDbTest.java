@@ -38,4 +38,14 @@ class JanitorKeysetMariaDbTest extends JanitorKeysetTests {
   String ago(long seconds) {
     return "UTC_TIMESTAMP(6) - INTERVAL " + seconds + " SECOND";
   }
+
+  @Override
+  String numbers(int count) {
+    return "(SELECT seq AS n FROM seq_1_to_" + count + ") s";
+  }
+
+  @Override
+  int unexpiredRowsOutlastingATinyTimeout() {
+    return 200_000;
+  }
 }

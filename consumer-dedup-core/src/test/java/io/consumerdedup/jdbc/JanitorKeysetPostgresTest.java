@@ -38,4 +38,14 @@ class JanitorKeysetPostgresTest extends JanitorKeysetTests {
   String ago(long seconds) {
     return "now() - make_interval(secs => " + seconds + ")";
   }
+
+  @Override
+  String numbers(int count) {
+    return "generate_series(1, " + count + ") AS s(n)";
+  }
+
+  @Override
+  int unexpiredRowsOutlastingATinyTimeout() {
+    return 300_000;
+  }
 }

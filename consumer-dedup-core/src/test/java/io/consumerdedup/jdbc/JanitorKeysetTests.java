@@ -1,6 +1,8 @@
 package io.consumerdedup.jdbc;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowable;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.core.ClaimRequest;
@@ -8,6 +10,7 @@ import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.micrometer.MicrometerDedupListener;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.sql.Connection;
@@ -16,6 +19,7 @@ import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.time.temporal.ChronoUnit;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
@@ -39,6 +43,106 @@ abstract class JanitorKeysetTests {
 
   /** A time {@code seconds} before the database's now (negative: after it), in SQL. */
   abstract String ago(long seconds);
+
+  /** A derived table of the numbers 1 to {@code count}, in a column {@code n}, in SQL. */
+  abstract String numbers(int count);
+
+  /**
+   * How many unexpired rows a walk over them all takes well over {@link #TINY_TIMEOUT} to read, and
+   * a batch bounded before them does not.
+   */
+  abstract int unexpiredRowsOutlastingATinyTimeout();
+
+  static final Duration TINY_TIMEOUT = Duration.ofMillis(50);
+
+  @Test
+  void withTheShortestRetentionAPassEndsAtItsHorizonInsteadOfWalkingEveryUnexpiredRow()
+      throws SQLException {
+    // A day's retention: expired rows created two and three days ago, and rows created now,
+    // which expire tomorrow, many more of them than a tiny statement timeout lets a walk read.
+    insert("expired-success-", 150, "SUCCESS", 2 * 86_400, 86_400, null);
+    insert("expired-failed-", 150, "FAILED", 3 * 86_400, 2 * 86_400, null);
+    insert("lease-expired-", 20, "PROCESSING", 2 * 86_400, 86_400 - 60, 86_400L);
+    int unexpired = unexpiredRowsOutlastingATinyTimeout();
+    insertUnexpiredCreatedNow("recent-", unexpired);
+    // A row of a writer whose retention is shorter than the janitor was told (an hour): expired,
+    // but created after the horizon, it waits until its creation passes it.
+    insert("shorter-retention-", 5, "SUCCESS", 7_200, 3_600, null);
+    AtomicInteger unknownBacklogs = new AtomicInteger();
+    JdbcDedupStore timingOut =
+        JdbcDedupStore.builder(dataSource())
+            .statementTimeout(TINY_TIMEOUT)
+            .retryMaxAttempts(1)
+            .build();
+    DedupJanitor janitor =
+        DedupJanitor.builder(timingOut)
+            .batchSize(100)
+            .shortestRetention(Duration.ofDays(1))
+            .listener(
+                new DedupListener() {
+                  @Override
+                  public void purgeBacklogUnknown(RuntimeException error) {
+                    unknownBacklogs.incrementAndGet();
+                  }
+                })
+            .build();
+
+    AtomicInteger purged = new AtomicInteger(-1);
+    Throwable failure = catchThrowable(() -> purged.set(janitor.purgeExpired()));
+
+    assertThat(failure)
+        .as("the run (its last batch reads only up to the horizon, not every unexpired row)")
+        .isNull();
+    assertThat(purged).hasValue(320);
+    assertThat(count("expired-%") + count("lease-expired-%")).isZero();
+    assertThat(count("recent-%")).isEqualTo(unexpired);
+    assertThat(count("shorter-retention-%")).isEqualTo(5);
+    // The backlog is counted up to the horizon as well: no count cancelled, none unknown.
+    assertThat(unknownBacklogs).hasValue(0);
+    assertThat(janitor.purgeExpired()).isZero();
+    assertThat(janitor.lastBacklog()).contains(new PurgeBacklog(0, false, null, false));
+    assertThat(unknownBacklogs).hasValue(0);
+  }
+
+  @Test
+  void theLongestShortestRetentionLeavesEveryRowAndAnyLongerOrNoneIsRefused() throws SQLException {
+    insert("expired-", 10, "SUCCESS", 7_200, 60, null);
+    DedupJanitor.Builder builder = DedupJanitor.builder(store());
+
+    assertThatThrownBy(() -> builder.shortestRetention(ChronoUnit.FOREVER.getDuration()))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageStartingWith(
+            "shortestRetention must be at most " + IdempotentExecutor.LONGEST_RETENTION);
+    assertThatThrownBy(() -> builder.shortestRetention(Duration.ZERO))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageStartingWith("shortestRetention must be positive");
+
+    // A horizon 1000 years back is a time both databases hold: the statements run, and no row is
+    // that old.
+    DedupJanitor janitor = builder.shortestRetention(IdempotentExecutor.LONGEST_RETENTION).build();
+    assertThat(janitor.purgeExpired()).isZero();
+    assertThat(janitor.lastBacklog()).contains(new PurgeBacklog(0, false, null, false));
+    assertThat(count("expired-%")).isEqualTo(10);
+  }
+
+  /** Inserts {@code count} rows created now, expiring in a day. */
+  private void insertUnexpiredCreatedNow(String prefix, int count) throws SQLException {
+    try (Connection connection = dataSource().getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.executeUpdate(
+          "INSERT INTO consumer_dedup (biz_type, biz_key, status, attempts, owner, created_at,"
+              + " updated_at, expires_at) SELECT 'payment', CONCAT('"
+              + prefix
+              + "', n), 'SUCCESS', 1, 'test', "
+              + ago(0)
+              + ", "
+              + ago(0)
+              + ", "
+              + ago(-86_400)
+              + " FROM "
+              + numbers(count));
+    }
+  }
 
   @Test
   void aRunStoppedAtItsLimitContinuesAfterTheLastRowItDeletedAndACaughtUpRunStartsOver()

@@ -270,18 +270,31 @@ public abstract class Dialect {
 
   /**
    * Deletes up to {@code limit} expired records after the keyset position {@code after} (from the
-   * oldest when null), skipping the rows other transactions hold, as {@link #purge} does.
+   * oldest when null), skipping the rows other transactions hold, as {@link #purge} does; with a
+   * {@code shortestRetention}, only among rows created before the horizon it sets (see {@link
+   * PurgeSql}).
    */
   public abstract KeysetPurge.Batch deleteExpired(
-      Connection connection, KeysetPurge.@Nullable Position after, int limit) throws SQLException;
+      Connection connection,
+      KeysetPurge.@Nullable Position after,
+      @Nullable Duration shortestRetention,
+      int limit)
+      throws SQLException;
 
   /**
-   * Binds the keyset position {@code after}, if any, from parameter 1 as {@link PurgeSql} reads it;
-   * answers the next parameter's index.
+   * Binds the horizon's {@code shortestRetention} in milliseconds and the keyset position {@code
+   * after}, each if any, from parameter 1 as {@link PurgeSql} reads them; answers the next
+   * parameter's index.
    */
-  protected final int bindCursor(PreparedStatement statement, KeysetPurge.@Nullable Position after)
+  protected final int bindRange(
+      PreparedStatement statement,
+      @Nullable Duration shortestRetention,
+      KeysetPurge.@Nullable Position after)
       throws SQLException {
     int index = 1;
+    if (shortestRetention != null) {
+      statement.setLong(index++, shortestRetention.toMillis());
+    }
     if (after != null) {
       Object createdAt = time(after.createdAt());
       statement.setObject(index++, createdAt);

@@ -25,26 +25,49 @@ public final class KeysetPurge {
   public record Estimate(long expiredRows, @Nullable Duration oldestExpiredAge) {}
 
   private final StoreCalls calls;
+  private final @Nullable Duration shortestRetention;
 
+  /** A purge that walks the index to its end, for rows of any retention. */
   public KeysetPurge(StoreCalls calls) {
+    this(calls, null);
+  }
+
+  /**
+   * A purge whose batches stop at the horizon {@code shortestRetention} before the database's now
+   * (see {@link PurgeSql}); walks the index to its end when null.
+   */
+  public KeysetPurge(StoreCalls calls, @Nullable Duration shortestRetention) {
     this.calls = calls;
+    this.shortestRetention = shortestRetention;
   }
 
   /** Deletes up to {@code limit} expired rows after {@code after} (from the start when null). */
   public Batch deleteAfter(@Nullable Position after, int limit) {
     return calls.run(
-        "purge", null, (connection, dialect) -> dialect.deleteExpired(connection, after, limit));
+        "purge",
+        null,
+        (connection, dialect) ->
+            dialect.deleteExpired(connection, after, shortestRetention, limit));
   }
 
-  /** Counts the expired rows among the oldest {@value PurgeSql#BACKLOG_SAMPLE}. */
+  /**
+   * Counts the expired rows among the oldest {@value PurgeSql#BACKLOG_SAMPLE}, those created before
+   * the horizon when it has one.
+   */
   public Estimate estimate() {
     return calls.run(
         "purge backlog",
         null,
         (connection, dialect) -> {
           try (PreparedStatement statement =
-              calls.prepare(connection, dialect.purgeText(dialect.purgeSql().backlog))) {
-            statement.setInt(1, PurgeSql.BACKLOG_SAMPLE);
+              calls.prepare(
+                  connection,
+                  dialect.purgeText(dialect.purgeSql().backlog(shortestRetention != null)))) {
+            int index = 1;
+            if (shortestRetention != null) {
+              statement.setLong(index++, shortestRetention.toMillis());
+            }
+            statement.setInt(index, PurgeSql.BACKLOG_SAMPLE);
             dialect.executePurge(statement);
             try (ResultSet row = statement.getResultSet()) {
               row.next();

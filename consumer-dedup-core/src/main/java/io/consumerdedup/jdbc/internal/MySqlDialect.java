@@ -405,7 +405,7 @@ public final class MySqlDialect extends Dialect {
   /** The oldest expired rows, as a batch of the janitor from the start of the table. */
   @Override
   public int purge(Connection connection, int limit) throws SQLException {
-    return deleteExpired(connection, null, limit).deleted();
+    return deleteExpired(connection, null, null, limit).deleted();
   }
 
   /**
@@ -417,11 +417,16 @@ public final class MySqlDialect extends Dialect {
    */
   @Override
   public KeysetPurge.Batch deleteExpired(
-      Connection connection, KeysetPurge.@Nullable Position after, int limit) throws SQLException {
+      Connection connection,
+      KeysetPurge.@Nullable Position after,
+      @Nullable Duration shortestRetention,
+      int limit)
+      throws SQLException {
     List<KeysetPurge.Position> found = new ArrayList<>();
     try (PreparedStatement select =
-        calls.prepare(connection, purgeSql().selectBatch(after != null))) {
-      int index = bindCursor(select, after);
+        calls.prepare(
+            connection, purgeSql().selectBatch(after != null, shortestRetention != null))) {
+      int index = bindRange(select, shortestRetention, after);
       select.setInt(index, limit);
       try (ResultSet rows = select.executeQuery()) {
         while (rows.next()) {

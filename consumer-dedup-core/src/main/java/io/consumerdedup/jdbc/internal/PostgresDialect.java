@@ -546,10 +546,16 @@ public final class PostgresDialect extends Dialect {
    */
   @Override
   public KeysetPurge.Batch deleteExpired(
-      Connection connection, KeysetPurge.@Nullable Position after, int limit) throws SQLException {
+      Connection connection,
+      KeysetPurge.@Nullable Position after,
+      @Nullable Duration shortestRetention,
+      int limit)
+      throws SQLException {
     try (PreparedStatement statement =
-        calls.prepare(connection, purgeText(purgeSql().deleteBatch(after != null)))) {
-      int index = bindCursor(statement, after);
+        calls.prepare(
+            connection,
+            purgeText(purgeSql().deleteBatch(after != null, shortestRetention != null)))) {
+      int index = bindRange(statement, shortestRetention, after);
       statement.setInt(index, limit);
       executePurge(statement);
       try (ResultSet row = statement.getResultSet()) {

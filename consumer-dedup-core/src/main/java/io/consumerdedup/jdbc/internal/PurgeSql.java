@@ -10,6 +10,14 @@ import java.util.Collections;
  * index until a vacuum, and a batch that started at the head of the index would step over all of
  * them). An expired row is one whose expires_at has passed and that is not PROCESSING under a live
  * lease.
+ *
+ * <p>A batch may also stop at a horizon: rows created no earlier than the shortest retention the
+ * table's writers use before now. Every writer sets expires_at to the database's now at its write
+ * plus a retention, and created_at is the database's now at the row's first insert, never later
+ * than any of those writes: a row created after the horizon cannot have expired yet. Without it,
+ * the batch that finds the last expired row walks on over every unexpired row to the end of the
+ * index, a heap fetch each (expires_at is not in the index): at volume, longer than a statement
+ * timeout.
  */
 public final class PurgeSql {
   /** Rows at the head of the index the backlog estimate reads, at most. */
@@ -23,13 +31,10 @@ public final class PurgeSql {
   private final boolean postgres;
   private final String table;
   private final String expired;
+  private final String beforeHorizon;
 
-  /**
-   * The count of expired rows ({@code expired}) among the {@value #BACKLOG_SAMPLE} oldest by
-   * created_at, and how long ago the first of them expired ({@code oldest_ms}, database time; null
-   * when none), binding that limit. The purge works from that end, so that is where its backlog is.
-   */
-  public final String backlog;
+  private final String backlogFrom;
+  private final String backlogOfRows;
 
   public PurgeSql(String table, boolean postgres) {
     this.postgres = postgres;
@@ -37,29 +42,47 @@ public final class PurgeSql {
     String now = postgres ? "now()" : "UTC_TIMESTAMP(6)";
     expired =
         " WHERE expires_at < " + now + " AND (status <> 'PROCESSING' OR lease_until < " + now + ")";
-    backlog =
+    // Database time, as the writers' expires_at: the application's clock plays no part.
+    beforeHorizon =
+        postgres
+            ? " AND created_at < now() - ?::bigint * interval '1 millisecond'"
+            : " AND created_at < UTC_TIMESTAMP(6) - INTERVAL (? * 1000) MICROSECOND";
+    backlogFrom =
         "SELECT count(*) AS expired, "
             + (postgres
                 ? "(extract(epoch FROM now() - min(expires_at)) * 1000)::bigint"
                 : "TIMESTAMPDIFF(MICROSECOND, min(expires_at), UTC_TIMESTAMP(6)) DIV 1000")
             + " AS oldest_ms FROM (SELECT expires_at, status,"
             + " lease_until FROM "
-            + table
-            + " ORDER BY created_at LIMIT ?) head"
-            + expired;
+            + table;
+    backlogOfRows = " ORDER BY created_at LIMIT ?) head" + expired;
+  }
+
+  /**
+   * The count of expired rows ({@code expired}) among the {@value #BACKLOG_SAMPLE} oldest by
+   * created_at, and how long ago the first of them expired ({@code oldest_ms}, database time; null
+   * when none), binding the shortest retention when {@code beforeHorizon} (the rows created after
+   * the horizon, none of them expired, are not read), then that limit. The purge works from that
+   * end, so that is where its backlog is.
+   */
+  public String backlog(boolean beforeHorizon) {
+    return backlogFrom
+        + (beforeHorizon ? " WHERE" + this.beforeHorizon.substring(" AND".length()) : "")
+        + backlogOfRows;
   }
 
   /**
    * PostgreSQL: deletes the next batch of expired rows and answers one row, the last one deleted,
    * with the count ({@code deleted}, {@code created_at}, {@code biz_type}, {@code biz_key}); no row
-   * when nothing was deleted. Binds the cursor's (created_at three times, biz_type twice, biz_key)
-   * when {@code afterCursor}, then the limit. SKIP LOCKED lets many janitors purge at once without
-   * waiting on each other or on a claim.
+   * when nothing was deleted. Binds the shortest retention in milliseconds when {@code
+   * beforeHorizon}, the cursor's (created_at three times, biz_type twice, biz_key) when {@code
+   * afterCursor}, then the limit. SKIP LOCKED lets many janitors purge at once without waiting on
+   * each other or on a claim.
    */
-  public String deleteBatch(boolean afterCursor) {
+  public String deleteBatch(boolean afterCursor, boolean beforeHorizon) {
     requireDialect(true);
     return "WITH batch AS (SELECT biz_type, biz_key FROM "
-        + expiredRows(afterCursor)
+        + expiredRows(afterCursor, beforeHorizon)
         + ORDER
         + " LIMIT ? FOR UPDATE SKIP LOCKED), deleted AS (DELETE FROM "
         + table
@@ -70,14 +93,14 @@ public final class PurgeSql {
   }
 
   /**
-   * MySQL, first statement: the positions of the next batch of expired rows, binding the cursor as
-   * {@link #deleteBatch} when {@code afterCursor}, then the limit. A plain read, which takes no
-   * lock.
+   * MySQL, first statement: the positions of the next batch of expired rows, binding the shortest
+   * retention and the cursor as {@link #deleteBatch} does, then the limit. A plain read, which
+   * takes no lock.
    */
-  public String selectBatch(boolean afterCursor) {
+  public String selectBatch(boolean afterCursor, boolean beforeHorizon) {
     requireDialect(false);
     return "SELECT created_at, biz_type, biz_key FROM "
-        + expiredRows(afterCursor)
+        + expiredRows(afterCursor, beforeHorizon)
         + ORDER
         + " LIMIT ?";
   }
@@ -112,9 +135,12 @@ public final class PurgeSql {
     return "DELETE FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
   }
 
-  /** The table, restricted to its expired rows after the cursor when {@code afterCursor}. */
-  private String expiredRows(boolean afterCursor) {
-    return table + expired + (afterCursor ? AFTER : "");
+  /**
+   * The table, restricted to its expired rows, created before the horizon when {@code
+   * beforeHorizon}, after the cursor when {@code afterCursor}.
+   */
+  private String expiredRows(boolean afterCursor, boolean beforeHorizon) {
+    return table + expired + (beforeHorizon ? this.beforeHorizon : "") + (afterCursor ? AFTER : "");
   }
 
   private void requireDialect(boolean expectPostgres) {

@@ -133,12 +133,28 @@ class PurgePlansTest {
 
   /** The purge's statements, named for PREPARE with {@code prefix}. */
   private static List<Purge> statements(String prefix) {
-    String cursor = "(" + CURSOR + ", " + CURSOR + ", " + CURSOR + ", 'order', 'order', 'k', 1000)";
+    String position = CURSOR + ", " + CURSOR + ", " + CURSOR + ", 'order', 'order', 'k', 1000)";
+    // A day's retention, in milliseconds, as the janitor binds its horizon.
+    String day = "86400000, ";
     return List.of(
-        new Purge(prefix + "batch_after_cursor", purge.deleteBatch(true), cursor, true),
-        new Purge(prefix + "batch_first", purge.deleteBatch(false), "(1000)", true),
+        new Purge(
+            prefix + "batch_after_cursor", purge.deleteBatch(true, false), "(" + position, true),
+        new Purge(prefix + "batch_first", purge.deleteBatch(false, false), "(1000)", true),
+        new Purge(
+            prefix + "horizon_after_cursor",
+            purge.deleteBatch(true, true),
+            "(" + day + position,
+            true),
+        new Purge(
+            prefix + "horizon_first", purge.deleteBatch(false, true), "(" + day + "1000)", true),
         new Purge(prefix + "purge_oldest", sql.purge, "(1000)", true),
-        new Purge(prefix + "backlog", purge.backlog, "(" + PurgeSql.BACKLOG_SAMPLE + ")", false));
+        new Purge(
+            prefix + "backlog", purge.backlog(false), "(" + PurgeSql.BACKLOG_SAMPLE + ")", false),
+        new Purge(
+            prefix + "horizon_backlog",
+            purge.backlog(true),
+            "(" + day + PurgeSql.BACKLOG_SAMPLE + ")",
+            false));
   }
 
   /** A table of its own whose statements are planned as the store runs them. */

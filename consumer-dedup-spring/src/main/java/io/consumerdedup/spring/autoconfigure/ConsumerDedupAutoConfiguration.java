@@ -13,6 +13,7 @@ import io.consumerdedup.spring.IdempotentListenerPostProcessor;
 import io.consumerdedup.spring.ObservationOutcomeTagger;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.observation.ObservationRegistry;
+import java.time.Duration;
 import javax.sql.DataSource;
 import org.springframework.beans.factory.BeanFactory;
 import org.springframework.beans.factory.ObjectProvider;
@@ -197,10 +198,23 @@ public class ConsumerDedupAutoConfiguration {
             .batchSize(cleanup.getBatchSize())
             .maxBatchesPerRun(cleanup.getMaxBatchesPerRun())
             .maxRunTime(cleanup.getMaxRunTime())
+            .shortestRetention(shortestRetention(properties))
             .listener(DedupListener.composite(listeners.orderedStream().toList()))
             .build();
     janitor.start();
     return janitor;
+  }
+
+  /**
+   * The shortest retention of the rows the executors configured here write: SUCCESS rows keep the
+   * retention, FAILED ones the failed-retention, and a claim the lease plus one of the two. The
+   * janitor's batches then stop at rows created that long ago instead of walking every unexpired
+   * row to the end of the table's {@code created_at} index.
+   */
+  private static Duration shortestRetention(ConsumerDedupProperties properties) {
+    Duration retention = properties.getRetention();
+    Duration failedRetention = properties.getFailedRetention();
+    return retention.compareTo(failedRetention) <= 0 ? retention : failedRetention;
   }
 
   private static JdbcDedupStore.Builder storeBuilder(

@@ -373,10 +373,11 @@ class ConsumerDedupAutoConfigurationTest {
         .run(
             context -> {
               JdbcTemplate jdbc = new JdbcTemplate(context.getBean(DataSource.class));
+              // Created 8 days ago under the default retention of 7 days, as a writer would.
               jdbc.update(
                   "INSERT INTO consumer_dedup (biz_type, biz_key, status, attempts, owner,"
-                      + " expires_at) VALUES ('payment', 'OLD-1', 'SUCCESS', 1, 'test',"
-                      + " now() - interval '1 day')");
+                      + " created_at, expires_at) VALUES ('payment', 'OLD-1', 'SUCCESS', 1,"
+                      + " 'test', now() - interval '8 days', now() - interval '1 day')");
               DedupStore store = context.getBean(DedupStore.class);
               await()
                   .atMost(Duration.ofSeconds(10))
@@ -407,6 +408,25 @@ class ConsumerDedupAutoConfigurationTest {
               assertThat(started).isNotEmpty();
             });
     await().atMost(Duration.ofSeconds(10)).until(() -> started.stream().noneMatch(Thread::isAlive));
+  }
+
+  @Test
+  void theJanitorsBatchesStopAtTheShortestRetentionTheExecutorsWrite() {
+    runner(schemaWithTable())
+        .withPropertyValues(
+            "consumer-dedup.retention=3d",
+            "consumer-dedup.failed-retention=2d",
+            "consumer-dedup.cleanup.interval=1h")
+        .run(
+            context ->
+                assertThat(context.getBean(DedupJanitor.class).shortestRetention())
+                    .contains(Duration.ofDays(2)));
+    runner(schemaWithTable())
+        .withPropertyValues("consumer-dedup.cleanup.interval=1h")
+        .run(
+            context ->
+                assertThat(context.getBean(DedupJanitor.class).shortestRetention())
+                    .contains(IdempotentExecutor.DEFAULT_SUCCESS_RETENTION));
   }
 
   @Test
