@@ -1,6 +1,7 @@
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.internal.RecordSources;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import java.nio.charset.StandardCharsets;
@@ -353,7 +354,9 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
           written.topic(),
           written.partition(),
           written.offset(),
-          reason.toString());
+          // Not the reason's own toString(): one that throws here, after the dead letter is
+          // written, made the caller take it for unwritten and write it again at every try.
+          FailureTexts.describe(reason));
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       throw new InterruptException("Interrupted while dead-lettering " + describe(record), e);
@@ -434,10 +437,12 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
    * is what the reader of a dead letter needs.
    */
   private static @Nullable String messageOf(Exception reason) {
-    String message = reason.getMessage();
+    // An application's exception whose getMessage() throws still has its record dead-lettered.
+    String message = FailureTexts.messageOf(reason);
     Throwable cause = reason.getCause();
     if (reason instanceof RecordDeserializationException && cause != null) {
-      return message == null ? cause.toString() : message + " Cause: " + cause;
+      String causeText = FailureTexts.describe(cause);
+      return message == null ? causeText : message + " Cause: " + causeText;
     }
     return message;
   }
