@@ -88,17 +88,22 @@ class DedupPollLoopUnprintableFailureTest {
 
     try (RunningLoop running = RunningLoop.start(loop)) {
       TopicPartition partition = new TopicPartition(topic, 0);
+      TopicPartition deadLetters = new TopicPartition(topic + "-dlt", 0);
+      // Until the loop ends, moves past both records, or writes a second dead letter of U-1.
       await()
           .atMost(LoopFixture.WAIT)
           .until(
               () ->
                   !running.isRunning()
+                      || TestKafka.endOffset(deadLetters) > 1
                       || Long.valueOf(2L).equals(TestKafka.committedOffsets(group).get(partition)));
       assertThat(running.isRunning())
           .as("the loop goes on past a failure whose description throws")
           .isTrue();
+      assertThat(TestKafka.endOffset(deadLetters)).as("dead letters of U-1").isEqualTo(1L);
       // Time for any second dead letter of U-1 to be written (the loop's hold back-off is 200 ms).
       Thread.sleep(1500);
+      assertThat(TestKafka.committedOffsets(group)).containsEntry(partition, 2L);
     }
 
     assertThat(runsOfU1).as("runs of U-1's handler").hasValue(3);
