@@ -65,13 +65,14 @@ import org.slf4j.LoggerFactory;
  * <ul>
  *   <li>{@value #EXCEPTION_CLASS_HEADER}: the reason's class name, such as {@code
  *       io.consumerdedup.core.DedupKeyMissingException}
- *   <li>{@value #EXCEPTION_MESSAGE_HEADER}: its message (omitted when it has none), at most {@value
- *       #MAX_MESSAGE_LENGTH} characters; for a record that cannot be deserialized, followed by the
- *       deserializer's exception, which Kafka's message leaves out. Also omitted (logged at WARN)
- *       when the broker or producer refuses the dead letter with it as too large ({@code
- *       RecordTooLargeException}: a record near the dead-letter topic's {@code max.message.bytes}),
- *       so that the record is still dead-lettered; one too large even without it is refused, and
- *       the loop holds it until the limit is raised
+ *   <li>{@value #EXCEPTION_MESSAGE_HEADER}: its message (omitted when it has none; a text naming
+ *       what its {@code getMessage()} threw, if it threw), at most {@value #MAX_MESSAGE_LENGTH}
+ *       characters; for a record that cannot be deserialized, followed by the deserializer's
+ *       exception, which Kafka's message leaves out. Also omitted (logged at WARN) when the broker
+ *       or producer refuses the dead letter with it as too large ({@code RecordTooLargeException}:
+ *       a record near the dead-letter topic's {@code max.message.bytes}), so that the record is
+ *       still dead-lettered; one too large even without it is refused, and the loop holds it until
+ *       the limit is raised
  *   <li>{@value #ORIGINAL_TOPIC_HEADER}, {@value #ORIGINAL_PARTITION_HEADER}, {@value
  *       #ORIGINAL_OFFSET_HEADER}: where the record was consumed
  *   <li>{@value #ORIGINAL_GROUP_HEADER}: the consumer group, when {@link Builder#groupId(String)}

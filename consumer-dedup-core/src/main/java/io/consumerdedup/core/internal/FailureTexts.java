@@ -41,10 +41,10 @@ public final class FailureTexts {
   }
 
   /**
-   * {@code failure} to hand a logger as the exception of a line, or, if its {@code toString()}
-   * throws, a stand-in that prints {@link #describe} with its stack trace and causes: Logback
-   * prints an exception that overrides {@code toString()} with it, and its throw came out of the
-   * log call itself.
+   * {@code failure} to hand a logger as the exception of a line, or, if its {@code toString()} or
+   * {@code getMessage()} throws, a stand-in that prints {@link #describe} with its stack trace and
+   * causes: Logback prints an exception that overrides {@code toString()} with it, and its throw
+   * came out of the log call itself.
    */
   public static Throwable loggable(Throwable failure) {
     if (printable(failure)) {
@@ -59,8 +59,11 @@ public final class FailureTexts {
     return standIn;
   }
 
+  /** Whether Logback can print it: it reads the message, and {@code toString()} when overridden. */
+  @SuppressWarnings("ReturnValueIgnored") // called for what they throw
   private static boolean printable(Throwable failure) {
     try {
+      failure.getMessage();
       return failure.toString() != null;
     } catch (RuntimeException | StackOverflowError e) {
       return false;
