@@ -1,5 +1,6 @@
 package io.consumerdedup.core;
 
+import io.consumerdedup.core.internal.FailureTexts;
 import org.jspecify.annotations.Nullable;
 
 /**
@@ -15,7 +16,7 @@ public class DedupHandlerException extends DedupException {
    *     {@code MissingKeyPolicy.PROCESS_WITHOUT_DEDUP})
    */
   public DedupHandlerException(@Nullable DedupKey key, @Nullable String source, Exception cause) {
-    super("Handler failed: " + cause, key, source, cause);
+    super("Handler failed: " + FailureTexts.describe(cause), key, source, cause);
   }
 
   /** {@link Disposition#HANDLER_FAILED}: the record is FAILED, and a retry may succeed. */

@@ -1,5 +1,6 @@
 package io.consumerdedup.kafka;
 
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.internal.RecordSources;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import java.time.Duration;
@@ -59,7 +60,10 @@ final class DeadLettering<K, V> {
 
   /** Dead-letters a record no redelivery can help; true if done, false if held at it. */
   boolean notRetryable(ConsumerRecord<K, V> record, TopicPartition partition, RuntimeException e) {
-    log.error("{} cannot be handled (not retryable); dead-lettering it", describe(record), e);
+    log.error(
+        "{} cannot be handled (not retryable); dead-lettering it",
+        describe(record),
+        FailureTexts.loggable(e));
     return deadLetter(record, partition, e);
   }
 
@@ -90,7 +94,7 @@ final class DeadLettering<K, V> {
           attempts,
           maxAttempts,
           countedBy,
-          e);
+          FailureTexts.loggable(e));
       return deadLetter(record, partition, e);
     }
     // One line per attempt that will be retried; the stack trace once, when the record is given up.
@@ -101,8 +105,10 @@ final class DeadLettering<K, V> {
         maxAttempts,
         countedBy,
         retryBackOff,
-        e.toString());
-    log.debug("Stack trace of the failed attempt of {}", describe(record), e);
+        // An exception whose toString() throws must not end the loop on its first attempt.
+        FailureTexts.describe(e));
+    log.debug(
+        "Stack trace of the failed attempt of {}", describe(record), FailureTexts.loggable(e));
     holds.pause(partition, record.offset(), retryBackOff);
     return false;
   }

@@ -11,6 +11,7 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import java.time.Duration;
@@ -353,7 +354,7 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
       throw e;
     } catch (RuntimeException | Error e) {
       throw new DedupKeyMalformedException(
-          "The " + what + " of biz type '" + keys.bizType() + "' threw " + e,
+          "The " + what + " of biz type '" + keys.bizType() + "' threw " + FailureTexts.describe(e),
           keys.source(record),
           e);
     }

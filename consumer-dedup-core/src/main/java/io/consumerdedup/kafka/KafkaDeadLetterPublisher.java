@@ -1,6 +1,7 @@
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.internal.RecordSources;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import java.nio.charset.StandardCharsets;
@@ -64,13 +65,14 @@ import org.slf4j.LoggerFactory;
  * <ul>
  *   <li>{@value #EXCEPTION_CLASS_HEADER}: the reason's class name, such as {@code
  *       io.consumerdedup.core.DedupKeyMissingException}
- *   <li>{@value #EXCEPTION_MESSAGE_HEADER}: its message (omitted when it has none), at most {@value
- *       #MAX_MESSAGE_LENGTH} characters; for a record that cannot be deserialized, followed by the
- *       deserializer's exception, which Kafka's message leaves out. Also omitted (logged at WARN)
- *       when the broker or producer refuses the dead letter with it as too large ({@code
- *       RecordTooLargeException}: a record near the dead-letter topic's {@code max.message.bytes}),
- *       so that the record is still dead-lettered; one too large even without it is refused, and
- *       the loop holds it until the limit is raised
+ *   <li>{@value #EXCEPTION_MESSAGE_HEADER}: its message (omitted when it has none; a text naming
+ *       what its {@code getMessage()} threw, if it threw), at most {@value #MAX_MESSAGE_LENGTH}
+ *       characters; for a record that cannot be deserialized, followed by the deserializer's
+ *       exception, which Kafka's message leaves out. Also omitted (logged at WARN) when the broker
+ *       or producer refuses the dead letter with it as too large ({@code RecordTooLargeException}:
+ *       a record near the dead-letter topic's {@code max.message.bytes}), so that the record is
+ *       still dead-lettered; one too large even without it is refused, and the loop holds it until
+ *       the limit is raised
  *   <li>{@value #ORIGINAL_TOPIC_HEADER}, {@value #ORIGINAL_PARTITION_HEADER}, {@value
  *       #ORIGINAL_OFFSET_HEADER}: where the record was consumed
  *   <li>{@value #ORIGINAL_GROUP_HEADER}: the consumer group, when {@link Builder#groupId(String)}
@@ -353,7 +355,9 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
           written.topic(),
           written.partition(),
           written.offset(),
-          reason.toString());
+          // Not the reason's own toString(): one that throws here, after the dead letter is
+          // written, made the caller take it for unwritten and write it again at every try.
+          FailureTexts.describe(reason));
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       throw new InterruptException("Interrupted while dead-lettering " + describe(record), e);
@@ -434,10 +438,12 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
    * is what the reader of a dead letter needs.
    */
   private static @Nullable String messageOf(Exception reason) {
-    String message = reason.getMessage();
+    // An application's exception whose getMessage() throws still has its record dead-lettered.
+    String message = FailureTexts.messageOf(reason);
     Throwable cause = reason.getCause();
     if (reason instanceof RecordDeserializationException && cause != null) {
-      return message == null ? cause.toString() : message + " Cause: " + cause;
+      String causeText = FailureTexts.describe(cause);
+      return message == null ? causeText : message + " Cause: " + causeText;
     }
     return message;
   }

@@ -3,6 +3,7 @@ package io.consumerdedup.kafka;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.ShareInFlight.Decision;
 import io.consumerdedup.kafka.ShareInFlight.Id;
 import io.consumerdedup.kafka.internal.RecordSources;
@@ -503,7 +504,10 @@ final class ShareWorker<K, V> implements Runnable {
       switch (Disposition.of(e)) {
         case RETRY_LATER -> later.add(record);
         case DEAD_LETTER -> {
-          log.error("{} cannot be handled (not retryable); dead-lettering it", describe(record), e);
+          log.error(
+              "{} cannot be handled (not retryable); dead-lettering it",
+              describe(record),
+              FailureTexts.loggable(e));
           deadLetterThenReject(record, e);
         }
         case HANDLER_FAILED -> handlerFailed(record, e);
@@ -588,7 +592,7 @@ final class ShareWorker<K, V> implements Runnable {
           maxAttempts,
           delivery,
           deliveryCountLimit,
-          e);
+          FailureTexts.loggable(e));
       deadLetterThenReject(record, e);
       return;
     }
@@ -598,8 +602,10 @@ final class ShareWorker<K, V> implements Runnable {
         attempts,
         maxAttempts,
         retryBackOff,
-        e.toString());
-    log.debug("Stack trace of the failed attempt of {}", describe(record), e);
+        // An exception whose toString() throws must not end the worker on its record.
+        FailureTexts.describe(e));
+    log.debug(
+        "Stack trace of the failed attempt of {}", describe(record), FailureTexts.loggable(e));
     done(record, AcknowledgeType.RELEASE, retryBackOff.toNanos());
   }
 

@@ -95,6 +95,37 @@ class KafkaDeadLetterPublisherTest {
         .isEqualTo("41".getBytes(StandardCharsets.UTF_8));
   }
 
+  /**
+   * A reason whose {@code getMessage()} throws (a message built from state it can no longer read):
+   * the header could not be built, so every try threw and the loop held the record for good.
+   */
+  @Test
+  void aReasonWhoseMessageCannotBeReadIsDeadLetteredSayingSo() {
+    ConsumerRecord<String, String> record =
+        new ConsumerRecord<>("payments", 0, 8, "key", "charge 13.00");
+    IllegalStateException unreadable =
+        new IllegalStateException() {
+          @Override
+          public String getMessage() {
+            throw new UnsupportedOperationException("session closed");
+          }
+        };
+
+    KafkaDeadLetterPublisher.builder(typed).build().deadLetter(record, unreadable);
+
+    assertThat(typed.history()).as("dead letters written").hasSize(1);
+    assertThat(
+            new String(
+                typed
+                    .history()
+                    .get(0)
+                    .headers()
+                    .lastHeader(KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER)
+                    .value(),
+                StandardCharsets.UTF_8))
+        .isEqualTo("(its getMessage() threw java.lang.UnsupportedOperationException)");
+  }
+
   @Test
   void deadLettersGoToTheTopicSpringKafkaNamesUnlessAnotherSuffixIsChosen() {
     ConsumerRecord<String, String> record =

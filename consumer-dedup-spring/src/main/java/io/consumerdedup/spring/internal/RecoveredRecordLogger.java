@@ -3,6 +3,7 @@ package io.consumerdedup.spring.internal;
 import io.consumerdedup.core.DedupAttemptsExhaustedException;
 import io.consumerdedup.core.DedupException;
 import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.lang.reflect.Method;
 import java.util.ArrayList;
@@ -144,7 +145,9 @@ public final class RecoveredRecordLogger implements RetryListener {
       log.error(
           "Gave up on {}, handed to the error handler's recoverer: {}",
           what,
-          listenerError.toString(),
+          // Thrown from here, after the recoverer published, spring-kafka takes the recovery for
+          // failed and delivers the record again: published again at every delivery.
+          FailureTexts.describe(listenerError),
           listenerError);
     }
   }
@@ -165,7 +168,7 @@ public final class RecoveredRecordLogger implements RetryListener {
     log.error(
         "The error handler's recoverer failed for {}; not committing past it, it comes again: {}",
         what,
-        failure.toString(),
+        FailureTexts.describe(failure),
         failure);
   }
 

@@ -1,0 +1,125 @@
+package io.consumerdedup.kafka;
+
+import static io.consumerdedup.kafka.LoopFixture.BIZ_TYPE;
+import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
+import static io.consumerdedup.kafka.LoopFixture.header;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.testing.TestKafka;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+/**
+ * A handler's exception whose {@code toString()} throws (one that prints a field it cannot read, a
+ * lazily loaded entity, a closed resource): the loop and the dead-letter publisher describe it in
+ * their logs, and a description that throws must neither end the loop nor make the written dead
+ * letter look unwritten.
+ */
+class DedupPollLoopUnprintableFailureTest {
+  @RegisterExtension static final LoopFixture fixture = new LoopFixture("loop_unprintable");
+
+  private IdempotentExecutor executor;
+  private String topic;
+  private String group;
+
+  @BeforeEach
+  void setUp() {
+    topic = fixture.topic();
+    group = fixture.group();
+    executor = IdempotentExecutor.builder(fixture.store()).build();
+  }
+
+  @AfterEach
+  void tearDown() {
+    executor.close();
+  }
+
+  /** An exception with a message whose own description fails. */
+  static final class UnprintableException extends IllegalStateException {
+    UnprintableException(String message) {
+      super(message);
+    }
+
+    @Override
+    public String toString() {
+      throw new IllegalStateException("the failure's description cannot be built");
+    }
+  }
+
+  @Test
+  void aFailureWhoseToStringThrowsIsRetriedThenDeadLetteredOnceAndTheLoopGoesOn() throws Exception {
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    send("U-1");
+    send("G-2");
+    AtomicInteger runsOfU1 = new AtomicInteger();
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId(group)
+            .handler(
+                record -> {
+                  if (LoopFixture.orderNo(record).equals("U-1")) {
+                    runsOfU1.incrementAndGet();
+                    throw new UnprintableException("card declined");
+                  }
+                })
+            .build();
+    DedupPollLoop<String, String> loop =
+        LoopFixture.quick(
+                DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), handler)
+                    .deadLetterHandler(
+                        KafkaDeadLetterPublisher.builder(fixture.producer())
+                            .groupId(group)
+                            .build()))
+            .maxAttempts(3)
+            .build();
+
+    try (RunningLoop running = RunningLoop.start(loop)) {
+      TopicPartition partition = new TopicPartition(topic, 0);
+      TopicPartition deadLetters = new TopicPartition(topic + "-dlt", 0);
+      // Until the loop ends, moves past both records, or writes a second dead letter of U-1.
+      await()
+          .atMost(LoopFixture.WAIT)
+          .until(
+              () ->
+                  !running.isRunning()
+                      || TestKafka.endOffset(deadLetters) > 1
+                      || Long.valueOf(2L).equals(TestKafka.committedOffsets(group).get(partition)));
+      assertThat(running.isRunning())
+          .as("the loop goes on past a failure whose description throws")
+          .isTrue();
+      assertThat(TestKafka.endOffset(deadLetters)).as("dead letters of U-1").isEqualTo(1L);
+      // Time for any second dead letter of U-1 to be written (the loop's hold back-off is 200 ms).
+      Thread.sleep(1500);
+      assertThat(TestKafka.committedOffsets(group)).containsEntry(partition, 2L);
+    }
+
+    assertThat(runsOfU1).as("runs of U-1's handler").hasValue(3);
+    List<ConsumerRecord<String, String>> dlt =
+        TestKafka.readFromStart(topic + "-dlt", 10, Duration.ofSeconds(2));
+    assertThat(dlt).as("dead letters of U-1").hasSize(1);
+    assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
+        .isEqualTo(UnprintableException.class.getName());
+    assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .isEqualTo("card declined");
+  }
+
+  private void send(String orderNo) throws Exception {
+    ProducerRecord<String, String> record =
+        new ProducerRecord<>(topic, 0, "customer-7", "charge " + orderNo);
+    record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+    fixture.producer().send(record).get();
+  }
+}
