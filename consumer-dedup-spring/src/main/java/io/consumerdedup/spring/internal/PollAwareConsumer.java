@@ -9,6 +9,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.regex.Pattern;
 import org.apache.kafka.clients.consumer.CloseOptions;
+import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -81,7 +82,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
    * The commits an {@code @Idempotent} listener made through this consumer while it ran, sent once
    * its outcomes are written ({@link #holdCommits}); null while none runs.
    */
-  private @Nullable List<Runnable> heldForBatch;
+  private @Nullable List<HeldCommit> heldForBatch;
 
   /** Whether the last poll returned no records: the container has nothing new to commit. */
   private boolean idle;
@@ -181,7 +182,8 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   @Override
   public void commitSync(Map<TopicPartition, OffsetAndMetadata> offsets) {
-    if (heldForBatch(() -> commitSync(offsets)) || afterTransaction(() -> commitSync(offsets))) {
+    HeldCommit commit = HeldCommit.sync(() -> commitSync(offsets));
+    if (heldForBatch(commit) || afterTransaction(commit)) {
       return;
     }
     Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
@@ -193,8 +195,8 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   @Override
   public void commitSync(Map<TopicPartition, OffsetAndMetadata> offsets, Duration timeout) {
-    if (heldForBatch(() -> commitSync(offsets, timeout))
-        || afterTransaction(() -> commitSync(offsets, timeout))) {
+    HeldCommit commit = HeldCommit.sync(() -> commitSync(offsets, timeout));
+    if (heldForBatch(commit) || afterTransaction(commit)) {
       return;
     }
     Map<TopicPartition, OffsetAndMetadata> durable = durable(offsets);
@@ -225,8 +227,8 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   @Override
   public void commitAsync(
       Map<TopicPartition, OffsetAndMetadata> offsets, @Nullable OffsetCommitCallback callback) {
-    if (heldForBatch(() -> commitAsync(offsets, callback))
-        || afterTransaction(() -> commitAsync(offsets, callback))) {
+    HeldCommit commit = new HeldCommit(() -> commitAsync(offsets, callback), offsets, callback);
+    if (heldForBatch(commit) || afterTransaction(commit)) {
       return;
     }
     // Cut at the marks not written yet; waited for only while partitions are being revoked.
@@ -292,16 +294,17 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
    * one). Once the hold is ended, nothing.
    */
   public void releaseCommits(boolean send) {
-    List<Runnable> held = heldForBatch;
+    List<HeldCommit> held = heldForBatch;
     heldForBatch = null;
     if (held == null || held.isEmpty()) {
       return;
     }
     if (!send) {
       log.debug("Dropping {} offset commits of a listener whose call failed", held.size());
+      held.forEach(commit -> commit.dropped("the listener's call failed"));
       return;
     }
-    for (Runnable commit : held) {
+    for (HeldCommit commit : held) {
       // A record listener may run in a transaction of this thread (the container's): its commits
       // then wait for that transaction's commit, as they would have without the hold.
       if (!afterTransaction(commit)) {
@@ -334,8 +337,8 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   }
 
   /** Whether {@code commit} is held until the running batch listener's outcomes are written. */
-  private boolean heldForBatch(Runnable commit) {
-    List<Runnable> held = heldForBatch;
+  private boolean heldForBatch(HeldCommit commit) {
+    List<HeldCommit> held = heldForBatch;
     if (held == null || committingAfterTransaction) {
       return false;
     }
@@ -359,7 +362,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
    *
    * @return whether {@code commit} was left to the transaction
    */
-  private boolean afterTransaction(Runnable commit) {
+  private boolean afterTransaction(HeldCommit commit) {
     if (committingAfterTransaction
         || !TransactionSynchronizationManager.isSynchronizationActive()) {
       return false;
@@ -370,6 +373,8 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
           public void afterCompletion(int status) {
             if (status == STATUS_COMMITTED) {
               commitHeld(commit, "the listener's transaction committed");
+            } else {
+              commit.dropped("the listener's transaction did not commit");
             }
           }
         });
@@ -377,16 +382,16 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   }
 
   /** Sends a commit held until {@code after}, as a commit outside any transaction or hold. */
-  private void commitHeld(Runnable commit, String after) {
+  private void commitHeld(HeldCommit commit, String after) {
     // Not to be left to a transaction again: synchronization may still be active while it runs.
     committingAfterTransaction = true;
     try {
-      commit.run();
+      commit.send().run();
     } catch (WakeupException e) {
       // A stop's wakeup, spent here where the container cannot see it: commit, and wake the next
       // poll in its place so the stop still ends it.
       try {
-        commit.run();
+        commit.send().run();
       } catch (KafkaException | IllegalStateException again) {
         log.warn("Could not commit offsets held until {}", after, again);
       } finally {
@@ -398,6 +403,44 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
       log.warn("Could not commit offsets held until {}", after, e);
     } finally {
       committingAfterTransaction = false;
+    }
+  }
+
+  /**
+   * A commit held until a listener's outcomes are written ({@link #holdCommits}) or its transaction
+   * has committed ({@link #afterTransaction}): {@code send} sends it. An asynchronous commit's
+   * {@code callback} is told when it is dropped instead: Kafka tells a callback how every commit
+   * ended, and one never told leaves what waits on it (a future completed there, a count of commits
+   * in flight) waiting for good.
+   */
+  private record HeldCommit(
+      Runnable send,
+      @Nullable Map<TopicPartition, OffsetAndMetadata> offsets,
+      @Nullable OffsetCommitCallback callback) {
+
+    /** A synchronous commit, whose caller was answered already: nothing to tell if dropped. */
+    static HeldCommit sync(Runnable send) {
+      return new HeldCommit(send, null, null);
+    }
+
+    /** Tells the callback, if any, that the commit is not sent, because of {@code why}. */
+    void dropped(String why) {
+      if (callback == null || offsets == null) {
+        return;
+      }
+      try {
+        callback.onComplete(
+            offsets,
+            new CommitFailedException(
+                "Offsets not committed: the commit was held until the @Idempotent listener's"
+                    + " outcome was settled, and dropped because "
+                    + why
+                    + " (the record is delivered again, or the container's error handler commits"
+                    + " the records before it)"));
+      } catch (RuntimeException e) {
+        // The listener's failure or the transaction's end is what the container must hear.
+        log.warn("The callback of an offset commit that was dropped threw", e);
+      }
     }
   }
 
