@@ -14,19 +14,49 @@ public class DedupLeaseLostException extends DedupException {
   private static final long serialVersionUID = 1L;
 
   private final int attempt;
+  private final @Nullable String releaseNote;
 
   public DedupLeaseLostException(
       DedupKey key, int attempt, String outcome, @Nullable String source) {
+    this(key, attempt, outcome, source, null);
+  }
+
+  /**
+   * @param releaseNote the note of the operator's release that ended the lease ({@code
+   *     DedupAdmin.release}), as the key's record holds it; null if another consumer took the key
+   *     over
+   */
+  public DedupLeaseLostException(
+      DedupKey key,
+      int attempt,
+      String outcome,
+      @Nullable String source,
+      @Nullable String releaseNote) {
     super(
-        "Lease of attempt "
-            + attempt
-            + " was taken over by another consumer before "
-            + outcome
-            + " could be recorded; the new holder decides the outcome",
+        releaseNote == null
+            ? "Lease of attempt "
+                + attempt
+                + " was taken over by another consumer before "
+                + outcome
+                + " could be recorded; the new holder decides the outcome"
+            : "Lease of attempt "
+                + attempt
+                + " was released by an operator before "
+                + outcome
+                + " could be recorded ("
+                + releaseNote
+                + "): nobody holds the key, which is FAILED, and its next delivery runs the"
+                + " handler again",
         key,
         source,
         null);
     this.attempt = attempt;
+    this.releaseNote = releaseNote;
+  }
+
+  /** The note of the operator's release that ended the lease, if an operator released it. */
+  public java.util.Optional<String> releaseNote() {
+    return java.util.Optional.ofNullable(releaseNote);
   }
 
   /** The attempt (fencing token) whose lease was lost. */

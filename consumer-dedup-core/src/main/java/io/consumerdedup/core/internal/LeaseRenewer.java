@@ -308,7 +308,9 @@ public final class LeaseRenewer implements AutoCloseable {
         // the outcome's own fenced write tells the difference and reports a loss.
         return;
       }
-      boolean vanished = recordVanished();
+      // Never throws (an Error of the store's find included): thrown here, it ended this tick's
+      // answer before the key was marked lost, and its loss went unreported until a later tick.
+      LeaseLoss loss = LeaseLoss.read(store, claim);
       if (stopped || settling) {
         // The handler ended while the store was asked: the row found may be its own outcome,
         // written again because the record had vanished. Its fenced write has the last word.
@@ -318,7 +320,7 @@ public final class LeaseRenewer implements AutoCloseable {
       if (!firstToReportLoss()) {
         return;
       }
-      if (vanished) {
+      if (loss.kind() == LeaseLoss.Kind.VANISHED) {
         log.warn(
             "The record of {} (attempt {}) vanished while the handler ran (a failover to a standby"
                 + " that had not received it, a DELETE, a purge): no other consumer holds the key,"
@@ -326,6 +328,14 @@ public final class LeaseRenewer implements AutoCloseable {
                 + " the handler ends, unless another consumer has claimed the key by then",
             claim.key(),
             claim.token());
+      } else if (loss.kind() == LeaseLoss.Kind.RELEASED) {
+        log.warn(
+            "Lease on {} (attempt {}) was released by an operator while the handler ran ({}):"
+                + " nobody holds the key, which is FAILED, and its next delivery runs the handler"
+                + " again",
+            claim.key(),
+            claim.token(),
+            loss.releaseNote());
       } else {
         log.warn(
             "Lease on {} (attempt {}) was taken over by another consumer while the handler ran",
@@ -344,15 +354,6 @@ public final class LeaseRenewer implements AutoCloseable {
             claim.key(),
             claim.token(),
             e);
-      }
-    }
-
-    /** Whether the refused renewal found no record at all, rather than another holder's. */
-    private boolean recordVanished() {
-      try {
-        return store.find(claim.key()).isEmpty();
-      } catch (RuntimeException e) {
-        return false; // the store went away again: say what a refusal usually means
       }
     }
 

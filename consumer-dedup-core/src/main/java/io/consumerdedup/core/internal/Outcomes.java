@@ -94,11 +94,12 @@ public final class Outcomes implements AutoCloseable {
       }
       // Told of a lost lease: thrown on, it replaced the loss, on which the adapters decide to
       // retry the record later rather than to count it failed.
-      DedupLeaseLostException lost = new DedupLeaseLostException(key, token, "SUCCESS", source);
+      DedupLeaseLostException lost =
+          new DedupLeaseLostException(key, token, "SUCCESS", source, outcome.releaseNote);
       lost.addSuppressed(listenerFailed);
       throw lost;
     }
-    throw new DedupLeaseLostException(key, token, "SUCCESS", source);
+    throw new DedupLeaseLostException(key, token, "SUCCESS", source, outcome.releaseNote);
   }
 
   /**

@@ -20,6 +20,10 @@ public final class PendingOutcome {
   final CompletableFuture<Void> written = new CompletableFuture<>();
   final AtomicBoolean retrying = new AtomicBoolean();
   volatile boolean kept;
+
+  /** The note of the operator's release its fenced write found, if it found one. */
+  volatile @Nullable String releaseNote;
+
   volatile boolean lapseReported;
   volatile @Nullable ScheduledFuture<?> retries;
 

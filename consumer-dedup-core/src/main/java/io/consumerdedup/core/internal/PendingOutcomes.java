@@ -150,12 +150,27 @@ final class PendingOutcomes {
       return true;
     }
     outcome.renewal.markLost();
-    log.warn(
-        "Lease on {} (attempt {}) was taken over by another consumer; its {} was not recorded so"
-            + " as not to overwrite the new holder",
-        DeliverySources.where(outcome.key, outcome.source),
-        outcome.token,
-        outcome.status());
+    // Read to say what happened: after an operator's release nobody holds the key, and a message
+    // sending the reader to "the new holder" would be wrong.
+    LeaseLoss loss = LeaseLoss.read(store, outcome.claim());
+    outcome.releaseNote = loss.releaseNote();
+    if (loss.kind() == LeaseLoss.Kind.RELEASED) {
+      log.warn(
+          "Lease on {} (attempt {}) was released by an operator ({}); its {} was not recorded:"
+              + " nobody holds the key, which is FAILED, and its next delivery runs the handler"
+              + " again",
+          DeliverySources.where(outcome.key, outcome.source),
+          outcome.token,
+          loss.releaseNote(),
+          outcome.status());
+    } else {
+      log.warn(
+          "Lease on {} (attempt {}) was taken over by another consumer; its {} was not recorded so"
+              + " as not to overwrite the new holder",
+          DeliverySources.where(outcome.key, outcome.source),
+          outcome.token,
+          outcome.status());
+    }
     try {
       if (outcome.renewal.firstToReportLoss()) {
         listener.leaseLost(outcome.key, outcome.token);
@@ -163,7 +178,7 @@ final class PendingOutcomes {
     } finally {
       outcome.written.completeExceptionally(
           new DedupLeaseLostException(
-              outcome.key, outcome.token, outcome.status(), outcome.source));
+              outcome.key, outcome.token, outcome.status(), outcome.source, outcome.releaseNote));
     }
     return false;
   }

@@ -99,7 +99,11 @@ public final class MySqlSql {
     fail =
         "UPDATE "
             + table
-            + " SET status = 'FAILED', lease_until = NULL, last_error = ?, updated_at = "
+            // last_error first: MySQL's SET sees the values assigned before it, and the note is
+            // kept only on a row that was FAILED already (see PostgresSql#keepingReleaseNote).
+            + " SET last_error = CASE WHEN status = 'FAILED' AND last_error LIKE '"
+            + io.consumerdedup.core.internal.LeaseLoss.RELEASE_NOTE_PREFIX
+            + "%' THEN last_error ELSE ? END, status = 'FAILED', lease_until = NULL, updated_at = "
             + NOW
             + ", expires_at = "
             + NOW_PLUS_MS

@@ -274,8 +274,9 @@ public final class PostgresSql {
         new Keyed(
             fenced(
                     table,
-                    "status = 'FAILED', lease_until = NULL, last_error = r.error, updated_at = now(),"
-                        + " expires_at = now() + ? * interval '1 millisecond'",
+                    "status = 'FAILED', lease_until = NULL, last_error = "
+                        + keepingReleaseNote("d.last_error", "r.error")
+                        + ", updated_at = now(), expires_at = now() + ? * interval '1 millisecond'",
                     "error",
                     failable)
                 .one(),
@@ -502,7 +503,9 @@ public final class PostgresSql {
                 + probe(table, "x")
                 + " ORDER BY r.biz_type, r.biz_key"
                 + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = excluded.status,"
-                + " lease_until = NULL, last_error = excluded.last_error, updated_at = now(),"
+                + " lease_until = NULL, last_error = "
+                + keepingReleaseNote("d.last_error", "excluded.last_error")
+                + ", updated_at = now(),"
                 + " expires_at = excluded.expires_at"
                 + " WHERE d.attempts = excluded.attempts AND "
                 + ownRow("excluded.claim_id")
@@ -569,6 +572,24 @@ public final class PostgresSql {
     return errorColumn == null
         ? new Type[] {Type.TEXT, Type.TEXT, Type.INT, Type.TEXT}
         : new Type[] {Type.TEXT, Type.TEXT, Type.INT, Type.TEXT, Type.TEXT};
+  }
+
+  /**
+   * The {@code last_error} a fenced FAILED writes: {@code written}, unless the row is FAILED under
+   * an operator's release (its note in {@code current}). The released holder's late FAILED matches
+   * its attempt and claim id, and its handler's error overwrote the note saying who released the
+   * key and why; the holder's error is in its own log.
+   */
+  static String keepingReleaseNote(String current, String written) {
+    return "CASE WHEN d.status = 'FAILED' AND "
+        + current
+        + " LIKE '"
+        + io.consumerdedup.core.internal.LeaseLoss.RELEASE_NOTE_PREFIX
+        + "%' THEN "
+        + current
+        + " ELSE "
+        + written
+        + " END";
   }
 
   /**

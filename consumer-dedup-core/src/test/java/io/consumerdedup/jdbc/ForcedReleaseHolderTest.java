@@ -1,0 +1,270 @@
+package io.consumerdedup.jdbc;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.catchThrowable;
+
+import ch.qos.logback.classic.Level;
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupLeaseLostException;
+import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.core.DedupRecord;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.Outcome;
+import io.consumerdedup.core.internal.LeaseRenewer;
+import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.TestMariaDb;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
+import java.time.Duration;
+import java.util.List;
+import java.util.UUID;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeAll;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+import org.slf4j.LoggerFactory;
+
+/**
+ * An operator force-releases a key whose handler still runs ({@code DedupAdmin.release(key, who,
+ * true)}): the key is FAILED with the operator's note and nobody holds it. The holder must be told
+ * that, not that "another consumer" took the key over and "the new holder decides"; its late FAILED
+ * must not overwrite the note; and its renewal must settle the loss even when reading the record
+ * throws an {@code Error}.
+ */
+@TestInstance(TestInstance.Lifecycle.PER_CLASS)
+class ForcedReleaseHolderTest {
+  private static final String OPERATOR = "ops-on-call";
+
+  private String schema;
+  private String mariaDatabase;
+  private HikariDataSource postgres;
+  private HikariDataSource mariaDb;
+  private final ListAppender<ILoggingEvent> logged = new ListAppender<>();
+  private final List<Logger> loggers =
+      List.of(
+          (Logger) LoggerFactory.getLogger(LeaseRenewer.class),
+          (Logger) LoggerFactory.getLogger("io.consumerdedup.core.internal.PendingOutcomes"));
+
+  @BeforeAll
+  void setUpDatabases() {
+    schema = TestDatabase.newSchema("forced_release");
+    postgres = TestDatabase.dataSource(schema, 4);
+    mariaDatabase = TestMariaDb.newDatabase("forced_release");
+    mariaDb = TestMariaDb.dataSource(mariaDatabase, TestMariaDb.Driver.MARIADB, 4);
+  }
+
+  @AfterAll
+  void tearDownDatabases() {
+    postgres.close();
+    TestDatabase.dropSchema(schema);
+    mariaDb.close();
+    TestMariaDb.dropDatabase(mariaDatabase);
+  }
+
+  @BeforeEach
+  void captureLogs() {
+    logged.list.clear();
+    logged.start();
+    loggers.forEach(logger -> logger.addAppender(logged));
+  }
+
+  @AfterEach
+  void releaseLogs() {
+    loggers.forEach(logger -> logger.detachAppender(logged));
+  }
+
+  private DataSource dataSource(String database) {
+    return database.equals("postgres") ? postgres : mariaDb;
+  }
+
+  private static DedupKey newKey() {
+    return DedupKey.of("released", UUID.randomUUID().toString());
+  }
+
+  private List<String> warnings() {
+    return logged.list.stream()
+        .filter(event -> event.getLevel() == Level.WARN)
+        .map(ILoggingEvent::getFormattedMessage)
+        .toList();
+  }
+
+  private static void forceRelease(JdbcDedupStore store, DedupKey key) {
+    assertThat(JdbcDedupAdmin.of(store).release(key, OPERATOR, true).applied())
+        .as("the operator's forced release")
+        .isTrue();
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"postgres", "mariadb"})
+  void aHolderWhoseKeyAnOperatorReleasedIsToldSoNotThatAnotherConsumerHoldsIt(String database)
+      throws Exception {
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource(database)).build();
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(store)
+            .lease(Duration.ofSeconds(30))
+            .renewalInterval(Duration.ofMillis(100))
+            .build()) {
+      DedupKey key = newKey();
+      DedupClaim claim = executor.claim(key, null, "orders-0@3");
+      forceRelease(store, key);
+      for (int i = 0; i < 50 && warnings().isEmpty(); i++) {
+        Thread.sleep(100);
+      }
+
+      Throwable lateSuccess = catchThrowable(claim::complete);
+
+      // One from the refused renewal, one from the refused SUCCESS.
+      assertThat(warnings())
+          .as("the holder's warnings once its renewal was refused")
+          .isNotEmpty()
+          .allSatisfy(
+              warning ->
+                  assertThat(warning)
+                      .contains("released by an operator")
+                      .contains("Released by " + OPERATOR)
+                      .doesNotContain("another consumer"));
+      assertThat(lateSuccess)
+          .as("the holder's late SUCCESS")
+          .isInstanceOf(DedupLeaseLostException.class)
+          .hasMessageContaining("released by an operator")
+          .hasMessageContaining("Released by " + OPERATOR)
+          .hasMessageNotContaining("new holder");
+    }
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"postgres", "mariadb"})
+  void aReleasedHoldersLateSuccessIsToldSoWithTheOperatorsNote(String database) {
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource(database)).build();
+    // Renewals far apart: the SUCCESS write is the first to find the release.
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(store)
+            .lease(Duration.ofMinutes(5))
+            .renewalInterval(Duration.ofMinutes(2))
+            .build()) {
+      DedupKey key = newKey();
+      DedupClaim claim = executor.claim(key, null, "orders-0@4");
+      forceRelease(store, key);
+
+      Throwable lateSuccess = catchThrowable(claim::complete);
+
+      assertThat(lateSuccess)
+          .as("the holder's late SUCCESS")
+          .isInstanceOf(DedupLeaseLostException.class)
+          .hasMessageContaining("released by an operator")
+          .hasMessageContaining("Released by " + OPERATOR);
+      assertThat(((DedupLeaseLostException) lateSuccess).releaseNote())
+          .hasValueSatisfying(note -> assertThat(note).startsWith("Released by " + OPERATOR));
+      assertThat(warnings())
+          .singleElement()
+          .asString()
+          .contains("released by an operator")
+          .doesNotContain("another consumer");
+      // The key stays released: FAILED under the holder's attempt, so the next delivery runs the
+      // handler again (the risk the forced release names).
+      DedupRecord record = store.find(key).orElseThrow();
+      assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
+      AtomicInteger runs = new AtomicInteger();
+      assertThat(executor.execute(key, runs::incrementAndGet).outcome())
+          .isEqualTo(Outcome.PROCESSED);
+      assertThat(runs).hasValue(1);
+    }
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"postgres", "mariadb"})
+  void aReleasedHoldersLateFailureKeepsTheOperatorsNote(String database) {
+    JdbcDedupStore store = JdbcDedupStore.builder(dataSource(database)).build();
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(store)
+            .lease(Duration.ofMinutes(5))
+            .renewalInterval(Duration.ofMinutes(2))
+            .build()) {
+      DedupKey key = newKey();
+      DedupClaim claim = executor.claim(key, null, "orders-0@5");
+      forceRelease(store, key);
+
+      claim.fail(new IllegalStateException("the released handler failed late"));
+
+      DedupRecord record = store.find(key).orElseThrow();
+      assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
+      assertThat(record.lastError())
+          .as("the note of the key's record after the released holder's late FAILED")
+          .hasValueSatisfying(note -> assertThat(note).startsWith("Released by " + OPERATOR));
+      // An ordinary failure still writes its error, and its retry (the same FAILED) too.
+      DedupKey other = newKey();
+      DedupClaim failing = executor.claim(other, null, "orders-0@6");
+      failing.fail(new IllegalStateException("an ordinary failure"));
+      assertThat(store.find(other).orElseThrow().lastError())
+          .hasValueSatisfying(note -> assertThat(note).contains("an ordinary failure"));
+    }
+  }
+
+  /**
+   * The renewal refused asks the store what holds the key; an {@code Error} there (an {@code
+   * OutOfMemoryError} as the row is read) ended that tick's answer before the key was marked lost,
+   * so nobody heard of the loss until a later tick got through.
+   */
+  @Test
+  void aRefusedRenewalWhoseReadOfTheRecordThrowsAnErrorStillReportsTheLoss() throws Exception {
+    JdbcDedupStore jdbc = JdbcDedupStore.builder(postgres).build();
+    AtomicInteger finds = new AtomicInteger();
+    DedupStore store =
+        (DedupStore)
+            Proxy.newProxyInstance(
+                DedupStore.class.getClassLoader(),
+                new Class<?>[] {DedupStore.class},
+                (proxy, method, args) -> {
+                  if (method.getName().equals("find")) {
+                    finds.incrementAndGet();
+                    throw new OutOfMemoryError("Java heap space (injected as the row is read)");
+                  }
+                  try {
+                    return method.invoke(jdbc, args);
+                  } catch (InvocationTargetException e) {
+                    throw e.getCause();
+                  }
+                });
+    List<Integer> lost = new CopyOnWriteArrayList<>();
+    DedupListener listener =
+        new DedupListener() {
+          @Override
+          public void leaseLost(DedupKey key, int attempt) {
+            lost.add(attempt);
+          }
+        };
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(store)
+            .lease(Duration.ofSeconds(30))
+            .renewalInterval(Duration.ofMillis(100))
+            .listener(listener)
+            .build()) {
+      DedupKey key = newKey();
+      DedupClaim claim = executor.claim(key, null, "orders-0@7");
+      forceRelease(jdbc, key);
+      for (int i = 0; i < 20 && lost.isEmpty(); i++) {
+        Thread.sleep(100);
+      }
+
+      assertThat(finds.get()).as("reads of the record by refused renewals").isPositive();
+      assertThat(lost)
+          .as("losses heard by the listener, %s refused renewals later", finds.get())
+          .containsExactly(claim.attempt());
+      assertThat(claim.isLeaseLost()).as("the holder knows its lease is gone").isTrue();
+    }
+  }
+}
