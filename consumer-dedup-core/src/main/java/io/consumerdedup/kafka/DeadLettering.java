@@ -157,7 +157,9 @@ final class DeadLettering<K, V> {
         "{} cannot be deserialized (its {} was rejected); dead-lettering it",
         describe(raw),
         UndeserializableRecords.rejectedPart(e).orElse("key or value"),
-        e);
+        // Its cause is the deserializer's exception, which Logback prints: one whose message
+        // throws ended the loop here, before the dead letter, at every restart.
+        FailureTexts.loggable(e));
     if (deadLetter(raw, partition, () -> handler.deadLetterUndeserializable(raw, e))) {
       consumer.seek(partition, e.offset() + 1);
       progress.done(partition, e.offset() + 1);
@@ -177,7 +179,8 @@ final class DeadLettering<K, V> {
           "Could not dead-letter {}; not committing past it, trying again in {}",
           describe(record),
           wait,
-          e);
+          // What the application's DeadLetterHandler threw: its printing must not end the loop.
+          FailureTexts.loggable(e));
       return false;
     }
     progress.settled(partition);

@@ -1,5 +1,6 @@
 package io.consumerdedup.kafka;
 
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.internal.RecordSources;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import java.time.Duration;
@@ -57,7 +58,9 @@ final class SharePolls<K, V> {
           "{} cannot be deserialized (its {} was rejected)",
           RecordSources.describe(raw, groupId),
           UndeserializableRecords.rejectedPart(e).orElse("key or value"),
-          e);
+          // Its cause is the deserializer's exception, which Logback prints: one whose message
+          // throws must not end the worker before the record is dead-lettered.
+          FailureTexts.loggable(e));
       undeserializable.accept(raw, e);
       return ConsumerRecords.empty();
     } catch (Error e) {

@@ -643,16 +643,21 @@ final class ShareWorker<K, V> implements Runnable {
             "Could not dead-letter {}; keeping it acquired and trying again in {}",
             describe(record),
             wait,
-            e);
+            // What the application's DeadLetterHandler threw: its printing must not end the
+            // worker before the record is kept for the next try.
+            FailureTexts.loggable(e));
       } else if (System.nanoTime() + 2 * wait.toNanos() - deadLetter.lockEndsNanos() < 0) {
         // The try after the wait, and as long again for it and the RELEASE after it.
         log.error(
             "Could not dead-letter {}; trying again in {}, within its acquisition lock",
             describe(record),
             wait,
-            e);
+            FailureTexts.loggable(e));
       } else {
-        log.error("Could not dead-letter {}; it is delivered again", describe(record), e);
+        log.error(
+            "Could not dead-letter {}; it is delivered again",
+            describe(record),
+            FailureTexts.loggable(e));
         done(record, AcknowledgeType.RELEASE, 0);
         return;
       }

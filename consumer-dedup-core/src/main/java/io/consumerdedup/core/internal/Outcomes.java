@@ -270,10 +270,16 @@ public final class Outcomes implements AutoCloseable {
     pending.giveUp();
   }
 
-  /** {@code error} as the record's {@code last_error} keeps it. */
+  /**
+   * {@code error} as the record's {@code last_error} keeps it. Its message is read through {@link
+   * FailureTexts#messageOf}: a handler's exception whose {@code getMessage()} throws (an entity
+   * loaded lazily, a closed resource) threw here, before FAILED was written, and left the record
+   * PROCESSING under a lease renewed for good, the caller hearing the message's exception instead
+   * of the handler's.
+   */
   public static String describe(Throwable error) {
-    String text =
-        error.getClass().getName() + (error.getMessage() != null ? ": " + error.getMessage() : "");
+    String message = FailureTexts.messageOf(error);
+    String text = error.getClass().getName() + (message != null ? ": " + message : "");
     return text.length() <= StoredText.MAX_ERROR_LENGTH
         ? text
         : text.substring(0, StoredText.MAX_ERROR_LENGTH);
