@@ -12,13 +12,10 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
-import java.util.Map;
 import java.util.concurrent.CopyOnWriteArrayList;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.serialization.Deserializer;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -118,69 +115,6 @@ class DedupPollLoopUnprintableFailureTest {
         .isEqualTo(UnprintableException.class.getName());
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
         .isEqualTo("card declined");
-  }
-
-  /** A value deserializer whose exception, for the value {@code poison}, cannot give its message. */
-  public static final class UnprintableRejectingDeserializer implements Deserializer<String> {
-    @Override
-    public String deserialize(String topic, byte[] data) {
-      String value = new String(data, StandardCharsets.UTF_8);
-      if (value.contains("poison")) {
-        throw new IllegalArgumentException() {
-          private static final long serialVersionUID = 1L;
-
-          @Override
-          public String getMessage() {
-            throw new IllegalStateException("could not initialize proxy - no Session");
-          }
-        };
-      }
-      return value;
-    }
-  }
-
-  @Test
-  void aValueTheDeserializerRejectsWithAnUnprintableExceptionIsDeadLetteredAndTheLoopGoesOn()
-      throws Exception {
-    TestKafka.createTopics(1, topic, topic + "-dlt");
-    send("poison");
-    send("G-2");
-    List<String> applied = new CopyOnWriteArrayList<>();
-    IdempotentRecordHandler<String, String> handler =
-        IdempotentRecordHandler.<String, String>builder(executor)
-            .bizType(BIZ_TYPE)
-            .key(KeyExtractors.header(KEY_HEADER))
-            .groupId(group)
-            .handler(record -> applied.add(LoopFixture.orderNo(record)))
-            .build();
-    Map<String, Object> config = TestKafka.consumerConfig(group);
-    config.put(
-        ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, UnprintableRejectingDeserializer.class);
-    DedupPollLoop<String, String> loop =
-        LoopFixture.quick(
-                DedupPollLoop.builder(config, List.of(topic), handler)
-                    .deadLetterHandler(
-                        KafkaDeadLetterPublisher.builder(fixture.producer())
-                            .groupId(group)
-                            .build()))
-            .build();
-
-    try (RunningLoop running = RunningLoop.start(loop)) {
-      TopicPartition partition = new TopicPartition(topic, 0);
-      await()
-          .atMost(LoopFixture.WAIT)
-          .until(
-              () ->
-                  !running.isRunning()
-                      || Long.valueOf(2L).equals(TestKafka.committedOffsets(group).get(partition)));
-      assertThat(running.isRunning())
-          .as("the loop goes on past a value rejected with an exception that cannot be printed")
-          .isTrue();
-      assertThat(applied).as("records applied after it").containsExactly("G-2");
-      assertThat(TestKafka.endOffset(new TopicPartition(topic + "-dlt", 0)))
-          .as("dead letters of the rejected value")
-          .isEqualTo(1L);
-    }
   }
 
   @Test
