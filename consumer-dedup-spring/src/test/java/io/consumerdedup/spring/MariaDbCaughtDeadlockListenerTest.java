@@ -218,8 +218,7 @@ class MariaDbCaughtDeadlockListenerTest {
     @Transactional
     @Idempotent(bizType = "checked", header = "order-no")
     @KafkaListener(id = "deadlock-checked", topics = "deadlock-checked")
-    public void throwingACheckedException(ConsumerRecord<String, String> record)
-        throws Exception {
+    public void throwingACheckedException(ConsumerRecord<String, String> record) throws Exception {
       apply("checked", record);
       String key = SpringTestEnvironment.header(record, "order-no");
       if (key.startsWith("DL-") && calls.get(key).get() == 1) {
