@@ -251,11 +251,18 @@ final class ClaimCalls {
    * Marks FAILED, in the caller's transaction, a claim made in it whose handler threw {@code
    * error}; what goes wrong is added to {@code error} as suppressed, since the handler's failure is
    * what the caller must hear (on PostgreSQL a failed statement of the handler has aborted the
-   * transaction, and this statement fails too).
+   * transaction, and this statement fails too; on MySQL/MariaDB a deadlock the handler caught has
+   * rolled it back, the claim's row with it, and the caller hears it must not commit).
    */
   void failInTransaction(ClaimResult.Claimed claim, Throwable error) {
     try {
-      store.failInTransaction(claim, Outcomes.describe(error));
+      if (!store.failInTransaction(claim, Outcomes.describe(error))) {
+        // No row to mark: InnoDB may have rolled the transaction back under the handler (a
+        // deadlock it caught before it threw), and a caller that commits on this failure (a
+        // checked one, which @Transactional commits) would commit the handler's later writes
+        // alone, with no dedup row, and the retry would apply them again.
+        requireHeldInTransaction(claim);
+      }
     } catch (RuntimeException e) {
       if (e != error) {
         error.addSuppressed(e);

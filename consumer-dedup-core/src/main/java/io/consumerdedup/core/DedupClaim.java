@@ -39,6 +39,9 @@ public final class DedupClaim {
    */
   private volatile boolean heldAtCommit;
 
+  /** Ended by {@link #fail(Throwable)} in the caller's transaction, which may still commit. */
+  private volatile boolean failedInTransaction;
+
   private DedupClaim(
       DedupKey key,
       int attempt,
@@ -292,6 +295,7 @@ public final class DedupClaim {
         // Left SUCCESS, a caller that catches the failure and commits (a handler applying several
         // keys in one transaction, going on past one that failed) committed the key as applied:
         // never retried, its action lost.
+        failedInTransaction = true;
         transactionCalls.failInTransaction(inTransaction, error);
       }
       Outcomes.tellFailed(listener, key, attempt, error);
@@ -306,13 +310,18 @@ public final class DedupClaim {
    * the claim's record with it (InnoDB at a deadlock the handler caught), while the handler's later
    * writes went on in a new transaction on the same connection, whose commit would succeed. Call it
    * in the transaction, before its commit. Does nothing for a claim not in the caller's transaction
-   * or already ended.
+   * or already completed; a claim failed in it is checked, since its caller may commit anyway.
    *
    * @throws IllegalStateException the transaction no longer holds the claim's record: roll it back,
    *     and end the claim with {@link #fail(Throwable)}
    */
   public void requireHeldBeforeCommit() {
-    if (!ended.get() && inTransaction != null && transactionCalls != null) {
+    // A claim failed in the transaction is checked too: a caller may commit on a failure (Spring's
+    // @Transactional does on a checked exception), and if the database rolled the transaction back
+    // under the handler that commit carries its later writes alone, with no FAILED row to retry by.
+    if ((!ended.get() || failedInTransaction)
+        && inTransaction != null
+        && transactionCalls != null) {
       transactionCalls.requireHeldInTransaction(inTransaction);
       heldAtCommit = true;
     }

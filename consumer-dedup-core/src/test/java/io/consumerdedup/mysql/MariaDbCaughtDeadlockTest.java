@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.catchThrowable;
 
 import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupHandlerException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupResult;
@@ -97,6 +98,45 @@ class MariaDbCaughtDeadlockTest {
     }
     assertThat(runs).as("handler runs").hasValue(2);
     assertThat(count("ledger")).as("ledger rows").isEqualTo(1);
+  }
+
+  /**
+   * The handler catches the deadlock, writes, then throws a checked exception. The executor marks
+   * the key FAILED in the caller's transaction, which the documentation lets a caller commit
+   * anyway; but that transaction is not the handler's any more (InnoDB rolled it back, the claim's
+   * row with it), and the caller must hear so rather than commit the handler's later writes alone.
+   */
+  @Test
+  void aHandlerThatCatchesADeadlockThenThrowsACheckedExceptionTellsItsCallerNotToCommit()
+      throws Exception {
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(pool);
+    JdbcDedupStore store = JdbcDedupStore.builder(transactions).build();
+    DedupKey key = DedupKey.of("payment", "deadlock-checked-" + UUID.randomUUID());
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(store).mode(DedupMode.TRANSACTIONAL).build()) {
+      Throwable first =
+          catchThrowable(
+              () ->
+                  transactions.inTransaction(
+                      () ->
+                          executor.execute(
+                              key,
+                              () -> {
+                                deadlockCaught(transactions);
+                                throw new java.io.IOException("failed after its write");
+                              })));
+
+      assertThat(first).isInstanceOf(DedupHandlerException.class);
+      assertThat(first.getCause().getSuppressed())
+          .as("what the caller hears of its transaction, besides the handler's failure (%s)", first)
+          .anySatisfy(
+              suppressed ->
+                  assertThat(suppressed)
+                      .isInstanceOf(IllegalStateException.class)
+                      .hasMessageContaining("rolled back the transaction of the claim"));
+      assertThat(count("ledger")).as("ledger rows, the transaction rolled back").isZero();
+      assertThat(store.find(key)).as("the key's record").isEmpty();
+    }
   }
 
   /** Is the victim of a deadlock, catches it and carries on with a write of its own. */

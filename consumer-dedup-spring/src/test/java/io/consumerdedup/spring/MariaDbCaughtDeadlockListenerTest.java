@@ -68,7 +68,8 @@ class MariaDbCaughtDeadlockListenerTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) throws SQLException {
-    TestKafka.createTopics(1, "deadlock-method", "deadlock-container", "deadlock-interceptor");
+    TestKafka.createTopics(
+        1, "deadlock-method", "deadlock-checked", "deadlock-container", "deadlock-interceptor");
     String database = TestMariaDb.newDatabase("spring_deadlock");
     try (Connection connection = TestMariaDb.connect(database, TestMariaDb.Driver.MARIADB);
         Statement statement = connection.createStatement()) {
@@ -89,6 +90,17 @@ class MariaDbCaughtDeadlockListenerTest {
   @Test
   void aTransactionalListenerThatCatchesADeadlockIsRetriedAndAppliedOnce() throws Exception {
     appliedOnceThoughItsFirstAttemptCaughtADeadlock("deadlock-method", "method");
+  }
+
+  /**
+   * {@code @Transactional} commits on a checked exception: the claim must still be checked before
+   * that commit, or the writes after the deadlock commit alone, with no dedup row, and the retry
+   * applies them again.
+   */
+  @Test
+  void aTransactionalListenerThatCatchesADeadlockThenThrowsACheckedExceptionIsAppliedOnce()
+      throws Exception {
+    appliedOnceThoughItsFirstAttemptCaughtADeadlock("deadlock-checked", "checked");
   }
 
   @Test
@@ -200,6 +212,18 @@ class MariaDbCaughtDeadlockListenerTest {
     @KafkaListener(id = "deadlock-method", topics = "deadlock-method")
     public void inItsOwnTransaction(ConsumerRecord<String, String> record) throws Exception {
       apply("method", record);
+    }
+
+    /** Catches the deadlock, writes, then fails its first call with a checked exception. */
+    @Transactional
+    @Idempotent(bizType = "checked", header = "order-no")
+    @KafkaListener(id = "deadlock-checked", topics = "deadlock-checked")
+    public void throwingACheckedException(ConsumerRecord<String, String> record) throws Exception {
+      apply("checked", record);
+      String key = SpringTestEnvironment.header(record, "order-no");
+      if (key.startsWith("DL-") && calls.get(key).get() == 1) {
+        throw new java.io.IOException("the first call of " + key + " fails after its write");
+      }
     }
 
     @Idempotent(bizType = "container", header = "order-no")
