@@ -26,6 +26,9 @@ import org.springframework.jdbc.datasource.lookup.AbstractRoutingDataSource;
  * reason, not an exception the web layer turns into a bare 500.
  */
 class EndpointRefusedRequestsTest {
+  /** The tenant a multi-tenant application's routing DataSource reads; unset on this thread. */
+  private static final ThreadLocal<String> TENANT = new ThreadLocal<>();
+
   private String schema;
   private FaultyDataSource dataSource;
   private ConsumerDedupEndpoint endpoint;
@@ -124,8 +127,6 @@ class EndpointRefusedRequestsTest {
     assertThat(thrown).as("what the endpoint threw at the web layer (a bare 500)").isNull();
     assertAllAnswer503Naming(onRouting, "Cannot determine target DataSource");
   }
-
-  private static final ThreadLocal<String> TENANT = new ThreadLocal<>();
 
   private static void assertAllAnswer503Naming(ConsumerDedupEndpoint endpoint, String reason) {
     WebEndpointResponse<Object> summary = endpoint.summary();
