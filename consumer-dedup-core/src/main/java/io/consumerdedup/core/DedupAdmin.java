@@ -11,6 +11,22 @@ import org.jspecify.annotations.Nullable;
  * is there, what is stuck or failed, and the two changes that unstick a key. Every dialect of the
  * store implements it ({@code JdbcDedupAdmin}). Each change is logged at INFO with who asked and
  * the record as it was, at WARN when forced over a live lease.
+ *
+ * <p>Every operation may throw, as the store's calls do:
+ *
+ * <ul>
+ *   <li>{@link IllegalArgumentException}: a request that cannot be asked (a limit out of range, a
+ *       filter or a cursor no record can have, a requester that is not valid text), named; nothing
+ *       is changed;
+ *   <li>{@link DedupStoreDataException}: the database refused a value of the request;
+ *   <li>{@link DedupStoreUnavailableException}: the table did not answer after the store's retries
+ *       (the database down, the pool exhausted or closed, a DataSource that threw a {@code
+ *       RuntimeException} instead of giving a connection, its cause); ask again later;
+ *   <li>{@link DedupStoreException}: the database failed otherwise (a permission missing, the table
+ *       missing), with its reason.
+ * </ul>
+ *
+ * A change whose reply was lost is tried again, and recognised as made.
  */
 public interface DedupAdmin {
 

@@ -11,6 +11,7 @@ import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.DedupTableMissingException;
+import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.jdbc.internal.Dialect;
 import io.consumerdedup.jdbc.internal.Dialect.FencedUpdate;
@@ -422,12 +423,56 @@ public final class JdbcDedupStore implements DedupStore {
         "find", key, (connection, dialect) -> Optional.ofNullable(dialect.find(connection, key)));
   }
 
+  /**
+   * {@inheritDoc}
+   *
+   * <p>Oldest first along the {@code created_at} index. A purge that finds fewer expired rows than
+   * {@code limit} walks on over every unexpired row to the end of that index, one heap fetch each:
+   * on a big table longer than the statement timeout, which cancels it and the deletes it had found
+   * with it, at every call. For a one-shot purge of such a table (a scheduled job), use {@link
+   * #purge(int, Duration)}, or run a {@link DedupJanitor}.
+   */
   @Override
   public int purge(int limit) {
+    requirePurgeLimit(limit);
+    return calls.run("purge", null, (connection, dialect) -> dialect.purge(connection, limit));
+  }
+
+  /**
+   * Deletes up to {@code limit} expired records, oldest first, as {@link #purge(int)} does, looking
+   * only at the rows created longer ago than {@code shortestRetention} (database time), as the
+   * janitor's batches do when told it ({@link DedupJanitor.Builder#shortestRetention}): a row's
+   * expiry is the database's now at a write plus the writer's retention, and its creation is no
+   * later than that write, so no younger row can have expired. The purge then ends at that horizon
+   * instead of walking every unexpired row to the end of the index.
+   *
+   * @param shortestRetention the shortest retention any writer of the table uses (of every executor
+   *     writing to it, the least of its successRetention and failedRetention); set too long, a row
+   *     of a writer with a shorter one is deleted by a later purge, once its creation passes the
+   *     horizon, never earlier. At most {@link IdempotentExecutor#LONGEST_RETENTION}
+   * @return how many records were deleted
+   */
+  public int purge(int limit, Duration shortestRetention) {
+    requirePurgeLimit(limit);
+    Duration horizon =
+        Durations.requireBetween(
+            "shortestRetention",
+            shortestRetention,
+            Duration.ofMillis(1),
+            IdempotentExecutor.LONGEST_RETENTION,
+            "the range of a retention");
+    return calls
+        .run(
+            "purge",
+            null,
+            (connection, dialect) -> dialect.deleteExpired(connection, null, horizon, limit))
+        .deleted();
+  }
+
+  private static void requirePurgeLimit(int limit) {
     if (limit < 1) {
       throw new IllegalArgumentException("limit must be at least 1, was " + limit);
     }
-    return calls.run("purge", null, (connection, dialect) -> dialect.purge(connection, limit));
   }
 
   /** The store's dialect, once the first connection has told it (or the builder set it). */

@@ -2,6 +2,7 @@ package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.FailureTexts;
+import io.consumerdedup.core.internal.StoredText;
 import io.consumerdedup.kafka.internal.RecordSources;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import java.nio.charset.StandardCharsets;
@@ -67,12 +68,12 @@ import org.slf4j.LoggerFactory;
  *       io.consumerdedup.core.DedupKeyMissingException}
  *   <li>{@value #EXCEPTION_MESSAGE_HEADER}: its message (omitted when it has none; a text naming
  *       what its {@code getMessage()} threw, if it threw), at most {@value #MAX_MESSAGE_LENGTH}
- *       characters; for a record that cannot be deserialized, followed by the deserializer's
- *       exception, which Kafka's message leaves out. Also omitted (logged at WARN) when the broker
- *       or producer refuses the dead letter with it as too large ({@code RecordTooLargeException}:
- *       a record near the dead-letter topic's {@code max.message.bytes}), so that the record is
- *       still dead-lettered; one too large even without it is refused, and the loop holds it until
- *       the limit is raised
+ *       characters, cut between two code points (never between the halves of an emoji); for a
+ *       record that cannot be deserialized, followed by the deserializer's exception, which Kafka's
+ *       message leaves out. Also omitted (logged at WARN) when the broker or producer refuses the
+ *       dead letter with it as too large ({@code RecordTooLargeException}: a record near the
+ *       dead-letter topic's {@code max.message.bytes}), so that the record is still dead-lettered;
+ *       one too large even without it is refused, and the loop holds it until the limit is raised
  *   <li>{@value #ORIGINAL_TOPIC_HEADER}, {@value #ORIGINAL_PARTITION_HEADER}, {@value
  *       #ORIGINAL_OFFSET_HEADER}: where the record was consumed
  *   <li>{@value #ORIGINAL_GROUP_HEADER}: the consumer group, when {@link Builder#groupId(String)}
@@ -417,12 +418,8 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     add(headers, EXCEPTION_CLASS_HEADER, reason.getClass().getName());
     String message = withMessage ? messageOf(reason) : null;
     if (message != null) {
-      add(
-          headers,
-          EXCEPTION_MESSAGE_HEADER,
-          message.length() <= MAX_MESSAGE_LENGTH
-              ? message
-              : message.substring(0, MAX_MESSAGE_LENGTH));
+      // Cut at a code point: half an emoji went on the wire as '?'.
+      add(headers, EXCEPTION_MESSAGE_HEADER, StoredText.cut(message, MAX_MESSAGE_LENGTH));
     }
     add(headers, ORIGINAL_TOPIC_HEADER, record.topic());
     add(headers, ORIGINAL_PARTITION_HEADER, Integer.toString(record.partition()));

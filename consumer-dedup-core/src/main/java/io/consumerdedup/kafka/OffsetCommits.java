@@ -224,7 +224,19 @@ final class OffsetCommits {
   /** Commits before partitions are revoked; a failure is logged, their new owner redelivers. */
   void commitBeforeRevoke() {
     try {
-      commitNow();
+      try {
+        commitNow();
+      } catch (WakeupException e) {
+        // A stop request (or another wakeup) that arrived as the rebalance takes the partitions:
+        // no failure, and the commit is owed all the same. The throw has spent the wakeup, so the
+        // commit is made once more, and the wakeup handed on to the poll that runs this callback,
+        // which then ends for the stop as it would have.
+        try {
+          commitNow();
+        } finally {
+          consumer.wakeup();
+        }
+      }
     } catch (RuntimeException e) {
       log.warn(
           "Offsets {} not committed before the partitions were revoked",

@@ -106,6 +106,38 @@ abstract class JanitorKeysetTests {
     assertThat(unknownBacklogs).hasValue(0);
   }
 
+  /**
+   * The one-shot purge of a scheduled job, on a table with fewer expired rows than its limit: it
+   * walked on over every unexpired row to the end of the index, and at volume the statement timeout
+   * cancelled it at every run, the expired rows it had found with it. Told the shortest retention,
+   * it ends at the horizon as the janitor's batches do.
+   */
+  @Test
+  void aOneShotPurgeToldTheShortestRetentionEndsAtItsHorizon() throws SQLException {
+    insert("expired-success-", 50, "SUCCESS", 2 * 86_400, 86_400, null);
+    insert("lease-expired-", 5, "PROCESSING", 2 * 86_400, 86_400 - 60, 86_400L);
+    int unexpired = unexpiredRowsOutlastingATinyTimeout();
+    insertUnexpiredCreatedNow("recent-", unexpired);
+    JdbcDedupStore timingOut =
+        JdbcDedupStore.builder(dataSource())
+            .statementTimeout(TINY_TIMEOUT)
+            .retryMaxAttempts(1)
+            .build();
+
+    AtomicInteger purged = new AtomicInteger(-1);
+    Throwable failure = catchThrowable(() -> purged.set(timingOut.purge(1000, Duration.ofDays(1))));
+
+    assertThat(failure)
+        .as("the one-shot purge (it reads only up to the horizon, not every unexpired row)")
+        .isNull();
+    assertThat(purged).hasValue(55);
+    assertThat(count("expired-%") + count("lease-expired-%")).isZero();
+    assertThat(count("recent-%")).isEqualTo(unexpired);
+    assertThatThrownBy(() -> timingOut.purge(1000, Duration.ZERO))
+        .isInstanceOf(IllegalArgumentException.class)
+        .hasMessageStartingWith("shortestRetention must be positive");
+  }
+
   @Test
   void theLongestShortestRetentionLeavesEveryRowAndAnyLongerOrNoneIsRefused() throws SQLException {
     insert("expired-", 10, "SUCCESS", 7_200, 60, null);

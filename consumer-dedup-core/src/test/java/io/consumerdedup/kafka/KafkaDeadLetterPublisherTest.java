@@ -126,6 +126,35 @@ class KafkaDeadLetterPublisherTest {
         .isEqualTo("(its getMessage() threw java.lang.UnsupportedOperationException)");
   }
 
+  /**
+   * A long message cut to {@value KafkaDeadLetterPublisher#MAX_MESSAGE_LENGTH} characters where an
+   * emoji (two UTF-16 characters) straddles the limit: cut between its halves, the header's UTF-8
+   * ended in a {@code ?} the message never had.
+   */
+  @Test
+  void aMessageCutAtItsLimitEndsAtACodePointNotHalfAnEmoji() {
+    ConsumerRecord<String, String> record =
+        new ConsumerRecord<>("payments", 0, 9, "key", "charge 14.00");
+    String head = "a".repeat(KafkaDeadLetterPublisher.MAX_MESSAGE_LENGTH - 1);
+
+    KafkaDeadLetterPublisher.builder(typed)
+        .build()
+        .deadLetter(record, new IllegalStateException(head + "\uD83D\uDCB3 declined"));
+
+    byte[] header =
+        typed
+            .history()
+            .get(0)
+            .headers()
+            .lastHeader(KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER)
+            .value();
+    String message = new String(header, StandardCharsets.UTF_8);
+    assertThat(message.substring(message.length() - 3))
+        .as("the end of the cut message header")
+        .isEqualTo("aaa");
+    assertThat(header).as("the header's bytes").isEqualTo(head.getBytes(StandardCharsets.UTF_8));
+  }
+
   @Test
   void deadLettersGoToTheTopicSpringKafkaNamesUnlessAnotherSuffixIsChosen() {
     ConsumerRecord<String, String> record =

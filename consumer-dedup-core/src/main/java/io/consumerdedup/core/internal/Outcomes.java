@@ -280,8 +280,6 @@ public final class Outcomes implements AutoCloseable {
   public static String describe(Throwable error) {
     String message = FailureTexts.messageOf(error);
     String text = error.getClass().getName() + (message != null ? ": " + message : "");
-    return text.length() <= StoredText.MAX_ERROR_LENGTH
-        ? text
-        : text.substring(0, StoredText.MAX_ERROR_LENGTH);
+    return StoredText.cut(text, StoredText.MAX_ERROR_LENGTH);
   }
 }

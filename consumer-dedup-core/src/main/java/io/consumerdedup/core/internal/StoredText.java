@@ -32,11 +32,21 @@ public final class StoredText {
       return null;
     }
     String text = value.indexOf('\u0000') < 0 ? value : value.replace("\u0000", "\\0");
+    return cut(text, max);
+  }
+
+  /**
+   * {@code text} cut to at most {@code max} characters at a code point's boundary. A cut between
+   * the two halves of a surrogate pair (an emoji) leaves an unpaired surrogate, which UTF-8 cannot
+   * encode: Java's encoder writes it as {@code ?}, and a store or a dead-letter header showed a
+   * character the failure never said.
+   */
+  public static String cut(String text, int max) {
     if (text.length() <= max) {
       return text;
     }
     int end = max;
-    if (Character.isHighSurrogate(text.charAt(end - 1))) {
+    if (end > 0 && Character.isHighSurrogate(text.charAt(end - 1))) {
       end--;
     }
     return text.substring(0, end);

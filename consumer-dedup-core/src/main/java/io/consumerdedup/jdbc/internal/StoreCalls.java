@@ -4,6 +4,7 @@ import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.github.resilience4j.core.IntervalFunction;
 import io.github.resilience4j.retry.Retry;
 import io.github.resilience4j.retry.RetryConfig;
@@ -198,9 +199,37 @@ public final class StoreCalls {
     }
   }
 
+  /**
+   * A connection of {@code connections} for a call. A DataSource that throws a {@code
+   * RuntimeException} where JDBC says {@code SQLException} (Spring's {@code
+   * AbstractRoutingDataSource} on a thread without a lookup key, a pool behind a circuit breaker
+   * that is open, a pool that cannot start) gave the call no connection: the table did not answer,
+   * as when the database refuses. Passed on as it came, it was taken for the handler's failure
+   * ({@code Disposition.HANDLER_FAILED}: attempts counted, the record dead-lettered, though the
+   * handler never ran), and it reached the Actuator endpoint as a bare 500 (as a 400, blaming the
+   * request, when an {@code IllegalArgumentException}). Not retried: nothing says a second try
+   * would get one.
+   *
+   * @throws DedupStoreUnavailableException naming what the DataSource threw, its cause
+   */
+  private Connection connection(DataSource connections, String operation, @Nullable DedupKey key)
+      throws SQLException {
+    try {
+      return connections.getConnection();
+    } catch (RuntimeException e) {
+      throw new DedupStoreUnavailableException(
+          what(operation)
+              + " failed: the DataSource gave no connection: "
+              + FailureTexts.describe(e),
+          key,
+          null,
+          e);
+    }
+  }
+
   private <T> T attempt(
       String operation, @Nullable DedupKey key, Call<T> work, long retryDeadline) {
-    try (Connection connection = ownConnections.getConnection()) {
+    try (Connection connection = connection(ownConnections, operation, key)) {
       boolean autoCommit = connection.getAutoCommit();
       int networkTimeout = connection.getNetworkTimeout();
       // Longer than the statement timeout, so a slow statement is cancelled by the server first;
@@ -301,7 +330,7 @@ public final class StoreCalls {
    * @param key the key of a one-key call, named in its errors; null for others
    */
   public <T> T inCallersTransaction(String operation, @Nullable DedupKey key, Call<T> work) {
-    try (Connection connection = callersConnections.getConnection()) {
+    try (Connection connection = connection(callersConnections, operation, key)) {
       Dialect known = dialect(connection);
       requireUnnamedHandlerStatements(connection, key);
       return work.run(connection, known);

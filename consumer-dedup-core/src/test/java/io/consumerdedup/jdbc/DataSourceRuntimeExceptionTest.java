@@ -1,0 +1,99 @@
+package io.consumerdedup.jdbc;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.catchThrowable;
+
+import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.testing.ConnectionSource;
+import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+
+/**
+ * A DataSource that throws a {@code RuntimeException} where JDBC says {@code SQLException}:
+ * Spring's {@code AbstractRoutingDataSource} on a thread that carries no lookup key, a pool wrapped
+ * in a circuit breaker that is open. Passed on as it came, the exception was taken for the
+ * handler's own failure ({@link Disposition#HANDLER_FAILED}): the adapters counted attempts of a
+ * handler that never ran and dead-lettered the record, and the admin operations threw it at the
+ * operator without saying that the table did not answer.
+ */
+class DataSourceRuntimeExceptionTest {
+  private static final String REASON = "Cannot determine target DataSource for lookup key [null]";
+
+  private String schema;
+  private HikariDataSource pool;
+  private final AtomicBoolean failing = new AtomicBoolean();
+  private JdbcDedupStore store;
+
+  @BeforeEach
+  void setUp() {
+    schema = TestDatabase.newSchema("dsruntime");
+    pool = TestDatabase.dataSource(schema, 2);
+    ConnectionSource routing =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() throws SQLException {
+            if (failing.get()) {
+              // What AbstractRoutingDataSource throws without a target for the thread's key.
+              throw new IllegalStateException(REASON);
+            }
+            return pool.getConnection();
+          }
+        };
+    store = JdbcDedupStore.builder(routing).retryMaxAttempts(1).build();
+  }
+
+  @AfterEach
+  void tearDown() {
+    pool.close();
+    TestDatabase.dropSchema(schema);
+  }
+
+  @Test
+  void aClaimIsRetriedLaterNotCountedAsTheHandlersFailure() {
+    AtomicInteger handlerRuns = new AtomicInteger();
+    try (IdempotentExecutor executor = IdempotentExecutor.builder(store).build()) {
+      failing.set(true);
+      Throwable thrown =
+          catchThrowable(
+              () -> executor.execute(DedupKey.of("payment", "DS-1"), handlerRuns::incrementAndGet));
+
+      assertThat(handlerRuns).as("handler runs").hasValue(0);
+      assertThat(Disposition.of(thrown))
+          .as("what the adapters do with %s", thrown)
+          .isEqualTo(Disposition.RETRY_LATER);
+      assertThat(thrown)
+          .isInstanceOf(DedupStoreUnavailableException.class)
+          .hasMessageContaining("IllegalStateException")
+          .hasMessageContaining(REASON)
+          .hasCauseInstanceOf(IllegalStateException.class);
+
+      failing.set(false);
+      assertThat(executor.execute(DedupKey.of("payment", "DS-1"), handlerRuns::incrementAndGet))
+          .as("the next delivery once the DataSource answers")
+          .satisfies(result -> assertThat(handlerRuns).hasValue(1));
+    }
+  }
+
+  @Test
+  void anAdminReadSaysTheTableDidNotAnswer() {
+    JdbcDedupAdmin admin = JdbcDedupAdmin.of(store);
+    failing.set(true);
+
+    Throwable thrown = catchThrowable(admin::counts);
+
+    assertThat(thrown)
+        .isInstanceOf(DedupStoreUnavailableException.class)
+        .hasMessageContaining("admin counts")
+        .hasMessageContaining(REASON);
+  }
+}
