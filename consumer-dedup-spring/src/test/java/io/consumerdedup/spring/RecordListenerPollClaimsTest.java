@@ -64,7 +64,8 @@ import org.springframework.test.context.DynamicPropertySource;
  * from committing past its record; a key in progress elsewhere in the middle of a poll is held and
  * the claims after it given back; a failure is retried; a consumer that is thrown out of its group
  * in the middle of a poll leaves nothing applied twice; an {@code Error} gives back the poll's
- * claims. A real PostgreSQL and the in-JVM broker.
+ * claims; ack modes COUNT and TIME, whose acknowledgments wait in the container, commit at a
+ * rebalance what is done, never past a mark not written. A real PostgreSQL and the in-JVM broker.
  */
 @SpringBootTest(classes = RecordListenerPollClaimsTest.App.class)
 @DirtiesContext
@@ -77,6 +78,8 @@ class RecordListenerPollClaimsTest {
   static final String ASYNC = "pc-async";
   static final String REBALANCE = "pc-rebalance";
   static final String ACK = "pc-ack-";
+  static final String ACK_REBALANCE = "pc-ackreb-";
+  static final List<AckMode> RARE_COMMITS = List.of(AckMode.COUNT, AckMode.TIME);
   static String schema;
 
   @DynamicPropertySource
@@ -87,6 +90,9 @@ class RecordListenerPollClaimsTest {
     }
     schema = SpringTestEnvironment.prepare(registry, "poll_claims", topics.toArray(String[]::new));
     TestKafka.createTopics(2, REBALANCE);
+    for (AckMode mode : RARE_COMMITS) {
+      TestKafka.createTopics(2, ACK_REBALANCE + mode);
+    }
     // The database refuses the SUCCESS of the keys listed, as a transient failure.
     SpringTestEnvironment.refuseListedSuccesses(schema);
     registry.add("consumer-dedup.store.retry-max-attempts", () -> "1");
@@ -210,6 +216,108 @@ class RecordListenerPollClaimsTest {
         assertThat(effects(mode + "-" + i)).as(mode + "-" + i).isEqualTo(1);
         assertThat(status(ACK + mode, mode + "-" + i)).isEqualTo(DedupStatus.SUCCESS);
       }
+    }
+  }
+
+  /**
+   * Ack modes COUNT and TIME keep the acknowledgments of done records in the container until enough
+   * records or time have passed; a second consumer joins the group and takes a partition over. The
+   * container commits what it holds as the partitions are revoked, and the consumer what it owes:
+   * up to a SUCCESS mark the database refuses on one partition, and all of the other. The new
+   * owners read no record again but from the refused one, which waits until its mark is written and
+   * then comes as a duplicate; nothing is applied twice. Stopped, the containers commit the rest.
+   */
+  @Test
+  void countAndTimeAckModesCommitAtARebalanceUpToTheFirstMarkNotWritten() throws Exception {
+    Map<AckMode, Double> duplicatesBefore = new EnumMap<>(AckMode.class);
+    for (AckMode mode : RARE_COMMITS) {
+      MessageListenerContainer a = containers.getListenerContainer(ACK_REBALANCE + mode + "-a");
+      await().atMost(WAIT).until(() -> a.getAssignedPartitions().size() == 2);
+      SpringTestEnvironment.refuseSuccessOf(jdbc, mode + "-P0-3");
+      duplicatesBefore.put(mode, outcomes(ACK_REBALANCE + mode, "duplicate"));
+    }
+    try {
+      for (AckMode mode : RARE_COMMITS) {
+        for (int partition = 0; partition < 2; partition++) {
+          for (int i = 0; i < 10; i++) {
+            String orderNo = mode + "-P" + partition + "-" + i;
+            ProducerRecord<String, String> record =
+                new ProducerRecord<>(
+                    ACK_REBALANCE + mode, partition, null, "payload of " + orderNo);
+            record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+            template.send(record).get();
+          }
+        }
+      }
+      for (AckMode mode : RARE_COMMITS) {
+        await().atMost(WAIT).until(() -> applied(mode + "-P") == 20);
+        await()
+            .atMost(WAIT)
+            .until(() -> SpringTestEnvironment.refusedSuccessesOf(jdbc, mode + "-P0-3") > 0);
+        await()
+            .atMost(WAIT)
+            .until(
+                () ->
+                    status(ACK_REBALANCE + mode, mode + "-P0-9") == DedupStatus.SUCCESS
+                        && status(ACK_REBALANCE + mode, mode + "-P1-9") == DedupStatus.SUCCESS);
+        containers.getListenerContainer(ACK_REBALANCE + mode + "-b").start();
+      }
+      for (AckMode mode : RARE_COMMITS) {
+        MessageListenerContainer b = containers.getListenerContainer(ACK_REBALANCE + mode + "-b");
+        await().atMost(WAIT).until(() -> !b.getAssignedPartitions().isEmpty());
+        await()
+            .atMost(WAIT)
+            .until(() -> committed(ACK_REBALANCE + mode, ACK_REBALANCE + mode, 1) == 10);
+      }
+      // The partitions are settled with their new owners: none commits past the refused record,
+      // and none reads a record it holds as done again (each would be a duplicate).
+      Map<AckMode, Long> highest = new EnumMap<>(AckMode.class);
+      long end = System.nanoTime() + Duration.ofSeconds(2).toNanos();
+      while (System.nanoTime() < end) {
+        for (AckMode mode : RARE_COMMITS) {
+          highest.merge(mode, committed(ACK_REBALANCE + mode, ACK_REBALANCE + mode, 0), Math::max);
+        }
+        Thread.sleep(100);
+      }
+      for (AckMode mode : RARE_COMMITS) {
+        assertThat(highest.get(mode))
+            .as("%s: committed offset of partition 0, the SUCCESS of offset 3 refused", mode)
+            .isEqualTo(3);
+        assertThat(outcomes(ACK_REBALANCE + mode, "duplicate") - duplicatesBefore.get(mode))
+            .as("%s: records read again by their new owner, done before the rebalance", mode)
+            .isZero();
+        assertThat(status(ACK_REBALANCE + mode, mode + "-P0-3")).isEqualTo(DedupStatus.PROCESSING);
+      }
+    } finally {
+      jdbc.update("DELETE FROM mark_faults");
+    }
+    for (AckMode mode : RARE_COMMITS) {
+      // Offset 3 comes again once its mark is written, and the records after it with it.
+      await()
+          .atMost(WAIT)
+          .until(
+              () -> outcomes(ACK_REBALANCE + mode, "duplicate") - duplicatesBefore.get(mode) == 7);
+    }
+    // Stopped, each container commits the acknowledgments it holds (a minute or 1000 records
+    // early): the second consumer's, then the first's, which takes both partitions over meanwhile.
+    for (AckMode mode : RARE_COMMITS) {
+      containers.getListenerContainer(ACK_REBALANCE + mode + "-b").stop();
+      containers.getListenerContainer(ACK_REBALANCE + mode + "-a").stop();
+    }
+    for (AckMode mode : RARE_COMMITS) {
+      for (int partition = 0; partition < 2; partition++) {
+        assertThat(committed(ACK_REBALANCE + mode, ACK_REBALANCE + mode, partition))
+            .as("%s: committed offset of partition %d, the containers stopped", mode, partition)
+            .isEqualTo(10);
+        for (int i = 0; i < 10; i++) {
+          String orderNo = mode + "-P" + partition + "-" + i;
+          assertThat(effects(orderNo)).as(orderNo).isEqualTo(1);
+          assertThat(status(ACK_REBALANCE + mode, orderNo)).isEqualTo(DedupStatus.SUCCESS);
+        }
+      }
+      assertThat(outcomes(ACK_REBALANCE + mode, "duplicate") - duplicatesBefore.get(mode))
+          .as("%s: records read again, offset 3 and the seven after it", mode)
+          .isEqualTo(7);
     }
   }
 
@@ -580,6 +688,61 @@ class RecordListenerPollClaimsTest {
     }
   }
 
+  /**
+   * A COUNT and a TIME listener, each with a second consumer of its group that starts later, whose
+   * containers commit only after 1000 records or a minute (and, in COUNT, when a poll comes back
+   * empty).
+   */
+  static class RareCommitListeners {
+    private final JdbcTemplate jdbc;
+
+    RareCommitListeners(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
+
+    @Idempotent(bizType = ACK_REBALANCE + "COUNT", header = "order-no")
+    @KafkaListener(
+        id = ACK_REBALANCE + "COUNT-a",
+        groupId = ACK_REBALANCE + "COUNT",
+        topics = ACK_REBALANCE + "COUNT",
+        containerFactory = "rareCOUNT")
+    void countA(String payload, @Header("order-no") String orderNo) {
+      effect(jdbc, "ackreb-a", orderNo);
+    }
+
+    @Idempotent(bizType = ACK_REBALANCE + "COUNT", header = "order-no")
+    @KafkaListener(
+        id = ACK_REBALANCE + "COUNT-b",
+        groupId = ACK_REBALANCE + "COUNT",
+        topics = ACK_REBALANCE + "COUNT",
+        containerFactory = "rareCOUNT",
+        autoStartup = "false")
+    void countB(String payload, @Header("order-no") String orderNo) {
+      effect(jdbc, "ackreb-b", orderNo);
+    }
+
+    @Idempotent(bizType = ACK_REBALANCE + "TIME", header = "order-no")
+    @KafkaListener(
+        id = ACK_REBALANCE + "TIME-a",
+        groupId = ACK_REBALANCE + "TIME",
+        topics = ACK_REBALANCE + "TIME",
+        containerFactory = "rareTIME")
+    void timeA(String payload, @Header("order-no") String orderNo) {
+      effect(jdbc, "ackreb-a", orderNo);
+    }
+
+    @Idempotent(bizType = ACK_REBALANCE + "TIME", header = "order-no")
+    @KafkaListener(
+        id = ACK_REBALANCE + "TIME-b",
+        groupId = ACK_REBALANCE + "TIME",
+        topics = ACK_REBALANCE + "TIME",
+        containerFactory = "rareTIME",
+        autoStartup = "false")
+    void timeB(String payload, @Header("order-no") String orderNo) {
+      effect(jdbc, "ackreb-b", orderNo);
+    }
+  }
+
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
@@ -601,6 +764,25 @@ class RecordListenerPollClaimsTest {
     @Bean
     AckModeListeners ackModeListeners(JdbcTemplate jdbc) {
       return new AckModeListeners(jdbc);
+    }
+
+    @Bean
+    RareCommitListeners rareCommitListeners(JdbcTemplate jdbc) {
+      return new RareCommitListeners(jdbc);
+    }
+
+    @Bean
+    RareCommitFactory rareCOUNT(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      return new RareCommitFactory(configurer, consumerFactory, AckMode.COUNT);
+    }
+
+    @Bean
+    RareCommitFactory rareTIME(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      return new RareCommitFactory(configurer, consumerFactory, AckMode.TIME);
     }
 
     /**
@@ -630,6 +812,18 @@ class RecordListenerPollClaimsTest {
       getContainerProperties().setAckMode(mode);
       getContainerProperties().setAckCount(4);
       getContainerProperties().setAckTime(300);
+    }
+  }
+
+  /** {@link AckModeFactory} committing only after 1000 records or a minute. */
+  static class RareCommitFactory extends AckModeFactory {
+    RareCommitFactory(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory,
+        AckMode mode) {
+      super(configurer, consumerFactory, mode);
+      getContainerProperties().setAckCount(1000);
+      getContainerProperties().setAckTime(60_000);
     }
   }
 }

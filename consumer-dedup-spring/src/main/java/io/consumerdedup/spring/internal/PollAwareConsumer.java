@@ -6,7 +6,9 @@ import java.util.Collection;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.Set;
+import java.util.function.Function;
 import java.util.regex.Pattern;
 import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.CommitFailedException;
@@ -227,7 +229,8 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   @Override
   public void commitAsync(
       Map<TopicPartition, OffsetAndMetadata> offsets, @Nullable OffsetCommitCallback callback) {
-    HeldCommit commit = new HeldCommit(() -> commitAsync(offsets, callback), offsets, callback);
+    HeldCommit commit =
+        HeldCommit.async(offsets, callback, told -> () -> commitAsync(offsets, told));
     if (heldForBatch(commit) || afterTransaction(commit)) {
       return;
     }
@@ -238,7 +241,9 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
       poll.marks().committed(durable);
       try {
         delegate.commitAsync(durable, owedAgainIfItFails(durable, callback));
-      } catch (RuntimeException e) {
+      } catch (RuntimeException | Error e) {
+        // Not sent: Kafka runs the callbacks of the commits that completed before it sends one,
+        // and throws what an application's callback threw (an Error too) instead.
         poll.marks().notCommitted(durable);
         throw e;
       }
@@ -299,18 +304,44 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     if (held == null || held.isEmpty()) {
       return;
     }
+    // What an application's commit callback throws is thrown once every held commit was sent or
+    // its callback told: thrown at once, it left the commits behind it neither sent nor told, and
+    // whatever waits on their callbacks waiting for good.
+    Throwable thrown = null;
     if (!send) {
       log.debug("Dropping {} offset commits of a listener whose call failed", held.size());
-      held.forEach(commit -> commit.dropped("the listener's call failed"));
-      return;
-    }
-    for (HeldCommit commit : held) {
-      // A record listener may run in a transaction of this thread (the container's): its commits
-      // then wait for that transaction's commit, as they would have without the hold.
-      if (!afterTransaction(commit)) {
-        commitHeld(commit, "the listener's outcomes were written");
+      for (HeldCommit commit : held) {
+        thrown = firstOf(thrown, commit.dropped("the listener's call failed"));
+      }
+    } else {
+      for (HeldCommit commit : held) {
+        // A record listener may run in a transaction of this thread (the container's): its
+        // commits then wait for that transaction's commit, as they would have without the hold.
+        try {
+          if (!afterTransaction(commit)) {
+            commitHeld(commit, "the listener's outcomes were written");
+          }
+        } catch (RuntimeException | Error e) {
+          thrown = firstOf(thrown, e);
+        }
       }
     }
+    if (thrown instanceof RuntimeException e) {
+      throw e;
+    }
+    if (thrown instanceof Error e) {
+      throw e;
+    }
+  }
+
+  private static @Nullable Throwable firstOf(@Nullable Throwable first, @Nullable Throwable next) {
+    if (first == null) {
+      return next;
+    }
+    if (next != null && next != first) {
+      first.addSuppressed(next);
+    }
+    return first;
   }
 
   /**
@@ -374,7 +405,10 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
             if (status == STATUS_COMMITTED) {
               commitHeld(commit, "the listener's transaction committed");
             } else {
-              commit.dropped("the listener's transaction did not commit");
+              Error thrown = commit.dropped("the listener's transaction did not commit");
+              if (thrown != null) {
+                throw thrown; // Spring logs it; the other synchronizations run all the same
+              }
             }
           }
         });
@@ -386,12 +420,12 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     // Not to be left to a transaction again: synchronization may still be active while it runs.
     committingAfterTransaction = true;
     try {
-      commit.send().run();
+      sendHeld(commit);
     } catch (WakeupException e) {
       // A stop's wakeup, spent here where the container cannot see it: commit, and wake the next
       // poll in its place so the stop still ends it.
       try {
-        commit.send().run();
+        sendHeld(commit);
       } catch (KafkaException | IllegalStateException again) {
         log.warn("Could not commit offsets held until {}", after, again);
       } finally {
@@ -407,27 +441,89 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   }
 
   /**
+   * Sends {@code commit}. Kafka runs the callbacks of the asynchronous commits that completed
+   * before it sends one, and throws what such a callback of the application's throws instead of
+   * sending it: the commit, whose caller has returned long since, is sent once more, and what was
+   * thrown is thrown afterwards. A commit whose own callback was told already was sent: not again.
+   */
+  private void sendHeld(HeldCommit commit) {
+    try {
+      commit.send.run();
+    } catch (KafkaException | IllegalStateException e) {
+      throw e; // the commit's own failure
+    } catch (RuntimeException | Error callbackThrew) {
+      if (commit.told) {
+        throw callbackThrew;
+      }
+      try {
+        commit.send.run();
+      } catch (RuntimeException | Error again) {
+        callbackThrew.addSuppressed(again);
+        Error dropped = commit.dropped("sending it threw " + callbackThrew);
+        if (dropped != null && dropped != callbackThrew) {
+          callbackThrew.addSuppressed(dropped);
+        }
+      }
+      throw callbackThrew;
+    }
+  }
+
+  /**
    * A commit held until a listener's outcomes are written ({@link #holdCommits}) or its transaction
    * has committed ({@link #afterTransaction}): {@code send} sends it. An asynchronous commit's
-   * {@code callback} is told when it is dropped instead: Kafka tells a callback how every commit
-   * ended, and one never told leaves what waits on it (a future completed there, a count of commits
-   * in flight) waiting for good.
+   * callback is told when it is dropped instead: Kafka tells a callback how every commit ended, and
+   * one never told leaves what waits on it (a future completed there, a count of commits in flight)
+   * waiting for good.
    */
-  private record HeldCommit(
-      Runnable send,
-      @Nullable Map<TopicPartition, OffsetAndMetadata> offsets,
-      @Nullable OffsetCommitCallback callback) {
+  private static final class HeldCommit {
+    final Runnable send;
+    private final @Nullable Map<TopicPartition, OffsetAndMetadata> offsets;
+    private final @Nullable OffsetCommitCallback callback;
+
+    /** Whether the callback was told how the commit ended (told before it runs: it may throw). */
+    volatile boolean told;
+
+    private HeldCommit(
+        @Nullable Function<@Nullable OffsetCommitCallback, Runnable> sendTelling,
+        @Nullable Runnable send,
+        @Nullable Map<TopicPartition, OffsetAndMetadata> offsets,
+        @Nullable OffsetCommitCallback callback) {
+      this.offsets = offsets;
+      this.callback = callback;
+      OffsetCommitCallback telling =
+          callback == null
+              ? null
+              : (committed, e) -> {
+                told = true;
+                callback.onComplete(committed, e);
+              };
+      this.send = send != null ? send : Objects.requireNonNull(sendTelling).apply(telling);
+    }
 
     /** A synchronous commit, whose caller was answered already: nothing to tell if dropped. */
     static HeldCommit sync(Runnable send) {
-      return new HeldCommit(send, null, null);
+      return new HeldCommit(null, send, null, null);
     }
 
-    /** Tells the callback, if any, that the commit is not sent, because of {@code why}. */
-    void dropped(String why) {
-      if (callback == null || offsets == null) {
-        return;
+    /** An asynchronous commit of {@code offsets}: {@code send} sends it with the callback given. */
+    static HeldCommit async(
+        Map<TopicPartition, OffsetAndMetadata> offsets,
+        @Nullable OffsetCommitCallback callback,
+        Function<@Nullable OffsetCommitCallback, Runnable> send) {
+      return new HeldCommit(send, null, offsets, callback);
+    }
+
+    /**
+     * Tells the callback, if any and not told yet, that the commit is not sent, because of {@code
+     * why}.
+     *
+     * @return an Error the callback threw, for the caller to throw once the others are told
+     */
+    @Nullable Error dropped(String why) {
+      if (callback == null || offsets == null || told) {
+        return null;
       }
+      told = true;
       try {
         callback.onComplete(
             offsets,
@@ -440,7 +536,10 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
       } catch (RuntimeException e) {
         // The listener's failure or the transaction's end is what the container must hear.
         log.warn("The callback of an offset commit that was dropped threw", e);
+      } catch (Error e) {
+        return e;
       }
+      return null;
     }
   }
 

@@ -1,13 +1,19 @@
 package io.consumerdedup.spring.internal;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import java.time.Duration;
+import java.util.ArrayDeque;
 import java.util.List;
 import java.util.Map;
+import java.util.Queue;
 import java.util.Set;
 import java.util.concurrent.CompletableFuture;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.MockConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.OffsetCommitCallback;
 import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.Test;
 import org.springframework.transaction.support.TransactionSynchronization;
@@ -18,7 +24,9 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * with a callback, and its call then fails: the commit, held until the call's outcome was settled,
  * is dropped; so is one made inside the listener's database transaction, which then rolls back.
  * Kafka tells a callback how every commit ended; one never told leaves whatever waits on it (a
- * future the application completes there, a count of commits in flight) waiting for good.
+ * future the application completes there, a count of commits in flight) waiting for good. A
+ * callback that throws an {@code Error} does not keep the held commits behind it from being sent,
+ * or their callbacks from being told.
  */
 class PollAwareConsumerHeldAsyncCommitTest {
   private static final TopicPartition PARTITION = new TopicPartition("payments", 0);
@@ -88,5 +96,112 @@ class PollAwareConsumerHeldAsyncCommitTest {
     assertThat(commitEnded)
         .as("[the listener's commit callback, its commit dropped as its transaction rolled back]")
         .isCompletedExceptionally();
+  }
+
+  @Test
+  void anErrorThrownByOneDroppedCommitsCallbackStillTellsTheCallbacksBehindIt() {
+    MockConsumer<String, String> kafka = new MockConsumer<>("earliest");
+    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
+    consumer.subscribe(List.of("payments"));
+    kafka.rebalance(List.of(PARTITION));
+    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+    Error callbackError = new StackOverflowError("the application's first commit callback");
+
+    consumer.holdCommits(); // the listener's call begins
+    consumer.commitAsync(
+        Map.of(PARTITION, new OffsetAndMetadata(1)),
+        (offsets, e) -> {
+          throw callbackError;
+        });
+    CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
+        new CompletableFuture<>();
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(secondEnded));
+
+    assertThatThrownBy(() -> consumer.releaseCommits(false)) // the call threw
+        .as("[what the first callback threw, once every callback was told]")
+        .isSameAs(callbackError);
+    assertThat(secondEnded)
+        .as("[the second commit's callback, its commit dropped as the call failed]")
+        .isCompletedExceptionally();
+  }
+
+  /**
+   * Kafka's consumer runs the callbacks of the asynchronous commits that completed before it sends
+   * a commit, and what one throws is thrown instead of sending it. Released, the listener's second
+   * held commit meets the Error of the first one's callback.
+   */
+  @Test
+  void anErrorThrownByOneSentCommitsCallbackStillSendsTheHeldCommitBehindIt() {
+    CallbacksLater kafka = new CallbacksLater();
+    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
+    consumer.subscribe(List.of("payments"));
+    kafka.rebalance(List.of(PARTITION));
+    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+    Error callbackError = new StackOverflowError("the application's first commit callback");
+
+    consumer.holdCommits(); // the listener's call begins
+    consumer.commitAsync(
+        Map.of(PARTITION, new OffsetAndMetadata(1)),
+        (offsets, e) -> {
+          throw callbackError;
+        });
+    CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
+        new CompletableFuture<>();
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(secondEnded));
+
+    assertThatThrownBy(() -> consumer.releaseCommits(true)) // the call succeeded
+        .as("[what the first callback threw, once the held commits were sent]")
+        .isSameAs(callbackError);
+    assertThat(kafka.committed(Set.of(PARTITION)).get(PARTITION))
+        .as("[committed offset, the listener's second commit held behind the first]")
+        .isEqualTo(new OffsetAndMetadata(2));
+    consumer.poll(Duration.ZERO); // where Kafka tells the callbacks of commits that completed
+    assertThat(secondEnded)
+        .as("[the second commit's callback]")
+        .isCompletedWithValue(Map.of(PARTITION, new OffsetAndMetadata(2)));
+  }
+
+  private static OffsetCommitCallback toldTo(
+      CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> ended) {
+    return (offsets, e) -> {
+      if (e != null) {
+        ended.completeExceptionally(e);
+      } else {
+        ended.complete(offsets);
+      }
+    };
+  }
+
+  /**
+   * A consumer that tells a commit's callback as Kafka's does: at the next commit or poll, before
+   * anything else, one after the other (what one throws is thrown there, the rest wait).
+   */
+  private static final class CallbacksLater extends MockConsumer<String, String> {
+    private final Queue<Runnable> completed = new ArrayDeque<>();
+
+    CallbacksLater() {
+      super("earliest");
+    }
+
+    @Override
+    public synchronized void commitAsync(
+        Map<TopicPartition, OffsetAndMetadata> offsets, OffsetCommitCallback callback) {
+      tellCompleted();
+      super.commitAsync(
+          offsets,
+          callback == null ? null : (done, e) -> completed.add(() -> callback.onComplete(done, e)));
+    }
+
+    @Override
+    public synchronized ConsumerRecords<String, String> poll(Duration timeout) {
+      tellCompleted();
+      return super.poll(timeout);
+    }
+
+    private void tellCompleted() {
+      for (Runnable callback = completed.poll(); callback != null; callback = completed.poll()) {
+        callback.run();
+      }
+    }
   }
 }
