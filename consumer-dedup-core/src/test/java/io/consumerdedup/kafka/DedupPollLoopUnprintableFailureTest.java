@@ -189,7 +189,7 @@ class DedupPollLoopUnprintableFailureTest {
 
           @Override
           public String getMessage() {
-            throw new IllegalStateException("could not initialize proxy - no Session");
+            throw new IllegalStateException("could not initialize the lazily loaded entity");
           }
         };
       }

@@ -126,7 +126,7 @@ class DedupShareLoopUnprintableFailureTest {
 
               @Override
               public String getMessage() {
-                throw new IllegalStateException("the dead-letter table's session is closed");
+                throw new IllegalStateException("the dead-letter table's connection is closed");
               }
             };
           }
