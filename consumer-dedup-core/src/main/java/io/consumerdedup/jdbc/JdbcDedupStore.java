@@ -104,8 +104,15 @@ public final class JdbcDedupStore implements DedupStore {
   private final StoreCalls calls;
   private final TableCheck tableCheck;
 
+  /**
+   * The DataSource of mode TRANSACTIONAL without Spring, whose commits check the claims; or null.
+   */
+  private final @Nullable TransactionBoundDataSource transactions;
+
   private JdbcDedupStore(Builder builder) {
     this.tableName = builder.tableName;
+    this.transactions =
+        builder.dataSource instanceof TransactionBoundDataSource bound ? bound : null;
     this.statementTimeout = builder.statementTimeout;
     this.dialect = new AutodetectDialect(builder.dialect, tableName, log);
     this.calls =
@@ -235,8 +242,43 @@ public final class JdbcDedupStore implements DedupStore {
                 distinct.get(0).key(),
                 distinct.get(0).source());
           }
-          return dialect.claim(connection, distinct, false);
+          List<ClaimResult> results = dialect.claim(connection, distinct, false);
+          checkBeforeCommit(results, dialect);
+          return results;
         });
+  }
+
+  /**
+   * Has the transaction's commit refused if the database rolled the transaction back under the work
+   * after these claims (InnoDB does at a deadlock; see {@link Dialect#heldInTransaction}). The
+   * executor reads each claim's row when its handler returns, and a failed handler's mark finds no
+   * row; but a caller that goes on past a failed key and commits the rest (as documented) would
+   * commit the writes made after the rollback alone, with no dedup row. Each claim is added; the
+   * transaction reads the row of the earliest one still in it (one the work undid by a rollback to
+   * a savepoint is not), since a rollback after it took its row, and nothing else gives a claim in
+   * the caller's transaction back before the commit (its release is refused).
+   */
+  private void checkBeforeCommit(List<ClaimResult> results, Dialect dialect) {
+    if (transactions == null) {
+      return;
+    }
+    for (ClaimResult result : results) {
+      if (result instanceof ClaimResult.Claimed claim) {
+        transactions.checkBeforeCommit(
+            this,
+            connection ->
+                dialect.heldInTransaction(connection, claim)
+                    ? null
+                    : "The database rolled back the transaction of the claim on "
+                        + claim.key()
+                        + " while the work ran (InnoDB does at a deadlock, whose exception the"
+                        + " work caught and went on): the dedup records claimed before that"
+                        + " statement and the writes with them are gone, and what the work"
+                        + " wrote after it would commit alone. It is rolled back as the work's"
+                        + " failure; let the statement's failure end the work, or run the"
+                        + " statement under a savepoint");
+      }
+    }
   }
 
   /**

@@ -16,7 +16,12 @@ import java.sql.DatabaseMetaData;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
+import java.sql.Savepoint;
 import java.sql.Statement;
+import java.util.ArrayList;
+import java.util.IdentityHashMap;
+import java.util.List;
+import java.util.Map;
 import java.util.Objects;
 import java.util.logging.Logger;
 import javax.sql.DataSource;
@@ -58,6 +63,13 @@ import org.slf4j.LoggerFactory;
  * metadata return, and {@code unwrap} gives a vendor interface such as {@code PGConnection} but not
  * the driver's connection itself. It refuses any use once its transaction has ended. (A {@code
  * COMMIT} sent as SQL text is the server's to obey: do not send one.)
+ *
+ * <p>Before the commit, a dedup store over this DataSource has the transaction's first claim still
+ * in it read (on MySQL/MariaDB; on PostgreSQL nothing is read): InnoDB rolls the whole transaction
+ * back at a deadlock, and work that caught the deadlock and went on would commit its later writes
+ * without the dedup rows. Such a commit is refused. A rollback to a savepoint set through the
+ * connection's {@code setSavepoint} takes the claims made since out of that check; one sent as SQL
+ * text is not seen, and the claim it undid refuses the commit.
  *
  * <p>Thread-safe: each thread has its own transaction, so one instance serves any number of
  * consumers. One transaction per thread at a time: {@code inTransaction} inside {@code
@@ -134,8 +146,10 @@ public final class TransactionBoundDataSource implements DataSource {
    * @throws DedupStoreException the transaction could not be opened or committed otherwise
    * @throws IllegalStateException {@code work} returned, but PostgreSQL had aborted the transaction
    *     (a statement of it failed and {@code work} caught the failure): nothing of it could commit,
-   *     and it was rolled back; a failure of the work ({@link
-   *     io.consumerdedup.core.Disposition#HANDLER_FAILED})
+   *     and it was rolled back; or MySQL/MariaDB had rolled back the transaction of a dedup claim
+   *     made in it (InnoDB at a deadlock {@code work} caught), so that what {@code work} wrote
+   *     after that would have committed without the claim's row: rolled back. Either is a failure
+   *     of the work ({@link io.consumerdedup.core.Disposition#HANDLER_FAILED})
    */
   public <T, X extends Exception> T inTransaction(TransactionalWork<T, X> work) throws X {
     Objects.requireNonNull(work, "work");
@@ -177,6 +191,23 @@ public final class TransactionBoundDataSource implements DataSource {
                     + " inTransaction(...), so nothing of the work, a dedup row included, could"
                     + " commit. It is rolled back as the work's failure; let the statement's"
                     + " failure end the work, or run the statement under a savepoint");
+        reusable = rollBack(transaction, failure);
+        throw failure;
+      }
+      String refusal;
+      try {
+        refusal = transaction.refusal();
+      } catch (SQLException e) {
+        DedupStoreException failure =
+            SqlStates.storeException("Checking the transaction before its commit", null, e);
+        reusable = rollBack(transaction, failure);
+        throw failure;
+      }
+      if (refusal != null) {
+        // MySQL/MariaDB: InnoDB rolled the transaction back under the work (a deadlock it caught)
+        // and the work's later statements opened a new one; committed, those writes were applied
+        // alone, with no dedup row, and the key's next delivery applied them again.
+        IllegalStateException failure = new IllegalStateException(refusal);
         reusable = rollBack(transaction, failure);
         throw failure;
       }
@@ -294,6 +325,29 @@ public final class TransactionBoundDataSource implements DataSource {
     return transaction.handle();
   }
 
+  /** What must still hold of an open transaction for it to commit. */
+  @FunctionalInterface
+  interface CommitCheck {
+    /**
+     * Run on the transaction's connection once the work has returned, before the commit.
+     *
+     * @return why the transaction must not commit; null if it may
+     */
+    @Nullable String refusal(Connection connection) throws SQLException;
+  }
+
+  /**
+   * Adds {@code check} to this thread's open transaction; before the commit, the earliest check of
+   * each {@code owner} still in the transaction runs (a rollback to a savepoint set before a check
+   * was added takes the check out). Does nothing outside {@link #inTransaction}.
+   */
+  void checkBeforeCommit(Object owner, CommitCheck check) {
+    Transaction transaction = current.get();
+    if (transaction != null) {
+      transaction.add(owner, check);
+    }
+  }
+
   /**
    * Refused: the transaction's connection has the pool's credentials.
    *
@@ -352,6 +406,12 @@ public final class TransactionBoundDataSource implements DataSource {
     private final boolean autoCommit;
     private volatile boolean open = true;
 
+    /** The checks before the commit, in the order they were added, with their owners. */
+    private final List<Map.Entry<Object, CommitCheck>> checks = new ArrayList<>();
+
+    /** How many checks there were when each savepoint of the work was set. */
+    private final Map<Savepoint, Integer> savepoints = new IdentityHashMap<>();
+
     Transaction(Connection connection, boolean autoCommit) {
       this.connection = connection;
       this.autoCommit = autoCommit;
@@ -363,6 +423,54 @@ public final class TransactionBoundDataSource implements DataSource {
 
     boolean autoCommit() {
       return autoCommit;
+    }
+
+    synchronized void add(Object owner, CommitCheck check) {
+      checks.add(Map.entry(owner, check));
+    }
+
+    /**
+     * Keeps track of the work's savepoints, so that a rollback to one takes out the checks added
+     * since it was set: those checks look for rows (dedup claims) the work undid on purpose, and
+     * would refuse a commit that is sound.
+     */
+    private synchronized void savepointCall(
+        Method method, Object @Nullable [] args, @Nullable Object result) {
+      String name = method.getName();
+      if (name.equals("setSavepoint") && result instanceof Savepoint savepoint) {
+        savepoints.put(savepoint, checks.size());
+      } else if (name.equals("rollback")
+          && args != null
+          && args[0] instanceof Savepoint savepoint) {
+        Integer before = savepoints.get(savepoint);
+        if (before != null && before < checks.size()) {
+          checks.subList(before, checks.size()).clear();
+        }
+      }
+    }
+
+    /**
+     * Why the transaction must not commit, by the first check that refuses it; null if none. Only
+     * the earliest check of each owner runs: what took that one's row away (InnoDB rolling the
+     * transaction back) took every later one's too, and each further check is a round trip.
+     */
+    @Nullable String refusal() throws SQLException {
+      List<Map.Entry<Object, CommitCheck>> earliest = new ArrayList<>();
+      synchronized (this) {
+        Map<Object, Boolean> owners = new IdentityHashMap<>();
+        for (Map.Entry<Object, CommitCheck> check : checks) {
+          if (owners.put(check.getKey(), Boolean.TRUE) == null) {
+            earliest.add(check);
+          }
+        }
+      }
+      for (Map.Entry<Object, CommitCheck> check : earliest) {
+        String refusal = check.getValue().refusal(connection);
+        if (refusal != null) {
+          return refusal;
+        }
+      }
+      return null;
     }
 
     /** After this, the handles handed out refuse every call: the transaction is over. */
@@ -389,7 +497,9 @@ public final class TransactionBoundDataSource implements DataSource {
                   case "toString" -> "connection of a transaction of TransactionBoundDataSource";
                   default -> {
                     checkUsable(method, args, closed[0]);
-                    yield guardedResult(method, args, connection, (Connection) proxy);
+                    Object result = guardedResult(method, args, connection, (Connection) proxy);
+                    savepointCall(method, args, result);
+                    yield result;
                   }
                 };
               });

@@ -2,6 +2,7 @@ package io.consumerdedup.core;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowable;
 
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.jdbc.JdbcDedupStore;
@@ -170,6 +171,58 @@ class TransactionalModeTest {
     assertThat(charges("ORD-tx-5-b"))
         .as("the failed attempt's charge, committed with the order, and the retry's")
         .isEqualTo(2);
+  }
+
+  /**
+   * PostgreSQL's side of a handler that catches a failed statement, goes on, and throws, under a
+   * caller that goes on past the failed item and commits the rest: the failed statement aborted the
+   * whole transaction (unlike InnoDB, which rolls it back and lets the next statement open a new
+   * one), so no later write of the handler can land, and the commit is refused rather than reported
+   * done with nothing committed.
+   */
+  @Test
+  void anItemWhoseHandlerCaughtAFailedStatementLeavesNothingOfTheOrderCommittedAndSaysSo()
+      throws SQLException {
+    Throwable commit =
+        catchThrowable(
+            () ->
+                transactions.inTransaction(
+                    () -> {
+                      deliverItem("ORD-tx-6-a", false);
+                      try {
+                        executor.execute(
+                            DedupKey.of("payment", "ORD-tx-6-b"),
+                            () -> {
+                              try (Connection connection = transactions.getConnection();
+                                  Statement audit = connection.createStatement()) {
+                                audit.executeUpdate(
+                                    "INSERT INTO charges (order_no, amount) VALUES ('audit', NULL)");
+                              } catch (SQLException optionalAuditFailed) {
+                                // goes on without its audit row
+                              }
+                              try (Connection connection = transactions.getConnection();
+                                  PreparedStatement charge =
+                                      connection.prepareStatement(
+                                          "INSERT INTO charges (order_no, amount) VALUES (?, 1)")) {
+                                charge.setString(1, "ORD-tx-6-b");
+                                charge.executeUpdate();
+                              }
+                              throw new java.io.IOException("failed after its charge");
+                            });
+                      } catch (RuntimeException itemFailed) {
+                        // the order goes on; the item's next delivery is to retry it
+                      }
+                      return null;
+                    }));
+
+    assertThat(commit)
+        .as("what the caller hears of its order's commit")
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("aborted the transaction");
+    for (String item : new String[] {"ORD-tx-6-a", "ORD-tx-6-b"}) {
+      assertThat(charges(item)).as("charges of %s", item).isZero();
+      assertThat(dedupRows(item)).as("dedup rows of %s", item).isZero();
+    }
   }
 
   /** One item's charge under its own key, inside the caller's transaction. */

@@ -11,11 +11,14 @@ import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.Deserializer;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
@@ -175,9 +178,86 @@ class DedupPollLoopUnprintableFailureTest {
     }
   }
 
+  /** A value deserializer whose exception, for a value naming {@code poison}, cannot be printed. */
+  public static final class UnprintableRejectingDeserializer implements Deserializer<String> {
+    @Override
+    public String deserialize(String topic, byte[] data) {
+      String value = new String(data, StandardCharsets.UTF_8);
+      if (value.contains("poison")) {
+        throw new IllegalArgumentException() {
+          private static final long serialVersionUID = 1L;
+
+          @Override
+          public String getMessage() {
+            throw new IllegalStateException("could not initialize the lazily loaded entity");
+          }
+        };
+      }
+      return value;
+    }
+  }
+
+  @Test
+  void aValueTheDeserializerRejectsWithAnUnprintableExceptionIsDeadLetteredAndTheLoopGoesOn()
+      throws Exception {
+    TestKafka.createTopics(1, topic);
+    send("P-5", "charge poison");
+    send("G-6");
+    List<String> applied = new CopyOnWriteArrayList<>();
+    List<Long> deadLettered = new CopyOnWriteArrayList<>();
+    DeadLetterHandler<String, String> deadLetters =
+        new DeadLetterHandler<>() {
+          @Override
+          public void deadLetter(ConsumerRecord<String, String> record, Exception reason) {
+            throw new AssertionError("no typed record is dead-lettered here: " + record);
+          }
+
+          @Override
+          public void deadLetterUndeserializable(
+              ConsumerRecord<byte[], byte[]> record, Exception reason) {
+            deadLettered.add(record.offset());
+          }
+        };
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId(group)
+            .handler(record -> applied.add(LoopFixture.orderNo(record)))
+            .build();
+    Map<String, Object> config = TestKafka.consumerConfig(group);
+    config.put(
+        ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, UnprintableRejectingDeserializer.class);
+    DedupPollLoop<String, String> loop =
+        LoopFixture.quick(
+                DedupPollLoop.builder(config, List.of(topic), handler)
+                    .deadLetterHandler(deadLetters))
+            .build();
+
+    try (RunningLoop running = RunningLoop.start(loop)) {
+      TopicPartition partition = new TopicPartition(topic, 0);
+      await()
+          .atMost(LoopFixture.WAIT)
+          .until(
+              () ->
+                  !running.isRunning()
+                      || Long.valueOf(2L).equals(TestKafka.committedOffsets(group).get(partition)));
+      assertThat(running.isRunning())
+          .as("the loop goes on past a value rejected with an exception that cannot be printed")
+          .isTrue();
+      assertThat(deadLettered)
+          .as("dead letters of the rejected value, by offset")
+          .containsExactly(0L);
+      assertThat(applied).as("records applied after it").containsExactly("G-6");
+    }
+  }
+
   private void send(String orderNo) throws Exception {
-    ProducerRecord<String, String> record =
-        new ProducerRecord<>(topic, 0, "customer-7", "charge " + orderNo);
+    send(orderNo, "charge " + orderNo);
+  }
+
+  private void send(String orderNo, String value) throws Exception {
+    ProducerRecord<String, String> record = new ProducerRecord<>(topic, 0, "customer-7", value);
     record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
     fixture.producer().send(record).get();
   }

@@ -1,6 +1,7 @@
 package io.consumerdedup.kafka;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.kafka.DedupPollLoopUnprintableFailureTest.UnprintableException;
@@ -9,9 +10,12 @@ import io.consumerdedup.testing.TestShareGroups;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.AfterEach;
@@ -97,9 +101,138 @@ class DedupShareLoopUnprintableFailureTest {
         .isEmpty();
   }
 
+  /**
+   * The dead-letter handler's first try fails with an exception whose {@code getMessage()} throws:
+   * the worker logs it (Logback prints it in the log call) and must still keep the record for the
+   * next try rather than end its thread with the record undecided.
+   */
+  @Test
+  void aDeadLetterHandlerFailingWithAnUnprintableExceptionIsTriedAgainAndTheNextRecordIsApplied()
+      throws Exception {
+    String topic = fixture.topic();
+    String group = fixture.group();
+    TestKafka.createTopics(1, topic);
+    TestShareGroups.configure(group, Duration.ofSeconds(15), Duration.ofSeconds(1));
+    send(topic, "U-3");
+    send(topic, "G-4");
+    List<String> applied = new CopyOnWriteArrayList<>();
+    List<String> deadLettered = new CopyOnWriteArrayList<>();
+    AtomicInteger deadLetterTries = new AtomicInteger();
+    DeadLetterHandler<String, String> deadLetters =
+        (record, reason) -> {
+          if (deadLetterTries.incrementAndGet() == 1) {
+            throw new IllegalStateException() {
+              private static final long serialVersionUID = 1L;
+
+              @Override
+              public String getMessage() {
+                throw new IllegalStateException("the dead-letter table's connection is closed");
+              }
+            };
+          }
+          deadLettered.add(LoopFixture.orderNo(record));
+        };
+    executor = IdempotentExecutor.builder(fixture.store()).build();
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(LoopFixture.BIZ_TYPE)
+            .key(KeyExtractors.header(LoopFixture.KEY_HEADER))
+            .groupId(group)
+            .handler(
+                record -> {
+                  if (LoopFixture.orderNo(record).equals("U-3")) {
+                    throw new IllegalStateException("card declined");
+                  }
+                  applied.add(LoopFixture.orderNo(record));
+                })
+            .build();
+    loop =
+        DedupShareLoop.builder(TestShareGroups.consumerConfig(group), List.of(topic), handler)
+            .deadLetterHandler(deadLetters)
+            .maxAttempts(1)
+            .retryBackOff(Duration.ofMillis(50))
+            .closeTimeout(Duration.ofSeconds(10))
+            .build();
+    threads.execute(loop);
+
+    await()
+        .atMost(Duration.ofSeconds(20))
+        .until(() -> deadLettered.contains("U-3") && applied.contains("G-4"));
+    assertThat(deadLettered).as("dead letters written").containsExactly("U-3");
+    assertThat(applied).as("records applied").containsExactly("G-4");
+    loop.close();
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3)))
+        .as("records left in the share group")
+        .isEmpty();
+  }
+
+  /**
+   * The deserializer rejects a value with an exception whose {@code getMessage()} throws: the
+   * loop's ERROR line about the record (whose cause Logback prints) must not end the worker before
+   * the record is dead-lettered.
+   */
+  @Test
+  void aValueTheDeserializerRejectsWithAnUnprintableExceptionIsDeadLetteredAndTheNextIsApplied()
+      throws Exception {
+    String topic = fixture.topic();
+    String group = fixture.group();
+    TestKafka.createTopics(1, topic);
+    TestShareGroups.configure(group, Duration.ofSeconds(15), Duration.ofSeconds(1));
+    send(topic, "P-5", "charge poison");
+    send(topic, "G-6");
+    List<String> applied = new CopyOnWriteArrayList<>();
+    List<Long> deadLettered = new CopyOnWriteArrayList<>();
+    DeadLetterHandler<String, String> deadLetters =
+        new DeadLetterHandler<>() {
+          @Override
+          public void deadLetter(ConsumerRecord<String, String> record, Exception reason) {
+            throw new AssertionError("no typed record is dead-lettered here: " + record);
+          }
+
+          @Override
+          public void deadLetterUndeserializable(
+              ConsumerRecord<byte[], byte[]> record, Exception reason) {
+            deadLettered.add(record.offset());
+          }
+        };
+    executor = IdempotentExecutor.builder(fixture.store()).build();
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(LoopFixture.BIZ_TYPE)
+            .key(KeyExtractors.header(LoopFixture.KEY_HEADER))
+            .groupId(group)
+            .handler(record -> applied.add(LoopFixture.orderNo(record)))
+            .build();
+    Map<String, Object> config = TestShareGroups.consumerConfig(group);
+    config.put(
+        ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG,
+        DedupPollLoopUnprintableFailureTest.UnprintableRejectingDeserializer.class);
+    loop =
+        DedupShareLoop.builder(config, List.of(topic), handler)
+            .deadLetterHandler(deadLetters)
+            .closeTimeout(Duration.ofSeconds(10))
+            .build();
+    threads.execute(loop);
+
+    await()
+        .atMost(Duration.ofSeconds(20))
+        .until(() -> !deadLettered.isEmpty() && applied.contains("G-6"));
+    assertThat(deadLettered)
+        .as("dead letters of the rejected value, by offset")
+        .containsExactly(0L);
+    assertThat(applied).as("records applied").containsExactly("G-6");
+    loop.close();
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3)))
+        .as("records left in the share group")
+        .isEmpty();
+  }
+
   private static void send(String topic, String orderNo) throws Exception {
-    ProducerRecord<String, String> record =
-        new ProducerRecord<>(topic, 0, null, "charge " + orderNo);
+    send(topic, orderNo, "charge " + orderNo);
+  }
+
+  private static void send(String topic, String orderNo, String value) throws Exception {
+    ProducerRecord<String, String> record = new ProducerRecord<>(topic, 0, null, value);
     record.headers().add(LoopFixture.KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
     fixture.producer().send(record).get();
   }

@@ -8,6 +8,7 @@ import io.consumerdedup.core.DedupHandlerException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupResult;
+import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.JdbcDedupStore;
@@ -18,6 +19,7 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.sql.Savepoint;
 import java.sql.Statement;
 import java.util.UUID;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -137,6 +139,96 @@ class MariaDbCaughtDeadlockTest {
       assertThat(count("ledger")).as("ledger rows, the transaction rolled back").isZero();
       assertThat(store.find(key)).as("the key's record").isEmpty();
     }
+  }
+
+  /**
+   * Several keys in one transaction, as the documentation allows: the caller goes on past a key
+   * whose handler threw and commits the rest. That handler had caught a deadlock, so InnoDB had
+   * rolled the transaction back (the claims' rows and the first key's write with it) and its later
+   * write went on in a new transaction: committed, that write was applied alone, with no dedup row,
+   * and applied again by the key's next delivery. TransactionBoundDataSource refuses that commit.
+   */
+  @Test
+  void aCallerThatGoesOnPastAKeyWhoseHandlerCaughtADeadlockCommitsNoWriteWithoutItsDedupRow()
+      throws Exception {
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(pool);
+    JdbcDedupStore store = JdbcDedupStore.builder(transactions).build();
+    DedupKey applied = DedupKey.of("payment", "deadlock-order-a-" + UUID.randomUUID());
+    DedupKey failing = DedupKey.of("payment", "deadlock-order-b-" + UUID.randomUUID());
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(store).mode(DedupMode.TRANSACTIONAL).build()) {
+      Throwable commit =
+          catchThrowable(
+              () ->
+                  transactions.inTransaction(
+                      () -> {
+                        executor.execute(applied, () -> ledger(transactions));
+                        try {
+                          executor.execute(
+                              failing,
+                              () -> {
+                                deadlockCaught(transactions);
+                                throw new java.io.IOException("failed after its write");
+                              });
+                        } catch (DedupHandlerException itemFailed) {
+                          // goes on past the failed key; its next delivery is to retry it
+                        }
+                        return null;
+                      }));
+
+      assertThat(count("ledger"))
+          .as(
+              "ledger rows committed with no dedup row (dedup rows: %d; the commit: %s)",
+              count("consumer_dedup"), commit)
+          .isZero();
+      assertThat(commit)
+          .isInstanceOf(IllegalStateException.class)
+          .hasMessageContaining("rolled back the transaction of the claim on " + applied);
+
+      // The redelivery of both keys applies each once.
+      transactions.inTransaction(
+          () -> {
+            executor.execute(applied, () -> ledger(transactions));
+            return executor.execute(failing, () -> ledger(transactions));
+          });
+      assertThat(store.find(applied).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+      assertThat(store.find(failing).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    }
+    assertThat(count("ledger")).as("ledger rows, one per key").isEqualTo(2);
+  }
+
+  /**
+   * A caller that undoes a failed key by a rollback to a savepoint takes its claim out on purpose:
+   * the commit's check of the claims must not take that for InnoDB's rollback and refuse the rest.
+   */
+  @Test
+  void aKeyUndoneByARollbackToASavepointDoesNotRefuseTheCommitOfTheRest() throws Exception {
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(pool);
+    JdbcDedupStore store = JdbcDedupStore.builder(transactions).build();
+    DedupKey undone = DedupKey.of("payment", "savepoint-undone-" + UUID.randomUUID());
+    DedupKey applied = DedupKey.of("payment", "savepoint-applied-" + UUID.randomUUID());
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(store).mode(DedupMode.TRANSACTIONAL).build()) {
+      transactions.inTransaction(
+          () -> {
+            Connection connection = transactions.getConnection();
+            Savepoint beforeItem = connection.setSavepoint();
+            try {
+              executor.execute(
+                  undone,
+                  () -> {
+                    ledger(transactions);
+                    throw new java.io.IOException("failed after its write");
+                  });
+            } catch (DedupHandlerException itemFailed) {
+              connection.rollback(beforeItem); // its write and its claim undone
+            }
+            return executor.execute(applied, () -> ledger(transactions));
+          });
+      assertThat(store.find(undone)).as("the undone key's record").isEmpty();
+      assertThat(store.find(applied).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    }
+    assertThat(count("ledger")).as("ledger rows: the applied key's").isEqualTo(1);
   }
 
   /** Is the victim of a deadlock, catches it and carries on with a write of its own. */

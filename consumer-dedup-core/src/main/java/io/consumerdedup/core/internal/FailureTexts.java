@@ -1,5 +1,8 @@
 package io.consumerdedup.core.internal;
 
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.Set;
 import org.jspecify.annotations.Nullable;
 
 /**
@@ -42,32 +45,64 @@ public final class FailureTexts {
 
   /**
    * {@code failure} to hand a logger as the exception of a line, or, if its {@code toString()} or
-   * {@code getMessage()} throws, a stand-in that prints {@link #describe} with its stack trace and
-   * causes: Logback prints an exception that overrides {@code toString()} with it, and its throw
-   * came out of the log call itself.
+   * {@code getMessage()} throws, or those of one of its causes or suppressed exceptions, a stand-in
+   * that prints {@link #describe} of each with its stack trace, causes and suppressed exceptions:
+   * Logback prints each of them (it reads the message, and {@code toString()} when overridden), and
+   * their throw came out of the log call itself. A printable exception whose cause is not (a
+   * deserializer's exception, wrapped by kafka-clients) needs the stand-in too.
    */
   public static Throwable loggable(Throwable failure) {
-    if (printable(failure)) {
+    if (printable(failure, Collections.newSetFromMap(new IdentityHashMap<>()))) {
       return failure;
     }
-    Unprintable standIn = new Unprintable(describe(failure));
-    standIn.setStackTrace(failure.getStackTrace());
-    Throwable cause = failure.getCause();
-    if (cause != null && cause != failure) {
-      standIn.initCause(loggable(cause));
-    }
-    return standIn;
+    return standIn(failure, Collections.newSetFromMap(new IdentityHashMap<>()));
   }
 
-  /** Whether Logback can print it: it reads the message, and {@code toString()} when overridden. */
+  /** Whether Logback can print it, its causes and suppressed exceptions; each looked at once. */
   @SuppressWarnings("ReturnValueIgnored") // called for what they throw
-  private static boolean printable(Throwable failure) {
+  private static boolean printable(Throwable failure, Set<Throwable> seen) {
+    if (!seen.add(failure)) {
+      return true; // Logback prints a circular reference as such
+    }
     try {
       failure.getMessage();
-      return failure.toString() != null;
+      if (failure.toString() == null) {
+        return false;
+      }
+      Throwable cause = failure.getCause();
+      if (cause != null && !printable(cause, seen)) {
+        return false;
+      }
+      for (Throwable suppressed : failure.getSuppressed()) {
+        if (!printable(suppressed, seen)) {
+          return false;
+        }
+      }
+      return true;
     } catch (RuntimeException | StackOverflowError e) {
       return false;
     }
+  }
+
+  /** A printable copy of {@code failure} and what it carries; each is copied once. */
+  private static Throwable standIn(Throwable failure, Set<Throwable> seen) {
+    seen.add(failure);
+    Unprintable standIn = new Unprintable(describe(failure));
+    try {
+      standIn.setStackTrace(failure.getStackTrace());
+      Throwable cause = failure.getCause();
+      if (cause != null && !seen.contains(cause)) {
+        standIn.initCause(standIn(cause, seen));
+      }
+      for (Throwable suppressed : failure.getSuppressed()) {
+        if (!seen.contains(suppressed)) {
+          standIn.addSuppressed(standIn(suppressed, seen));
+        }
+      }
+    } catch (RuntimeException | StackOverflowError e) {
+      // What could not be read is left out of the line; the failure's description is in it.
+    }
+    return standIn;
   }
 
   /** Stands in for a failure that cannot describe itself, in a log line. */
@@ -75,7 +110,7 @@ public final class FailureTexts {
     private static final long serialVersionUID = 1L;
 
     Unprintable(String description) {
-      super(description, null, false, true);
+      super(description, null, true, true);
     }
 
     @Override
