@@ -5,6 +5,7 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.jdbc.internal.AbortedTransactions;
 import io.consumerdedup.jdbc.internal.SqlStates;
 import java.io.PrintWriter;
@@ -240,6 +241,14 @@ public final class TransactionBoundDataSource implements DataSource {
     } catch (SQLException e) {
       throw SqlStates.storeException(
           "Opening a transaction (no connection from the pool)", null, e);
+    } catch (RuntimeException e) {
+      // A routing DataSource without a target, a pool behind an open circuit breaker: taken for the
+      // work's failure, it counted attempts of handlers that never ran and dead-lettered records.
+      throw new DedupStoreUnavailableException(
+          "Opening a transaction failed: the pool gave no connection: " + FailureTexts.describe(e),
+          null,
+          null,
+          e);
     }
     try {
       boolean autoCommit = connection.getAutoCommit();

@@ -32,13 +32,14 @@ class DataSourceRuntimeExceptionTest {
   private String schema;
   private HikariDataSource pool;
   private final AtomicBoolean failing = new AtomicBoolean();
+  private ConnectionSource routing;
   private JdbcDedupStore store;
 
   @BeforeEach
   void setUp() {
     schema = TestDatabase.newSchema("dsruntime");
     pool = TestDatabase.dataSource(schema, 2);
-    ConnectionSource routing =
+    routing =
         new ConnectionSource() {
           @Override
           public Connection getConnection() throws SQLException {
@@ -82,6 +83,29 @@ class DataSourceRuntimeExceptionTest {
           .as("the next delivery once the DataSource answers")
           .satisfies(result -> assertThat(handlerRuns).hasValue(1));
     }
+  }
+
+  @Test
+  void aTransactionOfTheTransactionalModeIsRetriedLaterNotCountedAsTheWorksFailure() {
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(routing);
+    AtomicInteger workRuns = new AtomicInteger();
+    failing.set(true);
+
+    Throwable thrown = catchThrowable(() -> transactions.inTransaction(workRuns::incrementAndGet));
+
+    assertThat(workRuns).as("work runs").hasValue(0);
+    assertThat(Disposition.of(thrown))
+        .as("what the adapters do with %s", thrown)
+        .isEqualTo(Disposition.RETRY_LATER);
+    assertThat(thrown)
+        .isInstanceOf(DedupStoreUnavailableException.class)
+        .hasMessageContaining("no connection")
+        .hasMessageContaining(REASON);
+
+    failing.set(false);
+    assertThat(transactions.inTransaction(workRuns::incrementAndGet))
+        .as("the next try once the DataSource answers")
+        .isEqualTo(1);
   }
 
   @Test
