@@ -7,11 +7,13 @@ import static org.awaitility.Awaitility.await;
 
 import java.time.Duration;
 import java.util.List;
+import java.util.UUID;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.beans.factory.annotation.Value;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.test.context.SpringBootTest;
@@ -30,36 +32,45 @@ import org.springframework.test.context.DynamicPropertySource;
  * throws: the records of its batch are FAILED, to be retried. Sent as it was made, that commit
  * passed them while their outcomes were not written yet; the container stopped before the retry,
  * and restarted from past them, they never came again. A real PostgreSQL and the in-JVM broker.
+ * {@link BatchListenerConsumerCommitClaimsPerRecordTest} runs the same with claims per record.
  */
 @SpringBootTest(classes = BatchListenerConsumerCommitTest.App.class)
 @DirtiesContext
 class BatchListenerConsumerCommitTest {
   static final Duration WAIT = Duration.ofSeconds(15);
-  static final String TOPIC = "bc-consumer-commit";
   static final String LISTENER = "batch-consumer-commit";
-  static final AtomicBoolean failing = new AtomicBoolean(true);
 
+  /**
+   * A topic (and group, the listener's id) for each application: the subclass's application is
+   * another, with a setting of its own, and must not see this one's records and offsets.
+   */
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_batch_consumer_commit", TOPIC, TOPIC + "-dlt");
+    String topic = "bc-consumer-commit-" + UUID.randomUUID().toString().substring(0, 8);
+    SpringTestEnvironment.prepare(registry, "spring_batch_consumer_commit", topic, topic + "-dlt");
+    registry.add("test.batch-consumer-commit.topic", () -> topic);
   }
+
+  @Value("${test.batch-consumer-commit.topic}")
+  String topic;
 
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
   @Autowired KafkaListenerEndpointRegistry registry;
+  @Autowired Charges charges;
 
   @Test
   void aCommitInsideAFailingBatchDoesNotPassItsRecords() throws Exception {
-    send(template, TOPIC, "a", "order-no", "c-1");
-    send(template, TOPIC, "b", "order-no", "c-2");
-    registry.getListenerContainer(TOPIC).start(); // one poll brings both
+    send(template, topic, "a", "order-no", "c-1");
+    send(template, topic, "b", "order-no", "c-2");
+    registry.getListenerContainer(topic).start(); // one poll brings both
 
     await().atMost(WAIT).until(() -> status("c-2").equals("FAILED"));
-    registry.getListenerContainer(TOPIC).stop(); // during the error handler's back-off
+    registry.getListenerContainer(topic).stop(); // during the error handler's back-off
     assertThat(committed()).as("offset committed past the FAILED records").isLessThan(1);
 
-    failing.set(false);
-    registry.getListenerContainer(TOPIC).start();
+    charges.succeed();
+    registry.getListenerContainer(topic).start();
     await().atMost(WAIT).until(() -> committed() == 2);
     assertThat(effects("c-1")).as("c-1 applied once").isEqualTo(1);
     assertThat(effects("c-2")).as("c-2 applied once").isEqualTo(1);
@@ -77,7 +88,7 @@ class BatchListenerConsumerCommitTest {
   }
 
   private long committed() throws Exception {
-    return SpringTestEnvironment.committed(TOPIC, TOPIC, 0);
+    return SpringTestEnvironment.committed(topic, topic, 0);
   }
 
   private int effects(String bizKey) {
@@ -102,12 +113,24 @@ class BatchListenerConsumerCommitTest {
   static class Charges {
     final JdbcTemplate jdbc;
 
+    /** Of this application's listener: each application starts with a failing one. */
+    private final AtomicBoolean failing = new AtomicBoolean(true);
+
     Charges(JdbcTemplate jdbc) {
       this.jdbc = jdbc;
     }
 
+    /** A method, not the field: the test is given this bean's proxy. */
+    public void succeed() {
+      failing.set(false);
+    }
+
     @Idempotent(bizType = LISTENER, header = "order-no")
-    @KafkaListener(id = TOPIC, topics = TOPIC, batch = "true", autoStartup = "false")
+    @KafkaListener(
+        id = "${test.batch-consumer-commit.topic}",
+        topics = "${test.batch-consumer-commit.topic}",
+        batch = "true",
+        autoStartup = "false")
     public void charge(List<ConsumerRecord<String, String>> records, Consumer<?, ?> consumer) {
       consumer.commitSync();
       if (failing.get()) {
