@@ -1,121 +1,13 @@
 package io.consumerdedup.spring;
 
-import static io.consumerdedup.spring.SpringTestEnvironment.header;
-import static io.consumerdedup.spring.SpringTestEnvironment.send;
-import static org.assertj.core.api.Assertions.assertThat;
-import static org.awaitility.Awaitility.await;
-
-import java.time.Duration;
-import java.util.List;
-import java.util.concurrent.atomic.AtomicBoolean;
-import org.apache.kafka.clients.consumer.Consumer;
-import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.Test;
-import org.springframework.beans.factory.annotation.Autowired;
-import org.springframework.boot.SpringBootConfiguration;
-import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.test.context.SpringBootTest;
-import org.springframework.context.annotation.Bean;
-import org.springframework.jdbc.core.JdbcTemplate;
-import org.springframework.kafka.annotation.KafkaListener;
-import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
-import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.listener.DefaultErrorHandler;
-import org.springframework.test.annotation.DirtiesContext;
-import org.springframework.test.context.DynamicPropertyRegistry;
-import org.springframework.test.context.DynamicPropertySource;
 
-/**
- * A batch listener commits through the consumer it is given ({@code consumer.commitSync()}), then
- * throws: the records of its batch are FAILED, to be retried. Sent as it was made, that commit
- * passed them while their outcomes were not written yet; the container stopped before the retry,
- * and restarted from past them, they never came again. A real PostgreSQL and the in-JVM broker.
- */
-@SpringBootTest(classes = BatchListenerConsumerCommitTest.App.class)
-@DirtiesContext
-class BatchListenerConsumerCommitTest {
-  static final Duration WAIT = Duration.ofSeconds(15);
-  static final String TOPIC = "bc-consumer-commit";
-  static final String LISTENER = "batch-consumer-commit";
-  static final AtomicBoolean failing = new AtomicBoolean(true);
-
-  @DynamicPropertySource
-  static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_batch_consumer_commit", TOPIC, TOPIC + "-dlt");
-  }
-
-  @Autowired KafkaTemplate<String, String> template;
-  @Autowired JdbcTemplate jdbc;
-  @Autowired KafkaListenerEndpointRegistry registry;
-
+/** {@link BatchListenerConsumerCommits}'s test with claims per poll, the default. */
+@SpringBootTest(classes = BatchListenerConsumerCommits.App.class)
+class BatchListenerConsumerCommitTest extends BatchListenerConsumerCommits {
   @Test
   void aCommitInsideAFailingBatchDoesNotPassItsRecords() throws Exception {
-    send(template, TOPIC, "a", "order-no", "c-1");
-    send(template, TOPIC, "b", "order-no", "c-2");
-    registry.getListenerContainer(TOPIC).start(); // one poll brings both
-
-    await().atMost(WAIT).until(() -> status("c-2").equals("FAILED"));
-    registry.getListenerContainer(TOPIC).stop(); // during the error handler's back-off
-    assertThat(committed()).as("offset committed past the FAILED records").isLessThan(1);
-
-    failing.set(false);
-    registry.getListenerContainer(TOPIC).start();
-    await().atMost(WAIT).until(() -> committed() == 2);
-    assertThat(effects("c-1")).as("c-1 applied once").isEqualTo(1);
-    assertThat(effects("c-2")).as("c-2 applied once").isEqualTo(1);
-    assertThat(status("c-2")).isEqualTo("SUCCESS");
-  }
-
-  private String status(String bizKey) {
-    List<String> status =
-        jdbc.queryForList(
-            "SELECT status FROM consumer_dedup WHERE biz_type = ? AND biz_key = ?",
-            String.class,
-            LISTENER,
-            bizKey);
-    return status.isEmpty() ? "" : status.get(0);
-  }
-
-  private long committed() throws Exception {
-    return SpringTestEnvironment.committed(TOPIC, TOPIC, 0);
-  }
-
-  private int effects(String bizKey) {
-    return SpringTestEnvironment.effects(jdbc, LISTENER, bizKey);
-  }
-
-  @SpringBootConfiguration
-  @EnableAutoConfiguration
-  static class App {
-    /** A retry long after the container is stopped. */
-    @Bean
-    DefaultErrorHandler errorHandler(KafkaTemplate<Object, Object> template) {
-      return SpringTestEnvironment.deadLettering(template, 10_000, 2);
-    }
-
-    @Bean
-    Charges charges(JdbcTemplate jdbc) {
-      return new Charges(jdbc);
-    }
-  }
-
-  static class Charges {
-    final JdbcTemplate jdbc;
-
-    Charges(JdbcTemplate jdbc) {
-      this.jdbc = jdbc;
-    }
-
-    @Idempotent(bizType = LISTENER, header = "order-no")
-    @KafkaListener(id = TOPIC, topics = TOPIC, batch = "true", autoStartup = "false")
-    public void charge(List<ConsumerRecord<String, String>> records, Consumer<?, ?> consumer) {
-      consumer.commitSync();
-      if (failing.get()) {
-        throw new IllegalStateException("the listener fails after committing");
-      }
-      for (ConsumerRecord<String, String> record : records) {
-        SpringTestEnvironment.effect(jdbc, LISTENER, header(record, "order-no"), record.value());
-      }
-    }
+    assertACommitInsideAFailingBatchDoesNotPassItsRecords();
   }
 }

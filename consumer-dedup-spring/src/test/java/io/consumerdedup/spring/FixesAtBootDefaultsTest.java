@@ -48,7 +48,9 @@ import org.springframework.test.context.DynamicPropertySource;
  * containers of the auto-configured factory, claims per poll on, no error handler bean
  * (spring-kafka's {@code DefaultErrorHandler}, ten tries without back-off). Only what a listener
  * shape needs is set: a manual ack mode, for a listener taking an {@code Acknowledgment},
- * configured as {@code spring.kafka.listener.ack-mode=manual} configures it. A real PostgreSQL and
+ * configured as {@code spring.kafka.listener.ack-mode=manual} configures it. And fixes whose test
+ * needs nothing but those defaults, which share this application rather than start one each (each
+ * application started costs seconds, twice in CI: once per Spring Boot line). A real PostgreSQL and
  * the in-JVM broker.
  */
 @SpringBootTest(classes = FixesAtBootDefaultsTest.App.class)
@@ -57,16 +59,21 @@ class FixesAtBootDefaultsTest {
   static final Duration WAIT = Duration.ofSeconds(20);
   static final String NACK = "bd-nack";
   static final String BATCH = "bd-batch-commit";
+  static final String RECORD = "bd-record-commit";
   static final List<String> refusals = new CopyOnWriteArrayList<>();
   static final AtomicInteger nackCalls = new AtomicInteger();
   static final AtomicInteger batchCalls = new AtomicInteger();
+  static final AtomicInteger recordCalls = new AtomicInteger();
 
   /** The group's committed offset of the batch's partition as its retry began; -1 for none. */
   static final AtomicLong committedAtTheRetry = new AtomicLong(Long.MIN_VALUE);
 
+  /** The same for the record listener's record. */
+  static final AtomicLong committedAtTheRecordRetry = new AtomicLong(Long.MIN_VALUE);
+
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "bootdefaults", NACK, BATCH);
+    SpringTestEnvironment.prepare(registry, "bootdefaults", NACK, BATCH, RECORD);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -114,6 +121,24 @@ class FixesAtBootDefaultsTest {
     assertThat(effects(jdbc, BATCH, "c-1")).as("c-1 applied once").isEqualTo(1);
     assertThat(effects(jdbc, BATCH, "c-2")).as("c-2 applied once").isEqualTo(1);
     assertThat(status(BATCH, "c-2")).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  /**
+   * A record listener commits through the consumer it is given ({@code consumer.commitSync()}),
+   * then throws: its record is FAILED, and the default error handler retries it at once. The commit
+   * must not have passed the record by then: a process dying before the retry would never see it
+   * again.
+   */
+  @Test
+  void aCommitInsideAFailingRecordListenerDoesNotPassItsRecordBeforeTheRetry() throws Exception {
+    send(template, RECORD, "a", "order-no", "r-1");
+
+    await().atMost(WAIT).until(() -> effects(jdbc, RECORD, "r-1") == 1);
+    assertThat(recordCalls).as("the failed call, then its retry").hasValue(2);
+    assertThat(committedAtTheRecordRetry.get())
+        .as("offset committed past the FAILED record before its retry")
+        .isLessThan(1);
+    assertThat(effects(jdbc, RECORD, "r-1")).as("r-1 applied once").isEqualTo(1);
   }
 
   private DedupStatus status(String bizType, String orderNo) {
@@ -164,6 +189,24 @@ class FixesAtBootDefaultsTest {
       for (ConsumerRecord<String, String> record : records) {
         effect(jdbc, BATCH, header(record, "order-no"), record.value());
       }
+    }
+
+    /** Commits through its consumer, then fails once; its retry notes what was committed. */
+    @Idempotent(bizType = RECORD, header = "order-no")
+    @KafkaListener(id = RECORD, topics = RECORD)
+    public void chargeOne(ConsumerRecord<String, String> record, Consumer<?, ?> consumer) {
+      if (recordCalls.incrementAndGet() == 2) {
+        TopicPartition partition = new TopicPartition(RECORD, 0);
+        Map<TopicPartition, OffsetAndMetadata> committed =
+            consumer.committed(Set.of(partition), Duration.ofSeconds(5));
+        OffsetAndMetadata offset = committed.get(partition);
+        committedAtTheRecordRetry.set(offset == null ? -1 : offset.offset());
+      }
+      consumer.commitSync();
+      if (recordCalls.get() == 1) {
+        throw new IllegalStateException("the listener fails after committing");
+      }
+      effect(jdbc, RECORD, header(record, "order-no"), record.value());
     }
   }
 
