@@ -73,7 +73,10 @@ class ConsumerDedupEndpointHttpTest {
   @SpringBootTest(
       classes = App.class,
       webEnvironment = WebEnvironment.RANDOM_PORT,
-      properties = "consumer-dedup.admin.write-enabled=true")
+      properties = {
+        "consumer-dedup.admin.write-enabled=true",
+        "spring.main.web-application-type=servlet"
+      })
   @DirtiesContext
   class WithWritesEnabled {
     static String schema;
@@ -252,7 +255,10 @@ class ConsumerDedupEndpointHttpTest {
   }
 
   @Nested
-  @SpringBootTest(classes = App.class, webEnvironment = WebEnvironment.RANDOM_PORT)
+  @SpringBootTest(
+      classes = App.class,
+      webEnvironment = WebEnvironment.RANDOM_PORT,
+      properties = "spring.main.web-application-type=servlet")
   @DirtiesContext
   class WithWritesDisabledByDefault {
     static String schema;

@@ -26,7 +26,8 @@ import org.springframework.test.context.DynamicPropertySource;
  */
 @SpringBootTest(
     classes = HealthExhaustedPoolTest.App.class,
-    webEnvironment = WebEnvironment.RANDOM_PORT)
+    webEnvironment = WebEnvironment.RANDOM_PORT,
+    properties = "spring.main.web-application-type=servlet")
 @DirtiesContext
 class HealthExhaustedPoolTest {
 
