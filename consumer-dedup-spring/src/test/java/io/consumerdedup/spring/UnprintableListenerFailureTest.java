@@ -90,6 +90,7 @@ class UnprintableListenerFailureTest {
   void aRecordListenersUnprintableFailureRunsTwiceIsDeadLetteredOnceAndTheNextRecordIsApplied(
       CapturedOutput output) throws Exception {
     send(template, RECORDS, "charge 5.00", "order-no", "U-1");
+    send(template, RECORDS, "charge 5.50", "order-no", "U-WRAPPED");
     send(template, RECORDS, "charge 6.00", "order-no", "U-2");
 
     await()
@@ -99,13 +100,13 @@ class UnprintableListenerFailureTest {
                 assertThat(SpringTestEnvironment.effects(jdbc, RECORDS, "U-2"))
                     .as("the record after the unprintable failure, applied")
                     .isEqualTo(1));
-    await().atMost(WAIT).until(() -> committed(RECORDS) == 2);
+    await().atMost(WAIT).until(() -> committed(RECORDS) == 3);
     List<ConsumerRecord<String, String>> deadLetters =
-        readTopic(RECORDS + "-dlt", 2, Duration.ofSeconds(2));
+        readTopic(RECORDS + "-dlt", 3, Duration.ofSeconds(2));
     assertThat(deadLetters)
         .as("dead letters")
         .extracting(record -> header(record, "order-no"))
-        .containsExactly("U-1");
+        .containsExactly("U-1", "U-WRAPPED");
     assertThat(deadLetterReason(deadLetters.get(0)))
         .contains("DedupAttemptsExhaustedException", "Gave up after 2 failed attempts of at most 2")
         .contains(LazyEntityFailure.class.getName());
@@ -113,6 +114,8 @@ class UnprintableListenerFailureTest {
     assertThat(deliveries.of("U-1"))
         .as("deliveries of U-1: the second attempt's failure went to the recoverer at once")
         .isEqualTo(2);
+    assertThat(calls.of("U-WRAPPED")).as("listener runs for U-WRAPPED").isEqualTo(2);
+    assertThat(deliveries.of("U-WRAPPED")).as("deliveries of U-WRAPPED").isEqualTo(2);
     DedupRecord record = store.find(DedupKey.of("unprintable", "U-1")).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
     assertThat(record.attempts()).isEqualTo(2);
@@ -198,9 +201,16 @@ class UnprintableListenerFailureTest {
     return SpringTestEnvironment.committed(topic, topic, 0);
   }
 
-  /** What a listener throws when it prints an entity loaded lazily, its session closed. */
+  /**
+   * What a listener throws when it prints an entity loaded lazily, its session closed; with a
+   * cause, as such an exception usually has.
+   */
   static final class LazyEntityFailure extends RuntimeException {
     private static final long serialVersionUID = 1L;
+
+    LazyEntityFailure() {
+      super(new IllegalStateException("the session was closed"));
+    }
 
     @Override
     public String getMessage() {
@@ -268,6 +278,10 @@ class UnprintableListenerFailureTest {
       calls.count(key);
       if (key.equals("U-1")) {
         throw new LazyEntityFailure();
+      }
+      if (key.equals("U-WRAPPED")) {
+        // Printable itself, its cause is not.
+        throw new IllegalStateException("charge failed", new LazyEntityFailure());
       }
       SpringTestEnvironment.effect(jdbc, RECORDS, key, record.value());
     }

@@ -1,5 +1,8 @@
 package io.consumerdedup.core.internal;
 
+import java.util.Collections;
+import java.util.IdentityHashMap;
+import java.util.Set;
 import org.jspecify.annotations.Nullable;
 
 /**
@@ -42,20 +45,46 @@ public final class FailureTexts {
 
   /**
    * {@code failure} to hand a logger as the exception of a line, or, if its {@code toString()} or
-   * {@code getMessage()} throws, a stand-in that prints {@link #describe} with its stack trace and
-   * causes: Logback prints an exception that overrides {@code toString()} with it, and its throw
-   * came out of the log call itself.
+   * {@code getMessage()} throws, or that of one of its causes or suppressed exceptions, a stand-in
+   * that prints {@link #describe} of each with its stack trace and causes: Logback prints an
+   * exception that overrides {@code toString()} with it, its causes and suppressed ones as well,
+   * and their throw came out of the log call itself. A printable exception wrapping an unprintable
+   * cause is the common case (an application's exception around its persistence layer's).
    */
   public static Throwable loggable(Throwable failure) {
-    if (printable(failure)) {
+    if (printableThroughout(failure)) {
       return failure;
     }
-    Unprintable standIn = new Unprintable(describe(failure));
-    standIn.setStackTrace(failure.getStackTrace());
-    Throwable cause = failure.getCause();
-    if (cause != null && cause != failure) {
-      standIn.initCause(loggable(cause));
+    return standIn(failure, Collections.newSetFromMap(new IdentityHashMap<>()));
+  }
+
+  private static boolean printableThroughout(Throwable failure) {
+    Set<Throwable> seen = Collections.newSetFromMap(new IdentityHashMap<>());
+    for (Throwable current = failure;
+        current != null && seen.add(current);
+        current = current.getCause()) {
+      if (!printable(current)) {
+        return false;
+      }
+      for (Throwable suppressed : current.getSuppressed()) {
+        if (!printable(suppressed)) {
+          return false;
+        }
+      }
     }
+    return true;
+  }
+
+  /** Each of the chain described (a printable one reads as it would), its suppressed ones left. */
+  private static Throwable standIn(Throwable failure, Set<Throwable> seen) {
+    seen.add(failure);
+    Throwable cause = failure.getCause();
+    // Given to the constructor: a cause given as null there cannot be set later (initCause threw).
+    Unprintable standIn =
+        new Unprintable(
+            describe(failure),
+            cause != null && !seen.contains(cause) ? standIn(cause, seen) : null);
+    standIn.setStackTrace(failure.getStackTrace());
     return standIn;
   }
 
@@ -74,8 +103,8 @@ public final class FailureTexts {
   private static final class Unprintable extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
-    Unprintable(String description) {
-      super(description, null, false, true);
+    Unprintable(String description, @Nullable Throwable cause) {
+      super(description, cause, false, true);
     }
 
     @Override
