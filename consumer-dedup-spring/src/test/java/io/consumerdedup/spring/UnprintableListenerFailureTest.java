@@ -61,6 +61,8 @@ class UnprintableListenerFailureTest {
   static final List<String> parked = new CopyOnWriteArrayList<>();
 
   static final Duration WAIT = Duration.ofSeconds(30);
+  // Dead letters are read once the offsets are committed past their records: by then any second
+  // copy was published too, and the first poll of the reader returns them all.
   static final String RECORDS = "unprintable-record";
   static final String BATCH = "unprintable-batch";
   static final String WHOLE_BATCH = "unprintable-whole-batch";
@@ -101,8 +103,7 @@ class UnprintableListenerFailureTest {
                     .as("the record after the unprintable failure, applied")
                     .isEqualTo(1));
     await().atMost(WAIT).until(() -> committed(RECORDS) == 3);
-    List<ConsumerRecord<String, String>> deadLetters =
-        readTopic(RECORDS + "-dlt", 3, Duration.ofSeconds(2));
+    List<ConsumerRecord<String, String>> deadLetters = readTopic(RECORDS + "-dlt", 2, WAIT);
     assertThat(deadLetters)
         .as("dead letters")
         .extracting(record -> header(record, "order-no"))
@@ -147,7 +148,7 @@ class UnprintableListenerFailureTest {
                     .as("the record after the unprintable failure, applied")
                     .isEqualTo(1));
     await().atMost(WAIT).until(() -> committed(BATCH) == 3);
-    assertThat(readTopic(BATCH + "-dlt", 2, Duration.ofSeconds(2)))
+    assertThat(readTopic(BATCH + "-dlt", 1, WAIT))
         .as("dead letters")
         .extracting(record -> header(record, "order-no"))
         .containsExactly("B-FAIL");
@@ -167,7 +168,7 @@ class UnprintableListenerFailureTest {
     send(template, WHOLE_BATCH, "always failing", "order-no", "W-1");
 
     await().atMost(WAIT).until(() -> committed(WHOLE_BATCH) == 1);
-    assertThat(readTopic(WHOLE_BATCH + "-dlt", 2, Duration.ofSeconds(2)))
+    assertThat(readTopic(WHOLE_BATCH + "-dlt", 1, WAIT))
         .as("dead letters")
         .extracting(record -> header(record, "order-no"))
         .containsExactly("W-1");
