@@ -203,19 +203,20 @@ class UnprintableListenerFailureTest {
   }
 
   /**
-   * What a listener throws when it prints an entity loaded lazily, its session closed; with a
-   * cause, as such an exception usually has.
+   * What a listener throws when it prints an entity loaded lazily, its persistence context closed;
+   * with a cause, as such an exception usually has.
    */
   static final class LazyEntityFailure extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
     LazyEntityFailure() {
-      super(new IllegalStateException("the session was closed"));
+      super(new IllegalStateException("the persistence context was closed"));
     }
 
     @Override
     public String getMessage() {
-      throw new UnsupportedOperationException("could not initialize proxy - no Session");
+      throw new UnsupportedOperationException(
+          "could not initialize proxy - no persistence context");
     }
   }
 
@@ -225,7 +226,8 @@ class UnprintableListenerFailureTest {
 
     @Override
     public String getMessage() {
-      throw new UnsupportedOperationException("could not initialize proxy - no Session");
+      throw new UnsupportedOperationException(
+          "could not initialize proxy - no persistence context");
     }
   }
 
