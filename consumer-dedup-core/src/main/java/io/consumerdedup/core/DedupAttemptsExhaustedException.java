@@ -7,8 +7,10 @@ import org.jspecify.annotations.Nullable;
  * The handler of a key has failed as many times as an adapter allows, counted in the dedup table
  * ({@link DedupRecord#attempts()}), so across restarts, rebalances and consumers: the adapter gives
  * the delivery up and dead-letters it now instead of running the handler again. Its cause is the
- * handler's exception when the last allowed attempt failed in this process; {@link #lastError()} is
- * the last error either way (as the table recorded it, when the attempts were spent earlier).
+ * handler's exception when the last allowed attempt failed in this process (the Spring adapter
+ * gives a stand-in with its description and stack trace for one that cannot describe itself);
+ * {@link #lastError()} is the last error either way (as the table recorded it, when the attempts
+ * were spent earlier).
  */
 public class DedupAttemptsExhaustedException extends DedupException {
   private static final long serialVersionUID = 1L;

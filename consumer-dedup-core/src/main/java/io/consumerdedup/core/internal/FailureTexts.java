@@ -87,13 +87,20 @@ public final class FailureTexts {
   /** A printable copy of {@code failure} and what it carries; each is copied once. */
   private static Throwable standIn(Throwable failure, Set<Throwable> seen) {
     seen.add(failure);
-    Unprintable standIn = new Unprintable(describe(failure));
+    Throwable cause;
+    try {
+      cause = failure.getCause();
+    } catch (RuntimeException | StackOverflowError e) {
+      cause = null;
+    }
+    // Given to the constructor: one constructed without a cause cannot take one later (initCause
+    // throws "Can't overwrite cause").
+    Unprintable standIn =
+        new Unprintable(
+            describe(failure),
+            cause != null && !seen.contains(cause) ? standIn(cause, seen) : null);
     try {
       standIn.setStackTrace(failure.getStackTrace());
-      Throwable cause = failure.getCause();
-      if (cause != null && !seen.contains(cause)) {
-        standIn.initCause(standIn(cause, seen));
-      }
       for (Throwable suppressed : failure.getSuppressed()) {
         if (!seen.contains(suppressed)) {
           standIn.addSuppressed(standIn(suppressed, seen));
@@ -109,8 +116,8 @@ public final class FailureTexts {
   private static final class Unprintable extends RuntimeException {
     private static final long serialVersionUID = 1L;
 
-    Unprintable(String description) {
-      super(description, null, true, true);
+    Unprintable(String description, @Nullable Throwable cause) {
+      super(description, cause, true, true);
     }
 
     @Override

@@ -5,6 +5,7 @@ import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.SpentAttempts;
 import java.util.IntSummaryStatistics;
 import java.util.List;
@@ -61,14 +62,26 @@ public final class AttemptLimit {
         || Disposition.of(error) != Disposition.HANDLER_FAILED) {
       return error;
     }
+    // Described safely: a toString() that throws (a lazily loaded entity in the message) made the
+    // container hear that exception instead, which its error handler retried as any other. The
+    // cause, if it cannot describe itself, is a stand-in with its description and stack trace:
+    // spring-kafka's DeadLetterPublishingRecoverer prints the stack trace, causes included, and
+    // what that threw failed every recovery until a later delivery found the attempts spent.
     return new DedupAttemptsExhaustedException(
-        claim.key(), claim.attempt(), maxAttempts, error.toString(), claim.source(), error);
+        claim.key(),
+        claim.attempt(),
+        maxAttempts,
+        FailureTexts.describe(error),
+        claim.source(),
+        FailureTexts.loggable(error));
   }
 
   /**
    * One WARN line for a failed attempt: where the record came from, its key, the attempt and the
    * cause's class and message; the stack trace at DEBUG (it is logged at ERROR when the record is
-   * given up).
+   * given up). An error that cannot describe itself is described safely: Logback reads the message
+   * of the line's exception, and what that threw came out of this call, before the claim was failed
+   * (left PROCESSING under a renewed lease, every delivery of its key refused as in progress).
    */
   public void logFailure(DedupClaim claim, Throwable error) {
     int attempt = claim.attempt();
@@ -78,14 +91,17 @@ public final class AttemptLimit {
         claim.key(),
         attempt,
         maxAttempts,
-        error,
+        FailureTexts.describe(error),
         attempt >= maxAttempts ? "; no attempts left, so it is not run again" : "");
-    log.debug("Stack trace of the failed attempt of {}", claim.key(), error);
+    if (log.isDebugEnabled()) {
+      log.debug(
+          "Stack trace of the failed attempt of {}", claim.key(), FailureTexts.loggable(error));
+    }
   }
 
   /**
    * One WARN line for a batch listener call that failed without naming the record it failed at:
-   * every claim of the batch failed one attempt.
+   * every claim of the batch failed one attempt. Described safely, as in {@link #logFailure}.
    */
   public void logBatchFailure(List<DedupClaim> claims, Throwable error) {
     DedupClaim first = claims.get(0);
@@ -104,10 +120,13 @@ public final class AttemptLimit {
             ? String.valueOf(attempt.getMax())
             : attempt.getMin() + " to " + attempt.getMax(),
         maxAttempts,
-        error,
+        FailureTexts.describe(error),
         attempt.getMax() >= maxAttempts
             ? "; the records with no attempts left are given up at their next delivery"
             : "");
-    log.debug("Stack trace of the failed batch from {}", first.key(), error);
+    if (log.isDebugEnabled()) {
+      log.debug(
+          "Stack trace of the failed batch from {}", first.key(), FailureTexts.loggable(error));
+    }
   }
 }

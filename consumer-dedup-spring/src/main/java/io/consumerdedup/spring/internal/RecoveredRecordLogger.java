@@ -146,9 +146,10 @@ public final class RecoveredRecordLogger implements RetryListener {
           "Gave up on {}, handed to the error handler's recoverer: {}",
           what,
           // Thrown from here, after the recoverer published, spring-kafka takes the recovery for
-          // failed and delivers the record again: published again at every delivery.
+          // failed and delivers the record again: published again at every delivery. Logback reads
+          // the message of the line's exception, so one that cannot give it gets a stand-in.
           FailureTexts.describe(listenerError),
-          listenerError);
+          FailureTexts.loggable(listenerError));
     }
   }
 
@@ -169,21 +170,25 @@ public final class RecoveredRecordLogger implements RetryListener {
         "The error handler's recoverer failed for {}; not committing past it, it comes again: {}",
         what,
         FailureTexts.describe(failure),
-        failure);
+        FailureTexts.loggable(failure));
   }
 
   /**
    * consumer-dedup's own refusals need no stack trace (the message says it all, the trace is at
-   * DEBUG); attempts spent carry the handler's last exception, whose trace is logged.
+   * DEBUG); attempts spent carry the handler's last exception, whose trace is logged. Each is
+   * described safely, as in {@link #recovered(String, Exception)}.
    */
   private static void logGivenUp(String what, DedupException dedup, String fate) {
     Throwable handlerError =
         dedup instanceof DedupAttemptsExhaustedException ? dedup.getCause() : null;
+    String message = FailureTexts.messageOf(dedup);
     if (handlerError != null) {
-      log.error("Gave up on {}, {}: {}", what, fate, dedup.getMessage(), handlerError);
+      log.error("Gave up on {}, {}: {}", what, fate, message, FailureTexts.loggable(handlerError));
     } else {
-      log.error("Gave up on {}, {}: {}", what, fate, dedup.getMessage());
-      log.debug("Stack trace of the refusal of {}", what, dedup);
+      log.error("Gave up on {}, {}: {}", what, fate, message);
+      if (log.isDebugEnabled()) {
+        log.debug("Stack trace of the refusal of {}", what, FailureTexts.loggable(dedup));
+      }
     }
   }
 
