@@ -3,7 +3,6 @@ package io.consumerdedup.jdbc;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
-import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.jdbc.internal.KeysetPurge;
 import io.consumerdedup.jdbc.internal.PurgeSql;
@@ -458,13 +457,7 @@ public final class DedupJanitor implements AutoCloseable {
      * JdbcDedupStore}. At most {@link io.consumerdedup.core.IdempotentExecutor#LONGEST_RETENTION}.
      */
     public Builder shortestRetention(Duration shortestRetention) {
-      this.shortestRetention =
-          Durations.requireBetween(
-              "shortestRetention",
-              shortestRetention,
-              Duration.ofMillis(1),
-              IdempotentExecutor.LONGEST_RETENTION,
-              "the range of a retention");
+      this.shortestRetention = JdbcDedupStore.requireShortestRetention(shortestRetention);
       return this;
     }
 

@@ -496,19 +496,23 @@ public final class JdbcDedupStore implements DedupStore {
    */
   public int purge(int limit, Duration shortestRetention) {
     requirePurgeLimit(limit);
-    Duration horizon =
-        Durations.requireBetween(
-            "shortestRetention",
-            shortestRetention,
-            Duration.ofMillis(1),
-            IdempotentExecutor.LONGEST_RETENTION,
-            "the range of a retention");
+    Duration horizon = requireShortestRetention(shortestRetention);
     return calls
         .run(
             "purge",
             null,
             (connection, dialect) -> dialect.deleteExpired(connection, null, horizon, limit))
         .deleted();
+  }
+
+  /** A purge's shortest retention, here and the janitor's: positive, at most the longest one. */
+  static Duration requireShortestRetention(Duration shortestRetention) {
+    return Durations.requireBetween(
+        "shortestRetention",
+        shortestRetention,
+        Duration.ofMillis(1),
+        IdempotentExecutor.LONGEST_RETENTION,
+        "the range of a retention");
   }
 
   private static void requirePurgeLimit(int limit) {
