@@ -14,7 +14,9 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import java.time.Duration;
 import java.util.List;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -28,6 +30,7 @@ import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.BatchInterceptor;
 import org.springframework.kafka.listener.BatchListenerFailedException;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.MessageListenerContainer;
@@ -39,7 +42,8 @@ import org.springframework.test.context.DynamicPropertySource;
  * {@code consumer-dedup.max-attempts=3} for a batch listener that always fails at one record (a
  * {@code BatchListenerFailedException} naming it), with an error handler that would deliver it ten
  * times: its attempts are counted in the dedup table across a restart of the consumer, and the
- * other records of the batch are applied once.
+ * other records of the batch are applied once; a record whose last attempt failed, first in the
+ * batch after an earlier attempt's failure, is dead-lettered at once.
  */
 @SpringBootTest(
     classes = BatchMaxAttemptsIntegrationTest.App.class,
@@ -50,12 +54,22 @@ class BatchMaxAttemptsIntegrationTest {
   /** Per key, how often the listener was given its record. */
   static final Counts<String> calls = new Counts<>();
 
+  /** Per key, how often the container delivered its record to the batch listener. */
+  static final Counts<String> deliveries = new Counts<>();
+
   static final Duration WAIT = Duration.ofSeconds(60);
   static final String TOPIC = "batch-max-attempts";
+  static final String SPENT_FIRST = "batch-spent-first";
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_batch_max_attempts", TOPIC, TOPIC + "-dlt");
+    SpringTestEnvironment.prepare(
+        registry,
+        "spring_batch_max_attempts",
+        TOPIC,
+        TOPIC + "-dlt",
+        SPENT_FIRST,
+        SPENT_FIRST + "-dlt");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -121,6 +135,50 @@ class BatchMaxAttemptsIntegrationTest {
     }
   }
 
+  /**
+   * The record fails its second attempt first in a batch, the error handler's back-off begun by its
+   * first (its attempt counted before, as by another instance): its last attempt's failure goes to
+   * the recoverer at once. It went back to the error handler's back-off instead, which saw the same
+   * exception type again: redelivered, its claim given back as spent, until the handler's ten
+   * deliveries were used up, five seconds apart, the records behind it waiting.
+   */
+  @Test
+  void aBatchRecordWhoseLastAttemptFailsFirstInTheBatchIsDeadLetteredAtOnce() throws Exception {
+    IdempotentExecutor executor = executors.defaultExecutor();
+    DedupKey failing = DedupKey.of("batch-spent-first", "S-FAIL");
+    executor.claim(failing, null, null).fail(new IllegalStateException("declined before"));
+    long start = System.nanoTime();
+    send(template, SPENT_FIRST, "always declined", "order-no", "S-FAIL");
+    send(template, SPENT_FIRST, "charge 5", "order-no", "S-AFTER");
+
+    // One back-off of 5 s between its two deliveries; then the record after it is applied.
+    await()
+        .atMost(Duration.ofSeconds(20))
+        .untilAsserted(
+            () ->
+                assertThat(SpringTestEnvironment.effects(jdbc, SPENT_FIRST, "S-AFTER"))
+                    .as(
+                        "the record after S-FAIL, applied (deliveries of S-FAIL so far: %d)",
+                        deliveries.of("S-FAIL"))
+                    .isEqualTo(1));
+    Duration waited = Duration.ofNanos(System.nanoTime() - start);
+    List<ConsumerRecord<String, String>> deadLetters = readTopic(SPENT_FIRST + "-dlt", 1, WAIT);
+    assertThat(deadLetters)
+        .extracting(record -> header(record, "order-no"))
+        .containsExactly("S-FAIL");
+    assertThat(deadLetterReason(deadLetters.get(0)))
+        .contains("Gave up after 3 failed attempts of at most 3", "declined at call 2");
+    assertThat(calls.of("S-FAIL")).as("listener runs for S-FAIL").isEqualTo(2);
+    assertThat(deliveries.of("S-FAIL"))
+        .as("deliveries of S-FAIL: its last attempt's failure went to the recoverer at once")
+        .isEqualTo(2);
+    assertThat(waited).as("time until the record after S-FAIL was applied").isLessThan(WAIT_ONE);
+    assertThat(store.find(failing).orElseThrow().attempts()).isEqualTo(3);
+  }
+
+  /** One back-off of the error handler, and a margin for the polls around it. */
+  static final Duration WAIT_ONE = Duration.ofSeconds(12);
+
   private DedupStatus status(DedupKey key) {
     return store.find(key).map(DedupRecord::status).orElse(null);
   }
@@ -141,6 +199,23 @@ class BatchMaxAttemptsIntegrationTest {
     @Bean
     Charges charges(JdbcTemplate jdbc) {
       return new Charges(jdbc);
+    }
+
+    /** Counts, per key, the deliveries of the records of {@link #SPENT_FIRST}. */
+    @Bean
+    BatchInterceptor<Object, Object> deliveryCounter() {
+      return new BatchInterceptor<>() {
+        @Override
+        public ConsumerRecords<Object, Object> intercept(
+            ConsumerRecords<Object, Object> records, Consumer<Object, Object> consumer) {
+          for (ConsumerRecord<Object, Object> record : records) {
+            if (record.topic().equals(SPENT_FIRST)) {
+              deliveries.count(header(record, "order-no"));
+            }
+          }
+          return records;
+        }
+      };
     }
   }
 
@@ -163,6 +238,21 @@ class BatchMaxAttemptsIntegrationTest {
               "declined", new IllegalStateException("declined at call " + call), i);
         }
         SpringTestEnvironment.effect(jdbc, TOPIC, key, record.value());
+      }
+    }
+
+    @Idempotent(bizType = "batch-spent-first", header = "order-no")
+    @KafkaListener(id = SPENT_FIRST, topics = SPENT_FIRST, batch = "true")
+    public void chargeSpentFirst(List<ConsumerRecord<String, String>> records) {
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<String, String> record = records.get(i);
+        String key = header(record, "order-no");
+        int call = calls.count(key);
+        if (key.equals("S-FAIL")) {
+          throw new BatchListenerFailedException(
+              "declined", new IllegalStateException("declined at call " + call), i);
+        }
+        SpringTestEnvironment.effect(jdbc, SPENT_FIRST, key, record.value());
       }
     }
   }

@@ -136,8 +136,14 @@ public final class ListenerOutcomes {
         }
         return;
       }
-      attempts.logFailure(claim, failure);
-      claim.fail(failure);
+      try {
+        attempts.logFailure(claim, failure);
+      } finally {
+        // An Error out of a log appender (an OutOfMemoryError, a StackOverflowError) must not keep
+        // the failure from being written: the claim would stay PROCESSING under a renewed lease,
+        // every delivery of its key refused as in progress elsewhere.
+        claim.fail(failure);
+      }
     }
 
     private @Nullable Throwable failure() {
