@@ -5,7 +5,6 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
-import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.jdbc.internal.AbortedTransactions;
 import io.consumerdedup.jdbc.internal.SqlStates;
 import java.io.PrintWriter;
@@ -242,13 +241,7 @@ public final class TransactionBoundDataSource implements DataSource {
       throw SqlStates.storeException(
           "Opening a transaction (no connection from the pool)", null, e);
     } catch (RuntimeException e) {
-      // A routing DataSource without a target, a pool behind an open circuit breaker: taken for the
-      // work's failure, it counted attempts of handlers that never ran and dead-lettered records.
-      throw new DedupStoreUnavailableException(
-          "Opening a transaction failed: the pool gave no connection: " + FailureTexts.describe(e),
-          null,
-          null,
-          e);
+      throw SqlStates.noConnection("Opening a transaction", null, e);
     }
     try {
       boolean autoCommit = connection.getAutoCommit();

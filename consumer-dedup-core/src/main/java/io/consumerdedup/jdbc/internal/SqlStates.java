@@ -4,6 +4,7 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.internal.FailureTexts;
 import java.sql.SQLException;
 import java.sql.SQLRecoverableException;
 import java.sql.SQLTimeoutException;
@@ -186,5 +187,23 @@ public final class SqlStates {
       case DATA -> new DedupStoreDataException(reason, key, null, e);
       case OTHER -> new DedupStoreException(reason, key, null, e);
     };
+  }
+
+  /**
+   * What the store reports when a DataSource throws a {@code RuntimeException} where JDBC says
+   * {@code SQLException} (Spring's {@code AbstractRoutingDataSource} on a thread without a lookup
+   * key, a pool behind a circuit breaker that is open, a pool that cannot start): the table did not
+   * answer, as when the database refuses. Passed on as it came, it was taken for the handler's
+   * failure ({@code Disposition.HANDLER_FAILED}: attempts counted, the record dead-lettered, though
+   * the handler never ran), and it reached the Actuator endpoint as a bare 500 (as a 400, blaming
+   * the request, when an {@code IllegalArgumentException}).
+   */
+  public static DedupStoreUnavailableException noConnection(
+      String what, @Nullable DedupKey key, RuntimeException e) {
+    return new DedupStoreUnavailableException(
+        what + " failed: the DataSource gave no connection: " + FailureTexts.describe(e),
+        key,
+        null,
+        e);
   }
 }

@@ -4,7 +4,6 @@ import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
-import io.consumerdedup.core.internal.FailureTexts;
 import io.github.resilience4j.core.IntervalFunction;
 import io.github.resilience4j.retry.Retry;
 import io.github.resilience4j.retry.RetryConfig;
@@ -200,15 +199,8 @@ public final class StoreCalls {
   }
 
   /**
-   * A connection of {@code connections} for a call. A DataSource that throws a {@code
-   * RuntimeException} where JDBC says {@code SQLException} (Spring's {@code
-   * AbstractRoutingDataSource} on a thread without a lookup key, a pool behind a circuit breaker
-   * that is open, a pool that cannot start) gave the call no connection: the table did not answer,
-   * as when the database refuses. Passed on as it came, it was taken for the handler's failure
-   * ({@code Disposition.HANDLER_FAILED}: attempts counted, the record dead-lettered, though the
-   * handler never ran), and it reached the Actuator endpoint as a bare 500 (as a 400, blaming the
-   * request, when an {@code IllegalArgumentException}). Not retried: nothing says a second try
-   * would get one.
+   * A connection of {@code connections} for a call; not retried when the DataSource throws a {@code
+   * RuntimeException}: nothing says a second try would get one.
    *
    * @throws DedupStoreUnavailableException naming what the DataSource threw, its cause
    */
@@ -217,13 +209,7 @@ public final class StoreCalls {
     try {
       return connections.getConnection();
     } catch (RuntimeException e) {
-      throw new DedupStoreUnavailableException(
-          what(operation)
-              + " failed: the DataSource gave no connection: "
-              + FailureTexts.describe(e),
-          key,
-          null,
-          e);
+      throw SqlStates.noConnection(what(operation), key, e);
     }
   }
 
