@@ -92,8 +92,6 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
                   // delivered and counted, and the assertion names it, or the test waited for
                   // copies that never came.
                   report.redeliveryFailed(describe(copy), e);
-                } finally {
-                  report.copyDelivered();
                 }
               }
             } finally {
@@ -108,7 +106,11 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
       completed.clear();
       report.redeliveryFailed("redelivered poll of " + copies.size() + " records", e);
     }
+    // Counted once the poll's outcomes are settled, those that completed first: a test that waits
+    // for redeliveredCopies() to count them, as the report asks, read them while the copies' marks
+    // were still being written and saw every copy failed.
     completed.forEach(copy -> report.copyCompleted());
+    copies.forEach(copy -> report.copyDelivered());
   }
 
   @Override
