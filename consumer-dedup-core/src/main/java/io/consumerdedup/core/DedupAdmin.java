@@ -27,6 +27,11 @@ import org.jspecify.annotations.Nullable;
  * </ul>
  *
  * A change whose reply was lost is tried again, and recognised as made.
+ *
+ * <p>A record whose status a newer version of consumer-dedup wrote (sharing the table during a
+ * rolling upgrade) is read as {@link DedupStatus#UNKNOWN}, its text in {@link
+ * DedupRecord#storedStatus()}, and listed and counted beside the others; release and forget leave
+ * it alone unless forced, as what its status means is that version's to say.
  */
 public interface DedupAdmin {
 
@@ -61,6 +66,9 @@ public interface DedupAdmin {
    * the holder still applies its effect (applied twice; the holder's SUCCESS is then refused as a
    * lost lease). Force only a holder known to be dead or hung for good.
    *
+   * <p>A record of a status this version does not know ({@link DedupStatus#UNKNOWN}) is not
+   * released, forced or not: the message names its status.
+   *
    * @param requestedBy who asked, for the log and the record
    * @param force release a live lease too: the operator asserts its holder is dead
    */
@@ -91,17 +99,32 @@ public interface DedupAdmin {
    * delivery has claimed the key anew by then. To end a dead holder's lease, prefer a release,
    * which fences the holder out; force only a holder known to be dead or hung for good.
    *
+   * <p>A record of a status this version does not know ({@link DedupStatus#UNKNOWN}, written by a
+   * newer version that may still work on the key) is refused the same way unless {@code force}.
+   *
    * @param requestedBy who asked, for the log
    * @param force forget a PROCESSING key under a live lease too: the operator asserts its holder is
    *     dead
    */
   Change forget(DedupKey key, String requestedBy, boolean force);
 
-  /** The records of one biz type in one status; {@code expiredLeases} counts PROCESSING ones. */
-  record StatusCount(String bizType, DedupStatus status, long count, long expiredLeases) {
+  /**
+   * The records of one biz type in one status; {@code expiredLeases} counts PROCESSING ones.
+   *
+   * @param storedStatus the status as the table holds it: each status a newer version wrote ({@link
+   *     DedupStatus#UNKNOWN}) is counted on its own, under its text
+   */
+  record StatusCount(
+      String bizType, DedupStatus status, long count, long expiredLeases, String storedStatus) {
     public StatusCount {
       Objects.requireNonNull(bizType, "bizType");
       Objects.requireNonNull(status, "status");
+      DedupStatus.requireStored(status, storedStatus);
+    }
+
+    /** The count of a status this version knows. */
+    public StatusCount(String bizType, DedupStatus status, long count, long expiredLeases) {
+      this(bizType, status, count, expiredLeases, status.name());
     }
   }
 
@@ -119,6 +142,8 @@ public interface DedupAdmin {
    * What to list: every filter is optional; {@code after} is the {@link Page#next()} of the page
    * before (keyset paging: stable while records are added or removed).
    *
+   * @param status the status whose records to list; {@link DedupStatus#UNKNOWN} lists those of
+   *     every status this version does not know
    * @param bizType the type whose records to list, checked as {@link DedupKey#of} checks a type
    *     (the drivers would send an unpaired surrogate as '?', the filter of another type)
    * @param limit at most this many records, 1 to 1000

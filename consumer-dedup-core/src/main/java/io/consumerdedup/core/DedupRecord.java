@@ -12,6 +12,7 @@ import org.jspecify.annotations.Nullable;
 public final class DedupRecord {
   private final DedupKey key;
   private final DedupStatus status;
+  private final String storedStatus;
   private final int attempts;
   private final String owner;
   private final @Nullable Instant leaseUntil;
@@ -41,8 +42,47 @@ public final class DedupRecord {
       Instant updatedAt,
       Instant expiresAt,
       boolean leaseLive) {
+    this(
+        key,
+        status,
+        status.name(),
+        attempts,
+        owner,
+        leaseUntil,
+        fingerprint,
+        lastError,
+        source,
+        createdAt,
+        updatedAt,
+        expiresAt,
+        leaseLive);
+  }
+
+  /**
+   * Builds a record whose status column holds {@code storedStatus}: for {@link
+   * DedupStatus#UNKNOWN}, the text a newer version wrote; else the status's name.
+   *
+   * @param leaseLive whether the lease was live by the database clock when the row was read
+   * @throws IllegalArgumentException if {@code storedStatus} names another status than {@code
+   *     status}
+   */
+  public DedupRecord(
+      DedupKey key,
+      DedupStatus status,
+      String storedStatus,
+      int attempts,
+      String owner,
+      @Nullable Instant leaseUntil,
+      @Nullable String fingerprint,
+      @Nullable String lastError,
+      @Nullable String source,
+      Instant createdAt,
+      Instant updatedAt,
+      Instant expiresAt,
+      boolean leaseLive) {
     this.key = Objects.requireNonNull(key, "key");
     this.status = Objects.requireNonNull(status, "status");
+    this.storedStatus = DedupStatus.requireStored(status, storedStatus);
     this.attempts = attempts;
     this.owner = Objects.requireNonNull(owner, "owner");
     this.leaseUntil = leaseUntil;
@@ -59,8 +99,17 @@ public final class DedupRecord {
     return key;
   }
 
+  /** The status; {@link DedupStatus#UNKNOWN} for one a newer version wrote. */
   public DedupStatus status() {
     return status;
+  }
+
+  /**
+   * The status as the table holds it: {@link #status()}'s name, or, for {@link
+   * DedupStatus#UNKNOWN}, the text a newer version of consumer-dedup wrote.
+   */
+  public String storedStatus() {
+    return storedStatus;
   }
 
   /** How many times the key was claimed; the fencing token of the current or last holder. */
@@ -121,7 +170,7 @@ public final class DedupRecord {
     return "DedupRecord{"
         + key
         + ", "
-        + status
+        + storedStatus
         + ", attempts="
         + attempts
         + ", owner="

@@ -128,15 +128,7 @@ public final class DedupJanitor implements AutoCloseable {
         // after run (a timeout over the index entries of purged rows) must not stop the purge.
       }
       if (estimate != null) {
-        try {
-          reportBacklog(estimate);
-          backlogReportFailures.ended();
-        } catch (RuntimeException | Error e) {
-          // The application's listener threw (an Error such as a NoSuchMethodError of a metrics
-          // library of another version recurs at every run), and passed on it ended every run
-          // before its purge, so retention stopped for good.
-          backlogReportFailed(e);
-        }
+        reportBacklog(estimate);
       }
       long deadline = System.nanoTime() + maxRunTime.toNanos();
       int total = 0;
@@ -184,7 +176,8 @@ public final class DedupJanitor implements AutoCloseable {
 
   /**
    * Measures the backlog now (on a {@link JdbcDedupStore}; empty on other stores), tells the
-   * listener, and logs a WARN, at most once an interval, while the janitor is behind.
+   * listener (one that throws is logged, and the backlog still answered), and logs a WARN, at most
+   * once an interval, while the janitor is behind.
    *
    * @throws DedupStoreException if the count failed: the backlog is then unknown ({@link
    *     #lastBacklog()} empty, the listener told {@link DedupListener#purgeBacklogUnknown}), and
@@ -234,7 +227,16 @@ public final class DedupJanitor implements AutoCloseable {
             oldest,
             behind);
     lastBacklog = backlog;
-    listener.purgeBacklog(backlog.expiredRows(), oldest == null ? Duration.ZERO : oldest);
+    try {
+      listener.purgeBacklog(backlog.expiredRows(), oldest == null ? Duration.ZERO : oldest);
+      backlogReportFailures.ended();
+    } catch (RuntimeException | Error e) {
+      // The application's listener threw (an Error such as a NoSuchMethodError of a metrics
+      // library of another version recurs at every call). Passed on, it ended every run before
+      // its purge, so retention stopped for good, and it took the Actuator summary, which
+      // measures the backlog too, down to a bare 500 hiding the counts.
+      backlogReportFailed(e);
+    }
     if (behind) {
       warnBehind(backlog);
     }

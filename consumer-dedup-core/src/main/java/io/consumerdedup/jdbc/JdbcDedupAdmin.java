@@ -32,11 +32,9 @@ import org.slf4j.LoggerFactory;
 public final class JdbcDedupAdmin implements DedupAdmin {
   private static final Logger log = LoggerFactory.getLogger(JdbcDedupAdmin.class);
 
-  private final JdbcDedupStore store;
   private final StoreCalls calls;
 
   private JdbcDedupAdmin(JdbcDedupStore store) {
-    this.store = store;
     this.calls = store.calls();
   }
 
@@ -55,12 +53,14 @@ public final class JdbcDedupAdmin implements DedupAdmin {
           try (PreparedStatement statement = calls.prepare(connection, dialect.adminSql().counts);
               ResultSet rows = statement.executeQuery()) {
             while (rows.next()) {
+              String status = rows.getString("status");
               counts.add(
                   new StatusCount(
                       rows.getString("biz_type"),
-                      DedupStatus.valueOf(rows.getString("status")),
+                      DedupStatus.ofStored(status),
                       rows.getLong("records"),
-                      rows.getLong("expired")));
+                      rows.getLong("expired"),
+                      status));
             }
           }
           return counts;
@@ -78,11 +78,11 @@ public final class JdbcDedupAdmin implements DedupAdmin {
           String text =
               dialect
                   .adminSql()
-                  .list(query.status() != null, query.bizType() != null, lease, after != null);
+                  .list(query.status(), query.bizType() != null, lease, after != null);
           List<DedupRecord> records = new ArrayList<>();
           try (PreparedStatement statement = calls.prepare(connection, text)) {
             int index = 1;
-            if (query.status() != null) {
+            if (query.status() != null && query.status() != DedupStatus.UNKNOWN) {
               statement.setString(index++, query.status().name());
             }
             if (query.bizType() != null) {
@@ -99,7 +99,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
             statement.setInt(index, query.limit() + 1);
             try (ResultSet rows = statement.executeQuery()) {
               while (rows.next()) {
-                records.add(dialect.record(rows));
+                records.add(dialect.recordAsStored(rows));
               }
             }
           }
@@ -114,7 +114,22 @@ public final class JdbcDedupAdmin implements DedupAdmin {
 
   @Override
   public Optional<DedupRecord> find(DedupKey key) {
-    return store.find(key);
+    // Not the store's find, which the consumers' paths use: they refuse a status they do not know,
+    // while an operator is to see it.
+    return calls.run(
+        "admin find",
+        key,
+        (connection, dialect) -> {
+          try (PreparedStatement select = calls.prepare(connection, dialect.adminSql().find)) {
+            select.setString(1, key.bizType());
+            select.setString(2, key.bizKey());
+            try (ResultSet row = select.executeQuery()) {
+              return row.next()
+                  ? Optional.of(dialect.recordAsStored(row, key))
+                  : Optional.<DedupRecord>empty();
+            }
+          }
+        });
   }
 
   @Override
@@ -127,6 +142,10 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         requestedBy,
         at -> noRecord(key, at),
         (c, dialect, before, who, at) -> {
+          if (before.status() == DedupStatus.UNKNOWN) {
+            // The release's update is for PROCESSING records only: force cannot make it apply.
+            return refusedUnknownStatus(AdminChange.RELEASE, key, who, before, at);
+          }
           if (before.status() != DedupStatus.PROCESSING) {
             SentRelease earlier = sent.get();
             if (earlier != null && earlier.wrote(before)) {
@@ -161,7 +180,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
             sent.set(new SentRelease(before, live, note));
             update.executeUpdate();
           }
-          logDone(AdminChange.RELEASE, key, who, before, live);
+          logDone(AdminChange.RELEASE, key, who, before, live ? OVER_LIVE_LEASE : null);
           return released(key, before, live, at);
         });
   }
@@ -242,16 +261,71 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         at);
   }
 
-  /** A forced change is a WARN: it may let a live holder's handler run a second time. */
+  /**
+   * A change of a record whose status a newer version wrote, refused: that version may still work
+   * on the key (a status of its own for a held key), and only it knows.
+   */
+  private static Change refusedUnknownStatus(
+      AdminChange change, DedupKey key, String who, DedupRecord before, Instant at) {
+    log.info(
+        "Did not {} {} at the request of {}: its status {} is not one this version knows; {}",
+        change.verb,
+        key,
+        who,
+        before.storedStatus(),
+        before);
+    boolean forgetting = change == AdminChange.FORGET;
+    return new Change(
+        false,
+        before,
+        change.notDone
+            + ": "
+            + key
+            + " has the status '"
+            + before.storedStatus()
+            + "' (attempt "
+            + before.attempts()
+            + " of "
+            + before.owner()
+            + ", last written at "
+            + before.updatedAt()
+            + "), which this version of consumer-dedup does not know: a newer version sharing"
+            + " the table wrote it, and what it means is that version's to say. "
+            + (forgetting
+                ? "If that version still works on the key, forgetting it now lets a replay run the"
+                    + " handler beside it: the effect would be applied twice. Forget it with that"
+                    + " version, or, if you know nothing works on the key any more, forget with"
+                    + " force=true"
+                : change.doing
+                    + " it here is not possible: "
+                    + change.verb
+                    + " it with that version"),
+        at);
+  }
+
+  /** What a change was forced over, as its log and message say it: a live lease. */
+  private static final String OVER_LIVE_LEASE = "while its lease was live";
+
+  /** What a change was forced over: a status this version does not know. */
+  private static String overUnknownStatus(DedupRecord before) {
+    return "over the status '" + before.storedStatus() + "', which this version does not know";
+  }
+
+  /**
+   * A forced change is a WARN: it may let a live holder's handler run a second time.
+   *
+   * @param forced what the change was forced over; null if it was not forced
+   */
   private static void logDone(
-      AdminChange change, DedupKey key, String who, DedupRecord before, boolean forced) {
-    if (forced) {
+      AdminChange change, DedupKey key, String who, DedupRecord before, @Nullable String forced) {
+    if (forced != null) {
       log.warn(
-          "{} {} at the request of {}, forced while its lease was live: if its holder is alive,"
-              + " the handler runs a second time; it was {}",
+          "{} {} at the request of {}, forced {}: if its holder is alive, the handler runs a"
+              + " second time; it was {}",
           change.done,
           key,
           who,
+          forced,
           before);
     } else {
       log.info(
@@ -277,7 +351,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
           if (earlier == null) {
             return noRecord(key, at);
           }
-          Change forgot = forgot(key, earlier.before(), earlier.live(), at);
+          Change forgot = forgot(key, earlier.before(), earlier.forced(), at);
           return new Change(
               true,
               forgot.before(),
@@ -286,30 +360,37 @@ public final class JdbcDedupAdmin implements DedupAdmin {
               at);
         },
         (c, dialect, before, who, at) -> {
+          boolean unknown = before.status() == DedupStatus.UNKNOWN;
+          if (unknown && !force) {
+            return refusedUnknownStatus(AdminChange.FORGET, key, who, before, at);
+          }
           boolean live = before.isLeaseLive();
           if (live && !force) {
             return refusedUnderLiveLease(AdminChange.FORGET, key, who, before, at);
           }
+          String forced = unknown ? overUnknownStatus(before) : live ? OVER_LIVE_LEASE : null;
           try (PreparedStatement delete = calls.prepare(c, dialect.adminSql().forget)) {
             delete.setString(1, key.bizType());
             delete.setString(2, key.bizKey());
-            sent.set(new SentForget(before, live));
+            sent.set(new SentForget(before, forced));
             delete.executeUpdate();
           }
-          logDone(AdminChange.FORGET, key, who, before, live);
-          return forgot(key, before, live, at);
+          logDone(AdminChange.FORGET, key, who, before, forced);
+          return forgot(key, before, forced, at);
         });
   }
 
-  private record SentForget(DedupRecord before, boolean live) {}
+  /** A delete sent to the database, and what it was forced over (null if not forced). */
+  private record SentForget(DedupRecord before, @Nullable String forced) {}
 
-  private static Change forgot(DedupKey key, DedupRecord before, boolean live, Instant at) {
+  private static Change forgot(
+      DedupKey key, DedupRecord before, @Nullable String forced, Instant at) {
     return new Change(
         true,
         before,
         "Forgot "
             + key
-            + (live ? " (forced while its lease was live)" : "")
+            + (forced != null ? " (forced " + forced + ")" : "")
             + ": a replay of the key runs its handler again",
         at);
   }
@@ -416,7 +497,9 @@ public final class JdbcDedupAdmin implements DedupAdmin {
       select.setString(1, key.bizType());
       select.setString(2, key.bizKey());
       try (ResultSet row = select.executeQuery()) {
-        return row.next() ? new Locked(dialect.record(row, key), row.getString("claim_id")) : null;
+        return row.next()
+            ? new Locked(dialect.recordAsStored(row, key), row.getString("claim_id"))
+            : null;
       }
     }
   }

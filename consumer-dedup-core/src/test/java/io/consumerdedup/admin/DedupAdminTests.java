@@ -443,6 +443,54 @@ abstract class DedupAdminTests {
   }
 
   @Test
+  void aStatusANewerVersionWroteIsListedAsStoredBesideTheOtherRecordsAndNotForgottenUnforced()
+      throws SQLException {
+    DedupKey older = DedupKey.of("n-order", "1");
+    store.complete(claim(older, "a"), RETENTION);
+    DedupKey newer = DedupKey.of("n-order", "2");
+    store.complete(claim(newer, "a"), RETENTION);
+    DedupKey later = DedupKey.of("n-order", "3");
+    store.fail(claim(later, "a"), "java.io.IOException: bank down", RETENTION);
+    writeStatusOfANewerVersion(newer, "ABANDONED");
+
+    Throwable listed =
+        catchThrowable(
+            () -> admin.list(new RecordQuery(null, "n-order", LeaseFilter.ANY, 10, null)));
+
+    assertThat(listed).as("the list of n-order, one of its records ABANDONED").isNull();
+    assertThat(admin.list(new RecordQuery(null, "n-order", LeaseFilter.ANY, 10, null)).records())
+        .extracting(DedupRecord::key, DedupRecord::status, DedupRecord::storedStatus)
+        .containsExactly(
+            org.assertj.core.groups.Tuple.tuple(older, DedupStatus.SUCCESS, "SUCCESS"),
+            org.assertj.core.groups.Tuple.tuple(newer, DedupStatus.UNKNOWN, "ABANDONED"),
+            org.assertj.core.groups.Tuple.tuple(later, DedupStatus.FAILED, "FAILED"));
+    assertThat(
+            admin
+                .list(new RecordQuery(DedupStatus.UNKNOWN, "n-order", LeaseFilter.ANY, 10, null))
+                .records())
+        .as("the records of a status this version does not know")
+        .extracting(DedupRecord::key)
+        .containsExactly(newer);
+    assertThat(admin.counts())
+        .as("the counts")
+        .contains(new DedupAdmin.StatusCount("n-order", DedupStatus.UNKNOWN, 1, 0, "ABANDONED"));
+    assertThat(admin.find(newer).orElseThrow().storedStatus()).isEqualTo("ABANDONED");
+
+    DedupAdmin.Change release = admin.release(newer, "alice", true);
+    assertThat(release.applied()).as("a forced release").isFalse();
+    assertThat(release.message())
+        .startsWith("Not released: n-order/2 has the status 'ABANDONED'")
+        .contains("does not know");
+    DedupAdmin.Change forget = admin.forget(newer, "alice");
+    assertThat(forget.applied()).as("a forget").isFalse();
+    assertThat(forget.message()).contains("'ABANDONED'").contains("force=true");
+    assertThat(admin.find(newer)).as("the record after both were refused").isPresent();
+    assertThat(admin.forget(newer, "alice", true).message())
+        .contains("forced over the status 'ABANDONED'");
+    assertThat(admin.find(newer)).as("the record after a forced forget").isEmpty();
+  }
+
+  @Test
   void anExecutorOverAMissingTableOrOneLackingAColumnFailsWhenBuiltNamingTheFix()
       throws SQLException {
     JdbcDedupStore missing =
@@ -490,6 +538,25 @@ abstract class DedupAdminTests {
     appender.start();
     logger.addAppender(appender);
     return appender;
+  }
+
+  /**
+   * Sets the status of {@code key} to one this version does not know, as a newer version sharing
+   * the table would, after its migration widened the status check.
+   */
+  private void writeStatusOfANewerVersion(DedupKey key, String status) throws SQLException {
+    String table = qualified("consumer_dedup");
+    try (Connection connection = dataSource.getConnection();
+        Statement statement = connection.createStatement();
+        PreparedStatement update =
+            connection.prepareStatement(
+                "UPDATE " + table + " SET status = ? WHERE biz_type = ? AND biz_key = ?")) {
+      statement.execute("ALTER TABLE " + table + " DROP CONSTRAINT consumer_dedup_status_ck");
+      update.setString(1, status);
+      update.setString(2, key.bizType());
+      update.setString(3, key.bizKey());
+      assertThat(update.executeUpdate()).isEqualTo(1);
+    }
   }
 
   private void expireLease(DedupKey key) throws SQLException {

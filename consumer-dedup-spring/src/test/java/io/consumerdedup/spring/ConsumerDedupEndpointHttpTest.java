@@ -295,8 +295,8 @@ class ConsumerDedupEndpointHttpTest {
       assertThat(done.statusCode()).isEqualTo(400);
       assertThat(done.body())
           .isEqualTo(
-              "{\"error\":\"status 'DONE' is not one of PROCESSING, SUCCESS, FAILED (in any"
-                  + " case)\"}");
+              "{\"error\":\"status 'DONE' is not one of PROCESSING, SUCCESS, FAILED, UNKNOWN"
+                  + " (in any case)\"}");
 
       HttpResponse<String> soon = get(port, "/actuator/consumerdedup/records?lease=soon");
       assertThat(soon.statusCode()).isEqualTo(400);

@@ -1,5 +1,8 @@
 package io.consumerdedup.jdbc.internal;
 
+import io.consumerdedup.core.DedupStatus;
+import java.util.Arrays;
+import java.util.stream.Collectors;
 import org.jspecify.annotations.Nullable;
 
 /**
@@ -13,6 +16,9 @@ public final class AdminSql {
 
   /** Counts per biz type and status, with the expired leases among PROCESSING ones. */
   public final String counts;
+
+  /** The record of one key, by (type, key). */
+  public final String find;
 
   /** The record of one key, locked, by (type, key). */
   public final String findLocked;
@@ -36,7 +42,8 @@ public final class AdminSql {
             + " THEN 1 ELSE 0 END) AS expired FROM "
             + table
             + " GROUP BY biz_type, status ORDER BY biz_type, status";
-    findLocked = select() + " WHERE biz_type = ? AND biz_key = ? FOR UPDATE";
+    find = select() + " WHERE biz_type = ? AND biz_key = ?";
+    findLocked = find + " FOR UPDATE";
     release =
         "UPDATE "
             + table
@@ -56,15 +63,25 @@ public final class AdminSql {
   }
 
   /**
-   * A page of records, oldest first, binding in order: the status, the biz type (each if given),
-   * the cursor's (created_at, created_at, biz_type, biz_type, biz_key) if given, then the limit.
+   * A page of records, oldest first, binding in order: the status (unless null or {@code UNKNOWN}),
+   * the biz type (if given), the cursor's (created_at, created_at, biz_type, biz_type, biz_key) if
+   * given, then the limit.
    *
+   * @param status null, a status's name, or {@code UNKNOWN}: every status but the known ones
    * @param lease null, {@code LIVE} or {@code EXPIRED}
    */
   public String list(
-      boolean byStatus, boolean byType, @Nullable String lease, boolean afterCursor) {
+      @Nullable DedupStatus status, boolean byType, @Nullable String lease, boolean afterCursor) {
     StringBuilder sql = new StringBuilder(select()).append(" WHERE 1 = 1");
-    if (byStatus) {
+    if (status == DedupStatus.UNKNOWN) {
+      sql.append(" AND status NOT IN (")
+          .append(
+              Arrays.stream(DedupStatus.values())
+                  .filter(known -> known != DedupStatus.UNKNOWN)
+                  .map(known -> "'" + known.name() + "'")
+                  .collect(Collectors.joining(", ")))
+          .append(")");
+    } else if (status != null) {
       sql.append(" AND status = ?");
     }
     if (byType) {

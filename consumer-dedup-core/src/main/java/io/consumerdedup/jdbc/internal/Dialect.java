@@ -348,11 +348,33 @@ public abstract class Dialect {
   /** A time as the driver binds it into a time column of this dialect. */
   public abstract Object time(Instant instant);
 
-  /** The record of {@code key} in the current row of a statement that selects its columns. */
+  /**
+   * The record of {@code key} in the current row of a statement that selects its columns.
+   *
+   * @throws IllegalArgumentException for a status this version does not know
+   */
   public final DedupRecord record(ResultSet row, DedupKey key) throws SQLException {
+    return record(row, key, DedupStatus.valueOf(row.getString("status")));
+  }
+
+  /**
+   * {@link #record(ResultSet, DedupKey)}, a status a newer version wrote read as {@link
+   * DedupStatus#UNKNOWN} with its text: for an operator, who is to see every record as it is.
+   */
+  public final DedupRecord recordAsStored(ResultSet row, DedupKey key) throws SQLException {
+    return record(row, key, DedupStatus.ofStored(row.getString("status")));
+  }
+
+  /** {@link #recordAsStored(ResultSet, DedupKey)} of a statement that selects the key too. */
+  public final DedupRecord recordAsStored(ResultSet row) throws SQLException {
+    return recordAsStored(row, new DedupKey(row.getString("biz_type"), row.getString("biz_key")));
+  }
+
+  private DedupRecord record(ResultSet row, DedupKey key, DedupStatus status) throws SQLException {
     return new DedupRecord(
         key,
-        DedupStatus.valueOf(row.getString("status")),
+        status,
+        row.getString("status"),
         row.getInt("attempts"),
         row.getString("owner"),
         instant(row, "lease_until"),
@@ -363,10 +385,5 @@ public abstract class Dialect {
         Objects.requireNonNull(instant(row, "updated_at")),
         Objects.requireNonNull(instant(row, "expires_at")),
         row.getBoolean("lease_live"));
-  }
-
-  /** The record in the current row of a statement that selects its key and columns. */
-  public final DedupRecord record(ResultSet row) throws SQLException {
-    return record(row, new DedupKey(row.getString("biz_type"), row.getString("biz_key")));
   }
 }

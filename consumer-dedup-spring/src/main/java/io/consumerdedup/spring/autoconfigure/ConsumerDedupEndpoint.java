@@ -45,7 +45,9 @@ import org.springframework.boot.actuate.endpoint.web.WebEndpointResponse;
  * </ul>
  *
  * <p>A request whose value the database refuses (a NUL in a filter or a cursor) answers 400, and
- * any request while the dedup table does not answer answers 503, each with the store's reason.
+ * any request while the dedup table does not answer answers 503, each with the store's reason. A
+ * record whose status a newer version of consumer-dedup wrote is shown with that status as stored
+ * ({@code status=unknown} lists them); a release of it answers 409, and a forget too unless forced.
  */
 @Endpoint(id = "consumerdedup")
 public class ConsumerDedupEndpoint {
@@ -91,7 +93,7 @@ public class ConsumerDedupEndpoint {
     summary.put(
         "counts",
         counts.stream()
-            .map(c -> new CountView(c.bizType(), c.status().name(), c.count(), c.expiredLeases()))
+            .map(c -> new CountView(c.bizType(), c.storedStatus(), c.count(), c.expiredLeases()))
             .toList());
     if (janitor != null) {
       try {
@@ -176,8 +178,9 @@ public class ConsumerDedupEndpoint {
   }
 
   /**
-   * 200 for a change, or none needed; 404 for an unknown key; 409 for a PROCESSING key left alone,
-   * which is a release or forget refused because its lease is live.
+   * 200 for a change, or none needed; 404 for an unknown key; 409 for a key left alone because
+   * changing it could let its handler run twice: PROCESSING under a live lease, or in a status a
+   * newer version wrote.
    */
   private static int status(DedupAdmin.Change change) {
     DedupRecord before = change.before();
@@ -187,7 +190,9 @@ public class ConsumerDedupEndpoint {
     if (before == null) {
       return 404;
     }
-    return before.status() == DedupStatus.PROCESSING ? 409 : 200;
+    return before.status() == DedupStatus.PROCESSING || before.status() == DedupStatus.UNKNOWN
+        ? 409
+        : 200;
   }
 
   private Map<String, Object> list(
@@ -286,10 +291,13 @@ public class ConsumerDedupEndpoint {
     }
   }
 
-  /** A count as the endpoint shows it. */
+  /** A count as the endpoint shows it, the status as stored. */
   public record CountView(String bizType, String status, long count, long expiredLeases) {}
 
-  /** A record as the endpoint shows it: times as ISO-8601 UTC text. */
+  /**
+   * A record as the endpoint shows it: times as ISO-8601 UTC text, the status as stored (one a
+   * newer version of consumer-dedup wrote as it is).
+   */
   public record RecordView(
       String bizType,
       String bizKey,
@@ -309,7 +317,7 @@ public class ConsumerDedupEndpoint {
       return new RecordView(
           record.key().bizType(),
           record.key().bizKey(),
-          record.status().name(),
+          record.storedStatus(),
           record.attempts(),
           record.owner(),
           record.leaseUntil().map(Instant::toString).orElse(null),

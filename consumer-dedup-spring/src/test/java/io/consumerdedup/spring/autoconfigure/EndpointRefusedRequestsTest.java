@@ -4,11 +4,17 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.catchThrowable;
 
 import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.ClaimRequest;
+import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.FaultyDataSource;
 import io.consumerdedup.testing.TestDatabase;
 import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.Base64;
 import java.util.List;
@@ -31,13 +37,14 @@ class EndpointRefusedRequestsTest {
 
   private String schema;
   private FaultyDataSource dataSource;
+  private JdbcDedupStore store;
   private ConsumerDedupEndpoint endpoint;
 
   @BeforeEach
   void setUp() {
     schema = TestDatabase.newSchema("endpointrefused");
     dataSource = FaultyDataSource.on(schema, 2, Duration.ofSeconds(2));
-    JdbcDedupStore store = JdbcDedupStore.builder(dataSource).retryMaxAttempts(1).build();
+    store = JdbcDedupStore.builder(dataSource).retryMaxAttempts(1).build();
     endpoint = new ConsumerDedupEndpoint(JdbcDedupAdmin.of(store), store, true);
   }
 
@@ -126,6 +133,51 @@ class EndpointRefusedRequestsTest {
 
     assertThat(thrown).as("what the endpoint threw at the web layer (a bare 500)").isNull();
     assertAllAnswer503Naming(onRouting, "Cannot determine target DataSource");
+  }
+
+  /**
+   * A record whose status a newer version of consumer-dedup wrote (its migration widened the status
+   * check; the column holds text): the request is not wrong, and the record is shown as stored,
+   * beside the others of its list.
+   */
+  @Test
+  @SuppressWarnings("unchecked")
+  void aRecordOfAStatusANewerVersionWroteIsShownAsStoredNotABadRequest() throws SQLException {
+    Duration retention = Duration.ofDays(1);
+    for (String key : List.of("ORD-1", "ORD-2", "ORD-3")) {
+      ClaimRequest request =
+          new ClaimRequest(
+              DedupKey.of("payment", key), "pod-1", Duration.ofMinutes(1), retention, null, null);
+      store.complete((ClaimResult.Claimed) store.claim(request), retention);
+    }
+    try (Connection connection = TestDatabase.connect(schema);
+        Statement statement = connection.createStatement()) {
+      statement.execute("ALTER TABLE consumer_dedup DROP CONSTRAINT consumer_dedup_status_ck");
+      statement.execute("UPDATE consumer_dedup SET status = 'ABANDONED' WHERE biz_key = 'ORD-2'");
+    }
+
+    WebEndpointResponse<Object> list = records("payment", null);
+
+    assertThat(list.getStatus()).as("the list, answering %s", list.getBody()).isEqualTo(200);
+    assertThat((List<?>) ((Map<?, ?>) list.getBody()).get("records"))
+        .extracting(r -> ((ConsumerDedupEndpoint.RecordView) r).status())
+        .containsExactly("SUCCESS", "ABANDONED", "SUCCESS");
+    Throwable summaryThrown = catchThrowable(endpoint::summary);
+    assertThat(summaryThrown).as("what the summary threw at the web layer (a bare 500)").isNull();
+    assertThat((List<Object>) ((Map<?, ?>) endpoint.summary().getBody()).get("counts"))
+        .contains(new ConsumerDedupEndpoint.CountView("payment", "ABANDONED", 1, 0));
+    WebEndpointResponse<Object> one =
+        endpoint.read("record", null, "payment", "ORD-2", null, null, null);
+    assertThat(one.getStatus()).isEqualTo(200);
+    assertThat(((ConsumerDedupEndpoint.RecordView) one.getBody()).status()).isEqualTo("ABANDONED");
+    WebEndpointResponse<Object> unknown =
+        endpoint.read("records", "unknown", null, null, null, null, null);
+    assertThat((List<?>) ((Map<?, ?>) unknown.getBody()).get("records")).hasSize(1);
+    WebEndpointResponse<Object> forget =
+        endpoint.change("forget", "payment", "ORD-2", "ops", null, SecurityContext.NONE);
+    assertThat(forget.getStatus()).isEqualTo(409);
+    assertThat(String.valueOf(((Map<?, ?>) forget.getBody()).get("message")))
+        .contains("'ABANDONED'");
   }
 
   private static void assertAllAnswer503Naming(ConsumerDedupEndpoint endpoint, String reason) {

@@ -1,7 +1,9 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.catchThrowable;
 
+import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
@@ -12,6 +14,7 @@ import java.util.Map;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.springframework.boot.actuate.endpoint.web.WebEndpointResponse;
 import org.springframework.boot.health.contributor.Health;
 import org.springframework.boot.health.contributor.Status;
 
@@ -63,5 +66,37 @@ class PurgeBacklogUnknownTest {
     assertThat(summary).containsEntry("purge", "unknown");
     assertThat(summary.get("purgeError").toString()).contains("canceling statement");
     assertThat(dataSource.statementsTimedOut()).isEqualTo(2);
+  }
+
+  /**
+   * The application's listener throws an {@code Error} when told the backlog the summary measured
+   * (a {@code NoSuchMethodError} of a metrics library of another version): the summary still
+   * answers, counts and backlog, as a janitor run goes on past the same listener.
+   */
+  @Test
+  void aListenerThatThrowsAnErrorWhenToldTheBacklogDoesNotTakeTheSummaryDown() {
+    DedupJanitor reporting =
+        DedupJanitor.builder(store)
+            .listener(
+                new DedupListener() {
+                  @Override
+                  public void purgeBacklog(long expiredRows, Duration oldestExpiredAge) {
+                    throw new NoSuchMethodError(
+                        "purgeBacklog, of a metrics library of another version");
+                  }
+                })
+            .build();
+    ConsumerDedupEndpoint endpoint =
+        new ConsumerDedupEndpoint(JdbcDedupAdmin.of(store), store, false, reporting);
+
+    Throwable thrown = catchThrowable(endpoint::summary);
+
+    assertThat(thrown).as("what the summary threw at the web layer (a bare 500)").isNull();
+    WebEndpointResponse<Object> summary = endpoint.summary();
+    assertThat(summary.getStatus()).isEqualTo(200);
+    @SuppressWarnings("unchecked")
+    Map<String, Object> body = (Map<String, Object>) summary.getBody();
+    assertThat(body).containsKey("counts");
+    assertThat(body.get("purge")).isInstanceOf(ConsumerDedupEndpoint.BacklogView.class);
   }
 }
