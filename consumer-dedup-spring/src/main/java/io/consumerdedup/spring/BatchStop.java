@@ -1,6 +1,5 @@
 package io.consumerdedup.spring;
 
-import io.consumerdedup.core.Disposition;
 import java.util.List;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
@@ -33,7 +32,14 @@ record BatchStop(int index, RuntimeException cause) {
   BatchListenerFailedException failure(
       IdempotentListenerMethod listener, List<ConsumerRecord<Object, Object>> records) {
     ConsumerRecord<Object, Object> record = records.get(index);
-    String message =
+    // spring-kafka's own type, which its error handler finds the record by: the dead letter names
+    // it as the cause (kafka_dlt-exception-cause-fqcn), as for any record a batch listener fails
+    // at,
+    // the message and stack trace carrying consumer-dedup's exception. One of a type of its own
+    // (given for a record not to be retried, so that the handler classified it again) put a class
+    // of consumer-dedup's internals in the dead letters; RetryLaterErrorHandler has the handler
+    // classify such a record afresh instead, whatever the handler's settings.
+    return new BatchListenerFailedException(
         "@Idempotent batch listener "
             + listener
             + " stopped at "
@@ -41,26 +47,8 @@ record BatchStop(int index, RuntimeException cause) {
             + " (index "
             + index
             + " of the batch): "
-            + cause.getMessage();
-    return Disposition.of(cause) == Disposition.DEAD_LETTER
-        ? new NotRetried(message, cause, record)
-        : new BatchListenerFailedException(message, cause, record);
-  }
-
-  /**
-   * The report of a record consumer-dedup says not to retry (its attempts spent, data a redelivery
-   * cannot change), of a type of its own: spring-kafka's error handler classifies a failed record's
-   * exception once, when it starts its back-off for it, and classifies again only when a later
-   * failure of that record is of another type. Reported as every other stop, the record's last
-   * failed attempt, first in the batch after an earlier attempt's failure, went on with the
-   * back-off begun for that one: redelivered and its claim given back as spent, again and again,
-   * until the handler's retries were used up, the records behind it waiting.
-   */
-  static final class NotRetried extends BatchListenerFailedException {
-    private static final long serialVersionUID = 1L;
-
-    NotRetried(String message, Throwable cause, ConsumerRecord<?, ?> record) {
-      super(message, cause, record);
-    }
+            + cause.getMessage(),
+        cause,
+        record);
   }
 }

@@ -99,6 +99,9 @@ class SpentAttemptsKeptRetryStateTest {
         .isEqualTo(2);
     assertThat(calls.of("B-FAIL")).as("listener runs for B-FAIL").isEqualTo(2);
     ConsumerRecord<String, String> deadLetter = readTopic(BATCH + "-dlt", 1, WAIT).get(0);
+    // The record a batch listener failed at, as spring-kafka names it for any batch listener.
+    assertThat(header(deadLetter, "kafka_dlt-exception-cause-fqcn"))
+        .isEqualTo(BatchListenerFailedException.class.getName());
     assertThat(header(deadLetter, "kafka_dlt-exception-message"))
         .contains("Gave up after 2 failed attempts of at most 2", "declined at call 2");
     assertThat(header(deadLetter, "kafka_dlt-exception-stacktrace"))
