@@ -32,13 +32,11 @@ record BatchStop(int index, RuntimeException cause) {
   BatchListenerFailedException failure(
       IdempotentListenerMethod listener, List<ConsumerRecord<Object, Object>> records) {
     ConsumerRecord<Object, Object> record = records.get(index);
-    // spring-kafka's own type, which its error handler finds the record by: the dead letter names
-    // it as the cause (kafka_dlt-exception-cause-fqcn), as for any record a batch listener fails
-    // at,
-    // the message and stack trace carrying consumer-dedup's exception. One of a type of its own
-    // (given for a record not to be retried, so that the handler classified it again) put a class
-    // of consumer-dedup's internals in the dead letters; RetryLaterErrorHandler has the handler
-    // classify such a record afresh instead, whatever the handler's settings.
+    // spring-kafka's own type, by which its error handler finds the record: a dead letter names it
+    // as the cause, as for any record a batch listener fails at, with consumer-dedup's exception in
+    // its message and stack trace. A type of its own for a record not to be retried, to have the
+    // handler classify it again, put a class of consumer-dedup's internals in dead letters;
+    // RetryLaterErrorHandler has the handler start such a record's retries afresh instead.
     return new BatchListenerFailedException(
         "@Idempotent batch listener "
             + listener

@@ -46,7 +46,8 @@ import org.springframework.kafka.support.TopicPartitionOffset;
  * moving. This holds on every path of the application's handler, its in-memory retries of a batch
  * included. Every other exception goes to the application's handler unchanged; one consumer-dedup
  * says not to retry is logged at ERROR as it is handed over, unless the handler logs the records it
- * gives up on itself ({@link RecoveredRecordLogger}).
+ * gives up on itself ({@link RecoveredRecordLogger}), and recovered at once even by a handler that
+ * was retrying it and keeps its retry state when the exception changes.
  *
  * <p>{@link DedupContainers#configure} installs it on a container; the auto-configuration does so
  * for every listener container.
