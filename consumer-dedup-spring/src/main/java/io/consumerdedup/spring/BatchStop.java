@@ -1,5 +1,6 @@
 package io.consumerdedup.spring;
 
+import io.consumerdedup.core.internal.FailureTexts;
 import java.util.List;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
@@ -45,7 +46,10 @@ record BatchStop(int index, RuntimeException cause) {
             + " (index "
             + index
             + " of the batch): "
-            + cause.getMessage(),
+            // Described safely: when the method's exception could not give its message, the
+            // container got that throw instead of this report and its error handler, told of no
+            // record, gave the whole batch to its recoverer, records the method never saw too.
+            + FailureTexts.messageOf(cause),
         cause,
         record);
   }
