@@ -1,6 +1,6 @@
 package io.consumerdedup.spring;
 
-import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.internal.FailureTexts;
 import java.util.List;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
@@ -33,7 +33,12 @@ record BatchStop(int index, RuntimeException cause) {
   BatchListenerFailedException failure(
       IdempotentListenerMethod listener, List<ConsumerRecord<Object, Object>> records) {
     ConsumerRecord<Object, Object> record = records.get(index);
-    String message =
+    // spring-kafka's own type, by which its error handler finds the record: a dead letter names it
+    // as the cause, as for any record a batch listener fails at, with consumer-dedup's exception in
+    // its message and stack trace. A type of its own for a record not to be retried, to have the
+    // handler classify it again, put a class of consumer-dedup's internals in dead letters;
+    // RetryLaterErrorHandler has the handler start such a record's retries afresh instead.
+    return new BatchListenerFailedException(
         "@Idempotent batch listener "
             + listener
             + " stopped at "
@@ -41,26 +46,11 @@ record BatchStop(int index, RuntimeException cause) {
             + " (index "
             + index
             + " of the batch): "
-            + cause.getMessage();
-    return Disposition.of(cause) == Disposition.DEAD_LETTER
-        ? new NotRetried(message, cause, record)
-        : new BatchListenerFailedException(message, cause, record);
-  }
-
-  /**
-   * The report of a record consumer-dedup says not to retry (its attempts spent, data a redelivery
-   * cannot change), of a type of its own: spring-kafka's error handler classifies a failed record's
-   * exception once, when it starts its back-off for it, and classifies again only when a later
-   * failure of that record is of another type. Reported as every other stop, the record's last
-   * failed attempt, first in the batch after an earlier attempt's failure, went on with the
-   * back-off begun for that one: redelivered and its claim given back as spent, again and again,
-   * until the handler's retries were used up, the records behind it waiting.
-   */
-  static final class NotRetried extends BatchListenerFailedException {
-    private static final long serialVersionUID = 1L;
-
-    NotRetried(String message, Throwable cause, ConsumerRecord<?, ?> record) {
-      super(message, cause, record);
-    }
+            // Described safely: when the method's exception could not give its message, the
+            // container got that throw instead of this report and its error handler, told of no
+            // record, gave the whole batch to its recoverer, records the method never saw too.
+            + FailureTexts.messageOf(cause),
+        cause,
+        record);
   }
 }

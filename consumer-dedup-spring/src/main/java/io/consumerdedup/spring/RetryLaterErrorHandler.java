@@ -30,6 +30,7 @@ import org.springframework.kafka.KafkaException.Level;
 import org.springframework.kafka.listener.BatchListenerFailedException;
 import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.FailedRecordProcessor;
 import org.springframework.kafka.listener.ListenerUtils;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.listener.SeekUtils;
@@ -45,7 +46,8 @@ import org.springframework.kafka.support.TopicPartitionOffset;
  * moving. This holds on every path of the application's handler, its in-memory retries of a batch
  * included. Every other exception goes to the application's handler unchanged; one consumer-dedup
  * says not to retry is logged at ERROR as it is handed over, unless the handler logs the records it
- * gives up on itself ({@link RecoveredRecordLogger}).
+ * gives up on itself ({@link RecoveredRecordLogger}), and recovered at once even by a handler that
+ * was retrying it and keeps its retry state when the exception changes.
  *
  * <p>{@link DedupContainers#configure} installs it on a container; the auto-configuration does so
  * for every listener container.
@@ -91,6 +93,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
           hold(thrownException, records, consumer, container), records, consumer, container);
     }
     logIfGivenUp(thrownException, records.get(0));
+    restartRetriesIfNotRetried(thrownException, records.get(0));
     if (delegate.seeksAfterHandling()) {
       delegate.handleRemaining(thrownException, records, consumer, container);
       return;
@@ -118,6 +121,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       return false;
     }
     logIfGivenUp(thrownException, record);
+    restartRetriesIfNotRetried(thrownException, record);
     return delegate.handleOne(thrownException, record, consumer, container);
   }
 
@@ -147,6 +151,28 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
   private void logIfGivenUp(Exception thrownException, ConsumerRecord<?, ?> record) {
     if (!logsGivenUpRecords) {
       RecoveredRecordLogger.logHandedOver(record, thrownException, delegate);
+    }
+  }
+
+  /**
+   * A record consumer-dedup says not to retry (its attempts spent, data a redelivery cannot change)
+   * that the delegate is already retrying, after an earlier failure of it: the delegate forgets its
+   * retries, so that it starts afresh and classifies this exception, which it does not retry. A
+   * spring-kafka handler decides whether to retry a record only when it starts its back-off for it,
+   * and again for a later failure only if the exception's type changed and it was not told to keep
+   * its state ({@code setResetStateOnExceptionChange(false)}): told so, the record whose last
+   * attempt failed went on with the back-off its first failure began, redelivered and its claim
+   * given back as spent until the handler's retries were used up, the records behind it waiting.
+   * The delegate keeps its retries per consumer thread, not per record: those of other partitions
+   * of this consumer start afresh too, which the attempts counted in the dedup table still bound.
+   */
+  private void restartRetriesIfNotRetried(Exception thrownException, ConsumerRecord<?, ?> record) {
+    if (delegate instanceof FailedRecordProcessor processor
+        && Disposition.of(thrownException) == Disposition.DEAD_LETTER
+        && processor.deliveryAttempt(
+                new TopicPartitionOffset(record.topic(), record.partition(), record.offset()))
+            > 1) {
+      processor.clearThreadState();
     }
   }
 
@@ -370,6 +396,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     int index = BatchFailureIndex.in(thrownException, records);
     if (index >= 0) {
       logIfGivenUp(thrownException, records.get(index));
+      restartRetriesIfNotRetried(thrownException, records.get(index));
     }
     if (!delegate.seeksAfterHandling() && index >= 0) {
       throw handleFailedRecordOfBatch(thrownException, records, index, consumer, container);
