@@ -1,5 +1,6 @@
 package io.consumerdedup.spring.internal;
 
+import io.consumerdedup.core.internal.FailureTexts;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -297,6 +298,9 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
    * (every record of the call is done, its outcome written or, in a transaction, left to its
    * commit), else drops them (the container's error handler commits the records before a failed
    * one). Once the hold is ended, nothing.
+   *
+   * @throws Error an {@code Error} an application's commit callback threw, once every held commit
+   *     was sent or its callback told; a {@code RuntimeException} one threw is logged instead
    */
   public void releaseCommits(boolean send) {
     List<HeldCommit> held = heldForBatch;
@@ -304,9 +308,9 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     if (held == null || held.isEmpty()) {
       return;
     }
-    // What an application's commit callback throws is thrown once every held commit was sent or
-    // its callback told: thrown at once, it left the commits behind it neither sent nor told, and
-    // whatever waits on their callbacks waiting for good.
+    // An Error an application's commit callback throws is thrown once every held commit was sent
+    // or its callback told: thrown at once, it left the commits behind it neither sent nor told,
+    // and whatever waits on their callbacks waiting for good.
     Throwable thrown = null;
     if (!send) {
       log.debug("Dropping {} offset commits of a listener whose call failed", held.size());
@@ -321,13 +325,21 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
           if (!afterTransaction(commit)) {
             commitHeld(commit, "the listener's outcomes were written");
           }
-        } catch (RuntimeException | Error e) {
+        } catch (RuntimeException e) {
+          // An application's callback of an earlier commit, which Kafka runs as it sends this one
+          // (the commit's own failures are logged by commitHeld). Its listener returned long since
+          // and cannot catch it; thrown now, it failed records whose outcomes are written: the
+          // error handler retried them as duplicates, or gave them up to its recoverer (a dead
+          // letter of a record applied).
+          log.warn(
+              "An offset commit callback threw as the offsets held until the listener's outcomes"
+                  + " were written were sent; the listener's call stands: {}",
+              FailureTexts.describe(e),
+              FailureTexts.loggable(e));
+        } catch (Error e) {
           thrown = firstOf(thrown, e);
         }
       }
-    }
-    if (thrown instanceof RuntimeException e) {
-      throw e;
     }
     if (thrown instanceof Error e) {
       throw e;
