@@ -13,6 +13,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
@@ -47,8 +48,9 @@ import org.springframework.util.backoff.FixedBackOff;
  * earlier commit's callback, which throws a {@code RuntimeException}. That record is applied and
  * its SUCCESS settled: it must be acknowledged, not failed, which the error handler here hands to
  * its recoverer at once (a dead-letter topic, for a record applied), and spring-kafka then leaves
- * the consumer paused for the records the handler sought back. A real PostgreSQL and the in-JVM
- * broker.
+ * the consumer paused for the records the handler sought back. A callback's {@code Error} stops the
+ * container, once the acknowledgment of the applied record is passed on. A real PostgreSQL and the
+ * in-JVM broker.
  */
 @SpringBootTest(classes = HeldAcknowledgmentCommitCallbackTest.App.class)
 @DirtiesContext
@@ -56,12 +58,13 @@ class HeldAcknowledgmentCommitCallbackTest {
   static final Duration WAIT = Duration.ofSeconds(15);
   static final String TOPIC = "hacc-orders";
   static final TopicPartition PARTITION = new TopicPartition(TOPIC, 0);
+  static final String ERRORS = "hacc-errors";
   static final List<String> consumerPauses = new CopyOnWriteArrayList<>();
   static final List<String> givenUp = new CopyOnWriteArrayList<>();
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "held_ack_callback", TOPIC);
+    SpringTestEnvironment.prepare(registry, "held_ack_callback", TOPIC, ERRORS);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -90,6 +93,36 @@ class HeldAcknowledgmentCommitCallbackTest {
       assertThat(status(orderNo)).as(orderNo + " status").isEqualTo(DedupStatus.SUCCESS);
     }
     assertThat(consumerPauses).as("[whole-consumer pauses]").isEmpty();
+  }
+
+  @Test
+  void anErrorOfAnEarlierCommitsCallbackStopsTheContainerWithTheAppliedRecordAcknowledged()
+      throws Exception {
+    for (String orderNo : List.of("E-1", "E-2", "E-3", "E-4")) {
+      SpringTestEnvironment.send(template, ERRORS, "payload", "order-no", orderNo);
+    }
+    MessageListenerContainer container = containers.getListenerContainer(ERRORS);
+    container.start(); // the four records in one poll
+    await().atMost(WAIT).until(() -> errorCalls.get() >= 2 && !container.isRunning());
+    assertThat(store.find(DedupKey.of("hacce", "E-2")).map(DedupRecord::status))
+        .as("E-2 status")
+        .hasValue(DedupStatus.SUCCESS);
+    await()
+        .atMost(Duration.ofSeconds(5))
+        .untilAsserted(
+            () ->
+                assertThat(SpringTestEnvironment.committed(ERRORS, ERRORS, 0))
+                    .as("[committed offset once the container stopped on the Error, E-2 applied]")
+                    .isEqualTo(2L));
+    container.start();
+    await()
+        .atMost(WAIT)
+        .untilAsserted(
+            () ->
+                assertThat(SpringTestEnvironment.committed(ERRORS, ERRORS, 0))
+                    .as("[committed offset after a restart]")
+                    .isEqualTo(4L));
+    assertThat(errorCalls).as("[listener calls, each record applied once]").hasValue(4);
   }
 
   private DedupStatus status(String orderNo) {
@@ -125,6 +158,36 @@ class HeldAcknowledgmentCommitCallbackTest {
     }
   }
 
+  static final AtomicInteger errorCalls = new AtomicInteger();
+
+  static class ErrorListener {
+    @Idempotent(bizType = "hacce", header = "order-no")
+    @KafkaListener(
+        id = ERRORS,
+        topics = ERRORS,
+        autoStartup = "false",
+        containerFactory = "asyncAcksFactory")
+    public void onOrder(
+        ConsumerRecord<String, String> record, Acknowledgment ack, Consumer<?, ?> consumer) {
+      errorCalls.incrementAndGet();
+      String orderNo =
+          new String(record.headers().lastHeader("order-no").value(), StandardCharsets.UTF_8);
+      TopicPartition partition = new TopicPartition(ERRORS, 0);
+      if (orderNo.equals("E-1")) {
+        consumer.commitAsync(
+            Map.of(partition, new OffsetAndMetadata(record.offset() + 1)),
+            (offsets, e) -> {
+              throw new StackOverflowError("the application's commit callback");
+            });
+      } else if (orderNo.equals("E-2")) {
+        consumer.committed(Set.of(partition)); // as for H-2
+        // What was done before it: only its acknowledgment passes it.
+        consumer.commitAsync(Map.of(partition, new OffsetAndMetadata(record.offset())), null);
+      }
+      ack.acknowledge();
+    }
+  }
+
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
@@ -153,6 +216,11 @@ class HeldAcknowledgmentCommitCallbackTest {
     @Bean
     Listener listener() {
       return new Listener();
+    }
+
+    @Bean
+    ErrorListener errorListener() {
+      return new ErrorListener();
     }
   }
 }
