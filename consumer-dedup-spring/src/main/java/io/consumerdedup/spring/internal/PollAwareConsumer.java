@@ -90,6 +90,13 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   /** Whether the last poll returned no records: the container has nothing new to commit. */
   private boolean idle;
 
+  /**
+   * What a commit callback given to the delegate threw last: Kafka throws it from the next commit
+   * or poll, where an {@code IllegalStateException} or a {@code KafkaException} of the
+   * application's cannot otherwise be told from the commit's own failure.
+   */
+  private @Nullable Throwable callbackThrew;
+
   /** How long a poll waits for records before committing what is owed. */
   private static final Duration OWED_WAIT = Duration.ofMillis(100);
 
@@ -268,7 +275,12 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
         poll.marks().notCommitted(sent);
       }
       if (callback != null) {
-        callback.onComplete(offsets, exception);
+        try {
+          callback.onComplete(offsets, exception);
+        } catch (RuntimeException | Error e) {
+          callbackThrew = e;
+          throw e;
+        }
       }
     };
   }
@@ -444,6 +456,9 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
         delegate.wakeup();
       }
     } catch (KafkaException | IllegalStateException e) {
+      if (e == callbackThrew) {
+        throw e; // an application's callback: the commit was sent all the same
+      }
       // Thrown here, it would reach the container as a failure of records that are done. A later
       // commit of their partitions passes them.
       log.warn("Could not commit offsets held until {}", after, e);
@@ -461,22 +476,24 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   private void sendHeld(HeldCommit commit) {
     try {
       commit.send.run();
-    } catch (KafkaException | IllegalStateException e) {
-      throw e; // the commit's own failure
-    } catch (RuntimeException | Error callbackThrew) {
+    } catch (RuntimeException | Error thrown) {
+      if (thrown != callbackThrew
+          && (thrown instanceof KafkaException || thrown instanceof IllegalStateException)) {
+        throw thrown; // the commit's own failure
+      }
       if (commit.told) {
-        throw callbackThrew;
+        throw thrown;
       }
       try {
         commit.send.run();
       } catch (RuntimeException | Error again) {
-        callbackThrew.addSuppressed(again);
-        Error dropped = commit.dropped("sending it threw " + callbackThrew);
-        if (dropped != null && dropped != callbackThrew) {
-          callbackThrew.addSuppressed(dropped);
+        thrown.addSuppressed(again);
+        Error dropped = commit.dropped("sending it threw " + FailureTexts.describe(thrown));
+        if (dropped != null && dropped != thrown) {
+          thrown.addSuppressed(dropped);
         }
       }
-      throw callbackThrew;
+      throw thrown;
     }
   }
 

@@ -161,6 +161,39 @@ class PollAwareConsumerHeldAsyncCommitTest {
         .isCompletedWithValue(Map.of(PARTITION, new OffsetAndMetadata(2)));
   }
 
+  /**
+   * As above, with the {@code IllegalStateException} a callback of the application's throws (one
+   * whose future was completed already, say): Kafka throws it as it would a failure of the commit
+   * being sent, which it did not send.
+   */
+  @Test
+  void anIllegalStateExceptionThrownByOneSentCommitsCallbackStillSendsTheHeldCommitBehindIt() {
+    CallbacksLater kafka = new CallbacksLater();
+    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
+    consumer.subscribe(List.of("payments"));
+    kafka.rebalance(List.of(PARTITION));
+    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+
+    consumer.holdCommits(); // the listener's call begins
+    consumer.commitAsync(
+        Map.of(PARTITION, new OffsetAndMetadata(1)),
+        (offsets, e) -> {
+          throw new IllegalStateException("the application's first commit callback");
+        });
+    CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
+        new CompletableFuture<>();
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(secondEnded));
+    consumer.releaseCommits(true); // the call succeeded
+
+    assertThat(kafka.committed(Set.of(PARTITION)).get(PARTITION))
+        .as("[committed offset, the listener's second commit held behind the first]")
+        .isEqualTo(new OffsetAndMetadata(2));
+    consumer.poll(Duration.ZERO);
+    assertThat(secondEnded)
+        .as("[the second commit's callback]")
+        .isCompletedWithValue(Map.of(PARTITION, new OffsetAndMetadata(2)));
+  }
+
   private static OffsetCommitCallback toldTo(
       CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> ended) {
     return (offsets, e) -> {
