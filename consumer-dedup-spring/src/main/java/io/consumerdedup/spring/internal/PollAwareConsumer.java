@@ -564,7 +564,8 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
                     + " the records before it)"));
       } catch (RuntimeException e) {
         // The listener's failure or the transaction's end is what the container must hear.
-        log.warn("The callback of an offset commit that was dropped threw", e);
+        log.warn(
+            "The callback of an offset commit that was dropped threw", FailureTexts.loggable(e));
       } catch (Error e) {
         return e;
       }

@@ -194,6 +194,40 @@ class PollAwareConsumerHeldAsyncCommitTest {
         .isCompletedWithValue(Map.of(PARTITION, new OffsetAndMetadata(2)));
   }
 
+  /**
+   * A callback of the application's throws, as its dropped commit is told, an exception whose
+   * {@code getMessage()} throws (one printing a field of a closed session): logging it must not
+   * throw in place of the listener's failure, or leave the callbacks behind it untold.
+   */
+  @Test
+  void anUnprintableExceptionOfADroppedCommitsCallbackStillTellsTheCallbacksBehindIt() {
+    MockConsumer<String, String> kafka = new MockConsumer<>("earliest");
+    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
+    consumer.subscribe(List.of("payments"));
+    kafka.rebalance(List.of(PARTITION));
+    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+
+    consumer.holdCommits(); // the listener's call begins
+    consumer.commitAsync(
+        Map.of(PARTITION, new OffsetAndMetadata(1)),
+        (offsets, e) -> {
+          throw new IllegalArgumentException() {
+            @Override
+            public String getMessage() {
+              throw new IllegalStateException("session closed");
+            }
+          };
+        });
+    CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
+        new CompletableFuture<>();
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(secondEnded));
+
+    consumer.releaseCommits(false); // the call threw: its commits are dropped
+    assertThat(secondEnded)
+        .as("[the second commit's callback, its commit dropped as the call failed]")
+        .isCompletedExceptionally();
+  }
+
   private static OffsetCommitCallback toldTo(
       CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> ended) {
     return (offsets, e) -> {
