@@ -196,7 +196,7 @@ class PollAwareConsumerHeldAsyncCommitTest {
 
   /**
    * A callback of the application's throws, as its dropped commit is told, an exception whose
-   * {@code getMessage()} throws (one printing a field of a closed session): logging it must not
+   * {@code getMessage()} throws (one printing a field of a closed connection): logging it must not
    * throw in place of the listener's failure, or leave the callbacks behind it untold.
    */
   @Test
@@ -214,7 +214,7 @@ class PollAwareConsumerHeldAsyncCommitTest {
           throw new IllegalArgumentException() {
             @Override
             public String getMessage() {
-              throw new IllegalStateException("session closed");
+              throw new IllegalStateException("connection closed");
             }
           };
         });
