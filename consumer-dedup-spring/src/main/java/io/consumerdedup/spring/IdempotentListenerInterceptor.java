@@ -436,16 +436,14 @@ public final class IdempotentListenerInterceptor {
                 : null;
         Object value =
             awaitSettled(Objects.requireNonNull(future), pending, claim, listener, settleHere);
-        sendHeldCommits(committer);
-        release(held);
+        passOn(committer, held);
         return returns == ListenerShape.Returns.FUTURE
             ? CompletableFuture.completedFuture(value)
             : MonoOutcomes.of(value);
       default:
         pending.listenerSucceeded();
         settle(listener, record, pending, claim, source);
-        sendHeldCommits(committer);
-        release(held);
+        passOn(committer, held);
         // Completed rather than null: spring-kafka acknowledges an asynchronous listener's
         // record only when its future completes, and would stall the partition on a null.
         return result == null ? listener.shape.duplicateResult() : result;
@@ -453,13 +451,31 @@ public final class IdempotentListenerInterceptor {
   }
 
   /**
-   * The listener's outcome is settled: the commits it made through its consumer are sent, before an
-   * acknowledgment it made (whose commit, under {@code MANUAL_IMMEDIATE}, would be held too).
+   * The listener's outcome is settled: the commits it made through its consumer are sent, then an
+   * acknowledgment it made is passed on (whose commit, under {@code MANUAL_IMMEDIATE}, would be
+   * held too). An {@code Error} sending them throws (an application's commit callback, which Kafka
+   * runs as the next commit is sent) is thrown once the acknowledgment is passed on: the record's
+   * outcome is written, and an acknowledgment dropped there left it unacknowledged, which under
+   * {@code asyncAcks} keeps spring-kafka from committing anything past it.
    */
-  private static void sendHeldCommits(@Nullable PollAwareConsumer<?, ?> committer) {
-    if (committer != null) {
-      committer.releaseCommits(true);
+  private static void passOn(
+      @Nullable PollAwareConsumer<?, ?> committer, @Nullable HeldAcknowledgment held)
+      throws Throwable {
+    try {
+      if (committer != null) {
+        committer.releaseCommits(true);
+      }
+    } catch (Throwable thrown) {
+      try {
+        release(held);
+      } catch (Throwable also) {
+        if (also != thrown) {
+          thrown.addSuppressed(also);
+        }
+      }
+      throw thrown;
     }
+    release(held);
   }
 
   /**

@@ -1,5 +1,6 @@
 package io.consumerdedup.spring.internal;
 
+import io.consumerdedup.core.internal.FailureTexts;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -88,6 +89,13 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   /** Whether the last poll returned no records: the container has nothing new to commit. */
   private boolean idle;
+
+  /**
+   * What a commit callback given to the delegate threw last: Kafka throws it from the next commit
+   * or poll, where an {@code IllegalStateException} or a {@code KafkaException} of the
+   * application's cannot otherwise be told from the commit's own failure.
+   */
+  private @Nullable Throwable callbackThrew;
 
   /** How long a poll waits for records before committing what is owed. */
   private static final Duration OWED_WAIT = Duration.ofMillis(100);
@@ -267,7 +275,12 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
         poll.marks().notCommitted(sent);
       }
       if (callback != null) {
-        callback.onComplete(offsets, exception);
+        try {
+          callback.onComplete(offsets, exception);
+        } catch (RuntimeException | Error e) {
+          callbackThrew = e;
+          throw e;
+        }
       }
     };
   }
@@ -297,6 +310,9 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
    * (every record of the call is done, its outcome written or, in a transaction, left to its
    * commit), else drops them (the container's error handler commits the records before a failed
    * one). Once the hold is ended, nothing.
+   *
+   * @throws Error an {@code Error} an application's commit callback threw, once every held commit
+   *     was sent or its callback told; a {@code RuntimeException} one threw is logged instead
    */
   public void releaseCommits(boolean send) {
     List<HeldCommit> held = heldForBatch;
@@ -304,9 +320,9 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     if (held == null || held.isEmpty()) {
       return;
     }
-    // What an application's commit callback throws is thrown once every held commit was sent or
-    // its callback told: thrown at once, it left the commits behind it neither sent nor told, and
-    // whatever waits on their callbacks waiting for good.
+    // An Error an application's commit callback throws is thrown once every held commit was sent
+    // or its callback told: thrown at once, it left the commits behind it neither sent nor told,
+    // and whatever waits on their callbacks waiting for good.
     Throwable thrown = null;
     if (!send) {
       log.debug("Dropping {} offset commits of a listener whose call failed", held.size());
@@ -321,13 +337,21 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
           if (!afterTransaction(commit)) {
             commitHeld(commit, "the listener's outcomes were written");
           }
-        } catch (RuntimeException | Error e) {
+        } catch (RuntimeException e) {
+          // An application's callback of an earlier commit, which Kafka runs as it sends this one
+          // (the commit's own failures are logged by commitHeld). Its listener returned long since
+          // and cannot catch it; thrown now, it failed records whose outcomes are written: the
+          // error handler retried them as duplicates, or gave them up to its recoverer (a dead
+          // letter of a record applied).
+          log.warn(
+              "An offset commit callback threw as the offsets held until the listener's outcomes"
+                  + " were written were sent; the listener's call stands: {}",
+              FailureTexts.describe(e),
+              FailureTexts.loggable(e));
+        } catch (Error e) {
           thrown = firstOf(thrown, e);
         }
       }
-    }
-    if (thrown instanceof RuntimeException e) {
-      throw e;
     }
     if (thrown instanceof Error e) {
       throw e;
@@ -432,6 +456,9 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
         delegate.wakeup();
       }
     } catch (KafkaException | IllegalStateException e) {
+      if (e == callbackThrew) {
+        throw e; // an application's callback: the commit was sent all the same
+      }
       // Thrown here, it would reach the container as a failure of records that are done. A later
       // commit of their partitions passes them.
       log.warn("Could not commit offsets held until {}", after, e);
@@ -449,22 +476,24 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   private void sendHeld(HeldCommit commit) {
     try {
       commit.send.run();
-    } catch (KafkaException | IllegalStateException e) {
-      throw e; // the commit's own failure
-    } catch (RuntimeException | Error callbackThrew) {
+    } catch (RuntimeException | Error thrown) {
+      if (thrown != callbackThrew
+          && (thrown instanceof KafkaException || thrown instanceof IllegalStateException)) {
+        throw thrown; // the commit's own failure
+      }
       if (commit.told) {
-        throw callbackThrew;
+        throw thrown;
       }
       try {
         commit.send.run();
       } catch (RuntimeException | Error again) {
-        callbackThrew.addSuppressed(again);
-        Error dropped = commit.dropped("sending it threw " + callbackThrew);
-        if (dropped != null && dropped != callbackThrew) {
-          callbackThrew.addSuppressed(dropped);
+        thrown.addSuppressed(again);
+        Error dropped = commit.dropped("sending it threw " + FailureTexts.describe(thrown));
+        if (dropped != null && dropped != thrown) {
+          thrown.addSuppressed(dropped);
         }
       }
-      throw callbackThrew;
+      throw thrown;
     }
   }
 
@@ -535,7 +564,8 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
                     + " the records before it)"));
       } catch (RuntimeException e) {
         // The listener's failure or the transaction's end is what the container must hear.
-        log.warn("The callback of an offset commit that was dropped threw", e);
+        log.warn(
+            "The callback of an offset commit that was dropped threw", FailureTexts.loggable(e));
       } catch (Error e) {
         return e;
       }

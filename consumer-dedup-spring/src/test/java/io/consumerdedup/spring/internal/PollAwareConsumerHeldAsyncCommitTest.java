@@ -161,6 +161,73 @@ class PollAwareConsumerHeldAsyncCommitTest {
         .isCompletedWithValue(Map.of(PARTITION, new OffsetAndMetadata(2)));
   }
 
+  /**
+   * As above, with the {@code IllegalStateException} a callback of the application's throws (one
+   * whose future was completed already, say): Kafka throws it as it would a failure of the commit
+   * being sent, which it did not send.
+   */
+  @Test
+  void anIllegalStateExceptionThrownByOneSentCommitsCallbackStillSendsTheHeldCommitBehindIt() {
+    CallbacksLater kafka = new CallbacksLater();
+    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
+    consumer.subscribe(List.of("payments"));
+    kafka.rebalance(List.of(PARTITION));
+    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+
+    consumer.holdCommits(); // the listener's call begins
+    consumer.commitAsync(
+        Map.of(PARTITION, new OffsetAndMetadata(1)),
+        (offsets, e) -> {
+          throw new IllegalStateException("the application's first commit callback");
+        });
+    CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
+        new CompletableFuture<>();
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(secondEnded));
+    consumer.releaseCommits(true); // the call succeeded
+
+    assertThat(kafka.committed(Set.of(PARTITION)).get(PARTITION))
+        .as("[committed offset, the listener's second commit held behind the first]")
+        .isEqualTo(new OffsetAndMetadata(2));
+    consumer.poll(Duration.ZERO);
+    assertThat(secondEnded)
+        .as("[the second commit's callback]")
+        .isCompletedWithValue(Map.of(PARTITION, new OffsetAndMetadata(2)));
+  }
+
+  /**
+   * A callback of the application's throws, as its dropped commit is told, an exception whose
+   * {@code getMessage()} throws (one printing a field of a closed connection): logging it must not
+   * throw in place of the listener's failure, or leave the callbacks behind it untold.
+   */
+  @Test
+  void anUnprintableExceptionOfADroppedCommitsCallbackStillTellsTheCallbacksBehindIt() {
+    MockConsumer<String, String> kafka = new MockConsumer<>("earliest");
+    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
+    consumer.subscribe(List.of("payments"));
+    kafka.rebalance(List.of(PARTITION));
+    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+
+    consumer.holdCommits(); // the listener's call begins
+    consumer.commitAsync(
+        Map.of(PARTITION, new OffsetAndMetadata(1)),
+        (offsets, e) -> {
+          throw new IllegalArgumentException() {
+            @Override
+            public String getMessage() {
+              throw new IllegalStateException("connection closed");
+            }
+          };
+        });
+    CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
+        new CompletableFuture<>();
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(secondEnded));
+
+    consumer.releaseCommits(false); // the call threw: its commits are dropped
+    assertThat(secondEnded)
+        .as("[the second commit's callback, its commit dropped as the call failed]")
+        .isCompletedExceptionally();
+  }
+
   private static OffsetCommitCallback toldTo(
       CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> ended) {
     return (offsets, e) -> {
