@@ -19,19 +19,16 @@ final class BatchClaims {
   private final ClaimCalls calls;
   private final ClaimAnswers claimAnswers;
   private final LeaseRenewer renewer;
-  private final DedupListener listener;
 
   BatchClaims(
       IdempotentExecutor executor,
       ClaimCalls calls,
       ClaimAnswers claimAnswers,
-      LeaseRenewer renewer,
-      DedupListener listener) {
+      LeaseRenewer renewer) {
     this.executor = executor;
     this.calls = calls;
     this.claimAnswers = claimAnswers;
     this.renewer = renewer;
-    this.listener = listener;
   }
 
   DedupClaims claimAll(List<IdempotentExecutor.Delivery> deliveries, boolean tellStoreFailure) {
@@ -159,7 +156,6 @@ final class BatchClaims {
     } catch (DedupKeyConflictException e) {
       return e;
     }
-    listener.inProgress(delivery.key(), existing);
-    return new DedupInProgressException(delivery.key(), existing, delivery.source());
+    return claimAnswers.inProgress(delivery.key(), existing, delivery.source());
   }
 }

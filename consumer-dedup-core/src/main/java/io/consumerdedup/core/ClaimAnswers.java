@@ -42,10 +42,15 @@ final class ClaimAnswers {
 
   /**
    * The answer to a key that was not claimed because it is done or claimed with another payload;
-   * null if it is in progress elsewhere.
+   * null if it is in progress elsewhere, or of a status this version does not know.
    */
   @Nullable DedupClaim duplicateOrConflict(
       DedupKey key, @Nullable String fingerprint, @Nullable String source, DedupRecord existing) {
+    if (existing.status() == DedupStatus.UNKNOWN) {
+      // Whether the key is done, or its payload a conflict, is the newer version's to say: held,
+      // neither handled nor dead-lettered, until that version or an operator settles it.
+      return null;
+    }
     String stored = existing.fingerprint().orElse(null);
     if (fingerprint != null && stored != null && !stored.equals(fingerprint)) {
       listener.conflict(key, existing);
@@ -69,6 +74,25 @@ final class ClaimAnswers {
       return DedupClaim.duplicate(key, existing.attempts());
     }
     return null;
+  }
+
+  /**
+   * The refusal of a key that {@link #duplicateOrConflict} left unanswered: in progress elsewhere,
+   * or of a status a newer version wrote, which is held the same way and said at WARN, since only
+   * that version or an operator moves it on.
+   */
+  DedupInProgressException inProgress(DedupKey key, DedupRecord existing, @Nullable String source) {
+    if (existing.status() == DedupStatus.UNKNOWN) {
+      log.warn(
+          "Holding {}: its record has the status '{}', which this version of consumer-dedup does"
+              + " not know (a newer version sharing the table wrote it, as in a rolling upgrade);"
+              + " not handled and not dead-lettered, tried again later: {}",
+          DeliverySources.where(key, source),
+          existing.storedStatus(),
+          existing);
+    }
+    listener.inProgress(key, existing);
+    return new DedupInProgressException(key, existing, source);
   }
 
   /**

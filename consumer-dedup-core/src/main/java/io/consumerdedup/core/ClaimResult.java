@@ -20,7 +20,8 @@ public sealed interface ClaimResult permits ClaimResult.Claimed, ClaimResult.Tak
 
   /**
    * The key was not claimed; {@code existing} is the record that stopped it (SUCCESS, a live lease,
-   * or a different payload fingerprint).
+   * a different payload fingerprint, or a status this version does not know: {@link
+   * DedupStatus#UNKNOWN}).
    */
   record Taken(DedupKey key, DedupRecord existing) implements ClaimResult {}
 }

@@ -12,9 +12,10 @@ public enum DedupStatus {
   FAILED,
   /**
    * A status this version of consumer-dedup does not know: a newer version sharing the table wrote
-   * it (its migration widened the table's status check). Only {@link DedupAdmin} answers it, with
-   * the text as stored ({@link DedupRecord#storedStatus()}), and changes such a record only when
-   * forced: what the status means is the newer version's to say.
+   * it (its migration widened the table's status check). Read with the text as stored ({@link
+   * DedupRecord#storedStatus()}); what it means is the newer version's to say. A claim of its key
+   * holds it like one in progress elsewhere ({@link DedupInProgressException}): not handled, not
+   * dead-lettered, tried again later. {@link DedupAdmin} changes such a record only when forced.
    */
   UNKNOWN;
 

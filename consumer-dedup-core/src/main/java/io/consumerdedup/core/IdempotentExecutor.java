@@ -142,10 +142,8 @@ public final class IdempotentExecutor implements AutoCloseable {
             recentClaims);
     ClaimAnswers answers =
         new ClaimAnswers(this.listener, conflictPolicy, outcomes, calls, recentClaims);
-    this.single =
-        new SingleClaims(
-            calls, answers, renewer, this.listener, mode, inProgressPolicy, waitTimeout);
-    this.batches = new BatchClaims(this, calls, answers, renewer, this.listener);
+    this.single = new SingleClaims(calls, answers, renewer, mode, inProgressPolicy, waitTimeout);
+    this.batches = new BatchClaims(this, calls, answers, renewer);
   }
 
   /** Starts building an executor over {@code store}. */

@@ -20,7 +20,6 @@ final class SingleClaims {
   private final ClaimCalls calls;
   private final ClaimAnswers answers;
   private final LeaseRenewer renewer;
-  private final DedupListener listener;
   private final boolean inTransaction;
   private final InProgressPolicy inProgressPolicy;
   private final Duration waitTimeout;
@@ -29,14 +28,12 @@ final class SingleClaims {
       ClaimCalls calls,
       ClaimAnswers answers,
       LeaseRenewer renewer,
-      DedupListener listener,
       DedupMode mode,
       InProgressPolicy inProgressPolicy,
       Duration waitTimeout) {
     this.calls = calls;
     this.answers = answers;
     this.renewer = renewer;
-    this.listener = listener;
     this.inTransaction = mode == DedupMode.TRANSACTIONAL;
     this.inProgressPolicy = inProgressPolicy;
     this.waitTimeout = waitTimeout;
@@ -85,10 +82,13 @@ final class SingleClaims {
       long remaining = waitDeadline - System.nanoTime();
       // In a transaction there is nothing to wait for: only a separate-mode holder (mixed modes
       // on one key) can be in progress, and waiting would hold the caller's transaction open.
-      if (inProgressPolicy == InProgressPolicy.THROW || inTransaction || remaining <= 0) {
+      // Nor for a status a newer version wrote: no lease of this version's ends it.
+      if (inProgressPolicy == InProgressPolicy.THROW
+          || inTransaction
+          || remaining <= 0
+          || existing.status() == DedupStatus.UNKNOWN) {
         // Reported once per delivery that gives up, however long it waited.
-        listener.inProgress(key, existing);
-        throw new DedupInProgressException(key, existing, source);
+        throw answers.inProgress(key, existing, source);
       }
       sleep(Math.min(backoff.toNanos(), remaining), key, existing, source);
       backoff = Durations.doubling(backoff, LONGEST_WAIT_BACKOFF, 2);

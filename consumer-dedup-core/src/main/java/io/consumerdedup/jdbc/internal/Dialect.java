@@ -236,7 +236,7 @@ public abstract class Dialect {
       statement.setString(1, key.bizType());
       statement.setString(2, key.bizKey());
       try (ResultSet row = statement.executeQuery()) {
-        return row.next() ? record(row, key) : null;
+        return row.next() ? recordAsStored(row, key) : null;
       }
     }
   }
@@ -349,17 +349,11 @@ public abstract class Dialect {
   public abstract Object time(Instant instant);
 
   /**
-   * The record of {@code key} in the current row of a statement that selects its columns.
-   *
-   * @throws IllegalArgumentException for a status this version does not know
-   */
-  public final DedupRecord record(ResultSet row, DedupKey key) throws SQLException {
-    return record(row, key, DedupStatus.valueOf(row.getString("status")));
-  }
-
-  /**
-   * {@link #record(ResultSet, DedupKey)}, a status a newer version wrote read as {@link
-   * DedupStatus#UNKNOWN} with its text: for an operator, who is to see every record as it is.
+   * The record of {@code key} in the current row of a statement that selects its columns, as
+   * stored: a status a newer version wrote (a rolling upgrade) is read as {@link
+   * DedupStatus#UNKNOWN} with its text. The one mapping of a stored status, for a claim and a find
+   * as for an operator: a claim that threw on such a row failed every key of its batch, and its
+   * record was retried and dead-lettered as a handler failure.
    */
   public final DedupRecord recordAsStored(ResultSet row, DedupKey key) throws SQLException {
     return record(row, key, DedupStatus.ofStored(row.getString("status")));

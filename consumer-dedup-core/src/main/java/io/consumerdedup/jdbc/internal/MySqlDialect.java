@@ -106,7 +106,7 @@ public final class MySqlDialect extends Dialect {
           if (request == null) {
             continue;
           }
-          DedupRecord existing = record(row, request.key());
+          DedupRecord existing = recordAsStored(row, request.key());
           boolean own =
               existing.status() == DedupStatus.PROCESSING
                   && request.claimId().equals(row.getString("claim_id"))
@@ -155,7 +155,9 @@ public final class MySqlDialect extends Dialect {
               Map.entry(row.getString("biz_type"), row.getString("biz_key"));
           ClaimRequest request = byKey.get(columns);
           if (request != null) {
-            rows.put(columns, new ResultRow(record(row, request.key()), row.getString("claim_id")));
+            rows.put(
+                columns,
+                new ResultRow(recordAsStored(row, request.key()), row.getString("claim_id")));
           }
         }
       }
@@ -223,7 +225,10 @@ public final class MySqlDialect extends Dialect {
     return stored != null && request.fingerprint() != null && !stored.equals(request.fingerprint());
   }
 
-  /** A FAILED attempt or an expired lease, with no other payload: the next claim takes it. */
+  /**
+   * A FAILED attempt or an expired lease, with no other payload: the next claim takes it. Never a
+   * status a newer version wrote: what it means is that version's to say.
+   */
   private static boolean claimable(DedupRecord existing, ClaimRequest request) {
     if (otherPayload(existing, request)) {
       return false;

@@ -122,7 +122,7 @@ public final class PostgresDialect extends Dialect {
         if (!row.next()) {
           return null;
         }
-        DedupRecord existing = record(row, request.key());
+        DedupRecord existing = recordAsStored(row, request.key());
         if (existing.status() == DedupStatus.PROCESSING
             && request.claimId().equals(row.getString("claim_id"))
             && !otherPayload(row.getString("fingerprint"), request)) {
@@ -212,13 +212,19 @@ public final class PostgresDialect extends Dialect {
     if (own || row.getString("status") == null) {
       return null; // the row changed since the statement's snapshot: claim again
     }
-    DedupRecord existing = record(row, key);
+    DedupRecord existing = recordAsStored(row, key);
     return blocksClaim(existing, request) ? new ClaimResult.Taken(key, existing) : null;
   }
 
+  /**
+   * Whether {@code existing} answers the request without a claim. A status a newer version wrote
+   * does: the claim statement takes over only FAILED and expired PROCESSING rows, so such a row
+   * would be claimed again round after round until the claim gave up without an answer.
+   */
   private static boolean blocksClaim(DedupRecord existing, ClaimRequest request) {
     return otherPayload(existing.fingerprint().orElse(null), request)
         || existing.status() == DedupStatus.SUCCESS
+        || existing.status() == DedupStatus.UNKNOWN
         || existing.isLeaseLive();
   }
 
