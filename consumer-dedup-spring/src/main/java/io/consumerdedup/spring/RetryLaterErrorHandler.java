@@ -30,10 +30,12 @@ import org.springframework.kafka.KafkaException.Level;
 import org.springframework.kafka.listener.BatchListenerFailedException;
 import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.ContainerProperties.AckMode;
 import org.springframework.kafka.listener.FailedRecordProcessor;
 import org.springframework.kafka.listener.ListenerUtils;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.listener.SeekUtils;
+import org.springframework.kafka.listener.adapter.AsyncRepliesAware;
 import org.springframework.kafka.support.KafkaUtils;
 import org.springframework.kafka.support.TopicPartitionOffset;
 
@@ -101,12 +103,43 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     // A handler that does not seek expects the container to go on with the records after the
     // failed one; seeking them back has the same effect, since none of them was processed.
     boolean handled = handledByDelegate(thrownException, records.get(0), consumer, container);
-    SeekUtils.doSeeksToBegin(
-        handled ? records.subList(1, records.size()) : records, consumer, SEEK_LOG);
-    if (!handled) {
-      throw new KafkaException(
-          "Record not handled by " + delegate, KafkaException.Level.DEBUG, thrownException);
+    List<ConsumerRecord<?, ?>> again = handled ? records.subList(1, records.size()) : records;
+    SeekUtils.doSeeksToBegin(again, consumer, SEEK_LOG);
+    @Nullable KafkaException notHandled =
+        handled
+            ? null
+            : new KafkaException(
+                "Record not handled by " + delegate, KafkaException.Level.DEBUG, thrownException);
+    if (!again.isEmpty() && awaitsOutOfOrderAcks(container)) {
+      // The container waits for the acknowledgment of every record of the poll, those sought back
+      // included, and pauses the consumer until it comes: for good, since they never come again.
+      throw inRetry(
+          notHandled != null
+              ? notHandled
+              : new KafkaException(
+                  "Records after " + KafkaUtils.format(records.get(0)) + " sought back",
+                  KafkaException.Level.DEBUG,
+                  thrownException),
+          again,
+          consumer,
+          container);
     }
+    if (notHandled != null) {
+      throw notHandled;
+    }
+  }
+
+  /**
+   * Whether the container accepts acknowledgments out of order ({@code asyncAcks}, or a listener
+   * returning a future or Mono, in a manual ack mode), and so waits for those of a poll's records.
+   */
+  private static boolean awaitsOutOfOrderAcks(MessageListenerContainer container) {
+    ContainerProperties properties = container.getContainerProperties();
+    AckMode mode = properties.getAckMode();
+    return (mode == AckMode.MANUAL || mode == AckMode.MANUAL_IMMEDIATE)
+        && (properties.isAsyncAcks()
+            || properties.getMessageListener() instanceof AsyncRepliesAware listener
+                && listener.isAsyncReplies());
   }
 
   @Override
