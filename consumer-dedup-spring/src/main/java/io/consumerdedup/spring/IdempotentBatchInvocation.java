@@ -257,8 +257,7 @@ final class IdempotentBatchInvocation {
       Throwable thrown = error;
       if (failedClaim != null && !failedClaim.isEnded()) {
         Throwable cause = BatchFailureIndex.causeAt(error);
-        attempts.logFailure(failedClaim, cause);
-        failedClaim.fail(cause);
+        attempts.fail(failedClaim, cause);
         Throwable exhausted = attempts.toThrow(failedClaim, cause);
         if (exhausted != cause) {
           thrown = exhausted;
