@@ -291,12 +291,14 @@ final class IdempotentBatchInvocation {
       // The error handler commits the records before it, whatever the listener acknowledged.
       throw stop.failure(listener, records);
     }
-    if (committer != null) {
-      committer.releaseCommits(true); // every record done, its outcome written
-    }
-    if (heldAck != null) {
-      heldAck.release();
-    }
+    // Every record done, its outcome written.
+    HeldCallEnd.passOn(
+        committer,
+        () -> {
+          if (heldAck != null) {
+            heldAck.release();
+          }
+        });
     return result;
   }
 
