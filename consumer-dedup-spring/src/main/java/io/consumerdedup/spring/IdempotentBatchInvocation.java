@@ -257,8 +257,7 @@ final class IdempotentBatchInvocation {
       Throwable thrown = error;
       if (failedClaim != null && !failedClaim.isEnded()) {
         Throwable cause = BatchFailureIndex.causeAt(error);
-        attempts.logFailure(failedClaim, cause);
-        failedClaim.fail(cause);
+        attempts.fail(failedClaim, cause);
         Throwable exhausted = attempts.toThrow(failedClaim, cause);
         if (exhausted != cause) {
           thrown = exhausted;
@@ -292,12 +291,14 @@ final class IdempotentBatchInvocation {
       // The error handler commits the records before it, whatever the listener acknowledged.
       throw stop.failure(listener, records);
     }
-    if (committer != null) {
-      committer.releaseCommits(true); // every record done, its outcome written
-    }
-    if (heldAck != null) {
-      heldAck.release();
-    }
+    // Every record done, its outcome written.
+    HeldCallEnd.passOn(
+        committer,
+        () -> {
+          if (heldAck != null) {
+            heldAck.release();
+          }
+        });
     return result;
   }
 

@@ -134,11 +134,6 @@ final class KeptBatchRecords {
         failed.add(claim);
       }
     }
-    if (failed.size() == 1) {
-      attempts.logFailure(failed.get(0), error);
-    } else if (!failed.isEmpty()) {
-      attempts.logBatchFailure(failed, error);
-    }
-    failed.forEach(claim -> claim.fail(error));
+    attempts.failAll(failed, error);
   }
 }

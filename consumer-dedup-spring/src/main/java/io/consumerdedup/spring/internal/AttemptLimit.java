@@ -77,6 +77,38 @@ public final class AttemptLimit {
   }
 
   /**
+   * Records FAILED for {@code claim}, the listener having failed with {@code error}, and logs the
+   * attempt ({@link #logFailure}). An {@code Error} out of a log appender (an {@code
+   * OutOfMemoryError}, a {@code StackOverflowError}) must not keep the failure from being written:
+   * the claim, given back instead or left PROCESSING, would not count the attempt, and a record
+   * that always fails would be run again and again, never given up.
+   */
+  public void fail(DedupClaim claim, Throwable error) {
+    try {
+      logFailure(claim, error);
+    } finally {
+      claim.fail(error);
+    }
+  }
+
+  /**
+   * Records FAILED for {@code claims}, a batch listener having failed with {@code error} without
+   * naming a record, logged in one line for several ({@link #logBatchFailure}); written whatever
+   * the logging throws, as in {@link #fail}.
+   */
+  public void failAll(List<DedupClaim> claims, Throwable error) {
+    try {
+      if (claims.size() == 1) {
+        logFailure(claims.get(0), error);
+      } else if (!claims.isEmpty()) {
+        logBatchFailure(claims, error);
+      }
+    } finally {
+      claims.forEach(claim -> claim.fail(error));
+    }
+  }
+
+  /**
    * One WARN line for a failed attempt: where the record came from, its key, the attempt and the
    * cause's class and message; the stack trace at DEBUG (it is logged at ERROR when the record is
    * given up). An error that cannot describe itself is described safely: Logback reads the message
