@@ -453,29 +453,11 @@ public final class IdempotentListenerInterceptor {
   /**
    * The listener's outcome is settled: the commits it made through its consumer are sent, then an
    * acknowledgment it made is passed on (whose commit, under {@code MANUAL_IMMEDIATE}, would be
-   * held too). An {@code Error} sending them throws (an application's commit callback, which Kafka
-   * runs as the next commit is sent) is thrown once the acknowledgment is passed on: the record's
-   * outcome is written, and an acknowledgment dropped there left it unacknowledged, which under
-   * {@code asyncAcks} keeps spring-kafka from committing anything past it.
+   * held too), whatever sending the commits throws.
    */
   private static void passOn(
-      @Nullable PollAwareConsumer<?, ?> committer, @Nullable HeldAcknowledgment held)
-      throws Throwable {
-    try {
-      if (committer != null) {
-        committer.releaseCommits(true);
-      }
-    } catch (Throwable thrown) {
-      try {
-        release(held);
-      } catch (Throwable also) {
-        if (also != thrown) {
-          thrown.addSuppressed(also);
-        }
-      }
-      throw thrown;
-    }
-    release(held);
+      @Nullable PollAwareConsumer<?, ?> committer, @Nullable HeldAcknowledgment held) {
+    HeldCallEnd.passOn(committer, () -> release(held));
   }
 
   /**
