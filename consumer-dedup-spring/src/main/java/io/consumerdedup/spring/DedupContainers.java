@@ -1,6 +1,7 @@
 package io.consumerdedup.spring;
 
 import io.consumerdedup.kafka.DedupPollLoop;
+import io.consumerdedup.spring.internal.ComposedErrorHandlers;
 import io.consumerdedup.spring.internal.CurrentBatch;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
@@ -35,7 +36,8 @@ import org.springframework.kafka.listener.adapter.KafkaBackoffAwareMessageListen
  *   <li>{@link RetryLaterAfterRollbackProcessor} around its after-rollback processor, so a
  *       transaction that rolls back leaves the key retryable;
  *   <li>consumer-dedup's "dead-letter now" exceptions as not retryable in a {@code
- *       DefaultErrorHandler} ({@link DedupErrorClassification});
+ *       DefaultErrorHandler}, also one inside spring-kafka's {@code CommonDelegatingErrorHandler}
+ *       or {@code CommonMixedErrorHandler} ({@link DedupErrorClassification});
  *   <li>a retry listener after those of a {@code DefaultErrorHandler} or {@code
  *       DefaultAfterRollbackProcessor}, which logs at ERROR each record it gives up on ({@link
  *       RecoveredRecordLogger}); with another error handler, {@link RetryLaterErrorHandler} logs
@@ -156,11 +158,14 @@ public final class DedupContainers {
         errorHandler = new DefaultErrorHandler();
       }
       if (errorHandler != null) {
-        if (errorHandler instanceof DefaultErrorHandler defaultErrorHandler) {
-          DedupErrorClassification.applyTo(defaultErrorHandler);
-        }
-        if (errorHandler instanceof FailedRecordProcessor processor) {
-          RecoveredRecordLogger.addTo(processor, retryTopicChain);
+        // Inside spring-kafka's composite handlers too: the one that handles the failure.
+        for (CommonErrorHandler handler : ComposedErrorHandlers.of(errorHandler)) {
+          if (handler instanceof DefaultErrorHandler defaultErrorHandler) {
+            DedupErrorClassification.applyTo(defaultErrorHandler);
+          }
+          if (handler instanceof FailedRecordProcessor processor) {
+            RecoveredRecordLogger.addTo(processor, retryTopicChain);
+          }
         }
         raw.setCommonErrorHandler(new RetryLaterErrorHandler(errorHandler, holds, missingKeys));
       }

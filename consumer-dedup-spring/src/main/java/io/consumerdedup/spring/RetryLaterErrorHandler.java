@@ -6,6 +6,7 @@ import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.spring.internal.Causes;
+import io.consumerdedup.spring.internal.ComposedErrorHandlers;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
 import io.consumerdedup.spring.internal.RecoveredRecordLogger;
@@ -63,12 +64,20 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
   private final MissingKeyArguments missingKeys;
   private final boolean logsGivenUpRecords;
 
+  /** The delegate's handlers that keep retry state: itself, or those inside a composite. */
+  private final List<FailedRecordProcessor> retrying = new ArrayList<>();
+
   public RetryLaterErrorHandler(
       CommonErrorHandler delegate, PartitionHolds holds, MissingKeyArguments missingKeys) {
     this.delegate = Objects.requireNonNull(delegate, "delegate");
     this.holds = Objects.requireNonNull(holds, "holds");
     this.missingKeys = Objects.requireNonNull(missingKeys, "missingKeys");
     this.logsGivenUpRecords = RecoveredRecordLogger.isAddedTo(delegate);
+    for (CommonErrorHandler handler : ComposedErrorHandlers.of(delegate)) {
+      if (handler instanceof FailedRecordProcessor processor) {
+        retrying.add(processor);
+      }
+    }
   }
 
   /** The application's handler, which receives everything that is not held. */
@@ -198,14 +207,19 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
    * given back as spent until the handler's retries were used up, the records behind it waiting.
    * The delegate keeps its retries per consumer thread, not per record: those of other partitions
    * of this consumer start afresh too, which the attempts counted in the dedup table still bound.
+   * Inside spring-kafka's composite handlers, the one retrying the record forgets its retries; the
+   * composite itself answers no delivery attempt.
    */
   private void restartRetriesIfNotRetried(Exception thrownException, ConsumerRecord<?, ?> record) {
-    if (delegate instanceof FailedRecordProcessor processor
-        && Disposition.of(thrownException) == Disposition.DEAD_LETTER
-        && processor.deliveryAttempt(
-                new TopicPartitionOffset(record.topic(), record.partition(), record.offset()))
-            > 1) {
-      processor.clearThreadState();
+    if (Disposition.of(thrownException) != Disposition.DEAD_LETTER) {
+      return;
+    }
+    TopicPartitionOffset offset =
+        new TopicPartitionOffset(record.topic(), record.partition(), record.offset());
+    for (FailedRecordProcessor processor : retrying) {
+      if (processor.deliveryAttempt(offset) > 1) {
+        processor.clearThreadState();
+      }
     }
   }
 

@@ -228,7 +228,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   @Override
   public void commitAsync(@Nullable OffsetCommitCallback callback) {
     if (passesStraightThrough()) {
-      delegate.commitAsync(callback);
+      delegate.commitAsync(remembered(callback));
       return;
     }
     commitAsync(positions(), callback);
@@ -270,17 +270,32 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
    */
   private OffsetCommitCallback owedAgainIfItFails(
       Map<TopicPartition, OffsetAndMetadata> sent, @Nullable OffsetCommitCallback callback) {
+    OffsetCommitCallback application = remembered(callback);
     return (offsets, exception) -> {
       if (exception != null) {
         poll.marks().notCommitted(sent);
       }
-      if (callback != null) {
-        try {
-          callback.onComplete(offsets, exception);
-        } catch (RuntimeException | Error e) {
-          callbackThrew = e;
-          throw e;
-        }
+      if (application != null) {
+        application.onComplete(offsets, exception);
+      }
+    };
+  }
+
+  /**
+   * {@code callback}, what it throws kept as {@link #callbackThrew}: that of every commit given to
+   * the delegate, those that pass straight through included, since Kafka throws it from whichever
+   * commit it sends next, a held one too.
+   */
+  private @Nullable OffsetCommitCallback remembered(@Nullable OffsetCommitCallback callback) {
+    if (callback == null) {
+      return null;
+    }
+    return (offsets, exception) -> {
+      try {
+        callback.onComplete(offsets, exception);
+      } catch (RuntimeException | Error e) {
+        callbackThrew = e;
+        throw e;
       }
     };
   }

@@ -69,14 +69,22 @@ public final class RecoveredRecordLogger implements RetryListener {
     return true;
   }
 
-  /** Whether {@code handler} logs the records it gives up on through such a logger. */
+  /**
+   * Whether {@code handler} logs the records it gives up on through such a logger: a composite of
+   * spring-kafka's if every handler inside it does ({@link ComposedErrorHandlers}).
+   */
   public static boolean isAddedTo(CommonErrorHandler handler) {
-    if (!(handler instanceof FailedRecordProcessor processor)) {
-      return false;
+    for (CommonErrorHandler inner : ComposedErrorHandlers.of(handler)) {
+      if (!(inner instanceof FailedRecordProcessor processor)) {
+        return false;
+      }
+      List<RetryListener> listeners = retryListeners(processor);
+      if (listeners == null
+          || listeners.stream().noneMatch(RecoveredRecordLogger.class::isInstance)) {
+        return false;
+      }
     }
-    List<RetryListener> listeners = retryListeners(processor);
-    return listeners != null
-        && listeners.stream().anyMatch(RecoveredRecordLogger.class::isInstance);
+    return true;
   }
 
   @SuppressWarnings("unchecked")

@@ -195,6 +195,39 @@ class PollAwareConsumerHeldAsyncCommitTest {
   }
 
   /**
+   * As above, the callback being that of a commit the application made through the consumer outside
+   * a listener's call, which went to Kafka as it was (a rebalance listener's or an idle event
+   * listener's {@code commitAsync(callback)}): its exception too is the application's, not the held
+   * commit's own failure.
+   */
+  @Test
+  void anIllegalStateExceptionOfACallbackOfACommitOutsideTheCallStillSendsTheHeldCommitBehindIt() {
+    CallbacksLater kafka = new CallbacksLater();
+    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
+    consumer.subscribe(List.of("payments"));
+    kafka.rebalance(List.of(PARTITION));
+    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+    consumer.poll(Duration.ZERO);
+
+    consumer.commitAsync(
+        (offsets, e) -> {
+          throw new IllegalStateException("the application's callback of a commit outside a call");
+        });
+    consumer.holdCommits(); // the listener's call begins
+    CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> heldEnded = new CompletableFuture<>();
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(heldEnded));
+    consumer.releaseCommits(true); // the call succeeded
+
+    assertThat(kafka.committed(Set.of(PARTITION)).get(PARTITION))
+        .as("[committed offset, the listener's commit held behind one made outside its call]")
+        .isEqualTo(new OffsetAndMetadata(2));
+    consumer.poll(Duration.ZERO);
+    assertThat(heldEnded)
+        .as("[the held commit's callback]")
+        .isCompletedWithValue(Map.of(PARTITION, new OffsetAndMetadata(2)));
+  }
+
+  /**
    * A callback of the application's throws, as its dropped commit is told, an exception whose
    * {@code getMessage()} throws (one printing a field of a closed connection): logging it must not
    * throw in place of the listener's failure, or leave the callbacks behind it untold.
