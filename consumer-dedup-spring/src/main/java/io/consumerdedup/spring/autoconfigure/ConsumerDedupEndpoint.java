@@ -8,6 +8,7 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.PurgeBacklog;
@@ -85,6 +86,8 @@ public class ConsumerDedupEndpoint {
       counts = admin.counts();
     } catch (DedupStoreException e) {
       return storeFailure(e);
+    } catch (RuntimeException | Error e) {
+      return unexpectedFailure(e);
     }
     Map<String, Object> summary = new LinkedHashMap<>();
     summary.put("table", store.tableName());
@@ -103,6 +106,10 @@ public class ConsumerDedupEndpoint {
       } catch (DedupStoreException e) {
         summary.put("purge", UNKNOWN_BACKLOG);
         summary.put("purgeError", String.valueOf(e.getMessage()));
+      } catch (RuntimeException | Error e) {
+        // The counts are in hand: the summary shows them, as it does when the count is cancelled.
+        summary.put("purge", UNKNOWN_BACKLOG);
+        summary.put("purgeError", FailureTexts.describe(e));
       }
     }
     return ok(summary);
@@ -134,6 +141,8 @@ public class ConsumerDedupEndpoint {
       return error(400, String.valueOf(e.getMessage()));
     } catch (DedupStoreException e) {
       return storeFailure(e);
+    } catch (RuntimeException | Error e) {
+      return unexpectedFailure(e);
     }
   }
 
@@ -174,6 +183,8 @@ public class ConsumerDedupEndpoint {
       return error(400, String.valueOf(e.getMessage()));
     } catch (DedupStoreException e) {
       return storeFailure(e);
+    } catch (RuntimeException | Error e) {
+      return unexpectedFailure(e);
     }
   }
 
@@ -268,6 +279,16 @@ public class ConsumerDedupEndpoint {
     return e instanceof DedupStoreDataException
         ? error(400, "The database refused a value of the request: " + e.getMessage())
         : error(503, "The dedup table did not answer: " + e.getMessage());
+  }
+
+  /**
+   * Anything else that stopped the call (a DataSource or a connection that throws a {@code
+   * RuntimeException} or an {@code Error}, such as a driver class that could not be initialised):
+   * the table did not answer, as the health says it; the web layer answered a bare 500 without the
+   * reason.
+   */
+  private static WebEndpointResponse<Object> unexpectedFailure(Throwable e) {
+    return error(503, "The dedup table did not answer: " + FailureTexts.describe(e));
   }
 
   private static WebEndpointResponse<Object> error(int status, String message) {

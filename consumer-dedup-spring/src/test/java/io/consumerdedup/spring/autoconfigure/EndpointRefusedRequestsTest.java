@@ -9,6 +9,7 @@ import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.FaultyDataSource;
 import io.consumerdedup.testing.TestDatabase;
 import java.nio.charset.StandardCharsets;
@@ -24,6 +25,7 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.actuate.endpoint.SecurityContext;
 import org.springframework.boot.actuate.endpoint.web.WebEndpointResponse;
+import org.springframework.jdbc.datasource.LazyConnectionDataSourceProxy;
 import org.springframework.jdbc.datasource.lookup.AbstractRoutingDataSource;
 
 /**
@@ -133,6 +135,61 @@ class EndpointRefusedRequestsTest {
 
     assertThat(thrown).as("what the endpoint threw at the web layer (a bare 500)").isNull();
     assertAllAnswer503Naming(onRouting, "Cannot determine target DataSource");
+  }
+
+  /**
+   * A DataSource that throws an {@code Error} (a driver class that could not be initialised): the
+   * {@code Error} escaped the endpoint, and the web layer answered a bare 500 without the reason,
+   * where the health answers DOWN with it.
+   */
+  @Test
+  void aDataSourceThatThrowsAnErrorAnswers503NamingItNotABare500() {
+    ConnectionSource broken =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() {
+            throw new NoClassDefFoundError("Could not initialize class org.postgresql.Driver");
+          }
+        };
+    JdbcDedupStore store = JdbcDedupStore.builder(broken).retryMaxAttempts(1).build();
+    ConsumerDedupEndpoint onBroken =
+        new ConsumerDedupEndpoint(JdbcDedupAdmin.of(store), store, true);
+
+    Throwable thrown = catchThrowable(onBroken::summary);
+
+    assertThat(thrown).as("what the endpoint threw at the web layer (a bare 500)").isNull();
+    assertAllAnswer503Naming(onBroken, "Could not initialize class");
+  }
+
+  /**
+   * Spring's {@code LazyConnectionDataSourceProxy} over a routing DataSource (read/write routing):
+   * the connection is only looked up at the first statement, so what the routing throws (a {@code
+   * RuntimeException}) comes from the connection, not from {@code getConnection()}. It escaped the
+   * endpoint as a bare 500.
+   */
+  @Test
+  void aConnectionThatThrowsARuntimeExceptionAnswers503NamingItNotABare500() {
+    AbstractRoutingDataSource routing =
+        new AbstractRoutingDataSource() {
+          @Override
+          protected Object determineCurrentLookupKey() {
+            return TENANT.get();
+          }
+        };
+    routing.setTargetDataSources(Map.of("acme", dataSource));
+    routing.afterPropertiesSet();
+    LazyConnectionDataSourceProxy lazy = new LazyConnectionDataSourceProxy();
+    lazy.setTargetDataSource(routing);
+    lazy.setDefaultAutoCommit(true);
+    lazy.setDefaultTransactionIsolation(Connection.TRANSACTION_READ_COMMITTED);
+    lazy.afterPropertiesSet();
+    JdbcDedupStore store = JdbcDedupStore.builder(lazy).retryMaxAttempts(1).build();
+    ConsumerDedupEndpoint onLazy = new ConsumerDedupEndpoint(JdbcDedupAdmin.of(store), store, true);
+
+    Throwable thrown = catchThrowable(onLazy::summary);
+
+    assertThat(thrown).as("what the endpoint threw at the web layer (a bare 500)").isNull();
+    assertAllAnswer503Naming(onLazy, "Cannot determine target DataSource");
   }
 
   /**
