@@ -504,12 +504,6 @@ public final class JdbcDedupAdmin implements DedupAdmin {
     }
   }
 
-  /**
-   * Longest {@code requestedBy}, in characters: the note a release writes names it beside the
-   * holder, within the 2000 characters of {@code last_error}.
-   */
-  static final int MAX_REQUESTED_BY_LENGTH = 256;
-
   private static String requester(String requestedBy) {
     if (requestedBy == null || requestedBy.isBlank()) {
       throw new IllegalArgumentException("requestedBy must name who asked for the change");

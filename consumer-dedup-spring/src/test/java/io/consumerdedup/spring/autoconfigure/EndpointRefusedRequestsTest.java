@@ -13,6 +13,7 @@ import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.FaultyDataSource;
 import io.consumerdedup.testing.TestDatabase;
 import java.nio.charset.StandardCharsets;
+import java.security.Principal;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Statement;
@@ -190,6 +191,57 @@ class EndpointRefusedRequestsTest {
 
     assertThat(thrown).as("what the endpoint threw at the web layer (a bare 500)").isNull();
     assertAllAnswer503Naming(onLazy, "Cannot determine target DataSource");
+  }
+
+  /**
+   * The authenticated principal's name goes into what is recorded as who asked: a name the record
+   * cannot take as it is (a line break, longer than the column's room) answered 400 blaming the
+   * {@code requestedBy} the caller never sent, and no such operator could release or forget. Its
+   * safe form is recorded instead.
+   */
+  @Test
+  void aPrincipalNameTheRecordCannotTakeAsItIsIsRecordedInASafeForm() {
+    DedupKey key = DedupKey.of("payment", "ORD-9");
+    Duration retention = Duration.ofDays(1);
+    store.complete(
+        (ClaimResult.Claimed)
+            store.claim(
+                new ClaimRequest(key, "pod-1", Duration.ofMinutes(1), retention, null, null)),
+        retention);
+    String longName = "CN=" + "operations-".repeat(30) + "team,O=Example";
+
+    WebEndpointResponse<Object> multiLine =
+        endpoint.change("release", "payment", "ORD-9", null, null, principal("ops\nINFO forged"));
+    WebEndpointResponse<Object> tooLong =
+        endpoint.change("forget", "payment", "ORD-9", "OPS-12", null, principal(longName));
+
+    assertThat(multiLine.getStatus()).as("release by %s", multiLine.getBody()).isEqualTo(200);
+    assertThat(requestedBy(multiLine)).isEqualTo("ops\\u000AINFO forged");
+    assertThat(tooLong.getStatus()).as("forget by %s", tooLong.getBody()).isEqualTo(200);
+    assertThat(((Map<?, ?>) tooLong.getBody()).get("applied")).isEqualTo(true);
+    assertThat(requestedBy(tooLong))
+        .startsWith(longName.substring(0, 100))
+        .endsWith("\u2026 (OPS-12)")
+        .hasSizeLessThanOrEqualTo(256);
+    assertThat(store.find(key)).as("the record, forgotten").isEmpty();
+  }
+
+  private static SecurityContext principal(String name) {
+    return new SecurityContext() {
+      @Override
+      public Principal getPrincipal() {
+        return () -> name;
+      }
+
+      @Override
+      public boolean isUserInRole(String role) {
+        return true;
+      }
+    };
+  }
+
+  private static String requestedBy(WebEndpointResponse<Object> response) {
+    return String.valueOf(((Map<?, ?>) response.getBody()).get("requestedBy"));
   }
 
   /**
