@@ -38,6 +38,12 @@ public interface DedupAdmin {
   /** How many records each biz type has in each status. */
   List<StatusCount> counts();
 
+  /**
+   * Longest {@code requestedBy} of a release or forget, in characters: the note a release writes
+   * names it beside the holder, within the 2000 characters of {@code last_error}.
+   */
+  int MAX_REQUESTED_BY_LENGTH = 256;
+
   /** One page of records that match {@code query}, oldest first (by creation). */
   Page list(RecordQuery query);
 

@@ -11,6 +11,7 @@ import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
+import java.time.Duration;
 import java.time.Instant;
 import java.time.temporal.ChronoUnit;
 import java.util.ArrayList;
@@ -174,9 +175,14 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                   + ")";
           try (PreparedStatement update = calls.prepare(c, dialect.adminSql().release)) {
             update.setString(1, note);
-            update.setString(2, key.bizType());
-            update.setString(3, key.bizKey());
-            update.setInt(4, before.attempts());
+            // As long from the release as the claim's expiry was from the key's first claim: at
+            // least the claim's lease and retention, however long its holder renewed the lease.
+            update.setLong(
+                2,
+                Math.max(0, Duration.between(before.createdAt(), before.expiresAt()).toMillis()));
+            update.setString(3, key.bizType());
+            update.setString(4, key.bizKey());
+            update.setInt(5, before.attempts());
             sent.set(new SentRelease(before, live, note));
             update.executeUpdate();
           }
@@ -503,12 +509,6 @@ public final class JdbcDedupAdmin implements DedupAdmin {
       }
     }
   }
-
-  /**
-   * Longest {@code requestedBy}, in characters: the note a release writes names it beside the
-   * holder, within the 2000 characters of {@code last_error}.
-   */
-  static final int MAX_REQUESTED_BY_LENGTH = 256;
 
   private static String requester(String requestedBy) {
     if (requestedBy == null || requestedBy.isBlank()) {

@@ -189,6 +189,42 @@ abstract class DedupAdminTests {
     assertThat(admin.release(DedupKey.of("r-payment", "none"), "alice").applied()).isFalse();
   }
 
+  /**
+   * A holder that renewed its lease for longer than its claim's lease and retention (a handler hung
+   * on a call without a timeout, under a short failed-retention) left the claim's expiry in the
+   * past. The release kept that expiry: the next purge deleted the released record at once, the
+   * release's note and the attempts with it, and the next delivery counted attempt 1 again.
+   */
+  @Test
+  void aReleasedAttemptIsKeptAfterTheReleaseThoughItsHolderHeldItLongerThanItsRetention()
+      throws SQLException {
+    DedupKey key = DedupKey.of("r-payment", "held-long");
+    claim(key, "hung-consumer");
+    try (Connection connection = dataSource.getConnection();
+        PreparedStatement backdate =
+            connection.prepareStatement(
+                "UPDATE "
+                    + qualified("consumer_dedup")
+                    + " SET created_at = created_at - INTERVAL '3' DAY,"
+                    + " updated_at = updated_at - INTERVAL '3' DAY,"
+                    + " expires_at = expires_at - INTERVAL '3' DAY"
+                    + " WHERE biz_type = ? AND biz_key = ?")) {
+      backdate.setString(1, key.bizType());
+      backdate.setString(2, key.bizKey());
+      assertThat(backdate.executeUpdate()).isEqualTo(1);
+    }
+
+    DedupAdmin.Change change = admin.release(key, "alice", true);
+    assertThat(change.applied()).as(change.message()).isTrue();
+    store.purge(1000);
+
+    DedupRecord released = store.find(key).orElse(null);
+    assertThat(released).as("the released record after a purge").isNotNull();
+    assertThat(released.status()).isEqualTo(DedupStatus.FAILED);
+    assertThat(released.lastError().orElseThrow()).contains("Released by alice");
+    assertThat(claim(key, "next-delivery").token()).as("the next delivery's attempt").isEqualTo(2);
+  }
+
   @Test
   void aLiveHolderIsNotReleasedAndItsSuccessIsStillAcceptedSoTheHandlerRunsOnce() throws Exception {
     DedupKey key = DedupKey.of("r-payment", "live-1");

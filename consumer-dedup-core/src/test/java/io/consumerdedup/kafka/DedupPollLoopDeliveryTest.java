@@ -5,20 +5,24 @@ import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupAdmin;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
+import java.sql.Statement;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -235,6 +239,60 @@ class DedupPollLoopDeliveryTest {
     DedupRecord record = fixture.store().find(held).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(record.attempts()).isEqualTo(2);
+  }
+
+  /**
+   * A key whose record a newer version wrote with a status of its own (a rolling upgrade, its
+   * migration having widened the status check) is held as one in progress elsewhere: neither
+   * handled nor dead-lettered, its partition not committed past, while another partition's key is
+   * applied; once an operator forgets it (forced), its record is applied once.
+   */
+  @Test
+  void anOrderWhoseStatusANewerVersionWroteIsHeldUntilForgottenThenAppliedOnce() throws Exception {
+    TestKafka.createTopics(2, topic);
+    DedupKey held = DedupKey.of(BIZ_TYPE, "U-held");
+    claimElsewhere(held);
+    try (Connection connection = fixture.dataSource().getConnection();
+        Statement statement = connection.createStatement()) {
+      statement.execute(
+          "ALTER TABLE consumer_dedup DROP CONSTRAINT IF EXISTS consumer_dedup_status_ck");
+      statement.execute(
+          "UPDATE consumer_dedup SET status = 'ABANDONED', lease_until = NULL"
+              + " WHERE biz_key = 'U-held'");
+    }
+    send(0, "U-held");
+    send(1, "U-other");
+    List<String> deadLetters = new CopyOnWriteArrayList<>();
+    DedupPollLoop<String, String> loop =
+        DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), payments(executor))
+            .deadLetterHandler((record, reason) -> deadLetters.add(orderNo(record)))
+            .holdBackOff(Duration.ofMillis(100), Duration.ofMillis(200))
+            .pollTimeout(Duration.ofMillis(200))
+            .build();
+
+    try (RunningLoop running = RunningLoop.start(loop)) {
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> {
+                assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(1), 1L);
+                assertThat(inProgress).as("holds of U-held").hasValueGreaterThanOrEqualTo(3);
+              });
+      assertThat(TestKafka.committedOffsets(group)).doesNotContainKey(partition(0));
+      assertThat(effects.all()).containsOnly(Map.entry("U-other", 1));
+      assertThat(deadLetters).as("dead letters").isEmpty();
+
+      DedupAdmin.Change forgot = JdbcDedupAdmin.of(fixture.store()).forget(held, "ops", true);
+      assertThat(forgot.applied()).as(forgot.message()).isTrue();
+
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 1L));
+    }
+    assertThat(effects.all()).containsOnly(Map.entry("U-held", 1), Map.entry("U-other", 1));
+    assertThat(deadLetters).as("dead letters").isEmpty();
+    assertThat(fixture.store().find(held).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
   @Test

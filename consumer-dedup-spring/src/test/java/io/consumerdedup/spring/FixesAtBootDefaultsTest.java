@@ -7,10 +7,20 @@ import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import ch.qos.logback.classic.Level;
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
+import io.consumerdedup.core.DedupAdmin;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupAdmin;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.TestKafka;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -22,8 +32,10 @@ import java.util.concurrent.atomic.AtomicLong;
 import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.Test;
+import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
@@ -60,6 +72,7 @@ class FixesAtBootDefaultsTest {
   static final String NACK = "bd-nack";
   static final String BATCH = "bd-batch-commit";
   static final String RECORD = "bd-record-commit";
+  static final String NEWER = "bd-newer-status";
   static final List<String> refusals = new CopyOnWriteArrayList<>();
   static final AtomicInteger nackCalls = new AtomicInteger();
   static final AtomicInteger batchCalls = new AtomicInteger();
@@ -73,6 +86,7 @@ class FixesAtBootDefaultsTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
+    TestKafka.createTopics(2, NEWER);
     SpringTestEnvironment.prepare(registry, "bootdefaults", NACK, BATCH, RECORD);
   }
 
@@ -141,6 +155,66 @@ class FixesAtBootDefaultsTest {
     assertThat(effects(jdbc, RECORD, "r-1")).as("r-1 applied once").isEqualTo(1);
   }
 
+  /**
+   * As {@code StatusOfANewerVersionTests}' claims, through a record listener: a key whose record a
+   * newer version wrote with a status of its own (a rolling upgrade) is held, neither handled nor
+   * given up by the default error handler, while a key of another partition is applied; once an
+   * operator forgets it (forced), its record is applied once.
+   */
+  @Test
+  void aKeyOfAStatusANewerVersionWroteIsHeldUntilForgottenThenAppliedOnce() throws Exception {
+    jdbc.execute("ALTER TABLE consumer_dedup DROP CONSTRAINT IF EXISTS consumer_dedup_status_ck");
+    jdbc.update(
+        "INSERT INTO consumer_dedup (biz_type, biz_key, status, attempts, owner, created_at,"
+            + " updated_at, expires_at) VALUES (?, 'U-held', 'ABANDONED', 1, 'newer-pod', now(),"
+            + " now(), now() + interval '1 day')",
+        NEWER);
+    ListAppender<ILoggingEvent> holds = new ListAppender<>();
+    holds.start();
+    Logger executorLog = (Logger) LoggerFactory.getLogger(IdempotentExecutor.class);
+    executorLog.addAppender(holds);
+    try {
+      sendTo(NEWER, 0, "U-held");
+      sendTo(NEWER, 1, "U-other");
+
+      await().atMost(WAIT).until(() -> effects(jdbc, NEWER, "U-other") == 1);
+      // Held again after its back-off: taken for a failure, the default error handler would have
+      // tried it ten times at once and given it up (committed past, never applied).
+      await().atMost(WAIT).until(() -> heldWarnings(holds, "U-held") >= 3);
+      assertThat(SpringTestEnvironment.committed(NEWER, NEWER, 0))
+          .as("offset committed past the held record")
+          .isLessThan(1);
+      assertThat(effects(jdbc, NEWER, "U-held")).as("U-held applied while held").isZero();
+
+      DedupAdmin.Change forgot =
+          JdbcDedupAdmin.of((JdbcDedupStore) store)
+              .forget(DedupKey.of(NEWER, "U-held"), "ops", true);
+      assertThat(forgot.applied()).as(forgot.message()).isTrue();
+
+      await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(NEWER, NEWER, 0) == 1);
+      assertThat(effects(jdbc, NEWER, "U-held")).as("U-held applied").isEqualTo(1);
+      assertThat(effects(jdbc, NEWER, "U-other")).as("U-other applied").isEqualTo(1);
+      assertThat(status(NEWER, "U-held")).isEqualTo(DedupStatus.SUCCESS);
+    } finally {
+      executorLog.detachAppender(holds);
+    }
+  }
+
+  private static long heldWarnings(ListAppender<ILoggingEvent> holds, String bizKey) {
+    return holds.list.stream()
+        .filter(event -> event.getLevel() == Level.WARN)
+        .map(ILoggingEvent::getFormattedMessage)
+        .filter(message -> message.contains(bizKey) && message.contains("'ABANDONED'"))
+        .count();
+  }
+
+  private void sendTo(String topic, int partition, String orderNo) throws Exception {
+    ProducerRecord<String, String> record =
+        new ProducerRecord<>(topic, partition, null, "apply " + orderNo);
+    record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+    template.send(record).get();
+  }
+
   private DedupStatus status(String bizType, String orderNo) {
     return store.find(DedupKey.of(bizType, orderNo)).map(DedupRecord::status).orElse(null);
   }
@@ -189,6 +263,12 @@ class FixesAtBootDefaultsTest {
       for (ConsumerRecord<String, String> record : records) {
         effect(jdbc, BATCH, header(record, "order-no"), record.value());
       }
+    }
+
+    @Idempotent(bizType = NEWER, header = "order-no")
+    @KafkaListener(id = NEWER, topics = NEWER)
+    public void apply(ConsumerRecord<String, String> record) {
+      effect(jdbc, NEWER, header(record, "order-no"), record.value());
     }
 
     /** Commits through its consumer, then fails once; its retry notes what was committed. */

@@ -24,15 +24,22 @@ public final class AdminSql {
   public final String findLocked;
 
   /**
-   * Marks a PROCESSING attempt FAILED, by (error, type, key, attempts as read): its holder's token
-   * no longer writes PROCESSING or SUCCESS.
+   * Marks a PROCESSING attempt FAILED, by (error, keep ms, type, key, attempts as read): its
+   * holder's token no longer writes PROCESSING or SUCCESS. The record is kept at least {@code keep}
+   * from now: its claim's expiry is counted from the claim, and a holder that renewed its lease for
+   * longer than the claim's lease and retention left it in the past, so the purge deleted the
+   * released record at once (its attempts and the release's note with it).
    */
   public final String release;
 
   /** Deletes one key's record, by (type, key). */
   public final String forget;
 
-  public AdminSql(String table, String now) {
+  /**
+   * @param now the database's time
+   * @param nowPlusMs the database's time plus a bound number of milliseconds
+   */
+  public AdminSql(String table, String now, String nowPlusMs) {
     this.table = table;
     this.now = now;
     counts =
@@ -49,7 +56,9 @@ public final class AdminSql {
             + table
             + " SET status = 'FAILED', lease_until = NULL, last_error = ?, updated_at = "
             + now
-            + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND status = 'PROCESSING'";
+            + ", expires_at = GREATEST(expires_at, "
+            + nowPlusMs
+            + ") WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND status = 'PROCESSING'";
     forget = "DELETE FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
   }
 

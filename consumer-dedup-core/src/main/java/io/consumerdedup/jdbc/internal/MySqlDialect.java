@@ -49,7 +49,11 @@ public final class MySqlDialect extends Dialect {
 
   public MySqlDialect(StoreCalls calls, String table, String schemaResource, Logger log) {
     super(
-        calls, log, schemaResource, new PurgeSql(table, false), new AdminSql(table, MySqlSql.NOW));
+        calls,
+        log,
+        schemaResource,
+        new PurgeSql(table, false),
+        new AdminSql(table, MySqlSql.NOW, MySqlSql.NOW_PLUS_MS));
     this.table = table;
     this.sql = new MySqlSql(table);
   }

@@ -50,7 +50,12 @@ public final class PostgresDialect extends Dialect {
   private final PostgresSql sql;
 
   public PostgresDialect(StoreCalls calls, String table, String schemaResource, Logger log) {
-    super(calls, log, schemaResource, new PurgeSql(table, true), new AdminSql(table, "now()"));
+    super(
+        calls,
+        log,
+        schemaResource,
+        new PurgeSql(table, true),
+        new AdminSql(table, "now()", "now() + ? * interval '1 millisecond'"));
     this.table = table;
     this.sql = new PostgresSql(table);
   }

@@ -8,6 +8,8 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.internal.FailureTexts;
+import io.consumerdedup.core.internal.StoredText;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.PurgeBacklog;
@@ -85,6 +87,8 @@ public class ConsumerDedupEndpoint {
       counts = admin.counts();
     } catch (DedupStoreException e) {
       return storeFailure(e);
+    } catch (RuntimeException | Error e) {
+      return unexpectedFailure(e);
     }
     Map<String, Object> summary = new LinkedHashMap<>();
     summary.put("table", store.tableName());
@@ -103,6 +107,10 @@ public class ConsumerDedupEndpoint {
       } catch (DedupStoreException e) {
         summary.put("purge", UNKNOWN_BACKLOG);
         summary.put("purgeError", String.valueOf(e.getMessage()));
+      } catch (RuntimeException | Error e) {
+        // The counts are in hand: the summary shows them, as it does when the count is cancelled.
+        summary.put("purge", UNKNOWN_BACKLOG);
+        summary.put("purgeError", FailureTexts.describe(e));
       }
     }
     return ok(summary);
@@ -134,6 +142,8 @@ public class ConsumerDedupEndpoint {
       return error(400, String.valueOf(e.getMessage()));
     } catch (DedupStoreException e) {
       return storeFailure(e);
+    } catch (RuntimeException | Error e) {
+      return unexpectedFailure(e);
     }
   }
 
@@ -174,6 +184,8 @@ public class ConsumerDedupEndpoint {
       return error(400, String.valueOf(e.getMessage()));
     } catch (DedupStoreException e) {
       return storeFailure(e);
+    } catch (RuntimeException | Error e) {
+      return unexpectedFailure(e);
     }
   }
 
@@ -243,16 +255,51 @@ public class ConsumerDedupEndpoint {
 
   private static String requester(@Nullable String requestedBy, SecurityContext security) {
     String principal = security.getPrincipal() == null ? null : security.getPrincipal().getName();
-    if (principal != null && requestedBy != null && !requestedBy.isBlank()) {
-      return principal + " (" + requestedBy.strip() + ")";
-    }
+    String given = requestedBy == null || requestedBy.isBlank() ? null : requestedBy.strip();
     if (principal != null) {
-      return principal;
+      int room = DedupAdmin.MAX_REQUESTED_BY_LENGTH - (given == null ? 0 : given.length() + 3);
+      String who = recordable(principal, Math.max(room, MIN_PRINCIPAL_ROOM));
+      return given == null ? who : who + " (" + given + ")";
     }
-    if (requestedBy != null && !requestedBy.isBlank()) {
-      return requestedBy.strip() + " (unauthenticated)";
+    if (given != null) {
+      return given + " (unauthenticated)";
     }
     return "anonymous actuator request";
+  }
+
+  /** The room a principal's name keeps beside a long {@code requestedBy}. */
+  private static final int MIN_PRINCIPAL_ROOM = 64;
+
+  /**
+   * The principal's name as the record and a log line can take it: the caller cannot correct it, so
+   * it is not refused (it answered 400 blaming the {@code requestedBy} the caller never sent). A
+   * control character (a line break would forge a line of the log) or an unpaired surrogate (stored
+   * as {@code ?}) is written as its Java escape (backslash, u, four hex digits); a name longer than
+   * {@code room} is cut, ending in an ellipsis.
+   */
+  private static String recordable(String principal, int room) {
+    String name = principal.strip();
+    if (name.isEmpty()) {
+      return "(a principal without a name)";
+    }
+    StringBuilder safe = new StringBuilder(name.length());
+    for (int i = 0; i < name.length(); i++) {
+      char c = name.charAt(i);
+      boolean paired =
+          Character.isHighSurrogate(c)
+              && i + 1 < name.length()
+              && Character.isLowSurrogate(name.charAt(i + 1));
+      if (paired) {
+        safe.append(c).append(name.charAt(++i));
+      } else if (Character.isISOControl(c) || Character.isSurrogate(c)) {
+        safe.append(String.format("\\u%04X", (int) c));
+      } else {
+        safe.append(c);
+      }
+    }
+    return safe.length() <= room
+        ? safe.toString()
+        : StoredText.cut(safe.toString(), room - 1) + "\u2026";
   }
 
   private static WebEndpointResponse<Object> ok(Object body) {
@@ -268,6 +315,16 @@ public class ConsumerDedupEndpoint {
     return e instanceof DedupStoreDataException
         ? error(400, "The database refused a value of the request: " + e.getMessage())
         : error(503, "The dedup table did not answer: " + e.getMessage());
+  }
+
+  /**
+   * Anything else that stopped the call (a DataSource or a connection that throws a {@code
+   * RuntimeException} or an {@code Error}, such as a driver class that could not be initialised):
+   * the table did not answer, as the health says it; the web layer answered a bare 500 without the
+   * reason.
+   */
+  private static WebEndpointResponse<Object> unexpectedFailure(Throwable e) {
+    return error(503, "The dedup table did not answer: " + FailureTexts.describe(e));
   }
 
   private static WebEndpointResponse<Object> error(int status, String message) {

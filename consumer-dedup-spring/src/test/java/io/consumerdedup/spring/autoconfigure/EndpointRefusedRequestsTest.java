@@ -9,9 +9,11 @@ import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.FaultyDataSource;
 import io.consumerdedup.testing.TestDatabase;
 import java.nio.charset.StandardCharsets;
+import java.security.Principal;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.sql.Statement;
@@ -24,6 +26,7 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.actuate.endpoint.SecurityContext;
 import org.springframework.boot.actuate.endpoint.web.WebEndpointResponse;
+import org.springframework.jdbc.datasource.LazyConnectionDataSourceProxy;
 import org.springframework.jdbc.datasource.lookup.AbstractRoutingDataSource;
 
 /**
@@ -133,6 +136,112 @@ class EndpointRefusedRequestsTest {
 
     assertThat(thrown).as("what the endpoint threw at the web layer (a bare 500)").isNull();
     assertAllAnswer503Naming(onRouting, "Cannot determine target DataSource");
+  }
+
+  /**
+   * A DataSource that throws an {@code Error} (a driver class that could not be initialised): the
+   * {@code Error} escaped the endpoint, and the web layer answered a bare 500 without the reason,
+   * where the health answers DOWN with it.
+   */
+  @Test
+  void aDataSourceThatThrowsAnErrorAnswers503NamingItNotABare500() {
+    ConnectionSource broken =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() {
+            throw new NoClassDefFoundError("Could not initialize class org.postgresql.Driver");
+          }
+        };
+    JdbcDedupStore store = JdbcDedupStore.builder(broken).retryMaxAttempts(1).build();
+    ConsumerDedupEndpoint onBroken =
+        new ConsumerDedupEndpoint(JdbcDedupAdmin.of(store), store, true);
+
+    Throwable thrown = catchThrowable(onBroken::summary);
+
+    assertThat(thrown).as("what the endpoint threw at the web layer (a bare 500)").isNull();
+    assertAllAnswer503Naming(onBroken, "Could not initialize class");
+  }
+
+  /**
+   * Spring's {@code LazyConnectionDataSourceProxy} over a routing DataSource (read/write routing):
+   * the connection is only looked up at the first statement, so what the routing throws (a {@code
+   * RuntimeException}) comes from the connection, not from {@code getConnection()}. It escaped the
+   * endpoint as a bare 500.
+   */
+  @Test
+  void aConnectionThatThrowsARuntimeExceptionAnswers503NamingItNotABare500() {
+    AbstractRoutingDataSource routing =
+        new AbstractRoutingDataSource() {
+          @Override
+          protected Object determineCurrentLookupKey() {
+            return TENANT.get();
+          }
+        };
+    routing.setTargetDataSources(Map.of("acme", dataSource));
+    routing.afterPropertiesSet();
+    LazyConnectionDataSourceProxy lazy = new LazyConnectionDataSourceProxy();
+    lazy.setTargetDataSource(routing);
+    lazy.setDefaultAutoCommit(true);
+    lazy.setDefaultTransactionIsolation(Connection.TRANSACTION_READ_COMMITTED);
+    lazy.afterPropertiesSet();
+    JdbcDedupStore store = JdbcDedupStore.builder(lazy).retryMaxAttempts(1).build();
+    ConsumerDedupEndpoint onLazy = new ConsumerDedupEndpoint(JdbcDedupAdmin.of(store), store, true);
+
+    Throwable thrown = catchThrowable(onLazy::summary);
+
+    assertThat(thrown).as("what the endpoint threw at the web layer (a bare 500)").isNull();
+    assertAllAnswer503Naming(onLazy, "Cannot determine target DataSource");
+  }
+
+  /**
+   * The authenticated principal's name goes into what is recorded as who asked: a name the record
+   * cannot take as it is (a line break, longer than the column's room) answered 400 blaming the
+   * {@code requestedBy} the caller never sent, and no such operator could release or forget. Its
+   * safe form is recorded instead.
+   */
+  @Test
+  void aPrincipalNameTheRecordCannotTakeAsItIsIsRecordedInASafeForm() {
+    DedupKey key = DedupKey.of("payment", "ORD-9");
+    Duration retention = Duration.ofDays(1);
+    store.complete(
+        (ClaimResult.Claimed)
+            store.claim(
+                new ClaimRequest(key, "pod-1", Duration.ofMinutes(1), retention, null, null)),
+        retention);
+    String longName = "CN=" + "operations-".repeat(30) + "team,O=Example";
+
+    WebEndpointResponse<Object> multiLine =
+        endpoint.change("release", "payment", "ORD-9", null, null, principal("ops\nINFO forged"));
+    WebEndpointResponse<Object> tooLong =
+        endpoint.change("forget", "payment", "ORD-9", "OPS-12", null, principal(longName));
+
+    assertThat(multiLine.getStatus()).as("release by %s", multiLine.getBody()).isEqualTo(200);
+    assertThat(requestedBy(multiLine)).isEqualTo("ops\\u000AINFO forged");
+    assertThat(tooLong.getStatus()).as("forget by %s", tooLong.getBody()).isEqualTo(200);
+    assertThat(((Map<?, ?>) tooLong.getBody()).get("applied")).isEqualTo(true);
+    assertThat(requestedBy(tooLong))
+        .startsWith(longName.substring(0, 100))
+        .endsWith("\u2026 (OPS-12)")
+        .hasSizeLessThanOrEqualTo(256);
+    assertThat(store.find(key)).as("the record, forgotten").isEmpty();
+  }
+
+  private static SecurityContext principal(String name) {
+    return new SecurityContext() {
+      @Override
+      public Principal getPrincipal() {
+        return () -> name;
+      }
+
+      @Override
+      public boolean isUserInRole(String role) {
+        return true;
+      }
+    };
+  }
+
+  private static String requestedBy(WebEndpointResponse<Object> response) {
+    return String.valueOf(((Map<?, ?>) response.getBody()).get("requestedBy"));
   }
 
   /**
