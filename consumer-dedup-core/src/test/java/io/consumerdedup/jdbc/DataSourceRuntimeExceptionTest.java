@@ -10,6 +10,8 @@ import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.TestDatabase;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -82,6 +84,57 @@ class DataSourceRuntimeExceptionTest {
       assertThat(executor.execute(DedupKey.of("payment", "DS-1"), handlerRuns::incrementAndGet))
           .as("the next delivery once the DataSource answers")
           .satisfies(result -> assertThat(handlerRuns).hasValue(1));
+    }
+  }
+
+  /**
+   * Spring's {@code LazyConnectionDataSourceProxy} over a routing DataSource lends a connection at
+   * once and asks the target for one at its first call that needs it: the routing's exception then
+   * comes from the connection, not from {@code getConnection()}.
+   */
+  @Test
+  void aClaimWhoseLazyConnectionFindsNoTargetIsRetriedLaterNotCountedAsTheHandlersFailure() {
+    ConnectionSource lazy =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() throws SQLException {
+            Connection target = pool.getConnection();
+            return (Connection)
+                Proxy.newProxyInstance(
+                    Connection.class.getClassLoader(),
+                    new Class<?>[] {Connection.class},
+                    (proxy, method, args) -> {
+                      if (failing.get() && !method.getName().equals("close")) {
+                        throw new IllegalStateException(REASON);
+                      }
+                      try {
+                        return method.invoke(target, args);
+                      } catch (InvocationTargetException e) {
+                        throw e.getCause();
+                      }
+                    });
+          }
+        };
+    JdbcDedupStore lazyStore = JdbcDedupStore.builder(lazy).retryMaxAttempts(1).build();
+    AtomicInteger handlerRuns = new AtomicInteger();
+    try (IdempotentExecutor executor = IdempotentExecutor.builder(lazyStore).build()) {
+      failing.set(true);
+      Throwable thrown =
+          catchThrowable(
+              () -> executor.execute(DedupKey.of("payment", "DS-2"), handlerRuns::incrementAndGet));
+
+      assertThat(handlerRuns).as("handler runs").hasValue(0);
+      assertThat(Disposition.of(thrown))
+          .as("what the adapters do with %s", thrown)
+          .isEqualTo(Disposition.RETRY_LATER);
+      assertThat(thrown)
+          .isInstanceOf(DedupStoreUnavailableException.class)
+          .hasMessageContaining(REASON)
+          .hasCauseInstanceOf(IllegalStateException.class);
+
+      failing.set(false);
+      executor.execute(DedupKey.of("payment", "DS-2"), handlerRuns::incrementAndGet);
+      assertThat(handlerRuns).as("handler runs once the DataSource answers").hasValue(1);
     }
   }
 

@@ -216,8 +216,17 @@ public final class StoreCalls {
   private <T> T attempt(
       String operation, @Nullable DedupKey key, Call<T> work, long retryDeadline) {
     try (Connection connection = connection(ownConnections, operation, key)) {
-      boolean autoCommit = connection.getAutoCommit();
-      int networkTimeout = connection.getNetworkTimeout();
+      boolean autoCommit;
+      int networkTimeout;
+      try {
+        autoCommit = connection.getAutoCommit();
+        networkTimeout = connection.getNetworkTimeout();
+      } catch (RuntimeException e) {
+        // A connection lent before the DataSource found one (Spring's
+        // LazyConnectionDataSourceProxy over a routing DataSource) throws what getConnection()
+        // would have at its first call that needs one.
+        throw SqlStates.noConnection(what(operation), key, e);
+      }
       // Longer than the statement timeout, so a slow statement is cancelled by the server first;
       // it catches a connection that no longer answers at all.
       connection.setNetworkTimeout(SAME_THREAD, (int) statementTimeout.multipliedBy(2).toMillis());
