@@ -127,25 +127,62 @@ class FirstHourMistakesTest {
 
   @Test
   void aForgottenTableStopsTheApplicationWithTheFix() {
-    String schema = TestDatabase.newSchema("spring_no_table");
-    schemas.add(schema);
-    try (Connection connection = TestDatabase.connect(schema);
-        Statement statement = connection.createStatement()) {
-      statement.execute("DROP TABLE consumer_dedup");
-    } catch (Exception e) {
-      throw new IllegalStateException(e);
-    }
+    String schema = schemaWithTable();
+    // A name no schema of the shared test database has: the error names the schemas that have
+    // a table of the name the application looks for.
+    String table = "forgotten_" + schema;
 
     runner(schema)
+        .withPropertyValues("consumer-dedup.table-name=" + table)
         .run(
             context ->
                 assertThat(context)
                     .getFailure()
                     .rootCause()
-                    .hasMessageContaining("The dedup table consumer_dedup does not exist")
+                    .hasMessageContaining("The dedup table " + table + " does not exist. Create it")
                     .hasMessageContaining(JdbcDedupStore.SCHEMA_RESOURCE)
                     .hasMessageContaining("psql")
                     .hasMessageContaining("consumer-dedup.initialize-schema=always"));
+  }
+
+  @Test
+  void aTableInASchemaTheConnectionDoesNotSearchIsNamedInsteadOfCreatingASecondOne() {
+    // psql run as another role, or with another search_path, creates the table where the
+    // application does not look; a name of this test's own, as the database holds many tables
+    // named consumer_dedup.
+    String elsewhere = schemaWithTable();
+    String table = "dedup_" + elsewhere;
+    String application = schemaWithTable();
+    try (Connection connection = TestDatabase.connect(application);
+        Statement statement = connection.createStatement()) {
+      statement.execute("ALTER TABLE " + elsewhere + ".consumer_dedup RENAME TO " + table);
+    } catch (Exception e) {
+      throw new IllegalStateException(e);
+    }
+
+    runner(application)
+        .withPropertyValues("consumer-dedup.table-name=" + table)
+        .run(
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .hasMessageContaining(
+                        "The dedup table "
+                            + table
+                            + " does not exist where the connection looks for it, but schema "
+                            + elsewhere
+                            + " has a table "
+                            + table)
+                    .hasMessageContaining(
+                        "If that is this application's dedup table, name it with its schema:"
+                            + " consumer-dedup.table-name="
+                            + elsewhere
+                            + "."
+                            + table));
+    runner(application)
+        .withPropertyValues("consumer-dedup.table-name=" + elsewhere + "." + table)
+        .run(context -> assertThat(context).hasNotFailed());
   }
 
   @Test
