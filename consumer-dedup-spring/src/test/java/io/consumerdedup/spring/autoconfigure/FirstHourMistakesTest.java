@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.spring.IdempotentExecutors;
+import io.consumerdedup.spring.InvalidIdempotentListenerException;
 import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.Statement;
@@ -186,6 +187,29 @@ class FirstHourMistakesTest {
   }
 
   @Test
+  void aBizTypeLongerThanItsColumnStopsTheApplicationNamingTheLimit() {
+    runner(schemaWithTable())
+        .withBean(LongBizType.class)
+        .run(
+            context -> {
+              Throwable cause = context.getStartupFailure();
+              while (cause != null && !(cause instanceof InvalidIdempotentListenerException)) {
+                cause = cause.getCause();
+              }
+              assertThat(cause)
+                  .isInstanceOfSatisfying(
+                      InvalidIdempotentListenerException.class,
+                      refused -> {
+                        assertThat(refused.listener()).endsWith("LongBizType#charge");
+                        assertThat(refused.problem())
+                            .startsWith("bizType is longer than 64 characters (66)");
+                        assertThat(refused.action())
+                            .startsWith("Shorten it to at most 64 characters");
+                      });
+            });
+  }
+
+  @Test
   void aTableFromAnOlderSchemaStopsTheApplicationNamingTheMissingColumn() {
     String schema = schemaWithTable();
     try (Connection connection = TestDatabase.connect(schema);
@@ -293,6 +317,14 @@ class FirstHourMistakesTest {
   static class Payments {
     @Idempotent(bizType = "payment", header = "order-no")
     @KafkaListener(id = "payments", topics = "payments")
+    public void charge(ConsumerRecord<String, String> record) {}
+  }
+
+  static class LongBizType {
+    @Idempotent(
+        bizType = "payment-of-an-order-placed-through-the-partner-marketplace-channel",
+        header = "order-no")
+    @KafkaListener(topics = "t")
     public void charge(ConsumerRecord<String, String> record) {}
   }
 }
