@@ -87,7 +87,12 @@ final class IdempotentListenerMethod {
     } catch (IllegalArgumentException e) {
       throw invalid(
           String.valueOf(e.getMessage()),
-          "Name the kind of action the listener performs: bizType = \"payment\"",
+          bizType.codePointCount(0, bizType.length()) > DedupKey.MAX_BIZ_TYPE_LENGTH
+              ? "Shorten it to at most "
+                  + DedupKey.MAX_BIZ_TYPE_LENGTH
+                  + " characters, the width of the table's biz_type column: bizType ="
+                  + " \"payment\""
+              : "Name the kind of action the listener performs: bizType = \"payment\"",
           e);
     }
     boolean hasHeader = !annotation.header().isBlank();

@@ -43,7 +43,9 @@ class KeyHeaderArgumentIntegrationTest {
         "key-argument",
         "key-argument-dlt",
         "key-param",
-        "key-param-dlt");
+        "key-param-dlt",
+        "key-empty",
+        "key-empty-dlt");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -59,6 +61,25 @@ class KeyHeaderArgumentIntegrationTest {
   void aRecordWithoutAKeyHeaderNamedByItsParameterIsRefusedOnceAndTheNextAreChargedOnce()
       throws Exception {
     refusedOnceAndTheNextChargedOnce("key-param", "orderNo");
+  }
+
+  @Test
+  void aRecordWhoseKeyHeaderIsPresentButEmptyIsRefusedOnceAsAMissingKey() throws Exception {
+    // The argument resolves (to an empty String), so it is the key that refuses the record.
+    SpringTestEnvironment.send(template, "key-empty", "40.00", "order-no", "");
+    SpringTestEnvironment.send(template, "key-empty", "15.00", "order-no", "ARG-2");
+
+    List<ConsumerRecord<String, String>> deadLetters =
+        SpringTestEnvironment.readTopic("key-empty-dlt", 1, Duration.ofSeconds(30));
+    assertThat(deadLetters).hasSize(1);
+    assertThat(SpringTestEnvironment.deadLetterReason(deadLetters.get(0)))
+        .contains("DedupKeyMissingException")
+        .contains("header 'order-no' is absent or empty");
+    await()
+        .atMost(Duration.ofSeconds(30))
+        .until(() -> SpringTestEnvironment.effects(jdbc, "key-empty", "ARG-2") == 1);
+    assertThat(deliveries.of("key-empty@0")).as("deliveries of the empty key").isEqualTo(1);
+    assertThat(SpringTestEnvironment.effects(jdbc, "key-empty", "")).isZero();
   }
 
   private void refusedOnceAndTheNextChargedOnce(String topic, String header) throws Exception {
@@ -111,6 +132,12 @@ class KeyHeaderArgumentIntegrationTest {
     @KafkaListener(id = "key-argument", topics = "key-argument")
     public void charge(String amount, @Header("order-no") String orderNo) {
       SpringTestEnvironment.effect(jdbc, "key-argument", orderNo, amount);
+    }
+
+    @Idempotent(bizType = "payment-empty", header = "order-no")
+    @KafkaListener(id = "key-empty", topics = "key-empty")
+    public void chargeEmpty(String amount, @Header("order-no") String orderNo) {
+      SpringTestEnvironment.effect(jdbc, "key-empty", orderNo, amount);
     }
 
     @Idempotent(bizType = "payment-by-name", header = "orderNo")

@@ -328,6 +328,15 @@ public abstract class Dialect {
     return null;
   }
 
+  /**
+   * The schemas (MySQL: databases) other than the one the store looks in that hold a table of the
+   * dedup table's name, for the error of a missing table: one created under another schema looks
+   * absent, and creating the table again would split the keys between two tables. None by default.
+   */
+  public List<String> schemasHoldingTable(Connection connection) throws SQLException {
+    return List.of();
+  }
+
   /** Whether {@code connection} reaches the database through a connection pooler. */
   public abstract boolean behindPooler(Connection connection) throws SQLException;
 

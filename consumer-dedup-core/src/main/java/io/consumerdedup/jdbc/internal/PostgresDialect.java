@@ -617,6 +617,20 @@ public final class PostgresDialect extends Dialect {
     return names;
   }
 
+  @Override
+  public List<String> schemasHoldingTable(Connection connection) throws SQLException {
+    List<String> schemas = new ArrayList<>();
+    try (PreparedStatement statement = calls.prepare(connection, PostgresSql.SCHEMAS_WITH_TABLE)) {
+      statement.setString(1, table.substring(table.lastIndexOf('.') + 1));
+      try (ResultSet rows = statement.executeQuery()) {
+        while (rows.next()) {
+          schemas.add(rows.getString(1));
+        }
+      }
+    }
+    return schemas;
+  }
+
   /**
    * A table, or the partitions of a partitioned one, still at PostgreSQL's default fillfactor or an
    * earlier schema file's 80.

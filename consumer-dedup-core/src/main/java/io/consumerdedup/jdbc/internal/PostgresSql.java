@@ -223,6 +223,14 @@ public final class PostgresSql {
           + " OR c.oid IN (SELECT p.relid FROM pg_partition_tree(t.oid) p WHERE p.isleaf))";
 
   /**
+   * The schemas holding a table of the name bound (unqualified, folded to lower case as PostgreSQL
+   * folds an unquoted name), however the connection's search_path reads.
+   */
+  public static final String SCHEMAS_WITH_TABLE =
+      "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+          + " WHERE c.relname = lower(?) AND c.relkind IN ('r', 'p') ORDER BY n.nspname";
+
+  /**
    * The fillfactor the schema file gives the table: half of each page is kept for the new versions
    * of the rows a poll claimed, so that their marks are HOT updates.
    */

@@ -23,6 +23,9 @@ import org.slf4j.Logger;
 public final class TableCheck {
   private static final String OPERATION = "table check";
 
+  /** The most schemas the error of a table found only in other schemas names. */
+  private static final int MAX_SCHEMAS_NAMED = 3;
+
   private final StoreCalls calls;
   private final String table;
   private final Logger log;
@@ -141,37 +144,88 @@ public final class TableCheck {
     }
     boolean absent = missing.size() == PostgresSql.EXPECTED_COLUMNS.size();
     Dialect dialect = columns.dialect();
-    throw new DedupTableMissingException(
-        table,
-        missing,
-        absent,
-        absent
-            ? "The dedup table " + table + " does not exist"
-            : "The dedup table "
-                + table
-                + " lacks the column(s) "
-                + String.join(", ", missing)
-                + " (it was created from an older schema file)",
-        "Create it from the schema file "
+    String create =
+        "the schema file "
             + dialect.schemaResource()
             + " (in the consumer-dedup-schema jar, Flyway naming: copy it into your migrations), for"
             + " example: unzip -p consumer-dedup-schema-<version>.jar "
             + dialect.schemaResource()
             + " | "
-            + dialect.schemaClient()
-            + (absent
-                ? "; with Spring Boot, consumer-dedup.initialize-schema=always creates it at"
-                    + " start-up"
-                : "; for claim_id: ALTER TABLE "
-                    + table
-                    + " ADD COLUMN claim_id "
-                    + dialect.claimIdColumnType()));
+            + dialect.schemaClient();
+    if (!absent) {
+      throw new DedupTableMissingException(
+          table,
+          missing,
+          false,
+          "The dedup table "
+              + table
+              + " lacks the column(s) "
+              + String.join(", ", missing)
+              + " (it was created from an older schema file)",
+          "Create it from "
+              + create
+              + "; for claim_id: ALTER TABLE "
+              + table
+              + " ADD COLUMN claim_id "
+              + dialect.claimIdColumnType());
+    }
+    String createdAtStartup =
+        "; with Spring Boot, consumer-dedup.initialize-schema=always creates it at start-up";
+    List<String> elsewhere = columns.elsewhere();
+    if (elsewhere.isEmpty()) {
+      throw new DedupTableMissingException(
+          table,
+          missing,
+          true,
+          "The dedup table " + table + " does not exist",
+          "Create it from " + create + createdAtStartup);
+    }
+    // A table made under another schema (psql run as another role) looks absent: creating one
+    // again would split the keys between two tables, so the likelier fix comes first.
+    String unqualified = table.substring(table.lastIndexOf('.') + 1);
+    List<String> named =
+        elsewhere.size() > MAX_SCHEMAS_NAMED ? elsewhere.subList(0, MAX_SCHEMAS_NAMED) : elsewhere;
+    String qualified = named.get(0) + "." + unqualified;
+    throw new DedupTableMissingException(
+        table,
+        missing,
+        true,
+        "The dedup table "
+            + table
+            + " does not exist where the connection looks for it, but "
+            + (elsewhere.size() == 1 ? "schema " : "schemas ")
+            + String.join(", ", named)
+            + (elsewhere.size() > named.size()
+                ? " (and " + (elsewhere.size() - named.size()) + " more)"
+                : "")
+            + (elsewhere.size() == 1 ? " has a table " : " have a table ")
+            + unqualified,
+        "If that is this application's dedup table, name it with its schema:"
+            + " consumer-dedup.table-name="
+            + qualified
+            + " with Spring Boot, JdbcDedupStore.builder(dataSource).tableName(\""
+            + qualified
+            + "\") without. Otherwise create this application's table from "
+            + create
+            + createdAtStartup);
   }
 
   private Columns read(Connection connection, Dialect dialect) throws SQLException {
     Set<String> present = dialect.columns(connection);
-    return new Columns(
-        present, dialect, present.isEmpty() ? null : storageAdvice(connection, dialect));
+    if (present.isEmpty()) {
+      return new Columns(present, dialect, null, schemasHoldingTable(connection, dialect));
+    }
+    return new Columns(present, dialect, storageAdvice(connection, dialect), List.of());
+  }
+
+  /** Advice only, as {@link #storageAdvice} is: a database that does not tell gives none. */
+  private List<String> schemasHoldingTable(Connection connection, Dialect dialect) {
+    try {
+      return dialect.schemasHoldingTable(connection);
+    } catch (SQLException | RuntimeException e) {
+      log.debug("Could not look for the dedup table {} in other schemas: {}", table, e.toString());
+      return List.of();
+    }
   }
 
   /**
@@ -190,8 +244,15 @@ public final class TableCheck {
     }
   }
 
-  /** The columns a table has, in the dialect that read them, and what to change in its storage. */
-  private record Columns(Set<String> present, Dialect dialect, @Nullable String storageAdvice) {
+  /**
+   * The columns a table has, in the dialect that read them, what to change in its storage, and the
+   * other schemas with a table of its name when it has none.
+   */
+  private record Columns(
+      Set<String> present,
+      Dialect dialect,
+      @Nullable String storageAdvice,
+      List<String> elsewhere) {
 
     /** The columns the store needs that are not present, in the schema file's order. */
     List<String> missing() {

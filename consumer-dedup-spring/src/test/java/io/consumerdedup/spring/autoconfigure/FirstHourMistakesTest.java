@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.spring.IdempotentExecutors;
+import io.consumerdedup.spring.InvalidIdempotentListenerException;
 import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.Statement;
@@ -127,25 +128,85 @@ class FirstHourMistakesTest {
 
   @Test
   void aForgottenTableStopsTheApplicationWithTheFix() {
-    String schema = TestDatabase.newSchema("spring_no_table");
-    schemas.add(schema);
-    try (Connection connection = TestDatabase.connect(schema);
-        Statement statement = connection.createStatement()) {
-      statement.execute("DROP TABLE consumer_dedup");
-    } catch (Exception e) {
-      throw new IllegalStateException(e);
-    }
+    String schema = schemaWithTable();
+    // A name no schema of the shared test database has: the error names the schemas that have
+    // a table of the name the application looks for.
+    String table = "forgotten_" + schema;
 
     runner(schema)
+        .withPropertyValues("consumer-dedup.table-name=" + table)
         .run(
             context ->
                 assertThat(context)
                     .getFailure()
                     .rootCause()
-                    .hasMessageContaining("The dedup table consumer_dedup does not exist")
+                    .hasMessageContaining("The dedup table " + table + " does not exist. Create it")
                     .hasMessageContaining(JdbcDedupStore.SCHEMA_RESOURCE)
                     .hasMessageContaining("psql")
                     .hasMessageContaining("consumer-dedup.initialize-schema=always"));
+  }
+
+  @Test
+  void aTableInASchemaTheConnectionDoesNotSearchIsNamedInsteadOfCreatingASecondOne() {
+    // psql run as another role, or with another search_path, creates the table where the
+    // application does not look; a name of this test's own, as the database holds many tables
+    // named consumer_dedup.
+    String elsewhere = schemaWithTable();
+    String table = "dedup_" + elsewhere;
+    String application = schemaWithTable();
+    try (Connection connection = TestDatabase.connect(application);
+        Statement statement = connection.createStatement()) {
+      statement.execute("ALTER TABLE " + elsewhere + ".consumer_dedup RENAME TO " + table);
+    } catch (Exception e) {
+      throw new IllegalStateException(e);
+    }
+
+    runner(application)
+        .withPropertyValues("consumer-dedup.table-name=" + table)
+        .run(
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .hasMessageContaining(
+                        "The dedup table "
+                            + table
+                            + " does not exist where the connection looks for it, but schema "
+                            + elsewhere
+                            + " has a table "
+                            + table)
+                    .hasMessageContaining(
+                        "If that is this application's dedup table, name it with its schema:"
+                            + " consumer-dedup.table-name="
+                            + elsewhere
+                            + "."
+                            + table));
+    runner(application)
+        .withPropertyValues("consumer-dedup.table-name=" + elsewhere + "." + table)
+        .run(context -> assertThat(context).hasNotFailed());
+  }
+
+  @Test
+  void aBizTypeLongerThanItsColumnStopsTheApplicationNamingTheLimit() {
+    runner(schemaWithTable())
+        .withBean(LongBizType.class)
+        .run(
+            context -> {
+              Throwable cause = context.getStartupFailure();
+              while (cause != null && !(cause instanceof InvalidIdempotentListenerException)) {
+                cause = cause.getCause();
+              }
+              assertThat(cause)
+                  .isInstanceOfSatisfying(
+                      InvalidIdempotentListenerException.class,
+                      refused -> {
+                        assertThat(refused.listener()).endsWith("LongBizType#charge");
+                        assertThat(refused.problem())
+                            .startsWith("bizType is longer than 64 characters (66)");
+                        assertThat(refused.action())
+                            .startsWith("Shorten it to at most 64 characters");
+                      });
+            });
   }
 
   @Test
@@ -256,6 +317,14 @@ class FirstHourMistakesTest {
   static class Payments {
     @Idempotent(bizType = "payment", header = "order-no")
     @KafkaListener(id = "payments", topics = "payments")
+    public void charge(ConsumerRecord<String, String> record) {}
+  }
+
+  static class LongBizType {
+    @Idempotent(
+        bizType = "payment-of-an-order-placed-through-the-partner-marketplace-channel",
+        header = "order-no")
+    @KafkaListener(topics = "t")
     public void charge(ConsumerRecord<String, String> record) {}
   }
 }

@@ -5,8 +5,6 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.testing.TestDatabase;
-import java.sql.Connection;
-import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.List;
 import org.junit.jupiter.api.AfterEach;
@@ -147,17 +145,23 @@ class StartupFailureAnalysisTest {
   @Test
   void aMissingTableIsDescribedWithHowToCreateIt(CapturedOutput output) throws Exception {
     String schema = schema();
-    try (Connection connection = TestDatabase.connect(schema);
-        Statement statement = connection.createStatement()) {
-      statement.execute("DROP TABLE consumer_dedup");
-    }
+    // A name no schema of the shared test database has: the error names the schemas that have
+    // a table of the name the application looks for.
+    String table = "missing_" + schema;
 
-    startFails(schema, App.class);
+    SpringApplicationBuilder application =
+        new SpringApplicationBuilder(App.class).web(WebApplicationType.NONE);
+    assertThatThrownBy(
+            () ->
+                application.run(
+                    "--spring.datasource.url=" + TestDatabase.url(schema),
+                    "--consumer-dedup.table-name=" + table))
+        .isNotNull();
 
     assertThat(output.getOut())
         .contains(
             report(
-                "The dedup table consumer_dedup does not exist.",
+                "The dedup table " + table + " does not exist.",
                 "Create it from the schema file db/consumer-dedup/postgresql/V1__consumer_dedup.sql"
                     + " (in the consumer-dedup-schema jar, Flyway naming: copy it into your"
                     + " migrations), for example: unzip -p consumer-dedup-schema-<version>.jar"
