@@ -448,7 +448,11 @@ final class ShareWorker<K, V> implements Runnable {
       try {
         unrecorded.addAll(processor.settle());
       } catch (RuntimeException e) {
-        log.error("Could not settle the poll's records; processing them again", e);
+        // A processor's exception (an application's decorator of the handler): one whose
+        // printing throws ended the worker here, the poll never decided, its locks renewed for
+        // good and nothing fetched again.
+        log.error(
+            "Could not settle the poll's records; processing them again", FailureTexts.loggable(e));
         unrecorded.addAll(processed);
       } catch (Error e) {
         // Whether their SUCCESS marks were written is not known: processed again, as above, a
@@ -616,7 +620,7 @@ final class ShareWorker<K, V> implements Runnable {
       log.warn(
           "Could not read how often {} was attempted; counting this consumer's attempts only",
           describe(record),
-          e);
+          FailureTexts.loggable(e)); // as settle's above
       return OptionalInt.empty();
     }
   }

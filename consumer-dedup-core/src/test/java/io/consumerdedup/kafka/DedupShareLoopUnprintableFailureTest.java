@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.Outcome;
 import io.consumerdedup.kafka.DedupPollLoopUnprintableFailureTest.UnprintableException;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
@@ -11,6 +12,7 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.OptionalInt;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
@@ -225,6 +227,102 @@ class DedupShareLoopUnprintableFailureTest {
     assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3)))
         .as("records left in the share group")
         .isEmpty();
+  }
+
+  /**
+   * An application's processor (one that decorates the handler) cannot read a record's attempts,
+   * nor settle a poll once, and says so with an exception whose {@code getMessage()} throws: the
+   * worker logs each (Logback prints it in the log call) and must go on, counting the attempts
+   * itself and processing the unsettled record again, rather than end its thread with the poll
+   * undecided while the loop renews its locks for good.
+   */
+  @Test
+  void aProcessorFailingWithUnprintableExceptionsStillHasEachRecordDecided() throws Exception {
+    String topic = fixture.topic();
+    String group = fixture.group();
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    TestShareGroups.configure(group, Duration.ofSeconds(15), Duration.ofSeconds(1));
+    send(topic, "U-7");
+    send(topic, "G-8");
+    AtomicInteger runsOfU7 = new AtomicInteger();
+    List<String> applied = new CopyOnWriteArrayList<>();
+    executor = IdempotentExecutor.builder(fixture.store()).build();
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(LoopFixture.BIZ_TYPE)
+            .key(KeyExtractors.header(LoopFixture.KEY_HEADER))
+            .groupId(group)
+            .handler(
+                record -> {
+                  if (LoopFixture.orderNo(record).equals("U-7")) {
+                    runsOfU7.incrementAndGet();
+                    throw new IllegalStateException("card declined");
+                  }
+                  applied.add(LoopFixture.orderNo(record));
+                })
+            .build();
+    AtomicInteger settles = new AtomicInteger();
+    RecordProcessor<String, String> decorated =
+        new RecordProcessor<>() {
+          @Override
+          public Outcome process(ConsumerRecord<String, String> record) {
+            return handler.process(record);
+          }
+
+          @Override
+          public void prepare(List<ConsumerRecord<String, String>> records) {
+            handler.prepare(records);
+          }
+
+          @Override
+          public List<ConsumerRecord<String, String>> settle() {
+            List<ConsumerRecord<String, String>> unrecorded = handler.settle();
+            if (settles.incrementAndGet() == 1) {
+              throw unprintable("the metrics registry is closed");
+            }
+            return unrecorded;
+          }
+
+          @Override
+          public OptionalInt attempts(ConsumerRecord<String, String> record) {
+            throw unprintable("the attempts table's connection is closed");
+          }
+        };
+    loop =
+        DedupShareLoop.builder(TestShareGroups.consumerConfig(group), List.of(topic), decorated)
+            .deadLetterHandler(
+                KafkaDeadLetterPublisher.<String, String>builder(fixture.producer())
+                    .groupId(group)
+                    .build())
+            .maxAttempts(2)
+            .retryBackOff(Duration.ofMillis(50))
+            .holdBackOff(Duration.ofMillis(50), Duration.ofMillis(200))
+            .closeTimeout(Duration.ofSeconds(10))
+            .build();
+    threads.execute(loop);
+
+    List<ConsumerRecord<String, String>> dead =
+        TestKafka.readFromStart(topic + "-dlt", 1, Duration.ofSeconds(20));
+    assertThat(dead).as("dead letters of U-7").hasSize(1);
+    assertThat(LoopFixture.orderNo(dead.get(0))).isEqualTo("U-7");
+    assertThat(runsOfU7).as("runs of U-7's handler").hasValue(2);
+    assertThat(applied).as("records applied").containsExactly("G-8");
+    loop.close();
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3)))
+        .as("records left in the share group")
+        .isEmpty();
+  }
+
+  /** An exception whose {@code getMessage()} throws {@code why}. */
+  private static RuntimeException unprintable(String why) {
+    return new IllegalStateException() {
+      private static final long serialVersionUID = 1L;
+
+      @Override
+      public String getMessage() {
+        throw new IllegalStateException(why);
+      }
+    };
   }
 
   private static void send(String topic, String orderNo) throws Exception {

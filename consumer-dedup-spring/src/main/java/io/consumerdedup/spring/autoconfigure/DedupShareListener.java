@@ -1,6 +1,7 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.core.Outcome;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.Latches;
 import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.kafka.RecordProcessor;
@@ -632,11 +633,11 @@ final class DedupShareListener<K, V>
       log.error(
           "Share listener {} threw {}: its record counts as a failed attempt; {}",
           listenerId,
-          fatal.toString(),
+          FailureTexts.describe(fatal),
           stopping
               ? "its container is stopping, and gives back the records not decided yet"
               : "the records not decided yet go to a new worker",
-          fatal);
+          FailureTexts.loggable(fatal));
     }
 
     private synchronized void decide(Decided decided) {
@@ -790,7 +791,11 @@ final class DedupShareListener<K, V>
       last.warnIfStillRunning(settings.closeTimeout());
       Error fatal = last.fatal();
       if (fatal != null) {
-        log.error("Share listener {} stopped on an Error", listenerId, fatal);
+        // The listener's Error: one whose printing threw ended this close here, and the records
+        // decided last (a dead letter written, its REJECT) were left out of it, delivered again
+        // after a restart and dead-lettered a second time.
+        log.error(
+            "Share listener {} stopped on an Error", listenerId, FailureTexts.loggable(fatal));
       }
       if (interrupted) {
         Thread.currentThread().interrupt();
@@ -973,7 +978,8 @@ final class DedupShareListener<K, V>
       thread.interrupt();
       Error fatal = last.fatal();
       if (fatal != null) {
-        log.error("Share listener {} stopped on an Error", listenerId, fatal);
+        log.error(
+            "Share listener {} stopped on an Error", listenerId, FailureTexts.loggable(fatal));
       }
       return interrupted;
     }

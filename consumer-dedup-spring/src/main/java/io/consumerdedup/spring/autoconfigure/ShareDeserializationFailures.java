@@ -2,6 +2,7 @@ package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.core.DedupException;
 import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import io.consumerdedup.spring.internal.Coordinates;
@@ -177,12 +178,20 @@ final class ShareDeserializationFailures {
       super(
           failure
               + " ("
-              + rejected.getCause()
+              // The delegate's exception, read back from its header: one whose getMessage()
+              // throws had the record retried as a handler failure and dead-lettered without
+              // its bytes.
+              + causeOf(rejected)
               + "): dead-lettering the record with its bytes, the listener not called",
           null,
           source,
           rejected);
       this.rejected = rejected;
+    }
+
+    private static String causeOf(RecordDeserializationException rejected) {
+      Throwable cause = rejected.getCause();
+      return cause == null ? "no error given" : FailureTexts.describe(cause);
     }
 
     /** The record's bytes, headers and coordinates, and the deserializer's error as its cause. */

@@ -1,5 +1,6 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import io.consumerdedup.spring.autoconfigure.ShareDeserializationFailures.RejectedByPoll;
 import io.consumerdedup.spring.internal.Coordinates;
@@ -325,7 +326,10 @@ final class WrappedShareConsumers {
                 + " rejected",
             Coordinates.of(record),
             UndeserializableRecords.rejectedPart(e).orElse("key or value"),
-            e);
+            // Its cause is the deserializer's exception, which Logback prints: one whose message
+            // throws came out of this log call, the container's consumer ended on it, and the
+            // record, never dead-lettered, stopped each consumer that took it.
+            FailureTexts.loggable(e));
         return only(record);
       }
     }
