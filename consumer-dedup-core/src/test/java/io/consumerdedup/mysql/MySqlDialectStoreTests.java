@@ -672,6 +672,49 @@ abstract class MySqlDialectStoreTests {
         .hasMessageContaining("db/consumer-dedup/mysql/V1__consumer_dedup.sql");
   }
 
+  @Test
+  void aTableInAnotherDatabaseIsNamedInsteadOfCreatingASecondOne() {
+    // The mysql client run on another database creates the table where the application does not
+    // look; a name of this test's own, as the server holds many databases with a consumer_dedup.
+    String elsewhere = TestMariaDb.newDatabase(server, "elsewhere");
+    String table = "dedup_" + elsewhere;
+    try {
+      try (Connection connection = DriverManager.getConnection(server);
+          Statement statement = connection.createStatement()) {
+        statement.execute(
+            "RENAME TABLE " + elsewhere + ".consumer_dedup TO " + elsewhere + "." + table);
+      } catch (SQLException e) {
+        throw new IllegalStateException(e);
+      }
+
+      JdbcDedupStore unqualified = JdbcDedupStore.builder(dataSource).tableName(table).build();
+      assertThatThrownBy(unqualified::verifyTable)
+          .isInstanceOfSatisfying(
+              DedupTableMissingException.class,
+              missing -> {
+                assertThat(missing.tableMissing()).isTrue();
+                assertThat(missing.problem())
+                    .isEqualTo(
+                        "The dedup table "
+                            + table
+                            + " does not exist where the connection looks for it, but database "
+                            + elsewhere
+                            + " has a table "
+                            + table);
+                assertThat(missing.fix())
+                    .startsWith(
+                        "If that is this application's dedup table, name it with its database:"
+                            + " consumer-dedup.table-name="
+                            + elsewhere
+                            + "."
+                            + table);
+              });
+      JdbcDedupStore.builder(dataSource).tableName(elsewhere + "." + table).build().verifyTable();
+    } finally {
+      TestMariaDb.dropDatabase(server, elsewhere);
+    }
+  }
+
   private <T> DedupResult<T> deliver(
       TransactionBoundDataSource transactions,
       IdempotentExecutor executor,

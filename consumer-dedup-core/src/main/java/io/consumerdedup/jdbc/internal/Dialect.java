@@ -337,6 +337,11 @@ public abstract class Dialect {
     return List.of();
   }
 
+  /** What the database calls the namespace of {@link #schemasHoldingTable}, in its errors. */
+  public String schemaWord() {
+    return "schema";
+  }
+
   /** Whether {@code connection} reaches the database through a connection pooler. */
   public abstract boolean behindPooler(Connection connection) throws SQLException;
 

@@ -516,6 +516,28 @@ public final class MySqlDialect extends Dialect {
     return names;
   }
 
+  /** A database plays the part of PostgreSQL's schema: {@code database.table} names the table. */
+  @Override
+  public List<String> schemasHoldingTable(Connection connection) throws SQLException {
+    int dot = table.indexOf('.');
+    List<String> databases = new ArrayList<>();
+    try (PreparedStatement statement = calls.prepare(connection, MySqlSql.DATABASES_WITH_TABLE)) {
+      statement.setString(1, dot < 0 ? table : table.substring(dot + 1));
+      statement.setString(2, dot < 0 ? null : table.substring(0, dot));
+      try (ResultSet rows = statement.executeQuery()) {
+        while (rows.next()) {
+          databases.add(rows.getString(1));
+        }
+      }
+    }
+    return databases;
+  }
+
+  @Override
+  public String schemaWord() {
+    return "database";
+  }
+
   @Override
   public boolean behindPooler(Connection connection) {
     return false;

@@ -71,6 +71,16 @@ public final class MySqlSql {
   /** The table's columns, by (schema or null for the current database, table name). */
   public final String columns;
 
+  /**
+   * The databases other than the one looked in, by (database or null for the current one, table
+   * name), that hold a table of the name. With no current database (a URL that names none) every
+   * database that holds one.
+   */
+  public static final String DATABASES_WITH_TABLE =
+      "SELECT table_schema FROM information_schema.tables WHERE table_name = ?"
+          + " AND table_schema <> COALESCE(?, DATABASE(), '')"
+          + " AND table_type IN ('BASE TABLE', 'SYSTEM VERSIONED') ORDER BY table_schema";
+
   public MySqlSql(String table) {
     this.table = table;
     find = "SELECT " + RECORD_COLUMNS + " FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
