@@ -322,7 +322,8 @@ public abstract class Dialect {
 
   /**
    * What to change in how the table is stored, for a table made from an earlier schema file that
-   * works but slower; null when nothing. Read with the columns at start-up.
+   * works but slower, or by hand with columns that compare otherwise than the schema file's; null
+   * when nothing. Read with the columns at start-up.
    */
   public @Nullable String storageAdvice(Connection connection) throws SQLException {
     return null;

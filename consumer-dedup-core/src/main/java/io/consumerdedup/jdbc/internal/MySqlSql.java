@@ -81,6 +81,15 @@ public final class MySqlSql {
           + " AND table_schema <> COALESCE(?, DATABASE(), '')"
           + " AND table_type IN ('BASE TABLE', 'SYSTEM VERSIONED') ORDER BY table_schema";
 
+  /**
+   * The key columns' types and collations, by (schema or null for the current database, table
+   * name), in the primary key's order.
+   */
+  public static final String KEY_COLUMN_TYPES =
+      "SELECT column_name, data_type, collation_name FROM information_schema.columns"
+          + " WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?"
+          + " AND column_name IN ('biz_type', 'biz_key') ORDER BY column_name DESC";
+
   public MySqlSql(String table) {
     this.table = table;
     find = "SELECT " + RECORD_COLUMNS + " FROM " + table + " WHERE biz_type = ? AND biz_key = ?";
