@@ -672,6 +672,96 @@ abstract class MySqlDialectStoreTests {
         .hasMessageContaining("db/consumer-dedup/mysql/V1__consumer_dedup.sql");
   }
 
+  @Test
+  void aTableInAnotherDatabaseIsNamedInsteadOfCreatingASecondOne() {
+    // The mysql client run on another database creates the table where the application does not
+    // look; a name of this test's own, as the server holds many databases with a consumer_dedup.
+    String elsewhere = TestMariaDb.newDatabase(server, "elsewhere");
+    String table = "dedup_" + elsewhere;
+    try {
+      try (Connection connection = DriverManager.getConnection(server);
+          Statement statement = connection.createStatement()) {
+        statement.execute(
+            "RENAME TABLE " + elsewhere + ".consumer_dedup TO " + elsewhere + "." + table);
+      } catch (SQLException e) {
+        throw new IllegalStateException(e);
+      }
+
+      JdbcDedupStore unqualified = JdbcDedupStore.builder(dataSource).tableName(table).build();
+      assertThatThrownBy(unqualified::verifyTable)
+          .isInstanceOfSatisfying(
+              DedupTableMissingException.class,
+              missing -> {
+                assertThat(missing.tableMissing()).isTrue();
+                assertThat(missing.problem())
+                    .isEqualTo(
+                        "The dedup table "
+                            + table
+                            + " does not exist where the connection looks for it, but database "
+                            + elsewhere
+                            + " has a table "
+                            + table);
+                assertThat(missing.fix())
+                    .startsWith(
+                        "If that is this application's dedup table, name it with its database:"
+                            + " consumer-dedup.table-name="
+                            + elsewhere
+                            + "."
+                            + table);
+              });
+      JdbcDedupStore.builder(dataSource).tableName(elsewhere + "." + table).build().verifyTable();
+    } finally {
+      TestMariaDb.dropDatabase(server, elsewhere);
+    }
+  }
+
+  @Test
+  void aTableWhoseKeysCompareAsTextIsNamedAtStartUp() throws SQLException {
+    // A table written by hand (or by an ORM) with the server's default text columns: 'A-1' and
+    // 'a-1' are one row to it, and the claim of the second such key fails at run time.
+    execute(
+        TestMariaDb.schemaDdl()
+            .replace("CREATE TABLE consumer_dedup", "CREATE TABLE text_keys_dedup")
+            .replace("CONSTRAINT consumer_dedup_", "CONSTRAINT text_keys_dedup_")
+            .replace("INDEX consumer_dedup_", "INDEX text_keys_dedup_")
+            .replace("VARBINARY(256)", "VARCHAR(64) COLLATE utf8mb4_general_ci")
+            .replace("VARBINARY(1024)", "VARCHAR(256) COLLATE utf8mb4_general_ci"));
+    ch.qos.logback.classic.Logger storeLog =
+        (ch.qos.logback.classic.Logger) org.slf4j.LoggerFactory.getLogger(JdbcDedupStore.class);
+    ch.qos.logback.core.read.ListAppender<ch.qos.logback.classic.spi.ILoggingEvent> logged =
+        new ch.qos.logback.core.read.ListAppender<>();
+    logged.start();
+    storeLog.addAppender(logged);
+    try {
+      JdbcDedupStore textKeys =
+          JdbcDedupStore.builder(dataSource).tableName("text_keys_dedup").build();
+      IdempotentExecutor.builder(textKeys).build().close();
+      claimed(textKeys.claim(request(DedupKey.of("payment", "A-1"), "a")));
+      assertThatThrownBy(() -> textKeys.claim(request(DedupKey.of("payment", "a-1"), "a")))
+          .as("another key, never taken for a duplicate of A-1")
+          .isInstanceOf(DedupStoreException.class)
+          .hasMessageContaining("must compare byte for byte");
+      IdempotentExecutor.builder(JdbcDedupStore.builder(dataSource).build()).build().close();
+    } finally {
+      storeLog.detachAppender(logged);
+    }
+
+    assertThat(
+            logged.list.stream()
+                .filter(event -> event.getLevel() == ch.qos.logback.classic.Level.WARN)
+                .map(ch.qos.logback.classic.spi.ILoggingEvent::getFormattedMessage)
+                .filter(message -> message.contains("dedup table"))
+                .toList())
+        .singleElement()
+        .asString()
+        .contains(
+            "The dedup table text_keys_dedup compares its keys as text (biz_type varchar"
+                + " utf8mb4_general_ci, biz_key varchar utf8mb4_general_ci)")
+        .contains(
+            "ALTER TABLE text_keys_dedup MODIFY biz_type VARBINARY(256) NOT NULL,"
+                + " MODIFY biz_key VARBINARY(1024) NOT NULL");
+  }
+
   private <T> DedupResult<T> deliver(
       TransactionBoundDataSource transactions,
       IdempotentExecutor executor,

@@ -322,7 +322,8 @@ public abstract class Dialect {
 
   /**
    * What to change in how the table is stored, for a table made from an earlier schema file that
-   * works but slower; null when nothing. Read with the columns at start-up.
+   * works but slower, or by hand with columns that compare otherwise than the schema file's; null
+   * when nothing. Read with the columns at start-up.
    */
   public @Nullable String storageAdvice(Connection connection) throws SQLException {
     return null;
@@ -335,6 +336,11 @@ public abstract class Dialect {
    */
   public List<String> schemasHoldingTable(Connection connection) throws SQLException {
     return List.of();
+  }
+
+  /** What the database calls the namespace of {@link #schemasHoldingTable}, in its errors. */
+  public String schemaWord() {
+    return "schema";
   }
 
   /** Whether {@code connection} reaches the database through a connection pooler. */

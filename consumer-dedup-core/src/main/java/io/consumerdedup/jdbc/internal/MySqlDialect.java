@@ -516,6 +516,70 @@ public final class MySqlDialect extends Dialect {
     return names;
   }
 
+  /**
+   * Key columns that are not VARBINARY, as a table written by hand or by an ORM has them: their
+   * collation takes keys that differ in case, accents or trailing spaces for one row, and the claim
+   * of the second such key fails (see {@link #claimLocked}) where it should have run its handler.
+   */
+  @Override
+  public @Nullable String storageAdvice(Connection connection) throws SQLException {
+    int dot = table.indexOf('.');
+    List<String> textColumns = new ArrayList<>();
+    try (PreparedStatement statement = calls.prepare(connection, MySqlSql.KEY_COLUMN_TYPES)) {
+      statement.setString(1, dot < 0 ? null : table.substring(0, dot));
+      statement.setString(2, dot < 0 ? table : table.substring(dot + 1));
+      try (ResultSet rows = statement.executeQuery()) {
+        while (rows.next()) {
+          String type = rows.getString("data_type").toLowerCase(Locale.ROOT);
+          if (!type.equals("varbinary")) {
+            textColumns.add(
+                rows.getString("column_name").toLowerCase(Locale.ROOT)
+                    + " "
+                    + type
+                    + (rows.getString("collation_name") == null
+                        ? ""
+                        : " " + rows.getString("collation_name")));
+          }
+        }
+      }
+    }
+    if (textColumns.isEmpty()) {
+      return null;
+    }
+    return "The dedup table "
+        + table
+        + " compares its keys as text ("
+        + String.join(", ", textColumns)
+        + "): keys that differ only in case, accents or trailing spaces are one row to it, and the"
+        + " claim of the second such key fails instead of running its handler. The schema file "
+        + schemaResource()
+        + " stores them as bytes: ALTER TABLE "
+        + table
+        + " MODIFY biz_type VARBINARY(256) NOT NULL, MODIFY biz_key VARBINARY(1024) NOT NULL";
+  }
+
+  /** A database plays the part of PostgreSQL's schema: {@code database.table} names the table. */
+  @Override
+  public List<String> schemasHoldingTable(Connection connection) throws SQLException {
+    int dot = table.indexOf('.');
+    List<String> databases = new ArrayList<>();
+    try (PreparedStatement statement = calls.prepare(connection, MySqlSql.DATABASES_WITH_TABLE)) {
+      statement.setString(1, dot < 0 ? table : table.substring(dot + 1));
+      statement.setString(2, dot < 0 ? null : table.substring(0, dot));
+      try (ResultSet rows = statement.executeQuery()) {
+        while (rows.next()) {
+          databases.add(rows.getString(1));
+        }
+      }
+    }
+    return databases;
+  }
+
+  @Override
+  public String schemaWord() {
+    return "database";
+  }
+
   @Override
   public boolean behindPooler(Connection connection) {
     return false;

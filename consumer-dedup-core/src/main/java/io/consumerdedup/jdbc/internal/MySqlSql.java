@@ -71,6 +71,25 @@ public final class MySqlSql {
   /** The table's columns, by (schema or null for the current database, table name). */
   public final String columns;
 
+  /**
+   * The databases other than the one looked in, by (database or null for the current one, table
+   * name), that hold a table of the name. With no current database (a URL that names none) every
+   * database that holds one.
+   */
+  public static final String DATABASES_WITH_TABLE =
+      "SELECT table_schema FROM information_schema.tables WHERE table_name = ?"
+          + " AND table_schema <> COALESCE(?, DATABASE(), '')"
+          + " AND table_type IN ('BASE TABLE', 'SYSTEM VERSIONED') ORDER BY table_schema";
+
+  /**
+   * The key columns' types and collations, by (schema or null for the current database, table
+   * name), in the primary key's order.
+   */
+  public static final String KEY_COLUMN_TYPES =
+      "SELECT column_name, data_type, collation_name FROM information_schema.columns"
+          + " WHERE table_schema = COALESCE(?, DATABASE()) AND table_name = ?"
+          + " AND column_name IN ('biz_type', 'biz_key') ORDER BY column_name DESC";
+
   public MySqlSql(String table) {
     this.table = table;
     find = "SELECT " + RECORD_COLUMNS + " FROM " + table + " WHERE biz_type = ? AND biz_key = ?";

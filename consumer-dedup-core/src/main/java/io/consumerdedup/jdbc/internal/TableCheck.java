@@ -180,8 +180,9 @@ public final class TableCheck {
           "The dedup table " + table + " does not exist",
           "Create it from " + create + createdAtStartup);
     }
-    // A table made under another schema (psql run as another role) looks absent: creating one
-    // again would split the keys between two tables, so the likelier fix comes first.
+    // A table made under another schema (psql run as another role; on MySQL, the mysql client on
+    // another database) looks absent: creating one again would split the keys between two
+    // tables, so the likelier fix comes first.
     String unqualified = table.substring(table.lastIndexOf('.') + 1);
     List<String> named =
         elsewhere.size() > MAX_SCHEMAS_NAMED ? elsewhere.subList(0, MAX_SCHEMAS_NAMED) : elsewhere;
@@ -193,15 +194,17 @@ public final class TableCheck {
         "The dedup table "
             + table
             + " does not exist where the connection looks for it, but "
-            + (elsewhere.size() == 1 ? "schema " : "schemas ")
+            + dialect.schemaWord()
+            + (elsewhere.size() == 1 ? " " : "s ")
             + String.join(", ", named)
             + (elsewhere.size() > named.size()
                 ? " (and " + (elsewhere.size() - named.size()) + " more)"
                 : "")
             + (elsewhere.size() == 1 ? " has a table " : " have a table ")
             + unqualified,
-        "If that is this application's dedup table, name it with its schema:"
-            + " consumer-dedup.table-name="
+        "If that is this application's dedup table, name it with its "
+            + dialect.schemaWord()
+            + ": consumer-dedup.table-name="
             + qualified
             + " with Spring Boot, JdbcDedupStore.builder(dataSource).tableName(\""
             + qualified
