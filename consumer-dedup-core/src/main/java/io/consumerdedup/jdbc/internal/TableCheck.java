@@ -3,6 +3,7 @@ package io.consumerdedup.jdbc.internal;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.DedupTableMissingException;
+import io.consumerdedup.core.internal.FailureTexts;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.SQLException;
@@ -226,7 +227,10 @@ public final class TableCheck {
     try {
       return dialect.schemasHoldingTable(connection);
     } catch (SQLException | RuntimeException e) {
-      log.debug("Could not look for the dedup table {} in other schemas: {}", table, e.toString());
+      log.debug(
+          "Could not look for the dedup table {} in other schemas: {}",
+          table,
+          FailureTexts.describe(e));
       return List.of();
     }
   }
@@ -242,7 +246,9 @@ public final class TableCheck {
       return dialect.storageAdvice(connection);
     } catch (SQLException | RuntimeException e) {
       log.debug(
-          "Could not read the storage options of the dedup table {}: {}", table, e.toString());
+          "Could not read the storage options of the dedup table {}: {}",
+          table,
+          FailureTexts.describe(e));
       return null;
     }
   }
