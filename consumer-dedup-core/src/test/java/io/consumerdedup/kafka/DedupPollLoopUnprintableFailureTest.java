@@ -6,6 +6,7 @@ import static io.consumerdedup.kafka.LoopFixture.header;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
@@ -175,6 +176,64 @@ class DedupPollLoopUnprintableFailureTest {
           .as("the loop goes on past a dead-letter handler's exception that cannot be printed")
           .isTrue();
       assertThat(deadLettered).as("dead letters written").containsExactly("U-3");
+    }
+  }
+
+  /**
+   * A handler that calls another idempotent service and passes its "try later" on wrapped in an
+   * exception of its own, whose message cannot be built: the record waits and is tried again.
+   */
+  @Test
+  void aRetryLaterFailureWhoseGetMessageThrowsIsTriedAgainAndTheLoopGoesOn() throws Exception {
+    TestKafka.createTopics(1, topic);
+    send("W-7");
+    send("G-8");
+    List<String> applied = new CopyOnWriteArrayList<>();
+    AtomicInteger runsOfW7 = new AtomicInteger();
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId(group)
+            .handler(
+                record -> {
+                  String orderNo = LoopFixture.orderNo(record);
+                  if (orderNo.equals("W-7") && runsOfW7.incrementAndGet() == 1) {
+                    throw new IllegalStateException(
+                        new DedupStoreUnavailableException(
+                            "the ledger's dedup store is failing over", null, null, null)) {
+                      private static final long serialVersionUID = 1L;
+
+                      @Override
+                      public String getMessage() {
+                        throw new IllegalStateException("the ledger client is closed");
+                      }
+                    };
+                  }
+                  applied.add(orderNo);
+                })
+            .build();
+    DedupPollLoop<String, String> loop =
+        LoopFixture.quick(
+                DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), handler)
+                    .deadLetterHandler(
+                        (record, reason) -> {
+                          throw new AssertionError("nothing is dead-lettered here: " + record);
+                        }))
+            .build();
+
+    try (RunningLoop running = RunningLoop.start(loop)) {
+      TopicPartition partition = new TopicPartition(topic, 0);
+      await()
+          .atMost(LoopFixture.WAIT)
+          .until(
+              () ->
+                  !running.isRunning()
+                      || Long.valueOf(2L).equals(TestKafka.committedOffsets(group).get(partition)));
+      assertThat(running.isRunning())
+          .as("the loop goes on past a try-later failure whose message cannot be built")
+          .isTrue();
+      assertThat(applied).as("records applied").containsExactly("W-7", "G-8");
     }
   }
 
