@@ -123,7 +123,7 @@ final class DeadLettering<K, V> {
       log.warn(
           "Could not read how often {} was attempted; counting this loop's attempts only",
           describe(record),
-          e);
+          FailureTexts.loggable(e));
       return OptionalInt.empty();
     }
   }

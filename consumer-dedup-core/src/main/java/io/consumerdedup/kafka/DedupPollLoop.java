@@ -7,6 +7,7 @@ package io.consumerdedup.kafka;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.Latches;
 import java.time.Duration;
 import java.util.Collection;
@@ -288,7 +289,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
               + " application must start a new loop (or restart) to go on consuming",
           topics,
           groupId,
-          e);
+          // Printed by Logback: an Error whose getMessage() throws replaced itself with that
+          // throw here, and the application was handed it instead of the Error.
+          FailureTexts.loggable(e));
       throw e;
     } finally {
       running = false;

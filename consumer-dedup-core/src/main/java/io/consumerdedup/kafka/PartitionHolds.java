@@ -2,6 +2,7 @@ package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.time.Duration;
 import java.util.List;
@@ -56,13 +57,15 @@ final class PartitionHolds {
           described,
           wait,
           e.getMessage());
-      log.debug("Dedup store failure for {}", described, e);
+      log.debug("Dedup store failure for {}", described, FailureTexts.loggable(e));
     } else {
       log.error(
           "{} cannot be handled now; not committing past it, trying again in {}",
           described,
           wait,
-          e);
+          // Such as a handler's own exception around a consumer-dedup one: Logback prints it, and
+          // one whose getMessage() throws ended the loop here, the record held but never retried.
+          FailureTexts.loggable(e));
     }
   }
 

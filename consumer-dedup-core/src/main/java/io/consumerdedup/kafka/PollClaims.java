@@ -1,5 +1,6 @@
 package io.consumerdedup.kafka;
 
+import io.consumerdedup.core.internal.FailureTexts;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -63,8 +64,12 @@ final class PollClaims<K, V> {
       processor.prepare(polled);
     } catch (RuntimeException e) {
       // Preparing is an optimisation: each record is still processed, and fails on its own.
+      // What an application's processor threw: Logback prints it, and one whose getMessage()
+      // throws ended the loop here.
       log.warn(
-          "Could not prepare {} records together; processing them one by one", polled.size(), e);
+          "Could not prepare {} records together; processing them one by one",
+          polled.size(),
+          FailureTexts.loggable(e));
     }
   }
 
@@ -91,7 +96,8 @@ final class PollClaims<K, V> {
       // Which outcomes are recorded is unknown: the whole poll comes again (those recorded as
       // duplicates), rather than the loop moving on past records whose outcome may be lost. An
       // Error too, which ends the loop: its last commit went past the whole poll.
-      log.error("Could not settle the poll's records; delivering them again", e);
+      log.error(
+          "Could not settle the poll's records; delivering them again", FailureTexts.loggable(e));
       unrecorded = new ArrayList<>();
       for (TopicPartition partition : records.partitions()) {
         unrecorded.add(records.records(partition).get(0));

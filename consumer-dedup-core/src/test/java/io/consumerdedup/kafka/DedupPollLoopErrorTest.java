@@ -24,6 +24,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
@@ -203,6 +204,58 @@ class DedupPollLoopErrorTest {
   @Test
   void aHandlerErrorPerRecordFailsItsClaimAndRunRethrowsIt() throws Exception {
     aHandlerErrorEndsTheLoopWithoutStrandingThePoll(false);
+  }
+
+  /** An Error whose {@code getMessage()} throws, as one built around an unreadable entity. */
+  static final class UnprintableError extends AssertionError {
+    private static final long serialVersionUID = 1L;
+
+    @Override
+    public String getMessage() {
+      throw new IllegalStateException("the entity's session is closed");
+    }
+  }
+
+  @Test
+  void aHandlerErrorThatCannotDescribeItselfStillEndsTheLoopWithThatError() throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    send(0, 3);
+    AtomicInteger errorsLeft = new AtomicInteger(1);
+    try (IdempotentExecutor executor = executor(fixture.store())) {
+      RecordHandler<String, String> work =
+          record -> {
+            if (LoopFixture.orderNo(record).equals(order(1)) && errorsLeft.getAndDecrement() > 0) {
+              throw new UnprintableError();
+            }
+            apply(record);
+          };
+
+      // Caught as run() throws it: a Future's ExecutionException would print it as it is made.
+      DedupPollLoop<String, String> first = loop(executor, true, work);
+      CompletableFuture<Throwable> end = new CompletableFuture<>();
+      threads.execute(
+          () -> {
+            try {
+              first.run();
+              end.complete(null);
+            } catch (Throwable t) {
+              end.complete(t);
+            }
+          });
+      assertThat(end.get(WAIT.toSeconds(), TimeUnit.SECONDS))
+          .as("run() ends with the handler's Error")
+          .isInstanceOf(UnprintableError.class);
+      assertThat(TestKafka.committedOffsets(fixture.group()))
+          .as("nothing committed past the failed record")
+          .containsEntry(new TopicPartition(fixture.topic(), 0), 1L);
+
+      try (RunningLoop second = RunningLoop.start(loop(executor, true, work))) {
+        LoopFixture.awaitCommitted(
+            fixture.group(), Map.of(new TopicPartition(fixture.topic(), 0), 3L));
+      }
+    }
+    assertEachAppliedOnceAndSuccess(3);
+    assertThat(deadLettered).isEmpty();
   }
 
   @Test

@@ -6,12 +6,15 @@ import static io.consumerdedup.kafka.LoopFixture.header;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.Outcome;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.OptionalInt;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -176,6 +179,162 @@ class DedupPollLoopUnprintableFailureTest {
           .isTrue();
       assertThat(deadLettered).as("dead letters written").containsExactly("U-3");
     }
+  }
+
+  /**
+   * A handler that calls another idempotent service and passes its "try later" on wrapped in an
+   * exception of its own, whose message cannot be built: the record waits and is tried again.
+   */
+  @Test
+  void aRetryLaterFailureWhoseGetMessageThrowsIsTriedAgainAndTheLoopGoesOn() throws Exception {
+    TestKafka.createTopics(1, topic);
+    send("W-7");
+    send("G-8");
+    List<String> applied = new CopyOnWriteArrayList<>();
+    AtomicInteger runsOfW7 = new AtomicInteger();
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId(group)
+            .handler(
+                record -> {
+                  String orderNo = LoopFixture.orderNo(record);
+                  if (orderNo.equals("W-7") && runsOfW7.incrementAndGet() == 1) {
+                    throw new IllegalStateException(
+                        new DedupStoreUnavailableException(
+                            "the ledger's dedup store is failing over", null, null, null)) {
+                      private static final long serialVersionUID = 1L;
+
+                      @Override
+                      public String getMessage() {
+                        throw new IllegalStateException("the ledger client is closed");
+                      }
+                    };
+                  }
+                  applied.add(orderNo);
+                })
+            .build();
+    DedupPollLoop<String, String> loop =
+        LoopFixture.quick(
+                DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), handler)
+                    .deadLetterHandler(
+                        (record, reason) -> {
+                          throw new AssertionError("nothing is dead-lettered here: " + record);
+                        }))
+            .build();
+
+    try (RunningLoop running = RunningLoop.start(loop)) {
+      TopicPartition partition = new TopicPartition(topic, 0);
+      await()
+          .atMost(LoopFixture.WAIT)
+          .until(
+              () ->
+                  !running.isRunning()
+                      || Long.valueOf(2L).equals(TestKafka.committedOffsets(group).get(partition)));
+      assertThat(running.isRunning())
+          .as("the loop goes on past a try-later failure whose message cannot be built")
+          .isTrue();
+      assertThat(applied).as("records applied").containsExactly("W-7", "G-8");
+    }
+  }
+
+  /**
+   * An application's processor around the handler (metrics, tracing) whose {@code prepare}, {@code
+   * settle} and {@code attempts} fail with exceptions that cannot describe themselves: the loop
+   * logs each and goes on, counting attempts itself and delivering an unsettled poll again.
+   */
+  @Test
+  void aProcessorFailingWithUnprintableExceptionsStillHasEachRecordDecided() throws Exception {
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    send("U-9");
+    send("G-10");
+    AtomicInteger runsOfU9 = new AtomicInteger();
+    List<String> applied = new CopyOnWriteArrayList<>();
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId(group)
+            .handler(
+                record -> {
+                  if (LoopFixture.orderNo(record).equals("U-9")) {
+                    runsOfU9.incrementAndGet();
+                    throw new IllegalStateException("card declined");
+                  }
+                  applied.add(LoopFixture.orderNo(record));
+                })
+            .build();
+    AtomicInteger prepares = new AtomicInteger();
+    AtomicInteger settles = new AtomicInteger();
+    RecordProcessor<String, String> decorated =
+        new RecordProcessor<>() {
+          @Override
+          public Outcome process(ConsumerRecord<String, String> record) {
+            return handler.process(record);
+          }
+
+          @Override
+          public void prepare(List<ConsumerRecord<String, String>> records) {
+            handler.prepare(records);
+            if (prepares.incrementAndGet() == 1) {
+              throw unprintable("the tracing exporter is closed");
+            }
+          }
+
+          @Override
+          public List<ConsumerRecord<String, String>> settle() {
+            List<ConsumerRecord<String, String>> unrecorded = handler.settle();
+            if (settles.incrementAndGet() == 1) {
+              throw unprintable("the metrics registry is closed");
+            }
+            return unrecorded;
+          }
+
+          @Override
+          public OptionalInt attempts(ConsumerRecord<String, String> record) {
+            throw unprintable("the attempts table's connection is closed");
+          }
+        };
+    DedupPollLoop<String, String> loop =
+        LoopFixture.quick(
+                DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), decorated)
+                    .deadLetterHandler(
+                        KafkaDeadLetterPublisher.builder(fixture.producer())
+                            .groupId(group)
+                            .build()))
+            .maxAttempts(2)
+            .build();
+
+    try (RunningLoop running = RunningLoop.start(loop)) {
+      TopicPartition partition = new TopicPartition(topic, 0);
+      await()
+          .atMost(LoopFixture.WAIT)
+          .until(
+              () ->
+                  !running.isRunning()
+                      || Long.valueOf(2L).equals(TestKafka.committedOffsets(group).get(partition)));
+      assertThat(running.isRunning())
+          .as("the loop goes on past a processor's exceptions that cannot be printed")
+          .isTrue();
+    }
+    List<ConsumerRecord<String, String>> dlt =
+        TestKafka.readFromStart(topic + "-dlt", 10, Duration.ofSeconds(2));
+    assertThat(dlt).as("dead letters of U-9").hasSize(1);
+    assertThat(runsOfU9).as("runs of U-9's handler").hasValue(2);
+    assertThat(applied).as("records applied").containsExactly("G-10");
+  }
+
+  /** An exception whose {@code getMessage()} throws {@code why}. */
+  private static RuntimeException unprintable(String why) {
+    return new IllegalStateException() {
+      private static final long serialVersionUID = 1L;
+
+      @Override
+      public String getMessage() {
+        throw new IllegalStateException(why);
+      }
+    };
   }
 
   /** A value deserializer whose exception, for a value naming {@code poison}, cannot be printed. */
