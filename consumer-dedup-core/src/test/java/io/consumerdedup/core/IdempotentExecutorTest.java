@@ -896,6 +896,61 @@ class IdempotentExecutorTest {
     assertThat(executor.unrecordedOutcomes()).isEmpty();
   }
 
+  /**
+   * As above, with a failure that cannot describe itself (its {@code getMessage()} and {@code
+   * toString()} throw, as an exception of a closed persistence session does): its description must
+   * not end the writer with the marks it took.
+   */
+  @Test
+  void aMarkTheWriterTookWhenAnUnprintableFailureStruckIsWrittenNotLeftUnanswered()
+      throws Exception {
+    IdempotentExecutor executor = executor();
+    DedupKey struck = DedupKey.of("writer-unprintable", "ORD-1");
+    DedupKey next = DedupKey.of("writer-unprintable", "ORD-2");
+    AtomicInteger taken = new AtomicInteger();
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.SUCCESS_MARKS_TAKEN && taken.incrementAndGet() == 1) {
+            throw new IllegalStateException() {
+              private static final long serialVersionUID = 1L;
+
+              @Override
+              public String getMessage() {
+                throw new IllegalStateException("the pool's session is closed");
+              }
+
+              @Override
+              public String toString() {
+                throw new IllegalStateException("the pool's session is closed");
+              }
+            };
+          }
+        });
+    try {
+      CompletableFuture<Void> struckMark =
+          executor.claim(struck, null, "orders-0@1").completeAsync();
+      assertThat(struckMark)
+          .as("the struck mark's future")
+          .failsWithin(Duration.ofSeconds(10))
+          .withThrowableOfType(ExecutionException.class)
+          .withCauseInstanceOf(DedupStoreUnavailableException.class);
+    } finally {
+      FaultPoints.install(null);
+    }
+
+    assertThat(executor.claim(next, null, "orders-0@2").completeAsync())
+        .as("the next mark's future")
+        .succeedsWithin(Duration.ofSeconds(10));
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .untilAsserted(
+            () ->
+                assertThat(db.store().find(struck).orElseThrow().status())
+                    .as("the struck mark, written in the background")
+                    .isEqualTo(DedupStatus.SUCCESS));
+    assertThat(executor.unrecordedOutcomes()).isEmpty();
+  }
+
   @Test
   void aMarkTheWriterTookAsTheExecutorClosesIsWrittenNotGivenUp() throws Exception {
     // One connection, lent to another thread (a handler, say) as the executor closes: the writer

@@ -117,7 +117,7 @@ final class PendingOutcomes {
       // Such as an OutOfMemoryError from getConnection. Escaping as it is, it passed every
       // caller's keeping of the outcome: neither written nor kept, its lease renewed for as long
       // as the executor ran, so the key stayed PROCESSING and its deliveries "in progress".
-      throw new DedupStoreException(e.toString(), outcome.key, outcome.source, e);
+      throw new DedupStoreException(FailureTexts.describe(e), outcome.key, outcome.source, e);
     }
     return settle(outcome, written);
   }
@@ -310,7 +310,7 @@ final class PendingOutcomes {
               + " once their leases run out another consumer may run the handlers for their keys"
               + " again",
           open.stream().map(outcome -> DeliverySources.where(outcome.key, outcome.source)).toList(),
-          e.toString());
+          FailureTexts.describe(e));
     }
     return allKept;
   }

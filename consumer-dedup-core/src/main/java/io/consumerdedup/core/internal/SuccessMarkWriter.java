@@ -482,12 +482,14 @@ final class SuccessMarkWriter {
 
   /** Keeps the marks of {@code group} not settled yet, after {@code e}, as after a failed write. */
   private void failedUnexpectedly(List<PendingOutcome> group, Throwable e) {
-    boolean kept = pending.notWritten(group, new DedupStoreException(e.toString(), null, null, e));
+    // Described safely: a failure whose toString() throws ended the writer with the marks it took.
+    boolean kept =
+        pending.notWritten(group, new DedupStoreException(FailureTexts.describe(e), null, null, e));
     log.error(
         kept
             ? "Writing SUCCESS marks failed unexpectedly; retrying in the background"
             : "Writing SUCCESS marks failed unexpectedly",
-        e);
+        FailureTexts.loggable(e));
   }
 
   /**
