@@ -184,6 +184,54 @@ class DataSourceRuntimeExceptionTest {
   }
 
   /**
+   * A connection that throws a {@code RuntimeException} at the transaction's first call (a lazy
+   * connection that does not answer the auto-commit setting itself, a wrapper with an open circuit
+   * breaker) goes back to the pool, and the record waits for the table.
+   */
+  @Test
+  void aTransactionWhoseConnectionThrowsAtItsOpeningIsRetriedLaterAndGivesTheConnectionBack() {
+    ConnectionSource throwing =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() throws SQLException {
+            Connection target = pool.getConnection();
+            return (Connection)
+                Proxy.newProxyInstance(
+                    Connection.class.getClassLoader(),
+                    new Class<?>[] {Connection.class},
+                    (proxy, method, args) -> {
+                      if (failing.get() && !method.getName().equals("close")) {
+                        throw new IllegalStateException(REASON);
+                      }
+                      try {
+                        return method.invoke(target, args);
+                      } catch (InvocationTargetException e) {
+                        throw e.getCause();
+                      }
+                    });
+          }
+        };
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(throwing);
+    AtomicInteger workRuns = new AtomicInteger();
+    failing.set(true);
+
+    Throwable thrown = catchThrowable(() -> transactions.inTransaction(workRuns::incrementAndGet));
+
+    assertThat(workRuns).as("work runs").hasValue(0);
+    assertThat(Disposition.of(thrown))
+        .as("what the adapters do with %s", thrown)
+        .isEqualTo(Disposition.RETRY_LATER);
+    assertThat(pool.getHikariPoolMXBean().getActiveConnections())
+        .as("connections not given back to the pool")
+        .isZero();
+
+    failing.set(false);
+    assertThat(transactions.inTransaction(workRuns::incrementAndGet))
+        .as("the next try once the connection answers")
+        .isEqualTo(1);
+  }
+
+  /**
    * What Spring's {@code LazyConnectionDataSourceProxy} lends when its routing target has no
    * DataSource for the thread: it answers the transaction's settings, commit and rollback itself,
    * and throws the routing's exception at every call that needs the target.
