@@ -139,8 +139,10 @@ public final class TransactionBoundDataSource implements DataSource {
    *     this DataSource: a nested transaction would commit on its own, apart from the outer one
    *     ({@link io.consumerdedup.core.Disposition#RETRY_LATER}: a record whose handler does this
    *     waits for the application to be fixed)
-   * @throws DedupStoreUnavailableException the pool gave no connection, or the commit failed on a
-   *     lost connection or a transient error such as a serialization failure: retry later
+   * @throws DedupStoreUnavailableException the pool gave no connection (or one that threw a {@code
+   *     RuntimeException} as the transaction opened, and went back to the pool), or the commit
+   *     failed on a lost connection or a transient error such as a serialization failure: retry
+   *     later
    * @throws DedupStoreDataException the commit was refused for the data (SQL state class 22 or 23,
    *     such as a deferred constraint): the transaction was rolled back
    * @throws DedupStoreException the transaction could not be opened or committed otherwise
@@ -252,6 +254,12 @@ public final class TransactionBoundDataSource implements DataSource {
     } catch (SQLException e) {
       release(new Transaction(connection, true), false);
       throw SqlStates.storeException("Opening a transaction", null, e);
+    } catch (RuntimeException e) {
+      // A connection lent before its DataSource found one, or a wrapper whose circuit is open,
+      // throws what getConnection() would have: passed on as it came, it was the work's failure,
+      // which never ran, and the connection never went back to the pool.
+      release(new Transaction(connection, true), false);
+      throw SqlStates.noConnection("Opening a transaction", null, e);
     }
   }
 

@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.catchThrowable;
 
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.IdempotentExecutor;
@@ -136,6 +137,125 @@ class DataSourceRuntimeExceptionTest {
       executor.execute(DedupKey.of("payment", "DS-2"), handlerRuns::incrementAndGet);
       assertThat(handlerRuns).as("handler runs once the DataSource answers").hasValue(1);
     }
+  }
+
+  /**
+   * Mode TRANSACTIONAL over a lazy connection: the transaction opens on it without a target ({@code
+   * setAutoCommit(false)} is answered by the proxy itself), and the routing's exception comes from
+   * the claim's first statement, inside the caller's transaction.
+   */
+  @Test
+  void aClaimInTheCallersTransactionWhoseLazyConnectionFindsNoTargetIsRetriedLater() {
+    ConnectionSource lazy =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() throws SQLException {
+            return failing.get() ? withoutTarget() : pool.getConnection();
+          }
+        };
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(lazy);
+    JdbcDedupStore lazyStore = JdbcDedupStore.builder(transactions).retryMaxAttempts(1).build();
+    AtomicInteger handlerRuns = new AtomicInteger();
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(lazyStore).mode(DedupMode.TRANSACTIONAL).build()) {
+      failing.set(true);
+      Throwable thrown =
+          catchThrowable(
+              () ->
+                  transactions.inTransaction(
+                      () ->
+                          executor.execute(
+                              DedupKey.of("payment", "DS-3"), handlerRuns::incrementAndGet)));
+
+      assertThat(handlerRuns).as("handler runs").hasValue(0);
+      assertThat(Disposition.of(thrown))
+          .as("what the adapters do with %s", thrown)
+          .isEqualTo(Disposition.RETRY_LATER);
+      assertThat(thrown)
+          .isInstanceOf(DedupStoreUnavailableException.class)
+          .hasMessageContaining(REASON)
+          .hasCauseInstanceOf(IllegalStateException.class);
+
+      failing.set(false);
+      transactions.inTransaction(
+          () -> executor.execute(DedupKey.of("payment", "DS-3"), handlerRuns::incrementAndGet));
+      assertThat(handlerRuns).as("handler runs once the DataSource answers").hasValue(1);
+    }
+  }
+
+  /**
+   * A connection that throws a {@code RuntimeException} at the transaction's first call (a lazy
+   * connection that does not answer the auto-commit setting itself, a wrapper with an open circuit
+   * breaker) goes back to the pool, and the record waits for the table.
+   */
+  @Test
+  void aTransactionWhoseConnectionThrowsAtItsOpeningIsRetriedLaterAndGivesTheConnectionBack() {
+    ConnectionSource throwing =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() throws SQLException {
+            Connection target = pool.getConnection();
+            return (Connection)
+                Proxy.newProxyInstance(
+                    Connection.class.getClassLoader(),
+                    new Class<?>[] {Connection.class},
+                    (proxy, method, args) -> {
+                      if (failing.get() && !method.getName().equals("close")) {
+                        throw new IllegalStateException(REASON);
+                      }
+                      try {
+                        return method.invoke(target, args);
+                      } catch (InvocationTargetException e) {
+                        throw e.getCause();
+                      }
+                    });
+          }
+        };
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(throwing);
+    AtomicInteger workRuns = new AtomicInteger();
+    failing.set(true);
+
+    Throwable thrown = catchThrowable(() -> transactions.inTransaction(workRuns::incrementAndGet));
+
+    assertThat(workRuns).as("work runs").hasValue(0);
+    assertThat(Disposition.of(thrown))
+        .as("what the adapters do with %s", thrown)
+        .isEqualTo(Disposition.RETRY_LATER);
+    assertThat(pool.getHikariPoolMXBean().getActiveConnections())
+        .as("connections not given back to the pool")
+        .isZero();
+
+    failing.set(false);
+    assertThat(transactions.inTransaction(workRuns::incrementAndGet))
+        .as("the next try once the connection answers")
+        .isEqualTo(1);
+  }
+
+  /**
+   * What Spring's {@code LazyConnectionDataSourceProxy} lends when its routing target has no
+   * DataSource for the thread: it answers the transaction's settings, commit and rollback itself,
+   * and throws the routing's exception at every call that needs the target.
+   */
+  private static Connection withoutTarget() {
+    boolean[] autoCommit = {true};
+    return (Connection)
+        Proxy.newProxyInstance(
+            Connection.class.getClassLoader(),
+            new Class<?>[] {Connection.class},
+            (proxy, method, args) ->
+                switch (method.getName()) {
+                  case "getAutoCommit" -> autoCommit[0];
+                  case "setAutoCommit" -> {
+                    autoCommit[0] = (Boolean) args[0];
+                    yield null;
+                  }
+                  case "commit", "rollback", "close" -> null;
+                  case "isClosed" -> false;
+                  case "equals" -> proxy == args[0];
+                  case "hashCode" -> System.identityHashCode(proxy);
+                  case "toString" -> "lazy connection without a target";
+                  default -> throw new IllegalStateException(REASON);
+                });
   }
 
   @Test

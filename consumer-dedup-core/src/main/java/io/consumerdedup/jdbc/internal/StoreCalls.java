@@ -1,6 +1,7 @@
 package io.consumerdedup.jdbc.internal;
 
 import io.consumerdedup.core.DedupConfigurationException;
+import io.consumerdedup.core.DedupException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
@@ -82,6 +83,13 @@ public final class StoreCalls {
 
   /** The connections reach the database through a pooler (see {@link PostgresPooler}). */
   private volatile boolean pooled;
+
+  /**
+   * Set on the thread of a call in the caller's transaction until its connection has prepared a
+   * statement (see {@link #inCallersTransaction}).
+   */
+  @SuppressWarnings("ThreadLocalUsage")
+  private final ThreadLocal<Boolean> untilFirstStatement = new ThreadLocal<>();
 
   /** Set on the thread of a call tried once more after its data was refused. */
   @SuppressWarnings("ThreadLocalUsage")
@@ -326,9 +334,24 @@ public final class StoreCalls {
    */
   public <T> T inCallersTransaction(String operation, @Nullable DedupKey key, Call<T> work) {
     try (Connection connection = connection(callersConnections, operation, key)) {
-      Dialect known = dialect(connection);
-      requireUnnamedHandlerStatements(connection, key);
-      return work.run(connection, known);
+      // A connection lent before the DataSource found one (Spring's LazyConnectionDataSourceProxy
+      // over a routing DataSource) opens the caller's transaction without a target and throws
+      // what getConnection() would have at its first call that needs one: the dialect's first
+      // look, or the call's first statement. Passed on as it came, it was taken for the handler's
+      // failure, which never ran, and the record was dead-lettered.
+      untilFirstStatement.set(Boolean.TRUE);
+      try {
+        Dialect known = dialect(connection);
+        requireUnnamedHandlerStatements(connection, key);
+        return work.run(connection, known);
+      } catch (RuntimeException e) {
+        if (untilFirstStatement.get() != null && !(e instanceof DedupException)) {
+          throw SqlStates.noConnection(what(operation), key, e);
+        }
+        throw e;
+      } finally {
+        untilFirstStatement.remove();
+      }
     } catch (SQLException e) {
       throw SqlStates.storeException(what(operation), key, e);
     }
@@ -415,6 +438,8 @@ public final class StoreCalls {
     boolean fresh = Boolean.TRUE.equals(freshStatements.get());
     PreparedStatement statement =
         connection.prepareStatement(fresh ? FRESH_STATEMENT + statementSql : statementSql);
+    // The connection has its target now: what it throws later is no longer a missing connection.
+    untilFirstStatement.remove();
     if (pooled || fresh) {
       PostgresPooler.useUnnamed(statement);
     }
