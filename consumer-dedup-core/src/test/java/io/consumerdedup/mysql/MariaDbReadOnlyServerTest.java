@@ -27,6 +27,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Supplier;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /**
@@ -36,7 +37,12 @@ import org.junit.jupiter.api.Test;
  * set for real, and the old primary's connections are those of an account without the READ_ONLY
  * ADMIN privilege, which {@code read_only} stops; the promoted primary's are root's, which it does
  * not.
+ *
+ * <p>Setting {@code read_only} waits for the server's running statements and then holds every other
+ * writer: a transaction of a test beside this one, holding a row another statement waits for, could
+ * not write until that statement timed out. So it runs alone ("server-wide").
  */
+@Tag("server-wide")
 class MariaDbReadOnlyServerTest {
   private String database;
   private String user;
