@@ -24,6 +24,7 @@ import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Supplier;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.postgresql.ds.PGSimpleDataSource;
@@ -861,39 +862,8 @@ class IdempotentExecutorTest {
    */
   @Test
   void aMarkTheWriterTookWhenAnErrorStruckIsWrittenNotLeftUnanswered() throws Exception {
-    IdempotentExecutor executor = executor();
-    DedupKey struck = DedupKey.of("writer-error", "ORD-1");
-    DedupKey next = DedupKey.of("writer-error", "ORD-2");
-    AtomicInteger taken = new AtomicInteger();
-    FaultPoints.install(
-        point -> {
-          if (point == FaultPoints.Point.SUCCESS_MARKS_TAKEN && taken.incrementAndGet() == 1) {
-            throw new OutOfMemoryError("Java heap space (injected)");
-          }
-        });
-    try {
-      CompletableFuture<Void> struckMark =
-          executor.claim(struck, null, "orders-0@1").completeAsync();
-      assertThat(struckMark)
-          .as("the struck mark's future")
-          .failsWithin(Duration.ofSeconds(10))
-          .withThrowableOfType(ExecutionException.class)
-          .withCauseInstanceOf(DedupStoreUnavailableException.class);
-    } finally {
-      FaultPoints.install(null);
-    }
-
-    assertThat(executor.claim(next, null, "orders-0@2").completeAsync())
-        .as("the next mark's future")
-        .succeedsWithin(Duration.ofSeconds(10));
-    await()
-        .atMost(Duration.ofSeconds(10))
-        .untilAsserted(
-            () ->
-                assertThat(db.store().find(struck).orElseThrow().status())
-                    .as("the struck mark, written in the background")
-                    .isEqualTo(DedupStatus.SUCCESS));
-    assertThat(executor.unrecordedOutcomes()).isEmpty();
+    aMarkTheWriterTookWhenStruckIsWrittenNotLeftUnanswered(
+        "writer-error", () -> new OutOfMemoryError("Java heap space (injected)"));
   }
 
   /**
@@ -904,14 +874,10 @@ class IdempotentExecutorTest {
   @Test
   void aMarkTheWriterTookWhenAnUnprintableFailureStruckIsWrittenNotLeftUnanswered()
       throws Exception {
-    IdempotentExecutor executor = executor();
-    DedupKey struck = DedupKey.of("writer-unprintable", "ORD-1");
-    DedupKey next = DedupKey.of("writer-unprintable", "ORD-2");
-    AtomicInteger taken = new AtomicInteger();
-    FaultPoints.install(
-        point -> {
-          if (point == FaultPoints.Point.SUCCESS_MARKS_TAKEN && taken.incrementAndGet() == 1) {
-            throw new IllegalStateException() {
+    aMarkTheWriterTookWhenStruckIsWrittenNotLeftUnanswered(
+        "writer-unprintable",
+        () ->
+            new IllegalStateException() {
               private static final long serialVersionUID = 1L;
 
               @Override
@@ -923,7 +889,23 @@ class IdempotentExecutorTest {
               public String toString() {
                 throw new IllegalStateException("the pool's session is closed");
               }
-            };
+            });
+  }
+
+  private void aMarkTheWriterTookWhenStruckIsWrittenNotLeftUnanswered(
+      String bizType, Supplier<Throwable> strike) throws Exception {
+    IdempotentExecutor executor = executor();
+    DedupKey struck = DedupKey.of(bizType, "ORD-1");
+    DedupKey next = DedupKey.of(bizType, "ORD-2");
+    AtomicInteger taken = new AtomicInteger();
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.SUCCESS_MARKS_TAKEN && taken.incrementAndGet() == 1) {
+            Throwable thrown = strike.get();
+            if (thrown instanceof Error error) {
+              throw error;
+            }
+            throw (RuntimeException) thrown;
           }
         });
     try {

@@ -95,27 +95,7 @@ class DataSourceRuntimeExceptionTest {
    */
   @Test
   void aClaimWhoseLazyConnectionFindsNoTargetIsRetriedLaterNotCountedAsTheHandlersFailure() {
-    ConnectionSource lazy =
-        new ConnectionSource() {
-          @Override
-          public Connection getConnection() throws SQLException {
-            Connection target = pool.getConnection();
-            return (Connection)
-                Proxy.newProxyInstance(
-                    Connection.class.getClassLoader(),
-                    new Class<?>[] {Connection.class},
-                    (proxy, method, args) -> {
-                      if (failing.get() && !method.getName().equals("close")) {
-                        throw new IllegalStateException(REASON);
-                      }
-                      try {
-                        return method.invoke(target, args);
-                      } catch (InvocationTargetException e) {
-                        throw e.getCause();
-                      }
-                    });
-          }
-        };
+    ConnectionSource lazy = throwingWhileFailing();
     JdbcDedupStore lazyStore = JdbcDedupStore.builder(lazy).retryMaxAttempts(1).build();
     AtomicInteger handlerRuns = new AtomicInteger();
     try (IdempotentExecutor executor = IdempotentExecutor.builder(lazyStore).build()) {
@@ -190,27 +170,7 @@ class DataSourceRuntimeExceptionTest {
    */
   @Test
   void aTransactionWhoseConnectionThrowsAtItsOpeningIsRetriedLaterAndGivesTheConnectionBack() {
-    ConnectionSource throwing =
-        new ConnectionSource() {
-          @Override
-          public Connection getConnection() throws SQLException {
-            Connection target = pool.getConnection();
-            return (Connection)
-                Proxy.newProxyInstance(
-                    Connection.class.getClassLoader(),
-                    new Class<?>[] {Connection.class},
-                    (proxy, method, args) -> {
-                      if (failing.get() && !method.getName().equals("close")) {
-                        throw new IllegalStateException(REASON);
-                      }
-                      try {
-                        return method.invoke(target, args);
-                      } catch (InvocationTargetException e) {
-                        throw e.getCause();
-                      }
-                    });
-          }
-        };
+    ConnectionSource throwing = throwingWhileFailing();
     TransactionBoundDataSource transactions = TransactionBoundDataSource.of(throwing);
     AtomicInteger workRuns = new AtomicInteger();
     failing.set(true);
@@ -229,6 +189,34 @@ class DataSourceRuntimeExceptionTest {
     assertThat(transactions.inTransaction(workRuns::incrementAndGet))
         .as("the next try once the connection answers")
         .isEqualTo(1);
+  }
+
+  /**
+   * Pool connections that throw the routing's exception at every call but {@code close} while
+   * {@link #failing} is set: a lazy connection whose target cannot be found, a wrapper with an open
+   * circuit breaker.
+   */
+  private ConnectionSource throwingWhileFailing() {
+    return new ConnectionSource() {
+      @Override
+      public Connection getConnection() throws SQLException {
+        Connection target = pool.getConnection();
+        return (Connection)
+            Proxy.newProxyInstance(
+                Connection.class.getClassLoader(),
+                new Class<?>[] {Connection.class},
+                (proxy, method, args) -> {
+                  if (failing.get() && !method.getName().equals("close")) {
+                    throw new IllegalStateException(REASON);
+                  }
+                  try {
+                    return method.invoke(target, args);
+                  } catch (InvocationTargetException e) {
+                    throw e.getCause();
+                  }
+                });
+      }
+    };
   }
 
   /**
