@@ -4,6 +4,7 @@ import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.jdbc.internal.KeysetPurge;
 import io.consumerdedup.jdbc.internal.PurgeSql;
 import java.time.Duration;
@@ -200,19 +201,21 @@ public final class DedupJanitor implements AutoCloseable {
       throw e;
     } catch (Error e) {
       // Such as an OutOfMemoryError from the DataSource: the last count must not stand for now.
-      backlogUnknown(new IllegalStateException("The backlog count failed: " + e, e));
+      backlogUnknown(
+          new IllegalStateException("The backlog count failed: " + FailureTexts.describe(e), e));
       throw e;
     }
   }
 
   private void backlogUnknown(RuntimeException failure) {
     lastBacklog = null;
-    warnBacklogUnknown(failure);
     try {
       listener.purgeBacklogUnknown(failure);
     } catch (RuntimeException | Error e) {
       backlogReportFailed(e);
     }
+    // After the listener: its gauges must not show the last count whatever the log line throws.
+    warnBacklogUnknown(failure);
   }
 
   private PurgeBacklog reportBacklog(KeysetPurge.Estimate estimate) {
@@ -244,8 +247,9 @@ public final class DedupJanitor implements AutoCloseable {
   }
 
   private void warnBacklogUnknown(RuntimeException failure) {
+    Throwable loggable = FailureTexts.loggable(failure);
     if (!backlogCountFailures.firstOfStreak()) {
-      log.debug("The backlog of the purge of expired dedup records is still unknown", failure);
+      log.debug("The backlog of the purge of expired dedup records is still unknown", loggable);
       return;
     }
     log.warn(
@@ -253,7 +257,7 @@ public final class DedupJanitor implements AutoCloseable {
             + " without it, and the backlog is unknown until a count succeeds. If the count timed"
             + " out, VACUUM the table (the count steps over the index entries of purged rows"
             + " until a vacuum removes them) or raise the store's statementTimeout",
-        failure);
+        loggable);
   }
 
   /**
@@ -267,27 +271,29 @@ public final class DedupJanitor implements AutoCloseable {
       listener.purged(total);
       purgedReportFailures.ended();
     } catch (RuntimeException | Error e) {
+      Throwable loggable = FailureTexts.loggable(e);
       if (!purgedReportFailures.firstOfStreak()) {
-        log.debug("Reporting a purge of expired dedup records failed again", e);
+        log.debug("Reporting a purge of expired dedup records failed again", loggable);
         return;
       }
       log.error(
           "Reporting a purge of expired dedup records failed (a DedupListener threw); the purge"
               + " goes on without the report",
-          e);
+          loggable);
     }
   }
 
   private void backlogReportFailed(Throwable failure) {
+    Throwable loggable = FailureTexts.loggable(failure);
     if (!backlogReportFailures.firstOfStreak()) {
       log.debug(
-          "Reporting the backlog of the purge of expired dedup records failed again", failure);
+          "Reporting the backlog of the purge of expired dedup records failed again", loggable);
       return;
     }
     log.error(
         "Reporting the backlog of the purge of expired dedup records failed (a DedupListener"
             + " threw); the purge goes on without the report",
-        failure);
+        loggable);
   }
 
   private synchronized void warnBehind(PurgeBacklog backlog) {
@@ -363,12 +369,16 @@ public final class DedupJanitor implements AutoCloseable {
     } catch (RuntimeException | Error e) {
       // The next run tries again: a failed purge only delays the cleanup, where a run that let an
       // Error end the schedule would stop retention for good, without a word, until a restart.
+      // Logback reads the message of the failure and of its causes: one that cannot give it (a
+      // DataSource's exception whose getMessage() throws) made the log call throw, and every run
+      // failed without a word. Its stand-in prints what can be read.
+      Throwable loggable = FailureTexts.loggable(e);
       if (isClosed()) {
-        log.debug("Purge of expired dedup records stopped by the janitor's close", e);
+        log.debug("Purge of expired dedup records stopped by the janitor's close", loggable);
       } else if (e instanceof Error) {
-        log.error("Purge of expired dedup records failed; next try in {}", interval, e);
+        log.error("Purge of expired dedup records failed; next try in {}", interval, loggable);
       } else {
-        log.warn("Purge of expired dedup records failed; next try in {}", interval, e);
+        log.warn("Purge of expired dedup records failed; next try in {}", interval, loggable);
       }
     } finally {
       // Whatever the logging of a failure throws as well (an OutOfMemoryError again, as the log

@@ -440,6 +440,96 @@ class DedupJanitorTest {
     }
   }
 
+  /**
+   * The DataSource throws, for a while, an exception whose {@code getMessage()} throws (a routing
+   * DataSource's exception that prints a lookup key it cannot read). Logback reads the message of
+   * every exception of a line, the causes' too, so each of the run's log calls threw instead of
+   * logging: the count's WARN threw before the listener heard the backlog was unknown (its gauge
+   * kept the last count), and the failed run's WARN threw too. The schedule went on, but run after
+   * run failed without a word while the table grew.
+   */
+  @Test
+  void aScheduledRunFailingWithAnUnprintableExceptionIsLoggedAndTheBacklogShownUnknown()
+      throws SQLException {
+    AtomicInteger failuresLeft = new AtomicInteger();
+    DataSource unprintableFailures =
+        (DataSource)
+            java.lang.reflect.Proxy.newProxyInstance(
+                DataSource.class.getClassLoader(),
+                new Class<?>[] {DataSource.class},
+                (proxy, method, args) -> {
+                  if (method.getName().equals("getConnection")
+                      && failuresLeft.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
+                    throw new IllegalStateException() {
+                      private static final long serialVersionUID = 1L;
+
+                      @Override
+                      public String getMessage() {
+                        throw new IllegalStateException("lookup key not readable");
+                      }
+                    };
+                  }
+                  try {
+                    return method.invoke(dataSource, args);
+                  } catch (java.lang.reflect.InvocationTargetException e) {
+                    throw e.getCause();
+                  }
+                });
+    AtomicInteger toldUnknown = new AtomicInteger();
+    DedupListener backlog =
+        new DedupListener() {
+          @Override
+          public void purgeBacklogUnknown(RuntimeException error) {
+            toldUnknown.incrementAndGet();
+          }
+        };
+    Logger janitorLog = (Logger) LoggerFactory.getLogger(DedupJanitor.class);
+    ListAppender<ILoggingEvent> logged = new ListAppender<>();
+    logged.start();
+    janitorLog.addAppender(logged);
+    DedupJanitor janitor =
+        DedupJanitor.builder(JdbcDedupStore.builder(unprintableFailures).build())
+            .batchSize(500)
+            .interval(Duration.ofMillis(100))
+            .listener(backlog)
+            .build();
+    try {
+      failuresLeft.set(6);
+      janitor.start();
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .untilAsserted(
+              () ->
+                  assertThat(count("expired-%"))
+                      .as("expired records left once the DataSource gave connections again")
+                      .isZero());
+    } finally {
+      janitor.close();
+      janitorLog.detachAppender(logged);
+    }
+    assertThat(failuresLeft).as("connections refused with the unprintable exception").hasValue(0);
+    assertThat(toldUnknown)
+        .as("times the listener heard the backlog was unknown, of 3 failed counts")
+        .hasValue(3);
+    assertThat(logged.list)
+        .filteredOn(event -> event.getLevel() == Level.WARN)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .as("the janitor's WARNs while the DataSource failed")
+        .anyMatch(message -> message.startsWith("Purge of expired dedup records failed"))
+        .anyMatch(message -> message.startsWith("Could not count the backlog"));
+    assertThat(logged.list)
+        .filteredOn(
+            event ->
+                event.getFormattedMessage().startsWith("Purge of expired dedup records failed"))
+        .first()
+        .satisfies(
+            warning ->
+                assertThat(warning.getThrowableProxy().getMessage())
+                    .contains("the DataSource gave no connection")
+                    .contains("its getMessage() threw"));
+    assertThat(count("kept-%")).isEqualTo(100);
+  }
+
   private int count(String pattern) throws SQLException {
     try (Connection connection = dataSource.getConnection();
         Statement statement = connection.createStatement();
