@@ -3,10 +3,13 @@ package io.consumerdedup.jdbc;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.jdbc.internal.KeysetPurge;
 import io.consumerdedup.jdbc.internal.PurgeSql;
+import io.consumerdedup.jdbc.internal.SqlStates;
+import java.sql.SQLException;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
@@ -76,6 +79,10 @@ public final class DedupJanitor implements AutoCloseable {
 
   private final DedupStore store;
   private final @Nullable KeysetPurge keyset;
+
+  /** The store's statement timeout, on a {@link JdbcDedupStore}: what cancels a batch. */
+  private final @Nullable Duration statementTimeout;
+
   private final int batchSize;
   private final int maxBatchesPerRun;
   private final Duration maxRunTime;
@@ -99,6 +106,7 @@ public final class DedupJanitor implements AutoCloseable {
         store instanceof JdbcDedupStore jdbc
             ? new KeysetPurge(jdbc.calls(), builder.shortestRetention)
             : null;
+    this.statementTimeout = store instanceof JdbcDedupStore jdbc ? jdbc.statementTimeout() : null;
     this.batchSize = builder.batchSize;
     this.maxBatchesPerRun = builder.maxBatchesPerRun;
     this.maxRunTime = builder.maxRunTime;
@@ -170,9 +178,40 @@ public final class DedupJanitor implements AutoCloseable {
       int deleted = store.purge(batchSize);
       return new KeysetPurge.Batch(deleted, deleted >= batchSize, null);
     }
-    KeysetPurge.Batch batch = keyset.deleteAfter(cursor, batchSize);
+    KeysetPurge.Batch batch;
+    try {
+      batch = keyset.deleteAfter(cursor, batchSize);
+    } catch (DedupStoreUnavailableException e) {
+      if (e.getCause() instanceof SQLException cause && SqlStates.isCancelled(cause)) {
+        throw cancelledBatch(e);
+      }
+      throw e;
+    }
     cursor = batch.last();
     return batch;
+  }
+
+  /**
+   * A batch cancelled at the store's statement timeout, saying what to change. The database only
+   * says the statement was cancelled (PostgreSQL: "due to user request", as the store's watchdog
+   * asks for the cancel): nothing named the timeout nor the batch size, and the failure came back
+   * run after run while the WARN of a janitor behind advised a larger batch.
+   */
+  private DedupStoreUnavailableException cancelledBatch(DedupStoreUnavailableException failure) {
+    return new DedupStoreUnavailableException(
+        "A purge batch of up to "
+            + batchSize
+            + " rows was cancelled, deleting none of them: it ran longer than the store's"
+            + " statementTimeout ("
+            + statementTimeout
+            + "), or an operator cancelled it. A batch of many rows takes longer: lower batchSize;"
+            + " one that steps over the index entries of many purged rows is quick again after a"
+            + " VACUUM of the table; without shortestRetention the last batch of each pass reads"
+            + " every unexpired row. Or raise the store's statementTimeout. "
+            + FailureTexts.messageOf(failure),
+        null,
+        null,
+        failure);
   }
 
   /**
@@ -305,7 +344,8 @@ public final class DedupJanitor implements AutoCloseable {
     log.warn(
         "The purge of expired dedup records is behind: the oldest expired record expired {} ago"
             + " (more than {} intervals of {}), {}{} expired records wait among the oldest;"
-            + " raise batchSize or maxBatchesPerRun, or check for failed runs",
+            + " raise batchSize or maxBatchesPerRun, or check for failed runs (lower batchSize"
+            + " if its batches are cancelled at the statement timeout)",
         backlog.oldestExpiredAge(),
         BEHIND_AFTER_INTERVALS,
         interval,
