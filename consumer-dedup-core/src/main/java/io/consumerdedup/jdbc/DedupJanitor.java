@@ -3,9 +3,13 @@ package io.consumerdedup.jdbc;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.internal.Durations;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.jdbc.internal.KeysetPurge;
 import io.consumerdedup.jdbc.internal.PurgeSql;
+import io.consumerdedup.jdbc.internal.SqlStates;
+import java.sql.SQLException;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
@@ -75,6 +79,10 @@ public final class DedupJanitor implements AutoCloseable {
 
   private final DedupStore store;
   private final @Nullable KeysetPurge keyset;
+
+  /** The store's statement timeout, on a {@link JdbcDedupStore}: what cancels a batch. */
+  private final @Nullable Duration statementTimeout;
+
   private final int batchSize;
   private final int maxBatchesPerRun;
   private final Duration maxRunTime;
@@ -98,6 +106,7 @@ public final class DedupJanitor implements AutoCloseable {
         store instanceof JdbcDedupStore jdbc
             ? new KeysetPurge(jdbc.calls(), builder.shortestRetention)
             : null;
+    this.statementTimeout = store instanceof JdbcDedupStore jdbc ? jdbc.statementTimeout() : null;
     this.batchSize = builder.batchSize;
     this.maxBatchesPerRun = builder.maxBatchesPerRun;
     this.maxRunTime = builder.maxRunTime;
@@ -169,9 +178,40 @@ public final class DedupJanitor implements AutoCloseable {
       int deleted = store.purge(batchSize);
       return new KeysetPurge.Batch(deleted, deleted >= batchSize, null);
     }
-    KeysetPurge.Batch batch = keyset.deleteAfter(cursor, batchSize);
+    KeysetPurge.Batch batch;
+    try {
+      batch = keyset.deleteAfter(cursor, batchSize);
+    } catch (DedupStoreUnavailableException e) {
+      if (e.getCause() instanceof SQLException cause && SqlStates.isCancelled(cause)) {
+        throw cancelledBatch(e);
+      }
+      throw e;
+    }
     cursor = batch.last();
     return batch;
+  }
+
+  /**
+   * A batch cancelled at the store's statement timeout, saying what to change. The database only
+   * says the statement was cancelled (PostgreSQL: "due to user request", as the store's watchdog
+   * asks for the cancel): nothing named the timeout nor the batch size, and the failure came back
+   * run after run while the WARN of a janitor behind advised a larger batch.
+   */
+  private DedupStoreUnavailableException cancelledBatch(DedupStoreUnavailableException failure) {
+    return new DedupStoreUnavailableException(
+        "A purge batch of up to "
+            + batchSize
+            + " rows was cancelled, deleting none of them: it ran longer than the store's"
+            + " statementTimeout ("
+            + statementTimeout
+            + "), or an operator cancelled it. A batch of many rows takes longer: lower batchSize;"
+            + " one that steps over the index entries of many purged rows is quick again after a"
+            + " VACUUM of the table; without shortestRetention the last batch of each pass reads"
+            + " every unexpired row. Or raise the store's statementTimeout. "
+            + FailureTexts.messageOf(failure),
+        null,
+        null,
+        failure);
   }
 
   /**
@@ -200,19 +240,21 @@ public final class DedupJanitor implements AutoCloseable {
       throw e;
     } catch (Error e) {
       // Such as an OutOfMemoryError from the DataSource: the last count must not stand for now.
-      backlogUnknown(new IllegalStateException("The backlog count failed: " + e, e));
+      backlogUnknown(
+          new IllegalStateException("The backlog count failed: " + FailureTexts.describe(e), e));
       throw e;
     }
   }
 
   private void backlogUnknown(RuntimeException failure) {
     lastBacklog = null;
-    warnBacklogUnknown(failure);
     try {
       listener.purgeBacklogUnknown(failure);
     } catch (RuntimeException | Error e) {
       backlogReportFailed(e);
     }
+    // After the listener: its gauges must not show the last count whatever the log line throws.
+    warnBacklogUnknown(failure);
   }
 
   private PurgeBacklog reportBacklog(KeysetPurge.Estimate estimate) {
@@ -244,8 +286,9 @@ public final class DedupJanitor implements AutoCloseable {
   }
 
   private void warnBacklogUnknown(RuntimeException failure) {
+    Throwable loggable = FailureTexts.loggable(failure);
     if (!backlogCountFailures.firstOfStreak()) {
-      log.debug("The backlog of the purge of expired dedup records is still unknown", failure);
+      log.debug("The backlog of the purge of expired dedup records is still unknown", loggable);
       return;
     }
     log.warn(
@@ -253,7 +296,7 @@ public final class DedupJanitor implements AutoCloseable {
             + " without it, and the backlog is unknown until a count succeeds. If the count timed"
             + " out, VACUUM the table (the count steps over the index entries of purged rows"
             + " until a vacuum removes them) or raise the store's statementTimeout",
-        failure);
+        loggable);
   }
 
   /**
@@ -267,27 +310,29 @@ public final class DedupJanitor implements AutoCloseable {
       listener.purged(total);
       purgedReportFailures.ended();
     } catch (RuntimeException | Error e) {
+      Throwable loggable = FailureTexts.loggable(e);
       if (!purgedReportFailures.firstOfStreak()) {
-        log.debug("Reporting a purge of expired dedup records failed again", e);
+        log.debug("Reporting a purge of expired dedup records failed again", loggable);
         return;
       }
       log.error(
           "Reporting a purge of expired dedup records failed (a DedupListener threw); the purge"
               + " goes on without the report",
-          e);
+          loggable);
     }
   }
 
   private void backlogReportFailed(Throwable failure) {
+    Throwable loggable = FailureTexts.loggable(failure);
     if (!backlogReportFailures.firstOfStreak()) {
       log.debug(
-          "Reporting the backlog of the purge of expired dedup records failed again", failure);
+          "Reporting the backlog of the purge of expired dedup records failed again", loggable);
       return;
     }
     log.error(
         "Reporting the backlog of the purge of expired dedup records failed (a DedupListener"
             + " threw); the purge goes on without the report",
-        failure);
+        loggable);
   }
 
   private synchronized void warnBehind(PurgeBacklog backlog) {
@@ -299,7 +344,8 @@ public final class DedupJanitor implements AutoCloseable {
     log.warn(
         "The purge of expired dedup records is behind: the oldest expired record expired {} ago"
             + " (more than {} intervals of {}), {}{} expired records wait among the oldest;"
-            + " raise batchSize or maxBatchesPerRun, or check for failed runs",
+            + " raise batchSize or maxBatchesPerRun, or check for failed runs (lower batchSize"
+            + " if its batches are cancelled at the statement timeout)",
         backlog.oldestExpiredAge(),
         BEHIND_AFTER_INTERVALS,
         interval,
@@ -363,12 +409,16 @@ public final class DedupJanitor implements AutoCloseable {
     } catch (RuntimeException | Error e) {
       // The next run tries again: a failed purge only delays the cleanup, where a run that let an
       // Error end the schedule would stop retention for good, without a word, until a restart.
+      // Logback reads the message of the failure and of its causes: one that cannot give it (a
+      // DataSource's exception whose getMessage() throws) made the log call throw, and every run
+      // failed without a word. Its stand-in prints what can be read.
+      Throwable loggable = FailureTexts.loggable(e);
       if (isClosed()) {
-        log.debug("Purge of expired dedup records stopped by the janitor's close", e);
+        log.debug("Purge of expired dedup records stopped by the janitor's close", loggable);
       } else if (e instanceof Error) {
-        log.error("Purge of expired dedup records failed; next try in {}", interval, e);
+        log.error("Purge of expired dedup records failed; next try in {}", interval, loggable);
       } else {
-        log.warn("Purge of expired dedup records failed; next try in {}", interval, e);
+        log.warn("Purge of expired dedup records failed; next try in {}", interval, loggable);
       }
     } finally {
       // Whatever the logging of a failure throws as well (an OutOfMemoryError again, as the log

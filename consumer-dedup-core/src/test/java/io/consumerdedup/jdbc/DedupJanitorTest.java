@@ -2,6 +2,7 @@ package io.consumerdedup.jdbc;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowable;
 import static org.awaitility.Awaitility.await;
 
 import ch.qos.logback.classic.Level;
@@ -10,6 +11,7 @@ import ch.qos.logback.classic.spi.ILoggingEvent;
 import ch.qos.logback.core.read.ListAppender;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.micrometer.MicrometerDedupListener;
 import io.consumerdedup.testing.FaultyDataSource;
 import io.consumerdedup.testing.TestDatabase;
@@ -233,6 +235,45 @@ class DedupJanitorTest {
   }
 
   /**
+   * A batch that outlasts the store's statement timeout (too many rows for one statement, a walk
+   * over the index entries of purged rows that no vacuum has removed yet) is cancelled by the
+   * store's watchdog, and PostgreSQL says the statement was cancelled "due to user request". That
+   * was all the failed run said, run after run: nothing named the timeout, nor the batch size, the
+   * setting that makes such a purge work again, while the WARN of a janitor behind advised raising
+   * it.
+   */
+  @Test
+  void aBatchCancelledAtTheStatementTimeoutSaysSoAndWhatToChange() throws SQLException {
+    try (FaultyDataSource faulty = FaultyDataSource.on(schema, 2, Duration.ofSeconds(10))) {
+      JdbcDedupStore faultyStore =
+          JdbcDedupStore.builder(faulty)
+              .statementTimeout(Duration.ofSeconds(1))
+              .retryMaxAttempts(1)
+              .build();
+      DedupJanitor janitor = DedupJanitor.builder(faultyStore).batchSize(500).build();
+      faulty.timeOutEvery("WITH batch AS", "consumer_dedup");
+
+      Throwable failure = catchThrowable(janitor::purgeExpired);
+
+      assertThat(faulty.statementsTimedOut()).as("purge batches cancelled").isEqualTo(1);
+      assertThat(failure)
+          .as("what the failed run says")
+          .isInstanceOf(DedupStoreUnavailableException.class)
+          .hasMessageContaining("batch of up to 500 rows")
+          .hasMessageContaining("statementTimeout (PT1S)")
+          .hasMessageContaining("lower batchSize")
+          .hasMessageContaining("VACUUM");
+      assertThat(failure.getCause())
+          .as("the store's failure, with the database's words")
+          .isInstanceOf(DedupStoreUnavailableException.class);
+
+      faulty.stopTimingOut();
+      assertThat(janitor.purgeExpired()).isEqualTo(2500);
+    }
+    assertThat(count("kept-%")).isEqualTo(100);
+  }
+
+  /**
    * An interval or a longest run "for ever" ({@code ChronoUnit.FOREVER}) was accepted, and then
    * overflowed a long of nanoseconds or milliseconds as the janitor ran: with such a {@code
    * maxRunTime} every run failed with {@code ArithmeticException} before it purged anything, and
@@ -438,6 +479,96 @@ class DedupJanitorTest {
     } finally {
       janitorLog.detachAppender(logged);
     }
+  }
+
+  /**
+   * The DataSource throws, for a while, an exception whose {@code getMessage()} throws (a routing
+   * DataSource's exception that prints a lookup key it cannot read). Logback reads the message of
+   * every exception of a line, the causes' too, so each of the run's log calls threw instead of
+   * logging: the count's WARN threw before the listener heard the backlog was unknown (its gauge
+   * kept the last count), and the failed run's WARN threw too. The schedule went on, but run after
+   * run failed without a word while the table grew.
+   */
+  @Test
+  void aScheduledRunFailingWithAnUnprintableExceptionIsLoggedAndTheBacklogShownUnknown()
+      throws SQLException {
+    AtomicInteger failuresLeft = new AtomicInteger();
+    DataSource unprintableFailures =
+        (DataSource)
+            java.lang.reflect.Proxy.newProxyInstance(
+                DataSource.class.getClassLoader(),
+                new Class<?>[] {DataSource.class},
+                (proxy, method, args) -> {
+                  if (method.getName().equals("getConnection")
+                      && failuresLeft.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
+                    throw new IllegalStateException() {
+                      private static final long serialVersionUID = 1L;
+
+                      @Override
+                      public String getMessage() {
+                        throw new IllegalStateException("lookup key not readable");
+                      }
+                    };
+                  }
+                  try {
+                    return method.invoke(dataSource, args);
+                  } catch (java.lang.reflect.InvocationTargetException e) {
+                    throw e.getCause();
+                  }
+                });
+    AtomicInteger toldUnknown = new AtomicInteger();
+    DedupListener backlog =
+        new DedupListener() {
+          @Override
+          public void purgeBacklogUnknown(RuntimeException error) {
+            toldUnknown.incrementAndGet();
+          }
+        };
+    Logger janitorLog = (Logger) LoggerFactory.getLogger(DedupJanitor.class);
+    ListAppender<ILoggingEvent> logged = new ListAppender<>();
+    logged.start();
+    janitorLog.addAppender(logged);
+    DedupJanitor janitor =
+        DedupJanitor.builder(JdbcDedupStore.builder(unprintableFailures).build())
+            .batchSize(500)
+            .interval(Duration.ofMillis(100))
+            .listener(backlog)
+            .build();
+    try {
+      failuresLeft.set(6);
+      janitor.start();
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .untilAsserted(
+              () ->
+                  assertThat(count("expired-%"))
+                      .as("expired records left once the DataSource gave connections again")
+                      .isZero());
+    } finally {
+      janitor.close();
+      janitorLog.detachAppender(logged);
+    }
+    assertThat(failuresLeft).as("connections refused with the unprintable exception").hasValue(0);
+    assertThat(toldUnknown)
+        .as("times the listener heard the backlog was unknown, of 3 failed counts")
+        .hasValue(3);
+    assertThat(logged.list)
+        .filteredOn(event -> event.getLevel() == Level.WARN)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .as("the janitor's WARNs while the DataSource failed")
+        .anyMatch(message -> message.startsWith("Purge of expired dedup records failed"))
+        .anyMatch(message -> message.startsWith("Could not count the backlog"));
+    assertThat(logged.list)
+        .filteredOn(
+            event ->
+                event.getFormattedMessage().startsWith("Purge of expired dedup records failed"))
+        .first()
+        .satisfies(
+            warning ->
+                assertThat(warning.getThrowableProxy().getMessage())
+                    .contains("the DataSource gave no connection")
+                    .contains("its getMessage() threw"));
+    assertThat(count("kept-%")).isEqualTo(100);
   }
 
   private int count(String pattern) throws SQLException {

@@ -106,6 +106,9 @@ public final class SqlStates {
           1036,
           1836);
 
+  /** MySQL's and MariaDB's statement timeouts (3024, 1969) and KILL QUERY (1317). */
+  private static final Set<Integer> MYSQL_CANCELLED_CODES = Set.of(3024, 1969, 1317);
+
   /** The SQL states MySQL and MariaDB give their transient errors; PostgreSQL uses none of them. */
   private static final Set<String> MYSQL_STATES =
       Set.of("HY000", "41000", "42000", "40001", "70100");
@@ -163,6 +166,24 @@ public final class SqlStates {
       if (READ_ONLY.equals(current.getSQLState())
           || ("HY000".equals(current.getSQLState())
               && MYSQL_READ_ONLY_CODES.contains(current.getErrorCode()))) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /**
+   * Whether {@code e} says the statement was cancelled: by the store at its statement timeout
+   * (PostgreSQL's query_canceled 57014, which says "due to user request" when the store's watchdog
+   * asks for the cancel; a driver's {@link SQLTimeoutException}; MySQL's max_execution_time 3024,
+   * MariaDB's max_statement_time 1969), or by an operator (57014, KILL QUERY 1317).
+   */
+  public static boolean isCancelled(SQLException e) {
+    for (SQLException current = e; current != null; current = current.getNextException()) {
+      if (current instanceof SQLTimeoutException
+          || "57014".equals(current.getSQLState())
+          || (MYSQL_STATES.contains(current.getSQLState())
+              && MYSQL_CANCELLED_CODES.contains(current.getErrorCode()))) {
         return true;
       }
     }
