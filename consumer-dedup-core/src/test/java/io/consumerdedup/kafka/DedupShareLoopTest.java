@@ -572,7 +572,9 @@ class DedupShareLoopTest {
     List<Future<?>> sent = new ArrayList<>();
     sent.add(fixture.producer().send(new ProducerRecord<>(topic, "charge without its order")));
     ProducerRecord<String, String> healthy = new ProducerRecord<>(topic, "fine");
-    healthy.headers().add(LoopFixture.KEY_HEADER, "after-1".getBytes(StandardCharsets.UTF_8));
+    healthy
+        .headers()
+        .add(LoopFixture.KEY_HEADER, "after-keyless-1".getBytes(StandardCharsets.UTF_8));
     sent.add(fixture.producer().send(healthy));
     fixture.producer().flush();
     for (Future<?> each : sent) {
@@ -602,7 +604,9 @@ class DedupShareLoopTest {
     assertThat(deadLetterTries)
         .as("the five Errors, then the dead letter written, all on its first delivery")
         .containsExactly((short) 1, (short) 1, (short) 1, (short) 1, (short) 1, (short) 1);
-    assertThat(runs).as("the poll's healthy record, applied once").containsExactly("after-1/1");
+    assertThat(runs)
+        .as("the poll's healthy record, applied once")
+        .containsExactly("after-keyless-1/1");
     restarting.set(false);
     assertQueueEmpty();
   }
