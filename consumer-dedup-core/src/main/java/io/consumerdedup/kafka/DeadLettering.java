@@ -168,12 +168,16 @@ final class DeadLettering<K, V> {
 
   /**
    * Runs {@code send}, which dead-letters the record; true if it returned. If it threw, the
-   * partition is held at the record, so a record is never passed without its dead letter.
+   * partition is held at the record, so a record is never passed without its dead letter. An {@code
+   * Error} it throws (an {@code OutOfMemoryError} as a large record is copied, a serializer's
+   * {@code StackOverflowError}) is a dead letter not written like any other: ending the loop on it,
+   * every loop the application started again met the record first, and none of its partitions was
+   * consumed meanwhile.
    */
   private boolean deadLetter(ConsumerRecord<?, ?> record, TopicPartition partition, Runnable send) {
     try {
       send.run();
-    } catch (RuntimeException e) {
+    } catch (RuntimeException | Error e) {
       Duration wait = holds.hold(partition, record.offset());
       log.error(
           "Could not dead-letter {}; not committing past it, trying again in {}",

@@ -124,9 +124,9 @@ import org.slf4j.LoggerFactory;
  * throws only once it has returned the records before the bad one.
  *
  * <p>The loop commits past a dead-lettered record only after the dead-letter handler returned; if
- * that throws, the record is held like an in-progress one (and logged at ERROR with its
- * coordinates) and dead-lettered again later. Back-offs pause the partition instead of sleeping, so
- * the consumer keeps polling and stays in its group.
+ * that throws, an {@link Error} included, the record is held like an in-progress one (and logged at
+ * ERROR with its coordinates) and dead-lettered again later. Back-offs pause the partition instead
+ * of sleeping, so the consumer keeps polling and stays in its group.
  *
  * <p>The consumer must not auto-commit ({@code enable.auto.commit=false}), or it would commit past
  * records that are not done. {@link #builder(Map, Collection, RecordProcessor)} checks the

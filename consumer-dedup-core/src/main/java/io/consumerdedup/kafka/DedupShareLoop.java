@@ -60,12 +60,15 @@ import org.slf4j.LoggerFactory;
  *       be that one): a dead letter that takes longer than the lock has the broker refuse the
  *       REJECT and deliver the record again; back at this loop, it is rejected without a second
  *       dead letter;
- *   <li>a handler that throws an {@link Error}: a handler failure of its record, as above (an Error
- *       as its dead letter is written leaves the record undecided); the worker handles the rest of
- *       the poll, then the loop ends and {@link #run()} throws the Error. The poll's records are
- *       not left to the broker on its account: Kafka counts each record the closing consumer gives
- *       back as a delivery, so a loop that ended on an Error again and again would have the broker
- *       archive a healthy record of its poll, unapplied;
+ *   <li>a handler that throws an {@link Error}: a handler failure of its record, as above; the
+ *       worker handles the rest of the poll, then the loop ends and {@link #run()} throws the
+ *       Error. The poll's records are not left to the broker on its account: Kafka counts each
+ *       record the closing consumer gives back as a delivery, so a loop that ended on an Error
+ *       again and again would have the broker archive a healthy record of its poll, unapplied;
+ *   <li>a dead-letter handler that throws an {@link Error} (an {@code OutOfMemoryError} as it
+ *       copies a large record): a dead letter not written, tried again after the hold back-off as
+ *       above, the loop going on; ended on it, the loop had its close give the record back, a
+ *       delivery counted each time, until the broker archived it without its dead letter;
  *   <li>a deserializer that throws an {@link Error} (a {@code StackOverflowError} on a deeply
  *       nested payload): kafka-clients passes it on without the record, which cannot be
  *       dead-lettered then; the loop ends, {@link #run()} throws the Error, and an ERROR says so.

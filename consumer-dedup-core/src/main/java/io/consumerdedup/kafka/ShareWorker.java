@@ -432,8 +432,8 @@ final class ShareWorker<K, V> implements Runnable {
         try {
           processOne(record, processed, later);
         } catch (Error e) {
-          // This record's only (its handler's, or its dead letter's); the worker stops once the
-          // batch is processed. Stopping here left the batch's other records undecided: their
+          // This record's only (its handler's); the worker stops once the batch is processed.
+          // Stopping here left the batch's other records undecided: their
           // owner closes and the broker counts their delivery, so a loop that ended on an Error
           // again and again had the broker archive a healthy record of the batch unapplied.
           error = firstOf(error, e);
@@ -493,9 +493,9 @@ final class ShareWorker<K, V> implements Runnable {
    * handler's failure; a record whose handler ran goes to {@code processed}, to be accepted once
    * settled, one to retry to {@code later}.
    *
-   * @throws Error the handler's, once its failure is handled as any other's; or one thrown as the
-   *     record's dead letter is written, the record then left undecided (the broker delivers it
-   *     again)
+   * @throws Error the handler's, once its failure is handled as any other's (one thrown as the
+   *     record's dead letter is written is a failed try of the dead letter: tried again, the record
+   *     kept)
    */
   private void processOne(
       ConsumerRecord<K, V> record,
@@ -520,9 +520,9 @@ final class ShareWorker<K, V> implements Runnable {
     } catch (Error e) {
       try {
         handlerFailed(record, new HandlerErrorException(e));
-      } catch (Error deadLetterFailed) {
-        if (deadLetterFailed != e) {
-          e.addSuppressed(deadLetterFailed);
+      } catch (Error settling) {
+        if (settling != e) {
+          e.addSuppressed(settling);
         }
       }
       throw e;
@@ -634,13 +634,20 @@ final class ShareWorker<K, V> implements Runnable {
    * Writes the dead letter, then decides REJECT; if it cannot be written, tries again later, the
    * record kept acquired, or, for a record whose lock cannot be kept, decides RELEASE once a try
    * and a RELEASE after it no longer fit in its lock.
+   *
+   * <p>An {@code Error} the dead-letter handler throws (an {@code OutOfMemoryError} as a large
+   * record is copied, a serializer's {@code StackOverflowError}) is a failed try like any other.
+   * Ending the worker on it left the record undecided: {@code DedupShareLoop} ended, its close gave
+   * the record back and the broker counted the delivery, so a loop restarted on it again and again
+   * had the broker archive it without its dead letter; a Spring container's new worker took the
+   * record at once and met the Error again, hundreds of times a second.
    */
   private void deadLetterThenReject(DeadLetter deadLetter) {
     ConsumerRecord<?, ?> record = deadLetter.record();
     inHand = record;
     try {
       deadLetter.write().run();
-    } catch (RuntimeException e) {
+    } catch (RuntimeException | Error e) {
       Duration wait = nextHold(Id.of(record));
       if (deadLetter.keptAcquired()) {
         log.error(

@@ -295,6 +295,60 @@ class DedupPollLoopErrorTest {
     assertThat(effects.values()).allSatisfy(n -> assertThat(n).hasValue(1));
   }
 
+  /**
+   * The dead-letter handler throws an Error (an OutOfMemoryError as it copies a large record, a
+   * serializer's StackOverflowError) on its first try for a record without its key: a dead letter
+   * not written, as for an exception, so the partition is held at the record and the same loop
+   * writes the dead letter on its next try. Before, the loop ended on it, and every loop the
+   * application started again met the record first: none of its partitions was consumed meanwhile.
+   */
+  @Test
+  void anErrorFromTheDeadLetterHandlerHoldsItsRecordAndTheSameLoopWritesItNext() throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    send(0, 2);
+    fixture.producer().send(new ProducerRecord<>(fixture.topic(), 0, null, "no order number"));
+    send(3, 5);
+    AtomicInteger tries = new AtomicInteger();
+    try (IdempotentExecutor executor = executor(fixture.store())) {
+      DedupPollLoop<String, String> loop =
+          LoopFixture.quick(
+                  DedupPollLoop.builder(
+                      TestKafka.consumerConfig(fixture.group()),
+                      List.of(fixture.topic()),
+                      IdempotentRecordHandler.<String, String>builder(executor)
+                          .bizType(BIZ_TYPE)
+                          .key(KeyExtractors.header(KEY_HEADER))
+                          .handler(this::apply)
+                          .build()))
+              .closeTimeout(Duration.ofSeconds(10))
+              .deadLetterHandler(
+                  (record, reason) -> {
+                    if (tries.incrementAndGet() == 1) {
+                      throw new OutOfMemoryError("Java heap space");
+                    }
+                    deadLettered.add(record);
+                  })
+              .build();
+      TopicPartition partition = new TopicPartition(fixture.topic(), 0);
+      try (RunningLoop running = RunningLoop.start(loop)) {
+        await()
+            .atMost(WAIT)
+            .until(
+                () ->
+                    !running.isRunning()
+                        || Long.valueOf(5L)
+                            .equals(TestKafka.committedOffsets(fixture.group()).get(partition)));
+        assertThat(running.isRunning())
+            .as("the loop goes on past the dead-letter handler's Error")
+            .isTrue();
+      }
+    }
+    assertThat(tries).as("tries of the dead letter: the Error, then written").hasValue(2);
+    assertThat(deadLettered).extracting(ConsumerRecord::offset).containsExactly(2L);
+    assertThat(effects).hasSize(4);
+    assertThat(effects.values()).allSatisfy(n -> assertThat(n).hasValue(1));
+  }
+
   @Test
   void anErrorOnTheOutcomeWriterThreadDoesNotStopTheLoop() throws Exception {
     TestKafka.createTopics(1, fixture.topic());

@@ -558,56 +558,57 @@ class DedupShareLoopTest {
   }
 
   /**
-   * A record whose attempts are spent, then a healthy one, in one poll; the dead-letter handler
-   * throws an Error (a StackOverflowError, an OutOfMemoryError as it copies a large record) as it
-   * writes the first one's dead letter. That Error skipped the rest of the poll: the loop ended
-   * with the healthy record undecided, and the consumer's close gave it back, a delivery spent (as
-   * for a handler's Error, a loop restarted on it again and again had the broker archive the
-   * record).
+   * A record without its key, then a healthy one, in one poll; the dead-letter handler throws an
+   * Error (an OutOfMemoryError as it copies a large record) on its first five tries, then writes;
+   * the application starts a new loop each time one ends on an Error. The Error ended the loop with
+   * the record undecided, and the consumer's close gave it back, a delivery counted each time: on
+   * its fifth the broker archived it, without a dead letter and with nothing left in the queue.
    */
   @Test
-  void aRecordPolledAfterOneWhoseDeadLetterThrowsAnErrorIsStillHandledByThatLoop()
+  void aRecordWhoseDeadLetterThrowsAnErrorIsKeptAndDeadLetteredNotArchivedByTheBroker()
       throws Exception {
     createQueue(Duration.ofSeconds(5));
+    // In one batch, as a busy producer sends them: the broker acquires them together.
     List<Future<?>> sent = new ArrayList<>();
-    for (String orderNo : List.of("spent-2", "after-spent-2")) {
-      ProducerRecord<String, String> record =
-          new ProducerRecord<>(topic, orderNo.startsWith("spent") ? "fails" : "fine");
-      record.headers().add(LoopFixture.KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
-      sent.add(fixture.producer().send(record));
-    }
+    sent.add(fixture.producer().send(new ProducerRecord<>(topic, "charge without its order")));
+    ProducerRecord<String, String> healthy = new ProducerRecord<>(topic, "fine");
+    healthy
+        .headers()
+        .add(LoopFixture.KEY_HEADER, "after-keyless-1".getBytes(StandardCharsets.UTF_8));
+    sent.add(fixture.producer().send(healthy));
     fixture.producer().flush();
     for (Future<?> each : sent) {
       each.get();
     }
     List<String> runs = new CopyOnWriteArrayList<>();
-    DedupShareLoop<String, String> loop =
-        loop(
-            Duration.ofMinutes(5),
-            record -> {
-              runs.add(orderNo(record) + "/" + record.deliveryCount().orElse((short) 0));
-              if (record.value().equals("fails")) {
-                throw new IllegalStateException("payment provider says no");
-              }
-            },
-            b ->
-                b.maxAttempts(1)
-                    .deadLetterHandler(
-                        (record, reason) -> {
-                          throw new StackOverflowError("dead letter of " + orderNo(record));
-                        }),
-            record -> {},
-            KafkaShareConsumer::new);
-    Future<?> running = threads.submit(loop);
+    List<Short> deadLetterTries = new CopyOnWriteArrayList<>();
+    KafkaDeadLetterPublisher<String, String> publisher =
+        KafkaDeadLetterPublisher.builder(dltProducer).groupId(group).build();
+    startRestartingOnError(
+        record -> runs.add(orderNo(record) + "/" + record.deliveryCount().orElse((short) 0)),
+        b ->
+            b.deadLetterHandler(
+                (record, reason) -> {
+                  deadLetterTries.add(record.deliveryCount().orElse((short) 0));
+                  if (deadLetterTries.size() <= 5) {
+                    throw new OutOfMemoryError("Java heap space, copying " + record.offset());
+                  }
+                  publisher.deadLetter(record, reason);
+                }));
 
-    assertThatThrownBy(() -> running.get(WAIT.toSeconds(), TimeUnit.SECONDS))
-        .as("the loop ends on the dead-letter handler's Error")
-        .hasCauseInstanceOf(StackOverflowError.class)
-        .cause()
-        .hasMessage("dead letter of spent-2");
+    List<ConsumerRecord<String, String>> dead =
+        TestKafka.readFromStart(topic + "-dlt", 1, Duration.ofSeconds(30));
+    assertThat(dead)
+        .as("dead letters of the record without its key (tries, by delivery: %s)", deadLetterTries)
+        .hasSize(1);
+    assertThat(deadLetterTries)
+        .as("the five Errors, then the dead letter written, all on its first delivery")
+        .containsExactly((short) 1, (short) 1, (short) 1, (short) 1, (short) 1, (short) 1);
     assertThat(runs)
-        .as("the poll's healthy record handled before the loop ended")
-        .containsExactly("spent-2/1", "after-spent-2/1");
+        .as("the poll's healthy record, applied once")
+        .containsExactly("after-keyless-1/1");
+    restarting.set(false);
+    assertQueueEmpty();
   }
 
   /**

@@ -11,10 +11,13 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.boot.test.system.CapturedOutput;
+import org.springframework.boot.test.system.OutputCaptureExtension;
 import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
@@ -25,18 +28,25 @@ import org.springframework.test.context.DynamicPropertySource;
 
 /**
  * The dead-letter handler throws a {@code StackOverflowError} as it writes the dead letter of a
- * record without its key: the Error stops the listener's worker, with no decision for the record.
- * Nothing woke the consumer's keeper then, which replaced the worker only at its next renewal, a
- * third of the 15 s lock later: the record, and every record handed over meanwhile, waited 5 s for
- * nobody. The user expects the dead letter written again at once by the new worker, once, and the
- * record rejected.
+ * record without its key. That Error once stopped the listener's worker, with no decision for the
+ * record, and the worker was replaced only at the keeper's next renewal, a third of the 15 s lock
+ * later. The user expects the dead letter tried again soon (after the hold back-off, 1 s), written
+ * once, and the record rejected.
+ *
+ * <p>A dead letter that throws an Error on every try (a serializer that overflows its stack on the
+ * record, memory short for a large one) stopped each worker: the new one took the record at once
+ * and met the Error again, hundreds of times a second, each time an ERROR with its stack trace
+ * saying the listener had thrown. The user expects a failed try like any other: tried again after
+ * the hold back-off, the record kept acquired.
  */
 @SpringBootTest(classes = ShareListenerDeadLetterErrorTest.App.class)
 @DirtiesContext
+@ExtendWith(OutputCaptureExtension.class)
 class ShareListenerDeadLetterErrorTest {
   static final Duration WAIT = Duration.ofSeconds(30);
   static final Duration LOCK = Duration.ofSeconds(15);
   static final String TOPIC = "share-dlt-error";
+  static final String ALWAYS = "share-dlt-error-always";
 
   static final List<String> calls = new CopyOnWriteArrayList<>();
 
@@ -45,28 +55,62 @@ class ShareListenerDeadLetterErrorTest {
 
   static final List<ConsumerRecord<String, String>> deadLetters = new CopyOnWriteArrayList<>();
 
+  /** When the dead-letter handler was called for a record of {@link #ALWAYS}, in nanoseconds. */
+  static final List<Long> alwaysCalls = new CopyOnWriteArrayList<>();
+
+  static final List<ConsumerRecord<String, String>> alwaysDeadLetters =
+      new CopyOnWriteArrayList<>();
+
+  /** Whether the dead-letter handler throws for the records of {@link #ALWAYS}. */
+  static volatile boolean alwaysThrows = true;
+
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_share_dlt_error", TOPIC);
+    SpringTestEnvironment.prepare(registry, "spring_share_dlt_error", TOPIC, ALWAYS);
     TestShareGroups.configure(TOPIC, LOCK, Duration.ofSeconds(1)); // joins in a second
+    TestShareGroups.configure(ALWAYS, LOCK, Duration.ofSeconds(1));
   }
 
   @Autowired KafkaTemplate<String, String> template;
 
   @Test
-  void aDeadLetterThatThrowsAnErrorIsWrittenAgainAtOnceByTheNewWorker() throws Exception {
+  void aDeadLetterThatThrowsAnErrorOnceIsWrittenOnItsNextTry() throws Exception {
     template.send(new ProducerRecord<>(TOPIC, "charge 1.00, no order-no")).get();
 
     await().atMost(WAIT).until(() -> deadLetters.size() == 1);
     Duration between = Duration.ofNanos(deadLetterCalls.get(1) - deadLetterCalls.get(0));
     assertThat(between)
-        .as("from the dead letter's Error to its next try, by the worker that replaced the first")
+        .as("from the dead letter's Error to its next try")
         .isLessThan(Duration.ofSeconds(2));
     assertThat(TestShareGroups.remaining(TOPIC, TOPIC, Duration.ofSeconds(2)))
         .as("left in the queue: rejected")
         .isEmpty();
     assertThat(deadLetterCalls).hasSize(2);
     assertThat(calls).as("the listener is not called for a record without its key").isEmpty();
+  }
+
+  @Test
+  void aDeadLetterThatKeepsThrowingAnErrorIsTriedAgainAfterTheHoldBackOff(CapturedOutput output)
+      throws Exception {
+    template.send(new ProducerRecord<>(ALWAYS, "charge 2.00, no order-no")).get();
+
+    await().atMost(WAIT).until(() -> !alwaysCalls.isEmpty());
+    long first = alwaysCalls.get(0);
+    long window = Duration.ofMillis(2_500).toNanos();
+    await().atMost(WAIT).until(() -> System.nanoTime() - first > window);
+    assertThat(alwaysCalls.stream().filter(at -> at - first <= window).count())
+        .as("tries of the dead letter in the 2.5 s from its first Error (hold back-off 1 s)")
+        .isLessThanOrEqualTo(3);
+    assertThat(output.getAll())
+        .as("the log does not blame the listener for the dead-letter handler's Error")
+        .doesNotContain("Share listener " + ALWAYS + " threw");
+
+    alwaysThrows = false;
+    await().atMost(WAIT).until(() -> alwaysDeadLetters.size() == 1);
+    assertThat(TestShareGroups.remaining(ALWAYS, ALWAYS, Duration.ofSeconds(2)))
+        .as("left in the queue: rejected once its dead letter was written")
+        .isEmpty();
+    assertThat(alwaysDeadLetters.size()).as("dead letters of the record").isEqualTo(1);
   }
 
   @SpringBootConfiguration
@@ -82,6 +126,14 @@ class ShareListenerDeadLetterErrorTest {
       return new DeadLetterHandler<>() {
         @Override
         public void deadLetter(ConsumerRecord<String, String> record, Exception reason) {
+          if (record.topic().equals(ALWAYS)) {
+            alwaysCalls.add(System.nanoTime());
+            if (alwaysThrows) {
+              throw new StackOverflowError("the dead letter's serializer recursed too deep");
+            }
+            alwaysDeadLetters.add(record);
+            return;
+          }
           deadLetterCalls.add(System.nanoTime());
           if (deadLetterCalls.size() == 1) {
             throw new StackOverflowError("deep recursion in the dead-letter handler");
@@ -107,6 +159,16 @@ class ShareListenerDeadLetterErrorTest {
     @Idempotent(bizType = "dlt-error", header = "order-no")
     @KafkaListener(id = TOPIC, topics = TOPIC, groupId = TOPIC, containerFactory = "shareFactory")
     public void handle(ConsumerRecord<String, String> record) {
+      calls.add(record.value());
+    }
+
+    @Idempotent(bizType = "dlt-error-always", header = "order-no")
+    @KafkaListener(
+        id = ALWAYS,
+        topics = ALWAYS,
+        groupId = ALWAYS,
+        containerFactory = "shareFactory")
+    public void handleAlways(ConsumerRecord<String, String> record) {
       calls.add(record.value());
     }
   }

@@ -392,9 +392,9 @@ final class DedupShareListener<K, V>
               new Batch(),
               deadLetters,
               signals::add,
-              // An Error that leaves no decision (one thrown as a dead letter is written, or as the
-              // batch settles) woke nobody: the keeper replaced the worker only at its next
-              // renewal, a third of the lock later, the records handed over meanwhile waiting.
+              // An Error that leaves no decision (one thrown as the batch settles) woke nobody:
+              // the keeper replaced the worker only at its next renewal, a third of the lock
+              // later, the records handed over meanwhile waiting.
               () -> signals.add(WAKE),
               settings.maxAttempts(),
               settings.deliveryCountLimit(),
