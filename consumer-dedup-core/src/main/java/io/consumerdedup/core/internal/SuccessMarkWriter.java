@@ -123,20 +123,37 @@ final class SuccessMarkWriter {
     return thread;
   }
 
-  /** Hands {@code outcome} to the writer thread; once closed, writes it on the calling thread. */
+  /**
+   * Hands {@code outcome} to the writer thread; once closed, writes it on the calling thread. A
+   * mark the queue refuses (an OutOfMemoryError as it allocates) is kept for the background retry,
+   * its future failed as not written yet, as after a failed write: thrown to the caller, whose
+   * claim had ended, it was in no queue and nothing retried it, its key PROCESSING under a lease
+   * renewed for as long as the executor ran.
+   */
   void queue(PendingOutcome outcome) {
+    Throwable refused = null;
     synchronized (marks) {
       if (!closed) {
-        marks.add(outcome);
         try {
-          startWriterIfGone();
+          marks.add(outcome);
         } catch (RuntimeException | Error e) {
-          if (!sweepForAWriter(e)) {
-            throw e;
-          }
+          refused = e;
         }
-        return;
+        if (refused == null) {
+          try {
+            startWriterIfGone();
+          } catch (RuntimeException | Error e) {
+            if (!sweepForAWriter(e)) {
+              throw e;
+            }
+          }
+          return;
+        }
       }
+    }
+    if (refused != null) {
+      failedUnexpectedly(List.of(outcome), refused); // outside the lock: it tells the listener
+      return;
     }
     // Closed: no writer any more, so one write now, on the caller's thread, rather than none.
     writeMarks(List.of(outcome));
@@ -336,11 +353,12 @@ final class SuccessMarkWriter {
   }
 
   /**
-   * Queues {@code earlier}, whose place in {@link #parked} a newer mark of its thread took. If that
-   * throws, it cannot go back there: not queued, it is kept for the background retry (its future
-   * failed as not written yet, as after a failed write) rather than lost. Not thrown on either:
-   * {@link #park} goes on to schedule the sweep of the newer mark, which also starts a writer for
-   * one queued while none could start.
+   * Queues {@code earlier}, whose place in {@link #parked} a newer mark of its thread took. It
+   * cannot go back there: one the queue refuses is kept for the background retry by {@link #queue}
+   * (its future failed as not written yet, as after a failed write), and so is one that is not
+   * queued after anything else {@code queue} throws, rather than lost. Not thrown on either: {@link
+   * #park} goes on to schedule the sweep of the newer mark, which also starts a writer for one
+   * queued while none could start.
    */
   private void queueDisplaced(PendingOutcome earlier) {
     try {
