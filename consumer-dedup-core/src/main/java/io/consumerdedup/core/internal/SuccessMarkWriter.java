@@ -530,8 +530,12 @@ final class SuccessMarkWriter {
       }
     }
     if (failure != null) {
-      // Not the write's failure: the marks are written and settled, nothing is retried.
-      log.error("Settling written SUCCESS marks failed (the listener threw)", failure);
+      // Not the write's failure: the marks are written and settled, nothing is retried. Through a
+      // stand-in: an Error whose getMessage() throws threw out of this line, and the writer then
+      // reported the written marks as a failed write, "retrying in the background".
+      log.error(
+          "Settling written SUCCESS marks failed (the listener threw)",
+          FailureTexts.loggable(failure));
     }
   }
 
