@@ -1008,6 +1008,46 @@ class IdempotentExecutorTest {
     assertThat(executor.unrecordedOutcomes()).isEmpty();
   }
 
+  /**
+   * As below, with a write that outlasts close()'s wait for the writer (a second, by default): the
+   * close gave up the marks of that write while it was on its way, their futures failed with {@link
+   * DedupExecutorClosedException} and each logged at ERROR as "not recorded", though the write then
+   * recorded them; a caller that waits for the mark before committing its record's offset (a poll's
+   * commit) held the record back for nothing. The writer settles the marks of its write itself,
+   * written or given up.
+   */
+  @Test
+  void aMarkBeingWrittenWhenTheExecutorClosesIsSettledByItsWriteNotGivenUp() throws Exception {
+    IdempotentExecutor executor = executor();
+    DedupKey key = DedupKey.of("closing-slow-write", "ORD-1");
+    CountDownLatch writing = new CountDownLatch(1);
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.BEFORE_SUCCESS_MARK
+              && Thread.currentThread().getName().equals("consumer-dedup-outcome-writer")) {
+            writing.countDown();
+            try {
+              Thread.sleep(2_000); // a database slow to take the write, within its timeouts
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+          }
+        });
+    CompletableFuture<Void> written;
+    try {
+      written = executor.claim(key, null, "orders-0@1").completeAsync();
+      assertThat(writing.await(10, TimeUnit.SECONDS)).as("the write under way").isTrue();
+      executor.close();
+    } finally {
+      FaultPoints.install(null);
+    }
+
+    assertThat(written)
+        .as("[what a poll's commit waits for] the mark written while the executor closed")
+        .succeedsWithin(Duration.ofSeconds(10));
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+  }
+
   @Test
   void aMarkTheWriterTookAsTheExecutorClosesIsWrittenNotGivenUp() throws Exception {
     // One connection, lent to another thread (a handler, say) as the executor closes: the writer

@@ -269,8 +269,8 @@ public final class Outcomes implements AutoCloseable {
   @Override
   public void close() {
     pending.stopKeeping();
-    marks.close();
-    pending.giveUp();
+    // The marks of a write still on its way are that write's to settle.
+    pending.giveUp(marks.close());
   }
 
   /**

@@ -8,8 +8,10 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import java.time.Duration;
+import java.util.Collection;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.RejectedExecutionException;
 import org.jspecify.annotations.Nullable;
@@ -348,13 +350,17 @@ final class PendingOutcomes {
 
   /**
    * Gives up the outcomes still not recorded (logged at ERROR), their futures failed with {@link
-   * DedupExecutorClosedException}.
+   * DedupExecutorClosedException}, but for {@code beingWritten}: a write on its way settles those
+   * (written, or given up once it fails, as nothing keeps them any more).
    */
-  void giveUp() {
+  void giveUp(Collection<PendingOutcome> beingWritten) {
+    Set<PendingOutcome> leftToTheirWrite = Set.copyOf(beingWritten);
     pending.forEach(
         (key, outcome) -> {
-          outcome.cancelRetries();
-          giveUp(outcome, null);
+          if (!leftToTheirWrite.contains(outcome)) {
+            outcome.cancelRetries();
+            giveUp(outcome, null);
+          }
         });
     pending.clear();
   }

@@ -64,6 +64,9 @@ final class SuccessMarkWriter {
   private volatile boolean closed; // set under marks
   private boolean writing; // guarded by marks
 
+  /** The marks of the write on its way, while {@link #writing}. Guarded by marks. */
+  private List<PendingOutcome> beingWritten = List.of();
+
   /**
    * @param closeWait how long {@link #close()} waits for the writer thread to end
    */
@@ -414,6 +417,7 @@ final class SuccessMarkWriter {
         FaultPoints.reached(FaultPoints.Point.SUCCESS_MARKS_TAKEN);
         synchronized (marks) {
           writing = true;
+          beingWritten = group; // not changed until the write is over
           // close() may have woken this thread after take() had returned the marks: that
           // interrupt was for an idle writer, and left set it failed the write at once (a pool
           // that has to wait for a connection throws on it), so marks taken were given up, their
@@ -431,6 +435,7 @@ final class SuccessMarkWriter {
       } finally {
         synchronized (marks) {
           writing = false;
+          beingWritten = List.of();
         }
         group.clear();
       }
@@ -546,8 +551,13 @@ final class SuccessMarkWriter {
    * the marks still queued failed on it at once (a pool that has to wait for a connection throws on
    * it), so marks whose handlers had run were given up, their keys left PROCESSING and their
    * records delivered again, though the database was up.
+   *
+   * @return the marks of a write still on its way once the wait for the writer is over: that write
+   *     settles them (written, or given up if it fails), however long it takes. Given up by the
+   *     close instead, they were reported not recorded (their futures failed, an ERROR each) while
+   *     the write then recorded them, and a poll's commit held their records back for nothing.
    */
-  void close() {
+  List<PendingOutcome> close() {
     boolean interrupted = Thread.interrupted();
     try {
       Thread current;
@@ -569,6 +579,10 @@ final class SuccessMarkWriter {
           interrupted = true; // the flag is clear again for the write below
         }
       }
+      List<PendingOutcome> stillBeingWritten;
+      synchronized (marks) {
+        stillBeingWritten = writing ? List.copyOf(beingWritten) : List.of();
+      }
       List<PendingOutcome> queued = new ArrayList<>();
       marks.drainTo(queued);
       parked.forEach(
@@ -578,6 +592,7 @@ final class SuccessMarkWriter {
             }
           });
       writeMarks(queued);
+      return stillBeingWritten;
     } finally {
       if (interrupted) {
         Thread.currentThread().interrupt();
