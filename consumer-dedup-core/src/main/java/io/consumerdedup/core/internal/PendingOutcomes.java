@@ -266,7 +266,17 @@ final class PendingOutcomes {
             e.getMessage());
       }
     } catch (RuntimeException | Error e) {
-      log.warn("Retrying the {} of {} failed", outcome.status(), outcome.key, e);
+      // The store's failures arrive as DedupStoreException: what else comes is the application's
+      // listener, told of the outcome once this write settled it. Logged as this retry's failure,
+      // it reported a SUCCESS just recorded as not written; and printed raw, an Error whose
+      // getMessage() throws threw out of the line, ending this worker without a word.
+      log.error(
+          "The {} of {} (attempt {}) is settled, but the DedupListener threw on hearing of it;"
+              + " ignored",
+          outcome.status(),
+          DeliverySources.where(outcome.key, outcome.source),
+          outcome.token,
+          FailureTexts.loggable(e));
     } finally {
       outcome.retrying.set(false);
     }
