@@ -418,7 +418,7 @@ final class ShareWorker<K, V> implements Runnable {
       // made for the batch are given back, not left held under a lease this process renews).
       try {
         processor.prepare(records);
-      } catch (RuntimeException e) {
+      } catch (Exception e) { // a checked one too: see processOne
         log.warn(
             "Could not prepare {} records together; processing them one by one", records.size());
       }
@@ -447,7 +447,7 @@ final class ShareWorker<K, V> implements Runnable {
       Set<ConsumerRecord<K, V>> unrecorded = Collections.newSetFromMap(new IdentityHashMap<>());
       try {
         unrecorded.addAll(processor.settle());
-      } catch (RuntimeException e) {
+      } catch (Exception e) { // a checked one too: see processOne
         // A processor's exception (an application's decorator of the handler): one whose
         // printing throws ended the worker here, the poll never decided, its locks renewed for
         // good and nothing fetched again.
@@ -504,7 +504,11 @@ final class ShareWorker<K, V> implements Runnable {
     Outcome outcome;
     try {
       outcome = processAndClearInterrupt(record);
-    } catch (RuntimeException e) {
+    } catch (Exception e) {
+      // A checked exception too, which the processor's signature does not declare but an
+      // application's processor throws all the same (written in Kotlin, or with Lombok's
+      // @SneakyThrows): caught as neither a runtime exception nor an Error, it ended this thread
+      // with no fatal Error, and the loop renewed the poll's locks for good, deciding nothing.
       switch (Disposition.of(e)) {
         case RETRY_LATER -> later.add(record);
         case DEAD_LETTER -> {
@@ -581,7 +585,7 @@ final class ShareWorker<K, V> implements Runnable {
     return next;
   }
 
-  private void handlerFailed(ConsumerRecord<K, V> record, RuntimeException e) {
+  private void handlerFailed(ConsumerRecord<K, V> record, Exception e) {
     Id id = Id.of(record);
     int local = counted.merge(id, 1, Integer::sum);
     OptionalInt stored = storedAttempts(record);
@@ -616,7 +620,7 @@ final class ShareWorker<K, V> implements Runnable {
   private OptionalInt storedAttempts(ConsumerRecord<K, V> record) {
     try {
       return processor.attempts(record);
-    } catch (RuntimeException e) {
+    } catch (Exception e) { // a checked one too: see processOne
       log.warn(
           "Could not read how often {} was attempted; counting this consumer's attempts only",
           describe(record),
@@ -647,7 +651,7 @@ final class ShareWorker<K, V> implements Runnable {
     inHand = record;
     try {
       deadLetter.write().run();
-    } catch (RuntimeException | Error e) {
+    } catch (Exception | Error e) { // the application's DeadLetterHandler's, a checked one too
       Duration wait = nextHold(Id.of(record));
       if (deadLetter.keptAcquired()) {
         log.error(

@@ -2,8 +2,10 @@ package io.consumerdedup.core;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowable;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -12,6 +14,7 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
 
@@ -201,5 +204,76 @@ class CompleteWithNextClaimTest {
     await().atMost(Duration.ofSeconds(15)).until(() -> executor.unrecordedOutcomes().isEmpty());
     assertThat(status("outage-mark")).isEqualTo(DedupStatus.SUCCESS);
     assertThat(executor.claim(key, null, null).isDuplicate()).isTrue();
+  }
+
+  /**
+   * The claim that carries the previous record's SUCCESS fails with an exception that cannot
+   * describe itself (its {@code toString()} and {@code getMessage()} throw, as a closed pool
+   * session's may). Keeping the mark described the failure with {@code toString()}, which threw
+   * before the mark was kept: the claim's caller got that throw instead, and the mark was neither
+   * written nor retried, its future never completed (a poll's commit waiting for it) and its key
+   * PROCESSING under a lease renewed for as long as the executor ran.
+   */
+  @Test
+  void aMarkWhoseClaimFailsWithAnUnprintableExceptionIsKeptAndWrittenInTheBackground()
+      throws Exception {
+    IdempotentExecutor executor = executor(db.store(), Duration.ofMinutes(1));
+    Thread caller = Thread.currentThread();
+    AtomicInteger struck = new AtomicInteger();
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.BEFORE_SUCCESS_MARK
+              && Thread.currentThread() == caller
+              && struck.getAndIncrement() == 0) {
+            throw new IllegalStateException() {
+              private static final long serialVersionUID = 1L;
+
+              @Override
+              public String getMessage() {
+                throw new IllegalStateException("the pool's session is closed");
+              }
+
+              @Override
+              public String toString() {
+                throw new IllegalStateException("the pool's session is closed");
+              }
+            };
+          }
+        });
+    try {
+      // A mark left waiting 5 ms goes to the writer instead (see the first test): tried until the
+      // claim carried it and the fault struck there.
+      for (int tries = 0; tries < 10 && struck.get() == 0; tries++) {
+        DedupKey marked = DedupKey.of("payment", "unprintable-mark-" + tries);
+        DedupKey next = DedupKey.of("payment", "unprintable-next-" + tries);
+        CompletableFuture<Void> written =
+            executor.claim(marked, null, null).completeWithNextClaim();
+        Throwable thrown = catchThrowable(() -> executor.claim(next, null, null));
+        if (struck.get() == 0) {
+          written.get(10, TimeUnit.SECONDS);
+          continue;
+        }
+        assertThat(written)
+            .as("[what a poll's commit waits for] the carried SUCCESS's future")
+            .failsWithin(Duration.ofSeconds(10))
+            .withThrowableThat()
+            .withCauseInstanceOf(DedupStoreUnavailableException.class);
+        await()
+            .atMost(Duration.ofSeconds(10))
+            .alias("the carried SUCCESS written in the background")
+            .until(() -> status(marked.bizKey()) == DedupStatus.SUCCESS);
+        assertThat(thrown)
+            .as("what the claim's caller is told")
+            .isNotNull()
+            .satisfies(
+                e -> assertThat(e.getClass().getName()).contains("CompleteWithNextClaimTest"));
+      }
+    } finally {
+      FaultPoints.install(null);
+    }
+    assertThat(struck).as("the fault struck the claim carrying a mark").hasValueGreaterThan(0);
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .untilAsserted(() -> assertThat(executor.unrecordedOutcomes()).isEmpty());
   }
 }

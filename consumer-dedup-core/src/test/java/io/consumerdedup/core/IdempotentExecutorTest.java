@@ -4,6 +4,10 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
+import ch.qos.logback.classic.Level;
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.jdbc.JdbcDedupStore;
@@ -28,6 +32,7 @@ import java.util.function.Supplier;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.postgresql.ds.PGSimpleDataSource;
+import org.slf4j.LoggerFactory;
 
 /** The engine's behaviour as a caller sees it, on a real PostgreSQL. */
 class IdempotentExecutorTest {
@@ -671,6 +676,58 @@ class IdempotentExecutorTest {
     assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
+  /**
+   * As above, with an {@code Error} whose {@code getMessage()} throws: the writer's ERROR line
+   * about the listener threw as Logback read the message, and the writer then reported the written
+   * mark as a write that failed ("Writing SUCCESS marks failed unexpectedly; retrying in the
+   * background", naming what the message threw): an operator was sent looking for a database fault
+   * that never was.
+   */
+  @Test
+  void aListenerErrorThatCannotDescribeItselfIsLoggedAsTheListenersNotAsAFailedWrite()
+      throws Exception {
+    AtomicInteger told = new AtomicInteger();
+    DedupListener broken =
+        new DedupListener() {
+          @Override
+          public void completed(DedupKey key, int attempt, Duration handlerTime) {
+            told.incrementAndGet();
+            throw new AssertionError() {
+              private static final long serialVersionUID = 1L;
+
+              @Override
+              public String getMessage() {
+                throw new IllegalStateException("the metrics registry is closed");
+              }
+            };
+          }
+        };
+    IdempotentExecutor executor = executor(IdempotentExecutor.builder(db.store()).listener(broken));
+    DedupKey key = DedupKey.of("listener-unprintable", "ORD-1");
+    ListAppender<ILoggingEvent> logged = new ListAppender<>();
+    Logger writerLog = (Logger) LoggerFactory.getLogger("io.consumerdedup.core.internal");
+    logged.start();
+    writerLog.addAppender(logged);
+    try {
+      assertThat(executor.claim(key, null, "orders-0@1").completeAsync())
+          .as("the mark's future")
+          .succeedsWithin(Duration.ofSeconds(10));
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .until(() -> logged.list.stream().anyMatch(event -> event.getLevel() == Level.ERROR));
+    } finally {
+      writerLog.detachAppender(logged);
+    }
+
+    assertThat(told).as("the listener told of the SUCCESS, and threw").hasValue(1);
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(logged.list)
+        .filteredOn(event -> event.getLevel() == Level.ERROR)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .as("[the ERROR lines]")
+        .containsExactly("Settling written SUCCESS marks failed (the listener threw)");
+  }
+
   @Test
   void aListenerThatThrowsAnErrorForOneMarkDoesNotFailTheOthersWrittenWithIt() throws Exception {
     DedupListener broken =
@@ -931,6 +988,46 @@ class IdempotentExecutorTest {
                     .as("the struck mark, written in the background")
                     .isEqualTo(DedupStatus.SUCCESS));
     assertThat(executor.unrecordedOutcomes()).isEmpty();
+  }
+
+  /**
+   * As below, with a write that outlasts close()'s wait for the writer (a second, by default): the
+   * close gave up the marks of that write while it was on its way, their futures failed with {@link
+   * DedupExecutorClosedException} and each logged at ERROR as "not recorded", though the write then
+   * recorded them; a caller that waits for the mark before committing its record's offset (a poll's
+   * commit) held the record back for nothing. The writer settles the marks of its write itself,
+   * written or given up.
+   */
+  @Test
+  void aMarkBeingWrittenWhenTheExecutorClosesIsSettledByItsWriteNotGivenUp() throws Exception {
+    IdempotentExecutor executor = executor();
+    DedupKey key = DedupKey.of("closing-slow-write", "ORD-1");
+    CountDownLatch writing = new CountDownLatch(1);
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.BEFORE_SUCCESS_MARK
+              && Thread.currentThread().getName().equals("consumer-dedup-outcome-writer")) {
+            writing.countDown();
+            try {
+              Thread.sleep(2_000); // a database slow to take the write, within its timeouts
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+          }
+        });
+    CompletableFuture<Void> written;
+    try {
+      written = executor.claim(key, null, "orders-0@1").completeAsync();
+      assertThat(writing.await(10, TimeUnit.SECONDS)).as("the write under way").isTrue();
+      executor.close();
+    } finally {
+      FaultPoints.install(null);
+    }
+
+    assertThat(written)
+        .as("[what a poll's commit waits for] the mark written while the executor closed")
+        .succeedsWithin(Duration.ofSeconds(10));
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
   @Test

@@ -9,6 +9,7 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Supplier;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
 
@@ -25,6 +26,33 @@ class LeaseLostListenerErrorTest {
 
   @Test
   void aListenerErrorOnOneLostLeaseDoesNotLeaveThePollsOtherClaimsUnrenewed() throws Exception {
+    lostLeasesLeaveTheOtherClaimsRenewed(
+        "held", () -> new NoClassDefFoundError("io/metrics/Counter"));
+  }
+
+  /**
+   * As above, with an {@code Error} whose {@code getMessage()} throws (a metrics library's, say):
+   * the renewer's ERROR line about the listener (Logback reads the message in the log call) must
+   * not end the reading of the store's answer either.
+   */
+  @Test
+  void anUnprintableListenerErrorOnOneLostLeaseDoesNotLeaveThePollsOtherClaimsUnrenewed()
+      throws Exception {
+    lostLeasesLeaveTheOtherClaimsRenewed(
+        "held-unprintable",
+        () ->
+            new NoClassDefFoundError() {
+              private static final long serialVersionUID = 1L;
+
+              @Override
+              public String getMessage() {
+                throw new IllegalStateException("the metrics registry is closed");
+              }
+            });
+  }
+
+  private void lostLeasesLeaveTheOtherClaimsRenewed(String heldKey, Supplier<Error> thrown)
+      throws Exception {
     AtomicInteger told = new AtomicInteger();
     IdempotentExecutor executor =
         db.executor(
@@ -35,21 +63,22 @@ class LeaseLostListenerErrorTest {
                       @Override
                       public void leaseLost(DedupKey key, int attempt) {
                         told.incrementAndGet();
-                        throw new NoClassDefFoundError("io/metrics/Counter");
+                        throw thrown.get();
                       }
                     }));
     List<IdempotentExecutor.Delivery> poll = new ArrayList<>();
     for (int i = 0; i < 4; i++) {
       poll.add(
-          new IdempotentExecutor.Delivery(DedupKey.of("payment", "vanished-" + i), null, "p@" + i));
+          new IdempotentExecutor.Delivery(
+              DedupKey.of("payment", heldKey + "-vanished-" + i), null, "p@" + i));
     }
-    poll.add(new IdempotentExecutor.Delivery(DedupKey.of("payment", "held"), null, "p@4"));
+    poll.add(new IdempotentExecutor.Delivery(DedupKey.of("payment", heldKey), null, "p@4"));
     DedupClaims claims = executor.claimAll(poll);
     for (int i = 0; i < 5; i++) {
       assertThat(claims.get(i).isDuplicate()).isFalse();
     }
 
-    execute("DELETE FROM consumer_dedup WHERE biz_key LIKE 'vanished-%'");
+    execute("DELETE FROM consumer_dedup WHERE biz_key LIKE '" + heldKey + "-vanished-%'");
     // Longer than the lease: renewed every half second, the held claim's lease never lapsed.
     Thread.sleep(LEASE.toMillis() + 600);
 
@@ -58,7 +87,7 @@ class LeaseLostListenerErrorTest {
             "the held claim's lease lost, by its own process's reckoning (%s lost leases told)",
             told)
         .isFalse();
-    assertThat(db.store().find(DedupKey.of("payment", "held")).orElseThrow().isLeaseLive())
+    assertThat(db.store().find(DedupKey.of("payment", heldKey)).orElseThrow().isLeaseLive())
         .as("its lease live in the database")
         .isTrue();
     assertThat(told).as("lost leases told").hasValue(4);

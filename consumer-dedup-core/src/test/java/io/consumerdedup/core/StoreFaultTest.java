@@ -2,6 +2,7 @@ package io.consumerdedup.core;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
 
 import ch.qos.logback.classic.Logger;
 import ch.qos.logback.classic.spi.ILoggingEvent;
@@ -273,5 +274,78 @@ class StoreFaultTest {
       writer.detachAppender(logged);
       db.faulty().proxy().pass();
     }
+  }
+
+  /**
+   * A SUCCESS the database refused is written in the background once it answers, and the
+   * application's listener, told of it then, throws an {@code Error} whose {@code getMessage()}
+   * throws (a metrics library's). The retry reported the listener's throw as its own failure
+   * ("Retrying the SUCCESS of … failed", of a SUCCESS just recorded), and, since Logback read the
+   * message in that line, the line itself threw on the renewer's worker: nothing in the log said
+   * what the listener did.
+   */
+  @Test
+  void aListenerErrorOnASuccessWrittenInTheBackgroundIsLoggedAsTheListenersNotAsAFailedRetry() {
+    AtomicInteger told = new AtomicInteger();
+    DedupListener broken =
+        new DedupListener() {
+          @Override
+          public void completed(DedupKey key, int attempt, Duration handlerTime) {
+            told.incrementAndGet();
+            throw new AssertionError() {
+              private static final long serialVersionUID = 1L;
+
+              @Override
+              public String getMessage() {
+                throw new IllegalStateException("the metrics registry is closed");
+              }
+            };
+          }
+        };
+    IdempotentExecutor executor =
+        executor(
+            IdempotentExecutor.builder(db.faultyStore().build())
+                .lease(Duration.ofSeconds(30))
+                .listener(broken));
+    DedupKey key = DedupKey.of("payment", "listener-after-retry");
+    DedupClaim claim = executor.claim(key, null, "pay-0@5");
+    ListAppender<ILoggingEvent> logged = new ListAppender<>();
+    logged.start();
+    Logger internals = (Logger) LoggerFactory.getLogger("io.consumerdedup.core.internal");
+    internals.addAppender(logged);
+    try {
+      db.faulty().proxy().refuse();
+      try {
+        assertThatThrownBy(claim::complete)
+            .as("the SUCCESS not written yet, kept")
+            .isInstanceOf(DedupStoreUnavailableException.class);
+      } finally {
+        db.faulty().proxy().pass();
+      }
+      // What a user sees is the log, not the stack trace of a worker thread that ended.
+      await()
+          .atMost(Duration.ofSeconds(15))
+          .dontCatchUncaughtExceptions()
+          .until(() -> executor.unrecordedOutcomes().isEmpty() && told.get() > 0);
+      await()
+          .atMost(Duration.ofSeconds(5))
+          .dontCatchUncaughtExceptions()
+          .untilAsserted(
+              () ->
+                  assertThat(logged.list)
+                      .extracting(ILoggingEvent::getFormattedMessage)
+                      .as("[the log]")
+                      .anySatisfy(
+                          line -> assertThat(line).contains("pay-0@5").contains("DedupListener")));
+    } finally {
+      internals.detachAppender(logged);
+    }
+
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(told).as("the listener told of the SUCCESS, and threw").hasValue(1);
+    assertThat(logged.list)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .as("[the log]")
+        .noneSatisfy(line -> assertThat(line).contains("Retrying the SUCCESS"));
   }
 }

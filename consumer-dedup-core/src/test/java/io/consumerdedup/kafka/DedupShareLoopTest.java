@@ -268,6 +268,55 @@ class DedupShareLoopTest {
     assertThat(TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2))).hasSize(1);
   }
 
+  /**
+   * An application's processor (a decorator of the handler written in Kotlin, or with Lombok's
+   * {@code @SneakyThrows}) throws a checked exception its signature does not declare, once. The
+   * worker caught only runtime exceptions and Errors: its thread ended without an Error, and the
+   * loop went on renewing the poll's locks, deciding nothing and fetching nothing. It is a handler
+   * failure like any other: released, applied on the next delivery, and the next record applied.
+   */
+  @Test
+  void aProcessorThrowingAnUndeclaredCheckedExceptionHasItsRecordRetriedAndTheNextApplied()
+      throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    send("sneaky-1", "charge sneaky-1");
+    send("after-sneaky-1", "charge after-sneaky-1");
+    AtomicInteger thrown = new AtomicInteger();
+    Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
+    start(
+        Duration.ofMinutes(5),
+        record ->
+            applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet(),
+        b -> b.retryBackOff(Duration.ofMillis(100)),
+        record -> {
+          if (orderNo(record).equals("sneaky-1") && thrown.getAndIncrement() == 0) {
+            throw DedupShareLoopTest.<RuntimeException>undeclared(
+                new java.io.IOException("the audit log's disk is full"));
+          }
+        },
+        KafkaShareConsumer::new);
+
+    await()
+        .atMost(Duration.ofSeconds(20))
+        // What a user sees: records that are never applied, not a thread's stack trace.
+        .dontCatchUncaughtExceptions()
+        .untilAsserted(
+            () ->
+                assertThat(applied.keySet())
+                    .as("records applied after the undeclared exception (%s thrown)", thrown)
+                    .containsExactlyInAnyOrder("sneaky-1", "after-sneaky-1"));
+    assertThat(thrown).as("the processor's undeclared exception thrown").hasValueGreaterThan(0);
+    assertQueueEmpty();
+    assertThat(applied.get("sneaky-1")).hasValue(1);
+    assertThat(applied.get("after-sneaky-1")).hasValue(1);
+  }
+
+  /** Throws {@code checked} where the compiler takes it for a {@code T}. */
+  @SuppressWarnings("unchecked")
+  private static <T extends Throwable> T undeclared(Throwable checked) throws T {
+    throw (T) checked;
+  }
+
   @Test
   void aRecordWhoseAttemptsAreSpentIsNotRunAgainAfterARestartThatCameBeforeItsDeadLetter()
       throws Exception {

@@ -245,8 +245,10 @@ public final class LeaseRenewer implements AutoCloseable {
         }
       } catch (RuntimeException | Error e) {
         // Keep trying: the lease lasts several intervals, and one failed renewal is not a loss.
-        // An Error too: it ends this renewal, not the renewing.
-        log.warn("Could not renew the leases on {}; will retry", keys(), e);
+        // An Error too: it ends this renewal, not the renewing. A driver's or pool's failure whose
+        // getMessage() throws is printed through a stand-in, or the line threw and nothing said
+        // why the leases were not renewed.
+        log.warn("Could not renew the leases on {}; will retry", keys(), FailureTexts.loggable(e));
       } finally {
         inFlight.decrementAndGet();
       }
@@ -348,12 +350,14 @@ public final class LeaseRenewer implements AutoCloseable {
         // An Error of the application's listener (the composite one lets those through): thrown
         // on, it ended the reading of the store's answer at this key, so the other keys renewed by
         // the same call were not known to be, and after a lease their holders took their leases for
-        // lost (a poll's records claimed again, "in progress" by their own claims).
+        // lost (a poll's records claimed again, "in progress" by their own claims). Through a
+        // stand-in: Logback reads the message of what it prints, and one whose getMessage()
+        // throws (a metrics library's Error) threw out of this line just the same.
         log.error(
             "DedupListener threw on leaseLost for {} (attempt {}); ignored",
             claim.key(),
             claim.token(),
-            e);
+            FailureTexts.loggable(e));
       }
     }
 

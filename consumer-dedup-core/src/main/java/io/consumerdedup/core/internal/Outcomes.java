@@ -172,10 +172,13 @@ public final class Outcomes implements AutoCloseable {
    * written.
    */
   public void notWrittenWithClaim(PendingOutcome mark, RuntimeException e) {
+    // Described safely: a failure whose toString() throws (a closed pool session's) threw here,
+    // before the mark was kept, and its future never completed, its key PROCESSING under a lease
+    // renewed for as long as the executor ran.
     DedupStoreException failure =
         e instanceof DedupStoreException store
             ? store
-            : new DedupStoreException(e.toString(), mark.key, mark.source, e);
+            : new DedupStoreException(FailureTexts.describe(e), mark.key, mark.source, e);
     if (!pending.notWritten(List.of(mark), failure)) {
       return; // the executor is closed: said by notWritten
     }
@@ -183,7 +186,7 @@ public final class Outcomes implements AutoCloseable {
         "Handler for {} succeeded, but SUCCESS could not be recorded yet; keeping the lease and"
             + " retrying in the background: {}",
         DeliverySources.where(mark.key, mark.source),
-        e.getMessage());
+        FailureTexts.messageOf(e));
   }
 
   /**
@@ -266,8 +269,8 @@ public final class Outcomes implements AutoCloseable {
   @Override
   public void close() {
     pending.stopKeeping();
-    marks.close();
-    pending.giveUp();
+    // The marks of a write still on its way are that write's to settle.
+    pending.giveUp(marks.close());
   }
 
   /**

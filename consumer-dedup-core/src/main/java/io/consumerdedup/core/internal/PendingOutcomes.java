@@ -8,8 +8,10 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import java.time.Duration;
+import java.util.Collection;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.RejectedExecutionException;
 import org.jspecify.annotations.Nullable;
@@ -264,7 +266,17 @@ final class PendingOutcomes {
             e.getMessage());
       }
     } catch (RuntimeException | Error e) {
-      log.warn("Retrying the {} of {} failed", outcome.status(), outcome.key, e);
+      // The store's failures arrive as DedupStoreException: what else comes is the application's
+      // listener, told of the outcome once this write settled it. Logged as this retry's failure,
+      // it reported a SUCCESS just recorded as not written; and printed raw, an Error whose
+      // getMessage() throws threw out of the line, ending this worker without a word.
+      log.error(
+          "The {} of {} (attempt {}) is settled, but the DedupListener threw on hearing of it;"
+              + " ignored",
+          outcome.status(),
+          DeliverySources.where(outcome.key, outcome.source),
+          outcome.token,
+          FailureTexts.loggable(e));
     } finally {
       outcome.retrying.set(false);
     }
@@ -348,13 +360,17 @@ final class PendingOutcomes {
 
   /**
    * Gives up the outcomes still not recorded (logged at ERROR), their futures failed with {@link
-   * DedupExecutorClosedException}.
+   * DedupExecutorClosedException}, but for {@code beingWritten}: a write on its way settles those
+   * (written, or given up once it fails, as nothing keeps them any more).
    */
-  void giveUp() {
+  void giveUp(Collection<PendingOutcome> beingWritten) {
+    Set<PendingOutcome> leftToTheirWrite = Set.copyOf(beingWritten);
     pending.forEach(
         (key, outcome) -> {
-          outcome.cancelRetries();
-          giveUp(outcome, null);
+          if (!leftToTheirWrite.contains(outcome)) {
+            outcome.cancelRetries();
+            giveUp(outcome, null);
+          }
         });
     pending.clear();
   }

@@ -64,6 +64,9 @@ final class SuccessMarkWriter {
   private volatile boolean closed; // set under marks
   private boolean writing; // guarded by marks
 
+  /** The marks of the write on its way, while {@link #writing}. Guarded by marks. */
+  private List<PendingOutcome> beingWritten = List.of();
+
   /**
    * @param closeWait how long {@link #close()} waits for the writer thread to end
    */
@@ -123,20 +126,37 @@ final class SuccessMarkWriter {
     return thread;
   }
 
-  /** Hands {@code outcome} to the writer thread; once closed, writes it on the calling thread. */
+  /**
+   * Hands {@code outcome} to the writer thread; once closed, writes it on the calling thread. A
+   * mark the queue refuses (an OutOfMemoryError as it allocates) is kept for the background retry,
+   * its future failed as not written yet, as after a failed write: thrown to the caller, whose
+   * claim had ended, it was in no queue and nothing retried it, its key PROCESSING under a lease
+   * renewed for as long as the executor ran.
+   */
   void queue(PendingOutcome outcome) {
+    Throwable refused = null;
     synchronized (marks) {
       if (!closed) {
-        marks.add(outcome);
         try {
-          startWriterIfGone();
+          marks.add(outcome);
         } catch (RuntimeException | Error e) {
-          if (!sweepForAWriter(e)) {
-            throw e;
-          }
+          refused = e;
         }
-        return;
+        if (refused == null) {
+          try {
+            startWriterIfGone();
+          } catch (RuntimeException | Error e) {
+            if (!sweepForAWriter(e)) {
+              throw e;
+            }
+          }
+          return;
+        }
       }
+    }
+    if (refused != null) {
+      failedUnexpectedly(List.of(outcome), refused); // outside the lock: it tells the listener
+      return;
     }
     // Closed: no writer any more, so one write now, on the caller's thread, rather than none.
     writeMarks(List.of(outcome));
@@ -336,11 +356,12 @@ final class SuccessMarkWriter {
   }
 
   /**
-   * Queues {@code earlier}, whose place in {@link #parked} a newer mark of its thread took. If that
-   * throws, it cannot go back there: not queued, it is kept for the background retry (its future
-   * failed as not written yet, as after a failed write) rather than lost. Not thrown on either:
-   * {@link #park} goes on to schedule the sweep of the newer mark, which also starts a writer for
-   * one queued while none could start.
+   * Queues {@code earlier}, whose place in {@link #parked} a newer mark of its thread took. It
+   * cannot go back there: one the queue refuses is kept for the background retry by {@link #queue}
+   * (its future failed as not written yet, as after a failed write), and so is one that is not
+   * queued after anything else {@code queue} throws, rather than lost. Not thrown on either: {@link
+   * #park} goes on to schedule the sweep of the newer mark, which also starts a writer for one
+   * queued while none could start.
    */
   private void queueDisplaced(PendingOutcome earlier) {
     try {
@@ -396,6 +417,7 @@ final class SuccessMarkWriter {
         FaultPoints.reached(FaultPoints.Point.SUCCESS_MARKS_TAKEN);
         synchronized (marks) {
           writing = true;
+          beingWritten = group; // not changed until the write is over
           // close() may have woken this thread after take() had returned the marks: that
           // interrupt was for an idle writer, and left set it failed the write at once (a pool
           // that has to wait for a connection throws on it), so marks taken were given up, their
@@ -413,6 +435,7 @@ final class SuccessMarkWriter {
       } finally {
         synchronized (marks) {
           writing = false;
+          beingWritten = List.of();
         }
         group.clear();
       }
@@ -512,8 +535,12 @@ final class SuccessMarkWriter {
       }
     }
     if (failure != null) {
-      // Not the write's failure: the marks are written and settled, nothing is retried.
-      log.error("Settling written SUCCESS marks failed (the listener threw)", failure);
+      // Not the write's failure: the marks are written and settled, nothing is retried. Through a
+      // stand-in: an Error whose getMessage() throws threw out of this line, and the writer then
+      // reported the written marks as a failed write, "retrying in the background".
+      log.error(
+          "Settling written SUCCESS marks failed (the listener threw)",
+          FailureTexts.loggable(failure));
     }
   }
 
@@ -524,8 +551,13 @@ final class SuccessMarkWriter {
    * the marks still queued failed on it at once (a pool that has to wait for a connection throws on
    * it), so marks whose handlers had run were given up, their keys left PROCESSING and their
    * records delivered again, though the database was up.
+   *
+   * @return the marks of a write still on its way once the wait for the writer is over: that write
+   *     settles them (written, or given up if it fails), however long it takes. Given up by the
+   *     close instead, they were reported not recorded (their futures failed, an ERROR each) while
+   *     the write then recorded them, and a poll's commit held their records back for nothing.
    */
-  void close() {
+  List<PendingOutcome> close() {
     boolean interrupted = Thread.interrupted();
     try {
       Thread current;
@@ -547,6 +579,10 @@ final class SuccessMarkWriter {
           interrupted = true; // the flag is clear again for the write below
         }
       }
+      List<PendingOutcome> stillBeingWritten;
+      synchronized (marks) {
+        stillBeingWritten = writing ? List.copyOf(beingWritten) : List.of();
+      }
       List<PendingOutcome> queued = new ArrayList<>();
       marks.drainTo(queued);
       parked.forEach(
@@ -556,6 +592,7 @@ final class SuccessMarkWriter {
             }
           });
       writeMarks(queued);
+      return stillBeingWritten;
     } finally {
       if (interrupted) {
         Thread.currentThread().interrupt();

@@ -303,6 +303,41 @@ class ParkedMarksAfterASweepErrorTest {
   }
 
   /**
+   * A mark handed to the writer ({@code completeAsync}, as {@code Outcomes.completeLater} hands it:
+   * noted as on its way, then queued) that the queue refuses (an {@code OutOfMemoryError} as it
+   * allocates its node). The Error went to the caller, whose claim was ended already: the mark was
+   * in no queue and nothing retried it, its row PROCESSING under a lease renewed for as long as the
+   * executor ran (another consumer told "in progress" all along). It is kept for the background
+   * retry instead, its future failed as not written yet, as after a failed write.
+   */
+  @Test
+  void aMarkTheQueueRefusedAsItWasHandedToTheWriterIsWrittenInTheBackground() throws Exception {
+    startWriter(renewer::after, ParkedMarksAfterASweepErrorTest::writerThread);
+    PendingOutcome refused = successOf("refused-in-queue");
+    marksToRefuse.set(1);
+
+    CompletableFuture<Throwable> thrown =
+        onItsOwnThread(
+            () -> {
+              pending.add(refused);
+              marks.queue(refused);
+            });
+
+    assertThat(marksToRefuse).as("the queue refused the mark").hasValue(0);
+    await()
+        .atMost(WAIT)
+        .alias("the refused SUCCESS written without another mark or claim of its key")
+        .until(() -> status("refused-in-queue") == DedupStatus.SUCCESS);
+    assertThat(refused.written)
+        .as("the refused SUCCESS's future, failed as not written yet when it was kept")
+        .failsWithin(Duration.ZERO)
+        .withThrowableThat()
+        .withCauseInstanceOf(DedupStoreUnavailableException.class);
+    assertThat(thrown.get()).as("the mark kept, nothing thrown to the caller").isNull();
+    assertThat(pending.contains(refused.key)).as("still listed as on its way").isFalse();
+  }
+
+  /**
    * While no writer thread can start, every mark a handler queues meets the Error. Each one logged
    * it at ERROR with its stack trace: a consumer at a thousand records a second wrote a thousand
    * such lines a second, at the very moment the process was short of resources, for one cause that
