@@ -208,7 +208,15 @@ public final class IdempotentListenerInterceptor {
   private MethodInterceptor forMode(DedupMode mode) {
     return invocation -> {
       IdempotentListenerMethod listener = listenerOf(invocation).orElse(null);
-      if (listener == null || executors.modeOf(listener.overrides) != mode) {
+      if (listener == null) {
+        return invocation.proceed();
+      }
+      if (executors.modeOf(listener.overrides) != mode) {
+        if (mode == DedupMode.TRANSACTIONAL) {
+          // Within the transaction advice of a listener in mode SEPARATE, whose outcome is
+          // written outside it: its transaction's rollback is the call's failure.
+          ListenerOutcomes.watchListenersTransaction();
+        }
         return invocation.proceed();
       }
       return invoke(invocation, listener);
@@ -408,6 +416,7 @@ public final class IdempotentListenerInterceptor {
     // done: waiting for it would leave the claim open for good.
     ListenerShape.Returns returns = listener.shape.returns;
     CompletableFuture<?> future = null;
+    ListenerOutcomes.Pending outerCall = ListenerOutcomes.callStarts(pending);
     try {
       result = invocation.proceed();
       if (result != null && returns == ListenerShape.Returns.FUTURE) {
@@ -422,6 +431,8 @@ public final class IdempotentListenerInterceptor {
       pending.listenerFailed(error);
       settle(listener, record, pending, claim, source);
       throw attempts.toThrow(claim, error);
+    } finally {
+      ListenerOutcomes.callEnded(outerCall);
     }
     switch (future == null ? ListenerShape.Returns.VALUE : returns) {
       case FUTURE, MONO:

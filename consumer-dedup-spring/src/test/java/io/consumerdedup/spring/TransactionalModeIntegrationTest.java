@@ -40,6 +40,7 @@ import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
 import org.springframework.transaction.PlatformTransactionManager;
 import org.springframework.transaction.annotation.Transactional;
+import org.springframework.transaction.interceptor.TransactionAspectSupport;
 
 /**
  * {@code consumer-dedup.mode=TRANSACTIONAL}: the dedup row is written in the listener's own
@@ -68,7 +69,8 @@ class TransactionalModeIntegrationTest {
         "tx-none",
         "tx-separate-commit",
         "tx-swallows",
-        "tx-checked");
+        "tx-checked",
+        "tx-rollback-only");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -198,6 +200,32 @@ class TransactionalModeIntegrationTest {
         .hasValue(2);
     assertThat(store.find(DedupKey.of("checked", "CK-1")).orElseThrow().status())
         .isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void inModeSeparateAListenerWhoseTransactionRollsBackWithoutThrowingIsNotRecordedSucceeded()
+      throws Exception {
+    send(template, "tx-rollback-only", "credit 7", "order-no", "RO-1");
+
+    await().atMost(WAIT).until(() -> Switches.ledgerCalls.containsKey("RO-1"));
+    DedupRecord settled =
+        await()
+            .atMost(WAIT)
+            .until(
+                () -> store.find(DedupKey.of("rollback-only", "RO-1")).orElseThrow(),
+                record -> record.status() != DedupStatus.PROCESSING);
+    assertThat(effects("rollback-only", "RO-1"))
+        .as("the listener's write, rolled back with its transaction")
+        .isZero();
+    assertThat(settled.status())
+        .as("the key of the call whose transaction rolled back (%s)", settled)
+        .isEqualTo(DedupStatus.FAILED);
+    assertThat(settled.lastError()).hasValueSatisfying(e -> assertThat(e).contains("rolled back"));
+
+    // A later copy of the key (a producer's retry) applies it: it is not skipped as a duplicate.
+    send(template, "tx-rollback-only", "credit 7", "order-no", "RO-1");
+    await().atMost(WAIT).until(() -> effects("rollback-only", "RO-1") == 1);
+    assertThat(Switches.ledgerCalls.get("RO-1")).hasValue(2);
   }
 
   private static List<String> failuresOf(String record) {
@@ -390,6 +418,24 @@ class TransactionalModeIntegrationTest {
       effect("checked", orderNo, record.value());
       if (call == 1 && orderNo.equals("CK-1")) {
         throw new java.io.IOException("the statement file could not be written");
+      }
+    }
+
+    /**
+     * Mode SEPARATE: the first call for each order writes its effect, then marks its transaction
+     * rollback-only and returns normally, so that {@code @Transactional} rolls it back without an
+     * exception.
+     */
+    @Transactional
+    @Idempotent(bizType = "rollback-only", header = "order-no", mode = DedupMode.SEPARATE)
+    @KafkaListener(id = "tx-rollback-only", topics = "tx-rollback-only")
+    public void rollingBack(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      int call =
+          Switches.ledgerCalls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      effect("rollback-only", orderNo, record.value());
+      if (call == 1) {
+        TransactionAspectSupport.currentTransactionStatus().setRollbackOnly();
       }
     }
 
