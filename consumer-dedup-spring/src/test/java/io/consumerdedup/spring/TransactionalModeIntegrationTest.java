@@ -41,6 +41,8 @@ import org.springframework.test.context.DynamicPropertySource;
 import org.springframework.transaction.PlatformTransactionManager;
 import org.springframework.transaction.annotation.Transactional;
 import org.springframework.transaction.interceptor.TransactionAspectSupport;
+import org.springframework.transaction.support.TransactionSynchronization;
+import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
  * {@code consumer-dedup.mode=TRANSACTIONAL}: the dedup row is written in the listener's own
@@ -70,7 +72,8 @@ class TransactionalModeIntegrationTest {
         "tx-separate-commit",
         "tx-swallows",
         "tx-checked",
-        "tx-rollback-only");
+        "tx-rollback-only",
+        "tx-after-commit");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -228,6 +231,25 @@ class TransactionalModeIntegrationTest {
     assertThat(Switches.ledgerCalls.get("RO-1")).hasValue(2);
   }
 
+  @Test
+  void inModeSeparateAnAfterCommitHookThatThrowsInTheContainersTransactionStillSettlesTheKey()
+      throws Exception {
+    send(template, "tx-after-commit", "ship 3", "order-no", "AC-1");
+
+    await().atMost(WAIT).until(() -> Switches.hookFailures.get() == 1);
+    assertThat(effects("after-commit", "AC-1")).as("the effect, committed").isEqualTo(1);
+    await()
+        .atMost(Duration.ofSeconds(15))
+        .untilAsserted(
+            () ->
+                assertThat(store.find(DedupKey.of("after-commit", "AC-1")).orElseThrow().status())
+                    .as("the key of the record whose transaction committed")
+                    .isEqualTo(DedupStatus.SUCCESS));
+    await().atMost(WAIT).until(() -> outcomes("after-commit", "duplicate") >= 1);
+    assertThat(effects("after-commit", "AC-1")).as("applied once").isEqualTo(1);
+    assertThat(Switches.ledgerCalls.get("AC-1")).hasValue(1);
+  }
+
   private static List<String> failuresOf(String record) {
     return Switches.failures.stream().filter(failure -> failure.contains(record)).toList();
   }
@@ -246,6 +268,7 @@ class TransactionalModeIntegrationTest {
     static final CountDownLatch releaseSecondAttempt = new CountDownLatch(1);
     static final CyclicBarrier bothCopiesArrived = new CyclicBarrier(2);
     static final List<String> failures = new CopyOnWriteArrayList<>();
+    static final AtomicInteger hookFailures = new AtomicInteger();
   }
 
   @SpringBootConfiguration
@@ -436,6 +459,32 @@ class TransactionalModeIntegrationTest {
       effect("rollback-only", orderNo, record.value());
       if (call == 1) {
         TransactionAspectSupport.currentTransactionStatus().setRollbackOnly();
+      }
+    }
+
+    /**
+     * Mode SEPARATE in the container's database transaction: the first call registers a hook of its
+     * own after the commit (a notification, say), which throws.
+     */
+    @Idempotent(bizType = "after-commit", header = "order-no", mode = DedupMode.SEPARATE)
+    @KafkaListener(
+        id = "tx-after-commit",
+        topics = "tx-after-commit",
+        containerFactory = "transactedFactory")
+    public void withAnAfterCommitHook(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      int call =
+          Switches.ledgerCalls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      effect("after-commit", orderNo, record.value());
+      if (call == 1) {
+        TransactionSynchronizationManager.registerSynchronization(
+            new TransactionSynchronization() {
+              @Override
+              public void afterCommit() {
+                Switches.hookFailures.incrementAndGet();
+                throw new IllegalStateException("the notification after the commit failed");
+              }
+            });
       }
     }
 
