@@ -214,8 +214,14 @@ public final class IdempotentListenerInterceptor {
       if (executors.modeOf(listener.overrides) != mode) {
         if (mode == DedupMode.TRANSACTIONAL) {
           // Within the transaction advice of a listener in mode SEPARATE, whose outcome is
-          // written outside it: its transaction's rollback is the call's failure.
-          ListenerOutcomes.watchListenersTransaction();
+          // written outside it: its transaction's rollback is the call's failure, and its commit
+          // after the method returned is the call's success, whatever is thrown after it.
+          ListenerOutcomes.Pending call = ListenerOutcomes.watchListenersTransaction();
+          Object result = invocation.proceed();
+          if (call != null) {
+            call.returnedInItsTransaction();
+          }
+          return result;
         }
         return invocation.proceed();
       }
@@ -428,6 +434,14 @@ public final class IdempotentListenerInterceptor {
         future = MonoOutcomes.toFuture(result);
       }
     } catch (Throwable error) {
+      if (pending.committedAfterReturning()) {
+        // Thrown past the commit of the listener's own transaction (an afterCommit hook of the
+        // application's): its effects are committed, so it is SUCCESS, and the retry the failure
+        // brings is a duplicate. Recorded FAILED, the retry applied them a second time.
+        pending.listenerSucceeded();
+        settle(listener, record, pending, claim, source);
+        throw error;
+      }
       pending.listenerFailed(error);
       settle(listener, record, pending, claim, source);
       throw attempts.toThrow(claim, error);

@@ -73,7 +73,8 @@ class TransactionalModeIntegrationTest {
         "tx-swallows",
         "tx-checked",
         "tx-rollback-only",
-        "tx-after-commit");
+        "tx-after-commit",
+        "tx-after-commit-own");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -250,6 +251,30 @@ class TransactionalModeIntegrationTest {
     assertThat(Switches.ledgerCalls.get("AC-1")).hasValue(1);
   }
 
+  @Test
+  void inModeSeparateAnAfterCommitHookThatThrowsInTheListenersTransactionIsNotAppliedTwice()
+      throws Exception {
+    send(template, "tx-after-commit-own", "ship 4", "order-no", "ACO-1");
+
+    await().atMost(WAIT).until(() -> Switches.ownTransactionHookFailures.get() == 1);
+    // The error handler's retry of the failure the hook threw: a duplicate, or a second call.
+    await()
+        .atMost(WAIT)
+        .until(
+            () ->
+                outcomes("after-commit-own", "duplicate") >= 1
+                    || Switches.ledgerCalls.get("ACO-1").get() >= 2);
+    assertThat(effects("after-commit-own", "ACO-1"))
+        .as("the effect committed by the call whose afterCommit hook threw, then the retry")
+        .isEqualTo(1);
+    assertThat(Switches.ledgerCalls.get("ACO-1")).hasValue(1);
+    await()
+        .atMost(WAIT)
+        .until(
+            () -> store.find(DedupKey.of("after-commit-own", "ACO-1")).orElseThrow().status(),
+            status -> status == DedupStatus.SUCCESS);
+  }
+
   private static List<String> failuresOf(String record) {
     return Switches.failures.stream().filter(failure -> failure.contains(record)).toList();
   }
@@ -269,6 +294,7 @@ class TransactionalModeIntegrationTest {
     static final CyclicBarrier bothCopiesArrived = new CyclicBarrier(2);
     static final List<String> failures = new CopyOnWriteArrayList<>();
     static final AtomicInteger hookFailures = new AtomicInteger();
+    static final AtomicInteger ownTransactionHookFailures = new AtomicInteger();
   }
 
   @SpringBootConfiguration
@@ -482,6 +508,30 @@ class TransactionalModeIntegrationTest {
               @Override
               public void afterCommit() {
                 Switches.hookFailures.incrementAndGet();
+                throw new IllegalStateException("the notification after the commit failed");
+              }
+            });
+      }
+    }
+
+    /**
+     * Mode SEPARATE in a transaction of its own: the first call registers a hook after the commit,
+     * which throws; Spring passes that on to the caller of the committed method.
+     */
+    @Transactional
+    @Idempotent(bizType = "after-commit-own", header = "order-no", mode = DedupMode.SEPARATE)
+    @KafkaListener(id = "tx-after-commit-own", topics = "tx-after-commit-own")
+    public void withAnAfterCommitHookOfItsTransaction(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      int call =
+          Switches.ledgerCalls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      effect("after-commit-own", orderNo, record.value());
+      if (call == 1) {
+        TransactionSynchronizationManager.registerSynchronization(
+            new TransactionSynchronization() {
+              @Override
+              public void afterCommit() {
+                Switches.ownTransactionHookFailures.incrementAndGet();
                 throw new IllegalStateException("the notification after the commit failed");
               }
             });

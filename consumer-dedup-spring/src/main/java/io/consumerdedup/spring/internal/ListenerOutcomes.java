@@ -49,6 +49,8 @@ public final class ListenerOutcomes {
     private @Nullable SuccessMarks marks;
     private @Nullable String source;
     private @Nullable IdempotentExecutor executor;
+    private boolean returnedInItsTransaction;
+    private boolean committedAfterReturning;
 
     private Pending(ConsumerRecord<?, ?> record, DedupClaim claim, AttemptLimit attempts) {
       this.record = record;
@@ -77,6 +79,24 @@ public final class ListenerOutcomes {
       returnedOutsideTransaction =
           !TransactionSynchronizationManager.isSynchronizationActive()
               && TransactionSynchronizationManager.getResourceMap().isEmpty();
+    }
+
+    /**
+     * The listener method returned normally within the transaction {@link
+     * #watchListenersTransaction} watches, which has yet to commit.
+     */
+    public void returnedInItsTransaction() {
+      returnedInItsTransaction = true;
+    }
+
+    /**
+     * Whether the listener method returned normally and the transaction of its own that {@link
+     * #watchListenersTransaction} watched then committed: what the call threw after that came from
+     * past the commit (a synchronization's {@code afterCommit}, which Spring passes on to the
+     * caller), with the listener's effects committed.
+     */
+    public boolean committedAfterReturning() {
+      return committedAfterReturning;
     }
 
     /** The listener threw. */
@@ -296,17 +316,19 @@ public final class ListenerOutcomes {
    * transaction, the call looked like a success, and SUCCESS was recorded for work that was undone:
    * a later copy of the key was skipped as a duplicate and never applied.
    */
-  public static void watchListenersTransaction() {
+  public static @Nullable Pending watchListenersTransaction() {
     Pending pending = CALLING.get();
     if (pending == null || !TransactionSynchronizationManager.isSynchronizationActive()) {
-      return;
+      return null;
     }
     CALLING.remove(); // once per call: a method the listener calls is not its transaction
     TransactionSynchronizationManager.registerSynchronization(
         new TransactionSynchronization() {
           @Override
           public void afterCompletion(int status) {
-            if (status != STATUS_COMMITTED) {
+            if (status == STATUS_COMMITTED && pending.returnedInItsTransaction) {
+              pending.committedAfterReturning = true;
+            } else if (status != STATUS_COMMITTED) {
               pending.rolledBack(
                   new IllegalStateException(
                       status == STATUS_ROLLED_BACK
@@ -315,6 +337,7 @@ public final class ListenerOutcomes {
             }
           }
         });
+    return pending;
   }
 
   /** Settles {@code pending}, whose transaction committed. */
