@@ -15,6 +15,7 @@ import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
+import io.consumerdedup.spring.internal.OwnTransactionWatch;
 import io.consumerdedup.spring.internal.PollAwareConsumer;
 import java.lang.reflect.Method;
 import java.time.Duration;
@@ -214,12 +215,11 @@ public final class IdempotentListenerInterceptor {
       if (executors.modeOf(listener.overrides) != mode) {
         if (mode == DedupMode.TRANSACTIONAL) {
           // Within the transaction advice of a listener in mode SEPARATE, whose outcome is
-          // written outside it: its transaction's rollback is the call's failure, and its commit
-          // after the method returned is the call's success, whatever is thrown after it.
-          ListenerOutcomes.Pending call = ListenerOutcomes.watchListenersTransaction();
+          // written outside it: how its transaction ended decides the outcome.
+          OwnTransactionWatch watch = OwnTransactionWatch.watchCurrentTransaction();
           Object result = invocation.proceed();
-          if (call != null) {
-            call.returnedInItsTransaction();
+          if (watch != null) {
+            watch.methodReturned();
           }
           return result;
         }
@@ -422,9 +422,13 @@ public final class IdempotentListenerInterceptor {
     // done: waiting for it would leave the claim open for good.
     ListenerShape.Returns returns = listener.shape.returns;
     CompletableFuture<?> future = null;
-    ListenerOutcomes.Pending outerCall = ListenerOutcomes.callStarts(pending);
+    OwnTransactionWatch ownTransaction = OwnTransactionWatch.callStarts();
     try {
       result = invocation.proceed();
+      Throwable undone = ownTransaction.rollback();
+      if (undone != null) {
+        pending.rolledBack(undone);
+      }
       if (result != null && returns == ListenerShape.Returns.FUTURE) {
         future = ((CompletionStage<?>) result).toCompletableFuture();
       } else if (result != null && returns == ListenerShape.Returns.MONO) {
@@ -434,7 +438,7 @@ public final class IdempotentListenerInterceptor {
         future = MonoOutcomes.toFuture(result);
       }
     } catch (Throwable error) {
-      if (pending.committedAfterReturning()) {
+      if (ownTransaction.committedAfterReturning()) {
         // Thrown past the commit of the listener's own transaction (an afterCommit hook of the
         // application's): its effects are committed, so it is SUCCESS, and the retry the failure
         // brings is a duplicate. Recorded FAILED, the retry applied them a second time.
@@ -446,7 +450,7 @@ public final class IdempotentListenerInterceptor {
       settle(listener, record, pending, claim, source);
       throw attempts.toThrow(claim, error);
     } finally {
-      ListenerOutcomes.callEnded(outerCall);
+      ownTransaction.callEnded();
     }
     switch (future == null ? ListenerShape.Returns.VALUE : returns) {
       case FUTURE, MONO:

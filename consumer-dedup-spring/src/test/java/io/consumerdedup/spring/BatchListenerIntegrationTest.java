@@ -50,6 +50,8 @@ import org.springframework.messaging.Message;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.transaction.annotation.Transactional;
+import org.springframework.transaction.interceptor.TransactionAspectSupport;
 
 /**
  * {@code @Idempotent} batch listeners in a Spring Boot application with the application's own
@@ -84,7 +86,8 @@ class BatchListenerIntegrationTest {
         "bt-records",
         "bt-nack",
         "bt-progress",
-        "bt-ackfail");
+        "bt-ackfail",
+        "bt-rollback-only");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -392,6 +395,30 @@ class BatchListenerIntegrationTest {
     }
   }
 
+  @Test
+  void aTransactionalBatchThatRollsBackWithoutThrowingIsNotRecordedSucceeded() throws Exception {
+    send(template, "bt-rollback-only", "credit 2", "order-no", "RB-1");
+
+    await().atMost(WAIT).until(() -> Switches.calls.containsKey("RB-1"));
+    DedupRecord settled =
+        await()
+            .atMost(WAIT)
+            .until(
+                () -> store.find(DedupKey.of("rollback-only", "RB-1")).orElseThrow(),
+                record -> record.status() != DedupStatus.PROCESSING);
+    assertThat(effects("rollback-only", "RB-1"))
+        .as("the batch's write, rolled back with its transaction")
+        .isZero();
+    assertThat(settled.status())
+        .as("the key of the batch whose transaction rolled back (%s)", settled)
+        .isEqualTo(DedupStatus.FAILED);
+
+    // A later copy of the key (a producer's retry) applies it: it is not skipped as a duplicate.
+    send(template, "bt-rollback-only", "credit 2", "order-no", "RB-1");
+    await().atMost(WAIT).until(() -> effects("rollback-only", "RB-1") == 1);
+    assertThat(Switches.calls.get("RB-1")).hasValue(2);
+  }
+
   /**
    * Sends {@code batch} while the listener of {@code topic} is stopped, then starts it: its new
    * consumer fetches them together (a paused one may still hand over a fetch already under way).
@@ -483,6 +510,21 @@ class BatchListenerIntegrationTest {
 
     private static List<String> keys(List<ConsumerRecord<String, String>> records) {
       return records.stream().map(record -> header(record, "order-no")).toList();
+    }
+
+    /**
+     * The first batch writes its effects, then marks its transaction rollback-only and returns, so
+     * that {@code @Transactional} rolls it back without an exception.
+     */
+    @Transactional
+    @Idempotent(bizType = "rollback-only", header = "order-no")
+    @KafkaListener(id = "bt-rollback-only", topics = "bt-rollback-only", batch = "true")
+    public void onRollbackOnly(List<ConsumerRecord<String, String>> records) {
+      Switches.seen("bt-rollback-only", keys(records));
+      records.forEach(r -> effect("rollback-only", header(r, "order-no"), r.value()));
+      if (Switches.calls.get("RB-1").get() == 1) {
+        TransactionAspectSupport.currentTransactionStatus().setRollbackOnly();
+      }
     }
 
     @Idempotent(bizType = "dups", header = "order-no")

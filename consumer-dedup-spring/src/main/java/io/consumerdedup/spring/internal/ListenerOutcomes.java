@@ -32,9 +32,6 @@ public final class ListenerOutcomes {
   private static final Logger log = LoggerFactory.getLogger(ListenerOutcomes.class);
   private static final ThreadLocal<@Nullable Pending> PENDING = new ThreadLocal<>();
 
-  /** The claim of the listener call under way on this thread, until its transaction is watched. */
-  private static final ThreadLocal<@Nullable Pending> CALLING = new ThreadLocal<>();
-
   private ListenerOutcomes() {}
 
   /** A claim held for one record, with what became of its listener and transaction. */
@@ -49,8 +46,6 @@ public final class ListenerOutcomes {
     private @Nullable SuccessMarks marks;
     private @Nullable String source;
     private @Nullable IdempotentExecutor executor;
-    private boolean returnedInItsTransaction;
-    private boolean committedAfterReturning;
 
     private Pending(ConsumerRecord<?, ?> record, DedupClaim claim, AttemptLimit attempts) {
       this.record = record;
@@ -79,24 +74,6 @@ public final class ListenerOutcomes {
       returnedOutsideTransaction =
           !TransactionSynchronizationManager.isSynchronizationActive()
               && TransactionSynchronizationManager.getResourceMap().isEmpty();
-    }
-
-    /**
-     * The listener method returned normally within the transaction {@link
-     * #watchListenersTransaction} watches, which has yet to commit.
-     */
-    public void returnedInItsTransaction() {
-      returnedInItsTransaction = true;
-    }
-
-    /**
-     * Whether the listener method returned normally and the transaction of its own that {@link
-     * #watchListenersTransaction} watched then committed: what the call threw after that came from
-     * past the commit (a synchronization's {@code afterCommit}, which Spring passes on to the
-     * caller), with the listener's effects committed.
-     */
-    public boolean committedAfterReturning() {
-      return committedAfterReturning;
     }
 
     /** The listener threw. */
@@ -284,60 +261,6 @@ public final class ListenerOutcomes {
     if (poll != null) {
       poll.marks().rolledBack(record);
     }
-  }
-
-  /**
-   * The listener of {@code pending} is about to be called on this thread: a transaction it opens
-   * (its {@code @Transactional}) is watched from within ({@link #watchListenersTransaction}).
-   *
-   * @return what to hand to {@link #callEnded} once the call returns or throws
-   */
-  public static @Nullable Pending callStarts(Pending pending) {
-    Pending previous = CALLING.get();
-    CALLING.set(pending);
-    return previous;
-  }
-
-  /** The call {@link #callStarts} announced ended; {@code previous} is what it returned. */
-  public static void callEnded(@Nullable Pending previous) {
-    if (previous == null) {
-      CALLING.remove();
-    } else {
-      CALLING.set(previous);
-    }
-  }
-
-  /**
-   * Called within the transaction advice of the listener whose call {@link #callStarts} announced:
-   * a rollback of the transaction on this thread is its failure. A transaction that rolls back
-   * without an exception (marked rollback-only, {@code
-   * TransactionAspectSupport.currentTransactionStatus().setRollbackOnly()}) returns normally from
-   * its {@code @Transactional} method; in mode SEPARATE, whose outcome is written outside that
-   * transaction, the call looked like a success, and SUCCESS was recorded for work that was undone:
-   * a later copy of the key was skipped as a duplicate and never applied.
-   */
-  public static @Nullable Pending watchListenersTransaction() {
-    Pending pending = CALLING.get();
-    if (pending == null || !TransactionSynchronizationManager.isSynchronizationActive()) {
-      return null;
-    }
-    CALLING.remove(); // once per call: a method the listener calls is not its transaction
-    TransactionSynchronizationManager.registerSynchronization(
-        new TransactionSynchronization() {
-          @Override
-          public void afterCompletion(int status) {
-            if (status == STATUS_COMMITTED && pending.returnedInItsTransaction) {
-              pending.committedAfterReturning = true;
-            } else if (status != STATUS_COMMITTED) {
-              pending.rolledBack(
-                  new IllegalStateException(
-                      status == STATUS_ROLLED_BACK
-                          ? "transaction rolled back"
-                          : "transaction outcome unknown"));
-            }
-          }
-        });
-    return pending;
   }
 
   /** Settles {@code pending}, whose transaction committed. */
