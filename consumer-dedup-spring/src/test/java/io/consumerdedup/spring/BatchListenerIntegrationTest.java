@@ -52,6 +52,8 @@ import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
 import org.springframework.transaction.annotation.Transactional;
 import org.springframework.transaction.interceptor.TransactionAspectSupport;
+import org.springframework.transaction.support.TransactionSynchronization;
+import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
  * {@code @Idempotent} batch listeners in a Spring Boot application with the application's own
@@ -87,7 +89,8 @@ class BatchListenerIntegrationTest {
         "bt-nack",
         "bt-progress",
         "bt-ackfail",
-        "bt-rollback-only");
+        "bt-rollback-only",
+        "bt-after-commit");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -419,6 +422,25 @@ class BatchListenerIntegrationTest {
     assertThat(Switches.calls.get("RB-1")).hasValue(2);
   }
 
+  @Test
+  void aTransactionalBatchWhoseAfterCommitHookThrowsIsNotAppliedAgainByTheRetry() throws Exception {
+    send(template, "bt-after-commit", "ship 1", "order-no", "BAC-1");
+
+    await().atMost(WAIT).until(() -> Switches.hookFailures.get() == 1);
+    // The error handler's retry of the failure the hook threw: a duplicate, or a second call.
+    await()
+        .atMost(WAIT)
+        .until(
+            () ->
+                outcomes("after-commit", "duplicate") >= 1
+                    || Switches.calls.get("BAC-1").get() >= 2);
+    assertThat(effects("after-commit", "BAC-1"))
+        .as("the effect committed by the batch whose afterCommit hook threw, then the retry")
+        .isEqualTo(1);
+    assertThat(store.find(DedupKey.of("after-commit", "BAC-1")).orElseThrow().status())
+        .isEqualTo(DedupStatus.SUCCESS);
+  }
+
   /**
    * Sends {@code batch} while the listener of {@code topic} is stopped, then starts it: its new
    * consumer fetches them together (a paused one may still hand over a fetch already under way).
@@ -491,6 +513,9 @@ class BatchListenerIntegrationTest {
 
     static final CountDownLatch progressGo = new CountDownLatch(1);
 
+    /** bt-after-commit: how often the hook after its first batch's commit threw. */
+    static final AtomicInteger hookFailures = new AtomicInteger();
+
     static void seen(String topic, List<String> keys) {
       batches.computeIfAbsent(topic, t -> new CopyOnWriteArrayList<>()).add(keys);
       keys.forEach(key -> calls.computeIfAbsent(key, k -> new AtomicInteger()).incrementAndGet());
@@ -524,6 +549,25 @@ class BatchListenerIntegrationTest {
       records.forEach(r -> effect("rollback-only", header(r, "order-no"), r.value()));
       if (Switches.calls.get("RB-1").get() == 1) {
         TransactionAspectSupport.currentTransactionStatus().setRollbackOnly();
+      }
+    }
+
+    /** The first batch registers a hook after its commit (a notification, say), which throws. */
+    @Transactional
+    @Idempotent(bizType = "after-commit", header = "order-no")
+    @KafkaListener(id = "bt-after-commit", topics = "bt-after-commit", batch = "true")
+    public void onAfterCommit(List<ConsumerRecord<String, String>> records) {
+      Switches.seen("bt-after-commit", keys(records));
+      records.forEach(r -> effect("after-commit", header(r, "order-no"), r.value()));
+      if (Switches.calls.get("BAC-1").get() == 1) {
+        TransactionSynchronizationManager.registerSynchronization(
+            new TransactionSynchronization() {
+              @Override
+              public void afterCommit() {
+                Switches.hookFailures.incrementAndGet();
+                throw new IllegalStateException("the notification after the commit failed");
+              }
+            });
       }
     }
 
