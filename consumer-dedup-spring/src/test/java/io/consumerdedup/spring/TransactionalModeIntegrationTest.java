@@ -4,6 +4,7 @@ import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
@@ -74,7 +75,8 @@ class TransactionalModeIntegrationTest {
         "tx-checked",
         "tx-rollback-only",
         "tx-after-commit",
-        "tx-after-commit-own");
+        "tx-after-commit-own",
+        "tx-read-only");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -273,6 +275,20 @@ class TransactionalModeIntegrationTest {
         .until(
             () -> store.find(DedupKey.of("after-commit-own", "ACO-1")).orElseThrow().status(),
             status -> status == DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void transactionalModeInAReadOnlyTransactionHoldsTheRecordNamingTheListener() throws Exception {
+    send(template, "tx-read-only", "anything", "order-no", "RO-TX-1");
+
+    // Held and tried again (never applied, never skipped) until it is fixed.
+    await().atMost(WAIT).until(() -> failuresOf("tx-read-only-0@0").size() >= 2);
+    assertThat(failuresOf("tx-read-only-0@0").get(0))
+        .contains(DedupConfigurationException.class.getName())
+        .contains("TransactionalModeIntegrationTest$TxListeners#readOnly")
+        .contains("read-only");
+    assertThat(Switches.ledgerCalls).doesNotContainKey("RO-TX-1");
+    assertThat(store.find(DedupKey.of("read-only", "RO-TX-1"))).isEmpty();
   }
 
   private static List<String> failuresOf(String record) {
@@ -536,6 +552,17 @@ class TransactionalModeIntegrationTest {
               }
             });
       }
+    }
+
+    /** Read-only, as a class-level {@code @Transactional(readOnly = true)} makes every method. */
+    @Transactional(readOnly = true)
+    @Idempotent(bizType = "read-only", header = "order-no")
+    @KafkaListener(id = "tx-read-only", topics = "tx-read-only")
+    public void readOnly(ConsumerRecord<String, String> record) {
+      Switches.ledgerCalls
+          .computeIfAbsent(
+              SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
+          .incrementAndGet();
     }
 
     @Idempotent(bizType = "none", header = "order-no")
