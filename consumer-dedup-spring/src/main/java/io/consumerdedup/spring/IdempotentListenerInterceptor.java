@@ -8,7 +8,9 @@ import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyConflictException;
 import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import io.consumerdedup.spring.internal.AttemptLimit;
@@ -38,6 +40,7 @@ import org.springframework.aop.support.AopUtils;
 import org.springframework.beans.factory.BeanFactory;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaUtils;
+import org.springframework.transaction.CannotCreateTransactionException;
 import org.springframework.transaction.support.TransactionSynchronization;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 
@@ -223,10 +226,43 @@ public final class IdempotentListenerInterceptor {
           }
           return result;
         }
-        return invocation.proceed();
+        return invokeOutsideTransaction(invocation, listener);
+      }
+      if (mode == DedupMode.TRANSACTIONAL) {
+        OwnTransactionWatch.reached();
       }
       return invoke(invocation, listener);
     };
+  }
+
+  /**
+   * Calls a listener in mode TRANSACTIONAL from outside its transaction advice: a transaction that
+   * cannot be opened (the database down, no pool connection in time) is the claim's failure to
+   * reach the dedup table, which is made in it. Passed on as it came, it was the listener's
+   * failure: the error handler's tries (ten without back-off, by default) were spent within seconds
+   * and the record skipped, never applied.
+   */
+  private @Nullable Object invokeOutsideTransaction(
+      MethodInvocation invocation, IdempotentListenerMethod listener) throws Throwable {
+    OwnTransactionWatch watch = OwnTransactionWatch.callStarts();
+    try {
+      return invocation.proceed();
+    } catch (CannotCreateTransactionException e) {
+      if (watch.reachedWithinTransaction()) {
+        throw e;
+      }
+      throw new DedupStoreUnavailableException(
+          "The transaction of listener "
+              + listener
+              + ", in which its claim is made (mode TRANSACTIONAL), could not be opened: "
+              + FailureTexts.describe(e)
+              + "; the record waits until it can",
+          null,
+          null,
+          e);
+    } finally {
+      watch.callEnded();
+    }
   }
 
   private @Nullable Object invoke(MethodInvocation invocation, IdempotentListenerMethod listener)

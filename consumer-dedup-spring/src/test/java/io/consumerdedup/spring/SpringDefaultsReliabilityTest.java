@@ -7,6 +7,7 @@ import static org.awaitility.Awaitility.await;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.ChildClaimer;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
@@ -37,6 +38,7 @@ import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.transaction.annotation.Transactional;
 
 /**
  * The faults that used to lose records under the Spring Boot defaults (no error handler bean: the
@@ -62,7 +64,14 @@ class SpringDefaultsReliabilityTest {
     proxy = TcpProxy.forPostgres();
     schema =
         SpringTestEnvironment.prepare(
-            registry, "spring_rel", proxy::rewrite, 2, "rel-held", "rel-outage", "rel-error");
+            registry,
+            "spring_rel",
+            proxy::rewrite,
+            2,
+            "rel-held",
+            "rel-outage",
+            "rel-error",
+            "rel-tx-outage");
     direct = TestDatabase.dataSource(schema, 2);
   }
 
@@ -155,6 +164,36 @@ class SpringDefaultsReliabilityTest {
   }
 
   @Test
+  void aTransactionalModeRecordWhoseTransactionCannotOpenDuringAnOutageIsHeldNotSkipped()
+      throws Exception {
+    long before = committed("rel-tx-outage", 0);
+    proxy.refuse();
+    long refusedAt = System.nanoTime();
+    long offset;
+    try {
+      offset = send("rel-tx-outage", 0, "charge 5", "TX-OUTAGE-1");
+      assertThatThrownBy(() -> DriverManager.getConnection(proxy.rewrite(TestDatabase.url(schema))))
+          .isInstanceOf(SQLException.class)
+          .hasMessageContaining("refused");
+      // Longer than the ten tries of the default error handler, each a second's wait for a
+      // connection to open the listener's transaction.
+      Thread.sleep(16_000);
+      assertThat(effects("TX-OUTAGE-1")).isZero();
+      assertThat(committed("rel-tx-outage", 0))
+          .as("the committed offset, during the outage, of the record at %d", offset)
+          .isLessThanOrEqualTo(Math.max(before, offset));
+    } finally {
+      long left = Duration.ofSeconds(16).toNanos() - (System.nanoTime() - refusedAt);
+      Thread.sleep(Math.max(0, left / 1_000_000));
+      proxy.pass();
+    }
+
+    await().atMost(Duration.ofSeconds(60)).until(() -> effects("TX-OUTAGE-1") == 1);
+    assertThat(Outages.listenerCalls.get("TX-OUTAGE-1")).hasValue(1);
+    await().atMost(Duration.ofSeconds(15)).until(() -> committed("rel-tx-outage", 0) == offset + 1);
+  }
+
+  @Test
   void aListenerThatThrowsAnErrorLeavesItsKeyFailedNotProcessing() throws Exception {
     send("rel-error", 0, "charge 1", "ERROR-1");
 
@@ -227,6 +266,17 @@ class SpringDefaultsReliabilityTest {
     @Idempotent(bizType = "outage", header = "order-no")
     @KafkaListener(id = "rel-outage", topics = "rel-outage")
     public void chargeDuringOutage(ConsumerRecord<String, String> record) {
+      Outages.listenerCalls
+          .computeIfAbsent(
+              SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
+          .incrementAndGet();
+      effect(record);
+    }
+
+    @Transactional
+    @Idempotent(bizType = "tx-outage", header = "order-no", mode = DedupMode.TRANSACTIONAL)
+    @KafkaListener(id = "rel-tx-outage", topics = "rel-tx-outage")
+    public void chargeInItsTransaction(ConsumerRecord<String, String> record) {
       Outages.listenerCalls
           .computeIfAbsent(
               SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())

@@ -27,6 +27,7 @@ public final class OwnTransactionWatch {
   private static final ThreadLocal<@Nullable OwnTransactionWatch> CALLING = new ThreadLocal<>();
 
   private final @Nullable OwnTransactionWatch enclosing;
+  private boolean reached;
   private boolean returned;
   private boolean committedAfterReturning;
   private @Nullable Throwable rollback;
@@ -59,11 +60,10 @@ public final class OwnTransactionWatch {
    *     no call awaits one, or no transaction synchronizes on this thread
    */
   public static @Nullable OwnTransactionWatch watchCurrentTransaction() {
-    OwnTransactionWatch watch = CALLING.get();
+    OwnTransactionWatch watch = reached();
     if (watch == null || !TransactionSynchronizationManager.isSynchronizationActive()) {
       return null;
     }
-    CALLING.remove(); // once per call: what the method calls in turn is not its transaction
     TransactionSynchronizationManager.registerSynchronization(
         new TransactionSynchronization() {
           @Override
@@ -80,6 +80,30 @@ public final class OwnTransactionWatch {
           }
         });
     return watch;
+  }
+
+  /**
+   * Called within the transaction advice of the listener method whose call {@link #callStarts}
+   * announced: its transaction is open.
+   *
+   * @return the watch of the call, null if none awaits it
+   */
+  public static @Nullable OwnTransactionWatch reached() {
+    OwnTransactionWatch watch = CALLING.get();
+    if (watch == null) {
+      return null;
+    }
+    CALLING.remove(); // once per call: what the method calls in turn is not its transaction
+    watch.reached = true;
+    return watch;
+  }
+
+  /**
+   * Whether the call got past its transaction advice: false when that advice threw first, as when
+   * the transaction could not be opened.
+   */
+  public boolean reachedWithinTransaction() {
+    return reached;
   }
 
   /** The listener method returned normally, within the transaction watched. */
