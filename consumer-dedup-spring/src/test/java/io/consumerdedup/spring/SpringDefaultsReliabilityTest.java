@@ -30,14 +30,18 @@ import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.kafka.autoconfigure.ConcurrentKafkaListenerContainerFactoryConfigurer;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.ConcurrentKafkaListenerContainerFactory;
+import org.springframework.kafka.core.ConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.transaction.PlatformTransactionManager;
 import org.springframework.transaction.annotation.Transactional;
 
 /**
@@ -71,7 +75,8 @@ class SpringDefaultsReliabilityTest {
             "rel-held",
             "rel-outage",
             "rel-error",
-            "rel-tx-outage");
+            "rel-tx-outage",
+            "rel-ctx-outage");
     direct = TestDatabase.dataSource(schema, 2);
   }
 
@@ -194,6 +199,33 @@ class SpringDefaultsReliabilityTest {
   }
 
   @Test
+  void aRecordWhoseContainerTransactionCannotOpenDuringAnOutageIsHeldNotSkipped() throws Exception {
+    proxy.refuse();
+    long refusedAt = System.nanoTime();
+    try {
+      send("rel-ctx-outage", 0, "charge 6", "CTX-OUTAGE-1");
+      assertThatThrownBy(() -> DriverManager.getConnection(proxy.rewrite(TestDatabase.url(schema))))
+          .isInstanceOf(SQLException.class)
+          .hasMessageContaining("refused");
+      // Longer than the ten tries of the default after-rollback processor, each a second's wait
+      // for a connection to open the container's transaction.
+      Thread.sleep(16_000);
+      assertThat(effects("CTX-OUTAGE-1")).isZero();
+    } finally {
+      long left = Duration.ofSeconds(16).toNanos() - (System.nanoTime() - refusedAt);
+      Thread.sleep(Math.max(0, left / 1_000_000));
+      proxy.pass();
+    }
+
+    long after = send("rel-ctx-outage", 0, "charge 7", "CTX-OUTAGE-2");
+    await().atMost(Duration.ofSeconds(60)).until(() -> effects("CTX-OUTAGE-2") == 1);
+    assertThat(effects("CTX-OUTAGE-1"))
+        .as("the record that came during the outage, before the one after it")
+        .isEqualTo(1);
+    await().atMost(Duration.ofSeconds(15)).until(() -> committed("rel-ctx-outage", 0) == after + 1);
+  }
+
+  @Test
   void aListenerThatThrowsAnErrorLeavesItsKeyFailedNotProcessing() throws Exception {
     send("rel-error", 0, "charge 1", "ERROR-1");
 
@@ -244,6 +276,19 @@ class SpringDefaultsReliabilityTest {
       return new SimpleMeterRegistry();
     }
 
+    /** Boot's listener containers, with the database transaction manager on each. */
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> transactedFactory(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory,
+        PlatformTransactionManager transactionManager) {
+      ConcurrentKafkaListenerContainerFactory<Object, Object> factory =
+          new ConcurrentKafkaListenerContainerFactory<>();
+      configurer.configure(factory, consumerFactory);
+      factory.getContainerProperties().setTransactionManager(transactionManager);
+      return factory;
+    }
+
     @Bean
     Listeners listeners(JdbcTemplate jdbc) {
       return new Listeners(jdbc);
@@ -281,6 +326,15 @@ class SpringDefaultsReliabilityTest {
           .computeIfAbsent(
               SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
           .incrementAndGet();
+      effect(record);
+    }
+
+    @Idempotent(bizType = "ctx-outage", header = "order-no")
+    @KafkaListener(
+        id = "rel-ctx-outage",
+        topics = "rel-ctx-outage",
+        containerFactory = "transactedFactory")
+    public void chargeInTheContainersTransaction(ConsumerRecord<String, String> record) {
       effect(record);
     }
 
