@@ -16,6 +16,7 @@ import org.springframework.kafka.listener.AfterRollbackProcessor;
 import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.support.KafkaUtils;
+import org.springframework.kafka.transaction.KafkaAwareTransactionManager;
 import org.springframework.transaction.CannotCreateTransactionException;
 
 /**
@@ -66,7 +67,7 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
       return;
     }
     Exception exception =
-        notOpened(missingKeys.translate(thrown, records.get(0), container.getGroupId()));
+        notOpened(missingKeys.translate(thrown, records.get(0), container.getGroupId()), container);
     ListenerOutcomes.rolledBack(records.get(0), exception);
     if (Disposition.of(exception) == Disposition.RETRY_LATER) {
       Duration wait = holds.hold(records, consumer, container);
@@ -82,10 +83,14 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
    * database of a database transaction manager is down, or no pool connection came in time. The
    * record was never handed to the listener. Passed on as it came, it spent the processor's tries
    * (ten without back-off, by default) within seconds, and the record was skipped, never applied;
-   * it waits as in an outage of the dedup table instead.
+   * it waits as in an outage of the dedup table instead. (Kafka's transaction manager is left to
+   * the application's processor: it is no database.)
    */
-  private static Exception notOpened(Exception exception) {
-    if (!(exception instanceof CannotCreateTransactionException)) {
+  private static Exception notOpened(Exception exception, MessageListenerContainer container) {
+    ContainerProperties properties = container.getContainerProperties();
+    if (!(exception instanceof CannotCreateTransactionException)
+        || properties.getKafkaAwareTransactionManager() != null
+        || properties.getTransactionManager() instanceof KafkaAwareTransactionManager<?, ?>) {
       return exception;
     }
     return new DedupStoreUnavailableException(

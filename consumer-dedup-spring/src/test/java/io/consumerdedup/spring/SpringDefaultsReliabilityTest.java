@@ -194,7 +194,7 @@ class SpringDefaultsReliabilityTest {
     }
 
     await().atMost(Duration.ofSeconds(60)).until(() -> effects("TX-OUTAGE-1") == 1);
-    assertThat(Outages.listenerCalls.get("TX-OUTAGE-1")).hasValue(1);
+    assertThat(Outages.transactionalListenerCalls.get("TX-OUTAGE-1")).hasValue(1);
     await().atMost(Duration.ofSeconds(15)).until(() -> committed("rel-tx-outage", 0) == offset + 1);
   }
 
@@ -266,6 +266,9 @@ class SpringDefaultsReliabilityTest {
   /** Listener invocations during and after the outage, per order-no. */
   static final class Outages {
     static final Map<String, AtomicInteger> listenerCalls = new ConcurrentHashMap<>();
+
+    /** The same, of the listener in mode TRANSACTIONAL. */
+    static final Map<String, AtomicInteger> transactionalListenerCalls = new ConcurrentHashMap<>();
   }
 
   @SpringBootConfiguration
@@ -322,7 +325,7 @@ class SpringDefaultsReliabilityTest {
     @Idempotent(bizType = "tx-outage", header = "order-no", mode = DedupMode.TRANSACTIONAL)
     @KafkaListener(id = "rel-tx-outage", topics = "rel-tx-outage")
     public void chargeInItsTransaction(ConsumerRecord<String, String> record) {
-      Outages.listenerCalls
+      Outages.transactionalListenerCalls
           .computeIfAbsent(
               SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
           .incrementAndGet();
