@@ -15,6 +15,7 @@ import io.consumerdedup.kafka.internal.RecordSources;
 import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.DeserializationFailures;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
+import io.consumerdedup.spring.internal.OwnTransactionWatch;
 import io.consumerdedup.spring.internal.PollAwareConsumer;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -241,9 +242,17 @@ final class IdempotentBatchInvocation {
       throws Throwable {
     List<ConsumerRecord<Object, Object>> records = batch.records;
     Object result;
+    OwnTransactionWatch ownTransaction = OwnTransactionWatch.callStarts();
     try {
       result = invocation.proceed();
     } catch (Throwable error) {
+      if (ownTransaction.committedAfterReturning()) {
+        // Thrown past the commit of the method's own transaction (an afterCommit hook of the
+        // application's): the batch's effects are committed, so its records are SUCCESS, and the
+        // retry the failure brings finds duplicates instead of applying them a second time.
+        BatchStop written = kept.completeBefore(kept.size());
+        throw written != null ? written.failure(listener, records) : error;
+      }
       int failed = BatchFailureIndex.in(error, kept.records);
       if (failed < 0) {
         // The method's state is unknown: every record is retried.
@@ -265,6 +274,19 @@ final class IdempotentBatchInvocation {
       }
       BatchStop at = BatchStop.at(kept.batchIndexes.get(failed), thrown);
       throw (written != null ? written : at).failure(listener, records);
+    } finally {
+      ownTransaction.callEnded();
+    }
+    Throwable undone = ownTransaction.rollback();
+    if (undone != null) {
+      // The method returned, but its transaction rolled back (marked rollback-only): nothing of
+      // the batch is applied, and SUCCESS would have a later copy of each key skipped.
+      kept.fail(
+          0,
+          kept.size(),
+          new IllegalStateException(
+              "The listener returned, but its transaction rolled back: " + undone, undone),
+          attempts);
     }
     if (heldAck != null && heldAck.nackIndex() >= 0) {
       int nackAt = heldAck.nackIndex();

@@ -119,7 +119,8 @@ public final class IdempotentExecutors implements AutoCloseable {
    * Has the transaction refuse its commit if the database aborted it meanwhile ({@link
    * AbortedTransactionCheck}).
    *
-   * @throws DedupConfigurationException naming {@code listener} and what to configure
+   * @throws DedupConfigurationException naming {@code listener} and what to configure, also for a
+   *     read-only transaction
    */
   public void requireTransaction(String listener, @Nullable DedupKey key, String source) {
     if (!TransactionSynchronizationManager.hasResource(dataSource)) {
@@ -135,6 +136,21 @@ public final class IdempotentExecutors implements AutoCloseable {
               + ": give its container a DataSourceTransactionManager (or JpaTransactionManager) on"
               + " that DataSource, or annotate the listener @Transactional; the record waits"
               + " until then",
+          key,
+          source);
+    }
+    if (TransactionSynchronizationManager.isCurrentTransactionReadOnly()) {
+      // The claim's statements fail there (PostgreSQL's 25006, or a read-only replica that a
+      // routing DataSource picks for such transactions), which the store reports as a database
+      // that refuses writes for now: "unavailable", retried for good at WARN, the listener's
+      // setting never named.
+      throw new DedupConfigurationException(
+          "Listener "
+              + listener
+              + " uses consumer-dedup mode TRANSACTIONAL in a read-only transaction"
+              + " (@Transactional(readOnly = true), on the method or its class), where the dedup"
+              + " row cannot be written: give the listener a read-write transaction"
+              + " (@Transactional on the method), or mode SEPARATE; the record waits until then",
           key,
           source);
     }

@@ -8,13 +8,16 @@ import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyConflictException;
 import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
+import io.consumerdedup.spring.internal.OwnTransactionWatch;
 import io.consumerdedup.spring.internal.PollAwareConsumer;
 import java.lang.reflect.Method;
 import java.time.Duration;
@@ -37,6 +40,7 @@ import org.springframework.aop.support.AopUtils;
 import org.springframework.beans.factory.BeanFactory;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaUtils;
+import org.springframework.transaction.CannotCreateTransactionException;
 import org.springframework.transaction.support.TransactionSynchronization;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 
@@ -208,11 +212,57 @@ public final class IdempotentListenerInterceptor {
   private MethodInterceptor forMode(DedupMode mode) {
     return invocation -> {
       IdempotentListenerMethod listener = listenerOf(invocation).orElse(null);
-      if (listener == null || executors.modeOf(listener.overrides) != mode) {
+      if (listener == null) {
         return invocation.proceed();
+      }
+      if (executors.modeOf(listener.overrides) != mode) {
+        if (mode == DedupMode.TRANSACTIONAL) {
+          // Within the transaction advice of a listener in mode SEPARATE, whose outcome is
+          // written outside it: how its transaction ended decides the outcome.
+          OwnTransactionWatch watch = OwnTransactionWatch.watchCurrentTransaction();
+          Object result = invocation.proceed();
+          if (watch != null) {
+            watch.methodReturned();
+          }
+          return result;
+        }
+        return invokeOutsideTransaction(invocation, listener);
+      }
+      if (mode == DedupMode.TRANSACTIONAL) {
+        OwnTransactionWatch.reached();
       }
       return invoke(invocation, listener);
     };
+  }
+
+  /**
+   * Calls a listener in mode TRANSACTIONAL from outside its transaction advice: a transaction that
+   * cannot be opened (the database down, no pool connection in time) is the claim's failure to
+   * reach the dedup table, which is made in it. Passed on as it came, it was the listener's
+   * failure: the error handler's tries (ten without back-off, by default) were spent within seconds
+   * and the record skipped, never applied.
+   */
+  private @Nullable Object invokeOutsideTransaction(
+      MethodInvocation invocation, IdempotentListenerMethod listener) throws Throwable {
+    OwnTransactionWatch watch = OwnTransactionWatch.callStarts();
+    try {
+      return invocation.proceed();
+    } catch (CannotCreateTransactionException e) {
+      if (watch.reachedWithinTransaction()) {
+        throw e;
+      }
+      throw new DedupStoreUnavailableException(
+          "The transaction of listener "
+              + listener
+              + ", in which its claim is made (mode TRANSACTIONAL), could not be opened: "
+              + FailureTexts.describe(e)
+              + "; the record waits until it can",
+          null,
+          null,
+          e);
+    } finally {
+      watch.callEnded();
+    }
   }
 
   private @Nullable Object invoke(MethodInvocation invocation, IdempotentListenerMethod listener)
@@ -408,8 +458,13 @@ public final class IdempotentListenerInterceptor {
     // done: waiting for it would leave the claim open for good.
     ListenerShape.Returns returns = listener.shape.returns;
     CompletableFuture<?> future = null;
+    OwnTransactionWatch ownTransaction = OwnTransactionWatch.callStarts();
     try {
       result = invocation.proceed();
+      Throwable undone = ownTransaction.rollback();
+      if (undone != null) {
+        pending.rolledBack(undone);
+      }
       if (result != null && returns == ListenerShape.Returns.FUTURE) {
         future = ((CompletionStage<?>) result).toCompletableFuture();
       } else if (result != null && returns == ListenerShape.Returns.MONO) {
@@ -419,9 +474,19 @@ public final class IdempotentListenerInterceptor {
         future = MonoOutcomes.toFuture(result);
       }
     } catch (Throwable error) {
+      if (ownTransaction.committedAfterReturning()) {
+        // Thrown past the commit of the listener's own transaction (an afterCommit hook of the
+        // application's): its effects are committed, so it is SUCCESS, and the retry the failure
+        // brings is a duplicate. Recorded FAILED, the retry applied them a second time.
+        pending.listenerSucceeded();
+        settle(listener, record, pending, claim, source);
+        throw error;
+      }
       pending.listenerFailed(error);
       settle(listener, record, pending, claim, source);
       throw attempts.toThrow(claim, error);
+    } finally {
+      ownTransaction.callEnded();
     }
     switch (future == null ? ListenerShape.Returns.VALUE : returns) {
       case FUTURE, MONO:

@@ -1,6 +1,8 @@
 package io.consumerdedup.spring;
 
+import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
@@ -14,6 +16,8 @@ import org.springframework.kafka.listener.AfterRollbackProcessor;
 import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.support.KafkaUtils;
+import org.springframework.kafka.transaction.KafkaAwareTransactionManager;
+import org.springframework.transaction.CannotCreateTransactionException;
 
 /**
  * Wraps the container's {@link AfterRollbackProcessor}, which spring-kafka calls when the
@@ -26,7 +30,8 @@ import org.springframework.kafka.support.KafkaUtils;
  *       never SUCCESS, and the redelivery runs the listener again;
  *   <li>a record consumer-dedup says to retry later ({@link Disposition#RETRY_LATER}) is held like
  *       {@link RetryLaterErrorHandler} holds it, instead of counting towards the processor's
- *       recovery (which would skip it);
+ *       recovery (which would skip it), and so is a record whose transaction the container could
+ *       not open (the database down);
  *   <li>everything else goes to the application's processor unchanged.
  * </ul>
  */
@@ -61,7 +66,8 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
       delegate.process(records, consumer, container, thrown, recoverable, eosMode);
       return;
     }
-    Exception exception = missingKeys.translate(thrown, records.get(0), container.getGroupId());
+    Exception exception =
+        notOpened(missingKeys.translate(thrown, records.get(0), container.getGroupId()), container);
     ListenerOutcomes.rolledBack(records.get(0), exception);
     if (Disposition.of(exception) == Disposition.RETRY_LATER) {
       Duration wait = holds.hold(records, consumer, container);
@@ -69,6 +75,31 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
       return;
     }
     delegate.process(records, consumer, container, exception, recoverable, eosMode);
+  }
+
+  /**
+   * The container's own transaction could not be opened (spring-kafka passes that on as it came;
+   * what the listener throws comes wrapped in a {@code ListenerExecutionFailedException}): the
+   * database of a database transaction manager is down, or no pool connection came in time. The
+   * record was never handed to the listener. Passed on as it came, it spent the processor's tries
+   * (ten without back-off, by default) within seconds, and the record was skipped, never applied;
+   * it waits as in an outage of the dedup table instead. (Kafka's transaction manager is left to
+   * the application's processor: it is no database.)
+   */
+  private static Exception notOpened(Exception exception, MessageListenerContainer container) {
+    ContainerProperties properties = container.getContainerProperties();
+    if (!(exception instanceof CannotCreateTransactionException)
+        || properties.getKafkaAwareTransactionManager() != null
+        || properties.getTransactionManager() instanceof KafkaAwareTransactionManager<?, ?>) {
+      return exception;
+    }
+    return new DedupStoreUnavailableException(
+        "The container's transaction could not be opened: "
+            + FailureTexts.describe(exception)
+            + "; the record waits until it can",
+        null,
+        null,
+        exception);
   }
 
   @Override

@@ -50,6 +50,10 @@ import org.springframework.messaging.Message;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.transaction.annotation.Transactional;
+import org.springframework.transaction.interceptor.TransactionAspectSupport;
+import org.springframework.transaction.support.TransactionSynchronization;
+import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
  * {@code @Idempotent} batch listeners in a Spring Boot application with the application's own
@@ -84,7 +88,9 @@ class BatchListenerIntegrationTest {
         "bt-records",
         "bt-nack",
         "bt-progress",
-        "bt-ackfail");
+        "bt-ackfail",
+        "bt-rollback-only",
+        "bt-after-commit");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -392,6 +398,49 @@ class BatchListenerIntegrationTest {
     }
   }
 
+  @Test
+  void aTransactionalBatchThatRollsBackWithoutThrowingIsNotRecordedSucceeded() throws Exception {
+    send(template, "bt-rollback-only", "credit 2", "order-no", "RB-1");
+
+    await().atMost(WAIT).until(() -> Switches.calls.containsKey("RB-1"));
+    DedupRecord settled =
+        await()
+            .atMost(WAIT)
+            .until(
+                () -> store.find(DedupKey.of("rollback-only", "RB-1")).orElseThrow(),
+                record -> record.status() != DedupStatus.PROCESSING);
+    assertThat(effects("rollback-only", "RB-1"))
+        .as("the batch's write, rolled back with its transaction")
+        .isZero();
+    assertThat(settled.status())
+        .as("the key of the batch whose transaction rolled back (%s)", settled)
+        .isEqualTo(DedupStatus.FAILED);
+
+    // A later copy of the key (a producer's retry) applies it: it is not skipped as a duplicate.
+    send(template, "bt-rollback-only", "credit 2", "order-no", "RB-1");
+    await().atMost(WAIT).until(() -> effects("rollback-only", "RB-1") == 1);
+    assertThat(Switches.calls.get("RB-1")).hasValue(2);
+  }
+
+  @Test
+  void aTransactionalBatchWhoseAfterCommitHookThrowsIsNotAppliedAgainByTheRetry() throws Exception {
+    send(template, "bt-after-commit", "ship 1", "order-no", "BAC-1");
+
+    await().atMost(WAIT).until(() -> Switches.hookFailures.get() == 1);
+    // The error handler's retry of the failure the hook threw: a duplicate, or a second call.
+    await()
+        .atMost(WAIT)
+        .until(
+            () ->
+                outcomes("after-commit", "duplicate") >= 1
+                    || Switches.calls.get("BAC-1").get() >= 2);
+    assertThat(effects("after-commit", "BAC-1"))
+        .as("the effect committed by the batch whose afterCommit hook threw, then the retry")
+        .isEqualTo(1);
+    assertThat(store.find(DedupKey.of("after-commit", "BAC-1")).orElseThrow().status())
+        .isEqualTo(DedupStatus.SUCCESS);
+  }
+
   /**
    * Sends {@code batch} while the listener of {@code topic} is stopped, then starts it: its new
    * consumer fetches them together (a paused one may still hand over a fetch already under way).
@@ -464,6 +513,9 @@ class BatchListenerIntegrationTest {
 
     static final CountDownLatch progressGo = new CountDownLatch(1);
 
+    /** bt-after-commit: how often the hook after its first batch's commit threw. */
+    static final AtomicInteger hookFailures = new AtomicInteger();
+
     static void seen(String topic, List<String> keys) {
       batches.computeIfAbsent(topic, t -> new CopyOnWriteArrayList<>()).add(keys);
       keys.forEach(key -> calls.computeIfAbsent(key, k -> new AtomicInteger()).incrementAndGet());
@@ -483,6 +535,40 @@ class BatchListenerIntegrationTest {
 
     private static List<String> keys(List<ConsumerRecord<String, String>> records) {
       return records.stream().map(record -> header(record, "order-no")).toList();
+    }
+
+    /**
+     * The first batch writes its effects, then marks its transaction rollback-only and returns, so
+     * that {@code @Transactional} rolls it back without an exception.
+     */
+    @Transactional
+    @Idempotent(bizType = "rollback-only", header = "order-no")
+    @KafkaListener(id = "bt-rollback-only", topics = "bt-rollback-only", batch = "true")
+    public void onRollbackOnly(List<ConsumerRecord<String, String>> records) {
+      Switches.seen("bt-rollback-only", keys(records));
+      records.forEach(r -> effect("rollback-only", header(r, "order-no"), r.value()));
+      if (Switches.calls.get("RB-1").get() == 1) {
+        TransactionAspectSupport.currentTransactionStatus().setRollbackOnly();
+      }
+    }
+
+    /** The first batch registers a hook after its commit (a notification, say), which throws. */
+    @Transactional
+    @Idempotent(bizType = "after-commit", header = "order-no")
+    @KafkaListener(id = "bt-after-commit", topics = "bt-after-commit", batch = "true")
+    public void onAfterCommit(List<ConsumerRecord<String, String>> records) {
+      Switches.seen("bt-after-commit", keys(records));
+      records.forEach(r -> effect("after-commit", header(r, "order-no"), r.value()));
+      if (Switches.calls.get("BAC-1").get() == 1) {
+        TransactionSynchronizationManager.registerSynchronization(
+            new TransactionSynchronization() {
+              @Override
+              public void afterCommit() {
+                Switches.hookFailures.incrementAndGet();
+                throw new IllegalStateException("the notification after the commit failed");
+              }
+            });
+      }
     }
 
     @Idempotent(bizType = "dups", header = "order-no")

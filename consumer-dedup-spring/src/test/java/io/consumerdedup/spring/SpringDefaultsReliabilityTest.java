@@ -7,6 +7,7 @@ import static org.awaitility.Awaitility.await;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.ChildClaimer;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
@@ -29,14 +30,19 @@ import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.kafka.autoconfigure.ConcurrentKafkaListenerContainerFactoryConfigurer;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.ConcurrentKafkaListenerContainerFactory;
+import org.springframework.kafka.core.ConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.transaction.PlatformTransactionManager;
+import org.springframework.transaction.annotation.Transactional;
 
 /**
  * The faults that used to lose records under the Spring Boot defaults (no error handler bean: the
@@ -62,7 +68,15 @@ class SpringDefaultsReliabilityTest {
     proxy = TcpProxy.forPostgres();
     schema =
         SpringTestEnvironment.prepare(
-            registry, "spring_rel", proxy::rewrite, 2, "rel-held", "rel-outage", "rel-error");
+            registry,
+            "spring_rel",
+            proxy::rewrite,
+            2,
+            "rel-held",
+            "rel-outage",
+            "rel-error",
+            "rel-tx-outage",
+            "rel-ctx-outage");
     direct = TestDatabase.dataSource(schema, 2);
   }
 
@@ -155,6 +169,63 @@ class SpringDefaultsReliabilityTest {
   }
 
   @Test
+  void aTransactionalModeRecordWhoseTransactionCannotOpenDuringAnOutageIsHeldNotSkipped()
+      throws Exception {
+    long before = committed("rel-tx-outage", 0);
+    proxy.refuse();
+    long refusedAt = System.nanoTime();
+    long offset;
+    try {
+      offset = send("rel-tx-outage", 0, "charge 5", "TX-OUTAGE-1");
+      assertThatThrownBy(() -> DriverManager.getConnection(proxy.rewrite(TestDatabase.url(schema))))
+          .isInstanceOf(SQLException.class)
+          .hasMessageContaining("refused");
+      // Longer than the ten tries of the default error handler, each a second's wait for a
+      // connection to open the listener's transaction.
+      Thread.sleep(16_000);
+      assertThat(effects("TX-OUTAGE-1")).isZero();
+      assertThat(committed("rel-tx-outage", 0))
+          .as("the committed offset, during the outage, of the record at %d", offset)
+          .isLessThanOrEqualTo(Math.max(before, offset));
+    } finally {
+      long left = Duration.ofSeconds(16).toNanos() - (System.nanoTime() - refusedAt);
+      Thread.sleep(Math.max(0, left / 1_000_000));
+      proxy.pass();
+    }
+
+    await().atMost(Duration.ofSeconds(60)).until(() -> effects("TX-OUTAGE-1") == 1);
+    assertThat(Outages.transactionalListenerCalls.get("TX-OUTAGE-1")).hasValue(1);
+    await().atMost(Duration.ofSeconds(15)).until(() -> committed("rel-tx-outage", 0) == offset + 1);
+  }
+
+  @Test
+  void aRecordWhoseContainerTransactionCannotOpenDuringAnOutageIsHeldNotSkipped() throws Exception {
+    proxy.refuse();
+    long refusedAt = System.nanoTime();
+    try {
+      send("rel-ctx-outage", 0, "charge 6", "CTX-OUTAGE-1");
+      assertThatThrownBy(() -> DriverManager.getConnection(proxy.rewrite(TestDatabase.url(schema))))
+          .isInstanceOf(SQLException.class)
+          .hasMessageContaining("refused");
+      // Longer than the ten tries of the default after-rollback processor, each a second's wait
+      // for a connection to open the container's transaction.
+      Thread.sleep(16_000);
+      assertThat(effects("CTX-OUTAGE-1")).isZero();
+    } finally {
+      long left = Duration.ofSeconds(16).toNanos() - (System.nanoTime() - refusedAt);
+      Thread.sleep(Math.max(0, left / 1_000_000));
+      proxy.pass();
+    }
+
+    long after = send("rel-ctx-outage", 0, "charge 7", "CTX-OUTAGE-2");
+    await().atMost(Duration.ofSeconds(60)).until(() -> effects("CTX-OUTAGE-2") == 1);
+    assertThat(effects("CTX-OUTAGE-1"))
+        .as("the record that came during the outage, before the one after it")
+        .isEqualTo(1);
+    await().atMost(Duration.ofSeconds(15)).until(() -> committed("rel-ctx-outage", 0) == after + 1);
+  }
+
+  @Test
   void aListenerThatThrowsAnErrorLeavesItsKeyFailedNotProcessing() throws Exception {
     send("rel-error", 0, "charge 1", "ERROR-1");
 
@@ -195,6 +266,9 @@ class SpringDefaultsReliabilityTest {
   /** Listener invocations during and after the outage, per order-no. */
   static final class Outages {
     static final Map<String, AtomicInteger> listenerCalls = new ConcurrentHashMap<>();
+
+    /** The same, of the listener in mode TRANSACTIONAL. */
+    static final Map<String, AtomicInteger> transactionalListenerCalls = new ConcurrentHashMap<>();
   }
 
   @SpringBootConfiguration
@@ -203,6 +277,19 @@ class SpringDefaultsReliabilityTest {
     @Bean
     SimpleMeterRegistry meterRegistry() {
       return new SimpleMeterRegistry();
+    }
+
+    /** Boot's listener containers, with the database transaction manager on each. */
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> transactedFactory(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory,
+        PlatformTransactionManager transactionManager) {
+      ConcurrentKafkaListenerContainerFactory<Object, Object> factory =
+          new ConcurrentKafkaListenerContainerFactory<>();
+      configurer.configure(factory, consumerFactory);
+      factory.getContainerProperties().setTransactionManager(transactionManager);
+      return factory;
     }
 
     @Bean
@@ -231,6 +318,26 @@ class SpringDefaultsReliabilityTest {
           .computeIfAbsent(
               SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
           .incrementAndGet();
+      effect(record);
+    }
+
+    @Transactional
+    @Idempotent(bizType = "tx-outage", header = "order-no", mode = DedupMode.TRANSACTIONAL)
+    @KafkaListener(id = "rel-tx-outage", topics = "rel-tx-outage")
+    public void chargeInItsTransaction(ConsumerRecord<String, String> record) {
+      Outages.transactionalListenerCalls
+          .computeIfAbsent(
+              SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
+          .incrementAndGet();
+      effect(record);
+    }
+
+    @Idempotent(bizType = "ctx-outage", header = "order-no")
+    @KafkaListener(
+        id = "rel-ctx-outage",
+        topics = "rel-ctx-outage",
+        containerFactory = "transactedFactory")
+    public void chargeInTheContainersTransaction(ConsumerRecord<String, String> record) {
       effect(record);
     }
 

@@ -4,6 +4,7 @@ import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
@@ -40,6 +41,9 @@ import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
 import org.springframework.transaction.PlatformTransactionManager;
 import org.springframework.transaction.annotation.Transactional;
+import org.springframework.transaction.interceptor.TransactionAspectSupport;
+import org.springframework.transaction.support.TransactionSynchronization;
+import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
  * {@code consumer-dedup.mode=TRANSACTIONAL}: the dedup row is written in the listener's own
@@ -68,7 +72,11 @@ class TransactionalModeIntegrationTest {
         "tx-none",
         "tx-separate-commit",
         "tx-swallows",
-        "tx-checked");
+        "tx-checked",
+        "tx-rollback-only",
+        "tx-after-commit",
+        "tx-after-commit-own",
+        "tx-read-only");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -200,6 +208,89 @@ class TransactionalModeIntegrationTest {
         .isEqualTo(DedupStatus.SUCCESS);
   }
 
+  @Test
+  void inModeSeparateAListenerWhoseTransactionRollsBackWithoutThrowingIsNotRecordedSucceeded()
+      throws Exception {
+    send(template, "tx-rollback-only", "credit 7", "order-no", "RO-1");
+
+    await().atMost(WAIT).until(() -> Switches.ledgerCalls.containsKey("RO-1"));
+    DedupRecord settled =
+        await()
+            .atMost(WAIT)
+            .until(
+                () -> store.find(DedupKey.of("rollback-only", "RO-1")).orElseThrow(),
+                record -> record.status() != DedupStatus.PROCESSING);
+    assertThat(effects("rollback-only", "RO-1"))
+        .as("the listener's write, rolled back with its transaction")
+        .isZero();
+    assertThat(settled.status())
+        .as("the key of the call whose transaction rolled back (%s)", settled)
+        .isEqualTo(DedupStatus.FAILED);
+    assertThat(settled.lastError()).hasValueSatisfying(e -> assertThat(e).contains("rolled back"));
+
+    // A later copy of the key (a producer's retry) applies it: it is not skipped as a duplicate.
+    send(template, "tx-rollback-only", "credit 7", "order-no", "RO-1");
+    await().atMost(WAIT).until(() -> effects("rollback-only", "RO-1") == 1);
+    assertThat(Switches.ledgerCalls.get("RO-1")).hasValue(2);
+  }
+
+  @Test
+  void inModeSeparateAnAfterCommitHookThatThrowsInTheContainersTransactionStillSettlesTheKey()
+      throws Exception {
+    send(template, "tx-after-commit", "ship 3", "order-no", "AC-1");
+
+    await().atMost(WAIT).until(() -> Switches.hookFailures.get() == 1);
+    assertThat(effects("after-commit", "AC-1")).as("the effect, committed").isEqualTo(1);
+    await()
+        .atMost(Duration.ofSeconds(15))
+        .untilAsserted(
+            () ->
+                assertThat(store.find(DedupKey.of("after-commit", "AC-1")).orElseThrow().status())
+                    .as("the key of the record whose transaction committed")
+                    .isEqualTo(DedupStatus.SUCCESS));
+    await().atMost(WAIT).until(() -> outcomes("after-commit", "duplicate") >= 1);
+    assertThat(effects("after-commit", "AC-1")).as("applied once").isEqualTo(1);
+    assertThat(Switches.ledgerCalls.get("AC-1")).hasValue(1);
+  }
+
+  @Test
+  void inModeSeparateAnAfterCommitHookThatThrowsInTheListenersTransactionIsNotAppliedTwice()
+      throws Exception {
+    send(template, "tx-after-commit-own", "ship 4", "order-no", "ACO-1");
+
+    await().atMost(WAIT).until(() -> Switches.ownTransactionHookFailures.get() == 1);
+    // The error handler's retry of the failure the hook threw: a duplicate, or a second call.
+    await()
+        .atMost(WAIT)
+        .until(
+            () ->
+                outcomes("after-commit-own", "duplicate") >= 1
+                    || Switches.ledgerCalls.get("ACO-1").get() >= 2);
+    assertThat(effects("after-commit-own", "ACO-1"))
+        .as("the effect committed by the call whose afterCommit hook threw, then the retry")
+        .isEqualTo(1);
+    assertThat(Switches.ledgerCalls.get("ACO-1")).hasValue(1);
+    await()
+        .atMost(WAIT)
+        .until(
+            () -> store.find(DedupKey.of("after-commit-own", "ACO-1")).orElseThrow().status(),
+            status -> status == DedupStatus.SUCCESS);
+  }
+
+  @Test
+  void transactionalModeInAReadOnlyTransactionHoldsTheRecordNamingTheListener() throws Exception {
+    send(template, "tx-read-only", "anything", "order-no", "RO-TX-1");
+
+    // Held and tried again (never applied, never skipped) until it is fixed.
+    await().atMost(WAIT).until(() -> failuresOf("tx-read-only-0@0").size() >= 2);
+    assertThat(failuresOf("tx-read-only-0@0").get(0))
+        .contains(DedupConfigurationException.class.getName())
+        .contains("TransactionalModeIntegrationTest$TxListeners#readOnly")
+        .contains("read-only");
+    assertThat(Switches.ledgerCalls).doesNotContainKey("RO-TX-1");
+    assertThat(store.find(DedupKey.of("read-only", "RO-TX-1"))).isEmpty();
+  }
+
   private static List<String> failuresOf(String record) {
     return Switches.failures.stream().filter(failure -> failure.contains(record)).toList();
   }
@@ -218,6 +309,8 @@ class TransactionalModeIntegrationTest {
     static final CountDownLatch releaseSecondAttempt = new CountDownLatch(1);
     static final CyclicBarrier bothCopiesArrived = new CyclicBarrier(2);
     static final List<String> failures = new CopyOnWriteArrayList<>();
+    static final AtomicInteger hookFailures = new AtomicInteger();
+    static final AtomicInteger ownTransactionHookFailures = new AtomicInteger();
   }
 
   @SpringBootConfiguration
@@ -391,6 +484,85 @@ class TransactionalModeIntegrationTest {
       if (call == 1 && orderNo.equals("CK-1")) {
         throw new java.io.IOException("the statement file could not be written");
       }
+    }
+
+    /**
+     * Mode SEPARATE: the first call for each order writes its effect, then marks its transaction
+     * rollback-only and returns normally, so that {@code @Transactional} rolls it back without an
+     * exception.
+     */
+    @Transactional
+    @Idempotent(bizType = "rollback-only", header = "order-no", mode = DedupMode.SEPARATE)
+    @KafkaListener(id = "tx-rollback-only", topics = "tx-rollback-only")
+    public void rollingBack(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      int call =
+          Switches.ledgerCalls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      effect("rollback-only", orderNo, record.value());
+      if (call == 1) {
+        TransactionAspectSupport.currentTransactionStatus().setRollbackOnly();
+      }
+    }
+
+    /**
+     * Mode SEPARATE in the container's database transaction: the first call registers a hook of its
+     * own after the commit (a notification, say), which throws.
+     */
+    @Idempotent(bizType = "after-commit", header = "order-no", mode = DedupMode.SEPARATE)
+    @KafkaListener(
+        id = "tx-after-commit",
+        topics = "tx-after-commit",
+        containerFactory = "transactedFactory")
+    public void withAnAfterCommitHook(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      int call =
+          Switches.ledgerCalls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      effect("after-commit", orderNo, record.value());
+      if (call == 1) {
+        TransactionSynchronizationManager.registerSynchronization(
+            new TransactionSynchronization() {
+              @Override
+              public void afterCommit() {
+                Switches.hookFailures.incrementAndGet();
+                throw new IllegalStateException("the notification after the commit failed");
+              }
+            });
+      }
+    }
+
+    /**
+     * Mode SEPARATE in a transaction of its own: the first call registers a hook after the commit,
+     * which throws; Spring passes that on to the caller of the committed method.
+     */
+    @Transactional
+    @Idempotent(bizType = "after-commit-own", header = "order-no", mode = DedupMode.SEPARATE)
+    @KafkaListener(id = "tx-after-commit-own", topics = "tx-after-commit-own")
+    public void withAnAfterCommitHookOfItsTransaction(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      int call =
+          Switches.ledgerCalls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      effect("after-commit-own", orderNo, record.value());
+      if (call == 1) {
+        TransactionSynchronizationManager.registerSynchronization(
+            new TransactionSynchronization() {
+              @Override
+              public void afterCommit() {
+                Switches.ownTransactionHookFailures.incrementAndGet();
+                throw new IllegalStateException("the notification after the commit failed");
+              }
+            });
+      }
+    }
+
+    /** Read-only, as a class-level {@code @Transactional(readOnly = true)} makes every method. */
+    @Transactional(readOnly = true)
+    @Idempotent(bizType = "read-only", header = "order-no")
+    @KafkaListener(id = "tx-read-only", topics = "tx-read-only")
+    public void readOnly(ConsumerRecord<String, String> record) {
+      Switches.ledgerCalls
+          .computeIfAbsent(
+              SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
+          .incrementAndGet();
     }
 
     @Idempotent(bizType = "none", header = "order-no")

@@ -263,6 +263,18 @@ public final class ListenerOutcomes {
     }
   }
 
+  /** Settles {@code pending}, whose transaction committed. */
+  private static void settleCommitted(Pending pending) {
+    try {
+      pending.settle();
+    } catch (RuntimeException | Error e) {
+      // The offset commit spring-kafka made inside the transaction is sent after every
+      // afterCommit, this failure or not (PollAwareConsumer): it must not pass the record.
+      holdCommitsAt(pending.record);
+      throw e;
+    }
+  }
+
   /**
    * Whether the listener on this thread runs inside a Kafka transaction of its container, whose
    * commit comes after the listener returns.
@@ -288,24 +300,32 @@ public final class ListenerOutcomes {
   public static void afterTransaction(Pending pending, boolean settleOnCompletion) {
     TransactionSynchronizationManager.registerSynchronization(
         new TransactionSynchronization() {
+          private boolean afterCommitCalled;
+
           @Override
           public void afterCommit() {
-            if (!settleOnCompletion) {
-              return;
-            }
-            try {
-              pending.settle();
-            } catch (RuntimeException | Error e) {
-              // The offset commit spring-kafka made inside the transaction is sent after every
-              // afterCommit, this failure or not (PollAwareConsumer): it must not pass the record.
-              holdCommitsAt(pending.record);
-              throw e;
+            afterCommitCalled = true;
+            if (settleOnCompletion) {
+              settleCommitted(pending);
             }
           }
 
           @Override
           public void afterCompletion(int status) {
             if (status == STATUS_COMMITTED) {
+              if (settleOnCompletion && !afterCommitCalled) {
+                // A synchronization before this one threw in its afterCommit (a hook of the
+                // application's own), and Spring calls no later afterCommit. The transaction did
+                // commit: left unsettled, the claim stayed PROCESSING under a lease renewed for
+                // as long as the process lived, and the redelivery that the failure brought was
+                // told "in progress" at each try.
+                try {
+                  settleCommitted(pending);
+                } catch (DedupException e) {
+                  // The core keeps a SUCCESS it could not write and logs it.
+                  log.debug("Outcome of {} not written yet", KafkaUtils.format(pending.record), e);
+                }
+              }
               return;
             }
             pending.rolledBack(
