@@ -525,6 +525,29 @@ abstract class MySqlDialectStoreTests {
   }
 
   @Test
+  void aLargePollIsClaimedAndAnsweredAsDuplicatesWithinTheStatementTimeout() {
+    // A consumer polling 10,000 records at a time (max.poll.records): one statement naming every
+    // key took the server time that grows faster than the keys, past the statement timeout, at
+    // every try, so the poll's claim never went through.
+    JdbcDedupStore impatient =
+        JdbcDedupStore.builder(dataSource).statementTimeout(Duration.ofSeconds(1)).build();
+    List<DedupKey> keys =
+        IntStream.range(0, 10_000).mapToObj(i -> DedupKey.of("large-poll", "ORD-" + i)).toList();
+
+    List<ClaimResult> claims =
+        impatient.claimAll(keys.stream().map(key -> request(key, "consumer-a")).toList());
+    assertThat(claims)
+        .as("the poll's claim")
+        .hasSize(keys.size())
+        .allSatisfy(result -> assertThat(result).isInstanceOf(ClaimResult.Claimed.class));
+    List<ClaimResult> redelivered =
+        impatient.claimAll(keys.stream().map(key -> request(key, "consumer-b")).toList());
+    assertThat(redelivered)
+        .as("the same poll delivered to another consumer")
+        .allSatisfy(result -> assertThat(taken(result).owner()).isEqualTo("consumer-a"));
+  }
+
+  @Test
   void aDuplicateIsAnsweredFromARead() throws Exception {
     DedupKey key = DedupKey.of("payment", "read-duplicate");
     ClaimResult.Claimed claim = claimed(store.claim(request(key, "a")));
