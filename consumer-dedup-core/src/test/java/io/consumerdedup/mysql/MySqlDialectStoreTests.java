@@ -785,6 +785,51 @@ abstract class MySqlDialectStoreTests {
                 + " MODIFY biz_key VARBINARY(1024) NOT NULL");
   }
 
+  @Test
+  void aConnectionThatSendsTextInASingleByteCharacterSetIsNamedAtStartUpAndByTheClaim()
+      throws SQLException {
+    Assumptions.assumeTrue(
+        driver() == TestMariaDb.Driver.MYSQL, "MariaDB Connector/J sends text as UTF-8 only");
+    // A legacy application's URL: MySQL Connector/J sends every string in ISO-8859-1, a key in
+    // Cyrillic as question marks.
+    com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
+    config.setJdbcUrl(
+        TestMariaDb.url(server, database, driver()) + "&characterEncoding=ISO-8859-1");
+    config.setMaximumPoolSize(2);
+    ch.qos.logback.classic.Logger storeLog =
+        (ch.qos.logback.classic.Logger) org.slf4j.LoggerFactory.getLogger(JdbcDedupStore.class);
+    ch.qos.logback.core.read.ListAppender<ch.qos.logback.classic.spi.ILoggingEvent> logged =
+        new ch.qos.logback.core.read.ListAppender<>();
+    logged.start();
+    storeLog.addAppender(logged);
+    try (HikariDataSource latin1 = new HikariDataSource(config)) {
+      JdbcDedupStore latin1Store = JdbcDedupStore.builder(latin1).build();
+      IdempotentExecutor.builder(latin1Store).build().close();
+
+      assertThat(
+              logged.list.stream()
+                  .filter(event -> event.getLevel() == ch.qos.logback.classic.Level.WARN)
+                  .map(ch.qos.logback.classic.spi.ILoggingEvent::getFormattedMessage)
+                  .filter(message -> message.contains("dedup table"))
+                  .toList())
+          .as("the start-up's warnings")
+          .singleElement()
+          .asString()
+          .startsWith("The connection to the dedup table consumer_dedup sends text as latin1")
+          .contains("Remove characterEncoding from the JDBC URL");
+      assertThat(latin1Store.claim(request(DedupKey.of("payment", "ORD-latin1"), "a")))
+          .as("a key that latin1 holds")
+          .isInstanceOf(ClaimResult.Claimed.class);
+      assertThatThrownBy(() -> latin1Store.claim(request(DedupKey.of("payment", "Заказ-1"), "a")))
+          .as("a key that latin1 lacks, never taken for another")
+          .isInstanceOf(DedupStoreException.class)
+          .hasMessageContaining("the driver writes a character of a key that latin1 lacks")
+          .hasMessageNotContaining("VARBINARY");
+    } finally {
+      storeLog.detachAppender(logged);
+    }
+  }
+
   private <T> DedupResult<T> deliver(
       TransactionBoundDataSource transactions,
       IdempotentExecutor executor,

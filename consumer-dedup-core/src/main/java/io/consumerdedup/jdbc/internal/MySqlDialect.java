@@ -176,13 +176,16 @@ public final class MySqlDialect extends Dialect {
     for (ClaimRequest request : requests) {
       ResultRow row = rows.get(Map.entry(request.key().bizType(), request.key().bizKey()));
       if (row == null) {
+        String charset = nonUnicodeCharset(connection);
         throw new DedupStoreException(
             "The dedup table did not return the row of "
                 + request.key()
-                + " that the claim had just locked: its key columns must compare byte for byte"
-                + " (VARBINARY, as in "
-                + schemaResource()
-                + ")",
+                + " that the claim had just locked: "
+                + (charset == null
+                    ? "its key columns must compare byte for byte (VARBINARY, as in "
+                        + schemaResource()
+                        + ")"
+                    : connectionCharsetProblem(charset)),
             request.key(),
             request.source(),
             null);
@@ -549,6 +552,8 @@ public final class MySqlDialect extends Dialect {
    * Key columns that are not VARBINARY, as a table written by hand or by an ORM has them: their
    * collation takes keys that differ in case, accents or trailing spaces for one row, and the claim
    * of the second such key fails (see {@link #claimLocked}) where it should have run its handler.
+   * And a connection that sends text in a character set that cannot hold every key, whose claims of
+   * such keys fail likewise.
    */
   @Override
   public @Nullable String storageAdvice(Connection connection) throws SQLException {
@@ -572,10 +577,22 @@ public final class MySqlDialect extends Dialect {
         }
       }
     }
+    String charset = nonUnicodeCharset(connection);
+    String charsetAdvice =
+        charset == null
+            ? null
+            : "The connection to the dedup table "
+                + table
+                + " sends text as "
+                + charset
+                + ": "
+                + connectionCharsetProblem(charset)
+                + ".";
     if (textColumns.isEmpty()) {
-      return null;
+      return charsetAdvice;
     }
-    return "The dedup table "
+    return (charsetAdvice == null ? "" : charsetAdvice + " ")
+        + "The dedup table "
         + table
         + " compares its keys as text ("
         + String.join(", ", textColumns)
@@ -585,6 +602,48 @@ public final class MySqlDialect extends Dialect {
         + " stores them as bytes: ALTER TABLE "
         + table
         + " MODIFY biz_type VARBINARY(256) NOT NULL, MODIFY biz_key VARBINARY(1024) NOT NULL";
+  }
+
+  /**
+   * Text whose UTF-8 bytes {@link #nonUnicodeCharset} expects at the server: Cyrillic, an emoji.
+   */
+  private static final String CHARSET_PROBE = "Я\uD83E\uDD84";
+
+  private static final String CHARSET_PROBE_HEX =
+      java.util.HexFormat.of()
+          .withUpperCase()
+          .formatHex(CHARSET_PROBE.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+
+  /**
+   * The character set in which the connection sends text (MySQL Connector/J's {@code
+   * characterEncoding}), if a key reaches the key columns as other bytes than its UTF-8 ones; null
+   * when it reaches them whole. Asked of the server with a bound key-like text, since the driver's
+   * encoding, not the session's character set, decides: a {@code SET NAMES latin1} alone leaves the
+   * driver's UTF-8 bytes as they are, and the key columns take them as they come.
+   */
+  private @Nullable String nonUnicodeCharset(Connection connection) throws SQLException {
+    try (PreparedStatement statement = calls.prepare(connection, MySqlSql.CLIENT_CHARSET)) {
+      statement.setString(1, CHARSET_PROBE);
+      try (ResultSet row = statement.executeQuery()) {
+        if (!row.next() || CHARSET_PROBE_HEX.equalsIgnoreCase(row.getString(1))) {
+          return null;
+        }
+        return String.valueOf(row.getString(2));
+      }
+    }
+  }
+
+  /**
+   * What a connection that sends text as {@code charset} does to keys: the driver writes a
+   * character that {@code charset} lacks as {@code ?}, so the key the claim stored is not the key
+   * it reads back, and every delivery of it fails, the record held, until the URL changes.
+   */
+  private static String connectionCharsetProblem(String charset) {
+    return "the driver writes a character of a key that "
+        + charset
+        + " lacks (Cyrillic, Chinese, an emoji) as '?', so the claim of such a key fails and its"
+        + " record waits, at every delivery. Remove characterEncoding from the JDBC URL (MySQL"
+        + " Connector/J then sends utf8mb4) or set characterEncoding=UTF-8";
   }
 
   /** A database plays the part of PostgreSQL's schema: {@code database.table} names the table. */

@@ -82,6 +82,13 @@ public final class MySqlSql {
           + " AND table_type IN ('BASE TABLE', 'SYSTEM VERSIONED') ORDER BY table_schema";
 
   /**
+   * The bytes that the text bound reaches a key column as (hex), and the character set in which the
+   * connection sends text.
+   */
+  public static final String CLIENT_CHARSET =
+      "SELECT HEX(CAST(? AS BINARY)), @@character_set_client";
+
+  /**
    * The key columns' types and collations, by (schema or null for the current database, table
    * name), in the primary key's order.
    */
