@@ -830,6 +830,48 @@ abstract class MySqlDialectStoreTests {
     }
   }
 
+  @Test
+  void aFailureWhoseErrorHasAnEmojiIsRecordedThroughAConnectionThatSendsUtf8mb3() {
+    // A legacy URL's connectionCollation, or a server that forces utf8 (utf8mb3) on its clients:
+    // an error text with a four-byte character was refused ("Illegal mix of collations"), and a
+    // FAILED that cannot be written keeps its key held under a lease renewed until it is.
+    com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
+    if (driver() == TestMariaDb.Driver.MYSQL) {
+      config.setJdbcUrl(
+          TestMariaDb.url(server, database, driver()) + "&connectionCollation=utf8mb3_general_ci");
+    } else {
+      config.setJdbcUrl(TestMariaDb.url(server, database, driver()));
+      config.setConnectionInitSql("SET NAMES utf8mb3");
+    }
+    config.setMaximumPoolSize(2);
+    try (HikariDataSource utf8mb3 = new HikariDataSource(config)) {
+      JdbcDedupStore utf8mb3Store = JdbcDedupStore.builder(utf8mb3).build();
+      DedupKey key = DedupKey.of("payment", "ORD-utf8mb3");
+      ClaimResult.Claimed claim = claimed(utf8mb3Store.claim(request(key, "consumer-a")));
+
+      assertThat(utf8mb3Store.fail(claim, "card 💳 declined by the bank", RETENTION))
+          .as("the handler's failure, recorded")
+          .isTrue();
+      DedupRecord record = store.find(key).orElseThrow();
+      assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
+      assertThat(record.lastError()).contains("card 💳 declined by the bank");
+      assertThat(claimed(utf8mb3Store.claim(request(key, "consumer-b"))).token())
+          .as("the redelivery, retried")
+          .isEqualTo(2);
+
+      // And a handler that threw in the caller's transaction (mode TRANSACTIONAL).
+      DedupKey item = DedupKey.of("payment", "ORD-utf8mb3-item");
+      TransactionBoundDataSource transactions = TransactionBoundDataSource.of(utf8mb3);
+      JdbcDedupStore transactional = JdbcDedupStore.builder(transactions).build();
+      transactions.inTransaction(
+          () ->
+              transactional.failInTransaction(
+                  claimed(transactional.claimInTransaction(request(item, "consumer-a"))),
+                  "item 🦄 rejected"));
+      assertThat(store.find(item).orElseThrow().lastError()).contains("item 🦄 rejected");
+    }
+  }
+
   private <T> DedupResult<T> deliver(
       TransactionBoundDataSource transactions,
       IdempotentExecutor executor,

@@ -348,7 +348,7 @@ public final class MySqlDialect extends Dialect {
     try (PreparedStatement statement = calls.prepare(connection, statementSql)) {
       int index = 1;
       if (update == FencedUpdate.FAIL) {
-        statement.setString(index++, error);
+        setError(statement, index++, error);
       }
       statement.setLong(index++, durationMillis);
       statement.setString(index++, claim.key().bizType());
@@ -379,7 +379,7 @@ public final class MySqlDialect extends Dialect {
       insert.setInt(index++, claim.token());
       insert.setString(index++, claim.claimId());
       if (failed) {
-        insert.setString(index++, error);
+        setError(insert, index++, error);
       }
       insert.setLong(index, retentionMillis);
       return insert.executeUpdate() == 1;
@@ -431,6 +431,14 @@ public final class MySqlDialect extends Dialect {
       }
     }
     return false;
+  }
+
+  /** As its UTF-8 bytes, which {@link MySqlSql#ERROR_TEXT} reads as utf8mb4. */
+  @Override
+  protected void setError(PreparedStatement statement, int index, @Nullable String error)
+      throws SQLException {
+    statement.setBytes(
+        index, error == null ? null : error.getBytes(java.nio.charset.StandardCharsets.UTF_8));
   }
 
   @Override
