@@ -525,6 +525,29 @@ abstract class MySqlDialectStoreTests {
   }
 
   @Test
+  void aLargePollIsClaimedAndAnsweredAsDuplicatesWithinTheStatementTimeout() {
+    // A consumer polling 10,000 records at a time (max.poll.records): one statement naming every
+    // key took the server time that grows faster than the keys, past the statement timeout, at
+    // every try, so the poll's claim never went through.
+    JdbcDedupStore impatient =
+        JdbcDedupStore.builder(dataSource).statementTimeout(Duration.ofSeconds(1)).build();
+    List<DedupKey> keys =
+        IntStream.range(0, 10_000).mapToObj(i -> DedupKey.of("large-poll", "ORD-" + i)).toList();
+
+    List<ClaimResult> claims =
+        impatient.claimAll(keys.stream().map(key -> request(key, "consumer-a")).toList());
+    assertThat(claims)
+        .as("the poll's claim")
+        .hasSize(keys.size())
+        .allSatisfy(result -> assertThat(result).isInstanceOf(ClaimResult.Claimed.class));
+    List<ClaimResult> redelivered =
+        impatient.claimAll(keys.stream().map(key -> request(key, "consumer-b")).toList());
+    assertThat(redelivered)
+        .as("the same poll delivered to another consumer")
+        .allSatisfy(result -> assertThat(taken(result).owner()).isEqualTo("consumer-a"));
+  }
+
+  @Test
   void aDuplicateIsAnsweredFromARead() throws Exception {
     DedupKey key = DedupKey.of("payment", "read-duplicate");
     ClaimResult.Claimed claim = claimed(store.claim(request(key, "a")));
@@ -760,6 +783,93 @@ abstract class MySqlDialectStoreTests {
         .contains(
             "ALTER TABLE text_keys_dedup MODIFY biz_type VARBINARY(256) NOT NULL,"
                 + " MODIFY biz_key VARBINARY(1024) NOT NULL");
+  }
+
+  @Test
+  void aConnectionThatSendsTextInASingleByteCharacterSetIsNamedAtStartUpAndByTheClaim()
+      throws SQLException {
+    Assumptions.assumeTrue(
+        driver() == TestMariaDb.Driver.MYSQL, "MariaDB Connector/J sends text as UTF-8 only");
+    // A legacy application's URL: MySQL Connector/J sends every string in ISO-8859-1, a key in
+    // Cyrillic as question marks.
+    com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
+    config.setJdbcUrl(
+        TestMariaDb.url(server, database, driver()) + "&characterEncoding=ISO-8859-1");
+    config.setMaximumPoolSize(2);
+    ch.qos.logback.classic.Logger storeLog =
+        (ch.qos.logback.classic.Logger) org.slf4j.LoggerFactory.getLogger(JdbcDedupStore.class);
+    ch.qos.logback.core.read.ListAppender<ch.qos.logback.classic.spi.ILoggingEvent> logged =
+        new ch.qos.logback.core.read.ListAppender<>();
+    logged.start();
+    storeLog.addAppender(logged);
+    try (HikariDataSource latin1 = new HikariDataSource(config)) {
+      JdbcDedupStore latin1Store = JdbcDedupStore.builder(latin1).build();
+      IdempotentExecutor.builder(latin1Store).build().close();
+
+      assertThat(
+              logged.list.stream()
+                  .filter(event -> event.getLevel() == ch.qos.logback.classic.Level.WARN)
+                  .map(ch.qos.logback.classic.spi.ILoggingEvent::getFormattedMessage)
+                  .filter(message -> message.contains("dedup table"))
+                  .toList())
+          .as("the start-up's warnings")
+          .singleElement()
+          .asString()
+          .startsWith("The connection to the dedup table consumer_dedup sends text as latin1")
+          .contains("Remove characterEncoding from the JDBC URL");
+      assertThat(latin1Store.claim(request(DedupKey.of("payment", "ORD-latin1"), "a")))
+          .as("a key that latin1 holds")
+          .isInstanceOf(ClaimResult.Claimed.class);
+      assertThatThrownBy(() -> latin1Store.claim(request(DedupKey.of("payment", "Заказ-1"), "a")))
+          .as("a key that latin1 lacks, never taken for another")
+          .isInstanceOf(DedupStoreException.class)
+          .hasMessageContaining("the driver writes a character of a key that latin1 lacks")
+          .hasMessageNotContaining("VARBINARY");
+    } finally {
+      storeLog.detachAppender(logged);
+    }
+  }
+
+  @Test
+  void aFailureWhoseErrorHasAnEmojiIsRecordedThroughAConnectionThatSendsUtf8mb3() {
+    // A legacy URL's connectionCollation, or a server that forces utf8 (utf8mb3) on its clients:
+    // an error text with a four-byte character was refused ("Illegal mix of collations"), and a
+    // FAILED that cannot be written keeps its key held under a lease renewed until it is.
+    com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
+    if (driver() == TestMariaDb.Driver.MYSQL) {
+      config.setJdbcUrl(
+          TestMariaDb.url(server, database, driver()) + "&connectionCollation=utf8mb3_general_ci");
+    } else {
+      config.setJdbcUrl(TestMariaDb.url(server, database, driver()));
+      config.setConnectionInitSql("SET NAMES utf8mb3");
+    }
+    config.setMaximumPoolSize(2);
+    try (HikariDataSource utf8mb3 = new HikariDataSource(config)) {
+      JdbcDedupStore utf8mb3Store = JdbcDedupStore.builder(utf8mb3).build();
+      DedupKey key = DedupKey.of("payment", "ORD-utf8mb3");
+      ClaimResult.Claimed claim = claimed(utf8mb3Store.claim(request(key, "consumer-a")));
+
+      assertThat(utf8mb3Store.fail(claim, "card 💳 declined by the bank", RETENTION))
+          .as("the handler's failure, recorded")
+          .isTrue();
+      DedupRecord record = store.find(key).orElseThrow();
+      assertThat(record.status()).isEqualTo(DedupStatus.FAILED);
+      assertThat(record.lastError()).contains("card 💳 declined by the bank");
+      assertThat(claimed(utf8mb3Store.claim(request(key, "consumer-b"))).token())
+          .as("the redelivery, retried")
+          .isEqualTo(2);
+
+      // And a handler that threw in the caller's transaction (mode TRANSACTIONAL).
+      DedupKey item = DedupKey.of("payment", "ORD-utf8mb3-item");
+      TransactionBoundDataSource transactions = TransactionBoundDataSource.of(utf8mb3);
+      JdbcDedupStore transactional = JdbcDedupStore.builder(transactions).build();
+      transactions.inTransaction(
+          () ->
+              transactional.failInTransaction(
+                  claimed(transactional.claimInTransaction(request(item, "consumer-a"))),
+                  "item 🦄 rejected"));
+      assertThat(store.find(item).orElseThrow().lastError()).contains("item 🦄 rejected");
+    }
   }
 
   private <T> DedupResult<T> deliver(

@@ -203,13 +203,22 @@ public abstract class Dialect {
   public final boolean failInTransaction(
       Connection connection, ClaimResult.Claimed claim, String error) throws SQLException {
     try (PreparedStatement update = calls.prepare(connection, failInTransactionSql())) {
-      update.setString(1, StoredText.storable(error, StoredText.MAX_ERROR_LENGTH));
+      setError(update, 1, StoredText.storable(error, StoredText.MAX_ERROR_LENGTH));
       update.setString(2, claim.key().bizType());
       update.setString(3, claim.key().bizKey());
       update.setInt(4, claim.token());
       update.setString(5, claim.claimId());
       return update.executeUpdate() == 1;
     }
+  }
+
+  /**
+   * Binds the error of a FAILED record where this dialect's statements take it (see {@link
+   * #failInTransactionSql}); as text by default.
+   */
+  protected void setError(PreparedStatement statement, int index, @Nullable String error)
+      throws SQLException {
+    statement.setString(index, error);
   }
 
   /**

@@ -97,26 +97,28 @@ public final class MySqlDialect extends Dialect {
     Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
     requests.forEach(r -> byKey.put(Map.entry(r.key().bizType(), r.key().bizKey()), r));
     Map<DedupKey, ClaimResult> settled = new HashMap<>();
-    try (PreparedStatement select = calls.prepare(connection, sql.find(requests.size()))) {
-      int index = 1;
-      for (ClaimRequest request : requests) {
-        select.setString(index++, request.key().bizType());
-        select.setString(index++, request.key().bizKey());
-      }
-      try (ResultSet row = select.executeQuery()) {
-        while (row.next()) {
-          ClaimRequest request =
-              byKey.get(Map.entry(row.getString("biz_type"), row.getString("biz_key")));
-          if (request == null) {
-            continue;
-          }
-          DedupRecord existing = recordAsStored(row, request.key());
-          boolean own =
-              existing.status() == DedupStatus.PROCESSING
-                  && request.claimId().equals(row.getString("claim_id"))
-                  && !otherPayload(existing, request);
-          if (!own && !claimable(existing, request)) {
-            settled.put(request.key(), new ClaimResult.Taken(request.key(), existing));
+    for (List<ClaimRequest> chunk : chunks(requests)) {
+      try (PreparedStatement select = calls.prepare(connection, sql.find(chunk.size()))) {
+        int index = 1;
+        for (ClaimRequest request : chunk) {
+          select.setString(index++, request.key().bizType());
+          select.setString(index++, request.key().bizKey());
+        }
+        try (ResultSet row = select.executeQuery()) {
+          while (row.next()) {
+            ClaimRequest request =
+                byKey.get(Map.entry(row.getString("biz_type"), row.getString("biz_key")));
+            if (request == null) {
+              continue;
+            }
+            DedupRecord existing = recordAsStored(row, request.key());
+            boolean own =
+                existing.status() == DedupStatus.PROCESSING
+                    && request.claimId().equals(row.getString("claim_id"))
+                    && !otherPayload(existing, request);
+            if (!own && !claimable(existing, request)) {
+              settled.put(request.key(), new ClaimResult.Taken(request.key(), existing));
+            }
           }
         }
       }
@@ -124,10 +126,80 @@ public final class MySqlDialect extends Dialect {
     return settled;
   }
 
+  /**
+   * Most keys one statement of a claim names. The server's work on a statement that names many keys
+   * grows faster than their number (a plain read of 4,000 keys took 1.7 s, of 10,000 longer than
+   * the statement timeout, at every try): a large poll's claim goes in statements of this many
+   * keys, in key order, so that it still locks its rows in the order every claim does.
+   */
+  static final int CLAIM_CHUNK = 500;
+
+  /** {@code requests} in consecutive lists of at most {@link #CLAIM_CHUNK}. */
+  private static List<List<ClaimRequest>> chunks(List<ClaimRequest> requests) {
+    List<List<ClaimRequest>> chunks = new ArrayList<>();
+    for (int from = 0; from < requests.size(); from += CLAIM_CHUNK) {
+      chunks.add(requests.subList(from, Math.min(requests.size(), from + CLAIM_CHUNK)));
+    }
+    return chunks;
+  }
+
   private List<ClaimResult> claimLocked(
       Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
     List<ClaimRequest> ordered =
         requests.stream().sorted(Comparator.comparing(ClaimRequest::key, KEY_ORDER)).toList();
+    Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
+    ordered.forEach(r -> byKey.put(Map.entry(r.key().bizType(), r.key().bizKey()), r));
+    Map<Map.Entry<String, String>, ResultRow> rows = new HashMap<>();
+    for (List<ClaimRequest> chunk : chunks(ordered)) {
+      lockOrInsert(connection, chunk, withLease);
+      try (PreparedStatement select = calls.prepare(connection, sql.findLocked(chunk.size()))) {
+        int index = 1;
+        for (ClaimRequest request : chunk) {
+          select.setString(index++, request.key().bizType());
+          select.setString(index++, request.key().bizKey());
+        }
+        try (ResultSet row = select.executeQuery()) {
+          while (row.next()) {
+            Map.Entry<String, String> columns =
+                Map.entry(row.getString("biz_type"), row.getString("biz_key"));
+            ClaimRequest request = byKey.get(columns);
+            if (request != null) {
+              rows.put(
+                  columns,
+                  new ResultRow(recordAsStored(row, request.key()), row.getString("claim_id")));
+            }
+          }
+        }
+      }
+    }
+    List<ClaimResult> results = new ArrayList<>(requests.size());
+    for (ClaimRequest request : requests) {
+      ResultRow row = rows.get(Map.entry(request.key().bizType(), request.key().bizKey()));
+      if (row == null) {
+        String charset = nonUnicodeCharset(connection);
+        throw new DedupStoreException(
+            "The dedup table did not return the row of "
+                + request.key()
+                + " that the claim had just locked: "
+                + (charset == null
+                    ? "its key columns must compare byte for byte (VARBINARY, as in "
+                        + schemaResource()
+                        + ")"
+                    : connectionCharsetProblem(charset)),
+            request.key(),
+            request.source(),
+            null);
+      }
+      results.add(answer(connection, request, row, withLease));
+    }
+    return results;
+  }
+
+  /**
+   * Inserts or locks the rows of {@code ordered} (in key order), as {@link MySqlSql#lockOrInsert}.
+   */
+  private void lockOrInsert(Connection connection, List<ClaimRequest> ordered, boolean withLease)
+      throws SQLException {
     try (PreparedStatement insert =
         calls.prepare(connection, sql.lockOrInsert(ordered.size(), withLease))) {
       int index = 1;
@@ -144,46 +216,6 @@ public final class MySqlDialect extends Dialect {
       }
       insert.executeUpdate();
     }
-    Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
-    ordered.forEach(r -> byKey.put(Map.entry(r.key().bizType(), r.key().bizKey()), r));
-    Map<Map.Entry<String, String>, ResultRow> rows = new HashMap<>();
-    try (PreparedStatement select = calls.prepare(connection, sql.findLocked(ordered.size()))) {
-      int index = 1;
-      for (ClaimRequest request : ordered) {
-        select.setString(index++, request.key().bizType());
-        select.setString(index++, request.key().bizKey());
-      }
-      try (ResultSet row = select.executeQuery()) {
-        while (row.next()) {
-          Map.Entry<String, String> columns =
-              Map.entry(row.getString("biz_type"), row.getString("biz_key"));
-          ClaimRequest request = byKey.get(columns);
-          if (request != null) {
-            rows.put(
-                columns,
-                new ResultRow(recordAsStored(row, request.key()), row.getString("claim_id")));
-          }
-        }
-      }
-    }
-    List<ClaimResult> results = new ArrayList<>(requests.size());
-    for (ClaimRequest request : requests) {
-      ResultRow row = rows.get(Map.entry(request.key().bizType(), request.key().bizKey()));
-      if (row == null) {
-        throw new DedupStoreException(
-            "The dedup table did not return the row of "
-                + request.key()
-                + " that the claim had just locked: its key columns must compare byte for byte"
-                + " (VARBINARY, as in "
-                + schemaResource()
-                + ")",
-            request.key(),
-            request.source(),
-            null);
-      }
-      results.add(answer(connection, request, row, withLease));
-    }
-    return results;
   }
 
   private ClaimResult answer(
@@ -316,7 +348,7 @@ public final class MySqlDialect extends Dialect {
     try (PreparedStatement statement = calls.prepare(connection, statementSql)) {
       int index = 1;
       if (update == FencedUpdate.FAIL) {
-        statement.setString(index++, error);
+        setError(statement, index++, error);
       }
       statement.setLong(index++, durationMillis);
       statement.setString(index++, claim.key().bizType());
@@ -347,7 +379,7 @@ public final class MySqlDialect extends Dialect {
       insert.setInt(index++, claim.token());
       insert.setString(index++, claim.claimId());
       if (failed) {
-        insert.setString(index++, error);
+        setError(insert, index++, error);
       }
       insert.setLong(index, retentionMillis);
       return insert.executeUpdate() == 1;
@@ -399,6 +431,14 @@ public final class MySqlDialect extends Dialect {
       }
     }
     return false;
+  }
+
+  /** As its UTF-8 bytes, which {@link MySqlSql#ERROR_TEXT} reads as utf8mb4. */
+  @Override
+  protected void setError(PreparedStatement statement, int index, @Nullable String error)
+      throws SQLException {
+    statement.setBytes(
+        index, error == null ? null : error.getBytes(java.nio.charset.StandardCharsets.UTF_8));
   }
 
   @Override
@@ -520,6 +560,8 @@ public final class MySqlDialect extends Dialect {
    * Key columns that are not VARBINARY, as a table written by hand or by an ORM has them: their
    * collation takes keys that differ in case, accents or trailing spaces for one row, and the claim
    * of the second such key fails (see {@link #claimLocked}) where it should have run its handler.
+   * And a connection that sends text in a character set that cannot hold every key, whose claims of
+   * such keys fail likewise.
    */
   @Override
   public @Nullable String storageAdvice(Connection connection) throws SQLException {
@@ -543,10 +585,22 @@ public final class MySqlDialect extends Dialect {
         }
       }
     }
+    String charset = nonUnicodeCharset(connection);
+    String charsetAdvice =
+        charset == null
+            ? null
+            : "The connection to the dedup table "
+                + table
+                + " sends text as "
+                + charset
+                + ": "
+                + connectionCharsetProblem(charset)
+                + ".";
     if (textColumns.isEmpty()) {
-      return null;
+      return charsetAdvice;
     }
-    return "The dedup table "
+    return (charsetAdvice == null ? "" : charsetAdvice + " ")
+        + "The dedup table "
         + table
         + " compares its keys as text ("
         + String.join(", ", textColumns)
@@ -556,6 +610,48 @@ public final class MySqlDialect extends Dialect {
         + " stores them as bytes: ALTER TABLE "
         + table
         + " MODIFY biz_type VARBINARY(256) NOT NULL, MODIFY biz_key VARBINARY(1024) NOT NULL";
+  }
+
+  /**
+   * Text whose UTF-8 bytes {@link #nonUnicodeCharset} expects at the server: Cyrillic, an emoji.
+   */
+  private static final String CHARSET_PROBE = "Я\uD83E\uDD84";
+
+  private static final String CHARSET_PROBE_HEX =
+      java.util.HexFormat.of()
+          .withUpperCase()
+          .formatHex(CHARSET_PROBE.getBytes(java.nio.charset.StandardCharsets.UTF_8));
+
+  /**
+   * The character set in which the connection sends text (MySQL Connector/J's {@code
+   * characterEncoding}), if a key reaches the key columns as other bytes than its UTF-8 ones; null
+   * when it reaches them whole. Asked of the server with a bound key-like text, since the driver's
+   * encoding, not the session's character set, decides: a {@code SET NAMES latin1} alone leaves the
+   * driver's UTF-8 bytes as they are, and the key columns take them as they come.
+   */
+  private @Nullable String nonUnicodeCharset(Connection connection) throws SQLException {
+    try (PreparedStatement statement = calls.prepare(connection, MySqlSql.CLIENT_CHARSET)) {
+      statement.setString(1, CHARSET_PROBE);
+      try (ResultSet row = statement.executeQuery()) {
+        if (!row.next() || CHARSET_PROBE_HEX.equalsIgnoreCase(row.getString(1))) {
+          return null;
+        }
+        return String.valueOf(row.getString(2));
+      }
+    }
+  }
+
+  /**
+   * What a connection that sends text as {@code charset} does to keys: the driver writes a
+   * character that {@code charset} lacks as {@code ?}, so the key the claim stored is not the key
+   * it reads back, and every delivery of it fails, the record held, until the URL changes.
+   */
+  private static String connectionCharsetProblem(String charset) {
+    return "the driver writes a character of a key that "
+        + charset
+        + " lacks (Cyrillic, Chinese, an emoji) as '?', so the claim of such a key fails and its"
+        + " record waits, at every delivery. Remove characterEncoding from the JDBC URL (MySQL"
+        + " Connector/J then sends utf8mb4) or set characterEncoding=UTF-8";
   }
 
   /** A database plays the part of PostgreSQL's schema: {@code database.table} names the table. */

@@ -17,6 +17,15 @@ public final class MySqlSql {
   /** Now plus a bound number of milliseconds. */
   static final String NOW_PLUS_MS = "UTC_TIMESTAMP(6) + INTERVAL (? * 1000) MICROSECOND";
 
+  /**
+   * The error of a FAILED record, bound as its UTF-8 bytes: the connection's character set does not
+   * touch it. Bound as text through a connection that sends utf8mb3 (a {@code SET NAMES utf8}, a
+   * server that forces its character set on clients), an error with a four-byte character (an
+   * emoji) was refused, "Illegal mix of collations", so the FAILED was never written and the key
+   * stayed held under a lease renewed until the process ended.
+   */
+  static final String ERROR_TEXT = "CONVERT(? USING utf8mb4) COLLATE utf8mb4_bin";
+
   /** The record columns as {@code JdbcDedupStore} reads them, with the key and lease_live. */
   private static final String RECORD_COLUMNS =
       "biz_type, biz_key, status, attempts, owner, lease_until, fingerprint, last_error, source,"
@@ -82,6 +91,13 @@ public final class MySqlSql {
           + " AND table_type IN ('BASE TABLE', 'SYSTEM VERSIONED') ORDER BY table_schema";
 
   /**
+   * The bytes that the text bound reaches a key column as (hex), and the character set in which the
+   * connection sends text.
+   */
+  public static final String CLIENT_CHARSET =
+      "SELECT HEX(CAST(? AS BINARY)), @@character_set_client";
+
+  /**
    * The key columns' types and collations, by (schema or null for the current database, table
    * name), in the primary key's order.
    */
@@ -97,7 +113,9 @@ public final class MySqlSql {
     failInTransaction =
         "UPDATE "
             + table
-            + " SET status = 'FAILED', last_error = ?, updated_at = "
+            + " SET status = 'FAILED', last_error = "
+            + ERROR_TEXT
+            + ", updated_at = "
             + NOW
             + ""
             + " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND claim_id = ?"
@@ -122,7 +140,9 @@ public final class MySqlSql {
             // kept only on a row that was FAILED already (see PostgresSql#keepingReleaseNote).
             + " SET last_error = CASE WHEN status = 'FAILED' AND last_error LIKE '"
             + io.consumerdedup.core.internal.LeaseLoss.RELEASE_NOTE_PREFIX
-            + "%' THEN last_error ELSE ? END, status = 'FAILED', lease_until = NULL, updated_at = "
+            + "%' THEN last_error ELSE "
+            + ERROR_TEXT
+            + " END, status = 'FAILED', lease_until = NULL, updated_at = "
             + NOW
             + ", expires_at = "
             + NOW_PLUS_MS
@@ -138,7 +158,7 @@ public final class MySqlSql {
             + fencedWhere
             + "status = 'PROCESSING'";
     completeVanished = vanished("'SUCCESS'", "NULL");
-    failVanished = vanished("'FAILED'", "?");
+    failVanished = vanished("'FAILED'", ERROR_TEXT);
     String held =
         " WHERE biz_type = ? AND biz_key = ? AND attempts = ? AND claim_id = ?"
             + " AND status = 'PROCESSING'";
