@@ -2,6 +2,8 @@ package io.consumerdedup.spring;
 
 import java.time.Duration;
 import org.springframework.kafka.support.Acknowledgment;
+import org.springframework.transaction.support.TransactionSynchronization;
+import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
  * An {@link Idempotent} batch listener's {@link Acknowledgment}, held until the outcomes are
@@ -9,6 +11,9 @@ import org.springframework.kafka.support.Acknowledgment;
  * translated from the list the method was given to the container's batch. What the method
  * acknowledges is done by its own word: the SUCCESS of those records is written at once, in the
  * background, so a process that dies later in the batch runs only the records after them again.
+ * Acknowledged inside a transaction (the method's own {@code @Transactional} one, or one it
+ * opened), their SUCCESS is written once that transaction has committed: a rollback undoes their
+ * effects, and their keys must be left to the redelivery.
  */
 final class HeldBatchAcknowledgment implements Acknowledgment {
   private final Acknowledgment delegate;
@@ -56,7 +61,42 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
   private void markUpTo(int index) {
     int from = markedUpTo + 1;
     markedUpTo = Math.max(markedUpTo, index);
+    if (from > index) {
+      return;
+    }
+    // An actual transaction only: a scope without one (propagation SUPPORTS) undoes nothing, and a
+    // record it acknowledged is done, whatever the method does next.
+    if (TransactionSynchronizationManager.isSynchronizationActive()
+        && TransactionSynchronizationManager.isActualTransactionActive()) {
+      // The transaction the method acknowledged in may still roll back and undo these records'
+      // effects: SUCCESS written now stood, the error handler's redelivery skipped them as
+      // duplicates, and they were never applied. Rolled back, they are left to the end of the
+      // batch, which records them FAILED with the method's failure.
+      TransactionSynchronizationManager.registerSynchronization(
+          new TransactionSynchronization() {
+            @Override
+            public void afterCommit() {
+              startCommitted(from, index + 1);
+            }
+          });
+      return;
+    }
     kept.startMarks(from, index + 1);
+  }
+
+  /**
+   * Starts the marks of records whose transaction committed. What starting them throws (an {@code
+   * OutOfMemoryError}) is not passed on: from {@code afterCommit} it would fail the method's call
+   * although its effects are committed, and every record would be recorded FAILED and applied
+   * again; a mark not started is started again when the batch ends, whose failure to write it stops
+   * the batch there to retry later.
+   */
+  private void startCommitted(int from, int end) {
+    try {
+      kept.startMarks(from, end);
+    } catch (RuntimeException | Error notStarted) {
+      // Left to the end of the batch (above).
+    }
   }
 
   @Override

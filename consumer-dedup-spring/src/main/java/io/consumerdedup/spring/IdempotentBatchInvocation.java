@@ -51,10 +51,11 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * batch: the records before it SUCCESS, it FAILED, those after it released without counting an
  * attempt. Any other exception leaves every claimed record FAILED: the method's state is unknown,
  * so all are retried. Records the method acknowledged ({@code acknowledge(i)} of its {@link
- * Acknowledgment}) are done by its word: their SUCCESS is written at once, and stands. Offset
- * commits the method makes through its {@code Consumer} argument are sent once every record of the
- * batch is done and its outcome written, and dropped otherwise ({@link
- * PollAwareConsumer#holdCommits}).
+ * Acknowledgment}) are done by its word: their SUCCESS is written at once, and stands; acknowledged
+ * inside a transaction (the method's {@code @Transactional} one), once that transaction has
+ * committed, so that a rollback leaves them FAILED with the method's failure. Offset commits the
+ * method makes through its {@code Consumer} argument are sent once every record of the batch is
+ * done and its outcome written, and dropped otherwise ({@link PollAwareConsumer#holdCommits}).
  *
  * <p>Attempts are limited per key as for record listeners ({@link AttemptLimit}): a record the
  * method fails at on its last attempt allowed, and a record whose key already failed that often

@@ -90,7 +90,8 @@ class BatchListenerIntegrationTest {
         "bt-progress",
         "bt-ackfail",
         "bt-rollback-only",
-        "bt-after-commit");
+        "bt-after-commit",
+        "bt-txack");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -334,6 +335,35 @@ class BatchListenerIntegrationTest {
     assertThat(store.find(DedupKey.of("ackfail", "A-2")).orElseThrow().attempts()).isEqualTo(1);
     assertThat(Switches.batches.get("bt-ackfail"))
         .contains(List.of("A-1", "A-2", "A-3"), List.of("A-3"));
+  }
+
+  /**
+   * A {@code @Transactional} batch listener acknowledges each record after its effect, then fails
+   * at the third, and its transaction rolls back the effects of all three: the acknowledged records
+   * are not done, and the error handler's retry applies them. Their SUCCESS written at the
+   * acknowledgment, before the rollback, stood: the retry skipped them as duplicates and they were
+   * never applied.
+   */
+  @Test
+  void recordsAcknowledgedInATransactionThatRollsBackAreAppliedByTheRetry() throws Exception {
+    inOneBatch(
+        "bt-txack",
+        () -> {
+          send(template, "bt-txack", "a", "order-no", "T-1");
+          send(template, "bt-txack", "b", "order-no", "T-2");
+          send(template, "bt-txack", "fails once, after the acks", "order-no", "T-3");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-txack") == 3);
+    assertThat(Switches.calls.get("T-3").get())
+        .as("the first call failed and its transaction rolled back")
+        .isEqualTo(2);
+    for (String key : List.of("T-1", "T-2", "T-3")) {
+      assertThat(effects("txack", key))
+          .as("%s applied (the method was given %s)", key, Switches.batches.get("bt-txack"))
+          .isEqualTo(1);
+      assertThat(status("txack", key)).as(key).isEqualTo(DedupStatus.SUCCESS);
+    }
   }
 
   private DedupStatus status(String bizType, String key) {
@@ -710,6 +740,27 @@ class BatchListenerIntegrationTest {
           throw new BatchListenerFailedException(
               "failed after acknowledging", new IllegalStateException("late failure"), i);
         }
+      }
+    }
+
+    @Transactional
+    @Idempotent(bizType = "txack", header = "order-no")
+    @KafkaListener(
+        id = "bt-txack",
+        topics = "bt-txack",
+        batch = "true",
+        containerFactory = "manualAckFactory")
+    public void onTransactionalAck(
+        List<ConsumerRecord<String, String>> records, Acknowledgment ack) {
+      Switches.seen("bt-txack", keys(records));
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<String, String> record = records.get(i);
+        String key = header(record, "order-no");
+        effect("txack", key, record.value());
+        if (record.value().startsWith("fails once") && Switches.calls.get(key).get() == 1) {
+          throw new IllegalStateException("failed after acknowledging the records before");
+        }
+        ack.acknowledge(i);
       }
     }
 
