@@ -5,14 +5,13 @@ import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.testing.TestKafka;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
-import io.consumerdedup.spring.internal.RecoveredRecordLogger;
-import io.consumerdedup.testing.TestKafka;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.AlterConfigOp;
@@ -48,7 +47,9 @@ import org.springframework.util.backoff.ExponentialBackOff;
  * (named), or the listener's last exception once the error handler's retries are spent; and the
  * application's own retry listener still hears of it.
  */
-@SpringBootTest(classes = GivenUpRecordLogIntegrationTest.App.class)
+@SpringBootTest(
+    classes = GivenUpRecordLogIntegrationTest.App.class,
+    properties = "logging.level.io.consumerdedup.spring.internal.RecoveredRecordLogger=DEBUG")
 @DirtiesContext
 @ExtendWith(OutputCaptureExtension.class)
 class GivenUpRecordLogIntegrationTest {
@@ -81,7 +82,6 @@ class GivenUpRecordLogIntegrationTest {
     for (String topic : List.of(REFUSED, REFUSED_BATCH)) {
       TestKafka.createTopic(topic + "-dlt", 1, Map.of(MAX_MESSAGE_BYTES, SMALL_LIMIT));
     }
-    registry.add("logging.level." + RecoveredRecordLogger.class.getName(), () -> "DEBUG");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -196,7 +196,8 @@ class GivenUpRecordLogIntegrationTest {
         .isGreaterThanOrEqualTo(Duration.ofMillis(1_500));
 
     try (Admin admin =
-        Admin.create(Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers()))) {
+        Admin.create(
+            Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers()))) {
       admin
           .incrementalAlterConfigs(
               Map.of(
@@ -264,7 +265,8 @@ class GivenUpRecordLogIntegrationTest {
     DefaultErrorHandler errorHandler(KafkaTemplate<Object, Object> template) {
       ExponentialBackOff backOff = new ExponentialBackOff(100, 2.0);
       backOff.setMaxAttempts(1);
-      DefaultErrorHandler handler = new DefaultErrorHandler(new CountingDeadLetters(template), backOff);
+      DefaultErrorHandler handler =
+          new DefaultErrorHandler(new CountingDeadLetters(template), backOff);
       handler.setRetryListeners(new ApplicationRetryListener());
       return handler;
     }
