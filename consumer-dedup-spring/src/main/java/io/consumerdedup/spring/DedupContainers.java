@@ -40,8 +40,10 @@ import org.springframework.kafka.listener.adapter.KafkaBackoffAwareMessageListen
  *       or {@code CommonMixedErrorHandler} ({@link DedupErrorClassification});
  *   <li>a retry listener after those of a {@code DefaultErrorHandler} or {@code
  *       DefaultAfterRollbackProcessor}, which logs at ERROR each record it gives up on ({@link
- *       RecoveredRecordLogger}); with another error handler, {@link RetryLaterErrorHandler} logs
- *       the records consumer-dedup says not to retry as it hands them over;
+ *       RecoveredRecordLogger}), and hears of each recovery that fails, so that the wrappers above
+ *       hold that record with their back-off; with another error handler, {@link
+ *       RetryLaterErrorHandler} logs the records consumer-dedup says not to retry as it hands them
+ *       over;
  *   <li>{@link DedupConsumerPostProcessor} on its {@code DefaultKafkaConsumerFactory}, so that its
  *       {@code Idempotent} record listeners claim each poll's keys together and no offset commit
  *       passes a record whose SUCCESS is not durable (shared by every container of the factory).

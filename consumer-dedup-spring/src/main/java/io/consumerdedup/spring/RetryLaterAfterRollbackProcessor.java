@@ -6,6 +6,8 @@ import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
+import io.consumerdedup.spring.internal.RecoveredRecordLogger;
+import io.consumerdedup.spring.internal.RecoveredRecordLogger.FailedRecovery;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
@@ -74,7 +76,12 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
       RetryLaterErrorHandler.logHold(exception, KafkaUtils.format(records.get(0)), wait);
       return;
     }
-    delegate.process(records, consumer, container, exception, recoverable, eosMode);
+    RecoveredRecordLogger.takeFailedRecovery(); // one left by a handling that ended otherwise
+    try {
+      delegate.process(records, consumer, container, exception, recoverable, eosMode);
+    } finally {
+      logIfRecoveryFailed();
+    }
   }
 
   /**
@@ -117,8 +124,24 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
       RetryLaterErrorHandler.logHold(exception, KafkaUtils.format(recordList.get(0)), wait);
       return;
     }
-    delegate.processBatch(
-        records, recordList, consumer, container, exception, recoverable, eosMode);
+    RecoveredRecordLogger.takeFailedRecovery(); // one left by a handling that ended otherwise
+    try {
+      delegate.processBatch(
+          records, recordList, consumer, container, exception, recoverable, eosMode);
+    } finally {
+      logIfRecoveryFailed();
+    }
+  }
+
+  /**
+   * Logs the recovery that failed in the processor's handling that just ended, if one did: the
+   * processor sought the record back, and it comes again.
+   */
+  private static void logIfRecoveryFailed() {
+    FailedRecovery failed = RecoveredRecordLogger.takeFailedRecovery();
+    if (failed != null) {
+      RecoveredRecordLogger.logRecoveryFailed(failed, null);
+    }
   }
 
   @Override

@@ -10,6 +10,7 @@ import io.consumerdedup.spring.internal.ComposedErrorHandlers;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
 import io.consumerdedup.spring.internal.RecoveredRecordLogger;
+import io.consumerdedup.spring.internal.RecoveredRecordLogger.FailedRecovery;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Collection;
@@ -50,7 +51,9 @@ import org.springframework.kafka.support.TopicPartitionOffset;
  * included. Every other exception goes to the application's handler unchanged; one consumer-dedup
  * says not to retry is logged at ERROR as it is handed over, unless the handler logs the records it
  * gives up on itself ({@link RecoveredRecordLogger}), and recovered at once even by a handler that
- * was retrying it and keeps its retry state when the exception changes.
+ * was retrying it and keeps its retry state when the exception changes. A record whose recovery
+ * fails in the application's handler (its dead-letter topic refusing it) is held the same way, with
+ * the same back-off, rather than handed over again at once; nothing is committed past it.
  *
  * <p>{@link DedupContainers#configure} installs it on a container; the auto-configuration does so
  * for every listener container.
@@ -105,13 +108,23 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     }
     logIfGivenUp(thrownException, records.get(0));
     restartRetriesIfNotRetried(thrownException, records.get(0));
+    RecoveredRecordLogger.takeFailedRecovery(); // one left by a handling that ended otherwise
     if (delegate.seeksAfterHandling()) {
-      delegate.handleRemaining(thrownException, records, consumer, container);
+      try {
+        delegate.handleRemaining(thrownException, records, consumer, container);
+      } catch (RuntimeException e) {
+        throwIfRecoveryFailed(records, consumer, container);
+        throw e;
+      }
+      throwIfRecoveryFailed(records, consumer, container);
       return;
     }
     // A handler that does not seek expects the container to go on with the records after the
     // failed one; seeking them back has the same effect, since none of them was processed.
     boolean handled = handledByDelegate(thrownException, records.get(0), consumer, container);
+    if (!handled) {
+      throwIfRecoveryFailed(records, consumer, container);
+    }
     List<ConsumerRecord<?, ?>> again = handled ? records.subList(1, records.size()) : records;
     SeekUtils.doSeeksToBegin(again, consumer, SEEK_LOG);
     @Nullable KafkaException notHandled =
@@ -224,6 +237,61 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
   }
 
   /**
+   * Holds the record whose recovery failed in the delegate's handling that just ended, if one did
+   * (a {@code DeadLetterPublishingRecoverer} whose dead-letter topic refuses the record: too large
+   * for it, not authorised, its broker down). spring-kafka's handlers seek it back (or return it as
+   * remaining) and forget its failures, so the container handed it over again at once, its recovery
+   * failing again, several ERROR lines a time, for as long as the recoverer failed. It waits the
+   * back-off of a record to retry later instead ({@link PartitionHolds}), logged at ERROR once per
+   * streak ({@link RecoveredRecordLogger#logRecoveryFailed}); nothing is committed past it, and the
+   * records of a batch before it are committed, as the delegate does.
+   */
+  private void throwIfRecoveryFailed(
+      List<ConsumerRecord<?, ?>> records,
+      Consumer<?, ?> consumer,
+      MessageListenerContainer container) {
+    FailedRecovery failed = RecoveredRecordLogger.takeFailedRecovery();
+    if (failed == null) {
+      return;
+    }
+    int index = indexOf(records, failed.record());
+    if (index < 0) {
+      // Not a record in hand: nothing to hold, but the failure is still the user's to read.
+      RecoveredRecordLogger.logRecoveryFailed(failed, null);
+      return;
+    }
+    commitBefore(records, index, consumer, container);
+    List<ConsumerRecord<?, ?>> held = records.subList(index, records.size());
+    Duration wait = holds.hold(held, consumer, container);
+    RecoveredRecordLogger.logRecoveryFailed(failed, wait);
+    throw inRetry(
+        new KafkaException(
+            "Record "
+                + KafkaUtils.format(failed.record())
+                + " held for "
+                + wait
+                + ": its recovery failed",
+            KafkaException.Level.DEBUG,
+            failed.failure()),
+        held,
+        consumer,
+        container);
+  }
+
+  /** The position of {@code record} in {@code records}, or -1. */
+  private static int indexOf(List<ConsumerRecord<?, ?>> records, ConsumerRecord<?, ?> record) {
+    for (int i = 0; i < records.size(); i++) {
+      ConsumerRecord<?, ?> candidate = records.get(i);
+      if (candidate.offset() == record.offset()
+          && candidate.partition() == record.partition()
+          && candidate.topic().equals(record.topic())) {
+        return i;
+      }
+    }
+    return -1;
+  }
+
+  /**
    * Holds the first record and returns the exception that tells the container not to acknowledge
    * it; logged here once, so the container logs it at DEBUG only.
    */
@@ -319,7 +387,14 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       boolean firstHandling) {
     holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
     HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container, firstHandling);
-    delegate.handleBatch(thrownException, data, consumer, container, retry);
+    RecoveredRecordLogger.takeFailedRecovery(); // one left by a handling that ended otherwise
+    try {
+      delegate.handleBatch(thrownException, data, consumer, container, retry);
+    } catch (RuntimeException e) {
+      throwIfRecoveryFailed(listOf(data), consumer, container);
+      throw e;
+    }
+    throwIfRecoveryFailed(listOf(data), consumer, container);
     retry.throwIfHeld();
     RuntimeException stopped = retry.stoppedAtRecord();
     if (stopped != null) {
@@ -347,8 +422,18 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       boolean firstHandling) {
     holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
     HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container, firstHandling);
-    ConsumerRecords<K, V> remaining =
-        delegate.handleBatchAndReturnRemaining(thrownException, data, consumer, container, retry);
+    RecoveredRecordLogger.takeFailedRecovery(); // one left by a handling that ended otherwise
+    ConsumerRecords<K, V> remaining;
+    try {
+      remaining =
+          delegate.handleBatchAndReturnRemaining(thrownException, data, consumer, container, retry);
+    } catch (RuntimeException e) {
+      throwIfRecoveryFailed(listOf(data), consumer, container);
+      throw e;
+    }
+    // A recovery that failed returns its record among the remaining ones, which the container
+    // hands to the listener again at once, without a poll: held instead.
+    throwIfRecoveryFailed(listOf(data), consumer, container);
     retry.throwIfHeld();
     RuntimeException stopped = retry.stoppedAtRecord();
     if (stopped != null) {
@@ -481,7 +566,11 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container) {
     commitBefore(records, index, consumer, container);
+    RecoveredRecordLogger.takeFailedRecovery(); // one left by a handling that ended otherwise
     boolean handled = handledByDelegate(thrownException, records.get(index), consumer, container);
+    if (!handled) {
+      throwIfRecoveryFailed(records, consumer, container);
+    }
     int next = handled ? index + 1 : index;
     commitBefore(records, next, consumer, container);
     SeekUtils.doSeeksToBegin(records.subList(next, records.size()), consumer, SEEK_LOG);

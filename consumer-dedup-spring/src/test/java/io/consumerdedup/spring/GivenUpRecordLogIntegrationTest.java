@@ -5,10 +5,20 @@ import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.testing.TestKafka;
 import java.time.Duration;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.config.ConfigResource;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -37,7 +47,9 @@ import org.springframework.util.backoff.ExponentialBackOff;
  * (named), or the listener's last exception once the error handler's retries are spent; and the
  * application's own retry listener still hears of it.
  */
-@SpringBootTest(classes = GivenUpRecordLogIntegrationTest.App.class)
+@SpringBootTest(
+    classes = GivenUpRecordLogIntegrationTest.App.class,
+    properties = "logging.level.io.consumerdedup.spring.internal.RecoveredRecordLogger=DEBUG")
 @DirtiesContext
 @ExtendWith(OutputCaptureExtension.class)
 class GivenUpRecordLogIntegrationTest {
@@ -46,6 +58,12 @@ class GivenUpRecordLogIntegrationTest {
   static final String FAILING = "given-up-fail";
   static final String RETRYABLE = "given-up-retryable";
   static final String EXPRESSION = "#headers['order-no'].trim()";
+  static final String REFUSED = "given-up-refused";
+  static final String MAX_MESSAGE_BYTES = "max.message.bytes";
+  static final String REFUSED_BATCH = "given-up-refused-batch";
+
+  /** The dead-letter topics' limit, below the size of the records given up there. */
+  static final String SMALL_LIMIT = "1000";
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
@@ -58,7 +76,12 @@ class GivenUpRecordLogIntegrationTest {
         FAILING + "-dlt",
         RETRYABLE,
         RETRYABLE + "-retry",
-        RETRYABLE + "-dlt");
+        RETRYABLE + "-dlt",
+        REFUSED,
+        REFUSED_BATCH);
+    for (String topic : List.of(REFUSED, REFUSED_BATCH)) {
+      TestKafka.createTopic(topic + "-dlt", 1, Map.of(MAX_MESSAGE_BYTES, SMALL_LIMIT));
+    }
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -121,6 +144,79 @@ class GivenUpRecordLogIntegrationTest {
         .doesNotContain("Gave up on " + RETRYABLE);
   }
 
+  /**
+   * A record given up whose dead letter the dead-letter topic refuses (larger than its {@code
+   * max.message.bytes}) until the limit is raised: it waits a growing back-off between tries, the
+   * failure logged at ERROR once (at DEBUG after), never committed without its dead letter.
+   */
+  @Test
+  void aRecordWhoseDeadLetterIsRefusedWaitsAGrowingBackOffLoggedOnceAtError(CapturedOutput output)
+      throws Exception {
+    long offset = send(template, REFUSED, "x".repeat(2_000)); // no order-no header: given up
+
+    assertDeadLetterHeldUntilAccepted(output, REFUSED, offset);
+  }
+
+  @Test
+  void aBatchRecordWhoseDeadLetterIsRefusedWaitsAGrowingBackOffLoggedOnceAtError(
+      CapturedOutput output) throws Exception {
+    send(template, REFUSED_BATCH, "small", "order-no", "RB-1");
+    long offset = send(template, REFUSED_BATCH, "x".repeat(2_000));
+
+    assertDeadLetterHeldUntilAccepted(output, REFUSED_BATCH, offset);
+    assertThat(RefusedDeadLetters.applied).containsExactly("RB-1");
+  }
+
+  private static void assertDeadLetterHeldUntilAccepted(
+      CapturedOutput output, String topic, long offset) throws Exception {
+    String record = topic + "-0@" + offset;
+    List<Long> tries = CountingDeadLetters.tries(topic);
+    await().atMost(WAIT).until(() -> tries.size() >= 3);
+    assertThat(readTopic(topic + "-dlt", 1, Duration.ofMillis(200)))
+        .as("dead letters written while the topic refuses them")
+        .isEmpty();
+    assertThat(SpringTestEnvironment.committed(topic, topic, 0))
+        .as("committed offset while the dead letter is refused")
+        .isLessThanOrEqualTo(offset);
+    int seen = tries.size();
+    assertThat(errorLines(output, "recoverer failed for " + record))
+        .as("ERROR lines of the failed recovery over %d tries", seen)
+        .hasSize(1);
+    assertThat(
+            output
+                .getAll()
+                .lines()
+                .filter(line -> line.contains(" DEBUG ") && line.contains(record))
+                .filter(line -> line.contains("recoverer failed for"))
+                .toList())
+        .as("the later tries, at DEBUG, each waiting longer")
+        .anySatisfy(line -> assertThat(line).contains("trying again in PT2S"));
+    assertThat(Duration.ofNanos(tries.get(2) - tries.get(1)))
+        .as("wait before the third try")
+        .isGreaterThanOrEqualTo(Duration.ofMillis(1_500));
+
+    try (Admin admin =
+        Admin.create(
+            Map.of(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers()))) {
+      admin
+          .incrementalAlterConfigs(
+              Map.of(
+                  new ConfigResource(ConfigResource.Type.TOPIC, topic + "-dlt"),
+                  List.of(
+                      new AlterConfigOp(
+                          new ConfigEntry(MAX_MESSAGE_BYTES, "1048588"),
+                          AlterConfigOp.OpType.SET))))
+          .all()
+          .get();
+    }
+    assertThat(readTopic(topic + "-dlt", 1, WAIT))
+        .singleElement()
+        .satisfies(deadLetter -> assertThat(deadLetter.offset()).isZero());
+    await()
+        .atMost(WAIT)
+        .until(() -> SpringTestEnvironment.committed(topic, topic, 0) == offset + 1);
+  }
+
   private static List<String> errorLines(CapturedOutput output, String record) {
     return output
         .getAll()
@@ -142,6 +238,25 @@ class GivenUpRecordLogIntegrationTest {
     }
   }
 
+  /** The docs' recoverer, noting when it is tried, per topic. */
+  static final class CountingDeadLetters extends DeadLetterPublishingRecoverer {
+    static final Map<String, List<Long>> tries = new ConcurrentHashMap<>();
+
+    CountingDeadLetters(KafkaTemplate<Object, Object> template) {
+      super(template);
+    }
+
+    static List<Long> tries(String topic) {
+      return tries.computeIfAbsent(topic, t -> new CopyOnWriteArrayList<>());
+    }
+
+    @Override
+    public void accept(ConsumerRecord<?, ?> record, Consumer<?, ?> consumer, Exception exception) {
+      tries(record.topic()).add(System.nanoTime());
+      super.accept(record, consumer, exception);
+    }
+  }
+
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
@@ -151,7 +266,7 @@ class GivenUpRecordLogIntegrationTest {
       ExponentialBackOff backOff = new ExponentialBackOff(100, 2.0);
       backOff.setMaxAttempts(1);
       DefaultErrorHandler handler =
-          new DefaultErrorHandler(new DeadLetterPublishingRecoverer(template), backOff);
+          new DefaultErrorHandler(new CountingDeadLetters(template), backOff);
       handler.setRetryListeners(new ApplicationRetryListener());
       return handler;
     }
@@ -169,6 +284,27 @@ class GivenUpRecordLogIntegrationTest {
     @Bean
     Retries retries() {
       return new Retries();
+    }
+
+    @Bean
+    RefusedDeadLetters refusedDeadLetters() {
+      return new RefusedDeadLetters();
+    }
+  }
+
+  static class RefusedDeadLetters {
+    static final List<String> applied = new CopyOnWriteArrayList<>();
+
+    @Idempotent(bizType = "given-up-refused", header = "order-no")
+    @KafkaListener(id = REFUSED, topics = REFUSED)
+    public void place(String payload) {
+      applied.add(payload);
+    }
+
+    @Idempotent(bizType = "given-up-refused-batch", header = "order-no")
+    @KafkaListener(id = REFUSED_BATCH, topics = REFUSED_BATCH, batch = "true")
+    public void placeAll(List<ConsumerRecord<String, String>> records) {
+      records.forEach(record -> applied.add(SpringTestEnvironment.header(record, "order-no")));
     }
   }
 

@@ -6,8 +6,11 @@ import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.lang.reflect.Method;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.jspecify.annotations.Nullable;
@@ -29,6 +32,10 @@ import org.springframework.util.ReflectionUtils;
  * and why it was given up: consumer-dedup's exception (a key that cannot be derived, naming the key
  * expression or header and the cause; a payload conflict; attempts spent, with the last error), or
  * the listener's last exception, with its stack trace, once the error handler's retries are spent.
+ *
+ * <p>It also hears of recoveries that fail ({@link #takeFailedRecovery}): the wrappers of the error
+ * handler holds such a record with a back-off, as a record to retry later, and logs it here, once
+ * per streak at ERROR.
  *
  * <p>It is a spring-kafka {@link RetryListener}, added to a {@link FailedRecordProcessor} ({@code
  * DefaultErrorHandler}, {@code DefaultAfterRollbackProcessor}) after the application's own retry
@@ -131,11 +138,13 @@ public final class RecoveredRecordLogger implements RetryListener {
 
   @Override
   public void recovered(ConsumerRecord<?, ?> record, @Nullable Exception ex) {
+    FAILING_RECOVERIES.remove(streakOf(record));
     recovered(describe(record), ex);
   }
 
   @Override
   public void recovered(ConsumerRecords<?, ?> records, @Nullable Exception ex) {
+    records.forEach(record -> FAILING_RECOVERIES.remove(streakOf(record)));
     recovered(describe(records), ex);
   }
 
@@ -164,21 +173,86 @@ public final class RecoveredRecordLogger implements RetryListener {
   @Override
   public void recoveryFailed(
       ConsumerRecord<?, ?> record, @Nullable Exception original, Exception failure) {
-    recoveryFailed(describe(record), failure);
+    FAILED_RECOVERY.set(new FailedRecovery(record, failure));
   }
 
   @Override
   public void recoveryFailed(
       ConsumerRecords<?, ?> records, @Nullable Exception original, Exception failure) {
-    recoveryFailed(describe(records), failure);
+    if (!records.isEmpty()) {
+      FAILED_RECOVERY.set(new FailedRecovery(records.iterator().next(), failure));
+    }
   }
 
-  private static void recoveryFailed(String what, Exception failure) {
-    log.error(
-        "The error handler's recoverer failed for {}; not committing past it, it comes again: {}",
-        what,
-        FailureTexts.describe(failure),
-        FailureTexts.loggable(failure));
+  /**
+   * A recovery that failed on this consumer thread: the record it was for (the first of a batch
+   * recovered whole) and the recoverer's exception.
+   */
+  public record FailedRecovery(ConsumerRecord<?, ?> record, Exception failure) {}
+
+  /**
+   * The recovery that failed on this thread, heard by a logger of the error handler (or
+   * after-rollback processor) that {@link io.consumerdedup.spring.RetryLaterErrorHandler} wraps: it
+   * takes it after each handling to hold the record, and logs it ({@link #logRecoveryFailed}).
+   */
+  private static final ThreadLocal<FailedRecovery> FAILED_RECOVERY = new ThreadLocal<>();
+
+  /**
+   * The offset whose recovery failed last, per group and partition: a streak of failures of one
+   * record is logged at ERROR once. It ends when a record of the partition is recovered.
+   */
+  private static final Map<StreakKey, Long> FAILING_RECOVERIES = new ConcurrentHashMap<>();
+
+  private record StreakKey(@Nullable String group, String topic, int partition) {}
+
+  private static StreakKey streakOf(ConsumerRecord<?, ?> record) {
+    return new StreakKey(KafkaUtils.getConsumerGroupId(), record.topic(), record.partition());
+  }
+
+  /** The recovery that failed on this thread since the last call, or null; forgets it. */
+  public static @Nullable FailedRecovery takeFailedRecovery() {
+    FailedRecovery failed = FAILED_RECOVERY.get();
+    FAILED_RECOVERY.remove();
+    return failed;
+  }
+
+  /**
+   * Logs a recovery that failed, its record held for {@code wait}: at ERROR for the first failure
+   * of a streak on the record, at DEBUG for the next ones, so that a dead-letter topic refusing the
+   * record (too large for it, not authorised, its broker down) does not flood the log. A record
+   * that is not held ({@code wait} null: it comes again at once) is logged at ERROR each time.
+   */
+  public static void logRecoveryFailed(FailedRecovery failed, @Nullable Duration wait) {
+    String what = describe(failed.record());
+    if (wait == null) {
+      log.error(
+          "The error handler's recoverer failed for {}; not committing past it, it comes again: {}",
+          what,
+          FailureTexts.describe(failed.failure()),
+          FailureTexts.loggable(failed.failure()));
+      return;
+    }
+    ConsumerRecord<?, ?> record = failed.record();
+    Long previous = FAILING_RECOVERIES.put(streakOf(record), record.offset());
+    boolean firstOfStreak = previous == null || previous != record.offset();
+    String message =
+        "The error handler's recoverer failed for {}; not committing past it, trying again in {}:"
+            + " {}";
+    if (firstOfStreak) {
+      log.error(
+          message,
+          what,
+          wait,
+          FailureTexts.describe(failed.failure()),
+          FailureTexts.loggable(failed.failure()));
+    } else if (log.isDebugEnabled()) {
+      log.debug(
+          message,
+          what,
+          wait,
+          FailureTexts.describe(failed.failure()),
+          FailureTexts.loggable(failed.failure()));
+    }
   }
 
   /**
