@@ -6,11 +6,14 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.kafka.DedupPollLoop;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
+import io.consumerdedup.kafka.JdbcTransactionalProcessor;
 import io.consumerdedup.kafka.KeyExtractor;
 import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.RecordProcessor;
@@ -373,6 +376,46 @@ class RedeliverEachRecordLoopTest {
         .isInstanceOf(AssertionError.class)
         .hasMessageContaining("1 of 2 redelivered copies failed")
         .hasMessageContaining("copy refused by a test double");
+  }
+
+  @Test
+  void aPollRunInOneTransactionNamesItsFirstRunsAsTheFirstDelivery() throws Exception {
+    // Mode TRANSACTIONAL over a poll loop: JdbcTransactionalProcessor runs the whole poll's
+    // handlers inside prepare(), in one transaction, driven here as the loop drives it.
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(dataSource);
+    try (IdempotentExecutor transactional =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(transactions).build())
+            .mode(DedupMode.TRANSACTIONAL)
+            .build()) {
+      RecordProcessor<String, String> processor =
+          report.redeliverEachRecord(
+              JdbcTransactionalProcessor.of(
+                  transactions,
+                  handler(
+                      "payments",
+                      transactional,
+                      r -> Optional.of(UUID.randomUUID().toString()),
+                      true)));
+      List<ConsumerRecord<String, String>> poll = List.of(record(0, topic + "-ORD-1"));
+
+      processor.prepare(poll);
+      poll.forEach(processor::process);
+      processor.settle();
+    }
+
+    assertThat(report.redeliveredCopies()).as("copies handed to the processor").isEqualTo(1);
+    assertThat(report.bodiesRunTwice())
+        .singleElement()
+        .satisfies(
+            runs ->
+                assertThat(runs.runs())
+                    .extracting(RedeliveryReport.BodyRun::copy)
+                    .as("the runs of a key that changes per delivery, by delivery")
+                    .containsExactly(1, 2));
+    assertThatThrownBy(report::assertNoBodyRanTwice)
+        .isInstanceOf(AssertionError.class)
+        .hasMessageContaining("run 1 on the first delivery")
+        .hasMessageContaining("run 2 on the redelivered copy");
   }
 
   @Test
