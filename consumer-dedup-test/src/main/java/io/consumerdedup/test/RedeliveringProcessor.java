@@ -36,7 +36,17 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
   @Override
   public void prepare(List<ConsumerRecord<K, V>> records) {
     processed.set(new ArrayList<>());
-    delegate.prepare(records);
+    // As the first delivery: a processor may run the poll's handlers here
+    // (JdbcTransactionalProcessor
+    // runs the whole poll in one transaction), and their runs are the records' first.
+    passOn(
+        () ->
+            report.asCopy(
+                1,
+                () -> {
+                  delegate.prepare(records);
+                  return null;
+                }));
   }
 
   @Override
@@ -154,8 +164,13 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
 
   /** Runs a delivery, passing on what the processor throws as itself. */
   private static Outcome outcome(RedeliveryReport.Delivery delivery) {
+    return (Outcome) Objects.requireNonNull(passOn(delivery), "the processor returned no outcome");
+  }
+
+  /** Runs {@code delivery}, passing on what the processor throws as itself. */
+  private static @Nullable Object passOn(RedeliveryReport.Delivery delivery) {
     try {
-      return (Outcome) Objects.requireNonNull(delivery.run(), "the processor returned no outcome");
+      return delivery.run();
     } catch (RuntimeException | Error e) {
       throw e;
     } catch (Throwable e) {

@@ -2,6 +2,7 @@ package io.consumerdedup.test;
 
 import static java.nio.charset.StandardCharsets.UTF_8;
 
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.RecordHandler;
 import io.consumerdedup.kafka.RecordProcessor;
 import java.time.Instant;
@@ -151,7 +152,7 @@ public final class RedeliveryReport {
       try {
         body.handle(record);
       } catch (Exception | Error e) {
-        run.failure = String.valueOf(e);
+        run.failure = FailureTexts.describe(e);
         throw e;
       }
     };
@@ -190,7 +191,7 @@ public final class RedeliveryReport {
       for (int i = list.size() - 1; i >= 0; i--) {
         Run run = list.get(i);
         if (run.thread.equals(thread)) {
-          run.failure = String.valueOf(error);
+          run.failure = FailureTexts.describe(error);
           return;
         }
       }
@@ -263,7 +264,7 @@ public final class RedeliveryReport {
   }
 
   void redeliveryFailed(String description, Throwable error) {
-    failedRedeliveries.add(description + ": " + error);
+    failedRedeliveries.add(description + ": " + FailureTexts.describe(error));
   }
 
   /** A delivery of a record to a handler. */

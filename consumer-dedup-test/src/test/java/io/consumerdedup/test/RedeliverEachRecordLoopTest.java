@@ -1,15 +1,19 @@
 package io.consumerdedup.test;
 
+import static org.assertj.core.api.Assertions.as;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
 import com.zaxxer.hikari.HikariDataSource;
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.kafka.DedupPollLoop;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
+import io.consumerdedup.kafka.JdbcTransactionalProcessor;
 import io.consumerdedup.kafka.KeyExtractor;
 import io.consumerdedup.kafka.KeyExtractors;
 import io.consumerdedup.kafka.RecordProcessor;
@@ -25,9 +29,11 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Supplier;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.assertj.core.api.InstanceOfAssertFactories;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
@@ -191,6 +197,18 @@ class RedeliverEachRecordLoopTest {
   void aHandlerThatFailsOnceAndSucceedsOnTheLoopsRetryPassesTheAssertion() throws Exception {
     // A downstream that fails once: the loop retries the record, as production would, and its
     // copy is a duplicate. The failed run applied nothing, so nothing ran twice.
+    failOnceThenSucceed(() -> new IllegalStateException("payment provider unavailable"));
+  }
+
+  @Test
+  void aHandlerWhoseFirstRunThrowsAnUnprintableExceptionAndWhoseRetrySucceedsPassesTheAssertion()
+      throws Exception {
+    // An exception that cannot describe itself (it prints an entity loaded lazily): its run still
+    // counts as one that threw, so the loop's retry is not taken for a second application.
+    failOnceThenSucceed(UnprintableFailure::new);
+  }
+
+  private void failOnceThenSucceed(Supplier<RuntimeException> failure) throws Exception {
     Map<String, Boolean> failedOnce = new ConcurrentHashMap<>();
     IdempotentRecordHandler<String, String> payments =
         IdempotentRecordHandler.<String, String>builder(executor)
@@ -201,7 +219,7 @@ class RedeliverEachRecordLoopTest {
                     "payments",
                     record -> {
                       if (failedOnce.putIfAbsent(record.key(), true) == null) {
-                        throw new IllegalStateException("payment provider unavailable");
+                        throw failure.get();
                       }
                       charge(record);
                     }))
@@ -223,6 +241,7 @@ class RedeliverEachRecordLoopTest {
     send("ORD-1");
 
     await().atMost(WAIT).until(() -> report.redeliveredCopies() == 1);
+    assertThat(failedOnce).as("the first run threw").containsKey(topic + "-ORD-1");
     assertThat(charges.get(topic + "-ORD-1")).hasValue(1);
     assertThat(report.bodyRuns()).as("the failed run and its retry").isEqualTo(2);
     assertThat(report.bodiesRunTwice()).isEmpty();
@@ -357,6 +376,102 @@ class RedeliverEachRecordLoopTest {
         .isInstanceOf(AssertionError.class)
         .hasMessageContaining("1 of 2 redelivered copies failed")
         .hasMessageContaining("copy refused by a test double");
+  }
+
+  @Test
+  void aPollRunInOneTransactionNamesItsFirstRunsAsTheFirstDelivery() throws Exception {
+    // Mode TRANSACTIONAL over a poll loop: JdbcTransactionalProcessor runs the whole poll's
+    // handlers inside prepare(), in one transaction, driven here as the loop drives it.
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(dataSource);
+    try (IdempotentExecutor transactional =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(transactions).build())
+            .mode(DedupMode.TRANSACTIONAL)
+            .build()) {
+      RecordProcessor<String, String> processor =
+          report.redeliverEachRecord(
+              JdbcTransactionalProcessor.of(
+                  transactions,
+                  handler(
+                      "payments",
+                      transactional,
+                      r -> Optional.of(UUID.randomUUID().toString()),
+                      true)));
+      List<ConsumerRecord<String, String>> poll = List.of(record(0, topic + "-ORD-1"));
+
+      processor.prepare(poll);
+      poll.forEach(processor::process);
+      processor.settle();
+    }
+
+    assertThat(report.redeliveredCopies()).as("copies handed to the processor").isEqualTo(1);
+    assertThat(report.bodiesRunTwice())
+        .singleElement()
+        .satisfies(
+            runs ->
+                assertThat(runs.runs())
+                    .extracting(RedeliveryReport.BodyRun::copy)
+                    .as("the runs of a key that changes per delivery, by delivery")
+                    .containsExactly(1, 2));
+    assertThatThrownBy(report::assertNoBodyRanTwice)
+        .isInstanceOf(AssertionError.class)
+        .hasMessageContaining("run 1 on the first delivery")
+        .hasMessageContaining("run 2 on the redelivered copy");
+  }
+
+  @Test
+  void aCopyThatThrowsAnUnprintableExceptionIsNamedAndTheOtherCopiesOfItsPollAreDelivered() {
+    // One poll of two records, handed to the processor as the loop does, on the in-memory store.
+    IdempotentExecutor inMemory = IdempotentExecutor.builder(new InMemoryDedupStore()).build();
+    RecordProcessor<String, String> payments =
+        handler("payments", inMemory, KeyExtractors.header(KEY_HEADER), true);
+    Map<Long, Boolean> seen = new ConcurrentHashMap<>();
+    AtomicInteger unprintableThrown = new AtomicInteger();
+    RecordProcessor<String, String> processor =
+        report.redeliverEachRecord(
+            new RecordProcessor<String, String>() {
+              @Override
+              public void prepare(List<ConsumerRecord<String, String>> records) {
+                payments.prepare(records);
+              }
+
+              @Override
+              public Outcome process(ConsumerRecord<String, String> record) {
+                if (seen.putIfAbsent(record.offset(), true) != null && record.offset() == 0) {
+                  unprintableThrown.incrementAndGet();
+                  throw new UnprintableFailure();
+                }
+                return payments.process(record);
+              }
+
+              @Override
+              public List<ConsumerRecord<String, String>> settle() {
+                return payments.settle();
+              }
+            });
+    List<ConsumerRecord<String, String>> poll = List.of(record(0, "ORD-1"), record(1, "ORD-2"));
+
+    processor.prepare(poll);
+    poll.forEach(processor::process);
+    processor.settle();
+
+    assertThat(unprintableThrown).as("copies that threw the unprintable exception").hasValue(1);
+    assertThat(report.redeliveredCopies()).as("copies handed to the processor").isEqualTo(2);
+    assertThat(report.failedRedeliveries())
+        .singleElement(as(InstanceOfAssertFactories.STRING))
+        .startsWith("copy of payments-0@0: " + UnprintableFailure.class.getName());
+    assertThatThrownBy(report::assertNoBodyRanTwice)
+        .isInstanceOf(AssertionError.class)
+        .hasMessageContaining("1 of 2 redelivered copies failed");
+  }
+
+  /** An exception whose message cannot be read, as one that prints an entity loaded lazily. */
+  private static final class UnprintableFailure extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    @Override
+    public String getMessage() {
+      throw new IllegalStateException("could not initialize proxy - no Session");
+    }
   }
 
   private static ConsumerRecord<String, String> record(long offset, String orderNo) {

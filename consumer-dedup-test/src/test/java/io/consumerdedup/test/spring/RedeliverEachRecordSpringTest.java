@@ -60,7 +60,8 @@ class RedeliverEachRecordSpringTest {
       throw new IllegalStateException(e);
     }
     registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
-    TestKafka.createTopics(1, "rt-payments", "rt-refunds", "rt-shipments", "rt-invoices");
+    TestKafka.createTopics(
+        1, "rt-payments", "rt-refunds", "rt-shipments", "rt-invoices", "rt-lazy-invoices");
     registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
     registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
     registry.add("consumer-dedup.cleanup.enabled", () -> "false");
@@ -145,6 +146,19 @@ class RedeliverEachRecordSpringTest {
     redelivery.assertNoBodyRanTwice();
   }
 
+  @Test
+  void aListenerWhoseFirstRunThrowsAnUnprintableExceptionAndWhoseRetrySucceedsPasses()
+      throws Exception {
+    send("rt-lazy-invoices", "INV-2");
+
+    await().atMost(WAIT).until(() -> redelivery.redeliveredCopies() == 1);
+    assertThat(listeners.lazyInvoiceFailures()).as("first runs that threw").hasValue(1);
+    assertThat(listeners.invoiced().get("INV-2")).hasValue(1);
+    assertThat(redelivery.bodyRuns()).as("the failed run and its retry").isEqualTo(2);
+    assertThat(redelivery.bodiesRunTwice()).isEmpty();
+    redelivery.assertNoBodyRanTwice();
+  }
+
   private void send(String topic, String orderNo) throws Exception {
     ProducerRecord<String, String> record = new ProducerRecord<>(topic, orderNo, "amount 10");
     record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
@@ -166,6 +180,7 @@ class RedeliverEachRecordSpringTest {
     private final Map<String, AtomicInteger> refunded = new ConcurrentHashMap<>();
     private final Map<String, AtomicInteger> invoiced = new ConcurrentHashMap<>();
     private final Map<String, Boolean> invoiceFailed = new ConcurrentHashMap<>();
+    private final AtomicInteger lazyInvoiceFailures = new AtomicInteger();
     private final JdbcTemplate jdbc;
 
     Listeners(JdbcTemplate jdbc) {
@@ -182,6 +197,24 @@ class RedeliverEachRecordSpringTest {
 
     public Map<String, AtomicInteger> invoiced() {
       return invoiced;
+    }
+
+    public AtomicInteger lazyInvoiceFailures() {
+      return lazyInvoiceFailures;
+    }
+
+    /**
+     * Fails once with an exception that cannot describe itself (it prints an entity loaded lazily);
+     * the container's error handler retries the record.
+     */
+    @Idempotent(bizType = "lazy-invoice", header = "order-no")
+    @KafkaListener(id = "rt-lazy-invoices", topics = "rt-lazy-invoices")
+    public void lazyInvoice(ConsumerRecord<String, String> record) {
+      if (invoiceFailed.putIfAbsent(record.key(), true) == null) {
+        lazyInvoiceFailures.incrementAndGet();
+        throw new UnprintableFailure();
+      }
+      invoiced.computeIfAbsent(record.key(), k -> new AtomicInteger()).incrementAndGet();
     }
 
     /** A downstream that fails once: the container's error handler retries the record. */
@@ -213,6 +246,16 @@ class RedeliverEachRecordSpringTest {
     @KafkaListener(id = "rt-shipments", topics = "rt-shipments")
     public void ship(ConsumerRecord<String, String> record) {
       jdbc.update("INSERT INTO shipments (order_no) VALUES (?)", record.key());
+    }
+  }
+
+  /** An exception whose message cannot be read, as one that prints an entity loaded lazily. */
+  static final class UnprintableFailure extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    @Override
+    public String getMessage() {
+      throw new IllegalStateException("could not initialize proxy - no Session");
     }
   }
 }
