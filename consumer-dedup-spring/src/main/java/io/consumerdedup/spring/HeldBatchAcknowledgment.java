@@ -1,5 +1,6 @@
 package io.consumerdedup.spring;
 
+import io.consumerdedup.core.DedupMode;
 import java.time.Duration;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.transaction.support.TransactionSynchronization;
@@ -11,13 +12,18 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * translated from the list the method was given to the container's batch. What the method
  * acknowledges is done by its own word: the SUCCESS of those records is written at once, in the
  * background, so a process that dies later in the batch runs only the records after them again.
- * Acknowledged inside a transaction (the method's own {@code @Transactional} one, or one it
- * opened), their SUCCESS is written once that transaction has committed: a rollback undoes their
- * effects, and their keys must be left to the redelivery.
+ * Acknowledged inside a transaction (the method's own {@code @Transactional} one, or one it opened)
+ * in mode SEPARATE, their SUCCESS is written once that transaction has committed: a rollback undoes
+ * their effects, and their keys must be left to the redelivery. In mode TRANSACTIONAL their SUCCESS
+ * is written in that transaction, and rolls back with it.
  */
 final class HeldBatchAcknowledgment implements Acknowledgment {
   private final Acknowledgment delegate;
   private final KeptBatchRecords kept;
+
+  /** Mode TRANSACTIONAL: a mark started in the method's transaction is written in it. */
+  private final boolean marksJoinTheTransaction;
+
   private boolean acknowledged;
   private int partialIndex = -1;
   private int markedUpTo = -1;
@@ -31,9 +37,10 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
    */
   private boolean released;
 
-  HeldBatchAcknowledgment(Acknowledgment delegate, KeptBatchRecords kept) {
+  HeldBatchAcknowledgment(Acknowledgment delegate, KeptBatchRecords kept, DedupMode mode) {
     this.delegate = delegate;
     this.kept = kept;
+    this.marksJoinTheTransaction = mode == DedupMode.TRANSACTIONAL;
   }
 
   @Override
@@ -66,7 +73,8 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
     }
     // An actual transaction only: a scope without one (propagation SUPPORTS) undoes nothing, and a
     // record it acknowledged is done, whatever the method does next.
-    if (TransactionSynchronizationManager.isSynchronizationActive()
+    if (!marksJoinTheTransaction
+        && TransactionSynchronizationManager.isSynchronizationActive()
         && TransactionSynchronizationManager.isActualTransactionActive()) {
       // The transaction the method acknowledged in may still roll back and undo these records'
       // effects: SUCCESS written now stood, the error handler's redelivery skipped them as

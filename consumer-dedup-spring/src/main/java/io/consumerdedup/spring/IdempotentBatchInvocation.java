@@ -217,7 +217,7 @@ final class IdempotentBatchInvocation {
     arguments[listener.shape.batchIndex] = batch.filtered(kept);
     HeldBatchAcknowledgment heldAck = null;
     if (acknowledgment != null) {
-      heldAck = new HeldBatchAcknowledgment(acknowledgment, kept);
+      heldAck = new HeldBatchAcknowledgment(acknowledgment, kept, executor.mode());
       arguments[listener.shape.ackIndex] = heldAck;
     }
     PollAwareConsumer<?, ?> committer = PollAwareConsumer.holdingCommitsAmong(arguments);

@@ -91,7 +91,8 @@ class HeldBatchAcknowledgmentThreadTest {
                   DedupClaim claim = executor.claim(DedupKey.of("kept", "K-" + i), null, null);
                   kept.add("payload " + i, new ConsumerRecord<>("t", 0, i, null, null), i, claim);
                 }
-                HeldBatchAcknowledgment ack = new HeldBatchAcknowledgment(() -> {}, kept);
+                HeldBatchAcknowledgment ack =
+                    new HeldBatchAcknowledgment(() -> {}, kept, DedupMode.TRANSACTIONAL);
                 Thread callback = new Thread(ack::acknowledge, ACK_THREAD);
                 callback.start();
                 assertThat(inFirstMark.await(5, TimeUnit.SECONDS)).isTrue();

@@ -71,7 +71,8 @@ class KeptBatchRecordsTest {
 
   @Test
   void anErrorStartingOneMarkOnTheListenersAcknowledgmentStillStartsTheOthersAndIsRethrown() {
-    startMarksOfThree(kept -> new HeldBatchAcknowledgment(() -> {}, kept).acknowledge());
+    startMarksOfThree(
+        kept -> new HeldBatchAcknowledgment(() -> {}, kept, DedupMode.TRANSACTIONAL).acknowledge());
   }
 
   private void startMarksOfThree(Consumer<KeptBatchRecords> start) {
