@@ -145,21 +145,7 @@ class DedupJanitorTest {
   void aFailedRunWhoseLoggingThrowsAnErrorStillSchedulesTheNextRun() throws SQLException {
     AtomicInteger connectionErrorsLeft = new AtomicInteger(2);
     DataSource outOfMemoryOnce =
-        (DataSource)
-            java.lang.reflect.Proxy.newProxyInstance(
-                DataSource.class.getClassLoader(),
-                new Class<?>[] {DataSource.class},
-                (proxy, method, args) -> {
-                  if (method.getName().equals("getConnection")
-                      && connectionErrorsLeft.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
-                    throw new OutOfMemoryError("Java heap space");
-                  }
-                  try {
-                    return method.invoke(dataSource, args);
-                  } catch (java.lang.reflect.InvocationTargetException e) {
-                    throw e.getCause();
-                  }
-                });
+        failingConnections(connectionErrorsLeft, () -> new OutOfMemoryError("Java heap space"));
     AtomicInteger failedRunLogs = new AtomicInteger();
     Logger janitorLog = (Logger) LoggerFactory.getLogger(DedupJanitor.class);
     ListAppender<ILoggingEvent> stillOutOfMemory =
@@ -441,21 +427,8 @@ class DedupJanitorTest {
     logged.start();
     AtomicInteger errorsLeft = new AtomicInteger();
     DataSource failingOnDemand =
-        (DataSource)
-            java.lang.reflect.Proxy.newProxyInstance(
-                DataSource.class.getClassLoader(),
-                new Class<?>[] {DataSource.class},
-                (proxy, method, args) -> {
-                  if (method.getName().equals("getConnection")
-                      && errorsLeft.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
-                    throw new OutOfMemoryError("unable to create native thread");
-                  }
-                  try {
-                    return method.invoke(dataSource, args);
-                  } catch (java.lang.reflect.InvocationTargetException e) {
-                    throw e.getCause();
-                  }
-                });
+        failingConnections(
+            errorsLeft, () -> new OutOfMemoryError("unable to create native thread"));
     DedupJanitor janitor =
         DedupJanitor.builder(JdbcDedupStore.builder(failingOnDemand).build())
             .listener(new MicrometerDedupListener(registry))
@@ -494,26 +467,15 @@ class DedupJanitorTest {
       throws SQLException {
     AtomicInteger failuresLeft = new AtomicInteger();
     DataSource unprintableFailures =
-        (DataSource)
-            java.lang.reflect.Proxy.newProxyInstance(
-                DataSource.class.getClassLoader(),
-                new Class<?>[] {DataSource.class},
-                (proxy, method, args) -> {
-                  if (method.getName().equals("getConnection")
-                      && failuresLeft.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
-                    throw new IllegalStateException() {
-                      private static final long serialVersionUID = 1L;
+        failingConnections(
+            failuresLeft,
+            () ->
+                new IllegalStateException() {
+                  private static final long serialVersionUID = 1L;
 
-                      @Override
-                      public String getMessage() {
-                        throw new IllegalStateException("lookup key not readable");
-                      }
-                    };
-                  }
-                  try {
-                    return method.invoke(dataSource, args);
-                  } catch (java.lang.reflect.InvocationTargetException e) {
-                    throw e.getCause();
+                  @Override
+                  public String getMessage() {
+                    throw new IllegalStateException("lookup key not readable");
                   }
                 });
     AtomicInteger toldUnknown = new AtomicInteger();
@@ -587,5 +549,28 @@ class DedupJanitorTest {
         Statement statement = connection.createStatement()) {
       statement.execute(sql);
     }
+  }
+
+  /**
+   * The test's DataSource, whose next {@code failuresLeft} connections are refused with what {@code
+   * failure} makes (an {@code Error} or a {@code RuntimeException}).
+   */
+  private DataSource failingConnections(
+      AtomicInteger failuresLeft, java.util.function.Supplier<Throwable> failure) {
+    return (DataSource)
+        java.lang.reflect.Proxy.newProxyInstance(
+            DataSource.class.getClassLoader(),
+            new Class<?>[] {DataSource.class},
+            (proxy, method, args) -> {
+              if (method.getName().equals("getConnection")
+                  && failuresLeft.getAndUpdate(n -> Math.max(0, n - 1)) > 0) {
+                throw failure.get();
+              }
+              try {
+                return method.invoke(dataSource, args);
+              } catch (java.lang.reflect.InvocationTargetException e) {
+                throw e.getCause();
+              }
+            });
   }
 }

@@ -94,16 +94,11 @@ public final class MySqlDialect extends Dialect {
    */
   private Map<DedupKey, ClaimResult> settledByRead(
       Connection connection, List<ClaimRequest> requests) throws SQLException {
-    Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
-    requests.forEach(r -> byKey.put(Map.entry(r.key().bizType(), r.key().bizKey()), r));
+    Map<Map.Entry<String, String>, ClaimRequest> byKey = byColumns(requests);
     Map<DedupKey, ClaimResult> settled = new HashMap<>();
     for (List<ClaimRequest> chunk : chunks(requests)) {
       try (PreparedStatement select = calls.prepare(connection, sql.find(chunk.size()))) {
-        int index = 1;
-        for (ClaimRequest request : chunk) {
-          select.setString(index++, request.key().bizType());
-          select.setString(index++, request.key().bizKey());
-        }
+        bindKeys(select, chunk);
         try (ResultSet row = select.executeQuery()) {
           while (row.next()) {
             ClaimRequest request =
@@ -135,6 +130,24 @@ public final class MySqlDialect extends Dialect {
   static final int CLAIM_CHUNK = 500;
 
   /** {@code requests} in consecutive lists of at most {@link #CLAIM_CHUNK}. */
+  /** The requests by the key columns a row of theirs holds. */
+  private static Map<Map.Entry<String, String>, ClaimRequest> byColumns(
+      List<ClaimRequest> requests) {
+    Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
+    requests.forEach(r -> byKey.put(Map.entry(r.key().bizType(), r.key().bizKey()), r));
+    return byKey;
+  }
+
+  /** Binds the key columns of each request, in order, to a read naming them. */
+  private static void bindKeys(PreparedStatement statement, List<ClaimRequest> requests)
+      throws SQLException {
+    int index = 1;
+    for (ClaimRequest request : requests) {
+      statement.setString(index++, request.key().bizType());
+      statement.setString(index++, request.key().bizKey());
+    }
+  }
+
   private static List<List<ClaimRequest>> chunks(List<ClaimRequest> requests) {
     List<List<ClaimRequest>> chunks = new ArrayList<>();
     for (int from = 0; from < requests.size(); from += CLAIM_CHUNK) {
@@ -147,17 +160,12 @@ public final class MySqlDialect extends Dialect {
       Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
     List<ClaimRequest> ordered =
         requests.stream().sorted(Comparator.comparing(ClaimRequest::key, KEY_ORDER)).toList();
-    Map<Map.Entry<String, String>, ClaimRequest> byKey = new HashMap<>();
-    ordered.forEach(r -> byKey.put(Map.entry(r.key().bizType(), r.key().bizKey()), r));
+    Map<Map.Entry<String, String>, ClaimRequest> byKey = byColumns(ordered);
     Map<Map.Entry<String, String>, ResultRow> rows = new HashMap<>();
     for (List<ClaimRequest> chunk : chunks(ordered)) {
       lockOrInsert(connection, chunk, withLease);
       try (PreparedStatement select = calls.prepare(connection, sql.findLocked(chunk.size()))) {
-        int index = 1;
-        for (ClaimRequest request : chunk) {
-          select.setString(index++, request.key().bizType());
-          select.setString(index++, request.key().bizKey());
-        }
+        bindKeys(select, chunk);
         try (ResultSet row = select.executeQuery()) {
           while (row.next()) {
             Map.Entry<String, String> columns =
