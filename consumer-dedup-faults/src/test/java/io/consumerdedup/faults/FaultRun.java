@@ -35,7 +35,9 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.OffsetSpec;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
@@ -480,6 +482,29 @@ final class FaultRun implements AutoCloseable {
     return faults.get(child);
   }
 
+  /**
+   * The receipts per key on {@code topic} (partition 0), read at {@code isolation}: {@code
+   * read_committed} counts only the outputs of committed Kafka transactions.
+   */
+  static Map<String, Long> receipts(String topic, String isolation) {
+    Map<String, Object> config = TestKafka.consumerConfig("unused");
+    config.remove(ConsumerConfig.GROUP_ID_CONFIG);
+    config.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+    Map<String, Long> perKey = new HashMap<>();
+    TopicPartition partition = new TopicPartition(topic, 0);
+    try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(config)) {
+      consumer.assign(List.of(partition));
+      consumer.seekToBeginning(List.of(partition));
+      // Under read_committed the end is the last stable offset: no open transaction is waited for.
+      long end = consumer.endOffsets(List.of(partition)).get(partition);
+      long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
+      while (consumer.position(partition) < end && System.nanoTime() < deadline) {
+        consumer.poll(Duration.ofMillis(200)).forEach(r -> perKey.merge(r.key(), 1L, Long::sum));
+      }
+    }
+    return perKey;
+  }
+
   // ---- waiting for the end
 
   /**
@@ -513,6 +538,8 @@ final class FaultRun implements AutoCloseable {
       return;
     }
     Map<String, String> status = statuses();
+    String output = extraArgs.get("output");
+    Map<String, Long> committedOutput = null;
     Set<String> deadLettered = null;
     for (Produced record : produced) {
       Long upTo = committed.get(new TopicPartition(topic, record.partition()));
@@ -522,6 +549,17 @@ final class FaultRun implements AutoCloseable {
       String state = status.get(storedKey(record.key()));
       if ("SUCCESS".equals(state) || "FAILED".equals(state)) {
         continue;
+      }
+      if (output != null && "PROCESSING".equals(state)) {
+        // In a Kafka transaction the offset commits with the record's output, and SUCCESS is
+        // written once that commit is done: a key still PROCESSING in between is applied, not
+        // dropped, when its output is committed.
+        if (committedOutput == null) {
+          committedOutput = receipts(output, "read_committed");
+        }
+        if (committedOutput.containsKey(record.key())) {
+          continue;
+        }
       }
       if (deadLettered == null) {
         deadLettered = deadLetters(Duration.ofSeconds(2)).keySet();

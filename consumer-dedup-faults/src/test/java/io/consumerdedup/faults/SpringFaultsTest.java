@@ -12,12 +12,8 @@ import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
-import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.utils.Utils;
 import org.junit.jupiter.api.Test;
 
@@ -213,8 +209,8 @@ class SpringFaultsTest {
               run.start("a", "AFTER_HANDLER:halt:" + nth), CrashFaultsTest.CRASH_TIMEOUT);
           run.start("a", null);
           run.awaitDone(CrashFaultsTest.FINISH_TIMEOUT);
-          Map<String, Long> committed = receipts(output, "read_committed");
-          Map<String, Long> all = receipts(output, "read_uncommitted");
+          Map<String, Long> committed = FaultRun.receipts(output, "read_committed");
+          Map<String, Long> all = FaultRun.receipts(output, "read_uncommitted");
           for (FaultRun.Produced record : run.produced) {
             long receipts = committed.getOrDefault(record.key(), 0L);
             if (receipts != 1) {
@@ -247,25 +243,6 @@ class SpringFaultsTest {
   }
 
   /** The receipts on {@code topic} per key, as a consumer of {@code isolation} reads them. */
-  private static Map<String, Long> receipts(String topic, String isolation) {
-    Map<String, Object> config = TestKafka.consumerConfig("unused");
-    config.remove(ConsumerConfig.GROUP_ID_CONFIG);
-    config.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
-    Map<String, Long> perKey = new HashMap<>();
-    TopicPartition partition = new TopicPartition(topic, 0);
-    try (KafkaConsumer<String, String> consumer = new KafkaConsumer<>(config)) {
-      consumer.assign(List.of(partition));
-      consumer.seekToBeginning(List.of(partition));
-      // Under read_committed the end is the last stable offset: no open transaction is waited for.
-      long end = consumer.endOffsets(List.of(partition)).get(partition);
-      long deadline = System.nanoTime() + Duration.ofSeconds(20).toNanos();
-      while (consumer.position(partition) < end && System.nanoTime() < deadline) {
-        consumer.poll(Duration.ofMillis(200)).forEach(r -> perKey.merge(r.key(), 1L, Long::sum));
-      }
-    }
-    return perKey;
-  }
-
   @Test
   void f16KillInTheMiddleOfABatchListenerAcknowledgingEachRecord() throws Exception {
     FaultRun.Verdict verdict =
