@@ -548,6 +548,52 @@ abstract class MySqlDialectStoreTests {
   }
 
   @Test
+  void aClaimInTheCallersTransactionThatFailsInALaterStatementLeavesNoneOfItsKeysThere()
+      throws Exception {
+    // A poll of 600 records in mode TRANSACTIONAL: its claim goes in two statements, and the second
+    // one waits on a row another transaction holds until the statement timeout cancels it.
+    List<DedupKey> keys =
+        IntStream.range(0, 600)
+            .mapToObj(i -> DedupKey.of("in-tx-chunks", String.format(Locale.ROOT, "ORD-%04d", i)))
+            .toList();
+    DedupKey held = keys.get(550);
+    claimed(store.claim(request(held, "consumer-a")));
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(dataSource);
+    JdbcDedupStore transactional =
+        JdbcDedupStore.builder(transactions).statementTimeout(Duration.ofSeconds(1)).build();
+    try (Connection holder = dataSource.getConnection()) {
+      holder.setAutoCommit(false);
+      try (PreparedStatement lock =
+          holder.prepareStatement(
+              "SELECT status FROM consumer_dedup WHERE biz_type = ? AND biz_key = ? FOR UPDATE")) {
+        lock.setString(1, held.bizType());
+        lock.setString(2, held.bizKey());
+        lock.executeQuery().close();
+      }
+      try {
+        // The caller catches the store's failure and commits the rest of its work.
+        Throwable failure =
+            transactions.inTransaction(
+                () ->
+                    catchThrowable(
+                        () ->
+                            transactional.claimAllInTransaction(
+                                keys.stream().map(key -> request(key, "consumer-b")).toList())));
+        assertThat(failure).isInstanceOf(DedupStoreException.class);
+      } finally {
+        holder.rollback();
+      }
+    }
+
+    assertThat(keys.subList(0, 500).stream().filter(key -> store.find(key).isPresent()).toList())
+        .as("keys of the failed claim's first statement, committed with the caller's work")
+        .isEmpty();
+    assertThat(claimed(store.claim(request(keys.get(0), "consumer-c"))).token())
+        .as("the redelivery of the first record runs its handler")
+        .isEqualTo(1);
+  }
+
+  @Test
   void aDuplicateIsAnsweredFromARead() throws Exception {
     DedupKey key = DedupKey.of("payment", "read-duplicate");
     ClaimResult.Claimed claim = claimed(store.claim(request(key, "a")));

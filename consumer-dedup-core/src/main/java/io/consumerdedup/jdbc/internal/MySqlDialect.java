@@ -60,13 +60,15 @@ public final class MySqlDialect extends Dialect {
 
   /**
    * Claims {@code requests} (distinct keys). In its own transaction when the connection is in
-   * auto-commit mode, else in the caller's (which it never commits).
+   * auto-commit mode, else in the caller's (which it never commits), under a savepoint: a claim
+   * that fails after some of its statements wrote leaves none of its rows there, where PostgreSQL's
+   * one statement fails whole.
    */
   @Override
   public List<ClaimResult> claim(
       Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
     if (!connection.getAutoCommit()) {
-      return claimLocked(connection, requests, withLease);
+      return StoreCalls.underSavepoint(connection, c -> claimLocked(c, requests, withLease));
     }
     Map<DedupKey, ClaimResult> settled = withLease ? settledByRead(connection, requests) : Map.of();
     List<ClaimRequest> open = requests.stream().filter(r -> !settled.containsKey(r.key())).toList();
