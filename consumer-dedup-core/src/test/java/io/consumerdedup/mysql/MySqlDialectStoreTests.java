@@ -50,6 +50,8 @@ import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * What is particular to the MySQL dialect, through one JDBC driver per subclass: detection, times
@@ -591,6 +593,47 @@ abstract class MySqlDialectStoreTests {
     assertThat(claimed(store.claim(request(keys.get(0), "consumer-c"))).token())
         .as("the redelivery of the first record runs its handler")
         .isEqualTo(1);
+  }
+
+  /**
+   * A disk full (1021), a table that cannot grow (1114, its tablespace on a full disk), a server
+   * out of memory (1041), and MySQL 8's 4031, the error a connection that the server closed for
+   * inactivity answers (a pool's connection kept longer than wait_timeout): outages that end (space
+   * freed, a fresh connection), as PostgreSQL's class 53 is. The server raises them here from a
+   * trigger, once; the disconnect of 4031 itself cannot be made on MariaDB, whose own 4031 is an
+   * error of CREATE TRIGGER, a statement the store never sends.
+   */
+  @ParameterizedTest(name = "error {0}")
+  @ValueSource(ints = {1021, 1114, 1041, 4031})
+  void aServerOutOfSpaceOrMemoryIsAnOutageTheClaimIsTriedAgainThrough(int code)
+      throws SQLException {
+    String table = "dedup_full_" + code;
+    execute("CREATE TABLE " + table + " LIKE consumer_dedup");
+    // Not transactional: the failed statement's rollback keeps the count down.
+    execute("CREATE TABLE " + table + "_faults (left_to_fail INT NOT NULL) ENGINE=MyISAM");
+    execute("INSERT INTO " + table + "_faults VALUES (1)");
+    execute(
+        "CREATE TRIGGER "
+            + table
+            + "_full BEFORE INSERT ON "
+            + table
+            + " FOR EACH ROW BEGIN IF (SELECT left_to_fail FROM "
+            + table
+            + "_faults) > 0 THEN UPDATE "
+            + table
+            + "_faults SET left_to_fail = left_to_fail - 1; SIGNAL SQLSTATE 'HY000' SET"
+            + " MYSQL_ERRNO = "
+            + code
+            + ", MESSAGE_TEXT = 'The server is out of space'; END IF; END");
+    JdbcDedupStore full =
+        JdbcDedupStore.builder(dataSource)
+            .tableName(table)
+            .retryInitialBackoff(Duration.ofMillis(10))
+            .build();
+
+    assertThat(full.claim(request(DedupKey.of("payment", "ORD-full"), "consumer-a")))
+        .as("the claim, tried again once the server had room")
+        .isInstanceOf(ClaimResult.Claimed.class);
   }
 
   @Test
