@@ -7,6 +7,7 @@ import static org.assertj.core.api.Assertions.catchThrowable;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupAdmin;
 import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
@@ -19,6 +20,7 @@ import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.DedupTableMissingException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
+import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.SqlDialect;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
@@ -879,19 +881,13 @@ abstract class MySqlDialectStoreTests {
       throws SQLException {
     Assumptions.assumeTrue(
         driver() == TestMariaDb.Driver.MYSQL, "MariaDB Connector/J sends text as UTF-8 only");
-    // A legacy application's URL: MySQL Connector/J sends every string in ISO-8859-1, a key in
-    // Cyrillic as question marks.
-    com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
-    config.setJdbcUrl(
-        TestMariaDb.url(server, database, driver()) + "&characterEncoding=ISO-8859-1");
-    config.setMaximumPoolSize(2);
     ch.qos.logback.classic.Logger storeLog =
         (ch.qos.logback.classic.Logger) org.slf4j.LoggerFactory.getLogger(JdbcDedupStore.class);
     ch.qos.logback.core.read.ListAppender<ch.qos.logback.classic.spi.ILoggingEvent> logged =
         new ch.qos.logback.core.read.ListAppender<>();
     logged.start();
     storeLog.addAppender(logged);
-    try (HikariDataSource latin1 = new HikariDataSource(config)) {
+    try (HikariDataSource latin1 = latin1DataSource()) {
       JdbcDedupStore latin1Store = JdbcDedupStore.builder(latin1).build();
       IdempotentExecutor.builder(latin1Store).build().close();
 
@@ -916,6 +912,49 @@ abstract class MySqlDialectStoreTests {
           .hasMessageNotContaining("VARBINARY");
     } finally {
       storeLog.detachAppender(logged);
+    }
+  }
+
+  /**
+   * A legacy application's URL: MySQL Connector/J sends every string in ISO-8859-1, a key in
+   * Cyrillic as question marks.
+   */
+  private HikariDataSource latin1DataSource() {
+    com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
+    config.setJdbcUrl(
+        TestMariaDb.url(server, database, driver()) + "&characterEncoding=ISO-8859-1");
+    config.setMaximumPoolSize(2);
+    return new HikariDataSource(config);
+  }
+
+  @Test
+  void theAdminThroughASingleByteConnectionFindsReleasesAndForgetsAKeyItCannotSendAsText()
+      throws SQLException {
+    Assumptions.assumeTrue(
+        driver() == TestMariaDb.Driver.MYSQL, "MariaDB Connector/J sends text as UTF-8 only");
+    // Claimed by a consumer whose URL sends UTF-8; the operator's tool has the legacy URL.
+    DedupKey held = DedupKey.of("payment", "Заказ-held");
+    DedupKey done = DedupKey.of("payment", "Заказ-done");
+    claimed(store.claim(request(held, "consumer-a")));
+    expireLease(held);
+    claimed(store.claim(request(done, "consumer-a")));
+    try (HikariDataSource latin1 = latin1DataSource()) {
+      JdbcDedupStore latin1Store = JdbcDedupStore.builder(latin1).build();
+      JdbcDedupAdmin admin = JdbcDedupAdmin.of(latin1Store);
+      DedupKey accented = DedupKey.of("payment", "Commande-é");
+      claimed(latin1Store.claim(request(accented, "consumer-latin1")));
+
+      assertThat(admin.find(held)).as("the held key, inspected").isPresent();
+      DedupAdmin.Change released = admin.release(held, "ops@example.com");
+      assertThat(released.applied()).as(released.message()).isTrue();
+      assertThat(store.find(held).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
+      DedupAdmin.Change forgotten = admin.forget(done, "ops@example.com", true);
+      assertThat(forgotten.applied()).as(forgotten.message()).isTrue();
+      assertThat(store.find(done)).as("the forgotten key").isEmpty();
+      assertThat(admin.find(accented))
+          .as("a key the connection sends, as its own claim wrote it")
+          .map(DedupRecord::owner)
+          .contains("consumer-latin1");
     }
   }
 

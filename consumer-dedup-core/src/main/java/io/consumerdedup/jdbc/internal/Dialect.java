@@ -250,6 +250,17 @@ public abstract class Dialect {
     }
   }
 
+  /**
+   * Binds {@code key}'s columns (type, key) to parameters {@code index} and {@code index + 1} of an
+   * operator's statement on that one key (see {@link AdminSql}), so that it names the row a claim
+   * of the key wrote; as text by default, as the claims bind it.
+   */
+  public void bindKey(Connection connection, PreparedStatement statement, int index, DedupKey key)
+      throws SQLException {
+    statement.setString(index, key.bizType());
+    statement.setString(index + 1, key.bizKey());
+  }
+
   /** Selects one record's columns as {@link #record} reads them, binding (type, key). */
   protected abstract String findSql();
 

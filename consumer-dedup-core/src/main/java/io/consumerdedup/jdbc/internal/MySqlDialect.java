@@ -652,6 +652,35 @@ public final class MySqlDialect extends Dialect {
   }
 
   /**
+   * As text where the connection sends the key whole, as the claims made through it bind it; as its
+   * UTF-8 bytes where it does not. A connection that sends a single-byte character set (see {@link
+   * #nonUnicodeCharset}) writes a character it lacks as {@code ?}: an operator looking up such a
+   * key, which only a consumer whose connection sends UTF-8 can have claimed, was told there is no
+   * record, and a release or a forget of it changed the record of a key of question marks, if there
+   * was one.
+   */
+  @Override
+  public void bindKey(Connection connection, PreparedStatement statement, int index, DedupKey key)
+      throws SQLException {
+    if (sentWhole(connection, key.bizType() + key.bizKey())) {
+      super.bindKey(connection, statement, index, key);
+      return;
+    }
+    statement.setBytes(index, key.bizType().getBytes(java.nio.charset.StandardCharsets.UTF_8));
+    statement.setBytes(index + 1, key.bizKey().getBytes(java.nio.charset.StandardCharsets.UTF_8));
+  }
+
+  /** Whether {@code text}, bound as text, reaches the server as the same text. */
+  private boolean sentWhole(Connection connection, String text) throws SQLException {
+    try (PreparedStatement statement = calls.prepare(connection, MySqlSql.ECHO)) {
+      statement.setString(1, text);
+      try (ResultSet row = statement.executeQuery()) {
+        return row.next() && text.equals(row.getString(1));
+      }
+    }
+  }
+
+  /**
    * What a connection that sends text as {@code charset} does to keys: the driver writes a
    * character that {@code charset} lacks as {@code ?}, so the key the claim stored is not the key
    * it reads back, and every delivery of it fails, the record held, until the URL changes.
