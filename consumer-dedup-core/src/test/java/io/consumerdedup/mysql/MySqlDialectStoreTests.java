@@ -959,6 +959,30 @@ abstract class MySqlDialectStoreTests {
   }
 
   @Test
+  void theJanitorPurgesExpiredRowsWhateverBytesTheirKeysHold() throws SQLException {
+    Assumptions.assumeTrue(
+        driver() == TestMariaDb.Driver.MYSQL, "MariaDB Connector/J sends text as UTF-8 only");
+    // A legacy consumer's connection writes 'é' as one byte, which is no UTF-8: read through the
+    // janitor's UTF-8 connection it became U+FFFD, and bound back it named no row.
+    DedupKey accented = DedupKey.of("janitor-bytes", "Commande-é");
+    try (HikariDataSource latin1 = latin1DataSource()) {
+      JdbcDedupStore latin1Store = JdbcDedupStore.builder(latin1).build();
+      assertThat(
+              latin1Store.complete(
+                  claimed(latin1Store.claim(request(accented, "consumer-latin1"))),
+                  Duration.ofMillis(1)))
+          .isTrue();
+      execute(
+          "UPDATE consumer_dedup SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"
+              + " WHERE biz_type = 'janitor-bytes'");
+
+      io.consumerdedup.jdbc.DedupJanitor.builder(store).build().purgeExpired();
+
+      assertThat(latin1Store.find(accented)).as("the expired record of the legacy key").isEmpty();
+    }
+  }
+
+  @Test
   void aFailureWhoseErrorHasAnEmojiIsRecordedThroughAConnectionThatSendsUtf8mb3() {
     // A legacy URL's connectionCollation, or a server that forces utf8 (utf8mb3) on its clients:
     // an error text with a four-byte character was refused ("Illegal mix of collations"), and a

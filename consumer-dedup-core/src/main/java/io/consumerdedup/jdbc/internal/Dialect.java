@@ -320,11 +320,25 @@ public abstract class Dialect {
       statement.setObject(index++, createdAt);
       statement.setObject(index++, createdAt);
       statement.setObject(index++, createdAt);
-      statement.setString(index++, after.bizType());
-      statement.setString(index++, after.bizType());
-      statement.setString(index++, after.bizKey());
+      bindKeyColumn(statement, index++, after.bizType());
+      bindKeyColumn(statement, index++, after.bizType());
+      bindKeyColumn(statement, index++, after.bizKey());
     }
     return index;
+  }
+
+  /**
+   * A key column of the current row as the retention purge carries it from its read to its next
+   * statements ({@link #bindKeyColumn}), which must name the same row; as text by default.
+   */
+  protected String keyColumn(ResultSet row, String column) throws SQLException {
+    return row.getString(column);
+  }
+
+  /** Binds a key column that {@link #keyColumn} read. */
+  protected void bindKeyColumn(PreparedStatement statement, int index, String value)
+      throws SQLException {
+    statement.setString(index, value);
   }
 
   /** The retention purge's statements in this dialect. */

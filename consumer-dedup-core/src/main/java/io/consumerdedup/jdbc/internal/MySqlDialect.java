@@ -492,8 +492,8 @@ public final class MySqlDialect extends Dialect {
           found.add(
               new KeysetPurge.Position(
                   Objects.requireNonNull(instant(rows, "created_at")),
-                  rows.getString("biz_type"),
-                  rows.getString("biz_key")));
+                  keyColumn(rows, "biz_type"),
+                  keyColumn(rows, "biz_key")));
         }
       }
     }
@@ -505,6 +505,24 @@ public final class MySqlDialect extends Dialect {
             ? StoreCalls.inOwnTransaction(connection, c -> deleteStillExpired(c, found))
             : deleteStillExpired(connection, found);
     return new KeysetPurge.Batch(deleted, found.size() >= limit, found.get(found.size() - 1));
+  }
+
+  /**
+   * The column's bytes as stored, one character each (ISO-8859-1 maps every byte to the character
+   * of its value), whatever they encode: a key that a connection in a single-byte character set
+   * wrote is no UTF-8, and read as text through a UTF-8 connection it came back as other bytes,
+   * which named no row, so the purge never deleted it.
+   */
+  @Override
+  protected String keyColumn(ResultSet row, String column) throws SQLException {
+    return new String(row.getBytes(column), java.nio.charset.StandardCharsets.ISO_8859_1);
+  }
+
+  /** The bytes that {@link #keyColumn} read. */
+  @Override
+  protected void bindKeyColumn(PreparedStatement statement, int index, String value)
+      throws SQLException {
+    statement.setBytes(index, value.getBytes(java.nio.charset.StandardCharsets.ISO_8859_1));
   }
 
   /** Most rows one locking read of the purge names: two parameters each, far below the limit. */
@@ -521,12 +539,12 @@ public final class MySqlDialect extends Dialect {
           calls.prepare(connection, purgeSql().lockExpired(chunk.size()))) {
         int index = 1;
         for (KeysetPurge.Position position : chunk) {
-          lock.setString(index++, position.bizType());
-          lock.setString(index++, position.bizKey());
+          bindKeyColumn(lock, index++, position.bizType());
+          bindKeyColumn(lock, index++, position.bizKey());
         }
         try (ResultSet rows = lock.executeQuery()) {
           while (rows.next()) {
-            locked.add(Map.entry(rows.getString("biz_type"), rows.getString("biz_key")));
+            locked.add(Map.entry(keyColumn(rows, "biz_type"), keyColumn(rows, "biz_key")));
           }
         }
       }
@@ -536,8 +554,8 @@ public final class MySqlDialect extends Dialect {
     }
     try (PreparedStatement delete = calls.prepare(connection, purgeSql().deleteLocked())) {
       for (Map.Entry<String, String> row : locked) {
-        delete.setString(1, row.getKey());
-        delete.setString(2, row.getValue());
+        bindKeyColumn(delete, 1, row.getKey());
+        bindKeyColumn(delete, 2, row.getValue());
         delete.addBatch();
       }
       int deleted = 0;
