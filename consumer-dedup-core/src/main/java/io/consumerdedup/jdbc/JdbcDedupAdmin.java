@@ -173,7 +173,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                   + before.attempts()
                   + ")";
           try (PreparedStatement update = calls.prepare(c, dialect.adminSql().release)) {
-            update.setString(1, note);
+            dialect.setError(update, 1, note);
             // As long from the release as the claim's expiry was from the key's first claim: at
             // least the claim's lease and retention, however long its holder renewed the lease.
             update.setLong(

@@ -982,11 +982,11 @@ abstract class MySqlDialectStoreTests {
     }
   }
 
-  @Test
-  void aFailureWhoseErrorHasAnEmojiIsRecordedThroughAConnectionThatSendsUtf8mb3() {
-    // A legacy URL's connectionCollation, or a server that forces utf8 (utf8mb3) on its clients:
-    // an error text with a four-byte character was refused ("Illegal mix of collations"), and a
-    // FAILED that cannot be written keeps its key held under a lease renewed until it is.
+  /**
+   * A legacy URL's connectionCollation, or a server that forces utf8 (utf8mb3) on its clients: a
+   * connection that sends text as utf8mb3.
+   */
+  private HikariDataSource utf8mb3DataSource() {
     com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
     if (driver() == TestMariaDb.Driver.MYSQL) {
       config.setJdbcUrl(
@@ -996,7 +996,33 @@ abstract class MySqlDialectStoreTests {
       config.setConnectionInitSql("SET NAMES utf8mb3");
     }
     config.setMaximumPoolSize(2);
-    try (HikariDataSource utf8mb3 = new HikariDataSource(config)) {
+    return new HikariDataSource(config);
+  }
+
+  @Test
+  void anOperatorWhoseNameHasAnEmojiReleasesAKeyThroughAConnectionThatSendsUtf8mb3()
+      throws SQLException {
+    DedupKey key = DedupKey.of("payment", "ORD-utf8mb3-release");
+    claimed(store.claim(request(key, "consumer-a")));
+    expireLease(key);
+    try (HikariDataSource utf8mb3 = utf8mb3DataSource()) {
+      JdbcDedupAdmin admin = JdbcDedupAdmin.of(JdbcDedupStore.builder(utf8mb3).build());
+
+      DedupAdmin.Change released = admin.release(key, "ops 🦄 on call");
+
+      assertThat(released.applied()).as(released.message()).isTrue();
+      assertThat(store.find(key).orElseThrow().lastError())
+          .as("the release's note")
+          .hasValueSatisfying(note -> assertThat(note).contains("ops 🦄 on call"));
+    }
+  }
+
+  @Test
+  void aFailureWhoseErrorHasAnEmojiIsRecordedThroughAConnectionThatSendsUtf8mb3() {
+    // A legacy URL's connectionCollation, or a server that forces utf8 (utf8mb3) on its clients:
+    // an error text with a four-byte character was refused ("Illegal mix of collations"), and a
+    // FAILED that cannot be written keeps its key held under a lease renewed until it is.
+    try (HikariDataSource utf8mb3 = utf8mb3DataSource()) {
       JdbcDedupStore utf8mb3Store = JdbcDedupStore.builder(utf8mb3).build();
       DedupKey key = DedupKey.of("payment", "ORD-utf8mb3");
       ClaimResult.Claimed claim = claimed(utf8mb3Store.claim(request(key, "consumer-a")));

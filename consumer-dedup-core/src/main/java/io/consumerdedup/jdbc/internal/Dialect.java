@@ -214,9 +214,10 @@ public abstract class Dialect {
 
   /**
    * Binds the error of a FAILED record where this dialect's statements take it (see {@link
-   * #failInTransactionSql}); as text by default.
+   * #failInTransactionSql}), an admin release's note as well ({@link AdminSql#release}); as text by
+   * default.
    */
-  protected void setError(PreparedStatement statement, int index, @Nullable String error)
+  public void setError(PreparedStatement statement, int index, @Nullable String error)
       throws SQLException {
     statement.setString(index, error);
   }

@@ -53,7 +53,7 @@ public final class MySqlDialect extends Dialect {
         log,
         schemaResource,
         new PurgeSql(table, false),
-        new AdminSql(table, MySqlSql.NOW, MySqlSql.NOW_PLUS_MS));
+        new AdminSql(table, MySqlSql.NOW, MySqlSql.NOW_PLUS_MS, MySqlSql.ERROR_TEXT));
     this.table = table;
     this.sql = new MySqlSql(table);
   }
@@ -445,7 +445,7 @@ public final class MySqlDialect extends Dialect {
 
   /** As its UTF-8 bytes, which {@link MySqlSql#ERROR_TEXT} reads as utf8mb4. */
   @Override
-  protected void setError(PreparedStatement statement, int index, @Nullable String error)
+  public void setError(PreparedStatement statement, int index, @Nullable String error)
       throws SQLException {
     statement.setBytes(
         index, error == null ? null : error.getBytes(java.nio.charset.StandardCharsets.UTF_8));
