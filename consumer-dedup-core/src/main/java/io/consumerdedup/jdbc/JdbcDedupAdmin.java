@@ -122,8 +122,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
         key,
         (connection, dialect) -> {
           try (PreparedStatement select = calls.prepare(connection, dialect.adminSql().find)) {
-            select.setString(1, key.bizType());
-            select.setString(2, key.bizKey());
+            dialect.bindKey(connection, select, 1, key);
             try (ResultSet row = select.executeQuery()) {
               return row.next()
                   ? Optional.of(dialect.recordAsStored(row, key))
@@ -174,14 +173,13 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                   + before.attempts()
                   + ")";
           try (PreparedStatement update = calls.prepare(c, dialect.adminSql().release)) {
-            update.setString(1, note);
+            dialect.setError(update, 1, note);
             // As long from the release as the claim's expiry was from the key's first claim: at
             // least the claim's lease and retention, however long its holder renewed the lease.
             update.setLong(
                 2,
                 Math.max(0, Duration.between(before.createdAt(), before.expiresAt()).toMillis()));
-            update.setString(3, key.bizType());
-            update.setString(4, key.bizKey());
+            dialect.bindKey(c, update, 3, key);
             update.setInt(5, before.attempts());
             sent.set(new SentRelease(before, live, note));
             update.executeUpdate();
@@ -376,8 +374,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
           }
           String forced = unknown ? overUnknownStatus(before) : live ? OVER_LIVE_LEASE : null;
           try (PreparedStatement delete = calls.prepare(c, dialect.adminSql().forget)) {
-            delete.setString(1, key.bizType());
-            delete.setString(2, key.bizKey());
+            dialect.bindKey(c, delete, 1, key);
             sent.set(new SentForget(before, forced));
             delete.executeUpdate();
           }
@@ -500,8 +497,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
   private @Nullable Locked lockedRecord(Connection connection, Dialect dialect, DedupKey key)
       throws SQLException {
     try (PreparedStatement select = calls.prepare(connection, dialect.adminSql().findLocked)) {
-      select.setString(1, key.bizType());
-      select.setString(2, key.bizKey());
+      dialect.bindKey(connection, select, 1, key);
       try (ResultSet row = select.executeQuery()) {
         return row.next()
             ? new Locked(dialect.recordAsStored(row, key), row.getString("claim_id"))

@@ -7,6 +7,7 @@ import static org.assertj.core.api.Assertions.catchThrowable;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupAdmin;
 import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupKey;
@@ -19,6 +20,7 @@ import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.DedupTableMissingException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
+import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.SqlDialect;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
@@ -50,6 +52,8 @@ import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
  * What is particular to the MySQL dialect, through one JDBC driver per subclass: detection, times
@@ -548,6 +552,93 @@ abstract class MySqlDialectStoreTests {
   }
 
   @Test
+  void aClaimInTheCallersTransactionThatFailsInALaterStatementLeavesNoneOfItsKeysThere()
+      throws Exception {
+    // A poll of 600 records in mode TRANSACTIONAL: its claim goes in two statements, and the second
+    // one waits on a row another transaction holds until the statement timeout cancels it.
+    List<DedupKey> keys =
+        IntStream.range(0, 600)
+            .mapToObj(i -> DedupKey.of("in-tx-chunks", String.format(Locale.ROOT, "ORD-%04d", i)))
+            .toList();
+    DedupKey held = keys.get(550);
+    claimed(store.claim(request(held, "consumer-a")));
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(dataSource);
+    JdbcDedupStore transactional =
+        JdbcDedupStore.builder(transactions).statementTimeout(Duration.ofSeconds(1)).build();
+    try (Connection holder = dataSource.getConnection()) {
+      holder.setAutoCommit(false);
+      try (PreparedStatement lock =
+          holder.prepareStatement(
+              "SELECT status FROM consumer_dedup WHERE biz_type = ? AND biz_key = ? FOR UPDATE")) {
+        lock.setString(1, held.bizType());
+        lock.setString(2, held.bizKey());
+        lock.executeQuery().close();
+      }
+      try {
+        // The caller catches the store's failure and commits the rest of its work.
+        Throwable failure =
+            transactions.inTransaction(
+                () ->
+                    catchThrowable(
+                        () ->
+                            transactional.claimAllInTransaction(
+                                keys.stream().map(key -> request(key, "consumer-b")).toList())));
+        assertThat(failure).isInstanceOf(DedupStoreException.class);
+      } finally {
+        holder.rollback();
+      }
+    }
+
+    assertThat(keys.subList(0, 500).stream().filter(key -> store.find(key).isPresent()).toList())
+        .as("keys of the failed claim's first statement, committed with the caller's work")
+        .isEmpty();
+    assertThat(claimed(store.claim(request(keys.get(0), "consumer-c"))).token())
+        .as("the redelivery of the first record runs its handler")
+        .isEqualTo(1);
+  }
+
+  /**
+   * A disk full (1021), a table that cannot grow (1114, its tablespace on a full disk), a server
+   * out of memory (1041), and MySQL 8's 4031, the error a connection that the server closed for
+   * inactivity answers (a pool's connection kept longer than wait_timeout): outages that end (space
+   * freed, a fresh connection), as PostgreSQL's class 53 is. The server raises them here from a
+   * trigger, once; the disconnect of 4031 itself cannot be made on MariaDB, whose own 4031 is an
+   * error of CREATE TRIGGER, a statement the store never sends.
+   */
+  @ParameterizedTest(name = "error {0}")
+  @ValueSource(ints = {1021, 1114, 1041, 4031})
+  void aServerOutOfSpaceOrMemoryIsAnOutageTheClaimIsTriedAgainThrough(int code)
+      throws SQLException {
+    String table = "dedup_full_" + code;
+    execute("CREATE TABLE " + table + " LIKE consumer_dedup");
+    // Not transactional: the failed statement's rollback keeps the count down.
+    execute("CREATE TABLE " + table + "_faults (left_to_fail INT NOT NULL) ENGINE=MyISAM");
+    execute("INSERT INTO " + table + "_faults VALUES (1)");
+    execute(
+        "CREATE TRIGGER "
+            + table
+            + "_full BEFORE INSERT ON "
+            + table
+            + " FOR EACH ROW BEGIN IF (SELECT left_to_fail FROM "
+            + table
+            + "_faults) > 0 THEN UPDATE "
+            + table
+            + "_faults SET left_to_fail = left_to_fail - 1; SIGNAL SQLSTATE 'HY000' SET"
+            + " MYSQL_ERRNO = "
+            + code
+            + ", MESSAGE_TEXT = 'The server is out of space'; END IF; END");
+    JdbcDedupStore full =
+        JdbcDedupStore.builder(dataSource)
+            .tableName(table)
+            .retryInitialBackoff(Duration.ofMillis(10))
+            .build();
+
+    assertThat(full.claim(request(DedupKey.of("payment", "ORD-full"), "consumer-a")))
+        .as("the claim, tried again once the server had room")
+        .isInstanceOf(ClaimResult.Claimed.class);
+  }
+
+  @Test
   void aDuplicateIsAnsweredFromARead() throws Exception {
     DedupKey key = DedupKey.of("payment", "read-duplicate");
     ClaimResult.Claimed claim = claimed(store.claim(request(key, "a")));
@@ -790,19 +881,13 @@ abstract class MySqlDialectStoreTests {
       throws SQLException {
     Assumptions.assumeTrue(
         driver() == TestMariaDb.Driver.MYSQL, "MariaDB Connector/J sends text as UTF-8 only");
-    // A legacy application's URL: MySQL Connector/J sends every string in ISO-8859-1, a key in
-    // Cyrillic as question marks.
-    com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
-    config.setJdbcUrl(
-        TestMariaDb.url(server, database, driver()) + "&characterEncoding=ISO-8859-1");
-    config.setMaximumPoolSize(2);
     ch.qos.logback.classic.Logger storeLog =
         (ch.qos.logback.classic.Logger) org.slf4j.LoggerFactory.getLogger(JdbcDedupStore.class);
     ch.qos.logback.core.read.ListAppender<ch.qos.logback.classic.spi.ILoggingEvent> logged =
         new ch.qos.logback.core.read.ListAppender<>();
     logged.start();
     storeLog.addAppender(logged);
-    try (HikariDataSource latin1 = new HikariDataSource(config)) {
+    try (HikariDataSource latin1 = latin1DataSource()) {
       JdbcDedupStore latin1Store = JdbcDedupStore.builder(latin1).build();
       IdempotentExecutor.builder(latin1Store).build().close();
 
@@ -830,11 +915,78 @@ abstract class MySqlDialectStoreTests {
     }
   }
 
+  /**
+   * A legacy application's URL: MySQL Connector/J sends every string in ISO-8859-1, a key in
+   * Cyrillic as question marks.
+   */
+  private HikariDataSource latin1DataSource() {
+    com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
+    config.setJdbcUrl(
+        TestMariaDb.url(server, database, driver()) + "&characterEncoding=ISO-8859-1");
+    config.setMaximumPoolSize(2);
+    return new HikariDataSource(config);
+  }
+
   @Test
-  void aFailureWhoseErrorHasAnEmojiIsRecordedThroughAConnectionThatSendsUtf8mb3() {
-    // A legacy URL's connectionCollation, or a server that forces utf8 (utf8mb3) on its clients:
-    // an error text with a four-byte character was refused ("Illegal mix of collations"), and a
-    // FAILED that cannot be written keeps its key held under a lease renewed until it is.
+  void theAdminThroughASingleByteConnectionFindsReleasesAndForgetsAKeyItCannotSendAsText()
+      throws SQLException {
+    Assumptions.assumeTrue(
+        driver() == TestMariaDb.Driver.MYSQL, "MariaDB Connector/J sends text as UTF-8 only");
+    // Claimed by a consumer whose URL sends UTF-8; the operator's tool has the legacy URL.
+    DedupKey held = DedupKey.of("payment", "Заказ-held");
+    DedupKey done = DedupKey.of("payment", "Заказ-done");
+    claimed(store.claim(request(held, "consumer-a")));
+    expireLease(held);
+    claimed(store.claim(request(done, "consumer-a")));
+    try (HikariDataSource latin1 = latin1DataSource()) {
+      JdbcDedupStore latin1Store = JdbcDedupStore.builder(latin1).build();
+      JdbcDedupAdmin admin = JdbcDedupAdmin.of(latin1Store);
+      DedupKey accented = DedupKey.of("payment", "Commande-é");
+      claimed(latin1Store.claim(request(accented, "consumer-latin1")));
+
+      assertThat(admin.find(held)).as("the held key, inspected").isPresent();
+      DedupAdmin.Change released = admin.release(held, "ops@example.com");
+      assertThat(released.applied()).as(released.message()).isTrue();
+      assertThat(store.find(held).orElseThrow().status()).isEqualTo(DedupStatus.FAILED);
+      DedupAdmin.Change forgotten = admin.forget(done, "ops@example.com", true);
+      assertThat(forgotten.applied()).as(forgotten.message()).isTrue();
+      assertThat(store.find(done)).as("the forgotten key").isEmpty();
+      assertThat(admin.find(accented))
+          .as("a key the connection sends, as its own claim wrote it")
+          .map(DedupRecord::owner)
+          .contains("consumer-latin1");
+    }
+  }
+
+  @Test
+  void theJanitorPurgesExpiredRowsWhateverBytesTheirKeysHold() throws SQLException {
+    Assumptions.assumeTrue(
+        driver() == TestMariaDb.Driver.MYSQL, "MariaDB Connector/J sends text as UTF-8 only");
+    // A legacy consumer's connection writes 'é' as one byte, which is no UTF-8: read through the
+    // janitor's UTF-8 connection it became U+FFFD, and bound back it named no row.
+    DedupKey accented = DedupKey.of("janitor-bytes", "Commande-é");
+    try (HikariDataSource latin1 = latin1DataSource()) {
+      JdbcDedupStore latin1Store = JdbcDedupStore.builder(latin1).build();
+      assertThat(
+              latin1Store.complete(
+                  claimed(latin1Store.claim(request(accented, "consumer-latin1"))),
+                  Duration.ofMillis(1)))
+          .isTrue();
+      execute(
+          "UPDATE consumer_dedup SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND"
+              + " WHERE biz_type = 'janitor-bytes'");
+
+      io.consumerdedup.jdbc.DedupJanitor.builder(store).build().purgeExpired();
+
+      assertThat(latin1Store.find(accented)).as("the expired record of the legacy key").isEmpty();
+    }
+  }
+
+  /**
+   * A legacy URL's connectionCollation, or a server that forces utf8 (utf8mb3) on its clients: a
+   * connection that sends text as utf8mb3.
+   */
+  private HikariDataSource utf8mb3DataSource() {
     com.zaxxer.hikari.HikariConfig config = new com.zaxxer.hikari.HikariConfig();
     if (driver() == TestMariaDb.Driver.MYSQL) {
       config.setJdbcUrl(
@@ -844,7 +996,33 @@ abstract class MySqlDialectStoreTests {
       config.setConnectionInitSql("SET NAMES utf8mb3");
     }
     config.setMaximumPoolSize(2);
-    try (HikariDataSource utf8mb3 = new HikariDataSource(config)) {
+    return new HikariDataSource(config);
+  }
+
+  @Test
+  void anOperatorWhoseNameHasAnEmojiReleasesAKeyThroughAConnectionThatSendsUtf8mb3()
+      throws SQLException {
+    DedupKey key = DedupKey.of("payment", "ORD-utf8mb3-release");
+    claimed(store.claim(request(key, "consumer-a")));
+    expireLease(key);
+    try (HikariDataSource utf8mb3 = utf8mb3DataSource()) {
+      JdbcDedupAdmin admin = JdbcDedupAdmin.of(JdbcDedupStore.builder(utf8mb3).build());
+
+      DedupAdmin.Change released = admin.release(key, "ops 🦄 on call");
+
+      assertThat(released.applied()).as(released.message()).isTrue();
+      assertThat(store.find(key).orElseThrow().lastError())
+          .as("the release's note")
+          .hasValueSatisfying(note -> assertThat(note).contains("ops 🦄 on call"));
+    }
+  }
+
+  @Test
+  void aFailureWhoseErrorHasAnEmojiIsRecordedThroughAConnectionThatSendsUtf8mb3() {
+    // A legacy URL's connectionCollation, or a server that forces utf8 (utf8mb3) on its clients:
+    // an error text with a four-byte character was refused ("Illegal mix of collations"), and a
+    // FAILED that cannot be written keeps its key held under a lease renewed until it is.
+    try (HikariDataSource utf8mb3 = utf8mb3DataSource()) {
       JdbcDedupStore utf8mb3Store = JdbcDedupStore.builder(utf8mb3).build();
       DedupKey key = DedupKey.of("payment", "ORD-utf8mb3");
       ClaimResult.Claimed claim = claimed(utf8mb3Store.claim(request(key, "consumer-a")));

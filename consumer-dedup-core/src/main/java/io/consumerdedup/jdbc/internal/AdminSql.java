@@ -24,11 +24,14 @@ public final class AdminSql {
   public final String findLocked;
 
   /**
-   * Marks a PROCESSING attempt FAILED, by (error, keep ms, type, key, attempts as read): its
-   * holder's token no longer writes PROCESSING or SUCCESS. The record is kept at least {@code keep}
-   * from now: its claim's expiry is counted from the claim, and a holder that renewed its lease for
-   * longer than the claim's lease and retention left it in the past, so the purge deleted the
-   * released record at once (its attempts and the release's note with it).
+   * Marks a PROCESSING attempt FAILED, by (error, keep ms, type, key, attempts as read), the error
+   * as the dialect's failures bind theirs (on MySQL its UTF-8 bytes, whatever the connection sends
+   * text as: an operator's name with an emoji was refused through a connection that sends utf8mb3,
+   * and the key could not be released): its holder's token no longer writes PROCESSING or SUCCESS.
+   * The record is kept at least {@code keep} from now: its claim's expiry is counted from the
+   * claim, and a holder that renewed its lease for longer than the claim's lease and retention left
+   * it in the past, so the purge deleted the released record at once (its attempts and the
+   * release's note with it).
    */
   public final String release;
 
@@ -38,8 +41,10 @@ public final class AdminSql {
   /**
    * @param now the database's time
    * @param nowPlusMs the database's time plus a bound number of milliseconds
+   * @param errorText the error of a FAILED record as the dialect's statements take it, bound by
+   *     {@link Dialect#setError}
    */
-  public AdminSql(String table, String now, String nowPlusMs) {
+  public AdminSql(String table, String now, String nowPlusMs, String errorText) {
     this.table = table;
     this.now = now;
     counts =
@@ -54,7 +59,9 @@ public final class AdminSql {
     release =
         "UPDATE "
             + table
-            + " SET status = 'FAILED', lease_until = NULL, last_error = ?, updated_at = "
+            + " SET status = 'FAILED', lease_until = NULL, last_error = "
+            + errorText
+            + ", updated_at = "
             + now
             + ", expires_at = GREATEST(expires_at, "
             + nowPlusMs

@@ -214,9 +214,10 @@ public abstract class Dialect {
 
   /**
    * Binds the error of a FAILED record where this dialect's statements take it (see {@link
-   * #failInTransactionSql}); as text by default.
+   * #failInTransactionSql}), an admin release's note as well ({@link AdminSql#release}); as text by
+   * default.
    */
-  protected void setError(PreparedStatement statement, int index, @Nullable String error)
+  public void setError(PreparedStatement statement, int index, @Nullable String error)
       throws SQLException {
     statement.setString(index, error);
   }
@@ -248,6 +249,17 @@ public abstract class Dialect {
         return row.next() ? recordAsStored(row, key) : null;
       }
     }
+  }
+
+  /**
+   * Binds {@code key}'s columns (type, key) to parameters {@code index} and {@code index + 1} of an
+   * operator's statement on that one key (see {@link AdminSql}), so that it names the row a claim
+   * of the key wrote; as text by default, as the claims bind it.
+   */
+  public void bindKey(Connection connection, PreparedStatement statement, int index, DedupKey key)
+      throws SQLException {
+    statement.setString(index, key.bizType());
+    statement.setString(index + 1, key.bizKey());
   }
 
   /** Selects one record's columns as {@link #record} reads them, binding (type, key). */
@@ -309,11 +321,25 @@ public abstract class Dialect {
       statement.setObject(index++, createdAt);
       statement.setObject(index++, createdAt);
       statement.setObject(index++, createdAt);
-      statement.setString(index++, after.bizType());
-      statement.setString(index++, after.bizType());
-      statement.setString(index++, after.bizKey());
+      bindKeyColumn(statement, index++, after.bizType());
+      bindKeyColumn(statement, index++, after.bizType());
+      bindKeyColumn(statement, index++, after.bizKey());
     }
     return index;
+  }
+
+  /**
+   * A key column of the current row as the retention purge carries it from its read to its next
+   * statements ({@link #bindKeyColumn}), which must name the same row; as text by default.
+   */
+  protected String keyColumn(ResultSet row, String column) throws SQLException {
+    return row.getString(column);
+  }
+
+  /** Binds a key column that {@link #keyColumn} read. */
+  protected void bindKeyColumn(PreparedStatement statement, int index, String value)
+      throws SQLException {
+    statement.setString(index, value);
   }
 
   /** The retention purge's statements in this dialect. */

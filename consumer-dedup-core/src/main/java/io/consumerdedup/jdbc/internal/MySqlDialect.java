@@ -53,20 +53,22 @@ public final class MySqlDialect extends Dialect {
         log,
         schemaResource,
         new PurgeSql(table, false),
-        new AdminSql(table, MySqlSql.NOW, MySqlSql.NOW_PLUS_MS));
+        new AdminSql(table, MySqlSql.NOW, MySqlSql.NOW_PLUS_MS, MySqlSql.ERROR_TEXT));
     this.table = table;
     this.sql = new MySqlSql(table);
   }
 
   /**
    * Claims {@code requests} (distinct keys). In its own transaction when the connection is in
-   * auto-commit mode, else in the caller's (which it never commits).
+   * auto-commit mode, else in the caller's (which it never commits), under a savepoint: a claim
+   * that fails after some of its statements wrote leaves none of its rows there, where PostgreSQL's
+   * one statement fails whole.
    */
   @Override
   public List<ClaimResult> claim(
       Connection connection, List<ClaimRequest> requests, boolean withLease) throws SQLException {
     if (!connection.getAutoCommit()) {
-      return claimLocked(connection, requests, withLease);
+      return StoreCalls.underSavepoint(connection, c -> claimLocked(c, requests, withLease));
     }
     Map<DedupKey, ClaimResult> settled = withLease ? settledByRead(connection, requests) : Map.of();
     List<ClaimRequest> open = requests.stream().filter(r -> !settled.containsKey(r.key())).toList();
@@ -443,7 +445,7 @@ public final class MySqlDialect extends Dialect {
 
   /** As its UTF-8 bytes, which {@link MySqlSql#ERROR_TEXT} reads as utf8mb4. */
   @Override
-  protected void setError(PreparedStatement statement, int index, @Nullable String error)
+  public void setError(PreparedStatement statement, int index, @Nullable String error)
       throws SQLException {
     statement.setBytes(
         index, error == null ? null : error.getBytes(java.nio.charset.StandardCharsets.UTF_8));
@@ -490,8 +492,8 @@ public final class MySqlDialect extends Dialect {
           found.add(
               new KeysetPurge.Position(
                   Objects.requireNonNull(instant(rows, "created_at")),
-                  rows.getString("biz_type"),
-                  rows.getString("biz_key")));
+                  keyColumn(rows, "biz_type"),
+                  keyColumn(rows, "biz_key")));
         }
       }
     }
@@ -503,6 +505,24 @@ public final class MySqlDialect extends Dialect {
             ? StoreCalls.inOwnTransaction(connection, c -> deleteStillExpired(c, found))
             : deleteStillExpired(connection, found);
     return new KeysetPurge.Batch(deleted, found.size() >= limit, found.get(found.size() - 1));
+  }
+
+  /**
+   * The column's bytes as stored, one character each (ISO-8859-1 maps every byte to the character
+   * of its value), whatever they encode: a key that a connection in a single-byte character set
+   * wrote is no UTF-8, and read as text through a UTF-8 connection it came back as other bytes,
+   * which named no row, so the purge never deleted it.
+   */
+  @Override
+  protected String keyColumn(ResultSet row, String column) throws SQLException {
+    return new String(row.getBytes(column), java.nio.charset.StandardCharsets.ISO_8859_1);
+  }
+
+  /** The bytes that {@link #keyColumn} read. */
+  @Override
+  protected void bindKeyColumn(PreparedStatement statement, int index, String value)
+      throws SQLException {
+    statement.setBytes(index, value.getBytes(java.nio.charset.StandardCharsets.ISO_8859_1));
   }
 
   /** Most rows one locking read of the purge names: two parameters each, far below the limit. */
@@ -519,12 +539,12 @@ public final class MySqlDialect extends Dialect {
           calls.prepare(connection, purgeSql().lockExpired(chunk.size()))) {
         int index = 1;
         for (KeysetPurge.Position position : chunk) {
-          lock.setString(index++, position.bizType());
-          lock.setString(index++, position.bizKey());
+          bindKeyColumn(lock, index++, position.bizType());
+          bindKeyColumn(lock, index++, position.bizKey());
         }
         try (ResultSet rows = lock.executeQuery()) {
           while (rows.next()) {
-            locked.add(Map.entry(rows.getString("biz_type"), rows.getString("biz_key")));
+            locked.add(Map.entry(keyColumn(rows, "biz_type"), keyColumn(rows, "biz_key")));
           }
         }
       }
@@ -534,8 +554,8 @@ public final class MySqlDialect extends Dialect {
     }
     try (PreparedStatement delete = calls.prepare(connection, purgeSql().deleteLocked())) {
       for (Map.Entry<String, String> row : locked) {
-        delete.setString(1, row.getKey());
-        delete.setString(2, row.getValue());
+        bindKeyColumn(delete, 1, row.getKey());
+        bindKeyColumn(delete, 2, row.getValue());
         delete.addBatch();
       }
       int deleted = 0;
@@ -645,6 +665,35 @@ public final class MySqlDialect extends Dialect {
           return null;
         }
         return String.valueOf(row.getString(2));
+      }
+    }
+  }
+
+  /**
+   * As text where the connection sends the key whole, as the claims made through it bind it; as its
+   * UTF-8 bytes where it does not. A connection that sends a single-byte character set (see {@link
+   * #nonUnicodeCharset}) writes a character it lacks as {@code ?}: an operator looking up such a
+   * key, which only a consumer whose connection sends UTF-8 can have claimed, was told there is no
+   * record, and a release or a forget of it changed the record of a key of question marks, if there
+   * was one.
+   */
+  @Override
+  public void bindKey(Connection connection, PreparedStatement statement, int index, DedupKey key)
+      throws SQLException {
+    if (sentWhole(connection, key.bizType() + key.bizKey())) {
+      super.bindKey(connection, statement, index, key);
+      return;
+    }
+    statement.setBytes(index, key.bizType().getBytes(java.nio.charset.StandardCharsets.UTF_8));
+    statement.setBytes(index + 1, key.bizKey().getBytes(java.nio.charset.StandardCharsets.UTF_8));
+  }
+
+  /** Whether {@code text}, bound as text, reaches the server as the same text. */
+  private boolean sentWhole(Connection connection, String text) throws SQLException {
+    try (PreparedStatement statement = calls.prepare(connection, MySqlSql.ECHO)) {
+      statement.setString(1, text);
+      try (ResultSet row = statement.executeQuery()) {
+        return row.next() && text.equals(row.getString(1));
       }
     }
   }

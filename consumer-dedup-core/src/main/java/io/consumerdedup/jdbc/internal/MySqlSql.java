@@ -97,6 +97,9 @@ public final class MySqlSql {
   public static final String CLIENT_CHARSET =
       "SELECT HEX(CAST(? AS BINARY)), @@character_set_client";
 
+  /** The text bound, as the server received it, in the connection's character set. */
+  public static final String ECHO = "SELECT CAST(? AS BINARY)";
+
   /**
    * The key columns' types and collations, by (schema or null for the current database, table
    * name), in the primary key's order.

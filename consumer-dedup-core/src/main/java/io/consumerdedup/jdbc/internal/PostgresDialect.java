@@ -55,7 +55,7 @@ public final class PostgresDialect extends Dialect {
         log,
         schemaResource,
         new PurgeSql(table, true),
-        new AdminSql(table, "now()", "now() + ? * interval '1 millisecond'"));
+        new AdminSql(table, "now()", "now() + ? * interval '1 millisecond'", "?"));
     this.table = table;
     this.sql = new PostgresSql(table);
   }

@@ -86,7 +86,14 @@ public final class SqlStates {
    * after its snapshot is rolled back and told to restart, as PostgreSQL's serialization failure.
    * MariaDB's driver reports 1317 as a timeout, MySQL's as a non-transient error: only the code
    * tells them alike. A server that runs read-only (1290, 1036, 1836) is one as well, as
-   * PostgreSQL's 25006.
+   * PostgreSQL's 25006. So are a server out of room, as PostgreSQL's class 53 (disk_full 53100,
+   * out_of_memory 53200): disk full (1021), a table that cannot grow (1114: its tablespace's disk
+   * is full, or its size is capped), out of memory (1037, 1041): once room is freed the next try
+   * goes through, so the call is tried again and the record waits as for an outage, not failed at
+   * once and logged as an error of the setup at every back-off step. And MySQL 8's 4031, the answer
+   * of a connection that the server closed for inactivity (kept by a pool past wait_timeout): the
+   * retry takes another connection. (MariaDB's own 4031 is an error of CREATE TRIGGER, which the
+   * store never sends.)
    */
   private static final Set<Integer> MYSQL_TRANSIENT_CODES =
       Set.of(
@@ -102,6 +109,11 @@ public final class SqlStates {
           1637,
           1053,
           2013,
+          1021,
+          1114,
+          1037,
+          1041,
+          4031,
           MYSQL_READ_ONLY,
           1036,
           1836);

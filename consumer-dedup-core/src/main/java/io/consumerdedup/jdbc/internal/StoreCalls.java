@@ -11,6 +11,7 @@ import io.github.resilience4j.retry.RetryConfig;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.SQLException;
+import java.sql.Savepoint;
 import java.time.Duration;
 import java.util.Objects;
 import java.util.concurrent.Executor;
@@ -511,6 +512,31 @@ public final class StoreCalls {
       throw e;
     }
     connection.setAutoCommit(true);
+    return result;
+  }
+
+  /**
+   * Runs {@code work}, several statements in the caller's open transaction, under a savepoint: when
+   * it fails, its writes are rolled back and the rest of the transaction is left as it was. A
+   * caller that catches the failure and commits its other work (as it may) would otherwise commit
+   * what the statements before the failed one wrote: dedup rows of records that were never handled.
+   */
+  public static <T> T underSavepoint(Connection connection, SqlWork<T> work) throws SQLException {
+    Savepoint savepoint = connection.setSavepoint();
+    T result;
+    try {
+      result = work.run(connection);
+    } catch (SQLException | RuntimeException | Error e) {
+      try {
+        connection.rollback(savepoint);
+      } catch (SQLException | RuntimeException | Error cleanup) {
+        // InnoDB rolls the whole transaction back at a deadlock, the savepoint with it: nothing of
+        // the work is left to undo.
+        e.addSuppressed(cleanup);
+      }
+      throw e;
+    }
+    connection.releaseSavepoint(savepoint);
     return result;
   }
 
