@@ -382,6 +382,37 @@ class DedupPollLoopPoisonTest {
         .contains("key extractor", cause);
   }
 
+  /**
+   * A business key that is itself {@code sha256:} and 64 hex digits equals the stored form of some
+   * key over 256 characters: were it stored as it is, whichever of the two came second would be
+   * skipped as the other's duplicate, its action never applied and never dead-lettered.
+   */
+  @Test
+  void aKeyOfTheFormALongKeyIsStoredInIsDeadLetteredNotSkippedAsThatKeysDuplicate()
+      throws Exception {
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    String longKey = "L-" + "callback-".repeat(40);
+    String hashedForm = DedupKey.of(BIZ_TYPE, longKey).bizKey();
+    send(longKey);
+    send(hashedForm);
+    send("S-3");
+
+    try (RunningLoop running =
+        RunningLoop.start(
+            loop(payments(executor, record -> effects.apply(orderNo(record))), deadLetters()))) {
+      awaitCommitted(Map.of(partition(0), 3L));
+    }
+
+    assertThat(effects.all()).containsOnly(Map.entry(longKey, 1), Map.entry("S-3", 1));
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + "-dlt", 1, WAIT);
+    assertThat(dlt).as("the record whose key has the hashed form, dead-lettered").hasSize(1);
+    assertThat(header(dlt.get(0), KEY_HEADER)).isEqualTo(hashedForm);
+    assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
+        .isEqualTo(DedupKeyMalformedException.class.getName());
+    assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .contains("sha256:", "over 256 characters");
+  }
+
   // --- a handler that always fails ---
 
   @Test
