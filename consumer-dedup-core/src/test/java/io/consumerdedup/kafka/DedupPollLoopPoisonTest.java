@@ -242,6 +242,64 @@ class DedupPollLoopPoisonTest {
     assertThat(effects.all()).isEmpty();
   }
 
+  /**
+   * One publisher for the loops of two groups that consume the same topic: the first group's dead
+   * letter of a record is answered after its loop stopped waiting (and stopped), and the second
+   * group then dead-letters the same record for a reason of its own.
+   */
+  @Test
+  void aPublisherSharedByTwoGroupsWritesTheSecondGroupsDeadLetterOfARecordTheFirstSentLate()
+      throws Exception {
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    ProducerRecord<String, String> noKey =
+        new ProducerRecord<>(topic, 0, RECORD_KEY, "charge without an order number");
+    fixture.producer().send(noKey).get();
+    String shipping = group + "-shipping";
+    Map<String, Object> config = new HashMap<>();
+    config.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers());
+    config.put(ProducerConfig.ACKS_CONFIG, "all");
+    config.put(ProducerConfig.LINGER_MS_CONFIG, 3000);
+    try (KafkaProducer<String, String> slow =
+        new KafkaProducer<>(config, new StringSerializer(), new StringSerializer())) {
+      DeadLetterHandler<String, String> shared =
+          KafkaDeadLetterPublisher.builder(slow).sendTimeout(Duration.ofMillis(300)).build();
+
+      try (RunningLoop billing =
+          RunningLoop.start(
+              loop(payments(executor, record -> effects.apply(record.value())), shared))) {
+        await()
+            .atMost(WAIT)
+            .until(
+                () ->
+                    loopLog.list.stream()
+                        .anyMatch(
+                            e -> e.getFormattedMessage().startsWith("Could not dead-letter")));
+      } // stopped while its dead letter lingers in the producer: the record is billing's again
+      IdempotentRecordHandler<String, String> shipments =
+          IdempotentRecordHandler.<String, String>builder(executor)
+              .bizType("shipment")
+              .key(KeyExtractors.header(KEY_HEADER))
+              .groupId(shipping)
+              .handler(record -> effects.apply(record.value()))
+              .build();
+      try (RunningLoop running =
+          RunningLoop.start(
+              tuned(
+                  DedupPollLoop.builder(
+                          TestKafka.consumerConfig(shipping), List.of(topic), shipments)
+                      .deadLetterHandler(shared)))) {
+        LoopFixture.awaitCommitted(shipping, Map.of(partition(0), 1L));
+      }
+      slow.flush();
+    }
+
+    assertThat(TestKafka.readFromStart(topic + "-dlt", 3, Duration.ofSeconds(2)))
+        .extracting(r -> header(r, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .as("the record's dead letters")
+        .anySatisfy(message -> assertThat(message).contains("'payment'"))
+        .anySatisfy(message -> assertThat(message).contains("'shipment'"));
+  }
+
   // --- a dead letter near the dead-letter topic's size limit ---
 
   @Test
