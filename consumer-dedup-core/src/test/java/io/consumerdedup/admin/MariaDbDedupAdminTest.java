@@ -44,9 +44,9 @@ class MariaDbDedupAdminTest extends DedupAdminTests {
   }
 
   /**
-   * A database whose clock is an hour behind the application's (its session's clock set back, as on
-   * a server whose time drifted): the record's times are the database's, and so must be the time a
-   * release's note gives, or the note dates the release an hour after the row it wrote.
+   * A database whose clock is an hour behind the application's (its connection's clock set back, as
+   * on a server whose time drifted): the record's times are the database's, and so must be the time
+   * a release's note gives, or the note dates the release an hour after the row it wrote.
    */
   @Test
   void aReleaseNoteIsDatedByTheDatabaseClockAsTheRecordItWrote() throws SQLException {
