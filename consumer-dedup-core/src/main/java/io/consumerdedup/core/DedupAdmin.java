@@ -198,7 +198,9 @@ public interface DedupAdmin {
    * @param applied whether the record was changed
    * @param before the record as it was, absent if there was none
    * @param message what happened, for a person
-   * @param at when the change was asked for
+   * @param at when the change was made, by the database's clock as it read the record (the times of
+   *     the record and of a release's note are the database's too); when there was no record, by
+   *     this JVM's clock
    */
   record Change(boolean applied, @Nullable DedupRecord before, String message, Instant at) {
     public Change {

@@ -67,7 +67,28 @@ public record DedupKey(String bizType, String bizKey) {
 
   /** Whether {@link #bizKey()} is the hash of a long business key rather than the key itself. */
   public boolean isHashed() {
-    return bizKey.startsWith(HASH_PREFIX) && bizKey.length() == HASH_PREFIX.length() + 64;
+    return isHashedForm(bizKey);
+  }
+
+  /**
+   * Whether {@code bizKey} has the form a key over {@value #MAX_BIZ_KEY_LENGTH} characters is
+   * stored in: {@value #HASH_PREFIX} and 64 lowercase hex digits. {@link #of(String, String)} keeps
+   * such a key as it is, as the stored form of a long key (how an operator names one); a business
+   * key of that form cannot be told from the long key it would be the hash of, so the Kafka
+   * adapters refuse it as malformed, and an application that builds keys from its own data should
+   * refuse it too.
+   */
+  public static boolean isHashedForm(String bizKey) {
+    if (bizKey.length() != HASH_PREFIX.length() + 64 || !bizKey.startsWith(HASH_PREFIX)) {
+      return false;
+    }
+    for (int i = HASH_PREFIX.length(); i < bizKey.length(); i++) {
+      char c = bizKey.charAt(i);
+      if (!(c >= '0' && c <= '9' || c >= 'a' && c <= 'f')) {
+        return false;
+      }
+    }
+    return true;
   }
 
   @Override

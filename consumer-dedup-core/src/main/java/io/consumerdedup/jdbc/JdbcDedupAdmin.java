@@ -434,18 +434,24 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                     return absent.apply(at);
                   }
                   DedupRecord before = locked.record();
+                  // The database's time, as the record's are: the JVM's, minutes off, dated a
+                  // release's note before or after the row it wrote.
+                  Instant readAt = locked.readAt();
                   Locked first = firstRead.get();
                   if (first == null) {
                     firstRead.set(locked);
                   } else if (!first.sameClaim(locked)) {
                     return claimedSinceFirstTry(operation, key, first.record(), before, at);
                   }
-                  return change.apply(c, dialect, before, who, at);
+                  return change.apply(c, dialect, before, who, readAt);
                 }));
   }
 
-  /** A key's record as a change locked it, with the id of the claim on it (null if none). */
-  private record Locked(DedupRecord record, @Nullable String claimId) {
+  /**
+   * A key's record as a change locked it, with the id of the claim on it (null if none) and the
+   * database's time when it was read.
+   */
+  private record Locked(DedupRecord record, @Nullable String claimId, Instant readAt) {
     /**
      * Whether two reads show the same claim. The attempts alone do not tell: a claim given back (a
      * poll's record never reached) counts its attempt back, and the next claim counts it again.
@@ -500,7 +506,10 @@ public final class JdbcDedupAdmin implements DedupAdmin {
       dialect.bindKey(connection, select, 1, key);
       try (ResultSet row = select.executeQuery()) {
         return row.next()
-            ? new Locked(dialect.recordAsStored(row, key), row.getString("claim_id"))
+            ? new Locked(
+                dialect.recordAsStored(row, key),
+                row.getString("claim_id"),
+                Objects.requireNonNull(dialect.instant(row, "read_at")))
             : null;
       }
     }

@@ -130,7 +130,10 @@ final class DeadLettering<K, V> {
 
   /** Dead-letters the record; true if done, false if its partition is held at it. */
   boolean deadLetter(ConsumerRecord<K, V> record, TopicPartition partition, Exception why) {
-    return deadLetter(record, partition, () -> handler.deadLetter(record, why));
+    return deadLetter(
+        record,
+        partition,
+        () -> KafkaDeadLetterPublisher.deadLetterFor(handler, groupId, record, why));
   }
 
   /**
@@ -160,7 +163,10 @@ final class DeadLettering<K, V> {
         // Its cause is the deserializer's exception, which Logback prints: one whose message
         // throws ended the loop here, before the dead letter, at every restart.
         FailureTexts.loggable(e));
-    if (deadLetter(raw, partition, () -> handler.deadLetterUndeserializable(raw, e))) {
+    if (deadLetter(
+        raw,
+        partition,
+        () -> KafkaDeadLetterPublisher.deadLetterUndeserializableFor(handler, groupId, raw, e))) {
       consumer.seek(partition, e.offset() + 1);
       progress.done(partition, e.offset() + 1);
     }

@@ -39,10 +39,13 @@ import org.slf4j.LoggerFactory;
  * the broker ({@code acks=0}) writes nothing this publisher can vouch for, and each send throws. A
  * send not acknowledged within the {@link Builder#sendTimeout(Duration) send timeout} goes on in
  * the producer, which may still write it: the next call for the same record (same dead-letter
- * topic, topic, partition and offset) waits for that send instead of sending a second dead letter,
- * and sends anew only if it failed. Such a send, once written, is remembered for five minutes after
- * the broker's answer (not for the life of the publisher, as its record may never come back to it):
- * a try of the record later than that writes a second dead letter.
+ * topic, topic, partition and offset, from the same consumer group) waits for that send instead of
+ * sending a second dead letter, and sends anew only if it failed. A publisher shared by the loops
+ * of several groups is told each loop's group by {@link DedupPollLoop} and {@link DedupShareLoop},
+ * so one group's dead letter of a record is never taken for another's. Such a send, once written,
+ * is remembered for five minutes after the broker's answer (not for the life of the publisher, as
+ * its record may never come back to it): a try of the record later than that writes a second dead
+ * letter.
  *
  * <pre>{@code
  * Producer<String, String> dltProducer = new KafkaProducer<>(producerConfig); // acks=all
@@ -189,12 +192,47 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
    */
   @Override
   public void deadLetter(ConsumerRecord<K, V> record, Exception reason) {
+    deadLetter(record, reason, groupId);
+  }
+
+  /**
+   * As {@link #deadLetter(ConsumerRecord, Exception)}, for a loop of consumer group {@code group}:
+   * a send of that group's is never taken for another group's dead letter of the same record.
+   */
+  void deadLetter(ConsumerRecord<K, V> record, Exception reason, @Nullable String group) {
     send(
         producer,
+        group,
         destination.apply(record),
         record,
         withMessage -> headers(record, reason, withMessage),
         reason);
+  }
+
+  /** {@code handler}'s {@code deadLetter}, telling a publisher the group of the calling loop. */
+  static <K, V> void deadLetterFor(
+      DeadLetterHandler<K, V> handler,
+      String group,
+      ConsumerRecord<K, V> record,
+      Exception reason) {
+    if (handler instanceof KafkaDeadLetterPublisher<K, V> publisher) {
+      publisher.deadLetter(record, reason, group);
+    } else {
+      handler.deadLetter(record, reason);
+    }
+  }
+
+  /** {@code handler}'s {@code deadLetterUndeserializable}, telling a publisher the loop's group. */
+  static void deadLetterUndeserializableFor(
+      DeadLetterHandler<?, ?> handler,
+      String group,
+      ConsumerRecord<byte[], byte[]> record,
+      Exception reason) {
+    if (handler instanceof KafkaDeadLetterPublisher<?, ?> publisher) {
+      publisher.deadLetterUndeserializable(record, reason, group);
+    } else {
+      handler.deadLetterUndeserializable(record, reason);
+    }
   }
 
   /**
@@ -217,6 +255,15 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
    */
   @Override
   public void deadLetterUndeserializable(ConsumerRecord<byte[], byte[]> record, Exception reason) {
+    deadLetterUndeserializable(record, reason, groupId);
+  }
+
+  /**
+   * As {@link #deadLetterUndeserializable(ConsumerRecord, Exception)}, for a loop of {@code group}.
+   */
+  void deadLetterUndeserializable(
+      ConsumerRecord<byte[], byte[]> record, Exception reason, @Nullable String group) {
+    Producer<byte[], byte[]> rawProducer = this.rawProducer;
     if (rawProducer == null) {
       throw new IllegalStateException(
           "Cannot dead-letter "
@@ -227,6 +274,7 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     }
     send(
         rawProducer,
+        group,
         rawDestination.apply(record),
         record,
         withMessage -> {
@@ -250,13 +298,14 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
    */
   private <T, U> void send(
       Producer<T, U> sender,
+      @Nullable String group,
       String topic,
       ConsumerRecord<T, U> record,
       Function<Boolean, Headers> headers,
       Exception reason) {
     Headers full = headers.apply(true);
     try {
-      sendOnce(sender, topic, record, full, reason);
+      sendOnce(sender, group, topic, record, full, reason);
       return;
     } catch (KafkaException e) {
       if (!tooLarge(e) || messageOf(reason) == null) {
@@ -272,7 +321,7 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
           reason.getClass().getName());
     }
     try {
-      sendOnce(sender, topic, record, headers.apply(false), reason);
+      sendOnce(sender, group, topic, record, headers.apply(false), reason);
     } catch (KafkaException e) {
       throw tooLarge(e) ? tooLargeForTopic(record, topic, e) : e;
     }
@@ -301,11 +350,12 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
 
   private <T, U> void sendOnce(
       Producer<T, U> sender,
+      @Nullable String group,
       String topic,
       ConsumerRecord<T, U> record,
       Headers headers,
       Exception reason) {
-    Letter letter = new Letter(topic, record.topic(), record.partition(), record.offset());
+    Letter letter = new Letter(group, topic, record.topic(), record.partition(), record.offset());
     forgetAnsweredLongAgo();
     Send mine = new Send();
     Send sent =
@@ -322,8 +372,10 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
             (written, e) -> {
               if (e == null) {
                 mine.answeredAt = System.nanoTime();
-                forgetAnsweredLongAgo();
+                // Answered before the clean-up: an Error there left the send unanswered, and every
+                // later try of the record waited for it in vain.
                 mine.answer.complete(written);
+                forgetAnsweredLongAgo();
               } else {
                 unanswered.remove(letter, mine); // a retry sends it anew
                 mine.answer.completeExceptionally(e);
@@ -408,10 +460,13 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
   }
 
   /**
-   * A record's dead letter: its dead-letter topic and where the record was consumed. A send not
-   * acknowledged within the send timeout stays in {@link #unanswered} under it.
+   * A record's dead letter: the consumer group giving the record up (null if unknown), its
+   * dead-letter topic and where the record was consumed. A send not acknowledged within the send
+   * timeout stays in {@link #unanswered} under it. Two groups consuming one topic each give up
+   * their own records: one group's send is not the other's dead letter.
    */
-  private record Letter(String topic, String sourceTopic, int partition, long offset) {}
+  private record Letter(
+      @Nullable String group, String topic, String sourceTopic, int partition, long offset) {}
 
   private Headers headers(ConsumerRecord<?, ?> record, Exception reason, boolean withMessage) {
     Headers headers = new RecordHeaders(record.headers().toArray());

@@ -219,7 +219,12 @@ final class ShareWorker<K, V> implements Runnable {
     }
     DeadLetter deadLetter =
         new DeadLetter(
-            raw, () -> deadLetters.deadLetterUndeserializable(raw, reason), false, lockEndsNanos);
+            raw,
+            () ->
+                KafkaDeadLetterPublisher.deadLetterUndeserializableFor(
+                    deadLetters, groupId, raw, reason),
+            false,
+            lockEndsNanos);
     queue.add(new Work<>(List.of(), deadLetter, System.nanoTime()));
   }
 
@@ -631,7 +636,11 @@ final class ShareWorker<K, V> implements Runnable {
 
   private void deadLetterThenReject(ConsumerRecord<K, V> record, Exception reason) {
     deadLetterThenReject(
-        new DeadLetter(record, () -> deadLetters.deadLetter(record, reason), true, 0));
+        new DeadLetter(
+            record,
+            () -> KafkaDeadLetterPublisher.deadLetterFor(deadLetters, groupId, record, reason),
+            true,
+            0));
   }
 
   /**

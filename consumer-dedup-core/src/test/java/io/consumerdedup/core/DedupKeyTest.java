@@ -30,6 +30,17 @@ class DedupKeyTest {
   }
 
   @Test
+  void onlySha256And64LowercaseHexDigitsIsTheHashedForm() {
+    String hashed = DedupKey.of("payment", "k".repeat(257)).bizKey();
+
+    assertThat(DedupKey.isHashedForm(hashed)).isTrue();
+    assertThat(DedupKey.isHashedForm(hashed.toUpperCase(java.util.Locale.ROOT))).isFalse();
+    assertThat(DedupKey.isHashedForm(hashed.substring(0, 70))).isFalse();
+    assertThat(DedupKey.isHashedForm(hashed.replace("sha256:", "sha512:"))).isFalse();
+    assertThat(DedupKey.isHashedForm("sha256:" + "g".repeat(64))).isFalse();
+  }
+
+  @Test
   void twoLongKeysWithACommonPrefixStayDistinct() {
     String prefix = "callback-".repeat(40); // 360 chars in common
     DedupKey first = DedupKey.of("callback", prefix + "txn-1");

@@ -242,6 +242,64 @@ class DedupPollLoopPoisonTest {
     assertThat(effects.all()).isEmpty();
   }
 
+  /**
+   * One publisher for the loops of two groups that consume the same topic: the first group's dead
+   * letter of a record is answered after its loop stopped waiting (and stopped), and the second
+   * group then dead-letters the same record for a reason of its own.
+   */
+  @Test
+  void aPublisherSharedByTwoGroupsWritesTheSecondGroupsDeadLetterOfARecordTheFirstSentLate()
+      throws Exception {
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    ProducerRecord<String, String> noKey =
+        new ProducerRecord<>(topic, 0, RECORD_KEY, "charge without an order number");
+    fixture.producer().send(noKey).get();
+    String shipping = group + "-shipping";
+    Map<String, Object> config = new HashMap<>();
+    config.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers());
+    config.put(ProducerConfig.ACKS_CONFIG, "all");
+    config.put(ProducerConfig.LINGER_MS_CONFIG, 3000);
+    try (KafkaProducer<String, String> slow =
+        new KafkaProducer<>(config, new StringSerializer(), new StringSerializer())) {
+      DeadLetterHandler<String, String> shared =
+          KafkaDeadLetterPublisher.builder(slow).sendTimeout(Duration.ofMillis(300)).build();
+
+      try (RunningLoop billing =
+          RunningLoop.start(
+              loop(payments(executor, record -> effects.apply(record.value())), shared))) {
+        await()
+            .atMost(WAIT)
+            .until(
+                () ->
+                    loopLog.list.stream()
+                        .anyMatch(
+                            e -> e.getFormattedMessage().startsWith("Could not dead-letter")));
+      } // stopped while its dead letter lingers in the producer: the record is billing's again
+      IdempotentRecordHandler<String, String> shipments =
+          IdempotentRecordHandler.<String, String>builder(executor)
+              .bizType("shipment")
+              .key(KeyExtractors.header(KEY_HEADER))
+              .groupId(shipping)
+              .handler(record -> effects.apply(record.value()))
+              .build();
+      try (RunningLoop running =
+          RunningLoop.start(
+              tuned(
+                  DedupPollLoop.builder(
+                          TestKafka.consumerConfig(shipping), List.of(topic), shipments)
+                      .deadLetterHandler(shared)))) {
+        LoopFixture.awaitCommitted(shipping, Map.of(partition(0), 1L));
+      }
+      slow.flush();
+    }
+
+    assertThat(TestKafka.readFromStart(topic + "-dlt", 3, Duration.ofSeconds(2)))
+        .extracting(r -> header(r, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .as("the record's dead letters")
+        .anySatisfy(message -> assertThat(message).contains("'payment'"))
+        .anySatisfy(message -> assertThat(message).contains("'shipment'"));
+  }
+
   // --- a dead letter near the dead-letter topic's size limit ---
 
   @Test
@@ -380,6 +438,37 @@ class DedupPollLoopPoisonTest {
         .isEqualTo(DedupKeyMalformedException.class.getName());
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
         .contains("key extractor", cause);
+  }
+
+  /**
+   * A business key that is itself {@code sha256:} and 64 hex digits equals the stored form of some
+   * key over 256 characters: were it stored as it is, whichever of the two came second would be
+   * skipped as the other's duplicate, its action never applied and never dead-lettered.
+   */
+  @Test
+  void aKeyOfTheFormALongKeyIsStoredInIsDeadLetteredNotSkippedAsThatKeysDuplicate()
+      throws Exception {
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    String longKey = "L-" + "callback-".repeat(40);
+    String hashedForm = DedupKey.of(BIZ_TYPE, longKey).bizKey();
+    send(longKey);
+    send(hashedForm);
+    send("S-3");
+
+    try (RunningLoop running =
+        RunningLoop.start(
+            loop(payments(executor, record -> effects.apply(orderNo(record))), deadLetters()))) {
+      awaitCommitted(Map.of(partition(0), 3L));
+    }
+
+    assertThat(effects.all()).containsOnly(Map.entry(longKey, 1), Map.entry("S-3", 1));
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readFromStart(topic + "-dlt", 1, WAIT);
+    assertThat(dlt).as("the record whose key has the hashed form, dead-lettered").hasSize(1);
+    assertThat(header(dlt.get(0), KEY_HEADER)).isEqualTo(hashedForm);
+    assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
+        .isEqualTo(DedupKeyMalformedException.class.getName());
+    assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .contains("sha256:", "over 256 characters");
   }
 
   // --- a handler that always fails ---

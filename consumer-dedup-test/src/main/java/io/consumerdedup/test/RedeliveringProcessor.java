@@ -58,9 +58,11 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
               report.deliverTwice(
                   () -> delegate.process(record),
                   () -> delegate.process(copyOf(record)),
-                  describe(record)));
+                  describe(record),
+                  name(record)));
     }
-    Outcome outcome = outcome(() -> report.asCopy(1, () -> delegate.process(record)));
+    Outcome outcome =
+        outcome(() -> report.asFirstDelivery(name(record), () -> delegate.process(record)));
     poll.add(record);
     return outcome;
   }
@@ -159,7 +161,11 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
   }
 
   private static String describe(ConsumerRecord<?, ?> record) {
-    return "copy of " + record.topic() + "-" + record.partition() + "@" + record.offset();
+    return "copy of " + name(record);
+  }
+
+  private static String name(ConsumerRecord<?, ?> record) {
+    return record.topic() + "-" + record.partition() + "@" + record.offset();
   }
 
   /** Runs a delivery, passing on what the processor throws as itself. */

@@ -2,6 +2,7 @@ package io.consumerdedup.test;
 
 import static java.nio.charset.StandardCharsets.UTF_8;
 
+import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.RecordHandler;
 import io.consumerdedup.kafka.RecordProcessor;
@@ -16,6 +17,8 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * Redelivery testing: every record reaches the handler twice, the second copy after the first
@@ -50,6 +53,7 @@ import org.jspecify.annotations.Nullable;
  * #assertNoBodyRanTwice()}. Thread-safe.
  */
 public final class RedeliveryReport {
+  private static final Logger log = LoggerFactory.getLogger(RedeliveryReport.class);
 
   /** Which copy of a record is being delivered on this thread: 0 outside a redelivery test. */
   private final ThreadLocal<Integer> copy = ThreadLocal.withInitial(() -> 0);
@@ -57,6 +61,7 @@ public final class RedeliveryReport {
   private final Map<RunKey, List<Run>> runs = new ConcurrentHashMap<>();
   private final Map<RunKey, String> recordKeys = new ConcurrentHashMap<>();
   private final List<String> failedRedeliveries = new CopyOnWriteArrayList<>();
+  private final List<String> neverRedelivered = new CopyOnWriteArrayList<>();
   private final AtomicInteger redelivered = new AtomicInteger();
   private final AtomicInteger redeliveredWithoutFailing = new AtomicInteger();
 
@@ -230,7 +235,17 @@ public final class RedeliveryReport {
    */
   public @Nullable Object deliverTwice(Delivery first, Delivery second, String description)
       throws Throwable {
-    Object result = asCopy(1, first);
+    return deliverTwice(first, second, description, description);
+  }
+
+  /**
+   * As {@link #deliverTwice(Delivery, Delivery, String)}; {@code record} names the record (such as
+   * {@code topic-0@42}) in {@link #neverRedelivered()} if {@code first} throws what dead-letters
+   * it.
+   */
+  public @Nullable Object deliverTwice(
+      Delivery first, Delivery second, String description, String record) throws Throwable {
+    Object result = asFirstDelivery(record, first);
     try {
       asCopy(2, second);
       copyCompleted();
@@ -250,6 +265,31 @@ public final class RedeliveryReport {
       return delivery.run();
     } finally {
       copy.set(outer);
+    }
+  }
+
+  /**
+   * Runs {@code delivery} as the first copy of {@code record}; if it throws what gives the record
+   * up without a retry (a missing or malformed key: {@link Disposition#DEAD_LETTER}), notes that
+   * the record is never redelivered, and why.
+   */
+  @Nullable Object asFirstDelivery(String record, Delivery delivery) throws Throwable {
+    try {
+      return asCopy(1, delivery);
+    } catch (Throwable e) {
+      if (Disposition.of(e) == Disposition.DEAD_LETTER) {
+        // A test waiting until redeliveredCopies() counts this record's copy would wait in vain,
+        // and time out saying only that the count was not reached.
+        String why =
+            record
+                + ": its first delivery threw "
+                + FailureTexts.describe(e)
+                + ", so it is dead-lettered and never redelivered (redeliveredCopies() does not"
+                + " count it)";
+        neverRedelivered.add(why);
+        log.warn("Not redelivering {}", why);
+      }
+      throw e;
     }
   }
 
@@ -320,6 +360,14 @@ public final class RedeliveryReport {
   /** The redelivered copies that threw, each with what it threw. */
   public List<String> failedRedeliveries() {
     return List.copyOf(failedRedeliveries);
+  }
+
+  /**
+   * The records given up on their first delivery without a retry (dead-lettered: a missing or
+   * malformed key), which are never redelivered, each with what its delivery threw.
+   */
+  public List<String> neverRedelivered() {
+    return List.copyOf(neverRedelivered);
   }
 
   /**
@@ -394,6 +442,7 @@ public final class RedeliveryReport {
     runs.clear();
     recordKeys.clear();
     failedRedeliveries.clear();
+    neverRedelivered.clear();
     redelivered.set(0);
     redeliveredWithoutFailing.set(0);
   }
@@ -408,6 +457,7 @@ public final class RedeliveryReport {
         + bodiesRunTwice().size()
         + ", failedRedeliveries="
         + failedRedeliveries.size()
+        + (neverRedelivered.isEmpty() ? "" : ", neverRedelivered=" + neverRedelivered)
         + "}";
   }
 }

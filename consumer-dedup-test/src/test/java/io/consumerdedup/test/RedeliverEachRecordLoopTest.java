@@ -5,12 +5,17 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.awaitility.Awaitility.await;
 
+import ch.qos.logback.classic.Level;
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
+import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.kafka.DedupPollLoop;
 import io.consumerdedup.kafka.IdempotentRecordHandler;
 import io.consumerdedup.kafka.JdbcTransactionalProcessor;
@@ -26,6 +31,7 @@ import java.util.Map;
 import java.util.Optional;
 import java.util.UUID;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -39,6 +45,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.slf4j.LoggerFactory;
 
 /**
  * Redelivery testing of a plain kafka-clients poll loop, on the in-JVM broker and PostgreSQL: each
@@ -122,6 +129,39 @@ class RedeliverEachRecordLoopTest {
         .hasMessageContaining("run 1 on the first delivery")
         .hasMessageContaining("run 2 on the redelivered copy");
     assertThat(charges.get(topic + "-ORD-1")).hasValue(2);
+  }
+
+  /**
+   * A record without its key header is dead-lettered on its first delivery and never copied: a test
+   * waiting for its copy waits in vain, and must be told which record it was and why.
+   */
+  @Test
+  void aRecordWithoutItsKeyIsNamedAsNeverRedeliveredWithWhy() throws Exception {
+    Logger reportLog = (Logger) LoggerFactory.getLogger(RedeliveryReport.class);
+    ListAppender<ILoggingEvent> logged = new ListAppender<>();
+    logged.start();
+    reportLog.addAppender(logged);
+    List<ConsumerRecord<String, String>> deadLettered = new CopyOnWriteArrayList<>();
+    try {
+      startWith(
+          report.redeliverEachRecord(
+              handler("payments", executor, KeyExtractors.header(KEY_HEADER), true)),
+          (record, reason) -> deadLettered.add(record));
+      send("ORD-1");
+      producer.send(new ProducerRecord<>(topic, 0, "no-key", "charge without an order")).get();
+
+      await().atMost(WAIT).until(() -> deadLettered.size() == 1 && report.redeliveredCopies() == 1);
+
+      String why = "header 'order-no' is absent or empty";
+      assertThat(report.toString())
+          .contains(topic + "-0@1", "never redelivered", "DedupKeyMissingException", why);
+      assertThat(logged.list)
+          .filteredOn(event -> event.getLevel() == Level.WARN)
+          .extracting(ILoggingEvent::getFormattedMessage)
+          .anySatisfy(line -> assertThat(line).contains(topic + "-0@1", "dead-lettered", why));
+    } finally {
+      reportLog.detachAppender(logged);
+    }
   }
 
   @Test
@@ -486,14 +526,20 @@ class RedeliverEachRecordLoopTest {
   }
 
   private void startWith(RecordProcessor<String, String> processor) {
+    startWith(
+        processor,
+        (record, reason) -> {
+          throw new AssertionError("nothing should be dead-lettered: " + reason);
+        });
+  }
+
+  private void startWith(
+      RecordProcessor<String, String> processor, DeadLetterHandler<String, String> deadLetters) {
     loop =
         DedupPollLoop.builder(
                 TestKafka.consumerConfig("billing-" + topic), List.of(topic), processor)
             .pollTimeout(Duration.ofMillis(200))
-            .deadLetterHandler(
-                (record, reason) -> {
-                  throw new AssertionError("nothing should be dead-lettered: " + reason);
-                })
+            .deadLetterHandler(deadLetters)
             .build();
     threads.submit(loop);
   }

@@ -20,7 +20,10 @@ public final class AdminSql {
   /** The record of one key, by (type, key). */
   public final String find;
 
-  /** The record of one key, locked, by (type, key). */
+  /**
+   * The record of one key, locked, by (type, key), with the database's time as {@code read_at}:
+   * what a change of the record is dated by, as the record's own times are.
+   */
   public final String findLocked;
 
   /**
@@ -55,7 +58,8 @@ public final class AdminSql {
             + table
             + " GROUP BY biz_type, status ORDER BY biz_type, status";
     find = select() + " WHERE biz_type = ? AND biz_key = ?";
-    findLocked = find + " FOR UPDATE";
+    findLocked =
+        "SELECT " + now + " AS read_at, " + find.substring("SELECT ".length()) + " FOR UPDATE";
     release =
         "UPDATE "
             + table

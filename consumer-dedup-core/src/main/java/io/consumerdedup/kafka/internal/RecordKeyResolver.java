@@ -126,6 +126,24 @@ public final class RecordKeyResolver<K, V> {
         default -> throw new IllegalStateException("Unknown policy " + missingKeyPolicy);
       }
     }
+    if (DedupKey.isHashedForm(bizKey)) {
+      // Stored as it is, it would be the stored form of some long key: whichever of the two came
+      // second would be skipped as the other's duplicate. Hashing it too would move the records
+      // such keys already have.
+      throw new DedupKeyMalformedException(
+          "Record's business key is unusable: '"
+              + bizKey
+              + "' has the form keys over "
+              + DedupKey.MAX_BIZ_KEY_LENGTH
+              + " characters are stored in ("
+              + DedupKey.HASH_PREFIX
+              + " and 64 hex digits), so it would be taken for such a key and one of the two"
+              + " skipped as the other's duplicate; give the key another form (without the '"
+              + DedupKey.HASH_PREFIX
+              + "' prefix, say)",
+          source,
+          null);
+    }
     try {
       return Optional.of(DedupKey.of(bizType, bizKey));
     } catch (IllegalArgumentException e) {

@@ -82,7 +82,16 @@ public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ord
                   || ListenerOutcomes.inKafkaTransaction()
               ? describe(invocation) + CONTAINER_TRANSACTION
               : describe(invocation);
-      return report.get().deliverTwice(invocation::proceed, copy::proceed, description);
+      ConsumerRecord<?, ?> record = recordOf(invocation);
+      return report
+          .get()
+          .deliverTwice(
+              invocation::proceed,
+              copy::proceed,
+              description,
+              record == null
+                  ? listenerName(invocation.getMethod()) + "'s record"
+                  : record.topic() + "-" + record.partition() + "@" + record.offset());
     };
   }
 

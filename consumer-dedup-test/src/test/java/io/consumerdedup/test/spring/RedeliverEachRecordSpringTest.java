@@ -97,6 +97,23 @@ class RedeliverEachRecordSpringTest {
   }
 
   @Test
+  void aRecordWithoutItsKeyHeaderIsNamedAsNeverRedeliveredWithWhy() throws Exception {
+    template.send(new ProducerRecord<>("rt-payments", "NO-ORDER", "amount 10")).get();
+
+    await().atMost(WAIT).until(() -> !redelivery.neverRedelivered().isEmpty());
+    assertThat(redelivery.neverRedelivered())
+        .singleElement()
+        .asString()
+        .contains(
+            "rt-payments-0@",
+            "DedupKeyMissingException",
+            "header 'order-no' is absent or empty",
+            "dead-lettered and never redelivered");
+    assertThat(redelivery.redeliveredCopies()).isZero();
+    assertThat(listeners.charged()).doesNotContainKey("NO-ORDER");
+  }
+
+  @Test
   void aListenerWhoseKeyExpressionChangesPerDeliveryIsNamedWithBothRuns() throws Exception {
     send("rt-refunds", "REF-1");
 
