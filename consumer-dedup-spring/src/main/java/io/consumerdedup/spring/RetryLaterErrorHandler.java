@@ -279,7 +279,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
   }
 
   /** The position of {@code record} in {@code records}, or -1. */
-  private static int indexOf(List<ConsumerRecord<?, ?>> records, ConsumerRecord<?, ?> record) {
+  static int indexOf(List<? extends ConsumerRecord<?, ?>> records, ConsumerRecord<?, ?> record) {
     for (int i = 0; i < records.size(); i++) {
       ConsumerRecord<?, ?> candidate = records.get(i);
       if (candidate.offset() == record.offset()
