@@ -258,7 +258,7 @@ public final class IdempotentListenerInterceptor {
   }
 
   /** The listener's transaction could not be opened: an outage, for the record to wait out. */
-  private static DedupStoreUnavailableException transactionNotOpened(
+  static DedupStoreUnavailableException transactionNotOpened(
       IdempotentListenerMethod listener, String which, CannotCreateTransactionException e) {
     return new DedupStoreUnavailableException(
         "The transaction of listener "

@@ -10,6 +10,9 @@ import io.consumerdedup.core.DedupStore;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
@@ -41,10 +44,11 @@ import org.springframework.transaction.annotation.Transactional;
 @DirtiesContext
 class SeparateModeTransactionOutageTest {
   static final String TOPIC = "sep-tx-outage";
+  static final String BATCH = "sep-tx-outage-batch";
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_sep_tx_outage", TOPIC);
+    SpringTestEnvironment.prepare(registry, "spring_sep_tx_outage", TOPIC, BATCH);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -52,26 +56,36 @@ class SeparateModeTransactionOutageTest {
 
   @Test
   void aRecordWhoseTransactionCannotOpenCountsNoAttemptAndIsAppliedAfterwards() throws Exception {
+    assertAppliedOnceAfterTheOutage(TOPIC, "SO-1");
+  }
+
+  @Test
+  void aBatchWhoseTransactionCannotOpenCountsNoAttemptAndIsAppliedAfterwards() throws Exception {
+    assertAppliedOnceAfterTheOutage(BATCH, "SB-1");
+  }
+
+  private void assertAppliedOnceAfterTheOutage(String topic, String orderNo) throws Exception {
+    RefusingDataSource.refused.set(0);
     RefusingDataSource.refusing.set(true);
-    long offset = SpringTestEnvironment.send(template, TOPIC, "charge 8", "order-no", "SO-1");
+    long offset = SpringTestEnvironment.send(template, topic, "charge 8", "order-no", orderNo);
     try {
       await()
           .atMost(Duration.ofSeconds(15))
           .until(
               () ->
                   RefusingDataSource.refused.get() >= 2
-                      || SpringTestEnvironment.committed(TOPIC, TOPIC, 0) > offset);
+                      || SpringTestEnvironment.committed(topic, topic, 0) > offset);
     } finally {
       RefusingDataSource.refusing.set(false);
     }
 
     await()
         .atMost(Duration.ofSeconds(30))
-        .until(() -> SpringTestEnvironment.committed(TOPIC, TOPIC, 0) > offset);
-    assertThat(Calls.calls)
+        .until(() -> SpringTestEnvironment.committed(topic, topic, 0) > offset);
+    assertThat(Calls.calls.get(orderNo))
         .as("calls of the listener, whose transaction first could not be opened")
         .hasValue(1);
-    DedupRecord record = store.find(DedupKey.of(TOPIC, "SO-1")).orElseThrow();
+    DedupRecord record = store.find(DedupKey.of(topic, orderNo)).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(record.attempts()).as("attempts counted").isEqualTo(1);
   }
@@ -96,7 +110,14 @@ class SeparateModeTransactionOutageTest {
   }
 
   static final class Calls {
-    static final AtomicInteger calls = new AtomicInteger();
+    static final Map<String, AtomicInteger> calls = new ConcurrentHashMap<>();
+
+    static void call(ConsumerRecord<String, String> record) {
+      calls
+          .computeIfAbsent(
+              SpringTestEnvironment.header(record, "order-no"), k -> new AtomicInteger())
+          .incrementAndGet();
+    }
   }
 
   @SpringBootConfiguration
@@ -118,7 +139,14 @@ class SeparateModeTransactionOutageTest {
     @Idempotent(bizType = TOPIC, header = "order-no")
     @KafkaListener(id = TOPIC, topics = TOPIC)
     public void charge(ConsumerRecord<String, String> record) {
-      Calls.calls.incrementAndGet();
+      Calls.call(record);
+    }
+
+    @Transactional("listenerTransactions")
+    @Idempotent(bizType = BATCH, header = "order-no")
+    @KafkaListener(id = BATCH, topics = BATCH, batch = "true")
+    public void chargeAll(List<ConsumerRecord<String, String>> records) {
+      records.forEach(Calls::call);
     }
   }
 }
