@@ -245,6 +245,9 @@ final class IdempotentBatchInvocation {
     List<ConsumerRecord<Object, Object>> records = batch.records;
     Object result;
     OwnTransactionWatch ownTransaction = OwnTransactionWatch.callStarts();
+    if (heldAck != null) {
+      heldAck.callStarts(ownTransaction);
+    }
     try {
       result = invocation.proceed();
     } catch (Throwable error) {
