@@ -1,7 +1,9 @@
 package io.consumerdedup.spring;
 
 import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.spring.internal.OwnTransactionWatch;
 import java.time.Duration;
+import org.jspecify.annotations.Nullable;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.transaction.support.TransactionSynchronization;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
@@ -36,6 +38,9 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
    * the container. Held as before, it was dropped, and nothing was committed for the batch.
    */
   private boolean released;
+
+  /** The method's call, whose own transaction an acknowledgment from another thread is under. */
+  private volatile @Nullable OwnTransactionWatch call;
 
   HeldBatchAcknowledgment(Acknowledgment delegate, KeptBatchRecords kept, DedupMode mode) {
     this.delegate = delegate;
@@ -89,7 +94,21 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
           });
       return;
     }
+    // From another thread (a send's callback) while the method's own transaction is open on its
+    // thread: no transaction here, yet the records' effects are in that one. Started at once, their
+    // SUCCESS stood through its rollback, and the retry skipped them: never applied.
+    OwnTransactionWatch watch = call;
+    if (!marksJoinTheTransaction
+        && watch != null
+        && watch.runAfterCommit(() -> startCommitted(from, index + 1))) {
+      return;
+    }
     kept.startMarks(from, index + 1);
+  }
+
+  /** The method is about to be called, watched by {@code watch}. */
+  void callStarts(OwnTransactionWatch watch) {
+    call = watch;
   }
 
   /**

@@ -31,6 +31,7 @@ import org.springframework.kafka.listener.BatchListenerFailedException;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaUtils;
 import org.springframework.kafka.support.serializer.DeserializationException;
+import org.springframework.transaction.CannotCreateTransactionException;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 
 /**
@@ -244,9 +245,20 @@ final class IdempotentBatchInvocation {
     List<ConsumerRecord<Object, Object>> records = batch.records;
     Object result;
     OwnTransactionWatch ownTransaction = OwnTransactionWatch.callStarts();
+    if (heldAck != null) {
+      heldAck.callStarts(ownTransaction);
+    }
     try {
       result = invocation.proceed();
     } catch (Throwable error) {
+      if (error instanceof CannotCreateTransactionException notOpened
+          && !ownTransaction.reachedWithinTransaction()) {
+        // The method's own transaction could not be opened (its database down, no pool
+        // connection in time): the method never ran. Recorded FAILED, the outage spent an attempt
+        // of every record and the error handler's tries, and the batch was given up, never
+        // applied. Its claims are given back uncounted (invoke) and the batch waits.
+        throw IdempotentListenerInterceptor.transactionNotOpened(listener, "", notOpened);
+      }
       if (ownTransaction.committedAfterReturning()) {
         // Thrown past the commit of the method's own transaction (an afterCommit hook of the
         // application's): the batch's effects are committed, so its records are SUCCESS, and the

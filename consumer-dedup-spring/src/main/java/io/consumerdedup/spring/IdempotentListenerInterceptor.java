@@ -251,18 +251,25 @@ public final class IdempotentListenerInterceptor {
       if (watch.reachedWithinTransaction()) {
         throw e;
       }
-      throw new DedupStoreUnavailableException(
-          "The transaction of listener "
-              + listener
-              + ", in which its claim is made (mode TRANSACTIONAL), could not be opened: "
-              + FailureTexts.describe(e)
-              + "; the record waits until it can",
-          null,
-          null,
-          e);
+      throw transactionNotOpened(listener, ", in which its claim is made (mode TRANSACTIONAL),", e);
     } finally {
       watch.callEnded();
     }
+  }
+
+  /** The listener's transaction could not be opened: an outage, for the record to wait out. */
+  static DedupStoreUnavailableException transactionNotOpened(
+      IdempotentListenerMethod listener, String which, CannotCreateTransactionException e) {
+    return new DedupStoreUnavailableException(
+        "The transaction of listener "
+            + listener
+            + which
+            + " could not be opened: "
+            + FailureTexts.describe(e)
+            + "; the record waits until it can",
+        null,
+        null,
+        e);
   }
 
   private @Nullable Object invoke(MethodInvocation invocation, IdempotentListenerMethod listener)
@@ -474,6 +481,21 @@ public final class IdempotentListenerInterceptor {
         future = MonoOutcomes.toFuture(result);
       }
     } catch (Throwable error) {
+      if (error instanceof CannotCreateTransactionException notOpened
+          && !ownTransaction.reachedWithinTransaction()
+          && !claim.isEnded()) {
+        // Mode SEPARATE, the listener's own transaction advice could not open its transaction
+        // (its database down, no pool connection in time), after the key was claimed: the method
+        // was never called. Counted as its failure, the outage spent an attempt: with the
+        // attempts used up, the next delivery dead-lettered a record that was never tried. The
+        // claim is given back uncounted and the record waits, as in an outage of the dedup table.
+        try {
+          claim.release();
+        } catch (RuntimeException releaseFailed) {
+          notOpened.addSuppressed(releaseFailed);
+        }
+        throw transactionNotOpened(listener, "", notOpened);
+      }
       if (ownTransaction.committedAfterReturning()) {
         // Thrown past the commit of the listener's own transaction (an afterCommit hook of the
         // application's): its effects are committed, so it is SUCCESS, and the retry the failure

@@ -80,7 +80,7 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
     try {
       delegate.process(records, consumer, container, exception, recoverable, eosMode);
     } finally {
-      logIfRecoveryFailed();
+      holdIfRecoveryFailed(records, consumer, container);
     }
   }
 
@@ -129,19 +129,35 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
       delegate.processBatch(
           records, recordList, consumer, container, exception, recoverable, eosMode);
     } finally {
-      logIfRecoveryFailed();
+      holdIfRecoveryFailed(recordList, consumer, container);
     }
   }
 
   /**
-   * Logs the recovery that failed in the processor's handling that just ended, if one did: the
-   * processor sought the record back, and it comes again.
+   * Holds the records if the processor's recovery failed in the handling that just ended (a {@code
+   * DeadLetterPublishingRecoverer} whose dead-letter topic refuses the record: too large for it,
+   * not authorised, its broker down), as {@link RetryLaterErrorHandler} does without Kafka
+   * transactions. The processor sought them back and forgot the record's failures, so the container
+   * took it again at once, its recovery failing again, several ERROR lines a time, for as long as
+   * the recoverer failed. None of the records was processed (the recovered one is the first, or the
+   * first of a batch recovered whole): they wait from the first with the back-off of a record to
+   * retry later, the failure logged at ERROR once per streak.
    */
-  private static void logIfRecoveryFailed() {
+  private void holdIfRecoveryFailed(
+      List<ConsumerRecord<K, V>> records,
+      Consumer<K, V> consumer,
+      MessageListenerContainer container) {
     FailedRecovery failed = RecoveredRecordLogger.takeFailedRecovery();
-    if (failed != null) {
-      RecoveredRecordLogger.logRecoveryFailed(failed, null);
+    if (failed == null) {
+      return;
     }
+    if (RetryLaterErrorHandler.indexOf(records, failed.record()) < 0) {
+      // Not a record in hand: nothing to hold, but the failure is still the user's to read.
+      RecoveredRecordLogger.logRecoveryFailed(failed, null);
+      return;
+    }
+    Duration wait = holds.hold(records, consumer, container);
+    RecoveredRecordLogger.logRecoveryFailed(failed, wait);
   }
 
   @Override

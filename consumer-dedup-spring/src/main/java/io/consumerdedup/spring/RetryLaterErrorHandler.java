@@ -184,7 +184,10 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
    * Whether the delegate, which does not seek, handled the record. One that throws did not, as the
    * container decides for such a handler when it is its own: the record comes again with those
    * after it, which this class seeks back instead of the container (who would not, for a handler
-   * that seeks, and would go on past them).
+   * that seeks, and would go on past them). Its failure is a failed recovery ({@link
+   * #throwIfRecoveryFailed}): taken again at once, a handler whose recovery kept throwing (its
+   * dead-letter topic refusing the record) had the record run and fail again about twice a second,
+   * an ERROR line each time, for as long as it threw.
    */
   private boolean handledByDelegate(
       Exception thrownException,
@@ -194,11 +197,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     try {
       return delegate.handleOne(thrownException, record, consumer, container);
     } catch (RuntimeException e) {
-      log.error(
-          "{} threw handling the failure of {}; not committing past it, it comes again",
-          delegate,
-          KafkaUtils.format(record),
-          e);
+      RecoveredRecordLogger.noteFailedRecovery(record, e);
       return false;
     }
   }
@@ -279,7 +278,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
   }
 
   /** The position of {@code record} in {@code records}, or -1. */
-  private static int indexOf(List<ConsumerRecord<?, ?>> records, ConsumerRecord<?, ?> record) {
+  static int indexOf(List<? extends ConsumerRecord<?, ?>> records, ConsumerRecord<?, ?> record) {
     for (int i = 0; i < records.size(); i++) {
       ConsumerRecord<?, ?> candidate = records.get(i);
       if (candidate.offset() == record.offset()

@@ -82,6 +82,7 @@ class BatchListenerIntegrationTest {
         "bt-message",
         "bt-manual",
         "bt-keyless",
+        "bt-txack-thread",
         "bt-keyless-dlt",
         "bt-plain",
         "bt-held",
@@ -363,6 +364,30 @@ class BatchListenerIntegrationTest {
           .as("%s applied (the method was given %s)", key, Switches.batches.get("bt-txack"))
           .isEqualTo(1);
       assertThat(status("txack", key)).as(key).isEqualTo(DedupStatus.SUCCESS);
+    }
+  }
+
+  /**
+   * The same, the acknowledgments made from another thread while the method runs (a send's
+   * callback, say): the transaction they were made under is the method's, still open.
+   */
+  @Test
+  void recordsAcknowledgedFromAnotherThreadInATransactionThatRollsBackAreAppliedByTheRetry()
+      throws Exception {
+    inOneBatch(
+        "bt-txack-thread",
+        () -> {
+          send(template, "bt-txack-thread", "a", "order-no", "TT-1");
+          send(template, "bt-txack-thread", "b", "order-no", "TT-2");
+          send(template, "bt-txack-thread", "fails once, after the acks", "order-no", "TT-3");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-txack-thread") == 3);
+    for (String key : List.of("TT-1", "TT-2", "TT-3")) {
+      assertThat(effects("txackthread", key))
+          .as("%s applied (the method was given %s)", key, Switches.batches.get("bt-txack-thread"))
+          .isEqualTo(1);
+      assertThat(status("txackthread", key)).as(key).isEqualTo(DedupStatus.SUCCESS);
     }
   }
 
@@ -761,6 +786,31 @@ class BatchListenerIntegrationTest {
           throw new IllegalStateException("failed after acknowledging the records before");
         }
         ack.acknowledge(i);
+      }
+    }
+
+    @Transactional
+    @Idempotent(bizType = "txackthread", header = "order-no")
+    @KafkaListener(
+        id = "bt-txack-thread",
+        topics = "bt-txack-thread",
+        batch = "true",
+        containerFactory = "manualAckFactory")
+    public void onTransactionalAckFromAnotherThread(
+        List<ConsumerRecord<String, String>> records, Acknowledgment ack)
+        throws InterruptedException {
+      Switches.seen("bt-txack-thread", keys(records));
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<String, String> record = records.get(i);
+        String key = header(record, "order-no");
+        effect("txackthread", key, record.value());
+        if (record.value().startsWith("fails once") && Switches.calls.get(key).get() == 1) {
+          throw new IllegalStateException("failed after acknowledging the records before");
+        }
+        int index = i;
+        Thread acknowledging = new Thread(() -> ack.acknowledge(index));
+        acknowledging.start();
+        acknowledging.join();
       }
     }
 

@@ -1,5 +1,7 @@
 package io.consumerdedup.spring.internal;
 
+import java.util.ArrayList;
+import java.util.List;
 import org.jspecify.annotations.Nullable;
 import org.springframework.transaction.support.TransactionSynchronization;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
@@ -31,6 +33,11 @@ public final class OwnTransactionWatch {
   private boolean returned;
   private boolean committedAfterReturning;
   private @Nullable Throwable rollback;
+
+  /** Whether the watched transaction is open; guarded by this watch, read from other threads. */
+  private boolean transactionOpen;
+
+  private final List<Runnable> afterCommit = new ArrayList<>();
 
   private OwnTransactionWatch(@Nullable OwnTransactionWatch enclosing) {
     this.enclosing = enclosing;
@@ -64,10 +71,20 @@ public final class OwnTransactionWatch {
     if (watch == null || !TransactionSynchronizationManager.isSynchronizationActive()) {
       return null;
     }
+    synchronized (watch) {
+      watch.transactionOpen = true;
+    }
     TransactionSynchronizationManager.registerSynchronization(
         new TransactionSynchronization() {
           @Override
           public void afterCompletion(int status) {
+            List<Runnable> due;
+            synchronized (watch) {
+              watch.transactionOpen = false;
+              due = status == STATUS_COMMITTED ? List.copyOf(watch.afterCommit) : List.of();
+              watch.afterCommit.clear();
+            }
+            due.forEach(Runnable::run);
             if (status == STATUS_COMMITTED) {
               watch.committedAfterReturning = watch.returned;
             } else if (watch.rollback == null) {
@@ -104,6 +121,21 @@ public final class OwnTransactionWatch {
    */
   public boolean reachedWithinTransaction() {
     return reached;
+  }
+
+  /**
+   * Runs {@code action} once the watched transaction has committed, if it is open now: for what
+   * another thread does under it while the method runs (an acknowledgment from a send's callback),
+   * which cannot register a synchronization of that transaction itself. Never run if it rolls back.
+   *
+   * @return false if no watched transaction is open: {@code action} is not kept
+   */
+  public synchronized boolean runAfterCommit(Runnable action) {
+    if (!transactionOpen) {
+      return false;
+    }
+    afterCommit.add(action);
+    return true;
   }
 
   /** The listener method returned normally, within the transaction watched. */

@@ -209,6 +209,14 @@ public final class RecoveredRecordLogger implements RetryListener {
     return new StreakKey(KafkaUtils.getConsumerGroupId(), record.topic(), record.partition());
   }
 
+  /**
+   * Notes a recovery that failed on this thread outside a logger: an error handler of the
+   * application's own, not spring-kafka's, that threw handling {@code record}'s failure.
+   */
+  public static void noteFailedRecovery(ConsumerRecord<?, ?> record, Exception failure) {
+    FAILED_RECOVERY.set(new FailedRecovery(record, failure));
+  }
+
   /** The recovery that failed on this thread since the last call, or null; forgets it. */
   public static @Nullable FailedRecovery takeFailedRecovery() {
     FailedRecovery failed = FAILED_RECOVERY.get();
