@@ -111,6 +111,28 @@ class IdempotentRecordHandlerTest {
   }
 
   @Test
+  void aKeyHeaderNameThatDiffersFromTheProducersIsRefusedNamingTheHeadersTheRecordHas() {
+    // The name the handler was given, orderNo, is not the one the producer writes, order-no.
+    IdempotentRecordHandler<String, String> handler =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(bizType)
+            .key(KeyExtractors.header("orderNo"))
+            .groupId("billing")
+            .handler(record -> effects.apply(record.value()))
+            .build();
+    ConsumerRecord<String, String> sent = record(7, "charge ORD-7", "ORD-7");
+    sent.headers().add("traceparent", new byte[] {1});
+
+    assertThatThrownBy(() -> handler.handle(sent))
+        .isExactlyInstanceOf(DedupKeyMissingException.class)
+        .hasMessageContaining("header 'orderNo' is absent or empty")
+        .hasMessageContaining("the record's headers: 'order-no', 'traceparent'");
+    assertThatThrownBy(() -> handler.handle(withoutKey(8, "charge ?")))
+        .hasMessageContaining("the record has no headers");
+    assertThat(effects.all()).isEmpty();
+  }
+
+  @Test
   void underProcessWithoutDedupARecordWithoutKeyIsAppliedOnEveryDelivery() throws Exception {
     IdempotentRecordHandler<String, String> handler =
         handler(MissingKeyPolicy.PROCESS_WITHOUT_DEDUP);

@@ -4,11 +4,17 @@ import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupKeyMalformedException;
 import io.consumerdedup.core.DedupKeyMissingException;
 import io.consumerdedup.core.DedupListener;
+import io.consumerdedup.core.internal.OwnerIds;
+import io.consumerdedup.core.internal.StoredText;
 import io.consumerdedup.kafka.KeyExtractor;
 import io.consumerdedup.kafka.MissingKeyPolicy;
+import java.util.LinkedHashSet;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.Set;
+import java.util.stream.Collectors;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.header.Header;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -102,7 +108,8 @@ public final class RecordKeyResolver<K, V> {
                     + bizType
                     + "': "
                     + keyExtractor.description()
-                    + " is absent or empty",
+                    + " is absent or empty"
+                    + headersIfKeyedByOne(record),
                 source,
                 null);
         case PROCESS_WITHOUT_DEDUP -> {
@@ -154,5 +161,30 @@ public final class RecordKeyResolver<K, V> {
 
   public String bizType() {
     return bizType;
+  }
+
+  /**
+   * For a key taken from a header, the names of the headers the record does have: a name spelt
+   * otherwise than the producer's ({@code orderNo} for {@code order-no}) refuses every record, and
+   * the refusal alone does not show why. At most ten names, each cut to 64 printable characters.
+   */
+  private String headersIfKeyedByOne(ConsumerRecord<K, V> record) {
+    if (!keyExtractor.description().startsWith("header '")) {
+      return "";
+    }
+    Set<String> names = new LinkedHashSet<>();
+    for (Header header : record.headers()) {
+      names.add(header.key());
+    }
+    if (names.isEmpty()) {
+      return " (the record has no headers)";
+    }
+    return " (the record's headers: "
+        + names.stream()
+            .limit(10)
+            .map(name -> "'" + OwnerIds.printable(StoredText.cut(name, 64)) + "'")
+            .collect(Collectors.joining(", "))
+        + (names.size() > 10 ? ", and " + (names.size() - 10) + " more" : "")
+        + ")";
   }
 }

@@ -2,12 +2,16 @@ package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.spring.IdempotentListenerPostProcessor.Listener;
 import io.consumerdedup.spring.internal.ListenerAttributes;
+import java.util.Arrays;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeSet;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.config.ConfigurableBeanFactory;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.annotation.KafkaListenerAnnotationBeanPostProcessor;
@@ -20,11 +24,18 @@ import org.springframework.util.StringUtils;
  * applied as duplicates, and its own action would never run for them. A biz type listed in {@code
  * consumer-dedup.shared-biz-types} is shared on purpose and allowed.
  *
+ * <p>Listeners of one group that share a biz type but read different topics start, named in a WARN:
+ * that may be one action read from several topics, or a biz type copied along with a listener,
+ * which would skip, say, the refund of an order whose payment was applied, with no trace above
+ * DEBUG.
+ *
  * <p>A listener's group is its {@code @KafkaListener} groupId, else its id when {@code idIsGroup},
  * else its container factory's group (container properties, then the consumer factory's {@code
  * group.id}), as spring-kafka decides it.
  */
 final class SharedBizTypes {
+  private static final Logger log = LoggerFactory.getLogger(SharedBizTypes.class);
+
   private final ConfigurableBeanFactory beanFactory;
   private final Set<String> allowed;
 
@@ -46,10 +57,52 @@ final class SharedBizTypes {
       }
       Map<String, Listener> byGroup =
           byBizTypeAndGroup.computeIfAbsent(listener.bizType(), b -> new LinkedHashMap<>());
-      byGroup.putIfAbsent(group, listener);
+      Listener first = byGroup.putIfAbsent(group, listener);
       if (byGroup.size() > 1) {
         throw refusal(listener.bizType(), byGroup);
       }
+      if (first != null) {
+        warnIfOtherTopics(group, first, listener);
+      }
+    }
+  }
+
+  private void warnIfOtherTopics(String group, Listener first, Listener other) {
+    Set<String> firstTopics = topicsOf(first.kafkaListener());
+    Set<String> otherTopics = topicsOf(other.kafkaListener());
+    if (firstTopics == null || otherTopics == null || firstTopics.equals(otherTopics)) {
+      return;
+    }
+    log.warn(
+        "@Idempotent listeners {} (topics {}) and {} (topics {}) of group {} share biz type '{}':"
+            + " a key one of them applied is skipped by the other as a duplicate. If they perform"
+            + " different actions, give each its own biz type; if it is one action read from"
+            + " several topics, list the biz type in consumer-dedup.shared-biz-types",
+        first.method(),
+        firstTopics,
+        other.method(),
+        otherTopics,
+        group,
+        first.bizType());
+  }
+
+  /** The topics the listener names, or null when it reads a pattern or they cannot be resolved. */
+  private @Nullable Set<String> topicsOf(@Nullable KafkaListener listener) {
+    if (listener == null || StringUtils.hasText(listener.topicPattern())) {
+      return null;
+    }
+    try {
+      Set<String> topics = new TreeSet<>();
+      for (String topic : listener.topics()) {
+        topics.addAll(Arrays.asList(StringUtils.tokenizeToStringArray(resolve(topic), ",")));
+      }
+      for (var partitions : listener.topicPartitions()) {
+        topics.add(resolve(partitions.topic()));
+      }
+      return topics.isEmpty() ? null : topics;
+    } catch (RuntimeException e) {
+      // An expression that only spring-kafka can evaluate, as for the group.
+      return null;
     }
   }
 

@@ -9,18 +9,24 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
 import org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration;
 import org.springframework.boot.kafka.autoconfigure.KafkaAutoConfiguration;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
+import org.springframework.boot.test.system.CapturedOutput;
+import org.springframework.boot.test.system.OutputCaptureExtension;
 import org.springframework.kafka.annotation.KafkaListener;
 
 /**
  * Two {@code @Idempotent} listeners of different consumer groups with one biz type would skip each
  * other's keys as duplicates: the application does not start, and says which listeners, which
  * groups, and what to do. Listeners of one group may share a biz type, and so may groups of a biz
- * type listed in {@code consumer-dedup.shared-biz-types}.
+ * type listed in {@code consumer-dedup.shared-biz-types}; within one group, listeners of different
+ * topics sharing one are named in a WARN, as a biz type copied with the listener would skip, say,
+ * the refund of an order whose payment was applied.
  */
+@ExtendWith(OutputCaptureExtension.class)
 class SharedBizTypeStartupTest {
   private static String schema;
 
@@ -90,11 +96,28 @@ class SharedBizTypeStartupTest {
   }
 
   @Test
-  void listenersOfOneGroupMayShareABizType() {
+  void listenersOfOneGroupOnDifferentTopicsMayShareABizTypeNamedInAWarning(CapturedOutput output) {
     runner
         .withBean(Ledger.class)
         .withBean(LedgerToo.class)
         .run(context -> assertThat(context).hasNotFailed());
+    assertThat(output)
+        .contains(
+            Ledger.class.getName()
+                + "#record (topics [payments]) and "
+                + LedgerToo.class.getName()
+                + "#record (topics [refunds]) of group ledger share biz type 'payment'")
+        .contains("consumer-dedup.shared-biz-types");
+  }
+
+  @Test
+  void aBizTypeListedAsSharedIsNotWarnedAboutWithinAGroup(CapturedOutput output) {
+    runner
+        .withPropertyValues("consumer-dedup.shared-biz-types=payment")
+        .withBean(Ledger.class)
+        .withBean(LedgerToo.class)
+        .run(context -> assertThat(context).hasNotFailed());
+    assertThat(output).doesNotContain("share biz type");
   }
 
   /** Group billing: its id. */

@@ -1,5 +1,8 @@
 package io.consumerdedup.examples.infra;
 
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.nio.charset.StandardCharsets;
 import org.apache.kafka.common.test.KafkaClusterTestKit;
 import org.apache.kafka.common.test.TestKitNodes;
 
@@ -31,7 +34,7 @@ final class EmbeddedKafkaBroker implements AutoCloseable {
             .setConfigProp("group.initial.rebalance.delay.ms", "0")
             .build();
     try {
-      cluster.format();
+      format(cluster);
       cluster.startup();
       cluster.waitForReadyBrokers();
     } catch (Exception | Error e) {
@@ -45,6 +48,26 @@ final class EmbeddedKafkaBroker implements AutoCloseable {
       throw e;
     }
     return new EmbeddedKafkaBroker(cluster);
+  }
+
+  /**
+   * Formats the storage with Kafka's formatter, which prints its bootstrap metadata on standard
+   * output, amid the demo's progress lines; kept, and printed, only if the formatting fails.
+   */
+  private static void format(KafkaClusterTestKit cluster) throws Exception {
+    PrintStream out = System.out;
+    ByteArrayOutputStream printed = new ByteArrayOutputStream();
+    System.setOut(new PrintStream(printed, true, StandardCharsets.UTF_8));
+    boolean formatted = false;
+    try {
+      cluster.format();
+      formatted = true;
+    } finally {
+      System.setOut(out);
+      if (!formatted) {
+        out.print(printed.toString(StandardCharsets.UTF_8));
+      }
+    }
   }
 
   String bootstrapServers() {
