@@ -1,7 +1,9 @@
 package io.consumerdedup.spring;
 
 import io.consumerdedup.kafka.DedupPollLoop;
+import io.consumerdedup.spring.internal.AfterRollbackErrorHandler;
 import io.consumerdedup.spring.internal.ComposedErrorHandlers;
+import io.consumerdedup.spring.internal.ContainerTransactions;
 import io.consumerdedup.spring.internal.CurrentBatch;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
@@ -32,7 +34,10 @@ import org.springframework.kafka.listener.adapter.KafkaBackoffAwareMessageListen
  *       interceptor, so batch listeners taking messages see their records;
  *   <li>{@link RetryLaterErrorHandler} around the container's error handler (a plain {@code
  *       DefaultErrorHandler} when it has none and no transaction manager), so a record whose key is
- *       held elsewhere or whose store is unreachable waits instead of being recovered;
+ *       held elsewhere or whose store is unreachable waits instead of being recovered; a container
+ *       with a transaction manager (Kafka's from Spring Boot's {@code transaction-id-prefix}
+ *       included) and no error handler keeps its failures going to its after-rollback processor, as
+ *       spring-kafka has it;
  *   <li>{@link RetryLaterAfterRollbackProcessor} around its after-rollback processor, so a
  *       transaction that rolls back leaves the key retryable;
  *   <li>consumer-dedup's "dead-letter now" exceptions as not retryable in a {@code
@@ -118,8 +123,7 @@ public final class DedupContainers {
     PartitionHolds holds = new PartitionHolds(initialHoldBackOff, maxHoldBackOff);
     AbstractMessageListenerContainer raw = container;
     ContainerProperties properties = container.getContainerProperties();
-    if (properties.getKafkaAwareTransactionManager() != null
-        && !properties.isStopContainerWhenFenced()) {
+    if (ContainerTransactions.kafka(properties) && !properties.isStopContainerWhenFenced()) {
       log.warn(
           "Listener container {} runs in Kafka transactions without stopContainerWhenFenced: when a"
               + " transaction outlives transaction.timeout.ms, Kafka reports a fenced producer and"
@@ -153,24 +157,27 @@ public final class DedupContainers {
         properties.getMessageListener() instanceof KafkaBackoffAwareMessageListenerAdapter<?, ?>
             || container.getMainListenerId() != null;
     CommonErrorHandler errorHandler = raw.getCommonErrorHandler();
-    if (!(errorHandler instanceof RetryLaterErrorHandler)) {
-      boolean transactional = raw.getContainerProperties().getTransactionManager() != null;
-      if (errorHandler == null && !transactional) {
+    if (errorHandler == null && ContainerTransactions.any(properties)) {
+      // spring-kafka makes none for a container with transactions (Kafka's from Spring Boot's
+      // transaction-id-prefix included): its failures go to the after-rollback processor, which
+      // a DefaultErrorHandler retrying and recovering inside the transaction never let see them.
+      raw.setCommonErrorHandler(new AfterRollbackErrorHandler());
+    } else if (!(errorHandler instanceof RetryLaterErrorHandler)
+        && !(errorHandler instanceof AfterRollbackErrorHandler)) {
+      if (errorHandler == null) {
         // What the container would make for itself, but with consumer-dedup's classifications.
         errorHandler = new DefaultErrorHandler();
       }
-      if (errorHandler != null) {
-        // Inside spring-kafka's composite handlers too: the one that handles the failure.
-        for (CommonErrorHandler handler : ComposedErrorHandlers.of(errorHandler)) {
-          if (handler instanceof DefaultErrorHandler defaultErrorHandler) {
-            DedupErrorClassification.applyTo(defaultErrorHandler);
-          }
-          if (handler instanceof FailedRecordProcessor processor) {
-            RecoveredRecordLogger.addTo(processor, retryTopicChain);
-          }
+      // Inside spring-kafka's composite handlers too: the one that handles the failure.
+      for (CommonErrorHandler handler : ComposedErrorHandlers.of(errorHandler)) {
+        if (handler instanceof DefaultErrorHandler defaultErrorHandler) {
+          DedupErrorClassification.applyTo(defaultErrorHandler);
         }
-        raw.setCommonErrorHandler(new RetryLaterErrorHandler(errorHandler, holds, missingKeys));
+        if (handler instanceof FailedRecordProcessor processor) {
+          RecoveredRecordLogger.addTo(processor, retryTopicChain);
+        }
       }
+      raw.setCommonErrorHandler(new RetryLaterErrorHandler(errorHandler, holds, missingKeys));
     }
 
     AfterRollbackProcessor rollbackProcessor = raw.getAfterRollbackProcessor();
@@ -195,8 +202,7 @@ public final class DedupContainers {
    */
   private static void warnOfOffsetsCommittedInsideTransactions(
       AbstractMessageListenerContainer<?, ?> container, ContainerProperties properties) {
-    if (properties.getTransactionManager() == null
-        || properties.getKafkaAwareTransactionManager() != null) {
+    if (!ContainerTransactions.any(properties) || ContainerTransactions.kafka(properties)) {
       return;
     }
     log.warn(
@@ -228,7 +234,7 @@ public final class DedupContainers {
           notAdded);
       return false;
     }
-    if (properties.getKafkaAwareTransactionManager() != null) {
+    if (ContainerTransactions.kafka(properties)) {
       log.info(
           "@Idempotent record listeners of container {} claim one record at a time: it runs in"
               + " Kafka transactions, whose offsets are committed with the producer's transaction,"

@@ -3,6 +3,8 @@ package io.consumerdedup.spring;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.internal.FailureTexts;
+import io.consumerdedup.spring.internal.AfterRollbackErrorHandler;
+import io.consumerdedup.spring.internal.ContainerTransactions;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
@@ -18,7 +20,6 @@ import org.springframework.kafka.listener.AfterRollbackProcessor;
 import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.support.KafkaUtils;
-import org.springframework.kafka.transaction.KafkaAwareTransactionManager;
 import org.springframework.transaction.CannotCreateTransactionException;
 
 /**
@@ -69,7 +70,10 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
       return;
     }
     Exception exception =
-        notOpened(missingKeys.translate(thrown, records.get(0), container.getGroupId()), container);
+        notOpened(
+            missingKeys.translate(
+                AfterRollbackErrorHandler.failure(thrown), records.get(0), container.getGroupId()),
+            container);
     ListenerOutcomes.rolledBack(records.get(0), exception);
     if (Disposition.of(exception) == Disposition.RETRY_LATER) {
       Duration wait = holds.hold(records, consumer, container);
@@ -94,10 +98,8 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
    * the application's processor: it is no database.)
    */
   private static Exception notOpened(Exception exception, MessageListenerContainer container) {
-    ContainerProperties properties = container.getContainerProperties();
     if (!(exception instanceof CannotCreateTransactionException)
-        || properties.getKafkaAwareTransactionManager() != null
-        || properties.getTransactionManager() instanceof KafkaAwareTransactionManager<?, ?>) {
+        || ContainerTransactions.kafka(container.getContainerProperties())) {
       return exception;
     }
     return new DedupStoreUnavailableException(
@@ -115,9 +117,10 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
       List<ConsumerRecord<K, V>> recordList,
       Consumer<K, V> consumer,
       MessageListenerContainer container,
-      Exception exception,
+      Exception thrown,
       boolean recoverable,
       ContainerProperties.EOSMode eosMode) {
+    Exception exception = AfterRollbackErrorHandler.failure(thrown);
     if (!recordList.isEmpty() && Disposition.of(exception) == Disposition.RETRY_LATER) {
       // The whole batch rolled back: it waits from its first record, without counting attempts.
       Duration wait = holds.hold(recordList, consumer, container);

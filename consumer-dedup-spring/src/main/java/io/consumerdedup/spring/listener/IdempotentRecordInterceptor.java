@@ -15,6 +15,7 @@ import io.consumerdedup.spring.IdempotentListenerInterceptor;
 import io.consumerdedup.spring.internal.AbortedTransactionCheck;
 import io.consumerdedup.spring.internal.AcknowledgingListener;
 import io.consumerdedup.spring.internal.AttemptLimit;
+import io.consumerdedup.spring.internal.ContainerTransactions;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import io.consumerdedup.spring.internal.ThreadStateErrors;
@@ -204,7 +205,7 @@ public final class IdempotentRecordInterceptor<K, V> implements RecordIntercepto
               + " batch listener");
     }
     refuseAsyncListener(container);
-    if (container.getContainerProperties().getTransactionManager() != null) {
+    if (ContainerTransactions.any(container.getContainerProperties())) {
       // Before the transaction, a refused claim would escape the error handler, and a
       // TRANSACTIONAL claim could not join the transaction.
       container.setInterceptBeforeTx(false);
