@@ -32,7 +32,6 @@ import org.springframework.kafka.KafkaException.Level;
 import org.springframework.kafka.listener.BatchListenerFailedException;
 import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.ContainerProperties;
-import org.springframework.kafka.listener.ContainerProperties.AckMode;
 import org.springframework.kafka.listener.FailedRecordProcessor;
 import org.springframework.kafka.listener.ListenerUtils;
 import org.springframework.kafka.listener.MessageListenerContainer;
@@ -153,15 +152,16 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
 
   /**
    * Whether the container accepts acknowledgments out of order ({@code asyncAcks}, or a listener
-   * returning a future or Mono, in a manual ack mode), and so waits for those of a poll's records.
+   * returning a future or Mono), and so waits for those of a poll's records. spring-kafka switches
+   * such a container to ack mode {@code MANUAL} itself, whatever its properties say: read there, a
+   * future listener in the default mode was taken for one that waits for nothing, and the consumer
+   * stayed paused for good behind the records sought back after a failure the handler logged.
    */
   private static boolean awaitsOutOfOrderAcks(MessageListenerContainer container) {
     ContainerProperties properties = container.getContainerProperties();
-    AckMode mode = properties.getAckMode();
-    return (mode == AckMode.MANUAL || mode == AckMode.MANUAL_IMMEDIATE)
-        && (properties.isAsyncAcks()
-            || properties.getMessageListener() instanceof AsyncRepliesAware listener
-                && listener.isAsyncReplies());
+    return properties.isAsyncAcks()
+        || properties.getMessageListener() instanceof AsyncRepliesAware listener
+            && listener.isAsyncReplies();
   }
 
   @Override
