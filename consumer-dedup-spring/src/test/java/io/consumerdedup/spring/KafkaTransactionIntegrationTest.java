@@ -8,6 +8,8 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.kafka.MissingKeyPolicy;
+import io.consumerdedup.spring.listener.IdempotentRecordInterceptor;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -19,6 +21,7 @@ import javax.sql.DataSource;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.jspecify.annotations.Nullable;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -33,9 +36,14 @@ import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.ContainerCustomizer;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.config.TopicBuilder;
+import org.springframework.kafka.core.ConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.KafkaMessageListenerContainer;
+import org.springframework.kafka.listener.MessageListener;
 import org.springframework.kafka.listener.RecordInterceptor;
+import org.springframework.kafka.transaction.KafkaTransactionManager;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -71,12 +79,16 @@ class KafkaTransactionIntegrationTest {
         "ktx-receipts",
         "ktx-ledger",
         "ktx-booked",
-        "ktx-booked-abort");
+        "ktx-booked-abort",
+        "ktx-hand-built");
   }
 
   @Autowired KafkaTemplate<String, String> template;
   @Autowired DedupStore store;
   @Autowired KafkaListenerEndpointRegistry registry;
+  @Autowired ConsumerFactory<String, String> consumerFactory;
+  @Autowired KafkaTransactionManager<?, ?> kafkaTransactionManager;
+  @Autowired IdempotentExecutors executors;
 
   @Test
   void anOutputWhoseTransactionFailsToCommitIsProducedAgainByTheRedelivery() throws Exception {
@@ -179,10 +191,74 @@ class KafkaTransactionIntegrationTest {
         .isEqualTo(DedupStatus.SUCCESS);
   }
 
-  /** Sends in a transaction of its own; returns the record's offset. */
-  private long send(String topic, String value, String orderNo) throws Exception {
+  /**
+   * The same with a container built by hand and {@link IdempotentRecordInterceptor} instead of
+   * {@code @Idempotent}: Spring Boot's Kafka transaction manager is its only one, set as
+   * spring-kafka's Kafka-aware one (which {@code getTransactionManager()} does not return), and no
+   * error handler, so failures go to the after-rollback processor. The record whose commit fails is
+   * applied again, its copy skipped. A refused claim (a record without its key) must be thrown
+   * inside the transaction: intercepted before it, as when the interceptor looked at {@code
+   * getTransactionManager()} alone, the exception escaped the container's handling and took the
+   * rest of the poll with it, HAND-2 never applied.
+   */
+  @Test
+  void aHandBuiltContainerWithTheInterceptorRedoesARecordWhoseTransactionFailedToCommit()
+      throws Exception {
+    ContainerProperties properties = new ContainerProperties("ktx-hand-built");
+    properties.setGroupId("ktx-hand-built");
+    properties.setKafkaAwareTransactionManager(kafkaTransactionManager);
+    properties.setMessageListener(
+        (MessageListener<String, String>)
+            record -> {
+              String orderNo = SpringTestEnvironment.header(record, "order-no");
+              template.send("ktx-receipts", orderNo, "receipt for " + orderNo);
+              int call =
+                  Switches.handBuiltCalls
+                      .computeIfAbsent(orderNo, k -> new AtomicInteger())
+                      .incrementAndGet();
+              if (orderNo.equals("HAND-1") && call == 1) {
+                template.send("ktx-audit", orderNo, "x".repeat(2_000));
+              }
+            });
+    KafkaMessageListenerContainer<String, String> container =
+        new KafkaMessageListenerContainer<>(consumerFactory, properties);
+    container.setBeanName("ktx-hand-built");
+    IdempotentRecordInterceptor.decorate(
+        container, executors.defaultExecutor(), "hand-receipt", "order-no", MissingKeyPolicy.FAIL);
+    // One poll: a claim refused before the transaction would escape the container's handling
+    // and take the rest of the poll with it.
+    send("ktx-hand-built", "order 1", "HAND-1");
+    send("ktx-hand-built", "order without its number", null);
+    send("ktx-hand-built", "order 2", "HAND-2");
+    long last = send("ktx-hand-built", "order 1 again", "HAND-1");
+    container.start();
+    try {
+      await("the poll's records after the one without a key, HAND-2 among them")
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> committed("ktx-hand-built") > last);
+    } finally {
+      container.stop();
+    }
+
+    assertThat(Switches.handBuiltCalls.get("HAND-1"))
+        .as("the rolled-back call, then the redelivery; the copy skipped")
+        .hasValue(2);
+    assertThat(Switches.handBuiltCalls.get("HAND-2")).hasValue(1);
+    assertThat(Switches.handBuiltCalls).as("the record without a key given up").hasSize(2);
+    assertThat(allReceipts("HAND-1")).as("the aborted receipt and the committed one").hasSize(2);
+    assertThat(committedReceipts("HAND-1")).hasSize(1);
+    assertThat(committedReceipts("HAND-2")).hasSize(1);
+    DedupRecord record = store.find(DedupKey.of("hand-receipt", "HAND-1")).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).isEqualTo(2);
+  }
+
+  /** Sends in a transaction of its own, without the header if null; returns the record's offset. */
+  private long send(String topic, String value, @Nullable String orderNo) throws Exception {
     ProducerRecord<String, String> record = new ProducerRecord<>(topic, value);
-    record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+    if (orderNo != null) {
+      record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+    }
     return template.executeInTransaction(t -> t.send(record)).get().getRecordMetadata().offset();
   }
 
@@ -211,6 +287,7 @@ class KafkaTransactionIntegrationTest {
 
   static final class Switches {
     static final Map<String, AtomicInteger> calls = new ConcurrentHashMap<>();
+    static final Map<String, AtomicInteger> handBuiltCalls = new ConcurrentHashMap<>();
     static final Map<String, AtomicInteger> ledgerCalls = new ConcurrentHashMap<>();
     static final Map<String, AtomicInteger> bookings = new ConcurrentHashMap<>();
     static final Map<String, AtomicInteger> bookingsBeforeAbort = new ConcurrentHashMap<>();
