@@ -14,10 +14,13 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.boot.test.system.CapturedOutput;
+import org.springframework.boot.test.system.OutputCaptureExtension;
 import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.core.KafkaTemplate;
@@ -46,6 +49,7 @@ import org.springframework.test.context.DynamicPropertySource;
       "consumer-dedup.hold.max-backoff=400ms"
     })
 @DirtiesContext
+@ExtendWith(OutputCaptureExtension.class)
 class BatchListenerTransactionTest {
   static final Duration WAIT = Duration.ofSeconds(60);
   static final List<String> failures = new CopyOnWriteArrayList<>();
@@ -59,13 +63,28 @@ class BatchListenerTransactionTest {
   @Autowired KafkaTemplate<String, String> template;
   @Autowired DedupStore store;
 
+  /**
+   * The refusal reaches the after-rollback processor through the error handler that Kafka
+   * transactions without one of the application's get, and is held there, each hold one ERROR line
+   * whose exception names the listener.
+   */
   @Test
-  void batchInAKafkaTransactionIsHeldNamingTheListenerAndTheRemedy() throws Exception {
+  void batchInAKafkaTransactionIsHeldNamingTheListenerAndTheRemedy(CapturedOutput output)
+      throws Exception {
     send("book 1", "BTX-1");
     send("book 2", "BTX-2");
 
     // More rollbacks than the ten attempts of spring-kafka's default processors.
     await().atMost(WAIT).until(() -> failures.size() >= 12);
+    String held = "btx-orders-0@0 cannot be handled now";
+    List<String> holds = output.getAll().lines().filter(line -> line.contains(held)).toList();
+    assertThat(holds).allSatisfy(line -> assertThat(line).contains(" ERROR "));
+    assertThat(holds.size()).as("one line per hold").isBetween(1, failures.size());
+    assertThat(output.getAll())
+        .contains(
+            "DedupConfigurationException: @Idempotent batch listener"
+                + " io.consumerdedup.spring.BatchListenerTransactionTest$Listeners#book runs in a"
+                + " transaction of its container");
     assertThat(failures.get(0))
         .contains(DedupConfigurationException.class.getName())
         .contains("BatchListenerTransactionTest$Listeners#book")
