@@ -9,6 +9,7 @@ import io.consumerdedup.spring.internal.Causes;
 import io.consumerdedup.spring.internal.ComposedErrorHandlers;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
+import io.consumerdedup.spring.internal.RecordsInRetry;
 import io.consumerdedup.spring.internal.RecoveredRecordLogger;
 import io.consumerdedup.spring.internal.RecoveredRecordLogger.FailedRecovery;
 import java.time.Duration;
@@ -28,7 +29,6 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.springframework.core.log.LogAccessor;
 import org.springframework.kafka.KafkaException;
-import org.springframework.kafka.KafkaException.Level;
 import org.springframework.kafka.listener.BatchListenerFailedException;
 import org.springframework.kafka.listener.CommonErrorHandler;
 import org.springframework.kafka.listener.ContainerProperties;
@@ -102,8 +102,8 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     Exception thrownException =
         missingKeys.translate(thrown, records.get(0), container.getGroupId());
     if (Disposition.of(thrownException) == Disposition.RETRY_LATER) {
-      throw inRetry(
-          hold(thrownException, records, consumer, container), records, consumer, container);
+      throw RecordsInRetry.of(
+          hold(thrownException, records, consumer, container), records, container);
     }
     logIfGivenUp(thrownException, records.get(0));
     restartRetriesIfNotRetried(thrownException, records.get(0));
@@ -134,7 +134,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     if (!again.isEmpty() && awaitsOutOfOrderAcks(container)) {
       // The container waits for the acknowledgment of every record of the poll, those sought back
       // included, and pauses the consumer until it comes: for good, since they never come again.
-      throw inRetry(
+      throw RecordsInRetry.of(
           notHandled != null
               ? notHandled
               : new KafkaException(
@@ -142,7 +142,6 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
                   KafkaException.Level.DEBUG,
                   thrownException),
           again,
-          consumer,
           container);
     }
     if (notHandled != null) {
@@ -263,7 +262,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     List<ConsumerRecord<?, ?>> held = records.subList(index, records.size());
     Duration wait = holds.hold(held, consumer, container);
     RecoveredRecordLogger.logRecoveryFailed(failed, wait);
-    throw inRetry(
+    throw RecordsInRetry.of(
         new KafkaException(
             "Record "
                 + KafkaUtils.format(failed.record())
@@ -273,7 +272,6 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
             KafkaException.Level.DEBUG,
             failed.failure()),
         held,
-        consumer,
         container);
   }
 
@@ -304,28 +302,6 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     logHold(thrownException, record, wait);
     return new KafkaException(
         "Record " + record + " held for " + wait, KafkaException.Level.DEBUG, thrownException);
-  }
-
-  /**
-   * The held records' exception as spring-kafka's own "record in retry", the one its {@code
-   * DefaultErrorHandler} throws for a record it seeks back: only on that one does the container
-   * forget the records' offsets it waits to be acknowledged out of order (a listener returning a
-   * future or Mono, or {@code asyncAcks}). On any other, it pauses the whole consumer for the
-   * record that was never acknowledged, and the held record never comes again. The records were
-   * sought back already: seeking them again to get that exception changes nothing.
-   */
-  private static RuntimeException inRetry(
-      KafkaException held,
-      List<ConsumerRecord<?, ?>> records,
-      Consumer<?, ?> consumer,
-      MessageListenerContainer container) {
-    try {
-      SeekUtils.seekOrRecover(
-          held, records, consumer, container, false, (record, e) -> false, SEEK_LOG, Level.DEBUG);
-    } catch (RuntimeException inRetry) {
-      return inRetry;
-    }
-    return held;
   }
 
   /** What a user reads while a record waits: one line per hold, the stack trace only if unknown. */
@@ -549,7 +525,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     commitBefore(records, index, consumer, container);
     List<ConsumerRecord<?, ?>> held = records.subList(index, records.size());
     // As for a record: with asyncAcks, any other exception leaves the consumer paused for good.
-    return inRetry(hold(thrownException, held, consumer, container), held, consumer, container);
+    return RecordsInRetry.of(hold(thrownException, held, consumer, container), held, container);
   }
 
   /**

@@ -1,6 +1,5 @@
 package io.consumerdedup.spring.internal;
 
-import java.lang.reflect.Proxy;
 import java.util.ArrayList;
 import java.util.List;
 import org.apache.kafka.clients.consumer.Consumer;
@@ -27,19 +26,6 @@ import org.springframework.kafka.listener.SeekUtils;
 public final class AfterRollbackErrorHandler implements CommonErrorHandler {
   private static final Logger log = LoggerFactory.getLogger(AfterRollbackErrorHandler.class);
   private static final LogAccessor SEEK_LOG = new LogAccessor(AfterRollbackErrorHandler.class);
-
-  /** Only to obtain spring-kafka's exception: the after-rollback processor does the seeks. */
-  private static final Consumer<?, ?> NO_SEEKS =
-      (Consumer<?, ?>)
-          Proxy.newProxyInstance(
-              Consumer.class.getClassLoader(),
-              new Class<?>[] {Consumer.class},
-              (proxy, method, args) -> {
-                if (method.getName().equals("seek")) {
-                  return null;
-                }
-                throw new UnsupportedOperationException(method.getName());
-              });
 
   /** The listener's failure, on its way to the after-rollback processor. */
   private static final class HandedOver extends KafkaException {
@@ -85,24 +71,9 @@ public final class AfterRollbackErrorHandler implements CommonErrorHandler {
     throw inRetry(thrownException, records.subList(0, 1), container);
   }
 
-  @SuppressWarnings({"unchecked", "rawtypes"})
   private static RuntimeException inRetry(
       Exception failure, List<ConsumerRecord<?, ?>> first, MessageListenerContainer container) {
-    HandedOver handedOver = new HandedOver(failure);
-    try {
-      SeekUtils.seekOrRecover(
-          handedOver,
-          first,
-          (Consumer) NO_SEEKS,
-          container,
-          false,
-          (record, e) -> false,
-          SEEK_LOG,
-          KafkaException.Level.DEBUG);
-    } catch (RuntimeException inRetry) {
-      return inRetry;
-    }
-    return handedOver;
+    return RecordsInRetry.of(new HandedOver(failure), first, container);
   }
 
   /**
