@@ -79,8 +79,9 @@ import org.slf4j.LoggerFactory;
  *       one too large even without it is refused, and the loop holds it until the limit is raised
  *   <li>{@value #ORIGINAL_TOPIC_HEADER}, {@value #ORIGINAL_PARTITION_HEADER}, {@value
  *       #ORIGINAL_OFFSET_HEADER}: where the record was consumed
- *   <li>{@value #ORIGINAL_GROUP_HEADER}: the consumer group, when {@link Builder#groupId(String)}
- *       was given
+ *   <li>{@value #ORIGINAL_GROUP_HEADER}: the consumer group that gave the record up: the loop's own
+ *       group when {@link DedupPollLoop} or {@link DedupShareLoop} calls, else the one of {@link
+ *       Builder#groupId(String)} (omitted when neither is known)
  *   <li>{@value #UNDESERIALIZABLE_HEADER}: on a record that cannot be deserialized only, {@code
  *       key} or {@code value}: the part the deserializer rejected (absent if the consumer's
  *       exception does not say)
@@ -205,7 +206,7 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
         group,
         destination.apply(record),
         record,
-        withMessage -> headers(record, reason, withMessage),
+        withMessage -> headers(record, reason, withMessage, group),
         reason);
   }
 
@@ -267,7 +268,7 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     if (rawProducer == null) {
       throw new IllegalStateException(
           "Cannot dead-letter "
-              + describe(record)
+              + describe(record, group)
               + ", which cannot be deserialized: the KafkaDeadLetterPublisher has no raw producer;"
               + " build it with rawProducer(...), a Producer<byte[], byte[]> with"
               + " ByteArraySerializer for keys and values");
@@ -278,7 +279,7 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
         rawDestination.apply(record),
         record,
         withMessage -> {
-          Headers headers = headers(record, reason, withMessage);
+          Headers headers = headers(record, reason, withMessage, group);
           if (reason instanceof RecordDeserializationException undeserializable) {
             UndeserializableRecords.rejectedPart(undeserializable)
                 .ifPresent(part -> add(headers, UNDESERIALIZABLE_HEADER, part));
@@ -309,12 +310,12 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
       return;
     } catch (KafkaException e) {
       if (!tooLarge(e) || messageOf(reason) == null) {
-        throw tooLarge(e) ? tooLargeForTopic(record, topic, e) : e;
+        throw tooLarge(e) ? tooLargeForTopic(record, group, topic, e) : e;
       }
       log.warn(
           "The dead letter of {} is too large for {} with the exception message; sending it"
               + " without header {} (header {} still names {})",
-          describe(record),
+          describe(record, group),
           topic,
           EXCEPTION_MESSAGE_HEADER,
           EXCEPTION_CLASS_HEADER,
@@ -323,7 +324,7 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     try {
       sendOnce(sender, group, topic, record, headers.apply(false), reason);
     } catch (KafkaException e) {
-      throw tooLarge(e) ? tooLargeForTopic(record, topic, e) : e;
+      throw tooLarge(e) ? tooLargeForTopic(record, group, topic, e) : e;
     }
   }
 
@@ -336,11 +337,11 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     return false;
   }
 
-  private KafkaException tooLargeForTopic(
-      ConsumerRecord<?, ?> record, String topic, KafkaException e) {
+  private static KafkaException tooLargeForTopic(
+      ConsumerRecord<?, ?> record, @Nullable String group, String topic, KafkaException e) {
     return new KafkaException(
         "Could not dead-letter "
-            + describe(record)
+            + describe(record, group)
             + ": it is too large for "
             + topic
             + " even without the exception message; it is held until the dead-letter topic's"
@@ -396,7 +397,7 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
         // committed past its record with no dead letter anywhere.
         throw new KafkaException(
             "Cannot tell whether the dead letter of "
-                + describe(record)
+                + describe(record, group)
                 + " was written to "
                 + topic
                 + ": the producer does not wait for the broker's acknowledgement (acks=0); the"
@@ -404,7 +405,7 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
       }
       log.info(
           "Dead-lettered {} to {}-{}@{}: {}",
-          describe(record),
+          describe(record, group),
           written.topic(),
           written.partition(),
           written.offset(),
@@ -413,18 +414,19 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
           FailureTexts.describe(reason));
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
-      throw new InterruptException("Interrupted while dead-lettering " + describe(record), e);
+      throw new InterruptException(
+          "Interrupted while dead-lettering " + describe(record, group), e);
     } catch (ExecutionException e) {
       unanswered.remove(letter, sent);
       throw new KafkaException(
-          "Could not dead-letter " + describe(record) + " to " + topic, e.getCause());
+          "Could not dead-letter " + describe(record, group) + " to " + topic, e.getCause());
     } catch (TimeoutException e) {
       // The producer goes on sending it (up to its delivery.timeout.ms) and may still write it:
       // the caller's next try for this record waits for this send instead of writing a second
       // dead letter.
       throw new KafkaException(
           "Dead letter of "
-              + describe(record)
+              + describe(record, group)
               + " to "
               + topic
               + " was not acknowledged within "
@@ -468,7 +470,13 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
   private record Letter(
       @Nullable String group, String topic, String sourceTopic, int partition, long offset) {}
 
-  private Headers headers(ConsumerRecord<?, ?> record, Exception reason, boolean withMessage) {
+  /**
+   * The dead letter's headers, naming {@code group}: the group of the loop giving the record up,
+   * which may differ from the one the publisher was built with when loops of several groups share
+   * it (a dead letter of one group labelled with another's would be replayed to the wrong one).
+   */
+  private Headers headers(
+      ConsumerRecord<?, ?> record, Exception reason, boolean withMessage, @Nullable String group) {
     Headers headers = new RecordHeaders(record.headers().toArray());
     add(headers, EXCEPTION_CLASS_HEADER, reason.getClass().getName());
     String message = withMessage ? messageOf(reason) : null;
@@ -479,8 +487,8 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     add(headers, ORIGINAL_TOPIC_HEADER, record.topic());
     add(headers, ORIGINAL_PARTITION_HEADER, Integer.toString(record.partition()));
     add(headers, ORIGINAL_OFFSET_HEADER, Long.toString(record.offset()));
-    if (groupId != null) {
-      add(headers, ORIGINAL_GROUP_HEADER, groupId);
+    if (group != null) {
+      add(headers, ORIGINAL_GROUP_HEADER, group);
     }
     return headers;
   }
@@ -504,8 +512,8 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     headers.add(name, value.getBytes(StandardCharsets.UTF_8));
   }
 
-  private String describe(ConsumerRecord<?, ?> record) {
-    return RecordSources.describe(record, groupId);
+  private static String describe(ConsumerRecord<?, ?> record, @Nullable String group) {
+    return RecordSources.describe(record, group);
   }
 
   /** Builds a {@link KafkaDeadLetterPublisher}. */
@@ -524,8 +532,10 @@ public final class KafkaDeadLetterPublisher<K, V> implements DeadLetterHandler<K
     }
 
     /**
-     * The consumer group, written to {@value #ORIGINAL_GROUP_HEADER} and named in logs. Default:
-     * not written.
+     * The consumer group, written to {@value #ORIGINAL_GROUP_HEADER} and named in logs, of the
+     * records given to {@link #deadLetter(ConsumerRecord, Exception)} directly. A {@link
+     * DedupPollLoop} or {@link DedupShareLoop} tells the publisher its own group, which is written
+     * instead. Default: not written for direct calls.
      */
     public Builder<K, V> groupId(String groupId) {
       Objects.requireNonNull(groupId, "groupId");

@@ -300,6 +300,52 @@ class DedupPollLoopPoisonTest {
         .anySatisfy(message -> assertThat(message).contains("'shipment'"));
   }
 
+  @Test
+  void aPublisherSharedByTwoGroupsNamesInEachDeadLetterTheGroupThatGaveTheRecordUp()
+      throws Exception {
+    TestKafka.createTopics(1, topic, topic + "-dlt");
+    fixture
+        .producer()
+        .send(new ProducerRecord<>(topic, 0, RECORD_KEY, "charge without an order number"))
+        .get();
+    String shipping = group + "-shipping";
+    // Built for the first group's loop, as the class's example builds it, then handed to a second
+    // group's loop as well: the loops tell the publisher their group.
+    DeadLetterHandler<String, String> shared = deadLetters();
+
+    try (RunningLoop billing =
+        RunningLoop.start(
+            loop(payments(executor, record -> effects.apply(record.value())), shared))) {
+      awaitCommitted(Map.of(partition(0), 1L));
+    }
+    IdempotentRecordHandler<String, String> shipments =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType("shipment")
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId(shipping)
+            .handler(record -> effects.apply(record.value()))
+            .build();
+    try (RunningLoop running =
+        RunningLoop.start(
+            tuned(
+                DedupPollLoop.builder(TestKafka.consumerConfig(shipping), List.of(topic), shipments)
+                    .deadLetterHandler(shared)))) {
+      LoopFixture.awaitCommitted(shipping, Map.of(partition(0), 1L));
+    }
+
+    List<ConsumerRecord<String, String>> dlt =
+        TestKafka.readFromStart(topic + "-dlt", 3, Duration.ofSeconds(2));
+    assertThat(dlt)
+        .extracting(r -> header(r, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
+        .as("the record's dead letters")
+        .anySatisfy(message -> assertThat(message).contains("'payment'"))
+        .anySatisfy(message -> assertThat(message).contains("'shipment'"));
+    assertThat(dlt)
+        .extracting(r -> header(r, KafkaDeadLetterPublisher.ORIGINAL_GROUP_HEADER))
+        .as("the group each dead letter names as the one that gave the record up")
+        .containsExactlyInAnyOrder(group, shipping);
+  }
+
   // --- a dead letter near the dead-letter topic's size limit ---
 
   @Test
