@@ -16,8 +16,10 @@ import java.util.Objects;
 import java.util.Optional;
 import java.util.concurrent.ScheduledExecutorService;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.Function;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
@@ -69,6 +71,9 @@ public final class DedupJanitor implements AutoCloseable {
 
   private static final String TIMED_IN_NANOS = "timed in nanoseconds";
 
+  /** How long the janitor's thread waits before it tries again to schedule the next run. */
+  private static final Duration RESCHEDULE_PAUSE = Duration.ofSeconds(1);
+
   /**
    * The janitor is behind when the oldest expired row expired longer ago than this many intervals:
    * a janitor that keeps up leaves rows expired for at most about one interval.
@@ -98,6 +103,7 @@ public final class DedupJanitor implements AutoCloseable {
   private final FailureStreak purgedReportFailures = new FailureStreak();
 
   private volatile @Nullable PurgeBacklog lastBacklog;
+  private final Function<ThreadFactory, ScheduledThreadPoolExecutor> schedulers;
   private @Nullable ScheduledExecutorService scheduler;
 
   private DedupJanitor(Builder builder) {
@@ -113,6 +119,7 @@ public final class DedupJanitor implements AutoCloseable {
     this.interval = builder.interval;
     this.listener = DedupListener.composite(List.of(builder.listener));
     this.shortestRetention = builder.shortestRetention;
+    this.schedulers = builder.schedulers;
   }
 
   public static Builder builder(DedupStore store) {
@@ -380,8 +387,7 @@ public final class DedupJanitor implements AutoCloseable {
       throw new IllegalStateException("DedupJanitor already started");
     }
     ScheduledThreadPoolExecutor started =
-        new ScheduledThreadPoolExecutor(
-            1,
+        schedulers.apply(
             runnable -> {
               Thread thread = new Thread(runnable, "consumer-dedup-janitor");
               thread.setDaemon(true);
@@ -423,7 +429,42 @@ public final class DedupJanitor implements AutoCloseable {
     } finally {
       // Whatever the logging of a failure throws as well (an OutOfMemoryError again, as the log
       // line is formatted), the schedule goes on.
-      scheduleNext(more ? Duration.ZERO : interval);
+      scheduleNextWhatever(more ? Duration.ZERO : interval);
+    }
+  }
+
+  /**
+   * Schedules the next run, on the janitor's own thread, which has nothing else to do: until it is
+   * scheduled or the janitor is closed, trying again every {@link #RESCHEDULE_PAUSE}. Thrown out of
+   * the run (an OutOfMemoryError as the scheduler allocates the task, likely just when a run failed
+   * for want of memory), the failure went into a future nobody reads: no run came again, without a
+   * word, and the table grew until the next restart.
+   */
+  private void scheduleNextWhatever(Duration delay) {
+    boolean said = false;
+    while (true) {
+      try {
+        scheduleNext(delay);
+        return;
+      } catch (RuntimeException | Error e) {
+        if (!said) {
+          said = true;
+          try {
+            log.error(
+                "Could not schedule the next purge of expired dedup records; trying again every {}",
+                RESCHEDULE_PAUSE,
+                FailureTexts.loggable(e));
+          } catch (RuntimeException | Error again) {
+            // Still out of memory, say: the scheduling is tried again all the same.
+          }
+        }
+      }
+      try {
+        Thread.sleep(RESCHEDULE_PAUSE.toMillis());
+      } catch (InterruptedException e) {
+        Thread.currentThread().interrupt(); // only a scheduler shut down at once interrupts
+        return;
+      }
     }
   }
 
@@ -449,6 +490,8 @@ public final class DedupJanitor implements AutoCloseable {
     private Duration interval = DEFAULT_INTERVAL;
     private DedupListener listener = DedupListener.NOOP;
     private @Nullable Duration shortestRetention;
+    private Function<ThreadFactory, ScheduledThreadPoolExecutor> schedulers =
+        threads -> new ScheduledThreadPoolExecutor(1, threads);
 
     private Builder(DedupStore store) {
       this.store = Objects.requireNonNull(store, "store");
@@ -516,6 +559,15 @@ public final class DedupJanitor implements AutoCloseable {
     /** Receives {@link DedupListener#purged(int)} and {@link DedupListener#purgeBacklog}. */
     public Builder listener(DedupListener listener) {
       this.listener = Objects.requireNonNull(listener, "listener");
+      return this;
+    }
+
+    /**
+     * For tests: makes the scheduler of {@link #start()}, one thread from the factory given (a
+     * test's may throw as it schedules, as scheduling does when memory runs out).
+     */
+    Builder schedulers(Function<ThreadFactory, ScheduledThreadPoolExecutor> schedulers) {
+      this.schedulers = Objects.requireNonNull(schedulers, "schedulers");
       return this;
     }
 

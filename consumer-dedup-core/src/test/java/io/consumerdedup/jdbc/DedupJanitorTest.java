@@ -23,6 +23,8 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.time.temporal.ChronoUnit;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
@@ -179,6 +181,61 @@ class DedupJanitorTest {
     }
     assertThat(connectionErrorsLeft).as("connections refused with the Error").hasValue(0);
     assertThat(failedRunLogs).as("failed runs logged").hasValue(1);
+    assertThat(count("kept-%")).isEqualTo(100);
+  }
+
+  /**
+   * The next run is scheduled at the end of each run. When that scheduling threw (an {@code
+   * OutOfMemoryError} as the scheduler allocates the task, likely just when a run failed for want
+   * of memory), the {@code Error} went into a future nobody reads: no run came again, nothing was
+   * logged, and the table grew from then on until the next restart.
+   */
+  @Test
+  void aNextRunThatCannotBeScheduledIsScheduledAgainAndSaidSo() throws SQLException {
+    AtomicInteger schedules = new AtomicInteger();
+    AtomicInteger refused = new AtomicInteger();
+    Logger janitorLog = (Logger) LoggerFactory.getLogger(DedupJanitor.class);
+    ListAppender<ILoggingEvent> logged = new ListAppender<>();
+    logged.start();
+    janitorLog.addAppender(logged);
+    try (DedupJanitor janitor =
+        DedupJanitor.builder(store)
+            .batchSize(500)
+            .maxBatchesPerRun(1)
+            .interval(Duration.ofMillis(100))
+            .schedulers(
+                threads ->
+                    new ScheduledThreadPoolExecutor(1, threads) {
+                      @Override
+                      public ScheduledFuture<?> schedule(
+                          Runnable command, long delay, TimeUnit unit) {
+                        // The first run is scheduled by start(); the one after it is refused.
+                        if (schedules.incrementAndGet() == 2) {
+                          refused.incrementAndGet();
+                          throw new OutOfMemoryError("Java heap space, scheduling the next run");
+                        }
+                        return super.schedule(command, delay, unit);
+                      }
+                    })
+            .build()) {
+      janitor.start();
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .untilAsserted(
+              () ->
+                  assertThat(count("expired-%"))
+                      .as("expired records left after the next run could not be scheduled once")
+                      .isZero());
+    } finally {
+      janitorLog.detachAppender(logged);
+    }
+    assertThat(refused).as("schedules refused with the Error").hasValue(1);
+    assertThat(logged.list)
+        .filteredOn(event -> event.getLevel() == Level.ERROR)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .as("the janitor's ERRORs")
+        .anyMatch(
+            message -> message.startsWith("Could not schedule the next purge of expired dedup"));
     assertThat(count("kept-%")).isEqualTo(100);
   }
 
