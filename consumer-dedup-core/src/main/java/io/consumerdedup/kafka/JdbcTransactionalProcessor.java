@@ -12,6 +12,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.OptionalInt;
+import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.jspecify.annotations.Nullable;
@@ -226,8 +227,18 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
       return outcome;
     }
     Outcome processed;
+    AtomicReference<@Nullable Error> processorError = new AtomicReference<>();
     try {
-      processed = transactions.inTransaction(() -> processor.process(record));
+      processed =
+          transactions.inTransaction(
+              () -> {
+                try {
+                  return processor.process(record);
+                } catch (Error e) {
+                  processorError.set(e);
+                  throw e;
+                }
+              });
     } catch (DedupStoreException e) {
       throw e.locatedAt(RecordSources.coordinates(record));
     } catch (RuntimeException e) {
@@ -238,8 +249,13 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
     } catch (Error e) {
       // Counted as the loop counts it, as a handler failure. Only here: the loop it ends forgets
       // its count, and the rollback left none in the table, so every loop that followed counted
-      // the record's first attempt and never dead-lettered it.
-      countFailure(record);
+      // the record's first attempt and never dead-lettered it. Only an Error of the record's
+      // processing: one as the transaction opened (an OutOfMemoryError from the pool) or ended
+      // is no attempt of the record, and counted, the loops the application restarted after it
+      // spent the record's attempts and dead-lettered it though its handler never ran.
+      if (e == processorError.get()) {
+        countFailure(record);
+      }
       throw e;
     }
     forgetFailures(record);

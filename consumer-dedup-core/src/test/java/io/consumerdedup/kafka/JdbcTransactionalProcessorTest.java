@@ -20,6 +20,8 @@ import io.consumerdedup.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.testing.FaultyDataSource;
 import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -37,6 +39,7 @@ import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.admin.Admin;
@@ -701,6 +704,71 @@ class JdbcTransactionalProcessorTest {
         .satisfies(reason -> assertThat(reason).hasMessageContaining("aborted"));
     assertThat(charges("S-0-SWALLOWS")).isEmpty();
     assertThat(fixture.store().find(DedupKey.of(BIZ_TYPE, "S-0-SWALLOWS"))).isEmpty();
+  }
+
+  /**
+   * An {@code Error} as the record's transaction was opened (an {@code OutOfMemoryError} from the
+   * pool's {@code getConnection}), before anything of the record ran, ends the loop as an Error
+   * does. It was counted as a failed attempt of the record, in the count that outlives the loop:
+   * once the application's restarted loops had met it as often as {@code maxAttempts}, the record
+   * was dead-lettered as if its handler had thrown, and never applied.
+   */
+  @Test
+  void anErrorFromThePoolAsTheTransactionOpensCountsNoAttemptAndTheRecordIsAppliedAfterwards()
+      throws Exception {
+    send("OOM-1");
+    AtomicBoolean outOfMemory = new AtomicBoolean();
+    AtomicInteger refused = new AtomicInteger();
+    AtomicInteger handlerRuns = new AtomicInteger();
+    DataSource pool = fixture.dataSource();
+    DataSource failing =
+        (DataSource)
+            Proxy.newProxyInstance(
+                DataSource.class.getClassLoader(),
+                new Class<?>[] {DataSource.class},
+                (proxy, method, args) -> {
+                  if (method.getName().equals("getConnection") && outOfMemory.get()) {
+                    refused.incrementAndGet();
+                    throw new OutOfMemoryError("Java heap space, from the pool");
+                  }
+                  try {
+                    return method.invoke(pool, args);
+                  } catch (InvocationTargetException e) {
+                    throw e.getCause();
+                  }
+                });
+    RecordProcessor<String, String> payments =
+        payments(
+            TransactionBoundDataSource.of(failing),
+            "billing",
+            order -> handlerRuns.incrementAndGet());
+    outOfMemory.set(true); // once the executor is built: it checks the table at build()
+    List<Exception> givenUp = new CopyOnWriteArrayList<>();
+    // As the application does: a loop that ends with an Error is followed by a new one, over the
+    // same processor. maxAttempts 2: two loops would spend the record's attempts.
+    for (int loopsEnded = 0; loopsEnded < 2; loopsEnded++) {
+      ExecutorService pollThread = Executors.newSingleThreadExecutor();
+      try {
+        pollThread.submit(twoAttempts(payments, givenUp)).get(WAIT.toSeconds(), TimeUnit.SECONDS);
+        throw new AssertionError("the loop did not end with the pool's Error");
+      } catch (ExecutionException e) {
+        assertThat(e.getCause()).isInstanceOf(OutOfMemoryError.class);
+      } finally {
+        pollThread.shutdownNow();
+      }
+    }
+    assertThat(refused).as("connections refused with the Error").hasValueGreaterThanOrEqualTo(2);
+    assertThat(handlerRuns).as("handler runs while the pool threw").hasValue(0);
+
+    outOfMemory.set(false);
+    try (RunningLoop running = RunningLoop.start(twoAttempts(payments, givenUp))) {
+      awaitCommitted(fixture.group(), 1);
+    }
+
+    assertThat(givenUp)
+        .as("records dead-lettered though their handler never ran (it ran %s times)", handlerRuns)
+        .isEmpty();
+    assertThat(charges("OOM-1")).containsExactly("billing");
   }
 
   @Test
