@@ -494,6 +494,14 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         case HANDLER_FAILED -> deadLetters.handlerFailed(record, partition, previous, e);
       };
     } catch (Error e) {
+      boolean claims = ErrorsBesideHandlers.isBesideHandler(e);
+      ErrorsBesideHandlers.clear();
+      if (claims) {
+        // Not the handler's (the record's claim answered by an OutOfMemoryError, say): no attempt
+        // is counted and the record is not done. This loop ends on it; the next one takes the
+        // claim up and runs the handler.
+        throw e;
+      }
       // A handler failure like any other (its claim is FAILED, the attempt counted), so that a
       // record whose handler always throws an Error is dead-lettered once its attempts are spent
       // instead of ending every loop the application starts; then this loop ends with it.

@@ -168,7 +168,16 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
       return Outcome.PROCESSED;
     }
     String print = fingerprintOf(record);
-    DedupClaim claim = executor.claim(key.get(), print, source);
+    DedupClaim claim;
+    try {
+      claim = executor.claim(key.get(), print, source);
+    } catch (Error e) {
+      // The claim's, not the handler's (an OutOfMemoryError as its answer was read): counted by
+      // the loop as the handler's failed attempt, it spent the record's attempts and dead-lettered
+      // it without its retry ever running.
+      ErrorsBesideHandlers.note(e);
+      throw e;
+    }
     if (claim.isDuplicate()) {
       return Outcome.DUPLICATE;
     }
@@ -222,6 +231,7 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
   @Override
   public void prepare(List<ConsumerRecord<K, V>> records) {
     settle(); // a poll left unsettled by a caller that skipped it
+    ErrorsBesideHandlers.clear(); // one noted in a poll whose loop did not ask
     Poll<K, V> current = new Poll<>();
     poll.set(current);
     if (!claimsPerPoll) {

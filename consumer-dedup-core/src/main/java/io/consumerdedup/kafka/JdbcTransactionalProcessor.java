@@ -252,8 +252,9 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
       // the record's first attempt and never dead-lettered it. Only an Error of the record's
       // processing: one as the transaction opened (an OutOfMemoryError from the pool) or ended
       // is no attempt of the record, and counted, the loops the application restarted after it
-      // spent the record's attempts and dead-lettered it though its handler never ran.
-      if (e == processorError.get()) {
+      // spent the record's attempts and dead-lettered it though its handler never ran; nor one
+      // the wrapped handler met beside its handler (its claim's answer lost to it).
+      if (e == processorError.get() && !ErrorsBesideHandlers.isBesideHandler(e)) {
         countFailure(record);
       }
       throw e;

@@ -13,6 +13,7 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.ReplyLosingStore;
 import io.consumerdedup.testing.TestKafka;
 import java.io.PrintWriter;
 import java.nio.charset.StandardCharsets;
@@ -293,6 +294,48 @@ class DedupPollLoopErrorTest {
     assertThat(errors).hasValue(2);
     assertThat(effects).hasSize(4).doesNotContainKey(order(2));
     assertThat(effects.values()).allSatisfy(n -> assertThat(n).hasValue(1));
+  }
+
+  /**
+   * An {@code Error} as a record's retry is claimed (an {@code OutOfMemoryError} while the answer
+   * of a claim the database committed is read), before its handler runs, ends the loop as any
+   * {@code Error} does. The loop counted it as a failed attempt of the handler: a record that had
+   * failed once, two attempts allowed, was dead-lettered as "Handler threw OutOfMemoryError" having
+   * run once, and its retry never ran.
+   */
+  @Test
+  void anErrorAsARetryIsClaimedIsNoAttemptOfTheHandlerAndTheNextLoopAppliesTheRecord()
+      throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    send(0, 1);
+    ReplyLosingStore losing = ReplyLosingStore.in(fixture.store());
+    AtomicInteger runs = new AtomicInteger();
+    try (IdempotentExecutor executor = executor(losing.store())) {
+      RecordHandler<String, String> failsFirst =
+          record -> {
+            if (runs.incrementAndGet() == 1) {
+              // The retry's claim meets the Error once the database has committed it.
+              losing.loseNextClaimReplyTo(
+                  new OutOfMemoryError("Java heap space, reading the claim's answer"));
+              throw new IllegalStateException("card network timeout");
+            }
+            apply(record);
+          };
+      assertThat(endOf(threads.submit(loop(executor, false, failsFirst))))
+          .isInstanceOf(OutOfMemoryError.class);
+      assertThat(losing.repliesLost()).as("claims answered with the Error").isEqualTo(1);
+      assertThat(deadLetterReasons)
+          .as("records dead-lettered after %s handler run(s) of the two allowed", runs)
+          .isEmpty();
+
+      try (RunningLoop next = RunningLoop.start(loop(executor, false, failsFirst))) {
+        LoopFixture.awaitCommitted(
+            fixture.group(), Map.of(new TopicPartition(fixture.topic(), 0), 1L));
+      }
+    }
+    assertThat(runs).as("handler runs").hasValue(2);
+    assertEachAppliedOnceAndSuccess(1);
+    assertThat(deadLettered).isEmpty();
   }
 
   /**
