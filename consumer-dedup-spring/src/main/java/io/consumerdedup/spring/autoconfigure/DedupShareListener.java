@@ -437,6 +437,10 @@ final class DedupShareListener<K, V>
           return false;
         }
         lastOfferNanos = System.nanoTime();
+        if (record instanceof RejectedByPoll<?, ?> rejected) {
+          // Also a later delivery of one in hand, which takes that one's entry.
+          rejectedLockEndsNanos = rejected.lockEndsNanos();
+        }
         Id id = Id.of(record);
         Entry entry = entries.get(id);
         if (entry != null && delivery(entry.record) != delivery(record)) {
@@ -467,9 +471,7 @@ final class DedupShareListener<K, V>
             nextRenewalNanos = now + lock / 3;
           }
           boolean renewNow = false;
-          if (record instanceof RejectedByPoll<?, ?> rejected) {
-            rejectedLockEndsNanos = rejected.lockEndsNanos();
-          } else if (now - rejectedLockEndsNanos < 0) {
+          if (!(record instanceof RejectedByPoll<?, ?>) && now - rejectedLockEndsNanos < 0) {
             // Perhaps fetched with the record the poll rejected: kafka-clients kept it in its
             // buffer, unrenewable, until that one's REJECT, its lock running from the fetch. First
             // renewed a third of the lock after it was handed over, it lost its lock behind a dead
