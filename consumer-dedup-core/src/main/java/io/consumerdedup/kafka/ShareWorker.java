@@ -266,6 +266,17 @@ final class ShareWorker<K, V> implements Runnable {
     }
     if (held) {
       Integer written = deadLettered.get(id);
+      // A record the deserializer rejected has no delivery count (kafka-clients reports none with
+      // it): 0 on every delivery. Its dead letter written, it is handed over again only as a later
+      // delivery, whose REJECT came too late, and it was dead-lettered once more on each.
+      if (written != null && delivery == 0) {
+        log.warn(
+            "{} came back after this consumer dead-lettered it: its REJECT did not reach the"
+                + " broker in time (its lock was lost); rejecting it without another dead letter",
+            describe(record));
+        done(record, AcknowledgeType.REJECT, 0);
+        return false;
+      }
       if (written != null && written < delivery) {
         log.warn(
             "{} came back (delivery {}) after this consumer dead-lettered it on delivery {}: its"

@@ -369,6 +369,13 @@ final class DedupShareListener<K, V>
     private long lastOfferNanos = System.nanoTime();
     private boolean retired;
 
+    /**
+     * When the lock of the last record the poll rejected runs out (or ran out): until then, a new
+     * record may have been fetched with it, its lock running from that fetch. Under the keeper's
+     * lock.
+     */
+    private long rejectedLockEndsNanos = System.nanoTime();
+
     Keeper(ShareConsumer<?, ?> consumer) {
       this.consumer = consumer;
       name = "dedup-share-" + listenerId + "-" + keeperNumbers.getAndIncrement();
@@ -430,6 +437,10 @@ final class DedupShareListener<K, V>
           return false;
         }
         lastOfferNanos = System.nanoTime();
+        if (record instanceof RejectedByPoll<?, ?> rejected) {
+          // Also a later delivery of one in hand, which takes that one's entry.
+          rejectedLockEndsNanos = rejected.lockEndsNanos();
+        }
         Id id = Id.of(record);
         Entry entry = entries.get(id);
         if (entry != null && delivery(entry.record) != delivery(record)) {
@@ -455,8 +466,18 @@ final class DedupShareListener<K, V>
           entry.held = true;
         } else {
           boolean first = entries.isEmpty();
+          long now = System.nanoTime();
           if (first) {
-            nextRenewalNanos = System.nanoTime() + lock / 3;
+            nextRenewalNanos = now + lock / 3;
+          }
+          boolean renewNow = false;
+          if (!(record instanceof RejectedByPoll<?, ?>) && now - rejectedLockEndsNanos < 0) {
+            // Perhaps fetched with the record the poll rejected: kafka-clients kept it in its
+            // buffer, unrenewable, until that one's REJECT, its lock running from the fetch. First
+            // renewed a third of the lock after it was handed over, it lost its lock behind a dead
+            // letter that took two thirds of it, and the broker delivered it again.
+            nextRenewalNanos = now;
+            renewNow = true;
           }
           Entry added = new Entry(record, acknowledgment);
           entries.put(id, added);
@@ -477,7 +498,7 @@ final class DedupShareListener<K, V>
                 e);
             return true;
           }
-          if (!first) {
+          if (!first && !renewNow) {
             return true; // the keeper already wakes for the renewal scheduled
           }
           // An idle keeper sleeps a third of the lock it knew, the broker's default (10 s) if it

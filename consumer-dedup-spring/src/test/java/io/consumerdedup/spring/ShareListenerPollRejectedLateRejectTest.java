@@ -1,0 +1,176 @@
+package io.consumerdedup.spring;
+
+import static io.consumerdedup.spring.SpringTestEnvironment.header;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.kafka.DeadLetterHandler;
+import io.consumerdedup.testing.TestKafka;
+import io.consumerdedup.testing.TestShareGroups;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.Future;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.apache.kafka.common.serialization.StringSerializer;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.SpringBootConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
+import org.springframework.test.annotation.DirtiesContext;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/**
+ * An {@code @Idempotent} share listener whose consumer cannot deserialize a record (no {@code
+ * ErrorHandlingDeserializer}) fetched together with a record before it whose listener outlasts two
+ * of the 3 s acquisition locks, and a healthy one after it. kafka-clients returns the first record
+ * and keeps the other two in its buffer, unrenewable, until the first is acknowledged: their locks
+ * run out there. The rejected record is then dead-lettered, its REJECT refused by the broker, and
+ * the broker delivers it again. The user expects it in the dead-letter topic once, not once per
+ * delivery. Spring Boot 4.0 refuses share listeners, so the boot40 module leaves this class out.
+ */
+@SpringBootTest(classes = ShareListenerPollRejectedLateRejectTest.App.class)
+@DirtiesContext
+class ShareListenerPollRejectedLateRejectTest {
+  static final Duration WAIT = Duration.ofSeconds(40);
+  static final Duration LOCK = Duration.ofSeconds(3);
+  static final String TOPIC = "share-poll-rejected-late-reject";
+
+  /** Over two of the locks. */
+  static final Duration FIRST_LISTENER_TAKES = Duration.ofSeconds(7);
+
+  /** The order-no header of each call of the listener, with its delivery count. */
+  static final List<String> calls = new CopyOnWriteArrayList<>();
+
+  /** The dead letters of undeserializable records, by their order-no header. */
+  static final List<String> deadLetters = new CopyOnWriteArrayList<>();
+
+  /** How many times the consumer's deserializer met the poisoned value: its deliveries. */
+  static final AtomicInteger poisonReads = new AtomicInteger();
+
+  @DynamicPropertySource
+  static void environment(DynamicPropertyRegistry registry) {
+    SpringTestEnvironment.prepare(registry, "spring_share_poll_rejected_late_reject", TOPIC);
+    TestShareGroups.configure(TOPIC, LOCK);
+  }
+
+  @Autowired JdbcTemplate jdbc;
+
+  @Test
+  void aRejectedRecordWhoseLockRanOutBehindALongListenerIsDeadLetteredOnce() throws Exception {
+    // In one batch, as a busy producer sends them: the broker acquires them in one fetch.
+    try (KafkaProducer<String, String> producer =
+        new KafkaProducer<>(
+            Map.of(
+                ProducerConfig.BOOTSTRAP_SERVERS_CONFIG,
+                TestKafka.bootstrapServers(),
+                ProducerConfig.LINGER_MS_CONFIG,
+                200),
+            new StringSerializer(),
+            new StringSerializer())) {
+      List<Future<?>> sent = new ArrayList<>();
+      sent.add(producer.send(order("K-1", "charge 1.00", "O-1")));
+      sent.add(producer.send(order("K-2", RejectingDeserializer.POISON + " charge 2.00", "P-2")));
+      sent.add(producer.send(order("K-3", "charge 3.00", "O-3")));
+      producer.flush();
+      for (Future<?> each : sent) {
+        each.get();
+      }
+    }
+
+    await().atMost(WAIT).until(() -> SpringTestEnvironment.effects(jdbc, TOPIC, "O-3") == 1);
+    await().atMost(WAIT).until(() -> !deadLetters.isEmpty());
+    Thread.sleep(LOCK.multipliedBy(2).toMillis()); // time for a second dead letter, if any
+    assertThat(poisonReads.get())
+        .as("deliveries of P-2: its REJECT refused, its lock having run out in the buffer")
+        .isGreaterThanOrEqualTo(2);
+    assertThat(deadLetters).as("dead letters of P-2").hasSize(1);
+    assertThat(SpringTestEnvironment.effects(jdbc, TOPIC, "O-1")).isEqualTo(1);
+    assertThat(TestShareGroups.remaining(TOPIC, TOPIC, Duration.ofSeconds(2)))
+        .as("left in the queue")
+        .isEmpty();
+  }
+
+  private static ProducerRecord<String, String> order(String key, String value, String orderNo) {
+    ProducerRecord<String, String> record = new ProducerRecord<>(TOPIC, key, value);
+    record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+    return record;
+  }
+
+  @SpringBootConfiguration
+  @EnableAutoConfiguration
+  static class App {
+    @Bean
+    ShareKafkaListenerContainerFactory<String, String> shareFactory() {
+      return ShareListenerTests.shareFactory(
+          ShareListenerTests.consumerConfig(
+              StringDeserializer.class, CountingRejectingDeserializer.class));
+    }
+
+    @Bean
+    DeadLetterHandler<String, String> deadLetterHandler() {
+      return new DeadLetterHandler<>() {
+        @Override
+        public void deadLetter(ConsumerRecord<String, String> record, Exception reason) {
+          throw new AssertionError("no dead letter expected for " + record, reason);
+        }
+
+        @Override
+        public void deadLetterUndeserializable(
+            ConsumerRecord<byte[], byte[]> record, Exception reason) {
+          deadLetters.add(header(record, "order-no"));
+        }
+      };
+    }
+
+    @Bean
+    Listener listener(JdbcTemplate jdbc) {
+      return new Listener(jdbc);
+    }
+  }
+
+  /** Counts the poisoned values it rejects. */
+  public static class CountingRejectingDeserializer extends RejectingDeserializer {
+    @Override
+    public String deserialize(String topic, byte[] data) {
+      if (data != null
+          && new String(data, StandardCharsets.UTF_8).startsWith(RejectingDeserializer.POISON)) {
+        poisonReads.incrementAndGet();
+      }
+      return super.deserialize(topic, data);
+    }
+  }
+
+  static class Listener {
+    private final JdbcTemplate jdbc;
+
+    Listener(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
+
+    @Idempotent(bizType = "poll-rejected-late-reject", header = "order-no")
+    @KafkaListener(id = TOPIC, topics = TOPIC, groupId = TOPIC, containerFactory = "shareFactory")
+    public void handle(ConsumerRecord<String, String> record) throws InterruptedException {
+      String orderNo = header(record, "order-no");
+      calls.add(orderNo + "/" + record.deliveryCount().orElse((short) 0));
+      if (orderNo.equals("O-1")) {
+        Thread.sleep(FIRST_LISTENER_TAKES.toMillis());
+      }
+      SpringTestEnvironment.effect(jdbc, TOPIC, orderNo, record.value());
+    }
+  }
+}
