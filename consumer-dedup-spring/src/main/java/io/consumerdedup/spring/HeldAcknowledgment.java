@@ -7,28 +7,29 @@ import org.springframework.kafka.support.Acknowledgment;
 /**
  * The listener's {@link Acknowledgment}, as the listener sees it: a nack the container accepts
  * leaves the key FAILED (the record comes back, and must run again); a nack it refuses (off the
- * consumer thread, or of an asynchronous listener) leaves the key to the listener's outcome. Unless
- * the listener runs in a Kafka transaction of its container, an acknowledgment is passed on only
- * once released, when SUCCESS is written or the listener's transaction committed, so no offset is
- * committed past a record whose outcome may still be undone.
+ * consumer thread, or of an asynchronous listener) leaves the key to the listener's outcome. An
+ * acknowledgment is passed on only once released, when SUCCESS is written or the listener's
+ * transaction committed, so no offset is committed past a record whose outcome may still be undone.
+ * In a Kafka transaction of the container too, where it is released inside that transaction and its
+ * offset goes with it: passed on at once, spring-kafka kept it when the listener then threw, and
+ * committed it outside any transaction before its next poll, past the record its after-rollback
+ * processor had sought back for a retry, which a stop or a rebalance before that retry lost.
  */
 final class HeldAcknowledgment implements Acknowledgment {
   private final Acknowledgment delegate;
   private final ListenerOutcomes.Pending pending;
-  private final boolean hold;
   private boolean acknowledged;
   private boolean released;
 
-  HeldAcknowledgment(Acknowledgment delegate, ListenerOutcomes.Pending pending, boolean hold) {
+  HeldAcknowledgment(Acknowledgment delegate, ListenerOutcomes.Pending pending) {
     this.delegate = delegate;
     this.pending = pending;
-    this.hold = hold;
   }
 
   @Override
   public void acknowledge() {
     synchronized (this) {
-      if (hold && !released) {
+      if (!released) {
         acknowledged = true;
         return;
       }

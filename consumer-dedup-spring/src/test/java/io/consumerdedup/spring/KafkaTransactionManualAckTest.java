@@ -1,0 +1,167 @@
+package io.consumerdedup.spring;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.DedupStore;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.SpringBootConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.MessageListenerContainer;
+import org.springframework.kafka.support.Acknowledgment;
+import org.springframework.test.annotation.DirtiesContext;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/**
+ * Kafka transactions as Spring Boot sets them up ({@code transaction-id-prefix}), ack mode {@code
+ * MANUAL}: an {@code @Idempotent} listener that acknowledges its record and then throws. Its
+ * transaction rolls back and the record is sought back for a retry, but spring-kafka keeps the
+ * acknowledged offset and commits it outside any transaction before its next poll: with the
+ * container stopped (a deploy, a rebalance) before a retry succeeds, the record would never come
+ * again. A real PostgreSQL and the in-JVM broker.
+ */
+@SpringBootTest(
+    classes = KafkaTransactionManualAckTest.App.class,
+    properties = {
+      "spring.kafka.producer.transaction-id-prefix=dedup-manual-ack-tx-",
+      "spring.kafka.listener.ack-mode=manual",
+      "spring.kafka.consumer.properties.isolation.level=read_committed"
+    })
+@DirtiesContext
+class KafkaTransactionManualAckTest {
+  static final Duration WAIT = Duration.ofSeconds(30);
+  static final String TOPIC = "mack-orders";
+
+  @DynamicPropertySource
+  static void environment(DynamicPropertyRegistry registry) {
+    SpringTestEnvironment.prepare(registry, "spring_manual_ack_tx", TOPIC);
+  }
+
+  @Autowired KafkaTemplate<String, String> template;
+  @Autowired JdbcTemplate jdbc;
+  @Autowired DedupStore store;
+  @Autowired KafkaListenerEndpointRegistry registry;
+
+  @Test
+  void aRecordAcknowledgedBeforeItsListenerThrewIsStillDeliveredAfterTheContainerRestarts()
+      throws Exception {
+    MessageListenerContainer container = registry.getListenerContainer(TOPIC);
+    long offset = send(TOPIC, "MA-1");
+
+    // The first call acknowledged and threw; its retry is in the listener, which throws again
+    // once the container has been asked to stop.
+    stopDuringTheRetry(container, Switches.listener);
+
+    DedupKey key = DedupKey.of("manual-ack", "MA-1");
+    assertThat(store.find(key).orElseThrow().status())
+        .as("the key of the record whose two calls threw")
+        .isEqualTo(DedupStatus.FAILED);
+    assertThat(SpringTestEnvironment.effects(jdbc, "manual-ack", "MA-1")).isZero();
+    assertThat(SpringTestEnvironment.committed(TOPIC, TOPIC, 0))
+        .as("the group's committed offset, its record (offset %d) never applied", offset)
+        .isLessThanOrEqualTo(offset);
+
+    Switches.listener.failing.set(false);
+    container.start();
+    await()
+        .atMost(WAIT)
+        .alias("effect of MA-1 after the restart")
+        .until(() -> SpringTestEnvironment.effects(jdbc, "manual-ack", "MA-1") == 1);
+    await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(TOPIC, TOPIC, 0) > offset);
+    assertThat(Switches.listener.calls)
+        .as("two calls that threw, then the one after the restart")
+        .hasValue(3);
+  }
+
+  /**
+   * Waits for the retry of the record whose first call threw, asks the container to stop while it
+   * runs, lets it throw, and waits for the container to have stopped.
+   */
+  private static void stopDuringTheRetry(MessageListenerContainer container, Calls calls) {
+    await().atMost(WAIT).until(calls.retryRunning::get);
+    container.stop(() -> {});
+    calls.release.countDown();
+    await().atMost(WAIT).until(() -> !container.isRunning());
+  }
+
+  /** Sends a record with {@code orderNo} in a transaction of its own; returns its offset. */
+  private long send(String topic, String orderNo) throws Exception {
+    ProducerRecord<String, String> record = new ProducerRecord<>(topic, "credit 5");
+    record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+    return template.executeInTransaction(t -> t.send(record)).get().getRecordMetadata().offset();
+  }
+
+  /** The calls of one listener, which acknowledges its record first, then fails while failing. */
+  static final class Calls {
+    final AtomicInteger calls = new AtomicInteger();
+    final AtomicBoolean failing = new AtomicBoolean(true);
+    final AtomicBoolean retryRunning = new AtomicBoolean();
+    final CountDownLatch release = new CountDownLatch(1);
+
+    /** The second call, the retry, waits until {@link #release} before it throws. */
+    void acknowledgeThenFailWhileFailing(String orderNo, Acknowledgment ack) {
+      int call = calls.incrementAndGet();
+      ack.acknowledge();
+      if (!failing.get()) {
+        return;
+      }
+      if (call == 2) {
+        retryRunning.set(true);
+        try {
+          release.await(WAIT.toSeconds(), TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+        }
+      }
+      throw new IllegalStateException("downstream refused " + orderNo);
+    }
+  }
+
+  static final class Switches {
+    static final Calls listener = new Calls();
+  }
+
+  @SpringBootConfiguration
+  @EnableAutoConfiguration
+  static class App {
+    @Bean
+    Listeners listeners(JdbcTemplate jdbc) {
+      return new Listeners(jdbc);
+    }
+  }
+
+  static class Listeners {
+    final JdbcTemplate jdbc;
+
+    Listeners(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
+
+    /** Acknowledges as soon as it has the record, then fails while failing. */
+    @Idempotent(bizType = "manual-ack", header = "order-no")
+    @KafkaListener(id = TOPIC, topics = TOPIC)
+    public void on(ConsumerRecord<String, String> record, Acknowledgment ack) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      Switches.listener.acknowledgeThenFailWhileFailing(orderNo, ack);
+      SpringTestEnvironment.effect(jdbc, "manual-ack", orderNo, record.value());
+    }
+  }
+}
