@@ -6,8 +6,11 @@ import static org.awaitility.Awaitility.await;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
+import io.consumerdedup.kafka.MissingKeyPolicy;
+import io.consumerdedup.spring.listener.IdempotentRecordInterceptor;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.Objects;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -23,9 +26,14 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
+import org.springframework.kafka.core.ConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.kafka.listener.AcknowledgingMessageListener;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.listener.KafkaMessageListenerContainer;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.support.Acknowledgment;
+import org.springframework.kafka.transaction.KafkaTransactionManager;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -49,16 +57,20 @@ import org.springframework.test.context.DynamicPropertySource;
 class KafkaTransactionManualAckTest {
   static final Duration WAIT = Duration.ofSeconds(30);
   static final String TOPIC = "mack-orders";
+  static final String HAND_BUILT = "mack-hand-built";
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_manual_ack_tx", TOPIC);
+    SpringTestEnvironment.prepare(registry, "spring_manual_ack_tx", TOPIC, HAND_BUILT);
   }
 
   @Autowired KafkaTemplate<String, String> template;
   @Autowired JdbcTemplate jdbc;
   @Autowired DedupStore store;
   @Autowired KafkaListenerEndpointRegistry registry;
+  @Autowired ConsumerFactory<String, String> consumerFactory;
+  @Autowired KafkaTransactionManager<?, ?> kafkaTransactionManager;
+  @Autowired IdempotentExecutors executors;
 
   @Test
   void aRecordAcknowledgedBeforeItsListenerThrewIsStillDeliveredAfterTheContainerRestarts()
@@ -89,6 +101,57 @@ class KafkaTransactionManualAckTest {
     assertThat(Switches.listener.calls)
         .as("two calls that threw, then the one after the restart")
         .hasValue(3);
+  }
+
+  /**
+   * The same with a container built by hand and made idempotent by {@link
+   * IdempotentRecordInterceptor}, whose manual acknowledgments went to the container as they came.
+   */
+  @Test
+  void aHandBuiltContainersRecordAcknowledgedBeforeItsListenerThrewIsStillDeliveredAfterARestart()
+      throws Exception {
+    ContainerProperties properties = new ContainerProperties(HAND_BUILT);
+    properties.setGroupId(HAND_BUILT);
+    properties.setKafkaAwareTransactionManager(kafkaTransactionManager);
+    properties.setAckMode(ContainerProperties.AckMode.MANUAL);
+    Calls calls = Switches.handBuilt;
+    properties.setMessageListener(
+        (AcknowledgingMessageListener<String, String>)
+            (record, ack) -> {
+              String orderNo = SpringTestEnvironment.header(record, "order-no");
+              calls.acknowledgeThenFailWhileFailing(orderNo, Objects.requireNonNull(ack));
+              SpringTestEnvironment.effect(jdbc, HAND_BUILT, orderNo, record.value());
+            });
+    KafkaMessageListenerContainer<String, String> container =
+        new KafkaMessageListenerContainer<>(consumerFactory, properties);
+    container.setBeanName(HAND_BUILT);
+    IdempotentRecordInterceptor.decorate(
+        container, executors.defaultExecutor(), HAND_BUILT, "order-no", MissingKeyPolicy.FAIL);
+    long offset = send(HAND_BUILT, "HB-1");
+    container.start();
+    try {
+      stopDuringTheRetry(container, calls);
+
+      assertThat(store.find(DedupKey.of(HAND_BUILT, "HB-1")).orElseThrow().status())
+          .as("the key of the record whose two calls threw")
+          .isEqualTo(DedupStatus.FAILED);
+      assertThat(SpringTestEnvironment.effects(jdbc, HAND_BUILT, "HB-1")).isZero();
+      assertThat(SpringTestEnvironment.committed(HAND_BUILT, HAND_BUILT, 0))
+          .as("the group's committed offset, its record (offset %d) never applied", offset)
+          .isLessThanOrEqualTo(offset);
+
+      calls.failing.set(false);
+      container.start();
+      await()
+          .atMost(WAIT)
+          .alias("effect of HB-1 after the restart")
+          .until(() -> SpringTestEnvironment.effects(jdbc, HAND_BUILT, "HB-1") == 1);
+      await()
+          .atMost(WAIT)
+          .until(() -> SpringTestEnvironment.committed(HAND_BUILT, HAND_BUILT, 0) > offset);
+    } finally {
+      container.stop();
+    }
   }
 
   /**
@@ -137,6 +200,7 @@ class KafkaTransactionManualAckTest {
 
   static final class Switches {
     static final Calls listener = new Calls();
+    static final Calls handBuilt = new Calls();
   }
 
   @SpringBootConfiguration
