@@ -156,13 +156,17 @@ class KafkaTransactionManualAckTest {
 
   /**
    * Waits for the retry of the record whose first call threw, asks the container to stop while it
-   * runs, lets it throw, and waits for the container to have stopped.
+   * runs, lets it throw, and waits for the container's consumer to have ended.
    */
-  private static void stopDuringTheRetry(MessageListenerContainer container, Calls calls) {
+  private static void stopDuringTheRetry(MessageListenerContainer container, Calls calls)
+      throws InterruptedException {
     await().atMost(WAIT).until(calls.retryRunning::get);
-    container.stop(() -> {});
-    calls.release.countDown();
+    Thread stopping = new Thread(container::stop); // returns once the consumer has ended
+    stopping.start();
     await().atMost(WAIT).until(() -> !container.isRunning());
+    calls.release.countDown();
+    stopping.join(WAIT.toMillis());
+    assertThat(stopping.isAlive()).as("the stop, still waiting for the consumer").isFalse();
   }
 
   /** Sends a record with {@code orderNo} in a transaction of its own; returns its offset. */

@@ -568,9 +568,12 @@ class IdempotentRecordInterceptorTest {
       send(List.of("pay M"));
       // The retry of the first call, which threw, is running: the container stops meanwhile.
       assertThat(retryRunning.await(30, TimeUnit.SECONDS)).isTrue();
-      container.stop(() -> {});
-      release.countDown();
+      Thread stopping = new Thread(container::stop); // returns once the consumer has ended
+      stopping.start();
       await().atMost(Duration.ofSeconds(30)).until(() -> !container.isRunning());
+      release.countDown();
+      stopping.join(Duration.ofSeconds(30).toMillis());
+      assertThat(stopping.isAlive()).as("the stop, still waiting for the consumer").isFalse();
       assertThat(executor.store().find(DedupKey.of("payment", "M")).orElseThrow().status())
           .isEqualTo(DedupStatus.FAILED);
       assertThat(committed())
