@@ -19,6 +19,7 @@ final class HeldAcknowledgment implements Acknowledgment {
   private final Acknowledgment delegate;
   private final ListenerOutcomes.Pending pending;
   private boolean acknowledged;
+  private boolean nacked;
   private boolean released;
 
   HeldAcknowledgment(Acknowledgment delegate, ListenerOutcomes.Pending pending) {
@@ -58,6 +59,9 @@ final class HeldAcknowledgment implements Acknowledgment {
   }
 
   private void nacked() {
+    synchronized (this) {
+      nacked = true;
+    }
     pending.rolledBack(new IllegalStateException("the listener nacked the record"));
   }
 
@@ -66,12 +70,16 @@ final class HeldAcknowledgment implements Acknowledgment {
     return delegate.isOutOfOrderCommit();
   }
 
-  /** The outcome is settled: passes on an acknowledgment the listener made. */
+  /**
+   * The outcome is settled: passes on an acknowledgment the listener made, unless it also nacked
+   * the record (acknowledged first, then nacked): spring-kafka commits what was acknowledged before
+   * it seeks a nacked record back, past a record whose key is FAILED.
+   */
   void release() {
     boolean pass;
     synchronized (this) {
       released = true;
-      pass = acknowledged;
+      pass = acknowledged && !nacked;
     }
     if (pass) {
       delegate.acknowledge();

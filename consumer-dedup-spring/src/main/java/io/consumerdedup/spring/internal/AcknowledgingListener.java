@@ -79,6 +79,7 @@ public final class AcknowledgingListener<K, V>
     private final Acknowledgment delegate;
     private final ConsumerRecord<?, ?> record;
     private boolean acknowledged;
+    private boolean nacked;
     private boolean released;
 
     HeldUntilReturn(Acknowledgment delegate, ConsumerRecord<?, ?> record) {
@@ -97,12 +98,15 @@ public final class AcknowledgingListener<K, V>
       delegate.acknowledge();
     }
 
-    /** The listener returned: passes on what it acknowledged. */
+    /**
+     * The listener returned: passes on what it acknowledged, unless it nacked the record too, which
+     * spring-kafka would commit before seeking the record back.
+     */
     void release() {
       boolean pass;
       synchronized (this) {
         released = true;
-        pass = acknowledged;
+        pass = acknowledged && !nacked;
       }
       if (pass) {
         delegate.acknowledge();
@@ -129,6 +133,9 @@ public final class AcknowledgingListener<K, V>
     }
 
     private void nacked() {
+      synchronized (this) {
+        nacked = true;
+      }
       ListenerOutcomes.rolledBack(
           record, new IllegalStateException("the listener nacked the record"));
     }

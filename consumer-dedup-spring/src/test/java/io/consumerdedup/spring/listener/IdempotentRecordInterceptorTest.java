@@ -589,6 +589,52 @@ class IdempotentRecordInterceptorTest {
     assertThat(applied).containsExactly("pay M");
   }
 
+  /**
+   * A listener that acknowledges its record, then nacks it: spring-kafka committed the acknowledged
+   * offset before seeking the nacked record back, so a stop during the nack's sleep lost the
+   * record.
+   */
+  @Test
+  void inManualAckModeARecordAcknowledgedThenNackedIsStillDeliveredAfterARestart()
+      throws Exception {
+    AtomicInteger calls = new AtomicInteger();
+    CountDownLatch nacked = new CountDownLatch(1);
+    List<String> applied = new CopyOnWriteArrayList<>();
+    KafkaMessageListenerContainer<String, String> container =
+        container(
+            (AcknowledgingMessageListener<String, String>)
+                (record, ack) -> {
+                  Objects.requireNonNull(ack).acknowledge();
+                  if (calls.incrementAndGet() == 1) {
+                    ack.nack(Duration.ofSeconds(10));
+                    nacked.countDown();
+                    return;
+                  }
+                  applied.add(record.value());
+                });
+    container.getContainerProperties().setAckMode(ContainerProperties.AckMode.MANUAL);
+    IdempotentRecordInterceptor.decorate(container, executor, "payment");
+    container.start();
+    try {
+      send(List.of("pay A"));
+      assertThat(nacked.await(30, TimeUnit.SECONDS)).isTrue();
+      DedupKey key = DedupKey.of("payment", "A");
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> executor.store().find(key).orElseThrow().status() == DedupStatus.FAILED);
+      container.stop(); // during the nack's sleep
+      assertThat(committed())
+          .as("the group's committed offset, its record (offset 0) nacked and never applied")
+          .isLessThanOrEqualTo(0);
+
+      container.start();
+      await().atMost(Duration.ofSeconds(30)).until(() -> committed() == 1);
+    } finally {
+      container.stop();
+    }
+    assertThat(applied).containsExactly("pay A");
+  }
+
   private long committed() throws Exception {
     OffsetAndMetadata offset =
         KafkaTestUtils.getCurrentOffset(TestKafka.bootstrapServers(), topic, topic, 0);
