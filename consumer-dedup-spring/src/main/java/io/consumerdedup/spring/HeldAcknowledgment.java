@@ -18,6 +18,10 @@ import org.springframework.kafka.support.Acknowledgment;
 final class HeldAcknowledgment implements Acknowledgment {
   private final Acknowledgment delegate;
   private final ListenerOutcomes.Pending pending;
+
+  /** Whether the listener runs in a Kafka transaction of its container, whose commit may fail. */
+  private final boolean kafkaTransaction = ListenerOutcomes.inKafkaTransaction();
+
   private boolean acknowledged;
   private boolean nacked;
   private boolean released;
@@ -35,7 +39,12 @@ final class HeldAcknowledgment implements Acknowledgment {
         return;
       }
     }
-    // Released: an acknowledgment after the method returned (asyncAcks) goes through.
+    // Released: an acknowledgment after the method returned (asyncAcks, a send's callback) goes
+    // through; in a Kafka transaction, once that transaction has committed, never if it did not.
+    if (kafkaTransaction) {
+      pending.whenSucceeded(delegate::acknowledge);
+      return;
+    }
     delegate.acknowledge();
   }
 

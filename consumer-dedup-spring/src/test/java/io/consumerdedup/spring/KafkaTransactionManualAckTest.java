@@ -10,11 +10,13 @@ import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.spring.listener.IdempotentRecordInterceptor;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
@@ -26,6 +28,7 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
+import org.springframework.kafka.config.TopicBuilder;
 import org.springframework.kafka.core.ConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.AcknowledgingMessageListener;
@@ -58,10 +61,13 @@ class KafkaTransactionManualAckTest {
   static final Duration WAIT = Duration.ofSeconds(30);
   static final String TOPIC = "mack-orders";
   static final String HAND_BUILT = "mack-hand-built";
+  static final String CALLBACK = "mack-callback";
+  static final String RECEIPTS = "mack-receipts";
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_manual_ack_tx", TOPIC, HAND_BUILT);
+    SpringTestEnvironment.prepare(
+        registry, "spring_manual_ack_tx", TOPIC, HAND_BUILT, CALLBACK, RECEIPTS);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -155,6 +161,49 @@ class KafkaTransactionManualAckTest {
   }
 
   /**
+   * A listener that acknowledges in the callback of the receipt it sends, as ack mode MANUAL is
+   * meant to be used; its first call also sends a record the broker refuses, so its transaction
+   * fails to commit after the listener returned, the receipt's callback having acknowledged the
+   * record meanwhile.
+   */
+  @Test
+  void aRecordAcknowledgedFromTheCallbackOfASendWhoseTransactionFailedIsDeliveredAfterARestart()
+      throws Exception {
+    MessageListenerContainer container = registry.getListenerContainer(CALLBACK);
+    long offset = send(CALLBACK, "CB-1");
+
+    stopDuringTheRetry(container, Switches.callback);
+
+    assertThat(store.find(DedupKey.of(CALLBACK, "CB-1")).orElseThrow().status())
+        .as("the key of the record whose transaction failed, then whose retry threw")
+        .isEqualTo(DedupStatus.FAILED);
+    assertThat(receipts("read_uncommitted", "CB-1"))
+        .as("the receipt of the transaction that failed")
+        .hasSize(1);
+    assertThat(receipts("read_committed", "CB-1")).isEmpty();
+    assertThat(SpringTestEnvironment.committed(CALLBACK, CALLBACK, 0))
+        .as("the group's committed offset, its record (offset %d) never applied", offset)
+        .isLessThanOrEqualTo(offset);
+
+    Switches.callback.failing.set(false);
+    container.start();
+    await()
+        .atMost(WAIT)
+        .alias("committed receipt of CB-1 after the restart")
+        .until(() -> receipts("read_committed", "CB-1").size() == 1);
+    await()
+        .atMost(WAIT)
+        .until(() -> SpringTestEnvironment.committed(CALLBACK, CALLBACK, 0) > offset);
+  }
+
+  private static List<String> receipts(String isolation, String orderNo) {
+    return SpringTestEnvironment.readWritten(RECEIPTS, isolation).stream()
+        .filter(record -> orderNo.equals(record.key()))
+        .map(ConsumerRecord::value)
+        .toList();
+  }
+
+  /**
    * Waits for the retry of the record whose first call threw, asks the container to stop while it
    * runs, lets it throw, and waits for the container's consumer to have ended.
    */
@@ -205,22 +254,66 @@ class KafkaTransactionManualAckTest {
   static final class Switches {
     static final Calls listener = new Calls();
     static final Calls handBuilt = new Calls();
+    static final Calls callback = new Calls();
   }
 
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
     @Bean
-    Listeners listeners(JdbcTemplate jdbc) {
-      return new Listeners(jdbc);
+    Listeners listeners(JdbcTemplate jdbc, KafkaTemplate<String, String> template) {
+      return new Listeners(jdbc, template);
+    }
+
+    /** A topic whose broker refuses records over 200 bytes. */
+    @Bean
+    NewTopic audit() {
+      return TopicBuilder.name("mack-audit")
+          .partitions(1)
+          .config("max.message.bytes", "200")
+          .build();
     }
   }
 
   static class Listeners {
     final JdbcTemplate jdbc;
+    final KafkaTemplate<String, String> template;
 
-    Listeners(JdbcTemplate jdbc) {
+    Listeners(JdbcTemplate jdbc, KafkaTemplate<String, String> template) {
       this.jdbc = jdbc;
+      this.template = template;
+    }
+
+    /**
+     * Sends a receipt and acknowledges once it is sent; the first call also sends an audit record
+     * larger than its topic accepts. The second call, the retry, waits and throws while failing.
+     */
+    @Idempotent(bizType = CALLBACK, header = "order-no")
+    @KafkaListener(id = CALLBACK, topics = CALLBACK)
+    public void onCallback(ConsumerRecord<String, String> record, Acknowledgment ack) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      Calls calls = Switches.callback;
+      int call = calls.calls.incrementAndGet();
+      if (call == 2 && calls.failing.get()) {
+        calls.retryRunning.set(true);
+        try {
+          calls.release.await(WAIT.toSeconds(), TimeUnit.SECONDS);
+        } catch (InterruptedException e) {
+          Thread.currentThread().interrupt();
+        }
+        throw new IllegalStateException("downstream refused " + orderNo);
+      }
+      template
+          .send(RECEIPTS, orderNo, "receipt for " + orderNo)
+          .whenComplete(
+              (sent, error) -> {
+                if (error == null) {
+                  ack.acknowledge();
+                }
+              });
+      if (call == 1) {
+        template.send("mack-audit", orderNo, "x".repeat(2_000));
+      }
     }
 
     /** Acknowledges as soon as it has the record, then fails while failing. */
