@@ -62,12 +62,19 @@ class KafkaTransactionManualAckTest {
   static final String TOPIC = "mack-orders";
   static final String HAND_BUILT = "mack-hand-built";
   static final String CALLBACK = "mack-callback";
+  static final String HAND_BUILT_CALLBACK = "mack-hand-callback";
   static final String RECEIPTS = "mack-receipts";
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(
-        registry, "spring_manual_ack_tx", TOPIC, HAND_BUILT, CALLBACK, RECEIPTS);
+        registry,
+        "spring_manual_ack_tx",
+        TOPIC,
+        HAND_BUILT,
+        CALLBACK,
+        HAND_BUILT_CALLBACK,
+        RECEIPTS);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -196,6 +203,54 @@ class KafkaTransactionManualAckTest {
         .until(() -> SpringTestEnvironment.committed(CALLBACK, CALLBACK, 0) > offset);
   }
 
+  /** The same through a container built by hand with {@link IdempotentRecordInterceptor}. */
+  @Test
+  void aHandBuiltContainersRecordAcknowledgedFromASendCallbackIsDeliveredAfterARestart()
+      throws Exception {
+    ContainerProperties properties = new ContainerProperties(HAND_BUILT_CALLBACK);
+    properties.setGroupId(HAND_BUILT_CALLBACK);
+    properties.setKafkaAwareTransactionManager(kafkaTransactionManager);
+    properties.setAckMode(ContainerProperties.AckMode.MANUAL);
+    properties.setMessageListener(
+        (AcknowledgingMessageListener<String, String>)
+            (record, ack) ->
+                Listeners.receiptAcknowledgedWhenSent(
+                    template, record, Objects.requireNonNull(ack), Switches.handBuiltCallback));
+    KafkaMessageListenerContainer<String, String> container =
+        new KafkaMessageListenerContainer<>(consumerFactory, properties);
+    container.setBeanName(HAND_BUILT_CALLBACK);
+    IdempotentRecordInterceptor.decorate(
+        container,
+        executors.defaultExecutor(),
+        HAND_BUILT_CALLBACK,
+        "order-no",
+        MissingKeyPolicy.FAIL);
+    long offset = send(HAND_BUILT_CALLBACK, "HC-1");
+    container.start();
+    try {
+      stopDuringTheRetry(container, Switches.handBuiltCallback);
+
+      assertThat(store.find(DedupKey.of(HAND_BUILT_CALLBACK, "HC-1")).orElseThrow().status())
+          .isEqualTo(DedupStatus.FAILED);
+      assertThat(receipts("read_uncommitted", "HC-1"))
+          .as("the receipt of the transaction that failed")
+          .hasSize(1);
+      assertThat(receipts("read_committed", "HC-1")).isEmpty();
+      assertThat(SpringTestEnvironment.committed(HAND_BUILT_CALLBACK, HAND_BUILT_CALLBACK, 0))
+          .as("the group's committed offset, its record (offset %d) never applied", offset)
+          .isLessThanOrEqualTo(offset);
+
+      Switches.handBuiltCallback.failing.set(false);
+      container.start();
+      await()
+          .atMost(WAIT)
+          .alias("committed receipt of HC-1 after the restart")
+          .until(() -> receipts("read_committed", "HC-1").size() == 1);
+    } finally {
+      container.stop();
+    }
+  }
+
   private static List<String> receipts(String isolation, String orderNo) {
     return SpringTestEnvironment.readWritten(RECEIPTS, isolation).stream()
         .filter(record -> orderNo.equals(record.key()))
@@ -255,6 +310,7 @@ class KafkaTransactionManualAckTest {
     static final Calls listener = new Calls();
     static final Calls handBuilt = new Calls();
     static final Calls callback = new Calls();
+    static final Calls handBuiltCallback = new Calls();
   }
 
   @SpringBootConfiguration
@@ -284,15 +340,31 @@ class KafkaTransactionManualAckTest {
       this.template = template;
     }
 
+    /** Acknowledges as soon as it has the record, then fails while failing. */
+    @Idempotent(bizType = "manual-ack", header = "order-no")
+    @KafkaListener(id = TOPIC, topics = TOPIC)
+    public void on(ConsumerRecord<String, String> record, Acknowledgment ack) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      Switches.listener.acknowledgeThenFailWhileFailing(orderNo, ack);
+      SpringTestEnvironment.effect(jdbc, "manual-ack", orderNo, record.value());
+    }
+
+    @Idempotent(bizType = CALLBACK, header = "order-no")
+    @KafkaListener(id = CALLBACK, topics = CALLBACK)
+    public void onCallback(ConsumerRecord<String, String> record, Acknowledgment ack) {
+      receiptAcknowledgedWhenSent(template, record, ack, Switches.callback);
+    }
+
     /**
      * Sends a receipt and acknowledges once it is sent; the first call also sends an audit record
      * larger than its topic accepts. The second call, the retry, waits and throws while failing.
      */
-    @Idempotent(bizType = CALLBACK, header = "order-no")
-    @KafkaListener(id = CALLBACK, topics = CALLBACK)
-    public void onCallback(ConsumerRecord<String, String> record, Acknowledgment ack) {
+    static void receiptAcknowledgedWhenSent(
+        KafkaTemplate<String, String> template,
+        ConsumerRecord<String, String> record,
+        Acknowledgment ack,
+        Calls calls) {
       String orderNo = SpringTestEnvironment.header(record, "order-no");
-      Calls calls = Switches.callback;
       int call = calls.calls.incrementAndGet();
       if (call == 2 && calls.failing.get()) {
         calls.retryRunning.set(true);
@@ -314,15 +386,6 @@ class KafkaTransactionManualAckTest {
       if (call == 1) {
         template.send("mack-audit", orderNo, "x".repeat(2_000));
       }
-    }
-
-    /** Acknowledges as soon as it has the record, then fails while failing. */
-    @Idempotent(bizType = "manual-ack", header = "order-no")
-    @KafkaListener(id = TOPIC, topics = TOPIC)
-    public void on(ConsumerRecord<String, String> record, Acknowledgment ack) {
-      String orderNo = SpringTestEnvironment.header(record, "order-no");
-      Switches.listener.acknowledgeThenFailWhileFailing(orderNo, ack);
-      SpringTestEnvironment.effect(jdbc, "manual-ack", orderNo, record.value());
     }
   }
 }

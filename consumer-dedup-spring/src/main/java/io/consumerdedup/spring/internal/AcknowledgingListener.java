@@ -53,7 +53,12 @@ public final class AcknowledgingListener<K, V>
       return;
     }
     HeldUntilReturn seen =
-        acknowledgment == null ? null : new HeldUntilReturn(acknowledgment, record);
+        acknowledgment == null
+            ? null
+            : new HeldUntilReturn(
+                acknowledgment,
+                record,
+                ListenerOutcomes.inKafkaTransaction() ? ListenerOutcomes.current(record) : null);
     switch (type) {
       case ACKNOWLEDGING_CONSUMER_AWARE -> delegate.onMessage(record, seen, consumer);
       case ACKNOWLEDGING -> delegate.onMessage(record, seen);
@@ -72,19 +77,29 @@ public final class AcknowledgingListener<K, V>
 
   /**
    * The listener's acknowledgment: held until the listener returns, then passed on (on the consumer
-   * thread, inside the record's transaction if there is one); from then on, as it comes. A nack the
-   * container accepted is told to consumer-dedup.
+   * thread, inside the record's transaction if there is one); from then on, as it comes, but in a
+   * Kafka transaction only once that transaction has committed (a send's callback may acknowledge
+   * while a commit that then fails is under way). A nack the container accepted is told to
+   * consumer-dedup.
    */
   private static final class HeldUntilReturn implements Acknowledgment {
     private final Acknowledgment delegate;
     private final ConsumerRecord<?, ?> record;
+
+    /** The record's claim in a Kafka transaction of the container; null otherwise. */
+    private final ListenerOutcomes.@Nullable Pending inKafkaTransaction;
+
     private boolean acknowledged;
     private boolean nacked;
     private boolean released;
 
-    HeldUntilReturn(Acknowledgment delegate, ConsumerRecord<?, ?> record) {
+    HeldUntilReturn(
+        Acknowledgment delegate,
+        ConsumerRecord<?, ?> record,
+        ListenerOutcomes.@Nullable Pending inKafkaTransaction) {
       this.delegate = delegate;
       this.record = record;
+      this.inKafkaTransaction = inKafkaTransaction;
     }
 
     @Override
@@ -94,6 +109,10 @@ public final class AcknowledgingListener<K, V>
           acknowledged = true;
           return;
         }
+      }
+      if (inKafkaTransaction != null) {
+        inKafkaTransaction.whenSucceeded(delegate::acknowledge);
+        return;
       }
       delegate.acknowledge();
     }
