@@ -419,13 +419,8 @@ public final class IdempotentListenerInterceptor {
       if (poll != null) {
         pending.markInBackground(poll.marks(), source, executor);
       }
-      // In a Kafka transaction the acknowledged offset goes with that transaction; anywhere else
-      // it is held until the outcome is settled, or the transaction committed (release).
-      boolean hold =
-          listener.shape.returns != ListenerShape.Returns.VALUE
-              || !ListenerOutcomes.inKafkaTransaction();
       if (acknowledgment != null) {
-        held = new HeldAcknowledgment(acknowledgment, pending, hold);
+        held = new HeldAcknowledgment(acknowledgment, pending);
         arguments[listener.shape.ackIndex] = held;
       }
     } catch (Throwable beforeCall) {

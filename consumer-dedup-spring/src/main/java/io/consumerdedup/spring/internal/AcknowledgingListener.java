@@ -17,7 +17,11 @@ import org.springframework.kafka.support.Acknowledgment;
  * manual ack mode, where only the listener's {@link Acknowledgment} commits offsets: a duplicate
  * the interceptor let through is acknowledged instead of delivered (else its offset would never be
  * committed), and a nack leaves the record's key FAILED, so the redelivery it asks for runs the
- * listener again.
+ * listener again. What the listener acknowledges while it runs is passed on once it has returned,
+ * and dropped if it throws: spring-kafka keeps such an acknowledgment, and commits it outside any
+ * transaction before its next poll (in a Kafka transaction) or before its error handler seeks the
+ * record back, past a record whose key is FAILED and that a stop or a rebalance before its retry
+ * lost.
  */
 public final class AcknowledgingListener<K, V>
     implements AcknowledgingConsumerAwareMessageListener<K, V> {
@@ -48,12 +52,21 @@ public final class AcknowledgingListener<K, V>
       }
       return;
     }
-    Acknowledgment seen = acknowledgment == null ? null : new NackNoting(acknowledgment, record);
+    HeldUntilReturn seen =
+        acknowledgment == null
+            ? null
+            : new HeldUntilReturn(
+                acknowledgment,
+                record,
+                ListenerOutcomes.inKafkaTransaction() ? ListenerOutcomes.current(record) : null);
     switch (type) {
       case ACKNOWLEDGING_CONSUMER_AWARE -> delegate.onMessage(record, seen, consumer);
       case ACKNOWLEDGING -> delegate.onMessage(record, seen);
       case CONSUMER_AWARE -> delegate.onMessage(record, consumer);
       default -> delegate.onMessage(record);
+    }
+    if (seen != null) {
+      seen.release();
     }
   }
 
@@ -62,12 +75,61 @@ public final class AcknowledgingListener<K, V>
     onMessage(record, null, null);
   }
 
-  /** Tells consumer-dedup of a nack the container accepted. */
-  private record NackNoting(Acknowledgment delegate, ConsumerRecord<?, ?> record)
-      implements Acknowledgment {
+  /**
+   * The listener's acknowledgment: held until the listener returns, then passed on (on the consumer
+   * thread, inside the record's transaction if there is one); from then on, as it comes, but in a
+   * Kafka transaction only once that transaction has committed (a send's callback may acknowledge
+   * while a commit that then fails is under way). A nack the container accepted is told to
+   * consumer-dedup.
+   */
+  private static final class HeldUntilReturn implements Acknowledgment {
+    private final Acknowledgment delegate;
+    private final ConsumerRecord<?, ?> record;
+
+    /** The record's claim in a Kafka transaction of the container; null otherwise. */
+    private final ListenerOutcomes.@Nullable Pending inKafkaTransaction;
+
+    private boolean acknowledged;
+    private boolean nacked;
+    private boolean released;
+
+    HeldUntilReturn(
+        Acknowledgment delegate,
+        ConsumerRecord<?, ?> record,
+        ListenerOutcomes.@Nullable Pending inKafkaTransaction) {
+      this.delegate = delegate;
+      this.record = record;
+      this.inKafkaTransaction = inKafkaTransaction;
+    }
+
     @Override
     public void acknowledge() {
+      synchronized (this) {
+        if (!released) {
+          acknowledged = true;
+          return;
+        }
+      }
+      if (inKafkaTransaction != null) {
+        inKafkaTransaction.whenSucceeded(delegate::acknowledge);
+        return;
+      }
       delegate.acknowledge();
+    }
+
+    /**
+     * The listener returned: passes on what it acknowledged, unless it nacked the record too, which
+     * spring-kafka would commit before seeking the record back.
+     */
+    void release() {
+      boolean pass;
+      synchronized (this) {
+        released = true;
+        pass = acknowledged && !nacked;
+      }
+      if (pass) {
+        delegate.acknowledge();
+      }
     }
 
     @Override
@@ -90,6 +152,9 @@ public final class AcknowledgingListener<K, V>
     }
 
     private void nacked() {
+      synchronized (this) {
+        nacked = true;
+      }
       ListenerOutcomes.rolledBack(
           record, new IllegalStateException("the listener nacked the record"));
     }

@@ -4,6 +4,8 @@ import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.IdempotentExecutor;
+import java.util.ArrayList;
+import java.util.List;
 import java.util.Objects;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
@@ -46,6 +48,12 @@ public final class ListenerOutcomes {
     private @Nullable SuccessMarks marks;
     private @Nullable String source;
     private @Nullable IdempotentExecutor executor;
+
+    /** Whether {@link #settle} found the outcome a success; null until it ran. Guarded by this. */
+    private @Nullable Boolean succeeded;
+
+    /** What waits for {@link #succeeded} ({@link #whenSucceeded}). Guarded by this. */
+    private final List<Runnable> onSuccess = new ArrayList<>();
 
     private Pending(ConsumerRecord<?, ?> record, DedupClaim claim, AttemptLimit attempts) {
       this.record = record;
@@ -109,6 +117,34 @@ public final class ListenerOutcomes {
     }
 
     /**
+     * Runs {@code action} once the outcome is settled as a success, at once if it was, never if it
+     * failed: for an acknowledgment made from another thread after the listener returned, in a
+     * Kafka transaction whose commit may still fail. Passed on at once, spring-kafka committed it
+     * outside that transaction, past the record its after-rollback processor had sought back.
+     */
+    public void whenSucceeded(Runnable action) {
+      synchronized (this) {
+        if (succeeded == null) {
+          onSuccess.add(action);
+          return;
+        }
+        if (!succeeded) {
+          return;
+        }
+      }
+      action.run();
+    }
+
+    private List<Runnable> decided(boolean success) {
+      synchronized (this) {
+        succeeded = success;
+        List<Runnable> due = success ? List.copyOf(onSuccess) : List.of();
+        onSuccess.clear();
+        return due;
+      }
+    }
+
+    /**
      * Writes the outcome: SUCCESS only if the listener returned and nothing rolled back, else
      * FAILED with the reason, logged as a failed attempt.
      *
@@ -121,21 +157,14 @@ public final class ListenerOutcomes {
       }
       Throwable failure = failure();
       if (failure == null) {
-        if (marks != null) {
-          IdempotentExecutor writer = Objects.requireNonNull(executor);
-          DedupKey key = claim.key();
-          marks.add(
-              record,
-              Objects.requireNonNull(source),
-              claim.completeAsync(),
-              // As long as the poll loop waits for a poll's marks: the lease outlives it.
-              writer.renewalInterval(),
-              SuccessMarks.keptBy(writer, key));
-        } else {
-          claim.complete();
+        try {
+          writeSuccess();
+        } finally {
+          decided(true).forEach(Runnable::run);
         }
         return;
       }
+      decided(false);
       try {
         attempts.logFailure(claim, failure);
       } finally {
@@ -143,6 +172,22 @@ public final class ListenerOutcomes {
         // the failure from being written: the claim would stay PROCESSING under a renewed lease,
         // every delivery of its key refused as in progress elsewhere.
         claim.fail(failure);
+      }
+    }
+
+    private void writeSuccess() {
+      if (marks != null) {
+        IdempotentExecutor writer = Objects.requireNonNull(executor);
+        DedupKey key = claim.key();
+        marks.add(
+            record,
+            Objects.requireNonNull(source),
+            claim.completeAsync(),
+            // As long as the poll loop waits for a poll's marks: the lease outlives it.
+            writer.renewalInterval(),
+            SuccessMarks.keptBy(writer, key));
+      } else {
+        claim.complete();
       }
     }
 

@@ -23,6 +23,8 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.UUID;
 import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.Consumer;
@@ -525,6 +527,112 @@ class IdempotentRecordInterceptorTest {
     DedupRecord n = executor.store().find(DedupKey.of("payment", "N")).orElseThrow();
     assertThat(n.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(n.attempts()).as("the nacked attempt, then the redelivery").isEqualTo(2);
+  }
+
+  /**
+   * A listener that acknowledges its record, then throws: spring-kafka committed the acknowledged
+   * offset before its error handler sought the record back, so a stop before the retry succeeded
+   * lost the record, its key FAILED and never applied.
+   */
+  @Test
+  void inManualAckModeARecordAcknowledgedBeforeItsListenerThrewIsStillDeliveredAfterARestart()
+      throws Exception {
+    AtomicInteger calls = new AtomicInteger();
+    AtomicBoolean failing = new AtomicBoolean(true);
+    CountDownLatch retryRunning = new CountDownLatch(1);
+    CountDownLatch release = new CountDownLatch(1);
+    List<String> applied = new CopyOnWriteArrayList<>();
+    KafkaMessageListenerContainer<String, String> container =
+        container(
+            (AcknowledgingMessageListener<String, String>)
+                (record, ack) -> {
+                  int call = calls.incrementAndGet();
+                  Objects.requireNonNull(ack).acknowledge();
+                  if (failing.get()) {
+                    if (call == 2) {
+                      retryRunning.countDown();
+                      try {
+                        release.await(30, TimeUnit.SECONDS);
+                      } catch (InterruptedException e) {
+                        Thread.currentThread().interrupt();
+                      }
+                    }
+                    throw new IllegalStateException("downstream refused " + record.value());
+                  }
+                  applied.add(record.value());
+                });
+    container.getContainerProperties().setAckMode(ContainerProperties.AckMode.MANUAL);
+    IdempotentRecordInterceptor.decorate(container, executor, "payment");
+    container.start();
+    try {
+      send(List.of("pay M"));
+      // The retry of the first call, which threw, is running: the container stops meanwhile.
+      assertThat(retryRunning.await(30, TimeUnit.SECONDS)).isTrue();
+      Thread stopping = new Thread(container::stop); // returns once the consumer has ended
+      stopping.start();
+      await().atMost(Duration.ofSeconds(30)).until(() -> !container.isRunning());
+      release.countDown();
+      stopping.join(Duration.ofSeconds(30).toMillis());
+      assertThat(stopping.isAlive()).as("the stop, still waiting for the consumer").isFalse();
+      assertThat(executor.store().find(DedupKey.of("payment", "M")).orElseThrow().status())
+          .isEqualTo(DedupStatus.FAILED);
+      assertThat(committed())
+          .as("the group's committed offset, its record (offset 0) never applied")
+          .isLessThanOrEqualTo(0);
+
+      failing.set(false);
+      container.start();
+      await().atMost(Duration.ofSeconds(30)).until(() -> committed() == 1);
+    } finally {
+      container.stop();
+    }
+    assertThat(applied).containsExactly("pay M");
+  }
+
+  /**
+   * A listener that acknowledges its record, then nacks it: spring-kafka committed the acknowledged
+   * offset before seeking the nacked record back, so a stop during the nack's sleep lost the
+   * record.
+   */
+  @Test
+  void inManualAckModeARecordAcknowledgedThenNackedIsStillDeliveredAfterARestart()
+      throws Exception {
+    AtomicInteger calls = new AtomicInteger();
+    CountDownLatch nacked = new CountDownLatch(1);
+    List<String> applied = new CopyOnWriteArrayList<>();
+    KafkaMessageListenerContainer<String, String> container =
+        container(
+            (AcknowledgingMessageListener<String, String>)
+                (record, ack) -> {
+                  Objects.requireNonNull(ack).acknowledge();
+                  if (calls.incrementAndGet() == 1) {
+                    ack.nack(Duration.ofSeconds(10));
+                    nacked.countDown();
+                    return;
+                  }
+                  applied.add(record.value());
+                });
+    container.getContainerProperties().setAckMode(ContainerProperties.AckMode.MANUAL);
+    IdempotentRecordInterceptor.decorate(container, executor, "payment");
+    container.start();
+    try {
+      send(List.of("pay A"));
+      assertThat(nacked.await(30, TimeUnit.SECONDS)).isTrue();
+      DedupKey key = DedupKey.of("payment", "A");
+      await()
+          .atMost(Duration.ofSeconds(30))
+          .until(() -> executor.store().find(key).orElseThrow().status() == DedupStatus.FAILED);
+      container.stop(); // during the nack's sleep
+      assertThat(committed())
+          .as("the group's committed offset, its record (offset 0) nacked and never applied")
+          .isLessThanOrEqualTo(0);
+
+      container.start();
+      await().atMost(Duration.ofSeconds(30)).until(() -> committed() == 1);
+    } finally {
+      container.stop();
+    }
+    assertThat(applied).containsExactly("pay A");
   }
 
   private long committed() throws Exception {
