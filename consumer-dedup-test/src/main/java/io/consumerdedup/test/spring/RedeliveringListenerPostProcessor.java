@@ -40,8 +40,9 @@ import org.springframework.util.ReflectionUtils;
  * <ul>
  *   <li>outermost, before the dedup advice and any transaction advice: invokes the listener method
  *       a second time, with the same arguments, after the first call returned (its outcome written,
- *       its transaction committed); a record, byte arrays and a message of bytes are new objects
- *       with the content they had before the first call, as a real redelivery deserializes them;
+ *       its transaction committed); records, byte arrays and messages of bytes (a batch's too) are
+ *       new objects with the content they had before the first call, as a real redelivery
+ *       deserializes them;
  *   <li>innermost, next to the method itself and inside the dedup advice: counts each run of the
  *       method's body for the record being delivered.
  * </ul>
@@ -101,24 +102,37 @@ public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ord
   }
 
   /**
-   * The arguments of a redelivered copy: the record, byte arrays and a message of bytes as Kafka
-   * delivers them again, new objects with the first delivery's content. Other payload objects are
-   * the first delivery's own.
+   * The arguments of a redelivered copy: records, byte arrays and messages of bytes (alone, or in a
+   * batch's list) as Kafka delivers them again, new objects with the first delivery's content.
+   * Other payload objects are the first delivery's own.
    */
   private static Object[] redelivered(@Nullable Object[] arguments) {
     Object[] copies = arguments.clone();
     for (int i = 0; i < copies.length; i++) {
-      Object argument = copies[i];
-      if (argument instanceof ConsumerRecord<?, ?> record) {
-        copies[i] = RedeliveredCopies.of(record);
-      } else if (argument instanceof byte[] bytes) {
-        copies[i] = bytes.clone();
-      } else if (argument instanceof Message<?> message
-          && message.getPayload() instanceof byte[] bytes) {
-        copies[i] = MessageBuilder.createMessage(bytes.clone(), message.getHeaders());
+      if (copies[i] instanceof List<?> batch) {
+        List<@Nullable Object> elements = new ArrayList<>(batch.size());
+        batch.forEach(element -> elements.add(redelivered(element)));
+        if (!elements.equals(batch)) {
+          copies[i] = elements;
+        }
+      } else {
+        copies[i] = redelivered(copies[i]);
       }
     }
     return copies;
+  }
+
+  private static @Nullable Object redelivered(@Nullable Object argument) {
+    if (argument instanceof ConsumerRecord<?, ?> record) {
+      return RedeliveredCopies.of(record);
+    }
+    if (argument instanceof byte[] bytes) {
+      return bytes.clone();
+    }
+    if (argument instanceof Message<?> message && message.getPayload() instanceof byte[] bytes) {
+      return MessageBuilder.createMessage(bytes.clone(), message.getHeaders());
+    }
+    return argument;
   }
 
   private static MethodInterceptor countingAdvice(Supplier<RedeliveryReport> report) {

@@ -47,7 +47,7 @@ class RedeliverEachRecordFreshCopyTest {
   static void environment(DynamicPropertyRegistry registry) {
     schema = TestDatabase.newSchema("redeliver_fresh");
     registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
-    TestKafka.createTopics(1, "rft-cards", "rft-card-records");
+    TestKafka.createTopics(1, "rft-cards", "rft-card-records", "rft-card-batches");
     registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
     registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
     registry.add("consumer-dedup.cleanup.enabled", () -> "false");
@@ -86,6 +86,18 @@ class RedeliverEachRecordFreshCopyTest {
 
     await().atMost(WAIT).until(() -> redelivery.redeliveredCopies() == 1);
     assertThat(listeners.charged()).as("the card was charged").containsOnlyOnce("ORD-2");
+    assertThat(redelivery.failedRedeliveries()).as("the copy's failures").isEmpty();
+    assertThat(redelivery.bodyRuns()).isEqualTo(1);
+    redelivery.assertNoBodyRanTwice();
+  }
+
+  @Test
+  void aBatchListenerThatWipesItsRecordsValueBytesPassesAsItsRealRedeliveryWouldBeADuplicate()
+      throws Exception {
+    send("rft-card-batches", "ORD-3", "4111 1111 1111 1111");
+
+    await().atMost(WAIT).until(() -> redelivery.redeliveredCopies() == 1);
+    assertThat(listeners.charged()).as("the card was charged").containsOnlyOnce("ORD-3");
     assertThat(redelivery.failedRedeliveries()).as("the copy's failures").isEmpty();
     assertThat(redelivery.bodyRuns()).isEqualTo(1);
     redelivery.assertNoBodyRanTwice();
@@ -132,6 +144,19 @@ class RedeliverEachRecordFreshCopyTest {
     public void chargeRecord(ConsumerRecord<String, byte[]> record) {
       charged.add(record.key());
       Arrays.fill(record.value(), (byte) 0);
+    }
+
+    @Idempotent(bizType = "card-batch", header = "order-no", fingerprint = "#payload")
+    @KafkaListener(
+        id = "rft-card-batches",
+        topics = "rft-card-batches",
+        batch = "true",
+        properties = "value.deserializer=" + BYTES)
+    public void chargeBatch(List<ConsumerRecord<String, byte[]>> records) {
+      for (ConsumerRecord<String, byte[]> record : records) {
+        charged.add(record.key());
+        Arrays.fill(record.value(), (byte) 0);
+      }
     }
   }
 }
