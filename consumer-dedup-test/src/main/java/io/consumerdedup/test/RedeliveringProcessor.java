@@ -10,9 +10,6 @@ import java.util.Objects;
 import java.util.OptionalInt;
 import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.common.header.Header;
-import org.apache.kafka.common.header.internals.RecordHeader;
-import org.apache.kafka.common.header.internals.RecordHeaders;
 import org.jspecify.annotations.Nullable;
 
 /**
@@ -24,9 +21,23 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
   private final RecordProcessor<K, V> delegate;
   private final RedeliveryReport report;
 
-  /** The records processed in the current poll, per loop thread; null outside a poll. */
+  /** The current poll, per loop thread; null outside a poll. */
   @SuppressWarnings("ThreadLocalUsage") // per processor on purpose: its own poll, per loop thread
-  private final ThreadLocal<@Nullable List<ConsumerRecord<K, V>>> processed = new ThreadLocal<>();
+  private final ThreadLocal<@Nullable Poll<K, V>> processed = new ThreadLocal<>();
+
+  /**
+   * A poll's records that were processed, and the copy of each, taken before its first delivery: a
+   * handler may change the record's arrays, which a real redelivery deserializes anew.
+   */
+  private static final class Poll<K, V> {
+    final IdentityHashMap<ConsumerRecord<K, V>, ConsumerRecord<K, V>> copies =
+        new IdentityHashMap<>();
+    final List<ConsumerRecord<K, V>> processed = new ArrayList<>();
+
+    void copy(ConsumerRecord<K, V> record) {
+      copies.computeIfAbsent(record, RedeliveredCopies::of);
+    }
+  }
 
   RedeliveringProcessor(RecordProcessor<K, V> delegate, RedeliveryReport report) {
     this.delegate = Objects.requireNonNull(delegate, "processor");
@@ -35,7 +46,9 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
 
   @Override
   public void prepare(List<ConsumerRecord<K, V>> records) {
-    processed.set(new ArrayList<>());
+    Poll<K, V> poll = new Poll<>();
+    records.forEach(poll::copy);
+    processed.set(poll);
     // As the first delivery: a processor may run the poll's handlers here
     // (JdbcTransactionalProcessor
     // runs the whole poll in one transaction), and their runs are the records' first.
@@ -51,34 +64,39 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
 
   @Override
   public Outcome process(ConsumerRecord<K, V> record) {
-    List<ConsumerRecord<K, V>> poll = processed.get();
+    Poll<K, V> poll = processed.get();
     if (poll == null) {
+      ConsumerRecord<K, V> copy = copyOf(record);
       return outcome(
           () ->
               report.deliverTwice(
                   () -> delegate.process(record),
-                  () -> delegate.process(copyOf(record)),
+                  () -> delegate.process(copy),
                   describe(record),
                   name(record)));
     }
+    poll.copy(record);
     Outcome outcome =
         outcome(() -> report.asFirstDelivery(name(record), () -> delegate.process(record)));
-    poll.add(record);
+    poll.processed.add(record);
     return outcome;
   }
 
   @Override
   public List<ConsumerRecord<K, V>> settle() {
-    List<ConsumerRecord<K, V>> poll = processed.get();
+    Poll<K, V> poll = processed.get();
     processed.remove();
     List<ConsumerRecord<K, V>> unrecorded = delegate.settle();
-    if (poll == null || poll.isEmpty()) {
+    if (poll == null || poll.processed.isEmpty()) {
       return unrecorded;
     }
     Set<ConsumerRecord<K, V>> notWritten = Collections.newSetFromMap(new IdentityHashMap<>());
     notWritten.addAll(unrecorded);
     List<ConsumerRecord<K, V>> copies =
-        poll.stream().filter(record -> !notWritten.contains(record)).map(this::copyOf).toList();
+        poll.processed.stream()
+            .filter(record -> !notWritten.contains(record))
+            .map(record -> Objects.requireNonNull(poll.copies.get(record)))
+            .toList();
     redeliver(copies);
     return unrecorded;
   }
@@ -132,32 +150,11 @@ final class RedeliveringProcessor<K, V> implements RecordProcessor<K, V> {
 
   /**
    * The same record as a new object: the processor must not take it for the first copy. Its bytes
-   * (headers, a key or value of bytes) are new arrays, as a redelivery deserializes them: a key
-   * taken from an array's identity rather than its content changes between deliveries, and the
-   * report must see it change.
+   * are new arrays, as a redelivery deserializes them ({@link RedeliveredCopies}); taken before the
+   * first delivery, whose handler may change them.
    */
   private ConsumerRecord<K, V> copyOf(ConsumerRecord<K, V> record) {
-    RecordHeaders headers = new RecordHeaders();
-    for (Header header : record.headers()) {
-      headers.add(new RecordHeader(header.key(), copiedBytes(header.value())));
-    }
-    return new ConsumerRecord<>(
-        record.topic(),
-        record.partition(),
-        record.offset(),
-        record.timestamp(),
-        record.timestampType(),
-        record.serializedKeySize(),
-        record.serializedValueSize(),
-        copiedBytes(record.key()),
-        copiedBytes(record.value()),
-        headers,
-        record.leaderEpoch());
-  }
-
-  @SuppressWarnings("unchecked") // a byte[] is copied as a byte[]
-  private static <T extends @Nullable Object> T copiedBytes(T value) {
-    return value instanceof byte[] bytes ? (T) bytes.clone() : value;
+    return RedeliveredCopies.of(record);
   }
 
   private static String describe(ConsumerRecord<?, ?> record) {

@@ -26,6 +26,8 @@ import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.Arrays;
+import java.util.HexFormat;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
@@ -231,6 +233,41 @@ class RedeliverEachRecordLoopTest {
     assertThat(report.bodiesRunTwice())
         .extracting(RedeliveryReport.RecordRuns::listener)
         .containsExactlyInAnyOrder("by-header-array", "by-key-array");
+  }
+
+  @Test
+  void aHandlerThatWipesItsRecordsBytesPassesAsItsRealRedeliveryWouldBeADuplicate() {
+    // Kafka redelivers a record as new bytes: the copy must carry them as they came, not as the
+    // first delivery's handler left them (wiped card data), or a correct handler's copy conflicts
+    // with its own fingerprint and the test fails.
+    IdempotentRecordHandler<String, byte[]> cards =
+        IdempotentRecordHandler.<String, byte[]>builder(executor)
+            .bizType("wiped-card")
+            .key(KeyExtractors.header(KEY_HEADER))
+            .fingerprint(record -> HexFormat.of().formatHex(record.value()))
+            .handler(report.countBodyRuns("cards", record -> Arrays.fill(record.value(), (byte) 0)))
+            .build();
+    RecordProcessor<String, byte[]> processor = report.redeliverEachRecord(cards);
+    ConsumerRecord<String, byte[]> alone = card(30, "WIPE-30");
+    ConsumerRecord<String, byte[]> ofAPoll = card(31, "WIPE-31");
+
+    assertThat(processor.process(alone)).isEqualTo(Outcome.PROCESSED);
+    processor.prepare(List.of(ofAPoll));
+    assertThat(processor.process(ofAPoll)).isEqualTo(Outcome.PROCESSED);
+    assertThat(processor.settle()).isEmpty();
+
+    assertThat(alone.value()).as("the first delivery's bytes, wiped").containsOnly(0);
+    assertThat(report.redeliveredCopies()).isEqualTo(2);
+    assertThat(report.failedRedeliveries()).isEmpty();
+    report.assertNoBodyRanTwice();
+  }
+
+  private static ConsumerRecord<String, byte[]> card(long offset, String orderNo) {
+    ConsumerRecord<String, byte[]> record =
+        new ConsumerRecord<>(
+            "cards", 0, offset, orderNo, "4111 1111 1111 1111".getBytes(StandardCharsets.UTF_8));
+    record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+    return record;
   }
 
   @Test

@@ -361,7 +361,8 @@ public final class StoreCalls {
   /**
    * Refuses, on a connection as the pool lends it, a pooler that would hand a handler's own
    * statements in mode TRANSACTIONAL to another server connection; a database that cannot be
-   * reached now is left to the next check.
+   * reached now, or whose DataSource throws a {@code RuntimeException} for a connection, is left to
+   * the next check.
    *
    * @throws DedupConfigurationException behind a pooler with named server-side statements
    */
@@ -383,6 +384,14 @@ public final class StoreCalls {
       }
     } catch (SQLException e) {
       // The table check meets the same database and says so; each claim checks again.
+    } catch (RuntimeException e) {
+      if (e instanceof DedupException) {
+        throw e; // the refusal above, or a database no dialect speaks to
+      }
+      // A DataSource that says "not now" without an SQLException (a routing DataSource without a
+      // target for this thread, or a lazy connection over one; a pool behind an open circuit
+      // breaker), as a claim takes it: thrown on, it stopped the build, and with it an
+      // application that mode SEPARATE starts, its records waiting for the database.
     }
   }
 

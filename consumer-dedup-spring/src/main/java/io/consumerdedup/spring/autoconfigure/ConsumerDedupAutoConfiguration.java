@@ -16,6 +16,7 @@ import io.micrometer.observation.ObservationRegistry;
 import java.time.Duration;
 import javax.sql.DataSource;
 import org.springframework.beans.factory.BeanFactory;
+import org.springframework.beans.factory.InitializingBean;
 import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
@@ -26,6 +27,7 @@ import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
 import org.springframework.boot.context.properties.EnableConfigurationProperties;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
+import org.springframework.core.env.Environment;
 import org.springframework.jdbc.datasource.TransactionAwareDataSourceProxy;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
@@ -52,6 +54,15 @@ import org.springframework.kafka.retrytopic.DestinationTopicResolver;
 @ConditionalOnBooleanProperty(name = "consumer-dedup.enabled", matchIfMissing = true)
 @EnableConfigurationProperties(ConsumerDedupProperties.class)
 public class ConsumerDedupAutoConfiguration {
+
+  /**
+   * Refuses a {@code consumer-dedup.*} name that no property has, before the beans that a misspelt
+   * one would leave at their defaults (a table never created, a mode never chosen).
+   */
+  @Bean
+  InitializingBean dedupPropertyNamesCheck(Environment environment) {
+    return () -> UnknownDedupProperties.check(environment);
+  }
 
   @Bean
   @ConditionalOnMissingBean

@@ -30,17 +30,20 @@ import org.springframework.context.annotation.Import;
  * }
  * }</pre>
  *
- * <p>The copy is the same record: the listener is invoked again with the same arguments. Body runs
- * are counted per record (topic, partition, offset) from the listener's {@code ConsumerRecord}
- * argument or the record the container is delivering; batch listeners are counted when they take
- * the records ({@code List<ConsumerRecord>} or {@code ConsumerRecords}), not a list of payloads.
- * Listeners whose container runs them in a transaction (Kafka's, or a database transaction manager
- * set on the container) have their outcome written only after the container is done with the
- * record, so their copy finds the key still in progress: they are not supported, and the copy's
- * failure says so. A copy that throws is listed in {@link
- * io.consumerdedup.test.RedeliveryReport#failedRedeliveries()} and fails the assertion. The report
- * is reset before each test method (before its {@code @BeforeEach} methods): a test counts only the
- * records delivered during it, not those of an earlier test of the same application context.
+ * <p>The copy is the same record: the listener is invoked again with the same arguments, its {@code
+ * ConsumerRecord}s, byte arrays and messages of bytes (a batch's too) as new objects with the
+ * content they had before the first call (a listener that wipes or decodes its bytes in place does
+ * not hand the change to its copy); other payload objects are the first call's own. Body runs are
+ * counted per record (topic, partition, offset) from the listener's {@code ConsumerRecord} argument
+ * or the record the container is delivering; batch listeners are counted when they take the records
+ * ({@code List<ConsumerRecord>} or {@code ConsumerRecords}), not a list of payloads. Listeners
+ * whose container runs them in a transaction (Kafka's, or a database transaction manager set on the
+ * container) have their outcome written only after the container is done with the record, so their
+ * copy finds the key still in progress: they are not supported, and the copy's failure says so. A
+ * copy that throws is listed in {@link io.consumerdedup.test.RedeliveryReport#failedRedeliveries()}
+ * and fails the assertion. The report is reset before each test method (before its
+ * {@code @BeforeEach} methods): a test counts only the records delivered during it, not those of an
+ * earlier test of the same application context.
  */
 @Target(ElementType.TYPE)
 @Retention(RetentionPolicy.RUNTIME)

@@ -4,6 +4,7 @@ import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.spring.IdempotentListenerPostProcessor;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
+import io.consumerdedup.test.RedeliveredCopies;
 import io.consumerdedup.test.RedeliveryReport;
 import java.lang.reflect.Method;
 import java.util.ArrayList;
@@ -26,6 +27,8 @@ import org.springframework.aop.support.annotation.AnnotationMatchingPointcut;
 import org.springframework.beans.factory.config.BeanPostProcessor;
 import org.springframework.core.Ordered;
 import org.springframework.core.annotation.AnnotatedElementUtils;
+import org.springframework.messaging.Message;
+import org.springframework.messaging.support.MessageBuilder;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
 import org.springframework.util.ReflectionUtils;
 
@@ -37,7 +40,9 @@ import org.springframework.util.ReflectionUtils;
  * <ul>
  *   <li>outermost, before the dedup advice and any transaction advice: invokes the listener method
  *       a second time, with the same arguments, after the first call returned (its outcome written,
- *       its transaction committed);
+ *       its transaction committed); records, byte arrays and messages of bytes (a batch's too) are
+ *       new objects with the content they had before the first call, as a real redelivery
+ *       deserializes them;
  *   <li>innermost, next to the method itself and inside the dedup advice: counts each run of the
  *       method's body for the record being delivered.
  * </ul>
@@ -72,8 +77,9 @@ public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ord
       if (!(invocation instanceof ProxyMethodInvocation proxied)) {
         return invocation.proceed();
       }
-      // Cloned before the first call moves the invocation along its chain of advice.
-      MethodInvocation copy = proxied.invocableClone();
+      // Cloned before the first call moves the invocation along its chain of advice, and before
+      // the listener can change the arrays it is handed, which a real redelivery deserializes anew.
+      MethodInvocation copy = proxied.invocableClone(redelivered(invocation.getArguments()));
       // Outside the listener's own @Transactional advice, a transaction can only be its
       // container's, which commits (and has the first delivery's outcome written) after the
       // listener returns: the copy meets the key still in progress, so its failure says why.
@@ -93,6 +99,40 @@ public class RedeliveringListenerPostProcessor implements BeanPostProcessor, Ord
                   ? listenerName(invocation.getMethod()) + "'s record"
                   : record.topic() + "-" + record.partition() + "@" + record.offset());
     };
+  }
+
+  /**
+   * The arguments of a redelivered copy: records, byte arrays and messages of bytes (alone, or in a
+   * batch's list) as Kafka delivers them again, new objects with the first delivery's content.
+   * Other payload objects are the first delivery's own.
+   */
+  private static Object[] redelivered(@Nullable Object[] arguments) {
+    Object[] copies = arguments.clone();
+    for (int i = 0; i < copies.length; i++) {
+      if (copies[i] instanceof List<?> batch) {
+        List<@Nullable Object> elements = new ArrayList<>(batch.size());
+        batch.forEach(element -> elements.add(redelivered(element)));
+        if (!elements.equals(batch)) {
+          copies[i] = elements;
+        }
+      } else {
+        copies[i] = redelivered(copies[i]);
+      }
+    }
+    return copies;
+  }
+
+  private static @Nullable Object redelivered(@Nullable Object argument) {
+    if (argument instanceof ConsumerRecord<?, ?> record) {
+      return RedeliveredCopies.of(record);
+    }
+    if (argument instanceof byte[] bytes) {
+      return bytes.clone();
+    }
+    if (argument instanceof Message<?> message && message.getPayload() instanceof byte[] bytes) {
+      return MessageBuilder.createMessage(bytes.clone(), message.getHeaders());
+    }
+    return argument;
   }
 
   private static MethodInterceptor countingAdvice(Supplier<RedeliveryReport> report) {
