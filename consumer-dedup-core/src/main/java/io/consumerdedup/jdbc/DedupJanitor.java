@@ -396,7 +396,15 @@ public final class DedupJanitor implements AutoCloseable {
     // close() drops the next run (which may be an interval away) instead of waiting for it.
     started.setExecuteExistingDelayedTasksAfterShutdownPolicy(false);
     scheduler = started;
-    scheduleNext(Duration.ZERO);
+    try {
+      scheduleNext(Duration.ZERO);
+    } catch (RuntimeException | Error e) {
+      // No run was scheduled (an OutOfMemoryError as the task was allocated): left set, the
+      // scheduler made start() again refuse as "already started", and no run ever came.
+      scheduler = null;
+      started.shutdownNow();
+      throw e;
+    }
   }
 
   private synchronized void scheduleNext(Duration delay) {

@@ -281,7 +281,9 @@ public final class TransactionBoundDataSource implements DataSource {
     try {
       transaction.connection().rollback();
       return true;
-    } catch (SQLException | RuntimeException e) {
+    } catch (SQLException | RuntimeException | Error e) {
+      // An Error too (an OutOfMemoryError as the reply is read): thrown, it replaced the work's
+      // own failure, which is what the caller must be told. The connection is aborted either way.
       failure.addSuppressed(e);
       return false;
     }

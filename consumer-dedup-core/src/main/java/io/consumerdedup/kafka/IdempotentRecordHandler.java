@@ -212,13 +212,38 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
       claim.fail(e);
       throw new DedupHandlerException(claim.key(), claim.source(), e);
     }
-    FaultPoints.reached(FaultPoints.Point.AFTER_HANDLER);
-    CompletableFuture<Void> written =
-        withNextClaim ? claim.completeWithNextClaim() : claim.completeAsync();
-    current.lastMark = written;
-    MarksInFlight loop = MarksInFlight.open();
-    (loop != null ? loop : current.marks).add(record, written, executor.renewalInterval());
+    try {
+      FaultPoints.reached(FaultPoints.Point.AFTER_HANDLER);
+      CompletableFuture<Void> written =
+          withNextClaim ? claim.completeWithNextClaim() : claim.completeAsync();
+      current.lastMark = written;
+      MarksInFlight loop = MarksInFlight.open();
+      (loop != null ? loop : current.marks).add(record, written, executor.renewalInterval());
+    } catch (Error e) {
+      afterHandler(claim, e);
+      throw e;
+    }
     return Outcome.PROCESSED;
+  }
+
+  /**
+   * An {@code Error} after the handler returned (an OutOfMemoryError as its SUCCESS was queued): no
+   * failure of the handler, whose effects are applied. Counted as one, it dead-lettered the record
+   * at its last attempt; and its claim, left open, was given back at settle() as if the handler had
+   * never run, so the next delivery ran it again. SUCCESS is written now, if it is not on its way
+   * yet; the loop ends on the Error and the next one finds the record a duplicate.
+   */
+  private static void afterHandler(DedupClaim claim, Error e) {
+    ErrorsBesideHandlers.note(e);
+    if (claim.isEnded()) {
+      return;
+    }
+    try {
+      claim.complete();
+    } catch (RuntimeException | Error notWritten) {
+      // Kept and retried in the background, or the lease lost: the next delivery finds out.
+      e.addSuppressed(notWritten);
+    }
   }
 
   /**

@@ -240,6 +240,49 @@ class DedupJanitorTest {
   }
 
   /**
+   * The first run could not be scheduled as the janitor started (an {@code OutOfMemoryError} as the
+   * scheduler allocated the task): {@code start()} threw, but the janitor kept its scheduler, so
+   * the application's {@code start()} again was refused as "DedupJanitor already started" and no
+   * run ever came: expired records stayed until the next restart.
+   */
+  @Test
+  void aStartWhoseFirstRunCannotBeScheduledCanBeStartedAgainAndThenPurges() throws SQLException {
+    AtomicInteger refused = new AtomicInteger();
+    try (DedupJanitor janitor =
+        DedupJanitor.builder(store)
+            .batchSize(500)
+            .interval(Duration.ofMillis(100))
+            .schedulers(
+                threads ->
+                    new ScheduledThreadPoolExecutor(1, threads) {
+                      @Override
+                      public ScheduledFuture<?> schedule(
+                          Runnable command, long delay, TimeUnit unit) {
+                        if (refused.getAndIncrement() == 0) {
+                          throw new OutOfMemoryError("Java heap space, scheduling the first run");
+                        }
+                        return super.schedule(command, delay, unit);
+                      }
+                    })
+            .build()) {
+      assertThat(catchThrowable(janitor::start))
+          .as("the first start")
+          .isInstanceOf(OutOfMemoryError.class);
+      assertThat(refused).as("schedules refused with the Error").hasValue(1);
+
+      janitor.start();
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .untilAsserted(
+              () ->
+                  assertThat(count("expired-%"))
+                      .as("expired records left once the janitor was started again")
+                      .isZero());
+    }
+    assertThat(count("kept-%")).isEqualTo(100);
+  }
+
+  /**
    * A run that failed kept its keyset cursor, which goes back to the oldest row only when a batch
    * comes back short. When the batch after the cursor failed at every run (at volume the last batch
    * of a pass, which walks every unexpired row to the end of the index and is cancelled at the

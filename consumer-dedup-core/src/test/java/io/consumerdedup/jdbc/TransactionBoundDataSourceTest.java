@@ -361,6 +361,67 @@ class TransactionBoundDataSourceTest {
     }
   }
 
+  /**
+   * The rollback after the work's failure throws an {@code Error} (a driver's StackOverflowError,
+   * an OutOfMemoryError as it reads the server's answer): it replaced the work's own exception, so
+   * the caller saw the rollback's Error and not why the work failed (a record's failure counted, or
+   * dead-lettered, as whatever the Error was).
+   */
+  @Test
+  void aRollbackThatThrowsAnErrorKeepsTheWorksExceptionAndCommitsNothing() throws Exception {
+    AtomicBoolean rollbackThrew = new AtomicBoolean();
+    DataSource rollbackFails =
+        (DataSource)
+            java.lang.reflect.Proxy.newProxyInstance(
+                DataSource.class.getClassLoader(),
+                new Class<?>[] {DataSource.class},
+                (proxy, method, args) -> {
+                  Object answer = invoke(pool, method, args);
+                  if (!method.getName().equals("getConnection")) {
+                    return answer;
+                  }
+                  Connection connection = (Connection) answer;
+                  return java.lang.reflect.Proxy.newProxyInstance(
+                      Connection.class.getClassLoader(),
+                      new Class<?>[] {Connection.class},
+                      (c, call, callArgs) -> {
+                        if (call.getName().equals("rollback") && callArgs == null) {
+                          rollbackThrew.set(true);
+                          throw new OutOfMemoryError(
+                              "Java heap space, reading the rollback's reply");
+                        }
+                        return invoke(connection, call, callArgs);
+                      });
+                });
+    TransactionBoundDataSource overFailing = TransactionBoundDataSource.of(rollbackFails);
+    IllegalStateException thrown = new IllegalStateException("bank answered 503");
+
+    assertThatThrownBy(
+            () ->
+                overFailing.inTransaction(
+                    () -> {
+                      insert(overFailing, "charge");
+                      throw thrown;
+                    }))
+        .as("what the caller of the failed work is told")
+        .isSameAs(thrown)
+        .satisfies(
+            e ->
+                assertThat(e.getSuppressed()).singleElement().isInstanceOf(OutOfMemoryError.class));
+    assertThat(rollbackThrew).as("the rollback threw").isTrue();
+    assertThat(committed()).isEmpty();
+    assertThePoolsConnectionCameBackClean();
+  }
+
+  private static Object invoke(Object target, java.lang.reflect.Method method, Object[] args)
+      throws Throwable {
+    try {
+      return method.invoke(target, args);
+    } catch (java.lang.reflect.InvocationTargetException e) {
+      throw e.getCause();
+    }
+  }
+
   @Test
   void anInterruptedThreadStillCommitsOrRollsBackAndKeepsItsInterrupt() throws SQLException {
     try {

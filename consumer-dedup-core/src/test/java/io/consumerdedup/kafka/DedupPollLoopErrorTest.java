@@ -12,6 +12,7 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
+import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.ReplyLosingStore;
 import io.consumerdedup.testing.TestKafka;
@@ -336,6 +337,65 @@ class DedupPollLoopErrorTest {
     assertThat(runs).as("handler runs").hasValue(2);
     assertEachAppliedOnceAndSuccess(1);
     assertThat(deadLettered).isEmpty();
+  }
+
+  /**
+   * An {@code Error} after the handler returned, before its SUCCESS was on its way (an {@code
+   * OutOfMemoryError} as the mark is queued), ends the loop as any {@code Error} does. The loop
+   * counted it as a failed attempt of the handler: with one attempt allowed, the record whose
+   * effects were applied was dead-lettered as "Handler threw OutOfMemoryError".
+   */
+  @Test
+  void anErrorAfterTheHandlerReturnedDeadLettersNothingAndTheRecordIsAppliedOnce()
+      throws Exception {
+    anErrorAfterTheHandlerReturnedIsNoFailedAttempt(true);
+  }
+
+  /** As above, with the record's key claimed as the record is reached. */
+  @Test
+  void anErrorAfterTheHandlerReturnedDeadLettersNothingAndTheRecordIsAppliedOnceClaimedAlone()
+      throws Exception {
+    anErrorAfterTheHandlerReturnedIsNoFailedAttempt(false);
+  }
+
+  private void anErrorAfterTheHandlerReturnedIsNoFailedAttempt(boolean claimsPerPoll)
+      throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    send(0, 1);
+    AtomicInteger thrown = new AtomicInteger();
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.AFTER_HANDLER && thrown.getAndIncrement() == 0) {
+            throw new OutOfMemoryError("Java heap space, queuing the SUCCESS");
+          }
+        });
+    try (IdempotentExecutor executor = executor(fixture.store())) {
+      assertThat(endOf(threads.submit(loop(processor(executor, claimsPerPoll), 1))))
+          .isInstanceOf(OutOfMemoryError.class);
+      assertThat(thrown).as("Errors after the handler returned").hasValue(1);
+      assertThat(deadLetterReasons)
+          .as("records dead-lettered though their handler returned (%s)", effects)
+          .isEmpty();
+
+      try (RunningLoop next = RunningLoop.start(loop(processor(executor, claimsPerPoll), 1))) {
+        LoopFixture.awaitCommitted(
+            fixture.group(), Map.of(new TopicPartition(fixture.topic(), 0), 1L));
+      }
+    } finally {
+      FaultPoints.install(null);
+    }
+    assertEachAppliedOnceAndSuccess(1);
+    assertThat(deadLettered).isEmpty();
+  }
+
+  private IdempotentRecordHandler<String, String> processor(
+      IdempotentExecutor executor, boolean claimsPerPoll) {
+    return IdempotentRecordHandler.<String, String>builder(executor)
+        .bizType(BIZ_TYPE)
+        .key(KeyExtractors.header(KEY_HEADER))
+        .claimsPerPoll(claimsPerPoll)
+        .handler(this::apply)
+        .build();
   }
 
   /**

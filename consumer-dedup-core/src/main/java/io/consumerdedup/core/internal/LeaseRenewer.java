@@ -60,6 +60,19 @@ public final class LeaseRenewer implements AutoCloseable {
       Duration interval,
       DedupListener listener,
       ThreadFactory timerThreads) {
+    this(store, lease, interval, listener, timerThreads, daemon("consumer-dedup-lease-renewer-"));
+  }
+
+  /**
+   * @param workerThreads makes the workers' threads (a test's may throw, as above)
+   */
+  LeaseRenewer(
+      DedupStore store,
+      Duration lease,
+      Duration interval,
+      DedupListener listener,
+      ThreadFactory timerThreads,
+      ThreadFactory workerThreads) {
     this.store = store;
     this.lease = lease;
     this.interval = interval;
@@ -70,12 +83,7 @@ public final class LeaseRenewer implements AutoCloseable {
     // As many workers as renewals in flight, which is at most the number of keys held at once.
     this.workers =
         new ThreadPoolExecutor(
-            0,
-            Integer.MAX_VALUE,
-            30,
-            TimeUnit.SECONDS,
-            new SynchronousQueue<>(),
-            daemon("consumer-dedup-lease-renewer-"));
+            0, Integer.MAX_VALUE, 30, TimeUnit.SECONDS, new SynchronousQueue<>(), workerThreads);
   }
 
   /**
@@ -174,7 +182,13 @@ public final class LeaseRenewer implements AutoCloseable {
       return false; // closed
     } catch (RuntimeException | Error e) {
       // Such as "OutOfMemoryError: unable to create native thread": try again at the next tick.
-      log.error("Could not start a lease renewal or outcome retry; trying again later", e);
+      try {
+        log.error("Could not start a lease renewal or outcome retry; trying again later", e);
+      } catch (RuntimeException | Error again) {
+        // Out of memory again as the line is formatted, say. Thrown out of a periodic task, it
+        // cancelled that task for good: a kept outcome never retried, its key PROCESSING under a
+        // lease still renewed.
+      }
       return false;
     }
   }

@@ -129,28 +129,41 @@ final class PendingOutcomes {
     if (!outcome.settled.compareAndSet(false, true)) {
       return written; // settled concurrently by the background retry
     }
-    pending.remove(outcome.key, outcome);
-    outcome.cancelRetries();
-    if (written) {
-      outcome.renewal.stop();
-      if (outcome.kept) {
-        log.info(
-            "Recorded the {} of {} (attempt {}) that could not be written earlier",
-            outcome.status(),
-            DeliverySources.where(outcome.key, outcome.source),
-            outcome.token);
-      }
-      try {
+    try {
+      pending.remove(outcome.key, outcome);
+      outcome.cancelRetries();
+      if (written) {
+        outcome.renewal.stop();
+        if (outcome.kept) {
+          log.info(
+              "Recorded the {} of {} (attempt {}) that could not be written earlier",
+              outcome.status(),
+              DeliverySources.where(outcome.key, outcome.source),
+              outcome.token);
+        }
         if (outcome.error == null) {
           listener.completed(outcome.key, outcome.token, outcome.handlerTime);
         }
-      } finally {
-        // Even past an Error of the application's listener: the outcome is written, and whoever
-        // waits for it (a poll's commit, completeAsync) would otherwise wait for nothing.
-        outcome.written.complete(null);
+      } else {
+        lost(outcome);
       }
-      return true;
+    } finally {
+      // Whatever the lines above throw (the application's listener, a log appender, an
+      // OutOfMemoryError as a line is formatted), the outcome is settled and nothing retries it:
+      // whoever waits for it (a poll's commit, completeAsync) would otherwise wait for ever.
+      if (written) {
+        outcome.written.complete(null);
+      } else {
+        outcome.written.completeExceptionally(
+            new DedupLeaseLostException(
+                outcome.key, outcome.token, outcome.status(), outcome.source, outcome.releaseNote));
+      }
     }
+    return written;
+  }
+
+  /** Says that {@code outcome} was fenced out, and tells the listener once per lost lease. */
+  private void lost(PendingOutcome outcome) {
     outcome.renewal.markLost();
     // Read to say what happened: after an operator's release nobody holds the key, and a message
     // sending the reader to "the new holder" would be wrong.
@@ -173,16 +186,9 @@ final class PendingOutcomes {
           outcome.token,
           outcome.status());
     }
-    try {
-      if (outcome.renewal.firstToReportLoss()) {
-        listener.leaseLost(outcome.key, outcome.token);
-      }
-    } finally {
-      outcome.written.completeExceptionally(
-          new DedupLeaseLostException(
-              outcome.key, outcome.token, outcome.status(), outcome.source, outcome.releaseNote));
+    if (outcome.renewal.firstToReportLoss()) {
+      listener.leaseLost(outcome.key, outcome.token);
     }
-    return false;
   }
 
   /**
