@@ -1,5 +1,6 @@
 package io.consumerdedup.spring;
 
+import io.consumerdedup.spring.internal.EditDistance;
 import java.beans.PropertyDescriptor;
 import java.lang.reflect.Field;
 import java.lang.reflect.Member;
@@ -403,29 +404,12 @@ final class KeyExpressionCheck {
   private static @Nullable String closest(String name, List<String> candidates) {
     String lower = name.toLowerCase(Locale.ROOT);
     return candidates.stream()
-        .filter(c -> distance(lower, c.toLowerCase(Locale.ROOT)) <= Math.max(2, name.length() / 4))
-        .min(Comparator.comparingInt(c -> distance(lower, c.toLowerCase(Locale.ROOT))))
+        .filter(
+            c ->
+                EditDistance.between(lower, c.toLowerCase(Locale.ROOT))
+                    <= Math.max(2, name.length() / 4))
+        .min(Comparator.comparingInt(c -> EditDistance.between(lower, c.toLowerCase(Locale.ROOT))))
         .orElse(null);
-  }
-
-  /** The Levenshtein distance. */
-  private static int distance(String a, String b) {
-    int[] previous = new int[b.length() + 1];
-    int[] current = new int[b.length() + 1];
-    for (int j = 0; j <= b.length(); j++) {
-      previous[j] = j;
-    }
-    for (int i = 1; i <= a.length(); i++) {
-      current[0] = i;
-      for (int j = 1; j <= b.length(); j++) {
-        int substitution = previous[j - 1] + (a.charAt(i - 1) == b.charAt(j - 1) ? 0 : 1);
-        current[j] = Math.min(substitution, Math.min(previous[j], current[j - 1]) + 1);
-      }
-      int[] swap = previous;
-      previous = current;
-      current = swap;
-    }
-    return previous[b.length()];
   }
 
   /** SpEL's own lookup of a readable property: the check agrees with what evaluation will do. */

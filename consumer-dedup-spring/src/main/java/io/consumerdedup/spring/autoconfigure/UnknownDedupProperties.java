@@ -1,6 +1,7 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.core.DedupConfigurationException;
+import io.consumerdedup.spring.internal.EditDistance;
 import java.beans.PropertyDescriptor;
 import java.util.Comparator;
 import java.util.LinkedHashMap;
@@ -109,8 +110,8 @@ final class UnknownDedupProperties {
                 name -> all.add("consumer-dedup." + (group.isEmpty() ? "" : group + ".") + name)));
     String target = uniform(written);
     return all.stream()
-        .min(Comparator.comparingInt(candidate -> distance(target, uniform(candidate))))
-        .filter(candidate -> distance(target, uniform(candidate)) <= 6)
+        .min(Comparator.comparingInt(candidate -> EditDistance.between(target, uniform(candidate))))
+        .filter(candidate -> EditDistance.between(target, uniform(candidate)) <= 6)
         .map(candidate -> ". Did you mean " + candidate + "?")
         .orElse("");
   }
@@ -129,24 +130,5 @@ final class UnknownDedupProperties {
   /** A name as relaxed binding compares it: lower case, without dashes. */
   private static String uniform(String name) {
     return name.replace("-", "").replace("_", "").toLowerCase(Locale.ROOT);
-  }
-
-  private static int distance(String a, String b) {
-    int[] previous = new int[b.length() + 1];
-    int[] current = new int[b.length() + 1];
-    for (int j = 0; j <= b.length(); j++) {
-      previous[j] = j;
-    }
-    for (int i = 1; i <= a.length(); i++) {
-      current[0] = i;
-      for (int j = 1; j <= b.length(); j++) {
-        int substitution = previous[j - 1] + (a.charAt(i - 1) == b.charAt(j - 1) ? 0 : 1);
-        current[j] = Math.min(substitution, Math.min(previous[j], current[j - 1]) + 1);
-      }
-      int[] swap = previous;
-      previous = current;
-      current = swap;
-    }
-    return previous[b.length()];
   }
 }
