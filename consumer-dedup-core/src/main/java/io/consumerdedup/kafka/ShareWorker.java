@@ -511,7 +511,7 @@ final class ShareWorker<K, V> implements Runnable {
    *
    * @throws Error the handler's, once its failure is handled as any other's (one thrown as the
    *     record's dead letter is written is a failed try of the dead letter: tried again, the record
-   *     kept)
+   *     kept); or one met as the record's key was claimed, the record left undecided
    */
   private void processOne(
       ConsumerRecord<K, V> record,
@@ -538,6 +538,15 @@ final class ShareWorker<K, V> implements Runnable {
       }
       return;
     } catch (Error e) {
+      boolean claims = ErrorsBesideHandlers.isBesideHandler(e);
+      ErrorsBesideHandlers.clear();
+      if (claims) {
+        // Met as the key was claimed, before the handler ran (an OutOfMemoryError as the claim's
+        // answer was read): counted as the handler's failure, it spent the record's attempts and
+        // dead-lettered it without its retry ever running. No attempt, no decision: the worker
+        // ends on it as on any Error, and the record comes back to a consumer that runs it.
+        throw e;
+      }
       try {
         handlerFailed(record, new HandlerErrorException(e));
       } catch (Error settling) {

@@ -10,6 +10,7 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.testing.ChildJvm;
+import io.consumerdedup.testing.ReplyLosingStore;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.nio.charset.StandardCharsets;
@@ -607,6 +608,77 @@ class DedupShareLoopTest {
   }
 
   /**
+   * A record's second delivery meets an {@code Error} as its key is claimed (an {@code
+   * OutOfMemoryError} while the answer of a claim the database committed is read), before its
+   * handler runs; the application starts a new loop each time one ends on an Error. The worker
+   * counted it as a failed attempt of the handler: the record, two attempts allowed, was
+   * dead-lettered and rejected as "Handler threw OutOfMemoryError" having run once, its retry never
+   * run.
+   */
+  @Test
+  void anErrorAsARetryIsClaimedIsNoAttemptOfTheHandlerAndTheNextLoopAppliesTheRecord()
+      throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    send("retry-1", "fails once");
+    ReplyLosingStore losing = ReplyLosingStore.in(fixture.store());
+    IdempotentExecutor executor =
+        IdempotentExecutor.builder(losing.store()).lease(Duration.ofMinutes(5)).build();
+    executors.add(executor);
+    AtomicInteger runs = new AtomicInteger();
+    AtomicInteger applied = new AtomicInteger();
+    AtomicInteger loopsEnded = new AtomicInteger();
+    RecordHandler<String, String> failsFirst =
+        record -> {
+          if (runs.incrementAndGet() == 1) {
+            // The retry's claim meets the Error once the database has committed it.
+            losing.loseNextClaimReplyTo(
+                new OutOfMemoryError("Java heap space, reading the claim's answer"));
+            throw new IllegalStateException("card network timeout");
+          }
+          applied.incrementAndGet();
+        };
+    threads.execute(
+        () -> {
+          while (restarting.get()) {
+            try {
+              loop(
+                      executor,
+                      false,
+                      failsFirst,
+                      b -> b.maxAttempts(2).retryBackOff(Duration.ofMillis(100)),
+                      record -> {},
+                      KafkaShareConsumer::new)
+                  .run();
+              return; // closed
+            } catch (Error e) {
+              loopsEnded.incrementAndGet();
+              try {
+                Thread.sleep(1_000);
+              } catch (InterruptedException stop) {
+                return;
+              }
+            }
+          }
+        });
+    await()
+        .atMost(WAIT)
+        .until(
+            () ->
+                applied.get() > 0
+                    || !TestKafka.readFromStart(topic + "-dlt", 1, Duration.ofMillis(200))
+                        .isEmpty());
+    assertThat(losing.repliesLost()).as("claims answered with the Error").isEqualTo(1);
+    assertThat(loopsEnded).as("loops ended on the Error").hasValue(1);
+    assertThat(TestKafka.readFromStart(topic + "-dlt", 1, Duration.ofSeconds(2)))
+        .as("records dead-lettered after %s handler run(s) of the two allowed", runs)
+        .isEmpty();
+    assertThat(runs).as("handler runs").hasValue(2);
+    assertThat(applied).hasValue(1);
+    restarting.set(false);
+    assertQueueEmpty();
+  }
+
+  /**
    * A record without its key, then a healthy one, in one poll; the dead-letter handler throws an
    * Error (an OutOfMemoryError as it copies a large record) on its first five tries, then writes;
    * the application starts a new loop each time one ends on an Error. The Error ended the loop with
@@ -990,11 +1062,23 @@ class DedupShareLoopTest {
       Function<Map<String, Object>, ShareConsumer<String, String>> consumers) {
     IdempotentExecutor executor = IdempotentExecutor.builder(fixture.store()).lease(lease).build();
     executors.add(executor);
+    return loop(executor, true, handler, customizer, delivered, consumers);
+  }
+
+  /** A share loop of {@code executor}, not started. */
+  private DedupShareLoop<String, String> loop(
+      IdempotentExecutor executor,
+      boolean claimsPerPoll,
+      RecordHandler<String, String> handler,
+      Customizer customizer,
+      java.util.function.Consumer<ConsumerRecord<String, String>> delivered,
+      Function<Map<String, Object>, ShareConsumer<String, String>> consumers) {
     IdempotentRecordHandler<String, String> records =
         IdempotentRecordHandler.<String, String>builder(executor)
             .bizType(LoopFixture.BIZ_TYPE)
             .key(KeyExtractors.header(LoopFixture.KEY_HEADER))
             .groupId(group)
+            .claimsPerPoll(claimsPerPoll)
             .handler(handler)
             .build();
     RecordProcessor<String, String> processor =
