@@ -3,20 +3,18 @@ package io.consumerdedup.jdbc;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.catchThrowable;
 
-import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.RoutingWithoutTarget;
-import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.StoreFixture;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * Building an executor in mode TRANSACTIONAL checks, on a connection of the store's own, that no
@@ -29,30 +27,20 @@ import org.junit.jupiter.api.Test;
  * that does not answer at start-up is only logged. Each claim checks again.
  */
 class TransactionalBuildDataSourceRuntimeExceptionTest {
-  private String schema;
-  private HikariDataSource pool;
+  @RegisterExtension static final StoreFixture db = new StoreFixture("txbuild", 2);
+
   private final AtomicBoolean failing = new AtomicBoolean();
-
-  @BeforeEach
-  void setUp() {
-    schema = TestDatabase.newSchema("txbuild");
-    pool = TestDatabase.dataSource(schema, 2);
-  }
-
-  @AfterEach
-  void tearDown() {
-    pool.close();
-    TestDatabase.dropSchema(schema);
-  }
 
   @Test
   void anExecutorBuiltWhileTheDataSourceHasNoTargetHoldsTheRecordAndAppliesItOnceItAnswers() {
-    buildWhileFailingThenApplyOnce(RoutingWithoutTarget.routing(pool, failing::get), "TX-1");
+    buildWhileFailingThenApplyOnce(
+        RoutingWithoutTarget.routing(db.dataSource(), failing::get), "TX-1");
   }
 
   @Test
   void anExecutorBuiltOnALazyConnectionWithoutATargetHoldsTheRecordAndAppliesItOnceItAnswers() {
-    buildWhileFailingThenApplyOnce(RoutingWithoutTarget.lazy(pool, failing::get), "TX-2");
+    buildWhileFailingThenApplyOnce(
+        RoutingWithoutTarget.lazy(db.dataSource(), failing::get), "TX-2");
   }
 
   private void buildWhileFailingThenApplyOnce(ConnectionSource dataSource, String orderNo) {
