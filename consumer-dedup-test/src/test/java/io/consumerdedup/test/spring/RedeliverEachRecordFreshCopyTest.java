@@ -6,7 +6,6 @@ import static org.awaitility.Awaitility.await;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.test.RedeliveryReport;
 import io.consumerdedup.testing.TestDatabase;
-import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Arrays;
@@ -45,12 +44,9 @@ class RedeliverEachRecordFreshCopyTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    schema = TestDatabase.newSchema("redeliver_fresh");
-    registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
-    TestKafka.createTopics(1, "rft-cards", "rft-card-records", "rft-card-batches");
-    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
-    registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
-    registry.add("consumer-dedup.cleanup.enabled", () -> "false");
+    schema =
+        BootTestEnvironment.register(
+            registry, "redeliver_fresh", "rft-cards", "rft-card-records", "rft-card-batches");
   }
 
   @AfterAll
