@@ -3,20 +3,16 @@ package io.consumerdedup.core;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.catchThrowable;
 
-import ch.qos.logback.classic.Logger;
-import ch.qos.logback.classic.spi.ILoggingEvent;
-import ch.qos.logback.core.AppenderBase;
 import io.consumerdedup.testing.StoreFixture;
+import io.consumerdedup.testing.ThrowingLog;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
-import org.slf4j.LoggerFactory;
 
 /**
  * The warning that a SUCCESS was not recorded, its lease taken over, cannot be logged (an appender
@@ -45,30 +41,18 @@ class LeaseLostWarningErrorTest {
             + " WHERE biz_key = 'taken-over'"); // its lease ran out, as after a long pause
     assertThat(rival.claim(key, null, null).attempt()).as("taken over").isEqualTo(2);
 
-    AtomicInteger thrown = new AtomicInteger();
-    Logger outcomesLog =
-        (Logger) LoggerFactory.getLogger("io.consumerdedup.core.internal.PendingOutcomes");
-    AppenderBase<ILoggingEvent> failing =
-        new AppenderBase<>() {
-          @Override
-          protected void append(ILoggingEvent event) {
-            if (event.getMessage().startsWith("Lease on")) {
-              thrown.incrementAndGet();
-              throw new OutOfMemoryError("Java heap space, formatting the warning");
-            }
-          }
-        };
-    failing.start();
-    outcomesLog.addAppender(failing);
+    ThrowingLog warnings =
+        ThrowingLog.on(
+            "io.consumerdedup.core.internal.PendingOutcomes",
+            "Lease on",
+            () -> new OutOfMemoryError("Java heap space, formatting the warning"));
     Throwable waited;
-    try {
+    try (warnings) {
       CompletableFuture<Void> written = claim.completeAsync();
       waited = catchThrowable(() -> written.get(10, TimeUnit.SECONDS));
-    } finally {
-      outcomesLog.detachAppender(failing);
     }
 
-    assertThat(thrown).as("warnings that threw").hasValue(1);
+    assertThat(warnings.threw()).as("warnings that threw").isEqualTo(1);
     assertThat(waited)
         .as("what the wait for the SUCCESS of a key taken over ended with")
         .isInstanceOf(ExecutionException.class)

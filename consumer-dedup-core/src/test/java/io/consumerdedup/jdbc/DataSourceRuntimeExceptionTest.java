@@ -1,5 +1,6 @@
 package io.consumerdedup.jdbc;
 
+import static io.consumerdedup.testing.RoutingWithoutTarget.REASON;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.catchThrowable;
 
@@ -10,6 +11,7 @@ import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.testing.ConnectionSource;
+import io.consumerdedup.testing.RoutingWithoutTarget;
 import io.consumerdedup.testing.TestDatabase;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
@@ -30,8 +32,6 @@ import org.junit.jupiter.api.Test;
  * operator without saying that the table did not answer.
  */
 class DataSourceRuntimeExceptionTest {
-  private static final String REASON = "Cannot determine target DataSource for lookup key [null]";
-
   private String schema;
   private HikariDataSource pool;
   private final AtomicBoolean failing = new AtomicBoolean();
@@ -42,17 +42,7 @@ class DataSourceRuntimeExceptionTest {
   void setUp() {
     schema = TestDatabase.newSchema("dsruntime");
     pool = TestDatabase.dataSource(schema, 2);
-    routing =
-        new ConnectionSource() {
-          @Override
-          public Connection getConnection() throws SQLException {
-            if (failing.get()) {
-              // What AbstractRoutingDataSource throws without a target for the thread's key.
-              throw new IllegalStateException(REASON);
-            }
-            return pool.getConnection();
-          }
-        };
+    routing = RoutingWithoutTarget.routing(pool, failing::get);
     store = JdbcDedupStore.builder(routing).retryMaxAttempts(1).build();
   }
 
@@ -126,13 +116,7 @@ class DataSourceRuntimeExceptionTest {
    */
   @Test
   void aClaimInTheCallersTransactionWhoseLazyConnectionFindsNoTargetIsRetriedLater() {
-    ConnectionSource lazy =
-        new ConnectionSource() {
-          @Override
-          public Connection getConnection() throws SQLException {
-            return failing.get() ? withoutTarget() : pool.getConnection();
-          }
-        };
+    ConnectionSource lazy = RoutingWithoutTarget.lazy(pool, failing::get);
     TransactionBoundDataSource transactions = TransactionBoundDataSource.of(lazy);
     JdbcDedupStore lazyStore = JdbcDedupStore.builder(transactions).retryMaxAttempts(1).build();
     AtomicInteger handlerRuns = new AtomicInteger();
@@ -217,33 +201,6 @@ class DataSourceRuntimeExceptionTest {
                 });
       }
     };
-  }
-
-  /**
-   * What Spring's {@code LazyConnectionDataSourceProxy} lends when its routing target has no
-   * DataSource for the thread: it answers the transaction's settings, commit and rollback itself,
-   * and throws the routing's exception at every call that needs the target.
-   */
-  private static Connection withoutTarget() {
-    boolean[] autoCommit = {true};
-    return (Connection)
-        Proxy.newProxyInstance(
-            Connection.class.getClassLoader(),
-            new Class<?>[] {Connection.class},
-            (proxy, method, args) ->
-                switch (method.getName()) {
-                  case "getAutoCommit" -> autoCommit[0];
-                  case "setAutoCommit" -> {
-                    autoCommit[0] = (Boolean) args[0];
-                    yield null;
-                  }
-                  case "commit", "rollback", "close" -> null;
-                  case "isClosed" -> false;
-                  case "equals" -> proxy == args[0];
-                  case "hashCode" -> System.identityHashCode(proxy);
-                  case "toString" -> "lazy connection without a target";
-                  default -> throw new IllegalStateException(REASON);
-                });
   }
 
   @Test

@@ -25,8 +25,11 @@ import java.time.temporal.ChronoUnit;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ScheduledFuture;
 import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.ThreadFactory;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Function;
+import java.util.function.Supplier;
 import javax.sql.DataSource;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
@@ -126,13 +129,8 @@ class DedupJanitorTest {
             .listener(failingOnce)
             .build()) {
       janitor.start();
-      await()
-          .atMost(Duration.ofSeconds(20))
-          .untilAsserted(
-              () ->
-                  assertThat(count("expired-%"))
-                      .as("expired records left after the run the Error ended")
-                      .isZero());
+      awaitNoExpiredLeft(
+          Duration.ofSeconds(20), "expired records left after the run the Error ended");
     }
     assertThat(measures).as("runs that reported what they purged").hasValueGreaterThan(1);
     assertThat(count("kept-%")).isEqualTo(100);
@@ -169,13 +167,8 @@ class DedupJanitorTest {
             .interval(Duration.ofMillis(100))
             .build()) {
       janitor.start();
-      await()
-          .atMost(Duration.ofSeconds(10))
-          .untilAsserted(
-              () ->
-                  assertThat(count("expired-%"))
-                      .as("expired records left after a failed run whose log threw")
-                      .isZero());
+      awaitNoExpiredLeft(
+          Duration.ofSeconds(10), "expired records left after a failed run whose log threw");
     } finally {
       janitorLog.detachAppender(stillOutOfMemory);
     }
@@ -192,7 +185,6 @@ class DedupJanitorTest {
    */
   @Test
   void aNextRunThatCannotBeScheduledIsScheduledAgainAndSaidSo() throws SQLException {
-    AtomicInteger schedules = new AtomicInteger();
     AtomicInteger refused = new AtomicInteger();
     Logger janitorLog = (Logger) LoggerFactory.getLogger(DedupJanitor.class);
     ListAppender<ILoggingEvent> logged = new ListAppender<>();
@@ -203,29 +195,13 @@ class DedupJanitorTest {
             .batchSize(500)
             .maxBatchesPerRun(1)
             .interval(Duration.ofMillis(100))
-            .schedulers(
-                threads ->
-                    new ScheduledThreadPoolExecutor(1, threads) {
-                      @Override
-                      public ScheduledFuture<?> schedule(
-                          Runnable command, long delay, TimeUnit unit) {
-                        // The first run is scheduled by start(); the one after it is refused.
-                        if (schedules.incrementAndGet() == 2) {
-                          refused.incrementAndGet();
-                          throw new OutOfMemoryError("Java heap space, scheduling the next run");
-                        }
-                        return super.schedule(command, delay, unit);
-                      }
-                    })
+            // The first run is scheduled by start(); the one after it is refused.
+            .schedulers(refusingSchedule(2, "scheduling the next run", refused))
             .build()) {
       janitor.start();
-      await()
-          .atMost(Duration.ofSeconds(10))
-          .untilAsserted(
-              () ->
-                  assertThat(count("expired-%"))
-                      .as("expired records left after the next run could not be scheduled once")
-                      .isZero());
+      awaitNoExpiredLeft(
+          Duration.ofSeconds(10),
+          "expired records left after the next run could not be scheduled once");
     } finally {
       janitorLog.detachAppender(logged);
     }
@@ -252,18 +228,7 @@ class DedupJanitorTest {
         DedupJanitor.builder(store)
             .batchSize(500)
             .interval(Duration.ofMillis(100))
-            .schedulers(
-                threads ->
-                    new ScheduledThreadPoolExecutor(1, threads) {
-                      @Override
-                      public ScheduledFuture<?> schedule(
-                          Runnable command, long delay, TimeUnit unit) {
-                        if (refused.getAndIncrement() == 0) {
-                          throw new OutOfMemoryError("Java heap space, scheduling the first run");
-                        }
-                        return super.schedule(command, delay, unit);
-                      }
-                    })
+            .schedulers(refusingSchedule(1, "scheduling the first run", refused))
             .build()) {
       assertThat(catchThrowable(janitor::start))
           .as("the first start")
@@ -271,13 +236,8 @@ class DedupJanitorTest {
       assertThat(refused).as("schedules refused with the Error").hasValue(1);
 
       janitor.start();
-      await()
-          .atMost(Duration.ofSeconds(10))
-          .untilAsserted(
-              () ->
-                  assertThat(count("expired-%"))
-                      .as("expired records left once the janitor was started again")
-                      .isZero());
+      awaitNoExpiredLeft(
+          Duration.ofSeconds(10), "expired records left once the janitor was started again");
     }
     assertThat(count("kept-%")).isEqualTo(100);
   }
@@ -305,15 +265,12 @@ class DedupJanitorTest {
               .interval(Duration.ofMillis(100))
               .build()) {
         janitor.start();
-        await()
-            .atMost(Duration.ofSeconds(15))
-            .untilAsserted(
-                () ->
-                    assertThat(count("expired-%"))
-                        .as(
-                            "expired records left, with %s batches after a cursor cancelled",
-                            faulty.statementsTimedOut())
-                        .isZero());
+        awaitNoExpiredLeft(
+            Duration.ofSeconds(15),
+            () ->
+                "expired records left, with "
+                    + faulty.statementsTimedOut()
+                    + " batches after a cursor cancelled");
       }
       assertThat(faulty.statementsTimedOut()).as("batches after a cursor cancelled").isPositive();
     }
@@ -412,13 +369,8 @@ class DedupJanitorTest {
             .listener(failing)
             .build()) {
       janitor.start();
-      await()
-          .atMost(Duration.ofSeconds(20))
-          .untilAsserted(
-              () ->
-                  assertThat(count("expired-%"))
-                      .as("expired records left, with work left after each run")
-                      .isZero());
+      awaitNoExpiredLeft(
+          Duration.ofSeconds(20), "expired records left, with work left after each run");
     }
     assertThat(count("kept-%")).isEqualTo(100);
   }
@@ -446,13 +398,9 @@ class DedupJanitorTest {
             .listener(builtAgainstAnotherVersion)
             .build()) {
       janitor.start();
-      await()
-          .atMost(Duration.ofSeconds(5))
-          .untilAsserted(
-              () ->
-                  assertThat(count("expired-%"))
-                      .as("expired records left after %s runs whose report threw", reports.get())
-                      .isZero());
+      awaitNoExpiredLeft(
+          Duration.ofSeconds(5),
+          () -> "expired records left after " + reports.get() + " runs whose report threw");
     }
     assertThat(reports).as("backlog reports that threw").hasPositiveValue();
     assertThat(count("kept-%")).isEqualTo(100);
@@ -599,13 +547,9 @@ class DedupJanitorTest {
     try {
       failuresLeft.set(6);
       janitor.start();
-      await()
-          .atMost(Duration.ofSeconds(10))
-          .untilAsserted(
-              () ->
-                  assertThat(count("expired-%"))
-                      .as("expired records left once the DataSource gave connections again")
-                      .isZero());
+      awaitNoExpiredLeft(
+          Duration.ofSeconds(10),
+          "expired records left once the DataSource gave connections again");
     } finally {
       janitor.close();
       janitorLog.detachAppender(logged);
@@ -633,6 +577,36 @@ class DedupJanitorTest {
     assertThat(count("kept-%")).isEqualTo(100);
   }
 
+  /** Waits until a janitor running on its schedule has purged every expired record. */
+  private void awaitNoExpiredLeft(Duration atMost, String left) {
+    awaitNoExpiredLeft(atMost, () -> left);
+  }
+
+  /** As above; {@code left} is read at each try, so a failure names the counts of its last one. */
+  private void awaitNoExpiredLeft(Duration atMost, Supplier<String> left) {
+    await().atMost(atMost).untilAsserted(() -> assertThat(count("expired-%")).as(left).isZero());
+  }
+
+  /**
+   * The janitor's scheduler, whose {@code nth} schedule call throws an {@code OutOfMemoryError} (as
+   * the scheduler allocates the task), counted in {@code refused}.
+   */
+  private static Function<ThreadFactory, ScheduledThreadPoolExecutor> refusingSchedule(
+      int nth, String scheduling, AtomicInteger refused) {
+    AtomicInteger schedules = new AtomicInteger();
+    return threads ->
+        new ScheduledThreadPoolExecutor(1, threads) {
+          @Override
+          public ScheduledFuture<?> schedule(Runnable command, long delay, TimeUnit unit) {
+            if (schedules.incrementAndGet() == nth) {
+              refused.incrementAndGet();
+              throw new OutOfMemoryError("Java heap space, " + scheduling);
+            }
+            return super.schedule(command, delay, unit);
+          }
+        };
+  }
+
   private int count(String pattern) throws SQLException {
     try (Connection connection = dataSource.getConnection();
         Statement statement = connection.createStatement();
@@ -655,8 +629,7 @@ class DedupJanitorTest {
    * The test's DataSource, whose next {@code failuresLeft} connections are refused with what {@code
    * failure} makes (an {@code Error} or a {@code RuntimeException}).
    */
-  private DataSource failingConnections(
-      AtomicInteger failuresLeft, java.util.function.Supplier<Throwable> failure) {
+  private DataSource failingConnections(AtomicInteger failuresLeft, Supplier<Throwable> failure) {
     return (DataSource)
         java.lang.reflect.Proxy.newProxyInstance(
             DataSource.class.getClassLoader(),

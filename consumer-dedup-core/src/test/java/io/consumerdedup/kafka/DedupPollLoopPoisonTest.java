@@ -275,21 +275,7 @@ class DedupPollLoopPoisonTest {
                         .anyMatch(
                             e -> e.getFormattedMessage().startsWith("Could not dead-letter")));
       } // stopped while its dead letter lingers in the producer: the record is billing's again
-      IdempotentRecordHandler<String, String> shipments =
-          IdempotentRecordHandler.<String, String>builder(executor)
-              .bizType("shipment")
-              .key(KeyExtractors.header(KEY_HEADER))
-              .groupId(shipping)
-              .handler(record -> effects.apply(record.value()))
-              .build();
-      try (RunningLoop running =
-          RunningLoop.start(
-              tuned(
-                  DedupPollLoop.builder(
-                          TestKafka.consumerConfig(shipping), List.of(topic), shipments)
-                      .deadLetterHandler(shared)))) {
-        LoopFixture.awaitCommitted(shipping, Map.of(partition(0), 1L));
-      }
+      shipmentsGiveUpTheRecordToo(shipping, shared);
       slow.flush();
     }
 
@@ -318,20 +304,7 @@ class DedupPollLoopPoisonTest {
             loop(payments(executor, record -> effects.apply(record.value())), shared))) {
       awaitCommitted(Map.of(partition(0), 1L));
     }
-    IdempotentRecordHandler<String, String> shipments =
-        IdempotentRecordHandler.<String, String>builder(executor)
-            .bizType("shipment")
-            .key(KeyExtractors.header(KEY_HEADER))
-            .groupId(shipping)
-            .handler(record -> effects.apply(record.value()))
-            .build();
-    try (RunningLoop running =
-        RunningLoop.start(
-            tuned(
-                DedupPollLoop.builder(TestKafka.consumerConfig(shipping), List.of(topic), shipments)
-                    .deadLetterHandler(shared)))) {
-      LoopFixture.awaitCommitted(shipping, Map.of(partition(0), 1L));
-    }
+    shipmentsGiveUpTheRecordToo(shipping, shared);
 
     List<ConsumerRecord<String, String>> dlt =
         TestKafka.readFromStart(topic + "-dlt", 3, Duration.ofSeconds(2));
@@ -814,5 +787,27 @@ class DedupPollLoopPoisonTest {
 
   private void awaitCommitted(Map<TopicPartition, Long> offsets) {
     LoopFixture.awaitCommitted(group, offsets);
+  }
+
+  /**
+   * Runs the loop of a second group, {@code shipping}, whose handler finds no order number either,
+   * on {@code shared}, until that group has committed past the record it dead-letters.
+   */
+  private void shipmentsGiveUpTheRecordToo(
+      String shipping, DeadLetterHandler<String, String> shared) throws Exception {
+    IdempotentRecordHandler<String, String> shipments =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType("shipment")
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId(shipping)
+            .handler(record -> effects.apply(record.value()))
+            .build();
+    try (RunningLoop running =
+        RunningLoop.start(
+            tuned(
+                DedupPollLoop.builder(TestKafka.consumerConfig(shipping), List.of(topic), shipments)
+                    .deadLetterHandler(shared)))) {
+      LoopFixture.awaitCommitted(shipping, Map.of(partition(0), 1L));
+    }
   }
 }

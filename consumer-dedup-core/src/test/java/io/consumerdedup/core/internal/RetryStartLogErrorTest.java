@@ -2,11 +2,9 @@ package io.consumerdedup.core.internal;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
-import ch.qos.logback.classic.Logger;
-import ch.qos.logback.classic.spi.ILoggingEvent;
-import ch.qos.logback.core.AppenderBase;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.testing.StoreFixture;
+import io.consumerdedup.testing.ThrowingLog;
 import java.time.Duration;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.ThreadFactory;
@@ -14,7 +12,6 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
-import org.slf4j.LoggerFactory;
 
 /**
  * The background retry of an outcome that could not be written (a SUCCESS kept while the database
@@ -42,42 +39,32 @@ class RetryStartLogErrorTest {
           thread.setDaemon(true);
           return thread;
         };
-    AtomicInteger logThrew = new AtomicInteger();
-    Logger renewerLog = (Logger) LoggerFactory.getLogger(LeaseRenewer.class);
-    AppenderBase<ILoggingEvent> failing =
-        new AppenderBase<>() {
-          @Override
-          protected void append(ILoggingEvent event) {
-            if (event.getMessage().startsWith("Could not start a lease renewal")) {
-              logThrew.incrementAndGet();
-              throw new OutOfMemoryError("Java heap space, formatting the ERROR");
-            }
-          }
-        };
-    failing.start();
-    renewerLog.addAppender(failing);
-    try (LeaseRenewer renewer =
-        new LeaseRenewer(
-            db.store(),
-            Duration.ofMinutes(1),
-            Duration.ofSeconds(20),
-            DedupListener.NOOP,
-            running -> {
-              Thread thread = new Thread(running, "retry-start-log-error-timer");
-              thread.setDaemon(true);
-              return thread;
-            },
-            refusingTheFirstWorker)) {
+    ThrowingLog errorLines =
+        ThrowingLog.on(
+            LeaseRenewer.class.getName(),
+            "Could not start a lease renewal",
+            () -> new OutOfMemoryError("Java heap space, formatting the ERROR"));
+    try (errorLines;
+        LeaseRenewer renewer =
+            new LeaseRenewer(
+                db.store(),
+                Duration.ofMinutes(1),
+                Duration.ofSeconds(20),
+                DedupListener.NOOP,
+                running -> {
+                  Thread thread = new Thread(running, "retry-start-log-error-timer");
+                  thread.setDaemon(true);
+                  return thread;
+                },
+                refusingTheFirstWorker)) {
       CountDownLatch retried = new CountDownLatch(1);
       var retries = renewer.repeat(retried::countDown, Duration.ofMillis(50));
       boolean ran = retried.await(5, TimeUnit.SECONDS);
       retries.cancel(false);
 
       assertThat(refused.get()).as("worker threads refused").isPositive();
-      assertThat(logThrew.get()).as("ERROR lines that threw").isPositive();
+      assertThat(errorLines.threw()).as("ERROR lines that threw").isPositive();
       assertThat(ran).as("the retry, run after its first start failed").isTrue();
-    } finally {
-      renewerLog.detachAppender(failing);
     }
   }
 }

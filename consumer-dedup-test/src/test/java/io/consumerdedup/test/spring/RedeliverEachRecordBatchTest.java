@@ -7,7 +7,6 @@ import static org.awaitility.Awaitility.await;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.test.RedeliveryReport;
 import io.consumerdedup.testing.TestDatabase;
-import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -41,12 +40,9 @@ class RedeliverEachRecordBatchTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    schema = TestDatabase.newSchema("redeliver_batch");
-    registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
-    TestKafka.createTopics(1, "rbt-payments", "rbt-batch-payments", "rbt-refunds");
-    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
-    registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
-    registry.add("consumer-dedup.cleanup.enabled", () -> "false");
+    schema =
+        BootTestEnvironment.register(
+            registry, "redeliver_batch", "rbt-payments", "rbt-batch-payments", "rbt-refunds");
   }
 
   @AfterAll

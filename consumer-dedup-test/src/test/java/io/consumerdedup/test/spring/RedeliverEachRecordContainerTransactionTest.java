@@ -7,7 +7,6 @@ import static org.awaitility.Awaitility.await;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.test.RedeliveryReport;
 import io.consumerdedup.testing.TestDatabase;
-import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Map;
@@ -47,12 +46,7 @@ class RedeliverEachRecordContainerTransactionTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    schema = TestDatabase.newSchema("redeliver_container_tx");
-    registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
-    TestKafka.createTopics(1, "rct-payments");
-    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
-    registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
-    registry.add("consumer-dedup.cleanup.enabled", () -> "false");
+    schema = BootTestEnvironment.register(registry, "redeliver_container_tx", "rct-payments");
   }
 
   @AfterAll

@@ -7,7 +7,6 @@ import static org.awaitility.Awaitility.await;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.test.RedeliveryReport;
 import io.consumerdedup.testing.TestDatabase;
-import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -43,12 +42,8 @@ class RedeliveryReportBetweenTestsTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    schema = TestDatabase.newSchema("redeliver_between");
-    registry.add("spring.datasource.url", () -> TestDatabase.url(schema));
-    TestKafka.createTopics(1, "rb-payments", "rb-refunds");
-    registry.add("spring.kafka.bootstrap-servers", TestKafka::bootstrapServers);
-    registry.add("spring.kafka.consumer.auto-offset-reset", () -> "earliest");
-    registry.add("consumer-dedup.cleanup.enabled", () -> "false");
+    schema =
+        BootTestEnvironment.register(registry, "redeliver_between", "rb-payments", "rb-refunds");
   }
 
   @AfterAll
