@@ -4,7 +4,6 @@ import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.spring.internal.AfterRollbackErrorHandler;
-import io.consumerdedup.spring.internal.ContainerTransactions;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
 import io.consumerdedup.spring.internal.PartitionHolds;
@@ -34,7 +33,7 @@ import org.springframework.transaction.CannotCreateTransactionException;
  *   <li>a record consumer-dedup says to retry later ({@link Disposition#RETRY_LATER}) is held like
  *       {@link RetryLaterErrorHandler} holds it, instead of counting towards the processor's
  *       recovery (which would skip it), and so is a record whose transaction the container could
- *       not open (the database down);
+ *       not open (the database down, Kafka's transaction coordinator unavailable);
  *   <li>everything else goes to the application's processor unchanged.
  * </ul>
  */
@@ -72,8 +71,7 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
     Exception exception =
         notOpened(
             missingKeys.translate(
-                AfterRollbackErrorHandler.failure(thrown), records.get(0), container.getGroupId()),
-            container);
+                AfterRollbackErrorHandler.failure(thrown), records.get(0), container.getGroupId()));
     ListenerOutcomes.rolledBack(records.get(0), exception);
     if (Disposition.of(exception) == Disposition.RETRY_LATER) {
       Duration wait = holds.hold(records, consumer, container);
@@ -91,15 +89,15 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
   /**
    * The container's own transaction could not be opened (spring-kafka passes that on as it came;
    * what the listener throws comes wrapped in a {@code ListenerExecutionFailedException}): the
-   * database of a database transaction manager is down, or no pool connection came in time. The
-   * record was never handed to the listener. Passed on as it came, it spent the processor's tries
-   * (ten without back-off, by default) within seconds, and the record was skipped, never applied;
-   * it waits as in an outage of the dedup table instead. (Kafka's transaction manager is left to
-   * the application's processor: it is no database.)
+   * database of a database transaction manager is down, or no pool connection came in time; or
+   * Kafka's transaction manager could not begin its transaction (the producer's {@code
+   * initTransactions} failed: the transaction coordinator unavailable or timing out, the
+   * transactional id refused). The record was never handed to the listener. Passed on as it came,
+   * it spent the processor's tries (ten without back-off, by default) within seconds, and the
+   * record was skipped, never applied; it waits as in an outage of the dedup table instead.
    */
-  private static Exception notOpened(Exception exception, MessageListenerContainer container) {
-    if (!(exception instanceof CannotCreateTransactionException)
-        || ContainerTransactions.kafka(container.getContainerProperties())) {
+  private static Exception notOpened(Exception exception) {
+    if (!(exception instanceof CannotCreateTransactionException)) {
       return exception;
     }
     return new DedupStoreUnavailableException(

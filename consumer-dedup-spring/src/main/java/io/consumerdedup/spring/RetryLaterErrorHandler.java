@@ -39,6 +39,7 @@ import org.springframework.kafka.listener.SeekUtils;
 import org.springframework.kafka.listener.adapter.AsyncRepliesAware;
 import org.springframework.kafka.support.KafkaUtils;
 import org.springframework.kafka.support.TopicPartitionOffset;
+import org.springframework.transaction.CannotCreateTransactionException;
 
 /**
  * Wraps the application's {@link CommonErrorHandler} so that a record consumer-dedup says to retry
@@ -310,6 +311,16 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     if (cause instanceof DedupInProgressException) {
       log.info(
           "{} is in progress elsewhere; trying again in {}: {}", record, wait, cause.getMessage());
+    } else if (cause instanceof DedupStoreUnavailableException
+        && cause.getCause() instanceof CannotCreateTransactionException) {
+      // Not the dedup table's outage: Kafka's transaction coordinator may be what failed, and the
+      // operator must look there.
+      log.warn(
+          "{} waits; not committing past it, trying again in {}: {}",
+          record,
+          wait,
+          cause.getMessage());
+      log.debug("Transaction not opened for {}", record, thrownException);
     } else if (cause instanceof DedupStoreUnavailableException) {
       log.warn(
           "Dedup store unavailable for {}; not committing past it, trying again in {}: {}",
