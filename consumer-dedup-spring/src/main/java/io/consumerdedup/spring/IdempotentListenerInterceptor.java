@@ -16,6 +16,7 @@ import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
+import io.consumerdedup.spring.internal.HeldAcknowledgment;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import io.consumerdedup.spring.internal.OwnTransactionWatch;
 import io.consumerdedup.spring.internal.PollAwareConsumer;
@@ -420,7 +421,11 @@ public final class IdempotentListenerInterceptor {
         pending.markInBackground(poll.marks(), source, executor);
       }
       if (acknowledgment != null) {
-        held = new HeldAcknowledgment(acknowledgment, pending);
+        held =
+            new HeldAcknowledgment(
+                acknowledgment,
+                pending::rolledBack,
+                ListenerOutcomes.inKafkaTransaction() ? pending : null);
         arguments[listener.shape.ackIndex] = held;
       }
     } catch (Throwable beforeCall) {

@@ -1,6 +1,5 @@
 package io.consumerdedup.spring.internal;
 
-import java.time.Duration;
 import java.util.Objects;
 import java.util.function.Predicate;
 import org.apache.kafka.clients.consumer.Consumer;
@@ -52,12 +51,12 @@ public final class AcknowledgingListener<K, V>
       }
       return;
     }
-    HeldUntilReturn seen =
+    HeldAcknowledgment seen =
         acknowledgment == null
             ? null
-            : new HeldUntilReturn(
+            : new HeldAcknowledgment(
                 acknowledgment,
-                record,
+                cause -> ListenerOutcomes.rolledBack(record, cause),
                 ListenerOutcomes.inKafkaTransaction() ? ListenerOutcomes.current(record) : null);
     switch (type) {
       case ACKNOWLEDGING_CONSUMER_AWARE -> delegate.onMessage(record, seen, consumer);
@@ -73,95 +72,5 @@ public final class AcknowledgingListener<K, V>
   @Override
   public void onMessage(ConsumerRecord<K, V> record) {
     onMessage(record, null, null);
-  }
-
-  /**
-   * The listener's acknowledgment: held until the listener returns, then passed on (on the consumer
-   * thread, inside the record's transaction if there is one); from then on, as it comes, but in a
-   * Kafka transaction only once that transaction has committed (a send's callback may acknowledge
-   * while a commit that then fails is under way). A nack the container accepted is told to
-   * consumer-dedup.
-   */
-  private static final class HeldUntilReturn implements Acknowledgment {
-    private final Acknowledgment delegate;
-    private final ConsumerRecord<?, ?> record;
-
-    /** The record's claim in a Kafka transaction of the container; null otherwise. */
-    private final ListenerOutcomes.@Nullable Pending inKafkaTransaction;
-
-    private boolean acknowledged;
-    private boolean nacked;
-    private boolean released;
-
-    HeldUntilReturn(
-        Acknowledgment delegate,
-        ConsumerRecord<?, ?> record,
-        ListenerOutcomes.@Nullable Pending inKafkaTransaction) {
-      this.delegate = delegate;
-      this.record = record;
-      this.inKafkaTransaction = inKafkaTransaction;
-    }
-
-    @Override
-    public void acknowledge() {
-      synchronized (this) {
-        if (!released) {
-          acknowledged = true;
-          return;
-        }
-      }
-      if (inKafkaTransaction != null) {
-        inKafkaTransaction.whenSucceeded(delegate::acknowledge);
-        return;
-      }
-      delegate.acknowledge();
-    }
-
-    /**
-     * The listener returned: passes on what it acknowledged, unless it nacked the record too, which
-     * spring-kafka would commit before seeking the record back.
-     */
-    void release() {
-      boolean pass;
-      synchronized (this) {
-        released = true;
-        pass = acknowledged && !nacked;
-      }
-      if (pass) {
-        delegate.acknowledge();
-      }
-    }
-
-    @Override
-    public void nack(Duration sleep) {
-      // Noted only once accepted: a refused nack (off the consumer thread) that the listener
-      // catches, returning normally, must not leave its applied key FAILED.
-      delegate.nack(sleep);
-      nacked();
-    }
-
-    @Override
-    public void acknowledge(int index) {
-      delegate.acknowledge(index);
-    }
-
-    @Override
-    public void nack(int index, Duration sleep) {
-      delegate.nack(index, sleep);
-      nacked();
-    }
-
-    private void nacked() {
-      synchronized (this) {
-        nacked = true;
-      }
-      ListenerOutcomes.rolledBack(
-          record, new IllegalStateException("the listener nacked the record"));
-    }
-
-    @Override
-    public boolean isOutOfOrderCommit() {
-      return delegate.isOutOfOrderCommit();
-    }
   }
 }
