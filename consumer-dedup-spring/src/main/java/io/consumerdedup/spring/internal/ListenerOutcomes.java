@@ -135,6 +135,26 @@ public final class ListenerOutcomes {
       action.run();
     }
 
+    /**
+     * Passes on an acknowledgment made after the listener returned, now that its transaction
+     * committed. One that spring-kafka refuses (under {@code MANUAL_IMMEDIATE} it sends the offset
+     * to a transaction that has ended) must not be reported as an outcome not written, nor keep the
+     * others from being passed on: the record is applied, its SUCCESS written, and only its offset
+     * waits for a later acknowledgment (after a restart it comes again as a duplicate).
+     */
+    private void passOnLate(Runnable acknowledgment) {
+      try {
+        acknowledgment.run();
+      } catch (RuntimeException e) {
+        log.warn(
+            "{} is applied and recorded, but its acknowledgment, made after its listener returned,"
+                + " could not be passed on: its offset is committed with a later record's, or it"
+                + " comes again after a restart as a duplicate",
+            KafkaUtils.format(record),
+            e);
+      }
+    }
+
     private List<Runnable> decided(boolean success) {
       synchronized (this) {
         succeeded = success;
@@ -160,7 +180,7 @@ public final class ListenerOutcomes {
         try {
           writeSuccess();
         } finally {
-          decided(true).forEach(Runnable::run);
+          decided(true).forEach(this::passOnLate);
         }
         return;
       }
