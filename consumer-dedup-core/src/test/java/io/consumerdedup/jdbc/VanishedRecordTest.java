@@ -27,11 +27,13 @@ import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
+import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.time.Duration;
 import java.time.Instant;
 import java.util.List;
 import java.util.UUID;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
@@ -125,6 +127,19 @@ class VanishedRecordTest {
     }
   }
 
+  /** Backends whose outcome insert waits for a lock (another transaction's row of its key). */
+  private int insertsWaitingForALock() throws SQLException {
+    try (Connection connection = postgres.getConnection();
+        PreparedStatement waiting =
+            connection.prepareStatement(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    + " AND query LIKE 'INSERT INTO %ON CONFLICT (biz_type, biz_key)%'");
+        ResultSet rows = waiting.executeQuery()) {
+      rows.next();
+      return rows.getInt(1);
+    }
+  }
+
   private List<String> warnings(String containing) {
     return logged.list.stream()
         .filter(event -> event.getLevel() == ch.qos.logback.classic.Level.WARN)
@@ -149,6 +164,47 @@ class VanishedRecordTest {
     assertThat(record.attempts()).isEqualTo(claim.token());
     assertThat(record.expiresAt()).isAfter(Instant.now().plus(RETENTION).minusSeconds(60));
     assertThat(warnings("had vanished")).singleElement().asString().contains(key.toString());
+    assertThat(warnings("taken over")).isEmpty();
+  }
+
+  /**
+   * Two threads of the holder write the same outcome of a vanished record at once (the outcome
+   * writer retrying a poll's marks, and the claim of the record's redelivery writing the kept
+   * outcome first): the second insert meets the first one's row. It was taken for a claim anew, and
+   * the holder reported its lease taken over though the SUCCESS in place was its own. Here the
+   * first insert is held open on another connection while the store's completion waits on it.
+   */
+  @Test
+  void aVanishedSuccessWrittenAgainByTwoThreadsOfTheHolderAtOnceIsNoTakeover() throws Exception {
+    JdbcDedupStore store = JdbcDedupStore.builder(postgres).build();
+    DedupKey key = newKey();
+    ClaimResult.Claimed claim = claim(store, key);
+    delete(postgres, key);
+    try (Connection other = postgres.getConnection()) {
+      other.setAutoCommit(false);
+      try (PreparedStatement insert =
+          other.prepareStatement(
+              "INSERT INTO consumer_dedup (biz_type, biz_key, status, attempts, owner, created_at,"
+                  + " updated_at, expires_at, claim_id) VALUES (?, ?, 'SUCCESS', ?, 'holder',"
+                  + " now(), now(), now() + interval '1 day', ?)")) {
+        insert.setString(1, key.bizType());
+        insert.setString(2, key.bizKey());
+        insert.setInt(3, claim.token());
+        insert.setString(4, claim.claimId());
+        insert.executeUpdate();
+      }
+      CompletableFuture<Boolean> completed =
+          CompletableFuture.supplyAsync(() -> store.complete(claim, RETENTION));
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .until(() -> insertsWaitingForALock() > 0 || completed.isDone());
+      assertThat(completed).as("the completion, waiting for the other thread's insert").isNotDone();
+      other.commit();
+      assertThat(completed.get(10, TimeUnit.SECONDS))
+          .as("whether the holder's SUCCESS counts as written")
+          .isTrue();
+    }
+    assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(warnings("taken over")).isEmpty();
   }
 

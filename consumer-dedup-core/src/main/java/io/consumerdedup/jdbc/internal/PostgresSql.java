@@ -142,8 +142,9 @@ public final class PostgresSql {
    * no record at all: it vanished under its holder (a failover to a standby that had not received
    * it, an operator's DELETE, a purge), and the handler's effect must stay recorded. Inserts only
    * where there is still no record, so a key claimed anew meanwhile is left to its new holder, and
-   * with the claim id, so that the completion sent again recognises it. Binds the retention first,
-   * as {@link #complete}; answers the keys it wrote.
+   * with the claim id, so that the completion sent again recognises it; a record in place that is
+   * this outcome already (another thread of the holder wrote it again at the same moment) counts as
+   * written. Binds the retention first, as {@link #complete}; answers the keys it wrote.
    */
   public final Keyed completeVanished;
 
@@ -542,7 +543,13 @@ public final class PostgresSql {
                 + (errorColumn == null ? "NULL" : "r." + errorColumn)
                 + ", now(), now(), now() + ?::bigint * interval '1 millisecond', r.claim_id FROM "
                 + rows
-                + " ON CONFLICT (biz_type, biz_key) DO NOTHING RETURNING d.biz_type, d.biz_key",
+                // The record found in place may be this very outcome, written again by another
+                // thread of the holder (the outcome writer and a redelivery's claim both writing
+                // a kept outcome): the conflict waits for that insert and then sees it. Counted as
+                // written rather than left to a claim anew, whose own claim id it would carry.
+                + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET updated_at = d.updated_at"
+                + " WHERE d.status = EXCLUDED.status AND d.attempts = EXCLUDED.attempts"
+                + " AND d.claim_id = EXCLUDED.claim_id RETURNING d.biz_type, d.biz_key",
         outcomeColumns(errorColumn),
         outcomeTypes(errorColumn));
   }
