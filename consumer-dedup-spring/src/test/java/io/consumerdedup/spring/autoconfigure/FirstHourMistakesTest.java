@@ -2,11 +2,13 @@ package io.consumerdedup.spring.autoconfigure;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.spring.IdempotentExecutors;
 import io.consumerdedup.spring.InvalidIdempotentListenerException;
 import io.consumerdedup.testing.TestDatabase;
+import java.net.ServerSocket;
 import java.sql.Connection;
 import java.sql.Statement;
 import java.time.Duration;
@@ -27,6 +29,7 @@ import org.springframework.boot.test.system.CapturedOutput;
 import org.springframework.boot.test.system.OutputCaptureExtension;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
+import org.springframework.jdbc.datasource.DriverManagerDataSource;
 import org.springframework.kafka.annotation.KafkaListener;
 
 /**
@@ -144,6 +147,70 @@ class FirstHourMistakesTest {
                     .hasMessageContaining(JdbcDedupStore.SCHEMA_RESOURCE)
                     .hasMessageContaining("psql")
                     .hasMessageContaining("consumer-dedup.initialize-schema=always"));
+  }
+
+  /**
+   * A JDBC URL no driver accepts ({@code jdbc:postgres:} for {@code jdbc:postgresql:}, or the
+   * driver's jar left out) can never give a connection: it stopped nothing, the application
+   * started, and every record waited for a database that was not down but never asked, with WARN
+   * lines that read like an outage.
+   */
+  @ParameterizedTest(name = "{0}")
+  @CsvSource({
+    "HikariCP finding the driver by the URL, hikari",
+    "HikariCP with the driver's class named, hikari-driver",
+    "Spring's DriverManagerDataSource, driver-manager"
+  })
+  void aJdbcUrlNoDriverAcceptsStopsTheApplicationInsteadOfWaitingForADatabase(
+      String description, String kind) {
+    String url =
+        TestDatabase.baseUrl().replace("jdbc:postgresql:", "jdbc:postgres:") + "&password=hunter2";
+    new ApplicationContextRunner()
+        .withConfiguration(AutoConfigurations.of(ConsumerDedupAutoConfiguration.class))
+        .withBean(DataSource.class, () -> dataSource(kind, url))
+        .run(
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .hasMessageContaining(
+                        "No JDBC driver accepts the URL of the dedup table's DataSource")
+                    .hasMessageContaining("jdbc:postgres:")
+                    .hasMessageContaining("password=***")
+                    .hasMessageNotContaining("hunter2")
+                    .hasMessageContaining("not an outage"));
+  }
+
+  @Test
+  void aDatabaseThatIsDownAtStartupDoesNotStopTheApplication(CapturedOutput output)
+      throws Exception {
+    int closedPort;
+    try (ServerSocket socket = new ServerSocket(0)) {
+      closedPort = socket.getLocalPort();
+    }
+    String url = "jdbc:postgresql://127.0.0.1:" + closedPort + "/test?user=postgres";
+    new ApplicationContextRunner()
+        .withConfiguration(AutoConfigurations.of(ConsumerDedupAutoConfiguration.class))
+        .withBean(DataSource.class, () -> dataSource("hikari", url))
+        .run(context -> assertThat(context).hasNotFailed());
+
+    assertThat(output)
+        .contains(
+            "Could not check the dedup table consumer_dedup now; records wait until the database"
+                + " answers");
+  }
+
+  private static DataSource dataSource(String kind, String url) {
+    if (kind.equals("driver-manager")) {
+      return new DriverManagerDataSource(url);
+    }
+    HikariDataSource hikari = new HikariDataSource();
+    if (kind.equals("hikari-driver")) {
+      hikari.setDriverClassName("org.postgresql.Driver");
+    }
+    hikari.setJdbcUrl(url);
+    hikari.setMaximumPoolSize(1);
+    return hikari;
   }
 
   @Test
