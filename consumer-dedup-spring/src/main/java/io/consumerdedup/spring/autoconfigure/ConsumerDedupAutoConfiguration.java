@@ -1,5 +1,6 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
@@ -14,9 +15,12 @@ import io.consumerdedup.spring.ObservationOutcomeTagger;
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.observation.ObservationRegistry;
 import java.time.Duration;
+import java.util.Arrays;
 import javax.sql.DataSource;
 import org.springframework.beans.factory.BeanFactory;
+import org.springframework.beans.factory.BeanFactoryUtils;
 import org.springframework.beans.factory.InitializingBean;
+import org.springframework.beans.factory.ListableBeanFactory;
 import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
@@ -68,7 +72,11 @@ public class ConsumerDedupAutoConfiguration {
   @ConditionalOnMissingBean
   @ConditionalOnProperty(name = "consumer-dedup.initialize-schema", havingValue = "always")
   public DedupSchemaInitializer dedupSchemaInitializer(
-      DataSource dataSource, ConsumerDedupProperties properties, ObjectProvider<DedupStore> store) {
+      ObjectProvider<DataSource> dataSources,
+      ListableBeanFactory beanFactory,
+      ConsumerDedupProperties properties,
+      ObjectProvider<DedupStore> store) {
+    DataSource dataSource = dedupDataSource(dataSources, beanFactory, properties);
     // The table the store uses: a JdbcDedupStore bean of the application's own names its own, and
     // creating consumer-dedup.table-name instead left the application stopped on a missing table.
     DedupStore unique = store.getIfUnique();
@@ -82,11 +90,55 @@ public class ConsumerDedupAutoConfiguration {
 
   @Bean
   @ConditionalOnMissingBean(DedupStore.class)
-  public JdbcDedupStore dedupStore(DataSource dataSource, ConsumerDedupProperties properties) {
+  public JdbcDedupStore dedupStore(
+      ObjectProvider<DataSource> dataSources,
+      ListableBeanFactory beanFactory,
+      ConsumerDedupProperties properties) {
+    DataSource dataSource = dedupDataSource(dataSources, beanFactory, properties);
     // SEPARATE claims need connections of their own: through a transaction-aware proxy, a claim
     // inside a listener's transaction would take (and, switching it to auto-commit, commit) the
     // transaction's connection.
     return storeBuilder(targetOf(dataSource), properties).build();
+  }
+
+  /**
+   * The DataSource of the dedup table: the one {@code consumer-dedup.data-source} names, else the
+   * only or the primary one. An application with several and none of them primary has Spring Boot's
+   * own JDBC beans back off; it cannot have consumer-dedup guess which one holds the table.
+   */
+  static DataSource dedupDataSource(
+      ObjectProvider<DataSource> dataSources,
+      ListableBeanFactory beanFactory,
+      ConsumerDedupProperties properties) {
+    String name = properties.getDataSource();
+    String[] names =
+        BeanFactoryUtils.beanNamesForTypeIncludingAncestors(beanFactory, DataSource.class);
+    Arrays.sort(names);
+    if (name != null) {
+      if (!Arrays.asList(names).contains(name)) {
+        throw new DedupConfigurationException(
+            "consumer-dedup.data-source="
+                + name
+                + " names no DataSource bean; the application's are "
+                + String.join(", ", names),
+            null,
+            null);
+      }
+      return beanFactory.getBean(name, DataSource.class);
+    }
+    DataSource only = dataSources.getIfUnique();
+    if (only == null) {
+      throw new DedupConfigurationException(
+          "consumer-dedup needs the DataSource that holds its table, and the application has "
+              + names.length
+              + " ("
+              + String.join(", ", names)
+              + "), none @Primary: set consumer-dedup.data-source to the name of the one that holds"
+              + " the dedup table",
+          null,
+          null);
+    }
+    return only;
   }
 
   private static DataSource targetOf(DataSource dataSource) {
@@ -108,9 +160,11 @@ public class ConsumerDedupAutoConfiguration {
   @ConditionalOnMissingBean
   public IdempotentExecutors idempotentExecutors(
       DedupStore store,
-      DataSource dataSource,
+      ObjectProvider<DataSource> dataSources,
+      ListableBeanFactory beanFactory,
       ConsumerDedupProperties properties,
       ObjectProvider<DedupListener> listeners) {
+    DataSource dataSource = dedupDataSource(dataSources, beanFactory, properties);
     // TRANSACTIONAL claims must run on the listener's transactional connection: the same
     // DataSource, seen through Spring's transaction-aware proxy (the core stays unaware of Spring).
     DataSource transactional =

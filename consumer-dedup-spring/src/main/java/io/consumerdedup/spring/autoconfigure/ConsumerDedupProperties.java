@@ -114,6 +114,12 @@ public class ConsumerDedupProperties implements InitializingBean {
    */
   private Duration healthTimeout = DEFAULT_HEALTH_TIMEOUT;
 
+  /**
+   * The bean name of the DataSource that holds the dedup table, in an application with more than
+   * one; default: the only DataSource, or the {@code @Primary} one.
+   */
+  private @Nullable String dataSource;
+
   /** The owner written to claims; default: host name, process id and a random part. */
   private @Nullable String ownerId;
 
@@ -480,6 +486,14 @@ public class ConsumerDedupProperties implements InitializingBean {
 
   public void setClaimsPerPoll(boolean claimsPerPoll) {
     this.claimsPerPoll = claimsPerPoll;
+  }
+
+  public @Nullable String getDataSource() {
+    return dataSource;
+  }
+
+  public void setDataSource(@Nullable String dataSource) {
+    this.dataSource = dataSource;
   }
 
   public @Nullable String getOwnerId() {

@@ -589,12 +589,15 @@ class ConsumerDedupAutoConfigurationTest {
         shown.put((String) property.get("name"), property.get("defaultValue"));
       }
     }
-    // Every property but owner-id (generated per instance) and shared-biz-types (empty) shows its
-    // default.
-    assertThat(properties).hasSize(33);
+    // Every property but owner-id (generated per instance), shared-biz-types (empty) and
+    // data-source (the only or the primary DataSource) shows its default.
+    assertThat(properties).hasSize(34);
     assertThat(shown)
         .hasSize(31)
-        .doesNotContainKeys("consumer-dedup.owner-id", "consumer-dedup.shared-biz-types");
+        .doesNotContainKeys(
+            "consumer-dedup.owner-id",
+            "consumer-dedup.shared-biz-types",
+            "consumer-dedup.data-source");
 
     ConsumerDedupProperties bound =
         new Binder(new MapConfigurationPropertySource(shown))
