@@ -2,6 +2,7 @@ package io.consumerdedup.spring;
 
 import io.consumerdedup.spring.internal.EditDistance;
 import java.beans.PropertyDescriptor;
+import java.lang.annotation.Annotation;
 import java.lang.reflect.Field;
 import java.lang.reflect.Member;
 import java.lang.reflect.Method;
@@ -10,7 +11,12 @@ import java.lang.reflect.RecordComponent;
 import java.lang.reflect.Type;
 import java.lang.reflect.TypeVariable;
 import java.lang.reflect.WildcardType;
+import java.util.ArrayDeque;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Comparator;
+import java.util.Deque;
+import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Locale;
 import java.util.Map;
@@ -66,6 +72,11 @@ final class KeyExpressionCheck {
   private static final Pattern HEADER_NAME = Pattern.compile("[A-Za-z0-9_][A-Za-z0-9_.\\-]*");
 
   private static final Readers READERS = new Readers();
+
+  private static final String JSON_SUB_TYPES = "com.fasterxml.jackson.annotation.JsonSubTypes";
+
+  /** The most subtypes of one payload type searched for a property. */
+  private static final int MAX_SUBTYPES = 256;
 
   private final String attribute;
   private final String text;
@@ -267,7 +278,13 @@ final class KeyExpressionCheck {
       String name = property.getName();
       Member reader = READERS.reader(owner, name);
       if (reader == null) {
-        return missingProperty(path.toString(), name, owner);
+        // SpEL reads the property of the object it is given: a subtype the payload type declares
+        // (Jackson's @JsonSubTypes, a sealed class's permitted ones) is what a record may be.
+        List<Class<?>> subtypes = declaredSubtypes(owner);
+        if (subtypes.stream().anyMatch(subtype -> READERS.reader(subtype, name) != null)) {
+          return null;
+        }
+        return missingProperty(path.toString(), name, owner, subtypes);
       }
       type = typeOf(reader, type);
       path.append('.').append(name);
@@ -275,7 +292,8 @@ final class KeyExpressionCheck {
     return null;
   }
 
-  private ListenerRefusal missingProperty(String path, String name, Class<?> owner) {
+  private ListenerRefusal missingProperty(
+      String path, String name, Class<?> owner, List<Class<?>> subtypes) {
     String problem =
         described()
             + " reads the property "
@@ -296,11 +314,15 @@ final class KeyExpressionCheck {
               + " converter or deserializer); "
               + fromHeader(name));
     }
-    List<String> properties = properties(owner);
+    Set<String> readable = new TreeSet<>(properties(owner));
+    subtypes.forEach(subtype -> readable.addAll(properties(subtype)));
+    List<String> properties = List.copyOf(readable);
+    String holders =
+        owner.getSimpleName() + (subtypes.isEmpty() ? " has" : " and its declared subtypes have");
     problem +=
         properties.isEmpty()
             ? "; it has no readable properties"
-            : "; " + owner.getSimpleName() + " has: " + String.join(", ", properties);
+            : "; " + holders + ": " + String.join(", ", properties);
     String closest = closest(name, properties);
     return new ListenerRefusal(
         problem,
@@ -343,6 +365,50 @@ final class KeyExpressionCheck {
       }
     }
     return c;
+  }
+
+  /**
+   * The subtypes of {@code type} known at start-up: the permitted subclasses of a sealed class and
+   * the classes Jackson's {@code @JsonSubTypes} names (read by name: Jackson is optional), and
+   * theirs in turn.
+   */
+  static List<Class<?>> declaredSubtypes(Class<?> type) {
+    Set<Class<?>> found = new LinkedHashSet<>();
+    Deque<Class<?>> pending = new ArrayDeque<>(List.of(type));
+    while (!pending.isEmpty() && found.size() < MAX_SUBTYPES) {
+      Class<?> current = pending.pop();
+      List<Class<?>> direct = new ArrayList<>();
+      if (current.isSealed()) {
+        direct.addAll(Arrays.asList(current.getPermittedSubclasses()));
+      }
+      for (Annotation annotation : current.getDeclaredAnnotations()) {
+        if (annotation.annotationType().getName().equals(JSON_SUB_TYPES)) {
+          direct.addAll(jsonSubTypes(annotation));
+        }
+      }
+      for (Class<?> subtype : direct) {
+        if (subtype != type && type.isAssignableFrom(subtype) && found.add(subtype)) {
+          pending.push(subtype);
+        }
+      }
+    }
+    return List.copyOf(found);
+  }
+
+  private static List<Class<?>> jsonSubTypes(Annotation subTypes) {
+    List<Class<?>> classes = new ArrayList<>();
+    try {
+      for (Object entry :
+          (Object[]) subTypes.annotationType().getMethod("value").invoke(subTypes)) {
+        Annotation named = (Annotation) entry;
+        if (named.annotationType().getMethod("value").invoke(named) instanceof Class<?> subtype) {
+          classes.add(subtype);
+        }
+      }
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      // Another library's annotation of that name: no subtypes known from it.
+    }
+    return classes;
   }
 
   /** The declared type of what {@code reader} reads from an object of type {@code owner}. */

@@ -2,6 +2,8 @@ package io.consumerdedup.spring;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import com.fasterxml.jackson.annotation.JsonSubTypes;
+import com.fasterxml.jackson.annotation.JsonTypeInfo;
 import io.consumerdedup.spring.autoconfigure.ConsumerDedupAutoConfiguration;
 import io.consumerdedup.testing.TestDatabase;
 import java.math.BigDecimal;
@@ -221,13 +223,22 @@ class KeyExpressionStartupCheckTest {
                 + " from a header");
   }
 
+  @Test
+  void aPropertyNeitherThePayloadTypeNorItsDeclaredSubtypesHaveIsStillRefused() {
+    assertThat(refusal(PropertyNoSubtypeHas.class))
+        .contains("reads the property ordrNo of #payload")
+        .contains("Payment and its declared subtypes have: currency, orderNo")
+        .contains("Write #payload.orderNo if that is the property you mean");
+  }
+
   @ParameterizedTest(name = "{0}")
   @ValueSource(
       classes = {
         DocumentedForms.class,
         PayloadOfUnknownType.class,
         BatchOfMessages.class,
-        GenericEnvelope.class
+        GenericEnvelope.class,
+        PropertyOfADeclaredSubtype.class
       })
   void expressionsThatCanGiveAKeyStillStart(Class<?> listener) {
     runner().withBean(listener).run(context -> assertThat(context).hasNotFailed());
@@ -246,6 +257,34 @@ class KeyExpressionStartupCheckTest {
   }
 
   public interface Event {}
+
+  /**
+   * A payload type of a polymorphic topic: Jackson turns each record into the subtype its type
+   * property names, and SpEL reads the property of the object it is given, whatever the declared
+   * type.
+   */
+  @JsonTypeInfo(use = JsonTypeInfo.Id.NAME, property = "type")
+  @JsonSubTypes(@JsonSubTypes.Type(value = CardPayment.class, name = "card"))
+  public static class Payment {
+    public String getCurrency() {
+      return "EUR";
+    }
+  }
+
+  public static class CardPayment extends Payment {
+    public String getOrderNo() {
+      return "A-1";
+    }
+  }
+
+  /** A sealed payload type: its subclasses are all known at start-up. */
+  public static sealed class Refund permits PartialRefund {}
+
+  public static final class PartialRefund extends Refund {
+    public String getRefundNo() {
+      return "R-1";
+    }
+  }
 
   static class HeaderNameInKey {
     @Idempotent(bizType = "payment", key = "order-no")
@@ -393,6 +432,22 @@ class KeyExpressionStartupCheckTest {
     @Idempotent(bizType = "payment", key = "#payload.orderNo")
     @KafkaListener(topics = "t", batch = "true")
     public void charge(List<Message<Order>> messages) {}
+  }
+
+  static class PropertyOfADeclaredSubtype {
+    @Idempotent(bizType = "payment", key = "#payload.orderNo")
+    @KafkaListener(topics = "t")
+    public void charge(Payment payment) {}
+
+    @Idempotent(bizType = "refund", key = "#payload.refundNo")
+    @KafkaListener(topics = "r")
+    public void refund(Refund refund) {}
+  }
+
+  static class PropertyNoSubtypeHas {
+    @Idempotent(bizType = "payment", key = "#payload.ordrNo")
+    @KafkaListener(topics = "t")
+    public void charge(Payment payment) {}
   }
 
   static class GenericEnvelope {
