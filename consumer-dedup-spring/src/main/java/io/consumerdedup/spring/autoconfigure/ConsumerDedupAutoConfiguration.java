@@ -114,7 +114,8 @@ public class ConsumerDedupAutoConfiguration {
     String[] names =
         BeanFactoryUtils.beanNamesForTypeIncludingAncestors(beanFactory, DataSource.class);
     Arrays.sort(names);
-    if (name != null) {
+    // Left empty (a YAML key without a value), it chooses nothing, like leaving it out.
+    if (name != null && !name.isBlank()) {
       if (!Arrays.asList(names).contains(name)) {
         throw new DedupConfigurationException(
             "consumer-dedup.data-source="
@@ -133,8 +134,8 @@ public class ConsumerDedupAutoConfiguration {
               + names.length
               + " ("
               + String.join(", ", names)
-              + "), none @Primary: set consumer-dedup.data-source to the name of the one that holds"
-              + " the dedup table",
+              + "), no single one of them @Primary: set consumer-dedup.data-source to the name of"
+              + " the one that holds the dedup table",
           null,
           null);
     }

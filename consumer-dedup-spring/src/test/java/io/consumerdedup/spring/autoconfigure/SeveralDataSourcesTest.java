@@ -87,8 +87,8 @@ class SeveralDataSourcesTest {
                     .rootCause()
                     .hasMessageContaining(
                         "consumer-dedup needs the DataSource that holds its table, and the"
-                            + " application has 2 (dedupDataSource, ordersDataSource), none"
-                            + " @Primary")
+                            + " application has 2 (dedupDataSource, ordersDataSource), no single"
+                            + " one of them @Primary")
                     .hasMessageContaining("consumer-dedup.data-source"));
   }
 
