@@ -92,7 +92,8 @@ class BatchListenerIntegrationTest {
         "bt-ackfail",
         "bt-rollback-only",
         "bt-after-commit",
-        "bt-txack");
+        "bt-txack",
+        "bt-tx-fail");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -388,6 +389,31 @@ class BatchListenerIntegrationTest {
           .as("%s applied (the method was given %s)", key, Switches.batches.get("bt-txack-thread"))
           .isEqualTo(1);
       assertThat(status("txackthread", key)).as(key).isEqualTo(DedupStatus.SUCCESS);
+    }
+  }
+
+  /**
+   * A {@code @Transactional} batch listener fails at its third record with a {@code
+   * BatchListenerFailedException}: its transaction rolls back the effects of the two records before
+   * it too. Those records are not done, whatever the exception's index says: the retry must apply
+   * them.
+   */
+  @Test
+  void recordsBeforeTheFailedOneOfATransactionThatRollsBackAreAppliedByTheRetry() throws Exception {
+    inOneBatch(
+        "bt-tx-fail",
+        () -> {
+          send(template, "bt-tx-fail", "a", "order-no", "TF-1");
+          send(template, "bt-tx-fail", "b", "order-no", "TF-2");
+          send(template, "bt-tx-fail", "fails once", "order-no", "TF-3");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-tx-fail") == 3);
+    for (String key : List.of("TF-1", "TF-2", "TF-3")) {
+      assertThat(effects("txfail", key))
+          .as("%s applied (the method was given %s)", key, Switches.batches.get("bt-tx-fail"))
+          .isEqualTo(1);
+      assertThat(status("txfail", key)).as(key).isEqualTo(DedupStatus.SUCCESS);
     }
   }
 
@@ -811,6 +837,22 @@ class BatchListenerIntegrationTest {
         Thread acknowledging = new Thread(() -> ack.acknowledge(index));
         acknowledging.start();
         acknowledging.join();
+      }
+    }
+
+    @Transactional
+    @Idempotent(bizType = "txfail", header = "order-no")
+    @KafkaListener(id = "bt-tx-fail", topics = "bt-tx-fail", batch = "true")
+    public void onTransactionalFail(List<ConsumerRecord<String, String>> records) {
+      Switches.seen("bt-tx-fail", keys(records));
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<String, String> record = records.get(i);
+        String key = header(record, "order-no");
+        effect("txfail", key, record.value());
+        if (record.value().equals("fails once") && Switches.calls.get(key).get() == 1) {
+          throw new BatchListenerFailedException(
+              "downstream timeout", new IllegalStateException("downstream timeout"), i);
+        }
       }
     }
 
