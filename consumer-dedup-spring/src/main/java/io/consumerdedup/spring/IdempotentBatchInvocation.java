@@ -51,7 +51,8 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * BatchListenerFailedException} of its own) is passed on naming the record of the container's
  * batch: the records before it SUCCESS, it FAILED, those after it released without counting an
  * attempt; unless the method's own transaction rolled back, undoing the records before it too: then
- * it is FAILED, the other claims are released, and the whole batch is retried. Any other exception
+ * it is FAILED, the other claims are released, and the whole batch is retried (a nack at a record,
+ * in a transaction that rolled back, is passed on at the batch's first record). Any other exception
  * leaves every claimed record FAILED: the method's state is unknown, so all are retried. Records
  * the method acknowledged ({@code acknowledge(i)} of its {@link Acknowledgment}) are done by its
  * word: their SUCCESS is written at once, and stands; acknowledged inside a transaction (the
@@ -313,6 +314,13 @@ final class IdempotentBatchInvocation {
           new IllegalStateException(
               "The listener returned, but its transaction rolled back: " + undone, undone),
           attempts);
+    }
+    if (heldAck != null && heldAck.nackIndex() >= 0 && undone != null) {
+      // Nacked at a record, but the transaction rolled back (marked rollback-only): the records
+      // before that one are undone too, and FAILED above. Nacked where the method said, the
+      // container committed them as done: never applied. The batch comes again from its start.
+      heldAck.nackAt(kept.batchIndexes.get(0));
+      return result;
     }
     if (heldAck != null && heldAck.nackIndex() >= 0) {
       int nackAt = heldAck.nackIndex();

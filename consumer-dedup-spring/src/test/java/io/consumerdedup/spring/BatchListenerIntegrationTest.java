@@ -93,7 +93,8 @@ class BatchListenerIntegrationTest {
         "bt-rollback-only",
         "bt-after-commit",
         "bt-txack",
-        "bt-tx-fail");
+        "bt-tx-fail",
+        "bt-tx-nack");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -414,6 +415,30 @@ class BatchListenerIntegrationTest {
           .as("%s applied (the method was given %s)", key, Switches.batches.get("bt-tx-fail"))
           .isEqualTo(1);
       assertThat(status("txfail", key)).as(key).isEqualTo(DedupStatus.SUCCESS);
+    }
+  }
+
+  /**
+   * The same with a nack: the listener marks its transaction rollback-only and nacks at its third
+   * record. The records before it are undone too: the redelivery must apply them.
+   */
+  @Test
+  void recordsBeforeTheNackedOneOfATransactionThatRollsBackAreAppliedByTheRedelivery()
+      throws Exception {
+    inOneBatch(
+        "bt-tx-nack",
+        () -> {
+          send(template, "bt-tx-nack", "a", "order-no", "TN-1");
+          send(template, "bt-tx-nack", "b", "order-no", "TN-2");
+          send(template, "bt-tx-nack", "fails once", "order-no", "TN-3");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-tx-nack") == 3);
+    for (String key : List.of("TN-1", "TN-2", "TN-3")) {
+      assertThat(effects("txnack", key))
+          .as("%s applied (the method was given %s)", key, Switches.batches.get("bt-tx-nack"))
+          .isEqualTo(1);
+      assertThat(status("txnack", key)).as(key).isEqualTo(DedupStatus.SUCCESS);
     }
   }
 
@@ -854,6 +879,30 @@ class BatchListenerIntegrationTest {
               "downstream timeout", new IllegalStateException("downstream timeout"), i);
         }
       }
+    }
+
+    @Transactional
+    @Idempotent(bizType = "txnack", header = "order-no")
+    @KafkaListener(
+        id = "bt-tx-nack",
+        topics = "bt-tx-nack",
+        batch = "true",
+        containerFactory = "manualAckFactory")
+    public void onTransactionalNack(
+        List<ConsumerRecord<String, String>> records, Acknowledgment ack) {
+      Switches.seen("bt-tx-nack", keys(records));
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<String, String> record = records.get(i);
+        String key = header(record, "order-no");
+        effect("txnack", key, record.value());
+        if (record.value().equals("fails once") && Switches.calls.get(key).get() == 1) {
+          // Its downstream failed: the batch's work is undone, and the record is to come again.
+          TransactionAspectSupport.currentTransactionStatus().setRollbackOnly();
+          ack.nack(i, Duration.ofMillis(100));
+          return;
+        }
+      }
+      ack.acknowledge();
     }
 
     @Idempotent(bizType = "keyless", header = "order-no")
