@@ -66,6 +66,21 @@ final class BatchFailureIndex {
         -1);
   }
 
+  /**
+   * What to throw for a failure reported at a record of a method whose own transaction then rolled
+   * back: the records before that record are undone too, so the container must not commit them as
+   * its index would have it, but retry the whole batch.
+   */
+  static Throwable rolledBackBefore(Throwable error) {
+    BatchListenerFailedException failure = reported(error);
+    return new BatchListenerFailedException(
+        "The listener failed at a record, and its transaction rolled back the records before that"
+            + " one too: the whole batch is retried: "
+            + (failure != null ? failure.getMessage() : error),
+        error,
+        -1);
+  }
+
   private static @Nullable BatchListenerFailedException reported(Throwable error) {
     return Causes.first(error, BatchListenerFailedException.class);
   }

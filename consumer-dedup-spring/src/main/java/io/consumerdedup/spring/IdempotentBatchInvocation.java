@@ -50,13 +50,16 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * makes it wait when it is to be retried later. A failure of the method at a record (a {@code
  * BatchListenerFailedException} of its own) is passed on naming the record of the container's
  * batch: the records before it SUCCESS, it FAILED, those after it released without counting an
- * attempt. Any other exception leaves every claimed record FAILED: the method's state is unknown,
- * so all are retried. Records the method acknowledged ({@code acknowledge(i)} of its {@link
- * Acknowledgment}) are done by its word: their SUCCESS is written at once, and stands; acknowledged
- * inside a transaction (the method's {@code @Transactional} one), once that transaction has
- * committed, so that a rollback leaves them FAILED with the method's failure. Offset commits the
- * method makes through its {@code Consumer} argument are sent once every record of the batch is
- * done and its outcome written, and dropped otherwise ({@link PollAwareConsumer#holdCommits}).
+ * attempt; unless the method's own transaction rolled back, undoing the records before it too: then
+ * it is FAILED, the other claims are released, and the whole batch is retried (a nack at a record,
+ * in a transaction that rolled back, is passed on at the batch's first record). Any other exception
+ * leaves every claimed record FAILED: the method's state is unknown, so all are retried. Records
+ * the method acknowledged ({@code acknowledge(i)} of its {@link Acknowledgment}) are done by its
+ * word: their SUCCESS is written at once, and stands; acknowledged inside a transaction (the
+ * method's {@code @Transactional} one), once that transaction has committed, so that a rollback
+ * leaves them FAILED with the method's failure. Offset commits the method makes through its {@code
+ * Consumer} argument are sent once every record of the batch is done and its outcome written, and
+ * dropped otherwise ({@link PollAwareConsumer#holdCommits}).
  *
  * <p>Attempts are limited per key as for record listeners ({@link AttemptLimit}): a record the
  * method fails at on its last attempt allowed, and a record whose key already failed that often
@@ -272,8 +275,19 @@ final class IdempotentBatchInvocation {
         kept.fail(0, kept.size(), error, attempts);
         throw BatchFailureIndex.untranslatable(error);
       }
-      BatchStop written = kept.completeBefore(failed);
       DedupClaim failedClaim = kept.claims.get(failed);
+      if (failed > 0 && ownTransaction.rollback() != null) {
+        // The method's own transaction rolled back (@Transactional on the exception): the records
+        // before the one it failed at are undone too, whatever its report says. Recorded SUCCESS,
+        // and committed by the error handler as the report has it, they were never applied. That
+        // record is FAILED, the others' claims are given back uncounted (invoke), and the whole
+        // batch is retried.
+        if (failedClaim != null && !failedClaim.isEnded()) {
+          attempts.fail(failedClaim, BatchFailureIndex.causeAt(error));
+        }
+        throw BatchFailureIndex.rolledBackBefore(error);
+      }
+      BatchStop written = kept.completeBefore(failed);
       // null: a record without key, processed without dedup; ended: the method had acknowledged
       // it, and its SUCCESS stands.
       Throwable thrown = error;
@@ -300,6 +314,13 @@ final class IdempotentBatchInvocation {
           new IllegalStateException(
               "The listener returned, but its transaction rolled back: " + undone, undone),
           attempts);
+    }
+    if (heldAck != null && heldAck.nackIndex() >= 0 && undone != null) {
+      // Nacked at a record, but the transaction rolled back (marked rollback-only): the records
+      // before that one are undone too, and FAILED above. Nacked where the method said, the
+      // container committed them as done: never applied. The batch comes again from its start.
+      heldAck.nackAt(kept.batchIndexes.get(0));
+      return result;
     }
     if (heldAck != null && heldAck.nackIndex() >= 0) {
       int nackAt = heldAck.nackIndex();

@@ -92,7 +92,9 @@ class BatchListenerIntegrationTest {
         "bt-ackfail",
         "bt-rollback-only",
         "bt-after-commit",
-        "bt-txack");
+        "bt-txack",
+        "bt-tx-fail",
+        "bt-tx-nack");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -388,6 +390,55 @@ class BatchListenerIntegrationTest {
           .as("%s applied (the method was given %s)", key, Switches.batches.get("bt-txack-thread"))
           .isEqualTo(1);
       assertThat(status("txackthread", key)).as(key).isEqualTo(DedupStatus.SUCCESS);
+    }
+  }
+
+  /**
+   * A {@code @Transactional} batch listener fails at its third record with a {@code
+   * BatchListenerFailedException}: its transaction rolls back the effects of the two records before
+   * it too. Those records are not done, whatever the exception's index says: the retry must apply
+   * them.
+   */
+  @Test
+  void recordsBeforeTheFailedOneOfATransactionThatRollsBackAreAppliedByTheRetry() throws Exception {
+    inOneBatch(
+        "bt-tx-fail",
+        () -> {
+          send(template, "bt-tx-fail", "a", "order-no", "TF-1");
+          send(template, "bt-tx-fail", "b", "order-no", "TF-2");
+          send(template, "bt-tx-fail", "fails once", "order-no", "TF-3");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-tx-fail") == 3);
+    for (String key : List.of("TF-1", "TF-2", "TF-3")) {
+      assertThat(effects("txfail", key))
+          .as("%s applied (the method was given %s)", key, Switches.batches.get("bt-tx-fail"))
+          .isEqualTo(1);
+      assertThat(status("txfail", key)).as(key).isEqualTo(DedupStatus.SUCCESS);
+    }
+  }
+
+  /**
+   * The same with a nack: the listener marks its transaction rollback-only and nacks at its third
+   * record. The records before it are undone too: the redelivery must apply them.
+   */
+  @Test
+  void recordsBeforeTheNackedOneOfATransactionThatRollsBackAreAppliedByTheRedelivery()
+      throws Exception {
+    inOneBatch(
+        "bt-tx-nack",
+        () -> {
+          send(template, "bt-tx-nack", "a", "order-no", "TN-1");
+          send(template, "bt-tx-nack", "b", "order-no", "TN-2");
+          send(template, "bt-tx-nack", "fails once", "order-no", "TN-3");
+        });
+
+    await().atMost(WAIT).until(() -> committed("bt-tx-nack") == 3);
+    for (String key : List.of("TN-1", "TN-2", "TN-3")) {
+      assertThat(effects("txnack", key))
+          .as("%s applied (the method was given %s)", key, Switches.batches.get("bt-tx-nack"))
+          .isEqualTo(1);
+      assertThat(status("txnack", key)).as(key).isEqualTo(DedupStatus.SUCCESS);
     }
   }
 
@@ -812,6 +863,46 @@ class BatchListenerIntegrationTest {
         acknowledging.start();
         acknowledging.join();
       }
+    }
+
+    @Transactional
+    @Idempotent(bizType = "txfail", header = "order-no")
+    @KafkaListener(id = "bt-tx-fail", topics = "bt-tx-fail", batch = "true")
+    public void onTransactionalFail(List<ConsumerRecord<String, String>> records) {
+      Switches.seen("bt-tx-fail", keys(records));
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<String, String> record = records.get(i);
+        String key = header(record, "order-no");
+        effect("txfail", key, record.value());
+        if (record.value().equals("fails once") && Switches.calls.get(key).get() == 1) {
+          throw new BatchListenerFailedException(
+              "downstream timeout", new IllegalStateException("downstream timeout"), i);
+        }
+      }
+    }
+
+    @Transactional
+    @Idempotent(bizType = "txnack", header = "order-no")
+    @KafkaListener(
+        id = "bt-tx-nack",
+        topics = "bt-tx-nack",
+        batch = "true",
+        containerFactory = "manualAckFactory")
+    public void onTransactionalNack(
+        List<ConsumerRecord<String, String>> records, Acknowledgment ack) {
+      Switches.seen("bt-tx-nack", keys(records));
+      for (int i = 0; i < records.size(); i++) {
+        ConsumerRecord<String, String> record = records.get(i);
+        String key = header(record, "order-no");
+        effect("txnack", key, record.value());
+        if (record.value().equals("fails once") && Switches.calls.get(key).get() == 1) {
+          // Its downstream failed: the batch's work is undone, and the record is to come again.
+          TransactionAspectSupport.currentTransactionStatus().setRollbackOnly();
+          ack.nack(i, Duration.ofMillis(100));
+          return;
+        }
+      }
+      ack.acknowledge();
     }
 
     @Idempotent(bizType = "keyless", header = "order-no")

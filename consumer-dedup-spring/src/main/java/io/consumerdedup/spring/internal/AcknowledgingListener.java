@@ -65,6 +65,9 @@ public final class AcknowledgingListener<K, V>
       default -> delegate.onMessage(record);
     }
     if (seen != null) {
+      // Before the acknowledgment is passed on: what that throws (a MANUAL_IMMEDIATE commit of a
+      // consumer that has left its group) comes after the listener's effects were applied.
+      ListenerOutcomes.listenerReturned(record);
       seen.release();
     }
   }

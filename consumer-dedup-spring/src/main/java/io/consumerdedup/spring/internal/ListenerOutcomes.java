@@ -84,8 +84,17 @@ public final class ListenerOutcomes {
               && TransactionSynchronizationManager.getResourceMap().isEmpty();
     }
 
-    /** The listener threw. */
+    /**
+     * The listener threw; or, once it has returned, what failed after it, which is not its failure
+     * and is ignored: passing on its acknowledgment (under {@code MANUAL_IMMEDIATE} a commit, which
+     * fails once the consumer has left its group), an interceptor's {@code success}. Recorded
+     * FAILED, the redelivery ran a listener whose effects were applied a second time; a transaction
+     * they were in that then rolls back is reported as such ({@link #rolledBack}).
+     */
     public void listenerFailed(Throwable error) {
+      if (listenerDone && listenerError == null) {
+        return;
+      }
       listenerDone = true;
       listenerError = error;
     }
@@ -271,6 +280,17 @@ public final class ListenerOutcomes {
   public static @Nullable Pending current(ConsumerRecord<?, ?> record) {
     Pending pending = PENDING.get();
     return pending != null && pending.isFor(record) ? pending : null;
+  }
+
+  /**
+   * The listener of {@code record} returned normally, on this thread; for a caller that goes on
+   * with the record before the container hears of it (passing on its acknowledgment).
+   */
+  public static void listenerReturned(ConsumerRecord<?, ?> record) {
+    Pending pending = current(record);
+    if (pending != null) {
+      pending.listenerSucceeded();
+    }
   }
 
   /** The transaction of the record being processed on this thread rolled back. */

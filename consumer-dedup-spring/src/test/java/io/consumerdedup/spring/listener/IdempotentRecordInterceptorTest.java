@@ -18,6 +18,7 @@ import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -94,19 +95,22 @@ class IdempotentRecordInterceptorTest {
 
   private KafkaMessageListenerContainer<String, String> container(
       GenericMessageListener<?> listener) {
+    return container(listener, Map.of());
+  }
+
+  /** With {@code consumerConfigs} added to the consumers' own. */
+  private KafkaMessageListenerContainer<String, String> container(
+      GenericMessageListener<?> listener, Map<String, Object> consumerConfigs) {
     ContainerProperties properties = new ContainerProperties(topic);
     properties.setGroupId(topic);
     properties.setMessageListener(listener);
+    Map<String, Object> configs = new HashMap<>(consumerConfigs);
+    configs.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, TestKafka.bootstrapServers());
+    configs.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
     KafkaMessageListenerContainer<String, String> container =
         new KafkaMessageListenerContainer<>(
             new DefaultKafkaConsumerFactory<>(
-                Map.of(
-                    ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
-                    TestKafka.bootstrapServers(),
-                    ConsumerConfig.AUTO_OFFSET_RESET_CONFIG,
-                    "earliest"),
-                new StringDeserializer(),
-                new StringDeserializer()),
+                configs, new StringDeserializer(), new StringDeserializer()),
             properties);
     container.setCommonErrorHandler(new DefaultErrorHandler(new FixedBackOff(0, 5)));
     return container;
@@ -633,6 +637,58 @@ class IdempotentRecordInterceptorTest {
       container.stop();
     }
     assertThat(applied).containsExactly("pay A");
+  }
+
+  /**
+   * Ack mode MANUAL_IMMEDIATE: a listener applies its record and acknowledges it, but takes longer
+   * than {@code max.poll.interval.ms}, so the consumer has left its group and the acknowledgment's
+   * offset commit, passed on once the listener returned, fails. The listener's effects are applied:
+   * the redelivery must find its key SUCCESS, not run it again.
+   */
+  @Test
+  void anAcknowledgmentWhoseCommitFailsAfterTheListenerReturnedLeavesTheRecordAppliedOnce()
+      throws Exception {
+    AtomicInteger calls = new AtomicInteger();
+    List<String> applied = new CopyOnWriteArrayList<>();
+    KafkaMessageListenerContainer<String, String> container =
+        container(
+            (AcknowledgingMessageListener<String, String>)
+                (record, ack) -> {
+                  applied.add(record.value());
+                  if (calls.incrementAndGet() == 1) {
+                    try {
+                      Thread.sleep(4_000); // past max.poll.interval.ms: the consumer leaves
+                    } catch (InterruptedException e) {
+                      Thread.currentThread().interrupt();
+                    }
+                  }
+                  Objects.requireNonNull(ack).acknowledge();
+                },
+            Map.of(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, 1_500));
+    container.getContainerProperties().setAckMode(ContainerProperties.AckMode.MANUAL_IMMEDIATE);
+    AtomicInteger deliveries = new AtomicInteger();
+    container.setRecordInterceptor(
+        (record, consumer) -> {
+          deliveries.incrementAndGet();
+          return record;
+        });
+    IdempotentRecordInterceptor.decorate(container, executor, "payment");
+    container.start();
+    try {
+      send(List.of("pay C"));
+      await().atMost(Duration.ofSeconds(60)).until(() -> committed() == 1);
+    } finally {
+      container.stop();
+    }
+    // The fault was real: the first call's acknowledgment could not be committed.
+    assertThat(deliveries)
+        .as("deliveries: the one whose commit failed, then the redelivery")
+        .hasValueGreaterThan(1);
+    assertThat(applied)
+        .as("the record applied (its redelivery a duplicate)")
+        .containsExactly("pay C");
+    assertThat(executor.store().find(DedupKey.of("payment", "C")).orElseThrow().status())
+        .isEqualTo(DedupStatus.SUCCESS);
   }
 
   private long committed() throws Exception {
