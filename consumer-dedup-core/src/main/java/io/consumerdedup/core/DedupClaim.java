@@ -175,14 +175,19 @@ public final class DedupClaim {
    *     deadlock the handler caught): roll the transaction back
    */
   public void complete() {
+    long handlerNanos = System.nanoTime() - startNanos;
     end("complete");
-    Duration handlerTime = Duration.ofNanos(System.nanoTime() - startNanos);
     if (outcomes == null || renewal == null) {
       requireHeldInTransaction();
-      listener.completed(key, attempt, handlerTime);
+      listener.completed(key, attempt, Duration.ofNanos(handlerNanos));
       return;
     }
-    outcomes.complete(key, attempt, source, renewal, handlerTime);
+    try {
+      FaultPoints.reached(FaultPoints.Point.COMPLETING);
+      outcomes.complete(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
+    } catch (Error e) {
+      throw notHandedOver(e, outcomes, renewal, handlerNanos);
+    }
     FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
   }
 
@@ -202,14 +207,19 @@ public final class DedupClaim {
    *     deadlock the handler caught): roll the transaction back
    */
   public CompletableFuture<Void> completeAsync() {
+    long handlerNanos = System.nanoTime() - startNanos;
     end("complete");
-    Duration handlerTime = Duration.ofNanos(System.nanoTime() - startNanos);
     if (outcomes == null || renewal == null) {
       requireHeldInTransaction();
-      listener.completed(key, attempt, handlerTime);
+      listener.completed(key, attempt, Duration.ofNanos(handlerNanos));
       return CompletableFuture.completedFuture(null);
     }
-    return outcomes.completeLater(key, attempt, source, renewal, handlerTime);
+    try {
+      FaultPoints.reached(FaultPoints.Point.COMPLETING);
+      return outcomes.completeLater(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
+    } catch (Error e) {
+      throw notHandedOver(e, outcomes, renewal, handlerNanos);
+    }
   }
 
   /**
@@ -229,14 +239,20 @@ public final class DedupClaim {
    *     deadlock the handler caught): roll the transaction back
    */
   public CompletableFuture<Void> completeWithNextClaim() {
+    long handlerNanos = System.nanoTime() - startNanos;
     end("complete");
-    Duration handlerTime = Duration.ofNanos(System.nanoTime() - startNanos);
     if (outcomes == null || renewal == null) {
       requireHeldInTransaction();
-      listener.completed(key, attempt, handlerTime);
+      listener.completed(key, attempt, Duration.ofNanos(handlerNanos));
       return CompletableFuture.completedFuture(null);
     }
-    return outcomes.completeWithNextClaim(key, attempt, source, renewal, handlerTime);
+    try {
+      FaultPoints.reached(FaultPoints.Point.COMPLETING);
+      return outcomes.completeWithNextClaim(
+          key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
+    } catch (Error e) {
+      throw notHandedOver(e, outcomes, renewal, handlerNanos);
+    }
   }
 
   /**
@@ -342,6 +358,38 @@ public final class DedupClaim {
       Outcomes.tellFailed(listener, key, attempt, e);
       throw e;
     }
+  }
+
+  /**
+   * An {@code Error} (an OutOfMemoryError as the outcome was allocated) between the end of this
+   * claim and its SUCCESS being written, queued or kept: nothing was left to write it, and nothing
+   * to end the claim again, while its lease went on being renewed for the executor's life, the key
+   * PROCESSING and each of its deliveries "in progress" though the handler had applied its effect.
+   * SUCCESS is written now, on the caller's thread, as {@link #complete()} writes it (or kept for
+   * the background retry); if that fails as well before it is kept, the claim is open again, for
+   * its caller to end. The caller is told of {@code e} either way.
+   */
+  private Error notHandedOver(
+      Error e, Outcomes outcomes, LeaseRenewer.Renewal renewal, long handlerNanos) {
+    if (handedOver(outcomes, renewal)) {
+      return e;
+    }
+    try {
+      outcomes.complete(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
+    } catch (RuntimeException | Error notWritten) {
+      if (notWritten != e) {
+        e.addSuppressed(notWritten);
+      }
+    }
+    if (!handedOver(outcomes, renewal)) {
+      ended.set(false);
+    }
+    return e;
+  }
+
+  /** Whether this claim's outcome is written, refused, or kept or queued to be written. */
+  private boolean handedOver(Outcomes outcomes, LeaseRenewer.Renewal renewal) {
+    return renewal.isOver() || outcomes.isPending(key);
   }
 
   private void end(String operation) {
