@@ -183,7 +183,7 @@ public final class DedupClaim {
       return;
     }
     try {
-      FaultPoints.reached(FaultPoints.Point.COMPLETING);
+      FaultPoints.reached(FaultPoints.Point.ENDING);
       outcomes.complete(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
     } catch (Error e) {
       throw notHandedOver(e, outcomes, renewal, handlerNanos);
@@ -215,7 +215,7 @@ public final class DedupClaim {
       return CompletableFuture.completedFuture(null);
     }
     try {
-      FaultPoints.reached(FaultPoints.Point.COMPLETING);
+      FaultPoints.reached(FaultPoints.Point.ENDING);
       return outcomes.completeLater(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
     } catch (Error e) {
       throw notHandedOver(e, outcomes, renewal, handlerNanos);
@@ -247,7 +247,7 @@ public final class DedupClaim {
       return CompletableFuture.completedFuture(null);
     }
     try {
-      FaultPoints.reached(FaultPoints.Point.COMPLETING);
+      FaultPoints.reached(FaultPoints.Point.ENDING);
       return outcomes.completeWithNextClaim(
           key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
     } catch (Error e) {
@@ -317,7 +317,29 @@ public final class DedupClaim {
       Outcomes.tellFailed(listener, key, attempt, error);
       return;
     }
-    outcomes.fail(key, attempt, source, renewal, error);
+    try {
+      FaultPoints.reached(FaultPoints.Point.ENDING);
+      outcomes.fail(key, attempt, source, renewal, error);
+    } catch (Error e) {
+      // As for a SUCCESS not handed over (see notHandedOver): FAILED is written now, or kept; then
+      // the handler's exception goes on, as when FAILED cannot be written yet.
+      if (!handedOver(outcomes, renewal)) {
+        try {
+          outcomes.fail(key, attempt, source, renewal, error);
+        } catch (RuntimeException | Error again) {
+          if (again != e) {
+            e.addSuppressed(again);
+          }
+        }
+      }
+      if (!handedOver(outcomes, renewal)) {
+        ended.set(false);
+        throw e;
+      }
+      if (e != error) {
+        error.addSuppressed(e);
+      }
+    }
   }
 
   /**

@@ -19,10 +19,10 @@ public final class FaultPoints {
     /** The handler returned; its SUCCESS is not written (the window of mode SEPARATE). */
     AFTER_HANDLER,
     /**
-     * A held claim was ended as completed ({@code complete}, {@code completeAsync} or {@code
-     * completeWithNextClaim}); its SUCCESS is not yet written, queued or kept.
+     * A held claim was ended ({@code complete}, {@code completeAsync}, {@code
+     * completeWithNextClaim} or {@code fail}); its outcome is not yet written, queued or kept.
      */
-    COMPLETING,
+    ENDING,
     /**
      * The outcome writer took a group of SUCCESS marks from its queue; it has not begun to write
      * them. Their handlers have run.
