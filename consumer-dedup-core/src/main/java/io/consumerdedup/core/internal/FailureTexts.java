@@ -82,7 +82,7 @@ public final class FailureTexts {
         }
       }
       return true;
-    } catch (RuntimeException | StackOverflowError e) {
+    } catch (RuntimeException | Error e) {
       return false;
     }
   }
@@ -93,7 +93,7 @@ public final class FailureTexts {
     Throwable cause;
     try {
       cause = failure.getCause();
-    } catch (RuntimeException | StackOverflowError e) {
+    } catch (RuntimeException | Error e) {
       cause = null;
     }
     // Given to the constructor: one constructed without a cause cannot take one later (initCause
@@ -109,7 +109,7 @@ public final class FailureTexts {
           standIn.addSuppressed(standIn(suppressed, seen));
         }
       }
-    } catch (RuntimeException | StackOverflowError e) {
+    } catch (RuntimeException | Error e) {
       // What could not be read is left out of the line; the failure's description is in it.
     }
     return standIn;
