@@ -175,14 +175,19 @@ public final class DedupClaim {
    *     deadlock the handler caught): roll the transaction back
    */
   public void complete() {
+    long handlerNanos = System.nanoTime() - startNanos;
     end("complete");
-    Duration handlerTime = Duration.ofNanos(System.nanoTime() - startNanos);
     if (outcomes == null || renewal == null) {
       requireHeldInTransaction();
-      listener.completed(key, attempt, handlerTime);
+      listener.completed(key, attempt, Duration.ofNanos(handlerNanos));
       return;
     }
-    outcomes.complete(key, attempt, source, renewal, handlerTime);
+    try {
+      FaultPoints.reached(FaultPoints.Point.ENDING);
+      outcomes.complete(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
+    } catch (Error e) {
+      throw notHandedOver(e, outcomes, renewal, handlerNanos);
+    }
     FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
   }
 
@@ -202,14 +207,19 @@ public final class DedupClaim {
    *     deadlock the handler caught): roll the transaction back
    */
   public CompletableFuture<Void> completeAsync() {
+    long handlerNanos = System.nanoTime() - startNanos;
     end("complete");
-    Duration handlerTime = Duration.ofNanos(System.nanoTime() - startNanos);
     if (outcomes == null || renewal == null) {
       requireHeldInTransaction();
-      listener.completed(key, attempt, handlerTime);
+      listener.completed(key, attempt, Duration.ofNanos(handlerNanos));
       return CompletableFuture.completedFuture(null);
     }
-    return outcomes.completeLater(key, attempt, source, renewal, handlerTime);
+    try {
+      FaultPoints.reached(FaultPoints.Point.ENDING);
+      return outcomes.completeLater(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
+    } catch (Error e) {
+      throw notHandedOver(e, outcomes, renewal, handlerNanos);
+    }
   }
 
   /**
@@ -229,14 +239,20 @@ public final class DedupClaim {
    *     deadlock the handler caught): roll the transaction back
    */
   public CompletableFuture<Void> completeWithNextClaim() {
+    long handlerNanos = System.nanoTime() - startNanos;
     end("complete");
-    Duration handlerTime = Duration.ofNanos(System.nanoTime() - startNanos);
     if (outcomes == null || renewal == null) {
       requireHeldInTransaction();
-      listener.completed(key, attempt, handlerTime);
+      listener.completed(key, attempt, Duration.ofNanos(handlerNanos));
       return CompletableFuture.completedFuture(null);
     }
-    return outcomes.completeWithNextClaim(key, attempt, source, renewal, handlerTime);
+    try {
+      FaultPoints.reached(FaultPoints.Point.ENDING);
+      return outcomes.completeWithNextClaim(
+          key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
+    } catch (Error e) {
+      throw notHandedOver(e, outcomes, renewal, handlerNanos);
+    }
   }
 
   /**
@@ -301,7 +317,29 @@ public final class DedupClaim {
       Outcomes.tellFailed(listener, key, attempt, error);
       return;
     }
-    outcomes.fail(key, attempt, source, renewal, error);
+    try {
+      FaultPoints.reached(FaultPoints.Point.ENDING);
+      outcomes.fail(key, attempt, source, renewal, error);
+    } catch (Error e) {
+      // As for a SUCCESS not handed over (see notHandedOver): FAILED is written now, or kept; then
+      // the handler's exception goes on, as when FAILED cannot be written yet.
+      if (!handedOver(outcomes, renewal)) {
+        try {
+          outcomes.fail(key, attempt, source, renewal, error);
+        } catch (RuntimeException | Error again) {
+          if (again != e) {
+            e.addSuppressed(again);
+          }
+        }
+      }
+      if (!handedOver(outcomes, renewal)) {
+        ended.set(false);
+        throw e;
+      }
+      if (e != error) {
+        error.addSuppressed(e);
+      }
+    }
   }
 
   /**
@@ -342,6 +380,38 @@ public final class DedupClaim {
       Outcomes.tellFailed(listener, key, attempt, e);
       throw e;
     }
+  }
+
+  /**
+   * An {@code Error} (an OutOfMemoryError as the outcome was allocated) between the end of this
+   * claim and its SUCCESS being written, queued or kept: nothing was left to write it, and nothing
+   * to end the claim again, while its lease went on being renewed for the executor's life, the key
+   * PROCESSING and each of its deliveries "in progress" though the handler had applied its effect.
+   * SUCCESS is written now, on the caller's thread, as {@link #complete()} writes it (or kept for
+   * the background retry); if that fails as well before it is kept, the claim is open again, for
+   * its caller to end. The caller is told of {@code e} either way.
+   */
+  private Error notHandedOver(
+      Error e, Outcomes outcomes, LeaseRenewer.Renewal renewal, long handlerNanos) {
+    if (handedOver(outcomes, renewal)) {
+      return e;
+    }
+    try {
+      outcomes.complete(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
+    } catch (RuntimeException | Error notWritten) {
+      if (notWritten != e) {
+        e.addSuppressed(notWritten);
+      }
+    }
+    if (!handedOver(outcomes, renewal)) {
+      ended.set(false);
+    }
+    return e;
+  }
+
+  /** Whether this claim's outcome is written, refused, or kept or queued to be written. */
+  private boolean handedOver(Outcomes outcomes, LeaseRenewer.Renewal renewal) {
+    return renewal.isOver() || outcomes.isPending(key);
   }
 
   private void end(String operation) {

@@ -494,9 +494,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         case HANDLER_FAILED -> deadLetters.handlerFailed(record, partition, previous, e);
       };
     } catch (Error e) {
-      boolean claims = ErrorsBesideHandlers.isBesideHandler(e);
-      ErrorsBesideHandlers.clear();
-      if (claims) {
+      if (ErrorsBesideHandlers.wasBesideHandler(e)) {
         // Not the handler's (the record's claim answered by an OutOfMemoryError, say): no attempt
         // is counted and the record is not done. This loop ends on it; the next one takes the
         // claim up and runs the handler.

@@ -25,6 +25,17 @@ final class ErrorsBesideHandlers {
     return BESIDE.get() == error;
   }
 
+  /**
+   * For the loops, once a record's processing ended on {@code error}: whether it was noted on this
+   * thread as met claiming a key. What was noted is forgotten either way, so that it is not taken
+   * for the next record's.
+   */
+  static boolean wasBesideHandler(Error error) {
+    boolean beside = isBesideHandler(error);
+    clear();
+    return beside;
+  }
+
   /** Forgets what was noted on this thread. */
   static void clear() {
     BESIDE.remove();

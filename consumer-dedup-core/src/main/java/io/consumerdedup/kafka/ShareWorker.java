@@ -538,9 +538,7 @@ final class ShareWorker<K, V> implements Runnable {
       }
       return;
     } catch (Error e) {
-      boolean claims = ErrorsBesideHandlers.isBesideHandler(e);
-      ErrorsBesideHandlers.clear();
-      if (claims) {
+      if (ErrorsBesideHandlers.wasBesideHandler(e)) {
         // Met as the key was claimed, before the handler ran (an OutOfMemoryError as the claim's
         // answer was read): counted as the handler's failure, it spent the record's attempts and
         // dead-lettered it without its retry ever running. No attempt, no decision: the worker

@@ -2,6 +2,7 @@ package io.consumerdedup.core;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.catchThrowable;
+import static org.awaitility.Awaitility.await;
 
 import ch.qos.logback.classic.Level;
 import ch.qos.logback.classic.Logger;
@@ -11,6 +12,8 @@ import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.TestDatabase;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.time.Duration;
 import java.util.List;
@@ -230,6 +233,77 @@ class ExecutorClosingTest {
       assertThat(db.store().find(key).orElseThrow().status())
           .as("not left PROCESSING for a whole lease, its record delivered again")
           .isEqualTo(DedupStatus.SUCCESS);
+    }
+  }
+
+  /**
+   * A SUCCESS that could not be written is kept, and its background retry is on its way (its
+   * statement sent, not answered yet) as the executor closes. The close gave it up under that
+   * retry: an ERROR said it was not recorded and that another consumer might run the handler again,
+   * and the retry then recorded it.
+   */
+  @Test
+  void aKeptSuccessWhoseRetryIsOnItsWayAsTheExecutorClosesIsLeftToThatRetry() throws Exception {
+    DedupStore real = db.store();
+    AtomicInteger completions = new AtomicInteger();
+    CountDownLatch retryOnItsWay = new CountDownLatch(1);
+    CountDownLatch mayAnswer = new CountDownLatch(1);
+    DedupStore store =
+        (DedupStore)
+            Proxy.newProxyInstance(
+                DedupStore.class.getClassLoader(),
+                new Class<?>[] {DedupStore.class},
+                (proxy, method, args) -> {
+                  if (method.getName().equals("complete")) {
+                    int call = completions.incrementAndGet();
+                    if (call == 1) {
+                      throw new DedupStoreException("Connection refused", null, null, null);
+                    }
+                    if (call == 2) {
+                      retryOnItsWay.countDown();
+                      awaitUninterruptibly(mayAnswer); // a statement on the wire
+                    }
+                  }
+                  try {
+                    return method.invoke(real, args);
+                  } catch (InvocationTargetException e) {
+                    throw e.getCause();
+                  }
+                });
+    IdempotentExecutor executor =
+        db.executor(
+            IdempotentExecutor.builder(store)
+                .lease(Duration.ofSeconds(3))
+                .renewalInterval(Duration.ofMillis(200)));
+    DedupKey key = DedupKey.of("payment", "kept-while-closing");
+    DedupClaim claim = executor.claim(key, null, "pay-0@12");
+    assertThat(catchThrowable(claim::complete)).isInstanceOf(DedupStoreUnavailableException.class);
+    assertThat(retryOnItsWay.await(10, TimeUnit.SECONDS)).as("the retry is on its way").isTrue();
+
+    executor.close();
+    mayAnswer.countDown();
+
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .until(() -> db.store().find(key).orElseThrow().status() == DedupStatus.SUCCESS);
+    assertThat(errorsAbout("pay-0@12")).as("ERRORs about the record").isEmpty();
+  }
+
+  private static void awaitUninterruptibly(CountDownLatch latch) {
+    boolean interrupted = false;
+    try {
+      while (true) {
+        try {
+          latch.await();
+          return;
+        } catch (InterruptedException e) {
+          interrupted = true;
+        }
+      }
+    } finally {
+      if (interrupted) {
+        Thread.currentThread().interrupt();
+      }
     }
   }
 }

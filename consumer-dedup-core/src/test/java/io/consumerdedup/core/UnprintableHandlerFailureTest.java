@@ -20,10 +20,24 @@ class UnprintableHandlerFailureTest {
 
   @Test
   void aHandlerFailureWhoseMessageThrowsIsRecordedFailedAndTheNextDeliveryRunsTheHandler() {
+    recordedFailedAndRunAgain(DedupKey.of("payment", "U-1"), new UnprintableFailure());
+  }
+
+  /**
+   * As above, a message too large to build: its {@code getMessage()} throws an {@code
+   * OutOfMemoryError}. It escaped as FAILED was described, with the claim ended and nothing
+   * written, while its lease went on being renewed: the key stayed PROCESSING and every redelivery
+   * was "in progress", and the caller heard the OutOfMemoryError instead of the handler's
+   * exception.
+   */
+  @Test
+  void aHandlerFailureWhoseMessageCannotBeBuiltForWantOfMemoryIsRecordedFailed() {
+    recordedFailedAndRunAgain(DedupKey.of("payment", "U-2"), new UnbuildableMessageFailure());
+  }
+
+  private static void recordedFailedAndRunAgain(DedupKey key, RuntimeException failure) {
     IdempotentExecutor executor =
         db.executor(IdempotentExecutor.builder(db.store()).lease(Duration.ofSeconds(30)));
-    DedupKey key = DedupKey.of("payment", "U-1");
-    UnprintableFailure failure = new UnprintableFailure();
     AtomicInteger runs = new AtomicInteger();
 
     Throwable thrown =
@@ -44,13 +58,23 @@ class UnprintableHandlerFailureTest {
         .isEqualTo(DedupStatus.FAILED);
     assertThat(record.lastError().orElseThrow())
         .as("its last error")
-        .startsWith(UnprintableFailure.class.getName())
+        .startsWith(failure.getClass().getName())
         .contains("getMessage() threw");
     assertThat(thrown).as("what the caller heard").isSameAs(failure);
 
     DedupResult<String> redelivered = executor.execute(key, null, "payments-0@7", () -> "applied");
     assertThat(redelivered.outcome()).as("the redelivery").isEqualTo(Outcome.PROCESSED);
     assertThat(redelivered.attempt()).as("its attempt").isEqualTo(2);
+  }
+
+  /** Formats a payload too large for the heap whenever it is asked for its message. */
+  static final class UnbuildableMessageFailure extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    @Override
+    public String getMessage() {
+      throw new OutOfMemoryError("Java heap space, formatting the rejected payload");
+    }
   }
 
   /** Reads what it cannot reach any more whenever it is asked for its message. */

@@ -33,9 +33,14 @@ import java.time.Duration;
 import java.time.Instant;
 import java.util.List;
 import java.util.UUID;
+import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.CyclicBarrier;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
@@ -206,6 +211,78 @@ class VanishedRecordTest {
     }
     assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(warnings("taken over")).isEmpty();
+  }
+
+  /**
+   * MySQL and MariaDB: the same two threads, each past its fenced update (no record) before either
+   * inserts. The insert that came second was ignored on the first one's row, and read as a claim
+   * anew: the holder reported its lease taken over though the outcome in place was its own. Here
+   * each thread waits for the other at its insert.
+   */
+  @ParameterizedTest
+  @ValueSource(strings = {"SUCCESS", "FAILED"})
+  void aVanishedOutcomeWrittenAgainByTwoThreadsOfTheHolderAtOnceIsNoTakeoverOnMariaDb(
+      String outcome) throws Exception {
+    JdbcDedupStore plain = JdbcDedupStore.builder(mariaDb).build();
+    DedupKey key = newKey();
+    ClaimResult.Claimed claim = claim(plain, key);
+    delete(mariaDb, key);
+    CyclicBarrier bothPastTheirUpdate = new CyclicBarrier(2);
+    JdbcDedupStore store =
+        JdbcDedupStore.builder(meetingAtTheInsert(mariaDb, bothPastTheirUpdate)).build();
+    Callable<Boolean> write =
+        () ->
+            outcome.equals("SUCCESS")
+                ? store.complete(claim, RETENTION)
+                : store.fail(claim, "card network timeout", RETENTION);
+    ExecutorService threads = Executors.newFixedThreadPool(2);
+    try {
+      List<Future<Boolean>> written = threads.invokeAll(List.of(write, write));
+      assertThat(List.of(written.get(0).get(), written.get(1).get()))
+          .as("whether each thread's %s counts as written", outcome)
+          .containsExactly(true, true);
+    } finally {
+      threads.shutdownNow();
+    }
+    assertThat(plain.find(key).orElseThrow().status()).hasToString(outcome);
+    assertThat(warnings("taken over")).isEmpty();
+  }
+
+  /**
+   * {@code dataSource}, whose connections wait at the preparing of an {@code INSERT IGNORE} until
+   * two of them are there.
+   */
+  private static DataSource meetingAtTheInsert(DataSource dataSource, CyclicBarrier meeting) {
+    return (DataSource)
+        Proxy.newProxyInstance(
+            DataSource.class.getClassLoader(),
+            new Class<?>[] {DataSource.class},
+            (proxy, method, args) -> {
+              Object result = invoke(dataSource, method, args);
+              if (!method.getName().equals("getConnection")) {
+                return result;
+              }
+              Connection connection = (Connection) result;
+              return Proxy.newProxyInstance(
+                  Connection.class.getClassLoader(),
+                  new Class<?>[] {Connection.class},
+                  (self, call, callArgs) -> {
+                    if (call.getName().equals("prepareStatement")
+                        && ((String) callArgs[0]).startsWith("INSERT IGNORE")) {
+                      meeting.await(10, TimeUnit.SECONDS);
+                    }
+                    return invoke(connection, call, callArgs);
+                  });
+            });
+  }
+
+  private static Object invoke(Object target, java.lang.reflect.Method method, Object[] args)
+      throws Throwable {
+    try {
+      return method.invoke(target, args);
+    } catch (InvocationTargetException e) {
+      throw e.getCause();
+    }
   }
 
   @ParameterizedTest

@@ -399,6 +399,52 @@ class DedupPollLoopErrorTest {
   }
 
   /**
+   * A handler throws, each time, an exception whose message cannot be built ({@code getMessage()}
+   * throws an {@code OutOfMemoryError}: a message formatted from a payload too large for the heap).
+   * Its attempts were logged through a stand-in that read the message, and the OutOfMemoryError
+   * came out of the log line: each loop the application started ended on the record, before it was
+   * dead-lettered, and its partition never moved on.
+   */
+  @Test
+  void aHandlerFailureWhoseMessageCannotBeBuiltIsDeadLetteredAndTheLoopGoesOn() throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    send(0, 3);
+    RecordHandler<String, String> work =
+        record -> {
+          if (LoopFixture.orderNo(record).equals(order(1))) {
+            throw new UnbuildableMessageFailure();
+          }
+          apply(record);
+        };
+    try (IdempotentExecutor executor = executor(fixture.store());
+        RunningLoop running = RunningLoop.start(loop(executor, true, work))) {
+      TopicPartition partition = new TopicPartition(fixture.topic(), 0);
+      await()
+          .atMost(WAIT)
+          .until(
+              () ->
+                  !running.isRunning()
+                      || Long.valueOf(3L)
+                          .equals(TestKafka.committedOffsets(fixture.group()).get(partition)));
+      assertThat(running.isRunning())
+          .as("the loop, after a handler failure whose message cannot be built")
+          .isTrue();
+    }
+    assertThat(deadLettered).extracting(ConsumerRecord::offset).containsExactly(1L);
+    assertThat(effects).hasSize(2).doesNotContainKey(order(1));
+  }
+
+  /** Formats a payload too large for the heap whenever it is asked for its message. */
+  private static final class UnbuildableMessageFailure extends RuntimeException {
+    private static final long serialVersionUID = 1L;
+
+    @Override
+    public String getMessage() {
+      throw new OutOfMemoryError("Java heap space, formatting the rejected payload");
+    }
+  }
+
+  /**
    * The dead-letter handler throws an Error (an OutOfMemoryError as it copies a large record, a
    * serializer's StackOverflowError) on its first try for a record without its key: a dead letter
    * not written, as for an exception, so the partition is held at the record and the same loop

@@ -22,7 +22,7 @@ public final class FailureTexts {
   public static String describe(Throwable failure) {
     try {
       return String.valueOf(failure.toString());
-    } catch (RuntimeException | StackOverflowError e) {
+    } catch (RuntimeException | Error e) {
       String message = messageOf(failure);
       return failure.getClass().getName()
           + (message == null ? "" : ": " + message)
@@ -38,7 +38,10 @@ public final class FailureTexts {
   public static @Nullable String messageOf(Throwable failure) {
     try {
       return failure.getMessage();
-    } catch (RuntimeException | StackOverflowError e) {
+    } catch (RuntimeException | Error e) {
+      // An OutOfMemoryError too (a message built from a payload too large for the heap): thrown
+      // on, it left a handler's failure undescribed and so unrecorded, its claim ended with no
+      // FAILED, and the caller heard it instead of the handler's exception.
       return "(its getMessage() threw " + e.getClass().getName() + ")";
     }
   }
@@ -79,7 +82,7 @@ public final class FailureTexts {
         }
       }
       return true;
-    } catch (RuntimeException | StackOverflowError e) {
+    } catch (RuntimeException | Error e) {
       return false;
     }
   }
@@ -90,7 +93,7 @@ public final class FailureTexts {
     Throwable cause;
     try {
       cause = failure.getCause();
-    } catch (RuntimeException | StackOverflowError e) {
+    } catch (RuntimeException | Error e) {
       cause = null;
     }
     // Given to the constructor: one constructed without a cause cannot take one later (initCause
@@ -106,7 +109,7 @@ public final class FailureTexts {
           standIn.addSuppressed(standIn(suppressed, seen));
         }
       }
-    } catch (RuntimeException | StackOverflowError e) {
+    } catch (RuntimeException | Error e) {
       // What could not be read is left out of the line; the failure's description is in it.
     }
     return standIn;

@@ -19,6 +19,11 @@ public final class FaultPoints {
     /** The handler returned; its SUCCESS is not written (the window of mode SEPARATE). */
     AFTER_HANDLER,
     /**
+     * A held claim was ended ({@code complete}, {@code completeAsync}, {@code
+     * completeWithNextClaim} or {@code fail}); its outcome is not yet written, queued or kept.
+     */
+    ENDING,
+    /**
      * The outcome writer took a group of SUCCESS marks from its queue; it has not begun to write
      * them. Their handlers have run.
      */

@@ -308,7 +308,8 @@ public final class LeaseRenewer implements AutoCloseable {
       return claim;
     }
 
-    private boolean isOver() {
+    /** Whether renewing is over: the outcome was written, or the lease was found lost. */
+    public boolean isOver() {
       return stopped || lost;
     }
 

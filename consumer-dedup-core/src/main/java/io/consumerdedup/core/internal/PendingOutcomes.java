@@ -257,9 +257,19 @@ final class PendingOutcomes {
     if (outcome.settled.get() || !outcome.retrying.compareAndSet(false, true)) {
       return;
     }
+    boolean givenUp = false;
     try {
       write(outcome);
     } catch (DedupStoreException e) {
+      if (closed) {
+        // Left to this retry by the close (see giveUp), or failed after it began: nothing retries
+        // the outcome any more. Left retrying, so that nobody else gives it up again.
+        givenUp = true;
+        pending.remove(outcome.key, outcome);
+        outcome.cancelRetries();
+        giveUp(outcome, e);
+        return;
+      }
       if (outcome.renewal.isLeaseLost() && !outcome.lapseReported) {
         outcome.lapseReported = true;
         log.error(
@@ -284,7 +294,9 @@ final class PendingOutcomes {
           outcome.token,
           FailureTexts.loggable(e));
     } finally {
-      outcome.retrying.set(false);
+      if (!givenUp) {
+        outcome.retrying.set(false);
+      }
     }
   }
 
@@ -366,15 +378,23 @@ final class PendingOutcomes {
 
   /**
    * Gives up the outcomes still not recorded (logged at ERROR), their futures failed with {@link
-   * DedupExecutorClosedException}, but for {@code beingWritten}: a write on its way settles those
-   * (written, or given up once it fails, as nothing keeps them any more).
+   * DedupExecutorClosedException}, but for {@code beingWritten} and those whose background retry is
+   * on its way: that write settles them (written, or given up once it fails, as nothing keeps them
+   * any more).
    */
   void giveUp(Collection<PendingOutcome> beingWritten) {
     Set<PendingOutcome> leftToTheirWrite = Set.copyOf(beingWritten);
     pending.forEach(
         (key, outcome) -> {
-          if (!leftToTheirWrite.contains(outcome)) {
-            outcome.cancelRetries();
+          if (leftToTheirWrite.contains(outcome)) {
+            return;
+          }
+          outcome.cancelRetries();
+          // A background retry on its way settles its outcome, as the writer's write does, and
+          // gives it up itself if it fails: given up under it, the outcome was said at ERROR to be
+          // not recorded, another consumer perhaps running its handler again, and the retry then
+          // recorded it. Taken here, no retry of it starts any more.
+          if (outcome.retrying.compareAndSet(false, true)) {
             giveUp(outcome, null);
           }
         });

@@ -321,10 +321,15 @@ public final class MySqlDialect extends Dialect {
             if (fenced(c, update, claim, duration.toMillis(), message)) {
               continue;
             }
-            if (update.outcome() != null
-                && writeVanished(c, update, claim, duration.toMillis(), message)) {
+            if (update.outcome() == null) {
+              lost.add(claim.key());
+            } else if (writeVanished(c, update, claim, duration.toMillis(), message)) {
               rewritten.add(claim);
-            } else {
+            } else if (!fenced(c, update, claim, duration.toMillis(), message)) {
+              // Asked again: the row the insert met may be this very outcome, written again by
+              // another thread of the holder that found no record at the same moment (the outcome
+              // writer and a redelivery's claim both writing a kept outcome). Taken for a claim
+              // anew, it had the holder report its own outcome as a lease taken over.
               lost.add(claim.key());
             }
           }

@@ -60,7 +60,8 @@ public final class MySqlSql {
    * Writes SUCCESS again where {@link #complete} found no record at all (see {@code
    * PostgresSql#completeVanished}): binds (type, key, token, claim id, retention ms); a row that
    * exists meanwhile is left alone (IGNORE: the values bound are within the columns' limits, so
-   * only the key can collide).
+   * only the key can collide), and the fenced update, asked again, tells whether it is this outcome
+   * written by another thread of the holder or a claim anew.
    */
   public final String completeVanished;
 
