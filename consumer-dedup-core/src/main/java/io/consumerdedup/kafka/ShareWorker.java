@@ -677,6 +677,18 @@ final class ShareWorker<K, V> implements Runnable {
    */
   private void deadLetterThenReject(DeadLetter deadLetter) {
     ConsumerRecord<?, ?> record = deadLetter.record();
+    if (!deadLetter.keptAcquired() && System.nanoTime() - deadLetter.lockEndsNanos() >= 0) {
+      // Its lock ran out before it was handed over (in kafka-clients' buffer, behind records whose
+      // handling outlasted it) or between tries: the broker has delivered it again, maybe to
+      // another consumer, which writes its own dead letter; written here too, it was written twice.
+      log.warn(
+          "{} is not dead-lettered here: its acquisition lock, which cannot be renewed, ran out"
+              + " before its dead letter was written; the broker delivers it again, and that"
+              + " delivery is dead-lettered",
+          describe(record));
+      done(record, AcknowledgeType.RELEASE, 0);
+      return;
+    }
     inHand = record;
     try {
       deadLetter.write().run();
