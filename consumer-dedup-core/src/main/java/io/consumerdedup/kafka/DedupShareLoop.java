@@ -3,9 +3,9 @@ package io.consumerdedup.kafka;
 import io.consumerdedup.core.internal.Latches;
 import io.consumerdedup.kafka.ShareInFlight.Decision;
 import io.consumerdedup.kafka.internal.RecordSources;
+import io.consumerdedup.kafka.internal.ShareFetches;
 import java.time.Duration;
 import java.util.Collection;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -164,19 +164,8 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
    */
   private boolean behindRejected;
 
-  /** When the poll under way began: see {@link #fetchedBy}. */
-  private long pollStartNanos;
-
-  /** Whether the poll under way met a record the deserializer rejected. */
-  private boolean rejectedInPoll;
-
-  /**
-   * When the latest poll that returned new records began, and the last offset it returned, or
-   * rejected since, of each partition: see {@link #fetchedBy}.
-   */
-  private long returnedByNanos;
-
-  private final Map<TopicPartition, Long> returnedUpTo = new HashMap<>();
+  /** When a record the deserializer rejected was fetched: its lock runs from then. */
+  private final ShareFetches fetches = new ShareFetches();
 
   /** When the stop under way must be over, the consumer closed; set once the loop stops. */
   private long stopDeadlineNanos;
@@ -394,56 +383,11 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
     }
     // Its lock, which cannot be renewed, counted from the fetch: a dead letter that fails is tried
     // again within it before the record is released, and none is written once it has run out.
-    worker.submitUndeserializable(raw, reason, fetchedBy(raw) + lockNanos);
-  }
-
-  /**
-   * When the record the poll under way met and the deserializer rejected was fetched, at the
-   * latest. kafka-clients returns the records of a partition before a rejected one and keeps the
-   * rejection for the next poll: then it came with the fetch of the poll that returned them, and
-   * its lock ran out in kafka-clients' buffer if their handling outlasted the lock. Counted from
-   * the poll that threw, its lock seemed whole: the loop dead-lettered a record the broker had
-   * meanwhile delivered to another consumer, which wrote its own dead letter. Taken for one behind
-   * the records returned before it when it follows them in their partition; a new delivery of the
-   * same offset (its lock run out, released) is counted from its own poll.
-   */
-  private long fetchedBy(ConsumerRecord<byte[], byte[]> raw) {
-    rejectedInPoll = true;
-    TopicPartition partition = new TopicPartition(raw.topic(), raw.partition());
-    Long upTo = returnedUpTo.get(partition);
-    boolean behindReturned = upTo != null && upTo < raw.offset();
-    if (behindReturned) {
-      returnedUpTo.put(partition, raw.offset()); // a rejected record behind it is of that fetch too
-      return returnedByNanos;
-    }
-    returnedUpTo.clear();
-    returnedUpTo.put(partition, raw.offset());
-    returnedByNanos = pollStartNanos;
-    return pollStartNanos;
-  }
-
-  private void beginPoll() {
-    pollStartNanos = System.nanoTime();
-    rejectedInPoll = false;
-  }
-
-  /**
-   * Notes the new records a poll returned (see {@link #fetchedBy}): after a rejected record, from
-   * the same fetch as it, perhaps, so counted from that fetch still. None, and no record rejected:
-   * kafka-clients' buffer is empty.
-   */
-  private void returned(List<ConsumerRecord<K, V>> records) {
-    if (rejectedInPoll) {
-      return; // noted by fetchedBy
-    }
-    if (!behindRejected || records.isEmpty()) {
-      returnedUpTo.clear();
-      returnedByNanos = pollStartNanos;
-    }
-    for (ConsumerRecord<K, V> record : records) {
-      returnedUpTo.merge(
-          new TopicPartition(record.topic(), record.partition()), record.offset(), Math::max);
-    }
+    worker.submitUndeserializable(
+        raw,
+        reason,
+        fetches.rejected(new TopicPartition(raw.topic(), raw.partition()), raw.offset())
+            + lockNanos);
   }
 
   /**
@@ -458,10 +402,10 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         sleep(RENEWAL_POLL);
         return;
       }
-      beginPoll();
+      fetches.pollStarts(System.nanoTime());
       ConsumerRecords<K, V> polled = polls.poll();
       List<ConsumerRecord<K, V>> fresh = inFlight.add(polled);
-      returned(fresh);
+      fetches.returned(fresh, polled.count());
       if (!fresh.isEmpty()) {
         lockNanos =
             consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(lockNanos);
@@ -498,13 +442,11 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         // rejected record's REJECT among them had it delivered again and dead-lettered twice.
         sendAcknowledgements(stopping);
       }
-      beginPoll();
+      fetches.pollStarts(System.nanoTime());
       ConsumerRecords<K, V> polled = polls.poll(RENEWAL_POLL);
       inFlight.acknowledgementsSent();
       List<ConsumerRecord<K, V>> fresh = inFlight.add(polled);
-      if (!fresh.isEmpty() || rejectedInPoll) {
-        returned(fresh);
-      }
+      fetches.returned(fresh, polled.count());
       if (!fresh.isEmpty()) {
         worker.submit(fresh);
       }

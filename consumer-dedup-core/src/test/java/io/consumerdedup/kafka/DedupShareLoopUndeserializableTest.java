@@ -425,7 +425,8 @@ class DedupShareLoopUndeserializableTest {
         .extracting(ConsumerRecord::value)
         .containsExactly(new byte[] {1, 2, 3});
     assertThat(warnings())
-        .anyMatch(warning -> warning.contains("@1 (group " + group + ") is not dead-lettered here"));
+        .anyMatch(
+            warning -> warning.contains("@1 (group " + group + ") is not dead-lettered here"));
     loops.forEach(DedupShareLoop::close);
     assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
   }
