@@ -437,6 +437,22 @@ final class ShareWorker<K, V> implements Runnable {
       } catch (Exception e) { // a checked one too: see processOne
         log.warn(
             "Could not prepare {} records together; processing them one by one", records.size());
+      } catch (Error e) {
+        // Met before any handler ran (an OutOfMemoryError as the batch claim's answer was read):
+        // the records are kept acquired and tried again, as when the store does not answer. Ending
+        // the worker on it left the poll undecided; the loop's consumer closed and gave the records
+        // back, a delivery counted each, so a loop restarted on the Error again and again had the
+        // broker archive a healthy record unapplied, its handler never run. What was prepared is
+        // settled below (claims made are given back).
+        ErrorsBesideHandlers.clear();
+        log.error(
+            "Could not claim {} records together, first {}; no handler ran: keeping them acquired"
+                + " and trying again",
+            records.size(),
+            describe(records.get(0)),
+            FailureTexts.loggable(e));
+        later.addAll(records);
+        return;
       }
       for (ConsumerRecord<K, V> record : records) {
         if (!running) {
