@@ -207,10 +207,11 @@ final class ShareWorker<K, V> implements Runnable {
    * ShareInFlight#addUndeserializable}), runs out at {@code lockEndsNanos}: its raw bytes are
    * dead-lettered, then REJECT is decided. A dead letter that cannot be written is tried again
    * after the hold back-off while that try, and a RELEASE after it, still fit in the lock; then
-   * RELEASE, for another delivery. Released at the first failure, the record spent a delivery on
-   * each try, and a dead-letter topic away for a few seconds had the broker archive it without its
-   * dead letter; left to its lock, its consumer (which cannot poll while it holds the record)
-   * waited for the lock to run out.
+   * RELEASE, for another delivery; if its lock ran out before it was handed over, RELEASE without a
+   * try. Released at the first failure, the record spent a delivery on each try, and a dead-letter
+   * topic away for a few seconds had the broker archive it without its dead letter; left to its
+   * lock, its consumer (which cannot poll while it holds the record) waited for the lock to run
+   * out.
    */
   void submitUndeserializable(
       ConsumerRecord<byte[], byte[]> raw, Exception reason, long lockEndsNanos) {
@@ -224,7 +225,8 @@ final class ShareWorker<K, V> implements Runnable {
                 KafkaDeadLetterPublisher.deadLetterUndeserializableFor(
                     deadLetters, groupId, raw, reason),
             false,
-            lockEndsNanos);
+            lockEndsNanos,
+            System.nanoTime() - lockEndsNanos >= 0);
     queue.add(new Work<>(List.of(), deadLetter, System.nanoTime()));
   }
 
@@ -676,7 +678,8 @@ final class ShareWorker<K, V> implements Runnable {
             record,
             () -> KafkaDeadLetterPublisher.deadLetterFor(deadLetters, groupId, record, reason),
             true,
-            0));
+            0,
+            false));
   }
 
   /**
@@ -693,14 +696,17 @@ final class ShareWorker<K, V> implements Runnable {
    */
   private void deadLetterThenReject(DeadLetter deadLetter) {
     ConsumerRecord<?, ?> record = deadLetter.record();
-    if (!deadLetter.keptAcquired() && System.nanoTime() - deadLetter.lockEndsNanos() >= 0) {
-      // Its lock ran out before it was handed over (in kafka-clients' buffer, behind records whose
-      // handling outlasted it) or between tries: the broker has delivered it again, maybe to
-      // another consumer, which writes its own dead letter; written here too, it was written twice.
+    if (deadLetter.lockRanOutBeforeHandover()) {
+      // In kafka-clients' buffer, behind records whose handling outlasted it: the broker has
+      // delivered it again, maybe to another consumer, which writes its own dead letter; written
+      // here too, it was written twice. (One whose lock runs out while it waits for this worker is
+      // still written: skipped each time, behind a handler that outlasts the lock again and again,
+      // it would spend its deliveries until the broker archived it without one.)
       log.warn(
           "{} is not dead-lettered here: its acquisition lock, which cannot be renewed, ran out"
-              + " before its dead letter was written; the broker delivers it again, and that"
-              + " delivery is dead-lettered",
+              + " before the poll returned it (in kafka-clients' buffer, behind records whose"
+              + " handling outlasted the lock); the broker delivers it again, and that delivery is"
+              + " dead-lettered",
           describe(record));
       done(record, AcknowledgeType.RELEASE, 0);
       return;
@@ -772,10 +778,15 @@ final class ShareWorker<K, V> implements Runnable {
   /**
    * The dead letter of {@code record}, written by {@code write}; {@code keptAcquired}: if it cannot
    * be written, the record is kept acquired and it is tried again; else it is tried again only
-   * within its lock, which runs out at {@code lockEndsNanos}, and then released.
+   * within its lock, which runs out at {@code lockEndsNanos}, and then released; {@code
+   * lockRanOutBeforeHandover}: not written at all, but released.
    */
   private record DeadLetter(
-      ConsumerRecord<?, ?> record, Runnable write, boolean keptAcquired, long lockEndsNanos) {}
+      ConsumerRecord<?, ?> record,
+      Runnable write,
+      boolean keptAcquired,
+      long lockEndsNanos,
+      boolean lockRanOutBeforeHandover) {}
 
   /** Records to process when due, or (with no records) one dead letter to write. */
   private record Work<K, V>(
