@@ -3,6 +3,7 @@ package io.consumerdedup.kafka;
 import io.consumerdedup.core.internal.Latches;
 import io.consumerdedup.kafka.ShareInFlight.Decision;
 import io.consumerdedup.kafka.internal.RecordSources;
+import io.consumerdedup.kafka.internal.ShareFetches;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.List;
@@ -19,6 +20,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.WakeupException;
 import org.jspecify.annotations.Nullable;
@@ -66,7 +68,10 @@ import org.slf4j.LoggerFactory;
  *       record the closing consumer gives back as a delivery, so a loop that ended on an Error
  *       again and again would have the broker archive a healthy record of its poll, unapplied. An
  *       Error met as the record's key is claimed, before its handler ran, is no attempt: the loop
- *       ends on it with that record undecided, for the next loop to run its handler;
+ *       ends on it with that record undecided, for the next loop to run its handler. One met as the
+ *       poll's keys are claimed together, before any handler ran, has the poll's records kept
+ *       acquired and claimed again after the hold back-off, the loop going on: ended on it, the
+ *       loop gave them back, a delivery counted each, until the broker archived them unapplied;
  *   <li>a dead-letter handler that throws an {@link Error} (an {@code OutOfMemoryError} as it
  *       copies a large record): a dead letter not written, tried again after the hold back-off as
  *       above, the loop going on; ended on it, the loop had its close give the record back, a
@@ -161,6 +166,9 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
    * records: see {@link #firstRenewal}.
    */
   private boolean behindRejected;
+
+  /** When a record the deserializer rejected was fetched: its lock runs from then. */
+  private final ShareFetches fetches = new ShareFetches();
 
   /** When the stop under way must be over, the consumer closed; set once the loop stops. */
   private long stopDeadlineNanos;
@@ -376,9 +384,13 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
               System.nanoTime()));
       return;
     }
-    // Its lock, which cannot be renewed, counted from the poll that threw for it: a dead letter
-    // that fails is tried again within it before the record is released.
-    worker.submitUndeserializable(raw, reason, System.nanoTime() + lockNanos);
+    // Its lock, which cannot be renewed, counted from the fetch: a dead letter that fails is tried
+    // again within it before the record is released, and none is written once it has run out.
+    worker.submitUndeserializable(
+        raw,
+        reason,
+        fetches.rejected(new TopicPartition(raw.topic(), raw.partition()), raw.offset())
+            + lockNanos);
   }
 
   /**
@@ -393,12 +405,15 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         sleep(RENEWAL_POLL);
         return;
       }
+      fetches.pollStarts(System.nanoTime());
       ConsumerRecords<K, V> polled = polls.poll();
-      if (!polled.isEmpty()) {
+      List<ConsumerRecord<K, V>> fresh = inFlight.add(polled);
+      fetches.returned(fresh, polled.count());
+      if (!fresh.isEmpty()) {
         lockNanos =
             consumer.acquisitionLockTimeoutMs().map(ms -> ms * 1_000_000L).orElse(lockNanos);
         nextRenewalNanos = firstRenewal(System.nanoTime());
-        worker.submit(inFlight.add(polled));
+        worker.submit(fresh);
       }
       return;
     }
@@ -430,9 +445,11 @@ public final class DedupShareLoop<K, V> implements Runnable, AutoCloseable {
         // rejected record's REJECT among them had it delivered again and dead-lettered twice.
         sendAcknowledgements(stopping);
       }
+      fetches.pollStarts(System.nanoTime());
       ConsumerRecords<K, V> polled = polls.poll(RENEWAL_POLL);
       inFlight.acknowledgementsSent();
       List<ConsumerRecord<K, V>> fresh = inFlight.add(polled);
+      fetches.returned(fresh, polled.count());
       if (!fresh.isEmpty()) {
         worker.submit(fresh);
       }

@@ -207,10 +207,11 @@ final class ShareWorker<K, V> implements Runnable {
    * ShareInFlight#addUndeserializable}), runs out at {@code lockEndsNanos}: its raw bytes are
    * dead-lettered, then REJECT is decided. A dead letter that cannot be written is tried again
    * after the hold back-off while that try, and a RELEASE after it, still fit in the lock; then
-   * RELEASE, for another delivery. Released at the first failure, the record spent a delivery on
-   * each try, and a dead-letter topic away for a few seconds had the broker archive it without its
-   * dead letter; left to its lock, its consumer (which cannot poll while it holds the record)
-   * waited for the lock to run out.
+   * RELEASE, for another delivery; if its lock ran out before it was handed over, RELEASE without a
+   * try. Released at the first failure, the record spent a delivery on each try, and a dead-letter
+   * topic away for a few seconds had the broker archive it without its dead letter; left to its
+   * lock, its consumer (which cannot poll while it holds the record) waited for the lock to run
+   * out.
    */
   void submitUndeserializable(
       ConsumerRecord<byte[], byte[]> raw, Exception reason, long lockEndsNanos) {
@@ -224,7 +225,8 @@ final class ShareWorker<K, V> implements Runnable {
                 KafkaDeadLetterPublisher.deadLetterUndeserializableFor(
                     deadLetters, groupId, raw, reason),
             false,
-            lockEndsNanos);
+            lockEndsNanos,
+            System.nanoTime() - lockEndsNanos >= 0);
     queue.add(new Work<>(List.of(), deadLetter, System.nanoTime()));
   }
 
@@ -437,6 +439,22 @@ final class ShareWorker<K, V> implements Runnable {
       } catch (Exception e) { // a checked one too: see processOne
         log.warn(
             "Could not prepare {} records together; processing them one by one", records.size());
+      } catch (Error e) {
+        // Met before any handler ran (an OutOfMemoryError as the batch claim's answer was read):
+        // the records are kept acquired and tried again, as when the store does not answer. Ending
+        // the worker on it left the poll undecided; the loop's consumer closed and gave the records
+        // back, a delivery counted each, so a loop restarted on the Error again and again had the
+        // broker archive a healthy record unapplied, its handler never run. What was prepared is
+        // settled below (claims made are given back).
+        ErrorsBesideHandlers.clear();
+        log.error(
+            "Could not claim {} records together, first {}; no handler ran: keeping them acquired"
+                + " and trying again",
+            records.size(),
+            describe(records.get(0)),
+            FailureTexts.loggable(e));
+        later.addAll(records);
+        return;
       }
       for (ConsumerRecord<K, V> record : records) {
         if (!running) {
@@ -658,7 +676,8 @@ final class ShareWorker<K, V> implements Runnable {
             record,
             () -> KafkaDeadLetterPublisher.deadLetterFor(deadLetters, groupId, record, reason),
             true,
-            0));
+            0,
+            false));
   }
 
   /**
@@ -675,6 +694,21 @@ final class ShareWorker<K, V> implements Runnable {
    */
   private void deadLetterThenReject(DeadLetter deadLetter) {
     ConsumerRecord<?, ?> record = deadLetter.record();
+    if (deadLetter.lockRanOutBeforeHandover()) {
+      // In kafka-clients' buffer, behind records whose handling outlasted it: the broker has
+      // delivered it again, maybe to another consumer, which writes its own dead letter; written
+      // here too, it was written twice. (One whose lock runs out while it waits for this worker is
+      // still written: skipped each time, behind a handler that outlasts the lock again and again,
+      // it would spend its deliveries until the broker archived it without one.)
+      log.warn(
+          "{} is not dead-lettered here: its acquisition lock, which cannot be renewed, ran out"
+              + " before the poll returned it (in kafka-clients' buffer, behind records whose"
+              + " handling outlasted the lock); the broker delivers it again, and that delivery is"
+              + " dead-lettered",
+          describe(record));
+      done(record, AcknowledgeType.RELEASE, 0);
+      return;
+    }
     inHand = record;
     try {
       deadLetter.write().run();
@@ -742,10 +776,15 @@ final class ShareWorker<K, V> implements Runnable {
   /**
    * The dead letter of {@code record}, written by {@code write}; {@code keptAcquired}: if it cannot
    * be written, the record is kept acquired and it is tried again; else it is tried again only
-   * within its lock, which runs out at {@code lockEndsNanos}, and then released.
+   * within its lock, which runs out at {@code lockEndsNanos}, and then released; {@code
+   * lockRanOutBeforeHandover}: not written at all, but released.
    */
   private record DeadLetter(
-      ConsumerRecord<?, ?> record, Runnable write, boolean keptAcquired, long lockEndsNanos) {}
+      ConsumerRecord<?, ?> record,
+      Runnable write,
+      boolean keptAcquired,
+      long lockEndsNanos,
+      boolean lockRanOutBeforeHandover) {}
 
   /** Records to process when due, or (with no records) one dead letter to write. */
   private record Work<K, V>(

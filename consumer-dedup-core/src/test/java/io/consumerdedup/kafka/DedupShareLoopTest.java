@@ -679,6 +679,72 @@ class DedupShareLoopTest {
   }
 
   /**
+   * The batch claim of a poll meets an {@code Error} once the database has committed it (an {@code
+   * OutOfMemoryError} as its answer is read), five times in a row; the application starts a new
+   * loop each time one ends on an Error. The records are kept acquired and claimed again: one loop,
+   * one delivery. Each end left the poll undecided, and the consumer's close gave its record back,
+   * a delivery counted each time: on its fifth the broker archived it, unapplied and without a dead
+   * letter, though its handler never ran.
+   */
+  @Test
+  void aRecordWhoseBatchClaimMeetsAnErrorAgainAndAgainIsAppliedNotArchived() throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    send("claimed-1", "fine");
+    ReplyLosingStore losing = ReplyLosingStore.in(fixture.store());
+    IdempotentExecutor executor =
+        IdempotentExecutor.builder(losing.store()).lease(Duration.ofMinutes(5)).build();
+    executors.add(executor);
+    AtomicInteger applied = new AtomicInteger();
+    List<String> runs = new CopyOnWriteArrayList<>();
+    int errors = DedupShareLoop.DEFAULT_DELIVERY_COUNT_LIMIT;
+    AtomicInteger loopsEnded = new AtomicInteger();
+    threads.execute(
+        () -> {
+          while (restarting.get()) {
+            try {
+              DedupShareLoop<String, String> loop =
+                  loop(
+                      executor,
+                      true,
+                      record -> {
+                        runs.add(orderNo(record) + "/" + record.deliveryCount().orElse((short) 0));
+                        applied.incrementAndGet();
+                      },
+                      b -> b,
+                      record -> {},
+                      KafkaShareConsumer::new);
+              loop.run();
+              return; // closed
+            } catch (Error e) {
+              loopsEnded.incrementAndGet();
+              try {
+                Thread.sleep(1_000);
+              } catch (InterruptedException stop) {
+                return;
+              }
+            }
+          }
+        });
+    for (int lost = 1; lost <= errors; lost++) {
+      losing.loseNextClaimReplyTo(
+          new OutOfMemoryError("Java heap space, reading the batch claim's answer"));
+      int expected = lost;
+      await()
+          .atMost(WAIT)
+          .alias("the batch claim answered with the Error " + expected + " times")
+          .until(() -> losing.repliesLost() >= expected);
+    }
+    await()
+        .atMost(WAIT)
+        .alias("the record applied; loops ended on the Error: " + loopsEnded)
+        .until(() -> applied.get() > 0);
+    assertThat(runs).as("handler runs, on its first delivery").containsExactly("claimed-1/1");
+    assertThat(loopsEnded).as("loops ended on the Error").hasValue(0);
+    restarting.set(false);
+    assertQueueEmpty();
+  }
+
+  /**
    * A record without its key, then a healthy one, in one poll; the dead-letter handler throws an
    * Error (an OutOfMemoryError as it copies a large record) on its first five tries, then writes;
    * the application starts a new loop each time one ends on an Error. The Error ended the loop with

@@ -389,6 +389,49 @@ class DedupShareLoopUndeserializableTest {
   }
 
   /**
+   * As above, with a second consumer in the group: the rejected record's lock runs out in the first
+   * consumer's buffer, the broker delivers it to the second, which dead-letters it. The first loop
+   * took the lock of the record its poll then threw for as counted from that poll, not from the
+   * fetch long before, and dead-lettered it a second time.
+   */
+  @Test
+  void aRejectedRecordWhoseLockRanOutInTheBufferIsNotDeadLetteredAgainOnceAnotherConsumerHasIt()
+      throws Exception {
+    IntegerSerializer integers = new IntegerSerializer();
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 100)));
+    raw.send(new ProducerRecord<>(topic, new byte[] {1, 2, 3}));
+    raw.send(new ProducerRecord<>(topic, integers.serialize(topic, 200))).get();
+    CountDownLatch longHandlerRuns = new CountDownLatch(1);
+    threads.execute(
+        loop(
+            publisher(),
+            value -> {
+              if (value == 100) {
+                longHandlerRuns.countDown();
+                Thread.sleep(7_000); // over two of the 3 s locks
+              }
+            },
+            KafkaShareConsumer::new));
+    assertThat(longHandlerRuns.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
+    threads.execute(loop(publisher())); // takes what the first consumer's locks let go
+
+    await()
+        .atMost(WAIT)
+        .alias("the long handler's record accepted, the first loop polling again")
+        .until(() -> handled.contains(100));
+    Thread.sleep(3_000); // time for a second dead letter, had the first loop written one
+    assertThat(TestKafka.readRawFromStart(topic + "-dlt", 2, Duration.ofSeconds(5)))
+        .as("one dead letter for the undeserializable record")
+        .extracting(ConsumerRecord::value)
+        .containsExactly(new byte[] {1, 2, 3});
+    assertThat(warnings())
+        .anyMatch(
+            warning -> warning.contains("@1 (group " + group + ") is not dead-lettered here"));
+    loops.forEach(DedupShareLoop::close);
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+  }
+
+  /**
    * A record the deserializer rejects, fetched with a healthy one behind it, whose dead letter
    * takes between two thirds and all of the 3 s lock. kafka-clients keeps the healthy record in its
    * buffer meanwhile, unrenewable, its lock running from the fetch. The loop took it for one just

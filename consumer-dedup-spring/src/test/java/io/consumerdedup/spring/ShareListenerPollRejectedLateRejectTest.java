@@ -50,6 +50,9 @@ class ShareListenerPollRejectedLateRejectTest {
   static final Duration LOCK = Duration.ofSeconds(3);
   static final String TOPIC = "share-poll-rejected-late-reject";
 
+  /** The same, with two consumers in the group. */
+  static final String TWO_CONSUMERS = "share-poll-rejected-late-reject-two";
+
   /** Over two of the locks. */
   static final Duration FIRST_LISTENER_TAKES = Duration.ofSeconds(7);
 
@@ -64,15 +67,66 @@ class ShareListenerPollRejectedLateRejectTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_share_poll_rejected_late_reject", TOPIC);
+    SpringTestEnvironment.prepare(
+        registry, "spring_share_poll_rejected_late_reject", TOPIC, TWO_CONSUMERS);
     TestShareGroups.configure(TOPIC, LOCK);
+    TestShareGroups.configure(TWO_CONSUMERS, LOCK);
   }
 
   @Autowired JdbcTemplate jdbc;
 
   @Test
   void aRejectedRecordWhoseLockRanOutBehindALongListenerIsDeadLetteredOnce() throws Exception {
-    // In one batch, as a busy producer sends them: the broker acquires them in one fetch.
+    sendInOneBatch(
+        order(TOPIC, "K-1", "charge 1.00", "O-1"),
+        order(TOPIC, "K-2", RejectingDeserializer.POISON + " charge 2.00", "P-2"),
+        order(TOPIC, "K-3", "charge 3.00", "O-3"));
+
+    await().atMost(WAIT).until(() -> SpringTestEnvironment.effects(jdbc, TOPIC, "O-1") == 1);
+    await().atMost(WAIT).until(() -> SpringTestEnvironment.effects(jdbc, TOPIC, "O-3") == 1);
+    await().atMost(WAIT).until(() -> deadLetters.contains("P-2"));
+    Thread.sleep(LOCK.multipliedBy(2).toMillis()); // time for a second dead letter, if any
+    assertThat(poisonReads.get())
+        .as("deliveries of P-2: its REJECT refused, its lock having run out in the buffer")
+        .isGreaterThanOrEqualTo(2);
+    assertThat(deadLetters).as("dead letters of P-2").containsOnlyOnce("P-2");
+    assertThat(SpringTestEnvironment.effects(jdbc, TOPIC, "O-1")).isEqualTo(1);
+    assertThat(TestShareGroups.remaining(TOPIC, TOPIC, Duration.ofSeconds(2)))
+        .as("left in the queue")
+        .isEmpty();
+  }
+
+  /**
+   * As above, with a second consumer in the group, which the broker hands the rejected record to
+   * once its lock ran out in the first consumer's buffer: it writes the dead letter. The first
+   * consumer counted the lock of the record its poll then threw for from that poll, not from the
+   * fetch long before, and wrote a second one.
+   */
+  @Test
+  void aRejectedRecordWhoseLockRanOutInTheBufferIsDeadLetteredOnceWithTwoConsumers()
+      throws Exception {
+    sendInOneBatch(
+        order(TWO_CONSUMERS, "K-11", "charge 11.00", "O-11"),
+        order(TWO_CONSUMERS, "K-12", RejectingDeserializer.POISON + " charge 12.00", "P-12"),
+        order(TWO_CONSUMERS, "K-13", "charge 13.00", "O-13"));
+
+    await()
+        .atMost(WAIT)
+        .until(() -> SpringTestEnvironment.effects(jdbc, TWO_CONSUMERS, "O-11") == 1);
+    await()
+        .atMost(WAIT)
+        .until(() -> SpringTestEnvironment.effects(jdbc, TWO_CONSUMERS, "O-13") == 1);
+    await().atMost(WAIT).until(() -> deadLetters.contains("P-12"));
+    Thread.sleep(LOCK.multipliedBy(2).toMillis()); // time for a second dead letter, if any
+    assertThat(deadLetters).as("dead letters of P-12").containsOnlyOnce("P-12");
+    assertThat(TestShareGroups.remaining(TWO_CONSUMERS, TWO_CONSUMERS, Duration.ofSeconds(2)))
+        .as("left in the queue")
+        .isEmpty();
+  }
+
+  /** In one batch, as a busy producer sends them: the broker acquires them in one fetch. */
+  @SafeVarargs
+  private static void sendInOneBatch(ProducerRecord<String, String>... records) throws Exception {
     try (KafkaProducer<String, String> producer =
         new KafkaProducer<>(
             Map.of(
@@ -83,30 +137,19 @@ class ShareListenerPollRejectedLateRejectTest {
             new StringSerializer(),
             new StringSerializer())) {
       List<Future<?>> sent = new ArrayList<>();
-      sent.add(producer.send(order("K-1", "charge 1.00", "O-1")));
-      sent.add(producer.send(order("K-2", RejectingDeserializer.POISON + " charge 2.00", "P-2")));
-      sent.add(producer.send(order("K-3", "charge 3.00", "O-3")));
+      for (ProducerRecord<String, String> record : records) {
+        sent.add(producer.send(record));
+      }
       producer.flush();
       for (Future<?> each : sent) {
         each.get();
       }
     }
-
-    await().atMost(WAIT).until(() -> SpringTestEnvironment.effects(jdbc, TOPIC, "O-3") == 1);
-    await().atMost(WAIT).until(() -> !deadLetters.isEmpty());
-    Thread.sleep(LOCK.multipliedBy(2).toMillis()); // time for a second dead letter, if any
-    assertThat(poisonReads.get())
-        .as("deliveries of P-2: its REJECT refused, its lock having run out in the buffer")
-        .isGreaterThanOrEqualTo(2);
-    assertThat(deadLetters).as("dead letters of P-2").hasSize(1);
-    assertThat(SpringTestEnvironment.effects(jdbc, TOPIC, "O-1")).isEqualTo(1);
-    assertThat(TestShareGroups.remaining(TOPIC, TOPIC, Duration.ofSeconds(2)))
-        .as("left in the queue")
-        .isEmpty();
   }
 
-  private static ProducerRecord<String, String> order(String key, String value, String orderNo) {
-    ProducerRecord<String, String> record = new ProducerRecord<>(TOPIC, key, value);
+  private static ProducerRecord<String, String> order(
+      String topic, String key, String value, String orderNo) {
+    ProducerRecord<String, String> record = new ProducerRecord<>(topic, key, value);
     record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
     return record;
   }
@@ -171,6 +214,21 @@ class ShareListenerPollRejectedLateRejectTest {
         Thread.sleep(FIRST_LISTENER_TAKES.toMillis());
       }
       SpringTestEnvironment.effect(jdbc, TOPIC, orderNo, record.value());
+    }
+
+    @Idempotent(bizType = "poll-rejected-late-reject-two", header = "order-no")
+    @KafkaListener(
+        id = TWO_CONSUMERS,
+        topics = TWO_CONSUMERS,
+        groupId = TWO_CONSUMERS,
+        containerFactory = "shareFactory",
+        concurrency = "2")
+    public void handleOnTwo(ConsumerRecord<String, String> record) throws InterruptedException {
+      String orderNo = header(record, "order-no");
+      if (orderNo.equals("O-11")) {
+        Thread.sleep(FIRST_LISTENER_TAKES.toMillis());
+      }
+      SpringTestEnvironment.effect(jdbc, TWO_CONSUMERS, orderNo, record.value());
     }
   }
 }

@@ -1,6 +1,7 @@
 package io.consumerdedup.spring.autoconfigure;
 
 import io.consumerdedup.core.internal.FailureTexts;
+import io.consumerdedup.kafka.internal.ShareFetches;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import io.consumerdedup.spring.autoconfigure.ShareDeserializationFailures.RejectedByPoll;
 import io.consumerdedup.spring.internal.Coordinates;
@@ -10,9 +11,13 @@ import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashSet;
 import java.util.Iterator;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
+import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.function.Consumer;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
@@ -189,6 +194,12 @@ final class WrappedShareConsumers {
     /** Whether the next poll returns {@link #rejected} again, as if renewed. */
     private boolean handRejectedBack;
 
+    /** When a record the deserializer rejected was fetched: its lock runs from then. */
+    private final ShareFetches fetches = new ShareFetches();
+
+    /** The records renewed and not handed back yet: returned again, they are no fetch. */
+    private final Set<Sent> outForRenewal = new HashSet<>();
+
     Wrapped(
         ShareConsumer<?, ?> consumer,
         Consumer<ShareConsumer<?, ?>> closing,
@@ -266,6 +277,9 @@ final class WrappedShareConsumers {
       if (name.equals("acknowledge") && args != null) {
         if (args[args.length - 1] == AcknowledgeType.RENEW) {
           renewalsPending = true;
+          if (args[0] instanceof ConsumerRecord<?, ?> record) {
+            outForRenewal.add(Sent.of(record));
+          }
         } else {
           acknowledgementsUnsent = true;
           if (args[0] instanceof ConsumerRecord<?, ?> record) {
@@ -311,14 +325,28 @@ final class WrappedShareConsumers {
         consumer.commitAsync();
       }
       acknowledgementsUnsent = false;
+      fetches.pollStarts(System.nanoTime());
       try {
-        return delegate(method, args);
+        ConsumerRecords<?, ?> polled =
+            Objects.requireNonNull((ConsumerRecords<?, ?>) delegate(method, args));
+        List<ConsumerRecord<?, ?>> fresh = new ArrayList<>();
+        for (ConsumerRecord<?, ?> record : polled) {
+          if (!outForRenewal.remove(Sent.of(record))) {
+            fresh.add(record);
+          }
+        }
+        if (polled.isEmpty()) {
+          outForRenewal.clear(); // renewals the broker refused: those records are not handed back
+        }
+        fetches.returned(fresh, polled.count());
+        return polled;
       } catch (RecordDeserializationException e) {
-        // Counted from the poll that threw for it.
+        // Counted from the fetch that brought it: see ShareFetches.
         long lockMs =
             consumer.acquisitionLockTimeoutMs().map(Integer::longValue).orElse(DEFAULT_LOCK_MS);
         RejectedByPoll<?, ?> record =
-            new RejectedByPoll<>(e, System.nanoTime() + lockMs * 1_000_000L);
+            new RejectedByPoll<>(
+                e, fetches.rejected(e.topicPartition(), e.offset()) + lockMs * 1_000_000L);
         rejected = record;
         handRejectedBack = false;
         log.error(
