@@ -39,6 +39,13 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
    */
   private boolean released;
 
+  /**
+   * The method returned or threw: the outcomes of its records are being written as it left them,
+   * and a nack from now on could not bring a record again. Taken, it was dropped without a word:
+   * the record the application wanted again was SUCCESS and committed.
+   */
+  private boolean callEnded;
+
   /** The method's call, whose own transaction an acknowledgment from another thread is under. */
   private volatile @Nullable OwnTransactionWatch call;
 
@@ -106,6 +113,11 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
     kept.startMarks(from, index + 1);
   }
 
+  /** The method returned or threw: a nack from now on is refused. */
+  synchronized void callEnds() {
+    callEnded = true;
+  }
+
   /** The method is about to be called, watched by {@code watch}. */
   void callStarts(OwnTransactionWatch watch) {
     call = watch;
@@ -134,6 +146,15 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
   @Override
   public synchronized void nack(int index, Duration sleep) {
     checkIndex(index);
+    if (callEnded) {
+      // As spring-kafka refuses a nack it can no longer honour.
+      throw new IllegalStateException(
+          "nack("
+              + index
+              + ") after the @Idempotent batch listener returned: the batch's outcomes are"
+              + " written as the listener left them, and the record does not come again. Nack"
+              + " before returning, or throw a BatchListenerFailedException");
+    }
     nackIndex = index;
     nackSleep = sleep;
   }

@@ -303,6 +303,9 @@ final class IdempotentBatchInvocation {
       throw (written != null ? written : at).failure(listener, records);
     } finally {
       ownTransaction.callEnded();
+      if (heldAck != null) {
+        heldAck.callEnds();
+      }
     }
     Throwable undone = ownTransaction.rollback();
     if (undone != null) {
