@@ -1,6 +1,5 @@
 package io.consumerdedup.spring;
 
-import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.spring.internal.OwnTransactionWatch;
 import java.time.Duration;
 import org.jspecify.annotations.Nullable;
@@ -16,15 +15,12 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * background, so a process that dies later in the batch runs only the records after them again.
  * Acknowledged inside a transaction (the method's own {@code @Transactional} one, or one it opened)
  * in mode SEPARATE, their SUCCESS is written once that transaction has committed: a rollback undoes
- * their effects, and their keys must be left to the redelivery. In mode TRANSACTIONAL their SUCCESS
- * is written in that transaction, and rolls back with it.
+ * their effects, and their keys must be left to the redelivery. (Batch listeners in mode
+ * TRANSACTIONAL are refused before they run.)
  */
 final class HeldBatchAcknowledgment implements Acknowledgment {
   private final Acknowledgment delegate;
   private final KeptBatchRecords kept;
-
-  /** Mode TRANSACTIONAL: a mark started in the method's transaction is written in it. */
-  private final boolean marksJoinTheTransaction;
 
   private boolean acknowledged;
   private int partialIndex = -1;
@@ -39,13 +35,19 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
    */
   private boolean released;
 
+  /**
+   * The method returned or threw: the outcomes of its records are being written as it left them,
+   * and a nack from now on could not bring a record again. Taken, it was dropped without a word:
+   * the record the application wanted again was SUCCESS and committed.
+   */
+  private boolean callEnded;
+
   /** The method's call, whose own transaction an acknowledgment from another thread is under. */
   private volatile @Nullable OwnTransactionWatch call;
 
-  HeldBatchAcknowledgment(Acknowledgment delegate, KeptBatchRecords kept, DedupMode mode) {
+  HeldBatchAcknowledgment(Acknowledgment delegate, KeptBatchRecords kept) {
     this.delegate = delegate;
     this.kept = kept;
-    this.marksJoinTheTransaction = mode == DedupMode.TRANSACTIONAL;
   }
 
   @Override
@@ -78,8 +80,7 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
     }
     // An actual transaction only: a scope without one (propagation SUPPORTS) undoes nothing, and a
     // record it acknowledged is done, whatever the method does next.
-    if (!marksJoinTheTransaction
-        && TransactionSynchronizationManager.isSynchronizationActive()
+    if (TransactionSynchronizationManager.isSynchronizationActive()
         && TransactionSynchronizationManager.isActualTransactionActive()) {
       // The transaction the method acknowledged in may still roll back and undo these records'
       // effects: SUCCESS written now stood, the error handler's redelivery skipped them as
@@ -98,12 +99,15 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
     // thread: no transaction here, yet the records' effects are in that one. Started at once, their
     // SUCCESS stood through its rollback, and the retry skipped them: never applied.
     OwnTransactionWatch watch = call;
-    if (!marksJoinTheTransaction
-        && watch != null
-        && watch.runAfterCommit(() -> startCommitted(from, index + 1))) {
+    if (watch != null && watch.runAfterCommit(() -> startCommitted(from, index + 1))) {
       return;
     }
     kept.startMarks(from, index + 1);
+  }
+
+  /** The method returned or threw: a nack from now on is refused. */
+  synchronized void callEnds() {
+    callEnded = true;
   }
 
   /** The method is about to be called, watched by {@code watch}. */
@@ -134,6 +138,15 @@ final class HeldBatchAcknowledgment implements Acknowledgment {
   @Override
   public synchronized void nack(int index, Duration sleep) {
     checkIndex(index);
+    if (callEnded) {
+      // As spring-kafka refuses a nack it can no longer honour.
+      throw new IllegalStateException(
+          "nack("
+              + index
+              + ") after the @Idempotent batch listener returned: the batch's outcomes are"
+              + " written as the listener left them, and the record does not come again. Nack"
+              + " before returning, or throw a BatchListenerFailedException");
+    }
     nackIndex = index;
     nackSleep = sleep;
   }

@@ -221,7 +221,7 @@ final class IdempotentBatchInvocation {
     arguments[listener.shape.batchIndex] = batch.filtered(kept);
     HeldBatchAcknowledgment heldAck = null;
     if (acknowledgment != null) {
-      heldAck = new HeldBatchAcknowledgment(acknowledgment, kept, executor.mode());
+      heldAck = new HeldBatchAcknowledgment(acknowledgment, kept);
       arguments[listener.shape.ackIndex] = heldAck;
     }
     PollAwareConsumer<?, ?> committer = PollAwareConsumer.holdingCommitsAmong(arguments);
@@ -303,6 +303,9 @@ final class IdempotentBatchInvocation {
       throw (written != null ? written : at).failure(listener, records);
     } finally {
       ownTransaction.callEnded();
+      if (heldAck != null) {
+        heldAck.callEnds();
+      }
     }
     Throwable undone = ownTransaction.rollback();
     if (undone != null) {

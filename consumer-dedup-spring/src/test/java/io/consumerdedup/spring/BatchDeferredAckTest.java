@@ -44,11 +44,13 @@ import org.springframework.test.context.DynamicPropertySource;
 class BatchDeferredAckTest {
   static final Duration WAIT = Duration.ofSeconds(10);
   static final String TOPIC = "bda-orders";
+  static final String LATE_NACK_TOPIC = "bda-payments";
+  static final CompletableFuture<Throwable> lateNack = new CompletableFuture<>();
   static final Map<String, AtomicInteger> effects = new ConcurrentHashMap<>();
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "batch_deferred_ack", TOPIC);
+    SpringTestEnvironment.prepare(registry, "batch_deferred_ack", TOPIC, LATE_NACK_TOPIC);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -78,6 +80,26 @@ class BatchDeferredAckTest {
     assertThat(effects.get("D-2")).as("D-2 applied").hasValue(1);
   }
 
+  /**
+   * A nack made after the listener returned, from another thread: the batch's records are SUCCESS
+   * and their offsets on their way to a commit, so the record cannot come again. Before, the nack
+   * returned as if taken, and the record the application wanted again was never delivered again;
+   * spring-kafka refuses such a nack with an IllegalStateException.
+   */
+  @Test
+  void aNackMadeAfterTheListenerReturnedIsRefused() throws Exception {
+    SpringTestEnvironment.send(template, LATE_NACK_TOPIC, "payload", "order-no", "N-1");
+    containers.getListenerContainer(LATE_NACK_TOPIC).start();
+
+    assertThat(lateNack.get(WAIT.toSeconds(), TimeUnit.SECONDS))
+        .as("what the nack made after the listener returned answered")
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("returned");
+    assertThat(store.find(DedupKey.of("bda-late", "N-1")).map(DedupRecord::status))
+        .as("N-1 status")
+        .contains(DedupStatus.SUCCESS);
+  }
+
   private DedupStatus status(String orderNo) {
     return store.find(DedupKey.of("bda", orderNo)).map(DedupRecord::status).orElse(null);
   }
@@ -102,6 +124,32 @@ class BatchDeferredAckTest {
     }
   }
 
+  static class LateNackListener {
+    @Idempotent(bizType = "bda-late", header = "order-no")
+    @KafkaListener(
+        id = LATE_NACK_TOPIC,
+        topics = LATE_NACK_TOPIC,
+        batch = "true",
+        containerFactory = "manualFactory",
+        autoStartup = "false")
+    public void onPayments(List<ConsumerRecord<String, String>> records, Acknowledgment ack) {
+      if (lateNack.isDone()) {
+        ack.acknowledge();
+        return;
+      }
+      CompletableFuture.runAsync(
+          () -> {
+            try {
+              ack.nack(0, Duration.ZERO);
+              lateNack.complete(null);
+            } catch (RuntimeException e) {
+              lateNack.complete(e);
+            }
+          },
+          CompletableFuture.delayedExecutor(200, TimeUnit.MILLISECONDS));
+    }
+  }
+
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
@@ -119,6 +167,11 @@ class BatchDeferredAckTest {
     @Bean
     Listener listener() {
       return new Listener();
+    }
+
+    @Bean
+    LateNackListener lateNackListener() {
+      return new LateNackListener();
     }
   }
 }

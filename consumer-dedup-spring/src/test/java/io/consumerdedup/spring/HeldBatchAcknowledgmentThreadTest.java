@@ -91,8 +91,7 @@ class HeldBatchAcknowledgmentThreadTest {
                   DedupClaim claim = executor.claim(DedupKey.of("kept", "K-" + i), null, null);
                   kept.add("payload " + i, new ConsumerRecord<>("t", 0, i, null, null), i, claim);
                 }
-                HeldBatchAcknowledgment ack =
-                    new HeldBatchAcknowledgment(() -> {}, kept, DedupMode.TRANSACTIONAL);
+                HeldBatchAcknowledgment ack = new HeldBatchAcknowledgment(() -> {}, kept);
                 Thread callback = new Thread(ack::acknowledge, ACK_THREAD);
                 callback.start();
                 assertThat(inFirstMark.await(5, TimeUnit.SECONDS)).isTrue();

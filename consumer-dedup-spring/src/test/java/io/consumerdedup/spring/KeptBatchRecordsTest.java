@@ -14,6 +14,7 @@ import io.consumerdedup.testing.TestDatabase;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.AfterEach;
@@ -21,6 +22,7 @@ import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 import org.springframework.jdbc.datasource.TransactionAwareDataSourceProxy;
+import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.transaction.support.TransactionTemplate;
 
 /**
@@ -71,8 +73,31 @@ class KeptBatchRecordsTest {
 
   @Test
   void anErrorStartingOneMarkOnTheListenersAcknowledgmentStillStartsTheOthersAndIsRethrown() {
-    startMarksOfThree(
-        kept -> new HeldBatchAcknowledgment(() -> {}, kept, DedupMode.TRANSACTIONAL).acknowledge());
+    // From a thread of its own (a send's callback): in the method's transaction on its thread, the
+    // marks would wait for that transaction's commit.
+    startMarksOfThree(kept -> onAThreadOfItsOwn(new HeldBatchAcknowledgment(() -> {}, kept)));
+  }
+
+  private static void onAThreadOfItsOwn(Acknowledgment ack) {
+    AtomicReference<Error> thrown = new AtomicReference<>();
+    Thread callback =
+        new Thread(
+            () -> {
+              try {
+                ack.acknowledge();
+              } catch (Error e) {
+                thrown.set(e);
+              }
+            });
+    callback.start();
+    try {
+      callback.join(10_000);
+    } catch (InterruptedException e) {
+      throw new IllegalStateException(e);
+    }
+    if (thrown.get() != null) {
+      throw thrown.get();
+    }
   }
 
   private void startMarksOfThree(Consumer<KeptBatchRecords> start) {

@@ -6,6 +6,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.Executor;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.ScheduledExecutorService;
@@ -45,6 +46,7 @@ public final class PartitionHolds {
 
   private final Duration initialBackOff;
   private final Duration maxBackOff;
+  private final Executor resumer;
   private final Map<Key, Hold> holds = new ConcurrentHashMap<>();
 
   private record Key(String container, TopicPartition partition) {}
@@ -69,6 +71,12 @@ public final class PartitionHolds {
   }
 
   public PartitionHolds(Duration initialBackOff, Duration maxBackOff) {
+    this(initialBackOff, maxBackOff, RESUMER);
+  }
+
+  /** With the executor that runs the resumes: a test's can fail to, as a thread start can. */
+  PartitionHolds(Duration initialBackOff, Duration maxBackOff, Executor resumer) {
+    this.resumer = Objects.requireNonNull(resumer, "resumer");
     this.initialBackOff = Objects.requireNonNull(initialBackOff, "initialBackOff");
     this.maxBackOff = Objects.requireNonNull(maxBackOff, "maxBackOff");
     if (initialBackOff.isNegative()
@@ -145,23 +153,50 @@ public final class PartitionHolds {
       wait = backOff(hold.count);
     }
     owner.pausePartition(partition);
-    TIMER.schedule(
-        () -> RESUMER.execute(() -> resume(key, pause, partition)),
-        wait.toNanos(),
-        TimeUnit.NANOSECONDS);
+    resumeAfter(wait, key, pause, partition);
     return wait;
   }
 
+  /**
+   * A resume that could not start ({@code OutOfMemoryError: unable to create native thread}, an
+   * executor shut down) or failed is tried again: nothing else resumes the partition, which stayed
+   * paused for good, and the hold's pause made every later hold of the record leave it paused.
+   */
+  private void resumeAfter(Duration wait, Key key, Pause pause, TopicPartition partition) {
+    TIMER.schedule(
+        () -> {
+          try {
+            resumer.execute(() -> resume(key, pause, partition));
+          } catch (RuntimeException | Error notStarted) {
+            resumeFailed(key, pause, partition, notStarted);
+          }
+        },
+        wait.toNanos(),
+        TimeUnit.NANOSECONDS);
+  }
+
+  private void resumeFailed(Key key, Pause pause, TopicPartition partition, Throwable failure) {
+    LOG.warn(
+        failure,
+        () ->
+            "Could not resume " + partition + " after its hold; trying again in " + initialBackOff);
+    resumeAfter(initialBackOff, key, pause, partition);
+  }
+
   private void resume(Key key, Pause pause, TopicPartition partition) {
-    synchronized (this) {
-      Hold current = holds.get(key);
-      if (current != null && current.pause == pause) {
-        current.pause = null;
-      } else if (current != null && current.pause != null && current.pause.owner == pause.owner) {
-        return; // a later hold on the same container resumes it in its own time
+    try {
+      synchronized (this) {
+        Hold current = holds.get(key);
+        if (current != null && current.pause == pause) {
+          current.pause = null;
+        } else if (current != null && current.pause != null && current.pause.owner == pause.owner) {
+          return; // a later hold on the same container resumes it in its own time
+        }
       }
+      pause.owner.resumePartition(partition);
+    } catch (RuntimeException | Error failed) {
+      resumeFailed(key, pause, partition, failed);
     }
-    pause.owner.resumePartition(partition);
   }
 
   private Duration backOff(int count) {

@@ -8,6 +8,8 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.UUID;
+import java.util.concurrent.Executor;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.locks.ReentrantLock;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -119,6 +121,48 @@ class PartitionHoldsTest {
 
     container.resumePartition(partition);
     await().atMost(Duration.ofSeconds(20)).until(() -> delivered.get() == 1);
+  }
+
+  /**
+   * The resume, due after the back-off, could not be handed to a thread ({@code OutOfMemoryError:
+   * unable to create native thread}, the executor shut down): before, the partition stayed paused
+   * for good, its records never delivered while the group counted it as consumed, and the hold's
+   * pause kept any later hold of the record from resuming it either.
+   */
+  @Test
+  void aResumeThatCouldNotStartIsTriedAgain() throws Exception {
+    AtomicInteger delivered = new AtomicInteger();
+    Lockable container = started("holds-resume-fails", record -> delivered.incrementAndGet());
+    AtomicInteger attempts = new AtomicInteger();
+    AtomicBoolean sent = new AtomicBoolean();
+    // Fails the first resume, and any until the test has seen the pause and sent its record.
+    Executor failing =
+        task -> {
+          if (attempts.getAndIncrement() == 0 || !sent.get()) {
+            throw new OutOfMemoryError("unable to create native thread: possibly out of memory");
+          }
+          new Thread(task).start();
+        };
+    PartitionHolds holds =
+        new PartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200), failing);
+    TopicPartition partition = partition("holds-resume-fails");
+
+    holds.hold(List.of(record("holds-resume-fails", 0)), consumer, container);
+    MessageListenerContainer owner = owner(container, "holds-resume-fails");
+    await().atMost(Duration.ofSeconds(20)).until(() -> owner.isPartitionPaused(partition));
+    try (KafkaProducer<String, String> producer = TestKafka.producer()) {
+      producer.send(new ProducerRecord<>("holds-resume-fails", "key", "after the hold")).get();
+    }
+    sent.set(true);
+
+    await()
+        .atMost(Duration.ofSeconds(20))
+        .untilAsserted(
+            () ->
+                assertThat(delivered)
+                    .as("records of the partition delivered after its hold")
+                    .hasValue(1));
+    assertThat(owner.isPartitionPauseRequested(partition)).isFalse();
   }
 
   private Lockable started(String topic) {
