@@ -325,6 +325,7 @@ public final class DedupClaim {
       // the handler's exception goes on, as when FAILED cannot be written yet.
       if (!handedOver(outcomes, renewal)) {
         try {
+          FaultPoints.reached(FaultPoints.Point.ENDING);
           outcomes.fail(key, attempt, source, renewal, error);
         } catch (RuntimeException | Error again) {
           if (again != e) {
@@ -397,6 +398,7 @@ public final class DedupClaim {
       return e;
     }
     try {
+      FaultPoints.reached(FaultPoints.Point.ENDING);
       outcomes.complete(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
     } catch (RuntimeException | Error notWritten) {
       if (notWritten != e) {
