@@ -1,5 +1,6 @@
 package io.consumerdedup.core;
 
+import io.consumerdedup.core.internal.AfterCommit;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
@@ -179,7 +180,7 @@ public final class DedupClaim {
     end("complete");
     if (outcomes == null || renewal == null) {
       requireHeldInTransaction();
-      listener.completed(key, attempt, Duration.ofNanos(handlerNanos));
+      AfterCommit.tell(() -> listener.completed(key, attempt, Duration.ofNanos(handlerNanos)));
       return;
     }
     try {
@@ -211,7 +212,7 @@ public final class DedupClaim {
     end("complete");
     if (outcomes == null || renewal == null) {
       requireHeldInTransaction();
-      listener.completed(key, attempt, Duration.ofNanos(handlerNanos));
+      AfterCommit.tell(() -> listener.completed(key, attempt, Duration.ofNanos(handlerNanos)));
       return CompletableFuture.completedFuture(null);
     }
     try {
@@ -243,7 +244,7 @@ public final class DedupClaim {
     end("complete");
     if (outcomes == null || renewal == null) {
       requireHeldInTransaction();
-      listener.completed(key, attempt, Duration.ofNanos(handlerNanos));
+      AfterCommit.tell(() -> listener.completed(key, attempt, Duration.ofNanos(handlerNanos)));
       return CompletableFuture.completedFuture(null);
     }
     try {
