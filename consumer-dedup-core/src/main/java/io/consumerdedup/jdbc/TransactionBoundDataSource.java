@@ -167,10 +167,16 @@ public final class TransactionBoundDataSource implements DataSource {
           null);
     }
     Transaction transaction = begin();
-    current.set(transaction);
     // What a claim in the transaction says of its SUCCESS (the "processed" outcome) is said only
     // once the transaction commits.
-    AfterCommit.Scope news = AfterCommit.open();
+    AfterCommit.Scope news;
+    try {
+      news = AfterCommit.open();
+    } catch (RuntimeException | Error e) {
+      release(transaction, true); // nothing of it ran
+      throw e;
+    }
+    current.set(transaction);
     boolean committed = false;
     // Whether the transaction ended (committed or rolled back) on a connection that still answers.
     boolean reusable = false;

@@ -65,9 +65,13 @@ public final class AfterCommit {
         try {
           each.run();
         } catch (RuntimeException | Error e) {
-          log.warn(
-              "The DedupListener threw on hearing of a committed transaction's outcome; ignored",
-              FailureTexts.loggable(e));
+          try {
+            log.warn(
+                "The DedupListener threw on hearing of a committed transaction's outcome; ignored",
+                FailureTexts.loggable(e));
+          } catch (RuntimeException | Error unlogged) {
+            // Thrown on, it failed the work whose transaction committed.
+          }
         }
       }
     }
