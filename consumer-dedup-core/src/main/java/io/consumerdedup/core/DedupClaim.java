@@ -1,5 +1,6 @@
 package io.consumerdedup.core;
 
+import io.consumerdedup.core.internal.AfterCommit;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
@@ -179,7 +180,7 @@ public final class DedupClaim {
     end("complete");
     if (outcomes == null || renewal == null) {
       requireHeldInTransaction();
-      listener.completed(key, attempt, Duration.ofNanos(handlerNanos));
+      AfterCommit.tell(() -> listener.completed(key, attempt, Duration.ofNanos(handlerNanos)));
       return;
     }
     try {
@@ -211,7 +212,7 @@ public final class DedupClaim {
     end("complete");
     if (outcomes == null || renewal == null) {
       requireHeldInTransaction();
-      listener.completed(key, attempt, Duration.ofNanos(handlerNanos));
+      AfterCommit.tell(() -> listener.completed(key, attempt, Duration.ofNanos(handlerNanos)));
       return CompletableFuture.completedFuture(null);
     }
     try {
@@ -243,7 +244,7 @@ public final class DedupClaim {
     end("complete");
     if (outcomes == null || renewal == null) {
       requireHeldInTransaction();
-      listener.completed(key, attempt, Duration.ofNanos(handlerNanos));
+      AfterCommit.tell(() -> listener.completed(key, attempt, Duration.ofNanos(handlerNanos)));
       return CompletableFuture.completedFuture(null);
     }
     try {
@@ -325,6 +326,7 @@ public final class DedupClaim {
       // the handler's exception goes on, as when FAILED cannot be written yet.
       if (!handedOver(outcomes, renewal)) {
         try {
+          FaultPoints.reached(FaultPoints.Point.ENDING);
           outcomes.fail(key, attempt, source, renewal, error);
         } catch (RuntimeException | Error again) {
           if (again != e) {
@@ -397,6 +399,7 @@ public final class DedupClaim {
       return e;
     }
     try {
+      FaultPoints.reached(FaultPoints.Point.ENDING);
       outcomes.complete(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
     } catch (RuntimeException | Error notWritten) {
       if (notWritten != e) {

@@ -206,12 +206,42 @@ public final class IdempotentExecutor implements AutoCloseable {
     try {
       value = handler.call();
     } catch (Throwable error) {
-      claim.fail(error);
+      try {
+        claim.fail(error);
+      } catch (Error e) {
+        endAgain(claim, e, () -> claim.fail(error));
+        throw e;
+      }
       throw propagate(key, source, error);
     }
     FaultPoints.reached(FaultPoints.Point.AFTER_HANDLER);
-    claim.complete();
+    try {
+      claim.complete();
+    } catch (Error e) {
+      endAgain(claim, e, claim::complete);
+      throw e;
+    }
     return new DedupResult<>(Outcome.PROCESSED, value, claim.attempt());
+  }
+
+  /**
+   * An {@code Error} as the claim was ended, whose outcome could not be handed over even by the
+   * claim's own second try: the claim is open again, for its caller to end, and the caller here is
+   * this executor. Left open, the key stayed PROCESSING under a lease renewed for the executor's
+   * life, each redelivery "in progress", though the handler had run. Ended once more, as the poll
+   * loop's handler ends such a claim; what that throws rides with {@code e}.
+   */
+  private static void endAgain(DedupClaim claim, Error e, Runnable ending) {
+    if (!claim.isOpen()) {
+      return;
+    }
+    try {
+      ending.run();
+    } catch (RuntimeException | Error notWritten) {
+      if (notWritten != e) {
+        e.addSuppressed(notWritten);
+      }
+    }
   }
 
   /**

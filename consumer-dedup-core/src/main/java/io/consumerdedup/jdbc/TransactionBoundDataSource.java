@@ -5,6 +5,7 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.internal.AfterCommit;
 import io.consumerdedup.jdbc.internal.AbortedTransactions;
 import io.consumerdedup.jdbc.internal.SqlStates;
 import java.io.PrintWriter;
@@ -166,7 +167,17 @@ public final class TransactionBoundDataSource implements DataSource {
           null);
     }
     Transaction transaction = begin();
+    // What a claim in the transaction says of its SUCCESS (the "processed" outcome) is said only
+    // once the transaction commits.
+    AfterCommit.Scope news;
+    try {
+      news = AfterCommit.open();
+    } catch (RuntimeException | Error e) {
+      release(transaction, true); // nothing of it ran
+      throw e;
+    }
     current.set(transaction);
+    boolean committed = false;
     // Whether the transaction ended (committed or rolled back) on a connection that still answers.
     boolean reusable = false;
     try {
@@ -228,10 +239,12 @@ public final class TransactionBoundDataSource implements DataSource {
         throw failure;
       }
       reusable = true;
+      committed = true;
       return result;
     } finally {
       current.remove();
       release(transaction, reusable);
+      news.end(committed);
     }
   }
 

@@ -67,6 +67,17 @@ final class MarksInFlight {
     return marks.isEmpty();
   }
 
+  /** The records of the marks not awaited yet, in the order they were added. */
+  <K, V> List<ConsumerRecord<K, V>> records() {
+    List<ConsumerRecord<K, V>> records = new ArrayList<>(marks.size());
+    for (Mark mark : marks) {
+      @SuppressWarnings("unchecked") // the marks of one processor's records
+      ConsumerRecord<K, V> record = (ConsumerRecord<K, V>) mark.record();
+      records.add(record);
+    }
+    return records;
+  }
+
   /**
    * Waits until each mark is written or its wait is over, and forgets them.
    *

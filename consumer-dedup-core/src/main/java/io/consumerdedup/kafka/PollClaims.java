@@ -127,13 +127,33 @@ final class PollClaims<K, V> {
     if (marks == null) {
       return;
     }
+    List<ConsumerRecord<K, V>> awaited = marks.records();
     inFlight = null;
     Set<TopicPartition> assigned = consumer.assignment();
-    hold(
-        marks.<K, V>await(log).stream()
-            .filter(
-                record -> assigned.contains(new TopicPartition(record.topic(), record.partition())))
-            .toList());
+    List<ConsumerRecord<K, V>> unrecorded;
+    try {
+      unrecorded = marks.await(log);
+    } catch (RuntimeException | Error e) {
+      // Which marks are written is unknown (an OutOfMemoryError as the wait's WARN line was
+      // formatted): each record awaited is taken as not written. Forgotten, their records counted
+      // as done, and the loop's last commit, as the Error ended it, went past records whose
+      // SUCCESS was still being written.
+      unrecorded = awaited;
+      try {
+        hold(assignedOnly(unrecorded, assigned));
+      } catch (RuntimeException | Error again) {
+        e.addSuppressed(again);
+      }
+      throw e;
+    }
+    hold(assignedOnly(unrecorded, assigned));
+  }
+
+  private List<ConsumerRecord<K, V>> assignedOnly(
+      List<ConsumerRecord<K, V>> records, Set<TopicPartition> assigned) {
+    return records.stream()
+        .filter(record -> assigned.contains(new TopicPartition(record.topic(), record.partition())))
+        .toList();
   }
 
   private void hold(List<ConsumerRecord<K, V>> unrecorded) {

@@ -87,6 +87,59 @@ class ClaimEndErrorTest {
     assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
   }
 
+  /**
+   * Both tries of handing the outcome over fail with an {@code Error}: the claim is open again, for
+   * its caller to end. A caller of {@code execute} holds no claim to end: the key stayed PROCESSING
+   * under a lease renewed for the executor's life, each redelivery "in progress", though the
+   * handler had applied its effect.
+   */
+  @Test
+  void anExecuteWhoseSuccessCannotBeHandedOverTwiceStillRecordsIt() throws InterruptedException {
+    IdempotentExecutor executor = executor();
+    DedupKey key = DedupKey.of("payment", "ORD-TWICE");
+    AtomicInteger charges = new AtomicInteger();
+    strike(2);
+    Throwable thrown =
+        catchThrowable(
+            () -> executor.execute(key, null, "payments-0@9", () -> charges.incrementAndGet()));
+    assertThat(thrown).as("what execute threw").isInstanceOf(OutOfMemoryError.class);
+    Thread.sleep(2 * LEASE.toMillis()); // longer than a lease: only a renewal still holds the key
+
+    Throwable redelivered =
+        catchThrowable(
+            () ->
+                assertThat(executor.claim(key, null, "payments-0@9").isDuplicate())
+                    .as("the redelivery of a record whose handler returned is a duplicate")
+                    .isTrue());
+    assertThat(redelivered).as("what the redelivery's claim threw").isNull();
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(charges).hasValue(1);
+  }
+
+  /** As above, with the handler's failure: FAILED is recorded, and the redelivery retries. */
+  @Test
+  void anExecuteWhoseFailureCannotBeHandedOverTwiceStillRecordsIt() throws InterruptedException {
+    IdempotentExecutor executor = executor();
+    DedupKey key = DedupKey.of("payment", "ORD-TWICE-FAIL");
+    strike(2);
+    Throwable thrown =
+        catchThrowable(
+            () ->
+                executor.execute(
+                    key,
+                    null,
+                    "payments-0@10",
+                    () -> {
+                      throw new IllegalStateException("card declined");
+                    }));
+    assertThat(thrown).as("what execute threw").isNotNull();
+    Thread.sleep(2 * LEASE.toMillis());
+
+    assertThat(db.store().find(key).orElseThrow().status())
+        .as("the key's record, two leases after its handler failed")
+        .isEqualTo(DedupStatus.FAILED);
+  }
+
   private static IdempotentExecutor executor() {
     return db.executor(
         IdempotentExecutor.builder(db.store())
@@ -95,10 +148,15 @@ class ClaimEndErrorTest {
   }
 
   private static void strikeOnce() {
+    strike(1);
+  }
+
+  /** The first {@code times} tries of handing an outcome over fail for want of memory. */
+  private static void strike(int times) {
     AtomicInteger struck = new AtomicInteger();
     FaultPoints.install(
         point -> {
-          if (point == FaultPoints.Point.ENDING && struck.getAndIncrement() == 0) {
+          if (point == FaultPoints.Point.ENDING && struck.getAndIncrement() < times) {
             throw new OutOfMemoryError("Java heap space, handing the outcome over");
           }
         });

@@ -289,6 +289,63 @@ class ExecutorClosingTest {
     assertThat(errorsAbout("pay-0@12")).as("ERRORs about the record").isEmpty();
   }
 
+  /**
+   * A redelivery of a key whose SUCCESS is kept writes that SUCCESS first, on its own thread, and
+   * its statement is on its way as the executor closes. The close gave the outcome up under that
+   * write: an ERROR said it was not recorded and that another consumer might run the handler again,
+   * and the redelivery's write then recorded it.
+   */
+  @Test
+  void aKeptSuccessWrittenByARedeliveryAsTheExecutorClosesIsLeftToThatWrite() throws Exception {
+    DedupStore real = db.store();
+    CountDownLatch redeliveryWriting = new CountDownLatch(1);
+    CountDownLatch mayAnswer = new CountDownLatch(1);
+    DedupStore store =
+        (DedupStore)
+            Proxy.newProxyInstance(
+                DedupStore.class.getClassLoader(),
+                new Class<?>[] {DedupStore.class},
+                (proxy, method, args) -> {
+                  if (method.getName().equals("complete")) {
+                    if (!Thread.currentThread().getName().equals("redelivery")) {
+                      // The first write, and each background retry: the database away.
+                      throw new DedupStoreException("Connection refused", null, null, null);
+                    }
+                    redeliveryWriting.countDown();
+                    awaitUninterruptibly(mayAnswer); // a statement on the wire
+                  }
+                  try {
+                    return method.invoke(real, args);
+                  } catch (InvocationTargetException e) {
+                    throw e.getCause();
+                  }
+                });
+    IdempotentExecutor executor =
+        db.executor(
+            IdempotentExecutor.builder(store)
+                .lease(Duration.ofSeconds(30))
+                .renewalInterval(Duration.ofSeconds(10)));
+    DedupKey key = DedupKey.of("payment", "settled-while-closing");
+    DedupClaim claim = executor.claim(key, null, "pay-0@13");
+    assertThat(catchThrowable(claim::complete)).isInstanceOf(DedupStoreUnavailableException.class);
+    Thread redelivery =
+        new Thread(() -> catchThrowable(() -> executor.claim(key, null, "pay-0@13")), "redelivery");
+    redelivery.start();
+    try {
+      assertThat(redeliveryWriting.await(10, TimeUnit.SECONDS))
+          .as("the redelivery writes the kept SUCCESS")
+          .isTrue();
+
+      executor.close();
+    } finally {
+      mayAnswer.countDown();
+      redelivery.join(10_000);
+    }
+
+    assertThat(db.store().find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(errorsAbout("pay-0@13")).as("ERRORs about the record").isEmpty();
+  }
+
   private static void awaitUninterruptibly(CountDownLatch latch) {
     boolean interrupted = false;
     try {

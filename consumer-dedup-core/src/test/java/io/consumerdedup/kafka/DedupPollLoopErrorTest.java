@@ -16,6 +16,7 @@ import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.testing.ReplyLosingStore;
 import io.consumerdedup.testing.TestKafka;
+import io.consumerdedup.testing.ThrowingLog;
 import java.io.PrintWriter;
 import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
@@ -798,6 +799,57 @@ class DedupPollLoopErrorTest {
     @Override
     public boolean isWrapperFor(Class<?> iface) throws SQLException {
       return delegate.isWrapperFor(iface);
+    }
+  }
+
+  /**
+   * The wait for a poll's SUCCESS marks ends on an Error (its WARN line, that a mark was not
+   * written in time, cannot be formatted for want of memory) while a mark is still being written.
+   * The loop ends on it, and its last commit went past the record whose SUCCESS was not written:
+   * had the process died then, the record was never delivered again, its key PROCESSING until its
+   * lease ran out.
+   */
+  @Test
+  void anErrorAsThePollsMarksAreAwaitedCommitsNothingPastARecordWhoseMarkIsNotWritten()
+      throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    send(0, 1);
+    CountDownLatch writerHeld = new CountDownLatch(1);
+    CountDownLatch releaseWriter = new CountDownLatch(1);
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.BEFORE_SUCCESS_MARK
+              && Thread.currentThread().getName().equals("consumer-dedup-outcome-writer")) {
+            writerHeld.countDown();
+            try {
+              releaseWriter.await(30, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+          }
+        });
+    try (IdempotentExecutor executor = executor(fixture.store());
+        ThrowingLog unformattable =
+            ThrowingLog.on(
+                DedupPollLoop.class.getName(),
+                "{} SUCCESS marks of the poll not written",
+                () -> new OutOfMemoryError("Java heap space"))) {
+      try {
+        Future<?> run = threads.submit(loop(executor, true, this::apply));
+
+        assertThat(endOf(run)).as("how run() ended").isInstanceOf(OutOfMemoryError.class);
+        assertThat(writerHeld.getCount()).as("the mark was being written").isZero();
+        assertThat(row(0).orElseThrow().status())
+            .as("the record's key as the loop ended")
+            .isEqualTo(DedupStatus.PROCESSING);
+        assertThat(TestKafka.committedOffsets(fixture.group()))
+            .as("nothing committed past the record whose SUCCESS is not written")
+            .doesNotContainEntry(new TopicPartition(fixture.topic(), 0), 1L);
+      } finally {
+        releaseWriter.countDown();
+      }
+    } finally {
+      FaultPoints.install(null);
     }
   }
 }

@@ -10,6 +10,7 @@ import static org.awaitility.Awaitility.await;
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
@@ -17,9 +18,11 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
+import io.consumerdedup.micrometer.MicrometerDedupListener;
 import io.consumerdedup.testing.FaultyDataSource;
 import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
 import java.nio.charset.StandardCharsets;
@@ -109,9 +112,19 @@ class JdbcTransactionalProcessorTest {
   /** The payment consumer in mode TRANSACTIONAL: books the charge row, then {@code afterCharge}. */
   private RecordProcessor<String, String> payments(
       TransactionBoundDataSource over, String bookedBy, ChargeStep afterCharge) {
+    return payments(over, bookedBy, afterCharge, DedupListener.NOOP);
+  }
+
+  /** As above, its executor telling {@code listener} of its events. */
+  private RecordProcessor<String, String> payments(
+      TransactionBoundDataSource over,
+      String bookedBy,
+      ChargeStep afterCharge,
+      DedupListener listener) {
     IdempotentExecutor executor =
         IdempotentExecutor.builder(JdbcDedupStore.builder(over).build())
             .mode(DedupMode.TRANSACTIONAL)
+            .listener(listener)
             .build();
     resources.add(executor);
     IdempotentRecordHandler<String, String> handler =
@@ -249,6 +262,47 @@ class JdbcTransactionalProcessorTest {
     }
     // The second poll's three charges and their dedup rows went in one transaction.
     assertThat(transactionsOf("P-20", "P-21", "P-22")).isEqualTo(1);
+  }
+
+  /**
+   * A record of the poll fails, and the poll's transaction, which had applied the others, rolls
+   * back; each record then runs in a transaction of its own. The others had been counted
+   * "processed" as their handlers returned inside the transaction that rolled back, and were
+   * counted again as they committed alone: the metric said 2 for records applied once.
+   */
+  @Test
+  void aRecordAppliedOnceIsCountedProcessedOnceThoughThePollsTransactionRolledBack()
+      throws Exception {
+    for (int i = 0; i < 3; i++) {
+      send("M-" + i);
+    }
+    SimpleMeterRegistry registry = new SimpleMeterRegistry();
+    AtomicInteger failuresLeft = new AtomicInteger(1);
+    RecordProcessor<String, String> payments =
+        payments(
+            transactions,
+            "billing",
+            order -> {
+              if (order.equals("M-2") && failuresLeft.getAndDecrement() > 0) {
+                throw new IllegalStateException("ledger rejected the charge");
+              }
+            },
+            new MicrometerDedupListener(registry));
+    try (RunningLoop running = RunningLoop.start(loop(fixture.group(), payments))) {
+      awaitCommitted(fixture.group(), 3);
+    }
+
+    for (int i = 0; i < 3; i++) {
+      assertThat(charges("M-" + i)).as("charges of M-" + i).containsExactly("billing");
+    }
+    assertThat(
+            registry
+                .get(MicrometerDedupListener.OUTCOMES)
+                .tag("outcome", "processed")
+                .counter()
+                .count())
+        .as("records counted processed, of 3 applied once each")
+        .isEqualTo(3.0);
   }
 
   /** How many transactions wrote the charges and dedup rows of these orders. */

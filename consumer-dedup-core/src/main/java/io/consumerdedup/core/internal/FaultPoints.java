@@ -21,6 +21,7 @@ public final class FaultPoints {
     /**
      * A held claim was ended ({@code complete}, {@code completeAsync}, {@code
      * completeWithNextClaim} or {@code fail}); its outcome is not yet written, queued or kept.
+     * Reached again as the claim tries once more to hand over an outcome the first try did not.
      */
     ENDING,
     /**

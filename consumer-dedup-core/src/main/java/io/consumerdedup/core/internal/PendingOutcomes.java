@@ -83,9 +83,22 @@ final class PendingOutcomes {
     if (kept == null) {
       return;
     }
+    // Taken as a background retry takes it, so that a close meanwhile leaves the outcome to this
+    // write: given up under it, an ERROR said it was not recorded, another consumer perhaps
+    // running the handler again, and this write then recorded it. A retry already on its way
+    // keeps it; this write goes along, fenced as it is.
+    boolean taken = kept.retrying.compareAndSet(false, true);
+    boolean givenUp = false;
     try {
       write(kept);
     } catch (DedupStoreException e) {
+      if (taken && closed) {
+        // Left to this write by the close: nothing retries the outcome any more.
+        givenUp = true;
+        pending.remove(key, kept);
+        kept.cancelRetries();
+        giveUp(kept, e);
+      }
       throw new DedupStoreUnavailableException(
           "The "
               + kept.status()
@@ -95,6 +108,10 @@ final class PendingOutcomes {
           key,
           source,
           e);
+    } finally {
+      if (taken && !givenUp) {
+        kept.retrying.set(false);
+      }
     }
   }
 
