@@ -9,6 +9,7 @@ import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.BiConsumer;
 import org.jspecify.annotations.Nullable;
 
 /**
@@ -187,7 +188,12 @@ public final class DedupClaim {
       FaultPoints.reached(FaultPoints.Point.ENDING);
       outcomes.complete(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
     } catch (Error e) {
-      throw notHandedOver(e, outcomes, renewal, handlerNanos);
+      handOverAgain(
+          e,
+          outcomes,
+          renewal,
+          (o, r) -> o.complete(key, attempt, source, r, Duration.ofNanos(handlerNanos)));
+      throw e;
     }
     FaultPoints.reached(FaultPoints.Point.AFTER_SUCCESS_MARK);
   }
@@ -219,7 +225,12 @@ public final class DedupClaim {
       FaultPoints.reached(FaultPoints.Point.ENDING);
       return outcomes.completeLater(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
     } catch (Error e) {
-      throw notHandedOver(e, outcomes, renewal, handlerNanos);
+      handOverAgain(
+          e,
+          outcomes,
+          renewal,
+          (o, r) -> o.complete(key, attempt, source, r, Duration.ofNanos(handlerNanos)));
+      throw e;
     }
   }
 
@@ -252,7 +263,12 @@ public final class DedupClaim {
       return outcomes.completeWithNextClaim(
           key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
     } catch (Error e) {
-      throw notHandedOver(e, outcomes, renewal, handlerNanos);
+      handOverAgain(
+          e,
+          outcomes,
+          renewal,
+          (o, r) -> o.complete(key, attempt, source, r, Duration.ofNanos(handlerNanos)));
+      throw e;
     }
   }
 
@@ -322,20 +338,9 @@ public final class DedupClaim {
       FaultPoints.reached(FaultPoints.Point.ENDING);
       outcomes.fail(key, attempt, source, renewal, error);
     } catch (Error e) {
-      // As for a SUCCESS not handed over (see notHandedOver): FAILED is written now, or kept; then
-      // the handler's exception goes on, as when FAILED cannot be written yet.
-      if (!handedOver(outcomes, renewal)) {
-        try {
-          FaultPoints.reached(FaultPoints.Point.ENDING);
-          outcomes.fail(key, attempt, source, renewal, error);
-        } catch (RuntimeException | Error again) {
-          if (again != e) {
-            e.addSuppressed(again);
-          }
-        }
-      }
-      if (!handedOver(outcomes, renewal)) {
-        ended.set(false);
+      // FAILED is written now, or kept (see handOverAgain); then the handler's exception goes on,
+      // as when FAILED cannot be written yet.
+      if (!handOverAgain(e, outcomes, renewal, (o, r) -> o.fail(key, attempt, source, r, error))) {
         throw e;
       }
       if (e != error) {
@@ -386,30 +391,35 @@ public final class DedupClaim {
 
   /**
    * An {@code Error} (an OutOfMemoryError as the outcome was allocated) between the end of this
-   * claim and its SUCCESS being written, queued or kept: nothing was left to write it, and nothing
+   * claim and its outcome being written, queued or kept: nothing was left to write it, and nothing
    * to end the claim again, while its lease went on being renewed for the executor's life, the key
-   * PROCESSING and each of its deliveries "in progress" though the handler had applied its effect.
-   * SUCCESS is written now, on the caller's thread, as {@link #complete()} writes it (or kept for
-   * the background retry); if that fails as well before it is kept, the claim is open again, for
-   * its caller to end. The caller is told of {@code e} either way.
+   * PROCESSING and each of its deliveries "in progress". The outcome is written now, on the
+   * caller's thread, as {@link #complete()} and {@link #fail} write it (or kept for the background
+   * retry); if that fails as well before it is kept, the claim is open again, for its caller to
+   * end. What the second try throws rides with {@code e}.
+   *
+   * @return whether the outcome is handed over
    */
-  private Error notHandedOver(
-      Error e, Outcomes outcomes, LeaseRenewer.Renewal renewal, long handlerNanos) {
-    if (handedOver(outcomes, renewal)) {
-      return e;
-    }
-    try {
-      FaultPoints.reached(FaultPoints.Point.ENDING);
-      outcomes.complete(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
-    } catch (RuntimeException | Error notWritten) {
-      if (notWritten != e) {
-        e.addSuppressed(notWritten);
+  private boolean handOverAgain(
+      Error e,
+      Outcomes outcomes,
+      LeaseRenewer.Renewal renewal,
+      BiConsumer<Outcomes, LeaseRenewer.Renewal> write) {
+    if (!handedOver(outcomes, renewal)) {
+      try {
+        FaultPoints.reached(FaultPoints.Point.ENDING);
+        write.accept(outcomes, renewal);
+      } catch (RuntimeException | Error again) {
+        if (again != e) {
+          e.addSuppressed(again);
+        }
       }
     }
-    if (!handedOver(outcomes, renewal)) {
-      ended.set(false);
+    if (handedOver(outcomes, renewal)) {
+      return true;
     }
-    return e;
+    ended.set(false);
+    return false;
   }
 
   /** Whether this claim's outcome is written, refused, or kept or queued to be written. */
