@@ -11,9 +11,8 @@ import ch.qos.logback.core.read.ListAppender;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.testing.InterceptedStore;
 import io.consumerdedup.testing.TestDatabase;
-import java.lang.reflect.InvocationTargetException;
-import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.time.Duration;
 import java.util.List;
@@ -249,27 +248,20 @@ class ExecutorClosingTest {
     CountDownLatch retryOnItsWay = new CountDownLatch(1);
     CountDownLatch mayAnswer = new CountDownLatch(1);
     DedupStore store =
-        (DedupStore)
-            Proxy.newProxyInstance(
-                DedupStore.class.getClassLoader(),
-                new Class<?>[] {DedupStore.class},
-                (proxy, method, args) -> {
-                  if (method.getName().equals("complete")) {
-                    int call = completions.incrementAndGet();
-                    if (call == 1) {
-                      throw new DedupStoreException("Connection refused", null, null, null);
-                    }
-                    if (call == 2) {
-                      retryOnItsWay.countDown();
-                      awaitUninterruptibly(mayAnswer); // a statement on the wire
-                    }
-                  }
-                  try {
-                    return method.invoke(real, args);
-                  } catch (InvocationTargetException e) {
-                    throw e.getCause();
-                  }
-                });
+        InterceptedStore.before(
+            real,
+            (method, args) -> {
+              if (method.getName().equals("complete")) {
+                int call = completions.incrementAndGet();
+                if (call == 1) {
+                  throw new DedupStoreException("Connection refused", null, null, null);
+                }
+                if (call == 2) {
+                  retryOnItsWay.countDown();
+                  awaitUninterruptibly(mayAnswer); // a statement on the wire
+                }
+              }
+            });
     IdempotentExecutor executor =
         db.executor(
             IdempotentExecutor.builder(store)
@@ -301,25 +293,18 @@ class ExecutorClosingTest {
     CountDownLatch redeliveryWriting = new CountDownLatch(1);
     CountDownLatch mayAnswer = new CountDownLatch(1);
     DedupStore store =
-        (DedupStore)
-            Proxy.newProxyInstance(
-                DedupStore.class.getClassLoader(),
-                new Class<?>[] {DedupStore.class},
-                (proxy, method, args) -> {
-                  if (method.getName().equals("complete")) {
-                    if (!Thread.currentThread().getName().equals("redelivery")) {
-                      // The first write, and each background retry: the database away.
-                      throw new DedupStoreException("Connection refused", null, null, null);
-                    }
-                    redeliveryWriting.countDown();
-                    awaitUninterruptibly(mayAnswer); // a statement on the wire
-                  }
-                  try {
-                    return method.invoke(real, args);
-                  } catch (InvocationTargetException e) {
-                    throw e.getCause();
-                  }
-                });
+        InterceptedStore.before(
+            real,
+            (method, args) -> {
+              if (method.getName().equals("complete")) {
+                if (!Thread.currentThread().getName().equals("redelivery")) {
+                  // The first write, and each background retry: the database away.
+                  throw new DedupStoreException("Connection refused", null, null, null);
+                }
+                redeliveryWriting.countDown();
+                awaitUninterruptibly(mayAnswer); // a statement on the wire
+              }
+            });
     IdempotentExecutor executor =
         db.executor(
             IdempotentExecutor.builder(store)

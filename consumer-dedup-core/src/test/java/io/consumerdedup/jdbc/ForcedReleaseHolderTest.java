@@ -18,10 +18,9 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.core.internal.LeaseRenewer;
+import io.consumerdedup.testing.InterceptedStore;
 import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestMariaDb;
-import java.lang.reflect.InvocationTargetException;
-import java.lang.reflect.Proxy;
 import java.time.Duration;
 import java.util.List;
 import java.util.UUID;
@@ -224,21 +223,14 @@ class ForcedReleaseHolderTest {
     JdbcDedupStore jdbc = JdbcDedupStore.builder(postgres).build();
     AtomicInteger finds = new AtomicInteger();
     DedupStore store =
-        (DedupStore)
-            Proxy.newProxyInstance(
-                DedupStore.class.getClassLoader(),
-                new Class<?>[] {DedupStore.class},
-                (proxy, method, args) -> {
-                  if (method.getName().equals("find")) {
-                    finds.incrementAndGet();
-                    throw new OutOfMemoryError("Java heap space (injected as the row is read)");
-                  }
-                  try {
-                    return method.invoke(jdbc, args);
-                  } catch (InvocationTargetException e) {
-                    throw e.getCause();
-                  }
-                });
+        InterceptedStore.before(
+            jdbc,
+            (method, args) -> {
+              if (method.getName().equals("find")) {
+                finds.incrementAndGet();
+                throw new OutOfMemoryError("Java heap space (injected as the row is read)");
+              }
+            });
     List<Integer> lost = new CopyOnWriteArrayList<>();
     DedupListener listener =
         new DedupListener() {

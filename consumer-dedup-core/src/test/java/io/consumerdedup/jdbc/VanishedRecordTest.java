@@ -21,6 +21,7 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.InProgressPolicy;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.core.internal.LeaseRenewer;
+import io.consumerdedup.testing.InterceptedStore;
 import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestMariaDb;
 import java.lang.reflect.InvocationTargetException;
@@ -370,21 +371,14 @@ class VanishedRecordTest {
     CountDownLatch findAsked = new CountDownLatch(1);
     CountDownLatch outcomeWritten = new CountDownLatch(1);
     DedupStore store =
-        (DedupStore)
-            Proxy.newProxyInstance(
-                DedupStore.class.getClassLoader(),
-                new Class<?>[] {DedupStore.class},
-                (proxy, method, args) -> {
-                  if (method.getName().equals("find")) {
-                    findAsked.countDown();
-                    outcomeWritten.await(10, TimeUnit.SECONDS);
-                  }
-                  try {
-                    return method.invoke(jdbc, args);
-                  } catch (InvocationTargetException e) {
-                    throw e.getCause();
-                  }
-                });
+        InterceptedStore.before(
+            jdbc,
+            (method, args) -> {
+              if (method.getName().equals("find")) {
+                findAsked.countDown();
+                outcomeWritten.await(10, TimeUnit.SECONDS);
+              }
+            });
     try (IdempotentExecutor executor =
         IdempotentExecutor.builder(store)
             .lease(Duration.ofSeconds(2))
