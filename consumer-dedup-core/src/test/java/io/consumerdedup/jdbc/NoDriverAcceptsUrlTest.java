@@ -2,12 +2,16 @@ package io.consumerdedup.jdbc;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowable;
 
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.TestDatabase;
 import java.net.ServerSocket;
+import java.sql.Connection;
+import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
@@ -55,6 +59,31 @@ class NoDriverAcceptsUrlTest {
         assertThat(executor).isNotNull();
       }
     }
+  }
+
+  /**
+   * The refusal is told by the messages of the failure's causes: one whose {@code getMessage()}
+   * throws is no refusal, and no reason to stop the build that a database outage does not stop.
+   */
+  @Test
+  void aConnectionFailureWhoseMessageCannotBeReadIsStillOnlyAnOutage() {
+    ConnectionSource unprintable =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() {
+            throw new IllegalStateException() {
+              @Override
+              public String getMessage() {
+                throw new UnsupportedOperationException("no message");
+              }
+            };
+          }
+        };
+    JdbcDedupStore store = JdbcDedupStore.builder(unprintable).build();
+
+    Throwable thrown = catchThrowable(() -> IdempotentExecutor.builder(store).build().close());
+
+    assertThat(thrown).as("what building threw").isNull();
   }
 
   private static HikariDataSource pool(String url, boolean driverClassNamed) {

@@ -246,7 +246,7 @@ public final class SqlStates {
     String url = null;
     Throwable cause = failure;
     for (int depth = 0; cause != null && depth < MAX_CAUSES; depth++, cause = cause.getCause()) {
-      String message = cause.getMessage();
+      String message = messageOf(cause);
       if (message == null) {
         continue;
       }
@@ -272,6 +272,18 @@ public final class SqlStates {
             + " This is not an outage that records could wait out: no try would ever connect",
         null,
         null);
+  }
+
+  /**
+   * A message that cannot be read says nothing of a refusal: thrown on, it stopped the build that
+   * an outage does not stop.
+   */
+  private static @Nullable String messageOf(Throwable cause) {
+    try {
+      return cause.getMessage();
+    } catch (RuntimeException e) {
+      return null;
+    }
   }
 
   /**
