@@ -408,7 +408,8 @@ public final class JdbcDedupStore implements DedupStore {
    * @throws DedupTableMissingException the table is missing or lacks columns; the message names
    *     them and the schema file to apply
    * @throws io.consumerdedup.core.DedupConfigurationException the database is not one the store
-   *     supports (PostgreSQL, MySQL, MariaDB)
+   *     supports (PostgreSQL, MySQL, MariaDB), or no driver accepts the DataSource's JDBC URL (a
+   *     misspelt scheme, a driver's jar left out): no try would ever connect
    */
   @Override
   public void verifyReady() {

@@ -1,5 +1,6 @@
 package io.consumerdedup.jdbc.internal;
 
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
@@ -10,6 +11,8 @@ import java.sql.SQLRecoverableException;
 import java.sql.SQLTimeoutException;
 import java.sql.SQLTransientException;
 import java.util.Set;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
 import org.jspecify.annotations.Nullable;
 
 /**
@@ -125,6 +128,13 @@ public final class SqlStates {
   private static final Set<String> MYSQL_STATES =
       Set.of("HY000", "41000", "42000", "40001", "70100");
 
+  private static final Pattern JDBC_URL = Pattern.compile("jdbc:[^\\s,;()]+");
+
+  private static final Pattern PASSWORD = Pattern.compile("((?i)password=)[^&;]*");
+
+  /** How deep the causes of a failed connection are searched for the driver's refusal. */
+  private static final int MAX_CAUSES = 16;
+
   private SqlStates() {}
 
   public static Kind classify(SQLException e) {
@@ -220,6 +230,60 @@ public final class SqlStates {
       case DATA -> new DedupStoreDataException(reason, key, null, e);
       case OTHER -> new DedupStoreException(reason, key, null, e);
     };
+  }
+
+  /**
+   * The refusal of a configuration when {@code failure} (a store call's, with its causes) is the
+   * driver's refusal of the JDBC URL, and otherwise null. A database that is down answers nothing;
+   * a URL that no driver accepts ({@code jdbc:postgres:} for {@code jdbc:postgresql:}, or the
+   * driver's jar left out) is answered at once, and the same way at every try. Both reach a store
+   * call as a connection that could not be had (SQL state 08001, or a pool's {@code
+   * RuntimeException}), and taken for an outage the URL left every record waiting for good, with
+   * WARN lines that named no mistake.
+   */
+  public static @Nullable DedupConfigurationException noDriverAccepts(Throwable failure) {
+    boolean refused = false;
+    String url = null;
+    Throwable cause = failure;
+    for (int depth = 0; cause != null && depth < MAX_CAUSES; depth++, cause = cause.getCause()) {
+      String message = messageOf(cause);
+      if (message == null) {
+        continue;
+      }
+      // java.sql.DriverManager's answer when no registered driver accepts the URL, as pools and
+      // Spring's DataSources pass it on; and HikariCP's, when the driver it was told to load says
+      // the URL is not its own.
+      refused |=
+          cause instanceof SQLException && message.startsWith("No suitable driver")
+              || message.contains("claims to not accept jdbcUrl");
+      Matcher named = JDBC_URL.matcher(message);
+      if (url == null && named.find()) {
+        url = PASSWORD.matcher(named.group()).replaceAll("$1***");
+      }
+    }
+    if (!refused) {
+      return null;
+    }
+    return new DedupConfigurationException(
+        "No JDBC driver accepts the URL of the dedup table's DataSource"
+            + (url == null ? "" : ", " + url)
+            + ": spell it as its driver does (jdbc:postgresql://host:5432/database,"
+            + " jdbc:mariadb://..., jdbc:mysql://...) and put the driver's jar on the class path."
+            + " This is not an outage that records could wait out: no try would ever connect",
+        null,
+        null);
+  }
+
+  /**
+   * A message that cannot be read says nothing of a refusal: thrown on, it stopped the build that
+   * an outage does not stop.
+   */
+  private static @Nullable String messageOf(Throwable cause) {
+    try {
+      return cause.getMessage();
+    } catch (RuntimeException e) {
+      return null;
+    }
   }
 
   /**

@@ -1,5 +1,6 @@
 package io.consumerdedup.jdbc.internal;
 
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.DedupTableMissingException;
@@ -57,12 +58,17 @@ public final class TableCheck {
    * Checks the table in one try; a database that cannot be asked now is only logged.
    *
    * @throws DedupTableMissingException the table is missing or lacks columns
+   * @throws DedupConfigurationException no driver accepts the DataSource's JDBC URL
    */
   public void verifyIfReachable() {
     Columns columns;
     try {
       columns = calls.runOnce(OPERATION, null, this::read);
     } catch (DedupStoreUnavailableException e) {
+      DedupConfigurationException refused = SqlStates.noDriverAccepts(e);
+      if (refused != null) {
+        throw refused;
+      }
       log.warn(
           "Could not check the dedup table {} now; records wait until the database answers: {}",
           table,

@@ -16,12 +16,14 @@ import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.observation.ObservationRegistry;
 import java.time.Duration;
 import java.util.Arrays;
+import java.util.List;
 import javax.sql.DataSource;
 import org.springframework.beans.factory.BeanFactory;
 import org.springframework.beans.factory.BeanFactoryUtils;
 import org.springframework.beans.factory.InitializingBean;
 import org.springframework.beans.factory.ListableBeanFactory;
 import org.springframework.beans.factory.ObjectProvider;
+import org.springframework.boot.LazyInitializationExcludeFilter;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBooleanProperty;
@@ -67,6 +69,26 @@ public class ConsumerDedupAutoConfiguration {
   InitializingBean dedupPropertyNamesCheck(Environment environment) {
     return () -> UnknownDedupProperties.check(environment);
   }
+
+  /**
+   * Keeps the start-up checks and the janitor out of {@code spring.main.lazy-initialization=true}:
+   * nothing asks for them, so made lazy they never ran, and a misspelt property or a missing table
+   * went unnoticed until every record failed or waited.
+   */
+  @Bean
+  static LazyInitializationExcludeFilter dedupEagerBeans() {
+    return (name, definition, type) ->
+        name.equals("dedupPropertyNamesCheck")
+            || (type != null
+                && EAGER_TYPES.stream().anyMatch(eager -> eager.isAssignableFrom(type)));
+  }
+
+  private static final List<Class<?>> EAGER_TYPES =
+      List.of(
+          ConsumerDedupProperties.class,
+          DedupSchemaInitializer.class,
+          DedupTableVerifier.class,
+          DedupJanitor.class);
 
   @Bean
   @ConditionalOnMissingBean

@@ -5,6 +5,7 @@ import io.consumerdedup.spring.Idempotent;
 import java.lang.reflect.Method;
 import javax.sql.DataSource;
 import org.springframework.aop.support.AopUtils;
+import org.springframework.beans.factory.ListableBeanFactory;
 import org.springframework.beans.factory.config.BeanPostProcessor;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBooleanProperty;
@@ -31,7 +32,7 @@ import org.springframework.util.ReflectionUtils;
 public class IdempotentListenersWithoutDataSourceAutoConfiguration {
 
   @Bean
-  static BeanPostProcessor unprotectedIdempotentListeners() {
+  static BeanPostProcessor unprotectedIdempotentListeners(ListableBeanFactory beanFactory) {
     return new BeanPostProcessor() {
       @Override
       public Object postProcessAfterInitialization(Object bean, String beanName) {
@@ -39,7 +40,7 @@ public class IdempotentListenersWithoutDataSourceAutoConfiguration {
         ReflectionUtils.doWithMethods(
             type,
             method -> {
-              throw unprotected(type, method);
+              throw unprotected(type, method, beanFactory);
             },
             method -> AnnotatedElementUtils.hasAnnotation(method, Idempotent.class));
         return bean;
@@ -47,18 +48,50 @@ public class IdempotentListenersWithoutDataSourceAutoConfiguration {
     };
   }
 
-  private static DedupConfigurationException unprotected(Class<?> type, Method method) {
+  private static DedupConfigurationException unprotected(
+      Class<?> type, Method method, ListableBeanFactory beanFactory) {
+    String listener = "@Idempotent listener " + type.getName() + "#" + method.getName();
+    String offOnPurpose =
+        "; set consumer-dedup.enabled=false to run @Idempotent listeners without dedup on purpose";
+    // The conditions judge a bean by its declared type, creating nothing: a FactoryBean whose
+    // object
+    // type shows only once it is created (JndiObjectFactoryBean's), or a DataSource registered
+    // after
+    // the auto-configurations, is one they do not see, and "no DataSource bean" sent its owner
+    // looking for a starter that was there. Now, the application about to stop, it may be created.
+    String[] late = dataSourcesNow(beanFactory);
+    if (late.length > 0) {
+      return new DedupConfigurationException(
+          listener
+              + " would run without dedup: the application's DataSource bean '"
+              + String.join("', '", late)
+              + "' was not known to be one when the auto-configurations' conditions were evaluated"
+              + " (a FactoryBean whose object type shows only once it is created, such as"
+              + " JndiObjectFactoryBean, or a DataSource registered after the auto-configurations),"
+              + " so consumer-dedup's auto-configuration is off. Declare it with its type: a @Bean"
+              + " method that returns DataSource (JndiDataSourceLookup for JNDI), or a"
+              + " FactoryBean<DataSource>"
+              + offOnPurpose,
+          null,
+          null);
+    }
     return new DedupConfigurationException(
-        "@Idempotent listener "
-            + type.getName()
-            + "#"
-            + method.getName()
+        listener
             + " would run without dedup: the application has no DataSource bean, which"
             + " consumer-dedup needs for its table, so its auto-configuration is off. Add"
             + " spring-boot-starter-jdbc and the database's driver with spring.datasource.url (the"
-            + " README's quick start), or define a DataSource bean; set consumer-dedup.enabled=false"
-            + " to run @Idempotent listeners without dedup on purpose",
+            + " README's quick start), or define a DataSource bean"
+            + offOnPurpose,
         null,
         null);
+  }
+
+  private static String[] dataSourcesNow(ListableBeanFactory beanFactory) {
+    try {
+      return beanFactory.getBeanNamesForType(DataSource.class, true, true);
+    } catch (RuntimeException e) {
+      // A factory that cannot be created to tell its type: the refusal stands without the name.
+      return new String[0];
+    }
   }
 }

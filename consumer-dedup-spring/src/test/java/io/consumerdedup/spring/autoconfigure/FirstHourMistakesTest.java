@@ -7,6 +7,7 @@ import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.spring.IdempotentExecutors;
 import io.consumerdedup.spring.InvalidIdempotentListenerException;
+import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.TestDatabase;
 import java.net.ServerSocket;
 import java.sql.Connection;
@@ -198,6 +199,30 @@ class FirstHourMistakesTest {
         .contains(
             "Could not check the dedup table consumer_dedup now; records wait until the database"
                 + " answers");
+  }
+
+  /**
+   * The driver's refusal is told by the messages of a failed connection's causes: one whose {@code
+   * getMessage()} throws stopped the application, where a database that does not answer only logs.
+   */
+  @Test
+  void aConnectionFailureWhoseMessageCannotBeReadDoesNotStopTheApplication() {
+    ConnectionSource unprintable =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() {
+            throw new IllegalStateException() {
+              @Override
+              public String getMessage() {
+                throw new UnsupportedOperationException("no message");
+              }
+            };
+          }
+        };
+    new ApplicationContextRunner()
+        .withConfiguration(AutoConfigurations.of(ConsumerDedupAutoConfiguration.class))
+        .withBean(DataSource.class, () -> unprintable)
+        .run(context -> assertThat(context).hasNotFailed());
   }
 
   private static DataSource dataSource(String kind, String url) {

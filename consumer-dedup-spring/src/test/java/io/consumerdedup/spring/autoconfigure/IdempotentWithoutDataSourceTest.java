@@ -3,12 +3,15 @@ package io.consumerdedup.spring.autoconfigure;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.consumerdedup.spring.Idempotent;
+import javax.sql.DataSource;
 import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.FactoryBean;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
 import org.springframework.boot.kafka.autoconfigure.KafkaAutoConfiguration;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
+import org.springframework.jdbc.datasource.DriverManagerDataSource;
 import org.springframework.kafka.annotation.KafkaListener;
 
 /**
@@ -50,6 +53,47 @@ class IdempotentWithoutDataSourceTest {
     runner
         .withPropertyValues("consumer-dedup.enabled=false")
         .run(context -> assertThat(context).hasNotFailed());
+  }
+
+  /**
+   * A DataSource made by a FactoryBean whose object type shows only once it is created (as
+   * JndiObjectFactoryBean's): the auto-configuration's conditions did not see it, and the refusal
+   * said the application had no DataSource bean, pointing at a starter it had.
+   */
+  @Test
+  void aDataSourceWhoseTypeShowsOnlyAtRunTimeIsNamedNotDenied() {
+    runner
+        .withUserConfiguration(LateTypedDataSourceConfiguration.class)
+        .run(
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .rootCause()
+                    .hasMessageContaining(
+                        "@Idempotent listener " + Payments.class.getName() + "#charge would run")
+                    .hasMessageContaining(
+                        "DataSource bean 'lateDataSource' was not known to be one when the"
+                            + " auto-configurations' conditions were evaluated")
+                    .hasMessageNotContaining("has no DataSource")
+                    .hasMessageContaining("consumer-dedup.enabled=false"));
+  }
+
+  @Configuration(proxyBeanMethods = false)
+  static class LateTypedDataSourceConfiguration {
+    @Bean
+    FactoryBean<Object> lateDataSource() {
+      return new FactoryBean<>() {
+        @Override
+        public Object getObject() {
+          return new DriverManagerDataSource("jdbc:postgresql://127.0.0.1:1/never");
+        }
+
+        @Override
+        public Class<?> getObjectType() {
+          return DataSource.class;
+        }
+      };
+    }
   }
 
   @Configuration(proxyBeanMethods = false)
