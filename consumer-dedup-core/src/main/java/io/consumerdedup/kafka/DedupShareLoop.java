@@ -67,11 +67,10 @@ import org.slf4j.LoggerFactory;
  *       Error. The poll's records are not left to the broker on its account: Kafka counts each
  *       record the closing consumer gives back as a delivery, so a loop that ended on an Error
  *       again and again would have the broker archive a healthy record of its poll, unapplied. An
- *       Error met as the record's key is claimed, before its handler ran, is no attempt: the loop
- *       ends on it with that record undecided, for the next loop to run its handler. One met as the
- *       poll's keys are claimed together, before any handler ran, has the poll's records kept
- *       acquired and claimed again after the hold back-off, the loop going on: ended on it, the
- *       loop gave them back, a delivery counted each, until the broker archived them unapplied;
+ *       Error met as the record's key is claimed, before its handler ran, is no attempt: the record
+ *       is kept acquired and claimed again after the hold back-off, the loop going on; so are the
+ *       poll's records when it is met as their keys are claimed together. Ended on it, the loop
+ *       gave them back, a delivery counted each, until the broker archived them unapplied;
  *   <li>a dead-letter handler that throws an {@link Error} (an {@code OutOfMemoryError} as it
  *       copies a large record): a dead letter not written, tried again after the hold back-off as
  *       above, the loop going on; ended on it, the loop had its close give the record back, a

@@ -529,7 +529,7 @@ final class ShareWorker<K, V> implements Runnable {
    *
    * @throws Error the handler's, once its failure is handled as any other's (one thrown as the
    *     record's dead letter is written is a failed try of the dead letter: tried again, the record
-   *     kept); or one met as the record's key was claimed, the record left undecided
+   *     kept); not one met as the record's key was claimed, which has the record claimed again
    */
   private void processOne(
       ConsumerRecord<K, V> record,
@@ -559,9 +559,17 @@ final class ShareWorker<K, V> implements Runnable {
       if (ErrorsBesideHandlers.wasBesideHandler(e)) {
         // Met as the key was claimed, before the handler ran (an OutOfMemoryError as the claim's
         // answer was read): counted as the handler's failure, it spent the record's attempts and
-        // dead-lettered it without its retry ever running. No attempt, no decision: the worker
-        // ends on it as on any Error, and the record comes back to a consumer that runs it.
-        throw e;
+        // dead-lettered it without its retry ever running. No attempt: the record is kept
+        // acquired and claimed again after the hold back-off, as when the store does not answer.
+        // Ending the worker on it left the record undecided; the loop's consumer closed and gave
+        // it back, a delivery counted, so a loop restarted on the Error again and again had the
+        // broker archive a healthy record unapplied, its handler never run.
+        log.error(
+            "Could not claim {}; its handler did not run: keeping it acquired and trying again",
+            describe(record),
+            FailureTexts.loggable(e));
+        later.add(record);
+        return;
       }
       try {
         handlerFailed(record, new HandlerErrorException(e));

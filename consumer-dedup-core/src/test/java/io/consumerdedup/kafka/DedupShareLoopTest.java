@@ -613,7 +613,9 @@ class DedupShareLoopTest {
    * handler runs; the application starts a new loop each time one ends on an Error. The worker
    * counted it as a failed attempt of the handler: the record, two attempts allowed, was
    * dead-lettered and rejected as "Handler threw OutOfMemoryError" having run once, its retry never
-   * run.
+   * run. It is no attempt, and the loop goes on: the record, kept acquired, is claimed again and
+   * applied once (ending the loop on it spent a delivery each time, see {@link
+   * #aRecordWhoseClaimMeetsAnErrorAgainAndAgainIsAppliedNotArchived}).
    */
   @Test
   void anErrorAsARetryIsClaimedIsNoAttemptOfTheHandlerAndTheNextLoopAppliesTheRecord()
@@ -668,12 +670,79 @@ class DedupShareLoopTest {
                     || !TestKafka.readFromStart(topic + "-dlt", 1, Duration.ofMillis(200))
                         .isEmpty());
     assertThat(losing.repliesLost()).as("claims answered with the Error").isEqualTo(1);
-    assertThat(loopsEnded).as("loops ended on the Error").hasValue(1);
+    assertThat(loopsEnded).as("loops ended on the Error").hasValue(0);
     assertThat(TestKafka.readFromStart(topic + "-dlt", 1, Duration.ofSeconds(2)))
         .as("records dead-lettered after %s handler run(s) of the two allowed", runs)
         .isEmpty();
     assertThat(runs).as("handler runs").hasValue(2);
     assertThat(applied).hasValue(1);
+    restarting.set(false);
+    assertQueueEmpty();
+  }
+
+  /**
+   * A record's claim meets an {@code Error} once the database has committed it (an {@code
+   * OutOfMemoryError} as its answer is read), five times in a row, each before the handler ran; the
+   * application starts a new loop each time one ends on an Error. The record is kept acquired and
+   * claimed again after the hold back-off: one loop, one delivery, applied once. Each end left the
+   * record undecided and the consumer's close gave it back, a delivery counted each time: on its
+   * fifth the broker archived it, unapplied and without a dead letter, its handler never run.
+   */
+  @Test
+  void aRecordWhoseClaimMeetsAnErrorAgainAndAgainIsAppliedNotArchived() throws Exception {
+    createQueue(Duration.ofSeconds(5));
+    send("claimed-alone-1", "fine");
+    ReplyLosingStore losing = ReplyLosingStore.in(fixture.store());
+    IdempotentExecutor executor =
+        IdempotentExecutor.builder(losing.store()).lease(Duration.ofMinutes(5)).build();
+    executors.add(executor);
+    AtomicInteger applied = new AtomicInteger();
+    List<String> runs = new CopyOnWriteArrayList<>();
+    AtomicInteger loopsEnded = new AtomicInteger();
+    threads.execute(
+        () -> {
+          while (restarting.get()) {
+            try {
+              loop(
+                      executor,
+                      false,
+                      record -> {
+                        runs.add(orderNo(record) + "/" + record.deliveryCount().orElse((short) 0));
+                        applied.incrementAndGet();
+                      },
+                      b -> b,
+                      record -> {},
+                      KafkaShareConsumer::new)
+                  .run();
+              return; // closed
+            } catch (Error e) {
+              loopsEnded.incrementAndGet();
+              try {
+                Thread.sleep(1_000);
+              } catch (InterruptedException stop) {
+                return;
+              }
+            }
+          }
+        });
+    for (int lost = 1; lost <= DedupShareLoop.DEFAULT_DELIVERY_COUNT_LIMIT; lost++) {
+      losing.loseNextClaimReplyTo(
+          new OutOfMemoryError("Java heap space, reading the claim's answer"));
+      int expected = lost;
+      await()
+          .atMost(WAIT)
+          .alias("the claim answered with the Error " + expected + " times")
+          .until(() -> losing.repliesLost() >= expected);
+    }
+    await()
+        .atMost(WAIT)
+        .alias("the record applied; loops ended on the Error: " + loopsEnded)
+        .until(() -> applied.get() > 0);
+    assertThat(runs).as("handler runs, on its first delivery").containsExactly("claimed-alone-1/1");
+    assertThat(loopsEnded).as("loops ended on the Error").hasValue(0);
+    assertThat(TestKafka.readFromStart(topic + "-dlt", 1, Duration.ofSeconds(1)))
+        .as("records dead-lettered")
+        .isEmpty();
     restarting.set(false);
     assertQueueEmpty();
   }

@@ -4,7 +4,12 @@ import static io.consumerdedup.spring.SpringTestEnvironment.header;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import ch.qos.logback.classic.Level;
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
 import io.consumerdedup.kafka.DeadLetterHandler;
+import io.consumerdedup.kafka.DedupShareLoop;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.nio.charset.StandardCharsets;
@@ -21,7 +26,10 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
@@ -75,6 +83,26 @@ class ShareListenerPollRejectedLateRejectTest {
 
   @Autowired JdbcTemplate jdbc;
 
+  // The worker's messages go to the share loop's logger; the consumer wrapper's to its own.
+  private final ListAppender<ILoggingEvent> log = new ListAppender<>();
+  private final List<Logger> loggers =
+      List.of(
+          (Logger) LoggerFactory.getLogger(DedupShareLoop.class),
+          (Logger)
+              LoggerFactory.getLogger(
+                  "io.consumerdedup.spring.autoconfigure.WrappedShareConsumers"));
+
+  @BeforeEach
+  void captureTheLog() {
+    log.start();
+    loggers.forEach(logger -> logger.addAppender(log));
+  }
+
+  @AfterEach
+  void releaseTheLog() {
+    loggers.forEach(logger -> logger.detachAppender(log));
+  }
+
   @Test
   void aRejectedRecordWhoseLockRanOutBehindALongListenerIsDeadLetteredOnce() throws Exception {
     sendInOneBatch(
@@ -90,6 +118,11 @@ class ShareListenerPollRejectedLateRejectTest {
         .as("deliveries of P-2: its REJECT refused, its lock having run out in the buffer")
         .isGreaterThanOrEqualTo(2);
     assertThat(deadLetters).as("dead letters of P-2").containsOnlyOnce("P-2");
+    // One event, the lock of its first delivery run out in the buffer: one WARN. The consumer's
+    // wrapper added two (the lock run out as it polled, the RELEASE dropped) to the worker's.
+    assertThat(warnings(TOPIC + "-0@1"))
+        .as("WARNs naming P-2, its first delivery's lock run out before it was handed over")
+        .hasSize(1);
     assertThat(SpringTestEnvironment.effects(jdbc, TOPIC, "O-1")).isEqualTo(1);
     assertThat(TestShareGroups.remaining(TOPIC, TOPIC, Duration.ofSeconds(2)))
         .as("left in the queue")
@@ -122,6 +155,18 @@ class ShareListenerPollRejectedLateRejectTest {
     assertThat(TestShareGroups.remaining(TWO_CONSUMERS, TWO_CONSUMERS, Duration.ofSeconds(2)))
         .as("left in the queue")
         .isEmpty();
+  }
+
+  private List<String> warnings(String naming) {
+    List<ILoggingEvent> events;
+    synchronized (log) { // the lock under which the appender appends
+      events = List.copyOf(log.list);
+    }
+    return events.stream()
+        .filter(event -> event.getLevel() == Level.WARN)
+        .map(ILoggingEvent::getFormattedMessage)
+        .filter(message -> message.contains(naming))
+        .toList();
   }
 
   /** In one batch, as a busy producer sends them: the broker acquires them in one fetch. */

@@ -308,8 +308,10 @@ final class WrappedShareConsumers {
           pause(args == null ? Duration.ZERO : (Duration) args[0]);
           return ConsumerRecords.empty();
         }
-        // The dead letter took longer than the lock.
-        log.warn(
+        // The dead letter took longer than the lock, or the lock ran out before the record was
+        // handed over. Not a WARN: its acknowledgement, dropped, or the worker's own message says
+        // so once (the user read three WARNs for one record whose lock had run out).
+        log.debug(
             "{} was not acknowledged within its acquisition lock, which cannot be renewed; the"
                 + " broker delivers it again",
             Coordinates.of(inHand));
@@ -388,7 +390,10 @@ final class WrappedShareConsumers {
       RejectedByPoll<?, ?> inHand = rejected;
       if (inHand == null || !Sent.of(inHand).equals(Sent.of(record))) {
         handedOver.remove(Sent.of(record));
-        if (type != AcknowledgeType.RENEW) {
+        // A RELEASE only follows the worker's own message (the lock ran out before the record
+        // was handed over, or its dead letter could not be written): dropped, it changes nothing
+        // the broker does, and a WARN of it said the same thing again.
+        if (type != AcknowledgeType.RENEW && type != AcknowledgeType.RELEASE) {
           log.warn(
               "{} not acknowledged ({}): its acquisition lock ran out; the broker delivers it again",
               Coordinates.of(record),
