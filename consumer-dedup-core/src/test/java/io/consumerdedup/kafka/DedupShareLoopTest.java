@@ -618,7 +618,7 @@ class DedupShareLoopTest {
    * #aRecordWhoseClaimMeetsAnErrorAgainAndAgainIsAppliedNotArchived}).
    */
   @Test
-  void anErrorAsARetryIsClaimedIsNoAttemptOfTheHandlerAndTheNextLoopAppliesTheRecord()
+  void anErrorAsARetryIsClaimedIsNoAttemptOfTheHandlerAndTheRecordIsClaimedAgain()
       throws Exception {
     createQueue(Duration.ofSeconds(5));
     send("retry-1", "fails once");
