@@ -47,8 +47,16 @@ final class ShareInFlight<K, V> {
    * is the delivery it was decided for: a lost lock has the broker deliver the same offset again,
    * and a decision made from the earlier delivery's count (a RELEASE on what is now the last
    * delivery archives the record without its dead letter) must not be sent for the later one.
+   * {@code lockEndsNanos} tells apart the deliveries of a record the deserializer rejected, which
+   * all count 0 (kafka-clients reports no count with it): when that delivery's lock runs out; 0 for
+   * any other record.
    */
-  record Decision(Id id, int delivery, AcknowledgeType type, long notBeforeNanos) {}
+  record Decision(
+      Id id, int delivery, AcknowledgeType type, long notBeforeNanos, long lockEndsNanos) {
+    Decision(Id id, int delivery, AcknowledgeType type, long notBeforeNanos) {
+      this(id, delivery, type, notBeforeNanos, 0);
+    }
+  }
 
   /** The record's delivery count; 0 if the consumer did not report one. */
   static int delivery(ConsumerRecord<?, ?> record) {

@@ -45,7 +45,10 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
    * none) of the record at {@code topic}-{@code partition}@{@code offset}, to be sent not before
    * {@code notBeforeNanos} ({@link System#nanoTime()}). The owner must drop a decision whose
    * delivery count is not that of the delivery it holds: the record's lock was lost and the broker
-   * delivered it again, and the decision was made from the earlier delivery's count.
+   * delivered it again, and the decision was made from the earlier delivery's count. A record the
+   * deserializer rejected counts 0 on every delivery: its decision names the delivery by {@code
+   * lockEndsNanos}, the lock end it was handed over with ({@link #submitUndeserializable}), and the
+   * owner drops one made for another delivery (0 for any other record).
    */
   public record Decided(
       String topic,
@@ -53,7 +56,18 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
       long offset,
       int deliveryCount,
       AcknowledgeType type,
-      long notBeforeNanos) {}
+      long notBeforeNanos,
+      long lockEndsNanos) {
+    public Decided(
+        String topic,
+        int partition,
+        long offset,
+        int deliveryCount,
+        AcknowledgeType type,
+        long notBeforeNanos) {
+      this(topic, partition, offset, deliveryCount, type, notBeforeNanos, 0);
+    }
+  }
 
   private final ShareWorker<K, V> worker;
   private final Thread thread;
@@ -97,7 +111,8 @@ public final class ShareRecordWorker<K, V> implements AutoCloseable {
                         d.id().offset(),
                         d.delivery(),
                         d.type(),
-                        d.notBeforeNanos())),
+                        d.notBeforeNanos(),
+                        d.lockEndsNanos())),
             maxAttempts,
             deliveryCountLimit,
             retryBackOff,

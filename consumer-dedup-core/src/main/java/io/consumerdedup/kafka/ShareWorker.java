@@ -136,13 +136,23 @@ final class ShareWorker<K, V> implements Runnable {
   /** The record whose handler or dead letter runs now; null between records. */
   private volatile @Nullable ConsumerRecord<?, ?> inHand;
 
-  /** A delivery handed over and not decided; abandoned once its owner gave it up. */
+  /**
+   * A delivery handed over and not decided; abandoned once its owner gave it up. {@code
+   * lockEndsNanos} tells apart the deliveries of a record the deserializer rejected, which all
+   * count 0; 0 for any other record.
+   */
   private static final class Pending {
     final int delivery;
+    final long lockEndsNanos;
     boolean abandoned;
 
-    Pending(int delivery) {
+    Pending(int delivery, long lockEndsNanos) {
       this.delivery = delivery;
+      this.lockEndsNanos = lockEndsNanos;
+    }
+
+    boolean is(int delivery, long lockEndsNanos) {
+      return this.delivery == delivery && this.lockEndsNanos == lockEndsNanos;
     }
   }
 
@@ -192,7 +202,7 @@ final class ShareWorker<K, V> implements Runnable {
           again.add(decision);
           continue;
         }
-        pending.put(id, new Pending(delivery)); // an earlier delivery taken is superseded
+        pending.put(id, new Pending(delivery, 0)); // an earlier delivery taken is superseded
         fresh.add(record);
       }
     }
@@ -216,7 +226,9 @@ final class ShareWorker<K, V> implements Runnable {
   void submitUndeserializable(
       ConsumerRecord<byte[], byte[]> raw, Exception reason, long lockEndsNanos) {
     synchronized (deliveries) {
-      pending.put(Id.of(raw), new Pending(ShareInFlight.delivery(raw)));
+      // A later delivery (a new lock end) supersedes the one whose dead letter may still be tried:
+      // that one's decision is dropped, and this one gets a try of its own.
+      pending.put(Id.of(raw), new Pending(ShareInFlight.delivery(raw), lockEndsNanos));
     }
     DeadLetter deadLetter =
         new DeadLetter(
@@ -250,6 +262,13 @@ final class ShareWorker<K, V> implements Runnable {
    * later delivery of a record this worker dead-lettered, which is rejected at once.
    */
   private boolean stillHeld(ConsumerRecord<?, ?> record) {
+    return stillHeld(record, 0);
+  }
+
+  /**
+   * {@link #stillHeld(ConsumerRecord)} for the delivery whose lock ends at {@code lockEndsNanos}.
+   */
+  private boolean stillHeld(ConsumerRecord<?, ?> record, long lockEndsNanos) {
     Id id = Id.of(record);
     int delivery = ShareInFlight.delivery(record);
     boolean held = false;
@@ -259,9 +278,9 @@ final class ShareWorker<K, V> implements Runnable {
         // Decided already: a later delivery, handed over and decided while this one's retry
         // waited (which would write a second dead letter, or run the handler again).
         held = !decided.containsKey(id);
-      } else if (taken.delivery == delivery && !taken.abandoned) {
+      } else if (taken.is(delivery, lockEndsNanos) && !taken.abandoned) {
         held = true;
-      } else if (taken.delivery == delivery) {
+      } else if (taken.is(delivery, lockEndsNanos)) {
         pending.remove(id);
         holds.remove(id);
       }
@@ -276,7 +295,7 @@ final class ShareWorker<K, V> implements Runnable {
             "{} came back after this consumer dead-lettered it: its REJECT did not reach the"
                 + " broker in time (its lock was lost); rejecting it without another dead letter",
             describe(record));
-        done(record, AcknowledgeType.REJECT, 0);
+        done(record, AcknowledgeType.REJECT, 0, lockEndsNanos);
         return false;
       }
       if (written != null && written < delivery) {
@@ -287,7 +306,7 @@ final class ShareWorker<K, V> implements Runnable {
             describe(record),
             delivery,
             written);
-        done(record, AcknowledgeType.REJECT, 0);
+        done(record, AcknowledgeType.REJECT, 0, lockEndsNanos);
         return false;
       }
       return true;
@@ -364,7 +383,7 @@ final class ShareWorker<K, V> implements Runnable {
         }
         DeadLetter deadLetter = work.deadLetter();
         if (deadLetter != null) {
-          if (stillHeld(deadLetter.record())) {
+          if (stillHeld(deadLetter.record(), deadLetter.lockEndsNanos())) {
             deadLetterThenReject(deadLetter);
           }
         } else {
@@ -406,7 +425,7 @@ final class ShareWorker<K, V> implements Runnable {
       }
       DeadLetter deadLetter = next.deadLetter();
       if (deadLetter != null) {
-        if (stillHeld(deadLetter.record())) {
+        if (stillHeld(deadLetter.record(), deadLetter.lockEndsNanos())) {
           deadLetterThenReject(deadLetter);
         }
       } else {
@@ -714,7 +733,7 @@ final class ShareWorker<K, V> implements Runnable {
               + " handling outlasted the lock); the broker delivers it again, and that delivery is"
               + " dead-lettered",
           describe(record));
-      done(record, AcknowledgeType.RELEASE, 0);
+      done(record, AcknowledgeType.RELEASE, 0, deadLetter.lockEndsNanos());
       return;
     }
     inHand = record;
@@ -742,7 +761,7 @@ final class ShareWorker<K, V> implements Runnable {
             "Could not dead-letter {}; it is delivered again",
             describe(record),
             FailureTexts.loggable(e));
-        done(record, AcknowledgeType.RELEASE, 0);
+        done(record, AcknowledgeType.RELEASE, 0, deadLetter.lockEndsNanos());
         return;
       }
       queue.add(new Work<>(List.of(), deadLetter, System.nanoTime() + wait.toNanos()));
@@ -751,18 +770,31 @@ final class ShareWorker<K, V> implements Runnable {
       inHand = null;
     }
     deadLettered.put(Id.of(record), ShareInFlight.delivery(record));
-    done(record, AcknowledgeType.REJECT, 0);
+    done(record, AcknowledgeType.REJECT, 0, deadLetter.lockEndsNanos());
   }
 
   private void done(ConsumerRecord<?, ?> record, AcknowledgeType type, long delayNanos) {
+    done(record, type, delayNanos, 0);
+  }
+
+  /**
+   * {@code lockEndsNanos}: that of the delivery decided, for a record the deserializer rejected.
+   * Matched by its count alone (0 on each of its deliveries), a slow dead letter's RELEASE was
+   * taken for the later delivery handed over meanwhile, which was then released without a try of
+   * its own, and a dead-letter topic slow to fail had the broker archive the record without its
+   * dead letter after half its deliveries.
+   */
+  private void done(
+      ConsumerRecord<?, ?> record, AcknowledgeType type, long delayNanos, long lockEndsNanos) {
     Id id = Id.of(record);
     int delivery = ShareInFlight.delivery(record);
-    Decision decision = new Decision(id, delivery, type, System.nanoTime() + delayNanos);
+    Decision decision =
+        new Decision(id, delivery, type, System.nanoTime() + delayNanos, lockEndsNanos);
     boolean superseded;
     synchronized (deliveries) {
       Pending taken = pending.get(id);
       // A later delivery handed over meanwhile: what is kept for the offset is that one's.
-      superseded = taken != null && taken.delivery != delivery;
+      superseded = taken != null && !taken.is(delivery, lockEndsNanos);
       if (!superseded) {
         pending.remove(id);
         decided.put(id, decision);

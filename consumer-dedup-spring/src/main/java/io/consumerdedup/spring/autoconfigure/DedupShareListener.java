@@ -329,6 +329,24 @@ final class DedupShareListener<K, V>
     return record.deliveryCount().map(Short::intValue).orElse(0);
   }
 
+  /**
+   * Whether {@code later} is the delivery {@code earlier} is of, renewed and back: the same count,
+   * and for a record the deserializer rejected (0 on every delivery, its lock never renewed but
+   * handed back as the same instance) the same instance; another is the broker's next delivery.
+   */
+  private static boolean sameDelivery(ConsumerRecord<?, ?> earlier, ConsumerRecord<?, ?> later) {
+    if (delivery(earlier) != delivery(later)) {
+      return false;
+    }
+    return !(earlier instanceof RejectedByPoll<?, ?> || later instanceof RejectedByPoll<?, ?>)
+        || earlier == later;
+  }
+
+  /** The lock end a decision names the delivery by: 0 but for a record the poll rejected. */
+  private static long lockEnds(ConsumerRecord<?, ?> record) {
+    return record instanceof RejectedByPoll<?, ?> rejected ? rejected.lockEndsNanos() : 0;
+  }
+
   private record Id(String topic, int partition, long offset) {
     static Id of(ConsumerRecord<?, ?> record) {
       return new Id(record.topic(), record.partition(), record.offset());
@@ -443,7 +461,17 @@ final class DedupShareListener<K, V>
         }
         Id id = Id.of(record);
         Entry entry = entries.get(id);
-        if (entry != null && delivery(entry.record) != delivery(record)) {
+        if (entry != null
+            && entry.record instanceof RejectedByPoll<?, ?>
+            && !sameDelivery(entry.record, record)) {
+          // The broker's next delivery, its lock having run out while a dead letter was tried
+          // (which is said then): taken for the earlier one renewed, it was never tried, and that
+          // try's RELEASE released it, each slow failing try spending two deliveries.
+          log.debug("{} delivered again: a new delivery, tried on its own", id);
+          entries.remove(id);
+          entry = null;
+        }
+        if (entry != null && !sameDelivery(entry.record, record)) {
           // A renewal counts no delivery: this is the broker's new delivery after the lock was
           // lost. The earlier one is forgotten unacknowledged (an acknowledgement names the offset,
           // so it would settle the new delivery) and the new one goes to the worker.
@@ -664,8 +692,11 @@ final class DedupShareListener<K, V>
     private synchronized void decide(Decided decided) {
       Entry entry = entries.get(new Id(decided.topic(), decided.partition(), decided.offset()));
       // A decision made from an earlier delivery's count (a RELEASE on what is now the last
-      // delivery archives the record without its dead letter) is not sent for a later one.
-      if (entry != null && delivery(entry.record) == decided.deliveryCount()) {
+      // delivery archives the record without its dead letter) is not sent for a later one; nor,
+      // for a record the poll rejected, whose deliveries all count 0, one made for another lock.
+      if (entry != null
+          && delivery(entry.record) == decided.deliveryCount()
+          && lockEnds(entry.record) == decided.lockEndsNanos()) {
         entry.decision = decided;
       }
     }
@@ -767,7 +798,8 @@ final class DedupShareListener<K, V>
           decision.offset(),
           decision.deliveryCount(),
           decision.type(),
-          nanos);
+          nanos,
+          decision.lockEndsNanos());
     }
 
     private void acknowledge(Entry entry, AcknowledgeType type) {
@@ -948,7 +980,7 @@ final class DedupShareListener<K, V>
       for (ConsumerRecord<?, ?> any : polled) {
         ConsumerRecord<K, V> record = (ConsumerRecord<K, V>) any;
         Entry entry = entries.get(Id.of(record));
-        if (entry != null && delivery(entry.record) == delivery(record)) {
+        if (entry != null && sameDelivery(entry.record, record)) {
           entry.record = record;
           entry.held = true;
           continue;

@@ -1,0 +1,185 @@
+package io.consumerdedup.spring;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.kafka.DeadLetterHandler;
+import io.consumerdedup.testing.TestShareGroups;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ShareConsumer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.errors.RecordDeserializationException;
+import org.apache.kafka.common.serialization.StringDeserializer;
+import org.junit.jupiter.api.Test;
+import org.springframework.beans.factory.annotation.Autowired;
+import org.springframework.boot.SpringBootConfiguration;
+import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.context.annotation.Bean;
+import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
+import org.springframework.kafka.core.DefaultShareConsumerFactory;
+import org.springframework.kafka.core.KafkaTemplate;
+import org.springframework.test.annotation.DirtiesContext;
+import org.springframework.test.context.DynamicPropertyRegistry;
+import org.springframework.test.context.DynamicPropertySource;
+
+/**
+ * A record the share listener's consumer cannot deserialize (no {@code ErrorHandlingDeserializer}),
+ * whose dead-letter topic is slow to fail: each of the first tries outlasts the 3 s acquisition
+ * lock, which cannot be renewed, then throws, and the broker delivers the record again while the
+ * try still runs. Every such delivery reports delivery count 0. The user expects each delivery
+ * tried on its own, and the record dead-lettered once the topic accepts it within the broker's 5
+ * deliveries: not released unseen by the failure of the try before it, and archived without its
+ * dead letter. Spring Boot 4.0 refuses share listeners, so the boot40 module leaves this class out.
+ */
+@SpringBootTest(classes = ShareListenerPollRejectedSlowFailingDeadLetterTest.App.class)
+@DirtiesContext
+class ShareListenerPollRejectedSlowFailingDeadLetterTest {
+  static final Duration WAIT = Duration.ofSeconds(25);
+  static final Duration LOCK = Duration.ofSeconds(3);
+  static final String TOPIC = "share-poll-rejected-slow-failing-dlt";
+
+  /** Past the lock: the next delivery comes while the try still runs. */
+  static final Duration FAILING_TRY_TAKES = Duration.ofMillis(4_500);
+
+  /**
+   * How many tries fail slowly before the topic accepts the dead letter. Tries take turns on the
+   * listener's worker, and each outlasts a delivery, so three such tries are what the broker's 5
+   * deliveries leave room for whatever is done; one try per two deliveries, the record was archived
+   * after the third without its dead letter.
+   */
+  static final int SLOW_FAILURES = 3;
+
+  static final AtomicInteger tries = new AtomicInteger();
+
+  /** Deliveries of the undeserializable record: each poll that threw for it. */
+  static final AtomicInteger deliveries = new AtomicInteger();
+
+  static final List<ConsumerRecord<byte[], byte[]>> deadLetters = new CopyOnWriteArrayList<>();
+
+  @DynamicPropertySource
+  static void environment(DynamicPropertyRegistry registry) {
+    SpringTestEnvironment.prepare(registry, "spring_share_poll_rejected_slow_failing", TOPIC);
+    TestShareGroups.configure(TOPIC, LOCK);
+  }
+
+  @Autowired KafkaTemplate<String, String> template;
+
+  @Test
+  void eachDeliveryOfARejectedRecordGetsItsOwnDeadLetterTry() throws Exception {
+    ProducerRecord<String, String> poison =
+        new ProducerRecord<>(TOPIC, "K-1", RejectingDeserializer.POISON + " charge 1.00");
+    poison.headers().add("order-no", "P-1".getBytes(StandardCharsets.UTF_8));
+    long sent = System.nanoTime();
+    template.send(poison).get();
+
+    // Written about 13.5 s after the first delivery (tries at 0, 4.5 and 9 s, each on a delivery
+    // of its own), within the fifth delivery's lock. Archived without it, nothing more comes.
+    await()
+        .atMost(WAIT.plusSeconds(5))
+        .until(() -> !deadLetters.isEmpty() || System.nanoTime() - sent > WAIT.toNanos());
+    Thread.sleep(LOCK.toMillis()); // a second dead letter, had there been one
+    assertThat(deadLetters)
+        .as(
+            "dead letters of the undeserializable record (%d deliveries, %d tries)",
+            deliveries.get(), tries.get())
+        .hasSize(1);
+    assertThat(new String(deadLetters.get(0).value(), StandardCharsets.UTF_8))
+        .isEqualTo(RejectingDeserializer.POISON + " charge 1.00");
+    assertThat(tries.get()).as("dead-letter tries").isEqualTo(SLOW_FAILURES + 1);
+    assertThat(deliveries.get()).as("deliveries").isLessThanOrEqualTo(5);
+    assertThat(TestShareGroups.remaining(TOPIC, TOPIC, Duration.ofSeconds(2)))
+        .as("left in the queue")
+        .isEmpty();
+  }
+
+  /** Counts each poll that throws for the undeserializable record: a delivery of it. */
+  @SuppressWarnings("unchecked")
+  static ShareConsumer<String, String> counting(ShareConsumer<String, String> consumer) {
+    return (ShareConsumer<String, String>)
+        Proxy.newProxyInstance(
+            ShareConsumer.class.getClassLoader(),
+            new Class<?>[] {ShareConsumer.class},
+            (proxy, method, args) -> {
+              try {
+                return method.invoke(consumer, args);
+              } catch (InvocationTargetException e) {
+                if (e.getCause() instanceof RecordDeserializationException) {
+                  deliveries.incrementAndGet();
+                }
+                throw e.getCause();
+              }
+            });
+  }
+
+  @SpringBootConfiguration
+  @EnableAutoConfiguration
+  static class App {
+    @Bean
+    ShareKafkaListenerContainerFactory<String, String> shareFactory() {
+      return new ShareKafkaListenerContainerFactory<>(
+          new DefaultShareConsumerFactory<String, String>(
+              ShareListenerTests.consumerConfig(
+                  StringDeserializer.class, RejectingDeserializer.class)) {
+            @Override
+            protected ShareConsumer<String, String> createRawConsumer(
+                String groupId, String clientId) {
+              return counting(super.createRawConsumer(groupId, clientId));
+            }
+
+            @Override
+            protected ShareConsumer<String, String> createRawConsumer(
+                String groupId, String clientId, Map<String, Object> overrides) {
+              return counting(super.createRawConsumer(groupId, clientId, overrides));
+            }
+          });
+    }
+
+    /** Fails slowly, past the lock, as a dead-letter topic timing out would, then accepts. */
+    @Bean
+    DeadLetterHandler<String, String> deadLetterHandler() {
+      return new DeadLetterHandler<>() {
+        @Override
+        public void deadLetter(ConsumerRecord<String, String> record, Exception reason) {
+          throw new AssertionError("no dead letter expected for " + record, reason);
+        }
+
+        @Override
+        public void deadLetterUndeserializable(
+            ConsumerRecord<byte[], byte[]> record, Exception reason) {
+          if (tries.incrementAndGet() <= SLOW_FAILURES) {
+            try {
+              Thread.sleep(FAILING_TRY_TAKES.toMillis());
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+            throw new IllegalStateException("injected: dead-letter send timed out");
+          }
+          deadLetters.add(record);
+        }
+      };
+    }
+
+    @Bean
+    Listener listener() {
+      return new Listener();
+    }
+  }
+
+  static class Listener {
+    @Idempotent(bizType = "poll-rejected-slow-failing-dlt", header = "order-no")
+    @KafkaListener(id = TOPIC, topics = TOPIC, groupId = TOPIC, containerFactory = "shareFactory")
+    public void handle(ConsumerRecord<String, String> record) {
+      throw new AssertionError("the listener is not called with an undeserializable record");
+    }
+  }
+}
