@@ -172,11 +172,17 @@ final class OffsetCommits {
       done.clear();
       unanswered.clear();
     } catch (CommitFailedException | RebalanceInProgressException e) {
-      // The partitions may belong to another consumer now; it re-reads these records, and the
-      // dedup table answers DUPLICATE for those that were handled.
-      log.warn("Offsets {} not committed (group rebalanced); they will be redelivered", offsets, e);
-      done.clear();
-      unanswered.clear();
+      // The offsets stay owed: a cooperative rebalance revokes only some partitions, and those
+      // this consumer keeps are committed with its next commit (dropped here, they were never
+      // committed unless more records came, and a restart delivered their records again). Those
+      // of partitions it loses are forgotten as they go; their new owner re-reads those records,
+      // and the dedup table answers DUPLICATE for those that were handled.
+      log.warn(
+          "Offsets {} not committed (group rebalancing); those of the partitions this consumer"
+              + " keeps are committed with its next commit, the others redelivered to their new"
+              + " owner",
+          offsets,
+          e);
     } catch (WakeupException | InterruptException e) {
       throw e;
     } catch (KafkaException e) {
