@@ -275,6 +275,16 @@ public final class SqlStates {
   }
 
   /**
+   * What a store call reports when no driver accepts the URL of the DataSource it asked for a
+   * connection ({@link #noDriverAccepts}): an operator has to act, and the record waits until the
+   * URL is set right. The driver's own message, which may carry the URL's password, is left out.
+   */
+  public static DedupStoreException noDriver(
+      String what, @Nullable DedupKey key, DedupConfigurationException refused) {
+    return new DedupStoreException(what + " failed: " + refused.getMessage(), key, null, refused);
+  }
+
+  /**
    * A message that cannot be read says nothing of a refusal: thrown on, it stopped the build that
    * an outage does not stop.
    */

@@ -209,16 +209,29 @@ public final class StoreCalls {
 
   /**
    * A connection of {@code connections} for a call; not retried when the DataSource throws a {@code
-   * RuntimeException}: nothing says a second try would get one.
+   * RuntimeException}: nothing says a second try would get one. Nor when no driver accepts the
+   * DataSource's URL (a DataSource that asks {@code DriverManager} for each connection, given
+   * another URL after the build checked the table): every try is refused the same way, at once.
+   * Taken for an outage, each call spent its whole retry budget, and each try logged the URL with
+   * its password, and nothing named the mistake.
    *
    * @throws DedupStoreUnavailableException naming what the DataSource threw, its cause
+   * @throws io.consumerdedup.core.DedupStoreException no driver accepts the URL (a {@link
+   *     io.consumerdedup.core.DedupConfigurationException} its cause)
    */
   private Connection connection(DataSource connections, String operation, @Nullable DedupKey key)
       throws SQLException {
     try {
       return connections.getConnection();
-    } catch (RuntimeException e) {
-      throw SqlStates.noConnection(what(operation), key, e);
+    } catch (SQLException | RuntimeException e) {
+      DedupConfigurationException refused = SqlStates.noDriverAccepts(e);
+      if (refused != null) {
+        throw SqlStates.noDriver(what(operation), key, refused);
+      }
+      if (e instanceof RuntimeException noConnection) {
+        throw SqlStates.noConnection(what(operation), key, noConnection);
+      }
+      throw e;
     }
   }
 

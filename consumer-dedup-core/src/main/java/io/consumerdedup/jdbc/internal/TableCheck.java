@@ -75,6 +75,9 @@ public final class TableCheck {
           e.getMessage());
       return;
     } catch (DedupStoreException e) {
+      if (e.getCause() instanceof DedupConfigurationException refused) {
+        throw refused; // no driver accepts the URL (StoreCalls)
+      }
       log.warn("Could not check the dedup table {}: {}", table, e.getMessage());
       return;
     }

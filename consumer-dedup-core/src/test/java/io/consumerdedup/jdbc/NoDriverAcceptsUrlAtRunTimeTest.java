@@ -1,0 +1,86 @@
+package io.consumerdedup.jdbc;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.catchThrowable;
+
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
+import io.consumerdedup.core.DedupException;
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupStoreUnavailableException;
+import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.testing.ConnectionSource;
+import io.consumerdedup.testing.StoreFixture;
+import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.sql.DriverManager;
+import java.sql.SQLException;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+import org.slf4j.LoggerFactory;
+
+/**
+ * A DataSource that asks {@link DriverManager} for each connection (Spring's {@code
+ * DriverManagerDataSource}, a tenant's DataSource made when the tenant is first seen) is given a
+ * URL no driver accepts after the executor was built: refused at once and the same way at every
+ * try. Taken for an outage, each claim was tried for the whole retry budget, every try logged at
+ * WARN with the URL and its password, and the record waited with nothing naming the mistake.
+ */
+class NoDriverAcceptsUrlAtRunTimeTest {
+  @RegisterExtension static final StoreFixture fixture = new StoreFixture("nodriver_runtime", 1);
+
+  private final Logger storeLog = (Logger) LoggerFactory.getLogger("io.consumerdedup");
+  private final ListAppender<ILoggingEvent> logged = new ListAppender<>();
+
+  @AfterEach
+  void detach() {
+    storeLog.detachAppender(logged);
+  }
+
+  @Test
+  void aUrlNoDriverAcceptsAtRunTimeIsNamedOnceNotRetriedAsAnOutage() {
+    String goodUrl = TestDatabase.url(fixture.schema());
+    String misspelled = goodUrl.replace("jdbc:postgresql:", "jdbc:postgres:") + "&password=hunter2";
+    AtomicInteger connectionsAsked = new AtomicInteger();
+    String[] url = {goodUrl};
+    ConnectionSource driverManager =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() throws SQLException {
+            connectionsAsked.incrementAndGet();
+            return DriverManager.getConnection(url[0]);
+          }
+        };
+    JdbcDedupStore store = JdbcDedupStore.builder(driverManager).build();
+    AtomicInteger charges = new AtomicInteger();
+    try (IdempotentExecutor executor = IdempotentExecutor.builder(store).build()) {
+      url[0] = misspelled; // the DataSource's URL changes after the build checked the table
+      connectionsAsked.set(0);
+      logged.start();
+      storeLog.addAppender(logged);
+
+      Throwable thrown =
+          catchThrowable(
+              () -> executor.execute(DedupKey.of("payment", "RT-1"), charges::incrementAndGet));
+
+      assertThat(charges).as("handler runs").hasValue(0);
+      assertThat(thrown)
+          .as("what the claim threw")
+          .isInstanceOf(DedupException.class)
+          .isNotInstanceOf(DedupStoreUnavailableException.class)
+          .hasMessageContaining("No JDBC driver accepts the URL of the dedup table's DataSource")
+          .hasMessageContaining("password=***")
+          .hasMessageNotContaining("hunter2");
+      assertThat(Disposition.of(thrown)).as("disposition").isEqualTo(Disposition.RETRY_LATER);
+      assertThat(connectionsAsked).as("connections asked for by the claim").hasValue(1);
+      assertThat(logged.list)
+          .extracting(ILoggingEvent::getFormattedMessage)
+          .as("what the store logged")
+          .noneMatch(message -> message.contains("hunter2"));
+    }
+  }
+}
