@@ -1,5 +1,6 @@
 package io.consumerdedup.core;
 
+import io.consumerdedup.core.internal.AfterCommit;
 import io.consumerdedup.core.internal.CrossGroupDuplicates;
 import io.consumerdedup.core.internal.DeliverySources;
 import io.consumerdedup.core.internal.FaultPoints;
@@ -53,7 +54,7 @@ final class ClaimAnswers {
     }
     String stored = existing.fingerprint().orElse(null);
     if (fingerprint != null && stored != null && !stored.equals(fingerprint)) {
-      listener.conflict(key, existing);
+      AfterCommit.tellOfTry(() -> listener.conflict(key, existing));
       // Only an action that succeeded can answer for a delivery; one in progress may still fail.
       if (conflictPolicy == ConflictPolicy.TREAT_AS_DUPLICATE) {
         if (existing.status() == DedupStatus.SUCCESS) {
@@ -70,7 +71,7 @@ final class ClaimAnswers {
       if (log.isDebugEnabled()) { // a duplicate is a read: its log line should not cost more
         log.debug("Skipping duplicate {}: {}", DeliverySources.where(key, source), existing);
       }
-      listener.duplicate(key, existing);
+      AfterCommit.tellOfTry(() -> listener.duplicate(key, existing));
       return DedupClaim.duplicate(key, existing.attempts());
     }
     return null;
@@ -91,7 +92,7 @@ final class ClaimAnswers {
           existing.storedStatus(),
           existing);
     }
-    listener.inProgress(key, existing);
+    AfterCommit.tellOfTry(() -> listener.inProgress(key, existing));
     return new DedupInProgressException(key, existing, source);
   }
 
@@ -119,7 +120,7 @@ final class ClaimAnswers {
           DeliverySources.where(key, source),
           heldBefore);
     }
-    listener.claimed(key, attempt);
+    AfterCommit.tellOfTry(() -> listener.claimed(key, attempt));
     FaultPoints.reached(FaultPoints.Point.AFTER_CLAIM);
     if (renewal == null) {
       return DedupClaim.inTransaction(claim, source, listener, calls);

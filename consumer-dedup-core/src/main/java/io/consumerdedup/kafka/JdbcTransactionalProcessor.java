@@ -4,6 +4,7 @@ import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.Outcome;
+import io.consumerdedup.core.internal.AfterCommit;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.util.IdentityHashMap;
@@ -161,6 +162,10 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
       return;
     }
     IdentityHashMap<ConsumerRecord<K, V>, Outcome> outcomes = new IdentityHashMap<>();
+    // Rolled back, the poll is run again record by record, which tells the listener what it
+    // meets: told now as well, a duplicate, a claim or a failure was counted twice.
+    AfterCommit.Scope pollTry = AfterCommit.openRetriedOnRollback();
+    boolean pollCommitted = false;
     try {
       transactions.inTransaction(
           () -> {
@@ -176,6 +181,7 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
             processor.settle();
             return outcomes;
           });
+      pollCommitted = true;
     } catch (RuntimeException | Error e) {
       // An Error too (a handler's AssertionError or StackOverflowError): passed on, it ended the
       // loop before any record was reached, nothing of the poll committed, and the record never
@@ -186,6 +192,8 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
               + " each record in a transaction of its own",
           e);
       return;
+    } finally {
+      pollTry.end(pollCommitted);
     }
     committed.set(outcomes);
   }

@@ -13,6 +13,12 @@ import org.slf4j.LoggerFactory;
  * Error after the handler) was counted "processed", and counted again when its retry committed. The
  * transactions that this process opens itself ({@code TransactionBoundDataSource}) open a scope on
  * their thread; outside one, the news is told at once.
+ *
+ * <p>A try that is run again in other transactions if its own rolls back (a poll's transaction,
+ * whose records then run one transaction each) holds all its news, of claims, duplicates and
+ * failures too ({@link #tellOfTry}), until it commits: told as they happened, the rolled-back try's
+ * were told again by the run that followed it, and the counters said two duplicates where one
+ * record was skipped once.
  */
 public final class AfterCommit {
   private static final Logger log = LoggerFactory.getLogger(AfterCommit.class);
@@ -31,20 +37,57 @@ public final class AfterCommit {
     }
   }
 
+  /**
+   * Tells {@code news} of a try (a key claimed, a duplicate skipped, a handler's failure) now,
+   * unless this thread is in a try that is run again if it rolls back ({@link
+   * #openRetriedOnRollback}): then once that try commits.
+   */
+  public static void tellOfTry(Runnable news) {
+    Scope held = held(open.get());
+    if (held == null) {
+      news.run();
+    } else {
+      held.news.add(news);
+    }
+  }
+
   /** Opens the scope of a transaction on this thread; end it with {@link Scope#end}. */
   public static Scope open() {
-    Scope scope = new Scope(open.get());
+    return open(false);
+  }
+
+  /**
+   * Opens the scope of a try that, if it rolls back, is run again in other transactions: nothing
+   * said in it is told unless it commits, news of transactions within it that commit included.
+   */
+  public static Scope openRetriedOnRollback() {
+    return open(true);
+  }
+
+  private static Scope open(boolean retriedOnRollback) {
+    Scope scope = new Scope(open.get(), retriedOnRollback);
     open.set(scope);
     return scope;
+  }
+
+  private static @Nullable Scope held(@Nullable Scope scope) {
+    for (Scope each = scope; each != null; each = each.enclosing) {
+      if (each.retriedOnRollback) {
+        return each;
+      }
+    }
+    return null;
   }
 
   /** The news of one transaction, told if it commits. */
   public static final class Scope {
     private final @Nullable Scope enclosing;
+    private final boolean retriedOnRollback;
     private final List<Runnable> news = new ArrayList<>();
 
-    private Scope(@Nullable Scope enclosing) {
+    private Scope(@Nullable Scope enclosing, boolean retriedOnRollback) {
       this.enclosing = enclosing;
+      this.retriedOnRollback = retriedOnRollback;
     }
 
     /**
@@ -59,6 +102,11 @@ public final class AfterCommit {
         open.set(enclosing);
       }
       if (!committed) {
+        return;
+      }
+      Scope held = held(enclosing);
+      if (held != null) {
+        held.news.addAll(news); // told if the try around this transaction commits too
         return;
       }
       for (Runnable each : news) {
