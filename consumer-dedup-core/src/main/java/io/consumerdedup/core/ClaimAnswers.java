@@ -42,6 +42,20 @@ final class ClaimAnswers {
   }
 
   /**
+   * Tells a claim's news now; for a claim in the caller's transaction, as {@link
+   * AfterCommit#tellOfTry} says: held while the try it is part of may be run again. A claim of an
+   * executor in mode SEPARATE commits on its own, and its news is told whatever the caller's
+   * transaction does.
+   */
+  private void tellOfTry(Runnable news) {
+    if (calls.inTransaction()) {
+      AfterCommit.tellOfTry(news);
+    } else {
+      news.run();
+    }
+  }
+
+  /**
    * The answer to a key that was not claimed because it is done or claimed with another payload;
    * null if it is in progress elsewhere, or of a status this version does not know.
    */
@@ -54,7 +68,7 @@ final class ClaimAnswers {
     }
     String stored = existing.fingerprint().orElse(null);
     if (fingerprint != null && stored != null && !stored.equals(fingerprint)) {
-      AfterCommit.tellOfTry(() -> listener.conflict(key, existing));
+      tellOfTry(() -> listener.conflict(key, existing));
       // Only an action that succeeded can answer for a delivery; one in progress may still fail.
       if (conflictPolicy == ConflictPolicy.TREAT_AS_DUPLICATE) {
         if (existing.status() == DedupStatus.SUCCESS) {
@@ -71,7 +85,7 @@ final class ClaimAnswers {
       if (log.isDebugEnabled()) { // a duplicate is a read: its log line should not cost more
         log.debug("Skipping duplicate {}: {}", DeliverySources.where(key, source), existing);
       }
-      AfterCommit.tellOfTry(() -> listener.duplicate(key, existing));
+      tellOfTry(() -> listener.duplicate(key, existing));
       return DedupClaim.duplicate(key, existing.attempts());
     }
     return null;
@@ -92,7 +106,7 @@ final class ClaimAnswers {
           existing.storedStatus(),
           existing);
     }
-    AfterCommit.tellOfTry(() -> listener.inProgress(key, existing));
+    tellOfTry(() -> listener.inProgress(key, existing));
     return new DedupInProgressException(key, existing, source);
   }
 
@@ -120,7 +134,7 @@ final class ClaimAnswers {
           DeliverySources.where(key, source),
           heldBefore);
     }
-    AfterCommit.tellOfTry(() -> listener.claimed(key, attempt));
+    tellOfTry(() -> listener.claimed(key, attempt));
     FaultPoints.reached(FaultPoints.Point.AFTER_CLAIM);
     if (renewal == null) {
       return DedupClaim.inTransaction(claim, source, listener, calls);

@@ -75,6 +75,11 @@ final class ClaimCalls {
         key, ownerId, lease, claimRetention, fingerprint, source, unanswered.takeClaimIdFor(key));
   }
 
+  /** Whether claims are made in the caller's transaction (mode TRANSACTIONAL). */
+  boolean inTransaction() {
+    return inTransaction;
+  }
+
   private static void checkFingerprint(@Nullable String fingerprint) {
     if (fingerprint == null) {
       return;

@@ -331,7 +331,7 @@ public final class DedupClaim {
         failedInTransaction = true;
         transactionCalls.failInTransaction(inTransaction, error);
       }
-      Outcomes.tellFailed(listener, key, attempt, error);
+      AfterCommit.tellOfTry(() -> Outcomes.tellFailed(listener, key, attempt, error));
       return;
     }
     try {
@@ -384,7 +384,7 @@ public final class DedupClaim {
     try {
       transactionCalls.requireHeldInTransaction(inTransaction);
     } catch (RuntimeException | Error e) {
-      Outcomes.tellFailed(listener, key, attempt, e);
+      AfterCommit.tellOfTry(() -> Outcomes.tellFailed(listener, key, attempt, e));
       throw e;
     }
   }

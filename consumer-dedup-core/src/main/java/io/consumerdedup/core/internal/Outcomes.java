@@ -232,16 +232,13 @@ public final class Outcomes implements AutoCloseable {
    */
   public static void tellFailed(
       DedupListener listener, DedupKey key, int attempt, Throwable error) {
-    AfterCommit.tellOfTry(
-        () -> {
-          try {
-            listener.failed(key, attempt, error);
-          } catch (RuntimeException | Error e) {
-            if (e != error) {
-              error.addSuppressed(e);
-            }
-          }
-        });
+    try {
+      listener.failed(key, attempt, error);
+    } catch (RuntimeException | Error e) {
+      if (e != error) {
+        error.addSuppressed(e);
+      }
+    }
   }
 
   /** Whether an outcome of {@code key} is still to be written (queued, or kept for retrying). */
