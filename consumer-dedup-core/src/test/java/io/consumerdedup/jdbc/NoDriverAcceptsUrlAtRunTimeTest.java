@@ -6,6 +6,7 @@ import static org.assertj.core.api.Assertions.catchThrowable;
 import ch.qos.logback.classic.Logger;
 import ch.qos.logback.classic.spi.ILoggingEvent;
 import ch.qos.logback.core.read.ListAppender;
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStoreUnavailableException;
@@ -39,6 +40,32 @@ class NoDriverAcceptsUrlAtRunTimeTest {
   @AfterEach
   void detach() {
     storeLog.detachAppender(logged);
+  }
+
+  /**
+   * MySQL's and MariaDB's drivers take the password in the URL's authority too ({@code
+   * jdbc:mysql://app:secret@host/db}); the refusal masked only a {@code password=} parameter, and
+   * the build's exception, which applications log, carried the password.
+   */
+  @Test
+  void aPasswordBeforeTheHostIsMaskedToo() {
+    ConnectionSource driverManager =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() throws SQLException {
+            return DriverManager.getConnection("jdbc:mysq://app:hunter2@127.0.0.1:3306/test");
+          }
+        };
+    JdbcDedupStore store = JdbcDedupStore.builder(driverManager).build();
+
+    Throwable thrown = catchThrowable(() -> IdempotentExecutor.builder(store).build().close());
+
+    assertThat(thrown)
+        .as("what building threw")
+        .isInstanceOf(DedupConfigurationException.class)
+        .hasMessageContaining("No JDBC driver accepts the URL of the dedup table's DataSource")
+        .hasMessageContaining("jdbc:mysq://app:***@127.0.0.1:3306/test")
+        .hasMessageNotContaining("hunter2");
   }
 
   @Test

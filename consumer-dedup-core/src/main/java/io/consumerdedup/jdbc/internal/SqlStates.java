@@ -132,6 +132,12 @@ public final class SqlStates {
 
   private static final Pattern PASSWORD = Pattern.compile("((?i)password=)[^&;]*");
 
+  /**
+   * A password in a URL's authority ({@code //user:password@host}), which MySQL's and MariaDB's
+   * drivers take as a {@code password=} parameter.
+   */
+  private static final Pattern AUTHORITY_PASSWORD = Pattern.compile("(//[^/:@?]*:)[^/@?]*@");
+
   /** How deep the causes of a failed connection are searched for the driver's refusal. */
   private static final int MAX_CAUSES = 16;
 
@@ -258,7 +264,10 @@ public final class SqlStates {
               || message.contains("claims to not accept jdbcUrl");
       Matcher named = JDBC_URL.matcher(message);
       if (url == null && named.find()) {
-        url = PASSWORD.matcher(named.group()).replaceAll("$1***");
+        url =
+            AUTHORITY_PASSWORD
+                .matcher(PASSWORD.matcher(named.group()).replaceAll("$1***"))
+                .replaceAll("$1***@");
       }
     }
     if (!refused) {
