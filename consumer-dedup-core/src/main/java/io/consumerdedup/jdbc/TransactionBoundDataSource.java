@@ -252,11 +252,16 @@ public final class TransactionBoundDataSource implements DataSource {
     Connection connection;
     try {
       connection = pool.getConnection();
-    } catch (SQLException e) {
+    } catch (SQLException | RuntimeException e) {
+      DedupStoreException noDriver = SqlStates.noDriver("Opening a transaction", null, e);
+      if (noDriver != null) {
+        throw noDriver;
+      }
+      if (e instanceof RuntimeException noConnection) {
+        throw SqlStates.noConnection("Opening a transaction", null, noConnection);
+      }
       throw SqlStates.storeException(
-          "Opening a transaction (no connection from the pool)", null, e);
-    } catch (RuntimeException e) {
-      throw SqlStates.noConnection("Opening a transaction", null, e);
+          "Opening a transaction (no connection from the pool)", null, (SQLException) e);
     }
     try {
       boolean autoCommit = connection.getAutoCommit();

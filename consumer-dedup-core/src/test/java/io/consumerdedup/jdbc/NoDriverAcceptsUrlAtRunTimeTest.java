@@ -68,6 +68,36 @@ class NoDriverAcceptsUrlAtRunTimeTest {
         .hasMessageNotContaining("hunter2");
   }
 
+  /**
+   * Mode TRANSACTIONAL: the record's transaction is opened before the claim, on a connection of the
+   * same DataSource. Refused for its URL, it was reported as an outage of the database, with the
+   * URL and its password in the exception's message.
+   */
+  @Test
+  void aTransactionOverAUrlNoDriverAcceptsIsNamedNotTakenForAnOutage() {
+    ConnectionSource driverManager =
+        new ConnectionSource() {
+          @Override
+          public Connection getConnection() throws SQLException {
+            return DriverManager.getConnection(
+                TestDatabase.baseUrl().replace("jdbc:postgresql:", "jdbc:postgres:")
+                    + "&password=hunter2");
+          }
+        };
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(driverManager);
+    AtomicInteger works = new AtomicInteger();
+
+    Throwable thrown = catchThrowable(() -> transactions.inTransaction(works::incrementAndGet));
+
+    assertThat(works).as("work run").hasValue(0);
+    assertThat(thrown)
+        .as("what opening the transaction threw")
+        .isInstanceOf(DedupException.class)
+        .isNotInstanceOf(DedupStoreUnavailableException.class)
+        .hasMessageContaining("No JDBC driver accepts the URL of the dedup table's DataSource")
+        .hasMessageNotContaining("hunter2");
+  }
+
   @Test
   void aUrlNoDriverAcceptsAtRunTimeIsNamedOnceNotRetriedAsAnOutage() {
     String goodUrl = TestDatabase.url(fixture.schema());

@@ -284,13 +284,18 @@ public final class SqlStates {
   }
 
   /**
-   * What a store call reports when no driver accepts the URL of the DataSource it asked for a
-   * connection ({@link #noDriverAccepts}): an operator has to act, and the record waits until the
-   * URL is set right. The driver's own message, which may carry the URL's password, is left out.
+   * What a store call reports when {@code failure}, a DataSource's refusal of a connection, says
+   * that no driver accepts its URL ({@link #noDriverAccepts}): an operator has to act, and the
+   * record waits until the URL is set right; null for any other failure. Taken for an outage, the
+   * call was tried for its whole retry budget, each try logged with the URL and its password, and
+   * nothing named the mistake. The driver's own message, which may carry the password, is left out.
    */
-  public static DedupStoreException noDriver(
-      String what, @Nullable DedupKey key, DedupConfigurationException refused) {
-    return new DedupStoreException(what + " failed: " + refused.getMessage(), key, null, refused);
+  public static @Nullable DedupStoreException noDriver(
+      String what, @Nullable DedupKey key, Throwable failure) {
+    DedupConfigurationException refused = noDriverAccepts(failure);
+    return refused == null
+        ? null
+        : new DedupStoreException(what + " failed: " + refused.getMessage(), key, null, refused);
   }
 
   /**

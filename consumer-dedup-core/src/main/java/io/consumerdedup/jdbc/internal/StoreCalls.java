@@ -4,6 +4,7 @@ import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupStoreDataException;
+import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.github.resilience4j.core.IntervalFunction;
 import io.github.resilience4j.retry.Retry;
@@ -212,21 +213,18 @@ public final class StoreCalls {
    * RuntimeException}: nothing says a second try would get one. Nor when no driver accepts the
    * DataSource's URL (a DataSource that asks {@code DriverManager} for each connection, given
    * another URL after the build checked the table): every try is refused the same way, at once.
-   * Taken for an outage, each call spent its whole retry budget, and each try logged the URL with
-   * its password, and nothing named the mistake.
    *
    * @throws DedupStoreUnavailableException naming what the DataSource threw, its cause
-   * @throws io.consumerdedup.core.DedupStoreException no driver accepts the URL (a {@link
-   *     io.consumerdedup.core.DedupConfigurationException} its cause)
+   * @throws DedupStoreException no driver accepts the URL (see {@link SqlStates#noDriver})
    */
   private Connection connection(DataSource connections, String operation, @Nullable DedupKey key)
       throws SQLException {
     try {
       return connections.getConnection();
     } catch (SQLException | RuntimeException e) {
-      DedupConfigurationException refused = SqlStates.noDriverAccepts(e);
-      if (refused != null) {
-        throw SqlStates.noDriver(what(operation), key, refused);
+      DedupStoreException noDriver = SqlStates.noDriver(what(operation), key, e);
+      if (noDriver != null) {
+        throw noDriver;
       }
       if (e instanceof RuntimeException noConnection) {
         throw SqlStates.noConnection(what(operation), key, noConnection);
