@@ -194,6 +194,17 @@ final class WrappedShareConsumers {
     /** Whether the next poll returns {@link #rejected} again, as if renewed. */
     private boolean handRejectedBack;
 
+    /**
+     * The record the deserializer rejected whose lock ran out while its dead letter was still
+     * tried, until the worker decides that delivery: nothing is fetched meanwhile (see {@link
+     * #poll}). Its acknowledgement is no longer sent (the broker would refuse it), so the other
+     * records' renewals and acknowledgements are.
+     */
+    private @Nullable RejectedByPoll<?, ?> triedPastItsLock;
+
+    /** Whether the next poll returns {@link #triedPastItsLock} again, as if renewed. */
+    private boolean handLateBack;
+
     /** When a record the deserializer rejected was fetched: its lock runs from then. */
     private final ShareFetches fetches = new ShareFetches();
 
@@ -316,6 +327,8 @@ final class WrappedShareConsumers {
                 + " broker delivers it again",
             Coordinates.of(inHand));
         rejected = null;
+        triedPastItsLock = inHand;
+        handLateBack = handRejectedBack;
         handRejectedBack = false;
       }
       if (renewalsPending) {
@@ -327,6 +340,21 @@ final class WrappedShareConsumers {
         consumer.commitAsync();
       }
       acknowledgementsUnsent = false;
+      RejectedByPoll<?, ?> late = triedPastItsLock;
+      if (late != null) {
+        // Its dead letter still tried: a fetch now brings the broker's next delivery of it, which
+        // waits for that try, and the one after it supersedes it untried. A try that outlasted two
+        // locks spent three deliveries, and a dead-letter topic whose sends failed after the
+        // producer's max.block.ms (60 s, twice the default lock) had the broker archive the record
+        // without its dead letter after two tries. Fetched once the worker decides, as
+        // DedupShareLoop fetches, each try costs one delivery.
+        if (handLateBack) {
+          handLateBack = false;
+          return only(late); // renewed by the keeper, which holds it while the worker has it
+        }
+        pause(args == null ? Duration.ZERO : (Duration) args[0]);
+        return ConsumerRecords.empty();
+      }
       fetches.pollStarts(System.nanoTime());
       try {
         ConsumerRecords<?, ?> polled =
@@ -390,6 +418,14 @@ final class WrappedShareConsumers {
       RejectedByPoll<?, ?> inHand = rejected;
       if (inHand == null || !Sent.of(inHand).equals(Sent.of(record))) {
         handedOver.remove(Sent.of(record));
+        if (triedPastItsLock == record) {
+          if (type == AcknowledgeType.RENEW) {
+            handLateBack = true;
+          } else {
+            triedPastItsLock = null; // decided: the next poll fetches again
+            handLateBack = false;
+          }
+        }
         // A RELEASE only follows the worker's own message (the lock ran out before the record
         // was handed over, or its dead letter could not be written): dropped, it changes nothing
         // the broker does, and a WARN of it said the same thing again.
