@@ -66,8 +66,10 @@ import org.springframework.util.ReflectionUtils;
  *       decides REJECT, which is sent by offset: kafka-clients 4.2 takes one acknowledgement of
  *       such a record, in that form. Until it is sent nothing is polled or committed: the consumer
  *       would send the RELEASE it holds for the record by default, and the REJECT would then be
- *       refused. Written on the worker, a dead letter that hangs does not hold up this thread,
- *       which applies the other records' acknowledgements and renewals meanwhile.
+ *       refused. Once its lock has run out, the other records' acknowledgements and renewals are
+ *       sent again, but nothing is fetched until the worker decides it. Written on the worker, a
+ *       dead letter that hangs does not hold up this thread, which applies the other records'
+ *       acknowledgements and renewals meanwhile.
  * </ul>
  */
 final class WrappedShareConsumers {
