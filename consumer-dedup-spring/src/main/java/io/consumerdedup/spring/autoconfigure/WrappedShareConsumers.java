@@ -67,9 +67,9 @@ import org.springframework.util.ReflectionUtils;
  *       such a record, in that form. Until it is sent nothing is polled or committed: the consumer
  *       would send the RELEASE it holds for the record by default, and the REJECT would then be
  *       refused. Once its lock has run out, the other records' acknowledgements and renewals are
- *       sent again, but nothing is fetched until the worker decides it. Written on the worker, a
- *       dead letter that hangs does not hold up this thread, which applies the other records'
- *       acknowledgements and renewals meanwhile.
+ *       sent again and the renewed records taken back, but nothing new is fetched until the worker
+ *       decides it. Written on the worker, a dead letter that hangs does not hold up this thread,
+ *       which applies the other records' acknowledgements and renewals meanwhile.
  * </ul>
  */
 final class WrappedShareConsumers {
@@ -354,8 +354,13 @@ final class WrappedShareConsumers {
           handLateBack = false;
           return only(late); // renewed by the keeper, which holds it while the worker has it
         }
-        pause(args == null ? Duration.ZERO : (Duration) args[0]);
-        return ConsumerRecords.empty();
+        if (outForRenewal.isEmpty()) {
+          pause(args == null ? Duration.ZERO : (Duration) args[0]);
+          return ConsumerRecords.empty();
+        }
+        // Polled to take back the other records out for renewal, as the share loop polls for them
+        // while it holds a rejected record: not handed back, the keeper would forget them a lock
+        // later, and their locks would run out.
       }
       fetches.pollStarts(System.nanoTime());
       try {
