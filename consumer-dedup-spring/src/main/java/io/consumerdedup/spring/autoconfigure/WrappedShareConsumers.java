@@ -418,8 +418,9 @@ final class WrappedShareConsumers {
      * Acknowledges the record the deserializer rejected by offset, the one form kafka-clients takes
      * for it; whether it did. Its lock cannot be renewed (a RENEW would be its one acknowledgement,
      * its REJECT then refused): a RENEW has it handed back at the next poll, as a renewed record
-     * comes back, and it is given up once its lock has run out. An acknowledgement of a record
-     * given up is dropped: the broker delivers it again.
+     * comes back, also once its lock has run out while its dead letter is still tried. An
+     * acknowledgement made after its lock ran out is dropped (the broker delivers it again), and
+     * lets the consumer fetch again.
      */
     private boolean acknowledgeRejected(RejectedByPoll<?, ?> record, AcknowledgeType type) {
       RejectedByPoll<?, ?> inHand = rejected;
