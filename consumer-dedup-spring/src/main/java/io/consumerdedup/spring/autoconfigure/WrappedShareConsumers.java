@@ -66,7 +66,9 @@ import org.springframework.util.ReflectionUtils;
  *       decides REJECT, which is sent by offset: kafka-clients 4.2 takes one acknowledgement of
  *       such a record, in that form. Until it is sent nothing is polled or committed: the consumer
  *       would send the RELEASE it holds for the record by default, and the REJECT would then be
- *       refused. Written on the worker, a dead letter that hangs does not hold up this thread,
+ *       refused. Once its lock has run out, the other records' acknowledgements and renewals are
+ *       sent again and the renewed records taken back, but nothing new is fetched until the worker
+ *       decides it. Written on the worker, a dead letter that hangs does not hold up this thread,
  *       which applies the other records' acknowledgements and renewals meanwhile.
  * </ul>
  */
@@ -194,6 +196,17 @@ final class WrappedShareConsumers {
     /** Whether the next poll returns {@link #rejected} again, as if renewed. */
     private boolean handRejectedBack;
 
+    /**
+     * The record the deserializer rejected whose lock ran out while its dead letter was still
+     * tried, until the worker decides that delivery: nothing is fetched meanwhile (see {@link
+     * #poll}). Its acknowledgement is no longer sent (the broker would refuse it), so the other
+     * records' renewals and acknowledgements are.
+     */
+    private @Nullable RejectedByPoll<?, ?> triedPastItsLock;
+
+    /** Whether the next poll returns {@link #triedPastItsLock} again, as if renewed. */
+    private boolean handLateBack;
+
     /** When a record the deserializer rejected was fetched: its lock runs from then. */
     private final ShareFetches fetches = new ShareFetches();
 
@@ -316,6 +329,8 @@ final class WrappedShareConsumers {
                 + " broker delivers it again",
             Coordinates.of(inHand));
         rejected = null;
+        triedPastItsLock = inHand;
+        handLateBack = handRejectedBack;
         handRejectedBack = false;
       }
       if (renewalsPending) {
@@ -327,6 +342,26 @@ final class WrappedShareConsumers {
         consumer.commitAsync();
       }
       acknowledgementsUnsent = false;
+      RejectedByPoll<?, ?> late = triedPastItsLock;
+      if (late != null) {
+        // Its dead letter still tried: a fetch now brings the broker's next delivery of it, which
+        // waits for that try, and the one after it supersedes it untried. A try that outlasted two
+        // locks spent three deliveries, and a dead-letter topic whose sends failed after the
+        // producer's max.block.ms (60 s, twice the default lock) had the broker archive the record
+        // without its dead letter after two tries. Fetched once the worker decides, as
+        // DedupShareLoop fetches, each try costs one delivery.
+        if (handLateBack) {
+          handLateBack = false;
+          return only(late); // renewed by the keeper, which holds it while the worker has it
+        }
+        if (outForRenewal.isEmpty()) {
+          pause(args == null ? Duration.ZERO : (Duration) args[0]);
+          return ConsumerRecords.empty();
+        }
+        // Polled to take back the other records out for renewal, as the share loop polls for them
+        // while it holds a rejected record: not handed back, the keeper would forget them a lock
+        // later, and their locks would run out.
+      }
       fetches.pollStarts(System.nanoTime());
       try {
         ConsumerRecords<?, ?> polled =
@@ -383,13 +418,22 @@ final class WrappedShareConsumers {
      * Acknowledges the record the deserializer rejected by offset, the one form kafka-clients takes
      * for it; whether it did. Its lock cannot be renewed (a RENEW would be its one acknowledgement,
      * its REJECT then refused): a RENEW has it handed back at the next poll, as a renewed record
-     * comes back, and it is given up once its lock has run out. An acknowledgement of a record
-     * given up is dropped: the broker delivers it again.
+     * comes back, also once its lock has run out while its dead letter is still tried. An
+     * acknowledgement made after its lock ran out is dropped (the broker delivers it again), and
+     * lets the consumer fetch again.
      */
     private boolean acknowledgeRejected(RejectedByPoll<?, ?> record, AcknowledgeType type) {
       RejectedByPoll<?, ?> inHand = rejected;
       if (inHand == null || !Sent.of(inHand).equals(Sent.of(record))) {
         handedOver.remove(Sent.of(record));
+        if (triedPastItsLock == record) {
+          if (type == AcknowledgeType.RENEW) {
+            handLateBack = true;
+          } else {
+            triedPastItsLock = null; // decided: the next poll fetches again
+            handLateBack = false;
+          }
+        }
         // A RELEASE only follows the worker's own message (the lock ran out before the record
         // was handed over, or its dead letter could not be written): dropped, it changes nothing
         // the broker does, and a WARN of it said the same thing again.
