@@ -26,6 +26,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.CompletionStage;
@@ -676,6 +677,16 @@ public final class IdempotentListenerInterceptor {
               claim.source());
         }
       }
+    } catch (CancellationException cancelled) {
+      // The listener's future was cancelled: its failure, as any other. Thrown from the wait past
+      // the failure's handling below, it left the claim open in a transaction of the container
+      // (whose future is waited for as it is, not through settledWhenDone): PROCESSING under a
+      // lease renewed for as long as the process lived, every redelivery told "in progress".
+      if (settleHere != null) {
+        pending.listenerFailed(cancelled);
+        settleHere.run();
+      }
+      throw attempts.toThrow(claim, cancelled);
     } catch (ExecutionException e) {
       Throwable cause = e.getCause();
       if (settleHere != null) {
