@@ -221,25 +221,64 @@ public final class PartitionHolds {
   }
 
   private void resumeFailed(Key key, Pause pause, TopicPartition partition, Throwable failure) {
+    try {
+      resumeAfter(initialBackOff, key, pause, partition);
+    } catch (RuntimeException | Error notScheduled) {
+      // The try again cannot be timed (an OutOfMemoryError on the timer's thread): thrown from
+      // here, it ended the timer's task with the retry, and the partition stayed paused for good.
+      resumeHere(key, pause, partition, notScheduled);
+      return;
+    }
     LOG.warn(
         failure,
         () ->
             "Could not resume " + partition + " after its hold; trying again in " + initialBackOff);
-    resumeAfter(initialBackOff, key, pause, partition);
+  }
+
+  /** The last resort: resumes on this thread, which the owner's lifecycle lock may then hold up. */
+  private void resumeHere(Key key, Pause pause, TopicPartition partition, Throwable notScheduled) {
+    try {
+      if (claimResume(key, pause)) {
+        pause.owner.resumePartition(partition);
+      }
+      LOG.warn(
+          notScheduled,
+          () -> "Could not time the resume of " + partition + " after its hold; resumed it now");
+    } catch (RuntimeException | Error failed) {
+      failed.addSuppressed(notScheduled);
+      LOG.error(
+          failed,
+          () ->
+              "Could not resume "
+                  + partition
+                  + " after its hold: it stays paused until the container restarts or the"
+                  + " record is held again");
+    }
+  }
+
+  /**
+   * Whether {@code pause} is still the one to resume: not withdrawn, nor followed by a later hold
+   * on the same container, which resumes it in its own time.
+   */
+  private boolean claimResume(Key key, Pause pause) {
+    if (pause.withdrawn) {
+      return false;
+    }
+    synchronized (this) {
+      Hold current = holds.get(key);
+      if (current != null && current.pause == pause) {
+        current.pause = null;
+      } else if (current != null && current.pause != null && current.pause.owner == pause.owner) {
+        return false;
+      }
+    }
+    return true;
   }
 
   private void resume(Key key, Pause pause, TopicPartition partition) {
-    if (pause.withdrawn) {
-      return;
-    }
     try {
-      synchronized (this) {
-        Hold current = holds.get(key);
-        if (current != null && current.pause == pause) {
-          current.pause = null;
-        } else if (current != null && current.pause != null && current.pause.owner == pause.owner) {
-          return; // a later hold on the same container resumes it in its own time
-        }
+      if (!claimResume(key, pause)) {
+        return;
       }
       pause.owner.resumePartition(partition);
     } catch (RuntimeException | Error failed) {

@@ -225,6 +225,73 @@ class PartitionHoldsTest {
     }
   }
 
+  /**
+   * A resume that could not start, whose next try could not be timed either (the timer's task for
+   * it could not be made: an {@code OutOfMemoryError} on the timer's thread): the retry was lost
+   * with the timer task that the Error ended, and the partition stayed paused for good.
+   */
+  @Test
+  void aResumeWhoseRetryCannotBeTimedStillResumes() throws Exception {
+    AtomicInteger delivered = new AtomicInteger();
+    Lockable container = started("holds-retry-untimed", record -> delivered.incrementAndGet());
+    AtomicInteger schedules = new AtomicInteger();
+    ScheduledThreadPoolExecutor timer =
+        new ScheduledThreadPoolExecutor(1) {
+          @Override
+          public java.util.concurrent.ScheduledFuture<?> schedule(
+              Runnable task, long delay, java.util.concurrent.TimeUnit unit) {
+            if (schedules.incrementAndGet() > 1) {
+              throw new OutOfMemoryError("Java heap space");
+            }
+            return super.schedule(task, delay, unit);
+          }
+        };
+    AtomicBoolean sent = new AtomicBoolean();
+    AtomicInteger resumesRefused = new AtomicInteger();
+    // Fails the resumes until the test has sent its record.
+    Executor failing =
+        task -> {
+          if (!sent.get()) {
+            resumesRefused.incrementAndGet();
+            throw new OutOfMemoryError("unable to create native thread: possibly out of memory");
+          }
+          new Thread(task).start();
+        };
+    PartitionHolds holds =
+        new PartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200), failing, timer);
+    TopicPartition partition = partition("holds-retry-untimed");
+    try {
+      holds.hold(List.of(record("holds-retry-untimed", 0)), consumer, container);
+      MessageListenerContainer owner = owner(container, "holds-retry-untimed");
+      await()
+          .atMost(Duration.ofSeconds(20))
+          .until(() -> resumesRefused.get() > 0 && schedules.get() > 1);
+      // A pause the consumer has not applied yet lets the records of its poll under way through.
+      await()
+          .atMost(Duration.ofSeconds(20))
+          .until(
+              () ->
+                  owner.isPartitionPaused(partition)
+                      || !owner.isPartitionPauseRequested(partition));
+      try (KafkaProducer<String, String> producer = TestKafka.producer()) {
+        producer.send(new ProducerRecord<>("holds-retry-untimed", "key", "after the hold")).get();
+      }
+      sent.set(true);
+
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .untilAsserted(
+              () ->
+                  assertThat(delivered)
+                      .as(
+                          "records of the partition delivered after its hold (schedules asked: %s)",
+                          schedules.get())
+                      .hasValue(1));
+    } finally {
+      timer.shutdownNow();
+    }
+  }
+
   private Lockable started(String topic) {
     return started(topic, record -> {});
   }
