@@ -26,6 +26,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
 import java.util.concurrent.CompletionStage;
@@ -473,7 +474,7 @@ public final class IdempotentListenerInterceptor {
         pending.rolledBack(undone);
       }
       if (result != null && returns == ListenerShape.Returns.FUTURE) {
-        future = ((CompletionStage<?>) result).toCompletableFuture();
+        future = awaitable((CompletionStage<?>) result);
       } else if (result != null && returns == ListenerShape.Returns.MONO) {
         // Subscribing runs the Mono's work, and Reactor throws a JVM-fatal Error of that work (a
         // StackOverflowError, a NoClassDefFoundError) out of the subscription instead of
@@ -676,6 +677,16 @@ public final class IdempotentListenerInterceptor {
               claim.source());
         }
       }
+    } catch (CancellationException cancelled) {
+      // The listener's future was cancelled: its failure, as any other. Thrown from the wait past
+      // the failure's handling below, it left the claim open in a transaction of the container
+      // (whose future is waited for as it is, not through settledWhenDone): PROCESSING under a
+      // lease renewed for as long as the process lived, every redelivery told "in progress".
+      if (settleHere != null) {
+        pending.listenerFailed(cancelled);
+        settleHere.run();
+      }
+      throw attempts.toThrow(claim, cancelled);
     } catch (ExecutionException e) {
       Throwable cause = e.getCause();
       if (settleHere != null) {
@@ -698,6 +709,35 @@ public final class IdempotentListenerInterceptor {
               + listener
               + " to complete",
           e);
+    }
+  }
+
+  /**
+   * The listener's stage as a future to wait for. A stage that refuses to be one ({@code
+   * toCompletableFuture()} may throw {@code UnsupportedOperationException}, as read-only stages
+   * over another library's future do) still runs its work: taken for the listener's failure, its
+   * key was FAILED at once and the redelivery ran the listener beside that work, applying the
+   * record twice. Its completion is followed instead.
+   */
+  private static CompletableFuture<?> awaitable(CompletionStage<?> stage) {
+    try {
+      return stage.toCompletableFuture();
+    } catch (RuntimeException refused) {
+      CompletableFuture<Object> completion = new CompletableFuture<>();
+      try {
+        stage.whenComplete(
+            (value, error) -> {
+              if (error != null) {
+                completion.completeExceptionally(error);
+              } else {
+                completion.complete(value);
+              }
+            });
+      } catch (RuntimeException | Error cannotFollow) {
+        cannotFollow.addSuppressed(refused);
+        throw cannotFollow;
+      }
+      return completion;
     }
   }
 

@@ -47,6 +47,7 @@ public final class PartitionHolds {
   private final Duration initialBackOff;
   private final Duration maxBackOff;
   private final Executor resumer;
+  private final ScheduledExecutorService timer;
   private final Map<Key, Hold> holds = new ConcurrentHashMap<>();
 
   private record Key(String container, TopicPartition partition) {}
@@ -54,6 +55,9 @@ public final class PartitionHolds {
   /** One pause of a partition (each distinct), by the container that consumed it then. */
   private static final class Pause {
     final MessageListenerContainer owner;
+
+    /** Undone by its hold at once: a resume of it the timer still runs later must not resume. */
+    volatile boolean withdrawn;
 
     Pause(MessageListenerContainer owner) {
       this.owner = owner;
@@ -76,7 +80,19 @@ public final class PartitionHolds {
 
   /** With the executor that runs the resumes: a test's can fail to, as a thread start can. */
   PartitionHolds(Duration initialBackOff, Duration maxBackOff, Executor resumer) {
+    this(initialBackOff, maxBackOff, resumer, TIMER);
+  }
+
+  /**
+   * With the timer of the resumes too: a test's can fail to schedule, as its thread's start can.
+   */
+  PartitionHolds(
+      Duration initialBackOff,
+      Duration maxBackOff,
+      Executor resumer,
+      ScheduledExecutorService timer) {
     this.resumer = Objects.requireNonNull(resumer, "resumer");
+    this.timer = Objects.requireNonNull(timer, "timer");
     this.initialBackOff = Objects.requireNonNull(initialBackOff, "initialBackOff");
     this.maxBackOff = Objects.requireNonNull(maxBackOff, "maxBackOff");
     if (initialBackOff.isNegative()
@@ -153,8 +169,37 @@ public final class PartitionHolds {
       wait = backOff(hold.count);
     }
     owner.pausePartition(partition);
-    resumeAfter(wait, key, pause, partition);
+    try {
+      resumeAfter(wait, key, pause, partition);
+    } catch (RuntimeException | Error notScheduled) {
+      return withdraw(key, pause, partition, notScheduled);
+    }
     return wait;
+  }
+
+  /**
+   * The resume of {@code pause} could not be scheduled (the timer's thread could not be created:
+   * {@code OutOfMemoryError: unable to create native thread}): nothing would ever resume the
+   * partition, paused for good while its group counts it as consumed, and the hold's pause would
+   * keep every later hold of the record from scheduling a resume. The pause is undone at once, so
+   * the record comes again without its back-off; its next hold tries the timer again.
+   */
+  private Duration withdraw(Key key, Pause pause, TopicPartition partition, Throwable failure) {
+    pause.withdrawn = true;
+    synchronized (this) {
+      Hold current = holds.get(key);
+      if (current != null && current.pause == pause) {
+        current.pause = null;
+      }
+    }
+    pause.owner.resumePartition(partition);
+    LOG.warn(
+        failure,
+        () ->
+            "Could not time the resume of "
+                + partition
+                + " after its hold; resumed at once, the record comes again without waiting");
+    return Duration.ZERO;
   }
 
   /**
@@ -163,7 +208,7 @@ public final class PartitionHolds {
    * paused for good, and the hold's pause made every later hold of the record leave it paused.
    */
   private void resumeAfter(Duration wait, Key key, Pause pause, TopicPartition partition) {
-    TIMER.schedule(
+    timer.schedule(
         () -> {
           try {
             resumer.execute(() -> resume(key, pause, partition));
@@ -176,22 +221,64 @@ public final class PartitionHolds {
   }
 
   private void resumeFailed(Key key, Pause pause, TopicPartition partition, Throwable failure) {
+    try {
+      resumeAfter(initialBackOff, key, pause, partition);
+    } catch (RuntimeException | Error notScheduled) {
+      // The try again cannot be timed (an OutOfMemoryError on the timer's thread): thrown from
+      // here, it ended the timer's task with the retry, and the partition stayed paused for good.
+      resumeHere(key, pause, partition, notScheduled);
+      return;
+    }
     LOG.warn(
         failure,
         () ->
             "Could not resume " + partition + " after its hold; trying again in " + initialBackOff);
-    resumeAfter(initialBackOff, key, pause, partition);
+  }
+
+  /** The last resort: resumes on this thread, which the owner's lifecycle lock may then hold up. */
+  private void resumeHere(Key key, Pause pause, TopicPartition partition, Throwable notScheduled) {
+    try {
+      if (claimResume(key, pause)) {
+        pause.owner.resumePartition(partition);
+      }
+      LOG.warn(
+          notScheduled,
+          () -> "Could not time the resume of " + partition + " after its hold; resumed it now");
+    } catch (RuntimeException | Error failed) {
+      failed.addSuppressed(notScheduled);
+      LOG.error(
+          failed,
+          () ->
+              "Could not resume "
+                  + partition
+                  + " after its hold: it stays paused until the container restarts or the"
+                  + " record is held again");
+    }
+  }
+
+  /**
+   * Whether {@code pause} is still the one to resume: not withdrawn, nor followed by a later hold
+   * on the same container, which resumes it in its own time.
+   */
+  private boolean claimResume(Key key, Pause pause) {
+    if (pause.withdrawn) {
+      return false;
+    }
+    synchronized (this) {
+      Hold current = holds.get(key);
+      if (current != null && current.pause == pause) {
+        current.pause = null;
+      } else if (current != null && current.pause != null && current.pause.owner == pause.owner) {
+        return false;
+      }
+    }
+    return true;
   }
 
   private void resume(Key key, Pause pause, TopicPartition partition) {
     try {
-      synchronized (this) {
-        Hold current = holds.get(key);
-        if (current != null && current.pause == pause) {
-          current.pause = null;
-        } else if (current != null && current.pause != null && current.pause.owner == pause.owner) {
-          return; // a later hold on the same container resumes it in its own time
-        }
+      if (!claimResume(key, pause)) {
+        return;
       }
       pause.owner.resumePartition(partition);
     } catch (RuntimeException | Error failed) {

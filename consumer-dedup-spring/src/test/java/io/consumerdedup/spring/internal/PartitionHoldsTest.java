@@ -9,6 +9,7 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.UUID;
 import java.util.concurrent.Executor;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.locks.ReentrantLock;
@@ -163,6 +164,132 @@ class PartitionHoldsTest {
                     .as("records of the partition delivered after its hold")
                     .hasValue(1));
     assertThat(owner.isPartitionPauseRequested(partition)).isFalse();
+  }
+
+  /**
+   * The timer of the resumes could not start its thread as a hold scheduled its resume ({@code
+   * OutOfMemoryError: unable to create native thread}): the partition, paused by the hold, had no
+   * resume at all. Its records after the held one were never delivered while the group counted it
+   * as consumed, and every later hold of the record found it paused by a hold and left it so.
+   */
+  @Test
+  void aHoldWhoseResumeCannotBeTimedLeavesThePartitionConsumed() throws Exception {
+    AtomicInteger delivered = new AtomicInteger();
+    Lockable container = started("holds-timer-fails", record -> delivered.incrementAndGet());
+    AtomicInteger threadsRefused = new AtomicInteger();
+    ScheduledThreadPoolExecutor timer =
+        new ScheduledThreadPoolExecutor(
+            1,
+            task -> {
+              threadsRefused.incrementAndGet();
+              throw new OutOfMemoryError("unable to create native thread: possibly out of memory");
+            });
+    PartitionHolds holds =
+        new PartitionHolds(
+            Duration.ofMillis(200),
+            Duration.ofMillis(200),
+            task -> new Thread(task).start(),
+            timer);
+    TopicPartition partition = partition("holds-timer-fails");
+    Throwable thrownByHold = null;
+    try {
+      try {
+        holds.hold(List.of(record("holds-timer-fails", 0)), consumer, container);
+      } catch (Throwable e) {
+        thrownByHold = e;
+      }
+      assertThat(threadsRefused).as("the timer's thread refused").hasPositiveValue();
+      MessageListenerContainer owner = owner(container, "holds-timer-fails");
+      // A pause the consumer has not applied yet lets the records of its poll under way through.
+      await()
+          .atMost(Duration.ofSeconds(20))
+          .until(
+              () ->
+                  owner.isPartitionPaused(partition)
+                      || !owner.isPartitionPauseRequested(partition));
+      try (KafkaProducer<String, String> producer = TestKafka.producer()) {
+        producer.send(new ProducerRecord<>("holds-timer-fails", "key", "after the hold")).get();
+      }
+
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .untilAsserted(
+              () ->
+                  assertThat(delivered)
+                      .as("records of the partition delivered after its hold")
+                      .hasValue(1));
+      assertThat(owner.isPartitionPauseRequested(partition)).isFalse();
+      assertThat(thrownByHold).as("what the hold threw").isNull();
+    } finally {
+      timer.shutdownNow();
+    }
+  }
+
+  /**
+   * A resume that could not start, whose next try could not be timed either (the timer's task for
+   * it could not be made: an {@code OutOfMemoryError} on the timer's thread): the retry was lost
+   * with the timer task that the Error ended, and the partition stayed paused for good.
+   */
+  @Test
+  void aResumeWhoseRetryCannotBeTimedStillResumes() throws Exception {
+    AtomicInteger delivered = new AtomicInteger();
+    Lockable container = started("holds-retry-untimed", record -> delivered.incrementAndGet());
+    AtomicInteger schedules = new AtomicInteger();
+    ScheduledThreadPoolExecutor timer =
+        new ScheduledThreadPoolExecutor(1) {
+          @Override
+          public java.util.concurrent.ScheduledFuture<?> schedule(
+              Runnable task, long delay, java.util.concurrent.TimeUnit unit) {
+            if (schedules.incrementAndGet() > 1) {
+              throw new OutOfMemoryError("Java heap space");
+            }
+            return super.schedule(task, delay, unit);
+          }
+        };
+    AtomicBoolean sent = new AtomicBoolean();
+    AtomicInteger resumesRefused = new AtomicInteger();
+    // Fails the resumes until the test has sent its record.
+    Executor failing =
+        task -> {
+          if (!sent.get()) {
+            resumesRefused.incrementAndGet();
+            throw new OutOfMemoryError("unable to create native thread: possibly out of memory");
+          }
+          new Thread(task).start();
+        };
+    PartitionHolds holds =
+        new PartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200), failing, timer);
+    TopicPartition partition = partition("holds-retry-untimed");
+    try {
+      holds.hold(List.of(record("holds-retry-untimed", 0)), consumer, container);
+      MessageListenerContainer owner = owner(container, "holds-retry-untimed");
+      await()
+          .atMost(Duration.ofSeconds(20))
+          .until(() -> resumesRefused.get() > 0 && schedules.get() > 1);
+      // A pause the consumer has not applied yet lets the records of its poll under way through.
+      await()
+          .atMost(Duration.ofSeconds(20))
+          .until(
+              () ->
+                  owner.isPartitionPaused(partition)
+                      || !owner.isPartitionPauseRequested(partition));
+      try (KafkaProducer<String, String> producer = TestKafka.producer()) {
+        producer.send(new ProducerRecord<>("holds-retry-untimed", "key", "after the hold")).get();
+      }
+      sent.set(true);
+
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .untilAsserted(
+              () ->
+                  assertThat(delivered)
+                      .as(
+                          "records of the partition delivered after its hold (schedules asked: %s)",
+                          schedules.get())
+                      .hasValue(1));
+    } finally {
+      timer.shutdownNow();
+    }
   }
 
   private Lockable started(String topic) {
