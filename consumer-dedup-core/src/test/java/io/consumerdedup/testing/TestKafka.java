@@ -239,6 +239,45 @@ public final class TestKafka {
   }
 
   /**
+   * Reads every record of {@code topic} written so far: up to the end offsets as the read starts.
+   * Once nothing more can write to it (the loops closed, the offsets committed past), that is all a
+   * read waiting for one record more would find, without the wait.
+   */
+  public static List<ConsumerRecord<String, String>> readWritten(String topic) {
+    return readWritten(topic, "read_uncommitted");
+  }
+
+  /**
+   * {@link #readWritten(String)} at an isolation level: under {@code read_committed} up to the last
+   * stable offsets (an open transaction's records and those after them are not read yet, aborted
+   * ones never).
+   */
+  public static List<ConsumerRecord<String, String>> readWritten(String topic, String isolation) {
+    Map<String, Object> config = consumerConfig("unused");
+    config.remove(ConsumerConfig.GROUP_ID_CONFIG);
+    config.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+    List<ConsumerRecord<String, String>> records = new ArrayList<>();
+    try (KafkaConsumer<String, String> consumer =
+        new KafkaConsumer<>(config, new StringDeserializer(), new StringDeserializer())) {
+      List<TopicPartition> partitions =
+          consumer.partitionsFor(topic).stream()
+              .map(info -> new TopicPartition(topic, info.partition()))
+              .toList();
+      consumer.assign(partitions);
+      consumer.seekToBeginning(partitions);
+      Map<TopicPartition, Long> ends = consumer.endOffsets(partitions);
+      long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();
+      while (partitions.stream().anyMatch(p -> consumer.position(p) < ends.get(p))) {
+        if (System.nanoTime() > deadline) {
+          throw new IllegalStateException("Could not read " + topic + " up to " + ends);
+        }
+        consumer.poll(Duration.ofMillis(200)).forEach(records::add);
+      }
+    }
+    return records;
+  }
+
+  /**
    * Reads a single-partition topic from its start, outside any group, until {@code count} records
    * arrived or {@code timeout} passed; returns what arrived.
    */
