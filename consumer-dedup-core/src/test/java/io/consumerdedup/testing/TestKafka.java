@@ -253,12 +253,26 @@ public final class TestKafka {
    * ones never).
    */
   public static List<ConsumerRecord<String, String>> readWritten(String topic, String isolation) {
+    return readWritten(topic, isolation, new StringDeserializer(), new StringDeserializer());
+  }
+
+  /** {@link #readWritten(String)}, returning the records' bytes as stored. */
+  public static List<ConsumerRecord<byte[], byte[]>> readRawWritten(String topic) {
+    return readWritten(
+        topic, "read_uncommitted", new ByteArrayDeserializer(), new ByteArrayDeserializer());
+  }
+
+  private static <K, V> List<ConsumerRecord<K, V>> readWritten(
+      String topic,
+      String isolation,
+      Deserializer<K> keyDeserializer,
+      Deserializer<V> valueDeserializer) {
     Map<String, Object> config = consumerConfig("unused");
     config.remove(ConsumerConfig.GROUP_ID_CONFIG);
     config.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
-    List<ConsumerRecord<String, String>> records = new ArrayList<>();
-    try (KafkaConsumer<String, String> consumer =
-        new KafkaConsumer<>(config, new StringDeserializer(), new StringDeserializer())) {
+    List<ConsumerRecord<K, V>> records = new ArrayList<>();
+    try (KafkaConsumer<K, V> consumer =
+        new KafkaConsumer<>(config, keyDeserializer, valueDeserializer)) {
       List<TopicPartition> partitions =
           consumer.partitionsFor(topic).stream()
               .map(info -> new TopicPartition(topic, info.partition()))
