@@ -267,12 +267,8 @@ public final class TestKafka {
       String isolation,
       Deserializer<K> keyDeserializer,
       Deserializer<V> valueDeserializer) {
-    Map<String, Object> config = consumerConfig("unused");
-    config.remove(ConsumerConfig.GROUP_ID_CONFIG);
-    config.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
     List<ConsumerRecord<K, V>> records = new ArrayList<>();
-    try (KafkaConsumer<K, V> consumer =
-        new KafkaConsumer<>(config, keyDeserializer, valueDeserializer)) {
+    try (KafkaConsumer<K, V> consumer = reader(isolation, keyDeserializer, valueDeserializer)) {
       List<TopicPartition> partitions =
           consumer.partitionsFor(topic).stream()
               .map(info -> new TopicPartition(topic, info.partition()))
@@ -313,11 +309,9 @@ public final class TestKafka {
       Duration timeout,
       Deserializer<K> keyDeserializer,
       Deserializer<V> valueDeserializer) {
-    Map<String, Object> config = consumerConfig("unused");
-    config.remove(ConsumerConfig.GROUP_ID_CONFIG);
     List<ConsumerRecord<K, V>> records = new ArrayList<>();
     try (KafkaConsumer<K, V> consumer =
-        new KafkaConsumer<>(config, keyDeserializer, valueDeserializer)) {
+        reader("read_uncommitted", keyDeserializer, valueDeserializer)) {
       TopicPartition partition = new TopicPartition(topic, 0);
       consumer.assign(List.of(partition));
       consumer.seekToBeginning(List.of(partition));
@@ -327,5 +321,14 @@ public final class TestKafka {
       }
     }
     return records;
+  }
+
+  /** A consumer outside any group, to be assigned what it reads. */
+  private static <K, V> KafkaConsumer<K, V> reader(
+      String isolation, Deserializer<K> keyDeserializer, Deserializer<V> valueDeserializer) {
+    Map<String, Object> config = consumerConfig("unused");
+    config.remove(ConsumerConfig.GROUP_ID_CONFIG);
+    config.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+    return new KafkaConsumer<>(config, keyDeserializer, valueDeserializer);
   }
 }
