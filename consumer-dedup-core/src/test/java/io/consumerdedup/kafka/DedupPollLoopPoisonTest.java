@@ -279,7 +279,7 @@ class DedupPollLoopPoisonTest {
       slow.flush();
     }
 
-    assertThat(TestKafka.readFromStart(topic + "-dlt", 3, Duration.ofSeconds(2)))
+    assertThat(TestKafka.readWritten(topic + "-dlt"))
         .extracting(r -> header(r, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
         .as("the record's dead letters")
         .anySatisfy(message -> assertThat(message).contains("'payment'"))
@@ -306,8 +306,7 @@ class DedupPollLoopPoisonTest {
     }
     shipmentsGiveUpTheRecordToo(shipping, shared);
 
-    List<ConsumerRecord<String, String>> dlt =
-        TestKafka.readFromStart(topic + "-dlt", 3, Duration.ofSeconds(2));
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readWritten(topic + "-dlt");
     assertThat(dlt)
         .extracting(r -> header(r, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
         .as("the record's dead letters")
@@ -344,8 +343,7 @@ class DedupPollLoopPoisonTest {
     }
 
     assertThat(effects.all()).containsOnly(Map.entry("G-2", 1));
-    List<ConsumerRecord<String, String>> dlt =
-        TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2));
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readWritten(topic + "-dlt");
     assertThat(dlt).hasSize(1);
     ConsumerRecord<String, String> deadLetter = dlt.get(0);
     assertThat(deadLetter.value()).isEqualTo(payload);
@@ -449,8 +447,7 @@ class DedupPollLoopPoisonTest {
         .extracting(ILoggingEvent::getFormattedMessage)
         .as("no attempt retried")
         .noneMatch(message -> message.contains("retrying"));
-    List<ConsumerRecord<String, String>> dlt =
-        TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2));
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readWritten(topic + "-dlt");
     assertThat(dlt).hasSize(1);
     assertThat(header(dlt.get(0), KEY_HEADER)).isEqualTo(prefix + "E-2");
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
@@ -607,8 +604,7 @@ class DedupPollLoopPoisonTest {
     DedupRecord spent = fixture.store().find(DedupKey.of(BIZ_TYPE, "S-1")).orElseThrow();
     assertThat(spent.status()).as("the claim given back").isEqualTo(DedupStatus.FAILED);
     assertThat(spent.attempts()).isEqualTo(3);
-    List<ConsumerRecord<String, String>> dlt =
-        TestKafka.readFromStart(topic + "-dlt", 2, Duration.ofSeconds(2));
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readWritten(topic + "-dlt");
     assertThat(dlt).as("dead letters").hasSize(1);
     assertThat(orderNo(dlt.get(0))).isEqualTo("S-1");
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))

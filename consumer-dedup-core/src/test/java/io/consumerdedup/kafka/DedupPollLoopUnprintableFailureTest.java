@@ -11,7 +11,6 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
-import java.time.Duration;
 import java.util.List;
 import java.util.Map;
 import java.util.OptionalInt;
@@ -114,8 +113,7 @@ class DedupPollLoopUnprintableFailureTest {
     }
 
     assertThat(runsOfU1).as("runs of U-1's handler").hasValue(3);
-    List<ConsumerRecord<String, String>> dlt =
-        TestKafka.readFromStart(topic + "-dlt", 10, Duration.ofSeconds(2));
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readWritten(topic + "-dlt");
     assertThat(dlt).as("dead letters of U-1").hasSize(1);
     assertThat(header(dlt.get(0), KafkaDeadLetterPublisher.EXCEPTION_CLASS_HEADER))
         .isEqualTo(UnprintableException.class.getName());
@@ -318,8 +316,7 @@ class DedupPollLoopUnprintableFailureTest {
           .as("the loop goes on past a processor's exceptions that cannot be printed")
           .isTrue();
     }
-    List<ConsumerRecord<String, String>> dlt =
-        TestKafka.readFromStart(topic + "-dlt", 10, Duration.ofSeconds(2));
+    List<ConsumerRecord<String, String>> dlt = TestKafka.readWritten(topic + "-dlt");
     assertThat(dlt).as("dead letters of U-9").hasSize(1);
     assertThat(runsOfU9).as("runs of U-9's handler").hasValue(2);
     assertThat(applied).as("records applied").containsExactly("G-10");

@@ -239,6 +239,55 @@ public final class TestKafka {
   }
 
   /**
+   * Reads every record of {@code topic} written so far: up to the end offsets as the read starts.
+   * Once nothing more can write to it (the loops closed, the offsets committed past), that is all a
+   * read waiting for one record more would find, without the wait.
+   */
+  public static List<ConsumerRecord<String, String>> readWritten(String topic) {
+    return readWritten(topic, "read_uncommitted");
+  }
+
+  /**
+   * {@link #readWritten(String)} at an isolation level: under {@code read_committed} up to the last
+   * stable offsets (an open transaction's records and those after them are not read yet, aborted
+   * ones never).
+   */
+  public static List<ConsumerRecord<String, String>> readWritten(String topic, String isolation) {
+    return readWritten(topic, isolation, new StringDeserializer(), new StringDeserializer());
+  }
+
+  /** {@link #readWritten(String)}, returning the records' bytes as stored. */
+  public static List<ConsumerRecord<byte[], byte[]>> readRawWritten(String topic) {
+    return readWritten(
+        topic, "read_uncommitted", new ByteArrayDeserializer(), new ByteArrayDeserializer());
+  }
+
+  private static <K, V> List<ConsumerRecord<K, V>> readWritten(
+      String topic,
+      String isolation,
+      Deserializer<K> keyDeserializer,
+      Deserializer<V> valueDeserializer) {
+    List<ConsumerRecord<K, V>> records = new ArrayList<>();
+    try (KafkaConsumer<K, V> consumer = reader(isolation, keyDeserializer, valueDeserializer)) {
+      List<TopicPartition> partitions =
+          consumer.partitionsFor(topic).stream()
+              .map(info -> new TopicPartition(topic, info.partition()))
+              .toList();
+      consumer.assign(partitions);
+      consumer.seekToBeginning(partitions);
+      Map<TopicPartition, Long> ends = consumer.endOffsets(partitions);
+      long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();
+      while (partitions.stream().anyMatch(p -> consumer.position(p) < ends.get(p))) {
+        if (System.nanoTime() > deadline) {
+          throw new IllegalStateException("Could not read " + topic + " up to " + ends);
+        }
+        consumer.poll(Duration.ofMillis(200)).forEach(records::add);
+      }
+    }
+    return records;
+  }
+
+  /**
    * Reads a single-partition topic from its start, outside any group, until {@code count} records
    * arrived or {@code timeout} passed; returns what arrived.
    */
@@ -260,11 +309,9 @@ public final class TestKafka {
       Duration timeout,
       Deserializer<K> keyDeserializer,
       Deserializer<V> valueDeserializer) {
-    Map<String, Object> config = consumerConfig("unused");
-    config.remove(ConsumerConfig.GROUP_ID_CONFIG);
     List<ConsumerRecord<K, V>> records = new ArrayList<>();
     try (KafkaConsumer<K, V> consumer =
-        new KafkaConsumer<>(config, keyDeserializer, valueDeserializer)) {
+        reader("read_uncommitted", keyDeserializer, valueDeserializer)) {
       TopicPartition partition = new TopicPartition(topic, 0);
       consumer.assign(List.of(partition));
       consumer.seekToBeginning(List.of(partition));
@@ -274,5 +321,14 @@ public final class TestKafka {
       }
     }
     return records;
+  }
+
+  /** A consumer outside any group, to be assigned what it reads. */
+  private static <K, V> KafkaConsumer<K, V> reader(
+      String isolation, Deserializer<K> keyDeserializer, Deserializer<V> valueDeserializer) {
+    Map<String, Object> config = consumerConfig("unused");
+    config.remove(ConsumerConfig.GROUP_ID_CONFIG);
+    config.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
+    return new KafkaConsumer<>(config, keyDeserializer, valueDeserializer);
   }
 }

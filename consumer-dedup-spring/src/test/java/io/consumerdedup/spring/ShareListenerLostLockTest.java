@@ -6,17 +6,11 @@ import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.consumerdedup.testing.TestShareGroups;
-import java.lang.reflect.InvocationTargetException;
-import java.lang.reflect.Proxy;
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
-import java.util.Set;
-import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.junit.jupiter.api.Test;
@@ -27,7 +21,6 @@ import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
-import org.springframework.kafka.core.DefaultShareConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -88,32 +81,8 @@ class ShareListenerLostLockTest {
    * Has the consumer's poll, the first time it hands back a renewed delivery 4, return only after
    * {@link #STALL}, as a stalled container thread would.
    */
-  @SuppressWarnings("unchecked")
   static ShareConsumer<String, String> stalling(ShareConsumer<String, String> consumer) {
-    Set<String> seen = ConcurrentHashMap.newKeySet();
-    return (ShareConsumer<String, String>)
-        Proxy.newProxyInstance(
-            ShareConsumer.class.getClassLoader(),
-            new Class<?>[] {ShareConsumer.class},
-            (proxy, method, args) -> {
-              Object result;
-              try {
-                result = method.invoke(consumer, args);
-              } catch (InvocationTargetException e) {
-                throw e.getCause();
-              }
-              if (method.getName().equals("poll")) {
-                boolean renewedFourth = false;
-                for (ConsumerRecord<?, ?> record : (ConsumerRecords<?, ?>) result) {
-                  short delivery = record.deliveryCount().orElse((short) 0);
-                  renewedFourth |= !seen.add(record.offset() + "/" + delivery) && delivery == 4;
-                }
-                if (renewedFourth && stalled.compareAndSet(false, true)) {
-                  Thread.sleep(STALL.toMillis());
-                }
-              }
-              return result;
-            });
+    return ShareListenerTests.stallingOnce(consumer, delivery -> delivery == 4, stalled, STALL);
   }
 
   @SpringBootConfiguration
@@ -121,22 +90,9 @@ class ShareListenerLostLockTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return new ShareKafkaListenerContainerFactory<>(
-          new DefaultShareConsumerFactory<String, String>(
-              ShareListenerTests.consumerConfig(
-                  StringDeserializer.class, StringDeserializer.class)) {
-            @Override
-            protected ShareConsumer<String, String> createRawConsumer(
-                String groupId, String clientId) {
-              return stalling(super.createRawConsumer(groupId, clientId));
-            }
-
-            @Override
-            protected ShareConsumer<String, String> createRawConsumer(
-                String groupId, String clientId, Map<String, Object> overrides) {
-              return stalling(super.createRawConsumer(groupId, clientId, overrides));
-            }
-          });
+      return ShareListenerTests.shareFactory(
+          ShareListenerTests.consumerConfig(StringDeserializer.class, StringDeserializer.class),
+          ShareListenerLostLockTest::stalling);
     }
 
     @Bean

@@ -97,23 +97,15 @@ class ShareListenerPollRejectedDeadLetterFailsTest {
     /** Refuses the dead letters of undeserializable records for a lock and a half. */
     @Bean
     DeadLetterHandler<String, String> deadLetterHandler() {
-      return new DeadLetterHandler<>() {
-        @Override
-        public void deadLetter(ConsumerRecord<String, String> record, Exception reason) {
-          throw new AssertionError("no dead letter expected for " + record, reason);
-        }
-
-        @Override
-        public void deadLetterUndeserializable(
-            ConsumerRecord<byte[], byte[]> record, Exception reason) {
-          firstRefusal.compareAndSet(0, System.nanoTime());
-          if (System.nanoTime() - firstRefusal.get() < LOCK.toNanos() * 3 / 2) {
-            refused.incrementAndGet();
-            throw new IllegalStateException("injected: dead-letter topic unavailable");
-          }
-          deadLetters.add(record);
-        }
-      };
+      return ShareListenerTests.undeserializableOnly(
+          (record, reason) -> {
+            firstRefusal.compareAndSet(0, System.nanoTime());
+            if (System.nanoTime() - firstRefusal.get() < LOCK.toNanos() * 3 / 2) {
+              refused.incrementAndGet();
+              throw new IllegalStateException("injected: dead-letter topic unavailable");
+            }
+            deadLetters.add(record);
+          });
     }
 
     @Bean

@@ -109,24 +109,16 @@ class ShareListenerPollRejectedDeadLetterRetryTest {
     /** Refuses the first dead letters of undeserializable records at once. */
     @Bean
     DeadLetterHandler<String, String> deadLetterHandler() {
-      return new DeadLetterHandler<>() {
-        @Override
-        public void deadLetter(ConsumerRecord<String, String> record, Exception reason) {
-          throw new AssertionError("no dead letter expected for " + record, reason);
-        }
-
-        @Override
-        public void deadLetterUndeserializable(
-            ConsumerRecord<byte[], byte[]> record, Exception reason) {
-          firstRefusal.compareAndSet(0, System.nanoTime());
-          if (refused.get() < REFUSALS) {
-            refused.incrementAndGet();
-            throw new IllegalStateException("injected: dead-letter topic unavailable");
-          }
-          deadLetterWritten.compareAndSet(0, System.nanoTime());
-          deadLetters.add(record);
-        }
-      };
+      return ShareListenerTests.undeserializableOnly(
+          (record, reason) -> {
+            firstRefusal.compareAndSet(0, System.nanoTime());
+            if (refused.get() < REFUSALS) {
+              refused.incrementAndGet();
+              throw new IllegalStateException("injected: dead-letter topic unavailable");
+            }
+            deadLetterWritten.compareAndSet(0, System.nanoTime());
+            deadLetters.add(record);
+          });
     }
 
     @Bean

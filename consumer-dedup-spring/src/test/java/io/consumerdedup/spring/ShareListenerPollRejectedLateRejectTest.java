@@ -211,18 +211,10 @@ class ShareListenerPollRejectedLateRejectTest {
 
     @Bean
     DeadLetterHandler<String, String> deadLetterHandler() {
-      return new DeadLetterHandler<>() {
-        @Override
-        public void deadLetter(ConsumerRecord<String, String> record, Exception reason) {
-          throw new AssertionError("no dead letter expected for " + record, reason);
-        }
-
-        @Override
-        public void deadLetterUndeserializable(
-            ConsumerRecord<byte[], byte[]> record, Exception reason) {
-          deadLetters.add(header(record, "order-no"));
-        }
-      };
+      return ShareListenerTests.undeserializableOnly(
+          (record, reason) -> {
+            deadLetters.add(header(record, "order-no"));
+          });
     }
 
     @Bean

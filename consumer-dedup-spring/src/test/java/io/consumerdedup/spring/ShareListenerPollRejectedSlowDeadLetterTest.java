@@ -7,8 +7,6 @@ import static org.awaitility.Awaitility.await;
 import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
-import java.lang.reflect.InvocationTargetException;
-import java.lang.reflect.Proxy;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
@@ -16,7 +14,6 @@ import java.util.Map;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.Future;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
@@ -32,7 +29,6 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
-import org.springframework.kafka.core.DefaultShareConsumerFactory;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -112,26 +108,15 @@ class ShareListenerPollRejectedSlowDeadLetterTest {
   }
 
   /** Notes each record its polls return, as offset/delivery count. */
-  @SuppressWarnings("unchecked")
   static ShareConsumer<String, String> noting(ShareConsumer<String, String> consumer) {
-    return (ShareConsumer<String, String>)
-        Proxy.newProxyInstance(
-            ShareConsumer.class.getClassLoader(),
-            new Class<?>[] {ShareConsumer.class},
-            (proxy, method, args) -> {
-              Object result;
-              try {
-                result = method.invoke(consumer, args);
-              } catch (InvocationTargetException e) {
-                throw e.getCause();
-              }
-              if (method.getName().equals("poll")) {
-                for (ConsumerRecord<?, ?> record : (ConsumerRecords<?, ?>) result) {
-                  polled.add(record.offset() + "/" + record.deliveryCount().orElse((short) 0));
-                }
-              }
-              return result;
-            });
+    return ShareListenerTests.watchingPolls(
+        consumer,
+        records -> {
+          for (ConsumerRecord<?, ?> record : records) {
+            polled.add(record.offset() + "/" + record.deliveryCount().orElse((short) 0));
+          }
+        },
+        thrown -> {});
   }
 
   @SpringBootConfiguration
@@ -139,44 +124,23 @@ class ShareListenerPollRejectedSlowDeadLetterTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return new ShareKafkaListenerContainerFactory<>(
-          new DefaultShareConsumerFactory<String, String>(
-              ShareListenerTests.consumerConfig(
-                  StringDeserializer.class, RejectingDeserializer.class)) {
-            @Override
-            protected ShareConsumer<String, String> createRawConsumer(
-                String groupId, String clientId) {
-              return noting(super.createRawConsumer(groupId, clientId));
-            }
-
-            @Override
-            protected ShareConsumer<String, String> createRawConsumer(
-                String groupId, String clientId, Map<String, Object> overrides) {
-              return noting(super.createRawConsumer(groupId, clientId, overrides));
-            }
-          });
+      return ShareListenerTests.shareFactory(
+          ShareListenerTests.consumerConfig(StringDeserializer.class, RejectingDeserializer.class),
+          ShareListenerPollRejectedSlowDeadLetterTest::noting);
     }
 
     /** Writes the dead letter of an undeserializable record slowly, as a loaded broker would. */
     @Bean
     DeadLetterHandler<String, String> deadLetterHandler() {
-      return new DeadLetterHandler<>() {
-        @Override
-        public void deadLetter(ConsumerRecord<String, String> record, Exception reason) {
-          throw new AssertionError("no dead letter expected for " + record, reason);
-        }
-
-        @Override
-        public void deadLetterUndeserializable(
-            ConsumerRecord<byte[], byte[]> record, Exception reason) {
-          try {
-            Thread.sleep(DEAD_LETTER_TAKES.toMillis());
-          } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-          }
-          deadLetters.add(record);
-        }
-      };
+      return ShareListenerTests.undeserializableOnly(
+          (record, reason) -> {
+            try {
+              Thread.sleep(DEAD_LETTER_TAKES.toMillis());
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+            deadLetters.add(record);
+          });
     }
 
     @Bean

@@ -5,12 +5,9 @@ import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.testing.TestShareGroups;
-import java.lang.reflect.InvocationTargetException;
-import java.lang.reflect.Proxy;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -26,7 +23,6 @@ import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
-import org.springframework.kafka.core.DefaultShareConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -103,22 +99,15 @@ class ShareListenerPollRejectedSlowFailingDeadLetterTest {
   }
 
   /** Counts each poll that throws for the undeserializable record: a delivery of it. */
-  @SuppressWarnings("unchecked")
   static ShareConsumer<String, String> counting(ShareConsumer<String, String> consumer) {
-    return (ShareConsumer<String, String>)
-        Proxy.newProxyInstance(
-            ShareConsumer.class.getClassLoader(),
-            new Class<?>[] {ShareConsumer.class},
-            (proxy, method, args) -> {
-              try {
-                return method.invoke(consumer, args);
-              } catch (InvocationTargetException e) {
-                if (e.getCause() instanceof RecordDeserializationException) {
-                  deliveries.incrementAndGet();
-                }
-                throw e.getCause();
-              }
-            });
+    return ShareListenerTests.watchingPolls(
+        consumer,
+        records -> {},
+        thrown -> {
+          if (thrown instanceof RecordDeserializationException) {
+            deliveries.incrementAndGet();
+          }
+        });
   }
 
   @SpringBootConfiguration
@@ -126,47 +115,26 @@ class ShareListenerPollRejectedSlowFailingDeadLetterTest {
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return new ShareKafkaListenerContainerFactory<>(
-          new DefaultShareConsumerFactory<String, String>(
-              ShareListenerTests.consumerConfig(
-                  StringDeserializer.class, RejectingDeserializer.class)) {
-            @Override
-            protected ShareConsumer<String, String> createRawConsumer(
-                String groupId, String clientId) {
-              return counting(super.createRawConsumer(groupId, clientId));
-            }
-
-            @Override
-            protected ShareConsumer<String, String> createRawConsumer(
-                String groupId, String clientId, Map<String, Object> overrides) {
-              return counting(super.createRawConsumer(groupId, clientId, overrides));
-            }
-          });
+      return ShareListenerTests.shareFactory(
+          ShareListenerTests.consumerConfig(StringDeserializer.class, RejectingDeserializer.class),
+          ShareListenerPollRejectedSlowFailingDeadLetterTest::counting);
     }
 
     /** Fails slowly, past the lock, as a dead-letter topic timing out would, then accepts. */
     @Bean
     DeadLetterHandler<String, String> deadLetterHandler() {
-      return new DeadLetterHandler<>() {
-        @Override
-        public void deadLetter(ConsumerRecord<String, String> record, Exception reason) {
-          throw new AssertionError("no dead letter expected for " + record, reason);
-        }
-
-        @Override
-        public void deadLetterUndeserializable(
-            ConsumerRecord<byte[], byte[]> record, Exception reason) {
-          if (tries.incrementAndGet() <= SLOW_FAILURES) {
-            try {
-              Thread.sleep(FAILING_TRY_TAKES.toMillis());
-            } catch (InterruptedException e) {
-              Thread.currentThread().interrupt();
+      return ShareListenerTests.undeserializableOnly(
+          (record, reason) -> {
+            if (tries.incrementAndGet() <= SLOW_FAILURES) {
+              try {
+                Thread.sleep(FAILING_TRY_TAKES.toMillis());
+              } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+              }
+              throw new IllegalStateException("injected: dead-letter send timed out");
             }
-            throw new IllegalStateException("injected: dead-letter send timed out");
-          }
-          deadLetters.add(record);
-        }
-      };
+            deadLetters.add(record);
+          });
     }
 
     @Bean

@@ -3,18 +3,29 @@ package io.consumerdedup.spring;
 import static io.consumerdedup.spring.SpringTestEnvironment.header;
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
 import io.consumerdedup.testing.TestDatabase;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.function.BiConsumer;
+import java.util.function.IntPredicate;
+import java.util.function.UnaryOperator;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.serialization.Deserializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -26,9 +37,10 @@ import org.springframework.test.context.DynamicPropertyRegistry;
 /**
  * What the tests of {@code @Idempotent} share listeners (the {@code ShareListener*Test} classes of
  * both packages) build their applications with: share container factories over the in-JVM broker,
- * and, for those that need no {@code effects} table, the application's schema and topics; and the
- * poison records two of them send and expect dead-lettered, whether the consumer's poll or an
- * {@code ErrorHandlingDeserializer} meets them.
+ * some with consumers whose polls the test watches or stalls, and, for those that need no {@code
+ * effects} table, the application's schema and topics; and the poison records two of them send and
+ * expect dead-lettered, whether the consumer's poll or an {@code ErrorHandlingDeserializer} meets
+ * them.
  */
 public final class ShareListenerTests {
   private ShareListenerTests() {}
@@ -52,6 +64,110 @@ public final class ShareListenerTests {
       Map<String, Object> consumerConfig) {
     return new ShareKafkaListenerContainerFactory<>(
         new DefaultShareConsumerFactory<>(consumerConfig));
+  }
+
+  /**
+   * A share container factory whose consumers have this configuration, each handed to the container
+   * through {@code wrapper}: how a test watches, or stalls, what its consumer's polls return.
+   */
+  public static ShareKafkaListenerContainerFactory<String, String> shareFactory(
+      Map<String, Object> consumerConfig, UnaryOperator<ShareConsumer<String, String>> wrapper) {
+    return new ShareKafkaListenerContainerFactory<>(
+        new DefaultShareConsumerFactory<String, String>(consumerConfig) {
+          @Override
+          protected ShareConsumer<String, String> createRawConsumer(
+              String groupId, String clientId) {
+            return wrapper.apply(super.createRawConsumer(groupId, clientId));
+          }
+
+          @Override
+          protected ShareConsumer<String, String> createRawConsumer(
+              String groupId, String clientId, Map<String, Object> overrides) {
+            return wrapper.apply(super.createRawConsumer(groupId, clientId, overrides));
+          }
+        });
+  }
+
+  /** What a test does with the records a poll of its consumer returned, before the container. */
+  interface PollWatcher {
+    void polled(ConsumerRecords<?, ?> records) throws InterruptedException;
+  }
+
+  /**
+   * {@code consumer}, showing the records each of its polls returns to {@code afterPoll}, and each
+   * exception a poll throws to {@code pollThrew} before it is thrown on.
+   */
+  @SuppressWarnings("unchecked")
+  static ShareConsumer<String, String> watchingPolls(
+      ShareConsumer<String, String> consumer,
+      PollWatcher afterPoll,
+      java.util.function.Consumer<Throwable> pollThrew) {
+    return (ShareConsumer<String, String>)
+        Proxy.newProxyInstance(
+            ShareConsumer.class.getClassLoader(),
+            new Class<?>[] {ShareConsumer.class},
+            (proxy, method, args) -> {
+              boolean poll = method.getName().equals("poll");
+              Object result;
+              try {
+                result = method.invoke(consumer, args);
+              } catch (InvocationTargetException e) {
+                if (poll) {
+                  pollThrew.accept(e.getCause());
+                }
+                throw e.getCause();
+              }
+              if (poll) {
+                afterPoll.polled((ConsumerRecords<?, ?>) result);
+              }
+              return result;
+            });
+  }
+
+  /**
+   * {@code consumer}, whose poll, the first time it hands back a delivery it handed back before (a
+   * renewed one) that {@code delivery} accepts, returns only after {@code stall}, as a stalled
+   * container thread would; {@code stalled} tells that it did.
+   */
+  static ShareConsumer<String, String> stallingOnce(
+      ShareConsumer<String, String> consumer,
+      IntPredicate delivery,
+      AtomicBoolean stalled,
+      Duration stall) {
+    Set<String> seen = ConcurrentHashMap.newKeySet();
+    return watchingPolls(
+        consumer,
+        records -> {
+          boolean renewed = false;
+          for (ConsumerRecord<?, ?> record : records) {
+            short count = record.deliveryCount().orElse((short) 0);
+            renewed |= !seen.add(record.offset() + "/" + count) && delivery.test(count);
+          }
+          if (renewed && stalled.compareAndSet(false, true)) {
+            Thread.sleep(stall.toMillis());
+          }
+        },
+        thrown -> {});
+  }
+
+  /**
+   * The dead-letter handler of an application whose only records to dead-letter are those its
+   * consumer cannot deserialize: {@code undeserializable} takes those; any other fails the test.
+   */
+  static DeadLetterHandler<String, String> undeserializableOnly(
+      BiConsumer<ConsumerRecord<byte[], byte[]>, Exception> undeserializable) {
+    return new DeadLetterHandler<>() {
+      @Override
+      public void deadLetter(ConsumerRecord<String, String> record, Exception reason) {
+        throw new AssertionError("no dead letter expected for " + record, reason);
+      }
+
+      @Override
+      public void deadLetterUndeserializable(
+          ConsumerRecord<byte[], byte[]> record, Exception reason) {
+        undeserializable.accept(record, reason);
+      }
+    };
   }
 
   /** A share container factory of String records over the in-JVM broker, 10 records a poll. */

@@ -22,7 +22,6 @@ import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.jspecify.annotations.Nullable;
@@ -241,38 +240,9 @@ final class SpringTestEnvironment {
     return records;
   }
 
-  /**
-   * Reads every record of {@code topic} written so far at an isolation level: up to the end offsets
-   * as the read starts, under {@code read_committed} the last stable offsets (an open transaction's
-   * records and those after them are not read yet, aborted ones never).
-   */
+  /** {@link TestKafka#readWritten(String, String)}. */
   static List<ConsumerRecord<String, String>> readWritten(String topic, String isolation) {
-    List<ConsumerRecord<String, String>> records = new ArrayList<>();
-    try (KafkaConsumer<String, String> consumer =
-        new KafkaConsumer<>(
-            Map.of(
-                ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG,
-                TestKafka.bootstrapServers(),
-                ConsumerConfig.ISOLATION_LEVEL_CONFIG,
-                isolation),
-            new StringDeserializer(),
-            new StringDeserializer())) {
-      List<TopicPartition> partitions =
-          consumer.partitionsFor(topic).stream()
-              .map(info -> new TopicPartition(topic, info.partition()))
-              .toList();
-      consumer.assign(partitions);
-      consumer.seekToBeginning(partitions);
-      Map<TopicPartition, Long> ends = consumer.endOffsets(partitions);
-      long deadline = System.nanoTime() + Duration.ofSeconds(30).toNanos();
-      while (partitions.stream().anyMatch(p -> consumer.position(p) < ends.get(p))) {
-        if (System.nanoTime() > deadline) {
-          throw new IllegalStateException("Could not read " + topic + " up to " + ends);
-        }
-        consumer.poll(Duration.ofMillis(200)).forEach(records::add);
-      }
-    }
-    return records;
+    return TestKafka.readWritten(topic, isolation);
   }
 
   /**

@@ -13,6 +13,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
+import org.springframework.boot.test.context.assertj.AssertableApplicationContext;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 
 /**
@@ -57,24 +58,14 @@ class SeveralDataSourcesTest {
   void consumerDedupDataSourceNamesTheDataSourceThatHoldsTheTable() {
     runner(false)
         .withPropertyValues("consumer-dedup.data-source=dedupDataSource")
-        .run(
-            context -> {
-              assertThat(context).hasNotFailed();
-              claimOnce(context.getBean(IdempotentExecutors.class));
-              assertThat(rows(dedup)).isEqualTo(1);
-            });
+        .run(this::assertClaimsLandOnTheDedupDataSource);
   }
 
   @Test
   void consumerDedupDataSourceOutranksThePrimaryDataSource() {
     runner(true)
         .withPropertyValues("consumer-dedup.data-source=dedupDataSource")
-        .run(
-            context -> {
-              assertThat(context).hasNotFailed();
-              claimOnce(context.getBean(IdempotentExecutors.class));
-              assertThat(rows(dedup)).isEqualTo(1);
-            });
+        .run(this::assertClaimsLandOnTheDedupDataSource);
   }
 
   @Test
@@ -106,8 +97,15 @@ class SeveralDataSourcesTest {
                             + " application's are dedupDataSource, ordersDataSource"));
   }
 
-  private static void claimOnce(IdempotentExecutors executors) {
-    executors.defaultExecutor().execute(DedupKey.of("payment", "order-1"), () -> "charged");
+  /** Claims a key through the application's executors and finds its row on the dedup DataSource. */
+  private void assertClaimsLandOnTheDedupDataSource(AssertableApplicationContext context)
+      throws Exception {
+    assertThat(context).hasNotFailed();
+    context
+        .getBean(IdempotentExecutors.class)
+        .defaultExecutor()
+        .execute(DedupKey.of("payment", "order-1"), () -> "charged");
+    assertThat(rows(dedup)).isEqualTo(1);
   }
 
   private static int rows(String schema) throws Exception {

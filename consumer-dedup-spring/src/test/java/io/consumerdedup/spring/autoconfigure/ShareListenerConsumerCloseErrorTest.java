@@ -38,8 +38,11 @@ class ShareListenerConsumerCloseErrorTest {
   /** Long enough that a record left locked is not acquirable again within the look below. */
   static final Duration LOCK = Duration.ofSeconds(50);
 
-  /** How long a new consumer looks for records left in the queue. */
-  static final Duration LOOK = Duration.ofSeconds(15);
+  /**
+   * How long a new consumer looks for records left in the queue: the whole of it whenever one is
+   * left, as here; time to join the group and fetch, and far short of {@link #LOCK}.
+   */
+  static final Duration LOOK = Duration.ofSeconds(8);
 
   static final Duration WAIT = Duration.ofSeconds(60);
 
