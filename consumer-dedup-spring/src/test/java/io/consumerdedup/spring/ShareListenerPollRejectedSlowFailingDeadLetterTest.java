@@ -31,9 +31,8 @@ import org.springframework.test.context.DynamicPropertySource;
 /**
  * A record the share listener's consumer cannot deserialize (no {@code ErrorHandlingDeserializer}),
  * whose dead-letter topic is slow to fail: each of the first tries outlasts the 3 s acquisition
- * lock, which cannot be renewed, then throws, and the broker delivers the record again while the
- * try still runs. Every such delivery reports delivery count 0. The user expects each delivery
- * tried on its own, and the record dead-lettered once the topic accepts it within the broker's 5
+ * lock, which cannot be renewed, then throws. Every delivery of such a record reports delivery
+ * count 0. The user expects each delivery tried on its own, and the record dead-lettered once the topic accepts it within the broker's 5
  * deliveries: not released unseen by the failure of the try before it, and archived without its
  * dead letter. Spring Boot 4.0 refuses share listeners, so the boot40 module leaves this class out.
  */
@@ -44,14 +43,14 @@ class ShareListenerPollRejectedSlowFailingDeadLetterTest {
   static final Duration LOCK = Duration.ofSeconds(3);
   static final String TOPIC = "share-poll-rejected-slow-failing-dlt";
 
-  /** Past the lock: the next delivery comes while the try still runs. */
+  /** Past the lock, which the broker cannot renew for a record the consumer could not read. */
   static final Duration FAILING_TRY_TAKES = Duration.ofMillis(4_500);
 
   /**
-   * How many tries fail slowly before the topic accepts the dead letter. Tries take turns on the
-   * listener's worker, and each outlasts a delivery, so three such tries are what the broker's 5
-   * deliveries leave room for whatever is done; one try per two deliveries, the record was archived
-   * after the third without its dead letter.
+   * How many tries fail slowly before the topic accepts the dead letter. The consumer fetches
+   * nothing while a try that outlasted its lock runs, so each try costs one delivery and the fourth
+   * is written within the broker's 5; at one try per two deliveries, the record was archived after
+   * the third without its dead letter.
    */
   static final int SLOW_FAILURES = 3;
 
@@ -78,8 +77,8 @@ class ShareListenerPollRejectedSlowFailingDeadLetterTest {
     long sent = System.nanoTime();
     template.send(poison).get();
 
-    // Written about 13.5 s after the first delivery (tries at 0, 4.5 and 9 s, each on a delivery
-    // of its own), within the fifth delivery's lock. Archived without it, nothing more comes.
+    // Written about 13.5 s after the first delivery (tries at 0, 4.5, 9 and 13.5 s, each on a
+    // delivery of its own). Archived without it, nothing more comes.
     await()
         .atMost(WAIT.plusSeconds(5))
         .until(() -> !deadLetters.isEmpty() || System.nanoTime() - sent > WAIT.toNanos());
