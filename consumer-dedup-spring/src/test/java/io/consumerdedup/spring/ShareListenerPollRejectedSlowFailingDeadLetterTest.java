@@ -32,9 +32,10 @@ import org.springframework.test.context.DynamicPropertySource;
  * A record the share listener's consumer cannot deserialize (no {@code ErrorHandlingDeserializer}),
  * whose dead-letter topic is slow to fail: each of the first tries outlasts the 3 s acquisition
  * lock, which cannot be renewed, then throws. Every delivery of such a record reports delivery
- * count 0. The user expects each delivery tried on its own, and the record dead-lettered once the topic accepts it within the broker's 5
- * deliveries: not released unseen by the failure of the try before it, and archived without its
- * dead letter. Spring Boot 4.0 refuses share listeners, so the boot40 module leaves this class out.
+ * count 0. The user expects each delivery tried on its own, and the record dead-lettered once the
+ * topic accepts it within the broker's 5 deliveries: not released unseen by the failure of the try
+ * before it, and archived without its dead letter. Spring Boot 4.0 refuses share listeners, so the
+ * boot40 module leaves this class out.
  */
 @SpringBootTest(classes = ShareListenerPollRejectedSlowFailingDeadLetterTest.App.class)
 @DirtiesContext
