@@ -11,10 +11,7 @@ import java.util.List;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.errors.RecordDeserializationException;
-import org.apache.kafka.common.serialization.StringDeserializer;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -98,43 +95,19 @@ class ShareListenerPollRejectedSlowFailingDeadLetterTest {
         .isEmpty();
   }
 
-  /** Counts each poll that throws for the undeserializable record: a delivery of it. */
-  static ShareConsumer<String, String> counting(ShareConsumer<String, String> consumer) {
-    return ShareListenerTests.watchingPolls(
-        consumer,
-        records -> {},
-        thrown -> {
-          if (thrown instanceof RecordDeserializationException) {
-            deliveries.incrementAndGet();
-          }
-        });
-  }
-
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return ShareListenerTests.shareFactory(
-          ShareListenerTests.consumerConfig(StringDeserializer.class, RejectingDeserializer.class),
-          ShareListenerPollRejectedSlowFailingDeadLetterTest::counting);
+      return ShareListenerTests.countingRejectedDeliveries(deliveries);
     }
 
     /** Fails slowly, past the lock, as a dead-letter topic timing out would, then accepts. */
     @Bean
     DeadLetterHandler<String, String> deadLetterHandler() {
-      return ShareListenerTests.undeserializableOnly(
-          (record, reason) -> {
-            if (tries.incrementAndGet() <= SLOW_FAILURES) {
-              try {
-                Thread.sleep(FAILING_TRY_TAKES.toMillis());
-              } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-              }
-              throw new IllegalStateException("injected: dead-letter send timed out");
-            }
-            deadLetters.add(record);
-          });
+      return ShareListenerTests.slowlyFailingDeadLetters(
+          tries, SLOW_FAILURES, FAILING_TRY_TAKES, deadLetters);
     }
 
     @Bean

@@ -5,19 +5,13 @@ import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.testing.TestShareGroups;
-import java.lang.reflect.InvocationTargetException;
-import java.lang.reflect.Proxy;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
-import java.util.Map;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.errors.RecordDeserializationException;
-import org.apache.kafka.common.serialization.StringDeserializer;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -26,7 +20,6 @@ import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
-import org.springframework.kafka.core.DefaultShareConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -97,71 +90,19 @@ class ShareListenerRejectedDeadLetterPastTwoLocksTest {
         .isEmpty();
   }
 
-  /** Counts each poll that throws for the undeserializable record: a delivery of it. */
-  @SuppressWarnings("unchecked")
-  static ShareConsumer<String, String> counting(ShareConsumer<String, String> consumer) {
-    return (ShareConsumer<String, String>)
-        Proxy.newProxyInstance(
-            ShareConsumer.class.getClassLoader(),
-            new Class<?>[] {ShareConsumer.class},
-            (proxy, method, args) -> {
-              try {
-                return method.invoke(consumer, args);
-              } catch (InvocationTargetException e) {
-                if (e.getCause() instanceof RecordDeserializationException) {
-                  deliveries.incrementAndGet();
-                }
-                throw e.getCause();
-              }
-            });
-  }
-
   @SpringBootConfiguration
   @EnableAutoConfiguration
   static class App {
     @Bean
     ShareKafkaListenerContainerFactory<String, String> shareFactory() {
-      return new ShareKafkaListenerContainerFactory<>(
-          new DefaultShareConsumerFactory<String, String>(
-              ShareListenerTests.consumerConfig(
-                  StringDeserializer.class, RejectingDeserializer.class)) {
-            @Override
-            protected ShareConsumer<String, String> createRawConsumer(
-                String groupId, String clientId) {
-              return counting(super.createRawConsumer(groupId, clientId));
-            }
-
-            @Override
-            protected ShareConsumer<String, String> createRawConsumer(
-                String groupId, String clientId, Map<String, Object> overrides) {
-              return counting(super.createRawConsumer(groupId, clientId, overrides));
-            }
-          });
+      return ShareListenerTests.countingRejectedDeliveries(deliveries);
     }
 
     /** Fails after more than two locks, as a send waiting for a topic's metadata, then takes it. */
     @Bean
     DeadLetterHandler<String, String> deadLetterHandler() {
-      return new DeadLetterHandler<>() {
-        @Override
-        public void deadLetter(ConsumerRecord<String, String> record, Exception reason) {
-          throw new AssertionError("no dead letter expected for " + record, reason);
-        }
-
-        @Override
-        public void deadLetterUndeserializable(
-            ConsumerRecord<byte[], byte[]> record, Exception reason) {
-          if (tries.incrementAndGet() <= SLOW_FAILURES) {
-            try {
-              Thread.sleep(FAILING_TRY_TAKES.toMillis());
-            } catch (InterruptedException e) {
-              Thread.currentThread().interrupt();
-            }
-            throw new IllegalStateException("injected: dead-letter topic metadata not available");
-          }
-          deadLetters.add(record);
-        }
-      };
+      return ShareListenerTests.slowlyFailingDeadLetters(
+          tries, SLOW_FAILURES, FAILING_TRY_TAKES, deadLetters);
     }
 
     @Bean

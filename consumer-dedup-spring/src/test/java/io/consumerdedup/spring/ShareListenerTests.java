@@ -19,6 +19,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BiConsumer;
 import java.util.function.IntPredicate;
 import java.util.function.UnaryOperator;
@@ -27,6 +28,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.ShareConsumer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.errors.RecordDeserializationException;
 import org.apache.kafka.common.serialization.Deserializer;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.springframework.kafka.config.ShareKafkaListenerContainerFactory;
@@ -168,6 +170,49 @@ public final class ShareListenerTests {
         undeserializable.accept(record, reason);
       }
     };
+  }
+
+  /**
+   * A share container factory whose consumers cannot deserialize {@link RejectingDeserializer}'s
+   * poison values, counting in {@code deliveries} each poll that throws for one: a delivery of it.
+   */
+  static ShareKafkaListenerContainerFactory<String, String> countingRejectedDeliveries(
+      AtomicInteger deliveries) {
+    return shareFactory(
+        consumerConfig(StringDeserializer.class, RejectingDeserializer.class),
+        consumer ->
+            watchingPolls(
+                consumer,
+                records -> {},
+                thrown -> {
+                  if (thrown instanceof RecordDeserializationException) {
+                    deliveries.incrementAndGet();
+                  }
+                }));
+  }
+
+  /**
+   * The dead-letter handler of records the consumer cannot deserialize, whose first {@code
+   * slowFailures} tries fail after {@code takes}, as a send to a dead-letter topic timing out
+   * would; the next one writes the record to {@code deadLetters}. {@code tries} counts them all.
+   */
+  static DeadLetterHandler<String, String> slowlyFailingDeadLetters(
+      AtomicInteger tries,
+      int slowFailures,
+      Duration takes,
+      List<ConsumerRecord<byte[], byte[]>> deadLetters) {
+    return undeserializableOnly(
+        (record, reason) -> {
+          if (tries.incrementAndGet() <= slowFailures) {
+            try {
+              Thread.sleep(takes.toMillis());
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+            throw new IllegalStateException("injected: dead-letter send timed out");
+          }
+          deadLetters.add(record);
+        });
   }
 
   /** A share container factory of String records over the in-JVM broker, 10 records a poll. */
