@@ -30,24 +30,30 @@ import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
-import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /**
- * Mode TRANSACTIONAL with {@link JdbcTransactionalProcessor#of}: the poll's transaction commits,
- * and handing its connection back to the pool meets an {@code Error} (an OutOfMemoryError in the
- * pool's bookkeeping). The transaction's outcome was decided, but the Error went out of {@code
- * inTransaction} past the telling of its news: the poll was taken for rolled back and run again
- * record by record, each record a duplicate of itself, and nothing was counted processed.
+ * Mode TRANSACTIONAL with {@link JdbcTransactionalProcessor}: a transaction commits, and handing
+ * its connection back to the pool meets an {@code Error} (an OutOfMemoryError in the pool's
+ * bookkeeping). The transaction's outcome was decided, but the Error went out of {@code
+ * inTransaction} past the telling of its news: a poll's transaction was taken for rolled back and
+ * run again record by record, each record a duplicate of itself and none counted processed; a
+ * record's own transaction was taken for the handler's failure, and the loop ended on it.
  */
 class JdbcTransactionalReleaseErrorTest {
   @RegisterExtension static final LoopFixture fixture = new LoopFixture("loop_tx_release");
 
-  @Test
-  void aPollWhoseConnectionCannotBeHandedBackIsStillCountedProcessed() throws Exception {
+  @ParameterizedTest(name = "a transaction per poll: {0}")
+  @ValueSource(booleans = {true, false})
+  void aTransactionWhoseConnectionCannotBeHandedBackIsStillCountedProcessed(boolean perPoll)
+      throws Exception {
     TestKafka.createTopics(1, fixture.topic());
-    send("RE-1");
-    send("RE-2");
+    String first = fixture.topic() + "-RE-1";
+    String second = fixture.topic() + "-RE-2";
+    send(first);
+    send(second);
 
     SimpleMeterRegistry registry = new SimpleMeterRegistry();
     ClosingErrorSource pool = new ClosingErrorSource(fixture.dataSource());
@@ -76,7 +82,9 @@ class JdbcTransactionalReleaseErrorTest {
                   DedupPollLoop.builder(
                       TestKafka.consumerConfig(fixture.group()),
                       List.of(fixture.topic()),
-                      JdbcTransactionalProcessor.of(transactions, handler)))
+                      perPoll
+                          ? JdbcTransactionalProcessor.of(transactions, handler)
+                          : JdbcTransactionalProcessor.perRecord(transactions, handler)))
               .deadLetterHandler((record, reason) -> deadLettered.add(reason))
               .build();
       try (RunningLoop running = RunningLoop.start(loop)) {
@@ -86,9 +94,9 @@ class JdbcTransactionalReleaseErrorTest {
     }
 
     assertThat(pool.struck).as("hand-backs of a connection that threw an Error").hasValue(1);
-    assertThat(applied).as("records applied").containsOnlyKeys("RE-1", "RE-2");
+    assertThat(applied).as("records applied").containsOnlyKeys(first, second);
     assertThat(applied.values()).allSatisfy(n -> assertThat(n).as("applied").hasValue(1));
-    for (String key : List.of("RE-1", "RE-2")) {
+    for (String key : List.of(first, second)) {
       assertThat(fixture.store().find(DedupKey.of(BIZ_TYPE, key)).orElseThrow().status())
           .isEqualTo(DedupStatus.SUCCESS);
     }
