@@ -1,6 +1,8 @@
 package io.consumerdedup.core;
 
 import io.consumerdedup.core.internal.AfterCommit;
+import io.consumerdedup.core.internal.DeliverySources;
+import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.FaultPoints;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
@@ -11,6 +13,8 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.function.BiConsumer;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 
 /**
  * A claim on a key, from {@link IdempotentExecutor#claim(DedupKey, String, String)}: either the key
@@ -20,6 +24,8 @@ import org.jspecify.annotations.Nullable;
  * its key PROCESSING until that renewal stops with the executor and the lease runs out.
  */
 public final class DedupClaim {
+  private static final Logger log = LoggerFactory.getLogger(DedupClaim.class);
+
   private final DedupKey key;
   private final int attempt;
   private final @Nullable String source;
@@ -43,6 +49,9 @@ public final class DedupClaim {
 
   /** Ended by {@link #fail(Throwable)} in the caller's transaction, which may still commit. */
   private volatile boolean failedInTransaction;
+
+  /** Its handler ran, and both tries to hand its outcome over met an Error: open again. */
+  private volatile boolean ranButNotHandedOver;
 
   private DedupClaim(
       DedupKey key,
@@ -418,8 +427,58 @@ public final class DedupClaim {
     if (handedOver(outcomes, renewal)) {
       return true;
     }
+    ranButNotHandedOver = true;
     ended.set(false);
     return false;
+  }
+
+  /**
+   * Ends as failed a claim that {@link #complete()}, {@link #completeAsync()}, {@link
+   * #completeWithNextClaim()} or {@link #fail(Throwable)} left open: its handler ran, but an {@code
+   * Error} struck both tries to hand the outcome over. Given back as a claim whose handler never
+   * ran ({@link DedupClaims#releaseUnended()}), it counted no attempt, and with an Error that
+   * repeats each delivery ran the handler again, the record never dead-lettered; left open, its
+   * lease was renewed for the executor's life, each delivery "in progress". FAILED counts the
+   * attempt; if it cannot be handed over either, the lease is left to run out, and the next
+   * delivery takes the key over as after a crash, which counts the attempt too.
+   *
+   * @return whether the claim was such a claim, now ended; false for any other (nothing is done)
+   */
+  public boolean failUnhandedOutcome() {
+    Outcomes writer = outcomes;
+    LeaseRenewer.Renewal lease = renewal;
+    if (!ranButNotHandedOver
+        || writer == null
+        || lease == null
+        || !ended.compareAndSet(false, true)) {
+      return false;
+    }
+    IllegalStateException unrecorded =
+        new IllegalStateException(
+            "The handler of "
+                + key
+                + " ran, but its outcome could not be handed over (an Error at each try)");
+    try {
+      FaultPoints.reached(FaultPoints.Point.ENDING);
+      writer.fail(key, attempt, source, lease, unrecorded);
+    } catch (RuntimeException | Error e) {
+      unrecorded.addSuppressed(e);
+    }
+    if (!handedOver(writer, lease)) {
+      lease.stop();
+      try {
+        log.warn(
+            "The handler of {} (attempt {}) ran, but neither its outcome nor FAILED could be"
+                + " handed over; its lease is left to run out, and the next delivery takes the"
+                + " key over, counting the attempt",
+            DeliverySources.where(key, source),
+            attempt,
+            FailureTexts.loggable(unrecorded));
+      } catch (RuntimeException | Error unlogged) {
+        // The lease runs out all the same.
+      }
+    }
+    return true;
   }
 
   /** Whether this claim's outcome is written, refused, or kept or queued to be written. */

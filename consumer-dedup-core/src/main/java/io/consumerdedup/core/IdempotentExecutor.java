@@ -242,6 +242,7 @@ public final class IdempotentExecutor implements AutoCloseable {
         e.addSuppressed(notWritten);
       }
     }
+    claim.failUnhandedOutcome(); // an Error that repeats: not open for the executor's life
   }
 
   /**

@@ -243,8 +243,14 @@ public final class TransactionBoundDataSource implements DataSource {
       return result;
     } finally {
       current.remove();
-      release(transaction, reusable);
-      news.end(committed);
+      try {
+        release(transaction, reusable);
+      } finally {
+        // Skipped, the scope stayed open on this pooled thread: the committed work's news was
+        // never told, and what a later claim outside a transaction of this DataSource said went
+        // into it, never told either.
+        news.end(committed);
+      }
     }
   }
 
@@ -326,12 +332,15 @@ public final class TransactionBoundDataSource implements DataSource {
         // Only now: setAutoCommit(true) on an open transaction would commit it.
         connection.setAutoCommit(true);
       }
-    } catch (SQLException | RuntimeException e) {
+    } catch (SQLException | RuntimeException | Error e) {
       log.warn("Could not reset a connection before handing it back to the pool", e);
     }
     try {
       connection.close();
-    } catch (SQLException | RuntimeException e) {
+    } catch (SQLException | RuntimeException | Error e) {
+      // An Error too (an OutOfMemoryError in the pool's bookkeeping): thrown after a commit, it
+      // made committed work look failed, and a poll's transaction that committed was run again
+      // record by record, each record counted a duplicate of itself and none processed.
       log.warn("Could not hand a connection back to the pool", e);
     }
   }

@@ -203,13 +203,13 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     try {
       handler.handle(record);
     } catch (RuntimeException | Error e) {
-      claim.fail(e);
+      failClaim(claim, e);
       throw e;
     } catch (Exception e) {
       if (e instanceof InterruptedException) {
         Thread.currentThread().interrupt(); // for the loop, which stops on it
       }
-      claim.fail(e);
+      failClaim(claim, e);
       throw new DedupHandlerException(claim.key(), claim.source(), e);
     }
     try {
@@ -224,6 +224,21 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
       throw e;
     }
     return Outcome.PROCESSED;
+  }
+
+  /**
+   * Records the handler's failure. A claim left open by an {@code Error} at both tries to hand
+   * FAILED over is failed once more: left open, a claim of the poll was given back at settle() with
+   * no attempt counted, one claimed on its own was renewed for the executor's life, and with an
+   * Error that repeats the record was never dead-lettered.
+   */
+  private static void failClaim(DedupClaim claim, Throwable failure) {
+    try {
+      claim.fail(failure);
+    } catch (Error e) {
+      claim.failUnhandedOutcome();
+      throw e;
+    }
   }
 
   /**
@@ -244,6 +259,9 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
       // Kept and retried in the background, or the lease lost: the next delivery finds out.
       e.addSuppressed(notWritten);
     }
+    // The Error struck this try too: an Error that repeats. Left open, the claim was given back
+    // at settle() as if its handler had never run, or renewed for the executor's life.
+    claim.failUnhandedOutcome();
   }
 
   /**

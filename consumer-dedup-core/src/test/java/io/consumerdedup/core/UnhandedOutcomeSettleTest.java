@@ -1,0 +1,60 @@
+package io.consumerdedup.core;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.catchThrowable;
+
+import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.testing.StoreFixture;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+/**
+ * A batch's claim whose handler failed, and whose FAILED met an {@code Error} at both tries to hand
+ * it over: the claim is open again. {@link DedupClaims#releaseUnended()} gave it back as a claim
+ * whose handler never ran: the key's record vanished, the attempt uncounted, and the next delivery
+ * ran the handler as attempt 1 again.
+ */
+class UnhandedOutcomeSettleTest {
+  @RegisterExtension static final StoreFixture db = new StoreFixture("unhanded_outcome", 2);
+
+  @AfterEach
+  void removeHook() {
+    FaultPoints.install(null);
+  }
+
+  @Test
+  void aClaimWhoseFailureCouldNotBeHandedOverIsEndedFailedNotGivenBack() {
+    IdempotentExecutor executor =
+        db.executor(
+            IdempotentExecutor.builder(db.store())
+                .lease(Duration.ofSeconds(1))
+                .renewalInterval(Duration.ofMillis(200)));
+    DedupKey key = DedupKey.of("payment", "UO-1");
+    DedupClaims claims =
+        executor.claimAll(List.of(new IdempotentExecutor.Delivery(key, null, "payments-0@3")));
+    DedupClaim claim = claims.get(0);
+    AtomicInteger struck = new AtomicInteger();
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.ENDING && struck.getAndIncrement() < 2) {
+            throw new OutOfMemoryError("Java heap space, handing the outcome over");
+          }
+        });
+
+    Throwable thrown = catchThrowable(() -> claim.fail(new IllegalStateException("declined")));
+    claims.releaseUnended();
+
+    assertThat(thrown).as("what failing the claim threw").isInstanceOf(OutOfMemoryError.class);
+    DedupRecord row = db.store().find(key).orElseThrow(() -> new AssertionError("no record"));
+    assertThat(row.status()).as("the key's record after the settle").isEqualTo(DedupStatus.FAILED);
+    assertThat(row.attempts()).as("attempts counted").isEqualTo(1);
+    assertThat(struck).as("hand-overs tried, two of them struck").hasValueGreaterThan(2);
+    DedupClaim redelivery = executor.claim(key, null, "payments-0@3");
+    assertThat(redelivery.attempt()).as("the redelivery's attempt").isEqualTo(2);
+    redelivery.complete();
+  }
+}

@@ -1,0 +1,175 @@
+package io.consumerdedup.kafka;
+
+import static io.consumerdedup.kafka.LoopFixture.BIZ_TYPE;
+import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
+import static io.consumerdedup.kafka.LoopFixture.orderNo;
+import static org.assertj.core.api.Assertions.assertThat;
+
+import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
+import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.jdbc.JdbcDedupStore;
+import io.consumerdedup.jdbc.TransactionBoundDataSource;
+import io.consumerdedup.micrometer.MicrometerDedupListener;
+import io.consumerdedup.testing.ConnectionSource;
+import io.consumerdedup.testing.TestKafka;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Proxy;
+import java.nio.charset.StandardCharsets;
+import java.sql.Connection;
+import java.sql.SQLException;
+import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CopyOnWriteArrayList;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.junit.jupiter.api.extension.RegisterExtension;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
+
+/**
+ * Mode TRANSACTIONAL with {@link JdbcTransactionalProcessor}: a transaction commits, and handing
+ * its connection back to the pool meets an {@code Error} (an OutOfMemoryError in the pool's
+ * bookkeeping). The transaction's outcome was decided, but the Error went out of {@code
+ * inTransaction} past the telling of its news: a poll's transaction was taken for rolled back and
+ * run again record by record, each record a duplicate of itself and none counted processed; a
+ * record's own transaction was taken for the handler's failure, and the loop ended on it.
+ */
+class JdbcTransactionalReleaseErrorTest {
+  @RegisterExtension static final LoopFixture fixture = new LoopFixture("loop_tx_release");
+
+  @ParameterizedTest(name = "a transaction per poll: {0}")
+  @ValueSource(booleans = {true, false})
+  void aTransactionWhoseConnectionCannotBeHandedBackIsStillCountedProcessed(boolean perPoll)
+      throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    String first = fixture.topic() + "-RE-1";
+    String second = fixture.topic() + "-RE-2";
+    send(first);
+    send(second);
+
+    SimpleMeterRegistry registry = new SimpleMeterRegistry();
+    ClosingErrorSource pool = new ClosingErrorSource(fixture.dataSource());
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(pool);
+    Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
+    List<Exception> deadLettered = new CopyOnWriteArrayList<>();
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(JdbcDedupStore.builder(transactions).build())
+            .mode(DedupMode.TRANSACTIONAL)
+            .listener(new MicrometerDedupListener(registry))
+            .build()) {
+      IdempotentRecordHandler<String, String> handler =
+          IdempotentRecordHandler.<String, String>builder(executor)
+              .bizType(BIZ_TYPE)
+              .key(KeyExtractors.header(KEY_HEADER))
+              .handler(
+                  record -> {
+                    applied
+                        .computeIfAbsent(orderNo(record), k -> new AtomicInteger())
+                        .incrementAndGet();
+                    pool.strikeNextClose();
+                  })
+              .build();
+      DedupPollLoop<String, String> loop =
+          LoopFixture.quick(
+                  DedupPollLoop.builder(
+                      TestKafka.consumerConfig(fixture.group()),
+                      List.of(fixture.topic()),
+                      perPoll
+                          ? JdbcTransactionalProcessor.of(transactions, handler)
+                          : JdbcTransactionalProcessor.perRecord(transactions, handler)))
+              .deadLetterHandler((record, reason) -> deadLettered.add(reason))
+              .build();
+      try (RunningLoop running = RunningLoop.start(loop)) {
+        LoopFixture.awaitCommitted(
+            fixture.group(), Map.of(new TopicPartition(fixture.topic(), 0), 2L));
+      }
+    }
+
+    assertThat(pool.struck).as("hand-backs of a connection that threw an Error").hasValue(1);
+    assertThat(applied).as("records applied").containsOnlyKeys(first, second);
+    assertThat(applied.values()).allSatisfy(n -> assertThat(n).as("applied").hasValue(1));
+    for (String key : List.of(first, second)) {
+      assertThat(fixture.store().find(DedupKey.of(BIZ_TYPE, key)).orElseThrow().status())
+          .isEqualTo(DedupStatus.SUCCESS);
+    }
+    assertThat(deadLettered).as("dead-lettered").isEmpty();
+    assertThat(outcomes(registry, "processed")).as("records counted processed").isEqualTo(2.0);
+    assertThat(outcomes(registry, "duplicate"))
+        .as("records counted duplicate, each processed once")
+        .isZero();
+  }
+
+  private static double outcomes(SimpleMeterRegistry registry, String outcome) {
+    Counter counter =
+        registry.find(MicrometerDedupListener.OUTCOMES).tag("outcome", outcome).counter();
+    return counter == null ? 0 : counter.count();
+  }
+
+  private static void send(String orderNo) throws Exception {
+    ProducerRecord<String, String> record =
+        new ProducerRecord<>(fixture.topic(), 0, null, "charge " + orderNo);
+    record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+    fixture.producer().send(record).get();
+  }
+
+  /** A pool whose next connection handed back, once armed, throws an OutOfMemoryError. */
+  private static final class ClosingErrorSource extends ConnectionSource {
+    private final DataSource pool;
+    private final AtomicBoolean armed = new AtomicBoolean();
+    final AtomicInteger struck = new AtomicInteger();
+
+    ClosingErrorSource(DataSource pool) {
+      this.pool = pool;
+    }
+
+    /** Only once: the records run again after the strike find their connections sound. */
+    void strikeNextClose() {
+      if (struck.get() == 0) {
+        armed.set(true);
+      }
+    }
+
+    @Override
+    public Connection getConnection() throws SQLException {
+      Connection connection = pool.getConnection();
+      return (Connection)
+          Proxy.newProxyInstance(
+              Connection.class.getClassLoader(),
+              new Class<?>[] {Connection.class},
+              (proxy, method, args) -> {
+                if (method.getName().equals("close") && armed.compareAndSet(true, false)) {
+                  struck.incrementAndGet();
+                  connection.close();
+                  throw new OutOfMemoryError("Java heap space, handing a connection back");
+                }
+                try {
+                  return method.invoke(connection, args);
+                } catch (InvocationTargetException e) {
+                  throw e.getCause();
+                }
+              });
+    }
+
+    @Override
+    public <T> T unwrap(Class<T> iface) throws SQLException {
+      return pool.unwrap(iface);
+    }
+
+    @Override
+    public boolean isWrapperFor(Class<?> iface) {
+      try {
+        return pool.isWrapperFor(iface);
+      } catch (SQLException e) {
+        return false;
+      }
+    }
+  }
+}
