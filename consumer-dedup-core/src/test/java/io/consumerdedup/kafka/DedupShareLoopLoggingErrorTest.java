@@ -133,12 +133,75 @@ class DedupShareLoopLoggingErrorTest {
     assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
   }
 
+  /**
+   * A record without its key; its dead letter throws an {@code OutOfMemoryError} on the first try,
+   * and a second one is thrown as the worker logs that try: the user sees the one dead letter
+   * written on the record's first delivery, and no loop ended. Before the fix, the loop ended on
+   * the second Error, and the record's next delivery was dead-lettered.
+   */
+  @Test
+  void aSecondErrorAsAFailedDeadLetterIsLoggedDoesNotEndTheLoop() throws Exception {
+    IdempotentExecutor executor =
+        fixture.executor(IdempotentExecutor.builder(fixture.store()).lease(Duration.ofMinutes(5)));
+    DeadLetterHandler<String, String> publisher =
+        KafkaDeadLetterPublisher.builder(dltProducer).groupId(group).build();
+    List<String> tries = new CopyOnWriteArrayList<>();
+    List<String> written = new CopyOnWriteArrayList<>();
+    DeadLetterHandler<String, String> deadLetters =
+        (record, reason) -> {
+          tries.add(String.valueOf(delivery(record)));
+          if (tries.size() == 1) {
+            throw new OutOfMemoryError("Java heap space, copying the record");
+          }
+          publisher.deadLetter(record, reason);
+          written.add(String.valueOf(delivery(record)));
+        };
+    AtomicInteger loopsEnded = new AtomicInteger();
+    throwing.prefix = "Could not dead-letter";
+    throwing.left.set(1);
+    threads.execute(
+        () -> {
+          while (restarting.get()) {
+            try {
+              loop(executor, record -> {}, deadLetters).run();
+              return; // closed
+            } catch (Error e) {
+              loopsEnded.incrementAndGet();
+              try {
+                Thread.sleep(1_000);
+              } catch (InterruptedException stop) {
+                return;
+              }
+            }
+          }
+        });
+    ProducerRecord<String, String> keyless = new ProducerRecord<>(topic, "charge, no order-no");
+    fixture.producer().send(keyless).get();
+
+    await().atMost(WAIT).alias("the dead letter written").until(() -> !written.isEmpty());
+    assertThat(throwing.thrown).as("log lines that threw an Error").hasValue(1);
+    assertThat(tries).as("dead-letter tries, by delivery").containsExactly("1", "1");
+    assertThat(written).as("dead letters written, by delivery").containsExactly("1");
+    assertThat(loopsEnded).as("loops ended on an Error").hasValue(0);
+    restarting.set(false);
+    loops.forEach(DedupShareLoop::close);
+    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
+  }
+
   private static short delivery(org.apache.kafka.clients.consumer.ConsumerRecord<?, ?> record) {
     return record.deliveryCount().orElse((short) 0);
   }
 
   private DedupShareLoop<String, String> loop(
       IdempotentExecutor executor, RecordHandler<String, String> handler) {
+    return loop(
+        executor, handler, KafkaDeadLetterPublisher.builder(dltProducer).groupId(group).build());
+  }
+
+  private DedupShareLoop<String, String> loop(
+      IdempotentExecutor executor,
+      RecordHandler<String, String> handler,
+      DeadLetterHandler<String, String> deadLetters) {
     IdempotentRecordHandler<String, String> records =
         IdempotentRecordHandler.<String, String>builder(executor)
             .bizType(LoopFixture.BIZ_TYPE)
@@ -148,7 +211,7 @@ class DedupShareLoopLoggingErrorTest {
             .build();
     DedupShareLoop<String, String> loop =
         DedupShareLoop.builder(TestShareGroups.consumerConfig(group), List.of(topic), records)
-            .deadLetterHandler(KafkaDeadLetterPublisher.builder(dltProducer).groupId(group).build())
+            .deadLetterHandler(deadLetters)
             .holdBackOff(Duration.ofMillis(200), Duration.ofSeconds(1))
             .closeTimeout(Duration.ofSeconds(10))
             .build();
