@@ -32,8 +32,9 @@ import org.slf4j.LoggerFactory;
  * worker said so in an ERROR line first; a second {@code OutOfMemoryError} as that line was written
  * (Logback passes an appender's {@code Error} on) ended the loop all the same, its records given
  * back undecided, a delivery counted each: the application that restarts the loop on an {@code
- * Error} saw the record come again, and after five such ends the broker archives it unapplied. An
- * appender of the test throws that second {@code Error}.
+ * Error} saw the record come again, and after five such ends the broker archives it unapplied. So
+ * it was for a dead letter whose write threw an {@code Error}, tried again after the hold back-off.
+ * An appender of the test throws that second {@code Error}.
  */
 class DedupShareLoopLoggingErrorTest {
   @RegisterExtension static final LoopFixture fixture = new LoopFixture("share_log_error");
