@@ -467,14 +467,19 @@ final class ShareWorker<K, V> implements Runnable {
         // settled below (claims made are given back).
         ErrorsBesideHandlers.clear();
         later.addAll(records);
-        logSurvived(
-            () ->
-                log.error(
-                    "Could not claim {} records together, first {}; no handler ran: keeping them"
-                        + " acquired and trying again",
-                    records.size(),
-                    describe(records.get(0)),
-                    FailureTexts.loggable(e)));
+        try {
+          log.error(
+              "Could not claim {} records together, first {}; no handler ran: keeping them"
+                  + " acquired and trying again",
+              records.size(),
+              describe(records.get(0)),
+              FailureTexts.loggable(e));
+        } catch (RuntimeException | Error lost) {
+          // A second OutOfMemoryError as the line is written (Logback passes an appender's Error
+          // on) ended the worker all the same: the loop stopped, its consumer's close gave the
+          // records back, a delivery counted each, until the broker archived them unapplied. The
+          // records are kept first, and the line is lost instead.
+        }
         return;
       }
       for (ConsumerRecord<K, V> record : records) {
@@ -586,13 +591,16 @@ final class ShareWorker<K, V> implements Runnable {
         // it back, a delivery counted, so a loop restarted on the Error again and again had the
         // broker archive a healthy record unapplied, its handler never run.
         later.add(record);
-        logSurvived(
-            () ->
-                log.error(
-                    "Could not claim {}; its handler did not run: keeping it acquired and trying"
-                        + " again",
-                    describe(record),
-                    FailureTexts.loggable(e)));
+        try {
+          log.error(
+              "Could not claim {}; its handler did not run: keeping it acquired and trying"
+                  + " again",
+              describe(record),
+              FailureTexts.loggable(e));
+        } catch (RuntimeException | Error lost) {
+          // A second Error as the line is written: the line is lost, not the record (see
+          // process()).
+        }
         return;
       }
       try {
@@ -748,33 +756,42 @@ final class ShareWorker<K, V> implements Runnable {
       Duration wait = nextHold(Id.of(record));
       if (deadLetter.keptAcquired()) {
         queue.add(new Work<>(List.of(), deadLetter, System.nanoTime() + wait.toNanos()));
-        logSurvived(
-            () ->
-                log.error(
-                    "Could not dead-letter {}; keeping it acquired and trying again in {}",
-                    describe(record),
-                    wait,
-                    // What the application's DeadLetterHandler threw: its printing must not end
-                    // the worker before the record is kept for the next try.
-                    FailureTexts.loggable(e)));
+        try {
+          log.error(
+              "Could not dead-letter {}; keeping it acquired and trying again in {}",
+              describe(record),
+              wait,
+              // What the application's DeadLetterHandler threw: its printing must not end
+              // the worker before the record is kept for the next try.
+              FailureTexts.loggable(e));
+        } catch (RuntimeException | Error lost) {
+          // A second Error as the line is written: the line is lost, not the record (see
+          // process()).
+        }
       } else if (System.nanoTime() + 2 * wait.toNanos() - deadLetter.lockEndsNanos() < 0) {
         // The try after the wait, and as long again for it and the RELEASE after it.
         queue.add(new Work<>(List.of(), deadLetter, System.nanoTime() + wait.toNanos()));
-        logSurvived(
-            () ->
-                log.error(
-                    "Could not dead-letter {}; trying again in {}, within its acquisition lock",
-                    describe(record),
-                    wait,
-                    FailureTexts.loggable(e)));
+        try {
+          log.error(
+              "Could not dead-letter {}; trying again in {}, within its acquisition lock",
+              describe(record),
+              wait,
+              FailureTexts.loggable(e));
+        } catch (RuntimeException | Error lost) {
+          // A second Error as the line is written: the line is lost, not the record (see
+          // process()).
+        }
       } else {
         done(record, AcknowledgeType.RELEASE, 0, deadLetter.lockEndsNanos());
-        logSurvived(
-            () ->
-                log.error(
-                    "Could not dead-letter {}; it is delivered again",
-                    describe(record),
-                    FailureTexts.loggable(e)));
+        try {
+          log.error(
+              "Could not dead-letter {}; it is delivered again",
+              describe(record),
+              FailureTexts.loggable(e));
+        } catch (RuntimeException | Error lost) {
+          // A second Error as the line is written: the line is lost, not the record (see
+          // process()).
+        }
       }
       return;
     } finally {
@@ -782,21 +799,6 @@ final class ShareWorker<K, V> implements Runnable {
     }
     deadLettered.put(Id.of(record), ShareInFlight.delivery(record));
     done(record, AcknowledgeType.REJECT, 0, deadLetter.lockEndsNanos());
-  }
-
-  /**
-   * Writes a line about a failure the worker goes on after, once the record is kept or decided. A
-   * second {@code OutOfMemoryError} as the line is written (Logback passes an appender's {@code
-   * Error} on) ended the worker all the same: the loop stopped, and its consumer's close gave the
-   * records back, a delivery counted each, until the broker archived them unapplied. The line is
-   * lost instead.
-   */
-  private static void logSurvived(Runnable line) {
-    try {
-      line.run();
-    } catch (RuntimeException | Error lost) {
-      // Nowhere left to say it; the record is taken care of.
-    }
   }
 
   private void done(ConsumerRecord<?, ?> record, AcknowledgeType type, long delayNanos) {
