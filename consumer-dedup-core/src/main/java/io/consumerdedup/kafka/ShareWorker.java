@@ -466,13 +466,20 @@ final class ShareWorker<K, V> implements Runnable {
         // broker archive a healthy record unapplied, its handler never run. What was prepared is
         // settled below (claims made are given back).
         ErrorsBesideHandlers.clear();
-        log.error(
-            "Could not claim {} records together, first {}; no handler ran: keeping them acquired"
-                + " and trying again",
-            records.size(),
-            describe(records.get(0)),
-            FailureTexts.loggable(e));
         later.addAll(records);
+        try {
+          log.error(
+              "Could not claim {} records together, first {}; no handler ran: keeping them"
+                  + " acquired and trying again",
+              records.size(),
+              describe(records.get(0)),
+              FailureTexts.loggable(e));
+        } catch (RuntimeException | Error lost) {
+          // A second OutOfMemoryError as the line is written (Logback passes an appender's Error
+          // on) ended the worker all the same: the loop stopped, its consumer's close gave the
+          // records back, a delivery counted each, until the broker archived them unapplied. The
+          // records are kept first, and the line is lost instead.
+        }
         return;
       }
       for (ConsumerRecord<K, V> record : records) {
@@ -583,11 +590,17 @@ final class ShareWorker<K, V> implements Runnable {
         // Ending the worker on it left the record undecided; the loop's consumer closed and gave
         // it back, a delivery counted, so a loop restarted on the Error again and again had the
         // broker archive a healthy record unapplied, its handler never run.
-        log.error(
-            "Could not claim {}; its handler did not run: keeping it acquired and trying again",
-            describe(record),
-            FailureTexts.loggable(e));
         later.add(record);
+        try {
+          log.error(
+              "Could not claim {}; its handler did not run: keeping it acquired and trying"
+                  + " again",
+              describe(record),
+              FailureTexts.loggable(e));
+        } catch (RuntimeException | Error lost) {
+          // A second Error as the line is written: the line is lost, not the record (see
+          // process()).
+        }
         return;
       }
       try {
@@ -742,29 +755,44 @@ final class ShareWorker<K, V> implements Runnable {
     } catch (Exception | Error e) { // the application's DeadLetterHandler's, a checked one too
       Duration wait = nextHold(Id.of(record));
       if (deadLetter.keptAcquired()) {
-        log.error(
-            "Could not dead-letter {}; keeping it acquired and trying again in {}",
-            describe(record),
-            wait,
-            // What the application's DeadLetterHandler threw: its printing must not end the
-            // worker before the record is kept for the next try.
-            FailureTexts.loggable(e));
+        queue.add(new Work<>(List.of(), deadLetter, System.nanoTime() + wait.toNanos()));
+        try {
+          log.error(
+              "Could not dead-letter {}; keeping it acquired and trying again in {}",
+              describe(record),
+              wait,
+              // What the application's DeadLetterHandler threw: its printing must not end
+              // the worker before the record is kept for the next try.
+              FailureTexts.loggable(e));
+        } catch (RuntimeException | Error lost) {
+          // A second Error as the line is written: the line is lost, not the record (see
+          // process()).
+        }
       } else if (System.nanoTime() + 2 * wait.toNanos() - deadLetter.lockEndsNanos() < 0) {
         // The try after the wait, and as long again for it and the RELEASE after it.
-        log.error(
-            "Could not dead-letter {}; trying again in {}, within its acquisition lock",
-            describe(record),
-            wait,
-            FailureTexts.loggable(e));
+        queue.add(new Work<>(List.of(), deadLetter, System.nanoTime() + wait.toNanos()));
+        try {
+          log.error(
+              "Could not dead-letter {}; trying again in {}, within its acquisition lock",
+              describe(record),
+              wait,
+              FailureTexts.loggable(e));
+        } catch (RuntimeException | Error lost) {
+          // A second Error as the line is written: the line is lost, not the record (see
+          // process()).
+        }
       } else {
-        log.error(
-            "Could not dead-letter {}; it is delivered again",
-            describe(record),
-            FailureTexts.loggable(e));
         done(record, AcknowledgeType.RELEASE, 0, deadLetter.lockEndsNanos());
-        return;
+        try {
+          log.error(
+              "Could not dead-letter {}; it is delivered again",
+              describe(record),
+              FailureTexts.loggable(e));
+        } catch (RuntimeException | Error lost) {
+          // A second Error as the line is written: the line is lost, not the record (see
+          // process()).
+        }
       }
-      queue.add(new Work<>(List.of(), deadLetter, System.nanoTime() + wait.toNanos()));
       return;
     } finally {
       inHand = null;

@@ -523,7 +523,7 @@ final class DedupShareListener<K, V>
                 id.topic(),
                 id.partition(),
                 id.offset(),
-                e);
+                FailureTexts.loggable(e));
             return true;
           }
           if (!first && !renewNow) {
@@ -618,7 +618,16 @@ final class DedupShareListener<K, V>
           return;
         } catch (RuntimeException | Error e) {
           // Nobody else acknowledges or renews this consumer's records: log, and go on.
-          log.error("Share listener {}: could not acknowledge or renew records", listenerId, e);
+          try {
+            log.error(
+                "Share listener {}: could not acknowledge or renew records",
+                listenerId,
+                FailureTexts.loggable(e));
+          } catch (RuntimeException | Error logFailed) {
+            // A second OutOfMemoryError as the line is written: thrown from here, it ended this
+            // thread, and the consumer's records were never acknowledged nor renewed again, nor
+            // anything polled after them. The line is lost; the keeper goes on.
+          }
         }
       }
     }
@@ -674,7 +683,7 @@ final class DedupShareListener<K, V>
                   id.topic(),
                   id.partition(),
                   id.offset(),
-                  e);
+                  FailureTexts.loggable(e));
             }
           }
         }
@@ -725,7 +734,7 @@ final class DedupShareListener<K, V>
                 entry.record.topic(),
                 entry.record.partition(),
                 entry.record.offset(),
-                e);
+                FailureTexts.loggable(e));
           }
         }
       }
@@ -753,7 +762,7 @@ final class DedupShareListener<K, V>
                   entry.record.topic(),
                   entry.record.partition(),
                   entry.record.offset(),
-                  e);
+                  FailureTexts.loggable(e));
             }
           }
         }
