@@ -22,10 +22,12 @@ import io.consumerdedup.spring.internal.OwnTransactionWatch;
 import io.consumerdedup.spring.internal.PollAwareConsumer;
 import java.lang.reflect.Method;
 import java.time.Duration;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
+import java.util.Set;
 import java.util.concurrent.CancellationException;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionException;
@@ -36,10 +38,14 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import org.aopalliance.intercept.MethodInterceptor;
 import org.aopalliance.intercept.MethodInvocation;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.springframework.aop.support.AopUtils;
 import org.springframework.beans.factory.BeanFactory;
+import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaUtils;
 import org.springframework.transaction.CannotCreateTransactionException;
@@ -113,6 +119,8 @@ public final class IdempotentListenerInterceptor {
   public static final Duration DEFAULT_ASYNC_LISTENER_TIMEOUT = Duration.ofMinutes(5);
 
   /** How often the wait for a listener's future looks whether its container is stopping. */
+  private static final Logger log = LoggerFactory.getLogger(IdempotentListenerInterceptor.class);
+
   private static final Duration STOP_CHECK = Duration.ofMillis(100);
 
   private final IdempotentExecutors executors;
@@ -121,6 +129,7 @@ public final class IdempotentListenerInterceptor {
   private final boolean claimsPerPoll;
   private final @Nullable BeanFactory beanFactory;
   private final Map<Method, Optional<IdempotentListenerMethod>> methods = new ConcurrentHashMap<>();
+  private final Set<String> listenersThatCannotAcknowledge = ConcurrentHashMap.newKeySet();
   private volatile @Nullable ObservationOutcomeTagger outcomeTagger;
   private volatile Duration asyncListenerTimeout = DEFAULT_ASYNC_LISTENER_TIMEOUT;
   private final MethodInterceptor outsideTransactions = forMode(DedupMode.SEPARATE);
@@ -296,6 +305,7 @@ public final class IdempotentListenerInterceptor {
     }
     @Nullable Object[] arguments = invocation.getArguments();
     ConsumerRecord<Object, Object> record = listener.record(arguments);
+    warnIfItCannotAcknowledge(listener, arguments);
     ConsumerPoll poll = claimsPerPoll(listener, executor, record);
     if (poll == null) {
       return invokeRecord(
@@ -315,6 +325,33 @@ public final class IdempotentListenerInterceptor {
     }
     poll.done(record);
     return result;
+  }
+
+  /**
+   * Names once a listener that takes no {@code Acknowledgment} (nor the {@code Consumer}, to commit
+   * through) in a container that commits only what is acknowledged: spring-kafka commits none of
+   * its records and says nothing, so a newcomer who set {@code ack-mode: manual} over the quick
+   * start's listener saw the lag grow, and every record come again after each restart, without a
+   * word of why.
+   */
+  private void warnIfItCannotAcknowledge(
+      IdempotentListenerMethod listener, @Nullable Object[] arguments) {
+    ContainerProperties.@Nullable AckMode ackMode = CurrentRecordInterceptor.ackMode();
+    if (listener.shape.ackIndex >= 0
+        || (ackMode != ContainerProperties.AckMode.MANUAL
+            && ackMode != ContainerProperties.AckMode.MANUAL_IMMEDIATE)
+        || Arrays.stream(arguments).anyMatch(Consumer.class::isInstance)
+        || !listenersThatCannotAcknowledge.add(listener.signature)) {
+      return;
+    }
+    log.warn(
+        "Listener {} takes no Acknowledgment, but its container is in ack mode {}: spring-kafka"
+            + " commits no offset of its records, so its consumer group's lag only grows, and each"
+            + " record since the last commit is delivered again after a restart or a rebalance"
+            + " (skipped then as a duplicate). Take an Acknowledgment argument and call"
+            + " acknowledge(), or leave spring.kafka.listener.ack-mode unset (BATCH)",
+        listener,
+        ackMode);
   }
 
   /**

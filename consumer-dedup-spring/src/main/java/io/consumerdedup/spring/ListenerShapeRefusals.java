@@ -3,6 +3,8 @@ package io.consumerdedup.spring;
 import io.consumerdedup.core.DedupMode;
 import java.lang.reflect.Method;
 import java.lang.reflect.Modifier;
+import java.util.concurrent.CompletionStage;
+import java.util.concurrent.Future;
 import org.jspecify.annotations.Nullable;
 import org.springframework.core.annotation.AnnotatedElementUtils;
 import org.springframework.messaging.handler.annotation.SendTo;
@@ -42,6 +44,10 @@ final class ListenerShapeRefusals {
             "Return a CompletableFuture or a Mono instead");
       }
     }
+    ListenerRefusal unawaited = unawaitedWork(method.getReturnType());
+    if (unawaited != null) {
+      return unawaited;
+    }
     if (AnnotatedElementUtils.hasAnnotation(method, SendTo.class)
         || AnnotatedElementUtils.hasAnnotation(method.getDeclaringClass(), SendTo.class)) {
       return new ListenerRefusal(
@@ -51,6 +57,52 @@ final class ListenerShapeRefusals {
               + " requester can wait for the first one");
     }
     return null;
+  }
+
+  /**
+   * Why a method returning {@code type} returns before its work is done, with nothing that waits
+   * for that work; null if spring-kafka and consumer-dedup wait for it (a {@code CompletionStage},
+   * a {@code Mono}) or it is a plain value. spring-kafka drops any other value when there is no
+   * reply topic: the call returned, so SUCCESS was recorded for work that a {@code Flux} never
+   * started (nobody subscribes to it) or whose failure nobody heard of (a bare {@code Future}), and
+   * every later delivery of the key, a replay after a fix included, was skipped as a duplicate.
+   */
+  private static @Nullable ListenerRefusal unawaitedWork(Class<?> type) {
+    String why = null;
+    if (CompletionStage.class.isAssignableFrom(type)
+        || isOrExtends(type, "reactor.core.publisher.Mono")) {
+      return null;
+    }
+    if (isOrExtends(type, "org.reactivestreams.Publisher")) {
+      why = "spring-kafka subscribes to no " + type.getName() + ", so its work would never run";
+    } else if (Future.class.isAssignableFrom(type)) {
+      why =
+          "spring-kafka does not wait for a "
+              + type.getName()
+              + " that is no CompletionStage, so its work would be recorded done before it ran,"
+              + " and its failure never seen";
+    }
+    return why == null
+        ? null
+        : new ListenerRefusal(
+            why + " (SUCCESS is recorded as the method returns)",
+            "Return a Mono or a CompletableFuture (completed when the work is), or do the work in"
+                + " the method and return void");
+  }
+
+  /** Whether {@code type} is, or extends or implements, the type named {@code name}. */
+  private static boolean isOrExtends(Class<?> type, String name) {
+    for (Class<?> c = type; c != null; c = c.getSuperclass()) {
+      if (c.getName().equals(name)) {
+        return true;
+      }
+      for (Class<?> implemented : c.getInterfaces()) {
+        if (isOrExtends(implemented, name)) {
+          return true;
+        }
+      }
+    }
+    return false;
   }
 
   /**

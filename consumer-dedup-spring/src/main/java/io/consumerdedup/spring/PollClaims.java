@@ -111,6 +111,14 @@ final class PollClaims implements ConsumerPoll.Claims {
       } catch (RuntimeException e) {
         log.warn(
             "Could not claim {} keys together; claiming them one by one", deliveries.size(), e);
+      } catch (Error e) {
+        // Such as an OutOfMemoryError as the answer was read: the engine gave back what it had
+        // answered, or remembers claims it could not answer as this process's own. Let through,
+        // the Error stopped the container, and whoever took the partitions over found those keys
+        // in progress for a whole lease; claimed alone, each record takes its own claim up at once,
+        // and an Error that lasts meets its own claim and stops the container there.
+        log.error(
+            "Could not claim {} keys together; claiming them one by one", deliveries.size(), e);
       }
     }
     return new PollClaims(executor, indexes, deliveries, claims);

@@ -11,6 +11,7 @@ import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
+import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.listener.RecordInterceptor;
 
@@ -87,6 +88,15 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
   public static boolean containerStopping() {
     MessageListenerContainer current = CONTAINER.get();
     return current != null && !current.isRunning();
+  }
+
+  /**
+   * The ack mode of the container delivering the current record on this thread, if known (not for a
+   * share listener, whose records are acknowledged by consumer-dedup).
+   */
+  public static ContainerProperties.@Nullable AckMode ackMode() {
+    MessageListenerContainer current = CONTAINER.get();
+    return current == null ? null : current.getContainerProperties().getAckMode();
   }
 
   /** The record being delivered on this thread, if the container runs this interceptor. */
