@@ -7,6 +7,7 @@ package io.consumerdedup.kafka;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.Outcome;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.Latches;
 import java.time.Duration;
@@ -189,6 +190,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private final DeadLettering<K, V> deadLetters;
   private final PollClaims<K, V> pollClaims;
   private final OffsetCommits commits;
+  private final @Nullable RecordsOlderThanRetention olderThanRetention;
 
   private DedupPollLoop(
       Builder<K, V> builder,
@@ -218,6 +220,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
             groupId);
     this.pollClaims = new PollClaims<>(consumer, processor, progress, holds);
     this.commits = new OffsetCommits(consumer, progress, pollClaims);
+    this.olderThanRetention = RecordsOlderThanRetention.of(processor, groupId);
   }
 
   /**
@@ -520,8 +523,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       // Its attempts ran out earlier, but the dead letter could not be written then.
       return deadLetters.deadLetter(record, partition, previous.last());
     }
+    Outcome outcome;
     try {
-      processor.process(record);
+      outcome = processor.process(record);
     } catch (RuntimeException e) {
       return switch (Disposition.of(e)) {
         case RETRY_LATER -> {
@@ -548,6 +552,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     }
     progress.settled(partition);
     progress.storeAnswered(System.nanoTime());
+    if (outcome == Outcome.PROCESSED && olderThanRetention != null) {
+      olderThanRetention.applied(record, partition);
+    }
     return true;
   }
 
