@@ -82,34 +82,6 @@ public final class TableCheck {
       return;
     }
     checked(columns);
-    warnIfPrivilegesMissing();
-  }
-
-  /**
-   * Warns of the privileges the role lacks. The catalog shows every column to a role granted SELECT
-   * alone, so the column check passes such a role, and each claim is then refused at its record
-   * with a "permission denied" that names neither the privilege nor the fix.
-   */
-  private void warnIfPrivilegesMissing() {
-    List<String> missing;
-    try {
-      missing = missingPrivilegesNow();
-    } catch (DedupStoreException e) {
-      // Advice only: a server that refuses the probes for another reason (a read-only standby)
-      // is met by the records as any outage is.
-      log.debug("Could not check the privileges on the dedup table {}: {}", table, e.getMessage());
-      return;
-    }
-    if (!missing.isEmpty()) {
-      log.warn(
-          "The DataSource's role lacks {} on the dedup table {}: the database refuses the store's"
-              + " claims or their outcomes, and records wait, an ERROR at each try, until granted:"
-              + " GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO <the role the DataSource connects"
-              + " as>",
-          String.join(", ", missing),
-          table,
-          table);
-    }
   }
 
   /** The columns the store needs that the table lacks, with the retries of a store call. */
