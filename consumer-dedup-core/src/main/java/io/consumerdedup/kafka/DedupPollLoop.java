@@ -7,10 +7,12 @@ package io.consumerdedup.kafka;
 import io.consumerdedup.core.DedupInProgressException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
+import io.consumerdedup.core.Outcome;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.Latches;
 import java.time.Duration;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -22,6 +24,7 @@ import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.InterruptException;
 import org.apache.kafka.common.errors.RecordDeserializationException;
@@ -187,6 +190,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
   private final DeadLettering<K, V> deadLetters;
   private final PollClaims<K, V> pollClaims;
   private final OffsetCommits commits;
+  private final @Nullable RecordsOlderThanRetention olderThanRetention;
 
   private DedupPollLoop(
       Builder<K, V> builder,
@@ -216,6 +220,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
             groupId);
     this.pollClaims = new PollClaims<>(consumer, processor, progress, holds);
     this.commits = new OffsetCommits(consumer, progress, pollClaims);
+    this.olderThanRetention = RecordsOlderThanRetention.of(processor, groupId);
   }
 
   /**
@@ -434,32 +439,66 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       commits.commitDone();
       return;
     }
+    Map<TopicPartition, Long> unhandled = firstOffsets(records);
     try {
       // Inside the try: an Error from a processor around the handler, after the handler claimed
       // the poll, left those claims unsettled, renewed for as long as the executor lived.
       pollClaims.prepare(records);
       commits.commitDone(); // the last poll's: its marks were written while this one was claimed
       pollClaims.open();
-      handleAll(records);
+      handleAll(records, unhandled);
     } catch (RuntimeException | Error e) {
       // A stop's wakeup in the commit, or an Error that ends the loop: first the poll's claims are
       // ended or given back (their renewals stop), or no other consumer could take those keys up
       // for as long as this JVM lives; the marks are awaited by the last commit.
       try {
+        rewindTo(unhandled);
         pollClaims.settle(records);
       } catch (RuntimeException | Error again) {
         e.addSuppressed(again);
       }
       throw e;
     }
+    rewindTo(unhandled);
     pollClaims.settle(records);
   }
 
-  private void handleAll(ConsumerRecords<K, V> records) {
+  private static <K, V> Map<TopicPartition, Long> firstOffsets(ConsumerRecords<K, V> records) {
+    Map<TopicPartition, Long> first = new HashMap<>();
+    for (TopicPartition partition : records.partitions()) {
+      first.put(partition, records.records(partition).get(0).offset());
+    }
+    return first;
+  }
+
+  /**
+   * Seeks each partition the loop left before the end of the poll (a stop, an Error, a wakeup) back
+   * to its first record not done. The consumer's position is past the whole poll, and a consumer
+   * that commits by itself (one the application made, with {@code enable.auto.commit} left at
+   * kafka-clients' default) commits its position at the next poll and as it closes: the records
+   * left were never delivered again. A partition paused meanwhile was sought back by its hold.
+   */
+  private void rewindTo(Map<TopicPartition, Long> unhandled) {
+    unhandled.forEach(
+        (partition, offset) -> {
+          if (progress.isPaused(partition)) {
+            return;
+          }
+          OffsetAndMetadata done = progress.offsetsToCommit().get(partition);
+          consumer.seek(partition, done == null ? offset : Math.max(offset, done.offset()));
+        });
+  }
+
+  /**
+   * Handles the poll's records; {@code unhandled} keeps, for each partition it did not get through,
+   * the offset of its first record not handled.
+   */
+  private void handleAll(ConsumerRecords<K, V> records, Map<TopicPartition, Long> unhandled) {
     for (TopicPartition partition : records.partitions()) {
       if (progress.isPaused(partition)) {
         // Held since the poll returned (a mark of the last poll not written): sought back to
         // that record, so these come again.
+        unhandled.remove(partition);
         continue;
       }
       for (ConsumerRecord<K, V> record : records.records(partition)) {
@@ -471,7 +510,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
           break;
         }
         progress.done(partition, record.offset() + 1);
+        unhandled.put(partition, record.offset() + 1);
       }
+      unhandled.remove(partition);
     }
   }
 
@@ -482,8 +523,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       // Its attempts ran out earlier, but the dead letter could not be written then.
       return deadLetters.deadLetter(record, partition, previous.last());
     }
+    Outcome outcome;
     try {
-      processor.process(record);
+      outcome = processor.process(record);
     } catch (RuntimeException e) {
       return switch (Disposition.of(e)) {
         case RETRY_LATER -> {
@@ -510,6 +552,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     }
     progress.settled(partition);
     progress.storeAnswered(System.nanoTime());
+    if (outcome == Outcome.PROCESSED && olderThanRetention != null) {
+      olderThanRetention.applied(record, partition);
+    }
     return true;
   }
 

@@ -92,6 +92,11 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     return new Builder<>(executor);
   }
 
+  /** How long the executor keeps a key's SUCCESS; a record read again later is applied again. */
+  Duration successRetention() {
+    return executor.successRetention();
+  }
+
   /**
    * Handles one record at most once per business key.
    *

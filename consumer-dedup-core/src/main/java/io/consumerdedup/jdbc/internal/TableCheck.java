@@ -7,6 +7,7 @@ import io.consumerdedup.core.DedupTableMissingException;
 import io.consumerdedup.core.internal.FailureTexts;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
+import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.util.ArrayList;
 import java.util.LinkedHashMap;
@@ -82,6 +83,56 @@ public final class TableCheck {
       return;
     }
     checked(columns);
+    warnIfPrivilegesMissing();
+  }
+
+  /**
+   * Warns of the privileges the role lacks. The catalog shows every column to a role granted SELECT
+   * alone, so the column check passes such a role, and each claim is then refused at its record
+   * with a "permission denied" that names neither the privilege nor the fix. Asked of PostgreSQL's
+   * privilege functions, which take no lock: statements that touch the table wait behind a lock
+   * another transaction holds on it, and the executor's build with them.
+   */
+  private void warnIfPrivilegesMissing() {
+    List<String> missing;
+    try {
+      missing =
+          calls.runOnce(
+              OPERATION,
+              null,
+              (connection, dialect) -> {
+                List<String> lacked = new ArrayList<>();
+                if (!(dialect instanceof PostgresDialect)) {
+                  return lacked;
+                }
+                for (String privilege : List.of("SELECT", "INSERT", "UPDATE", "DELETE")) {
+                  try (PreparedStatement statement =
+                      calls.prepare(connection, "SELECT has_table_privilege(?, ?)")) {
+                    statement.setString(1, table);
+                    statement.setString(2, privilege);
+                    try (ResultSet row = statement.executeQuery()) {
+                      if (row.next() && !row.getBoolean(1)) {
+                        lacked.add(privilege);
+                      }
+                    }
+                  }
+                }
+                return lacked;
+              });
+    } catch (DedupStoreException e) {
+      log.debug("Could not check the privileges on the dedup table {}: {}", table, e.getMessage());
+      return;
+    }
+    if (!missing.isEmpty()) {
+      log.warn(
+          "The DataSource's role lacks {} on the dedup table {}: the database refuses the store's"
+              + " claims or their outcomes, and records wait, an ERROR at each try, until granted:"
+              + " GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO <the role the DataSource connects"
+              + " as>",
+          String.join(", ", missing),
+          table,
+          table);
+    }
   }
 
   /** The columns the store needs that the table lacks, with the retries of a store call. */

@@ -1,0 +1,104 @@
+package io.consumerdedup.kafka;
+
+import static io.consumerdedup.kafka.LoopFixture.BIZ_TYPE;
+import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
+import static io.consumerdedup.kafka.LoopFixture.WAIT;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import ch.qos.logback.classic.Level;
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.read.ListAppender;
+import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.testing.TestKafka;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.junit.jupiter.api.AfterEach;
+import org.junit.jupiter.api.BeforeEach;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+import org.slf4j.LoggerFactory;
+
+/**
+ * An executor whose successRetention is shorter than the time a record can still be read (the
+ * topic's retention, a replay, a new consumer group reading from the start): once a key is purged,
+ * its record is applied again. The library cannot prevent it, but the user must hear of it.
+ */
+class DedupPollLoopRetentionWarningTest {
+  @RegisterExtension static final LoopFixture fixture = new LoopFixture("loop_retention");
+
+  private static final Duration RETENTION = Duration.ofSeconds(1);
+
+  private final ListAppender<ILoggingEvent> logged = new ListAppender<>();
+  private final Logger loopLog = (Logger) LoggerFactory.getLogger(DedupPollLoop.class);
+  private IdempotentExecutor executor;
+
+  @BeforeEach
+  void watchTheLog() {
+    logged.start();
+    loopLog.addAppender(logged);
+  }
+
+  @AfterEach
+  void tearDown() {
+    loopLog.detachAppender(logged);
+    if (executor != null) {
+      executor.close();
+    }
+  }
+
+  /**
+   * A record is handled, its key purged once successRetention (1 s) is over, and the topic read
+   * again by a new consumer group: the record was applied a second time, and nothing was logged.
+   */
+  @Test
+  void aRecordAppliedAfterItsKeyCouldHaveBeenPurgedIsNamedInAWarning() throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    ProducerRecord<String, String> sent =
+        new ProducerRecord<>(fixture.topic(), 0, "ORD-1", "charge ORD-1");
+    sent.headers().add(KEY_HEADER, "ORD-1".getBytes(StandardCharsets.UTF_8));
+    fixture.producer().send(sent).get();
+    executor = IdempotentExecutor.builder(fixture.store()).successRetention(RETENTION).build();
+    List<String> applied = new CopyOnWriteArrayList<>();
+
+    try (RunningLoop first = RunningLoop.start(loop(fixture.group(), applied))) {
+      await().atMost(WAIT).untilAsserted(() -> assertThat(applied).hasSize(1));
+    }
+    Thread.sleep(RETENTION.toMillis() + 500);
+    assertThat(fixture.store().purge(100)).as("keys purged").isEqualTo(1);
+    try (RunningLoop replay = RunningLoop.start(loop(fixture.group() + "-replay", applied))) {
+      await()
+          .atMost(WAIT)
+          .untilAsserted(() -> assertThat(applied).as("applied again after the purge").hasSize(2));
+    }
+
+    assertThat(logged.list)
+        .filteredOn(event -> event.getLevel() == Level.WARN)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .as("warnings of the poll loop")
+        .anySatisfy(
+            warning ->
+                assertThat(warning)
+                    .contains(fixture.topic() + "-0@0")
+                    .contains("successRetention (PT1S)")
+                    .contains("applied again"));
+  }
+
+  private DedupPollLoop<String, String> loop(String group, List<String> applied) {
+    return LoopFixture.quick(
+            DedupPollLoop.builder(
+                TestKafka.consumerConfig(group),
+                List.of(fixture.topic()),
+                IdempotentRecordHandler.<String, String>builder(executor)
+                    .bizType(BIZ_TYPE)
+                    .key(KeyExtractors.header(KEY_HEADER))
+                    .handler(record -> applied.add(record.key()))
+                    .build()))
+        .deadLetterHandler((record, reason) -> {})
+        .build();
+  }
+}
