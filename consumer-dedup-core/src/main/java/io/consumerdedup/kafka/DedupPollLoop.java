@@ -453,14 +453,21 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       // for as long as this JVM lives; the marks are awaited by the last commit.
       try {
         rewindTo(unhandled);
+      } catch (RuntimeException | Error again) {
+        e.addSuppressed(again);
+      }
+      try {
         pollClaims.settle(records);
       } catch (RuntimeException | Error again) {
         e.addSuppressed(again);
       }
       throw e;
     }
-    rewindTo(unhandled);
-    pollClaims.settle(records);
+    try {
+      rewindTo(unhandled);
+    } finally {
+      pollClaims.settle(records); // a seek that fails must not leave the claims renewed
+    }
   }
 
   private static <K, V> Map<TopicPartition, Long> firstOffsets(ConsumerRecords<K, V> records) {
