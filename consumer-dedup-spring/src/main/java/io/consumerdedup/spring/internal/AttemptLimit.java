@@ -104,7 +104,34 @@ public final class AttemptLimit {
         logBatchFailure(claims, error);
       }
     } finally {
-      claims.forEach(claim -> claim.fail(error));
+      failEach(claims, error);
+    }
+  }
+
+  /**
+   * Fails each claim whatever failing another threw: an {@code Error} (an {@code OutOfMemoryError})
+   * that kept the first claim's FAILED from being handed over left the later ones unfailed, given
+   * back at the batch's end as if the listener had never run, their attempts uncounted and their
+   * records run again past the limit. The first throwable is rethrown once all are failed.
+   */
+  private static void failEach(List<DedupClaim> claims, Throwable error) {
+    Throwable first = null;
+    for (DedupClaim claim : claims) {
+      try {
+        claim.fail(error);
+      } catch (RuntimeException | Error e) {
+        if (first == null) {
+          first = e;
+        } else if (first != e) {
+          first.addSuppressed(e);
+        }
+      }
+    }
+    if (first instanceof Error e) {
+      throw e;
+    }
+    if (first != null) {
+      throw (RuntimeException) first;
     }
   }
 

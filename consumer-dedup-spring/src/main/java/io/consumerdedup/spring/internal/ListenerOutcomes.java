@@ -184,6 +184,18 @@ public final class ListenerOutcomes {
       if (claim.isEnded()) {
         return;
       }
+      try {
+        settleOpen();
+      } catch (Error e) {
+        // An Error at both of the claim's tries to hand the outcome over leaves it open: given
+        // up by the poll as in use, its lease was renewed for the process's life, each delivery
+        // of the record held "in progress" and never dead-lettered.
+        claim.failUnhandedOutcome();
+        throw e;
+      }
+    }
+
+    private void settleOpen() {
       Throwable failure = failure();
       if (failure == null) {
         try {
