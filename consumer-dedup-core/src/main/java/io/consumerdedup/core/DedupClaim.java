@@ -50,8 +50,11 @@ public final class DedupClaim {
   /** Ended by {@link #fail(Throwable)} in the caller's transaction, which may still commit. */
   private volatile boolean failedInTransaction;
 
-  /** Its handler ran, and both tries to hand its outcome over met an Error: open again. */
-  private volatile boolean ranButNotHandedOver;
+  /**
+   * Its handler ran, and both tries to hand its outcome over met an Error: open again, with the
+   * write of that outcome (SUCCESS or FAILED) for {@link #endUnhandedOutcome()} to try once more.
+   */
+  private volatile @Nullable BiConsumer<Outcomes, LeaseRenewer.Renewal> unhandedOutcome;
 
   private DedupClaim(
       DedupKey key,
@@ -427,55 +430,53 @@ public final class DedupClaim {
     if (handedOver(outcomes, renewal)) {
       return true;
     }
-    ranButNotHandedOver = true;
+    unhandedOutcome = write;
     ended.set(false);
     return false;
   }
 
   /**
-   * Ends as failed a claim that {@link #complete()}, {@link #completeAsync()}, {@link
+   * Ends a claim that {@link #complete()}, {@link #completeAsync()}, {@link
    * #completeWithNextClaim()} or {@link #fail(Throwable)} left open: its handler ran, but an {@code
    * Error} struck both tries to hand the outcome over. Given back as a claim whose handler never
    * ran ({@link DedupClaims#releaseUnended()}), it counted no attempt, and with an Error that
    * repeats each delivery ran the handler again, the record never dead-lettered; left open, its
-   * lease was renewed for the executor's life, each delivery "in progress". FAILED counts the
-   * attempt; if it cannot be handed over either, the lease is left to run out, and the next
-   * delivery takes the key over as after a crash, which counts the attempt too.
+   * lease was renewed for the executor's life, each delivery "in progress". The outcome is tried
+   * once more: SUCCESS for a handler that returned (FAILED would have its record applied again),
+   * FAILED for one that threw. If that cannot be handed over either, the lease is left to run out,
+   * and the next delivery takes the key over as after a crash, which counts the attempt.
    *
    * @return whether the claim was such a claim, now ended; false for any other (nothing is done)
    */
-  public boolean failUnhandedOutcome() {
+  public boolean endUnhandedOutcome() {
     Outcomes writer = outcomes;
     LeaseRenewer.Renewal lease = renewal;
-    if (!ranButNotHandedOver
-        || writer == null
-        || lease == null
-        || !ended.compareAndSet(false, true)) {
+    BiConsumer<Outcomes, LeaseRenewer.Renewal> write = unhandedOutcome;
+    if (write == null || writer == null || lease == null || !ended.compareAndSet(false, true)) {
       return false;
     }
-    IllegalStateException unrecorded =
-        new IllegalStateException(
-            "The handler of "
-                + key
-                + " ran, but its outcome could not be handed over (an Error at each try)");
+    // Nothing is allocated before the try: this runs when memory is short, and an Error escaping
+    // after the claim was marked ended would leave its lease renewed for the executor's life.
+    Throwable lost = null;
     try {
       FaultPoints.reached(FaultPoints.Point.ENDING);
-      writer.fail(key, attempt, source, lease, unrecorded);
+      write.accept(writer, lease);
     } catch (RuntimeException | Error e) {
-      unrecorded.addSuppressed(e);
-    }
-    if (!handedOver(writer, lease)) {
-      lease.stop();
-      try {
-        log.warn(
-            "The handler of {} (attempt {}) ran, but neither its outcome nor FAILED could be"
-                + " handed over; its lease is left to run out, and the next delivery takes the"
-                + " key over, counting the attempt",
-            DeliverySources.where(key, source),
-            attempt,
-            FailureTexts.loggable(unrecorded));
-      } catch (RuntimeException | Error unlogged) {
-        // The lease runs out all the same.
+      lost = e;
+    } finally {
+      if (!handedOver(writer, lease)) {
+        lease.stop();
+        try {
+          log.warn(
+              "The handler of {} (attempt {}) ran, but its outcome could not be handed over; its"
+                  + " lease is left to run out, and the next delivery takes the key over, counting"
+                  + " the attempt",
+              DeliverySources.where(key, source),
+              attempt,
+              lost == null ? null : FailureTexts.loggable(lost));
+        } catch (RuntimeException | Error unlogged) {
+          // The lease runs out all the same.
+        }
       }
     }
     return true;

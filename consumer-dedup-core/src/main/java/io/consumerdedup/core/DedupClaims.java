@@ -83,10 +83,10 @@ public final class DedupClaims {
    * Gives back, in one store call, the held claims that were neither completed nor failed: the
    * handler never ran for them, so no attempt is counted, and the next delivery claims them as if
    * this batch had not. A claim left open because its handler ran but its outcome could not be
-   * handed over (an {@code Error} at both tries) is ended as failed instead, counting its attempt,
-   * or, if that cannot be handed over either, its lease is left to run out. If the store cannot be
-   * reached, their leases run out instead, and a redelivery to this process recognises them as its
-   * own before that.
+   * handed over (an {@code Error} at both tries) is ended with that outcome tried once more
+   * instead, or, if that cannot be handed over either, its lease is left to run out, counting its
+   * attempt. If the store cannot be reached, their leases run out instead, and a redelivery to this
+   * process recognises them as its own before that.
    *
    * @throws IllegalStateException in mode {@link DedupMode#TRANSACTIONAL} with claims left open:
    *     they are SUCCESS in the caller's transaction, which must be rolled back instead
@@ -95,7 +95,7 @@ public final class DedupClaims {
     List<LeaseRenewer.Renewal> open = new ArrayList<>();
     for (Object answer : answers) {
       if (answer instanceof DedupClaim claim && claim.isOpen()) {
-        if (claim.failUnhandedOutcome()) {
+        if (claim.endUnhandedOutcome()) {
           continue; // its handler ran: not to be given back as if it had not
         }
         LeaseRenewer.Renewal released = claim.endForRelease();

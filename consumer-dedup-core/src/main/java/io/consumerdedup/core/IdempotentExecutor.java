@@ -242,7 +242,7 @@ public final class IdempotentExecutor implements AutoCloseable {
         e.addSuppressed(notWritten);
       }
     }
-    claim.failUnhandedOutcome(); // an Error that repeats: not open for the executor's life
+    claim.endUnhandedOutcome(); // an Error that repeats: not open for the executor's life
   }
 
   /**

@@ -241,7 +241,7 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     try {
       claim.fail(failure);
     } catch (Error e) {
-      claim.failUnhandedOutcome();
+      claim.endUnhandedOutcome();
       throw e;
     }
   }
@@ -266,7 +266,7 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
     }
     // The Error struck this try too: an Error that repeats. Left open, the claim was given back
     // at settle() as if its handler had never run, or renewed for the executor's life.
-    claim.failUnhandedOutcome();
+    claim.endUnhandedOutcome();
   }
 
   /**

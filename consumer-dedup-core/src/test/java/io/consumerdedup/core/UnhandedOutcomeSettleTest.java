@@ -16,7 +16,8 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  * A batch's claim whose handler failed, and whose FAILED met an {@code Error} at both tries to hand
  * it over: the claim is open again. {@link DedupClaims#releaseUnended()} gave it back as a claim
  * whose handler never ran: the key's record vanished, the attempt uncounted, and the next delivery
- * ran the handler as attempt 1 again.
+ * ran the handler as attempt 1 again. And one whose handler returned, whose SUCCESS met the same
+ * passing {@code Error}: a user expects the record applied once, its redelivery a duplicate.
  */
 class UnhandedOutcomeSettleTest {
   @RegisterExtension static final StoreFixture db = new StoreFixture("unhanded_outcome", 2);
@@ -56,5 +57,36 @@ class UnhandedOutcomeSettleTest {
     DedupClaim redelivery = executor.claim(key, null, "payments-0@3");
     assertThat(redelivery.attempt()).as("the redelivery's attempt").isEqualTo(2);
     redelivery.complete();
+  }
+
+  @Test
+  void aClaimWhoseSuccessCouldNotBeHandedOverIsRecordedSuccessNotFailed() {
+    IdempotentExecutor executor =
+        db.executor(
+            IdempotentExecutor.builder(db.store())
+                .lease(Duration.ofSeconds(1))
+                .renewalInterval(Duration.ofMillis(200)));
+    DedupKey key = DedupKey.of("payment", "UO-2");
+    DedupClaims claims =
+        executor.claimAll(List.of(new IdempotentExecutor.Delivery(key, null, "payments-0@4")));
+    DedupClaim claim = claims.get(0);
+    AtomicInteger struck = new AtomicInteger();
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.ENDING && struck.getAndIncrement() < 2) {
+            throw new OutOfMemoryError("Java heap space, handing the outcome over");
+          }
+        });
+
+    Throwable thrown = catchThrowable(claim::complete); // the handler returned: applied
+    claims.releaseUnended();
+
+    assertThat(thrown).as("what completing the claim threw").isInstanceOf(OutOfMemoryError.class);
+    assertThat(struck).as("hand-overs tried, two of them struck").hasValueGreaterThan(2);
+    DedupRecord row = db.store().find(key).orElseThrow(() -> new AssertionError("no record"));
+    assertThat(row.status()).as("the key's record after the settle").isEqualTo(DedupStatus.SUCCESS);
+    assertThat(executor.claim(key, null, "payments-0@4").isDuplicate())
+        .as("the redelivery of a record applied once: a duplicate, not run again")
+        .isTrue();
   }
 }

@@ -190,7 +190,7 @@ public final class ListenerOutcomes {
         // An Error at both of the claim's tries to hand the outcome over leaves it open: given
         // up by the poll as in use, its lease was renewed for the process's life, each delivery
         // of the record held "in progress" and never dead-lettered.
-        claim.failUnhandedOutcome();
+        claim.endUnhandedOutcome();
         throw e;
       }
     }
