@@ -48,6 +48,7 @@ import org.springframework.beans.factory.BeanFactory;
 import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaUtils;
+import org.springframework.messaging.Message;
 import org.springframework.transaction.CannotCreateTransactionException;
 import org.springframework.transaction.support.TransactionSynchronization;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
@@ -340,7 +341,7 @@ public final class IdempotentListenerInterceptor {
     if (listener.shape.ackIndex >= 0
         || (ackMode != ContainerProperties.AckMode.MANUAL
             && ackMode != ContainerProperties.AckMode.MANUAL_IMMEDIATE)
-        || Arrays.stream(arguments).anyMatch(Consumer.class::isInstance)
+        || Arrays.stream(arguments).anyMatch(IdempotentListenerInterceptor::canAcknowledge)
         || !listenersThatCannotAcknowledge.add(listener.signature)) {
       return;
     }
@@ -349,9 +350,21 @@ public final class IdempotentListenerInterceptor {
             + " commits no offset of its records, so its consumer group's lag only grows, and each"
             + " record since the last commit is delivered again after a restart or a rebalance"
             + " (skipped then as a duplicate). Take an Acknowledgment argument and call"
-            + " acknowledge(), or leave spring.kafka.listener.ack-mode unset (BATCH)",
+            + " acknowledge(), or give the container ack mode BATCH (leave"
+            + " spring.kafka.listener.ack-mode unset, or set it on the factory's container"
+            + " properties)",
         listener,
         ackMode);
+  }
+
+  /**
+   * Whether a listener given {@code argument} can acknowledge through it: the consumer, or a
+   * message or its headers, which carry the {@code Acknowledgment} (KafkaHeaders.ACKNOWLEDGMENT).
+   */
+  private static boolean canAcknowledge(@Nullable Object argument) {
+    return argument instanceof Consumer<?, ?>
+        || argument instanceof Message<?>
+        || argument instanceof Map<?, ?>;
   }
 
   /**

@@ -9,6 +9,7 @@ import static org.awaitility.Awaitility.await;
 
 import io.micrometer.core.instrument.MeterRegistry;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
+import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.ExtendWith;
@@ -24,6 +25,9 @@ import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.MessageListenerContainer;
+import org.springframework.kafka.support.Acknowledgment;
+import org.springframework.kafka.support.KafkaHeaders;
+import org.springframework.messaging.Message;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -44,10 +48,11 @@ class ManualAckModeWithoutAcknowledgmentTest {
   static final Duration WAIT = Duration.ofSeconds(30);
   static final String TOPIC = "manack-payments";
   static final String GROUP = "manack-billing";
+  static final String REFUNDS = "manack-refunds";
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "manual_ack", TOPIC);
+    SpringTestEnvironment.prepare(registry, "manual_ack", TOPIC, REFUNDS);
     registry.add("spring.kafka.listener.ack-mode", () -> "manual");
   }
 
@@ -91,6 +96,41 @@ class ManualAckModeWithoutAcknowledgmentTest {
     }
   }
 
+  @Test
+  void aListenerThatAcknowledgesThroughItsMessageIsNotWarnedOf(CapturedOutput output)
+      throws Exception {
+    MessageListenerContainer container = containers.getListenerContainer(REFUNDS);
+    await().atMost(WAIT).until(() -> !container.getAssignedPartitions().isEmpty());
+    SpringTestEnvironment.send(template, REFUNDS, "5.00", "order-no", "R-1");
+
+    await().atMost(WAIT).until(() -> committed(REFUNDS, REFUNDS, 0) == 1);
+    assertThat(effects(jdbc, REFUNDS, "R-1")).as("R-1 applied").isEqualTo(1);
+    assertThat(output.getAll().lines().filter(line -> line.contains("Refunds#refund")))
+        .as("lines naming the listener, which acknowledges through its message's header")
+        .noneMatch(line -> line.contains("takes no Acknowledgment"));
+  }
+
+  /** Acknowledges through the Acknowledgment its message carries in a header. */
+  static class Refunds {
+    final JdbcTemplate jdbc;
+
+    Refunds(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
+
+    @Idempotent(bizType = "manack-refund", header = "order-no")
+    @KafkaListener(id = REFUNDS, topics = REFUNDS, groupId = REFUNDS)
+    public void refund(Message<String> message) {
+      Object header = message.getHeaders().get("order-no");
+      String orderNo =
+          header instanceof byte[] bytes
+              ? new String(bytes, StandardCharsets.UTF_8)
+              : String.valueOf(header);
+      effect(jdbc, REFUNDS, orderNo, message.getPayload());
+      message.getHeaders().get(KafkaHeaders.ACKNOWLEDGMENT, Acknowledgment.class).acknowledge();
+    }
+  }
+
   static class Payments {
     final JdbcTemplate jdbc;
 
@@ -116,6 +156,11 @@ class ManualAckModeWithoutAcknowledgmentTest {
     @Bean
     Payments payments(JdbcTemplate jdbc) {
       return new Payments(jdbc);
+    }
+
+    @Bean
+    Refunds refunds(JdbcTemplate jdbc) {
+      return new Refunds(jdbc);
     }
   }
 }
