@@ -75,7 +75,7 @@ final class KeptBatchRecords {
       } catch (RuntimeException | Error e) {
         if (first == null) {
           first = e;
-        } else {
+        } else if (first != e) { // the JVM may throw one OutOfMemoryError instance again
           first.addSuppressed(e);
         }
       }
