@@ -740,13 +740,17 @@ final class ShareWorker<K, V> implements Runnable {
       // here too, it was written twice. (One whose lock runs out while it waits for this worker is
       // still written: skipped each time, behind a handler that outlasts the lock again and again,
       // it would spend its deliveries until the broker archived it without one.)
-      log.warn(
-          "{} is not dead-lettered here: its acquisition lock, which cannot be renewed, ran out"
-              + " before the poll returned it (in kafka-clients' buffer, behind records whose"
-              + " handling outlasted the lock); the broker delivers it again, and that delivery is"
-              + " dead-lettered",
-          describe(record));
       done(record, AcknowledgeType.RELEASE, 0, deadLetter.lockEndsNanos());
+      try { // decided first: an Error as the line is written must not leave it undecided
+        log.warn(
+            "{} is not dead-lettered here: its acquisition lock, which cannot be renewed, ran out"
+                + " before the poll returned it (in kafka-clients' buffer, behind records whose"
+                + " handling outlasted the lock); the broker delivers it again, and that delivery"
+                + " is dead-lettered",
+            describe(record));
+      } catch (RuntimeException | Error lost) {
+        // The line is lost; the record is decided.
+      }
       return;
     }
     inHand = record;
