@@ -177,12 +177,20 @@ final class OffsetCommits {
       // committed unless more records came, and a restart delivered their records again). Those
       // of partitions it loses are forgotten as they go; their new owner re-reads those records,
       // and the dedup table answers DUPLICATE for those that were handled.
-      log.warn(
-          "Offsets {} not committed (group rebalancing); those of the partitions this consumer"
-              + " keeps are committed with its next commit, the others redelivered to their new"
-              + " owner",
-          offsets,
-          e);
+      if (stopDeadlineNanos == null) {
+        log.warn(
+            "Offsets {} not committed (group rebalancing); those of the partitions this consumer"
+                + " keeps are committed with its next commit, the others redelivered to their new"
+                + " owner",
+            offsets,
+            e);
+      } else {
+        log.warn(
+            "Offsets {} not committed (group rebalancing) as the loop stops; they will be"
+                + " redelivered",
+            offsets,
+            e);
+      }
     } catch (WakeupException | InterruptException e) {
       throw e;
     } catch (KafkaException e) {
