@@ -40,7 +40,7 @@ import org.springframework.test.context.DynamicPropertySource;
 @DirtiesContext
 class ShareListenerRepeatedHandOverErrorTest {
   static final Duration WAIT = Duration.ofSeconds(60);
-  static final String TOPIC = "share-handover-error";
+  static final String TOPIC = "share-repeated-handover-error";
   static final int MAX_ATTEMPTS = 2;
 
   static final AtomicInteger runs = new AtomicInteger();
