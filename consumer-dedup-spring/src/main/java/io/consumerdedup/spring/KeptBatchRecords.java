@@ -2,6 +2,7 @@ package io.consumerdedup.spring;
 
 import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.spring.internal.AttemptLimit;
+import io.consumerdedup.spring.internal.EachRegardless;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
@@ -47,45 +48,28 @@ final class KeptBatchRecords {
   }
 
   /**
-   * The write of the i-th record's SUCCESS, started on the first call (by the method's
-   * acknowledgment, or when the batch ends); null for a record without a claim or whose claim ended
-   * otherwise.
+   * Starts the write of the i-th record's SUCCESS, on the first call (by the method's
+   * acknowledgment, or when the batch ends); none for a record without a claim or whose claim ended
+   * otherwise. Each is started whatever starting another one threw: an {@code Error} (an {@code
+   * OutOfMemoryError}) while starting one must not leave the later ones unstarted, their claims
+   * given back and their records run again after a restart.
    */
-  private @Nullable CompletableFuture<Void> markAsync(int i) {
-    CompletableFuture<Void> mark = marks.get(i);
-    DedupClaim claim = claims.get(i);
-    if (mark == null && claim != null && !claim.isEnded()) {
-      mark = claim.completeAsync();
-      marks.set(i, mark);
-    }
-    return mark;
-  }
+  private static final EachRegardless.Step<
+          List<@Nullable DedupClaim>, List<@Nullable CompletableFuture<Void>>>
+      START_MARK =
+          (claims, marks, i) -> {
+            DedupClaim claim = claims.get(i);
+            if (marks.get(i) == null && claim != null && !claim.isEnded()) {
+              marks.set(i, claim.completeAsync());
+            }
+          };
 
   /**
-   * Starts the SUCCESS marks of the records from {@code from} to before {@code end}, each whatever
-   * starting another one threw: an {@code Error} (an {@code OutOfMemoryError}) while starting one
-   * must not leave the later ones unstarted, their claims given back and their records run again
-   * after a restart. The first such throwable is rethrown once all are started.
+   * Starts the SUCCESS marks of the records from {@code from} to before {@code end}; the first
+   * throwable met is rethrown once all are started.
    */
   synchronized void startMarks(int from, int end) {
-    Throwable first = null;
-    for (int i = from; i < end; i++) {
-      try {
-        markAsync(i);
-      } catch (RuntimeException | Error e) {
-        if (first == null) {
-          first = e;
-        } else if (first != e) { // the JVM may throw one OutOfMemoryError instance again
-          first.addSuppressed(e);
-        }
-      }
-    }
-    if (first instanceof Error error) {
-      throw error;
-    }
-    if (first != null) {
-      throw (RuntimeException) first;
-    }
+    EachRegardless.run(claims, marks, from, end, START_MARK);
   }
 
   /**

@@ -23,6 +23,15 @@ import org.slf4j.LoggerFactory;
 public final class AttemptLimit {
   private static final Logger log = LoggerFactory.getLogger(AttemptLimit.class);
 
+  /**
+   * Fails each claim whatever failing another threw: an {@code Error} (an {@code OutOfMemoryError})
+   * that kept the first claim's FAILED from being handed over left the later ones unfailed, given
+   * back at the batch's end as if the listener had never run, their attempts uncounted and their
+   * records run again past the limit.
+   */
+  private static final EachRegardless.Step<List<DedupClaim>, Throwable> FAIL =
+      (claims, error, i) -> claims.get(i).fail(error);
+
   private final int maxAttempts;
 
   /**
@@ -104,34 +113,7 @@ public final class AttemptLimit {
         logBatchFailure(claims, error);
       }
     } finally {
-      failEach(claims, error);
-    }
-  }
-
-  /**
-   * Fails each claim whatever failing another threw: an {@code Error} (an {@code OutOfMemoryError})
-   * that kept the first claim's FAILED from being handed over left the later ones unfailed, given
-   * back at the batch's end as if the listener had never run, their attempts uncounted and their
-   * records run again past the limit. The first throwable is rethrown once all are failed.
-   */
-  private static void failEach(List<DedupClaim> claims, Throwable error) {
-    Throwable first = null;
-    for (DedupClaim claim : claims) {
-      try {
-        claim.fail(error);
-      } catch (RuntimeException | Error e) {
-        if (first == null) {
-          first = e;
-        } else if (first != e) {
-          first.addSuppressed(e);
-        }
-      }
-    }
-    if (first instanceof Error e) {
-      throw e;
-    }
-    if (first != null) {
-      throw (RuntimeException) first;
+      EachRegardless.run(claims, error, 0, claims.size(), FAIL);
     }
   }
 
