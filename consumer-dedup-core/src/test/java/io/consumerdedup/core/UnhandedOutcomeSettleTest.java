@@ -4,10 +4,12 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.catchThrowable;
 
 import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.testing.HandOverErrors;
 import io.consumerdedup.testing.StoreFixture;
 import java.time.Duration;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.Consumer;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -22,6 +24,8 @@ import org.junit.jupiter.api.extension.RegisterExtension;
 class UnhandedOutcomeSettleTest {
   @RegisterExtension static final StoreFixture db = new StoreFixture("unhanded_outcome", 2);
 
+  private IdempotentExecutor executor;
+
   @AfterEach
   void removeHook() {
     FaultPoints.install(null);
@@ -29,31 +33,16 @@ class UnhandedOutcomeSettleTest {
 
   @Test
   void aClaimWhoseFailureCouldNotBeHandedOverIsEndedFailedNotGivenBack() {
-    IdempotentExecutor executor =
-        db.executor(
-            IdempotentExecutor.builder(db.store())
-                .lease(Duration.ofSeconds(1))
-                .renewalInterval(Duration.ofMillis(200)));
     DedupKey key = DedupKey.of("payment", "UO-1");
-    DedupClaims claims =
-        executor.claimAll(List.of(new IdempotentExecutor.Delivery(key, null, "payments-0@3")));
-    DedupClaim claim = claims.get(0);
-    AtomicInteger struck = new AtomicInteger();
-    FaultPoints.install(
-        point -> {
-          if (point == FaultPoints.Point.ENDING && struck.getAndIncrement() < 2) {
-            throw new OutOfMemoryError("Java heap space, handing the outcome over");
-          }
-        });
 
-    Throwable thrown = catchThrowable(() -> claim.fail(new IllegalStateException("declined")));
-    claims.releaseUnended();
+    Throwable thrown =
+        endThenSettle(
+            key, "payments-0@3", claim -> claim.fail(new IllegalStateException("declined")));
 
     assertThat(thrown).as("what failing the claim threw").isInstanceOf(OutOfMemoryError.class);
     DedupRecord row = db.store().find(key).orElseThrow(() -> new AssertionError("no record"));
     assertThat(row.status()).as("the key's record after the settle").isEqualTo(DedupStatus.FAILED);
     assertThat(row.attempts()).as("attempts counted").isEqualTo(1);
-    assertThat(struck).as("hand-overs tried, two of them struck").hasValueGreaterThan(2);
     DedupClaim redelivery = executor.claim(key, null, "payments-0@3");
     assertThat(redelivery.attempt()).as("the redelivery's attempt").isEqualTo(2);
     redelivery.complete();
@@ -61,32 +50,39 @@ class UnhandedOutcomeSettleTest {
 
   @Test
   void aClaimWhoseSuccessCouldNotBeHandedOverIsRecordedSuccessNotFailed() {
-    IdempotentExecutor executor =
-        db.executor(
-            IdempotentExecutor.builder(db.store())
-                .lease(Duration.ofSeconds(1))
-                .renewalInterval(Duration.ofMillis(200)));
     DedupKey key = DedupKey.of("payment", "UO-2");
-    DedupClaims claims =
-        executor.claimAll(List.of(new IdempotentExecutor.Delivery(key, null, "payments-0@4")));
-    DedupClaim claim = claims.get(0);
-    AtomicInteger struck = new AtomicInteger();
-    FaultPoints.install(
-        point -> {
-          if (point == FaultPoints.Point.ENDING && struck.getAndIncrement() < 2) {
-            throw new OutOfMemoryError("Java heap space, handing the outcome over");
-          }
-        });
 
-    Throwable thrown = catchThrowable(claim::complete); // the handler returned: applied
-    claims.releaseUnended();
+    Throwable thrown = endThenSettle(key, "payments-0@4", DedupClaim::complete); // applied
 
     assertThat(thrown).as("what completing the claim threw").isInstanceOf(OutOfMemoryError.class);
-    assertThat(struck).as("hand-overs tried, two of them struck").hasValueGreaterThan(2);
     DedupRecord row = db.store().find(key).orElseThrow(() -> new AssertionError("no record"));
     assertThat(row.status()).as("the key's record after the settle").isEqualTo(DedupStatus.SUCCESS);
     assertThat(executor.claim(key, null, "payments-0@4").isDuplicate())
         .as("the redelivery of a record applied once: a duplicate, not run again")
         .isTrue();
+  }
+
+  /**
+   * Claims {@code key} in a batch of one, ends its claim with {@code end} while the first two
+   * hand-overs of an outcome meet an {@code OutOfMemoryError}, then settles the batch as its end
+   * does; returns what {@code end} threw.
+   */
+  private Throwable endThenSettle(DedupKey key, String source, Consumer<DedupClaim> end) {
+    executor =
+        db.executor(
+            IdempotentExecutor.builder(db.store())
+                .lease(Duration.ofSeconds(1))
+                .renewalInterval(Duration.ofMillis(200)));
+    DedupClaims claims =
+        executor.claimAll(List.of(new IdempotentExecutor.Delivery(key, null, source)));
+    DedupClaim claim = claims.get(0);
+    AtomicInteger tried = new AtomicInteger();
+    HandOverErrors.strikeWhen(() -> tried.getAndIncrement() < 2);
+
+    Throwable thrown = catchThrowable(() -> end.accept(claim));
+    claims.releaseUnended();
+
+    assertThat(tried).as("hand-overs tried, two of them struck").hasValueGreaterThan(2);
+    return thrown;
   }
 }

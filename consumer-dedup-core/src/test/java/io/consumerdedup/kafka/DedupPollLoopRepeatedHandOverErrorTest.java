@@ -6,6 +6,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.testing.HandOverErrors;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -59,14 +60,7 @@ class DedupPollLoopRepeatedHandOverErrorTest {
 
     AtomicInteger applied = new AtomicInteger();
     AtomicBoolean handlerRan = new AtomicBoolean();
-    AtomicInteger struck = new AtomicInteger();
-    FaultPoints.install(
-        point -> {
-          if (point == FaultPoints.Point.ENDING && handlerRan.get()) {
-            struck.incrementAndGet();
-            throw new OutOfMemoryError("Java heap space, handing the outcome over");
-          }
-        });
+    AtomicInteger struck = HandOverErrors.strikeWhen(handlerRan::get);
     List<ConsumerRecord<String, String>> deadLettered = new CopyOnWriteArrayList<>();
     List<Throwable> loopEnds = new CopyOnWriteArrayList<>();
     try (IdempotentExecutor executor =

@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.testing.HandOverErrors;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
 import java.nio.charset.StandardCharsets;
@@ -68,15 +69,8 @@ class DedupShareLoopRepeatedHandOverErrorTest {
     fixture.producer().send(charge).get();
 
     AtomicInteger runs = new AtomicInteger();
-    AtomicInteger struck = new AtomicInteger();
     AtomicInteger loopsEnded = new AtomicInteger();
-    FaultPoints.install(
-        point -> {
-          if (point == FaultPoints.Point.ENDING && runs.get() > 0) {
-            struck.incrementAndGet();
-            throw new OutOfMemoryError("Java heap space, handing the outcome over");
-          }
-        });
+    AtomicInteger struck = HandOverErrors.strikeWhen(() -> runs.get() > 0);
     try (IdempotentExecutor executor =
         IdempotentExecutor.builder(fixture.store()).lease(Duration.ofSeconds(2)).build()) {
       IdempotentRecordHandler<String, String> records =
