@@ -1,35 +1,28 @@
 package io.consumerdedup.kafka;
 
+import static io.consumerdedup.kafka.JdbcTransactionalLoops.outcomes;
+import static io.consumerdedup.kafka.JdbcTransactionalLoops.send;
 import static io.consumerdedup.kafka.LoopFixture.BIZ_TYPE;
-import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
 import static io.consumerdedup.kafka.LoopFixture.orderNo;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.consumerdedup.core.DedupKey;
-import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupStatus;
-import io.consumerdedup.core.IdempotentExecutor;
-import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.micrometer.MicrometerDedupListener;
 import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.TestKafka;
-import io.micrometer.core.instrument.Counter;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
-import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.SQLException;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
-import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
-import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -52,46 +45,23 @@ class JdbcTransactionalReleaseErrorTest {
     TestKafka.createTopics(1, fixture.topic());
     String first = fixture.topic() + "-RE-1";
     String second = fixture.topic() + "-RE-2";
-    send(first);
-    send(second);
+    send(fixture, first);
+    send(fixture, second);
 
     SimpleMeterRegistry registry = new SimpleMeterRegistry();
     ClosingErrorSource pool = new ClosingErrorSource(fixture.dataSource());
-    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(pool);
     Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
-    List<Exception> deadLettered = new CopyOnWriteArrayList<>();
-    try (IdempotentExecutor executor =
-        IdempotentExecutor.builder(JdbcDedupStore.builder(transactions).build())
-            .mode(DedupMode.TRANSACTIONAL)
-            .listener(new MicrometerDedupListener(registry))
-            .build()) {
-      IdempotentRecordHandler<String, String> handler =
-          IdempotentRecordHandler.<String, String>builder(executor)
-              .bizType(BIZ_TYPE)
-              .key(KeyExtractors.header(KEY_HEADER))
-              .handler(
-                  record -> {
-                    applied
-                        .computeIfAbsent(orderNo(record), k -> new AtomicInteger())
-                        .incrementAndGet();
-                    pool.strikeNextClose();
-                  })
-              .build();
-      DedupPollLoop<String, String> loop =
-          LoopFixture.quick(
-                  DedupPollLoop.builder(
-                      TestKafka.consumerConfig(fixture.group()),
-                      List.of(fixture.topic()),
-                      perPoll
-                          ? JdbcTransactionalProcessor.of(transactions, handler)
-                          : JdbcTransactionalProcessor.perRecord(transactions, handler)))
-              .deadLetterHandler((record, reason) -> deadLettered.add(reason))
-              .build();
-      try (RunningLoop running = RunningLoop.start(loop)) {
-        LoopFixture.awaitCommitted(
-            fixture.group(), Map.of(new TopicPartition(fixture.topic(), 0), 2L));
-      }
-    }
+    List<Exception> deadLettered =
+        JdbcTransactionalLoops.runUntilCommitted(
+            fixture,
+            TransactionBoundDataSource.of(pool),
+            new MicrometerDedupListener(registry),
+            perPoll ? JdbcTransactionalProcessor::of : JdbcTransactionalProcessor::perRecord,
+            record -> {
+              applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
+              pool.strikeNextClose();
+            },
+            2);
 
     assertThat(pool.struck).as("hand-backs of a connection that threw an Error").hasValue(1);
     assertThat(applied).as("records applied").containsOnlyKeys(first, second);
@@ -105,19 +75,6 @@ class JdbcTransactionalReleaseErrorTest {
     assertThat(outcomes(registry, "duplicate"))
         .as("records counted duplicate, each processed once")
         .isZero();
-  }
-
-  private static double outcomes(SimpleMeterRegistry registry, String outcome) {
-    Counter counter =
-        registry.find(MicrometerDedupListener.OUTCOMES).tag("outcome", outcome).counter();
-    return counter == null ? 0 : counter.count();
-  }
-
-  private static void send(String orderNo) throws Exception {
-    ProducerRecord<String, String> record =
-        new ProducerRecord<>(fixture.topic(), 0, null, "charge " + orderNo);
-    record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
-    fixture.producer().send(record).get();
   }
 
   /** A pool whose next connection handed back, once armed, throws an OutOfMemoryError. */
