@@ -1,15 +1,13 @@
 package io.consumerdedup.spring;
 
+import static io.consumerdedup.spring.RepeatedHandOverErrors.MAX_ATTEMPTS;
 import static io.consumerdedup.spring.SpringTestEnvironment.header;
-import static io.consumerdedup.spring.SpringTestEnvironment.readTopic;
 import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 
 import io.consumerdedup.core.internal.FaultPoints;
-import java.time.Duration;
-import java.util.List;
+import io.consumerdedup.testing.HandOverErrors;
 import java.util.concurrent.atomic.AtomicInteger;
-import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -18,11 +16,10 @@ import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Import;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
-import org.springframework.kafka.listener.DefaultErrorHandler;
-import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.messaging.handler.annotation.Header;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
@@ -36,28 +33,15 @@ import org.springframework.test.context.DynamicPropertySource;
  * good, nor run without end: its attempts are counted and it is dead-lettered once they are spent.
  * A real PostgreSQL and the in-JVM broker; {@code consumer-dedup.max-attempts=2}.
  */
-@SpringBootTest(
-    classes = RecordListenerRepeatedHandOverErrorTest.App.class,
-    properties = "consumer-dedup.max-attempts=2")
+@SpringBootTest(classes = RecordListenerRepeatedHandOverErrorTest.App.class)
 @DirtiesContext
 class RecordListenerRepeatedHandOverErrorTest {
-  static final Duration WAIT = Duration.ofSeconds(20);
   static final String APPLIED = "rhe-applied";
   static final String DECLINED = "rhe-declined";
-  static final int MAX_ATTEMPTS = 2;
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(
-        registry,
-        "spring_repeated_handover",
-        APPLIED,
-        APPLIED + "-dlt",
-        DECLINED,
-        DECLINED + "-dlt");
-    registry.add("consumer-dedup.lease", () -> "2s");
-    registry.add("consumer-dedup.hold.initial-backoff", () -> "200ms");
-    registry.add("consumer-dedup.hold.max-backoff", () -> "1s");
+    RepeatedHandOverErrors.prepare(registry, "spring_repeated_handover", APPLIED, DECLINED);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -75,40 +59,19 @@ class RecordListenerRepeatedHandOverErrorTest {
     String topic = fails ? DECLINED : APPLIED;
     String orderNo = "RHE-" + fails;
     AtomicInteger calls = fails ? Listener.declinedCalls : Listener.appliedCalls;
-    AtomicInteger struck = new AtomicInteger();
-    FaultPoints.install(
-        point -> {
-          if (point == FaultPoints.Point.ENDING
-              && calls.get() > 0
-              && Thread.currentThread().getName().startsWith(topic)) {
-            struck.incrementAndGet();
-            throw new OutOfMemoryError("Java heap space, handing the outcome over");
-          }
-        });
+    AtomicInteger struck =
+        HandOverErrors.strikeWhen(
+            () -> calls.get() > 0 && Thread.currentThread().getName().startsWith(topic));
     send(template, topic, "payload of " + orderNo, "order-no", orderNo);
-    MessageListenerContainer container = containers.getListenerContainer(topic);
-    List<ConsumerRecord<String, String>> deadLettered = List.of();
-    int stops = 0;
-    // The application starts the container again whenever the Error stops it.
-    for (int run = 0; run < 2 * MAX_ATTEMPTS + 2 && deadLettered.isEmpty(); run++) {
-      if (!container.isRunning()) {
-        container.start();
-      }
-      long giveUp = System.nanoTime() + WAIT.toNanos();
-      while (container.isRunning() && System.nanoTime() < giveUp) {
-        Thread.sleep(50);
-      }
-      if (!container.isRunning()) {
-        stops++;
-      }
-      deadLettered = readTopic(topic + "-dlt", 1, Duration.ofSeconds(1));
-    }
-    container.stop();
+
+    RepeatedHandOverErrors.Runs runs =
+        RepeatedHandOverErrors.restartUntilDeadLettered(
+            containers.getListenerContainer(topic), topic, 1, 2 * MAX_ATTEMPTS + 2);
 
     assertThat(struck).as("hand-overs of an outcome that met the Error").hasPositiveValue();
-    assertThat(stops).as("container stops on the Error").isPositive();
+    assertThat(runs.stops()).as("container stops on the Error").isPositive();
     assertThat(calls).as("listener calls").hasValueLessThanOrEqualTo(MAX_ATTEMPTS);
-    assertThat(deadLettered)
+    assertThat(runs.deadLettered())
         .as("records dead-lettered")
         .extracting(record -> header(record, "order-no"))
         .containsExactly(orderNo);
@@ -134,12 +97,8 @@ class RecordListenerRepeatedHandOverErrorTest {
 
   @SpringBootConfiguration
   @EnableAutoConfiguration
+  @Import(RepeatedHandOverErrors.DeadLettering.class)
   static class App {
-    @Bean
-    DefaultErrorHandler errorHandler(KafkaTemplate<Object, Object> template) {
-      return SpringTestEnvironment.deadLettering(template, 100, 3);
-    }
-
     @Bean
     Listener listener() {
       return new Listener();
