@@ -25,6 +25,7 @@ class UnhandedOutcomeSettleTest {
   @RegisterExtension static final StoreFixture db = new StoreFixture("unhanded_outcome", 2);
 
   private IdempotentExecutor executor;
+  private final AtomicInteger handOversTried = new AtomicInteger();
 
   @AfterEach
   void removeHook() {
@@ -43,6 +44,7 @@ class UnhandedOutcomeSettleTest {
     DedupRecord row = db.store().find(key).orElseThrow(() -> new AssertionError("no record"));
     assertThat(row.status()).as("the key's record after the settle").isEqualTo(DedupStatus.FAILED);
     assertThat(row.attempts()).as("attempts counted").isEqualTo(1);
+    assertThat(handOversTried).as("hand-overs tried, two of them struck").hasValueGreaterThan(2);
     DedupClaim redelivery = executor.claim(key, null, "payments-0@3");
     assertThat(redelivery.attempt()).as("the redelivery's attempt").isEqualTo(2);
     redelivery.complete();
@@ -55,6 +57,7 @@ class UnhandedOutcomeSettleTest {
     Throwable thrown = endThenSettle(key, "payments-0@4", DedupClaim::complete); // applied
 
     assertThat(thrown).as("what completing the claim threw").isInstanceOf(OutOfMemoryError.class);
+    assertThat(handOversTried).as("hand-overs tried, two of them struck").hasValueGreaterThan(2);
     DedupRecord row = db.store().find(key).orElseThrow(() -> new AssertionError("no record"));
     assertThat(row.status()).as("the key's record after the settle").isEqualTo(DedupStatus.SUCCESS);
     assertThat(executor.claim(key, null, "payments-0@4").isDuplicate())
@@ -65,7 +68,8 @@ class UnhandedOutcomeSettleTest {
   /**
    * Claims {@code key} in a batch of one, ends its claim with {@code end} while the first two
    * hand-overs of an outcome meet an {@code OutOfMemoryError}, then settles the batch as its end
-   * does; returns what {@code end} threw.
+   * does; returns what {@code end} threw, and counts the hand-overs tried in {@link
+   * #handOversTried}.
    */
   private Throwable endThenSettle(DedupKey key, String source, Consumer<DedupClaim> end) {
     executor =
@@ -76,13 +80,10 @@ class UnhandedOutcomeSettleTest {
     DedupClaims claims =
         executor.claimAll(List.of(new IdempotentExecutor.Delivery(key, null, source)));
     DedupClaim claim = claims.get(0);
-    AtomicInteger tried = new AtomicInteger();
-    HandOverErrors.strikeWhen(() -> tried.getAndIncrement() < 2);
+    HandOverErrors.strikeWhen(() -> handOversTried.getAndIncrement() < 2);
 
     Throwable thrown = catchThrowable(() -> end.accept(claim));
     claims.releaseUnended();
-
-    assertThat(tried).as("hand-overs tried, two of them struck").hasValueGreaterThan(2);
     return thrown;
   }
 }
