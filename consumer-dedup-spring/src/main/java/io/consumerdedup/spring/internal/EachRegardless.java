@@ -35,7 +35,7 @@ public final class EachRegardless {
         if (first == null) {
           first = e;
         } else if (first != e) {
-          first.addSuppressed(e);
+          suppress(first, e);
         }
       }
     }
@@ -44,6 +44,14 @@ public final class EachRegardless {
     }
     if (first != null) {
       throw (RuntimeException) first;
+    }
+  }
+
+  private static void suppress(Throwable first, Throwable later) {
+    try {
+      first.addSuppressed(later); // allocates the list on the first call
+    } catch (Throwable noRoom) {
+      // a second OutOfMemoryError here must not skip the later steps; only this trace is lost
     }
   }
 }
