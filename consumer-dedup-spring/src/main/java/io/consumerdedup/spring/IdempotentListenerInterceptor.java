@@ -739,6 +739,9 @@ public final class IdempotentListenerInterceptor {
       throw attempts.toThrow(claim, cancelled);
     } catch (ExecutionException e) {
       Throwable cause = e.getCause();
+      if (settleHere == null && cause instanceof CancellationException cancelled) {
+        throw cancelledWhileRunning(listener, claim, cancelled);
+      }
       if (settleHere != null) {
         pending.listenerFailed(cause != null ? cause : e);
         settleHere.run();
@@ -810,6 +813,31 @@ public final class IdempotentListenerInterceptor {
     settledWhenDone(future, pending);
   }
 
+  /**
+   * The listener's future, outside a transaction of the container, was cancelled (by the
+   * application, or a timeout of its own): cancelling a {@code CompletableFuture} stops nothing, so
+   * the work behind it may still run and apply its effect. Recorded FAILED, the redelivery ran the
+   * listener at once, beside that work. Its outcome unknown, the key is left to its lease (no
+   * longer renewed, see {@link ListenerOutcomes.Pending#leaveToLease}), as after a crash: the
+   * redelivery waits until the lease has run out, then takes the key over.
+   */
+  private static AsyncListenerTimeoutException cancelledWhileRunning(
+      IdempotentListenerMethod listener, DedupClaim claim, CancellationException cancelled) {
+    return new AsyncListenerTimeoutException(
+        "The "
+            + asyncResult(listener)
+            + " of "
+            + listener
+            + " was cancelled, which does not stop the work behind it: its lease is no longer"
+            + " renewed, and the record is retried once the lease has run out (as after a crash),"
+            + " not beside work that may still apply its effect. Complete the future exceptionally"
+            + " with the failure instead, once the work has stopped, to have the record retried at"
+            + " once",
+        claim.key(),
+        claim.source(),
+        cancelled);
+  }
+
   /** A future that completes once the listener's does and its outcome is written. */
   private static CompletableFuture<Object> settledWhenDone(
       CompletableFuture<?> future, ListenerOutcomes.Pending pending) {
@@ -819,6 +847,10 @@ public final class IdempotentListenerInterceptor {
               error instanceof CompletionException && error.getCause() != null
                   ? error.getCause()
                   : error;
+          if (cause instanceof CancellationException) {
+            pending.leaveToLease(); // see cancelledWhileRunning
+            throw new CompletionException(cause);
+          }
           if (cause == null) {
             pending.listenerSucceeded();
           } else {
