@@ -15,6 +15,7 @@ import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.ConsumerPoll;
+import io.consumerdedup.spring.internal.CurrentBatch;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.HeldAcknowledgment;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
@@ -290,6 +291,7 @@ public final class IdempotentListenerInterceptor {
     MissingKeyPolicy missingKeyPolicy =
         listener.missingKeyPolicy != null ? listener.missingKeyPolicy : defaultMissingKeyPolicy;
     if (listener.shape.batch != null) {
+      warnIfItCannotAcknowledge(listener, invocation.getArguments());
       if (executor.mode() == DedupMode.TRANSACTIONAL) {
         throw new DedupConfigurationException(
             "@Idempotent batch listener "
@@ -333,11 +335,14 @@ public final class IdempotentListenerInterceptor {
    * through) in a container that commits only what is acknowledged: spring-kafka commits none of
    * its records and says nothing, so a newcomer who set {@code ack-mode: manual} over the quick
    * start's listener saw the lag grow, and every record come again after each restart, without a
-   * word of why.
+   * word of why. A batch listener likewise, at its first batch: its container's ack mode is known
+   * from {@link CurrentBatch}, and the messages of a {@code List<Message<?>>} carry the
+   * acknowledgment.
    */
   private void warnIfItCannotAcknowledge(
       IdempotentListenerMethod listener, @Nullable Object[] arguments) {
-    ContainerProperties.@Nullable AckMode ackMode = CurrentRecordInterceptor.ackMode();
+    ContainerProperties.@Nullable AckMode ackMode =
+        listener.shape.batchListener ? CurrentBatch.ackMode() : CurrentRecordInterceptor.ackMode();
     if (listener.shape.ackIndex >= 0
         || (ackMode != ContainerProperties.AckMode.MANUAL
             && ackMode != ContainerProperties.AckMode.MANUAL_IMMEDIATE)
@@ -364,7 +369,11 @@ public final class IdempotentListenerInterceptor {
   private static boolean canAcknowledge(@Nullable Object argument) {
     return argument instanceof Consumer<?, ?>
         || argument instanceof Message<?>
-        || argument instanceof Map<?, ?>;
+        || argument instanceof Map<?, ?>
+        // A batch listener's messages each carry the batch's Acknowledgment.
+        || (argument instanceof List<?> batch
+            && !batch.isEmpty()
+            && batch.get(0) instanceof Message<?>);
   }
 
   /**
