@@ -124,8 +124,9 @@ public final class ListenerOutcomes {
      * out, as after a crash; FAILED would have it run the listener at once, beside that work.
      */
     public void leaveToLease() {
-      decided(false);
+      // First: an Error after it (memory short) still leaves the lease to run out.
       claim.stopRenewing();
+      decided(false);
     }
 
     /** The transaction the listener ran in did not commit. */
