@@ -14,12 +14,20 @@ import org.jspecify.annotations.Nullable;
  * its outcome is written and the redelivery finds it; after that, its outcome is refused as the
  * write of a lease taken over. In a transaction of the container, which ends without the call's
  * work, the outcome the call reports is written as FAILED, so the redelivery runs it again.
+ *
+ * <p>Also thrown for a future cancelled outside a transaction of the container: the work behind it
+ * may still run, so the key is left to its lease in the same way, its outcome never written.
  */
 public final class AsyncListenerTimeoutException extends DedupException {
   private static final long serialVersionUID = 1L;
 
   public AsyncListenerTimeoutException(String reason, DedupKey key, @Nullable String source) {
     super(reason, key, source, null);
+  }
+
+  AsyncListenerTimeoutException(
+      String reason, DedupKey key, @Nullable String source, Throwable cause) {
+    super(reason, key, source, cause);
   }
 
   @Override

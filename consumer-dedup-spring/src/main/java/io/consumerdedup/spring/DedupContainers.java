@@ -149,7 +149,7 @@ public final class DedupContainers {
     }
 
     // For batch listeners taking List<Message<?>>: composed after the application's own.
-    raw.setBatchInterceptor(CurrentBatch.after(raw.getBatchInterceptor()));
+    raw.setBatchInterceptor(CurrentBatch.after(raw.getBatchInterceptor(), properties));
 
     // In a @RetryableTopic chain the recoverer forwards a failing record to the next topic. Every
     // container of the chain runs its listener through the back-off aware adapter.

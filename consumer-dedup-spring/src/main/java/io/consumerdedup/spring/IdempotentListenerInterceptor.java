@@ -15,6 +15,7 @@ import io.consumerdedup.kafka.MissingKeyPolicy;
 import io.consumerdedup.kafka.internal.RecordKeyResolver;
 import io.consumerdedup.spring.internal.AttemptLimit;
 import io.consumerdedup.spring.internal.ConsumerPoll;
+import io.consumerdedup.spring.internal.CurrentBatch;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.HeldAcknowledgment;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
@@ -290,6 +291,7 @@ public final class IdempotentListenerInterceptor {
     MissingKeyPolicy missingKeyPolicy =
         listener.missingKeyPolicy != null ? listener.missingKeyPolicy : defaultMissingKeyPolicy;
     if (listener.shape.batch != null) {
+      warnIfItCannotAcknowledge(listener, invocation.getArguments());
       if (executor.mode() == DedupMode.TRANSACTIONAL) {
         throw new DedupConfigurationException(
             "@Idempotent batch listener "
@@ -333,11 +335,14 @@ public final class IdempotentListenerInterceptor {
    * through) in a container that commits only what is acknowledged: spring-kafka commits none of
    * its records and says nothing, so a newcomer who set {@code ack-mode: manual} over the quick
    * start's listener saw the lag grow, and every record come again after each restart, without a
-   * word of why.
+   * word of why. A batch listener likewise, at its first batch: its container's ack mode is known
+   * from {@link CurrentBatch}, and the messages of a {@code List<Message<?>>} carry the
+   * acknowledgment.
    */
   private void warnIfItCannotAcknowledge(
       IdempotentListenerMethod listener, @Nullable Object[] arguments) {
-    ContainerProperties.@Nullable AckMode ackMode = CurrentRecordInterceptor.ackMode();
+    ContainerProperties.@Nullable AckMode ackMode =
+        listener.shape.batchListener ? CurrentBatch.ackMode() : CurrentRecordInterceptor.ackMode();
     if (listener.shape.ackIndex >= 0
         || (ackMode != ContainerProperties.AckMode.MANUAL
             && ackMode != ContainerProperties.AckMode.MANUAL_IMMEDIATE)
@@ -364,7 +369,11 @@ public final class IdempotentListenerInterceptor {
   private static boolean canAcknowledge(@Nullable Object argument) {
     return argument instanceof Consumer<?, ?>
         || argument instanceof Message<?>
-        || argument instanceof Map<?, ?>;
+        || argument instanceof Map<?, ?>
+        // A batch listener's messages each carry the batch's Acknowledgment.
+        || (argument instanceof List<?> batch
+            && !batch.isEmpty()
+            && batch.get(0) instanceof Message<?>);
   }
 
   /**
@@ -739,6 +748,9 @@ public final class IdempotentListenerInterceptor {
       throw attempts.toThrow(claim, cancelled);
     } catch (ExecutionException e) {
       Throwable cause = e.getCause();
+      if (settleHere == null && cause instanceof CancellationException cancelled) {
+        throw cancelledWhileRunning(listener, claim, cancelled);
+      }
       if (settleHere != null) {
         pending.listenerFailed(cause != null ? cause : e);
         settleHere.run();
@@ -810,6 +822,31 @@ public final class IdempotentListenerInterceptor {
     settledWhenDone(future, pending);
   }
 
+  /**
+   * The listener's future, outside a transaction of the container, was cancelled (by the
+   * application, or a timeout of its own): cancelling a {@code CompletableFuture} stops nothing, so
+   * the work behind it may still run and apply its effect. Recorded FAILED, the redelivery ran the
+   * listener at once, beside that work. Its outcome unknown, the key is left to its lease (no
+   * longer renewed, see {@link ListenerOutcomes.Pending#leaveToLease}), as after a crash: the
+   * redelivery waits until the lease has run out, then takes the key over.
+   */
+  private static AsyncListenerTimeoutException cancelledWhileRunning(
+      IdempotentListenerMethod listener, DedupClaim claim, CancellationException cancelled) {
+    return new AsyncListenerTimeoutException(
+        "The "
+            + asyncResult(listener)
+            + " of "
+            + listener
+            + " was cancelled, which does not stop the work behind it: its lease is no longer"
+            + " renewed, and the record is retried once the lease has run out (as after a crash),"
+            + " not beside work that may still apply its effect. Complete the future exceptionally"
+            + " with the failure instead, once the work has stopped, to have the record retried at"
+            + " once",
+        claim.key(),
+        claim.source(),
+        cancelled);
+  }
+
   /** A future that completes once the listener's does and its outcome is written. */
   private static CompletableFuture<Object> settledWhenDone(
       CompletableFuture<?> future, ListenerOutcomes.Pending pending) {
@@ -819,6 +856,10 @@ public final class IdempotentListenerInterceptor {
               error instanceof CompletionException && error.getCause() != null
                   ? error.getCause()
                   : error;
+          if (cause instanceof CancellationException) {
+            pending.leaveToLease(); // see cancelledWhileRunning
+            throw new CompletionException(cause);
+          }
           if (cause == null) {
             pending.listenerSucceeded();
           } else {

@@ -4,6 +4,8 @@ import io.consumerdedup.core.DedupAdmin;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupAdmin;
 import io.consumerdedup.jdbc.JdbcDedupStore;
+import javax.sql.DataSource;
+import org.springframework.beans.factory.ListableBeanFactory;
 import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.boot.actuate.autoconfigure.endpoint.condition.ConditionalOnAvailableEndpoint;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
@@ -56,9 +58,18 @@ public class ConsumerDedupActuatorAutoConfiguration {
     public ConsumerDedupHealthIndicator consumerdedupHealthIndicator(
         JdbcDedupStore store,
         ObjectProvider<DedupJanitor> janitor,
-        ConsumerDedupProperties properties) {
+        ConsumerDedupProperties properties,
+        ObjectProvider<DataSource> dataSources,
+        ListableBeanFactory beanFactory) {
+      DataSource dataSource;
+      try {
+        dataSource =
+            ConsumerDedupAutoConfiguration.dedupDataSource(dataSources, beanFactory, properties);
+      } catch (RuntimeException e) {
+        dataSource = null; // the store's own, of the application's choosing: no lock looked for
+      }
       return new ConsumerDedupHealthIndicator(
-          store, janitor.getIfUnique(), properties.getHealthTimeout());
+          store, janitor.getIfUnique(), properties.getHealthTimeout(), dataSource);
     }
   }
 }

@@ -5,14 +5,20 @@ import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.jdbc.DedupJanitor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.SqlDialect;
+import java.sql.Connection;
+import java.sql.PreparedStatement;
+import java.sql.ResultSet;
+import java.sql.SQLException;
 import java.time.Duration;
 import java.util.List;
+import java.util.Locale;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicReference;
+import javax.sql.DataSource;
 import org.jspecify.annotations.Nullable;
 import org.springframework.boot.health.contributor.Health;
 import org.springframework.boot.health.contributor.HealthIndicator;
@@ -31,11 +37,30 @@ import org.springframework.boot.health.contributor.HealthIndicator;
  * {@code behind: true} when the oldest expired record expired more than {@link
  * DedupJanitor#BEHIND_AFTER_INTERVALS} intervals ago; {@code unknown} before the first count and
  * while the last one failed): the table still answers, so the status stays UP.
+ *
+ * <p>Given the table's DataSource, on PostgreSQL the check first asks {@code pg_locks}, which takes
+ * no lock, whether another transaction holds a lock on the table that its writes wait for (a
+ * migration's {@code ALTER TABLE}, a {@code VACUUM FULL}, a {@code CREATE INDEX} without {@code
+ * CONCURRENTLY}, a {@code LOCK TABLE}): the probes would queue behind it, each holding a pool
+ * connection up to the store's statement timeout, and the check answered only that the table did
+ * not answer. It is DOWN at once, naming the lock and its holder.
  */
 public class ConsumerDedupHealthIndicator implements HealthIndicator {
+  /** Granted locks on the table that conflict with the ROW EXCLUSIVE lock of a claim. */
+  private static final String BLOCKING_LOCKS =
+      "SELECT l.mode, l.pid, a.application_name FROM pg_locks l"
+          + " LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
+          + " WHERE l.locktype = 'relation' AND l.granted"
+          + " AND l.pid IS DISTINCT FROM pg_backend_pid()"
+          + " AND l.relation = to_regclass(?)"
+          + " AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock',"
+          + " 'AccessExclusiveLock')"
+          + " ORDER BY l.pid LIMIT 1";
+
   private final JdbcDedupStore store;
   private final @Nullable DedupJanitor janitor;
   private final Duration timeout;
+  private final @Nullable DataSource dataSource;
   private final AtomicReference<@Nullable CompletableFuture<TableState>> running =
       new AtomicReference<>();
 
@@ -43,7 +68,12 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
    * What a check found: the columns the store needs that the table lacks, and, when it has them
    * all, the privileges on it that the DataSource's role lacks.
    */
-  private record TableState(List<String> missingColumns, List<String> missingPrivileges) {}
+  private record TableState(
+      List<String> missingColumns, List<String> missingPrivileges, @Nullable String lockedBy) {
+    static TableState locked(String lockedBy) {
+      return new TableState(List.of(), List.of(), lockedBy);
+    }
+  }
 
   public ConsumerDedupHealthIndicator(JdbcDedupStore store) {
     this(store, null);
@@ -60,12 +90,27 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
    */
   public ConsumerDedupHealthIndicator(
       JdbcDedupStore store, @Nullable DedupJanitor janitor, Duration timeout) {
+    this(store, janitor, timeout, null);
+  }
+
+  /**
+   * @param timeout how long a check waits for the table's answer before it is DOWN
+   * @param dataSource the DataSource of the table, in which a lock that holds its writes is looked
+   *     for before they are tried (PostgreSQL); null not to look
+   * @throws IllegalArgumentException if {@code timeout} is not positive
+   */
+  public ConsumerDedupHealthIndicator(
+      JdbcDedupStore store,
+      @Nullable DedupJanitor janitor,
+      Duration timeout,
+      @Nullable DataSource dataSource) {
     if (timeout.isNegative() || timeout.isZero()) {
       throw new IllegalArgumentException("timeout must be positive: " + timeout);
     }
     this.store = store;
     this.janitor = janitor;
     this.timeout = timeout;
+    this.dataSource = dataSource;
   }
 
   @Override
@@ -79,7 +124,8 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
       return down(
           "The dedup table did not answer within "
               + timeout.toMillis()
-              + " ms: the connection pool is exhausted, or the database does not answer");
+              + " ms: the connection pool is exhausted, the database does not answer, or"
+              + " another transaction locks the table");
     } catch (RuntimeException | Error e) {
       // Anything else (a DataSource that throws a RuntimeException, such as a routing one without
       // a target for the check's thread; a thread that could not start): Spring Boot's health
@@ -107,12 +153,19 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
             new Thread(
                 () -> {
                   try {
+                    String lockedBy = lockHolder();
+                    if (lockedBy != null) {
+                      fresh.complete(TableState.locked(lockedBy));
+                      return;
+                    }
                     List<String> columns = store.missingColumnsNow();
                     // A role granted SELECT alone sees every column, and every claim of it is
                     // refused: the columns alone said UP.
                     fresh.complete(
                         new TableState(
-                            columns, columns.isEmpty() ? store.missingPrivilegesNow() : List.of()));
+                            columns,
+                            columns.isEmpty() ? store.missingPrivilegesNow() : List.of(),
+                            null));
                   } catch (Throwable e) {
                     fresh.completeExceptionally(e);
                   }
@@ -147,8 +200,59 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
     }
   }
 
+  /**
+   * The lock another transaction holds on the table that its writes would wait for, described; null
+   * if there is none, the database is not PostgreSQL, or it cannot be asked (the probes then meet
+   * what keeps it from answering).
+   */
+  private @Nullable String lockHolder() {
+    DataSource source = dataSource;
+    if (source == null
+        || store.dialect().map(dialect -> dialect != SqlDialect.POSTGRESQL).orElse(false)) {
+      return null;
+    }
+    try (Connection connection = source.getConnection()) {
+      String product = connection.getMetaData().getDatabaseProductName();
+      if (product == null || !product.toLowerCase(Locale.ROOT).contains("postgres")) {
+        return null;
+      }
+      try (PreparedStatement statement = connection.prepareStatement(BLOCKING_LOCKS)) {
+        statement.setString(1, store.tableName());
+        try (ResultSet lock = statement.executeQuery()) {
+          if (!lock.next()) {
+            return null;
+          }
+          String application = lock.getString(3);
+          return lock.getString(1)
+              + ", held by process "
+              + lock.getString(2)
+              + (application == null || application.isEmpty()
+                  ? ""
+                  : " (application '" + application + "')");
+        }
+      }
+    } catch (SQLException | RuntimeException e) {
+      // The probes, through the store's own DataSource, say what keeps the table from answering.
+      return null;
+    }
+  }
+
   private Health checked(TableState state) {
     String dialect = store.dialect().map(Enum::name).orElse("unknown");
+    if (state.lockedBy() != null) {
+      return Health.down()
+          .withDetail("table", store.tableName())
+          .withDetail("dialect", dialect)
+          .withDetail("lockedBy", state.lockedBy())
+          .withDetail(
+              "reason",
+              "The table is locked by another transaction ("
+                  + state.lockedBy()
+                  + "), which its claims and writes wait for: a migration's ALTER TABLE, a VACUUM"
+                  + " FULL, a CREATE INDEX without CONCURRENTLY or a LOCK TABLE. Records are held"
+                  + " until it ends, none skipped")
+          .build();
+    }
     List<String> missing = state.missingColumns();
     if (missing.isEmpty() && !state.missingPrivileges().isEmpty()) {
       return Health.down()

@@ -8,41 +8,62 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.jspecify.annotations.Nullable;
 import org.springframework.kafka.listener.BatchInterceptor;
+import org.springframework.kafka.listener.ContainerProperties;
 
 /**
  * Remembers, on the consumer thread, the batch a container is about to hand to its batch listener,
  * so that an {@code @Idempotent} batch listener taking {@code List<Message<?>>} reads each record's
- * headers, topic and offset: message {@code i} is record {@code i}. Forgotten when the consumer
- * thread clears its state after each poll.
+ * headers, topic and offset: message {@code i} is record {@code i}; and the ack mode of the
+ * container delivering it. Forgotten when the consumer thread clears its state after each poll.
  */
 public final class CurrentBatch implements BatchInterceptor<Object, Object> {
 
-  /** The one instance. */
-  public static final CurrentBatch INSTANCE = new CurrentBatch();
+  /** An instance of no container, which knows no ack mode. */
+  public static final CurrentBatch INSTANCE = new CurrentBatch(null);
 
   private static final ThreadLocal<@Nullable List<ConsumerRecord<Object, Object>>> CURRENT =
       new ThreadLocal<>();
 
-  private CurrentBatch() {}
+  private static final ThreadLocal<ContainerProperties.@Nullable AckMode> ACK_MODE =
+      new ThreadLocal<>();
+
+  /** The properties of the container this instance is of; null for {@link #INSTANCE}. */
+  private final @Nullable ContainerProperties container;
+
+  private CurrentBatch(@Nullable ContainerProperties container) {
+    this.container = container;
+  }
 
   /** The records of the batch being delivered on this thread, or null. */
   public static @Nullable List<ConsumerRecord<Object, Object>> records() {
     return CURRENT.get();
   }
 
+  /** The ack mode of the container delivering the batch on this thread, if known. */
+  public static ContainerProperties.@Nullable AckMode ackMode() {
+    return ACK_MODE.get();
+  }
+
   /**
    * {@code existing} followed by this interceptor; this one alone if there is none; {@code
    * existing} itself if it already ends with this one.
    */
+  public static BatchInterceptor<?, ?> after(@Nullable BatchInterceptor<?, ?> existing) {
+    return after(existing, null);
+  }
+
+  /**
+   * As {@link #after(BatchInterceptor)}, for the container of {@code container}, whose ack mode
+   * {@link #ackMode()} tells while it delivers a batch.
+   */
   @SuppressWarnings({"unchecked", "rawtypes"})
-  public static BatchInterceptor after(@Nullable BatchInterceptor existing) {
-    if (existing == null) {
-      return INSTANCE;
-    }
-    if (existing == INSTANCE || existing instanceof Chained) {
+  public static BatchInterceptor<?, ?> after(
+      @Nullable BatchInterceptor existing, @Nullable ContainerProperties container) {
+    if (existing instanceof CurrentBatch || existing instanceof Chained) {
       return existing;
     }
-    return new Chained(existing);
+    CurrentBatch current = container == null ? INSTANCE : new CurrentBatch(container);
+    return existing == null ? current : new Chained(existing, current);
   }
 
   @Override
@@ -51,12 +72,16 @@ public final class CurrentBatch implements BatchInterceptor<Object, Object> {
     List<ConsumerRecord<Object, Object>> list = new ArrayList<>(records.count());
     records.forEach(list::add);
     CURRENT.set(list);
+    if (container != null) {
+      ACK_MODE.set(container.getAckMode());
+    }
     return records;
   }
 
   @Override
   public void clearThreadState(Consumer<?, ?> consumer) {
     CURRENT.remove();
+    ACK_MODE.remove();
   }
 
   @Override
@@ -70,16 +95,18 @@ public final class CurrentBatch implements BatchInterceptor<Object, Object> {
    */
   private static final class Chained implements BatchInterceptor<Object, Object> {
     private final BatchInterceptor<Object, Object> first;
+    private final CurrentBatch current;
 
-    Chained(BatchInterceptor<Object, Object> first) {
+    Chained(BatchInterceptor<Object, Object> first, CurrentBatch current) {
       this.first = Objects.requireNonNull(first, "first");
+      this.current = current;
     }
 
     @Override
     public @Nullable ConsumerRecords<Object, Object> intercept(
         ConsumerRecords<Object, Object> records, Consumer<Object, Object> consumer) {
       ConsumerRecords<Object, Object> intercepted = first.intercept(records, consumer);
-      return intercepted == null ? null : INSTANCE.intercept(intercepted, consumer);
+      return intercepted == null ? null : current.intercept(intercepted, consumer);
     }
 
     @Override
@@ -106,7 +133,7 @@ public final class CurrentBatch implements BatchInterceptor<Object, Object> {
       try {
         first.clearThreadState(consumer);
       } finally {
-        INSTANCE.clearThreadState(consumer);
+        current.clearThreadState(consumer);
       }
     }
 

@@ -118,6 +118,17 @@ public final class ListenerOutcomes {
                       + " Error, or the consumer stopped)"));
     }
 
+    /**
+     * No outcome is written: the listener's future was cancelled, and the work behind it may still
+     * run. The lease is no longer renewed, so the redelivery takes the key over once it has run
+     * out, as after a crash; FAILED would have it run the listener at once, beside that work.
+     */
+    public void leaveToLease() {
+      // First: an Error after it (memory short) still leaves the lease to run out.
+      claim.stopRenewing();
+      decided(false);
+    }
+
     /** The transaction the listener ran in did not commit. */
     public void rolledBack(Throwable cause) {
       if (rollback == null) {

@@ -1,0 +1,89 @@
+package io.consumerdedup.spring.autoconfigure;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
+
+import io.consumerdedup.testing.TestDatabase;
+import java.sql.Connection;
+import java.sql.ResultSet;
+import java.sql.SQLException;
+import java.sql.Statement;
+import java.time.Duration;
+import org.junit.jupiter.api.Test;
+import org.springframework.boot.autoconfigure.AutoConfigurations;
+import org.springframework.boot.health.contributor.Health;
+import org.springframework.boot.health.contributor.Status;
+import org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration;
+import org.springframework.boot.test.context.runner.ApplicationContextRunner;
+
+/**
+ * Another transaction holds a lock on the dedup table that its writes wait for (a migration's
+ * {@code ALTER TABLE}, a {@code VACUUM FULL}, an operator's {@code LOCK TABLE}): the health check's
+ * probe statements queued behind it, holding a pool connection up to the store's statement timeout,
+ * and each probe meanwhile answered DOWN with "the connection pool is exhausted, or the database
+ * does not answer", neither of which was so. Now the check sees the lock without waiting for it and
+ * says so. The auto-configured indicator, on a real PostgreSQL.
+ */
+class HealthLockedTableTest {
+
+  @Test
+  void aTableLockedByAnotherTransactionIsDownAtOnceSayingSoWithoutWaitingForTheLock()
+      throws Exception {
+    String schema = TestDatabase.newSchema("healthlocked");
+    try {
+      new ApplicationContextRunner()
+          .withConfiguration(
+              AutoConfigurations.of(
+                  DataSourceAutoConfiguration.class,
+                  ConsumerDedupAutoConfiguration.class,
+                  ConsumerDedupActuatorAutoConfiguration.class))
+          .withPropertyValues(
+              "spring.datasource.url=" + TestDatabase.url(schema),
+              "spring.datasource.hikari.maximum-pool-size=2",
+              // Above the default 800 ms, so that a loaded machine does not answer DOWN for the
+              // time it took; still below the store's statement timeout (5 s), which a probe
+              // queued behind the lock would wait for.
+              "consumer-dedup.health-timeout=3s")
+          .run(
+              context -> {
+                ConsumerDedupHealthIndicator health =
+                    context.getBean(ConsumerDedupHealthIndicator.class);
+                assertThat(health.health().getStatus()).as("health, unlocked").isEqualTo(Status.UP);
+
+                try (Connection locker = TestDatabase.connect(schema);
+                    Statement statement = locker.createStatement()) {
+                  locker.setAutoCommit(false);
+                  statement.execute("LOCK TABLE consumer_dedup IN ACCESS EXCLUSIVE MODE");
+                  Health locked = health.health();
+
+                  assertThat(locked.getStatus())
+                      .as("health while another transaction locks the table (%s)", locked)
+                      .isEqualTo(Status.DOWN);
+                  assertThat(String.valueOf(locked.getDetails().get("reason")))
+                      .as("reason of the health while another transaction locks the table")
+                      .contains("locked by another transaction")
+                      .contains("AccessExclusiveLock");
+                  assertThat(waitingOnTheTable(statement))
+                      .as("statements waiting for the table's lock after the health check")
+                      .isZero();
+                  locker.rollback();
+                }
+                await("health once the lock is gone")
+                    .atMost(Duration.ofSeconds(15))
+                    .until(() -> health.health().getStatus().equals(Status.UP));
+              });
+    } finally {
+      TestDatabase.dropSchema(schema);
+    }
+  }
+
+  private static int waitingOnTheTable(Statement statement) throws SQLException {
+    try (ResultSet waiting =
+        statement.executeQuery(
+            "SELECT count(*) FROM pg_locks WHERE NOT granted AND locktype = 'relation'"
+                + " AND relation = to_regclass('consumer_dedup')")) {
+      waiting.next();
+      return waiting.getInt(1);
+    }
+  }
+}
