@@ -12,7 +12,6 @@ import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.Latches;
 import java.time.Duration;
 import java.util.Collection;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -439,20 +438,20 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       commits.commitDone();
       return;
     }
-    Map<TopicPartition, Long> unhandled = firstOffsets(records);
+    boolean allReached;
     try {
       // Inside the try: an Error from a processor around the handler, after the handler claimed
       // the poll, left those claims unsettled, renewed for as long as the executor lived.
       pollClaims.prepare(records);
       commits.commitDone(); // the last poll's: its marks were written while this one was claimed
       pollClaims.open();
-      handleAll(records, unhandled);
+      allReached = handleAll(records);
     } catch (RuntimeException | Error e) {
       // A stop's wakeup in the commit, or an Error that ends the loop: first the poll's claims are
       // ended or given back (their renewals stop), or no other consumer could take those keys up
       // for as long as this JVM lives; the marks are awaited by the last commit.
       try {
-        rewindTo(unhandled);
+        seekBackUnreached(records);
       } catch (RuntimeException | Error again) {
         e.addSuppressed(again);
       }
@@ -464,18 +463,12 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       throw e;
     }
     try {
-      rewindTo(unhandled);
+      if (!allReached) {
+        seekBackUnreached(records);
+      }
     } finally {
       pollClaims.settle(records); // a seek that fails must not leave the claims renewed
     }
-  }
-
-  private static <K, V> Map<TopicPartition, Long> firstOffsets(ConsumerRecords<K, V> records) {
-    Map<TopicPartition, Long> first = new HashMap<>();
-    for (TopicPartition partition : records.partitions()) {
-      first.put(partition, records.records(partition).get(0).offset());
-    }
-    return first;
   }
 
   /**
@@ -484,43 +477,58 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
    * that commits by itself (one the application made, with {@code enable.auto.commit} left at
    * kafka-clients' default) commits its position at the next poll and as it closes: the records
    * left were never delivered again. A partition paused meanwhile was sought back by its hold.
+   * Worked out here, from the poll and what is done, rather than kept up on each record.
    */
-  private void rewindTo(Map<TopicPartition, Long> unhandled) {
-    unhandled.forEach(
-        (partition, offset) -> {
-          if (progress.isPaused(partition)) {
-            return;
-          }
-          OffsetAndMetadata done = progress.offsetsToCommit().get(partition);
-          consumer.seek(partition, done == null ? offset : Math.max(offset, done.offset()));
-        });
+  private void seekBackUnreached(ConsumerRecords<K, V> records) {
+    for (TopicPartition partition : records.partitions()) {
+      if (progress.isPaused(partition)) {
+        continue;
+      }
+      List<ConsumerRecord<K, V>> polled = records.records(partition);
+      long first = polled.get(0).offset();
+      OffsetAndMetadata done = progress.offsetsToCommit().get(partition);
+      long next = done == null ? first : Math.max(first, done.offset());
+      if (next > polled.get(polled.size() - 1).offset()) {
+        continue; // every record of it done: the position is where it must be
+      }
+      try {
+        consumer.seek(partition, next);
+      } catch (RuntimeException e) {
+        // A partition revoked meanwhile, say: the seeks of the others must still be made, or
+        // their records left were committed past by a consumer that commits by itself.
+        log.warn(
+            "Could not seek {} back to offset {}, its first record not handled as the loop"
+                + " stopped; a consumer that commits by itself may commit past it",
+            partition,
+            next,
+            e);
+      }
+    }
   }
 
   /**
-   * Handles the poll's records; {@code unhandled} keeps, for each partition it did not get through,
-   * the offset of its first record not handled.
+   * Handles the poll's records; false if the loop stopped before it reached the end of every
+   * partition not paused.
    */
-  private void handleAll(ConsumerRecords<K, V> records, Map<TopicPartition, Long> unhandled) {
+  private boolean handleAll(ConsumerRecords<K, V> records) {
     for (TopicPartition partition : records.partitions()) {
       if (progress.isPaused(partition)) {
         // Held since the poll returned (a mark of the last poll not written): sought back to
         // that record, so these come again.
-        unhandled.remove(partition);
         continue;
       }
       for (ConsumerRecord<K, V> record : records.records(partition)) {
         if (!running) {
-          return;
+          return false;
         }
         if (!handle(record, partition)) {
           // Sought back and paused: the rest of this partition's records come again later.
           break;
         }
         progress.done(partition, record.offset() + 1);
-        unhandled.put(partition, record.offset() + 1);
       }
-      unhandled.remove(partition);
     }
+    return true;
   }
 
   /** Handles one record; false if it is not done, and its partition was sought back and paused. */
