@@ -15,6 +15,7 @@ import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.WeakHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.clients.consumer.CloseOptions;
@@ -133,9 +134,11 @@ import org.slf4j.LoggerFactory;
  * <p>The consumer must not auto-commit ({@code enable.auto.commit=false}), or it would commit past
  * records that are not done. {@link #builder(Map, Collection, RecordProcessor)} checks the
  * configuration; with {@link #builder(Consumer, Collection, RecordProcessor)} that is the caller's
- * duty. The loop owns the consumer: it subscribes it to the topics, and closes it when it stops.
- * Choose {@code max.poll.interval.ms} longer than the time to handle one poll's records ({@code
- * max.poll.records} of them).
+ * duty. The loop owns the consumer: it subscribes it to the topics, and closes it when it stops. No
+ * other thread may use it meanwhile, and a consumer goes to one loop only: building a second loop
+ * on it throws (a consumer is not safe for multi-threaded access, and two loops on one lose
+ * records). Choose {@code max.poll.interval.ms} longer than the time to handle one poll's records
+ * ({@code max.poll.records} of them).
  *
  * <p>{@link #run()} polls until {@link #stop()} or {@link #close()} is called from another thread
  * (or the thread is interrupted); it then commits the offsets of the records that are done and
@@ -595,6 +598,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   /** Builds a {@link DedupPollLoop}; every setter validates its value at once. */
   public static final class Builder<K, V> {
+    /** The consumers handed to a loop; a consumer the application drops is forgotten with it. */
+    private static final Map<Consumer<?, ?>, Boolean> OWNED_CONSUMERS = new WeakHashMap<>();
+
     private final @Nullable Consumer<K, V> consumer;
     private final @Nullable Map<String, Object> consumerConfig;
     private final List<String> topics;
@@ -683,8 +689,8 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     /**
      * Builds the loop, creating the consumer if a configuration was given.
      *
-     * @throws IllegalStateException if no dead-letter handler was set, or the consumer has no group
-     *     id
+     * @throws IllegalStateException if no dead-letter handler was set, the consumer has no group
+     *     id, or the consumer was handed to another loop already
      */
     public DedupPollLoop<K, V> build() {
       DeadLetterHandler<K, V> deadLetters =
@@ -695,8 +701,30 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
           log, "such a record holds its partition, an ERROR at each try, until it can be written");
       Consumer<K, V> built =
           consumer != null ? consumer : new KafkaConsumer<>(Objects.requireNonNull(consumerConfig));
-      return new DedupPollLoop<>(
-          this, built, OffsetCommits.groupOf(built, consumer == null), deadLetters);
+      String groupId = OffsetCommits.groupOf(built, consumer == null);
+      if (consumer != null) {
+        claimOwnership(consumer);
+      }
+      return new DedupPollLoop<>(this, built, groupId, deadLetters);
+    }
+
+    /**
+     * Two loops on one consumer poll it from two threads: kafka-clients refuses one's call while
+     * the other is inside one, and lets it through while the other runs its handler. The second
+     * loop's subscribe replaced the first one's rebalance listener, a poll ended by the refusal
+     * could not seek back the records it had not reached, and the other loop's commits went past
+     * them. Refused here, before either touches the consumer.
+     */
+    private static void claimOwnership(Consumer<?, ?> consumer) {
+      synchronized (OWNED_CONSUMERS) {
+        if (OWNED_CONSUMERS.containsKey(consumer)) {
+          throw new IllegalStateException(
+              "This consumer was handed to another DedupPollLoop already, which polls, commits and"
+                  + " closes it; a KafkaConsumer is not safe for multi-threaded access, and two"
+                  + " loops on one consumer lose records. Give each loop its own consumer");
+        }
+        OWNED_CONSUMERS.put(consumer, Boolean.TRUE);
+      }
     }
   }
 }
