@@ -222,7 +222,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
             groupId);
     this.pollClaims = new PollClaims<>(consumer, processor, progress, holds);
     this.commits = new OffsetCommits(consumer, progress, pollClaims);
-    this.olderThanRetention = RecordsOlderThanRetention.of(processor, groupId);
+    this.olderThanRetention = RecordsOlderThanRetention.of(consumer, processor, groupId);
   }
 
   /**
@@ -436,6 +436,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       deadLetters.undeserializable(e);
       commits.commitDone();
       return;
+    }
+    if (olderThanRetention != null) {
+      olderThanRetention.polled(records);
     }
     if (records.isEmpty()) {
       commits.commitDone();
