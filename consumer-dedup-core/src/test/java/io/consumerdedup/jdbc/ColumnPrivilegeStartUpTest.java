@@ -101,6 +101,9 @@ class ColumnPrivilegeStartUpTest {
       executor.execute(DedupKey.of("payment", "ORD-2"), applied::incrementAndGet);
     }
     assertThat(applied).as("handlers run, under the role's column grants").hasValue(2);
+    assertThat(store.missingPrivilegesNow())
+        .as("the privileges the health check finds missing")
+        .isEmpty();
 
     assertThat(logged.list)
         .filteredOn(event -> event.getLevel() == Level.WARN)
@@ -121,6 +124,9 @@ class ColumnPrivilegeStartUpTest {
     }
     JdbcDedupStore store = JdbcDedupStore.builder(pool).build();
 
+    assertThat(store.missingPrivilegesNow())
+        .as("the privileges the health check finds missing")
+        .containsExactly("UPDATE");
     try (IdempotentExecutor executor = IdempotentExecutor.builder(store).build()) {
       assertThatThrownBy(() -> executor.execute(DedupKey.of("payment", "ORD-3"), () -> "charged"))
           .as("a claim of the role")

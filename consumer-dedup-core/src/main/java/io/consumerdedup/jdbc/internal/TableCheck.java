@@ -10,11 +10,13 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.stream.Collectors;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 
@@ -28,6 +30,11 @@ public final class TableCheck {
    * The columns the store's statements need each privilege on: it reads and inserts every column,
    * and updates all but the key and created_at.
    */
+  private static final List<String> UPDATED_COLUMNS =
+      PostgresSql.EXPECTED_COLUMNS.stream()
+          .filter(column -> !List.of("biz_type", "biz_key", "created_at").contains(column))
+          .toList();
+
   private static final Map<String, List<String>> COLUMNS_BY_PRIVILEGE =
       Map.of(
           "SELECT",
@@ -35,9 +42,7 @@ public final class TableCheck {
           "INSERT",
           PostgresSql.EXPECTED_COLUMNS,
           "UPDATE",
-          PostgresSql.EXPECTED_COLUMNS.stream()
-              .filter(column -> !List.of("biz_type", "biz_key", "created_at").contains(column))
-              .toList());
+          UPDATED_COLUMNS);
 
   private static final String OPERATION = "table check";
 
@@ -216,17 +221,37 @@ public final class TableCheck {
    * @throws DedupStoreException the database could not be asked
    */
   public List<String> missingPrivilegesNow() {
+    // Each column the store reads, inserts or updates named: a role granted column by column was
+    // found granted by a statement naming one column, and every claim of it was then refused.
+    List<String> inserted = PostgresSql.EXPECTED_COLUMNS;
     Map<String, String> probes = new LinkedHashMap<>();
-    probes.put("SELECT", "SELECT biz_type FROM " + table + " WHERE 1 = 0");
+    probes.put(
+        "SELECT",
+        "SELECT "
+            + String.join(", ", PostgresSql.EXPECTED_COLUMNS)
+            + " FROM "
+            + table
+            + " WHERE 1 = 0");
     // Every column without a default named: MySQL's strict mode refuses the statement otherwise,
     // rows or none.
     probes.put(
         "INSERT",
         "INSERT INTO "
             + table
-            + " (biz_type, biz_key, status, owner, created_at, updated_at, expires_at)"
-            + " SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM (SELECT 1) AS n WHERE 1 = 0");
-    probes.put("UPDATE", "UPDATE " + table + " SET attempts = attempts WHERE 1 = 0");
+            + " ("
+            + String.join(", ", inserted)
+            + ") SELECT "
+            + String.join(", ", Collections.nCopies(inserted.size(), "NULL"))
+            + " FROM (SELECT 1) AS n WHERE 1 = 0");
+    probes.put(
+        "UPDATE",
+        "UPDATE "
+            + table
+            + " SET "
+            + UPDATED_COLUMNS.stream()
+                .map(column -> column + " = " + column)
+                .collect(Collectors.joining(", "))
+            + " WHERE 1 = 0");
     probes.put("DELETE", "DELETE FROM " + table + " WHERE 1 = 0");
     return calls.runOnce(
         OPERATION,
