@@ -12,10 +12,10 @@ import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.Latches;
 import java.time.Duration;
 import java.util.Collection;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
+import java.util.WeakHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.clients.consumer.CloseOptions;
@@ -134,9 +134,11 @@ import org.slf4j.LoggerFactory;
  * <p>The consumer must not auto-commit ({@code enable.auto.commit=false}), or it would commit past
  * records that are not done. {@link #builder(Map, Collection, RecordProcessor)} checks the
  * configuration; with {@link #builder(Consumer, Collection, RecordProcessor)} that is the caller's
- * duty. The loop owns the consumer: it subscribes it to the topics, and closes it when it stops.
- * Choose {@code max.poll.interval.ms} longer than the time to handle one poll's records ({@code
- * max.poll.records} of them).
+ * duty. The loop owns the consumer: it subscribes it to the topics, and closes it when it stops. No
+ * other thread may use it meanwhile, and a consumer goes to one loop only: building a second loop
+ * on it throws (a consumer is not safe for multi-threaded access, and two loops on one lose
+ * records). Choose {@code max.poll.interval.ms} longer than the time to handle one poll's records
+ * ({@code max.poll.records} of them).
  *
  * <p>{@link #run()} polls until {@link #stop()} or {@link #close()} is called from another thread
  * (or the thread is interrupted); it then commits the offsets of the records that are done and
@@ -220,7 +222,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
             groupId);
     this.pollClaims = new PollClaims<>(consumer, processor, progress, holds);
     this.commits = new OffsetCommits(consumer, progress, pollClaims);
-    this.olderThanRetention = RecordsOlderThanRetention.of(processor, groupId);
+    this.olderThanRetention = RecordsOlderThanRetention.of(consumer, processor, groupId);
   }
 
   /**
@@ -435,24 +437,27 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       commits.commitDone();
       return;
     }
+    if (olderThanRetention != null) {
+      olderThanRetention.polled(records);
+    }
     if (records.isEmpty()) {
       commits.commitDone();
       return;
     }
-    Map<TopicPartition, Long> unhandled = firstOffsets(records);
+    boolean allReached;
     try {
       // Inside the try: an Error from a processor around the handler, after the handler claimed
       // the poll, left those claims unsettled, renewed for as long as the executor lived.
       pollClaims.prepare(records);
       commits.commitDone(); // the last poll's: its marks were written while this one was claimed
       pollClaims.open();
-      handleAll(records, unhandled);
+      allReached = handleAll(records);
     } catch (RuntimeException | Error e) {
       // A stop's wakeup in the commit, or an Error that ends the loop: first the poll's claims are
       // ended or given back (their renewals stop), or no other consumer could take those keys up
       // for as long as this JVM lives; the marks are awaited by the last commit.
       try {
-        rewindTo(unhandled);
+        seekBackUnreached(records);
       } catch (RuntimeException | Error again) {
         e.addSuppressed(again);
       }
@@ -464,18 +469,12 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       throw e;
     }
     try {
-      rewindTo(unhandled);
+      if (!allReached) {
+        seekBackUnreached(records);
+      }
     } finally {
       pollClaims.settle(records); // a seek that fails must not leave the claims renewed
     }
-  }
-
-  private static <K, V> Map<TopicPartition, Long> firstOffsets(ConsumerRecords<K, V> records) {
-    Map<TopicPartition, Long> first = new HashMap<>();
-    for (TopicPartition partition : records.partitions()) {
-      first.put(partition, records.records(partition).get(0).offset());
-    }
-    return first;
   }
 
   /**
@@ -484,43 +483,58 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
    * that commits by itself (one the application made, with {@code enable.auto.commit} left at
    * kafka-clients' default) commits its position at the next poll and as it closes: the records
    * left were never delivered again. A partition paused meanwhile was sought back by its hold.
+   * Worked out here, from the poll and what is done, rather than kept up on each record.
    */
-  private void rewindTo(Map<TopicPartition, Long> unhandled) {
-    unhandled.forEach(
-        (partition, offset) -> {
-          if (progress.isPaused(partition)) {
-            return;
-          }
-          OffsetAndMetadata done = progress.offsetsToCommit().get(partition);
-          consumer.seek(partition, done == null ? offset : Math.max(offset, done.offset()));
-        });
+  private void seekBackUnreached(ConsumerRecords<K, V> records) {
+    for (TopicPartition partition : records.partitions()) {
+      if (progress.isPaused(partition)) {
+        continue;
+      }
+      List<ConsumerRecord<K, V>> polled = records.records(partition);
+      long first = polled.get(0).offset();
+      OffsetAndMetadata done = progress.offsetsToCommit().get(partition);
+      long next = done == null ? first : Math.max(first, done.offset());
+      if (next > polled.get(polled.size() - 1).offset()) {
+        continue; // every record of it done: the position is where it must be
+      }
+      try {
+        consumer.seek(partition, next);
+      } catch (RuntimeException e) {
+        // A partition revoked meanwhile, say: the seeks of the others must still be made, or
+        // their records left were committed past by a consumer that commits by itself.
+        log.warn(
+            "Could not seek {} back to offset {}, its first record not handled as the loop"
+                + " stopped; a consumer that commits by itself may commit past it",
+            partition,
+            next,
+            e);
+      }
+    }
   }
 
   /**
-   * Handles the poll's records; {@code unhandled} keeps, for each partition it did not get through,
-   * the offset of its first record not handled.
+   * Handles the poll's records; false if the loop stopped before it reached the end of every
+   * partition not paused.
    */
-  private void handleAll(ConsumerRecords<K, V> records, Map<TopicPartition, Long> unhandled) {
+  private boolean handleAll(ConsumerRecords<K, V> records) {
     for (TopicPartition partition : records.partitions()) {
       if (progress.isPaused(partition)) {
         // Held since the poll returned (a mark of the last poll not written): sought back to
         // that record, so these come again.
-        unhandled.remove(partition);
         continue;
       }
       for (ConsumerRecord<K, V> record : records.records(partition)) {
         if (!running) {
-          return;
+          return false;
         }
         if (!handle(record, partition)) {
           // Sought back and paused: the rest of this partition's records come again later.
           break;
         }
         progress.done(partition, record.offset() + 1);
-        unhandled.put(partition, record.offset() + 1);
       }
-      unhandled.remove(partition);
     }
+    return true;
   }
 
   /** Handles one record; false if it is not done, and its partition was sought back and paused. */
@@ -587,6 +601,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   /** Builds a {@link DedupPollLoop}; every setter validates its value at once. */
   public static final class Builder<K, V> {
+    /** The consumers handed to a loop; a consumer the application drops is forgotten with it. */
+    private static final Map<Consumer<?, ?>, Boolean> OWNED_CONSUMERS = new WeakHashMap<>();
+
     private final @Nullable Consumer<K, V> consumer;
     private final @Nullable Map<String, Object> consumerConfig;
     private final List<String> topics;
@@ -675,8 +692,8 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     /**
      * Builds the loop, creating the consumer if a configuration was given.
      *
-     * @throws IllegalStateException if no dead-letter handler was set, or the consumer has no group
-     *     id
+     * @throws IllegalStateException if no dead-letter handler was set, the consumer has no group
+     *     id, or the consumer was handed to another loop already
      */
     public DedupPollLoop<K, V> build() {
       DeadLetterHandler<K, V> deadLetters =
@@ -687,8 +704,30 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
           log, "such a record holds its partition, an ERROR at each try, until it can be written");
       Consumer<K, V> built =
           consumer != null ? consumer : new KafkaConsumer<>(Objects.requireNonNull(consumerConfig));
-      return new DedupPollLoop<>(
-          this, built, OffsetCommits.groupOf(built, consumer == null), deadLetters);
+      String groupId = OffsetCommits.groupOf(built, consumer == null);
+      if (consumer != null) {
+        claimOwnership(consumer);
+      }
+      return new DedupPollLoop<>(this, built, groupId, deadLetters);
+    }
+
+    /**
+     * Two loops on one consumer poll it from two threads: kafka-clients refuses one's call while
+     * the other is inside one, and lets it through while the other runs its handler. The second
+     * loop's subscribe replaced the first one's rebalance listener, a poll ended by the refusal
+     * could not seek back the records it had not reached, and the other loop's commits went past
+     * them. Refused here, before either touches the consumer.
+     */
+    private static void claimOwnership(Consumer<?, ?> consumer) {
+      synchronized (OWNED_CONSUMERS) {
+        if (OWNED_CONSUMERS.containsKey(consumer)) {
+          throw new IllegalStateException(
+              "This consumer was handed to another DedupPollLoop already, which polls, commits and"
+                  + " closes it; a KafkaConsumer is not safe for multi-threaded access, and two"
+                  + " loops on one consumer lose records. Give each loop its own consumer");
+        }
+        OWNED_CONSUMERS.put(consumer, Boolean.TRUE);
+      }
     }
   }
 }

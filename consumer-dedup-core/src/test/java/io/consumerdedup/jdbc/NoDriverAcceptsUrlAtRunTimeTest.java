@@ -18,6 +18,7 @@ import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.SQLException;
+import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -66,6 +67,33 @@ class NoDriverAcceptsUrlAtRunTimeTest {
         .hasMessageContaining("No JDBC driver accepts the URL of the dedup table's DataSource")
         .hasMessageContaining("jdbc:mysq://app:***@127.0.0.1:3306/test")
         .hasMessageNotContaining("hunter2");
+  }
+
+  /**
+   * A password before the host holding an '@' or a '/' (written as typed, not percent-encoded): the
+   * mask stopped at that character, and the rest of the password was in the message.
+   */
+  @Test
+  void aPasswordBeforeTheHostHoldingAnAtSignOrASlashIsMaskedWhole() {
+    for (String password : List.of("hun@ter2", "hun/ter2")) {
+      ConnectionSource driverManager =
+          new ConnectionSource() {
+            @Override
+            public Connection getConnection() throws SQLException {
+              return DriverManager.getConnection(
+                  "jdbc:mysq://app:" + password + "@127.0.0.1:3306/test?user=app");
+            }
+          };
+      JdbcDedupStore store = JdbcDedupStore.builder(driverManager).build();
+
+      Throwable thrown = catchThrowable(() -> IdempotentExecutor.builder(store).build().close());
+
+      assertThat(thrown)
+          .as("what building threw, the password " + password)
+          .isInstanceOf(DedupConfigurationException.class)
+          .hasMessageContaining("jdbc:mysq://app:***@127.0.0.1:3306/test?user=app")
+          .hasMessageNotContaining("ter2");
+    }
   }
 
   /**

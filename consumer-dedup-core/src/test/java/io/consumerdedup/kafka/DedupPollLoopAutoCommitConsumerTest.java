@@ -9,10 +9,12 @@ import static org.awaitility.Awaitility.await;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
+import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
@@ -100,14 +102,110 @@ class DedupPollLoopAutoCommitConsumerTest {
         .containsEntry(new TopicPartition(fixture.topic(), 0), (long) RECORDS);
   }
 
+  /**
+   * The loop stops on the first record of a poll over three partitions, and the consumer refuses
+   * the seek back of one of them (a partition revoked meanwhile is refused so). The seeks back of
+   * the other two partitions were never made: the consumer committed its position past their
+   * records as it closed, and they never came again.
+   */
+  @Test
+  void aSeekBackRefusedForOnePartitionStillSeeksTheOthersBack() throws Exception {
+    int partitions = 3;
+    TestKafka.createTopics(partitions, fixture.topic());
+    Map<Integer, Set<String>> sent = new ConcurrentHashMap<>();
+    for (int p = 0; p < partitions; p++) {
+      for (int i = 0; i < 3; i++) {
+        String orderNo = "ORD-" + p + "-" + i;
+        ProducerRecord<String, String> record =
+            new ProducerRecord<>(fixture.topic(), p, orderNo, "charge " + orderNo);
+        record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+        fixture.producer().send(record).get();
+        sent.computeIfAbsent(p, x -> ConcurrentHashMap.newKeySet()).add(orderNo);
+      }
+    }
+    executor = IdempotentExecutor.builder(fixture.store()).build();
+    Set<String> applied = ConcurrentHashMap.newKeySet();
+    AtomicReference<DedupPollLoop<String, String>> first = new AtomicReference<>();
+    AtomicReference<TopicPartition> refused = new AtomicReference<>();
+    Set<TopicPartition> polled = ConcurrentHashMap.newKeySet();
+    DedupPollLoop<String, String> stoppingLoop =
+        loop(
+            new KafkaConsumer<String, String>(autoCommittingConfig()) {
+              @Override
+              public ConsumerRecords<String, String> poll(java.time.Duration timeout) {
+                ConsumerRecords<String, String> records = super.poll(timeout);
+                if (polled.isEmpty()) {
+                  polled.addAll(records.partitions());
+                }
+                return records;
+              }
+
+              @Override
+              public void seek(TopicPartition partition, long offset) {
+                if (refused.compareAndSet(null, partition)) {
+                  throw new IllegalStateException(
+                      "No current assignment for partition " + partition);
+                }
+                super.seek(partition, offset);
+              }
+            },
+            record -> {
+              applied.add(record.key());
+              first.get().close(); // from the handler, on the first record: the loop stops
+            });
+    first.set(stoppingLoop);
+    Future<?> run = thread.submit(stoppingLoop);
+    Throwable ended = null;
+    try {
+      run.get(WAIT.toSeconds(), TimeUnit.SECONDS);
+    } catch (ExecutionException e) {
+      ended = e.getCause();
+    }
+    assertThat(polled).as("partitions of the poll the first loop stopped in").hasSize(partitions);
+    assertThat(refused.get()).as("the seek back refused").isNotNull();
+
+    Set<String> expected = new HashSet<>();
+    sent.forEach(
+        (p, orderNos) -> {
+          if (p != refused.get().partition()) {
+            expected.addAll(orderNos);
+          }
+        });
+    try (RunningLoop next =
+        RunningLoop.start(
+            loop(
+                new KafkaConsumer<String, String>(autoCommittingConfig()),
+                record -> applied.add(record.key())))) {
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () ->
+                  assertThat(applied)
+                      .as(
+                          "records of the partitions whose seek back was not refused, handled by"
+                              + " the first loop and the next one")
+                      .containsAll(expected));
+    }
+    assertThat(ended).as("what the first loop's run() threw").isNull();
+  }
+
   /** A consumer made as a newcomer makes one: enable.auto.commit not set, so true. */
   private DedupPollLoop<String, String> loop(RecordHandler<String, String> handler) {
+    return loop(new KafkaConsumer<String, String>(autoCommittingConfig()), handler);
+  }
+
+  private Map<String, Object> autoCommittingConfig() {
     Map<String, Object> config = TestKafka.consumerConfig(fixture.group());
     config.remove(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG);
     config.put(ConsumerConfig.INTERCEPTOR_CLASSES_CONFIG, PollSizes.class.getName());
+    return config;
+  }
+
+  private DedupPollLoop<String, String> loop(
+      KafkaConsumer<String, String> consumer, RecordHandler<String, String> handler) {
     return LoopFixture.quick(
             DedupPollLoop.builder(
-                new KafkaConsumer<String, String>(config),
+                consumer,
                 List.of(fixture.topic()),
                 IdempotentRecordHandler.<String, String>builder(executor)
                     .bizType(BIZ_TYPE)

@@ -134,6 +134,39 @@ class DedupPollLoopConfigTest {
         .hasMessage("topics must not be empty");
   }
 
+  /**
+   * A second loop on a consumer a loop owns polled it from a second thread: kafka-clients refuses
+   * one loop's call while the other is inside one (ConcurrentModificationException), and succeeds
+   * while the other runs its handler. The second loop's subscribe replaced the first one's
+   * rebalance listener; a poll of the first loop ended on the exception without seeking back the
+   * records it had not reached, and the second loop's commits went past them: records lost.
+   */
+  @Test
+  void aSecondLoopOnAConsumerAnotherLoopOwnsIsRefusedWhenItIsBuilt() {
+    KafkaConsumer<String, String> consumer = new KafkaConsumer<>(config(false, "billing"));
+    DedupPollLoop<String, String> owner =
+        DedupPollLoop.builder(consumer, List.of("payments"), handler)
+            .deadLetterHandler(DEAD_LETTERS)
+            .build();
+    try {
+      DedupPollLoop.Builder<String, String> second =
+          DedupPollLoop.builder(consumer, List.of("refunds"), handler)
+              .deadLetterHandler(DEAD_LETTERS);
+
+      assertThatThrownBy(second::build)
+          .isInstanceOf(IllegalStateException.class)
+          .hasMessageContaining("another DedupPollLoop")
+          .hasMessageContaining("not safe for multi-threaded access")
+          .hasMessageContaining("its own consumer");
+    } finally {
+      owner.close();
+    }
+    assertThatThrownBy(() -> consumer.poll(Duration.ZERO))
+        .as("the consumer, closed by the loop that owns it")
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("closed");
+  }
+
   @Test
   void aLoopClosedBeforeItRanClosesItsConsumerAndCannotRunAfterwards() {
     KafkaConsumer<String, String> consumer = new KafkaConsumer<>(config(false, "billing"));

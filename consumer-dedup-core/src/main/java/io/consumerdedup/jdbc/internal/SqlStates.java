@@ -134,9 +134,10 @@ public final class SqlStates {
 
   /**
    * A password in a URL's authority ({@code //user:password@host}), which MySQL's and MariaDB's
-   * drivers take as a {@code password=} parameter.
+   * drivers take as a {@code password=} parameter. Up to the last '@' before the query: a password
+   * typed with an '@' or a '/' in it, not percent-encoded, was otherwise masked only up to that.
    */
-  private static final Pattern AUTHORITY_PASSWORD = Pattern.compile("(//[^/:@?]*:)[^/@?]*@");
+  private static final Pattern AUTHORITY_PASSWORD = Pattern.compile("(//[^/:@?#]*:)[^?#]*@");
 
   /** How deep the causes of a failed connection are searched for the driver's refusal. */
   private static final int MAX_CAUSES = 16;

@@ -10,11 +10,13 @@ import java.sql.PreparedStatement;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.stream.Collectors;
 import org.jspecify.annotations.Nullable;
 import org.slf4j.Logger;
 
@@ -24,6 +26,24 @@ import org.slf4j.Logger;
  * what is missing and how to create it in the database's dialect.
  */
 public final class TableCheck {
+  /**
+   * The columns the store's statements need each privilege on: it reads and inserts every column,
+   * and updates all but the key and created_at.
+   */
+  private static final List<String> UPDATED_COLUMNS =
+      PostgresSql.EXPECTED_COLUMNS.stream()
+          .filter(column -> !List.of("biz_type", "biz_key", "created_at").contains(column))
+          .toList();
+
+  private static final Map<String, List<String>> COLUMNS_BY_PRIVILEGE =
+      Map.of(
+          "SELECT",
+          PostgresSql.EXPECTED_COLUMNS,
+          "INSERT",
+          PostgresSql.EXPECTED_COLUMNS,
+          "UPDATE",
+          UPDATED_COLUMNS);
+
   private static final String OPERATION = "table check";
 
   /** The most schemas the error of a table found only in other schemas names. */
@@ -106,15 +126,9 @@ public final class TableCheck {
                   return lacked;
                 }
                 for (String privilege : List.of("SELECT", "INSERT", "UPDATE", "DELETE")) {
-                  try (PreparedStatement statement =
-                      calls.prepare(connection, "SELECT has_table_privilege(?, ?)")) {
-                    statement.setString(1, table);
-                    statement.setString(2, privilege);
-                    try (ResultSet row = statement.executeQuery()) {
-                      if (row.next() && !row.getBoolean(1)) {
-                        lacked.add(privilege);
-                      }
-                    }
+                  String lacking = lacking(connection, privilege);
+                  if (lacking != null) {
+                    lacked.add(lacking);
                   }
                 }
                 return lacked;
@@ -132,6 +146,54 @@ public final class TableCheck {
           String.join(", ", missing),
           table,
           table);
+    }
+  }
+
+  /**
+   * The privilege as lacked ({@code "UPDATE"}, or {@code "UPDATE (of claim_id)"} when only some
+   * columns the store writes are granted), or null. A role may hold SELECT, INSERT and UPDATE
+   * column by column, for which the table privilege answers false though every statement runs (a
+   * grant that keeps the key columns from being updated): those are asked of each column.
+   */
+  private @Nullable String lacking(Connection connection, String privilege) throws SQLException {
+    if (tablePrivilege(connection, privilege)) {
+      return null;
+    }
+    List<String> columns = COLUMNS_BY_PRIVILEGE.get(privilege);
+    if (columns == null) {
+      return privilege; // DELETE: granted on the whole table only
+    }
+    List<String> ungranted = new ArrayList<>();
+    try (PreparedStatement statement =
+        calls.prepare(
+            connection,
+            "SELECT c FROM unnest(?::text[]) WITH ORDINALITY AS u(c, n)"
+                + " WHERE NOT has_column_privilege(?, c, ?) ORDER BY n")) {
+      statement.setArray(1, connection.createArrayOf("text", columns.toArray()));
+      statement.setString(2, table);
+      statement.setString(3, privilege);
+      try (ResultSet rows = statement.executeQuery()) {
+        while (rows.next()) {
+          ungranted.add(rows.getString(1));
+        }
+      }
+    }
+    if (ungranted.isEmpty()) {
+      return null;
+    }
+    return ungranted.size() == columns.size()
+        ? privilege
+        : privilege + " (of " + String.join(", ", ungranted) + ")";
+  }
+
+  private boolean tablePrivilege(Connection connection, String privilege) throws SQLException {
+    try (PreparedStatement statement =
+        calls.prepare(connection, "SELECT has_table_privilege(?, ?)")) {
+      statement.setString(1, table);
+      statement.setString(2, privilege);
+      try (ResultSet row = statement.executeQuery()) {
+        return !row.next() || row.getBoolean(1);
+      }
     }
   }
 
@@ -159,17 +221,37 @@ public final class TableCheck {
    * @throws DedupStoreException the database could not be asked
    */
   public List<String> missingPrivilegesNow() {
+    // Each column the store reads, inserts or updates named: a role granted column by column was
+    // found granted by a statement naming one column, and every claim of it was then refused.
+    List<String> inserted = PostgresSql.EXPECTED_COLUMNS;
     Map<String, String> probes = new LinkedHashMap<>();
-    probes.put("SELECT", "SELECT biz_type FROM " + table + " WHERE 1 = 0");
+    probes.put(
+        "SELECT",
+        "SELECT "
+            + String.join(", ", PostgresSql.EXPECTED_COLUMNS)
+            + " FROM "
+            + table
+            + " WHERE 1 = 0");
     // Every column without a default named: MySQL's strict mode refuses the statement otherwise,
     // rows or none.
     probes.put(
         "INSERT",
         "INSERT INTO "
             + table
-            + " (biz_type, biz_key, status, owner, created_at, updated_at, expires_at)"
-            + " SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL FROM (SELECT 1) AS n WHERE 1 = 0");
-    probes.put("UPDATE", "UPDATE " + table + " SET attempts = attempts WHERE 1 = 0");
+            + " ("
+            + String.join(", ", inserted)
+            + ") SELECT "
+            + String.join(", ", Collections.nCopies(inserted.size(), "NULL"))
+            + " FROM (SELECT 1) AS n WHERE 1 = 0");
+    probes.put(
+        "UPDATE",
+        "UPDATE "
+            + table
+            + " SET "
+            + UPDATED_COLUMNS.stream()
+                .map(column -> column + " = " + column)
+                .collect(Collectors.joining(", "))
+            + " WHERE 1 = 0");
     probes.put("DELETE", "DELETE FROM " + table + " WHERE 1 = 0");
     return calls.runOnce(
         OPERATION,
