@@ -242,6 +242,12 @@ final class DedupShareListener<K, V>
   volatile Consumer<ConsumerRecord<?, ?>> beforeAcknowledge = record -> {};
 
   /**
+   * Called with each decision a keeper takes in from its worker, before it does: lets a test fail
+   * it.
+   */
+  volatile Consumer<Decided> beforeDecide = decided -> {};
+
+  /**
    * One worker's processor: each batch the worker takes is a poll to the interceptor ({@link
    * ConsumerPoll#ofShareBatch}). Used on the worker's thread only; a worker replaced after an Error
    * gets a new one.
@@ -635,7 +641,20 @@ final class DedupShareListener<K, V>
     private void drain(@Nullable Object first) {
       for (Object signal = first; signal != null; signal = signals.poll()) {
         if (signal instanceof Decided decided) {
-          decide(decided);
+          try {
+            decide(decided);
+          } catch (RuntimeException | Error e) {
+            // Taken off the queue, the decision was lost with the throw (an OutOfMemoryError): its
+            // record was renewed for good, never acknowledged, and its consumer, holding it,
+            // fetched nothing more. Queued again, the next drain takes it in; if even that cannot
+            // be done, the record is renewed until its consumer closes, as before.
+            try {
+              signals.add(decided);
+            } catch (RuntimeException | Error queueFailed) {
+              // Nothing more to do without memory: the first throwable goes on.
+            }
+            throw e;
+          }
         }
       }
     }
@@ -699,6 +718,7 @@ final class DedupShareListener<K, V>
     }
 
     private synchronized void decide(Decided decided) {
+      beforeDecide.accept(decided);
       Entry entry = entries.get(new Id(decided.topic(), decided.partition(), decided.offset()));
       // A decision made from an earlier delivery's count (a RELEASE on what is now the last
       // delivery archives the record without its dead letter) is not sent for a later one; nor,

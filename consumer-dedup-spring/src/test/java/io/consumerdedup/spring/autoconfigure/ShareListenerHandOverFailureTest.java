@@ -57,6 +57,7 @@ class ShareListenerHandOverFailureTest {
   static final String REPLACED = "share-handover-replaced";
   static final String ACKNOWLEDGED = "share-handover-acknowledged";
   static final String RENEWED = "share-handover-renewed";
+  static final String DECIDED = "share-handover-decided";
   static final Duration LOCK = Duration.ofSeconds(3);
   static final Duration WAIT = Duration.ofSeconds(20);
 
@@ -77,10 +78,11 @@ class ShareListenerHandOverFailureTest {
   static void environment(DynamicPropertyRegistry registry) {
     TestKafka.createTopics(1, ERROR, ERROR + "-dlt", EXCEPTION, EXCEPTION + "-dlt");
     TestKafka.createTopics(1, REPLACED, REPLACED + "-dlt", ACKNOWLEDGED, ACKNOWLEDGED + "-dlt");
+    TestKafka.createTopics(1, DECIDED, DECIDED + "-dlt");
     ShareListenerTests.prepare(
         registry, "spring_share_hand_over_failure", 6, RENEWED, RENEWED + "-dlt");
     registry.add("consumer-dedup.share.retry-backoff", () -> "200ms");
-    for (String group : List.of(ERROR, EXCEPTION, REPLACED, ACKNOWLEDGED, RENEWED)) {
+    for (String group : List.of(ERROR, EXCEPTION, REPLACED, ACKNOWLEDGED, RENEWED, DECIDED)) {
       TestShareGroups.configure(group, LOCK);
     }
   }
@@ -202,6 +204,28 @@ class ShareListenerHandOverFailureTest {
     awaitAppliedOnceAndAccepted(RENEWED, "N-1", "N-2");
   }
 
+  /**
+   * The keeper takes in the worker's decision for a record whose listener returned, and that throws
+   * once (an {@code OutOfMemoryError}): the user sees the record accepted, and the record sent
+   * after it applied. Before the fix the decision was lost: the record was renewed for good, never
+   * acknowledged, and its consumer, holding it, fetched nothing more.
+   */
+  @Test
+  void aDecisionWhoseTakingInThrowsIsTakenInAgainAndTheConsumerGoesOn() throws Exception {
+    AtomicBoolean failed = new AtomicBoolean();
+    listener(DECIDED).beforeDecide =
+        decided -> {
+          if (failed.compareAndSet(false, true)) {
+            throw new OutOfMemoryError("Java heap space");
+          }
+        };
+
+    send(DECIDED, "D-1");
+    await().atMost(WAIT).until(failed::get);
+    send(DECIDED, "D-2");
+    awaitAppliedOnceAndAccepted(DECIDED, "D-1", "D-2");
+  }
+
   private DedupShareListener<?, ?> listener(String listenerId) {
     return (DedupShareListener<?, ?>)
         registry.getListenerContainer(listenerId).getContainerProperties().getMessageListener();
@@ -311,6 +335,16 @@ class ShareListenerHandOverFailureTest {
         groupId = ACKNOWLEDGED,
         containerFactory = "shareFactory")
     public void acknowledged(ConsumerRecord<String, String> record) {
+      apply(record);
+    }
+
+    @Idempotent(bizType = "hand-over-decided", header = "order-no")
+    @KafkaListener(
+        id = DECIDED,
+        topics = DECIDED,
+        groupId = DECIDED,
+        containerFactory = "shareFactory")
+    public void decided(ConsumerRecord<String, String> record) {
       apply(record);
     }
 
