@@ -7,6 +7,7 @@ import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.kafka.RecordProcessor;
 import io.consumerdedup.kafka.ShareRecordWorker;
 import io.consumerdedup.kafka.ShareRecordWorker.Decided;
+import io.consumerdedup.kafka.internal.LostLines;
 import io.consumerdedup.spring.autoconfigure.ShareDeserializationFailures.RejectedByPoll;
 import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.Coordinates;
@@ -623,17 +624,12 @@ final class DedupShareListener<K, V>
         } catch (InterruptedException e) {
           return;
         } catch (RuntimeException | Error e) {
-          // Nobody else acknowledges or renews this consumer's records: log, and go on.
-          try {
-            log.error(
-                "Share listener {}: could not acknowledge or renew records",
-                listenerId,
-                FailureTexts.loggable(e));
-          } catch (RuntimeException | Error logFailed) {
-            // A second OutOfMemoryError as the line is written: thrown from here, it ended this
-            // thread, and the consumer's records were never acknowledged nor renewed again, nor
-            // anything polled after them. The line is lost; the keeper goes on.
-          }
+          // Nobody else acknowledges or renews this consumer's records: log, and go on. A second
+          // OutOfMemoryError as the line is written, thrown from here, ended this thread, and the
+          // consumer's records were never acknowledged nor renewed again, nor anything polled
+          // after them: the line is lost instead.
+          LostLines.error(
+              log, "Share listener {}: could not acknowledge or renew records", listenerId, e);
         }
       }
     }
