@@ -300,17 +300,12 @@ class ShareListenerHandOverFailureTest {
         topics = ACKNOWLEDGED,
         groupId = ACKNOWLEDGED,
         containerFactory = "shareFactory")
-    public void acknowledged(ConsumerRecord<String, String> record) {
-      apply(applied, record);
-    }
-
-    @Idempotent(bizType = "hand-over-decided", header = "order-no")
     @KafkaListener(
         id = DECIDED,
         topics = DECIDED,
         groupId = DECIDED,
         containerFactory = "shareFactory")
-    public void decided(ConsumerRecord<String, String> record) {
+    public void acknowledged(ConsumerRecord<String, String> record) {
       apply(applied, record);
     }
 
