@@ -6,6 +6,7 @@ import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.ShareInFlight.Decision;
 import io.consumerdedup.kafka.ShareInFlight.Id;
+import io.consumerdedup.kafka.internal.LostLines;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -467,19 +468,18 @@ final class ShareWorker<K, V> implements Runnable {
         // settled below (claims made are given back).
         ErrorsBesideHandlers.clear();
         later.addAll(records);
-        try {
-          log.error(
-              "Could not claim {} records together, first {}; no handler ran: keeping them"
-                  + " acquired and trying again",
-              records.size(),
-              describe(records.get(0)),
-              FailureTexts.loggable(e));
-        } catch (RuntimeException | Error lost) {
-          // A second OutOfMemoryError as the line is written (Logback passes an appender's Error
-          // on) ended the worker all the same: the loop stopped, its consumer's close gave the
-          // records back, a delivery counted each, until the broker archived them unapplied. The
-          // records are kept first, and the line is lost instead.
-        }
+        // A second OutOfMemoryError as the line is written (Logback passes an appender's Error
+        // on) ended the worker all the same: the loop stopped, its consumer's close gave the
+        // records back, a delivery counted each, until the broker archived them unapplied. The
+        // records are kept first, and the line is lost instead.
+        LostLines.error(
+            log,
+            "Could not claim {} records together, first {}; no handler ran: keeping them"
+                + " acquired and trying again",
+            records.size(),
+            records.get(0),
+            groupId,
+            e);
         return;
       }
       for (ConsumerRecord<K, V> record : records) {
@@ -591,16 +591,13 @@ final class ShareWorker<K, V> implements Runnable {
         // it back, a delivery counted, so a loop restarted on the Error again and again had the
         // broker archive a healthy record unapplied, its handler never run.
         later.add(record);
-        try {
-          log.error(
-              "Could not claim {}; its handler did not run: keeping it acquired and trying"
-                  + " again",
-              describe(record),
-              FailureTexts.loggable(e));
-        } catch (RuntimeException | Error lost) {
-          // A second Error as the line is written: the line is lost, not the record (see
-          // process()).
-        }
+        LostLines.error(
+            log,
+            "Could not claim {}; its handler did not run: keeping it acquired and trying again",
+            record,
+            groupId,
+            null,
+            e);
         return;
       }
       try {
@@ -740,17 +737,16 @@ final class ShareWorker<K, V> implements Runnable {
       // here too, it was written twice. (One whose lock runs out while it waits for this worker is
       // still written: skipped each time, behind a handler that outlasts the lock again and again,
       // it would spend its deliveries until the broker archived it without one.)
+      // Decided first: an Error as the line is written must not leave it undecided.
       done(record, AcknowledgeType.RELEASE, 0, deadLetter.lockEndsNanos());
-      try { // decided first: an Error as the line is written must not leave it undecided
-        log.warn(
-            "{} is not dead-lettered here: its acquisition lock, which cannot be renewed, ran out"
-                + " before the poll returned it (in kafka-clients' buffer, behind records whose"
-                + " handling outlasted the lock); the broker delivers it again, and that delivery"
-                + " is dead-lettered",
-            describe(record));
-      } catch (RuntimeException | Error lost) {
-        // The line is lost; the record is decided.
-      }
+      LostLines.warn(
+          log,
+          "{} is not dead-lettered here: its acquisition lock, which cannot be renewed, ran out"
+              + " before the poll returned it (in kafka-clients' buffer, behind records whose"
+              + " handling outlasted the lock); the broker delivers it again, and that delivery"
+              + " is dead-lettered",
+          record,
+          groupId);
       return;
     }
     inHand = record;
@@ -760,42 +756,29 @@ final class ShareWorker<K, V> implements Runnable {
       Duration wait = nextHold(Id.of(record));
       if (deadLetter.keptAcquired()) {
         queue.add(new Work<>(List.of(), deadLetter, System.nanoTime() + wait.toNanos()));
-        try {
-          log.error(
-              "Could not dead-letter {}; keeping it acquired and trying again in {}",
-              describe(record),
-              wait,
-              // What the application's DeadLetterHandler threw: its printing must not end
-              // the worker before the record is kept for the next try.
-              FailureTexts.loggable(e));
-        } catch (RuntimeException | Error lost) {
-          // A second Error as the line is written: the line is lost, not the record (see
-          // process()).
-        }
+        // What the application's DeadLetterHandler threw: its printing must not end the worker
+        // once the record is kept for the next try.
+        LostLines.error(
+            log,
+            "Could not dead-letter {}; keeping it acquired and trying again in {}",
+            record,
+            groupId,
+            wait,
+            e);
       } else if (System.nanoTime() + 2 * wait.toNanos() - deadLetter.lockEndsNanos() < 0) {
         // The try after the wait, and as long again for it and the RELEASE after it.
         queue.add(new Work<>(List.of(), deadLetter, System.nanoTime() + wait.toNanos()));
-        try {
-          log.error(
-              "Could not dead-letter {}; trying again in {}, within its acquisition lock",
-              describe(record),
-              wait,
-              FailureTexts.loggable(e));
-        } catch (RuntimeException | Error lost) {
-          // A second Error as the line is written: the line is lost, not the record (see
-          // process()).
-        }
+        LostLines.error(
+            log,
+            "Could not dead-letter {}; trying again in {}, within its acquisition lock",
+            record,
+            groupId,
+            wait,
+            e);
       } else {
         done(record, AcknowledgeType.RELEASE, 0, deadLetter.lockEndsNanos());
-        try {
-          log.error(
-              "Could not dead-letter {}; it is delivered again",
-              describe(record),
-              FailureTexts.loggable(e));
-        } catch (RuntimeException | Error lost) {
-          // A second Error as the line is written: the line is lost, not the record (see
-          // process()).
-        }
+        LostLines.error(
+            log, "Could not dead-letter {}; it is delivered again", record, groupId, null, e);
       }
       return;
     } finally {

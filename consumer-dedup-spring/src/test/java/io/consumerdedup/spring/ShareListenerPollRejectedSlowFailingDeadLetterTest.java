@@ -12,7 +12,8 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
-import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
@@ -28,29 +29,31 @@ import org.springframework.test.context.DynamicPropertySource;
 /**
  * A record the share listener's consumer cannot deserialize (no {@code ErrorHandlingDeserializer}),
  * whose dead-letter topic is slow to fail: each of the first tries outlasts the 3 s acquisition
- * lock, which cannot be renewed, then throws. Every delivery of such a record reports delivery
- * count 0. The user expects each delivery tried on its own, and the record dead-lettered once the
- * topic accepts it within the broker's 5 deliveries: not released unseen by the failure of the try
- * before it, and archived without its dead letter. Spring Boot 4.0 refuses share listeners, so the
- * boot40 module leaves this class out.
+ * lock, which cannot be renewed, then throws, as a send does whose producer waits for a missing
+ * topic's metadata ({@code max.block.ms}, 60 s by default, against the broker's default lock of 30
+ * s). Every delivery of such a record reports delivery count 0. The user expects each try to cost
+ * one delivery, as in {@code DedupShareLoop}, and the record dead-lettered once the topic accepts
+ * it within the broker's 5 deliveries: not released unseen by the failure of the try before it (row
+ * 406, a try past one lock), nor superseded by deliveries fetched while a try still runs (row 411,
+ * a try past two locks), and archived without its dead letter. Spring Boot 4.0 refuses share
+ * listeners, so the boot40 module leaves this class out.
  */
 @SpringBootTest(classes = ShareListenerPollRejectedSlowFailingDeadLetterTest.App.class)
 @DirtiesContext
 class ShareListenerPollRejectedSlowFailingDeadLetterTest {
-  static final Duration WAIT = Duration.ofSeconds(25);
   static final Duration LOCK = Duration.ofSeconds(3);
   static final String TOPIC = "share-poll-rejected-slow-failing-dlt";
-
-  /** Past the lock, which the broker cannot renew for a record the consumer could not read. */
-  static final Duration FAILING_TRY_TAKES = Duration.ofMillis(4_500);
 
   /**
    * How many tries fail slowly before the topic accepts the dead letter. The consumer fetches
    * nothing while a try that outlasted its lock runs, so each try costs one delivery and the fourth
-   * is written within the broker's 5; at one try per two deliveries, the record was archived after
-   * the third without its dead letter.
+   * is written within the broker's 5; at one try per two deliveries, or three per try past two
+   * locks, the record was archived after the third without its dead letter.
    */
   static final int SLOW_FAILURES = 3;
+
+  /** How long each failing try takes; set by the test before it sends its record. */
+  static volatile Duration failingTryTakes = Duration.ZERO;
 
   static final AtomicInteger tries = new AtomicInteger();
 
@@ -67,29 +70,37 @@ class ShareListenerPollRejectedSlowFailingDeadLetterTest {
 
   @Autowired KafkaTemplate<String, String> template;
 
-  @Test
-  void eachDeliveryOfARejectedRecordGetsItsOwnDeadLetterTry() throws Exception {
-    ProducerRecord<String, String> poison =
-        new ProducerRecord<>(TOPIC, "K-1", RejectingDeserializer.POISON + " charge 1.00");
-    poison.headers().add("order-no", "P-1".getBytes(StandardCharsets.UTF_8));
+  /**
+   * Past one lock (4.5 s), and past two (6.6 s): the try still runs as two more could be fetched.
+   */
+  @ParameterizedTest(name = "each failing try takes {0} ms")
+  @ValueSource(longs = {4_500, 6_600})
+  void eachDeliveryOfARejectedRecordGetsItsOwnDeadLetterTry(long takesMillis) throws Exception {
+    failingTryTakes = Duration.ofMillis(takesMillis);
+    tries.set(0);
+    deliveries.set(0);
+    deadLetters.clear();
+    String value = RejectingDeserializer.POISON + " charge " + takesMillis;
+    ProducerRecord<String, String> poison = new ProducerRecord<>(TOPIC, "K-1", value);
+    poison.headers().add("order-no", ("P-" + takesMillis).getBytes(StandardCharsets.UTF_8));
     long sent = System.nanoTime();
     template.send(poison).get();
 
-    // Written about 13.5 s after the first delivery (tries at 0, 4.5, 9 and 13.5 s, each on a
-    // delivery of its own). Archived without it, nothing more comes.
+    // Tries one failing try's time apart, one delivery each: the fourth writes it. Archived
+    // without it, nothing more comes.
+    Duration wait = failingTryTakes.multipliedBy(SLOW_FAILURES + 2);
     await()
-        .atMost(WAIT.plusSeconds(5))
-        .until(() -> !deadLetters.isEmpty() || System.nanoTime() - sent > WAIT.toNanos());
+        .atMost(wait.plusSeconds(5))
+        .until(() -> !deadLetters.isEmpty() || System.nanoTime() - sent > wait.toNanos());
     Thread.sleep(LOCK.toMillis()); // a second dead letter, had there been one
     assertThat(deadLetters)
         .as(
             "dead letters of the undeserializable record (%d deliveries, %d tries)",
             deliveries.get(), tries.get())
         .hasSize(1);
-    assertThat(new String(deadLetters.get(0).value(), StandardCharsets.UTF_8))
-        .isEqualTo(RejectingDeserializer.POISON + " charge 1.00");
+    assertThat(new String(deadLetters.get(0).value(), StandardCharsets.UTF_8)).isEqualTo(value);
     assertThat(tries.get()).as("dead-letter tries").isEqualTo(SLOW_FAILURES + 1);
-    assertThat(deliveries.get()).as("deliveries").isLessThanOrEqualTo(5);
+    assertThat(deliveries.get()).as("deliveries").isEqualTo(SLOW_FAILURES + 1);
     assertThat(TestShareGroups.remaining(TOPIC, TOPIC, Duration.ofSeconds(2)))
         .as("left in the queue")
         .isEmpty();
@@ -107,7 +118,7 @@ class ShareListenerPollRejectedSlowFailingDeadLetterTest {
     @Bean
     DeadLetterHandler<String, String> deadLetterHandler() {
       return ShareListenerTests.slowlyFailingDeadLetters(
-          tries, SLOW_FAILURES, FAILING_TRY_TAKES, deadLetters);
+          tries, SLOW_FAILURES, () -> failingTryTakes, deadLetters);
     }
 
     @Bean

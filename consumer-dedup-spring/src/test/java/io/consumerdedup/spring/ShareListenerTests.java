@@ -2,6 +2,7 @@ package io.consumerdedup.spring;
 
 import static io.consumerdedup.spring.SpringTestEnvironment.header;
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.kafka.KafkaDeadLetterPublisher;
@@ -17,16 +18,19 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BiConsumer;
 import java.util.function.IntPredicate;
+import java.util.function.Supplier;
 import java.util.function.UnaryOperator;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.ShareConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.errors.RecordDeserializationException;
 import org.apache.kafka.common.serialization.Deserializer;
@@ -193,19 +197,20 @@ public final class ShareListenerTests {
 
   /**
    * The dead-letter handler of records the consumer cannot deserialize, whose first {@code
-   * slowFailures} tries fail after {@code takes}, as a send to a dead-letter topic timing out
-   * would; the next one writes the record to {@code deadLetters}. {@code tries} counts them all.
+   * slowFailures} tries fail after {@code takes} (read at each try), as a send to a dead-letter
+   * topic timing out would; the next one writes the record to {@code deadLetters}. {@code tries}
+   * counts them all.
    */
   static DeadLetterHandler<String, String> slowlyFailingDeadLetters(
       AtomicInteger tries,
       int slowFailures,
-      Duration takes,
+      Supplier<Duration> takes,
       List<ConsumerRecord<byte[], byte[]>> deadLetters) {
     return undeserializableOnly(
         (record, reason) -> {
           if (tries.incrementAndGet() <= slowFailures) {
             try {
-              Thread.sleep(takes.toMillis());
+              Thread.sleep(takes.get().toMillis());
             } catch (InterruptedException e) {
               Thread.currentThread().interrupt();
             }
@@ -288,5 +293,55 @@ public final class ShareListenerTests {
     assertThat(header(key, KafkaDeadLetterPublisher.EXCEPTION_MESSAGE_HEADER))
         .contains("poisoned key");
     assertThat(header(key, KafkaDeadLetterPublisher.UNDESERIALIZABLE_HEADER)).isEqualTo("key");
+  }
+
+  /**
+   * Sends {@code charge <orderNo>} to {@code topic}, its {@code order-no} header {@code orderNo},
+   * through a producer of its own: for tests without a {@code KafkaTemplate}.
+   */
+  public static void sendOrder(String topic, String orderNo) throws Exception {
+    try (KafkaProducer<String, String> producer = TestKafka.producer()) {
+      ProducerRecord<String, String> record = new ProducerRecord<>(topic, "charge " + orderNo);
+      record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+      producer.send(record).get();
+    }
+  }
+
+  /** The record's {@code order-no} header. */
+  public static String orderNo(ConsumerRecord<?, ?> record) {
+    return new String(record.headers().lastHeader("order-no").value(), StandardCharsets.UTF_8);
+  }
+
+  /** Counts in {@code applied} one handler call that returned for the record's order number. */
+  public static void apply(Map<String, AtomicInteger> applied, ConsumerRecord<?, ?> record) {
+    applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
+  }
+
+  /** How many handler calls for {@code orderNo} returned, as {@link #apply} counted them. */
+  public static int appliedCount(Map<String, AtomicInteger> applied, String orderNo) {
+    AtomicInteger count = applied.get(orderNo);
+    return count == null ? 0 : count.get();
+  }
+
+  /**
+   * Awaits, for at most {@code wait}, each of {@code orderNos} applied once ({@link #apply}) and no
+   * record of {@code topic} (its group of the same name) left unaccepted. Awaits what the user
+   * sees, not a thread's end: Awaitility fails an await on any uncaught throwable, and one that
+   * cannot be printed left the test unreported.
+   */
+  public static void awaitAppliedOnceAndAccepted(
+      Map<String, AtomicInteger> applied, Duration wait, String topic, String... orderNos) {
+    await()
+        .atMost(wait)
+        .dontCatchUncaughtExceptions()
+        .untilAsserted(
+            () -> {
+              Map<String, Integer> counts = new TreeMap<>();
+              for (String orderNo : orderNos) {
+                counts.put(orderNo, appliedCount(applied, orderNo));
+              }
+              assertThat(counts).as("times applied").allSatisfy((k, n) -> assertThat(n).isOne());
+              assertThat(TestShareGroups.lag(topic, topic)).as("records not accepted").isZero();
+            });
   }
 }

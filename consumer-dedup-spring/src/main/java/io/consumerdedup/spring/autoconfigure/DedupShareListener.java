@@ -7,6 +7,7 @@ import io.consumerdedup.kafka.DeadLetterHandler;
 import io.consumerdedup.kafka.RecordProcessor;
 import io.consumerdedup.kafka.ShareRecordWorker;
 import io.consumerdedup.kafka.ShareRecordWorker.Decided;
+import io.consumerdedup.kafka.internal.LostLines;
 import io.consumerdedup.spring.autoconfigure.ShareDeserializationFailures.RejectedByPoll;
 import io.consumerdedup.spring.internal.ConsumerPoll;
 import io.consumerdedup.spring.internal.Coordinates;
@@ -240,6 +241,12 @@ final class DedupShareListener<K, V>
    * Called with each record a keeper acknowledges or renews, before it does: lets a test fail it.
    */
   volatile Consumer<ConsumerRecord<?, ?>> beforeAcknowledge = record -> {};
+
+  /**
+   * Called with each decision a keeper takes in from its worker, before it does: lets a test fail
+   * it.
+   */
+  volatile Consumer<Decided> beforeDecide = decided -> {};
 
   /**
    * One worker's processor: each batch the worker takes is a poll to the interceptor ({@link
@@ -617,17 +624,12 @@ final class DedupShareListener<K, V>
         } catch (InterruptedException e) {
           return;
         } catch (RuntimeException | Error e) {
-          // Nobody else acknowledges or renews this consumer's records: log, and go on.
-          try {
-            log.error(
-                "Share listener {}: could not acknowledge or renew records",
-                listenerId,
-                FailureTexts.loggable(e));
-          } catch (RuntimeException | Error logFailed) {
-            // A second OutOfMemoryError as the line is written: thrown from here, it ended this
-            // thread, and the consumer's records were never acknowledged nor renewed again, nor
-            // anything polled after them. The line is lost; the keeper goes on.
-          }
+          // Nobody else acknowledges or renews this consumer's records: log, and go on. A second
+          // OutOfMemoryError as the line is written, thrown from here, ended this thread, and the
+          // consumer's records were never acknowledged nor renewed again, nor anything polled
+          // after them: the line is lost instead.
+          LostLines.error(
+              log, "Share listener {}: could not acknowledge or renew records", listenerId, e);
         }
       }
     }
@@ -635,7 +637,20 @@ final class DedupShareListener<K, V>
     private void drain(@Nullable Object first) {
       for (Object signal = first; signal != null; signal = signals.poll()) {
         if (signal instanceof Decided decided) {
-          decide(decided);
+          try {
+            decide(decided);
+          } catch (RuntimeException | Error e) {
+            // Taken off the queue, the decision was lost with the throw (an OutOfMemoryError): its
+            // record was renewed for good, never acknowledged, and its consumer, holding it,
+            // fetched nothing more. Queued again, the next drain takes it in; if even that cannot
+            // be done, the record is renewed until its consumer closes, as before.
+            try {
+              signals.add(decided);
+            } catch (RuntimeException | Error queueFailed) {
+              // Nothing more to do without memory: the first throwable goes on.
+            }
+            throw e;
+          }
         }
       }
     }
@@ -699,6 +714,7 @@ final class DedupShareListener<K, V>
     }
 
     private synchronized void decide(Decided decided) {
+      beforeDecide.accept(decided);
       Entry entry = entries.get(new Id(decided.topic(), decided.partition(), decided.offset()));
       // A decision made from an earlier delivery's count (a RELEASE on what is now the last
       // delivery archives the record without its dead letter) is not sent for a later one; nor,

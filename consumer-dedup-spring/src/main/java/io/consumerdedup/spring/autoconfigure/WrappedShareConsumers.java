@@ -385,17 +385,27 @@ final class WrappedShareConsumers {
             new RejectedByPoll<>(
                 e, fetches.rejected(e.topicPartition(), e.offset()) + lockMs * 1_000_000L);
         rejected = record;
+        // Handed back by the next poll until this one returns it: an Error before then (a second
+        // OutOfMemoryError as the line below is written) left it in hand, never handed over nor
+        // dead-lettered, and the consumer, which polls nothing while it holds such a record,
+        // stopped with the container.
+        handRejectedBack = true;
+        try {
+          log.error(
+              "{} cannot be deserialized (its {} was rejected); dead-lettering it before it is"
+                  + " rejected",
+              Coordinates.of(record),
+              UndeserializableRecords.rejectedPart(e).orElse("key or value"),
+              // Its cause is the deserializer's exception, which Logback prints: one whose
+              // message throws came out of this log call, the container's consumer ended on it,
+              // and the record, never dead-lettered, stopped each consumer that took it.
+              FailureTexts.loggable(e));
+        } catch (RuntimeException | Error lost) {
+          // The line is lost; the record is returned for its dead letter.
+        }
+        ConsumerRecords<?, ?> only = only(record);
         handRejectedBack = false;
-        log.error(
-            "{} cannot be deserialized (its {} was rejected); dead-lettering it before it is"
-                + " rejected",
-            Coordinates.of(record),
-            UndeserializableRecords.rejectedPart(e).orElse("key or value"),
-            // Its cause is the deserializer's exception, which Logback prints: one whose message
-            // throws came out of this log call, the container's consumer ended on it, and the
-            // record, never dead-lettered, stopped each consumer that took it.
-            FailureTexts.loggable(e));
-        return only(record);
+        return only;
       }
     }
 

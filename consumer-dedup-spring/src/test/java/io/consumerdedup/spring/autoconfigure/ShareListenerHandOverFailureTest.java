@@ -1,5 +1,9 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import static io.consumerdedup.spring.ShareListenerTests.apply;
+import static io.consumerdedup.spring.ShareListenerTests.awaitAppliedOnceAndAccepted;
+import static io.consumerdedup.spring.ShareListenerTests.orderNo;
+import static io.consumerdedup.spring.ShareListenerTests.sendOrder;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
@@ -7,11 +11,9 @@ import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.spring.ShareListenerTests;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
-import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
@@ -20,8 +22,6 @@ import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.Supplier;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -45,9 +45,10 @@ import org.springframework.test.context.DynamicPropertySource;
  * one that a handler's Error ended, such a record was renewed for good and never handled, and held
  * back every record after it; as the container offered a record, an exception reached the
  * container's recoverer, which rejected the record unapplied. Likewise a decided record whose
- * acknowledgement or lock renewal threw was forgotten unacknowledged, and its consumer polled
- * nothing more. Package-private hooks make the hand-over, the acknowledgement and the renewal
- * throw. Spring Boot 4.0 refuses share listeners, so the boot40 module leaves this class out.
+ * acknowledgement or lock renewal threw was forgotten unacknowledged, or one whose decision the
+ * keeper could not take in was renewed for good, and its consumer polled nothing more.
+ * Package-private hooks make the hand-over, the acknowledgement and the renewal throw. Spring Boot
+ * 4.0 refuses share listeners, so the boot40 module leaves this class out.
  */
 @SpringBootTest(classes = ShareListenerHandOverFailureTest.App.class)
 @DirtiesContext
@@ -57,6 +58,7 @@ class ShareListenerHandOverFailureTest {
   static final String REPLACED = "share-handover-replaced";
   static final String ACKNOWLEDGED = "share-handover-acknowledged";
   static final String RENEWED = "share-handover-renewed";
+  static final String DECIDED = "share-handover-decided";
   static final Duration LOCK = Duration.ofSeconds(3);
   static final Duration WAIT = Duration.ofSeconds(20);
 
@@ -77,10 +79,11 @@ class ShareListenerHandOverFailureTest {
   static void environment(DynamicPropertyRegistry registry) {
     TestKafka.createTopics(1, ERROR, ERROR + "-dlt", EXCEPTION, EXCEPTION + "-dlt");
     TestKafka.createTopics(1, REPLACED, REPLACED + "-dlt", ACKNOWLEDGED, ACKNOWLEDGED + "-dlt");
+    TestKafka.createTopics(1, DECIDED, DECIDED + "-dlt");
     ShareListenerTests.prepare(
         registry, "spring_share_hand_over_failure", 6, RENEWED, RENEWED + "-dlt");
     registry.add("consumer-dedup.share.retry-backoff", () -> "200ms");
-    for (String group : List.of(ERROR, EXCEPTION, REPLACED, ACKNOWLEDGED, RENEWED)) {
+    for (String group : List.of(ERROR, EXCEPTION, REPLACED, ACKNOWLEDGED, RENEWED, DECIDED)) {
       TestShareGroups.configure(group, LOCK);
     }
   }
@@ -97,7 +100,7 @@ class ShareListenerHandOverFailureTest {
     MessageListenerContainer container = registry.getListenerContainer(ERROR);
     AtomicBoolean thrown = failFirstHandOver(ERROR, () -> new OutOfMemoryError("Java heap space"));
 
-    send(ERROR, "E-1");
+    sendOrder(ERROR, "E-1");
     await()
         .atMost(WAIT)
         .alias("the container's consumer stops on the Error")
@@ -107,7 +110,7 @@ class ShareListenerHandOverFailureTest {
     assertThat(thrown).as("the hand-over threw").isTrue();
     container.stop();
     container.start();
-    awaitAppliedOnceAndAccepted(ERROR, "E-1");
+    awaitAppliedOnceAndAccepted(applied, WAIT, ERROR, "E-1");
   }
 
   /**
@@ -119,8 +122,8 @@ class ShareListenerHandOverFailureTest {
     AtomicBoolean thrown =
         failFirstHandOver(EXCEPTION, () -> new IllegalStateException("Queue full"));
 
-    send(EXCEPTION, "X-1");
-    awaitAppliedOnceAndAccepted(EXCEPTION, "X-1");
+    sendOrder(EXCEPTION, "X-1");
+    awaitAppliedOnceAndAccepted(applied, WAIT, EXCEPTION, "X-1");
     assertThat(thrown).as("the hand-over threw").isTrue();
   }
 
@@ -152,10 +155,10 @@ class ShareListenerHandOverFailureTest {
     listener.beforeWorkerReplaced = () -> failNext.set(true);
 
     // Both there before the container's first poll, which takes them together.
-    send(REPLACED, "R-1");
-    send(REPLACED, "R-2");
+    sendOrder(REPLACED, "R-1");
+    sendOrder(REPLACED, "R-2");
     registry.getListenerContainer(REPLACED).start();
-    awaitAppliedOnceAndAccepted(REPLACED, "R-1", "R-2");
+    awaitAppliedOnceAndAccepted(applied, WAIT, REPLACED, "R-1", "R-2");
     assertThat(thrown).as("the hand-over of R-2 to the new worker threw").isTrue();
   }
 
@@ -175,10 +178,10 @@ class ShareListenerHandOverFailureTest {
           }
         };
 
-    send(ACKNOWLEDGED, "A-1");
+    sendOrder(ACKNOWLEDGED, "A-1");
     await().atMost(WAIT).until(failed::get);
-    send(ACKNOWLEDGED, "A-2");
-    awaitAppliedOnceAndAccepted(ACKNOWLEDGED, "A-1", "A-2");
+    sendOrder(ACKNOWLEDGED, "A-2");
+    awaitAppliedOnceAndAccepted(applied, WAIT, ACKNOWLEDGED, "A-1", "A-2");
   }
 
   /**
@@ -196,10 +199,32 @@ class ShareListenerHandOverFailureTest {
           }
         };
 
-    send(RENEWED, "N-1");
+    sendOrder(RENEWED, "N-1");
     assertThat(renewalFailed.await(WAIT.toSeconds(), TimeUnit.SECONDS)).isTrue();
-    send(RENEWED, "N-2");
-    awaitAppliedOnceAndAccepted(RENEWED, "N-1", "N-2");
+    sendOrder(RENEWED, "N-2");
+    awaitAppliedOnceAndAccepted(applied, WAIT, RENEWED, "N-1", "N-2");
+  }
+
+  /**
+   * The keeper takes in the worker's decision for a record whose listener returned, and that throws
+   * once (an {@code OutOfMemoryError}): the user sees the record accepted, and the record sent
+   * after it applied. Before the fix the decision was lost: the record was renewed for good, never
+   * acknowledged, and its consumer, holding it, fetched nothing more.
+   */
+  @Test
+  void aDecisionWhoseTakingInThrowsIsTakenInAgainAndTheConsumerGoesOn() throws Exception {
+    AtomicBoolean failed = new AtomicBoolean();
+    listener(DECIDED).beforeDecide =
+        decided -> {
+          if (failed.compareAndSet(false, true)) {
+            throw new OutOfMemoryError("Java heap space");
+          }
+        };
+
+    sendOrder(DECIDED, "D-1");
+    await().atMost(WAIT).until(failed::get);
+    sendOrder(DECIDED, "D-2");
+    awaitAppliedOnceAndAccepted(applied, WAIT, DECIDED, "D-1", "D-2");
   }
 
   private DedupShareListener<?, ?> listener(String listenerId) {
@@ -224,47 +249,12 @@ class ShareListenerHandOverFailureTest {
     return failed;
   }
 
-  private static void awaitAppliedOnceAndAccepted(String topic, String... orderNos) {
-    await()
-        .atMost(WAIT)
-        .untilAsserted(
-            () -> {
-              Map<String, Integer> counts = new TreeMap<>();
-              for (String orderNo : orderNos) {
-                counts.put(orderNo, appliedCount(orderNo));
-              }
-              assertThat(counts).as("times applied").allSatisfy((k, n) -> assertThat(n).isOne());
-              assertThat(TestShareGroups.lag(topic, topic)).as("records not accepted").isZero();
-            });
-  }
-
   private static void awaitQuietly(CountDownLatch latch) {
     try {
       latch.await(WAIT.toSeconds(), TimeUnit.SECONDS);
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
     }
-  }
-
-  private static int appliedCount(String orderNo) {
-    AtomicInteger count = applied.get(orderNo);
-    return count == null ? 0 : count.get();
-  }
-
-  private static void send(String topic, String orderNo) throws Exception {
-    try (KafkaProducer<String, String> producer = TestKafka.producer()) {
-      ProducerRecord<String, String> record = new ProducerRecord<>(topic, "charge " + orderNo);
-      record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
-      producer.send(record).get();
-    }
-  }
-
-  private static String orderNo(ConsumerRecord<?, ?> record) {
-    return new String(record.headers().lastHeader("order-no").value(), StandardCharsets.UTF_8);
-  }
-
-  private static void apply(ConsumerRecord<String, String> record) {
-    applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
   }
 
   @SpringBootConfiguration
@@ -301,7 +291,7 @@ class ShareListenerHandOverFailureTest {
         // Runs until a renewal of its lock has been tried, and failed.
         renewalFailed.await(WAIT.toSeconds(), TimeUnit.SECONDS);
       }
-      apply(record);
+      apply(applied, record);
     }
 
     @Idempotent(bizType = "hand-over-acknowledged", header = "order-no")
@@ -310,8 +300,13 @@ class ShareListenerHandOverFailureTest {
         topics = ACKNOWLEDGED,
         groupId = ACKNOWLEDGED,
         containerFactory = "shareFactory")
+    @KafkaListener(
+        id = DECIDED,
+        topics = DECIDED,
+        groupId = DECIDED,
+        containerFactory = "shareFactory")
     public void acknowledged(ConsumerRecord<String, String> record) {
-      apply(record);
+      apply(applied, record);
     }
 
     private final AtomicBoolean firstCallOfR1 = new AtomicBoolean(true);
@@ -319,7 +314,7 @@ class ShareListenerHandOverFailureTest {
     @Idempotent(bizType = "hand-over-error", header = "order-no")
     @KafkaListener(id = ERROR, topics = ERROR, groupId = ERROR, containerFactory = "shareFactory")
     public void error(ConsumerRecord<String, String> record) {
-      apply(record);
+      apply(applied, record);
     }
 
     @Idempotent(bizType = "hand-over-exception", header = "order-no")
@@ -329,7 +324,7 @@ class ShareListenerHandOverFailureTest {
         groupId = EXCEPTION,
         containerFactory = "shareFactory")
     public void exception(ConsumerRecord<String, String> record) {
-      apply(record);
+      apply(applied, record);
     }
 
     @Idempotent(bizType = "hand-over-replaced", header = "order-no")
@@ -348,7 +343,7 @@ class ShareListenerHandOverFailureTest {
         }
         throw new StackOverflowError("deep recursion in the handler");
       }
-      apply(record);
+      apply(applied, record);
     }
   }
 }

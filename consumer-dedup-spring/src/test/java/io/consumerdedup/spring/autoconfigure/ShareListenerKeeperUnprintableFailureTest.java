@@ -1,5 +1,9 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import static io.consumerdedup.spring.ShareListenerTests.apply;
+import static io.consumerdedup.spring.ShareListenerTests.awaitAppliedOnceAndAccepted;
+import static io.consumerdedup.spring.ShareListenerTests.orderNo;
+import static io.consumerdedup.spring.ShareListenerTests.sendOrder;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
@@ -7,19 +11,15 @@ import io.consumerdedup.spring.Idempotent;
 import io.consumerdedup.spring.ShareListenerTests;
 import io.consumerdedup.testing.TestKafka;
 import io.consumerdedup.testing.TestShareGroups;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
-import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -99,12 +99,12 @@ class ShareListenerKeeperUnprintableFailureTest {
           }
         };
 
-    send(RENEWED, "N-1");
+    sendOrder(RENEWED, "N-1");
     assertThat(renewalFailed.await(WAIT.toSeconds(), TimeUnit.SECONDS))
         .as("the renewal of N-1 threw")
         .isTrue();
-    send(RENEWED, "N-2");
-    awaitAppliedOnceAndAccepted(RENEWED, "N-1", "N-2");
+    sendOrder(RENEWED, "N-2");
+    awaitAppliedOnceAndAccepted(applied, WAIT, RENEWED, "N-1", "N-2");
   }
 
   /**
@@ -123,55 +123,19 @@ class ShareListenerKeeperUnprintableFailureTest {
           }
         };
 
-    send(ACKNOWLEDGED, "A-1");
+    sendOrder(ACKNOWLEDGED, "A-1");
     await()
         .atMost(WAIT)
         .dontCatchUncaughtExceptions()
         .alias("the acknowledgement of A-1 threw")
         .until(failed::get);
-    send(ACKNOWLEDGED, "A-2");
-    awaitAppliedOnceAndAccepted(ACKNOWLEDGED, "A-1", "A-2");
+    sendOrder(ACKNOWLEDGED, "A-2");
+    awaitAppliedOnceAndAccepted(applied, WAIT, ACKNOWLEDGED, "A-1", "A-2");
   }
 
   private DedupShareListener<?, ?> listener(String listenerId) {
     return (DedupShareListener<?, ?>)
         registry.getListenerContainer(listenerId).getContainerProperties().getMessageListener();
-  }
-
-  /**
-   * Awaits what the user sees, not the keeper's end: Awaitility fails an await on any uncaught
-   * throwable, and one that cannot be printed left the test unreported.
-   */
-  private static void awaitAppliedOnceAndAccepted(String topic, String... orderNos) {
-    await()
-        .atMost(WAIT)
-        .dontCatchUncaughtExceptions()
-        .untilAsserted(
-            () -> {
-              Map<String, Integer> counts = new TreeMap<>();
-              for (String orderNo : orderNos) {
-                AtomicInteger count = applied.get(orderNo);
-                counts.put(orderNo, count == null ? 0 : count.get());
-              }
-              assertThat(counts).as("times applied").allSatisfy((k, n) -> assertThat(n).isOne());
-              assertThat(TestShareGroups.lag(topic, topic)).as("records not accepted").isZero();
-            });
-  }
-
-  private static void send(String topic, String orderNo) throws Exception {
-    try (KafkaProducer<String, String> producer = TestKafka.producer()) {
-      ProducerRecord<String, String> record = new ProducerRecord<>(topic, "charge " + orderNo);
-      record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
-      producer.send(record).get();
-    }
-  }
-
-  private static String orderNo(ConsumerRecord<?, ?> record) {
-    return new String(record.headers().lastHeader("order-no").value(), StandardCharsets.UTF_8);
-  }
-
-  private static void apply(ConsumerRecord<String, String> record) {
-    applied.computeIfAbsent(orderNo(record), k -> new AtomicInteger()).incrementAndGet();
   }
 
   @SpringBootConfiguration
@@ -200,7 +164,7 @@ class ShareListenerKeeperUnprintableFailureTest {
         // Runs until a renewal of its lock has been tried, and failed.
         renewalFailed.await(WAIT.toSeconds(), TimeUnit.SECONDS);
       }
-      apply(record);
+      apply(applied, record);
     }
 
     @Idempotent(bizType = "keeper-unprintable-acknowledged", header = "order-no")
@@ -210,7 +174,7 @@ class ShareListenerKeeperUnprintableFailureTest {
         groupId = ACKNOWLEDGED,
         containerFactory = "shareFactory")
     public void acknowledged(ConsumerRecord<String, String> record) {
-      apply(record);
+      apply(applied, record);
     }
   }
 }
