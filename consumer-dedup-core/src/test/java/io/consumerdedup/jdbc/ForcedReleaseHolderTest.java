@@ -45,6 +45,14 @@ class ForcedReleaseHolderTest {
     return DedupKey.of("released", UUID.randomUUID().toString());
   }
 
+  /** Renewals far apart: a holder's outcome, not a renewal, is the first to find a release. */
+  private static IdempotentExecutor renewingRarely(JdbcDedupStore store) {
+    return IdempotentExecutor.builder(store)
+        .lease(Duration.ofMinutes(5))
+        .renewalInterval(Duration.ofMinutes(2))
+        .build();
+  }
+
   private static void forceRelease(JdbcDedupStore store, DedupKey key) {
     assertThat(JdbcDedupAdmin.of(store).release(key, OPERATOR, true).applied())
         .as("the operator's forced release")
@@ -93,12 +101,7 @@ class ForcedReleaseHolderTest {
   @ValueSource(strings = {"postgres", "mariadb"})
   void aReleasedHoldersLateSuccessIsToldSoWithTheOperatorsNote(String database) {
     JdbcDedupStore store = JdbcDedupStore.builder(databases.dataSource(database)).build();
-    // Renewals far apart: the SUCCESS write is the first to find the release.
-    try (IdempotentExecutor executor =
-        IdempotentExecutor.builder(store)
-            .lease(Duration.ofMinutes(5))
-            .renewalInterval(Duration.ofMinutes(2))
-            .build()) {
+    try (IdempotentExecutor executor = renewingRarely(store)) {
       DedupKey key = newKey();
       DedupClaim claim = executor.claim(key, null, "orders-0@4");
       forceRelease(store, key);
@@ -132,11 +135,7 @@ class ForcedReleaseHolderTest {
   @ValueSource(strings = {"postgres", "mariadb"})
   void aReleasedHoldersLateFailureKeepsTheOperatorsNote(String database) {
     JdbcDedupStore store = JdbcDedupStore.builder(databases.dataSource(database)).build();
-    try (IdempotentExecutor executor =
-        IdempotentExecutor.builder(store)
-            .lease(Duration.ofMinutes(5))
-            .renewalInterval(Duration.ofMinutes(2))
-            .build()) {
+    try (IdempotentExecutor executor = renewingRarely(store)) {
       DedupKey key = newKey();
       DedupClaim claim = executor.claim(key, null, "orders-0@5");
       forceRelease(store, key);
