@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.assertj.core.api.Assertions.catchThrowable;
 
 import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.testing.HandOverErrors;
 import io.consumerdedup.testing.StoreFixture;
 import java.time.Duration;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -153,12 +154,7 @@ class ClaimEndErrorTest {
 
   /** The first {@code times} tries of handing an outcome over fail for want of memory. */
   private static void strike(int times) {
-    AtomicInteger struck = new AtomicInteger();
-    FaultPoints.install(
-        point -> {
-          if (point == FaultPoints.Point.ENDING && struck.getAndIncrement() < times) {
-            throw new OutOfMemoryError("Java heap space, handing the outcome over");
-          }
-        });
+    AtomicInteger tries = new AtomicInteger();
+    HandOverErrors.strikeWhen(() -> tries.getAndIncrement() < times);
   }
 }

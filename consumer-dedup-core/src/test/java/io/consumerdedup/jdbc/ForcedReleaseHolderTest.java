@@ -3,11 +3,6 @@ package io.consumerdedup.jdbc;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.catchThrowable;
 
-import ch.qos.logback.classic.Level;
-import ch.qos.logback.classic.Logger;
-import ch.qos.logback.classic.spi.ILoggingEvent;
-import ch.qos.logback.core.read.ListAppender;
-import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupLeaseLostException;
@@ -19,23 +14,15 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.testing.InterceptedStore;
-import io.consumerdedup.testing.TestDatabase;
-import io.consumerdedup.testing.TestMariaDb;
 import java.time.Duration;
 import java.util.List;
 import java.util.UUID;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
-import javax.sql.DataSource;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
-import org.slf4j.LoggerFactory;
 
 /**
  * An operator force-releases a key whose handler still runs ({@code DedupAdmin.release(key, who,
@@ -44,61 +31,26 @@ import org.slf4j.LoggerFactory;
  * must not overwrite the note; and its renewal must settle the loss even when reading the record
  * throws an {@code Error}.
  */
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class ForcedReleaseHolderTest {
   private static final String OPERATOR = "ops-on-call";
 
-  private String schema;
-  private String mariaDatabase;
-  private HikariDataSource postgres;
-  private HikariDataSource mariaDb;
-  private final ListAppender<ILoggingEvent> logged = new ListAppender<>();
-  private final List<Logger> loggers =
-      List.of(
-          (Logger) LoggerFactory.getLogger(LeaseRenewer.class),
-          (Logger) LoggerFactory.getLogger("io.consumerdedup.core.internal.PendingOutcomes"));
+  @RegisterExtension static final TwoDatabases databases = new TwoDatabases("forced_release");
 
-  @BeforeAll
-  void setUpDatabases() {
-    schema = TestDatabase.newSchema("forced_release");
-    postgres = TestDatabase.dataSource(schema, 4);
-    mariaDatabase = TestMariaDb.newDatabase("forced_release");
-    mariaDb = TestMariaDb.dataSource(mariaDatabase, TestMariaDb.Driver.MARIADB, 4);
-  }
-
-  @AfterAll
-  void tearDownDatabases() {
-    postgres.close();
-    TestDatabase.dropSchema(schema);
-    mariaDb.close();
-    TestMariaDb.dropDatabase(mariaDatabase);
-  }
-
-  @BeforeEach
-  void captureLogs() {
-    logged.list.clear();
-    logged.start();
-    loggers.forEach(logger -> logger.addAppender(logged));
-  }
-
-  @AfterEach
-  void releaseLogs() {
-    loggers.forEach(logger -> logger.detachAppender(logged));
-  }
-
-  private DataSource dataSource(String database) {
-    return database.equals("postgres") ? postgres : mariaDb;
-  }
+  @RegisterExtension
+  final CapturedWarnings logs =
+      new CapturedWarnings(
+          LeaseRenewer.class.getName(), "io.consumerdedup.core.internal.PendingOutcomes");
 
   private static DedupKey newKey() {
     return DedupKey.of("released", UUID.randomUUID().toString());
   }
 
-  private List<String> warnings() {
-    return logged.list.stream()
-        .filter(event -> event.getLevel() == Level.WARN)
-        .map(ILoggingEvent::getFormattedMessage)
-        .toList();
+  /** Renewals far apart: a holder's outcome, not a renewal, is the first to find a release. */
+  private static IdempotentExecutor renewingRarely(JdbcDedupStore store) {
+    return IdempotentExecutor.builder(store)
+        .lease(Duration.ofMinutes(5))
+        .renewalInterval(Duration.ofMinutes(2))
+        .build();
   }
 
   private static void forceRelease(JdbcDedupStore store, DedupKey key) {
@@ -111,7 +63,7 @@ class ForcedReleaseHolderTest {
   @ValueSource(strings = {"postgres", "mariadb"})
   void aHolderWhoseKeyAnOperatorReleasedIsToldSoNotThatAnotherConsumerHoldsIt(String database)
       throws Exception {
-    JdbcDedupStore store = JdbcDedupStore.builder(dataSource(database)).build();
+    JdbcDedupStore store = JdbcDedupStore.builder(databases.dataSource(database)).build();
     try (IdempotentExecutor executor =
         IdempotentExecutor.builder(store)
             .lease(Duration.ofSeconds(30))
@@ -120,14 +72,14 @@ class ForcedReleaseHolderTest {
       DedupKey key = newKey();
       DedupClaim claim = executor.claim(key, null, "orders-0@3");
       forceRelease(store, key);
-      for (int i = 0; i < 50 && warnings().isEmpty(); i++) {
+      for (int i = 0; i < 50 && logs.all().isEmpty(); i++) {
         Thread.sleep(100);
       }
 
       Throwable lateSuccess = catchThrowable(claim::complete);
 
       // One from the refused renewal, one from the refused SUCCESS.
-      assertThat(warnings())
+      assertThat(logs.all())
           .as("the holder's warnings once its renewal was refused")
           .isNotEmpty()
           .allSatisfy(
@@ -148,13 +100,8 @@ class ForcedReleaseHolderTest {
   @ParameterizedTest
   @ValueSource(strings = {"postgres", "mariadb"})
   void aReleasedHoldersLateSuccessIsToldSoWithTheOperatorsNote(String database) {
-    JdbcDedupStore store = JdbcDedupStore.builder(dataSource(database)).build();
-    // Renewals far apart: the SUCCESS write is the first to find the release.
-    try (IdempotentExecutor executor =
-        IdempotentExecutor.builder(store)
-            .lease(Duration.ofMinutes(5))
-            .renewalInterval(Duration.ofMinutes(2))
-            .build()) {
+    JdbcDedupStore store = JdbcDedupStore.builder(databases.dataSource(database)).build();
+    try (IdempotentExecutor executor = renewingRarely(store)) {
       DedupKey key = newKey();
       DedupClaim claim = executor.claim(key, null, "orders-0@4");
       forceRelease(store, key);
@@ -168,7 +115,7 @@ class ForcedReleaseHolderTest {
           .hasMessageContaining("Released by " + OPERATOR);
       assertThat(((DedupLeaseLostException) lateSuccess).releaseNote())
           .hasValueSatisfying(note -> assertThat(note).startsWith("Released by " + OPERATOR));
-      assertThat(warnings())
+      assertThat(logs.all())
           .singleElement()
           .asString()
           .contains("released by an operator")
@@ -187,12 +134,8 @@ class ForcedReleaseHolderTest {
   @ParameterizedTest
   @ValueSource(strings = {"postgres", "mariadb"})
   void aReleasedHoldersLateFailureKeepsTheOperatorsNote(String database) {
-    JdbcDedupStore store = JdbcDedupStore.builder(dataSource(database)).build();
-    try (IdempotentExecutor executor =
-        IdempotentExecutor.builder(store)
-            .lease(Duration.ofMinutes(5))
-            .renewalInterval(Duration.ofMinutes(2))
-            .build()) {
+    JdbcDedupStore store = JdbcDedupStore.builder(databases.dataSource(database)).build();
+    try (IdempotentExecutor executor = renewingRarely(store)) {
       DedupKey key = newKey();
       DedupClaim claim = executor.claim(key, null, "orders-0@5");
       forceRelease(store, key);
@@ -220,7 +163,7 @@ class ForcedReleaseHolderTest {
    */
   @Test
   void aRefusedRenewalWhoseReadOfTheRecordThrowsAnErrorStillReportsTheLoss() throws Exception {
-    JdbcDedupStore jdbc = JdbcDedupStore.builder(postgres).build();
+    JdbcDedupStore jdbc = JdbcDedupStore.builder(databases.postgres()).build();
     AtomicInteger finds = new AtomicInteger();
     DedupStore store =
         InterceptedStore.before(

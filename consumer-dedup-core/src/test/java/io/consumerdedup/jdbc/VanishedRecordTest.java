@@ -4,10 +4,6 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.catchThrowable;
 import static org.awaitility.Awaitility.await;
 
-import ch.qos.logback.classic.Logger;
-import ch.qos.logback.classic.spi.ILoggingEvent;
-import ch.qos.logback.core.read.ListAppender;
-import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupClaim;
@@ -22,8 +18,6 @@ import io.consumerdedup.core.InProgressPolicy;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.testing.InterceptedStore;
-import io.consumerdedup.testing.TestDatabase;
-import io.consumerdedup.testing.TestMariaDb;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
@@ -45,15 +39,10 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
-import org.junit.jupiter.api.AfterAll;
-import org.junit.jupiter.api.AfterEach;
-import org.junit.jupiter.api.BeforeAll;
-import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
-import org.junit.jupiter.api.TestInstance;
+import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
-import org.slf4j.LoggerFactory;
 
 /**
  * A record that vanishes under its holder (a failover to a standby that had not received it, an
@@ -63,53 +52,18 @@ import org.slf4j.LoggerFactory;
  * anew meanwhile stays its new holder's, though that claim starts again at the vanished one's
  * token.
  */
-@TestInstance(TestInstance.Lifecycle.PER_CLASS)
 class VanishedRecordTest {
   private static final Duration LEASE = Duration.ofMinutes(1);
   private static final Duration RETENTION = Duration.ofDays(1);
 
-  private String schema;
-  private String mariaDatabase;
-  private HikariDataSource postgres;
-  private HikariDataSource mariaDb;
-  private final ListAppender<ILoggingEvent> logged = new ListAppender<>();
-  private final List<Logger> loggers =
-      List.of(
-          (Logger) LoggerFactory.getLogger(JdbcDedupStore.class),
-          (Logger) LoggerFactory.getLogger(LeaseRenewer.class),
-          (Logger) LoggerFactory.getLogger(IdempotentExecutor.class));
+  @RegisterExtension static final TwoDatabases databases = new TwoDatabases("vanished");
 
-  @BeforeAll
-  void setUpDatabases() {
-    schema = TestDatabase.newSchema("vanished");
-    postgres = TestDatabase.dataSource(schema, 4);
-    mariaDatabase = TestMariaDb.newDatabase("vanished");
-    mariaDb = TestMariaDb.dataSource(mariaDatabase, TestMariaDb.Driver.MARIADB, 4);
-  }
-
-  @AfterAll
-  void tearDownDatabases() {
-    postgres.close();
-    TestDatabase.dropSchema(schema);
-    mariaDb.close();
-    TestMariaDb.dropDatabase(mariaDatabase);
-  }
-
-  @BeforeEach
-  void captureLogs() {
-    logged.list.clear();
-    logged.start();
-    loggers.forEach(logger -> logger.addAppender(logged));
-  }
-
-  @AfterEach
-  void releaseLogs() {
-    loggers.forEach(logger -> logger.detachAppender(logged));
-  }
-
-  private DataSource dataSource(String database) {
-    return database.equals("postgres") ? postgres : mariaDb;
-  }
+  @RegisterExtension
+  final CapturedWarnings logs =
+      new CapturedWarnings(
+          JdbcDedupStore.class.getName(),
+          LeaseRenewer.class.getName(),
+          IdempotentExecutor.class.getName());
 
   private static DedupKey newKey() {
     return DedupKey.of("vanish", UUID.randomUUID().toString());
@@ -135,7 +89,7 @@ class VanishedRecordTest {
 
   /** Backends whose outcome insert waits for a lock (another transaction's row of its key). */
   private int insertsWaitingForALock() throws SQLException {
-    try (Connection connection = postgres.getConnection();
+    try (Connection connection = databases.postgres().getConnection();
         PreparedStatement waiting =
             connection.prepareStatement(
                 "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
@@ -146,22 +100,14 @@ class VanishedRecordTest {
     }
   }
 
-  private List<String> warnings(String containing) {
-    return logged.list.stream()
-        .filter(event -> event.getLevel() == ch.qos.logback.classic.Level.WARN)
-        .map(ILoggingEvent::getFormattedMessage)
-        .filter(message -> message.contains(containing))
-        .toList();
-  }
-
   @ParameterizedTest
   @ValueSource(strings = {"postgres", "mariadb"})
   void aSuccessWhoseRecordVanishedIsWrittenAgainUnderTheHoldersToken(String database)
       throws SQLException {
-    JdbcDedupStore store = JdbcDedupStore.builder(dataSource(database)).build();
+    JdbcDedupStore store = JdbcDedupStore.builder(databases.dataSource(database)).build();
     DedupKey key = newKey();
     ClaimResult.Claimed claim = claim(store, key);
-    delete(dataSource(database), key);
+    delete(databases.dataSource(database), key);
 
     assertThat(store.complete(claim, RETENTION)).isTrue();
 
@@ -169,8 +115,8 @@ class VanishedRecordTest {
     assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(record.attempts()).isEqualTo(claim.token());
     assertThat(record.expiresAt()).isAfter(Instant.now().plus(RETENTION).minusSeconds(60));
-    assertThat(warnings("had vanished")).singleElement().asString().contains(key.toString());
-    assertThat(warnings("taken over")).isEmpty();
+    assertThat(logs.containing("had vanished")).singleElement().asString().contains(key.toString());
+    assertThat(logs.containing("taken over")).isEmpty();
   }
 
   /**
@@ -182,11 +128,11 @@ class VanishedRecordTest {
    */
   @Test
   void aVanishedSuccessWrittenAgainByTwoThreadsOfTheHolderAtOnceIsNoTakeover() throws Exception {
-    JdbcDedupStore store = JdbcDedupStore.builder(postgres).build();
+    JdbcDedupStore store = JdbcDedupStore.builder(databases.postgres()).build();
     DedupKey key = newKey();
     ClaimResult.Claimed claim = claim(store, key);
-    delete(postgres, key);
-    try (Connection other = postgres.getConnection()) {
+    delete(databases.postgres(), key);
+    try (Connection other = databases.postgres().getConnection()) {
       other.setAutoCommit(false);
       try (PreparedStatement insert =
           other.prepareStatement(
@@ -211,7 +157,7 @@ class VanishedRecordTest {
           .isTrue();
     }
     assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
-    assertThat(warnings("taken over")).isEmpty();
+    assertThat(logs.containing("taken over")).isEmpty();
   }
 
   /**
@@ -224,13 +170,14 @@ class VanishedRecordTest {
   @ValueSource(strings = {"SUCCESS", "FAILED"})
   void aVanishedOutcomeWrittenAgainByTwoThreadsOfTheHolderAtOnceIsNoTakeoverOnMariaDb(
       String outcome) throws Exception {
-    JdbcDedupStore plain = JdbcDedupStore.builder(mariaDb).build();
+    JdbcDedupStore plain = JdbcDedupStore.builder(databases.mariaDb()).build();
     DedupKey key = newKey();
     ClaimResult.Claimed claim = claim(plain, key);
-    delete(mariaDb, key);
+    delete(databases.mariaDb(), key);
     CyclicBarrier bothPastTheirUpdate = new CyclicBarrier(2);
     JdbcDedupStore store =
-        JdbcDedupStore.builder(meetingAtTheInsert(mariaDb, bothPastTheirUpdate)).build();
+        JdbcDedupStore.builder(meetingAtTheInsert(databases.mariaDb(), bothPastTheirUpdate))
+            .build();
     Callable<Boolean> write =
         () ->
             outcome.equals("SUCCESS")
@@ -246,7 +193,7 @@ class VanishedRecordTest {
       threads.shutdownNow();
     }
     assertThat(plain.find(key).orElseThrow().status()).hasToString(outcome);
-    assertThat(warnings("taken over")).isEmpty();
+    assertThat(logs.containing("taken over")).isEmpty();
   }
 
   /**
@@ -289,10 +236,10 @@ class VanishedRecordTest {
   @ParameterizedTest
   @ValueSource(strings = {"postgres", "mariadb"})
   void aFailureWhoseRecordVanishedIsWrittenAgainWithItsError(String database) throws SQLException {
-    JdbcDedupStore store = JdbcDedupStore.builder(dataSource(database)).build();
+    JdbcDedupStore store = JdbcDedupStore.builder(databases.dataSource(database)).build();
     DedupKey key = newKey();
     ClaimResult.Claimed claim = claim(store, key);
-    delete(dataSource(database), key);
+    delete(databases.dataSource(database), key);
 
     assertThat(store.fail(claim, "boom", RETENTION)).isTrue();
 
@@ -306,7 +253,7 @@ class VanishedRecordTest {
   @ValueSource(strings = {"postgres", "mariadb"})
   void inABatchOnlyTheVanishedRecordsAreWrittenAgainAndATakeoverStaysLost(String database)
       throws SQLException {
-    JdbcDedupStore store = JdbcDedupStore.builder(dataSource(database)).build();
+    JdbcDedupStore store = JdbcDedupStore.builder(databases.dataSource(database)).build();
     DedupKey kept = newKey();
     DedupKey vanished = newKey();
     DedupKey takenOver = newKey();
@@ -316,9 +263,9 @@ class VanishedRecordTest {
     ClaimResult.Claimed first = claim(store, takenOver);
     assertThat(store.fail(first, "first try", RETENTION)).isTrue();
     ClaimResult.Claimed second = claim(store, takenOver);
-    delete(dataSource(database), takenOver);
+    delete(databases.dataSource(database), takenOver);
     ClaimResult.Claimed rival = claim(store, takenOver);
-    delete(dataSource(database), vanished);
+    delete(databases.dataSource(database), vanished);
 
     List<DedupKey> lost = store.completeAll(List.of(keptClaim, vanishedClaim, second), RETENTION);
 
@@ -328,13 +275,16 @@ class VanishedRecordTest {
     DedupRecord rivals = store.find(takenOver).orElseThrow();
     assertThat(rivals.status()).isEqualTo(DedupStatus.PROCESSING);
     assertThat(rivals.attempts()).isEqualTo(rival.token());
-    assertThat(warnings("had vanished")).singleElement().asString().contains(vanished.toString());
+    assertThat(logs.containing("had vanished"))
+        .singleElement()
+        .asString()
+        .contains(vanished.toString());
   }
 
   @Test
   void aRenewalThatFindsNoRecordSaysItVanishedAndTheHandlersSuccessIsRecordedAfterAll()
       throws SQLException {
-    JdbcDedupStore store = JdbcDedupStore.builder(postgres).build();
+    JdbcDedupStore store = JdbcDedupStore.builder(databases.postgres()).build();
     try (IdempotentExecutor executor =
         IdempotentExecutor.builder(store)
             .lease(Duration.ofSeconds(2))
@@ -342,15 +292,15 @@ class VanishedRecordTest {
             .build()) {
       DedupKey key = newKey();
       DedupClaim claim = executor.claim(key, null, "orders-0@9");
-      delete(postgres, key);
+      delete(databases.postgres(), key);
       await()
           .atMost(Duration.ofSeconds(10))
-          .until(() -> !warnings("vanished while the handler ran").isEmpty());
+          .until(() -> !logs.containing("vanished while the handler ran").isEmpty());
 
       claim.complete();
 
       assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
-      assertThat(warnings("taken over")).isEmpty();
+      assertThat(logs.containing("taken over")).isEmpty();
       AtomicInteger runs = new AtomicInteger();
       assertThat(executor.execute(key, runs::incrementAndGet).outcome())
           .isEqualTo(Outcome.DUPLICATE);
@@ -367,7 +317,7 @@ class VanishedRecordTest {
   @Test
   void aRenewalThatFindsTheRecordGoneWhileTheOutcomeIsWrittenAgainReportsNoTakeover()
       throws Exception {
-    JdbcDedupStore jdbc = JdbcDedupStore.builder(postgres).build();
+    JdbcDedupStore jdbc = JdbcDedupStore.builder(databases.postgres()).build();
     CountDownLatch findAsked = new CountDownLatch(1);
     CountDownLatch outcomeWritten = new CountDownLatch(1);
     DedupStore store =
@@ -386,7 +336,7 @@ class VanishedRecordTest {
             .build()) {
       DedupKey key = newKey();
       DedupClaim claim = executor.claim(key, null, "orders-0@11");
-      delete(postgres, key);
+      delete(databases.postgres(), key);
       assertThat(findAsked.await(10, TimeUnit.SECONDS))
           .as("a renewal was refused and asked what holds the key")
           .isTrue();
@@ -395,10 +345,13 @@ class VanishedRecordTest {
       outcomeWritten.countDown();
 
       assertThat(store.find(key).orElseThrow().status()).isEqualTo(DedupStatus.SUCCESS);
-      assertThat(warnings("had vanished")).singleElement().asString().contains(key.toString());
+      assertThat(logs.containing("had vanished"))
+          .singleElement()
+          .asString()
+          .contains(key.toString());
       // The renewal thread's verdict comes after the released find: give it time to log.
       Thread.sleep(300);
-      assertThat(warnings("taken over")).isEmpty();
+      assertThat(logs.containing("taken over")).isEmpty();
     }
   }
 
@@ -410,7 +363,7 @@ class VanishedRecordTest {
   @Test
   void aVanishedHoldersLateFailureLeavesTheKeyClaimedAnewUnderItsTokenToTheNewHolder()
       throws SQLException {
-    JdbcDedupStore store = JdbcDedupStore.builder(postgres).build();
+    JdbcDedupStore store = JdbcDedupStore.builder(databases.postgres()).build();
     List<Integer> zombieLost = new CopyOnWriteArrayList<>();
     DedupListener zombieListener =
         new DedupListener() {
@@ -429,7 +382,7 @@ class VanishedRecordTest {
                 .build()) {
       DedupKey key = newKey();
       DedupClaim a = zombie.claim(key, null, "orders-0@5");
-      delete(postgres, key);
+      delete(databases.postgres(), key);
       DedupClaim b = newHolder.claim(key, null, "orders-0@5");
       assertThat(b.attempt()).as("claimed anew under the zombie's token").isEqualTo(a.attempt());
 
@@ -454,12 +407,12 @@ class VanishedRecordTest {
   @Test
   void aKeyThisProcessHandledWhoseRecordVanishedIsClaimedAnewWithOneWarning() throws SQLException {
     try (IdempotentExecutor executor =
-        IdempotentExecutor.builder(JdbcDedupStore.builder(postgres).build()).build()) {
+        IdempotentExecutor.builder(JdbcDedupStore.builder(databases.postgres()).build()).build()) {
       DedupKey key = newKey();
       AtomicInteger runs = new AtomicInteger();
       assertThat(executor.execute(key, runs::incrementAndGet).outcome())
           .isEqualTo(Outcome.PROCESSED);
-      delete(postgres, key);
+      delete(databases.postgres(), key);
 
       assertThat(executor.execute(key, runs::incrementAndGet).outcome())
           .isEqualTo(Outcome.PROCESSED);
@@ -467,7 +420,7 @@ class VanishedRecordTest {
           .isEqualTo(Outcome.DUPLICATE);
 
       assertThat(runs).hasValue(2);
-      assertThat(warnings("as a new key"))
+      assertThat(logs.containing("as a new key"))
           .singleElement()
           .asString()
           .contains(key.toString())
@@ -478,7 +431,7 @@ class VanishedRecordTest {
   @Test
   void aClaimGivenBackAndClaimedAgainIsNotTakenForAVanishedRecord() {
     try (IdempotentExecutor executor =
-        IdempotentExecutor.builder(JdbcDedupStore.builder(postgres).build()).build()) {
+        IdempotentExecutor.builder(JdbcDedupStore.builder(databases.postgres()).build()).build()) {
       DedupKey first = newKey();
       DedupKey second = newKey();
       var claims =
@@ -491,7 +444,7 @@ class VanishedRecordTest {
 
       assertThat(executor.execute(second, null, "orders-0@2", () -> 1).outcome())
           .isEqualTo(Outcome.PROCESSED);
-      assertThat(warnings("as a new key")).isEmpty();
+      assertThat(logs.containing("as a new key")).isEmpty();
     }
   }
 }

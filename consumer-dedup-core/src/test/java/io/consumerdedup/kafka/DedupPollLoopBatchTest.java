@@ -69,11 +69,7 @@ class DedupPollLoopBatchTest {
   private DedupPollLoop<String, String> start(
       IdempotentExecutor executor, RecordHandler<String, String> work) {
     IdempotentRecordHandler<String, String> handler =
-        IdempotentRecordHandler.<String, String>builder(executor)
-            .bizType(BIZ_TYPE)
-            .key(KeyExtractors.header(KEY_HEADER))
-            .handler(work)
-            .build();
+        LoopFixture.handler(executor).handler(work).build();
     DedupPollLoop<String, String> loop =
         LoopFixture.quick(
                 DedupPollLoop.builder(

@@ -111,9 +111,7 @@ class DedupPollLoopPollEndsTest {
             .renewalInterval(RENEWAL)
             .build()) {
       IdempotentRecordHandler<String, String> handler =
-          IdempotentRecordHandler.<String, String>builder(executor)
-              .bizType(BIZ_TYPE)
-              .key(KeyExtractors.header(KEY_HEADER))
+          LoopFixture.handler(executor)
               .handler(
                   record ->
                       effects

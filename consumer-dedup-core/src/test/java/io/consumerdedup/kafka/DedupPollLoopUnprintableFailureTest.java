@@ -1,6 +1,5 @@
 package io.consumerdedup.kafka;
 
-import static io.consumerdedup.kafka.LoopFixture.BIZ_TYPE;
 import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
 import static io.consumerdedup.kafka.LoopFixture.header;
 import static org.assertj.core.api.Assertions.assertThat;
@@ -14,6 +13,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.List;
 import java.util.Map;
 import java.util.OptionalInt;
+import java.util.concurrent.Callable;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -70,47 +70,34 @@ class DedupPollLoopUnprintableFailureTest {
     send("G-2");
     AtomicInteger runsOfU1 = new AtomicInteger();
     IdempotentRecordHandler<String, String> handler =
-        IdempotentRecordHandler.<String, String>builder(executor)
-            .bizType(BIZ_TYPE)
-            .key(KeyExtractors.header(KEY_HEADER))
-            .groupId(group)
-            .handler(
-                record -> {
-                  if (LoopFixture.orderNo(record).equals("U-1")) {
-                    runsOfU1.incrementAndGet();
-                    throw new UnprintableException("card declined");
-                  }
-                })
-            .build();
+        handler(
+            record -> {
+              if (LoopFixture.orderNo(record).equals("U-1")) {
+                runsOfU1.incrementAndGet();
+                throw new UnprintableException("card declined");
+              }
+            });
     DedupPollLoop<String, String> loop =
-        LoopFixture.quick(
-                DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), handler)
-                    .deadLetterHandler(
-                        KafkaDeadLetterPublisher.builder(fixture.producer())
-                            .groupId(group)
-                            .build()))
+        loop(
+                TestKafka.consumerConfig(group),
+                handler,
+                KafkaDeadLetterPublisher.builder(fixture.producer()).groupId(group).build())
             .maxAttempts(3)
             .build();
 
-    try (RunningLoop running = RunningLoop.start(loop)) {
-      TopicPartition partition = new TopicPartition(topic, 0);
-      TopicPartition deadLetters = new TopicPartition(topic + "-dlt", 0);
-      // Until the loop ends, moves past both records, or writes a second dead letter of U-1.
-      await()
-          .atMost(LoopFixture.WAIT)
-          .until(
-              () ->
-                  !running.isRunning()
-                      || TestKafka.endOffset(deadLetters) > 1
-                      || Long.valueOf(2L).equals(TestKafka.committedOffsets(group).get(partition)));
-      assertThat(running.isRunning())
-          .as("the loop goes on past a failure whose description throws")
-          .isTrue();
-      assertThat(TestKafka.endOffset(deadLetters)).as("dead letters of U-1").isEqualTo(1L);
-      // Time for any second dead letter of U-1 to be written (the loop's hold back-off is 200 ms).
-      Thread.sleep(1500);
-      assertThat(TestKafka.committedOffsets(group)).containsEntry(partition, 2L);
-    }
+    TopicPartition deadLetters = new TopicPartition(topic + "-dlt", 0);
+    runPastBoth(
+        loop,
+        "the loop goes on past a failure whose description throws",
+        // or writes a second dead letter of U-1
+        () -> TestKafka.endOffset(deadLetters) > 1,
+        () -> {
+          assertThat(TestKafka.endOffset(deadLetters)).as("dead letters of U-1").isEqualTo(1L);
+          // Time for any second dead letter of U-1 (the loop's hold back-off is 200 ms).
+          Thread.sleep(1500);
+          assertThat(TestKafka.committedOffsets(group))
+              .containsEntry(new TopicPartition(topic, 0), 2L);
+        });
 
     assertThat(runsOfU1).as("runs of U-1's handler").hasValue(3);
     List<ConsumerRecord<String, String>> dlt = TestKafka.readWritten(topic + "-dlt");
@@ -146,37 +133,22 @@ class DedupPollLoopUnprintableFailureTest {
           deadLettered.add(LoopFixture.orderNo(record));
         };
     IdempotentRecordHandler<String, String> handler =
-        IdempotentRecordHandler.<String, String>builder(executor)
-            .bizType(BIZ_TYPE)
-            .key(KeyExtractors.header(KEY_HEADER))
-            .groupId(group)
-            .handler(
-                record -> {
-                  if (LoopFixture.orderNo(record).equals("U-3")) {
-                    throw new IllegalStateException("card declined");
-                  }
-                })
-            .build();
+        handler(
+            record -> {
+              if (LoopFixture.orderNo(record).equals("U-3")) {
+                throw new IllegalStateException("card declined");
+              }
+            });
     DedupPollLoop<String, String> loop =
-        LoopFixture.quick(
-                DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), handler)
-                    .deadLetterHandler(deadLetters))
-            .maxAttempts(1)
-            .build();
+        loop(TestKafka.consumerConfig(group), handler, deadLetters).maxAttempts(1).build();
 
-    try (RunningLoop running = RunningLoop.start(loop)) {
-      TopicPartition partition = new TopicPartition(topic, 0);
-      await()
-          .atMost(LoopFixture.WAIT)
-          .until(
-              () ->
-                  !running.isRunning()
-                      || Long.valueOf(2L).equals(TestKafka.committedOffsets(group).get(partition)));
-      assertThat(running.isRunning())
-          .as("the loop goes on past a dead-letter handler's exception that cannot be printed")
-          .isTrue();
-      assertThat(deadLettered).as("dead letters written").containsExactly("U-3");
-    }
+    runPastBoth(
+        loop,
+        "the loop goes on past a dead-letter handler's exception that cannot be printed",
+        () -> false,
+        () -> {
+          assertThat(deadLettered).as("dead letters written").containsExactly("U-3");
+        });
   }
 
   /**
@@ -191,50 +163,39 @@ class DedupPollLoopUnprintableFailureTest {
     List<String> applied = new CopyOnWriteArrayList<>();
     AtomicInteger runsOfW7 = new AtomicInteger();
     IdempotentRecordHandler<String, String> handler =
-        IdempotentRecordHandler.<String, String>builder(executor)
-            .bizType(BIZ_TYPE)
-            .key(KeyExtractors.header(KEY_HEADER))
-            .groupId(group)
-            .handler(
-                record -> {
-                  String orderNo = LoopFixture.orderNo(record);
-                  if (orderNo.equals("W-7") && runsOfW7.incrementAndGet() == 1) {
-                    throw new IllegalStateException(
-                        new DedupStoreUnavailableException(
-                            "the ledger's dedup store is failing over", null, null, null)) {
-                      private static final long serialVersionUID = 1L;
+        handler(
+            record -> {
+              String orderNo = LoopFixture.orderNo(record);
+              if (orderNo.equals("W-7") && runsOfW7.incrementAndGet() == 1) {
+                throw new IllegalStateException(
+                    new DedupStoreUnavailableException(
+                        "the ledger's dedup store is failing over", null, null, null)) {
+                  private static final long serialVersionUID = 1L;
 
-                      @Override
-                      public String getMessage() {
-                        throw new IllegalStateException("the ledger client is closed");
-                      }
-                    };
+                  @Override
+                  public String getMessage() {
+                    throw new IllegalStateException("the ledger client is closed");
                   }
-                  applied.add(orderNo);
+                };
+              }
+              applied.add(orderNo);
+            });
+    DedupPollLoop<String, String> loop =
+        loop(
+                TestKafka.consumerConfig(group),
+                handler,
+                (record, reason) -> {
+                  throw new AssertionError("nothing is dead-lettered here: " + record);
                 })
             .build();
-    DedupPollLoop<String, String> loop =
-        LoopFixture.quick(
-                DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), handler)
-                    .deadLetterHandler(
-                        (record, reason) -> {
-                          throw new AssertionError("nothing is dead-lettered here: " + record);
-                        }))
-            .build();
 
-    try (RunningLoop running = RunningLoop.start(loop)) {
-      TopicPartition partition = new TopicPartition(topic, 0);
-      await()
-          .atMost(LoopFixture.WAIT)
-          .until(
-              () ->
-                  !running.isRunning()
-                      || Long.valueOf(2L).equals(TestKafka.committedOffsets(group).get(partition)));
-      assertThat(running.isRunning())
-          .as("the loop goes on past a try-later failure whose message cannot be built")
-          .isTrue();
-      assertThat(applied).as("records applied").containsExactly("W-7", "G-8");
-    }
+    runPastBoth(
+        loop,
+        "the loop goes on past a try-later failure whose message cannot be built",
+        () -> false,
+        () -> {
+          assertThat(applied).as("records applied").containsExactly("W-7", "G-8");
+        });
   }
 
   /**
@@ -250,19 +211,14 @@ class DedupPollLoopUnprintableFailureTest {
     AtomicInteger runsOfU9 = new AtomicInteger();
     List<String> applied = new CopyOnWriteArrayList<>();
     IdempotentRecordHandler<String, String> handler =
-        IdempotentRecordHandler.<String, String>builder(executor)
-            .bizType(BIZ_TYPE)
-            .key(KeyExtractors.header(KEY_HEADER))
-            .groupId(group)
-            .handler(
-                record -> {
-                  if (LoopFixture.orderNo(record).equals("U-9")) {
-                    runsOfU9.incrementAndGet();
-                    throw new IllegalStateException("card declined");
-                  }
-                  applied.add(LoopFixture.orderNo(record));
-                })
-            .build();
+        handler(
+            record -> {
+              if (LoopFixture.orderNo(record).equals("U-9")) {
+                runsOfU9.incrementAndGet();
+                throw new IllegalStateException("card declined");
+              }
+              applied.add(LoopFixture.orderNo(record));
+            });
     AtomicInteger prepares = new AtomicInteger();
     AtomicInteger settles = new AtomicInteger();
     RecordProcessor<String, String> decorated =
@@ -295,27 +251,18 @@ class DedupPollLoopUnprintableFailureTest {
           }
         };
     DedupPollLoop<String, String> loop =
-        LoopFixture.quick(
-                DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), decorated)
-                    .deadLetterHandler(
-                        KafkaDeadLetterPublisher.builder(fixture.producer())
-                            .groupId(group)
-                            .build()))
+        loop(
+                TestKafka.consumerConfig(group),
+                decorated,
+                KafkaDeadLetterPublisher.builder(fixture.producer()).groupId(group).build())
             .maxAttempts(2)
             .build();
 
-    try (RunningLoop running = RunningLoop.start(loop)) {
-      TopicPartition partition = new TopicPartition(topic, 0);
-      await()
-          .atMost(LoopFixture.WAIT)
-          .until(
-              () ->
-                  !running.isRunning()
-                      || Long.valueOf(2L).equals(TestKafka.committedOffsets(group).get(partition)));
-      assertThat(running.isRunning())
-          .as("the loop goes on past a processor's exceptions that cannot be printed")
-          .isTrue();
-    }
+    runPastBoth(
+        loop,
+        "the loop goes on past a processor's exceptions that cannot be printed",
+        () -> false,
+        () -> {});
     List<ConsumerRecord<String, String>> dlt = TestKafka.readWritten(topic + "-dlt");
     assertThat(dlt).as("dead letters of U-9").hasSize(1);
     assertThat(runsOfU9).as("runs of U-9's handler").hasValue(2);
@@ -375,37 +322,67 @@ class DedupPollLoopUnprintableFailureTest {
           }
         };
     IdempotentRecordHandler<String, String> handler =
-        IdempotentRecordHandler.<String, String>builder(executor)
-            .bizType(BIZ_TYPE)
-            .key(KeyExtractors.header(KEY_HEADER))
-            .groupId(group)
-            .handler(record -> applied.add(LoopFixture.orderNo(record)))
-            .build();
+        handler(record -> applied.add(LoopFixture.orderNo(record)));
     Map<String, Object> config = TestKafka.consumerConfig(group);
     config.put(
         ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, UnprintableRejectingDeserializer.class);
-    DedupPollLoop<String, String> loop =
-        LoopFixture.quick(
-                DedupPollLoop.builder(config, List.of(topic), handler)
-                    .deadLetterHandler(deadLetters))
-            .build();
+    DedupPollLoop<String, String> loop = loop(config, handler, deadLetters).build();
 
+    runPastBoth(
+        loop,
+        "the loop goes on past a value rejected with an exception that cannot be printed",
+        () -> false,
+        () -> {
+          assertThat(deadLettered)
+              .as("dead letters of the rejected value, by offset")
+              .containsExactly(0L);
+          assertThat(applied).as("records applied after it").containsExactly("G-6");
+        });
+  }
+
+  /** What a test checks while its loop still runs. */
+  @FunctionalInterface
+  private interface WhileRunning {
+    void check() throws Exception;
+  }
+
+  /**
+   * Runs {@code loop} until it ends or has committed past both records of partition 0 (or, sooner,
+   * until {@code orUntil}), asserts that it still runs ({@code why}), then checks {@code
+   * whileRunning} before stopping it.
+   */
+  private void runPastBoth(
+      DedupPollLoop<String, String> loop,
+      String why,
+      Callable<Boolean> orUntil,
+      WhileRunning whileRunning)
+      throws Exception {
+    TopicPartition partition = new TopicPartition(topic, 0);
     try (RunningLoop running = RunningLoop.start(loop)) {
-      TopicPartition partition = new TopicPartition(topic, 0);
       await()
           .atMost(LoopFixture.WAIT)
           .until(
               () ->
                   !running.isRunning()
+                      || orUntil.call()
                       || Long.valueOf(2L).equals(TestKafka.committedOffsets(group).get(partition)));
-      assertThat(running.isRunning())
-          .as("the loop goes on past a value rejected with an exception that cannot be printed")
-          .isTrue();
-      assertThat(deadLettered)
-          .as("dead letters of the rejected value, by offset")
-          .containsExactly(0L);
-      assertThat(applied).as("records applied after it").containsExactly("G-6");
+      assertThat(running.isRunning()).as(why).isTrue();
+      whileRunning.check();
     }
+  }
+
+  /** This test's records handled by {@code work}, in this test's group. */
+  private IdempotentRecordHandler<String, String> handler(RecordHandler<String, String> work) {
+    return LoopFixture.handler(executor).groupId(group).handler(work).build();
+  }
+
+  /** A quick loop over this test's topic, {@code processor} running each record. */
+  private DedupPollLoop.Builder<String, String> loop(
+      Map<String, Object> config,
+      RecordProcessor<String, String> processor,
+      DeadLetterHandler<String, String> deadLetters) {
+    return LoopFixture.quick(
+        DedupPollLoop.builder(config, List.of(topic), processor).deadLetterHandler(deadLetters));
   }
 
   private void send(String orderNo) throws Exception {

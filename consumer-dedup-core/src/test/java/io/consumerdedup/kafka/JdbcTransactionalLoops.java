@@ -1,6 +1,5 @@
 package io.consumerdedup.kafka;
 
-import static io.consumerdedup.kafka.LoopFixture.BIZ_TYPE;
 import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
 
 import io.consumerdedup.core.DedupListener;
@@ -64,11 +63,7 @@ final class JdbcTransactionalLoops {
             .listener(listener)
             .build()) {
       IdempotentRecordHandler<String, String> records =
-          IdempotentRecordHandler.<String, String>builder(executor)
-              .bizType(BIZ_TYPE)
-              .key(KeyExtractors.header(KEY_HEADER))
-              .handler(handler)
-              .build();
+          LoopFixture.handler(executor).handler(handler).build();
       DedupPollLoop<String, String> loop =
           LoopFixture.quick(
                   DedupPollLoop.builder(

@@ -1,7 +1,6 @@
 package io.consumerdedup.kafka;
 
 import static io.consumerdedup.kafka.LoopFixture.BIZ_TYPE;
-import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
 import static io.consumerdedup.kafka.LoopFixture.WAIT;
 import static io.consumerdedup.kafka.LoopFixture.orderNo;
 import static org.assertj.core.api.Assertions.assertThat;
@@ -25,7 +24,6 @@ import io.consumerdedup.testing.TestKafka;
 import io.micrometer.core.instrument.simple.SimpleMeterRegistry;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Proxy;
-import java.nio.charset.StandardCharsets;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
 import java.sql.ResultSet;
@@ -48,7 +46,6 @@ import javax.sql.DataSource;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
-import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeAll;
@@ -128,9 +125,7 @@ class JdbcTransactionalProcessorTest {
             .build();
     resources.add(executor);
     IdempotentRecordHandler<String, String> handler =
-        IdempotentRecordHandler.<String, String>builder(executor)
-            .bizType(BIZ_TYPE)
-            .key(KeyExtractors.header(KEY_HEADER))
+        LoopFixture.handler(executor)
             .groupId(bookedBy)
             .handler(
                 record -> {
@@ -162,10 +157,7 @@ class JdbcTransactionalProcessorTest {
   }
 
   private void send(String orderNo) throws Exception {
-    ProducerRecord<String, String> record =
-        new ProducerRecord<>(fixture.topic(), 0, null, "charge 25.00");
-    record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
-    fixture.producer().send(record).get();
+    JdbcTransactionalLoops.send(fixture, orderNo);
   }
 
   private void awaitCommitted(String group, long offset) {
@@ -488,34 +480,9 @@ class JdbcTransactionalProcessorTest {
     send("E-2");
     AtomicInteger errors = new AtomicInteger();
     RecordProcessor<String, String> payments =
-        payments(
-            transactions,
-            "billing",
-            order -> {
-              if (order.equals("E-1-BROKEN")) {
-                errors.incrementAndGet();
-                throw new AssertionError("ledger invariant broken");
-              }
-            });
+        payments(transactions, "billing", brokenFor("E-1-BROKEN", errors));
     List<Exception> givenUp = new CopyOnWriteArrayList<>();
-    DedupPollLoop<String, String> noRetries =
-        LoopFixture.quick(
-                DedupPollLoop.builder(
-                        TestKafka.consumerConfig(fixture.group()),
-                        List.of(fixture.topic()),
-                        payments)
-                    .deadLetterHandler((record, reason) -> givenUp.add(reason)))
-            .maxAttempts(1)
-            .build();
-    ExecutorService pollThread = Executors.newSingleThreadExecutor();
-    Throwable end = null;
-    try {
-      pollThread.submit(noRetries).get(WAIT.toSeconds(), TimeUnit.SECONDS);
-    } catch (ExecutionException e) {
-      end = e.getCause();
-    } finally {
-      pollThread.shutdownNow();
-    }
+    Throwable end = runToItsEnd(attempts(1, payments, givenUp));
 
     assertThat(errors).as("the handler threw its Error").hasPositiveValue();
     assertThat(end).as("the loop ends with the handler's Error").isInstanceOf(AssertionError.class);
@@ -558,7 +525,7 @@ class JdbcTransactionalProcessorTest {
             });
     List<Exception> givenUp = new CopyOnWriteArrayList<>();
     // The first attempt fails alone; the retry's poll commits in one transaction.
-    try (RunningLoop running = RunningLoop.start(twoAttempts(payments, givenUp))) {
+    try (RunningLoop running = RunningLoop.start(attempts(2, payments, givenUp))) {
       awaitCommitted(fixture.group(), 1);
     }
     assertThat(charges("R-1")).containsExactly("billing");
@@ -571,7 +538,7 @@ class JdbcTransactionalProcessorTest {
     JdbcDedupAdmin.of(fixture.store()).forget(DedupKey.of(BIZ_TYPE, "R-1"), "operator", false);
     rewind(fixture.group());
     failuresLeft.set(2);
-    try (RunningLoop running = RunningLoop.start(twoAttempts(payments, givenUp))) {
+    try (RunningLoop running = RunningLoop.start(attempts(2, payments, givenUp))) {
       await().atMost(WAIT).until(() -> !charges("R-1").isEmpty() || !givenUp.isEmpty());
     }
 
@@ -600,7 +567,7 @@ class JdbcTransactionalProcessorTest {
               }
             });
     List<Exception> givenUp = new CopyOnWriteArrayList<>();
-    try (RunningLoop running = RunningLoop.start(twoAttempts(payments, givenUp))) {
+    try (RunningLoop running = RunningLoop.start(attempts(2, payments, givenUp))) {
       await().atMost(WAIT).until(() -> refused.size() >= 3 || !givenUp.isEmpty());
     }
 
@@ -629,9 +596,7 @@ class JdbcTransactionalProcessorTest {
     AtomicInteger handlerRuns = new AtomicInteger();
     List<Exception> refused = new CopyOnWriteArrayList<>();
     IdempotentRecordHandler<String, String> handler =
-        IdempotentRecordHandler.<String, String>builder(overThePool)
-            .bizType(BIZ_TYPE)
-            .key(KeyExtractors.header(KEY_HEADER))
+        LoopFixture.handler(overThePool)
             .groupId("billing")
             .handler(record -> handlerRuns.incrementAndGet())
             .build();
@@ -645,7 +610,7 @@ class JdbcTransactionalProcessorTest {
           }
         };
     List<Exception> givenUp = new CopyOnWriteArrayList<>();
-    try (RunningLoop running = RunningLoop.start(twoAttempts(claimsOnly, givenUp))) {
+    try (RunningLoop running = RunningLoop.start(attempts(2, claimsOnly, givenUp))) {
       await().atMost(WAIT).until(() -> refused.size() >= 3 || !givenUp.isEmpty());
     }
 
@@ -658,14 +623,45 @@ class JdbcTransactionalProcessorTest {
     assertThat(handlerRuns).hasValue(0);
   }
 
-  private DedupPollLoop<String, String> twoAttempts(
-      RecordProcessor<String, String> payments, List<Exception> givenUp) {
+  private DedupPollLoop<String, String> attempts(
+      int maxAttempts, RecordProcessor<String, String> payments, List<Exception> givenUp) {
     return LoopFixture.quick(
             DedupPollLoop.builder(
                     TestKafka.consumerConfig(fixture.group()), List.of(fixture.topic()), payments)
                 .deadLetterHandler((record, reason) -> givenUp.add(reason)))
-        .maxAttempts(2)
+        .maxAttempts(maxAttempts)
         .build();
+  }
+
+  /**
+   * Runs {@code loop} on a thread of its own until it ends (failing the test if it does not end in
+   * {@link LoopFixture#WAIT}).
+   *
+   * @return what it ended with, or {@code null} if it returned
+   */
+  private static Throwable runToItsEnd(DedupPollLoop<String, String> loop) throws Exception {
+    ExecutorService pollThread = Executors.newSingleThreadExecutor();
+    try {
+      pollThread.submit(loop).get(WAIT.toSeconds(), TimeUnit.SECONDS);
+      return null;
+    } catch (ExecutionException e) {
+      return e.getCause();
+    } finally {
+      pollThread.shutdownNow();
+    }
+  }
+
+  /**
+   * A handler step that throws an {@code Error} for {@code brokenOrder}, counting in {@code
+   * errors}.
+   */
+  private static ChargeStep brokenFor(String brokenOrder, AtomicInteger errors) {
+    return order -> {
+      if (order.equals(brokenOrder)) {
+        errors.incrementAndGet();
+        throw new AssertionError("ledger invariant broken");
+      }
+    };
   }
 
   @Test
@@ -675,39 +671,16 @@ class JdbcTransactionalProcessorTest {
     send("A-1");
     AtomicInteger errors = new AtomicInteger();
     RecordProcessor<String, String> payments =
-        payments(
-            transactions,
-            "billing",
-            order -> {
-              if (order.equals("A-0-BROKEN")) {
-                errors.incrementAndGet();
-                throw new AssertionError("ledger invariant broken");
-              }
-            });
+        payments(transactions, "billing", brokenFor("A-0-BROKEN", errors));
     List<Exception> givenUp = new CopyOnWriteArrayList<>();
     int loopsEnded = 0;
     // As the application does: a loop that ends with an Error is followed by a new one, over the
     // same processor. maxAttempts 2: the second loop's attempt is the last.
     while (givenUp.isEmpty() && loopsEnded < 3) {
-      DedupPollLoop<String, String> twoAttempts =
-          LoopFixture.quick(
-                  DedupPollLoop.builder(
-                          TestKafka.consumerConfig(fixture.group()),
-                          List.of(fixture.topic()),
-                          payments)
-                      .deadLetterHandler((record, reason) -> givenUp.add(reason)))
-              .maxAttempts(2)
-              .build();
-      ExecutorService pollThread = Executors.newSingleThreadExecutor();
-      try {
-        pollThread.submit(twoAttempts).get(WAIT.toSeconds(), TimeUnit.SECONDS);
-        throw new AssertionError("the loop did not end with the handler's Error");
-      } catch (ExecutionException e) {
-        assertThat(e.getCause()).isInstanceOf(AssertionError.class);
-        loopsEnded++;
-      } finally {
-        pollThread.shutdownNow();
-      }
+      assertThat(runToItsEnd(attempts(2, payments, givenUp)))
+          .as("what the loop ended with")
+          .isInstanceOf(AssertionError.class);
+      loopsEnded++;
     }
 
     assertThat(errors).as("the handler threw its Error").hasPositiveValue();
@@ -747,7 +720,7 @@ class JdbcTransactionalProcessorTest {
               }
             });
     List<Exception> givenUp = new CopyOnWriteArrayList<>();
-    try (RunningLoop running = RunningLoop.start(twoAttempts(payments, givenUp))) {
+    try (RunningLoop running = RunningLoop.start(attempts(2, payments, givenUp))) {
       awaitCommitted(fixture.group(), 2);
     }
 
@@ -801,21 +774,15 @@ class JdbcTransactionalProcessorTest {
     // As the application does: a loop that ends with an Error is followed by a new one, over the
     // same processor. maxAttempts 2: two loops would spend the record's attempts.
     for (int loopsEnded = 0; loopsEnded < 2; loopsEnded++) {
-      ExecutorService pollThread = Executors.newSingleThreadExecutor();
-      try {
-        pollThread.submit(twoAttempts(payments, givenUp)).get(WAIT.toSeconds(), TimeUnit.SECONDS);
-        throw new AssertionError("the loop did not end with the pool's Error");
-      } catch (ExecutionException e) {
-        assertThat(e.getCause()).isInstanceOf(OutOfMemoryError.class);
-      } finally {
-        pollThread.shutdownNow();
-      }
+      assertThat(runToItsEnd(attempts(2, payments, givenUp)))
+          .as("what the loop ended with")
+          .isInstanceOf(OutOfMemoryError.class);
     }
     assertThat(refused).as("connections refused with the Error").hasValueGreaterThanOrEqualTo(2);
     assertThat(handlerRuns).as("handler runs while the pool threw").hasValue(0);
 
     outOfMemory.set(false);
-    try (RunningLoop running = RunningLoop.start(twoAttempts(payments, givenUp))) {
+    try (RunningLoop running = RunningLoop.start(attempts(2, payments, givenUp))) {
       awaitCommitted(fixture.group(), 1);
     }
 

@@ -3,6 +3,7 @@ package io.consumerdedup.kafka;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.testing.StoreFixture;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
@@ -73,6 +74,16 @@ final class LoopFixture extends StoreFixture implements BeforeEachCallback {
         .retryBackOff(Duration.ofMillis(50))
         .holdBackOff(Duration.ofMillis(100), Duration.ofMillis(200))
         .pollTimeout(Duration.ofMillis(200));
+  }
+
+  /**
+   * A handler building on {@code executor}: bizType {@link #BIZ_TYPE}, each record keyed by its
+   * {@link #KEY_HEADER} header; the caller adds the work and whatever else it needs.
+   */
+  static IdempotentRecordHandler.Builder<String, String> handler(IdempotentExecutor executor) {
+    return IdempotentRecordHandler.<String, String>builder(executor)
+        .bizType(BIZ_TYPE)
+        .key(KeyExtractors.header(KEY_HEADER));
   }
 
   /** Waits until the offsets {@code inGroup} has committed include these. */

@@ -34,23 +34,12 @@ class PollAwareConsumerHeldAsyncCommitTest {
   @Test
   void aHeldAsyncCommitDroppedAsTheListenerFailedTellsItsCallbackItWasNotCommitted() {
     MockConsumer<String, String> kafka = new MockConsumer<>("earliest");
-    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
-    consumer.subscribe(List.of("payments"));
-    kafka.rebalance(List.of(PARTITION));
-    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+    PollAwareConsumer<String, String> consumer = assigned(kafka);
 
     consumer.holdCommits(); // the listener's call begins
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> commitEnded =
         new CompletableFuture<>();
-    consumer.commitAsync(
-        Map.of(PARTITION, new OffsetAndMetadata(1)),
-        (offsets, e) -> {
-          if (e != null) {
-            commitEnded.completeExceptionally(e);
-          } else {
-            commitEnded.complete(offsets);
-          }
-        });
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(1)), toldTo(commitEnded));
     consumer.releaseCommits(false); // the call threw: its commits are dropped
 
     assertThat(kafka.committed(Set.of(PARTITION)).get(PARTITION))
@@ -64,24 +53,13 @@ class PollAwareConsumerHeldAsyncCommitTest {
   @Test
   void anAsyncCommitLeftToATransactionThatRollsBackTellsItsCallbackItWasNotCommitted() {
     MockConsumer<String, String> kafka = new MockConsumer<>("earliest");
-    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
-    consumer.subscribe(List.of("payments"));
-    kafka.rebalance(List.of(PARTITION));
-    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+    PollAwareConsumer<String, String> consumer = assigned(kafka);
 
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> commitEnded =
         new CompletableFuture<>();
     TransactionSynchronizationManager.initSynchronization(); // the listener's transaction
     try {
-      consumer.commitAsync(
-          Map.of(PARTITION, new OffsetAndMetadata(1)),
-          (offsets, e) -> {
-            if (e != null) {
-              commitEnded.completeExceptionally(e);
-            } else {
-              commitEnded.complete(offsets);
-            }
-          });
+      consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(1)), toldTo(commitEnded));
       for (TransactionSynchronization synchronization :
           TransactionSynchronizationManager.getSynchronizations()) {
         synchronization.afterCompletion(TransactionSynchronization.STATUS_ROLLED_BACK);
@@ -101,21 +79,15 @@ class PollAwareConsumerHeldAsyncCommitTest {
   @Test
   void anErrorThrownByOneDroppedCommitsCallbackStillTellsTheCallbacksBehindIt() {
     MockConsumer<String, String> kafka = new MockConsumer<>("earliest");
-    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
-    consumer.subscribe(List.of("payments"));
-    kafka.rebalance(List.of(PARTITION));
-    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+    PollAwareConsumer<String, String> consumer = assigned(kafka);
     Error callbackError = new StackOverflowError("the application's first commit callback");
 
-    consumer.holdCommits(); // the listener's call begins
-    consumer.commitAsync(
-        Map.of(PARTITION, new OffsetAndMetadata(1)),
-        (offsets, e) -> {
-          throw callbackError;
-        });
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
-        new CompletableFuture<>();
-    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(secondEnded));
+        heldBehind(
+            consumer,
+            (offsets, e) -> {
+              throw callbackError;
+            });
 
     assertThatThrownBy(() -> consumer.releaseCommits(false)) // the call threw
         .as("[what the first callback threw, once every callback was told]")
@@ -133,32 +105,20 @@ class PollAwareConsumerHeldAsyncCommitTest {
   @Test
   void anErrorThrownByOneSentCommitsCallbackStillSendsTheHeldCommitBehindIt() {
     CallbacksLater kafka = new CallbacksLater();
-    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
-    consumer.subscribe(List.of("payments"));
-    kafka.rebalance(List.of(PARTITION));
-    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+    PollAwareConsumer<String, String> consumer = assigned(kafka);
     Error callbackError = new StackOverflowError("the application's first commit callback");
 
-    consumer.holdCommits(); // the listener's call begins
-    consumer.commitAsync(
-        Map.of(PARTITION, new OffsetAndMetadata(1)),
-        (offsets, e) -> {
-          throw callbackError;
-        });
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
-        new CompletableFuture<>();
-    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(secondEnded));
+        heldBehind(
+            consumer,
+            (offsets, e) -> {
+              throw callbackError;
+            });
 
     assertThatThrownBy(() -> consumer.releaseCommits(true)) // the call succeeded
         .as("[what the first callback threw, once the held commits were sent]")
         .isSameAs(callbackError);
-    assertThat(kafka.committed(Set.of(PARTITION)).get(PARTITION))
-        .as("[committed offset, the listener's second commit held behind the first]")
-        .isEqualTo(new OffsetAndMetadata(2));
-    consumer.poll(Duration.ZERO); // where Kafka tells the callbacks of commits that completed
-    assertThat(secondEnded)
-        .as("[the second commit's callback]")
-        .isCompletedWithValue(Map.of(PARTITION, new OffsetAndMetadata(2)));
+    assertSecondSentAndTold(kafka, consumer, secondEnded);
   }
 
   /**
@@ -169,29 +129,17 @@ class PollAwareConsumerHeldAsyncCommitTest {
   @Test
   void anIllegalStateExceptionThrownByOneSentCommitsCallbackStillSendsTheHeldCommitBehindIt() {
     CallbacksLater kafka = new CallbacksLater();
-    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
-    consumer.subscribe(List.of("payments"));
-    kafka.rebalance(List.of(PARTITION));
-    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+    PollAwareConsumer<String, String> consumer = assigned(kafka);
 
-    consumer.holdCommits(); // the listener's call begins
-    consumer.commitAsync(
-        Map.of(PARTITION, new OffsetAndMetadata(1)),
-        (offsets, e) -> {
-          throw new IllegalStateException("the application's first commit callback");
-        });
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
-        new CompletableFuture<>();
-    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(secondEnded));
+        heldBehind(
+            consumer,
+            (offsets, e) -> {
+              throw new IllegalStateException("the application's first commit callback");
+            });
     consumer.releaseCommits(true); // the call succeeded
 
-    assertThat(kafka.committed(Set.of(PARTITION)).get(PARTITION))
-        .as("[committed offset, the listener's second commit held behind the first]")
-        .isEqualTo(new OffsetAndMetadata(2));
-    consumer.poll(Duration.ZERO);
-    assertThat(secondEnded)
-        .as("[the second commit's callback]")
-        .isCompletedWithValue(Map.of(PARTITION, new OffsetAndMetadata(2)));
+    assertSecondSentAndTold(kafka, consumer, secondEnded);
   }
 
   /**
@@ -203,10 +151,7 @@ class PollAwareConsumerHeldAsyncCommitTest {
   @Test
   void anIllegalStateExceptionOfACallbackOfACommitOutsideTheCallStillSendsTheHeldCommitBehindIt() {
     CallbacksLater kafka = new CallbacksLater();
-    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
-    consumer.subscribe(List.of("payments"));
-    kafka.rebalance(List.of(PARTITION));
-    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+    PollAwareConsumer<String, String> consumer = assigned(kafka);
     consumer.poll(Duration.ZERO);
 
     consumer.commitAsync(
@@ -218,13 +163,12 @@ class PollAwareConsumerHeldAsyncCommitTest {
     consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(heldEnded));
     consumer.releaseCommits(true); // the call succeeded
 
-    assertThat(kafka.committed(Set.of(PARTITION)).get(PARTITION))
-        .as("[committed offset, the listener's commit held behind one made outside its call]")
-        .isEqualTo(new OffsetAndMetadata(2));
-    consumer.poll(Duration.ZERO);
-    assertThat(heldEnded)
-        .as("[the held commit's callback]")
-        .isCompletedWithValue(Map.of(PARTITION, new OffsetAndMetadata(2)));
+    assertSentAndTold(
+        kafka,
+        consumer,
+        "[committed offset, the listener's commit held behind one made outside its call]",
+        heldEnded,
+        "[the held commit's callback]");
   }
 
   /**
@@ -235,30 +179,77 @@ class PollAwareConsumerHeldAsyncCommitTest {
   @Test
   void anUnprintableExceptionOfADroppedCommitsCallbackStillTellsTheCallbacksBehindIt() {
     MockConsumer<String, String> kafka = new MockConsumer<>("earliest");
-    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
-    consumer.subscribe(List.of("payments"));
-    kafka.rebalance(List.of(PARTITION));
-    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+    PollAwareConsumer<String, String> consumer = assigned(kafka);
 
-    consumer.holdCommits(); // the listener's call begins
-    consumer.commitAsync(
-        Map.of(PARTITION, new OffsetAndMetadata(1)),
-        (offsets, e) -> {
-          throw new IllegalArgumentException() {
-            @Override
-            public String getMessage() {
-              throw new IllegalStateException("connection closed");
-            }
-          };
-        });
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
-        new CompletableFuture<>();
-    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(secondEnded));
+        heldBehind(
+            consumer,
+            (offsets, e) -> {
+              throw new IllegalArgumentException() {
+                @Override
+                public String getMessage() {
+                  throw new IllegalStateException("connection closed");
+                }
+              };
+            });
 
     consumer.releaseCommits(false); // the call threw: its commits are dropped
     assertThat(secondEnded)
         .as("[the second commit's callback, its commit dropped as the call failed]")
         .isCompletedExceptionally();
+  }
+
+  /** Assigned partition 0 of "payments", read from its beginning. */
+  private static PollAwareConsumer<String, String> assigned(MockConsumer<String, String> kafka) {
+    PollAwareConsumer<String, String> consumer = new PollAwareConsumer<>(kafka);
+    consumer.subscribe(List.of("payments"));
+    kafka.rebalance(List.of(PARTITION));
+    kafka.updateBeginningOffsets(Map.of(PARTITION, 0L));
+    return consumer;
+  }
+
+  /**
+   * A listener's call begins and commits offset 1 with {@code firstCallback}, then offset 2.
+   *
+   * @return ended as the second commit's callback is told
+   */
+  private static CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> heldBehind(
+      PollAwareConsumer<String, String> consumer, OffsetCommitCallback firstCallback) {
+    consumer.holdCommits();
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(1)), firstCallback);
+    CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
+        new CompletableFuture<>();
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(secondEnded));
+    return secondEnded;
+  }
+
+  /** As below, for the second of the commits {@link #heldBehind} made. */
+  private static void assertSecondSentAndTold(
+      MockConsumer<String, String> kafka,
+      PollAwareConsumer<String, String> consumer,
+      CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded) {
+    assertSentAndTold(
+        kafka,
+        consumer,
+        "[committed offset, the listener's second commit held behind the first]",
+        secondEnded,
+        "[the second commit's callback]");
+  }
+
+  /** Offset 2 was committed, and its callback told so at the next poll (where Kafka tells it). */
+  private static void assertSentAndTold(
+      MockConsumer<String, String> kafka,
+      PollAwareConsumer<String, String> consumer,
+      String committed,
+      CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> ended,
+      String callback) {
+    assertThat(kafka.committed(Set.of(PARTITION)).get(PARTITION))
+        .as(committed)
+        .isEqualTo(new OffsetAndMetadata(2));
+    consumer.poll(Duration.ZERO);
+    assertThat(ended)
+        .as(callback)
+        .isCompletedWithValue(Map.of(PARTITION, new OffsetAndMetadata(2)));
   }
 
   private static OffsetCommitCallback toldTo(
