@@ -92,9 +92,11 @@ final class RecordsOlderThanRetention {
                 now,
                 last == null ? null : new Sighting(last.endOffset(), last.atNanos(), null)));
       }
-    } catch (RuntimeException e) {
+    } catch (RuntimeException | Error e) {
       // Advice only: a partition revoked meanwhile, a position not known yet. Its records are
-      // judged by their timestamps alone.
+      // judged by their timestamps alone. It runs before the loop's try that seeks back what a stop
+      // leaves unreached: an OutOfMemoryError let through here ended the loop with its consumer
+      // positioned past the whole poll, which an auto-committing consumer committed as it closed.
     }
   }
 

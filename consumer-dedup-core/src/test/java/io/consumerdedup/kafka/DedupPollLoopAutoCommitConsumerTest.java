@@ -189,6 +189,60 @@ class DedupPollLoopAutoCommitConsumerTest {
     assertThat(ended).as("what the first loop's run() threw").isNull();
   }
 
+  /**
+   * An {@code OutOfMemoryError} as the loop notes where each partition ends (advice for the
+   * retention warning, read after the poll returned): it came out of {@code run()} before the try
+   * that seeks back what a stop left unreached, and the consumer committed its position past the
+   * whole poll as the loop closed it: the poll's records never came again.
+   */
+  @Test
+  void anErrorWhileThePartitionEndsAreNotedLosesNoRecord() throws Exception {
+    TestKafka.createTopics(1, fixture.topic());
+    for (int i = 0; i < RECORDS; i++) {
+      String orderNo = "END-" + i;
+      ProducerRecord<String, String> record =
+          new ProducerRecord<>(fixture.topic(), 0, orderNo, "charge " + orderNo);
+      record.headers().add(KEY_HEADER, orderNo.getBytes(StandardCharsets.UTF_8));
+      fixture.producer().send(record).get();
+    }
+    executor = IdempotentExecutor.builder(fixture.store()).build();
+    Set<String> applied = ConcurrentHashMap.newKeySet();
+    AtomicInteger struck = new AtomicInteger();
+    AtomicReference<Boolean> recordsInHand = new AtomicReference<>(false);
+    DedupPollLoop<String, String> striking =
+        loop(
+            new KafkaConsumer<String, String>(autoCommittingConfig()) {
+              @Override
+              public ConsumerRecords<String, String> poll(java.time.Duration timeout) {
+                ConsumerRecords<String, String> records = super.poll(timeout);
+                recordsInHand.set(!records.isEmpty());
+                return records;
+              }
+
+              @Override
+              public java.util.OptionalLong currentLag(TopicPartition partition) {
+                if (recordsInHand.get() && struck.compareAndSet(0, 1)) {
+                  throw new OutOfMemoryError("Java heap space");
+                }
+                return super.currentLag(partition);
+              }
+            },
+            record -> applied.add(record.key()));
+    Future<?> run = thread.submit(striking);
+    try {
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(applied).as("records applied by the loop").hasSize(RECORDS));
+    } finally {
+      striking.close();
+    }
+    assertThat(struck.get())
+        .as("OutOfMemoryErrors thrown as the partition ends were noted")
+        .isOne();
+    run.get(WAIT.toSeconds(), TimeUnit.SECONDS); // ended by the close, not by the Error
+  }
+
   /** A consumer made as a newcomer makes one: enable.auto.commit not set, so true. */
   private DedupPollLoop<String, String> loop(RecordHandler<String, String> handler) {
     return loop(new KafkaConsumer<String, String>(autoCommittingConfig()), handler);
