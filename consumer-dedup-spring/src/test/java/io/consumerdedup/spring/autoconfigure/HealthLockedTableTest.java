@@ -36,19 +36,10 @@ class HealthLockedTableTest {
       throws Exception {
     String schema = TestDatabase.newSchema("healthlocked");
     try {
-      new ApplicationContextRunner()
-          .withConfiguration(
-              AutoConfigurations.of(
-                  DataSourceAutoConfiguration.class,
-                  ConsumerDedupAutoConfiguration.class,
-                  ConsumerDedupActuatorAutoConfiguration.class))
-          .withPropertyValues(
-              "spring.datasource.url=" + TestDatabase.url(schema),
-              "spring.datasource.hikari.maximum-pool-size=2",
-              // Above the default 800 ms, so that a loaded machine does not answer DOWN for the
-              // time it took; still below the store's statement timeout (5 s), which a probe
-              // queued behind the lock would wait for.
-              "consumer-dedup.health-timeout=3s")
+      // Above the default 800 ms, so that a loaded machine does not answer DOWN for the time it
+      // took; still below the store's statement timeout (5 s), which a probe queued behind the
+      // lock would wait for.
+      onTwoConnections(schema, "consumer-dedup.health-timeout=3s")
           .run(
               context -> {
                 ConsumerDedupHealthIndicator health =
@@ -95,15 +86,8 @@ class HealthLockedTableTest {
     String schema = TestDatabase.newSchema("healthqueued");
     ExecutorService migrationThread = Executors.newSingleThreadExecutor();
     try {
-      new ApplicationContextRunner()
-          .withConfiguration(
-              AutoConfigurations.of(
-                  DataSourceAutoConfiguration.class,
-                  ConsumerDedupAutoConfiguration.class,
-                  ConsumerDedupActuatorAutoConfiguration.class))
-          .withPropertyValues(
-              "spring.datasource.url=" + TestDatabase.url(schema),
-              "spring.datasource.hikari.maximum-pool-size=2",
+      onTwoConnections(
+              schema,
               "consumer-dedup.health-timeout=2s",
               "consumer-dedup.store.statement-timeout=60s")
           .run(
@@ -160,6 +144,20 @@ class HealthLockedTableTest {
       migrationThread.shutdownNow();
       TestDatabase.dropSchema(schema);
     }
+  }
+
+  /** The auto-configured indicator over a pool of two connections to {@code schema}. */
+  private static ApplicationContextRunner onTwoConnections(String schema, String... properties) {
+    return new ApplicationContextRunner()
+        .withConfiguration(
+            AutoConfigurations.of(
+                DataSourceAutoConfiguration.class,
+                ConsumerDedupAutoConfiguration.class,
+                ConsumerDedupActuatorAutoConfiguration.class))
+        .withPropertyValues(
+            "spring.datasource.url=" + TestDatabase.url(schema),
+            "spring.datasource.hikari.maximum-pool-size=2")
+        .withPropertyValues(properties);
   }
 
   private static int waitingOnTheTable(Statement statement) throws SQLException {
