@@ -372,21 +372,17 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       MessageListenerContainer container,
       Runnable invokeListener,
       boolean firstHandling) {
-    holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
-    HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container, firstHandling);
-    RecoveredRecordLogger.takeFailedRecovery(); // one left by a handling that ended otherwise
-    try {
-      delegate.handleBatch(thrownException, data, consumer, container, retry);
-    } catch (RuntimeException e) {
-      throwIfRecoveryFailed(listOf(data), consumer, container);
-      throw e;
-    }
-    throwIfRecoveryFailed(listOf(data), consumer, container);
-    retry.throwIfHeld();
-    RuntimeException stopped = retry.stoppedAtRecord();
-    if (stopped != null) {
-      handleBatch(stopped, data, consumer, container, invokeListener, false);
-    }
+    handleBatchThrough(
+        (thrown, retry) -> {
+          delegate.handleBatch(thrown, data, consumer, container, retry);
+          return data; // unused: handleBatch returns nothing
+        },
+        thrownException,
+        data,
+        consumer,
+        container,
+        invokeListener,
+        firstHandling);
   }
 
   @Override
@@ -396,11 +392,29 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container,
       Runnable invokeListener) {
-    return handleBatchAndReturnRemaining(
-        thrownException, data, consumer, container, invokeListener, true);
+    DelegateCall<ConsumerRecords<K, V>> call =
+        (thrown, retry) ->
+            delegate.handleBatchAndReturnRemaining(thrown, data, consumer, container, retry);
+    return handleBatchThrough(
+        call, thrownException, data, consumer, container, invokeListener, true);
   }
 
-  private <K, V> ConsumerRecords<K, V> handleBatchAndReturnRemaining(
+  /** How the delegate is handed a batch's failure: {@code handleBatch} or its returning twin. */
+  @FunctionalInterface
+  private interface DelegateCall<R> {
+    R handle(Exception thrown, HoldingRetry retry);
+  }
+
+  /**
+   * Holds or hands over the failed record of a batch, then has the delegate handle the failure
+   * through {@code call}, holding a retry of it that stops at a record to retry later.
+   *
+   * @param firstHandling false when handling the stop of a retry: a delegate that retries in memory
+   *     whatever the failure names would stop at the same record again, handled again, without end
+   * @return what {@code call} returned, for the failure the delegate handled last
+   */
+  private <R> R handleBatchThrough(
+      DelegateCall<R> call,
       Exception thrownException,
       ConsumerRecords<?, ?> data,
       Consumer<?, ?> consumer,
@@ -410,10 +424,9 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
     HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container, firstHandling);
     RecoveredRecordLogger.takeFailedRecovery(); // one left by a handling that ended otherwise
-    ConsumerRecords<K, V> remaining;
+    R handled;
     try {
-      remaining =
-          delegate.handleBatchAndReturnRemaining(thrownException, data, consumer, container, retry);
+      handled = call.handle(thrownException, retry);
     } catch (RuntimeException e) {
       throwIfRecoveryFailed(listOf(data), consumer, container);
       throw e;
@@ -424,10 +437,9 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     retry.throwIfHeld();
     RuntimeException stopped = retry.stoppedAtRecord();
     if (stopped != null) {
-      return handleBatchAndReturnRemaining(
-          stopped, data, consumer, container, invokeListener, false);
+      return handleBatchThrough(call, stopped, data, consumer, container, invokeListener, false);
     }
-    return remaining;
+    return handled;
   }
 
   /**
