@@ -15,8 +15,9 @@ import org.jspecify.annotations.Nullable;
  * write of a lease taken over. In a transaction of the container, which ends without the call's
  * work, the outcome the call reports is written as FAILED, so the redelivery runs it again.
  *
- * <p>Also thrown for a future cancelled outside a transaction of the container: the work behind it
- * may still run, so the key is left to its lease in the same way, its outcome never written.
+ * <p>Also thrown for a future cancelled, or timed out by {@code orTimeout}, outside a transaction
+ * of the container: the work behind it may still run, so the key is left to its lease in the same
+ * way, its outcome never written.
  */
 public final class AsyncListenerTimeoutException extends DedupException {
   private static final long serialVersionUID = 1L;

@@ -3,12 +3,12 @@ package io.consumerdedup.spring;
 import io.consumerdedup.kafka.DedupPollLoop;
 import io.consumerdedup.spring.internal.AfterRollbackErrorHandler;
 import io.consumerdedup.spring.internal.ComposedErrorHandlers;
+import io.consumerdedup.spring.internal.ContainerPartitionHolds;
 import io.consumerdedup.spring.internal.ContainerTransactions;
 import io.consumerdedup.spring.internal.CurrentBatch;
 import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import io.consumerdedup.spring.internal.GuardedRecordInterceptor;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
-import io.consumerdedup.spring.internal.PartitionHolds;
 import io.consumerdedup.spring.internal.RecoveredRecordLogger;
 import java.time.Duration;
 import java.util.Set;
@@ -120,7 +120,7 @@ public final class DedupContainers {
       throw new IllegalStateException(
           "Configure listener container " + container.getListenerId() + " before starting it");
     }
-    PartitionHolds holds = new PartitionHolds(initialHoldBackOff, maxHoldBackOff);
+    ContainerPartitionHolds holds = new ContainerPartitionHolds(initialHoldBackOff, maxHoldBackOff);
     AbstractMessageListenerContainer raw = container;
     ContainerProperties properties = container.getContainerProperties();
     if (ContainerTransactions.kafka(properties) && !properties.isStopContainerWhenFenced()) {

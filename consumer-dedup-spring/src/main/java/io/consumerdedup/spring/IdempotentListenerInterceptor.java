@@ -120,10 +120,13 @@ public final class IdempotentListenerInterceptor {
    */
   public static final Duration DEFAULT_ASYNC_LISTENER_TIMEOUT = Duration.ofMinutes(5);
 
-  /** How often the wait for a listener's future looks whether its container is stopping. */
   private static final Logger log = LoggerFactory.getLogger(IdempotentListenerInterceptor.class);
 
+  /** How often the wait for a listener's future looks whether its container is stopping. */
   private static final Duration STOP_CHECK = Duration.ofMillis(100);
+
+  /** The class whose task {@code CompletableFuture.orTimeout} completes a future from. */
+  private static final String ORTIMEOUT_TASK = "java.util.concurrent.CompletableFuture$Timeout";
 
   private final IdempotentExecutors executors;
   private final MissingKeyPolicy defaultMissingKeyPolicy;
@@ -748,8 +751,8 @@ public final class IdempotentListenerInterceptor {
       throw attempts.toThrow(claim, cancelled);
     } catch (ExecutionException e) {
       Throwable cause = e.getCause();
-      if (settleHere == null && cause instanceof CancellationException cancelled) {
-        throw cancelledWhileRunning(listener, claim, cancelled);
+      if (settleHere == null && cause != null && givenUpOn(cause)) {
+        throw givenUpWhileRunning(listener, claim, cause);
       }
       if (settleHere != null) {
         pending.listenerFailed(cause != null ? cause : e);
@@ -823,28 +826,49 @@ public final class IdempotentListenerInterceptor {
   }
 
   /**
-   * The listener's future, outside a transaction of the container, was cancelled (by the
-   * application, or a timeout of its own): cancelling a {@code CompletableFuture} stops nothing, so
-   * the work behind it may still run and apply its effect. Recorded FAILED, the redelivery ran the
-   * listener at once, beside that work. Its outcome unknown, the key is left to its lease (no
-   * longer renewed, see {@link ListenerOutcomes.Pending#leaveToLease}), as after a crash: the
-   * redelivery waits until the lease has run out, then takes the key over.
+   * The listener's future, outside a transaction of the container, was given up on: cancelled (by
+   * the application, or a timeout of its own), or timed out by {@code orTimeout}. Neither stops
+   * anything, so the work behind it may still run and apply its effect. Recorded FAILED, the
+   * redelivery ran the listener at once, beside that work. Its outcome unknown, the key is left to
+   * its lease (no longer renewed, see {@link ListenerOutcomes.Pending#leaveToLease}), as after a
+   * crash: the redelivery waits until the lease has run out, then takes the key over.
    */
-  private static AsyncListenerTimeoutException cancelledWhileRunning(
-      IdempotentListenerMethod listener, DedupClaim claim, CancellationException cancelled) {
+  private static AsyncListenerTimeoutException givenUpWhileRunning(
+      IdempotentListenerMethod listener, DedupClaim claim, Throwable givenUp) {
     return new AsyncListenerTimeoutException(
         "The "
             + asyncResult(listener)
             + " of "
             + listener
-            + " was cancelled, which does not stop the work behind it: its lease is no longer"
-            + " renewed, and the record is retried once the lease has run out (as after a crash),"
-            + " not beside work that may still apply its effect. Complete the future exceptionally"
-            + " with the failure instead, once the work has stopped, to have the record retried at"
-            + " once",
+            + (givenUp instanceof CancellationException
+                ? " was cancelled, which does not stop the work behind it"
+                : " timed out (orTimeout), which does not stop the work behind it")
+            + ": its lease is no longer renewed, and the record is retried once the lease has run"
+            + " out (as after a crash), not beside work that may still apply its effect. Complete"
+            + " the future exceptionally with the failure instead, once the work has stopped, to"
+            + " have the record retried at once",
         claim.key(),
         claim.source(),
-        cancelled);
+        givenUp);
+  }
+
+  /**
+   * Whether the listener's future failed with {@code cause} without its work having ended: it was
+   * cancelled, or {@code orTimeout} completed it. Told by where the {@code TimeoutException} was
+   * made (orTimeout's timer task makes a bare one): one that the work itself failed with (a call it
+   * waited on timed out) ends that work, and is a failure retried at once as any other. Without a
+   * stack trace (a JVM run with {@code -XX:-StackTraceInThrowable}) it cannot be told apart, and is
+   * taken as the work's.
+   */
+  private static boolean givenUpOn(Throwable cause) {
+    if (cause instanceof CancellationException) {
+      return true;
+    }
+    if (!(cause instanceof TimeoutException) || cause.getMessage() != null) {
+      return false;
+    }
+    StackTraceElement[] made = cause.getStackTrace();
+    return made.length > 0 && ORTIMEOUT_TASK.equals(made[0].getClassName());
   }
 
   /** A future that completes once the listener's does and its outcome is written. */
@@ -856,8 +880,8 @@ public final class IdempotentListenerInterceptor {
               error instanceof CompletionException && error.getCause() != null
                   ? error.getCause()
                   : error;
-          if (cause instanceof CancellationException) {
-            pending.leaveToLease(); // see cancelledWhileRunning
+          if (cause != null && givenUpOn(cause)) {
+            pending.leaveToLease(); // see givenUpWhileRunning
             throw new CompletionException(cause);
           }
           if (cause == null) {

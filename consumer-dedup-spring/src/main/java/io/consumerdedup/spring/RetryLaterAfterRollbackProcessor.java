@@ -4,9 +4,9 @@ import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.spring.internal.AfterRollbackErrorHandler;
+import io.consumerdedup.spring.internal.ContainerPartitionHolds;
 import io.consumerdedup.spring.internal.ListenerOutcomes;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
-import io.consumerdedup.spring.internal.PartitionHolds;
 import io.consumerdedup.spring.internal.RecoveredRecordLogger;
 import io.consumerdedup.spring.internal.RecoveredRecordLogger.FailedRecovery;
 import java.time.Duration;
@@ -39,12 +39,12 @@ import org.springframework.transaction.CannotCreateTransactionException;
  */
 public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollbackProcessor<K, V> {
   private final AfterRollbackProcessor<K, V> delegate;
-  private final PartitionHolds holds;
+  private final ContainerPartitionHolds holds;
   private final MissingKeyArguments missingKeys;
 
   public RetryLaterAfterRollbackProcessor(
       AfterRollbackProcessor<K, V> delegate,
-      PartitionHolds holds,
+      ContainerPartitionHolds holds,
       MissingKeyArguments missingKeys) {
     this.delegate = Objects.requireNonNull(delegate, "delegate");
     this.holds = Objects.requireNonNull(holds, "holds");

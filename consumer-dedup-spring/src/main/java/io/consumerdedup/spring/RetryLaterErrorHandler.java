@@ -7,8 +7,8 @@ import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.spring.internal.Causes;
 import io.consumerdedup.spring.internal.ComposedErrorHandlers;
+import io.consumerdedup.spring.internal.ContainerPartitionHolds;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
-import io.consumerdedup.spring.internal.PartitionHolds;
 import io.consumerdedup.spring.internal.RecordsInRetry;
 import io.consumerdedup.spring.internal.RecoveredRecordLogger;
 import io.consumerdedup.spring.internal.RecoveredRecordLogger.FailedRecovery;
@@ -46,14 +46,15 @@ import org.springframework.transaction.CannotCreateTransactionException;
  * later ({@link Disposition#RETRY_LATER}: another consumer holds its key, the dedup store is
  * unreachable, its outcome is not recorded yet) is never recovered or skipped, whatever the
  * application's back-off and recoverer: its partition is sought back to it and paused with a
- * back-off ({@link PartitionHolds}), no delivery attempt is counted, and other partitions keep
- * moving. This holds on every path of the application's handler, its in-memory retries of a batch
- * included. Every other exception goes to the application's handler unchanged; one consumer-dedup
- * says not to retry is logged at ERROR as it is handed over, unless the handler logs the records it
- * gives up on itself ({@link RecoveredRecordLogger}), and recovered at once even by a handler that
- * was retrying it and keeps its retry state when the exception changes. A record whose recovery
- * fails in the application's handler (its dead-letter topic refusing it) is held the same way, with
- * the same back-off, rather than handed over again at once; nothing is committed past it.
+ * back-off ({@link ContainerPartitionHolds}), no delivery attempt is counted, and other partitions
+ * keep moving. This holds on every path of the application's handler, its in-memory retries of a
+ * batch included. Every other exception goes to the application's handler unchanged; one
+ * consumer-dedup says not to retry is logged at ERROR as it is handed over, unless the handler logs
+ * the records it gives up on itself ({@link RecoveredRecordLogger}), and recovered at once even by
+ * a handler that was retrying it and keeps its retry state when the exception changes. A record
+ * whose recovery fails in the application's handler (its dead-letter topic refusing it) is held the
+ * same way, with the same back-off, rather than handed over again at once; nothing is committed
+ * past it.
  *
  * <p>{@link DedupContainers#configure} installs it on a container; the auto-configuration does so
  * for every listener container.
@@ -63,7 +64,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
   private static final LogAccessor SEEK_LOG = new LogAccessor(RetryLaterErrorHandler.class);
 
   private final CommonErrorHandler delegate;
-  private final PartitionHolds holds;
+  private final ContainerPartitionHolds holds;
   private final MissingKeyArguments missingKeys;
   private final boolean logsGivenUpRecords;
 
@@ -71,7 +72,7 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
   private final List<FailedRecordProcessor> retrying = new ArrayList<>();
 
   public RetryLaterErrorHandler(
-      CommonErrorHandler delegate, PartitionHolds holds, MissingKeyArguments missingKeys) {
+      CommonErrorHandler delegate, ContainerPartitionHolds holds, MissingKeyArguments missingKeys) {
     this.delegate = Objects.requireNonNull(delegate, "delegate");
     this.holds = Objects.requireNonNull(holds, "holds");
     this.missingKeys = Objects.requireNonNull(missingKeys, "missingKeys");
@@ -241,9 +242,9 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
    * for it, not authorised, its broker down). spring-kafka's handlers seek it back (or return it as
    * remaining) and forget its failures, so the container handed it over again at once, its recovery
    * failing again, several ERROR lines a time, for as long as the recoverer failed. It waits the
-   * back-off of a record to retry later instead ({@link PartitionHolds}), logged at ERROR once per
-   * streak ({@link RecoveredRecordLogger#logRecoveryFailed}); nothing is committed past it, and the
-   * records of a batch before it are committed, as the delegate does.
+   * back-off of a record to retry later instead ({@link ContainerPartitionHolds}), logged at ERROR
+   * once per streak ({@link RecoveredRecordLogger#logRecoveryFailed}); nothing is committed past
+   * it, and the records of a batch before it are committed, as the delegate does.
    */
   private void throwIfRecoveryFailed(
       List<ConsumerRecord<?, ?>> records,
@@ -371,21 +372,17 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       MessageListenerContainer container,
       Runnable invokeListener,
       boolean firstHandling) {
-    holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
-    HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container, firstHandling);
-    RecoveredRecordLogger.takeFailedRecovery(); // one left by a handling that ended otherwise
-    try {
-      delegate.handleBatch(thrownException, data, consumer, container, retry);
-    } catch (RuntimeException e) {
-      throwIfRecoveryFailed(listOf(data), consumer, container);
-      throw e;
-    }
-    throwIfRecoveryFailed(listOf(data), consumer, container);
-    retry.throwIfHeld();
-    RuntimeException stopped = retry.stoppedAtRecord();
-    if (stopped != null) {
-      handleBatch(stopped, data, consumer, container, invokeListener, false);
-    }
+    handleBatchThrough(
+        (thrown, retry) -> {
+          delegate.handleBatch(thrown, data, consumer, container, retry);
+          return data; // unused: handleBatch returns nothing
+        },
+        thrownException,
+        data,
+        consumer,
+        container,
+        invokeListener,
+        firstHandling);
   }
 
   @Override
@@ -395,11 +392,29 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
       Consumer<?, ?> consumer,
       MessageListenerContainer container,
       Runnable invokeListener) {
-    return handleBatchAndReturnRemaining(
-        thrownException, data, consumer, container, invokeListener, true);
+    DelegateCall<ConsumerRecords<K, V>> call =
+        (thrown, retry) ->
+            delegate.handleBatchAndReturnRemaining(thrown, data, consumer, container, retry);
+    return handleBatchThrough(
+        call, thrownException, data, consumer, container, invokeListener, true);
   }
 
-  private <K, V> ConsumerRecords<K, V> handleBatchAndReturnRemaining(
+  /** How the delegate is handed a batch's failure: {@code handleBatch} or its returning twin. */
+  @FunctionalInterface
+  private interface DelegateCall<R> {
+    R handle(Exception thrown, HoldingRetry retry);
+  }
+
+  /**
+   * Holds or hands over the failed record of a batch, then has the delegate handle the failure
+   * through {@code call}, holding a retry of it that stops at a record to retry later.
+   *
+   * @param firstHandling false when handling the stop of a retry: a delegate that retries in memory
+   *     whatever the failure names would stop at the same record again, handled again, without end
+   * @return what {@code call} returned, for the failure the delegate handled last
+   */
+  private <R> R handleBatchThrough(
+      DelegateCall<R> call,
       Exception thrownException,
       ConsumerRecords<?, ?> data,
       Consumer<?, ?> consumer,
@@ -409,10 +424,9 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     holdOrHandleFailedRecordOfBatch(thrownException, data, consumer, container);
     HoldingRetry retry = new HoldingRetry(invokeListener, data, consumer, container, firstHandling);
     RecoveredRecordLogger.takeFailedRecovery(); // one left by a handling that ended otherwise
-    ConsumerRecords<K, V> remaining;
+    R handled;
     try {
-      remaining =
-          delegate.handleBatchAndReturnRemaining(thrownException, data, consumer, container, retry);
+      handled = call.handle(thrownException, retry);
     } catch (RuntimeException e) {
       throwIfRecoveryFailed(listOf(data), consumer, container);
       throw e;
@@ -423,10 +437,9 @@ public final class RetryLaterErrorHandler implements CommonErrorHandler {
     retry.throwIfHeld();
     RuntimeException stopped = retry.stoppedAtRecord();
     if (stopped != null) {
-      return handleBatchAndReturnRemaining(
-          stopped, data, consumer, container, invokeListener, false);
+      return handleBatchThrough(call, stopped, data, consumer, container, invokeListener, false);
     }
-    return remaining;
+    return handled;
   }
 
   /**

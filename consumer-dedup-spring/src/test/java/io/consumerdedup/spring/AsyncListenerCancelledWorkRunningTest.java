@@ -9,9 +9,13 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.UnaryOperator;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -28,16 +32,18 @@ import org.springframework.test.context.DynamicPropertySource;
 
 /**
  * An {@code @Idempotent} listener returning a {@code CompletableFuture}, outside any transaction of
- * its container, whose future the application cancels (its own timeout gives up on the call) while
- * the work behind it still runs: cancelling a {@code CompletableFuture} stops nothing, and the work
- * applies its effect after all. The redelivery must not run the listener beside that work: it is
- * held until the key's lease has run out, as after a crash. A real PostgreSQL and the in-JVM
+ * its container, whose future is given up on while the work behind it still runs: the application
+ * cancels it (its own timeout gives up on the call), or {@code orTimeout} completes it with a bare
+ * {@code TimeoutException}. Neither stops anything, and the work applies its effect after all. The
+ * redelivery must not run the listener beside that work: it is held until the key's lease has run
+ * out, as after a crash. A {@code TimeoutException} the work itself failed with (a call it waited
+ * on timed out) ends that work, and is still retried at once. A real PostgreSQL and the in-JVM
  * broker, at the library's defaults otherwise.
  */
 @SpringBootTest(
     classes = AsyncListenerCancelledWorkRunningTest.App.class,
     properties = {
-      "consumer-dedup.lease=3s",
+      "consumer-dedup.lease=" + AsyncListenerCancelledWorkRunningTest.LEASE_SECONDS + "s",
       "consumer-dedup.hold.initial-backoff=200ms",
       "consumer-dedup.hold.max-backoff=400ms"
     })
@@ -45,11 +51,14 @@ import org.springframework.test.context.DynamicPropertySource;
 class AsyncListenerCancelledWorkRunningTest {
   static final Duration WAIT = Duration.ofSeconds(30);
   static final String TOPIC = "acw-cancelled-outside";
+  static final String OR_TIMEOUT_TOPIC = "acw-or-timeout-outside";
+  static final String WORK_TIMEOUT_TOPIC = "acw-work-timed-out";
+  static final long LEASE_SECONDS = 6;
   static final long WORK_MILLIS = 1500;
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "acw", TOPIC);
+    SpringTestEnvironment.prepare(registry, "acw", TOPIC, OR_TIMEOUT_TOPIC, WORK_TIMEOUT_TOPIC);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -59,38 +68,114 @@ class AsyncListenerCancelledWorkRunningTest {
   @Test
   void aCancelledFutureWhoseWorkStillRunsLeavesItsKeyToItsLeaseNotToARetryBesideIt()
       throws Exception {
-    long offset = SpringTestEnvironment.send(template, TOPIC, "order W-1", "order-no", "W-1");
+    assertLeftToLease(TOPIC, "W-1", Listeners.CANCELLED, "cancelled");
+  }
 
-    await("the cancelled call's work done").atMost(WAIT).until(() -> Listeners.workDone.get() >= 0);
-    assertThat(Listeners.cancelled).as("futures cancelled").hasValue(1);
-    assertThat(Listeners.callsBesideWork)
-        .as("listener calls while the cancelled call's work still ran")
+  @Test
+  void aFutureTimedOutByOrTimeoutWhileItsWorkRunsLeavesItsKeyToItsLeaseNotToARetryBesideIt()
+      throws Exception {
+    assertLeftToLease(OR_TIMEOUT_TOPIC, "T-1", Listeners.TIMED_OUT, "timed-out");
+  }
+
+  @Test
+  void aTimeoutExceptionTheWorkItselfFailedWithIsRetriedAtOnce() throws Exception {
+    long offset =
+        SpringTestEnvironment.send(template, WORK_TIMEOUT_TOPIC, "order U-1", "order-no", "U-1");
+
+    await()
+        .atMost(WAIT)
+        .untilAsserted(
+            () ->
+                assertThat(status(WORK_TIMEOUT_TOPIC, "U-1"))
+                    .as("the key of U-1")
+                    .isEqualTo(DedupStatus.SUCCESS));
+    assertThat(Listeners.workTimeoutCalls).as("the failed call, then the redelivery").hasValue(2);
+    assertThat(Duration.ofNanos(Listeners.retriedAt - Listeners.failedAt))
+        .as("from the work's TimeoutException to the redelivery's call (lease %ss)", LEASE_SECONDS)
+        .isLessThan(Duration.ofSeconds(LEASE_SECONDS - 2));
+    await()
+        .atMost(WAIT)
+        .until(
+            () ->
+                SpringTestEnvironment.committed(WORK_TIMEOUT_TOPIC, WORK_TIMEOUT_TOPIC, 0)
+                    > offset);
+  }
+
+  private void assertLeftToLease(String topic, String orderNo, WorkRunning work, String givenUp)
+      throws Exception {
+    long offset =
+        SpringTestEnvironment.send(template, topic, "order " + orderNo, "order-no", orderNo);
+
+    await("the " + givenUp + " call's work done")
+        .atMost(WAIT)
+        .until(() -> work.workDone.get() >= 0);
+    assertThat(work.givenUp).as("futures " + givenUp).hasValue(1);
+    assertThat(work.callsBesideWork)
+        .as("listener calls while the %s call's work still ran", givenUp)
         .hasValue(0);
-    assertThat(Listeners.workDone)
-        .as("effects of W-1 as the cancelled call's work applied its own")
+    assertThat(work.workDone)
+        .as("effects of %s as the %s call's work applied its own", orderNo, givenUp)
         .hasValue(1);
 
     // Its outcome unknown, the key is taken over once its lease has run out, as after a crash.
     await()
         .atMost(WAIT)
         .untilAsserted(
-            () -> assertThat(status("W-1")).as("the key of W-1").isEqualTo(DedupStatus.SUCCESS));
-    assertThat(Listeners.calls).as("the cancelled call, then the redelivery").hasValue(2);
-    await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(TOPIC, TOPIC, 0) > offset);
+            () ->
+                assertThat(status(topic, orderNo))
+                    .as("the key of %s", orderNo)
+                    .isEqualTo(DedupStatus.SUCCESS));
+    assertThat(work.calls).as("the %s call, then the redelivery", givenUp).hasValue(2);
+    await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(topic, topic, 0) > offset);
   }
 
-  private DedupStatus status(String orderNo) {
-    return store.find(DedupKey.of(TOPIC, orderNo)).map(DedupRecord::status).orElse(null);
+  private DedupStatus status(String topic, String orderNo) {
+    return store.find(DedupKey.of(topic, orderNo)).map(DedupRecord::status).orElse(null);
+  }
+
+  /** A listener's first call, whose future is given up on while its work runs on. */
+  static final class WorkRunning {
+    final AtomicInteger calls = new AtomicInteger();
+    final AtomicInteger givenUp = new AtomicInteger();
+    final AtomicInteger callsBesideWork = new AtomicInteger();
+    final AtomicBoolean working = new AtomicBoolean();
+
+    /** The effects counted as the given-up call's work applied its own; -1 until then. */
+    final AtomicInteger workDone = new AtomicInteger(-1);
+
+    CompletableFuture<String> call(
+        JdbcTemplate jdbc,
+        String topic,
+        ConsumerRecord<String, String> record,
+        UnaryOperator<CompletableFuture<String>> giveUp) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      if (calls.incrementAndGet() > 1) {
+        if (working.get()) {
+          callsBesideWork.incrementAndGet();
+        }
+        SpringTestEnvironment.effect(jdbc, topic, orderNo, record.value());
+        return CompletableFuture.completedFuture(orderNo);
+      }
+      working.set(true);
+      CompletableFuture<String> call = new CompletableFuture<>();
+      CompletableFuture.delayedExecutor(WORK_MILLIS, TimeUnit.MILLISECONDS)
+          .execute(
+              () -> {
+                SpringTestEnvironment.effect(jdbc, topic, orderNo, record.value());
+                workDone.set(SpringTestEnvironment.effects(jdbc, topic, orderNo));
+                working.set(false);
+                call.complete(orderNo); // too late: the future was given up on
+              });
+      return giveUp.apply(call);
+    }
   }
 
   static class Listeners {
-    static final AtomicInteger calls = new AtomicInteger();
-    static final AtomicInteger cancelled = new AtomicInteger();
-    static final AtomicInteger callsBesideWork = new AtomicInteger();
-    static final AtomicBoolean working = new AtomicBoolean();
-
-    /** The effects counted as the cancelled call's work applied its own; -1 until then. */
-    static final AtomicInteger workDone = new AtomicInteger(-1);
+    static final WorkRunning CANCELLED = new WorkRunning();
+    static final WorkRunning TIMED_OUT = new WorkRunning();
+    static final AtomicInteger workTimeoutCalls = new AtomicInteger();
+    static volatile long failedAt;
+    static volatile long retriedAt;
 
     private final JdbcTemplate jdbc;
 
@@ -101,32 +186,57 @@ class AsyncListenerCancelledWorkRunningTest {
     @Idempotent(bizType = TOPIC, header = "order-no")
     @KafkaListener(id = TOPIC, topics = TOPIC)
     public CompletableFuture<String> pay(ConsumerRecord<String, String> record) {
-      String orderNo = SpringTestEnvironment.header(record, "order-no");
-      if (calls.incrementAndGet() > 1) {
-        if (working.get()) {
-          callsBesideWork.incrementAndGet();
-        }
-        SpringTestEnvironment.effect(jdbc, TOPIC, orderNo, record.value());
-        return CompletableFuture.completedFuture(orderNo);
-      }
-      working.set(true);
-      CompletableFuture<String> call = new CompletableFuture<>();
-      CompletableFuture.delayedExecutor(WORK_MILLIS, TimeUnit.MILLISECONDS)
-          .execute(
-              () -> {
-                SpringTestEnvironment.effect(jdbc, TOPIC, orderNo, record.value());
-                workDone.set(SpringTestEnvironment.effects(jdbc, TOPIC, orderNo));
-                working.set(false);
-                call.complete(orderNo); // too late: the future was cancelled
-              });
+      return CANCELLED.call(jdbc, TOPIC, record, Listeners::cancelSoon);
+    }
+
+    @Idempotent(bizType = OR_TIMEOUT_TOPIC, header = "order-no")
+    @KafkaListener(id = OR_TIMEOUT_TOPIC, topics = OR_TIMEOUT_TOPIC)
+    public CompletableFuture<String> payWithinTimeout(ConsumerRecord<String, String> record) {
+      return TIMED_OUT.call(jdbc, OR_TIMEOUT_TOPIC, record, Listeners::timeOutSoon);
+    }
+
+    /** The application's own timeout gives up on the call, cancelling its future. */
+    private static CompletableFuture<String> cancelSoon(CompletableFuture<String> call) {
       CompletableFuture.delayedExecutor(200, TimeUnit.MILLISECONDS)
           .execute(
               () -> {
                 if (call.cancel(true)) {
-                  cancelled.incrementAndGet();
+                  CANCELLED.givenUp.incrementAndGet();
                 }
               });
       return call;
+    }
+
+    /** {@code orTimeout} completes the call's future with a bare {@code TimeoutException}. */
+    private static CompletableFuture<String> timeOutSoon(CompletableFuture<String> call) {
+      return call.orTimeout(200, TimeUnit.MILLISECONDS)
+          .whenComplete(
+              (value, error) -> {
+                if (error instanceof TimeoutException) {
+                  TIMED_OUT.givenUp.incrementAndGet();
+                }
+              });
+    }
+
+    @Idempotent(bizType = WORK_TIMEOUT_TOPIC, header = "order-no")
+    @KafkaListener(id = WORK_TIMEOUT_TOPIC, topics = WORK_TIMEOUT_TOPIC)
+    public CompletableFuture<String> payThroughACallThatTimesOut(
+        ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      if (workTimeoutCalls.incrementAndGet() > 1) {
+        retriedAt = System.nanoTime();
+        return CompletableFuture.completedFuture(orderNo);
+      }
+      return CompletableFuture.supplyAsync(
+          () -> {
+            try {
+              // The call the work waits on times out, and the work ends with that failure.
+              return new CompletableFuture<String>().get(50, TimeUnit.MILLISECONDS);
+            } catch (TimeoutException | InterruptedException | ExecutionException e) {
+              failedAt = System.nanoTime();
+              throw new CompletionException(e);
+            }
+          });
     }
   }
 

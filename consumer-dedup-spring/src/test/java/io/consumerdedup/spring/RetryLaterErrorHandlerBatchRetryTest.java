@@ -3,8 +3,8 @@ package io.consumerdedup.spring;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatCode;
 
+import io.consumerdedup.spring.internal.ContainerPartitionHolds;
 import io.consumerdedup.spring.internal.MissingKeyArguments;
-import io.consumerdedup.spring.internal.PartitionHolds;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
@@ -63,7 +63,7 @@ class RetryLaterErrorHandlerBatchRetryTest {
     RetryLaterErrorHandler handler =
         new RetryLaterErrorHandler(
             retriesInMemory,
-            new PartitionHolds(Duration.ofMillis(100), Duration.ofSeconds(1)),
+            new ContainerPartitionHolds(Duration.ofMillis(100), Duration.ofSeconds(1)),
             new MissingKeyArguments(Set.of()));
     Runnable stopsAtTheRecord =
         () -> {

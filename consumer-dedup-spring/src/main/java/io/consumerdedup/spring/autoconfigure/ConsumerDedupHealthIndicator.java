@@ -13,6 +13,7 @@ import java.time.Duration;
 import java.util.List;
 import java.util.Locale;
 import java.util.Objects;
+import java.util.Optional;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
@@ -43,7 +44,12 @@ import org.springframework.boot.health.contributor.HealthIndicator;
  * migration's {@code ALTER TABLE}, a {@code VACUUM FULL}, a {@code CREATE INDEX} without {@code
  * CONCURRENTLY}, a {@code LOCK TABLE}): the probes would queue behind it, each holding a pool
  * connection up to the store's statement timeout, and the check answered only that the table did
- * not answer. It is DOWN at once, naming the lock and its holder.
+ * not answer. It is DOWN at once, naming the lock and its holder. A lock the look cannot see (taken
+ * just after it, or a migration's still queued behind a long read, which the probes queue behind in
+ * turn) is still met by the probes: given the DataSource, they run through a store over it whose
+ * statements the database cancels once the check's timeout has passed, so that a probe gives its
+ * pool connection back when its answer is no longer waited for, rather than at the store's
+ * statement timeout; the next check's look then sees a lock that has been granted since.
  */
 public class ConsumerDedupHealthIndicator implements HealthIndicator {
   /** Granted locks on the table that conflict with the ROW EXCLUSIVE lock of a claim. */
@@ -58,6 +64,12 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
           + " ORDER BY l.pid LIMIT 1";
 
   private final JdbcDedupStore store;
+
+  /**
+   * Runs the probes: the store, or one over the table's DataSource that gives up with the check.
+   */
+  private final JdbcDedupStore probes;
+
   private final @Nullable DedupJanitor janitor;
   private final Duration timeout;
   private final @Nullable DataSource dataSource;
@@ -111,6 +123,26 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
     this.janitor = janitor;
     this.timeout = timeout;
     this.dataSource = dataSource;
+    this.probes = dataSource == null ? store : probesGivingUpWithin(store, dataSource, timeout);
+  }
+
+  /**
+   * A store over {@code dataSource} for the same table as {@code store}, whose statements the
+   * database cancels after {@code timeout} (if the store's own timeout is not shorter): a probe
+   * queued behind a lock held its pool connection up to the store's statement timeout, long after
+   * the check had answered that the table did not answer.
+   */
+  private static JdbcDedupStore probesGivingUpWithin(
+      JdbcDedupStore store, DataSource dataSource, Duration timeout) {
+    JdbcDedupStore.Builder probes =
+        JdbcDedupStore.builder(dataSource)
+            .tableName(store.tableName())
+            .statementTimeout(
+                timeout.compareTo(store.statementTimeout()) < 0
+                    ? timeout
+                    : store.statementTimeout());
+    store.dialect().ifPresent(probes::dialect);
+    return probes.build();
   }
 
   @Override
@@ -158,13 +190,13 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
                       fresh.complete(TableState.locked(lockedBy));
                       return;
                     }
-                    List<String> columns = store.missingColumnsNow();
+                    List<String> columns = probes.missingColumnsNow();
                     // A role granted SELECT alone sees every column, and every claim of it is
                     // refused: the columns alone said UP.
                     fresh.complete(
                         new TableState(
                             columns,
-                            columns.isEmpty() ? store.missingPrivilegesNow() : List.of(),
+                            columns.isEmpty() ? probes.missingPrivilegesNow() : List.of(),
                             null));
                   } catch (Throwable e) {
                     fresh.completeExceptionally(e);
@@ -208,7 +240,7 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
   private @Nullable String lockHolder() {
     DataSource source = dataSource;
     if (source == null
-        || store.dialect().map(dialect -> dialect != SqlDialect.POSTGRESQL).orElse(false)) {
+        || dialect().map(dialect -> dialect != SqlDialect.POSTGRESQL).orElse(false)) {
       return null;
     }
     try (Connection connection = source.getConnection()) {
@@ -237,8 +269,13 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
     }
   }
 
+  /** The table's dialect, known once the store or the probes have met the database. */
+  private Optional<SqlDialect> dialect() {
+    return store.dialect().or(probes::dialect);
+  }
+
   private Health checked(TableState state) {
-    String dialect = store.dialect().map(Enum::name).orElse("unknown");
+    String dialect = dialect().map(Enum::name).orElse("unknown");
     if (state.lockedBy() != null) {
       return Health.down()
           .withDetail("table", store.tableName())
@@ -282,7 +319,7 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
       }
       return up.build();
     }
-    String schemaFile = store.dialect().orElse(SqlDialect.POSTGRESQL).schemaResource();
+    String schemaFile = dialect().orElse(SqlDialect.POSTGRESQL).schemaResource();
     boolean absent = missing.size() == JdbcDedupStore.EXPECTED_COLUMN_COUNT;
     return Health.down()
         .withDetail("table", store.tableName())

@@ -42,6 +42,20 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
   public static final CurrentRecordInterceptor INSTANCE =
       new CurrentRecordInterceptor(null, () -> false);
 
+  /**
+   * Clears the consumer thread's claims: the one the container never reported on is settled, then
+   * (after each poll's records, and when the container stops) the claims of records the listener
+   * never got (the poll cut short) are given back now, not at the next poll.
+   */
+  private static final EachRegardless.Step<Consumer<?, ?>, CurrentRecordInterceptor> CLEAR =
+      (consumer, interceptor, step) -> {
+        if (step == 0) {
+          ListenerOutcomes.abandon();
+        } else if (consumer instanceof PollAwareConsumer<?, ?> pollAware) {
+          pollAware.poll().releaseClaims();
+        }
+      };
+
   private static final ThreadLocal<@Nullable ConsumerRecord<?, ?>> CURRENT = new ThreadLocal<>();
 
   /**
@@ -232,36 +246,9 @@ public final class CurrentRecordInterceptor implements RecordInterceptor<Object,
     CURRENT.remove();
     POLL.remove();
     CONTAINER.remove();
-    ThreadStateErrors.clearing(
-        consumer,
-        () -> {
-          Throwable first = null;
-          try {
-            ListenerOutcomes.abandon();
-          } catch (RuntimeException | Error e) {
-            first = e;
-          }
-          if (consumer instanceof PollAwareConsumer<?, ?> pollAware) {
-            // After each poll's records, and when the container stops: the claims of records the
-            // listener never got (the poll cut short) are given back now, not at the next poll.
-            try {
-              pollAware.poll().releaseClaims();
-            } catch (RuntimeException | Error e) {
-              // Thrown from a finally, it replaced the first Error, which was then lost.
-              if (first == null) {
-                first = e;
-              } else if (first != e) {
-                first.addSuppressed(e);
-              }
-            }
-          }
-          if (first instanceof Error error) {
-            throw error;
-          }
-          if (first != null) {
-            throw (RuntimeException) first;
-          }
-        });
+    // Each step whatever the other threw: thrown from a finally, the second replaced the first
+    // Error, which was then lost.
+    ThreadStateErrors.clearing(consumer, () -> EachRegardless.run(consumer, this, 0, 2, CLEAR));
   }
 
   @Override

@@ -295,8 +295,14 @@ public final class ListenerOutcomes {
    * as {@link #abandon()} does.
    */
   public static void deferToContainer(Pending pending) {
-    abandon();
+    Pending earlier = PENDING.get();
+    // Recorded first: an Error settling the earlier claim (a log appender's OutOfMemoryError) left
+    // this one unrecorded, open under a lease renewed for as long as the process lived.
     PENDING.set(pending);
+    if (earlier != null && earlier != pending) {
+      earlier.abandoned();
+      earlier.settleQuietly();
+    }
   }
 
   /** The claim open for {@code record} on this thread, if any. */

@@ -100,6 +100,19 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   /** How long a poll waits for records before committing what is owed. */
   private static final Duration OWED_WAIT = Duration.ofMillis(100);
 
+  /** Tells a held commit's callback it is dropped (releaseCommits). */
+  private static final EachRegardless.Step<PollAwareConsumer<?, ?>, List<HeldCommit>> DROP_HELD =
+      (self, held, i) -> {
+        Error thrown = held.get(i).dropped("the listener's call failed");
+        if (thrown != null) {
+          throw thrown;
+        }
+      };
+
+  /** Sends a held commit (releaseCommits). */
+  private static final EachRegardless.Step<PollAwareConsumer<?, ?>, List<HeldCommit>> SEND_HELD =
+      (self, held, i) -> self.releaseHeld(held.get(i));
+
   public PollAwareConsumer(Consumer<K, V> delegate) {
     super(delegate);
   }
@@ -338,49 +351,38 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
     // An Error an application's commit callback throws is thrown once every held commit was sent
     // or its callback told: thrown at once, it left the commits behind it neither sent nor told,
     // and whatever waits on their callbacks waiting for good.
-    Throwable thrown = null;
     if (!send) {
       log.debug("Dropping {} offset commits of a listener whose call failed", held.size());
-      for (HeldCommit commit : held) {
-        thrown = firstOf(thrown, commit.dropped("the listener's call failed"));
-      }
+      EachRegardless.run(this, held, 0, held.size(), DROP_HELD);
     } else {
-      for (HeldCommit commit : held) {
-        // A record listener may run in a transaction of this thread (the container's): its
-        // commits then wait for that transaction's commit, as they would have without the hold.
-        try {
-          if (!afterTransaction(commit)) {
-            commitHeld(commit, "the listener's outcomes were written");
-          }
-        } catch (RuntimeException e) {
-          // An application's callback of an earlier commit, which Kafka runs as it sends this one
-          // (the commit's own failures are logged by commitHeld). Its listener returned long since
-          // and cannot catch it; thrown now, it failed records whose outcomes are written: the
-          // error handler retried them as duplicates, or gave them up to its recoverer (a dead
-          // letter of a record applied).
-          log.warn(
-              "An offset commit callback threw as the offsets held until the listener's outcomes"
-                  + " were written were sent; the listener's call stands: {}",
-              FailureTexts.describe(e),
-              FailureTexts.loggable(e));
-        } catch (Error e) {
-          thrown = firstOf(thrown, e);
-        }
-      }
-    }
-    if (thrown instanceof Error e) {
-      throw e;
+      EachRegardless.run(this, held, 0, held.size(), SEND_HELD);
     }
   }
 
-  private static @Nullable Throwable firstOf(@Nullable Throwable first, @Nullable Throwable next) {
-    if (first == null) {
-      return next;
+  /**
+   * Sends a commit held for a batch call that succeeded.
+   *
+   * @throws Error an {@code Error} an application's commit callback threw
+   */
+  private void releaseHeld(HeldCommit commit) {
+    // A record listener may run in a transaction of this thread (the container's): its commits
+    // then wait for that transaction's commit, as they would have without the hold.
+    try {
+      if (!afterTransaction(commit)) {
+        commitHeld(commit, "the listener's outcomes were written");
+      }
+    } catch (RuntimeException e) {
+      // An application's callback of an earlier commit, which Kafka runs as it sends this one
+      // (the commit's own failures are logged by commitHeld). Its listener returned long since
+      // and cannot catch it; thrown now, it failed records whose outcomes are written: the
+      // error handler retried them as duplicates, or gave them up to its recoverer (a dead
+      // letter of a record applied).
+      log.warn(
+          "An offset commit callback threw as the offsets held until the listener's outcomes"
+              + " were written were sent; the listener's call stands: {}",
+          FailureTexts.describe(e),
+          FailureTexts.loggable(e));
     }
-    if (next != null && next != first) {
-      first.addSuppressed(next);
-    }
-    return first;
   }
 
   /**

@@ -3,12 +3,17 @@ package io.consumerdedup.spring.autoconfigure;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
 import org.junit.jupiter.api.Test;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
 import org.springframework.boot.health.contributor.Health;
@@ -31,19 +36,10 @@ class HealthLockedTableTest {
       throws Exception {
     String schema = TestDatabase.newSchema("healthlocked");
     try {
-      new ApplicationContextRunner()
-          .withConfiguration(
-              AutoConfigurations.of(
-                  DataSourceAutoConfiguration.class,
-                  ConsumerDedupAutoConfiguration.class,
-                  ConsumerDedupActuatorAutoConfiguration.class))
-          .withPropertyValues(
-              "spring.datasource.url=" + TestDatabase.url(schema),
-              "spring.datasource.hikari.maximum-pool-size=2",
-              // Above the default 800 ms, so that a loaded machine does not answer DOWN for the
-              // time it took; still below the store's statement timeout (5 s), which a probe
-              // queued behind the lock would wait for.
-              "consumer-dedup.health-timeout=3s")
+      // Above the default 800 ms, so that a loaded machine does not answer DOWN for the time it
+      // took; still below the store's statement timeout (5 s), which a probe queued behind the
+      // lock would wait for.
+      onTwoConnections(schema, "consumer-dedup.health-timeout=3s")
           .run(
               context -> {
                 ConsumerDedupHealthIndicator health =
@@ -75,6 +71,93 @@ class HealthLockedTableTest {
     } finally {
       TestDatabase.dropSchema(schema);
     }
+  }
+
+  /**
+   * A migration's lock the check's look cannot see, queued behind a long read of the table (not
+   * granted yet, it still makes every later statement on the table queue behind it): the probes
+   * queued behind it, and each held a pool connection up to the store's statement timeout after the
+   * check had answered that the table did not answer. Now they give it back once the check's
+   * timeout has passed, and once the migration's lock is granted the next check names it.
+   */
+  @Test
+  void probesQueuedBehindALockTheLookDidNotSeeGiveTheirConnectionBackWithTheCheck()
+      throws Exception {
+    String schema = TestDatabase.newSchema("healthqueued");
+    ExecutorService migrationThread = Executors.newSingleThreadExecutor();
+    try {
+      onTwoConnections(
+              schema,
+              "consumer-dedup.health-timeout=2s",
+              "consumer-dedup.store.statement-timeout=60s")
+          .run(
+              context -> {
+                ConsumerDedupHealthIndicator health =
+                    context.getBean(ConsumerDedupHealthIndicator.class);
+                HikariDataSource pool = context.getBean(HikariDataSource.class);
+                assertThat(health.health().getStatus()).as("health, unlocked").isEqualTo(Status.UP);
+
+                try (Connection reader = TestDatabase.connect(schema);
+                    Statement read = reader.createStatement();
+                    Connection migration = TestDatabase.connect(schema);
+                    Statement migrate = migration.createStatement()) {
+                  reader.setAutoCommit(false);
+                  read.execute("SELECT count(*) FROM consumer_dedup");
+                  migration.setAutoCommit(false);
+                  Future<?> locked =
+                      migrationThread.submit(
+                          () -> {
+                            migrate.execute("LOCK TABLE consumer_dedup IN ACCESS EXCLUSIVE MODE");
+                            return null;
+                          });
+                  await("the migration's lock queued behind the read")
+                      .atMost(Duration.ofSeconds(15))
+                      .until(() -> waitingOnTheTable(read) == 1);
+
+                  Health queued = health.health();
+
+                  assertThat(queued.getStatus())
+                      .as("health while a migration's lock is queued (%s)", queued)
+                      .isEqualTo(Status.DOWN);
+                  await()
+                      .atMost(Duration.ofSeconds(5))
+                      .untilAsserted(
+                          () ->
+                              assertThat(pool.getHikariPoolMXBean().getActiveConnections())
+                                  .as(
+                                      "pool connections in use after the health check answered"
+                                          + " (statements waiting for the table's lock: %s)",
+                                      waitingOnTheTable(read))
+                                  .isZero());
+
+                  reader.rollback();
+                  locked.get(15, TimeUnit.SECONDS);
+                  Health granted = health.health();
+                  assertThat(String.valueOf(granted.getDetails().get("reason")))
+                      .as("reason of the health once the migration's lock is granted")
+                      .contains("locked by another transaction")
+                      .contains("AccessExclusiveLock");
+                  migration.rollback();
+                }
+              });
+    } finally {
+      migrationThread.shutdownNow();
+      TestDatabase.dropSchema(schema);
+    }
+  }
+
+  /** The auto-configured indicator over a pool of two connections to {@code schema}. */
+  private static ApplicationContextRunner onTwoConnections(String schema, String... properties) {
+    return new ApplicationContextRunner()
+        .withConfiguration(
+            AutoConfigurations.of(
+                DataSourceAutoConfiguration.class,
+                ConsumerDedupAutoConfiguration.class,
+                ConsumerDedupActuatorAutoConfiguration.class))
+        .withPropertyValues(
+            "spring.datasource.url=" + TestDatabase.url(schema),
+            "spring.datasource.hikari.maximum-pool-size=2")
+        .withPropertyValues(properties);
   }
 
   private static int waitingOnTheTable(Statement statement) throws SQLException {

@@ -4,6 +4,9 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatCode;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import ch.qos.logback.classic.Logger;
+import ch.qos.logback.classic.spi.ILoggingEvent;
+import ch.qos.logback.core.AppenderBase;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.core.DedupClaims;
 import io.consumerdedup.core.DedupInProgressException;
@@ -22,14 +25,18 @@ import org.apache.kafka.clients.consumer.MockConsumer;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.slf4j.LoggerFactory;
 
 /**
  * What the consumer thread's state clearing does with two {@code Error}s, on PostgreSQL: one as a
- * claim the container never reported on is settled, one as the poll's unused claims are given back.
+ * claim the container never reported on is settled, one as the poll's unused claims are given back;
+ * and what an {@code Error} settling such a claim does to the claim of the record after it.
  */
 class CurrentRecordInterceptorTest {
   private static final DedupKey RETURNED = DedupKey.of("payment", "R-1");
   private static final DedupKey UNUSED = DedupKey.of("payment", "U-1");
+  private static final DedupKey ABANDONED = DedupKey.of("payment", "A-1");
+  private static final DedupKey CURRENT_RECORD = DedupKey.of("payment", "C-1");
 
   /**
    * Stand for an application's {@code DedupListener} throwing an {@code Error} (an {@code
@@ -44,6 +51,7 @@ class CurrentRecordInterceptorTest {
   private String schema;
   private HikariDataSource pool;
   private IdempotentExecutor executor;
+  private JdbcDedupStore otherStore;
   private IdempotentExecutor otherConsumer;
 
   @BeforeEach
@@ -61,7 +69,8 @@ class CurrentRecordInterceptorTest {
                   }
                 })
             .build();
-    otherConsumer = IdempotentExecutor.builder(JdbcDedupStore.builder(pool).build()).build();
+    otherStore = JdbcDedupStore.builder(pool).build();
+    otherConsumer = IdempotentExecutor.builder(otherStore).build();
   }
 
   @AfterEach
@@ -126,6 +135,58 @@ class CurrentRecordInterceptorTest {
   private static org.apache.kafka.clients.consumer.Consumer<Object, Object> castConsumer(
       org.apache.kafka.clients.consumer.Consumer<?, ?> consumer) {
     return (org.apache.kafka.clients.consumer.Consumer<Object, Object>) consumer;
+  }
+
+  /**
+   * The new claim is still settled when the container reports its record's end. Recorded after the
+   * earlier claim was settled, it was never recorded: left open under a lease renewed for as long
+   * as the process lived, every delivery of its key refused as in progress elsewhere.
+   */
+  @Test
+  void anErrorSettlingAnAbandonedClaimDoesNotLeaveTheNextRecordsClaimOpen() {
+    ConsumerRecord<String, String> abandoned = new ConsumerRecord<>("payments", 0, 7, "k", "A-1");
+    ConsumerRecord<String, String> current = new ConsumerRecord<>("payments", 0, 8, "k", "C-1");
+    AttemptLimit attempts = new AttemptLimit(3);
+    // Its listener never returned (an Error the container met), and the container moved on.
+    ListenerOutcomes.deferToContainer(
+        ListenerOutcomes.pending(
+            abandoned, otherConsumer.claim(ABANDONED, null, "payments-0@7"), attempts));
+    ListenerOutcomes.Pending next =
+        ListenerOutcomes.pending(
+            current, otherConsumer.claim(CURRENT_RECORD, null, "payments-0@8"), attempts);
+
+    Logger attemptLog = (Logger) LoggerFactory.getLogger(AttemptLimit.class);
+    AppenderBase<ILoggingEvent> overflowing =
+        new AppenderBase<>() {
+          @Override
+          protected void append(ILoggingEvent event) {
+            if (event.getFormattedMessage().contains("A-1")) {
+              throw new StackOverflowError("thrown by a log appender");
+            }
+          }
+        };
+    overflowing.start();
+    attemptLog.addAppender(overflowing);
+    try {
+      assertThatThrownBy(() -> ListenerOutcomes.deferToContainer(next))
+          .as("the appender's Error, passed on")
+          .isInstanceOf(StackOverflowError.class);
+    } finally {
+      attemptLog.detachAppender(overflowing);
+    }
+    next.listenerSucceeded();
+    ListenerOutcomes.afterRecord(current);
+
+    assertThat(status(CURRENT_RECORD))
+        .as("the key of the record whose end the container reported")
+        .isEqualTo(DedupStatus.SUCCESS);
+    assertThat(status(ABANDONED))
+        .as("the key of the abandoned record, whose listener never returned")
+        .isEqualTo(DedupStatus.FAILED);
+  }
+
+  private DedupStatus status(DedupKey key) {
+    return otherStore.find(key).map(DedupRecord::status).orElse(null);
   }
 
   private boolean keyAnotherConsumerCanClaim(DedupKey key) {

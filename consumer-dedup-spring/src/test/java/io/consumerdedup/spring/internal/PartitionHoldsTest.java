@@ -46,7 +46,8 @@ class PartitionHoldsTest {
   @Test
   void aHoldAfterTheContainerRestartedPausesThePartitionAgain() {
     Lockable container = started("holds-restart");
-    PartitionHolds holds = new PartitionHolds(Duration.ofMinutes(1), Duration.ofMinutes(5));
+    ContainerPartitionHolds holds =
+        new ContainerPartitionHolds(Duration.ofMinutes(1), Duration.ofMinutes(5));
     ConsumerRecord<String, String> record = record("holds-restart", 7);
 
     holds.hold(List.of(record), consumer, container);
@@ -74,7 +75,8 @@ class PartitionHoldsTest {
   void aContainerBusyUnderItsLifecycleLockDelaysNoOtherContainersResume() {
     Lockable busy = started("holds-busy");
     Lockable other = started("holds-other");
-    PartitionHolds holds = new PartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200));
+    ContainerPartitionHolds holds =
+        new ContainerPartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200));
 
     ReentrantLock lifecycle = busy.lifecycleLock();
     lifecycle.lock(); // as stop() holds it, here on the test's own thread
@@ -103,7 +105,8 @@ class PartitionHoldsTest {
   void aHoldDoesNotResumeAPartitionTheApplicationPausedItself() throws Exception {
     AtomicInteger delivered = new AtomicInteger();
     Lockable container = started("holds-app-paused", record -> delivered.incrementAndGet());
-    PartitionHolds holds = new PartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200));
+    ContainerPartitionHolds holds =
+        new ContainerPartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200));
     TopicPartition partition = partition("holds-app-paused");
 
     container.pausePartition(partition);
@@ -144,8 +147,8 @@ class PartitionHoldsTest {
           }
           new Thread(task).start();
         };
-    PartitionHolds holds =
-        new PartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200), failing);
+    ContainerPartitionHolds holds =
+        new ContainerPartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200), failing);
     TopicPartition partition = partition("holds-resume-fails");
 
     holds.hold(List.of(record("holds-resume-fails", 0)), consumer, container);
@@ -184,8 +187,8 @@ class PartitionHoldsTest {
               threadsRefused.incrementAndGet();
               throw new OutOfMemoryError("unable to create native thread: possibly out of memory");
             });
-    PartitionHolds holds =
-        new PartitionHolds(
+    ContainerPartitionHolds holds =
+        new ContainerPartitionHolds(
             Duration.ofMillis(200),
             Duration.ofMillis(200),
             task -> new Thread(task).start(),
@@ -257,8 +260,8 @@ class PartitionHoldsTest {
           }
           new Thread(task).start();
         };
-    PartitionHolds holds =
-        new PartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200), failing, timer);
+    ContainerPartitionHolds holds =
+        new ContainerPartitionHolds(Duration.ofMillis(200), Duration.ofMillis(200), failing, timer);
     TopicPartition partition = partition("holds-retry-untimed");
     try {
       holds.hold(List.of(record("holds-retry-untimed", 0)), consumer, container);

@@ -34,8 +34,8 @@ import org.springframework.kafka.listener.SeekUtils;
  * and the next hold must pause it again. Resumes run on threads of their own, so a container busy
  * in {@code stop()} under its lifecycle lock delays no other container's resumes.
  */
-public final class PartitionHolds {
-  private static final LogAccessor LOG = new LogAccessor(PartitionHolds.class);
+public final class ContainerPartitionHolds {
+  private static final LogAccessor LOG = new LogAccessor(ContainerPartitionHolds.class);
 
   /** Only times the resumes. */
   private static final ScheduledExecutorService TIMER = daemonTimer();
@@ -74,19 +74,19 @@ public final class PartitionHolds {
     }
   }
 
-  public PartitionHolds(Duration initialBackOff, Duration maxBackOff) {
+  public ContainerPartitionHolds(Duration initialBackOff, Duration maxBackOff) {
     this(initialBackOff, maxBackOff, RESUMER);
   }
 
   /** With the executor that runs the resumes: a test's can fail to, as a thread start can. */
-  PartitionHolds(Duration initialBackOff, Duration maxBackOff, Executor resumer) {
+  ContainerPartitionHolds(Duration initialBackOff, Duration maxBackOff, Executor resumer) {
     this(initialBackOff, maxBackOff, resumer, TIMER);
   }
 
   /**
    * With the timer of the resumes too: a test's can fail to schedule, as its thread's start can.
    */
-  PartitionHolds(
+  ContainerPartitionHolds(
       Duration initialBackOff,
       Duration maxBackOff,
       Executor resumer,
