@@ -123,15 +123,8 @@ class NoDriverAcceptsUrlAtRunTimeTest {
                 "jdbc:oracle:thin:app/***@"));
     SoftAssertions softly = new SoftAssertions();
     for (List<String> form : forms) {
-      String typed = form.get(0);
-      ConnectionSource driverManager =
-          new ConnectionSource() {
-            @Override
-            public Connection getConnection() throws SQLException {
-              return DriverManager.getConnection(typed);
-            }
-          };
-      JdbcDedupStore store = JdbcDedupStore.builder(driverManager).build();
+      JdbcDedupStore store =
+          JdbcDedupStore.builder(ConnectionSource.driverManager(form.get(0))).build();
 
       Throwable thrown = catchThrowable(() -> IdempotentExecutor.builder(store).build().close());
 
