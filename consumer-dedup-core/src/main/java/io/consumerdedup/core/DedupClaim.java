@@ -226,24 +226,7 @@ public final class DedupClaim {
    *     deadlock the handler caught): roll the transaction back
    */
   public CompletableFuture<Void> completeAsync() {
-    long handlerNanos = System.nanoTime() - startNanos;
-    end("complete");
-    if (outcomes == null || renewal == null) {
-      requireHeldInTransaction();
-      AfterCommit.tell(() -> listener.completed(key, attempt, Duration.ofNanos(handlerNanos)));
-      return CompletableFuture.completedFuture(null);
-    }
-    try {
-      FaultPoints.reached(FaultPoints.Point.ENDING);
-      return outcomes.completeLater(key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
-    } catch (Error e) {
-      handOverAgain(
-          e,
-          outcomes,
-          renewal,
-          (o, r) -> o.complete(key, attempt, source, r, Duration.ofNanos(handlerNanos)));
-      throw e;
-    }
+    return completeInBackground(Outcomes::completeLater);
   }
 
   /**
@@ -263,6 +246,26 @@ public final class DedupClaim {
    *     deadlock the handler caught): roll the transaction back
    */
   public CompletableFuture<Void> completeWithNextClaim() {
+    return completeInBackground(Outcomes::completeWithNextClaim);
+  }
+
+  /** How {@link #completeAsync()} or {@link #completeWithNextClaim()} hands SUCCESS over. */
+  @FunctionalInterface
+  private interface BackgroundSuccess {
+    CompletableFuture<Void> handOver(
+        Outcomes outcomes,
+        DedupKey key,
+        int attempt,
+        @Nullable String source,
+        LeaseRenewer.Renewal renewal,
+        Duration handlerTime);
+  }
+
+  /**
+   * Ends the claim with SUCCESS handed over by {@code handOver}; if an Error strikes that, SUCCESS
+   * is written at once, as {@link #complete()} writes it (see handOverAgain).
+   */
+  private CompletableFuture<Void> completeInBackground(BackgroundSuccess handOver) {
     long handlerNanos = System.nanoTime() - startNanos;
     end("complete");
     if (outcomes == null || renewal == null) {
@@ -272,8 +275,8 @@ public final class DedupClaim {
     }
     try {
       FaultPoints.reached(FaultPoints.Point.ENDING);
-      return outcomes.completeWithNextClaim(
-          key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
+      return handOver.handOver(
+          outcomes, key, attempt, source, renewal, Duration.ofNanos(handlerNanos));
     } catch (Error e) {
       handOverAgain(
           e,

@@ -15,10 +15,13 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.jdbc.internal.Dialect;
 import io.consumerdedup.jdbc.internal.Dialect.FencedUpdate;
+import io.consumerdedup.jdbc.internal.PostgresPooler;
 import io.consumerdedup.jdbc.internal.PostgresSql;
 import io.consumerdedup.jdbc.internal.StoreCalls;
 import io.consumerdedup.jdbc.internal.TableCheck;
 import io.github.resilience4j.retry.Retry;
+import java.sql.Connection;
+import java.sql.SQLException;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
@@ -153,6 +156,33 @@ public final class JdbcDedupStore implements DedupStore {
               + "'");
     }
     return tableName;
+  }
+
+  /** Work on a connection, for {@link #withStatementsAsTheStoreMakesThem}. */
+  @FunctionalInterface
+  public interface ConnectionWork<T> {
+    T run(Connection connection) throws SQLException;
+  }
+
+  /**
+   * Runs {@code work} on {@code connection} with its statements made as the store makes its own,
+   * for an application's schema set-up on the dedup table's DataSource. Behind a PostgreSQL pooler
+   * in transaction mode, pgjdbc's named statements (its COMMIT is named from the first one) meet
+   * another client's of the same name on the shared server connection: there every statement of
+   * {@code work} is unnamed, and the connection's threshold is set back when it ends. Elsewhere
+   * {@code work} runs on the connection as it is.
+   */
+  public static <T> T withStatementsAsTheStoreMakesThem(
+      Connection connection, ConnectionWork<T> work) throws SQLException {
+    if (!PostgresPooler.detect(connection)) {
+      return work.run(connection);
+    }
+    int prepareThreshold = PostgresPooler.unnameStatements(connection);
+    try {
+      return work.run(connection);
+    } finally {
+      PostgresPooler.setPrepareThreshold(connection, prepareThreshold);
+    }
   }
 
   /** Starts building a store over {@code dataSource}. */

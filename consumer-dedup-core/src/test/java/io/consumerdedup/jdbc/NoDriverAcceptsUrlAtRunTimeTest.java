@@ -20,6 +20,7 @@ import java.sql.DriverManager;
 import java.sql.SQLException;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.assertj.core.api.SoftAssertions;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -94,6 +95,49 @@ class NoDriverAcceptsUrlAtRunTimeTest {
           .hasMessageContaining("jdbc:mysq://app:***@127.0.0.1:3306/test?user=app")
           .hasMessageNotContaining("ter2");
     }
+  }
+
+  /**
+   * A password as typed holding a character that ended the URL in the message (',', ';', '(', ')',
+   * whitespace), a '?' or '#' before the host, or an Oracle-style {@code user/password@host}: part
+   * or all of the password was in the build's exception, which applications log.
+   */
+  @Test
+  void aPasswordOfAnyFormIsMaskedWhole() {
+    List<List<String>> forms =
+        List.of(
+            List.of("jdbc:mysq://app:hun,ter2@127.0.0.1:3306/test", "jdbc:mysq://app:***@"),
+            List.of("jdbc:mysq://app:hun;ter2@127.0.0.1:3306/test", "jdbc:mysq://app:***@"),
+            List.of("jdbc:mysq://app:hun(ter2)@127.0.0.1:3306/test", "jdbc:mysq://app:***@"),
+            List.of("jdbc:mysq://app:hun ter2@127.0.0.1:3306/test", "jdbc:mysq://app:***@"),
+            List.of("jdbc:mysq://app:hun\tter2@127.0.0.1:3306/test", "jdbc:mysq://app:***@"),
+            List.of("jdbc:mysq://app:hun?ter2@127.0.0.1:3306/test", "jdbc:mysq://app:***@"),
+            List.of("jdbc:mysq://app:hun#ter2@127.0.0.1:3306/test", "jdbc:mysq://app:***@"),
+            List.of("jdbc:postgres://h/test?user=app&password=hun ter2", "password=***"),
+            List.of("jdbc:postgres://h/test?user=app&password=hun,ter2", "password=***"),
+            List.of("jdbc:postgres://h/test?user=app&password=hun(ter2)", "password=***"),
+            List.of(
+                "jdbc:oracle:thin:app/hunter2@127.0.0.1:1521/orcl", "jdbc:oracle:thin:app/***@"),
+            List.of(
+                "jdbc:oracle:thin:app/hun@ter2@//127.0.0.1:1521/orcl",
+                "jdbc:oracle:thin:app/***@"));
+    SoftAssertions softly = new SoftAssertions();
+    for (List<String> form : forms) {
+      JdbcDedupStore store =
+          JdbcDedupStore.builder(ConnectionSource.driverManager(form.get(0))).build();
+
+      Throwable thrown = catchThrowable(() -> IdempotentExecutor.builder(store).build().close());
+
+      softly
+          .assertThat(thrown)
+          .as("what building threw for " + form.get(0))
+          .isInstanceOf(DedupConfigurationException.class)
+          .hasMessageContaining("No JDBC driver accepts the URL of the dedup table's DataSource")
+          .hasMessageContaining(form.get(1))
+          .hasMessageNotContaining("hun")
+          .hasMessageNotContaining("ter2");
+    }
+    softly.assertAll();
   }
 
   /**

@@ -2,6 +2,7 @@ package io.consumerdedup.testing;
 
 import java.io.PrintWriter;
 import java.sql.Connection;
+import java.sql.DriverManager;
 import java.sql.SQLException;
 import java.sql.SQLFeatureNotSupportedException;
 import java.sql.SQLTransientConnectionException;
@@ -20,6 +21,19 @@ public abstract class ConnectionSource implements DataSource {
       @Override
       public Connection getConnection() throws SQLException {
         throw new SQLTransientConnectionException("no database in this test", "08001");
+      }
+    };
+  }
+
+  /**
+   * A DataSource that asks {@link DriverManager} for each connection to {@code url}, as Spring's
+   * {@code DriverManagerDataSource} does.
+   */
+  public static ConnectionSource driverManager(String url) {
+    return new ConnectionSource() {
+      @Override
+      public Connection getConnection() throws SQLException {
+        return DriverManager.getConnection(url);
       }
     };
   }

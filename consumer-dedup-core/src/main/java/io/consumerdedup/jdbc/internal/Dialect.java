@@ -95,19 +95,38 @@ public abstract class Dialect {
   private final String schemaResource;
   private final PurgeSql purgeSql;
   private final AdminSql adminSql;
+  private final RecordSql recordSql;
+
+  /**
+   * The statements on one claim's record that differ between dialects only in their text.
+   *
+   * @param find selects one record's columns as {@code Dialect#record} reads them, binding (type,
+   *     key)
+   * @param failInTransaction marks FAILED a key claimed in the caller's transaction (written
+   *     SUCCESS there) whose handler threw, by (error, type, key, attempts, claim id): in that same
+   *     transaction, so that it stays as written only if the caller commits anyway
+   */
+  protected record RecordSql(String find, String failInTransaction) {}
 
   /**
    * @param schemaResource the schema file that creates the table in this dialect, on the classpath
    * @param purgeSql the retention purge's statements in this dialect
    * @param adminSql the admin operations' statements in this dialect
+   * @param recordSql the statements on one record in this dialect
    */
   protected Dialect(
-      StoreCalls calls, Logger log, String schemaResource, PurgeSql purgeSql, AdminSql adminSql) {
+      StoreCalls calls,
+      Logger log,
+      String schemaResource,
+      PurgeSql purgeSql,
+      AdminSql adminSql,
+      RecordSql recordSql) {
     this.calls = calls;
     this.log = log;
     this.schemaResource = schemaResource;
     this.purgeSql = purgeSql;
     this.adminSql = adminSql;
+    this.recordSql = recordSql;
   }
 
   /**
@@ -198,11 +217,11 @@ public abstract class Dialect {
 
   /**
    * Marks FAILED, in the caller's transaction, a claim made in it whose handler threw (see {@link
-   * #failInTransactionSql}); whether its row was found.
+   * RecordSql#failInTransaction}); whether its row was found.
    */
   public final boolean failInTransaction(
       Connection connection, ClaimResult.Claimed claim, String error) throws SQLException {
-    try (PreparedStatement update = calls.prepare(connection, failInTransactionSql())) {
+    try (PreparedStatement update = calls.prepare(connection, recordSql.failInTransaction())) {
       setError(update, 1, StoredText.storable(error, StoredText.MAX_ERROR_LENGTH));
       update.setString(2, claim.key().bizType());
       update.setString(3, claim.key().bizKey());
@@ -214,20 +233,13 @@ public abstract class Dialect {
 
   /**
    * Binds the error of a FAILED record where this dialect's statements take it (see {@link
-   * #failInTransactionSql}), an admin release's note as well ({@link AdminSql#release}); as text by
-   * default.
+   * RecordSql#failInTransaction}), an admin release's note as well ({@link AdminSql#release}); as
+   * text by default.
    */
   public void setError(PreparedStatement statement, int index, @Nullable String error)
       throws SQLException {
     statement.setString(index, error);
   }
-
-  /**
-   * Marks FAILED a key claimed in the caller's transaction (written SUCCESS there) whose handler
-   * threw, by (error, type, key, attempts, claim id): in that same transaction, so that it stays as
-   * written only if the caller commits anyway.
-   */
-  protected abstract String failInTransactionSql();
 
   /**
    * Whether the open transaction still holds the record that a claim in it wrote (see {@link
@@ -242,7 +254,7 @@ public abstract class Dialect {
 
   /** The record of {@code key}, if any. */
   public @Nullable DedupRecord find(Connection connection, DedupKey key) throws SQLException {
-    try (PreparedStatement statement = calls.prepare(connection, findSql())) {
+    try (PreparedStatement statement = calls.prepare(connection, recordSql.find())) {
       statement.setString(1, key.bizType());
       statement.setString(2, key.bizKey());
       try (ResultSet row = statement.executeQuery()) {
@@ -261,9 +273,6 @@ public abstract class Dialect {
     statement.setString(index, key.bizType());
     statement.setString(index + 1, key.bizKey());
   }
-
-  /** Selects one record's columns as {@link #record} reads them, binding (type, key). */
-  protected abstract String findSql();
 
   /**
    * Deletes up to {@code limit} expired records, oldest first, skipping the rows other transactions

@@ -48,14 +48,20 @@ public final class MySqlDialect extends Dialect {
   private final MySqlSql sql;
 
   public MySqlDialect(StoreCalls calls, String table, String schemaResource, Logger log) {
+    this(calls, table, schemaResource, log, new MySqlSql(table));
+  }
+
+  private MySqlDialect(
+      StoreCalls calls, String table, String schemaResource, Logger log, MySqlSql sql) {
     super(
         calls,
         log,
         schemaResource,
         new PurgeSql(table, false),
-        new AdminSql(table, MySqlSql.NOW, MySqlSql.NOW_PLUS_MS, MySqlSql.ERROR_TEXT));
+        new AdminSql(table, MySqlSql.NOW, MySqlSql.NOW_PLUS_MS, MySqlSql.ERROR_TEXT),
+        new RecordSql(sql.find, sql.failInTransaction));
     this.table = table;
-    this.sql = new MySqlSql(table);
+    this.sql = sql;
   }
 
   /**
@@ -454,16 +460,6 @@ public final class MySqlDialect extends Dialect {
       throws SQLException {
     statement.setBytes(
         index, error == null ? null : error.getBytes(java.nio.charset.StandardCharsets.UTF_8));
-  }
-
-  @Override
-  protected String findSql() {
-    return sql.find;
-  }
-
-  @Override
-  protected String failInTransactionSql() {
-    return sql.failInTransaction;
   }
 
   /** The oldest expired rows, as a batch of the janitor from the start of the table. */

@@ -50,7 +50,7 @@ public final class MySqlSql {
   /** Fenced as {@link #complete}; binds the error and the retention in ms first. */
   public final String fail;
 
-  /** {@code Dialect#failInTransactionSql} in this dialect. */
+  /** {@code Dialect.RecordSql#failInTransaction} in this dialect. */
   public final String failInTransaction;
 
   /** Fenced by (type, key, token, claim id); binds the lease in ms first. */

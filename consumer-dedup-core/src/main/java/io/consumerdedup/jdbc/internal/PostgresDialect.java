@@ -50,14 +50,20 @@ public final class PostgresDialect extends Dialect {
   private final PostgresSql sql;
 
   public PostgresDialect(StoreCalls calls, String table, String schemaResource, Logger log) {
+    this(calls, table, schemaResource, log, new PostgresSql(table));
+  }
+
+  private PostgresDialect(
+      StoreCalls calls, String table, String schemaResource, Logger log, PostgresSql sql) {
     super(
         calls,
         log,
         schemaResource,
         new PurgeSql(table, true),
-        new AdminSql(table, "now()", "now() + ? * interval '1 millisecond'", "?"));
+        new AdminSql(table, "now()", "now() + ? * interval '1 millisecond'", "?"),
+        new RecordSql(sql.find, sql.failInTransaction));
     this.table = table;
-    this.sql = new PostgresSql(table);
+    this.sql = sql;
   }
 
   /**
@@ -530,16 +536,6 @@ public final class PostgresDialect extends Dialect {
         statement.setArray(index++, values);
       }
     }
-  }
-
-  @Override
-  protected String findSql() {
-    return sql.find;
-  }
-
-  @Override
-  protected String failInTransactionSql() {
-    return sql.failInTransaction;
   }
 
   /** One statement, {@link PostgresSql#purge}, run as {@link #purgeText} says. */

@@ -121,7 +121,7 @@ public final class PostgresSql {
    */
   public final Keyed fail;
 
-  /** {@code Dialect#failInTransactionSql} in this dialect. */
+  /** {@code Dialect.RecordSql#failInTransaction} in this dialect. */
   public final String failInTransaction;
 
   /**

@@ -130,14 +130,23 @@ public final class SqlStates {
 
   private static final Pattern JDBC_URL = Pattern.compile("jdbc:[^\\s,;()]+");
 
-  private static final Pattern PASSWORD = Pattern.compile("((?i)password=)[^&;]*");
+  /** Where a URL shown in a message ends, past its masked password. */
+  private static final Pattern LINE_END = Pattern.compile("[\\r\\n]");
+
+  private static final Pattern URL_END = Pattern.compile("[\\s,;()]");
+
+  private static final Pattern PASSWORD = Pattern.compile("((?i)password=)[^&;\\r\\n]*");
 
   /**
    * A password in a URL's authority ({@code //user:password@host}), which MySQL's and MariaDB's
-   * drivers take as a {@code password=} parameter. Up to the last '@' before the query: a password
-   * typed with an '@' or a '/' in it, not percent-encoded, was otherwise masked only up to that.
+   * drivers take as a {@code password=} parameter; or before the host of an Oracle-style {@code
+   * jdbc:oracle:thin:user/password@host}. Up to the last '@' of the line: a password is typed with
+   * any character in it, not percent-encoded, and one that stopped the mask early (an '@', '/',
+   * '?', '#', ',', ';', a parenthesis or whitespace) left the rest of the password in the message.
+   * A '@' later in the line (in a parameter) masks the host too, which is the safe side.
    */
-  private static final Pattern AUTHORITY_PASSWORD = Pattern.compile("(//[^/:@?#]*:)[^?#]*@");
+  private static final Pattern AUTHORITY_PASSWORD =
+      Pattern.compile("^(jdbc:[^\\s/]*//[^/:@?#\\s]*:|jdbc:(?:[\\w.-]+:)+[^/:@\\s]+/)[^\\r\\n]*@");
 
   /** How deep the causes of a failed connection are searched for the driver's refusal. */
   private static final int MAX_CAUSES = 16;
@@ -265,10 +274,7 @@ public final class SqlStates {
               || message.contains("claims to not accept jdbcUrl");
       Matcher named = JDBC_URL.matcher(message);
       if (url == null && named.find()) {
-        url =
-            AUTHORITY_PASSWORD
-                .matcher(PASSWORD.matcher(named.group()).replaceAll("$1***"))
-                .replaceAll("$1***@");
+        url = masked(message.substring(named.start()));
       }
     }
     if (!refused) {
@@ -282,6 +288,23 @@ public final class SqlStates {
             + " This is not an outage that records could wait out: no try would ever connect",
         null,
         null);
+  }
+
+  /**
+   * The JDBC URL that {@code text} starts with, its password masked. The password is looked for in
+   * the rest of the line, not in the URL as a delimiter ends it: a password holding one was shown
+   * from there on.
+   */
+  private static String masked(String text) {
+    Matcher line = LINE_END.matcher(text);
+    String rest = line.find() ? text.substring(0, line.start()) : text;
+    String masked =
+        PASSWORD
+            .matcher(AUTHORITY_PASSWORD.matcher(rest).replaceFirst("$1***@"))
+            .replaceAll("$1***");
+    Matcher end = URL_END.matcher(masked);
+    int lastMask = masked.lastIndexOf("***");
+    return end.find(lastMask < 0 ? 0 : lastMask) ? masked.substring(0, end.start()) : masked;
   }
 
   /**

@@ -3,7 +3,6 @@ package io.consumerdedup.spring.autoconfigure;
 import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.SqlDialect;
-import io.consumerdedup.jdbc.internal.PostgresPooler;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
@@ -101,37 +100,35 @@ public final class DedupSchemaInitializer implements InitializingBean {
             null,
             null);
       }
-      boolean autoCommit = connection.getAutoCommit();
-      // Behind a pooler in transaction mode, pgjdbc's named statements (its COMMIT is named from
-      // the first one) meet another client's of the same name on the shared server connection.
-      int prepareThreshold =
-          PostgresPooler.detect(connection) ? PostgresPooler.unnameStatements(connection) : -1;
-      connection.setAutoCommit(false);
-      try {
-        try (PreparedStatement lock =
-            connection.prepareStatement("SELECT pg_advisory_xact_lock(hashtext(?))")) {
-          lock.setString(1, "consumer-dedup schema " + tableName);
-          lock.execute();
-        }
-        if (exists(connection)) {
-          connection.commit();
-          log.debug("Dedup table {} exists; schema initialization skipped", tableName);
-          return false;
-        }
-        ScriptUtils.executeSqlScript(
-            connection, new ByteArrayResource(ddl(tableName).getBytes(StandardCharsets.UTF_8)));
-        connection.commit();
-        log.info("Created dedup table {} from {}", tableName, SCRIPT);
-        return true;
-      } catch (SQLException | RuntimeException e) {
-        connection.rollback();
-        throw e;
-      } finally {
-        connection.setAutoCommit(autoCommit);
-        if (prepareThreshold >= 0) {
-          PostgresPooler.setPrepareThreshold(connection, prepareThreshold);
-        }
+      // Behind a pooler in transaction mode, the store's own way: unnamed statements.
+      return JdbcDedupStore.withStatementsAsTheStoreMakesThem(connection, this::createIfAbsent);
+    }
+  }
+
+  private boolean createIfAbsent(Connection connection) throws SQLException {
+    boolean autoCommit = connection.getAutoCommit();
+    connection.setAutoCommit(false);
+    try {
+      try (PreparedStatement lock =
+          connection.prepareStatement("SELECT pg_advisory_xact_lock(hashtext(?))")) {
+        lock.setString(1, "consumer-dedup schema " + tableName);
+        lock.execute();
       }
+      if (exists(connection)) {
+        connection.commit();
+        log.debug("Dedup table {} exists; schema initialization skipped", tableName);
+        return false;
+      }
+      ScriptUtils.executeSqlScript(
+          connection, new ByteArrayResource(ddl(tableName).getBytes(StandardCharsets.UTF_8)));
+      connection.commit();
+      log.info("Created dedup table {} from {}", tableName, SCRIPT);
+      return true;
+    } catch (SQLException | RuntimeException e) {
+      connection.rollback();
+      throw e;
+    } finally {
+      connection.setAutoCommit(autoCommit);
     }
   }
 
