@@ -6,6 +6,7 @@ import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.ShareInFlight.Decision;
 import io.consumerdedup.kafka.ShareInFlight.Id;
+import io.consumerdedup.kafka.internal.FirstFailure;
 import io.consumerdedup.kafka.internal.LostLines;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.time.Duration;
@@ -496,13 +497,13 @@ final class ShareWorker<K, V> implements Runnable {
           // Stopping here left the batch's other records undecided: their
           // owner closes and the broker counts their delivery, so a loop that ended on an Error
           // again and again had the broker archive a healthy record of the batch unapplied.
-          error = firstOf(error, e);
+          error = FirstFailure.of(error, e);
         }
       }
     } catch (Error e) {
       // As the batch was prepared, or a record looked up: what was prepared is settled all the
       // same.
-      error = firstOf(error, e);
+      error = FirstFailure.of(error, e);
     } finally {
       Set<ConsumerRecord<K, V>> unrecorded = Collections.newSetFromMap(new IdentityHashMap<>());
       try {
@@ -519,7 +520,7 @@ final class ShareWorker<K, V> implements Runnable {
         // duplicate then accepted. Thrown from here, this Error took the place of a handler's
         // (the log named the wrong one) and left the processed records with no decision at all.
         unrecorded.addAll(processed);
-        error = firstOf(error, e);
+        error = FirstFailure.of(error, e);
       }
       for (ConsumerRecord<K, V> record : processed) {
         if (unrecorded.contains(record)) {
@@ -535,17 +536,6 @@ final class ShareWorker<K, V> implements Runnable {
     if (error != null) {
       throw error;
     }
-  }
-
-  /** The first Error of a batch, the later ones suppressed in it. */
-  private static Error firstOf(@Nullable Error first, Error next) {
-    if (first == null) {
-      return next;
-    }
-    if (first != next) {
-      first.addSuppressed(next);
-    }
-    return first;
   }
 
   /**

@@ -3,7 +3,6 @@ package io.consumerdedup.spring.autoconfigure;
 import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.context.SmartLifecycle;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
-import org.springframework.kafka.listener.AbstractMessageListenerContainer;
 
 /**
  * Tells the {@code @Idempotent} share listeners that the application stops, just before the
@@ -46,11 +45,7 @@ final class ShareListenersStopFirst implements SmartLifecycle {
   /** Just after the containers', which start in the registry's or the containers' own phase. */
   @Override
   public int getPhase() {
-    KafkaListenerEndpointRegistry endpoints = registry.getIfAvailable();
-    int containers =
-        endpoints == null
-            ? AbstractMessageListenerContainer.DEFAULT_PHASE
-            : Math.max(endpoints.getPhase(), AbstractMessageListenerContainer.DEFAULT_PHASE);
+    int containers = ContainerPhases.of(registry.getIfAvailable(), Math::max);
     return containers == Integer.MAX_VALUE ? containers : containers + 1;
   }
 }

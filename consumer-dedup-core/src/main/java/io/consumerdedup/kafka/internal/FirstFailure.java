@@ -1,0 +1,22 @@
+package io.consumerdedup.kafka.internal;
+
+import org.jspecify.annotations.Nullable;
+
+/** Of the failures met one after another before one is thrown, the first, the later suppressed. */
+public final class FirstFailure {
+  private FirstFailure() {}
+
+  /**
+   * {@code first}, with {@code next} suppressed in it, or {@code next} if there was none yet; the
+   * same throwable met twice is not suppressed in itself, which {@code addSuppressed} refuses.
+   */
+  public static <T extends Throwable> T of(@Nullable T first, T next) {
+    if (first == null) {
+      return next;
+    }
+    if (first != next) {
+      first.addSuppressed(next);
+    }
+    return first;
+  }
+}
