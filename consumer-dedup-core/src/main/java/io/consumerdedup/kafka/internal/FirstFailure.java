@@ -15,7 +15,12 @@ public final class FirstFailure {
       return next;
     }
     if (first != next) {
-      first.addSuppressed(next);
+      try {
+        first.addSuppressed(next); // allocates the list on the first call
+      } catch (Throwable noRoom) {
+        // a second OutOfMemoryError here must not take the place of the first; only this trace is
+        // lost
+      }
     }
     return first;
   }

@@ -1,5 +1,7 @@
 package io.consumerdedup.spring.internal;
 
+import io.consumerdedup.kafka.internal.FirstFailure;
+
 /**
  * Runs a step for each index of a range whatever the step threw for another index, then rethrows
  * the first throwable, the later ones suppressed in it: the outcomes of a batch's records are each
@@ -32,11 +34,7 @@ public final class EachRegardless {
       try {
         step.run(target, argument, i);
       } catch (RuntimeException | Error e) {
-        if (first == null) {
-          first = e;
-        } else if (first != e) {
-          suppress(first, e);
-        }
+        first = FirstFailure.of(first, e);
       }
     }
     if (first instanceof Error error) {
@@ -44,14 +42,6 @@ public final class EachRegardless {
     }
     if (first != null) {
       throw (RuntimeException) first;
-    }
-  }
-
-  private static void suppress(Throwable first, Throwable later) {
-    try {
-      first.addSuppressed(later); // allocates the list on the first call
-    } catch (Throwable noRoom) {
-      // a second OutOfMemoryError here must not skip the later steps; only this trace is lost
     }
   }
 }
