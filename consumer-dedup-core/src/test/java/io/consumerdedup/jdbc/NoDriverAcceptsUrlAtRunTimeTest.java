@@ -116,6 +116,10 @@ class NoDriverAcceptsUrlAtRunTimeTest {
             List.of("jdbc:postgres://h/test?user=app&password=hun ter2", "password=***"),
             List.of("jdbc:postgres://h/test?user=app&password=hun,ter2", "password=***"),
             List.of("jdbc:postgres://h/test?user=app&password=hun(ter2)", "password=***"),
+            List.of("jdbc:postgres://h:5432/test?user=app&password=hun@ter2", "password=***"),
+            List.of(
+                "jdbc:mysq://127.0.0.1:3306/test?password=hun@ter2&user=app",
+                "jdbc:mysq://127.0.0.1:3306/test?password=***&user=app"),
             List.of(
                 "jdbc:oracle:thin:app/hunter2@127.0.0.1:1521/orcl", "jdbc:oracle:thin:app/***@"),
             List.of(

@@ -298,10 +298,13 @@ public final class SqlStates {
   private static String masked(String text) {
     Matcher line = LINE_END.matcher(text);
     String rest = line.find() ? text.substring(0, line.start()) : text;
+    // password= first: the authority's mask runs to the last '@' of the line, and from the port's
+    // ':' of a URL whose only '@' is in a password= parameter it swallowed that parameter's name
+    // and showed the password's rest.
     String masked =
-        PASSWORD
-            .matcher(AUTHORITY_PASSWORD.matcher(rest).replaceFirst("$1***@"))
-            .replaceAll("$1***");
+        AUTHORITY_PASSWORD
+            .matcher(PASSWORD.matcher(rest).replaceAll("$1***"))
+            .replaceFirst("$1***@");
     Matcher end = URL_END.matcher(masked);
     int lastMask = masked.lastIndexOf("***");
     return end.find(lastMask < 0 ? 0 : lastMask) ? masked.substring(0, end.start()) : masked;
