@@ -7,6 +7,7 @@ import io.consumerdedup.jdbc.JdbcDedupStore;
 import javax.sql.DataSource;
 import org.springframework.beans.factory.ListableBeanFactory;
 import org.springframework.beans.factory.ObjectProvider;
+import org.springframework.beans.factory.config.ConfigurableListableBeanFactory;
 import org.springframework.boot.actuate.autoconfigure.endpoint.condition.ConditionalOnAvailableEndpoint;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
@@ -61,15 +62,37 @@ public class ConsumerDedupActuatorAutoConfiguration {
         ConsumerDedupProperties properties,
         ObjectProvider<DataSource> dataSources,
         ListableBeanFactory beanFactory) {
-      DataSource dataSource;
-      try {
-        dataSource =
-            ConsumerDedupAutoConfiguration.dedupDataSource(dataSources, beanFactory, properties);
-      } catch (RuntimeException e) {
-        dataSource = null; // the store's own, of the application's choosing: no lock looked for
+      DataSource dataSource = null; // no lock looked for, the probes through the store itself
+      if (storeBuiltHere(beanFactory)) {
+        try {
+          dataSource =
+              ConsumerDedupAutoConfiguration.dedupDataSource(dataSources, beanFactory, properties);
+        } catch (RuntimeException e) {
+          // none to be told apart: as for a store of the application's own
+        }
       }
       return new ConsumerDedupHealthIndicator(
           store, janitor.getIfUnique(), properties.getHealthTimeout(), dataSource);
+    }
+
+    /**
+     * Whether the store is the one {@link ConsumerDedupAutoConfiguration} built over the DataSource
+     * it picks. A store of the application's own may be over another DataSource (not a bean, or not
+     * the primary one): probes over the picked one then checked another database's table, DOWN for
+     * a table that works or UP for one that does not.
+     */
+    private static boolean storeBuiltHere(ListableBeanFactory beanFactory) {
+      if (!(beanFactory instanceof ConfigurableListableBeanFactory configurable)) {
+        return false;
+      }
+      String[] stores = configurable.getBeanNamesForType(JdbcDedupStore.class, false, false);
+      String[] configurations =
+          configurable.getBeanNamesForType(ConsumerDedupAutoConfiguration.class, false, false);
+      return stores.length == 1
+          && configurations.length == 1
+          && configurable.containsBeanDefinition(stores[0])
+          && configurations[0].equals(
+              configurable.getBeanDefinition(stores[0]).getFactoryBeanName());
     }
   }
 }
