@@ -124,7 +124,9 @@ public final class DedupSchemaInitializer implements InitializingBean {
       connection.commit();
       log.info("Created dedup table {} from {}", tableName, SCRIPT);
       return true;
-    } catch (SQLException | RuntimeException e) {
+    } catch (SQLException | RuntimeException | Error e) {
+      // An Error too: the finally's setAutoCommit(true) commits what is open, a table without its
+      // index, which every later start would then take for a table created whole.
       connection.rollback();
       throw e;
     } finally {

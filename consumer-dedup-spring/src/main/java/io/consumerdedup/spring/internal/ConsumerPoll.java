@@ -1,6 +1,7 @@
 package io.consumerdedup.spring.internal;
 
 import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.kafka.internal.FirstFailure;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
@@ -115,10 +116,9 @@ public final class ConsumerPoll {
       try {
         releaseClaims();
       } catch (Error e) {
-        // What the listener threw goes on: the container's retry and dead-letter decisions read it.
-        if (e != error) {
-          error.addSuppressed(e);
-        }
+        // What the listener threw goes on: the container's retry and dead-letter decisions read it
+        // (an OutOfMemoryError recording this one must not take its place).
+        FirstFailure.of(error, e);
       }
     }
   }
@@ -216,11 +216,7 @@ public final class ConsumerPoll {
       } catch (Error e) {
         // Such as an OutOfMemoryError: thrown at once, it left the other listeners' claims held,
         // their records told "in progress" by this very consumer until their leases ran out.
-        if (error == null) {
-          error = e;
-        } else if (error != e) {
-          error.addSuppressed(e);
-        }
+        error = FirstFailure.of(error, e);
       }
     }
     if (error != null) {
