@@ -125,9 +125,6 @@ public final class IdempotentListenerInterceptor {
   /** How often the wait for a listener's future looks whether its container is stopping. */
   private static final Duration STOP_CHECK = Duration.ofMillis(100);
 
-  /** The class whose task {@code CompletableFuture.orTimeout} completes a future from. */
-  private static final String ORTIMEOUT_TASK = "java.util.concurrent.CompletableFuture$Timeout";
-
   private final IdempotentExecutors executors;
   private final MissingKeyPolicy defaultMissingKeyPolicy;
   private final AttemptLimit attempts;
@@ -842,7 +839,7 @@ public final class IdempotentListenerInterceptor {
             + listener
             + (givenUp instanceof CancellationException
                 ? " was cancelled, which does not stop the work behind it"
-                : " timed out (orTimeout), which does not stop the work behind it")
+                : " timed out, which does not stop the work behind it")
             + ": its lease is no longer renewed, and the record is retried once the lease has run"
             + " out (as after a crash), not beside work that may still apply its effect. Complete"
             + " the future exceptionally with the failure instead, once the work has stopped, to"
@@ -853,22 +850,16 @@ public final class IdempotentListenerInterceptor {
   }
 
   /**
-   * Whether the listener's future failed with {@code cause} without its work having ended: it was
-   * cancelled, or {@code orTimeout} completed it. Told by where the {@code TimeoutException} was
-   * made (orTimeout's timer task makes a bare one): one that the work itself failed with (a call it
-   * waited on timed out) ends that work, and is a failure retried at once as any other. Without a
-   * stack trace (a JVM run with {@code -XX:-StackTraceInThrowable}) it cannot be told apart, and is
-   * taken as the work's.
+   * Whether the listener's future failed with {@code cause} perhaps without its work having ended:
+   * it was cancelled, or a timeout gave up on it ({@code orTimeout}, another library's time
+   * limiter, a scheduler of the application's own), none of which stops the work. Where it was made
+   * cannot tell a timeout that gave up from one the work itself ended with: taken for the work's, a
+   * given-up future was retried beside the work still running, applying its record twice; taken for
+   * a given-up one, the work's own timeout waits for the lease before its retry. The second is the
+   * one that costs no double charge.
    */
   private static boolean givenUpOn(Throwable cause) {
-    if (cause instanceof CancellationException) {
-      return true;
-    }
-    if (!(cause instanceof TimeoutException) || cause.getMessage() != null) {
-      return false;
-    }
-    StackTraceElement[] made = cause.getStackTrace();
-    return made.length > 0 && ORTIMEOUT_TASK.equals(made[0].getClassName());
+    return cause instanceof CancellationException || cause instanceof TimeoutException;
   }
 
   /** A future that completes once the listener's does and its outcome is written. */

@@ -9,8 +9,6 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import java.time.Duration;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CompletionException;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.atomic.AtomicBoolean;
@@ -33,12 +31,11 @@ import org.springframework.test.context.DynamicPropertySource;
 /**
  * An {@code @Idempotent} listener returning a {@code CompletableFuture}, outside any transaction of
  * its container, whose future is given up on while the work behind it still runs: the application
- * cancels it (its own timeout gives up on the call), or {@code orTimeout} completes it with a bare
- * {@code TimeoutException}. Neither stops anything, and the work applies its effect after all. The
- * redelivery must not run the listener beside that work: it is held until the key's lease has run
- * out, as after a crash. A {@code TimeoutException} the work itself failed with (a call it waited
- * on timed out) ends that work, and is still retried at once. A real PostgreSQL and the in-JVM
- * broker, at the library's defaults otherwise.
+ * cancels it (its own timeout gives up on the call), {@code orTimeout} completes it with a bare
+ * {@code TimeoutException}, or another library's time limiter fails a future of its own with one.
+ * None stops anything, and the work applies its effect after all. The redelivery must not run the
+ * listener beside that work: it is held until the key's lease has run out, as after a crash. A real
+ * PostgreSQL and the in-JVM broker, at the library's defaults otherwise.
  */
 @SpringBootTest(
     classes = AsyncListenerCancelledWorkRunningTest.App.class,
@@ -78,27 +75,9 @@ class AsyncListenerCancelledWorkRunningTest {
   }
 
   @Test
-  void aTimeoutExceptionTheWorkItselfFailedWithIsRetriedAtOnce() throws Exception {
-    long offset =
-        SpringTestEnvironment.send(template, WORK_TIMEOUT_TOPIC, "order U-1", "order-no", "U-1");
-
-    await()
-        .atMost(WAIT)
-        .untilAsserted(
-            () ->
-                assertThat(status(WORK_TIMEOUT_TOPIC, "U-1"))
-                    .as("the key of U-1")
-                    .isEqualTo(DedupStatus.SUCCESS));
-    assertThat(Listeners.workTimeoutCalls).as("the failed call, then the redelivery").hasValue(2);
-    assertThat(Duration.ofNanos(Listeners.retriedAt - Listeners.failedAt))
-        .as("from the work's TimeoutException to the redelivery's call (lease %ss)", LEASE_SECONDS)
-        .isLessThan(Duration.ofSeconds(LEASE_SECONDS - 2));
-    await()
-        .atMost(WAIT)
-        .until(
-            () ->
-                SpringTestEnvironment.committed(WORK_TIMEOUT_TOPIC, WORK_TIMEOUT_TOPIC, 0)
-                    > offset);
+  void aFutureTimedOutByAnotherLibrarysTimeLimiterWhileItsWorkRunsLeavesItsKeyToItsLease()
+      throws Exception {
+    assertLeftToLease(WORK_TIMEOUT_TOPIC, "U-1", Listeners.LIMITED, "time-limited");
   }
 
   private void assertLeftToLease(String topic, String orderNo, WorkRunning work, String givenUp)
@@ -173,9 +152,7 @@ class AsyncListenerCancelledWorkRunningTest {
   static class Listeners {
     static final WorkRunning CANCELLED = new WorkRunning();
     static final WorkRunning TIMED_OUT = new WorkRunning();
-    static final AtomicInteger workTimeoutCalls = new AtomicInteger();
-    static volatile long failedAt;
-    static volatile long retriedAt;
+    static final WorkRunning LIMITED = new WorkRunning();
 
     private final JdbcTemplate jdbc;
 
@@ -220,23 +197,34 @@ class AsyncListenerCancelledWorkRunningTest {
 
     @Idempotent(bizType = WORK_TIMEOUT_TOPIC, header = "order-no")
     @KafkaListener(id = WORK_TIMEOUT_TOPIC, topics = WORK_TIMEOUT_TOPIC)
-    public CompletableFuture<String> payThroughACallThatTimesOut(
-        ConsumerRecord<String, String> record) {
-      String orderNo = SpringTestEnvironment.header(record, "order-no");
-      if (workTimeoutCalls.incrementAndGet() > 1) {
-        retriedAt = System.nanoTime();
-        return CompletableFuture.completedFuture(orderNo);
-      }
-      return CompletableFuture.supplyAsync(
-          () -> {
-            try {
-              // The call the work waits on times out, and the work ends with that failure.
-              return new CompletableFuture<String>().get(50, TimeUnit.MILLISECONDS);
-            } catch (TimeoutException | InterruptedException | ExecutionException e) {
-              failedAt = System.nanoTime();
-              throw new CompletionException(e);
+    public CompletableFuture<String> payWithinATimeLimiter(ConsumerRecord<String, String> record) {
+      return LIMITED.call(jdbc, WORK_TIMEOUT_TOPIC, record, Listeners::limitSoon);
+    }
+
+    /**
+     * A time limiter of another library's making (resilience4j's, a scheduler of the application's
+     * own): its own future, failed with a {@code TimeoutException} that has a message, while the
+     * call's work runs on.
+     */
+    private static CompletableFuture<String> limitSoon(CompletableFuture<String> call) {
+      CompletableFuture<String> limited = new CompletableFuture<>();
+      call.whenComplete(
+          (value, error) -> {
+            if (error == null) {
+              limited.complete(value);
+            } else {
+              limited.completeExceptionally(error);
             }
           });
+      CompletableFuture.delayedExecutor(200, TimeUnit.MILLISECONDS)
+          .execute(
+              () -> {
+                if (limited.completeExceptionally(
+                    new TimeoutException("TimeLimiter 'payments' recorded a timeout exception."))) {
+                  LIMITED.givenUp.incrementAndGet();
+                }
+              });
+      return limited;
     }
   }
 
