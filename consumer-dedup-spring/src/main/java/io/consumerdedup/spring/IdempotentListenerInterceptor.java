@@ -737,18 +737,21 @@ public final class IdempotentListenerInterceptor {
         }
       }
     } catch (CancellationException cancelled) {
-      // The listener's future was cancelled: its failure, as any other. Thrown from the wait past
-      // the failure's handling below, it left the claim open in a transaction of the container
-      // (whose future is waited for as it is, not through settledWhenDone): PROCESSING under a
-      // lease renewed for as long as the process lived, every redelivery told "in progress".
+      // Waited for as it is in a transaction of the container (not through settledWhenDone),
+      // whose rollback does not stop the work behind it either: that work runs on the
+      // application's own thread and commits its effects anyway. Recorded FAILED, the
+      // after-rollback seek ran the listener again at once, beside it; never settled, the claim
+      // stayed PROCESSING under a lease renewed for as long as the process lived.
       if (settleHere != null) {
-        pending.listenerFailed(cancelled);
-        settleHere.run();
+        pending.leaveToLease();
       }
-      throw attempts.toThrow(claim, cancelled);
+      throw givenUpWhileRunning(listener, claim, cancelled);
     } catch (ExecutionException e) {
       Throwable cause = e.getCause();
-      if (settleHere == null && cause != null && givenUpOn(cause)) {
+      if (cause != null && givenUpOn(cause)) {
+        if (settleHere != null) {
+          pending.leaveToLease(); // see the CancellationException above
+        }
         throw givenUpWhileRunning(listener, claim, cause);
       }
       if (settleHere != null) {
@@ -823,12 +826,13 @@ public final class IdempotentListenerInterceptor {
   }
 
   /**
-   * The listener's future, outside a transaction of the container, was given up on: cancelled (by
-   * the application, or a timeout of its own), or timed out by {@code orTimeout}. Neither stops
-   * anything, so the work behind it may still run and apply its effect. Recorded FAILED, the
-   * redelivery ran the listener at once, beside that work. Its outcome unknown, the key is left to
-   * its lease (no longer renewed, see {@link ListenerOutcomes.Pending#leaveToLease}), as after a
-   * crash: the redelivery waits until the lease has run out, then takes the key over.
+   * The listener's future was given up on: cancelled (by the application, or a timeout of its own),
+   * or failed with a {@code TimeoutException} ({@link #givenUpOn}). None stops anything, nor does
+   * the rollback of a transaction of the container, so the work behind it may still run and apply
+   * its effect. Recorded FAILED, the redelivery ran the listener at once, beside that work. Its
+   * outcome unknown, the key is left to its lease (no longer renewed, see {@link
+   * ListenerOutcomes.Pending#leaveToLease}), as after a crash: the redelivery waits until the lease
+   * has run out, then takes the key over.
    */
   private static AsyncListenerTimeoutException givenUpWhileRunning(
       IdempotentListenerMethod listener, DedupClaim claim, Throwable givenUp) {
