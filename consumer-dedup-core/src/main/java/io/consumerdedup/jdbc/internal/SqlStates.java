@@ -130,23 +130,21 @@ public final class SqlStates {
 
   private static final Pattern JDBC_URL = Pattern.compile("jdbc:[^\\s,;()]+");
 
-  /** Where a URL shown in a message ends, past its masked password. */
   private static final Pattern LINE_END = Pattern.compile("[\\r\\n]");
 
-  private static final Pattern URL_END = Pattern.compile("[\\s,;()]");
-
-  private static final Pattern PASSWORD = Pattern.compile("((?i)password=)[^&;\\r\\n]*");
+  /**
+   * A URL's scheme: its subprotocol, and the names after it only when an authority ({@code //})
+   * follows them, so that an Oracle-style {@code jdbc:oracle:thin:app/secret@host} shows {@code
+   * jdbc:oracle:}.
+   */
+  private static final Pattern SCHEME =
+      Pattern.compile("jdbc:[A-Za-z][\\w.+-]*:(?:(?:[A-Za-z][\\w.+-]*:)*//)?");
 
   /**
-   * A password in a URL's authority ({@code //user:password@host}), which MySQL's and MariaDB's
-   * drivers take as a {@code password=} parameter; or before the host of an Oracle-style {@code
-   * jdbc:oracle:thin:user/password@host}. Up to the last '@' of the line: a password is typed with
-   * any character in it, not percent-encoded, and one that stopped the mask early (an '@', '/',
-   * '?', '#', ',', ';', a parenthesis or whitespace) left the rest of the password in the message.
-   * A '@' later in the line (in a parameter) masks the host too, which is the safe side.
+   * A host (a name, an IPv4 or a bracketed IPv6 address) and its port, where the authority ends.
    */
-  private static final Pattern AUTHORITY_PASSWORD =
-      Pattern.compile("^(jdbc:[^\\s/]*//[^/:@?#\\s]*:|jdbc:(?:[\\w.-]+:)+[^/:@\\s]+/)[^\\r\\n]*@");
+  private static final Pattern HOST =
+      Pattern.compile("(?:[\\w.-]+|\\[[\\p{XDigit}:.]+])(?::\\d{1,5})?(?=[/?#,;\\s]|$)");
 
   /** How deep the causes of a failed connection are searched for the driver's refusal. */
   private static final int MAX_CAUSES = 16;
@@ -274,7 +272,7 @@ public final class SqlStates {
               || message.contains("claims to not accept jdbcUrl");
       Matcher named = JDBC_URL.matcher(message);
       if (url == null && named.find()) {
-        url = masked(message.substring(named.start()));
+        url = shown(message.substring(named.start()));
       }
     }
     if (!refused) {
@@ -282,7 +280,9 @@ public final class SqlStates {
     }
     return new DedupConfigurationException(
         "No JDBC driver accepts the URL of the dedup table's DataSource"
-            + (url == null ? "" : ", " + url)
+            + (url == null
+                ? ""
+                : ", " + url + " (the rest of it is not shown: it may hold a password)")
             + ": spell it as its driver does (jdbc:postgresql://host:5432/database,"
             + " jdbc:mariadb://..., jdbc:mysql://...) and put the driver's jar on the class path."
             + " This is not an outage that records could wait out: no try would ever connect",
@@ -291,23 +291,26 @@ public final class SqlStates {
   }
 
   /**
-   * The JDBC URL that {@code text} starts with, its password masked. The password is looked for in
-   * the rest of the line, not in the URL as a delimiter ends it: a password holding one was shown
-   * from there on.
+   * What of the JDBC URL that {@code text} starts with cannot hold a password: its scheme, and its
+   * host and port when nothing in the rest of the line could make them a user name and password.
+   * Masking the password by pattern missed a form at each try (a user name holding '@', a password
+   * holding '&', a {@code pwd=} parameter, MySQL's {@code (host=..,password=..)}), and drivers take
+   * more forms than a pattern can know: the rest of the URL is left out.
    */
-  private static String masked(String text) {
+  private static String shown(String text) {
     Matcher line = LINE_END.matcher(text);
     String rest = line.find() ? text.substring(0, line.start()) : text;
-    // password= first: the authority's mask runs to the last '@' of the line, and from the port's
-    // ':' of a URL whose only '@' is in a password= parameter it swallowed that parameter's name
-    // and showed the password's rest.
-    String masked =
-        AUTHORITY_PASSWORD
-            .matcher(PASSWORD.matcher(rest).replaceAll("$1***"))
-            .replaceFirst("$1***@");
-    Matcher end = URL_END.matcher(masked);
-    int lastMask = masked.lastIndexOf("***");
-    return end.find(lastMask < 0 ? 0 : lastMask) ? masked.substring(0, end.start()) : masked;
+    Matcher scheme = SCHEME.matcher(rest);
+    if (!scheme.lookingAt()) {
+      return "jdbc:";
+    }
+    // Any '@' (a user name's, a password's, or one in a parameter) leaves it unsure where the
+    // authority's user name and password end and the host begins.
+    if (!scheme.group().endsWith("//") || rest.indexOf('@') >= 0) {
+      return scheme.group();
+    }
+    Matcher host = HOST.matcher(rest).region(scheme.end(), rest.length());
+    return host.lookingAt() ? scheme.group() + host.group() : scheme.group();
   }
 
   /**
