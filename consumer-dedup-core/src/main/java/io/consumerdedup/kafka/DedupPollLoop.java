@@ -10,12 +10,13 @@ import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.Latches;
+import java.lang.ref.WeakReference;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
-import java.util.WeakHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicBoolean;
 import org.apache.kafka.clients.consumer.CloseOptions;
@@ -136,9 +137,10 @@ import org.slf4j.LoggerFactory;
  * configuration; with {@link #builder(Consumer, Collection, RecordProcessor)} that is the caller's
  * duty. The loop owns the consumer: it subscribes it to the topics, and closes it when it stops. No
  * other thread may use it meanwhile, and a consumer goes to one loop only: building a second loop
- * on it throws (a consumer is not safe for multi-threaded access, and two loops on one lose
- * records). Choose {@code max.poll.interval.ms} longer than the time to handle one poll's records
- * ({@code max.poll.records} of them).
+ * on the same consumer object throws (a consumer is not safe for multi-threaded access, and two
+ * loops on one lose records), unless the first was dropped without being run. Choose {@code
+ * max.poll.interval.ms} longer than the time to handle one poll's records ({@code max.poll.records}
+ * of them).
  *
  * <p>{@link #run()} polls until {@link #stop()} or {@link #close()} is called from another thread
  * (or the thread is interrupted); it then commits the offsets of the records that are done and
@@ -601,8 +603,14 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   /** Builds a {@link DedupPollLoop}; every setter validates its value at once. */
   public static final class Builder<K, V> {
-    /** The consumers handed to a loop; a consumer the application drops is forgotten with it. */
-    private static final Map<Consumer<?, ?>, Boolean> OWNED_CONSUMERS = new WeakHashMap<>();
+    /**
+     * The loops built on a consumer the application gave, held weakly: a loop dropped without being
+     * run (nothing can run it any more) leaves its consumer to the next loop once it is collected.
+     * Held by the consumer itself, a loop built and never run kept its consumer from every later
+     * loop for as long as the consumer lived.
+     */
+    private static final List<WeakReference<DedupPollLoop<?, ?>>> LOOPS_ON_GIVEN_CONSUMERS =
+        new ArrayList<>();
 
     private final @Nullable Consumer<K, V> consumer;
     private final @Nullable Map<String, Object> consumerConfig;
@@ -705,10 +713,15 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       Consumer<K, V> built =
           consumer != null ? consumer : new KafkaConsumer<>(Objects.requireNonNull(consumerConfig));
       String groupId = OffsetCommits.groupOf(built, consumer == null);
-      if (consumer != null) {
-        claimOwnership(consumer);
+      if (consumer == null) {
+        return new DedupPollLoop<>(this, built, groupId, deadLetters);
       }
-      return new DedupPollLoop<>(this, built, groupId, deadLetters);
+      synchronized (LOOPS_ON_GIVEN_CONSUMERS) {
+        refuseIfOwned(consumer);
+        DedupPollLoop<K, V> loop = new DedupPollLoop<>(this, built, groupId, deadLetters);
+        LOOPS_ON_GIVEN_CONSUMERS.add(new WeakReference<>(loop));
+        return loop;
+      }
     }
 
     /**
@@ -718,15 +731,20 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
      * could not seek back the records it had not reached, and the other loop's commits went past
      * them. Refused here, before either touches the consumer.
      */
-    private static void claimOwnership(Consumer<?, ?> consumer) {
-      synchronized (OWNED_CONSUMERS) {
-        if (OWNED_CONSUMERS.containsKey(consumer)) {
+    private static void refuseIfOwned(Consumer<?, ?> consumer) {
+      LOOPS_ON_GIVEN_CONSUMERS.removeIf(owner -> owner.get() == null);
+      for (WeakReference<DedupPollLoop<?, ?>> owner : LOOPS_ON_GIVEN_CONSUMERS) {
+        DedupPollLoop<?, ?> loop = owner.get();
+        // By identity: a consumer class whose equals compares its configuration took a second
+        // consumer for the first and refused its loop.
+        if (loop != null && loop.consumer == consumer) {
           throw new IllegalStateException(
               "This consumer was handed to another DedupPollLoop already, which polls, commits and"
                   + " closes it; a KafkaConsumer is not safe for multi-threaded access, and two"
-                  + " loops on one consumer lose records. Give each loop its own consumer");
+                  + " loops on one consumer lose records. Give each loop its own consumer. A loop"
+                  + " built and not run keeps its consumer until the application no longer"
+                  + " references it; close() it to close the consumer at once");
         }
-        OWNED_CONSUMERS.put(consumer, Boolean.TRUE);
       }
     }
   }

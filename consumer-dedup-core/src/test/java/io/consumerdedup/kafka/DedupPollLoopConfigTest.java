@@ -1,6 +1,8 @@
 package io.consumerdedup.kafka;
 
+import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.jdbc.JdbcDedupStore;
@@ -183,5 +185,74 @@ class DedupPollLoopConfigTest {
     assertThatThrownBy(loop::run)
         .isInstanceOf(IllegalStateException.class)
         .hasMessageContaining("runs once");
+  }
+
+  /**
+   * A loop built and dropped without being run (a start-up step after it failed, and the
+   * application built its loops again on the same consumer) kept its consumer for as long as the
+   * consumer lived: every later loop on it was refused, though nothing could run the first one.
+   */
+  @Test
+  void aLoopDroppedWithoutRunningLeavesItsConsumerToTheNextLoop() {
+    KafkaConsumer<String, String> consumer = new KafkaConsumer<>(config(false, "billing"));
+    DedupPollLoop.builder(consumer, List.of("payments"), handler)
+        .deadLetterHandler(DEAD_LETTERS)
+        .build();
+    DedupPollLoop<String, String>[] next = new DedupPollLoop[1];
+
+    await("a loop built on the consumer once the first, never run, is dropped")
+        .atMost(Duration.ofSeconds(20))
+        .ignoreExceptionsMatching(e -> e.getMessage().contains("another DedupPollLoop"))
+        .until(
+            () -> {
+              System.gc();
+              next[0] =
+                  DedupPollLoop.builder(consumer, List.of("payments"), handler)
+                      .deadLetterHandler(DEAD_LETTERS)
+                      .build();
+              return true;
+            });
+
+    next[0].close();
+    assertThatThrownBy(() -> consumer.poll(Duration.ZERO))
+        .as("the consumer, closed by the loop built last")
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("closed");
+  }
+
+  /**
+   * Consumers were told apart by their {@code equals}: an application's consumer class whose {@code
+   * equals} compares what it was configured with took a second consumer for the first, and its loop
+   * was refused as if both loops polled one consumer.
+   */
+  @Test
+  void twoConsumersThatAreEqualButDistinctEachGetALoop() {
+    try (DedupPollLoop<String, String> first =
+            DedupPollLoop.builder(new EqualConsumer(), List.of("payments"), handler)
+                .deadLetterHandler(DEAD_LETTERS)
+                .build();
+        DedupPollLoop<String, String> second =
+            DedupPollLoop.builder(new EqualConsumer(), List.of("payments"), handler)
+                .deadLetterHandler(DEAD_LETTERS)
+                .build()) {
+      assertThat(second).as("the loop on the second consumer").isNotSameAs(first);
+    }
+  }
+
+  /** A consumer equal to any other of its class, as one compared by its configuration is. */
+  private static final class EqualConsumer extends KafkaConsumer<String, String> {
+    EqualConsumer() {
+      super(config(false, "billing"));
+    }
+
+    @Override
+    public boolean equals(Object other) {
+      return other instanceof EqualConsumer;
+    }
+
+    @Override
+    public int hashCode() {
+      return 1;
+    }
   }
 }
