@@ -66,7 +66,9 @@ final class RecordsOlderThanRetention {
 
   /**
    * A poll returned: notes the end of the partitions not noted lately (an empty poll: of those
-   * assigned), from what the consumer knows already (no call to the broker).
+   * assigned), from the end the last fetch of each carried. Before a partition's first fetch the
+   * consumer does not know it, and sends one request for it without waiting (logged at INFO, once
+   * per partition as it is assigned); it is noted at a later poll.
    */
   void polled(ConsumerRecords<?, ?> records) {
     try {

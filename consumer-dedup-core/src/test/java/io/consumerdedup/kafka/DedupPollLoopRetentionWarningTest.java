@@ -173,6 +173,40 @@ class DedupPollLoopRetentionWarningTest {
         .noneMatch(warning -> warning.contains("successRetention"));
   }
 
+  /**
+   * The loop notes each partition's end from the lag the consumer knows; asked of a partition whose
+   * end it did not know, the consumer asked the broker and logged it at INFO. A loop at steady
+   * state must not log that at each poll, nor on each sighting of a partition.
+   */
+  @Test
+  void aLoopAtSteadyStateDoesNotAskTheBrokerForPartitionEndsAtEachPoll() throws Exception {
+    TestKafka.createTopics(3, fixture.topic());
+    executor = IdempotentExecutor.builder(fixture.store()).successRetention(RETENTION).build();
+    List<String> applied = new CopyOnWriteArrayList<>();
+    Logger kafkaLog = (Logger) LoggerFactory.getLogger("org.apache.kafka.clients.consumer");
+    Level level = kafkaLog.getLevel();
+    ListAppender<ILoggingEvent> kafkaLogged = new ListAppender<>();
+    kafkaLogged.start();
+    kafkaLog.addAppender(kafkaLogged);
+    kafkaLog.setLevel(Level.INFO);
+    try (RunningLoop loop = RunningLoop.start(loop(fixture.group(), applied))) {
+      for (int i = 0; i < 25; i++) {
+        send("ORD-" + i, System.currentTimeMillis());
+        Thread.sleep(200); // past half of successRetention every few records: sightings renewed
+      }
+      await().atMost(WAIT).untilAsserted(() -> assertThat(applied).hasSize(25));
+    } finally {
+      kafkaLog.setLevel(level);
+      kafkaLog.detachAppender(kafkaLogged);
+    }
+
+    assertThat(kafkaLogged.list)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .filteredOn(message -> message.contains("Requesting the log end offset"))
+        .as("the consumer's requests for a partition's end, over 5 s of polls of 3 partitions")
+        .hasSizeLessThanOrEqualTo(3);
+  }
+
   /** Sends a record whose order number is unique to this test: keys outlive a test's topic. */
   private void send(String name, long createTime) throws Exception {
     String orderNo = fixture.topic() + "-" + name;
