@@ -44,24 +44,31 @@ import org.springframework.boot.health.contributor.HealthIndicator;
  * migration's {@code ALTER TABLE}, a {@code VACUUM FULL}, a {@code CREATE INDEX} without {@code
  * CONCURRENTLY}, a {@code LOCK TABLE}): the probes would queue behind it, each holding a pool
  * connection up to the store's statement timeout, and the check answered only that the table did
- * not answer. It is DOWN at once, naming the lock and its holder. A lock the look cannot see (taken
- * just after it, or a migration's still queued behind a long read, which the probes queue behind in
- * turn) is still met by the probes: given the DataSource, they run through a store over it whose
+ * not answer. It is DOWN at once, naming the lock and its holder; or, for such a lock still waiting
+ * (a migration's queued behind a long read, which every later claim queues behind in turn), the
+ * transaction that wants it and those it waits behind. A lock the look cannot see (taken just after
+ * it) is still met by the probes: given the DataSource, they run through a store over it whose
  * statements the database cancels once the check's timeout has passed, so that a probe gives its
  * pool connection back when its answer is no longer waited for, rather than at the store's
  * statement timeout; the next check's look then sees a lock that has been granted since.
  */
 public class ConsumerDedupHealthIndicator implements HealthIndicator {
-  /** Granted locks on the table that conflict with the ROW EXCLUSIVE lock of a claim. */
+  /**
+   * Locks on the table that conflict with the ROW EXCLUSIVE lock of a claim, a granted one first,
+   * with the processes a waiting one waits behind. A waiting one holds the claims too: PostgreSQL
+   * queues a later lock that conflicts with one waiting behind it (a migration's ALTER TABLE behind
+   * a long read), and the look that saw granted locks only let the check wait out its timeout.
+   */
   private static final String BLOCKING_LOCKS =
-      "SELECT l.mode, l.pid, a.application_name FROM pg_locks l"
+      "SELECT l.mode, l.pid, a.application_name, l.granted,"
+          + " array_to_string(pg_blocking_pids(l.pid), ', ') FROM pg_locks l"
           + " LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
-          + " WHERE l.locktype = 'relation' AND l.granted"
+          + " WHERE l.locktype = 'relation'"
           + " AND l.pid IS DISTINCT FROM pg_backend_pid()"
           + " AND l.relation = to_regclass(?)"
           + " AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock',"
           + " 'AccessExclusiveLock')"
-          + " ORDER BY l.pid LIMIT 1";
+          + " ORDER BY l.granted DESC, l.pid LIMIT 1";
 
   private final JdbcDedupStore store;
 
@@ -81,11 +88,14 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
    * all, the privileges on it that the DataSource's role lacks.
    */
   private record TableState(
-      List<String> missingColumns, List<String> missingPrivileges, @Nullable String lockedBy) {
-    static TableState locked(String lockedBy) {
-      return new TableState(List.of(), List.of(), lockedBy);
+      List<String> missingColumns, List<String> missingPrivileges, @Nullable Lock lock) {
+    static TableState locked(Lock lock) {
+      return new TableState(List.of(), List.of(), lock);
     }
   }
+
+  /** A lock on the table that its writes wait for, described; granted, or waiting itself. */
+  private record Lock(String description, boolean granted) {}
 
   public ConsumerDedupHealthIndicator(JdbcDedupStore store) {
     this(store, null);
@@ -185,9 +195,9 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
             new Thread(
                 () -> {
                   try {
-                    String lockedBy = lockHolder();
-                    if (lockedBy != null) {
-                      fresh.complete(TableState.locked(lockedBy));
+                    Lock lock = blockingLock();
+                    if (lock != null) {
+                      fresh.complete(TableState.locked(lock));
                       return;
                     }
                     List<String> columns = probes.missingColumnsNow();
@@ -233,11 +243,11 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
   }
 
   /**
-   * The lock another transaction holds on the table that its writes would wait for, described; null
-   * if there is none, the database is not PostgreSQL, or it cannot be asked (the probes then meet
-   * what keeps it from answering).
+   * The lock another transaction holds or waits for on the table that its writes would wait for;
+   * null if there is none, the database is not PostgreSQL, or it cannot be asked (the probes then
+   * meet what keeps it from answering).
    */
-  private @Nullable String lockHolder() {
+  private @Nullable Lock blockingLock() {
     DataSource source = dataSource;
     if (source == null
         || dialect().map(dialect -> dialect != SqlDialect.POSTGRESQL).orElse(false)) {
@@ -255,12 +265,19 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
             return null;
           }
           String application = lock.getString(3);
-          return lock.getString(1)
-              + ", held by process "
-              + lock.getString(2)
-              + (application == null || application.isEmpty()
-                  ? ""
-                  : " (application '" + application + "')");
+          boolean granted = lock.getBoolean(4);
+          String behind = lock.getString(5);
+          return new Lock(
+              lock.getString(1)
+                  + (granted ? ", held by process " : ", wanted by process ")
+                  + lock.getString(2)
+                  + (application == null || application.isEmpty()
+                      ? ""
+                      : " (application '" + application + "')")
+                  + (granted || behind == null || behind.isEmpty()
+                      ? ""
+                      : ", which waits behind process " + behind),
+              granted);
         }
       }
     } catch (SQLException | RuntimeException e) {
@@ -276,16 +293,21 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
 
   private Health checked(TableState state) {
     String dialect = dialect().map(Enum::name).orElse("unknown");
-    if (state.lockedBy() != null) {
+    Lock lock = state.lock();
+    if (lock != null) {
       return Health.down()
           .withDetail("table", store.tableName())
           .withDetail("dialect", dialect)
-          .withDetail("lockedBy", state.lockedBy())
+          .withDetail("lockedBy", lock.description())
           .withDetail(
               "reason",
-              "The table is locked by another transaction ("
-                  + state.lockedBy()
-                  + "), which its claims and writes wait for: a migration's ALTER TABLE, a VACUUM"
+              (lock.granted()
+                      ? "The table is locked by another transaction ("
+                      : "Another transaction waits for a lock on the table (")
+                  + lock.description()
+                  + "), which its claims and writes "
+                  + (lock.granted() ? "wait for" : "queue behind")
+                  + ": a migration's ALTER TABLE, a VACUUM"
                   + " FULL, a CREATE INDEX without CONCURRENTLY or a LOCK TABLE. Records are held"
                   + " until it ends, none skipped")
           .build();

@@ -74,11 +74,12 @@ class HealthLockedTableTest {
   }
 
   /**
-   * A migration's lock the check's look cannot see, queued behind a long read of the table (not
-   * granted yet, it still makes every later statement on the table queue behind it): the probes
-   * queued behind it, and each held a pool connection up to the store's statement timeout after the
-   * check had answered that the table did not answer. Now they give it back once the check's
-   * timeout has passed, and once the migration's lock is granted the next check names it.
+   * A migration's lock queued behind a long read of the table (not granted yet, it still makes
+   * every later statement on the table queue behind it): the probes queued behind it, and each held
+   * a pool connection up to the store's statement timeout after the check had answered that the
+   * table did not answer. Now no connection stays in use once the check has answered (the look
+   * names the waiting lock, {@link #aMigrationQueuedBehindALongReadIsNamedWithTheReadItWaitsFor}),
+   * and once the migration's lock is granted the next check names it as held.
    */
   @Test
   void probesQueuedBehindALockTheLookDidNotSeeGiveTheirConnectionBackWithTheCheck()
@@ -143,6 +144,71 @@ class HealthLockedTableTest {
     } finally {
       migrationThread.shutdownNow();
       TestDatabase.dropSchema(schema);
+    }
+  }
+
+  /**
+   * A migration's ALTER TABLE queued behind a long read of the table: not granted yet, it makes
+   * every later claim queue behind it, so records are held as if it held the table. The look saw
+   * granted locks only, and the check waited out its timeout to say that the table did not answer,
+   * naming neither the migration nor the read it waits for.
+   */
+  @Test
+  void aMigrationQueuedBehindALongReadIsNamedWithTheReadItWaitsFor() throws Exception {
+    String schema = TestDatabase.newSchema("healthwaiting");
+    ExecutorService migrationThread = Executors.newSingleThreadExecutor();
+    try {
+      onTwoConnections(schema, "consumer-dedup.health-timeout=3s")
+          .run(
+              context -> {
+                ConsumerDedupHealthIndicator health =
+                    context.getBean(ConsumerDedupHealthIndicator.class);
+                assertThat(health.health().getStatus()).as("health, unlocked").isEqualTo(Status.UP);
+
+                try (Connection reader = TestDatabase.connect(schema);
+                    Statement read = reader.createStatement();
+                    Connection migration = TestDatabase.connect(schema);
+                    Statement migrate = migration.createStatement()) {
+                  reader.setAutoCommit(false);
+                  read.execute("SELECT count(*) FROM consumer_dedup");
+                  int readerPid = pid(read);
+                  int migrationPid = pid(migrate);
+                  migration.setAutoCommit(false);
+                  Future<?> altered =
+                      migrationThread.submit(
+                          () -> {
+                            migrate.execute("ALTER TABLE consumer_dedup ADD COLUMN note text");
+                            return null;
+                          });
+                  await("the migration queued behind the read")
+                      .atMost(Duration.ofSeconds(15))
+                      .until(() -> waitingOnTheTable(read) == 1);
+
+                  Health queued = health.health();
+
+                  assertThat(queued.getStatus())
+                      .as("health while a migration waits behind a read (%s)", queued)
+                      .isEqualTo(Status.DOWN);
+                  assertThat(String.valueOf(queued.getDetails().get("reason")))
+                      .as("reason of the health while a migration waits behind a read")
+                      .contains("AccessExclusiveLock")
+                      .contains("process " + migrationPid)
+                      .contains("behind process " + readerPid);
+                  reader.rollback();
+                  altered.get(15, TimeUnit.SECONDS);
+                  migration.rollback();
+                }
+              });
+    } finally {
+      migrationThread.shutdownNow();
+      TestDatabase.dropSchema(schema);
+    }
+  }
+
+  private static int pid(Statement statement) throws SQLException {
+    try (ResultSet pid = statement.executeQuery("SELECT pg_backend_pid()")) {
+      pid.next();
+      return pid.getInt(1);
     }
   }
 
