@@ -71,9 +71,8 @@ class MessageHeaderAcknowledgmentTest {
   }
 
   @Test
-  void
-      aHandBuiltContainersMessageListenerAcknowledgingThroughTheHeaderThenFailingIsAppliedAfterARestart()
-          throws Exception {
+  void aHandBuiltContainersMessageListenerAcknowledgingThenFailingIsAppliedAfterARestart()
+      throws Exception {
     Payments payments = new Payments();
     KafkaMessageListenerContainer<String, String> container = container(payments);
     IdempotentRecordInterceptor.decorate(container, executor, "payment");
