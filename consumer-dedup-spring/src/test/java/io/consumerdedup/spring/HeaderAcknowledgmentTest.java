@@ -60,6 +60,7 @@ import org.springframework.test.context.DynamicPropertySource;
 class HeaderAcknowledgmentTest {
   static final Duration WAIT = Duration.ofSeconds(30);
   static final String MESSAGE = "hdrack-message";
+  static final String MANUAL = "hdrack-manual";
   static final String HEADERS_MAP = "hdrack-headers-map";
   static final String MESSAGE_HEADERS = "hdrack-message-headers";
   static final String HEADER = "hdrack-header";
@@ -70,7 +71,15 @@ class HeaderAcknowledgmentTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(
-        registry, "hdrack", MESSAGE, HEADERS_MAP, MESSAGE_HEADERS, HEADER, BATCH, DUPLICATE);
+        registry,
+        "hdrack",
+        MESSAGE,
+        MANUAL,
+        HEADERS_MAP,
+        MESSAGE_HEADERS,
+        HEADER,
+        BATCH,
+        DUPLICATE);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -82,6 +91,13 @@ class HeaderAcknowledgmentTest {
   void aMessageListenerThatAcknowledgesThroughTheHeaderThenFailsHasItsRecordAppliedAfterARestart()
       throws Exception {
     acknowledgedThenFailedIsAppliedOnceAfterARestart(MESSAGE);
+  }
+
+  /** Ack mode {@code MANUAL}: spring-kafka commits what was acknowledged as it stops. */
+  @Test
+  void inManualAckModeAMessageListenerAcknowledgingThenFailingHasItsRecordAppliedAfterARestart()
+      throws Exception {
+    acknowledgedThenFailedIsAppliedOnceAfterARestart(MANUAL);
   }
 
   @Test
@@ -185,6 +201,12 @@ class HeaderAcknowledgmentTest {
       acknowledgeThenApply(MESSAGE, message.getHeaders(), message.getPayload());
     }
 
+    @Idempotent(bizType = MANUAL, header = "order-no")
+    @KafkaListener(id = MANUAL, topics = MANUAL, containerFactory = "manualStopping")
+    public void onManual(Message<String> message) {
+      acknowledgeThenApply(MANUAL, message.getHeaders(), message.getPayload());
+    }
+
     @Idempotent(bizType = HEADERS_MAP, header = "order-no")
     @KafkaListener(id = HEADERS_MAP, topics = HEADERS_MAP, containerFactory = "immediateStopping")
     public void onHeadersMap(@Payload String payload, @Headers Map<String, Object> headers) {
@@ -265,6 +287,19 @@ class HeaderAcknowledgmentTest {
     @Bean
     Listeners listeners(JdbcTemplate jdbc) {
       return new Listeners(jdbc);
+    }
+
+    /** Acknowledged offsets committed after the listener returns; a failure stops it. */
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> manualStopping(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      ConcurrentKafkaListenerContainerFactory<Object, Object> factory =
+          new ConcurrentKafkaListenerContainerFactory<>();
+      configurer.configure(factory, consumerFactory);
+      factory.getContainerProperties().setAckMode(AckMode.MANUAL);
+      factory.setCommonErrorHandler(new CommonContainerStoppingErrorHandler());
+      return factory;
     }
 
     /** Acknowledged offsets committed at once; a failure stops the container. */
