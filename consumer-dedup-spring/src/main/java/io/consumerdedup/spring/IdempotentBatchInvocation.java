@@ -222,7 +222,7 @@ final class IdempotentBatchInvocation {
     HeldBatchAcknowledgment heldAck = null;
     if (acknowledgment != null) {
       heldAck = new HeldBatchAcknowledgment(acknowledgment, kept);
-      arguments[listener.shape.ackIndex] = heldAck;
+      listener.shape.handOver(arguments, acknowledgment, heldAck);
     }
     PollAwareConsumer<?, ?> committer = PollAwareConsumer.holdingCommitsAmong(arguments);
     if (committer != null) {

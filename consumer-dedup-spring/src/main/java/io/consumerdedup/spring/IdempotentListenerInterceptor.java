@@ -70,15 +70,16 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  *
  * <p>When the outcome is written: without a transaction, before the method returns to the
  * container, so a SUCCESS that cannot be written keeps the container from acknowledging the record
- * (an {@code Acknowledgment} the listener calls is passed on only then); inside the container's
- * Spring transaction, after it commits; inside a Kafka transaction of the container, once the
- * container is done with the record ({@link CurrentRecordInterceptor}); for a method returning a
- * {@code CompletableFuture} or {@code Mono}, when it completes (then as above, in a transaction of
- * the container), which the call waits for: the container gets a completed future, or the
- * listener's failure thrown, so that its error handler sees the failure before anything is
- * acknowledged. A listener that calls {@code Acknowledgment.nack} leaves its key FAILED, so the
- * redelivery it asked for runs it again. A duplicate is not invoked: it returns {@code null}, a
- * primitive's zero, or an empty future or Mono, and its {@code Acknowledgment} is acknowledged.
+ * (an {@code Acknowledgment} the listener calls, its argument or the header of its message, is
+ * passed on only then); inside the container's Spring transaction, after it commits; inside a Kafka
+ * transaction of the container, once the container is done with the record ({@link
+ * CurrentRecordInterceptor}); for a method returning a {@code CompletableFuture} or {@code Mono},
+ * when it completes (then as above, in a transaction of the container), which the call waits for:
+ * the container gets a completed future, or the listener's failure thrown, so that its error
+ * handler sees the failure before anything is acknowledged. A listener that calls {@code
+ * Acknowledgment.nack} leaves its key FAILED, so the redelivery it asked for runs it again. A
+ * duplicate is not invoked: it returns {@code null}, a primitive's zero, or an empty future or
+ * Mono, and its {@code Acknowledgment} is acknowledged.
  *
  * <p>Claims per poll (unless built with {@code claimsPerPoll} false): when the container's consumer
  * tells the listener its poll ({@link DedupConsumerPostProcessor}, which {@link
@@ -486,7 +487,7 @@ public final class IdempotentListenerInterceptor {
                 acknowledgment,
                 pending::rolledBack,
                 ListenerOutcomes.inKafkaTransaction() ? pending : null);
-        arguments[listener.shape.ackIndex] = held;
+        listener.shape.handOver(arguments, acknowledgment, held);
       }
     } catch (Throwable beforeCall) {
       giveBack(claim, executor, beforeCall);

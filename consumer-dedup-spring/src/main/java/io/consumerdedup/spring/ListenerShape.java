@@ -4,8 +4,11 @@ import io.consumerdedup.spring.internal.ListenerAttributes;
 import java.lang.reflect.Method;
 import java.lang.reflect.ParameterizedType;
 import java.lang.reflect.Type;
+import java.util.ArrayList;
 import java.util.Collection;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CompletionStage;
 import org.apache.kafka.clients.consumer.Consumer;
@@ -21,10 +24,12 @@ import org.springframework.core.annotation.AnnotatedMethod;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.listener.adapter.ConsumerRecordMetadata;
 import org.springframework.kafka.support.Acknowledgment;
+import org.springframework.kafka.support.KafkaHeaders;
 import org.springframework.messaging.Message;
 import org.springframework.messaging.MessageHeaders;
 import org.springframework.messaging.handler.annotation.Headers;
 import org.springframework.messaging.handler.annotation.Payload;
+import org.springframework.messaging.support.MessageBuilder;
 import org.springframework.messaging.support.MessageHeaderAccessor;
 import org.springframework.util.ClassUtils;
 
@@ -201,9 +206,103 @@ final class ListenerShape {
     return record.value();
   }
 
-  /** The call's {@code Acknowledgment} argument, or null. */
+  /**
+   * The call's {@code Acknowledgment}: its argument, else the one its message, the message's
+   * headers, or the first message of its batch carries ({@code KafkaHeaders.ACKNOWLEDGMENT}), which
+   * a listener without the argument reaches instead; null if it has none.
+   */
   @Nullable Acknowledgment acknowledgment(@Nullable Object[] arguments) {
-    return ackIndex >= 0 && arguments[ackIndex] instanceof Acknowledgment ack ? ack : null;
+    if (ackIndex >= 0 && arguments[ackIndex] instanceof Acknowledgment ack) {
+      return ack;
+    }
+    for (Object argument : arguments) {
+      Object first = argument instanceof List<?> list && !list.isEmpty() ? list.get(0) : argument;
+      if (carried(first) instanceof Acknowledgment ack) {
+        return ack;
+      }
+    }
+    return null;
+  }
+
+  /**
+   * Hands the listener {@code held} wherever the call carries the container's {@code
+   * acknowledgment}: in place of the argument, and in the headers of its message, of its headers
+   * argument ({@code @Headers Map}, {@code MessageHeaders}, an accessor) and of each message of its
+   * batch. An acknowledgment reached through a header that still was the container's committed its
+   * offset at once under {@code MANUAL_IMMEDIATE} (or before the error handler's seek under {@code
+   * MANUAL}), past a record whose call then failed, its key FAILED: a stop or a rebalance before
+   * the retry lost the record.
+   */
+  void handOver(@Nullable Object[] arguments, Acknowledgment acknowledgment, Acknowledgment held) {
+    for (int i = 0; i < arguments.length; i++) {
+      Object argument = arguments[i];
+      if (argument == acknowledgment) {
+        arguments[i] = held;
+      } else if (i == batchIndex && batch == BatchShape.MESSAGES && argument instanceof List<?> l) {
+        List<Object> messages = new ArrayList<>(l.size());
+        for (Object element : l) {
+          messages.add(withHeld(element, acknowledgment, held));
+        }
+        arguments[i] = messages;
+      } else {
+        arguments[i] = withHeld(argument, acknowledgment, held);
+      }
+    }
+  }
+
+  /** {@code argument} with {@code held} in place of the acknowledgment header it carries. */
+  private static @Nullable Object withHeld(
+      @Nullable Object argument, Acknowledgment acknowledgment, Acknowledgment held) {
+    if (carried(argument) != acknowledgment) {
+      return argument;
+    }
+    if (argument instanceof Message<?> message) {
+      return MessageBuilder.createMessage(
+          message.getPayload(), new HeldAcknowledgmentHeaders(message.getHeaders(), held));
+    }
+    if (argument instanceof MessageHeaders headers) {
+      return new HeldAcknowledgmentHeaders(headers, held);
+    }
+    if (argument instanceof MessageHeaderAccessor accessor && accessor.isMutable()) {
+      // A copy spring-messaging made for this call alone.
+      accessor.setHeader(KafkaHeaders.ACKNOWLEDGMENT, held);
+    }
+    return argument;
+  }
+
+  /** The acknowledgment header of a message, headers or accessor argument; null for the rest. */
+  private static @Nullable Object carried(@Nullable Object argument) {
+    if (argument instanceof Message<?> message) {
+      return message.getHeaders().get(KafkaHeaders.ACKNOWLEDGMENT);
+    }
+    if (argument instanceof MessageHeaders headers) {
+      return headers.get(KafkaHeaders.ACKNOWLEDGMENT);
+    }
+    if (argument instanceof MessageHeaderAccessor accessor) {
+      return accessor.getHeader(KafkaHeaders.ACKNOWLEDGMENT);
+    }
+    return null;
+  }
+
+  /**
+   * A message's headers with the held acknowledgment in place of the container's, every other
+   * header as it was, its id and timestamp included (absent if they were).
+   */
+  private static final class HeldAcknowledgmentHeaders extends MessageHeaders {
+    private static final long serialVersionUID = 1L;
+
+    HeldAcknowledgmentHeaders(MessageHeaders headers, Acknowledgment held) {
+      super(
+          with(headers, held),
+          headers.getId() != null ? headers.getId() : ID_VALUE_NONE,
+          headers.getTimestamp() != null ? headers.getTimestamp() : -1L);
+    }
+
+    private static Map<String, Object> with(MessageHeaders headers, Acknowledgment held) {
+      Map<String, Object> copy = new HashMap<>(headers);
+      copy.put(KafkaHeaders.ACKNOWLEDGMENT, held);
+      return copy;
+    }
   }
 
   /** What the method returns for a duplicate, in place of invoking it. */
