@@ -50,7 +50,7 @@ class AsyncListenerCancelledWorkRunningTest {
   static final String TOPIC = "acw-cancelled-outside";
   static final String OR_TIMEOUT_TOPIC = "acw-or-timeout-outside";
   static final String WORK_TIMEOUT_TOPIC = "acw-work-timed-out";
-  static final long LEASE_SECONDS = 6;
+  static final long LEASE_SECONDS = 4;
   static final long WORK_MILLIS = 1500;
 
   @DynamicPropertySource

@@ -129,8 +129,13 @@ class KafkaTransactionBeginFailureTest {
       admin.createAcls(List.of(DENY_TRANSACTIONS)).all().get();
       try {
         send("order 1", "BEGIN-1");
-        // The default after-rollback processor's ten tries, without back-off, take far less.
-        Thread.sleep(8_000);
+        // Once the first try has failed, the default after-rollback processor's ten tries,
+        // without back-off, take far less than this. A longer wait only held the record through
+        // a longer back-off after the fault ended.
+        await()
+            .atMost(Duration.ofSeconds(30))
+            .until(() -> output.getOut().contains("Could not create Kafka transaction"));
+        Thread.sleep(3_000);
         assertThat(effects("BEGIN-1")).isZero();
         assertThat(calls).as("listener calls while no transaction could begin").hasValue(0);
         // The fault was real: Kafka refused to begin the record's transaction.

@@ -60,7 +60,7 @@ class ShareListenerCloseTimeoutTest {
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(registry, "spring_share_close_timeout", TOPIC);
     registry.add("consumer-dedup.share.close-timeout", () -> CLOSE_TIMEOUT.toSeconds() + "s");
-    TestShareGroups.configure(TOPIC, LOCK);
+    TestShareGroups.configure(TOPIC, LOCK, Duration.ofSeconds(1)); // joins in a second
   }
 
   @Autowired KafkaTemplate<String, String> template;

@@ -90,8 +90,8 @@ class ShareListenerInterruptTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(registry, "spring_share_interrupt", POLLING, STOPPING);
-    TestShareGroups.configure(POLLING, LOCK);
-    TestShareGroups.configure(STOPPING, LOCK);
+    TestShareGroups.configure(POLLING, LOCK, Duration.ofSeconds(1)); // joins in a second
+    TestShareGroups.configure(STOPPING, LOCK, Duration.ofSeconds(1)); // joins in a second
   }
 
   @Autowired KafkaTemplate<String, String> template;

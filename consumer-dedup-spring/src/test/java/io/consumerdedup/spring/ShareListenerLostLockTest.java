@@ -52,7 +52,7 @@ class ShareListenerLostLockTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(registry, "spring_share_lost_lock", TOPIC, TOPIC + "-dlt");
-    TestShareGroups.configure(TOPIC, LOCK);
+    TestShareGroups.configure(TOPIC, LOCK, Duration.ofSeconds(1)); // joins in a second
   }
 
   @Autowired KafkaTemplate<String, String> template;

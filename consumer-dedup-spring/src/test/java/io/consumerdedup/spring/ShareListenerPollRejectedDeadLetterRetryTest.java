@@ -62,7 +62,7 @@ class ShareListenerPollRejectedDeadLetterRetryTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(registry, "spring_share_poll_rejected_dlt_retry", TOPIC);
-    TestShareGroups.configure(TOPIC, LOCK);
+    TestShareGroups.configure(TOPIC, LOCK, Duration.ofSeconds(1)); // joins in a second
   }
 
   @Autowired KafkaTemplate<String, String> template;

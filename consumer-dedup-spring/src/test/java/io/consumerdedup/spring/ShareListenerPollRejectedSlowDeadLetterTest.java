@@ -66,7 +66,7 @@ class ShareListenerPollRejectedSlowDeadLetterTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(registry, "spring_share_poll_rejected_slow_dlt", TOPIC);
-    TestShareGroups.configure(TOPIC, LOCK);
+    TestShareGroups.configure(TOPIC, LOCK, Duration.ofSeconds(1)); // joins in a second
   }
 
   @Autowired JdbcTemplate jdbc;

@@ -65,7 +65,7 @@ class ShareListenerPollRejectedSlowFailingDeadLetterTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(registry, "spring_share_poll_rejected_slow_failing", TOPIC);
-    TestShareGroups.configure(TOPIC, LOCK);
+    TestShareGroups.configure(TOPIC, LOCK, Duration.ofSeconds(1)); // joins in a second
   }
 
   @Autowired KafkaTemplate<String, String> template;

@@ -46,7 +46,8 @@ class ShareListenerPollRejectedTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(registry, "spring_share_poll_rejected", TOPIC, TOPIC + "-dlt");
-    TestShareGroups.configure(TOPIC, Duration.ofSeconds(5));
+    TestShareGroups.configure(
+        TOPIC, Duration.ofSeconds(5), Duration.ofSeconds(1)); // joins in a second
   }
 
   @Autowired KafkaTemplate<String, String> template;

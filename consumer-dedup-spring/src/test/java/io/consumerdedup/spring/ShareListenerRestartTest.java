@@ -38,7 +38,8 @@ class ShareListenerRestartTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(registry, "spring_share_restart", TOPIC, TOPIC + "-dlt");
-    TestShareGroups.configure(TOPIC, Duration.ofSeconds(3));
+    TestShareGroups.configure(
+        TOPIC, Duration.ofSeconds(3), Duration.ofSeconds(1)); // joins in a second
   }
 
   @Autowired KafkaTemplate<String, String> template;

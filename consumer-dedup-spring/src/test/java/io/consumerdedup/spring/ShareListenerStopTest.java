@@ -78,8 +78,8 @@ class ShareListenerStopTest {
         DECLINING + "-dlt",
         UNPRINTABLE,
         UNPRINTABLE + "-dlt");
-    TestShareGroups.configure(DECLINING, LOCK);
-    TestShareGroups.configure(UNPRINTABLE, LOCK);
+    TestShareGroups.configure(DECLINING, LOCK, Duration.ofSeconds(1)); // joins in a second
+    TestShareGroups.configure(UNPRINTABLE, LOCK, Duration.ofSeconds(1)); // joins in a second
   }
 
   @Autowired KafkaTemplate<String, String> template;

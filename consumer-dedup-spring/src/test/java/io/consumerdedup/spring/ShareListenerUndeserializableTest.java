@@ -48,7 +48,8 @@ class ShareListenerUndeserializableTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     SpringTestEnvironment.prepare(registry, "spring_share_undeserializable", TOPIC, TOPIC + "-dlt");
-    TestShareGroups.configure(TOPIC, Duration.ofSeconds(5));
+    TestShareGroups.configure(
+        TOPIC, Duration.ofSeconds(5), Duration.ofSeconds(1)); // joins in a second
   }
 
   @Autowired KafkaTemplate<String, String> template;

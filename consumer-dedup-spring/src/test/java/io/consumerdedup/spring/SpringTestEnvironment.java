@@ -207,6 +207,24 @@ final class SpringTestEnvironment {
         new DeadLetterPublishingRecoverer(template), new FixedBackOff(intervalMillis, retries));
   }
 
+  /**
+   * {@link #deadLettering(KafkaOperations, long, long)} that tells {@code published} of each record
+   * once the broker took its dead letter, so that a test can stop waiting then.
+   */
+  static DefaultErrorHandler deadLettering(
+      KafkaOperations<?, ?> template,
+      long intervalMillis,
+      long retries,
+      java.util.function.Consumer<ConsumerRecord<?, ?>> published) {
+    DeadLetterPublishingRecoverer publisher = new DeadLetterPublishingRecoverer(template);
+    return new DefaultErrorHandler(
+        (record, error) -> {
+          publisher.accept(record, error);
+          published.accept(record);
+        },
+        new FixedBackOff(intervalMillis, retries));
+  }
+
   /** The offset {@code group} committed for {@code topic}'s {@code partition}, -1 if none. */
   static long committed(String group, String topic, int partition) throws Exception {
     OffsetAndMetadata offset =
