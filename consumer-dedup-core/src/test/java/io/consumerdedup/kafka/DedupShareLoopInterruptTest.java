@@ -91,7 +91,7 @@ class DedupShareLoopInterruptTest {
     String topic = fixture.topic();
     String group = fixture.group();
     TestKafka.createTopics(1, topic);
-    TestShareGroups.configure(group, Duration.ofSeconds(5));
+    TestShareGroups.configure(group, Duration.ofSeconds(5), Duration.ofSeconds(1));
     AtomicInteger runs = new AtomicInteger();
 
     Thread first = new Thread(loop(topic, group, QUICK_STOP, record -> runs.incrementAndGet()));
@@ -153,7 +153,7 @@ class DedupShareLoopInterruptTest {
     String topic = fixture.topic();
     String group = fixture.group();
     TestKafka.createTopics(1, topic);
-    TestShareGroups.configure(group, Duration.ofSeconds(5));
+    TestShareGroups.configure(group, Duration.ofSeconds(5), Duration.ofSeconds(1));
     AtomicInteger runs = new AtomicInteger();
     CountDownLatch handlerStarted = new CountDownLatch(1);
     CountDownLatch handlerMayFinish = new CountDownLatch(1);
@@ -207,7 +207,7 @@ class DedupShareLoopInterruptTest {
     String topic = fixture.topic();
     String group = fixture.group();
     TestKafka.createTopics(1, topic);
-    TestShareGroups.configure(group, Duration.ofSeconds(5));
+    TestShareGroups.configure(group, Duration.ofSeconds(5), Duration.ofSeconds(1));
     CountDownLatch handlerStarted = new CountDownLatch(1);
     DedupShareLoop<String, String> loop =
         loop(

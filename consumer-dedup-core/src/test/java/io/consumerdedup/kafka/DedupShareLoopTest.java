@@ -140,8 +140,8 @@ class DedupShareLoopTest {
 
   @Test
   void aHandlerSlowerThanTheLockKeepsItsRecordAndNeverRunsTwiceAtOnce() throws Exception {
-    // Renewed every second: the lock runs out only if the loop's thread stalls for 2 s.
-    Duration lock = Duration.ofSeconds(3);
+    // Renewed every third of it: the lock runs out only if the loop's thread stalls for 1.3 s.
+    Duration lock = Duration.ofSeconds(2);
     createQueue(lock);
     send("slow-1", "takes three locks");
     AtomicInteger running = new AtomicInteger();
