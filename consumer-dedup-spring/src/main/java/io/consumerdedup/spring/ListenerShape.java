@@ -1,12 +1,12 @@
 package io.consumerdedup.spring;
 
 import io.consumerdedup.spring.internal.ListenerAttributes;
+import java.lang.reflect.Constructor;
 import java.lang.reflect.Method;
 import java.lang.reflect.ParameterizedType;
 import java.lang.reflect.Type;
 import java.util.ArrayList;
 import java.util.Collection;
-import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -25,6 +25,7 @@ import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.listener.adapter.ConsumerRecordMetadata;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaHeaders;
+import org.springframework.kafka.support.converter.KafkaMessageHeaders;
 import org.springframework.messaging.Message;
 import org.springframework.messaging.MessageHeaders;
 import org.springframework.messaging.handler.annotation.Headers;
@@ -258,10 +259,11 @@ final class ListenerShape {
     }
     if (argument instanceof Message<?> message) {
       return MessageBuilder.createMessage(
-          message.getPayload(), new HeldAcknowledgmentHeaders(message.getHeaders(), held));
+          message.getPayload(),
+          CopiedHeaders.of(message.getHeaders(), Map.of(KafkaHeaders.ACKNOWLEDGMENT, held)));
     }
     if (argument instanceof MessageHeaders headers) {
-      return new HeldAcknowledgmentHeaders(headers, held);
+      return CopiedHeaders.of(headers, Map.of(KafkaHeaders.ACKNOWLEDGMENT, held));
     }
     if (argument instanceof MessageHeaderAccessor accessor && accessor.isMutable()) {
       // A copy spring-messaging made for this call alone.
@@ -285,23 +287,57 @@ final class ListenerShape {
   }
 
   /**
-   * A message's headers with the held acknowledgment in place of the container's, every other
-   * header as it was, its id and timestamp included (absent if they were).
+   * A copy of a message's headers, with some changed, every other header as it was: read as the raw
+   * map, never by typed getters. A Kafka record's headers are copied into the message as they came,
+   * so a producer's {@code id} or {@code timestamp} header is a {@code byte[]} there, which {@code
+   * getId()} and {@code getTimestamp()} refuse (a claim given back, and the record retried, then
+   * skipped, never applied), and a constructor given them as a map drops or replaces them.
    */
-  private static final class HeldAcknowledgmentHeaders extends MessageHeaders {
+  private static final class CopiedHeaders extends MessageHeaders {
     private static final long serialVersionUID = 1L;
 
-    HeldAcknowledgmentHeaders(MessageHeaders headers, Acknowledgment held) {
-      super(
-          with(headers, held),
-          headers.getId() != null ? headers.getId() : ID_VALUE_NONE,
-          headers.getTimestamp() != null ? headers.getTimestamp() : -1L);
+    /**
+     * Spring-kafka's own headers class, made as its converters make it (without a generated id or
+     * timestamp): a listener may take {@code @Headers KafkaMessageHeaders} or cast its headers to
+     * reach {@code getRawHeaders()}. Null if this spring-kafka does not make it so.
+     */
+    private static final @Nullable Constructor<KafkaMessageHeaders> KAFKA_HEADERS = kafkaHeaders();
+
+    private CopiedHeaders() {
+      super(null, ID_VALUE_NONE, -1L);
     }
 
-    private static Map<String, Object> with(MessageHeaders headers, Acknowledgment held) {
-      Map<String, Object> copy = new HashMap<>(headers);
-      copy.put(KafkaHeaders.ACKNOWLEDGMENT, held);
+    static MessageHeaders of(MessageHeaders headers, Map<String, Object> changed) {
+      Map<String, Object> raw;
+      MessageHeaders copy;
+      if (headers instanceof KafkaMessageHeaders && KAFKA_HEADERS != null) {
+        KafkaMessageHeaders kafkaHeaders;
+        try {
+          kafkaHeaders = KAFKA_HEADERS.newInstance(false, false);
+        } catch (ReflectiveOperationException e) {
+          throw new IllegalStateException("Cannot copy the headers of " + headers.getClass(), e);
+        }
+        raw = kafkaHeaders.getRawHeaders();
+        copy = kafkaHeaders;
+      } else {
+        CopiedHeaders copied = new CopiedHeaders();
+        raw = copied.getRawHeaders();
+        copy = copied;
+      }
+      raw.putAll(headers);
+      raw.putAll(changed);
       return copy;
+    }
+
+    private static @Nullable Constructor<KafkaMessageHeaders> kafkaHeaders() {
+      try {
+        Constructor<KafkaMessageHeaders> constructor =
+            KafkaMessageHeaders.class.getDeclaredConstructor(boolean.class, boolean.class);
+        constructor.setAccessible(true);
+        return constructor;
+      } catch (ReflectiveOperationException | RuntimeException e) {
+        return null;
+      }
     }
   }
 
