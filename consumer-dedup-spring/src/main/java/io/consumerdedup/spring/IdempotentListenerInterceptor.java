@@ -455,6 +455,7 @@ public final class IdempotentListenerInterceptor {
     }
     ListenerOutcomes.Pending pending;
     HeldAcknowledgment held = null;
+    PollAwareConsumer<?, ?> committer;
     try {
       if (poll != null) {
         // Before the poll's first listener runs, the marks of the polls before are written (they
@@ -487,17 +488,16 @@ public final class IdempotentListenerInterceptor {
                 acknowledgment,
                 pending::rolledBack,
                 ListenerOutcomes.inKafkaTransaction() ? pending : null);
-        listener.shape.handOver(arguments, acknowledgment, held);
       }
+      // A commit the listener makes through its Consumer argument or its message's consumer header
+      // (which commits the positions, past its record) is held until its outcome is settled, and
+      // dropped if it fails: sent at once, it passed a record then recorded FAILED, which a stop or
+      // a crash before the error handler's retry lost.
+      committer = listener.shape.handOver(arguments, acknowledgment, held);
     } catch (Throwable beforeCall) {
       giveBack(claim, executor, beforeCall);
       throw beforeCall;
     }
-    // A commit the listener makes through its Consumer argument (which commits the positions, past
-    // its record) is held until its outcome is settled, and dropped if it fails: sent at once, it
-    // passed a record then recorded FAILED, which a stop or a crash before the error handler's
-    // retry lost.
-    PollAwareConsumer<?, ?> committer = PollAwareConsumer.holdingCommitsAmong(arguments);
     if (committer != null) {
       committer.holdCommits();
     }
