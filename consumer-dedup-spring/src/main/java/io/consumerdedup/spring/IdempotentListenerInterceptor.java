@@ -50,6 +50,7 @@ import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaUtils;
 import org.springframework.messaging.Message;
+import org.springframework.messaging.support.MessageHeaderAccessor;
 import org.springframework.transaction.CannotCreateTransactionException;
 import org.springframework.transaction.support.TransactionSynchronization;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
@@ -365,12 +366,14 @@ public final class IdempotentListenerInterceptor {
 
   /**
    * Whether a listener given {@code argument} can acknowledge through it: the consumer, or a
-   * message or its headers, which carry the {@code Acknowledgment} (KafkaHeaders.ACKNOWLEDGMENT).
+   * message, its headers or a header accessor ({@code KafkaMessageHeaderAccessor}), which carry the
+   * {@code Acknowledgment} (KafkaHeaders.ACKNOWLEDGMENT).
    */
   private static boolean canAcknowledge(@Nullable Object argument) {
     return argument instanceof Consumer<?, ?>
         || argument instanceof Message<?>
         || argument instanceof Map<?, ?>
+        || argument instanceof MessageHeaderAccessor
         // A batch listener's messages each carry the batch's Acknowledgment.
         || (argument instanceof List<?> batch
             && !batch.isEmpty()

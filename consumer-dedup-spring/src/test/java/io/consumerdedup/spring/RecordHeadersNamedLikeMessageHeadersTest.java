@@ -15,11 +15,14 @@ import java.util.Map;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.kafka.autoconfigure.ConcurrentKafkaListenerContainerFactoryConfigurer;
 import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.boot.test.system.CapturedOutput;
+import org.springframework.boot.test.system.OutputCaptureExtension;
 import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
@@ -31,6 +34,7 @@ import org.springframework.kafka.listener.ContainerProperties.AckMode;
 import org.springframework.kafka.listener.MessageListenerContainer;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaHeaders;
+import org.springframework.kafka.support.KafkaMessageHeaderAccessor;
 import org.springframework.kafka.support.converter.KafkaMessageHeaders;
 import org.springframework.messaging.Message;
 import org.springframework.messaging.handler.annotation.Headers;
@@ -46,16 +50,19 @@ import org.springframework.test.context.DynamicPropertySource;
  * spring-messaging makes. {@code @Idempotent} listeners taking the message or its headers, whose
  * acknowledgment consumer-dedup hands over in the headers, must apply such records once and see
  * every header as it came. Also the other ways to the headers: spring-kafka's own {@code
- * KafkaMessageHeaders}. A real PostgreSQL and the in-JVM broker.
+ * KafkaMessageHeaders}, and a {@code KafkaMessageHeaderAccessor} to acknowledge through. A real
+ * PostgreSQL and the in-JVM broker.
  */
 @SpringBootTest(classes = RecordHeadersNamedLikeMessageHeadersTest.App.class)
 @DirtiesContext
+@ExtendWith(OutputCaptureExtension.class)
 class RecordHeadersNamedLikeMessageHeadersTest {
   static final Duration WAIT = Duration.ofSeconds(30);
   static final String MESSAGE = "hdrid-message";
   static final String BATCH = "hdrid-batch";
   static final String ASYNC = "hdrid-async";
   static final String KAFKA_HEADERS = "hdrid-kafka-headers";
+  static final String ACCESSOR = "hdrid-accessor";
   static final String PRODUCER_ID = "a1b2c3-set-by-a-producer";
   static final String PRODUCER_TIMESTAMP = "2026-12-07T10:00:00Z";
 
@@ -64,7 +71,8 @@ class RecordHeadersNamedLikeMessageHeadersTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "hdrid", MESSAGE, BATCH, ASYNC, KAFKA_HEADERS);
+    SpringTestEnvironment.prepare(
+        registry, "hdrid", MESSAGE, BATCH, ASYNC, KAFKA_HEADERS, ACCESSOR);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -104,6 +112,28 @@ class RecordHeadersNamedLikeMessageHeadersTest {
             () -> assertThat(effects(jdbc, KAFKA_HEADERS, orderNo)).as(orderNo).isEqualTo(1));
     await().atMost(WAIT).until(() -> committed(KAFKA_HEADERS, KAFKA_HEADERS, 0) > offset);
     assertThat(bytes(seen.get(KAFKA_HEADERS), "order-no")).isEqualTo(orderNo);
+  }
+
+  /**
+   * Ack mode MANUAL: the accessor reaches the acknowledgment, so no WARN says that spring-kafka
+   * commits none of the listener's offsets, and its record is committed.
+   */
+  @Test
+  void aListenerAcknowledgingThroughAHeaderAccessorIsNotWarnedOf(CapturedOutput output)
+      throws Exception {
+    MessageListenerContainer container = containers.getListenerContainer(ACCESSOR);
+    await().atMost(WAIT).until(() -> !container.getAssignedPartitions().isEmpty());
+    String orderNo = ACCESSOR + "-1";
+    long offset = send(template, ACCESSOR, "credit 5", "order-no", orderNo);
+
+    await()
+        .atMost(WAIT)
+        .alias("the group's committed offset past " + offset)
+        .until(() -> committed(ACCESSOR, ACCESSOR, 0) > offset);
+    assertThat(effects(jdbc, ACCESSOR, orderNo)).as("%s applied", orderNo).isEqualTo(1);
+    assertThat(output.getAll().lines().filter(line -> line.contains("Listeners#onAccessor")))
+        .as("lines naming the listener, which acknowledges through its header accessor")
+        .noneMatch(line -> line.contains("takes no Acknowledgment"));
   }
 
   /**
@@ -190,6 +220,13 @@ class RecordHeadersNamedLikeMessageHeadersTest {
       acknowledgment(headers).acknowledge();
     }
 
+    @Idempotent(bizType = ACCESSOR, header = "order-no")
+    @KafkaListener(id = ACCESSOR, topics = ACCESSOR, containerFactory = "manual")
+    public void onAccessor(@Payload String payload, KafkaMessageHeaderAccessor accessor) {
+      effect(jdbc, ACCESSOR, orderNo(accessor.toMap()), payload);
+      accessor.getHeader(KafkaHeaders.ACKNOWLEDGMENT, Acknowledgment.class).acknowledge();
+    }
+
     private void apply(String topic, Message<String> message) {
       effect(jdbc, topic, orderNo(message.getHeaders()), message.getPayload());
     }
@@ -217,6 +254,13 @@ class RecordHeadersNamedLikeMessageHeadersTest {
         ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
         ConsumerFactory<Object, Object> consumerFactory) {
       return factory(configurer, consumerFactory, AckMode.MANUAL_IMMEDIATE);
+    }
+
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> manual(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      return factory(configurer, consumerFactory, AckMode.MANUAL);
     }
 
     private static ConcurrentKafkaListenerContainerFactory<Object, Object> factory(
