@@ -219,12 +219,9 @@ final class IdempotentBatchInvocation {
       return listener.shape.duplicateResult();
     }
     arguments[listener.shape.batchIndex] = batch.filtered(kept);
-    HeldBatchAcknowledgment heldAck = null;
-    if (acknowledgment != null) {
-      heldAck = new HeldBatchAcknowledgment(acknowledgment, kept);
-      listener.shape.handOver(arguments, acknowledgment, heldAck);
-    }
-    PollAwareConsumer<?, ?> committer = PollAwareConsumer.holdingCommitsAmong(arguments);
+    HeldBatchAcknowledgment heldAck =
+        acknowledgment != null ? new HeldBatchAcknowledgment(acknowledgment, kept) : null;
+    PollAwareConsumer<?, ?> committer = listener.shape.handOver(arguments, acknowledgment, heldAck);
     if (committer != null) {
       committer.holdCommits();
     }

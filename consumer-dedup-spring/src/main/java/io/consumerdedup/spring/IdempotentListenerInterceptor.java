@@ -50,6 +50,7 @@ import org.springframework.kafka.listener.ContainerProperties;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaUtils;
 import org.springframework.messaging.Message;
+import org.springframework.messaging.support.MessageHeaderAccessor;
 import org.springframework.transaction.CannotCreateTransactionException;
 import org.springframework.transaction.support.TransactionSynchronization;
 import org.springframework.transaction.support.TransactionSynchronizationManager;
@@ -365,12 +366,14 @@ public final class IdempotentListenerInterceptor {
 
   /**
    * Whether a listener given {@code argument} can acknowledge through it: the consumer, or a
-   * message or its headers, which carry the {@code Acknowledgment} (KafkaHeaders.ACKNOWLEDGMENT).
+   * message, its headers or a header accessor ({@code KafkaMessageHeaderAccessor}), which carry the
+   * {@code Acknowledgment} (KafkaHeaders.ACKNOWLEDGMENT).
    */
   private static boolean canAcknowledge(@Nullable Object argument) {
     return argument instanceof Consumer<?, ?>
         || argument instanceof Message<?>
         || argument instanceof Map<?, ?>
+        || argument instanceof MessageHeaderAccessor
         // A batch listener's messages each carry the batch's Acknowledgment.
         || (argument instanceof List<?> batch
             && !batch.isEmpty()
@@ -455,6 +458,7 @@ public final class IdempotentListenerInterceptor {
     }
     ListenerOutcomes.Pending pending;
     HeldAcknowledgment held = null;
+    PollAwareConsumer<?, ?> committer;
     try {
       if (poll != null) {
         // Before the poll's first listener runs, the marks of the polls before are written (they
@@ -487,17 +491,16 @@ public final class IdempotentListenerInterceptor {
                 acknowledgment,
                 pending::rolledBack,
                 ListenerOutcomes.inKafkaTransaction() ? pending : null);
-        listener.shape.handOver(arguments, acknowledgment, held);
       }
+      // A commit the listener makes through its Consumer argument or its message's consumer header
+      // (which commits the positions, past its record) is held until its outcome is settled, and
+      // dropped if it fails: sent at once, it passed a record then recorded FAILED, which a stop or
+      // a crash before the error handler's retry lost.
+      committer = listener.shape.handOver(arguments, acknowledgment, held);
     } catch (Throwable beforeCall) {
       giveBack(claim, executor, beforeCall);
       throw beforeCall;
     }
-    // A commit the listener makes through its Consumer argument (which commits the positions, past
-    // its record) is held until its outcome is settled, and dropped if it fails: sent at once, it
-    // passed a record then recorded FAILED, which a stop or a crash before the error handler's
-    // retry lost.
-    PollAwareConsumer<?, ?> committer = PollAwareConsumer.holdingCommitsAmong(arguments);
     if (committer != null) {
       committer.holdCommits();
     }

@@ -1,12 +1,15 @@
 package io.consumerdedup.spring;
 
 import io.consumerdedup.spring.internal.ListenerAttributes;
+import io.consumerdedup.spring.internal.PollAwareConsumer;
+import java.lang.reflect.Constructor;
 import java.lang.reflect.Method;
 import java.lang.reflect.ParameterizedType;
 import java.lang.reflect.Type;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;
+import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CompletableFuture;
@@ -25,6 +28,7 @@ import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.listener.adapter.ConsumerRecordMetadata;
 import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.kafka.support.KafkaHeaders;
+import org.springframework.kafka.support.converter.KafkaMessageHeaders;
 import org.springframework.messaging.Message;
 import org.springframework.messaging.MessageHeaders;
 import org.springframework.messaging.handler.annotation.Headers;
@@ -215,93 +219,173 @@ final class ListenerShape {
     if (ackIndex >= 0 && arguments[ackIndex] instanceof Acknowledgment ack) {
       return ack;
     }
-    for (Object argument : arguments) {
-      Object first = argument instanceof List<?> list && !list.isEmpty() ? list.get(0) : argument;
-      if (carried(first) instanceof Acknowledgment ack) {
-        return ack;
-      }
-    }
-    return null;
+    return carriedAmong(arguments, KafkaHeaders.ACKNOWLEDGMENT) instanceof Acknowledgment ack
+        ? ack
+        : null;
   }
 
   /**
    * Hands the listener {@code held} wherever the call carries the container's {@code
-   * acknowledgment}: in place of the argument, and in the headers of its message, of its headers
-   * argument ({@code @Headers Map}, {@code MessageHeaders}, an accessor) and of each message of its
-   * batch. An acknowledgment reached through a header that still was the container's committed its
-   * offset at once under {@code MANUAL_IMMEDIATE} (or before the error handler's seek under {@code
+   * acknowledgment}, and a consumer holding its commits wherever it carries the container's
+   * consumer: in place of the argument, and in the headers of its message, of its headers argument
+   * ({@code @Headers Map}, {@code MessageHeaders}, an accessor) and of each message of its batch
+   * ({@code KafkaHeaders.ACKNOWLEDGMENT}, {@code KafkaHeaders.CONSUMER}). An acknowledgment or a
+   * commit reached through a header that still was the container's committed the offset at once (an
+   * acknowledgment under {@code MANUAL_IMMEDIATE}, or before the error handler's seek under {@code
    * MANUAL}), past a record whose call then failed, its key FAILED: a stop or a rebalance before
    * the retry lost the record.
+   *
+   * @return the consumer whose commits are to be held for this call; null if the call reaches none
    */
-  void handOver(@Nullable Object[] arguments, Acknowledgment acknowledgment, Acknowledgment held) {
+  @Nullable PollAwareConsumer<?, ?> handOver(
+      @Nullable Object[] arguments,
+      @Nullable Acknowledgment acknowledgment,
+      @Nullable Acknowledgment held) {
+    Map<Object, Object> swaps = new IdentityHashMap<>();
+    if (acknowledgment != null && held != null) {
+      swaps.put(acknowledgment, held);
+    }
+    Object consumer = carriedAmong(arguments, KafkaHeaders.CONSUMER);
+    PollAwareConsumer<?, ?> committer = PollAwareConsumer.holdingCommitsAmong(arguments);
+    if (committer == null && consumer instanceof Consumer<?, ?> headerConsumer) {
+      committer =
+          headerConsumer instanceof PollAwareConsumer<?, ?> polled
+              ? polled
+              : new PollAwareConsumer<>(headerConsumer);
+    }
+    if (consumer != null && committer != null && consumer != committer) {
+      swaps.put(consumer, committer);
+    }
+    if (swaps.isEmpty()) {
+      return committer;
+    }
     for (int i = 0; i < arguments.length; i++) {
       Object argument = arguments[i];
-      if (argument == acknowledgment) {
-        arguments[i] = held;
+      if (swaps.containsKey(argument)) {
+        arguments[i] = swaps.get(argument);
       } else if (i == batchIndex && batch == BatchShape.MESSAGES && argument instanceof List<?> l) {
         List<Object> messages = new ArrayList<>(l.size());
         for (Object element : l) {
-          messages.add(withHeld(element, acknowledgment, held));
+          messages.add(swapped(element, swaps));
         }
         arguments[i] = messages;
       } else {
-        arguments[i] = withHeld(argument, acknowledgment, held);
+        arguments[i] = swapped(argument, swaps);
       }
     }
+    return committer;
   }
 
-  /** {@code argument} with {@code held} in place of the acknowledgment header it carries. */
-  private static @Nullable Object withHeld(
-      @Nullable Object argument, Acknowledgment acknowledgment, Acknowledgment held) {
-    if (carried(argument) != acknowledgment) {
+  /**
+   * {@code argument} with the values of {@code swaps} in place of its acknowledgment and consumer
+   * headers that are among their keys; the argument itself if it carries none.
+   */
+  private static @Nullable Object swapped(@Nullable Object argument, Map<Object, Object> swaps) {
+    Map<String, Object> changed = new HashMap<>(2);
+    for (String name : SWAPPED_HEADERS) {
+      Object value = carried(argument, name);
+      if (value != null && swaps.containsKey(value)) {
+        changed.put(name, swaps.get(value));
+      }
+    }
+    if (changed.isEmpty()) {
       return argument;
     }
     if (argument instanceof Message<?> message) {
       return MessageBuilder.createMessage(
-          message.getPayload(), new HeldAcknowledgmentHeaders(message.getHeaders(), held));
+          message.getPayload(), CopiedHeaders.of(message.getHeaders(), changed));
     }
     if (argument instanceof MessageHeaders headers) {
-      return new HeldAcknowledgmentHeaders(headers, held);
+      return CopiedHeaders.of(headers, changed);
     }
     if (argument instanceof MessageHeaderAccessor accessor && accessor.isMutable()) {
       // A copy spring-messaging made for this call alone.
-      accessor.setHeader(KafkaHeaders.ACKNOWLEDGMENT, held);
+      changed.forEach(accessor::setHeader);
     }
     return argument;
   }
 
-  /** The acknowledgment header of a message, headers or accessor argument; null for the rest. */
-  private static @Nullable Object carried(@Nullable Object argument) {
+  private static final List<String> SWAPPED_HEADERS =
+      List.of(KafkaHeaders.ACKNOWLEDGMENT, KafkaHeaders.CONSUMER);
+
+  /** The header {@code name} of the first message, headers or accessor among the arguments. */
+  private static @Nullable Object carriedAmong(@Nullable Object[] arguments, String name) {
+    for (Object argument : arguments) {
+      Object first = argument instanceof List<?> list && !list.isEmpty() ? list.get(0) : argument;
+      Object value = carried(first, name);
+      if (value != null) {
+        return value;
+      }
+    }
+    return null;
+  }
+
+  /** The header {@code name} of a message, headers or accessor argument; null for the rest. */
+  private static @Nullable Object carried(@Nullable Object argument, String name) {
     if (argument instanceof Message<?> message) {
-      return message.getHeaders().get(KafkaHeaders.ACKNOWLEDGMENT);
+      return message.getHeaders().get(name);
     }
     if (argument instanceof MessageHeaders headers) {
-      return headers.get(KafkaHeaders.ACKNOWLEDGMENT);
+      return headers.get(name);
     }
     if (argument instanceof MessageHeaderAccessor accessor) {
-      return accessor.getHeader(KafkaHeaders.ACKNOWLEDGMENT);
+      return accessor.getHeader(name);
     }
     return null;
   }
 
   /**
-   * A message's headers with the held acknowledgment in place of the container's, every other
-   * header as it was, its id and timestamp included (absent if they were).
+   * A copy of a message's headers, with some changed, every other header as it was: read as the raw
+   * map, never by typed getters. A Kafka record's headers are copied into the message as they came,
+   * so a producer's {@code id} or {@code timestamp} header is a {@code byte[]} there, which {@code
+   * getId()} and {@code getTimestamp()} refuse (a claim given back, and the record retried, then
+   * skipped, never applied), and a constructor given them as a map drops or replaces them.
    */
-  private static final class HeldAcknowledgmentHeaders extends MessageHeaders {
+  private static final class CopiedHeaders extends MessageHeaders {
     private static final long serialVersionUID = 1L;
 
-    HeldAcknowledgmentHeaders(MessageHeaders headers, Acknowledgment held) {
-      super(
-          with(headers, held),
-          headers.getId() != null ? headers.getId() : ID_VALUE_NONE,
-          headers.getTimestamp() != null ? headers.getTimestamp() : -1L);
+    /**
+     * Spring-kafka's own headers class, made as its converters make it (without a generated id or
+     * timestamp): a listener may take {@code @Headers KafkaMessageHeaders} or cast its headers to
+     * reach {@code getRawHeaders()}. Null if this spring-kafka does not make it so.
+     */
+    private static final @Nullable Constructor<KafkaMessageHeaders> KAFKA_HEADERS = kafkaHeaders();
+
+    private CopiedHeaders() {
+      super(null, ID_VALUE_NONE, -1L);
     }
 
-    private static Map<String, Object> with(MessageHeaders headers, Acknowledgment held) {
-      Map<String, Object> copy = new HashMap<>(headers);
-      copy.put(KafkaHeaders.ACKNOWLEDGMENT, held);
+    static MessageHeaders of(MessageHeaders headers, Map<String, Object> changed) {
+      Map<String, Object> raw;
+      MessageHeaders copy;
+      if (headers instanceof KafkaMessageHeaders && KAFKA_HEADERS != null) {
+        KafkaMessageHeaders kafkaHeaders;
+        try {
+          kafkaHeaders = KAFKA_HEADERS.newInstance(false, false);
+        } catch (ReflectiveOperationException e) {
+          throw new IllegalStateException("Cannot copy the headers of " + headers.getClass(), e);
+        }
+        raw = kafkaHeaders.getRawHeaders();
+        copy = kafkaHeaders;
+      } else {
+        CopiedHeaders copied = new CopiedHeaders();
+        raw = copied.getRawHeaders();
+        copy = copied;
+      }
+      raw.putAll(headers);
+      raw.putAll(changed);
       return copy;
+    }
+
+    private static @Nullable Constructor<KafkaMessageHeaders> kafkaHeaders() {
+      try {
+        Constructor<KafkaMessageHeaders> constructor =
+            KafkaMessageHeaders.class.getDeclaredConstructor(boolean.class, boolean.class);
+        constructor.setAccessible(true);
+        return constructor;
+      } catch (ReflectiveOperationException | RuntimeException e) {
+        return null;
+      }
     }
   }
 

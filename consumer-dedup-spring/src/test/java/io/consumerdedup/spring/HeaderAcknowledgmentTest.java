@@ -18,6 +18,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.Consumer;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
@@ -66,6 +67,7 @@ class HeaderAcknowledgmentTest {
   static final String HEADER = "hdrack-header";
   static final String BATCH = "hdrack-batch";
   static final String DUPLICATE = "hdrack-duplicate";
+  static final String CONSUMER_HEADER = "hdrack-consumer-header";
   static final Map<String, AtomicInteger> calls = new ConcurrentHashMap<>();
 
   @DynamicPropertySource
@@ -79,7 +81,8 @@ class HeaderAcknowledgmentTest {
         MESSAGE_HEADERS,
         HEADER,
         BATCH,
-        DUPLICATE);
+        DUPLICATE,
+        CONSUMER_HEADER);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -143,6 +146,13 @@ class HeaderAcknowledgmentTest {
     assertThat(calls.get(BATCH)).as("calls, the copy not among them").hasValue(1);
   }
 
+  /** The consumer its messages carry ({@code KafkaHeaders.CONSUMER}) commits its positions. */
+  @Test
+  void aBatchCommittedThroughTheConsumerHeaderThenFailingHasItsRecordAppliedAfterARestart()
+      throws Exception {
+    acknowledgedThenFailedIsAppliedOnceAfterARestart(CONSUMER_HEADER);
+  }
+
   @Test
   void aDuplicateOfAMessageListenerIsAcknowledgedThroughItsHeader() throws Exception {
     MessageListenerContainer container = containers.getListenerContainer(DUPLICATE);
@@ -160,8 +170,8 @@ class HeaderAcknowledgmentTest {
   }
 
   /**
-   * The listener of {@code topic} acknowledges its first record, then fails, which stops its
-   * container; started again, the record must come again and be applied once.
+   * The listener of {@code topic} acknowledges (or commits) its first record, then fails, which
+   * stops its container; started again, the record must come again and be applied once.
    */
   private void acknowledgedThenFailedIsAppliedOnceAfterARestart(String topic) throws Exception {
     MessageListenerContainer container = containers.getListenerContainer(topic);
@@ -249,6 +259,23 @@ class HeaderAcknowledgmentTest {
       if (calls.computeIfAbsent(BATCH, k -> new AtomicInteger()).incrementAndGet() == 1) {
         throw new IllegalStateException("a step after the acknowledgment failed");
       }
+    }
+
+    @Idempotent(bizType = CONSUMER_HEADER, header = "order-no")
+    @KafkaListener(
+        id = CONSUMER_HEADER,
+        topics = CONSUMER_HEADER,
+        batch = "true",
+        containerFactory = "immediateStopping")
+    public void onConsumerHeader(List<Message<String>> messages) {
+      ((Consumer<?, ?>) messages.get(0).getHeaders().get(KafkaHeaders.CONSUMER)).commitSync();
+      if (calls.computeIfAbsent(CONSUMER_HEADER, k -> new AtomicInteger()).incrementAndGet() == 1) {
+        throw new IllegalStateException("a step after the commit failed");
+      }
+      for (Message<String> message : messages) {
+        effect(jdbc, CONSUMER_HEADER, orderNo(message.getHeaders()), message.getPayload());
+      }
+      acknowledgment(messages.get(0).getHeaders()).acknowledge();
     }
 
     @Idempotent(bizType = DUPLICATE, header = "order-no")
