@@ -10,10 +10,9 @@ import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.Outcome;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.Latches;
-import java.lang.ref.WeakReference;
 import java.time.Duration;
-import java.util.ArrayList;
 import java.util.Collection;
+import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -136,11 +135,12 @@ import org.slf4j.LoggerFactory;
  * records that are not done. {@link #builder(Map, Collection, RecordProcessor)} checks the
  * configuration; with {@link #builder(Consumer, Collection, RecordProcessor)} that is the caller's
  * duty. The loop owns the consumer: it subscribes it to the topics, and closes it when it stops. No
- * other thread may use it meanwhile, and a consumer goes to one loop only: building a second loop
- * on the same consumer object throws (a consumer is not safe for multi-threaded access, and two
- * loops on one lose records), unless the first was dropped without being run. Choose {@code
- * max.poll.interval.ms} longer than the time to handle one poll's records ({@code max.poll.records}
- * of them).
+ * other thread may use it meanwhile, and a consumer is run by one loop at a time: a loop holds its
+ * consumer object while {@link #run()} runs, and building or running a second loop on it meanwhile
+ * throws, before the consumer is touched (a consumer is not safe for multi-threaded access, and two
+ * loops on one lose records). A loop built and never run holds nothing; closing it closes its
+ * consumer unless another loop runs it. Choose {@code max.poll.interval.ms} longer than the time to
+ * handle one poll's records ({@code max.poll.records} of them).
  *
  * <p>{@link #run()} polls until {@link #stop()} or {@link #close()} is called from another thread
  * (or the thread is interrupted); it then commits the offsets of the records that are done and
@@ -173,6 +173,26 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
    * close (the close timeout): a consumer's close may overrun the time it is given a little.
    */
   private static final Duration CLOSE_GRACE = Duration.ofSeconds(5);
+
+  /**
+   * The consumers that loops run now, each with its loop, told apart by identity: a consumer class
+   * whose equals compares its configuration took a second consumer for the first. A loop holds its
+   * consumer from the start of {@link #run()} to its end (or through {@link #close()} when it never
+   * ran), so that one built and dropped without running holds nothing, whenever the garbage
+   * collector comes.
+   */
+  private static final Map<Consumer<?, ?>, DedupPollLoop<?, ?>> RUNNING = new IdentityHashMap<>();
+
+  /**
+   * Two loops on one consumer poll it from two threads: kafka-clients refuses one's call while the
+   * other is inside one, and lets it through while the other runs its handler. The second loop's
+   * subscribe replaced the first one's rebalance listener, a poll ended by the refusal could not
+   * seek back the records it had not reached, and the other loop's commits went past them.
+   */
+  private static final String SHARED_CONSUMER =
+      "This consumer is run by another DedupPollLoop, which polls, commits and closes it; a"
+          + " KafkaConsumer is not safe for multi-threaded access, and two loops on one consumer"
+          + " lose records. Give each loop its own consumer";
 
   private final Consumer<K, V> consumer;
   private final List<String> topics;
@@ -261,13 +281,20 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
    * Polls and handles records until {@link #stop()} or {@link #close()} is called, or the thread is
    * interrupted; then commits the offsets of the records that are done and closes the consumer.
    *
-   * @throws IllegalStateException if the loop was already started or closed
+   * @throws IllegalStateException if the loop was already started or closed, or another loop runs
+   *     its consumer (which this loop then leaves untouched)
    * @throws Error what the processor threw, once the poll is settled and the consumer closed
    */
   @Override
   public void run() {
     if (!started.compareAndSet(false, true)) {
       throw new IllegalStateException("A DedupPollLoop runs once; this one was started or closed");
+    }
+    if (!holdConsumer()) {
+      // Not subscribed, polled nor closed: the consumer is the other loop's.
+      handlingEnded.countDown();
+      finished.countDown();
+      throw new IllegalStateException(SHARED_CONSUMER);
     }
     loopThread = Thread.currentThread();
     LoopAttemptLimit.setOnThisThread(maxAttempts);
@@ -315,6 +342,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         }
         fatal.addSuppressed(e); // the Error is what the application must see
       } finally {
+        releaseConsumer();
         LoopAttemptLimit.clearOnThisThread();
         finished.countDown();
         if (interrupted) {
@@ -356,7 +384,37 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
    */
   public void stop() {
     running = false;
-    consumer.wakeup();
+    if (!runByAnotherLoop()) {
+      consumer.wakeup();
+    }
+  }
+
+  /** Holds the consumer for this loop, unless another loop runs it; returns whether it did. */
+  private boolean holdConsumer() {
+    synchronized (RUNNING) {
+      return RUNNING.putIfAbsent(consumer, this) == null;
+    }
+  }
+
+  private void releaseConsumer() {
+    synchronized (RUNNING) {
+      RUNNING.remove(consumer, this);
+    }
+  }
+
+  private boolean runByAnotherLoop() {
+    synchronized (RUNNING) {
+      DedupPollLoop<?, ?> holder = RUNNING.get(consumer);
+      return holder != null && holder != this;
+    }
+  }
+
+  private static void refuseIfRunning(Consumer<?, ?> consumer) {
+    synchronized (RUNNING) {
+      if (RUNNING.containsKey(consumer)) {
+        throw new IllegalStateException(SHARED_CONSUMER);
+      }
+    }
   }
 
   /**
@@ -364,9 +422,9 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
    * the record in hand to be finished, then up to the close timeout again for the last commit and
    * the consumer's close, which the loop bounds by it (a broker that no longer answers does not
    * keep the loop stopping after {@code close()} returned). A loop that never ran closes its
-   * consumer here. Called from the handler (the loop's own thread), it only asks the loop to stop.
-   * An interrupt of the calling thread does not cut the wait short; it is set on the thread again
-   * on return.
+   * consumer here, unless another loop runs it. Called from the handler (the loop's own thread), it
+   * only asks the loop to stop. An interrupt of the calling thread does not cut the wait short; it
+   * is set on the thread again on return.
    */
   @Override
   public void close() {
@@ -381,9 +439,17 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     boolean interrupted = Thread.interrupted();
     try {
       if (started.compareAndSet(false, true)) {
+        // Held while it is closed, so that no loop starts running it meanwhile; one that runs it
+        // already keeps it, to close it itself.
+        boolean held = holdConsumer();
         try {
-          consumer.close(CloseOptions.timeout(closeTimeout));
+          if (held) {
+            consumer.close(CloseOptions.timeout(closeTimeout));
+          }
         } finally {
+          if (held) {
+            releaseConsumer();
+          }
           handlingEnded.countDown();
           finished.countDown();
         }
@@ -603,15 +669,6 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
 
   /** Builds a {@link DedupPollLoop}; every setter validates its value at once. */
   public static final class Builder<K, V> {
-    /**
-     * The loops built on a consumer the application gave, held weakly: a loop dropped without being
-     * run (nothing can run it any more) leaves its consumer to the next loop once it is collected.
-     * Held by the consumer itself, a loop built and never run kept its consumer from every later
-     * loop for as long as the consumer lived.
-     */
-    private static final List<WeakReference<DedupPollLoop<?, ?>>> LOOPS_ON_GIVEN_CONSUMERS =
-        new ArrayList<>();
-
     private final @Nullable Consumer<K, V> consumer;
     private final @Nullable Map<String, Object> consumerConfig;
     private final List<String> topics;
@@ -701,7 +758,7 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
      * Builds the loop, creating the consumer if a configuration was given.
      *
      * @throws IllegalStateException if no dead-letter handler was set, the consumer has no group
-     *     id, or the consumer was handed to another loop already
+     *     id, or another loop runs the consumer
      */
     public DedupPollLoop<K, V> build() {
       DeadLetterHandler<K, V> deadLetters =
@@ -710,42 +767,16 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
                   + " (for example KafkaDeadLetterPublisher.builder(producer).build())");
       settings.warnIfUndeserializableCannotBeDeadLettered(
           log, "such a record holds its partition, an ERROR at each try, until it can be written");
+      if (consumer != null) {
+        // Before anything asks the consumer: a call from this thread into a consumer another loop
+        // polls is refused by kafka-clients (ConcurrentModificationException), or gets through
+        // while that loop runs its handler.
+        refuseIfRunning(consumer);
+      }
       Consumer<K, V> built =
           consumer != null ? consumer : new KafkaConsumer<>(Objects.requireNonNull(consumerConfig));
       String groupId = OffsetCommits.groupOf(built, consumer == null);
-      if (consumer == null) {
-        return new DedupPollLoop<>(this, built, groupId, deadLetters);
-      }
-      synchronized (LOOPS_ON_GIVEN_CONSUMERS) {
-        refuseIfOwned(consumer);
-        DedupPollLoop<K, V> loop = new DedupPollLoop<>(this, built, groupId, deadLetters);
-        LOOPS_ON_GIVEN_CONSUMERS.add(new WeakReference<>(loop));
-        return loop;
-      }
-    }
-
-    /**
-     * Two loops on one consumer poll it from two threads: kafka-clients refuses one's call while
-     * the other is inside one, and lets it through while the other runs its handler. The second
-     * loop's subscribe replaced the first one's rebalance listener, a poll ended by the refusal
-     * could not seek back the records it had not reached, and the other loop's commits went past
-     * them. Refused here, before either touches the consumer.
-     */
-    private static void refuseIfOwned(Consumer<?, ?> consumer) {
-      LOOPS_ON_GIVEN_CONSUMERS.removeIf(owner -> owner.get() == null);
-      for (WeakReference<DedupPollLoop<?, ?>> owner : LOOPS_ON_GIVEN_CONSUMERS) {
-        DedupPollLoop<?, ?> loop = owner.get();
-        // By identity: a consumer class whose equals compares its configuration took a second
-        // consumer for the first and refused its loop.
-        if (loop != null && loop.consumer == consumer) {
-          throw new IllegalStateException(
-              "This consumer was handed to another DedupPollLoop already, which polls, commits and"
-                  + " closes it; a KafkaConsumer is not safe for multi-threaded access, and two"
-                  + " loops on one consumer lose records. Give each loop its own consumer. A loop"
-                  + " built and not run keeps its consumer until the application no longer"
-                  + " references it; close() it to close the consumer at once");
-        }
-      }
+      return new DedupPollLoop<>(this, built, groupId, deadLetters);
     }
   }
 }

@@ -15,6 +15,8 @@ import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.StoreFixture;
 import io.consumerdedup.testing.TestDatabase;
+import java.io.PrintWriter;
+import java.io.StringWriter;
 import java.sql.Connection;
 import java.sql.DriverManager;
 import java.sql.SQLException;
@@ -184,6 +186,53 @@ class NoDriverAcceptsUrlAtRunTimeTest {
           .hasMessageNotContaining("hun")
           .hasMessageNotContaining("ter2");
     }
+    softly.assertAll();
+  }
+
+  /**
+   * A {@code jdbc:postgresql:} URL that PostgreSQL's driver takes for its own but cannot read: a
+   * password holding a bare '%' (not percent-encoded), a port out of range, or a user name and
+   * password before the host, which it takes for part of the host name. The driver answers with the
+   * whole URL in its message ("Unable to parse URL ...") or with the host name it could not look up
+   * as its cause; taken for an outage, the build logged that at WARN, password included, and each
+   * claim repeated it.
+   */
+  @Test
+  void aPostgresUrlItsDriverCannotReadIsNamedWithoutItsPassword() {
+    List<List<String>> forms =
+        List.of(
+            List.of(TestDatabase.baseUrl() + "&password=50%off", "50%off"),
+            List.of("jdbc:postgresql://127.0.0.1:99999/test?user=app&password=hunter2", "hunter2"),
+            List.of("jdbc:postgresql://127.0.0.1:54x/test?user=app&password=hunter2", "hunter2"),
+            List.of("jdbc:postgresql://app:hunter2@127.0.0.1:5432/test", "hunter2"));
+    logged.start();
+    storeLog.addAppender(logged);
+    SoftAssertions softly = new SoftAssertions();
+    for (List<String> form : forms) {
+      JdbcDedupStore store =
+          JdbcDedupStore.builder(ConnectionSource.driverManager(form.get(0))).build();
+
+      Throwable thrown = catchThrowable(() -> IdempotentExecutor.builder(store).build().close());
+
+      softly
+          .assertThat(thrown)
+          .as("what building threw for " + form.get(0))
+          .isInstanceOf(DedupConfigurationException.class)
+          .hasMessageContaining("No JDBC driver accepts the URL of the dedup table's DataSource");
+      if (thrown != null) {
+        StringWriter printed = new StringWriter();
+        thrown.printStackTrace(new PrintWriter(printed));
+        softly
+            .assertThat(printed.toString())
+            .as("the exception as a log prints it, causes included, for " + form.get(0))
+            .doesNotContain(form.get(1));
+      }
+    }
+    softly
+        .assertThat(logged.list)
+        .extracting(ILoggingEvent::getFormattedMessage)
+        .as("what the store logged")
+        .noneMatch(message -> message.contains("hunter2") || message.contains("50%off"));
     softly.assertAll();
   }
 

@@ -6,6 +6,7 @@ import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.internal.FailureTexts;
+import java.net.UnknownHostException;
 import java.sql.SQLException;
 import java.sql.SQLRecoverableException;
 import java.sql.SQLTimeoutException;
@@ -269,7 +270,8 @@ public final class SqlStates {
       // the URL is not its own.
       refused |=
           cause instanceof SQLException && message.startsWith("No suitable driver")
-              || message.contains("claims to not accept jdbcUrl");
+              || message.contains("claims to not accept jdbcUrl")
+              || unreadable(cause, message);
       Matcher named = JDBC_URL.matcher(message);
       if (url == null && named.find()) {
         url = shown(message.substring(named.start()));
@@ -284,10 +286,26 @@ public final class SqlStates {
                 ? ""
                 : ", " + url + " (the rest of it is not shown: it may hold a password)")
             + ": spell it as its driver does (jdbc:postgresql://host:5432/database,"
-            + " jdbc:mariadb://..., jdbc:mysql://...) and put the driver's jar on the class path."
+            + " jdbc:mariadb://..., jdbc:mysql://...; for PostgreSQL the user and password as"
+            + " parameters, a '%' in them written %25) and put the driver's jar on the class path."
             + " This is not an outage that records could wait out: no try would ever connect",
         null,
         null);
+  }
+
+  /**
+   * Whether {@code cause} is PostgreSQL's driver refusing a {@code jdbc:postgresql:} URL it takes
+   * for its own but cannot read (a bare '%' in a parameter, a port that is no number or out of
+   * range): SQL state 99999 with the whole URL, password included, in its message; or the host name
+   * it could not look up holding an '@', a user name and password written before the host, which
+   * that driver reads as part of the host name. Either is answered the same way at every try; taken
+   * for an outage or a store failure, its message was logged as it stood.
+   */
+  private static boolean unreadable(Throwable cause, String message) {
+    return cause instanceof SQLException sql
+            && (message.startsWith("Unable to parse URL")
+                || ("99999".equals(sql.getSQLState()) && message.contains("jdbc:postgresql:")))
+        || cause instanceof UnknownHostException && message.indexOf('@') >= 0;
   }
 
   /**

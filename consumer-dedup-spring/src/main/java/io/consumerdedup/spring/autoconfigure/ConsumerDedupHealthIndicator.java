@@ -18,9 +18,12 @@ import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicReference;
 import javax.sql.DataSource;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.springframework.boot.health.contributor.Health;
 import org.springframework.boot.health.contributor.HealthIndicator;
 
@@ -55,20 +58,32 @@ import org.springframework.boot.health.contributor.HealthIndicator;
 public class ConsumerDedupHealthIndicator implements HealthIndicator {
   /**
    * Locks on the table that conflict with the ROW EXCLUSIVE lock of a claim, a granted one first,
-   * with the processes a waiting one waits behind. A waiting one holds the claims too: PostgreSQL
-   * queues a later lock that conflicts with one waiting behind it (a migration's ALTER TABLE behind
-   * a long read), and the look that saw granted locks only let the check wait out its timeout.
+   * with the processes holding a lock on the table that a waiting one may wait behind. A waiting
+   * one holds the claims too: PostgreSQL queues a later lock that conflicts with one waiting behind
+   * it (a migration's ALTER TABLE behind a long read), and the look that saw granted locks only let
+   * the check wait out its timeout. Of this database only: pg_locks lists the whole server's, and
+   * databases made from one template give their tables the same OIDs, so that a lock in one
+   * tenant's database made another's DOWN. The holders are read from pg_locks rather than asked of
+   * {@code pg_blocking_pids}, which a server may keep from the role: the statement then failed
+   * whole, granted locks unseen.
    */
   private static final String BLOCKING_LOCKS =
       "SELECT l.mode, l.pid, a.application_name, l.granted,"
-          + " array_to_string(pg_blocking_pids(l.pid), ', ') FROM pg_locks l"
+          + " (SELECT string_agg(h.pid::text, ', ' ORDER BY h.pid) FROM"
+          + " (SELECT DISTINCT o.pid FROM pg_locks o WHERE o.granted AND o.locktype = 'relation'"
+          + " AND o.database = l.database AND o.relation = l.relation AND o.pid <> l.pid"
+          + " AND o.pid IS DISTINCT FROM pg_backend_pid()) h)"
+          + " FROM pg_locks l"
           + " LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
           + " WHERE l.locktype = 'relation'"
           + " AND l.pid IS DISTINCT FROM pg_backend_pid()"
+          + " AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())"
           + " AND l.relation = to_regclass(?)"
           + " AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock',"
           + " 'AccessExclusiveLock')"
           + " ORDER BY l.granted DESC, l.pid LIMIT 1";
+
+  private static final Logger log = LoggerFactory.getLogger(ConsumerDedupHealthIndicator.class);
 
   private final JdbcDedupStore store;
 
@@ -82,6 +97,9 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
   private final @Nullable DataSource dataSource;
   private final AtomicReference<@Nullable CompletableFuture<TableState>> running =
       new AtomicReference<>();
+
+  /** Whether a look that failed has been logged: each check would fail it the same way. */
+  private final AtomicBoolean lookFailureLogged = new AtomicBoolean();
 
   /**
    * What a check found: the columns the store needs that the table lacks, and, when it has them
@@ -281,7 +299,15 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
         }
       }
     } catch (SQLException | RuntimeException e) {
-      // The probes, through the store's own DataSource, say what keeps the table from answering.
+      // The probes, through the store's own DataSource, say what keeps the table from answering;
+      // a lock the look could have named is then met by them, and said as the table not answering.
+      if (lookFailureLogged.compareAndSet(false, true)) {
+        log.warn(
+            "Could not look for locks on the dedup table {} (pg_locks); the health check cannot"
+                + " name a lock that holds it, and reports only that the table does not answer: {}",
+            store.tableName(),
+            e.toString());
+      }
       return null;
     }
   }

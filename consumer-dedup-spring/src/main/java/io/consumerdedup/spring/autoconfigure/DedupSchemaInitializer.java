@@ -3,6 +3,7 @@ package io.consumerdedup.spring.autoconfigure;
 import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.SqlDialect;
+import io.consumerdedup.jdbc.internal.SqlStates;
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.charset.StandardCharsets;
@@ -72,7 +73,7 @@ public final class DedupSchemaInitializer implements InitializingBean {
    * @return whether it created it
    */
   public boolean initialize() throws SQLException {
-    try (Connection connection = dataSource.getConnection()) {
+    try (Connection connection = connection()) {
       String product = connection.getMetaData().getDatabaseProductName();
       SqlDialect dialect = this.dialect != null ? this.dialect : SqlDialect.forProduct(product);
       if (dialect == null) {
@@ -102,6 +103,23 @@ public final class DedupSchemaInitializer implements InitializingBean {
       }
       // Behind a pooler in transaction mode, the store's own way: unnamed statements.
       return JdbcDedupStore.withStatementsAsTheStoreMakesThem(connection, this::createIfAbsent);
+    }
+  }
+
+  /**
+   * A connection of the DataSource. The driver's refusal of the URL names the whole URL, password
+   * included, and the initializer asks before the store does: it is reported as the store reports
+   * it, the password left out.
+   */
+  private Connection connection() throws SQLException {
+    try {
+      return dataSource.getConnection();
+    } catch (SQLException | RuntimeException e) {
+      DedupConfigurationException refused = SqlStates.noDriverAccepts(e);
+      if (refused != null) {
+        throw refused;
+      }
+      throw e;
     }
   }
 

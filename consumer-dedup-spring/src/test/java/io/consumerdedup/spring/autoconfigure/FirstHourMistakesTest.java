@@ -9,6 +9,8 @@ import io.consumerdedup.spring.IdempotentExecutors;
 import io.consumerdedup.spring.InvalidIdempotentListenerException;
 import io.consumerdedup.testing.ConnectionSource;
 import io.consumerdedup.testing.TestDatabase;
+import java.io.PrintWriter;
+import java.io.StringWriter;
 import java.net.ServerSocket;
 import java.sql.Connection;
 import java.sql.Statement;
@@ -180,6 +182,43 @@ class FirstHourMistakesTest {
                     .hasMessageContaining("(the rest of it is not shown: it may hold a password)")
                     .hasMessageNotContaining("hunter2")
                     .hasMessageContaining("not an outage"));
+  }
+
+  /**
+   * With {@code consumer-dedup.initialize-schema=always} the schema's initializer asks the
+   * DataSource for a connection before the store does, and it passed the driver's refusal on as it
+   * stood: DriverManager's "No suitable driver found for" and PostgreSQL's driver's "Unable to
+   * parse URL" (a bare '%' in the password) name the whole URL, password included, in the start-up
+   * failure the application prints.
+   */
+  @ParameterizedTest(name = "{0}")
+  @CsvSource({
+    "a scheme no driver takes, jdbc:postgres:, hunter2",
+    "a bare '%' in the password, jdbc:postgresql:, 50%off"
+  })
+  void aUrlNoDriverAcceptsIsNamedWithoutItsPasswordWhenTheSchemaIsInitialized(
+      String description, String scheme, String password, CapturedOutput output) {
+    String url =
+        TestDatabase.baseUrl().replace("jdbc:postgresql:", scheme) + "&password=" + password;
+    new ApplicationContextRunner()
+        .withConfiguration(AutoConfigurations.of(ConsumerDedupAutoConfiguration.class))
+        .withPropertyValues("consumer-dedup.initialize-schema=always")
+        .withBean(DataSource.class, () -> new DriverManagerDataSource(url))
+        .run(
+            context -> {
+              assertThat(context)
+                  .getFailure()
+                  .rootCause()
+                  .hasMessageContaining(
+                      "No JDBC driver accepts the URL of the dedup table's DataSource");
+              StringWriter printed = new StringWriter();
+              context.getStartupFailure().printStackTrace(new PrintWriter(printed));
+              assertThat(printed.toString())
+                  .as("the start-up failure as printed, causes included")
+                  .doesNotContain(password);
+            });
+
+    assertThat(output).as("what was logged").doesNotContain(password);
   }
 
   @Test

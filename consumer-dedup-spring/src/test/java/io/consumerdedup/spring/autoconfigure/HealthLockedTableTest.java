@@ -1,25 +1,33 @@
 package io.consumerdedup.spring.autoconfigure;
 
+import static org.assertj.core.api.Assertions.as;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.testing.TestDatabase;
 import java.sql.Connection;
+import java.sql.DriverManager;
 import java.sql.ResultSet;
 import java.sql.SQLException;
 import java.sql.Statement;
 import java.time.Duration;
+import java.util.UUID;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import org.assertj.core.api.InstanceOfAssertFactories;
+import org.jspecify.annotations.Nullable;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
 import org.springframework.boot.health.contributor.Health;
 import org.springframework.boot.health.contributor.Status;
 import org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
+import org.springframework.boot.test.system.CapturedOutput;
+import org.springframework.boot.test.system.OutputCaptureExtension;
 
 /**
  * Another transaction holds a lock on the dedup table that its writes wait for (a migration's
@@ -29,6 +37,7 @@ import org.springframework.boot.test.context.runner.ApplicationContextRunner;
  * does not answer", neither of which was so. Now the check sees the lock without waiting for it and
  * says so. The auto-configured indicator, on a real PostgreSQL.
  */
+@ExtendWith(OutputCaptureExtension.class)
 class HealthLockedTableTest {
 
   @Test
@@ -74,21 +83,21 @@ class HealthLockedTableTest {
   }
 
   /**
-   * A migration's lock queued behind a long read of the table (not granted yet, it still makes
-   * every later statement on the table queue behind it): the probes queued behind it, and each held
-   * a pool connection up to the store's statement timeout after the check had answered that the
-   * table did not answer. Now no connection stays in use once the check has answered (the look
-   * names the waiting lock, {@link #aMigrationQueuedBehindALongReadIsNamedWithTheReadItWaitsFor}),
-   * and once the migration's lock is granted the next check names it as held.
+   * A lock the look does not see (taken just after it; here one the look cannot see at all, the
+   * role not allowed to read pg_locks): the probes queue behind it, and each held a pool connection
+   * up to the store's statement timeout after the check had answered that the table did not answer.
+   * Now the database cancels them once the check's timeout has passed, and the connection comes
+   * back with the answer.
    */
   @Test
   void probesQueuedBehindALockTheLookDidNotSeeGiveTheirConnectionBackWithTheCheck()
       throws Exception {
-    String schema = TestDatabase.newSchema("healthqueued");
-    ExecutorService migrationThread = Executors.newSingleThreadExecutor();
+    String database = newDatabase("dedup_health_unseen", null);
+    String role = database + "_role";
     try {
-      onTwoConnections(
-              schema,
+      prepare(database, role, "REVOKE SELECT ON pg_catalog.pg_locks FROM PUBLIC");
+      onTwoConnectionsTo(
+              inDatabase(database) + "&user=" + role,
               "consumer-dedup.health-timeout=2s",
               "consumer-dedup.store.statement-timeout=60s")
           .run(
@@ -98,27 +107,15 @@ class HealthLockedTableTest {
                 HikariDataSource pool = context.getBean(HikariDataSource.class);
                 assertThat(health.health().getStatus()).as("health, unlocked").isEqualTo(Status.UP);
 
-                try (Connection reader = TestDatabase.connect(schema);
-                    Statement read = reader.createStatement();
-                    Connection migration = TestDatabase.connect(schema);
-                    Statement migrate = migration.createStatement()) {
-                  reader.setAutoCommit(false);
-                  read.execute("SELECT count(*) FROM consumer_dedup");
-                  migration.setAutoCommit(false);
-                  Future<?> locked =
-                      migrationThread.submit(
-                          () -> {
-                            migrate.execute("LOCK TABLE consumer_dedup IN ACCESS EXCLUSIVE MODE");
-                            return null;
-                          });
-                  await("the migration's lock queued behind the read")
-                      .atMost(Duration.ofSeconds(15))
-                      .until(() -> waitingOnTheTable(read) == 1);
+                try (Connection locker = DriverManager.getConnection(inDatabase(database));
+                    Statement statement = locker.createStatement()) {
+                  locker.setAutoCommit(false);
+                  statement.execute("LOCK TABLE consumer_dedup IN ACCESS EXCLUSIVE MODE");
 
-                  Health queued = health.health();
+                  Health unseen = health.health();
 
-                  assertThat(queued.getStatus())
-                      .as("health while a migration's lock is queued (%s)", queued)
+                  assertThat(unseen.getStatus())
+                      .as("health while a lock the look does not see holds the table (%s)", unseen)
                       .isEqualTo(Status.DOWN);
                   await()
                       .atMost(Duration.ofSeconds(5))
@@ -128,22 +125,16 @@ class HealthLockedTableTest {
                                   .as(
                                       "pool connections in use after the health check answered"
                                           + " (statements waiting for the table's lock: %s)",
-                                      waitingOnTheTable(read))
+                                      waitingOnTheTable(statement))
                                   .isZero());
-
-                  reader.rollback();
-                  locked.get(15, TimeUnit.SECONDS);
-                  Health granted = health.health();
-                  assertThat(String.valueOf(granted.getDetails().get("reason")))
-                      .as("reason of the health once the migration's lock is granted")
-                      .contains("locked by another transaction")
-                      .contains("AccessExclusiveLock");
-                  migration.rollback();
+                  locker.rollback();
                 }
+                await("health once the lock is gone")
+                    .atMost(Duration.ofSeconds(15))
+                    .until(() -> health.health().getStatus().equals(Status.UP));
               });
     } finally {
-      migrationThread.shutdownNow();
-      TestDatabase.dropSchema(schema);
+      dropDatabase(database, role);
     }
   }
 
@@ -205,6 +196,157 @@ class HealthLockedTableTest {
     }
   }
 
+  /**
+   * pg_locks lists the locks of every database of the server, and databases made from one template
+   * give their tables the same OIDs: a migration's lock on one tenant's table made the health of
+   * every other tenant's DOWN.
+   */
+  @Test
+  void aLockOnTheTableOfAnotherDatabaseLeavesTheHealthUp() throws Exception {
+    String tenantA = newDatabase("dedup_health_a", null);
+    String tenantB = null;
+    try {
+      try (Connection connection = DriverManager.getConnection(inDatabase(tenantA));
+          Statement statement = connection.createStatement()) {
+        statement.execute(TestDatabase.schemaDdl());
+      }
+      tenantB = newDatabase("dedup_health_b", tenantA);
+      onTwoConnectionsTo(inDatabase(tenantB), "consumer-dedup.health-timeout=3s")
+          .run(
+              context -> {
+                ConsumerDedupHealthIndicator health =
+                    context.getBean(ConsumerDedupHealthIndicator.class);
+                assertThat(health.health().getStatus()).as("health, unlocked").isEqualTo(Status.UP);
+
+                try (Connection locker = DriverManager.getConnection(inDatabase(tenantA));
+                    Statement statement = locker.createStatement()) {
+                  locker.setAutoCommit(false);
+                  statement.execute("LOCK TABLE consumer_dedup IN ACCESS EXCLUSIVE MODE");
+                  Health elsewhere = health.health();
+
+                  assertThat(elsewhere.getStatus())
+                      .as("health while the table of another database is locked (%s)", elsewhere)
+                      .isEqualTo(Status.UP);
+                  locker.rollback();
+                }
+              });
+    } finally {
+      dropDatabase(tenantB, null);
+      dropDatabase(tenantA, null);
+    }
+  }
+
+  /**
+   * A role that may not run {@code pg_blocking_pids} (EXECUTE revoked, as some hardened servers
+   * do): the look failed whole, granted locks too, without a word, and the probes waited behind the
+   * lock for the check's timeout.
+   */
+  @Test
+  void aLockIsNamedWhereTheRoleMayNotRunPgBlockingPids() throws Exception {
+    String database = newDatabase("dedup_health_nopids", null);
+    String role = database + "_role";
+    try {
+      prepare(database, role, "REVOKE EXECUTE ON FUNCTION pg_blocking_pids(integer) FROM PUBLIC");
+      onTwoConnectionsTo(inDatabase(database) + "&user=" + role, "consumer-dedup.health-timeout=3s")
+          .run(
+              context -> {
+                ConsumerDedupHealthIndicator health =
+                    context.getBean(ConsumerDedupHealthIndicator.class);
+                assertThat(health.health().getStatus()).as("health, unlocked").isEqualTo(Status.UP);
+
+                try (Connection locker = DriverManager.getConnection(inDatabase(database));
+                    Statement statement = locker.createStatement()) {
+                  locker.setAutoCommit(false);
+                  statement.execute("LOCK TABLE consumer_dedup IN ACCESS EXCLUSIVE MODE");
+                  Health locked = health.health();
+
+                  assertThat(String.valueOf(locked.getDetails().get("reason")))
+                      .as("reason of the health while another transaction locks the table")
+                      .contains("locked by another transaction")
+                      .contains("AccessExclusiveLock");
+                  locker.rollback();
+                }
+              });
+    } finally {
+      dropDatabase(database, role);
+    }
+  }
+
+  /**
+   * A look the role may not run at all (pg_locks itself not readable) is said once at WARN, and the
+   * probes still answer.
+   */
+  @Test
+  void aLookTheRoleMayNotRunIsLoggedOnceAndTheProbesStillAnswer(CapturedOutput output)
+      throws Exception {
+    String database = newDatabase("dedup_health_nolocks", null);
+    String role = database + "_role";
+    try {
+      prepare(database, role, "REVOKE SELECT ON pg_catalog.pg_locks FROM PUBLIC");
+      onTwoConnectionsTo(inDatabase(database) + "&user=" + role)
+          .run(
+              context -> {
+                ConsumerDedupHealthIndicator health =
+                    context.getBean(ConsumerDedupHealthIndicator.class);
+
+                assertThat(health.health().getStatus()).as("health").isEqualTo(Status.UP);
+                assertThat(health.health().getStatus()).as("health again").isEqualTo(Status.UP);
+              });
+
+      assertThat(output.getAll().split("\\R"))
+          .as("lines logged")
+          .filteredOn(line -> line.contains("Could not look for locks on the dedup table"))
+          .singleElement(as(InstanceOfAssertFactories.STRING))
+          .contains("WARN")
+          .contains("permission denied");
+    } finally {
+      dropDatabase(database, role);
+    }
+  }
+
+  /** A database of its own, copied from {@code template} when given; returns its name. */
+  private static String newDatabase(String prefix, @Nullable String template) throws SQLException {
+    String database = prefix + "_" + UUID.randomUUID().toString().substring(0, 8);
+    try (Connection connection = DriverManager.getConnection(TestDatabase.baseUrl());
+        Statement statement = connection.createStatement()) {
+      statement.execute(
+          "CREATE DATABASE " + database + (template == null ? "" : " TEMPLATE " + template));
+    }
+    return database;
+  }
+
+  /**
+   * The dedup table in {@code database}, {@code role} granted what the store needs on it, and
+   * {@code revoke} run there.
+   */
+  private static void prepare(String database, String role, String revoke) throws SQLException {
+    try (Connection connection = DriverManager.getConnection(inDatabase(database));
+        Statement statement = connection.createStatement()) {
+      statement.execute(TestDatabase.schemaDdl());
+      statement.execute("CREATE ROLE " + role + " LOGIN");
+      statement.execute("GRANT SELECT, INSERT, UPDATE, DELETE ON consumer_dedup TO " + role);
+      statement.execute(revoke);
+    }
+  }
+
+  private static void dropDatabase(@Nullable String database, @Nullable String role)
+      throws SQLException {
+    try (Connection connection = DriverManager.getConnection(TestDatabase.baseUrl());
+        Statement statement = connection.createStatement()) {
+      if (database != null) {
+        statement.execute("DROP DATABASE IF EXISTS " + database + " WITH (FORCE)");
+      }
+      if (role != null) {
+        statement.execute("DROP ROLE IF EXISTS " + role);
+      }
+    }
+  }
+
+  /** The server's URL with {@code database} in place of its database. */
+  private static String inDatabase(String database) {
+    return TestDatabase.baseUrl().replaceFirst("(//[^/?]+/)[^?]*", "$1" + database);
+  }
+
   private static int pid(Statement statement) throws SQLException {
     try (ResultSet pid = statement.executeQuery("SELECT pg_backend_pid()")) {
       pid.next();
@@ -214,6 +356,11 @@ class HealthLockedTableTest {
 
   /** The auto-configured indicator over a pool of two connections to {@code schema}. */
   private static ApplicationContextRunner onTwoConnections(String schema, String... properties) {
+    return onTwoConnectionsTo(TestDatabase.url(schema), properties);
+  }
+
+  /** The auto-configured indicator over a pool of two connections to {@code url}. */
+  private static ApplicationContextRunner onTwoConnectionsTo(String url, String... properties) {
     return new ApplicationContextRunner()
         .withConfiguration(
             AutoConfigurations.of(
@@ -221,8 +368,7 @@ class HealthLockedTableTest {
                 ConsumerDedupAutoConfiguration.class,
                 ConsumerDedupActuatorAutoConfiguration.class))
         .withPropertyValues(
-            "spring.datasource.url=" + TestDatabase.url(schema),
-            "spring.datasource.hikari.maximum-pool-size=2")
+            "spring.datasource.url=" + url, "spring.datasource.hikari.maximum-pool-size=2")
         .withPropertyValues(properties);
   }
 
