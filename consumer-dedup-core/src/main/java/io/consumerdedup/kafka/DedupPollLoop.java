@@ -297,10 +297,12 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
       throw new IllegalStateException(SHARED_CONSUMER);
     }
     loopThread = Thread.currentThread();
-    LoopAttemptLimit.setOnThisThread(maxAttempts);
     boolean interrupted = false;
     Error fatal = null;
     try {
+      // Inside the try: an OutOfMemoryError setting it left the consumer held by this loop for
+      // good, every later loop on it refused and close() waiting out its timeout.
+      LoopAttemptLimit.setOnThisThread(maxAttempts);
       consumer.subscribe(topics, new RebalanceListener());
       log.info("Polling {} in group {}", topics, groupId);
       while (running) {

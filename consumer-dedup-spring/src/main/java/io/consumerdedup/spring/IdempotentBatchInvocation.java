@@ -319,6 +319,7 @@ final class IdempotentBatchInvocation {
       // Nacked at a record, but the transaction rolled back (marked rollback-only): the records
       // before that one are undone too, and FAILED above. Nacked where the method said, the
       // container committed them as done: never applied. The batch comes again from its start.
+      dropListenersCommits(committer);
       heldAck.nackAt(kept.batchIndexes.get(0));
       return result;
     }
@@ -336,6 +337,7 @@ final class IdempotentBatchInvocation {
           attempts);
       int batchNack =
           written != null ? Math.min(written.index(), kept.batchIndexes.get(nackAt)) : -1;
+      dropListenersCommits(committer);
       heldAck.nackAt(batchNack >= 0 ? batchNack : kept.batchIndexes.get(nackAt));
       return result;
     }
@@ -356,6 +358,18 @@ final class IdempotentBatchInvocation {
           }
         });
     return result;
+  }
+
+  /**
+   * Before a nack is passed on: the listener's commits pass the nacked record and are dropped, and
+   * the commit spring-kafka's nack itself makes through the same consumer (of the records before
+   * the nacked one, in ack mode MANUAL_IMMEDIATE) must go out. Still held, it was dropped with
+   * them, and those records, done, came again after a restart.
+   */
+  private static void dropListenersCommits(@Nullable PollAwareConsumer<?, ?> committer) {
+    if (committer != null) {
+      committer.releaseCommits(false);
+    }
   }
 
   /**

@@ -497,12 +497,13 @@ public final class IdempotentListenerInterceptor {
       // dropped if it fails: sent at once, it passed a record then recorded FAILED, which a stop or
       // a crash before the error handler's retry lost.
       committer = listener.shape.handOver(arguments, acknowledgment, held);
+      if (committer != null) {
+        // Within the give-back: an OutOfMemoryError here left a claim made alone PROCESSING.
+        committer.holdCommits();
+      }
     } catch (Throwable beforeCall) {
       giveBack(claim, executor, beforeCall);
       throw beforeCall;
-    }
-    if (committer != null) {
-      committer.holdCommits();
     }
     try {
       return invokeHoldingCommits(

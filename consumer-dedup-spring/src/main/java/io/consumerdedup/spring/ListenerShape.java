@@ -356,15 +356,11 @@ final class ListenerShape {
     }
 
     static MessageHeaders of(MessageHeaders headers, Map<String, Object> changed) {
+      KafkaMessageHeaders kafkaHeaders =
+          headers instanceof KafkaMessageHeaders ? newKafkaHeaders() : null;
       Map<String, Object> raw;
       MessageHeaders copy;
-      if (headers instanceof KafkaMessageHeaders && KAFKA_HEADERS != null) {
-        KafkaMessageHeaders kafkaHeaders;
-        try {
-          kafkaHeaders = KAFKA_HEADERS.newInstance(false, false);
-        } catch (ReflectiveOperationException e) {
-          throw new IllegalStateException("Cannot copy the headers of " + headers.getClass(), e);
-        }
+      if (kafkaHeaders != null) {
         raw = kafkaHeaders.getRawHeaders();
         copy = kafkaHeaders;
       } else {
@@ -377,13 +373,30 @@ final class ListenerShape {
       return copy;
     }
 
+    /**
+     * Null where the constructor cannot be called: the copy is then a plain {@code MessageHeaders},
+     * never a failed record. A native image without its reflection metadata refuses with a {@code
+     * LinkageError}, which thrown from here stopped the container at each start.
+     */
+    private static @Nullable KafkaMessageHeaders newKafkaHeaders() {
+      Constructor<KafkaMessageHeaders> constructor = KAFKA_HEADERS;
+      if (constructor == null) {
+        return null;
+      }
+      try {
+        return constructor.newInstance(false, false);
+      } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
+        return null;
+      }
+    }
+
     private static @Nullable Constructor<KafkaMessageHeaders> kafkaHeaders() {
       try {
         Constructor<KafkaMessageHeaders> constructor =
             KafkaMessageHeaders.class.getDeclaredConstructor(boolean.class, boolean.class);
         constructor.setAccessible(true);
         return constructor;
-      } catch (ReflectiveOperationException | RuntimeException e) {
+      } catch (ReflectiveOperationException | RuntimeException | LinkageError e) {
         return null;
       }
     }

@@ -271,7 +271,15 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
         || dialect().map(dialect -> dialect != SqlDialect.POSTGRESQL).orElse(false)) {
       return null;
     }
-    try (Connection connection = source.getConnection()) {
+    Connection opened;
+    try {
+      opened = source.getConnection();
+    } catch (SQLException | RuntimeException e) {
+      // An outage, or a URL no driver accepts, which the probes name (a driver's message may carry
+      // the URL and its password): not a look the role is kept from, and not logged here.
+      return null;
+    }
+    try (Connection connection = opened) {
       String product = connection.getMetaData().getDatabaseProductName();
       if (product == null || !product.toLowerCase(Locale.ROOT).contains("postgres")) {
         return null;
@@ -301,6 +309,7 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
     } catch (SQLException | RuntimeException e) {
       // The probes, through the store's own DataSource, say what keeps the table from answering;
       // a lock the look could have named is then met by them, and said as the table not answering.
+      // Logged once: a role kept from pg_locks fails every look alike.
       if (lookFailureLogged.compareAndSet(false, true)) {
         log.warn(
             "Could not look for locks on the dedup table {} (pg_locks); the health check cannot"
