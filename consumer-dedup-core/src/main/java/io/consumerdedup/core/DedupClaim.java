@@ -485,9 +485,14 @@ public final class DedupClaim {
     return true;
   }
 
-  /** Whether this claim's outcome is written, refused, or kept or queued to be written. */
+  /**
+   * Whether this claim's outcome is written, refused, or kept or queued to be written. Read from
+   * the outcome, not from the renewal: renewing is over too after {@link #stopRenewing()}, or once
+   * a renewal found the record vanished, and an outcome taken for handed over then was never
+   * written, its record applied again on the redelivery after the lease.
+   */
   private boolean handedOver(Outcomes outcomes, LeaseRenewer.Renewal renewal) {
-    return renewal.isOver() || outcomes.isPending(key);
+    return renewal.isOutcomeSettled() || outcomes.isPending(key);
   }
 
   private void end(String operation) {

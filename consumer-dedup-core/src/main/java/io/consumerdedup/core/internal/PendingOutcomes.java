@@ -146,6 +146,7 @@ final class PendingOutcomes {
     if (!outcome.settled.compareAndSet(false, true)) {
       return written; // settled concurrently by the background retry
     }
+    outcome.renewal.outcomeSettled();
     try {
       pending.remove(outcome.key, outcome);
       outcome.cancelRetries();
