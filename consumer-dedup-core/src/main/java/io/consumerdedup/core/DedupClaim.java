@@ -297,6 +297,7 @@ public final class DedupClaim {
       return null;
     }
     renewal.stop();
+    FaultPoints.reached(FaultPoints.Point.GIVING_BACK);
     return renewal;
   }
 
