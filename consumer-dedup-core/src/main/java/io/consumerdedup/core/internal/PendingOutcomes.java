@@ -263,6 +263,14 @@ final class PendingOutcomes {
       }
       return false;
     }
+    if (outcome.settled.get()) {
+      // Settled while it was being kept (a redelivery's settlePending wrote it): that settle
+      // unlisted it and cancelled its retries before they were here. Listed again, its key was
+      // taken for one whose outcome is on its way for the executor's life, retried by a task that
+      // never stopped. Settled is set before a settle unlists, so one of the two removes it.
+      pending.remove(outcome.key, outcome);
+      outcome.cancelRetries();
+    }
     return true;
   }
 
