@@ -49,25 +49,22 @@ final class BatchClaims {
     }
     long sentNanos = System.nanoTime();
     List<ClaimResult> results = calls.claimAll(requests, sentNanos, tellStoreFailure);
-    List<ClaimResult.Claimed> held =
-        results.stream()
-            .filter(ClaimResult.Claimed.class::isInstance)
-            .map(ClaimResult.Claimed.class::cast)
-            .toList();
     List<LeaseRenewer.Renewal> started = null;
-    List<IdempotentExecutor.Delivery> copied;
+    // Everything from here on inside the try: the claims have committed, and an Error (an
+    // OutOfMemoryError) that escaped before their answers were handed back left them neither given
+    // back nor remembered, their renewals (once started) going on for the executor's life.
     try {
-      // Inside the try: the executor may have closed while the claims were on their way, and its
-      // closed renewer refuses them; they must be given back then too, not left blocking their
-      // keys for a whole lease that nobody renews.
-      started = inTransaction ? null : renewer.startAll(held, sentNanos);
+      // The executor may have closed while the claims were on their way, and its closed renewer
+      // refuses them; they must be given back then too, not left blocking their keys for a whole
+      // lease that nobody renews.
+      started = inTransaction ? null : renewer.startAll(held(results), sentNanos);
       Iterator<LeaseRenewer.Renewal> renewals = started == null ? null : started.iterator();
       for (int j = 0; j < results.size(); j++) {
         int i = requested.get(j);
         answers[i] = answer(deliveries.get(i), results.get(j), renewals);
       }
-      // Inside the try too: a caller's list built as it is read may throw here.
-      copied = List.copyOf(deliveries);
+      // A caller's list built as it is read may throw here.
+      return new DedupClaims(executor, calls, List.copyOf(deliveries), answers);
     } catch (RuntimeException | Error e) {
       // Nobody gets these claims (an Error, an OutOfMemoryError say, while they were answered):
       // given back, not left held under leases renewed for as long as the executor runs.
@@ -76,7 +73,7 @@ final class BatchClaims {
           started.forEach(LeaseRenewer.Renewal::stop);
         }
         try {
-          calls.release(held, sentNanos);
+          calls.release(held(results), sentNanos);
         } catch (RuntimeException | Error releaseFailed) {
           e.addSuppressed(releaseFailed);
         }
@@ -91,7 +88,13 @@ final class BatchClaims {
       }
       throw e;
     }
-    return new DedupClaims(executor, calls, copied, answers);
+  }
+
+  private static List<ClaimResult.Claimed> held(List<ClaimResult> results) {
+    return results.stream()
+        .filter(ClaimResult.Claimed.class::isInstance)
+        .map(ClaimResult.Claimed.class::cast)
+        .toList();
   }
 
   /**

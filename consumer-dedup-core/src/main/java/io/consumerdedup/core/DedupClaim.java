@@ -297,6 +297,7 @@ public final class DedupClaim {
       return null;
     }
     renewal.stop();
+    FaultPoints.reached(FaultPoints.Point.GIVING_BACK);
     return renewal;
   }
 
@@ -318,8 +319,18 @@ public final class DedupClaim {
               + " is in the caller's transaction: roll the transaction back to give it back");
     }
     end("release");
-    Objects.requireNonNull(renewal).stop();
-    Objects.requireNonNull(calls).releaseRenewed(List.of(renewal));
+    LeaseRenewer.Renewal lease = Objects.requireNonNull(renewal);
+    ClaimCalls giveBack = Objects.requireNonNull(calls);
+    lease.stop();
+    try {
+      FaultPoints.reached(FaultPoints.Point.GIVING_BACK);
+      giveBack.releaseRenewed(List.of(lease));
+    } catch (RuntimeException | Error e) {
+      // Ended and no longer renewed: left unknown, its redelivery here was told "in progress" by
+      // this very claim until the lease ran out.
+      giveBack.unreleased(lease);
+      throw e;
+    }
   }
 
   /** Whether this claim is held and not ended yet. */
@@ -485,9 +496,14 @@ public final class DedupClaim {
     return true;
   }
 
-  /** Whether this claim's outcome is written, refused, or kept or queued to be written. */
+  /**
+   * Whether this claim's outcome is written, refused, or kept or queued to be written. Read from
+   * the outcome, not from the renewal: renewing is over too after {@link #stopRenewing()}, or once
+   * a renewal found the record vanished, and an outcome taken for handed over then was never
+   * written, its record applied again on the redelivery after the lease.
+   */
   private boolean handedOver(Outcomes outcomes, LeaseRenewer.Renewal renewal) {
-    return renewal.isOver() || outcomes.isPending(key);
+    return renewal.isOutcomeSettled() || outcomes.isPending(key);
   }
 
   private void end(String operation) {

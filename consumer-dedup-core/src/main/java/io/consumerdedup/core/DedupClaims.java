@@ -1,6 +1,7 @@
 package io.consumerdedup.core;
 
 import io.consumerdedup.core.internal.LeaseRenewer;
+import io.consumerdedup.kafka.internal.FirstFailure;
 import java.util.ArrayList;
 import java.util.List;
 import org.jspecify.annotations.Nullable;
@@ -92,23 +93,41 @@ public final class DedupClaims {
    *     they are SUCCESS in the caller's transaction, which must be rolled back instead
    */
   public void releaseUnended() {
+    // Each claim regardless of the others, the first failure thrown at the end: stopped part-way
+    // by an Error (an OutOfMemoryError), the claims after it, which the caller has dropped, went
+    // on being renewed for the executor's life, their keys "in progress" for everyone.
     List<LeaseRenewer.Renewal> open = new ArrayList<>();
+    Throwable first = null;
     for (Object answer : answers) {
-      if (answer instanceof DedupClaim claim && claim.isOpen()) {
-        if (claim.endUnhandedOutcome()) {
-          continue; // its handler ran: not to be given back as if it had not
+      try {
+        if (answer instanceof DedupClaim claim && claim.isOpen()) {
+          if (claim.endUnhandedOutcome()) {
+            continue; // its handler ran: not to be given back as if it had not
+          }
+          LeaseRenewer.Renewal released = claim.endForRelease();
+          if (released == null) {
+            throw new IllegalStateException(
+                "The claim on "
+                    + claim.key()
+                    + " is SUCCESS in the caller's transaction but its handler did not run: roll"
+                    + " the transaction back");
+          }
+          open.add(released);
         }
-        LeaseRenewer.Renewal released = claim.endForRelease();
-        if (released == null) {
-          throw new IllegalStateException(
-              "The claim on "
-                  + claim.key()
-                  + " is SUCCESS in the caller's transaction but its handler did not run: roll"
-                  + " the transaction back");
-        }
-        open.add(released);
+      } catch (RuntimeException | Error e) {
+        first = FirstFailure.of(first, e);
       }
     }
-    calls.releaseRenewed(open);
+    try {
+      calls.releaseRenewed(open);
+    } catch (RuntimeException | Error e) {
+      first = FirstFailure.of(first, e);
+    }
+    if (first instanceof RuntimeException runtime) {
+      throw runtime;
+    }
+    if (first != null) {
+      throw (Error) first;
+    }
   }
 }

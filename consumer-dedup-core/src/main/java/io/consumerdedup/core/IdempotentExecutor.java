@@ -427,8 +427,14 @@ public final class IdempotentExecutor implements AutoCloseable {
   @Override
   public void close() {
     closed = true;
-    outcomes.close();
-    renewer.close();
+    try {
+      outcomes.close();
+    } finally {
+      // Whatever the giving up of outcomes throws (an appender out of memory on its ERROR): the
+      // renewals skipped went on for the process's life, the closed executor's keys "in progress"
+      // for every other consumer.
+      renewer.close();
+    }
   }
 
   /** Builds an {@link IdempotentExecutor}; every setter validates its value at once. */

@@ -16,6 +16,11 @@ public final class FaultPoints {
     BEFORE_CLAIM,
     /** A key was claimed (once per key held); its handler has not run yet. */
     AFTER_CLAIM,
+    /**
+     * A held claim whose handler did not run is ended to be given back ({@code releaseUnended}):
+     * its renewal is stopped, and the store is not asked to release it yet.
+     */
+    GIVING_BACK,
     /** The handler returned; its SUCCESS is not written (the window of mode SEPARATE). */
     AFTER_HANDLER,
     /**

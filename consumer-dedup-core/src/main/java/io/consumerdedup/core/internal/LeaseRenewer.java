@@ -295,6 +295,7 @@ public final class LeaseRenewer implements AutoCloseable {
     private volatile boolean stopped;
     private volatile boolean settling;
     private volatile boolean lost;
+    private volatile boolean outcomeSettled;
     private final AtomicBoolean lossReported = new AtomicBoolean();
 
     private Renewal(ClaimResult.Claimed claim, Group group, long heldUntilNanos) {
@@ -383,6 +384,20 @@ public final class LeaseRenewer implements AutoCloseable {
      */
     public void settling() {
       settling = true;
+    }
+
+    /**
+     * The outcome's fenced write answered (written, or refused): nothing is left to hand over. Kept
+     * apart from {@link #isOver()}, which a caller's {@code stopRenewing()} or a renewal that found
+     * the record gone makes true while the outcome still has to be written.
+     */
+    void outcomeSettled() {
+      outcomeSettled = true;
+    }
+
+    /** Whether the outcome's fenced write answered ({@link #outcomeSettled()}). */
+    public boolean isOutcomeSettled() {
+      return outcomeSettled;
     }
 
     /** Stops renewing: the outcome was written, or the lease is gone. */

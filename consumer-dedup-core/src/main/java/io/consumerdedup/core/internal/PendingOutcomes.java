@@ -146,6 +146,7 @@ final class PendingOutcomes {
     if (!outcome.settled.compareAndSet(false, true)) {
       return written; // settled concurrently by the background retry
     }
+    outcome.renewal.outcomeSettled();
     try {
       pending.remove(outcome.key, outcome);
       outcome.cancelRetries();
@@ -246,6 +247,12 @@ final class PendingOutcomes {
       // closed executor's exception, or the handler's own), and the outcome stayed listed as
       // retried though nothing retried it.
       error.addSuppressed(e);
+    } catch (RuntimeException | Error e) {
+      // Such as an OutOfMemoryError as the retry is scheduled. Left listed, the outcome was taken
+      // for on its way (its claim not ended again) while nothing would write it, its lease renewed
+      // for the executor's life. Unlisted, the caller hands it over again or lets the lease go.
+      pending.remove(outcome.key, outcome);
+      throw e;
     }
     if (closed || outcome.retries == null) {
       // A close that came meanwhile may have given up the outcomes before this one was added; one
@@ -255,6 +262,14 @@ final class PendingOutcomes {
         giveUp(outcome, error);
       }
       return false;
+    }
+    if (outcome.settled.get()) {
+      // Settled while it was being kept (a redelivery's settlePending wrote it): that settle
+      // unlisted it and cancelled its retries before they were here. Listed again, its key was
+      // taken for one whose outcome is on its way for the executor's life, retried by a task that
+      // never stopped. Settled is set before a settle unlists, so one of the two removes it.
+      pending.remove(outcome.key, outcome);
+      outcome.cancelRetries();
     }
     return true;
   }
@@ -342,8 +357,20 @@ final class PendingOutcomes {
         }
       } catch (RuntimeException | Error keepFailed) {
         // Such as an OutOfMemoryError as the retry is scheduled: the outcomes after this one are
-        // still kept, and each future still completed.
-        log.warn("Could not keep the SUCCESS of {} for retrying", outcome.key, keepFailed);
+        // still kept, and each future still completed. Nothing writes this one, and nobody ends
+        // its claim again: renewed on, its key was "in progress" for the executor's life. Its lease
+        // is left to run out, and the next delivery takes the key over, as after a crash.
+        outcome.renewal.stop();
+        try {
+          log.error(
+              "Could not keep the SUCCESS of {} (attempt {}) for retrying; its lease is left to run"
+                  + " out, and the next delivery takes the key over",
+              DeliverySources.where(outcome.key, outcome.source),
+              outcome.token,
+              keepFailed);
+        } catch (RuntimeException | Error unlogged) {
+          // The lease runs out all the same.
+        }
       } finally {
         outcome.written.completeExceptionally(
             givenUp

@@ -52,7 +52,7 @@ final class SuccessMarkWriter {
   private final BlockingQueue<PendingOutcome> marks;
 
   /** Per thread, the SUCCESS mark that waits to be written with the thread's next claim. */
-  private final Map<Thread, PendingOutcome> parked = new ConcurrentHashMap<>();
+  private final Map<Thread, PendingOutcome> parked;
 
   /** Whether a sweep of the parked marks is scheduled ({@link #sweepParked}). */
   private final AtomicBoolean sweepPending = new AtomicBoolean();
@@ -102,6 +102,31 @@ final class SuccessMarkWriter {
       Duration closeWait,
       ThreadFactory writerThreads,
       BlockingQueue<PendingOutcome> marks) {
+    this(
+        store,
+        timer,
+        pending,
+        successRetention,
+        closeWait,
+        writerThreads,
+        marks,
+        new ConcurrentHashMap<>());
+  }
+
+  /**
+   * As above, with {@code parked} the marks left for their threads' next claims, empty (a test's
+   * may refuse one, as putting it does when memory runs out).
+   */
+  SuccessMarkWriter(
+      DedupStore store,
+      Timer timer,
+      PendingOutcomes pending,
+      Duration successRetention,
+      Duration closeWait,
+      ThreadFactory writerThreads,
+      BlockingQueue<PendingOutcome> marks,
+      Map<Thread, PendingOutcome> parked) {
+    this.parked = parked;
     this.store = store;
     this.timer = timer;
     this.pending = pending;
@@ -211,7 +236,17 @@ final class SuccessMarkWriter {
   void park(PendingOutcome outcome) {
     Thread thread = Thread.currentThread();
     outcome.parkedUntilNanos = System.nanoTime() + PARKED_MARK_WAIT.toNanos();
-    PendingOutcome earlier = parked.put(thread, outcome);
+    PendingOutcome earlier;
+    try {
+      earlier = parked.put(thread, outcome);
+    } catch (RuntimeException | Error e) {
+      // Such as an OutOfMemoryError as the entry is allocated. Thrown to the caller, the mark,
+      // listed as on its way, was parked nowhere and queued nowhere: its claim took it for handed
+      // over, nothing wrote it, and its lease was renewed for the executor's life. To the writer
+      // thread instead, which keeps it for retrying if even that refuses it.
+      queue(outcome);
+      return;
+    }
     if (earlier != null) {
       queueDisplaced(earlier); // no claim came between the two
     }
@@ -391,7 +426,11 @@ final class SuccessMarkWriter {
     if (mark == null || mark.key.equals(claimed) || !parked.remove(thread, mark)) {
       return null;
     }
-    return mark.settled.get() ? null : mark;
+    // Taken as a background retry takes an outcome, so that a close while the claim carries it
+    // leaves it to that claim's write (writtenWithClaim or notWrittenWithClaim): given up under
+    // it, an ERROR said it was not recorded, its future failed, and the claim's commit then
+    // recorded it. Not taken: the close gave it up.
+    return mark.settled.get() || !mark.retrying.compareAndSet(false, true) ? null : mark;
   }
 
   /**
