@@ -6,7 +6,7 @@ import io.consumerdedup.core.internal.Durations;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.kafka.ShareInFlight.Decision;
 import io.consumerdedup.kafka.ShareInFlight.Id;
-import io.consumerdedup.kafka.internal.FirstFailure;
+import io.consumerdedup.core.internal.FirstFailure;
 import io.consumerdedup.kafka.internal.LostLines;
 import io.consumerdedup.kafka.internal.RecordSources;
 import java.time.Duration;

@@ -1,7 +1,7 @@
 package io.consumerdedup.spring.internal;
 
 import io.consumerdedup.core.internal.FaultPoints;
-import io.consumerdedup.kafka.internal.FirstFailure;
+import io.consumerdedup.core.internal.FirstFailure;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.HashMap;

@@ -1,6 +1,6 @@
 package io.consumerdedup.spring.internal;
 
-import io.consumerdedup.kafka.internal.FirstFailure;
+import io.consumerdedup.core.internal.FirstFailure;
 
 /**
  * Runs a step for each index of a range whatever the step threw for another index, then rethrows

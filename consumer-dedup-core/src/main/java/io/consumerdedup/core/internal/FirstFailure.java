@@ -1,4 +1,4 @@
-package io.consumerdedup.kafka.internal;
+package io.consumerdedup.core.internal;
 
 import org.jspecify.annotations.Nullable;
 
