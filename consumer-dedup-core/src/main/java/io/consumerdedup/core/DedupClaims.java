@@ -1,7 +1,7 @@
 package io.consumerdedup.core;
 
-import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.FirstFailure;
+import io.consumerdedup.core.internal.LeaseRenewer;
 import java.util.ArrayList;
 import java.util.List;
 import org.jspecify.annotations.Nullable;
