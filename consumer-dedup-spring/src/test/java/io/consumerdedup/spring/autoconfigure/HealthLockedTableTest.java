@@ -311,8 +311,8 @@ class HealthLockedTableTest {
    * A URL pgjdbc cannot parse (a password with a {@code %} not followed by two hex digits): the
    * look's failure to get a connection was logged at WARN with the driver's message, which quotes
    * the URL, password and all. The probes meet the same refusal and name it, the URL cut before its
-   * parameters. The indicator is built by hand: the application's start refuses such a URL (the
-   * table's verifier), and the indicator is what still answers where it is built without it.
+   * parameters. Built by hand: auto-configured, the application does not start over such a URL (the
+   * table's verifier refuses it), and an indicator built over the DataSource still meets it.
    */
   @Test
   void aUrlTheDriverCannotParseIsDownWithoutThePasswordInTheHealthOrTheLog(CapturedOutput output) {
