@@ -292,38 +292,17 @@ final class ClaimCalls {
    * own claim until the lease renewed last ran out.
    */
   void releaseRenewed(List<LeaseRenewer.Renewal> renewals) {
-    List<ClaimResult.Claimed> claims;
-    List<Long> heldFromNanos;
-    try {
-      claims = renewals.stream().map(LeaseRenewer.Renewal::claim).toList();
-      heldFromNanos = renewals.stream().map(LeaseRenewer.Renewal::heldFromNanos).toList();
-    } catch (RuntimeException | Error e) {
-      for (LeaseRenewer.Renewal renewal : renewals) {
-        unreleased(renewal);
-      }
-      throw e;
-    }
-    release(claims, heldFromNanos);
-  }
-
-  /**
-   * The claim of {@code renewal}, whose renewal is stopped, could not be given back (an Error, an
-   * OutOfMemoryError, before the store was asked): remembered from its latest renewal, as after a
-   * release the database refused. Dropped, it was neither given back nor known here, and the
-   * redelivery to this process was told "in progress" by its own claim for a whole lease.
-   */
-  void unreleased(LeaseRenewer.Renewal renewal) {
-    ClaimResult.Claimed claim = renewal.claim();
-    unanswered.unanswered(claim.key(), claim.claimId(), renewal.heldFromNanos());
+    release(
+        renewals.stream().map(LeaseRenewer.Renewal::claim).toList(),
+        renewals.stream().map(LeaseRenewer.Renewal::heldFromNanos).toList());
   }
 
   private void release(List<ClaimResult.Claimed> claims, List<Long> heldFromNanos) {
     if (claims.isEmpty()) {
       return;
     }
+    claims.forEach(claim -> recentClaims.released(claim.key()));
     try {
-      // Inside the try: what is thrown here leaves the claims remembered too.
-      claims.forEach(claim -> recentClaims.released(claim.key()));
       store.releaseAll(claims);
     } catch (DedupStoreException e) {
       remember(claims, heldFromNanos);

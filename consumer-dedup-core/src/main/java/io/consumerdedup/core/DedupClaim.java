@@ -319,18 +319,8 @@ public final class DedupClaim {
               + " is in the caller's transaction: roll the transaction back to give it back");
     }
     end("release");
-    LeaseRenewer.Renewal lease = Objects.requireNonNull(renewal);
-    ClaimCalls giveBack = Objects.requireNonNull(calls);
-    lease.stop();
-    try {
-      FaultPoints.reached(FaultPoints.Point.GIVING_BACK);
-      giveBack.releaseRenewed(List.of(lease));
-    } catch (RuntimeException | Error e) {
-      // Ended and no longer renewed: left unknown, its redelivery here was told "in progress" by
-      // this very claim until the lease ran out.
-      giveBack.unreleased(lease);
-      throw e;
-    }
+    Objects.requireNonNull(renewal).stop();
+    Objects.requireNonNull(calls).releaseRenewed(List.of(renewal));
   }
 
   /** Whether this claim is held and not ended yet. */

@@ -172,9 +172,6 @@ public final class Outcomes implements AutoCloseable {
    * written.
    */
   public void notWrittenWithClaim(PendingOutcome mark, RuntimeException e) {
-    // No longer the claim's (see takeParked): the background retry takes it from here, or, once
-    // closed, this gives it up.
-    mark.retrying.set(false);
     // Described safely: a failure whose toString() throws (a closed pool session's) threw here,
     // before the mark was kept, and its future never completed, its key PROCESSING under a lease
     // renewed for as long as the executor ran.

@@ -247,12 +247,6 @@ final class PendingOutcomes {
       // closed executor's exception, or the handler's own), and the outcome stayed listed as
       // retried though nothing retried it.
       error.addSuppressed(e);
-    } catch (RuntimeException | Error e) {
-      // Such as an OutOfMemoryError as the retry is scheduled. Left listed, the outcome was taken
-      // for on its way (its claim not ended again) while nothing would write it, its lease renewed
-      // for the executor's life. Unlisted, the caller hands it over again or lets the lease go.
-      pending.remove(outcome.key, outcome);
-      throw e;
     }
     if (closed || outcome.retries == null) {
       // A close that came meanwhile may have given up the outcomes before this one was added; one
@@ -357,20 +351,8 @@ final class PendingOutcomes {
         }
       } catch (RuntimeException | Error keepFailed) {
         // Such as an OutOfMemoryError as the retry is scheduled: the outcomes after this one are
-        // still kept, and each future still completed. Nothing writes this one, and nobody ends
-        // its claim again: renewed on, its key was "in progress" for the executor's life. Its lease
-        // is left to run out, and the next delivery takes the key over, as after a crash.
-        outcome.renewal.stop();
-        try {
-          log.error(
-              "Could not keep the SUCCESS of {} (attempt {}) for retrying; its lease is left to run"
-                  + " out, and the next delivery takes the key over",
-              DeliverySources.where(outcome.key, outcome.source),
-              outcome.token,
-              keepFailed);
-        } catch (RuntimeException | Error unlogged) {
-          // The lease runs out all the same.
-        }
+        // still kept, and each future still completed.
+        log.warn("Could not keep the SUCCESS of {} for retrying", outcome.key, keepFailed);
       } finally {
         outcome.written.completeExceptionally(
             givenUp

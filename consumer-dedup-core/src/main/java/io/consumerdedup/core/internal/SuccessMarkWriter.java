@@ -426,11 +426,7 @@ final class SuccessMarkWriter {
     if (mark == null || mark.key.equals(claimed) || !parked.remove(thread, mark)) {
       return null;
     }
-    // Taken as a background retry takes an outcome, so that a close while the claim carries it
-    // leaves it to that claim's write (writtenWithClaim or notWrittenWithClaim): given up under
-    // it, an ERROR said it was not recorded, its future failed, and the claim's commit then
-    // recorded it. Not taken: the close gave it up.
-    return mark.settled.get() || !mark.retrying.compareAndSet(false, true) ? null : mark;
+    return mark.settled.get() ? null : mark;
   }
 
   /**
