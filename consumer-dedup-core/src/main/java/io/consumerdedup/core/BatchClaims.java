@@ -49,6 +49,7 @@ final class BatchClaims {
     }
     long sentNanos = System.nanoTime();
     List<ClaimResult> results = calls.claimAll(requests, sentNanos, tellStoreFailure);
+    List<ClaimResult.Claimed> held = null;
     List<LeaseRenewer.Renewal> started = null;
     // Everything from here on inside the try: the claims have committed, and an Error (an
     // OutOfMemoryError) that escaped before their answers were handed back left them neither given
@@ -57,7 +58,8 @@ final class BatchClaims {
       // The executor may have closed while the claims were on their way, and its closed renewer
       // refuses them; they must be given back then too, not left blocking their keys for a whole
       // lease that nobody renews.
-      started = inTransaction ? null : renewer.startAll(held(results), sentNanos);
+      held = held(results);
+      started = inTransaction ? null : renewer.startAll(held, sentNanos);
       Iterator<LeaseRenewer.Renewal> renewals = started == null ? null : started.iterator();
       for (int j = 0; j < results.size(); j++) {
         int i = requested.get(j);
@@ -73,7 +75,8 @@ final class BatchClaims {
           started.forEach(LeaseRenewer.Renewal::stop);
         }
         try {
-          calls.release(held(results), sentNanos);
+          // Read again only if the Error struck as it was first read.
+          calls.release(held != null ? held : held(results), sentNanos);
         } catch (RuntimeException | Error releaseFailed) {
           e.addSuppressed(releaseFailed);
         }

@@ -493,7 +493,9 @@ public final class DedupClaim {
    * written, its record applied again on the redelivery after the lease.
    */
   private boolean handedOver(Outcomes outcomes, LeaseRenewer.Renewal renewal) {
-    return renewal.isOutcomeSettled() || outcomes.isPending(key);
+    // Listed first: a settle marks the outcome settled before it unlists it, so read in this order
+    // the two cannot both miss an outcome settled in between.
+    return outcomes.isPending(key) || renewal.isOutcomeSettled();
   }
 
   private void end(String operation) {

@@ -241,10 +241,6 @@ final class ListenerShape {
       @Nullable Object[] arguments,
       @Nullable Acknowledgment acknowledgment,
       @Nullable Acknowledgment held) {
-    Map<Object, Object> swaps = new IdentityHashMap<>();
-    if (acknowledgment != null && held != null) {
-      swaps.put(acknowledgment, held);
-    }
     Object consumer = carriedAmong(arguments, KafkaHeaders.CONSUMER);
     PollAwareConsumer<?, ?> committer = PollAwareConsumer.holdingCommitsAmong(arguments);
     if (committer == null && consumer instanceof Consumer<?, ?> headerConsumer) {
@@ -253,11 +249,17 @@ final class ListenerShape {
               ? polled
               : new PollAwareConsumer<>(headerConsumer);
     }
-    if (consumer != null && committer != null && consumer != committer) {
-      swaps.put(consumer, committer);
+    boolean swapAcknowledgment = acknowledgment != null && held != null;
+    boolean swapConsumer = consumer != null && committer != null && consumer != committer;
+    if (!swapAcknowledgment && !swapConsumer) {
+      return committer; // the quick start's listener: nothing allocated per record
     }
-    if (swaps.isEmpty()) {
-      return committer;
+    Map<Object, Object> swaps = new IdentityHashMap<>(4);
+    if (swapAcknowledgment) {
+      swaps.put(acknowledgment, held);
+    }
+    if (swapConsumer) {
+      swaps.put(consumer, committer);
     }
     for (int i = 0; i < arguments.length; i++) {
       Object argument = arguments[i];
@@ -281,7 +283,12 @@ final class ListenerShape {
    * headers that are among their keys; the argument itself if it carries none.
    */
   private static @Nullable Object swapped(@Nullable Object argument, Map<Object, Object> swaps) {
-    Map<String, Object> changed = new HashMap<>(2);
+    if (!(argument instanceof Message<?>
+        || argument instanceof MessageHeaders
+        || argument instanceof MessageHeaderAccessor)) {
+      return argument;
+    }
+    Map<String, Object> changed = new HashMap<>(4);
     for (String name : SWAPPED_HEADERS) {
       Object value = carried(argument, name);
       if (value != null && swaps.containsKey(value)) {
