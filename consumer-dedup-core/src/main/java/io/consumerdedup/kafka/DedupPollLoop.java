@@ -12,6 +12,7 @@ import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.Latches;
 import java.time.Duration;
 import java.util.Collection;
+import java.util.ConcurrentModificationException;
 import java.util.IdentityHashMap;
 import java.util.List;
 import java.util.Map;
@@ -411,10 +412,13 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
     }
   }
 
-  private static void refuseIfRunning(Consumer<?, ?> consumer) {
+  /**
+   * @param cause what the consumer answered to a call that met the loop running it, if one did
+   */
+  private static void refuseIfRunning(Consumer<?, ?> consumer, @Nullable Throwable cause) {
     synchronized (RUNNING) {
       if (RUNNING.containsKey(consumer)) {
-        throw new IllegalStateException(SHARED_CONSUMER);
+        throw new IllegalStateException(SHARED_CONSUMER, cause);
       }
     }
   }
@@ -773,11 +777,20 @@ public final class DedupPollLoop<K, V> implements Runnable, AutoCloseable {
         // Before anything asks the consumer: a call from this thread into a consumer another loop
         // polls is refused by kafka-clients (ConcurrentModificationException), or gets through
         // while that loop runs its handler.
-        refuseIfRunning(consumer);
+        refuseIfRunning(consumer, null);
       }
       Consumer<K, V> built =
           consumer != null ? consumer : new KafkaConsumer<>(Objects.requireNonNull(consumerConfig));
-      String groupId = OffsetCommits.groupOf(built, consumer == null);
+      String groupId;
+      try {
+        groupId = OffsetCommits.groupOf(built, consumer == null);
+      } catch (ConcurrentModificationException e) {
+        // A loop began running the consumer after the check above, and kafka-clients refused this
+        // call while that loop was inside the consumer: refused as the check refuses it, rather
+        // than with kafka-clients' words, which name no loop.
+        refuseIfRunning(built, e);
+        throw e;
+      }
       return new DedupPollLoop<>(this, built, groupId, deadLetters);
     }
   }
