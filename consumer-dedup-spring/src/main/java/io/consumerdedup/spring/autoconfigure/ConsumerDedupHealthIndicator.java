@@ -57,22 +57,43 @@ import org.springframework.boot.health.contributor.HealthIndicator;
  */
 public class ConsumerDedupHealthIndicator implements HealthIndicator {
   /**
+   * Whether a granted lock {@code o} on the table conflicts with the lock {@code l} of the look, by
+   * PostgreSQL's table of conflicting lock modes, for the modes the look reports: the processes a
+   * waiting lock waits behind. A process holding a lock that does not conflict with it (a plain
+   * reader's ACCESS SHARE beside a waiting CREATE INDEX's SHARE) was named too, and an operator
+   * sent to end the process that holds the table up ended one that did not.
+   */
+  private static final String CONFLICTS_WITH_THE_WAITING_LOCK =
+      "(l.mode = 'AccessExclusiveLock' OR o.mode = ANY (CASE l.mode"
+          + " WHEN 'ShareLock' THEN ARRAY['RowExclusiveLock', 'ShareUpdateExclusiveLock',"
+          + " 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock']"
+          + " WHEN 'ShareRowExclusiveLock' THEN ARRAY['RowExclusiveLock',"
+          + " 'ShareUpdateExclusiveLock', 'ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock',"
+          + " 'AccessExclusiveLock']"
+          + " WHEN 'ExclusiveLock' THEN ARRAY['RowShareLock', 'RowExclusiveLock',"
+          + " 'ShareUpdateExclusiveLock', 'ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock',"
+          + " 'AccessExclusiveLock'] END))";
+
+  /**
    * Locks on the table that conflict with the ROW EXCLUSIVE lock of a claim, a granted one first,
-   * with the processes holding a lock on the table that a waiting one may wait behind. A waiting
-   * one holds the claims too: PostgreSQL queues a later lock that conflicts with one waiting behind
-   * it (a migration's ALTER TABLE behind a long read), and the look that saw granted locks only let
-   * the check wait out its timeout. Of this database only: pg_locks lists the whole server's, and
-   * databases made from one template give their tables the same OIDs, so that a lock in one
-   * tenant's database made another's DOWN. The holders are read from pg_locks rather than asked of
-   * {@code pg_blocking_pids}, which a server may keep from the role: the statement then failed
-   * whole, granted locks unseen.
+   * with the processes holding a lock on the table that a waiting one waits behind (one whose mode
+   * conflicts with it; readers queued behind it are not granted). A waiting one holds the claims
+   * too: PostgreSQL queues a later lock that conflicts with one waiting behind it (a migration's
+   * ALTER TABLE behind a long read), and the look that saw granted locks only let the check wait
+   * out its timeout. Of this database only: pg_locks lists the whole server's, and databases made
+   * from one template give their tables the same OIDs, so that a lock in one tenant's database made
+   * another's DOWN. The holders are read from pg_locks rather than asked of {@code
+   * pg_blocking_pids}, which a server may keep from the role: the statement then failed whole,
+   * granted locks unseen.
    */
   private static final String BLOCKING_LOCKS =
       "SELECT l.mode, l.pid, a.application_name, l.granted,"
           + " (SELECT string_agg(h.pid::text, ', ' ORDER BY h.pid) FROM"
           + " (SELECT DISTINCT o.pid FROM pg_locks o WHERE o.granted AND o.locktype = 'relation'"
           + " AND o.database = l.database AND o.relation = l.relation AND o.pid <> l.pid"
-          + " AND o.pid IS DISTINCT FROM pg_backend_pid()) h)"
+          + " AND o.pid IS DISTINCT FROM pg_backend_pid() AND "
+          + CONFLICTS_WITH_THE_WAITING_LOCK
+          + ") h)"
           + " FROM pg_locks l"
           + " LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
           + " WHERE l.locktype = 'relation'"
