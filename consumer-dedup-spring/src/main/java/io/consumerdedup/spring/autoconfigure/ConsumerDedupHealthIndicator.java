@@ -87,13 +87,11 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
    * granted locks unseen.
    */
   private static final String BLOCKING_LOCKS =
-      "SELECT l.mode, l.pid, a.application_name, l.granted,"
-          + " (SELECT string_agg(h.pid::text, ', ' ORDER BY h.pid) FROM"
-          + " (SELECT DISTINCT o.pid FROM pg_locks o WHERE o.granted AND o.locktype = 'relation'"
-          + " AND o.database = l.database AND o.relation = l.relation AND o.pid <> l.pid"
-          + " AND o.pid IS DISTINCT FROM pg_backend_pid() AND "
-          + CONFLICTS_WITH_THE_WAITING_LOCK
-          + ") h)"
+      "SELECT l.mode, l.pid, a.application_name, l.granted, COALESCE("
+          + holders(" AND " + CONFLICTS_WITH_THE_WAITING_LOCK)
+          + ", "
+          + holders("")
+          + ")"
           + " FROM pg_locks l"
           + " LEFT JOIN pg_stat_activity a ON a.pid = l.pid"
           + " WHERE l.locktype = 'relation'"
@@ -103,6 +101,24 @@ public class ConsumerDedupHealthIndicator implements HealthIndicator {
           + " AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock',"
           + " 'AccessExclusiveLock')"
           + " ORDER BY l.granted DESC, l.pid LIMIT 1";
+
+  /**
+   * The processes other than the waiting one's holding a granted lock on its table that meets
+   * {@code condition}. Read with the conflicting modes first, then, where none conflicts, with any
+   * mode: a lock can wait behind another waiting one (a CREATE INDEX queued behind an ALTER TABLE
+   * that waits for a long read), and PostgreSQL 13 does not say which waiter came first, so that
+   * the look may have picked the one behind; the holders of any lock then name the long read, as
+   * they did before the conflicts were read. Predicate locks (SIReadLock) block nothing and are
+   * never named.
+   */
+  private static String holders(String condition) {
+    return "(SELECT string_agg(h.pid::text, ', ' ORDER BY h.pid) FROM"
+        + " (SELECT DISTINCT o.pid FROM pg_locks o WHERE o.granted AND o.locktype = 'relation'"
+        + " AND o.database = l.database AND o.relation = l.relation AND o.pid <> l.pid"
+        + " AND o.mode <> 'SIReadLock' AND o.pid IS DISTINCT FROM pg_backend_pid()"
+        + condition
+        + ") h)";
+  }
 
   private static final Logger log = LoggerFactory.getLogger(ConsumerDedupHealthIndicator.class);
 

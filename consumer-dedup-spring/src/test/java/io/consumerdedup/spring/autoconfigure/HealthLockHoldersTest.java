@@ -90,6 +90,72 @@ class HealthLockHoldersTest {
     }
   }
 
+  /**
+   * A {@code CREATE INDEX} queued behind a waiting {@code ALTER TABLE}, itself waiting for a long
+   * read: no granted lock conflicts with the index's SHARE (the read's ACCESS SHARE does not), and
+   * the look, which picks the waiting lock of the lowest process id, named no one it waited behind.
+   * The long read, which holds both up, is named.
+   */
+  @Test
+  void aLockQueuedBehindAnotherWaitingLockNamesTheLongReadThatHoldsBothUp() throws Exception {
+    String schema = TestDatabase.newSchema("healthqueued");
+    ExecutorService waiters = Executors.newFixedThreadPool(2);
+    try {
+      onTwoConnections(schema, "consumer-dedup.health-timeout=3s")
+          .run(
+              context -> {
+                ConsumerDedupHealthIndicator health =
+                    context.getBean(ConsumerDedupHealthIndicator.class);
+                try (Connection indexer = TestDatabase.connect(schema);
+                    Statement index = indexer.createStatement();
+                    Connection reader = TestDatabase.connect(schema);
+                    Statement read = reader.createStatement();
+                    Connection alterer = TestDatabase.connect(schema);
+                    Statement alter = alterer.createStatement()) {
+                  int indexerPid = pid(index);
+                  int readerPid = pid(read);
+                  int altererPid = pid(alter);
+                  assertThat(indexerPid)
+                      .as("the index's process id, below the ALTER's: the look picks it")
+                      .isLessThan(altererPid);
+                  reader.setAutoCommit(false);
+                  read.execute("SELECT count(*) FROM consumer_dedup");
+                  Future<?> altered =
+                      waiters.submit(
+                          () -> alter.execute("ALTER TABLE consumer_dedup ADD COLUMN note text"));
+                  await("the ALTER TABLE queued behind the read")
+                      .atMost(Duration.ofSeconds(15))
+                      .until(() -> waitingOnTheTable(read) == 1);
+                  Future<?> indexed =
+                      waiters.submit(
+                          () ->
+                              index.execute("CREATE INDEX note_idx ON consumer_dedup (biz_type)"));
+                  await("the index queued behind the ALTER TABLE")
+                      .atMost(Duration.ofSeconds(15))
+                      .until(() -> waitingOnTheTable(read) == 2);
+
+                  Health queued = health.health();
+
+                  assertThat(queued.getStatus())
+                      .as("health while two locks wait behind a read (%s)", queued)
+                      .isEqualTo(Status.DOWN);
+                  assertThat(String.valueOf(queued.getDetails().get("lockedBy")))
+                      .as(
+                          "the lock named by the health check (index %s, ALTER %s, read %s)",
+                          indexerPid, altererPid, readerPid)
+                      .startsWith("ShareLock, wanted by process " + indexerPid)
+                      .endsWith(", which waits behind process " + readerPid);
+                  reader.rollback();
+                  altered.get(15, TimeUnit.SECONDS);
+                  indexed.get(15, TimeUnit.SECONDS);
+                }
+              });
+    } finally {
+      waiters.shutdownNow();
+      TestDatabase.dropSchema(schema);
+    }
+  }
+
   private static int pid(Statement statement) throws SQLException {
     try (ResultSet pid = statement.executeQuery("SELECT pg_backend_pid()")) {
       pid.next();
