@@ -987,11 +987,12 @@ class DedupShareLoopTest {
 
   /**
    * Creates this test's topic, of one partition, and its share group's acquisition lock; its
-   * consumers heartbeat every second, so that each joins in about a second rather than five.
+   * consumers heartbeat every half second, so that each joins in about that rather than five
+   * seconds.
    */
   private void createQueue(Duration lock) {
     TestKafka.createTopics(1, topic);
-    TestShareGroups.configure(group, lock, Duration.ofSeconds(1));
+    TestShareGroups.configure(group, lock, Duration.ofMillis(500));
   }
 
   /**

@@ -71,7 +71,7 @@ class DedupShareLoopUndeserializableTest {
     topic = fixture.topic();
     group = fixture.group();
     TestKafka.createTopics(1, topic);
-    TestShareGroups.configure(group, Duration.ofSeconds(3), Duration.ofSeconds(1));
+    TestShareGroups.configure(group, Duration.ofSeconds(3), Duration.ofMillis(500));
     loopLog.start();
     loopLogger.addAppender(loopLog);
   }
@@ -167,7 +167,7 @@ class DedupShareLoopUndeserializableTest {
   @Test
   void anErrorFromTheDeadLetterHandlerIsAFailedTryAndTheSameLoopWritesTheDeadLetter()
       throws Exception {
-    TestShareGroups.configure(group, Duration.ofSeconds(30), Duration.ofSeconds(1));
+    TestShareGroups.configure(group, Duration.ofSeconds(30), Duration.ofMillis(500));
     AtomicBoolean failed = new AtomicBoolean();
     DeadLetterHandler<String, Integer> publisher = publisher();
     DeadLetterHandler<String, Integer> failingOnce =
@@ -419,7 +419,8 @@ class DedupShareLoopUndeserializableTest {
         .atMost(WAIT)
         .alias("the long handler's record accepted, the first loop polling again")
         .until(() -> handled.contains(100));
-    Thread.sleep(3_000); // time for a second dead letter, had the first loop written one
+    // Time for a second dead letter, had the first loop written one: it would on its first poll
+    // after the long handler, within a second of it.
     assertThat(TestKafka.readRawFromStart(topic + "-dlt", 2, Duration.ofSeconds(5)))
         .as("one dead letter for the undeserializable record")
         .extracting(ConsumerRecord::value)

@@ -72,9 +72,10 @@ public final class TestKafka {
               .setConfigProp("share.coordinator.state.topic.min.isr", "1")
               .setConfigProp("share.coordinator.state.topic.num.partitions", "1")
               .setConfigProp("group.share.min.record.lock.duration.ms", "1000")
-              // A group may ask for heartbeats every second (TestShareGroups); the broker's
-              // default of 5 s stays the default.
-              .setConfigProp("group.share.min.heartbeat.interval.ms", "1000")
+              // A group may ask for heartbeats every half second (TestShareGroups): a member is
+              // given its partitions on its next heartbeat. The broker's default of 5 s stays the
+              // default.
+              .setConfigProp("group.share.min.heartbeat.interval.ms", "500")
               .build();
       started.format();
       started.startup();

@@ -41,7 +41,7 @@ public final class TestShareGroups {
 
   /**
    * As {@link #configure(String, Duration)}, and the group's members heartbeat every {@code
-   * heartbeat} (at least 1 s) instead of the broker's 5 s: a consumer that joins is given its
+   * heartbeat} (at least 500 ms) instead of the broker's 5 s: a consumer that joins is given its
    * partitions on its next heartbeat, so it gets its first records that much sooner. Heartbeats
    * that often also let the group's assignment settle sooner, which changes what a test of several
    * members on several partitions sees when one of them dies.

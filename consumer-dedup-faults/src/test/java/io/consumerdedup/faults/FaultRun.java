@@ -187,10 +187,13 @@ final class FaultRun implements AutoCloseable {
   /**
    * Makes the run's group a share group (KIP-932) with acquisition locks of {@code lock}, starting
    * at the earliest record, and its consumers {@code DedupShareLoop}s: done once every record's key
-   * is settled, as a share group commits no offsets.
+   * is settled, as a share group commits no offsets. Its members heartbeat every half second, not
+   * every 5 s (the broker's default): a consumer started is given its partitions on its next
+   * heartbeat, and each scenario starts up to three. The session timeout, after which a killed
+   * member's partitions go to the others, stays the broker's.
    */
   void shareGroup(Duration lock) {
-    TestShareGroups.configure(group, lock);
+    TestShareGroups.configure(group, lock, Duration.ofMillis(500));
     consumerArg("share", "true");
     share = true;
   }
