@@ -17,6 +17,7 @@ import io.consumerdedup.jdbc.JdbcDedupStore;
 import io.consumerdedup.jdbc.TransactionBoundDataSource;
 import io.consumerdedup.testing.TestKafka;
 import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
 import java.sql.Connection;
 import java.sql.PreparedStatement;
@@ -33,6 +34,7 @@ import java.util.concurrent.Executors;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.BiFunction;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -96,6 +98,18 @@ class JdbcTransactionalAttemptsTest {
    */
   private JdbcTransactionalProcessor<String, String> payments(
       DataSource pool, ChargeStep afterCharge) {
+    return payments(pool, afterCharge, JdbcTransactionalProcessor::of);
+  }
+
+  /** As above, in the transactions {@code processor} runs them in. */
+  private JdbcTransactionalProcessor<String, String> payments(
+      DataSource pool,
+      ChargeStep afterCharge,
+      BiFunction<
+              TransactionBoundDataSource,
+              RecordProcessor<String, String>,
+              JdbcTransactionalProcessor<String, String>>
+          processor) {
     TransactionBoundDataSource transactions = TransactionBoundDataSource.of(pool);
     IdempotentExecutor executor =
         IdempotentExecutor.builder(JdbcDedupStore.builder(transactions).build())
@@ -118,7 +132,7 @@ class JdbcTransactionalAttemptsTest {
                   afterCharge.run(orderNo(record));
                 })
             .build();
-    return JdbcTransactionalProcessor.of(transactions, handler);
+    return processor.apply(transactions, handler);
   }
 
   private static DedupPollLoop<String, String> loop(
@@ -273,6 +287,75 @@ class JdbcTransactionalAttemptsTest {
     }
     assertThat(givenUp).isEmpty();
     assertThat(charges("OOM-1")).hasSize(1);
+  }
+
+  /**
+   * An {@code Error} as the record's transaction commits, after the server committed it (an {@code
+   * OutOfMemoryError} as the commit's reply is read), at the record's last attempt: the loop took
+   * it for a handler's Error and dead-lettered the record whose charge had committed, so it was
+   * both applied and dead-lettered.
+   */
+  @Test
+  void anErrorAsTheTransactionCommitsAtTheLastAttemptDeadLettersNothing() throws Exception {
+    send("COMMIT-OOM-1");
+    AtomicBoolean commitError = new AtomicBoolean();
+    AtomicInteger thrown = new AtomicInteger();
+    DataSource pool = fixture.dataSource();
+    DataSource replyLost =
+        (DataSource)
+            Proxy.newProxyInstance(
+                DataSource.class.getClassLoader(),
+                new Class<?>[] {DataSource.class},
+                (proxy, method, args) -> {
+                  Object result = invoke(pool, method, args);
+                  return method.getName().equals("getConnection")
+                      ? errorAfterCommit((Connection) result, commitError, thrown)
+                      : result;
+                });
+    JdbcTransactionalProcessor<String, String> payments =
+        payments(replyLost, order -> {}, JdbcTransactionalProcessor::perRecord);
+    commitError.set(true); // once the executor is built: it checks the table at build()
+    List<Exception> givenUp = new CopyOnWriteArrayList<>();
+
+    assertThat(runToItsEnd(loop(1, payments, (record, reason) -> givenUp.add(reason))))
+        .as("what the loop ended with")
+        .isInstanceOf(OutOfMemoryError.class);
+    assertThat(thrown).as("the commit's Error, once the server had committed").hasValue(1);
+    try (RunningLoop running =
+        RunningLoop.start(loop(1, payments, (record, reason) -> givenUp.add(reason)))) {
+      awaitCommitted(1);
+    }
+
+    assertThat(givenUp)
+        .as("records dead-lettered though they were applied (charges: %s)", charges("COMMIT-OOM-1"))
+        .isEmpty();
+    assertThat(charges("COMMIT-OOM-1")).hasSize(1);
+    assertThat(handlerRuns).as("the redelivery was a duplicate").hasValue(1);
+  }
+
+  /** A connection whose first {@code commit()} commits, then throws an {@code Error}. */
+  private static Connection errorAfterCommit(
+      Connection connection, AtomicBoolean commitError, AtomicInteger thrown) {
+    return (Connection)
+        Proxy.newProxyInstance(
+            Connection.class.getClassLoader(),
+            new Class<?>[] {Connection.class},
+            (proxy, method, args) -> {
+              Object result = invoke(connection, method, args);
+              if (method.getName().equals("commit") && commitError.getAndSet(false)) {
+                thrown.incrementAndGet();
+                throw new OutOfMemoryError("Java heap space, as the commit's reply was read");
+              }
+              return result;
+            });
+  }
+
+  private static Object invoke(Object target, Method method, Object[] args) throws Throwable {
+    try {
+      return method.invoke(target, args);
+    } catch (InvocationTargetException e) {
+      throw e.getCause();
+    }
   }
 
   /**
