@@ -8,6 +8,7 @@ import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.internal.AfterCommit;
 import io.consumerdedup.jdbc.internal.AbortedTransactions;
 import io.consumerdedup.jdbc.internal.SqlStates;
+import io.consumerdedup.kafka.internal.LostLines;
 import java.io.PrintWriter;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
@@ -334,30 +335,47 @@ public final class TransactionBoundDataSource implements DataSource {
   }
 
   /**
-   * {@link #release(Transaction, boolean)} of a connection whose transaction was not made; nothing
-   * allocated, for a release after an {@code OutOfMemoryError}.
+   * {@link #release(Transaction, boolean)} of a connection whose transaction was not made (opening
+   * it threw, an {@code Error} too). The connection is aborted or reset and handed back before
+   * anything is logged: after a {@code StackOverflowError} or an {@code OutOfMemoryError} the log
+   * call itself may throw, and thrown first it left the connection lent for good.
    */
   private static void release(Connection connection, boolean autoCommit, boolean reusable) {
+    Throwable resetFailure = null;
+    Throwable closeFailure = null;
     try {
       if (!reusable) {
-        log.warn(
-            "Aborting a connection whose transaction could not be ended, or whose server refuses"
-                + " writes; its server session rolls the transaction back");
         connection.abort(Runnable::run);
       } else if (autoCommit) {
         // Only now: setAutoCommit(true) on an open transaction would commit it.
         connection.setAutoCommit(true);
       }
     } catch (SQLException | RuntimeException | Error e) {
-      log.warn("Could not reset a connection before handing it back to the pool", e);
+      resetFailure = e;
+    } finally {
+      try {
+        connection.close();
+      } catch (SQLException | RuntimeException | Error e) {
+        // An Error too (an OutOfMemoryError in the pool's bookkeeping): thrown after a commit, it
+        // made committed work look failed, and a poll's transaction that committed was run again
+        // record by record, each record counted a duplicate of itself and none processed.
+        closeFailure = e;
+      }
     }
-    try {
-      connection.close();
-    } catch (SQLException | RuntimeException | Error e) {
-      // An Error too (an OutOfMemoryError in the pool's bookkeeping): thrown after a commit, it
-      // made committed work look failed, and a poll's transaction that committed was run again
-      // record by record, each record counted a duplicate of itself and none processed.
-      log.warn("Could not hand a connection back to the pool", e);
+    // Only the lines are left to write, and they must not throw: the connection is handed back.
+    if (!reusable) {
+      LostLines.warn(
+          log,
+          "Aborted a connection whose transaction could not be ended, or whose server refuses"
+              + " writes; its server session rolls the transaction back",
+          null);
+    }
+    if (resetFailure != null) {
+      LostLines.warn(
+          log, "Could not reset a connection before handing it back to the pool", resetFailure);
+    }
+    if (closeFailure != null) {
+      LostLines.warn(log, "Could not hand a connection back to the pool", closeFailure);
     }
   }
 

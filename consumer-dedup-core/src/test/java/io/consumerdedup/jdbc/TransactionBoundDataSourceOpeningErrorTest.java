@@ -6,6 +6,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import com.zaxxer.hikari.HikariConfig;
 import com.zaxxer.hikari.HikariDataSource;
 import io.consumerdedup.testing.TestDatabase;
+import io.consumerdedup.testing.ThrowingLog;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
 import java.lang.reflect.Proxy;
@@ -76,10 +77,60 @@ class TransactionBoundDataSourceOpeningErrorTest {
     assertThat(thrown).as("setAutoCommit(false) threw its Error").hasValue(2);
 
     transactions.inTransaction(() -> insert(transactions, "after"));
-    assertThat(names()).containsExactly("after");
+    assertThat(names()).contains("after");
     assertThat(pool.getHikariPoolMXBean().getActiveConnections())
         .as("connections not handed back to the pool")
         .isZero();
+  }
+
+  /**
+   * After a real {@code StackOverflowError} or {@code OutOfMemoryError} the log lines of the
+   * release throw as well: each line was written before the connection was aborted and closed, so
+   * the connection stayed lent.
+   */
+  @Test
+  void anErrorAsTheTransactionOpensHandsItsConnectionBackThoughItsLogLinesThrow() throws Exception {
+    AtomicInteger errorsLeft = new AtomicInteger(2);
+    AtomicInteger thrown = new AtomicInteger();
+    DataSource overflowing =
+        (DataSource)
+            Proxy.newProxyInstance(
+                DataSource.class.getClassLoader(),
+                new Class<?>[] {DataSource.class},
+                (proxy, method, args) -> {
+                  Object result = invoke(pool, method, args);
+                  return method.getName().equals("getConnection")
+                      ? overflowing((Connection) result, errorsLeft, thrown)
+                      : result;
+                });
+    TransactionBoundDataSource transactions = TransactionBoundDataSource.of(overflowing);
+    String logger = TransactionBoundDataSource.class.getName();
+    List<Throwable> failures = new ArrayList<>();
+
+    try (ThrowingLog aborting =
+            ThrowingLog.on(logger, "Abort", () -> new OutOfMemoryError("Java heap space"));
+        ThrowingLog resetting =
+            ThrowingLog.on(logger, "Could not", () -> new OutOfMemoryError("Java heap space"))) {
+      for (int i = 0; i < 2; i++) {
+        try {
+          transactions.inTransaction(() -> insert(transactions, "never"));
+        } catch (Throwable e) {
+          failures.add(e);
+        }
+      }
+      assertThat(aborting.threw()).as("the abort's log line threw").isPositive();
+    }
+    assertThat(thrown).as("setAutoCommit(false) threw its Error").hasValue(2);
+    assertThat(pool.getHikariPoolMXBean().getActiveConnections())
+        .as("connections not handed back to the pool")
+        .isZero();
+    assertThat(failures)
+        .as("what the caller was told")
+        .hasSize(2)
+        .allSatisfy(e -> assertThat(e).isInstanceOf(StackOverflowError.class));
+
+    transactions.inTransaction(() -> insert(transactions, "after its lines threw"));
+    assertThat(names()).contains("after its lines threw");
   }
 
   /** A connection whose {@code setAutoCommit(false)} throws while {@code errorsLeft} lasts. */
