@@ -1,6 +1,7 @@
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.internal.FailureTexts;
+import io.consumerdedup.kafka.internal.LostLines;
 import io.consumerdedup.kafka.internal.RecordSources;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import java.time.Duration;
@@ -171,8 +172,9 @@ final class DeadLettering<K, V> {
     } catch (RuntimeException | Error e) {
       // The dead letter is written: thrown, an OutOfMemoryError here ended the loop before the
       // record was counted done, and the next loop dead-lettered it again. A count left behind
-      // only shortens the attempts of a replay.
-      log.warn("Could not forget the failed attempts of {}", describe(record), e);
+      // only shortens the attempts of a replay. The line may throw under the same
+      // OutOfMemoryError, hence LostLines.
+      LostLines.warn(log, "Could not forget the failed attempts of {}", record, groupId, e);
     }
   }
 

@@ -86,4 +86,18 @@ public final class LostLines {
       // The line is lost; what it tells stands.
     }
   }
+
+  /** WARN {@code format}, whose one placeholder is the record's name, with {@code failure}. */
+  public static void warn(
+      Logger log,
+      String format,
+      ConsumerRecord<?, ?> record,
+      @Nullable String groupId,
+      Throwable failure) {
+    try {
+      log.warn(format, RecordSources.describe(record, groupId), FailureTexts.loggable(failure));
+    } catch (RuntimeException | Error lost) {
+      // The line is lost; what it tells stands.
+    }
+  }
 }
