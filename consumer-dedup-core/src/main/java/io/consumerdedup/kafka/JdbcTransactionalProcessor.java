@@ -78,9 +78,12 @@ import org.slf4j.LoggerFactory;
  * one an {@link Error} ended, over the same processor, goes on counting (a restart of the process
  * grants a failing record a fresh set of attempts). A poll holding a record that failed an attempt
  * runs one transaction per record, so that the loop decides whether the record has attempts left
- * before its handler runs again. The count is dropped once the record commits or is dead-lettered:
- * a replay of it gets its attempts again. An {@link Error} as the transaction opens or ends is no
- * attempt of the record.
+ * before its handler runs again. The count is dropped once the record commits or is dead-lettered
+ * (the loop recognises this class for that: wrapped in another processor, a dead-lettered record
+ * keeps its count): a replay of it gets its attempts again, and so does a redelivery after the
+ * offset commit that followed its dead letter was lost. An {@link Error} as a record's own
+ * transaction opens or ends is no attempt of the record, and ends the loop; one as the poll's
+ * transaction opens or ends is not passed on: the poll runs again one transaction per record.
  *
  * @param <K> the record key type
  * @param <V> the record value type
@@ -252,8 +255,9 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
     IdentityHashMap<ConsumerRecord<K, V>, Outcome> poll = committed.get();
     Outcome outcome = poll == null ? null : poll.get(record);
     if (outcome != null) {
-      // Committed with its poll, as after a failed attempt whose retry's poll commits whole: kept,
-      // the failures would be counted again for a replay of the record (its key forgotten).
+      // Committed with its poll. A record with a counted failure is not prepared with its poll
+      // (prepare() returns), but another loop over this processor may have counted one meanwhile:
+      // kept, it would be counted again for a replay of the record (its key forgotten).
       forgetFailures(record);
       return outcome;
     }
