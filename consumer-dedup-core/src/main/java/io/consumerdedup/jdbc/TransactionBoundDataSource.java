@@ -8,6 +8,7 @@ import io.consumerdedup.core.DedupStoreUnavailableException;
 import io.consumerdedup.core.internal.AfterCommit;
 import io.consumerdedup.jdbc.internal.AbortedTransactions;
 import io.consumerdedup.jdbc.internal.SqlStates;
+import io.consumerdedup.kafka.internal.LostLines;
 import java.io.PrintWriter;
 import java.lang.reflect.InvocationTargetException;
 import java.lang.reflect.Method;
@@ -176,11 +177,13 @@ public final class TransactionBoundDataSource implements DataSource {
       release(transaction, true); // nothing of it ran
       throw e;
     }
-    current.set(transaction);
     boolean committed = false;
     // Whether the transaction ended (committed or rolled back) on a connection that still answers.
     boolean reusable = false;
     try {
+      // Inside the try: an OutOfMemoryError as the thread-local grows must still hand the
+      // connection back and end the scope, or both were lost to the pool and to this thread.
+      current.set(transaction);
       T result;
       try {
         result = work.run();
@@ -269,21 +272,28 @@ public final class TransactionBoundDataSource implements DataSource {
       throw SqlStates.storeException(
           "Opening a transaction (no connection from the pool)", null, (SQLException) e);
     }
+    Transaction transaction = null;
     try {
       boolean autoCommit = connection.getAutoCommit();
       if (autoCommit) {
         connection.setAutoCommit(false);
       }
-      return new Transaction(connection, autoCommit);
+      transaction = new Transaction(connection, autoCommit);
+      return transaction;
     } catch (SQLException e) {
-      release(new Transaction(connection, true), false);
       throw SqlStates.storeException("Opening a transaction", null, e);
     } catch (RuntimeException e) {
       // A connection lent before its DataSource found one, or a wrapper whose circuit is open,
       // throws what getConnection() would have: passed on as it came, it was the work's failure,
-      // which never ran, and the connection never went back to the pool.
-      release(new Transaction(connection, true), false);
+      // which never ran.
       throw SqlStates.noConnection("Opening a transaction", null, e);
+    } finally {
+      if (transaction == null) {
+        // Whatever was thrown, an Error too (a driver's StackOverflowError in setAutoCommit):
+        // the connection goes back to the pool, aborted, since its auto-commit is unknown.
+        // Passed on without it, each such Error took a connection from the pool for good.
+        release(connection, false, false);
+      }
     }
   }
 
@@ -321,27 +331,51 @@ public final class TransactionBoundDataSource implements DataSource {
    *     otherwise it is aborted, so that nothing of its transaction can be committed later
    */
   private static void release(Transaction transaction, boolean reusable) {
-    Connection connection = transaction.connection();
+    release(transaction.connection(), transaction.autoCommit(), reusable);
+  }
+
+  /**
+   * {@link #release(Transaction, boolean)} of a connection whose transaction was not made (opening
+   * it threw, an {@code Error} too). The connection is aborted or reset and handed back before
+   * anything is logged: after a {@code StackOverflowError} or an {@code OutOfMemoryError} the log
+   * call itself may throw, and thrown first it left the connection lent for good.
+   */
+  private static void release(Connection connection, boolean autoCommit, boolean reusable) {
+    Throwable resetFailure = null;
+    Throwable closeFailure = null;
     try {
       if (!reusable) {
-        log.warn(
-            "Aborting a connection whose transaction could not be ended, or whose server refuses"
-                + " writes; its server session rolls the transaction back");
         connection.abort(Runnable::run);
-      } else if (transaction.autoCommit()) {
+      } else if (autoCommit) {
         // Only now: setAutoCommit(true) on an open transaction would commit it.
         connection.setAutoCommit(true);
       }
     } catch (SQLException | RuntimeException | Error e) {
-      log.warn("Could not reset a connection before handing it back to the pool", e);
+      resetFailure = e;
+    } finally {
+      try {
+        connection.close();
+      } catch (SQLException | RuntimeException | Error e) {
+        // An Error too (an OutOfMemoryError in the pool's bookkeeping): thrown after a commit, it
+        // made committed work look failed, and a poll's transaction that committed was run again
+        // record by record, each record counted a duplicate of itself and none processed.
+        closeFailure = e;
+      }
     }
-    try {
-      connection.close();
-    } catch (SQLException | RuntimeException | Error e) {
-      // An Error too (an OutOfMemoryError in the pool's bookkeeping): thrown after a commit, it
-      // made committed work look failed, and a poll's transaction that committed was run again
-      // record by record, each record counted a duplicate of itself and none processed.
-      log.warn("Could not hand a connection back to the pool", e);
+    // Only the lines are left to write, and they must not throw: the connection is handed back.
+    if (!reusable) {
+      LostLines.warn(
+          log,
+          "Aborted a connection whose transaction could not be ended, or whose server refuses"
+              + " writes; its server session rolls the transaction back",
+          null);
+    }
+    if (resetFailure != null) {
+      LostLines.warn(
+          log, "Could not reset a connection before handing it back to the pool", resetFailure);
+    }
+    if (closeFailure != null) {
+      LostLines.warn(log, "Could not hand a connection back to the pool", closeFailure);
     }
   }
 

@@ -1,6 +1,7 @@
 package io.consumerdedup.kafka;
 
 import io.consumerdedup.core.internal.FailureTexts;
+import io.consumerdedup.kafka.internal.LostLines;
 import io.consumerdedup.kafka.internal.RecordSources;
 import io.consumerdedup.kafka.internal.UndeserializableRecords;
 import java.time.Duration;
@@ -84,7 +85,7 @@ final class DeadLettering<K, V> {
     int attempts = Math.max(counted, stored.orElse(0));
     String countedBy =
         attempts > counted
-            ? "as counted by the dedup table, across restarts; this loop's count is " + counted
+            ? "as counted " + storedBy() + "; this loop's count is " + counted
             : "as counted by this loop";
     progress.failed(partition, new PartitionProgress.Failure(record.offset(), attempts, e));
     if (attempts >= maxAttempts) {
@@ -128,12 +129,53 @@ final class DeadLettering<K, V> {
     }
   }
 
+  /**
+   * Where the processor's count of attempts comes from, for the log: an operator deciding whether a
+   * restart grants the record its attempts again reads it there.
+   */
+  private String storedBy() {
+    if (processor instanceof JdbcTransactionalProcessor) {
+      // Its failed attempts rolled back with their dedup rows: counted nowhere but in memory.
+      return "in memory by JdbcTransactionalProcessor, since the process started (a restart"
+          + " forgets it)";
+    }
+    if (processor instanceof IdempotentRecordHandler) {
+      return "by the dedup table, across restarts";
+    }
+    return "by the processor's attempts()";
+  }
+
   /** Dead-letters the record; true if done, false if its partition is held at it. */
   boolean deadLetter(ConsumerRecord<K, V> record, TopicPartition partition, Exception why) {
-    return deadLetter(
+    if (!deadLetter(
         record,
         partition,
-        () -> KafkaDeadLetterPublisher.deadLetterFor(handler, groupId, record, why));
+        () -> KafkaDeadLetterPublisher.deadLetterFor(handler, groupId, record, why))) {
+      return false;
+    }
+    if (processor instanceof JdbcTransactionalProcessor<K, V> transactional) {
+      // Only once written: until then its count is what keeps the record out of the poll's
+      // transaction, where its handler would run again though its attempts are spent.
+      forgetFailures(transactional, record);
+    }
+    return true;
+  }
+
+  /**
+   * Lets the processor drop its count of the record's failures, so that a replay of the record (the
+   * group rewound) gets its attempts again.
+   */
+  private void forgetFailures(
+      JdbcTransactionalProcessor<K, V> transactional, ConsumerRecord<K, V> record) {
+    try {
+      transactional.givenUp(record);
+    } catch (RuntimeException | Error e) {
+      // The dead letter is written: thrown, an OutOfMemoryError here ended the loop before the
+      // record was counted done, and the next loop dead-lettered it again. A count left behind
+      // only shortens the attempts of a replay. The line may throw under the same
+      // OutOfMemoryError, hence LostLines.
+      LostLines.warn(log, "Could not forget the failed attempts of {}", record, groupId, e);
+    }
   }
 
   /**

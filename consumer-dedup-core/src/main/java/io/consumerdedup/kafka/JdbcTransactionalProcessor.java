@@ -76,7 +76,14 @@ import org.slf4j.LoggerFactory;
  * its dedup row together with its writes, so the table holds no count of failed attempts. This
  * processor counts them ({@link #attempts}) for as long as it lives, so that a loop that follows
  * one an {@link Error} ended, over the same processor, goes on counting (a restart of the process
- * grants a failing record a fresh set of attempts).
+ * grants a failing record a fresh set of attempts). A poll holding a record that failed an attempt
+ * runs one transaction per record, so that the loop decides whether the record has attempts left
+ * before its handler runs again. The count is dropped once the record commits or is dead-lettered
+ * (the loop recognises this class for that: wrapped in another processor, a dead-lettered record
+ * keeps its count): a replay of it gets its attempts again, and so does a redelivery after the
+ * offset commit that followed its dead letter was lost. An {@link Error} as a record's own
+ * transaction opens or ends is no attempt of the record, and ends the loop; one as the poll's
+ * transaction opens or ends is not passed on: the poll runs again one transaction per record.
  *
  * @param <K> the record key type
  * @param <V> the record value type
@@ -90,9 +97,9 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
 
   /**
    * The handler failures of records whose transaction rolled back, by record: the table keeps no
-   * count of them, and a loop's own count ends with the loop, which a handler's Error ends.
-   * Bounded: a dead-lettered record is never seen again, and the eldest entries are the first to
-   * go.
+   * count of them, and a loop's own count ends with the loop, which a handler's Error ends. Dropped
+   * when the record commits or is dead-lettered ({@link #givenUp}); bounded, the eldest entries the
+   * first to go.
    */
   private final Map<Offset, Integer> rolledBackFailures =
       new LinkedHashMap<>() {
@@ -158,7 +165,11 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
   @Override
   public void prepare(List<ConsumerRecord<K, V>> records) {
     committed.remove();
-    if (!perPoll) {
+    if (!perPoll || anyFailedBefore(records)) {
+      // A record that failed an attempt is run alone, after the loop has checked that it has
+      // attempts left: run in the poll's transaction, a record whose attempts were spent (its dead
+      // letter not written yet, so sought back to) ran once more, committed, and was then
+      // dead-lettered as well.
       return;
     }
     IdentityHashMap<ConsumerRecord<K, V>, Outcome> outcomes = new IdentityHashMap<>();
@@ -198,6 +209,21 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
     committed.set(outcomes);
   }
 
+  /** Whether a record of the poll failed an attempt that this processor rolled back. */
+  private boolean anyFailedBefore(List<ConsumerRecord<K, V>> records) {
+    synchronized (rolledBackFailures) {
+      if (rolledBackFailures.isEmpty()) {
+        return false; // the normal path: no key made per record
+      }
+      for (ConsumerRecord<K, V> record : records) {
+        if (rolledBackFailures.containsKey(Offset.of(record))) {
+          return true;
+        }
+      }
+      return false;
+    }
+  }
+
   /** Lets the wrapped processor forget the poll after a failure, keeping the failure's report. */
   private void settleAfter(Throwable failure) {
     try {
@@ -229,8 +255,9 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
     IdentityHashMap<ConsumerRecord<K, V>, Outcome> poll = committed.get();
     Outcome outcome = poll == null ? null : poll.get(record);
     if (outcome != null) {
-      // Committed with its poll, as after a failed attempt whose retry's poll commits whole: kept,
-      // the failures would be counted again for a replay of the record (its key forgotten).
+      // Committed with its poll. A record with a counted failure is not prepared with its poll
+      // (prepare() returns), but another loop over this processor may have counted one meanwhile:
+      // kept, it would be counted again for a replay of the record (its key forgotten).
       forgetFailures(record);
       return outcome;
     }
@@ -255,20 +282,31 @@ public final class JdbcTransactionalProcessor<K, V> implements RecordProcessor<K
       }
       throw e;
     } catch (Error e) {
-      // Counted as the loop counts it, as a handler failure. Only here: the loop it ends forgets
-      // its count, and the rollback left none in the table, so every loop that followed counted
-      // the record's first attempt and never dead-lettered it. Only an Error of the record's
-      // processing: one as the transaction opened (an OutOfMemoryError from the pool) or ended
-      // is no attempt of the record, and counted, the loops the application restarted after it
-      // spent the record's attempts and dead-lettered it though its handler never ran; nor one
-      // the wrapped handler met beside its handler (its claim's answer lost to it).
-      if (e == processorError.get() && !ErrorsBesideHandlers.isBesideHandler(e)) {
+      if (e != processorError.get()) {
+        // An Error as the transaction opened (an OutOfMemoryError from the pool) or ended is no
+        // attempt of the record, for this count nor for the loop's: taken for a handler's Error,
+        // at the record's last attempt it dead-lettered a record whose handler never ran, or one
+        // whose commit had reached the server, both applied and dead-lettered.
+        ErrorsBesideHandlers.note(e);
+      } else if (!ErrorsBesideHandlers.isBesideHandler(e)) {
+        // Counted as the loop counts it, as a handler failure. Only here: the loop it ends
+        // forgets its count, and the rollback left none in the table, so every loop that
+        // followed counted the record's first attempt and never dead-lettered it. Not one the
+        // wrapped handler met beside its handler (its claim's answer lost to it).
         countFailure(record);
       }
       throw e;
     }
     forgetFailures(record);
     return processed;
+  }
+
+  /**
+   * The loop gave the record up (dead-lettered it): its failures are forgotten, so that a replay of
+   * it (an operator rewinds the group) gets its attempts again.
+   */
+  void givenUp(ConsumerRecord<K, V> record) {
+    forgetFailures(record);
   }
 
   private void forgetFailures(ConsumerRecord<K, V> record) {

@@ -502,13 +502,12 @@ class JdbcTransactionalProcessorTest {
   }
 
   /**
-   * A handler that always throws an Error ends every loop; its attempt leaves no row (rolled back),
-   * so each new loop counted it as the first, and with maxAttempts above 1 the record was never
-   * dead-lettered: every loop the application started ended on it.
+   * A record that failed an attempt and then committed on its retry (run alone, as a record with a
+   * failed attempt is), later replayed with the same processor: the commit dropped the processor's
+   * count, so the replay's first failure is its first attempt, not its last.
    */
   @Test
-  void aReplayedRecordGetsItsFullAttemptsThoughItsEarlierFailureCommittedInAPollsTransaction()
-      throws Exception {
+  void aReplayedRecordGetsItsFullAttemptsAfterItsRetryCommitted() throws Exception {
     send("R-1");
     // One failed attempt: in the poll's transaction, then alone.
     AtomicInteger failuresLeft = new AtomicInteger(2);
@@ -524,7 +523,7 @@ class JdbcTransactionalProcessorTest {
               }
             });
     List<Exception> givenUp = new CopyOnWriteArrayList<>();
-    // The first attempt fails alone; the retry's poll commits in one transaction.
+    // The first attempt fails; the retry runs in a transaction of its own and commits.
     try (RunningLoop running = RunningLoop.start(attempts(2, payments, givenUp))) {
       awaitCommitted(fixture.group(), 1);
     }

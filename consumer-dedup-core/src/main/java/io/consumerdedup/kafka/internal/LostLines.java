@@ -64,11 +64,38 @@ public final class LostLines {
     }
   }
 
+  /** WARN {@code message}, with {@code failure} if not null. */
+  public static void warn(Logger log, String message, @Nullable Throwable failure) {
+    try {
+      if (failure == null) {
+        log.warn(message);
+      } else {
+        log.warn(message, FailureTexts.loggable(failure));
+      }
+    } catch (RuntimeException | Error lost) {
+      // The line is lost; what it tells stands.
+    }
+  }
+
   /** WARN {@code format}, whose one placeholder is the record's name. */
   public static void warn(
       Logger log, String format, ConsumerRecord<?, ?> record, @Nullable String groupId) {
     try {
       log.warn(format, RecordSources.describe(record, groupId));
+    } catch (RuntimeException | Error lost) {
+      // The line is lost; what it tells stands.
+    }
+  }
+
+  /** WARN {@code format}, whose one placeholder is the record's name, with {@code failure}. */
+  public static void warn(
+      Logger log,
+      String format,
+      ConsumerRecord<?, ?> record,
+      @Nullable String groupId,
+      Throwable failure) {
+    try {
+      log.warn(format, RecordSources.describe(record, groupId), FailureTexts.loggable(failure));
     } catch (RuntimeException | Error lost) {
       // The line is lost; what it tells stands.
     }
