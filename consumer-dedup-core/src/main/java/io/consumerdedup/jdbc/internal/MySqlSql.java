@@ -136,7 +136,11 @@ public final class MySqlSql {
             + ", expires_at = "
             + NOW_PLUS_MS
             + fencedWhere
-            + "status IN ('PROCESSING', 'SUCCESS')";
+            // A FAILED given back to this attempt by the release of a later claim that took over
+            // its expired lease: the holder's still (see PostgresSql#givenBack).
+            + "(status IN ('PROCESSING', 'SUCCESS') OR "
+            + PostgresSql.givenBack("")
+            + ")";
     fail =
         "UPDATE "
             + table
