@@ -65,10 +65,7 @@ public abstract class Dialect {
   public enum FencedUpdate {
     /**
      * SUCCESS, kept for the retention; a SUCCESS already written by the claim counts, as does one
-     * under its token whose claim is not known (see {@link #FAIL}). So does a FAILED under its
-     * token whose claim is not known and that no operator released: a claim that took over this
-     * attempt's expired lease was given back unrun ({@link #release}), and this attempt, still
-     * running, is the last that ran the handler.
+     * under its token whose claim is not known (see {@link #FAIL}).
      */
     COMPLETE("complete", DedupStatus.SUCCESS),
     /**

@@ -136,11 +136,7 @@ public final class MySqlSql {
             + ", expires_at = "
             + NOW_PLUS_MS
             + fencedWhere
-            // A FAILED given back to this attempt by the release of a later claim that took over
-            // its expired lease: the holder's still (see PostgresSql#givenBack).
-            + "(status IN ('PROCESSING', 'SUCCESS') OR "
-            + PostgresSql.givenBack("")
-            + ")";
+            + "status IN ('PROCESSING', 'SUCCESS')";
     fail =
         "UPDATE "
             + table

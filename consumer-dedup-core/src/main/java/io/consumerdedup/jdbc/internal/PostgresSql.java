@@ -174,9 +174,7 @@ public final class PostgresSql {
 
   /**
    * As {@link #releaseDelete}, for a re-claim (token over 1): the record goes back to FAILED with
-   * its earlier attempt count and no claim id, so the release does not count an attempt. When the
-   * claim took over an expired lease, that attempt's holder may still be running: its SUCCESS and
-   * its FAILED are still written ({@link #givenBack}), until another claim takes the key.
+   * its earlier attempt count, so the release does not count an attempt.
    */
   public final String releaseRestore;
 
@@ -269,9 +267,7 @@ public final class PostgresSql {
             + " AND a.attnum > 0 AND NOT a.attisdropped";
     claim = claim(table, true);
     claimInTransaction = claim(table, false);
-    // A FAILED that a release of the next claim gave back to this attempt is the holder's still:
-    // a claim that took over its expired lease and was given back unrun (see releaseRestore).
-    String completable = "(d.status IN ('PROCESSING', 'SUCCESS') OR " + givenBack("d.") + ")";
+    String completable = "d.status IN ('PROCESSING', 'SUCCESS')";
     find =
         "SELECT c.biz_type, c.biz_key, "
             + RECORD_COLUMNS
@@ -618,29 +614,6 @@ public final class PostgresSql {
         + " ELSE "
         + written
         + " END";
-  }
-
-  /**
-   * Whether a FAILED row was given back to its attempt by the release of a later claim, which took
-   * over that attempt's expired lease and never ran its handler ({@link #releaseRestore}: no claim
-   * id), rather than released by an operator (whose note it keeps). Nobody holds such a key, and
-   * the attempt's holder, which may still be running, records its SUCCESS: refused, the handler's
-   * effect was not recorded and the next delivery applied it again.
-   *
-   * @param row the row's alias and a dot ({@code "d."}), or nothing
-   */
-  static String givenBack(String row) {
-    return "("
-        + row
-        + "status = 'FAILED' AND "
-        + row
-        + "claim_id IS NULL AND ("
-        + row
-        + "last_error IS NULL OR "
-        + row
-        + "last_error NOT LIKE '"
-        + io.consumerdedup.core.internal.LeaseLoss.RELEASE_NOTE_PREFIX
-        + "%'))";
   }
 
   /**
