@@ -18,6 +18,9 @@ import org.junit.jupiter.params.provider.CsvSource;
  * timeout in seconds saturate at the largest the driver takes rather than wrapping around to a
  * negative number, which the driver refused (PostgreSQL: SQL state 22023, taken for data the
  * database refused, so every valid record was dead-lettered; MySQL: S1009, so every record waited).
+ * MySQL Connector/J counts the query timeout in milliseconds, in an int: from about 24.8 days it
+ * wrapped around, negative at 30 days and at the cap of {@code Integer.MAX_VALUE} seconds (its
+ * cancel timer refused the negative delay on every statement), to about 17 days at a year.
  */
 class LongStatementTimeoutTest {
   @RegisterExtension static final TwoDatabases databases = new TwoDatabases("long_timeout");
@@ -29,7 +32,11 @@ class LongStatementTimeoutTest {
     "postgres, 36500",
     "mariadb, 14",
     "mariadb, 365",
-    "mariadb, 36500"
+    "mariadb, 36500",
+    "mysql, 14",
+    "mysql, 30",
+    "mysql, 365",
+    "mysql, 36500"
   })
   void aStatementTimeoutOfWeeksOrYearsClaimsAndCompletes(String database, long days) {
     JdbcDedupStore store =

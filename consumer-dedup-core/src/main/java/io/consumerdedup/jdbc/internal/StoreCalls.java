@@ -40,11 +40,14 @@ public final class StoreCalls {
   private static final String FRESH_STATEMENT = "/* consumer-dedup: once more */ ";
 
   /**
-   * The longest statement timeout used, whatever is configured: {@code Integer.MAX_VALUE} seconds
-   * (68 years), the most a driver's query timeout takes, and well within the nanoseconds the
-   * statement watchdog counts its deadlines in.
+   * The longest statement timeout used, whatever is configured: {@code Integer.MAX_VALUE / 1000}
+   * seconds (about 24.8 days), whose milliseconds still fit an int. MySQL Connector/J keeps the
+   * query timeout's seconds times 1000 in an int: beyond this it wrapped around, to a negative
+   * delay its cancel timer refused on every statement, or to a shorter timeout. It is the bound of
+   * the network timeout too, and well within the nanoseconds the statement watchdog counts in.
    */
-  private static final Duration LONGEST_STATEMENT_TIMEOUT = Duration.ofSeconds(Integer.MAX_VALUE);
+  private static final Duration LONGEST_STATEMENT_TIMEOUT =
+      Duration.ofSeconds(Integer.MAX_VALUE / 1000);
 
   /** How long a call may take and how often it is tried. */
   public record Limits(
@@ -493,9 +496,9 @@ public final class StoreCalls {
     return statement;
   }
 
-  /** Whole seconds, rounded up; at most {@link #LONGEST_STATEMENT_TIMEOUT}'s. */
+  /** Whole seconds, rounded up: at most {@link #LONGEST_STATEMENT_TIMEOUT}'s, which it is under. */
   private static int timeoutSeconds(Duration timeout) {
-    return (int) Math.min(Integer.MAX_VALUE, Math.max(1, (timeout.toMillis() + 999) / 1000));
+    return (int) Math.max(1, (timeout.toMillis() + 999) / 1000);
   }
 
   private static Duration min(Duration a, Duration b) {
