@@ -32,10 +32,11 @@ public abstract class Dialect {
   /**
    * Concurrent batches lock their keys in one order, so they wait instead of deadlocking: code
    * point order, the order of UTF-8's bytes, in which PostgreSQL's statements sort their keys too
-   * ({@code COLLATE "C"}, whatever the database's collation). {@code String.compareTo} compares
-   * UTF-16 units, which put a supplementary character (an emoji) before U+E000..U+FFFF; and a
-   * database's language collation ("b" before "C") differs from both: a holder's renewal (ordered
-   * here) and its outcome write (ordered in SQL) then each locked a key the other waited for.
+   * ({@code COLLATE "C"}, whatever the database's collation, in a UTF8, SQL_ASCII or LATIN1
+   * database). {@code String.compareTo} compares UTF-16 units, which put a supplementary character
+   * (an emoji) before U+E000..U+FFFF; and a database's language collation ("b" before "C") differs
+   * from both: a holder's renewal (ordered here) and its outcome write (ordered in SQL) then each
+   * locked a key the other waited for.
    */
   protected static final Comparator<DedupKey> KEY_ORDER =
       Comparator.comparing(DedupKey::bizType, Dialect::compareCodePoints)

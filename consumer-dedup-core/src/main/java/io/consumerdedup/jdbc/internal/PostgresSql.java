@@ -67,9 +67,10 @@ public final class PostgresSql {
   }
 
   /**
-   * The order in which a statement of several keys locks them: byte order, which in UTF-8 is code
-   * point order, the order of the store's own batches ({@code Dialect.KEY_ORDER}), whatever the
-   * database's collation.
+   * The order in which a statement of several keys locks them, whatever the database's collation:
+   * byte order, which in a UTF8 (or SQL_ASCII, LATIN1) database is code point order, the order of
+   * the store's own batches ({@code Dialect.KEY_ORDER}); other encodings order characters beyond
+   * ASCII by their own bytes.
    */
   private static final String KEY_ORDER = "r.biz_type COLLATE \"C\", r.biz_key COLLATE \"C\"";
 
