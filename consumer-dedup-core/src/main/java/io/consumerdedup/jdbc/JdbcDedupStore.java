@@ -621,7 +621,9 @@ public final class JdbcDedupStore implements DedupStore {
     /**
      * Longest time one statement may run before the server cancels it (whole seconds, rounded up);
      * the connection's network timeout is twice this, so a connection that stops answering fails
-     * instead of hanging. Default {@link #DEFAULT_STATEMENT_TIMEOUT}.
+     * instead of hanging. Both are at most {@code Integer.MAX_VALUE} milliseconds (about 24.8
+     * days), the most the drivers take: a longer timeout (a year, to mean none) counts as that.
+     * Default {@link #DEFAULT_STATEMENT_TIMEOUT}.
      */
     public Builder statementTimeout(Duration statementTimeout) {
       this.statementTimeout = Durations.requirePositive("statementTimeout", statementTimeout);

@@ -11,7 +11,8 @@ import org.junit.jupiter.api.extension.ExtensionContext;
 /**
  * A PostgreSQL schema and a MariaDB database of their own for a test class that runs its tests on
  * both, registered as a static {@code @RegisterExtension}; parameterised tests name the database
- * {@code "postgres"} or {@code "mariadb"}.
+ * {@code "postgres"} or {@code "mariadb"}, or {@code "mysql"}: the MariaDB database through MySQL
+ * Connector/J, whose pool is opened when first asked for.
  */
 final class TwoDatabases implements BeforeAllCallback, AfterAllCallback {
   private final String prefix;
@@ -19,6 +20,7 @@ final class TwoDatabases implements BeforeAllCallback, AfterAllCallback {
   private String mariaDatabase;
   private HikariDataSource postgres;
   private HikariDataSource mariaDb;
+  private HikariDataSource mySqlDriver;
 
   TwoDatabases(String prefix) {
     this.prefix = prefix;
@@ -37,6 +39,9 @@ final class TwoDatabases implements BeforeAllCallback, AfterAllCallback {
     postgres.close();
     TestDatabase.dropSchema(schema);
     mariaDb.close();
+    if (mySqlDriver != null) {
+      mySqlDriver.close();
+    }
     TestMariaDb.dropDatabase(mariaDatabase);
   }
 
@@ -48,8 +53,20 @@ final class TwoDatabases implements BeforeAllCallback, AfterAllCallback {
     return mariaDb;
   }
 
-  /** The data source of {@code "postgres"}, else MariaDB's. */
+  /** The MariaDB database through MySQL Connector/J. */
+  synchronized DataSource mySqlDriver() {
+    if (mySqlDriver == null) {
+      mySqlDriver = TestMariaDb.dataSource(mariaDatabase, TestMariaDb.Driver.MYSQL, 4);
+    }
+    return mySqlDriver;
+  }
+
+  /** The data source of {@code "postgres"} or {@code "mysql"}, else MariaDB's. */
   DataSource dataSource(String database) {
-    return database.equals("postgres") ? postgres : mariaDb;
+    return switch (database) {
+      case "postgres" -> postgres;
+      case "mysql" -> mySqlDriver();
+      default -> mariaDb;
+    };
   }
 }

@@ -29,9 +29,34 @@ import org.slf4j.Logger;
  */
 public abstract class Dialect {
 
-  /** Concurrent batches lock their keys in one order, so they wait instead of deadlocking. */
+  /**
+   * Concurrent batches lock their keys in one order, so they wait instead of deadlocking: code
+   * point order, the order of UTF-8's bytes, in which PostgreSQL's statements sort their keys too
+   * ({@code COLLATE "C"}, whatever the database's collation, in a UTF8, SQL_ASCII or LATIN1
+   * database). {@code String.compareTo} compares UTF-16 units, which put a supplementary character
+   * (an emoji) before U+E000..U+FFFF; and a database's language collation ("b" before "C") differs
+   * from both: a holder's renewal (ordered here) and its outcome write (ordered in SQL) then each
+   * locked a key the other waited for.
+   */
   protected static final Comparator<DedupKey> KEY_ORDER =
-      Comparator.comparing(DedupKey::bizType).thenComparing(DedupKey::bizKey);
+      Comparator.comparing(DedupKey::bizType, Dialect::compareCodePoints)
+          .thenComparing(DedupKey::bizKey, Dialect::compareCodePoints);
+
+  /** Compares {@code a} and {@code b} by code point, as {@code COLLATE "C"} does in UTF-8. */
+  static int compareCodePoints(String a, String b) {
+    int i = 0;
+    int j = 0;
+    while (i < a.length() && j < b.length()) {
+      int x = a.codePointAt(i);
+      int y = b.codePointAt(j);
+      if (x != y) {
+        return Integer.compare(x, y);
+      }
+      i += Character.charCount(x);
+      j += Character.charCount(y);
+    }
+    return Boolean.compare(i < a.length(), j < b.length());
+  }
 
   /**
    * The updates that apply only while the claim (its token and its claim id) still holds the key:

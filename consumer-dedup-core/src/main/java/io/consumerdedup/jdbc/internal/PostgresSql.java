@@ -66,6 +66,14 @@ public final class PostgresSql {
         statement.apply("unnest(" + many + ") AS r(" + columns + ")"));
   }
 
+  /**
+   * The order in which a statement of several keys locks them, whatever the database's collation:
+   * byte order, which in a UTF8 (or SQL_ASCII, LATIN1) database is code point order, the order of
+   * the store's own batches ({@code Dialect.KEY_ORDER}); other encodings order characters beyond
+   * ASCII by their own bytes.
+   */
+  private static final String KEY_ORDER = "r.biz_type COLLATE \"C\", r.biz_key COLLATE \"C\"";
+
   /** The columns of a record as {@code JdbcDedupStore} reads it, from the alias {@code c}. */
   private static final String RECORD_COLUMNS =
       "c.status, c.attempts, c.owner, c.lease_until, c.fingerprint, c.last_error, c.source,"
@@ -433,7 +441,8 @@ public final class PostgresSql {
         + " r.claim_id FROM r LEFT JOIN c ON c.biz_type = r.biz_type AND c.biz_key = r.biz_key"
         + " WHERE c.biz_key IS NULL OR NOT ("
         + settled
-        + ") ORDER BY r.biz_type, r.biz_key"
+        + ") ORDER BY "
+        + KEY_ORDER
         + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = excluded.status,"
         + " attempts = "
         + sets.attempts()
@@ -510,7 +519,8 @@ public final class PostgresSql {
                 + ", now(), now(), now() + ?::bigint * interval '1 millisecond', r.claim_id FROM "
                 + rows
                 + probe(table, "x")
-                + " ORDER BY r.biz_type, r.biz_key"
+                + " ORDER BY "
+                + KEY_ORDER
                 + " ON CONFLICT (biz_type, biz_key) DO UPDATE SET status = excluded.status,"
                 + " lease_until = NULL, last_error = "
                 + keepingReleaseNote("d.last_error", "excluded.last_error")

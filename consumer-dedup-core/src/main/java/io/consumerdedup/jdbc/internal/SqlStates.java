@@ -92,12 +92,12 @@ public final class SqlStates {
    * tells them alike. A server that runs read-only (1290, 1036, 1836) is one as well, as
    * PostgreSQL's 25006. So are a server out of room, as PostgreSQL's class 53 (disk_full 53100,
    * out_of_memory 53200): disk full (1021), a table that cannot grow (1114: its tablespace's disk
-   * is full, or its size is capped), out of memory (1037, 1041): once room is freed the next try
-   * goes through, so the call is tried again and the record waits as for an outage, not failed at
-   * once and logged as an error of the setup at every back-off step. And MySQL 8's 4031, the answer
-   * of a connection that the server closed for inactivity (kept by a pool past wait_timeout): the
-   * retry takes another connection. (MariaDB's own 4031 is an error of CREATE TRIGGER, which the
-   * store never sends.)
+   * is full, or its size is capped), out of memory (1037, 1038 for a sort, both SQL state HY001;
+   * 1041): once room is freed the next try goes through, so the call is tried again and the record
+   * waits as for an outage, not failed at once and logged as an error of the setup at every
+   * back-off step. And MySQL 8's 4031, the answer of a connection that the server closed for
+   * inactivity (kept by a pool past wait_timeout): the retry takes another connection. (MariaDB's
+   * own 4031 is an error of CREATE TRIGGER, which the store never sends.)
    */
   private static final Set<Integer> MYSQL_TRANSIENT_CODES =
       Set.of(
@@ -116,6 +116,7 @@ public final class SqlStates {
           1021,
           1114,
           1037,
+          1038,
           1041,
           4031,
           MYSQL_READ_ONLY,
@@ -125,9 +126,12 @@ public final class SqlStates {
   /** MySQL's and MariaDB's statement timeouts (3024, 1969) and KILL QUERY (1317). */
   private static final Set<Integer> MYSQL_CANCELLED_CODES = Set.of(3024, 1969, 1317);
 
-  /** The SQL states MySQL and MariaDB give their transient errors; PostgreSQL uses none of them. */
+  /**
+   * The SQL states MySQL and MariaDB give their transient errors; PostgreSQL uses none of them.
+   * HY001 is their "memory allocation error", the state of 1037 and 1038.
+   */
   private static final Set<String> MYSQL_STATES =
-      Set.of("HY000", "41000", "42000", "40001", "70100");
+      Set.of("HY000", "HY001", "41000", "42000", "40001", "70100");
 
   private static final Pattern JDBC_URL = Pattern.compile("jdbc:[^\\s,;()]+");
 

@@ -39,6 +39,16 @@ public final class StoreCalls {
    */
   private static final String FRESH_STATEMENT = "/* consumer-dedup: once more */ ";
 
+  /**
+   * The longest statement timeout used, whatever is configured: {@code Integer.MAX_VALUE / 1000}
+   * seconds (about 24.8 days), whose milliseconds still fit an int. MySQL Connector/J keeps the
+   * query timeout's seconds times 1000 in an int: beyond this it wrapped around, to a negative
+   * delay its cancel timer refused on every statement, or to a shorter timeout. It is the bound of
+   * the network timeout too, and well within the nanoseconds the statement watchdog counts in.
+   */
+  private static final Duration LONGEST_STATEMENT_TIMEOUT =
+      Duration.ofSeconds(Integer.MAX_VALUE / 1000);
+
   /** How long a call may take and how often it is tried. */
   public record Limits(
       int retryMaxAttempts,
@@ -75,6 +85,13 @@ public final class StoreCalls {
   private final DataSource ownConnections;
   private final String table;
   private final Duration statementTimeout;
+
+  /**
+   * Twice the statement timeout, in milliseconds, at most {@code Integer.MAX_VALUE} (about 24.8
+   * days): the connection's network timeout.
+   */
+  private final int networkTimeoutMillis;
+
   private final Duration retryMaxDuration;
   private final Retry retry;
   private final Logger log;
@@ -114,7 +131,13 @@ public final class StoreCalls {
     this.callersConnections = callersConnections;
     this.ownConnections = ownConnections;
     this.table = table;
-    this.statementTimeout = limits.statementTimeout();
+    // A timeout long enough to mean "none" (a year) is taken as the longest the driver takes:
+    // cast to an int, it wrapped around to a negative network timeout, which the driver refused on
+    // every call (pgjdbc with SQL state 22023, read as data the database refused, so every record
+    // was dead-lettered), or to a short one, which cut the connection under a slow statement.
+    this.statementTimeout = min(limits.statementTimeout(), LONGEST_STATEMENT_TIMEOUT);
+    this.networkTimeoutMillis =
+        (int) Math.min(Integer.MAX_VALUE, statementTimeout.multipliedBy(2).toMillis());
     this.retryMaxDuration = limits.retryMaxDuration();
     this.log = log;
     this.dialectChoice = dialectChoice;
@@ -249,7 +272,7 @@ public final class StoreCalls {
       }
       // Longer than the statement timeout, so a slow statement is cancelled by the server first;
       // it catches a connection that no longer answers at all.
-      connection.setNetworkTimeout(SAME_THREAD, (int) statementTimeout.multipliedBy(2).toMillis());
+      connection.setNetworkTimeout(SAME_THREAD, networkTimeoutMillis);
       if (!autoCommit) {
         connection.setAutoCommit(true);
       }
@@ -382,7 +405,7 @@ public final class StoreCalls {
       // Bounded as a call's statements are: on a connection that no longer answers, the first
       // look at the database (dialect) waited for good, and the executor's build with it.
       int networkTimeout = connection.getNetworkTimeout();
-      connection.setNetworkTimeout(SAME_THREAD, (int) statementTimeout.multipliedBy(2).toMillis());
+      connection.setNetworkTimeout(SAME_THREAD, networkTimeoutMillis);
       try {
         dialect(connection);
         requireUnnamedHandlerStatements(connection, null);
@@ -473,8 +496,13 @@ public final class StoreCalls {
     return statement;
   }
 
+  /** Whole seconds, rounded up: at most {@link #LONGEST_STATEMENT_TIMEOUT}'s, which it is under. */
   private static int timeoutSeconds(Duration timeout) {
     return (int) Math.max(1, (timeout.toMillis() + 999) / 1000);
+  }
+
+  private static Duration min(Duration a, Duration b) {
+    return a.compareTo(b) <= 0 ? a : b;
   }
 
   private String what(String operation) {
