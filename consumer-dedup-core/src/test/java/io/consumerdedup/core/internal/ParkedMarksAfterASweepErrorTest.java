@@ -303,6 +303,53 @@ class ParkedMarksAfterASweepErrorTest {
   }
 
   /**
+   * A mark handed to the writer ({@code completeAsync}) when no writer thread can start and no
+   * sweep can be scheduled to start one later either. The Error was thrown to the caller, whose
+   * claim took the mark for handed over (it is listed as on its way), while the mark sat in the
+   * queue with no writer: its future incomplete (an offset commit waiting for it) and its key
+   * PROCESSING under a lease renewed, until some later mark happened to start a writer. It is
+   * written on the caller's thread instead, as once the executor is closed.
+   */
+  @Test
+  void aMarkQueuedWhenNeitherAWriterNorASweepCanStartIsWrittenOnTheCallersThread()
+      throws Exception {
+    AtomicInteger sweepsRefused = new AtomicInteger();
+    startWriter(
+        (delay, sweep) -> {
+          sweepsRefused.incrementAndGet();
+          throw new OutOfMemoryError("Java heap space");
+        },
+        writing -> {
+          threadsRefused.incrementAndGet();
+          throw new OutOfMemoryError("unable to create native thread: possibly out of memory");
+        });
+    PendingOutcome queued = successOf("no-writer-no-sweep");
+
+    CompletableFuture<Throwable> thrown =
+        onItsOwnThread(
+            () -> {
+              pending.add(queued);
+              marks.queue(queued);
+            });
+
+    assertThat(threadsRefused).as("writer threads refused").hasValue(1);
+    assertThat(sweepsRefused).as("sweeps refused").hasValue(1);
+    assertThat(queued.written.isDone())
+        .as("[what the caller's offset commit waits for] the SUCCESS's future, completed")
+        .isTrue();
+    assertThat(queued.written).succeedsWithin(Duration.ZERO);
+    assertThat(status("no-writer-no-sweep")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(thrown.get()).as("the mark written: nothing thrown to the caller").isNull();
+    assertThat(pending.contains(queued.key)).as("still listed as on its way").isFalse();
+    assertThat(errorsLogged())
+        .as("the Error, logged")
+        .anySatisfy(
+            event ->
+                assertThat(event.getThrowableProxy().getMessage())
+                    .startsWith("unable to create native thread"));
+  }
+
+  /**
    * A mark handed to the writer ({@code completeAsync}, as {@code Outcomes.completeLater} hands it:
    * noted as on its way, then queued) that the queue refuses (an {@code OutOfMemoryError} as it
    * allocates its node). The Error went to the caller, whose claim was ended already: the mark was
