@@ -421,6 +421,12 @@ final class PendingOutcomes {
         // logged nor failed, and whoever waited on their futures waited for good.
         try {
           outcome.cancelRetries();
+        } catch (RuntimeException | Error e) {
+          // In a try of its own: thrown before the give-up below, it left the outcome neither
+          // given up nor taken, its future incomplete and whoever waited on it waiting for good.
+          first = FirstFailure.of(first, e);
+        }
+        try {
           // A background retry on its way settles its outcome, as the writer's write does, and
           // gives it up itself if it fails: given up under it, the outcome was said at ERROR to
           // be not recorded, another consumer perhaps running its handler again, and the retry

@@ -12,6 +12,10 @@ import io.consumerdedup.testing.StoreFixture;
 import io.consumerdedup.testing.ThrowingLog;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.Delayed;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.IntStream;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.Test;
@@ -71,6 +75,81 @@ class PendingOutcomesGiveUpErrorTest {
 
     assertThat(closing).as("what the close threw").isInstanceOf(OutOfMemoryError.class);
     assertThat(pending.unrecorded()).as("outcomes still listed after the close").isEmpty();
+  }
+
+  /**
+   * Cancelling an outcome's background retry throws (an {@code OutOfMemoryError} in the timer's
+   * queue): the close went on to the next outcome with this one neither given up nor taken, its
+   * future incomplete, and whoever waited on it (an offset commit) waited for good.
+   */
+  @Test
+  void anOutcomeWhoseRetryCannotBeCancelledIsGivenUpAllTheSame() {
+    PendingOutcomes pending =
+        new PendingOutcomes(
+            db.store(), DedupListener.NOOP, renewer, RETENTION, RETENTION, Duration.ofMillis(200));
+    PendingOutcome outcome = successOf("CANCEL-FAILS");
+    pending.add(outcome);
+    AtomicInteger cancels = new AtomicInteger();
+    outcome.retries = new UncancellableRetry(cancels);
+
+    pending.stopKeeping();
+    Throwable closing = catchThrowable(() -> pending.giveUp(List.of()));
+
+    assertThat(cancels).as("cancelling the retry tried").hasValue(1);
+    assertThat(outcome.written.isDone())
+        .as("[what a caller waits on] the future of %s completed", outcome.key)
+        .isTrue();
+    assertThat(outcome.written)
+        .failsWithin(Duration.ZERO)
+        .withThrowableThat()
+        .withCauseInstanceOf(DedupExecutorClosedException.class);
+    assertThat(outcome.retrying).as("taken: no retry of it starts any more").isTrue();
+    assertThat(closing).as("what the close threw").isInstanceOf(OutOfMemoryError.class);
+  }
+
+  /** A scheduled retry whose cancel throws, as the timer's queue does out of memory. */
+  private static final class UncancellableRetry implements ScheduledFuture<Object> {
+    private final AtomicInteger cancels;
+
+    UncancellableRetry(AtomicInteger cancels) {
+      this.cancels = cancels;
+    }
+
+    @Override
+    public boolean cancel(boolean mayInterruptIfRunning) {
+      cancels.incrementAndGet();
+      throw new OutOfMemoryError("Java heap space");
+    }
+
+    @Override
+    public long getDelay(TimeUnit unit) {
+      return 0;
+    }
+
+    @Override
+    public int compareTo(Delayed other) {
+      return 0;
+    }
+
+    @Override
+    public boolean isCancelled() {
+      return false;
+    }
+
+    @Override
+    public boolean isDone() {
+      return false;
+    }
+
+    @Override
+    public Object get() {
+      throw new UnsupportedOperationException();
+    }
+
+    @Override
+    public Object get(long timeout, TimeUnit unit) {
+      throw new UnsupportedOperationException();
+    }
   }
 
   private PendingOutcome successOf(String bizKey) {
