@@ -195,7 +195,7 @@ final class SuccessMarkWriter {
       return;
     }
     // Closed, or no writer can start: one write now, on the caller's thread, rather than none.
-    writeMarks(List.of(outcome));
+    writeOnThisThread(outcome);
     if (noWriter != null) {
       try {
         log.error(
@@ -205,6 +205,32 @@ final class SuccessMarkWriter {
             noWriter);
       } catch (RuntimeException | Error unlogged) {
         // The mark is written or kept all the same; the next mark tries a writer again.
+      }
+    }
+  }
+
+  /**
+   * Writes {@code outcome}, queued after the close or taken back from a queue with no writer, on
+   * the calling thread. Whatever the write throws, an Error included (an OutOfMemoryError as its
+   * lists are built, before the store call), the mark ends written, or kept for the background
+   * retry with its future failed, as after a failed write: thrown to the caller, whose claim took
+   * the mark for handed over (it is listed as on its way), it was in no queue, not kept and not
+   * retried, its future incomplete and its key PROCESSING under a lease renewed for good.
+   */
+  private void writeOnThisThread(PendingOutcome outcome) {
+    // Taken as a background retry takes it, and as the writer thread's write is listed: a close
+    // meanwhile gives up every outcome still listed but those whose write is on its way. Given up
+    // under this write, the mark was said at ERROR to be not recorded and its future failed, and
+    // the write then recorded it. A write that took it first (a redelivery's) goes along, fenced.
+    boolean taken = outcome.retrying.compareAndSet(false, true);
+    try {
+      FaultPoints.reached(FaultPoints.Point.SUCCESS_MARKS_TAKEN);
+      writeMarks(List.of(outcome));
+    } catch (RuntimeException | Error e) {
+      failedUnexpectedly(List.of(outcome), e);
+    } finally {
+      if (taken) {
+        outcome.retrying.set(false);
       }
     }
   }
@@ -228,7 +254,10 @@ final class SuccessMarkWriter {
       timer.after(SWEEP_AGAIN_AFTER_FAILURE, this::sweepParked);
     } catch (RuntimeException | Error notScheduled) {
       sweepPending.set(false);
-      e.addSuppressed(notScheduled);
+      // Both may be the JVM's one preallocated OutOfMemoryError: added to itself, it threw an
+      // IllegalArgumentException ("Self-suppression not permitted") to the caller, the mark left
+      // queued with no writer to take it, its future incomplete and its key PROCESSING.
+      FirstFailure.of(e, notScheduled);
       return false;
     }
     log.error(
