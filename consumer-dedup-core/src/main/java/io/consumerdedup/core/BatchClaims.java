@@ -1,5 +1,6 @@
 package io.consumerdedup.core;
 
+import io.consumerdedup.core.internal.FirstFailure;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import java.util.ArrayList;
 import java.util.HashSet;
@@ -78,7 +79,10 @@ final class BatchClaims {
           // Read again only if the Error struck as it was first read.
           calls.release(held != null ? held : held(results), sentNanos);
         } catch (RuntimeException | Error releaseFailed) {
-          e.addSuppressed(releaseFailed);
+          // The release may throw the very Error that struck (the JVM's one preallocated
+          // OutOfMemoryError): added to itself, it was replaced by "Self-suppression not
+          // permitted", an IllegalArgumentException, and the caller never heard of the Error.
+          FirstFailure.of(e, releaseFailed);
         }
       }
       if (e instanceof RejectedExecutionException && !inTransaction && started == null) {

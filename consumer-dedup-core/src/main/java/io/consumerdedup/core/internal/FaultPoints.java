@@ -30,8 +30,9 @@ public final class FaultPoints {
      */
     ENDING,
     /**
-     * The outcome writer took a group of SUCCESS marks from its queue; it has not begun to write
-     * them. Their handlers have run.
+     * The outcome writer took a group of SUCCESS marks from its queue, or a caller is to write its
+     * own mark (the executor closed, or no writer could start); the write has not begun. Their
+     * handlers have run.
      */
     SUCCESS_MARKS_TAKEN,
     /**

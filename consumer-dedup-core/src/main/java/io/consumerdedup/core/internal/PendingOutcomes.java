@@ -410,20 +410,42 @@ final class PendingOutcomes {
    */
   void giveUp(Collection<PendingOutcome> beingWritten) {
     Set<PendingOutcome> leftToTheirWrite = Set.copyOf(beingWritten);
-    pending.forEach(
-        (key, outcome) -> {
-          if (leftToTheirWrite.contains(outcome)) {
-            return;
-          }
+    Throwable first = null;
+    try {
+      for (PendingOutcome outcome : pending.values()) {
+        if (leftToTheirWrite.contains(outcome)) {
+          continue;
+        }
+        // Each one regardless of what giving up the one before threw (its ERROR line, an appender
+        // out of memory as it formats it): stopped there, the outcomes after it were neither
+        // logged nor failed, and whoever waited on their futures waited for good.
+        try {
           outcome.cancelRetries();
+        } catch (RuntimeException | Error e) {
+          // In a try of its own: thrown before the give-up below, it left the outcome neither
+          // given up nor taken, its future incomplete and whoever waited on it waiting for good.
+          first = FirstFailure.of(first, e);
+        }
+        try {
           // A background retry on its way settles its outcome, as the writer's write does, and
-          // gives it up itself if it fails: given up under it, the outcome was said at ERROR to be
-          // not recorded, another consumer perhaps running its handler again, and the retry then
-          // recorded it. Taken here, no retry of it starts any more.
+          // gives it up itself if it fails: given up under it, the outcome was said at ERROR to
+          // be not recorded, another consumer perhaps running its handler again, and the retry
+          // then recorded it. Taken here, no retry of it starts any more.
           if (outcome.retrying.compareAndSet(false, true)) {
             giveUp(outcome, null);
           }
-        });
-    pending.clear();
+        } catch (RuntimeException | Error e) {
+          first = FirstFailure.of(first, e);
+        }
+      }
+    } finally {
+      pending.clear();
+    }
+    if (first instanceof Error error) {
+      throw error;
+    }
+    if (first != null) {
+      throw (RuntimeException) first;
+    }
   }
 }

@@ -152,14 +152,16 @@ final class SuccessMarkWriter {
   }
 
   /**
-   * Hands {@code outcome} to the writer thread; once closed, writes it on the calling thread. A
-   * mark the queue refuses (an OutOfMemoryError as it allocates) is kept for the background retry,
-   * its future failed as not written yet, as after a failed write: thrown to the caller, whose
-   * claim had ended, it was in no queue and nothing retried it, its key PROCESSING under a lease
-   * renewed for as long as the executor ran.
+   * Hands {@code outcome} to the writer thread; once closed, or when neither a writer thread nor a
+   * sweep to start one can start, writes it on the calling thread. A mark the queue refuses (an
+   * OutOfMemoryError as it allocates) is kept for the background retry, its future failed as not
+   * written yet, as after a failed write: thrown to the caller, whose claim had ended, it was in no
+   * queue and nothing retried it, its key PROCESSING under a lease renewed for as long as the
+   * executor ran.
    */
   void queue(PendingOutcome outcome) {
     Throwable refused = null;
+    Throwable noWriter = null;
     synchronized (marks) {
       if (!closed) {
         try {
@@ -170,12 +172,21 @@ final class SuccessMarkWriter {
         if (refused == null) {
           try {
             startWriterIfGone();
+            return;
           } catch (RuntimeException | Error e) {
-            if (!sweepForAWriter(e)) {
+            if (sweepForAWriter(e)) {
+              return;
+            }
+            // No writer thread, and no sweep to start one: nothing would take the mark from the
+            // queue. Thrown to the caller, whose claim took the mark for handed over (it is listed
+            // as on its way), it stayed queued with its future incomplete until a later mark
+            // started a writer: none, once the stream went quiet. Taken back (nobody else takes
+            // from the queue while this lock is held and no writer runs) and written below.
+            if (!marks.remove(outcome)) {
               throw e;
             }
+            noWriter = e;
           }
-          return;
         }
       }
     }
@@ -183,8 +194,45 @@ final class SuccessMarkWriter {
       failedUnexpectedly(List.of(outcome), refused); // outside the lock: it tells the listener
       return;
     }
-    // Closed: no writer any more, so one write now, on the caller's thread, rather than none.
-    writeMarks(List.of(outcome));
+    // Closed, or no writer can start: one write now, on the caller's thread, rather than none.
+    writeOnThisThread(outcome);
+    if (noWriter != null) {
+      try {
+        log.error(
+            "Could not start the writer thread of the SUCCESS marks, nor schedule another try;"
+                + " wrote the SUCCESS of {} on the calling thread",
+            DeliverySources.where(outcome.key, outcome.source),
+            noWriter);
+      } catch (RuntimeException | Error unlogged) {
+        // The mark is written or kept all the same; the next mark tries a writer again.
+      }
+    }
+  }
+
+  /**
+   * Writes {@code outcome}, queued after the close or taken back from a queue with no writer, on
+   * the calling thread. Whatever the write throws, an Error included (an OutOfMemoryError as its
+   * lists are built, before the store call), the mark ends written, or kept for the background
+   * retry with its future failed, as after a failed write: thrown to the caller, whose claim took
+   * the mark for handed over (it is listed as on its way), it was in no queue, not kept and not
+   * retried, its future incomplete and its key PROCESSING under a lease renewed for good.
+   */
+  private void writeOnThisThread(PendingOutcome outcome) {
+    // Taken as a background retry takes it, and as the writer thread's write is listed: a close
+    // meanwhile gives up every outcome still listed but those whose write is on its way. Given up
+    // under this write, the mark was said at ERROR to be not recorded and its future failed, and
+    // the write then recorded it. A write that took it first (a redelivery's) goes along, fenced.
+    boolean taken = outcome.retrying.compareAndSet(false, true);
+    try {
+      FaultPoints.reached(FaultPoints.Point.SUCCESS_MARKS_TAKEN);
+      writeMarks(List.of(outcome));
+    } catch (RuntimeException | Error e) {
+      failedUnexpectedly(List.of(outcome), e);
+    } finally {
+      if (taken) {
+        outcome.retrying.set(false);
+      }
+    }
   }
 
   /**
@@ -192,8 +240,9 @@ final class SuccessMarkWriter {
    * queued already: a sweep starts one shortly, and again until one starts. Thrown to the caller
    * instead, the mark stayed queued with no writer, its future incomplete (the caller's offset
    * commit waiting for it) until some later mark started one: none, once the stream went quiet.
-   * False if no sweep can be scheduled either: then the caller is told. Under the lock of {@link
-   * #marks}: a sweep already pending has not looked at the queue yet, and starts a writer for it.
+   * False if no sweep can be scheduled either: then {@link #queue} writes the mark itself. Under
+   * the lock of {@link #marks}: a sweep already pending has not looked at the queue yet, and starts
+   * a writer for it.
    */
   private boolean sweepForAWriter(Throwable e) {
     if (!sweepPending.compareAndSet(false, true)) {
@@ -205,7 +254,10 @@ final class SuccessMarkWriter {
       timer.after(SWEEP_AGAIN_AFTER_FAILURE, this::sweepParked);
     } catch (RuntimeException | Error notScheduled) {
       sweepPending.set(false);
-      e.addSuppressed(notScheduled);
+      // Both may be the JVM's one preallocated OutOfMemoryError: added to itself, it threw an
+      // IllegalArgumentException ("Self-suppression not permitted") to the caller, the mark left
+      // queued with no writer to take it, its future incomplete and its key PROCESSING.
+      FirstFailure.of(e, notScheduled);
       return false;
     }
     log.error(

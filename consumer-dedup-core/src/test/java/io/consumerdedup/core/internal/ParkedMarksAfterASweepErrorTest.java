@@ -303,6 +303,203 @@ class ParkedMarksAfterASweepErrorTest {
   }
 
   /**
+   * A mark handed to the writer ({@code completeAsync}) when no writer thread can start and no
+   * sweep can be scheduled to start one later either. The Error was thrown to the caller, whose
+   * claim took the mark for handed over (it is listed as on its way), while the mark sat in the
+   * queue with no writer: its future incomplete (an offset commit waiting for it) and its key
+   * PROCESSING under a lease renewed, until some later mark happened to start a writer. It is
+   * written on the caller's thread instead, as once the executor is closed.
+   */
+  @Test
+  void aMarkQueuedWhenNeitherAWriterNorASweepCanStartIsWrittenOnTheCallersThread()
+      throws Exception {
+    AtomicInteger sweepsRefused = new AtomicInteger();
+    startWriter(
+        (delay, sweep) -> {
+          sweepsRefused.incrementAndGet();
+          throw new OutOfMemoryError("Java heap space");
+        },
+        writing -> {
+          threadsRefused.incrementAndGet();
+          throw new OutOfMemoryError("unable to create native thread: possibly out of memory");
+        });
+    PendingOutcome queued = successOf("no-writer-no-sweep");
+
+    CompletableFuture<Throwable> thrown =
+        onItsOwnThread(
+            () -> {
+              pending.add(queued);
+              marks.queue(queued);
+            });
+
+    assertThat(threadsRefused).as("writer threads refused").hasValue(1);
+    assertThat(sweepsRefused).as("sweeps refused").hasValue(1);
+    assertThat(queued.written.isDone())
+        .as("[what the caller's offset commit waits for] the SUCCESS's future, completed")
+        .isTrue();
+    assertThat(queued.written).succeedsWithin(Duration.ZERO);
+    assertThat(status("no-writer-no-sweep")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(thrown.get()).as("the mark written: nothing thrown to the caller").isNull();
+    assertThat(pending.contains(queued.key)).as("still listed as on its way").isFalse();
+    assertThat(errorsLogged())
+        .as("the Error, logged")
+        .anySatisfy(
+            event ->
+                assertThat(event.getThrowableProxy().getMessage())
+                    .startsWith("unable to create native thread"));
+  }
+
+  /**
+   * A mark taken back from a queue with no writer and no sweep, whose write on the caller's thread
+   * meets an {@code OutOfMemoryError} before the store call (as its lists are built). Thrown to the
+   * caller, whose claim took the mark for handed over (it is listed as on its way), the mark was in
+   * no queue, not kept and not retried: its future incomplete and its key PROCESSING under a lease
+   * renewed for good. It is kept for the background retry instead, as after a failed write.
+   */
+  @Test
+  void aMarkWhoseWriteOnTheCallersThreadMeetsAnErrorIsWrittenInTheBackground() throws Exception {
+    startWriter(
+        (delay, sweep) -> {
+          throw new OutOfMemoryError("Java heap space");
+        },
+        writing -> {
+          threadsRefused.incrementAndGet();
+          throw new OutOfMemoryError("unable to create native thread: possibly out of memory");
+        });
+    PendingOutcome queued = successOf("caller-write-struck");
+    AtomicInteger struck = new AtomicInteger();
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.SUCCESS_MARKS_TAKEN && struck.getAndIncrement() == 0) {
+            throw new OutOfMemoryError("Java heap space");
+          }
+        });
+    CompletableFuture<Throwable> thrown;
+    try {
+      thrown =
+          onItsOwnThread(
+              () -> {
+                pending.add(queued);
+                marks.queue(queued);
+              });
+    } finally {
+      FaultPoints.install(null);
+    }
+
+    assertThat(struck).as("the caller's write struck").hasValue(1);
+    assertThat(queued.written.isDone())
+        .as("[what the caller's offset commit waits for] the SUCCESS's future, completed")
+        .isTrue();
+    assertThat(queued.written)
+        .as("the SUCCESS's future, failed as not written yet when it was kept")
+        .failsWithin(Duration.ZERO)
+        .withThrowableThat()
+        .withCauseInstanceOf(DedupStoreUnavailableException.class);
+    assertThat(thrown.get()).as("the mark kept, nothing thrown to the caller").isNull();
+    await()
+        .atMost(WAIT)
+        .alias("the struck SUCCESS written by the background retry")
+        .until(() -> status("caller-write-struck") == DedupStatus.SUCCESS);
+    await()
+        .atMost(WAIT)
+        .alias("no longer listed as on its way")
+        .until(() -> !pending.contains(queued.key));
+  }
+
+  /**
+   * No writer thread can start and no sweep can be scheduled, each failing with the same {@code
+   * OutOfMemoryError} (the JVM throws its one preallocated instance once it cannot build another).
+   * Added to itself as suppressed it became an {@code IllegalArgumentException} ("Self-suppression
+   * not permitted") thrown to the caller, with the mark left queued and no writer to take it. It is
+   * written on the caller's thread, as with two different Errors, and the Error is logged.
+   */
+  @Test
+  void aMarkWhoseWriterAndSweepFailWithTheSameErrorIsWrittenOnTheCallersThread() throws Exception {
+    OutOfMemoryError preallocated = new OutOfMemoryError("unable to create native thread");
+    startWriter(
+        (delay, sweep) -> {
+          throw preallocated;
+        },
+        writing -> {
+          threadsRefused.incrementAndGet();
+          throw preallocated;
+        });
+    PendingOutcome queued = successOf("same-error-twice");
+
+    CompletableFuture<Throwable> thrown =
+        onItsOwnThread(
+            () -> {
+              pending.add(queued);
+              marks.queue(queued);
+            });
+
+    assertThat(threadsRefused).as("writer threads refused").hasValue(1);
+    assertThat(thrown.get()).as("the mark written: nothing thrown to the caller").isNull();
+    assertThat(queued.written).succeedsWithin(Duration.ZERO);
+    assertThat(status("same-error-twice")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(errorsLogged())
+        .as("the Error, logged")
+        .anySatisfy(
+            event ->
+                assertThat(event.getThrowableProxy().getMessage())
+                    .startsWith("unable to create native thread"));
+  }
+
+  /**
+   * The executor closes while a mark is being written on its caller's thread (no writer thread
+   * could start). The close gave the mark up, as one not on its way: an ERROR said its SUCCESS was
+   * not recorded and its future failed as closed before written, and the write then recorded it.
+   * The close leaves it to its write, as it leaves the writer thread's marks.
+   */
+  @Test
+  void aCloseDuringTheWriteOnTheCallersThreadLeavesTheMarkToThatWrite() throws Exception {
+    startWriter(
+        (delay, sweep) -> {
+          throw new OutOfMemoryError("Java heap space");
+        },
+        writing -> {
+          throw new OutOfMemoryError("unable to create native thread: possibly out of memory");
+        });
+    PendingOutcome queued = successOf("closed-while-caller-writes");
+    CountDownLatch writing = new CountDownLatch(1);
+    CountDownLatch closed = new CountDownLatch(1);
+    FaultPoints.install(
+        point -> {
+          if (point == FaultPoints.Point.BEFORE_SUCCESS_MARK && writing.getCount() > 0) {
+            writing.countDown();
+            try {
+              closed.await(10, TimeUnit.SECONDS);
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+          }
+        });
+    Thread handler =
+        new Thread(
+            () -> {
+              pending.add(queued);
+              marks.queue(queued);
+            },
+            "handler");
+    try {
+      handler.start();
+      assertThat(writing.await(10, TimeUnit.SECONDS)).as("the caller's write begun").isTrue();
+      // As Outcomes.close() closes.
+      pending.stopKeeping();
+      pending.giveUp(marks.close());
+    } finally {
+      closed.countDown();
+      handler.join(WAIT.toMillis());
+      FaultPoints.install(null);
+    }
+
+    assertThat(queued.written)
+        .as("[what the caller's offset commit waits for] the SUCCESS's future")
+        .succeedsWithin(WAIT);
+    assertThat(status("closed-while-caller-writes")).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  /**
    * A mark handed to the writer ({@code completeAsync}, as {@code Outcomes.completeLater} hands it:
    * noted as on its way, then queued) that the queue refuses (an {@code OutOfMemoryError} as it
    * allocates its node). The Error went to the caller, whose claim was ended already: the mark was
