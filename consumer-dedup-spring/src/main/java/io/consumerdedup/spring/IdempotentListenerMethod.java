@@ -11,20 +11,24 @@ import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import java.lang.reflect.Method;
 import java.time.Duration;
 import java.time.temporal.ChronoUnit;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
 import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
 import org.springframework.beans.factory.BeanFactory;
+import org.springframework.beans.factory.config.ConfigurableBeanFactory;
 import org.springframework.boot.convert.DurationStyle;
 import org.springframework.core.ResolvableType;
 import org.springframework.core.annotation.AnnotatedElementUtils;
 import org.springframework.expression.Expression;
 import org.springframework.expression.ParseException;
 import org.springframework.expression.spel.standard.SpelExpressionParser;
+import org.springframework.kafka.annotation.KafkaHandler;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.support.KafkaUtils;
+import org.springframework.util.ReflectionUtils;
 
 /**
  * One {@link Idempotent} listener method: its annotation parsed and its signature read once, at
@@ -81,7 +85,7 @@ final class IdempotentListenerMethod {
     this.beanName = beanName;
     this.signature = method.toGenericString();
     refuse(ListenerShapeRefusals.unprotectable(method));
-    this.bizType = annotation.bizType();
+    this.bizType = resolved("bizType", annotation.bizType(), beanFactory);
     try {
       DedupKey.of(bizType, "check");
     } catch (IllegalArgumentException e) {
@@ -104,10 +108,12 @@ final class IdempotentListenerMethod {
               + " header, key = \"#payload.orderNo\" from a SpEL expression",
           null);
     }
-    this.header = hasHeader ? annotation.header() : null;
-    this.key = hasKey ? parse("key", annotation.key()) : null;
+    this.header = hasHeader ? resolved("header", annotation.header(), beanFactory) : null;
+    this.key = hasKey ? parse("key", resolved("key", annotation.key(), beanFactory)) : null;
     this.fingerprint =
-        annotation.fingerprint().isBlank() ? null : parse("fingerprint", annotation.fingerprint());
+        annotation.fingerprint().isBlank()
+            ? null
+            : parse("fingerprint", resolved("fingerprint", annotation.fingerprint(), beanFactory));
     this.missingKeyPolicy = single("missingKeyPolicy", annotation.missingKeyPolicy());
     InProgressPolicy inProgress = single("inProgressPolicy", annotation.inProgressPolicy());
     DedupMode mode = single("mode", annotation.mode());
@@ -139,6 +145,7 @@ final class IdempotentListenerMethod {
               method.getDeclaringClass(), KafkaListener.class);
     }
     this.kafkaListener = listener;
+    refuseSelfInvoked(method);
     this.readsPayload = readsPayload(key) || readsPayload(fingerprint);
     this.listenerId = listener == null ? "" : listener.id();
     refuse(ListenerShapeRefusals.batch(shape, mode));
@@ -245,6 +252,77 @@ final class IdempotentListenerMethod {
               + (what.equals("key") ? ", or header = \"name\" to take the key from a header" : ""),
           e);
     }
+  }
+
+  /**
+   * {@code value} with its {@code ${...}} placeholders resolved as spring-kafka resolves its
+   * {@code @KafkaListener}'s: taken literally, {@code header = "${app.key-header}"} read a header
+   * of that name, absent from every record, and {@code bizType = "${spring.application.name}"} gave
+   * every service the one biz type, each skipping the others' keys as duplicates.
+   */
+  private String resolved(String attribute, String value, @Nullable BeanFactory beanFactory) {
+    if (!value.contains("${")) {
+      return value;
+    }
+    if (!(beanFactory instanceof ConfigurableBeanFactory configurable)) {
+      throw invalid(
+          attribute
+              + " '"
+              + value
+              + "' has a placeholder and there is no bean factory to resolve it",
+          "Give the value itself, or create the listener in a Spring application context",
+          null);
+    }
+    String resolved;
+    try {
+      resolved = configurable.resolveEmbeddedValue(value);
+    } catch (IllegalArgumentException e) {
+      throw unresolved(attribute, value, ": " + e.getMessage(), e);
+    }
+    // A context without a strict placeholder configurer resolves leniently, leaving the text as is.
+    if (resolved == null || resolved.contains("${")) {
+      throw unresolved(attribute, value, "", null);
+    }
+    return resolved;
+  }
+
+  private InvalidIdempotentListenerException unresolved(
+      String attribute, String value, String why, @Nullable Throwable cause) {
+    return invalid(
+        attribute + " '" + value + "' does not resolve" + why,
+        "Define the property it names, or give it a default: ${name:default}",
+        cause);
+  }
+
+  /**
+   * Refuses an {@code @Idempotent} method that is not a listener method while its class has one:
+   * the listener calls it on {@code this}, past the proxy that deduplicates, so every redelivery
+   * was applied again while start-up reported it protected. A method of another bean, called
+   * through that bean's proxy from the listener's thread, is deduplicated and stays allowed.
+   */
+  private void refuseSelfInvoked(Method method) {
+    if (isListenerMethod(method)) {
+      return;
+    }
+    Class<?> type = method.getDeclaringClass();
+    boolean classListens =
+        AnnotatedElementUtils.hasAnnotation(type, KafkaListener.class)
+            || Arrays.stream(ReflectionUtils.getAllDeclaredMethods(type))
+                .anyMatch(IdempotentListenerMethod::isListenerMethod);
+    if (classListens) {
+      throw invalid(
+          "it is not a @KafkaListener (or @KafkaHandler) method, and its class has one: called"
+              + " from it, the call does not pass through the proxy that deduplicates, and every"
+              + " redelivered record would be applied again",
+          "Put @Idempotent on the @KafkaListener method itself, or move this method to another"
+              + " bean the listener calls",
+          null);
+    }
+  }
+
+  private static boolean isListenerMethod(Method method) {
+    return AnnotatedElementUtils.hasAnnotation(method, KafkaListener.class)
+        || AnnotatedElementUtils.hasAnnotation(method, KafkaHandler.class);
   }
 
   /** Refuses an expression that cannot give a key, now rather than on every record. */
