@@ -76,6 +76,9 @@ final class IdempotentListenerMethod {
   /** Whether the key or fingerprint expression reads {@code #payload}. */
   final boolean readsPayload;
 
+  /** See {@link #selfCallWarning(Method)}; null when calls to it are deduplicated. */
+  final @Nullable String selfCallWarning;
+
   private IdempotentListenerMethod(
       Method method,
       Idempotent annotation,
@@ -99,8 +102,12 @@ final class IdempotentListenerMethod {
               : "Name the kind of action the listener performs: bizType = \"payment\"",
           e);
     }
-    boolean hasHeader = !annotation.header().isBlank();
-    boolean hasKey = !annotation.key().isBlank();
+    // Decided on the resolved values: "${app.key-header:}" is not blank as written, and resolving
+    // to blank it passed start-up and then failed on every record.
+    String headerName = resolvedNotBlank("header", annotation.header(), beanFactory);
+    String keyText = resolvedNotBlank("key", annotation.key(), beanFactory);
+    boolean hasHeader = !headerName.isEmpty();
+    boolean hasKey = !keyText.isEmpty();
     if (hasHeader == hasKey) {
       throw invalid(
           hasHeader ? "it gives both header and key" : "it gives neither header nor key",
@@ -108,8 +115,8 @@ final class IdempotentListenerMethod {
               + " header, key = \"#payload.orderNo\" from a SpEL expression",
           null);
     }
-    this.header = hasHeader ? resolved("header", annotation.header(), beanFactory) : null;
-    this.key = hasKey ? parse("key", resolved("key", annotation.key(), beanFactory)) : null;
+    this.header = hasHeader ? headerName : null;
+    this.key = hasKey ? parse("key", keyText) : null;
     this.fingerprint =
         annotation.fingerprint().isBlank()
             ? null
@@ -145,7 +152,7 @@ final class IdempotentListenerMethod {
               method.getDeclaringClass(), KafkaListener.class);
     }
     this.kafkaListener = listener;
-    refuseSelfInvoked(method);
+    this.selfCallWarning = selfCallWarning(method);
     this.readsPayload = readsPayload(key) || readsPayload(fingerprint);
     this.listenerId = listener == null ? "" : listener.id();
     refuse(ListenerShapeRefusals.batch(shape, mode));
@@ -286,6 +293,26 @@ final class IdempotentListenerMethod {
     return resolved;
   }
 
+  /**
+   * {@code value} resolved ({@link #resolved}), empty if it is blank as written; refused if only
+   * its placeholder's value is blank, naming the placeholder.
+   */
+  private String resolvedNotBlank(
+      String attribute, String value, @Nullable BeanFactory beanFactory) {
+    if (value.isBlank()) {
+      return "";
+    }
+    String resolved = resolved(attribute, value, beanFactory);
+    if (resolved.isBlank()) {
+      throw invalid(
+          attribute + " '" + value + "' resolves to a blank value",
+          "Set the property it names to a non-blank value, or give a non-blank default:"
+              + " ${name:default}",
+          null);
+    }
+    return resolved;
+  }
+
   private InvalidIdempotentListenerException unresolved(
       String attribute, String value, String why, @Nullable Throwable cause) {
     return invalid(
@@ -295,29 +322,30 @@ final class IdempotentListenerMethod {
   }
 
   /**
-   * Refuses an {@code @Idempotent} method that is not a listener method while its class has one:
-   * the listener calls it on {@code this}, past the proxy that deduplicates, so every redelivery
-   * was applied again while start-up reported it protected. A method of another bean, called
-   * through that bean's proxy from the listener's thread, is deduplicated and stays allowed.
+   * Why calls to an {@code @Idempotent} method that is not a listener method, in a class that has
+   * one, may not be deduplicated: a call from that listener on {@code this} passes by the proxy
+   * that deduplicates, and every redelivery is applied again. Warned rather than refused: called
+   * through the proxy (self-injection, {@code AopContext.currentProxy()}, another bean's listener,
+   * a {@code @DltHandler}) it is deduplicated. Null for a listener method or a class without one.
    */
-  private void refuseSelfInvoked(Method method) {
+  private @Nullable String selfCallWarning(Method method) {
     if (isListenerMethod(method)) {
-      return;
+      return null;
     }
     Class<?> type = method.getDeclaringClass();
     boolean classListens =
         AnnotatedElementUtils.hasAnnotation(type, KafkaListener.class)
             || Arrays.stream(ReflectionUtils.getAllDeclaredMethods(type))
                 .anyMatch(IdempotentListenerMethod::isListenerMethod);
-    if (classListens) {
-      throw invalid(
-          "it is not a @KafkaListener (or @KafkaHandler) method, and its class has one: called"
-              + " from it, the call does not pass through the proxy that deduplicates, and every"
-              + " redelivered record would be applied again",
-          "Put @Idempotent on the @KafkaListener method itself, or move this method to another"
-              + " bean the listener calls",
-          null);
-    }
+    return classListens
+        ? "@Idempotent "
+            + name
+            + (beanName == null ? "" : " (bean '" + beanName + "')")
+            + " is not a @KafkaListener (or @KafkaHandler) method, and its class has one: a call"
+            + " from this class's own listener on 'this' bypasses the proxy and gets no dedup."
+            + " Put @Idempotent on the @KafkaListener method, or call this method through the"
+            + " proxy (another bean, or the bean injected into itself)"
+        : null;
   }
 
   private static boolean isListenerMethod(Method method) {

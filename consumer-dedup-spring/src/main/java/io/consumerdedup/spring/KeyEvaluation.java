@@ -12,6 +12,7 @@ import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.AbstractMap;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HexFormat;
 import java.util.LinkedHashSet;
 import java.util.List;
@@ -19,6 +20,7 @@ import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
+import java.util.regex.Pattern;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.header.Header;
 import org.jspecify.annotations.Nullable;
@@ -30,6 +32,9 @@ import org.springframework.expression.EvaluationException;
 import org.springframework.expression.Expression;
 import org.springframework.expression.PropertyAccessor;
 import org.springframework.expression.TypedValue;
+import org.springframework.expression.spel.SpelNode;
+import org.springframework.expression.spel.ast.StringLiteral;
+import org.springframework.expression.spel.standard.SpelExpression;
 import org.springframework.expression.spel.support.ReflectivePropertyAccessor;
 import org.springframework.expression.spel.support.StandardEvaluationContext;
 import org.springframework.kafka.support.KafkaUtils;
@@ -131,11 +136,45 @@ final class KeyEvaluation {
    * Whether a header or property the record lacks went into {@code key} as the text "null": SpEL
    * renders null so in a concatenation ({@code #headers['tenant'] + ':' + #headers['order-no']}),
    * {@code String.valueOf} or a list, and every record lacking that part would share one key, the
-   * first applied and the rest skipped as its duplicates. A read that an expression falls back from
-   * ({@code #headers['a'] ?: #headers['b']}) leaves no "null" in the key and does not count.
+   * first applied and the rest skipped as its duplicates. Only a part of the key that is exactly
+   * "null", between the separators the expression itself writes (its string literals, such as
+   * {@code ':'}), counts: a value that merely contains the text ({@code acme:nullable-7}), and a
+   * read an expression falls back from ({@code #headers['a'] ?: #headers['b']}) or only tests, are
+   * a valid key.
    */
   private boolean madeOfAbsentPart(String key) {
-    return !absentReads().isEmpty() && key.contains("null");
+    if (absentReads().isEmpty() || !key.contains("null")) {
+      return false;
+    }
+    List<String> parts = List.of(key);
+    for (String separator : stringLiterals(Objects.requireNonNull(listener.key))) {
+      List<String> split = new ArrayList<>();
+      for (String part : parts) {
+        split.addAll(Arrays.asList(part.split(Pattern.quote(separator), -1)));
+      }
+      parts = split;
+    }
+    return parts.contains("null");
+  }
+
+  /** The string literals of {@code expression}, such as {@code ':'} and {@code 'tenant'}. */
+  private static Set<String> stringLiterals(Expression expression) {
+    Set<String> literals = new LinkedHashSet<>();
+    if (expression instanceof SpelExpression spel) {
+      addStringLiterals(spel.getAST(), literals);
+    }
+    return literals;
+  }
+
+  private static void addStringLiterals(SpelNode node, Set<String> literals) {
+    if (node instanceof StringLiteral literal
+        && literal.getLiteralValue().getValue() instanceof String text
+        && !text.isEmpty()) {
+      literals.add(text);
+    }
+    for (int i = 0; i < node.getChildCount(); i++) {
+      addStringLiterals(node.getChild(i), literals);
+    }
   }
 
   private List<String> absentReads() {
@@ -263,11 +302,11 @@ final class KeyEvaluation {
   private static final PropertyAccessor NOTING_ACCESSOR = new AbsentNotingPropertyAccessor();
 
   /**
-   * SpEL's reflective reading of properties, and a Map's entries read as properties ({@code
-   * #payload.orderNo} of a JSON object converted to a Map, rather than failing on every record); a
-   * property that reads null is noted in the {@link KeyContext}. It delegates rather than extends
-   * {@link ReflectivePropertyAccessor}: SpEL replaces a reflective accessor with an optimized one
-   * of its own, which would read without noting.
+   * SpEL's reflective reading of properties, and a Map's entries read as properties where it has no
+   * getter of that name ({@code #payload.orderNo} of a JSON object converted to a Map, rather than
+   * failing on every record); a property that reads null is noted in the {@link KeyContext}. It
+   * delegates rather than extends {@link ReflectivePropertyAccessor}: SpEL replaces a reflective
+   * accessor with an optimized one of its own, which would read without noting.
    */
   private static final class AbsentNotingPropertyAccessor implements PropertyAccessor {
     private final ReflectivePropertyAccessor reflective = new ReflectivePropertyAccessor(false);
@@ -280,14 +319,16 @@ final class KeyEvaluation {
     @Override
     public boolean canRead(EvaluationContext context, @Nullable Object target, String name)
         throws AccessException {
-      return target instanceof Map<?, ?> || reflective.canRead(context, target, name);
+      return reflective.canRead(context, target, name) || target instanceof Map<?, ?>;
     }
 
     @Override
     public TypedValue read(EvaluationContext context, @Nullable Object target, String name)
         throws AccessException {
+      // A getter first, as before Map entries were read: a payload class extending HashMap with
+      // getters, or #payload.empty, keeps the key it had (and its dedup rows keep matching).
       TypedValue value =
-          target instanceof Map<?, ?> map
+          target instanceof Map<?, ?> map && !reflective.canRead(context, target, name)
               ? new TypedValue(map.get(name))
               : reflective.read(context, target, name);
       if (value.getValue() == null && context instanceof KeyContext keyContext) {

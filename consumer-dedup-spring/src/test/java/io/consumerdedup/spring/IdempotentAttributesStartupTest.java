@@ -8,18 +8,23 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.junit.jupiter.api.AfterAll;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
 import org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
+import org.springframework.boot.test.system.CapturedOutput;
+import org.springframework.boot.test.system.OutputCaptureExtension;
 import org.springframework.kafka.annotation.KafkaListener;
 
 /**
  * What start-up makes of {@code @Idempotent}'s attributes and of where it is put: placeholders are
  * resolved as {@code @KafkaListener}'s are (taken literally, a header named "${app.key-header}" was
- * absent from every record, and every service shared the biz type "${spring.application.name}"); an
- * {@code @Idempotent} method that its own class's listener calls on {@code this} is refused (the
- * call passed by the proxy, and every redelivery was applied again).
+ * absent from every record, and every service shared the biz type "${spring.application.name}"),
+ * and one resolving to blank is refused; an {@code @Idempotent} method beside its own class's
+ * listener is warned of (called on {@code this} the call passes by the proxy, and every redelivery
+ * was applied again).
  */
+@ExtendWith(OutputCaptureExtension.class)
 class IdempotentAttributesStartupTest {
   private static String schema;
 
@@ -79,17 +84,40 @@ class IdempotentAttributesStartupTest {
             });
   }
 
+  /**
+   * Warned, not refused: called through the proxy (the bean injected into itself, another bean's
+   * listener, a {@code @DltHandler}) it is deduplicated; called on {@code this} it is not.
+   */
   @Test
-  void anIdempotentMethodThatItsClasssListenerCallsOnThisIsRefused() {
+  void anIdempotentMethodBesideItsClasssListenerIsWarnedOf(CapturedOutput output) {
     runner()
         .withBean("orders", SelfInvoked.class)
         .run(
             context -> {
+              assertThat(context).hasNotFailed();
+              assertThat(output)
+                  .contains("WARN")
+                  .contains("@Idempotent " + SelfInvoked.class.getName() + "#apply (bean 'orders')")
+                  .contains("bypasses the proxy and gets no dedup")
+                  .contains("Put @Idempotent on the @KafkaListener method");
+              assertThat(context.getBean(IdempotentListenerPostProcessor.class).listeners())
+                  .singleElement()
+                  .extracting(IdempotentListenerPostProcessor.Listener::caveat)
+                  .asString()
+                  .contains("only when called through its proxy");
+            });
+  }
+
+  @Test
+  void aHeaderPlaceholderResolvingToBlankStopsTheApplicationNamingIt() {
+    runner()
+        .withBean("payments", BlankHeader.class)
+        .run(
+            context -> {
               assertThat(context).hasFailed();
               assertThat(refusal(context.getStartupFailure()))
-                  .contains("SelfInvoked#apply (bean 'orders')")
-                  .contains("it is not a @KafkaListener (or @KafkaHandler) method")
-                  .contains("Put @Idempotent on the @KafkaListener method itself");
+                  .contains("BlankHeader#charge (bean 'payments'): header")
+                  .contains("'${app.key-header:}' resolves to a blank value");
             });
   }
 
@@ -127,6 +155,12 @@ class IdempotentAttributesStartupTest {
 
     @Idempotent(bizType = "order", key = "#payload")
     public void apply(String payload) {}
+  }
+
+  static class BlankHeader {
+    @Idempotent(bizType = "payment", header = "${app.key-header:}")
+    @KafkaListener(id = "charge", topics = "charge", autoStartup = "false")
+    public void charge(String payload) {}
   }
 
   /** Called through its proxy by a listener of another bean. */

@@ -42,7 +42,8 @@ class KeyExpressionNullPartIntegrationTest {
         "key-part-dlt",
         "key-fallback",
         "key-map",
-        "key-map-dlt");
+        "key-map-dlt",
+        "key-getter");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -72,7 +73,9 @@ class KeyExpressionNullPartIntegrationTest {
         .isZero();
     assertThat(
             jdbc.queryForObject(
-                "SELECT count(*) FROM consumer_dedup WHERE biz_key LIKE '%null%'", Integer.class))
+                "SELECT count(*) FROM consumer_dedup WHERE biz_type = 'order' AND biz_key LIKE"
+                    + " '%null%'",
+                Integer.class))
         .as("dedup rows of a key made of the text 'null'")
         .isZero();
   }
@@ -85,6 +88,20 @@ class KeyExpressionNullPartIntegrationTest {
     await()
         .atMost(Duration.ofSeconds(30))
         .until(() -> SpringTestEnvironment.effects(jdbc, "key-fallback", "acme:L1") == 1);
+  }
+
+  /**
+   * A fallen-back-from header read null, and the value used instead merely contains the text
+   * "null": the key {@code acme:nullable-7} has no part that is "null" and is applied.
+   */
+  @Test
+  void aKeyPartMerelyContainingTheTextNullIsNotAMissingPart() throws Exception {
+    SpringTestEnvironment.send(
+        template, "key-fallback", "nullable", "tenant", "acme", "legacy-no", "nullable-7");
+
+    await()
+        .atMost(Duration.ofSeconds(30))
+        .until(() -> SpringTestEnvironment.effects(jdbc, "key-fallback", "acme:nullable-7") == 1);
   }
 
   /**
@@ -105,6 +122,30 @@ class KeyExpressionNullPartIntegrationTest {
                 Integer.class))
         .as("the dedup row under the Map entry's value")
         .isEqualTo(1);
+  }
+
+  /**
+   * A Map with a getter of the property's name ({@code empty}, or a payload class extending HashMap
+   * with getters) is read through the getter, as before Map entries were read: reading the entry
+   * changed the key of an expression that worked, and its dedup rows stopped matching.
+   */
+  @Test
+  void aMapsGetterIsReadAheadOfItsEntry() throws Exception {
+    SpringTestEnvironment.send(template, "key-getter", "G-1");
+
+    await()
+        .atMost(Duration.ofSeconds(30))
+        .until(
+            () ->
+                jdbc.queryForObject(
+                        "SELECT count(*) FROM consumer_dedup WHERE biz_type = 'getter-order'",
+                        Integer.class)
+                    == 1);
+    assertThat(
+            jdbc.queryForObject(
+                "SELECT biz_key FROM consumer_dedup WHERE biz_type = 'getter-order'", String.class))
+        .as("the key, read through the Map's isEmpty() rather than its entry 'empty'")
+        .isEqualTo("false:G-1");
   }
 
   @SpringBootConfiguration
@@ -148,6 +189,14 @@ class KeyExpressionNullPartIntegrationTest {
         @Header(name = "legacy-no", required = false) String legacyNo) {
       SpringTestEnvironment.effect(
           jdbc, "key-fallback", tenant + ":" + (orderNo != null ? orderNo : legacyNo), payload);
+    }
+
+    @Idempotent(
+        bizType = "getter-order",
+        key = "new java.util.HashMap(T(java.util.Map).of('empty', 'entry')).empty + ':' + #payload")
+    @KafkaListener(id = "key-getter", topics = "key-getter")
+    public void placeFromMapGetter(String payload) {
+      SpringTestEnvironment.effect(jdbc, "key-getter", payload, payload);
     }
 
     @Idempotent(bizType = "map-order", key = "T(java.util.Map).of('orderNo', #payload).orderNo")

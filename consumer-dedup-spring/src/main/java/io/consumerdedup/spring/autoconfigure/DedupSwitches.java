@@ -14,8 +14,9 @@ import org.springframework.core.type.AnnotatedTypeMetadata;
  * trimmed, ignoring case. Boot's property conditions compare the raw text with "true", so {@code
  * consumer-dedup.enabled=on} (or {@code true } with a trailing space) turned every consumer-dedup
  * auto-configuration off, the checks that refuse a bad setup with them, and {@code @Idempotent} did
- * nothing; {@code cleanup.enabled=on} bound true but made no janitor. A value that is neither true
- * nor false counts as on here, so that the configuration loads and {@link #check} refuses it.
+ * nothing; {@code cleanup.enabled=on} bound true but made no janitor. A value the binder would not
+ * read as a boolean counts as on here, so that the configuration loads and {@link #check} refuses
+ * it.
  */
 final class DedupSwitches {
   static final String ENABLED = "consumer-dedup.enabled";
@@ -24,25 +25,34 @@ final class DedupSwitches {
 
   private DedupSwitches() {}
 
-  /** Refuses an on/off property that is neither true nor false. */
+  /** Refuses an on/off property that Boot's binder would not bind as a boolean. */
   static void check(PropertyResolver environment) {
     for (String name : List.of(ENABLED, CLEANUP_ENABLED)) {
       String value = environment.getProperty(name);
-      if (value != null && parsed(value) == null) {
-        throw new InvalidDedupPropertyException(name, "'" + value + "'", "true or false");
+      if (value != null && !value.isBlank() && parsed(value) == null) {
+        throw new InvalidDedupPropertyException(
+            name, "'" + value + "'", "true or false (or on/off, yes/no, 1/0)");
       }
     }
   }
 
+  /**
+   * The value as Boot's binder reads a boolean (trimmed, any case: true, on, yes, 1 and false, off,
+   * no, 0), so that the switch and the bound property agree; null for anything else, blank
+   * included.
+   */
   private static @Nullable Boolean parsed(String value) {
-    String trimmed = value.trim();
-    if (trimmed.equalsIgnoreCase("true")) {
-      return true;
-    }
-    return trimmed.equalsIgnoreCase("false") ? false : null;
+    return switch (value.trim().toLowerCase(Locale.ROOT)) {
+      case "true", "on", "yes", "1" -> true;
+      case "false", "off", "no", "0" -> false;
+      default -> null;
+    };
   }
 
-  /** Off only when set to false; missing or not a boolean (refused by {@link #check}), on. */
+  /**
+   * Off only when set to a false value; missing, on; blank or not a boolean, on, so that the
+   * configuration loads and the binder (blank) or {@link #check} refuses it, naming it.
+   */
   private static boolean on(PropertyResolver environment, String name) {
     String value = environment.getProperty(name);
     return value == null || !Boolean.FALSE.equals(parsed(value));

@@ -17,12 +17,13 @@ import org.springframework.core.env.MapPropertySource;
 
 /**
  * consumer-dedup's on/off properties given as something other than exactly {@code true} or {@code
- * false}. Boot's property conditions compare the text with "true", so {@code
- * consumer-dedup.enabled=on} turned every consumer-dedup auto-configuration off (with them the
- * checks that refuse a bad setup) and {@code @Idempotent} listeners ran unprotected without a word;
- * {@code cleanup.enabled=on} bound true but made no janitor; a trailing space made {@code
- * initialize-schema=always} create no table. (The values are set as a property source, as a
- * properties file keeps them: the runner's own property values are trimmed.)
+ * false}, read as Boot's binder reads a boolean (on/off, yes/no, 1/0; blank is unset). Boot's
+ * property conditions compare the text with "true", so {@code consumer-dedup.enabled=on} turned
+ * every consumer-dedup auto-configuration off (with them the checks that refuse a bad setup) and
+ * {@code @Idempotent} listeners ran unprotected without a word; {@code cleanup.enabled=on} bound
+ * true but made no janitor; a trailing space made {@code initialize-schema=always} create no table.
+ * (The values are set as a property source, as a properties file keeps them: the runner's own
+ * property values are trimmed.)
  */
 class DedupSwitchValuesTest {
   private String schema;
@@ -56,8 +57,8 @@ class DedupSwitchValuesTest {
   }
 
   @ParameterizedTest
-  @ValueSource(strings = {"on", "yes", "1", "ture"})
-  void anEnabledThatIsNeitherTrueNorFalseStopsTheApplicationInsteadOfTurningDedupOff(String value) {
+  @ValueSource(strings = {"ture", "enabled", "2"})
+  void anEnabledThatIsNotABooleanStopsTheApplicationInsteadOfTurningDedupOff(String value) {
     runner("consumer-dedup.enabled", value)
         .run(
             context ->
@@ -68,20 +69,44 @@ class DedupSwitchValuesTest {
                     .hasMessage(
                         "consumer-dedup.enabled='"
                             + value
-                            + "' is not allowed: it must be true or false"));
+                            + "' is not allowed: it must be true or false (or on/off, yes/no,"
+                            + " 1/0)"));
   }
 
   @ParameterizedTest
-  @ValueSource(strings = {"true ", " TRUE"})
-  void anEnabledOfTrueWithSpacesOrCapitalsTurnsDedupOn(String value) {
+  @ValueSource(strings = {"true ", " TRUE", "on", "Yes", "1"})
+  void anEnabledThatBindsTrueTurnsDedupOn(String value) {
     runner("consumer-dedup.enabled", value)
         .run(context -> assertThat(context).hasNotFailed().hasSingleBean(DedupStore.class));
   }
 
+  /**
+   * A blank value ({@code ${X:}}) is not taken as false (it turned dedup off before): Boot's binder
+   * reads it as no value, which its boolean property cannot hold, and start-up stops naming it.
+   */
   @ParameterizedTest
-  @ValueSource(strings = {"on", "yes"})
-  void aCleanupEnabledThatIsNeitherTrueNorFalseStopsTheApplicationInsteadOfMakingNoJanitor(
-      String value) {
+  @ValueSource(strings = {"", "  "})
+  void aBlankEnabledStopsTheApplicationNamingItInsteadOfTurningDedupOff(String value) {
+    runner("consumer-dedup.enabled", value)
+        .run(
+            context ->
+                assertThat(context)
+                    .getFailure()
+                    .hasStackTraceContaining(
+                        "Failed to bind properties under 'consumer-dedup.enabled'"));
+  }
+
+  /** As Boot's binder reads them: these turned dedup off before, and must go on doing so. */
+  @ParameterizedTest
+  @ValueSource(strings = {"false", " FALSE ", "off", "no", "0"})
+  void anEnabledThatBindsFalseTurnsDedupOff(String value) {
+    runner("consumer-dedup.enabled", value)
+        .run(context -> assertThat(context).hasNotFailed().doesNotHaveBean(DedupStore.class));
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"ture", "enabled"})
+  void aCleanupEnabledThatIsNotABooleanStopsTheApplicationInsteadOfMakingNoJanitor(String value) {
     runner("consumer-dedup.cleanup.enabled", value)
         .run(
             context ->
@@ -93,10 +118,17 @@ class DedupSwitchValuesTest {
   }
 
   @ParameterizedTest
-  @ValueSource(strings = {"true ", "True"})
-  void aCleanupEnabledOfTrueWithSpacesOrCapitalsMakesTheJanitor(String value) {
+  @ValueSource(strings = {"true ", "True", "on", "yes"})
+  void aCleanupEnabledThatBindsTrueMakesTheJanitor(String value) {
     runner("consumer-dedup.cleanup.enabled", value)
         .run(context -> assertThat(context).hasNotFailed().hasSingleBean(DedupJanitor.class));
+  }
+
+  @ParameterizedTest
+  @ValueSource(strings = {"off", "0"})
+  void aCleanupEnabledThatBindsFalseMakesNoJanitor(String value) {
+    runner("consumer-dedup.cleanup.enabled", value)
+        .run(context -> assertThat(context).hasNotFailed().doesNotHaveBean(DedupJanitor.class));
   }
 
   @ParameterizedTest
