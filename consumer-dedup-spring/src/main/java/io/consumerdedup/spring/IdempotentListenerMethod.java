@@ -11,20 +11,24 @@ import io.consumerdedup.spring.internal.CurrentRecordInterceptor;
 import java.lang.reflect.Method;
 import java.time.Duration;
 import java.time.temporal.ChronoUnit;
+import java.util.Arrays;
 import java.util.List;
 import java.util.Objects;
 import java.util.Set;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.jspecify.annotations.Nullable;
 import org.springframework.beans.factory.BeanFactory;
+import org.springframework.beans.factory.config.ConfigurableBeanFactory;
 import org.springframework.boot.convert.DurationStyle;
 import org.springframework.core.ResolvableType;
 import org.springframework.core.annotation.AnnotatedElementUtils;
 import org.springframework.expression.Expression;
 import org.springframework.expression.ParseException;
 import org.springframework.expression.spel.standard.SpelExpressionParser;
+import org.springframework.kafka.annotation.KafkaHandler;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.support.KafkaUtils;
+import org.springframework.util.ReflectionUtils;
 
 /**
  * One {@link Idempotent} listener method: its annotation parsed and its signature read once, at
@@ -72,6 +76,9 @@ final class IdempotentListenerMethod {
   /** Whether the key or fingerprint expression reads {@code #payload}. */
   final boolean readsPayload;
 
+  /** See {@link #selfCallWarning(Method)}; null when calls to it are deduplicated. */
+  final @Nullable String selfCallWarning;
+
   private IdempotentListenerMethod(
       Method method,
       Idempotent annotation,
@@ -81,7 +88,7 @@ final class IdempotentListenerMethod {
     this.beanName = beanName;
     this.signature = method.toGenericString();
     refuse(ListenerShapeRefusals.unprotectable(method));
-    this.bizType = annotation.bizType();
+    this.bizType = resolved("bizType", annotation.bizType(), beanFactory);
     try {
       DedupKey.of(bizType, "check");
     } catch (IllegalArgumentException e) {
@@ -95,8 +102,12 @@ final class IdempotentListenerMethod {
               : "Name the kind of action the listener performs: bizType = \"payment\"",
           e);
     }
-    boolean hasHeader = !annotation.header().isBlank();
-    boolean hasKey = !annotation.key().isBlank();
+    // Decided on the resolved values: "${app.key-header:}" is not blank as written, and resolving
+    // to blank it passed start-up and then failed on every record.
+    String headerName = resolvedNotBlank("header", annotation.header(), beanFactory);
+    String keyText = resolvedNotBlank("key", annotation.key(), beanFactory);
+    boolean hasHeader = !headerName.isEmpty();
+    boolean hasKey = !keyText.isEmpty();
     if (hasHeader == hasKey) {
       throw invalid(
           hasHeader ? "it gives both header and key" : "it gives neither header nor key",
@@ -104,10 +115,12 @@ final class IdempotentListenerMethod {
               + " header, key = \"#payload.orderNo\" from a SpEL expression",
           null);
     }
-    this.header = hasHeader ? annotation.header() : null;
-    this.key = hasKey ? parse("key", annotation.key()) : null;
+    this.header = hasHeader ? headerName : null;
+    this.key = hasKey ? parse("key", keyText) : null;
     this.fingerprint =
-        annotation.fingerprint().isBlank() ? null : parse("fingerprint", annotation.fingerprint());
+        annotation.fingerprint().isBlank()
+            ? null
+            : parse("fingerprint", resolved("fingerprint", annotation.fingerprint(), beanFactory));
     this.missingKeyPolicy = single("missingKeyPolicy", annotation.missingKeyPolicy());
     InProgressPolicy inProgress = single("inProgressPolicy", annotation.inProgressPolicy());
     DedupMode mode = single("mode", annotation.mode());
@@ -139,6 +152,7 @@ final class IdempotentListenerMethod {
               method.getDeclaringClass(), KafkaListener.class);
     }
     this.kafkaListener = listener;
+    this.selfCallWarning = selfCallWarning(method);
     this.readsPayload = readsPayload(key) || readsPayload(fingerprint);
     this.listenerId = listener == null ? "" : listener.id();
     refuse(ListenerShapeRefusals.batch(shape, mode));
@@ -245,6 +259,98 @@ final class IdempotentListenerMethod {
               + (what.equals("key") ? ", or header = \"name\" to take the key from a header" : ""),
           e);
     }
+  }
+
+  /**
+   * {@code value} with its {@code ${...}} placeholders resolved as spring-kafka resolves its
+   * {@code @KafkaListener}'s: taken literally, {@code header = "${app.key-header}"} read a header
+   * of that name, absent from every record, and {@code bizType = "${spring.application.name}"} gave
+   * every service the one biz type, each skipping the others' keys as duplicates.
+   */
+  private String resolved(String attribute, String value, @Nullable BeanFactory beanFactory) {
+    if (!value.contains("${")) {
+      return value;
+    }
+    if (!(beanFactory instanceof ConfigurableBeanFactory configurable)) {
+      throw invalid(
+          attribute
+              + " '"
+              + value
+              + "' has a placeholder and there is no bean factory to resolve it",
+          "Give the value itself, or create the listener in a Spring application context",
+          null);
+    }
+    String resolved;
+    try {
+      resolved = configurable.resolveEmbeddedValue(value);
+    } catch (IllegalArgumentException e) {
+      throw unresolved(attribute, value, ": " + e.getMessage(), e);
+    }
+    // A context without a strict placeholder configurer resolves leniently, leaving the text as is.
+    if (resolved == null || resolved.contains("${")) {
+      throw unresolved(attribute, value, "", null);
+    }
+    return resolved;
+  }
+
+  /**
+   * {@code value} resolved ({@link #resolved}), empty if it is blank as written; refused if only
+   * its placeholder's value is blank, naming the placeholder.
+   */
+  private String resolvedNotBlank(
+      String attribute, String value, @Nullable BeanFactory beanFactory) {
+    if (value.isBlank()) {
+      return "";
+    }
+    String resolved = resolved(attribute, value, beanFactory);
+    if (resolved.isBlank()) {
+      throw invalid(
+          attribute + " '" + value + "' resolves to a blank value",
+          "Set the property it names to a non-blank value, or give a non-blank default:"
+              + " ${name:default}",
+          null);
+    }
+    return resolved;
+  }
+
+  private InvalidIdempotentListenerException unresolved(
+      String attribute, String value, String why, @Nullable Throwable cause) {
+    return invalid(
+        attribute + " '" + value + "' does not resolve" + why,
+        "Define the property it names, or give it a default: ${name:default}",
+        cause);
+  }
+
+  /**
+   * Why calls to an {@code @Idempotent} method that is not a listener method, in a class that has
+   * one, may not be deduplicated: a call from that listener on {@code this} passes by the proxy
+   * that deduplicates, and every redelivery is applied again. Warned rather than refused: called
+   * through the proxy (self-injection, {@code AopContext.currentProxy()}, another bean's listener,
+   * a {@code @DltHandler}) it is deduplicated. Null for a listener method or a class without one.
+   */
+  private @Nullable String selfCallWarning(Method method) {
+    if (isListenerMethod(method)) {
+      return null;
+    }
+    Class<?> type = method.getDeclaringClass();
+    boolean classListens =
+        AnnotatedElementUtils.hasAnnotation(type, KafkaListener.class)
+            || Arrays.stream(ReflectionUtils.getAllDeclaredMethods(type))
+                .anyMatch(IdempotentListenerMethod::isListenerMethod);
+    return classListens
+        ? "@Idempotent "
+            + name
+            + (beanName == null ? "" : " (bean '" + beanName + "')")
+            + " is not a @KafkaListener (or @KafkaHandler) method, and its class has one: a call"
+            + " from this class's own listener on 'this' bypasses the proxy and gets no dedup."
+            + " Put @Idempotent on the @KafkaListener method, or call this method through the"
+            + " proxy (another bean, or the bean injected into itself)"
+        : null;
+  }
+
+  private static boolean isListenerMethod(Method method) {
+    return AnnotatedElementUtils.hasAnnotation(method, KafkaListener.class)
+        || AnnotatedElementUtils.hasAnnotation(method, KafkaHandler.class);
   }
 
   /** Refuses an expression that cannot give a key, now rather than on every record. */

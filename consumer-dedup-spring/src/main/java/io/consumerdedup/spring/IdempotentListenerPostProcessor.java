@@ -12,6 +12,8 @@ import java.util.function.Function;
 import java.util.function.Supplier;
 import org.aopalliance.intercept.MethodInterceptor;
 import org.jspecify.annotations.Nullable;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.springframework.aop.Advisor;
 import org.springframework.aop.framework.Advised;
 import org.springframework.aop.framework.autoproxy.AbstractBeanFactoryAwareAdvisingPostProcessor;
@@ -39,6 +41,7 @@ import org.springframework.util.ReflectionUtils;
  */
 public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdvisingPostProcessor {
   private static final long serialVersionUID = 1L;
+  private static final Logger log = LoggerFactory.getLogger(IdempotentListenerPostProcessor.class);
 
   private final Advisor inside;
   private final Advisor outside;
@@ -52,6 +55,7 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
    * @param keySource where the key comes from: {@code header 'order-no'}, or the key expression
    * @param overrides its own settings (lease, policies, mode); null ones are the application's
    * @param kafkaListener its {@code @KafkaListener} (of the method, else of its class), unresolved
+   * @param caveat why some calls to it may not be deduplicated, empty if none
    */
   public record Listener(
       String method,
@@ -59,7 +63,8 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
       String bizType,
       String keySource,
       IdempotentExecutors.Overrides overrides,
-      @Nullable KafkaListener kafkaListener) {}
+      @Nullable KafkaListener kafkaListener,
+      String caveat) {}
 
   /**
    * @param interceptor supplies the interceptor at the first call, so that this post-processor
@@ -88,7 +93,16 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
         .map(
             l ->
                 new Listener(
-                    l.name, l.listenerId, l.bizType, l.keySource(), l.overrides, l.kafkaListener))
+                    l.name,
+                    l.listenerId,
+                    l.bizType,
+                    l.keySource(),
+                    l.overrides,
+                    l.kafkaListener,
+                    l.selfCallWarning == null
+                        ? ""
+                        : "deduplicated only when called through its proxy, not on 'this' from"
+                            + " its own class's listener"))
         .toList();
   }
 
@@ -148,6 +162,9 @@ public class IdempotentListenerPostProcessor extends AbstractBeanFactoryAwareAdv
             IdempotentListenerMethod listener =
                 IdempotentListenerMethod.of(method, beanName, beanFactory);
             if (listener != null) {
+              if (listener.selfCallWarning != null) {
+                log.warn(listener.selfCallWarning);
+              }
               listeners.add(listener);
             }
           });

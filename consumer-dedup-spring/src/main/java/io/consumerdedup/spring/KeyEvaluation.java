@@ -11,20 +11,31 @@ import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.util.AbstractMap;
+import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.HexFormat;
 import java.util.LinkedHashSet;
+import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.Optional;
 import java.util.Set;
+import java.util.regex.Pattern;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.header.Header;
 import org.jspecify.annotations.Nullable;
 import org.springframework.beans.factory.BeanFactory;
 import org.springframework.context.expression.BeanFactoryResolver;
+import org.springframework.expression.AccessException;
 import org.springframework.expression.EvaluationContext;
 import org.springframework.expression.EvaluationException;
 import org.springframework.expression.Expression;
+import org.springframework.expression.PropertyAccessor;
+import org.springframework.expression.TypedValue;
+import org.springframework.expression.spel.SpelNode;
+import org.springframework.expression.spel.ast.StringLiteral;
+import org.springframework.expression.spel.standard.SpelExpression;
+import org.springframework.expression.spel.support.ReflectivePropertyAccessor;
 import org.springframework.expression.spel.support.StandardEvaluationContext;
 import org.springframework.kafka.support.KafkaUtils;
 
@@ -43,7 +54,7 @@ final class KeyEvaluation {
   /** {@code #payload}: a message's payload, the payload argument, or the record's value. */
   private final @Nullable Object payload;
 
-  private @Nullable EvaluationContext context;
+  private @Nullable KeyContext context;
 
   private KeyEvaluation(
       IdempotentListenerMethod listener,
@@ -102,12 +113,72 @@ final class KeyEvaluation {
       return KeyExtractors.header(listener.header);
     }
     Expression expression = Objects.requireNonNull(listener.key);
-    return KeyExtractor.named(
-        listener.keySource(),
-        ignored -> {
-          String value = keyText(expression, evaluateValue("key", expression));
-          return value == null || value.isEmpty() ? Optional.empty() : Optional.of(value);
-        });
+    return new KeyExtractor<>() {
+      @Override
+      public Optional<String> extract(ConsumerRecord<Object, Object> ignored) {
+        String value = keyText(expression, evaluateValue("key", expression));
+        return value == null || value.isEmpty() || madeOfAbsentPart(value)
+            ? Optional.empty()
+            : Optional.of(value);
+      }
+
+      @Override
+      public String description() {
+        List<String> absent = absentReads();
+        return absent.isEmpty()
+            ? listener.keySource()
+            : String.join(", ", absent) + " of " + listener.keySource();
+      }
+    };
+  }
+
+  /**
+   * Whether a header or property the record lacks went into {@code key} as the text "null": SpEL
+   * renders null so in a concatenation ({@code #headers['tenant'] + ':' + #headers['order-no']}),
+   * {@code String.valueOf} or a list, and every record lacking that part would share one key, the
+   * first applied and the rest skipped as its duplicates. Only a part of the key that is exactly
+   * "null", between the separators the expression itself writes (its string literals, such as
+   * {@code ':'}), counts: a value that merely contains the text ({@code acme:nullable-7}), and a
+   * read an expression falls back from ({@code #headers['a'] ?: #headers['b']}) or only tests, are
+   * a valid key.
+   */
+  private boolean madeOfAbsentPart(String key) {
+    if (absentReads().isEmpty() || !key.contains("null")) {
+      return false;
+    }
+    List<String> parts = List.of(key);
+    for (String separator : stringLiterals(Objects.requireNonNull(listener.key))) {
+      List<String> split = new ArrayList<>();
+      for (String part : parts) {
+        split.addAll(Arrays.asList(part.split(Pattern.quote(separator), -1)));
+      }
+      parts = split;
+    }
+    return parts.contains("null");
+  }
+
+  /** The string literals of {@code expression}, such as {@code ':'} and {@code 'tenant'}. */
+  private static Set<String> stringLiterals(Expression expression) {
+    Set<String> literals = new LinkedHashSet<>();
+    if (expression instanceof SpelExpression spel) {
+      addStringLiterals(spel.getAST(), literals);
+    }
+    return literals;
+  }
+
+  private static void addStringLiterals(SpelNode node, Set<String> literals) {
+    if (node instanceof StringLiteral literal
+        && literal.getLiteralValue().getValue() instanceof String text
+        && !text.isEmpty()) {
+      literals.add(text);
+    }
+    for (int i = 0; i < node.getChildCount(); i++) {
+      addStringLiterals(node.getChild(i), literals);
+    }
+  }
+
+  private List<String> absentReads() {
+    return context == null ? List.of() : context.absentReads;
   }
 
   /**
@@ -178,6 +249,10 @@ final class KeyEvaluation {
   }
 
   private @Nullable Object evaluateValue(String what, Expression expression) {
+    if (context != null) {
+      // The reads of this expression only: the key's are not the fingerprint's.
+      context.absentReads.clear();
+    }
     try {
       return expression.getValue(context());
     } catch (RuntimeException e) {
@@ -204,17 +279,79 @@ final class KeyEvaluation {
 
   private EvaluationContext context() {
     if (context == null) {
-      StandardEvaluationContext made = new StandardEvaluationContext();
+      KeyContext made = new KeyContext();
       if (beanFactory != null) {
         made.setBeanResolver(new BeanFactoryResolver(beanFactory));
       }
+      made.setPropertyAccessors(List.of(NOTING_ACCESSOR));
       made.setVariable(KeyExpressionCheck.RECORD, record);
       made.setVariable(KeyExpressionCheck.TOPIC, record.topic());
-      made.setVariable(KeyExpressionCheck.HEADERS, new DecodedHeaders(record));
+      made.setVariable(KeyExpressionCheck.HEADERS, new DecodedHeaders(record, made.absentReads));
       made.setVariable(KeyExpressionCheck.PAYLOAD, payload);
       context = made;
     }
     return context;
+  }
+
+  /** One record's evaluation context, with the reads of what the record lacks. */
+  private static final class KeyContext extends StandardEvaluationContext {
+    /** Such as {@code header 'order-no'}: what read null while evaluating, in order. */
+    final List<String> absentReads = new ArrayList<>(1);
+  }
+
+  private static final PropertyAccessor NOTING_ACCESSOR = new AbsentNotingPropertyAccessor();
+
+  /**
+   * SpEL's reflective reading of properties, and a Map's entries read as properties where it has no
+   * getter of that name ({@code #payload.orderNo} of a JSON object converted to a Map, rather than
+   * failing on every record); a property that reads null is noted in the {@link KeyContext}. It
+   * delegates rather than extends {@link ReflectivePropertyAccessor}: SpEL replaces a reflective
+   * accessor with an optimized one of its own, which would read without noting.
+   */
+  private static final class AbsentNotingPropertyAccessor implements PropertyAccessor {
+    private final ReflectivePropertyAccessor reflective = new ReflectivePropertyAccessor(false);
+
+    @Override
+    public Class<?> @Nullable [] getSpecificTargetClasses() {
+      return null;
+    }
+
+    @Override
+    public boolean canRead(EvaluationContext context, @Nullable Object target, String name)
+        throws AccessException {
+      return reflective.canRead(context, target, name) || target instanceof Map<?, ?>;
+    }
+
+    @Override
+    public TypedValue read(EvaluationContext context, @Nullable Object target, String name)
+        throws AccessException {
+      // A getter first, as before Map entries were read: a payload class extending HashMap with
+      // getters, or #payload.empty, keeps the key it had (and its dedup rows keep matching).
+      TypedValue value =
+          target instanceof Map<?, ?> map && !reflective.canRead(context, target, name)
+              ? new TypedValue(map.get(name))
+              : reflective.read(context, target, name);
+      if (value.getValue() == null && context instanceof KeyContext keyContext) {
+        keyContext.absentReads.add(
+            "property '"
+                + name
+                + "'"
+                + (target == null ? "" : " of " + target.getClass().getSimpleName()));
+      }
+      return value;
+    }
+
+    @Override
+    public boolean canWrite(EvaluationContext context, @Nullable Object target, String name) {
+      return false;
+    }
+
+    @Override
+    public void write(
+        EvaluationContext context, @Nullable Object target, String name, @Nullable Object value)
+        throws AccessException {
+      throw new AccessException("key expressions do not write properties");
+    }
   }
 
   private static String sha256(byte[] value) {
@@ -233,9 +370,11 @@ final class KeyEvaluation {
    */
   private static final class DecodedHeaders extends AbstractMap<String, @Nullable String> {
     private final ConsumerRecord<Object, Object> record;
+    private final List<String> absentReads;
 
-    DecodedHeaders(ConsumerRecord<Object, Object> record) {
+    DecodedHeaders(ConsumerRecord<Object, Object> record, List<String> absentReads) {
       this.record = record;
+      this.absentReads = absentReads;
     }
 
     @Override
@@ -243,7 +382,11 @@ final class KeyEvaluation {
       if (!(name instanceof String header) || header.isBlank()) {
         return null;
       }
-      return KeyExtractors.<Object, Object>header(header).extract(record).orElse(null);
+      String value = KeyExtractors.<Object, Object>header(header).extract(record).orElse(null);
+      if (value == null) {
+        absentReads.add("header '" + header + "'");
+      }
+      return value;
     }
 
     @Override

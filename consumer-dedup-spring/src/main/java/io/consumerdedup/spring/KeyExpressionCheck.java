@@ -48,8 +48,8 @@ import org.springframework.util.ClassUtils;
  * the variables it is evaluated with, that it has no root object, and the declared type of the
  * payload. What it refuses would fail on every record (each one dead-lettered as a malformed key),
  * or, like {@code order-no} parsed as {@code order - no}, never give a key at all. Where the
- * payload type is not known at start-up (Object, an interface, a Map, a JSON tree, a type
- * variable), a property of it is left to run time.
+ * payload type is not known at start-up (Object, an interface, a Map, a type variable), a property
+ * of it is left to run time; a JSON tree's field read as a property is refused.
  */
 final class KeyExpressionCheck {
   /** The variables a key or fingerprint expression is evaluated with. */
@@ -271,6 +271,10 @@ final class KeyExpressionCheck {
         };
     StringBuilder path = new StringBuilder("#").append(variable);
     for (int i = 1; i < compound.getChildCount(); i++) {
+      ListenerRefusal jsonField = jsonTreeField(type, compound.getChild(i), path.toString());
+      if (jsonField != null) {
+        return jsonField;
+      }
       Class<?> owner = concrete(type);
       if (!(compound.getChild(i) instanceof PropertyOrFieldReference property) || owner == null) {
         return null;
@@ -288,6 +292,46 @@ final class KeyExpressionCheck {
       }
       type = typeOf(reader, type);
       path.append('.').append(name);
+    }
+    return null;
+  }
+
+  /**
+   * A field of a JSON tree read as a property ({@code #payload.orderNo} on a {@code JsonNode}):
+   * SpEL reads a JsonNode's getters, not its fields, so this failed on every record, each
+   * dead-lettered as a malformed key. (A Map's entries are read as properties.)
+   */
+  private @Nullable ListenerRefusal jsonTreeField(ResolvableType type, SpelNode node, String path) {
+    Class<?> tree = type.resolve();
+    String treeClass = tree == null ? null : jsonTree(tree);
+    if (tree == null
+        || treeClass == null
+        || !(node instanceof PropertyOrFieldReference property)
+        || READERS.reader(tree, property.getName()) != null) {
+      return null;
+    }
+    String name = property.getName();
+    // Jackson 3 renamed asText() to asString().
+    String asText = treeClass.startsWith("com.fasterxml.") ? "asText()" : "asString()";
+    return new ListenerRefusal(
+        described()
+            + " reads the field "
+            + name
+            + " of "
+            + path
+            + ", a "
+            + tree.getName()
+            + ", as a property: SpEL reads a JSON tree's getters, not its fields, and every record"
+            + " would fail",
+        "Write " + path + ".get('" + name + "')." + asText);
+  }
+
+  /** The name of the JsonNode class {@code type} is or extends, or null. */
+  private static @Nullable String jsonTree(Class<?> type) {
+    for (Class<?> s = type; s != null; s = s.getSuperclass()) {
+      if (s.getName().endsWith(".databind.JsonNode")) {
+        return s.getName();
+      }
     }
     return null;
   }
@@ -359,12 +403,7 @@ final class KeyExpressionCheck {
         || c == Optional.class) {
       return null;
     }
-    for (Class<?> s = c; s != null; s = s.getSuperclass()) {
-      if (s.getName().endsWith(".databind.JsonNode")) {
-        return null;
-      }
-    }
-    return c;
+    return jsonTree(c) != null ? null : c;
   }
 
   /**

@@ -231,6 +231,18 @@ class KeyExpressionStartupCheckTest {
         .contains("Write #payload.orderNo if that is the property you mean");
   }
 
+  /**
+   * SpEL reads a JsonNode's getters, not its fields: {@code #payload.orderNo} failed on every
+   * record, each dead-lettered as a malformed key.
+   */
+  @Test
+  void aFieldOfAJsonTreeReadAsAPropertyIsRefusedSuggestingGet() {
+    assertThat(refusal(FieldOfJsonTree.class))
+        .contains("key expression '#payload.orderNo' reads the field orderNo of #payload")
+        .contains("SpEL reads a JSON tree's getters, not its fields")
+        .contains("Write #payload.get('orderNo').asString()");
+  }
+
   @ParameterizedTest(name = "{0}")
   @ValueSource(
       classes = {
@@ -320,6 +332,12 @@ class KeyExpressionStartupCheckTest {
     @Idempotent(bizType = "payment", key = "#payload.customer.idd")
     @KafkaListener(topics = "t")
     public void charge(Message<Order> order) {}
+  }
+
+  static class FieldOfJsonTree {
+    @Idempotent(bizType = "payment", key = "#payload.orderNo")
+    @KafkaListener(topics = "t")
+    public void charge(JsonNode payload) {}
   }
 
   static class PropertyOfStringPayload {
@@ -414,6 +432,10 @@ class KeyExpressionStartupCheckTest {
     @Idempotent(bizType = "map", key = "#payload['orderNumber']")
     @KafkaListener(topics = "t")
     public void ofMap(Map<String, Object> payload) {}
+
+    @Idempotent(bizType = "map-property", key = "#payload.orderNumber")
+    @KafkaListener(topics = "t")
+    public void ofMapByProperty(Map<String, Object> payload) {}
 
     @Idempotent(bizType = "json", key = "#payload.get('orderNumber').asString()")
     @KafkaListener(topics = "t")

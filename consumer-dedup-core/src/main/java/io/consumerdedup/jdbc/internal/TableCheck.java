@@ -104,6 +104,54 @@ public final class TableCheck {
     }
     checked(columns);
     warnIfPrivilegesMissing();
+    warnIfReadOnly();
+  }
+
+  /**
+   * Warns of a database that takes no writes: a hot standby or a replica's reader endpoint, where
+   * the table and the privileges all look right and every claim is then refused (25006) and waited
+   * on, a WARN at each back-off, with nothing saying why. A warning, not a refusal: during a
+   * failover the same endpoint turns writable within moments, and a refusal would stop an
+   * application that would have run once it did.
+   */
+  private void warnIfReadOnly() {
+    String readOnly;
+    try {
+      readOnly =
+          calls.runOnce(
+              OPERATION,
+              null,
+              (connection, dialect) -> {
+                if (!(dialect instanceof PostgresDialect)) {
+                  return "";
+                }
+                try (PreparedStatement statement =
+                        calls.prepare(
+                            connection,
+                            "SELECT pg_is_in_recovery(), current_setting('transaction_read_only')");
+                    ResultSet result = statement.executeQuery()) {
+                  result.next();
+                  if (result.getBoolean(1)) {
+                    return "a hot standby (pg_is_in_recovery() is true)";
+                  }
+                  return "on".equals(result.getString(2))
+                      ? "read-only (transaction_read_only is on)"
+                      : "";
+                }
+              });
+    } catch (DedupStoreException e) {
+      log.debug("Could not ask whether the dedup table {} takes writes: {}", table, e.getMessage());
+      return;
+    }
+    if (!readOnly.isEmpty()) {
+      log.warn(
+          "The DataSource of the dedup table {} connects to a database that is {}: every claim is"
+              + " refused and its record waits, retried at each back-off, until it takes writes."
+              + " Point the DataSource at the primary (a cluster's writer endpoint, not a reader"
+              + " or replica one)",
+          table,
+          readOnly);
+    }
   }
 
   /**

@@ -11,12 +11,12 @@ import org.springframework.beans.factory.config.ConfigurableListableBeanFactory;
 import org.springframework.boot.actuate.autoconfigure.endpoint.condition.ConditionalOnAvailableEndpoint;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
-import org.springframework.boot.autoconfigure.condition.ConditionalOnBooleanProperty;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
 import org.springframework.boot.health.autoconfigure.contributor.ConditionalOnEnabledHealthIndicator;
 import org.springframework.boot.health.contributor.HealthIndicator;
 import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Conditional;
 import org.springframework.context.annotation.Configuration;
 
 /**
@@ -28,7 +28,7 @@ import org.springframework.context.annotation.Configuration;
 @ConditionalOnBean(JdbcDedupStore.class)
 // Off with the rest: without it, an application with a store of its own failed to start for want of
 // the properties that consumer-dedup.enabled=false leaves out.
-@ConditionalOnBooleanProperty(name = "consumer-dedup.enabled", matchIfMissing = true)
+@Conditional(DedupSwitches.Enabled.class)
 public class ConsumerDedupActuatorAutoConfiguration {
 
   @Bean

@@ -26,12 +26,11 @@ import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.boot.LazyInitializationExcludeFilter;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
-import org.springframework.boot.autoconfigure.condition.ConditionalOnBooleanProperty;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
-import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
 import org.springframework.boot.context.properties.EnableConfigurationProperties;
 import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Conditional;
 import org.springframework.context.annotation.Configuration;
 import org.springframework.core.env.Environment;
 import org.springframework.jdbc.datasource.TransactionAwareDataSourceProxy;
@@ -57,7 +56,7 @@ import org.springframework.kafka.retrytopic.DestinationTopicResolver;
     })
 @ConditionalOnClass({KafkaListener.class, DataSource.class, JdbcDedupStore.class})
 @ConditionalOnBean(DataSource.class)
-@ConditionalOnBooleanProperty(name = "consumer-dedup.enabled", matchIfMissing = true)
+@Conditional(DedupSwitches.Enabled.class)
 @EnableConfigurationProperties(ConsumerDedupProperties.class)
 public class ConsumerDedupAutoConfiguration {
 
@@ -67,7 +66,10 @@ public class ConsumerDedupAutoConfiguration {
    */
   @Bean
   InitializingBean dedupPropertyNamesCheck(Environment environment) {
-    return () -> UnknownDedupProperties.check(environment);
+    return () -> {
+      UnknownDedupProperties.check(environment);
+      DedupSwitches.check(environment);
+    };
   }
 
   /**
@@ -92,7 +94,7 @@ public class ConsumerDedupAutoConfiguration {
 
   @Bean
   @ConditionalOnMissingBean
-  @ConditionalOnProperty(name = "consumer-dedup.initialize-schema", havingValue = "always")
+  @Conditional(DedupSwitches.InitializeSchemaAlways.class)
   public DedupSchemaInitializer dedupSchemaInitializer(
       ObjectProvider<DataSource> dataSources,
       ListableBeanFactory beanFactory,
@@ -271,10 +273,7 @@ public class ConsumerDedupAutoConfiguration {
 
   @Bean(destroyMethod = "close")
   @ConditionalOnMissingBean
-  @ConditionalOnProperty(
-      name = "consumer-dedup.cleanup.enabled",
-      havingValue = "true",
-      matchIfMissing = true)
+  @Conditional(DedupSwitches.CleanupEnabled.class)
   public DedupJanitor dedupJanitor(
       DedupStore store,
       ConsumerDedupProperties properties,

@@ -135,7 +135,7 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
   private void report(IdempotentListenerPostProcessor.Listener listener) {
     IdempotentExecutor executor = executors.executor(listener.overrides());
     log.info(
-        "Idempotent listener {}{}: biz type '{}', key from {}, mode {}, lease {}, {}",
+        "Idempotent listener {}{}: biz type '{}', key from {}, mode {}, lease {}, {}{}",
         listener.method(),
         listener.listenerId().isEmpty() ? "" : " (id " + listener.listenerId() + ")",
         listener.bizType(),
@@ -146,7 +146,8 @@ public final class DedupListenerContainersConfigurer implements SmartLifecycle, 
         // own names its table itself, or is no table at all.
         executor.store() instanceof JdbcDedupStore jdbc
             ? "table " + jdbc.tableName()
-            : "store " + executor.store().getClass().getSimpleName());
+            : "store " + executor.store().getClass().getSimpleName(),
+        listener.caveat().isEmpty() ? "" : "; " + listener.caveat());
   }
 
   /**

@@ -6,13 +6,15 @@ import java.lang.reflect.Method;
 import javax.sql.DataSource;
 import org.springframework.aop.support.AopUtils;
 import org.springframework.beans.factory.ListableBeanFactory;
+import org.springframework.beans.factory.config.BeanFactoryPostProcessor;
 import org.springframework.beans.factory.config.BeanPostProcessor;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
-import org.springframework.boot.autoconfigure.condition.ConditionalOnBooleanProperty;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
 import org.springframework.context.annotation.Bean;
+import org.springframework.context.annotation.Conditional;
 import org.springframework.core.annotation.AnnotatedElementUtils;
+import org.springframework.core.env.Environment;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.util.ReflectionUtils;
 
@@ -28,8 +30,17 @@ import org.springframework.util.ReflectionUtils;
     afterName = "org.springframework.boot.jdbc.autoconfigure.DataSourceAutoConfiguration")
 @ConditionalOnClass(KafkaListener.class)
 @ConditionalOnMissingBean(DataSource.class)
-@ConditionalOnBooleanProperty(name = "consumer-dedup.enabled", matchIfMissing = true)
+@Conditional(DedupSwitches.Enabled.class)
 public class IdempotentListenersWithoutDataSourceAutoConfiguration {
+
+  /**
+   * Refuses {@code consumer-dedup.enabled} that is neither true nor false here too, where no
+   * DataSource leaves the main configuration out: run before any bean, lazy or not.
+   */
+  @Bean
+  static BeanFactoryPostProcessor dedupSwitchesCheck(Environment environment) {
+    return beanFactory -> DedupSwitches.check(environment);
+  }
 
   @Bean
   static BeanPostProcessor unprotectedIdempotentListeners(ListableBeanFactory beanFactory) {
