@@ -8,8 +8,6 @@ import java.util.HashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import org.apache.kafka.clients.consumer.ConsumerRecord;
-import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.jspecify.annotations.Nullable;
@@ -60,24 +58,6 @@ final class PartitionProgress {
       return null;
     }
     return failure;
-  }
-
-  /**
-   * Whether a record of {@code records} failed an attempt earlier, as far as this loop counted;
-   * unlike {@link #failureOf}, forgets nothing.
-   */
-  boolean anyFailed(ConsumerRecords<?, ?> records) {
-    if (failures.isEmpty()) {
-      return false; // the normal path
-    }
-    for (Map.Entry<TopicPartition, Failure> failure : failures.entrySet()) {
-      for (ConsumerRecord<?, ?> record : records.records(failure.getKey())) {
-        if (record.offset() == failure.getValue().offset()) {
-          return true;
-        }
-      }
-    }
-    return false;
   }
 
   void failed(TopicPartition partition, Failure failure) {

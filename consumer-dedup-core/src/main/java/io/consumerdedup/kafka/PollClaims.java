@@ -55,12 +55,7 @@ final class PollClaims<K, V> {
 
   /** Lets the processor prepare the poll's records, in the order the loop handles them. */
   void prepare(ConsumerRecords<K, V> records) {
-    if (records.isEmpty() || progress.anyFailed(records)) {
-      // A record that failed an attempt is left to process(), after handle() has checked this
-      // loop's count of its attempts: prepared with its poll (JdbcTransactionalProcessor.of runs
-      // the poll in one transaction), a record whose attempts were spent, its dead letter not
-      // written yet, ran again and committed, and was dead-lettered as well. The processor's own
-      // count cannot be relied on for it: another loop sharing it, or newer failures, drop it.
+    if (records.isEmpty()) {
       return;
     }
     List<ConsumerRecord<K, V>> polled = new ArrayList<>(records.count());

@@ -27,7 +27,6 @@ import java.sql.Statement;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.OptionalInt;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ExecutorService;
@@ -194,63 +193,6 @@ class JdbcTransactionalAttemptsTest {
         .hasValue(0);
     assertThat(charges("SPENT-1")).as("charges of a dead-lettered record").isEmpty();
     assertThat(fixture.store().find(DedupKey.of(BIZ_TYPE, "SPENT-1"))).isEmpty();
-    assertThat(TestKafka.endOffset(new TopicPartition(fixture.topic() + "-dlt", 0)))
-        .as("dead letters written")
-        .isEqualTo(1);
-  }
-
-  /**
-   * As above, but the processor's own count of the record is gone while its dead letter waits:
-   * another loop sharing the processor gave up the same partition and offset (of another group), or
-   * ten thousand newer failures pushed it out. The loop, whose own count said the attempts were
-   * spent, still let the poll's transaction run the record: its charge committed, and it was
-   * dead-lettered as well.
-   */
-  @Test
-  void aRecordWhoseAttemptsAreSpentIsNotRunAgainThoughTheProcessorForgotItsCount()
-      throws Exception {
-    send("FORGOTTEN-1");
-    AtomicInteger deadLetterTries = new AtomicInteger();
-    AtomicInteger runsAfterAttemptsSpent = new AtomicInteger();
-    List<OptionalInt> forgottenCounts = new CopyOnWriteArrayList<>();
-    JdbcTransactionalProcessor<String, String> payments =
-        payments(
-            fixture.dataSource(),
-            order -> {
-              if (deadLetterTries.get() == 0) {
-                throw new IllegalStateException("ledger rejected the charge");
-              }
-              runsAfterAttemptsSpent.incrementAndGet();
-            });
-    try (KafkaProducer<String, String> dltProducer = TestKafka.producer()) {
-      DeadLetterHandler<String, String> publisher =
-          KafkaDeadLetterPublisher.builder(dltProducer).groupId(fixture.group()).build();
-      DeadLetterHandler<String, String> flaky =
-          (record, reason) -> {
-            if (deadLetterTries.incrementAndGet() == 1) {
-              // Meanwhile the processor's count of the record goes, as another loop over it gives
-              // up the same partition and offset.
-              forgottenCounts.add(payments.attempts(record));
-              payments.givenUp(record);
-              throw new IllegalStateException("dead-letter topic unavailable");
-            }
-            publisher.deadLetter(record, reason);
-          };
-      try (RunningLoop running = RunningLoop.start(loop(2, payments, flaky))) {
-        awaitCommitted(1);
-      }
-    }
-
-    assertThat(deadLetterTries)
-        .as("the first dead letter failed, the second was written")
-        .hasValue(2);
-    assertThat(forgottenCounts)
-        .as("the processor's count, forgotten while the dead letter waited")
-        .containsExactly(OptionalInt.of(2));
-    assertThat(runsAfterAttemptsSpent)
-        .as("handler runs after the record's attempts were spent (runs in all: %s)", handlerRuns)
-        .hasValue(0);
-    assertThat(charges("FORGOTTEN-1")).as("charges of a dead-lettered record").isEmpty();
     assertThat(TestKafka.endOffset(new TopicPartition(fixture.topic() + "-dlt", 0)))
         .as("dead letters written")
         .isEqualTo(1);
