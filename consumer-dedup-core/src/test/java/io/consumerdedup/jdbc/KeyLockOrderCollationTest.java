@@ -24,6 +24,7 @@ import java.util.function.Function;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.junit.jupiter.api.AfterAll;
+import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.BeforeAll;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.CsvSource;
@@ -55,6 +56,10 @@ class KeyLockOrderCollationTest {
     database = "dedup_collation_" + UUID.randomUUID().toString().substring(0, 8);
     try (Connection connection = DriverManager.getConnection(TestDatabase.baseUrl());
         Statement statement = connection.createStatement()) {
+      // A database of its own with an ICU collation needs PostgreSQL 15, which CI runs.
+      Assumptions.assumeTrue(
+          connection.getMetaData().getDatabaseMajorVersion() >= 15,
+          "a database with an ICU collation needs PostgreSQL 15 or later");
       statement.execute(
           "CREATE DATABASE "
               + database
@@ -82,6 +87,9 @@ class KeyLockOrderCollationTest {
 
   @AfterAll
   static void dropDatabase() throws SQLException {
+    if (dataSource == null) {
+      return; // skipped before it was made
+    }
     dataSource.close();
     try (Connection connection = DriverManager.getConnection(TestDatabase.baseUrl());
         Statement statement = connection.createStatement()) {

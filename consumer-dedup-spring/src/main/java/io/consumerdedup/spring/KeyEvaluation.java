@@ -135,12 +135,14 @@ final class KeyEvaluation {
   /**
    * Whether a header or property the record lacks went into {@code key} as the text "null": SpEL
    * renders null so in a concatenation ({@code #headers['tenant'] + ':' + #headers['order-no']}),
-   * {@code String.valueOf} or a list, and every record lacking that part would share one key, the
-   * first applied and the rest skipped as its duplicates. Only a part of the key that is exactly
-   * "null", between the separators the expression itself writes (its string literals, such as
-   * {@code ':'}), counts: a value that merely contains the text ({@code acme:nullable-7}), and a
-   * read an expression falls back from ({@code #headers['a'] ?: #headers['b']}) or only tests, are
-   * a valid key.
+   * and every record lacking that part would share one key, the first applied and the rest skipped
+   * as its duplicates. Only a part of the key that is exactly "null", between the separators the
+   * expression itself writes (its string literals, such as {@code ':'}), counts: a value that
+   * merely contains the text ({@code acme:nullable-7}), and a read an expression falls back from
+   * ({@code #headers['a'] ?: #headers['b']}) or only tests, are a valid key. Parts joined without a
+   * literal between them ({@code #headers['a'] + #headers['b']}, a list's text, {@code
+   * T(String).format}) cannot be told apart, and are not recognised; nor is a part next to a
+   * literal that is itself part of the word ({@code ?: 'null'}), which the split takes apart.
    */
   private boolean madeOfAbsentPart(String key) {
     if (absentReads().isEmpty() || !key.contains("null")) {
