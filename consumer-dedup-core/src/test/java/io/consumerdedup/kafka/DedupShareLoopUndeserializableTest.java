@@ -433,8 +433,13 @@ class DedupShareLoopUndeserializableTest {
     assertThat(warnings())
         .anyMatch(
             warning -> warning.contains("@1 (group " + group + ") is not dead-lettered here"));
+    // As in the test above, a renewal that comes too late on a busy machine has the long
+    // handler's record run again, by either consumer, before it is acknowledged.
+    await()
+        .atMost(WAIT)
+        .alias("every record acknowledged")
+        .until(() -> TestShareGroups.lag(group, topic) == 0);
     loops.forEach(DedupShareLoop::close);
-    assertThat(TestShareGroups.remaining(group, topic, Duration.ofSeconds(3))).isEmpty();
   }
 
   /**
