@@ -34,6 +34,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
+import org.jspecify.annotations.Nullable;
 import org.junit.jupiter.api.Test;
 import org.slf4j.LoggerFactory;
 import org.springframework.beans.factory.annotation.Autowired;
@@ -60,10 +61,11 @@ import org.springframework.test.context.DynamicPropertySource;
  * containers of the auto-configured factory, claims per poll on, no error handler bean
  * (spring-kafka's {@code DefaultErrorHandler}, ten tries without back-off). Only what a listener
  * shape needs is set: a manual ack mode, for a listener taking an {@code Acknowledgment},
- * configured as {@code spring.kafka.listener.ack-mode=manual} configures it. And fixes whose test
- * needs nothing but those defaults, which share this application rather than start one each (each
- * application started costs seconds, twice in CI: once per Spring Boot line). A real PostgreSQL and
- * the in-JVM broker.
+ * configured as {@code spring.kafka.listener.ack-mode=manual} configures it, and a JSON
+ * deserializer for a listener taking its payload as a class, as its own consumer property. And
+ * fixes whose test needs nothing but those defaults, which share this application rather than start
+ * one each (each application started costs seconds, twice in CI: once per Spring Boot line). A real
+ * PostgreSQL and the in-JVM broker.
  */
 @SpringBootTest(classes = FixesAtBootDefaultsTest.App.class)
 @DirtiesContext
@@ -73,6 +75,9 @@ class FixesAtBootDefaultsTest {
   static final String BATCH = "bd-batch-commit";
   static final String RECORD = "bd-record-commit";
   static final String NEWER = "bd-newer-status";
+  static final String LINES = "bd-null-key-part";
+  static final String LINE_KEY = "#payload.orderId + ':' + #payload.lineId";
+  static final List<String> lineCalls = new CopyOnWriteArrayList<>();
   static final List<String> refusals = new CopyOnWriteArrayList<>();
   static final AtomicInteger nackCalls = new AtomicInteger();
   static final AtomicInteger batchCalls = new AtomicInteger();
@@ -87,7 +92,7 @@ class FixesAtBootDefaultsTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     TestKafka.createTopics(2, NEWER);
-    SpringTestEnvironment.prepare(registry, "bootdefaults", NACK, BATCH, RECORD);
+    SpringTestEnvironment.prepare(registry, "bootdefaults", NACK, BATCH, RECORD, LINES);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -200,6 +205,78 @@ class FixesAtBootDefaultsTest {
     }
   }
 
+  /**
+   * As {@code KeyExpressionNullPartIntegrationTest}'s, whose error handler dead-letters: here no
+   * error handler bean and no dead-letter topic, so a record given up is gone from the partition
+   * once logged. Records whose key reads a null property ({@code lineId}) among records with it:
+   * each with a key applied once (its copy skipped), each without given up at once, unapplied, the
+   * log naming the expression, the part that read null and the record's topic, partition and
+   * offset; and the partition moves on past all of them.
+   */
+  @Test
+  void recordsWhoseKeyReadsANullPropertyAreGivenUpWithALogLineNamingTheExpressionAndThePart()
+      throws Exception {
+    ListAppender<ILoggingEvent> log = new ListAppender<>();
+    log.start();
+    Logger root = (Logger) LoggerFactory.getLogger(Logger.ROOT_LOGGER_NAME);
+    root.addAppender(log);
+    try {
+      sendLine("O-1", "L-1");
+      long lineless1 = sendLine("O-1", null);
+      sendLine("O-2", "L-1");
+      long lineless2 = sendLine("O-2", null);
+      sendLine("O-1", "L-2");
+      long last = sendLine("O-1", "L-1"); // a copy of the first: a duplicate
+
+      await()
+          .atMost(WAIT)
+          .until(() -> SpringTestEnvironment.committed(LINES, LINES, 0) == last + 1);
+      assertThat(lineCalls).as("listener calls").containsExactly("O-1:L-1", "O-2:L-1", "O-1:L-2");
+      for (String key : List.of("O-1:L-1", "O-2:L-1", "O-1:L-2")) {
+        assertThat(effects(jdbc, LINES, key)).as("%s applied", key).isEqualTo(1);
+      }
+      assertThat(
+              jdbc.queryForList(
+                  "SELECT biz_key FROM consumer_dedup WHERE biz_type = ? ORDER BY biz_key",
+                  String.class,
+                  LINES))
+          .as("dedup rows")
+          .containsExactly("O-1:L-1", "O-1:L-2", "O-2:L-1");
+      for (long offset : List.of(lineless1, lineless2)) {
+        String record = LINES + "-0@" + offset;
+        assertThat(givenUp(log, record))
+            .as("ERROR lines of %s, given up", record)
+            .singleElement()
+            .asString()
+            .contains("Gave up on " + record + " ")
+            .contains("key expression '" + LINE_KEY + "'")
+            .contains("property 'lineId'");
+      }
+    } finally {
+      root.detachAppender(log);
+    }
+  }
+
+  /** consumer-dedup's ERROR lines naming {@code record} ({@code topic-partition@offset}). */
+  private static List<String> givenUp(ListAppender<ILoggingEvent> log, String record) {
+    return log.list.stream()
+        .filter(event -> event.getLevel() == Level.ERROR)
+        .filter(event -> event.getLoggerName().startsWith("io.consumerdedup"))
+        .map(ILoggingEvent::getFormattedMessage)
+        .filter(message -> message.contains(record + " ") || message.endsWith(record))
+        .toList();
+  }
+
+  private long sendLine(String orderId, @Nullable String lineId) throws Exception {
+    String json =
+        "{\"orderId\":\""
+            + orderId
+            + "\",\"lineId\":"
+            + (lineId == null ? "null" : "\"" + lineId + "\"")
+            + "}";
+    return template.send(LINES, json).get().getRecordMetadata().offset();
+  }
+
   private static long heldWarnings(ListAppender<ILoggingEvent> holds, String bizKey) {
     return holds.list.stream()
         .filter(event -> event.getLevel() == Level.WARN)
@@ -218,6 +295,9 @@ class FixesAtBootDefaultsTest {
   private DedupStatus status(String bizType, String orderNo) {
     return store.find(DedupKey.of(bizType, orderNo)).map(DedupRecord::status).orElse(null);
   }
+
+  /** The JSON payload of {@link #LINES}, read by the listener's own deserializer. */
+  record OrderLine(String orderId, @Nullable String lineId) {}
 
   static class Listeners {
     final JdbcTemplate jdbc;
@@ -269,6 +349,21 @@ class FixesAtBootDefaultsTest {
     @KafkaListener(id = NEWER, topics = NEWER)
     public void apply(ConsumerRecord<String, String> record) {
       effect(jdbc, NEWER, header(record, "order-no"), record.value());
+    }
+
+    /** A line of an order, keyed by both; a line without its id has no key. */
+    @Idempotent(bizType = LINES, key = LINE_KEY)
+    @KafkaListener(
+        id = LINES,
+        topics = LINES,
+        properties = {
+          "value.deserializer=org.springframework.kafka.support.serializer.JacksonJsonDeserializer",
+          "spring.json.value.default.type=io.consumerdedup.spring.FixesAtBootDefaultsTest$OrderLine"
+        })
+    public void ship(OrderLine line) {
+      String key = line.orderId() + ":" + line.lineId();
+      lineCalls.add(key);
+      effect(jdbc, LINES, key, line.toString());
     }
 
     /** Commits through its consumer, then fails once; its retry notes what was committed. */
