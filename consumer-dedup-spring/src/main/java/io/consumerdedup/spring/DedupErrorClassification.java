@@ -9,7 +9,9 @@ import io.consumerdedup.core.DedupStoreDataException;
 import io.consumerdedup.core.Disposition;
 import java.lang.reflect.Method;
 import java.util.List;
-import org.jspecify.annotations.Nullable;
+import java.util.concurrent.atomic.AtomicBoolean;
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
 import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.kafka.listener.ExceptionClassifier;
 import org.springframework.kafka.listener.FailedBatchProcessor;
@@ -42,14 +44,9 @@ public final class DedupErrorClassification {
           DedupStoreDataException.class,
           DedupAttemptsExhaustedException.class);
 
-  private static final @Nullable Method FALLBACK_BATCH_HANDLER =
-      ReflectionUtils.findMethod(FailedBatchProcessor.class, "getFallbackBatchHandler");
+  private static final Logger log = LoggerFactory.getLogger(DedupErrorClassification.class);
 
-  static {
-    if (FALLBACK_BATCH_HANDLER != null) {
-      ReflectionUtils.makeAccessible(FALLBACK_BATCH_HANDLER);
-    }
-  }
+  private static final AtomicBoolean fallbackNotReachedLogged = new AtomicBoolean();
 
   private DedupErrorClassification() {}
 
@@ -66,12 +63,43 @@ public final class DedupErrorClassification {
     // spring-kafka hands its not-retryable exceptions to a batch handler's fallback (which retries
     // a batch failing without naming a record), but not its retryable ones: left out, a batch
     // listener's cast went to the recoverer at its first failure, the whole batch skipped.
-    if (classifier instanceof FailedBatchProcessor batchProcessor
-        && FALLBACK_BATCH_HANDLER != null
-        && ReflectionUtils.invokeMethod(FALLBACK_BATCH_HANDLER, batchProcessor)
-            instanceof ExceptionClassifier fallback) {
-      fallback.addRetryableExceptions(WrappedConsumerCastException.class);
+    if (classifier instanceof FailedBatchProcessor batchProcessor) {
+      retryCastsInFallbackOf(batchProcessor);
     }
     return classifier;
+  }
+
+  /**
+   * The fallback has no public getter: looked up here, not at class loading, so a spring-kafka
+   * without the method, or a JVM refusing access to it, costs only this classification, never the
+   * error handler's setup.
+   */
+  private static void retryCastsInFallbackOf(FailedBatchProcessor batchProcessor) {
+    RuntimeException refused = null;
+    try {
+      Method getter =
+          ReflectionUtils.findMethod(FailedBatchProcessor.class, "getFallbackBatchHandler");
+      if (getter != null) {
+        ReflectionUtils.makeAccessible(getter);
+        if (ReflectionUtils.invokeMethod(getter, batchProcessor)
+            instanceof ExceptionClassifier fallback) {
+          fallback.addRetryableExceptions(WrappedConsumerCastException.class);
+        }
+        return; // a fallback of the application's own that classifies nothing is left as it is
+      }
+    } catch (RuntimeException e) {
+      refused = e;
+    }
+    if (fallbackNotReachedLogged.compareAndSet(false, true)) {
+      log.warn(
+          "Could not tell the fallback batch handler of {} to retry {} ({}): a batch listener"
+              + " casting its Consumer to KafkaConsumer has its batch given to the recoverer at its"
+              + " first failure, skipped at the defaults",
+          batchProcessor.getClass().getName(),
+          WrappedConsumerCastException.class.getSimpleName(),
+          refused == null
+              ? "this spring-kafka has no FailedBatchProcessor.getFallbackBatchHandler()"
+              : refused.toString());
+    }
   }
 }
