@@ -16,14 +16,6 @@ public class DedupConfigurationException extends DedupException {
     super(reason, key, source, null);
   }
 
-  /**
-   * @param cause what revealed the mistake, such as the exception a listener threw because of it
-   */
-  public DedupConfigurationException(
-      String reason, @Nullable DedupKey key, @Nullable String source, @Nullable Throwable cause) {
-    super(reason, key, source, cause);
-  }
-
   @Override
   public Disposition disposition() {
     return Disposition.RETRY_LATER;

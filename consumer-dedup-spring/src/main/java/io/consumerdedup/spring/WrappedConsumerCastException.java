@@ -1,6 +1,5 @@
 package io.consumerdedup.spring;
 
-import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.Disposition;
@@ -14,19 +13,25 @@ import org.jspecify.annotations.Nullable;
  * it until the record's outcome is written. Take the {@code Consumer} interface instead, which has
  * every method of {@code KafkaConsumer}. Its cause is the listener's {@code ClassCastException}.
  *
- * <p>{@link Disposition#HANDLER_FAILED}, unlike the other configuration mistakes, which are found
- * before the listener runs and hold the record: this one is found by the listener, which may have
- * applied effects before the cast, so it is the listener's failure, recorded FAILED and counted as
- * an attempt. Held instead, such a listener re-applied its effects at every hold, without end. The
- * error handler retries it as it retries any failure of the listener ({@link
+ * <p>{@link Disposition#HANDLER_FAILED}, and not a {@code DedupConfigurationException}, whose
+ * records are held, never dead-lettered or skipped: this mistake is found by the listener, which
+ * may have applied effects before the cast, so it is the listener's failure, recorded FAILED and
+ * counted as an attempt. Held instead, such a listener re-applied its effects at every hold,
+ * without end. The error handler retries it as it retries any failure of the listener ({@link
  * DedupErrorClassification}), then the record is given up as any record whose attempts are spent: a
  * bare {@code ClassCastException}, which spring-kafka does not retry, went to the recoverer at its
  * first failure, and at the defaults the record was skipped, never applied.
  */
-public final class WrappedConsumerCastException extends DedupConfigurationException {
+public final class WrappedConsumerCastException extends DedupException {
   private static final long serialVersionUID = 1L;
 
-  private static final String WRAPPER_CAST = PollAwareConsumer.class.getName() + " cannot be cast";
+  /**
+   * Found in the message of any wording of the cast: {@code (KafkaConsumer) consumer} says "...
+   * PollAwareConsumer cannot be cast to ...", {@code KafkaConsumer.class.cast(consumer)} "Cannot
+   * cast ...PollAwareConsumer to ...". A {@code ClassCastException} without a message (the JVM's
+   * fast throw in hot compiled code can drop it) is not recognised.
+   */
+  private static final String WRAPPER = PollAwareConsumer.class.getName();
 
   /** How deep a listener's exception is searched for the cast, as {@link Disposition#of}. */
   private static final int MAX_DEPTH = 32;
@@ -94,7 +99,7 @@ public final class WrappedConsumerCastException extends DedupConfigurationExcept
       }
       if (current instanceof ClassCastException cast
           && cast.getMessage() != null
-          && cast.getMessage().contains(WRAPPER_CAST)) {
+          && cast.getMessage().contains(WRAPPER)) {
         return new WrappedConsumerCastException(listener, cast, key, source, error);
       }
       current = current.getCause();

@@ -51,6 +51,7 @@ class WrappedConsumerCastTest {
   static final String HEADER = "cast-header";
   static final String BATCH = "cast-batch";
   static final String ASYNC = "cast-async";
+  static final String CLASS_CAST = "cast-class-cast";
 
   /** Per listener, how often it ran. */
   static final Counts<String> calls = new Counts<>();
@@ -60,7 +61,8 @@ class WrappedConsumerCastTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_cast", ALWAYS, ONCE, HEADER, BATCH, ASYNC);
+    SpringTestEnvironment.prepare(
+        registry, "spring_cast", ALWAYS, ONCE, HEADER, BATCH, ASYNC, CLASS_CAST);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -127,6 +129,17 @@ class WrappedConsumerCastTest {
     order(ASYNC, "F-1");
 
     assertAppliedOnceAfterAFailedCast(ASYNC, "F-1");
+  }
+
+  /**
+   * {@code KafkaConsumer.class.cast(consumer)} words its exception otherwise ("Cannot cast ... to
+   * ..."), and was not recognised: the record was skipped at its first failure.
+   */
+  @Test
+  void aListenerCastingWithClassCastOnceIsAppliedOnItsRetry() {
+    order(CLASS_CAST, "C-1");
+
+    assertAppliedOnceAfterAFailedCast(CLASS_CAST, "C-1");
   }
 
   private void order(String topic, String orderNo) {
@@ -206,6 +219,18 @@ class WrappedConsumerCastTest {
         castToKafkaConsumer(ONCE, consumer);
       }
       SpringTestEnvironment.effect(jdbc, ONCE, header(record, "order-no"), record.value());
+    }
+
+    @Idempotent(bizType = CLASS_CAST, header = "order-no")
+    @KafkaListener(id = CLASS_CAST, topics = CLASS_CAST)
+    public void classCast(ConsumerRecord<String, String> record, Consumer<?, ?> consumer) {
+      if (calls.count(CLASS_CAST) == 1) {
+        if (!(consumer instanceof KafkaConsumer<?, ?>)) {
+          casts.count(CLASS_CAST);
+        }
+        KafkaConsumer.class.cast(consumer).groupMetadata();
+      }
+      SpringTestEnvironment.effect(jdbc, CLASS_CAST, header(record, "order-no"), record.value());
     }
 
     @Idempotent(bizType = HEADER, header = "order-no")
