@@ -269,10 +269,17 @@ final class IdempotentBatchInvocation {
       int failed = BatchFailureIndex.in(error, kept.records);
       if (failed < 0) {
         // The method's state is unknown: every record is retried.
-        kept.fail(0, kept.size(), error, attempts);
-        throw BatchFailureIndex.untranslatable(error);
+        Throwable failure = WrappedConsumerCastException.naming(error, listener, null, null);
+        kept.fail(0, kept.size(), failure, attempts);
+        throw BatchFailureIndex.untranslatable(failure);
       }
       DedupClaim failedClaim = kept.claims.get(failed);
+      Throwable cause = BatchFailureIndex.causeAt(error);
+      Throwable failure =
+          failedClaim == null
+              ? cause
+              : WrappedConsumerCastException.naming(
+                  cause, listener, failedClaim.key(), failedClaim.source());
       if (failed > 0 && ownTransaction.rollback() != null) {
         // The method's own transaction rolled back (@Transactional on the exception): the records
         // before the one it failed at are undone too, whatever its report says. Recorded SUCCESS,
@@ -280,18 +287,17 @@ final class IdempotentBatchInvocation {
         // record is FAILED, the others' claims are given back uncounted (invoke), and the whole
         // batch is retried.
         if (failedClaim != null && !failedClaim.isEnded()) {
-          attempts.fail(failedClaim, BatchFailureIndex.causeAt(error));
+          attempts.fail(failedClaim, failure);
         }
-        throw BatchFailureIndex.rolledBackBefore(error);
+        throw BatchFailureIndex.rolledBackBefore(failure == cause ? error : failure);
       }
       BatchStop written = kept.completeBefore(failed);
       // null: a record without key, processed without dedup; ended: the method had acknowledged
       // it, and its SUCCESS stands.
       Throwable thrown = error;
       if (failedClaim != null && !failedClaim.isEnded()) {
-        Throwable cause = BatchFailureIndex.causeAt(error);
-        attempts.fail(failedClaim, cause);
-        Throwable exhausted = attempts.toThrow(failedClaim, cause);
+        attempts.fail(failedClaim, failure);
+        Throwable exhausted = attempts.toThrow(failedClaim, failure);
         if (exhausted != cause) {
           thrown = exhausted;
         }

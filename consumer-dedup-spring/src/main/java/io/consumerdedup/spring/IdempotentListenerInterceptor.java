@@ -569,9 +569,10 @@ public final class IdempotentListenerInterceptor {
         settle(listener, record, pending, claim, source);
         throw error;
       }
-      pending.listenerFailed(error);
+      Throwable failure = WrappedConsumerCastException.naming(error, listener, claim.key(), source);
+      pending.listenerFailed(failure);
       settle(listener, record, pending, claim, source);
-      throw attempts.toThrow(claim, error);
+      throw attempts.toThrow(claim, failure);
     } finally {
       ownTransaction.callEnded();
     }
@@ -697,7 +698,8 @@ public final class IdempotentListenerInterceptor {
       IdempotentListenerMethod listener,
       @Nullable Runnable settleHere)
       throws Throwable {
-    CompletableFuture<?> settled = settleHere == null ? settledWhenDone(future, pending) : future;
+    CompletableFuture<?> settled =
+        settleHere == null ? settledWhenDone(future, pending, listener, claim) : future;
     Duration timeout = asyncListenerTimeout;
     long deadline = System.nanoTime() + timeout.toNanos();
     try {
@@ -717,7 +719,7 @@ public final class IdempotentListenerInterceptor {
           }
           claim.stopRenewing();
           if (settleHere != null) {
-            settleWhenDoneAfterTransaction(future, pending);
+            settleWhenDoneAfterTransaction(future, pending, listener, claim);
           } else if (settled.isDone()) {
             return settled.get(); // it came as the wait ended, and its outcome is written
           }
@@ -752,7 +754,11 @@ public final class IdempotentListenerInterceptor {
       }
       throw givenUpWhileRunning(listener, claim, cancelled);
     } catch (ExecutionException e) {
-      Throwable cause = e.getCause();
+      Throwable cause =
+          e.getCause() == null
+              ? null
+              : WrappedConsumerCastException.naming(
+                  e.getCause(), listener, claim.key(), claim.source());
       if (cause != null && givenUpOn(cause)) {
         if (settleHere != null) {
           pending.leaveToLease(); // see the CancellationException above
@@ -770,7 +776,7 @@ public final class IdempotentListenerInterceptor {
       // does, the key goes to another delivery once the lease runs out, not at the process's end.
       claim.stopRenewing();
       if (settleHere != null) {
-        settleWhenDoneAfterTransaction(future, pending);
+        settleWhenDoneAfterTransaction(future, pending, listener, claim);
       }
       throw new IllegalStateException(
           "Interrupted while waiting for the "
@@ -823,11 +829,14 @@ public final class IdempotentListenerInterceptor {
    * again.
    */
   private static void settleWhenDoneAfterTransaction(
-      CompletableFuture<?> future, ListenerOutcomes.Pending pending) {
+      CompletableFuture<?> future,
+      ListenerOutcomes.Pending pending,
+      IdempotentListenerMethod listener,
+      DedupClaim claim) {
     pending.rolledBack(
         new IllegalStateException(
             "the container's transaction ended before the listener's future completed"));
-    settledWhenDone(future, pending);
+    settledWhenDone(future, pending, listener, claim);
   }
 
   /**
@@ -873,13 +882,22 @@ public final class IdempotentListenerInterceptor {
 
   /** A future that completes once the listener's does and its outcome is written. */
   private static CompletableFuture<Object> settledWhenDone(
-      CompletableFuture<?> future, ListenerOutcomes.Pending pending) {
+      CompletableFuture<?> future,
+      ListenerOutcomes.Pending pending,
+      IdempotentListenerMethod listener,
+      DedupClaim claim) {
     return future.handle(
         (value, error) -> {
-          Throwable cause =
+          Throwable thrown =
               error instanceof CompletionException && error.getCause() != null
                   ? error.getCause()
                   : error;
+          // Named here, where the failure is recorded, and thrown so named.
+          Throwable cause =
+              thrown == null
+                  ? null
+                  : WrappedConsumerCastException.naming(
+                      thrown, listener, claim.key(), claim.source());
           if (cause != null && givenUpOn(cause)) {
             pending.leaveToLease(); // see givenUpWhileRunning
             throw new CompletionException(cause);
