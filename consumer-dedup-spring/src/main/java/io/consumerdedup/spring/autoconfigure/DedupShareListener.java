@@ -395,6 +395,14 @@ final class DedupShareListener<K, V>
     private boolean retired;
 
     /**
+     * The worker's decisions whose taking-in threw, in the order they came, tried again at {@link
+     * #setAsideRetryNanos}; their records renewed meanwhile. Under the keeper's lock.
+     */
+    private final List<Decided> setAside = new ArrayList<>();
+
+    private long setAsideRetryNanos;
+
+    /**
      * When the lock of the last record the poll rejected runs out (or ran out): until then, a new
      * record may have been fetched with it, its lock running from that fetch. Under the keeper's
      * lock.
@@ -618,7 +626,9 @@ final class DedupShareListener<K, V>
           if (retireIfIdle(now)) {
             return;
           }
-          long wait = step(now);
+          // Before the step, which sends a decision taken in now at once.
+          long retry = takeInSetAside(now, false);
+          long wait = Math.min(step(now), retry);
           drain(signals.poll(Math.max(wait, 1_000_000L), TimeUnit.NANOSECONDS));
           replaceWorkerIfAnErrorStoppedIt();
         } catch (InterruptedException e) {
@@ -640,19 +650,88 @@ final class DedupShareListener<K, V>
           try {
             decide(decided);
           } catch (RuntimeException | Error e) {
-            // Taken off the queue, the decision was lost with the throw (an OutOfMemoryError): its
-            // record was renewed for good, never acknowledged, and its consumer, holding it,
-            // fetched nothing more. Queued again, the next drain takes it in; if even that cannot
-            // be done, the record is renewed until its consumer closes, as before.
-            try {
-              signals.add(decided);
-            } catch (RuntimeException | Error queueFailed) {
-              // Nothing more to do without memory: the first throwable goes on.
-            }
-            throw e;
+            setAside(decided, e);
           }
         }
       }
+    }
+
+    /**
+     * Keeps a decision whose taking-in threw, to be tried again a third of a lock later, its record
+     * renewed meanwhile. Lost with the throw (an OutOfMemoryError), its record was renewed for
+     * good, never acknowledged, and its consumer fetched nothing more; queued again with the
+     * signals, the next wait for a signal returned it at once, and a taking-in that threw every
+     * time kept a core busy trying, an ERROR line each time, thousands a second.
+     */
+    private synchronized void setAside(Decided decided, Throwable failure) {
+      try {
+        if (setAside.isEmpty()) {
+          setAsideRetryNanos = System.nanoTime() + lockNanos / 3;
+        }
+        setAside.add(decided);
+      } catch (RuntimeException | Error lost) {
+        // Nothing more to do without memory: the record is renewed until its consumer closes,
+        // which gives it back.
+      }
+      LostLines.error(
+          log,
+          "Share listener {}: could not take in a decision of its worker; tried again in a third"
+              + " of the lock, the record renewed meanwhile",
+          listenerId,
+          failure);
+    }
+
+    /**
+     * Takes in the decisions set aside once their retry is due ({@code now}, unless {@code
+     * regardless}); those that throw again wait another third of a lock, one ERROR line for them
+     * all. Returns how long until the next retry.
+     */
+    private synchronized long takeInSetAside(long now, boolean regardless) {
+      if (setAside.isEmpty()) {
+        return Long.MAX_VALUE;
+      }
+      if (!regardless && now - setAsideRetryNanos < 0) {
+        return setAsideRetryNanos - now;
+      }
+      Throwable firstFailure = null;
+      for (Iterator<Decided> it = setAside.iterator(); it.hasNext(); ) {
+        try {
+          decide(it.next());
+          it.remove();
+        } catch (RuntimeException | Error e) {
+          if (firstFailure == null) {
+            firstFailure = e;
+          }
+        }
+      }
+      setAsideRetryNanos = now + lockNanos / 3;
+      if (firstFailure != null) {
+        LostLines.error(
+            log,
+            "Share listener {}: could not take in a decision of its worker again; tried again in a"
+                + " third of the lock, the record renewed meanwhile",
+            listenerId,
+            firstFailure);
+      }
+      return setAside.isEmpty() ? Long.MAX_VALUE : setAsideRetryNanos - now;
+    }
+
+    /**
+     * Whether the worker's decision for the entry's delivery waits among those set aside: the
+     * record is decided (its listener ran, its outcome written or its dead letter sent), and a new
+     * worker must not run it again.
+     */
+    private boolean decisionSetAside(Id id, Entry entry) {
+      for (Decided decided : setAside) {
+        if (decided.topic().equals(id.topic())
+            && decided.partition() == id.partition()
+            && decided.offset() == id.offset()
+            && delivery(entry.record) == decided.deliveryCount()
+            && lockEnds(entry.record) == decided.lockEndsNanos()) {
+          return true;
+        }
+      }
+      return false;
     }
 
     /**
@@ -685,7 +764,8 @@ final class DedupShareListener<K, V>
           // the new worker being sound, nor given to another consumer.
           for (Map.Entry<Id, Entry> undecided : List.copyOf(entries.entrySet())) {
             Id id = undecided.getKey();
-            if (undecided.getValue().decision != null) {
+            if (undecided.getValue().decision != null
+                || decisionSetAside(id, undecided.getValue())) {
               continue;
             }
             try {
@@ -879,6 +959,9 @@ final class DedupShareListener<K, V>
         Thread.currentThread().interrupt();
       }
       drain(signals.poll());
+      // A last try for the decisions set aside: one that throws again leaves its record to the
+      // close, which gives it back.
+      takeInSetAside(System.nanoTime(), true);
       synchronized (this) {
         for (Entry entry : entries.values()) {
           Decided decision = entry.decision;
@@ -913,6 +996,7 @@ final class DedupShareListener<K, V>
         boolean workerEnded = last.isStopped(); // its last decisions are in the queue by then
         drain(signals.poll());
         long now = System.nanoTime();
+        takeInSetAside(now, false);
         boolean poll;
         synchronized (this) {
           if (workerEnded && !decidedOutForRenewal()) {

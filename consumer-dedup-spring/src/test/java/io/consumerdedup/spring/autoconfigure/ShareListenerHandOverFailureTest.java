@@ -46,9 +46,10 @@ import org.springframework.test.context.DynamicPropertySource;
  * back every record after it; as the container offered a record, an exception reached the
  * container's recoverer, which rejected the record unapplied. Likewise a decided record whose
  * acknowledgement or lock renewal threw was forgotten unacknowledged, or one whose decision the
- * keeper could not take in was renewed for good, and its consumer polled nothing more.
- * Package-private hooks make the hand-over, the acknowledgement and the renewal throw. Spring Boot
- * 4.0 refuses share listeners, so the boot40 module leaves this class out.
+ * keeper could not take in was renewed for good, and its consumer polled nothing more (once queued
+ * again, a taking-in that threw every time was tried again in a tight loop). Package-private hooks
+ * make the hand-over, the acknowledgement and the renewal throw. Spring Boot 4.0 refuses share
+ * listeners, so the boot40 module leaves this class out.
  */
 @SpringBootTest(classes = ShareListenerHandOverFailureTest.App.class)
 @DirtiesContext
@@ -59,6 +60,8 @@ class ShareListenerHandOverFailureTest {
   static final String ACKNOWLEDGED = "share-handover-acknowledged";
   static final String RENEWED = "share-handover-renewed";
   static final String DECIDED = "share-handover-decided";
+  static final String DECIDED_FAILING = "share-handover-decided-failing";
+  static final String DECIDED_FAILING_ERROR = "share-handover-decided-failing-error";
   static final Duration LOCK = Duration.ofSeconds(3);
   static final Duration WAIT = Duration.ofSeconds(20);
 
@@ -80,10 +83,25 @@ class ShareListenerHandOverFailureTest {
     TestKafka.createTopics(1, ERROR, ERROR + "-dlt", EXCEPTION, EXCEPTION + "-dlt");
     TestKafka.createTopics(1, REPLACED, REPLACED + "-dlt", ACKNOWLEDGED, ACKNOWLEDGED + "-dlt");
     TestKafka.createTopics(1, DECIDED, DECIDED + "-dlt");
+    TestKafka.createTopics(
+        1,
+        DECIDED_FAILING,
+        DECIDED_FAILING + "-dlt",
+        DECIDED_FAILING_ERROR,
+        DECIDED_FAILING_ERROR + "-dlt");
     ShareListenerTests.prepare(
         registry, "spring_share_hand_over_failure", 6, RENEWED, RENEWED + "-dlt");
     registry.add("consumer-dedup.share.retry-backoff", () -> "200ms");
-    for (String group : List.of(ERROR, EXCEPTION, REPLACED, ACKNOWLEDGED, RENEWED, DECIDED)) {
+    for (String group :
+        List.of(
+            ERROR,
+            EXCEPTION,
+            REPLACED,
+            ACKNOWLEDGED,
+            RENEWED,
+            DECIDED,
+            DECIDED_FAILING,
+            DECIDED_FAILING_ERROR)) {
       TestShareGroups.configure(group, LOCK);
     }
   }
@@ -227,6 +245,69 @@ class ShareListenerHandOverFailureTest {
     awaitAppliedOnceAndAccepted(applied, WAIT, DECIDED, "D-1", "D-2");
   }
 
+  /**
+   * The keeper's taking-in of the decision for a record whose listener returned throws on every try
+   * for a while (an exception): the user sees a few tries, not a core kept busy by tries and ERROR
+   * lines in a loop, then, once it no longer throws, the record accepted, applied once and not
+   * delivered again, and the record sent after it applied. Before the fix the keeper took the
+   * decision it had queued again straight back: thousands of tries and ERROR lines a second.
+   */
+  @Test
+  void aDecisionWhoseTakingInThrowsForAWhileIsTriedAgainAfterABackOff() throws Exception {
+    decisionFailingForAWhile(DECIDED_FAILING, "F", () -> new IllegalStateException("Queue full"));
+  }
+
+  /** As above, the taking-in throwing an {@code Error} (an {@code OutOfMemoryError}) each time. */
+  @Test
+  void aDecisionWhoseTakingInThrowsAnErrorForAWhileIsTriedAgainAfterABackOff() throws Exception {
+    decisionFailingForAWhile(
+        DECIDED_FAILING_ERROR, "G", () -> new OutOfMemoryError("Java heap space"));
+  }
+
+  /** Orders {@code <prefix>-1} and {@code <prefix>-2} to {@code listenerId}. */
+  private void decisionFailingForAWhile(
+      String listenerId, String prefix, Supplier<? extends Throwable> failure) throws Exception {
+    String first = prefix + "-1";
+    String second = prefix + "-2";
+    Duration failing = LOCK.plus(Duration.ofSeconds(1));
+    DedupShareListener<?, ?> listener = listener(listenerId);
+    AtomicBoolean fail = new AtomicBoolean(true);
+    AtomicInteger tries = new AtomicInteger();
+    listener.beforeDecide =
+        decided -> {
+          if (fail.get()) {
+            tries.incrementAndGet();
+            Throwable thrown = failure.get();
+            if (thrown instanceof Error error) {
+              throw error;
+            }
+            throw (RuntimeException) thrown;
+          }
+        };
+    // The deliveries handed to the worker, by order number: a record given back and delivered
+    // again comes with a higher count.
+    Map<String, List<Integer>> deliveries = new ConcurrentHashMap<>();
+    listener.beforeHandOver =
+        record ->
+            deliveries
+                .computeIfAbsent(orderNo(record), k -> new CopyOnWriteArrayList<>())
+                .add(record.deliveryCount().map(Short::intValue).orElse(0));
+
+    sendOrder(listenerId, first);
+    await().atMost(WAIT).alias("the taking-in threw").until(() -> tries.get() > 0);
+    Thread.sleep(failing.toMillis());
+    int triesWhileFailing = tries.get();
+    fail.set(false);
+
+    sendOrder(listenerId, second);
+    awaitAppliedOnceAndAccepted(applied, WAIT, listenerId, first, second);
+    // One try a third of the lock (1 s) would be 5 in these 4 s.
+    assertThat(triesWhileFailing)
+        .as("tries to take in %s's decision within %s of its first failure", first, failing)
+        .isBetween(2, 10);
+    assertThat(deliveries).as("deliveries handed to the worker").containsEntry(first, List.of(1));
+  }
+
   private DedupShareListener<?, ?> listener(String listenerId) {
     return (DedupShareListener<?, ?>)
         registry.getListenerContainer(listenerId).getContainerProperties().getMessageListener();
@@ -304,6 +385,16 @@ class ShareListenerHandOverFailureTest {
         id = DECIDED,
         topics = DECIDED,
         groupId = DECIDED,
+        containerFactory = "shareFactory")
+    @KafkaListener(
+        id = DECIDED_FAILING,
+        topics = DECIDED_FAILING,
+        groupId = DECIDED_FAILING,
+        containerFactory = "shareFactory")
+    @KafkaListener(
+        id = DECIDED_FAILING_ERROR,
+        topics = DECIDED_FAILING_ERROR,
+        groupId = DECIDED_FAILING_ERROR,
         containerFactory = "shareFactory")
     public void acknowledged(ConsumerRecord<String, String> record) {
       apply(applied, record);
