@@ -62,6 +62,7 @@ class ShareListenerHandOverFailureTest {
   static final String DECIDED = "share-handover-decided";
   static final String DECIDED_FAILING = "share-handover-decided-failing";
   static final String DECIDED_FAILING_ERROR = "share-handover-decided-failing-error";
+  static final String SET_ASIDE = "share-handover-set-aside";
   static final Duration LOCK = Duration.ofSeconds(3);
   static final Duration WAIT = Duration.ofSeconds(20);
 
@@ -74,6 +75,9 @@ class ShareListenerHandOverFailureTest {
   static final CountDownLatch secondHandedOver = new CountDownLatch(1);
 
   static final CountDownLatch firstRunning = new CountDownLatch(1);
+
+  /** Listener calls for S-1, whether they returned or not. */
+  static final AtomicInteger setAsideRuns = new AtomicInteger();
 
   /** Counted down once the renewal of N-1's lock threw. */
   static final CountDownLatch renewalFailed = new CountDownLatch(1);
@@ -88,7 +92,9 @@ class ShareListenerHandOverFailureTest {
         DECIDED_FAILING,
         DECIDED_FAILING + "-dlt",
         DECIDED_FAILING_ERROR,
-        DECIDED_FAILING_ERROR + "-dlt");
+        DECIDED_FAILING_ERROR + "-dlt",
+        SET_ASIDE,
+        SET_ASIDE + "-dlt");
     ShareListenerTests.prepare(
         registry, "spring_share_hand_over_failure", 6, RENEWED, RENEWED + "-dlt");
     registry.add("consumer-dedup.share.retry-backoff", () -> "200ms");
@@ -101,7 +107,8 @@ class ShareListenerHandOverFailureTest {
             RENEWED,
             DECIDED,
             DECIDED_FAILING,
-            DECIDED_FAILING_ERROR)) {
+            DECIDED_FAILING_ERROR,
+            SET_ASIDE)) {
       TestShareGroups.configure(group, LOCK);
     }
   }
@@ -308,6 +315,47 @@ class ShareListenerHandOverFailureTest {
     assertThat(deliveries).as("deliveries handed to the worker").containsEntry(first, List.of(1));
   }
 
+  /**
+   * S-1 and S-2 come in one poll; S-1's listener returns, S-2's throws a {@code
+   * StackOverflowError}, which ends the worker, while taking in S-1's decision throws: the keeper
+   * replaces the worker with S-1's decision set aside. The user sees S-1 run once, handed to no
+   * second worker, and accepted once its decision is taken in; S-2 applied on its next delivery.
+   */
+  @Test
+  void aRecordWhoseDecisionIsSetAsideIsNotHandedToTheWorkerReplacingOneAnErrorEnded()
+      throws Exception {
+    DedupShareListener<?, ?> listener = listener(SET_ASIDE);
+    AtomicBoolean fail = new AtomicBoolean(true);
+    AtomicInteger tries = new AtomicInteger();
+    listener.beforeDecide =
+        decided -> {
+          if (decided.offset() == 0 && fail.get()) { // S-1, the topic's first record
+            tries.incrementAndGet();
+            throw new OutOfMemoryError("Java heap space");
+          }
+        };
+    AtomicBoolean replaced = new AtomicBoolean();
+    listener.beforeWorkerReplaced = () -> replaced.set(true);
+    Map<String, List<Integer>> deliveries = new ConcurrentHashMap<>();
+    listener.beforeHandOver =
+        record ->
+            deliveries
+                .computeIfAbsent(orderNo(record), k -> new CopyOnWriteArrayList<>())
+                .add(record.deliveryCount().map(Short::intValue).orElse(0));
+
+    // Both there before the container's first poll, which takes them together.
+    sendOrder(SET_ASIDE, "S-1");
+    sendOrder(SET_ASIDE, "S-2");
+    registry.getListenerContainer(SET_ASIDE).start();
+    await().atMost(WAIT).alias("the worker replaced").until(replaced::get);
+    assertThat(tries).as("tries to take in S-1's decision").hasPositiveValue();
+    fail.set(false);
+
+    awaitAppliedOnceAndAccepted(applied, WAIT, SET_ASIDE, "S-1", "S-2");
+    assertThat(deliveries.get("S-1")).as("S-1 handed to a worker").containsExactly(1);
+    assertThat(setAsideRuns).as("listener runs of S-1").hasValue(1);
+  }
+
   private DedupShareListener<?, ?> listener(String listenerId) {
     return (DedupShareListener<?, ?>)
         registry.getListenerContainer(listenerId).getContainerProperties().getMessageListener();
@@ -401,6 +449,25 @@ class ShareListenerHandOverFailureTest {
     }
 
     private final AtomicBoolean firstCallOfR1 = new AtomicBoolean(true);
+
+    private final AtomicBoolean firstCallOfS2 = new AtomicBoolean(true);
+
+    @Idempotent(bizType = "hand-over-set-aside", header = "order-no")
+    @KafkaListener(
+        id = SET_ASIDE,
+        topics = SET_ASIDE,
+        groupId = SET_ASIDE,
+        containerFactory = "shareFactory",
+        autoStartup = "false")
+    public void setAside(ConsumerRecord<String, String> record) {
+      if ("S-1".equals(orderNo(record))) {
+        setAsideRuns.incrementAndGet();
+      }
+      if ("S-2".equals(orderNo(record)) && firstCallOfS2.getAndSet(false)) {
+        throw new StackOverflowError("deep recursion in the handler");
+      }
+      apply(applied, record);
+    }
 
     @Idempotent(bizType = "hand-over-error", header = "order-no")
     @KafkaListener(id = ERROR, topics = ERROR, groupId = ERROR, containerFactory = "shareFactory")
