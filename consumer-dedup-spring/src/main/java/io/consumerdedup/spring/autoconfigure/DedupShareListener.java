@@ -992,11 +992,16 @@ final class DedupShareListener<K, V>
       // The keeper's last renewals, and the acknowledgements it handed over, may still be queued
       // in spring-kafka unsent: made again on the consumer, or the consumer refuses to poll.
       boolean first = true;
+      boolean setAsideTriedAfterEnd = false;
       while (System.nanoTime() - deadlineNanos < 0) {
         boolean workerEnded = last.isStopped(); // its last decisions are in the queue by then
         drain(signals.poll());
         long now = System.nanoTime();
-        takeInSetAside(now, false);
+        // Once the worker has ended, tried at once: a decision still set aside at the check below
+        // counts as one, or this returned with its record out for renewal, and the close, handed
+        // the decision by finish(), had it refused. Once only: each try that throws logs.
+        takeInSetAside(now, workerEnded && !setAsideTriedAfterEnd);
+        setAsideTriedAfterEnd |= workerEnded;
         boolean poll;
         synchronized (this) {
           if (workerEnded && !decidedOutForRenewal()) {
@@ -1120,9 +1125,14 @@ final class DedupShareListener<K, V>
       return false;
     }
 
+    /**
+     * Whether a decided record (its decision taken in, or set aside) is out for renewal: handed to
+     * the close before it is back, its acknowledgement is refused.
+     */
     private boolean decidedOutForRenewal() {
-      for (Entry entry : entries.values()) {
-        if (!entry.held && entry.decision != null) {
+      for (Map.Entry<Id, Entry> e : entries.entrySet()) {
+        Entry entry = e.getValue();
+        if (!entry.held && (entry.decision != null || decisionSetAside(e.getKey(), entry))) {
           return true;
         }
       }
