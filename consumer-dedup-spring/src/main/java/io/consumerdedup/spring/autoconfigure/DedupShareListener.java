@@ -349,6 +349,12 @@ final class DedupShareListener<K, V>
         || earlier == later;
   }
 
+  /** Whether {@code decided} was made for this delivery of the record, not an earlier one. */
+  private static boolean madeFor(Decided decided, ConsumerRecord<?, ?> record) {
+    return delivery(record) == decided.deliveryCount()
+        && lockEnds(record) == decided.lockEndsNanos();
+  }
+
   /** The lock end a decision names the delivery by: 0 but for a record the poll rejected. */
   private static long lockEnds(ConsumerRecord<?, ?> record) {
     return record instanceof RejectedByPoll<?, ?> rejected ? rejected.lockEndsNanos() : 0;
@@ -726,8 +732,7 @@ final class DedupShareListener<K, V>
         if (decided.topic().equals(id.topic())
             && decided.partition() == id.partition()
             && decided.offset() == id.offset()
-            && delivery(entry.record) == decided.deliveryCount()
-            && lockEnds(entry.record) == decided.lockEndsNanos()) {
+            && madeFor(decided, entry.record)) {
           return true;
         }
       }
@@ -799,9 +804,7 @@ final class DedupShareListener<K, V>
       // A decision made from an earlier delivery's count (a RELEASE on what is now the last
       // delivery archives the record without its dead letter) is not sent for a later one; nor,
       // for a record the poll rejected, whose deliveries all count 0, one made for another lock.
-      if (entry != null
-          && delivery(entry.record) == decided.deliveryCount()
-          && lockEnds(entry.record) == decided.lockEndsNanos()) {
+      if (entry != null && madeFor(decided, entry.record)) {
         entry.decision = decided;
       }
     }
