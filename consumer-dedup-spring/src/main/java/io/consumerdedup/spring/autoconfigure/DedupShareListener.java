@@ -80,6 +80,12 @@ final class DedupShareListener<K, V>
   /** How long a poll of a closing consumer waits for renewed records to come back. */
   private static final Duration RENEWAL_POLL = Duration.ofMillis(50);
 
+  /**
+   * The shortest wait before a set-aside decision for a record the poll rejected is tried again:
+   * its lock, which cannot be renewed, may end sooner than a third of a lock.
+   */
+  private static final long SET_ASIDE_SHORTEST_RETRY_NANOS = Duration.ofMillis(50).toNanos();
+
   /** Wakes a keeper when a renewed record is back. */
   private static final Object WAKE = new Object();
 
@@ -402,7 +408,8 @@ final class DedupShareListener<K, V>
 
     /**
      * The worker's decisions whose taking-in threw, in the order they came, tried again at {@link
-     * #setAsideRetryNanos}; their records renewed meanwhile. Under the keeper's lock.
+     * #setAsideRetryNanos}, the soonest retry any of them needs; their records renewed meanwhile.
+     * Under the keeper's lock.
      */
     private final List<Decided> setAside = new ArrayList<>();
 
@@ -663,34 +670,63 @@ final class DedupShareListener<K, V>
     }
 
     /**
-     * Keeps a decision whose taking-in threw, to be tried again a third of a lock later, its record
-     * renewed meanwhile. Lost with the throw (an OutOfMemoryError), its record was renewed for
-     * good, never acknowledged, and its consumer fetched nothing more; queued again with the
-     * signals, the next wait for a signal returned it at once, and a taking-in that threw every
-     * time kept a core busy trying, an ERROR line each time, thousands a second.
+     * Keeps a decision whose taking-in threw, to be tried again a third of a lock later (sooner if
+     * its lock cannot be renewed), its record renewed meanwhile. Lost with the throw (an
+     * OutOfMemoryError), its record was renewed for good, never acknowledged, and its consumer
+     * fetched nothing more; queued again with the signals, the next wait for a signal returned it
+     * at once, and a taking-in that threw every time kept a core busy trying, an ERROR line each
+     * time, thousands a second.
      */
     private synchronized void setAside(Decided decided, Throwable failure) {
+      boolean kept;
       try {
-        if (setAside.isEmpty()) {
-          setAsideRetryNanos = System.nanoTime() + lockNanos / 3;
+        long retry = retryOf(decided, System.nanoTime());
+        if (setAside.isEmpty() || retry - setAsideRetryNanos < 0) {
+          setAsideRetryNanos = retry;
         }
         setAside.add(decided);
+        kept = true;
       } catch (RuntimeException | Error lost) {
-        // Nothing more to do without memory: the record is renewed until its consumer closes,
-        // which gives it back.
+        // Nothing more to do without memory: the decision is lost, its record left undecided,
+        // renewed until its consumer closes and gives it back, or handed to a worker replacing
+        // one an Error ended, which runs it again.
+        kept = false;
       }
       LostLines.error(
           log,
-          "Share listener {}: could not take in a decision of its worker; tried again in a third"
-              + " of the lock, the record renewed meanwhile",
+          kept
+              ? "Share listener {}: could not take in a decision of its worker; tried again within"
+                  + " a third of the lock, the record renewed meanwhile"
+              : "Share listener {}: could not take in a decision of its worker, nor keep it to try"
+                  + " again: the decision is lost, and its record given back as the consumer"
+                  + " closes or run again by a new worker",
           listenerId,
           failure);
     }
 
     /**
+     * When a set-aside decision is tried again: a third of a lock after {@code now}, sooner for a
+     * record the poll rejected, whose lock cannot be renewed. Tried only after that lock ended, its
+     * REJECT was refused, the broker delivered the record again, and another consumer, or a new
+     * worker, wrote its dead letter a second time.
+     */
+    private long retryOf(Decided decided, long now) {
+      long retry = now + lockNanos / 3;
+      long lockEnds = decided.lockEndsNanos();
+      if (lockEnds != 0 && lockEnds - now > 0) {
+        long beforeLockEnds =
+            Math.max(now + SET_ASIDE_SHORTEST_RETRY_NANOS, lockEnds - lockNanos / 10);
+        if (beforeLockEnds - retry < 0) {
+          retry = beforeLockEnds;
+        }
+      }
+      return retry;
+    }
+
+    /**
      * Takes in the decisions set aside once their retry is due ({@code now}, unless {@code
-     * regardless}); those that throw again wait another third of a lock, one ERROR line for them
-     * all. Returns how long until the next retry.
+     * regardless}); those that throw again wait another third of a lock (less for a lock that
+     * cannot be renewed), one ERROR line for them all. Returns how long until the next retry.
      */
     private synchronized long takeInSetAside(long now, boolean regardless) {
       if (setAside.isEmpty()) {
@@ -700,22 +736,27 @@ final class DedupShareListener<K, V>
         return setAsideRetryNanos - now;
       }
       Throwable firstFailure = null;
+      setAsideRetryNanos = now + lockNanos / 3;
       for (Iterator<Decided> it = setAside.iterator(); it.hasNext(); ) {
+        Decided decided = it.next();
         try {
-          decide(it.next());
+          decide(decided);
           it.remove();
         } catch (RuntimeException | Error e) {
           if (firstFailure == null) {
             firstFailure = e;
           }
+          long retry = retryOf(decided, now);
+          if (retry - setAsideRetryNanos < 0) {
+            setAsideRetryNanos = retry;
+          }
         }
       }
-      setAsideRetryNanos = now + lockNanos / 3;
       if (firstFailure != null) {
         LostLines.error(
             log,
-            "Share listener {}: could not take in a decision of its worker again; tried again in a"
-                + " third of the lock, the record renewed meanwhile",
+            "Share listener {}: could not take in a decision of its worker again; tried again"
+                + " within a third of the lock, the record renewed meanwhile",
             listenerId,
             firstFailure);
       }
