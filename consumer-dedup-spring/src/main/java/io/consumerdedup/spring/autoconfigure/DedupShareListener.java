@@ -80,6 +80,12 @@ final class DedupShareListener<K, V>
   /** How long a poll of a closing consumer waits for renewed records to come back. */
   private static final Duration RENEWAL_POLL = Duration.ofMillis(50);
 
+  /**
+   * The shortest wait before a set-aside decision for a record the poll rejected is tried again:
+   * its lock, which cannot be renewed, may end sooner than a third of a lock.
+   */
+  private static final long SET_ASIDE_SHORTEST_RETRY_NANOS = Duration.ofMillis(50).toNanos();
+
   /** Wakes a keeper when a renewed record is back. */
   private static final Object WAKE = new Object();
 
@@ -349,6 +355,12 @@ final class DedupShareListener<K, V>
         || earlier == later;
   }
 
+  /** Whether {@code decided} was made for this delivery of the record, not an earlier one. */
+  private static boolean madeFor(Decided decided, ConsumerRecord<?, ?> record) {
+    return delivery(record) == decided.deliveryCount()
+        && lockEnds(record) == decided.lockEndsNanos();
+  }
+
   /** The lock end a decision names the delivery by: 0 but for a record the poll rejected. */
   private static long lockEnds(ConsumerRecord<?, ?> record) {
     return record instanceof RejectedByPoll<?, ?> rejected ? rejected.lockEndsNanos() : 0;
@@ -393,6 +405,15 @@ final class DedupShareListener<K, V>
     private long nextRenewalNanos;
     private long lastOfferNanos = System.nanoTime();
     private boolean retired;
+
+    /**
+     * The worker's decisions whose taking-in threw, in the order they came, tried again at {@link
+     * #setAsideRetryNanos}, the soonest retry any of them needs; their records renewed meanwhile.
+     * Under the keeper's lock.
+     */
+    private final List<Decided> setAside = new ArrayList<>();
+
+    private long setAsideRetryNanos;
 
     /**
      * When the lock of the last record the poll rejected runs out (or ran out): until then, a new
@@ -618,7 +639,9 @@ final class DedupShareListener<K, V>
           if (retireIfIdle(now)) {
             return;
           }
-          long wait = step(now);
+          // Before the step, which sends a decision taken in now at once.
+          long retry = takeInSetAside(now, false);
+          long wait = Math.min(step(now), retry);
           drain(signals.poll(Math.max(wait, 1_000_000L), TimeUnit.NANOSECONDS));
           replaceWorkerIfAnErrorStoppedIt();
         } catch (InterruptedException e) {
@@ -640,19 +663,121 @@ final class DedupShareListener<K, V>
           try {
             decide(decided);
           } catch (RuntimeException | Error e) {
-            // Taken off the queue, the decision was lost with the throw (an OutOfMemoryError): its
-            // record was renewed for good, never acknowledged, and its consumer, holding it,
-            // fetched nothing more. Queued again, the next drain takes it in; if even that cannot
-            // be done, the record is renewed until its consumer closes, as before.
-            try {
-              signals.add(decided);
-            } catch (RuntimeException | Error queueFailed) {
-              // Nothing more to do without memory: the first throwable goes on.
-            }
-            throw e;
+            setAside(decided, e);
           }
         }
       }
+    }
+
+    /**
+     * Keeps a decision whose taking-in threw, to be tried again a third of a lock later (sooner if
+     * its lock cannot be renewed), its record renewed meanwhile. Lost with the throw (an
+     * OutOfMemoryError), its record was renewed for good, never acknowledged, and its consumer
+     * fetched nothing more; queued again with the signals, the next wait for a signal returned it
+     * at once, and a taking-in that threw every time kept a core busy trying, an ERROR line each
+     * time, thousands a second.
+     */
+    private synchronized void setAside(Decided decided, Throwable failure) {
+      boolean kept;
+      try {
+        long retry = retryOf(decided, System.nanoTime());
+        if (setAside.isEmpty() || retry - setAsideRetryNanos < 0) {
+          setAsideRetryNanos = retry;
+        }
+        setAside.add(decided);
+        kept = true;
+      } catch (RuntimeException | Error lost) {
+        // Nothing more to do without memory: the decision is lost, its record left undecided,
+        // renewed until its consumer closes and gives it back, or handed to a worker replacing
+        // one an Error ended, which runs it again.
+        kept = false;
+      }
+      LostLines.error(
+          log,
+          kept
+              ? "Share listener {}: could not take in a decision of its worker; tried again within"
+                  + " a third of the lock, the record renewed meanwhile"
+              : "Share listener {}: could not take in a decision of its worker, nor keep it to try"
+                  + " again: the decision is lost, and its record given back as the consumer"
+                  + " closes or run again by a new worker",
+          listenerId,
+          failure);
+    }
+
+    /**
+     * When a set-aside decision is tried again: a third of a lock after {@code now}, sooner for a
+     * record the poll rejected, whose lock cannot be renewed. Tried only after that lock ended, its
+     * REJECT was refused, the broker delivered the record again, and another consumer, or a new
+     * worker, wrote its dead letter a second time.
+     */
+    private long retryOf(Decided decided, long now) {
+      long retry = now + lockNanos / 3;
+      long lockEnds = decided.lockEndsNanos();
+      if (lockEnds != 0 && lockEnds - now > 0) {
+        long beforeLockEnds =
+            Math.max(now + SET_ASIDE_SHORTEST_RETRY_NANOS, lockEnds - lockNanos / 10);
+        if (beforeLockEnds - retry < 0) {
+          retry = beforeLockEnds;
+        }
+      }
+      return retry;
+    }
+
+    /**
+     * Takes in the decisions set aside once their retry is due ({@code now}, unless {@code
+     * regardless}); those that throw again wait another third of a lock (less for a lock that
+     * cannot be renewed), one ERROR line for them all. Returns how long until the next retry.
+     */
+    private synchronized long takeInSetAside(long now, boolean regardless) {
+      if (setAside.isEmpty()) {
+        return Long.MAX_VALUE;
+      }
+      if (!regardless && now - setAsideRetryNanos < 0) {
+        return setAsideRetryNanos - now;
+      }
+      Throwable firstFailure = null;
+      setAsideRetryNanos = now + lockNanos / 3;
+      for (Iterator<Decided> it = setAside.iterator(); it.hasNext(); ) {
+        Decided decided = it.next();
+        try {
+          decide(decided);
+          it.remove();
+        } catch (RuntimeException | Error e) {
+          if (firstFailure == null) {
+            firstFailure = e;
+          }
+          long retry = retryOf(decided, now);
+          if (retry - setAsideRetryNanos < 0) {
+            setAsideRetryNanos = retry;
+          }
+        }
+      }
+      if (firstFailure != null) {
+        LostLines.error(
+            log,
+            "Share listener {}: could not take in a decision of its worker again; tried again"
+                + " within a third of the lock, the record renewed meanwhile",
+            listenerId,
+            firstFailure);
+      }
+      return setAside.isEmpty() ? Long.MAX_VALUE : setAsideRetryNanos - now;
+    }
+
+    /**
+     * Whether the worker's decision for the entry's delivery waits among those set aside: the
+     * record is decided (its listener ran, its outcome written or its dead letter sent), and a new
+     * worker must not run it again.
+     */
+    private boolean decisionSetAside(Id id, Entry entry) {
+      for (Decided decided : setAside) {
+        if (decided.topic().equals(id.topic())
+            && decided.partition() == id.partition()
+            && decided.offset() == id.offset()
+            && madeFor(decided, entry.record)) {
+          return true;
+        }
+      }
+      return false;
     }
 
     /**
@@ -685,7 +810,8 @@ final class DedupShareListener<K, V>
           // the new worker being sound, nor given to another consumer.
           for (Map.Entry<Id, Entry> undecided : List.copyOf(entries.entrySet())) {
             Id id = undecided.getKey();
-            if (undecided.getValue().decision != null) {
+            if (undecided.getValue().decision != null
+                || decisionSetAside(id, undecided.getValue())) {
               continue;
             }
             try {
@@ -719,9 +845,7 @@ final class DedupShareListener<K, V>
       // A decision made from an earlier delivery's count (a RELEASE on what is now the last
       // delivery archives the record without its dead letter) is not sent for a later one; nor,
       // for a record the poll rejected, whose deliveries all count 0, one made for another lock.
-      if (entry != null
-          && delivery(entry.record) == decided.deliveryCount()
-          && lockEnds(entry.record) == decided.lockEndsNanos()) {
+      if (entry != null && madeFor(decided, entry.record)) {
         entry.decision = decided;
       }
     }
@@ -879,6 +1003,9 @@ final class DedupShareListener<K, V>
         Thread.currentThread().interrupt();
       }
       drain(signals.poll());
+      // A last try for the decisions set aside: one that throws again leaves its record to the
+      // close, which gives it back.
+      takeInSetAside(System.nanoTime(), true);
       synchronized (this) {
         for (Entry entry : entries.values()) {
           Decided decision = entry.decision;
@@ -909,10 +1036,16 @@ final class DedupShareListener<K, V>
       // The keeper's last renewals, and the acknowledgements it handed over, may still be queued
       // in spring-kafka unsent: made again on the consumer, or the consumer refuses to poll.
       boolean first = true;
+      boolean setAsideTriedAfterEnd = false;
       while (System.nanoTime() - deadlineNanos < 0) {
         boolean workerEnded = last.isStopped(); // its last decisions are in the queue by then
         drain(signals.poll());
         long now = System.nanoTime();
+        // Once the worker has ended, tried at once: a decision still set aside at the check below
+        // counts as one, or this returned with its record out for renewal, and the close, handed
+        // the decision by finish(), had it refused. Once only: each try that throws logs.
+        takeInSetAside(now, workerEnded && !setAsideTriedAfterEnd);
+        setAsideTriedAfterEnd |= workerEnded;
         boolean poll;
         synchronized (this) {
           if (workerEnded && !decidedOutForRenewal()) {
@@ -1036,9 +1169,14 @@ final class DedupShareListener<K, V>
       return false;
     }
 
+    /**
+     * Whether a decided record (its decision taken in, or set aside) is out for renewal: handed to
+     * the close before it is back, its acknowledgement is refused.
+     */
     private boolean decidedOutForRenewal() {
-      for (Entry entry : entries.values()) {
-        if (!entry.held && entry.decision != null) {
+      for (Map.Entry<Id, Entry> e : entries.entrySet()) {
+        Entry entry = e.getValue();
+        if (!entry.held && (entry.decision != null || decisionSetAside(e.getKey(), entry))) {
           return true;
         }
       }

@@ -46,9 +46,10 @@ import org.springframework.test.context.DynamicPropertySource;
  * back every record after it; as the container offered a record, an exception reached the
  * container's recoverer, which rejected the record unapplied. Likewise a decided record whose
  * acknowledgement or lock renewal threw was forgotten unacknowledged, or one whose decision the
- * keeper could not take in was renewed for good, and its consumer polled nothing more.
- * Package-private hooks make the hand-over, the acknowledgement and the renewal throw. Spring Boot
- * 4.0 refuses share listeners, so the boot40 module leaves this class out.
+ * keeper could not take in was renewed for good, and its consumer polled nothing more (once queued
+ * again, a taking-in that threw every time was tried again in a tight loop). Package-private hooks
+ * make the hand-over, the acknowledgement and the renewal throw. Spring Boot 4.0 refuses share
+ * listeners, so the boot40 module leaves this class out.
  */
 @SpringBootTest(classes = ShareListenerHandOverFailureTest.App.class)
 @DirtiesContext
@@ -59,6 +60,9 @@ class ShareListenerHandOverFailureTest {
   static final String ACKNOWLEDGED = "share-handover-acknowledged";
   static final String RENEWED = "share-handover-renewed";
   static final String DECIDED = "share-handover-decided";
+  static final String DECIDED_FAILING = "share-handover-decided-failing";
+  static final String DECIDED_FAILING_ERROR = "share-handover-decided-failing-error";
+  static final String SET_ASIDE = "share-handover-set-aside";
   static final Duration LOCK = Duration.ofSeconds(3);
   static final Duration WAIT = Duration.ofSeconds(20);
 
@@ -72,6 +76,9 @@ class ShareListenerHandOverFailureTest {
 
   static final CountDownLatch firstRunning = new CountDownLatch(1);
 
+  /** Listener calls for S-1, whether they returned or not. */
+  static final AtomicInteger setAsideRuns = new AtomicInteger();
+
   /** Counted down once the renewal of N-1's lock threw. */
   static final CountDownLatch renewalFailed = new CountDownLatch(1);
 
@@ -80,10 +87,28 @@ class ShareListenerHandOverFailureTest {
     TestKafka.createTopics(1, ERROR, ERROR + "-dlt", EXCEPTION, EXCEPTION + "-dlt");
     TestKafka.createTopics(1, REPLACED, REPLACED + "-dlt", ACKNOWLEDGED, ACKNOWLEDGED + "-dlt");
     TestKafka.createTopics(1, DECIDED, DECIDED + "-dlt");
+    TestKafka.createTopics(
+        1,
+        DECIDED_FAILING,
+        DECIDED_FAILING + "-dlt",
+        DECIDED_FAILING_ERROR,
+        DECIDED_FAILING_ERROR + "-dlt",
+        SET_ASIDE,
+        SET_ASIDE + "-dlt");
     ShareListenerTests.prepare(
         registry, "spring_share_hand_over_failure", 6, RENEWED, RENEWED + "-dlt");
     registry.add("consumer-dedup.share.retry-backoff", () -> "200ms");
-    for (String group : List.of(ERROR, EXCEPTION, REPLACED, ACKNOWLEDGED, RENEWED, DECIDED)) {
+    for (String group :
+        List.of(
+            ERROR,
+            EXCEPTION,
+            REPLACED,
+            ACKNOWLEDGED,
+            RENEWED,
+            DECIDED,
+            DECIDED_FAILING,
+            DECIDED_FAILING_ERROR,
+            SET_ASIDE)) {
       TestShareGroups.configure(group, LOCK);
     }
   }
@@ -227,6 +252,110 @@ class ShareListenerHandOverFailureTest {
     awaitAppliedOnceAndAccepted(applied, WAIT, DECIDED, "D-1", "D-2");
   }
 
+  /**
+   * The keeper's taking-in of the decision for a record whose listener returned throws on every try
+   * for a while (an exception): the user sees a few tries, not a core kept busy by tries and ERROR
+   * lines in a loop, then, once it no longer throws, the record accepted, applied once and not
+   * delivered again, and the record sent after it applied. Before the fix the keeper took the
+   * decision it had queued again straight back: thousands of tries and ERROR lines a second.
+   */
+  @Test
+  void aDecisionWhoseTakingInThrowsForAWhileIsTriedAgainAfterABackOff() throws Exception {
+    decisionFailingForAWhile(DECIDED_FAILING, "F", () -> new IllegalStateException("Queue full"));
+  }
+
+  /** As above, the taking-in throwing an {@code Error} (an {@code OutOfMemoryError}) each time. */
+  @Test
+  void aDecisionWhoseTakingInThrowsAnErrorForAWhileIsTriedAgainAfterABackOff() throws Exception {
+    decisionFailingForAWhile(
+        DECIDED_FAILING_ERROR, "G", () -> new OutOfMemoryError("Java heap space"));
+  }
+
+  /** Orders {@code <prefix>-1} and {@code <prefix>-2} to {@code listenerId}. */
+  private void decisionFailingForAWhile(
+      String listenerId, String prefix, Supplier<? extends Throwable> failure) throws Exception {
+    String first = prefix + "-1";
+    String second = prefix + "-2";
+    Duration failing = LOCK.plus(Duration.ofSeconds(1));
+    DedupShareListener<?, ?> listener = listener(listenerId);
+    AtomicBoolean fail = new AtomicBoolean(true);
+    AtomicInteger tries = new AtomicInteger();
+    listener.beforeDecide =
+        decided -> {
+          if (fail.get()) {
+            tries.incrementAndGet();
+            Throwable thrown = failure.get();
+            if (thrown instanceof Error error) {
+              throw error;
+            }
+            throw (RuntimeException) thrown;
+          }
+        };
+    // The deliveries handed to the worker, by order number: a record given back and delivered
+    // again comes with a higher count.
+    Map<String, List<Integer>> deliveries = new ConcurrentHashMap<>();
+    listener.beforeHandOver =
+        record ->
+            deliveries
+                .computeIfAbsent(orderNo(record), k -> new CopyOnWriteArrayList<>())
+                .add(record.deliveryCount().map(Short::intValue).orElse(0));
+
+    sendOrder(listenerId, first);
+    await().atMost(WAIT).alias("the taking-in threw").until(() -> tries.get() > 0);
+    Thread.sleep(failing.toMillis());
+    int triesWhileFailing = tries.get();
+    fail.set(false);
+
+    sendOrder(listenerId, second);
+    awaitAppliedOnceAndAccepted(applied, WAIT, listenerId, first, second);
+    // One try a third of the lock (1 s) would be 5 in these 4 s.
+    assertThat(triesWhileFailing)
+        .as("tries to take in %s's decision within %s of its first failure", first, failing)
+        .isBetween(2, 10);
+    assertThat(deliveries).as("deliveries handed to the worker").containsEntry(first, List.of(1));
+  }
+
+  /**
+   * S-1 and S-2 come in one poll; S-1's listener returns, S-2's throws a {@code
+   * StackOverflowError}, which ends the worker, while taking in S-1's decision throws: the keeper
+   * replaces the worker with S-1's decision set aside. The user sees S-1 run once, handed to no
+   * second worker, and accepted once its decision is taken in; S-2 applied on its next delivery.
+   */
+  @Test
+  void aRecordWhoseDecisionIsSetAsideIsNotHandedToTheWorkerReplacingOneAnErrorEnded()
+      throws Exception {
+    DedupShareListener<?, ?> listener = listener(SET_ASIDE);
+    AtomicBoolean fail = new AtomicBoolean(true);
+    AtomicInteger tries = new AtomicInteger();
+    listener.beforeDecide =
+        decided -> {
+          if (decided.offset() == 0 && fail.get()) { // S-1, the topic's first record
+            tries.incrementAndGet();
+            throw new OutOfMemoryError("Java heap space");
+          }
+        };
+    AtomicBoolean replaced = new AtomicBoolean();
+    listener.beforeWorkerReplaced = () -> replaced.set(true);
+    Map<String, List<Integer>> deliveries = new ConcurrentHashMap<>();
+    listener.beforeHandOver =
+        record ->
+            deliveries
+                .computeIfAbsent(orderNo(record), k -> new CopyOnWriteArrayList<>())
+                .add(record.deliveryCount().map(Short::intValue).orElse(0));
+
+    // Both there before the container's first poll, which takes them together.
+    sendOrder(SET_ASIDE, "S-1");
+    sendOrder(SET_ASIDE, "S-2");
+    registry.getListenerContainer(SET_ASIDE).start();
+    await().atMost(WAIT).alias("the worker replaced").until(replaced::get);
+    assertThat(tries).as("tries to take in S-1's decision").hasPositiveValue();
+    fail.set(false);
+
+    awaitAppliedOnceAndAccepted(applied, WAIT, SET_ASIDE, "S-1", "S-2");
+    assertThat(deliveries.get("S-1")).as("S-1 handed to a worker").containsExactly(1);
+    assertThat(setAsideRuns).as("listener runs of S-1").hasValue(1);
+  }
+
   private DedupShareListener<?, ?> listener(String listenerId) {
     return (DedupShareListener<?, ?>)
         registry.getListenerContainer(listenerId).getContainerProperties().getMessageListener();
@@ -305,11 +434,40 @@ class ShareListenerHandOverFailureTest {
         topics = DECIDED,
         groupId = DECIDED,
         containerFactory = "shareFactory")
+    @KafkaListener(
+        id = DECIDED_FAILING,
+        topics = DECIDED_FAILING,
+        groupId = DECIDED_FAILING,
+        containerFactory = "shareFactory")
+    @KafkaListener(
+        id = DECIDED_FAILING_ERROR,
+        topics = DECIDED_FAILING_ERROR,
+        groupId = DECIDED_FAILING_ERROR,
+        containerFactory = "shareFactory")
     public void acknowledged(ConsumerRecord<String, String> record) {
       apply(applied, record);
     }
 
     private final AtomicBoolean firstCallOfR1 = new AtomicBoolean(true);
+
+    private final AtomicBoolean firstCallOfS2 = new AtomicBoolean(true);
+
+    @Idempotent(bizType = "hand-over-set-aside", header = "order-no")
+    @KafkaListener(
+        id = SET_ASIDE,
+        topics = SET_ASIDE,
+        groupId = SET_ASIDE,
+        containerFactory = "shareFactory",
+        autoStartup = "false")
+    public void setAside(ConsumerRecord<String, String> record) {
+      if ("S-1".equals(orderNo(record))) {
+        setAsideRuns.incrementAndGet();
+      }
+      if ("S-2".equals(orderNo(record)) && firstCallOfS2.getAndSet(false)) {
+        throw new StackOverflowError("deep recursion in the handler");
+      }
+      apply(applied, record);
+    }
 
     @Idempotent(bizType = "hand-over-error", header = "order-no")
     @KafkaListener(id = ERROR, topics = ERROR, groupId = ERROR, containerFactory = "shareFactory")
