@@ -50,13 +50,24 @@ public record LeaseLoss(Kind kind, @Nullable String releaseNote) {
       return new LeaseLoss(Kind.VANISHED, null);
     }
     DedupRecord record = found.get();
-    Optional<String> note = record.lastError().filter(LeaseLoss::isReleaseNote);
+    // Only a note of this attempt's release: one carried from an earlier attempt's (a claim keeps
+    // the previous attempt's error until its outcome) says nothing of this one.
+    Optional<String> note =
+        record
+            .lastError()
+            .filter(LeaseLoss::isReleaseNote)
+            .filter(text -> text.endsWith(releaseNoteEnd(claim.token())));
     if (record.status() == DedupStatus.FAILED
         && record.attempts() == claim.token()
         && note.isPresent()) {
       return new LeaseLoss(Kind.RELEASED, note.get());
     }
     return new LeaseLoss(Kind.TAKEN_OVER, null);
+  }
+
+  /** How the note of an operator's release of {@code attempt} ends: it names the attempt. */
+  public static String releaseNoteEnd(int attempt) {
+    return " (attempt " + attempt + ")";
   }
 
   /** Whether {@code lastError} is the note of an operator's release. */
