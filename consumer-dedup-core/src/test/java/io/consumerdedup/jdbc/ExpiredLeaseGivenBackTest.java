@@ -46,6 +46,22 @@ class ExpiredLeaseGivenBackTest {
   @ValueSource(strings = {"postgres", "mariadb"})
   void theHandlerOfAHolderWhoseExpiredLeaseWasTakenOverAndGivenBackRunsOnce(String database)
       throws Exception {
+    holderOutlivesATakeoverGivenBack(database, false);
+  }
+
+  /**
+   * As above, but the holder's renewals reach the database again before its handler ends: the store
+   * refuses them (the key is FAILED, held by nobody), which is no lost lease either.
+   */
+  @ParameterizedTest
+  @ValueSource(strings = {"postgres", "mariadb"})
+  void aHolderWhoseRenewalsAreRefusedAfterTheGiveBackIsNotToldItsLeaseWasLost(String database)
+      throws Exception {
+    holderOutlivesATakeoverGivenBack(database, true);
+  }
+
+  private void holderOutlivesATakeoverGivenBack(String database, boolean renewalsComeBack)
+      throws Exception {
     JdbcDedupStore store = JdbcDedupStore.builder(databases.dataSource(database)).build();
     DedupKey key = DedupKey.of("given-back", UUID.randomUUID().toString());
     AtomicInteger effects = new AtomicInteger();
@@ -105,6 +121,16 @@ class ExpiredLeaseGivenBackTest {
           .as("keys B no longer held")
           .isEmpty();
 
+      if (renewalsComeBack) {
+        holderStore.reachable = true;
+        await()
+            .atMost(Duration.ofSeconds(10))
+            .untilAsserted(
+                () ->
+                    assertThat(holderStore.renewalsRefusedByTheStore.get())
+                        .as("A's renewals the store refused")
+                        .isPositive());
+      }
       handlerMayEnd.countDown();
       Optional<Throwable> holderFailure =
           holderRun
@@ -132,10 +158,15 @@ class ExpiredLeaseGivenBackTest {
     }
   }
 
-  /** The store as A reaches it: its renewals fail as with the database unreachable. */
+  /**
+   * The store as A reaches it: its renewals fail as with the database unreachable, until {@link
+   * #reachable}.
+   */
   private static final class RenewalsUnreachable implements DedupStore {
     private final DedupStore store;
     final AtomicInteger renewalsRefused = new AtomicInteger();
+    final AtomicInteger renewalsRefusedByTheStore = new AtomicInteger();
+    volatile boolean reachable;
 
     RenewalsUnreachable(DedupStore store) {
       this.store = store;
@@ -148,12 +179,24 @@ class ExpiredLeaseGivenBackTest {
 
     @Override
     public boolean renew(ClaimResult.Claimed claim, Duration lease) {
-      throw unreachable(claim.key());
+      if (!reachable) {
+        throw unreachable(claim.key());
+      }
+      boolean renewed = store.renew(claim, lease);
+      if (!renewed) {
+        renewalsRefusedByTheStore.incrementAndGet();
+      }
+      return renewed;
     }
 
     @Override
     public List<DedupKey> renewAll(List<ClaimResult.Claimed> claims, Duration lease) {
-      throw unreachable(claims.get(0).key());
+      if (!reachable) {
+        throw unreachable(claims.get(0).key());
+      }
+      List<DedupKey> notRenewed = store.renewAll(claims, lease);
+      renewalsRefusedByTheStore.addAndGet(notRenewed.size());
+      return notRenewed;
     }
 
     @Override

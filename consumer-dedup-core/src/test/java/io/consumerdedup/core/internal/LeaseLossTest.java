@@ -40,6 +40,18 @@ class LeaseLossTest {
     assertThat(loss.releaseNote()).as("the note it quotes").isNull();
   }
 
+  @Test
+  void aTakeoverOfTheHoldersAttemptGivenBackIsNoLoss() {
+    String note = TakeoverNote.of(1, "consumer-a");
+
+    assertThat(LeaseLoss.read(storeHolding(failed(1, note)), holder(1)).kind())
+        .as("what attempt 1 is told")
+        .isEqualTo(LeaseLoss.Kind.GIVEN_BACK);
+    assertThat(LeaseLoss.read(storeHolding(failed(2, note)), holder(2)).kind())
+        .as("what attempt 2 is told of a note of attempt 1")
+        .isEqualTo(LeaseLoss.Kind.TAKEN_OVER);
+  }
+
   private static ClaimResult.Claimed holder(int token) {
     return new ClaimResult.Claimed(KEY, token, ClaimRequest.newClaimId());
   }
