@@ -4,6 +4,7 @@ import io.consumerdedup.core.DedupAdmin;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
+import io.consumerdedup.core.internal.LeaseLoss;
 import io.consumerdedup.jdbc.internal.Dialect;
 import io.consumerdedup.jdbc.internal.StoreCalls;
 import java.nio.charset.StandardCharsets;
@@ -169,9 +170,7 @@ public final class JdbcDedupAdmin implements DedupAdmin {
                   + at.truncatedTo(ChronoUnit.SECONDS)
                   + " while held by "
                   + before.owner()
-                  + " (attempt "
-                  + before.attempts()
-                  + ")";
+                  + LeaseLoss.releaseNoteEnd(before.attempts());
           try (PreparedStatement update = calls.prepare(c, dialect.adminSql().release)) {
             dialect.setError(update, 1, note);
             // As long from the release as the claim's expiry was from the key's first claim: at

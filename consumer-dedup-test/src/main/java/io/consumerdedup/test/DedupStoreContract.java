@@ -386,25 +386,117 @@ public abstract class DedupStoreContract {
     assertEquals(2, takeover.token(), "the same payload takes the abandoned claim over");
   }
 
+  /**
+   * A claim that took over an expired lease and was given back unrun (released) leaves the key to
+   * the holder it took it from, which may still be running its handler: nothing ran the handler
+   * after it, so its SUCCESS is written, and the key is a duplicate from then on.
+   */
   @Test
-  void aReleasedTakeoverLeavesTheKeyToTheNextClaimAndRefusesTheAbandonedHoldersSuccess()
+  void aTakeoverGivenBackLeavesTheKeyToTheHolderItWasTakenFromWhoseSuccessIsWritten()
       throws InterruptedException {
     DedupKey key = key("release-takeover");
     ClaimResult.Claimed abandoned =
-        claimed(store().claim(request(key, "crashed", shortLease(), null)));
+        claimed(store().claim(request(key, "slow", shortLease(), null)));
     waitOutShortLease();
-    ClaimResult.Claimed takeover = claimOne(key);
-    assertEquals(2, takeover.token());
-
-    assertTrue(store().release(takeover), "release of the takeover");
+    takeOverAndGiveBack(key);
 
     assertEquals(1, find(key).attempts(), "the released takeover is not an attempt");
     assertFalse(find(key).isLeaseLive(), "no lease after the release");
-    assertFalse(store().complete(abandoned, RETENTION), "the abandoned holder's late SUCCESS");
-    ClaimResult.Claimed next = claimed(store().claim(request(key, "consumer-b")));
+    assertTrue(store().complete(abandoned, RETENTION), "the slow holder's late SUCCESS");
+    DedupRecord record = find(key);
+    assertEquals(DedupStatus.SUCCESS, record.status());
+    assertEquals(1, record.attempts(), "the slow holder's attempt");
+    assertEquals(null, record.lastError().orElse(null), "last error after the SUCCESS");
+    assertEquals(DedupStatus.SUCCESS, taken(store().claim(request(key, "consumer-c"))).status());
+    assertTrue(store().complete(abandoned, RETENTION), "its SUCCESS sent again, reply lost");
+  }
+
+  @Test
+  void aClaimAfterATakeoverWasGivenBackRefusesTheHolderItWasTakenFrom()
+      throws InterruptedException {
+    DedupKey key = key("given-back-claimed");
+    ClaimResult.Claimed abandoned =
+        claimed(store().claim(request(key, "slow", shortLease(), null)));
+    waitOutShortLease();
+    takeOverAndGiveBack(key);
+    ClaimResult.Claimed next = claimed(store().claim(request(key, "consumer-c")));
     assertEquals(2, next.token(), "the next claim takes the released token");
+
+    assertFalse(store().complete(abandoned, RETENTION), "the slow holder's late SUCCESS");
+    assertFalse(store().fail(abandoned, "late", RETENTION), "the slow holder's late FAILED");
+    assertFalse(store().renew(abandoned, LONG_LEASE), "the slow holder's renewal");
+    DedupRecord record = find(key);
+    assertEquals(DedupStatus.PROCESSING, record.status(), "the new holder's claim is untouched");
+    assertEquals("consumer-c", record.owner());
     assertTrue(store().complete(next, RETENTION));
     assertEquals(DedupStatus.SUCCESS, find(key).status());
+  }
+
+  @Test
+  void twoClaimsGivenBackInTurnStillLeaveTheKeyToTheHolderTheFirstTookItFrom()
+      throws InterruptedException {
+    DedupKey key = key("given-back-twice");
+    ClaimResult.Claimed abandoned =
+        claimed(store().claim(request(key, "slow", shortLease(), null)));
+    waitOutShortLease();
+    takeOverAndGiveBack(key);
+    // A claim of the FAILED key that the give-back restored, given back in turn.
+    ClaimResult.Claimed next = claimed(store().claim(request(key, "consumer-c")));
+    assertTrue(store().release(next), "release of the next claim");
+
+    assertTrue(store().complete(abandoned, RETENTION), "the slow holder's late SUCCESS");
+    assertEquals(DedupStatus.SUCCESS, find(key).status());
+    assertEquals(1, find(key).attempts());
+  }
+
+  @Test
+  void aTakeoverThatFailedLeavesTheKeyToTheNextDeliveryNotToTheHolderItWasTakenFrom()
+      throws InterruptedException {
+    DedupKey key = key("takeover-failed");
+    ClaimResult.Claimed abandoned =
+        claimed(store().claim(request(key, "slow", shortLease(), null)));
+    waitOutShortLease();
+    ClaimResult.Claimed takeover = claimOne(key);
+    assertTrue(store().fail(takeover, "bank down", RETENTION), "the takeover's handler failed");
+    ClaimResult.Claimed next = claimed(store().claim(request(key, "consumer-c")));
+    assertTrue(store().release(next), "release of the next claim");
+
+    assertFalse(store().complete(abandoned, RETENTION), "the slow holder's late SUCCESS");
+    DedupRecord record = find(key);
+    assertEquals(DedupStatus.FAILED, record.status());
+    assertEquals(takeover.token(), record.attempts(), "the failed takeover's attempt");
+    assertEquals("bank down", record.lastError().orElse(null));
+  }
+
+  @Test
+  void holdersWhoseTakeoversWereGivenBackCompleteInABatchAndWithTheNextClaim()
+      throws InterruptedException {
+    DedupKey batched = key("given-back-batch");
+    DedupKey carried = key("given-back-carried");
+    DedupKey other = key("given-back-other");
+    ClaimResult.Claimed batchedHolder =
+        claimed(store().claim(request(batched, "slow", shortLease(), null)));
+    ClaimResult.Claimed carriedHolder =
+        claimed(store().claim(request(carried, "slow", shortLease(), null)));
+    ClaimResult.Claimed otherHolder = claimOne(other);
+    waitOutShortLease();
+    takeOverAndGiveBack(batched);
+    takeOverAndGiveBack(carried);
+
+    assertEquals(
+        List.of(),
+        store().completeAll(List.of(batchedHolder, otherHolder), RETENTION),
+        "completeAll: keys whose lease was lost");
+    DedupStore.ClaimCompleting next =
+        store()
+            .claimCompleting(
+                request(key("given-back-next"), "slow"), List.of(carriedHolder), RETENTION);
+    claimed(next.claim());
+    assertEquals(List.of(), next.leaseLost(), "claimCompleting: marks whose lease was lost");
+    for (DedupKey key : List.of(batched, carried, other)) {
+      assertEquals(DedupStatus.SUCCESS, find(key).status(), "status of " + key);
+      assertEquals(1, find(key).attempts(), "attempt of " + key);
+    }
   }
 
   @Test
@@ -908,6 +1000,17 @@ public abstract class DedupStoreContract {
 
   private ClaimResult.Claimed claimOne(DedupKey key) {
     return claimed(store().claim(request(key, "consumer-a")));
+  }
+
+  /**
+   * Another consumer's claim of {@code key}, whose lease has run out, given back unrun (its
+   * partition revoked, its poll cut short).
+   */
+  private void takeOverAndGiveBack(DedupKey key) {
+    ClaimResult.Claimed takeover =
+        claimed(store().claimAll(List.of(request(key, "consumer-b"))).get(0));
+    assertEquals(2, takeover.token(), "the takeover's token");
+    assertEquals(List.of(), store().releaseAll(List.of(takeover)), "release of the takeover");
   }
 
   private DedupRecord find(DedupKey key) {

@@ -9,6 +9,7 @@ import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.internal.StoredText;
+import io.consumerdedup.core.internal.TakeoverNote;
 import java.time.Clock;
 import java.time.Duration;
 import java.time.Instant;
@@ -30,7 +31,8 @@ import org.jspecify.annotations.Nullable;
  * claimed again with the next token, SUCCESS makes later deliveries duplicates, payload
  * fingerprints must agree, a completion or failure sent again by its claim counts as written, and
  * one whose record vanished under its holder (a purge, {@link #clear()}) is written again under its
- * claim. Thread-safe: every call is atomic.
+ * claim. A claim that took over an expired lease and was given back unrun leaves the key to the
+ * holder it took it from, whose SUCCESS is written. Thread-safe: every call is atomic.
  *
  * <p>Give it a {@link TestClock} to let leases and retention run out without waiting:
  *
@@ -141,15 +143,39 @@ public final class InMemoryDedupStore implements DedupStore {
   public synchronized boolean complete(ClaimResult.Claimed claim, Duration retention) {
     Row row = heldOrRewritten(claim, DedupStatus.PROCESSING, DedupStatus.SUCCESS);
     if (row == null) {
+      row = givenBack(claim);
+    }
+    if (row == null) {
       return false;
     }
     Instant now = clock.instant();
+    if (row.claimId == null) {
+      // Written on a takeover given back, which has no claim id: sent again, it is recognised.
+      row.claimId = claim.claimId();
+    }
     row.status = DedupStatus.SUCCESS;
     row.leaseUntil = null;
     row.lastError = null;
     row.updatedAt = now;
     row.expiresAt = now.plus(retention);
     return true;
+  }
+
+  /**
+   * The row of {@code claim}'s key if it is FAILED because a claim that took over the expired lease
+   * of {@code claim}'s attempt was given back unrun (no claim id, the takeover's note kept, as
+   * {@link TakeoverNote} says): nothing ran the handler after that attempt, so its SUCCESS is the
+   * key's outcome.
+   */
+  private @Nullable Row givenBack(ClaimResult.Claimed claim) {
+    Row row = rows.get(claim.key());
+    return row != null
+            && row.status == DedupStatus.FAILED
+            && row.claimId == null
+            && row.attempts == claim.token()
+            && TakeoverNote.isOf(row.lastError, row.attempts)
+        ? row
+        : null;
   }
 
   @Override
@@ -330,8 +356,15 @@ public final class InMemoryDedupStore implements DedupStore {
           claim.token(), StoredText.VANISHED_OWNER, null, null, null, now, now, claim.claimId());
     }
 
-    /** The next attempt; the first fingerprint and the last error stay. */
+    /**
+     * The next attempt; the first fingerprint stays, and the last error, unless the claim takes
+     * over an expired lease, which it notes ({@link TakeoverNote}).
+     */
     void reclaim(ClaimRequest request, Instant now) {
+      if (status == DedupStatus.PROCESSING) {
+        lastError =
+            StoredText.storable(TakeoverNote.of(attempts, owner), StoredText.MAX_ERROR_LENGTH);
+      }
       status = DedupStatus.PROCESSING;
       attempts++;
       owner = request.owner();

@@ -334,6 +334,12 @@ public final class LeaseRenewer implements AutoCloseable {
         // written again because the record had vanished. Its fenced write has the last word.
         return;
       }
+      if (loss.kind() == LeaseLoss.Kind.GIVEN_BACK) {
+        // Nobody holds the key, and the outcome written when the handler ends is still this
+        // attempt's: no loss to report. Renewals go on, refused, and the first one after another
+        // consumer claims the key reads that loss.
+        return;
+      }
       markLost();
       if (!firstToReportLoss()) {
         return;

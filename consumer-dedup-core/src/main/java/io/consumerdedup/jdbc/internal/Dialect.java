@@ -66,7 +66,10 @@ public abstract class Dialect {
   public enum FencedUpdate {
     /**
      * SUCCESS, kept for the retention; a SUCCESS already written by the claim counts, as does one
-     * under its token whose claim is not known (see {@link #FAIL}).
+     * under its token whose claim is not known (see {@link #FAIL}). So does a FAILED under its
+     * token whose claim is not known and that carries the note of a takeover of this attempt's
+     * expired lease ({@link io.consumerdedup.core.internal.TakeoverNote}): that takeover was given
+     * back unrun, and nothing ran the handler after this attempt. The SUCCESS takes its claim id.
      */
     COMPLETE("complete", DedupStatus.SUCCESS),
     /**

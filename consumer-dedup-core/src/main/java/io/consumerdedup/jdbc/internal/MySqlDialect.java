@@ -372,6 +372,9 @@ public final class MySqlDialect extends Dialect {
         setError(statement, index++, error);
       }
       statement.setLong(index++, durationMillis);
+      if (update == FencedUpdate.COMPLETE) {
+        statement.setString(index++, claim.claimId());
+      }
       statement.setString(index++, claim.key().bizType());
       statement.setString(index++, claim.key().bizKey());
       statement.setInt(index++, claim.token());

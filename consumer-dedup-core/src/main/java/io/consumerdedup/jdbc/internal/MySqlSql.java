@@ -1,5 +1,6 @@
 package io.consumerdedup.jdbc.internal;
 
+import io.consumerdedup.core.internal.TakeoverNote;
 import java.util.Collections;
 
 /**
@@ -43,7 +44,7 @@ public final class MySqlSql {
 
   /**
    * Fenced by (type, key, token, claim id) as {@code PostgresSql#complete}; binds the retention in
-   * ms first.
+   * ms and the claim id first.
    */
   public final String complete;
 
@@ -128,6 +129,8 @@ public final class MySqlSql {
     String fencedWhere =
         " WHERE biz_type = ? AND biz_key = ? AND attempts = ?"
             + " AND (claim_id = ? OR (claim_id IS NULL AND status <> 'PROCESSING')) AND ";
+    // A FAILED that a takeover given back unrun left to this attempt is still its holder's (see
+    // PostgresSql#givenBack), and the SUCCESS takes the holder's claim id, which such a row lacks.
     complete =
         "UPDATE "
             + table
@@ -135,8 +138,16 @@ public final class MySqlSql {
             + NOW
             + ", expires_at = "
             + NOW_PLUS_MS
+            + ", claim_id = COALESCE(claim_id, ?)"
             + fencedWhere
-            + "status IN ('PROCESSING', 'SUCCESS')";
+            + "(status IN ('PROCESSING', 'SUCCESS') OR (status = 'FAILED' AND claim_id IS NULL"
+            + " AND last_error LIKE CONCAT('"
+            + TakeoverNote.BEFORE_ATTEMPT
+            + "', attempts, '"
+            + TakeoverNote.BEFORE_OWNER
+            + "%"
+            + TakeoverNote.END
+            + "')))";
     fail =
         "UPDATE "
             + table
@@ -295,18 +306,37 @@ public final class MySqlSql {
   public String takeOver(boolean withLease) {
     return "UPDATE "
         + table
-        + " SET status = "
+        + " SET last_error = "
+        + lastErrorOfTakeOver(withLease)
+        + ", status = "
         + status(withLease)
         + ", attempts = attempts + 1, owner = ?, lease_until = "
         + leaseUntil(withLease)
-        + ", claim_id = ?, fingerprint = COALESCE(fingerprint, ?), source = ?, "
-        // Claimed as SUCCESS at once: no error of an earlier failed attempt stays with it.
-        + (withLease ? "" : "last_error = NULL, ")
-        + "updated_at = "
+        + ", claim_id = ?, fingerprint = COALESCE(fingerprint, ?), source = ?, updated_at = "
         + NOW
         + ", expires_at = "
         + NOW_PLUS_MS
         + " WHERE biz_type = ? AND biz_key = ? AND attempts = ?";
+  }
+
+  /**
+   * The error a claim that takes a row over leaves on it, assigned first: MySQL's SET sees the
+   * values assigned before it, and this reads the status, attempt and owner the claim replaces. A
+   * takeover of an expired lease notes whose lease it took (see {@code PostgresSql#givenBack}); a
+   * claim of a FAILED row keeps its error, as the previous attempt's, until its own outcome; a key
+   * claimed as SUCCESS at once keeps no error of an earlier failed attempt.
+   */
+  private static String lastErrorOfTakeOver(boolean withLease) {
+    if (!withLease) {
+      return "NULL";
+    }
+    return "IF(status = 'PROCESSING', CONCAT('"
+        + TakeoverNote.BEFORE_ATTEMPT
+        + "', attempts, '"
+        + TakeoverNote.BEFORE_OWNER
+        + "', owner, '"
+        + TakeoverNote.END
+        + "'), last_error)";
   }
 
   private static String status(boolean withLease) {

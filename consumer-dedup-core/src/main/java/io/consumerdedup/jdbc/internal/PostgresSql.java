@@ -1,6 +1,7 @@
 package io.consumerdedup.jdbc.internal;
 
 import io.consumerdedup.core.internal.StoredText;
+import io.consumerdedup.core.internal.TakeoverNote;
 import java.sql.Types;
 import java.util.Arrays;
 import java.util.List;
@@ -175,7 +176,8 @@ public final class PostgresSql {
 
   /**
    * As {@link #releaseDelete}, for a re-claim (token over 1): the record goes back to FAILED with
-   * its earlier attempt count, so the release does not count an attempt.
+   * its earlier attempt count, so the release does not count an attempt. The note of a takeover
+   * stays: the holder whose lease it took may still write its SUCCESS ({@link #givenBack}).
    */
   public final String releaseRestore;
 
@@ -268,16 +270,20 @@ public final class PostgresSql {
             + " AND a.attnum > 0 AND NOT a.attisdropped";
     claim = claim(table, true);
     claimInTransaction = claim(table, false);
-    String completable = "d.status IN ('PROCESSING', 'SUCCESS')";
+    // A FAILED that a takeover given back unrun left to this attempt is still its holder's.
+    String completable = "(d.status IN ('PROCESSING', 'SUCCESS') OR " + givenBack() + ")";
     find =
         "SELECT c.biz_type, c.biz_key, "
             + RECORD_COLUMNS
             + " FROM (SELECT d.*, (d.lease_until >= now()) AS lease_live FROM "
             + table
             + " d WHERE d.biz_type = ? AND d.biz_key = ?) c";
+    // The claim id of a SUCCESS written on a takeover given back, which has none, is its holder's:
+    // sent again after its reply was lost, it is recognised as written.
     String completeSet =
         "status = 'SUCCESS', lease_until = NULL, last_error = NULL, updated_at = now(),"
-            + " expires_at = now() + ? * interval '1 millisecond'";
+            + " expires_at = now() + ? * interval '1 millisecond',"
+            + " claim_id = COALESCE(d.claim_id, r.claim_id)";
     complete =
         new Keyed(
             fenced(table, completeSet, null, completable).one(),
@@ -369,6 +375,17 @@ public final class PostgresSql {
                 + own
                 + " THEN GREATEST(d.expires_at, excluded.expires_at) ELSE excluded.expires_at END"
             : "excluded.expires_at";
+    // A takeover of an expired lease notes whose lease it took ({@link #givenBack}); a claim of a
+    // FAILED key keeps its error, as the previous attempt's, until its own outcome. A key claimed
+    // as SUCCESS at once (in the caller's transaction) keeps no error of an earlier attempt.
+    String lastErrorSet =
+        withLease
+            ? "CASE WHEN "
+                + own
+                + " THEN d.last_error WHEN d.status = 'PROCESSING' THEN "
+                + takeoverNote()
+                + " ELSE d.last_error END"
+            : "NULL";
     String claimable = withLease ? "(" + takeable + ") OR " + own : takeable;
     String settled =
         withLease
@@ -379,14 +396,14 @@ public final class PostgresSql {
             : answered;
     // One key's row source flattens into an equality on the primary key, which PostgreSQL probes
     // whatever it knows; a group's is read through {@link #probe}.
-    Sets sets = new Sets(attempts, leaseUntilSet, expiresAtSet);
+    Sets sets = new Sets(attempts, leaseUntilSet, expiresAtSet, lastErrorSet);
     Keyed joined = claimKeyed(table, status, leaseUntil, sets, claimable, settled, false);
     Keyed probed = claimKeyed(table, status, leaseUntil, sets, claimable, settled, true);
     return new Keyed(joined.one(), probed.many());
   }
 
   /** The values a claim's update of an existing row sets, judged on the row as it was. */
-  private record Sets(String attempts, String leaseUntil, String expiresAt) {}
+  private record Sets(String attempts, String leaseUntil, String expiresAt, String lastError) {}
 
   private static Keyed claimKeyed(
       String table,
@@ -418,9 +435,6 @@ public final class PostgresSql {
       String settled,
       String rows,
       boolean probe) {
-    // A key claimed as SUCCESS at once (in the caller's transaction) keeps no error of an earlier
-    // failed attempt; a PROCESSING claim keeps it, as the previous attempt's, until its outcome.
-    String lastError = status.equals("'SUCCESS'") ? " last_error = NULL," : "";
     return "WITH r AS (SELECT * FROM "
         + rows
         + "),"
@@ -448,9 +462,9 @@ public final class PostgresSql {
         + sets.attempts()
         + ", owner = excluded.owner, lease_until = "
         + sets.leaseUntil()
-        + ", claim_id = excluded.claim_id,"
-        + lastError
-        + " fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
+        + ", claim_id = excluded.claim_id, last_error = "
+        + sets.lastError()
+        + ", fingerprint = COALESCE(d.fingerprint, excluded.fingerprint), source = excluded.source,"
         + " updated_at = now(), expires_at = "
         + sets.expiresAt()
         + " WHERE "
@@ -526,6 +540,10 @@ public final class PostgresSql {
                 + keepingReleaseNote("d.last_error", "excluded.last_error")
                 + ", updated_at = now(),"
                 + " expires_at = excluded.expires_at"
+                // As completeSet: a SUCCESS on a takeover given back takes its holder's claim id.
+                + (status.equals("'SUCCESS'")
+                    ? ", claim_id = COALESCE(d.claim_id, excluded.claim_id)"
+                    : "")
                 + " WHERE d.attempts = excluded.attempts AND "
                 + ownRow("excluded.claim_id")
                 + " AND "
@@ -615,6 +633,38 @@ public final class PostgresSql {
         + " ELSE "
         + written
         + " END";
+  }
+
+  /**
+   * The note a claim writes as it takes over the expired lease of the row {@code d} (before the
+   * update: its attempt and owner), as {@link TakeoverNote#of} writes it.
+   */
+  private static String takeoverNote() {
+    return "'"
+        + TakeoverNote.BEFORE_ATTEMPT
+        + "' || d.attempts || '"
+        + TakeoverNote.BEFORE_OWNER
+        + "' || d.owner || '"
+        + TakeoverNote.END
+        + "'";
+  }
+
+  /**
+   * Whether the row {@code d} is FAILED because a claim that took over its attempt's expired lease
+   * was given back unrun ({@link #releaseRestore}: no claim id, the takeover's note kept), rather
+   * than by the attempt's own FAILED, a failed later attempt or an operator's release, which
+   * overwrite the note. Nothing ran the handler after that attempt, whose holder may still be
+   * running: its SUCCESS is the key's outcome, where refused, the next delivery applied the
+   * handler's effect again.
+   */
+  private static String givenBack() {
+    return "(d.status = 'FAILED' AND d.claim_id IS NULL AND d.last_error LIKE ('"
+        + TakeoverNote.BEFORE_ATTEMPT
+        + "' || d.attempts || '"
+        + TakeoverNote.BEFORE_OWNER
+        + "%"
+        + TakeoverNote.END
+        + "'))";
   }
 
   /**
