@@ -1,5 +1,6 @@
 package io.consumerdedup.core.internal;
 
+import java.util.Objects;
 import org.jspecify.annotations.Nullable;
 
 /**
@@ -40,9 +41,10 @@ public final class TakeoverNote {
   public static String of(
       int attempt, String claimId, String owner, @Nullable String previousError) {
     String note = prefix(attempt, claimId) + owner + END;
-    return StoredText.storable(
-        previousError == null ? note : note + BEFORE_PREVIOUS_ERROR + previousError,
-        StoredText.MAX_ERROR_LENGTH);
+    return Objects.requireNonNull(
+        StoredText.storable(
+            previousError == null ? note : note + BEFORE_PREVIOUS_ERROR + previousError,
+            StoredText.MAX_ERROR_LENGTH));
   }
 
   /** How the note of a takeover of {@code claimId}'s lease (attempt {@code attempt}) starts. */
