@@ -5,6 +5,8 @@ import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
+import io.consumerdedup.core.DedupAttemptsExhaustedException;
+import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupMode;
@@ -13,6 +15,7 @@ import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.internal.SpentAttempts;
 import java.time.Duration;
 import java.util.List;
 import java.util.Optional;
@@ -22,6 +25,7 @@ import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.jspecify.annotations.Nullable;
 import org.junit.jupiter.api.extension.RegisterExtension;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
@@ -46,7 +50,19 @@ class ExpiredLeaseGivenBackTest {
   @ValueSource(strings = {"postgres", "mariadb"})
   void theHandlerOfAHolderWhoseExpiredLeaseWasTakenOverAndGivenBackRunsOnce(String database)
       throws Exception {
-    holderOutlivesATakeoverGivenBack(database, false);
+    holderOutlivesATakeoverGivenBack(database, false, false);
+  }
+
+  /**
+   * The holder's SUCCESS is refused while the other consumer still holds the key, which it gives
+   * back unrun right after: the SUCCESS was dropped as "taken over" though sending it again would
+   * be written, and the next delivery applied the handler's effect a second time.
+   */
+  @ParameterizedTest
+  @ValueSource(strings = {"postgres", "mariadb"})
+  void aSuccessRefusedJustBeforeTheTakeoverIsGivenBackIsWrittenAgain(String database)
+      throws Exception {
+    holderOutlivesATakeoverGivenBack(database, false, true);
   }
 
   /**
@@ -57,10 +73,49 @@ class ExpiredLeaseGivenBackTest {
   @ValueSource(strings = {"postgres", "mariadb"})
   void aHolderWhoseRenewalsAreRefusedAfterTheGiveBackIsNotToldItsLeaseWasLost(String database)
       throws Exception {
-    holderOutlivesATakeoverGivenBack(database, true);
+    holderOutlivesATakeoverGivenBack(database, true, false);
   }
 
-  private void holderOutlivesATakeoverGivenBack(String database, boolean renewalsComeBack)
+  /**
+   * Attempt 1 failed ("bank down"), attempt 2's process was killed, and a claim beyond the attempt
+   * limit takes attempt 2's expired lease over, gives it back and dead-letters the record: the
+   * takeover's note had replaced the failure, and the dead letter said the lease ran out instead of
+   * what failed.
+   */
+  @ParameterizedTest
+  @ValueSource(strings = {"postgres", "mariadb"})
+  void aDeadLetterAfterATakeoverOfAnExpiredLeaseShowsTheHandlersError(String database)
+      throws Exception {
+    JdbcDedupStore store = JdbcDedupStore.builder(databases.dataSource(database)).build();
+    DedupKey key = DedupKey.of("given-back", UUID.randomUUID().toString());
+    ClaimResult.Claimed first =
+        (ClaimResult.Claimed)
+            store.claim(new ClaimRequest(key, "consumer-a", SHORT_LEASE, RETENTION, null, null));
+    assertThat(store.fail(first, "bank down", RETENTION)).as("attempt 1 failed").isTrue();
+    assertThat(store.claim(new ClaimRequest(key, "killed", SHORT_LEASE, RETENTION, null, null)))
+        .as("attempt 2, whose process is killed")
+        .isInstanceOf(ClaimResult.Claimed.class);
+    await()
+        .atMost(Duration.ofSeconds(10))
+        .pollInterval(Duration.ofMillis(50))
+        .until(() -> !store.find(key).orElseThrow().isLeaseLive());
+
+    try (IdempotentExecutor executor =
+        IdempotentExecutor.builder(store).mode(DedupMode.SEPARATE).ownerId("consumer-b").build()) {
+      DedupClaim beyond = executor.claim(key, null, "orders-0@7");
+      assertThat(beyond.attempt()).as("the claim taking attempt 2 over").isEqualTo(3);
+      DedupAttemptsExhaustedException deadLetter = SpentAttempts.giveBack(beyond, 2, executor);
+
+      assertThat(deadLetter).as("what the record is dead-lettered with").isNotNull();
+      assertThat(deadLetter.lastError()).as("the dead letter's last error").contains("bank down");
+      assertThat(store.find(key).orElseThrow().lastError().orElse(""))
+          .as("the last error in the table after the give-back")
+          .endsWith(" | bank down");
+    }
+  }
+
+  private void holderOutlivesATakeoverGivenBack(
+      String database, boolean renewalsComeBack, boolean givenBackAfterTheSuccessIsRefused)
       throws Exception {
     JdbcDedupStore store = JdbcDedupStore.builder(databases.dataSource(database)).build();
     DedupKey key = DedupKey.of("given-back", UUID.randomUUID().toString());
@@ -117,9 +172,16 @@ class ExpiredLeaseGivenBackTest {
               .get(0);
       assertThat(taken).isInstanceOf(ClaimResult.Claimed.class);
       assertThat(((ClaimResult.Claimed) taken).token()).as("B's claim").isEqualTo(2);
-      assertThat(store.releaseAll(List.of((ClaimResult.Claimed) taken)))
-          .as("keys B no longer held")
-          .isEmpty();
+      Runnable giveBack =
+          () ->
+              assertThat(store.releaseAll(List.of((ClaimResult.Claimed) taken)))
+                  .as("keys B no longer held")
+                  .isEmpty();
+      if (givenBackAfterTheSuccessIsRefused) {
+        holderStore.afterAnOutcome = giveBack;
+      } else {
+        giveBack.run();
+      }
 
       if (renewalsComeBack) {
         holderStore.reachable = true;
@@ -130,6 +192,14 @@ class ExpiredLeaseGivenBackTest {
                     assertThat(holderStore.renewalsRefusedByTheStore.get())
                         .as("A's renewals the store refused")
                         .isPositive());
+        int findsBefore = holderStore.finds.get();
+        Thread.sleep(1_500); // seven renewal intervals
+        assertThat(holderStore.renewalsRefusedByTheStore.get())
+            .as("A's renewals the store refused, 1.5 s after the first")
+            .isLessThanOrEqualTo(2);
+        assertThat(holderStore.finds.get() - findsBefore)
+            .as("A's reads of the record meanwhile")
+            .isLessThanOrEqualTo(1);
       }
       handlerMayEnd.countDown();
       Optional<Throwable> holderFailure =
@@ -145,6 +215,11 @@ class ExpiredLeaseGivenBackTest {
             return "applied";
           });
 
+      if (givenBackAfterTheSuccessIsRefused) {
+        assertThat(holderStore.outcomesRefused.get())
+            .as("A's outcome refused while B held the key")
+            .isEqualTo(1);
+      }
       assertThat(effects.get()).as("effects of the handler").isEqualTo(1);
       assertThat(holderFailure).as("A's execute").isEmpty();
       DedupRecord record = store.find(key).orElseThrow();
@@ -166,7 +241,21 @@ class ExpiredLeaseGivenBackTest {
     private final DedupStore store;
     final AtomicInteger renewalsRefused = new AtomicInteger();
     final AtomicInteger renewalsRefusedByTheStore = new AtomicInteger();
+    final AtomicInteger finds = new AtomicInteger();
+    final AtomicInteger outcomesRefused = new AtomicInteger();
     volatile boolean reachable;
+
+    /** Run once after the first outcome the store refuses, before the refusal is answered. */
+    volatile @Nullable Runnable afterAnOutcome;
+
+    private void refused(boolean refused) {
+      Runnable hook = afterAnOutcome;
+      if (refused && hook != null) {
+        outcomesRefused.incrementAndGet();
+        afterAnOutcome = null;
+        hook.run();
+      }
+    }
 
     RenewalsUnreachable(DedupStore store) {
       this.store = store;
@@ -216,18 +305,24 @@ class ExpiredLeaseGivenBackTest {
 
     @Override
     public boolean complete(ClaimResult.Claimed claim, Duration retention) {
-      return store.complete(claim, retention);
+      boolean written = store.complete(claim, retention);
+      refused(!written);
+      return written;
     }
 
     @Override
     public List<DedupKey> completeAll(List<ClaimResult.Claimed> claims, Duration retention) {
-      return store.completeAll(claims, retention);
+      List<DedupKey> lost = store.completeAll(claims, retention);
+      refused(!lost.isEmpty());
+      return lost;
     }
 
     @Override
     public ClaimCompleting claimCompleting(
         ClaimRequest request, List<ClaimResult.Claimed> completing, Duration retention) {
-      return store.claimCompleting(request, completing, retention);
+      ClaimCompleting answer = store.claimCompleting(request, completing, retention);
+      refused(!answer.leaseLost().isEmpty());
+      return answer;
     }
 
     @Override
@@ -242,6 +337,7 @@ class ExpiredLeaseGivenBackTest {
 
     @Override
     public Optional<DedupRecord> find(DedupKey key) {
+      finds.incrementAndGet();
       return store.find(key);
     }
 

@@ -449,6 +449,65 @@ public abstract class DedupStoreContract {
     assertEquals(1, find(key).attempts());
   }
 
+  /**
+   * The record of a key vanished under its holder (a purge, an operator forgetting the key), the
+   * key was claimed anew under the same attempt 1, and that claim's lease was taken over and given
+   * back: the key is the new claim's, whose SUCCESS is written, not the first holder's.
+   */
+  @Test
+  void aTakeoverGivenBackLeavesTheKeyToTheClaimItTookNotToAnEarlierClaimOfTheSameAttempt()
+      throws InterruptedException {
+    DedupKey key = key("given-back-claimed-anew");
+    ClaimResult.Claimed first = claimed(store().claim(vanishing(key)));
+    waitOutShortLease();
+    while (store().purge(100) > 0) {
+      // Other tests sharing the store may have expired records too.
+    }
+    assertTrue(store().find(key).isEmpty(), "the first holder's record vanished");
+    ClaimResult.Claimed anew = claimed(store().claim(request(key, "z", shortLease(), null)));
+    assertEquals(1, anew.token(), "claimed anew: attempt 1 again");
+    waitOutShortLease();
+    takeOverAndGiveBack(key);
+
+    assertFalse(store().complete(first, RETENTION), "the first holder's late SUCCESS");
+    assertTrue(store().complete(anew, RETENTION), "the SUCCESS of the claim taken over");
+    DedupRecord record = find(key);
+    assertEquals(DedupStatus.SUCCESS, record.status());
+    assertEquals(1, record.attempts());
+  }
+
+  /**
+   * A takeover notes whose lease it took before the error the record held (an earlier attempt's
+   * failure), which a give-back keeps: the admin view and a dead letter still show the failure.
+   */
+  @Test
+  void aTakeoverKeepsThePreviousAttemptsErrorAfterItsNote() throws InterruptedException {
+    DedupKey key = key("takeover-keeps-error");
+    DedupKey longError = key("takeover-keeps-long-error");
+    assertTrue(store().fail(claimOne(key), "bank down", RETENTION), "attempt 1 failed");
+    assertTrue(store().fail(claimOne(longError), "e".repeat(2_500), RETENTION));
+    ClaimResult.Claimed killed = claimed(store().claim(request(key, "slow", shortLease(), null)));
+    ClaimResult.Claimed killedLong =
+        claimed(store().claim(request(longError, "slow", shortLease(), null)));
+    waitOutShortLease();
+    takeOverAndGiveBack(key, 3);
+    takeOverAndGiveBack(longError, 3);
+
+    String note = "Lease of attempt 2 (claim " + killed.claimId() + ") ran out, held by slow;";
+    assertEquals(
+        note + " taken over | bank down",
+        find(key).lastError().orElse(null),
+        "last error after a takeover given back");
+    String longNote = find(longError).lastError().orElse("");
+    assertEquals(
+        StoredText.MAX_ERROR_LENGTH, longNote.length(), "a long error kept after the note, cut");
+    assertTrue(
+        longNote.startsWith(
+            "Lease of attempt 2 (claim " + killedLong.claimId() + ") ran out, held by slow;"),
+        "the note before a long error: " + longNote.substring(0, 100));
+    assertTrue(store().complete(killed, RETENTION), "the holder taken over still completes");
+  }
+
   @Test
   void aTakeoverThatFailedLeavesTheKeyToTheNextDeliveryNotToTheHolderItWasTakenFrom()
       throws InterruptedException {
@@ -1007,9 +1066,13 @@ public abstract class DedupStoreContract {
    * partition revoked, its poll cut short).
    */
   private void takeOverAndGiveBack(DedupKey key) {
+    takeOverAndGiveBack(key, 2);
+  }
+
+  private void takeOverAndGiveBack(DedupKey key, int token) {
     ClaimResult.Claimed takeover =
         claimed(store().claimAll(List.of(request(key, "consumer-b"))).get(0));
-    assertEquals(2, takeover.token(), "the takeover's token");
+    assertEquals(token, takeover.token(), "the takeover's token");
     assertEquals(List.of(), store().releaseAll(List.of(takeover)), "release of the takeover");
   }
 

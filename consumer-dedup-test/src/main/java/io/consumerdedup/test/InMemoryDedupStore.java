@@ -173,7 +173,7 @@ public final class InMemoryDedupStore implements DedupStore {
             && row.status == DedupStatus.FAILED
             && row.claimId == null
             && row.attempts == claim.token()
-            && TakeoverNote.isOf(row.lastError, row.attempts)
+            && TakeoverNote.isOf(row.lastError, row.attempts, claim.claimId())
         ? row
         : null;
   }
@@ -357,13 +357,14 @@ public final class InMemoryDedupStore implements DedupStore {
     }
 
     /**
-     * The next attempt; the first fingerprint stays, and the last error, unless the claim takes
-     * over an expired lease, which it notes ({@link TakeoverNote}).
+     * The next attempt; the first fingerprint and the last error stay, and a claim that takes over
+     * an expired lease notes it before that error ({@link TakeoverNote}).
      */
     void reclaim(ClaimRequest request, Instant now) {
       if (status == DedupStatus.PROCESSING) {
+        // Named by its claim id: a key claimed anew after its record vanished has attempt 1 again.
         lastError =
-            StoredText.storable(TakeoverNote.of(attempts, owner), StoredText.MAX_ERROR_LENGTH);
+            TakeoverNote.of(attempts, Objects.requireNonNullElse(claimId, ""), owner, lastError);
       }
       status = DedupStatus.PROCESSING;
       attempts++;

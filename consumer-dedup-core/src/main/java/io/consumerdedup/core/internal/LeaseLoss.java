@@ -72,7 +72,7 @@ public record LeaseLoss(Kind kind, @Nullable String releaseNote) {
     }
     if (record.status() == DedupStatus.FAILED
         && record.attempts() == claim.token()
-        && TakeoverNote.isOf(record.lastError().orElse(null), claim.token())) {
+        && TakeoverNote.isOf(record.lastError().orElse(null), claim.token(), claim.claimId())) {
       return new LeaseLoss(Kind.GIVEN_BACK, null);
     }
     return new LeaseLoss(Kind.TAKEN_OVER, null);

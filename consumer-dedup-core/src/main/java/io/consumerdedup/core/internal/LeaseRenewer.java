@@ -336,8 +336,10 @@ public final class LeaseRenewer implements AutoCloseable {
       }
       if (loss.kind() == LeaseLoss.Kind.GIVEN_BACK) {
         // Nobody holds the key, and the outcome written when the handler ends is still this
-        // attempt's: no loss to report. Renewals go on, refused, and the first one after another
-        // consumer claims the key reads that loss.
+        // claim's: no loss to report. Renewing stops: each renewal would be refused and read the
+        // record again, every interval for as long as the handler hangs. The outcome's fenced
+        // write decides, and is refused if another consumer has claimed the key by then.
+        stop();
         return;
       }
       markLost();

@@ -148,6 +148,19 @@ final class PendingOutcomes {
     }
     outcome.renewal.outcomeSettled();
     try {
+      LeaseLoss loss = null;
+      if (!written) {
+        loss = LeaseLoss.read(store, outcome.claim());
+        if (loss.kind() == LeaseLoss.Kind.GIVEN_BACK) {
+          // Refused while another consumer held the key, which it has given back unrun since:
+          // the outcome is this claim's again, and dropped it left the effect to be applied once
+          // more by the next delivery.
+          written = writeAgain(outcome);
+          if (!written) {
+            loss = LeaseLoss.read(store, outcome.claim());
+          }
+        }
+      }
       pending.remove(outcome.key, outcome);
       outcome.cancelRetries();
       if (written) {
@@ -163,7 +176,7 @@ final class PendingOutcomes {
           listener.completed(outcome.key, outcome.token, outcome.handlerTime);
         }
       } else {
-        lost(outcome);
+        lost(outcome, loss == null ? LeaseLoss.read(store, outcome.claim()) : loss);
       }
     } finally {
       // Whatever the lines above throw (the application's listener, a log appender, an
@@ -180,12 +193,33 @@ final class PendingOutcomes {
     return written;
   }
 
-  /** Says that {@code outcome} was fenced out, and tells the listener once per lost lease. */
-  private void lost(PendingOutcome outcome) {
+  /**
+   * The fenced write of {@code outcome} sent once more, after a takeover was given back; false if
+   * refused or if it failed (logged): the outcome is then lost as it would have been.
+   */
+  private boolean writeAgain(PendingOutcome outcome) {
+    try {
+      return outcome.error == null
+          ? store.complete(outcome.claim(), successRetention)
+          : store.fail(outcome.claim(), outcome.error, failedRetention);
+    } catch (RuntimeException | Error e) {
+      log.warn(
+          "Could not write the {} of {} (attempt {}) again after a takeover was given back",
+          outcome.status(),
+          DeliverySources.where(outcome.key, outcome.source),
+          outcome.token,
+          FailureTexts.loggable(e));
+      return false;
+    }
+  }
+
+  /**
+   * Says that {@code outcome} was fenced out, and tells the listener once per lost lease. {@code
+   * loss} was read to say what happened: after an operator's release nobody holds the key, and a
+   * message sending the reader to "the new holder" would be wrong.
+   */
+  private void lost(PendingOutcome outcome, LeaseLoss loss) {
     outcome.renewal.markLost();
-    // Read to say what happened: after an operator's release nobody holds the key, and a message
-    // sending the reader to "the new holder" would be wrong.
-    LeaseLoss loss = LeaseLoss.read(store, outcome.claim());
     outcome.releaseNote = loss.releaseNote();
     if (loss.kind() == LeaseLoss.Kind.RELEASED) {
       log.warn(

@@ -41,7 +41,12 @@ public final class SpentAttempts {
 
   private static @Nullable String lastError(DedupClaim claim, IdempotentExecutor executor) {
     try {
-      return executor.store().find(claim.key()).flatMap(DedupRecord::lastError).orElse(null);
+      return executor
+          .store()
+          .find(claim.key())
+          .flatMap(DedupRecord::lastError)
+          .map(TakeoverNote::handlerError)
+          .orElse(null);
     } catch (RuntimeException e) {
       // Only the message loses it: the record is given up either way.
       log.debug("Could not read the last error of {}", claim.key(), e);

@@ -378,7 +378,11 @@ public final class MySqlDialect extends Dialect {
       statement.setString(index++, claim.key().bizType());
       statement.setString(index++, claim.key().bizKey());
       statement.setInt(index++, claim.token());
-      statement.setString(index, claim.claimId());
+      statement.setString(index++, claim.claimId());
+      if (update == FencedUpdate.COMPLETE) {
+        // The claim whose lease a takeover given back unrun noted (MySqlSql#complete).
+        statement.setString(index, claim.claimId());
+      }
       return statement.executeUpdate() == 1;
     }
   }

@@ -1,5 +1,6 @@
 package io.consumerdedup.jdbc.internal;
 
+import io.consumerdedup.core.internal.StoredText;
 import io.consumerdedup.core.internal.TakeoverNote;
 import java.util.Collections;
 
@@ -44,7 +45,7 @@ public final class MySqlSql {
 
   /**
    * Fenced by (type, key, token, claim id) as {@code PostgresSql#complete}; binds the retention in
-   * ms and the claim id first.
+   * ms and the claim id first, and the claim id again last.
    */
   public final String complete;
 
@@ -141,13 +142,15 @@ public final class MySqlSql {
             + ", claim_id = COALESCE(claim_id, ?)"
             + fencedWhere
             + "(status IN ('PROCESSING', 'SUCCESS') OR (status = 'FAILED' AND claim_id IS NULL"
-            + " AND last_error LIKE CONCAT('"
+            // Starts with the note naming this claim (bound last): the claim id, not only the
+            // attempt, as a claim of the key anew after its record vanished has attempt 1 too.
+            + " AND LOCATE(CONCAT('"
             + TakeoverNote.BEFORE_ATTEMPT
             + "', attempts, '"
+            + TakeoverNote.BEFORE_CLAIM
+            + "', ?, '"
             + TakeoverNote.BEFORE_OWNER
-            + "%"
-            + TakeoverNote.END
-            + "')))";
+            + "'), last_error) = 1))";
     fail =
         "UPDATE "
             + table
@@ -321,22 +324,29 @@ public final class MySqlSql {
 
   /**
    * The error a claim that takes a row over leaves on it, assigned first: MySQL's SET sees the
-   * values assigned before it, and this reads the status, attempt and owner the claim replaces. A
-   * takeover of an expired lease notes whose lease it took (see {@code PostgresSql#givenBack}); a
-   * claim of a FAILED row keeps its error, as the previous attempt's, until its own outcome; a key
-   * claimed as SUCCESS at once keeps no error of an earlier failed attempt.
+   * values assigned before it, and this reads the status, attempt, claim id, owner and error the
+   * claim replaces. A takeover of an expired lease notes whose lease it took, the previous error
+   * after the note (see {@code PostgresSql#givenBack}); a claim of a FAILED row keeps its error, as
+   * the previous attempt's, until its own outcome; a key claimed as SUCCESS at once keeps no error
+   * of an earlier failed attempt.
    */
   private static String lastErrorOfTakeOver(boolean withLease) {
     if (!withLease) {
       return "NULL";
     }
-    return "IF(status = 'PROCESSING', CONCAT('"
+    return "IF(status = 'PROCESSING', LEFT(CONCAT('"
         + TakeoverNote.BEFORE_ATTEMPT
         + "', attempts, '"
+        + TakeoverNote.BEFORE_CLAIM
+        + "', COALESCE(claim_id, ''), '"
         + TakeoverNote.BEFORE_OWNER
         + "', owner, '"
         + TakeoverNote.END
-        + "'), last_error)";
+        + "', COALESCE(CONCAT('"
+        + TakeoverNote.BEFORE_PREVIOUS_ERROR
+        + "', last_error), '')), "
+        + StoredText.MAX_ERROR_LENGTH
+        + "), last_error)";
   }
 
   private static String status(boolean withLease) {

@@ -271,7 +271,7 @@ public final class PostgresSql {
     claim = claim(table, true);
     claimInTransaction = claim(table, false);
     // A FAILED that a takeover given back unrun left to this attempt is still its holder's.
-    String completable = "(d.status IN ('PROCESSING', 'SUCCESS') OR " + givenBack() + ")";
+    String completable = "d.status IN ('PROCESSING', 'SUCCESS') OR ";
     find =
         "SELECT c.biz_type, c.biz_key, "
             + RECORD_COLUMNS
@@ -286,8 +286,14 @@ public final class PostgresSql {
             + " claim_id = COALESCE(d.claim_id, r.claim_id)";
     complete =
         new Keyed(
-            fenced(table, completeSet, null, completable).one(),
-            outcome(table, "'SUCCESS'", null, completable).many());
+            fenced(table, completeSet, null, "(" + completable + givenBack("r.claim_id") + ")")
+                .one(),
+            outcome(
+                    table,
+                    "'SUCCESS'",
+                    null,
+                    "(" + completable + givenBack("excluded.claim_id") + ")")
+                .many());
     String claimOne = claim.one();
     claimCompleting =
         new Keyed(
@@ -637,34 +643,50 @@ public final class PostgresSql {
 
   /**
    * The note a claim writes as it takes over the expired lease of the row {@code d} (before the
-   * update: its attempt and owner), as {@link TakeoverNote#of} writes it.
+   * update: its attempt, claim id, owner and last error), as {@link TakeoverNote#of} writes it, cut
+   * by characters as it does. A row written before claim ids names none: no claim completes on it.
    */
   private static String takeoverNote() {
-    return "'"
+    return "LEFT('"
         + TakeoverNote.BEFORE_ATTEMPT
         + "' || d.attempts || '"
+        + TakeoverNote.BEFORE_CLAIM
+        + "' || COALESCE(d.claim_id, '') || '"
         + TakeoverNote.BEFORE_OWNER
         + "' || d.owner || '"
         + TakeoverNote.END
-        + "'";
+        + "' || COALESCE('"
+        + TakeoverNote.BEFORE_PREVIOUS_ERROR
+        + "' || d.last_error, ''), "
+        + StoredText.MAX_ERROR_LENGTH
+        + ")";
   }
 
   /**
-   * Whether the row {@code d} is FAILED because a claim that took over its attempt's expired lease
-   * was given back unrun ({@link #releaseRestore}: no claim id, the takeover's note kept), rather
-   * than by the attempt's own FAILED, a failed later attempt or an operator's release, which
-   * overwrite the note. Nothing ran the handler after that attempt, whose holder may still be
-   * running: its SUCCESS is the key's outcome, where refused, the next delivery applied the
-   * handler's effect again.
+   * Whether the row {@code d} is FAILED because a claim that took over the expired lease of the
+   * claim {@code claimId} (as the statement binds it) was given back unrun ({@link
+   * #releaseRestore}: no claim id, the takeover's note kept), rather than by the attempt's own
+   * FAILED, a failed later attempt or an operator's release, which overwrite the note. Nothing ran
+   * the handler after that claim, whose holder may still be running: its SUCCESS is the key's
+   * outcome, where refused, the next delivery applied the handler's effect again. The claim id, not
+   * only the attempt: a claim of the key anew after its record vanished has attempt 1 too.
    */
-  private static String givenBack() {
-    return "(d.status = 'FAILED' AND d.claim_id IS NULL AND d.last_error LIKE ('"
-        + TakeoverNote.BEFORE_ATTEMPT
-        + "' || d.attempts || '"
-        + TakeoverNote.BEFORE_OWNER
-        + "%"
-        + TakeoverNote.END
-        + "'))";
+  private static String givenBack(String claimId) {
+    String prefix =
+        "('"
+            + TakeoverNote.BEFORE_ATTEMPT
+            + "' || d.attempts || '"
+            + TakeoverNote.BEFORE_CLAIM
+            + "' || "
+            + claimId
+            + " || '"
+            + TakeoverNote.BEFORE_OWNER
+            + "')";
+    return "(d.status = 'FAILED' AND d.claim_id IS NULL AND LEFT(d.last_error, char_length("
+        + prefix
+        + ")) = "
+        + prefix
+        + ")";
   }
 
   /**

@@ -42,11 +42,15 @@ class LeaseLossTest {
 
   @Test
   void aTakeoverOfTheHoldersAttemptGivenBackIsNoLoss() {
-    String note = TakeoverNote.of(1, "consumer-a");
+    ClaimResult.Claimed holder = holder(1);
+    String note = TakeoverNote.of(1, holder.claimId(), "consumer-a", "bank down");
 
-    assertThat(LeaseLoss.read(storeHolding(failed(1, note)), holder(1)).kind())
+    assertThat(LeaseLoss.read(storeHolding(failed(1, note)), holder).kind())
         .as("what attempt 1 is told")
         .isEqualTo(LeaseLoss.Kind.GIVEN_BACK);
+    assertThat(LeaseLoss.read(storeHolding(failed(1, note)), holder(1)).kind())
+        .as("what another claim of attempt 1 is told (the key claimed anew after a purge)")
+        .isEqualTo(LeaseLoss.Kind.TAKEN_OVER);
     assertThat(LeaseLoss.read(storeHolding(failed(2, note)), holder(2)).kind())
         .as("what attempt 2 is told of a note of attempt 1")
         .isEqualTo(LeaseLoss.Kind.TAKEN_OVER);
