@@ -17,7 +17,9 @@ import org.jspecify.annotations.Nullable;
  * @param source where the delivery came from (such as {@code payments-0@42}), or null
  * @param claimId identifies this claim, so that a claim that is sent again (its first reply was
  *     lost after the server committed it) is recognised as the caller's own instead of as another
- *     holder's live lease; unique per claim, 1 to 64 characters
+ *     holder's live lease; unique per claim, 1 to 64 characters, ASCII letters, digits, {@code -},
+ *     {@code _} and {@code .} only (another claim's takeover note names it, and no id may read as a
+ *     part of that text)
  */
 public record ClaimRequest(
     DedupKey key,
@@ -38,6 +40,24 @@ public record ClaimRequest(
       throw new IllegalArgumentException(
           "claimId must be 1 to 64 characters, was " + claimId.length());
     }
+    for (int i = 0; i < claimId.length(); i++) {
+      char c = claimId.charAt(i);
+      if (!isClaimIdCharacter(c)) {
+        // The code point, not the character: the id may be hostile text (a line break, a note).
+        throw new IllegalArgumentException(
+            "claimId may hold only ASCII letters, digits, '-', '_' and '.', but has U+%04X at index %d"
+                .formatted((int) c, i));
+      }
+    }
+  }
+
+  private static boolean isClaimIdCharacter(char c) {
+    return (c >= 'a' && c <= 'z')
+        || (c >= 'A' && c <= 'Z')
+        || (c >= '0' && c <= '9')
+        || c == '-'
+        || c == '_'
+        || c == '.';
   }
 
   /** A request with a fresh claim id. */
