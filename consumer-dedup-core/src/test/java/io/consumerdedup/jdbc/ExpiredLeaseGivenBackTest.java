@@ -16,6 +16,8 @@ import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreException;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.internal.SpentAttempts;
+import io.consumerdedup.testing.InterceptedStore;
+import java.lang.reflect.Method;
 import java.time.Duration;
 import java.util.List;
 import java.util.Optional;
@@ -126,7 +128,7 @@ class ExpiredLeaseGivenBackTest {
     RenewalsUnreachable holderStore = new RenewalsUnreachable(store);
 
     try (IdempotentExecutor holder =
-            IdempotentExecutor.builder(holderStore)
+            IdempotentExecutor.builder(holderStore.store)
                 .mode(DedupMode.SEPARATE)
                 .ownerId("consumer-a")
                 .lease(SHORT_LEASE)
@@ -237,8 +239,8 @@ class ExpiredLeaseGivenBackTest {
    * The store as A reaches it: its renewals fail as with the database unreachable, until {@link
    * #reachable}.
    */
-  private static final class RenewalsUnreachable implements DedupStore {
-    private final DedupStore store;
+  private static final class RenewalsUnreachable {
+    final DedupStore store;
     final AtomicInteger renewalsRefused = new AtomicInteger();
     final AtomicInteger renewalsRefusedByTheStore = new AtomicInteger();
     final AtomicInteger finds = new AtomicInteger();
@@ -247,6 +249,34 @@ class ExpiredLeaseGivenBackTest {
 
     /** Run once after the first outcome the store refuses, before the refusal is answered. */
     volatile @Nullable Runnable afterAnOutcome;
+
+    RenewalsUnreachable(DedupStore target) {
+      this.store = InterceptedStore.around(target, this::call);
+    }
+
+    private @Nullable Object call(Method method, Object[] args, InterceptedStore.Proceed proceed)
+        throws Throwable {
+      switch (method.getName()) {
+        case "renew", "renewAll" -> {
+          if (!reachable) {
+            renewalsRefused.incrementAndGet();
+            throw new DedupStoreException(
+                "Connection refused (the test's fault)", firstClaim(args[0]).key(), null, null);
+          }
+          Object answer = proceed.call();
+          renewalsRefusedByTheStore.addAndGet(refusedIn(answer));
+          return answer;
+        }
+        case "complete", "completeAll", "claimCompleting" -> {
+          Object answer = proceed.call();
+          refused(refusedIn(answer) > 0);
+          return answer;
+        }
+        case "find" -> finds.incrementAndGet();
+        default -> {}
+      }
+      return proceed.call();
+    }
 
     private void refused(boolean refused) {
       Runnable hook = afterAnOutcome;
@@ -257,108 +287,21 @@ class ExpiredLeaseGivenBackTest {
       }
     }
 
-    RenewalsUnreachable(DedupStore store) {
-      this.store = store;
+    private static ClaimResult.Claimed firstClaim(Object claims) {
+      return claims instanceof List<?> list
+          ? (ClaimResult.Claimed) list.get(0)
+          : (ClaimResult.Claimed) claims;
     }
 
-    private DedupStoreException unreachable(DedupKey key) {
-      renewalsRefused.incrementAndGet();
-      return new DedupStoreException("Connection refused (the test's fault)", key, null, null);
-    }
-
-    @Override
-    public boolean renew(ClaimResult.Claimed claim, Duration lease) {
-      if (!reachable) {
-        throw unreachable(claim.key());
+    /** How many of its keys a renewal's or an outcome's answer says the store refused. */
+    private static int refusedIn(@Nullable Object answer) {
+      if (answer instanceof Boolean written) {
+        return written ? 0 : 1;
       }
-      boolean renewed = store.renew(claim, lease);
-      if (!renewed) {
-        renewalsRefusedByTheStore.incrementAndGet();
+      if (answer instanceof DedupStore.ClaimCompleting completing) {
+        return completing.leaseLost().size();
       }
-      return renewed;
-    }
-
-    @Override
-    public List<DedupKey> renewAll(List<ClaimResult.Claimed> claims, Duration lease) {
-      if (!reachable) {
-        throw unreachable(claims.get(0).key());
-      }
-      List<DedupKey> notRenewed = store.renewAll(claims, lease);
-      renewalsRefusedByTheStore.addAndGet(notRenewed.size());
-      return notRenewed;
-    }
-
-    @Override
-    public ClaimResult claim(ClaimRequest request) {
-      return store.claim(request);
-    }
-
-    @Override
-    public List<ClaimResult> claimAll(List<ClaimRequest> requests) {
-      return store.claimAll(requests);
-    }
-
-    @Override
-    public ClaimResult claimInTransaction(ClaimRequest request) {
-      return store.claimInTransaction(request);
-    }
-
-    @Override
-    public boolean complete(ClaimResult.Claimed claim, Duration retention) {
-      boolean written = store.complete(claim, retention);
-      refused(!written);
-      return written;
-    }
-
-    @Override
-    public List<DedupKey> completeAll(List<ClaimResult.Claimed> claims, Duration retention) {
-      List<DedupKey> lost = store.completeAll(claims, retention);
-      refused(!lost.isEmpty());
-      return lost;
-    }
-
-    @Override
-    public ClaimCompleting claimCompleting(
-        ClaimRequest request, List<ClaimResult.Claimed> completing, Duration retention) {
-      ClaimCompleting answer = store.claimCompleting(request, completing, retention);
-      refused(!answer.leaseLost().isEmpty());
-      return answer;
-    }
-
-    @Override
-    public boolean fail(ClaimResult.Claimed claim, String error, Duration retention) {
-      return store.fail(claim, error, retention);
-    }
-
-    @Override
-    public List<DedupKey> failAll(List<Failure> failures, Duration retention) {
-      return store.failAll(failures, retention);
-    }
-
-    @Override
-    public Optional<DedupRecord> find(DedupKey key) {
-      finds.incrementAndGet();
-      return store.find(key);
-    }
-
-    @Override
-    public int purge(int limit) {
-      return store.purge(limit);
-    }
-
-    @Override
-    public boolean release(ClaimResult.Claimed claim) {
-      return store.release(claim);
-    }
-
-    @Override
-    public List<DedupKey> releaseAll(List<ClaimResult.Claimed> claims) {
-      return store.releaseAll(claims);
-    }
-
-    @Override
-    public void verifyReady(DedupMode mode) {
-      store.verifyReady(mode);
+      return ((List<?>) answer).size();
     }
   }
 }

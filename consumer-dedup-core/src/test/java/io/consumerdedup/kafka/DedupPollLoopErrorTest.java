@@ -664,12 +664,12 @@ class DedupPollLoopErrorTest {
     TestKafka.createTopics(1, fixture.topic());
     TopicPartition partition = new TopicPartition(fixture.topic(), 0);
     send(0, 10);
-    SuccessRefusingStore store = new SuccessRefusingStore(fixture.store());
+    SuccessRefusingStore refusingStore = new SuccessRefusingStore(fixture.store());
     List<String> processed = new CopyOnWriteArrayList<>();
     AtomicInteger settles = new AtomicInteger();
     AtomicReference<List<String>> failedSettlePoll = new AtomicReference<>();
     AtomicInteger processedAtFailedSettle = new AtomicInteger(-1);
-    try (IdempotentExecutor executor = executor(store)) {
+    try (IdempotentExecutor executor = executor(refusingStore.store())) {
       IdempotentRecordHandler<String, String> handler =
           IdempotentRecordHandler.<String, String>builder(executor)
               .bizType(BIZ_TYPE)
@@ -713,7 +713,7 @@ class DedupPollLoopErrorTest {
               .build();
       try (RunningLoop running = RunningLoop.start(loop)) {
         await().atMost(WAIT).until(() -> failedSettlePoll.get() != null);
-        assertThat(store.refusals).as("SUCCESS marks refused").hasPositiveValue();
+        assertThat(refusingStore.refusals).as("SUCCESS marks refused").hasPositiveValue();
         assertThat(failedSettlePoll.get())
             .as("the poll whose settle failed: the records fetched after the first five")
             .containsExactly(order(5), order(6), order(7), order(8), order(9));
@@ -729,7 +729,7 @@ class DedupPollLoopErrorTest {
               .isEqualTo(DedupStatus.SUCCESS);
         }
 
-        store.refusing = false;
+        refusingStore.refusing = false;
         LoopFixture.awaitCommitted(fixture.group(), Map.of(partition, 10L));
       }
     }

@@ -60,7 +60,7 @@ class DedupPollLoopPoisonAfterUnwrittenMarksTest {
       sendRaw(raw, "A-bad", NOT_AN_INTEGER); // offset 3
       sendRaw(raw, "A-4", amounts.serialize(fixture.topic(), 104));
     }
-    SuccessRefusingStore store = new SuccessRefusingStore(fixture.store());
+    SuccessRefusingStore refusingStore = new SuccessRefusingStore(fixture.store());
     Map<String, Object> config = TestKafka.consumerConfig(fixture.group());
     config.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, IntegerDeserializer.class);
     config.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 3); // the bad record opens the next poll
@@ -79,7 +79,7 @@ class DedupPollLoopPoisonAfterUnwrittenMarksTest {
           }
         };
     try (IdempotentExecutor executor =
-        IdempotentExecutor.builder(store)
+        IdempotentExecutor.builder(refusingStore.store())
             .lease(Duration.ofSeconds(5))
             .renewalInterval(Duration.ofMillis(300))
             .build()) {
@@ -95,9 +95,9 @@ class DedupPollLoopPoisonAfterUnwrittenMarksTest {
               .deadLetterHandler(deadLetters)
               .build();
       try (RunningLoop running = RunningLoop.start(loop)) {
-        await().atMost(WAIT).until(() -> store.refusals.get() > 0);
+        await().atMost(WAIT).until(() -> refusingStore.refusals.get() > 0);
         Thread.sleep(1_000); // the marks refused for a while: the partition held at A-0
-        store.refusing = false;
+        refusingStore.refusing = false;
         LoopFixture.awaitCommitted(fixture.group(), Map.of(partition, 5L));
       }
     }

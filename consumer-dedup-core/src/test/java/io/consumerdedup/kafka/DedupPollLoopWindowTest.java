@@ -4,17 +4,15 @@ import static io.consumerdedup.kafka.LoopFixture.BIZ_TYPE;
 import static io.consumerdedup.kafka.LoopFixture.KEY_HEADER;
 import static org.assertj.core.api.Assertions.assertThat;
 
-import io.consumerdedup.core.ClaimRequest;
-import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.IdempotentExecutor;
 import io.consumerdedup.core.Outcome;
+import io.consumerdedup.testing.InterceptedStore;
 import io.consumerdedup.testing.TestKafka;
 import java.nio.charset.StandardCharsets;
-import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -105,73 +103,17 @@ class DedupPollLoopWindowTest {
 
   /** The fixture's store, whose SUCCESS marks written in groups take 200 ms longer. */
   private static DedupStore slowMarks() {
-    DedupStore store = fixture.store();
-    return new DedupStore() {
-      @Override
-      public List<DedupKey> completeAll(List<ClaimResult.Claimed> claims, Duration retention) {
-        try {
-          Thread.sleep(200);
-        } catch (InterruptedException e) {
-          Thread.currentThread().interrupt();
-        }
-        return store.completeAll(claims, retention);
-      }
-
-      @Override
-      public List<ClaimResult> claimAll(List<ClaimRequest> requests) {
-        return store.claimAll(requests);
-      }
-
-      @Override
-      public List<DedupKey> renewAll(List<ClaimResult.Claimed> claims, Duration lease) {
-        return store.renewAll(claims, lease);
-      }
-
-      @Override
-      public List<DedupKey> releaseAll(List<ClaimResult.Claimed> claims) {
-        return store.releaseAll(claims);
-      }
-
-      @Override
-      public ClaimResult claim(ClaimRequest request) {
-        return store.claim(request);
-      }
-
-      @Override
-      public ClaimResult claimInTransaction(ClaimRequest request) {
-        return store.claimInTransaction(request);
-      }
-
-      @Override
-      public boolean complete(ClaimResult.Claimed claim, Duration retention) {
-        return store.complete(claim, retention);
-      }
-
-      @Override
-      public boolean fail(ClaimResult.Claimed claim, String error, Duration retention) {
-        return store.fail(claim, error, retention);
-      }
-
-      @Override
-      public boolean renew(ClaimResult.Claimed claim, Duration lease) {
-        return store.renew(claim, lease);
-      }
-
-      @Override
-      public Optional<DedupRecord> find(DedupKey key) {
-        return store.find(key);
-      }
-
-      @Override
-      public int purge(int limit) {
-        return store.purge(limit);
-      }
-
-      @Override
-      public boolean release(ClaimResult.Claimed claim) {
-        return store.release(claim);
-      }
-    };
+    return InterceptedStore.before(
+        fixture.store(),
+        (method, args) -> {
+          if (method.getName().equals("completeAll")) {
+            try {
+              Thread.sleep(200);
+            } catch (InterruptedException e) {
+              Thread.currentThread().interrupt();
+            }
+          }
+        });
   }
 
   @Test
