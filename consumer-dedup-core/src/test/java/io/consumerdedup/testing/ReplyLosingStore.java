@@ -3,8 +3,6 @@ package io.consumerdedup.testing;
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.DedupStore;
 import io.consumerdedup.core.DedupStoreUnavailableException;
-import java.lang.reflect.InvocationTargetException;
-import java.lang.reflect.Proxy;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -26,36 +24,29 @@ public final class ReplyLosingStore {
 
   private ReplyLosingStore(DedupStore target) {
     this.store =
-        (DedupStore)
-            Proxy.newProxyInstance(
-                getClass().getClassLoader(),
-                new Class<?>[] {DedupStore.class},
-                (self, method, args) -> {
-                  Object result;
-                  try {
-                    result = method.invoke(target, args);
-                  } catch (InvocationTargetException e) {
-                    throw e.getCause();
-                  }
-                  boolean claim =
-                      method.getName().equals("claim") || method.getName().equals("claimAll");
-                  Error error = claim ? errorNext.getAndSet(null) : null;
-                  if (error != null) {
-                    lastLossNanos.set(System.nanoTime());
-                    repliesLost.incrementAndGet();
-                    throw error;
-                  }
-                  if (claim && loseNext.compareAndSet(true, false)) {
-                    lastLossNanos.set(System.nanoTime());
-                    repliesLost.incrementAndGet();
-                    throw new DedupStoreUnavailableException(
-                        "Dedup store claim failed: connection reset (reply lost after the commit)",
-                        firstKey(args[0]).key(),
-                        firstKey(args[0]).source(),
-                        null);
-                  }
-                  return result;
-                });
+        InterceptedStore.around(
+            target,
+            (method, args, proceed) -> {
+              Object result = proceed.call();
+              boolean claim =
+                  method.getName().equals("claim") || method.getName().equals("claimAll");
+              Error error = claim ? errorNext.getAndSet(null) : null;
+              if (error != null) {
+                lastLossNanos.set(System.nanoTime());
+                repliesLost.incrementAndGet();
+                throw error;
+              }
+              if (claim && loseNext.compareAndSet(true, false)) {
+                lastLossNanos.set(System.nanoTime());
+                repliesLost.incrementAndGet();
+                throw new DedupStoreUnavailableException(
+                    "Dedup store claim failed: connection reset (reply lost after the commit)",
+                    firstKey(args[0]).key(),
+                    firstKey(args[0]).source(),
+                    null);
+              }
+              return result;
+            });
   }
 
   /** A store in front of {@code target}. */
