@@ -80,7 +80,9 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * handler sees the failure before anything is acknowledged. A listener that calls {@code
  * Acknowledgment.nack} leaves its key FAILED, so the redelivery it asked for runs it again. A
  * duplicate is not invoked: it returns {@code null}, a primitive's zero, or an empty future or
- * Mono, and its {@code Acknowledgment} is acknowledged.
+ * Mono, and its {@code Acknowledgment} is acknowledged if the container called the method (a
+ * {@code @KafkaListener}, {@code @KafkaHandler} or {@code @DltHandler} method); a method that a
+ * listener calls leaves its record to that listener to acknowledge.
  *
  * <p>Claims per poll (unless built with {@code claimsPerPoll} false): when the container's consumer
  * tells the listener its poll ({@link DedupConsumerPostProcessor}, which {@link
@@ -339,13 +341,14 @@ public final class IdempotentListenerInterceptor {
    * start's listener saw the lag grow, and every record come again after each restart, without a
    * word of why. A batch listener likewise, at its first batch: its container's ack mode is known
    * from {@link CurrentBatch}, and the messages of a {@code List<Message<?>>} carry the
-   * acknowledgment.
+   * acknowledgment. Not a method that a listener calls: that listener acknowledges its record.
    */
   private void warnIfItCannotAcknowledge(
       IdempotentListenerMethod listener, @Nullable Object[] arguments) {
     ContainerProperties.@Nullable AckMode ackMode =
         listener.shape.batchListener ? CurrentBatch.ackMode() : CurrentRecordInterceptor.ackMode();
-    if (listener.shape.ackIndex >= 0
+    if (!listener.calledByContainer
+        || listener.shape.ackIndex >= 0
         || (ackMode != ContainerProperties.AckMode.MANUAL
             && ackMode != ContainerProperties.AckMode.MANUAL_IMMEDIATE)
         || Arrays.stream(arguments).anyMatch(IdempotentListenerInterceptor::canAcknowledge)
@@ -474,9 +477,14 @@ public final class IdempotentListenerInterceptor {
         if (poll != null) {
           poll.marks().written(record); // SUCCESS, whatever an earlier delivery's mark met
         }
-        if (acknowledgment != null && listener.shape.returns == ListenerShape.Returns.VALUE) {
+        if (acknowledgment != null
+            && listener.calledByContainer
+            && listener.shape.returns == ListenerShape.Returns.VALUE) {
           // As spring-kafka does for records it filters out: otherwise, in a manual ack mode, the
-          // duplicate's offset is never committed and the consumer's lag never reaches zero.
+          // duplicate's offset is never committed and the consumer's lag never reaches zero. Not
+          // for a method a listener calls, whose record the listener acknowledges: acknowledged
+          // here, a redelivery for the listener's next method, which had failed, was committed
+          // past before that method ran, and lost if it failed again before a stop or rebalance.
           acknowledgment.acknowledge();
         }
         return listener.shape.duplicateResult();
