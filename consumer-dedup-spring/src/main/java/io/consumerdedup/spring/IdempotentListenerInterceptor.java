@@ -461,7 +461,7 @@ public final class IdempotentListenerInterceptor {
     }
     ListenerOutcomes.Pending pending;
     HeldAcknowledgment held = null;
-    PollAwareConsumer<?, ?> committer;
+    PollAwareConsumer.CommitHold commits;
     try {
       if (poll != null) {
         // Before the poll's first listener runs, the marks of the polls before are written (they
@@ -504,21 +504,19 @@ public final class IdempotentListenerInterceptor {
       // (which commits the positions, past its record) is held until its outcome is settled, and
       // dropped if it fails: sent at once, it passed a record then recorded FAILED, which a stop or
       // a crash before the error handler's retry lost.
-      committer = listener.shape.handOver(arguments, acknowledgment, held);
-      if (committer != null) {
-        // Within the give-back: an OutOfMemoryError here left a claim made alone PROCESSING.
-        committer.holdCommits();
-      }
+      PollAwareConsumer<?, ?> committer = listener.shape.handOver(arguments, acknowledgment, held);
+      // Within the give-back: an OutOfMemoryError here left a claim made alone PROCESSING.
+      commits = committer == null ? null : committer.holdCommits();
     } catch (Throwable beforeCall) {
       giveBack(claim, executor, beforeCall);
       throw beforeCall;
     }
     try {
       return invokeHoldingCommits(
-          invocation, listener, record, claim, source, pending, held, committer);
+          invocation, listener, record, claim, source, pending, held, commits);
     } finally {
-      if (committer != null) {
-        committer.releaseCommits(false); // the call failed: its commits are dropped
+      if (commits != null) {
+        commits.release(false); // the call failed: its commits are dropped
       }
     }
   }
@@ -531,7 +529,7 @@ public final class IdempotentListenerInterceptor {
       String source,
       ListenerOutcomes.Pending pending,
       @Nullable HeldAcknowledgment held,
-      @Nullable PollAwareConsumer<?, ?> committer)
+      PollAwareConsumer.@Nullable CommitHold commits)
       throws Throwable {
     Object result;
     // A null future or Mono (an early "return null" for work done at once) is a call that is
@@ -597,14 +595,14 @@ public final class IdempotentListenerInterceptor {
                 : null;
         Object value =
             awaitSettled(Objects.requireNonNull(future), pending, claim, listener, settleHere);
-        passOn(committer, held);
+        passOn(commits, held);
         return returns == ListenerShape.Returns.FUTURE
             ? CompletableFuture.completedFuture(value)
             : MonoOutcomes.of(value);
       default:
         pending.listenerSucceeded();
         settle(listener, record, pending, claim, source);
-        passOn(committer, held);
+        passOn(commits, held);
         // Completed rather than null: spring-kafka acknowledges an asynchronous listener's
         // record only when its future completes, and would stall the partition on a null.
         return result == null ? listener.shape.duplicateResult() : result;
@@ -617,8 +615,8 @@ public final class IdempotentListenerInterceptor {
    * held too), whatever sending the commits throws.
    */
   private static void passOn(
-      @Nullable PollAwareConsumer<?, ?> committer, @Nullable HeldAcknowledgment held) {
-    HeldCallEnd.passOn(committer, () -> release(held));
+      PollAwareConsumer.@Nullable CommitHold commits, @Nullable HeldAcknowledgment held) {
+    HeldCallEnd.passOn(commits, () -> release(held));
   }
 
   /**
