@@ -12,17 +12,17 @@ final class HeldCallEnd {
   private HeldCallEnd() {}
 
   /**
-   * Sends {@code committer}'s held commits, then runs {@code acknowledgment}. What sending them
+   * Releases {@code commits}, sending them, then runs {@code acknowledgment}. What sending them
    * throws (an {@code Error} of an application's commit callback, which Kafka runs as it sends the
    * next commit) is thrown once the acknowledgment is passed on: the outcomes are written, and an
    * acknowledgment dropped there left the call's records uncommitted when the {@code Error} stopped
    * the container, and, under {@code asyncAcks}, kept spring-kafka from committing anything past
    * them.
    */
-  static void passOn(@Nullable PollAwareConsumer<?, ?> committer, Runnable acknowledgment) {
+  static void passOn(PollAwareConsumer.@Nullable CommitHold commits, Runnable acknowledgment) {
     try {
-      if (committer != null) {
-        committer.releaseCommits(true);
+      if (commits != null) {
+        commits.release(true);
       }
     } catch (RuntimeException | Error thrown) {
       try {

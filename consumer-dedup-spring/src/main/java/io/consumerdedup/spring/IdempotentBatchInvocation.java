@@ -211,9 +211,10 @@ final class IdempotentBatchInvocation {
       if (stop != null) {
         throw stop.failure(listener, records);
       }
-      if (acknowledgment != null) {
+      if (acknowledgment != null && listener.calledByContainer) {
         // Only duplicates: as spring-kafka does for records it filters out, else in a manual ack
-        // mode their offsets are never committed.
+        // mode their offsets are never committed. A method a listener calls leaves the batch to
+        // that listener, which may go on to a method that fails.
         acknowledgment.acknowledge();
       }
       return listener.shape.duplicateResult();
@@ -222,14 +223,12 @@ final class IdempotentBatchInvocation {
     HeldBatchAcknowledgment heldAck =
         acknowledgment != null ? new HeldBatchAcknowledgment(acknowledgment, kept) : null;
     PollAwareConsumer<?, ?> committer = listener.shape.handOver(arguments, acknowledgment, heldAck);
-    if (committer != null) {
-      committer.holdCommits();
-    }
+    PollAwareConsumer.CommitHold commits = committer == null ? null : committer.holdCommits();
     try {
-      return invokeHoldingCommits(invocation, batch, kept, stop, heldAck, committer);
+      return invokeHoldingCommits(invocation, batch, kept, stop, heldAck, commits);
     } finally {
-      if (committer != null) {
-        committer.releaseCommits(false); // the batch is not done: its commits are dropped
+      if (commits != null) {
+        commits.release(false); // the batch is not done: its commits are dropped
       }
     }
   }
@@ -240,7 +239,7 @@ final class IdempotentBatchInvocation {
       KeptBatchRecords kept,
       @Nullable BatchStop stop,
       @Nullable HeldBatchAcknowledgment heldAck,
-      @Nullable PollAwareConsumer<?, ?> committer)
+      PollAwareConsumer.@Nullable CommitHold commits)
       throws Throwable {
     List<ConsumerRecord<Object, Object>> records = batch.records;
     Object result;
@@ -325,7 +324,7 @@ final class IdempotentBatchInvocation {
       // Nacked at a record, but the transaction rolled back (marked rollback-only): the records
       // before that one are undone too, and FAILED above. Nacked where the method said, the
       // container committed them as done: never applied. The batch comes again from its start.
-      dropListenersCommits(committer);
+      dropListenersCommits(commits);
       heldAck.nackAt(kept.batchIndexes.get(0));
       return result;
     }
@@ -343,7 +342,7 @@ final class IdempotentBatchInvocation {
           attempts);
       int batchNack =
           written != null ? Math.min(written.index(), kept.batchIndexes.get(nackAt)) : -1;
-      dropListenersCommits(committer);
+      dropListenersCommits(commits);
       heldAck.nackAt(batchNack >= 0 ? batchNack : kept.batchIndexes.get(nackAt));
       return result;
     }
@@ -357,7 +356,7 @@ final class IdempotentBatchInvocation {
     }
     // Every record done, its outcome written.
     HeldCallEnd.passOn(
-        committer,
+        commits,
         () -> {
           if (heldAck != null) {
             heldAck.release();
@@ -372,9 +371,9 @@ final class IdempotentBatchInvocation {
    * the nacked one, in ack mode MANUAL_IMMEDIATE) must go out. Still held, it was dropped with
    * them, and those records, done, came again after a restart.
    */
-  private static void dropListenersCommits(@Nullable PollAwareConsumer<?, ?> committer) {
-    if (committer != null) {
-      committer.releaseCommits(false);
+  private static void dropListenersCommits(PollAwareConsumer.@Nullable CommitHold commits) {
+    if (commits != null) {
+      commits.release(false);
     }
   }
 

@@ -80,7 +80,9 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * handler sees the failure before anything is acknowledged. A listener that calls {@code
  * Acknowledgment.nack} leaves its key FAILED, so the redelivery it asked for runs it again. A
  * duplicate is not invoked: it returns {@code null}, a primitive's zero, or an empty future or
- * Mono, and its {@code Acknowledgment} is acknowledged.
+ * Mono, and its {@code Acknowledgment} is acknowledged if the container called the method (a
+ * {@code @KafkaListener}, {@code @KafkaHandler} or {@code @DltHandler} method); a method that a
+ * listener calls leaves its record to that listener to acknowledge.
  *
  * <p>Claims per poll (unless built with {@code claimsPerPoll} false): when the container's consumer
  * tells the listener its poll ({@link DedupConsumerPostProcessor}, which {@link
@@ -339,13 +341,14 @@ public final class IdempotentListenerInterceptor {
    * start's listener saw the lag grow, and every record come again after each restart, without a
    * word of why. A batch listener likewise, at its first batch: its container's ack mode is known
    * from {@link CurrentBatch}, and the messages of a {@code List<Message<?>>} carry the
-   * acknowledgment.
+   * acknowledgment. Not a method that a listener calls: that listener acknowledges its record.
    */
   private void warnIfItCannotAcknowledge(
       IdempotentListenerMethod listener, @Nullable Object[] arguments) {
     ContainerProperties.@Nullable AckMode ackMode =
         listener.shape.batchListener ? CurrentBatch.ackMode() : CurrentRecordInterceptor.ackMode();
-    if (listener.shape.ackIndex >= 0
+    if (!listener.calledByContainer
+        || listener.shape.ackIndex >= 0
         || (ackMode != ContainerProperties.AckMode.MANUAL
             && ackMode != ContainerProperties.AckMode.MANUAL_IMMEDIATE)
         || Arrays.stream(arguments).anyMatch(IdempotentListenerInterceptor::canAcknowledge)
@@ -458,7 +461,7 @@ public final class IdempotentListenerInterceptor {
     }
     ListenerOutcomes.Pending pending;
     HeldAcknowledgment held = null;
-    PollAwareConsumer<?, ?> committer;
+    PollAwareConsumer.CommitHold commits;
     try {
       if (poll != null) {
         // Before the poll's first listener runs, the marks of the polls before are written (they
@@ -474,9 +477,14 @@ public final class IdempotentListenerInterceptor {
         if (poll != null) {
           poll.marks().written(record); // SUCCESS, whatever an earlier delivery's mark met
         }
-        if (acknowledgment != null && listener.shape.returns == ListenerShape.Returns.VALUE) {
+        if (acknowledgment != null
+            && listener.calledByContainer
+            && listener.shape.returns == ListenerShape.Returns.VALUE) {
           // As spring-kafka does for records it filters out: otherwise, in a manual ack mode, the
-          // duplicate's offset is never committed and the consumer's lag never reaches zero.
+          // duplicate's offset is never committed and the consumer's lag never reaches zero. Not
+          // for a method a listener calls, whose record the listener acknowledges: acknowledged
+          // here, a redelivery for the listener's next method, which had failed, was committed
+          // past before that method ran, and lost if it failed again before a stop or rebalance.
           acknowledgment.acknowledge();
         }
         return listener.shape.duplicateResult();
@@ -496,21 +504,19 @@ public final class IdempotentListenerInterceptor {
       // (which commits the positions, past its record) is held until its outcome is settled, and
       // dropped if it fails: sent at once, it passed a record then recorded FAILED, which a stop or
       // a crash before the error handler's retry lost.
-      committer = listener.shape.handOver(arguments, acknowledgment, held);
-      if (committer != null) {
-        // Within the give-back: an OutOfMemoryError here left a claim made alone PROCESSING.
-        committer.holdCommits();
-      }
+      PollAwareConsumer<?, ?> committer = listener.shape.handOver(arguments, acknowledgment, held);
+      // Within the give-back: an OutOfMemoryError here left a claim made alone PROCESSING.
+      commits = committer == null ? null : committer.holdCommits();
     } catch (Throwable beforeCall) {
       giveBack(claim, executor, beforeCall);
       throw beforeCall;
     }
     try {
       return invokeHoldingCommits(
-          invocation, listener, record, claim, source, pending, held, committer);
+          invocation, listener, record, claim, source, pending, held, commits);
     } finally {
-      if (committer != null) {
-        committer.releaseCommits(false); // the call failed: its commits are dropped
+      if (commits != null) {
+        commits.release(false); // the call failed: its commits are dropped
       }
     }
   }
@@ -523,7 +529,7 @@ public final class IdempotentListenerInterceptor {
       String source,
       ListenerOutcomes.Pending pending,
       @Nullable HeldAcknowledgment held,
-      @Nullable PollAwareConsumer<?, ?> committer)
+      PollAwareConsumer.@Nullable CommitHold commits)
       throws Throwable {
     Object result;
     // A null future or Mono (an early "return null" for work done at once) is a call that is
@@ -589,14 +595,14 @@ public final class IdempotentListenerInterceptor {
                 : null;
         Object value =
             awaitSettled(Objects.requireNonNull(future), pending, claim, listener, settleHere);
-        passOn(committer, held);
+        passOn(commits, held);
         return returns == ListenerShape.Returns.FUTURE
             ? CompletableFuture.completedFuture(value)
             : MonoOutcomes.of(value);
       default:
         pending.listenerSucceeded();
         settle(listener, record, pending, claim, source);
-        passOn(committer, held);
+        passOn(commits, held);
         // Completed rather than null: spring-kafka acknowledges an asynchronous listener's
         // record only when its future completes, and would stall the partition on a null.
         return result == null ? listener.shape.duplicateResult() : result;
@@ -609,8 +615,8 @@ public final class IdempotentListenerInterceptor {
    * held too), whatever sending the commits throws.
    */
   private static void passOn(
-      @Nullable PollAwareConsumer<?, ?> committer, @Nullable HeldAcknowledgment held) {
-    HeldCallEnd.passOn(committer, () -> release(held));
+      PollAwareConsumer.@Nullable CommitHold commits, @Nullable HeldAcknowledgment held) {
+    HeldCallEnd.passOn(commits, () -> release(held));
   }
 
   /**

@@ -25,6 +25,7 @@ import org.springframework.core.annotation.AnnotatedElementUtils;
 import org.springframework.expression.Expression;
 import org.springframework.expression.ParseException;
 import org.springframework.expression.spel.standard.SpelExpressionParser;
+import org.springframework.kafka.annotation.DltHandler;
 import org.springframework.kafka.annotation.KafkaHandler;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.support.KafkaUtils;
@@ -72,6 +73,14 @@ final class IdempotentListenerMethod {
    * several the container may hand a poll's records to.
    */
   final boolean classLevel;
+
+  /**
+   * Whether a container calls it with its record ({@code @KafkaListener}, {@code @KafkaHandler},
+   * {@code @DltHandler}), rather than a listener that calls it: only the container's listener says
+   * when its record is done. A listener calling one method per biz type may go on, after one that
+   * is a duplicate, to one that fails.
+   */
+  final boolean calledByContainer;
 
   /** Whether the key or fingerprint expression reads {@code #payload}. */
   final boolean readsPayload;
@@ -152,6 +161,8 @@ final class IdempotentListenerMethod {
               method.getDeclaringClass(), KafkaListener.class);
     }
     this.kafkaListener = listener;
+    this.calledByContainer =
+        isListenerMethod(method) || AnnotatedElementUtils.hasAnnotation(method, DltHandler.class);
     this.selfCallWarning = selfCallWarning(method);
     this.readsPayload = readsPayload(key) || readsPayload(fingerprint);
     this.listenerId = listener == null ? "" : listener.id();

@@ -82,10 +82,10 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   private boolean committingAfterTransaction;
 
   /**
-   * The commits an {@code @Idempotent} listener made through this consumer while it ran, sent once
-   * its outcomes are written ({@link #holdCommits}); null while none runs.
+   * The commits the innermost {@code @Idempotent} call running made through this consumer, sent
+   * once its outcomes are written ({@link #holdCommits}); null while none runs.
    */
-  private @Nullable List<HeldCommit> heldForBatch;
+  private @Nullable CommitHold heldForBatch;
 
   /** Whether the last poll returned no records: the container has nothing new to commit. */
   private boolean idle;
@@ -100,7 +100,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   /** How long a poll waits for records before committing what is owed. */
   private static final Duration OWED_WAIT = Duration.ofMillis(100);
 
-  /** Tells a held commit's callback it is dropped (releaseCommits). */
+  /** Tells a held commit's callback it is dropped (CommitHold.release). */
   private static final EachRegardless.Step<PollAwareConsumer<?, ?>, List<HeldCommit>> DROP_HELD =
       (self, held, i) -> {
         Error thrown = held.get(i).dropped("the listener's call failed");
@@ -109,7 +109,7 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
         }
       };
 
-  /** Sends a held commit (releaseCommits). */
+  /** Sends a held commit (CommitHold.release). */
   private static final EachRegardless.Step<PollAwareConsumer<?, ?>, List<HeldCommit>> SEND_HELD =
       (self, held, i) -> self.releaseHeld(held.get(i));
 
@@ -322,30 +322,42 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
   }
 
   /**
-   * Holds the commits made through this consumer from now on, until {@link #releaseCommits}: an
+   * Holds the commits made through this consumer from now on, until {@link CommitHold#release}: an
    * {@code @Idempotent} listener runs (a batch listener, or a record listener), and its outcomes
    * are written after it returns. A commit it makes through its {@code Consumer} argument ({@code
    * commitSync()}, which commits the positions, past the whole batch) would pass records whose
    * SUCCESS is not written yet, and, if the listener then throws, records left FAILED: with the
    * container stopped, or the partition gone, before their retry, they would never come again.
+   *
+   * @return the hold, to be released once the call's outcome is settled
    */
-  public void holdCommits() {
-    heldForBatch = new ArrayList<>();
+  public CommitHold holdCommits() {
+    CommitHold hold = new CommitHold(this, heldForBatch);
+    heldForBatch = hold;
+    return hold;
   }
 
-  /**
-   * Ends the hold of {@link #holdCommits}: sends the commits held, in their order, if {@code send}
-   * (every record of the call is done, its outcome written or, in a transaction, left to its
-   * commit), else drops them (the container's error handler commits the records before a failed
-   * one). Once the hold is ended, nothing.
-   *
-   * @throws Error an {@code Error} an application's commit callback threw, once every held commit
-   *     was sent or its callback told; a {@code RuntimeException} one threw is logged instead
-   */
-  public void releaseCommits(boolean send) {
-    List<HeldCommit> held = heldForBatch;
-    heldForBatch = null;
-    if (held == null || held.isEmpty()) {
+  /** See {@link CommitHold#release}. */
+  private void releaseCommits(CommitHold hold, boolean send) {
+    if (hold.ended) {
+      return;
+    }
+    hold.ended = true;
+    CommitHold enclosing = hold.enclosing;
+    while (enclosing != null && enclosing.ended) {
+      enclosing = enclosing.enclosing;
+    }
+    if (heldForBatch == hold) {
+      heldForBatch = enclosing;
+    }
+    List<HeldCommit> held = hold.commits;
+    if (held.isEmpty()) {
+      return;
+    }
+    if (send && enclosing != null) {
+      // Made within the enclosing call, past its record too: its outcome decides, as for the
+      // commits it made itself.
+      enclosing.commits.addAll(held);
       return;
     }
     // An Error an application's commit callback throws is thrown once every held commit was sent
@@ -410,12 +422,44 @@ public final class PollAwareConsumer<K, V> extends ForwardingConsumer<K, V> {
 
   /** Whether {@code commit} is held until the running batch listener's outcomes are written. */
   private boolean heldForBatch(HeldCommit commit) {
-    List<HeldCommit> held = heldForBatch;
-    if (held == null || committingAfterTransaction) {
+    CommitHold hold = heldForBatch;
+    if (hold == null || committingAfterTransaction) {
       return false;
     }
-    held.add(commit);
+    hold.commits.add(commit);
     return true;
+  }
+
+  /**
+   * The commits held for one {@code @Idempotent} call ({@link #holdCommits}). Calls nest: a
+   * listener calls an {@code @Idempotent} method of another bean whose message carries the same
+   * consumer. The inner call's hold ends before the enclosing one, which then holds again: replaced
+   * by the inner hold, the enclosing call's commits made before it were neither sent nor their
+   * callbacks told, and those made after it went out at once, before its outcome was written.
+   */
+  public static final class CommitHold {
+    private final PollAwareConsumer<?, ?> consumer;
+    private final @Nullable CommitHold enclosing;
+    private final List<HeldCommit> commits = new ArrayList<>();
+    private boolean ended;
+
+    private CommitHold(PollAwareConsumer<?, ?> consumer, @Nullable CommitHold enclosing) {
+      this.consumer = consumer;
+      this.enclosing = enclosing;
+    }
+
+    /**
+     * Ends the hold: sends the commits held, in their order, if {@code send} (every record of the
+     * call is done, its outcome written or, in a transaction, left to its commit), else drops them
+     * (the container's error handler commits the records before a failed one). Sent within an
+     * enclosing call still holding, they join its hold instead. Once the hold is ended, nothing.
+     *
+     * @throws Error an {@code Error} an application's commit callback threw, once every held commit
+     *     was sent or its callback told; a {@code RuntimeException} one threw is logged instead
+     */
+    public void release(boolean send) {
+      consumer.releaseCommits(this, send);
+    }
   }
 
   /**

@@ -36,11 +36,11 @@ class PollAwareConsumerHeldAsyncCommitTest {
     MockConsumer<String, String> kafka = new MockConsumer<>("earliest");
     PollAwareConsumer<String, String> consumer = assigned(kafka);
 
-    consumer.holdCommits(); // the listener's call begins
+    PollAwareConsumer.CommitHold hold = consumer.holdCommits(); // the listener's call begins
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> commitEnded =
         new CompletableFuture<>();
     consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(1)), toldTo(commitEnded));
-    consumer.releaseCommits(false); // the call threw: its commits are dropped
+    hold.release(false); // the call threw: its commits are dropped
 
     assertThat(kafka.committed(Set.of(PARTITION)).get(PARTITION))
         .as("[offset committed past the record whose call failed]")
@@ -48,6 +48,37 @@ class PollAwareConsumerHeldAsyncCommitTest {
     assertThat(commitEnded)
         .as("[the listener's commit callback, its commit dropped as the call failed]")
         .isCompletedExceptionally();
+  }
+
+  /**
+   * A listener calls an {@code @Idempotent} method of another bean whose message carries the same
+   * consumer: the listener's commits made before and after that call, and the method's own, wait
+   * for the listener's outcome, and are dropped, their callbacks told, when it fails.
+   */
+  @Test
+  void commitsAroundANestedCallWaitForTheEnclosingCallAndAreDroppedWhenItFails() {
+    MockConsumer<String, String> kafka = new MockConsumer<>("earliest");
+    PollAwareConsumer<String, String> consumer = assigned(kafka);
+    List<CompletableFuture<Map<TopicPartition, OffsetAndMetadata>>> ended =
+        List.of(new CompletableFuture<>(), new CompletableFuture<>(), new CompletableFuture<>());
+
+    PollAwareConsumer.CommitHold listener = consumer.holdCommits();
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(1)), toldTo(ended.get(0)));
+    PollAwareConsumer.CommitHold method = consumer.holdCommits();
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(1)), toldTo(ended.get(1)));
+    method.release(true); // the method's call succeeded
+    consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(1)), toldTo(ended.get(2)));
+
+    assertThat(kafka.committed(Set.of(PARTITION)).get(PARTITION))
+        .as("[offset committed while the listener's call runs]")
+        .isNull();
+    listener.release(false); // the listener's call threw
+    assertThat(kafka.committed(Set.of(PARTITION)).get(PARTITION))
+        .as("[offset committed past the record whose listener failed]")
+        .isNull();
+    assertThat(ended)
+        .as("[the callbacks of the commits before, within and after the method's call]")
+        .allSatisfy(callback -> assertThat(callback).isCompletedExceptionally());
   }
 
   @Test
@@ -82,6 +113,7 @@ class PollAwareConsumerHeldAsyncCommitTest {
     PollAwareConsumer<String, String> consumer = assigned(kafka);
     Error callbackError = new StackOverflowError("the application's first commit callback");
 
+    PollAwareConsumer.CommitHold hold = consumer.holdCommits(); // the listener's call begins
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
         heldBehind(
             consumer,
@@ -89,7 +121,7 @@ class PollAwareConsumerHeldAsyncCommitTest {
               throw callbackError;
             });
 
-    assertThatThrownBy(() -> consumer.releaseCommits(false)) // the call threw
+    assertThatThrownBy(() -> hold.release(false)) // the call threw
         .as("[what the first callback threw, once every callback was told]")
         .isSameAs(callbackError);
     assertThat(secondEnded)
@@ -108,6 +140,7 @@ class PollAwareConsumerHeldAsyncCommitTest {
     PollAwareConsumer<String, String> consumer = assigned(kafka);
     Error callbackError = new StackOverflowError("the application's first commit callback");
 
+    PollAwareConsumer.CommitHold hold = consumer.holdCommits(); // the listener's call begins
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
         heldBehind(
             consumer,
@@ -115,7 +148,7 @@ class PollAwareConsumerHeldAsyncCommitTest {
               throw callbackError;
             });
 
-    assertThatThrownBy(() -> consumer.releaseCommits(true)) // the call succeeded
+    assertThatThrownBy(() -> hold.release(true)) // the call succeeded
         .as("[what the first callback threw, once the held commits were sent]")
         .isSameAs(callbackError);
     assertSecondSentAndTold(kafka, consumer, secondEnded);
@@ -131,13 +164,14 @@ class PollAwareConsumerHeldAsyncCommitTest {
     CallbacksLater kafka = new CallbacksLater();
     PollAwareConsumer<String, String> consumer = assigned(kafka);
 
+    PollAwareConsumer.CommitHold hold = consumer.holdCommits(); // the listener's call begins
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
         heldBehind(
             consumer,
             (offsets, e) -> {
               throw new IllegalStateException("the application's first commit callback");
             });
-    consumer.releaseCommits(true); // the call succeeded
+    hold.release(true); // the call succeeded
 
     assertSecondSentAndTold(kafka, consumer, secondEnded);
   }
@@ -158,10 +192,10 @@ class PollAwareConsumerHeldAsyncCommitTest {
         (offsets, e) -> {
           throw new IllegalStateException("the application's callback of a commit outside a call");
         });
-    consumer.holdCommits(); // the listener's call begins
+    PollAwareConsumer.CommitHold hold = consumer.holdCommits(); // the listener's call begins
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> heldEnded = new CompletableFuture<>();
     consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(2)), toldTo(heldEnded));
-    consumer.releaseCommits(true); // the call succeeded
+    hold.release(true); // the call succeeded
 
     assertSentAndTold(
         kafka,
@@ -181,6 +215,7 @@ class PollAwareConsumerHeldAsyncCommitTest {
     MockConsumer<String, String> kafka = new MockConsumer<>("earliest");
     PollAwareConsumer<String, String> consumer = assigned(kafka);
 
+    PollAwareConsumer.CommitHold hold = consumer.holdCommits(); // the listener's call begins
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
         heldBehind(
             consumer,
@@ -193,7 +228,7 @@ class PollAwareConsumerHeldAsyncCommitTest {
               };
             });
 
-    consumer.releaseCommits(false); // the call threw: its commits are dropped
+    hold.release(false); // the call threw: its commits are dropped
     assertThat(secondEnded)
         .as("[the second commit's callback, its commit dropped as the call failed]")
         .isCompletedExceptionally();
@@ -209,13 +244,13 @@ class PollAwareConsumerHeldAsyncCommitTest {
   }
 
   /**
-   * A listener's call begins and commits offset 1 with {@code firstCallback}, then offset 2.
+   * A listener's call, holding its commits, commits offset 1 with {@code firstCallback}, then
+   * offset 2.
    *
    * @return ended as the second commit's callback is told
    */
   private static CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> heldBehind(
       PollAwareConsumer<String, String> consumer, OffsetCommitCallback firstCallback) {
-    consumer.holdCommits();
     consumer.commitAsync(Map.of(PARTITION, new OffsetAndMetadata(1)), firstCallback);
     CompletableFuture<Map<TopicPartition, OffsetAndMetadata>> secondEnded =
         new CompletableFuture<>();
