@@ -64,8 +64,10 @@ import org.springframework.test.context.DynamicPropertySource;
  * from committing past its record; a key in progress elsewhere in the middle of a poll is held and
  * the claims after it given back; a failure is retried; a consumer that is thrown out of its group
  * in the middle of a poll leaves nothing applied twice; an {@code Error} gives back the poll's
- * claims; ack modes COUNT and TIME, whose acknowledgments wait in the container, commit at a
- * rebalance what is done, never past a mark not written. A real PostgreSQL and the in-JVM broker.
+ * claims; a record applied through two {@code @Idempotent} methods is not committed past until the
+ * marks of both are written; ack modes COUNT and TIME, whose acknowledgments wait in the container,
+ * commit at a rebalance what is done, never past a mark not written. A real PostgreSQL and the
+ * in-JVM broker.
  */
 @SpringBootTest(classes = RecordListenerPollClaimsTest.App.class)
 @DirtiesContext
@@ -76,6 +78,7 @@ class RecordListenerPollClaimsTest {
   static final String FLAKY = "pc-flaky";
   static final String ERROR = "pc-error";
   static final String ASYNC = "pc-async";
+  static final String ORDER_AND_INVOICE = "pc-order-invoice";
   static final String REBALANCE = "pc-rebalance";
   static final String ACK = "pc-ack-";
   static final String ACK_REBALANCE = "pc-ackreb-";
@@ -84,7 +87,8 @@ class RecordListenerPollClaimsTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    List<String> topics = new ArrayList<>(List.of(MAIN, HELD, FLAKY, ERROR, ASYNC));
+    List<String> topics =
+        new ArrayList<>(List.of(MAIN, HELD, FLAKY, ERROR, ASYNC, ORDER_AND_INVOICE));
     for (AckMode mode : AckMode.values()) {
       topics.add(ACK + mode);
     }
@@ -217,6 +221,82 @@ class RecordListenerPollClaimsTest {
         assertThat(status(ACK + mode, mode + "-" + i)).isEqualTo(DedupStatus.SUCCESS);
       }
     }
+  }
+
+  /**
+   * A listener applies each record as an order and as an invoice, through the {@code @Idempotent}
+   * listener methods of the orders' and the invoices' beans, one per biz type. The invoice was
+   * applied with an earlier record (a duplicate), the order is new and its SUCCESS refused: no
+   * commit passes the record until the order's mark is written; then the order is applied once.
+   */
+  @Test
+  void aRecordWhoseSecondIdempotentMethodFindsADuplicateIsNotCommittedPastTheFirstsMark()
+      throws Exception {
+    long first = sendOrderAndInvoice("O-1", "I-1");
+    await().atMost(WAIT).until(() -> committed(ORDER_AND_INVOICE, ORDER_AND_INVOICE, 0) > first);
+    double duplicatesBefore = outcomes("invoice", "duplicate");
+
+    notCommittedPastWhileTheOrderIsRefused("O-2", "I-1");
+
+    assertThat(outcomes("invoice", "duplicate") - duplicatesBefore)
+        .as("the invoice of the second record found applied")
+        .isEqualTo(1);
+    assertThat(OrderAndInvoiceListener.invoices.get("I-1")).as("invoice I-1").hasValue(1);
+  }
+
+  /**
+   * As above, the invoice new too: its mark, written, does not stand in for the order's, refused.
+   */
+  @Test
+  void aRecordWhoseTwoIdempotentMethodsAreBothNewIsNotCommittedPastEitherMark() throws Exception {
+    notCommittedPastWhileTheOrderIsRefused("O-3", "I-3");
+
+    assertThat(OrderAndInvoiceListener.invoices.get("I-3")).as("invoice I-3").hasValue(1);
+    assertThat(status("invoice", "I-3")).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  /**
+   * Sends a record of {@code order} and {@code invoice}, the order's SUCCESS refused: while it is,
+   * the invoice settled, the consumer committing again and again, the committed offset stays at the
+   * record; once the database takes the mark, it passes the record, the order applied once.
+   */
+  private void notCommittedPastWhileTheOrderIsRefused(String order, String invoice)
+      throws Exception {
+    SpringTestEnvironment.refuseSuccessOf(jdbc, order);
+    long offset;
+    try {
+      offset = sendOrderAndInvoice(order, invoice);
+      await().atMost(WAIT).until(() -> SpringTestEnvironment.refusedSuccessesOf(jdbc, order) > 0);
+      await().atMost(WAIT).until(() -> status("invoice", invoice) == DedupStatus.SUCCESS);
+      long highest = -1;
+      long end = System.nanoTime() + Duration.ofSeconds(3).toNanos();
+      while (System.nanoTime() < end) {
+        highest = Math.max(highest, committed(ORDER_AND_INVOICE, ORDER_AND_INVOICE, 0));
+        Thread.sleep(100);
+      }
+      assertThat(highest)
+          .as("committed while the SUCCESS of order %s (offset %d) is refused", order, offset)
+          .isLessThanOrEqualTo(offset);
+      assertThat(status("order", order)).isEqualTo(DedupStatus.PROCESSING);
+    } finally {
+      jdbc.update("DELETE FROM mark_faults");
+    }
+    await()
+        .atMost(WAIT)
+        .until(() -> committed(ORDER_AND_INVOICE, ORDER_AND_INVOICE, 0) == offset + 1);
+    assertThat(status("order", order)).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(OrderAndInvoiceListener.orders.get(order)).as("order " + order).hasValue(1);
+  }
+
+  private long sendOrderAndInvoice(String order, String invoice) throws Exception {
+    return SpringTestEnvironment.send(
+        template,
+        ORDER_AND_INVOICE,
+        order + " " + invoice,
+        "order-no",
+        order,
+        "invoice-no",
+        invoice);
   }
 
   /**
@@ -629,6 +709,56 @@ class RecordListenerPollClaimsTest {
     }
   }
 
+  /**
+   * A listener that applies each record as an order and as an invoice, each through the
+   * {@code @Idempotent} listener method of another bean: the record's two keys are claimed with the
+   * poll's and their marks written in the background.
+   */
+  static class OrderAndInvoiceListener {
+    static final Map<String, AtomicInteger> orders = new ConcurrentHashMap<>();
+    static final Map<String, AtomicInteger> invoices = new ConcurrentHashMap<>();
+    private final Orders orderBook;
+    private final Invoices invoiceBook;
+
+    OrderAndInvoiceListener(Orders orderBook, Invoices invoiceBook) {
+      this.orderBook = orderBook;
+      this.invoiceBook = invoiceBook;
+    }
+
+    @KafkaListener(id = ORDER_AND_INVOICE, topics = ORDER_AND_INVOICE)
+    void onRecord(String payload) {
+      orderBook.onOrder(payload);
+      invoiceBook.onInvoice(payload);
+    }
+
+    /** The order (0) or the invoice (1) number a payload of {@link #sendOrderAndInvoice} holds. */
+    static String number(String payload, int which) {
+      return payload.split(" ")[which];
+    }
+  }
+
+  /** The listener of the orders topic, which {@link OrderAndInvoiceListener} calls too. */
+  static class Orders {
+    @Idempotent(bizType = "order", header = "order-no")
+    @KafkaListener(id = "pc-orders", topics = "pc-orders", autoStartup = "false")
+    public void onOrder(String payload) {
+      OrderAndInvoiceListener.orders
+          .computeIfAbsent(OrderAndInvoiceListener.number(payload, 0), k -> new AtomicInteger())
+          .incrementAndGet();
+    }
+  }
+
+  /** The listener of the invoices topic, which {@link OrderAndInvoiceListener} calls too. */
+  static class Invoices {
+    @Idempotent(bizType = "invoice", header = "invoice-no")
+    @KafkaListener(id = "pc-invoices", topics = "pc-invoices", autoStartup = "false")
+    public void onInvoice(String payload) {
+      OrderAndInvoiceListener.invoices
+          .computeIfAbsent(OrderAndInvoiceListener.number(payload, 1), k -> new AtomicInteger())
+          .incrementAndGet();
+    }
+  }
+
   /** One listener per ack mode, each on its own topic and container factory. */
   static class AckModeListeners {
     private final JdbcTemplate jdbc;
@@ -759,6 +889,21 @@ class RecordListenerPollClaimsTest {
     @Bean
     Listeners listeners(JdbcTemplate jdbc) {
       return new Listeners(jdbc);
+    }
+
+    @Bean
+    Orders orders() {
+      return new Orders();
+    }
+
+    @Bean
+    Invoices invoices() {
+      return new Invoices();
+    }
+
+    @Bean
+    OrderAndInvoiceListener orderAndInvoiceListener(Orders orders, Invoices invoices) {
+      return new OrderAndInvoiceListener(orders, invoices);
     }
 
     @Bean
