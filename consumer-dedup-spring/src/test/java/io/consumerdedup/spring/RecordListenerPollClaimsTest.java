@@ -27,7 +27,10 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.beans.factory.annotation.Value;
@@ -65,9 +68,9 @@ import org.springframework.test.context.DynamicPropertySource;
  * the claims after it given back; a failure is retried; a consumer that is thrown out of its group
  * in the middle of a poll leaves nothing applied twice; an {@code Error} gives back the poll's
  * claims; a record applied through two {@code @Idempotent} methods is not committed past until the
- * marks of both are written; ack modes COUNT and TIME, whose acknowledgments wait in the container,
- * commit at a rebalance what is done, never past a mark not written. A real PostgreSQL and the
- * in-JVM broker.
+ * marks of both are written; a replay's commit cut at a mark not written is committed in full once
+ * it is; ack modes COUNT and TIME, whose acknowledgments wait in the container, commit at a
+ * rebalance what is done, never past a mark not written. A real PostgreSQL and the in-JVM broker.
  */
 @SpringBootTest(classes = RecordListenerPollClaimsTest.App.class)
 @DirtiesContext
@@ -79,6 +82,7 @@ class RecordListenerPollClaimsTest {
   static final String ERROR = "pc-error";
   static final String ASYNC = "pc-async";
   static final String ORDER_AND_INVOICE = "pc-order-invoice";
+  static final String REPLAY = "pc-replay";
   static final String REBALANCE = "pc-rebalance";
   static final String ACK = "pc-ack-";
   static final String ACK_REBALANCE = "pc-ackreb-";
@@ -88,7 +92,7 @@ class RecordListenerPollClaimsTest {
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
     List<String> topics =
-        new ArrayList<>(List.of(MAIN, HELD, FLAKY, ERROR, ASYNC, ORDER_AND_INVOICE));
+        new ArrayList<>(List.of(MAIN, HELD, FLAKY, ERROR, ASYNC, ORDER_AND_INVOICE, REPLAY));
     for (AckMode mode : AckMode.values()) {
       topics.add(ACK + mode);
     }
@@ -297,6 +301,53 @@ class RecordListenerPollClaimsTest {
         order,
         "invoice-no",
         invoice);
+  }
+
+  /**
+   * The application replays a partition it had consumed to its end (its rows deleted, it seeks back
+   * to the first record from its listener); the SUCCESS of one replayed record is refused, so the
+   * container's commit of the replay is cut there. Once the database takes the mark, the rest is
+   * committed: the lag reaches zero without waiting for another record.
+   */
+  @Test
+  void aReplayCommitCutAtAMarkNotWrittenIsCommittedInFullOnceItIsWritten() throws Exception {
+    for (int i = 0; i < 10; i++) {
+      send(REPLAY, "RP-" + i);
+    }
+    await().atMost(WAIT).until(() -> committed(REPLAY, REPLAY, 0) == 10);
+    jdbc.update("DELETE FROM consumer_dedup WHERE biz_type = 'replay'");
+    SpringTestEnvironment.refuseSuccessOf(jdbc, "RP-7");
+    try {
+      long trigger =
+          SpringTestEnvironment.send(
+              template, REPLAY, "replay", "order-no", "RP-replay", "replay", "from 0");
+      await().atMost(WAIT).until(() -> ReplayListener.applied.get("RP-9").get() == 2);
+      await().atMost(WAIT).until(() -> SpringTestEnvironment.refusedSuccessesOf(jdbc, "RP-7") > 0);
+      assertThat(trigger).isEqualTo(10);
+      // The replay's commit (of 11) is cut at the refused record, or before it while the marks
+      // written with it are on their way.
+      await().atMost(WAIT).until(() -> committed(REPLAY, REPLAY, 0) < 11);
+      for (int i = 0; i < 10; i++) {
+        if (i != 7) {
+          String orderNo = "RP-" + i;
+          await().atMost(WAIT).until(() -> status("replay", orderNo) == DedupStatus.SUCCESS);
+        }
+      }
+      assertThat(committed(REPLAY, REPLAY, 0)).isLessThanOrEqualTo(7);
+    } finally {
+      jdbc.update("DELETE FROM mark_faults");
+    }
+    await().atMost(WAIT).until(() -> status("replay", "RP-7") == DedupStatus.SUCCESS);
+    long end = System.nanoTime() + Duration.ofSeconds(10).toNanos();
+    while (System.nanoTime() < end && committed(REPLAY, REPLAY, 0) != 11) {
+      Thread.sleep(100);
+    }
+    assertThat(committed(REPLAY, REPLAY, 0))
+        .as("committed 10 s after the mark that cut the replay's commit was written")
+        .isEqualTo(11);
+    for (int i = 0; i < 10; i++) {
+      assertThat(ReplayListener.applied.get("RP-" + i)).as("RP-" + i + ", replayed").hasValue(2);
+    }
   }
 
   /**
@@ -759,6 +810,22 @@ class RecordListenerPollClaimsTest {
     }
   }
 
+  /** Seeks its partition back to the first record when a record asks it to replay, once. */
+  static class ReplayListener {
+    static final Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
+    private static final AtomicInteger replays = new AtomicInteger();
+
+    @Idempotent(bizType = "replay", header = "order-no")
+    @KafkaListener(id = REPLAY, topics = REPLAY)
+    public void onRecord(ConsumerRecord<String, String> record, Consumer<?, ?> consumer) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      applied.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      if (record.headers().lastHeader("replay") != null && replays.getAndIncrement() == 0) {
+        consumer.seek(new TopicPartition(record.topic(), record.partition()), 0);
+      }
+    }
+  }
+
   /** One listener per ack mode, each on its own topic and container factory. */
   static class AckModeListeners {
     private final JdbcTemplate jdbc;
@@ -889,6 +956,11 @@ class RecordListenerPollClaimsTest {
     @Bean
     Listeners listeners(JdbcTemplate jdbc) {
       return new Listeners(jdbc);
+    }
+
+    @Bean
+    ReplayListener replayListener() {
+      return new ReplayListener();
     }
 
     @Bean

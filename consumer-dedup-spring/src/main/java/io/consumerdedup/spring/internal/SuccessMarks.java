@@ -77,7 +77,12 @@ public final class SuccessMarks {
   /** What commits were asked to pass and could not yet, by partition. Guarded by this. */
   private final Map<TopicPartition, OffsetAndMetadata> owed = new HashMap<>();
 
-  /** The last offset committed through this consumer, by partition. Guarded by this. */
+  /**
+   * The offset of the last commit sent through this consumer, by partition: what Kafka holds once
+   * it is answered. Not the highest ever sent: after the application seeks a partition back (a
+   * replay), a commit cut at a mark goes below it, and what the cut left owed would be taken for
+   * committed. Guarded by this.
+   */
   private final Map<TopicPartition, Long> committed = new HashMap<>();
 
   /**
@@ -355,13 +360,19 @@ public final class SuccessMarks {
         TopicPartition partition = commit.getKey();
         OffsetAndMetadata requested = commit.getValue();
         long cut = cut(partition, requested.offset());
-        OffsetAndMetadata earlier = owed.get(partition);
-        if (cut < requested.offset()
-            && (earlier == null || earlier.offset() < requested.offset())) {
+        if (cut < requested.offset()) {
           allowed.put(partition, new OffsetAndMetadata(cut, requested.metadata()));
-          owed.put(partition, requested);
-        } else if (cut < requested.offset()) {
-          allowed.put(partition, new OffsetAndMetadata(cut, requested.metadata()));
+          OffsetAndMetadata earlier = owed.get(partition);
+          if (earlier == null || earlier.offset() < requested.offset()) {
+            owed.put(partition, requested);
+          }
+          Long last = committed.get(partition);
+          if (last != null && last > cut) {
+            // The partition was sought back (a replay): this commit goes below the last one, which
+            // is not to be taken for having paid what this one leaves owed ({@link #owedNow}, which
+            // the commit's other partitions run before it is sent).
+            committed.put(partition, cut);
+          }
         }
         // An owed offset this commit reaches goes once the commit is sent ({@link #committed}).
       }
@@ -409,11 +420,14 @@ public final class SuccessMarks {
     return now;
   }
 
-  /** The consumer committed {@code offsets}: what was owed up to them is paid. */
+  /**
+   * The consumer committed {@code offsets} (sent them, for an asynchronous commit: Kafka applies a
+   * consumer's commits in the order they are sent): what was owed up to them is paid.
+   */
   synchronized void committed(Map<TopicPartition, OffsetAndMetadata> offsets) {
     offsets.forEach(
         (partition, offset) -> {
-          committed.merge(partition, offset.offset(), Math::max);
+          committed.put(partition, offset.offset());
           OffsetAndMetadata owedOffset = owed.get(partition);
           if (owedOffset != null && owedOffset.offset() <= offset.offset()) {
             owed.remove(partition);
