@@ -420,9 +420,7 @@ public final class IdempotentListenerInterceptor {
         evaluation.resolver(missingKeyPolicy, groupId, executor);
     Optional<DedupKey> key = keys.resolve(record);
     if (key.isEmpty()) {
-      if (poll != null) {
-        poll.marks().written(record); // nothing to wait for, whatever an earlier delivery left
-      }
+      // No mark of its own; those other methods' keys left for the record are still waited for.
       return invocation.proceed(); // no key, and the policy says to process it without dedup
     }
     String source = keys.source(record);
@@ -475,7 +473,9 @@ public final class IdempotentListenerInterceptor {
       Acknowledgment acknowledgment = listener.shape.acknowledgment(arguments);
       if (claim.isDuplicate()) {
         if (poll != null) {
-          poll.marks().written(record); // SUCCESS, whatever an earlier delivery's mark met
+          // SUCCESS, whatever an earlier delivery's mark of this key met; the marks of the
+          // record's other keys (other @Idempotent methods it reached) are still waited for.
+          poll.marks().written(record, key.get());
         }
         if (acknowledgment != null
             && listener.calledByContainer

@@ -27,7 +27,10 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ExecutorService;
 import java.util.concurrent.Executors;
 import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.kafka.clients.consumer.Consumer;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.beans.factory.annotation.Value;
@@ -64,7 +67,9 @@ import org.springframework.test.context.DynamicPropertySource;
  * from committing past its record; a key in progress elsewhere in the middle of a poll is held and
  * the claims after it given back; a failure is retried; a consumer that is thrown out of its group
  * in the middle of a poll leaves nothing applied twice; an {@code Error} gives back the poll's
- * claims; ack modes COUNT and TIME, whose acknowledgments wait in the container, commit at a
+ * claims; a record applied through two {@code @Idempotent} methods is not committed past until the
+ * marks of both are written; a replay's commit cut at a mark not written is committed in full once
+ * it is; ack modes COUNT and TIME, whose acknowledgments wait in the container, commit at a
  * rebalance what is done, never past a mark not written. A real PostgreSQL and the in-JVM broker.
  */
 @SpringBootTest(classes = RecordListenerPollClaimsTest.App.class)
@@ -76,6 +81,8 @@ class RecordListenerPollClaimsTest {
   static final String FLAKY = "pc-flaky";
   static final String ERROR = "pc-error";
   static final String ASYNC = "pc-async";
+  static final String ORDER_AND_INVOICE = "pc-order-invoice";
+  static final String REPLAY = "pc-replay";
   static final String REBALANCE = "pc-rebalance";
   static final String ACK = "pc-ack-";
   static final String ACK_REBALANCE = "pc-ackreb-";
@@ -84,7 +91,8 @@ class RecordListenerPollClaimsTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    List<String> topics = new ArrayList<>(List.of(MAIN, HELD, FLAKY, ERROR, ASYNC));
+    List<String> topics =
+        new ArrayList<>(List.of(MAIN, HELD, FLAKY, ERROR, ASYNC, ORDER_AND_INVOICE, REPLAY));
     for (AckMode mode : AckMode.values()) {
       topics.add(ACK + mode);
     }
@@ -216,6 +224,129 @@ class RecordListenerPollClaimsTest {
         assertThat(effects(mode + "-" + i)).as(mode + "-" + i).isEqualTo(1);
         assertThat(status(ACK + mode, mode + "-" + i)).isEqualTo(DedupStatus.SUCCESS);
       }
+    }
+  }
+
+  /**
+   * A listener applies each record as an order and as an invoice, through the {@code @Idempotent}
+   * listener methods of the orders' and the invoices' beans, one per biz type. The invoice was
+   * applied with an earlier record (a duplicate), the order is new and its SUCCESS refused: no
+   * commit passes the record until the order's mark is written; then the order is applied once.
+   */
+  @Test
+  void aRecordWhoseSecondIdempotentMethodFindsADuplicateIsNotCommittedPastTheFirstsMark()
+      throws Exception {
+    long first = sendOrderAndInvoice("O-1", "I-1");
+    await().atMost(WAIT).until(() -> committed(ORDER_AND_INVOICE, ORDER_AND_INVOICE, 0) > first);
+    double duplicatesBefore = outcomes("invoice", "duplicate");
+
+    notCommittedPastWhileTheOrderIsRefused("O-2", "I-1");
+
+    assertThat(outcomes("invoice", "duplicate") - duplicatesBefore)
+        .as("the invoice of the second record found applied")
+        .isEqualTo(1);
+    assertThat(OrderAndInvoiceListener.invoices.get("I-1")).as("invoice I-1").hasValue(1);
+  }
+
+  /**
+   * As above, the invoice new too: its mark, written, does not stand in for the order's, refused.
+   */
+  @Test
+  void aRecordWhoseTwoIdempotentMethodsAreBothNewIsNotCommittedPastEitherMark() throws Exception {
+    notCommittedPastWhileTheOrderIsRefused("O-3", "I-3");
+
+    assertThat(OrderAndInvoiceListener.invoices.get("I-3")).as("invoice I-3").hasValue(1);
+    assertThat(status("invoice", "I-3")).isEqualTo(DedupStatus.SUCCESS);
+  }
+
+  /**
+   * Sends a record of {@code order} and {@code invoice}, the order's SUCCESS refused: while it is,
+   * the invoice settled, the consumer committing again and again, the committed offset stays at the
+   * record; once the database takes the mark, it passes the record, the order applied once.
+   */
+  private void notCommittedPastWhileTheOrderIsRefused(String order, String invoice)
+      throws Exception {
+    SpringTestEnvironment.refuseSuccessOf(jdbc, order);
+    long offset;
+    try {
+      offset = sendOrderAndInvoice(order, invoice);
+      await().atMost(WAIT).until(() -> SpringTestEnvironment.refusedSuccessesOf(jdbc, order) > 0);
+      await().atMost(WAIT).until(() -> status("invoice", invoice) == DedupStatus.SUCCESS);
+      long highest = -1;
+      long end = System.nanoTime() + Duration.ofSeconds(3).toNanos();
+      while (System.nanoTime() < end) {
+        highest = Math.max(highest, committed(ORDER_AND_INVOICE, ORDER_AND_INVOICE, 0));
+        Thread.sleep(100);
+      }
+      assertThat(highest)
+          .as("committed while the SUCCESS of order %s (offset %d) is refused", order, offset)
+          .isLessThanOrEqualTo(offset);
+      assertThat(status("order", order)).isEqualTo(DedupStatus.PROCESSING);
+    } finally {
+      jdbc.update("DELETE FROM mark_faults");
+    }
+    await()
+        .atMost(WAIT)
+        .until(() -> committed(ORDER_AND_INVOICE, ORDER_AND_INVOICE, 0) == offset + 1);
+    assertThat(status("order", order)).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(OrderAndInvoiceListener.orders.get(order)).as("order " + order).hasValue(1);
+  }
+
+  private long sendOrderAndInvoice(String order, String invoice) throws Exception {
+    return SpringTestEnvironment.send(
+        template,
+        ORDER_AND_INVOICE,
+        order + " " + invoice,
+        "order-no",
+        order,
+        "invoice-no",
+        invoice);
+  }
+
+  /**
+   * The application replays a partition it had consumed to its end (its rows deleted, it seeks back
+   * to the first record from its listener); the SUCCESS of one replayed record is refused, so the
+   * container's commit of the replay is cut there. Once the database takes the mark, the rest is
+   * committed: the lag reaches zero without waiting for another record.
+   */
+  @Test
+  void aReplayCommitCutAtAMarkNotWrittenIsCommittedInFullOnceItIsWritten() throws Exception {
+    for (int i = 0; i < 10; i++) {
+      send(REPLAY, "RP-" + i);
+    }
+    await().atMost(WAIT).until(() -> committed(REPLAY, REPLAY, 0) == 10);
+    jdbc.update("DELETE FROM consumer_dedup WHERE biz_type = 'replay'");
+    SpringTestEnvironment.refuseSuccessOf(jdbc, "RP-7");
+    try {
+      long trigger =
+          SpringTestEnvironment.send(
+              template, REPLAY, "replay", "order-no", "RP-replay", "replay", "from 0");
+      await().atMost(WAIT).until(() -> ReplayListener.applied.get("RP-9").get() == 2);
+      await().atMost(WAIT).until(() -> SpringTestEnvironment.refusedSuccessesOf(jdbc, "RP-7") > 0);
+      assertThat(trigger).isEqualTo(10);
+      // The replay's commit (of 11) is cut at the refused record, or before it while the marks
+      // written with it are on their way.
+      await().atMost(WAIT).until(() -> committed(REPLAY, REPLAY, 0) < 11);
+      for (int i = 0; i < 10; i++) {
+        if (i != 7) {
+          String orderNo = "RP-" + i;
+          await().atMost(WAIT).until(() -> status("replay", orderNo) == DedupStatus.SUCCESS);
+        }
+      }
+      assertThat(committed(REPLAY, REPLAY, 0)).isLessThanOrEqualTo(7);
+    } finally {
+      jdbc.update("DELETE FROM mark_faults");
+    }
+    await().atMost(WAIT).until(() -> status("replay", "RP-7") == DedupStatus.SUCCESS);
+    long end = System.nanoTime() + Duration.ofSeconds(10).toNanos();
+    while (System.nanoTime() < end && committed(REPLAY, REPLAY, 0) != 11) {
+      Thread.sleep(100);
+    }
+    assertThat(committed(REPLAY, REPLAY, 0))
+        .as("committed 10 s after the mark that cut the replay's commit was written")
+        .isEqualTo(11);
+    for (int i = 0; i < 10; i++) {
+      assertThat(ReplayListener.applied.get("RP-" + i)).as("RP-" + i + ", replayed").hasValue(2);
     }
   }
 
@@ -629,6 +760,72 @@ class RecordListenerPollClaimsTest {
     }
   }
 
+  /**
+   * A listener that applies each record as an order and as an invoice, each through the
+   * {@code @Idempotent} listener method of another bean: the record's two keys are claimed with the
+   * poll's and their marks written in the background.
+   */
+  static class OrderAndInvoiceListener {
+    static final Map<String, AtomicInteger> orders = new ConcurrentHashMap<>();
+    static final Map<String, AtomicInteger> invoices = new ConcurrentHashMap<>();
+    private final Orders orderBook;
+    private final Invoices invoiceBook;
+
+    OrderAndInvoiceListener(Orders orderBook, Invoices invoiceBook) {
+      this.orderBook = orderBook;
+      this.invoiceBook = invoiceBook;
+    }
+
+    @KafkaListener(id = ORDER_AND_INVOICE, topics = ORDER_AND_INVOICE)
+    void onRecord(String payload) {
+      orderBook.onOrder(payload);
+      invoiceBook.onInvoice(payload);
+    }
+
+    /** The order (0) or the invoice (1) number a payload of {@link #sendOrderAndInvoice} holds. */
+    static String number(String payload, int which) {
+      return payload.split(" ")[which];
+    }
+  }
+
+  /** The listener of the orders topic, which {@link OrderAndInvoiceListener} calls too. */
+  static class Orders {
+    @Idempotent(bizType = "order", header = "order-no")
+    @KafkaListener(id = "pc-orders", topics = "pc-orders", autoStartup = "false")
+    public void onOrder(String payload) {
+      OrderAndInvoiceListener.orders
+          .computeIfAbsent(OrderAndInvoiceListener.number(payload, 0), k -> new AtomicInteger())
+          .incrementAndGet();
+    }
+  }
+
+  /** The listener of the invoices topic, which {@link OrderAndInvoiceListener} calls too. */
+  static class Invoices {
+    @Idempotent(bizType = "invoice", header = "invoice-no")
+    @KafkaListener(id = "pc-invoices", topics = "pc-invoices", autoStartup = "false")
+    public void onInvoice(String payload) {
+      OrderAndInvoiceListener.invoices
+          .computeIfAbsent(OrderAndInvoiceListener.number(payload, 1), k -> new AtomicInteger())
+          .incrementAndGet();
+    }
+  }
+
+  /** Seeks its partition back to the first record when a record asks it to replay, once. */
+  static class ReplayListener {
+    static final Map<String, AtomicInteger> applied = new ConcurrentHashMap<>();
+    private static final AtomicInteger replays = new AtomicInteger();
+
+    @Idempotent(bizType = "replay", header = "order-no")
+    @KafkaListener(id = REPLAY, topics = REPLAY)
+    public void onRecord(ConsumerRecord<String, String> record, Consumer<?, ?> consumer) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      applied.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      if (record.headers().lastHeader("replay") != null && replays.getAndIncrement() == 0) {
+        consumer.seek(new TopicPartition(record.topic(), record.partition()), 0);
+      }
+    }
+  }
+
   /** One listener per ack mode, each on its own topic and container factory. */
   static class AckModeListeners {
     private final JdbcTemplate jdbc;
@@ -759,6 +956,26 @@ class RecordListenerPollClaimsTest {
     @Bean
     Listeners listeners(JdbcTemplate jdbc) {
       return new Listeners(jdbc);
+    }
+
+    @Bean
+    ReplayListener replayListener() {
+      return new ReplayListener();
+    }
+
+    @Bean
+    Orders orders() {
+      return new Orders();
+    }
+
+    @Bean
+    Invoices invoices() {
+      return new Invoices();
+    }
+
+    @Bean
+    OrderAndInvoiceListener orderAndInvoiceListener(Orders orders, Invoices invoices) {
+      return new OrderAndInvoiceListener(orders, invoices);
     }
 
     @Bean

@@ -233,6 +233,7 @@ public final class ListenerOutcomes {
         DedupKey key = claim.key();
         marks.add(
             record,
+            key,
             Objects.requireNonNull(source),
             claim.completeAsync(),
             // As long as the poll loop waits for a poll's marks: the lease outlives it.

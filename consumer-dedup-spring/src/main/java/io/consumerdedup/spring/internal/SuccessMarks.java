@@ -43,19 +43,46 @@ import org.slf4j.LoggerFactory;
  * lease had run out) is passed: the key's outcome is that consumer's now, as it would be for a
  * record committed just before.
  *
+ * <p>One record may have several marks: a listener may call several {@code @Idempotent} methods on
+ * it (one per biz type), each with its key, and a commit passes the record only once every one is
+ * written.
+ *
  * <p>Marks are added by the listener thread, or by the thread completing an asynchronous listener's
  * future; the rest runs on the consumer thread.
  */
 public final class SuccessMarks {
   private static final Logger log = LoggerFactory.getLogger(SuccessMarks.class);
 
-  /** Guarded by this. */
+  /** By partition and offset, the marks of each record, one per key. Guarded by this. */
   private final Map<TopicPartition, NavigableMap<Long, Mark>> marks = new HashMap<>();
+
+  /** Which marks of a record to drop ({@link #without}). */
+  private enum Drop {
+    /** The mark of a key. */
+    OF_KEY,
+    /** The marks a commit may pass ({@link Mark#passable}). */
+    PASSABLE,
+    /** The marks written: passable for good. */
+    DURABLE;
+
+    boolean picks(Mark mark, @Nullable DedupKey key) {
+      return switch (this) {
+        case OF_KEY -> mark.key.equals(key);
+        case PASSABLE -> mark.passable();
+        case DURABLE -> mark.written.isDone() && !mark.written.isCompletedExceptionally();
+      };
+    }
+  }
 
   /** What commits were asked to pass and could not yet, by partition. Guarded by this. */
   private final Map<TopicPartition, OffsetAndMetadata> owed = new HashMap<>();
 
-  /** The last offset committed through this consumer, by partition. Guarded by this. */
+  /**
+   * The offset of the last commit sent through this consumer, by partition: what Kafka holds once
+   * it is answered. Not the highest ever sent: after the application seeks a partition back (a
+   * replay), a commit cut at a mark goes below it, and what the cut left owed would be taken for
+   * committed. Guarded by this.
+   */
   private final Map<TopicPartition, Long> committed = new HashMap<>();
 
   /**
@@ -67,14 +94,28 @@ public final class SuccessMarks {
   /** Whether a mark was added since {@link #awaitAll} last ran. Guarded by this. */
   private boolean addedSinceAwait;
 
+  /**
+   * The SUCCESS mark of one key of a record, and through {@link #next} those of the record's other
+   * keys: a chain, so that a record with one key, the common case, costs one object.
+   */
   private static final class Mark {
+    final DedupKey key;
     final String source;
     final CompletableFuture<Void> written;
     final long waitNanos;
     final BooleanSupplier kept;
     boolean reported;
 
-    Mark(String source, CompletableFuture<Void> written, long waitNanos, BooleanSupplier kept) {
+    /** The mark of another key of the same record. Guarded by the {@link SuccessMarks}. */
+    @Nullable Mark next;
+
+    Mark(
+        DedupKey key,
+        String source,
+        CompletableFuture<Void> written,
+        long waitNanos,
+        BooleanSupplier kept) {
+      this.key = key;
       this.source = source;
       this.written = written;
       this.waitNanos = waitNanos;
@@ -132,7 +173,9 @@ public final class SuccessMarks {
   }
 
   /**
-   * The SUCCESS of {@code record} is on its way: {@code written} completes once it is durable.
+   * The SUCCESS of {@code key}, claimed for {@code record}, is on its way: {@code written}
+   * completes once it is durable. It replaces an earlier mark of that key only (an earlier
+   * delivery's), never the mark of another key of the record.
    *
    * @param waitAtMost how long a commit waits for it before committing only up to the record
    * @param kept whether the engine still keeps the mark, after {@code written} failed, to write it
@@ -140,24 +183,81 @@ public final class SuccessMarks {
    */
   public synchronized void add(
       ConsumerRecord<?, ?> record,
+      DedupKey key,
       String source,
       CompletableFuture<Void> written,
       Duration waitAtMost,
       BooleanSupplier kept) {
-    marks
-        .computeIfAbsent(
-            new TopicPartition(record.topic(), record.partition()), p -> new TreeMap<>())
-        .put(record.offset(), new Mark(source, written, waitAtMost.toNanos(), kept));
+    Mark mark = new Mark(key, source, written, waitAtMost.toNanos(), kept);
+    Mark others =
+        marks
+            .computeIfAbsent(
+                new TopicPartition(record.topic(), record.partition()), p -> new TreeMap<>())
+            .put(record.offset(), mark);
+    if (others != null) {
+      mark.next = without(others, Drop.OF_KEY, key);
+    }
     addedSinceAwait = true;
   }
 
-  /** {@code record} was delivered again and its key found SUCCESS: its mark is not waited for. */
-  public synchronized void written(ConsumerRecord<?, ?> record) {
+  /**
+   * {@code key}, claimed for {@code record}, was found SUCCESS (an earlier delivery's mark written
+   * since, or taken up by another consumer): its mark is not waited for. The marks of the record's
+   * other keys still are.
+   */
+  public synchronized void written(ConsumerRecord<?, ?> record, DedupKey key) {
     NavigableMap<Long, Mark> partition =
         marks.get(new TopicPartition(record.topic(), record.partition()));
-    if (partition != null) {
-      partition.remove(record.offset());
+    if (partition == null) {
+      return;
     }
+    Mark marksOfRecord = partition.get(record.offset());
+    if (marksOfRecord == null) {
+      return;
+    }
+    Mark rest = without(marksOfRecord, Drop.OF_KEY, key);
+    if (rest == null) {
+      partition.remove(record.offset());
+    } else if (rest != marksOfRecord) {
+      partition.put(record.offset(), rest);
+    }
+  }
+
+  /**
+   * The chain of marks {@code first} without those {@code drop} picks ({@code key}'s, for {@link
+   * Drop#OF_KEY}); null if none is left. Called holding the lock.
+   */
+  private static @Nullable Mark without(Mark first, Drop drop, @Nullable DedupKey key) {
+    Mark head = first;
+    while (head != null && drop.picks(head, key)) {
+      head = head.next;
+    }
+    if (head == null) {
+      return null;
+    }
+    for (Mark kept = head; kept.next != null; ) {
+      if (drop.picks(kept.next, key)) {
+        kept.next = kept.next.next;
+      } else {
+        kept = kept.next;
+      }
+    }
+    return head;
+  }
+
+  /**
+   * Drops from the marks of one record those {@code drop} picks, and says whether none is left (the
+   * entry is then to be removed). Called holding the lock.
+   */
+  private static boolean noneLeft(Map.Entry<Long, Mark> record, Drop drop) {
+    Mark rest = without(record.getValue(), drop, null);
+    if (rest == null) {
+      return true;
+    }
+    if (rest != record.getValue()) {
+      record.setValue(rest);
+    }
+    return false;
   }
 
   /**
@@ -260,13 +360,19 @@ public final class SuccessMarks {
         TopicPartition partition = commit.getKey();
         OffsetAndMetadata requested = commit.getValue();
         long cut = cut(partition, requested.offset());
-        OffsetAndMetadata earlier = owed.get(partition);
-        if (cut < requested.offset()
-            && (earlier == null || earlier.offset() < requested.offset())) {
+        if (cut < requested.offset()) {
           allowed.put(partition, new OffsetAndMetadata(cut, requested.metadata()));
-          owed.put(partition, requested);
-        } else if (cut < requested.offset()) {
-          allowed.put(partition, new OffsetAndMetadata(cut, requested.metadata()));
+          OffsetAndMetadata earlier = owed.get(partition);
+          if (earlier == null || earlier.offset() < requested.offset()) {
+            owed.put(partition, requested);
+          }
+          Long last = committed.get(partition);
+          if (last != null && last > cut) {
+            // The partition was sought back (a replay): this commit goes below the last one, which
+            // is not to be taken for having paid what this one leaves owed ({@link #owedNow}, which
+            // the commit's other partitions run before it is sent).
+            committed.put(partition, cut);
+          }
         }
         // An owed offset this commit reaches goes once the commit is sent ({@link #committed}).
       }
@@ -314,11 +420,14 @@ public final class SuccessMarks {
     return now;
   }
 
-  /** The consumer committed {@code offsets}: what was owed up to them is paid. */
+  /**
+   * The consumer committed {@code offsets} (sent them, for an asynchronous commit: Kafka applies a
+   * consumer's commits in the order they are sent): what was owed up to them is paid.
+   */
   synchronized void committed(Map<TopicPartition, OffsetAndMetadata> offsets) {
     offsets.forEach(
         (partition, offset) -> {
-          committed.merge(partition, offset.offset(), Math::max);
+          committed.put(partition, offset.offset());
           OffsetAndMetadata owedOffset = owed.get(partition);
           if (owedOffset != null && owedOffset.offset() <= offset.offset()) {
             owed.remove(partition);
@@ -361,7 +470,7 @@ public final class SuccessMarks {
         partitionMarks.headMap(end, false).entrySet().iterator();
     while (before.hasNext()) {
       Map.Entry<Long, Mark> entry = before.next();
-      if (!entry.getValue().passable()) {
+      if (!noneLeft(entry, Drop.PASSABLE)) {
         return entry.getKey();
       }
       before.remove();
@@ -384,15 +493,19 @@ public final class SuccessMarks {
       added = addedSinceAwait;
       addedSinceAwait = false;
       for (NavigableMap<Long, Mark> partition : marks.values()) {
-        Iterator<Mark> each = partition.values().iterator();
+        Iterator<Map.Entry<Long, Mark>> each = partition.entrySet().iterator();
         while (each.hasNext()) {
-          Mark mark = each.next();
-          if (!mark.written.isDone()) {
-            pending.add(mark);
-          } else if (!mark.written.isCompletedExceptionally()) {
-            // Durable, so passable for good. A failed one stays: it may still hold a commit back,
-            // and a share batch reports it as not written (awaitUnwritten).
+          Map.Entry<Long, Mark> record = each.next();
+          // A durable mark is passable for good. A failed one stays: it may still hold a commit
+          // back, and a share batch reports it as not written (awaitUnwritten).
+          if (noneLeft(record, Drop.DURABLE)) {
             each.remove();
+            continue;
+          }
+          for (Mark mark = record.getValue(); mark != null; mark = mark.next) {
+            if (!mark.written.isDone()) {
+              pending.add(mark);
+            }
           }
         }
       }
@@ -416,10 +529,12 @@ public final class SuccessMarks {
     synchronized (this) {
       for (Map.Entry<TopicPartition, NavigableMap<Long, Mark>> partition : marks.entrySet()) {
         TopicPartition where = partition.getKey();
-        for (Map.Entry<Long, Mark> mark : partition.getValue().entrySet()) {
-          CompletableFuture<Void> written = mark.getValue().written;
-          if (!written.isDone() || written.isCompletedExceptionally()) {
-            unwritten.add(new Coordinates(where.topic(), where.partition(), mark.getKey()));
+        for (Map.Entry<Long, Mark> record : partition.getValue().entrySet()) {
+          for (Mark mark = record.getValue(); mark != null; mark = mark.next) {
+            if (!mark.written.isDone() || mark.written.isCompletedExceptionally()) {
+              unwritten.add(new Coordinates(where.topic(), where.partition(), record.getKey()));
+              break;
+            }
           }
         }
       }
@@ -440,9 +555,11 @@ public final class SuccessMarks {
       for (Map.Entry<TopicPartition, OffsetAndMetadata> commit : offsets.entrySet()) {
         NavigableMap<Long, Mark> partition = marks.get(commit.getKey());
         if (partition != null) {
-          for (Mark mark : partition.headMap(commit.getValue().offset(), false).values()) {
-            if (!mark.written.isDone()) {
-              passed.add(mark);
+          for (Mark marksOfRecord : partition.headMap(commit.getValue().offset(), false).values()) {
+            for (Mark mark = marksOfRecord; mark != null; mark = mark.next) {
+              if (!mark.written.isDone()) {
+                passed.add(mark);
+              }
             }
           }
         }

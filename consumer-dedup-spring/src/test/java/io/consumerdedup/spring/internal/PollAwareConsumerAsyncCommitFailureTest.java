@@ -2,6 +2,7 @@ package io.consumerdedup.spring.internal;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.consumerdedup.core.DedupKey;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -82,6 +83,7 @@ class PollAwareConsumerAsyncCommitFailureTest {
           .marks()
           .add(
               new ConsumerRecord<>(IDLE.topic(), IDLE.partition(), offset, null, "v"),
+              DedupKey.of("payment", "P-" + offset),
               "payments-1@" + offset,
               written,
               Duration.ofMillis(100),

@@ -3,6 +3,7 @@ package io.consumerdedup.spring.internal;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import io.consumerdedup.core.DedupKey;
 import java.time.Duration;
 import java.util.Collection;
 import java.util.List;
@@ -55,6 +56,7 @@ class PollAwareConsumerRevokeTest {
           .marks()
           .add(
               new ConsumerRecord<>(PARTITION.topic(), PARTITION.partition(), offset, null, "v"),
+              DedupKey.of("payment", "P-" + offset),
               "payments-0@" + offset,
               written,
               Duration.ofMillis(100),

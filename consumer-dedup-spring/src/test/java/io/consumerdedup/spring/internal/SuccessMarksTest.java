@@ -59,6 +59,7 @@ class SuccessMarksTest {
       SuccessMarks marks = new SuccessMarks();
       marks.add(
           new ConsumerRecord<>(PARTITION.topic(), PARTITION.partition(), 5, null, "charge 10"),
+          key,
           "payments-0@5",
           written,
           Duration.ofMillis(100),
@@ -115,6 +116,50 @@ class SuccessMarksTest {
     marks.rolledBack(record(12));
     marks.forget(List.of(PARTITION));
     assertThat(marks.isEmpty()).as("nothing held once the partition is revoked").isTrue();
+  }
+
+  /**
+   * One record reaching two {@code @Idempotent} methods, one per biz type: each key's mark holds
+   * the commit back until it is written, whatever the other key's met (written, or found a
+   * duplicate), and a new delivery's mark replaces only its own key's.
+   */
+  @Test
+  void everyMarkOfARecordHoldsTheCommitBackUntilItIsWritten() {
+    SuccessMarks marks = new SuccessMarks();
+    Map<TopicPartition, OffsetAndMetadata> asked = Map.of(PARTITION, new OffsetAndMetadata(6));
+    DedupKey order = DedupKey.of("order", "O-1");
+    DedupKey invoice = DedupKey.of("invoice", "I-1");
+    CompletableFuture<Void> orderWritten = new CompletableFuture<>();
+    CompletableFuture<Void> invoiceWritten = new CompletableFuture<>();
+    add(marks, order, orderWritten);
+    marks.written(record(5), invoice);
+    assertThat(marks.durable(asked, false))
+        .as("committed once the invoice was found a duplicate")
+        .containsEntry(PARTITION, new OffsetAndMetadata(5));
+
+    add(marks, invoice, invoiceWritten);
+    invoiceWritten.complete(null);
+    assertThat(marks.durable(asked, false))
+        .as("committed once the invoice's mark was written")
+        .containsEntry(PARTITION, new OffsetAndMetadata(5));
+    assertThat(marks.awaitUnwritten())
+        .as("a share batch's records whose marks are not all written")
+        .containsExactly(new Coordinates(PARTITION.topic(), PARTITION.partition(), 5));
+
+    add(marks, order, orderWritten);
+    add(marks, invoice, invoiceWritten);
+    CompletableFuture<Void> orderAgain = new CompletableFuture<>();
+    add(marks, order, orderAgain);
+    orderWritten.complete(null);
+    assertThat(marks.durable(asked, false))
+        .as("committed with the order's mark of a later delivery on its way")
+        .containsEntry(PARTITION, new OffsetAndMetadata(5));
+    orderAgain.complete(null);
+    assertThat(marks.durable(asked, false)).containsEntry(PARTITION, new OffsetAndMetadata(6));
+  }
+
+  private static void add(SuccessMarks marks, DedupKey key, CompletableFuture<Void> written) {
+    marks.add(record(5), key, "payments-0@5", written, Duration.ZERO, () -> false);
   }
 
   private static ConsumerRecord<String, String> record(long offset) {
