@@ -208,7 +208,8 @@ final class IdempotentListenerMethod {
    *     as one. Its batch waits (logged) rather than fail as the method's own failure, which the
    *     error handler retries and then gives up, committing records the method never saw. Or no
    *     record at all is handed over: its container does not run {@link CurrentRecordInterceptor};
-   *     the record waits alike.
+   *     the record waits alike. A method that a batch listener calls, taking no record, is told to
+   *     take one.
    */
   @SuppressWarnings("unchecked")
   ConsumerRecord<Object, Object> record(@Nullable Object[] arguments) {
@@ -217,6 +218,21 @@ final class IdempotentListenerMethod {
       return (ConsumerRecord<Object, Object>) arguments[recordIndex];
     }
     List<ConsumerRecord<Object, Object>> batch = CurrentBatch.records();
+    if (batch != null && !calledByContainer) {
+      // A method a batch listener calls: the container's listener is right as it is.
+      throw new DedupConfigurationException(
+          "@Idempotent method "
+              + this
+              + " is called by a batch listener and takes no record of its own, so it has no"
+              + " record to take its key from: pass it the ConsumerRecord (a ConsumerRecord<K, V>"
+              + " argument, the listener taking List<ConsumerRecord<K, V>> and calling it once per"
+              + " record), or put @Idempotent on the batch listener itself; the batch waits until"
+              + " then",
+          null,
+          batch.isEmpty()
+              ? null
+              : RecordSources.describe(batch.get(0), KafkaUtils.getConsumerGroupId()));
+    }
     if (batch != null) {
       throw new DedupConfigurationException(
           "@Idempotent listener "
