@@ -4,6 +4,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
 import io.consumerdedup.core.DedupKey;
+import io.consumerdedup.core.DedupMode;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
 import io.consumerdedup.core.DedupStore;
@@ -13,6 +14,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
+import javax.sql.DataSource;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.Test;
@@ -24,6 +26,8 @@ import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.boot.test.system.CapturedOutput;
 import org.springframework.boot.test.system.OutputCaptureExtension;
 import org.springframework.context.annotation.Bean;
+import org.springframework.jdbc.core.JdbcTemplate;
+import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 import org.springframework.kafka.annotation.KafkaListener;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
@@ -31,6 +35,7 @@ import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.transaction.annotation.Transactional;
 
 /**
  * One record, two {@code @Idempotent} calls in the container's Kafka transaction: the listener
@@ -56,6 +61,7 @@ class KafkaTransactionSeveralIdempotentCallsTest {
         "spring_several",
         "several-orders",
         "several-lines",
+        "several-ledger",
         "several-charges",
         "several-shipments");
   }
@@ -63,6 +69,7 @@ class KafkaTransactionSeveralIdempotentCallsTest {
   @Autowired KafkaTemplate<String, String> template;
   @Autowired DedupStore store;
   @Autowired KafkaListenerEndpointRegistry registry;
+  @Autowired JdbcTemplate jdbc;
 
   @Test
   void bothCallsAreRecordedSuccessAndACopyOfTheOrderIsNotBilledAgain(CapturedOutput output)
@@ -146,6 +153,24 @@ class KafkaTransactionSeveralIdempotentCallsTest {
     }
   }
 
+  /**
+   * Mode TRANSACTIONAL, each call in a database transaction of its own inside the container's Kafka
+   * transaction: each claim commits with its call's effects, and its outcome still waits for the
+   * Kafka transaction.
+   */
+  @Test
+  void twoTransactionalCallsInsideTheKafkaTransactionAreBothRecordedAndACopyIsSkipped()
+      throws Exception {
+    sendTo("several-ledger", "order 5", "ORDER-5");
+    long copy = sendTo("several-ledger", "order 5 again", "ORDER-5");
+
+    await().atMost(WAIT).until(() -> committed("several-ledger") > copy);
+    assertThat(SpringTestEnvironment.effects(jdbc, "debit", "ORDER-5")).as("debits").isEqualTo(1);
+    assertThat(SpringTestEnvironment.effects(jdbc, "credit", "ORDER-5")).as("credits").isEqualTo(1);
+    assertThat(status("debit", "ORDER-5")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(status("credit", "ORDER-5")).isEqualTo(DedupStatus.SUCCESS);
+  }
+
   private DedupStatus status(String bizType, String orderNo) {
     return store.find(DedupKey.of(bizType, orderNo)).orElseThrow().status();
   }
@@ -207,18 +232,31 @@ class KafkaTransactionSeveralIdempotentCallsTest {
     }
 
     @Bean
-    OrderListener orderListener(Billing billing, Shipping shipping) {
-      return new OrderListener(billing, shipping);
+    Ledger ledger(JdbcTemplate jdbc) {
+      return new Ledger(jdbc);
+    }
+
+    @Bean
+    OrderListener orderListener(Billing billing, Shipping shipping, Ledger ledger) {
+      return new OrderListener(billing, shipping, ledger);
+    }
+
+    /** The database's transaction manager, beside the container's Kafka one. */
+    @Bean
+    DataSourceTransactionManager ledgerTransactions(DataSource dataSource) {
+      return new DataSourceTransactionManager(dataSource);
     }
   }
 
   static class OrderListener {
     final Billing billing;
     final Shipping shipping;
+    final Ledger ledger;
 
-    OrderListener(Billing billing, Shipping shipping) {
+    OrderListener(Billing billing, Shipping shipping, Ledger ledger) {
       this.billing = billing;
       this.shipping = shipping;
+      this.ledger = ledger;
     }
 
     @KafkaListener(id = "several-orders", topics = "several-orders")
@@ -234,6 +272,13 @@ class KafkaTransactionSeveralIdempotentCallsTest {
       String orderNo = SpringTestEnvironment.header(record, "order-no");
       billing.billLine(orderNo + ":1");
       billing.billLine(orderNo + ":2");
+    }
+
+    @KafkaListener(id = "several-ledger", topics = "several-ledger")
+    public void onLedgerEntry(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      ledger.debit(orderNo);
+      ledger.credit(orderNo);
     }
   }
 
@@ -274,6 +319,26 @@ class KafkaTransactionSeveralIdempotentCallsTest {
         throw new AssertionError("the carrier's client broke");
       }
       template.send("several-shipments", orderNo, "shipment for " + orderNo);
+    }
+  }
+
+  static class Ledger {
+    final JdbcTemplate jdbc;
+
+    Ledger(JdbcTemplate jdbc) {
+      this.jdbc = jdbc;
+    }
+
+    @Transactional("ledgerTransactions")
+    @Idempotent(bizType = "debit", header = "order-no", mode = DedupMode.TRANSACTIONAL)
+    public void debit(String orderNo) {
+      SpringTestEnvironment.effect(jdbc, "debit", orderNo, null);
+    }
+
+    @Transactional("ledgerTransactions")
+    @Idempotent(bizType = "credit", header = "order-no", mode = DedupMode.TRANSACTIONAL)
+    public void credit(String orderNo) {
+      SpringTestEnvironment.effect(jdbc, "credit", orderNo, null);
     }
   }
 }
