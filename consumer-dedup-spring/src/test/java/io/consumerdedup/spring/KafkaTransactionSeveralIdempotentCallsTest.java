@@ -62,6 +62,7 @@ class KafkaTransactionSeveralIdempotentCallsTest {
         "several-orders",
         "several-lines",
         "several-ledger",
+        "several-nested",
         "several-charges",
         "several-shipments");
   }
@@ -151,6 +152,22 @@ class KafkaTransactionSeveralIdempotentCallsTest {
       assertThat(committedOutput("several-charges", line)).as("charges of " + line).hasSize(1);
       assertThat(status("line", line)).isEqualTo(DedupStatus.SUCCESS);
     }
+  }
+
+  /**
+   * An {@code @Idempotent} listener calling another {@code @Idempotent} method: the inner call
+   * settles first, the listener's own claim after it, both with the record's transaction.
+   */
+  @Test
+  void anIdempotentListenerCallingAnotherIdempotentMethodRecordsBoth() throws Exception {
+    sendTo("several-nested", "order 6", "ORDER-6");
+    long copy = sendTo("several-nested", "order 6 again", "ORDER-6");
+
+    await().atMost(WAIT).until(() -> committed("several-nested") > copy);
+    assertThat(committedOutput("several-shipments", "ORDER-6")).as("shipments").hasSize(1);
+    assertThat(Orders.shipped.get("ORDER-6")).as("shipping calls").hasValue(1);
+    assertThat(status("order", "ORDER-6")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(status("shipping", "ORDER-6")).isEqualTo(DedupStatus.SUCCESS);
   }
 
   /**
@@ -272,6 +289,12 @@ class KafkaTransactionSeveralIdempotentCallsTest {
       String orderNo = SpringTestEnvironment.header(record, "order-no");
       billing.billLine(orderNo + ":1");
       billing.billLine(orderNo + ":2");
+    }
+
+    @Idempotent(bizType = "order", header = "order-no")
+    @KafkaListener(id = "several-nested", topics = "several-nested")
+    public void onOrderToShip(ConsumerRecord<String, String> record) {
+      shipping.ship(SpringTestEnvironment.header(record, "order-no"));
     }
 
     @KafkaListener(id = "several-ledger", topics = "several-ledger")
