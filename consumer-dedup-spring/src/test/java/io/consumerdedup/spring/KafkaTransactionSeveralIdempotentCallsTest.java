@@ -12,7 +12,9 @@ import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.List;
 import java.util.Map;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
 import javax.sql.DataSource;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -29,9 +31,12 @@ import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.jdbc.datasource.DataSourceTransactionManager;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.ContainerCustomizer;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
+import org.springframework.kafka.listener.ContainerProperties;
+import org.springframework.kafka.support.Acknowledgment;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -63,6 +68,7 @@ class KafkaTransactionSeveralIdempotentCallsTest {
         "several-lines",
         "several-ledger",
         "several-nested",
+        "several-acks",
         "several-charges",
         "several-shipments");
   }
@@ -152,6 +158,21 @@ class KafkaTransactionSeveralIdempotentCallsTest {
       assertThat(committedOutput("several-charges", line)).as("charges of " + line).hasSize(1);
       assertThat(status("line", line)).isEqualTo(DedupStatus.SUCCESS);
     }
+  }
+
+  /**
+   * Ack mode {@code MANUAL}: the billing call takes the record's acknowledgment and acknowledges
+   * later, from another thread, which consumer-dedup passes on once its claim is recorded SUCCESS.
+   * (spring-kafka sends the record's offset with its transaction either way.)
+   */
+  @Test
+  void aCallTakingTheAcknowledgmentIsRecordedWithTheOthers() throws Exception {
+    long offset = sendTo("several-acks", "order 7", "ORDER-7");
+
+    await().atMost(WAIT).until(() -> committed("several-acks") > offset);
+    assertThat(committedOutput("several-charges", "ORDER-7")).as("charges").hasSize(1);
+    assertThat(status("billing", "ORDER-7")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(status("shipping", "ORDER-7")).isEqualTo(DedupStatus.SUCCESS);
   }
 
   /**
@@ -258,6 +279,17 @@ class KafkaTransactionSeveralIdempotentCallsTest {
       return new OrderListener(billing, shipping, ledger);
     }
 
+    /** Ack mode MANUAL for the listener that acknowledges from another thread. */
+    @Bean
+    ContainerCustomizer<Object, Object, ConcurrentMessageListenerContainer<Object, Object>>
+        acknowledgedByHand() {
+      return container -> {
+        if ("several-acks".equals(container.getListenerId())) {
+          container.getContainerProperties().setAckMode(ContainerProperties.AckMode.MANUAL);
+        }
+      };
+    }
+
     /** The database's transaction manager, beside the container's Kafka one. */
     @Bean
     DataSourceTransactionManager ledgerTransactions(DataSource dataSource) {
@@ -291,6 +323,14 @@ class KafkaTransactionSeveralIdempotentCallsTest {
       billing.billLine(orderNo + ":2");
     }
 
+    @KafkaListener(id = "several-acks", topics = "several-acks")
+    public void onOrderAcknowledgedLater(
+        ConsumerRecord<String, String> record, Acknowledgment ack) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      billing.billThenAcknowledge(orderNo, ack);
+      shipping.ship(orderNo);
+    }
+
     @Idempotent(bizType = "order", header = "order-no")
     @KafkaListener(id = "several-nested", topics = "several-nested")
     public void onOrderToShip(ConsumerRecord<String, String> record) {
@@ -316,6 +356,14 @@ class KafkaTransactionSeveralIdempotentCallsTest {
     public void bill(String orderNo) {
       Orders.count(Orders.billed, orderNo);
       template.send("several-charges", orderNo, "charge for " + orderNo);
+    }
+
+    /** Bills, and acknowledges the record half a second later, from another thread. */
+    @Idempotent(bizType = "billing", header = "order-no")
+    public void billThenAcknowledge(String orderNo, Acknowledgment ack) {
+      bill(orderNo);
+      CompletableFuture.runAsync(
+          ack::acknowledge, CompletableFuture.delayedExecutor(500, TimeUnit.MILLISECONDS));
     }
 
     @Idempotent(bizType = "line", key = "#payload")
