@@ -69,6 +69,7 @@ class KafkaTransactionSeveralIdempotentCallsTest {
         "several-ledger",
         "several-nested",
         "several-acks",
+        "several-futures",
         "several-charges",
         "several-shipments");
   }
@@ -158,6 +159,19 @@ class KafkaTransactionSeveralIdempotentCallsTest {
       assertThat(committedOutput("several-charges", line)).as("charges of " + line).hasSize(1);
       assertThat(status("line", line)).isEqualTo(DedupStatus.SUCCESS);
     }
+  }
+
+  /** The second call returns a future: its outcome, too, waits for the transaction. */
+  @Test
+  void aSecondCallReturningAFutureIsRecordedWithTheFirst() throws Exception {
+    sendTo("several-futures", "order 8", "ORDER-8");
+    long copy = sendTo("several-futures", "order 8 again", "ORDER-8");
+
+    await().atMost(WAIT).until(() -> committed("several-futures") > copy);
+    assertThat(committedOutput("several-charges", "ORDER-8")).as("charges").hasSize(1);
+    assertThat(committedOutput("several-shipments", "ORDER-8")).as("shipments").hasSize(1);
+    assertThat(status("billing", "ORDER-8")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(status("shipping-later", "ORDER-8")).isEqualTo(DedupStatus.SUCCESS);
   }
 
   /**
@@ -323,6 +337,13 @@ class KafkaTransactionSeveralIdempotentCallsTest {
       billing.billLine(orderNo + ":2");
     }
 
+    @KafkaListener(id = "several-futures", topics = "several-futures")
+    public void onOrderShippedLater(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      billing.bill(orderNo);
+      shipping.shipLater(orderNo).join();
+    }
+
     @KafkaListener(id = "several-acks", topics = "several-acks")
     public void onOrderAcknowledgedLater(
         ConsumerRecord<String, String> record, Acknowledgment ack) {
@@ -390,6 +411,12 @@ class KafkaTransactionSeveralIdempotentCallsTest {
         throw new AssertionError("the carrier's client broke");
       }
       template.send("several-shipments", orderNo, "shipment for " + orderNo);
+    }
+
+    @Idempotent(bizType = "shipping-later", header = "order-no")
+    public CompletableFuture<Void> shipLater(String orderNo) {
+      template.send("several-shipments", orderNo, "shipment for " + orderNo);
+      return CompletableFuture.completedFuture(null);
     }
   }
 
