@@ -4,6 +4,7 @@ import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.IdempotentExecutor;
+import io.consumerdedup.core.internal.FirstFailure;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
@@ -29,9 +30,20 @@ import org.springframework.transaction.support.TransactionSynchronizationManager
  * record's offset may be too, so FAILED would run the next copy of its key again); FAILED if the
  * listener did not return, or returned inside a transaction whose end the container never reported
  * (it may have rolled back, and the redelivery must apply it).
+ *
+ * <p>One delivery of a record may hold several claims: a listener that calls several {@code
+ * Idempotent} methods of other beans, one method with several keys, or such methods behind the
+ * record interceptor's own claim. Each is settled with the record's transaction, together.
  */
 public final class ListenerOutcomes {
   private static final Logger log = LoggerFactory.getLogger(ListenerOutcomes.class);
+
+  /**
+   * The first of the claims open for the record being delivered on this thread, all of one delivery
+   * and chained through {@link Pending#next}: appending allocates nothing, so an {@code
+   * OutOfMemoryError} cannot leave a claim unrecorded, PROCESSING under a lease renewed for as long
+   * as the process lives.
+   */
   private static final ThreadLocal<@Nullable Pending> PENDING = new ThreadLocal<>();
 
   private ListenerOutcomes() {}
@@ -48,6 +60,9 @@ public final class ListenerOutcomes {
     private @Nullable SuccessMarks marks;
     private @Nullable String source;
     private @Nullable IdempotentExecutor executor;
+
+    /** The claim deferred after this one for the same delivery of its record. */
+    private @Nullable Pending next;
 
     /** Whether {@link #settle} found the outcome a success; null until it ran. Guarded by this. */
     private @Nullable Boolean succeeded;
@@ -269,6 +284,15 @@ public final class ListenerOutcomes {
       }
     }
 
+    /**
+     * Whether {@code other} was deferred in the same delivery of the record: spring-kafka hands the
+     * same record object to the record interceptors and to the listener, and polls a new one when
+     * it delivers the record again.
+     */
+    private boolean sameDelivery(Pending other) {
+      return record == other.record;
+    }
+
     boolean isFor(ConsumerRecord<?, ?> other) {
       return record.offset() == other.offset()
           && record.partition() == other.partition()
@@ -292,21 +316,60 @@ public final class ListenerOutcomes {
 
   /**
    * Leaves {@code pending} to be settled by {@link #afterRecord} once the container is done with
-   * its record, transaction included. A claim still open from an earlier record is settled first,
-   * as {@link #abandon()} does.
+   * its record, transaction included, with the other claims deferred in the same delivery of that
+   * record (a listener calling several {@code Idempotent} methods). Claims still open from another
+   * record, or from an earlier delivery of this one, are settled first, as {@link #abandon()} does.
    */
   public static void deferToContainer(Pending pending) {
-    Pending earlier = PENDING.get();
-    // Recorded first: an Error settling the earlier claim (a log appender's OutOfMemoryError) left
-    // this one unrecorded, open under a lease renewed for as long as the process lived.
+    Pending first = PENDING.get();
+    if (first != null && first.sameDelivery(pending)) {
+      Pending last = first;
+      while (last != pending && last.next != null) {
+        last = last.next;
+      }
+      if (last != pending) {
+        last.next = pending;
+      }
+      return;
+    }
+    // Recorded first: an Error settling the earlier claims (a log appender's OutOfMemoryError)
+    // left this one unrecorded, open under a lease renewed for as long as the process lived.
     PENDING.set(pending);
-    if (earlier != null && earlier != pending) {
-      earlier.abandoned();
-      earlier.settleQuietly();
+    if (first != null) {
+      settleEach(first, true);
     }
   }
 
-  /** The claim open for {@code record} on this thread, if any. */
+  /**
+   * Settles {@code first} and the claims chained after it, each whatever settling another threw,
+   * then throws the first {@code Error}: one left unsettled stayed PROCESSING under a lease renewed
+   * for as long as the process lived. With {@code abandoned}, the container never reported the end
+   * of their record.
+   */
+  private static void settleEach(Pending first, boolean abandoned) {
+    Throwable thrown = null;
+    for (Pending pending = first; pending != null; pending = pending.next) {
+      try {
+        if (abandoned) {
+          pending.abandoned();
+        }
+        pending.settleQuietly();
+      } catch (RuntimeException | Error e) {
+        thrown = FirstFailure.of(thrown, e);
+      }
+    }
+    if (thrown instanceof Error error) {
+      throw error;
+    }
+    if (thrown != null) {
+      throw (RuntimeException) thrown;
+    }
+  }
+
+  /**
+   * The first claim open for {@code record} on this thread, if any: the record interceptor's own,
+   * which it made before the listener ran.
+   */
   public static @Nullable Pending current(ConsumerRecord<?, ?> record) {
     Pending pending = PENDING.get();
     return pending != null && pending.isFor(record) ? pending : null;
@@ -317,26 +380,30 @@ public final class ListenerOutcomes {
    * with the record before the container hears of it (passing on its acknowledgment).
    */
   public static void listenerReturned(ConsumerRecord<?, ?> record) {
-    Pending pending = current(record);
-    if (pending != null) {
+    for (Pending pending = current(record); pending != null; pending = pending.next) {
       pending.listenerSucceeded();
     }
   }
 
-  /** The transaction of the record being processed on this thread rolled back. */
+  /**
+   * The transaction of the record being processed on this thread rolled back: every claim made in
+   * it is FAILED, the first call's as much as the one that threw.
+   */
   public static void rolledBack(ConsumerRecord<?, ?> record, Throwable cause) {
-    Pending pending = current(record);
-    if (pending != null) {
+    for (Pending pending = current(record); pending != null; pending = pending.next) {
       pending.rolledBack(cause);
     }
   }
 
-  /** The container is done with {@code record}, its transaction included: writes its outcome. */
+  /**
+   * The container is done with {@code record}, its transaction included: writes the outcome of each
+   * of its claims.
+   */
   public static void afterRecord(ConsumerRecord<?, ?> record) {
     Pending pending = current(record);
     if (pending != null) {
       PENDING.remove();
-      pending.settleQuietly();
+      settleEach(pending, false);
     }
   }
 
@@ -350,8 +417,8 @@ public final class ListenerOutcomes {
   }
 
   /**
-   * Settles, as {@link #abandon()} does, a claim still open on this thread for another record than
-   * {@code record}.
+   * Settles, as {@link #abandon()} does, the claims still open on this thread for another record
+   * than {@code record}.
    */
   public static void abandonOtherThan(ConsumerRecord<?, ?> record) {
     abandon(record);
@@ -361,8 +428,7 @@ public final class ListenerOutcomes {
     Pending pending = PENDING.get();
     if (pending != null && (keep == null || !pending.isFor(keep))) {
       PENDING.remove();
-      pending.abandoned();
-      pending.settleQuietly();
+      settleEach(pending, true);
     }
   }
 
