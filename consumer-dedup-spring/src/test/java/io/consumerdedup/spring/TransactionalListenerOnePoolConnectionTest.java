@@ -72,8 +72,14 @@ class TransactionalListenerOnePoolConnectionTest {
       assertThat(SpringTestEnvironment.effects(jdbc, "one-connection", orderNo))
           .as(orderNo)
           .isEqualTo(1);
-      assertThat(store.find(DedupKey.of("booking", orderNo)).orElseThrow().status())
-          .isEqualTo(DedupStatus.SUCCESS);
+      // SEPARATE mode: the SUCCESS mark is written after the listener's transaction commits.
+      await()
+          .atMost(Duration.ofSeconds(10))
+          .untilAsserted(
+              () ->
+                  assertThat(store.find(DedupKey.of("booking", orderNo)).orElseThrow().status())
+                      .as(orderNo)
+                      .isEqualTo(DedupStatus.SUCCESS));
     }
   }
 
