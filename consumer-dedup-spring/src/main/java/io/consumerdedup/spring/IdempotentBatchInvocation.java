@@ -211,7 +211,7 @@ final class IdempotentBatchInvocation {
       if (stop != null) {
         throw stop.failure(listener, records);
       }
-      if (acknowledgment != null && listener.calledByContainer) {
+      if (acknowledgment != null && listener.acknowledgesItsRecord) {
         // Only duplicates: as spring-kafka does for records it filters out, else in a manual ack
         // mode their offsets are never committed. A method a listener calls leaves the batch to
         // that listener, which may go on to a method that fails.

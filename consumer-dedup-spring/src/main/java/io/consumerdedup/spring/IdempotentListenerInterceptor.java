@@ -347,7 +347,7 @@ public final class IdempotentListenerInterceptor {
       IdempotentListenerMethod listener, @Nullable Object[] arguments) {
     ContainerProperties.@Nullable AckMode ackMode =
         listener.shape.batchListener ? CurrentBatch.ackMode() : CurrentRecordInterceptor.ackMode();
-    if (!listener.calledByContainer
+    if (!listener.acknowledgesItsRecord
         || listener.shape.ackIndex >= 0
         || (ackMode != ContainerProperties.AckMode.MANUAL
             && ackMode != ContainerProperties.AckMode.MANUAL_IMMEDIATE)
@@ -478,7 +478,7 @@ public final class IdempotentListenerInterceptor {
           poll.marks().written(record, key.get());
         }
         if (acknowledgment != null
-            && listener.calledByContainer
+            && listener.acknowledgesItsRecord
             && listener.shape.returns == ListenerShape.Returns.VALUE) {
           // As spring-kafka does for records it filters out: otherwise, in a manual ack mode, the
           // duplicate's offset is never committed and the consumer's lag never reaches zero. Not

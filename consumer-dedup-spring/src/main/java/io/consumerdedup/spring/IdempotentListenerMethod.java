@@ -28,6 +28,7 @@ import org.springframework.expression.spel.standard.SpelExpressionParser;
 import org.springframework.kafka.annotation.DltHandler;
 import org.springframework.kafka.annotation.KafkaHandler;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.annotation.KafkaListeners;
 import org.springframework.kafka.support.KafkaUtils;
 import org.springframework.util.ReflectionUtils;
 
@@ -75,12 +76,13 @@ final class IdempotentListenerMethod {
   final boolean classLevel;
 
   /**
-   * Whether a container calls it with its record ({@code @KafkaListener}, {@code @KafkaHandler},
-   * {@code @DltHandler}), rather than a listener that calls it: only the container's listener says
-   * when its record is done. A listener calling one method per biz type may go on, after one that
-   * is a duplicate, to one that fails.
+   * Whether its record is its own to acknowledge: a container calls it ({@code @KafkaListener},
+   * repeated or not, {@code @KafkaHandler}, {@code @DltHandler}), or it takes the {@code
+   * Acknowledgment} as an argument (a listener built by hand handing it over). A method a listener
+   * calls with only its message leaves the record to that listener, which says when its record is
+   * done: it may go on, after a method that is a duplicate, to one that fails.
    */
-  final boolean calledByContainer;
+  final boolean acknowledgesItsRecord;
 
   /** Whether the key or fingerprint expression reads {@code #payload}. */
   final boolean readsPayload;
@@ -161,8 +163,10 @@ final class IdempotentListenerMethod {
               method.getDeclaringClass(), KafkaListener.class);
     }
     this.kafkaListener = listener;
-    this.calledByContainer =
-        isListenerMethod(method) || AnnotatedElementUtils.hasAnnotation(method, DltHandler.class);
+    this.acknowledgesItsRecord =
+        isListenerMethod(method)
+            || AnnotatedElementUtils.hasAnnotation(method, DltHandler.class)
+            || shape.ackIndex >= 0;
     this.selfCallWarning = selfCallWarning(method);
     this.readsPayload = readsPayload(key) || readsPayload(fingerprint);
     this.listenerId = listener == null ? "" : listener.id();
@@ -218,7 +222,7 @@ final class IdempotentListenerMethod {
       return (ConsumerRecord<Object, Object>) arguments[recordIndex];
     }
     List<ConsumerRecord<Object, Object>> batch = CurrentBatch.records();
-    if (batch != null && !calledByContainer) {
+    if (batch != null && !acknowledgesItsRecord) {
       // A method a batch listener calls: the container's listener is right as it is.
       throw new DedupConfigurationException(
           "@Idempotent method "
@@ -376,7 +380,9 @@ final class IdempotentListenerMethod {
   }
 
   private static boolean isListenerMethod(Method method) {
+    // Two @KafkaListener annotations on a method are held in their container, @KafkaListeners.
     return AnnotatedElementUtils.hasAnnotation(method, KafkaListener.class)
+        || AnnotatedElementUtils.hasAnnotation(method, KafkaListeners.class)
         || AnnotatedElementUtils.hasAnnotation(method, KafkaHandler.class);
   }
 

@@ -61,12 +61,14 @@ class CalledIdempotentMethodsAcknowledgmentTest {
   static final String SHIP = "siback-ship";
   static final String INVOICES = "siback-invoices";
   static final String INVOICE = "siback-invoice";
+  static final String HANDED = "siback-handed";
+  static final String CHARGE = "siback-charge";
   static final int SHIPPING_FAILURES = 2;
   static final Map<String, AtomicInteger> shipCalls = new ConcurrentHashMap<>();
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "siback", IMMEDIATE, MANUAL, INVOICES);
+    SpringTestEnvironment.prepare(registry, "siback", IMMEDIATE, MANUAL, INVOICES, HANDED);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -135,6 +137,38 @@ class CalledIdempotentMethodsAcknowledgmentTest {
         .noneMatch(line -> line.contains("takes no Acknowledgment"));
   }
 
+  /**
+   * A listener hands its {@code Acknowledgment} to the method it calls, which acknowledges: the
+   * record is the method's to acknowledge, a duplicate's too, or its offset is never committed and
+   * the lag never reaches zero.
+   */
+  @Test
+  void aMethodHandedTheAcknowledgmentAcknowledgesItsDuplicate() throws Exception {
+    MessageListenerContainer container = containers.getListenerContainer(HANDED);
+    await().atMost(WAIT).until(() -> !container.getAssignedPartitions().isEmpty());
+    send(template, HANDED, "charge 5", "order-no", "H-1");
+    long copy = send(template, HANDED, "charge 5", "order-no", "H-1");
+
+    await()
+        .atMost(WAIT)
+        .alias("the group's committed offset past the copy of H-1 at offset " + copy)
+        .until(() -> committed(HANDED, HANDED, 0) > copy);
+    assertThat(effects(jdbc, CHARGE, "H-1")).as("H-1 charged").isEqualTo(1);
+  }
+
+  /**
+   * Two {@code @KafkaListener} annotations on one method (held in {@code @KafkaListeners}): the
+   * containers call it, so its duplicates are its to acknowledge.
+   */
+  @Test
+  void aMethodWithTwoKafkaListenersAcknowledgesItsRecord() throws Exception {
+    IdempotentListenerMethod method =
+        IdempotentListenerMethod.of(
+            TwoTopics.class.getMethod("on", Message.class), "twoTopics", null);
+    assertThat(method).isNotNull();
+    assertThat(method.acknowledgesItsRecord).isTrue();
+  }
+
   private Object status(String bizType, String orderNo) {
     return store.find(DedupKey.of(bizType, orderNo)).map(DedupRecord::status).orElse(null);
   }
@@ -162,11 +196,26 @@ class CalledIdempotentMethodsAcknowledgmentTest {
       effect(jdbc, BILL, orderNo, message.getPayload());
     }
 
+    /** Takes the acknowledgment its listener hands over, and acknowledges once applied. */
+    @Idempotent(bizType = CHARGE, header = "order-no")
+    public void charge(String orderNo, String payload, Acknowledgment ack) {
+      effect(jdbc, CHARGE, orderNo, payload);
+      ack.acknowledge();
+    }
+
     /** Takes no way to acknowledge: the calling listener does. */
     @Idempotent(bizType = INVOICE, header = "order-no")
     public void invoice(String orderNo, String payload) {
       effect(jdbc, INVOICE, orderNo, payload);
     }
+  }
+
+  /** Not a bean: only read. */
+  static class TwoTopics {
+    @Idempotent(bizType = "siback-two", header = "order-no")
+    @KafkaListener(id = "siback-two-a", topics = "siback-two-a")
+    @KafkaListener(id = "siback-two-b", topics = "siback-two-b")
+    public void on(Message<String> message) {}
   }
 
   static class Shipping {
@@ -210,6 +259,11 @@ class CalledIdempotentMethodsAcknowledgmentTest {
     public void onInvoice(String payload, @Header("order-no") String orderNo, Acknowledgment ack) {
       billing.invoice(orderNo, payload);
       ack.acknowledge();
+    }
+
+    @KafkaListener(id = HANDED, topics = HANDED, containerFactory = "manualStopping")
+    public void onHanded(String payload, @Header("order-no") String orderNo, Acknowledgment ack) {
+      billing.charge(orderNo, payload, ack);
     }
 
     private void billThenShip(Message<String> message, Acknowledgment ack) {
