@@ -70,6 +70,7 @@ class KafkaTransactionSeveralIdempotentCallsTest {
         "several-nested",
         "several-acks",
         "several-futures",
+        "several-copies",
         "several-charges",
         "several-shipments");
   }
@@ -158,6 +159,21 @@ class KafkaTransactionSeveralIdempotentCallsTest {
       assertThat(committedOutput("several-charges", line)).as("charges of " + line).hasSize(1);
       assertThat(status("line", line)).isEqualTo(DedupStatus.SUCCESS);
     }
+  }
+
+  /**
+   * The second call is given a copy of the record (its value enriched): a call of the same
+   * delivery, whose claim must not settle the first's as abandoned.
+   */
+  @Test
+  void aCallGivenACopyOfTheRecordIsRecordedWithTheFirst() throws Exception {
+    sendTo("several-copies", "order 9", "ORDER-9");
+    long copy = sendTo("several-copies", "order 9 again", "ORDER-9");
+
+    await().atMost(WAIT).until(() -> committed("several-copies") > copy);
+    assertThat(committedOutput("several-charges", "ORDER-9")).as("charges").hasSize(1);
+    assertThat(status("billing", "ORDER-9")).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(status("shipping-enriched", "ORDER-9")).isEqualTo(DedupStatus.SUCCESS);
   }
 
   /** The second call returns a future: its outcome, too, waits for the transaction. */
@@ -335,6 +351,24 @@ class KafkaTransactionSeveralIdempotentCallsTest {
       shipping.shipLater(orderNo).join();
     }
 
+    @KafkaListener(id = "several-copies", topics = "several-copies")
+    public void onOrderEnriched(ConsumerRecord<String, String> record) {
+      billing.bill(SpringTestEnvironment.header(record, "order-no"));
+      shipping.shipEnriched(
+          new ConsumerRecord<>(
+              record.topic(),
+              record.partition(),
+              record.offset(),
+              record.timestamp(),
+              record.timestampType(),
+              record.serializedKeySize(),
+              record.serializedValueSize(),
+              record.key(),
+              "enriched " + record.value(),
+              record.headers(),
+              record.leaderEpoch()));
+    }
+
     @KafkaListener(id = "several-acks", topics = "several-acks")
     public void onOrderAcknowledgedLater(
         ConsumerRecord<String, String> record, Acknowledgment ack) {
@@ -401,6 +435,12 @@ class KafkaTransactionSeveralIdempotentCallsTest {
       if (call == 1 && orderNo.equals("ORDER-3")) {
         throw new AssertionError("the carrier's client broke");
       }
+      template.send("several-shipments", orderNo, "shipment for " + orderNo);
+    }
+
+    @Idempotent(bizType = "shipping-enriched", header = "order-no")
+    public void shipEnriched(ConsumerRecord<String, String> enriched) {
+      String orderNo = SpringTestEnvironment.header(enriched, "order-no");
       template.send("several-shipments", orderNo, "shipment for " + orderNo);
     }
 

@@ -287,10 +287,14 @@ public final class ListenerOutcomes {
     /**
      * Whether {@code other} was deferred in the same delivery of the record: spring-kafka hands the
      * same record object to the record interceptors and to the listener, and polls a new one when
-     * it delivers the record again.
+     * it delivers the record again. A call given a copy of the record the container is delivering
+     * (its value enriched, say) is of that delivery too: taken for another, it settled the claims
+     * before it FAILED while their effects committed. A claim left from an earlier delivery of the
+     * same offset is not: its record is no longer the one the container delivers.
      */
     private boolean sameDelivery(Pending other) {
-      return record == other.record;
+      return record == other.record
+          || (isFor(other.record) && CurrentRecordInterceptor.current().orElse(null) == record);
     }
 
     boolean isFor(ConsumerRecord<?, ?> other) {
@@ -346,6 +350,21 @@ public final class ListenerOutcomes {
    * for as long as the process lived. With {@code abandoned}, the container never reported the end
    * of their record.
    */
+  /**
+   * A claim whose settling threw before it was ended (an {@code OutOfMemoryError} as the reason it
+   * was abandoned was made): no outcome can be told, so its lease runs out, as after a crash;
+   * renewed, every delivery of its key was held "in progress" for as long as the process lived.
+   */
+  private static void leaveToLeaseIfOpen(Pending pending) {
+    try {
+      if (!pending.claim.isEnded()) {
+        pending.leaveToLease();
+      }
+    } catch (RuntimeException | Error e) {
+      // The first failure is thrown by the caller; this one can only be dropped.
+    }
+  }
+
   private static void settleEach(Pending first, boolean abandoned) {
     Throwable thrown = null;
     for (Pending pending = first; pending != null; pending = pending.next) {
@@ -356,6 +375,7 @@ public final class ListenerOutcomes {
         pending.settleQuietly();
       } catch (RuntimeException | Error e) {
         thrown = FirstFailure.of(thrown, e);
+        leaveToLeaseIfOpen(pending);
       }
     }
     if (thrown instanceof Error error) {
