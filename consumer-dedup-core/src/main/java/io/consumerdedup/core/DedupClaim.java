@@ -389,6 +389,9 @@ public final class DedupClaim {
           claim.fail(error);
           continue;
         }
+        if (claim.endUnhandedOutcome()) {
+          continue; // ended once already, its outcome not handed over: not to be given back
+        }
         LeaseRenewer.Renewal renewal = claim.endForRelease();
         if (renewal != null) {
           released.add(renewal);
