@@ -285,11 +285,12 @@ final class ClaimCalls {
   }
 
   /**
-   * Releases held claims whose handler never ran, as {@link #release(List, long)}, each remembered
-   * from its latest renewal if the store cannot be reached: their leases were renewed while they
-   * waited (the records before them in a poll), and remembered from the claim, one held for longer
-   * than a lease was forgotten at once, its redelivery to this process told "in progress" by its
-   * own claim until the lease renewed last ran out.
+   * Releases held claims whose handler never ran, or threw a RETRY_LATER exception ({@link
+   * DedupClaim#failOrRelease}), as {@link #release(List, long)}, each remembered from its latest
+   * renewal if the store cannot be reached: their leases were renewed while they waited (the
+   * records before them in a poll), and remembered from the claim, one held for longer than a lease
+   * was forgotten at once, its redelivery to this process told "in progress" by its own claim until
+   * the lease renewed last ran out.
    */
   void releaseRenewed(List<LeaseRenewer.Renewal> renewals) {
     release(
@@ -308,8 +309,9 @@ final class ClaimCalls {
       remember(claims, heldFromNanos);
       tellStoreFailed(claims.get(0).key(), e);
       log.warn(
-          "Could not release the claims on {}, whose handlers did not run; their leases run out"
-              + " instead, and a redelivery to this process takes them up: {}",
+          "Could not release the claims on {}, given back uncounted (their handlers did not run,"
+              + " or were held back); their leases run out instead, and a redelivery to this"
+              + " process takes them up: {}",
           claims.stream().map(ClaimResult.Claimed::key).toList(),
           e.getMessage());
     } catch (RuntimeException | Error e) {

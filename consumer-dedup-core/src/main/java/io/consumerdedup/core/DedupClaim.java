@@ -4,9 +4,11 @@ import io.consumerdedup.core.internal.AfterCommit;
 import io.consumerdedup.core.internal.DeliverySources;
 import io.consumerdedup.core.internal.FailureTexts;
 import io.consumerdedup.core.internal.FaultPoints;
+import io.consumerdedup.core.internal.FirstFailure;
 import io.consumerdedup.core.internal.LeaseRenewer;
 import io.consumerdedup.core.internal.Outcomes;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.List;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
@@ -302,11 +304,12 @@ public final class DedupClaim {
   }
 
   /**
-   * Gives back a held claim whose handler has not run, and will not for this delivery: no attempt
-   * is counted. The key's record is as it was before the claim (FAILED with its attempts and last
-   * error; none for a key claimed for the first time), so the next delivery claims it as if this
-   * one had not. If the store cannot be reached, the lease runs out instead (logged at WARN), and a
-   * redelivery to this process takes the claim up before that.
+   * Gives back a held claim whose handler has not run, and will not for this delivery, or ran and
+   * threw a {@link Disposition#RETRY_LATER} exception, which is not the handler's failure ({@link
+   * #failOrRelease}): no attempt is counted. The key's record is as it was before the claim (FAILED
+   * with its attempts and last error; none for a key claimed for the first time), so the next
+   * delivery claims it as if this one had not. If the store cannot be reached, the lease runs out
+   * instead (logged at WARN), and a redelivery to this process takes the claim up before that.
    *
    * @throws IllegalStateException the claim is a duplicate or was already ended, or it is in the
    *     caller's transaction (mode TRANSACTIONAL), whose rollback gives it back
@@ -321,6 +324,102 @@ public final class DedupClaim {
     end("release");
     Objects.requireNonNull(renewal).stop();
     Objects.requireNonNull(calls).releaseRenewed(List.of(renewal));
+  }
+
+  /**
+   * Ends the claim after its handler threw {@code error}, as every adapter of this project does: a
+   * {@link Disposition#RETRY_LATER} exception ({@link Disposition#of}), such as the {@link
+   * DedupInProgressException} of a nested call for another key that another consumer holds, is not
+   * the handler's failure, and the claim is given back uncounted ({@link #release()}) while the
+   * adapter holds the record; anything else, and any {@code Error}, is recorded FAILED ({@link
+   * #fail(Throwable)}), counting the attempt. Counted, a record whose nested key another consumer
+   * held (a crashed one: for its whole lease) spent its attempts on its retries and was
+   * dead-lettered although nothing had failed. A claim in the caller's transaction (mode
+   * TRANSACTIONAL) is failed there, whose rollback gives it back.
+   *
+   * <p>A claim that cannot be given back (the store unreachable, or anything else the release
+   * throws but an {@code Error}, which goes on) is ended all the same and its lease no longer
+   * renewed: it runs out, and a redelivery to this process takes the claim up before that; what the
+   * release threw is added to {@code error} as suppressed.
+   *
+   * @return true if the claim was given back, false if it was recorded FAILED
+   * @throws IllegalStateException the claim is a duplicate or was already ended
+   */
+  public boolean failOrRelease(Throwable error) {
+    if (error instanceof Error
+        || Disposition.of(error) != Disposition.RETRY_LATER
+        || (held && calls == null)) {
+      fail(error);
+      return false;
+    }
+    boolean open = isOpen();
+    try {
+      release();
+    } catch (RuntimeException notReleased) {
+      if (!open) {
+        throw notReleased; // a duplicate, or ended already: nothing was done
+      }
+      if (notReleased != error) {
+        error.addSuppressed(notReleased);
+      }
+    }
+    return true;
+  }
+
+  /**
+   * Ends each of {@code claims} after their handler, one call for them all, threw {@code error}, as
+   * {@link #failOrRelease} ends one: given back in one store call for a {@link
+   * Disposition#RETRY_LATER} exception, else each recorded FAILED whatever failing another threw
+   * (the first throwable is thrown once all are ended). Claims already ended are skipped. The
+   * claims are those of one executor, as one batch's are.
+   *
+   * @return true if the claims were given back, false if they were recorded FAILED
+   */
+  public static boolean failOrReleaseAll(List<DedupClaim> claims, Throwable error) {
+    boolean release = !(error instanceof Error) && Disposition.of(error) == Disposition.RETRY_LATER;
+    List<LeaseRenewer.Renewal> released = release ? new ArrayList<>(claims.size()) : List.of();
+    ClaimCalls releasing = null;
+    Throwable first = null;
+    for (DedupClaim claim : claims) {
+      try {
+        if (!claim.isOpen()) {
+          continue;
+        }
+        if (!release || claim.calls == null) {
+          claim.fail(error);
+          continue;
+        }
+        if (claim.endUnhandedOutcome()) {
+          continue; // ended once already, its outcome not handed over: not to be given back
+        }
+        LeaseRenewer.Renewal renewal = claim.endForRelease();
+        if (renewal != null) {
+          released.add(renewal);
+          releasing = claim.calls;
+        }
+      } catch (RuntimeException | Error e) {
+        first = FirstFailure.of(first, e);
+      }
+    }
+    if (releasing != null) {
+      try {
+        releasing.releaseRenewed(released);
+      } catch (RuntimeException notReleased) {
+        // Ended, their leases no longer renewed: see failOrRelease.
+        if (notReleased != error) {
+          error.addSuppressed(notReleased);
+        }
+      } catch (Error e) {
+        first = FirstFailure.of(first, e);
+      }
+    }
+    if (first instanceof Error fatal) {
+      throw fatal;
+    }
+    if (first != null) {
+      throw (RuntimeException) first;
+    }
+    return release;
   }
 
   /** Whether this claim is held and not ended yet. */

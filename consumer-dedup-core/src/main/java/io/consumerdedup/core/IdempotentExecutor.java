@@ -18,7 +18,9 @@ import org.jspecify.annotations.Nullable;
  *
  * <p>{@link #execute(DedupKey, Callable)} claims the key in the {@link DedupStore} in its own short
  * transaction (status PROCESSING, under a lease), runs the handler, and records SUCCESS. When the
- * handler throws, it records FAILED and rethrows, so the next delivery retries. While the handler
+ * handler throws, it records FAILED and rethrows, so the next delivery retries; when what it throws
+ * is a {@link Disposition#RETRY_LATER} exception (a nested call's key in progress elsewhere), it
+ * gives the claim back uncounted instead ({@link DedupClaim#failOrRelease}). While the handler
  * runs, a background task renews the lease at {@link Builder#renewalInterval(Duration)}, so a slow
  * but live handler is never taken over; a crashed holder's lease simply runs out, and then another
  * consumer takes the key over.
@@ -190,7 +192,8 @@ public final class IdempotentExecutor implements AutoCloseable {
    * @throws DedupLeaseLostException the handler ran, but another consumer took the key over before
    *     SUCCESS could be written (this holder's lease had run out); retry the delivery later
    * @throws DedupHandlerException the handler threw a checked exception (its cause); runtime
-   *     exceptions and errors propagate unchanged. In both cases the record was marked FAILED.
+   *     exceptions and errors propagate unchanged. In both cases the record was marked FAILED, or,
+   *     for a {@link Disposition#RETRY_LATER} exception, the claim given back uncounted.
    * @throws IllegalStateException in mode TRANSACTIONAL, the handler returned but the database had
    *     rolled back the caller's transaction under it, the claim's record with it (InnoDB at a
    *     deadlock the handler caught): roll the transaction back, and the record is retried
@@ -207,9 +210,9 @@ public final class IdempotentExecutor implements AutoCloseable {
       value = handler.call();
     } catch (Throwable error) {
       try {
-        claim.fail(error);
+        claim.failOrRelease(error);
       } catch (Error e) {
-        endAgain(claim, e, () -> claim.fail(error));
+        endAgain(claim, e, () -> claim.failOrRelease(error));
         throw e;
       }
       throw propagate(key, source, error);

@@ -22,6 +22,7 @@ import java.sql.Statement;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.Callable;
 import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.concurrent.CountDownLatch;
@@ -236,6 +237,45 @@ class IdempotentExecutorTest {
     assertThat(after.outcome()).isEqualTo(Outcome.DUPLICATE);
     assertThat(calls).hasValue(2);
     assertThat(db.store().find(key).orElseThrow().attempts()).isEqualTo(2);
+  }
+
+  /**
+   * A handler whose nested call for another key meets that key held elsewhere throws its {@code
+   * DedupInProgressException}: not the handler's failure, so its claim is given back, the key's row
+   * as the earlier, real failure left it (attempts, last error), and the key not held meanwhile.
+   */
+  @Test
+  void aNestedCallInProgressElsewhereGivesTheClaimBackUncounted() throws Exception {
+    IdempotentExecutor holder =
+        executor(IdempotentExecutor.builder(db.store()).ownerId("holder-2"));
+    IdempotentExecutor executor = executor();
+    DedupKey order = DedupKey.of("order", "ORD-N1");
+    DedupKey stock = DedupKey.of("stock", "ORD-N1");
+    assertThatThrownBy(
+            () ->
+                executor.execute(
+                    order,
+                    () -> {
+                      throw new IllegalStateException("carrier timed out");
+                    }))
+        .hasMessage("carrier timed out");
+    BlockedRun reserving = new BlockedRun(holder, stock);
+    Callable<String> reserveThenOrder = () -> executor.execute(stock, () -> "reserved").value();
+
+    for (int delivery = 0; delivery < 3; delivery++) {
+      assertThatThrownBy(() -> executor.execute(order, reserveThenOrder))
+          .isInstanceOf(DedupInProgressException.class)
+          .hasMessageContaining("holder-2");
+      DedupRecord row = db.store().find(order).orElseThrow();
+      assertThat(row.status()).isEqualTo(DedupStatus.FAILED);
+      assertThat(row.attempts()).as("attempts: the carrier's only").isEqualTo(1);
+      assertThat(row.lastError()).hasValueSatisfying(e -> assertThat(e).contains("carrier"));
+    }
+
+    assertThat(reserving.finish().outcome()).isEqualTo(Outcome.PROCESSED);
+    DedupResult<String> applied = executor.execute(order, () -> "ordered");
+    assertThat(applied.outcome()).isEqualTo(Outcome.PROCESSED);
+    assertThat(applied.attempt()).isEqualTo(2);
   }
 
   @Test

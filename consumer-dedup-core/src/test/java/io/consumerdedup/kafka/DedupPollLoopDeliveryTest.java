@@ -242,6 +242,91 @@ class DedupPollLoopDeliveryTest {
   }
 
   /**
+   * A handler that reserves stock idempotently for its order, through the same executor, while
+   * another consumer holds the stock's key (a live lease, as a crashed one's is for 5 minutes): the
+   * nested call's {@code DedupInProgressException} is not the handler's failure. The order's record
+   * is held, its claim given back each time uncounted (its row stays as the first, real failure
+   * left it), never dead-lettered however often it is tried; once the holder completes the stock,
+   * the order is applied once.
+   */
+  @Test
+  void aNestedCallOnAKeyHeldElsewhereHoldsTheRecordWithoutCountingAttemptsThenAppliesItOnce()
+      throws Exception {
+    TestKafka.createTopics(1, topic);
+    DedupKey stock = DedupKey.of("stock", "N-1");
+    ClaimResult.Claimed elsewhere = claimElsewhere(stock);
+    AtomicBoolean carrierDown = new AtomicBoolean(true);
+    IdempotentRecordHandler<String, String> orders =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId(group)
+            .handler(
+                record -> {
+                  if (carrierDown.getAndSet(false)) {
+                    throw new IllegalStateException("carrier timeout");
+                  }
+                  executor.execute(
+                      DedupKey.of("stock", orderNo(record)),
+                      () -> {
+                        effects.apply("stock " + orderNo(record));
+                        return null;
+                      });
+                  effects.apply(orderNo(record));
+                })
+            .build();
+    List<String> deadLetters = new CopyOnWriteArrayList<>();
+    DedupPollLoop<String, String> loop =
+        DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), orders)
+            .deadLetterHandler(
+                (record, reason) -> deadLetters.add(orderNo(record) + ": " + reason.getMessage()))
+            .retryBackOff(Duration.ofMillis(50))
+            .holdBackOff(Duration.ofMillis(100), Duration.ofMillis(200))
+            .pollTimeout(Duration.ofMillis(200))
+            .build();
+    send(0, "N-1");
+    DedupKey order = DedupKey.of(BIZ_TYPE, "N-1");
+
+    try (RunningLoop running = RunningLoop.start(loop)) {
+      await()
+          .atMost(WAIT)
+          .failFast(() -> assertThat(deadLetters).as("dead letters").isEmpty())
+          .untilAsserted(
+              () ->
+                  assertThat(inProgress)
+                      .as("the nested call told in progress, twice the attempts allowed")
+                      .hasValueGreaterThanOrEqualTo(2 * DedupPollLoop.DEFAULT_MAX_ATTEMPTS));
+      assertThat(deadLetters).as("dead letters").isEmpty();
+      assertThat(TestKafka.committedOffsets(group)).doesNotContainKey(partition(0));
+      assertThat(effects.all()).isEmpty();
+      // Read between two tries (a try in hand holds the order PROCESSING for a few milliseconds).
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> {
+                DedupRecord held = fixture.store().find(order).orElseThrow();
+                assertThat(held.status()).as("the order's row").isEqualTo(DedupStatus.FAILED);
+                assertThat(held.attempts()).as("attempts: the carrier's only").isEqualTo(1);
+                assertThat(held.lastError())
+                    .hasValueSatisfying(e -> assertThat(e).contains("carrier timeout"));
+              });
+
+      effects.apply("stock N-1");
+      assertThat(fixture.store().complete(elsewhere, Duration.ofDays(1))).isTrue();
+
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 1L));
+    }
+    assertThat(deadLetters).as("dead letters").isEmpty();
+    assertThat(effects.all()).containsOnly(Map.entry("N-1", 1), Map.entry("stock N-1", 1));
+    DedupRecord applied = fixture.store().find(order).orElseThrow();
+    assertThat(applied.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(applied.attempts()).isEqualTo(2);
+  }
+
+  /**
    * A key whose record a newer version wrote with a status of its own (a rolling upgrade, its
    * migration having widened the status check) is held as one in progress elsewhere: neither
    * handled nor dead-lettered, its partition not committed past, while another partition's key is

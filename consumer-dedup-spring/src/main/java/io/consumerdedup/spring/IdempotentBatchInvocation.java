@@ -269,7 +269,7 @@ final class IdempotentBatchInvocation {
       if (failed < 0) {
         // The method's state is unknown: every record is retried.
         Throwable failure = WrappedConsumerCastException.naming(error, listener, null, null);
-        kept.fail(0, kept.size(), failure, attempts);
+        kept.listenerThrew(0, kept.size(), failure, attempts);
         throw BatchFailureIndex.untranslatable(failure);
       }
       DedupClaim failedClaim = kept.claims.get(failed);
@@ -286,7 +286,7 @@ final class IdempotentBatchInvocation {
         // record is FAILED, the others' claims are given back uncounted (invoke), and the whole
         // batch is retried.
         if (failedClaim != null && !failedClaim.isEnded()) {
-          attempts.fail(failedClaim, failure);
+          attempts.listenerThrew(failedClaim, failure);
         }
         throw BatchFailureIndex.rolledBackBefore(failure == cause ? error : failure);
       }
@@ -295,7 +295,7 @@ final class IdempotentBatchInvocation {
       // it, and its SUCCESS stands.
       Throwable thrown = error;
       if (failedClaim != null && !failedClaim.isEnded()) {
-        attempts.fail(failedClaim, failure);
+        attempts.listenerThrew(failedClaim, failure);
         Throwable exhausted = attempts.toThrow(failedClaim, failure);
         if (exhausted != cause) {
           thrown = exhausted;

@@ -111,13 +111,26 @@ final class KeptBatchRecords {
    * logging the failure.
    */
   synchronized void fail(int from, int to, Throwable error, AttemptLimit attempts) {
-    List<DedupClaim> failed = new ArrayList<>();
+    attempts.failAll(unended(from, to), error);
+  }
+
+  /**
+   * Ends the claims from {@code from} to {@code to} (exclusive) that are not ended, the listener
+   * having thrown {@code error}: FAILED and logged, or given back uncounted for a retry-later
+   * exception ({@link AttemptLimit#listenerThrewAll}).
+   */
+  synchronized void listenerThrew(int from, int to, Throwable error, AttemptLimit attempts) {
+    attempts.listenerThrewAll(unended(from, to), error);
+  }
+
+  private List<DedupClaim> unended(int from, int to) {
+    List<DedupClaim> unended = new ArrayList<>();
     for (int i = from; i < to; i++) {
       DedupClaim claim = claims.get(i);
       if (claim != null && !claim.isEnded()) {
-        failed.add(claim);
+        unended.add(claim);
       }
     }
-    attempts.failAll(failed, error);
+    return unended;
   }
 }

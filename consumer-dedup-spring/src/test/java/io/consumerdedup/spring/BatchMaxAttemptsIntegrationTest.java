@@ -7,6 +7,7 @@ import static io.consumerdedup.spring.SpringTestEnvironment.send;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.awaitility.Awaitility.await;
 
+import io.consumerdedup.core.DedupClaim;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.DedupStatus;
@@ -60,6 +61,7 @@ class BatchMaxAttemptsIntegrationTest {
   static final Duration WAIT = Duration.ofSeconds(60);
   static final String TOPIC = "batch-max-attempts";
   static final String SPENT_FIRST = "batch-spent-first";
+  static final String NESTED = "batch-nested";
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
@@ -69,7 +71,8 @@ class BatchMaxAttemptsIntegrationTest {
         TOPIC,
         TOPIC + "-dlt",
         SPENT_FIRST,
-        SPENT_FIRST + "-dlt");
+        SPENT_FIRST + "-dlt",
+        NESTED);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -176,6 +179,49 @@ class BatchMaxAttemptsIntegrationTest {
     assertThat(store.find(failing).orElseThrow().attempts()).isEqualTo(3);
   }
 
+  /**
+   * A batch listener reserving stock for its orders through the executor, while another consumer
+   * holds the stock's key: the call's {@code DedupInProgressException}, naming no record, is not
+   * the listener's failure. The batch is held, run again past {@code max-attempts} without its
+   * claims counting an attempt, never given up, and applied once when the holder completes.
+   */
+  @Test
+  void aBatchWhoseNestedCallMeetsAKeyHeldElsewhereWaitsUncountedThenIsAppliedOnce(
+      CapturedOutput output) throws Exception {
+    DedupKey order = DedupKey.of("batch-order", "BN-1");
+    try (IdempotentExecutor elsewhere =
+        IdempotentExecutor.builder(store).ownerId("other-instance").build()) {
+      DedupClaim stock = elsewhere.claim(DedupKey.of("batch-stock", "BN-1"), null, "elsewhere");
+      long offset = send(template, NESTED, "order 1", "order-no", "BN-1");
+
+      await()
+          .atMost(WAIT)
+          .failFast(
+              () ->
+                  assertThat(store.find(order).map(DedupRecord::attempts).orElse(0))
+                      .as("attempts of BN-1 in the table")
+                      .isLessThanOrEqualTo(1))
+          .untilAsserted(
+              () ->
+                  assertThat(calls.of("BN-1"))
+                      .as("listener runs for BN-1, against max-attempts 3")
+                      .isGreaterThan(3));
+      assertThat(SpringTestEnvironment.effects(jdbc, NESTED, "BN-1")).isZero();
+      assertThat(SpringTestEnvironment.committed(NESTED, NESTED, 0)).isLessThanOrEqualTo(offset);
+
+      stock.complete();
+
+      await().atMost(WAIT).until(() -> SpringTestEnvironment.effects(jdbc, NESTED, "BN-1") == 1);
+      await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(NESTED, NESTED, 0) > offset);
+    }
+    DedupRecord applied = store.find(order).orElseThrow();
+    assertThat(applied.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(applied.attempts()).isEqualTo(1);
+    assertThat(output.getAll().lines().filter(line -> line.contains("BN-1")))
+        .as("lines about BN-1")
+        .noneMatch(line -> line.contains("Handler failed"));
+  }
+
   /** One back-off of the error handler, and a margin for the polls around it. */
   static final Duration WAIT_ONE = Duration.ofSeconds(12);
 
@@ -197,8 +243,8 @@ class BatchMaxAttemptsIntegrationTest {
     }
 
     @Bean
-    Charges charges(JdbcTemplate jdbc) {
-      return new Charges(jdbc);
+    Charges charges(JdbcTemplate jdbc, IdempotentExecutors executors) {
+      return new Charges(jdbc, executors);
     }
 
     /** Counts, per key, the deliveries of the records of {@link #SPENT_FIRST}. */
@@ -221,9 +267,22 @@ class BatchMaxAttemptsIntegrationTest {
 
   static class Charges {
     final JdbcTemplate jdbc;
+    final IdempotentExecutors executors;
 
-    Charges(JdbcTemplate jdbc) {
+    Charges(JdbcTemplate jdbc, IdempotentExecutors executors) {
       this.jdbc = jdbc;
+      this.executors = executors;
+    }
+
+    @Idempotent(bizType = "batch-order", header = "order-no")
+    @KafkaListener(id = NESTED, topics = NESTED, batch = "true")
+    public void order(List<ConsumerRecord<String, String>> records) {
+      for (ConsumerRecord<String, String> record : records) {
+        String key = header(record, "order-no");
+        calls.count(key);
+        executors.defaultExecutor().execute(DedupKey.of("batch-stock", key), () -> "reserved");
+        SpringTestEnvironment.effect(jdbc, NESTED, key, record.value());
+      }
     }
 
     @Idempotent(bizType = "batch-declined", header = "order-no")

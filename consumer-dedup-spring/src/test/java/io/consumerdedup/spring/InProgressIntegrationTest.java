@@ -23,10 +23,13 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.ExtendWith;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
 import org.springframework.boot.test.context.SpringBootTest;
+import org.springframework.boot.test.system.CapturedOutput;
+import org.springframework.boot.test.system.OutputCaptureExtension;
 import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
@@ -47,6 +50,10 @@ import org.springframework.util.backoff.FixedBackOff;
  * count and recover, and the partition does not move past it. When the holder succeeds, the retry
  * is a duplicate; when it fails, the retry takes the key over and applies it once.
  *
+ * <p>A listener whose record is applied, but whose call to another bean's {@code @Idempotent}
+ * method meets that method's key held elsewhere, is held the same way: the call's {@code
+ * DedupInProgressException} is not the listener's failure, so its claim is given back uncounted.
+ *
  * <p>The other consumer is an {@link IdempotentExecutor} of another owner over the same store,
  * claiming the key directly through the core.
  */
@@ -56,10 +63,13 @@ import org.springframework.util.backoff.FixedBackOff;
       "consumer-dedup.owner-id=" + InProgressIntegrationTest.THIS_INSTANCE,
       "consumer-dedup.hold.initial-backoff=" + InProgressIntegrationTest.BACK_OFF_MS + "ms",
       "consumer-dedup.hold.max-backoff=1s",
+      // Few, so that a held record counting attempts would be given up within a few tries.
+      "consumer-dedup.max-attempts=2",
       // Two scenarios, one listener (and group) each, of one biz type; their keys differ.
       "consumer-dedup.shared-biz-types=payment"
     })
 @DirtiesContext
+@ExtendWith(OutputCaptureExtension.class)
 class InProgressIntegrationTest {
   static final String THIS_INSTANCE = "this-instance";
   static final String OTHER_INSTANCE = "other-instance";
@@ -68,7 +78,8 @@ class InProgressIntegrationTest {
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_ip", "ip-holder-succeeds", "ip-holder-fails");
+    SpringTestEnvironment.prepare(
+        registry, "spring_ip", "ip-holder-succeeds", "ip-holder-fails", "ip-nested");
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -154,6 +165,55 @@ class InProgressIntegrationTest {
   }
 
   /**
+   * An order listener reserves stock through another bean's {@code @Idempotent} method, whose key
+   * another consumer holds (as a crashed one does for its 5-minute lease): the order's record is
+   * held, retried well past {@code max-attempts} without counting any, never given up, and logged
+   * as a record in progress elsewhere, naming the stock's key, not as a failed attempt. Once the
+   * holder completes the stock, the order is applied once.
+   */
+  @Test
+  void aListenerWhoseCalledMethodsKeyIsHeldElsewhereWaitsUncountedThenIsAppliedOnce(
+      CapturedOutput output) throws Exception {
+    String topic = "ip-nested";
+    DedupKey stock = DedupKey.of("stock", "NESTED-1");
+    DedupKey order = DedupKey.of("order", "NESTED-1");
+    DedupClaim claim = otherInstance.claim(stock, null, "elsewhere");
+    assertThat(claim.isDuplicate()).isFalse();
+    long offset = send(topic, "order 3", "NESTED-1");
+
+    await()
+        .atMost(WAIT)
+        .failFast(() -> assertThat(Switches.recovered).as("records given up").isEmpty())
+        .untilAsserted(
+            () ->
+                assertThat(deliveries("NESTED-1"))
+                    .as("deliveries of NESTED-1, against max-attempts 2")
+                    .hasSizeGreaterThanOrEqualTo(5));
+    assertThat(invocations("NESTED-1")).as("the listener ran each time").isGreaterThan(2);
+    assertThat(SpringTestEnvironment.effects(jdbc, "order", "NESTED-1")).isZero();
+    assertThat(committed(topic)).isLessThanOrEqualTo(offset);
+    // Between two tries the order has no row: every claim was given back, none counted.
+    await().atMost(WAIT).until(() -> store.find(order).isEmpty());
+    assertThat(output.getAll().lines().filter(line -> line.contains("NESTED-1")))
+        .as("lines about the order")
+        .noneMatch(line -> line.contains("Handler failed"))
+        .anyMatch(
+            line ->
+                line.contains("is in progress elsewhere") && line.contains("key stock/NESTED-1"));
+
+    claim.complete();
+
+    await().atMost(WAIT).until(() -> SpringTestEnvironment.effects(jdbc, "order", "NESTED-1") == 1);
+    await().atMost(WAIT).until(() -> committed(topic) == offset + 1);
+    assertThat(SpringTestEnvironment.effects(jdbc, "order", "NESTED-1")).isEqualTo(1);
+    assertThat(Switches.reserved).as("stock reserved here (the holder did)").isEmpty();
+    DedupRecord record = store.find(order).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).isEqualTo(1);
+    assertThat(Switches.recovered).isEmpty();
+  }
+
+  /**
    * Waits until the record at {@code heldOffset} was tried again more often than the application's
    * error handler would allow, and checks meanwhile that nothing was applied or committed past it,
    * that nothing was recovered, and that the tries followed the hold back-off.
@@ -196,6 +256,7 @@ class InProgressIntegrationTest {
     Switches.deliveries.clear();
     Switches.invocations.clear();
     Switches.recovered.clear();
+    Switches.reserved.clear();
   }
 
   private long send(String topic, String value, String orderNo) throws Exception {
@@ -236,6 +297,9 @@ class InProgressIntegrationTest {
 
     /** Records the error handler gave up on. */
     static final List<String> recovered = new CopyOnWriteArrayList<>();
+
+    /** The orders whose stock {@link Stock#reserve} reserved. */
+    static final List<String> reserved = new CopyOnWriteArrayList<>();
   }
 
   @SpringBootConfiguration
@@ -276,6 +340,43 @@ class InProgressIntegrationTest {
     @Bean
     PaymentListeners paymentListeners(JdbcTemplate jdbc) {
       return new PaymentListeners(jdbc);
+    }
+
+    @Bean
+    Stock stock() {
+      return new Stock();
+    }
+
+    @Bean
+    OrderListener orderListener(JdbcTemplate jdbc, Stock stock) {
+      return new OrderListener(jdbc, stock);
+    }
+  }
+
+  /** Called through its proxy by the order listener, another bean. */
+  static class Stock {
+    @Idempotent(bizType = "stock", header = "order-no")
+    public void reserve(String orderNo) {
+      Switches.reserved.add(orderNo);
+    }
+  }
+
+  static class OrderListener {
+    final JdbcTemplate jdbc;
+    final Stock stock;
+
+    OrderListener(JdbcTemplate jdbc, Stock stock) {
+      this.jdbc = jdbc;
+      this.stock = stock;
+    }
+
+    @Idempotent(bizType = "order", header = "order-no")
+    @KafkaListener(id = "ip-nested", topics = "ip-nested")
+    public void onOrder(ConsumerRecord<String, String> record) {
+      String orderNo = SpringTestEnvironment.header(record, "order-no");
+      Switches.invocations.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      stock.reserve(orderNo);
+      SpringTestEnvironment.effect(jdbc, "order", orderNo, record.value());
     }
   }
 

@@ -2,6 +2,7 @@ package io.consumerdedup.spring.internal;
 
 import io.consumerdedup.core.DedupAttemptsExhaustedException;
 import io.consumerdedup.core.DedupClaim;
+import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupRecord;
 import io.consumerdedup.core.Disposition;
 import io.consumerdedup.core.IdempotentExecutor;
@@ -86,17 +87,57 @@ public final class AttemptLimit {
   }
 
   /**
-   * Records FAILED for {@code claim}, the listener having failed with {@code error}, and logs the
-   * attempt ({@link #logFailure}). An {@code Error} out of a log appender (an {@code
-   * OutOfMemoryError}, a {@code StackOverflowError}) must not keep the failure from being written:
-   * the claim, given back instead or left PROCESSING, would not count the attempt, and a record
-   * that always fails would be run again and again, never given up.
+   * Ends {@code claim} after the listener threw {@code error} ({@link DedupClaim#failOrRelease}):
+   * FAILED, logged as a failed attempt ({@link #logFailure}), or, for a {@link
+   * Disposition#RETRY_LATER} exception (a called {@code @Idempotent} method's key in progress
+   * elsewhere), given back uncounted: the error handler holds the record and logs that, naming the
+   * exception, and a WARN here saying an attempt failed would be false. Logged after the claim is
+   * ended: an {@code Error} out of a log appender (an {@code OutOfMemoryError}, a {@code
+   * StackOverflowError}) must not keep the failure from being written, or the claim, given back
+   * instead or left PROCESSING, would not count the attempt, and a record that always fails would
+   * be run again and again, never given up.
    */
-  public void fail(DedupClaim claim, Throwable error) {
+  public void listenerThrew(DedupClaim claim, Throwable error) {
+    boolean released = false;
     try {
-      logFailure(claim, error);
+      released = claim.failOrRelease(error);
     } finally {
-      claim.fail(error);
+      if (released) {
+        logRelease(claim.key(), error);
+      } else {
+        logFailure(claim, error);
+      }
+    }
+  }
+
+  /**
+   * Ends {@code claims} after a batch listener threw {@code error} without naming a record, as
+   * {@link #listenerThrew} ends one ({@link DedupClaim#failOrReleaseAll}), the failure logged in
+   * one line for several ({@link #logBatchFailure}).
+   */
+  public void listenerThrewAll(List<DedupClaim> claims, Throwable error) {
+    boolean released = false;
+    try {
+      released = DedupClaim.failOrReleaseAll(claims, error);
+    } finally {
+      if (claims.isEmpty()) {
+        // nothing was ended
+      } else if (released) {
+        logRelease(claims.get(0).key(), error);
+      } else if (claims.size() == 1) {
+        logFailure(claims.get(0), error);
+      } else {
+        logBatchFailure(claims, error);
+      }
+    }
+  }
+
+  private static void logRelease(DedupKey key, Throwable error) {
+    if (log.isDebugEnabled()) {
+      log.debug(
+          "The listener of {} threw a retry-later exception; its claim is given back uncounted: {}",
+          key,
+          FailureTexts.describe(error));
     }
   }
 

@@ -232,6 +232,12 @@ public final class ListenerOutcomes {
         return;
       }
       decided(false);
+      if (listenerError != null) {
+        // The listener threw: a retry-later exception (a called method's key in progress
+        // elsewhere) gives the claim back uncounted, as the error handler holds the record.
+        attempts.listenerThrew(claim, listenerError);
+        return;
+      }
       try {
         attempts.logFailure(claim, failure);
       } finally {
