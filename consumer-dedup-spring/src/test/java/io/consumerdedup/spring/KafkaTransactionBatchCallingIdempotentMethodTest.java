@@ -25,8 +25,10 @@ import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.BatchInterceptor;
+import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
@@ -49,17 +51,19 @@ class KafkaTransactionBatchCallingIdempotentMethodTest {
   static final Duration WAIT = Duration.ofSeconds(60);
   static final String ORDERS = "tx-batch-calling-orders";
   static final String CHARGES = "tx-batch-calling-charges";
+  static final String BROKEN = "tx-batch-calling-broken";
   static final List<String> failures = new CopyOnWriteArrayList<>();
   static final Map<String, AtomicInteger> calls = new ConcurrentHashMap<>();
 
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_tx_batch_calling", ORDERS, CHARGES);
+    SpringTestEnvironment.prepare(registry, "spring_tx_batch_calling", ORDERS, CHARGES, BROKEN);
   }
 
   @Autowired KafkaTemplate<String, String> template;
   @Autowired DedupStore store;
   @Autowired JdbcTemplate jdbc;
+  @Autowired KafkaListenerEndpointRegistry registry;
 
   @Test
   void eachKeyIsRecordedSuccessOnceTheBatchCommitsAndACopyIsNotAppliedAgain() throws Exception {
@@ -102,9 +106,44 @@ class KafkaTransactionBatchCallingIdempotentMethodTest {
     assertThat(committedCharges("TB-3")).as("charges sent").hasSize(1);
   }
 
-  /** Sends in a transaction of its own; returns the record's offset. */
+  /**
+   * The listener throws an {@code Error} after the call returned: the container rolls the batch's
+   * transaction back and stops, reporting no end of the batch. The key is FAILED, not left
+   * PROCESSING nor recorded SUCCESS, and the restarted container charges it.
+   */
+  @Test
+  void anErrorAfterTheCallLeavesTheKeyFailedAndTheRestartAppliesIt() throws Exception {
+    ConcurrentMessageListenerContainer<?, ?> container =
+        (ConcurrentMessageListenerContainer<?, ?>) registry.getListenerContainer(BROKEN);
+    long offset = sendTo(BROKEN, "charge 4", "TB-4");
+
+    await()
+        .atMost(WAIT)
+        .until(() -> container.getContainers().stream().noneMatch(c -> c.isRunning()));
+    await()
+        .atMost(WAIT)
+        .until(
+            () ->
+                store.find(DedupKey.of("tx-batch-charge", "TB-4")).orElseThrow().status()
+                    == DedupStatus.FAILED);
+    assertThat(committedCharges("TB-4")).as("charges sent before the restart").isEmpty();
+
+    container.stop();
+    container.start();
+    await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(BROKEN, BROKEN, 0) > offset);
+    assertThat(calls.get("TB-4")).as("the call before the Error, then the redelivery").hasValue(2);
+    assertThat(store.find(DedupKey.of("tx-batch-charge", "TB-4")).orElseThrow().status())
+        .isEqualTo(DedupStatus.SUCCESS);
+    assertThat(committedCharges("TB-4")).as("charges sent").hasSize(1);
+  }
+
   private long send(String value, String orderNo) throws Exception {
-    ProducerRecord<String, String> record = new ProducerRecord<>(ORDERS, value);
+    return sendTo(ORDERS, value, orderNo);
+  }
+
+  /** Sends in a transaction of its own; returns the record's offset. */
+  private long sendTo(String topic, String value, String orderNo) throws Exception {
+    ProducerRecord<String, String> record = new ProducerRecord<>(topic, value);
     record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
     return template.executeInTransaction(t -> t.send(record)).get().getRecordMetadata().offset();
   }
@@ -173,6 +212,17 @@ class KafkaTransactionBatchCallingIdempotentMethodTest {
         String orderNo = SpringTestEnvironment.header(record, "order-no");
         if (orderNo.equals("TB-3") && calls.get(orderNo).get() == 1) {
           throw new IllegalStateException("the batch's bookkeeping failed after the charge");
+        }
+      }
+    }
+
+    /** Charges each record, then fails the first delivery with an Error. */
+    @KafkaListener(id = BROKEN, topics = BROKEN, batch = "true")
+    public void chargeAllThenBreak(List<ConsumerRecord<String, String>> records) {
+      for (ConsumerRecord<String, String> record : records) {
+        charges.charge(record);
+        if (calls.get(SpringTestEnvironment.header(record, "order-no")).get() == 1) {
+          throw new AssertionError("the batch's bookkeeping library broke");
         }
       }
     }
