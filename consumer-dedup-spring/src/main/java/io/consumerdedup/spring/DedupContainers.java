@@ -148,7 +148,8 @@ public final class DedupContainers {
           existing == null ? current : new GuardedRecordInterceptor(existing, current));
     }
 
-    // For batch listeners taking List<Message<?>>: composed after the application's own.
+    // For batch listeners taking List<Message<?>>, and for the end of a batch's Kafka transaction
+    // that the methods a batch listener calls wait for: composed after the application's own.
     raw.setBatchInterceptor(CurrentBatch.after(raw.getBatchInterceptor(), properties));
 
     // In a @RetryableTopic chain the recoverer forwards a failing record to the next topic. Every

@@ -935,6 +935,16 @@ public final class IdempotentListenerInterceptor {
       String source) {
     boolean synchronizing = TransactionSynchronizationManager.isSynchronizationActive();
     if (ListenerOutcomes.inKafkaTransaction()) {
+      List<?> batch =
+          CurrentRecordInterceptor.isCurrent(record) ? null : CurrentBatch.batchOf(record);
+      if (batch != null) {
+        // A batch listener's call with one of its records: the batch's transaction decides.
+        if (synchronizing) {
+          ListenerOutcomes.afterTransaction(pending, false); // notes a rollback of the inner one
+        }
+        ListenerOutcomes.deferToBatch(pending, batch);
+        return;
+      }
       if (!CurrentRecordInterceptor.isCurrent(record)) {
         pending.rolledBack(new IllegalStateException("no container support"));
         pending.settle();

@@ -119,6 +119,7 @@ public final class RetryLaterAfterRollbackProcessor<K, V> implements AfterRollba
       boolean recoverable,
       ContainerProperties.EOSMode eosMode) {
     Exception exception = AfterRollbackErrorHandler.failure(thrown);
+    ListenerOutcomes.batchRolledBack(exception);
     if (!recordList.isEmpty() && Disposition.of(exception) == Disposition.RETRY_LATER) {
       // The whole batch rolled back: it waits from its first record, without counting attempts.
       Duration wait = holds.hold(recordList, consumer, container);

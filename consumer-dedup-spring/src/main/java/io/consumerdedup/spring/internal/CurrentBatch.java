@@ -15,6 +15,12 @@ import org.springframework.kafka.listener.ContainerProperties;
  * so that an {@code @Idempotent} batch listener taking {@code List<Message<?>>} reads each record's
  * headers, topic and offset: message {@code i} is record {@code i}; and the ack mode of the
  * container delivering it. Forgotten when the consumer thread clears its state after each poll.
+ *
+ * <p>In a Kafka transaction of the container, the claims of {@code @Idempotent} methods that a
+ * batch listener calls with its records wait for the batch's transaction ({@link
+ * ListenerOutcomes#deferToBatch}): spring-kafka tells this interceptor when the listener returned
+ * or threw inside it ({@code success}, {@code failure}), its after-rollback processor a rollback,
+ * and the end of the poll ({@code clearThreadState}) comes after the commit.
  */
 public final class CurrentBatch implements BatchInterceptor<Object, Object> {
 
@@ -78,10 +84,59 @@ public final class CurrentBatch implements BatchInterceptor<Object, Object> {
     return records;
   }
 
+  /**
+   * Whether {@code record} is one of the batch being delivered on this thread; that batch (the list
+   * of {@link #records()}) if so, else null.
+   */
+  public static @Nullable List<?> batchOf(ConsumerRecord<?, ?> record) {
+    List<ConsumerRecord<Object, Object>> batch = CURRENT.get();
+    if (batch == null) {
+      return null;
+    }
+    for (ConsumerRecord<?, ?> polled : batch) {
+      if (polled.offset() == record.offset()
+          && polled.partition() == record.partition()
+          && polled.topic().equals(record.topic())) {
+        return batch;
+      }
+    }
+    return null;
+  }
+
+  /**
+   * The listener returned (called inside the batch's transaction, if the container has one): the
+   * claims of the {@code @Idempotent} methods it called wait for that transaction's end.
+   */
+  @Override
+  public void success(ConsumerRecords<Object, Object> records, Consumer<Object, Object> consumer) {
+    ListenerOutcomes.batchHandedOver();
+  }
+
+  /** The listener threw; the transaction's rollback, if it rolls back, is reported next. */
+  @Override
+  public void failure(
+      ConsumerRecords<Object, Object> records,
+      Exception exception,
+      Consumer<Object, Object> consumer) {
+    ListenerOutcomes.batchHandedOver();
+  }
+
+  @Override
+  public void setupThreadState(Consumer<?, ?> consumer) {
+    ThreadStateErrors.throwHeld(consumer);
+  }
+
+  /**
+   * After the poll, its batch's transaction ended: the claims of the methods the listener called
+   * are settled with it. An {@code Error} doing so is thrown before the next poll ({@link
+   * ThreadStateErrors}): thrown here, from spring-kafka's {@code finally}, it ended the consumer
+   * thread without closing the consumer.
+   */
   @Override
   public void clearThreadState(Consumer<?, ?> consumer) {
     CURRENT.remove();
     ACK_MODE.remove();
+    ThreadStateErrors.clearing(consumer, ListenerOutcomes::afterBatch);
   }
 
   @Override
@@ -112,7 +167,11 @@ public final class CurrentBatch implements BatchInterceptor<Object, Object> {
     @Override
     public void success(
         ConsumerRecords<Object, Object> records, Consumer<Object, Object> consumer) {
-      first.success(records, consumer);
+      try {
+        first.success(records, consumer);
+      } finally {
+        current.success(records, consumer);
+      }
     }
 
     @Override
@@ -120,12 +179,20 @@ public final class CurrentBatch implements BatchInterceptor<Object, Object> {
         ConsumerRecords<Object, Object> records,
         Exception exception,
         Consumer<Object, Object> consumer) {
-      first.failure(records, exception, consumer);
+      try {
+        first.failure(records, exception, consumer);
+      } finally {
+        current.failure(records, exception, consumer);
+      }
     }
 
     @Override
     public void setupThreadState(Consumer<?, ?> consumer) {
-      first.setupThreadState(consumer);
+      try {
+        first.setupThreadState(consumer);
+      } finally {
+        current.setupThreadState(consumer);
+      }
     }
 
     @Override

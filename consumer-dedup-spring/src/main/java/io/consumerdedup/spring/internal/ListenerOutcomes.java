@@ -61,8 +61,17 @@ public final class ListenerOutcomes {
     private @Nullable String source;
     private @Nullable IdempotentExecutor executor;
 
-    /** The claim deferred after this one for the same delivery of its record. */
+    /** The claim deferred after this one for the same delivery of its record (or batch). */
     private @Nullable Pending next;
+
+    /**
+     * The batch whose delivery this claim waits for ({@link #deferToBatch}), the list object the
+     * container's batch interceptor saw; null for a claim that waits for its record.
+     */
+    private @Nullable List<?> batch;
+
+    /** Whether the batch listener returned, or threw, inside the batch's transaction. */
+    private boolean batchHandedOver;
 
     /** Whether {@link #settle} found the outcome a success; null until it ran. Guarded by this. */
     private @Nullable Boolean succeeded;
@@ -124,13 +133,17 @@ public final class ListenerOutcomes {
       if (listenerDone && returnedOutsideTransaction) {
         return;
       }
+      String delivery = batch == null ? "record" : "batch";
       rolledBack(
           new IllegalStateException(
               listenerDone
-                  ? "the container never reported the end of the record's transaction (an Error"
-                      + " after the listener returned, or its producer was fenced)"
-                  : "the container never reported the end of the record (the listener threw an"
-                      + " Error, or the consumer stopped)"));
+                  ? "the container never reported the end of the "
+                      + delivery
+                      + "'s transaction (an Error after the listener returned, or its producer was"
+                      + " fenced)"
+                  : "the container never reported the end of the "
+                      + delivery
+                      + " (the listener threw an Error, or the consumer stopped)"));
     }
 
     /**
@@ -296,10 +309,12 @@ public final class ListenerOutcomes {
      * it delivers the record again. A call given a copy of the record the container is delivering
      * (its value enriched, say) is of that delivery too: taken for another, it settled the claims
      * before it FAILED while their effects committed. A claim left from an earlier delivery of the
-     * same offset is not: its record is no longer the one the container delivers.
+     * same offset is not: its record is no longer the one the container delivers. The calls a batch
+     * listener makes are of its batch's delivery: the list the batch interceptor saw.
      */
     private boolean sameDelivery(Pending other) {
       return record == other.record
+          || (batch != null && batch == other.batch)
           || (isFor(other.record) && CurrentRecordInterceptor.current().orElse(null) == record);
     }
 
@@ -347,6 +362,63 @@ public final class ListenerOutcomes {
     PENDING.set(pending);
     if (first != null) {
       settleEach(first, true);
+    }
+  }
+
+  /**
+   * Leaves {@code pending}, a claim made by a method that a batch listener called with a record of
+   * {@code batch}, to be settled once the container is done with that batch, its transaction
+   * included ({@link #afterBatch}), with the other claims of the batch's calls: spring-kafka runs
+   * no record interceptor for a batch, so there is no record's end to wait for.
+   */
+  public static void deferToBatch(Pending pending, List<?> batch) {
+    pending.batch = Objects.requireNonNull(batch);
+    deferToContainer(pending);
+  }
+
+  /** The claims deferred to the batch being delivered on this thread, or null. */
+  private static @Nullable Pending batchPending() {
+    Pending first = PENDING.get();
+    return first != null && first.batch != null ? first : null;
+  }
+
+  /**
+   * The batch listener returned or threw, inside the batch's transaction (the batch interceptor's
+   * {@code success} or {@code failure}): what comes after is that transaction's commit, or its
+   * rollback, which the after-rollback processor reports ({@link #batchRolledBack}).
+   */
+  public static void batchHandedOver() {
+    for (Pending pending = batchPending(); pending != null; pending = pending.next) {
+      pending.batchHandedOver = true;
+    }
+  }
+
+  /**
+   * The transaction of the batch being delivered on this thread rolled back: every claim its calls
+   * made is recorded FAILED now, before the batch comes again.
+   */
+  public static void batchRolledBack(Throwable cause) {
+    Pending first = batchPending();
+    if (first != null) {
+      PENDING.remove();
+      for (Pending pending = first; pending != null; pending = pending.next) {
+        pending.rolledBack(cause);
+      }
+      settleEach(first, false);
+    }
+  }
+
+  /**
+   * The container is done with the batch (the consumer thread clears its state after the poll), its
+   * transaction included: a claim whose listener was handed over and whose rollback was not
+   * reported went with a transaction that committed, and is recorded SUCCESS; one of a batch the
+   * container never reported on (an {@code Error} out of the listener) is FAILED.
+   */
+  public static void afterBatch() {
+    Pending first = batchPending();
+    if (first != null) {
+      PENDING.remove();
+      settleEach(first, !first.batchHandedOver);
     }
   }
 
