@@ -423,12 +423,6 @@ public final class ListenerOutcomes {
   }
 
   /**
-   * Settles {@code first} and the claims chained after it, each whatever settling another threw,
-   * then throws the first {@code Error}: one left unsettled stayed PROCESSING under a lease renewed
-   * for as long as the process lived. With {@code abandoned}, the container never reported the end
-   * of their record.
-   */
-  /**
    * A claim whose settling threw before it was ended (an {@code OutOfMemoryError} as the reason it
    * was abandoned was made): no outcome can be told, so its lease runs out, as after a crash;
    * renewed, every delivery of its key was held "in progress" for as long as the process lived.
@@ -443,6 +437,12 @@ public final class ListenerOutcomes {
     }
   }
 
+  /**
+   * Settles {@code first} and the claims chained after it, each whatever settling another threw,
+   * then throws the first {@code Error}: one left unsettled stayed PROCESSING under a lease renewed
+   * for as long as the process lived. With {@code abandoned}, the container never reported the end
+   * of their record.
+   */
   private static void settleEach(Pending first, boolean abandoned) {
     Throwable thrown = null;
     for (Pending pending = first; pending != null; pending = pending.next) {
