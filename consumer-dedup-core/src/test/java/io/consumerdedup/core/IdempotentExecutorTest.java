@@ -278,6 +278,86 @@ class IdempotentExecutorTest {
     assertThat(applied.attempt()).isEqualTo(2);
   }
 
+  /**
+   * A nested call on the handler's own key meets the handler's own claim, which ends only when the
+   * handler does: waiting never helps, so each delivery counts an attempt, and the adapter's limit
+   * of attempts ends it.
+   */
+  @Test
+  void aNestedCallOnItsOwnKeyCountsEveryAttempt() {
+    IdempotentExecutor executor = executor();
+    DedupKey order = DedupKey.of("order", "ORD-N2");
+    Callable<String> orderAgain = () -> executor.execute(order, () -> "ordered").value();
+
+    for (int delivery = 1; delivery <= 3; delivery++) {
+      int attempts = delivery;
+      assertThatThrownBy(() -> executor.execute(order, orderAgain))
+          .isInstanceOf(DedupInProgressException.class)
+          .hasMessageContaining(executor.ownerId());
+      assertThat(db.store().find(order))
+          .as("the order's row after delivery " + delivery)
+          .hasValueSatisfying(
+              row -> {
+                assertThat(row.status()).isEqualTo(DedupStatus.FAILED);
+                assertThat(row.attempts()).as("attempts").isEqualTo(attempts);
+              });
+    }
+  }
+
+  /**
+   * Retry-later exceptions that waiting does not cure, thrown by the handler itself (a
+   * misconfigured nested call, a store refusing it for want of a permission): counted, so that an
+   * adapter dead-letters the record once its attempts are spent; an unreachable database is waited
+   * for uncounted.
+   */
+  @Test
+  void aHandlersRetryLaterExceptionThatWaitingCannotCureCountsTheAttempt() {
+    IdempotentExecutor executor = executor();
+    DedupKey misconfigured = DedupKey.of("order", "ORD-C1");
+    DedupKey refused = DedupKey.of("order", "ORD-C2");
+    DedupKey unreachable = DedupKey.of("order", "ORD-C3");
+
+    for (int delivery = 1; delivery <= 2; delivery++) {
+      assertThatThrownBy(
+              () ->
+                  executor.execute(
+                      misconfigured,
+                      () -> {
+                        throw new DedupConfigurationException(
+                            "no executor for the nested call", null, null);
+                      }))
+          .isInstanceOf(DedupConfigurationException.class);
+      assertThatThrownBy(
+              () ->
+                  executor.execute(
+                      refused,
+                      () -> {
+                        throw new DedupStoreException(
+                            "permission denied for table dedup_other", null, null, null);
+                      }))
+          .isInstanceOf(DedupStoreException.class);
+      assertThatThrownBy(
+              () ->
+                  executor.execute(
+                      unreachable,
+                      () -> {
+                        throw new DedupStoreUnavailableException(
+                            "connection refused", null, null, null);
+                      }))
+          .isInstanceOf(DedupStoreUnavailableException.class);
+    }
+
+    assertThat(db.store().find(misconfigured).map(DedupRecord::attempts))
+        .as("attempts of the misconfigured call")
+        .hasValue(2);
+    assertThat(db.store().find(refused).map(DedupRecord::attempts))
+        .as("attempts of the refused call")
+        .hasValue(2);
+    assertThat(db.store().find(unreachable))
+        .as("the record of a handler whose database was away: given back, as never claimed")
+        .isEmpty();
+  }
+
   @Test
   void checkedExceptionsAreWrappedWithTheOriginalAsCauseAndErrorsPassUnchanged() {
     IdempotentExecutor executor = executor();

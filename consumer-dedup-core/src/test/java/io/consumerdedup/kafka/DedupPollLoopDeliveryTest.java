@@ -6,6 +6,7 @@ import static org.awaitility.Awaitility.await;
 import io.consumerdedup.core.ClaimRequest;
 import io.consumerdedup.core.ClaimResult;
 import io.consumerdedup.core.DedupAdmin;
+import io.consumerdedup.core.DedupConfigurationException;
 import io.consumerdedup.core.DedupKey;
 import io.consumerdedup.core.DedupListener;
 import io.consumerdedup.core.DedupRecord;
@@ -324,6 +325,93 @@ class DedupPollLoopDeliveryTest {
     DedupRecord applied = fixture.store().find(order).orElseThrow();
     assertThat(applied.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(applied.attempts()).isEqualTo(2);
+  }
+
+  /**
+   * A handler whose nested call is on its own record's key meets its own claim, which ends only
+   * when the handler does: waiting never helps, so each try counts an attempt, and the record is
+   * dead-lettered after {@code maxAttempts}, its effect applied once per attempt and no more, and
+   * its partition moves on.
+   */
+  @Test
+  void aNestedCallOnTheRecordsOwnKeyCountsItsAttemptsThenIsDeadLettered() throws Exception {
+    assertDeadLetteredAfterItsAttempts(
+        "N-2",
+        record ->
+            executor.execute(
+                DedupKey.of(BIZ_TYPE, orderNo(record)),
+                () -> {
+                  effects.apply("again " + orderNo(record));
+                  return null;
+                }));
+  }
+
+  /**
+   * A handler that always throws a retry-later exception waiting does not cure (here a nested call
+   * refused as misconfigured) counts its attempts and is dead-lettered after {@code maxAttempts}.
+   */
+  @Test
+  void aHandlerAlwaysThrowingAConfigurationErrorIsDeadLetteredAfterItsAttempts() throws Exception {
+    assertDeadLetteredAfterItsAttempts(
+        "C-1",
+        record -> {
+          throw new DedupConfigurationException(
+              "no executor for the nested call", DedupKey.of("stock", orderNo(record)), null);
+        });
+  }
+
+  /**
+   * Sends {@code orderNo} to a handler that applies it and then runs {@code thenFails}, which
+   * throws every time: dead-lettered once its attempts are spent, applied at most that often.
+   */
+  private void assertDeadLetteredAfterItsAttempts(
+      String orderNo, RecordHandler<String, String> thenFails) throws Exception {
+    TestKafka.createTopics(1, topic);
+    IdempotentRecordHandler<String, String> orders =
+        IdempotentRecordHandler.<String, String>builder(executor)
+            .bizType(BIZ_TYPE)
+            .key(KeyExtractors.header(KEY_HEADER))
+            .groupId(group)
+            .handler(
+                record -> {
+                  effects.apply(orderNo(record));
+                  thenFails.handle(record);
+                })
+            .build();
+    List<String> deadLetters = new CopyOnWriteArrayList<>();
+    DedupPollLoop<String, String> loop =
+        DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), orders)
+            .deadLetterHandler(
+                (record, reason) -> deadLetters.add(orderNo(record) + ": " + reason.getMessage()))
+            .retryBackOff(Duration.ofMillis(50))
+            .holdBackOff(Duration.ofMillis(100), Duration.ofMillis(200))
+            .pollTimeout(Duration.ofMillis(200))
+            .build();
+    send(0, orderNo);
+    int maxAttempts = DedupPollLoop.DEFAULT_MAX_ATTEMPTS;
+
+    try (RunningLoop running = RunningLoop.start(loop)) {
+      await()
+          .atMost(WAIT)
+          .failFast(
+              () ->
+                  assertThat(effects.count(orderNo))
+                      .as("runs of the handler, with %s attempts allowed", maxAttempts)
+                      .isLessThanOrEqualTo(maxAttempts))
+          .untilAsserted(() -> assertThat(deadLetters).as("dead letters").hasSize(1));
+      await()
+          .atMost(WAIT)
+          .untilAsserted(
+              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 1L));
+    }
+    assertThat(deadLetters.get(0)).startsWith(orderNo + ": ");
+    assertThat(effects.count(orderNo)).as("runs of the handler").isEqualTo(maxAttempts);
+    assertThat(fixture.store().find(DedupKey.of(BIZ_TYPE, orderNo)))
+        .hasValueSatisfying(
+            row -> {
+              assertThat(row.status()).isEqualTo(DedupStatus.FAILED);
+              assertThat(row.attempts()).as("attempts").isEqualTo(maxAttempts);
+            });
   }
 
   /**
