@@ -75,6 +75,11 @@ final class ClaimCalls {
         key, ownerId, lease, claimRetention, fingerprint, source, unanswered.takeClaimIdFor(key));
   }
 
+  /** The owner id this executor writes on its claims. */
+  String ownerId() {
+    return ownerId;
+  }
+
   /** Whether claims are made in the caller's transaction (mode TRANSACTIONAL). */
   boolean inTransaction() {
     return inTransaction;
@@ -285,9 +290,9 @@ final class ClaimCalls {
   }
 
   /**
-   * Releases held claims whose handler never ran, or threw a RETRY_LATER exception ({@link
-   * DedupClaim#failOrRelease}), as {@link #release(List, long)}, each remembered from its latest
-   * renewal if the store cannot be reached: their leases were renewed while they waited (the
+   * Releases held claims whose handler never ran, or threw an exception that waiting can help
+   * ({@link DedupClaim#failOrRelease}), as {@link #release(List, long)}, each remembered from its
+   * latest renewal if the store cannot be reached: their leases were renewed while they waited (the
    * records before them in a poll), and remembered from the claim, one held for longer than a lease
    * was forgotten at once, its redelivery to this process told "in progress" by its own claim until
    * the lease renewed last ran out.

@@ -305,11 +305,12 @@ public final class DedupClaim {
 
   /**
    * Gives back a held claim whose handler has not run, and will not for this delivery, or ran and
-   * threw a {@link Disposition#RETRY_LATER} exception, which is not the handler's failure ({@link
-   * #failOrRelease}): no attempt is counted. The key's record is as it was before the claim (FAILED
-   * with its attempts and last error; none for a key claimed for the first time), so the next
-   * delivery claims it as if this one had not. If the store cannot be reached, the lease runs out
-   * instead (logged at WARN), and a redelivery to this process takes the claim up before that.
+   * threw an exception that waiting can help, which is not the handler's failure (a nested call's
+   * key held by another consumer, the database unreachable: {@link #failOrRelease}): no attempt is
+   * counted. The key's record is as it was before the claim (FAILED with its attempts and last
+   * error; none for a key claimed for the first time), so the next delivery claims it as if this
+   * one had not. If the store cannot be reached, the lease runs out instead (logged at WARN), and a
+   * redelivery to this process takes the claim up before that.
    *
    * @throws IllegalStateException the claim is a duplicate or was already ended, or it is in the
    *     caller's transaction (mode TRANSACTIONAL), whose rollback gives it back
@@ -327,15 +328,26 @@ public final class DedupClaim {
   }
 
   /**
-   * Ends the claim after its handler threw {@code error}, as every adapter of this project does: a
-   * {@link Disposition#RETRY_LATER} exception ({@link Disposition#of}), such as the {@link
-   * DedupInProgressException} of a nested call for another key that another consumer holds, is not
-   * the handler's failure, and the claim is given back uncounted ({@link #release()}) while the
-   * adapter holds the record; anything else, and any {@code Error}, is recorded FAILED ({@link
-   * #fail(Throwable)}), counting the attempt. Counted, a record whose nested key another consumer
-   * held (a crashed one: for its whole lease) spent its attempts on its retries and was
-   * dead-lettered although nothing had failed. A claim in the caller's transaction (mode
-   * TRANSACTIONAL) is failed there, whose rollback gives it back.
+   * Ends the claim after its handler threw {@code error}, as every adapter of this project does.
+   * When waiting can let the handler succeed, the error is not the handler's failure, and the claim
+   * is given back uncounted ({@link #release()}) while the adapter holds the record: the first
+   * consumer-dedup exception on the cause chain (the one {@link Disposition#of} answers by) is a
+   * {@link DedupInProgressException} of a nested call for another key that another owner holds, a
+   * {@link DedupStoreUnavailableException} (the database unreachable) or a {@link
+   * DedupExecutorClosedException}. Counted, a record whose nested key another consumer held (a
+   * crashed one: for its whole lease) spent its attempts on its retries and was dead-lettered
+   * although nothing had failed.
+   *
+   * <p>Anything else, and any {@code Error}, is recorded FAILED ({@link #fail(Throwable)}),
+   * counting the attempt, though the adapter may hold the record for its own {@link
+   * Disposition#RETRY_LATER}: in progress on the claim's own key, or held by this executor's own
+   * owner id (a nested call on a key the handler's own claim, or an enclosing one, holds: it ends
+   * only when the handler does), a {@link DedupConfigurationException}, any other {@link
+   * DedupStoreException} (a missing table, a permission) or a {@link DedupLeaseLostException}. A
+   * handler throwing one of those on every delivery would otherwise never count an attempt: run
+   * again at every back-off, its effects applied each time, never dead-lettered, its partition
+   * stalled; counted, it is dead-lettered once its attempts are spent. A claim in the caller's
+   * transaction (mode TRANSACTIONAL) is failed there, whose rollback gives it back.
    *
    * <p>A claim that cannot be given back (the store unreachable, or anything else the release
    * throws but an {@code Error}, which goes on) is ended all the same and its lease no longer
@@ -346,9 +358,7 @@ public final class DedupClaim {
    * @throws IllegalStateException the claim is a duplicate or was already ended
    */
   public boolean failOrRelease(Throwable error) {
-    if (error instanceof Error
-        || Disposition.of(error) != Disposition.RETRY_LATER
-        || (held && calls == null)) {
+    if (calls == null || !waitingCanHelp(error, List.of(key), calls.ownerId())) {
       fail(error);
       return false;
     }
@@ -368,15 +378,23 @@ public final class DedupClaim {
 
   /**
    * Ends each of {@code claims} after their handler, one call for them all, threw {@code error}, as
-   * {@link #failOrRelease} ends one: given back in one store call for a {@link
-   * Disposition#RETRY_LATER} exception, else each recorded FAILED whatever failing another threw
-   * (the first throwable is thrown once all are ended). Claims already ended are skipped. The
-   * claims are those of one executor, as one batch's are.
+   * {@link #failOrRelease} ends one: given back in one store call when waiting can help (an
+   * in-progress key must then be none of theirs), else each recorded FAILED whatever failing
+   * another threw (the first throwable is thrown once all are ended). Claims already ended are
+   * skipped. The claims are those of one executor, as one batch's are.
    *
    * @return true if the claims were given back, false if they were recorded FAILED
    */
   public static boolean failOrReleaseAll(List<DedupClaim> claims, Throwable error) {
-    boolean release = !(error instanceof Error) && Disposition.of(error) == Disposition.RETRY_LATER;
+    String ownerId = null;
+    for (DedupClaim claim : claims) {
+      ClaimCalls executorCalls = claim.calls != null ? claim.calls : claim.transactionCalls;
+      if (executorCalls != null) {
+        ownerId = executorCalls.ownerId();
+        break;
+      }
+    }
+    boolean release = waitingCanHelp(error, claims.stream().map(DedupClaim::key).toList(), ownerId);
     List<LeaseRenewer.Renewal> released = release ? new ArrayList<>(claims.size()) : List.of();
     ClaimCalls releasing = null;
     Throwable first = null;
@@ -420,6 +438,26 @@ public final class DedupClaim {
       throw (RuntimeException) first;
     }
     return release;
+  }
+
+  /**
+   * Whether waiting can let a handler that threw {@code error}, holding claims on {@code heldKeys},
+   * succeed on a later delivery ({@link #failOrRelease}). An in-progress key held by {@code
+   * ownerId} (this executor) or among {@code heldKeys} is the handler's own doing, not another
+   * consumer's: it is released only when the handler ends, so waiting for it never ends.
+   */
+  private static boolean waitingCanHelp(
+      Throwable error, List<DedupKey> heldKeys, @Nullable String ownerId) {
+    if (error instanceof Error) {
+      return false;
+    }
+    DedupException answering = Disposition.firstDedupException(error);
+    if (answering instanceof DedupInProgressException inProgress) {
+      return inProgress.key().filter(inner -> !heldKeys.contains(inner)).isPresent()
+          && !inProgress.holder().equals(ownerId);
+    }
+    return answering instanceof DedupStoreUnavailableException
+        || answering instanceof DedupExecutorClosedException;
   }
 
   /** Whether this claim is held and not ended yet. */

@@ -1,5 +1,7 @@
 package io.consumerdedup.core;
 
+import org.jspecify.annotations.Nullable;
+
 /**
  * What a Kafka adapter does with a delivery whose processing threw: the one answer that every
  * adapter ({@code DedupPollLoop}, the Spring error handling, your own loop) uses, so a record is
@@ -36,14 +38,20 @@ public enum Disposition {
    * (adapters such as spring-kafka wrap the listener's exception), else {@link #HANDLER_FAILED}.
    */
   public static Disposition of(Throwable error) {
+    DedupException dedup = firstDedupException(error);
+    return dedup == null ? HANDLER_FAILED : dedup.disposition();
+  }
+
+  /** The first consumer-dedup exception on {@code error}'s cause chain, the one that answers. */
+  static @Nullable DedupException firstDedupException(Throwable error) {
     int depth = 0;
     for (Throwable current = error;
         current != null && depth < 32;
         current = current.getCause(), depth++) {
       if (current instanceof DedupException dedup) {
-        return dedup.disposition();
+        return dedup;
       }
     }
-    return HANDLER_FAILED;
+    return null;
   }
 }

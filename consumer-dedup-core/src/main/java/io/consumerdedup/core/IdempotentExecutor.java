@@ -19,11 +19,11 @@ import org.jspecify.annotations.Nullable;
  * <p>{@link #execute(DedupKey, Callable)} claims the key in the {@link DedupStore} in its own short
  * transaction (status PROCESSING, under a lease), runs the handler, and records SUCCESS. When the
  * handler throws, it records FAILED and rethrows, so the next delivery retries; when what it throws
- * is a {@link Disposition#RETRY_LATER} exception (a nested call's key in progress elsewhere), it
- * gives the claim back uncounted instead ({@link DedupClaim#failOrRelease}). While the handler
- * runs, a background task renews the lease at {@link Builder#renewalInterval(Duration)}, so a slow
- * but live handler is never taken over; a crashed holder's lease simply runs out, and then another
- * consumer takes the key over.
+ * is an exception that waiting can help (a nested call's key held by another consumer, the database
+ * unreachable), it gives the claim back uncounted instead ({@link DedupClaim#failOrRelease}). While
+ * the handler runs, a background task renews the lease at {@link
+ * Builder#renewalInterval(Duration)}, so a slow but live handler is never taken over; a crashed
+ * holder's lease simply runs out, and then another consumer takes the key over.
  *
  * <p>Every call to the store is made to survive its failure modes: a claim whose reply was lost
  * after the server committed it is recognised as ours when it is sent again; an outcome (SUCCESS or
@@ -193,7 +193,8 @@ public final class IdempotentExecutor implements AutoCloseable {
    *     SUCCESS could be written (this holder's lease had run out); retry the delivery later
    * @throws DedupHandlerException the handler threw a checked exception (its cause); runtime
    *     exceptions and errors propagate unchanged. In both cases the record was marked FAILED, or,
-   *     for a {@link Disposition#RETRY_LATER} exception, the claim given back uncounted.
+   *     for an exception that waiting can help ({@link DedupClaim#failOrRelease}), the claim given
+   *     back uncounted.
    * @throws IllegalStateException in mode TRANSACTIONAL, the handler returned but the database had
    *     rolled back the caller's transaction under it, the claim's record with it (InnoDB at a
    *     deadlock the handler caught): roll the transaction back, and the record is retried

@@ -232,11 +232,12 @@ public final class IdempotentRecordHandler<K, V> implements RecordProcessor<K, V
   }
 
   /**
-   * Records the handler's failure, or gives the claim back uncounted for a RETRY_LATER exception,
-   * which the loop holds the record for ({@link DedupClaim#failOrRelease}). A claim left open by an
-   * {@code Error} at both tries to hand FAILED over is failed once more: left open, a claim of the
-   * poll was given back at settle() with no attempt counted, one claimed on its own was renewed for
-   * the executor's life, and with an Error that repeats the record was never dead-lettered.
+   * Records the handler's failure, or gives the claim back uncounted for an exception that waiting
+   * can cure, which the loop holds the record for ({@link DedupClaim#failOrRelease}). A claim left
+   * open by an {@code Error} at both tries to hand FAILED over is failed once more: left open, a
+   * claim of the poll was given back at settle() with no attempt counted, one claimed on its own
+   * was renewed for the executor's life, and with an Error that repeats the record was never
+   * dead-lettered.
    */
   private static void failClaim(DedupClaim claim, Throwable failure) {
     try {

@@ -116,8 +116,8 @@ final class KeptBatchRecords {
 
   /**
    * Ends the claims from {@code from} to {@code to} (exclusive) that are not ended, the listener
-   * having thrown {@code error}: FAILED and logged, or given back uncounted for a retry-later
-   * exception ({@link AttemptLimit#listenerThrewAll}).
+   * having thrown {@code error}: FAILED and logged, or given back uncounted for an exception that
+   * waiting can cure ({@link AttemptLimit#listenerThrewAll}).
    */
   synchronized void listenerThrew(int from, int to, Throwable error, AttemptLimit attempts) {
     attempts.listenerThrewAll(unended(from, to), error);

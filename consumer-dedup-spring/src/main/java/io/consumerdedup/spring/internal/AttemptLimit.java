@@ -88,11 +88,11 @@ public final class AttemptLimit {
 
   /**
    * Ends {@code claim} after the listener threw {@code error} ({@link DedupClaim#failOrRelease}):
-   * FAILED, logged as a failed attempt ({@link #logFailure}), or, for a {@link
-   * Disposition#RETRY_LATER} exception (a called {@code @Idempotent} method's key in progress
-   * elsewhere), given back uncounted: the error handler holds the record and logs that, naming the
-   * exception, and a WARN here saying an attempt failed would be false. Logged after the claim is
-   * ended: an {@code Error} out of a log appender (an {@code OutOfMemoryError}, a {@code
+   * FAILED, logged as a failed attempt ({@link #logFailure}), or, for an exception that waiting can
+   * cure (a called {@code @Idempotent} method's key held by another consumer, the database
+   * unreachable), given back uncounted: the error handler holds the record and logs that, naming
+   * the exception, and a WARN here saying an attempt failed would be false. Logged after the claim
+   * is ended: an {@code Error} out of a log appender (an {@code OutOfMemoryError}, a {@code
    * StackOverflowError}) must not keep the failure from being written, or the claim, given back
    * instead or left PROCESSING, would not count the attempt, and a record that always fails would
    * be run again and again, never given up.

@@ -246,8 +246,8 @@ public final class ListenerOutcomes {
       }
       decided(false);
       if (listenerError != null) {
-        // The listener threw: a retry-later exception (a called method's key in progress
-        // elsewhere) gives the claim back uncounted, as the error handler holds the record.
+        // The listener threw: an exception that waiting can cure (a called method's key held by
+        // another consumer) gives the claim back uncounted, as the error handler holds the record.
         attempts.listenerThrew(claim, listenerError);
         return;
       }
