@@ -162,7 +162,7 @@ class KafkaTransactionBatchCallingIdempotentMethodTest {
     long last = sendTogether(TWICE, "TB-5", "charge 5", "charge 5, the producer's retry");
     await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(TWICE, TWICE, 0) > last);
 
-    assertThat(twiceBatches).as("batches delivered").containsExactly(List.of("TB-5", "TB-5"));
+    assertThat(batchesOf("TB-5")).as("batches delivered").containsExactly(List.of("TB-5", "TB-5"));
     assertThat(calls.get("TB-5")).as("calls, the copy a duplicate").hasValue(1);
     assertThat(SpringTestEnvironment.effects(jdbc, "charge", "TB-5")).as("charges written").isOne();
     assertThat(committedCharges("TB-5")).as("charges sent").hasSize(1);
@@ -180,7 +180,7 @@ class KafkaTransactionBatchCallingIdempotentMethodTest {
     long last = sendTogether(TWICE, "TB-6", "charge 6 declined", "charge 6");
     await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(TWICE, TWICE, 0) > last);
 
-    assertThat(twiceBatches).as("batches delivered").contains(List.of("TB-6", "TB-6"));
+    assertThat(batchesOf("TB-6")).as("batches delivered").containsExactly(List.of("TB-6", "TB-6"));
     assertThat(calls.get("TB-6")).as("the declined call, then the copy").hasValue(2);
     assertThat(SpringTestEnvironment.effects(jdbc, "charge", "TB-6")).as("charges written").isOne();
     assertThat(committedCharges("TB-6")).as("charges sent").hasSize(1);
@@ -206,6 +206,11 @@ class KafkaTransactionBatchCallingIdempotentMethodTest {
     DedupRecord record = store.find(DedupKey.of("tx-batch-charge", "TB-7")).orElseThrow();
     assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
     assertThat(record.attempts()).as("attempts").isOne();
+  }
+
+  /** The batches delivered to the listener of {@link #TWICE} holding {@code orderNo}. */
+  private static List<List<String>> batchesOf(String orderNo) {
+    return twiceBatches.stream().filter(batch -> batch.contains(orderNo)).toList();
   }
 
   /**
