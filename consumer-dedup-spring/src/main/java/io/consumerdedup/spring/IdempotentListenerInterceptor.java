@@ -454,6 +454,20 @@ public final class IdempotentListenerInterceptor {
         }
       }
     }
+    ListenerOutcomes.Pending earlier =
+        claim == null && ListenerOutcomes.inKafkaTransaction()
+            ? ListenerOutcomes.batchCall(record, key.get(), executor, fingerprint)
+            : null;
+    if (earlier != null) {
+      if (earlier.appliedSoFar()) {
+        // The key's earlier copy in this batch was applied, in the transaction this call is in.
+        tag("duplicate");
+        return listener.shape.duplicateResult();
+      }
+      // It failed, and the listener went on: this copy is tried under the same claim, whose
+      // outcome is this call's.
+      claim = earlier.claim();
+    }
     if (claim == null) {
       claim = executor.claim(key.get(), fingerprint, source);
     }
@@ -489,7 +503,10 @@ public final class IdempotentListenerInterceptor {
         }
         return listener.shape.duplicateResult();
       }
-      pending = ListenerOutcomes.pending(record, claim, attempts);
+      pending =
+          earlier != null
+              ? earlier.again()
+              : ListenerOutcomes.pending(record, claim, attempts).claimedBy(executor, fingerprint);
       if (poll != null) {
         pending.markInBackground(poll.marks(), source, executor);
       }
@@ -508,7 +525,10 @@ public final class IdempotentListenerInterceptor {
       // Within the give-back: an OutOfMemoryError here left a claim made alone PROCESSING.
       commits = committer == null ? null : committer.holdCommits();
     } catch (Throwable beforeCall) {
-      giveBack(claim, executor, beforeCall);
+      if (earlier == null) {
+        // An earlier call's claim stays with the batch, which settles it FAILED.
+        giveBack(claim, executor, beforeCall);
+      }
       throw beforeCall;
     }
     try {

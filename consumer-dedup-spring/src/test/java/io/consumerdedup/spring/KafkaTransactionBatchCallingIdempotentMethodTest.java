@@ -21,17 +21,22 @@ import org.junit.jupiter.api.Test;
 import org.springframework.beans.factory.annotation.Autowired;
 import org.springframework.boot.SpringBootConfiguration;
 import org.springframework.boot.autoconfigure.EnableAutoConfiguration;
+import org.springframework.boot.kafka.autoconfigure.ConcurrentKafkaListenerContainerFactoryConfigurer;
 import org.springframework.boot.test.context.SpringBootTest;
 import org.springframework.context.annotation.Bean;
 import org.springframework.jdbc.core.JdbcTemplate;
 import org.springframework.kafka.annotation.KafkaListener;
+import org.springframework.kafka.config.ConcurrentKafkaListenerContainerFactory;
 import org.springframework.kafka.config.KafkaListenerEndpointRegistry;
+import org.springframework.kafka.core.ConsumerFactory;
 import org.springframework.kafka.core.KafkaTemplate;
 import org.springframework.kafka.listener.BatchInterceptor;
 import org.springframework.kafka.listener.ConcurrentMessageListenerContainer;
+import org.springframework.kafka.listener.DefaultErrorHandler;
 import org.springframework.test.annotation.DirtiesContext;
 import org.springframework.test.context.DynamicPropertyRegistry;
 import org.springframework.test.context.DynamicPropertySource;
+import org.springframework.util.backoff.FixedBackOff;
 
 /**
  * A plain batch listener (not {@code @Idempotent}) in a container running a Kafka transaction,
@@ -52,12 +57,21 @@ class KafkaTransactionBatchCallingIdempotentMethodTest {
   static final String ORDERS = "tx-batch-calling-orders";
   static final String CHARGES = "tx-batch-calling-charges";
   static final String BROKEN = "tx-batch-calling-broken";
+  static final String TWICE = "tx-batch-calling-twice";
+  static final String RETRIED = "tx-batch-calling-retried";
   static final List<String> failures = new CopyOnWriteArrayList<>();
   static final Map<String, AtomicInteger> calls = new ConcurrentHashMap<>();
 
+  /** The order numbers of each batch delivered to the listener of {@link #TWICE}. */
+  static final List<List<String>> twiceBatches = new CopyOnWriteArrayList<>();
+
+  /** How often the listener of {@link #RETRIED} was given its batch. */
+  static final AtomicInteger retriedRuns = new AtomicInteger();
+
   @DynamicPropertySource
   static void environment(DynamicPropertyRegistry registry) {
-    SpringTestEnvironment.prepare(registry, "spring_tx_batch_calling", ORDERS, CHARGES, BROKEN);
+    SpringTestEnvironment.prepare(
+        registry, "spring_tx_batch_calling", ORDERS, CHARGES, BROKEN, TWICE, RETRIED);
   }
 
   @Autowired KafkaTemplate<String, String> template;
@@ -137,6 +151,89 @@ class KafkaTransactionBatchCallingIdempotentMethodTest {
     assertThat(committedCharges("TB-4")).as("charges sent").hasSize(1);
   }
 
+  /**
+   * A producer's retry next to its original in one poll: the second copy of the key is a duplicate
+   * of the first, applied in the same transaction. Asked of the store, it met the first call's
+   * claim, still open until the batch commits, as "in progress": the batch rolled back and came
+   * again, charging each time, until its attempts were spent.
+   */
+  @Test
+  void aKeyTwiceInOneBatchIsAppliedOnceAndTheBatchCommits() throws Exception {
+    long last = sendTogether(TWICE, "TB-5", "charge 5", "charge 5, the producer's retry");
+    await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(TWICE, TWICE, 0) > last);
+
+    assertThat(batchesOf("TB-5")).as("batches delivered").containsExactly(List.of("TB-5", "TB-5"));
+    assertThat(calls.get("TB-5")).as("calls, the copy a duplicate").hasValue(1);
+    assertThat(SpringTestEnvironment.effects(jdbc, "charge", "TB-5")).as("charges written").isOne();
+    assertThat(committedCharges("TB-5")).as("charges sent").hasSize(1);
+    DedupRecord record = store.find(DedupKey.of("tx-batch-charge", "TB-5")).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).as("attempts").isOne();
+  }
+
+  /**
+   * The first copy's call fails and the listener goes on: the second copy is no duplicate of a
+   * failure. It runs under the same claim, and its success is the key's, once the batch commits.
+   */
+  @Test
+  void aKeyWhoseFirstCallFailedInTheBatchIsAppliedByItsSecondCopy() throws Exception {
+    long last = sendTogether(TWICE, "TB-6", "charge 6 declined", "charge 6");
+    await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(TWICE, TWICE, 0) > last);
+
+    assertThat(batchesOf("TB-6")).as("batches delivered").containsExactly(List.of("TB-6", "TB-6"));
+    assertThat(calls.get("TB-6")).as("the declined call, then the copy").hasValue(2);
+    assertThat(SpringTestEnvironment.effects(jdbc, "charge", "TB-6")).as("charges written").isOne();
+    assertThat(committedCharges("TB-6")).as("charges sent").hasSize(1);
+    DedupRecord record = store.find(DedupKey.of("tx-batch-charge", "TB-6")).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).as("attempts").isOne();
+  }
+
+  /**
+   * The application's own error handler runs the listener again in memory, within the poll and the
+   * transaction of the first try: the retry's call is a duplicate of the first try's, whose effects
+   * commit with the batch. It met that call's claim, still open, as "in progress" at each retry.
+   */
+  @Test
+  void anInMemoryRetryOfTheBatchDoesNotApplyItsCallsAgain() throws Exception {
+    long offset = sendTo(RETRIED, "charge 7", "TB-7");
+    await().atMost(WAIT).until(() -> SpringTestEnvironment.committed(RETRIED, RETRIED, 0) > offset);
+
+    assertThat(retriedRuns).as("the first try, then the retry").hasValue(2);
+    assertThat(calls.get("TB-7")).as("calls, the retry's a duplicate").hasValue(1);
+    assertThat(SpringTestEnvironment.effects(jdbc, "charge", "TB-7")).as("charges written").isOne();
+    assertThat(committedCharges("TB-7")).as("charges sent").hasSize(1);
+    DedupRecord record = store.find(DedupKey.of("tx-batch-charge", "TB-7")).orElseThrow();
+    assertThat(record.status()).isEqualTo(DedupStatus.SUCCESS);
+    assertThat(record.attempts()).as("attempts").isOne();
+  }
+
+  /** The batches delivered to the listener of {@link #TWICE} holding {@code orderNo}. */
+  private static List<List<String>> batchesOf(String orderNo) {
+    return twiceBatches.stream().filter(batch -> batch.contains(orderNo)).toList();
+  }
+
+  /**
+   * Sends {@code values} for {@code orderNo} in one transaction, so that a consumer reading
+   * committed records gets them in one poll; returns the last one's offset.
+   */
+  private long sendTogether(String topic, String orderNo, String... values) throws Exception {
+    return template.executeInTransaction(
+        t -> {
+          long offset = -1;
+          for (String value : values) {
+            ProducerRecord<String, String> record = new ProducerRecord<>(topic, value);
+            record.headers().add("order-no", orderNo.getBytes(StandardCharsets.UTF_8));
+            try {
+              offset = t.send(record).get().getRecordMetadata().offset();
+            } catch (Exception e) {
+              throw new IllegalStateException(e);
+            }
+          }
+          return offset;
+        });
+  }
+
   private long send(String value, String orderNo) throws Exception {
     return sendTo(ORDERS, value, orderNo);
   }
@@ -172,6 +269,18 @@ class KafkaTransactionBatchCallingIdempotentMethodTest {
       return new BatchListener(charges);
     }
 
+    /** Retries a failed batch in memory, twice, inside its transaction. */
+    @Bean
+    ConcurrentKafkaListenerContainerFactory<Object, Object> inMemoryRetries(
+        ConcurrentKafkaListenerContainerFactoryConfigurer configurer,
+        ConsumerFactory<Object, Object> consumerFactory) {
+      ConcurrentKafkaListenerContainerFactory<Object, Object> factory =
+          new ConcurrentKafkaListenerContainerFactory<>();
+      configurer.configure(factory, consumerFactory);
+      factory.setCommonErrorHandler(new DefaultErrorHandler(new FixedBackOff(0, 2)));
+      return factory;
+    }
+
     /** Records what each failed batch threw, with every cause. */
     @Bean
     BatchInterceptor<Object, Object> failureRecorder() {
@@ -192,8 +301,18 @@ class KafkaTransactionBatchCallingIdempotentMethodTest {
     public void charge(ConsumerRecord<String, String> record) {
       String orderNo = SpringTestEnvironment.header(record, "order-no");
       calls.computeIfAbsent(orderNo, k -> new AtomicInteger()).incrementAndGet();
+      if (record.value().endsWith("declined")) {
+        throw new Declined(orderNo);
+      }
       SpringTestEnvironment.effect(jdbc, "charge", orderNo, record.value());
       template.send(CHARGES, orderNo, "charge for " + orderNo);
+    }
+  }
+
+  /** A charge refused before anything was written. */
+  static class Declined extends RuntimeException {
+    Declined(String orderNo) {
+      super("card declined for " + orderNo);
     }
   }
 
@@ -213,6 +332,36 @@ class KafkaTransactionBatchCallingIdempotentMethodTest {
         if (orderNo.equals("TB-3") && calls.get(orderNo).get() == 1) {
           throw new IllegalStateException("the batch's bookkeeping failed after the charge");
         }
+      }
+    }
+
+    /** Charges each record, going on past a declined charge. */
+    @KafkaListener(id = TWICE, topics = TWICE, batch = "true")
+    public void chargeEach(List<ConsumerRecord<String, String>> records) {
+      twiceBatches.add(
+          records.stream().map(r -> SpringTestEnvironment.header(r, "order-no")).toList());
+      for (ConsumerRecord<String, String> record : records) {
+        try {
+          charges.charge(record);
+        } catch (Declined e) {
+          // Left FAILED unless a later copy in the batch succeeds.
+        }
+      }
+    }
+
+    /** Charges each record, then fails the first try with an exception naming no record. */
+    @KafkaListener(
+        id = RETRIED,
+        topics = RETRIED,
+        batch = "true",
+        containerFactory = "inMemoryRetries")
+    public void chargeAllThenFailOnce(List<ConsumerRecord<String, String>> records) {
+      int run = retriedRuns.incrementAndGet();
+      for (ConsumerRecord<String, String> record : records) {
+        charges.charge(record);
+      }
+      if (run == 1) {
+        throw new IllegalStateException("the batch's bookkeeping failed after the charges");
       }
     }
 

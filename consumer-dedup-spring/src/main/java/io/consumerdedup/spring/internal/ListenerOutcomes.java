@@ -73,6 +73,11 @@ public final class ListenerOutcomes {
     /** Whether the batch listener returned, or threw, inside the batch's transaction. */
     private boolean batchHandedOver;
 
+    /** Who made {@link #claim}, and the fingerprint it was made with ({@link #claimedBy}). */
+    private @Nullable IdempotentExecutor claimant;
+
+    private @Nullable String fingerprint;
+
     /** Whether {@link #settle} found the outcome a success; null until it ran. Guarded by this. */
     private @Nullable Boolean succeeded;
 
@@ -83,6 +88,42 @@ public final class ListenerOutcomes {
       this.record = record;
       this.claim = claim;
       this.attempts = attempts;
+    }
+
+    /**
+     * {@code executor} made the claim for a payload of {@code fingerprint}: a later call of the
+     * same batch with the same key ({@link #batchCall}) is of the same claim only if so.
+     */
+    public Pending claimedBy(IdempotentExecutor executor, @Nullable String fingerprint) {
+      this.claimant = executor;
+      this.fingerprint = fingerprint;
+      return this;
+    }
+
+    /**
+     * Whether the call, or the last call, made under this claim returned and nothing it did was
+     * rolled back so far: its effects go with the batch's transaction.
+     */
+    public boolean appliedSoFar() {
+      return listenerDone && listenerError == null && rollback == null;
+    }
+
+    /** The claim this call, and any later call of its key in the same batch, runs under. */
+    public DedupClaim claim() {
+      return claim;
+    }
+
+    /**
+     * The method runs again under this claim, a later call of its key in the same batch after this
+     * call failed: the outcome is that of the last call, as the listener caught the earlier one's
+     * failure and the transaction commits what the last one did.
+     */
+    public Pending again() {
+      listenerDone = false;
+      returnedOutsideTransaction = false;
+      listenerError = null;
+      rollback = null;
+      return this;
     }
 
     /**
@@ -314,7 +355,7 @@ public final class ListenerOutcomes {
      */
     private boolean sameDelivery(Pending other) {
       return record == other.record
-          || (batch != null && batch == other.batch)
+          || (batch != null && other.batch != null && sameRecords(batch, other.batch))
           || (isFor(other.record) && CurrentRecordInterceptor.current().orElse(null) == record);
     }
 
@@ -374,6 +415,66 @@ public final class ListenerOutcomes {
   public static void deferToBatch(Pending pending, List<?> batch) {
     pending.batch = Objects.requireNonNull(batch);
     deferToContainer(pending);
+  }
+
+  /**
+   * Whether {@code one} and {@code other} hold the same records, in the same order: spring-kafka
+   * hands the batch interceptor a new list when its error handler runs the listener again in memory
+   * (a {@code FallbackBatchErrorHandler}), within the same poll and transaction; taken for another
+   * delivery, that retry's calls recorded the first try's claims FAILED while their effects were
+   * about to commit with the batch.
+   */
+  private static boolean sameRecords(List<?> one, List<?> other) {
+    if (one == other) {
+      return true;
+    }
+    if (one.size() != other.size()) {
+      return false;
+    }
+    for (int i = 0; i < one.size(); i++) {
+      if (!(one.get(i) instanceof ConsumerRecord<?, ?> a)
+          || !(other.get(i) instanceof ConsumerRecord<?, ?> b)
+          || a.offset() != b.offset()
+          || a.partition() != b.partition()
+          || !a.topic().equals(b.topic())) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  /**
+   * The claim an earlier call made with {@code key} in the batch delivering {@code record} on this
+   * thread, in a Kafka transaction of its container, by the same {@code executor}; null if none, or
+   * if the two fingerprints differ (the store tells that conflict). That call's effects commit or
+   * roll back with this call's, in the same transaction: asking the store instead found the key
+   * PROCESSING, held by this very batch, and the batch failed as "in progress" at each delivery
+   * until its attempts were spent (a producer's retry next to its original in one poll).
+   */
+  public static @Nullable Pending batchCall(
+      ConsumerRecord<?, ?> record,
+      DedupKey key,
+      IdempotentExecutor executor,
+      @Nullable String fingerprint) {
+    Pending first = batchPending();
+    if (first == null || CurrentRecordInterceptor.isCurrent(record)) {
+      return null;
+    }
+    List<?> batch = CurrentBatch.batchOf(record);
+    if (batch == null || !sameRecords(batch, Objects.requireNonNull(first.batch))) {
+      return null;
+    }
+    for (Pending pending = first; pending != null; pending = pending.next) {
+      if (pending.claimant == executor
+          && (pending.fingerprint == null
+              || fingerprint == null
+              || pending.fingerprint.equals(fingerprint))
+          && pending.claim.key().equals(key)
+          && !pending.claim.isEnded()) {
+        return pending;
+      }
+    }
+    return null;
   }
 
   /** The claims deferred to the batch being delivered on this thread, or null. */
