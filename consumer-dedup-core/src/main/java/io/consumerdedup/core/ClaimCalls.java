@@ -75,6 +75,11 @@ final class ClaimCalls {
         key, ownerId, lease, claimRetention, fingerprint, source, unanswered.takeClaimIdFor(key));
   }
 
+  /** The owner id this executor writes on its claims. */
+  String ownerId() {
+    return ownerId;
+  }
+
   /** Whether claims are made in the caller's transaction (mode TRANSACTIONAL). */
   boolean inTransaction() {
     return inTransaction;

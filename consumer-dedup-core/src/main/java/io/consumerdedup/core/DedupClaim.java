@@ -332,22 +332,22 @@ public final class DedupClaim {
    * When waiting can let the handler succeed, the error is not the handler's failure, and the claim
    * is given back uncounted ({@link #release()}) while the adapter holds the record: the first
    * consumer-dedup exception on the cause chain (the one {@link Disposition#of} answers by) is a
-   * {@link DedupInProgressException} of a nested call for another key (its holder ends, or its
-   * lease runs out), a {@link DedupStoreUnavailableException} (the database unreachable) or a
-   * {@link DedupExecutorClosedException}. Counted, a record whose nested key another consumer held
-   * (a crashed one: for its whole lease) spent its attempts on its retries and was dead-lettered
+   * {@link DedupInProgressException} of a nested call for another key that another owner holds, a
+   * {@link DedupStoreUnavailableException} (the database unreachable) or a {@link
+   * DedupExecutorClosedException}. Counted, a record whose nested key another consumer held (a
+   * crashed one: for its whole lease) spent its attempts on its retries and was dead-lettered
    * although nothing had failed.
    *
    * <p>Anything else, and any {@code Error}, is recorded FAILED ({@link #fail(Throwable)}),
    * counting the attempt, though the adapter may hold the record for its own {@link
-   * Disposition#RETRY_LATER}: in progress on the claim's own key (a nested call on the key the
-   * handler's own claim holds: it ends only when the handler does), a {@link
-   * DedupConfigurationException}, any other {@link DedupStoreException} (a missing table, a
-   * permission) or a {@link DedupLeaseLostException}. A handler throwing one of those on every
-   * delivery would otherwise never count an attempt: run again at every back-off, its effects
-   * applied each time, never dead-lettered, its partition stalled; counted, it is dead-lettered
-   * once its attempts are spent. A claim in the caller's transaction (mode TRANSACTIONAL) is failed
-   * there, whose rollback gives it back.
+   * Disposition#RETRY_LATER}: in progress on the claim's own key, or held by this executor's own
+   * owner id (a nested call on a key the handler's own claim, or an enclosing one, holds: it ends
+   * only when the handler does), a {@link DedupConfigurationException}, any other {@link
+   * DedupStoreException} (a missing table, a permission) or a {@link DedupLeaseLostException}. A
+   * handler throwing one of those on every delivery would otherwise never count an attempt: run
+   * again at every back-off, its effects applied each time, never dead-lettered, its partition
+   * stalled; counted, it is dead-lettered once its attempts are spent. A claim in the caller's
+   * transaction (mode TRANSACTIONAL) is failed there, whose rollback gives it back.
    *
    * <p>A claim that cannot be given back (the store unreachable, or anything else the release
    * throws but an {@code Error}, which goes on) is ended all the same and its lease no longer
@@ -358,7 +358,7 @@ public final class DedupClaim {
    * @throws IllegalStateException the claim is a duplicate or was already ended
    */
   public boolean failOrRelease(Throwable error) {
-    if (calls == null || !waitingCanHelp(error, List.of(key))) {
+    if (calls == null || !waitingCanHelp(error, List.of(key), calls.ownerId())) {
       fail(error);
       return false;
     }
@@ -386,7 +386,15 @@ public final class DedupClaim {
    * @return true if the claims were given back, false if they were recorded FAILED
    */
   public static boolean failOrReleaseAll(List<DedupClaim> claims, Throwable error) {
-    boolean release = waitingCanHelp(error, claims.stream().map(DedupClaim::key).toList());
+    String ownerId = null;
+    for (DedupClaim claim : claims) {
+      ClaimCalls executorCalls = claim.calls != null ? claim.calls : claim.transactionCalls;
+      if (executorCalls != null) {
+        ownerId = executorCalls.ownerId();
+        break;
+      }
+    }
+    boolean release = waitingCanHelp(error, claims.stream().map(DedupClaim::key).toList(), ownerId);
     List<LeaseRenewer.Renewal> released = release ? new ArrayList<>(claims.size()) : List.of();
     ClaimCalls releasing = null;
     Throwable first = null;
@@ -434,18 +442,19 @@ public final class DedupClaim {
 
   /**
    * Whether waiting can let a handler that threw {@code error}, holding claims on {@code heldKeys},
-   * succeed on a later delivery ({@link #failOrRelease}). An in-progress key among {@code heldKeys}
-   * is the handler's own claim: it is released only when the handler ends, so waiting for it never
-   * ends. Another key may be held by this executor too (another consumer thread of it, or a crashed
-   * process that had the same owner id): that holder ends, or its lease runs out.
+   * succeed on a later delivery ({@link #failOrRelease}). An in-progress key held by {@code
+   * ownerId} (this executor) or among {@code heldKeys} is the handler's own doing, not another
+   * consumer's: it is released only when the handler ends, so waiting for it never ends.
    */
-  private static boolean waitingCanHelp(Throwable error, List<DedupKey> heldKeys) {
+  private static boolean waitingCanHelp(
+      Throwable error, List<DedupKey> heldKeys, @Nullable String ownerId) {
     if (error instanceof Error) {
       return false;
     }
     DedupException answering = Disposition.firstDedupException(error);
     if (answering instanceof DedupInProgressException inProgress) {
-      return inProgress.key().filter(inner -> !heldKeys.contains(inner)).isPresent();
+      return inProgress.key().filter(inner -> !heldKeys.contains(inner)).isPresent()
+          && !inProgress.holder().equals(ownerId);
     }
     return answering instanceof DedupStoreUnavailableException
         || answering instanceof DedupExecutorClosedException;

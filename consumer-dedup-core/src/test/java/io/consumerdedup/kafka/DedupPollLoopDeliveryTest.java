@@ -347,6 +347,31 @@ class DedupPollLoopDeliveryTest {
   }
 
   /**
+   * A handler whose nested call is on the key of a later record of its own poll, which this loop
+   * claimed with the poll: the key is held by this very executor until that record runs, which it
+   * never does while the first is held. Counted, the first is dead-lettered after its attempts and
+   * the second is applied; given back uncounted, the partition was held for good and the first
+   * record's handler ran again at every back-off.
+   */
+  @Test
+  void aNestedCallOnAKeyItsOwnPollHoldsCountsItsAttemptsThenIsDeadLettered() throws Exception {
+    assertDeadLetteredAfterItsAttempts(
+        "P-1",
+        record -> {
+          if (orderNo(record).equals("P-1")) {
+            executor.execute(
+                DedupKey.of(BIZ_TYPE, "P-2"),
+                () -> {
+                  effects.apply("nested P-2");
+                  return null;
+                });
+          }
+        },
+        "P-2");
+    assertThat(effects.count("P-2")).as("runs of the later record's handler").isEqualTo(1);
+  }
+
+  /**
    * A handler that always throws a retry-later exception waiting does not cure (here a nested call
    * refused as misconfigured) counts its attempts and is dead-lettered after {@code maxAttempts}.
    */
@@ -361,11 +386,13 @@ class DedupPollLoopDeliveryTest {
   }
 
   /**
-   * Sends {@code orderNo} to a handler that applies it and then runs {@code thenFails}, which
-   * throws every time: dead-lettered once its attempts are spent, applied at most that often.
+   * Sends {@code orderNo}, then {@code sentAfter}, to a handler that applies each and then runs
+   * {@code thenFails}, which throws every time for {@code orderNo}: dead-lettered once its attempts
+   * are spent, applied at most that often, and the records after it committed.
    */
   private void assertDeadLetteredAfterItsAttempts(
-      String orderNo, RecordHandler<String, String> thenFails) throws Exception {
+      String orderNo, RecordHandler<String, String> thenFails, String... sentAfter)
+      throws Exception {
     TestKafka.createTopics(1, topic);
     IdempotentRecordHandler<String, String> orders =
         IdempotentRecordHandler.<String, String>builder(executor)
@@ -388,6 +415,9 @@ class DedupPollLoopDeliveryTest {
             .pollTimeout(Duration.ofMillis(200))
             .build();
     send(0, orderNo);
+    for (String later : sentAfter) {
+      send(0, later);
+    }
     int maxAttempts = DedupPollLoop.DEFAULT_MAX_ATTEMPTS;
 
     try (RunningLoop running = RunningLoop.start(loop)) {
@@ -402,7 +432,9 @@ class DedupPollLoopDeliveryTest {
       await()
           .atMost(WAIT)
           .untilAsserted(
-              () -> assertThat(TestKafka.committedOffsets(group)).containsEntry(partition(0), 1L));
+              () ->
+                  assertThat(TestKafka.committedOffsets(group))
+                      .containsEntry(partition(0), 1L + sentAfter.length));
     }
     assertThat(deadLetters.get(0)).startsWith(orderNo + ": ");
     assertThat(effects.count(orderNo)).as("runs of the handler").isEqualTo(maxAttempts);
