@@ -116,6 +116,21 @@ class DedupPollLoopDeliveryTest {
     fixture.producer().send(record).get();
   }
 
+  /**
+   * A loop over {@code orders} with short back-offs, writing its dead letters to {@code
+   * deadLetters}.
+   */
+  private DedupPollLoop<String, String> quickLoop(
+      IdempotentRecordHandler<String, String> orders, List<String> deadLetters) {
+    return DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), orders)
+        .deadLetterHandler(
+            (record, reason) -> deadLetters.add(orderNo(record) + ": " + reason.getMessage()))
+        .retryBackOff(Duration.ofMillis(50))
+        .holdBackOff(Duration.ofMillis(100), Duration.ofMillis(200))
+        .pollTimeout(Duration.ofMillis(200))
+        .build();
+  }
+
   private static String orderNo(ConsumerRecord<String, String> record) {
     return new String(record.headers().lastHeader(KEY_HEADER).value(), StandardCharsets.UTF_8);
   }
@@ -277,14 +292,7 @@ class DedupPollLoopDeliveryTest {
                 })
             .build();
     List<String> deadLetters = new CopyOnWriteArrayList<>();
-    DedupPollLoop<String, String> loop =
-        DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), orders)
-            .deadLetterHandler(
-                (record, reason) -> deadLetters.add(orderNo(record) + ": " + reason.getMessage()))
-            .retryBackOff(Duration.ofMillis(50))
-            .holdBackOff(Duration.ofMillis(100), Duration.ofMillis(200))
-            .pollTimeout(Duration.ofMillis(200))
-            .build();
+    DedupPollLoop<String, String> loop = quickLoop(orders, deadLetters);
     send(0, "N-1");
     DedupKey order = DedupKey.of(BIZ_TYPE, "N-1");
 
@@ -406,14 +414,7 @@ class DedupPollLoopDeliveryTest {
                 })
             .build();
     List<String> deadLetters = new CopyOnWriteArrayList<>();
-    DedupPollLoop<String, String> loop =
-        DedupPollLoop.builder(TestKafka.consumerConfig(group), List.of(topic), orders)
-            .deadLetterHandler(
-                (record, reason) -> deadLetters.add(orderNo(record) + ": " + reason.getMessage()))
-            .retryBackOff(Duration.ofMillis(50))
-            .holdBackOff(Duration.ofMillis(100), Duration.ofMillis(200))
-            .pollTimeout(Duration.ofMillis(200))
-            .build();
+    DedupPollLoop<String, String> loop = quickLoop(orders, deadLetters);
     send(0, orderNo);
     for (String later : sentAfter) {
       send(0, later);
